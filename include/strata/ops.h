@@ -75,6 +75,11 @@ STRATA_API strata_status strata_plan_run(strata_plan plan, void* const* tensors,
                                          void* workspace, size_t workspace_size, strata_stream stream);
 STRATA_API strata_status strata_plan_destroy(strata_plan plan);
 
+/* Pins the implementation for plans created after this call (process-wide; NULL or "" clears it). Overrides
+ * the environment variable STRATA_FORCE_IMPL. A name an op does not have is ignored for that op; a name it
+ * has but cannot apply to the problem makes plan creation fail with the reason. */
+STRATA_API strata_status strata_set_force_impl(const char* name);
+
 /* Plan cache statistics (hits, misses, entries) and its reset. */
 STRATA_API void strata_plan_cache_stats(uint64_t* hits, uint64_t* misses, uint64_t* entries);
 STRATA_API void strata_plan_cache_clear(void);

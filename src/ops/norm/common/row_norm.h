@@ -1,0 +1,61 @@
+// Shared kernels of the parameter-free row norms: l2norm and rmsnorm_without_weight.
+//
+// Both compute, per row of D elements, rstd = 1 / sqrt(sum(x^2) / n_div + eps) (n_div = 1 for l2norm,
+// D for rmsnorm) and optionally y = x * rstd. Their backward passes are one formula family:
+//   kNormalizedSrc (l2norm, from the saved y):   dx = rstd * (dy - y * dot(dy, y) / n_div)
+//   kRawSrc        (rmsnorm normalize, from x):  dx = rstd * (dy - x * rstd^2 * dot(dy, x) / n_div)
+//   kFactor        (rmsnorm factor mode):        dx = x * (-dr * rstd^3 / n_div), dr one value per row
+// Implementations: float64 reference (any float dtypes), Highway CPU kernels per ISA (f32/bf16/f16), CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "opbase/row_layout.h"
+
+namespace strata::norm {
+
+struct RowNormFwdParams {
+  const void* x = nullptr;
+  void* y = nullptr;  // nullptr: only rstd is written (rmsnorm factor mode)
+  void* rstd = nullptr;
+  int32_t x_dtype = 0, y_dtype = 0, rstd_dtype = 0;
+  int64_t rows = 0, D = 0;
+  RowLayout x_rows, y_rows, rstd_rows;  // rstd_rows: one element per row
+  int64_t n_div = 1;
+  float eps = 0.f;
+};
+
+enum class RowNormBwdKind : int32_t { kNormalizedSrc = 0, kRawSrc = 1, kFactor = 2 };
+
+struct RowNormBwdParams {
+  const void* src = nullptr;   // y (kNormalizedSrc) or x (kRawSrc, kFactor)
+  const void* rstd = nullptr;
+  const void* dout = nullptr;  // dy [rows, D], or dr [rows] for kFactor
+  void* dx = nullptr;
+  int32_t src_dtype = 0, rstd_dtype = 0, dout_dtype = 0, dx_dtype = 0;
+  int64_t rows = 0, D = 0;
+  RowLayout src_rows, rstd_rows, dout_rows, dx_rows;
+  int64_t n_div = 1;
+  RowNormBwdKind kind = RowNormBwdKind::kNormalizedSrc;
+};
+
+// float64 reference (any float dtypes, any strides): plain loops.
+void row_norm_fwd_reference(const RowNormFwdParams& p);
+void row_norm_bwd_reference(const RowNormBwdParams& p);
+
+// CPU kernels compiled per Highway target; nullptr when `hwy_target` was not compiled. They need
+// col_stride == 1 for the vector path and handle any RowLayout; dtypes f32/bf16/f16 (rstd any float).
+using RowNormFwdFn = void (*)(const RowNormFwdParams&);
+using RowNormBwdFn = void (*)(const RowNormBwdParams&);
+RowNormFwdFn row_norm_fwd_cpu(int64_t hwy_target);
+RowNormBwdFn row_norm_bwd_cpu(int64_t hwy_target);
+
+#if STRATA_WITH_CUDA
+// CUDA (sm_80 and newer, tuned for sm_90): rows of D <= 1024 elements are held in registers by a group of
+// threads (several rows per warp for short rows); longer rows use one block per row. Returns the launch
+// status (every launch checked).
+int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream);  // returns a strata_status
+int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream);
+#endif
+
+}  // namespace strata::norm

@@ -1,0 +1,138 @@
+// CPU kernels of the row norms, written once with Highway and compiled for every target in
+// tile::cpu_isas(). Rows are split into fixed blocks (tile/cpu/parallel.h); each row is reduced in a fixed
+// order by one thread, so results do not depend on the thread count or on the other rows.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm/common/row_norm_cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+
+#include "ops/norm/common/row_norm.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/parallel.h"
+#include "tile/cpu/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::norm::HWY_NAMESPACE {
+namespace tv = strata::tile::HWY_NAMESPACE;
+
+// Per-row kernels on typed pointers; strided rows (col_stride != 1) take the scalar loop.
+template <class TX, class TY>
+void FwdRows(const RowNormFwdParams& p) {
+  const TX* x = static_cast<const TX*>(p.x);
+  TY* y = static_cast<TY*>(p.y);
+  const float inv_n = 1.0f / static_cast<float>(p.n_div);
+  const bool unit = p.x_rows.col_stride == 1 && (!y || p.y_rows.col_stride == 1);
+  const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TX) + (y ? sizeof(TY) : 0)));
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const TX* xr = x + p.x_rows.row_offset(r);
+      float ss;
+      if (unit) {
+        ss = tv::SumSquares(xr, p.D);
+      } else {
+        ss = 0.f;
+        for (int64_t j = 0; j < p.D; ++j) {
+          const float v = to_f32(xr[j * p.x_rows.col_stride]);
+          ss += v * v;
+        }
+      }
+      const float rstd = 1.0f / std::sqrt(ss * inv_n + p.eps);
+      store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rstd);
+      if (!y) continue;
+      TY* yr = y + p.y_rows.row_offset(r);
+      if (unit) {
+        tv::Scale(xr, rstd, yr, p.D);
+      } else {
+        for (int64_t j = 0; j < p.D; ++j)
+          yr[j * p.y_rows.col_stride] = from_f32<TY>(to_f32(xr[j * p.x_rows.col_stride]) * rstd);
+      }
+    }
+  });
+}
+
+template <class TS, class TG, class TD>
+void BwdRows(const RowNormBwdParams& p) {
+  const TS* src = static_cast<const TS*>(p.src);
+  const TG* dout = static_cast<const TG*>(p.dout);
+  TD* dx = static_cast<TD*>(p.dx);
+  const float inv_n = 1.0f / static_cast<float>(p.n_div);
+  const bool unit = p.src_rows.col_stride == 1 && p.dx_rows.col_stride == 1 &&
+                    (p.kind == RowNormBwdKind::kFactor || p.dout_rows.col_stride == 1);
+  const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TS) + sizeof(TG) + sizeof(TD)));
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const TS* sr = src + p.src_rows.row_offset(r);
+      const TG* gr = dout + p.dout_rows.row_offset(r);
+      TD* xr = dx + p.dx_rows.row_offset(r);
+      const float rstd = static_cast<float>(load_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r)));
+      float c, s;
+      if (p.kind == RowNormBwdKind::kFactor) {
+        // dx = x * (-dr * rstd^3 / n): written as s * (0*x - c*x) would waste a load; use Scale.
+        const float k = -to_f32(gr[0]) * rstd * rstd * rstd * inv_n;
+        if (unit) {
+          tv::Scale(sr, k, xr, p.D);
+        } else {
+          for (int64_t j = 0; j < p.D; ++j)
+            xr[j * p.dx_rows.col_stride] = from_f32<TD>(to_f32(sr[j * p.src_rows.col_stride]) * k);
+        }
+        continue;
+      }
+      float dot;
+      if (unit) {
+        dot = tv::Dot(gr, sr, p.D);
+      } else {
+        dot = 0.f;
+        for (int64_t j = 0; j < p.D; ++j)
+          dot += to_f32(gr[j * p.dout_rows.col_stride]) * to_f32(sr[j * p.src_rows.col_stride]);
+      }
+      c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot * inv_n : dot * rstd * rstd * inv_n;
+      s = rstd;
+      if (unit) {
+        tv::ScaledSubScaled(gr, sr, c, s, xr, p.D);
+      } else {
+        for (int64_t j = 0; j < p.D; ++j)
+          xr[j * p.dx_rows.col_stride] = from_f32<TD>(
+              s * (to_f32(gr[j * p.dout_rows.col_stride]) - c * to_f32(sr[j * p.src_rows.col_stride])));
+      }
+    }
+  });
+}
+
+// Run-time dtypes -> template instances (f32, bf16, f16 for every tensor; validated by the plan).
+template <class Fn>
+void VisitHalfOrF32(int32_t dtype, Fn&& fn) {
+  switch (dtype) {
+    case STRATA_DTYPE_F32: fn(float{}); break;
+    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
+    default: fn(f16_t{}); break;
+  }
+}
+
+void RowNormFwd(const RowNormFwdParams& p) {
+  VisitHalfOrF32(p.x_dtype, [&](auto tx) {
+    VisitHalfOrF32(p.y ? p.y_dtype : p.x_dtype, [&](auto ty) { FwdRows<decltype(tx), decltype(ty)>(p); });
+  });
+}
+
+void RowNormBwd(const RowNormBwdParams& p) {
+  VisitHalfOrF32(p.src_dtype, [&](auto ts) {
+    VisitHalfOrF32(p.dout_dtype, [&](auto tg) {
+      VisitHalfOrF32(p.dx_dtype, [&](auto td) { BwdRows<decltype(ts), decltype(tg), decltype(td)>(p); });
+    });
+  });
+}
+
+}  // namespace strata::norm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::norm {
+HWY_EXPORT(RowNormFwd);
+HWY_EXPORT(RowNormBwd);
+
+RowNormFwdFn row_norm_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RowNormFwd, hwy_target); }
+RowNormBwdFn row_norm_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RowNormBwd, hwy_target); }
+}  // namespace strata::norm
+#endif

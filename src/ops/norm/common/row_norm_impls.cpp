@@ -1,0 +1,107 @@
+#include "ops/norm/common/row_norm_impls.h"
+
+#include <fmt/format.h>
+
+#include "tile/cpu/isa.h"
+
+namespace strata::norm {
+namespace {
+
+bool all_half_or_f32(std::initializer_list<int32_t> dtypes) {
+  for (int32_t d : dtypes)
+    if (d != STRATA_DTYPE_F32 && d != STRATA_DTYPE_BF16 && d != STRATA_DTYPE_F16) return false;
+  return true;
+}
+
+RowNormFwdParams bind(const RowNormFwdProblem& pr, const Launch& l) {
+  RowNormFwdParams p = pr.params;
+  p.x = l.ptrs[0];
+  p.y = l.ptrs[1];
+  p.rstd = l.ptrs[2];
+  return p;
+}
+RowNormBwdParams bind(const RowNormBwdProblem& pr, const Launch& l) {
+  RowNormBwdParams p = pr.params;
+  p.src = l.ptrs[0];
+  p.rstd = l.ptrs[1];
+  p.dout = l.ptrs[2];
+  p.dx = l.ptrs[3];
+  return p;
+}
+
+std::string dtypes_reason(const RowNormFwdParams& p) {
+  if (!all_half_or_f32({p.x_dtype, p.y ? p.y_dtype : p.x_dtype}) || !is_float(p.rstd_dtype) ||
+      p.rstd_dtype == STRATA_DTYPE_F64)
+    return fmt::format("handles f32/bf16/f16 tensors, got x {} y {} rstd {}", dtype_name(p.x_dtype),
+                       dtype_name(p.y_dtype), dtype_name(p.rstd_dtype));
+  return {};
+}
+std::string dtypes_reason(const RowNormBwdParams& p) {
+  if (!all_half_or_f32({p.src_dtype, p.dout_dtype, p.dx_dtype}) || p.rstd_dtype == STRATA_DTYPE_F64)
+    return fmt::format("handles f32/bf16/f16 tensors, got src {} rstd {} dout {} dx {}", dtype_name(p.src_dtype),
+                       dtype_name(p.rstd_dtype), dtype_name(p.dout_dtype), dtype_name(p.dx_dtype));
+  return {};
+}
+
+// [cuda], cpu.<isa> for each compiled ISA, reference: the same list shape for forward and backward.
+template <class Problem, class CpuFn>
+ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), int (*cuda_kernel)(const decltype(Problem::params)&, void*),
+                            void (*reference)(const decltype(Problem::params)&)) {
+  ImplList<Problem> l;
+#if STRATA_WITH_CUDA
+  l.push_back({"cuda.sm90.row_norm",
+               [](const Problem& p) {
+                 std::string r = reject_unless_cuda(p.device, 80);
+                 return r.empty() ? dtypes_reason(p.params) : r;
+               },
+               {},
+               [cuda_kernel](const Problem& p, const Launch& launch) {
+                 return static_cast<strata_status>(cuda_kernel(bind(p, launch), launch.cuda_stream));
+               }});
+#else
+  (void)cuda_kernel;
+#endif
+  for (const tile::CpuIsa& isa : tile::cpu_isas()) {
+    CpuFn fn = cpu_kernel(isa.hwy_target);
+    if (!fn) continue;  // target not compiled into this build
+    l.push_back({isa.impl,
+                 [isa](const Problem& p) {
+                   std::string r = reject_unless_cpu(p.device);
+                   if (r.empty()) r = tile::reject_cpu_isa(isa);
+                   return r.empty() ? dtypes_reason(p.params) : r;
+                 },
+                 {},
+                 [fn](const Problem& p, const Launch& launch) {
+                   fn(bind(p, launch));
+                   return STRATA_SUCCESS;
+                 }});
+  }
+  l.push_back({"reference", [](const Problem& p) { return reject_unless_cpu(p.device); }, {},
+               [reference](const Problem& p, const Launch& launch) {
+                 reference(bind(p, launch));
+                 return STRATA_SUCCESS;
+               }});
+  return l;
+}
+
+}  // namespace
+
+const ImplList<RowNormFwdProblem>& row_norm_fwd_impls() {
+#if STRATA_WITH_CUDA
+  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cuda, row_norm_fwd_reference);
+#else
+  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, nullptr, row_norm_fwd_reference);
+#endif
+  return impls;
+}
+
+const ImplList<RowNormBwdProblem>& row_norm_bwd_impls() {
+#if STRATA_WITH_CUDA
+  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cuda, row_norm_bwd_reference);
+#else
+  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, nullptr, row_norm_bwd_reference);
+#endif
+  return impls;
+}
+
+}  // namespace strata::norm

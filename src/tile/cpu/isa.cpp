@@ -1,0 +1,30 @@
+#include "tile/cpu/isa.h"
+
+#include <fmt/format.h>
+#include <hwy/targets.h>
+
+namespace strata::tile {
+
+const std::vector<CpuIsa>& cpu_isas() {
+  static const std::vector<CpuIsa> isas = {
+      {HWY_AVX3, "avx512", "cpu.avx512"},
+      {HWY_AVX2, "avx2", "cpu.avx2"},
+      {HWY_SSE4, "sse4", "cpu.sse4"},
+      {HWY_SCALAR, "scalar", "cpu.scalar"},
+  };
+  return isas;
+}
+
+std::string reject_cpu_isa(const CpuIsa& isa) {
+  if (isa.hwy_target == HWY_SCALAR) return {};
+  if ((hwy::SupportedTargets() & isa.hwy_target) == 0) return fmt::format("this CPU lacks {}", isa.name);
+  return {};
+}
+
+const char* best_cpu_isa_name() {
+  for (const auto& isa : cpu_isas())
+    if (reject_cpu_isa(isa).empty()) return isa.name;
+  return "scalar";
+}
+
+}  // namespace strata::tile

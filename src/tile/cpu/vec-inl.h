@@ -1,0 +1,139 @@
+// Highway building blocks for row kernels: f32 loads from f32/bf16/f16 storage, rounding stores back, and
+// fixed-order row reductions (sum of squares, dot). Include inside HWY_NAMESPACE of a file compiled with
+// hwy/foreach_target.h (this header has no include guard on purpose: it is compiled once per target).
+//
+// Rounding: stores to bf16 round to nearest even with integer ops (Highway 1.0's DemoteTo to bf16 truncates);
+// stores to f16 use Highway's DemoteTo (F16C's round-to-nearest on x86). Reductions use four vector
+// accumulators combined in a fixed order, so a row's result depends only on the row (batch- and
+// thread-invariant).
+
+// Per-target include guard (Highway's convention for -inl.h files).
+#if defined(STRATA_TILE_CPU_VEC_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef STRATA_TILE_CPU_VEC_INL_H_
+#undef STRATA_TILE_CPU_VEC_INL_H_
+#else
+#define STRATA_TILE_CPU_VEC_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include "opbase/dtype.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::tile::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const float* p) {
+  return hn::LoadU(df, p);
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const bf16_t* p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::RebindToUnsigned<DF> du32;
+  const auto h = hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p));
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, h)));
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF32(DF df, const f16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+
+template <class DF>
+HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, float* p) {
+  hn::StoreU(v, df, p);
+}
+template <class DF>
+HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, bf16_t* p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint16_t, DF> du16;
+  auto u = hn::BitCast(du32, v);
+  // Round to nearest even on bit 16; NaNs are made quiet first so the carry cannot turn them into Inf.
+  const auto is_nan = hn::Ne(v, v);
+  const auto bias = hn::Add(hn::Set(du32, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1u)));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(u, bias));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du32, 0x0040u));
+  u = hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet, rounded);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, u)), du16, reinterpret_cast<uint16_t*>(p));
+}
+template <class DF>
+HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, f16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+// sum_i x[i]^2 over n elements, f32 accumulation in a fixed order.
+template <class T>
+HWY_INLINE float SumSquares(const T* x, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = LoadF32(df, x + i), v1 = LoadF32(df, x + i + N);
+    const auto v2 = LoadF32(df, x + i + 2 * N), v3 = LoadF32(df, x + i + 3 * N);
+    a0 = hn::MulAdd(v0, v0, a0);
+    a1 = hn::MulAdd(v1, v1, a1);
+    a2 = hn::MulAdd(v2, v2, a2);
+    a3 = hn::MulAdd(v3, v3, a3);
+  }
+  for (; i + N <= n; i += N) {
+    const auto v = LoadF32(df, x + i);
+    a0 = hn::MulAdd(v, v, a0);
+  }
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) {
+    const float v = to_f32(x[i]);
+    s += v * v;
+  }
+  return s;
+}
+
+// sum_i a[i] * b[i], f32 accumulation in a fixed order.
+template <class TA, class TB>
+HWY_INLINE float Dot(const TA* a, const TB* b, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    a0 = hn::MulAdd(LoadF32(df, a + i), LoadF32(df, b + i), a0);
+    a1 = hn::MulAdd(LoadF32(df, a + i + N), LoadF32(df, b + i + N), a1);
+    a2 = hn::MulAdd(LoadF32(df, a + i + 2 * N), LoadF32(df, b + i + 2 * N), a2);
+    a3 = hn::MulAdd(LoadF32(df, a + i + 3 * N), LoadF32(df, b + i + 3 * N), a3);
+  }
+  for (; i + N <= n; i += N) a0 = hn::MulAdd(LoadF32(df, a + i), LoadF32(df, b + i), a0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) s += to_f32(a[i]) * to_f32(b[i]);
+  return s;
+}
+
+// y[i] = x[i] * s.
+template <class TX, class TY>
+HWY_INLINE void Scale(const TX* x, float s, TY* y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vs = hn::Set(df, s);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) StoreF32(df, hn::Mul(LoadF32(df, x + i), vs), y + i);
+  for (; i < n; ++i) y[i] = from_f32<TY>(to_f32(x[i]) * s);
+}
+
+// out[i] = s * (a[i] - c * b[i])  (the shape of every norm backward: s*(dy - c*y)).
+template <class TA, class TB, class TO>
+HWY_INLINE void ScaledSubScaled(const TA* a, const TB* b, float c, float s, TO* out, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vc = hn::Set(df, c), vs = hn::Set(df, s);
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    StoreF32(df, hn::Mul(vs, hn::NegMulAdd(vc, LoadF32(df, b + i), LoadF32(df, a + i))), out + i);
+  for (; i < n; ++i) out[i] = from_f32<TO>(s * (to_f32(a[i]) - c * to_f32(b[i])));
+}
+
+}  // namespace strata::tile::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
