@@ -100,6 +100,7 @@ strata_status check_rank_in(const char* op, const char* arg, const strata_tensor
 
 strata_status check_strides(const char* op, const char* arg, const strata_tensor_desc& t, bool is_output,
                             bool need_unit_last) {
+  if (numel(t) == 0) return STRATA_SUCCESS;  // an empty tensor has no element to misplace
   for (int i = 0; i < t.rank; ++i)
     if (t.strides[i] < 0)
       return fail(STRATA_ERROR_INVALID_STRIDE, "{}: {} has a negative stride {} in dimension {}; strides {}", op, arg,

@@ -1,0 +1,68 @@
+// The conformance driver (STYLE.md 8): every applicable implementation of every op, forced one at a time,
+// against the float64 reference, on the CPU and (when present) every CUDA device. Each case prints as one
+// replayable line; to replay one: STRATA_ATK_CASE='<line>' STRATA_FORCE_IMPL=<impl> strata_tests
+// --gtest_filter='Conformance.*'.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "testkit/testkit.h"
+
+namespace strata::atk {
+namespace {
+
+std::vector<strata_device> devices() {
+  std::vector<strata_device> d = {{STRATA_DEVICE_CPU, 0}};
+  int32_t n = 0;
+  if (strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS)
+    for (int32_t i = 0; i < n; ++i) d.push_back({STRATA_DEVICE_CUDA, i});
+  return d;
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Conformance, EveryImplementationMatchesFloat64) {
+  const std::string op = GetParam();
+  std::unique_ptr<OpHarness> harness;
+  for (auto& h : all_harnesses())
+    if (h->op() == op) harness = std::move(h);
+  ASSERT_TRUE(harness) << op;
+  const char* only = std::getenv("STRATA_ATK_CASE");
+  std::vector<Case> cases;
+  if (only && *only) {
+    const Case c = Case::parse(only);
+    if (c.op() != op) GTEST_SKIP() << "STRATA_ATK_CASE is for " << c.op();
+    cases.push_back(c);
+  } else {
+    cases = harness->conformance_cases();
+  }
+  int run = 0, failed = 0;
+  for (const strata_device& dev : devices()) {
+    for (const std::string& impl : impls_for(op, dev)) {
+      for (const Case& c : cases) {
+        const CaseResult r = run_forced(*harness, c, dev, impl);
+        if (r.skipped) continue;
+        ++run;
+        if (!r.pass) {
+          ++failed;
+          ADD_FAILURE() << c.str() << " device=" << (dev.type == STRATA_DEVICE_CPU ? "cpu" : "cuda") << " impl=" << impl
+                        << ": " << r.str();
+        }
+      }
+    }
+  }
+  std::printf("[conformance] %s: %d cases run, %d failed\n", op.c_str(), run, failed);
+  EXPECT_GT(run, 0);
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> names;
+  for (auto& h : all_harnesses()) names.push_back(h->op());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Conformance, ::testing::ValuesIn(op_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace strata::atk
