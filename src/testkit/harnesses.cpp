@@ -5,11 +5,15 @@ namespace strata::atk {
 
 std::unique_ptr<OpHarness> make_l2norm_fwd_harness();
 std::unique_ptr<OpHarness> make_l2norm_bwd_harness();
+std::unique_ptr<OpHarness> make_rmsnorm_without_weight_fwd_harness();
+std::unique_ptr<OpHarness> make_rmsnorm_without_weight_bwd_harness();
 
 std::vector<std::unique_ptr<OpHarness>> all_harnesses() {
   std::vector<std::unique_ptr<OpHarness>> h;
   h.push_back(make_l2norm_fwd_harness());
   h.push_back(make_l2norm_bwd_harness());
+  h.push_back(make_rmsnorm_without_weight_fwd_harness());
+  h.push_back(make_rmsnorm_without_weight_bwd_harness());
   return h;
 }
 
