@@ -173,7 +173,8 @@ double dtype_ceiling(int32_t dtype) {
 }
 
 Compare compare(const std::string& name, const std::vector<double>& out, const std::vector<double>& ref,
-                const std::vector<double>& naive, int32_t dtype, double reduction_len) {
+                const std::vector<double>& naive, int32_t dtype, double reduction_len,
+                const std::vector<double>* magnitude) {
   Compare c;
   c.name = name;
   double num = 0, den = 0, nnum = 0;
@@ -193,6 +194,12 @@ Compare compare(const std::string& name, const std::vector<double>& out, const s
       const double nd = naive[i] - ref[i];
       nnum += nd * nd;
     }
+  }
+  if (magnitude) {
+    double mag = 0;
+    for (double m : *magnitude)
+      if (std::isfinite(m)) mag += m * m;
+    den = std::max(den, mag);
   }
   const double scale = std::sqrt(den) + 1e-30;
   c.err = std::sqrt(num) / scale;

@@ -101,8 +101,12 @@ struct Compare {
 // exactness. If the naive computation itself exceeds the ceiling the case is ill-conditioned (e.g. the
 // cancellation in dy - dot(dy, y) y when D = 1) and the bound is 2 * naive_err alone.
 // NaN/Inf must match by position.
+// `magnitude` (optional, same length as ref): for outputs formed by cancellation (a - b with a ~ b), errors are
+// measured relative to the size of the cancelling terms (||magnitude||) rather than the small difference,
+// since no finite-precision implementation can do better than the rounding of its operands.
 Compare compare(const std::string& name, const std::vector<double>& out, const std::vector<double>& ref,
-                const std::vector<double>& naive, int32_t dtype, double reduction_len = 1.0);
+                const std::vector<double>& naive, int32_t dtype, double reduction_len = 1.0,
+                const std::vector<double>* magnitude = nullptr);
 double dtype_ceiling(int32_t dtype);  // f32 1e-5, f16 2e-3, bf16 1e-2, f64 1e-12
 
 struct CaseResult {

@@ -38,11 +38,16 @@ class RowNormHarness final : public atk::OpHarness {
     int64_t seed = 1;
     for (const char* dt : {"f32", "bf16", "f16", "f64"})
       for (const auto& shape : shapes)
-        for (const char* layout : {"contiguous", "padded", "strided"}) {
-          if (std::string(layout) == "strided" && shape.size() == 2 && shape[1] > 1000) continue;
-          cases.push_back(Case(s_.op).set("dtype", dt).set("shape", atk::shape_arg(shape)).set("layout", layout)
-                              .set("seed", seed++));
-        }
+        for (const char* layout : {"contiguous", "padded", "strided"})
+          for (const char* mode : {"normalize", "factor"}) {
+            if (std::string(layout) == "strided" && shape.size() == 2 && shape[1] > 1000) continue;
+            const bool factor = std::string(mode) == "factor";
+            if (factor && !s_.has_factor_mode) continue;
+            Case c(s_.op);
+            c.set("dtype", dt).set("shape", atk::shape_arg(shape)).set("layout", layout);
+            if (s_.has_factor_mode) c.set("mode", mode);
+            cases.push_back(c.set("seed", seed++));
+          }
     return cases;
   }
 
@@ -61,7 +66,8 @@ class RowNormHarness final : public atk::OpHarness {
     const int64_t D = shape.back();
     const int64_t rows = D > 0 ? HostTensor::make(dt, shape).numel() / D : 0;
     const int64_t n_div = s_.mean ? std::max<int64_t>(D, 1) : 1;
-    const std::vector<int64_t> rshape = leading(shape, s_.factor || s_.mean);
+    const bool factor = c.get("mode") == "factor";
+    const std::vector<int64_t> rshape = leading(shape, s_.mean);
 
     // x: 0.5 * randn + 0.3 as in the public tests, rounded to the dtype.
     HostTensor x = HostTensor::make(dt, shape, layout);
@@ -76,8 +82,8 @@ class RowNormHarness final : public atk::OpHarness {
       r64[i] = 1.0 / std::sqrt(ss / static_cast<double>(n_div) + static_cast<double>(eps));
       for (int64_t j = 0; j < D; ++j) y64[i * D + j] = xv[i * D + j] * r64[i];
     }
-    if (!s_.bwd) return run_fwd(c, device, dt, shape, rshape, layout, eps, x, xv, y64, r64, rows, D, n_div);
-    return run_bwd(device, dt, shape, rshape, layout, rng, xv, y64, r64, rows, D, n_div);
+    if (!s_.bwd) return run_fwd(c, device, dt, factor, shape, rshape, layout, eps, x, xv, y64, r64, rows, D, n_div);
+    return run_bwd(device, dt, factor, shape, rshape, layout, rng, xv, y64, r64, rows, D, n_div);
   }
 
   std::vector<atk::BenchCase> bench_cases(strata_device device) const override {
@@ -90,12 +96,11 @@ class RowNormHarness final : public atk::OpHarness {
       b.label = fmt::format("{} {} [{}, {}]", s_.op, dtype_name(dt), rows, D);
       const double e = static_cast<double>(dtype_size(dt)), n = static_cast<double>(rows * D);
       const double rbytes = static_cast<double>(rows) * 4;
-      // fwd: read x, write y (unless factor) and r; bwd: read src and dout (or dr), read r, write dx.
-      b.bytes = !s_.bwd ? n * e + (s_.factor ? 0 : n * e) + rbytes
-                        : n * e * 2 + rbytes + (s_.factor ? rbytes : n * e);
+      // Normalize mode. fwd: read x, write y and r; bwd: read src, dout and r, write dx.
+      b.bytes = !s_.bwd ? 2 * n * e + rbytes : 3 * n * e + rbytes;
       b.setup = [=, this] {
         const std::vector<int64_t> shape = {rows, D};
-        const std::vector<int64_t> rs = leading(shape, s_.factor || s_.mean);
+        const std::vector<int64_t> rs = leading(shape, s_.mean);
         HostTensor a = HostTensor::make(dt, shape), r = HostTensor::make(STRATA_DTYPE_F32, rs);
         std::mt19937_64 rng(7);
         a.fill_normal(rng, 0.3, 0.5);
@@ -104,25 +109,22 @@ class RowNormHarness final : public atk::OpHarness {
         state->b = std::make_unique<DeviceTensor>(a, device);
         state->c = std::make_unique<DeviceTensor>(a, device);
         state->r = std::make_unique<DeviceTensor>(r, device);
-        if (s_.factor && s_.bwd) state->dr = std::make_unique<DeviceTensor>(r, device);
-        if (!s_.bwd) {
-          ok(s_.plan_fwd(&state->a->desc(), s_.factor ? nullptr : &state->b->desc(), &state->r->desc(), 1e-6f,
+        if (!s_.bwd)
+          ok(s_.plan_fwd(&state->a->desc(), &state->b->desc(), &state->r->desc(), 1e-6f, STRATA_RMSNORM_NORMALIZE,
                          &state->plan), "bench plan");
-        } else {
-          const strata_tensor_desc& dout = s_.factor ? state->dr->desc() : state->b->desc();
-          ok(s_.plan_bwd(&state->a->desc(), &state->r->desc(), &dout, &state->c->desc(), &state->plan), "bench plan");
-        }
+        else
+          ok(s_.plan_bwd(&state->a->desc(), &state->r->desc(), &state->b->desc(), &state->c->desc(),
+                         STRATA_RMSNORM_NORMALIZE, &state->plan), "bench plan");
       };
       b.run = [=, this] {
         void* fwd[] = {state->a->data(), state->b->data(), state->r->data()};
-        void* bwd[] = {state->a->data(), state->r->data(), s_.factor ? state->dr->data() : state->b->data(),
-                       state->c->data()};
+        void* bwd[] = {state->a->data(), state->r->data(), state->b->data(), state->c->data()};
         ok(s_.bwd ? strata_plan_run(state->plan, bwd, 4, nullptr, 0, nullptr)
                   : strata_plan_run(state->plan, fwd, 3, nullptr, 0, nullptr), "bench run");
       };
       b.teardown = [state] {
         strata_plan_destroy(state->plan);
-        state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset(), state->dr.reset();
+        state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset();
       };
       out.push_back(std::move(b));
     }
@@ -131,11 +133,11 @@ class RowNormHarness final : public atk::OpHarness {
 
  private:
   struct BenchState {
-    std::unique_ptr<DeviceTensor> a, b, c, r, dr;
+    std::unique_ptr<DeviceTensor> a, b, c, r;
     strata_plan plan = nullptr;
   };
 
-  CaseResult run_fwd(const Case& c, strata_device device, int32_t dt, const std::vector<int64_t>& shape,
+  CaseResult run_fwd(const Case& c, strata_device device, int32_t dt, bool factor, const std::vector<int64_t>& shape,
                      const std::vector<int64_t>& rshape, atk::Layout layout, float eps, const HostTensor& x,
                      const std::vector<double>& xv, const std::vector<double>& y64, const std::vector<double>& r64,
                      int64_t rows, int64_t D, int64_t n_div) const {
@@ -145,10 +147,10 @@ class RowNormHarness final : public atk::OpHarness {
     r.poison();
     DeviceTensor dx(x, device), dy(y, device), dr(r, device);
     strata_plan plan = nullptr;
-    ok(s_.plan_fwd(&dx.desc(), s_.factor ? nullptr : &dy.desc(), &dr.desc(), eps, &plan), "plan");
+    ok(s_.plan_fwd(&dx.desc(), factor ? nullptr : &dy.desc(), &dr.desc(), eps, factor, &plan), "plan");
     CaseResult res;
     res.impl = strata_plan_impl_name(plan);
-    void* t[] = {dx.data(), s_.factor ? nullptr : dy.data(), dr.data()};
+    void* t[] = {dx.data(), factor ? nullptr : dy.data(), dr.data()};
     const strata_status st = strata_plan_run(plan, t, 3, nullptr, 0, nullptr);
     strata_plan_destroy(plan);
     ok(st, "run");
@@ -164,29 +166,29 @@ class RowNormHarness final : public atk::OpHarness {
       for (int64_t j = 0; j < D; ++j) yn[i * D + j] = round_to(ydt, static_cast<float>(xv[i * D + j]) * rs);
     }
     const double len = static_cast<double>(D);  // every output depends on a sum of D squares
-    if (!s_.factor) res.compares.push_back(atk::compare("y", y.values(), y64, yn, ydt, len));
+    if (!factor) res.compares.push_back(atk::compare("y", y.values(), y64, yn, ydt, len));
     res.compares.push_back(atk::compare(s_.mean ? "r" : "rstd", r.values(), r64, rn, r.desc.dtype, len));
     for (const auto& cmp : res.compares) res.pass = res.pass && cmp.pass;
     return res;
   }
 
-  CaseResult run_bwd(strata_device device, int32_t dt, const std::vector<int64_t>& shape,
+  CaseResult run_bwd(strata_device device, int32_t dt, bool factor, const std::vector<int64_t>& shape,
                      const std::vector<int64_t>& rshape, atk::Layout layout, std::mt19937_64& rng,
                      const std::vector<double>& xv, const std::vector<double>& y64, const std::vector<double>& r64,
                      int64_t rows, int64_t D, int64_t n_div) const {
     // Saved tensors as the forward would have stored them: src (y rounded to the dtype, or x) and r (f32).
     HostTensor src = HostTensor::make(dt, shape, layout), r = HostTensor::make(saved_dtype(dt), rshape, layout);
-    const bool from_y = s_.kind == RowNormBwdKind::kNormalizedSrc;
+    const bool from_y = !s_.mean;  // l2norm differentiates from the saved y, rmsnorm from x
     for (int64_t e = 0; e < src.numel(); ++e) src.set(e, from_y ? y64[e] : xv[e]);
     for (int64_t i = 0; i < rows; ++i) r.set(i, r64[i]);
-    HostTensor dout = HostTensor::make(dt, s_.factor ? rshape : shape, layout);
+    HostTensor dout = HostTensor::make(dt, factor ? rshape : shape, layout);
     dout.fill_normal(rng);
     HostTensor dx = HostTensor::make(dt, shape, layout);
     dx.poison();
     const std::vector<double> sv = src.values(), rv = r.values(), gv = dout.values();
     DeviceTensor d_src(src, device), d_r(r, device), d_dout(dout, device), d_dx(dx, device);
     strata_plan plan = nullptr;
-    ok(s_.plan_bwd(&d_src.desc(), &d_r.desc(), &d_dout.desc(), &d_dx.desc(), &plan), "plan");
+    ok(s_.plan_bwd(&d_src.desc(), &d_r.desc(), &d_dout.desc(), &d_dx.desc(), factor, &plan), "plan");
     CaseResult res;
     res.impl = strata_plan_impl_name(plan);
     void* t[] = {d_src.data(), d_r.data(), d_dout.data(), d_dx.data()};
@@ -195,12 +197,12 @@ class RowNormHarness final : public atk::OpHarness {
     ok(st, "run");
     d_dx.download(dx);
     // float64 reference and the naive f32 computation of the same formula from the same saved tensors.
-    std::vector<double> ref(sv.size()), naive(sv.size());
+    std::vector<double> ref(sv.size()), naive(sv.size()), magnitude(sv.size());
     for (int64_t i = 0; i < rows; ++i) {
       const double rs = rv[i];
       double dot = 0;
       float dotf = 0.f;
-      if (!s_.factor)
+      if (!factor)
         for (int64_t j = 0; j < D; ++j) {
           dot += gv[i * D + j] * sv[i * D + j];
           dotf += static_cast<float>(gv[i * D + j]) * static_cast<float>(sv[i * D + j]);
@@ -209,19 +211,21 @@ class RowNormHarness final : public atk::OpHarness {
       for (int64_t j = 0; j < D; ++j) {
         const double s = sv[i * D + j];
         const float sf = static_cast<float>(s), rf = static_cast<float>(rs);
-        if (s_.factor) {
+        if (factor) {
           ref[i * D + j] = s * (-gv[i] * rs * rs * rs / nd);
+          magnitude[i * D + j] = std::fabs(ref[i * D + j]);
           naive[i * D + j] = round_to(dt, sf * (-static_cast<float>(gv[i]) * rf * rf * rf / static_cast<float>(nd)));
         } else {
           const double c = from_y ? dot / nd : dot * rs * rs / nd;
           const float cf = from_y ? dotf / static_cast<float>(nd) : dotf * rf * rf / static_cast<float>(nd);
           const double g = gv[i * D + j];
           ref[i * D + j] = rs * (g - c * s);
+          magnitude[i * D + j] = std::fabs(rs * g) + std::fabs(rs * c * s);  // the cancelling terms
           naive[i * D + j] = round_to(dt, rf * (static_cast<float>(g) - cf * sf));
         }
       }
     }
-    res.compares.push_back(atk::compare("dx", dx.values(), ref, naive, dt, static_cast<double>(D)));
+    res.compares.push_back(atk::compare("dx", dx.values(), ref, naive, dt, static_cast<double>(D), &magnitude));
     res.pass = res.compares.back().pass;
     return res;
   }

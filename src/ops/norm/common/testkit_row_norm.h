@@ -12,13 +12,13 @@ struct RowNormSpec {
   const char* op;          // "l2norm_fwd"
   bool bwd;                // backward op?
   bool mean;               // n_div = D (rmsnorm) instead of 1 (l2norm)
-  bool factor;             // rmsnorm factor mode: fwd writes only r [..., 1]; bwd takes dr [..., 1]
-  RowNormBwdKind kind;     // for bwd
-  // Plan creation through the public C API. fwd: (x, y or NULL, r); bwd: (src, r, dout, dx).
+  bool has_factor_mode;    // rmsnorm: cases also run mode=factor (fwd writes only r [..., 1]; bwd takes dr)
+  // Plan creation through the public C API. fwd: (x, y or NULL, r, eps, mode); bwd: (src, r, dout, dx, mode).
+  // mode is strata_rmsnorm_mode (l2norm ignores it).
   strata_status (*plan_fwd)(const strata_tensor_desc*, const strata_tensor_desc*, const strata_tensor_desc*, float,
-                            strata_plan*);
+                            int32_t, strata_plan*);
   strata_status (*plan_bwd)(const strata_tensor_desc*, const strata_tensor_desc*, const strata_tensor_desc*,
-                            const strata_tensor_desc*, strata_plan*);
+                            const strata_tensor_desc*, int32_t, strata_plan*);
   // Benchmark shapes: {rows, D} on CPU and on CUDA.
   int64_t cpu_rows, cpu_d, cuda_rows, cuda_d;
 };
