@@ -9,6 +9,7 @@
 //                           any D, any stride or alignment (element-wise accesses).
 // dtypes are read at run time inside the kernels (uniform branches), which keeps the number of template
 // instances small; arithmetic is f32. Sums use a fixed shuffle tree: same bits run to run.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
