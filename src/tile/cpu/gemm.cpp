@@ -1,0 +1,123 @@
+// Register-blocked fp32 GEMM micro-kernel written once with Highway (see gemm.h). The C tile is MR rows by
+// NV vectors; per k step it loads NV vectors of a B row, broadcasts MR elements of A and issues MR*NV FMAs
+// into accumulators that stay in registers. NV = 4 on AVX-512 (32 vector registers: 16 accumulators),
+// 2 elsewhere (16 registers). B^T is packed once into a row-major K x N panel so the inner loop always reads
+// contiguous B rows; A^T needs no packing (its elements are broadcast one at a time).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tile/cpu/gemm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tile/cpu/gemm.h"
+#include "tile/cpu/isa.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::tile::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kMR = 6;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX3_ZEN4
+constexpr int kNV = 4;
+#else
+constexpr int kNV = 2;
+#endif
+
+// One MR x (NV * lanes) tile; the bottom edge instantiates fewer rows. A's layout is a template parameter
+// so the inner loop has no branch; every loop over registers is fully unrolled.
+template <int R, bool kTransA>
+HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t ldb, int64_t i0, int64_t j0) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const float* HWY_RESTRICT A = g.A;
+  const int64_t lda = g.lda, K = g.K;
+  // A(i0 + r, k): row-major M x K, or stored K x M when transposed.
+  const int64_t a_row = kTransA ? 1 : lda, a_k = kTransA ? lda : 1;
+  const float* HWY_RESTRICT a0 = A + i0 * a_row;
+  hn::Vec<decltype(d)> acc[R][kNV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) acc[r][v] = hn::Zero(d);
+  const float* HWY_RESTRICT brow = B + j0;
+  for (int64_t k = 0; k < K; ++k, brow += ldb) {
+    hn::Vec<decltype(d)> b[kNV];
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) b[v] = hn::LoadU(d, brow + v * L);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const auto va = hn::Set(d, a0[r * a_row + k * a_k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kNV; ++v) acc[r][v] = hn::MulAdd(va, b[v], acc[r][v]);
+    }
+  }
+  const auto valpha = hn::Set(d, g.alpha), vbeta = hn::Set(d, g.beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kNV; ++v) {
+      float* c = g.C + (i0 + r) * g.ldc + j0 + v * L;
+      auto out = hn::Mul(valpha, acc[r][v]);
+      if (g.beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, c), out);
+      hn::StoreU(out, d, c);
+    }
+}
+
+template <bool kTransA>
+HWY_INLINE void Panels(const GemmF32Args& g, const float* B, int64_t ldb, int64_t n_full, int64_t NR) {
+  for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
+    int64_t i0 = 0;
+    for (; i0 + kMR <= g.M; i0 += kMR) Tile<kMR, kTransA>(g, B, ldb, i0, j0);
+    for (; i0 < g.M; ++i0) Tile<1, kTransA>(g, B, ldb, i0, j0);
+  }
+}
+
+// Columns past the last full tile: plain loops in the same k order.
+HWY_INLINE void EdgeColumns(const GemmF32Args& g, const float* B, int64_t ldb, int64_t j0) {
+  for (int64_t i = 0; i < g.M; ++i)
+    for (int64_t j = j0; j < g.N; ++j) {
+      float s = 0.f;
+      for (int64_t k = 0; k < g.K; ++k) {
+        const float a = g.trans_a ? g.A[k * g.lda + i] : g.A[i * g.lda + k];
+        s = std::fma(a, B[k * ldb + j], s);
+      }
+      float* c = g.C + i * g.ldc + j;
+      *c = g.beta != 0.f ? g.alpha * s + g.beta * *c : g.alpha * s;
+    }
+}
+
+void GemmF32(const GemmF32Args& g) {
+  if (g.M <= 0 || g.N <= 0) return;
+  const float* B = g.B;
+  int64_t ldb = g.ldb;
+  thread_local std::vector<float> panel;
+  if (g.trans_b) {  // pack B^T (stored N x K) into a K x N row-major panel
+    panel.resize(static_cast<size_t>(g.K * g.N));
+    for (int64_t j = 0; j < g.N; ++j)
+      for (int64_t k = 0; k < g.K; ++k) panel[k * g.N + j] = g.B[j * g.ldb + k];
+    B = panel.data();
+    ldb = g.N;
+  }
+  const hn::ScalableTag<float> d;
+  const int64_t NR = kNV * static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_full = g.N / NR * NR;
+  if (g.trans_a)
+    Panels<true>(g, B, ldb, n_full, NR);
+  else
+    Panels<false>(g, B, ldb, n_full, NR);
+  if (n_full < g.N) EdgeColumns(g, B, ldb, n_full);
+}
+
+}  // namespace strata::tile::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::tile {
+HWY_EXPORT(GemmF32);
+
+GemmF32Fn gemm_f32_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(GemmF32, hwy_target); }
+void gemm_f32(const GemmF32Args& args) { HWY_DYNAMIC_DISPATCH(GemmF32)(args); }
+}  // namespace strata::tile
+#endif
