@@ -1,0 +1,122 @@
+"""Strata's PyTorch API: drop-in, autograd-aware ops with the argument names of the public
+implementations (fla, MindSpeed Ops). Every function works on CPU and CUDA tensors; on CUDA it runs on
+torch's current stream. Each is a torch.library custom op (strata::<name>) on torch >= 2.4, so
+torch.compile(fullgraph=True) traces it.
+"""
+
+from typing import Optional, Tuple, Union
+
+import torch
+
+from . import _defs  # noqa: F401  (registers the ops)
+from ._ops import OPS
+
+__all__ = [
+    "l2norm",
+    "l2norm_fwd",
+    "l2norm_bwd",
+    "rmsnorm_without_weight",
+    "rmsnorm_without_weight_bwd",
+    "chunk_local_cumsum",
+]
+
+_l2norm_fwd = OPS["l2norm_fwd"]
+_l2norm_bwd = OPS["l2norm_bwd"]
+_rms_fwd = OPS["rmsnorm_without_weight_fwd"]
+_rms_factor = OPS["rmsnorm_without_weight_factor"]
+_rms_bwd = OPS["rmsnorm_without_weight_bwd"]
+_cumsum = OPS["chunk_local_cumsum"]
+
+
+# ---- l2norm ----
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6, output_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """y = x / sqrt(sum(x^2, -1) + eps) per row of the last dim (eps inside the sqrt, as fla).
+
+    x: [..., D] float32/bfloat16/float16 (float64 on CPU); y has output_dtype (default x.dtype).
+    Differentiable in x."""
+    return _l2norm_fwd(x, eps, output_dtype)[0]
+
+
+def l2norm_fwd(x: torch.Tensor, eps: float = 1e-6,
+               output_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(y, rstd): y as l2norm, rstd = 1/sqrt(sum(x^2)+eps) of shape x.shape[:-1], float32 (float64 for
+    float64 x). y is differentiable in x; rstd is a saved statistic (marked non-differentiable)."""
+    return _l2norm_fwd(x, eps, output_dtype)
+
+
+def l2norm_bwd(y: torch.Tensor, rstd: torch.Tensor, dy: torch.Tensor, eps: float = 1e-6,
+               output_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """dx = rstd * (dy - (dy . y) y) from the saved y and rstd. eps is accepted for fla compatibility and
+    unused (rstd already holds it). dx has output_dtype (default y.dtype)."""
+    return _l2norm_bwd(y, rstd, dy, output_dtype)
+
+
+# ---- rmsnorm_without_weight ----
+
+_MODES = {"normalize": 0, "factor": 1}
+
+
+def _mode(mode: Union[str, int]) -> int:
+    if isinstance(mode, str):
+        m = _MODES.get(mode.lower())
+        if m is None:
+            raise ValueError(f"rmsnorm_without_weight: mode must be 'normalize' or 'factor', got {mode!r}")
+        return m
+    if mode in (0, 1):
+        return int(mode)
+    raise ValueError(f"rmsnorm_without_weight: mode must be 'normalize' or 'factor', got {mode!r}")
+
+
+def rmsnorm_without_weight(x: torch.Tensor, eps: float = 1e-6, mode: Union[str, int] = "normalize",
+                           out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """Parameter-free RMS norm, r = 1/sqrt(mean(x^2, -1) + eps) (ops_fused.md §3).
+
+    mode "normalize": returns y = x * r, shape [..., D], dtype out_dtype (default x.dtype); r is saved in
+    float32 for the backward. mode "factor": returns r itself, shape [..., 1], dtype out_dtype (default
+    x.dtype; e.g. out_dtype=torch.float32 for an fp32 factor from bf16 x). Differentiable in x."""
+    if _mode(mode) == 0:
+        return _rms_fwd(x, eps, out_dtype)[0]
+    return _rms_factor(x, eps, out_dtype)
+
+
+def rmsnorm_without_weight_fwd(x: torch.Tensor, eps: float = 1e-6,
+                               out_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Normalize mode with the saved factor: (y [..., D], r [..., 1] float32 (float64 for float64 x))."""
+    return _rms_fwd(x, eps, out_dtype)
+
+
+def rmsnorm_without_weight_bwd(x: torch.Tensor, r: torch.Tensor, dout: torch.Tensor,
+                               mode: Union[str, int] = "normalize",
+                               output_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """dx from x, the saved r and dout (dy [..., D] in normalize mode, dr [..., 1] in factor mode)."""
+    return _rms_bwd(x, r, dout, _mode(mode), output_dtype)
+
+
+# ---- chunk_local_cumsum ----
+
+
+def chunk_local_cumsum(g: torch.Tensor, chunk_size: int, reverse: bool = False, scale: Optional[float] = None,
+                       cu_seqlens: Optional[torch.Tensor] = None,
+                       output_dtype: Optional[torch.dtype] = torch.float32,
+                       chunk_indices: Optional[torch.Tensor] = None, **kwargs) -> torch.Tensor:
+    """Chunk-local cumulative sum over the time axis (ops_gdn_kda.md §4.2), as fla's.
+
+    g: [B, T, H] or [B, T, H, S] float32/bfloat16/float16 (float64 on CPU). Chunks of chunk_size tokens
+    (a power of two) restart at every sequence start; out[t] = scale * sum(g[chunk start .. t]), or with
+    reverse=True over [t, chunk end). scale None means 1. cu_seqlens: int64 [N+1] on g's device with
+    B == 1 for variable-length packs (other integer dtypes are converted). output_dtype None means
+    g.dtype (fla's `output_dtype or g.dtype`); default float32. chunk_indices is accepted for fla
+    compatibility and unused (Strata derives the chunks from cu_seqlens). Differentiable in g: the
+    adjoint is the opposite-direction cumsum with the same scale."""
+    if kwargs:
+        unknown = ", ".join(sorted(k for k in kwargs if k != "head_first"))
+        if unknown:
+            raise TypeError(f"chunk_local_cumsum() got unexpected keyword arguments: {unknown}")
+        if kwargs.get("head_first"):
+            raise ValueError("chunk_local_cumsum: head_first=True is not supported (use [B, T, H, ...])")
+    if cu_seqlens is not None and cu_seqlens.dtype != torch.int64:
+        cu_seqlens = cu_seqlens.to(torch.int64)
+    return _cumsum(g, chunk_size, bool(reverse), 1.0 if scale is None else float(scale), cu_seqlens,
+                   output_dtype or g.dtype)

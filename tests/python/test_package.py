@@ -1,0 +1,135 @@
+"""The strata package itself: versions, devices, determinism, forced implementations, plans, errors."""
+
+import re
+
+import pytest
+import torch
+
+import strata
+from strata import _C, _ops
+
+
+def test_version():
+    v = strata.version()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", v)
+    major, minor, patch = map(int, v.split("."))
+    assert strata.version_int() == major * 10000 + minor * 100 + patch
+    assert strata.__version__ == v
+
+
+def test_devices():
+    devs = strata.devices()
+    assert devs[0]["type"] == "cpu" and devs[0]["index"] == 0
+    assert devs[0]["multiprocessor_count"] >= 1 and devs[0]["total_memory"] > 0
+    assert strata.device_properties("cpu")["name"] == devs[0]["name"]
+    assert len(devs) == 1 + strata.cuda_device_count()
+    with pytest.raises(ValueError):
+        strata.device_properties("meta")
+
+
+def test_determinism_roundtrip():
+    prev = strata.get_determinism()
+    try:
+        for level in (0, 1, 2):
+            strata.set_determinism(level)
+            assert strata.get_determinism() == level
+        with pytest.raises(strata.StrataError):
+            strata.set_determinism(7)
+    finally:
+        strata.set_determinism(prev)
+
+
+def test_num_threads():
+    prev = strata.get_num_threads()
+    try:
+        strata.set_num_threads(1)
+        assert strata.get_num_threads() == 1
+    finally:
+        strata.set_num_threads(prev)
+
+
+def test_exception_hierarchy():
+    assert issubclass(strata.StrataError, RuntimeError)
+    assert issubclass(strata.StrataValueError, strata.StrataError)
+    assert issubclass(strata.StrataValueError, ValueError)
+
+
+def test_op_registry():
+    names = strata.op_names()
+    for op in ("l2norm_fwd", "l2norm_bwd", "rmsnorm_without_weight_fwd", "rmsnorm_without_weight_bwd",
+               "chunk_local_cumsum"):
+        assert op in names
+        assert op in _C.OPS
+        impls = strata.impl_names(op)
+        assert impls and impls[-1] == "reference"
+    with pytest.raises(ValueError):
+        strata.impl_names("no_such_op")
+
+
+def test_plan_inspection_and_cache():
+    x = torch.randn(16, 64)
+    y, rstd = torch.empty_like(x), torch.empty(16)
+    plan = _ops.plan_for(_ops.OP.l2norm_fwd, (x, y, rstd), (1e-6,))
+    assert plan.workspace_size >= 0
+    assert plan.impl_name in strata.impl_names("l2norm_fwd")
+    assert plan.op_name == "l2norm_fwd"
+    plan.run([x.data_ptr(), y.data_ptr(), rstd.data_ptr()], 0, 0, 0)  # plain pointers work too
+    torch.testing.assert_close(y, x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6), rtol=1e-5, atol=1e-6)
+    before = strata.plan_cache_stats()
+    strata.api.l2norm(x)
+    strata.api.l2norm(x)
+    after = strata.plan_cache_stats()
+    assert after["hits"] >= before["hits"] + 1
+
+
+def test_force_impl():
+    prev = strata.get_force_impl()
+    x = torch.randn(8, 32)
+    y, rstd = torch.empty_like(x), torch.empty(8)
+    with strata.force_impl("reference"):
+        assert strata.get_force_impl() == "reference"
+        plan = _ops.plan_for(_ops.OP.l2norm_fwd, (x, y, rstd), (1e-6,))
+        assert plan.impl_name == "reference"
+        y_ref = strata.api.l2norm(x)
+    assert strata.get_force_impl() == prev
+    torch.testing.assert_close(strata.api.l2norm(x), y_ref, rtol=1e-6, atol=1e-7)
+    # every CPU implementation of each op gives the same result within the f32 ceiling
+    for impl in strata.impl_names("l2norm_fwd"):
+        with strata.force_impl(impl):
+            try:
+                out = strata.api.l2norm(x)
+            except strata.StrataError as e:  # not applicable here (a CUDA impl, a missing ISA)
+                assert e.status in (200, 201, 202)
+                continue
+        assert ((out.double() - y_ref.double()).norm() / y_ref.double().norm()).item() <= 1e-5, impl
+
+
+def test_execute_validates_in_c_and_writes_nothing():
+    x = torch.randn(4, 8)
+    y = torch.full((4, 9), float("nan"))  # wrong shape for y
+    rstd = torch.full((4,), float("nan"))
+    metas = [_ops._meta(t) for t in (x, y, rstd)]
+    with pytest.raises(strata.StrataValueError) as e:
+        _C.execute(_ops.OP.l2norm_fwd, metas, (1e-6,), 0)
+    assert e.value.status == 103  # STRATA_ERROR_INVALID_SHAPE
+    assert "y" in e.value.c_message and e.value.c_message in str(e.value)
+    assert torch.isnan(y).all() and torch.isnan(rstd).all()
+    # binding-level argument errors
+    with pytest.raises(ValueError):
+        _C.execute(_ops.OP.l2norm_fwd, metas[:2], (1e-6,), 0)  # tensor count
+    with pytest.raises(ValueError):
+        _C.execute(_ops.OP.l2norm_fwd, metas, (), 0)  # attribute count
+    with pytest.raises(ValueError):
+        _C.execute(999, metas, (1e-6,), 0)
+
+
+def test_unsupported_device_tensor():
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        _ops.launch(_ops.OP.l2norm_fwd, (torch.empty(2, 3, device="meta"),) * 3, (1e-6,))
+
+
+def test_dtype_codes():
+    assert _ops.dtype_code(torch.float64) == 0 and _ops.dtype_code(torch.bfloat16) == 3
+    assert _ops.dtype_code(torch.bool) == 9
+    for dt, code in _ops.DTYPE_CODES.items():
+        assert _C.dtype_size(code) == torch.empty((), dtype=dt).element_size()
