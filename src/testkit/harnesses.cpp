@@ -7,6 +7,7 @@ std::unique_ptr<OpHarness> make_l2norm_fwd_harness();
 std::unique_ptr<OpHarness> make_l2norm_bwd_harness();
 std::unique_ptr<OpHarness> make_rmsnorm_without_weight_fwd_harness();
 std::unique_ptr<OpHarness> make_rmsnorm_without_weight_bwd_harness();
+std::unique_ptr<OpHarness> make_chunk_local_cumsum_harness();
 
 std::vector<std::unique_ptr<OpHarness>> all_harnesses() {
   std::vector<std::unique_ptr<OpHarness>> h;
@@ -14,6 +15,7 @@ std::vector<std::unique_ptr<OpHarness>> all_harnesses() {
   h.push_back(make_l2norm_bwd_harness());
   h.push_back(make_rmsnorm_without_weight_fwd_harness());
   h.push_back(make_rmsnorm_without_weight_bwd_harness());
+  h.push_back(make_chunk_local_cumsum_harness());
   return h;
 }
 
