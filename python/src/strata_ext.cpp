@@ -27,10 +27,6 @@
 
 namespace nb = nanobind;
 
-// Optional in the C API (a later addition): bound when the library has it, else Python falls back to the
-// STRATA_FORCE_IMPL environment variable (read at plan time, and part of the plan cache key).
-extern "C" __attribute__((weak)) strata_status strata_set_force_impl(const char* name);
-
 namespace {
 
 PyObject* g_strata_error = nullptr;        // strata._C.StrataError(RuntimeError)
@@ -373,6 +369,19 @@ NB_MODULE(_C, m) {
       });
 
   m.def(
+      "run",
+      [](const Plan& p, nb::handle ptrs, uintptr_t ws, size_t ws_size, uintptr_t stream) {
+        Tensors t;
+        read_ptrs(ptrs.ptr(), t);
+        if (t.n != p.num_tensors)
+          raise_value_error(std::string("strata: ") + kOps[p.op].name + " takes " + std::to_string(p.num_tensors) +
+                            " tensors, got " + std::to_string(t.n));
+        run_plan(p.handle, kOps[p.op].name, t, ws, ws_size, stream);
+      },
+      nb::arg("plan"), nb::arg("ptrs"), nb::arg("workspace") = 0, nb::arg("workspace_size") = 0,
+      nb::arg("stream") = 0, "run(plan, [ptrs...], ws_ptr, ws_size, stream): same as plan.run.");
+
+  m.def(
       "plan",
       [](int op, nb::handle metas, nb::handle attrs) {
         Tensors t;
@@ -450,14 +459,9 @@ NB_MODULE(_C, m) {
     return d;
   });
   m.def("plan_cache_clear", []() { strata_plan_cache_clear(); });
-  m.attr("has_set_force_impl") = strata_set_force_impl != nullptr;
   m.def(
       "set_force_impl",
-      [](const std::string& name) {
-        if (strata_set_force_impl == nullptr)
-          raise_value_error("strata: this libstrata has no strata_set_force_impl; set STRATA_FORCE_IMPL");
-        check(strata_set_force_impl(name.c_str()), "strata_set_force_impl");
-      },
+      [](const std::string& name) { check(strata_set_force_impl(name.c_str()), "strata_set_force_impl"); },
       nb::arg("name"), "Pins an implementation for plans created from now on (\"\" clears).");
 
   // ---- streams ----

@@ -124,38 +124,30 @@ _forced = None  # the name pinned through set_force_impl (None: not pinned from 
 
 def set_force_impl(name) -> None:
     """Pins the implementation the C library picks for every op planned from now on ("cpu.avx512",
-    "reference", ...); None unpins (the STRATA_FORCE_IMPL environment variable applies again).
+    "reference", ...; strata.impl_names(op) lists them); None unpins (STRATA_FORCE_IMPL applies again).
 
     An op that has no implementation of that name ignores it; one that has it but cannot apply it to the
     problem fails to plan with STRATA_ERROR_NO_IMPLEMENTATION (a StrataError). The forced name is part of
-    the plan cache key. Uses strata_set_force_impl when the library has it, else the environment variable."""
+    the plan cache key, so no cached plan hides the change."""
     global _forced
-    if _C.has_set_force_impl:
-        _C.set_force_impl("" if name is None else str(name))
-    elif name is None:
-        os.environ.pop(_FORCE_ENV, None)
-    else:
-        os.environ[_FORCE_ENV] = str(name)
+    _C.set_force_impl("" if name is None else str(name))
     _forced = None if name is None else str(name)
 
 
 def get_force_impl():
     """The pinned implementation name (from set_force_impl, else STRATA_FORCE_IMPL), or None."""
-    return _forced if _forced is not None else os.environ.get(_FORCE_ENV) or None
+    return _forced if _forced is not None else (os.environ.get(_FORCE_ENV) or None)
 
 
 @contextlib.contextmanager
 def force_impl(name):
     """Context manager form of set_force_impl: restores the previous setting on exit."""
-    global _forced
-    prev, prev_env = _forced, os.environ.get(_FORCE_ENV)
+    prev = _forced
     set_force_impl(name)
     try:
         yield
     finally:
         set_force_impl(prev)
-        if not _C.has_set_force_impl and prev is None and prev_env is not None:
-            os.environ[_FORCE_ENV] = prev_env
 
 
 __all__ = [

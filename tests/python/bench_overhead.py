@@ -33,7 +33,7 @@ def _time_us(fn, iters: int, repeats: int = 7, clock=time.thread_time) -> float:
     return min(samples)
 
 
-def measure(iters: int = 5000, ops=None, wall: bool = False) -> dict:
+def measure(iters: int = 5000, ops=None, wall: bool = False, cuda: bool = True) -> dict:
     """{name: microseconds per call}; names starting with "torch." are baselines."""
     clock = time.perf_counter if wall else time.thread_time
     x = torch.randn(4, 8)
@@ -64,8 +64,23 @@ def measure(iters: int = 5000, ops=None, wall: bool = False) -> dict:
         try:
             with torch.no_grad():
                 out["l2norm via torch.library dispatcher"] = _time_us(lambda: api.l2norm(x), iters, clock=clock)
+            out["l2norm via dispatcher (requires_grad)"] = _time_us(lambda: api.l2norm(xg), iters, clock=clock)
         finally:
             strata.set_fast_path(prev)
+    if cuda and torch.cuda.is_available() and strata.built_with_cuda():
+        xc = x.cuda()
+
+        def cuda_call():
+            api.l2norm(xc)
+
+        with torch.no_grad():
+            cuda_call()
+            torch.cuda.synchronize()
+            out["l2norm cuda (launch, current stream)"] = _time_us(cuda_call, iters, clock=clock)
+            torch.cuda.synchronize()
+            out["torch.nn.functional.normalize cuda"] = _time_us(
+                lambda: torch.nn.functional.normalize(xc, dim=-1), iters, clock=clock)
+            torch.cuda.synchronize()
     return out
 
 
@@ -75,7 +90,7 @@ def main():
     p.add_argument("--wall", action="store_true", help="wall-clock time instead of thread CPU time")
     args = p.parse_args()
     res = measure(args.iters, wall=args.wall)
-    print(f"strata {strata.version()}, torch {torch.__version__}, tiny CPU tensors, warm plan cache, "
+    print(f"strata {strata.version()}, torch {torch.__version__}, tiny tensors, warm plan cache, "
           f"{'wall' if args.wall else 'thread CPU'} time")
     w = max(len(k) for k in res)
     for k, v in res.items():

@@ -75,6 +75,9 @@ def test_plan_inspection_and_cache():
     assert plan.op_name == "l2norm_fwd"
     plan.run([x.data_ptr(), y.data_ptr(), rstd.data_ptr()], 0, 0, 0)  # plain pointers work too
     torch.testing.assert_close(y, x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6), rtol=1e-5, atol=1e-6)
+    y.fill_(float("nan"))
+    _C.run(plan, [x.data_ptr(), y.data_ptr(), rstd.data_ptr()], 0, 0, 0)
+    torch.testing.assert_close(y, x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6), rtol=1e-5, atol=1e-6)
     before = strata.plan_cache_stats()
     strata.api.l2norm(x)
     strata.api.l2norm(x)
