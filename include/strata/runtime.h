@@ -123,13 +123,15 @@ typedef struct strata_memory_stats {
 } strata_memory_stats;
 
 /* Blocks are 256-byte aligned. A block freed while work on `stream` may still use it is only reused by
- * that stream (or after a device synchronize). NULL stream = default stream. */
+ * that stream (or after a device synchronize). NULL stream = default stream. Size 0 gives a unique
+ * non-null pointer (to free like any other); strata_free(NULL) does nothing. */
 STRATA_API strata_status strata_malloc(strata_device device, size_t size, strata_stream stream, void** ptr);
 STRATA_API strata_status strata_free(void* ptr);
 STRATA_API strata_status strata_memory_get_stats(strata_device device, strata_memory_stats* stats);
 STRATA_API strata_status strata_memory_reset_peak(strata_device device);
 STRATA_API strata_status strata_memory_empty_cache(strata_device device); /* returns cached blocks */
-/* Base and size of the allocation (from strata_malloc or strata_malloc_host) that holds ptr. */
+/* Base and size of the allocation (from strata_malloc or strata_malloc_host) that holds ptr; the size is
+ * the whole block's (the request rounded up to its size class). */
 STRATA_API strata_status strata_mem_get_address_range(const void* ptr, void** base, size_t* size);
 
 /* Pinned (page-locked when CUDA is present) host memory. */
