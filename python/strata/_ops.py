@@ -99,11 +99,6 @@ def cuda_stream(dev: int) -> int:
     return s
 
 
-def stream_for(dev: int) -> int:
-    """Stream handle for a tensor whose get_device() is `dev` (-1: CPU, synchronous NULL stream)."""
-    return 0 if dev < 0 else cuda_stream(dev)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # launching
 
