@@ -128,7 +128,8 @@ TEST(ChunkLocalCumsum, DeviceRules) {
   auto ocuda = v.out.desc;
   ocuda.device = {STRATA_DEVICE_CUDA, 0};
   const strata_status s =
-      run_descs(&v.g.desc, &v.cu.desc, &ocuda, v.g.storage.data(), v.cu.storage.data(), v.out.storage.data(), 4, 0, 1.f);
+      run_descs(&v.g.desc, &v.cu.desc, &ocuda, v.g.storage.data(), v.cu.storage.data(), v.out.storage.data(), 4, 0,
+                1.f);
   EXPECT_TRUE(s == STRATA_ERROR_INVALID_DEVICE || s == STRATA_ERROR_DEVICE_UNAVAILABLE) << strata_status_name(s);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("out"), std::string::npos);
   EXPECT_TRUE(all_poison(v.out));
@@ -372,13 +373,15 @@ struct BitsCase {
   bool reverse;
   atk::Layout layout;
 };
-// Large enough for several work blocks (so two threads really split the work).
+// Large enough for several work blocks (so two threads really split the work); the last has an f32 output
+// above 4 MiB (the CPU's non-temporal store path) with misaligned rows.
 const std::vector<BitsCase> kBitsCases = {
     {STRATA_DTYPE_F32, STRATA_DTYPE_F32, {4, 1000, 64}, {}, 16, false, atk::Layout::kContiguous},
     {STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, {2, 777, 4, 48}, {}, 64, true, atk::Layout::kContiguous},
     {STRATA_DTYPE_F16, STRATA_DTYPE_F32, {1, 3001, 3, 40}, {0, 13, 13, 1000, 1001, 2500, 3001}, 32, false,
      atk::Layout::kContiguous},
     {STRATA_DTYPE_F32, STRATA_DTYPE_F16, {1, 2000, 8, 8}, {0, 700, 1999, 2000}, 64, true, atk::Layout::kPaddedRows},
+    {STRATA_DTYPE_BF16, STRATA_DTYPE_F32, {2, 700, 3, 301}, {}, 64, true, atk::Layout::kContiguous},
 };
 
 std::vector<uint8_t> bits_of(const BitsCase& c, uint64_t seed) {
@@ -416,7 +419,8 @@ TEST(ChunkLocalCumsum, EveryCpuIsaGivesTheSameBits) {
   for (const std::string& impl : cpu_impls()) {
     if (impl == "reference") continue;
     ForceImpl force(impl.c_str());
-    for (size_t k = 0; k < kBitsCases.size(); ++k) EXPECT_EQ(bits_of(kBitsCases[k], 4), expect[k]) << impl << " case " << k;
+    for (size_t k = 0; k < kBitsCases.size(); ++k)
+      EXPECT_EQ(bits_of(kBitsCases[k], 4), expect[k]) << impl << " case " << k;
   }
 }
 
@@ -435,6 +439,80 @@ TEST(ChunkLocalCumsum, StridedAndContiguousLayoutsGiveTheSameValues) {
       }
       EXPECT_EQ(results[1], results[0]) << impl << " padded";
       EXPECT_EQ(results[2], results[0]) << impl << " strided";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- CUDA
+
+bool have_cuda() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+// Runs a bits case on cuda:0 and returns out's storage.
+std::vector<uint8_t> cuda_bits_of(const BitsCase& c, uint64_t seed) {
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const HostTensor g = random_g(c.g_dtype, c.shape, seed, c.layout);
+  HostTensor out = poisoned(c.out_dtype, c.shape, c.layout);
+  const HostTensor cu = make_cu(c.cu);
+  atk::DeviceTensor d_g(g, dev), d_out(out, dev), d_cu(cu, dev);
+  strata_plan plan = nullptr;
+  EXPECT_EQ(strata_chunk_local_cumsum_plan(&d_g.desc(), c.cu.empty() ? nullptr : &d_cu.desc(), &d_out.desc(),
+                                           c.chunk, c.reverse ? 1 : 0, 1.f, &plan),
+            STRATA_SUCCESS)
+      << strata_get_last_error_message();
+  void* t[] = {d_g.data(), d_cu.data(), d_out.data()};
+  EXPECT_EQ(strata_plan_run(plan, t, 3, nullptr, 0, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+  strata_plan_destroy(plan);
+  d_out.download(out);
+  return out.storage;
+}
+
+// The CUDA kernel sums in the CPU kernels' order: same bits as the CPU, and run to run.
+TEST(ChunkLocalCumsum, CudaGivesTheCpuBitsRunToRun) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (size_t k = 0; k < kBitsCases.size(); ++k) {
+    std::vector<uint8_t> cpu;
+    {
+      ForceImpl force("cpu.scalar");
+      cpu = bits_of(kBitsCases[k], 6);
+    }
+    const std::vector<uint8_t> first = cuda_bits_of(kBitsCases[k], 6);
+    EXPECT_EQ(cuda_bits_of(kBitsCases[k], 6), first) << "case " << k << ": repeated CUDA run differs";
+    EXPECT_EQ(first, cpu) << "case " << k << ": CUDA and CPU bits differ";
+  }
+}
+
+// The CUDA path cannot check the cu_seqlens values without a sync; whatever they are, it must stay inside g,
+// cu_seqlens and out (run under compute-sanitizer on the GPU machine to see the reads too). out is a view in
+// the middle of a poisoned buffer whose margins must stay untouched.
+TEST(ChunkLocalCumsum, CudaStaysInBoundsForInvalidCuSeqlens) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const int64_t T = 40, L = 6, margin = 4096;
+  const HostTensor g = random_g(STRATA_DTYPE_F32, {1, T, 2, 3}, 12);
+  HostTensor out = HostTensor::make(STRATA_DTYPE_F32, {2 * margin + T * L});
+  out.poison();
+  strata_tensor_desc out_view = make_desc(STRATA_DTYPE_F32, {1, T, 2, 3}, dev);
+  out_view.offset = margin;
+  const std::vector<std::vector<int64_t>> bad = {
+      {5, 3, 100, -7, 40}, {0, 0, 0}, {0, int64_t{1} << 40, 40}, {-5, -5, -5, 40}, {0, 40, 3},
+      {0, 17, 9, 33, 12, 80}, {40, 0}, {0, -1}};
+  for (const auto& values : bad) {
+    const HostTensor cu = make_cu(values);
+    atk::DeviceTensor d_g(g, dev), d_out(out, dev), d_cu(cu, dev);
+    strata_plan plan = nullptr;
+    ASSERT_EQ(strata_chunk_local_cumsum_plan(&d_g.desc(), &d_cu.desc(), &out_view, 16, 0, 1.f, &plan),
+              STRATA_SUCCESS);
+    void* t[] = {d_g.data(), d_cu.data(), d_out.data()};
+    EXPECT_EQ(strata_plan_run(plan, t, 3, nullptr, 0, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    strata_plan_destroy(plan);
+    HostTensor back = out;
+    d_out.download(back);
+    for (int64_t i = 0; i < margin; ++i) {
+      ASSERT_TRUE(std::isnan(back.get(i))) << "written before out at " << i;
+      ASSERT_TRUE(std::isnan(back.get(margin + T * L + i))) << "written after out at " << i;
     }
   }
 }

@@ -45,7 +45,8 @@ std::string dtypes_reason(const ChunkCumsumParams& p) {
 
 // The CPU implementations see the cu_seqlens values (host memory) and check them before writing anything.
 template <class Kernel>
-Implementation<ChunkCumsumProblem> cpu_impl(std::string name, std::function<std::string(const ChunkCumsumProblem&)> reject,
+Implementation<ChunkCumsumProblem> cpu_impl(std::string name,
+                                            std::function<std::string(const ChunkCumsumProblem&)> reject,
                                             Kernel kernel) {
   return {std::move(name), std::move(reject), {}, [kernel](const ChunkCumsumProblem& pr, const Launch& l) {
             const ChunkCumsumParams p = bind(pr, l);

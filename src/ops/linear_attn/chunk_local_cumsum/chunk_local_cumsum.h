@@ -23,8 +23,7 @@
 
 #include <cstdint>
 
-#include "opbase/dtype.h"
-#include "strata/runtime.h"
+#include "opbase/dtype.h"  // storage types, STRATA_HD; strata_status comes with it
 
 namespace strata::linear_attn {
 

@@ -31,7 +31,9 @@ std::vector<int64_t> parse_cu(const std::string& s) {
   while (std::getline(ss, part, '-')) v.push_back(std::stoll(part));
   return v;
 }
-std::string cu_arg(const std::vector<int64_t>& cu) { return cu.empty() ? "none" : fmt::format("{}", fmt::join(cu, "-")); }
+std::string cu_arg(const std::vector<int64_t>& cu) {
+  return cu.empty() ? "none" : fmt::format("{}", fmt::join(cu, "-"));
+}
 
 // A host tensor viewing its own storage through the given strides and offset.
 HostTensor make_view(int32_t dtype, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
@@ -180,6 +182,10 @@ class ChunkLocalCumsumHarness final : public OpHarness {
     add("f32", "f32", {1, 163, 2}, 1, 0, 1.0, {0, 5, 5, 69, 100, 163}, "contiguous");
     add("f32", "f32", {1, 163, 2}, 1024, 1, 1.0, {0, 5, 5, 69, 100, 163}, "contiguous");
     add("f16", "f16", {1, 100, 3, 8}, 32, 1, 2.0, {0, 1, 2, 3, 40, 41, 100}, "contiguous");
+    // f32 outputs of 4 MiB and more take the CPU's non-temporal store paths (rows of 1204 lanes: misaligned).
+    add("f32", "f32", {1, 1100, 4, 301}, 64, 0, 1.0, {}, "contiguous");
+    add("bf16", "f32", {1, 1100, 4, 301}, 32, 1, inv_ln2, {0, 37, 37, 600, 1100}, "tpad");
+    add("f32", "f32", {2, 45000, 12}, 64, 1, 1.0, {}, "contiguous");  // narrow 48-byte rows, some aligned
     // Empty tensors: no tokens, no heads, no batch, an empty pack.
     add("f32", "f32", {2, 0, 3}, 64, 0, 1.0, {}, "contiguous");
     add("bf16", "f32", {0, 5, 3, 4}, 64, 1, 1.0, {}, "contiguous");
@@ -245,7 +251,8 @@ class ChunkLocalCumsumHarness final : public OpHarness {
     // CPU: scalar gates at the GDN size and vector gates of 64 MiB (far beyond L2); CUDA: the GDN / KDA
     // sizes of PERF_TARGETS.md. The varlen case packs 7 sequences of uneven lengths into the vector shape.
     const std::vector<int64_t> scalar = {4, 8192, 32};
-    const std::vector<int64_t> vector = cuda ? std::vector<int64_t>{4, 8192, 32, 128} : std::vector<int64_t>{1, 8192, 16, 128};
+    const std::vector<int64_t> vector =
+        cuda ? std::vector<int64_t>{4, 8192, 32, 128} : std::vector<int64_t>{1, 8192, 16, 128};
     const std::vector<int64_t> packed = cuda ? std::vector<int64_t>{1, 32768, 32, 128} : vector;
     const int64_t Tp = packed[1];
     const std::vector<int64_t> cu = {0, Tp / 16 + 5, Tp / 4 - 3, Tp / 4 + 1, Tp / 2 + 17, Tp / 2 + 17, 7 * Tp / 8, Tp};
