@@ -260,31 +260,57 @@ Timing time_it(strata_device device, const std::function<void()>& fn, int iters,
   return {ms[ms.size() / 2], ms.front(), iters};
 }
 
-double copy_bandwidth_gbs(strata_device device, size_t bytes) {
-  void *src = nullptr, *dst = nullptr;
-  check_ok(strata_malloc(device, bytes, nullptr, &src), "copy_bandwidth: malloc");
-  check_ok(strata_malloc(device, bytes, nullptr, &dst), "copy_bandwidth: malloc");
-  check_ok(strata_memset(src, 1, bytes), "copy_bandwidth: memset");
-  check_ok(strata_memset(dst, 2, bytes), "copy_bandwidth: memset");
-  std::function<void()> copy;
-  if (device.type == STRATA_DEVICE_CUDA) {
-    copy = [&] { check_ok(strata_memcpy_async(dst, src, bytes, STRATA_MEMCPY_DEVICE_TO_DEVICE, nullptr), "copy"); };
-  } else {
-    // The CPU copy uses every thread the kernels use, split like the kernels split rows.
-    copy = [&] {
-      const int threads = rt::num_threads();
-      const size_t chunk = (bytes + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (int t = 0; t < threads; ++t) {
-        const size_t b = std::min(bytes, t * chunk), e = std::min(bytes, b + chunk);
-        std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
-      }
-    };
+CopyProbe::CopyProbe(strata_device device, size_t bytes) : device_(device), bytes_(std::max<size_t>(bytes, 4096)) {
+  check_ok(strata_malloc(device, bytes_, nullptr, &src_), "CopyProbe: malloc");
+  check_ok(strata_malloc(device, bytes_, nullptr, &dst_), "CopyProbe: malloc");
+  check_ok(strata_memset(src_, 1, bytes_), "CopyProbe: memset");
+  check_ok(strata_memset(dst_, 2, bytes_), "CopyProbe: memset");
+}
+CopyProbe::~CopyProbe() {
+  strata_free(src_);
+  strata_free(dst_);
+}
+void CopyProbe::run() {
+  if (device_.type == STRATA_DEVICE_CUDA) {
+    check_ok(strata_memcpy_async(dst_, src_, bytes_, STRATA_MEMCPY_DEVICE_TO_DEVICE, nullptr), "CopyProbe: copy");
+    return;
   }
-  const Timing t = time_it(device, copy, 10, 2);
-  strata_free(src);
-  strata_free(dst);
-  return 2.0 * static_cast<double>(bytes) / (t.median_ms * 1e-3) / 1e9;
+  // Split like the kernels split rows: one contiguous piece per thread.
+  const int threads = rt::num_threads();
+  const size_t chunk = (bytes_ + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const size_t b = std::min(bytes_, t * chunk), e = std::min(bytes_, b + chunk);
+    std::memcpy(static_cast<char*>(dst_) + b, static_cast<const char*>(src_) + b, e - b);
+  }
+}
+
+double copy_bandwidth_gbs(strata_device device, size_t bytes) {
+  CopyProbe copy(device, bytes);
+  const Timing t = time_it(device, [&] { copy.run(); }, 10, 2);
+  return copy.bytes_moved() / (t.median_ms * 1e-3) / 1e9;
+}
+
+InterleavedTiming time_with_copy(strata_device device, const std::function<void()>& op, double op_bytes,
+                                 int iters) {
+  CopyProbe copy(device, static_cast<size_t>(op_bytes / 2));
+  const int rounds = 4, per = std::max(1, iters / rounds);
+  std::vector<double> op_ms, copy_ms;
+  double op_min = 1e300;
+  for (int r = 0; r < rounds; ++r) {
+    const Timing t = time_it(device, op, per, r == 0 ? 3 : 1);
+    const Timing c = time_it(device, [&] { copy.run(); }, per, 1);
+    op_ms.push_back(t.median_ms);
+    op_min = std::min(op_min, t.min_ms);
+    copy_ms.push_back(c.median_ms);
+  }
+  std::sort(op_ms.begin(), op_ms.end());
+  std::sort(copy_ms.begin(), copy_ms.end());
+  InterleavedTiming out;
+  out.op = {0.5 * (op_ms[rounds / 2 - 1] + op_ms[rounds / 2]), op_min, per * rounds};
+  const double cm = 0.5 * (copy_ms[rounds / 2 - 1] + copy_ms[rounds / 2]);
+  out.copy_gbs = copy.bytes_moved() / (cm * 1e-3) / 1e9;
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------- impls

@@ -134,8 +134,35 @@ struct Timing {
 };
 // Times fn on `device`: warm-up, then `iters` timed calls (CUDA events or steady_clock), median.
 Timing time_it(strata_device device, const std::function<void()>& fn, int iters = 20, int warmup = 3);
+// A device copy of `bytes` (so 2 * bytes move: read + written): the bandwidth ceiling of ARCHITECTURE.md §7.
+// On the CPU it uses every thread the kernels use.
+class CopyProbe {
+ public:
+  CopyProbe(strata_device device, size_t bytes);
+  ~CopyProbe();
+  CopyProbe(const CopyProbe&) = delete;
+  CopyProbe& operator=(const CopyProbe&) = delete;
+  void run();
+  double bytes_moved() const { return 2.0 * static_cast<double>(bytes_); }
+
+ private:
+  strata_device device_;
+  size_t bytes_;
+  void* src_ = nullptr;
+  void* dst_ = nullptr;
+};
 // Copy bandwidth in GB/s (bytes read + written) of a buffer of `bytes`, measured now.
 double copy_bandwidth_gbs(strata_device device, size_t bytes);
+
+// Times `op` and a copy moving about as many bytes in alternating rounds, so that both see the same machine
+// state (a shared VM's bandwidth drifts by 2x within minutes): returns the op's timing and the copy
+// bandwidth (GB/s) measured around it.
+struct InterleavedTiming {
+  Timing op;
+  double copy_gbs = 0;
+};
+InterleavedTiming time_with_copy(strata_device device, const std::function<void()>& op, double op_bytes,
+                                 int iters = 20);
 
 // Thrown by harnesses when plan creation answers STRATA_ERROR_NO_IMPLEMENTATION under a forced
 // implementation: that implementation does not cover the case (a dtype it does not take), so the case is

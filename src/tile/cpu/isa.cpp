@@ -21,6 +21,11 @@ std::string reject_cpu_isa(const CpuIsa& isa) {
   return {};
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16") && (hwy::SupportedTargets() & HWY_AVX3);
+  return has;
+}
+
 const char* best_cpu_isa_name() {
   for (const auto& isa : cpu_isas())
     if (reject_cpu_isa(isa).empty()) return isa.name;

@@ -24,6 +24,11 @@ std::string reject_cpu_isa(const CpuIsa& isa);
 // The best ISA name the host supports ("avx512" on the development machine).
 const char* best_cpu_isa_name();
 
+// Whether the CPU has AVX512-BF16 (native f32 -> bf16 rounding); kernels that use it offer an extra
+// implementation "cpu.avx512_bf16" (an AVX3 build of the kernel with that instruction).
+bool cpu_has_avx512_bf16();
+inline constexpr const char* kAvx512Bf16Impl = "cpu.avx512_bf16";
+
 // Index, in a HWY_EXPORT table, of the function compiled for `target`; -1 if this translation unit did not
 // compile that target. Must be expanded in the translation unit that owns the table (it reads HWY_TARGETS).
 #define STRATA_HWY_TABLE_INDEX(target)                                                               \

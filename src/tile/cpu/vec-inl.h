@@ -17,11 +17,39 @@
 
 #include <hwy/highway.h>
 
+#include <type_traits>
+
 #include "opbase/dtype.h"
+#include "tile/cpu/isa.h"
 
 HWY_BEFORE_NAMESPACE();
+// A kernel file that defines STRATA_WANT_AVX512_BF16 before including this header gets the AVX512-BF16
+// stores below on its AVX3 target (and must add the same pragma after its own HWY_BEFORE_NAMESPACE).
+#undef STRATA_NATIVE_BF16
+#if HWY_TARGET == HWY_AVX3 && defined(STRATA_WANT_AVX512_BF16)
+#pragma GCC target("avx512bf16")
+#define STRATA_NATIVE_BF16 1
+#else
+#define STRATA_NATIVE_BF16 0
+#endif
 namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// AVX512-BF16 (Sapphire/Emerald Rapids, Zen 4) rounds 16 floats to bf16 (nearest even, NaN quieted) in one
+// vcvtneps2bf16, against about ten integer operations in StoreF32. Highway 1.0 has no target for it, so the
+// AVX3 code of files that ask for it (STRATA_WANT_AVX512_BF16) is compiled with the extra feature; the
+// instruction only runs in the kernels' "native bf16" instances, which dispatch offers only on CPUs that
+// have the feature (tile::cpu_has_avx512_bf16).
+#if STRATA_NATIVE_BF16
+template <class DF>
+HWY_INLINE void StoreBf16Native(DF, hn::Vec<DF> v, bf16_t* p) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v.raw)));
+}
+template <class DF>
+HWY_INLINE void StreamBf16Native(DF, hn::Vec<DF> v, bf16_t* p) {
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v.raw)));
+}
+#endif
 
 template <class DF>
 HWY_INLINE hn::Vec<DF> LoadF32(DF df, const float* p) {
@@ -62,6 +90,47 @@ template <class DF>
 HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, f16_t* p) {
   const hn::Rebind<hwy::float16_t, DF> dh;
   hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+// Non-temporal stores of a full vector (p aligned to the stored vector's size): for outputs larger than the
+// caches they skip the read-for-ownership of the destination lines, about a third of a row kernel's traffic.
+// Callers issue hwy::FlushStream() before the results are used (tile/cpu/parallel.h does at block ends).
+template <class DF>
+HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, float* p) {
+  hn::Stream(v, df, p);
+}
+template <class DF>
+HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, bf16_t* p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  alignas(64) uint16_t tmp[hn::MaxLanes(df)];
+  StoreF32(df, v, reinterpret_cast<bf16_t*>(tmp));
+  hn::Stream(hn::Load(du16, tmp), du16, reinterpret_cast<uint16_t*>(p));
+}
+template <class DF>
+HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, f16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  hn::Stream(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+// The store every row kernel ends with: kStream picks non-temporal stores (the caller checked alignment),
+// kNative the AVX512-BF16 conversion for bf16 outputs on the AVX3 target.
+template <bool kStream, bool kNative, class DF, class T>
+HWY_INLINE void StoreOut(DF df, hn::Vec<DF> v, T* p) {
+#if STRATA_NATIVE_BF16
+  if constexpr (kNative && std::is_same_v<T, bf16_t>) {
+    if constexpr (kStream) StreamBf16Native(df, v, p);
+    else StoreBf16Native(df, v, p);
+    return;
+  }
+#endif
+  if constexpr (kStream) StreamF32(df, v, p);
+  else StoreF32(df, v, p);
+}
+
+// Whether p can take StreamF32 stores of DF vectors (aligned to the stored vector size).
+template <class DF, class T>
+HWY_INLINE bool StreamAligned(DF df, const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(df) * sizeof(T)) == 0;
 }
 
 // sum_i x[i]^2 over n elements, f32 accumulation in a fixed order.
@@ -110,26 +179,34 @@ HWY_INLINE float Dot(const TA* a, const TB* b, int64_t n) {
   return s;
 }
 
-// y[i] = x[i] * s.
-template <class TX, class TY>
+// y[i] = x[i] * s. kStream: non-temporal stores when y is aligned for them; kNative: see StoreOut.
+template <bool kStream = false, bool kNative = false, class TX, class TY>
 HWY_INLINE void Scale(const TX* x, float s, TY* y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto vs = hn::Set(df, s);
   int64_t i = 0;
-  for (; i + N <= n; i += N) StoreF32(df, hn::Mul(LoadF32(df, x + i), vs), y + i);
+  if (kStream && StreamAligned(df, y)) {
+    for (; i + N <= n; i += N) StoreOut<true, kNative>(df, hn::Mul(LoadF32(df, x + i), vs), y + i);
+  } else {
+    for (; i + N <= n; i += N) StoreOut<false, kNative>(df, hn::Mul(LoadF32(df, x + i), vs), y + i);
+  }
   for (; i < n; ++i) y[i] = from_f32<TY>(to_f32(x[i]) * s);
 }
 
-// out[i] = s * (a[i] - c * b[i])  (the shape of every norm backward: s*(dy - c*y)).
-template <class TA, class TB, class TO>
+// out[i] = s * (a[i] - c * b[i])  (the shape of every norm backward: s*(dy - c*y)). kStream as for Scale.
+template <bool kStream = false, bool kNative = false, class TA, class TB, class TO>
 HWY_INLINE void ScaledSubScaled(const TA* a, const TB* b, float c, float s, TO* out, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto vc = hn::Set(df, c), vs = hn::Set(df, s);
   int64_t i = 0;
+  if (kStream && StreamAligned(df, out)) {
+    for (; i + N <= n; i += N)
+      StoreOut<true, kNative>(df, hn::Mul(vs, hn::NegMulAdd(vc, LoadF32(df, b + i), LoadF32(df, a + i))), out + i);
+  }
   for (; i + N <= n; i += N)
-    StoreF32(df, hn::Mul(vs, hn::NegMulAdd(vc, LoadF32(df, b + i), LoadF32(df, a + i))), out + i);
+    StoreOut<false, kNative>(df, hn::Mul(vs, hn::NegMulAdd(vc, LoadF32(df, b + i), LoadF32(df, a + i))), out + i);
   for (; i < n; ++i) out[i] = from_f32<TO>(s * (to_f32(a[i]) - c * to_f32(b[i])));
 }
 

@@ -49,6 +49,10 @@ using RowNormFwdFn = void (*)(const RowNormFwdParams&);
 using RowNormBwdFn = void (*)(const RowNormBwdParams&);
 RowNormFwdFn row_norm_fwd_cpu(int64_t hwy_target);
 RowNormBwdFn row_norm_bwd_cpu(int64_t hwy_target);
+// The AVX3 build whose bf16 outputs use AVX512-BF16 conversion ("cpu.avx512_bf16"); nullptr if AVX3 was not
+// compiled. Only for CPUs where tile::cpu_has_avx512_bf16().
+RowNormFwdFn row_norm_fwd_cpu_native_bf16();
+RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 
 #if STRATA_WITH_CUDA
 // CUDA (sm_80 and newer, tuned for sm_90): rows of D <= 1024 elements are held in registers by a group of

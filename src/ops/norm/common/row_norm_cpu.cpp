@@ -4,55 +4,81 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/norm/common/row_norm_cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/norm/common/row_norm.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::norm::HWY_NAMESPACE {
 namespace tv = strata::tile::HWY_NAMESPACE;
 
+// Outputs at least this large are written with non-temporal stores (they would not stay in cache anyway).
+constexpr int64_t kStreamBytes = 4 << 20;
+// Most rows reduced before any is scaled (see FwdRows).
+constexpr int64_t kGroup = 64;
+
 // Per-row kernels on typed pointers; strided rows (col_stride != 1) take the scalar loop.
-template <class TX, class TY>
+template <class TX, class TY, bool kNative>
 void FwdRows(const RowNormFwdParams& p) {
   const TX* x = static_cast<const TX*>(p.x);
   TY* y = static_cast<TY*>(p.y);
   const float inv_n = 1.0f / static_cast<float>(p.n_div);
   const bool unit = p.x_rows.col_stride == 1 && (!y || p.y_rows.col_stride == 1);
   const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TX) + (y ? sizeof(TY) : 0)));
+  const bool stream = p.rows * p.D * static_cast<int64_t>(sizeof(TY)) >= kStreamBytes;
+  // Rows go in groups that fit in L1: first every row's reduction (independent rows, so their latency chains
+  // of reduce -> sqrt -> divide overlap), then every row's scaling, reading x again from L1.
+  const int64_t group = std::clamp<int64_t>(16384 / std::max<int64_t>(p.D * sizeof(TX), 1), 1, kGroup);
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const TX* xr = x + p.x_rows.row_offset(r);
-      float ss;
-      if (unit) {
-        ss = tv::SumSquares(xr, p.D);
-      } else {
-        ss = 0.f;
-        for (int64_t j = 0; j < p.D; ++j) {
-          const float v = to_f32(xr[j * p.x_rows.col_stride]);
-          ss += v * v;
+    float rs[kGroup];
+    for (int64_t g0 = r0; g0 < r1; g0 += group) {
+      const int64_t g1 = std::min(r1, g0 + group);
+      for (int64_t r = g0; r < g1; ++r) {
+        const TX* xr = x + p.x_rows.row_offset(r);
+        float ss;
+        if (unit) {
+          ss = tv::SumSquares(xr, p.D);
+        } else {
+          ss = 0.f;
+          for (int64_t j = 0; j < p.D; ++j) {
+            const float v = to_f32(xr[j * p.x_rows.col_stride]);
+            ss += v * v;
+          }
+        }
+        rs[r - g0] = 1.0f / std::sqrt(ss * inv_n + p.eps);
+        store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rs[r - g0]);
+      }
+      if (!y) continue;
+      for (int64_t r = g0; r < g1; ++r) {
+        const TX* xr = x + p.x_rows.row_offset(r);
+        TY* yr = y + p.y_rows.row_offset(r);
+        const float rstd = rs[r - g0];
+        if (unit && stream) {
+          tv::Scale<true, kNative>(xr, rstd, yr, p.D);
+        } else if (unit) {
+          tv::Scale<false, kNative>(xr, rstd, yr, p.D);
+        } else {
+          for (int64_t j = 0; j < p.D; ++j)
+            yr[j * p.y_rows.col_stride] = from_f32<TY>(to_f32(xr[j * p.x_rows.col_stride]) * rstd);
         }
       }
-      const float rstd = 1.0f / std::sqrt(ss * inv_n + p.eps);
-      store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rstd);
-      if (!y) continue;
-      TY* yr = y + p.y_rows.row_offset(r);
-      if (unit) {
-        tv::Scale(xr, rstd, yr, p.D);
-      } else {
-        for (int64_t j = 0; j < p.D; ++j)
-          yr[j * p.y_rows.col_stride] = from_f32<TY>(to_f32(xr[j * p.x_rows.col_stride]) * rstd);
-      }
     }
+    if (stream) hwy::FlushStream();  // order this thread's non-temporal stores before the results are used
   });
 }
 
-template <class TS, class TG, class TD>
+template <class TS, class TG, class TD, bool kNative>
 void BwdRows(const RowNormBwdParams& p) {
   const TS* src = static_cast<const TS*>(p.src);
   const TG* dout = static_cast<const TG*>(p.dout);
@@ -61,6 +87,7 @@ void BwdRows(const RowNormBwdParams& p) {
   const bool unit = p.src_rows.col_stride == 1 && p.dx_rows.col_stride == 1 &&
                     (p.kind == RowNormBwdKind::kFactor || p.dout_rows.col_stride == 1);
   const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TS) + sizeof(TG) + sizeof(TD)));
+  const bool stream = p.rows * p.D * static_cast<int64_t>(sizeof(TD)) >= kStreamBytes;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const TS* sr = src + p.src_rows.row_offset(r);
@@ -71,8 +98,10 @@ void BwdRows(const RowNormBwdParams& p) {
       if (p.kind == RowNormBwdKind::kFactor) {
         // dx = x * (-dr * rstd^3 / n): written as s * (0*x - c*x) would waste a load; use Scale.
         const float k = -to_f32(gr[0]) * rstd * rstd * rstd * inv_n;
-        if (unit) {
-          tv::Scale(sr, k, xr, p.D);
+        if (unit && stream) {
+          tv::Scale<true, kNative>(sr, k, xr, p.D);
+        } else if (unit) {
+          tv::Scale<false, kNative>(sr, k, xr, p.D);
         } else {
           for (int64_t j = 0; j < p.D; ++j)
             xr[j * p.dx_rows.col_stride] = from_f32<TD>(to_f32(sr[j * p.src_rows.col_stride]) * k);
@@ -89,14 +118,17 @@ void BwdRows(const RowNormBwdParams& p) {
       }
       c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot * inv_n : dot * rstd * rstd * inv_n;
       s = rstd;
-      if (unit) {
-        tv::ScaledSubScaled(gr, sr, c, s, xr, p.D);
+      if (unit && stream) {
+        tv::ScaledSubScaled<true, kNative>(gr, sr, c, s, xr, p.D);
+      } else if (unit) {
+        tv::ScaledSubScaled<false, kNative>(gr, sr, c, s, xr, p.D);
       } else {
         for (int64_t j = 0; j < p.D; ++j)
           xr[j * p.dx_rows.col_stride] = from_f32<TD>(
               s * (to_f32(gr[j * p.dout_rows.col_stride]) - c * to_f32(sr[j * p.src_rows.col_stride])));
       }
     }
+    if (stream) hwy::FlushStream();
   });
 }
 
@@ -110,19 +142,26 @@ void VisitHalfOrF32(int32_t dtype, Fn&& fn) {
   }
 }
 
-void RowNormFwd(const RowNormFwdParams& p) {
+template <bool kNative>
+void Fwd(const RowNormFwdParams& p) {
   VisitHalfOrF32(p.x_dtype, [&](auto tx) {
-    VisitHalfOrF32(p.y ? p.y_dtype : p.x_dtype, [&](auto ty) { FwdRows<decltype(tx), decltype(ty)>(p); });
+    VisitHalfOrF32(p.y ? p.y_dtype : p.x_dtype, [&](auto ty) { FwdRows<decltype(tx), decltype(ty), kNative>(p); });
   });
 }
-
-void RowNormBwd(const RowNormBwdParams& p) {
+template <bool kNative>
+void Bwd(const RowNormBwdParams& p) {
   VisitHalfOrF32(p.src_dtype, [&](auto ts) {
     VisitHalfOrF32(p.dout_dtype, [&](auto tg) {
-      VisitHalfOrF32(p.dx_dtype, [&](auto td) { BwdRows<decltype(ts), decltype(tg), decltype(td)>(p); });
+      VisitHalfOrF32(p.dx_dtype, [&](auto td) { BwdRows<decltype(ts), decltype(tg), decltype(td), kNative>(p); });
     });
   });
 }
+
+// Portable instances, and the AVX512-BF16 ones (identical to the portable ones except on the AVX3 target).
+void RowNormFwd(const RowNormFwdParams& p) { Fwd<false>(p); }
+void RowNormBwd(const RowNormBwdParams& p) { Bwd<false>(p); }
+void RowNormFwdNativeBf16(const RowNormFwdParams& p) { Fwd<true>(p); }
+void RowNormBwdNativeBf16(const RowNormBwdParams& p) { Bwd<true>(p); }
 
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -131,8 +170,12 @@ HWY_AFTER_NAMESPACE();
 namespace strata::norm {
 HWY_EXPORT(RowNormFwd);
 HWY_EXPORT(RowNormBwd);
+HWY_EXPORT(RowNormFwdNativeBf16);
+HWY_EXPORT(RowNormBwdNativeBf16);
 
 RowNormFwdFn row_norm_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RowNormFwd, hwy_target); }
 RowNormBwdFn row_norm_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RowNormBwd, hwy_target); }
+RowNormFwdFn row_norm_fwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(RowNormFwdNativeBf16, HWY_AVX3); }
+RowNormBwdFn row_norm_bwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(RowNormBwdNativeBf16, HWY_AVX3); }
 }  // namespace strata::norm
 #endif

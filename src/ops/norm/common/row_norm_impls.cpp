@@ -45,7 +45,8 @@ std::string dtypes_reason(const RowNormBwdParams& p) {
 
 // [cuda], cpu.<isa> for each compiled ISA, reference: the same list shape for forward and backward.
 template <class Problem, class CpuFn>
-ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), int (*cuda_kernel)(const decltype(Problem::params)&, void*),
+ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf16)(),
+                            int (*cuda_kernel)(const decltype(Problem::params)&, void*),
                             void (*reference)(const decltype(Problem::params)&)) {
   ImplList<Problem> l;
 #if STRATA_WITH_CUDA
@@ -61,6 +62,20 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), int (*cuda_kernel)(con
 #else
   (void)cuda_kernel;
 #endif
+  // AVX512-BF16 first: the AVX3 kernel with native bf16 rounding of the outputs.
+  if (CpuFn fn = cpu_native_bf16()) {
+    l.push_back({tile::kAvx512Bf16Impl,
+                 [](const Problem& p) {
+                   std::string r = reject_unless_cpu(p.device);
+                   if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
+                   return r.empty() ? dtypes_reason(p.params) : r;
+                 },
+                 {},
+                 [fn](const Problem& p, const Launch& launch) {
+                   fn(bind(p, launch));
+                   return STRATA_SUCCESS;
+                 }});
+  }
   for (const tile::CpuIsa& isa : tile::cpu_isas()) {
     CpuFn fn = cpu_kernel(isa.hwy_target);
     if (!fn) continue;  // target not compiled into this build
@@ -88,18 +103,22 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), int (*cuda_kernel)(con
 
 const ImplList<RowNormFwdProblem>& row_norm_fwd_impls() {
 #if STRATA_WITH_CUDA
-  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cuda, row_norm_fwd_reference);
+  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16, row_norm_fwd_cuda,
+                                                             row_norm_fwd_reference);
 #else
-  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, nullptr, row_norm_fwd_reference);
+  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16, nullptr,
+                                                             row_norm_fwd_reference);
 #endif
   return impls;
 }
 
 const ImplList<RowNormBwdProblem>& row_norm_bwd_impls() {
 #if STRATA_WITH_CUDA
-  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cuda, row_norm_bwd_reference);
+  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16, row_norm_bwd_cuda,
+                                                             row_norm_bwd_reference);
 #else
-  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, nullptr, row_norm_bwd_reference);
+  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16, nullptr,
+                                                             row_norm_bwd_reference);
 #endif
   return impls;
 }
