@@ -1,6 +1,7 @@
 #include "tile/cpu/isa.h"
 
 #include <fmt/format.h>
+#include <hwy/highway.h>
 #include <hwy/targets.h>
 
 namespace strata::tile {
@@ -10,13 +11,14 @@ const std::vector<CpuIsa>& cpu_isas() {
       {HWY_AVX3, "avx512", "cpu.avx512"},
       {HWY_AVX2, "avx2", "cpu.avx2"},
       {HWY_SSE4, "sse4", "cpu.sse4"},
-      {HWY_SCALAR, "scalar", "cpu.scalar"},
+      // The portable fallback: HWY_SCALAR, or HWY_EMU128 where the compiler builds it (g++ 13).
+      {(HWY_TARGETS & HWY_EMU128) ? HWY_EMU128 : HWY_SCALAR, "scalar", "cpu.scalar"},
   };
   return isas;
 }
 
 std::string reject_cpu_isa(const CpuIsa& isa) {
-  if (isa.hwy_target == HWY_SCALAR) return {};
+  if (isa.hwy_target == HWY_SCALAR || isa.hwy_target == HWY_EMU128) return {};
   if ((hwy::SupportedTargets() & isa.hwy_target) == 0) return fmt::format("this CPU lacks {}", isa.name);
   return {};
 }

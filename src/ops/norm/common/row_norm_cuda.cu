@@ -1,14 +1,18 @@
 // CUDA kernels of the row norms (row_norm.h). Memory-bound: each input is read once and each output written
 // once, with 16-byte accesses where the layout allows.
 //
-// Rows are cut into chunks of 8 elements (16 B of bf16/f16, 32 B of f32). Three shapes of kernel:
+// Rows are cut into chunks of 16 elements (32 B of bf16/f16, 64 B of f32: two or four 16-byte accesses in
+// flight per thread per chunk). Three shapes of kernel:
 //   rows_in_group<TPR, NV>: a group of TPR lanes (TPR <= 32) holds one row in registers, NV chunks per lane;
-//                           several rows per warp for short rows. D <= 32 * 4 * 8 = 1024.
+//                           several rows per warp for short rows. D <= 32 * 4 * 16 = 2048.
 //   rows_in_block<NV>:      one 256-thread block per row, NV chunks per thread in registers. D <= 16384.
 //   rows_looped:            one block per row, two passes over global memory (the second mostly from L2),
 //                           any D, any stride or alignment (element-wise accesses).
 // dtypes are read at run time inside the kernels (uniform branches), which keeps the number of template
-// instances small; arithmetic is f32. Sums use a fixed shuffle tree: same bits run to run.
+// instances small; arithmetic is f32, and bf16/f16 results are rounded by the hardware's paired conversions
+// (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: nearest even, like the CPU). Sums use a fixed shuffle tree: same
+// bits run to run.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -22,46 +26,65 @@
 namespace strata::norm {
 namespace {
 
-constexpr int kChunk = 8;
+constexpr int kChunk = 16;
 constexpr int kBlock = 256;
 
 __device__ __forceinline__ void load_chunk(const void* base, int32_t dtype, int64_t i, float (&v)[kChunk]) {
   if (dtype == STRATA_DTYPE_F32) {
-    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i + 4);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+#pragma unroll
+    for (int k = 0; k < kChunk / 4; ++k) {
+      const float4 a = p[k];
+      v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
+    }
     return;
   }
-  const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint16_t lo = static_cast<uint16_t>(w[k] & 0xffffu), hi = static_cast<uint16_t>(w[k] >> 16);
-    if (dtype == STRATA_DTYPE_BF16) {
-      v[2 * k] = bf16_bits_to_f32(lo), v[2 * k + 1] = bf16_bits_to_f32(hi);
-    } else {
-      v[2 * k] = __half2float(__ushort_as_half(lo)), v[2 * k + 1] = __half2float(__ushort_as_half(hi));
+  for (int q = 0; q < kChunk / 8; ++q) {
+    const uint4 u = p[q];
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float* o = v + 8 * q + 2 * k;
+      if (dtype == STRATA_DTYPE_BF16) {
+        o[0] = __uint_as_float(w[k] << 16), o[1] = __uint_as_float(w[k] & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+        o[0] = f.x, o[1] = f.y;
+      }
     }
   }
 }
 
+// Two floats rounded to nearest even into one 32-bit word of bf16 or f16 (low half = first element).
+__device__ __forceinline__ uint32_t pack_half2(int32_t dtype, float a, float b) {
+  if (dtype == STRATA_DTYPE_BF16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 __device__ __forceinline__ uint16_t to_half_bits(int32_t dtype, float x) {
-  return dtype == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(x) : __half_as_ushort(__float2half_rn(x));
+  return static_cast<uint16_t>(pack_half2(dtype, x, 0.f) & 0xffffu);
 }
 
 __device__ __forceinline__ void store_chunk(void* base, int32_t dtype, int64_t i, const float (&v)[kChunk]) {
   if (dtype == STRATA_DTYPE_F32) {
-    float* p = static_cast<float*>(base) + i;
-    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
+#pragma unroll
+    for (int k = 0; k < kChunk / 4; ++k) p[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
     return;
   }
-  uint32_t w[4];
+  uint4* p = reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i);
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
-    w[k] = static_cast<uint32_t>(to_half_bits(dtype, v[2 * k])) |
-           (static_cast<uint32_t>(to_half_bits(dtype, v[2 * k + 1])) << 16);
-  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i) = make_uint4(w[0], w[1], w[2], w[3]);
+  for (int q = 0; q < kChunk / 8; ++q) {
+    const float* f = v + 8 * q;
+    p[q] = make_uint4(pack_half2(dtype, f[0], f[1]), pack_half2(dtype, f[2], f[3]), pack_half2(dtype, f[4], f[5]),
+                      pack_half2(dtype, f[6], f[7]));
+  }
 }
 
 __device__ __forceinline__ float load_one(const void* base, int32_t dtype, int64_t i) {
@@ -277,7 +300,7 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_looped(const RowNormBwdParams
 // Host side: pick the kernel shape.
 
 // Whether a row tensor allows 16-byte chunk accesses: unit column stride, every row start a multiple of
-// 8 elements, base pointer 16-byte aligned.
+// kChunk elements, base pointer 16-byte aligned.
 bool chunkable(const void* ptr, const RowLayout& l) {
   if (l.col_stride != 1 || l.base % kChunk != 0) return false;
   for (int i = 0; i < l.nd; ++i)
@@ -295,9 +318,9 @@ strata_status launch(const Params& p, cudaStream_t stream, bool vec, GroupK grou
     const int nv = static_cast<int>((chunks + tpr - 1) / tpr);  // 1..4 (only above 1 when tpr == 32)
     const int64_t blocks = cuda::ceil_div(p.rows * tpr, kBlock);
     group_kernel(tpr, nv == 3 ? 4 : nv, static_cast<unsigned>(blocks), stream);
-  } else if (vec && chunks <= kBlock * 8) {
+  } else if (vec && chunks <= kBlock * 4) {
     const int nv = static_cast<int>((chunks + kBlock - 1) / kBlock);
-    block_kernel(nv <= 1 ? 1 : nv <= 2 ? 2 : nv <= 4 ? 4 : 8, static_cast<unsigned>(p.rows), stream);
+    block_kernel(nv <= 1 ? 1 : nv <= 2 ? 2 : 4, static_cast<unsigned>(p.rows), stream);
   } else {
     loop_kernel(static_cast<unsigned>(p.rows), stream);
   }
@@ -330,8 +353,7 @@ int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream_ptr) {
         switch (nv) {
           case 1: fwd_rows_in_block<1><<<blocks, kBlock, 0, s>>>(p); break;
           case 2: fwd_rows_in_block<2><<<blocks, kBlock, 0, s>>>(p); break;
-          case 4: fwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
-          default: fwd_rows_in_block<8><<<blocks, kBlock, 0, s>>>(p); break;
+          default: fwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
         }
       },
       [&](unsigned blocks, cudaStream_t s) { fwd_rows_looped<<<blocks, kBlock, 0, s>>>(p); }, "row_norm_fwd");
@@ -363,8 +385,7 @@ int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream_ptr) {
         switch (nv) {
           case 1: bwd_rows_in_block<1><<<blocks, kBlock, 0, s>>>(p); break;
           case 2: bwd_rows_in_block<2><<<blocks, kBlock, 0, s>>>(p); break;
-          case 4: bwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
-          default: bwd_rows_in_block<8><<<blocks, kBlock, 0, s>>>(p); break;
+          default: bwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
         }
       },
       [&](unsigned blocks, cudaStream_t s) { bwd_rows_looped<<<blocks, kBlock, 0, s>>>(p); }, "row_norm_bwd");
