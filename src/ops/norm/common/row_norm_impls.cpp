@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "tile/cpu/isa.h"
 
 namespace strata::norm {
@@ -62,35 +64,27 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf1
 #else
   (void)cuda_kernel;
 #endif
+  // A CPU entry: device, then the ISA (`isa_reason` says why this host cannot run it, "" if it can), then dtypes.
+  auto cpu_entry = [&l](std::string name, std::function<std::string()> isa_reason, CpuFn fn) {
+    l.push_back({std::move(name),
+                 [isa_reason](const Problem& p) {
+                   std::string r = reject_unless_cpu(p.device);
+                   if (r.empty()) r = isa_reason();
+                   return r.empty() ? dtypes_reason(p.params) : r;
+                 },
+                 {},
+                 [fn](const Problem& p, const Launch& launch) {
+                   fn(bind(p, launch));
+                   return STRATA_SUCCESS;
+                 }});
+  };
   // AVX512-BF16 first: the AVX3 kernel with native bf16 rounding of the outputs.
-  if (CpuFn fn = cpu_native_bf16()) {
-    l.push_back({tile::kAvx512Bf16Impl,
-                 [](const Problem& p) {
-                   std::string r = reject_unless_cpu(p.device);
-                   if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
-                   return r.empty() ? dtypes_reason(p.params) : r;
-                 },
-                 {},
-                 [fn](const Problem& p, const Launch& launch) {
-                   fn(bind(p, launch));
-                   return STRATA_SUCCESS;
-                 }});
-  }
-  for (const tile::CpuIsa& isa : tile::cpu_isas()) {
-    CpuFn fn = cpu_kernel(isa.hwy_target);
-    if (!fn) continue;  // target not compiled into this build
-    l.push_back({isa.impl,
-                 [isa](const Problem& p) {
-                   std::string r = reject_unless_cpu(p.device);
-                   if (r.empty()) r = tile::reject_cpu_isa(isa);
-                   return r.empty() ? dtypes_reason(p.params) : r;
-                 },
-                 {},
-                 [fn](const Problem& p, const Launch& launch) {
-                   fn(bind(p, launch));
-                   return STRATA_SUCCESS;
-                 }});
-  }
+  if (CpuFn fn = cpu_native_bf16())
+    cpu_entry(tile::kAvx512Bf16Impl,
+              [] { return std::string(tile::cpu_has_avx512_bf16() ? "" : "this CPU lacks avx512_bf16"); }, fn);
+  for (const tile::CpuIsa& isa : tile::cpu_isas())
+    if (CpuFn fn = cpu_kernel(isa.hwy_target))  // nullptr: target not compiled into this build
+      cpu_entry(isa.impl, [isa] { return tile::reject_cpu_isa(isa); }, fn);
   l.push_back({"reference", [](const Problem& p) { return reject_unless_cpu(p.device); }, {},
                [reference](const Problem& p, const Launch& launch) {
                  reference(bind(p, launch));
@@ -99,27 +93,25 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf1
   return l;
 }
 
+#if STRATA_WITH_CUDA
+constexpr auto kCudaFwd = row_norm_fwd_cuda;
+constexpr auto kCudaBwd = row_norm_bwd_cuda;
+#else
+constexpr int (*kCudaFwd)(const RowNormFwdParams&, void*) = nullptr;
+constexpr int (*kCudaBwd)(const RowNormBwdParams&, void*) = nullptr;
+#endif
+
 }  // namespace
 
 const ImplList<RowNormFwdProblem>& row_norm_fwd_impls() {
-#if STRATA_WITH_CUDA
-  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16, row_norm_fwd_cuda,
-                                                             row_norm_fwd_reference);
-#else
-  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16, nullptr,
-                                                             row_norm_fwd_reference);
-#endif
+  static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16,
+                                                         kCudaFwd, row_norm_fwd_reference);
   return impls;
 }
 
 const ImplList<RowNormBwdProblem>& row_norm_bwd_impls() {
-#if STRATA_WITH_CUDA
-  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16, row_norm_bwd_cuda,
-                                                             row_norm_bwd_reference);
-#else
-  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16, nullptr,
-                                                             row_norm_bwd_reference);
-#endif
+  static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16,
+                                                         kCudaBwd, row_norm_bwd_reference);
   return impls;
 }
 
