@@ -97,10 +97,33 @@ def rmsnorm_without_weight_bwd(x: torch.Tensor, r: torch.Tensor, dout: torch.Ten
 # ---- chunk_local_cumsum ----
 
 
+def _tracing() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+def _check_cu_seqlens(cu: torch.Tensor, g: torch.Tensor) -> None:
+    """Raises ValueError unless cu (int [N+1]) starts at 0, never decreases and ends at g.shape[1]."""
+    if cu.dim() != 1 or cu.numel() < 1:
+        return  # shape errors are reported by the C library with its own message
+    host = cu.detach().to("cpu", torch.int64)
+    T = g.shape[1] if g.dim() >= 2 else 0
+    if int(host[0]) != 0:
+        raise ValueError(f"chunk_local_cumsum: cu_seqlens[0] must be 0, got {int(host[0])}")
+    steps = host[1:] - host[:-1]
+    if host.numel() > 1 and bool((steps < 0).any()):
+        i = int(torch.nonzero(steps < 0)[0]) + 1
+        raise ValueError(f"chunk_local_cumsum: cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
+                         f"{int(host[i])} after cu_seqlens[{i - 1}] = {int(host[i - 1])}")
+    if int(host[-1]) != T:
+        raise ValueError(f"chunk_local_cumsum: cu_seqlens[-1] must equal T = {T} (g.shape[1]), got {int(host[-1])}")
+
+
 def chunk_local_cumsum(g: torch.Tensor, chunk_size: int, reverse: bool = False, scale: Optional[float] = None,
                        cu_seqlens: Optional[torch.Tensor] = None,
                        output_dtype: Optional[torch.dtype] = torch.float32,
-                       chunk_indices: Optional[torch.Tensor] = None, **kwargs) -> torch.Tensor:
+                       chunk_indices: Optional[torch.Tensor] = None,
+                       cu_seqlens_cpu: Optional[torch.Tensor] = None, **kwargs) -> torch.Tensor:
     """Chunk-local cumulative sum over the time axis (ops_gdn_kda.md §4.2), as fla's.
 
     g: [B, T, H] or [B, T, H, S] float32/bfloat16/float16 (float64 on CPU). Chunks of chunk_size tokens
@@ -109,7 +132,11 @@ def chunk_local_cumsum(g: torch.Tensor, chunk_size: int, reverse: bool = False, 
     B == 1 for variable-length packs (other integer dtypes are converted). output_dtype None means
     g.dtype (fla's `output_dtype or g.dtype`); default float32. chunk_indices is accepted for fla
     compatibility and unused (Strata derives the chunks from cu_seqlens). Differentiable in g: the
-    adjoint is the opposite-direction cumsum with the same scale."""
+    adjoint is the opposite-direction cumsum with the same scale.
+
+    The values of cu_seqlens are checked here in eager mode (0 first, non-decreasing, T last): the CUDA
+    kernel cannot check them without a device-to-host copy, so for CUDA tensors this reads a host copy;
+    pass cu_seqlens_cpu (fla's name) to avoid that synchronisation."""
     if kwargs:
         unknown = ", ".join(sorted(k for k in kwargs if k != "head_first"))
         if unknown:
@@ -118,5 +145,7 @@ def chunk_local_cumsum(g: torch.Tensor, chunk_size: int, reverse: bool = False, 
             raise ValueError("chunk_local_cumsum: head_first=True is not supported (use [B, T, H, ...])")
     if cu_seqlens is not None and cu_seqlens.dtype != torch.int64:
         cu_seqlens = cu_seqlens.to(torch.int64)
+    if cu_seqlens is not None and not _tracing():
+        _check_cu_seqlens(cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, g)
     return _cumsum(g, chunk_size, bool(reverse), 1.0 if scale is None else float(scale), cu_seqlens,
                    output_dtype or g.dtype)

@@ -133,3 +133,23 @@ def test_errors_carry_c_message():
     assert isinstance(e.value, strata.StrataError) and "cu_seqlens" in str(e.value)
     with pytest.raises(strata.StrataError):
         api.chunk_local_cumsum(torch.zeros(8, 2), 4)  # rank 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cu_seqlens_values_checked_before_launch(device):
+    """Bad cu_seqlens values raise a clear ValueError on every device and leave nothing computed (the
+    CUDA kernel cannot check them itself without a host copy)."""
+    g = torch.randn(1, 10, 3, device=device)
+    cases = [([1, 4, 10], "cu_seqlens[0] must be 0"),
+             ([0, 6, 4, 10], "non-decreasing, got cu_seqlens[2] = 4 after cu_seqlens[1] = 6"),
+             ([0, 4, 9], "cu_seqlens[-1] must equal T = 10")]
+    for values, needle in cases:
+        cu = torch.tensor(values, dtype=torch.int64, device=device)
+        with pytest.raises(ValueError) as e:
+            api.chunk_local_cumsum(g, 4, cu_seqlens=cu)
+        assert needle in str(e.value)
+        with pytest.raises(ValueError):  # the host copy fla users pass is checked the same way
+            api.chunk_local_cumsum(g, 4, cu_seqlens=cu, cu_seqlens_cpu=cu.cpu())
+    ok = torch.tensor([0, 4, 4, 10], dtype=torch.int64, device=device)
+    out = api.chunk_local_cumsum(g, 4, cu_seqlens=ok, cu_seqlens_cpu=ok.cpu())
+    assert torch.equal(out, api.chunk_local_cumsum(g, 4, cu_seqlens=ok))
