@@ -13,8 +13,10 @@ BUILD=build/test
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA="$CUDA" -DSTRATA_BUILD_BENCH=OFF >/dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 status=0
-(cd "$BUILD" && ctest --output-on-failure -j "$(nproc)" 2>&1 | tee ctest.log | tail -n 4) || status=1
+(cd "$BUILD" && ctest --output-on-failure -j "$(nproc)" > ctest.log 2>&1) || status=1
+grep -E "^(The following tests FAILED|[[:space:]]+[0-9]+ - .*\(Failed\))" "$BUILD/ctest.log" || true
 grep -h "^\[conformance\]" "$BUILD"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u || true
+grep -E "tests passed|Total Test time" "$BUILD/ctest.log" || true  # ctest's closing lines
 
 # Python: the extension is built CPU-only unless a GPU is here (the CUDA code was compiled above already).
 if [ "$STRATA_HAS_GPU" = 1 ]; then PYCUDA=AUTO; else PYCUDA=OFF; fi
