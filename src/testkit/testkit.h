@@ -154,7 +154,7 @@ class CopyProbe {
 // Copy bandwidth in GB/s (bytes read + written) of a buffer of `bytes`, measured now.
 double copy_bandwidth_gbs(strata_device device, size_t bytes);
 
-// Times `op` and a copy moving about as many bytes in alternating rounds, so that both see the same machine
+// Times `op` and a copy moving at least as many bytes (buffers >= 512 MiB) in alternating rounds, so that both see the same machine
 // state (a shared VM's bandwidth drifts by 2x within minutes): returns the op's timing and the copy
 // bandwidth (GB/s) measured around it.
 struct InterleavedTiming {
