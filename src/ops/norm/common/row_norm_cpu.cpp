@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 
 #include "ops/norm/common/row_norm.h"
@@ -22,11 +23,73 @@ HWY_BEFORE_NAMESPACE();
 #endif
 namespace strata::norm::HWY_NAMESPACE {
 namespace tv = strata::tile::HWY_NAMESPACE;
+namespace hn = hwy::HWY_NAMESPACE;
 
 // Outputs at least this large are written with non-temporal stores (they would not stay in cache anyway).
 constexpr int64_t kStreamBytes = 4 << 20;
 // Most rows reduced before any is scaled (see FwdRows).
 constexpr int64_t kGroup = 64;
+
+// A short contiguous row of exactly NV vectors, held in registers: one load and one conversion per element
+// (the general path reads each row twice). Sum of squares in vector order, then one reduction.
+template <int NV, bool kStream, bool kNative, class TX, class TY>
+HWY_INLINE float ShortRow(const TX* HWY_RESTRICT xr, TY* HWY_RESTRICT yr, float inv_n, float eps) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<decltype(df)> v[NV];
+#pragma GCC unroll 16
+  for (int k = 0; k < NV; ++k) v[k] = tv::LoadF32(df, xr + k * N);
+  auto a0 = hn::Mul(v[0], v[0]);
+  auto a1 = NV > 1 ? hn::Mul(v[NV > 1 ? 1 : 0], v[NV > 1 ? 1 : 0]) : hn::Zero(df);
+#pragma GCC unroll 16
+  for (int k = 2; k < NV; k += 2) {
+    a0 = hn::MulAdd(v[k], v[k], a0);
+    if (k + 1 < NV) a1 = hn::MulAdd(v[k + 1], v[k + 1], a1);
+  }
+  const float ss = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  const float rstd = 1.0f / std::sqrt(ss * inv_n + eps);
+  if (yr) {
+    const auto vs = hn::Set(df, rstd);
+#pragma GCC unroll 16
+    for (int k = 0; k < NV; ++k) tv::StoreOut<kStream, kNative>(df, hn::Mul(v[k], vs), yr + k * N);
+  }
+  return rstd;
+}
+
+// Rows of 1, 2, 4 or 8 whole vectors: ShortRow for every row of [r0, r1). Returns false if D is not such a size.
+template <bool kNative, class TX, class TY>
+bool ShortRows(const RowNormFwdParams& p, const TX* x, TY* y, int64_t r0, int64_t r1, bool stream, float inv_n) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  if (p.D % N != 0) return false;
+  const int64_t nv = p.D / N;
+  if (nv != 1 && nv != 2 && nv != 4 && nv != 8) return false;
+  // Streaming stores need every row start aligned to the stored vector: an aligned first row and a row
+  // stride of whole cache lines.
+  if (y && stream &&
+      (!tv::StreamAligned(hn::ScalableTag<float>(), y + p.y_rows.row_offset(r0)) ||
+       (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TY))) % 64 != 0))
+    stream = false;
+  auto run = [&](auto nv_tag, auto stream_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    constexpr bool S = decltype(stream_tag)::value;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float rstd = ShortRow<NV, S, kNative>(x + p.x_rows.row_offset(r), y ? y + p.y_rows.row_offset(r) : nullptr,
+                                                  inv_n, p.eps);
+      store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rstd);
+    }
+  };
+  auto with_stream = [&](auto nv_tag) {
+    if (stream) run(nv_tag, std::true_type{});
+    else run(nv_tag, std::false_type{});
+  };
+  switch (nv) {
+    case 1: with_stream(std::integral_constant<int, 1>{}); break;
+    case 2: with_stream(std::integral_constant<int, 2>{}); break;
+    case 4: with_stream(std::integral_constant<int, 4>{}); break;
+    default: with_stream(std::integral_constant<int, 8>{}); break;
+  }
+  return true;
+}
 
 // Per-row kernels on typed pointers; strided rows (col_stride != 1) take the scalar loop.
 template <class TX, class TY, bool kNative>
@@ -40,7 +103,13 @@ void FwdRows(const RowNormFwdParams& p) {
   // Rows go in groups that fit in L1: first every row's reduction (independent rows, so their latency chains
   // of reduce -> sqrt -> divide overlap), then every row's scaling, reading x again from L1.
   const int64_t group = std::clamp<int64_t>(16384 / std::max<int64_t>(p.D * sizeof(TX), 1), 1, kGroup);
+  // Evenly spaced rows of whole vectors stay in registers (ShortRows).
+  const bool short_ok = unit && p.x_rows.uniform() && (!y || p.y_rows.uniform());
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (short_ok && ShortRows<kNative>(p, x, y, r0, r1, stream, inv_n)) {
+      if (stream) hwy::FlushStream();
+      return;
+    }
     float rs[kGroup];
     for (int64_t g0 = r0; g0 < r1; g0 += group) {
       const int64_t g1 = std::min(r1, g0 + group);
