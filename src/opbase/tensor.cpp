@@ -77,6 +77,13 @@ strata_status check_dtype_in(const char* op, const char* arg, const strata_tenso
               names);
 }
 
+strata_status check_f64_on_cpu(const char* op, const char* arg, const strata_tensor_desc& t) {
+  if (t.dtype == STRATA_DTYPE_F64 && t.device.type != STRATA_DEVICE_CPU)
+    return fail(STRATA_ERROR_INVALID_DTYPE, "{}: {} has dtype f64, which only the CPU supports; {} is on {}", op, arg,
+                arg, rt::device_str(t.device));
+  return STRATA_SUCCESS;
+}
+
 strata_status check_shape_eq(const char* op, const char* arg, const strata_tensor_desc& t,
                              std::span<const int64_t> expected, const char* how) {
   bool same = static_cast<size_t>(t.rank) == expected.size();

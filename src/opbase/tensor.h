@@ -39,6 +39,8 @@ strata_status check_dtype_in(const char* op, const char* arg, const strata_tenso
 strata_status check_shape_eq(const char* op, const char* arg, const strata_tensor_desc& t,
                              std::span<const int64_t> expected, const char* how);
 strata_status check_rank_in(const char* op, const char* arg, const strata_tensor_desc& t, int lo, int hi);
+// f64 is a CPU-only dtype (for gradient checks); on another device it is a dtype error naming the device.
+strata_status check_f64_on_cpu(const char* op, const char* arg, const strata_tensor_desc& t);
 // The last dimension must have stride 1 (or size <= 1); strides must be non-negative; an output must not have
 // zero strides over a dimension larger than one (two elements would alias).
 strata_status check_strides(const char* op, const char* arg, const strata_tensor_desc& t, bool is_output,

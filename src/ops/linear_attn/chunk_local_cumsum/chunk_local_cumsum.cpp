@@ -89,13 +89,6 @@ const ImplList<ChunkCumsumProblem>& impls() {
   return list;
 }
 
-strata_status check_f64_on_cpu(const char* arg, const strata_tensor_desc& t) {
-  if (t.dtype == STRATA_DTYPE_F64 && t.device.type != STRATA_DEVICE_CPU)
-    return fail(STRATA_ERROR_INVALID_DTYPE, "{}: {} has dtype f64, which only the CPU supports; {} is on {}", kOp, arg,
-                arg, rt::device_str(t.device));
-  return STRATA_SUCCESS;
-}
-
 // null -> device -> dtype -> shape -> strides -> attributes (ARCHITECTURE.md §3).
 strata_status validate(const strata_tensor_desc* g, const strata_tensor_desc* cu, const strata_tensor_desc* out,
                        int32_t chunk_size, int32_t reverse, float scale) {
@@ -112,8 +105,8 @@ strata_status validate(const strata_tensor_desc* g, const strata_tensor_desc* cu
   if (cu) STRATA_RETURN_IF_ERROR(check_dtype_in(kOp, "cu_seqlens", *cu, {STRATA_DTYPE_I64}));
   STRATA_RETURN_IF_ERROR(
       check_dtype_in(kOp, "out", *out, {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16, STRATA_DTYPE_F64}));
-  STRATA_RETURN_IF_ERROR(check_f64_on_cpu("g", *g));
-  STRATA_RETURN_IF_ERROR(check_f64_on_cpu("out", *out));
+  STRATA_RETURN_IF_ERROR(check_f64_on_cpu(kOp, "g", *g));
+  STRATA_RETURN_IF_ERROR(check_f64_on_cpu(kOp, "out", *out));
 
   STRATA_RETURN_IF_ERROR(check_rank_in(kOp, "g", *g, 3, 4));
   STRATA_RETURN_IF_ERROR(check_shape_eq(kOp, "out", *out, shape_of(*g), "the shape of g"));

@@ -12,14 +12,6 @@ namespace {
 const std::initializer_list<int32_t> kFloat = {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16,
                                                STRATA_DTYPE_F64};
 
-// f64 tensors are for gradient checks on the CPU; the CUDA kernels take f32/bf16/f16.
-strata_status check_f64_on_cpu(const char* op, const char* arg, const strata_tensor_desc& t) {
-  if (t.dtype == STRATA_DTYPE_F64 && t.device.type != STRATA_DEVICE_CPU)
-    return fail(STRATA_ERROR_INVALID_DTYPE, "{}: {} has dtype f64, which only the CPU supports; {} is on {}", op, arg,
-                arg, rt::device_str(t.device));
-  return STRATA_SUCCESS;
-}
-
 // The saved factor: f32 (f64 with f64 inputs); in rmsnorm's factor mode it is a result, any float dtype.
 std::initializer_list<int32_t> saved_dtypes(int32_t x_dtype, bool any) {
   static const std::initializer_list<int32_t> f32 = {STRATA_DTYPE_F32}, f64 = {STRATA_DTYPE_F64};
