@@ -1,5 +1,5 @@
 // cudart behind the runtime (see cuda_backend.h). Compiled by the host compiler against
-// cuda_runtime_api.h; without STRATA_WITH_CUDA every entry point is a stub that reports the build.
+// cuda_runtime_api.h; without STRATA_WITH_CUDA every entry point answers that the build has no CUDA.
 #include "runtime/cuda_backend.h"
 
 #include <cstring>
