@@ -24,9 +24,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[strata] creating the Python environment $VENV"
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import torch, numpy, pytest, nanobind, scikit_build_core" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import torch, numpy, pytest, nanobind, scikit_build_core, matplotlib" 2>/dev/null; then
   echo "[strata] installing Python packages into $VENV (torch is large: about a minute)"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q torch numpy pytest nanobind scikit-build-core ninja "cmake>=3.25"
+  "$VENV/bin/python" -m pip install -q torch numpy pytest nanobind scikit-build-core ninja "cmake>=3.25" matplotlib
 fi
 echo "$VENV"
