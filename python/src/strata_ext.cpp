@@ -80,30 +80,42 @@ uintptr_t as_ptr(PyObject* o, const char* what) {
   return static_cast<uintptr_t>(v);
 }
 
+// A tuple or list seen through PySequence_Fast, released on every exit path (the readers below throw).
+// When obj is not a sequence: ValueError "strata: <what> <must_be>", or Python's own TypeError when must_be is
+// nullptr. (The message is built only on failure: this runs on every op call.)
+class FastSequence {
+ public:
+  FastSequence(PyObject* obj, const char* what, const char* must_be) : fast_(PySequence_Fast(obj, what)) {
+    if (fast_) return;
+    if (!must_be) throw nb::python_error();
+    PyErr_Clear();
+    raise_value_error(std::string("strata: ") + what + " " + must_be);
+  }
+  ~FastSequence() { Py_DECREF(fast_); }
+  FastSequence(const FastSequence&) = delete;
+  FastSequence& operator=(const FastSequence&) = delete;
+  Py_ssize_t size() const { return PySequence_Fast_GET_SIZE(fast_); }
+  PyObject* operator[](Py_ssize_t i) const { return PySequence_Fast_ITEMS(fast_)[i]; }
+
+ private:
+  PyObject* fast_;
+};
+
 // Reads a tuple/list of ints into out[0..n); returns n.
 int read_dims(PyObject* seq, int64_t* out, const char* what) {
-  PyObject* fast = PySequence_Fast(seq, what);
-  if (!fast) {
-    PyErr_Clear();
-    raise_value_error(std::string("strata: ") + what + " must be a sequence of ints");
-  }
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  if (n > STRATA_MAX_RANK) {
-    Py_DECREF(fast);
+  const FastSequence items(seq, what, "must be a sequence of ints");
+  const Py_ssize_t n = items.size();
+  if (n > STRATA_MAX_RANK)
     raise_value_error(std::string("strata: rank ") + std::to_string(n) + " exceeds STRATA_MAX_RANK (" +
                       std::to_string(STRATA_MAX_RANK) + ")");
-  }
-  PyObject** items = PySequence_Fast_ITEMS(fast);
   for (Py_ssize_t i = 0; i < n; ++i) {
     long long v = PyLong_AsLongLong(items[i]);
     if (v == -1 && PyErr_Occurred()) {
       PyErr_Clear();
-      Py_DECREF(fast);
       raise_value_error(std::string("strata: ") + what + " must hold ints");
     }
     out[i] = v;
   }
-  Py_DECREF(fast);
   return static_cast<int>(n);
 }
 
@@ -121,49 +133,38 @@ struct Tensors {
 // meta = (dtype, device index (-1 cpu), shape, strides, ptr) or None.
 void read_metas(PyObject* metas, Tensors& t) {
   if (!PyTuple_Check(metas) && !PyList_Check(metas)) raise_value_error("strata: metas must be a tuple or list");
-  PyObject* fast = PySequence_Fast(metas, "metas");
-  if (!fast) throw nb::python_error();
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  if (n > kMaxTensors) {
-    Py_DECREF(fast);
-    raise_value_error("strata: too many tensors");
-  }
-  PyObject** items = PySequence_Fast_ITEMS(fast);
+  const FastSequence items(metas, "metas", nullptr);
+  const Py_ssize_t n = items.size();
+  if (n > kMaxTensors) raise_value_error("strata: too many tensors");
   bool have_device = false;
   t.n = static_cast<int>(n);
-  try {
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* m = items[i];
-      if (m == Py_None) {
-        t.pdesc[i] = nullptr;
-        t.ptr[i] = nullptr;
-        continue;
-      }
-      if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5)
-        raise_value_error("strata: a tensor meta must be (dtype, device, shape, strides, ptr)");
-      strata_tensor_desc& d = t.desc[i];
-      std::memset(&d, 0, sizeof(d));
-      d.dtype = static_cast<int32_t>(as_i64(PyTuple_GET_ITEM(m, 0), "dtype"));
-      int64_t dev = as_i64(PyTuple_GET_ITEM(m, 1), "device");
-      d.device.type = dev < 0 ? STRATA_DEVICE_CPU : STRATA_DEVICE_CUDA;
-      d.device.index = dev < 0 ? 0 : static_cast<int32_t>(dev);
-      int rank = read_dims(PyTuple_GET_ITEM(m, 2), d.shape, "shape");
-      int srank = read_dims(PyTuple_GET_ITEM(m, 3), d.strides, "strides");
-      if (srank != rank) raise_value_error("strata: shape and strides differ in length");
-      d.rank = rank;
-      d.offset = 0;
-      t.ptr[i] = reinterpret_cast<void*>(as_ptr(PyTuple_GET_ITEM(m, 4), "ptr"));
-      t.pdesc[i] = &d;
-      if (!have_device) {
-        t.device = d.device;
-        have_device = true;
-      }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* m = items[i];
+    if (m == Py_None) {
+      t.pdesc[i] = nullptr;
+      t.ptr[i] = nullptr;
+      continue;
     }
-  } catch (...) {
-    Py_DECREF(fast);
-    throw;
+    if (!PyTuple_Check(m) || PyTuple_GET_SIZE(m) != 5)
+      raise_value_error("strata: a tensor meta must be (dtype, device, shape, strides, ptr)");
+    strata_tensor_desc& d = t.desc[i];
+    std::memset(&d, 0, sizeof(d));
+    d.dtype = static_cast<int32_t>(as_i64(PyTuple_GET_ITEM(m, 0), "dtype"));
+    int64_t dev = as_i64(PyTuple_GET_ITEM(m, 1), "device");
+    d.device.type = dev < 0 ? STRATA_DEVICE_CPU : STRATA_DEVICE_CUDA;
+    d.device.index = dev < 0 ? 0 : static_cast<int32_t>(dev);
+    int rank = read_dims(PyTuple_GET_ITEM(m, 2), d.shape, "shape");
+    int srank = read_dims(PyTuple_GET_ITEM(m, 3), d.strides, "strides");
+    if (srank != rank) raise_value_error("strata: shape and strides differ in length");
+    d.rank = rank;
+    d.offset = 0;
+    t.ptr[i] = reinterpret_cast<void*>(as_ptr(PyTuple_GET_ITEM(m, 4), "ptr"));
+    t.pdesc[i] = &d;
+    if (!have_device) {
+      t.device = d.device;
+      have_device = true;
+    }
   }
-  Py_DECREF(fast);
 }
 
 struct Attrs {
@@ -172,28 +173,18 @@ struct Attrs {
 };
 
 void read_attrs(PyObject* attrs, Attrs& a) {
-  PyObject* fast = PySequence_Fast(attrs, "attrs");
-  if (!fast) {
-    PyErr_Clear();
-    raise_value_error("strata: attrs must be a tuple of numbers");
-  }
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  if (n > kMaxAttrs) {
-    Py_DECREF(fast);
-    raise_value_error("strata: too many attributes");
-  }
-  PyObject** items = PySequence_Fast_ITEMS(fast);
+  const FastSequence items(attrs, "attrs", "must be a tuple of numbers");
+  const Py_ssize_t n = items.size();
+  if (n > kMaxAttrs) raise_value_error("strata: too many attributes");
   for (Py_ssize_t i = 0; i < n; ++i) {
     double v = PyFloat_AsDouble(items[i]);  // also takes ints and bools
     if (v == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
-      Py_DECREF(fast);
       raise_value_error("strata: attributes must be numbers");
     }
     a.v[i] = v;
   }
   a.n = static_cast<int>(n);
-  Py_DECREF(fast);
 }
 
 // ---- the op table: one row per C plan function ----
@@ -281,14 +272,9 @@ void run_plan(strata_plan h, const char* name, const Tensors& t, uintptr_t ws, s
 
 // Reads only the pointers (position 4) from the metas.
 void read_ptrs(PyObject* metas, Tensors& t) {
-  PyObject* fast = PySequence_Fast(metas, "metas");
-  if (!fast) throw nb::python_error();
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  if (n > kMaxTensors) {
-    Py_DECREF(fast);
-    raise_value_error("strata: too many tensors");
-  }
-  PyObject** items = PySequence_Fast_ITEMS(fast);
+  const FastSequence items(metas, "metas", nullptr);
+  const Py_ssize_t n = items.size();
+  if (n > kMaxTensors) raise_value_error("strata: too many tensors");
   t.n = static_cast<int>(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* m = items[i];
@@ -300,7 +286,6 @@ void read_ptrs(PyObject* metas, Tensors& t) {
       t.ptr[i] = reinterpret_cast<void*>(as_ptr(m, "ptr"));  // plain pointers are fine too
     }
   }
-  Py_DECREF(fast);
 }
 
 nb::dict device_properties_dict(int32_t type, int32_t index) {
