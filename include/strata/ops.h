@@ -135,4 +135,14 @@ STRATA_API strata_status strata_chunk_local_cumsum_plan(const strata_tensor_desc
 } /* extern "C" */
 #endif
 
+/* Operator families, one header each (each compiles alone too). */
+#include "strata/ops/gdn_fwd.h"
+#include "strata/ops/gdn_bwd.h"
+#include "strata/ops/chunk_gated_delta_rule.h"
+#include "strata/ops/rms_norm_gated.h"
+#include "strata/ops/clipped_swiglu.h"
+#include "strata/ops/causal_conv1d.h"
+#include "strata/ops/fused_cross_entropy.h"
+#include "strata/ops/chunk_loss.h"
+
 #endif /* STRATA_OPS_H_ */

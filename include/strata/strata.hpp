@@ -223,6 +223,20 @@ inline Tensor chunk_local_cumsum(const Tensor& g, int chunk_size, bool reverse =
   return out;
 }
 
+}  // namespace strata
+
+// Operator families, one header each.
+#include "strata/ops/gdn_fwd.hpp"
+#include "strata/ops/gdn_bwd.hpp"
+#include "strata/ops/chunk_gated_delta_rule.hpp"
+#include "strata/ops/rms_norm_gated.hpp"
+#include "strata/ops/clipped_swiglu.hpp"
+#include "strata/ops/causal_conv1d.hpp"
+#include "strata/ops/fused_cross_entropy.hpp"
+#include "strata/ops/chunk_loss.hpp"
+
+namespace strata {
+
 inline std::string version() { return strata_get_version_string(); }
 
 }  // namespace strata

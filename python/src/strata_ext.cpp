@@ -221,6 +221,15 @@ const OpEntry kOps[] = {
        return strata_chunk_local_cumsum_plan(d[0], d[1], d[2], static_cast<int32_t>(a[0]),
                                              static_cast<int32_t>(a[1]), static_cast<float>(a[2]), p);
      }},
+// Operator families, one file of rows each.
+#include "ops/gdn_fwd.inc"
+#include "ops/gdn_bwd.inc"
+#include "ops/chunk_gated_delta_rule.inc"
+#include "ops/rms_norm_gated.inc"
+#include "ops/clipped_swiglu.inc"
+#include "ops/causal_conv1d.inc"
+#include "ops/fused_cross_entropy.inc"
+#include "ops/chunk_loss.inc"
 };
 constexpr int kNumOps = static_cast<int>(sizeof(kOps) / sizeof(kOps[0]));
 

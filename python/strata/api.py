@@ -149,3 +149,26 @@ def chunk_local_cumsum(g: torch.Tensor, chunk_size: int, reverse: bool = False, 
         _check_cu_seqlens(cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, g)
     return _cumsum(g, chunk_size, bool(reverse), 1.0 if scale is None else float(scale), cu_seqlens,
                    output_dtype or g.dtype)
+
+
+# ---- operator families, one module each (python/strata/_<family>.py) ----
+from . import _gdn_fwd  # noqa: E402
+from ._gdn_fwd import *  # noqa: E402,F401,F403
+from . import _gdn_bwd  # noqa: E402
+from ._gdn_bwd import *  # noqa: E402,F401,F403
+from . import _chunk_gated_delta_rule  # noqa: E402
+from ._chunk_gated_delta_rule import *  # noqa: E402,F401,F403
+from . import _rms_norm_gated  # noqa: E402
+from ._rms_norm_gated import *  # noqa: E402,F401,F403
+from . import _clipped_swiglu  # noqa: E402
+from ._clipped_swiglu import *  # noqa: E402,F401,F403
+from . import _causal_conv1d  # noqa: E402
+from ._causal_conv1d import *  # noqa: E402,F401,F403
+from . import _fused_cross_entropy  # noqa: E402
+from ._fused_cross_entropy import *  # noqa: E402,F401,F403
+from . import _chunk_loss  # noqa: E402
+from ._chunk_loss import *  # noqa: E402,F401,F403
+
+for _family in (_gdn_fwd, _gdn_bwd, _chunk_gated_delta_rule, _rms_norm_gated, _clipped_swiglu, _causal_conv1d, _fused_cross_entropy, _chunk_loss):
+    __all__ += _family.__all__
+del _family

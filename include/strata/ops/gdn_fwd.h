@@ -1,0 +1,15 @@
+/* Strata operators: gdn_fwd (C API). Included by strata/ops.h; compiles alone. */
+#ifndef STRATA_OPS_GDN_FWD_H_
+#define STRATA_OPS_GDN_FWD_H_
+
+#include "strata/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* STRATA_OPS_GDN_FWD_H_ */

@@ -1,0 +1,3 @@
+"""Strata ops: chunk_gated_delta_rule (torch ops in the style of _defs.py, and the public wrappers re-exported by api.py)."""
+
+__all__ = []

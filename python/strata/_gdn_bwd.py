@@ -1,0 +1,3 @@
+"""Strata ops: gdn_bwd (torch ops in the style of _defs.py, and the public wrappers re-exported by api.py)."""
+
+__all__ = []
