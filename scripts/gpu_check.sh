@@ -171,6 +171,21 @@ else
     "$(tail -n 1 "$logs/atk.log"); $atk_out/atk.md"
 fi
 
+# ---- (iv b) launch-configuration sweep of the CUDA row norms (bench/row_norm_cuda_sweep.cpp) ----
+if ((!dry)) && [[ -x $build/bench/row_norm_cuda_sweep ]]; then
+  banner "row-norm CUDA configuration sweep"
+  t0=$SECONDS
+  limit="$(time_left 60)"
+  if ((limit == 0)); then
+    record "row-norm sweep" skipped 0 "out of time"
+  else
+    timeout "$limit" "$build/bench/row_norm_cuda_sweep" >"$logs/row_norm_sweep.log" 2>&1
+    rc=$?
+    grep -E "^==|best:|default" "$logs/row_norm_sweep.log"
+    record "row-norm sweep" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" "row_norm_sweep.log"
+  fi
+fi
+
 # ---- (v) the Python package ----
 if ((!python_steps)); then
   record python skipped 0 "--no-python"

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "opbase/row_layout.h"
 
@@ -55,11 +56,27 @@ RowNormFwdFn row_norm_fwd_cpu_native_bf16();
 RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 
 #if STRATA_WITH_CUDA
-// CUDA (sm_80 and newer, tuned for sm_90): rows of D <= 1024 elements are held in registers by a group of
-// threads (several rows per warp for short rows); longer rows use one block per row. Returns the launch
-// status (every launch checked).
-int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream);  // returns a strata_status
-int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream);
+// CUDA (sm_80 and newer, tuned for sm_90). The vectorised kernels hold a row in registers: `tpr` threads per
+// row (1..32: a group inside a warp, several rows per warp for short rows; 256: one block per row), each
+// with `nv` chunks of `chunk_elems` consecutive elements (8 or 16: one or two 16-byte accesses for 2-byte
+// dtypes, two or four for f32). Rows that cannot be read in chunks (unit column stride, chunk-aligned row
+// starts, 16-byte aligned base) or are too long for registers take a looped kernel (tpr 0).
+struct RowNormCudaConfig {
+  int chunk_elems = 16;
+  int tpr = 0;  // 0: looped kernel (chunk_elems and nv unused)
+  int nv = 1;
+};
+// The configuration the launchers use when none is given: 32-byte chunks per thread (8 f32 or 16
+// bf16/f16 elements: measured best on the H200), the smallest group that covers the row.
+RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
+RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
+// "" if `c` can run `p`, else why not (a tuning sweep tries every configuration; bench/row_norm_cuda_sweep).
+std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c);
+std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c);
+// Launches (config nullptr: the default above). Returns the launch status (a strata_status); an invalid
+// config returns STRATA_ERROR_INVALID_ATTRIBUTE without launching.
+int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config = nullptr);
+int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream, const RowNormCudaConfig* config = nullptr);
 #endif
 
 }  // namespace strata::norm

@@ -1,13 +1,13 @@
 // CUDA kernels of the row norms (row_norm.h). Memory-bound: each input is read once and each output written
 // once, with 16-byte accesses where the layout allows.
 //
-// Rows are cut into chunks of 16 elements (32 B of bf16/f16, 64 B of f32: two or four 16-byte accesses in
-// flight per thread per chunk). Three shapes of kernel:
-//   rows_in_group<TPR, NV>: a group of TPR lanes (TPR <= 32) holds one row in registers, NV chunks per lane;
-//                           several rows per warp for short rows. D <= 32 * 4 * 16 = 2048.
-//   rows_in_block<NV>:      one 256-thread block per row, NV chunks per thread in registers. D <= 16384.
-//   rows_looped:            one block per row, two passes over global memory (the second mostly from L2),
-//                           any D, any stride or alignment (element-wise accesses).
+// Rows are cut into chunks of CE consecutive elements per thread (CE = 8 or 16; by default 32 bytes of the
+// widest row dtype: 8 f32 or 16 bf16/f16, the best measured on the H200). Three shapes of kernel:
+//   rows_in_group<CE, TPR, NV>: a group of TPR lanes (TPR <= 32) holds one row in registers, NV chunks per
+//                               lane; several rows per warp for short rows. No __syncthreads.
+//   rows_in_block<CE, NV>:      one 256-thread block per row, NV chunks per thread in registers.
+//   rows_looped:                one block per row, two passes over global memory (the second mostly from
+//                               L2), any D, any stride or alignment (element-wise accesses).
 // dtypes are read at run time inside the kernels (uniform branches), which keeps the number of template
 // instances small; arithmetic is f32, and bf16/f16 results are rounded by the hardware's paired conversions
 // (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: nearest even, like the CPU). Sums use a fixed shuffle tree: same
@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "opbase/dtype.h"
 #include "ops/norm/common/row_norm.h"
@@ -26,9 +27,9 @@
 namespace strata::norm {
 namespace {
 
-constexpr int kChunk = 16;
 constexpr int kBlock = 256;
 
+template <int kChunk>
 __device__ __forceinline__ void load_chunk(const void* base, int32_t dtype, int64_t i, float (&v)[kChunk]) {
   if (dtype == STRATA_DTYPE_F32) {
     const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
@@ -71,6 +72,7 @@ __device__ __forceinline__ uint16_t to_half_bits(int32_t dtype, float x) {
   return static_cast<uint16_t>(pack_half2(dtype, x, 0.f) & 0xffffu);
 }
 
+template <int kChunk>
 __device__ __forceinline__ void store_chunk(void* base, int32_t dtype, int64_t i, const float (&v)[kChunk]) {
   if (dtype == STRATA_DTYPE_F32) {
     float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
@@ -104,7 +106,7 @@ __device__ __forceinline__ void store_one(void* base, int32_t dtype, int64_t i, 
 // ------------------------------------------------------------------------------------------------------
 // Forward. Each kernel: sum of squares -> rstd -> (optional) y = x * rstd.
 
-template <int TPR, int NV>
+template <int kChunk, int TPR, int NV>
 __global__ void __launch_bounds__(kBlock) fwd_rows_in_group(const RowNormFwdParams p) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR;
   const int t = threadIdx.x % TPR;
@@ -139,7 +141,7 @@ __global__ void __launch_bounds__(kBlock) fwd_rows_in_group(const RowNormFwdPara
   }
 }
 
-template <int NV>
+template <int kChunk, int NV>
 __global__ void __launch_bounds__(kBlock) fwd_rows_in_block(const RowNormFwdParams p) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -208,7 +210,7 @@ __device__ __forceinline__ float bwd_value(const RowNormBwdParams& p, const BwdC
   return p.kind == RowNormBwdKind::kFactor ? src * b.k : b.rstd * (g - b.c * src);
 }
 
-template <int TPR, int NV>
+template <int kChunk, int TPR, int NV>
 __global__ void __launch_bounds__(kBlock) bwd_rows_in_group(const RowNormBwdParams p) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR;
   const int t = threadIdx.x % TPR;
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_in_group(const RowNormBwdPara
   }
 }
 
-template <int NV>
+template <int kChunk, int NV>
 __global__ void __launch_bounds__(kBlock) bwd_rows_in_block(const RowNormBwdParams p) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -297,98 +299,168 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_looped(const RowNormBwdParams
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Host side: pick the kernel shape.
+// Host side: configurations and launches.
 
-// Whether a row tensor allows 16-byte chunk accesses: unit column stride, every row start a multiple of
-// kChunk elements, base pointer 16-byte aligned.
-bool chunkable(const void* ptr, const RowLayout& l) {
-  if (l.col_stride != 1 || l.base % kChunk != 0) return false;
+// Whether a row tensor allows chunk accesses of ce elements: unit column stride, every row start a multiple
+// of ce elements, base pointer 16-byte aligned.
+bool chunkable(const void* ptr, const RowLayout& l, int ce) {
+  if (l.col_stride != 1 || l.base % ce != 0) return false;
   for (int i = 0; i < l.nd; ++i)
-    if (l.strides[i] % kChunk != 0 && l.sizes[i] > 1) return false;
+    if (l.strides[i] % ce != 0 && l.sizes[i] > 1) return false;
   return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-template <class Params, class GroupK, class BlockK, class LoopK>
-strata_status launch(const Params& p, cudaStream_t stream, bool vec, GroupK group_kernel, BlockK block_kernel,
-                     LoopK loop_kernel, const char* name) {
-  const int64_t chunks = (p.D + kChunk - 1) / kChunk;
-  if (vec && chunks <= 32 * 4) {
+int max_elem_bytes(std::initializer_list<int32_t> dtypes) {
+  int b = 2;
+  for (int32_t d : dtypes)
+    if (d == STRATA_DTYPE_F32) b = 4;
+  return b;
+}
+
+// The launchable (CE, TPR, NV) set; kMaxGroupNv bounds the registers a lane holds (bwd keeps two rows).
+bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
+  if (c.tpr == 0) return true;
+  if (c.chunk_elems != 8 && c.chunk_elems != 16) return false;
+  if (c.tpr == kBlock) return c.nv == 1 || c.nv == 2 || c.nv == 4;
+  if (c.tpr < 32) return (c.tpr == 1 || c.tpr == 2 || c.tpr == 4 || c.tpr == 8 || c.tpr == 16) && c.nv == 1;
+  return c.tpr == 32 && (c.nv == 1 || c.nv == 2 || c.nv == 4 || (c.nv == 8 && max_group_nv >= 8));
+}
+
+std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv) {
+  if (!known_config(c, max_group_nv))
+    return "no kernel instance for chunk_elems=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) +
+           " nv=" + std::to_string(c.nv);
+  if (c.tpr == 0) return {};
+  if (D % c.chunk_elems != 0 || !chunk_ok) return "rows cannot be read in chunks of " + std::to_string(c.chunk_elems);
+  if (static_cast<int64_t>(c.tpr) * c.nv * c.chunk_elems < D) return "the configuration does not cover D";
+  return {};
+}
+
+// chunk_ok(ce): whether the tensors allow chunks of ce elements.
+template <class ChunkOk>
+RowNormCudaConfig pick(int64_t D, int elem_bytes, ChunkOk chunk_ok, int max_group_nv) {
+  RowNormCudaConfig c;
+  c.chunk_elems = elem_bytes == 4 ? 8 : 16;
+  // f32 rows too long for 8-element chunks in one block's registers use 16-element chunks.
+  if (c.chunk_elems == 8 && D > 8LL * kBlock * 4) c.chunk_elems = 16;
+  if (!chunk_ok(c.chunk_elems) || D % c.chunk_elems != 0) return c;  // looped
+  const int64_t chunks = D / c.chunk_elems;
+  if (chunks <= 32LL * max_group_nv) {
     int tpr = 1;
     while (tpr < chunks && tpr < 32) tpr *= 2;
-    const int nv = static_cast<int>((chunks + tpr - 1) / tpr);  // 1..4 (only above 1 when tpr == 32)
-    const int64_t blocks = cuda::ceil_div(p.rows * tpr, kBlock);
-    group_kernel(tpr, nv == 3 ? 4 : nv, static_cast<unsigned>(blocks), stream);
-  } else if (vec && chunks <= kBlock * 4) {
-    const int nv = static_cast<int>((chunks + kBlock - 1) / kBlock);
-    block_kernel(nv <= 1 ? 1 : nv <= 2 ? 2 : 4, static_cast<unsigned>(p.rows), stream);
-  } else {
-    loop_kernel(static_cast<unsigned>(p.rows), stream);
+    int nv = 1;
+    while (static_cast<int64_t>(tpr) * nv < chunks) nv *= 2;
+    c.tpr = tpr;
+    c.nv = nv;
+  } else if (chunks <= kBlock * 4LL) {
+    c.tpr = kBlock;
+    c.nv = chunks <= kBlock ? 1 : chunks <= 2 * kBlock ? 2 : 4;
   }
-  return cuda::check_launch(name);
+  return c;
+}
+
+// One launcher for both directions: K names the kernel family (forward or backward).
+template <class K>
+strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  const dim3 block(kBlock);
+  if (c.tpr == 0) {
+    K::looped(dim3(static_cast<unsigned>(p.rows)), block, s, p);
+  } else if (c.tpr == kBlock) {
+    const dim3 grid(static_cast<unsigned>(p.rows));
+#define STRATA_BLOCK(CE)                                          \
+  switch (c.nv) {                                                 \
+    case 1: K::template block<CE, 1>(grid, block, s, p); break;  \
+    case 2: K::template block<CE, 2>(grid, block, s, p); break;  \
+    default: K::template block<CE, 4>(grid, block, s, p); break; \
+  }
+    if (c.chunk_elems == 8) { STRATA_BLOCK(8) } else { STRATA_BLOCK(16) }
+#undef STRATA_BLOCK
+  } else {
+    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(p.rows * c.tpr, kBlock)));
+#define STRATA_GROUP(CE)                                                  \
+  switch (c.tpr) {                                                        \
+    case 1: K::template group<CE, 1, 1>(grid, block, s, p); break;       \
+    case 2: K::template group<CE, 2, 1>(grid, block, s, p); break;       \
+    case 4: K::template group<CE, 4, 1>(grid, block, s, p); break;       \
+    case 8: K::template group<CE, 8, 1>(grid, block, s, p); break;       \
+    case 16: K::template group<CE, 16, 1>(grid, block, s, p); break;     \
+    default:                                                              \
+      if (c.nv == 1) K::template group<CE, 32, 1>(grid, block, s, p);    \
+      else if (c.nv == 2) K::template group<CE, 32, 2>(grid, block, s, p); \
+      else if (c.nv == 4) K::template group<CE, 32, 4>(grid, block, s, p); \
+      else K::template group8<CE>(grid, block, s, p);                     \
+  }
+    if (c.chunk_elems == 8) { STRATA_GROUP(8) } else { STRATA_GROUP(16) }
+#undef STRATA_GROUP
+  }
+  return cuda::check_launch(K::kName);
+}
+
+// Forward rows hold one tensor in registers: up to 8 chunks per lane of a warp.
+struct FwdKernels {
+  using Params = RowNormFwdParams;
+  static constexpr const char* kName = "row_norm_fwd";
+  static constexpr int kMaxGroupNv = 8;
+  template <int CE, int TPR, int NV>
+  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, TPR, NV><<<g, b, 0, s>>>(p); }
+  template <int CE>
+  static void group8(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, 32, 8><<<g, b, 0, s>>>(p); }
+  template <int CE, int NV>
+  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_block<CE, NV><<<g, b, 0, s>>>(p); }
+  static void looped(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_looped<<<g, b, 0, s>>>(p); }
+};
+
+// Backward rows hold two tensors (src and dout): at most 4 chunks per lane (no 8-chunk instance).
+struct BwdKernels {
+  using Params = RowNormBwdParams;
+  static constexpr const char* kName = "row_norm_bwd";
+  static constexpr int kMaxGroupNv = 4;
+  template <int CE, int TPR, int NV>
+  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_group<CE, TPR, NV><<<g, b, 0, s>>>(p); }
+  template <int CE>
+  static void group8(dim3, dim3, cudaStream_t, const Params&) {}  // unreachable: known_config() rejects nv 8
+  template <int CE, int NV>
+  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_block<CE, NV><<<g, b, 0, s>>>(p); }
+  static void looped(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_looped<<<g, b, 0, s>>>(p); }
+};
+
+bool fwd_chunk_ok(const RowNormFwdParams& p, int ce) {
+  return chunkable(p.x, p.x_rows, ce) && (!p.y || chunkable(p.y, p.y_rows, ce));
+}
+bool bwd_chunk_ok(const RowNormBwdParams& p, int ce) {
+  return chunkable(p.src, p.src_rows, ce) && chunkable(p.dx, p.dx_rows, ce) &&
+         (p.kind == RowNormBwdKind::kFactor || chunkable(p.dout, p.dout_rows, ce));
+}
+int fwd_bytes(const RowNormFwdParams& p) { return max_elem_bytes({p.x_dtype, p.y ? p.y_dtype : p.x_dtype}); }
+int bwd_bytes(const RowNormBwdParams& p) {
+  return max_elem_bytes({p.src_dtype, p.dx_dtype, p.kind == RowNormBwdKind::kFactor ? p.src_dtype : p.dout_dtype});
 }
 
 }  // namespace
 
-int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const bool vec = p.D % kChunk == 0 && chunkable(p.x, p.x_rows) && (!p.y || chunkable(p.y, p.y_rows));
-  return launch(
-      p, stream, vec,
-      [&](int tpr, int nv, unsigned blocks, cudaStream_t s) {
-#define STRATA_FWD_GROUP(T, V) fwd_rows_in_group<T, V><<<blocks, kBlock, 0, s>>>(p)
-        switch (tpr) {
-          case 1: STRATA_FWD_GROUP(1, 1); break;
-          case 2: STRATA_FWD_GROUP(2, 1); break;
-          case 4: STRATA_FWD_GROUP(4, 1); break;
-          case 8: STRATA_FWD_GROUP(8, 1); break;
-          case 16: STRATA_FWD_GROUP(16, 1); break;
-          default:
-            if (nv == 1) STRATA_FWD_GROUP(32, 1);
-            else if (nv == 2) STRATA_FWD_GROUP(32, 2);
-            else STRATA_FWD_GROUP(32, 4);
-        }
-#undef STRATA_FWD_GROUP
-      },
-      [&](int nv, unsigned blocks, cudaStream_t s) {
-        switch (nv) {
-          case 1: fwd_rows_in_block<1><<<blocks, kBlock, 0, s>>>(p); break;
-          case 2: fwd_rows_in_block<2><<<blocks, kBlock, 0, s>>>(p); break;
-          default: fwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
-        }
-      },
-      [&](unsigned blocks, cudaStream_t s) { fwd_rows_looped<<<blocks, kBlock, 0, s>>>(p); }, "row_norm_fwd");
+RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
+  return pick(p.D, fwd_bytes(p), [&](int ce) { return fwd_chunk_ok(p, ce); }, FwdKernels::kMaxGroupNv);
+}
+RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
+  return pick(p.D, bwd_bytes(p), [&](int ce) { return bwd_chunk_ok(p, ce); }, BwdKernels::kMaxGroupNv);
+}
+std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c) {
+  return config_reject(c, p.D, fwd_chunk_ok(p, c.chunk_elems), FwdKernels::kMaxGroupNv);
+}
+std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c) {
+  return config_reject(c, p.D, bwd_chunk_ok(p, c.chunk_elems), BwdKernels::kMaxGroupNv);
 }
 
-int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const bool factor = p.kind == RowNormBwdKind::kFactor;
-  const bool vec = p.D % kChunk == 0 && chunkable(p.src, p.src_rows) && chunkable(p.dx, p.dx_rows) &&
-                   (factor || chunkable(p.dout, p.dout_rows));
-  return launch(
-      p, stream, vec,
-      [&](int tpr, int nv, unsigned blocks, cudaStream_t s) {
-#define STRATA_BWD_GROUP(T, V) bwd_rows_in_group<T, V><<<blocks, kBlock, 0, s>>>(p)
-        switch (tpr) {
-          case 1: STRATA_BWD_GROUP(1, 1); break;
-          case 2: STRATA_BWD_GROUP(2, 1); break;
-          case 4: STRATA_BWD_GROUP(4, 1); break;
-          case 8: STRATA_BWD_GROUP(8, 1); break;
-          case 16: STRATA_BWD_GROUP(16, 1); break;
-          default:
-            if (nv == 1) STRATA_BWD_GROUP(32, 1);
-            else if (nv == 2) STRATA_BWD_GROUP(32, 2);
-            else STRATA_BWD_GROUP(32, 4);
-        }
-#undef STRATA_BWD_GROUP
-      },
-      [&](int nv, unsigned blocks, cudaStream_t s) {
-        switch (nv) {
-          case 1: bwd_rows_in_block<1><<<blocks, kBlock, 0, s>>>(p); break;
-          case 2: bwd_rows_in_block<2><<<blocks, kBlock, 0, s>>>(p); break;
-          default: bwd_rows_in_block<4><<<blocks, kBlock, 0, s>>>(p); break;
-        }
-      },
-      [&](unsigned blocks, cudaStream_t s) { bwd_rows_looped<<<blocks, kBlock, 0, s>>>(p); }, "row_norm_bwd");
+int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config) {
+  const RowNormCudaConfig c = config ? *config : row_norm_fwd_cuda_config(p);
+  if (config && !row_norm_fwd_cuda_config_reject(p, c).empty()) return STRATA_ERROR_INVALID_ATTRIBUTE;
+  return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
+}
+
+int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream, const RowNormCudaConfig* config) {
+  const RowNormCudaConfig c = config ? *config : row_norm_bwd_cuda_config(p);
+  if (config && !row_norm_bwd_cuda_config_reject(p, c).empty()) return STRATA_ERROR_INVALID_ATTRIBUTE;
+  return launch<BwdKernels>(p, c, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace strata::norm

@@ -94,8 +94,12 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf1
 }
 
 #if STRATA_WITH_CUDA
-constexpr auto kCudaFwd = row_norm_fwd_cuda;
-constexpr auto kCudaBwd = row_norm_bwd_cuda;
+constexpr int (*kCudaFwd)(const RowNormFwdParams&, void*) = [](const RowNormFwdParams& p, void* s) {
+  return row_norm_fwd_cuda(p, s);
+};
+constexpr int (*kCudaBwd)(const RowNormBwdParams&, void*) = [](const RowNormBwdParams& p, void* s) {
+  return row_norm_bwd_cuda(p, s);
+};
 #else
 constexpr int (*kCudaFwd)(const RowNormFwdParams&, void*) = nullptr;
 constexpr int (*kCudaBwd)(const RowNormBwdParams&, void*) = nullptr;

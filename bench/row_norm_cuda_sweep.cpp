@@ -1,0 +1,154 @@
+// Tuning sweep of the CUDA row-norm kernels (src/ops/norm/common/row_norm_cuda.cu): times every launch
+// configuration (chunk elements x threads per row x chunks per thread) on the PERF_TARGETS shapes and prints
+// the median time, the bandwidth and the ratio to a device copy measured in the same run, marking the
+// configuration the launcher picks by default. Used to choose the defaults; run by scripts/gpu_check.sh.
+//
+//   row_norm_cuda_sweep            # all cases
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "opbase/row_layout.h"
+#include "ops/norm/common/row_norm.h"
+
+namespace {
+
+using namespace strata;
+using namespace strata::norm;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    fmt::print(stderr, "{}: {}\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+template <class Fn>
+double median_ms(Fn&& fn, int iters = 30) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<float> t;
+  for (int i = 0; i < iters; ++i) {
+    ck(cudaEventRecord(a), "record");
+    fn();
+    ck(cudaEventRecord(b), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+RowLayout dense_rows(int64_t rows, int64_t D) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = D;
+  return l;
+}
+RowLayout per_row(int64_t rows) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = 1;
+  return l;
+}
+
+std::vector<RowNormCudaConfig> all_configs() {
+  std::vector<RowNormCudaConfig> v;
+  for (int ce : {8, 16}) {
+    for (int tpr : {1, 2, 4, 8, 16}) v.push_back({ce, tpr, 1});
+    for (int nv : {1, 2, 4, 8}) v.push_back({ce, 32, nv});
+    for (int nv : {1, 2, 4}) v.push_back({ce, 256, nv});
+  }
+  v.push_back({16, 0, 1});
+  return v;
+}
+
+struct Case {
+  const char* name;
+  bool bwd;
+  int32_t dtype;
+  int64_t rows, D, n_div;
+  RowNormBwdKind kind;
+};
+
+}  // namespace
+
+int main() {
+  const Case cases[] = {
+      {"l2norm_fwd bf16 [524288,128]", false, STRATA_DTYPE_BF16, 524288, 128, 1, {}},
+      {"l2norm_fwd f32 [524288,128]", false, STRATA_DTYPE_F32, 524288, 128, 1, {}},
+      {"l2norm_bwd bf16 [524288,128]", true, STRATA_DTYPE_BF16, 524288, 128, 1, RowNormBwdKind::kNormalizedSrc},
+      {"rmsnorm_fwd bf16 [32768,4096]", false, STRATA_DTYPE_BF16, 32768, 4096, 4096, {}},
+      {"rmsnorm_fwd f32 [32768,4096]", false, STRATA_DTYPE_F32, 32768, 4096, 4096, {}},
+      {"rmsnorm_bwd bf16 [32768,4096]", true, STRATA_DTYPE_BF16, 32768, 4096, 4096, RowNormBwdKind::kRawSrc},
+  };
+  const size_t max_bytes = size_t{524288} * 128 * 4;
+  void *a = nullptr, *b = nullptr, *c = nullptr, *r = nullptr, *cp0 = nullptr, *cp1 = nullptr;
+  ck(cudaMalloc(&a, max_bytes), "malloc");
+  ck(cudaMalloc(&b, max_bytes), "malloc");
+  ck(cudaMalloc(&c, max_bytes), "malloc");
+  ck(cudaMalloc(&r, 524288 * 4), "malloc");
+  const size_t copy_bytes = size_t{1} << 30;  // >> the 60 MB L2
+  ck(cudaMalloc(&cp0, copy_bytes), "malloc");
+  ck(cudaMalloc(&cp1, copy_bytes), "malloc");
+  {
+    std::vector<uint16_t> h(max_bytes / 2);
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    for (auto& x : h) x = f32_to_bf16_bits(nd(rng) * 0.5f + 0.01f);  // also finite as f32 bit pairs
+    for (void* p : {a, b, c}) ck(cudaMemcpy(p, h.data(), max_bytes, cudaMemcpyHostToDevice), "upload");
+    ck(cudaMemcpy(r, h.data(), 524288 * 4, cudaMemcpyHostToDevice), "upload");
+  }
+  for (const Case& k : cases) {
+    const double copy_ms = median_ms([&] { cudaMemcpyAsync(cp1, cp0, copy_bytes, cudaMemcpyDeviceToDevice); });
+    const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
+    const double es = dtype_size(k.dtype);
+    const double bytes = k.rows * k.D * es * (k.bwd ? 3 : 2) + k.rows * 4.0;
+    fmt::print("\n== {}: floor {:.4f} ms at copy {:.0f} GB/s ==\n", k.name, bytes / (copy_gbs * 1e6), copy_gbs);
+    RowNormFwdParams fp;
+    fp.x = a, fp.y = b, fp.rstd = r;
+    fp.x_dtype = fp.y_dtype = k.dtype, fp.rstd_dtype = STRATA_DTYPE_F32;
+    fp.rows = k.rows, fp.D = k.D, fp.n_div = k.n_div, fp.eps = 1e-6f;
+    fp.x_rows = fp.y_rows = dense_rows(k.rows, k.D);
+    fp.rstd_rows = per_row(k.rows);
+    RowNormBwdParams bp;
+    bp.src = a, bp.dout = b, bp.dx = c, bp.rstd = r;
+    bp.src_dtype = bp.dout_dtype = bp.dx_dtype = k.dtype, bp.rstd_dtype = STRATA_DTYPE_F32;
+    bp.rows = k.rows, bp.D = k.D, bp.n_div = k.n_div, bp.kind = k.kind;
+    bp.src_rows = bp.dout_rows = bp.dx_rows = dense_rows(k.rows, k.D);
+    bp.rstd_rows = per_row(k.rows);
+    const RowNormCudaConfig dflt = k.bwd ? row_norm_bwd_cuda_config(bp) : row_norm_fwd_cuda_config(fp);
+    double best = 1e30;
+    std::string best_name;
+    for (const RowNormCudaConfig& cfg : all_configs()) {
+      const std::string why = k.bwd ? row_norm_bwd_cuda_config_reject(bp, cfg) : row_norm_fwd_cuda_config_reject(fp, cfg);
+      if (!why.empty()) continue;
+      int st = 0;
+      const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
+      if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
+        fmt::print("  ce={:2} tpr={:3} nv={}  FAILED (status {})\n", cfg.chunk_elems, cfg.tpr, cfg.nv, st);
+        continue;
+      }
+      const bool is_default = cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && (cfg.tpr == 0 || cfg.chunk_elems == dflt.chunk_elems);
+      const std::string name = fmt::format("ce={:2} tpr={:3} nv={}", cfg.chunk_elems, cfg.tpr, cfg.nv);
+      fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor{}\n", name, ms, bytes / (ms * 1e6),
+                 ms / (bytes / (copy_gbs * 1e6)), is_default ? "   <- default" : "");
+      if (ms < best) best = ms, best_name = name;
+    }
+    fmt::print("  best: {} {:.4f} ms\n", best_name, best);
+  }
+  return 0;
+}
