@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Where the time of a Strata call from Python goes on CUDA: the kernel's own duration (torch.profiler, CUPTI)
+next to the per-call time seen by CUDA events around each call, the throughput of back-to-back calls, and the
+host time per call. Written to explain why strata.api.l2norm timed 2x slower through Python than through
+`strata atk` on the H200 (bench/results/2026-11-29_h200_gpu_check_run1.log).
+
+    python bench/py_launch_diag.py
+"""
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+import strata.api as sapi
+
+
+def per_call_events(fn, iters=30):
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    t = sorted(a.elapsed_time(b) for a, b in ev)
+    return t[len(t) // 2]
+
+
+def back_to_back(fn, iters=30):
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / iters
+
+
+def host_us(fn, iters=30):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / iters * 1e6
+
+
+def main():
+    x = torch.randn(524288, 128, dtype=torch.bfloat16, device="cuda")
+    xr = torch.randn(32768, 4096, dtype=torch.bfloat16, device="cuda")
+    cases = {
+        "strata l2norm [524288,128] bf16": lambda: sapi.l2norm(x),
+        "torch F.normalize [524288,128] bf16": lambda: F.normalize(x, dim=-1),
+        "strata rmsnorm_without_weight [32768,4096] bf16": lambda: sapi.rmsnorm_without_weight(xr),
+        "torch F.rms_norm [32768,4096] bf16": lambda: F.rms_norm(xr, (4096,)),
+    }
+    print(f"{'case':<50} {'events/call ms':>15} {'back-to-back ms':>16} {'host us/call':>13}")
+    for name, fn in cases.items():
+        print(f"{name:<50} {per_call_events(fn):>15.4f} {back_to_back(fn):>16.4f} {host_us(fn):>13.1f}")
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, fn in cases.items():
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                fn()
+            torch.cuda.synchronize()
+        print(f"\n-- {name}: kernels (10 calls) --")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
