@@ -147,6 +147,9 @@ limit="$(time_left 240)"
 if ((limit == 0)); then
   record "C++ tests" skipped 0 "out of time"
 else
+  # The CPU implementations' conformance runs in CI (scripts/test.sh); here only the CUDA ones, unless
+  # STRATA_CONFORMANCE_DEVICES is set otherwise.
+  STRATA_CONFORMANCE_DEVICES="${STRATA_CONFORMANCE_DEVICES-cuda}" \
   timeout "$limit" ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 300 >"$logs/ctest.log" 2>&1
   rc=$?
   # The failing tests and the totals; the full output is in the log.
