@@ -9,7 +9,9 @@
 #   scripts/gpu_check.sh --dry    # anywhere: CPU-only build, the tests, a quick CPU atk, no GPU steps
 #
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
-# Environment: OUT (log folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that
+# Environment: GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python; e.g. a first call
+# that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
+# default 240 s each), OUT (log folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that
 # would start after this many seconds are skipped, so the summary always prints within the machine's limit).
 # Exit status: 0 when every step passed; 1 otherwise. A configure or build failure stops the run at once.
 set -uo pipefail
@@ -43,6 +45,8 @@ logs="${OUT:-$repo/build/gpu-logs}"
 mkdir -p "$logs"
 PYTHON="${PYTHON:-python3}"
 budget_s="${GPU_CHECK_BUDGET_S:-540}"
+skip=" ${GPU_CHECK_SKIP:-} "
+skipped() { [[ $skip == *" $1 "* ]]; }
 if ((dry)); then
   build="$repo/build/gpu-dry"
   cuda_flags=(-DSTRATA_ENABLE_CUDA=OFF)
@@ -143,8 +147,10 @@ strata_bin="$build/tools/strata/strata"
 # ---- (iii) C++ tests ----
 banner "C++ tests"
 t0=$SECONDS
-limit="$(time_left 240)"
-if ((limit == 0)); then
+limit="$(time_left "${GPU_CHECK_CTEST_S:-240}")"
+if skipped ctest; then
+  record "C++ tests" skipped 0 "GPU_CHECK_SKIP"
+elif ((limit == 0)); then
   record "C++ tests" skipped 0 "out of time"
 else
   # The CPU implementations' conformance runs in CI (scripts/test.sh); here only the CUDA ones, unless
@@ -164,8 +170,10 @@ banner "strata info"
 "$strata_bin" info --json >"$logs/info.json"
 banner "strata atk ${atk_args[*]}"
 t0=$SECONDS
-limit="$(time_left 240)"
-if ((limit == 0)); then
+limit="$(time_left "${GPU_CHECK_ATK_S:-240}")"
+if skipped atk; then
+  record "strata atk" skipped 0 "GPU_CHECK_SKIP"
+elif ((limit == 0)); then
   record "strata atk" skipped 0 "out of time"
 else
   timeout "$limit" "$strata_bin" atk "${atk_args[@]}" --out "$atk_out" 2>&1 | tee "$logs/atk.log"
@@ -175,7 +183,7 @@ else
 fi
 
 # ---- (iv b) launch-configuration sweep of the CUDA row norms (bench/row_norm_cuda_sweep.cpp) ----
-if ((!dry)) && [[ -x $build/bench/row_norm_cuda_sweep ]]; then
+if ((!dry)) && ! skipped sweep && [[ -x $build/bench/row_norm_cuda_sweep ]]; then
   banner "row-norm CUDA configuration sweep"
   t0=$SECONDS
   limit="$(time_left 60)"
@@ -190,7 +198,7 @@ if ((!dry)) && [[ -x $build/bench/row_norm_cuda_sweep ]]; then
 fi
 
 # ---- (v) the Python package ----
-if ((!python_steps)); then
+if ((!python_steps)) || skipped python; then
   record python skipped 0 "--no-python"
 elif [[ ! -f $repo/pyproject.toml || ! -d $repo/tests/python ]]; then
   record python skipped 0 "no Python package in this tree"
