@@ -126,7 +126,7 @@ __device__ void gate_kkt_tile(float* M, const float (&P)[4][4], const float* gam
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const int i = r0 + a, j = c0 + b;
-      M[i * kLd + j] = (j < i && i < L) ? bet[i] * P[a][b] * __expf(gam[i] - gam[j]) : 0.f;
+      M[i * kLd + j] = (j < i && i < L) ? bet[i] * P[a][b] * expf(gam[i] - gam[j]) : 0.f;
     }
 }
 
@@ -175,7 +175,7 @@ __device__ void wy_column_tile(const GdnFwdParams& p, const ChunkPos& c, int64_t
   __syncthreads();
   for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
     const int j = idx / kTile;
-    const float f = j < L ? (is_w ? bet[j] * __expf(gam[j]) : bet[j]) : 0.f;
+    const float f = j < L ? (is_w ? bet[j] * expf(gam[j]) : bet[j]) : 0.f;
     xs[j * kLd + idx % kTile] *= f;
   }
   __syncthreads();
@@ -339,12 +339,12 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
       if (i < L && col < V) {
         v = load_f(p.u, off_tok(p.u, sq.b, t0 + i, hv) + col * p.u.st[3]) - acc[q];
         if (p.v_new.present()) store_f(p.v_new, off_tok(p.v_new, sq.b, t0 + i, hv) + col * p.v_new.st[3], v);
-        v *= __expf(glast - gam[i]);
+        v *= expf(glast - gam[i]);
       }
       vn[i * kSLd + cb + q] = v;
     }
     // S = e^{γ_last} S + Kᵀ Vd, one 64-row slice of S at a time: thread owns S rows d0 + tid / 4, 8 columns.
-    const float decay = __expf(glast);
+    const float decay = expf(glast);
     for (int64_t d0 = 0; d0 < K; d0 += kTile) {
       __syncthreads();
       load_tile(xs, p.k, off_tok(p.k, sq.b, t0, h), p.k.st[1], p.k.st[3], L, d0, K);
@@ -410,13 +410,13 @@ __global__ void __launch_bounds__(kThreads) chunk_tile(const GdnFwdParams p, int
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const int i = r0 + a, j = cc0 + b;
-      P[i * kLd + j] = (j <= i && i < L) ? pacc[a][b] * __expf(gam[i] - gam[j]) : 0.f;
+      P[i * kLd + j] = (j <= i && i < L) ? pacc[a][b] * expf(gam[i] - gam[j]) : 0.f;
     }
   load_tile(ss, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
   __syncthreads();
 #pragma unroll
   for (int a = 0; a < 4; ++a) {
-    const float e = r0 + a < L ? __expf(gam[r0 + a]) : 0.f;
+    const float e = r0 + a < L ? expf(gam[r0 + a]) : 0.f;
 #pragma unroll
     for (int b = 0; b < 4; ++b) oacc[a][b] *= e;
   }
