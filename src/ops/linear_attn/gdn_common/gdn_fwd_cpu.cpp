@@ -30,9 +30,10 @@
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 
-#ifndef STRATA_GDN_FWD_CPU_ONCE
-#define STRATA_GDN_FWD_CPU_ONCE
-namespace strata::linear_attn::gdn::cpu_detail {
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::linear_attn::gdn::HWY_NAMESPACE {
+// Helpers are compiled per target too (the dtype conversions and copies vectorise for it).
 
 // Scratch per thread, reused across items (host memory; grows to the largest chunk once).
 struct Scratch {
@@ -124,28 +125,8 @@ inline int64_t off4(const GdnTensor& t, int64_t b, int64_t tok, int64_t h) {
   return b * t.st[0] + tok * t.st[1] + h * t.st[2];
 }
 
-// Strictly lower (I + M)^-1 by forward substitution: X[i, :] = e_i − Σ_{m<i} M[i, m] X[m, :]. M and X are
-// L x L row-major with leading dim ld; X's upper part is set to 0. Row i only reads finished rows m < i.
-inline void invert_unit_lower(const float* M, float* X, int64_t L, int64_t ld) {
-  for (int64_t i = 0; i < L; ++i) {
-    float* xi = X + i * ld;
-    for (int64_t j = 0; j < L; ++j) xi[j] = 0.f;
-    xi[i] = 1.f;
-    for (int64_t m = 0; m < i; ++m) {
-      const float a = M[i * ld + m];
-      const float* xm = X + m * ld;
-      for (int64_t j = 0; j <= m; ++j) xi[j] -= a * xm[j];
-    }
-  }
-}
 
 
-}  // namespace strata::linear_attn::gdn::cpu_detail
-#endif
-
-HWY_BEFORE_NAMESPACE();
-namespace strata::linear_attn::gdn::HWY_NAMESPACE {
-using namespace strata::linear_attn::gdn::cpu_detail;
 
 struct Ctx {
   const GdnFwdParams& p;
@@ -171,6 +152,37 @@ struct Ctx {
 };
 
 namespace hn = hwy::HWY_NAMESPACE;
+
+// Lp = L rounded up to whole vectors: the leading dim of the inverse's scratch (columns past L are 0).
+HWY_INLINE int64_t padded(int64_t L) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  return (L + N - 1) / N * N;
+}
+
+// X = (I + M)^-1 for strictly lower M (L x L, ld L) by forward substitution, X[i, :] = e_i − Σ_{m<i} M[i, m]
+// X[m, :], into X (L x Lp, ld Lp = padded(L), zero above the diagonal and past column L). Column block jb of
+// row i only needs rows m >= jb·N (earlier rows are 0 there); two accumulators (even / odd m) halve the
+// dependency chain. Fixed order per target: deterministic.
+HWY_INLINE void invert_unit_lower(const float* HWY_RESTRICT M, float* HWY_RESTRICT X, int64_t L) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), Lp = padded(L);
+  for (int64_t i = 0; i < L; ++i) {
+    float* xi = X + i * Lp;
+    const float* mi = M + i * L;
+    for (int64_t j0 = 0; j0 < Lp; j0 += N) {
+      auto a0 = hn::Zero(d), a1 = hn::Zero(d);
+      int64_t m = j0;
+      for (; m + 1 < i; m += 2) {
+        a0 = hn::MulAdd(hn::Set(d, mi[m]), hn::LoadU(d, X + m * Lp + j0), a0);
+        a1 = hn::MulAdd(hn::Set(d, mi[m + 1]), hn::LoadU(d, X + (m + 1) * Lp + j0), a1);
+      }
+      if (m < i) a0 = hn::MulAdd(hn::Set(d, mi[m]), hn::LoadU(d, X + m * Lp + j0), a0);
+      hn::StoreU(hn::Neg(hn::Add(a0, a1)), d, xi + j0);
+    }
+    for (int64_t j = i; j < Lp; ++j) xi[j] = 0.f;  // −0 and rows' own garbage above the diagonal
+    xi[i] = 1.f;
+  }
+}
 
 // out[j] = mul · P[j] · exp(gi − gam[j]) for j < n (callers pass n <= i + 1, so every exponent is
 // gi − gam[j] <= 0 for a non-increasing γ); out[j] = 0 for n <= j < len. Vector exp of the target.
@@ -216,15 +228,16 @@ HWY_INLINE void gate_kkt(const float* P, const float* gam, const float* beta, in
 
 // Writes the L x L matrix X (ld L) into rows [s, s + L) of a [.., BT] chunk matrix, zero-filling columns L..BT.
 HWY_INLINE void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int64_t BT, const float* X,
-                                int64_t L, float* row) {
+                                int64_t L, int64_t ldx, float* row) {
   for (int64_t i = 0; i < L; ++i) {
-    for (int64_t j = 0; j < BT; ++j) row[j] = j < L ? X[i * L + j] : 0.f;
+    for (int64_t j = 0; j < BT; ++j) row[j] = j < L ? X[i * ldx + j] : 0.f;
     scatter(t, off4(t, c.b, c.s + i, hv), 0, t.st[3], 1, BT, row, BT);
   }
 }
 
 // u = A diag(β) V and w = A diag(β e^γ) K for one chunk and value head; A is L x L (ld L), lower.
-HWY_INLINE void wy_apply(const Ctx& x, const ChunkPos& c, int64_t hv, const float* A, int64_t L, const float* Kc,
+HWY_INLINE void wy_apply(const Ctx& x, const ChunkPos& c, int64_t hv, const float* A, int64_t lda, int64_t L,
+                         const float* Kc,
                          const float* gam, const float* beta, Scratch& s) {
   const GdnFwdParams& p = x.p;
   const int64_t K = p.shape.K, V = p.shape.V;
@@ -234,14 +247,14 @@ HWY_INLINE void wy_apply(const Ctx& x, const ChunkPos& c, int64_t hv, const floa
   gather(p.v, off4(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, V, bx, V);
   for (int64_t i = 0; i < L; ++i)
     for (int64_t d = 0; d < V; ++d) bx[i * V + d] *= beta[i];
-  x.mm(false, false, L, V, L, 1.f, A, L, bx, V, 0.f, out, V);
+  x.mm(false, false, L, V, L, 1.f, A, lda, bx, V, 0.f, out, V);
   scatter(p.u, off4(p.u, c.b, c.s, hv), p.u.st[1], p.u.st[3], L, V, out, V);
   // w
   for (int64_t i = 0; i < L; ++i) {
     const float f = beta[i] * std::exp(gam[i]);
     for (int64_t d = 0; d < K; ++d) bx[i * K + d] = f * Kc[i * K + d];
   }
-  x.mm(false, false, L, K, L, 1.f, A, L, bx, K, 0.f, out, K);
+  x.mm(false, false, L, K, L, 1.f, A, lda, bx, K, 0.f, out, K);
   scatter(p.w, off4(p.w, c.b, c.s, hv), p.w.st[1], p.w.st[3], L, K, out, K);
 }
 
@@ -275,7 +288,7 @@ void Kkt(const Ctx& x) {
       load_gate(p.g, c, hv, L, gam, 0.f);
       load_gate(p.beta, c, hv, L, beta, 1.f);
       gate_kkt(P, gam, beta, L, M);
-      store_chunk_mat(p.Akk, c, hv, BT, M, L, row);
+      store_chunk_mat(p.Akk, c, hv, BT, M, L, L, row);
     }
   });
 }
@@ -287,9 +300,9 @@ void SolveTril(const Ctx& x) {
     const int64_t L = c.e - c.s;
     float* M = s.get(0, L * L);
     gather(p.Akk, off4(p.Akk, c.b, c.s, hv), p.Akk.st[1], p.Akk.st[3], L, L, M, L);
-    float* X = s.get(1, L * L);
-    invert_unit_lower(M, X, L, L);
-    store_chunk_mat(p.A, c, hv, BT, X, L, s.get(2, BT));
+    float* X = s.get(1, L * padded(L));
+    invert_unit_lower(M, X, L);
+    store_chunk_mat(p.A, c, hv, BT, X, L, padded(L), s.get(2, BT));
   });
 }
 
@@ -308,7 +321,7 @@ void RecomputeWU(const Ctx& x) {
     float* beta = s.get(3, L);
     load_gate(p.g, c, hv, L, gam, 0.f);
     load_gate(p.beta, c, hv, L, beta, 1.f);
-    wy_apply(x, c, hv, A, L, Kc, gam, beta, s);
+    wy_apply(x, c, hv, A, L, L, Kc, gam, beta, s);
   });
 }
 
@@ -324,15 +337,15 @@ void PrepareWY(const Ctx& x) {
     float* gam = s.get(2, L);
     float* beta = s.get(3, L);
     float* M = s.get(4, L * L);
-    float* A = s.get(5, L * L);
+    float* A = s.get(5, L * padded(L));
     float* row = s.get(8, BT);
     for (int64_t hv = h * G; hv < (h + 1) * G; ++hv) {
       load_gate(p.g, c, hv, L, gam, 0.f);
       load_gate(p.beta, c, hv, L, beta, 1.f);
       gate_kkt(P, gam, beta, L, M);
-      invert_unit_lower(M, A, L, L);
-      store_chunk_mat(p.A, c, hv, BT, A, L, row);
-      wy_apply(x, c, hv, A, L, Kc, gam, beta, s);
+      invert_unit_lower(M, A, L);
+      store_chunk_mat(p.A, c, hv, BT, A, L, padded(L), row);
+      wy_apply(x, c, hv, A, padded(L), L, Kc, gam, beta, s);
     }
   });
 }
