@@ -123,6 +123,11 @@ def _wy(k, v, g, beta, cu_seqlens, chunk_size, A_dtype):
 # ---- chunk_gated_delta_rule_fwd_h ----
 
 
+def _state_dtype(k):
+    # States are float32 (float64 only for float64 inputs on the CPU, e.g. gradcheck).
+    return torch.float64 if k.dtype == torch.float64 else torch.float32
+
+
 def _h_shapes(k, u, num_chunks, n_seqs):
     B, T, K = k.shape[0], k.shape[1], k.shape[3]
     HV, V = u.shape[2], u.shape[3]
@@ -133,7 +138,7 @@ def _fwd_h_fake(k, w, u, g, initial_state, cu_seqlens, chunk_size, num_chunks, o
     n = k.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
     hs, ss = _h_shapes(k, u, num_chunks, n)
     return (k.new_empty(hs), u.new_empty(u.shape),
-            k.new_empty(ss if output_final_state else (0,), dtype=torch.float32))
+            k.new_empty(ss if output_final_state else (0,), dtype=_state_dtype(k)))
 
 
 @define("chunk_gated_delta_rule_fwd_h",
@@ -145,7 +150,7 @@ def _fwd_h(k, w, u, g, initial_state, cu_seqlens, chunk_size, num_chunks, output
     hs, ss = _h_shapes(k, u, num_chunks, n)
     h = empty(hs, k.dtype, k)
     v_new = empty(u.shape, u.dtype, k)
-    ht = empty(ss if output_final_state else (0,), torch.float32, k)
+    ht = empty(ss if output_final_state else (0,), _state_dtype(k), k)
     launch(OP.chunk_gated_delta_rule_fwd_h,
            (k, w, u, g, initial_state, cu_seqlens, h, v_new, ht if output_final_state else None), (chunk_size,))
     return h, v_new, ht

@@ -128,7 +128,7 @@ def test_forward_pipeline_matches_recurrence(device, dtype, shape):
         T = cu[-1]
     cu_t = _cu(cu, device)
     x = make_inputs(B, T, H, HV, K, V, device, dtype, cu_t, BT, seed=1)
-    scale = K ** -0.5
+    scale = float(torch.tensor(K ** -0.5, dtype=torch.float32))  # the C API takes a float32 scale
     w, u, A = api.prepare_wy_repr_fwd(x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu_t, chunk_size=BT)
     h, v_new, ht = api.chunk_gated_delta_rule_fwd_h(x["k"], w, u, g=x["g"], initial_state=x["h0"],
                                                     output_final_state=True, chunk_size=BT, cu_seqlens=cu_t)
