@@ -1,0 +1,58 @@
+// Kernel entry points of the GDN forward chunk operators (ops_gdn_kda.md §4.3-§4.8), for the operators'
+// plans and for composite ops (chunk_gated_delta_rule) that call them directly, without descriptors.
+// All take a GdnFwdParams (gdn_common.h) with shape, chunks and the tensors below filled; tensors may have
+// any float dtype (f64 on the CPU only) and any element strides; all math is f32 (f64 in the references).
+//
+//   op                     reads                       writes
+//   chunk_scaled_dot_kkt   k, beta, g (optional)       Akk  [B,T,HV,BT]  strictly lower, 0 elsewhere in the chunk
+//   solve_tril             Akk                         A    [B,T,HV,BT]  (I + StrictLower(Akk))^-1, 0 above the diagonal
+//   recompute_w_u_fwd      k, v, beta, A, g (opt.)     w [B,T,HV,K], u [B,T,HV,V]
+//   prepare_wy_repr_fwd    k, v, beta, g (opt.)        w, u, A  (kkt + solve + recompute fused per chunk)
+//   chunk_gated_delta_rule_fwd_h  k, w, u, g (opt.), h0 (opt.)  h [B,NT,HV,K,V], v_new (opt.), ht (opt.) [N,HV,K,V]
+//   chunk_fwd_o            q, k, v (= v_new), h, g (opt.)  o [B,T,HV,V]
+//
+// Columns j >= L of rows in a partial chunk (L < BT valid rows) and columns above the diagonal are written as
+// 0 in Akk / A; rows past a sequence end are never written (they belong to the next chunk or do not exist).
+//
+// Variable length: params.chunks.cu and params.chunks.offsets must be set (offsets in the memory space of the
+// kernel: fill_chunk_offsets on the host, gdn_chunk_offsets_cuda on the device, using gdn_fwd_workspace()
+// bytes of workspace for them). The CPU functions expect valid cu_seqlens values (check them first with
+// check_cu_seqlens_host); the CUDA ones clamp and never go out of bounds.
+#pragma once
+
+#include <cstddef>
+
+#include "ops/linear_attn/gdn_common/gdn_common.h"
+
+namespace strata::linear_attn::gdn {
+
+enum class FwdOp : int {
+  kKkt = 0,
+  kSolveTril,
+  kRecomputeWU,
+  kPrepareWY,
+  kFwdH,
+  kFwdO,
+  kCount
+};
+const char* fwd_op_name(FwdOp op);  // "chunk_scaled_dot_kkt", ...
+
+// float64 references: plain loops written from the spec formulas (Appendix A), any dtypes and strides.
+// Templated on the accumulation type so that tests can also run the same loops in f32 (the "naive"
+// same-precision computation of the acceptance rule): Real = double (reference) or float (naive).
+template <class Real>
+void fwd_reference(FwdOp op, const GdnFwdParams& p);
+
+// CPU kernels for one Highway target (tile::cpu_isas()); nullptr if that target is not compiled.
+using GdnFwdCpuFn = void (*)(FwdOp, const GdnFwdParams&);
+GdnFwdCpuFn fwd_cpu_for(int64_t hwy_target);
+// The best compiled CPU kernel for this machine.
+void fwd_cpu(FwdOp op, const GdnFwdParams& p);
+
+#if STRATA_WITH_CUDA
+// CUDA sm_90 kernels. `params.chunks.offsets` must already be on the device for varlen (see above).
+// Returns a strata_status (launch checked). Stream-ordered; no host sync.
+int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream);
+#endif
+
+}  // namespace strata::linear_attn::gdn
