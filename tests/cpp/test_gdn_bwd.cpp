@@ -616,7 +616,7 @@ TEST(GdnBwdCpp, WrappersRun) {
   HostTensor w = rnd(STRATA_DTYPE_F32, {1, T, 2, 8}, 4, 0.1);
   const GdnBwdDhuResult r = chunk_gated_delta_rule_bwd_dhu(tq, tq, Tensor::view(w.storage.data(), w.desc), tdo, dv,
                                                            &tg, nullptr, true, 0.5f, 16, &tcu);
-  EXPECT_EQ(r.dh.size(1), 3);  // ceil(17 / 16) + ceil(23 / 16)
+  EXPECT_EQ(r.dh.size(1), 4);  // ceil(17 / 16) + ceil(23 / 16)
   EXPECT_EQ(r.dh0.size(0), 2);
 }
 

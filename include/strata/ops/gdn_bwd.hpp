@@ -4,7 +4,10 @@
 // tensors are pointers (nullptr = absent); outputs are allocated on q's (k's) device in the dtype noted.
 #pragma once
 
+#include <cstdint>
 #include <vector>
+
+#include "strata/strata.hpp"  // Tensor, Plan, check (a no-op when strata.hpp includes this file)
 
 namespace strata {
 
