@@ -9,6 +9,9 @@
 //  * validation rules (status, message, outputs untouched);
 //  * the C++ wrappers.
 #include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <ctime>
 
 #include <cmath>
 #include <cstring>
@@ -618,6 +621,105 @@ TEST(GdnBwdCpp, WrappersRun) {
                                                            &tg, nullptr, true, 0.5f, 16, &tcu);
   EXPECT_EQ(r.dh.size(1), 4);  // ceil(17 / 16) + ceil(23 / 16)
   EXPECT_EQ(r.dh0.size(0), 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// CPU throughput at T = 4096, H = 4, HV = 8, K = V = 128, f32, one thread, measured in thread CPU time (the
+// development VM is shared, so wall time mostly measures the neighbours) against an AVX-512 FMA probe timed the
+// same way. Disabled by default (a measurement, not a check): run with --gtest_also_run_disabled_tests
+// --gtest_filter='*GdnBwdPerf*'.
+double thread_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+__attribute__((target("avx512f"))) double fma_probe_gflops() {
+  // 12 independent 16-lane FMA chains: enough to fill both FMA ports at 4-cycle latency.
+  const long iters = 20000000;
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + static_cast<float>(i) * 1e-3f);
+  const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  const double t0 = thread_seconds();
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
+  const double t = thread_seconds() - t0;
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return 2.0 * 16 * 12 * static_cast<double>(iters) / t / 1e9;
+}
+
+TEST(GdnBwdPerf, DISABLED_CpuThroughput) {
+  const int32_t before = strata_get_num_threads();
+  ASSERT_EQ(strata_set_num_threads(1), STRATA_SUCCESS);
+  const int64_t B = 1, T = 4096, H = 4, HV = 8, K = 128, V = 128, BT = 64, NT = T / BT;
+  const int32_t f = STRATA_DTYPE_F32;
+  HostTensor q = rnd(f, {B, T, H, K}, 1, 0.1), k = rnd(f, {B, T, H, K}, 2, 0.1), v = rnd(f, {B, T, HV, V}, 3);
+  HostTensor w = rnd(f, {B, T, HV, K}, 4, 0.01), dO = rnd(f, {B, T, HV, V}, 5), g = gates({B, T, HV}, 64, 6);
+  HostTensor h = rnd(f, {B, NT, HV, K, V}, 7), beta = rnd(f, {B, T, HV}, 9, 0.3), A = rnd(f, {B, T, HV, BT}, 10, 0.1);
+  HostTensor dv = zeros({B, T, HV, V}, f), dh = zeros({B, NT, HV, K, V}, f), dv2 = zeros({B, T, HV, V}, f);
+  HostTensor dq = zeros({B, T, H, K}, f), dk = zeros({B, T, H, K}, f), dw = zeros({B, T, HV, K}, f);
+  HostTensor dg = zeros({B, T, HV}, f), dvw = zeros({B, T, HV, V}, f), db = zeros({B, T, HV}, f);
+  const double L = BT, chunks = static_cast<double>(T) / L;
+  struct Op {
+    const char* name;
+    double flops;
+    std::function<void()> run;
+  };
+  std::vector<Op> ops = {
+      {"chunk_bwd_dv_local", chunks * HV * (2 * L * L * K + 2 * L * L * V),
+       [&] {
+         strata_plan p = nullptr;
+         ASSERT_EQ(strata_chunk_bwd_dv_local_plan(&q.desc, &k.desc, &dO.desc, &g.desc, nullptr, &dv.desc, 0.1f, 64, &p), 0);
+         ASSERT_EQ(run(p, {&q, &k, &dO, &g, nullptr, &dv}), 0);
+       }},
+      {"chunk_gated_delta_rule_bwd_dhu", chunks * HV * 6 * L * K * V,
+       [&] {
+         strata_plan p = nullptr;
+         ASSERT_EQ(strata_chunk_gated_delta_rule_bwd_dhu_plan(&q.desc, &k.desc, &w.desc, &dO.desc, &dv.desc, &g.desc,
+                                                              nullptr, nullptr, &dh.desc, nullptr, &dv2.desc, 0.1f, 64, &p),
+                   0);
+         ASSERT_EQ(run(p, {&q, &k, &w, &dO, &dv, &g, nullptr, nullptr, &dh, nullptr, &dv2}), 0);
+       }},
+      {"chunk_bwd_dqkwg", chunks * HV * (2 * L * L * V + 6 * L * K * V + 4 * L * L * K),
+       [&] {
+         strata_plan p = nullptr;
+         ASSERT_EQ(strata_chunk_bwd_dqkwg_plan(&q.desc, &k.desc, &v.desc, &dO.desc, &h.desc, &h.desc, &dv2.desc, &g.desc,
+                                               nullptr, &dq.desc, &dk.desc, &dw.desc, &dg.desc, 0.1f, 64, &p),
+                   0);
+         ASSERT_EQ(run(p, {&q, &k, &v, &dO, &h, &h, &dv2, &g, nullptr, &dq, &dk, &dw, &dg}), 0);
+       }},
+      {"prepare_wy_repr_bwd",
+       chunks * (HV * (4 * L * L * (K + V) + 4 * L * L * L + 4 * L * L * K) + H * 2 * L * L * K),
+       [&] {
+         strata_plan p = nullptr;
+         ASSERT_EQ(strata_prepare_wy_repr_bwd_plan(&k.desc, &v.desc, &beta.desc, &A.desc, &dw.desc, &dv2.desc, &g.desc,
+                                                   nullptr, &dk.desc, &dvw.desc, &db.desc, &dg.desc, &p),
+                   0);
+         ASSERT_EQ(run(p, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk, &dvw, &db, &dg}), 0);
+       }},
+  };
+  const double peak = fma_probe_gflops();
+  std::printf("fp32 FMA probe (1 thread, thread CPU time): %.1f GFLOP/s\n", peak);
+  double total_flops = 0, total_s = 0;
+  for (const Op& op : ops) {
+    op.run();  // warm-up (plan cache, buffers)
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      const double t0 = thread_seconds();
+      op.run();
+      best = std::min(best, thread_seconds() - t0);
+    }
+    total_flops += op.flops, total_s += best;
+    std::printf("%-32s %8.2f ms CPU  %6.1f GFLOP/s  %5.1f %% of the probe\n", op.name, best * 1e3,
+                op.flops / best / 1e9, 100.0 * op.flops / best / 1e9 / peak);
+  }
+  std::printf("%-32s %8.2f ms CPU  %6.1f GFLOP/s  %5.1f %% of the probe\n", "all four", total_s * 1e3,
+              total_flops / total_s / 1e9, 100.0 * total_flops / total_s / 1e9 / peak);
+  std::printf("fp32 FMA probe again: %.1f GFLOP/s\n", fma_probe_gflops());
+  strata_set_num_threads(before);
 }
 
 }  // namespace

@@ -242,8 +242,10 @@ def test_optional_outputs_are_none():
     assert dw is None and dg is None and dq.shape == q.shape
     dh, dh0, dv2 = api.chunk_gated_delta_rule_bwd_dhu(q, k, torch.randn(1, 20, 1, 4), do, do, chunk_size=16)
     assert dh0 is None and dh.shape == (1, 2, 1, 4, 4)
-    dk, dv, db, dg = api.prepare_wy_repr_bwd(k, v, beta, torch.eye(16).repeat(1, 2, 1, 1)[:, :20, None, :],
-                                             torch.randn(1, 20, 1, 4), v)
+    A = torch.zeros(1, 20, 1, 16)
+    for t in range(20):
+        A[0, t, 0, t % 16] = 1.0  # identity blocks: chunks [0, 16) and [16, 20)
+    dk, dv, db, dg = api.prepare_wy_repr_bwd(k, v, beta, A, torch.randn(1, 20, 1, 4), v)
     assert dg is None and db.shape == beta.shape
 
 

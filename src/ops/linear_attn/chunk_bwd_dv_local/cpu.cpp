@@ -26,21 +26,23 @@ void DvLocal(const DvLocalParams& p) {
   const int64_t K = d.K, V = d.V, BT = d.BT, items = static_cast<int64_t>(chunks.size()) * d.H;
   const gb::Gemm gemm;
   tile::parallel_blocks(items, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> q(BT * K), k(BT * K), P(BT * BT), Bm(BT * BT), dO(BT * V), dv(BT * V), gam(BT);
+    gb::Arena ar(gb::ArenaSize({BT * K, BT * K, BT * BT, BT * BT, BT * V, BT * V, BT}));
+    float *qb = ar.take(BT * K), *kb = ar.take(BT * K), *P = ar.take(BT * BT), *Bm = ar.take(BT * BT);
+    float *dOb = ar.take(BT * V), *dv = ar.take(BT * V), *gam = ar.take(BT);
     for (int64_t it = i0; it < i1; ++it) {
       const Chunk& c = chunks[it / d.H];
       const int64_t h = it % d.H, L = c.t1 - c.t0;
-      gb::LoadTok(p.q, c.b, c.t0, h, L, K, q.data(), K);
-      gb::LoadTok(p.k, c.b, c.t0, h, L, K, k.data(), K);
-      gemm(false, true, L, L, K, 1.f, k.data(), K, q.data(), K, 0.f, P.data(), L);  // P[j][i] = k_j . q_i
+      int64_t ldq, ldk, ldo;
+      const float* q = gb::TokF32(p.q, c.b, c.t0, h, L, K, qb, ldq);
+      const float* k = gb::TokF32(p.k, c.b, c.t0, h, L, K, kb, ldk);
+      gemm(false, true, L, L, K, 1.f, k, ldk, q, ldq, 0.f, P, L);  // P[j][i] = k_j . q_i
       for (int64_t hv = h * d.G; hv < (h + 1) * d.G; ++hv) {
-        gb::LoadScalars(p.g, c.b, c.t0, hv, L, gam.data());
-        for (int64_t j = 0; j < L; ++j)
-          for (int64_t i = 0; i < L; ++i)
-            Bm[j * L + i] = i >= j ? p.scale * P[j * L + i] * std::exp(gam[i] - gam[j]) : 0.f;
-        gb::LoadTok(p.dout, c.b, c.t0, hv, L, V, dO.data(), V);
-        gemm(false, false, L, V, L, 1.f, Bm.data(), L, dO.data(), V, 0.f, dv.data(), V);
-        gb::StoreTok(p.dv, c.b, c.t0, hv, L, V, dv.data(), V);
+        gb::LoadScalars(p.g, c.b, c.t0, hv, L, gam);
+        gb::GateMatrix<gb::Gate::kUpper>(gam, L, Bm, L);  // exp(γ_i - γ_j), i >= j
+        for (int64_t e = 0; e < L * L; ++e) Bm[e] *= p.scale * P[e];
+        const float* dO = gb::TokF32(p.dout, c.b, c.t0, hv, L, V, dOb, ldo);
+        gemm(false, false, L, V, L, 1.f, Bm, L, dO, ldo, 0.f, dv, V);
+        gb::StoreTok(p.dv, c.b, c.t0, hv, L, V, dv, V);
       }
     }
   });

@@ -29,53 +29,60 @@ void WyBwd(const WyBwdParams& p) {
   const gb::Gemm gemm;
   tile::parallel_blocks(items, 1, [&](int64_t i0, int64_t i1) {
     // lhs = [dW | dU] (L x (K + V)); rhs = [diag(βE) K | diag(β) V]; X = A^T dW, Y = A^T dU share one GEMM.
-    std::vector<float> k(BT * K), kb(BT * K), kk(BT * BT), A(BT * BT), lhs(BT * KV), rhs(BT * KV), xy(BT * KV);
-    std::vector<float> dk(BT * K), dks(BT * K), dpk(BT * K), dA(BT * BT), tmp(BT * BT), dM(BT * BT), vv(BT * V);
-    std::vector<float> gam(BT), beta(BT), E(BT), db(BT), dg(BT);
+    gb::Arena ar(gb::ArenaSize({BT * K, BT * K, BT * BT, BT * BT, BT * KV, BT * KV, BT * KV, BT * K, BT * K, BT * K,
+                                BT * BT, BT * BT, BT * BT, BT * BT, BT * V, BT, BT, BT, BT, BT}));
+    float *kbuf = ar.take(BT * K), *kb = ar.take(BT * K), *kk = ar.take(BT * BT), *Ab = ar.take(BT * BT);
+    float *lhs = ar.take(BT * KV), *rhs = ar.take(BT * KV), *xy = ar.take(BT * KV);
+    float *dk = ar.take(BT * K), *dks = ar.take(BT * K), *dpk = ar.take(BT * K);
+    float *dA = ar.take(BT * BT), *tmp = ar.take(BT * BT), *dM = ar.take(BT * BT), *gate = ar.take(BT * BT);
+    float *vvb = ar.take(BT * V), *gam = ar.take(BT), *beta = ar.take(BT), *E = ar.take(BT), *db = ar.take(BT);
+    float* dg = ar.take(BT);
     for (int64_t it = i0; it < i1; ++it) {
       const Chunk& c = chunks[it / d.H];
       const int64_t h = it % d.H, L = c.t1 - c.t0;
-      gb::LoadTok(p.k, c.b, c.t0, h, L, K, k.data(), K);
-      gemm(false, true, L, L, K, 1.f, k.data(), K, k.data(), K, 0.f, kk.data(), L);
+      int64_t ldk, lda, ldv;
+      const float* k = gb::TokF32(p.k, c.b, c.t0, h, L, K, kbuf, ldk);
+      gemm(false, true, L, L, K, 1.f, k, ldk, k, ldk, 0.f, kk, L);
       for (int64_t hv = h * d.G; hv < (h + 1) * d.G; ++hv) {
-        gb::LoadScalars(p.g, c.b, c.t0, hv, L, gam.data());
-        gb::LoadScalars(p.beta, c.b, c.t0, hv, L, beta.data());
+        gb::LoadScalars(p.g, c.b, c.t0, hv, L, gam);
+        gb::LoadScalars(p.beta, c.b, c.t0, hv, L, beta);
         for (int64_t i = 0; i < L; ++i) E[i] = std::exp(gam[i]);
-        gb::LoadTok(p.A, c.b, c.t0, hv, L, L, A.data(), L);
-        gb::LoadTok(p.dw, c.b, c.t0, hv, L, K, lhs.data(), KV);
-        gb::LoadTok(p.du, c.b, c.t0, hv, L, V, lhs.data() + K, KV);
-        gb::LoadTok(p.v, c.b, c.t0, hv, L, V, vv.data(), V);
+        const float* A = gb::TokF32(p.A, c.b, c.t0, hv, L, L, Ab, lda);
+        gb::LoadTok(p.dw, c.b, c.t0, hv, L, K, lhs, KV);
+        gb::LoadTok(p.du, c.b, c.t0, hv, L, V, lhs + K, KV);
+        const float* vv = gb::TokF32(p.v, c.b, c.t0, hv, L, V, vvb, ldv);
         for (int64_t i = 0; i < L; ++i) {
           const float fk = beta[i] * E[i];
-          for (int64_t x = 0; x < K; ++x) rhs[i * KV + x] = fk * k[i * K + x];
-          for (int64_t e = 0; e < V; ++e) rhs[i * KV + K + e] = beta[i] * vv[i * V + e];
+          for (int64_t x = 0; x < K; ++x) rhs[i * KV + x] = fk * k[i * ldk + x];
+          for (int64_t e = 0; e < V; ++e) rhs[i * KV + K + e] = beta[i] * vv[i * ldv + e];
         }
         // [X | Y] = A^T [dW | dU]
-        gemm(true, false, L, KV, L, 1.f, A.data(), L, lhs.data(), KV, 0.f, xy.data(), KV);
+        gemm(true, false, L, KV, L, 1.f, A, lda, lhs, KV, 0.f, xy, KV);
         for (int64_t i = 0; i < L; ++i) {
-          const float* x = xy.data() + i * KV;
-          const float xk = gb::RowDot(x, k.data() + i * K, K);
-          const float yv = gb::RowDot(x + K, vv.data() + i * V, V);
+          const float* x = xy + i * KV;
+          const float xk = gb::RowDot(x, k + i * ldk, K);
+          const float yv = gb::RowDot(x + K, vv + i * ldv, V);
           db[i] = E[i] * xk + yv;
           dg[i] = beta[i] * E[i] * xk;
           for (int64_t xi = 0; xi < K; ++xi) dk[i * K + xi] = beta[i] * E[i] * x[xi];
           for (int64_t e = 0; e < V; ++e) xy[i * KV + K + e] *= beta[i];  // dv = diag(β) Y
         }
-        gb::StoreTok(p.dv, c.b, c.t0, hv, L, V, xy.data() + K, KV);
+        gb::StoreTok(p.dv, c.b, c.t0, hv, L, V, xy + K, KV);
         // dA = StrictLower([dW | dU] [diag(βE) K | diag(β) V]^T)
-        gemm(false, true, L, L, KV, 1.f, lhs.data(), KV, rhs.data(), KV, 0.f, dA.data(), L);
+        gemm(false, true, L, L, KV, 1.f, lhs, KV, rhs, KV, 0.f, dA, L);
         for (int64_t i = 0; i < L; ++i)
           for (int64_t j = i; j < L; ++j) dA[i * L + j] = 0.f;
         // dM = -StrictLower((A^T dA) A^T)
-        gemm(true, false, L, L, L, 1.f, A.data(), L, dA.data(), L, 0.f, tmp.data(), L);
-        gemm(false, true, L, L, L, -1.f, tmp.data(), L, A.data(), L, 0.f, dM.data(), L);
+        gemm(true, false, L, L, L, 1.f, A, lda, dA, L, 0.f, tmp, L);
+        gemm(false, true, L, L, L, -1.f, tmp, L, A, lda, 0.f, dM, L);
         // dP = dM ⊙ Γ (stored in dA), gate and beta terms; kb = diag(β) K
+        gb::GateMatrix<gb::Gate::kStrictLower>(gam, L, gate, L);
         for (int64_t i = 0; i < L; ++i) {
           float dbi = 0.f, rs = 0.f;
           for (int64_t j = 0; j < L; ++j) {
             float dp = 0.f;
             if (j < i) {
-              const float gij = std::exp(gam[i] - gam[j]);
+              const float gij = gate[i * L + j];
               dp = dM[i * L + j] * gij;
               const float dmm = dM[i * L + j] * beta[i] * kk[i * L + j] * gij;  // dM_ij M_ij
               rs += dmm;
@@ -86,19 +93,19 @@ void WyBwd(const WyBwdParams& p) {
           }
           dg[i] += rs;
           db[i] += dbi;
-          for (int64_t x = 0; x < K; ++x) kb[i * K + x] = beta[i] * k[i * K + x];
+          for (int64_t x = 0; x < K; ++x) kb[i * K + x] = beta[i] * k[i * ldk + x];
         }
         // dk += diag(β) dP K + dP^T diag(β) K
-        gemm(false, false, L, K, L, 1.f, dA.data(), L, k.data(), K, 0.f, dpk.data(), K);
+        gemm(false, false, L, K, L, 1.f, dA, L, k, ldk, 0.f, dpk, K);
         for (int64_t i = 0; i < L; ++i)
           for (int64_t x = 0; x < K; ++x) dk[i * K + x] += beta[i] * dpk[i * K + x];
-        gemm(true, false, L, K, L, 1.f, dA.data(), L, kb.data(), K, 1.f, dk.data(), K);
-        gb::StoreScalars(p.dbeta, c.b, c.t0, hv, L, db.data());
-        if (p.dg.present()) gb::StoreScalars(p.dg, c.b, c.t0, hv, L, dg.data());
+        gemm(true, false, L, K, L, 1.f, dA, L, kb, K, 1.f, dk, K);
+        gb::StoreScalars(p.dbeta, c.b, c.t0, hv, L, db);
+        if (p.dg.present()) gb::StoreScalars(p.dg, c.b, c.t0, hv, L, dg);
         const bool first = hv == h * d.G;
         for (int64_t e = 0; e < L * K; ++e) dks[e] = first ? dk[e] : dks[e] + dk[e];
       }
-      gb::StoreTok(p.dk, c.b, c.t0, h, L, K, dks.data(), K);
+      gb::StoreTok(p.dk, c.b, c.t0, h, L, K, dks, K);
     }
   });
 }
