@@ -70,7 +70,16 @@ HWY_INLINE void Panels(const GemmF32Args& g, const float* B, int64_t ldb, int64_
   for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
     int64_t i0 = 0;
     for (; i0 + kMR <= g.M; i0 += kMR) Tile<kMR, kTransA>(g, B, ldb, i0, j0);
-    for (; i0 < g.M; ++i0) Tile<1, kTransA>(g, B, ldb, i0, j0);
+    // The last M % MR rows as one tile (e.g. rows 60..63 of a 64-row chunk: one 4-row tile keeps 16
+    // accumulators in flight instead of four latency-bound 1-row passes). Same per-element k order: same bits.
+    switch (g.M - i0) {
+      case 5: Tile<5, kTransA>(g, B, ldb, i0, j0); break;
+      case 4: Tile<4, kTransA>(g, B, ldb, i0, j0); break;
+      case 3: Tile<3, kTransA>(g, B, ldb, i0, j0); break;
+      case 2: Tile<2, kTransA>(g, B, ldb, i0, j0); break;
+      case 1: Tile<1, kTransA>(g, B, ldb, i0, j0); break;
+      default: break;
+    }
   }
 }
 

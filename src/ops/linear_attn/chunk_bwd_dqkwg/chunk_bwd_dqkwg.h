@@ -1,0 +1,41 @@
+// chunk_bwd_dqkwg (ops_gdn_kda.md §4.11; README.md beside this file): per-chunk gradients of q, k, w and the
+// gate (everything but the WY-internal part).
+//
+//   q, k [B, T, H, K]; v = v_new, do [B, T, HV, V]; h, dh [B, NT, HV, K, V]; dv = dv2 [B, T, HV, V] or absent;
+//   g = γ [B, T, HV] or absent;  outputs dq, dk [B, T, H, K] (summed over the G value heads of each q/k head in
+//   increasing hv order), dw [B, T, HV, K] (needs dv), dg [B, T, HV] f32 (needs g; chunk-local dγ, not yet
+//   reverse-cumsummed).  Per chunk, value head hv, S = h[c], dS = dh[c], E = exp(γ):
+//     Ds     = scale Lower((dO Vn^T) ⊙ Γ)                         (diagonal included)
+//     dQ     = scale diag(E) dO S^T + Ds K
+//     dK_int = diag(exp(γ_last - γ)) Vn dS^T ;   dK = dK_int + Ds^T Q
+//     dW     = -dV S^T
+//     dγ_i   = q_i·dQ_i - k_i·dK_i ;  dγ_last += exp(γ_last) <S, dS> + Σ_i k_i·dK_int_i
+//   Without a gate Γ = 1, E = 1 and there is no dγ.
+//
+// Internal entry points: DqkwgParams and chunk_bwd_dqkwg_reference(p), chunk_bwd_dqkwg_cpu(hwy_target)(p),
+//   chunk_bwd_dqkwg_cuda(p, workspace, stream) (workspace: chunk_bwd_dqkwg_cuda_workspace(d)).
+#pragma once
+
+#include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
+
+namespace strata::linear_attn {
+
+struct DqkwgParams {
+  gdn_bwd::Dims d;                          // d.NT: chunk dimension of h and dh
+  gdn_bwd::View q, k, v, dout, h, dh, dv, g;  // dv, g optional
+  gdn_bwd::View dq, dk, dw, dg;             // outputs; dw (needs dv) and dg (needs g) optional
+  float scale = 1.f;
+};
+
+void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
+// The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
+void chunk_bwd_dqkwg_reference_naive(const DqkwgParams& p);
+using DqkwgCpuFn = void (*)(const DqkwgParams&);
+DqkwgCpuFn chunk_bwd_dqkwg_cpu(int64_t hwy_target);
+
+#if STRATA_WITH_CUDA
+size_t chunk_bwd_dqkwg_cuda_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream);
+#endif
+
+}  // namespace strata::linear_attn

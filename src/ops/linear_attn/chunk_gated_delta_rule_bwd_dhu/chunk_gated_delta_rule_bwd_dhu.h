@@ -1,0 +1,41 @@
+// chunk_gated_delta_rule_bwd_dhu (ops_gdn_kda.md §4.10; README.md beside this file): reverse-time propagation
+// of the state gradient, completing dL/dv_new.
+//
+//   q, k [B, T, H, K]; w [B, T, HV, K]; do, dv (= dv_local) [B, T, HV, V]; g = γ [B, T, HV] or absent;
+//   dht [N, HV, K, V] or absent (zero);  outputs dh [B, NT, HV, K, V], dh0 [N, HV, K, V] f32 or absent,
+//   dv2 [B, T, HV, V].  Per sequence n and value head hv, dS (K x V, f32) = dht[n, hv] or 0; for its chunks
+//   c = NT_n - 1 .. 0 (chunk [s, e), γ_last = γ at the last valid row):
+//     dh[c]  = dS                                   (gradient of the state at the END of chunk c)
+//     dVn    = dv_c + diag(exp(γ_last - γ)) K_c dS
+//     dS     = exp(γ_last) dS + scale (diag(exp γ) Q_c)^T dO_c - W_c^T dVn
+//     dv2_c  = dVn
+//   dh0[n, hv] = dS.
+//
+// Internal entry points: DhuParams (gdn_bwd_common.h views) and
+//   chunk_gated_delta_rule_bwd_dhu_reference(p), chunk_gated_delta_rule_bwd_dhu_cpu(hwy_target)(p),
+//   chunk_gated_delta_rule_bwd_dhu_cuda(p, workspace, stream) (workspace: ..._cuda_workspace(d)).
+#pragma once
+
+#include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
+
+namespace strata::linear_attn {
+
+struct DhuParams {
+  gdn_bwd::Dims d;                              // d.NT: chunk dimension of dh
+  gdn_bwd::View q, k, w, dout, dv, g, dht;      // g, dht optional
+  gdn_bwd::View dh, dh0, dv2;                   // outputs; dh0 optional
+  float scale = 1.f;
+};
+
+void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
+// The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
+void chunk_gated_delta_rule_bwd_dhu_reference_naive(const DhuParams& p);
+using DhuCpuFn = void (*)(const DhuParams&);
+DhuCpuFn chunk_gated_delta_rule_bwd_dhu_cpu(int64_t hwy_target);
+
+#if STRATA_WITH_CUDA
+size_t chunk_gated_delta_rule_bwd_dhu_cuda_workspace(const gdn_bwd::Dims& d);
+int chunk_gated_delta_rule_bwd_dhu_cuda(const DhuParams& p, void* workspace, void* stream);
+#endif
+
+}  // namespace strata::linear_attn

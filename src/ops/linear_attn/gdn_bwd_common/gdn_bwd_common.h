@@ -1,0 +1,125 @@
+// Shared pieces of the four Gated DeltaNet backward chunk operators (ops_gdn_kda.md §4.6 bwd, §4.9-§4.11):
+// the strided tensor view the kernels read, the problem dimensions, the host-side chunk/sequence
+// enumeration (CPU kernels and references), the run-time cu_seqlens / chunk-count checks, and the
+// validation helpers of the four plan functions.
+//
+// Layouts (fla's, §1.2): q, k [B, T, H, K]; v-like [B, T, HV, V]; w-like [B, T, HV, K]; gates, beta
+// [B, T, HV]; A [B, T, HV, BT]; chunk states h, dh [B, NT, HV, K, V]; h0, dht, dh0 [N, HV, K, V]. The last
+// dimension is contiguous; the outer dimensions may have any non-negative strides. GVA: value head hv reads
+// q/k head hv / G (G = HV / H, repeat_interleave order).
+//
+// Chunks (§1.3): chunks of BT tokens restart at every sequence start; fixed length: sequences are the batch
+// rows and chunk c of row b is h[b, c]; variable length (B = 1): sequence n's chunk c is
+// h[0, chunk_offsets[n] + c] with chunk_offsets the exclusive prefix sum of ceil(L_n / BT).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "strata/ops.h"
+
+namespace strata::linear_attn::gdn_bwd {
+
+// A tensor as the kernels see it: base pointer with the descriptor offset applied, dtype, and the element
+// strides of up to four outer dimensions (the last dimension has unit stride and is not listed).
+struct View {
+  void* p = nullptr;  // nullptr: the tensor is absent (optional inputs / outputs)
+  int32_t dtype = STRATA_DTYPE_F32;
+  int64_t s[4] = {0, 0, 0, 0};
+  STRATA_HD bool present() const { return p != nullptr; }
+  STRATA_HD int64_t off(int64_t a, int64_t b, int64_t c) const { return a * s[0] + b * s[1] + c * s[2]; }
+  STRATA_HD int64_t off(int64_t a, int64_t b, int64_t c, int64_t d) const {
+    return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+  }
+};
+
+// Problem dimensions shared by the four operators.
+struct Dims {
+  int64_t B = 0, T = 0, H = 0, HV = 0, G = 1, K = 0, V = 0;
+  int64_t N = 0;         // sequences: B (fixed length) or len(cu_seqlens) - 1
+  int64_t NT = 0;        // size of the chunk dimension of h / dh (0 when the op has no chunk-state tensor)
+  int32_t BT = 64;       // chunk size: 16, 32 or 64
+  const int64_t* cu = nullptr;  // cu_seqlens element 0, nullptr in fixed-length mode
+  int64_t cu_stride = 1;
+  STRATA_HD bool varlen() const { return cu != nullptr; }
+  STRATA_HD int64_t cu_at(int64_t i) const {  // clamped to [0, T]: kernels may assume nothing about values
+    const int64_t x = cu[i * cu_stride];
+    return x < 0 ? 0 : (x > T ? T : x);
+  }
+  STRATA_HD int64_t chunks_per_row() const { return (T + BT - 1) / BT; }
+};
+
+// One chunk [t0, t1) of batch row b; hc is its index along the chunk dimension of h / dh.
+struct Chunk {
+  int64_t b, t0, t1, hc, n;
+};
+// One sequence [bos, eos) of batch row b; its chunks are hc0, hc0 + 1, ... along h's chunk dimension.
+struct Seq {
+  int64_t b, bos, eos, hc0, n;
+};
+
+// Host enumeration (valid cu_seqlens assumed: checked by check_cu_values first), in sequence-then-chunk
+// order, which is also the order of the chunk dimension of h.
+std::vector<Seq> host_sequences(const Dims& d);
+std::vector<Chunk> host_chunks(const Dims& d);
+// Total chunks Σ ceil(L_n / BT) (B * ceil(T / BT) in fixed-length mode).
+int64_t host_total_chunks(const Dims& d);
+
+// Run-time checks of the CPU implementations (before anything is written): cu_seqlens[0] == 0,
+// non-decreasing, cu_seqlens[N] == T; and, when the op has a chunk-state tensor (d.NT > 0 or `nt_name`
+// given), that its chunk dimension equals the number of chunks. Set the last error naming `op`.
+strata_status check_cu_values(const char* op, const Dims& d);
+strata_status check_chunk_count(const char* op, const char* arg, const Dims& d);
+
+// Storage type visitor over the kernels' dtypes f32/bf16/f16 (f64 goes to the reference).
+template <class Fn>
+decltype(auto) visit_kernel_dtype(int32_t dtype, Fn&& fn) {
+  switch (dtype) {
+    case STRATA_DTYPE_BF16: return fn(bf16_t{});
+    case STRATA_DTYPE_F16: return fn(f16_t{});
+    default: return fn(float{});
+  }
+}
+
+}  // namespace strata::linear_attn::gdn_bwd
+
+namespace strata::linear_attn::gdn_bwd {
+
+// ---- plan-side helpers (host only) ----
+
+// One tensor argument of a plan function. `shape` is filled by the op once the dimensions are known.
+struct Arg {
+  const char* name;
+  const strata_tensor_desc* t;  // may be NULL when !required
+  bool required;
+  bool output;
+  std::initializer_list<int32_t> dtypes;
+  std::vector<int64_t> shape{};
+  std::string how{};  // "(B, T, HV, V)": how the expected shape is formed, for messages
+  bool unit_last = true;  // rank-3 gate tensors may have any last stride
+};
+
+// Phase 1 of ARCHITECTURE.md §3 over all arguments: null, then device (same as args[0]), then dtype (f64 only
+// on the CPU).
+strata_status check_args_null_device_dtype(const char* op, std::vector<Arg>& args);
+// Phase 2: shapes (each present argument against its `shape`), then strides.
+strata_status check_args_shape_stride(const char* op, std::vector<Arg>& args);
+// The View of a descriptor (pointer bound later by bind_view); `unit_last`: rank-4/5 feature tensors (strides
+// of all but the last dimension) or rank-3 gate tensors (all three strides).
+View view_template(const strata_tensor_desc* t);
+// Applies the descriptor offset to a run-time base pointer (nullptr stays nullptr).
+View bind_view(View tmpl, int64_t offset, void* base);
+
+// The float dtypes a backward tensor may have (f64 on the CPU only).
+inline constexpr std::initializer_list<int32_t> kFloatDtypes = {STRATA_DTYPE_F32, STRATA_DTYPE_BF16,
+                                                                STRATA_DTYPE_F16, STRATA_DTYPE_F64};
+inline constexpr std::initializer_list<int32_t> kGateDtypes = {STRATA_DTYPE_F32, STRATA_DTYPE_F64};
+
+// Shared attribute rules: chunk_size in {16, 32, 64}; scale finite; K <= 256 (the state kernels).
+strata_status check_chunk_size(const char* op, int32_t chunk_size);
+strata_status check_scale(const char* op, float scale);
+
+}  // namespace strata::linear_attn::gdn_bwd

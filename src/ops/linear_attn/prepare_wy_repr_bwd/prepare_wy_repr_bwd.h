@@ -1,0 +1,38 @@
+// prepare_wy_repr_bwd (ops_gdn_kda.md §4.6, the backward half of wy_fast; README.md beside this file).
+//
+//   k [B, T, H, K]; v [B, T, HV, V]; beta [B, T, HV]; A [B, T, HV, BT] (the inverse (I + M)^-1, row = token,
+//   column = position inside the token's chunk); dw [B, T, HV, K]; du [B, T, HV, V]; g = γ [B, T, HV] or absent.
+//   Outputs dk [B, T, H, K] (summed over the G value heads in increasing hv order), dv [B, T, HV, V],
+//   dbeta [B, T, HV], dg [B, T, HV] f32 (needs g: the chunk-local dγ contribution).  Per chunk, E = exp(γ),
+//   M = StrictLower(diag(β) K K^T ⊙ Γ), A the L x L block of the given A (entries with column < L):
+//     X = A^T dw ; Y = A^T du ; dv = diag(β) Y ; dk = diag(βE) X ; dβ = E ⊙ rowdot(X, K) + rowdot(Y, V)
+//     dγ = β ⊙ E ⊙ rowdot(X, K)
+//     dM = -StrictLower(A^T StrictLower(dw (diag(βE) K)^T + du (diag(β) V)^T) A^T) ;  dP = dM ⊙ Γ
+//     dk += diag(β) dP K + dP^T diag(β) K ;  dβ += rowdot(dP K, K) ;  dγ += rowsum(dM ⊙ M) - colsum(dM ⊙ M)
+//
+// Internal entry points: WyBwdParams and prepare_wy_repr_bwd_reference(p), prepare_wy_repr_bwd_cpu(hwy_target)(p),
+//   prepare_wy_repr_bwd_cuda(p, workspace, stream) (workspace: prepare_wy_repr_bwd_cuda_workspace(d)).
+#pragma once
+
+#include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
+
+namespace strata::linear_attn {
+
+struct WyBwdParams {
+  gdn_bwd::Dims d;
+  gdn_bwd::View k, v, beta, A, dw, du, g;  // g optional
+  gdn_bwd::View dk, dv, dbeta, dg;         // outputs; dg (needs g) optional
+};
+
+void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
+// The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
+void prepare_wy_repr_bwd_reference_naive(const WyBwdParams& p);
+using WyBwdCpuFn = void (*)(const WyBwdParams&);
+WyBwdCpuFn prepare_wy_repr_bwd_cpu(int64_t hwy_target);
+
+#if STRATA_WITH_CUDA
+size_t prepare_wy_repr_bwd_cuda_workspace(const gdn_bwd::Dims& d);
+int prepare_wy_repr_bwd_cuda(const WyBwdParams& p, void* workspace, void* stream);
+#endif
+
+}  // namespace strata::linear_attn
