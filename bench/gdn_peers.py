@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""chunk_gated_delta_rule: Strata against its peers, in one process, with the fp32 FMA peak measured in the
+same run (ARCHITECTURE.md §7).
+
+Peers:
+  * torch_chunked: a PyTorch eager implementation of the same chunked math (written here, in the style of
+    transformers' torch_chunk_gated_delta_rule: WY transform per 64-token chunk, the inverse by row
+    recursion, then a Python loop over chunks for the state); its backward is torch autograd through it.
+  * fla: fla.ops.gated_delta_rule.chunk_gated_delta_rule when importable (CUDA only; peers live in the
+    git-ignored /peers folder and are skipped gracefully when absent).
+Peak: the median rate of a large torch.mm (oneDNN/MKL sgemm on the CPU, cuBLAS on the GPU) in fp32.
+
+FLOPs are those of the chunked algorithm Strata runs, per 64-token chunk C and value head with K = V = D:
+forward 10 C^2 D + 6 C D^2; backward (with its re-computation of the forward states) 32 C^2 D + 18 C D^2
++ 4 C^3. The same counts are applied to every peer, so the rates compare times.
+
+    python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PEERS = os.path.join(os.path.dirname(HERE), "peers")
+if os.path.isdir(PEERS):
+    for entry in sorted(os.listdir(PEERS)):
+        path = os.path.join(PEERS, entry)
+        if os.path.isdir(path) and path not in sys.path:
+            sys.path.append(path)
+
+try:
+    import strata.api as sapi
+    STRATA = "ok"
+except ImportError as e:  # not built for this Python
+    sapi, STRATA = None, f"not importable ({e})"
+
+try:
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn  # type: ignore
+    FLA = "ok"
+except Exception as e:  # noqa: BLE001 - any import failure means the peer is absent
+    fla_gdn, FLA = None, f"not importable ({type(e).__name__})"
+
+
+def torch_chunked_gdn(q, k, v, g, beta, scale, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=False, chunk=64):
+    """Gated DeltaNet in PyTorch eager ops, chunked (ops_gdn_kda.md §2.4): fp32 math, [B, T, H, D] layout in,
+    o in q's dtype out. GVA by repeating q/k over the value heads."""
+    dtype = q.dtype
+    if use_qk_l2norm_in_kernel:
+        q = q.float() * torch.rsqrt(q.float().square().sum(-1, keepdim=True) + 1e-6)
+        k = k.float() * torch.rsqrt(k.float().square().sum(-1, keepdim=True) + 1e-6)
+    G = v.shape[2] // q.shape[2]
+    q, k = q.repeat_interleave(G, 2), k.repeat_interleave(G, 2)
+    # [B, HV, T, D] fp32
+    q, k, v = (x.transpose(1, 2).float() for x in (q, k, v))
+    g, beta = g.transpose(1, 2).float(), beta.transpose(1, 2).float()
+    B, HV, T, K = k.shape
+    V = v.shape[-1]
+    pad = (chunk - T % chunk) % chunk
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = F.pad(g, (0, pad)), F.pad(beta, (0, pad))
+    NT = (T + pad) // chunk
+    q, k, v = (x.reshape(B, HV, NT, chunk, x.shape[-1]) for x in (q, k, v))
+    g, beta = g.reshape(B, HV, NT, chunk), beta.reshape(B, HV, NT, chunk)
+    gam = g.cumsum(-1)
+    lower = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool, device=q.device))
+    strict = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool, device=q.device), -1)
+    diff = gam[..., :, None] - gam[..., None, :]
+    decay = torch.exp(diff.masked_fill(~lower, float("-inf")))  # mask before exp (§6.1)
+    kb = k * beta[..., None]
+    # A = (I + StrictLower(diag(beta) K K^T Gamma))^-1 by row recursion
+    m = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~strict, 0)
+    rows = [m[..., 0, :]]
+    for i in range(1, chunk):
+        rows.append(m[..., i, :] + (m[..., i, :i, None] * torch.stack(rows, -2)[..., :i, :]).sum(-2))
+    a = torch.stack(rows, -2) + torch.eye(chunk, device=q.device)
+    u = a @ (v * beta[..., None])
+    w = a @ (kb * torch.exp(gam)[..., None])
+    S = initial_state.float() if initial_state is not None else q.new_zeros(B, HV, K, V)
+    outs = []
+    for c in range(NT):
+        qc, kc, gc = q[:, :, c], k[:, :, c], gam[:, :, c]
+        intra = (qc @ kc.transpose(-1, -2) * decay[:, :, c]).masked_fill(~lower, 0)
+        vn = u[:, :, c] - w[:, :, c] @ S
+        outs.append((qc * torch.exp(gc)[..., None]) @ S + intra @ vn)
+        glast = gc[..., -1]
+        S = S * torch.exp(glast)[..., None, None] + (kc * torch.exp(glast[..., None] - gc)[..., None]).transpose(-1, -2) @ vn
+    o = torch.stack(outs, 2).reshape(B, HV, NT * chunk, V)[:, :, :T] * scale
+    return o.transpose(1, 2).to(dtype), (S if output_final_state else None)
+
+
+def flops(B, T, HV, D, bwd, C=64):
+    per = 10 * C * C * D + 6 * C * D * D
+    if bwd:
+        per = 32 * C * C * D + 18 * C * D * D + 4 * C ** 3
+    return per * B * HV * -(-T // C)
+
+
+def timeit(fn, device, iters, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def fp32_peak(device, n, iters):
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    t = timeit(lambda: torch.mm(a, b), device, iters)
+    return 2.0 * n ** 3 / t
+
+
+def make(B, T, H, HV, D, dtype, device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D, generator=gen).to(device, dtype)
+    k = torch.randn(B, T, H, D, generator=gen).to(device, dtype)
+    v = torch.randn(B, T, HV, D, generator=gen).to(device, dtype)
+    g = F.logsigmoid(torch.rand(B, T, HV, generator=gen)).to(device)
+    beta = torch.sigmoid(torch.randn(B, T, HV, generator=gen)).to(device, dtype)
+    return q, k, v, g, beta
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    dev = args.device
+    iters = 3 if args.quick else 7
+    if dev == "cpu":
+        shapes = [(1, 4096, 4, 8, 128, torch.float32)]
+        peak_n = 2048 if args.quick else 4096
+    else:
+        shapes = [(4, 8192, 16, 32, 128, torch.bfloat16), (1, 32768, 16, 32, 128, torch.bfloat16)]
+        peak_n = 8192
+    peak = fp32_peak(dev, peak_n, iters)
+    print(f"device {dev}, torch {torch.__version__}, threads {torch.get_num_threads()}; strata: {STRATA}; "
+          f"fla: {FLA}")
+    print(f"fp32 peak (torch.mm {peak_n}^3): {peak / 1e9:.1f} GFLOP/s")
+    rows = []
+    for (B, T, H, HV, D, dtype) in shapes:
+        q, k, v, g, beta = make(B, T, H, HV, D, dtype, dev)
+        scale = D ** -0.5
+        peers = {"torch_chunked": lambda *a, **kw: torch_chunked_gdn(*a, **kw)}
+        if sapi is not None:
+            peers["strata"] = lambda *a, **kw: sapi.chunk_gated_delta_rule(*a, **kw)
+        if fla_gdn is not None and dev == "cuda":
+            peers["fla"] = lambda *a, **kw: fla_gdn(*a, **kw)
+        for name, fn in peers.items():
+            for bwd in (False, True):
+                ins = [x.clone().requires_grad_(bwd) for x in (q, k, v, g, beta)]
+
+                def call():
+                    o, _ = fn(*ins, scale=scale, output_final_state=True, use_qk_l2norm_in_kernel=True)
+                    if bwd:
+                        o.float().sum().backward()
+                try:
+                    t = timeit(call, dev, iters if name != "torch_chunked" else max(2, iters // 2), warmup=1)
+                except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
+                    print(f"  {name} failed: {type(e).__name__}: {e}")
+                    continue
+                # fwd+bwd time minus the forward's gives the backward alone
+                fl = flops(B, T, HV, D, False) + (flops(B, T, HV, D, True) if bwd else 0)
+                row = dict(peer=name, shape=f"B={B} T={T} H={H} HV={HV} K=V={D} {str(dtype)[6:]}", dims=(B, T, HV, D),
+                           pass_="fwd+bwd" if bwd else "fwd", ms=t * 1e3, gflops=fl / t / 1e9,
+                           pct_peak=100 * fl / t / peak)
+                rows.append(row)
+                print(f"  {row['peer']:>14} {row['pass_']:>8} {row['shape']}: {row['ms']:9.2f} ms "
+                      f"{row['gflops']:8.1f} GFLOP/s  {row['pct_peak']:5.1f}% of peak")
+    # backward alone and the speed-up over the eager chunked version
+    by = {(r["peer"], r["shape"], r["pass_"]): r["ms"] for r in rows}
+    dims = {r["shape"]: r["dims"] for r in rows}
+    for (peer, shape, p), ms in list(by.items()):
+        if p == "fwd+bwd" and (peer, shape, "fwd") in by:
+            b = ms - by[(peer, shape, "fwd")]
+            fl = flops(*dims[shape], True)
+            print(f"  {peer:>14}      bwd {shape}: {b:9.2f} ms {fl / (b / 1e3) / 1e9:8.1f} GFLOP/s  "
+                  f"{100 * fl / (b / 1e3) / peak:5.1f}% of peak")
+    for shape in {r["shape"] for r in rows}:
+        for p in ("fwd", "fwd+bwd"):
+            if ("strata", shape, p) in by and ("torch_chunked", shape, p) in by:
+                print(f"  strata vs torch_chunked {p} {shape}: "
+                      f"{by[('torch_chunked', shape, p)] / by[('strata', shape, p)]:.1f}x faster")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(peak_gflops=peak / 1e9, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+// chunk_gated_delta_rule: definition, validation, implementation lists and the two plans (forward, backward)
+// of the full Gated DeltaNet operator (ops_gdn_kda.md §4.12; README.md beside this file).
+//   forward  tensors {q, k, v, g, beta, initial_state, cu_seqlens, o, final_state}
+//   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0}
+// The backward re-computes everything it needs from the forward's inputs (nothing is saved but the inputs).
+// Implementations, in dispatch order: cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
+// reference (float64 token recurrence and its exact reverse-mode derivative).
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "opbase/plan.h"
+#include "runtime/runtime_internal.h"
+#include "tile/cpu/isa.h"
+
+namespace strata::linear_attn {
+namespace {
+
+constexpr const char* kFwd = "chunk_gated_delta_rule_fwd";
+constexpr const char* kBwd = "chunk_gated_delta_rule_bwd";
+constexpr int kFwdTensors = 9, kBwdTensors = 15;
+
+struct GdnProblem {
+  GdnParams params;  // pointers bound at run time
+  bool bwd = false;
+  int64_t offsets[kBwdTensors] = {};
+  strata_device device{};
+};
+
+// Tensor slots of GdnParams in each op's tensor order (nullptr: cu_seqlens, bound separately).
+std::vector<GdnTensor GdnParams::*> slots_of(bool bwd) {
+  if (!bwd)
+    return {&GdnParams::q, &GdnParams::k, &GdnParams::v, &GdnParams::g, &GdnParams::beta, &GdnParams::h0, nullptr,
+            &GdnParams::o, &GdnParams::ht};
+  return {&GdnParams::q,   &GdnParams::k,  &GdnParams::v,  &GdnParams::g,  &GdnParams::beta,
+          &GdnParams::h0,  nullptr,        &GdnParams::do_, &GdnParams::dht, &GdnParams::dq,
+          &GdnParams::dk,  &GdnParams::dv, &GdnParams::dg, &GdnParams::dbeta, &GdnParams::dh0};
+}
+
+GdnParams bind(const GdnProblem& pr, const Launch& l) {
+  GdnParams p = pr.params;
+  const auto slots = slots_of(pr.bwd);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i]) {
+      p.cu_seqlens = pr.params.cu_seqlens ? static_cast<const int64_t*>(l.ptrs[i]) + pr.offsets[i] : nullptr;
+      continue;
+    }
+    GdnTensor& t = p.*slots[i];
+    if (!t.data) continue;  // absent (the plan marks present tensors with a non-null sentinel)
+    t.data = l.ptrs[i] ? static_cast<char*>(l.ptrs[i]) + pr.offsets[i] * static_cast<int64_t>(dtype_size(t.dtype))
+                       : nullptr;
+  }
+  return p;
+}
+
+bool any_f64(const GdnProblem& pr) {
+  for (auto s : slots_of(pr.bwd))
+    if (s && (pr.params.*s).data && (pr.params.*s).dtype == STRATA_DTYPE_F64) return true;
+  return false;
+}
+
+const ImplList<GdnProblem>& impls() {
+  static const ImplList<GdnProblem> list = [] {
+    ImplList<GdnProblem> l;
+    for (const tile::CpuIsa& isa : tile::cpu_isas()) {
+      if (!gdn_cpu_chunked_available(isa.hwy_target)) continue;  // GEMM not compiled for this target
+      const int64_t target = isa.hwy_target;
+      l.push_back({isa.impl,
+                   [isa](const GdnProblem& p) {
+                     std::string r = reject_unless_cpu(p.device);
+                     if (r.empty()) r = tile::reject_cpu_isa(isa);
+                     if (r.empty() && any_f64(p)) r = "computes in f32; f64 tensors go to the reference";
+                     return r;
+                   },
+                   [](const GdnProblem& p) {
+                     return p.bwd ? gdn_cpu_bwd_workspace(p.params) : gdn_cpu_fwd_workspace(p.params);
+                   },
+                   [target](const GdnProblem& pr, const Launch& launch) {
+                     const GdnParams p = bind(pr, launch);
+                     STRATA_RETURN_IF_ERROR(gdn_check_cu_seqlens(pr.bwd ? kBwd : kFwd, p));
+                     if (pr.bwd)
+                       gdn_cpu_chunked_bwd(p, target, launch.workspace);
+                     else
+                       gdn_cpu_chunked_fwd(p, target, launch.workspace);
+                     return STRATA_SUCCESS;
+                   }});
+    }
+    l.push_back({"reference", [](const GdnProblem& p) { return reject_unless_cpu(p.device); },
+                 [](const GdnProblem& p) { return p.bwd ? gdn_recurrent_bwd_workspace<double>(p.params) : size_t{0}; },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   const GdnParams p = bind(pr, launch);
+                   STRATA_RETURN_IF_ERROR(gdn_check_cu_seqlens(pr.bwd ? kBwd : kFwd, p));
+                   if (pr.bwd)
+                     gdn_recurrent_bwd<double>(p, launch.workspace);
+                   else
+                     gdn_recurrent_fwd<double>(p);
+                   return STRATA_SUCCESS;
+                 }});
+    return l;
+  }();
+  return list;
+}
+
+// ---- validation (null -> device -> dtype -> shape -> strides -> attributes, ARCHITECTURE.md §3) ----
+
+struct Arg {
+  const char* name;
+  const strata_tensor_desc* d;
+  bool required;
+  enum Kind { kToken, kState, kCu } kind;
+  bool output;
+};
+
+strata_status validate(const char* op, const std::vector<Arg>& args, float scale, int32_t l2norm) {
+  for (const Arg& a : args) {
+    if (a.required && !a.d) return fail(STRATA_ERROR_NULL_POINTER, "{}: {} must not be NULL", op, a.name);
+    if (a.d) STRATA_RETURN_IF_ERROR(check_desc(op, a.name, a.d));
+  }
+  const strata_tensor_desc& q = *args[0].d;
+  for (const Arg& a : args)
+    if (a.d) STRATA_RETURN_IF_ERROR(check_same_device(op, a.name, *a.d, q, "q"));
+  for (const Arg& a : args) {
+    if (!a.d) continue;
+    if (a.kind == Arg::kCu) {
+      STRATA_RETURN_IF_ERROR(check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_I64}));
+    } else if (a.kind == Arg::kState) {
+      STRATA_RETURN_IF_ERROR(check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_F32, STRATA_DTYPE_F64}));
+    } else {
+      STRATA_RETURN_IF_ERROR(
+          check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16, STRATA_DTYPE_F64}));
+    }
+    if (a.kind != Arg::kCu) STRATA_RETURN_IF_ERROR(check_f64_on_cpu(op, a.name, *a.d));
+  }
+  // shapes: q [B, T, H, K] fixes B, T, H, K; v [B, T, HV, V] fixes HV, V
+  STRATA_RETURN_IF_ERROR(check_rank_in(op, "q", q, 4, 4));
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
+  const strata_tensor_desc& v = *args[2].d;
+  STRATA_RETURN_IF_ERROR(check_rank_in(op, "v", v, 4, 4));
+  const int64_t HV = v.shape[2], V = v.shape[3];
+  const strata_tensor_desc* cu = nullptr;
+  for (const Arg& a : args)
+    if (a.kind == Arg::kCu) cu = a.d;
+  const int64_t N = cu ? cu->shape[0] - 1 : B;
+  const int64_t tok4_q[] = {B, T, H, K}, tok4_v[] = {B, T, HV, V}, tok3[] = {B, T, HV}, st4[] = {N, HV, K, V};
+  for (const Arg& a : args) {
+    if (!a.d || a.d == &q) continue;
+    const std::string nm = a.name;
+    if (a.kind == Arg::kCu) {
+      STRATA_RETURN_IF_ERROR(check_rank_in(op, a.name, *a.d, 1, 1));
+      if (a.d->shape[0] < 1)
+        return fail(STRATA_ERROR_INVALID_SHAPE, "{}: cu_seqlens must have N + 1 >= 1 entries, got shape {}", op,
+                    shape_str(*a.d));
+      if (B != 1)
+        return fail(STRATA_ERROR_INVALID_SHAPE,
+                    "{}: with cu_seqlens (a variable-length pack) q must have B = 1 (q.shape[0]), got q {}", op,
+                    shape_str(q));
+      continue;
+    }
+    if (a.kind == Arg::kState) {
+      STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, st4, "[N, HV, K, V]"));
+      continue;
+    }
+    if (nm == "k" || nm == "dq" || nm == "dk") {
+      STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, tok4_q, "[B, T, H, K] (the shape of q)"));
+    } else if (nm == "g" || nm == "beta" || nm == "dg" || nm == "dbeta") {
+      STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, tok3, "[B, T, HV] (B, T of q, HV = v.shape[2])"));
+    } else if (nm != "v") {
+      STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, tok4_v, "[B, T, HV, V] (B, T of q; HV, V of v)"));
+    }
+  }
+  if (v.shape[0] != B || v.shape[1] != T)
+    return fail(STRATA_ERROR_INVALID_SHAPE, "{}: v must have shape [B, T, HV, V] with B, T = {}, {} of q, got {}",
+                op, B, T, shape_str(v));
+  if (H < 1 || HV % H != 0)
+    return fail(STRATA_ERROR_INVALID_SHAPE,
+                "{}: the value heads HV = {} (v.shape[2]) must be a positive multiple of the q/k heads H = {} "
+                "(q.shape[2])",
+                op, HV, H);
+  if (K < 1 || K > kGdnMaxK)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: the key head dim K = q.shape[3] must be in [1, {}], got {}", op,
+                kGdnMaxK, K);
+  if (V < 1)
+    return fail(STRATA_ERROR_INVALID_SHAPE, "{}: the value head dim V = v.shape[3] must be >= 1, got {}", op, V);
+  if (cu && cu->shape[0] == 1 && T > 0)
+    return fail(STRATA_ERROR_INVALID_SHAPE, "{}: cu_seqlens {} holds no sequence (N = 0) but q has T = {} tokens",
+                op, shape_str(*cu), T);
+  for (const Arg& a : args)
+    if (a.d) STRATA_RETURN_IF_ERROR(check_strides(op, a.name, *a.d, a.output, a.kind != Arg::kCu));
+  if (!std::isfinite(scale))
+    return fail(STRATA_ERROR_INVALID_ATTRIBUTE, "{}: scale must be finite, got {}", op, scale);
+  if (l2norm != 0 && l2norm != 1)
+    return fail(STRATA_ERROR_INVALID_ATTRIBUTE, "{}: use_qk_l2norm_in_kernel must be 0 or 1, got {}", op, l2norm);
+  return STRATA_SUCCESS;
+}
+
+void fill(GdnTensor& t, const strata_tensor_desc* d, int64_t& offset) {
+  if (!d) return;
+  t.data = reinterpret_cast<void*>(uintptr_t{1});  // present; the real pointer is bound at run time
+  t.dtype = d->dtype;
+  for (int i = 0; i < 4; ++i) t.st[i] = i < d->rank ? d->strides[i] : 0;
+  offset = d->offset;
+}
+
+int32_t scratch_slots() { return std::clamp(std::max(rt::num_threads(), omp_get_num_procs()), 1, 256); }
+
+strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int32_t l2norm, strata_plan* plan) {
+  const char* op = bwd ? kBwd : kFwd;
+  PlanKey key(op);
+  for (const Arg& a : args) key.add(a.d);
+  key.add_attr(scale).add_attr(l2norm);
+  return plan_cached(key, [&](std::shared_ptr<Plan>& result) {
+    STRATA_RETURN_IF_ERROR(validate(op, args, scale, l2norm));
+    GdnProblem pr;
+    pr.bwd = bwd;
+    GdnParams& p = pr.params;
+    const auto slots = slots_of(bwd);
+    uint32_t mask = 0;
+    std::string summary;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].d) {
+        if (numel(*args[i].d) > 0) mask |= 1u << i;  // an empty tensor may come with a NULL pointer
+        summary += fmt::format("{}{}:{}", summary.empty() ? "" : " ", args[i].name, desc_str(*args[i].d));
+      }
+      if (slots[i]) {
+        fill(p.*slots[i], args[i].d, pr.offsets[i]);
+      } else if (args[i].d) {
+        p.cu_seqlens = reinterpret_cast<const int64_t*>(uintptr_t{1});
+        p.cu_stride = args[i].d->strides[0];
+        pr.offsets[i] = args[i].d->offset;
+      }
+    }
+    const strata_tensor_desc& q = *args[0].d;
+    const strata_tensor_desc& v = *args[2].d;
+    p.B = q.shape[0];
+    p.T = q.shape[1];
+    p.H = q.shape[2];
+    p.K = q.shape[3];
+    p.HV = v.shape[2];
+    p.V = v.shape[3];
+    p.N = args[6].d ? args[6].d->shape[0] - 1 : p.B;
+    p.scale = scale;
+    p.l2norm = l2norm != 0;
+    p.slots = scratch_slots();
+    pr.device = q.device;
+    summary += fmt::format(" scale={} use_qk_l2norm_in_kernel={}", scale, l2norm);
+    // Nothing to write when every output is empty (zero-length sequences still write final_state / dh0).
+    bool empty = true;
+    for (const Arg& a : args)
+      if (a.output && a.d && numel(*a.d) > 0) empty = false;
+    const PlanInfo info{op, static_cast<int>(args.size()), mask, q.device, summary, empty};
+    return dispatch(info, std::move(pr), impls(), result);
+  }, plan);
+}
+
+strata_status probe(strata_device device, strata_plan* plan) {
+  const strata_tensor_desc q = make_desc(STRATA_DTYPE_BF16, {1, 4096, 4, 128}, device);
+  const strata_tensor_desc v = make_desc(STRATA_DTYPE_BF16, {1, 4096, 8, 128}, device);
+  const strata_tensor_desc g = make_desc(STRATA_DTYPE_F32, {1, 4096, 8}, device);
+  return strata_chunk_gated_delta_rule_fwd_plan(&q, &q, &v, &g, &g, nullptr, nullptr, &v, nullptr, 0.088f, 1, plan);
+}
+
+const OpRegistrar kRegisterFwd({kFwd, [] { return impl_names_of(impls()); }, probe});
+const OpRegistrar kRegisterBwd({kBwd, [] { return impl_names_of(impls()); }, probe});
+
+}  // namespace
+
+strata_status gdn_check_cu_seqlens(const char* op, const GdnParams& p) {
+  if (!p.cu_seqlens) return STRATA_SUCCESS;
+  auto cu = [&](int64_t i) { return p.cu_seqlens[i * p.cu_stride]; };
+  if (cu(0) != 0) return fail(STRATA_ERROR_INVALID_VALUE, "{}: cu_seqlens[0] must be 0, got {}", op, cu(0));
+  for (int64_t n = 0; n < p.N; ++n)
+    if (cu(n + 1) < cu(n))
+      return fail(STRATA_ERROR_INVALID_VALUE,
+                  "{}: cu_seqlens must be non-decreasing, got cu_seqlens[{}] = {} after cu_seqlens[{}] = {}", op,
+                  n + 1, cu(n + 1), n, cu(n));
+  if (cu(p.N) != p.T)
+    return fail(STRATA_ERROR_INVALID_VALUE, "{}: the last entry cu_seqlens[{}] must equal T = {} (q.shape[1]), got {}",
+                op, p.N, p.T, cu(p.N));
+  return STRATA_SUCCESS;
+}
+
+}  // namespace strata::linear_attn
+
+using namespace strata;
+using namespace strata::linear_attn;
+using Arg = strata::linear_attn::Arg;
+
+extern "C" strata_status strata_chunk_gated_delta_rule_fwd_plan(
+    const strata_tensor_desc* q, const strata_tensor_desc* k, const strata_tensor_desc* v,
+    const strata_tensor_desc* g, const strata_tensor_desc* beta, const strata_tensor_desc* initial_state,
+    const strata_tensor_desc* cu_seqlens, const strata_tensor_desc* o, const strata_tensor_desc* final_state,
+    float scale, int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
+  const std::vector<Arg> args = {{"q", q, true, Arg::kToken, false},
+                                 {"k", k, true, Arg::kToken, false},
+                                 {"v", v, true, Arg::kToken, false},
+                                 {"g", g, true, Arg::kToken, false},
+                                 {"beta", beta, true, Arg::kToken, false},
+                                 {"initial_state", initial_state, false, Arg::kState, false},
+                                 {"cu_seqlens", cu_seqlens, false, Arg::kCu, false},
+                                 {"o", o, true, Arg::kToken, true},
+                                 {"final_state", final_state, false, Arg::kState, true}};
+  return make_plan(false, args, scale, use_qk_l2norm_in_kernel, plan);
+}
+
+extern "C" strata_status strata_chunk_gated_delta_rule_bwd_plan(
+    const strata_tensor_desc* q, const strata_tensor_desc* k, const strata_tensor_desc* v,
+    const strata_tensor_desc* g, const strata_tensor_desc* beta, const strata_tensor_desc* initial_state,
+    const strata_tensor_desc* cu_seqlens, const strata_tensor_desc* d_o, const strata_tensor_desc* dht,
+    const strata_tensor_desc* dq, const strata_tensor_desc* dk, const strata_tensor_desc* dv,
+    const strata_tensor_desc* dg, const strata_tensor_desc* dbeta, const strata_tensor_desc* dh0, float scale,
+    int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
+  const std::vector<Arg> args = {{"q", q, true, Arg::kToken, false},
+                                 {"k", k, true, Arg::kToken, false},
+                                 {"v", v, true, Arg::kToken, false},
+                                 {"g", g, true, Arg::kToken, false},
+                                 {"beta", beta, true, Arg::kToken, false},
+                                 {"initial_state", initial_state, false, Arg::kState, false},
+                                 {"cu_seqlens", cu_seqlens, false, Arg::kCu, false},
+                                 {"do", d_o, true, Arg::kToken, false},
+                                 {"dht", dht, false, Arg::kState, false},
+                                 {"dq", dq, true, Arg::kToken, true},
+                                 {"dk", dk, true, Arg::kToken, true},
+                                 {"dv", dv, true, Arg::kToken, true},
+                                 {"dg", dg, true, Arg::kToken, true},
+                                 {"dbeta", dbeta, true, Arg::kToken, true},
+                                 {"dh0", dh0, false, Arg::kState, true}};
+  return make_plan(true, args, scale, use_qk_l2norm_in_kernel, plan);
+}

@@ -1,0 +1,85 @@
+// chunk_gated_delta_rule: the full Gated DeltaNet operator, forward and backward (ops_gdn_kda.md §2.1, §3.1,
+// §3.2, §4.12; README.md beside this file). Kernel params struct and entry points.
+//
+// Per sequence n and value head hv (q/k head h = hv / G, G = HV / H), state S [K, V] = h0[n, hv] or 0:
+//   S = exp(g_t) S;   r = v_t - S^T k_t;   S += k_t (beta_t r)^T;   o_t = scale S^T q_t
+// final_state[n, hv] = S after the sequence. With l2norm, q and k are first divided by sqrt(|x|^2 + 1e-6).
+//
+// Tensors (element strides, last dimension stride 1):
+//   q, k [B, T, H, K]; v, o [B, T, HV, V]; g, beta [B, T, HV]; h0, ht [N, HV, K, V] (f32, or f64 on the CPU)
+//   backward: do like o; dht like ht (optional); dq, dk like q; dv like v; dg, dbeta like g; dh0 like h0.
+// Sequences: batch rows [0, T) (N = B), or [cu_seqlens[n], cu_seqlens[n+1]) of the single row (B = 1).
+//
+// Implementations: `reference` runs the token recurrence in float64 (forward) and its exact reverse-mode
+// derivative (backward, token by token, with the state re-computed from per-chunk checkpoints); the CPU
+// implementations run the chunked WY form of §2.4 / Appendix A in f32 (cpu_chunked.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "opbase/dtype.h"
+
+namespace strata::linear_attn {
+
+inline constexpr int64_t kGdnChunk = 64;    // BT: chunk length of the chunked implementations
+inline constexpr int64_t kGdnMaxK = 256;    // K limit (state kernels keep up to four 64-row blocks of S)
+inline constexpr double kGdnL2Eps = 1e-6;   // l2norm eps, inside the sqrt (ops_gdn_kda.md §4.1)
+
+// One tensor of the op: pointer to element [0, ...] (descriptor offset applied; nullptr = absent), its dtype
+// and its element strides. Token tensors: (b, t, head, dim) or (b, t, head) for g/beta; states: (n, hv, k, v).
+struct GdnTensor {
+  void* data = nullptr;
+  int32_t dtype = 0;
+  int64_t st[4] = {};
+  bool present() const { return data != nullptr; }
+};
+
+struct GdnParams {
+  // forward inputs
+  GdnTensor q, k, v, g, beta, h0;
+  const int64_t* cu_seqlens = nullptr;  // element 0; nullptr: fixed-length rows
+  int64_t cu_stride = 1;
+  // forward outputs
+  GdnTensor o, ht;
+  // backward: inputs do, dht; outputs dq, dk, dv, dg, dbeta, dh0
+  GdnTensor do_, dht, dq, dk, dv, dg, dbeta, dh0;
+  int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0;
+  int64_t N = 0;  // sequences: B (fixed length) or cu_seqlens entries - 1
+  float scale = 1.f;
+  bool l2norm = false;
+  int32_t slots = 1;  // per-thread scratch slots the workspace holds (CPU chunked implementations)
+};
+
+// Sequence n: batch row b and tokens [bos, eos) of that row.
+struct GdnSeq {
+  int64_t b, bos, eos;
+};
+inline GdnSeq gdn_seq(const GdnParams& p, int64_t n) {
+  if (!p.cu_seqlens) return {n, 0, p.T};
+  return {0, p.cu_seqlens[n * p.cu_stride], p.cu_seqlens[(n + 1) * p.cu_stride]};
+}
+
+// Host check of the cu_seqlens values (CPU implementations run it before writing anything):
+// cu_seqlens[0] == 0, non-decreasing, cu_seqlens[N] == T. SUCCESS in fixed-length mode.
+strata_status gdn_check_cu_seqlens(const char* op, const GdnParams& p);
+
+// ---- reference (float64 token recurrence; Real = float gives the "naive same-dtype" computation that the
+// acceptance rule compares against) ----
+template <class Real>
+size_t gdn_recurrent_bwd_workspace(const GdnParams& p);
+// Writes o (and ht when present).
+template <class Real>
+void gdn_recurrent_fwd(const GdnParams& p);
+// Writes dq, dk, dv, dg, dbeta (and dh0 when present); reads do and dht (absent = 0).
+template <class Real>
+void gdn_recurrent_bwd(const GdnParams& p, void* workspace);
+
+// ---- CPU, chunked WY form in f32 (cpu_chunked.cpp); `hwy_target` picks the GEMM micro-kernel's ISA ----
+bool gdn_cpu_chunked_available(int64_t hwy_target);
+size_t gdn_cpu_fwd_workspace(const GdnParams& p);
+size_t gdn_cpu_bwd_workspace(const GdnParams& p);
+void gdn_cpu_chunked_fwd(const GdnParams& p, int64_t hwy_target, void* workspace);
+void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace);
+
+}  // namespace strata::linear_attn

@@ -1,0 +1,581 @@
+// CPU implementation of chunk_gated_delta_rule: the chunked WY form (ops_gdn_kda.md §2.4, §3.1, §3.2,
+// Appendix A) in f32, fused per (sequence, value head). Every chunk is handled as a full 64-row block: rows
+// past the end of a sequence are loaded as zeros (k, v, q, beta, do) with gamma held at the last valid value,
+// so they contribute nothing and no exponential sees garbage (§6.1); they are never stored. All products are
+// 64x64-class fp32 GEMMs of src/tile (one per Highway ISA: the implementation name says which).
+//
+// Forward, per chunk (S [K, V] the state at the chunk start, kept in f32 across chunks):
+//   gamma = cumsum(g);  M = StrictLower(diag(beta) K K^T (.) Gamma);  A = (I + M)^-1 (forward substitution)
+//   W = A diag(beta e^gamma) K;  U = A diag(beta) V;  Vn = U - W S
+//   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
+//   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
+// Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
+// f32), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
+// workspace [B, T, HV, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
+// through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
+// computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
+// one slot per thread (GdnParams::slots, fixed by the plan).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "ops/norm/common/row_norm.h"
+#include "opbase/tensor.h"
+#include "runtime/runtime_internal.h"
+#include "tile/cpu/gemm.h"
+
+namespace strata::linear_attn {
+namespace {
+
+constexpr int64_t BT = kGdnChunk;
+constexpr size_t kAlign = 64;
+
+size_t align_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+// ---- row access with dtype conversion (strides in elements; the last dimension is contiguous) ----
+void load_row(const GdnTensor& t, int64_t off, float* dst, int64_t n) {
+  switch (t.dtype) {
+    case STRATA_DTYPE_F32: std::memcpy(dst, static_cast<const float*>(t.data) + off, sizeof(float) * n); break;
+    case STRATA_DTYPE_BF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(s[i]);
+      break;
+    }
+    case STRATA_DTYPE_F16: {
+      const uint16_t* s = static_cast<const uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(s[i]);
+      break;
+    }
+    default: {
+      const double* s = static_cast<const double*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+    }
+  }
+}
+void store_row(const GdnTensor& t, int64_t off, const float* src, int64_t n) {
+  switch (t.dtype) {
+    case STRATA_DTYPE_F32: std::memcpy(static_cast<float*>(t.data) + off, src, sizeof(float) * n); break;
+    case STRATA_DTYPE_BF16: {
+      uint16_t* d = static_cast<uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16_bits(src[i]);
+      break;
+    }
+    case STRATA_DTYPE_F16: {
+      uint16_t* d = static_cast<uint16_t*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16_bits(src[i]);
+      break;
+    }
+    default: {
+      double* d = static_cast<double*>(t.data) + off;
+      for (int64_t i = 0; i < n; ++i) d[i] = src[i];
+    }
+  }
+}
+float load1(const GdnTensor& t, int64_t off) {
+  float x;
+  load_row(t, off, &x, 1);
+  return x;
+}
+void store1(const GdnTensor& t, int64_t off, float x) { store_row(t, off, &x, 1); }
+
+// q or k row (b, t, h) (already normalised by normalise_qk when the op's l2norm is on).
+void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64_t h, float* dst) {
+  load_row(x, b * x.st[0] + t * x.st[1] + h * x.st[2], dst, p.K);
+}
+
+struct Gemm {
+  tile::GemmF32Fn fn;
+  // C[M, N] = alpha op(A) op(B) + beta C
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+    tile::GemmF32Args g;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.alpha = alpha;
+    g.A = A;
+    g.lda = lda;
+    g.B = B;
+    g.ldb = ldb;
+    g.beta = beta;
+    g.C = C;
+    g.ldc = ldc;
+    fn(g);
+  }
+};
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s = std::fma(a[i], b[i], s);
+  return s;
+}
+
+// Scratch of one thread: named f32 blocks carved from its workspace slot.
+struct Scratch {
+  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK;  // [BT, K]
+  float *Vc, *Vb, *Vn, *dO, *dVn, *TV;        // [BT, V]
+  float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
+  float *S, *dS;                               // [K, V] (S: forward only; the backward reads the stored states)
+  float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
+  static size_t floats(const GdnParams& p) {
+    return 8 * align_up(BT * p.K) + 6 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 2 * align_up(p.K * p.V) +
+           6 * align_up(BT);
+  }
+  Scratch(float* base, const GdnParams& p) {
+    float* c = base;
+    auto take = [&](size_t n) {
+      float* r = c;
+      c += align_up(n);
+      return r;
+    };
+    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK}) *f = take(BT * p.K);
+    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV}) *f = take(BT * p.V);
+    for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm}) *f = take(BT * BT);
+    for (float** f : {&S, &dS}) *f = take(p.K * p.V);
+    for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
+  }
+};
+
+// Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
+// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
+// Kb = diag(beta E) K, Vb = diag(beta) V, W = A Kb, U = A Vb (into Vn). Returns e^{gamma_last}.
+float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
+                     int64_t hv, bool load_q) {
+  const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
+  std::memset(s.Kc, 0, sizeof(float) * BT * K);
+  std::memset(s.Vc, 0, sizeof(float) * BT * V);
+  if (load_q) std::memset(s.Q, 0, sizeof(float) * BT * K);
+  for (int64_t i = 0; i < BT; ++i) {
+    if (i < L) {
+      const int64_t t = t0 + i;
+      load_qk(p, p.k, b, t, h, s.Kc + i * K);
+      if (load_q) load_qk(p, p.q, b, t, h, s.Q + i * K);
+      load_row(p.v, b * p.v.st[0] + t * p.v.st[1] + hv * p.v.st[2], s.Vc + i * V, V);
+      s.alpha[i] = std::exp(load1(p.g, b * p.g.st[0] + t * p.g.st[1] + hv * p.g.st[2]));
+      s.beta[i] = load1(p.beta, b * p.beta.st[0] + t * p.beta.st[1] + hv * p.beta.st[2]);
+    } else {
+      s.alpha[i] = 1.f;  // rows past L: no decay, so their factors equal the last valid row's (and multiply zeros)
+      s.beta[i] = 0.f;
+    }
+  }
+  // Decay factors as products of the per-token decays alpha_u = e^{g_u} <= 1 (never an exp of a positive
+  // argument, and one exp per token instead of one per pair):
+  //   Gm_ij = exp(gamma_i - gamma_j) = prod_{u=j+1..i} alpha_u (j <= i, else 0), built row by row:
+  //   row i = alpha_i * row i-1 (j < i), Gm_ii = 1;  E_i = e^{gamma_i} = prod_{u<=i} alpha_u;
+  //   eL_i = e^{gamma_last - gamma_i} = Gm_{BT-1, i} (rows past L have alpha = 1).
+  for (int64_t i = 0; i < BT; ++i) {
+    float* gi = s.Gm + i * BT;
+    if (i == 0) {
+      gi[0] = 1.f;
+      for (int64_t j = 1; j < BT; ++j) gi[j] = 0.f;
+    } else {
+      const float* gp = gi - BT;
+      for (int64_t j = 0; j < BT; ++j) gi[j] = s.alpha[i] * gp[j];  // 0 above the diagonal stays 0
+      gi[i] = 1.f;
+    }
+    s.E[i] = i == 0 ? s.alpha[0] : s.E[i - 1] * s.alpha[i];
+  }
+  for (int64_t i = 0; i < BT; ++i) s.eL[i] = s.Gm[(BT - 1) * BT + i];
+  // P = K K^T, M = StrictLower(beta_i P_ij Gamma_ij)
+  mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
+  for (int64_t i = 0; i < BT; ++i)
+    for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
+  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final)
+  for (int64_t i = 0; i < BT; ++i) {
+    float* ai = s.Ai + i * BT;
+    std::memset(ai, 0, sizeof(float) * BT);
+    ai[i] = 1.f;
+    for (int64_t j = 0; j < i; ++j) {
+      const float m = s.M[i * BT + j];
+      if (m == 0.f) continue;
+      const float* aj = s.Ai + j * BT;
+      for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
+    }
+  }
+  for (int64_t i = 0; i < BT; ++i) {
+    const float kb = s.beta[i] * s.E[i];
+    for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
+    for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
+  }
+  mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K);
+  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V);
+  return s.E[BT - 1];
+}
+
+// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]; Gm is 0 above the diagonal.
+void mask_lower_gamma(float* X, const float* Gm, float scale) {
+  for (int64_t i = 0; i < BT * BT; ++i) X[i] = scale * X[i] * Gm[i];
+}
+
+// Chunk starts per sequence: coff[n] = index of sequence n's first chunk (exclusive prefix sum of ceil(L/BT)).
+void chunk_offsets(const GdnParams& p, int64_t* coff) {
+  coff[0] = 0;
+  for (int64_t n = 0; n < p.N; ++n) {
+    const GdnSeq s = gdn_seq(p, n);
+    coff[n + 1] = coff[n] + (s.eos - s.bos + BT - 1) / BT;
+  }
+}
+int64_t max_chunks(const GdnParams& p) {
+  const int64_t per_row = (p.T + BT - 1) / BT;
+  return p.cu_seqlens ? per_row + p.N : p.B * per_row;
+}
+
+// Runs fn(task, scratch) for task in [0, ntasks) on min(slots, threads) threads; dynamic scheduling is safe
+// because each task's result does not depend on which thread computes it.
+template <class Fn>
+void for_tasks(const GdnParams& p, int64_t ntasks, char* scratch_base, size_t slot_bytes, Fn&& fn) {
+  if (ntasks <= 0) return;
+  const int threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({p.slots, rt::num_threads(), ntasks})));
+  if (threads == 1) {
+    Scratch s(reinterpret_cast<float*>(scratch_base), p);
+    for (int64_t i = 0; i < ntasks; ++i) fn(i, s);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    Scratch s(reinterpret_cast<float*>(scratch_base + slot_bytes * static_cast<size_t>(omp_get_thread_num())), p);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < ntasks; ++i) fn(i, s);
+  }
+}
+
+// ---- the fused l2norm: the shared row-norm kernels (ops/norm/common) of the same ISA ----
+
+// A [B, T, H, K] descriptor over an op tensor (its data pointer already holds the element offset).
+strata_tensor_desc tok_desc(const GdnTensor& t, int64_t B, int64_t T, int64_t H, int64_t K) {
+  strata_tensor_desc d = make_desc(t.dtype, {B, T, H, K});
+  for (int i = 0; i < 4; ++i) d.strides[i] = t.st[i];
+  return d;
+}
+size_t qk_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H * p.K); }
+size_t rows_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H); }
+// Workspace of the normalised q, k (f32 [B, T, H, K]) and their rstd (f32 [B, T, H]); 0 without l2norm.
+size_t norm_bytes(const GdnParams& p) {
+  return p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) + 2 * align_up(sizeof(float) * rows_floats(p)) : 0;
+}
+struct NormBufs {
+  float *qn = nullptr, *kn = nullptr, *rq = nullptr, *rk = nullptr;
+};
+NormBufs carve_norm(const GdnParams& p, char*& w) {
+  NormBufs nb;
+  if (!p.l2norm) return nb;
+  for (float** f : {&nb.qn, &nb.kn}) {
+    *f = reinterpret_cast<float*>(w);
+    w += align_up(sizeof(float) * qk_floats(p));
+  }
+  for (float** f : {&nb.rq, &nb.rk}) {
+    *f = reinterpret_cast<float*>(w);
+    w += align_up(sizeof(float) * rows_floats(p));
+  }
+  return nb;
+}
+// Normalises q and k into nb (rstd = 1 / sqrt(|x|^2 + 1e-6)) and returns params that read them instead
+// (f32, contiguous, l2norm off). Without l2norm returns p unchanged.
+GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
+  if (!p.l2norm) return p;
+  const norm::RowNormFwdFn fn = norm::row_norm_fwd_cpu(target);
+  const strata_tensor_desc out = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
+  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
+  GdnParams n = p;
+  for (int w = 0; w < 2; ++w) {
+    const GdnTensor& x = w == 0 ? p.q : p.k;
+    float* y = w == 0 ? nb.qn : nb.kn;
+    norm::RowNormFwdParams a;
+    a.x = x.data;
+    a.y = y;
+    a.rstd = w == 0 ? nb.rq : nb.rk;
+    a.x_dtype = x.dtype;
+    a.y_dtype = a.rstd_dtype = STRATA_DTYPE_F32;
+    a.rows = static_cast<int64_t>(rows_floats(p));
+    a.D = p.K;
+    a.x_rows = make_row_layout(tok_desc(x, p.B, p.T, p.H, p.K), 1);
+    a.y_rows = make_row_layout(out, 1);
+    a.rstd_rows = make_row_layout(r, 0);
+    a.n_div = 1;
+    a.eps = static_cast<float>(kGdnL2Eps);
+    fn(a);
+    GdnTensor& t = w == 0 ? n.q : n.k;
+    t.data = y;
+    t.dtype = STRATA_DTYPE_F32;
+    t.st[0] = p.T * p.H * p.K, t.st[1] = p.H * p.K, t.st[2] = p.K, t.st[3] = 1;
+  }
+  n.l2norm = false;
+  return n;
+}
+
+// ---- forward ----
+
+void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv) {
+  const int64_t K = p.K, V = p.V;
+  const GdnSeq seq = gdn_seq(p, n);
+  for (int64_t i = 0; i < K; ++i) {
+    if (p.h0.present())
+      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], s.S + i * V, V);
+    else
+      std::memset(s.S + i * V, 0, sizeof(float) * V);
+  }
+  for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
+    const int64_t L = std::min(BT, seq.eos - t0);
+    const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
+    // Vn = U - W S
+    mm(false, false, BT, V, K, -1.f, s.W, K, s.S, V, 1.f, s.Vn, V);
+    // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
+    mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
+    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
+    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V);
+    for (int64_t i = 0; i < L; ++i)
+      store_row(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
+    // S = e^{gamma_last} S + K^T diag(eL) Vn
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, s.S, V);
+  }
+  if (p.ht.present())
+    for (int64_t i = 0; i < K; ++i) store_row(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + i * p.ht.st[2], s.S + i * V, V);
+}
+
+// ---- backward ----
+
+// One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
+// reverse sweep. dq/dk of this value head go to dqh/dkh ([B, T, HV, K] f32).
+void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv, float* hs, int64_t hs_stride,
+              float* dqh, float* dkh) {
+  const int64_t K = p.K, V = p.V, KV = K * V;
+  const GdnSeq seq = gdn_seq(p, n);
+  const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
+  // forward: state at the start of every chunk
+  float* S = nc > 0 ? hs : s.S;
+  for (int64_t i = 0; i < K; ++i) {
+    if (p.h0.present())
+      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
+    else
+      std::memset(S + i * V, 0, sizeof(float) * V);
+  }
+  for (int64_t c = 0; c + 1 < nc; ++c) {
+    const int64_t t0 = seq.bos + c * BT;
+    const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
+    const float* Sc = hs + c * hs_stride;
+    float* Sn = hs + (c + 1) * hs_stride;
+    mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+    std::memcpy(Sn, Sc, sizeof(float) * KV);
+    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V);
+  }
+  // reverse sweep
+  for (int64_t i = 0; i < K; ++i) {
+    if (p.dht.present())
+      load_row(p.dht, n * p.dht.st[0] + hv * p.dht.st[1] + i * p.dht.st[2], s.dS + i * V, V);
+    else
+      std::memset(s.dS + i * V, 0, sizeof(float) * V);
+  }
+  for (int64_t c = nc - 1; c >= 0; --c) {
+    const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
+    const float* Sc = hs + c * hs_stride;
+    const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
+    std::memset(s.dO, 0, sizeof(float) * BT * V);
+    for (int64_t i = 0; i < L; ++i)
+      load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
+    mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+    // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
+    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
+    mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
+    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V);
+    // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
+    mm(false, true, BT, BT, V, 1.f, s.dO, V, s.Vn, V, 0.f, s.Ds, BT);
+    mask_lower_gamma(s.Ds, s.Gm, p.scale);
+    mm(false, true, BT, K, V, 1.f, s.dO, V, Sc, V, 0.f, s.dQ, K);
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
+    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K);
+    // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
+    mm(false, true, BT, K, V, 1.f, s.Vn, V, s.dS, V, 0.f, s.dK, K);
+    float kdk_int = 0.f;
+    for (int64_t i = 0; i < BT; ++i) {
+      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
+      kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
+    }
+    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K);
+    // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
+    for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
+    s.dgam[L - 1] += elast * dot(Sc, s.dS, KV) + kdk_int;
+    // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
+    mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, s.dS, V);
+    mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, s.dS, V);
+    // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
+    mm(false, true, BT, K, V, -1.f, s.dVn, V, Sc, V, 0.f, s.dW, K);
+    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K);
+    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V);
+    for (int64_t i = 0; i < BT; ++i) {
+      const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
+      s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
+      s.dgam[i] += s.beta[i] * s.E[i] * xk;
+      const float be = s.beta[i] * s.E[i];
+      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
+      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
+    }
+    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T)
+    mm(false, true, BT, BT, K, 1.f, s.dW, K, s.Kb, K, 0.f, s.dA, BT);
+    mm(false, true, BT, BT, V, 1.f, s.dVn, V, s.Vb, V, 1.f, s.dA, BT);
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
+    mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT);
+    mm(false, true, BT, BT, BT, -1.f, s.TL, BT, s.Ai, BT, 0.f, s.dA, BT);  // dA now holds dM (unmasked)
+    // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
+    // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t j = 0; j < BT; ++j) {
+        if (j < i) {
+          const float dm = s.dA[i * BT + j];
+          const float dp = dm * s.Gm[i * BT + j];
+          s.dbeta[i] += dp * s.P[i * BT + j];
+          const float dmm = dm * s.M[i * BT + j];
+          s.dgam[i] += dmm;
+          s.dgam[j] -= dmm;
+          s.TL[i * BT + j] = s.beta[i] * dp;
+        } else {
+          s.TL[i * BT + j] = 0.f;
+        }
+      }
+    for (int64_t i = 0; i < BT; ++i)
+      for (int64_t j = 0; j < i; ++j) s.TL[j * BT + i] = s.TL[i * BT + j];  // R + R^T (R strictly lower)
+    mm(false, false, BT, K, BT, 1.f, s.TL, BT, s.Kc, K, 1.f, s.dK, K);
+    // dg = reverse cumsum of dgamma inside the chunk; stores
+    float acc = 0.f;
+    for (int64_t i = L - 1; i >= 0; --i) {
+      acc += s.dgam[i];
+      s.dgam[i] = acc;
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t t = t0 + i, tok = (seq.b * p.T + t) * p.HV + hv;
+      std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
+      std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+      store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
+      store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
+      store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
+    }
+  }
+  if (p.dh0.present())
+    for (int64_t i = 0; i < K; ++i)
+      store_row(p.dh0, n * p.dh0.st[0] + hv * p.dh0.st[1] + i * p.dh0.st[2], s.dS + i * V, V);
+}
+
+size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
+
+}  // namespace
+
+bool gdn_cpu_chunked_available(int64_t hwy_target) {
+  return tile::gemm_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+}
+
+size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size_t>(std::max(1, p.slots)); }
+
+// Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
+size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
+
+// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | dq, dk per value head f32
+// [B, T, HV, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
+// only)] | scratch slots.
+size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
+  return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
+         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
+         2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
+         (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
+}
+
+void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+  char* w = static_cast<char*>(workspace);
+  const NormBufs nb = carve_norm(p0, w);
+  const GdnParams p = normalise_qk(p0, hwy_target, nb);
+  for_tasks(p, p.N * p.HV, w, slot_bytes(p),
+            [&](int64_t task, Scratch& s) { fwd_task(p, mm, s, task / p.HV, task % p.HV); });
+}
+
+void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+  char* w = static_cast<char*>(workspace);
+  const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
+  int64_t* coff = reinterpret_cast<int64_t*>(w);
+  w += align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1));
+  float* hs = reinterpret_cast<float*>(w);
+  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V));
+  float* dqh = reinterpret_cast<float*>(w);
+  w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
+  float* dkh = reinterpret_cast<float*>(w);
+  w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
+  const NormBufs nb = carve_norm(p, w);
+  float *dyq = nullptr, *dyk = nullptr;
+  if (p.l2norm) {
+    dyq = reinterpret_cast<float*>(w);
+    w += align_up(sizeof(float) * qk_floats(p));
+    dyk = reinterpret_cast<float*>(w);
+    w += align_up(sizeof(float) * qk_floats(p));
+  }
+  const GdnParams pn = normalise_qk(p, hwy_target, nb);
+  chunk_offsets(p, coff);
+  const int64_t KV = p.K * p.V;
+  for_tasks(p, p.N * p.HV, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
+    const int64_t n = task / p.HV, hv = task % p.HV;
+    bwd_task(pn, mm, s, n, hv, hs + (coff[n] * p.HV + hv) * KV, p.HV * KV, dqh, dkh);
+  });
+  // dq, dk: sum over the G value heads of each q/k head (increasing hv); stored directly, or through the
+  // l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the normalised q / k).
+  const int64_t G = p.HV / p.H, K = p.K, rows = p.B * p.T * p.H;
+  for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch& s) {
+    for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
+      const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
+      for (int which = 0; which < 2; ++which) {
+        const float* src = which == 0 ? dqh : dkh;
+        float* dy = p.l2norm ? (which == 0 ? dyq : dyk) + r * K : s.TK;
+        const float* x0 = src + (bt * p.HV + h * G) * K;
+        for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
+        for (int64_t j = 1; j < G; ++j) {
+          const float* x = src + (bt * p.HV + h * G + j) * K;
+          for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
+        }
+        if (!p.l2norm) {
+          const GdnTensor& dX = which == 0 ? p.dq : p.dk;
+          store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
+        }
+      }
+    }
+  });
+  if (!p.l2norm) return;
+  const norm::RowNormBwdFn fn = norm::row_norm_bwd_cpu(hwy_target);
+  const strata_tensor_desc f = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
+  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
+  for (int which = 0; which < 2; ++which) {
+    const GdnTensor& dX = which == 0 ? p.dq : p.dk;
+    norm::RowNormBwdParams a;
+    a.src = which == 0 ? nb.qn : nb.kn;
+    a.rstd = which == 0 ? nb.rq : nb.rk;
+    a.dout = which == 0 ? dyq : dyk;
+    a.dx = dX.data;
+    a.src_dtype = a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
+    a.dx_dtype = dX.dtype;
+    a.rows = rows;
+    a.D = K;
+    a.src_rows = a.dout_rows = make_row_layout(f, 1);
+    a.rstd_rows = make_row_layout(r, 0);
+    a.dx_rows = make_row_layout(tok_desc(dX, p.B, p.T, p.H, p.K), 1);
+    a.n_div = 1;
+    a.kind = norm::RowNormBwdKind::kNormalizedSrc;
+    fn(a);
+  }
+}
+
+}  // namespace strata::linear_attn

@@ -1,0 +1,530 @@
+// ATK harnesses of chunk_gated_delta_rule (forward and backward): conformance cases against the float64
+// token recurrence, and the benchmark shapes.
+//
+// A case line: "chunk_gated_delta_rule_fwd dtype=bf16 shape=2x65x2x4x64x64 cu=none h0=1 ht=1 dht=1 l2=1
+// gate=normal beta=sig scale=0 layout=contiguous seed=3"; shape is B x T x H x HV x K x V; cu is "none" or
+// the cu_seqlens values joined by '-'; gate: normal (logsigmoid(U)/norm with norm 1, zero with probability
+// 1/2), zero (g = 0), strong (about -70 per token), weak (logsigmoid(U)/10); beta: sig (sigmoid(randn)) or
+// small (1e-4); scale 0 = K^-0.5; layout: contiguous or padded (every tensor padded, a non-zero offset).
+// The "naive" result of the acceptance rule is the same token recurrence run in f32 (gdn_recurrent_* with
+// Real = float) on the same rounded inputs, stored in the output dtypes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "testkit/testkit.h"
+
+namespace strata::atk {
+namespace {
+
+using linear_attn::GdnParams;
+using linear_attn::GdnTensor;
+
+std::vector<int64_t> parse_cu(const std::string& s) {
+  std::vector<int64_t> v;
+  if (s.empty() || s == "none") return v;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, '-')) v.push_back(std::stoll(part));
+  return v;
+}
+std::string cu_arg(const std::vector<int64_t>& cu) {
+  return cu.empty() ? "none" : fmt::format("{}", fmt::join(cu, "-"));
+}
+
+GdnTensor host_ref(HostTensor* t) {
+  GdnTensor r;
+  if (!t) return r;
+  r.data = t->storage.data() + t->desc.offset * static_cast<int64_t>(dtype_size(t->desc.dtype));
+  r.dtype = t->desc.dtype;
+  for (int i = 0; i < 4; ++i) r.st[i] = i < t->desc.rank ? t->desc.strides[i] : 0;
+  return r;
+}
+
+// The tensors of one case, on the host.
+struct GdnCase {
+  int64_t B, T, H, HV, K, V, N;
+  std::vector<int64_t> cu;
+  int32_t dt;
+  float scale;
+  bool l2, has_h0, has_ht, has_dht;
+  Layout layout;
+  HostTensor q, k, v, g, beta, h0, cu_t, d_o, dht;
+
+  explicit GdnCase(const Case& c) {
+    dt = dtype_from_name(c.get("dtype", "f32"));
+    const std::vector<int64_t> s = c.get_shape("shape");
+    B = s[0], T = s[1], H = s[2], HV = s[3], K = s[4], V = s[5];
+    cu = parse_cu(c.get("cu"));
+    N = cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1;
+    l2 = c.get_int("l2") != 0;
+    has_h0 = c.get_int("h0") != 0;
+    has_ht = c.get_int("ht", 1) != 0;
+    has_dht = c.get_int("dht") != 0;
+    const double sc = c.get_double("scale", 0.0);
+    scale = static_cast<float>(sc > 0 ? sc : 1.0 / std::sqrt(static_cast<double>(K)));
+    layout = c.get("layout", "contiguous") == "padded" ? Layout::kPaddedRows : Layout::kContiguous;
+    std::mt19937_64 rng(static_cast<uint64_t>(c.get_int("seed", 1)));
+    std::uniform_real_distribution<double> U(0.0, 1.0);
+    std::normal_distribution<double> Nrm(0.0, 1.0);
+    const int32_t sdt = dt == STRATA_DTYPE_F64 ? STRATA_DTYPE_F64 : STRATA_DTYPE_F32;
+    q = HostTensor::make(dt, {B, T, H, K}, layout);
+    k = HostTensor::make(dt, {B, T, H, K}, layout);
+    v = HostTensor::make(dt, {B, T, HV, V}, layout);
+    g = HostTensor::make(sdt, {B, T, HV}, layout);
+    beta = HostTensor::make(dt, {B, T, HV}, layout);
+    // q, k: random directions; without the in-kernel l2norm they are normalised here (the model does it:
+    // unnormalised keys make the delta-rule transitions expansive, ops_gdn_kda.md §6.2).
+    for (HostTensor* x : {&q, &k}) {
+      std::vector<double> row(static_cast<size_t>(K));
+      for (int64_t r = 0; r < B * T * H; ++r) {
+        double ss = 0;
+        for (auto& e : row) ss += (e = Nrm(rng)) * e;
+        const double f = l2 ? 1.0 : 1.0 / std::sqrt(ss + 1e-12);
+        for (int64_t d = 0; d < K; ++d) x->set(r * K + d, row[d] * f);
+      }
+    }
+    v.fill_normal(rng);
+    const std::string gate = c.get("gate", "normal");
+    for (int64_t i = 0; i < g.numel(); ++i) {
+      const double u = std::max(U(rng), 1e-12);
+      double gv = std::log(1.0 / (1.0 + std::exp(-u)));  // logsigmoid(U[0,1)) in [-0.69, -0.31]
+      if (gate == "zero") gv = 0.0;
+      else if (gate == "strong") gv = gv / 0.01;   // about -70 per token
+      else if (gate == "weak") gv = gv / 10.0;
+      else if (U(rng) < 0.5) gv = 0.0;             // normal: half the tokens do not decay
+      g.set(i, gv);
+    }
+    const std::string bm = c.get("beta", "sig");
+    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, bm == "small" ? 1e-4 : 1.0 / (1.0 + std::exp(-Nrm(rng))));
+    if (has_h0) {
+      h0 = HostTensor::make(sdt, {N, HV, K, V}, layout);
+      h0.fill_normal(rng, 0.0, 0.5);
+    }
+    if (!cu.empty()) {
+      cu_t = HostTensor::make(STRATA_DTYPE_I64, {static_cast<int64_t>(cu.size())});
+      for (size_t i = 0; i < cu.size(); ++i) cu_t.set(static_cast<int64_t>(i), static_cast<double>(cu[i]));
+    }
+    d_o = HostTensor::make(dt, {B, T, HV, V}, layout);
+    d_o.fill_normal(rng);
+    if (has_dht) {
+      dht = HostTensor::make(sdt, {N, HV, K, V}, layout);
+      dht.fill_normal(rng);
+    }
+  }
+
+  GdnParams params() {
+    GdnParams p;
+    p.q = host_ref(&q);
+    p.k = host_ref(&k);
+    p.v = host_ref(&v);
+    p.g = host_ref(&g);
+    p.beta = host_ref(&beta);
+    p.h0 = host_ref(has_h0 ? &h0 : nullptr);
+    p.cu_seqlens = cu.empty() ? nullptr : reinterpret_cast<const int64_t*>(cu_t.storage.data());
+    p.do_ = host_ref(&d_o);
+    p.dht = host_ref(has_dht ? &dht : nullptr);
+    p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = N;
+    p.scale = scale;
+    p.l2norm = l2;
+    return p;
+  }
+};
+
+std::unique_ptr<DeviceTensor> upload(const HostTensor* h, strata_device d) {
+  return h ? std::make_unique<DeviceTensor>(*h, d) : nullptr;
+}
+const strata_tensor_desc* dsc(const std::unique_ptr<DeviceTensor>& t) { return t ? &t->desc() : nullptr; }
+void* ptr(const std::unique_ptr<DeviceTensor>& t) { return t ? t->data() : nullptr; }
+
+std::vector<Case> make_cases(const char* op, bool bwd) {
+  std::vector<Case> cases;
+  int64_t seed = 1;
+  auto add = [&](const char* dt, const std::vector<int64_t>& shape, const std::vector<int64_t>& cu, int h0, int ht,
+                 int dht, int l2, const char* gate, const char* beta, double scale, const char* layout) {
+    cases.push_back(Case(op)
+                        .set("dtype", dt)
+                        .set("shape", shape_arg(shape))
+                        .set("cu", cu_arg(cu))
+                        .set("h0", h0)
+                        .set("ht", ht)
+                        .set("dht", dht)
+                        .set("l2", l2)
+                        .set("gate", gate)
+                        .set("beta", beta)
+                        .set("scale", fmt::format("{}", scale))
+                        .set("layout", layout)
+                        .set("seed", seed++));
+  };
+  // T sweep (tails, one token, exact chunks), every dtype, h0 / dht / l2norm rotating.
+  int rot = 0;
+  for (const char* dt : {"f32", "bf16", "f16", "f64"})
+    for (int64_t T : {1, 15, 63, 64, 65, 127}) {
+      add(dt, {2, T, 2, 4, 32, 24}, {}, rot % 2, 1, (rot / 2) % 2, (rot / 3) % 2, "normal", "sig", 0, rot % 4 == 3 ? "padded" : "contiguous");
+      ++rot;
+    }
+  add("f32", {1, 1000, 1, 2, 64, 64}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  add("bf16", {1, 300, 2, 2, 64, 64}, {}, 1, 1, 1, 1, "weak", "sig", 0, "contiguous");
+  // GVA ratios 1, 2, 3, 4; K, V in {64, 128, 256} and K = 100; scale 1.
+  add("f32", {1, 130, 3, 3, 64, 32}, {}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
+  add("bf16", {1, 130, 2, 6, 64, 64}, {}, 0, 1, 1, 1, "normal", "sig", 1.0, "contiguous");
+  add("f16", {1, 100, 1, 4, 128, 128}, {}, 1, 1, 0, 1, "normal", "sig", 0, "contiguous");
+  add("f32", {1, 70, 1, 1, 256, 256}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  add("bf16", {1, 80, 1, 2, 100, 100}, {}, 1, 1, 1, 1, "normal", "sig", 0, "padded");
+  add("f32", {2, 90, 2, 2, 100, 48}, {}, 0, 0, 0, 0, "normal", "sig", 0.1, "contiguous");
+  // Gate and beta extremes: g = 0 (pure delta rule), strong decay (-70 per token), beta -> 0.
+  add("f32", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 1, "zero", "sig", 0, "contiguous");
+  add("f32", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 1, "strong", "sig", 0, "contiguous");
+  add("bf16", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 0, "strong", "sig", 0, "contiguous");
+  add("f32", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 1, "normal", "small", 0, "contiguous");
+  // Variable-length packs: zero-length sequences, single tokens, shorter and longer than a chunk.
+  const std::vector<std::vector<int64_t>> packs = {{0, 15}, {0, 5, 5, 69, 100, 163}, {0, 1, 2, 3, 40, 41, 100},
+                                                   {0, 0, 64, 64, 130, 130}, {0, 63, 127, 129, 192, 300}};
+  for (const auto& cu : packs)
+    for (const char* dt : {"f32", "bf16"}) {
+      add(dt, {1, cu.back(), 2, 4, 32, 32}, cu, rot % 2, 1, (rot + 1) % 2, rot % 3 == 0, "normal", "sig", 0,
+          rot % 4 == 1 ? "padded" : "contiguous");
+      ++rot;
+    }
+  add("f64", {1, 100, 1, 2, 16, 8}, {0, 1, 2, 3, 40, 41, 100}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  // Empty: no tokens (final state = initial state, dh0 = dht), no batch.
+  add("f32", {2, 0, 1, 2, 16, 16}, {}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
+  add("f32", {1, 0, 1, 1, 16, 16}, {0, 0, 0}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
+  add("f32", {0, 5, 1, 1, 16, 16}, {}, 0, 0, 0, 0, "normal", "sig", 0, "contiguous");
+  (void)bwd;
+  return cases;
+}
+
+class GdnHarness final : public OpHarness {
+ public:
+  explicit GdnHarness(bool bwd) : bwd_(bwd) {}
+  std::string op() const override { return bwd_ ? "chunk_gated_delta_rule_bwd" : "chunk_gated_delta_rule_fwd"; }
+  std::vector<Case> conformance_cases() const override { return make_cases(op().c_str(), bwd_); }
+
+  CaseResult run_case(const Case& c, strata_device device) const override {
+    CaseResult r;
+    GdnCase x(c);
+    if (x.dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
+      r.skipped = true;
+      r.message = "f64 runs on the CPU only";
+      return r;
+    }
+    return bwd_ ? run_bwd(x, device) : run_fwd(x, device);
+  }
+
+  std::vector<BenchCase> bench_cases(strata_device device) const override;
+
+ private:
+  bool bwd_;
+
+  CaseResult run_fwd(GdnCase& x, strata_device device) const {
+    CaseResult r;
+    const int32_t sdt = x.g.desc.dtype;
+    HostTensor o = HostTensor::make(x.dt, {x.B, x.T, x.HV, x.V}, x.layout);
+    HostTensor ht = HostTensor::make(sdt, {x.N, x.HV, x.K, x.V}, x.layout);
+    o.poison();
+    ht.poison();
+    // float64 reference and the naive f32 recurrence, on the same inputs
+    HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {x.B, x.T, x.HV, x.V});
+    HostTensor ht_ref = HostTensor::make(STRATA_DTYPE_F64, {x.N, x.HV, x.K, x.V});
+    HostTensor o_nv = HostTensor::make(x.dt, {x.B, x.T, x.HV, x.V});
+    HostTensor ht_nv = HostTensor::make(sdt, {x.N, x.HV, x.K, x.V});
+    GdnParams p = x.params();
+    p.o = host_ref(&o_ref);
+    p.ht = host_ref(&ht_ref);
+    linear_attn::gdn_recurrent_fwd<double>(p);
+    p.o = host_ref(&o_nv);
+    p.ht = host_ref(&ht_nv);
+    if (x.dt == STRATA_DTYPE_F64)
+      linear_attn::gdn_recurrent_fwd<double>(p);
+    else
+      linear_attn::gdn_recurrent_fwd<float>(p);
+
+    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
+         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
+         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), d_out = upload(&o, device),
+         d_ht = upload(x.has_ht ? &ht : nullptr, device);
+    strata_plan plan = nullptr;
+    check(strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
+                                                 dsc(d_out), dsc(d_ht), x.scale, x.l2 ? 1 : 0, &plan),
+          "plan");
+    r.impl = strata_plan_impl_name(plan);
+    size_t ws_size = 0;
+    strata_plan_workspace_size(plan, &ws_size);
+    std::vector<uint8_t> ws_host;
+    void* ws = nullptr;
+    if (ws_size) {
+      if (device.type == STRATA_DEVICE_CPU) {
+        ws_host.resize(ws_size);
+        ws = ws_host.data();
+      } else {
+        check(strata_malloc(device, ws_size, nullptr, &ws), "workspace");
+      }
+    }
+    void* t[] = {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), ptr(d_ht)};
+    const strata_status st = strata_plan_run(plan, t, 9, ws, ws_size, nullptr);
+    if (ws && device.type != STRATA_DEVICE_CPU) strata_free(ws);
+    strata_plan_destroy(plan);
+    check(st, "run");
+    d_out->download(o);
+    const double len = static_cast<double>(x.K);
+    r.compares.push_back(compare("o", o.values(), o_ref.values(), o_nv.values(), x.dt, len));
+    if (x.has_ht) {
+      d_ht->download(ht);
+      r.compares.push_back(compare("final_state", ht.values(), ht_ref.values(), ht_nv.values(), sdt, len));
+    }
+    r.pass = true;
+    for (const auto& cmp : r.compares) r.pass = r.pass && cmp.pass;
+    return r;
+  }
+
+  CaseResult run_bwd(GdnCase& x, strata_device device) const {
+    CaseResult r;
+    const int32_t sdt = x.g.desc.dtype;
+    struct Out {
+      const char* name;
+      HostTensor dev, ref, nv;
+      int32_t dtype;
+    };
+    auto shape_q = std::vector<int64_t>{x.B, x.T, x.H, x.K}, shape_v = std::vector<int64_t>{x.B, x.T, x.HV, x.V},
+         shape_g = std::vector<int64_t>{x.B, x.T, x.HV}, shape_s = std::vector<int64_t>{x.N, x.HV, x.K, x.V};
+    std::vector<Out> outs;
+    auto add = [&](const char* name, int32_t dtype, const std::vector<int64_t>& shape) {
+      outs.push_back({name, HostTensor::make(dtype, shape, x.layout), HostTensor::make(STRATA_DTYPE_F64, shape),
+                      HostTensor::make(dtype, shape), dtype});
+      outs.back().dev.poison();
+    };
+    add("dq", x.dt, shape_q);
+    add("dk", x.dt, shape_q);
+    add("dv", x.dt, shape_v);
+    add("dg", sdt, shape_g);
+    add("dbeta", x.dt, shape_g);
+    if (x.has_h0) add("dh0", sdt, shape_s);
+    GdnParams p = x.params();
+    auto bind = [&](int which) {
+      HostTensor* o[6] = {};
+      for (size_t i = 0; i < outs.size(); ++i) o[i] = which == 0 ? &outs[i].ref : &outs[i].nv;
+      p.dq = host_ref(o[0]);
+      p.dk = host_ref(o[1]);
+      p.dv = host_ref(o[2]);
+      p.dg = host_ref(o[3]);
+      p.dbeta = host_ref(o[4]);
+      p.dh0 = host_ref(o[5]);
+    };
+    bind(0);
+    std::vector<uint8_t> rws(linear_attn::gdn_recurrent_bwd_workspace<double>(p));
+    linear_attn::gdn_recurrent_bwd<double>(p, rws.data());
+    bind(1);
+    if (x.dt == STRATA_DTYPE_F64) {
+      linear_attn::gdn_recurrent_bwd<double>(p, rws.data());
+    } else {
+      std::vector<uint8_t> fws(linear_attn::gdn_recurrent_bwd_workspace<float>(p));
+      linear_attn::gdn_recurrent_bwd<float>(p, fws.data());
+    }
+
+    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
+         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
+         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), ddo = upload(&x.d_o, device),
+         ddht = upload(x.has_dht ? &x.dht : nullptr, device);
+    std::vector<std::unique_ptr<DeviceTensor>> od;
+    for (auto& o : outs) od.push_back(upload(&o.dev, device));
+    while (od.size() < 6) od.push_back(nullptr);
+    strata_plan plan = nullptr;
+    check(strata_chunk_gated_delta_rule_bwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
+                                                 dsc(ddo), dsc(ddht), dsc(od[0]), dsc(od[1]), dsc(od[2]), dsc(od[3]),
+                                                 dsc(od[4]), dsc(od[5]), x.scale, x.l2 ? 1 : 0, &plan),
+          "plan");
+    r.impl = strata_plan_impl_name(plan);
+    size_t ws_size = 0;
+    strata_plan_workspace_size(plan, &ws_size);
+    std::vector<uint8_t> ws_host;
+    void* ws = nullptr;
+    if (ws_size) {
+      if (device.type == STRATA_DEVICE_CPU) {
+        ws_host.resize(ws_size);
+        ws = ws_host.data();
+      } else {
+        check(strata_malloc(device, ws_size, nullptr, &ws), "workspace");
+      }
+    }
+    void* t[] = {ptr(dq),    ptr(dk),    ptr(dv),    ptr(dg),    ptr(db),    ptr(dh0),   ptr(dcu),  ptr(ddo),
+                 ptr(ddht), ptr(od[0]), ptr(od[1]), ptr(od[2]), ptr(od[3]), ptr(od[4]), ptr(od[5])};
+    const strata_status st = strata_plan_run(plan, t, 15, ws, ws_size, nullptr);
+    if (ws && device.type != STRATA_DEVICE_CPU) strata_free(ws);
+    strata_plan_destroy(plan);
+    check(st, "run");
+    r.pass = true;
+    const std::vector<double> dg_mag = dg_magnitude(x, outs[2].ref, outs[4].ref);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      od[i]->download(outs[i].dev);
+      const bool is_dg = i == 3;
+      r.compares.push_back(compare(outs[i].name, outs[i].dev.values(), outs[i].ref.values(), outs[i].nv.values(),
+                                   outs[i].dtype, static_cast<double>(is_dg ? linear_attn::kGdnChunk : x.K),
+                                   is_dg ? &dg_mag : nullptr));
+      r.pass = r.pass && r.compares.back().pass;
+    }
+    return r;
+  }
+
+  // The gate gradient is formed by cancellation: in the chunked form dg_t is the in-chunk suffix sum of
+  // per-position terms (q.dq - k.dk + ... of Appendix A) whose diagonal parts, about |do_u| |o_u|, cancel
+  // exactly (with strong decay dg is ~0 while each term is O(1)). Its errors are therefore measured against
+  // the size of the summed terms (atk::compare's `magnitude`): for token t of a chunk [s, e),
+  //   sum over u in [t, e) of |do_u| |o_u| + |v_u| |dv_u| + |beta_u dbeta_u|   (norms over the V elements),
+  // with o from the float64 forward.
+  static std::vector<double> dg_magnitude(GdnCase& x, const HostTensor& dv_ref, const HostTensor& dbeta_ref) {
+    HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {x.B, x.T, x.HV, x.V});
+    GdnParams p = x.params();
+    p.o = host_ref(&o_ref);
+    linear_attn::gdn_recurrent_fwd<double>(p);
+    const std::vector<double> o = o_ref.values(), d_o = x.d_o.values(), v = x.v.values(), dv = dv_ref.values(),
+                              beta = x.beta.values(), db = dbeta_ref.values();
+    std::vector<double> mag(static_cast<size_t>(x.B * x.T * x.HV), 0.0);
+    auto norm = [&](const std::vector<double>& a, int64_t i0) {
+      double s = 0;
+      for (int64_t j = 0; j < x.V; ++j) s += a[static_cast<size_t>(i0 + j)] * a[static_cast<size_t>(i0 + j)];
+      return std::sqrt(s);
+    };
+    auto seq = [&](int64_t b, int64_t bos, int64_t eos) {
+      for (int64_t cs = bos; cs < eos; cs += linear_attn::kGdnChunk) {
+        const int64_t ce = std::min(cs + linear_attn::kGdnChunk, eos);
+        for (int64_t hv = 0; hv < x.HV; ++hv) {
+          double acc = 0;
+          for (int64_t t = ce - 1; t >= cs; --t) {
+            const int64_t e = (b * x.T + t) * x.HV + hv, ev = e * x.V;
+            acc += norm(d_o, ev) * norm(o, ev) + norm(v, ev) * norm(dv, ev) +
+                   std::fabs(beta[static_cast<size_t>(e)] * db[static_cast<size_t>(e)]);
+            mag[static_cast<size_t>(e)] = acc;
+          }
+        }
+      }
+    };
+    if (x.cu.empty()) {
+      for (int64_t b = 0; b < x.B; ++b) seq(b, 0, x.T);
+    } else {
+      for (size_t n = 0; n + 1 < x.cu.size(); ++n) seq(0, x.cu[n], x.cu[n + 1]);
+    }
+    return mag;
+  }
+};
+
+// Benchmarks (PERF_TARGETS / the issue): H200 B=4 T=8192 H=16 HV=32 K=V=128 bf16; B=1 T=32768 H=16; 256
+// documents of random lengths summing to 32768 vs equal lengths; CPU f32 T=4096 H=4 HV=8 K=V=128.
+// FLOPs are those of the chunked algorithm the CPU path runs, per 64-token chunk C and value head with K = V = D:
+// forward 10 C^2 D + 6 C D^2; backward (with its re-computation of the states) 32 C^2 D + 18 C D^2 + 4 C^3
+// (bench/gdn_peers.py counts the same).
+std::vector<BenchCase> GdnHarness::bench_cases(strata_device device) const {
+  struct Shape {
+    int64_t B, T, H, HV, D;
+    int32_t dt;
+    int64_t docs;  // 0: fixed length; n: n documents (random lengths when > 0, equal lengths when < 0)
+  };
+  std::vector<Shape> shapes;
+  if (device.type == STRATA_DEVICE_CUDA) {
+    shapes = {{4, 8192, 16, 32, 128, STRATA_DTYPE_BF16, 0},
+              {1, 32768, 16, 32, 128, STRATA_DTYPE_BF16, 0},
+              {1, 32768, 16, 32, 128, STRATA_DTYPE_BF16, 256},
+              {1, 32768, 16, 32, 128, STRATA_DTYPE_BF16, -256}};
+  } else {
+    shapes = {{1, 4096, 4, 8, 128, STRATA_DTYPE_F32, 0}, {1, 4096, 4, 8, 128, STRATA_DTYPE_F32, 16}};
+  }
+  std::vector<BenchCase> out;
+  for (const Shape& s : shapes) {
+    std::vector<int64_t> cu;
+    if (s.docs != 0) {
+      const int64_t n = std::abs(s.docs);
+      cu.push_back(0);
+      std::mt19937_64 rng(11);
+      std::vector<int64_t> cuts;
+      if (s.docs > 0) {
+        std::uniform_int_distribution<int64_t> U(1, s.T - 1);
+        while (static_cast<int64_t>(cuts.size()) < n - 1) cuts.push_back(U(rng));
+        std::sort(cuts.begin(), cuts.end());
+      } else {
+        for (int64_t i = 1; i < n; ++i) cuts.push_back(i * s.T / n);
+      }
+      for (int64_t c : cuts) cu.push_back(c);
+      cu.push_back(s.T);
+    }
+    const double D = static_cast<double>(s.D), BTc = 64.0;
+    const double chunks = static_cast<double>(s.B) * (static_cast<double>(s.T) / BTc + (cu.empty() ? 0 : std::abs(s.docs)));
+    const double fwd_flops = chunks * static_cast<double>(s.HV) * (10 * BTc * BTc * D + 6 * BTc * D * D);
+    const double bwd_flops =
+        chunks * static_cast<double>(s.HV) * (32 * BTc * BTc * D + 18 * BTc * D * D + 4 * BTc * BTc * BTc);
+    const double esz = static_cast<double>(dtype_size(s.dt));
+    const double io = static_cast<double>(s.B * s.T) * (2.0 * s.H * s.D + 2.0 * s.HV * s.D + 2.0 * s.HV) * esz;
+    BenchCase b;
+    b.label = fmt::format("{} {} B={} T={} H={} HV={} K=V={}{}", op(), dtype_name(s.dt), s.B, s.T, s.H, s.HV, s.D,
+                          s.docs > 0 ? fmt::format(" varlen {} random docs", s.docs)
+                                     : (s.docs < 0 ? fmt::format(" varlen {} equal docs", -s.docs) : ""));
+    b.flops = bwd_ ? bwd_flops : fwd_flops;
+    b.bytes = bwd_ ? 2.0 * io : io;
+    struct State {
+      std::vector<std::unique_ptr<DeviceTensor>> t;
+      strata_plan plan = nullptr;
+      void* ws = nullptr;
+      size_t ws_size = 0;
+      std::vector<void*> ptrs;
+    };
+    auto st = std::make_shared<State>();
+    const bool bwd = bwd_;
+    b.setup = [=] {
+      Case c(op());
+      c.set("dtype", dtype_name(s.dt)).set("shape", shape_arg({s.B, s.T, s.H, s.HV, s.D, s.D})).set("cu", cu_arg(cu));
+      c.set("h0", 0).set("ht", 1).set("dht", 0).set("l2", 1).set("seed", 5);
+      GdnCase x(c);
+      HostTensor o = HostTensor::make(s.dt, {s.B, s.T, s.HV, s.D});
+      HostTensor ht = HostTensor::make(STRATA_DTYPE_F32, {x.N, s.HV, s.D, s.D});
+      auto up = [&](const HostTensor* h) {
+        st->t.push_back(upload(h, device));
+        return st->t.back().get();
+      };
+      DeviceTensor *q = up(&x.q), *k = up(&x.k), *v = up(&x.v), *g = up(&x.g), *be = up(&x.beta);
+      DeviceTensor* cut = cu.empty() ? nullptr : up(&x.cu_t);
+      const strata_tensor_desc* cud = cut ? &cut->desc() : nullptr;
+      void* cup = cut ? cut->data() : nullptr;
+      const float scale = 1.f / std::sqrt(static_cast<float>(s.D));
+      if (!bwd) {
+        DeviceTensor *od = up(&o), *hd = up(&ht);
+        check(strata_chunk_gated_delta_rule_fwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
+                                                     nullptr, cud, &od->desc(), &hd->desc(), scale, 1, &st->plan),
+              "bench plan");
+        st->ptrs = {q->data(), k->data(), v->data(), g->data(), be->data(), nullptr, cup, od->data(), hd->data()};
+      } else {
+        DeviceTensor *dd = up(&x.d_o), *dqd = up(&x.q), *dkd = up(&x.k), *dvd = up(&x.v), *dgd = up(&x.g),
+                     *dbd = up(&x.beta);
+        check(strata_chunk_gated_delta_rule_bwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
+                                                     nullptr, cud, &dd->desc(), nullptr, &dqd->desc(), &dkd->desc(),
+                                                     &dvd->desc(), &dgd->desc(), &dbd->desc(), nullptr, scale, 1,
+                                                     &st->plan),
+              "bench plan");
+        st->ptrs = {q->data(),   k->data(),   v->data(),   g->data(),   be->data(),  nullptr,    cup,    dd->data(),
+                    nullptr,     dqd->data(), dkd->data(), dvd->data(), dgd->data(), dbd->data(), nullptr};
+      }
+      strata_plan_workspace_size(st->plan, &st->ws_size);
+      if (st->ws_size) check(strata_malloc(device, st->ws_size, nullptr, &st->ws), "bench workspace");
+    };
+    b.run = [st] {
+      check(strata_plan_run(st->plan, st->ptrs.data(), static_cast<int32_t>(st->ptrs.size()), st->ws, st->ws_size,
+                            nullptr),
+            "bench run");
+    };
+    b.teardown = [st] {
+      strata_plan_destroy(st->plan);
+      if (st->ws) strata_free(st->ws);
+      st->t.clear();
+    };
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<OpHarness> make_chunk_gated_delta_rule_fwd_harness() { return std::make_unique<GdnHarness>(false); }
+std::unique_ptr<OpHarness> make_chunk_gated_delta_rule_bwd_harness() { return std::make_unique<GdnHarness>(true); }
+
+}  // namespace strata::atk

@@ -1,0 +1,578 @@
+// chunk_gated_delta_rule beyond the conformance driver (ops_gdn_kda.md §4.12, §7.4): every validation rule
+// (status, message, outputs untouched), the run-time cu_seqlens checks, the float64 backward against float64
+// finite differences of the float64 forward, determinism (repeated runs, 1 vs 2 threads, every CPU ISA),
+// packed-vs-separate equality, zero-length sequences, plan reuse, workspace checks and the C++ wrappers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "strata/ops.h"
+#include "strata/strata.hpp"
+#include "testkit/testkit.h"
+
+namespace strata {
+namespace {
+
+using atk::HostTensor;
+
+const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
+
+struct ForceImpl {
+  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
+  ~ForceImpl() { strata_set_force_impl(nullptr); }
+};
+
+bool all_poison(const HostTensor& t) {
+  for (uint8_t b : t.storage)
+    if (b != 0xff) return false;
+  return true;
+}
+
+HostTensor randn(int32_t dt, const std::vector<int64_t>& shape, std::mt19937_64& rng, double mean = 0, double sd = 1) {
+  HostTensor t = HostTensor::make(dt, shape);
+  t.fill_normal(rng, mean, sd);
+  return t;
+}
+HostTensor poisoned(int32_t dt, const std::vector<int64_t>& shape) {
+  HostTensor t = HostTensor::make(dt, shape);
+  t.poison();
+  return t;
+}
+HostTensor make_cu(const std::vector<int64_t>& values) {
+  HostTensor cu = HostTensor::make(STRATA_DTYPE_I64, {static_cast<int64_t>(values.size())});
+  for (size_t i = 0; i < values.size(); ++i) cu.set(static_cast<int64_t>(i), static_cast<double>(values[i]));
+  return cu;
+}
+void* data(HostTensor* t) { return t ? t->storage.data() : nullptr; }
+const strata_tensor_desc* desc(const HostTensor* t) { return t ? &t->desc : nullptr; }
+
+// A problem on the host: inputs with unit-norm keys, gates in log space, sigmoid betas.
+struct Problem {
+  int64_t B, T, H, HV, K, V, N;
+  std::vector<int64_t> cu_values;
+  int32_t dt;
+  HostTensor q, k, v, g, beta, h0, cu, d_o, dht;
+  bool has_h0, has_dht;
+  Problem(int32_t dtype, int64_t B_, int64_t T_, int64_t H_, int64_t HV_, int64_t K_, int64_t V_,
+          std::vector<int64_t> cu_ = {}, bool h0_ = true, bool dht_ = true, uint64_t seed = 1)
+      : B(B_), T(T_), H(H_), HV(HV_), K(K_), V(V_), cu_values(std::move(cu_)), dt(dtype), has_h0(h0_), has_dht(dht_) {
+    N = cu_values.empty() ? B : static_cast<int64_t>(cu_values.size()) - 1;
+    const int32_t sdt = dt == STRATA_DTYPE_F64 ? STRATA_DTYPE_F64 : STRATA_DTYPE_F32;
+    std::mt19937_64 rng(seed);
+    q = randn(dt, {B, T, H, K}, rng);
+    k = randn(dt, {B, T, H, K}, rng);
+    v = randn(dt, {B, T, HV, V}, rng);
+    g = HostTensor::make(sdt, {B, T, HV});
+    std::uniform_real_distribution<double> U(0.05, 1.0);
+    for (int64_t i = 0; i < g.numel(); ++i) g.set(i, std::log(1.0 / (1.0 + std::exp(-U(rng)))));
+    beta = HostTensor::make(dt, {B, T, HV});
+    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, 1.0 / (1.0 + std::exp(-2.0 * U(rng) + 1.0)));
+    h0 = randn(sdt, {N, HV, K, V}, rng, 0, 0.5);
+    d_o = randn(dt, {B, T, HV, V}, rng);
+    dht = randn(sdt, {N, HV, K, V}, rng);
+    if (!cu_values.empty()) cu = make_cu(cu_values);
+  }
+  HostTensor* cu_ptr() { return cu_values.empty() ? nullptr : &cu; }
+  HostTensor* h0_ptr() { return has_h0 ? &h0 : nullptr; }
+  HostTensor* dht_ptr() { return has_dht ? &dht : nullptr; }
+  int32_t sdt() const { return g.desc.dtype; }
+};
+
+std::vector<uint8_t> g_ws;
+
+strata_status run_fwd(Problem& p, HostTensor& o, HostTensor* ht, float scale, bool l2, std::string* impl = nullptr) {
+  strata_plan plan = nullptr;
+  strata_status s = strata_chunk_gated_delta_rule_fwd_plan(&p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc,
+                                                           desc(p.h0_ptr()), desc(p.cu_ptr()), &o.desc, desc(ht),
+                                                           scale, l2 ? 1 : 0, &plan);
+  if (s != STRATA_SUCCESS) return s;
+  if (impl) *impl = strata_plan_impl_name(plan);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  g_ws.assign(ws, 0);
+  void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), data(p.h0_ptr()), data(p.cu_ptr()),
+               data(&o), data(ht)};
+  s = strata_plan_run(plan, t, 9, g_ws.data(), ws, nullptr);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+struct Grads {
+  HostTensor dq, dk, dv, dg, dbeta, dh0;
+  explicit Grads(const Problem& p)
+      : dq(poisoned(p.dt, {p.B, p.T, p.H, p.K})),
+        dk(poisoned(p.dt, {p.B, p.T, p.H, p.K})),
+        dv(poisoned(p.dt, {p.B, p.T, p.HV, p.V})),
+        dg(poisoned(p.sdt(), {p.B, p.T, p.HV})),
+        dbeta(poisoned(p.dt, {p.B, p.T, p.HV})),
+        dh0(poisoned(p.sdt(), {p.N, p.HV, p.K, p.V})) {}
+  bool untouched() const {
+    return all_poison(dq) && all_poison(dk) && all_poison(dv) && all_poison(dg) && all_poison(dbeta) && all_poison(dh0);
+  }
+};
+
+strata_status run_bwd(Problem& p, Grads& gr, float scale, bool l2, std::string* impl = nullptr) {
+  strata_plan plan = nullptr;
+  HostTensor* dh0 = p.has_h0 ? &gr.dh0 : nullptr;
+  strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
+      &p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc, desc(p.h0_ptr()), desc(p.cu_ptr()), &p.d_o.desc,
+      desc(p.dht_ptr()), &gr.dq.desc, &gr.dk.desc, &gr.dv.desc, &gr.dg.desc, &gr.dbeta.desc, desc(dh0), scale,
+      l2 ? 1 : 0, &plan);
+  if (s != STRATA_SUCCESS) return s;
+  if (impl) *impl = strata_plan_impl_name(plan);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  g_ws.assign(ws, 0);
+  void* t[] = {data(&p.q),       data(&p.k),         data(&p.v),       data(&p.g),       data(&p.beta),
+               data(p.h0_ptr()), data(p.cu_ptr()),   data(&p.d_o),     data(p.dht_ptr()), data(&gr.dq),
+               data(&gr.dk),     data(&gr.dv),       data(&gr.dg),     data(&gr.dbeta),  data(dh0)};
+  s = strata_plan_run(plan, t, 15, g_ws.data(), ws, nullptr);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+std::vector<std::string> cpu_impls() { return atk::impls_for("chunk_gated_delta_rule_fwd", kCpu); }
+
+// ---------------------------------------------------------------------------------------------- validation
+
+// q [1, 8, 2, 4], v [1, 8, 4, 3], cu [0, 3, 8]; each rule mutates one descriptor of a valid call.
+struct V {
+  Problem p{STRATA_DTYPE_F32, 1, 8, 2, 4, 4, 3, {0, 3, 8}};
+  HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 8, 4, 3});
+  HostTensor ht = poisoned(STRATA_DTYPE_F32, {2, 4, 4, 3});
+  struct D {
+    strata_tensor_desc q, k, v, g, beta, h0, cu, o, ht;
+  };
+  D valid() const {
+    return {p.q.desc, p.k.desc, p.v.desc, p.g.desc, p.beta.desc, p.h0.desc, p.cu.desc, o.desc, ht.desc};
+  }
+  void expect(const D& d, strata_status status, const std::string& needle, bool null_h0 = false) {
+    strata_plan plan = nullptr;
+    strata_status s = strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta,
+                                                             null_h0 ? nullptr : &d.h0, &d.cu, &d.o, &d.ht, 0.5f, 0,
+                                                             &plan);
+    if (s == STRATA_SUCCESS) {
+      size_t ws = 0;
+      strata_plan_workspace_size(plan, &ws);
+      std::vector<uint8_t> w(ws);
+      void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), data(&p.h0), data(&p.cu),
+                   data(&o), data(&ht)};
+      s = strata_plan_run(plan, t, 9, w.data(), ws, nullptr);
+      strata_plan_destroy(plan);
+    }
+    const std::string msg = strata_get_last_error_message();
+    EXPECT_EQ(s, status) << strata_status_name(s) << ": " << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg << "\nexpected to contain: " << needle;
+    EXPECT_TRUE(all_poison(o) && all_poison(ht)) << "outputs written by a rejected call: " << needle;
+  }
+};
+
+TEST(ChunkGatedDeltaRule, ValidCallSucceeds) {
+  V v;
+  std::string impl;
+  EXPECT_EQ(run_fwd(v.p, v.o, &v.ht, 0.5f, false, &impl), STRATA_SUCCESS) << strata_get_last_error_message();
+  EXPECT_FALSE(all_poison(v.o));
+}
+
+TEST(ChunkGatedDeltaRule, NullRules) {
+  V v;
+  auto d = v.valid();
+  strata_plan plan = nullptr;
+  EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(nullptr, &d.k, &d.v, &d.g, &d.beta, nullptr, nullptr, &d.o,
+                                                   nullptr, 0.5f, 0, &plan),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("chunk_gated_delta_rule_fwd: q must not be NULL"),
+            std::string::npos);
+  EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, nullptr, &d.beta, nullptr, nullptr, &d.o,
+                                                   nullptr, 0.5f, 0, &plan),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("g must not be NULL"), std::string::npos);
+  EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, nullptr,
+                                                   nullptr, 0.5f, 0, &plan),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("o must not be NULL"), std::string::npos);
+  // the backward's required gradients
+  Grads gr(v.p);
+  EXPECT_EQ(strata_chunk_gated_delta_rule_bwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &v.p.d_o.desc,
+                                                   nullptr, &gr.dq.desc, &gr.dk.desc, &gr.dv.desc, nullptr,
+                                                   &gr.dbeta.desc, nullptr, 0.5f, 0, &plan),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("chunk_gated_delta_rule_bwd: dg must not be NULL"),
+            std::string::npos);
+  // a plan made with cu_seqlens needs its pointer at run time
+  ASSERT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
+                                                   0.5f, 0, &plan),
+            STRATA_SUCCESS);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  std::vector<uint8_t> w(ws);
+  void* t[] = {data(&v.p.q), data(&v.p.k), data(&v.p.v), data(&v.p.g), data(&v.p.beta), nullptr, nullptr,
+               data(&v.o), nullptr};
+  EXPECT_EQ(strata_plan_run(plan, t, 9, w.data(), ws, nullptr), STRATA_ERROR_NULL_POINTER);
+  strata_plan_destroy(plan);
+  EXPECT_TRUE(all_poison(v.o));
+}
+
+TEST(ChunkGatedDeltaRule, DeviceRules) {
+  V v;
+  auto d = v.valid();
+  d.k.device = {7, 0};
+  v.expect(d, STRATA_ERROR_INVALID_DEVICE, "k");
+  d = v.valid();
+  d.h0.device = {STRATA_DEVICE_CPU, 1};
+  v.expect(d, STRATA_ERROR_INVALID_DEVICE, "initial_state: device cpu:1 does not exist");
+}
+
+TEST(ChunkGatedDeltaRule, DtypeRules) {
+  V v;
+  auto d = v.valid();
+  d.q.dtype = STRATA_DTYPE_I32;
+  v.expect(d, STRATA_ERROR_INVALID_DTYPE, "q has dtype i32, expected one of f32, bf16, f16, f64");
+  d = v.valid();
+  d.h0.dtype = STRATA_DTYPE_BF16;
+  v.expect(d, STRATA_ERROR_INVALID_DTYPE, "initial_state has dtype bf16, expected one of f32, f64");
+  d = v.valid();
+  d.ht.dtype = STRATA_DTYPE_F16;
+  v.expect(d, STRATA_ERROR_INVALID_DTYPE, "final_state has dtype f16");
+  d = v.valid();
+  d.cu.dtype = STRATA_DTYPE_I32;
+  v.expect(d, STRATA_ERROR_INVALID_DTYPE, "cu_seqlens has dtype i32, expected one of i64");
+  d = v.valid();
+  d.beta.dtype = STRATA_DTYPE_BOOL;
+  v.expect(d, STRATA_ERROR_INVALID_DTYPE, "beta has dtype bool");
+}
+
+TEST(ChunkGatedDeltaRule, MismatchedHeadsRule) {
+  V v;
+  auto d = v.valid();
+  d.k = make_desc(STRATA_DTYPE_F32, {1, 8, 1, 4});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "k must have shape [1, 8, 2, 4]");
+}
+
+TEST(ChunkGatedDeltaRule, ValueHeadsMustBeAMultipleOfQkHeads) {
+  V v;
+  auto d = v.valid();
+  d.v = make_desc(STRATA_DTYPE_F32, {1, 8, 3, 3});
+  d.g = make_desc(STRATA_DTYPE_F32, {1, 8, 3});
+  d.beta = make_desc(STRATA_DTYPE_F32, {1, 8, 3});
+  d.o = make_desc(STRATA_DTYPE_F32, {1, 8, 3, 3});
+  d.h0 = make_desc(STRATA_DTYPE_F32, {2, 3, 4, 3});
+  d.ht = d.h0;
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "HV = 3 (v.shape[2]) must be a positive multiple of the q/k heads H = 2");
+}
+
+TEST(ChunkGatedDeltaRule, ShapeRules) {
+  V v;
+  auto d = v.valid();
+  d.q = make_desc(STRATA_DTYPE_F32, {8, 2, 4});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "q must have rank 4, got rank 3");
+  d = v.valid();
+  d.g = make_desc(STRATA_DTYPE_F32, {1, 8, 2});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "g must have shape [1, 8, 4]");
+  d = v.valid();
+  d.beta = make_desc(STRATA_DTYPE_F32, {1, 8, 4, 1});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "beta must have shape [1, 8, 4]");
+  d = v.valid();
+  d.o = make_desc(STRATA_DTYPE_F32, {1, 8, 4, 4});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "o must have shape [1, 8, 4, 3]");
+  d = v.valid();
+  d.v = make_desc(STRATA_DTYPE_F32, {1, 7, 4, 3});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "v must have shape [B, T, HV, V] with B, T = 1, 8 of q");
+  d = v.valid();
+  d.h0 = make_desc(STRATA_DTYPE_F32, {1, 4, 4, 3});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "initial_state must have shape [2, 4, 4, 3]");
+  d = v.valid();
+  d.ht = make_desc(STRATA_DTYPE_F32, {2, 4, 3, 4});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "final_state must have shape [2, 4, 4, 3]");
+  d = v.valid();
+  d.cu = make_desc(STRATA_DTYPE_I64, {3, 1});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "cu_seqlens must have rank 1, got rank 2");
+}
+
+TEST(ChunkGatedDeltaRule, VarlenNeedsOneBatchRow) {
+  V v;
+  auto d = v.valid();
+  for (auto* x : {&d.q, &d.k}) *x = make_desc(STRATA_DTYPE_F32, {2, 4, 2, 4});
+  for (auto* x : {&d.v, &d.o}) *x = make_desc(STRATA_DTYPE_F32, {2, 4, 4, 3});
+  for (auto* x : {&d.g, &d.beta}) *x = make_desc(STRATA_DTYPE_F32, {2, 4, 4});
+  v.expect(d, STRATA_ERROR_INVALID_SHAPE, "with cu_seqlens (a variable-length pack) q must have B = 1");
+}
+
+TEST(ChunkGatedDeltaRule, KeyDimLimit) {
+  V v;
+  auto d = v.valid();
+  d.q = d.k = make_desc(STRATA_DTYPE_F32, {1, 8, 2, 257});
+  d.h0 = d.ht = make_desc(STRATA_DTYPE_F32, {2, 4, 257, 3});
+  v.expect(d, STRATA_ERROR_UNSUPPORTED, "K = q.shape[3] must be in [1, 256], got 257");
+}
+
+TEST(ChunkGatedDeltaRule, StrideRules) {
+  V v;
+  auto d = v.valid();
+  d.v.strides[3] = 2;
+  v.expect(d, STRATA_ERROR_INVALID_STRIDE, "v");
+  d = v.valid();
+  d.o.strides[1] = 0;  // two tokens would alias
+  v.expect(d, STRATA_ERROR_INVALID_STRIDE, "o");
+}
+
+TEST(ChunkGatedDeltaRule, AttributeRules) {
+  V v;
+  auto d = v.valid();
+  strata_plan plan = nullptr;
+  EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
+                                                   NAN, 0, &plan),
+            STRATA_ERROR_INVALID_ATTRIBUTE);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("scale must be finite"), std::string::npos);
+  EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
+                                                   0.5f, 2, &plan),
+            STRATA_ERROR_INVALID_ATTRIBUTE);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("use_qk_l2norm_in_kernel must be 0 or 1, got 2"),
+            std::string::npos);
+}
+
+TEST(ChunkGatedDeltaRule, CuSeqlensValuesCheckedOnEveryCpuImpl) {
+  for (const std::string& impl : cpu_impls()) {
+    ForceImpl f(impl.c_str());
+    for (const auto& [vals, needle] : std::vector<std::pair<std::vector<int64_t>, std::string>>{
+             {{1, 3, 8}, "cu_seqlens[0] must be 0, got 1"},
+             {{0, 5, 3}, "cu_seqlens must be non-decreasing, got cu_seqlens[2] = 3 after cu_seqlens[1] = 5"},
+             {{0, 3, 7}, "the last entry cu_seqlens[2] must equal T = 8 (q.shape[1]), got 7"}}) {
+      Problem p(STRATA_DTYPE_F32, 1, 8, 2, 4, 4, 3, vals);
+      HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 8, 4, 3}), ht = poisoned(STRATA_DTYPE_F32, {2, 4, 4, 3});
+      EXPECT_EQ(run_fwd(p, o, &ht, 0.5f, false), STRATA_ERROR_INVALID_VALUE) << impl;
+      EXPECT_NE(std::string(strata_get_last_error_message()).find(needle), std::string::npos)
+          << impl << ": " << strata_get_last_error_message();
+      EXPECT_TRUE(all_poison(o) && all_poison(ht)) << impl;
+      Grads gr(p);
+      EXPECT_EQ(run_bwd(p, gr, 0.5f, false), STRATA_ERROR_INVALID_VALUE) << impl;
+      EXPECT_TRUE(gr.untouched()) << impl;
+    }
+  }
+}
+
+TEST(ChunkGatedDeltaRule, CpuImplsRejectF64WithAReason) {
+  for (const std::string& impl : cpu_impls()) {
+    if (impl == "reference") continue;
+    ForceImpl f(impl.c_str());
+    Problem p(STRATA_DTYPE_F64, 1, 8, 1, 1, 4, 3);
+    HostTensor o = poisoned(STRATA_DTYPE_F64, {1, 8, 1, 3});
+    EXPECT_EQ(run_fwd(p, o, nullptr, 0.5f, false), STRATA_ERROR_NO_IMPLEMENTATION) << impl;
+    EXPECT_NE(std::string(strata_get_last_error_message()).find("f64 tensors go to the reference"), std::string::npos)
+        << strata_get_last_error_message();
+  }
+}
+
+TEST(ChunkGatedDeltaRule, WorkspaceTooSmallIsAnError) {
+  for (const std::string& impl : cpu_impls()) {
+    if (impl == "reference") continue;
+    ForceImpl f(impl.c_str());
+    Problem p(STRATA_DTYPE_F32, 1, 8, 1, 1, 4, 3);
+    HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 8, 1, 3});
+    strata_plan plan = nullptr;
+    ASSERT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc,
+                                                     nullptr, nullptr, &o.desc, nullptr, 0.5f, 0, &plan),
+              STRATA_SUCCESS);
+    size_t ws = 0;
+    strata_plan_workspace_size(plan, &ws);
+    EXPECT_GT(ws, 0u);
+    std::vector<uint8_t> w(ws);
+    void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), nullptr, nullptr, data(&o), nullptr};
+    EXPECT_EQ(strata_plan_run(plan, t, 9, w.data(), ws - 1, nullptr), STRATA_ERROR_WORKSPACE_TOO_SMALL);
+    strata_plan_destroy(plan);
+    EXPECT_TRUE(all_poison(o));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- gradients
+
+// Loss = <o, do> + <final_state, dht> in float64 through the reference forward.
+double loss(Problem& p, bool l2, float scale) {
+  HostTensor o = HostTensor::make(STRATA_DTYPE_F64, {p.B, p.T, p.HV, p.V});
+  HostTensor ht = HostTensor::make(STRATA_DTYPE_F64, {p.N, p.HV, p.K, p.V});
+  ForceImpl f("reference");
+  EXPECT_EQ(run_fwd(p, o, &ht, scale, l2), STRATA_SUCCESS) << strata_get_last_error_message();
+  double L = 0;
+  for (int64_t i = 0; i < o.numel(); ++i) L += o.get(i) * p.d_o.get(i);
+  if (p.has_dht)
+    for (int64_t i = 0; i < ht.numel(); ++i) L += ht.get(i) * p.dht.get(i);
+  return L;
+}
+
+// Every gradient of the float64 reference backward against central differences of the float64 forward.
+void check_fd(Problem& p, bool l2, float scale) {
+  Grads gr(p);
+  {
+    ForceImpl f("reference");
+    ASSERT_EQ(run_bwd(p, gr, scale, l2), STRATA_SUCCESS) << strata_get_last_error_message();
+  }
+  struct In {
+    const char* name;
+    HostTensor* x;
+    HostTensor* dx;
+  };
+  std::vector<In> ins = {{"q", &p.q, &gr.dq}, {"k", &p.k, &gr.dk}, {"v", &p.v, &gr.dv},
+                         {"g", &p.g, &gr.dg}, {"beta", &p.beta, &gr.dbeta}};
+  if (p.has_h0) ins.push_back({"h0", &p.h0, &gr.dh0});
+  std::mt19937_64 rng(99);
+  for (const In& in : ins) {
+    const int64_t n = in.x->numel();
+    std::vector<int64_t> idx;
+    for (int64_t i = 0; i < std::min<int64_t>(n, 12); ++i) idx.push_back(n <= 12 ? i : static_cast<int64_t>(rng() % n));
+    for (int64_t i : idx) {
+      const double x0 = in.x->get(i), h = 1e-6 * std::max(1.0, std::abs(x0));
+      in.x->set(i, x0 + h);
+      const double lp = loss(p, l2, scale);
+      in.x->set(i, x0 - h);
+      const double lm = loss(p, l2, scale);
+      in.x->set(i, x0);
+      const double fd = (lp - lm) / (2 * h), an = in.dx->get(i);
+      EXPECT_NEAR(an, fd, 1e-6 * std::max(1.0, std::abs(fd))) << in.name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(ChunkGatedDeltaRule, ReferenceGradientsMatchFloat64FiniteDifferences) {
+  {
+    Problem p(STRATA_DTYPE_F64, 2, 70, 1, 2, 5, 3);  // two rows, a tail chunk, h0 and dht
+    check_fd(p, false, 0.4f);
+  }
+  {
+    Problem p(STRATA_DTYPE_F64, 1, 75, 2, 6, 4, 3, {0, 1, 1, 66, 75});  // GVA G = 3, varlen, l2norm
+    check_fd(p, true, 0.5f);
+  }
+  {
+    Problem p(STRATA_DTYPE_F64, 1, 9, 1, 1, 3, 2, {}, false, false);  // no h0, no dht
+    check_fd(p, true, 1.0f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- determinism
+
+TEST(ChunkGatedDeltaRule, BitwiseAcrossRunsThreadCountsAndIsas) {
+  const int32_t before = strata_get_num_threads();
+  std::vector<std::vector<uint8_t>> ref_fwd, ref_bwd;
+  for (const std::string& impl : cpu_impls()) {
+    if (impl == "reference") continue;
+    ForceImpl f(impl.c_str());
+    std::vector<uint8_t> first_fwd, first_bwd;
+    for (int threads : {1, 2, 2, 1}) {
+      ASSERT_EQ(strata_set_num_threads(threads), STRATA_SUCCESS);
+      Problem p(STRATA_DTYPE_BF16, 1, 300, 2, 4, 64, 32, {0, 100, 101, 230, 300}, true, true, 3);
+      HostTensor o = poisoned(STRATA_DTYPE_BF16, {1, 300, 4, 32}), ht = poisoned(STRATA_DTYPE_F32, {4, 4, 64, 32});
+      ASSERT_EQ(run_fwd(p, o, &ht, 0.125f, true), STRATA_SUCCESS);
+      Grads gr(p);
+      ASSERT_EQ(run_bwd(p, gr, 0.125f, true), STRATA_SUCCESS);
+      std::vector<uint8_t> fw = o.storage, bw = gr.dq.storage;
+      fw.insert(fw.end(), ht.storage.begin(), ht.storage.end());
+      for (HostTensor* t : {&gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.dh0})
+        bw.insert(bw.end(), t->storage.begin(), t->storage.end());
+      if (first_fwd.empty()) {
+        first_fwd = fw;
+        first_bwd = bw;
+      } else {
+        EXPECT_EQ(fw, first_fwd) << impl << " forward, " << threads << " threads";
+        EXPECT_EQ(bw, first_bwd) << impl << " backward, " << threads << " threads";
+      }
+    }
+  }
+  strata_set_num_threads(before);
+}
+
+// ---------------------------------------------------------------------------------------------- semantics
+
+TEST(ChunkGatedDeltaRule, PackedEqualsSeparateOnEveryCpuImpl) {
+  const std::vector<int64_t> cu = {0, 70, 70, 71, 200};
+  for (const std::string& impl : cpu_impls()) {
+    ForceImpl f(impl.c_str());
+    Problem packed(STRATA_DTYPE_F32, 1, 200, 1, 2, 16, 8, cu);
+    HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 200, 2, 8}), ht = poisoned(STRATA_DTYPE_F32, {4, 2, 16, 8});
+    ASSERT_EQ(run_fwd(packed, o, &ht, 0.3f, true), STRATA_SUCCESS);
+    Grads gp(packed);
+    ASSERT_EQ(run_bwd(packed, gp, 0.3f, true), STRATA_SUCCESS);
+    for (size_t n = 0; n + 1 < cu.size(); ++n) {
+      const int64_t L = cu[n + 1] - cu[n];
+      Problem one(STRATA_DTYPE_F32, 1, L, 1, 2, 16, 8);
+      auto copy_tok = [&](HostTensor& dst, const HostTensor& src, int64_t per_tok) {
+        for (int64_t i = 0; i < L * per_tok; ++i) dst.set(i, src.get(cu[n] * per_tok + i));
+      };
+      auto copy_state = [&](HostTensor& dst, const HostTensor& src) {
+        const int64_t per = dst.numel();
+        for (int64_t i = 0; i < per; ++i) dst.set(i, src.get(static_cast<int64_t>(n) * per + i));
+      };
+      copy_tok(one.q, packed.q, 16);
+      copy_tok(one.k, packed.k, 16);
+      copy_tok(one.v, packed.v, 16);
+      copy_tok(one.g, packed.g, 2);
+      copy_tok(one.beta, packed.beta, 2);
+      copy_tok(one.d_o, packed.d_o, 16);
+      copy_state(one.h0, packed.h0);
+      copy_state(one.dht, packed.dht);
+      HostTensor o1 = poisoned(STRATA_DTYPE_F32, {1, L, 2, 8}), ht1 = poisoned(STRATA_DTYPE_F32, {1, 2, 16, 8});
+      ASSERT_EQ(run_fwd(one, o1, &ht1, 0.3f, true), STRATA_SUCCESS);
+      Grads g1(one);
+      ASSERT_EQ(run_bwd(one, g1, 0.3f, true), STRATA_SUCCESS);
+      for (int64_t i = 0; i < L * 16; ++i) ASSERT_EQ(o1.get(i), o.get(cu[n] * 16 + i)) << impl << " o seq " << n;
+      for (int64_t i = 0; i < ht1.numel(); ++i)
+        ASSERT_EQ(ht1.get(i), ht.get(static_cast<int64_t>(n) * ht1.numel() + i)) << impl << " ht seq " << n;
+      for (int64_t i = 0; i < L * 16; ++i) {
+        ASSERT_EQ(g1.dq.get(i), gp.dq.get(cu[n] * 16 + i)) << impl << " dq seq " << n;
+        ASSERT_EQ(g1.dk.get(i), gp.dk.get(cu[n] * 16 + i)) << impl << " dk seq " << n;
+        ASSERT_EQ(g1.dv.get(i), gp.dv.get(cu[n] * 16 + i)) << impl << " dv seq " << n;
+      }
+      for (int64_t i = 0; i < L * 2; ++i) {
+        ASSERT_EQ(g1.dg.get(i), gp.dg.get(cu[n] * 2 + i)) << impl << " dg seq " << n;
+        ASSERT_EQ(g1.dbeta.get(i), gp.dbeta.get(cu[n] * 2 + i)) << impl << " dbeta seq " << n;
+      }
+      for (int64_t i = 0; i < g1.dh0.numel(); ++i)
+        ASSERT_EQ(g1.dh0.get(i), gp.dh0.get(static_cast<int64_t>(n) * g1.dh0.numel() + i)) << impl << " dh0 " << n;
+    }
+  }
+}
+
+TEST(ChunkGatedDeltaRule, ZeroLengthSequencesPassStatesThrough) {
+  for (const std::string& impl : cpu_impls()) {
+    ForceImpl f(impl.c_str());
+    Problem p(STRATA_DTYPE_F32, 1, 5, 1, 1, 4, 3, {0, 0, 5, 5});
+    HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 5, 1, 3}), ht = poisoned(STRATA_DTYPE_F32, {3, 1, 4, 3});
+    ASSERT_EQ(run_fwd(p, o, &ht, 0.5f, false), STRATA_SUCCESS);
+    Grads gr(p);
+    ASSERT_EQ(run_bwd(p, gr, 0.5f, false), STRATA_SUCCESS);
+    for (int64_t i = 0; i < 12; ++i) {
+      EXPECT_EQ(ht.get(i), p.h0.get(i)) << impl;            // sequence 0 is empty: final = initial
+      EXPECT_EQ(ht.get(24 + i), p.h0.get(24 + i)) << impl;  // sequence 2 too
+      EXPECT_EQ(gr.dh0.get(i), p.dht.get(i)) << impl;       // and dh0 = dht
+      EXPECT_EQ(gr.dh0.get(24 + i), p.dht.get(24 + i)) << impl;
+    }
+  }
+}
+
+TEST(ChunkGatedDeltaRule, CppWrappers) {
+  std::mt19937_64 rng(4);
+  auto t = [&](int32_t dt, std::vector<int64_t> shape, double mean = 0, double sd = 1) {
+    HostTensor h = randn(dt, shape, rng, mean, sd);
+    Tensor x = Tensor::empty(dt, shape);
+    std::memcpy(x.data(), h.storage.data(), h.storage.size());
+    return x;
+  };
+  Tensor q = t(STRATA_DTYPE_F32, {1, 20, 1, 8}), k = t(STRATA_DTYPE_F32, {1, 20, 1, 8}),
+         v = t(STRATA_DTYPE_F32, {1, 20, 2, 4}), g = t(STRATA_DTYPE_F32, {1, 20, 2}, -0.5, 0.1),
+         beta = t(STRATA_DTYPE_F32, {1, 20, 2}, 0.5, 0.1), d_o = t(STRATA_DTYPE_F32, {1, 20, 2, 4});
+  GdnOutputs out = chunk_gated_delta_rule(q, k, v, g, beta, 0.f, nullptr, true, nullptr, true);
+  ASSERT_TRUE(out.final_state.has_value());
+  EXPECT_EQ(out.o.shape(), (std::vector<int64_t>{1, 20, 2, 4}));
+  EXPECT_EQ(out.final_state->shape(), (std::vector<int64_t>{1, 2, 8, 4}));
+  GdnGrads gr = chunk_gated_delta_rule_bwd(q, k, v, g, beta, d_o, nullptr, 0.f, nullptr, nullptr, true);
+  EXPECT_EQ(gr.dq.shape(), q.shape());
+  EXPECT_FALSE(gr.dh0.has_value());
+  const float* dq = static_cast<const float*>(gr.dq.data());
+  for (int64_t i = 0; i < gr.dq.numel(); ++i) EXPECT_TRUE(std::isfinite(dq[i]));
+}
+
+}  // namespace
+}  // namespace strata
