@@ -64,7 +64,8 @@ HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
     return;
   }
   int64_t j = 0;
-  if (kStream && tv::StreamAligned(df, dst))
+  // Non-temporal stores only of whole 16-byte vectors (see rms_norm_gated/cpu.cpp).
+  if (kStream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dst))
     for (; j + N <= n; j += N) tv::StoreOut<true, false>(df, hn::LoadU(df, src + j), dst + j);
   for (; j + N <= n; j += N) tv::StoreOut<false, false>(df, hn::LoadU(df, src + j), dst + j);
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);

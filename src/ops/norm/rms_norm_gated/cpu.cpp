@@ -87,7 +87,9 @@ HWY_INLINE void FromF32(const float* HWY_RESTRICT src, T* HWY_RESTRICT dst, int6
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t j = 0;
-  if (kStream && tv::StreamAligned(df, dst)) {
+  // Non-temporal stores only of whole 16-byte vectors (a half-width SSE4 bf16 vector would be streamed
+  // with a 16-byte instruction that needs 16-byte alignment).
+  if (kStream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dst)) {
     for (; j + N <= n; j += N) tv::StoreOut<true, false>(df, hn::LoadU(df, src + j), dst + j);
   }
   for (; j + N <= n; j += N) tv::StoreOut<false, false>(df, hn::LoadU(df, src + j), dst + j);

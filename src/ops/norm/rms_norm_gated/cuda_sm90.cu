@@ -138,7 +138,8 @@ __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdPar
     const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
     const int64_t oo = live && p.residual_out ? p.res_out_rows.row_offset(row) : 0;
     const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-    float u[NV][kV], part[NV], tot[NV];
+    // z is loaded with x (both 16-byte loads in flight before the reduction), also for norm_before_gate.
+    float u[NV][kV], zr[NV][kV], part[NV], tot[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
@@ -146,12 +147,11 @@ __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdPar
       tot[k] = 0.f;
       if (live && c < p.D) {
         load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, u[k]);
+        load_vec<kV>(p.z, p.x_dtype, zo + c, zr[k]);
         if (p.residual_out) store_vec<kV>(p.residual_out, p.res_out_dtype, oo + c, u[k]);
         if (!p.norm_before_gate) {
-          float zv[kV];
-          load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
 #pragma unroll
-          for (int e = 0; e < kV; ++e) u[k][e] *= rng_act(p.act, zv[e]);
+          for (int e = 0; e < kV; ++e) u[k][e] *= rng_act(p.act, zr[k][e]);
         }
 #pragma unroll
         for (int e = 0; e < kV; ++e) part[k] = fmaf(u[k][e], u[k][e], part[k]);
@@ -173,10 +173,8 @@ __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdPar
 #pragma unroll
       for (int e = 0; e < kV; ++e) o[e] = fmaf(u[k][e] * r, w[e], b[e]);
       if (p.norm_before_gate) {
-        float zv[kV];
-        load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) o[e] *= rng_act(p.act, zv[e]);
+        for (int e = 0; e < kV; ++e) o[e] *= rng_act(p.act, zr[k][e]);
       }
       store_vec<kV>(p.y, p.x_dtype, yo + c, o);
     }
