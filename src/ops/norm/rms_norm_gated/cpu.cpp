@@ -1,0 +1,372 @@
+// CPU kernels of rms_norm_gated (rms_norm_gated.h), written once with Highway and compiled for every target in
+// tile::cpu_isas().
+//
+// Rows go in fixed blocks (tile/cpu/parallel.h; block boundaries depend only on the problem). A row is brought
+// into f32 scratch rows of the thread (h = x + residual, the gate, dy), then each group of G features is
+// reduced in a fixed order (vector accumulators, then one lane sum, then the scalar tail) and written back
+// rounded to the output dtype. Backward: each row block adds its rows' dweight / dbias terms, in row order,
+// into its own f32 partial row of the workspace; a last pass sums the partial rows in block order. So every
+// result depends only on the problem, never on the thread count.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/parallel.h"
+#include "tile/cpu/vec-inl.h"
+
+#ifndef STRATA_RNG_CPU_ONCE
+#define STRATA_RNG_CPU_ONCE
+namespace strata::norm {
+// Rows per backward block: about 64 KiB of row traffic (fixed by D and the dtype, not by the thread count).
+inline int64_t rng_rows_per_block(int64_t D) { return std::max<int64_t>(16, (32 * 1024) / std::max<int64_t>(D, 1)); }
+// Outputs at least this large are written with non-temporal stores.
+constexpr int64_t kRngStreamBytes = 4 << 20;
+}  // namespace strata::norm
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::norm::HWY_NAMESPACE {
+namespace tv = strata::tile::HWY_NAMESPACE;
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// sigmoid(v) = 1 / (1 + exp(-v)); the exponent is capped so exp stays finite (sigmoid < 1e-38 there anyway).
+HWY_INLINE VF Sigmoid(DF df, VF v) {
+  const VF one = hn::Set(df, 1.f);
+  return hn::Div(one, hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(v), hn::Set(df, 88.f)))));
+}
+// act(v) into a, act'(v) into ag (when ag is wanted).
+HWY_INLINE VF Act(DF df, int32_t act, VF v, VF* ag) {
+  const VF s = Sigmoid(df, v), one = hn::Set(df, 1.f);
+  const VF oms = hn::Sub(one, s);
+  if (act == kActSilu) {
+    if (ag) *ag = hn::Mul(s, hn::MulAdd(v, oms, one));
+    return hn::Mul(v, s);
+  }
+  if (ag) *ag = hn::Mul(s, oms);
+  return s;
+}
+// Scalar tails, with the same capped exponent as Sigmoid.
+HWY_INLINE float SigmoidS(float v) { return 1.f / (1.f + std::exp(std::min(-v, 88.f))); }
+HWY_INLINE float ActS(int32_t act, float v) { return act == kActSilu ? v * SigmoidS(v) : SigmoidS(v); }
+HWY_INLINE float ActGradS(int32_t act, float v) {
+  const float s = SigmoidS(v);
+  return act == kActSilu ? s * (1.f + v * (1.f - s)) : s * (1.f - s);
+}
+
+// ---- rows of any float dtype <-> f32 scratch (unit column stride) ----
+template <class T>
+HWY_INLINE void ToF32(const T* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(tv::LoadF32(df, src + j), df, dst + j);
+  for (; j < n; ++j) dst[j] = to_f32(src[j]);
+}
+template <class T>
+HWY_INLINE void AddF32(const T* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Add(hn::LoadU(df, dst + j), tv::LoadF32(df, src + j)), df, dst + j);
+  for (; j < n; ++j) dst[j] += to_f32(src[j]);
+}
+// Stores n floats to T, non-temporal when kStream and the destination is aligned for it.
+template <bool kStream, class T>
+HWY_INLINE void FromF32(const float* HWY_RESTRICT src, T* HWY_RESTRICT dst, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  // Non-temporal stores only of whole 16-byte vectors (a half-width SSE4 bf16 vector would be streamed
+  // with a 16-byte instruction that needs 16-byte alignment).
+  if (kStream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dst)) {
+    for (; j + N <= n; j += N) tv::StoreOut<true, false>(df, hn::LoadU(df, src + j), dst + j);
+  }
+  for (; j + N <= n; j += N) tv::StoreOut<false, false>(df, hn::LoadU(df, src + j), dst + j);
+  for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
+}
+
+// Run-time dtype (f32/bf16/f16) -> typed call; `col` != 1 takes the element-wise loop.
+template <class Fn>
+HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
+  switch (dtype) {
+    case STRATA_DTYPE_F32: fn(float{}); break;
+    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
+    default: fn(f16_t{}); break;
+  }
+}
+HWY_INLINE void LoadRow(const void* base, int32_t dtype, int64_t off, int64_t col, float* dst, int64_t n, bool add) {
+  Visit(dtype, [&](auto t) {
+    using T = decltype(t);
+    const T* p = static_cast<const T*>(base) + off;
+    if (col == 1) {
+      if (add) AddF32(p, dst, n);
+      else ToF32(p, dst, n);
+    } else {
+      for (int64_t j = 0; j < n; ++j) dst[j] = (add ? dst[j] : 0.f) + to_f32(p[j * col]);
+    }
+  });
+}
+HWY_INLINE void StoreRow(const float* src, void* base, int32_t dtype, int64_t off, int64_t col, int64_t n,
+                         bool stream) {
+  Visit(dtype, [&](auto t) {
+    using T = decltype(t);
+    T* p = static_cast<T*>(base) + off;
+    if (col != 1) {
+      for (int64_t j = 0; j < n; ++j) p[j * col] = from_f32<T>(src[j]);
+    } else if (stream) {
+      FromF32<true>(src, p, n);
+    } else {
+      FromF32<false>(src, p, n);
+    }
+  });
+}
+
+// Fixed-order sums over [0, n) of a[i]*b[i] (vector lanes, then lane sum, then tail).
+HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + 2 * N <= n; j += 2 * N) {
+    a0 = hn::MulAdd(hn::LoadU(df, a + j), hn::LoadU(df, b + j), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, a + j + N), hn::LoadU(df, b + j + N), a1);
+  }
+  for (; j + N <= n; j += N) a0 = hn::MulAdd(hn::LoadU(df, a + j), hn::LoadU(df, b + j), a0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+  for (; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+
+// Per-thread f32 scratch rows.
+struct Scratch {
+  std::vector<float> h, z, g, a, b, c;
+  explicit Scratch(int64_t D) : h(D), z(D), g(D), a(D), b(D), c(D) {}
+};
+
+// Parameters (weight, bias) as f32 rows (w = 1 / b = 0 when absent).
+void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_t D, float dflt, std::vector<float>& out) {
+  out.assign(static_cast<size_t>(D), dflt);
+  if (!base) return;
+  for (int64_t j = 0; j < D; ++j) out[j] = static_cast<float>(load_elem(base, dtype, l.base + j * l.col_stride));
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Forward.
+
+template <class TX>
+void FwdRows(const RmsNormGatedFwdParams& p) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t D = p.D, G = p.group, ng = D / G;
+  std::vector<float> w, b;
+  ParamRow(p.weight, p.w_dtype, p.w_row, D, 1.f, w);
+  ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, b);
+  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
+  const float inv_g = 1.f / static_cast<float>(G);
+  const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    Scratch s(D);
+    float* h = s.h.data();
+    float* z = s.z.data();
+    for (int64_t r = r0; r < r1; ++r) {
+      LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
+      if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);
+      if (p.residual_out)
+        StoreRow(h, p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(r), p.res_out_rows.col_stride, D, stream);
+      LoadRow(p.z, p.x_dtype, p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
+      // z <- act(z); gate_before_norm: h <- h * act(z).
+      int64_t j = 0;
+      for (; j + N <= D; j += N) {
+        const VF a = Act(df, p.act, hn::LoadU(df, z + j), nullptr);
+        hn::StoreU(a, df, z + j);
+        if (!p.norm_before_gate) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
+      }
+      for (; j < D; ++j) {
+        z[j] = ActS(p.act, z[j]);
+        if (!p.norm_before_gate) h[j] *= z[j];
+      }
+      const int64_t so = p.rstd_rows.row_offset(r);
+      for (int64_t g = 0; g < ng; ++g) {
+        const int64_t j0 = g * G, j1 = j0 + G;
+        const float rs = 1.f / std::sqrt(DotF32(h + j0, h + j0, G) * inv_g + p.eps);
+        store_elem(p.rstd, p.rstd_dtype, so + g * p.rstd_rows.col_stride, rs);
+        const VF vr = hn::Set(df, rs);
+        int64_t k = j0;
+        for (; k + N <= j1; k += N) {
+          VF o = hn::MulAdd(hn::Mul(hn::LoadU(df, h + k), vr), hn::LoadU(df, w.data() + k), hn::LoadU(df, b.data() + k));
+          if (p.norm_before_gate) o = hn::Mul(o, hn::LoadU(df, z + k));
+          hn::StoreU(o, df, h + k);
+        }
+        for (; k < j1; ++k) {
+          float o = h[k] * rs * w[k] + b[k];
+          if (p.norm_before_gate) o *= z[k];
+          h[k] = o;
+        }
+      }
+      StoreRow(h, p.y, p.x_dtype, p.y_rows.row_offset(r), p.y_rows.col_stride, D, stream);
+    }
+    if (stream) hwy::FlushStream();
+  });
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Backward.
+
+template <class TX>
+void BwdRows(const RmsNormGatedBwdParams& p) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t D = p.D, G = p.group, ng = G > 0 ? D / G : 0;
+  const bool want_wb = p.dweight || p.dbias;
+  const int64_t block = rng_rows_per_block(D);
+  const int64_t nb = (p.rows + block - 1) / block;
+  float* pw = p.partial;
+  float* pb = p.partial ? p.partial + nb * D : nullptr;
+  std::vector<float> w, bias;
+  ParamRow(p.weight, p.w_dtype, p.w_row, D, 1.f, w);
+  ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, bias);
+  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
+  const float inv_g = G > 0 ? 1.f / static_cast<float>(G) : 0.f;
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    Scratch s(D);
+    float *h = s.h.data(), *z = s.z.data(), *gy = s.g.data(), *nrm = s.a.data(), *dn = s.b.data(), *ag = s.c.data();
+    float* bw = want_wb ? pw + (r0 / block) * D : nullptr;
+    float* bb = want_wb ? pb + (r0 / block) * D : nullptr;
+    if (want_wb) std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
+    for (int64_t r = r0; r < r1; ++r) {
+      LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
+      if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);
+      LoadRow(p.z, p.x_dtype, p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
+      LoadRow(p.dy, p.x_dtype, p.dy_rows.row_offset(r), p.dy_rows.col_stride, gy, D, false);
+      // z <- act(z), ag <- act'(z).
+      int64_t j = 0;
+      for (; j + N <= D; j += N) {
+        VF vg;
+        const VF a = Act(df, p.act, hn::LoadU(df, z + j), &vg);
+        hn::StoreU(a, df, z + j);
+        hn::StoreU(vg, df, ag + j);
+      }
+      for (; j < D; ++j) {
+        ag[j] = ActGradS(p.act, z[j]);
+        z[j] = ActS(p.act, z[j]);
+      }
+      const int64_t so = p.rstd_rows.row_offset(r);
+      for (int64_t g = 0; g < ng; ++g) {
+        const int64_t j0 = g * G, j1 = j0 + G;
+        const float rs = static_cast<float>(load_elem(p.rstd, p.rstd_dtype, so + g * p.rstd_rows.col_stride));
+        const VF vr = hn::Set(df, rs);
+        // Pass 1: nrm (xh or uh), dn (dxh or duh), dw/db terms; norm_before_gate also dz (into ag).
+        int64_t k = j0;
+        for (; k + N <= j1; k += N) {
+          const VF hv = hn::LoadU(df, h + k), av = hn::LoadU(df, z + k), dyv = hn::LoadU(df, gy + k);
+          const VF wv = hn::LoadU(df, w.data() + k);
+          VF nv, dterm;
+          if (p.norm_before_gate) {
+            nv = hn::Mul(hv, vr);
+            const VF o = hn::MulAdd(nv, wv, hn::LoadU(df, bias.data() + k));
+            dterm = hn::Mul(dyv, av);  // do
+            hn::StoreU(hn::Mul(hn::Mul(dyv, o), hn::LoadU(df, ag + k)), df, ag + k);  // dz
+          } else {
+            nv = hn::Mul(hn::Mul(hv, av), vr);
+            dterm = dyv;
+          }
+          if (want_wb) {
+            hn::StoreU(hn::MulAdd(dterm, nv, hn::LoadU(df, bw + k)), df, bw + k);
+            hn::StoreU(hn::Add(hn::LoadU(df, bb + k), dterm), df, bb + k);
+          }
+          hn::StoreU(nv, df, nrm + k);
+          hn::StoreU(hn::Mul(dterm, wv), df, dn + k);
+        }
+        for (; k < j1; ++k) {
+          float nv, dterm;
+          if (p.norm_before_gate) {
+            nv = h[k] * rs;
+            const float o = nv * w[k] + bias[k];
+            dterm = gy[k] * z[k];
+            ag[k] = gy[k] * o * ag[k];
+          } else {
+            nv = h[k] * z[k] * rs;
+            dterm = gy[k];
+          }
+          if (want_wb) bw[k] += dterm * nv, bb[k] += dterm;
+          nrm[k] = nv;
+          dn[k] = dterm * w[k];
+        }
+        const float mean = DotF32(dn + j0, nrm + j0, G) * inv_g;
+        // Pass 2: r (dn - nrm mean) -> dx (norm_before_gate) or du -> dx = du act(z), dz = du h act'(z).
+        const VF vm = hn::Set(df, mean);
+        k = j0;
+        for (; k + N <= j1; k += N) {
+          const VF d = hn::Mul(vr, hn::NegMulAdd(hn::LoadU(df, nrm + k), vm, hn::LoadU(df, dn + k)));
+          if (p.norm_before_gate) {
+            hn::StoreU(d, df, gy + k);
+          } else {
+            hn::StoreU(hn::Mul(d, hn::LoadU(df, z + k)), df, gy + k);
+            hn::StoreU(hn::Mul(hn::Mul(d, hn::LoadU(df, h + k)), hn::LoadU(df, ag + k)), df, ag + k);
+          }
+        }
+        for (; k < j1; ++k) {
+          const float d = rs * (dn[k] - nrm[k] * mean);
+          if (p.norm_before_gate) {
+            gy[k] = d;
+          } else {
+            gy[k] = d * z[k];
+            ag[k] = d * h[k] * ag[k];
+          }
+        }
+      }
+      if (p.dres_out)
+        LoadRow(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(r), p.dres_out_rows.col_stride, gy, D, true);
+      StoreRow(gy, p.dx, p.x_dtype, p.dx_rows.row_offset(r), p.dx_rows.col_stride, D, stream);
+      StoreRow(ag, p.dz, p.x_dtype, p.dz_rows.row_offset(r), p.dz_rows.col_stride, D, stream);
+    }
+    if (stream) hwy::FlushStream();
+  });
+  if (!want_wb) return;
+  // Block partial rows summed in block order; columns split in fixed chunks.
+  tile::parallel_blocks(D, 256, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      float sw = 0.f, sb = 0.f;
+      for (int64_t q = 0; q < nb; ++q) sw += pw[q * D + c], sb += pb[q * D + c];
+      if (p.dweight) store_elem(p.dweight, p.dw_dtype, p.dw_row.base + c * p.dw_row.col_stride, sw);
+      if (p.dbias) store_elem(p.dbias, p.db_dtype, p.db_row.base + c * p.db_row.col_stride, sb);
+    }
+  });
+}
+
+void RngFwd(const RmsNormGatedFwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return;
+  Visit(p.x_dtype, [&](auto t) { FwdRows<decltype(t)>(p); });
+}
+void RngBwd(const RmsNormGatedBwdParams& p) {
+  if (p.D == 0) return;
+  Visit(p.x_dtype, [&](auto t) { BwdRows<decltype(t)>(p); });
+}
+
+}  // namespace strata::norm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::norm {
+HWY_EXPORT(RngFwd);
+HWY_EXPORT(RngBwd);
+
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngFwd, hwy_target); }
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngBwd, hwy_target); }
+int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return 0;
+  return (p.rows + rng_rows_per_block(p.D) - 1) / rng_rows_per_block(p.D);
+}
+}  // namespace strata::norm
+#endif

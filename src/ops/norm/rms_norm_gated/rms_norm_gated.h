@@ -1,0 +1,137 @@
+// rms_norm_gated (ops_fused.md §4; README.md beside this file): kernel params, the scalar math shared by
+// every implementation (STRATA_HD), and the kernel entry points.
+//
+//   x, z, y [..., D] (one dtype), weight [D], bias [D] (optional, any float dtype), residual [..., D] and
+//   residual_out [..., D] (optional, x's dtype or f32), rstd [..., D / G] (f32; f64 for f64 x).
+//   Rows are the leading dimensions flattened; each row is cut into D / G groups of G = group_size
+//   consecutive features, and each group is normalised with its own r = 1 / sqrt(mean_group(v^2) + eps).
+//   h = x (+ residual), accumulated in f32; residual_out = h.
+//     norm_before_gate (fla, GDN):  y = (h * r * w + b) * act(z)
+//     gate_before_norm (Mamba2):    u = h * act(z),  y = u * r * w + b
+//   act = silu or sigmoid. Backward (rstd saved, everything else recomputed; §4.4):
+//     norm_before_gate: xh = h r, o = xh w + b, do = dy act(z), dz = dy o act'(z), dxh = do w,
+//                       dh = r (dxh - xh mean_group(dxh xh)), dw = sum_rows do xh, db = sum_rows do
+//     gate_before_norm: uh = u r, duh = dy w, du = r (duh - uh mean_group(duh uh)),
+//                       dh = du act(z), dz = du h act'(z), dw = sum_rows dy uh, db = sum_rows dy
+//   dx = dh (+ dresidual_out); the residual's gradient is dx as well (the caller reuses it).
+//   dw, db: per-block f32 partial sums [num_partials, D] in the workspace (fixed row blocks, rows in order
+//   inside a block), then one fixed-order sum over the blocks: the same bits every run and, on the CPU, for
+//   every thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "opbase/row_layout.h"
+
+#ifdef __CUDACC__
+#define STRATA_RNG_EXP expf
+#else
+#include <cmath>
+#define STRATA_RNG_EXP std::exp
+#endif
+
+namespace strata::norm {
+
+enum RmsNormGatedAct : int32_t { kActSilu = 0, kActSigmoid = 1 };
+
+struct RmsNormGatedFwdParams {
+  const void* x = nullptr;
+  const void* z = nullptr;
+  const void* weight = nullptr;    // nullptr: w = 1
+  const void* bias = nullptr;      // nullptr: b = 0
+  const void* residual = nullptr;  // nullptr: h = x
+  void* y = nullptr;
+  void* residual_out = nullptr;    // nullptr: not written
+  void* rstd = nullptr;
+  int32_t x_dtype = 0;             // x, z, y
+  int32_t w_dtype = 0, b_dtype = 0, res_dtype = 0, res_out_dtype = 0, rstd_dtype = 0;
+  int64_t rows = 0, D = 0, group = 0;  // group divides D (D > 0), or D == 0
+  RowLayout x_rows, z_rows, y_rows, res_rows, res_out_rows, rstd_rows;  // rstd_rows: rows of D / group
+  RowLayout w_row, b_row;          // a single row each (base offset and stride)
+  float eps = 1e-6f;
+  bool norm_before_gate = true;
+  int32_t act = kActSilu;
+};
+
+struct RmsNormGatedBwdParams {
+  const void* x = nullptr;
+  const void* z = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  const void* residual = nullptr;
+  const void* rstd = nullptr;
+  const void* dy = nullptr;
+  const void* dres_out = nullptr;  // incoming gradient of residual_out (nullptr: none)
+  void* dx = nullptr;
+  void* dz = nullptr;
+  void* dweight = nullptr;         // nullptr: not computed
+  void* dbias = nullptr;
+  int32_t x_dtype = 0;             // x, z, dy, dx, dz
+  int32_t w_dtype = 0, b_dtype = 0, res_dtype = 0, dres_out_dtype = 0, rstd_dtype = 0, dw_dtype = 0,
+          db_dtype = 0;
+  int64_t rows = 0, D = 0, group = 0;
+  RowLayout x_rows, z_rows, res_rows, rstd_rows, dy_rows, dres_out_rows, dx_rows, dz_rows;
+  RowLayout w_row, b_row, dw_row, db_row;
+  bool norm_before_gate = true;
+  int32_t act = kActSilu;
+  // Workspace: f32 partial sums, [num_partials, D] for dweight then [num_partials, D] for dbias.
+  float* partial = nullptr;
+  int64_t num_partials = 0;
+};
+
+// act(v) and act'(v) in the evaluation precision T (float in kernels, double in the reference).
+template <class T>
+STRATA_HD T rng_sigmoid(T v) {
+  return T(1) / (T(1) + STRATA_RNG_EXP(-v));
+}
+template <class T>
+STRATA_HD T rng_act(int32_t act, T v) {
+  const T s = rng_sigmoid(v);
+  return act == kActSilu ? v * s : s;
+}
+template <class T>
+STRATA_HD T rng_act_grad(int32_t act, T v) {
+  const T s = rng_sigmoid(v);
+  return act == kActSilu ? s * (T(1) + v * (T(1) - s)) : s * (T(1) - s);
+}
+
+// Workspace bytes of a backward problem with `num_partials` partial rows (0 when no dweight / dbias).
+inline size_t rms_norm_gated_bwd_workspace(const RmsNormGatedBwdParams& p, int64_t num_partials) {
+  if (!p.dweight && !p.dbias) return 0;
+  return static_cast<size_t>(2 * num_partials * p.D) * sizeof(float);
+}
+
+// float64 reference (any float dtypes, any strides): plain loops. The backward needs no workspace.
+void rms_norm_gated_fwd_reference(const RmsNormGatedFwdParams& p);
+void rms_norm_gated_bwd_reference(const RmsNormGatedBwdParams& p);
+// The same loops in f32 arithmetic (one rounding per stored value): the "naive same-dtype computation" of the
+// acceptance rule, used by the ATK harness.
+void rms_norm_gated_fwd_naive_f32(const RmsNormGatedFwdParams& p);
+void rms_norm_gated_bwd_naive_f32(const RmsNormGatedBwdParams& p);
+// The float64 backward that also returns, per output element, the size of the terms it is formed from
+// (|r dn| + |r nrm mean| for dx, sums of |terms| for dw / db): the scale of the rounding error any
+// finite-precision implementation makes (atk::compare's `magnitude`). Vectors in [rows, D] / [D] order.
+struct RmsNormGatedBwdMagnitudes {
+  std::vector<double> dx, dz, dw, db;
+};
+void rms_norm_gated_bwd_magnitudes(const RmsNormGatedBwdParams& p, RmsNormGatedBwdMagnitudes& mag);
+
+// CPU kernels per Highway target (nullptr when not compiled): f32/bf16/f16 activations, any float weight;
+// vector path for unit column strides. Backward partials: rms_norm_gated_cpu_partials(p) rows blocks.
+using RmsNormGatedFwdFn = void (*)(const RmsNormGatedFwdParams&);
+using RmsNormGatedBwdFn = void (*)(const RmsNormGatedBwdParams&);
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target);
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target);
+int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p);
+
+#if STRATA_WITH_CUDA
+// CUDA (sm_90): lane groups per row (D <= 1024, shuffled group sums), a block per row (D <= 8192), or a
+// looped kernel (any D, group, stride, alignment). Returns a strata_status.
+int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream);
+int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
+int64_t rms_norm_gated_cuda_partials(const RmsNormGatedBwdParams& p);
+#endif
+
+}  // namespace strata::norm
