@@ -402,7 +402,7 @@ TEST(CausalConv1d, GradientsMatchFloat64FiniteDifferences) {
 // ---------------------------------------------------------------------------------------------- determinism
 
 std::vector<uint8_t> bwd_bits(int32_t dtype, const std::vector<int64_t>& cu, uint64_t seed) {
-  const int64_t B = cu.empty() ? 3 : 1, T = cu.empty() ? 700 : cu.back(), D = 1030, W = 4;
+  const int64_t B = cu.empty() ? 3 : 1, T = cu.empty() ? 300 : cu.back(), D = 520, W = 4;
   const int64_t N = cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1;
   HostTensor x = randn(dtype, {B, T, D}, seed), dy = randn(dtype, {B, T, D}, seed + 1);
   HostTensor w = randn(STRATA_DTYPE_F32, {D, W}, seed + 2), bias = randn(STRATA_DTYPE_F32, {D}, seed + 3);
@@ -420,8 +420,9 @@ std::vector<uint8_t> bwd_bits(int32_t dtype, const std::vector<int64_t>& cu, uin
 TEST(CausalConv1d, BackwardBitwiseAcrossRunsAndThreadCounts) {
   const int32_t before = strata_get_num_threads();
   for (const std::string& impl : atk::impls_for("causal_conv1d_bwd", kCpu)) {
+    if (impl == "reference") continue;  // single-threaded float64 loops
     ForceImpl force(impl.c_str());
-    for (const auto& cu : std::vector<std::vector<int64_t>>{{}, {0, 3, 3, 500, 1299, 1300}}) {
+    for (const auto& cu : std::vector<std::vector<int64_t>>{{}, {0, 3, 3, 200, 399, 400}}) {
       for (int32_t dt : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}) {
         ASSERT_EQ(strata_set_num_threads(2), STRATA_SUCCESS);
         const std::vector<uint8_t> first = bwd_bits(dt, cu, 3);
