@@ -1,0 +1,420 @@
+// CPU kernels of causal_conv1d, forward and backward, written once with Highway and compiled for every
+// target in tile::cpu_isas() (one implementation "cpu.<isa>" each).
+//
+// Channels are the vector dimension. Work items are (time tile of kTimeTile tokens of one row, channel chunk
+// of kChanTile channels); an item sweeps its tokens in order, each token row read with full-width loads (the
+// W-1 previous rows it also reads are still in L1). The weights and bias of the chunk are staged once per
+// item as f32 [W][chunk]. Tokens whose taps all read x of the same sequence (all but the first W-1 of each
+// sequence, and those next to a seq_idx change) take the vector path, unrolled for W = 2, 3, 4; the others,
+// and every token of tensors without unit channel stride, take the element-wise path of causal_conv1d.h
+// (sources from the initial state, masked taps).
+//
+// Backward: an item first computes g = dy * act'(u) (u recomputed) for its tokens and the W-1 after them into
+// an f32 buffer [kTimeTile + W - 1][chunk], accumulating dweight/dbias over its own tokens in t order, then
+// gathers dx[p] = sum_i w[W-1-i] g[p+i]. Each item writes its partial sums to the workspace row of its time
+// tile ([tile][W + 1][D] f32); a second pass adds the tiles in index order. The split is fixed (items never
+// depend on the thread count) and no float is added by two threads, so the bits are the same for any number
+// of threads (tests/cpp/test_causal_conv1d.cpp checks 1 vs 2).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/conv/causal_conv1d/cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/conv/causal_conv1d/causal_conv1d.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/parallel.h"
+#include "tile/cpu/vec-inl.h"
+
+#ifndef STRATA_CONV1D_CPU_CONSTANTS_
+#define STRATA_CONV1D_CPU_CONSTANTS_
+namespace strata::conv {
+// Tokens per work item: the halo (W-1 extra rows of g in the backward) costs (W-1)/kTimeTile.
+inline constexpr int64_t kTimeTile = 64;
+// Channels per work item: staged weights (W * 2 KiB) and the token rows of a chunk stay in L1; chunks of
+// 512 channels are 1 KiB (bf16) pieces of a row, long enough for the hardware prefetchers.
+inline constexpr int64_t kChanTile = 512;
+}  // namespace strata::conv
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::conv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace tv = strata::tile::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// sigma(u) = 1 / (1 + exp(-u)), the argument of exp clamped to Highway's valid range (exp(88) is already far
+// beyond where sigma rounds to 0 in f32). The reciprocal is the hardware estimate refined by one Newton step
+// (rcp14: 2^-28 after the step, below f32 rounding): a vector division costs about as much as the rest of
+// the row's arithmetic.
+HWY_INLINE VF Sigmoid(DF df, VF u) {
+  const VF one = hn::Set(df, 1.f);
+  const VF d = hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(u), hn::Set(df, 88.f))));
+  const VF r = hn::ApproximateReciprocal(d);
+  return hn::Mul(r, hn::NegMulAdd(d, r, hn::Set(df, 2.f)));
+}
+
+// ---- forward: one token row of a chunk on the vector path ----
+// rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
+template <int KW, bool kSilu, class T>
+HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, const float* HWY_RESTRICT bt,
+                         int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    VF acc = hn::LoadU(df, bt + j);
+    for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * nc + j), tv::LoadF32(df, rows[k] + j), acc);
+    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
+    if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
+    tv::StoreF32(df, acc, y + j);
+  }
+  for (; j < nc; ++j) {
+    float acc = bt[j];
+    for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * nc + j], to_f32(rows[k][j]), acc);
+    if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
+    if (res) acc += to_f32(res[j]);
+    y[j] = from_f32<T>(acc);
+  }
+}
+
+// ---- backward: g row (and the item's dweight/dbias sums when `own`) on the vector path ----
+template <int KW, bool kSilu, class T>
+HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, const float* HWY_RESTRICT bt,
+                          int64_t nc, const T* HWY_RESTRICT dy, float* HWY_RESTRICT g, bool own,
+                          float* HWY_RESTRICT dw, float* HWY_RESTRICT db) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    VF gv = tv::LoadF32(df, dy + j);
+    if constexpr (kSilu) {
+      VF acc = hn::LoadU(df, bt + j);
+      for (int k = 0; k < Wn; ++k)
+        acc = hn::MulAdd(hn::LoadU(df, wt + k * nc + j), tv::LoadF32(df, rows[k] + j), acc);
+      const VF s = Sigmoid(df, acc);
+      const VF one = hn::Set(df, 1.f);
+      gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
+    }
+    hn::StoreU(gv, df, g + j);
+    if (own) {
+      hn::StoreU(hn::Add(hn::LoadU(df, db + j), gv), df, db + j);
+      for (int k = 0; k < Wn; ++k)
+        hn::StoreU(hn::MulAdd(gv, tv::LoadF32(df, rows[k] + j), hn::LoadU(df, dw + k * nc + j)), df, dw + k * nc + j);
+    }
+  }
+  for (; j < nc; ++j) {
+    float gs = to_f32(dy[j]);
+    if constexpr (kSilu) {
+      float acc = bt[j];
+      for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * nc + j], to_f32(rows[k][j]), acc);
+      const float s = 1.f / (1.f + std::exp(std::min(-acc, 88.f)));
+      gs *= s * std::fma(acc, 1.f - s, 1.f);
+    }
+    g[j] = gs;
+    if (own) {
+      db[j] += gs;
+      for (int k = 0; k < Wn; ++k) dw[k * nc + j] = std::fma(gs, to_f32(rows[k][j]), dw[k * nc + j]);
+    }
+  }
+}
+
+// dx row of a position whose W taps (tokens pos .. pos + W-1) are all in its sequence: grows[i] is g at
+// pos + i; dx = sum_i w[W-1-i] g[pos + i].
+template <int KW, class T>
+HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTRICT wt, int64_t nc,
+                        T* HWY_RESTRICT dx) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    VF acc = hn::Zero(df);
+    for (int i = 0; i < Wn; ++i)
+      acc = hn::MulAdd(hn::LoadU(df, wt + (Wn - 1 - i) * nc + j), hn::LoadU(df, grows[i] + j), acc);
+    tv::StoreF32(df, acc, dx + j);
+  }
+  for (; j < nc; ++j) {
+    float acc = 0.f;
+    for (int i = 0; i < Wn; ++i) acc = std::fma(wt[(Wn - 1 - i) * nc + j], grows[i][j], acc);
+    dx[j] = from_f32<T>(acc);
+  }
+}
+
+// Whether every tap of token t reads x of t's own sequence (the vector path's condition).
+HWY_INLINE bool all_taps_x(const Conv1dParams& p, int64_t b, int64_t t, const SeqSpan& s) {
+  if (t - (p.W - 1) < s.start) return false;
+  if (p.mode != kModeSeqIdx) return true;
+  const int64_t id = seq_at(p, b, t);
+  if (id < 0) return false;
+  for (int64_t q = t - (p.W - 1); q < t; ++q)
+    if (seq_at(p, b, q) != id) return false;
+  return true;
+}
+
+// Stages the chunk's weights [W][nc] and bias [nc] as f32.
+HWY_INLINE void StageWeights(const Conv1dParams& p, int64_t c0, int64_t nc, float* wt, float* bt) {
+  for (int64_t k = 0; k < p.W; ++k)
+    for (int64_t c = 0; c < nc; ++c) wt[k * nc + c] = weight_at(p, c0 + c, k);
+  for (int64_t c = 0; c < nc; ++c) bt[c] = bias_at(p, c0 + c);
+}
+
+template <class T>
+void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
+                    const T* res, T* y) {
+  const int W = static_cast<int>(p.W);
+  const bool silu = p.activation == kActSilu;
+#define STRATA_CONV_FWD(KW) \
+  (silu ? FwdRow<KW, true, T>(W, rows, wt, bt, nc, res, y) : FwdRow<KW, false, T>(W, rows, wt, bt, nc, res, y))
+  switch (W) {
+    case 2: STRATA_CONV_FWD(2); break;
+    case 3: STRATA_CONV_FWD(3); break;
+    case 4: STRATA_CONV_FWD(4); break;
+    default: STRATA_CONV_FWD(0); break;
+  }
+#undef STRATA_CONV_FWD
+}
+
+template <class T>
+void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, float* wt,
+             float* bt) {
+  StageWeights(p, c0, nc, wt, bt);
+  const T* x = static_cast<const T*>(p.x);
+  const T* res = static_cast<const T*>(p.residual);
+  T* y = static_cast<T*>(p.y);
+  const T* rows[kMaxWidth];
+  SeqSpan s = find_sequence(p, b, t0);
+  for (int64_t t = t0; t < t1; ++t) {
+    if (t >= s.end) s = find_sequence(p, b, t);
+    if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
+      for (int64_t k = 0; k < p.W; ++k) rows[k] = x + b * p.xs[0] + (t - (p.W - 1) + k) * p.xs[1] + c0;
+      FwdRowDispatch<T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr,
+                        y + b * p.ys[0] + t * p.ys[1] + c0);
+      continue;
+    }
+    // Element-wise: sequence starts (initial state), masked taps, padding, strided channels.
+    const bool pad = is_padding(p, b, t);
+    for (int64_t c = c0; c < c0 + nc; ++c) {
+      const float u = pre_activation(p, b, t, s, c);
+      float v = pad ? 0.f : (p.activation == kActSilu ? u / (1.f + std::exp(std::min(-u, 88.f))) : u);
+      if (res) v += to_f32(res[b * p.rs[0] + t * p.rs[1] + c * p.rs[2]]);
+      y[b * p.ys[0] + t * p.ys[1] + c * p.ys[2]] = from_f32<T>(v);
+    }
+  }
+}
+
+template <class T>
+void Forward(const Conv1dParams& p) {
+  const int64_t tpr = tiles_per_row(p, kTimeTile);
+  const int64_t chunks = (p.D + kChanTile - 1) / kChanTile;
+  tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
+    HWY_ALIGN float wt[kMaxWidth * kChanTile];
+    HWY_ALIGN float bt[kChanTile];
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t tile = i / chunks, chunk = i - tile * chunks;
+      const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
+      const int64_t c0 = chunk * kChanTile;
+      FwdItem<T>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), wt, bt);
+    }
+  });
+  if (p.hT) {
+    tile::parallel_blocks(p.N, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.D, 1)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t d = 0; d < p.D; ++d)
+          for (int64_t j = 0; j < p.W - 1; ++j)
+            st_f32(p.hT, p.hT_dtype, n * p.hTs[0] + d * p.hTs[1] + j * p.hTs[2], final_state_value(p, n, d, j));
+    });
+  }
+}
+
+template <class T>
+void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
+                     const T* dy, float* g, bool own, float* dw, float* db) {
+  const int W = static_cast<int>(p.W);
+  const bool silu = p.activation == kActSilu;
+#define STRATA_CONV_GRAD(KW)                                                  \
+  (silu ? GradRow<KW, true, T>(W, rows, wt, bt, nc, dy, g, own, dw, db) \
+        : GradRow<KW, false, T>(W, rows, wt, bt, nc, dy, g, own, dw, db))
+  switch (W) {
+    case 2: STRATA_CONV_GRAD(2); break;
+    case 3: STRATA_CONV_GRAD(3); break;
+    case 4: STRATA_CONV_GRAD(4); break;
+    default: STRATA_CONV_GRAD(0); break;
+  }
+#undef STRATA_CONV_GRAD
+}
+
+template <class T>
+void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_t nc, T* dx) {
+  switch (W) {
+    case 2: DxRow<2, T>(2, grows, wt, nc, dx); break;
+    case 3: DxRow<3, T>(3, grows, wt, nc, dx); break;
+    case 4: DxRow<4, T>(4, grows, wt, nc, dx); break;
+    default: DxRow<0, T>(static_cast<int>(W), grows, wt, nc, dx); break;
+  }
+}
+
+// Scratch of one backward item (per thread): staged weights, bias, g rows, and the item's sums.
+struct BwdScratch {
+  float wt[kMaxWidth * kChanTile];
+  float bt[kChanTile];
+  float g[(kTimeTile + kMaxWidth) * kChanTile];
+  float dw[kMaxWidth * kChanTile];
+  float db[kChanTile];
+};
+
+template <class T>
+void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
+             BwdScratch& sc, float* partials) {
+  const int64_t W = p.W;
+  StageWeights(p, c0, nc, sc.wt, sc.bt);
+  std::fill(sc.dw, sc.dw + W * nc, 0.f);
+  std::fill(sc.db, sc.db + nc, 0.f);
+  const T* x = static_cast<const T*>(p.x);
+  const T* dy = static_cast<const T*>(p.dy);
+  T* dx = static_cast<T*>(p.dx);
+  const int64_t te = std::min(t1 + W - 1, p.T);
+  const T* rows[kMaxWidth];
+
+  // g over [t0, te); dweight/dbias sums over the item's own tokens [t0, t1), in t order.
+  SeqSpan s = find_sequence(p, b, t0);
+  for (int64_t t = t0; t < te; ++t) {
+    if (t >= s.end) s = find_sequence(p, b, t);
+    float* g = sc.g + (t - t0) * nc;
+    const bool own = t < t1;
+    if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
+      for (int64_t k = 0; k < W; ++k) rows[k] = x + b * p.xs[0] + (t - (W - 1) + k) * p.xs[1] + c0;
+      GradRowDispatch<T>(p, rows, sc.wt, sc.bt, nc, dy + b * p.dys[0] + t * p.dys[1] + c0, g, own, sc.dw, sc.db);
+      continue;
+    }
+    for (int64_t c = 0; c < nc; ++c) {
+      const float gv = grad_pre(p, b, t, s, c0 + c);
+      g[c] = gv;
+      if (!own) continue;
+      sc.db[c] += gv;
+      for (int64_t k = 0; k < W; ++k) {
+        const TapSource src = tap_source(p, b, t, s, k);
+        if (src.kind != 0) sc.dw[k * nc + c] = std::fma(gv, source_value(p, b, s.n, c0 + c, src), sc.dw[k * nc + c]);
+      }
+    }
+  }
+
+  // dx[pos] = sum_i w[W-1-i] g[pos + i] over the tokens pos + i of pos's sequence (+ the final state's
+  // gradient for the sequence's last W-1 positions).
+  const float* grows[kMaxWidth];
+  s = find_sequence(p, b, t0);
+  for (int64_t pos = t0; pos < t1; ++pos) {
+    if (pos >= s.end) s = find_sequence(p, b, pos);
+    bool fast = p.channels_contiguous && pos + W - 1 < s.end && (!p.dhT || pos < s.end - (W - 1));
+    if (fast && p.mode == kModeSeqIdx) {
+      const int64_t id = seq_at(p, b, pos);
+      for (int64_t q = pos + 1; q < pos + W && fast; ++q) fast = seq_at(p, b, q) == id;
+    }
+    if (fast) {
+      for (int64_t i = 0; i < W; ++i) grows[i] = sc.g + (pos + i - t0) * nc;
+      DxRowDispatch<T>(W, grows, sc.wt, nc, dx + b * p.dxs[0] + pos * p.dxs[1] + c0);
+      continue;
+    }
+    const int64_t id = p.mode == kModeSeqIdx ? seq_at(p, b, pos) : 0;
+    for (int64_t c = 0; c < nc; ++c) {
+      float acc = 0.f;
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t t = pos + i;
+        if (t >= s.end || (p.mode == kModeSeqIdx && seq_at(p, b, t) != id)) continue;
+        acc = std::fma(sc.wt[(W - 1 - i) * nc + c], sc.g[(t - t0) * nc + c], acc);
+      }
+      acc += dfinal_to_x(p, b, pos, s, c0 + c);
+      dx[b * p.dxs[0] + pos * p.dxs[1] + (c0 + c) * p.dxs[2]] = from_f32<T>(acc);
+    }
+  }
+
+  float* part = partials + tile * (W + 1) * p.D + c0;
+  for (int64_t k = 0; k < W; ++k) std::copy(sc.dw + k * nc, sc.dw + (k + 1) * nc, part + k * p.D);
+  std::copy(sc.db, sc.db + nc, part + W * p.D);
+}
+
+template <class T>
+void Backward(const Conv1dParams& p, float* partials) {
+  const int64_t tpr = tiles_per_row(p, kTimeTile);
+  const int64_t tiles = p.B * tpr;
+  const int64_t chunks = (p.D + kChanTile - 1) / kChanTile;
+  // Blocks of one time tile (all its chunks): one scratch allocation (228 KiB) per block.
+  tile::parallel_blocks(tiles * chunks, chunks, [&](int64_t i0, int64_t i1) {
+    auto sc = hwy::AllocateAligned<BwdScratch>(1);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t tile = i / chunks, chunk = i - tile * chunks;
+      const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
+      const int64_t c0 = chunk * kChanTile;
+      BwdItem<T>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), sc[0],
+                 partials);
+    }
+  });
+  // dweight / dbias: the tiles' partial sums in tile order, per channel block.
+  const int64_t W = p.W;
+  tile::parallel_blocks(p.D, 256, [&](int64_t d0, int64_t d1) {
+    HWY_ALIGN float acc[(kMaxWidth + 1) * 256];
+    const int64_t nd = d1 - d0;
+    std::fill(acc, acc + (W + 1) * nd, 0.f);
+    for (int64_t tile = 0; tile < tiles; ++tile)
+      for (int64_t k = 0; k <= W; ++k) {
+        const float* src = partials + (tile * (W + 1) + k) * p.D + d0;
+        for (int64_t c = 0; c < nd; ++c) acc[k * nd + c] += src[c];
+      }
+    for (int64_t c = 0; c < nd; ++c) {
+      for (int64_t k = 0; k < W; ++k) st_f32(p.dw, p.w_dtype, (d0 + c) * p.dws[0] + k * p.dws[1], acc[k * nd + c]);
+      if (p.db) st_f32(p.db, p.b_dtype, (d0 + c) * p.dbs, acc[W * nd + c]);
+    }
+  });
+  if (p.dh0) {
+    tile::parallel_blocks(p.N, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.D, 1)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t d = 0; d < p.D; ++d)
+          for (int64_t j = 0; j < p.W - 1; ++j)
+            st_f32(p.dh0, p.dh0_dtype, n * p.dh0s[0] + d * p.dh0s[1] + j * p.dh0s[2], dinitial_value(p, n, d, j));
+    });
+  }
+}
+
+void CausalConv1dFwd(const Conv1dParams& p, void*) {
+  // f32/bf16/f16 activations only (f64 goes to the reference).
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: Forward<float>(p); break;
+    case STRATA_DTYPE_BF16: Forward<bf16_t>(p); break;
+    default: Forward<f16_t>(p); break;
+  }
+}
+
+void CausalConv1dBwd(const Conv1dParams& p, void* workspace) {
+  float* partials = static_cast<float*>(workspace);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: Backward<float>(p, partials); break;
+    case STRATA_DTYPE_BF16: Backward<bf16_t>(p, partials); break;
+    default: Backward<f16_t>(p, partials); break;
+  }
+}
+
+}  // namespace strata::conv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::conv {
+HWY_EXPORT(CausalConv1dFwd);
+HWY_EXPORT(CausalConv1dBwd);
+
+Conv1dCpuFn causal_conv1d_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dFwd, hwy_target); }
+Conv1dCpuFn causal_conv1d_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dBwd, hwy_target); }
+
+size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p) {
+  return static_cast<size_t>(p.B * tiles_per_row(p, kTimeTile) * (p.W + 1) * p.D) * sizeof(float);
+}
+}  // namespace strata::conv
+#endif

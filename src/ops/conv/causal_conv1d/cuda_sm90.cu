@@ -1,0 +1,627 @@
+// CUDA kernels of causal_conv1d ("cuda.sm90.time_tile"), forward and backward. Memory-bound: the forward
+// reads x once and writes y once; the backward reads x and dy once and writes dx once, recomputing the
+// pre-activation instead of saving it (ops_fused.md §14).
+//
+// Work decomposition (both directions): a thread owns V = 4 consecutive channels (one 8-byte load per token
+// for bf16/f16, 16 bytes for f32: a warp reads 256 contiguous bytes of a bf16 token row) and a time tile of one
+// batch row; it walks the tile token by token keeping the W-1 previous sources in registers (the halo: the
+// tile's first W-1 sources are read once more, 3/64 of the traffic at W = 4). Loads are issued kUnroll tokens
+// ahead so that each thread keeps kUnroll vector loads in flight.
+//
+// Sequences. cu_seqlens: the thread finds the sequence of its first token by a binary search on the device
+// copy (no host sync) and, whenever the walk reaches the next sequence start, refills the window from that
+// sequence's initial state (or zeros). seq_idx: every window entry carries its sequence id and a tap counts
+// only when the ids match (the initial state carries the id of the row's first token). All cu_seqlens values
+// are clamped to [0, T] (causal_conv1d.h), so invalid values cannot cause an out-of-bounds access; the CPU
+// path and the Python layer check them.
+//
+// Backward: the walk runs W-1 tokens past the tile to have g = dy * act'(u) for the taps of the tile's last
+// positions, keeps the last W values of g in registers, and emits dx[t - (W-1)] at each step (a gather: no
+// atomics). dweight/dbias are accumulated per thread over its tile in registers and written as f32 partial
+// sums [tile][W + 1][D] to the workspace; a second kernel sums the tiles in index order (fixed order: the
+// same bits every run). dinitial_state and final_state are small element-wise kernels over [N, D].
+//
+// Paths: W in {2, 3, 4} are unrolled at compile time, with 4-channel vectors when every activation tensor has
+// unit channel stride, D % 4 == 0 and aligned rows, else one channel per thread. Other widths (5..16) run
+// element-wise kernels over the tap helpers of causal_conv1d.h (a correctness path: the public models use
+// W <= 4).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "opbase/dtype.h"
+#include "ops/conv/causal_conv1d/causal_conv1d.h"
+#include "tile/cuda/check.cuh"
+
+namespace strata::conv {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kFwdTile = 64;   // tokens per thread, forward
+constexpr int kBwdTile = 128;  // tokens per thread, backward (fewer tiles: a smaller partial-sum workspace)
+constexpr int kUnroll = 8;     // tokens loaded ahead
+constexpr int64_t kNoId = INT64_MIN;
+
+// ---- typed vector access: V elements of T as f32 ----
+template <class T>
+struct Elem;
+template <>
+struct Elem<float> {
+  __device__ static float load(const float* p) { return *p; }
+  __device__ static void store(float* p, float v) { *p = v; }
+};
+template <>
+struct Elem<bf16_t> {
+  __device__ static float load(const bf16_t* p) { return __uint_as_float(static_cast<uint32_t>(p->bits) << 16); }
+  __device__ static void store(bf16_t* p, float v) { p->bits = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+};
+template <>
+struct Elem<f16_t> {
+  __device__ static float load(const f16_t* p) { return __half2float(__ushort_as_half(p->bits)); }
+  __device__ static void store(f16_t* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
+};
+
+// Vector of V elements of T (V * sizeof(T) bytes: 8 for 16-bit types, 16 for f32) as one load/store.
+template <int Bytes>
+struct Raw;
+template <>
+struct Raw<4> {
+  using type = unsigned;
+};
+template <>
+struct Raw<8> {
+  using type = uint2;
+};
+template <>
+struct Raw<16> {
+  using type = uint4;
+};
+
+// Loads V elements at p (aligned to V * sizeof(T) when V > 1).
+template <class T, int V>
+__device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = Elem<T>::load(p);
+  } else {
+    using R = typename Raw<V * sizeof(T)>::type;
+    const R raw = __ldg(reinterpret_cast<const R*>(p));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = Elem<T>::load(e + i);
+  }
+}
+template <class T, int V>
+__device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
+  if constexpr (V == 1) {
+    Elem<T>::store(p, v[0]);
+  } else {
+    using R = typename Raw<V * sizeof(T)>::type;
+    R raw;
+    T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < V; ++i) Elem<T>::store(e + i, v[i]);
+    *reinterpret_cast<R*>(p) = raw;
+  }
+}
+
+// silu and its derivative. 16-bit outputs use the fast exp / divide (their error, a few f32 ulps, is far below
+// a bf16/f16 rounding; the precise versions would make the kernels compute-bound); f32 keeps the precise ones.
+template <class T>
+__device__ __forceinline__ float sigmoid_t(float v) {
+  if constexpr (sizeof(T) == 2) return __fdividef(1.f, 1.f + __expf(-v));
+  else return 1.f / (1.f + expf(-v));
+}
+template <class T>
+__device__ __forceinline__ float act_t(const Conv1dParams& p, float u) {
+  return p.activation == kActSilu ? u * sigmoid_t<T>(u) : u;
+}
+template <class T>
+__device__ __forceinline__ float dact_t(const Conv1dParams& p, float u) {
+  if (p.activation != kActSilu) return 1.f;
+  const float s = sigmoid_t<T>(u);
+  return s * (1.f + u * (1.f - s));
+}
+
+// The block -> (time tile, channel group) map: blockIdx.x = tile * channel_blocks + channel block.
+struct ThreadWork {
+  int64_t b, t0, t1, tile, d0;
+  bool active;
+};
+__device__ __forceinline__ ThreadWork thread_work(const Conv1dParams& p, int64_t tile_len, int64_t groups, int V) {
+  const int64_t cblocks = (groups + kThreads - 1) / kThreads;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) / cblocks;
+  const int64_t grp = (static_cast<int64_t>(blockIdx.x) - tile * cblocks) * kThreads + threadIdx.x;
+  const int64_t tpr = tiles_per_row(p, tile_len);
+  ThreadWork w;
+  w.tile = tile;
+  w.b = tile / tpr;
+  w.t0 = (tile - w.b * tpr) * tile_len;
+  w.t1 = w.t0 + tile_len < p.T ? w.t0 + tile_len : p.T;
+  w.d0 = grp * V;
+  w.active = grp < groups;
+  return w;
+}
+
+// Window entry i (i < W-1) holds the source of position t - (W-1) + i for the current token t. Fills it for
+// token t of sequence s (cu_seqlens and rows: positions before s.start read the initial state or zero;
+// seq_idx: s.start = 0 and entries carry ids).
+template <class T, int WM, int V>
+__device__ __forceinline__ void fill_window(const Conv1dParams& p, int W, int64_t b, int64_t t, const SeqSpan& s,
+                                            int64_t d0, float (&win)[WM][V], int64_t (&wid)[WM]) {
+  const T* x = static_cast<const T*>(p.x);
+  const bool seq = p.mode == kModeSeqIdx;
+#pragma unroll
+  for (int i = 0; i < WM - 1; ++i) {
+    if (i >= W - 1) break;
+    const int64_t pos = t - (W - 1) + i;
+#pragma unroll
+    for (int v = 0; v < V; ++v) win[i][v] = 0.f;
+    wid[i] = kNoId;
+    if (pos >= s.start) {
+      load_vec<T, V>(x + b * p.xs[0] + pos * p.xs[1] + d0 * p.xs[2], win[i]);
+      wid[i] = seq ? seq_at(p, b, pos) : 0;
+    } else if (p.h0) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[i][v] = h0_at(p, s.n, d0 + v, pos - s.start + W - 1);
+      wid[i] = seq ? seq_at(p, b, 0) : 0;
+    }
+  }
+}
+
+template <class T, int KW, int V>
+__global__ void __launch_bounds__(kThreads) conv_fwd(const Conv1dParams p, int64_t groups) {
+  constexpr int WM = KW, W = KW;
+  const ThreadWork tw = thread_work(p, kFwdTile, groups, V);
+  if (!tw.active) return;  // no block-wide synchronisation below
+  const int64_t b = tw.b, d0 = tw.d0;
+  const bool seq = p.mode == kModeSeqIdx, cu = p.mode == kModeCuSeqlens;
+
+  float w[WM][V], bias[V];
+#pragma unroll
+  for (int k = 0; k < WM; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[k][v] = k < W ? weight_at(p, d0 + v, k) : 0.f;
+#pragma unroll
+  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+
+  SeqSpan s = find_sequence(p, b, tw.t0);
+  float win[WM][V];
+  int64_t wid[WM];
+  fill_window<T, WM, V>(p, W, b, tw.t0, s, d0, win, wid);
+
+  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0 * p.xs[2];
+  const T* res = p.residual ? static_cast<const T*>(p.residual) + b * p.rs[0] + d0 * p.rs[2] : nullptr;
+  T* y = static_cast<T*>(p.y) + b * p.ys[0] + d0 * p.ys[2];
+
+  for (int64_t tb = tw.t0; tb < tw.t1; tb += kUnroll) {
+    float xin[kUnroll][V], rin[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t t = tb + u;
+      if (t < tw.t1) {
+        load_vec<T, V>(x + t * p.xs[1], xin[u]);
+        if (res) load_vec<T, V>(res + t * p.rs[1], rin[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t t = tb + u;
+      if (t >= tw.t1) break;
+      if (cu && t >= s.end) {  // a new sequence starts at t: its window is its initial state (or zeros)
+        s = find_sequence(p, b, t);
+        fill_window<T, WM, V>(p, W, b, t, s, d0, win, wid);
+      }
+      const int64_t id = seq ? seq_at(p, b, t) : 0;
+      float out[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float acc = bias[v];
+#pragma unroll
+        for (int k = 0; k < WM - 1; ++k)
+          if (k < W - 1 && (!seq || wid[k] == id)) acc = fmaf(w[k][v], win[k][v], acc);
+        acc = fmaf(w[W - 1][v], xin[u][v], acc);  // the current token is tap W-1
+        float o = act_t<T>(p, acc);
+        if (seq && id < 0) o = 0.f;  // padding token
+        if (res) o += rin[u][v];
+        out[v] = o;
+      }
+      store_vec<T, V>(y + t * p.ys[1], out);
+      // Slide the window by one token.
+#pragma unroll
+      for (int i = 0; i < WM - 2; ++i)
+        if (i < W - 2) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
+          wid[i] = wid[i + 1];
+        }
+#pragma unroll
+      for (int i = 0; i < WM - 1; ++i)
+        if (i == W - 2) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) win[i][v] = xin[u][v];
+          wid[i] = id;
+        }
+    }
+  }
+}
+
+template <class T, int KW, int V>
+__global__ void __launch_bounds__(kThreads) conv_bwd(const Conv1dParams p, int64_t groups, float* partials) {
+  constexpr int WM = KW, W = KW;
+  const ThreadWork tw = thread_work(p, kBwdTile, groups, V);
+  if (!tw.active) return;
+  const int64_t b = tw.b, d0 = tw.d0;
+  const bool seq = p.mode == kModeSeqIdx, cu = p.mode == kModeCuSeqlens;
+
+  float w[WM][V], bias[V];
+#pragma unroll
+  for (int k = 0; k < WM; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[k][v] = k < W ? weight_at(p, d0 + v, k) : 0.f;
+#pragma unroll
+  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+
+  SeqSpan s = find_sequence(p, b, tw.t0);
+  float win[WM][V];
+  int64_t wid[WM];
+  fill_window<T, WM, V>(p, W, b, tw.t0, s, d0, win, wid);
+
+  // g window: gw[i] = g at position t - (W-1) + i after step t; gid the sequence id of that position.
+  float gw[WM][V], dwa[WM][V], dba[V];
+  int64_t gid[WM];
+#pragma unroll
+  for (int i = 0; i < WM; ++i) {
+    gid[i] = kNoId;
+#pragma unroll
+    for (int v = 0; v < V; ++v) gw[i][v] = dwa[i][v] = 0.f;
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) dba[v] = 0.f;
+
+  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0 * p.xs[2];
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dys[0] + d0 * p.dys[2];
+  T* dx = static_cast<T*>(p.dx) + b * p.dxs[0] + d0 * p.dxs[2];
+  const int64_t tend = tw.t1 + W - 1;  // walk end: the taps of the tile's last position reach t1 + W - 2
+  const int64_t tload = tend < p.T ? tend : p.T;
+
+  for (int64_t tb = tw.t0; tb < tend; tb += kUnroll) {
+    float xin[kUnroll][V], dyin[kUnroll][V];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t t = tb + u;
+      if (t < tload) {
+        load_vec<T, V>(x + t * p.xs[1], xin[u]);
+        load_vec<T, V>(dy + t * p.dys[1], dyin[u]);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) xin[u][v] = dyin[u][v] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t t = tb + u;
+      if (t >= tend) break;
+      const bool real = t < p.T;
+      if (real && cu && t >= s.end) {
+        s = find_sequence(p, b, t);
+        fill_window<T, WM, V>(p, W, b, t, s, d0, win, wid);
+      }
+      const int64_t id = !real ? kNoId : (seq ? seq_at(p, b, t) : (cu ? s.n : 0));
+      float g[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        if (!real || (seq && id < 0)) {
+          g[v] = 0.f;
+          continue;
+        }
+        float acc = bias[v];
+#pragma unroll
+        for (int k = 0; k < WM - 1; ++k)
+          if (k < W - 1 && (!seq || wid[k] == id)) acc = fmaf(w[k][v], win[k][v], acc);
+        acc = fmaf(w[W - 1][v], xin[u][v], acc);
+        g[v] = dyin[u][v] * dact_t<T>(p, acc);
+      }
+      if (t < tw.t1) {  // the tile's own tokens: dweight / dbias partial sums
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          dba[v] += g[v];
+#pragma unroll
+          for (int k = 0; k < WM - 1; ++k)
+            if (k < W - 1 && (!seq || wid[k] == id)) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
+        }
+#pragma unroll
+        for (int v = 0; v < V; ++v) dwa[W - 1][v] = fmaf(g[v], xin[u][v], dwa[W - 1][v]);
+      }
+      // Slide the x window and the g window.
+#pragma unroll
+      for (int i = 0; i < WM - 2; ++i)
+        if (i < W - 2) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
+          wid[i] = wid[i + 1];
+        }
+#pragma unroll
+      for (int i = 0; i < WM - 1; ++i)
+        if (i == W - 2) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) win[i][v] = xin[u][v];
+          wid[i] = id;
+        }
+#pragma unroll
+      for (int i = 0; i < WM - 1; ++i)
+        if (i < W - 1) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) gw[i][v] = gw[i + 1][v];
+          gid[i] = gid[i + 1];
+        }
+#pragma unroll
+      for (int i = 0; i < WM; ++i)
+        if (i == W - 1) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) gw[i][v] = g[v];
+          gid[i] = id;
+        }
+      // dx at position t - (W-1): taps i = 0..W-1 are the tokens pos + i (tap k = W-1-i of each), counted when
+      // they belong to pos's sequence.
+      const int64_t pos = t - (W - 1);
+      if (pos >= tw.t0) {
+        const int64_t pid = gid[0];
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) o[v] = 0.f;
+#pragma unroll
+        for (int i = 0; i < WM; ++i)
+          if (i < W && gid[i] == pid) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) o[v] = fmaf(w[W - 1 - i][v], gw[i][v], o[v]);
+          }
+        if (p.dhT) {  // the final state copied pos when it is among its sequence's last W-1 positions
+          const int64_t e = cu ? cu_at(p, pid + 1) : p.T;
+          const int64_t j = pos - (e - (W - 1));
+          const bool ok = j >= 0 && (!seq || pid == seq_at(p, b, p.T - 1));
+          if (ok) {
+            const int64_t n = cu ? pid : b;
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+              o[v] += ld_f32(p.dhT, p.dhT_dtype, n * p.dhTs[0] + (d0 + v) * p.dhTs[1] + j * p.dhTs[2]);
+          }
+        }
+        store_vec<T, V>(dx + pos * p.dxs[1], o);
+      }
+    }
+  }
+  // Partial sums of this tile: [tile][W + 1][D], channel-contiguous (coalesced).
+  float* part = partials + tw.tile * (W + 1) * p.D + d0;
+#pragma unroll
+  for (int k = 0; k < WM; ++k)
+    if (k < W) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) part[k * p.D + v] = dwa[k][v];
+    }
+#pragma unroll
+  for (int v = 0; v < V; ++v) part[W * p.D + v] = dba[v];
+}
+
+// ---- general width (W > 4): element-wise, through the tap helpers of causal_conv1d.h ----
+// Forward: one thread per (b, t, d), channels fastest (coalesced for unit channel stride).
+template <class T>
+__global__ void __launch_bounds__(kThreads) conv_fwd_general(const Conv1dParams p) {
+  const int64_t total = p.B * p.T * p.D;
+  const T* res = static_cast<const T*>(p.residual);
+  T* y = static_cast<T*>(p.y);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t d = i % p.D, bt = i / p.D, t = bt % p.T, b = bt / p.T;
+    const SeqSpan s = find_sequence(p, b, t);
+    float o = is_padding(p, b, t) ? 0.f : act_t<T>(p, pre_activation(p, b, t, s, d));
+    if (res) o += Elem<T>::load(res + b * p.rs[0] + t * p.rs[1] + d * p.rs[2]);
+    Elem<T>::store(y + b * p.ys[0] + t * p.ys[1] + d * p.ys[2], o);
+  }
+}
+
+// Backward: one thread per (time tile, d): g of the tile's tokens and the W-1 after them in a ring indexed by
+// position mod W, dweight/dbias sums over the tile in t order, dx gathered from the ring.
+template <class T>
+__global__ void __launch_bounds__(kThreads) conv_bwd_general(const Conv1dParams p, float* partials) {
+  const int64_t tpr = tiles_per_row(p, kBwdTile);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= p.B * tpr * p.D) return;
+  const int64_t d = i % p.D, tile = i / p.D;
+  const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kBwdTile;
+  const int64_t t1 = t0 + kBwdTile < p.T ? t0 + kBwdTile : p.T;
+  const int W = static_cast<int>(p.W);
+  const bool seq = p.mode == kModeSeqIdx;
+  float dwl[kMaxWidth], gr[kMaxWidth], dbl = 0.f;
+  for (int k = 0; k < kMaxWidth; ++k) dwl[k] = gr[k] = 0.f;
+  T* dx = static_cast<T*>(p.dx);
+  SeqSpan s = find_sequence(p, b, t0);
+  for (int64_t t = t0; t < t1 + W - 1; ++t) {
+    float g = 0.f;
+    if (t < p.T) {
+      if (t >= s.end) s = find_sequence(p, b, t);
+      g = grad_pre(p, b, t, s, d);
+      if (t < t1) {
+        dbl += g;
+        for (int k = 0; k < W; ++k) {
+          const TapSource src = tap_source(p, b, t, s, k);
+          if (src.kind != 0) dwl[k] = fmaf(g, source_value(p, b, s.n, d, src), dwl[k]);
+        }
+      }
+    }
+    gr[t % W] = g;
+    const int64_t pos = t - (W - 1);
+    if (pos < t0) continue;
+    const SeqSpan sp = find_sequence(p, b, pos);
+    const int64_t id = seq ? seq_at(p, b, pos) : 0;
+    float acc = 0.f;
+    for (int j = 0; j < W; ++j) {
+      const int64_t tt = pos + j;
+      if (tt >= sp.end) break;
+      if (seq && seq_at(p, b, tt) != id) continue;
+      acc = fmaf(weight_at(p, d, W - 1 - j), gr[tt % W], acc);
+    }
+    acc += dfinal_to_x(p, b, pos, sp, d);
+    Elem<T>::store(dx + b * p.dxs[0] + pos * p.dxs[1] + d * p.dxs[2], acc);
+  }
+  float* part = partials + tile * (W + 1) * p.D + d;
+  for (int k = 0; k < W; ++k) part[k * p.D] = dwl[k];
+  part[W * p.D] = dbl;
+}
+
+// dweight[d, k] and dbias[d]: the tiles' partial sums added in tile order (one thread per (k, d)).
+__global__ void reduce_partials(const Conv1dParams p, const float* partials, int64_t tiles) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t W = p.W;
+  if (i >= (W + 1) * p.D) return;
+  const int64_t k = i / p.D, d = i - k * p.D;
+  if (k == W && !p.db) return;
+  const float* src = partials + k * p.D + d;
+  const int64_t step = (W + 1) * p.D;
+  float acc = 0.f;
+#pragma unroll 8
+  for (int64_t tile = 0; tile < tiles; ++tile) acc += src[tile * step];
+  if (k < W) st_f32(p.dw, p.w_dtype, d * p.dws[0] + k * p.dws[1], acc);
+  else st_f32(p.db, p.b_dtype, d * p.dbs, acc);
+}
+
+// final_state (forward) or dinitial_state (backward), one thread per (n, d).
+__global__ void states_kernel(const Conv1dParams p, bool backward) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= p.N * p.D) return;
+  const int64_t n = i / p.D, d = i - n * p.D;
+  for (int64_t j = 0; j < p.W - 1; ++j) {
+    if (backward) st_f32(p.dh0, p.dh0_dtype, n * p.dh0s[0] + d * p.dh0s[1] + j * p.dh0s[2], dinitial_value(p, n, d, j));
+    else st_f32(p.hT, p.hT_dtype, n * p.hTs[0] + d * p.hTs[1] + j * p.hTs[2], final_state_value(p, n, d, j));
+  }
+}
+
+// Whether the vector path applies to these activation tensors (V elements of `esize` bytes).
+bool vector_ok(const Conv1dParams& p, int V, size_t esize, std::initializer_list<std::pair<const void*, const int64_t*>> ts) {
+  if (!p.channels_contiguous || p.D % V != 0) return false;
+  for (const auto& [ptr, st] : ts) {
+    if (!ptr) continue;
+    if (reinterpret_cast<uintptr_t>(ptr) % (V * esize) != 0) return false;
+    if (st[0] % V != 0 || st[1] % V != 0) return false;
+  }
+  return true;
+}
+
+// Channels per thread on the vector paths: 4 (8-byte loads of 16-bit types, 16-byte loads of f32). Wider
+// 16-byte vectors of 16-bit types would need ~250 registers per thread in the backward (x, dy, g windows and
+// the dweight sums for 8 channels), and fewer resident threads hold fewer loads in flight.
+constexpr int kVec = 4;
+
+int64_t grid_for(const Conv1dParams& p, int64_t tile_len, int64_t groups) {
+  return p.B * tiles_per_row(p, tile_len) * ((groups + kThreads - 1) / kThreads);
+}
+
+template <class T>
+strata_status launch_fwd(const Conv1dParams& p, cudaStream_t stream) {
+  const int64_t total = p.B * p.T * p.D;
+  if (p.W > 4) {
+    if (total > 0) {
+      const int64_t blocks = cuda::ceil_div(total, kThreads) < (int64_t{1} << 30) ? cuda::ceil_div(total, kThreads)
+                                                                                 : (int64_t{1} << 30);
+      conv_fwd_general<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_general)"));
+    }
+  } else {
+    constexpr int V = kVec;
+    const bool vec = vector_ok(p, V, sizeof(T), {{p.x, p.xs}, {p.y, p.ys}, {p.residual, p.rs}});
+    const int64_t groups = vec ? p.D / V : p.D;
+    const int64_t blocks = grid_for(p, kFwdTile, groups);
+    if (blocks > INT_MAX)
+      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
+    if (blocks > 0) {
+      const unsigned g = static_cast<unsigned>(blocks);
+      if (vec) {
+        if (p.W == 2) conv_fwd<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups);
+        else if (p.W == 3) conv_fwd<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups);
+        else conv_fwd<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups);
+      } else {
+        if (p.W == 2) conv_fwd<T, 2, 1><<<g, kThreads, 0, stream>>>(p, groups);
+        else if (p.W == 3) conv_fwd<T, 3, 1><<<g, kThreads, 0, stream>>>(p, groups);
+        else conv_fwd<T, 4, 1><<<g, kThreads, 0, stream>>>(p, groups);
+      }
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd)"));
+    }
+  }
+  if (p.hT && p.N * p.D > 0) {
+    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
+  }
+  return STRATA_SUCCESS;
+}
+
+template <class T>
+strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t stream) {
+  const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
+  if (p.W > 4) {
+    const int64_t blocks = cuda::ceil_div(tiles * p.D, kThreads);
+    if (blocks > INT_MAX)
+      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
+    if (blocks > 0) {
+      conv_bwd_general<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, partials);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_general)"));
+    }
+  } else {
+    constexpr int V = kVec;
+    const bool vec = vector_ok(p, V, sizeof(T), {{p.x, p.xs}, {p.dy, p.dys}, {p.dx, p.dxs}});
+    const int64_t groups = vec ? p.D / V : p.D;
+    const int64_t blocks = grid_for(p, kBwdTile, groups);
+    if (blocks > INT_MAX)
+      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
+    if (blocks > 0) {
+      const unsigned g = static_cast<unsigned>(blocks);
+      if (vec) {
+        if (p.W == 2) conv_bwd<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+        else if (p.W == 3) conv_bwd<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+        else conv_bwd<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+      } else {
+        if (p.W == 2) conv_bwd<T, 2, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
+        else if (p.W == 3) conv_bwd<T, 3, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
+        else conv_bwd<T, 4, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
+      }
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd)"));
+    }
+  }
+  const int64_t n_red = (p.W + 1) * p.D;
+  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
+  STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
+  if (p.dh0 && p.N * p.D > 0) {
+    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
+  }
+  return STRATA_SUCCESS;
+}
+
+}  // namespace
+
+size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p) {
+  const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
+  return static_cast<size_t>(tiles * (p.W + 1) * p.D) * sizeof(float);
+}
+
+int causal_conv1d_fwd_cuda(const Conv1dParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd<float>(p, stream);
+    case STRATA_DTYPE_BF16: return launch_fwd<bf16_t>(p, stream);
+    default: return launch_fwd<f16_t>(p, stream);
+  }
+}
+
+int causal_conv1d_bwd_cuda(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_bwd<float>(p, partials, stream);
+    case STRATA_DTYPE_BF16: return launch_bwd<bf16_t>(p, partials, stream);
+    default: return launch_bwd<f16_t>(p, partials, stream);
+  }
+}
+
+}  // namespace strata::conv
