@@ -90,9 +90,9 @@ __device__ __forceinline__ void stv(H* p, const float (&v)[8]) {
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Thread-local statistics of pass 1.
+// Thread-local statistics of pass 1 (a plain struct: it also lives in shared memory). Empty: {-inf, 0, 0}.
 struct Acc {
-  float m = -INFINITY, s = 0.f, sum_c = 0.f;
+  float m, s, sum_c;
 };
 
 // Adds n transformed logits c[0..n) (one vector) to a.
@@ -134,7 +134,7 @@ __device__ __forceinline__ Acc acc_merge(Acc a, const Acc& b) {
 __device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    Acc b;
+    Acc b{};
     b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
     b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
     b.sum_c = __shfl_xor_sync(0xffffffffu, a.sum_c, o);
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
     const int64_t tail0 = head + nvec * kVec;
     float lse;
     if (!p.backward) {
-      Acc a;
+      Acc a{-INFINITY, 0.f, 0.f};
       for (int64_t e = threadIdx.x; e < head; e += kThreads) acc_add1(a, ce_logit(k, ld1(z + e)));
       const T* zv = z + head;
       int64_t v = threadIdx.x;

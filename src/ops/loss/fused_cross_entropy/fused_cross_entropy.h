@@ -46,12 +46,13 @@ struct CeParams {
   bool backward = false;
 };
 
-// Workspace layout shared by every implementation: per-row losses and z-losses (f64 on the CPU, f32 on CUDA)
-// when the loss is reduced, then the count of non-ignored rows.
+// Workspace: per-row losses and z-losses (f64 on the CPU, f32 on CUDA) when the loss is reduced; on CUDA then
+// the count of non-ignored rows (int64, for mean).
 STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
-  if (p.backward && p.reduction != kCeMean) return 0;
   const size_t row = cuda ? sizeof(float) : sizeof(double);
   const size_t rows = (!p.backward && p.reduction != kCeNone) ? 2 * static_cast<size_t>(p.N) * row : 0;
+  if (!cuda) return rows;  // the CPU counts the targets while checking them
+  if (p.backward && p.reduction != kCeMean) return 0;
   return ((rows + 15) / 16) * 16 + 16;  // + count (int64), 16-byte aligned
 }
 
