@@ -33,8 +33,9 @@
 namespace strata::loss {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+// Exponentials of the element loops: ex2.approx of x log2(e) (relative error ~1e-7 near the maximum, where the
+// terms that matter are); the per-row formulas (ce_row.h) keep the accurate expf/logf.
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
 
 // 16-byte vectors of T: kVec elements.
 template <class T>
@@ -98,6 +99,7 @@ struct Acc {
 // Adds n transformed logits c[0..n) (one vector) to a.
 template <int n>
 __device__ __forceinline__ void acc_add(Acc& a, const float (&c)[n]) {
+  // (uses fast_exp for the n terms; the rescale keeps expf)
   float mv = c[0];
 #pragma unroll
   for (int k = 1; k < n; ++k) mv = fmaxf(mv, c[k]);
@@ -109,7 +111,7 @@ __device__ __forceinline__ void acc_add(Acc& a, const float (&c)[n]) {
   float e = 0.f, sc = 0.f;
 #pragma unroll
   for (int k = 0; k < n; ++k) {
-    e += ce_exp(c[k] - a.m);
+    e += fast_exp(c[k] - a.m);
     sc += c[k];
   }
   a.s += e;
@@ -131,6 +133,7 @@ __device__ __forceinline__ Acc acc_merge(Acc a, const Acc& b) {
 }
 
 // Block-wide merge of the thread states (fixed order); every thread gets the result.
+template <int kWarps>
 __device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -174,9 +177,26 @@ __global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
   if (threadIdx.x == 0) *count_slot(p) = static_cast<int64_t>(total);
 }
 
-template <class T, bool kGrad>
-__global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
+// dz of one element (ce_grad_elem with the fast exponential).
+__device__ __forceinline__ float grad_elem(const CeConsts& k, const CeGradRow& r, float z, bool is_target) {
+  const float u = k.scale * z;
+  float c = u, f = 1.f;
+  if (k.softcap_on) {
+    const float t = ce_tanh(u * k.inv_cap);
+    c = k.cap * t;
+    f = 1.f - t * t;
+  }
+  float d = r.p_coef * fast_exp(c - r.lse) - r.uniform;
+  if (is_target) d -= r.target;
+  return f * d;
+}
+
+// kThreads threads per row; kMinBlocks blocks per SM at least (1024 x 1: one row per SM in flight, so a row
+// read in pass 1 is still in L2 for pass 2).
+template <class T, bool kGrad, int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p) {
   constexpr int kVec = VecOf<T>::kVec;
+  constexpr int kWarps = kThreads / 32;
   __shared__ Acc scratch[kWarps];
   __shared__ float row_lse;
   const CeConsts& k = p.k;
@@ -218,7 +238,7 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
       for (int64_t e = tail0 + threadIdx.x; e < V; e += kThreads) acc_add1(a, ce_logit(k, ld1(z + e)));
       // c_y is read before the barrier inside block_merge, so before any thread overwrites the row.
       const float c_y = (threadIdx.x == 0 && !ignored && !bad) ? ce_logit(k, ld1(z + y)) : 0.f;
-      const Acc r = block_merge(a, scratch);
+      const Acc r = block_merge<kWarps>(a, scratch);
       if (threadIdx.x == 0) {
         CeRowStats st;
         st.lse.m = r.m;
@@ -254,7 +274,7 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
         for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, fill);
       } else if (dmis == mis) {
         // Same alignment as the logits (always so in place): vector loads and stores.
-        for (int64_t e = threadIdx.x; e < head; e += kThreads) st1(dz + e, ce_grad_elem(k, gr, ld1(z + e), e == y));
+        for (int64_t e = threadIdx.x; e < head; e += kThreads) st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
         const T* zv = z + head;
         T* dv = dz + head;
         for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
@@ -262,13 +282,13 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
           ldv(zv + v * kVec, x);
           const int64_t e0 = head + v * kVec;
 #pragma unroll
-          for (int q = 0; q < kVec; ++q) x[q] = ce_grad_elem(k, gr, x[q], e0 + q == y);
+          for (int q = 0; q < kVec; ++q) x[q] = grad_elem(k, gr, x[q], e0 + q == y);
           stv(dv + v * kVec, x);
         }
         for (int64_t e = tail0 + threadIdx.x; e < V; e += kThreads)
-          st1(dz + e, ce_grad_elem(k, gr, ld1(z + e), e == y));
+          st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
       } else {
-        for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, ce_grad_elem(k, gr, ld1(z + e), e == y));
+        for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
       }
     }
     __syncthreads();  // scratch and row_lse are reused by the next row of this block
@@ -300,15 +320,35 @@ __global__ void __launch_bounds__(1024) ce_reduce(const CeParams p) {
   }
 }
 
-template <class T>
-void launch_rows(const CeParams& p, unsigned grid, cudaStream_t stream) {
-  if (p.dlogits) ce_rows<T, true><<<grid, kThreads, 0, stream>>>(p);
-  else ce_rows<T, false><<<grid, kThreads, 0, stream>>>(p);
+// kPad bytes of (unused) dynamic shared memory per block cap the blocks per SM: 120 KiB of the 228 KiB leave
+// room for one block, which is how the L2 variant keeps one row per SM in flight.
+template <class T, bool kGrad, int kThreads, int kMinBlocks>
+strata_status launch_kernel(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  auto* kernel = ce_rows<T, kGrad, kThreads, kMinBlocks>;
+  if (pad > 0)
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(pad)));
+  kernel<<<grid, kThreads, pad, stream>>>(p);
+  return STRATA_SUCCESS;
+}
+
+template <class T, int kThreads, int kMinBlocks>
+strata_status launch_rows(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  if (p.dlogits) return launch_kernel<T, true, kThreads, kMinBlocks>(p, grid, pad, stream);
+  return launch_kernel<T, false, kThreads, kMinBlocks>(p, grid, pad, stream);
+}
+
+template <int kThreads, int kMinBlocks>
+strata_status launch_dtype(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  switch (p.dtype) {
+    case STRATA_DTYPE_F32: return launch_rows<float, kThreads, kMinBlocks>(p, grid, pad, stream);
+    case STRATA_DTYPE_BF16: return launch_rows<bf16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
+    default: return launch_rows<f16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
+  }
 }
 
 }  // namespace
 
-int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr) {
+int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool need_count = p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward);
   if (need_count) {
@@ -318,11 +358,8 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr) {
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // One block per row; beyond 2^30 rows each block loops (never reached in practice).
     const unsigned grid = static_cast<unsigned>(p.N < (int64_t{1} << 30) ? p.N : (int64_t{1} << 30));
-    switch (p.dtype) {
-      case STRATA_DTYPE_F32: launch_rows<float>(p, grid, stream); break;
-      case STRATA_DTYPE_BF16: launch_rows<bf16_t>(p, grid, stream); break;
-      default: launch_rows<f16_t>(p, grid, stream); break;
-    }
+    if (variant == CeCudaVariant::kBlockPerRow) STRATA_RETURN_IF_ERROR((launch_dtype<512, 1>(p, grid, 0, stream)));
+    else STRATA_RETURN_IF_ERROR((launch_dtype<1024, 1>(p, grid, 120 * 1024, stream)));
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_rows)"));
   }
   if (!p.backward && p.reduction != kCeNone) {

@@ -1,7 +1,7 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.block_per_row, cpu.<isa> for each compiled Highway target,
+// Implementations, in dispatch order: cuda.sm90.block_per_row_l2, cuda.sm90.block_per_row, cpu.<isa> for each compiled Highway target,
 // reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -120,21 +120,26 @@ const ImplList<CeProblem>& impls() {
   static const ImplList<CeProblem> list = [] {
     ImplList<CeProblem> l;
 #if STRATA_WITH_CUDA
-    l.push_back({"cuda.sm90.block_per_row",
-                 [](const CeProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   return r.empty() ? dtypes_reason(p.params) : r;
-                 },
-                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                 [](const CeProblem& pr, const Launch& l) {
-                   const CeParams p = bind(pr, l);
-                   const char* op = p.backward ? kBwd : kFwd;
-                   STRATA_RETURN_IF_ERROR(check_alias(p, op));
-                   if (l.workspace_size < ce_workspace_bytes(p, true))
-                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                                 ce_workspace_bytes(p, true), l.workspace_size);
-                   return static_cast<strata_status>(fused_cross_entropy_cuda(p, l.cuda_stream));
-                 }});
+    for (const auto& [name, variant] :
+         {std::pair{"cuda.sm90.block_per_row_l2", CeCudaVariant::kBlockPerRowL2},
+          std::pair{"cuda.sm90.block_per_row", CeCudaVariant::kBlockPerRow}}) {
+      const CeCudaVariant v = variant;
+      l.push_back({name,
+                   [](const CeProblem& p) {
+                     std::string r = reject_unless_cuda(p.device, 90);
+                     return r.empty() ? dtypes_reason(p.params) : r;
+                   },
+                   [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
+                   [v](const CeProblem& pr, const Launch& l) {
+                     const CeParams p = bind(pr, l);
+                     const char* op = p.backward ? kBwd : kFwd;
+                     STRATA_RETURN_IF_ERROR(check_alias(p, op));
+                     if (l.workspace_size < ce_workspace_bytes(p, true))
+                       return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
+                                   ce_workspace_bytes(p, true), l.workspace_size);
+                     return static_cast<strata_status>(fused_cross_entropy_cuda(p, l.cuda_stream, v));
+                   }});
+    }
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const CeCpuFn fn = fused_cross_entropy_cpu(isa.hwy_target);

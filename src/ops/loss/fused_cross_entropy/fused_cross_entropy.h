@@ -75,8 +75,10 @@ using CeCpuFn = void (*)(const CeParams&, int64_t count);
 CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
-// CUDA (sm_90): one block per row, f32/bf16/f16. Returns the launch status (a strata_status).
-int fused_cross_entropy_cuda(const CeParams& p, void* stream);
+// CUDA (sm_90): one block per row, f32/bf16/f16. kBlockPerRow: 512 threads per row, as many rows per SM as fit;
+// kBlockPerRowL2: 1024 threads and one row per SM, so that pass 2 finds the row in L2. Returns the launch status.
+enum class CeCudaVariant { kBlockPerRow, kBlockPerRowL2 };
+int fused_cross_entropy_cuda(const CeParams& p, void* stream, CeCudaVariant variant);
 #endif
 
 }  // namespace strata::loss

@@ -341,14 +341,19 @@ class FusedCrossEntropyHarness final : public OpHarness {
   std::vector<BenchCase> bench_cases(strata_device device) const override {
     const bool cuda = device.type == STRATA_DEVICE_CUDA;
     std::vector<BenchCase> out;
-    if (bwd_) {
-      out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "sep", 0.f));
-      return out;
+    // PERF_TARGETS: fwd+bwd in place (the training step), the forward alone, Gemma-2's softcapped vocab. On
+    // CUDA each shape runs once per CUDA implementation (forced), to compare them in the same run.
+    std::vector<std::string> impls = {""};
+    if (cuda) impls = {"cuda.sm90.block_per_row_l2", "cuda.sm90.block_per_row"};
+    for (const std::string& impl : impls) {
+      if (bwd_) {
+        out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "sep", 0.f, impl));
+        continue;
+      }
+      out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "inplace", 0.f, impl));
+      out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "none", 0.f, impl));
+      out.push_back(bench(device, cuda ? 4096 : 512, 256000, "inplace", 30.f, impl));
     }
-    // PERF_TARGETS: fwd+bwd in place (the training step), the forward alone, Gemma-2's softcapped vocab.
-    out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "inplace", 0.f));
-    out.push_back(bench(device, cuda ? 8192 : 1024, 151936, "none", 0.f));
-    out.push_back(bench(device, cuda ? 4096 : 512, 256000, "inplace", 30.f));
     return out;
   }
 
@@ -362,13 +367,15 @@ class FusedCrossEntropyHarness final : public OpHarness {
     size_t ws_size = 0;
   };
 
-  BenchCase bench(strata_device device, int64_t N, int64_t V, const std::string& grad, float cap) const {
+  BenchCase bench(strata_device device, int64_t N, int64_t V, const std::string& grad, float cap,
+                  const std::string& impl) const {
     auto st = std::make_shared<BenchState>();
     const bool bwd = bwd_;
     BenchCase b;
     const double mat = static_cast<double>(N) * static_cast<double>(V) * 2.0;  // bf16 [N, V]
     b.label = fmt::format("{} bf16 [{}, {}] mean{}{}", op(), N, V, bwd ? " dlogits" : (grad == "inplace" ? " fwd+bwd in place" : " loss only"),
-                          cap > 0 ? fmt::format(" softcap={}", cap) : "");
+                          cap > 0 ? fmt::format(" softcap={}", cap) : "") +
+              (impl.empty() ? "" : " [" + impl + "]");
     b.bytes = (bwd || grad != "none" ? 2.0 : 1.0) * mat + static_cast<double>(N) * 12.0;
     b.setup = [=] {
       HostTensor x = HostTensor::make(STRATA_DTYPE_BF16, {N, V});
@@ -383,6 +390,7 @@ class FusedCrossEntropyHarness final : public OpHarness {
       st->target = std::make_unique<DeviceTensor>(t, device);
       st->loss = std::make_unique<DeviceTensor>(l, device);
       st->lse = std::make_unique<DeviceTensor>(ls, device);
+      if (!impl.empty()) strata_set_force_impl(impl.c_str());  // for the plan only
       if (bwd) {
         st->dl = std::make_unique<DeviceTensor>(x, device);
         st->dloss = std::make_unique<DeviceTensor>(l, device);
@@ -397,6 +405,7 @@ class FusedCrossEntropyHarness final : public OpHarness {
                                                   1.f, 0.f, cap, 1.f, &st->plan),
               "bench plan");
       }
+      if (!impl.empty()) strata_set_force_impl(nullptr);
       strata_plan_workspace_size(st->plan, &st->ws_size);
       if (st->ws_size) check(strata_malloc(device, st->ws_size, nullptr, &st->ws), "bench workspace");
     };
