@@ -1,0 +1,192 @@
+// CPU kernels of fused_cross_entropy, written once with Highway and compiled for every target in
+// tile::cpu_isas() (one implementation "cpu.<isa>" each).
+//
+// A row of V logits is one work item (rows are cut into fixed blocks, tile/cpu/parallel.h, so every row is
+// computed the same way whatever the thread count). Per row:
+//   statistics (forward): the row is swept in L1-sized pieces of kPiece elements. Each piece is read once
+//     from memory: the transformed logits c (scale, softcap) go to an L1 scratch buffer while the piece's
+//     maximum and sum of c are accumulated; a second sweep over the scratch adds exp(c - m_piece). The piece
+//     is merged into the row's (m, S) with one rescale (lse_add_block), so there is one exponential per
+//     element (a per-element online update would need two).
+//   gradient (forward with dlogits, or backward): one more sweep, p = exp(c - lse), dz = f (p_coef p -
+//     uniform), the target element fixed up afterwards from its saved logit (dz may be the logits buffer). A
+//     row of 151936 bf16 logits (297 KiB) is still in L2 from the statistics sweep.
+// Every reduction runs in a fixed order (four vector accumulators per piece, pieces in row order), so the
+// result depends only on the row: the same bits for any thread count and batch composition.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/loss/fused_cross_entropy/cpu.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/parallel.h"
+#include "tile/cpu/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::loss::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace tv = strata::tile::HWY_NAMESPACE;
+
+// Elements per piece of the statistics sweep: 8 KiB of f32 scratch, which stays in L1 with the piece's
+// input (4-8 KiB) while the exponentials are summed.
+constexpr int64_t kPiece = 2048;
+
+using DF = hn::ScalableTag<float>;
+
+// c = s z, or cap tanh(s z / cap).
+template <bool kSoftcap>
+HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
+  const auto u = hn::Mul(z, hn::Set(df, k.scale));
+  if constexpr (kSoftcap) return hn::Mul(hn::Set(df, k.cap), hn::Tanh(df, hn::Mul(u, hn::Set(df, k.inv_cap))));
+  return u;
+}
+
+// Row statistics: m, S (merged piece by piece), sum of c, and c_y.
+template <bool kSoftcap, class T>
+CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch) {
+  const DF df;
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  CeRowStats st;
+  auto vsum_c = hn::Zero(df);
+  float tail_sum_c = 0.f;
+  for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
+    const int64_t n = std::min(kPiece, V - j0);
+    const int64_t nv = n / NL * NL;
+    auto vmax = hn::Set(df, -INFINITY);
+    int64_t j = 0;
+    for (; j < nv; j += NL) {
+      const auto c = Transform<kSoftcap>(df, tv::LoadF32(df, z + j0 + j), k);
+      hn::Store(c, df, scratch + j);
+      vmax = hn::Max(vmax, c);
+      vsum_c = hn::Add(vsum_c, c);
+    }
+    float m = nv > 0 ? hn::GetLane(hn::MaxOfLanes(df, vmax)) : -INFINITY;
+    for (; j < n; ++j) {
+      const float c = ce_logit(k, to_f32(z[j0 + j]));
+      scratch[j] = c;
+      m = std::max(m, c);
+      tail_sum_c += c;
+    }
+    const auto vm = hn::Set(df, m);
+    auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+    j = 0;
+    for (; j + 2 * NL <= nv; j += 2 * NL) {
+      a0 = hn::Add(a0, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j), vm)));
+      a1 = hn::Add(a1, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j + NL), vm)));
+    }
+    for (; j < nv; j += NL) a0 = hn::Add(a0, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j), vm)));
+    float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    for (; j < n; ++j) s += ce_exp(scratch[j] - m);
+    lse_add_block(st.lse, m, s);
+  }
+  st.sum_c = hn::GetLane(hn::SumOfLanes(df, vsum_c)) + tail_sum_c;
+  if (y >= 0 && y < V) st.c_y = ce_logit(k, to_f32(z[y]));
+  return st;
+}
+
+// dz[0..V) for the row constants r (dz may alias z).
+template <bool kSoftcap, class T>
+void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y) {
+  const DF df;
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  // The target element's gradient, from its logit before the sweep can overwrite it.
+  const bool has_y = y >= 0 && y < V;
+  const float dz_y = has_y ? ce_grad_elem(k, r, to_f32(z[y]), true) : 0.f;
+  const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
+  const auto vlse = hn::Set(df, r.lse), vp = hn::Set(df, r.p_coef), vu = hn::Set(df, r.uniform);
+  const auto one = hn::Set(df, 1.f);
+  int64_t j = 0;
+  for (; j + NL <= V; j += NL) {
+    const auto u = hn::Mul(tv::LoadF32(df, z + j), vscale);
+    hn::Vec<DF> d;
+    if constexpr (kSoftcap) {
+      const auto t = hn::Tanh(df, hn::Mul(u, vinv));
+      const auto p = hn::Exp(df, hn::Sub(hn::Mul(vcap, t), vlse));
+      d = hn::Mul(hn::NegMulAdd(t, t, one), hn::MulSub(vp, p, vu));
+    } else {
+      d = hn::MulSub(vp, hn::Exp(df, hn::Sub(u, vlse)), vu);
+    }
+    tv::StoreF32(df, d, dz + j);
+  }
+  for (; j < V; ++j) dz[j] = from_f32<T>(ce_grad_elem(k, r, to_f32(z[j]), false));
+  if (has_y) dz[y] = from_f32<T>(dz_y);
+}
+
+template <bool kSoftcap, class T>
+void Run(const CeParams& p, int64_t count) {
+  const T* logits = static_cast<const T*>(p.logits);
+  T* dlogits = static_cast<T*>(p.dlogits);
+  const CeConsts& k = p.k;
+  double* ws = static_cast<double*>(p.workspace);
+  const bool reduced = p.reduction != kCeNone;
+  // g of a non-ignored row.
+  auto upstream = [&](int64_t i) -> float {
+    if (p.backward) {
+      const float* dl = static_cast<const float*>(p.dloss);
+      if (p.reduction == kCeNone) return dl[i * p.dloss_stride];
+      return p.reduction == kCeMean ? (count > 0 ? dl[0] / static_cast<float>(count) : 0.f) : dl[0];
+    }
+    return p.reduction == kCeMean ? (count > 0 ? p.grad_scale / static_cast<float>(count) : 0.f) : p.grad_scale;
+  };
+  const int64_t block = tile::block_for_bytes(p.V * static_cast<int64_t>(sizeof(T)));
+  tile::parallel_blocks(p.N, block, [&](int64_t i0, int64_t i1) {
+    HWY_ALIGN float scratch[kPiece];
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t y = ce_target(p, i);
+      const bool ignored = y == k.ignore_index;
+      const T* z = logits + i * p.logits_rs;
+      float lse;
+      if (p.backward) {
+        lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
+      } else {
+        const CeRowStats st = RowStats<kSoftcap>(k, z, p.V, y, scratch);
+        lse = ce_lse(st.lse);
+        const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
+        const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
+        if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = lse;
+        if (reduced) {
+          ws[i] = loss;
+          ws[p.N + i] = zl;
+        } else {
+          static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
+          if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
+        }
+      }
+      if (!dlogits) continue;
+      T* dz = dlogits + i * p.dlogits_rs;
+      if (ignored) {
+        std::fill(dz, dz + p.V, from_f32<T>(0.f));
+        continue;
+      }
+      RowGrad<kSoftcap>(k, ce_grad_row(k, lse, upstream(i)), z, dz, p.V, y);
+    }
+  });
+}
+
+void FusedCrossEntropy(const CeParams& p, int64_t count) {
+  // The plan gives these implementations f32/bf16/f16 only (f64 goes to the reference).
+  visit_float_dtype(p.dtype, [&](auto tz) {
+    using T = decltype(tz);
+    if constexpr (!std::is_same_v<T, double>) {
+      if (p.k.softcap_on) Run<true, T>(p, count);
+      else Run<false, T>(p, count);
+    }
+  });
+}
+
+}  // namespace strata::loss::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::loss {
+HWY_EXPORT(FusedCrossEntropy);
+
+CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FusedCrossEntropy, hwy_target); }
+}  // namespace strata::loss
+#endif

@@ -1,0 +1,372 @@
+// CUDA kernels of fused_cross_entropy ("cuda.sm90.block_per_row"). Memory-bound: the forward reads the
+// logits once; fused with the backward it also writes the gradient once (in place or to dlogits).
+//
+// Kernels, in launch order:
+//   ce_count     (1 block; only for mean): number of non-ignored targets -> workspace (int64). Integers, so
+//                the block sum is exact whatever the order.
+//   ce_rows      one block per row. Pass 1 (forward): each thread sweeps its share of the row with 16-byte
+//                loads (8 bf16/f16 or 4 f32), keeping an online (max, rescaled sum of exp) and the sum of the
+//                transformed logits; one exponential per element plus one rescale per vector whose maximum is
+//                a new maximum. A fixed shuffle tree and a fixed cross-warp order merge the thread states
+//                (same bits every run). Thread 0 forms lse and the loss (ce_row.h). Pass 2 (gradient): the row
+//                is read again (from L2 when it is still there) and dz written with 16-byte stores; the
+//                target element is recognised by its index, so dz may be the logits buffer. Rows whose start
+//                is not 16-byte aligned take scalar heads and tails.
+//   ce_reduce    (1 block; mean/sum): sums the per-row losses and z-losses in row order per thread and in a
+//                fixed tree across threads, in f64, and divides by the count for mean.
+// The gradient is produced in the same kernel as the loss: for mean its scale 1/count comes from ce_count,
+// which only reads the N targets (a few microseconds for N = 8192).
+//
+// Targets are not validated here (that would need a device-to-host copy): a target outside [0, V) that is
+// not ignore_index never leads to an out-of-bounds access; its row gets a NaN loss and a NaN gradient.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "opbase/dtype.h"
+#include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
+#include "tile/cuda/check.cuh"
+
+namespace strata::loss {
+namespace {
+
+// Exponentials of the element loops: ex2.approx of x log2(e) (relative error ~1e-7 near the maximum, where the
+// terms that matter are); the per-row formulas (ce_row.h) keep the accurate expf/logf.
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+
+// 16-byte vectors of T: kVec elements.
+template <class T>
+struct VecOf {
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+};
+
+__device__ __forceinline__ float ld1(const float* p) { return *p; }
+__device__ __forceinline__ float ld1(const bf16_t* p) { return bf16_bits_to_f32(p->bits); }
+__device__ __forceinline__ float ld1(const f16_t* p) { return __half2float(__ushort_as_half(p->bits)); }
+
+__device__ __forceinline__ void st1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st1(bf16_t* p, float v) { p->bits = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ void st1(f16_t* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
+
+// 16 bytes at p (aligned) -> kVec floats.
+__device__ __forceinline__ void ldv(const float* p, float (&v)[4]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+template <class H>
+__device__ __forceinline__ void ldv(const H* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(H) == 2 && std::is_same_v<H, bf16_t>) {
+      v[2 * k] = __uint_as_float(w[k] << 16);
+      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+  }
+}
+
+__device__ __forceinline__ void stv(float* p, const float (&v)[4]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <class H>
+__device__ __forceinline__ void stv(H* p, const float (&v)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (std::is_same_v<H, bf16_t>) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+      w[k] = *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+      w[k] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Thread-local statistics of pass 1 (a plain struct: it also lives in shared memory). Empty: {-inf, 0, 0}.
+struct Acc {
+  float m, s, sum_c;
+};
+
+// Adds n transformed logits c[0..n) (one vector) to a.
+template <int n>
+__device__ __forceinline__ void acc_add(Acc& a, const float (&c)[n]) {
+  // (uses fast_exp for the n terms; the rescale keeps expf)
+  float mv = c[0];
+#pragma unroll
+  for (int k = 1; k < n; ++k) mv = fmaxf(mv, c[k]);
+  if (mv > a.m) {
+    a.s *= ce_exp(a.m - mv);  // exp(-inf) = 0 on the first vector
+    a.m = mv;
+  }
+  if (a.m == -INFINITY) return;  // every value so far is -inf: they add nothing (and -inf - -inf is NaN)
+  float e = 0.f, sc = 0.f;
+#pragma unroll
+  for (int k = 0; k < n; ++k) {
+    e += fast_exp(c[k] - a.m);
+    sc += c[k];
+  }
+  a.s += e;
+  a.sum_c += sc;
+}
+
+__device__ __forceinline__ void acc_add1(Acc& a, float c) {
+  float cc[1] = {c};
+  acc_add<1>(a, cc);
+}
+
+__device__ __forceinline__ Acc acc_merge(Acc a, const Acc& b) {
+  OnlineLse x{a.m, a.s};
+  lse_add_block(x, b.m, b.s);
+  a.m = x.m;
+  a.s = x.s;
+  a.sum_c += b.sum_c;
+  return a;
+}
+
+// Block-wide merge of the thread states (fixed order); every thread gets the result.
+template <int kWarps>
+__device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    Acc b{};
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+    b.sum_c = __shfl_xor_sync(0xffffffffu, a.sum_c, o);
+    a = acc_merge(a, b);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) scratch[warp] = a;
+  __syncthreads();
+  Acc r = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) r = acc_merge(r, scratch[w]);
+  return r;
+}
+
+// Upstream gradient g of row i (not ignored).
+__device__ __forceinline__ float upstream(const CeParams& p, int64_t i, int64_t count) {
+  if (p.backward) {
+    const float* dl = static_cast<const float*>(p.dloss);
+    if (p.reduction == kCeNone) return dl[i * p.dloss_stride];
+    return p.reduction == kCeMean ? (count > 0 ? dl[0] / static_cast<float>(count) : 0.f) : dl[0];
+  }
+  return p.reduction == kCeMean ? (count > 0 ? p.grad_scale / static_cast<float>(count) : 0.f) : p.grad_scale;
+}
+
+__device__ __forceinline__ int64_t* count_slot(const CeParams& p) {
+  return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) - 16);
+}
+
+__global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
+  int64_t n = 0;
+  for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) n += ce_target(p, i) != p.k.ignore_index;
+  __shared__ unsigned long long total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  atomicAdd(&total, static_cast<unsigned long long>(n));  // integers: exact in any order
+  __syncthreads();
+  if (threadIdx.x == 0) *count_slot(p) = static_cast<int64_t>(total);
+}
+
+// dz of one element (ce_grad_elem with the fast exponential).
+__device__ __forceinline__ float grad_elem(const CeConsts& k, const CeGradRow& r, float z, bool is_target) {
+  const float u = k.scale * z;
+  float c = u, f = 1.f;
+  if (k.softcap_on) {
+    const float t = ce_tanh(u * k.inv_cap);
+    c = k.cap * t;
+    f = 1.f - t * t;
+  }
+  float d = r.p_coef * fast_exp(c - r.lse) - r.uniform;
+  if (is_target) d -= r.target;
+  return f * d;
+}
+
+// kThreads threads per row; kMinBlocks blocks per SM at least (1024 x 1: one row per SM in flight, so a row
+// read in pass 1 is still in L2 for pass 2).
+template <class T, bool kGrad, int kThreads, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p) {
+  constexpr int kVec = VecOf<T>::kVec;
+  constexpr int kWarps = kThreads / 32;
+  __shared__ Acc scratch[kWarps];
+  __shared__ float row_lse;
+  const CeConsts& k = p.k;
+  const int64_t count = (kGrad && p.reduction == kCeMean) ? *count_slot(p) : 0;
+  for (int64_t i = blockIdx.x; i < p.N; i += gridDim.x) {
+    const T* z = static_cast<const T*>(p.logits) + i * p.logits_rs;
+    const int64_t y = ce_target(p, i);
+    const bool ignored = y == k.ignore_index;
+    const bool bad = !ignored && (y < 0 || y >= p.V);
+    const int64_t V = p.V;
+    // Scalar head up to the first 16-byte boundary, whole vectors, scalar tail.
+    const int64_t mis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(z) / sizeof(T)) % kVec);
+    const int64_t head = mis == 0 ? 0 : (kVec - mis < V ? kVec - mis : V);
+    const int64_t nvec = (V - head) / kVec;
+    const int64_t tail0 = head + nvec * kVec;
+    float lse;
+    if (!p.backward) {
+      Acc a{-INFINITY, 0.f, 0.f};
+      for (int64_t e = threadIdx.x; e < head; e += kThreads) acc_add1(a, ce_logit(k, ld1(z + e)));
+      const T* zv = z + head;
+      int64_t v = threadIdx.x;
+      // Two 16-byte loads in flight per thread per iteration.
+      for (; v + kThreads < nvec; v += 2 * kThreads) {
+        float x0[kVec], x1[kVec];
+        ldv(zv + v * kVec, x0);
+        ldv(zv + (v + kThreads) * kVec, x1);
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) x0[q] = ce_logit(k, x0[q]), x1[q] = ce_logit(k, x1[q]);
+        acc_add(a, x0);
+        acc_add(a, x1);
+      }
+      if (v < nvec) {
+        float x0[kVec];
+        ldv(zv + v * kVec, x0);
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) x0[q] = ce_logit(k, x0[q]);
+        acc_add(a, x0);
+      }
+      for (int64_t e = tail0 + threadIdx.x; e < V; e += kThreads) acc_add1(a, ce_logit(k, ld1(z + e)));
+      // c_y is read before the barrier inside block_merge, so before any thread overwrites the row.
+      const float c_y = (threadIdx.x == 0 && !ignored && !bad) ? ce_logit(k, ld1(z + y)) : 0.f;
+      const Acc r = block_merge<kWarps>(a, scratch);
+      if (threadIdx.x == 0) {
+        CeRowStats st;
+        st.lse.m = r.m;
+        st.lse.s = r.s;
+        st.sum_c = r.sum_c;
+        st.c_y = c_y;
+        const float l = ce_lse(st.lse);
+        const float loss = ignored ? 0.f : (bad ? __int_as_float(0x7fc00000) : ce_row_loss(k, st, V));
+        const float zl = ignored ? 0.f : ce_row_z_loss(k, l);
+        if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = l;
+        if (p.reduction == kCeNone) {
+          static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
+          if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
+        } else {
+          float* rows = static_cast<float*>(p.workspace);
+          rows[i] = loss;
+          rows[p.N + i] = zl;
+        }
+        row_lse = l;
+      }
+      __syncthreads();
+      lse = row_lse;
+    } else {
+      lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
+    }
+    if constexpr (kGrad) {
+      T* dz = static_cast<T*>(p.dlogits) + i * p.dlogits_rs;
+      const int64_t dmis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(dz) / sizeof(T)) % kVec);
+      const float g = (ignored || bad) ? 0.f : upstream(p, i, count);
+      const CeGradRow gr = ce_grad_row(k, lse, g);
+      const float fill = bad ? __int_as_float(0x7fc00000) : 0.f;
+      if (ignored || bad) {
+        for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, fill);
+      } else if (dmis == mis) {
+        // Same alignment as the logits (always so in place): vector loads and stores.
+        for (int64_t e = threadIdx.x; e < head; e += kThreads) st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
+        const T* zv = z + head;
+        T* dv = dz + head;
+        for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
+          float x[kVec];
+          ldv(zv + v * kVec, x);
+          const int64_t e0 = head + v * kVec;
+#pragma unroll
+          for (int q = 0; q < kVec; ++q) x[q] = grad_elem(k, gr, x[q], e0 + q == y);
+          stv(dv + v * kVec, x);
+        }
+        for (int64_t e = tail0 + threadIdx.x; e < V; e += kThreads)
+          st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
+      } else {
+        for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, grad_elem(k, gr, ld1(z + e), e == y));
+      }
+    }
+    __syncthreads();  // scratch and row_lse are reused by the next row of this block
+  }
+}
+
+// Fixed-order f64 sum of the per-row losses and z-losses; mean divides by the count (0 when it is 0).
+__global__ void __launch_bounds__(1024) ce_reduce(const CeParams p) {
+  const float* rows = static_cast<const float*>(p.workspace);
+  double l = 0.0, zl = 0.0;
+  for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) l += rows[i], zl += rows[p.N + i];
+  __shared__ double sl[1024], sz[1024];
+  sl[threadIdx.x] = l;
+  sz[threadIdx.x] = zl;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) sl[threadIdx.x] += sl[threadIdx.x + w], sz[threadIdx.x] += sz[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    double L = sl[0], Z = sz[0];
+    if (p.reduction == kCeMean) {
+      const int64_t n = *count_slot(p);
+      L = n > 0 ? L / static_cast<double>(n) : 0.0;
+      Z = n > 0 ? Z / static_cast<double>(n) : 0.0;
+    }
+    *static_cast<float*>(p.loss) = static_cast<float>(L);
+    if (p.z_loss) *static_cast<float*>(p.z_loss) = static_cast<float>(Z);
+  }
+}
+
+// kPad bytes of (unused) dynamic shared memory per block cap the blocks per SM: 120 KiB of the 228 KiB leave
+// room for one block, which is how the L2 variant keeps one row per SM in flight.
+template <class T, bool kGrad, int kThreads, int kMinBlocks>
+strata_status launch_kernel(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  auto* kernel = ce_rows<T, kGrad, kThreads, kMinBlocks>;
+  if (pad > 0)
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(pad)));
+  kernel<<<grid, kThreads, pad, stream>>>(p);
+  return STRATA_SUCCESS;
+}
+
+template <class T, int kThreads, int kMinBlocks>
+strata_status launch_rows(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  if (p.dlogits) return launch_kernel<T, true, kThreads, kMinBlocks>(p, grid, pad, stream);
+  return launch_kernel<T, false, kThreads, kMinBlocks>(p, grid, pad, stream);
+}
+
+template <int kThreads, int kMinBlocks>
+strata_status launch_dtype(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
+  switch (p.dtype) {
+    case STRATA_DTYPE_F32: return launch_rows<float, kThreads, kMinBlocks>(p, grid, pad, stream);
+    case STRATA_DTYPE_BF16: return launch_rows<bf16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
+    default: return launch_rows<f16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
+  }
+}
+
+}  // namespace
+
+int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const bool need_count = p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward);
+  if (need_count) {
+    ce_count<<<1, 1024, 0, stream>>>(p);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_count)"));
+  }
+  if (p.N > 0 && (!p.backward || p.dlogits)) {
+    // One block per row; beyond 2^30 rows each block loops (never reached in practice).
+    const unsigned grid = static_cast<unsigned>(p.N < (int64_t{1} << 30) ? p.N : (int64_t{1} << 30));
+    if (variant == CeCudaVariant::kBlockPerRow) STRATA_RETURN_IF_ERROR((launch_dtype<512, 1>(p, grid, 0, stream)));
+    else STRATA_RETURN_IF_ERROR((launch_dtype<1024, 1>(p, grid, 120 * 1024, stream)));
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_rows)"));
+  }
+  if (!p.backward && p.reduction != kCeNone) {
+    ce_reduce<<<1, 1024, 0, stream>>>(p);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_reduce)"));
+  }
+  return STRATA_SUCCESS;
+}
+
+}  // namespace strata::loss

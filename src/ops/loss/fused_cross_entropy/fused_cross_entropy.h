@@ -1,0 +1,84 @@
+// fused_cross_entropy (ops_fused.md §1; README.md beside this file): the kernel params struct and the entry
+// points of the forward (loss, lse, z-loss, and optionally the gradient in the same pass) and the backward.
+//
+//   logits [N, V] (last dim contiguous, any row stride), target [N] int64/int32,
+//   loss/z_loss [N] (reduction none) or [] (mean, sum), lse [N], dlogits [N, V] (may be the logits buffer).
+// Per-row math: src/ops/loss/common/ce_row.h. Ignored rows (target == ignore_index): loss 0, z_loss 0,
+// dlogits row 0; lse is still computed. mean = sum(loss_i) / #{i: target_i != ignore_index}, and 0 when
+// every target is ignored (instead of PyTorch's 0/0 = NaN); the gradient is then 0 too.
+//
+// Work decomposition: a row is one unit of work (a CPU thread's item, a CUDA block); per-row results go to
+// the workspace and are summed in row order afterwards (f64 accumulation, one thread), so the reduced loss
+// has the same bits for any thread count and every run.
+#pragma once
+
+#include <cstdint>
+
+#include "opbase/dtype.h"
+#include "ops/loss/common/ce_row.h"
+
+namespace strata::loss {
+
+enum CeReduction : int32_t { kCeNone = 0, kCeMean = 1, kCeSum = 2 };
+
+struct CeParams {
+  // Inputs (element [0, 0] / [0]; descriptor offsets applied at bind time).
+  const void* logits = nullptr;
+  const void* target = nullptr;
+  const void* lse_in = nullptr;  // backward: the saved lse [N]
+  const void* dloss = nullptr;   // backward: upstream gradient, [] (mean/sum) or [N] (none), out_dtype
+  // Outputs (nullptr when not requested).
+  void* loss = nullptr;
+  void* lse = nullptr;     // forward
+  void* z_loss = nullptr;  // forward
+  void* dlogits = nullptr;
+  void* workspace = nullptr;
+
+  int32_t dtype = STRATA_DTYPE_F32;         // logits and dlogits
+  int32_t target_dtype = STRATA_DTYPE_I64;  // i64 or i32
+  int32_t out_dtype = STRATA_DTYPE_F32;     // loss, lse, z_loss, dloss: f32 (f64 with f64 logits)
+  int64_t N = 0, V = 0;
+  int64_t logits_rs = 0, dlogits_rs = 0;    // row strides (elements); columns are contiguous
+  int64_t target_stride = 1, loss_stride = 1, lse_stride = 1, z_stride = 1, lse_in_stride = 1, dloss_stride = 1;
+  int32_t reduction = kCeMean;
+  CeConsts k;
+  float grad_scale = 1.f;  // forward with dlogits: the upstream gradient G assumed for the loss
+  bool backward = false;
+};
+
+// Workspace: per-row losses and z-losses (f64 on the CPU, f32 on CUDA) when the loss is reduced; on CUDA then
+// the count of non-ignored rows (int64, for mean).
+STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
+  const size_t row = cuda ? sizeof(float) : sizeof(double);
+  const size_t rows = (!p.backward && p.reduction != kCeNone) ? 2 * static_cast<size_t>(p.N) * row : 0;
+  if (!cuda) return rows;  // the CPU counts the targets while checking them
+  if (p.backward && p.reduction != kCeMean) return 0;
+  return ((rows + 15) / 16) * 16 + 16;  // + count (int64), 16-byte aligned
+}
+
+// Target of row i as int64 (i64 or i32 storage).
+STRATA_HD int64_t ce_target(const CeParams& p, int64_t i) {
+  return p.target_dtype == STRATA_DTYPE_I64 ? static_cast<const int64_t*>(p.target)[i * p.target_stride]
+                                            : static_cast<const int32_t*>(p.target)[i * p.target_stride];
+}
+
+// Host check of the target values (CPU implementations, before anything is written): every target is in
+// [0, V) or equals ignore_index. Returns the count of non-ignored rows through `count`.
+strata_status ce_check_targets(const CeParams& p, int64_t* count);
+
+// float64 reference: plain loops (the ground truth; runs every float dtype by converting).
+strata_status fused_cross_entropy_reference(const CeParams& p);
+
+// CPU kernels compiled per Highway target (nullptr when `hwy_target` was not compiled): f32/bf16/f16 logits.
+// The targets were checked and counted by the caller (count = #non-ignored rows).
+using CeCpuFn = void (*)(const CeParams&, int64_t count);
+CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
+
+#if STRATA_WITH_CUDA
+// CUDA (sm_90): one block per row, f32/bf16/f16. kBlockPerRow: 512 threads per row, as many rows per SM as fit;
+// kBlockPerRowL2: 1024 threads and one row per SM, so that pass 2 finds the row in L2. Returns the launch status.
+enum class CeCudaVariant { kBlockPerRow, kBlockPerRowL2 };
+int fused_cross_entropy_cuda(const CeParams& p, void* stream, CeCudaVariant variant);
+#endif
+
+}  // namespace strata::loss

@@ -1,0 +1,438 @@
+// fused_cross_entropy beyond the conformance driver (ops_fused.md §1): every validation rule (status, message,
+// outputs untouched), the run-time target and aliasing checks, gradients against float64 central finite
+// differences (fused forward and backward op, every reduction, every option), determinism (repeated runs, 1 vs
+// 2 threads), in place == separate dlogits, the mean over zero rows, CUDA run-to-run bits and NaN rows for
+// invalid targets, the C++ wrapper.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "strata/ops.h"
+#include "strata/strata.hpp"
+#include "testkit/testkit.h"
+
+namespace strata {
+namespace {
+
+using atk::HostTensor;
+
+const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
+constexpr int64_t kIg = -100;
+
+struct ForceImpl {
+  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
+  ~ForceImpl() { strata_set_force_impl(nullptr); }
+};
+
+struct Opts {
+  int32_t reduction = STRATA_LOSS_REDUCTION_MEAN;
+  float ls = 0.f, scale = 1.f, lambda = 0.f, cap = 0.f, grad_scale = 1.f;
+};
+
+// A forward problem on the host: logits [N, V], targets, outputs poisoned.
+struct Fwd {
+  HostTensor logits, target, loss, lse, z, dl;
+  Fwd(int32_t dtype, int64_t N, int64_t V, int32_t reduction, uint64_t seed, int64_t ignore_every = 3) {
+    std::mt19937_64 rng(seed);
+    logits = HostTensor::make(dtype, {N, V});
+    logits.fill_normal(rng, 0.0, 2.0);
+    target = HostTensor::make(STRATA_DTYPE_I64, {N});
+    for (int64_t i = 0; i < N; ++i)
+      target.set(i, ignore_every > 0 && i % ignore_every == ignore_every - 1 ? kIg : static_cast<double>((i * 7 + 3) % V));
+    const int32_t sd = dtype == STRATA_DTYPE_F64 ? STRATA_DTYPE_F64 : STRATA_DTYPE_F32;
+    const std::vector<int64_t> ls = reduction == 0 ? std::vector<int64_t>{N} : std::vector<int64_t>{};
+    loss = HostTensor::make(sd, ls);
+    z = HostTensor::make(sd, ls);
+    lse = HostTensor::make(sd, {N});
+    dl = HostTensor::make(dtype, {N, V});
+    loss.poison(), z.poison(), lse.poison(), dl.poison();
+  }
+};
+
+void* data(const HostTensor& t) { return const_cast<uint8_t*>(t.storage.data()); }
+
+// mode: 0 no gradient, 1 separate dlogits, 2 in place.
+strata_status run_fwd(Fwd& f, const Opts& o, int mode, std::string* impl = nullptr) {
+  strata_plan plan = nullptr;
+  const strata_tensor_desc* dld = mode == 1 ? &f.dl.desc : (mode == 2 ? &f.logits.desc : nullptr);
+  strata_status s = strata_fused_cross_entropy_fwd_plan(&f.logits.desc, &f.target.desc, &f.loss.desc, &f.lse.desc,
+                                                        &f.z.desc, dld, o.reduction, kIg, o.ls, o.scale, o.lambda,
+                                                        o.cap, o.grad_scale, &plan);
+  if (s != STRATA_SUCCESS) return s;
+  if (impl) *impl = strata_plan_impl_name(plan);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  std::vector<uint8_t> w(ws);
+  void* t[] = {data(f.logits), data(f.target), data(f.loss), data(f.lse), data(f.z),
+               mode == 1 ? data(f.dl) : (mode == 2 ? data(f.logits) : nullptr)};
+  s = strata_plan_run(plan, t, 6, w.data(), ws, nullptr);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+bool all_poison(const HostTensor& t) {
+  for (uint8_t b : t.storage)
+    if (b != 0xff) return false;
+  return true;
+}
+
+void expect_fail(strata_status got, strata_status want, const char* needle) {
+  EXPECT_EQ(got, want) << strata_get_last_error_message();
+  EXPECT_NE(std::string(strata_get_last_error_message()).find(needle), std::string::npos)
+      << "message: " << strata_get_last_error_message() << " (expected to contain: " << needle << ")";
+}
+
+strata_status plan_only(const strata_tensor_desc* x, const strata_tensor_desc* y, const strata_tensor_desc* loss,
+                        const strata_tensor_desc* lse, const strata_tensor_desc* z, const strata_tensor_desc* dl,
+                        int32_t red = 1, float ls = 0.f, float scale = 1.f, float lam = 0.f, float cap = 0.f,
+                        float gs = 1.f) {
+  strata_plan plan = nullptr;
+  const strata_status s =
+      strata_fused_cross_entropy_fwd_plan(x, y, loss, lse, z, dl, red, kIg, ls, scale, lam, cap, gs, &plan);
+  if (plan) strata_plan_destroy(plan);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------- validation
+
+TEST(FusedCrossEntropy, NullRules) {
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10}), y = make_desc(STRATA_DTYPE_I64, {4});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>());
+  expect_fail(plan_only(nullptr, &y, &l, nullptr, nullptr, nullptr), STRATA_ERROR_NULL_POINTER, "logits");
+  expect_fail(plan_only(&x, nullptr, &l, nullptr, nullptr, nullptr), STRATA_ERROR_NULL_POINTER, "target");
+  expect_fail(plan_only(&x, &y, nullptr, nullptr, nullptr, nullptr), STRATA_ERROR_NULL_POINTER, "loss");
+  strata_plan plan = nullptr;
+  expect_fail(strata_fused_cross_entropy_bwd_plan(&x, &y, nullptr, &l, &x, 1, kIg, 0, 1, 0, 0, &plan),
+              STRATA_ERROR_NULL_POINTER, "lse");
+}
+
+TEST(FusedCrossEntropy, DeviceRules) {
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10});
+  const auto y = make_desc(STRATA_DTYPE_I64, {4}, {STRATA_DEVICE_CUDA, 7});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>());
+  EXPECT_NE(plan_only(&x, &y, &l, nullptr, nullptr, nullptr), STRATA_SUCCESS);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("target"), std::string::npos);
+}
+
+TEST(FusedCrossEntropy, DtypeRules) {
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10}), y = make_desc(STRATA_DTYPE_I64, {4});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>());
+  const auto xi = make_desc(STRATA_DTYPE_I32, {4, 10}), yf = make_desc(STRATA_DTYPE_F32, {4});
+  const auto lb = make_desc(STRATA_DTYPE_BF16, std::span<const int64_t>());
+  const auto lse64 = make_desc(STRATA_DTYPE_F64, {4}), dlb = make_desc(STRATA_DTYPE_BF16, {4, 10});
+  expect_fail(plan_only(&xi, &y, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_DTYPE, "logits");
+  expect_fail(plan_only(&x, &yf, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_DTYPE, "target");
+  expect_fail(plan_only(&x, &y, &lb, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_DTYPE, "loss must be f32");
+  expect_fail(plan_only(&x, &y, &l, &lse64, nullptr, nullptr), STRATA_ERROR_INVALID_DTYPE, "lse must be f32");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, &dlb), STRATA_ERROR_INVALID_DTYPE, "dlogits must have the dtype");
+}
+
+TEST(FusedCrossEntropy, ShapeRules) {
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10}), y = make_desc(STRATA_DTYPE_I64, {4});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>()), ln = make_desc(STRATA_DTYPE_F32, {4});
+  const auto x3 = make_desc(STRATA_DTYPE_F32, {2, 4, 10}), x0 = make_desc(STRATA_DTYPE_F32, {4, 0});
+  const auto y5 = make_desc(STRATA_DTYPE_I64, {5}), lse5 = make_desc(STRATA_DTYPE_F32, {5});
+  const auto dl = make_desc(STRATA_DTYPE_F32, {4, 11});
+  expect_fail(plan_only(&x3, &y, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_SHAPE, "logits");
+  expect_fail(plan_only(&x0, &y, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_SHAPE, "V >= 1");
+  expect_fail(plan_only(&x, &y5, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_SHAPE, "target must have shape [4]");
+  expect_fail(plan_only(&x, &y, &ln, nullptr, nullptr, nullptr, 1), STRATA_ERROR_INVALID_SHAPE, "loss must have shape []");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 0), STRATA_ERROR_INVALID_SHAPE, "loss must have shape [4]");
+  expect_fail(plan_only(&x, &y, &l, &lse5, nullptr, nullptr), STRATA_ERROR_INVALID_SHAPE, "lse");
+  expect_fail(plan_only(&x, &y, &l, nullptr, &ln, nullptr), STRATA_ERROR_INVALID_SHAPE, "z_loss");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, &dl), STRATA_ERROR_INVALID_SHAPE, "dlogits");
+  strata_plan plan = nullptr;
+  expect_fail(strata_fused_cross_entropy_bwd_plan(&x, &y, &ln, &ln, &x, 1, kIg, 0, 1, 0, 0, &plan),
+              STRATA_ERROR_INVALID_SHAPE, "dloss");
+}
+
+TEST(FusedCrossEntropy, StrideRules) {
+  const int64_t shape[] = {4, 10}, st[] = {20, 2};
+  strata_tensor_desc xs;
+  ASSERT_EQ(strata_tensor_desc_init(&xs, STRATA_DTYPE_F32, 2, shape, st, 0, kCpu), STRATA_SUCCESS);
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10}), y = make_desc(STRATA_DTYPE_I64, {4});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>());
+  expect_fail(plan_only(&xs, &y, &l, nullptr, nullptr, nullptr), STRATA_ERROR_INVALID_STRIDE, "logits");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, &xs), STRATA_ERROR_INVALID_STRIDE, "dlogits");
+}
+
+TEST(FusedCrossEntropy, AttributeRules) {
+  const auto x = make_desc(STRATA_DTYPE_F32, {4, 10}), y = make_desc(STRATA_DTYPE_I64, {4});
+  const auto l = make_desc(STRATA_DTYPE_F32, std::span<const int64_t>());
+  const float nan = std::nanf(""), inf = INFINITY;
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 3), STRATA_ERROR_INVALID_ATTRIBUTE, "reduction");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 1.5f), STRATA_ERROR_INVALID_ATTRIBUTE, "label_smoothing");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, nan), STRATA_ERROR_INVALID_ATTRIBUTE, "label_smoothing");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 0, nan), STRATA_ERROR_INVALID_ATTRIBUTE, "logit_scale");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 0, 1, -1e-3f), STRATA_ERROR_INVALID_ATTRIBUTE,
+              "lse_square_scale");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 0, 1, 0, inf), STRATA_ERROR_INVALID_ATTRIBUTE, "softcap");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 0, 1, 0, -2), STRATA_ERROR_INVALID_ATTRIBUTE, "softcap");
+  expect_fail(plan_only(&x, &y, &l, nullptr, nullptr, nullptr, 1, 0, 1, 0, 0, inf), STRATA_ERROR_INVALID_ATTRIBUTE,
+              "grad_scale");
+}
+
+// Targets outside [0, V) other than ignore_index are rejected at run time by every CPU implementation, before
+// anything is written (the logits too, in place).
+TEST(FusedCrossEntropy, OutOfRangeTargetsRejectedWithoutWriting) {
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (double bad : {10.0, -1.0, -101.0, 1e6}) {
+      Fwd f(STRATA_DTYPE_F32, 4, 10, 1, 3);
+      f.target.set(2, bad);
+      const std::vector<uint8_t> before = f.logits.storage;
+      expect_fail(run_fwd(f, {}, 2), STRATA_ERROR_INVALID_VALUE, "target[2] must be in [0, 10)");
+      EXPECT_TRUE(all_poison(f.loss) && all_poison(f.lse) && all_poison(f.z)) << impl;
+      EXPECT_EQ(f.logits.storage, before) << impl;
+    }
+  }
+}
+
+// dlogits overlapping the logits other than exactly (in place) is rejected at run time.
+TEST(FusedCrossEntropy, PartialOverlapRejected) {
+  Fwd f(STRATA_DTYPE_F32, 4, 10, 1, 3);
+  HostTensor big = HostTensor::make(STRATA_DTYPE_F32, {5, 10});
+  std::mt19937_64 rng(1);
+  big.fill_normal(rng);
+  strata_tensor_desc x = f.logits.desc, d = f.logits.desc;
+  d.offset = 3;  // same buffer, shifted by 3 elements
+  strata_plan plan = nullptr;
+  ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&x, &f.target.desc, &f.loss.desc, nullptr, nullptr, &d, 1, kIg, 0, 1,
+                                                0, 0, 1, &plan),
+            STRATA_SUCCESS);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  std::vector<uint8_t> w(ws);
+  void* t[] = {data(big), data(f.target), data(f.loss), nullptr, nullptr, data(big)};
+  expect_fail(strata_plan_run(plan, t, 6, w.data(), ws, nullptr), STRATA_ERROR_INVALID_VALUE, "partial overlap");
+  strata_plan_destroy(plan);
+  EXPECT_TRUE(all_poison(f.loss));
+}
+
+TEST(FusedCrossEntropy, WorkspaceTooSmall) {
+  Fwd f(STRATA_DTYPE_F32, 4, 10, 1, 3);
+  strata_plan plan = nullptr;
+  ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&f.logits.desc, &f.target.desc, &f.loss.desc, nullptr, nullptr,
+                                                nullptr, 1, kIg, 0, 1, 0, 0, 1, &plan),
+            STRATA_SUCCESS);
+  void* t[] = {data(f.logits), data(f.target), data(f.loss), nullptr, nullptr, nullptr};
+  EXPECT_NE(strata_plan_run(plan, t, 6, nullptr, 0, nullptr), STRATA_SUCCESS);
+  strata_plan_destroy(plan);
+  EXPECT_TRUE(all_poison(f.loss));
+}
+
+// ---------------------------------------------------------------------------------------------- gradients
+
+// Loss of the f64 reference (reduced to a scalar: sum over rows of G_i * loss_i for none).
+double loss_f64(Fwd& f, const Opts& o, const std::vector<double>& G) {
+  ForceImpl force("reference");
+  f.loss.poison();
+  EXPECT_EQ(run_fwd(f, o, 0), STRATA_SUCCESS) << strata_get_last_error_message();
+  if (o.reduction != 0) return o.grad_scale * f.loss.get(0);
+  double s = 0;
+  for (int64_t i = 0; i < f.loss.numel(); ++i) s += G[i] * f.loss.get(i);
+  return s;
+}
+
+// Central differences of the f64 loss vs the fused forward's dlogits and the backward op, with every option
+// on, for every reduction (none with a random per-row upstream gradient).
+TEST(FusedCrossEntropy, GradientMatchesFloat64FiniteDifferences) {
+  const int64_t N = 5, V = 7;
+  for (int32_t red : {0, 1, 2}) {
+    for (const Opts& o : {Opts{red, 0.f, 1.f, 0.f, 0.f, 1.3f}, Opts{red, 0.1f, 0.7f, 1e-2f, 4.f, 1.3f},
+                          Opts{red, 0.2f, 1.f, 0.f, 30.f, -0.6f}}) {
+      Fwd f(STRATA_DTYPE_F64, N, V, red, 17, 3);
+      std::vector<double> G(N);
+      std::mt19937_64 rng(5);
+      std::normal_distribution<double> nd(0.5, 1.0);
+      for (auto& g : G) g = nd(rng);
+      // Analytic: fused forward (none: grad_scale applies to every row, so use the backward op for G_i).
+      std::vector<double> fd(N * V);
+      const double h = 1e-6;
+      for (int64_t e = 0; e < N * V; ++e) {
+        const double v = f.logits.get(e);
+        f.logits.set(e, v + h);
+        const double lp = loss_f64(f, o, G);
+        f.logits.set(e, v - h);
+        const double lm = loss_f64(f, o, G);
+        f.logits.set(e, v);
+        fd[e] = (lp - lm) / (2 * h);
+      }
+      // Backward op with dloss = G (none) or grad_scale (mean/sum), from the forward's lse.
+      ASSERT_EQ(loss_f64(f, o, G) == loss_f64(f, o, G), true);
+      HostTensor dloss = HostTensor::make(STRATA_DTYPE_F64, red == 0 ? std::vector<int64_t>{N} : std::vector<int64_t>{});
+      for (int64_t i = 0; i < dloss.numel(); ++i) dloss.set(i, red == 0 ? G[i] : o.grad_scale);
+      HostTensor dl = HostTensor::make(STRATA_DTYPE_F64, {N, V});
+      dl.poison();
+      strata_plan plan = nullptr;
+      ASSERT_EQ(strata_fused_cross_entropy_bwd_plan(&f.logits.desc, &f.target.desc, &f.lse.desc, &dloss.desc,
+                                                    &dl.desc, red, kIg, o.ls, o.scale, o.lambda, o.cap, &plan),
+                STRATA_SUCCESS)
+          << strata_get_last_error_message();
+      void* t[] = {data(f.logits), data(f.target), data(f.lse), data(dloss), data(dl)};
+      ASSERT_EQ(strata_plan_run(plan, t, 5, nullptr, 0, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+      strata_plan_destroy(plan);
+      double num = 0, den = 0;
+      for (int64_t e = 0; e < N * V; ++e) num += (dl.get(e) - fd[e]) * (dl.get(e) - fd[e]), den += fd[e] * fd[e];
+      EXPECT_LT(std::sqrt(num / den), 1e-7) << "bwd op, reduction " << red << " cap " << o.cap;
+      if (red != 0) {  // the fused forward's gradient (grad_scale = G)
+        ForceImpl force("reference");
+        Fwd g = f;
+        ASSERT_EQ(run_fwd(g, o, 1), STRATA_SUCCESS);
+        num = 0;
+        for (int64_t e = 0; e < N * V; ++e) num += (g.dl.get(e) - fd[e]) * (g.dl.get(e) - fd[e]);
+        EXPECT_LT(std::sqrt(num / den), 1e-7) << "fused forward, reduction " << red << " cap " << o.cap;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- semantics
+
+// Every target ignored: mean is 0 (not 0/0), sum is 0, the gradient is 0, lse is still computed.
+TEST(FusedCrossEntropy, AllIgnoredGivesZeroLossAndGradient) {
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (int32_t red : {0, 1, 2}) {
+      Fwd f(STRATA_DTYPE_BF16, 6, 300, red, 4, 1);
+      ASSERT_EQ(run_fwd(f, Opts{red, 0.1f, 1.f, 1e-3f, 0.f, 1.f}, 2), STRATA_SUCCESS) << impl;
+      for (int64_t i = 0; i < f.loss.numel(); ++i) EXPECT_EQ(f.loss.get(i), 0.0) << impl;
+      for (int64_t i = 0; i < f.z.numel(); ++i) EXPECT_EQ(f.z.get(i), 0.0) << impl;
+      for (int64_t i = 0; i < f.lse.numel(); ++i) EXPECT_TRUE(std::isfinite(f.lse.get(i)) && f.lse.get(i) > 0) << impl;
+      for (int64_t e = 0; e < f.logits.numel(); ++e) ASSERT_EQ(f.logits.get(e), 0.0) << impl;
+    }
+  }
+}
+
+// In place and separate dlogits give the same bits; so do repeated runs and 1 vs 2 threads.
+TEST(FusedCrossEntropy, DeterministicAndInPlaceEqualsSeparate) {
+  const int32_t threads_before = strata_get_num_threads();
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    auto run_once = [&](int mode, int threads) {
+      strata_set_num_threads(threads);
+      Fwd f(STRATA_DTYPE_BF16, 37, 3001, 1, 8);
+      EXPECT_EQ(run_fwd(f, Opts{1, 0.1f, 1.f, 1e-4f, 0.f, 1.f}, mode), STRATA_SUCCESS) << impl;
+      std::vector<uint8_t> out = f.loss.storage;
+      const HostTensor& g = mode == 2 ? f.logits : f.dl;
+      out.insert(out.end(), g.storage.begin(), g.storage.end());
+      out.insert(out.end(), f.lse.storage.begin(), f.lse.storage.end());
+      return out;
+    };
+    const std::vector<uint8_t> a = run_once(1, 2);
+    EXPECT_EQ(run_once(1, 2), a) << impl << ": repeated run differs";
+    EXPECT_EQ(run_once(1, 1), a) << impl << ": 1 vs 2 threads differ";
+    EXPECT_EQ(run_once(2, 2), a) << impl << ": in place differs from separate";
+  }
+  strata_set_num_threads(threads_before);
+}
+
+// The backward op from the forward's lse gives the fused forward's gradient (same upstream gradient).
+TEST(FusedCrossEntropy, BackwardOpMatchesFusedForward) {
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (int32_t red : {0, 1, 2}) {
+      Fwd f(STRATA_DTYPE_F32, 11, 999, red, 21);
+      const Opts o{red, 0.05f, 0.9f, 1e-3f, 20.f, 0.75f};
+      ASSERT_EQ(run_fwd(f, o, 1), STRATA_SUCCESS) << impl;
+      HostTensor dloss = HostTensor::make(STRATA_DTYPE_F32, red == 0 ? std::vector<int64_t>{11} : std::vector<int64_t>{});
+      for (int64_t i = 0; i < dloss.numel(); ++i) dloss.set(i, 0.75);
+      HostTensor dl = HostTensor::make(STRATA_DTYPE_F32, {11, 999});
+      dl.poison();
+      strata_plan plan = nullptr;
+      ASSERT_EQ(strata_fused_cross_entropy_bwd_plan(&f.logits.desc, &f.target.desc, &f.lse.desc, &dloss.desc,
+                                                    &dl.desc, red, kIg, o.ls, o.scale, o.lambda, o.cap, &plan),
+                STRATA_SUCCESS);
+      size_t ws = 0;
+      strata_plan_workspace_size(plan, &ws);
+      std::vector<uint8_t> w(ws);
+      void* t[] = {data(f.logits), data(f.target), data(f.lse), data(dloss), data(dl)};
+      ASSERT_EQ(strata_plan_run(plan, t, 5, w.data(), ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+      strata_plan_destroy(plan);
+      for (int64_t e = 0; e < dl.numel(); ++e) ASSERT_NEAR(dl.get(e), f.dl.get(e), 1e-7) << impl << " " << e;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- CUDA
+
+bool have_cuda() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row and a NaN
+// gradient row without touching other rows.
+TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  auto run_cuda = [&](Fwd& f, int32_t red) {
+    atk::DeviceTensor x(f.logits, dev), y(f.target, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev);
+    strata_plan plan = nullptr;
+    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
+                                                  red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f, &plan),
+              STRATA_SUCCESS)
+        << strata_get_last_error_message();
+    size_t ws = 0;
+    strata_plan_workspace_size(plan, &ws);
+    void* w = nullptr;
+    if (ws) strata_malloc(dev, ws, nullptr, &w);
+    void* t[] = {x.data(), y.data(), l.data(), s.data(), z.data(), x.data()};
+    EXPECT_EQ(strata_plan_run(plan, t, 6, w, ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    strata_device_synchronize(dev);
+    if (w) strata_free(w);
+    strata_plan_destroy(plan);
+    x.download(f.logits), l.download(f.loss), s.download(f.lse);
+  };
+  Fwd a(STRATA_DTYPE_BF16, 64, 40000, 1, 3), b = a;
+  run_cuda(a, 1);
+  run_cuda(b, 1);
+  EXPECT_EQ(a.logits.storage, b.logits.storage);
+  EXPECT_EQ(a.loss.storage, b.loss.storage);
+  EXPECT_EQ(a.lse.storage, b.lse.storage);
+  Fwd c(STRATA_DTYPE_F32, 4, 1000, 0, 3, 0);
+  c.target.set(1, 1000.0);
+  c.target.set(2, -5.0);
+  run_cuda(c, 0);
+  EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2)));
+  EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3)));
+  for (int64_t j = 0; j < 1000; ++j) {
+    ASSERT_TRUE(std::isnan(c.logits.get(1000 + j)) && std::isnan(c.logits.get(2000 + j)));
+    ASSERT_TRUE(std::isfinite(c.logits.get(j)) && std::isfinite(c.logits.get(3000 + j)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------- C++ API
+
+TEST(FusedCrossEntropy, CppWrapper) {
+  Tensor x = Tensor::empty(STRATA_DTYPE_F32, {3, 5});
+  Tensor y = Tensor::empty(STRATA_DTYPE_I64, {3});
+  float* xp = static_cast<float*>(x.data());
+  int64_t* yp = static_cast<int64_t*>(y.data());
+  for (int i = 0; i < 15; ++i) xp[i] = 0.1f * static_cast<float>(i % 7) - 0.2f;
+  yp[0] = 1, yp[1] = kIg, yp[2] = 4;
+  CrossEntropyResult r = fused_cross_entropy_fwd(x, y);
+  EXPECT_EQ(r.loss.rank(), 0);
+  // Row losses by hand: lse - x[y], mean over the two valid rows.
+  double want = 0;
+  for (int i : {0, 2}) {
+    double m = -1e30, s = 0;
+    for (int j = 0; j < 5; ++j) m = std::max(m, static_cast<double>(xp[i * 5 + j]));
+    for (int j = 0; j < 5; ++j) s += std::exp(xp[i * 5 + j] - m);
+    want += m + std::log(s) - xp[i * 5 + yp[i]];
+  }
+  EXPECT_NEAR(*static_cast<float*>(r.loss.data()), want / 2, 1e-6);
+  Tensor dloss = Tensor::empty(STRATA_DTYPE_F32, {});
+  *static_cast<float*>(dloss.data()) = 1.f;
+  Tensor g = fused_cross_entropy_bwd(x, y, r.lse, dloss);
+  fused_cross_entropy_fwd(x, y, {}, &x);  // in place
+  for (int i = 0; i < 15; ++i) EXPECT_NEAR(static_cast<float*>(g.data())[i], xp[i], 1e-7);
+  EXPECT_THROW(fused_cross_entropy_fwd(x, x), Error);
+}
+
+}  // namespace
+}  // namespace strata
