@@ -85,7 +85,7 @@ def _fwd_backward(ctx, dloss, dlse, ddh, ddw, ddb):
                                                     *ctx.attrs)
         if not ctx.has_bias:
             out_b = None
-    return (out_h, out_w, out_b, None) + (None,) * 10
+    return (out_h, out_w, out_b, None) + (None,) * 11  # target, then the 11 non-tensor arguments
 
 
 @define("chunk_loss",

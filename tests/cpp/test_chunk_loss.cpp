@@ -12,7 +12,6 @@
 
 #include "opbase/plan.h"
 #include "strata/ops.h"
-#include "strata/strata.hpp"
 #include "testkit/testkit.h"
 
 namespace strata {
@@ -391,20 +390,6 @@ TEST(ChunkLoss, StrategyHeuristicAndBudget) {
   s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, STRATA_CHUNK_LOSS_VOCAB_TILED, &ws);
   EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;
   EXPECT_LE(ws, (size_t{64} << 20) + (size_t{1} << 20)) << s;
-}
-
-TEST(ChunkLoss, CppWrapperMatchesCApi) {
-  Problem pr(STRATA_DTYPE_F32, 20, 32, 50, 4);
-  auto o = defaults();
-  ASSERT_EQ(pr.run_fwd(&o), STRATA_SUCCESS);
-  const Tensor h = Tensor::view(Problem::ptr(pr.h), pr.h.desc), w = Tensor::view(Problem::ptr(pr.w), pr.w.desc);
-  const Tensor b = Tensor::view(Problem::ptr(pr.b), pr.b.desc), t = Tensor::view(Problem::ptr(pr.t), pr.t.desc);
-  ChunkLossResult r = chunk_loss(h, w, t, &b, true, false, &o);
-  EXPECT_EQ(std::memcmp(r.loss.data(), pr.loss.storage.data(), 4), 0);
-  EXPECT_EQ(std::memcmp(r.dweight.data(), pr.dw.storage.data(), pr.dw.storage.size()), 0);
-  ChunkLossResult g = chunk_loss_bwd(h, w, t, r.lse, nullptr, &b, false, &o);
-  for (int64_t e = 0; e < 50 * 32; ++e)
-    EXPECT_NEAR(static_cast<const float*>(g.dweight.data())[e], static_cast<const float*>(r.dweight.data())[e], 1e-6);
 }
 
 }  // namespace

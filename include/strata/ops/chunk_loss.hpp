@@ -2,6 +2,11 @@
 // opens namespace strata itself and uses Tensor, Plan, Stream and check from strata.hpp.
 #pragma once
 
+#include <cstdint>
+
+#include "strata/ops/chunk_loss.h"
+#include "strata/strata.hpp"  // Tensor, Plan, Stream (compiling this header alone; #pragma once otherwise)
+
 namespace strata {
 
 // Results of chunk_loss: the loss (f32 scalar, f64 with f64 inputs), lse [N], and the gradients that were asked

@@ -155,6 +155,9 @@ void RowGrad(const float* z, const TB* bias, int64_t cols, int64_t yj, float lse
   const auto veps = hn::Set(df, o.label_smoothing / static_cast<float>(o.V));
   const auto vinvcap = hn::Set(df, o.softcap > 0.f ? 1.f / o.softcap : 0.f);
   const auto one = hn::Set(df, 1.f);
+  // dz may alias z (in place): the target element's value is computed before the row is overwritten.
+  const bool has_y = yj >= 0 && yj < cols;
+  const float dy = has_y ? ce_dlogit(LogitScalar(z, bias, yj, o), lse, true, coef, o) : 0.f;
   int64_t j = 0;
   for (; j + L <= cols; j += L) {
     const auto c = LogitVec(df, z + j, bias ? bias + j : nullptr, o);
@@ -167,7 +170,7 @@ void RowGrad(const float* z, const TB* bias, int64_t cols, int64_t yj, float lse
     tv::StoreF32(df, d, dz + j);
   }
   for (; j < cols; ++j) dz[j] = from_f32<TD>(ce_dlogit(LogitScalar(z, bias, j, o), lse, false, coef, o));
-  if (yj >= 0 && yj < cols) dz[yj] = from_f32<TD>(ce_dlogit(LogitScalar(z, bias, yj, o), lse, true, coef, o));
+  if (has_y) dz[yj] = from_f32<TD>(dy);
 }
 
 template <class TO>

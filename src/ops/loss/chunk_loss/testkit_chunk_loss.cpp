@@ -12,6 +12,7 @@
 // straightforward same-dtype composition (logits rounded to the dtype, CE in f32, dlogits rounded to the dtype,
 // GEMMs accumulated in f32 and rounded), i.e. F.linear + cross_entropy + autograd in that dtype.
 #include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -356,6 +357,7 @@ class ChunkLossHarness final : public OpHarness {
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, false));
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, true));
     } else {
+      out.push_back(sgemm_peer(1024, 1024, 32000));
       out.push_back(bench_case(device, STRATA_DTYPE_F32, 1024, 1024, 32000, true));
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 1024, 1024, 32000, true));
     }
@@ -369,6 +371,37 @@ class ChunkLossHarness final : public OpHarness {
     void* ws = nullptr;
     size_t ws_size = 0;
   };
+
+  // The ceiling of the CPU target: oneDNN's own (multi-threaded) dnnl_sgemm on the same three GEMMs with the
+  // [N, V] logits materialised: Z = H W^T, dH = Z W, dW = Z^T H.
+  static BenchCase sgemm_peer(int64_t N, int64_t D, int64_t V) {
+    struct Bufs {
+      std::vector<float> h, w, z, dh, dw;
+    };
+    auto b = std::make_shared<Bufs>();
+    BenchCase c;
+    c.label = fmt::format("chunk_loss peer: oneDNN dnnl_sgemm x3 (materialised logits) N={} D={} V={}", N, D, V);
+    c.flops = 3.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(D);
+    c.bytes = 4.0 * static_cast<double>(N * D + V * D) * 2;
+    c.setup = [=] {
+      std::mt19937_64 rng(3);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      b->h.resize(N * D);
+      b->w.resize(V * D);
+      for (float& x : b->h) x = nd(rng);
+      for (float& x : b->w) x = nd(rng) * 0.03f;
+      b->z.assign(N * V, 0.f);
+      b->dh.assign(N * D, 0.f);
+      b->dw.assign(V * D, 0.f);
+    };
+    c.run = [=] {
+      dnnl_sgemm('N', 'T', N, V, D, 1.f, b->h.data(), D, b->w.data(), D, 0.f, b->z.data(), V);
+      dnnl_sgemm('N', 'N', N, D, V, 1.f, b->z.data(), V, b->w.data(), D, 0.f, b->dh.data(), D);
+      dnnl_sgemm('T', 'N', V, D, N, 1.f, b->z.data(), V, b->h.data(), D, 0.f, b->dw.data(), D);
+    };
+    c.teardown = [=] { *b = Bufs{}; };
+    return c;
+  }
 
   // Forward + backward in one call (the gradients of the forward, bf16 gradients; f32 dweight with f32_dw).
   static BenchCase bench_case(strata_device device, int32_t dt, int64_t N, int64_t D, int64_t V, bool f32_dw) {
