@@ -9,7 +9,8 @@
 set -euo pipefail
 
 # libhwy-dev: headers and the libhwy.so link; libhwy1: the shared library libhwy.so.1 it points to.
-packages=(libhwy-dev libhwy1)
+# libdnnl-dev + libdnnl2: oneDNN (chunk_loss's CPU GEMMs); libdnnl.so.2 needs libOpenCL.so.1 (ocl-icd-libopencl1).
+packages=(libhwy-dev libhwy1 libdnnl-dev libdnnl2 ocl-icd-libopencl1)
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs="$repo/.deps/debs"

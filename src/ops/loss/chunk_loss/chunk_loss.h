@@ -1,0 +1,154 @@
+// chunk_loss (docs/reference/ops_fused.md §2; README.md beside this file): fused LM head + cross entropy
+// without materialising the [N, V] logits. Kernel params, the per-row cross-entropy math shared by every
+// implementation (STRATA_HD), the strategy / tile planning, and the kernel entry points.
+//
+//   hidden [N, D], weight [V, D], bias [V] (optional), target [N] int64
+//   z = hidden . weight^T + bias                          [N, V], never stored whole
+//   per row i (ops_fused.md §1.3): u = s*z, c = cap*tanh(u/cap) (softcap) or u, lse = logsumexp(c),
+//     loss_i = lse - (1-eps) c_y - (eps/V) sum_j c_j + lambda lse^2;   ignored rows (y == ignore_index): 0
+//   L = sum_i a_i loss_i, a_i = 1/#valid (mean) or 1 (sum), 0 for ignored rows
+//   dZ[i, j] = G a_i s (p_j (1 + 2 lambda lse) - eps/V - (1-eps)[j == y]) (1 - (c_j/cap)^2 with softcap)
+//   dhidden = dZ . weight [N, D], dweight = dZ^T . hidden [V, D], dbias = colsum(dZ) [V]
+//
+// Two strategies (README.md "Strategy heuristic"), run by the same driver (driver.h) over the backends:
+//   token_chunked: per chunk of C full rows: Z[C, V] = H_c W^T, row stats, dZ in place, dH_c = dZ W,
+//                  dW += dZ^T H_c (f32, in chunk order), db += colsum(dZ). 3 GEMMs, gradients in forward.
+//   vocab_tiled:   forward: 2-D tiles [Nb, vt], online (max, sum-exp) merge per row over the vocabulary tiles.
+//                  backward (recompute): per vocab tile, per token block: Z, dZ from the saved lse,
+//                  dW_tile (+)= dZ^T H_b, dH_b += dZ W_tile (f32, in tile order). 4 GEMMs.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "opbase/dtype.h"  // storage types, STRATA_HD; strata_status comes with it
+
+namespace strata::loss {
+
+enum ChunkLossReduction : int32_t { kReduceMean = 0, kReduceSum = 1 };
+enum ChunkLossStrategy : int32_t { kStrategyAuto = 0, kStrategyTokenChunked = 1, kStrategyVocabTiled = 2 };
+
+// Extra memory (besides inputs and the gradient outputs) the plan aims to stay within: chunk and tile sizes
+// are chosen from it (README.md).
+constexpr int64_t kChunkLossBudgetBytes = int64_t{64} << 20;
+
+// Per-row cross-entropy attributes (ops_fused.md §1.3).
+struct CeOptions {
+  float logit_scale = 1.f;
+  float softcap = 0.f;           // 0: off
+  float label_smoothing = 0.f;   // eps in [0, 1]
+  float lse_square_scale = 0.f;  // lambda (z-loss)
+  int64_t ignore_index = -100;
+  int64_t V = 0;                 // vocabulary size (the smoothing denominator)
+};
+
+// Capped, scaled logit c from the raw logit z (bias included).
+STRATA_HD float ce_logit(float z, const CeOptions& o) {
+  const float u = o.logit_scale * z;
+  return o.softcap > 0.f ? o.softcap * tanhf(u / o.softcap) : u;
+}
+
+// dLoss_i/dz_j for one element, with coef = G * a_i (0 for ignored rows gives exactly 0).
+//   c: ce_logit(z); lse: the row's log-sum-exp; is_target: j == y.
+STRATA_HD float ce_dlogit(float c, float lse, bool is_target, float coef, const CeOptions& o) {
+  const float p = expf(c - lse);
+  float dc = p * (1.f + 2.f * o.lse_square_scale * lse) - o.label_smoothing / static_cast<float>(o.V);
+  if (is_target) dc -= 1.f - o.label_smoothing;
+  float d = coef * o.logit_scale * dc;
+  if (o.softcap > 0.f) {
+    const float t = c / o.softcap;  // tanh(u / cap)
+    d *= 1.f - t * t;
+  }
+  return d;
+}
+
+// Running statistics of one row over the vocabulary tiles seen so far: max, sum of exp(c - m), sum of c,
+// and the target's c (0 until the tile holding the target is seen).
+struct CeRowStat {
+  float m, s, sumc, cy;
+};
+
+// Merge of two partial statistics (online softmax): the order of merges is fixed by the tile order.
+STRATA_HD CeRowStat ce_merge(CeRowStat a, CeRowStat b) {
+  if (b.m == -INFINITY) return {a.m, a.s, a.sumc + b.sumc, a.cy + b.cy};
+  if (a.m == -INFINITY) return {b.m, b.s, a.sumc + b.sumc, a.cy + b.cy};
+  const float m = a.m > b.m ? a.m : b.m;
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m), a.sumc + b.sumc, a.cy + b.cy};
+}
+
+// lse and loss_i of a finished row (not ignored).
+STRATA_HD float ce_lse(const CeRowStat& st) { return st.m + logf(st.s); }
+STRATA_HD float ce_row_loss(const CeRowStat& st, float lse, const CeOptions& o) {
+  return lse - (1.f - o.label_smoothing) * st.cy - o.label_smoothing / static_cast<float>(o.V) * st.sumc +
+         o.lse_square_scale * lse * lse;
+}
+
+struct ChunkLossParams {
+  // inputs (descriptor offsets applied)
+  const void* hidden = nullptr;   // [N, D], row stride ld_h
+  const void* weight = nullptr;   // [V, D], row stride ld_w
+  const void* bias = nullptr;     // [V] (stride bias_stride) or nullptr; dtype = w_dtype
+  const int64_t* target = nullptr;  // [N] (stride target_stride)
+  const void* dloss = nullptr;    // backward op: the upstream gradient G (scalar in device memory) or nullptr (1)
+  const void* lse_in = nullptr;   // backward op: the saved lse [N] (stride lse_stride)
+  // outputs (any may be nullptr except loss in the forward op)
+  void* loss = nullptr;           // scalar
+  void* lse = nullptr;            // [N] (stride lse_stride)
+  void* dhidden = nullptr;        // [N, D] (row stride ld_dh)
+  void* dweight = nullptr;        // [V, D] (row stride ld_dw)
+  void* dbias = nullptr;          // [V] (stride db_stride)
+  int32_t h_dtype = 0, w_dtype = 0, dh_dtype = 0, dw_dtype = 0, db_dtype = 0;
+  int32_t stat_dtype = STRATA_DTYPE_F32;  // loss, lse, dloss: f32 (f64 with f64 inputs, reference only)
+  int64_t N = 0, D = 0, V = 0;
+  int64_t ld_h = 0, ld_w = 0, ld_dh = 0, ld_dw = 0;
+  int64_t bias_stride = 1, target_stride = 1, lse_stride = 1, db_stride = 1;
+  CeOptions ce;
+  int32_t reduction = kReduceMean;
+  float grad_scale = 1.f;         // gradients are those of grad_scale * G * L
+  bool backward_op = false;       // chunk_loss_bwd: recompute from lse_in, no loss output
+  // resolved by the plan (chunk_loss_choose)
+  int32_t strategy = kStrategyTokenChunked;
+  int64_t rows = 0;               // token_chunked: chunk C; vocab_tiled: token block Nb
+  int64_t vtile = 0;              // vocab_tiled: vocab tile vt; token_chunked: the W slice of the CPU GEMMs
+  bool wants_grad() const { return dhidden || dweight || dbias; }
+};
+
+// What a backend does differently (the workspace layout depends on it).
+struct BackendTraits {
+  bool convert_operands = false;  // CPU: 16-bit GEMM operands are converted to f32 per block (dnnl_sgemm)
+  bool separate_dz = false;       // CUDA: 16-bit inputs take dZ in their dtype (tensor-core GEMMs)
+  bool gemm_stores_any = false;   // the GEMM can store its result in a 16-bit dtype (cuBLAS)
+  int64_t min_chunk_rows = 64;    // token_chunked is chosen only with chunks at least this tall
+};
+
+// Workspace layout (byte offsets; every piece 256-byte aligned).
+struct ChunkLossLayout {
+  size_t rowloss = 0, lse = 0, stat = 0, counts = 0, z = 0, dz = 0, dw_acc = 0, dh_acc = 0, db_acc = 0,
+         h_conv = 0, w_conv = 0, bias_conv = 0, total = 0;
+  bool dw_in_place = false, dh_in_place = false, db_in_place = false;
+};
+
+// Picks the strategy (unless forced), the chunk / tile sizes (unless given) and lays out the workspace.
+// Returns the layout; p.strategy, p.rows, p.vtile are set.
+ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& traits, int32_t forced_strategy,
+                                  int64_t chunk_rows, int64_t vocab_tile);
+
+// float64 reference: materialises Z in double for the whole problem (small shapes only).
+strata_status chunk_loss_reference(const ChunkLossParams& p);
+
+// Host check of the targets (CPU paths, before writing anything): every target is ignore_index or in
+// [0, V). Sets the last error and returns STRATA_ERROR_INVALID_VALUE otherwise; counts valid rows.
+strata_status check_targets(const ChunkLossParams& p, int64_t* valid);
+
+// CPU implementation per Highway target (nullptr when not compiled): oneDNN GEMMs + Highway epilogues.
+using ChunkLossCpuFn = strata_status (*)(const ChunkLossParams&, const ChunkLossLayout&, void* workspace);
+ChunkLossCpuFn chunk_loss_cpu(int64_t hwy_target);
+BackendTraits chunk_loss_cpu_traits();
+
+#if STRATA_WITH_CUDA
+// CUDA (sm_90): cuBLAS GEMMs + fused epilogue kernels. Returns a strata_status.
+int chunk_loss_cuda(const ChunkLossParams& p, const ChunkLossLayout& layout, void* workspace, void* stream);
+BackendTraits chunk_loss_cuda_traits();
+#endif
+
+}  // namespace strata::loss

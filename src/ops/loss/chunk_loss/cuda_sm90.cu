@@ -1,0 +1,394 @@
+// CUDA implementation of chunk_loss ("cuda.sm90.cublas"): the driver's loops (driver.h) with cuBLAS GEMMs
+// (cublasGemmEx: bf16/f16 operands on the tensor cores with f32 accumulation, f32 operands in plain f32 — no
+// TF32) and the epilogue kernels below:
+//   row_stats   one block per row of a logits tile [rows, cols]: bias, scale, softcap, then the row's
+//               (max, sum exp, sum c, c_target) by an online pass per thread and a fixed shuffle / shared-memory
+//               tree; merged into the row's running statistics; on the last vocabulary tile lse and loss_i.
+//   row_grad    one block per row: dZ = G a_i s (p (1 + 2 lambda lse) - eps/V - (1-eps)[j == y]) softcap'
+//               stored f32 (f32 inputs, in place) or in the input dtype (16-bit inputs: the next GEMMs' operand).
+//   col_sum     one thread per column, rows in order: db (+)= colsum(dZ).
+//   convert     f32 accumulators to the output dtype.
+//   loss_sum    one block: sum_i loss_i in f64 in a fixed order, times 1/#valid (mean).
+// Targets are counted first (count_targets) and the two counts read back to the host (one stream sync) so an
+// out-of-range target fails the call before anything is written. Every launch is checked; cuBLAS GEMMs are
+// deterministic for a fixed handle, stream and shape, and nothing uses atomics on floats: the same bits every run.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "opbase/dtype.h"
+#include "ops/loss/chunk_loss/chunk_loss.h"
+#include "ops/loss/chunk_loss/driver.h"
+#include "tile/cuda/check.cuh"
+
+namespace strata::loss {
+namespace {
+
+constexpr int kRowThreads = 256;  // threads per row block of row_stats / row_grad
+
+template <class T>
+__device__ __forceinline__ float ld(const T* p, int64_t i) {
+  return to_f32(p[i]);
+}
+
+__device__ __forceinline__ CeRowStat shfl_stat(const CeRowStat& s, int o) {
+  return {__shfl_xor_sync(0xffffffffu, s.m, o), __shfl_xor_sync(0xffffffffu, s.s, o),
+          __shfl_xor_sync(0xffffffffu, s.sumc, o), __shfl_xor_sync(0xffffffffu, s.cy, o)};
+}
+
+// Merge over the block in a fixed tree; thread 0 gets the result.
+__device__ CeRowStat block_merge(CeRowStat st) {
+  __shared__ CeRowStat warp_stat[kRowThreads / 32];
+  // The xor tree merges the same pairs in the same order on every run.
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) st = ce_merge(st, shfl_stat(st, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_stat[warp] = st;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    st = warp_stat[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) st = ce_merge(st, warp_stat[w]);
+  }
+  return st;
+}
+
+struct RowArgs {
+  const float* z;         // tile [rows, cols], row stride ldz
+  int64_t ldz, rows, cols, r0, v0;
+  const void* bias;       // [V] (stride bias_stride) or nullptr
+  int64_t bias_stride;
+  const int64_t* target;
+  int64_t target_stride;
+  CeOptions ce;
+};
+
+template <class TB>
+__device__ __forceinline__ float logit_at(const RowArgs& a, const float* zr, int64_t j) {
+  float z = zr[j];
+  if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j) * a.bias_stride);
+  return ce_logit(z, a.ce);
+}
+
+template <class TB>
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+  const int64_t r = blockIdx.x;
+  const float* zr = a.z + r * a.ldz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const int64_t yj = y - a.v0;  // target column inside the tile (any value when outside)
+  CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+  for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB>(a, zr, j);
+    if (c > st.m) {
+      st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
+      st.m = c;
+    } else {
+      st.s += expf(c - st.m);
+    }
+    st.sumc += c;
+    if (j == yj) st.cy = c;
+  }
+  st = block_merge(st);
+  if (threadIdx.x != 0) return;
+  if (!first) st = ce_merge(stat[r], st);
+  if (!last) {
+    stat[r] = st;
+    return;
+  }
+  const float l = ce_lse(st);
+  lse[row * lse_stride] = l;
+  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+}
+
+template <class TB, class TD>
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad(RowArgs a, TD* dz, int64_t lddz, const float* lse, int64_t lse_stride, float coef_base,
+             const float* dloss) {
+  const int64_t r = blockIdx.x;
+  const float* zr = a.z + r * a.ldz;
+  TD* dr = dz + r * lddz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
+  const float l = lse[row * lse_stride];
+  const int64_t yj = y - a.v0;
+  for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB>(a, zr, j);
+    dr[j] = from_f32<TD>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
+  }
+}
+
+template <class TD>
+__global__ void col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
+                        bool first) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float s = first ? 0.f : acc[j * acc_stride];
+  for (int64_t r = 0; r < rows; ++r) s += to_f32(dz[r * lddz + j]);
+  acc[j * acc_stride] = s;
+}
+
+template <class TO>
+__global__ void convert_rows(const float* src, int64_t ld_src, TO* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
+  const int64_t total = rows * cols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    dst[r * ld_dst + c] = from_f32<TO>(src[r * ld_src + c]);
+  }
+}
+
+__global__ void count_valid_targets(const int64_t* target, int64_t stride, int64_t n, int64_t V, int64_t ignore,
+                              unsigned long long* counts) {
+  __shared__ unsigned long long valid, bad;
+  if (threadIdx.x == 0) valid = bad = 0;
+  __syncthreads();
+  unsigned long long v = 0, b = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t y = target[i * stride];
+    if (y == ignore) continue;
+    if (y < 0 || y >= V) ++b;
+    else ++v;
+  }
+  atomicAdd(&valid, v);  // integer counts: exact in any order
+  atomicAdd(&bad, b);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    counts[0] = valid;
+    counts[1] = bad;
+  }
+}
+
+__global__ void loss_sum(const float* rowloss, int64_t n, double scale, float* loss) {
+  __shared__ double part[256];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += 256) s += rowloss[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = static_cast<float>(part[0] * scale);
+}
+
+cudaDataType_t cuda_type(int32_t dt) {
+  switch (dt) {
+    case STRATA_DTYPE_BF16: return CUDA_R_16BF;
+    case STRATA_DTYPE_F16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+template <class Fn>
+void visit_storage(int32_t dt, Fn&& fn) {
+  switch (dt) {
+    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
+    case STRATA_DTYPE_F16: fn(f16_t{}); break;
+    default: fn(float{}); break;
+  }
+}
+
+// One cuBLAS handle per (thread, device), created on first use and kept for the process (destroying it at
+// exit could run after the CUDA context is gone).
+strata_status cublas_handle(cublasHandle_t* out) {
+  int dev = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  thread_local std::unordered_map<int, cublasHandle_t> handles;
+  auto it = handles.find(dev);
+  if (it == handles.end()) {
+    cublasHandle_t h = nullptr;
+    const cublasStatus_t s = cublasCreate(&h);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      return fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasCreate failed ({})", cublasGetStatusString(s));
+    it = handles.emplace(dev, h).first;
+  }
+  *out = it->second;
+  return STRATA_SUCCESS;
+}
+
+struct CudaBackend {
+  struct Mat {
+    const void* p;
+    int32_t dt;
+    int64_t ld;
+  };
+  const ChunkLossParams& p;
+  const ChunkLossLayout& L;
+  char* ws;
+  cudaStream_t stream;
+  cublasHandle_t handle = nullptr;
+  strata_status err = STRATA_SUCCESS;
+  int64_t n_valid = 0;
+  float* lse_w = nullptr;  // where the forward writes lse
+  int64_t lse_w_stride = 1;
+  const float* lse_r = nullptr;  // where the gradient reads it
+  int64_t lse_r_stride = 1;
+
+  CudaBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_, cudaStream_t s)
+      : p(p_), L(L_), ws(ws_), stream(s) {
+    if (p.backward_op) {
+      lse_r = static_cast<const float*>(p.lse_in);
+      lse_r_stride = p.lse_stride;
+    } else {
+      lse_w = p.lse ? static_cast<float*>(p.lse) : reinterpret_cast<float*>(ws + L.lse);
+      lse_w_stride = p.lse ? p.lse_stride : 1;
+      lse_r = lse_w;
+      lse_r_stride = lse_w_stride;
+    }
+  }
+
+  BackendTraits traits() const { return chunk_loss_cuda_traits(); }
+  strata_status status() const { return err; }
+  void note(strata_status s) {
+    if (err == STRATA_SUCCESS) err = s;
+  }
+  void launched(const char* what) { note(cuda::check_launch(what)); }
+
+  Mat hidden_block(int64_t r0, int64_t) const {
+    return {static_cast<const char*>(p.hidden) + r0 * p.ld_h * static_cast<int64_t>(dtype_size(p.h_dtype)), p.h_dtype,
+            p.ld_h};
+  }
+  Mat weight_block(int64_t v0, int64_t) const {
+    return {static_cast<const char*>(p.weight) + v0 * p.ld_w * static_cast<int64_t>(dtype_size(p.w_dtype)), p.w_dtype,
+            p.ld_w};
+  }
+
+  void zero(void* dst, int32_t dt, int64_t ld, int64_t rows, int64_t cols) {
+    if (err || rows == 0 || cols == 0) return;
+    const size_t es = dtype_size(dt);
+    note(cuda::check(cudaMemset2DAsync(dst, static_cast<size_t>(ld) * es, 0, static_cast<size_t>(cols) * es,
+                                       static_cast<size_t>(rows), stream),
+                     "chunk_loss: cudaMemset2DAsync"));
+  }
+
+  // Row-major C[M, N] = op(A) op(B) + beta C as the column-major C^T = op(B)^T op(A)^T.
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, Mat B, float beta, void* C, int32_t c_dt,
+            int64_t ldc) {
+    if (err || M == 0 || N == 0) return;
+    if (K == 0) {
+      if (beta == 0.f) zero(C, c_dt, ldc, M, N);
+      return;
+    }
+    const float alpha = 1.f;
+    const cublasStatus_t s = cublasGemmEx(
+        handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+        static_cast<int>(M), static_cast<int>(K), &alpha, B.p, cuda_type(B.dt), static_cast<int>(B.ld), A.p,
+        cuda_type(A.dt), static_cast<int>(A.ld), &beta, C, cuda_type(c_dt), static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      note(fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasGemmEx (M={}, N={}, K={}) failed: {}", M, N, K,
+                cublasGetStatusString(s)));
+  }
+
+  strata_status count_targets_now() {
+    STRATA_RETURN_IF_ERROR(cublas_handle(&handle));
+    const cublasStatus_t cs = cublasSetStream(handle, stream);
+    if (cs != CUBLAS_STATUS_SUCCESS)
+      return fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasSetStream failed ({})", cublasGetStatusString(cs));
+    if (p.N == 0) return STRATA_SUCCESS;
+    auto* counts = reinterpret_cast<unsigned long long*>(ws + L.counts);
+    count_valid_targets<<<1, 1024, 0, stream>>>(p.target, p.target_stride, p.N, p.V, p.ce.ignore_index, counts);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("chunk_loss (count_targets)"));
+    unsigned long long host[2] = {0, 0};
+    STRATA_CUDA_TRY(cudaMemcpyAsync(host, counts, sizeof(host), cudaMemcpyDeviceToHost, stream));
+    STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (host[1] != 0)
+      return fail(STRATA_ERROR_INVALID_VALUE,
+                  "{}: {} target(s) out of range: targets must be in [0, V = {}) or ignore_index = {}",
+                  p.backward_op ? "chunk_loss_bwd" : "chunk_loss", host[1], p.V, p.ce.ignore_index);
+    n_valid = static_cast<int64_t>(host[0]);
+    return STRATA_SUCCESS;
+  }
+  strata_status count_targets() { return count_targets_now(); }
+
+  RowArgs row_args(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
+    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce};
+  }
+
+  void stats(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first, bool last) {
+    if (err || rows == 0) return;
+    const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
+    auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
+    auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
+    visit_storage(p.w_dtype, [&](auto tb) {
+      row_stats<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(a, stat, first, last, lse_w,
+                                                                                       lse_w_stride, rowloss);
+    });
+    launched("chunk_loss (row_stats)");
+  }
+
+  float coef_base() const {
+    const double a = p.reduction == kReduceMean ? (n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0) : 1.0;
+    return static_cast<float>(a * p.grad_scale);
+  }
+
+  void grad(const float* Z, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols,
+            int64_t r0, int64_t v0) {
+    if (err || rows == 0) return;
+    const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
+    const float* g = p.backward_op ? static_cast<const float*>(p.dloss) : nullptr;
+    visit_storage(p.w_dtype, [&](auto tb) {
+      visit_storage(dz_dt, [&](auto td) {
+        using TD = decltype(td);
+        row_grad<decltype(tb), TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base(), g);
+      });
+    });
+    launched("chunk_loss (row_grad)");
+  }
+
+  void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc,
+              int64_t acc_stride, bool first) {
+    if (err || cols == 0) return;
+    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, 256));
+    visit_storage(dz_dt, [&](auto td) {
+      using TD = decltype(td);
+      col_sum<TD><<<blocks, 256, 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc, acc_stride, first);
+    });
+    launched("chunk_loss (col_sum)");
+  }
+
+  void convert(const float* src, int64_t ld_src, void* dst, int32_t dt, int64_t ld_dst, int64_t rows, int64_t cols) {
+    if (err || rows == 0 || cols == 0) return;
+    const int64_t total = rows * cols;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(cuda::ceil_div(total, 256), 1 << 20));
+    visit_storage(dt, [&](auto to) {
+      using TO = decltype(to);
+      convert_rows<TO><<<blocks, 256, 0, stream>>>(src, ld_src, static_cast<TO*>(dst), ld_dst, rows, cols);
+    });
+    launched("chunk_loss (convert)");
+  }
+
+  strata_status finish_loss() {
+    if (err) return err;
+    const double scale = p.reduction == kReduceMean ? (n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0) : 1.0;
+    loss_sum<<<1, 256, 0, stream>>>(reinterpret_cast<const float*>(ws + L.rowloss), p.N, scale,
+                                    static_cast<float*>(p.loss));
+    launched("chunk_loss (loss_sum)");
+    return err;
+  }
+};
+
+}  // namespace
+
+BackendTraits chunk_loss_cuda_traits() {
+  BackendTraits t;
+  t.convert_operands = false;
+  t.separate_dz = true;
+  t.gemm_stores_any = true;
+  // Below this chunk height the per-chunk f32 read-modify-write of dW (8 V D bytes) dominates the GEMMs.
+  t.min_chunk_rows = 1024;
+  return t;
+}
+
+int chunk_loss_cuda(const ChunkLossParams& p, const ChunkLossLayout& layout, void* workspace, void* stream) {
+  CudaBackend be(p, layout, static_cast<char*>(workspace), static_cast<cudaStream_t>(stream));
+  return chunk_loss_drive(p, layout, static_cast<char*>(workspace), be);
+}
+
+}  // namespace strata::loss

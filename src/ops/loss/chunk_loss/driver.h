@@ -1,0 +1,158 @@
+// The chunk_loss driver: the loops of both strategies (chunk_loss.h), written once over a backend that does
+// the GEMMs and the epilogues (cpu.cpp: oneDNN + Highway; cuda_sm90.cu: cuBLAS + CUDA kernels). Host code
+// (C++17: nvcc compiles it too).
+//
+// Backend interface (BE):
+//   struct Mat { const void* p; int32_t dt; int64_t ld; };                 a row-major GEMM operand
+//   Mat hidden_block(r0, rows)   hidden rows [r0, r0 + rows) as a GEMM operand (CPU: f32 copy of 16-bit rows)
+//   Mat weight_block(v0, vn)     weight rows [v0, v0 + vn); stays valid across hidden_block calls
+//   void gemm(ta, tb, M, N, K, Mat A, Mat B, beta, void* C, c_dt, ldc)   C = op(A) op(B) + beta C, row-major
+//   strata_status count_targets()           counts valid rows (and rejects out-of-range targets)
+//   void stats(Z, ldz, rows, cols, r0, v0, first, last)   merges the tile's row statistics; on the last
+//                                          vocabulary tile writes lse and the per-row loss
+//   void grad(Z, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0)  dZ of the tile from the row lse
+//   void colsum(dZ, dz_dt, lddz, rows, cols, float* acc, first)   acc[j] (+)= sum over rows, in row order
+//   void convert(const float* src, ld_src, void* dst, dt, ld_dst, rows, cols)
+//   void zero(void* dst, dt, ld, rows, cols)
+//   strata_status finish_loss()            loss = sum_i loss_i (fixed order) * (1/#valid for mean)
+//   strata_status status()                 first failure of the calls above (launch / library errors)
+//
+// Accumulation order is fixed by the loops: dW over token chunks (token_chunked) or token blocks
+// (vocab_tiled) in increasing order, dH over vocabulary tiles in increasing order, db likewise. No atomics.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/loss/chunk_loss/chunk_loss.h"
+#include "runtime/error.h"
+
+namespace strata::loss {
+
+template <class BE>
+strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& L, char* ws, BE& be) {
+  using Mat = typename BE::Mat;
+  const int64_t N = p.N, D = p.D, V = p.V;
+  STRATA_RETURN_IF_ERROR(be.count_targets());
+
+  const int32_t f32 = STRATA_DTYPE_F32;
+  float* Z = reinterpret_cast<float*>(ws + L.z);
+  // dZ: in place over Z (f32), or a separate 16-bit tile (CUDA, 16-bit inputs: tensor-core GEMMs).
+  const bool sep = L.dz != L.z;
+  const int32_t dz_dt = sep ? p.h_dtype : f32;
+  void* dZ = sep ? static_cast<void*>(ws + L.dz) : static_cast<void*>(Z);
+  const size_t dz_es = dtype_size(dz_dt);
+  auto dz_mat = [&](int64_t col0, int64_t ld) {
+    return Mat{static_cast<const char*>(dZ) + col0 * static_cast<int64_t>(dz_es), dz_dt, ld};
+  };
+  float* db_acc = p.dbias ? (L.db_in_place ? static_cast<float*>(p.dbias) : reinterpret_cast<float*>(ws + L.db_acc))
+                          : nullptr;
+  const int64_t db_ld = L.db_in_place ? p.db_stride : 1;
+
+  if (N == 0) {  // no token: zero gradients of the weights, loss 0
+    if (p.dweight) be.zero(p.dweight, p.dw_dtype, p.ld_dw, V, D);
+    if (p.dbias) be.zero(p.dbias, p.db_dtype, p.db_stride, V, 1);
+    if (!p.backward_op) STRATA_RETURN_IF_ERROR(be.finish_loss());
+    return be.status();
+  }
+
+  if (!p.backward_op && p.strategy == kStrategyTokenChunked) {
+    const int64_t C = p.rows, vs = p.vtile;
+    float* dw_acc = nullptr;
+    int64_t dw_ld = D;
+    if (p.dweight) {
+      dw_acc = L.dw_in_place ? static_cast<float*>(p.dweight) : reinterpret_cast<float*>(ws + L.dw_acc);
+      dw_ld = L.dw_in_place ? p.ld_dw : D;
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += C) {
+      const int64_t rows = std::min(C, N - r0);
+      const Mat Hm = be.hidden_block(r0, rows);
+      for (int64_t v0 = 0; v0 < V; v0 += vs) {
+        const int64_t vn = std::min(vs, V - v0);
+        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Z + v0, f32, V);
+      }
+      be.stats(Z, V, rows, V, r0, 0, true, true);
+      if (!p.wants_grad()) continue;
+      be.grad(Z, V, dZ, dz_dt, V, rows, V, r0, 0);
+      if (p.dhidden) {
+        // dH_c = dZ W (K = V): straight into dhidden when it is f32 (or the GEMM stores its dtype and one
+        // call covers V), else through an f32 accumulator.
+        char* dh_rows = static_cast<char*>(p.dhidden) + r0 * p.ld_dh * static_cast<int64_t>(dtype_size(p.dh_dtype));
+        const bool direct = p.dh_dtype == f32 || (be.traits().gemm_stores_any && vs >= V);
+        void* dst = direct ? static_cast<void*>(dh_rows) : static_cast<void*>(ws + L.dh_acc);
+        const int32_t dst_dt = direct ? p.dh_dtype : f32;
+        const int64_t dst_ld = direct ? p.ld_dh : D;
+        for (int64_t v0 = 0; v0 < V; v0 += vs) {
+          const int64_t vn = std::min(vs, V - v0);
+          be.gemm(false, false, rows, D, vn, dz_mat(v0, V), be.weight_block(v0, vn), v0 > 0 ? 1.f : 0.f, dst,
+                  dst_dt, dst_ld);
+        }
+        if (!direct) be.convert(reinterpret_cast<float*>(ws + L.dh_acc), D, dh_rows, p.dh_dtype, p.ld_dh, rows, D);
+      }
+      if (p.dweight)  // dW += dZ^T H_c, chunk order
+        for (int64_t v0 = 0; v0 < V; v0 += vs) {
+          const int64_t vn = std::min(vs, V - v0);
+          be.gemm(true, false, vn, D, rows, dz_mat(v0, V), Hm, r0 > 0 ? 1.f : 0.f, dw_acc + v0 * dw_ld, f32, dw_ld);
+        }
+      if (p.dbias) be.colsum(dZ, dz_dt, V, rows, V, db_acc, db_ld, r0 == 0);
+    }
+    if (p.dweight && !L.dw_in_place) be.convert(dw_acc, D, p.dweight, p.dw_dtype, p.ld_dw, V, D);
+    if (p.dbias && !L.db_in_place) be.convert(db_acc, 1, p.dbias, p.db_dtype, p.db_stride, V, 1);
+    STRATA_RETURN_IF_ERROR(be.finish_loss());
+    return be.status();
+  }
+
+  const int64_t Nb = p.rows, vt = p.vtile;
+  if (!p.backward_op) {  // vocab_tiled forward: online statistics over the vocabulary tiles
+    for (int64_t b0 = 0; b0 < N; b0 += Nb) {
+      const int64_t rows = std::min(Nb, N - b0);
+      const Mat Hm = be.hidden_block(b0, rows);
+      for (int64_t v0 = 0; v0 < V; v0 += vt) {
+        const int64_t vn = std::min(vt, V - v0);
+        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Z, f32, vt);
+        be.stats(Z, vt, rows, vn, b0, v0, v0 == 0, v0 + vn == V);
+      }
+    }
+    if (!p.wants_grad()) {
+      STRATA_RETURN_IF_ERROR(be.finish_loss());
+      return be.status();
+    }
+  }
+
+  // vocab_tiled backward: recompute Z per (vocabulary tile, token block), dZ from the row lse.
+  float* dh_acc = nullptr;
+  int64_t dh_ld = D;
+  if (p.dhidden) {
+    dh_acc = L.dh_in_place ? static_cast<float*>(p.dhidden) : reinterpret_cast<float*>(ws + L.dh_acc);
+    dh_ld = L.dh_in_place ? p.ld_dh : D;
+  }
+  for (int64_t v0 = 0; v0 < V; v0 += vt) {
+    const int64_t vn = std::min(vt, V - v0);
+    const Mat Wm = be.weight_block(v0, vn);
+    float* dw_tile = nullptr;
+    int64_t dw_ld = D;
+    if (p.dweight) {
+      dw_tile = L.dw_in_place ? static_cast<float*>(p.dweight) + v0 * p.ld_dw : reinterpret_cast<float*>(ws + L.dw_acc);
+      dw_ld = L.dw_in_place ? p.ld_dw : D;
+    }
+    for (int64_t b0 = 0; b0 < N; b0 += Nb) {
+      const int64_t rows = std::min(Nb, N - b0);
+      const Mat Hm = be.hidden_block(b0, rows);
+      be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Z, f32, vt);
+      be.grad(Z, vt, dZ, dz_dt, vt, rows, vn, b0, v0);
+      if (p.dweight) be.gemm(true, false, vn, D, rows, dz_mat(0, vt), Hm, b0 > 0 ? 1.f : 0.f, dw_tile, f32, dw_ld);
+      if (p.dhidden)
+        be.gemm(false, false, rows, D, vn, dz_mat(0, vt), Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld);
+      if (p.dbias) be.colsum(dZ, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0);
+    }
+    if (p.dweight && !L.dw_in_place)
+      be.convert(dw_tile, D, static_cast<char*>(p.dweight) + v0 * p.ld_dw * static_cast<int64_t>(dtype_size(p.dw_dtype)),
+                 p.dw_dtype, p.ld_dw, vn, D);
+  }
+  if (p.dhidden && !L.dh_in_place) be.convert(dh_acc, D, p.dhidden, p.dh_dtype, p.ld_dh, N, D);
+  if (p.dbias && !L.db_in_place) be.convert(db_acc, 1, p.dbias, p.db_dtype, p.db_stride, V, 1);
+  if (!p.backward_op) STRATA_RETURN_IF_ERROR(be.finish_loss());
+  return be.status();
+}
+
+}  // namespace strata::loss

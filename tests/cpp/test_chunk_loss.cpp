@@ -1,0 +1,396 @@
+// chunk_loss beyond the conformance driver (ops_fused.md §2): every validation rule (status, message, nothing
+// written), the run-time target check, gradients of the float64 reference against central finite
+// differences (forward op and backward op, every option on), determinism (repeated runs, 1 vs 2 threads, both
+// strategies), the strategy heuristic and its workspace budget, both strategies agreeing, and the C++ wrapper.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opbase/plan.h"
+#include "strata/ops.h"
+#include "testkit/testkit.h"
+
+namespace strata {
+namespace {
+
+using atk::HostTensor;
+const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
+
+struct ForceImpl {
+  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
+  ~ForceImpl() { strata_set_force_impl(nullptr); }
+};
+
+struct ThreadCount {
+  explicit ThreadCount(int n) : old(strata_get_num_threads()) { strata_set_num_threads(n); }
+  ~ThreadCount() { strata_set_num_threads(old); }
+  int old;
+};
+
+// A small problem on the host: hidden [N, D], weight [V, D], bias [V], target [N]; outputs poisoned.
+struct Problem {
+  HostTensor h, w, b, t, loss, lse, dh, dw, db, g;
+  Problem(int32_t dt, int64_t N, int64_t D, int64_t V, uint64_t seed, double ignored = 0.2, int32_t gdt = -1) {
+    if (gdt < 0) gdt = dt;
+    const int32_t sdt = dt == STRATA_DTYPE_F64 ? STRATA_DTYPE_F64 : STRATA_DTYPE_F32;
+    std::mt19937_64 rng(seed);
+    h = HostTensor::make(dt, {N, D});
+    w = HostTensor::make(dt, {V, D});
+    b = HostTensor::make(dt, {V});
+    h.fill_normal(rng, 0.0, 1.0);
+    w.fill_normal(rng, 0.0, 2.0 / std::sqrt(static_cast<double>(D)));
+    b.fill_normal(rng, 0.0, 0.5);
+    t = HostTensor::make(STRATA_DTYPE_I64, {N});
+    std::uniform_int_distribution<int64_t> cls(0, V - 1);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int64_t i = 0; i < N; ++i) t.set(i, u(rng) < ignored ? -100.0 : static_cast<double>(cls(rng)));
+    loss = HostTensor::make(sdt, {});
+    lse = HostTensor::make(sdt, {N});
+    dh = HostTensor::make(gdt, {N, D});
+    dw = HostTensor::make(gdt, {V, D});
+    db = HostTensor::make(gdt, {V});
+    g = HostTensor::make(sdt, {});
+    g.set(0, 1.0);
+    poison();
+  }
+  void poison() {
+    for (HostTensor* x : {&loss, &lse, &dh, &dw, &db}) x->poison();
+  }
+  static void* ptr(const HostTensor& x) { return const_cast<uint8_t*>(x.storage.data()); }
+  strata_status plan_fwd(const strata_chunk_loss_options* o, bool grad, bool bias, strata_plan* p) const {
+    return strata_chunk_loss_plan(&h.desc, &w.desc, bias ? &b.desc : nullptr, &t.desc, &loss.desc, &lse.desc,
+                                  grad ? &dh.desc : nullptr, grad ? &dw.desc : nullptr, grad && bias ? &db.desc : nullptr,
+                                  o, p);
+  }
+  strata_status run_fwd(const strata_chunk_loss_options* o, bool grad = true, bool bias = true,
+                        std::string* impl = nullptr, std::string* summary = nullptr) {
+    strata_plan p = nullptr;
+    STRATA_RETURN_IF_ERROR(plan_fwd(o, grad, bias, &p));
+    if (impl) *impl = strata_plan_impl_name(p);
+    if (summary) *summary = plan_from_handle(p)->summary;
+    size_t ws = 0;
+    strata_plan_workspace_size(p, &ws);
+    std::vector<uint8_t> work(ws);
+    void* tp[] = {ptr(h), ptr(w), ptr(b), ptr(t), ptr(loss), ptr(lse), ptr(dh), ptr(dw), ptr(db)};
+    const strata_status s = strata_plan_run(p, tp, 9, work.data(), ws, nullptr);
+    strata_plan_destroy(p);
+    return s;
+  }
+  strata_status run_bwd(const strata_chunk_loss_options* o, bool bias = true) {
+    strata_plan p = nullptr;
+    STRATA_RETURN_IF_ERROR(strata_chunk_loss_bwd_plan(&h.desc, &w.desc, bias ? &b.desc : nullptr, &t.desc, &lse.desc,
+                                                      &g.desc, &dh.desc, &dw.desc, bias ? &db.desc : nullptr, o, &p));
+    size_t ws = 0;
+    strata_plan_workspace_size(p, &ws);
+    std::vector<uint8_t> work(ws);
+    void* tp[] = {ptr(h), ptr(w), ptr(b), ptr(t), ptr(lse), ptr(g), ptr(dh), ptr(dw), ptr(db)};
+    const strata_status s = strata_plan_run(p, tp, 9, work.data(), ws, nullptr);
+    strata_plan_destroy(p);
+    return s;
+  }
+};
+
+strata_chunk_loss_options defaults() {
+  strata_chunk_loss_options o;
+  strata_chunk_loss_options_init(&o);
+  return o;
+}
+
+bool all_poison(const HostTensor& t) {
+  for (uint8_t b : t.storage)
+    if (b != 0xff) return false;
+  return true;
+}
+
+// Expects a plan failure with `status` and a message containing `text`.
+void expect_plan_fails(const Problem& pr, const strata_chunk_loss_options& o, strata_status status, const char* text,
+                       const strata_tensor_desc* h = nullptr, const strata_tensor_desc* w = nullptr,
+                       const strata_tensor_desc* b = nullptr, const strata_tensor_desc* t = nullptr,
+                       const strata_tensor_desc* loss = nullptr, const strata_tensor_desc* lse = nullptr,
+                       const strata_tensor_desc* dh = nullptr, const strata_tensor_desc* dw = nullptr,
+                       const strata_tensor_desc* db = nullptr) {
+  strata_plan p = nullptr;
+  const strata_status s = strata_chunk_loss_plan(h ? h : &pr.h.desc, w ? w : &pr.w.desc, b ? b : &pr.b.desc,
+                                                 t ? t : &pr.t.desc, loss ? loss : &pr.loss.desc,
+                                                 lse ? lse : &pr.lse.desc, dh ? dh : &pr.dh.desc,
+                                                 dw ? dw : &pr.dw.desc, db ? db : &pr.db.desc, &o, &p);
+  EXPECT_EQ(s, status) << text;
+  EXPECT_NE(std::string(strata_get_last_error_message()).find(text), std::string::npos)
+      << "message: " << strata_get_last_error_message() << " expected to contain: " << text;
+  if (s == STRATA_SUCCESS) strata_plan_destroy(p);
+}
+
+TEST(ChunkLoss, NullRules) {
+  Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 1);
+  const auto o = defaults();
+  strata_plan p = nullptr;
+  EXPECT_EQ(strata_chunk_loss_plan(nullptr, &pr.w.desc, nullptr, &pr.t.desc, &pr.loss.desc, nullptr, nullptr, nullptr,
+                                   nullptr, &o, &p),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("chunk_loss: hidden"), std::string::npos);
+  EXPECT_EQ(strata_chunk_loss_plan(&pr.h.desc, &pr.w.desc, nullptr, &pr.t.desc, nullptr, nullptr, nullptr, nullptr,
+                                   nullptr, &o, &p),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("loss"), std::string::npos);
+  EXPECT_EQ(strata_chunk_loss_plan(&pr.h.desc, &pr.w.desc, nullptr, &pr.t.desc, &pr.loss.desc, nullptr, nullptr,
+                                   nullptr, &pr.db.desc, &o, &p),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("dbias is given but bias is NULL"), std::string::npos);
+  EXPECT_EQ(strata_chunk_loss_bwd_plan(&pr.h.desc, &pr.w.desc, nullptr, &pr.t.desc, &pr.lse.desc, nullptr, nullptr,
+                                       nullptr, nullptr, &o, &p),
+            STRATA_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("at least one of dhidden, dweight, dbias"),
+            std::string::npos);
+}
+
+TEST(ChunkLoss, DeviceRules) {
+  Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 1);
+  strata_tensor_desc w = pr.w.desc;
+  w.device = {STRATA_DEVICE_CUDA, 7};
+  strata_plan p = nullptr;
+  const auto o = defaults();
+  const strata_status s = strata_chunk_loss_plan(&pr.h.desc, &w, &pr.b.desc, &pr.t.desc, &pr.loss.desc, &pr.lse.desc,
+                                                 &pr.dh.desc, &pr.dw.desc, &pr.db.desc, &o, &p);
+  EXPECT_TRUE(s == STRATA_ERROR_INVALID_DEVICE || s == STRATA_ERROR_DEVICE_UNAVAILABLE) << s;
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("weight"), std::string::npos);
+}
+
+TEST(ChunkLoss, DtypeRules) {
+  Problem pr(STRATA_DTYPE_BF16, 8, 16, 20, 1);
+  const auto o = defaults();
+  strata_tensor_desc x = pr.h.desc;
+  x.dtype = STRATA_DTYPE_I32;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "chunk_loss: hidden", &x);
+  strata_tensor_desc w = pr.w.desc;
+  w.dtype = STRATA_DTYPE_F32;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "weight", nullptr, &w);
+  strata_tensor_desc b = pr.b.desc;
+  b.dtype = STRATA_DTYPE_F16;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "bias", nullptr, nullptr, &b);
+  strata_tensor_desc t = pr.t.desc;
+  t.dtype = STRATA_DTYPE_I32;
+  t.strides[0] = 1;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "target", nullptr, nullptr, nullptr, &t);
+  strata_tensor_desc loss = pr.loss.desc;
+  loss.dtype = STRATA_DTYPE_BF16;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "loss", nullptr, nullptr, nullptr, nullptr, &loss);
+  strata_tensor_desc dh = pr.dh.desc;
+  dh.dtype = STRATA_DTYPE_F16;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_DTYPE, "dhidden must be f32 or bf16", nullptr, nullptr, nullptr,
+                    nullptr, nullptr, nullptr, &dh);
+}
+
+TEST(ChunkLoss, ShapeRules) {
+  Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 1);
+  const auto o = defaults();
+  const strata_tensor_desc w = make_desc(STRATA_DTYPE_F32, {20, 15});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "weight must have shape [V, D] with D = 16", nullptr, &w);
+  const strata_tensor_desc w0 = make_desc(STRATA_DTYPE_F32, {0, 16});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "V >= 1", nullptr, &w0);
+  const strata_tensor_desc h3 = make_desc(STRATA_DTYPE_F32, {2, 4, 16});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "hidden", &h3);
+  const strata_tensor_desc b = make_desc(STRATA_DTYPE_F32, {21});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "bias", nullptr, nullptr, &b);
+  const strata_tensor_desc t = make_desc(STRATA_DTYPE_I64, {9});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "target", nullptr, nullptr, nullptr, &t);
+  const strata_tensor_desc loss = make_desc(STRATA_DTYPE_F32, {2});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "loss must be a scalar", nullptr, nullptr, nullptr, nullptr,
+                    &loss);
+  const strata_tensor_desc lse = make_desc(STRATA_DTYPE_F32, {7});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "lse", nullptr, nullptr, nullptr, nullptr, nullptr, &lse);
+  const strata_tensor_desc dw = make_desc(STRATA_DTYPE_F32, {20, 17});
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_SHAPE, "dweight", nullptr, nullptr, nullptr, nullptr, nullptr,
+                    nullptr, nullptr, &dw);
+}
+
+TEST(ChunkLoss, StrideRules) {
+  Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 1);
+  const auto o = defaults();
+  strata_tensor_desc h = pr.h.desc;
+  h.strides[1] = 2;
+  h.strides[0] = 32;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_STRIDE, "hidden", &h);
+  strata_tensor_desc dw = pr.dw.desc;
+  dw.strides[0] = 0;
+  expect_plan_fails(pr, o, STRATA_ERROR_INVALID_STRIDE, "dweight", nullptr, nullptr, nullptr, nullptr, nullptr,
+                    nullptr, nullptr, &dw);
+}
+
+TEST(ChunkLoss, AttributeRules) {
+  Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 1);
+  struct Rule {
+    void (*set)(strata_chunk_loss_options&);
+    const char* text;
+  };
+  const Rule rules[] = {
+      {[](strata_chunk_loss_options& o) { o.reduction = 2; }, "reduction must be 0 (mean) or 1 (sum), got 2"},
+      {[](strata_chunk_loss_options& o) { o.label_smoothing = 1.5f; }, "label_smoothing must be in [0, 1]"},
+      {[](strata_chunk_loss_options& o) { o.label_smoothing = NAN; }, "label_smoothing must be in [0, 1]"},
+      {[](strata_chunk_loss_options& o) { o.logit_scale = INFINITY; }, "logit_scale must be finite"},
+      {[](strata_chunk_loss_options& o) { o.softcap = -1.f; }, "softcap must be 0 (off) or finite and > 0"},
+      {[](strata_chunk_loss_options& o) { o.softcap = NAN; }, "softcap must be 0 (off) or finite and > 0"},
+      {[](strata_chunk_loss_options& o) { o.lse_square_scale = -0.1f; }, "lse_square_scale must be finite and >= 0"},
+      {[](strata_chunk_loss_options& o) { o.grad_scale = NAN; }, "grad_scale must be finite"},
+      {[](strata_chunk_loss_options& o) { o.strategy = 3; }, "strategy must be 0 (auto)"},
+      {[](strata_chunk_loss_options& o) { o.chunk_rows = -1; }, "chunk_rows must be 0 (auto)"},
+      {[](strata_chunk_loss_options& o) { o.vocab_tile = -5; }, "vocab_tile must be 0 (auto)"},
+  };
+  for (const Rule& r : rules) {
+    auto o = defaults();
+    r.set(o);
+    expect_plan_fails(pr, o, STRATA_ERROR_INVALID_ATTRIBUTE, r.text);
+  }
+}
+
+// An out-of-range target fails the run on every CPU implementation and writes nothing.
+TEST(ChunkLoss, TargetsOutOfRangeFailAndWriteNothing) {
+  for (const std::string& impl : atk::impls_for("chunk_loss", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (double bad : {20.0, -1.0, 1e6}) {
+      Problem pr(STRATA_DTYPE_F32, 8, 16, 20, 2, 0.0);
+      pr.t.set(5, bad);
+      const auto o = defaults();
+      EXPECT_EQ(pr.run_fwd(&o), STRATA_ERROR_INVALID_VALUE) << impl;
+      EXPECT_NE(std::string(strata_get_last_error_message()).find("target[5]"), std::string::npos) << impl;
+      for (const HostTensor* x : {&pr.loss, &pr.lse, &pr.dh, &pr.dw, &pr.db}) EXPECT_TRUE(all_poison(*x)) << impl;
+      EXPECT_EQ(pr.run_bwd(&o), STRATA_ERROR_INVALID_VALUE) << impl;
+      for (const HostTensor* x : {&pr.dh, &pr.dw, &pr.db}) EXPECT_TRUE(all_poison(*x)) << impl;
+    }
+  }
+}
+
+// Gradients of the float64 reference against central differences of its loss, every option on.
+TEST(ChunkLoss, GradientMatchesFloat64FiniteDifferences) {
+  ForceImpl force("reference");
+  for (int mode = 0; mode < 2; ++mode) {  // 0: forward op with grad_scale; 1: backward op with dloss
+    Problem pr(STRATA_DTYPE_F64, 6, 5, 7, 11 + mode, 0.3);
+    pr.t.set(0, 3.0);  // at least one valid row
+    auto o = defaults();
+    o.label_smoothing = 0.1f;
+    o.lse_square_scale = 0.05f;
+    o.softcap = 3.f;
+    o.logit_scale = 0.8f;
+    o.reduction = mode == 0 ? STRATA_CHUNK_LOSS_MEAN : STRATA_CHUNK_LOSS_SUM;
+    const double G = mode == 0 ? 0.7 : -1.3;
+    if (mode == 0) o.grad_scale = static_cast<float>(G);
+    pr.g.set(0, G);
+    ASSERT_EQ(pr.run_fwd(&o, mode == 0), STRATA_SUCCESS) << strata_get_last_error_message();
+    if (mode == 1) ASSERT_EQ(pr.run_bwd(&o), STRATA_SUCCESS) << strata_get_last_error_message();
+    const std::vector<double> dh = pr.dh.values(), dw = pr.dw.values(), db = pr.db.values();
+    auto loss_at = [&]() {
+      Problem q = pr;
+      auto o2 = o;
+      EXPECT_EQ(q.run_fwd(&o2, false), STRATA_SUCCESS);
+      return q.loss.get(0);
+    };
+    const double step = 1e-6;
+    auto check_fd = [&](HostTensor& x, const std::vector<double>& grad, const char* name) {
+      double err = 0, ref = 0;
+      for (int64_t e = 0; e < x.numel(); ++e) {
+        const double v = x.get(e);
+        x.set(e, v + step);
+        const double lp = loss_at();
+        x.set(e, v - step);
+        const double lm = loss_at();
+        x.set(e, v);
+        const double fd = G * (lp - lm) / (2 * step);
+        err = std::max(err, std::fabs(fd - grad[static_cast<size_t>(e)]));
+        ref = std::max(ref, std::fabs(fd));
+      }
+      EXPECT_LT(err, 1e-7 * std::max(ref, 1.0)) << name << " mode " << mode;
+      EXPECT_GT(ref, 1e-4) << name;  // the check is not vacuous
+    };
+    check_fd(pr.h, dh, "dhidden");
+    check_fd(pr.w, dw, "dweight");
+    check_fd(pr.b, db, "dbias");
+  }
+}
+
+// Same bits run to run and with 1 or 2 threads, for both strategies and each CPU implementation.
+TEST(ChunkLoss, BitwiseAcrossRunsAndThreadCounts) {
+  for (const std::string& impl : atk::impls_for("chunk_loss", kCpu)) {
+    if (impl == "reference") continue;
+    ForceImpl force(impl.c_str());
+    for (int32_t strat : {STRATA_CHUNK_LOSS_TOKEN_CHUNKED, STRATA_CHUNK_LOSS_VOCAB_TILED})
+      for (int32_t dt : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}) {
+        auto o = defaults();
+        o.strategy = strat;
+        o.chunk_rows = 48;
+        o.vocab_tile = 200;
+        o.label_smoothing = 0.1f;
+        std::vector<std::vector<uint8_t>> outs;
+        for (int threads : {1, 2, 2, 1}) {
+          ThreadCount tc(threads);
+          Problem pr(dt, 150, 96, 700, 5);
+          ASSERT_EQ(pr.run_fwd(&o), STRATA_SUCCESS) << strata_get_last_error_message();
+          std::vector<uint8_t> all;
+          for (const HostTensor* x : {&pr.loss, &pr.lse, &pr.dh, &pr.dw, &pr.db})
+            all.insert(all.end(), x->storage.begin(), x->storage.end());
+          outs.push_back(all);
+        }
+        for (size_t i = 1; i < outs.size(); ++i) EXPECT_EQ(outs[i], outs[0]) << impl << " strategy " << strat;
+      }
+  }
+}
+
+// Token-chunked, vocab-tiled and the backward op agree (to f32 rounding) on the same problem.
+TEST(ChunkLoss, StrategiesAndBackwardOpAgree) {
+  Problem base(STRATA_DTYPE_F32, 70, 64, 333, 9);
+  auto o = defaults();
+  o.softcap = 10.f;
+  o.chunk_rows = 16;
+  o.vocab_tile = 100;
+  std::vector<std::vector<double>> res;
+  for (int k = 0; k < 3; ++k) {
+    Problem pr = base;
+    o.strategy = k == 0 ? STRATA_CHUNK_LOSS_TOKEN_CHUNKED : STRATA_CHUNK_LOSS_VOCAB_TILED;
+    ASSERT_EQ(pr.run_fwd(&o, k < 2), STRATA_SUCCESS) << strata_get_last_error_message();
+    if (k == 2) ASSERT_EQ(pr.run_bwd(&o), STRATA_SUCCESS) << strata_get_last_error_message();
+    std::vector<double> v = pr.dw.values();
+    const std::vector<double> dh = pr.dh.values();
+    v.insert(v.end(), dh.begin(), dh.end());
+    v.push_back(pr.lse.get(3));
+    res.push_back(v);
+  }
+  for (int k = 1; k < 3; ++k)
+    for (size_t i = 0; i < res[0].size(); ++i) ASSERT_NEAR(res[k][i], res[0][i], 1e-5 * (1 + std::fabs(res[0][i]))) << k;
+}
+
+std::string plan_summary(int32_t dt, int64_t N, int64_t D, int64_t V, int32_t gdt, int32_t strategy, size_t* ws) {
+  const strata_tensor_desc h = make_desc(dt, {N, D}), w = make_desc(dt, {V, D}), t = make_desc(STRATA_DTYPE_I64, {N});
+  const strata_tensor_desc loss = make_desc(STRATA_DTYPE_F32, {}), lse = make_desc(STRATA_DTYPE_F32, {N});
+  const strata_tensor_desc dh = make_desc(gdt, {N, D}), dw = make_desc(gdt, {V, D});
+  auto o = defaults();
+  o.strategy = strategy;
+  strata_plan p = nullptr;
+  EXPECT_EQ(strata_chunk_loss_plan(&h, &w, nullptr, &t, &loss, &lse, &dh, &dw, nullptr, &o, &p), STRATA_SUCCESS);
+  strata_plan_workspace_size(p, ws);
+  std::string s = plan_from_handle(p)->summary;
+  strata_plan_destroy(p);
+  return s;
+}
+
+// The documented heuristic (README.md): token_chunked when its f32 dW accumulator fits (f32 dweight) and chunks
+// are tall enough, vocab_tiled otherwise; forcing works; the workspace of the chosen plan stays in the budget
+// where the README says it does.
+TEST(ChunkLoss, StrategyHeuristicAndBudget) {
+  size_t ws = 0;
+  std::string s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, 0, &ws);
+  EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
+  EXPECT_LE(ws, size_t{64} << 20) << s;
+  s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, 0, &ws);
+  EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;  // a bf16 dW would need a 125 MiB f32 copy
+  s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, STRATA_CHUNK_LOSS_TOKEN_CHUNKED, &ws);
+  EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
+  EXPECT_GE(ws, size_t{32000} * 1024 * 4);  // forced: the f32 accumulator is workspace
+  s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, STRATA_CHUNK_LOSS_VOCAB_TILED, &ws);
+  EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;
+  EXPECT_LE(ws, (size_t{64} << 20) + (size_t{1} << 20)) << s;
+}
+
+}  // namespace
+}  // namespace strata
