@@ -7,7 +7,7 @@ import torch
 
 from strata import api
 
-from conftest import device_dtypes, rel_rms
+from conftest import device_dtypes, rel_rms, requires_cuda
 
 TOLS = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 
@@ -162,3 +162,25 @@ def test_fake_shapes_compile():
     eager = f(x["k"], x["v"], x["g"], x["beta"], x["q"])
     compiled = torch.compile(f, fullgraph=True)(x["k"], x["v"], x["g"], x["beta"], x["q"])
     assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+@pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch < 2.4: no torch.library.opcheck")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])])
+def test_opcheck(device):
+    from strata import _ops
+    x = make_inputs(1, 40, 1, 2, 16, 8, device, torch.float32, BT=16)
+    cu = torch.tensor([0, 7, 40], dtype=torch.int64, device=device)
+    w, u, A = api.prepare_wy_repr_fwd(x["k"], x["v"], x["g"], x["beta"], chunk_size=16)
+    h, vn, _ = api.chunk_gated_delta_rule_fwd_h(x["k"], w, u, g=x["g"], chunk_size=16)
+    Akk = api.chunk_scaled_dot_kkt(x["k"], x["g"], x["beta"], chunk_size=16)
+    cases = [
+        ("chunk_scaled_dot_kkt", (x["k"], x["g"], x["beta"], None, 16, torch.float32)),
+        ("chunk_scaled_dot_kkt", (x["k"], None, x["beta"], cu, 32, torch.bfloat16)),
+        ("solve_tril", (Akk, None, torch.float32)),
+        ("recompute_w_u_fwd", (x["k"], x["v"], x["beta"], A, x["g"], None)),
+        ("prepare_wy_repr_fwd", (x["k"], x["v"], x["g"], x["beta"], cu, 16, torch.float32)),
+        ("chunk_gated_delta_rule_fwd_h", (x["k"], w, u, x["g"], x["h0"][:1], None, 16, 3, True)),
+        ("chunk_fwd_o", (x["q"], x["k"], vn, h, x["g"], None, 0.25, 16)),
+    ]
+    for name, args in cases:
+        torch.library.opcheck(_ops.OPS[name].overload, args)
