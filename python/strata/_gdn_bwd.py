@@ -4,14 +4,15 @@ The Gated DeltaNet backward chunk operators (docs/reference/ops_gdn_kda.md §3.2
 names, argument names and layouts: chunk_bwd_dv_local, chunk_gated_delta_rule_bwd_dhu, chunk_bwd_dqkwg,
 prepare_wy_repr_bwd. They are gradients themselves (fla does not differentiate them either), so they have no
 autograd. `g` is the chunk-local cumsum of the log gates (γ, float32), as fla passes it to these kernels.
-Optional outputs the C ops do not produce come back as None.
+Optional outputs the C ops do not produce come back as None. dg and dh0 are float32 (float64 with float64
+inputs, the CPU reference path used by gradient checks).
 """
 
 from typing import Optional, Tuple
 
 import torch
 
-from ._ops import OP, define, empty, empty_like, launch
+from ._ops import OP, define, empty, empty_like, launch, stat_dtype
 
 __all__ = ["chunk_bwd_dv_local", "chunk_gated_delta_rule_bwd_dhu", "chunk_bwd_dqkwg", "prepare_wy_repr_bwd"]
 
@@ -48,7 +49,7 @@ def _dhu_outputs(q, w, do, dv, cu_seqlens, num_chunks, want_dh0, make):
     HV, V = do.shape[2], do.shape[3]
     N = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else B
     dh = make((B, num_chunks, HV, K, V), q.dtype)
-    dh0 = make((N, HV, K, V), torch.float32) if want_dh0 else make(_NONE, torch.float32)
+    dh0 = make((N, HV, K, V), stat_dtype(q.dtype)) if want_dh0 else make(_NONE, torch.float32)
     dv2 = make(tuple(dv.shape), dv.dtype)
     return dh, dh0, dv2
 
@@ -72,18 +73,19 @@ def _dhu(q, k, w, do, dv, g, dht, cu_seqlens, num_chunks, want_dh0, scale, chunk
 # chunk_bwd_dqkwg (§4.11)
 
 
-def _dqkwg_outputs(q, k, v, want_dw, want_dg, make):
+def _dqkwg_outputs(q, k, v, want_dw, want_dg, make, g_dtype=torch.float32):
     B, T, _, K = q.shape
     HV = v.shape[2]
     dq = make(tuple(q.shape), q.dtype)
     dk = make(tuple(k.shape), k.dtype)
     dw = make((B, T, HV, K), q.dtype) if want_dw else make(_NONE, torch.float32)
-    dg = make((B, T, HV), torch.float32) if want_dg else make(_NONE, torch.float32)
+    dg = make((B, T, HV), stat_dtype(g_dtype)) if want_dg else make(_NONE, torch.float32)
     return dq, dk, dw, dg
 
 
 def _dqkwg_fake(q, k, v, do, h, dh, dv, g, cu_seqlens, want_dw, scale, chunk_size):
-    return _dqkwg_outputs(q, k, v, want_dw, g is not None, lambda s, d: q.new_empty(s, dtype=d))
+    return _dqkwg_outputs(q, k, v, want_dw, g is not None, lambda s, d: q.new_empty(s, dtype=d),
+                          g.dtype if g is not None else torch.float32)
 
 
 @define("chunk_bwd_dqkwg",
@@ -92,7 +94,8 @@ def _dqkwg_fake(q, k, v, do, h, dh, dv, g, cu_seqlens, want_dw, scale, chunk_siz
         fake=_dqkwg_fake, tensor_args=(0, 1, 2, 3, 4, 5, 6, 7, 8))
 def _dqkwg(q, k, v, do, h, dh, dv, g, cu_seqlens, want_dw, scale, chunk_size):
     want_dg = g is not None
-    dq, dk, dw, dg = _dqkwg_outputs(q, k, v, want_dw, want_dg, lambda s, d: empty(s, d, q))
+    dq, dk, dw, dg = _dqkwg_outputs(q, k, v, want_dw, want_dg, lambda s, d: empty(s, d, q),
+                                    g.dtype if want_dg else torch.float32)
     launch(OP.chunk_bwd_dqkwg, (q, k, v, do, h, dh, dv, g, cu_seqlens, dq, dk, dw if want_dw else None,
                                 dg if want_dg else None), (scale, chunk_size))
     return dq, dk, dw, dg
@@ -102,13 +105,14 @@ def _dqkwg(q, k, v, do, h, dh, dv, g, cu_seqlens, want_dw, scale, chunk_size):
 # prepare_wy_repr_bwd (§4.6)
 
 
-def _wy_outputs(k, v, beta, want_dg, make):
+def _wy_outputs(k, v, beta, want_dg, make, g_dtype=torch.float32):
     return (make(tuple(k.shape), k.dtype), make(tuple(v.shape), v.dtype), make(tuple(beta.shape), beta.dtype),
-            make(tuple(beta.shape), torch.float32) if want_dg else make(_NONE, torch.float32))
+            make(tuple(beta.shape), stat_dtype(g_dtype)) if want_dg else make(_NONE, torch.float32))
 
 
 def _wy_fake(k, v, beta, A, dw, du, g, cu_seqlens):
-    return _wy_outputs(k, v, beta, g is not None, lambda s, d: k.new_empty(s, dtype=d))
+    return _wy_outputs(k, v, beta, g is not None, lambda s, d: k.new_empty(s, dtype=d),
+                       g.dtype if g is not None else torch.float32)
 
 
 @define("prepare_wy_repr_bwd",
@@ -117,7 +121,8 @@ def _wy_fake(k, v, beta, A, dw, du, g, cu_seqlens):
         fake=_wy_fake, tensor_args=(0, 1, 2, 3, 4, 5, 6, 7))
 def _wy(k, v, beta, A, dw, du, g, cu_seqlens):
     want_dg = g is not None
-    dk, dv, db, dg = _wy_outputs(k, v, beta, want_dg, lambda s, d: empty(s, d, k))
+    dk, dv, db, dg = _wy_outputs(k, v, beta, want_dg, lambda s, d: empty(s, d, k),
+                                 g.dtype if want_dg else torch.float32)
     launch(OP.prepare_wy_repr_bwd, (k, v, beta, A, dw, du, g, cu_seqlens, dk, dv, db, dg if want_dg else None), ())
     return dk, dv, db, dg
 
