@@ -10,7 +10,7 @@
 //   forward_subst    chunk slot x value head               (I + M)^-1 by forward substitution, row by row
 //   wy_tile          chunk slot x value head x col tile    u / w = A · (β [e^γ] X) for one 64-column tile
 //   fused_wy         chunk slot x value head               kkt + forward_subst + all w / u column tiles
-//   state_scan       sequence x value head x 32-col tile   S [K x 32] in shared memory across the chunks
+//   state_scan       sequence x value head x 16-col tile   S [K x 16] in shared memory across the chunks
 //   chunk_tile       chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + Lower(Q Kᵀ ⊙ Γ) Vn)
 //
 // Chunk slots past the last chunk of a varlen pack exit at once (gdn_common.h); cu_seqlens values are
@@ -31,7 +31,10 @@ constexpr int kThreads = 256;
 constexpr int kTile = 64;        // rows (chunk positions) and contraction slice width
 constexpr int kLd = kTile + 1;   // padded leading dim of a 64 x 64 shared tile
 constexpr int kTileFloats = kTile * kLd;
-constexpr int kStateCols = 32;   // state_scan: columns of S per block
+// state_scan: columns of S per block. 16 (not 32) doubles the blocks of this latency-bound sequential kernel
+// (H200 run 1: 32 columns gave 128 blocks for B = 4, HV = 8, V = 128 and ran at ~3 TFLOP/s).
+constexpr int kStateCols = 16;
+constexpr int kCPT = kStateCols / 4;  // columns per thread: 256 threads = 64 rows x 4 column groups
 constexpr int kSLd = kStateCols + 1;
 
 __device__ __forceinline__ int64_t off_tok(const GdnTensor& t, int64_t b, int64_t tok, int64_t head) {
@@ -279,7 +282,8 @@ __global__ void __launch_bounds__(kThreads) fused_wy(const GdnFwdParams p) {
   for (int64_t t = 0; t < nt; ++t) wy_column_tile(p, c, hv, L, X, gam, bet, t, nk, ks);
 }
 
-// S [K x 32] for columns [v0, v0 + 32) of one (sequence, value head), carried across the chunks in shared memory.
+// S [K x kStateCols] for columns [v0, v0 + kStateCols) of one (sequence, value head), carried across the chunks
+// in shared memory.
 __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ float sm[];
   float* S = sm;                                  // [K][kSLd]
@@ -314,11 +318,11 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
     for (int i = tid; i < kTile; i += kThreads)
       gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t0 + i, hv)) : 0.f;
     __syncthreads();
-    // Vn = U − W S: thread owns rows i = tid / 4 (0..63), columns (tid % 4) * 8 .. + 8.
-    const int i = tid / 4, cb = (tid % 4) * 8;
-    float acc[8];
+    // Vn = U − W S: thread owns rows i = tid / 4 (0..63), columns (tid % 4) * kCPT .. + kCPT.
+    const int i = tid / 4, cb = (tid % 4) * kCPT;
+    float acc[kCPT];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) acc[q] = 0.f;
+    for (int q = 0; q < kCPT; ++q) acc[q] = 0.f;
     for (int64_t d0 = 0; d0 < K; d0 += kTile) {
       __syncthreads();
       load_tile(xs, p.w, off_tok(p.w, sq.b, t0, hv), p.w.st[1], p.w.st[3], L, d0, K);
@@ -328,12 +332,12 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
         const float wv = xs[i * kLd + d];
         const float* srow = S + (d0 + d) * kSLd + cb;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[q] = fmaf(wv, srow[q], acc[q]);
+        for (int q = 0; q < kCPT; ++q) acc[q] = fmaf(wv, srow[q], acc[q]);
       }
     }
     const float glast = gam[L - 1];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < kCPT; ++q) {
       const int64_t col = v0 + cb + q;
       float v = 0.f;
       if (i < L && col < V) {
@@ -343,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
       }
       vn[i * kSLd + cb + q] = v;
     }
-    // S = e^{γ_last} S + Kᵀ Vd, one 64-row slice of S at a time: thread owns S rows d0 + tid / 4, 8 columns.
+    // S = e^{γ_last} S + Kᵀ Vd, one 64-row slice of S at a time: thread owns S row d0 + tid / 4, kCPT columns.
     const float decay = expf(glast);
     for (int64_t d0 = 0; d0 < K; d0 += kTile) {
       __syncthreads();
@@ -351,16 +355,16 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
       __syncthreads();
       const int a = tid / 4;
       if (d0 + a < K) {
-        float s[8];
+        float s[kCPT];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) s[q] = decay * S[(d0 + a) * kSLd + cb + q];
+        for (int q = 0; q < kCPT; ++q) s[q] = decay * S[(d0 + a) * kSLd + cb + q];
         for (int r = 0; r < L; ++r) {
           const float kv = xs[r * kLd + a];
 #pragma unroll
-          for (int q = 0; q < 8; ++q) s[q] = fmaf(kv, vn[r * kSLd + cb + q], s[q]);
+          for (int q = 0; q < kCPT; ++q) s[q] = fmaf(kv, vn[r * kSLd + cb + q], s[q]);
         }
 #pragma unroll
-        for (int q = 0; q < 8; ++q) S[(d0 + a) * kSLd + cb + q] = s[q];
+        for (int q = 0; q < kCPT; ++q) S[(d0 + a) * kSLd + cb + q] = s[q];
       }
     }
   }
