@@ -41,15 +41,41 @@ __device__ __forceinline__ int64_t off_tok(const GdnTensor& t, int64_t b, int64_
   return b * t.st[0] + tok * t.st[1] + head * t.st[2];
 }
 
+// One element of a tensor of dtype kDt (f32 / bf16 / f16: the dtypes the CUDA plans admit) as f32.
+template <int kDt>
+__device__ __forceinline__ float load_as(const void* base, int64_t i) {
+  if constexpr (kDt == STRATA_DTYPE_F32) return static_cast<const float*>(base)[i];
+  else if constexpr (kDt == STRATA_DTYPE_BF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  else return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+}
+
 // dst[r][c] (ld kLd) = element (row r, col c0 + c) of a [rows x cols] strided matrix, 0 outside
-// (r >= rows or c0 + c >= cols). 64 x 64 tile; consecutive threads take consecutive columns.
+// (r >= rows or c0 + c >= cols). 64 x 64 tile; consecutive threads take consecutive columns. Each thread
+// issues all of its kPer global loads before the first shared store (typed, unrolled), so they are in flight
+// together: with a load-then-store loop the loads were serialised (H200 run 1: the sequential state scan
+// spent most of its time waiting on them).
+template <int kDt>
+__device__ __forceinline__ void load_tile_t(float* dst, const void* data, int64_t base, int64_t rs, int64_t cs,
+                                            int rows, int64_t c0, int64_t cols) {
+  static_assert(kThreads % kTile == 0, "a thread keeps one column of the tile");
+  constexpr int kRowStep = kThreads / kTile;      // rows between a thread's elements
+  constexpr int kPer = kTile / kRowStep;          // elements per thread
+  const int c = static_cast<int>(threadIdx.x) % kTile, r0 = static_cast<int>(threadIdx.x) / kTile;
+  const bool col_ok = c0 + c < cols;
+  const int64_t off0 = base + r0 * rs + (c0 + c) * cs, step = kRowStep * rs;
+  float v[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    v[u] = (col_ok && r0 + u * kRowStep < rows) ? load_as<kDt>(data, off0 + u * step) : 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) dst[(r0 + u * kRowStep) * kLd + c] = v[u];
+}
 __device__ void load_tile(float* dst, const GdnTensor& t, int64_t base, int64_t rs, int64_t cs, int rows, int64_t c0,
                           int64_t cols) {
-  for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
-    const int r = idx / kTile, c = idx % kTile;
-    float v = 0.f;
-    if (r < rows && c0 + c < cols) v = load_f(t, base + r * rs + (c0 + c) * cs);
-    dst[r * kLd + c] = v;
+  switch (t.dtype) {
+    case STRATA_DTYPE_F32: load_tile_t<STRATA_DTYPE_F32>(dst, t.data, base, rs, cs, rows, c0, cols); break;
+    case STRATA_DTYPE_BF16: load_tile_t<STRATA_DTYPE_BF16>(dst, t.data, base, rs, cs, rows, c0, cols); break;
+    default: load_tile_t<STRATA_DTYPE_F16>(dst, t.data, base, rs, cs, rows, c0, cols); break;
   }
 }
 
@@ -284,7 +310,7 @@ __global__ void __launch_bounds__(kThreads) fused_wy(const GdnFwdParams p) {
 
 // S [K x kStateCols] for columns [v0, v0 + kStateCols) of one (sequence, value head), carried across the chunks
 // in shared memory.
-__global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int64_t nvt) {
+__global__ void __launch_bounds__(kThreads, 2) state_scan(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ float sm[];
   float* S = sm;                                  // [K][kSLd]
   float* xs = S + kMaxK * kSLd;                   // W or K slice [64][kLd]
@@ -377,7 +403,7 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
     }
 }
 
-__global__ void __launch_bounds__(kThreads) chunk_tile(const GdnFwdParams p, int64_t nvt) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_tile(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ float sm[];
   float* qs = sm;
   float* ks = sm + kTileFloats;
