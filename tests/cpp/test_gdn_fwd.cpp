@@ -6,6 +6,7 @@
 // untouched); the C++ wrappers.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
 #include "tile/cpu/gemm.h"
+#include "ops/linear_attn/gdn_common/gdn_common.h"
 #include <chrono>
 #include <omp.h>
 
@@ -357,6 +359,78 @@ TEST(GdnFwd, ChunkSizesAgree) {
     const Outputs o = pipeline(p, in, BT, STRATA_DTYPE_F32, true, 0.5f);
     EXPECT_LT(rel_rms(o.o.values(), o64.o.values()), 1e-5) << BT;
     EXPECT_LT(rel_rms(o.ht.values(), o64.ht.values()), 1e-5) << BT;
+  }
+}
+
+// The chunk enumeration every kernel uses (gdn_common.h, host and device code): slots map one-to-one onto the
+// chunks of the pack in sequence order, with the flat index offsets[n] + c; slots past the end are invalid;
+// any cu_seqlens values (also invalid ones) only give in-bounds chunk ranges.
+TEST(GdnCommon, ChunkEnumerationMatchesDirectList) {
+  namespace gd = linear_attn::gdn;
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t BT = int64_t{16} << (trial % 3);
+    const int64_t N = 1 + static_cast<int64_t>(rng() % 12);
+    std::vector<int64_t> cu = {0};
+    for (int64_t n = 0; n < N; ++n) cu.push_back(cu.back() + static_cast<int64_t>(rng() % 4 == 0 ? 0 : rng() % 150));
+    const int64_t T = cu.back();
+    const bool corrupt = trial % 5 == 4;  // invalid values: negative, decreasing, past T
+    if (corrupt) {
+      cu[1 + rng() % N] = -7;
+      cu[rng() % (N + 1)] = T + 100;
+    }
+    gd::GdnChunks m;
+    m.cu = cu.data();
+    m.N = N;
+    m.T = T;
+    m.BT = BT;
+    m.B = 1;
+    std::vector<int64_t> offsets(static_cast<size_t>(N + 1));
+    const int64_t total = gd::fill_chunk_offsets(m, offsets.data());
+    m.offsets = offsets.data();
+    // The kernels' grid bound holds for valid packs; with invalid values the chunks past it are skipped
+    // (their ranges would still be in bounds, as checked below).
+    if (!corrupt) EXPECT_LE(total, gd::chunk_slots(m));
+    std::vector<std::array<int64_t, 4>> direct;  // (n, c, s, e) from clamped values
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t bos = gd::cu_at(m, n), eos = gd::cu_at(m, n + 1);
+      int64_t c = 0;
+      for (int64_t t = bos; t < eos; t += BT, ++c) direct.push_back({n, c, t, std::min(t + BT, eos)});
+    }
+    ASSERT_EQ(static_cast<int64_t>(direct.size()), total);
+    for (int64_t i = 0; i < std::max(total + 3, gd::chunk_slots(m)); ++i) {
+      const gd::ChunkPos p = gd::locate_chunk(m, i);
+      if (i >= total) {
+        EXPECT_FALSE(p.valid) << i;
+        continue;
+      }
+      ASSERT_TRUE(p.valid) << "slot " << i;
+      EXPECT_EQ(p.n, direct[static_cast<size_t>(i)][0]);
+      EXPECT_EQ(p.c, direct[static_cast<size_t>(i)][1]);
+      EXPECT_EQ(p.s, direct[static_cast<size_t>(i)][2]);
+      EXPECT_EQ(p.e, direct[static_cast<size_t>(i)][3]);
+      EXPECT_EQ(p.idx, i);
+      EXPECT_TRUE(p.s >= 0 && p.s < p.e && p.e <= T && p.e - p.s <= BT);
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      const gd::SeqPos q = gd::locate_sequence(m, n);
+      EXPECT_EQ(q.chunk0, offsets[static_cast<size_t>(n)]);
+      EXPECT_TRUE(q.bos >= 0 && q.bos <= q.eos && q.eos <= T);
+    }
+  }
+  // fixed length: slot i = (b, c) with i = b * NTr + c
+  gd::GdnChunks f;
+  f.B = 3;
+  f.T = 100;
+  f.BT = 32;
+  f.N = 3;
+  f.NTr = 4;
+  for (int64_t i = 0; i < gd::chunk_slots(f); ++i) {
+    const gd::ChunkPos p = gd::locate_chunk(f, i);
+    ASSERT_TRUE(p.valid);
+    EXPECT_EQ(p.b, i / 4);
+    EXPECT_EQ(p.s, (i % 4) * 32);
+    EXPECT_EQ(p.e, std::min<int64_t>((i % 4) * 32 + 32, 100));
   }
 }
 

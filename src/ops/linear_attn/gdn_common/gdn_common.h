@@ -91,7 +91,9 @@ STRATA_HD int64_t cu_at(const GdnChunks& m, int64_t i) {
 }
 
 // An upper bound on the number of chunks (grid size of chunk-parallel kernels): B * NTr fixed;
-// ceil(T / BT) + N varlen (sum of ceil(L_n / BT) <= sum (L_n / BT + 1)).
+// ceil(T / BT) + N varlen (sum of ceil(L_n / BT) <= sum (L_n / BT + 1)) for valid cu_seqlens. With invalid
+// values (overlapping clamped sequences) chunks past the bound are simply not visited; every visited range
+// stays inside [0, T) (tests/cpp/test_gdn_fwd.cpp, GdnCommon.*).
 STRATA_HD int64_t chunk_slots(const GdnChunks& m) {
   return m.varlen() ? cdiv(m.T, m.BT) + m.N : m.B * m.NTr;
 }

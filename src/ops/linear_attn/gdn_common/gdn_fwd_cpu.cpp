@@ -9,9 +9,9 @@
 //   kkt, prepare_wy, fwd_o : (chunk, q/k head h): the Gram matrices K Kᵀ / Q Kᵀ [L x L] are formed once and
 //                            reused by the G value heads of the group (GVA);
 //   solve_tril, recompute  : (chunk, value head);
-//   fwd_h                  : (sequence, value head, 64-column block of V): columns of the state are
-//                            independent (Vn = U − W S and S' = e^{γ_last} S + Kᵀ Vd act column-wise), which
-//                            gives parallelism even for one sequence, and a [K x 64] f32 state block stays in L2.
+//   fwd_h                  : (sequence, value head, column block of V: 64, or up to 256 when N·HV >= 8):
+//                            columns of the state are independent (Vn = U − W S and S' = e^{γ_last} S + Kᵀ Vd act
+//                            column-wise), which gives parallelism even for one sequence; the block stays in L2.
 // Numerics: f32 throughout; exp only of non-positive arguments γ_i − γ_j (i >= j), γ_last − γ_i, γ (g <= 0),
 // and masked entries are selected to 0, never multiplied by a mask.
 #undef HWY_TARGET_INCLUDE
@@ -354,7 +354,10 @@ void PrepareWY(const Ctx& x) {
 void FwdH(const Ctx& x) {
   const GdnFwdParams& p = x.p;
   const int64_t K = p.shape.K, V = p.shape.V, BT = p.shape.BT, HV = p.shape.HV;
-  constexpr int64_t kVB = 64;
+  // Column block of the state per item: 64 columns when (sequences x heads) alone give too few items for the
+  // threads, else up to 256 (fewer, wider GEMMs; W and K read once per chunk). Chosen from the problem only,
+  // never from the thread count, so the bits do not depend on it.
+  const int64_t kVB = p.shape.N * HV >= 8 ? std::min<int64_t>(V, 256) : 64;
   const int64_t nvb = cdiv(V, kVB);
   const int64_t items = p.shape.N * HV * nvb;
   tile::parallel_blocks(items, 1, [&](int64_t i0, int64_t i1) {

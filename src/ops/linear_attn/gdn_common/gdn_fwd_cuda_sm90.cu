@@ -10,7 +10,7 @@
 //   forward_subst    chunk slot x value head               (I + M)^-1 by forward substitution, row by row
 //   wy_tile          chunk slot x value head x col tile    u / w = A · (β [e^γ] X) for one 64-column tile
 //   fused_wy         chunk slot x value head               kkt + forward_subst + all w / u column tiles
-//   state_scan       sequence x value head x 32-col tile   S [K x 32] in shared memory across the chunks
+//   state_scan       sequence x value head x 16-col tile   S [K x 16] in shared memory across the chunks
 //   chunk_tile       chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + Lower(Q Kᵀ ⊙ Γ) Vn)
 //
 // Chunk slots past the last chunk of a varlen pack exit at once (gdn_common.h); cu_seqlens values are
@@ -31,22 +31,51 @@ constexpr int kThreads = 256;
 constexpr int kTile = 64;        // rows (chunk positions) and contraction slice width
 constexpr int kLd = kTile + 1;   // padded leading dim of a 64 x 64 shared tile
 constexpr int kTileFloats = kTile * kLd;
-constexpr int kStateCols = 32;   // state_scan: columns of S per block
+// state_scan: columns of S per block. 16 (not 32) doubles the blocks of this latency-bound sequential kernel
+// (H200 run 1: 32 columns gave 128 blocks for B = 4, HV = 8, V = 128 and ran at ~3 TFLOP/s).
+constexpr int kStateCols = 16;
+constexpr int kCPT = kStateCols / 4;  // columns per thread: 256 threads = 64 rows x 4 column groups
 constexpr int kSLd = kStateCols + 1;
 
 __device__ __forceinline__ int64_t off_tok(const GdnTensor& t, int64_t b, int64_t tok, int64_t head) {
   return b * t.st[0] + tok * t.st[1] + head * t.st[2];
 }
 
+// One element of a tensor of dtype kDt (f32 / bf16 / f16: the dtypes the CUDA plans admit) as f32.
+template <int kDt>
+__device__ __forceinline__ float load_as(const void* base, int64_t i) {
+  if constexpr (kDt == STRATA_DTYPE_F32) return static_cast<const float*>(base)[i];
+  else if constexpr (kDt == STRATA_DTYPE_BF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  else return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+}
+
 // dst[r][c] (ld kLd) = element (row r, col c0 + c) of a [rows x cols] strided matrix, 0 outside
-// (r >= rows or c0 + c >= cols). 64 x 64 tile; consecutive threads take consecutive columns.
+// (r >= rows or c0 + c >= cols). 64 x 64 tile; consecutive threads take consecutive columns. Each thread
+// issues all of its kPer global loads before the first shared store (typed, unrolled), so they are in flight
+// together: with a load-then-store loop the loads were serialised (H200 run 1: the sequential state scan
+// spent most of its time waiting on them).
+template <int kDt>
+__device__ __forceinline__ void load_tile_t(float* dst, const void* data, int64_t base, int64_t rs, int64_t cs,
+                                            int rows, int64_t c0, int64_t cols) {
+  static_assert(kThreads % kTile == 0, "a thread keeps one column of the tile");
+  constexpr int kRowStep = kThreads / kTile;      // rows between a thread's elements
+  constexpr int kPer = kTile / kRowStep;          // elements per thread
+  const int c = static_cast<int>(threadIdx.x) % kTile, r0 = static_cast<int>(threadIdx.x) / kTile;
+  const bool col_ok = c0 + c < cols;
+  const int64_t off0 = base + r0 * rs + (c0 + c) * cs, step = kRowStep * rs;
+  float v[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    v[u] = (col_ok && r0 + u * kRowStep < rows) ? load_as<kDt>(data, off0 + u * step) : 0.f;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) dst[(r0 + u * kRowStep) * kLd + c] = v[u];
+}
 __device__ void load_tile(float* dst, const GdnTensor& t, int64_t base, int64_t rs, int64_t cs, int rows, int64_t c0,
                           int64_t cols) {
-  for (int idx = threadIdx.x; idx < kTile * kTile; idx += kThreads) {
-    const int r = idx / kTile, c = idx % kTile;
-    float v = 0.f;
-    if (r < rows && c0 + c < cols) v = load_f(t, base + r * rs + (c0 + c) * cs);
-    dst[r * kLd + c] = v;
+  switch (t.dtype) {
+    case STRATA_DTYPE_F32: load_tile_t<STRATA_DTYPE_F32>(dst, t.data, base, rs, cs, rows, c0, cols); break;
+    case STRATA_DTYPE_BF16: load_tile_t<STRATA_DTYPE_BF16>(dst, t.data, base, rs, cs, rows, c0, cols); break;
+    default: load_tile_t<STRATA_DTYPE_F16>(dst, t.data, base, rs, cs, rows, c0, cols); break;
   }
 }
 
@@ -279,8 +308,9 @@ __global__ void __launch_bounds__(kThreads) fused_wy(const GdnFwdParams p) {
   for (int64_t t = 0; t < nt; ++t) wy_column_tile(p, c, hv, L, X, gam, bet, t, nk, ks);
 }
 
-// S [K x 32] for columns [v0, v0 + 32) of one (sequence, value head), carried across the chunks in shared memory.
-__global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int64_t nvt) {
+// S [K x kStateCols] for columns [v0, v0 + kStateCols) of one (sequence, value head), carried across the chunks
+// in shared memory.
+__global__ void __launch_bounds__(kThreads, 2) state_scan(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ float sm[];
   float* S = sm;                                  // [K][kSLd]
   float* xs = S + kMaxK * kSLd;                   // W or K slice [64][kLd]
@@ -314,11 +344,11 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
     for (int i = tid; i < kTile; i += kThreads)
       gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t0 + i, hv)) : 0.f;
     __syncthreads();
-    // Vn = U − W S: thread owns rows i = tid / 4 (0..63), columns (tid % 4) * 8 .. + 8.
-    const int i = tid / 4, cb = (tid % 4) * 8;
-    float acc[8];
+    // Vn = U − W S: thread owns rows i = tid / 4 (0..63), columns (tid % 4) * kCPT .. + kCPT.
+    const int i = tid / 4, cb = (tid % 4) * kCPT;
+    float acc[kCPT];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) acc[q] = 0.f;
+    for (int q = 0; q < kCPT; ++q) acc[q] = 0.f;
     for (int64_t d0 = 0; d0 < K; d0 += kTile) {
       __syncthreads();
       load_tile(xs, p.w, off_tok(p.w, sq.b, t0, hv), p.w.st[1], p.w.st[3], L, d0, K);
@@ -328,12 +358,12 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
         const float wv = xs[i * kLd + d];
         const float* srow = S + (d0 + d) * kSLd + cb;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[q] = fmaf(wv, srow[q], acc[q]);
+        for (int q = 0; q < kCPT; ++q) acc[q] = fmaf(wv, srow[q], acc[q]);
       }
     }
     const float glast = gam[L - 1];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
+    for (int q = 0; q < kCPT; ++q) {
       const int64_t col = v0 + cb + q;
       float v = 0.f;
       if (i < L && col < V) {
@@ -343,7 +373,7 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
       }
       vn[i * kSLd + cb + q] = v;
     }
-    // S = e^{γ_last} S + Kᵀ Vd, one 64-row slice of S at a time: thread owns S rows d0 + tid / 4, 8 columns.
+    // S = e^{γ_last} S + Kᵀ Vd, one 64-row slice of S at a time: thread owns S row d0 + tid / 4, kCPT columns.
     const float decay = expf(glast);
     for (int64_t d0 = 0; d0 < K; d0 += kTile) {
       __syncthreads();
@@ -351,16 +381,16 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
       __syncthreads();
       const int a = tid / 4;
       if (d0 + a < K) {
-        float s[8];
+        float s[kCPT];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) s[q] = decay * S[(d0 + a) * kSLd + cb + q];
+        for (int q = 0; q < kCPT; ++q) s[q] = decay * S[(d0 + a) * kSLd + cb + q];
         for (int r = 0; r < L; ++r) {
           const float kv = xs[r * kLd + a];
 #pragma unroll
-          for (int q = 0; q < 8; ++q) s[q] = fmaf(kv, vn[r * kSLd + cb + q], s[q]);
+          for (int q = 0; q < kCPT; ++q) s[q] = fmaf(kv, vn[r * kSLd + cb + q], s[q]);
         }
 #pragma unroll
-        for (int q = 0; q < 8; ++q) S[(d0 + a) * kSLd + cb + q] = s[q];
+        for (int q = 0; q < kCPT; ++q) S[(d0 + a) * kSLd + cb + q] = s[q];
       }
     }
   }
@@ -373,7 +403,7 @@ __global__ void __launch_bounds__(kThreads) state_scan(const GdnFwdParams p, int
     }
 }
 
-__global__ void __launch_bounds__(kThreads) chunk_tile(const GdnFwdParams p, int64_t nvt) {
+__global__ void __launch_bounds__(kThreads, 2) chunk_tile(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ float sm[];
   float* qs = sm;
   float* ks = sm + kTileFloats;
