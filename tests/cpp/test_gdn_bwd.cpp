@@ -13,6 +13,7 @@
 
 #include <ctime>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
@@ -621,6 +623,52 @@ TEST(GdnBwdCpp, WrappersRun) {
                                                            &tg, nullptr, true, 0.5f, 16, &tcu);
   EXPECT_EQ(r.dh.size(1), 4);  // ceil(17 / 16) + ceil(23 / 16)
   EXPECT_EQ(r.dh0.size(0), 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The window walk the CUDA kernels use to find their chunks (no host sync, no chunk table) visits exactly the
+// chunks of the host enumeration, each once, with the right chunk-state index — for random packs with
+// zero-length and single-token sequences, every chunk size, and fixed-length batches.
+TEST(GdnBwdChunkWalk, WindowsCoverEveryChunkOnce) {
+  using linear_attn::gdn_bwd::Chunk;
+  using linear_attn::gdn_bwd::DevChunk;
+  using linear_attn::gdn_bwd::Dims;
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    Dims d;
+    d.BT = (trial % 3 == 0) ? 16 : (trial % 3 == 1 ? 32 : 64);
+    std::vector<int64_t> cu = {0};
+    const bool varlen = trial % 5 != 0;
+    if (varlen) {
+      const int n = 1 + static_cast<int>(rng() % 40);
+      for (int i = 0; i < n; ++i) {
+        const uint64_t kind = rng() % 4;  // empty, single token, short, long
+        const int64_t len = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? static_cast<int64_t>(rng() % 70) : static_cast<int64_t>(rng() % 300);
+        cu.push_back(cu.back() + len);
+      }
+      d.B = 1, d.T = cu.back(), d.N = static_cast<int64_t>(cu.size()) - 1, d.cu = cu.data();
+    } else {
+      d.B = 1 + static_cast<int64_t>(rng() % 3), d.T = static_cast<int64_t>(rng() % 200), d.N = d.B;
+    }
+    std::vector<int64_t> offs(static_cast<size_t>(d.N + 1), 0);
+    for (int64_t n = 0; n < d.N && varlen; ++n) offs[n + 1] = offs[n] + (cu[n + 1] - cu[n] + d.BT - 1) / d.BT;
+    std::vector<Chunk> walked;
+    for (int64_t w = 0; w < linear_attn::gdn_bwd::num_windows(d); ++w)
+      linear_attn::gdn_bwd::for_each_chunk(d, offs.data(), w, [&](const DevChunk& c) {
+        walked.push_back({c.b, c.t0, c.t1, c.hc, c.n});
+      });
+    std::vector<Chunk> expect = linear_attn::gdn_bwd::host_chunks(d);
+    ASSERT_EQ(walked.size(), expect.size()) << "trial " << trial;
+    auto key = [](const Chunk& c) { return std::make_pair(c.b, c.t0); };
+    std::sort(walked.begin(), walked.end(), [&](const Chunk& a, const Chunk& b) { return key(a) < key(b); });
+    for (size_t i = 0; i < expect.size(); ++i) {
+      EXPECT_EQ(walked[i].b, expect[i].b) << "trial " << trial;
+      EXPECT_EQ(walked[i].t0, expect[i].t0) << "trial " << trial;
+      EXPECT_EQ(walked[i].t1, expect[i].t1) << "trial " << trial;
+      EXPECT_EQ(walked[i].hc, expect[i].hc) << "trial " << trial;
+      if (varlen) EXPECT_EQ(walked[i].n, expect[i].n) << "trial " << trial;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -28,9 +28,17 @@ namespace strata::atk::gdn_bwd_kit {
 using linear_attn::gdn_bwd::Dims;
 using linear_attn::gdn_bwd::View;
 
+// "none"; the values joined by '-'; or "shortN": N sequences of lengths 0, 1, 2, 0, 1, 2, ... (many documents:
+// N * HV beyond the 65535 limit of gridDim.y/z).
 inline std::vector<int64_t> parse_cu(const std::string& s) {
   std::vector<int64_t> v;
   if (s.empty() || s == "none") return v;
+  if (s.rfind("short", 0) == 0) {
+    const int64_t n = std::stoll(s.substr(5));
+    v.push_back(0);
+    for (int64_t i = 0; i < n; ++i) v.push_back(v.back() + i % 3);
+    return v;
+  }
   std::stringstream ss(s);
   std::string part;
   while (std::getline(ss, part, '-')) v.push_back(std::stoll(part));
@@ -71,13 +79,14 @@ inline GdnCase parse_case(const Case& c) {
 
 // A case line with the common keys set.
 inline Case make_case(const char* op, const char* dt, std::vector<int64_t> shape, int bt,
-                      const std::vector<int64_t>& cu, int gate, double gnorm, const char* layout, int64_t seed) {
+                      const std::vector<int64_t>& cu, int gate, double gnorm, const char* layout, int64_t seed,
+                      const std::string& cu_name = "") {
   if (!cu.empty()) shape[0] = 1, shape[1] = cu.back();
   return Case(op)
       .set("dtype", dt)
       .set("shape", shape_arg(shape))
       .set("bt", bt)
-      .set("cu", cu_arg(cu))
+      .set("cu", cu_name.empty() ? cu_arg(cu) : cu_name)
       .set("gate", gate)
       .set("gnorm", fmt::format("{}", gnorm))
       .set("layout", layout)
@@ -269,6 +278,13 @@ std::vector<Case> sweep(const char* op, Decorate&& decorate) {
       ++rot;
     }
   add("f16", {1, 0, 1, 3, 64, 64}, 32, {0, 17, 17, 90, 91}, 1, 1.0, 0);
+  {  // many documents: 17000 sequences of 0-2 tokens, N * HV = 68000 > 65535 (grid-dimension limits)
+    Case c = make_case(op, "bf16", {1, 0, 1, 4, 16, 8}, 16, parse_cu("short17000"), 1, 1.0, "contiguous", seed,
+                       "short17000");
+    decorate(c, seed);
+    ++seed;
+    cases.push_back(std::move(c));
+  }
   // Empty problems: no tokens, an empty pack, packs of zero-length sequences.
   add("f32", {2, 0, 1, 2, 16, 16}, 64, {}, 1, 10.0, 0);
   add("f32", {1, 0, 1, 2, 16, 16}, 64, {0}, 1, 10.0, 0);
