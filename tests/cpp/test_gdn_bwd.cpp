@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -403,9 +404,28 @@ HostTensor gates(const std::vector<int64_t>& shape, int BT, uint64_t seed) {  //
 
 using Runner = std::function<std::vector<uint8_t>()>;
 
+// Runs a plan on `device` over host tensors (uploaded; outputs listed in `outs` downloaded back).
+strata_status run_on(strata_plan plan, strata_device device, std::vector<HostTensor*> ts, std::vector<int> outs) {
+  if (device.type == STRATA_DEVICE_CPU) return run(plan, ts);
+  std::vector<std::unique_ptr<atk::DeviceTensor>> dev(ts.size());
+  std::vector<void*> p(ts.size(), nullptr);
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i]) dev[i] = std::make_unique<atk::DeviceTensor>(*ts[i], device), p[i] = dev[i]->data();
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  void* w = nullptr;
+  if (ws) EXPECT_EQ(strata_malloc(device, ws, nullptr, &w), STRATA_SUCCESS);
+  const strata_status s = strata_plan_run(plan, p.data(), static_cast<int32_t>(p.size()), w, ws, nullptr);
+  strata_device_synchronize(device);
+  if (w) strata_free(w);
+  strata_plan_destroy(plan);
+  for (int i : outs) dev[i]->download(*ts[i]);
+  return s;
+}
+
 // Runs each op once on a multi-chunk GVA problem (B = 2, T = 300, H = 2, HV = 6, K = 64, V = 48) and returns
 // all output bytes.
-std::vector<uint8_t> run_all_ops() {
+std::vector<uint8_t> run_all_ops(strata_device device = kCpu) {
   const int64_t B = 2, T = 300, H = 2, HV = 6, K = 64, V = 48, BT = 64, NT = 5;
   const int32_t f = STRATA_DTYPE_BF16;
   HostTensor q = rnd(f, {B, T, H, K}, 1, 0.2), k = rnd(f, {B, T, H, K}, 2, 0.2), v = rnd(f, {B, T, HV, V}, 3);
@@ -416,23 +436,27 @@ std::vector<uint8_t> run_all_ops() {
   HostTensor dv2 = zeros({B, T, HV, V}, f), dq = zeros({B, T, H, K}, f), dk = zeros({B, T, H, K}, f);
   HostTensor dw = zeros({B, T, HV, K}, f), dg = zeros({B, T, HV}, STRATA_DTYPE_F32), dk2 = zeros({B, T, H, K}, f);
   HostTensor dvw = zeros({B, T, HV, V}, f), db = zeros({B, T, HV}, f), dg2 = zeros({B, T, HV}, STRATA_DTYPE_F32);
+  std::vector<HostTensor*> all = {&q, &k, &v, &w, &dO, &g, &h, &dht, &beta, &A, &dv, &dh, &dh0, &dv2, &dq, &dk, &dw, &dg, &dk2, &dvw, &db, &dg2};
+  for (HostTensor* t : all) t->desc.device = device;
   strata_plan plan = nullptr;
   EXPECT_EQ(strata_chunk_bwd_dv_local_plan(&q.desc, &k.desc, &dO.desc, &g.desc, nullptr, &dv.desc, 0.1f, 64, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &dO, &g, nullptr, &dv}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &dO, &g, nullptr, &dv}, {5}), STRATA_SUCCESS);
   EXPECT_EQ(strata_chunk_gated_delta_rule_bwd_dhu_plan(&q.desc, &k.desc, &w.desc, &dO.desc, &dv.desc, &g.desc,
                                                        &dht.desc, nullptr, &dh.desc, &dh0.desc, &dv2.desc, 0.1f, 64,
                                                        &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &w, &dO, &dv, &g, &dht, nullptr, &dh, &dh0, &dv2}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &w, &dO, &dv, &g, &dht, nullptr, &dh, &dh0, &dv2}, {8, 9, 10}), STRATA_SUCCESS);
   EXPECT_EQ(strata_chunk_bwd_dqkwg_plan(&q.desc, &k.desc, &v.desc, &dO.desc, &h.desc, &dh.desc, &dv2.desc, &g.desc,
                                         nullptr, &dq.desc, &dk.desc, &dw.desc, &dg.desc, 0.1f, 64, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &v, &dO, &h, &dh, &dv2, &g, nullptr, &dq, &dk, &dw, &dg}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &v, &dO, &h, &dh, &dv2, &g, nullptr, &dq, &dk, &dw, &dg}, {9, 10, 11, 12}),
+            STRATA_SUCCESS);
   EXPECT_EQ(strata_prepare_wy_repr_bwd_plan(&k.desc, &v.desc, &beta.desc, &A.desc, &dw.desc, &dv2.desc, &g.desc,
                                             nullptr, &dk2.desc, &dvw.desc, &db.desc, &dg2.desc, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk2, &dvw, &db, &dg2}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk2, &dvw, &db, &dg2}, {8, 9, 10, 11}),
+            STRATA_SUCCESS);
   std::vector<uint8_t> bytes;
   for (HostTensor* t : {&dv, &dh, &dh0, &dv2, &dq, &dk, &dw, &dg, &dk2, &dvw, &db, &dg2})
     bytes.insert(bytes.end(), t->storage.begin(), t->storage.end());
@@ -451,6 +475,15 @@ TEST(GdnBwdDeterminism, SameBitsForRepeatsAndThreadCounts) {
     EXPECT_EQ(run_all_ops(), first) << impl << ": 1 vs 2 threads differ";
   }
   strata_set_num_threads(before);
+}
+
+// CUDA: two runs give the same bits (no atomics; fixed-order reductions over the GVA group and the K tiles).
+TEST(GdnBwdDeterminism, CudaSameBitsForRepeats) {
+  int32_t n = 0;
+  if (strata_device_count(STRATA_DEVICE_CUDA, &n) != STRATA_SUCCESS || n == 0) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const std::vector<uint8_t> first = run_all_ops(dev);
+  EXPECT_EQ(run_all_ops(dev), first) << "two CUDA runs differ";
 }
 
 // ---------------------------------------------------------------------------------------------------------
