@@ -13,13 +13,16 @@
 
 #include <ctime>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
@@ -401,9 +404,28 @@ HostTensor gates(const std::vector<int64_t>& shape, int BT, uint64_t seed) {  //
 
 using Runner = std::function<std::vector<uint8_t>()>;
 
+// Runs a plan on `device` over host tensors (uploaded; outputs listed in `outs` downloaded back).
+strata_status run_on(strata_plan plan, strata_device device, std::vector<HostTensor*> ts, std::vector<int> outs) {
+  if (device.type == STRATA_DEVICE_CPU) return run(plan, ts);
+  std::vector<std::unique_ptr<atk::DeviceTensor>> dev(ts.size());
+  std::vector<void*> p(ts.size(), nullptr);
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (ts[i]) dev[i] = std::make_unique<atk::DeviceTensor>(*ts[i], device), p[i] = dev[i]->data();
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  void* w = nullptr;
+  if (ws) EXPECT_EQ(strata_malloc(device, ws, nullptr, &w), STRATA_SUCCESS);
+  const strata_status s = strata_plan_run(plan, p.data(), static_cast<int32_t>(p.size()), w, ws, nullptr);
+  strata_device_synchronize(device);
+  if (w) strata_free(w);
+  strata_plan_destroy(plan);
+  for (int i : outs) dev[i]->download(*ts[i]);
+  return s;
+}
+
 // Runs each op once on a multi-chunk GVA problem (B = 2, T = 300, H = 2, HV = 6, K = 64, V = 48) and returns
 // all output bytes.
-std::vector<uint8_t> run_all_ops() {
+std::vector<uint8_t> run_all_ops(strata_device device = kCpu) {
   const int64_t B = 2, T = 300, H = 2, HV = 6, K = 64, V = 48, BT = 64, NT = 5;
   const int32_t f = STRATA_DTYPE_BF16;
   HostTensor q = rnd(f, {B, T, H, K}, 1, 0.2), k = rnd(f, {B, T, H, K}, 2, 0.2), v = rnd(f, {B, T, HV, V}, 3);
@@ -414,23 +436,27 @@ std::vector<uint8_t> run_all_ops() {
   HostTensor dv2 = zeros({B, T, HV, V}, f), dq = zeros({B, T, H, K}, f), dk = zeros({B, T, H, K}, f);
   HostTensor dw = zeros({B, T, HV, K}, f), dg = zeros({B, T, HV}, STRATA_DTYPE_F32), dk2 = zeros({B, T, H, K}, f);
   HostTensor dvw = zeros({B, T, HV, V}, f), db = zeros({B, T, HV}, f), dg2 = zeros({B, T, HV}, STRATA_DTYPE_F32);
+  std::vector<HostTensor*> all = {&q, &k, &v, &w, &dO, &g, &h, &dht, &beta, &A, &dv, &dh, &dh0, &dv2, &dq, &dk, &dw, &dg, &dk2, &dvw, &db, &dg2};
+  for (HostTensor* t : all) t->desc.device = device;
   strata_plan plan = nullptr;
   EXPECT_EQ(strata_chunk_bwd_dv_local_plan(&q.desc, &k.desc, &dO.desc, &g.desc, nullptr, &dv.desc, 0.1f, 64, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &dO, &g, nullptr, &dv}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &dO, &g, nullptr, &dv}, {5}), STRATA_SUCCESS);
   EXPECT_EQ(strata_chunk_gated_delta_rule_bwd_dhu_plan(&q.desc, &k.desc, &w.desc, &dO.desc, &dv.desc, &g.desc,
                                                        &dht.desc, nullptr, &dh.desc, &dh0.desc, &dv2.desc, 0.1f, 64,
                                                        &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &w, &dO, &dv, &g, &dht, nullptr, &dh, &dh0, &dv2}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &w, &dO, &dv, &g, &dht, nullptr, &dh, &dh0, &dv2}, {8, 9, 10}), STRATA_SUCCESS);
   EXPECT_EQ(strata_chunk_bwd_dqkwg_plan(&q.desc, &k.desc, &v.desc, &dO.desc, &h.desc, &dh.desc, &dv2.desc, &g.desc,
                                         nullptr, &dq.desc, &dk.desc, &dw.desc, &dg.desc, 0.1f, 64, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&q, &k, &v, &dO, &h, &dh, &dv2, &g, nullptr, &dq, &dk, &dw, &dg}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&q, &k, &v, &dO, &h, &dh, &dv2, &g, nullptr, &dq, &dk, &dw, &dg}, {9, 10, 11, 12}),
+            STRATA_SUCCESS);
   EXPECT_EQ(strata_prepare_wy_repr_bwd_plan(&k.desc, &v.desc, &beta.desc, &A.desc, &dw.desc, &dv2.desc, &g.desc,
                                             nullptr, &dk2.desc, &dvw.desc, &db.desc, &dg2.desc, &plan),
             STRATA_SUCCESS);
-  EXPECT_EQ(run(plan, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk2, &dvw, &db, &dg2}), STRATA_SUCCESS);
+  EXPECT_EQ(run_on(plan, device, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk2, &dvw, &db, &dg2}, {8, 9, 10, 11}),
+            STRATA_SUCCESS);
   std::vector<uint8_t> bytes;
   for (HostTensor* t : {&dv, &dh, &dh0, &dv2, &dq, &dk, &dw, &dg, &dk2, &dvw, &db, &dg2})
     bytes.insert(bytes.end(), t->storage.begin(), t->storage.end());
@@ -449,6 +475,15 @@ TEST(GdnBwdDeterminism, SameBitsForRepeatsAndThreadCounts) {
     EXPECT_EQ(run_all_ops(), first) << impl << ": 1 vs 2 threads differ";
   }
   strata_set_num_threads(before);
+}
+
+// CUDA: two runs give the same bits (no atomics; fixed-order reductions over the GVA group and the K tiles).
+TEST(GdnBwdDeterminism, CudaSameBitsForRepeats) {
+  int32_t n = 0;
+  if (strata_device_count(STRATA_DEVICE_CUDA, &n) != STRATA_SUCCESS || n == 0) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const std::vector<uint8_t> first = run_all_ops(dev);
+  EXPECT_EQ(run_all_ops(dev), first) << "two CUDA runs differ";
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -621,6 +656,52 @@ TEST(GdnBwdCpp, WrappersRun) {
                                                            &tg, nullptr, true, 0.5f, 16, &tcu);
   EXPECT_EQ(r.dh.size(1), 4);  // ceil(17 / 16) + ceil(23 / 16)
   EXPECT_EQ(r.dh0.size(0), 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The window walk the CUDA kernels use to find their chunks (no host sync, no chunk table) visits exactly the
+// chunks of the host enumeration, each once, with the right chunk-state index — for random packs with
+// zero-length and single-token sequences, every chunk size, and fixed-length batches.
+TEST(GdnBwdChunkWalk, WindowsCoverEveryChunkOnce) {
+  using linear_attn::gdn_bwd::Chunk;
+  using linear_attn::gdn_bwd::DevChunk;
+  using linear_attn::gdn_bwd::Dims;
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    Dims d;
+    d.BT = (trial % 3 == 0) ? 16 : (trial % 3 == 1 ? 32 : 64);
+    std::vector<int64_t> cu = {0};
+    const bool varlen = trial % 5 != 0;
+    if (varlen) {
+      const int n = 1 + static_cast<int>(rng() % 40);
+      for (int i = 0; i < n; ++i) {
+        const uint64_t kind = rng() % 4;  // empty, single token, short, long
+        const int64_t len = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? static_cast<int64_t>(rng() % 70) : static_cast<int64_t>(rng() % 300);
+        cu.push_back(cu.back() + len);
+      }
+      d.B = 1, d.T = cu.back(), d.N = static_cast<int64_t>(cu.size()) - 1, d.cu = cu.data();
+    } else {
+      d.B = 1 + static_cast<int64_t>(rng() % 3), d.T = static_cast<int64_t>(rng() % 200), d.N = d.B;
+    }
+    std::vector<int64_t> offs(static_cast<size_t>(d.N + 1), 0);
+    for (int64_t n = 0; n < d.N && varlen; ++n) offs[n + 1] = offs[n] + (cu[n + 1] - cu[n] + d.BT - 1) / d.BT;
+    std::vector<Chunk> walked;
+    for (int64_t w = 0; w < linear_attn::gdn_bwd::num_windows(d); ++w)
+      linear_attn::gdn_bwd::for_each_chunk(d, offs.data(), w, [&](const DevChunk& c) {
+        walked.push_back({c.b, c.t0, c.t1, c.hc, c.n});
+      });
+    std::vector<Chunk> expect = linear_attn::gdn_bwd::host_chunks(d);
+    ASSERT_EQ(walked.size(), expect.size()) << "trial " << trial;
+    auto key = [](const Chunk& c) { return std::make_pair(c.b, c.t0); };
+    std::sort(walked.begin(), walked.end(), [&](const Chunk& a, const Chunk& b) { return key(a) < key(b); });
+    for (size_t i = 0; i < expect.size(); ++i) {
+      EXPECT_EQ(walked[i].b, expect[i].b) << "trial " << trial;
+      EXPECT_EQ(walked[i].t0, expect[i].t0) << "trial " << trial;
+      EXPECT_EQ(walked[i].t1, expect[i].t1) << "trial " << trial;
+      EXPECT_EQ(walked[i].hc, expect[i].hc) << "trial " << trial;
+      if (varlen) EXPECT_EQ(walked[i].n, expect[i].n) << "trial " << trial;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -77,8 +77,7 @@ class DvLocalHarness final : public OpHarness {
     auto make = [g] {
       std::mt19937_64 rng(7);
       std::vector<std::optional<HostTensor>> t;
-      HostTensor q = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.H, g.K});
-      fill_unit_rows(q, rng);
+      HostTensor q = randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K)));  // rows of norm ~1
       HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
       fill_gamma(gm, g, rng);
       t.emplace_back(q), t.emplace_back(q), t.emplace_back(randn({g.B, g.T, g.HV, g.V}, rng)), t.emplace_back(gm);

@@ -1,6 +1,6 @@
 // CPU kernels of chunk_gated_delta_rule_bwd_dhu, written once and compiled for every Highway target.
 //
-// Work item = (sequence n, value head hv, V-tile of up to kVT columns): the recurrence is independent per
+// Work item = (sequence n, value head hv, V-tile of up to kVT = 128 columns): the recurrence is independent per
 // column of dS (K x V), so V is split for parallelism. dS stays in an f32 buffer [K, VT] across the chunks.
 // Per chunk (reverse order), with Kc, Qc, Wc the chunk's rows:
 //   dh[c] = dS;  dVn = dv + diag(exp(γ_last - γ)) Kc dS          (GEMM L x VT x K)
@@ -22,7 +22,9 @@ namespace strata::linear_attn::HWY_NAMESPACE {
 namespace gb = gdn_bwd::HWY_NAMESPACE;
 using gdn_bwd::Seq;
 
-constexpr int64_t kVT = 64;  // V columns per item
+// V columns per item: 128 amortises the per-chunk loads of q and w (K x L each) over more columns of dS while
+// keeping dS (K x 128 f32 = 128 KiB at K = 256) in L2.
+constexpr int64_t kVT = 128;
 
 void Dhu(const DhuParams& p) {
   const gdn_bwd::Dims& d = p.d;

@@ -40,56 +40,7 @@ __device__ __forceinline__ void st_f32(const View& v, int64_t i, float x) {
   }
 }
 
-// ---- chunks ----
-struct DevChunk {
-  int64_t b, t0, t1, hc, n;
-};
-
-// The sequence holding token t: last n with cu[n] <= t (values clamped; zero-length sequences skipped).
-__device__ __forceinline__ int64_t find_seq(const Dims& d, int64_t t) {
-  int64_t lo = 0, hi = d.N - 1;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (d.cu_at(mid) <= t) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// Windows: fixed length, one per (row, chunk); variable length, the token range [w BT, (w+1) BT) of the single
-// row, owning the chunks that start inside it (each chunk is owned by exactly one window).
-__host__ __device__ __forceinline__ int64_t num_windows(const Dims& d) {
-  return (d.varlen() ? 1 : d.B) * ((d.T + d.BT - 1) / d.BT);
-}
-
-// Calls fn(DevChunk) for the chunks window w owns, in increasing t0. `offs` (varlen): chunk_offsets[N + 1].
-// Invalid cu_seqlens can only make the walk skip chunks: every emitted range lies in [0, T) with length <= BT.
-template <class Fn>
-__device__ void for_each_chunk(const Dims& d, const int64_t* offs, int64_t w, Fn&& fn) {
-  const int64_t BT = d.BT;
-  if (!d.varlen()) {
-    const int64_t per_row = (d.T + BT - 1) / BT, b = w / per_row, c = w - b * per_row;
-    const int64_t t0 = c * BT;
-    fn(DevChunk{b, t0, t0 + BT < d.T ? t0 + BT : d.T, c, b});
-    return;
-  }
-  const int64_t w0 = w * BT, w1 = w0 + BT < d.T ? w0 + BT : d.T;
-  int64_t n = find_seq(d, w0);
-  int64_t bos = d.cu_at(n), eos = d.cu_at(n + 1);
-  if (bos > w0 || eos <= w0) return;
-  int64_t t = bos + (w0 - bos) / BT * BT;
-  if (t < w0) t = t + BT < eos ? t + BT : eos;
-  for (int guard = 0; t < w1 && guard < 2 * 64 + 2; ++guard) {
-    if (t >= eos) {
-      n = find_seq(d, t);
-      bos = d.cu_at(n), eos = d.cu_at(n + 1);
-      if (bos > t || eos <= t) return;
-    }
-    const int64_t t1 = t + BT < eos ? t + BT : eos;
-    fn(DevChunk{0, t, t1, offs[n] + (t - bos) / BT, n});
-    t = t1;
-  }
-}
+// ---- chunks: DevChunk, find_seq, num_windows, for_each_chunk are in gdn_bwd_common.h (host-testable) ----
 
 // Workspace bytes of the chunk offsets (N + 1 int64; the plan does not know yet whether cu_seqlens is bound, so
 // fixed-length problems reserve it too: B + 1 entries).

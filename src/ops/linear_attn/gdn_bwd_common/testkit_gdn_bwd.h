@@ -28,9 +28,17 @@ namespace strata::atk::gdn_bwd_kit {
 using linear_attn::gdn_bwd::Dims;
 using linear_attn::gdn_bwd::View;
 
+// "none"; the values joined by '-'; or "shortN": N sequences of lengths 0, 1, 2, 0, 1, 2, ... (many documents:
+// N * HV beyond the 65535 limit of gridDim.y/z).
 inline std::vector<int64_t> parse_cu(const std::string& s) {
   std::vector<int64_t> v;
   if (s.empty() || s == "none") return v;
+  if (s.rfind("short", 0) == 0) {
+    const int64_t n = std::stoll(s.substr(5));
+    v.push_back(0);
+    for (int64_t i = 0; i < n; ++i) v.push_back(v.back() + i % 3);
+    return v;
+  }
   std::stringstream ss(s);
   std::string part;
   while (std::getline(ss, part, '-')) v.push_back(std::stoll(part));
@@ -71,13 +79,14 @@ inline GdnCase parse_case(const Case& c) {
 
 // A case line with the common keys set.
 inline Case make_case(const char* op, const char* dt, std::vector<int64_t> shape, int bt,
-                      const std::vector<int64_t>& cu, int gate, double gnorm, const char* layout, int64_t seed) {
+                      const std::vector<int64_t>& cu, int gate, double gnorm, const char* layout, int64_t seed,
+                      const std::string& cu_name = "") {
   if (!cu.empty()) shape[0] = 1, shape[1] = cu.back();
   return Case(op)
       .set("dtype", dt)
       .set("shape", shape_arg(shape))
       .set("bt", bt)
-      .set("cu", cu_arg(cu))
+      .set("cu", cu_name.empty() ? cu_arg(cu) : cu_name)
       .set("gate", gate)
       .set("gnorm", fmt::format("{}", gnorm))
       .set("layout", layout)
@@ -269,6 +278,13 @@ std::vector<Case> sweep(const char* op, Decorate&& decorate) {
       ++rot;
     }
   add("f16", {1, 0, 1, 3, 64, 64}, 32, {0, 17, 17, 90, 91}, 1, 1.0, 0);
+  {  // many documents: 17000 sequences of 0-2 tokens, N * HV = 68000 > 65535 (grid-dimension limits)
+    Case c = make_case(op, "bf16", {1, 0, 1, 4, 16, 8}, 16, parse_cu("short17000"), 1, 1.0, "contiguous", seed,
+                       "short17000");
+    decorate(c, seed);
+    ++seed;
+    cases.push_back(std::move(c));
+  }
   // Empty problems: no tokens, an empty pack, packs of zero-length sequences.
   add("f32", {2, 0, 1, 2, 16, 16}, 64, {}, 1, 10.0, 0);
   add("f32", {1, 0, 1, 2, 16, 16}, 64, {0}, 1, 10.0, 0);
@@ -331,9 +347,18 @@ inline GdnCase bench_shape(strata_device device) {
 inline std::string bench_label(const char* op, const GdnCase& g) {
   return fmt::format("{} f32 B={} T={} H={} HV={} K={} V={} BT={}", op, g.B, g.T, g.H, g.HV, g.K, g.V, g.BT);
 }
+// A contiguous f32 tensor of values uniform in [-sd*sqrt(3), sd*sqrt(3)) (standard deviation sd), written
+// straight into the storage with a 64-bit LCG: the benchmark tensors reach 10^8 elements (h, dh at the CUDA
+// shape), where per-element HostTensor::set and normal sampling take minutes of host time.
 inline HostTensor randn(const std::vector<int64_t>& shape, std::mt19937_64& rng, double sd = 1.0) {
   HostTensor t = HostTensor::make(STRATA_DTYPE_F32, shape);
-  t.fill_normal(rng, 0.0, sd);
+  float* p = reinterpret_cast<float*>(t.storage.data());
+  uint64_t x = rng() | 1;
+  const float a = static_cast<float>(sd * std::sqrt(3.0)) * 0x1p-31f;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = a * static_cast<float>(static_cast<int32_t>(x >> 32));
+  }
   return t;
 }
 

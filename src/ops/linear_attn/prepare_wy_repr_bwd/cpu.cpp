@@ -22,6 +22,40 @@ namespace strata::linear_attn::HWY_NAMESPACE {
 namespace gb = gdn_bwd::HWY_NAMESPACE;
 using gdn_bwd::Chunk;
 
+// Row i of the M-path terms, vectorised over j (lanes j >= i are selected to 0, never multiplied by a mask):
+//   dP_ij = dM_ij Γ_ij ;  dβ_i += Σ_j dP_ij KK_ij ;  m_ij = dM_ij M_ij = dP_ij β_i KK_ij ;
+//   dγ_i += Σ_j m_ij ;  dγ_j -= m_ij.
+HWY_INLINE void DpRow(const float* HWY_RESTRICT dm, const float* HWY_RESTRICT gate, const float* HWY_RESTRICT kk,
+                      float beta_i, int64_t i, int64_t L, float* HWY_RESTRICT dp_out, float* HWY_RESTRICT dg,
+                      float& db_i, float& dg_i) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto vb = hn::Set(df, beta_i);
+  auto sdb = hn::Zero(df), sdg = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + N <= i; j += N) {  // all lanes j < i
+    const auto dp = hn::Mul(hn::LoadU(df, dm + j), hn::LoadU(df, gate + j));
+    const auto kkv = hn::LoadU(df, kk + j);
+    const auto m = hn::Mul(hn::Mul(dp, vb), kkv);
+    sdb = hn::MulAdd(dp, kkv, sdb);
+    sdg = hn::Add(sdg, m);
+    hn::StoreU(dp, df, dp_out + j);
+    hn::StoreU(hn::Sub(hn::LoadU(df, dg + j), m), df, dg + j);
+  }
+  float db = hn::GetLane(hn::SumOfLanes(df, sdb)), rs = hn::GetLane(hn::SumOfLanes(df, sdg));
+  for (; j < i; ++j) {
+    const float dp = dm[j] * gate[j], m = dp * beta_i * kk[j];
+    db += dp * kk[j];
+    rs += m;
+    dg[j] -= m;
+    dp_out[j] = dp;
+  }
+  for (; j < L; ++j) dp_out[j] = 0.f;
+  db_i += db;
+  dg_i += rs;
+}
+
 void WyBwd(const WyBwdParams& p) {
   const gdn_bwd::Dims& d = p.d;
   const std::vector<Chunk> chunks = gdn_bwd::host_chunks(d);
@@ -51,10 +85,11 @@ void WyBwd(const WyBwdParams& p) {
         gb::LoadTok(p.dw, c.b, c.t0, hv, L, K, lhs, KV);
         gb::LoadTok(p.du, c.b, c.t0, hv, L, V, lhs + K, KV);
         const float* vv = gb::TokF32(p.v, c.b, c.t0, hv, L, V, vvb, ldv);
+        // rhs^T [(K + V) x L]: column j = [β_j E_j k_j ; β_j v_j] (built transposed so that dA below is a plain GEMM)
         for (int64_t i = 0; i < L; ++i) {
           const float fk = beta[i] * E[i];
-          for (int64_t x = 0; x < K; ++x) rhs[i * KV + x] = fk * k[i * ldk + x];
-          for (int64_t e = 0; e < V; ++e) rhs[i * KV + K + e] = beta[i] * vv[i * ldv + e];
+          for (int64_t x = 0; x < K; ++x) rhs[x * L + i] = fk * k[i * ldk + x];
+          for (int64_t e = 0; e < V; ++e) rhs[(K + e) * L + i] = beta[i] * vv[i * ldv + e];
         }
         // [X | Y] = A^T [dW | dU]
         gemm(true, false, L, KV, L, 1.f, A, lda, lhs, KV, 0.f, xy, KV);
@@ -69,7 +104,7 @@ void WyBwd(const WyBwdParams& p) {
         }
         gb::StoreTok(p.dv, c.b, c.t0, hv, L, V, xy + K, KV);
         // dA = StrictLower([dW | dU] [diag(βE) K | diag(β) V]^T)
-        gemm(false, true, L, L, KV, 1.f, lhs, KV, rhs, KV, 0.f, dA, L);
+        gemm(false, false, L, L, KV, 1.f, lhs, KV, rhs, L, 0.f, dA, L);
         for (int64_t i = 0; i < L; ++i)
           for (int64_t j = i; j < L; ++j) dA[i * L + j] = 0.f;
         // dM = -StrictLower((A^T dA) A^T)
@@ -78,21 +113,7 @@ void WyBwd(const WyBwdParams& p) {
         // dP = dM ⊙ Γ (stored in dA), gate and beta terms; kb = diag(β) K
         gb::GateMatrix<gb::Gate::kStrictLower>(gam, L, gate, L);
         for (int64_t i = 0; i < L; ++i) {
-          float dbi = 0.f, rs = 0.f;
-          for (int64_t j = 0; j < L; ++j) {
-            float dp = 0.f;
-            if (j < i) {
-              const float gij = gate[i * L + j];
-              dp = dM[i * L + j] * gij;
-              const float dmm = dM[i * L + j] * beta[i] * kk[i * L + j] * gij;  // dM_ij M_ij
-              rs += dmm;
-              dg[j] -= dmm;
-              dbi += dp * kk[i * L + j];
-            }
-            dA[i * L + j] = dp;
-          }
-          dg[i] += rs;
-          db[i] += dbi;
+          DpRow(dM + i * L, gate + i * L, kk + i * L, beta[i], i, L, dA + i * L, dg, db[i], dg[i]);
           for (int64_t x = 0; x < K; ++x) kb[i * K + x] = beta[i] * k[i * ldk + x];
         }
         // dk += diag(β) dP K + dP^T diag(β) K
