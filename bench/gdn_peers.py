@@ -77,11 +77,12 @@ def torch_chunked_gdn(q, k, v, g, beta, scale, initial_state=None, output_final_
     decay = torch.exp(diff.masked_fill(~lower, float("-inf")))  # mask before exp (§6.1)
     kb = k * beta[..., None]
     # A = (I + StrictLower(diag(beta) K K^T Gamma))^-1 by row recursion
-    m = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~strict, 0)
-    rows = [m[..., 0, :]]
-    for i in range(1, chunk):
-        rows.append(m[..., i, :] + (m[..., i, :i, None] * torch.stack(rows, -2)[..., :i, :]).sum(-2))
-    a = torch.stack(rows, -2) + torch.eye(chunk, device=q.device)
+    a = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~strict, 0)
+    for i in range(1, chunk):  # row i of (I + M)^-1 - I from the rows above it (in place, autograd-tracked)
+        row = a[..., i, :i].clone()
+        sub = a[..., :i, :i].clone()  # clones keep autograd's saved tensors unmodified
+        a[..., i, :i] = row + (row[..., :, None] * sub).sum(-2)
+    a = a + torch.eye(chunk, device=q.device)
     u = a @ (v * beta[..., None])
     w = a @ (kb * torch.exp(gam)[..., None])
     S = initial_state.float() if initial_state is not None else q.new_zeros(B, HV, K, V)
