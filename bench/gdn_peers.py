@@ -11,8 +11,8 @@ Peers:
 Peak: the median rate of a large torch.mm (oneDNN/MKL sgemm on the CPU, cuBLAS on the GPU) in fp32.
 
 FLOPs are those of the chunked algorithm Strata runs, per 64-token chunk C and value head with K = V = D:
-forward 10 C^2 D + 6 C D^2; backward (with its re-computation of the forward states) 32 C^2 D + 18 C D^2
-+ 4 C^3. The same counts are applied to every peer, so the rates compare times.
+forward 10 C^2 D + 6 C D^2; backward (a pass re-computing the chunk states, then the reverse sweep)
+26 C^2 D + 16 C D^2 + 4 C^3. The same counts are applied to every peer, so the rates compare times.
 
     python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
 """
@@ -101,7 +101,7 @@ def torch_chunked_gdn(q, k, v, g, beta, scale, initial_state=None, output_final_
 def flops(B, T, HV, D, bwd, C=64):
     per = 10 * C * C * D + 6 * C * D * D
     if bwd:
-        per = 32 * C * C * D + 18 * C * D * D + 4 * C ** 3
+        per = 26 * C * C * D + 16 * C * D * D + 4 * C ** 3
     return per * B * HV * -(-T // C)
 
 

@@ -10,7 +10,7 @@
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
-// f32), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
+// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
 // workspace [B, T, HV, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
 // through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
 // computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
