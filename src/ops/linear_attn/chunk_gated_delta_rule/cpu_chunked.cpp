@@ -109,14 +109,15 @@ struct Gemm {
   }
 };
 
-// Row dot product with 8 interleaved partial sums combined in a fixed order (no latency-bound single
-// chain; the same bits on every run and thread count).
+// Row dot product with 8 interleaved partial sums combined in a fixed order (independent lanes the compiler
+// turns into vector multiply-adds; no latency-bound single chain; the same bits on every run and thread
+// count). Plain a * b + s: std::fma would be a libm call in this translation unit (no -mfma here).
 float dot(const float* a, const float* b, int64_t n) {
   float acc[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] = std::fma(a[i + j], b[i + j], acc[j]);
-  for (; i < n; ++i) acc[0] = std::fma(a[i], b[i], acc[0]);
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
