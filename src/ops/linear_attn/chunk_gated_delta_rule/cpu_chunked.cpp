@@ -128,6 +128,7 @@ struct Scratch {
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
   float *S, *dS;                               // [K, V] (S: forward only; the backward reads the stored states)
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
+  int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 8 * align_up(BT * p.K) + 6 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 2 * align_up(p.K * p.V) +
            6 * align_up(BT);
@@ -152,6 +153,7 @@ struct Scratch {
 // Kb = diag(beta E) K, Vb = diag(beta) V, W = A Kb, U = A Vb (into Vn). Returns e^{gamma_last}.
 void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool load_q) {
   const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
+  s.L = L;
   std::memset(s.Kc, 0, sizeof(float) * BT * K);
   std::memset(s.Vc, 0, sizeof(float) * BT * V);
   if (load_q) std::memset(s.Q, 0, sizeof(float) * BT * K);
@@ -205,12 +207,13 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
   mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
   build_m(s);
-  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final)
+  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
+  // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
     std::memset(ai, 0, sizeof(float) * BT);
     ai[i] = 1.f;
-    for (int64_t j = 0; j < i; ++j) {
+    for (int64_t j = 0; j < (i < s.L ? i : 0); ++j) {
       const float m = s.M[i * BT + j];
       if (m == 0.f) continue;
       const float* aj = s.Ai + j * BT;
