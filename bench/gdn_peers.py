@@ -11,8 +11,8 @@ Peers:
 Peak: the median rate of a large torch.mm (oneDNN/MKL sgemm on the CPU, cuBLAS on the GPU) in fp32.
 
 FLOPs are those of the chunked algorithm Strata runs, per 64-token chunk C and value head with K = V = D:
-forward 10 C^2 D + 6 C D^2; backward (with its re-computation of the forward states) 32 C^2 D + 18 C D^2
-+ 4 C^3. The same counts are applied to every peer, so the rates compare times.
+forward 10 C^2 D + 6 C D^2; backward (a pass re-computing the chunk states, then the reverse sweep)
+26 C^2 D + 16 C D^2 + 4 C^3. The same counts are applied to every peer, so the rates compare times.
 
     python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
 """
@@ -77,11 +77,12 @@ def torch_chunked_gdn(q, k, v, g, beta, scale, initial_state=None, output_final_
     decay = torch.exp(diff.masked_fill(~lower, float("-inf")))  # mask before exp (§6.1)
     kb = k * beta[..., None]
     # A = (I + StrictLower(diag(beta) K K^T Gamma))^-1 by row recursion
-    m = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~strict, 0)
-    rows = [m[..., 0, :]]
-    for i in range(1, chunk):
-        rows.append(m[..., i, :] + (m[..., i, :i, None] * torch.stack(rows, -2)[..., :i, :]).sum(-2))
-    a = torch.stack(rows, -2) + torch.eye(chunk, device=q.device)
+    a = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~strict, 0)
+    for i in range(1, chunk):  # row i of (I + M)^-1 - I from the rows above it (in place, autograd-tracked)
+        row = a[..., i, :i].clone()
+        sub = a[..., :i, :i].clone()  # clones keep autograd's saved tensors unmodified
+        a[..., i, :i] = row + (row[..., :, None] * sub).sum(-2)
+    a = a + torch.eye(chunk, device=q.device)
     u = a @ (v * beta[..., None])
     w = a @ (kb * torch.exp(gam)[..., None])
     S = initial_state.float() if initial_state is not None else q.new_zeros(B, HV, K, V)
@@ -100,7 +101,7 @@ def torch_chunked_gdn(q, k, v, g, beta, scale, initial_state=None, output_final_
 def flops(B, T, HV, D, bwd, C=64):
     per = 10 * C * C * D + 6 * C * D * D
     if bwd:
-        per = 32 * C * C * D + 18 * C * D * D + 4 * C ** 3
+        per = 26 * C * C * D + 16 * C * D * D + 4 * C ** 3
     return per * B * HV * -(-T // C)
 
 

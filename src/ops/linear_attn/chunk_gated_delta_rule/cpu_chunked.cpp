@@ -10,7 +10,7 @@
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
-// f32), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
+// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
 // workspace [B, T, HV, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
 // through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
 // computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
@@ -109,10 +109,16 @@ struct Gemm {
   }
 };
 
+// Row dot product with 8 interleaved partial sums combined in a fixed order (independent lanes the compiler
+// turns into vector multiply-adds; no latency-bound single chain; the same bits on every run and thread
+// count). Plain a * b + s: std::fma would be a libm call in this translation unit (no -mfma here).
 float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) s = std::fma(a[i], b[i], s);
-  return s;
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
@@ -122,6 +128,7 @@ struct Scratch {
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
   float *S, *dS;                               // [K, V] (S: forward only; the backward reads the stored states)
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
+  int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 8 * align_up(BT * p.K) + 6 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 2 * align_up(p.K * p.V) +
            6 * align_up(BT);
@@ -144,9 +151,9 @@ struct Scratch {
 // Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
 // the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
 // Kb = diag(beta E) K, Vb = diag(beta) V, W = A Kb, U = A Vb (into Vn). Returns e^{gamma_last}.
-float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
-                     int64_t hv, bool load_q) {
+void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool load_q) {
   const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
+  s.L = L;
   std::memset(s.Kc, 0, sizeof(float) * BT * K);
   std::memset(s.Vc, 0, sizeof(float) * BT * V);
   if (load_q) std::memset(s.Q, 0, sizeof(float) * BT * K);
@@ -181,29 +188,46 @@ float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, 
     s.E[i] = i == 0 ? s.alpha[0] : s.E[i - 1] * s.alpha[i];
   }
   for (int64_t i = 0; i < BT; ++i) s.eL[i] = s.Gm[(BT - 1) * BT + i];
-  // P = K K^T, M = StrictLower(beta_i P_ij Gamma_ij)
-  mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
+  // Kb = diag(beta E) K, Vb = diag(beta) V
+  for (int64_t i = 0; i < BT; ++i) {
+    const float kb = s.beta[i] * s.E[i];
+    for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
+    for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
+  }
+}
+
+// M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
+void build_m(Scratch& s) {
   for (int64_t i = 0; i < BT; ++i)
     for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
-  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final)
+}
+
+// After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
+void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  const int64_t K = p.K, V = p.V;
+  mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
+  build_m(s);
+  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
+  // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
     std::memset(ai, 0, sizeof(float) * BT);
     ai[i] = 1.f;
-    for (int64_t j = 0; j < i; ++j) {
+    for (int64_t j = 0; j < (i < s.L ? i : 0); ++j) {
       const float m = s.M[i * BT + j];
       if (m == 0.f) continue;
       const float* aj = s.Ai + j * BT;
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
-  for (int64_t i = 0; i < BT; ++i) {
-    const float kb = s.beta[i] * s.E[i];
-    for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
-    for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
-  }
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V);
+}
+
+float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
+                     int64_t hv, bool load_q) {
+  chunk_load(p, s, b, t0, L, hv, load_q);
+  chunk_wy(p, mm, s);
   return s.E[BT - 1];
 }
 
@@ -346,8 +370,11 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 
 // One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
 // reverse sweep. dq/dk of this value head go to dqh/dkh ([B, T, HV, K] f32).
+// wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
+// the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
+size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
 void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv, float* hs, int64_t hs_stride,
-              float* dqh, float* dkh) {
+              float* wy, int64_t wy_stride, float* dqh, float* dkh) {
   const int64_t K = p.K, V = p.V, KV = K * V;
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
@@ -365,6 +392,11 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     const float* Sc = hs + c * hs_stride;
     float* Sn = hs + (c + 1) * hs_stride;
     mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
+    float* keep = wy + c * wy_stride;
+    std::memcpy(keep, s.P, sizeof(float) * BT * BT);
+    std::memcpy(keep + BT * BT, s.Ai, sizeof(float) * BT * BT);
+    std::memcpy(keep + 2 * BT * BT, s.W, sizeof(float) * BT * K);
+    std::memcpy(keep + 2 * BT * BT + BT * K, s.Vn, sizeof(float) * BT * V);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
     std::memcpy(Sn, Sc, sizeof(float) * KV);
@@ -380,11 +412,22 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
     const float* Sc = hs + c * hs_stride;
-    const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
+    chunk_load(p, s, seq.b, t0, L, hv, true);
+    const float elast = s.E[BT - 1];
+    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass
+      const float* keep = wy + c * wy_stride;
+      std::memcpy(s.P, keep, sizeof(float) * BT * BT);
+      std::memcpy(s.Ai, keep + BT * BT, sizeof(float) * BT * BT);
+      std::memcpy(s.W, keep + 2 * BT * BT, sizeof(float) * BT * K);
+      std::memcpy(s.Vn, keep + 2 * BT * BT + BT * K, sizeof(float) * BT * V);
+      build_m(s);
+    } else {
+      chunk_wy(p, mm, s);
+      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+    }
     std::memset(s.dO, 0, sizeof(float) * BT * V);
     for (int64_t i = 0; i < L; ++i)
       load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
-    mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
     // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
     mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
@@ -486,12 +529,14 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 // Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
 size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
 
-// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | dq, dk per value head f32
+// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
+// f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
 // [B, T, HV, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
 // only)] | scratch slots.
 size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
+         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
          2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
          (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
 }
@@ -513,6 +558,8 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
   w += align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1));
   float* hs = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V));
+  float* wy = reinterpret_cast<float*>(w);
+  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p));
   float* dqh = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
   float* dkh = reinterpret_cast<float*>(w);
@@ -530,7 +577,9 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
   const int64_t KV = p.K * p.V;
   for_tasks(p, p.N * p.HV, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
     const int64_t n = task / p.HV, hv = task % p.HV;
-    bwd_task(pn, mm, s, n, hv, hs + (coff[n] * p.HV + hv) * KV, p.HV * KV, dqh, dkh);
+    const int64_t wyf = static_cast<int64_t>(wy_floats(p));
+    bwd_task(pn, mm, s, n, hv, hs + (coff[n] * p.HV + hv) * KV, p.HV * KV, wy + (coff[n] * p.HV + hv) * wyf,
+             p.HV * wyf, dqh, dkh);
   });
   // dq, dk: sum over the G value heads of each q/k head (increasing hv); stored directly, or through the
   // l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the normalised q / k).

@@ -414,8 +414,8 @@ class GdnHarness final : public OpHarness {
 // Benchmarks (PERF_TARGETS / the issue): H200 B=4 T=8192 H=16 HV=32 K=V=128 bf16; B=1 T=32768 H=16; 256
 // documents of random lengths summing to 32768 vs equal lengths; CPU f32 T=4096 H=4 HV=8 K=V=128.
 // FLOPs are those of the chunked algorithm the CPU path runs, per 64-token chunk C and value head with K = V = D:
-// forward 10 C^2 D + 6 C D^2; backward (with its re-computation of the states) 32 C^2 D + 18 C D^2 + 4 C^3
-// (bench/gdn_peers.py counts the same).
+// forward 10 C^2 D + 6 C D^2; backward 26 C^2 D + 16 C D^2 + 4 C^3 (the state pass 6 C^2 D + 4 C D^2, the
+// reverse sweep 20 C^2 D + 12 C D^2 + 4 C^3; bench/gdn_peers.py counts the same).
 std::vector<BenchCase> GdnHarness::bench_cases(strata_device device) const {
   struct Shape {
     int64_t B, T, H, HV, D;
@@ -453,7 +453,7 @@ std::vector<BenchCase> GdnHarness::bench_cases(strata_device device) const {
     const double chunks = static_cast<double>(s.B) * (static_cast<double>(s.T) / BTc + (cu.empty() ? 0 : std::abs(s.docs)));
     const double fwd_flops = chunks * static_cast<double>(s.HV) * (10 * BTc * BTc * D + 6 * BTc * D * D);
     const double bwd_flops =
-        chunks * static_cast<double>(s.HV) * (32 * BTc * BTc * D + 18 * BTc * D * D + 4 * BTc * BTc * BTc);
+        chunks * static_cast<double>(s.HV) * (26 * BTc * BTc * D + 16 * BTc * D * D + 4 * BTc * BTc * BTc);
     const double esz = static_cast<double>(dtype_size(s.dt));
     const double io = static_cast<double>(s.B * s.T) * (2.0 * s.H * s.D + 2.0 * s.HV * s.D + 2.0 * s.HV) * esz;
     BenchCase b;
