@@ -185,6 +185,9 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, b);
   const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
   const float inv_g = 1.f / static_cast<float>(G);
+  // Flags as locals: the stores through float pointers would otherwise make the compiler reload them from p.
+  const bool nbg = p.norm_before_gate;
+  const int32_t act = p.act;
   const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     Scratch s(D);
@@ -199,13 +202,13 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       // z <- act(z); gate_before_norm: h <- h * act(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
-        const VF a = Act(df, p.act, hn::LoadU(df, z + j), nullptr);
+        const VF a = Act(df, act, hn::LoadU(df, z + j), nullptr);
         hn::StoreU(a, df, z + j);
-        if (!p.norm_before_gate) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
+        if (!nbg) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
       }
       for (; j < D; ++j) {
-        z[j] = ActS(p.act, z[j]);
-        if (!p.norm_before_gate) h[j] *= z[j];
+        z[j] = ActS(act, z[j]);
+        if (!nbg) h[j] *= z[j];
       }
       const int64_t so = p.rstd_rows.row_offset(r);
       for (int64_t g = 0; g < ng; ++g) {
@@ -216,12 +219,12 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
         int64_t k = j0;
         for (; k + N <= j1; k += N) {
           VF o = hn::MulAdd(hn::Mul(hn::LoadU(df, h + k), vr), hn::LoadU(df, w.data() + k), hn::LoadU(df, b.data() + k));
-          if (p.norm_before_gate) o = hn::Mul(o, hn::LoadU(df, z + k));
+          if (nbg) o = hn::Mul(o, hn::LoadU(df, z + k));
           hn::StoreU(o, df, h + k);
         }
         for (; k < j1; ++k) {
           float o = h[k] * rs * w[k] + b[k];
-          if (p.norm_before_gate) o *= z[k];
+          if (nbg) o *= z[k];
           h[k] = o;
         }
       }
@@ -249,6 +252,8 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, bias);
   const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
   const float inv_g = G > 0 ? 1.f / static_cast<float>(G) : 0.f;
+  const bool nbg = p.norm_before_gate;  // locals: see FwdRows
+  const int32_t act = p.act;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     Scratch s(D);
     float *h = s.h.data(), *z = s.z.data(), *gy = s.g.data(), *nrm = s.a.data(), *dn = s.b.data(), *ag = s.c.data();
@@ -264,13 +269,13 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
       int64_t j = 0;
       for (; j + N <= D; j += N) {
         VF vg;
-        const VF a = Act(df, p.act, hn::LoadU(df, z + j), &vg);
+        const VF a = Act(df, act, hn::LoadU(df, z + j), &vg);
         hn::StoreU(a, df, z + j);
         hn::StoreU(vg, df, ag + j);
       }
       for (; j < D; ++j) {
-        ag[j] = ActGradS(p.act, z[j]);
-        z[j] = ActS(p.act, z[j]);
+        ag[j] = ActGradS(act, z[j]);
+        z[j] = ActS(act, z[j]);
       }
       const int64_t so = p.rstd_rows.row_offset(r);
       for (int64_t g = 0; g < ng; ++g) {
@@ -283,7 +288,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
           const VF hv = hn::LoadU(df, h + k), av = hn::LoadU(df, z + k), dyv = hn::LoadU(df, gy + k);
           const VF wv = hn::LoadU(df, w.data() + k);
           VF nv, dterm;
-          if (p.norm_before_gate) {
+          if (nbg) {
             nv = hn::Mul(hv, vr);
             const VF o = hn::MulAdd(nv, wv, hn::LoadU(df, bias.data() + k));
             dterm = hn::Mul(dyv, av);  // do
@@ -301,7 +306,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         }
         for (; k < j1; ++k) {
           float nv, dterm;
-          if (p.norm_before_gate) {
+          if (nbg) {
             nv = h[k] * rs;
             const float o = nv * w[k] + bias[k];
             dterm = gy[k] * z[k];
@@ -320,7 +325,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         k = j0;
         for (; k + N <= j1; k += N) {
           const VF d = hn::Mul(vr, hn::NegMulAdd(hn::LoadU(df, nrm + k), vm, hn::LoadU(df, dn + k)));
-          if (p.norm_before_gate) {
+          if (nbg) {
             hn::StoreU(d, df, gy + k);
           } else {
             hn::StoreU(hn::Mul(d, hn::LoadU(df, z + k)), df, gy + k);
@@ -329,7 +334,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         }
         for (; k < j1; ++k) {
           const float d = rs * (dn[k] - nrm[k] * mean);
-          if (p.norm_before_gate) {
+          if (nbg) {
             gy[k] = d;
           } else {
             gy[k] = d * z[k];
