@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -175,6 +176,86 @@ void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_t D, fl
 // ------------------------------------------------------------------------------------------------------
 // Forward.
 
+// A short row of exactly NV vectors (D = NV * lanes; unit column strides, no residual) held in registers: one
+// load and one conversion per element instead of the scratch-row passes. Groups are gv whole vectors; a
+// group's sum of squares is one vector accumulator in vector order, then one lane sum (a fixed order).
+template <int NV, bool kStream, class TX>
+HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
+                         int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* w, const float* b, int gv,
+                         float inv_g, float eps, bool nbg, int32_t act) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF h[NV], a[NV];
+  float rs[NV];
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    h[k] = tv::LoadF32(df, xr + k * N);
+    a[k] = Act(df, act, tv::LoadF32(df, zr + k * N), nullptr);
+    if (!nbg) h[k] = hn::Mul(h[k], a[k]);
+  }
+  VF acc = hn::Zero(df);
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    acc = hn::MulAdd(h[k], h[k], acc);
+    if ((k + 1) % gv == 0) {
+      const float r = 1.f / std::sqrt(hn::GetLane(hn::SumOfLanes(df, acc)) * inv_g + eps);
+      store_elem(rstd, rstd_dtype, so + (k / gv) * rstd_col, r);
+#pragma GCC unroll 8
+      for (int kk = 0; kk < NV; ++kk)
+        if (kk <= k && kk > k - gv) rs[kk] = r;
+      acc = hn::Zero(df);
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    VF o = hn::MulAdd(hn::Mul(h[k], hn::Set(df, rs[k])), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
+    if (nbg) o = hn::Mul(o, a[k]);
+    tv::StoreOut<kStream, false>(df, o, yr + k * N);
+  }
+}
+
+// ShortRow for rows [r0, r1) when the problem qualifies; false otherwise.
+template <class TX>
+bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const float* w, const float* b, bool stream) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  if (p.residual || p.residual_out || p.D % N != 0 || p.group % N != 0) return false;
+  if (p.x_rows.col_stride != 1 || p.z_rows.col_stride != 1 || p.y_rows.col_stride != 1) return false;
+  const int64_t nv = p.D / N;
+  if (nv != 1 && nv != 2 && nv != 4 && nv != 8) return false;
+  const TX* x = static_cast<const TX*>(p.x);
+  const TX* z = static_cast<const TX*>(p.z);
+  TX* y = static_cast<TX*>(p.y);
+  // Non-temporal stores need every row start aligned to whole 16-byte-or-wider vectors.
+  if (stream && (hn::Lanes(df) * sizeof(TX) < 16 || !p.y_rows.uniform() ||
+                 !tv::StreamAligned(df, y + p.y_rows.row_offset(r0)) ||
+                 (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TX))) % 64 != 0))
+    stream = false;
+  const int gv = static_cast<int>(p.group / N);
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const bool nbg = p.norm_before_gate;
+  const int32_t act = p.act;
+  auto run = [&](auto nv_tag, auto stream_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    constexpr bool S = decltype(stream_tag)::value;
+    for (int64_t r = r0; r < r1; ++r)
+      ShortRow<NV, S>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
+                      p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
+                      act);
+  };
+  auto with_stream = [&](auto nv_tag) {
+    if (stream) run(nv_tag, std::true_type{});
+    else run(nv_tag, std::false_type{});
+  };
+  switch (nv) {
+    case 1: with_stream(std::integral_constant<int, 1>{}); break;
+    case 2: with_stream(std::integral_constant<int, 2>{}); break;
+    case 4: with_stream(std::integral_constant<int, 4>{}); break;
+    default: with_stream(std::integral_constant<int, 8>{}); break;
+  }
+  return true;
+}
+
 template <class TX>
 void FwdRows(const RmsNormGatedFwdParams& p) {
   const DF df;
@@ -190,6 +271,10 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   const int32_t act = p.act;
   const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (ShortRows<TX>(p, r0, r1, w.data(), b.data(), stream)) {
+      if (stream) hwy::FlushStream();
+      return;
+    }
     Scratch s(D);
     float* h = s.h.data();
     float* z = s.z.data();
