@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -40,10 +41,21 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// 1 / d for d >= 1. On AVX-512 the 14-bit hardware estimate and one Newton step (below 1 ulp; a vdivps costs a
+// quarter of the forward kernel's time there); the 12-bit estimate of AVX2/SSE4 would leave ~2 ulp after one
+// step, so the other targets divide.
+HWY_INLINE VF Recip(DF df, VF d) {
+#if HWY_TARGET == HWY_AVX3
+  const VF r = hn::ApproximateReciprocal(d);
+  return hn::Mul(r, hn::NegMulAdd(d, r, hn::Set(df, 2.f)));
+#else
+  return hn::Div(hn::Set(df, 1.f), d);
+#endif
+}
 // sigmoid(v) = 1 / (1 + exp(-v)); the exponent is capped so exp stays finite (sigmoid < 1e-38 there anyway).
 HWY_INLINE VF Sigmoid(DF df, VF v) {
   const VF one = hn::Set(df, 1.f);
-  return hn::Div(one, hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(v), hn::Set(df, 88.f)))));
+  return Recip(df, hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(v), hn::Set(df, 88.f)))));
 }
 // act(v) into a, act'(v) into ag (when ag is wanted).
 HWY_INLINE VF Act(DF df, int32_t act, VF v, VF* ag) {
@@ -164,6 +176,86 @@ void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_t D, fl
 // ------------------------------------------------------------------------------------------------------
 // Forward.
 
+// A short row of exactly NV vectors (D = NV * lanes; unit column strides, no residual) held in registers: one
+// load and one conversion per element instead of the scratch-row passes. Groups are gv whole vectors; a
+// group's sum of squares is one vector accumulator in vector order, then one lane sum (a fixed order).
+template <int NV, bool kStream, class TX>
+HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
+                         int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* w, const float* b, int gv,
+                         float inv_g, float eps, bool nbg, int32_t act) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF h[NV], a[NV];
+  float rs[NV];
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    h[k] = tv::LoadF32(df, xr + k * N);
+    a[k] = Act(df, act, tv::LoadF32(df, zr + k * N), nullptr);
+    if (!nbg) h[k] = hn::Mul(h[k], a[k]);
+  }
+  VF acc = hn::Zero(df);
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    acc = hn::MulAdd(h[k], h[k], acc);
+    if ((k + 1) % gv == 0) {
+      const float r = 1.f / std::sqrt(hn::GetLane(hn::SumOfLanes(df, acc)) * inv_g + eps);
+      store_elem(rstd, rstd_dtype, so + (k / gv) * rstd_col, r);
+#pragma GCC unroll 8
+      for (int kk = 0; kk < NV; ++kk)
+        if (kk <= k && kk > k - gv) rs[kk] = r;
+      acc = hn::Zero(df);
+    }
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    VF o = hn::MulAdd(hn::Mul(h[k], hn::Set(df, rs[k])), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
+    if (nbg) o = hn::Mul(o, a[k]);
+    tv::StoreOut<kStream, false>(df, o, yr + k * N);
+  }
+}
+
+// ShortRow for rows [r0, r1) when the problem qualifies; false otherwise.
+template <class TX>
+bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const float* w, const float* b, bool stream) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  if (p.residual || p.residual_out || p.D % N != 0 || p.group % N != 0) return false;
+  if (p.x_rows.col_stride != 1 || p.z_rows.col_stride != 1 || p.y_rows.col_stride != 1) return false;
+  const int64_t nv = p.D / N;
+  if (nv != 1 && nv != 2 && nv != 4 && nv != 8) return false;
+  const TX* x = static_cast<const TX*>(p.x);
+  const TX* z = static_cast<const TX*>(p.z);
+  TX* y = static_cast<TX*>(p.y);
+  // Non-temporal stores need every row start aligned to whole 16-byte-or-wider vectors.
+  if (stream && (hn::Lanes(df) * sizeof(TX) < 16 || !p.y_rows.uniform() ||
+                 !tv::StreamAligned(df, y + p.y_rows.row_offset(r0)) ||
+                 (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TX))) % 64 != 0))
+    stream = false;
+  const int gv = static_cast<int>(p.group / N);
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const bool nbg = p.norm_before_gate;
+  const int32_t act = p.act;
+  auto run = [&](auto nv_tag, auto stream_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    constexpr bool S = decltype(stream_tag)::value;
+    for (int64_t r = r0; r < r1; ++r)
+      ShortRow<NV, S>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
+                      p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
+                      act);
+  };
+  auto with_stream = [&](auto nv_tag) {
+    if (stream) run(nv_tag, std::true_type{});
+    else run(nv_tag, std::false_type{});
+  };
+  switch (nv) {
+    case 1: with_stream(std::integral_constant<int, 1>{}); break;
+    case 2: with_stream(std::integral_constant<int, 2>{}); break;
+    case 4: with_stream(std::integral_constant<int, 4>{}); break;
+    default: with_stream(std::integral_constant<int, 8>{}); break;
+  }
+  return true;
+}
+
 template <class TX>
 void FwdRows(const RmsNormGatedFwdParams& p) {
   const DF df;
@@ -174,8 +266,15 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, b);
   const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
   const float inv_g = 1.f / static_cast<float>(G);
+  // Flags as locals: the stores through float pointers would otherwise make the compiler reload them from p.
+  const bool nbg = p.norm_before_gate;
+  const int32_t act = p.act;
   const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (ShortRows<TX>(p, r0, r1, w.data(), b.data(), stream)) {
+      if (stream) hwy::FlushStream();
+      return;
+    }
     Scratch s(D);
     float* h = s.h.data();
     float* z = s.z.data();
@@ -188,13 +287,13 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       // z <- act(z); gate_before_norm: h <- h * act(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
-        const VF a = Act(df, p.act, hn::LoadU(df, z + j), nullptr);
+        const VF a = Act(df, act, hn::LoadU(df, z + j), nullptr);
         hn::StoreU(a, df, z + j);
-        if (!p.norm_before_gate) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
+        if (!nbg) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
       }
       for (; j < D; ++j) {
-        z[j] = ActS(p.act, z[j]);
-        if (!p.norm_before_gate) h[j] *= z[j];
+        z[j] = ActS(act, z[j]);
+        if (!nbg) h[j] *= z[j];
       }
       const int64_t so = p.rstd_rows.row_offset(r);
       for (int64_t g = 0; g < ng; ++g) {
@@ -205,12 +304,12 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
         int64_t k = j0;
         for (; k + N <= j1; k += N) {
           VF o = hn::MulAdd(hn::Mul(hn::LoadU(df, h + k), vr), hn::LoadU(df, w.data() + k), hn::LoadU(df, b.data() + k));
-          if (p.norm_before_gate) o = hn::Mul(o, hn::LoadU(df, z + k));
+          if (nbg) o = hn::Mul(o, hn::LoadU(df, z + k));
           hn::StoreU(o, df, h + k);
         }
         for (; k < j1; ++k) {
           float o = h[k] * rs * w[k] + b[k];
-          if (p.norm_before_gate) o *= z[k];
+          if (nbg) o *= z[k];
           h[k] = o;
         }
       }
@@ -238,6 +337,8 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, bias);
   const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
   const float inv_g = G > 0 ? 1.f / static_cast<float>(G) : 0.f;
+  const bool nbg = p.norm_before_gate;  // locals: see FwdRows
+  const int32_t act = p.act;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     Scratch s(D);
     float *h = s.h.data(), *z = s.z.data(), *gy = s.g.data(), *nrm = s.a.data(), *dn = s.b.data(), *ag = s.c.data();
@@ -253,13 +354,13 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
       int64_t j = 0;
       for (; j + N <= D; j += N) {
         VF vg;
-        const VF a = Act(df, p.act, hn::LoadU(df, z + j), &vg);
+        const VF a = Act(df, act, hn::LoadU(df, z + j), &vg);
         hn::StoreU(a, df, z + j);
         hn::StoreU(vg, df, ag + j);
       }
       for (; j < D; ++j) {
-        ag[j] = ActGradS(p.act, z[j]);
-        z[j] = ActS(p.act, z[j]);
+        ag[j] = ActGradS(act, z[j]);
+        z[j] = ActS(act, z[j]);
       }
       const int64_t so = p.rstd_rows.row_offset(r);
       for (int64_t g = 0; g < ng; ++g) {
@@ -272,7 +373,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
           const VF hv = hn::LoadU(df, h + k), av = hn::LoadU(df, z + k), dyv = hn::LoadU(df, gy + k);
           const VF wv = hn::LoadU(df, w.data() + k);
           VF nv, dterm;
-          if (p.norm_before_gate) {
+          if (nbg) {
             nv = hn::Mul(hv, vr);
             const VF o = hn::MulAdd(nv, wv, hn::LoadU(df, bias.data() + k));
             dterm = hn::Mul(dyv, av);  // do
@@ -290,7 +391,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         }
         for (; k < j1; ++k) {
           float nv, dterm;
-          if (p.norm_before_gate) {
+          if (nbg) {
             nv = h[k] * rs;
             const float o = nv * w[k] + bias[k];
             dterm = gy[k] * z[k];
@@ -309,7 +410,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         k = j0;
         for (; k + N <= j1; k += N) {
           const VF d = hn::Mul(vr, hn::NegMulAdd(hn::LoadU(df, nrm + k), vm, hn::LoadU(df, dn + k)));
-          if (p.norm_before_gate) {
+          if (nbg) {
             hn::StoreU(d, df, gy + k);
           } else {
             hn::StoreU(hn::Mul(d, hn::LoadU(df, z + k)), df, gy + k);
@@ -318,7 +419,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         }
         for (; k < j1; ++k) {
           const float d = rs * (dn[k] - nrm[k] * mean);
-          if (p.norm_before_gate) {
+          if (nbg) {
             gy[k] = d;
           } else {
             gy[k] = d * z[k];
