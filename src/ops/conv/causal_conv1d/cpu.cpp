@@ -29,6 +29,7 @@
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
@@ -43,6 +44,9 @@ inline constexpr int64_t kChanTile = 512;
 #endif
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::conv::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace tv = strata::tile::HWY_NAMESPACE;
@@ -63,7 +67,7 @@ HWY_INLINE VF Sigmoid(DF df, VF u) {
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
-template <int KW, bool kSilu, class T>
+template <int KW, bool kSilu, bool kNative, class T>
 HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, const float* HWY_RESTRICT bt,
                          int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y) {
   const DF df;
@@ -75,7 +79,7 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
     for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * nc + j), tv::LoadF32(df, rows[k] + j), acc);
     if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
     if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
-    tv::StoreF32(df, acc, y + j);
+    tv::StoreOut<false, kNative>(df, acc, y + j);
   }
   for (; j < nc; ++j) {
     float acc = bt[j];
@@ -130,7 +134,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
 
 // dx row of a position whose W taps (tokens pos .. pos + W-1) are all in its sequence: grows[i] is g at
 // pos + i; dx = sum_i w[W-1-i] g[pos + i].
-template <int KW, class T>
+template <int KW, bool kNative, class T>
 HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTRICT wt, int64_t nc,
                         T* HWY_RESTRICT dx) {
   const DF df;
@@ -141,7 +145,7 @@ HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTR
     VF acc = hn::Zero(df);
     for (int i = 0; i < Wn; ++i)
       acc = hn::MulAdd(hn::LoadU(df, wt + (Wn - 1 - i) * nc + j), hn::LoadU(df, grows[i] + j), acc);
-    tv::StoreF32(df, acc, dx + j);
+    tv::StoreOut<false, kNative>(df, acc, dx + j);
   }
   for (; j < nc; ++j) {
     float acc = 0.f;
@@ -168,13 +172,14 @@ HWY_INLINE void StageWeights(const Conv1dParams& p, int64_t c0, int64_t nc, floa
   for (int64_t c = 0; c < nc; ++c) bt[c] = bias_at(p, c0 + c);
 }
 
-template <class T>
+template <bool kNative, class T>
 void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
                     const T* res, T* y) {
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
 #define STRATA_CONV_FWD(KW) \
-  (silu ? FwdRow<KW, true, T>(W, rows, wt, bt, nc, res, y) : FwdRow<KW, false, T>(W, rows, wt, bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, T>(W, rows, wt, bt, nc, res, y) \
+        : FwdRow<KW, false, kNative, T>(W, rows, wt, bt, nc, res, y))
   switch (W) {
     case 2: STRATA_CONV_FWD(2); break;
     case 3: STRATA_CONV_FWD(3); break;
@@ -184,7 +189,7 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
 #undef STRATA_CONV_FWD
 }
 
-template <class T>
+template <class T, bool kNative>
 void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, float* wt,
              float* bt) {
   StageWeights(p, c0, nc, wt, bt);
@@ -197,7 +202,7 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
     if (t >= s.end) s = find_sequence(p, b, t);
     if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
       for (int64_t k = 0; k < p.W; ++k) rows[k] = x + b * p.xs[0] + (t - (p.W - 1) + k) * p.xs[1] + c0;
-      FwdRowDispatch<T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr,
+      FwdRowDispatch<kNative, T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr,
                         y + b * p.ys[0] + t * p.ys[1] + c0);
       continue;
     }
@@ -212,7 +217,7 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
   }
 }
 
-template <class T>
+template <class T, bool kNative>
 void Forward(const Conv1dParams& p) {
   const int64_t tpr = tiles_per_row(p, kTimeTile);
   const int64_t chunks = (p.D + kChanTile - 1) / kChanTile;
@@ -223,7 +228,7 @@ void Forward(const Conv1dParams& p) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kChanTile;
-      FwdItem<T>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), wt, bt);
+      FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), wt, bt);
     }
   });
   if (p.hT) {
@@ -253,13 +258,13 @@ void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* w
 #undef STRATA_CONV_GRAD
 }
 
-template <class T>
+template <bool kNative, class T>
 void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_t nc, T* dx) {
   switch (W) {
-    case 2: DxRow<2, T>(2, grows, wt, nc, dx); break;
-    case 3: DxRow<3, T>(3, grows, wt, nc, dx); break;
-    case 4: DxRow<4, T>(4, grows, wt, nc, dx); break;
-    default: DxRow<0, T>(static_cast<int>(W), grows, wt, nc, dx); break;
+    case 2: DxRow<2, kNative, T>(2, grows, wt, nc, dx); break;
+    case 3: DxRow<3, kNative, T>(3, grows, wt, nc, dx); break;
+    case 4: DxRow<4, kNative, T>(4, grows, wt, nc, dx); break;
+    default: DxRow<0, kNative, T>(static_cast<int>(W), grows, wt, nc, dx); break;
   }
 }
 
@@ -272,7 +277,7 @@ struct BwdScratch {
   float db[kChanTile];
 };
 
-template <class T>
+template <class T, bool kNative>
 void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
              BwdScratch& sc, float* partials) {
   const int64_t W = p.W;
@@ -321,7 +326,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     }
     if (fast) {
       for (int64_t i = 0; i < W; ++i) grows[i] = sc.g + (pos + i - t0) * nc;
-      DxRowDispatch<T>(W, grows, sc.wt, nc, dx + b * p.dxs[0] + pos * p.dxs[1] + c0);
+      DxRowDispatch<kNative, T>(W, grows, sc.wt, nc, dx + b * p.dxs[0] + pos * p.dxs[1] + c0);
       continue;
     }
     const int64_t id = p.mode == kModeSeqIdx ? seq_at(p, b, pos) : 0;
@@ -342,7 +347,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
   std::copy(sc.db, sc.db + nc, part + W * p.D);
 }
 
-template <class T>
+template <class T, bool kNative>
 void Backward(const Conv1dParams& p, float* partials) {
   const int64_t tpr = tiles_per_row(p, kTimeTile);
   const int64_t tiles = p.B * tpr;
@@ -354,7 +359,7 @@ void Backward(const Conv1dParams& p, float* partials) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kChanTile;
-      BwdItem<T>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), sc[0],
+      BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), sc[0],
                  partials);
     }
   });
@@ -384,23 +389,29 @@ void Backward(const Conv1dParams& p, float* partials) {
   }
 }
 
-void CausalConv1dFwd(const Conv1dParams& p, void*) {
-  // f32/bf16/f16 activations only (f64 goes to the reference).
+// f32/bf16/f16 activations only (f64 goes to the reference). kNative: bf16 outputs rounded by AVX512-BF16
+// (the "cpu.avx512_bf16" implementation; identical to the portable instance on other targets and dtypes).
+template <bool kNative>
+void FwdAll(const Conv1dParams& p) {
   switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: Forward<float>(p); break;
-    case STRATA_DTYPE_BF16: Forward<bf16_t>(p); break;
-    default: Forward<f16_t>(p); break;
+    case STRATA_DTYPE_F32: Forward<float, false>(p); break;
+    case STRATA_DTYPE_BF16: Forward<bf16_t, kNative>(p); break;
+    default: Forward<f16_t, false>(p); break;
   }
 }
-
-void CausalConv1dBwd(const Conv1dParams& p, void* workspace) {
+template <bool kNative>
+void BwdAll(const Conv1dParams& p, void* workspace) {
   float* partials = static_cast<float*>(workspace);
   switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: Backward<float>(p, partials); break;
-    case STRATA_DTYPE_BF16: Backward<bf16_t>(p, partials); break;
-    default: Backward<f16_t>(p, partials); break;
+    case STRATA_DTYPE_F32: Backward<float, false>(p, partials); break;
+    case STRATA_DTYPE_BF16: Backward<bf16_t, kNative>(p, partials); break;
+    default: Backward<f16_t, false>(p, partials); break;
   }
 }
+void CausalConv1dFwd(const Conv1dParams& p, void*) { FwdAll<false>(p); }
+void CausalConv1dBwd(const Conv1dParams& p, void* workspace) { BwdAll<false>(p, workspace); }
+void CausalConv1dFwdNativeBf16(const Conv1dParams& p, void*) { FwdAll<true>(p); }
+void CausalConv1dBwdNativeBf16(const Conv1dParams& p, void* workspace) { BwdAll<true>(p, workspace); }
 
 }  // namespace strata::conv::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -409,9 +420,13 @@ HWY_AFTER_NAMESPACE();
 namespace strata::conv {
 HWY_EXPORT(CausalConv1dFwd);
 HWY_EXPORT(CausalConv1dBwd);
+HWY_EXPORT(CausalConv1dFwdNativeBf16);
+HWY_EXPORT(CausalConv1dBwdNativeBf16);
 
 Conv1dCpuFn causal_conv1d_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dFwd, hwy_target); }
 Conv1dCpuFn causal_conv1d_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dBwd, hwy_target); }
+Conv1dCpuFn causal_conv1d_fwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CausalConv1dFwdNativeBf16, HWY_AVX3); }
+Conv1dCpuFn causal_conv1d_bwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CausalConv1dBwdNativeBf16, HWY_AVX3); }
 
 size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p) {
   return static_cast<size_t>(p.B * tiles_per_row(p, kTimeTile) * (p.W + 1) * p.D) * sizeof(float);
