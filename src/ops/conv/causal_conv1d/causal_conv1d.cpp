@@ -384,8 +384,9 @@ extern "C" strata_status strata_causal_conv1d_fwd_plan(
         opt_str(initial_state), opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*y), opt_str(final_state),
         activation ? "silu" : "none");
     uint32_t mask = 0;
+    // Tensors without elements are never read or written (and frameworks pass NULL for them).
     for (int i = 0; i < kFwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d) mask |= 1u << i;
+      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
     // Nothing to write: no token-channel element and no final-state element.
     const bool empty = numel(*y) == 0 && (!final_state || numel(*final_state) == 0);
     const PlanInfo info{kFwd, kFwdTensors, mask, x->device, summary, empty};
@@ -458,8 +459,9 @@ extern "C" strata_status strata_causal_conv1d_bwd_plan(
         opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*dy), opt_str(dfinal_state), desc_str(*dx),
         desc_str(*dweight), opt_str(dbias), opt_str(dinitial_state), activation ? "silu" : "none");
     uint32_t mask = 0;
+    // Tensors without elements are never read or written (and frameworks pass NULL for them).
     for (int i = 0; i < kBwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d) mask |= 1u << i;
+      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
     // dweight (and dbias) are written even when T = 0 (zeros); only D = 0 leaves nothing to write.
     const bool empty = sh.D == 0;
     const PlanInfo info{kBwd, kBwdTensors, mask, x->device, summary, empty};
