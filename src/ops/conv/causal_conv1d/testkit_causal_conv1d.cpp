@@ -302,6 +302,8 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   // Long rows (several tiles and chunks) on the vector paths.
   add("bf16", "f32", {2, 300, 1100}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "bf16");
   add("f32", "f32", {1, 520, 600}, 3, 0, 1, 0, 1, 1, {0, 100, 101, 333, 520}, "none", 1, "tpad");
+  // Outputs of 4 MiB and more: the CPU's non-temporal stores (rows of 1100 bf16: only some 32-byte aligned).
+  add("bf16", "f32", {1, 2000, 1100}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "bf16");
   // Empty tensors: no tokens (final state = initial state), no channels, no batch, empty packs.
   add("f32", "f32", {2, 0, 5}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous");
   add("bf16", "f32", {2, 0, 5}, 4, 1, 1, 0, 0, 1, {}, "none", 0, "contiguous");
