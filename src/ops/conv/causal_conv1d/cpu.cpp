@@ -184,11 +184,15 @@ bool Streams(const Conv1dParams& p) {
 
 // Weights as f32 [W][D] followed by the bias [D] (zeros without one), staged once per call and shared
 // read-only by the threads.
+// Row stride of the staged weights: D + 32 floats, so that the W + 1 rows do not fall into the same L1 sets
+// when D is a multiple of 1024 (with the x rows of the taps, also 2^n apart, they would exceed its ways).
+HWY_INLINE int64_t StagedStride(const Conv1dParams& p) { return p.D + 32; }
 hwy::AlignedFreeUniquePtr<float[]> StageWeights(const Conv1dParams& p) {
-  auto st = hwy::AllocateAligned<float>(static_cast<size_t>((p.W + 1) * std::max<int64_t>(p.D, 1)));
+  const int64_t ws = StagedStride(p);
+  auto st = hwy::AllocateAligned<float>(static_cast<size_t>((p.W + 1) * ws));
   for (int64_t k = 0; k < p.W; ++k)
-    for (int64_t d = 0; d < p.D; ++d) st[k * p.D + d] = weight_at(p, d, k);
-  for (int64_t d = 0; d < p.D; ++d) st[p.W * p.D + d] = bias_at(p, d);
+    for (int64_t d = 0; d < p.D; ++d) st[k * ws + d] = weight_at(p, d, k);
+  for (int64_t d = 0; d < p.D; ++d) st[p.W * ws + d] = bias_at(p, d);
   return st;
 }
 
@@ -199,8 +203,8 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
   const bool silu = p.activation == kActSilu;
   if (stream) {
 #define STRATA_CONV_FWD(KW)                                                       \
-  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, p.D, bt, nc, res, y) \
-        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, p.D, bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
+        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
     switch (W) {
       case 2: STRATA_CONV_FWD(2); break;
       case 3: STRATA_CONV_FWD(3); break;
@@ -211,8 +215,8 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
     return;
   }
 #define STRATA_CONV_FWD(KW) \
-  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, p.D, bt, nc, res, y) \
-        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, p.D, bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
+        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
   switch (W) {
     case 2: STRATA_CONV_FWD(2); break;
     case 3: STRATA_CONV_FWD(3); break;
@@ -256,7 +260,7 @@ void Forward(const Conv1dParams& p) {
   const int64_t chunks = (p.D + kFwdChan - 1) / kFwdChan;
   const auto staged = StageWeights(p);
   const float* wt = staged.get();
-  const float* bt = wt + p.W * p.D;
+  const float* bt = wt + p.W * StagedStride(p);
   const bool stream = Streams<T>(p);
   tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -284,8 +288,8 @@ void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* w
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
 #define STRATA_CONV_GRAD(KW)                                                  \
-  (silu ? GradRow<KW, true, T>(W, rows, wt, p.D, bt, nc, dy, g, own, dw, db) \
-        : GradRow<KW, false, T>(W, rows, wt, p.D, bt, nc, dy, g, own, dw, db))
+  (silu ? GradRow<KW, true, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db) \
+        : GradRow<KW, false, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db))
   switch (W) {
     case 2: STRATA_CONV_GRAD(2); break;
     case 3: STRATA_CONV_GRAD(3); break;
@@ -317,7 +321,7 @@ void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_
 
 // Scratch of one backward item (per thread): staged weights, bias, g rows, and the item's sums.
 struct BwdScratch {
-  const float* wt;  // staged weights of the chunk (row stride D) and bias
+  const float* wt;  // staged weights of the chunk (row stride StagedStride) and bias
   const float* bt;
   float g[(kTimeTile + kMaxWidth) * kBwdChan];
   float dw[kMaxWidth * kBwdChan];
@@ -373,7 +377,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     if (fast) {
       for (int64_t i = 0; i < W; ++i) grows[i] = sc.g + (pos + i - t0) * nc;
       T* dxr = dx + b * p.dxs[0] + pos * p.dxs[1] + c0;
-      DxRowDispatch<kNative, T>(W, grows, sc.wt, p.D, nc, dxr, stream && tv::StreamAligned(DF(), dxr));
+      DxRowDispatch<kNative, T>(W, grows, sc.wt, StagedStride(p), nc, dxr, stream && tv::StreamAligned(DF(), dxr));
       continue;
     }
     const int64_t id = p.mode == kModeSeqIdx ? seq_at(p, b, pos) : 0;
@@ -382,7 +386,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
       for (int64_t i = 0; i < W; ++i) {
         const int64_t t = pos + i;
         if (t >= s.end || (p.mode == kModeSeqIdx && seq_at(p, b, t) != id)) continue;
-        acc = std::fma(sc.wt[(W - 1 - i) * p.D + c], sc.g[(t - t0) * nc + c], acc);
+        acc = std::fma(sc.wt[(W - 1 - i) * StagedStride(p) + c], sc.g[(t - t0) * nc + c], acc);
       }
       acc += dfinal_to_x(p, b, pos, s, c0 + c);
       dx[b * p.dxs[0] + pos * p.dxs[1] + (c0 + c) * p.dxs[2]] = from_f32<T>(acc);
@@ -409,7 +413,7 @@ void Backward(const Conv1dParams& p, float* partials) {
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kBwdChan;
       sc[0].wt = staged.get() + c0;
-      sc[0].bt = staged.get() + p.W * p.D + c0;
+      sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
       BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
                           partials, stream);
     }
