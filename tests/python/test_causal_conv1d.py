@@ -23,10 +23,12 @@ def ref_conv(x, w, bias=None, residual=None, h0=None, silu=True, cu=None):
     for n, (b, s, e) in enumerate(seqs):
         pad = h0[n].detach().double().cpu() if h0 is not None else torch.zeros(D, W - 1, dtype=torch.float64)
         xs = torch.cat([pad, x64[b, s:e].T], dim=1)  # [D, W-1 + L]
+        finals.append(xs[:, xs.shape[1] - (W - 1):])
+        if e == s:
+            continue
         u = F.conv1d(xs[None], w64[:, None, :], None if bias is None else bias.detach().double().cpu(),
                      groups=D)[0].T  # [L, D]
         y[b, s:e] = F.silu(u) if silu else u
-        finals.append(xs[:, xs.shape[1] - (W - 1):])
     if residual is not None:
         y = y + residual.detach().double().cpu()
     return y, torch.stack(finals) if finals else torch.zeros(0, D, W - 1, dtype=torch.float64)

@@ -3,8 +3,8 @@
 //   fwd tensors {x, weight, bias, residual, initial_state, cu_seqlens, seq_idx, y, final_state}
 //   bwd tensors {x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dfinal_state,
 //                dx, dweight, dbias, dinitial_state}
-// Implementations, in dispatch order: cuda.sm90.time_tile, cpu.<isa> for each compiled Highway target,
-// reference.
+// Implementations, in dispatch order: cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
+// Highway target, reference.
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 
 #include <fmt/format.h>
@@ -108,6 +108,23 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
                                                          : causal_conv1d_fwd_cuda(k, launch.cuda_stream));
                  }});
 #endif
+    auto cpu_workspace = [bwd] {
+      return bwd ? std::function<size_t(const Conv1dProblem&)>(
+                       [](const Conv1dProblem& p) { return causal_conv1d_cpu_bwd_workspace(p.params); })
+                 : std::function<size_t(const Conv1dProblem&)>();
+    };
+    // AVX512-BF16 first: the AVX3 kernels with native rounding of bf16 outputs.
+    if (const Conv1dCpuFn fn = bwd ? causal_conv1d_bwd_cpu_native_bf16() : causal_conv1d_fwd_cpu_native_bf16())
+      l.push_back(cpu_impl(
+          tile::kAvx512Bf16Impl,
+          [](const Conv1dProblem& p) {
+            std::string r = reject_unless_cpu(p.device);
+            if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
+            if (r.empty() && !half_or_f32(p.params.x_dtype))
+              r = fmt::format("handles f32/bf16/f16 x, got {}", dtype_name(p.params.x_dtype));
+            return r;
+          },
+          cpu_workspace(), fn));
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const Conv1dCpuFn fn = bwd ? causal_conv1d_bwd_cpu(isa.hwy_target) : causal_conv1d_fwd_cpu(isa.hwy_target);
       if (!fn) continue;  // target not compiled into this build
@@ -120,10 +137,7 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
               r = fmt::format("handles f32/bf16/f16 x, got {}", dtype_name(p.params.x_dtype));
             return r;
           },
-          bwd ? std::function<size_t(const Conv1dProblem&)>(
-                    [](const Conv1dProblem& p) { return causal_conv1d_cpu_bwd_workspace(p.params); })
-              : std::function<size_t(const Conv1dProblem&)>(),
-          fn));
+          cpu_workspace(), fn));
     }
     l.push_back(cpu_impl(
         "reference", [](const Conv1dProblem& p) { return reject_unless_cpu(p.device); }, {},
@@ -370,8 +384,9 @@ extern "C" strata_status strata_causal_conv1d_fwd_plan(
         opt_str(initial_state), opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*y), opt_str(final_state),
         activation ? "silu" : "none");
     uint32_t mask = 0;
+    // Tensors without elements are never read or written (and frameworks pass NULL for them).
     for (int i = 0; i < kFwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d) mask |= 1u << i;
+      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
     // Nothing to write: no token-channel element and no final-state element.
     const bool empty = numel(*y) == 0 && (!final_state || numel(*final_state) == 0);
     const PlanInfo info{kFwd, kFwdTensors, mask, x->device, summary, empty};
@@ -444,8 +459,9 @@ extern "C" strata_status strata_causal_conv1d_bwd_plan(
         opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*dy), opt_str(dfinal_state), desc_str(*dx),
         desc_str(*dweight), opt_str(dbias), opt_str(dinitial_state), activation ? "silu" : "none");
     uint32_t mask = 0;
+    // Tensors without elements are never read or written (and frameworks pass NULL for them).
     for (int i = 0; i < kBwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d) mask |= 1u << i;
+      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
     // dweight (and dbias) are written even when T = 0 (zeros); only D = 0 leaves nothing to write.
     const bool empty = sh.D == 0;
     const PlanInfo info{kBwd, kBwdTensors, mask, x->device, summary, empty};

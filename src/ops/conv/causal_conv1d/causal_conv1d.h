@@ -264,6 +264,10 @@ void causal_conv1d_bwd_reference(const Conv1dParams& p);
 using Conv1dCpuFn = void (*)(const Conv1dParams&, void* workspace);
 Conv1dCpuFn causal_conv1d_fwd_cpu(int64_t hwy_target);
 Conv1dCpuFn causal_conv1d_bwd_cpu(int64_t hwy_target);
+// The AVX3 kernels with bf16 outputs rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr when AVX3 was not
+// compiled). Only offered on CPUs with the feature.
+Conv1dCpuFn causal_conv1d_fwd_cpu_native_bf16();
+Conv1dCpuFn causal_conv1d_bwd_cpu_native_bf16();
 size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p);
 
 #if STRATA_WITH_CUDA

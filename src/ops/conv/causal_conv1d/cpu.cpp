@@ -2,9 +2,9 @@
 // target in tile::cpu_isas() (one implementation "cpu.<isa>" each).
 //
 // Channels are the vector dimension. Work items are (time tile of kTimeTile tokens of one row, channel chunk
-// of kChanTile channels); an item sweeps its tokens in order, each token row read with full-width loads (the
-// W-1 previous rows it also reads are still in L1). The weights and bias of the chunk are staged once per
-// item as f32 [W][chunk]. Tokens whose taps all read x of the same sequence (all but the first W-1 of each
+// of kFwdChan / kBwdChan channels); an item sweeps its tokens in order, each token row read with full-width loads (the
+// W-1 previous rows it also reads are still in the caches). The weights and bias are staged once per
+// call as f32 [W][D]. Tokens whose taps all read x of the same sequence (all but the first W-1 of each
 // sequence, and those next to a seq_idx change) take the vector path, unrolled for W = 2, 3, 4; the others,
 // and every token of tensors without unit channel stride, take the element-wise path of causal_conv1d.h
 // (sources from the initial state, masked taps).
@@ -19,6 +19,7 @@
 #define HWY_TARGET_INCLUDE "ops/conv/causal_conv1d/cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
 
@@ -29,6 +30,7 @@
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
@@ -36,13 +38,19 @@
 namespace strata::conv {
 // Tokens per work item: the halo (W-1 extra rows of g in the backward) costs (W-1)/kTimeTile.
 inline constexpr int64_t kTimeTile = 64;
-// Channels per work item: staged weights (W * 2 KiB) and the token rows of a chunk stay in L1; chunks of
-// 512 channels are 1 KiB (bf16) pieces of a row, long enough for the hardware prefetchers.
-inline constexpr int64_t kChanTile = 512;
+// Channels per work item. Each token row is read (and written) as one piece of up to kFwdChan channels:
+// pieces of 1 KiB of 16 KiB rows (512 bf16 channels) defeated the hardware prefetchers (each piece sits in
+// another 4 KiB page) and ran at a fifth of the copy rate. The backward keeps g for the tile and the W-1
+// tokens after it, (64 + W-1) x kBwdChan f32 = 0.5 MiB at 2048 channels, in L2.
+inline constexpr int64_t kFwdChan = 8192;
+inline constexpr int64_t kBwdChan = 2048;
 }  // namespace strata::conv
 #endif
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::conv::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace tv = strata::tile::HWY_NAMESPACE;
@@ -63,23 +71,23 @@ HWY_INLINE VF Sigmoid(DF df, VF u) {
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
-template <int KW, bool kSilu, class T>
-HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, const float* HWY_RESTRICT bt,
-                         int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y) {
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
+                         const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int Wn = KW ? KW : W;
   int64_t j = 0;
   for (; j + N <= nc; j += N) {
     VF acc = hn::LoadU(df, bt + j);
-    for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * nc + j), tv::LoadF32(df, rows[k] + j), acc);
+    for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
     if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
     if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
-    tv::StoreF32(df, acc, y + j);
+    tv::StoreOut<kStream, kNative>(df, acc, y + j);
   }
   for (; j < nc; ++j) {
     float acc = bt[j];
-    for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * nc + j], to_f32(rows[k][j]), acc);
+    for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * ws + j], to_f32(rows[k][j]), acc);
     if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
     if (res) acc += to_f32(res[j]);
     y[j] = from_f32<T>(acc);
@@ -88,8 +96,8 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
 
 // ---- backward: g row (and the item's dweight/dbias sums when `own`) on the vector path ----
 template <int KW, bool kSilu, class T>
-HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, const float* HWY_RESTRICT bt,
-                          int64_t nc, const T* HWY_RESTRICT dy, float* HWY_RESTRICT g, bool own,
+HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
+                          const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT dy, float* HWY_RESTRICT g, bool own,
                           float* HWY_RESTRICT dw, float* HWY_RESTRICT db) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -100,7 +108,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
     if constexpr (kSilu) {
       VF acc = hn::LoadU(df, bt + j);
       for (int k = 0; k < Wn; ++k)
-        acc = hn::MulAdd(hn::LoadU(df, wt + k * nc + j), tv::LoadF32(df, rows[k] + j), acc);
+        acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
       const VF s = Sigmoid(df, acc);
       const VF one = hn::Set(df, 1.f);
       gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
@@ -116,7 +124,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
     float gs = to_f32(dy[j]);
     if constexpr (kSilu) {
       float acc = bt[j];
-      for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * nc + j], to_f32(rows[k][j]), acc);
+      for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * ws + j], to_f32(rows[k][j]), acc);
       const float s = 1.f / (1.f + std::exp(std::min(-acc, 88.f)));
       gs *= s * std::fma(acc, 1.f - s, 1.f);
     }
@@ -130,8 +138,8 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
 
 // dx row of a position whose W taps (tokens pos .. pos + W-1) are all in its sequence: grows[i] is g at
 // pos + i; dx = sum_i w[W-1-i] g[pos + i].
-template <int KW, class T>
-HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTRICT wt, int64_t nc,
+template <int KW, bool kNative, bool kStream, class T>
+HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTRICT wt, int64_t ws, int64_t nc,
                         T* HWY_RESTRICT dx) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -140,12 +148,12 @@ HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTR
   for (; j + N <= nc; j += N) {
     VF acc = hn::Zero(df);
     for (int i = 0; i < Wn; ++i)
-      acc = hn::MulAdd(hn::LoadU(df, wt + (Wn - 1 - i) * nc + j), hn::LoadU(df, grows[i] + j), acc);
-    tv::StoreF32(df, acc, dx + j);
+      acc = hn::MulAdd(hn::LoadU(df, wt + (Wn - 1 - i) * ws + j), hn::LoadU(df, grows[i] + j), acc);
+    tv::StoreOut<kStream, kNative>(df, acc, dx + j);
   }
   for (; j < nc; ++j) {
     float acc = 0.f;
-    for (int i = 0; i < Wn; ++i) acc = std::fma(wt[(Wn - 1 - i) * nc + j], grows[i][j], acc);
+    for (int i = 0; i < Wn; ++i) acc = std::fma(wt[(Wn - 1 - i) * ws + j], grows[i][j], acc);
     dx[j] = from_f32<T>(acc);
   }
 }
@@ -162,19 +170,53 @@ HWY_INLINE bool all_taps_x(const Conv1dParams& p, int64_t b, int64_t t, const Se
 }
 
 // Stages the chunk's weights [W][nc] and bias [nc] as f32.
-HWY_INLINE void StageWeights(const Conv1dParams& p, int64_t c0, int64_t nc, float* wt, float* bt) {
-  for (int64_t k = 0; k < p.W; ++k)
-    for (int64_t c = 0; c < nc; ++c) wt[k * nc + c] = weight_at(p, c0 + c, k);
-  for (int64_t c = 0; c < nc; ++c) bt[c] = bias_at(p, c0 + c);
+// Outputs (y, dx) of at least this size are written with non-temporal stores where a row is vector-aligned:
+// they bypass the caches instead of first reading every output line (write-allocate), so the forward moves 2
+// bytes per byte of x, like a copy, instead of 3.
+constexpr int64_t kStreamBytes = 4 << 20;
+// Only vectors of at least 16 stored bytes: a partial vector (4 bf16 on SSE4) would go through a 16-byte
+// streaming store that needs 16-byte alignment (and writes 16 bytes).
+template <class T>
+bool Streams(const Conv1dParams& p) {
+  return p.channels_contiguous && hn::Lanes(DF()) * sizeof(T) >= 16 &&
+         p.B * p.T * p.D * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
 }
 
-template <class T>
+// Weights as f32 [W][D] followed by the bias [D] (zeros without one), staged once per call and shared
+// read-only by the threads.
+// Row stride of the staged weights: D + 32 floats, so that the W + 1 rows do not fall into the same L1 sets
+// when D is a multiple of 1024 (with the x rows of the taps, also 2^n apart, they would exceed its ways).
+HWY_INLINE int64_t StagedStride(const Conv1dParams& p) { return p.D + 32; }
+hwy::AlignedFreeUniquePtr<float[]> StageWeights(const Conv1dParams& p) {
+  const int64_t ws = StagedStride(p);
+  auto st = hwy::AllocateAligned<float>(static_cast<size_t>((p.W + 1) * ws));
+  for (int64_t k = 0; k < p.W; ++k)
+    for (int64_t d = 0; d < p.D; ++d) st[k * ws + d] = weight_at(p, d, k);
+  for (int64_t d = 0; d < p.D; ++d) st[p.W * ws + d] = bias_at(p, d);
+  return st;
+}
+
+template <bool kNative, class T>
 void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
-                    const T* res, T* y) {
+                    const T* res, T* y, bool stream) {
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
+  if (stream) {
+#define STRATA_CONV_FWD(KW)                                                       \
+  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
+        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
+    switch (W) {
+      case 2: STRATA_CONV_FWD(2); break;
+      case 3: STRATA_CONV_FWD(3); break;
+      case 4: STRATA_CONV_FWD(4); break;
+      default: STRATA_CONV_FWD(0); break;
+    }
+#undef STRATA_CONV_FWD
+    return;
+  }
 #define STRATA_CONV_FWD(KW) \
-  (silu ? FwdRow<KW, true, T>(W, rows, wt, bt, nc, res, y) : FwdRow<KW, false, T>(W, rows, wt, bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
+        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
   switch (W) {
     case 2: STRATA_CONV_FWD(2); break;
     case 3: STRATA_CONV_FWD(3); break;
@@ -184,10 +226,9 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
 #undef STRATA_CONV_FWD
 }
 
-template <class T>
-void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, float* wt,
-             float* bt) {
-  StageWeights(p, c0, nc, wt, bt);
+template <class T, bool kNative>
+void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, const float* wt,
+             const float* bt, bool stream) {
   const T* x = static_cast<const T*>(p.x);
   const T* res = static_cast<const T*>(p.residual);
   T* y = static_cast<T*>(p.y);
@@ -197,8 +238,9 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
     if (t >= s.end) s = find_sequence(p, b, t);
     if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
       for (int64_t k = 0; k < p.W; ++k) rows[k] = x + b * p.xs[0] + (t - (p.W - 1) + k) * p.xs[1] + c0;
-      FwdRowDispatch<T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr,
-                        y + b * p.ys[0] + t * p.ys[1] + c0);
+      T* yr = y + b * p.ys[0] + t * p.ys[1] + c0;
+      FwdRowDispatch<kNative, T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr, yr,
+                                 stream && tv::StreamAligned(DF(), yr));
       continue;
     }
     // Element-wise: sequence starts (initial state), masked taps, padding, strided channels.
@@ -212,19 +254,23 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
   }
 }
 
-template <class T>
+template <class T, bool kNative>
 void Forward(const Conv1dParams& p) {
   const int64_t tpr = tiles_per_row(p, kTimeTile);
-  const int64_t chunks = (p.D + kChanTile - 1) / kChanTile;
+  const int64_t chunks = (p.D + kFwdChan - 1) / kFwdChan;
+  const auto staged = StageWeights(p);
+  const float* wt = staged.get();
+  const float* bt = wt + p.W * StagedStride(p);
+  const bool stream = Streams<T>(p);
   tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
-    HWY_ALIGN float wt[kMaxWidth * kChanTile];
-    HWY_ALIGN float bt[kChanTile];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
-      const int64_t c0 = chunk * kChanTile;
-      FwdItem<T>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), wt, bt);
+      const int64_t c0 = chunk * kFwdChan;
+      FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kFwdChan, p.D - c0), wt + c0,
+                          bt + c0, stream);
     }
+    if (stream) hwy::FlushStream();  // order the non-temporal stores before the results are used
   });
   if (p.hT) {
     tile::parallel_blocks(p.N, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.D, 1)), [&](int64_t n0, int64_t n1) {
@@ -242,8 +288,8 @@ void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* w
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
 #define STRATA_CONV_GRAD(KW)                                                  \
-  (silu ? GradRow<KW, true, T>(W, rows, wt, bt, nc, dy, g, own, dw, db) \
-        : GradRow<KW, false, T>(W, rows, wt, bt, nc, dy, g, own, dw, db))
+  (silu ? GradRow<KW, true, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db) \
+        : GradRow<KW, false, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db))
   switch (W) {
     case 2: STRATA_CONV_GRAD(2); break;
     case 3: STRATA_CONV_GRAD(3); break;
@@ -253,30 +299,39 @@ void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* w
 #undef STRATA_CONV_GRAD
 }
 
-template <class T>
-void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_t nc, T* dx) {
+template <bool kNative, class T>
+void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_t ws, int64_t nc, T* dx,
+                   bool stream) {
+  if (stream) {
+    switch (W) {
+      case 2: DxRow<2, kNative, true, T>(2, grows, wt, ws, nc, dx); break;
+      case 3: DxRow<3, kNative, true, T>(3, grows, wt, ws, nc, dx); break;
+      case 4: DxRow<4, kNative, true, T>(4, grows, wt, ws, nc, dx); break;
+      default: DxRow<0, kNative, true, T>(static_cast<int>(W), grows, wt, ws, nc, dx); break;
+    }
+    return;
+  }
   switch (W) {
-    case 2: DxRow<2, T>(2, grows, wt, nc, dx); break;
-    case 3: DxRow<3, T>(3, grows, wt, nc, dx); break;
-    case 4: DxRow<4, T>(4, grows, wt, nc, dx); break;
-    default: DxRow<0, T>(static_cast<int>(W), grows, wt, nc, dx); break;
+    case 2: DxRow<2, kNative, false, T>(2, grows, wt, ws, nc, dx); break;
+    case 3: DxRow<3, kNative, false, T>(3, grows, wt, ws, nc, dx); break;
+    case 4: DxRow<4, kNative, false, T>(4, grows, wt, ws, nc, dx); break;
+    default: DxRow<0, kNative, false, T>(static_cast<int>(W), grows, wt, ws, nc, dx); break;
   }
 }
 
 // Scratch of one backward item (per thread): staged weights, bias, g rows, and the item's sums.
 struct BwdScratch {
-  float wt[kMaxWidth * kChanTile];
-  float bt[kChanTile];
-  float g[(kTimeTile + kMaxWidth) * kChanTile];
-  float dw[kMaxWidth * kChanTile];
-  float db[kChanTile];
+  const float* wt;  // staged weights of the chunk (row stride StagedStride) and bias
+  const float* bt;
+  float g[(kTimeTile + kMaxWidth) * kBwdChan];
+  float dw[kMaxWidth * kBwdChan];
+  float db[kBwdChan];
 };
 
-template <class T>
+template <class T, bool kNative>
 void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
-             BwdScratch& sc, float* partials) {
+             BwdScratch& sc, float* partials, bool stream) {
   const int64_t W = p.W;
-  StageWeights(p, c0, nc, sc.wt, sc.bt);
   std::fill(sc.dw, sc.dw + W * nc, 0.f);
   std::fill(sc.db, sc.db + nc, 0.f);
   const T* x = static_cast<const T*>(p.x);
@@ -321,7 +376,8 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     }
     if (fast) {
       for (int64_t i = 0; i < W; ++i) grows[i] = sc.g + (pos + i - t0) * nc;
-      DxRowDispatch<T>(W, grows, sc.wt, nc, dx + b * p.dxs[0] + pos * p.dxs[1] + c0);
+      T* dxr = dx + b * p.dxs[0] + pos * p.dxs[1] + c0;
+      DxRowDispatch<kNative, T>(W, grows, sc.wt, StagedStride(p), nc, dxr, stream && tv::StreamAligned(DF(), dxr));
       continue;
     }
     const int64_t id = p.mode == kModeSeqIdx ? seq_at(p, b, pos) : 0;
@@ -330,7 +386,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
       for (int64_t i = 0; i < W; ++i) {
         const int64_t t = pos + i;
         if (t >= s.end || (p.mode == kModeSeqIdx && seq_at(p, b, t) != id)) continue;
-        acc = std::fma(sc.wt[(W - 1 - i) * nc + c], sc.g[(t - t0) * nc + c], acc);
+        acc = std::fma(sc.wt[(W - 1 - i) * StagedStride(p) + c], sc.g[(t - t0) * nc + c], acc);
       }
       acc += dfinal_to_x(p, b, pos, s, c0 + c);
       dx[b * p.dxs[0] + pos * p.dxs[1] + (c0 + c) * p.dxs[2]] = from_f32<T>(acc);
@@ -342,21 +398,26 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
   std::copy(sc.db, sc.db + nc, part + W * p.D);
 }
 
-template <class T>
+template <class T, bool kNative>
 void Backward(const Conv1dParams& p, float* partials) {
   const int64_t tpr = tiles_per_row(p, kTimeTile);
   const int64_t tiles = p.B * tpr;
-  const int64_t chunks = (p.D + kChanTile - 1) / kChanTile;
-  // Blocks of one time tile (all its chunks): one scratch allocation (228 KiB) per block.
+  const int64_t chunks = (p.D + kBwdChan - 1) / kBwdChan;
+  const bool stream = Streams<T>(p);
+  const auto staged = StageWeights(p);
+  // Blocks of one time tile (all its chunks): one scratch allocation (0.8 MiB) per block.
   tile::parallel_blocks(tiles * chunks, chunks, [&](int64_t i0, int64_t i1) {
     auto sc = hwy::AllocateAligned<BwdScratch>(1);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
-      const int64_t c0 = chunk * kChanTile;
-      BwdItem<T>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kChanTile, p.D - c0), sc[0],
-                 partials);
+      const int64_t c0 = chunk * kBwdChan;
+      sc[0].wt = staged.get() + c0;
+      sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
+      BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
+                          partials, stream);
     }
+    if (stream) hwy::FlushStream();
   });
   // dweight / dbias: the tiles' partial sums in tile order, per channel block.
   const int64_t W = p.W;
@@ -384,23 +445,29 @@ void Backward(const Conv1dParams& p, float* partials) {
   }
 }
 
-void CausalConv1dFwd(const Conv1dParams& p, void*) {
-  // f32/bf16/f16 activations only (f64 goes to the reference).
+// f32/bf16/f16 activations only (f64 goes to the reference). kNative: bf16 outputs rounded by AVX512-BF16
+// (the "cpu.avx512_bf16" implementation; identical to the portable instance on other targets and dtypes).
+template <bool kNative>
+void FwdAll(const Conv1dParams& p) {
   switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: Forward<float>(p); break;
-    case STRATA_DTYPE_BF16: Forward<bf16_t>(p); break;
-    default: Forward<f16_t>(p); break;
+    case STRATA_DTYPE_F32: Forward<float, false>(p); break;
+    case STRATA_DTYPE_BF16: Forward<bf16_t, kNative>(p); break;
+    default: Forward<f16_t, false>(p); break;
   }
 }
-
-void CausalConv1dBwd(const Conv1dParams& p, void* workspace) {
+template <bool kNative>
+void BwdAll(const Conv1dParams& p, void* workspace) {
   float* partials = static_cast<float*>(workspace);
   switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: Backward<float>(p, partials); break;
-    case STRATA_DTYPE_BF16: Backward<bf16_t>(p, partials); break;
-    default: Backward<f16_t>(p, partials); break;
+    case STRATA_DTYPE_F32: Backward<float, false>(p, partials); break;
+    case STRATA_DTYPE_BF16: Backward<bf16_t, kNative>(p, partials); break;
+    default: Backward<f16_t, false>(p, partials); break;
   }
 }
+void CausalConv1dFwd(const Conv1dParams& p, void*) { FwdAll<false>(p); }
+void CausalConv1dBwd(const Conv1dParams& p, void* workspace) { BwdAll<false>(p, workspace); }
+void CausalConv1dFwdNativeBf16(const Conv1dParams& p, void*) { FwdAll<true>(p); }
+void CausalConv1dBwdNativeBf16(const Conv1dParams& p, void* workspace) { BwdAll<true>(p, workspace); }
 
 }  // namespace strata::conv::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -409,9 +476,13 @@ HWY_AFTER_NAMESPACE();
 namespace strata::conv {
 HWY_EXPORT(CausalConv1dFwd);
 HWY_EXPORT(CausalConv1dBwd);
+HWY_EXPORT(CausalConv1dFwdNativeBf16);
+HWY_EXPORT(CausalConv1dBwdNativeBf16);
 
 Conv1dCpuFn causal_conv1d_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dFwd, hwy_target); }
 Conv1dCpuFn causal_conv1d_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CausalConv1dBwd, hwy_target); }
+Conv1dCpuFn causal_conv1d_fwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CausalConv1dFwdNativeBf16, HWY_AVX3); }
+Conv1dCpuFn causal_conv1d_bwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CausalConv1dBwdNativeBf16, HWY_AVX3); }
 
 size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p) {
   return static_cast<size_t>(p.B * tiles_per_row(p, kTimeTile) * (p.W + 1) * p.D) * sizeof(float);
