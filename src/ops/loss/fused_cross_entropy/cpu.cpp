@@ -195,15 +195,6 @@ void Run(const CeParams& p, int64_t count) {
   const CeConsts& k = p.k;
   double* ws = static_cast<double*>(p.workspace);
   const bool reduced = p.reduction != kCeNone;
-  // g of a non-ignored row.
-  auto upstream = [&](int64_t i) -> float {
-    if (p.backward) {
-      const float* dl = static_cast<const float*>(p.dloss);
-      if (p.reduction == kCeNone) return dl[i * p.dloss_stride];
-      return p.reduction == kCeMean ? (count > 0 ? dl[0] / static_cast<float>(count) : 0.f) : dl[0];
-    }
-    return p.reduction == kCeMean ? (count > 0 ? p.grad_scale / static_cast<float>(count) : 0.f) : p.grad_scale;
-  };
   const int64_t block = tile::block_for_bytes(p.V * static_cast<int64_t>(sizeof(T)));
   tile::parallel_blocks(p.N, block, [&](int64_t i0, int64_t i1) {
     HWY_ALIGN float scratch[kPiece];
@@ -242,7 +233,7 @@ void Run(const CeParams& p, int64_t count) {
           std::fill(dz, dz + p.V, from_f32<T>(0.f));
           continue;
         }
-        const CeGradRow gr = ce_grad_row(k, lse, upstream(i));
+        const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
         RowGradFromExp(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true));
         continue;
       }
@@ -268,7 +259,7 @@ void Run(const CeParams& p, int64_t count) {
         std::fill(dz, dz + p.V, from_f32<T>(0.f));
         continue;
       }
-      RowGrad<kSoftcap>(k, ce_grad_row(k, lse, upstream(i)), z, dz, p.V, y);
+      RowGrad<kSoftcap>(k, ce_grad_row(k, lse, ce_upstream(p, i, count)), z, dz, p.V, y);
     }
   });
 }
