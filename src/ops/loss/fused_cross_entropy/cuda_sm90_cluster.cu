@@ -124,14 +124,22 @@ __global__ void __launch_bounds__(kThreads) ce_cluster_rows(const CeParams p, in
   }
   float lse;
   if (!p.backward) {
-    float m = -INFINITY;
+    // c is a non-decreasing function of s z (scale, then tanh), so the thread's maximum of c is c of its
+    // largest raw logit (smallest for s < 0): no transform (no tanh) in this sweep.
+    float zmax = -INFINITY, zmin = INFINITY;
 #pragma unroll
     for (int q = 0; q < kMaxVec; ++q) {
       if (v0 + threadIdx.x + static_cast<int64_t>(q) * kThreads < v1) {
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) m = fmaxf(m, ce_logit(k, elem<T>(raw[q], e)));
+        for (int e = 0; e < kVec; ++e) {
+          const float zz = elem<T>(raw[q], e);
+          zmax = fmaxf(zmax, zz);
+          zmin = fminf(zmin, zz);
+        }
       }
     }
+    const float zext = k.scale >= 0.f ? zmax : zmin;
+    const float m = (zext == -INFINITY || zext == INFINITY) && zmax < zmin ? -INFINITY : ce_logit(k, zext);
     Part a{m, 0.f, 0.f, 0.f};
     if (m != -INFINITY) {
 #pragma unroll
