@@ -76,7 +76,8 @@ HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
 // row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential).
 template <bool kSoftcap, class T>
 CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch,
-                    float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr) {
+                    float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr,
+                    float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   CeRowStats st;
@@ -88,6 +89,17 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const int64_t nv = n / NL * NL;
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
+    if (kSoftcap && tbuf) {  // also keep t = tanh(s z / cap) for the gradient's (1 - t^2)
+      const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
+      for (; j < nv; j += NL) {
+        const auto t = hn::Tanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv));
+        const auto c = hn::Mul(vcap, t);
+        hn::StoreU(t, df, tbuf + j0 + j);
+        hn::StoreU(c, df, scratch + j);
+        vmax = hn::Max(vmax, c);
+        vsum_c = hn::Add(vsum_c, c);
+      }
+    }
     for (; j < nv; j += NL) {
       const auto c = Transform<kSoftcap>(df, tv::LoadF32(df, z + j0 + j), k);
       hn::StoreU(c, df, scratch + j);
@@ -97,6 +109,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     float m = nv > 0 ? hn::GetLane(hn::MaxOfLanes(df, vmax)) : -INFINITY;
     for (; j < n; ++j) {
       const float c = ce_logit(k, to_f32(z[j0 + j]));
+      if (kSoftcap && tbuf) tbuf[j0 + j] = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
       scratch[j] = c;
       m = std::max(m, c);
       tail_sum_c += c;
@@ -169,12 +182,13 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
+// With softcap (tbuf != nullptr): dz = (1 - t_j^2) (p_coef p_j - uniform).
 template <class T>
 void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
-                    int64_t V, int64_t y, float dz_y) {
+                    int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-  const auto vu = hn::Set(df, r.uniform);
+  const auto vu = hn::Set(df, r.uniform), one = hn::Set(df, 1.f);
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
     const float sc = r.p_coef * ce_exp(piece_m[j0 / kPiece] - r.lse);
@@ -182,6 +196,15 @@ void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const fl
     const float* e = ebuf + j0;
     T* d = dz + j0;
     int64_t j = 0;
+    if (tbuf) {
+      const float* t = tbuf + j0;
+      for (; j + NL <= n; j += NL) {
+        const auto tt = hn::LoadU(df, t + j);
+        tv::StoreF32(df, hn::Mul(hn::NegMulAdd(tt, tt, one), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      }
+      for (; j < n; ++j) d[j] = from_f32<T>((1.f - t[j] * t[j]) * (sc * e[j] - r.uniform));
+      continue;
+    }
     for (; j + NL <= n; j += NL) tv::StoreF32(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
     for (; j < n; ++j) d[j] = from_f32<T>(sc * e[j] - r.uniform);
   }
@@ -200,15 +223,19 @@ void Run(const CeParams& p, int64_t count) {
     HWY_ALIGN float scratch[kPiece];
     // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
     // so the gradient sweep only scales them: one exponential per element and no second read of the logits.
-    const bool keep_exp = !kSoftcap && !p.backward && dlogits != nullptr;
+    // With softcap t = tanh(s z / cap) is kept as well (another V floats), for the (1 - t^2) factor.
+    const bool keep_exp = !p.backward && dlogits != nullptr;
     thread_local std::vector<float> row_buf;
     float* ebuf = nullptr;
     float* piece_m = nullptr;
+    float* tbuf = nullptr;
     if (keep_exp) {
-      const size_t need = static_cast<size_t>(p.V + (p.V + kPiece - 1) / kPiece);
+      const size_t pieces = static_cast<size_t>((p.V + kPiece - 1) / kPiece);
+      const size_t need = static_cast<size_t>(p.V) * (kSoftcap ? 2 : 1) + pieces;
       if (row_buf.size() < need) row_buf.resize(need);
       ebuf = row_buf.data();
       piece_m = ebuf + p.V;
+      if (kSoftcap) tbuf = piece_m + pieces;
     }
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
@@ -216,7 +243,7 @@ void Run(const CeParams& p, int64_t count) {
       const T* z = logits + i * p.logits_rs;
       float lse;
       if (keep_exp) {
-        const CeRowStats st = RowStats<kSoftcap>(k, z, p.V, y, scratch, ebuf, piece_m);
+        const CeRowStats st = RowStats<kSoftcap>(k, z, p.V, y, scratch, ebuf, piece_m, tbuf);
         lse = ce_lse(st.lse);
         const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
         const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
@@ -234,7 +261,7 @@ void Run(const CeParams& p, int64_t count) {
           continue;
         }
         const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
-        RowGradFromExp(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true));
+        RowGradFromExp(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true), tbuf);
         continue;
       }
       if (p.backward) {
