@@ -15,7 +15,8 @@ Three ways to get the gradient, which differ only in *when the logits tensor is 
   Use it only when the logits are consumed by nothing else (the usual ``logits = h @ W.T`` -> loss).
 
 Both in-place modes bypass torch's version counter (the C library writes through the data pointer), like
-fla and Liger; they are plain ``torch.autograd.Function``s (not traced by torch.compile).
+fla and Liger; they are plain ``torch.autograd.Function``s (not traced by torch.compile), and their backward
+can run only once (a second backward, e.g. with retain_graph, would read the overwritten logits).
 
 Target values must be in [0, V) or equal ignore_index. The C library checks them on the CPU; on CUDA it
 cannot without a device-to-host copy, so ``check_targets=True`` (default) checks them here (one small

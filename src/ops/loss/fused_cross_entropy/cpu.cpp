@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 #include "tile/cpu/isa.h"
@@ -39,6 +40,29 @@ constexpr int64_t kPiece = 2048;
 
 using DF = hn::ScalableTag<float>;
 
+// exp(x) for the softmax terms (x <= 0 in every use): 2^n p(r) with n = round(x log2 e), r = x - n ln 2 in
+// two FMAs (Cody-Waite: ln 2 split so n * ln2_hi is exact), p the degree-6 Taylor polynomial (|r| <= ln2 / 2:
+// truncation 0.35^7 / 7! = 1.2e-7, about one ulp) and 2^n put into the exponent bits. About 15 vector ops,
+// half of hn::Exp, which also serves positive arguments up to 88 with a two-step scale. x < -87 (including
+// -inf) gives 0 like hn::Exp; NaN gives 0 as well (a NaN logit makes the maximum NaN, so lse is NaN anyway).
+HWY_INLINE hn::Vec<DF> FastExp(DF df, hn::Vec<DF> x) {
+  const hn::RebindToSigned<DF> di;
+  const auto lo = hn::Set(df, -87.0f);
+  const auto xc = hn::Max(x, lo);
+  const auto n = hn::Round(hn::Mul(xc, hn::Set(df, 1.44269504088896341f)));
+  auto r = hn::MulAdd(n, hn::Set(df, -0.693359375f), xc);  // ln2_hi: 9 significant bits, n * ln2_hi exact
+  r = hn::MulAdd(n, hn::Set(df, 2.12194440e-4f), r);        // -(ln 2 - ln2_hi)
+  auto p = hn::Set(df, 1.f / 720);
+  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 120));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 24));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 6));
+  p = hn::MulAdd(p, r, hn::Set(df, 0.5f));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.f));
+  p = hn::MulAdd(p, r, hn::Set(df, 1.f));
+  const auto scale = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::IfThenElseZero(hn::Ge(x, lo), hn::Mul(p, scale));
+}
+
 // c = s z, or cap tanh(s z / cap).
 template <bool kSoftcap>
 HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
@@ -48,8 +72,12 @@ HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
 }
 
 // Row statistics: m, S (merged piece by piece), sum of c, and c_y.
+// scratch: kPiece floats (ebuf == nullptr), or ebuf: V floats that receive e_j = exp(c_j - m_piece) for the whole
+// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential).
 template <bool kSoftcap, class T>
-CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch) {
+CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch,
+                    float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr,
+                    float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   CeRowStats st;
@@ -57,18 +85,31 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
   float tail_sum_c = 0.f;
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
+    if (ebuf) scratch = ebuf + j0;
     const int64_t nv = n / NL * NL;
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
+    if (kSoftcap && tbuf) {  // also keep t = tanh(s z / cap) for the gradient's (1 - t^2)
+      const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
+      for (; j < nv; j += NL) {
+        const auto t = hn::Tanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv));
+        const auto c = hn::Mul(vcap, t);
+        hn::StoreU(t, df, tbuf + j0 + j);
+        hn::StoreU(c, df, scratch + j);
+        vmax = hn::Max(vmax, c);
+        vsum_c = hn::Add(vsum_c, c);
+      }
+    }
     for (; j < nv; j += NL) {
       const auto c = Transform<kSoftcap>(df, tv::LoadF32(df, z + j0 + j), k);
-      hn::Store(c, df, scratch + j);
+      hn::StoreU(c, df, scratch + j);
       vmax = hn::Max(vmax, c);
       vsum_c = hn::Add(vsum_c, c);
     }
     float m = nv > 0 ? hn::GetLane(hn::MaxOfLanes(df, vmax)) : -INFINITY;
     for (; j < n; ++j) {
       const float c = ce_logit(k, to_f32(z[j0 + j]));
+      if (kSoftcap && tbuf) tbuf[j0 + j] = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
       scratch[j] = c;
       m = std::max(m, c);
       tail_sum_c += c;
@@ -76,13 +117,34 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const auto vm = hn::Set(df, m);
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     j = 0;
-    for (; j + 2 * NL <= nv; j += 2 * NL) {
-      a0 = hn::Add(a0, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j), vm)));
-      a1 = hn::Add(a1, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j + NL), vm)));
+    if (ebuf) {  // keep the exponentials
+      piece_m[j0 / kPiece] = m;
+      for (; j + 2 * NL <= nv; j += 2 * NL) {
+        const auto e0 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
+        const auto e1 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm));
+        hn::StoreU(e0, df, scratch + j);
+        hn::StoreU(e1, df, scratch + j + NL);
+        a0 = hn::Add(a0, e0);
+        a1 = hn::Add(a1, e1);
+      }
+      for (; j < nv; j += NL) {
+        const auto e0 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
+        hn::StoreU(e0, df, scratch + j);
+        a0 = hn::Add(a0, e0);
+      }
+    } else {
+      for (; j + 2 * NL <= nv; j += 2 * NL) {
+        a0 = hn::Add(a0, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
+        a1 = hn::Add(a1, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm)));
+      }
+      for (; j < nv; j += NL) a0 = hn::Add(a0, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
     }
-    for (; j < nv; j += NL) a0 = hn::Add(a0, hn::Exp(df, hn::Sub(hn::Load(df, scratch + j), vm)));
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
-    for (; j < n; ++j) s += ce_exp(scratch[j] - m);
+    for (; j < n; ++j) {
+      const float e = ce_exp(scratch[j] - m);
+      if (ebuf) scratch[j] = e;
+      s += e;
+    }
     lse_add_block(st.lse, m, s);
   }
   st.sum_c = hn::GetLane(hn::SumOfLanes(df, vsum_c)) + tail_sum_c;
@@ -107,15 +169,46 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     hn::Vec<DF> d;
     if constexpr (kSoftcap) {
       const auto t = hn::Tanh(df, hn::Mul(u, vinv));
-      const auto p = hn::Exp(df, hn::Sub(hn::Mul(vcap, t), vlse));
+      const auto p = FastExp(df, hn::Sub(hn::Mul(vcap, t), vlse));
       d = hn::Mul(hn::NegMulAdd(t, t, one), hn::MulSub(vp, p, vu));
     } else {
-      d = hn::MulSub(vp, hn::Exp(df, hn::Sub(u, vlse)), vu);
+      d = hn::MulSub(vp, FastExp(df, hn::Sub(u, vlse)), vu);
     }
     tv::StoreF32(df, d, dz + j);
   }
   for (; j < V; ++j) dz[j] = from_f32<T>(ce_grad_elem(k, r, to_f32(z[j]), false));
   if (has_y) dz[y] = from_f32<T>(dz_y);
+}
+
+// dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
+// dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
+// With softcap (tbuf != nullptr): dz = (1 - t_j^2) (p_coef p_j - uniform).
+template <class T>
+void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
+                    int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
+  const DF df;
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  const auto vu = hn::Set(df, r.uniform), one = hn::Set(df, 1.f);
+  for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
+    const int64_t n = std::min(kPiece, V - j0);
+    const float sc = r.p_coef * ce_exp(piece_m[j0 / kPiece] - r.lse);
+    const auto vs = hn::Set(df, sc);
+    const float* e = ebuf + j0;
+    T* d = dz + j0;
+    int64_t j = 0;
+    if (tbuf) {
+      const float* t = tbuf + j0;
+      for (; j + NL <= n; j += NL) {
+        const auto tt = hn::LoadU(df, t + j);
+        tv::StoreF32(df, hn::Mul(hn::NegMulAdd(tt, tt, one), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      }
+      for (; j < n; ++j) d[j] = from_f32<T>((1.f - t[j] * t[j]) * (sc * e[j] - r.uniform));
+      continue;
+    }
+    for (; j + NL <= n; j += NL) tv::StoreF32(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
+    for (; j < n; ++j) d[j] = from_f32<T>(sc * e[j] - r.uniform);
+  }
+  if (y >= 0 && y < V) dz[y] = from_f32<T>(dz_y);
 }
 
 template <bool kSoftcap, class T>
@@ -125,23 +218,52 @@ void Run(const CeParams& p, int64_t count) {
   const CeConsts& k = p.k;
   double* ws = static_cast<double*>(p.workspace);
   const bool reduced = p.reduction != kCeNone;
-  // g of a non-ignored row.
-  auto upstream = [&](int64_t i) -> float {
-    if (p.backward) {
-      const float* dl = static_cast<const float*>(p.dloss);
-      if (p.reduction == kCeNone) return dl[i * p.dloss_stride];
-      return p.reduction == kCeMean ? (count > 0 ? dl[0] / static_cast<float>(count) : 0.f) : dl[0];
-    }
-    return p.reduction == kCeMean ? (count > 0 ? p.grad_scale / static_cast<float>(count) : 0.f) : p.grad_scale;
-  };
   const int64_t block = tile::block_for_bytes(p.V * static_cast<int64_t>(sizeof(T)));
   tile::parallel_blocks(p.N, block, [&](int64_t i0, int64_t i1) {
     HWY_ALIGN float scratch[kPiece];
+    // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
+    // so the gradient sweep only scales them: one exponential per element and no second read of the logits.
+    // With softcap t = tanh(s z / cap) is kept as well (another V floats), for the (1 - t^2) factor.
+    const bool keep_exp = !p.backward && dlogits != nullptr;
+    thread_local std::vector<float> row_buf;
+    float* ebuf = nullptr;
+    float* piece_m = nullptr;
+    float* tbuf = nullptr;
+    if (keep_exp) {
+      const size_t pieces = static_cast<size_t>((p.V + kPiece - 1) / kPiece);
+      const size_t need = static_cast<size_t>(p.V) * (kSoftcap ? 2 : 1) + pieces;
+      if (row_buf.size() < need) row_buf.resize(need);
+      ebuf = row_buf.data();
+      piece_m = ebuf + p.V;
+      if (kSoftcap) tbuf = piece_m + pieces;
+    }
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
       const bool ignored = y == k.ignore_index;
       const T* z = logits + i * p.logits_rs;
       float lse;
+      if (keep_exp) {
+        const CeRowStats st = RowStats<kSoftcap>(k, z, p.V, y, scratch, ebuf, piece_m, tbuf);
+        lse = ce_lse(st.lse);
+        const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
+        const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
+        if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = lse;
+        if (reduced) {
+          ws[i] = loss;
+          ws[p.N + i] = zl;
+        } else {
+          static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
+          if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
+        }
+        T* dz = dlogits + i * p.dlogits_rs;
+        if (ignored) {
+          std::fill(dz, dz + p.V, from_f32<T>(0.f));
+          continue;
+        }
+        const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
+        RowGradFromExp(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true), tbuf);
+        continue;
+      }
       if (p.backward) {
         lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
       } else {
@@ -164,7 +286,7 @@ void Run(const CeParams& p, int64_t count) {
         std::fill(dz, dz + p.V, from_f32<T>(0.f));
         continue;
       }
-      RowGrad<kSoftcap>(k, ce_grad_row(k, lse, upstream(i)), z, dz, p.V, y);
+      RowGrad<kSoftcap>(k, ce_grad_row(k, lse, ce_upstream(p, i, count)), z, dz, p.V, y);
     }
   });
 }

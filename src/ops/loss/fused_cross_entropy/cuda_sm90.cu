@@ -152,19 +152,7 @@ __device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
   return r;
 }
 
-// Upstream gradient g of row i (not ignored).
-__device__ __forceinline__ float upstream(const CeParams& p, int64_t i, int64_t count) {
-  if (p.backward) {
-    const float* dl = static_cast<const float*>(p.dloss);
-    if (p.reduction == kCeNone) return dl[i * p.dloss_stride];
-    return p.reduction == kCeMean ? (count > 0 ? dl[0] / static_cast<float>(count) : 0.f) : dl[0];
-  }
-  return p.reduction == kCeMean ? (count > 0 ? p.grad_scale / static_cast<float>(count) : 0.f) : p.grad_scale;
-}
-
-__device__ __forceinline__ int64_t* count_slot(const CeParams& p) {
-  return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) - 16);
-}
+__device__ __forceinline__ int64_t* count_slot(const CeParams& p) { return ce_count_slot(p); }
 
 __global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
   int64_t n = 0;
@@ -267,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p
     if constexpr (kGrad) {
       T* dz = static_cast<T*>(p.dlogits) + i * p.dlogits_rs;
       const int64_t dmis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(dz) / sizeof(T)) % kVec);
-      const float g = (ignored || bad) ? 0.f : upstream(p, i, count);
+      const float g = (ignored || bad) ? 0.f : ce_upstream(p, i, count);
       const CeGradRow gr = ce_grad_row(k, lse, g);
       const float fill = bad ? __int_as_float(0x7fc00000) : 0.f;
       if (ignored || bad) {
@@ -348,13 +336,24 @@ strata_status launch_dtype(const CeParams& p, unsigned grid, size_t pad, cudaStr
 
 }  // namespace
 
-int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {
+strata_status ce_launch_count(const CeParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool need_count = p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward);
-  if (need_count) {
-    ce_count<<<1, 1024, 0, stream>>>(p);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_count)"));
-  }
+  if (!need_count) return STRATA_SUCCESS;
+  ce_count<<<1, 1024, 0, stream>>>(p);
+  return cuda::check_launch("fused_cross_entropy (ce_count)");
+}
+
+strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.backward || p.reduction == kCeNone) return STRATA_SUCCESS;
+  ce_reduce<<<1, 1024, 0, stream>>>(p);
+  return cuda::check_launch("fused_cross_entropy (ce_reduce)");
+}
+
+int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // One block per row; beyond 2^30 rows each block loops (never reached in practice).
     const unsigned grid = static_cast<unsigned>(p.N < (int64_t{1} << 30) ? p.N : (int64_t{1} << 30));
@@ -362,11 +361,7 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant 
     else STRATA_RETURN_IF_ERROR((launch_dtype<1024, 1>(p, grid, 120 * 1024, stream)));
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_rows)"));
   }
-  if (!p.backward && p.reduction != kCeNone) {
-    ce_reduce<<<1, 1024, 0, stream>>>(p);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_reduce)"));
-  }
-  return STRATA_SUCCESS;
+  return ce_launch_reduce(p, stream_ptr);
 }
 
 }  // namespace strata::loss

@@ -1,7 +1,8 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.block_per_row_l2, cuda.sm90.block_per_row, cpu.<isa> for each compiled Highway target,
+// Implementations, in dispatch order: cuda.sm90.block_per_row_l2, cuda.sm90.block_per_row,
+// cuda.sm90.cluster_row (forced only until verified on the GPU), cpu.<isa> for each compiled Highway target,
 // reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -140,6 +141,29 @@ const ImplList<CeProblem>& impls() {
                      return static_cast<strata_status>(fused_cross_entropy_cuda(p, l.cuda_stream, v));
                    }});
     }
+    // A row per thread-block cluster, held in registers (one read of the logits); misaligned pointers at run
+    // time take block_per_row_l2 (the same math, another summation order). Listed after the block-per-row
+    // kernels until its first GPU run (2026-11-29 run 2) has confirmed it: STRATA_FORCE_IMPL picks it; move it
+    // first once it passes and wins.
+    l.push_back({"cuda.sm90.cluster_row",
+                 [](const CeProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty()) r = dtypes_reason(p.params);
+                   return r.empty() ? ce_cluster_reject(p.params) : r;
+                 },
+                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
+                 [](const CeProblem& pr, const Launch& l) {
+                   const CeParams p = bind(pr, l);
+                   const char* op = p.backward ? kBwd : kFwd;
+                   STRATA_RETURN_IF_ERROR(check_alias(p, op));
+                   if (l.workspace_size < ce_workspace_bytes(p, true))
+                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
+                                 ce_workspace_bytes(p, true), l.workspace_size);
+                   if (!ce_cluster_aligned(p))
+                     return static_cast<strata_status>(
+                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRowL2));
+                   return static_cast<strata_status>(fused_cross_entropy_cuda_cluster(p, l.cuda_stream));
+                 }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const CeCpuFn fn = fused_cross_entropy_cpu(isa.hwy_target);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "opbase/dtype.h"
 #include "ops/loss/common/ce_row.h"
@@ -56,10 +57,27 @@ STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
   return ((rows + 15) / 16) * 16 + 16;  // + count (int64), 16-byte aligned
 }
 
+// CUDA: the count of non-ignored rows (int64) in the last 16 bytes of the workspace.
+STRATA_HD int64_t* ce_count_slot(const CeParams& p) {
+  return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) - 16);
+}
+
 // Target of row i as int64 (i64 or i32 storage).
 STRATA_HD int64_t ce_target(const CeParams& p, int64_t i) {
   return p.target_dtype == STRATA_DTYPE_I64 ? static_cast<const int64_t*>(p.target)[i * p.target_stride]
                                             : static_cast<const int32_t*>(p.target)[i * p.target_stride];
+}
+
+// Upstream gradient g_i of a non-ignored row i: backward: dloss[i] (none), dloss[0] / count (mean), dloss[0]
+// (sum); fused forward: grad_scale (none, sum), grad_scale / count (mean). Mean over zero rows: 0.
+STRATA_HD float ce_upstream(const CeParams& p, int64_t i, int64_t count) {
+  float G = p.grad_scale;
+  if (p.backward) {
+    const float* dl = static_cast<const float*>(p.dloss);
+    G = p.reduction == kCeNone ? dl[i * p.dloss_stride] : dl[0];
+  }
+  if (p.reduction != kCeMean) return G;
+  return count > 0 ? G / static_cast<float>(count) : 0.f;
 }
 
 // Host check of the target values (CPU implementations, before anything is written): every target is in
@@ -79,6 +97,16 @@ CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
 // kBlockPerRowL2: 1024 threads and one row per SM, so that pass 2 finds the row in L2. Returns the launch status.
 enum class CeCudaVariant { kBlockPerRow, kBlockPerRowL2 };
 int fused_cross_entropy_cuda(const CeParams& p, void* stream, CeCudaVariant variant);
+// cuda.sm90.cluster_row (cuda_sm90_cluster.cu): a row per thread-block cluster, held in registers.
+// ce_cluster_reject: "" when the shape suits it (plan time); ce_cluster_aligned: the pointers are 16-byte
+// aligned (run time; otherwise the caller runs block_per_row_l2).
+std::string ce_cluster_reject(const CeParams& p);
+bool ce_cluster_aligned(const CeParams& p);
+int fused_cross_entropy_cuda_cluster(const CeParams& p, void* stream);
+// The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
+// fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
+strata_status ce_launch_count(const CeParams& p, void* stream);
+strata_status ce_launch_reduce(const CeParams& p, void* stream);
 #endif
 
 }  // namespace strata::loss
