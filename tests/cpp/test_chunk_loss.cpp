@@ -382,6 +382,9 @@ TEST(ChunkLoss, StrategyHeuristicAndBudget) {
   std::string s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, 0, &ws);
   EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
   EXPECT_LE(ws, size_t{64} << 20) << s;
+  s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_F32, 0, &ws);  // f32 copies of bf16 operands
+  EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
+  EXPECT_LE(ws, size_t{64} << 20) << s;
   s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, 0, &ws);
   EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;  // a bf16 dW would need a 125 MiB f32 copy
   s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, STRATA_CHUNK_LOSS_TOKEN_CHUNKED, &ws);
