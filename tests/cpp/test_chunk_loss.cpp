@@ -382,6 +382,9 @@ TEST(ChunkLoss, StrategyHeuristicAndBudget) {
   std::string s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, 0, &ws);
   EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
   EXPECT_LE(ws, size_t{64} << 20) << s;
+  s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_F32, 0, &ws);  // f32 copies of bf16 operands
+  EXPECT_NE(s.find("strategy=token_chunked"), std::string::npos) << s;
+  EXPECT_LE(ws, size_t{64} << 20) << s;
   s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, 0, &ws);
   EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;  // a bf16 dW would need a 125 MiB f32 copy
   s = plan_summary(STRATA_DTYPE_BF16, 1024, 1024, 32000, STRATA_DTYPE_BF16, STRATA_CHUNK_LOSS_TOKEN_CHUNKED, &ws);
@@ -390,6 +393,93 @@ TEST(ChunkLoss, StrategyHeuristicAndBudget) {
   s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, STRATA_CHUNK_LOSS_VOCAB_TILED, &ws);
   EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;
   EXPECT_LE(ws, (size_t{64} << 20) + (size_t{1} << 20)) << s;
+}
+
+bool have_cuda() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+// The problem's outputs computed on cuda:0 (forward with gradients, then the backward op into the same
+// gradient buffers when `bwd`), as the bytes of loss, lse, dhidden, dweight, dbias.
+std::vector<uint8_t> cuda_bits(Problem& pr, const strata_chunk_loss_options& o, bool bwd) {
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  atk::DeviceTensor h(pr.h, dev), w(pr.w, dev), b(pr.b, dev), t(pr.t, dev), loss(pr.loss, dev), lse(pr.lse, dev),
+      dh(pr.dh, dev), dw(pr.dw, dev), db(pr.db, dev), g(pr.g, dev);
+  auto run = [&](strata_plan p, std::vector<void*> ptrs) {
+    size_t ws = 0;
+    strata_plan_workspace_size(p, &ws);
+    void* work = nullptr;
+    if (ws) EXPECT_EQ(strata_malloc(dev, ws, nullptr, &work), STRATA_SUCCESS);
+    EXPECT_EQ(strata_plan_run(p, ptrs.data(), 9, work, ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    strata_device_synchronize(dev);
+    if (work) strata_free(work);
+    strata_plan_destroy(p);
+  };
+  strata_plan p = nullptr;
+  EXPECT_EQ(strata_chunk_loss_plan(&h.desc(), &w.desc(), &b.desc(), &t.desc(), &loss.desc(), &lse.desc(), &dh.desc(),
+                                   &dw.desc(), &db.desc(), &o, &p),
+            STRATA_SUCCESS)
+      << strata_get_last_error_message();
+  run(p, {h.data(), w.data(), b.data(), t.data(), loss.data(), lse.data(), dh.data(), dw.data(), db.data()});
+  if (bwd) {
+    EXPECT_EQ(strata_chunk_loss_bwd_plan(&h.desc(), &w.desc(), &b.desc(), &t.desc(), &lse.desc(), &g.desc(),
+                                         &dh.desc(), &dw.desc(), &db.desc(), &o, &p),
+              STRATA_SUCCESS)
+        << strata_get_last_error_message();
+    run(p, {h.data(), w.data(), b.data(), t.data(), lse.data(), g.data(), dh.data(), dw.data(), db.data()});
+  }
+  std::vector<uint8_t> all;
+  for (auto [d, x] : {std::pair{&loss, &pr.loss}, {&lse, &pr.lse}, {&dh, &pr.dh}, {&dw, &pr.dw}, {&db, &pr.db}}) {
+    d->download(*x);
+    all.insert(all.end(), x->storage.begin(), x->storage.end());
+  }
+  return all;
+}
+
+// Determinism level 1 on CUDA: the same bits on every run, both strategies, both ops, 16-bit and f32.
+TEST(ChunkLoss, CudaSameBitsRunToRun) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (int32_t strat : {STRATA_CHUNK_LOSS_TOKEN_CHUNKED, STRATA_CHUNK_LOSS_VOCAB_TILED})
+    for (int32_t dt : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
+      for (bool bwd : {false, true}) {
+        auto o = defaults();
+        o.strategy = strat;
+        o.chunk_rows = 128;
+        o.vocab_tile = 512;
+        o.label_smoothing = 0.1f;
+        Problem a(dt, 300, 128, 2000, 21), b2(dt, 300, 128, 2000, 21);
+        const std::vector<uint8_t> x = cuda_bits(a, o, bwd), y = cuda_bits(b2, o, bwd);
+        EXPECT_EQ(x, y) << "strategy " << strat << " dtype " << dtype_name(dt) << " bwd " << bwd;
+      }
+}
+
+// Out-of-range targets on CUDA: the call fails with the message and writes nothing.
+TEST(ChunkLoss, CudaTargetsOutOfRangeFailAndWriteNothing) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  Problem pr(STRATA_DTYPE_BF16, 16, 32, 40, 3, 0.0);
+  pr.t.set(7, 40.0);
+  atk::DeviceTensor h(pr.h, dev), w(pr.w, dev), t(pr.t, dev), loss(pr.loss, dev), lse(pr.lse, dev), dw(pr.dw, dev);
+  const auto o = defaults();
+  strata_plan p = nullptr;
+  ASSERT_EQ(strata_chunk_loss_plan(&h.desc(), &w.desc(), nullptr, &t.desc(), &loss.desc(), &lse.desc(), nullptr,
+                                   &dw.desc(), nullptr, &o, &p),
+            STRATA_SUCCESS);
+  size_t ws = 0;
+  strata_plan_workspace_size(p, &ws);
+  void* work = nullptr;
+  ASSERT_EQ(strata_malloc(dev, ws, nullptr, &work), STRATA_SUCCESS);
+  void* tp[] = {h.data(), w.data(), nullptr, t.data(), loss.data(), lse.data(), nullptr, dw.data(), nullptr};
+  EXPECT_EQ(strata_plan_run(p, tp, 9, work, ws, nullptr), STRATA_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("out of range"), std::string::npos);
+  strata_device_synchronize(dev);
+  strata_free(work);
+  strata_plan_destroy(p);
+  loss.download(pr.loss);
+  dw.download(pr.dw);
+  EXPECT_TRUE(all_poison(pr.loss));
+  EXPECT_TRUE(all_poison(pr.dw));
 }
 
 }  // namespace

@@ -50,15 +50,16 @@ def run_both(h, w, b, t, **kw):
     hs, ws = h.clone().requires_grad_(), w.clone().requires_grad_()
     bs = b.clone().requires_grad_() if b is not None else None
     loss = api.chunk_loss(hs, ws, t, bs, **kw)
-    G = torch.tensor(1.7, device=h.device)
+    G = torch.tensor(1.75, device=h.device)  # exact in every float dtype
     (loss * G).backward()
     hr, wr = h.detach().double().cpu().requires_grad_(), w.detach().double().cpu().requires_grad_()
     br = b.detach().double().cpu().requires_grad_() if b is not None else None
     ref_kw = {k: v for k, v in kw.items() if k in ("ignore_index", "reduction")}
-    ref_kw.update(eps=kw.get("label_smoothing", 0.0), scale=kw.get("logit_scale", 1.0), softcap=kw.get("softcap"),
-                  zloss=kw.get("lse_square_scale", 0.0))
+    f32 = lambda x: None if x is None else torch.tensor(x, dtype=torch.float32).item()  # the op's float attributes
+    ref_kw.update(eps=f32(kw.get("label_smoothing", 0.0)), scale=f32(kw.get("logit_scale", 1.0)),
+                  softcap=f32(kw.get("softcap")), zloss=f32(kw.get("lse_square_scale", 0.0)))
     rl, _ = ref_loss(hr, wr, t.cpu(), br, **ref_kw)
-    (rl * 1.7).backward()
+    (rl * 1.75).backward()
     out = [(loss, rl), (hs.grad, hr.grad), (ws.grad, wr.grad)]
     if b is not None:
         out.append((bs.grad, br.grad))

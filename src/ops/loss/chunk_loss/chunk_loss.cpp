@@ -346,8 +346,14 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
   const bool dw_f32 = p.dweight && p.dw_dtype == STRATA_DTYPE_F32;
   const bool dh_f32 = p.dhidden && p.dh_dtype == STRATA_DTYPE_F32;
 
-  // token_chunked: chunks of C full rows; dW accumulated in f32 over the chunks.
-  const int64_t c_auto = std::max<int64_t>(1, budget / std::max<int64_t>(V * zb, 1));
+  // token_chunked: chunks of C full rows; dW accumulated in f32 over the chunks. Per chunk row: the logits
+  // (V zb bytes), and the f32 copy of the hidden row (CPU, 16-bit) and the f32 dH row when dhidden is not f32;
+  // fixed: the f32 weight slice (CPU, 16-bit) and the per-row buffers.
+  const int64_t w_slice_rows = conv ? std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(D * 4, 1)) : V;
+  const bool tc_dh_acc = grad && p.dhidden && !dh_f32 && !(tr.gemm_stores_any && w_slice_rows >= V);
+  const int64_t per_row = V * zb + (conv ? D * 4 : 0) + (tc_dh_acc ? D * 4 : 0);
+  const int64_t fixed = (conv ? std::min(V, w_slice_rows) * D * 4 : 0) + N * 8 + 4096;
+  const int64_t c_auto = std::max<int64_t>(1, (budget - std::min(fixed, budget / 2)) / std::max<int64_t>(per_row, 1));
   const int64_t C = chunk_rows > 0 ? std::min(chunk_rows, std::max<int64_t>(N, 1))
                                    : std::min(std::max<int64_t>(N, 1), c_auto >= 16 ? c_auto / 16 * 16 : c_auto);
   const int64_t tc_acc = (grad && p.dweight && !dw_f32) ? V * D * 4 : 0;
@@ -365,7 +371,6 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
     off += align_up(bytes);
     return o;
   };
-  const int64_t w_slice_rows = conv ? std::max<int64_t>(64, (int64_t{8} << 20) / std::max<int64_t>(D * 4, 1)) : V;
   if (s == kStrategyTokenChunked) {
     p.rows = C;
     p.vtile = std::min(V, w_slice_rows);

@@ -32,6 +32,11 @@ enum ChunkLossStrategy : int32_t { kStrategyAuto = 0, kStrategyTokenChunked = 1,
 // are chosen from it (README.md).
 constexpr int64_t kChunkLossBudgetBytes = int64_t{64} << 20;
 
+// The per-row cross-entropy math of this op, in its own namespace: fused_cross_entropy has its own
+// (src/ops/loss/common/ce_row.h, other names for other signatures) and both end up in one library, so the types
+// must not share a qualified name. TODO(lead): move chunk_loss onto loss/common once both are merged.
+namespace chunk_ce {
+
 // Per-row cross-entropy attributes (ops_fused.md §1.3).
 struct CeOptions {
   float logit_scale = 1.f;
@@ -82,6 +87,9 @@ STRATA_HD float ce_row_loss(const CeRowStat& st, float lse, const CeOptions& o) 
   return lse - (1.f - o.label_smoothing) * st.cy - o.label_smoothing / static_cast<float>(o.V) * st.sumc +
          o.lse_square_scale * lse * lse;
 }
+
+}  // namespace chunk_ce
+using namespace chunk_ce;  // NOLINT: the op's own row math (see above)
 
 struct ChunkLossParams {
   // inputs (descriptor offsets applied)

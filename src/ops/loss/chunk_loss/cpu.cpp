@@ -48,8 +48,8 @@ void parallel_gemm_blocks(int64_t nblocks, Fn&& fn) {
 }
 
 // Row-major C[M, N] = op(A) op(B) + beta C in f32, cut into a fixed grid of blocks over M and N.
-strata_status sgemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+strata_status sgemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return STRATA_SUCCESS;
   if (K == 0) {
     if (beta == 0.f)
@@ -68,7 +68,7 @@ strata_status sgemm_blocked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, c
     const int64_t m = std::min(bm, M - i0), n = std::min(bn, N - j0);
     const float* a = ta ? A + i0 : A + i0 * lda;
     const float* bb = tb ? B + j0 * ldb : B + j0;
-    const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, 1.f, a, lda, bb, ldb, beta,
+    const dnnl_status_t s = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, K, alpha, a, lda, bb, ldb, beta,
                                        C + i0 * ldc + j0, ldc);
     if (s != dnnl_success) {
 #pragma omp atomic write
@@ -191,20 +191,23 @@ void ConvertRowToF32(const TI* src, float* dst, int64_t n) {
   for (; j < n; ++j) dst[j] = to_f32(src[j]);
 }
 
-// acc[j] (+)= sum_r dz[r, j] over rows in order, for columns [j0, j1) (contiguous acc).
-void ColSumBlock(const float* dz, int64_t lddz, int64_t rows, int64_t j0, int64_t j1, float* acc, bool first) {
+// acc[j] (+)= scale * sum_r dz[r, j] over rows in order, for columns [j0, j1) (contiguous acc).
+void ColSumBlock(const float* dz, int64_t lddz, int64_t rows, int64_t j0, int64_t j1, float* acc, bool first,
+                 float scale) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const auto vscale = hn::Set(df, scale);
   int64_t j = j0;
   for (; j + L <= j1; j += L) {
-    auto s = first ? hn::Zero(df) : hn::LoadU(df, acc + j);
+    auto s = hn::Zero(df);
     for (int64_t r = 0; r < rows; ++r) s = hn::Add(s, hn::LoadU(df, dz + r * lddz + j));
-    hn::StoreU(s, df, acc + j);
+    s = hn::Mul(s, vscale);
+    hn::StoreU(first ? s : hn::Add(hn::LoadU(df, acc + j), s), df, acc + j);
   }
   for (; j < j1; ++j) {
-    float s = first ? 0.f : acc[j];
+    float s = 0.f;
     for (int64_t r = 0; r < rows; ++r) s += dz[r * lddz + j];
-    acc[j] = s;
+    acc[j] = first ? s * scale : acc[j] + s * scale;
   }
 }
 
@@ -260,11 +263,12 @@ struct CpuBackend {
   Mat weight_block(int64_t v0, int64_t vn) { return to_f32_rows(p.weight, p.ld_w, v0, vn, L.w_conv); }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, Mat B, float beta, void* C, int32_t,
-            int64_t ldc) {
+            int64_t ldc, float alpha = 1.f) {
     if (err) return;
-    note(sgemm_blocked(ta, tb, M, N, K, static_cast<const float*>(A.p), A.ld, static_cast<const float*>(B.p), B.ld,
-                       beta, static_cast<float*>(C), ldc));
+    note(sgemm_blocked(ta, tb, M, N, K, alpha, static_cast<const float*>(A.p), A.ld, static_cast<const float*>(B.p),
+                       B.ld, beta, static_cast<float*>(C), ldc));
   }
+  float dz_scale() const { return 1.f; }  // f32 dZ: nothing to keep out
 
   void zero(void* dst, int32_t dt, int64_t ld, int64_t rows, int64_t cols) {
     const size_t es = dtype_size(dt);
@@ -331,14 +335,15 @@ struct CpuBackend {
   }
 
   void colsum(const void* dZ, int32_t, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
-              bool first) {
+              bool first, float scale = 1.f) {
     // acc is contiguous here (the f32 db output with unit stride, or the workspace accumulator); other strides
     // are routed through the workspace by the plan (db_in_place requires unit stride).
     (void)acc_stride;
     constexpr int64_t kCols = 256;
     tile::parallel_blocks((cols + kCols - 1) / kCols, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b)
-        ColSumBlock(static_cast<const float*>(dZ), lddz, rows, b * kCols, std::min(cols, (b + 1) * kCols), acc, first);
+        ColSumBlock(static_cast<const float*>(dZ), lddz, rows, b * kCols, std::min(cols, (b + 1) * kCols), acc, first,
+                    scale);
     });
   }
 

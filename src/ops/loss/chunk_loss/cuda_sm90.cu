@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -124,12 +125,12 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <class TD>
 __global__ void col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
-                        bool first) {
+                        bool first, float scale) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= cols) return;
-  float s = first ? 0.f : acc[j * acc_stride];
+  float s = 0.f;
   for (int64_t r = 0; r < rows; ++r) s += to_f32(dz[r * lddz + j]);
-  acc[j * acc_stride] = s;
+  acc[j * acc_stride] = first ? s * scale : acc[j * acc_stride] + s * scale;
 }
 
 template <class TO>
@@ -268,13 +269,12 @@ struct CudaBackend {
 
   // Row-major C[M, N] = op(A) op(B) + beta C as the column-major C^T = op(B)^T op(A)^T.
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, Mat B, float beta, void* C, int32_t c_dt,
-            int64_t ldc) {
+            int64_t ldc, float alpha = 1.f) {
     if (err || M == 0 || N == 0) return;
     if (K == 0) {
       if (beta == 0.f) zero(C, c_dt, ldc, M, N);
       return;
     }
-    const float alpha = 1.f;
     const cublasStatus_t s = cublasGemmEx(
         handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
         static_cast<int>(M), static_cast<int>(K), &alpha, B.p, cuda_type(B.dt), static_cast<int>(B.ld), A.p,
@@ -327,6 +327,13 @@ struct CudaBackend {
     return static_cast<float>(a * p.grad_scale);
   }
 
+  // f16 dZ holds G a_i s (...) / coef_base (O(1) instead of O(1/#valid), which f16 would store as subnormals or
+  // zero for large N); the GEMMs and column sums multiply coef_base back in f32.
+  float dz_scale() const {
+    const float cb = coef_base();
+    return p.h_dtype == STRATA_DTYPE_F16 && L.dz != L.z && cb != 0.f && std::isfinite(1.f / cb) ? cb : 1.f;
+  }
+
   void grad(const float* Z, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols,
             int64_t r0, int64_t v0) {
     if (err || rows == 0) return;
@@ -336,19 +343,20 @@ struct CudaBackend {
       visit_storage(dz_dt, [&](auto td) {
         using TD = decltype(td);
         row_grad<decltype(tb), TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-            a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base(), g);
+            a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
       });
     });
     launched("chunk_loss (row_grad)");
   }
 
   void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc,
-              int64_t acc_stride, bool first) {
+              int64_t acc_stride, bool first, float scale = 1.f) {
     if (err || cols == 0) return;
     const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, 256));
     visit_storage(dz_dt, [&](auto td) {
       using TD = decltype(td);
-      col_sum<TD><<<blocks, 256, 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc, acc_stride, first);
+      col_sum<TD><<<blocks, 256, 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc, acc_stride, first,
+                                        scale);
     });
     launched("chunk_loss (col_sum)");
   }

@@ -6,12 +6,15 @@
 //   struct Mat { const void* p; int32_t dt; int64_t ld; };                 a row-major GEMM operand
 //   Mat hidden_block(r0, rows)   hidden rows [r0, r0 + rows) as a GEMM operand (CPU: f32 copy of 16-bit rows)
 //   Mat weight_block(v0, vn)     weight rows [v0, v0 + vn); stays valid across hidden_block calls
-//   void gemm(ta, tb, M, N, K, Mat A, Mat B, beta, void* C, c_dt, ldc)   C = op(A) op(B) + beta C, row-major
+//   void gemm(ta, tb, M, N, K, Mat A, Mat B, beta, void* C, c_dt, ldc, alpha = 1)
+//                                C = alpha op(A) op(B) + beta C, row-major
+//   float dz_scale()             factor kept out of the stored dZ (multiplied back by the GEMMs' alpha)
 //   strata_status count_targets()           counts valid rows (and rejects out-of-range targets)
 //   void stats(Z, ldz, rows, cols, r0, v0, first, last)   merges the tile's row statistics; on the last
 //                                          vocabulary tile writes lse and the per-row loss
 //   void grad(Z, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0)  dZ of the tile from the row lse
-//   void colsum(dZ, dz_dt, lddz, rows, cols, float* acc, first)   acc[j] (+)= sum over rows, in row order
+//   void colsum(dZ, dz_dt, lddz, rows, cols, float* acc, acc_stride, first, scale)
+//                                acc[j] (+)= scale * sum over rows, in row order
 //   void convert(const float* src, ld_src, void* dst, dt, ld_dst, rows, cols)
 //   void zero(void* dst, dt, ld, rows, cols)
 //   strata_status finish_loss()            loss = sum_i loss_i (fixed order) * (1/#valid for mean)
@@ -45,6 +48,9 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   auto dz_mat = [&](int64_t col0, int64_t ld) {
     return Mat{static_cast<const char*>(dZ) + col0 * static_cast<int64_t>(dz_es), dz_dt, ld};
   };
+  // dZ is stored divided by dzs and the GEMMs / column sums multiply it back (alpha): the CUDA f16 path keeps
+  // the mean's 1/#valid out of the 16-bit dZ, which would otherwise fall into f16's subnormal range.
+  const float dzs = be.dz_scale();
   float* db_acc = p.dbias ? (L.db_in_place ? static_cast<float*>(p.dbias) : reinterpret_cast<float*>(ws + L.db_acc))
                           : nullptr;
   const int64_t db_ld = L.db_in_place ? p.db_stride : 1;
@@ -85,16 +91,17 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
         for (int64_t v0 = 0; v0 < V; v0 += vs) {
           const int64_t vn = std::min(vs, V - v0);
           be.gemm(false, false, rows, D, vn, dz_mat(v0, V), be.weight_block(v0, vn), v0 > 0 ? 1.f : 0.f, dst,
-                  dst_dt, dst_ld);
+                  dst_dt, dst_ld, dzs);
         }
         if (!direct) be.convert(reinterpret_cast<float*>(ws + L.dh_acc), D, dh_rows, p.dh_dtype, p.ld_dh, rows, D);
       }
       if (p.dweight)  // dW += dZ^T H_c, chunk order
         for (int64_t v0 = 0; v0 < V; v0 += vs) {
           const int64_t vn = std::min(vs, V - v0);
-          be.gemm(true, false, vn, D, rows, dz_mat(v0, V), Hm, r0 > 0 ? 1.f : 0.f, dw_acc + v0 * dw_ld, f32, dw_ld);
+          be.gemm(true, false, vn, D, rows, dz_mat(v0, V), Hm, r0 > 0 ? 1.f : 0.f, dw_acc + v0 * dw_ld, f32, dw_ld,
+                  dzs);
         }
-      if (p.dbias) be.colsum(dZ, dz_dt, V, rows, V, db_acc, db_ld, r0 == 0);
+      if (p.dbias) be.colsum(dZ, dz_dt, V, rows, V, db_acc, db_ld, r0 == 0, dzs);
     }
     if (p.dweight && !L.dw_in_place) be.convert(dw_acc, D, p.dweight, p.dw_dtype, p.ld_dw, V, D);
     if (p.dbias && !L.db_in_place) be.convert(db_acc, 1, p.dbias, p.db_dtype, p.db_stride, V, 1);
@@ -140,10 +147,12 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       const Mat Hm = be.hidden_block(b0, rows);
       be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Z, f32, vt);
       be.grad(Z, vt, dZ, dz_dt, vt, rows, vn, b0, v0);
-      if (p.dweight) be.gemm(true, false, vn, D, rows, dz_mat(0, vt), Hm, b0 > 0 ? 1.f : 0.f, dw_tile, f32, dw_ld);
+      if (p.dweight)
+        be.gemm(true, false, vn, D, rows, dz_mat(0, vt), Hm, b0 > 0 ? 1.f : 0.f, dw_tile, f32, dw_ld, dzs);
       if (p.dhidden)
-        be.gemm(false, false, rows, D, vn, dz_mat(0, vt), Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld);
-      if (p.dbias) be.colsum(dZ, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0);
+        be.gemm(false, false, rows, D, vn, dz_mat(0, vt), Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld,
+                dzs);
+      if (p.dbias) be.colsum(dZ, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0, dzs);
     }
     if (p.dweight && !L.dw_in_place)
       be.convert(dw_tile, D, static_cast<char*>(p.dweight) + v0 * p.ld_dw * static_cast<int64_t>(dtype_size(p.dw_dtype)),
