@@ -70,7 +70,8 @@ std::vector<RowNormCudaConfig> all_configs() {
   for (int ce : {8, 16}) {
     for (int tpr : {1, 2, 4, 8, 16}) v.push_back({ce, tpr, 1});
     for (int nv : {1, 2, 4, 8}) v.push_back({ce, 32, nv});
-    for (int nv : {1, 2, 4}) v.push_back({ce, 256, nv});
+    for (int bt : {128, 256, 512})
+      for (int nv : {1, 2, 4}) v.push_back({ce, bt, nv});
   }
   v.push_back({16, 0, 1});
   return v;

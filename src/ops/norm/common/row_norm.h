@@ -57,7 +57,7 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 
 #if STRATA_WITH_CUDA
 // CUDA (sm_80 and newer, tuned for sm_90). The vectorised kernels hold a row in registers: `tpr` threads per
-// row (1..32: a group inside a warp, several rows per warp for short rows; 256: one block per row), each
+// row (1..32: a group inside a warp, several rows per warp for short rows; 128/256/512: one block per row), each
 // with `nv` chunks of `chunk_elems` consecutive elements (8 or 16: one or two 16-byte accesses for 2-byte
 // dtypes, two or four for f32). Rows that cannot be read in chunks (unit column stride, chunk-aligned row
 // starts, 16-byte aligned base) or are too long for registers take a looped kernel (tpr 0).
