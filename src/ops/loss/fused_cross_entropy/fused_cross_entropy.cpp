@@ -1,7 +1,7 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.block_per_row_l2, cuda.sm90.block_per_row,
+// Implementations, in dispatch order: cuda.sm90.block_per_row, cuda.sm90.block_per_row_l2,
 // cuda.sm90.cluster_row (forced only until verified on the GPU), cpu.<isa> for each compiled Highway target,
 // reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
@@ -122,8 +122,8 @@ const ImplList<CeProblem>& impls() {
     ImplList<CeProblem> l;
 #if STRATA_WITH_CUDA
     for (const auto& [name, variant] :
-         {std::pair{"cuda.sm90.block_per_row_l2", CeCudaVariant::kBlockPerRowL2},
-          std::pair{"cuda.sm90.block_per_row", CeCudaVariant::kBlockPerRow}}) {
+         {std::pair{"cuda.sm90.block_per_row", CeCudaVariant::kBlockPerRow},  // H200 run 2: 2.35 vs 2.44 ms
+          std::pair{"cuda.sm90.block_per_row_l2", CeCudaVariant::kBlockPerRowL2}}) {
       const CeCudaVariant v = variant;
       l.push_back({name,
                    [](const CeProblem& p) {
@@ -142,9 +142,8 @@ const ImplList<CeProblem>& impls() {
                    }});
     }
     // A row per thread-block cluster, held in registers (one read of the logits); misaligned pointers at run
-    // time take block_per_row_l2 (the same math, another summation order). Listed after the block-per-row
-    // kernels until its first GPU run (2026-11-29 run 2) has confirmed it: STRATA_FORCE_IMPL picks it; move it
-    // first once it passes and wins.
+    // time take block_per_row_l2 (the same math, another summation order). Correct on the H200 (run 2) but
+    // slower there (3.13 ms vs 2.35 ms fused, bf16 [8192, 151936]), so it is listed last: STRATA_FORCE_IMPL picks it.
     l.push_back({"cuda.sm90.cluster_row",
                  [](const CeProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
