@@ -24,84 +24,24 @@
 #include "ops/norm/common/row_norm.h"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/reduce.cuh"
+#include "tile/cuda/vec_io.cuh"
 
 namespace strata::norm {
 namespace {
 
 constexpr int kBlock = 256;
 
-template <int kChunk>
-__device__ __forceinline__ void load_chunk(const void* base, int32_t dtype, int64_t i, float (&v)[kChunk]) {
-  if (dtype == STRATA_DTYPE_F32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-#pragma unroll
-    for (int k = 0; k < kChunk / 4; ++k) {
-      const float4 a = p[k];
-      v[4 * k] = a.x, v[4 * k + 1] = a.y, v[4 * k + 2] = a.z, v[4 * k + 3] = a.w;
-    }
-    return;
-  }
-  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
-#pragma unroll
-  for (int q = 0; q < kChunk / 8; ++q) {
-    const uint4 u = p[q];
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float* o = v + 8 * q + 2 * k;
-      if (dtype == STRATA_DTYPE_BF16) {
-        o[0] = __uint_as_float(w[k] << 16), o[1] = __uint_as_float(w[k] & 0xffff0000u);
-      } else {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-        o[0] = f.x, o[1] = f.y;
-      }
-    }
-  }
+// Chunk loads/stores (16-byte accesses, run-time dtype, hardware RNE conversions) and the element-wise
+// fallbacks come from tile/cuda/vec_io.cuh.
+using cuda::load_one;
+using cuda::store_one;
+template <int N>
+__device__ __forceinline__ void load_chunk(const void* base, int32_t dtype, int64_t i, float (&v)[N]) {
+  cuda::load_vec<N>(base, dtype, i, v);
 }
-
-// Two floats rounded to nearest even into one 32-bit word of bf16 or f16 (low half = first element).
-__device__ __forceinline__ uint32_t pack_half2(int32_t dtype, float a, float b) {
-  if (dtype == STRATA_DTYPE_BF16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  }
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ uint16_t to_half_bits(int32_t dtype, float x) {
-  return static_cast<uint16_t>(pack_half2(dtype, x, 0.f) & 0xffffu);
-}
-
-template <int kChunk>
-__device__ __forceinline__ void store_chunk(void* base, int32_t dtype, int64_t i, const float (&v)[kChunk]) {
-  if (dtype == STRATA_DTYPE_F32) {
-    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
-#pragma unroll
-    for (int k = 0; k < kChunk / 4; ++k) p[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
-    return;
-  }
-  uint4* p = reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + i);
-#pragma unroll
-  for (int q = 0; q < kChunk / 8; ++q) {
-    const float* f = v + 8 * q;
-    p[q] = make_uint4(pack_half2(dtype, f[0], f[1]), pack_half2(dtype, f[2], f[3]), pack_half2(dtype, f[4], f[5]),
-                      pack_half2(dtype, f[6], f[7]));
-  }
-}
-
-__device__ __forceinline__ float load_one(const void* base, int32_t dtype, int64_t i) {
-  switch (dtype) {
-    case STRATA_DTYPE_F32: return static_cast<const float*>(base)[i];
-    case STRATA_DTYPE_BF16: return bf16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return __half2float(__ushort_as_half(static_cast<const uint16_t*>(base)[i]));
-  }
-}
-__device__ __forceinline__ void store_one(void* base, int32_t dtype, int64_t i, float v) {
-  if (dtype == STRATA_DTYPE_F32)
-    static_cast<float*>(base)[i] = v;
-  else
-    static_cast<uint16_t*>(base)[i] = to_half_bits(dtype, v);
+template <int N>
+__device__ __forceinline__ void store_chunk(void* base, int32_t dtype, int64_t i, const float (&v)[N]) {
+  cuda::store_vec<N>(base, dtype, i, v);
 }
 
 // ------------------------------------------------------------------------------------------------------
