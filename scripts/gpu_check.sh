@@ -11,7 +11,8 @@
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
 # Environment: GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python; e.g. a first call
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
-# default 240 s each), OUT (log folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that
+# default 240 s each), GPU_CHECK_ATK_ARGS (extra `strata atk` arguments), OUT (log folder), PYTHON (default
+# python3), GPU_CHECK_BUDGET_S (default 540: steps that
 # would start after this many seconds are skipped, so the summary always prints within the machine's limit).
 # Exit status: 0 when every step passed; 1 otherwise. A configure or build failure stops the run at once.
 set -uo pipefail
@@ -58,6 +59,9 @@ else
   build="$repo/build/gpu"
   cuda_flags=(-DSTRATA_ENABLE_CUDA=ON -DSTRATA_CUDA_ARCHS=90a)
   atk_args=(--device cuda)
+  # GPU_CHECK_ATK_ARGS: extra `strata atk` arguments (e.g. "--no-precision --iters 10 --ops a,b").
+  read -r -a extra_atk <<<"${GPU_CHECK_ATK_ARGS:-}"
+  atk_args+=("${extra_atk[@]}")
   atk_out="${OUT:+$OUT/atk}"
   atk_out="${atk_out:-$repo/build/atk}"
   mode="GPU: $gpu_name"
