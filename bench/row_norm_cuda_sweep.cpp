@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -65,16 +66,28 @@ RowLayout per_row(int64_t rows) {
   return l;
 }
 
-std::vector<RowNormCudaConfig> all_configs() {
-  std::vector<RowNormCudaConfig> v;
-  for (int ce : {8, 16}) {
-    for (int tpr : {1, 2, 4, 8, 16}) v.push_back({ce, tpr, 1});
-    for (int nv : {1, 2, 4, 8}) v.push_back({ce, 32, nv});
-    for (int bt : {128, 256, 512})
-      for (int nv : {1, 2, 4}) v.push_back({ce, bt, nv});
+// The n elements of a device tensor of dtype (f32 or bf16) as f32 on the host.
+std::vector<float> fetch(const void* dev, size_t n, int32_t dtype) {
+  std::vector<float> out(n);
+  if (dtype == STRATA_DTYPE_F32) {
+    ck(cudaMemcpy(out.data(), dev, n * 4, cudaMemcpyDeviceToHost), "fetch");
+    return out;
   }
-  v.push_back({16, 0, 1});
-  return v;
+  std::vector<uint16_t> h(n);
+  ck(cudaMemcpy(h.data(), dev, n * 2, cudaMemcpyDeviceToHost), "fetch");
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(h[i]);
+  return out;
+}
+
+// Relative RMS difference of `a` against `ref`.
+double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / (den + 1e-300));
 }
 
 struct Case {
@@ -113,6 +126,7 @@ int main() {
     for (void* p : {a, b, c}) ck(cudaMemcpy(p, h.data(), max_bytes, cudaMemcpyHostToDevice), "upload");
     ck(cudaMemcpy(r, h.data(), 524288 * 4, cudaMemcpyHostToDevice), "upload");
   }
+  bool wrong = false;
   for (const Case& k : cases) {
     const double copy_ms = median_ms([&] { cudaMemcpyAsync(cp1, cp0, copy_bytes, cudaMemcpyDeviceToDevice); });
     const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
@@ -132,24 +146,42 @@ int main() {
     bp.src_rows = bp.dout_rows = bp.dx_rows = dense_rows(k.rows, k.D);
     bp.rstd_rows = per_row(k.rows);
     const RowNormCudaConfig dflt = k.bwd ? row_norm_bwd_cuda_config(bp) : row_norm_fwd_cuda_config(fp);
+    // Every configuration's output is checked against the looped kernel's (element-wise, independent of the
+    // chunk kernels): a configuration that is fast but wrong must not become a default.
+    const size_t n_out = static_cast<size_t>(k.rows * k.D);
+    void* out = k.bwd ? c : b;
+    const RowNormCudaConfig looped{16, 0, 1, 1};
+    if ((k.bwd ? row_norm_bwd_cuda(bp, nullptr, &looped) : row_norm_fwd_cuda(fp, nullptr, &looped)) != 0) {
+      fmt::print("  looped kernel failed\n");
+      return 1;
+    }
+    ck(cudaDeviceSynchronize(), "looped");
+    const std::vector<float> ref = fetch(out, n_out, k.dtype);
+    const double tol = k.dtype == STRATA_DTYPE_F32 ? 1e-5 : 1e-2;
     double best = 1e30;
     std::string best_name;
-    for (const RowNormCudaConfig& cfg : all_configs()) {
+    for (const RowNormCudaConfig& cfg : row_norm_cuda_all_configs()) {
       const std::string why = k.bwd ? row_norm_bwd_cuda_config_reject(bp, cfg) : row_norm_fwd_cuda_config_reject(fp, cfg);
       if (!why.empty()) continue;
       int st = 0;
       const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
       if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
-        fmt::print("  ce={:2} tpr={:3} nv={}  FAILED (status {})\n", cfg.chunk_elems, cfg.tpr, cfg.nv, st);
+        fmt::print("  ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg, st);
         continue;
       }
-      const bool is_default = cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && (cfg.tpr == 0 || cfg.chunk_elems == dflt.chunk_elems);
-      const std::string name = fmt::format("ce={:2} tpr={:3} nv={}", cfg.chunk_elems, cfg.tpr, cfg.nv);
-      fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor{}\n", name, ms, bytes / (ms * 1e6),
-                 ms / (bytes / (copy_gbs * 1e6)), is_default ? "   <- default" : "");
+      const double diff = rel_rms(fetch(out, n_out, k.dtype), ref);
+      const bool is_default = cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && cfg.rpg == dflt.rpg &&
+                              (cfg.tpr == 0 || cfg.chunk_elems == dflt.chunk_elems);
+      const std::string name = fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
+      fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),
+                 ms / (bytes / (copy_gbs * 1e6)), diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");
+      if (diff > tol) {
+        wrong = true;
+        continue;
+      }
       if (ms < best) best = ms, best_name = name;
     }
     fmt::print("  best: {} {:.4f} ms\n", best_name, best);
   }
-  return 0;
+  return wrong ? 1 : 0;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "opbase/row_layout.h"
 
@@ -61,10 +62,14 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // with `nv` chunks of `chunk_elems` consecutive elements (8 or 16: one or two 16-byte accesses for 2-byte
 // dtypes, two or four for f32). Rows that cannot be read in chunks (unit column stride, chunk-aligned row
 // starts, 16-byte aligned base) or are too long for registers take a looped kernel (tpr 0).
+// `rpg` rows per thread group (or per block): the loads of rpg consecutive rows are issued together before
+// the first reduction, so each thread has rpg times the bytes in flight (1, 2 or 4 for groups with nv = 1;
+// 1 or 2 for blocks of 128/256 threads with nv <= 2).
 struct RowNormCudaConfig {
   int chunk_elems = 16;
-  int tpr = 0;  // 0: looped kernel (chunk_elems and nv unused)
+  int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
   int nv = 1;
+  int rpg = 1;
 };
 // The configuration the launchers use when none is given: 32-byte chunks per thread (8 f32 or 16
 // bf16/f16 elements: measured best on the H200), the smallest group that covers the row.
@@ -73,6 +78,9 @@ RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // "" if `c` can run `p`, else why not (a tuning sweep tries every configuration; bench/row_norm_cuda_sweep).
 std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c);
 std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c);
+// Every launchable configuration (each has a kernel instance; whether it fits a given row is the reject
+// functions' answer). The tuning sweep times them all; tests/cpp/test_row_norm_cuda_configs.cpp checks them all.
+std::vector<RowNormCudaConfig> row_norm_cuda_all_configs();
 // Launches (config nullptr: the default above). Returns the launch status (a strata_status); an invalid
 // config returns STRATA_ERROR_INVALID_ATTRIBUTE without launching.
 int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config = nullptr);

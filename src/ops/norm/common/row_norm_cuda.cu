@@ -47,69 +47,90 @@ __device__ __forceinline__ void store_chunk(void* base, int32_t dtype, int64_t i
 // ------------------------------------------------------------------------------------------------------
 // Forward. Each kernel: sum of squares -> rstd -> (optional) y = x * rstd.
 
-template <int kChunk, int TPR, int NV>
+template <int kChunk, int TPR, int NV, int RPG>
 __global__ void __launch_bounds__(kBlock) fwd_rows_in_group(const RowNormFwdParams p) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR;
+  // Group g holds rows [g * RPG, g * RPG + RPG); all their loads are issued before the first reduction.
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR * RPG;
   const int t = threadIdx.x % TPR;
-  // Lanes past the last row stay for the shuffles (full-warp masks) but touch no memory.
-  const bool live = row < p.rows;
-  const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-  float v[NV][kChunk];
-  float ss = 0.f;
+  float v[RPG][NV][kChunk];
+  float ss[RPG];
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (t + k * TPR) * kChunk;
-    if (live && c < p.D) {
-      load_chunk(p.x, p.x_dtype, xo + c, v[k]);
+  for (int r = 0; r < RPG; ++r) {
+    // Lanes past the last row stay for the shuffles (full-warp masks) but touch no memory.
+    const bool live = row0 + r < p.rows;
+    const int64_t xo = live ? p.x_rows.row_offset(row0 + r) : 0;
+    ss[r] = 0.f;
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) ss = fmaf(v[k][e], v[k][e], ss);
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (t + k * TPR) * kChunk;
+      if (live && c < p.D) {
+        load_chunk(p.x, p.x_dtype, xo + c, v[r][k]);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) ss[r] = fmaf(v[r][k][e], v[r][k][e], ss[r]);
+      }
     }
   }
-  ss = cuda::group_sum<TPR>(ss);
-  if (!live) return;
-  const float rstd = rsqrtf(ss / static_cast<float>(p.n_div) + p.eps);
-  if (t == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
-  if (!p.y) return;
-  const int64_t yo = p.y_rows.row_offset(row);
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (t + k * TPR) * kChunk;
-    if (c < p.D) {
+  for (int r = 0; r < RPG; ++r) ss[r] = cuda::group_sum<TPR>(ss[r]);
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) v[k][e] *= rstd;
-      store_chunk(p.y, p.y_dtype, yo + c, v[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= p.rows) return;
+    const float rstd = rsqrtf(ss[r] / static_cast<float>(p.n_div) + p.eps);
+    if (t == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
+    if (!p.y) continue;
+    const int64_t yo = p.y_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (t + k * TPR) * kChunk;
+      if (c < p.D) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) v[r][k][e] *= rstd;
+        store_chunk(p.y, p.y_dtype, yo + c, v[r][k]);
+      }
     }
   }
 }
 
-template <int kChunk, int NV, int BT>
+template <int kChunk, int NV, int BT, int RPG>
 __global__ void __launch_bounds__(BT) fwd_rows_in_block(const RowNormFwdParams p) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const int64_t xo = p.x_rows.row_offset(row);
-  float v[NV][kChunk];
-  float ss = 0.f;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * RPG;  // rows [row0, row0 + RPG)
+  float v[RPG][NV][kChunk];
+  float ss[RPG];
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (threadIdx.x + k * BT) * kChunk;
-    if (c < p.D) {
-      load_chunk(p.x, p.x_dtype, xo + c, v[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const bool live = row0 + r < p.rows;
+    const int64_t xo = live ? p.x_rows.row_offset(row0 + r) : 0;
+    ss[r] = 0.f;
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) ss = fmaf(v[k][e], v[k][e], ss);
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (threadIdx.x + k * BT) * kChunk;
+      if (live && c < p.D) {
+        load_chunk(p.x, p.x_dtype, xo + c, v[r][k]);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) ss[r] = fmaf(v[r][k][e], v[r][k][e], ss[r]);
+      }
     }
   }
-  ss = cuda::block_sum(ss, scratch);
-  const float rstd = rsqrtf(ss / static_cast<float>(p.n_div) + p.eps);
-  if (threadIdx.x == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
-  if (!p.y) return;
-  const int64_t yo = p.y_rows.row_offset(row);
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (threadIdx.x + k * BT) * kChunk;
-    if (c < p.D) {
+  for (int r = 0; r < RPG; ++r) ss[r] = cuda::block_sum(ss[r], scratch);  // every thread calls it
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) v[k][e] *= rstd;
-      store_chunk(p.y, p.y_dtype, yo + c, v[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= p.rows) return;
+    const float rstd = rsqrtf(ss[r] / static_cast<float>(p.n_div) + p.eps);
+    if (threadIdx.x == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
+    if (!p.y) continue;
+    const int64_t yo = p.y_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (threadIdx.x + k * BT) * kChunk;
+      if (c < p.D) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) v[r][k][e] *= rstd;
+        store_chunk(p.y, p.y_dtype, yo + c, v[r][k]);
+      }
     }
   }
 }
@@ -151,72 +172,94 @@ __device__ __forceinline__ float bwd_value(const RowNormBwdParams& p, const BwdC
   return p.kind == RowNormBwdKind::kFactor ? src * b.k : b.rstd * (g - b.c * src);
 }
 
-template <int kChunk, int TPR, int NV>
+template <int kChunk, int TPR, int NV, int RPG>
 __global__ void __launch_bounds__(kBlock) bwd_rows_in_group(const RowNormBwdParams p) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x) / TPR * RPG;
   const int t = threadIdx.x % TPR;
-  const bool live = row < p.rows;
   const bool factor = p.kind == RowNormBwdKind::kFactor;
-  const int64_t so = live ? p.src_rows.row_offset(row) : 0, go = live ? p.dout_rows.row_offset(row) : 0;
-  float s[NV][kChunk], g[NV][kChunk];
-  float dot = 0.f;
+  float s[RPG][NV][kChunk], g[RPG][NV][kChunk];
+  float dot[RPG];
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (t + k * TPR) * kChunk;
-    if (live && c < p.D) {
-      load_chunk(p.src, p.src_dtype, so + c, s[k]);
-      if (!factor) {
-        load_chunk(p.dout, p.dout_dtype, go + c, g[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const bool live = row0 + r < p.rows;
+    const int64_t so = live ? p.src_rows.row_offset(row0 + r) : 0, go = live ? p.dout_rows.row_offset(row0 + r) : 0;
+    dot[r] = 0.f;
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) dot = fmaf(g[k][e], s[k][e], dot);
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (t + k * TPR) * kChunk;
+      if (live && c < p.D) {
+        load_chunk(p.src, p.src_dtype, so + c, s[r][k]);
+        if (!factor) {
+          load_chunk(p.dout, p.dout_dtype, go + c, g[r][k]);
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) dot[r] = fmaf(g[r][k][e], s[r][k][e], dot[r]);
+        }
       }
     }
   }
-  dot = cuda::group_sum<TPR>(dot);
-  if (!live) return;
-  const BwdCoef b = bwd_coef(p, row, dot, factor ? load_one(p.dout, p.dout_dtype, go) : 0.f);
-  const int64_t xo = p.dx_rows.row_offset(row);
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (t + k * TPR) * kChunk;
-    if (c < p.D) {
+  for (int r = 0; r < RPG; ++r) dot[r] = cuda::group_sum<TPR>(dot[r]);
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) s[k][e] = bwd_value(p, b, s[k][e], factor ? 0.f : g[k][e]);
-      store_chunk(p.dx, p.dx_dtype, xo + c, s[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= p.rows) return;
+    const BwdCoef b =
+        bwd_coef(p, row, dot[r], factor ? load_one(p.dout, p.dout_dtype, p.dout_rows.row_offset(row)) : 0.f);
+    const int64_t xo = p.dx_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (t + k * TPR) * kChunk;
+      if (c < p.D) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) s[r][k][e] = bwd_value(p, b, s[r][k][e], factor ? 0.f : g[r][k][e]);
+        store_chunk(p.dx, p.dx_dtype, xo + c, s[r][k]);
+      }
     }
   }
 }
 
-template <int kChunk, int NV, int BT>
+template <int kChunk, int NV, int BT, int RPG>
 __global__ void __launch_bounds__(BT) bwd_rows_in_block(const RowNormBwdParams p) {
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * RPG;
   const bool factor = p.kind == RowNormBwdKind::kFactor;
-  const int64_t so = p.src_rows.row_offset(row), go = p.dout_rows.row_offset(row);
-  float s[NV][kChunk], g[NV][kChunk];
-  float dot = 0.f;
+  float s[RPG][NV][kChunk], g[RPG][NV][kChunk];
+  float dot[RPG];
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (threadIdx.x + k * BT) * kChunk;
-    if (c < p.D) {
-      load_chunk(p.src, p.src_dtype, so + c, s[k]);
-      if (!factor) {
-        load_chunk(p.dout, p.dout_dtype, go + c, g[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const bool live = row0 + r < p.rows;
+    const int64_t so = live ? p.src_rows.row_offset(row0 + r) : 0, go = live ? p.dout_rows.row_offset(row0 + r) : 0;
+    dot[r] = 0.f;
 #pragma unroll
-        for (int e = 0; e < kChunk; ++e) dot = fmaf(g[k][e], s[k][e], dot);
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (threadIdx.x + k * BT) * kChunk;
+      if (live && c < p.D) {
+        load_chunk(p.src, p.src_dtype, so + c, s[r][k]);
+        if (!factor) {
+          load_chunk(p.dout, p.dout_dtype, go + c, g[r][k]);
+#pragma unroll
+          for (int e = 0; e < kChunk; ++e) dot[r] = fmaf(g[r][k][e], s[r][k][e], dot[r]);
+        }
       }
     }
   }
-  dot = cuda::block_sum(dot, scratch);
-  const BwdCoef b = bwd_coef(p, row, dot, factor ? load_one(p.dout, p.dout_dtype, go) : 0.f);
-  const int64_t xo = p.dx_rows.row_offset(row);
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int64_t c = (threadIdx.x + k * BT) * kChunk;
-    if (c < p.D) {
+  for (int r = 0; r < RPG; ++r) dot[r] = cuda::block_sum(dot[r], scratch);
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) s[k][e] = bwd_value(p, b, s[k][e], factor ? 0.f : g[k][e]);
-      store_chunk(p.dx, p.dx_dtype, xo + c, s[k]);
+  for (int r = 0; r < RPG; ++r) {
+    const int64_t row = row0 + r;
+    if (row >= p.rows) return;
+    const BwdCoef b =
+        bwd_coef(p, row, dot[r], factor ? load_one(p.dout, p.dout_dtype, p.dout_rows.row_offset(row)) : 0.f);
+    const int64_t xo = p.dx_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int64_t c = (threadIdx.x + k * BT) * kChunk;
+      if (c < p.D) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) s[r][k][e] = bwd_value(p, b, s[r][k][e], factor ? 0.f : g[r][k][e]);
+        store_chunk(p.dx, p.dx_dtype, xo + c, s[r][k]);
+      }
     }
   }
 }
@@ -258,19 +301,24 @@ int max_elem_bytes(std::initializer_list<int32_t> dtypes) {
   return b;
 }
 
-// The launchable (CE, TPR, NV) set; kMaxGroupNv bounds the registers a lane holds (bwd keeps two rows).
+// The launchable (CE, TPR, NV, RPG) set; kMaxGroupNv bounds the registers a lane holds (bwd keeps two rows).
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.tpr == 0) return true;
   if (c.chunk_elems != 8 && c.chunk_elems != 16) return false;
-  if (c.tpr == 128 || c.tpr == 256 || c.tpr == 512) return c.nv == 1 || c.nv == 2 || c.nv == 4;
-  if (c.tpr < 32) return (c.tpr == 1 || c.tpr == 2 || c.tpr == 4 || c.tpr == 8 || c.tpr == 16) && c.nv == 1;
-  return c.tpr == 32 && (c.nv == 1 || c.nv == 2 || c.nv == 4 || (c.nv == 8 && max_group_nv >= 8));
+  if (c.tpr == 128 || c.tpr == 256 || c.tpr == 512) {
+    if (c.rpg == 2) return c.tpr != 512 && (c.nv == 1 || c.nv == 2);
+    return c.rpg == 1 && (c.nv == 1 || c.nv == 2 || c.nv == 4);
+  }
+  if (c.tpr < 32)
+    return (c.tpr == 1 || c.tpr == 2 || c.tpr == 4 || c.tpr == 8 || c.tpr == 16) && c.nv == 1 &&
+           (c.rpg == 1 || c.rpg == 2 || c.rpg == 4);
+  return c.tpr == 32 && c.rpg == 1 && (c.nv == 1 || c.nv == 2 || c.nv == 4 || (c.nv == 8 && max_group_nv >= 8));
 }
 
 std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv) {
   if (!known_config(c, max_group_nv))
     return "no kernel instance for chunk_elems=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) +
-           " nv=" + std::to_string(c.nv);
+           " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg);
   if (c.tpr == 0) return {};
   if (D % c.chunk_elems != 0 || !chunk_ok) return "rows cannot be read in chunks of " + std::to_string(c.chunk_elems);
   if (static_cast<int64_t>(c.tpr) * c.nv * c.chunk_elems < D) return "the configuration does not cover D";
@@ -310,37 +358,57 @@ strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cu
   if (c.tpr == 0) {
     K::looped(dim3(static_cast<unsigned>(p.rows)), block, s, p);
   } else if (c.tpr >= 128) {
-    const dim3 grid(static_cast<unsigned>(p.rows));
-#define STRATA_BLOCK_NV(CE, BT)                                                \
-  switch (c.nv) {                                                              \
-    case 1: K::template block<CE, 1, BT>(grid, dim3(BT), s, p); break;        \
-    case 2: K::template block<CE, 2, BT>(grid, dim3(BT), s, p); break;        \
-    default: K::template block<CE, 4, BT>(grid, dim3(BT), s, p); break;       \
+    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(p.rows, c.rpg)));
+#define STRATA_BLOCK_NV(CE, BT)                                                        \
+  if (c.rpg == 2) {                                                                    \
+    if (c.nv == 1) K::template block<CE, 1, BT, 2>(grid, dim3(BT), s, p);              \
+    else K::template block<CE, 2, BT, 2>(grid, dim3(BT), s, p);                        \
+  } else {                                                                             \
+    switch (c.nv) {                                                                    \
+      case 1: K::template block<CE, 1, BT, 1>(grid, dim3(BT), s, p); break;            \
+      case 2: K::template block<CE, 2, BT, 1>(grid, dim3(BT), s, p); break;            \
+      default: K::template block<CE, 4, BT, 1>(grid, dim3(BT), s, p); break;           \
+    }                                                                                  \
   }
-#define STRATA_BLOCK(CE)                                \
-  if (c.tpr == 128) { STRATA_BLOCK_NV(CE, 128) }        \
-  else if (c.tpr == 256) { STRATA_BLOCK_NV(CE, 256) }   \
-  else { STRATA_BLOCK_NV(CE, 512) }
+#define STRATA_BLOCK512(CE)                                                          \
+  switch (c.nv) {                                                                    \
+    case 1: K::template block<CE, 1, 512, 1>(grid, dim3(512), s, p); break;          \
+    case 2: K::template block<CE, 2, 512, 1>(grid, dim3(512), s, p); break;          \
+    default: K::template block<CE, 4, 512, 1>(grid, dim3(512), s, p); break;         \
+  }
+#define STRATA_BLOCK(CE)                                                     \
+  if (c.tpr == 128) { STRATA_BLOCK_NV(CE, 128) }                             \
+  else if (c.tpr == 256) { STRATA_BLOCK_NV(CE, 256) }                        \
+  else { STRATA_BLOCK512(CE) }  /* 512 threads: rpg 1 only (known_config) */
     if (c.chunk_elems == 8) { STRATA_BLOCK(8) } else { STRATA_BLOCK(16) }
+#undef STRATA_BLOCK512
 #undef STRATA_BLOCK_NV
 #undef STRATA_BLOCK
   } else {
-    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(p.rows * c.tpr, kBlock)));
-#define STRATA_GROUP(CE)                                                  \
-  switch (c.tpr) {                                                        \
-    case 1: K::template group<CE, 1, 1>(grid, block, s, p); break;       \
-    case 2: K::template group<CE, 2, 1>(grid, block, s, p); break;       \
-    case 4: K::template group<CE, 4, 1>(grid, block, s, p); break;       \
-    case 8: K::template group<CE, 8, 1>(grid, block, s, p); break;       \
-    case 16: K::template group<CE, 16, 1>(grid, block, s, p); break;     \
-    default:                                                              \
-      if (c.nv == 1) K::template group<CE, 32, 1>(grid, block, s, p);    \
-      else if (c.nv == 2) K::template group<CE, 32, 2>(grid, block, s, p); \
-      else if (c.nv == 4) K::template group<CE, 32, 4>(grid, block, s, p); \
-      else K::template group8<CE>(grid, block, s, p);                     \
+    const int64_t groups = cuda::ceil_div(p.rows, c.rpg);
+    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(groups * c.tpr, kBlock)));
+#define STRATA_GROUP_RPG(CE, TPR)                                          \
+  switch (c.rpg) {                                                         \
+    case 1: K::template group<CE, TPR, 1, 1>(grid, block, s, p); break;   \
+    case 2: K::template group<CE, TPR, 1, 2>(grid, block, s, p); break;   \
+    default: K::template group<CE, TPR, 1, 4>(grid, block, s, p); break;  \
+  }
+#define STRATA_GROUP(CE)                                                     \
+  switch (c.tpr) {                                                           \
+    case 1: STRATA_GROUP_RPG(CE, 1) break;                                   \
+    case 2: STRATA_GROUP_RPG(CE, 2) break;                                   \
+    case 4: STRATA_GROUP_RPG(CE, 4) break;                                   \
+    case 8: STRATA_GROUP_RPG(CE, 8) break;                                   \
+    case 16: STRATA_GROUP_RPG(CE, 16) break;                                 \
+    default:                                                                 \
+      if (c.nv == 1) K::template group<CE, 32, 1, 1>(grid, block, s, p);    \
+      else if (c.nv == 2) K::template group<CE, 32, 2, 1>(grid, block, s, p); \
+      else if (c.nv == 4) K::template group<CE, 32, 4, 1>(grid, block, s, p); \
+      else K::template group8<CE>(grid, block, s, p);                        \
   }
     if (c.chunk_elems == 8) { STRATA_GROUP(8) } else { STRATA_GROUP(16) }
 #undef STRATA_GROUP
+#undef STRATA_GROUP_RPG
   }
   return cuda::check_launch(K::kName);
 }
@@ -352,12 +420,12 @@ struct FwdKernels {
   static constexpr const char* kName = "row_norm_fwd";
   static constexpr int kMaxGroupNv = 8;   // instances
   static constexpr int kPickGroupNv = 4;  // what the default picks
-  template <int CE, int TPR, int NV>
-  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, TPR, NV><<<g, b, 0, s>>>(p); }
+  template <int CE, int TPR, int NV, int RPG>
+  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, TPR, NV, RPG><<<g, b, 0, s>>>(p); }
   template <int CE>
-  static void group8(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, 32, 8><<<g, b, 0, s>>>(p); }
-  template <int CE, int NV, int BT>
-  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_block<CE, NV, BT><<<g, b, 0, s>>>(p); }
+  static void group8(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_group<CE, 32, 8, 1><<<g, b, 0, s>>>(p); }
+  template <int CE, int NV, int BT, int RPG>
+  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_in_block<CE, NV, BT, RPG><<<g, b, 0, s>>>(p); }
   static void looped(dim3 g, dim3 b, cudaStream_t s, const Params& p) { fwd_rows_looped<<<g, b, 0, s>>>(p); }
 };
 
@@ -367,12 +435,12 @@ struct BwdKernels {
   static constexpr const char* kName = "row_norm_bwd";
   static constexpr int kMaxGroupNv = 4;
   static constexpr int kPickGroupNv = 4;
-  template <int CE, int TPR, int NV>
-  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_group<CE, TPR, NV><<<g, b, 0, s>>>(p); }
+  template <int CE, int TPR, int NV, int RPG>
+  static void group(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_group<CE, TPR, NV, RPG><<<g, b, 0, s>>>(p); }
   template <int CE>
   static void group8(dim3, dim3, cudaStream_t, const Params&) {}  // unreachable: known_config() rejects nv 8
-  template <int CE, int NV, int BT>
-  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_block<CE, NV, BT><<<g, b, 0, s>>>(p); }
+  template <int CE, int NV, int BT, int RPG>
+  static void block(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_in_block<CE, NV, BT, RPG><<<g, b, 0, s>>>(p); }
   static void looped(dim3 g, dim3 b, cudaStream_t s, const Params& p) { bwd_rows_looped<<<g, b, 0, s>>>(p); }
 };
 
@@ -389,6 +457,19 @@ int bwd_bytes(const RowNormBwdParams& p) {
 }
 
 }  // namespace
+
+std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
+  std::vector<RowNormCudaConfig> v;
+  for (int ce : {8, 16})
+    for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
+      for (int nv : {1, 2, 4, 8})
+        for (int rpg : {1, 2, 4}) {
+          const RowNormCudaConfig c{ce, tpr, nv, rpg};
+          if (known_config(c, FwdKernels::kMaxGroupNv)) v.push_back(c);
+        }
+  v.push_back({16, 0, 1, 1});
+  return v;
+}
 
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   return pick(p.D, fwd_bytes(p), [&](int ce) { return fwd_chunk_ok(p, ce); }, FwdKernels::kPickGroupNv);

@@ -1,0 +1,142 @@
+// Every launch configuration of the CUDA row-norm kernels (row_norm_cuda_all_configs(): chunk size x threads
+// per row x chunks per thread x rows per group) against the looped kernel, on row counts that leave partial
+// groups and partial blocks (1, 63, 65, 97 rows) and on the dtypes and row lengths the configurations serve.
+// The conformance driver only reaches the default configuration of each shape; this test keeps the others
+// (which the tuning sweep may promote to defaults) correct.
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "ops/norm/common/row_norm.h"
+
+namespace strata::norm {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A device buffer of n elements of dtype (f32 or bf16) filled from `host` (f32 values, rounded for bf16).
+struct DevBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  int32_t dt = STRATA_DTYPE_F32;
+  DevBuf(const std::vector<float>& host, int32_t dtype) : n(host.size()), dt(dtype) {
+    EXPECT_EQ(cudaMalloc(&p, n * dtype_size(dt)), cudaSuccess);
+    if (dt == STRATA_DTYPE_F32) {
+      EXPECT_EQ(cudaMemcpy(p, host.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    } else {
+      std::vector<uint16_t> h(n);
+      for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16_bits(host[i]);
+      EXPECT_EQ(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  std::vector<float> get() const {
+    std::vector<float> out(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (dt == STRATA_DTYPE_F32) {
+      EXPECT_EQ(cudaMemcpy(out.data(), p, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    } else {
+      std::vector<uint16_t> h(n);
+      EXPECT_EQ(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(h[i]);
+    }
+    return out;
+  }
+  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, n * dtype_size(dt)), cudaSuccess); }  // NaN in f32 and bf16
+};
+
+RowLayout dense(int64_t rows, int64_t D) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = D;
+  l.col_stride = 1;
+  return l;
+}
+
+// Relative RMS difference; NaN anywhere (an unwritten element) makes it infinite.
+double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / (den + 1e-300));
+}
+
+std::string name(const RowNormCudaConfig& c) {
+  return "ce=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
+         " rpg=" + std::to_string(c.rpg);
+}
+
+TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  int checked = 0;
+  for (int32_t dt : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16})
+    for (int64_t D : {128, 512, 4096})
+      for (int64_t rows : {1, 63, 65, 97}) {
+        std::vector<float> hx(rows * D), hg(rows * D);
+        for (auto& v : hx) v = nd(rng);
+        for (auto& v : hg) v = nd(rng);
+        DevBuf x(hx, dt), g(hg, dt), y(hx, dt), dx(hx, dt), rstd(std::vector<float>(rows), STRATA_DTYPE_F32);
+        RowNormFwdParams fp;
+        fp.x = x.p, fp.y = y.p, fp.rstd = rstd.p;
+        fp.x_dtype = fp.y_dtype = dt, fp.rstd_dtype = STRATA_DTYPE_F32;
+        fp.rows = rows, fp.D = D, fp.n_div = D, fp.eps = 1e-6f;
+        fp.x_rows = fp.y_rows = dense(rows, D);
+        fp.rstd_rows = dense(rows, 1);
+        RowNormBwdParams bp;
+        bp.src = x.p, bp.dout = g.p, bp.dx = dx.p, bp.rstd = rstd.p;
+        bp.src_dtype = bp.dout_dtype = bp.dx_dtype = dt, bp.rstd_dtype = STRATA_DTYPE_F32;
+        bp.rows = rows, bp.D = D, bp.n_div = D, bp.kind = RowNormBwdKind::kRawSrc;
+        bp.src_rows = bp.dout_rows = bp.dx_rows = dense(rows, D);
+        bp.rstd_rows = dense(rows, 1);
+        const RowNormCudaConfig looped{16, 0, 1, 1};
+        ASSERT_EQ(row_norm_fwd_cuda(fp, nullptr, &looped), 0);
+        const std::vector<float> y_ref = y.get(), r_ref = rstd.get();
+        ASSERT_EQ(row_norm_bwd_cuda(bp, nullptr, &looped), 0);
+        const std::vector<float> dx_ref = dx.get();
+        const double tol = dt == STRATA_DTYPE_F32 ? 1e-6 : 8e-3;
+        const std::string where =
+            std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + " [" + std::to_string(rows) + ", " + std::to_string(D) + "] ";
+        for (const RowNormCudaConfig& c : row_norm_cuda_all_configs()) {
+          if (row_norm_fwd_cuda_config_reject(fp, c).empty()) {
+            y.poison();
+            rstd.poison();
+            ASSERT_EQ(row_norm_fwd_cuda(fp, nullptr, &c), 0) << where << name(c);
+            EXPECT_LE(rel_rms(y.get(), y_ref), tol) << "fwd y " << where << name(c);
+            EXPECT_LE(rel_rms(rstd.get(), r_ref), 1e-6) << "fwd rstd " << where << name(c);
+            ++checked;
+          }
+          // The backward reads the reference rstd.
+          ASSERT_EQ(cudaMemcpy(rstd.p, r_ref.data(), rows * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          if (row_norm_bwd_cuda_config_reject(bp, c).empty()) {
+            dx.poison();
+            ASSERT_EQ(row_norm_bwd_cuda(bp, nullptr, &c), 0) << where << name(c);
+            EXPECT_LE(rel_rms(dx.get(), dx_ref), tol) << "bwd dx " << where << name(c);
+            ++checked;
+          }
+        }
+      }
+  EXPECT_GT(checked, 100);
+}
+
+}  // namespace
+}  // namespace strata::norm
+#endif  // STRATA_WITH_CUDA
