@@ -3,9 +3,11 @@
 // counts), plan reuse with new pointers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "opbase/tensor.h"
@@ -208,6 +210,47 @@ TEST(RowNormDeterminism, BitwiseAcrossRunsAndThreads) {
   }
   strata_set_force_impl(nullptr);
   strata_set_num_threads(0);
+}
+
+// Outputs above the streaming threshold (4 MiB) take non-temporal stores. On SSE4 a bf16/f16 result of one f32
+// vector is half a vector, which Highway's x86 Stream would write as a full 16-byte movntdq (8 bytes past the
+// data, and a fault on an address that is 8 but not 16 bytes aligned). Every CPU implementation, an output
+// that starts 8 bytes off 16-byte alignment, and a canary after its end.
+TEST(RowNormCpu, StreamingStoresStayInsideTheOutputOnEveryIsa) {
+  const int64_t rows = 8192, D = 264;  // 4.1 MiB of bf16; D * 2 bytes = 528: every row start 16-byte aligned + 0
+  const char* names[32];
+  const int32_t n = strata_op_impl_names("l2norm_fwd", names, 32);
+  ASSERT_GT(n, 0);
+  std::vector<uint16_t> x(rows * D), ybuf(rows * D + 4 + 64, 0x5a5a);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = f32_to_bf16_bits(nd(rng));
+  uint16_t* y = ybuf.data() + 4;  // 8 bytes past the vector's (16-byte aligned) start
+  std::vector<float> rstd(rows);
+  int ran = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const std::string impl = names[i];
+    if (impl.rfind("cpu.", 0) != 0) continue;
+    ASSERT_EQ(strata_set_force_impl(impl.c_str()), STRATA_SUCCESS);
+    const auto xd = desc(STRATA_DTYPE_BF16, {rows, D}), yd = desc(STRATA_DTYPE_BF16, {rows, D});
+    const auto rd = desc(STRATA_DTYPE_F32, {rows});
+    strata_plan plan = nullptr;
+    const strata_status st = strata_l2norm_fwd_plan(&xd, &yd, &rd, 1e-6f, &plan);
+    if (st != STRATA_SUCCESS) continue;  // an ISA this host lacks
+    std::fill(ybuf.begin(), ybuf.end(), uint16_t{0x5a5a});
+    void* t[3] = {x.data(), y, rstd.data()};
+    ASSERT_EQ(strata_plan_run(plan, t, 3, nullptr, 0, nullptr), STRATA_SUCCESS) << impl;
+    strata_plan_destroy(plan);
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(ybuf[k], 0x5a5a) << impl << ": wrote before the output";
+    for (size_t k = 4 + rows * D; k < ybuf.size(); ++k) ASSERT_EQ(ybuf[k], 0x5a5a) << impl << ": wrote past the output";
+    // Spot check a row: |y| = 1.
+    double ss = 0;
+    for (int64_t j = 0; j < D; ++j) ss += std::pow(bf16_bits_to_f32(y[(rows - 1) * D + j]), 2);
+    EXPECT_NEAR(ss, 1.0, 2e-2) << impl;
+    ++ran;
+  }
+  strata_set_force_impl(nullptr);
+  EXPECT_GT(ran, 0);
 }
 
 }  // namespace

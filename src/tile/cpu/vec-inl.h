@@ -99,17 +99,30 @@ template <class DF>
 HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, float* p) {
   hn::Stream(v, df, p);
 }
+// 2-byte outputs of a 128-bit f32 vector (SSE4) fill only half a vector, and Highway's x86 Stream of a partial
+// vector issues a full 16-byte movntdq (16-byte alignment required, 8 bytes written past the data): those
+// targets store normally instead.
+template <class DF>
+inline constexpr bool kStreamFullVector16 = hn::MaxLanes(DF()) * 2 >= 16;
 template <class DF>
 HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, bf16_t* p) {
-  const hn::Rebind<uint16_t, DF> du16;
-  alignas(64) uint16_t tmp[hn::MaxLanes(df)];
-  StoreF32(df, v, reinterpret_cast<bf16_t*>(tmp));
-  hn::Stream(hn::Load(du16, tmp), du16, reinterpret_cast<uint16_t*>(p));
+  if constexpr (!kStreamFullVector16<DF>) {
+    StoreF32(df, v, p);
+  } else {
+    const hn::Rebind<uint16_t, DF> du16;
+    alignas(64) uint16_t tmp[hn::MaxLanes(df)];
+    StoreF32(df, v, reinterpret_cast<bf16_t*>(tmp));
+    hn::Stream(hn::Load(du16, tmp), du16, reinterpret_cast<uint16_t*>(p));
+  }
 }
 template <class DF>
 HWY_INLINE void StreamF32(DF df, hn::Vec<DF> v, f16_t* p) {
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  hn::Stream(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+  if constexpr (!kStreamFullVector16<DF>) {
+    StoreF32(df, v, p);
+  } else {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    hn::Stream(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+  }
 }
 
 // The store every row kernel ends with: kStream picks non-temporal stores (the caller checked alignment),
