@@ -72,19 +72,23 @@ template <class DF>
 HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, float* p) {
   hn::StoreU(v, df, p);
 }
+// The bf16 bits of each lane (round to nearest even), in the low 16 bits of a u32 lane (high bits 0).
+// NaNs are made quiet first so the carry cannot turn them into Inf.
 template <class DF>
-HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, bf16_t* p) {
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> Bf16Bits(DF, hn::Vec<DF> v) {
   const hn::RebindToUnsigned<DF> du32;
-  const hn::RebindToSigned<DF> di32;
-  const hn::Rebind<uint16_t, DF> du16;
-  auto u = hn::BitCast(du32, v);
-  // Round to nearest even on bit 16; NaNs are made quiet first so the carry cannot turn them into Inf.
+  const auto u = hn::BitCast(du32, v);
   const auto is_nan = hn::Ne(v, v);
   const auto bias = hn::Add(hn::Set(du32, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1u)));
   const auto rounded = hn::ShiftRight<16>(hn::Add(u, bias));
   const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du32, 0x0040u));
-  u = hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet, rounded);
-  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, u)), du16, reinterpret_cast<uint16_t*>(p));
+  return hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet, rounded);
+}
+template <class DF>
+HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, bf16_t* p) {
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint16_t, DF> du16;
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, Bf16Bits(df, v))), du16, reinterpret_cast<uint16_t*>(p));
 }
 template <class DF>
 HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, f16_t* p) {

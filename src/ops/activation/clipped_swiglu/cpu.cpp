@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
@@ -89,6 +90,67 @@ HWY_INLINE void PairsAt(DF df, const float* xs, int64_t I, int64_t i, bool inter
   }
 }
 
+// Direct rows: unit column stride and a layout the pairs can be taken from without a scratch row (split: two
+// plain loads; interleaved: f32 de-interleaving loads, or for bf16 one u32 load per pair, whose low half is
+// the gate and high half the linear value, so the conversion is a shift and a mask). Same math and order as
+// the scratch path, so the results are the same bits; the scratch path stays for strided rows and
+// interleaved f16.
+template <class T>
+HWY_INLINE bool DirectRows(bool interleaved, const RowLayout& in, const RowLayout& out) {
+  return in.col_stride == 1 && out.col_stride == 1 && (!interleaved || !std::is_same_v<T, f16_t>);
+}
+template <class T>
+HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, bool interleaved, VF& A, VF& B) {
+  if (!interleaved) {
+    A = tv::LoadF32(df, xr + i);
+    B = tv::LoadF32(df, xr + I + i);
+  } else if constexpr (std::is_same_v<T, bf16_t>) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(xr + 2 * i));
+    A = hn::BitCast(df, hn::ShiftLeft<16>(w));
+    B = hn::BitCast(df, hn::And(w, hn::Set(du, 0xffff0000u)));
+  } else if constexpr (std::is_same_v<T, float>) {
+    hn::LoadInterleaved2(df, xr + 2 * i, A, B);
+  }
+}
+// Stores dA (gate column) and dB (linear column) of pairs [i, i + N) of a direct dx row.
+template <bool kStream, class T>
+HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, bool interleaved, VF dA, VF dB) {
+  if (!interleaved) {
+    tv::StoreOut<kStream, false>(df, dA, dxr + i);
+    tv::StoreOut<kStream, false>(df, dB, dxr + I + i);
+  } else if constexpr (std::is_same_v<T, bf16_t>) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto w = hn::Or(tv::Bf16Bits(df, dA), hn::ShiftLeft<16>(tv::Bf16Bits(df, dB)));
+    hn::StoreU(w, du, reinterpret_cast<uint32_t*>(dxr + 2 * i));
+  } else if constexpr (std::is_same_v<T, float>) {
+    hn::StoreInterleaved2(dA, dB, df, dxr + 2 * i);
+  }
+}
+
+template <bool kStream, class T>
+void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
+  const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
+  const VF vp = hn::Set(df, pr);
+  const bool inter = p.interleaved, has_p = p.probs != nullptr;
+  int64_t i = 0;
+  for (; i + N <= I; i += N) {
+    VF A, B;
+    PairsDirect(df, xr, I, i, inter, A, B);
+    const PairV q = Pair(df, A, B, alpha, limit, bias);
+    VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
+    if (has_p) out = hn::Mul(out, vp);
+    tv::StoreOut<kStream, false>(df, out, yr + i);
+  }
+  for (; i < I; ++i) {
+    const float y0 = csw_fwd<float>(to_f32(xr[csw_gate_col(inter, I, i)]), to_f32(xr[csw_lin_col(inter, I, i)]),
+                                    p.alpha, p.limit, p.bias);
+    yr[i] = from_f32<T>(has_p ? y0 * pr : y0);
+  }
+}
+
 template <class T>
 void FwdRows(const ClippedSwigluFwdParams& p) {
   const DF df;
@@ -100,7 +162,21 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
   // Flags as locals: stores through float pointers would otherwise make the compiler reload them from p.
   const bool inter = p.interleaved, has_p = p.probs != nullptr;
+  const bool direct = DirectRows<T>(inter, p.x_rows, p.y_rows);
   tile::parallel_blocks(p.rows, tile::block_for_bytes(3 * I * static_cast<int64_t>(sizeof(T))), [&](int64_t r0, int64_t r1) {
+    if (direct) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float pr = p.probs ? static_cast<float>(load_elem(p.probs, p.probs_dtype, p.probs_rows.row_offset(r))) : 1.f;
+        T* yr = y + p.y_rows.row_offset(r);
+        // Non-temporal stores only of whole 16-byte vectors at aligned row starts.
+        if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, yr))
+          FwdRowDirect<true>(p, x + p.x_rows.row_offset(r), yr, pr);
+        else
+          FwdRowDirect<false>(p, x + p.x_rows.row_offset(r), yr, pr);
+      }
+      if (stream) hwy::FlushStream();
+      return;
+    }
     std::vector<float> xs(static_cast<size_t>(2 * I)), ys(static_cast<size_t>(I));
     for (int64_t r = r0; r < r1; ++r) {
       RowToF32(x + p.x_rows.row_offset(r), p.x_rows.col_stride, xs.data(), 2 * I);
@@ -128,6 +204,49 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
   });
 }
 
+// Gradients of one vector of pairs: dA = g (b + bias) s (1 + alpha a (1 - s)) [A <= limit],
+// dB = g a s [-limit <= B <= limit] with g = dy * p; acc += y0 * dy (the dprobs sum).
+struct GradV {
+  VF dA, dB;
+};
+HWY_INLINE GradV PairGrad(DF df, VF A, VF B, VF gy, VF vp, bool has_p, VF alpha, VF limit, VF bias, VF& acc) {
+  const VF one = hn::Set(df, 1.f);
+  const PairV q = Pair(df, A, B, alpha, limit, bias);
+  const VF g = has_p ? hn::Mul(gy, vp) : gy;
+  const VF as = hn::Mul(q.a, q.s);
+  acc = hn::MulAdd(hn::Mul(as, q.bb), gy, acc);
+  const VF dA0 = hn::Mul(hn::Mul(g, hn::Mul(q.bb, q.s)), hn::MulAdd(hn::Mul(alpha, q.a), hn::Sub(one, q.s), one));
+  return {hn::IfThenElseZero(hn::Le(A, limit), dA0),
+          hn::IfThenElseZero(hn::And(hn::Ge(B, hn::Neg(limit)), hn::Le(B, limit)), hn::Mul(g, as))};
+}
+
+// One direct row (DirectRows): returns the row's dprobs sum.
+template <bool kStream, class T>
+float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T* dxr, float pr) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
+  const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
+  const VF vp = hn::Set(df, pr);
+  const bool inter = p.interleaved, has_p = p.probs != nullptr;
+  VF acc = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= I; i += N) {
+    VF A, B;
+    PairsDirect(df, xr, I, i, inter, A, B);
+    const GradV d = PairGrad(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
+    StorePairsDirect<kStream>(df, dxr, I, i, inter, d.dA, d.dB);
+  }
+  float dp = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < I; ++i) {
+    const int64_t ga = csw_gate_col(inter, I, i), lb = csw_lin_col(inter, I, i);
+    const float gy = to_f32(dyr[i]);
+    float dA, dB;
+    dp += csw_bwd<float>(to_f32(xr[ga]), to_f32(xr[lb]), gy * pr, p.alpha, p.limit, p.bias, &dA, &dB) * gy;
+    dxr[ga] = from_f32<T>(dA), dxr[lb] = from_f32<T>(dB);
+  }
+  return dp;
+}
+
 template <class T>
 void BwdRows(const ClippedSwigluBwdParams& p) {
   const DF df;
@@ -138,47 +257,52 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
   T* dx = static_cast<T*>(p.dx);
   const bool stream = p.rows * 2 * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
-  const VF nlimit = hn::Neg(limit), one = hn::Set(df, 1.f), zero = hn::Zero(df);
   const bool inter = p.interleaved, has_p = p.probs != nullptr;  // locals: see FwdRows
+  const bool direct = DirectRows<T>(inter, p.x_rows, p.dx_rows) && p.dy_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, tile::block_for_bytes(5 * I * static_cast<int64_t>(sizeof(T)) + 1), [&](int64_t r0, int64_t r1) {
-    std::vector<float> xs(static_cast<size_t>(2 * I)), gs(static_cast<size_t>(I)), ds(static_cast<size_t>(2 * I));
+    std::vector<float> xs, gs, ds;
+    if (!direct) xs.resize(2 * I), gs.resize(I), ds.resize(2 * I);
     for (int64_t r = r0; r < r1; ++r) {
-      RowToF32(x + p.x_rows.row_offset(r), p.x_rows.col_stride, xs.data(), 2 * I);
-      RowToF32(dy + p.dy_rows.row_offset(r), p.dy_rows.col_stride, gs.data(), I);
       const float pr = p.probs ? static_cast<float>(load_elem(p.probs, p.probs_dtype, p.probs_rows.row_offset(r))) : 1.f;
-      const VF vp = hn::Set(df, pr);
-      VF acc = zero;
-      int64_t i = 0;
-      for (; i + N <= I; i += N) {
-        VF A, B;
-        PairsAt(df, xs.data(), I, i, inter, A, B);
-        const PairV q = Pair(df, A, B, alpha, limit, bias);
-        const VF gy = hn::LoadU(df, gs.data() + i);
-        const VF g = has_p ? hn::Mul(gy, vp) : gy;
-        const VF as = hn::Mul(q.a, q.s);
-        acc = hn::MulAdd(hn::Mul(as, q.bb), gy, acc);  // y0 * dy
-        // dA = g (b + bias) s (1 + alpha a (1 - s)) [A <= limit]; dB = g a s [-limit <= B <= limit]
-        const VF dA0 = hn::Mul(hn::Mul(g, hn::Mul(q.bb, q.s)), hn::MulAdd(hn::Mul(alpha, q.a), hn::Sub(one, q.s), one));
-        const VF dA = hn::IfThenElseZero(hn::Le(A, limit), dA0);
-        const VF dB = hn::IfThenElseZero(hn::And(hn::Ge(B, nlimit), hn::Le(B, limit)), hn::Mul(g, as));
-        if (inter) {
-          hn::StoreInterleaved2(dA, dB, df, ds.data() + 2 * i);
-        } else {
-          hn::StoreU(dA, df, ds.data() + i);
-          hn::StoreU(dB, df, ds.data() + I + i);
-        }
-      }
-      float dp = hn::GetLane(hn::SumOfLanes(df, acc));
-      for (; i < I; ++i) {
-        const int64_t ga = csw_gate_col(p.interleaved, I, i), lb = csw_lin_col(p.interleaved, I, i);
-        float dA, dB;
-        const float y0 = csw_bwd<float>(xs[ga], xs[lb], gs[i] * pr, p.alpha, p.limit, p.bias, &dA, &dB);
-        dp += y0 * gs[i];
-        ds[ga] = dA, ds[lb] = dB;
-      }
       T* dxr = dx + p.dx_rows.row_offset(r);
-      if (stream) RowFromF32<true>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
-      else RowFromF32<false>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
+      float dp;
+      if (direct) {
+        const T* xr = x + p.x_rows.row_offset(r);
+        const T* dyr = dy + p.dy_rows.row_offset(r);
+        // Non-temporal stores only of whole 16-byte vectors at aligned row starts (and 2I-element rows of
+        // whole vectors for the split layout's second half).
+        if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dxr) &&
+            (inter || tv::StreamAligned(df, dxr + I)))
+          dp = BwdRowDirect<true>(p, xr, dyr, dxr, pr);
+        else
+          dp = BwdRowDirect<false>(p, xr, dyr, dxr, pr);
+      } else {
+        RowToF32(x + p.x_rows.row_offset(r), p.x_rows.col_stride, xs.data(), 2 * I);
+        RowToF32(dy + p.dy_rows.row_offset(r), p.dy_rows.col_stride, gs.data(), I);
+        const VF vp = hn::Set(df, pr);
+        VF acc = hn::Zero(df);
+        int64_t i = 0;
+        for (; i + N <= I; i += N) {
+          VF A, B;
+          PairsAt(df, xs.data(), I, i, inter, A, B);
+          const GradV d = PairGrad(df, A, B, hn::LoadU(df, gs.data() + i), vp, has_p, alpha, limit, bias, acc);
+          if (inter) {
+            hn::StoreInterleaved2(d.dA, d.dB, df, ds.data() + 2 * i);
+          } else {
+            hn::StoreU(d.dA, df, ds.data() + i);
+            hn::StoreU(d.dB, df, ds.data() + I + i);
+          }
+        }
+        dp = hn::GetLane(hn::SumOfLanes(df, acc));
+        for (; i < I; ++i) {
+          const int64_t ga = csw_gate_col(inter, I, i), lb = csw_lin_col(inter, I, i);
+          float dA, dB;
+          dp += csw_bwd<float>(xs[ga], xs[lb], gs[i] * pr, p.alpha, p.limit, p.bias, &dA, &dB) * gs[i];
+          ds[ga] = dA, ds[lb] = dB;
+        }
+        if (stream) RowFromF32<true>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
+        else RowFromF32<false>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
+      }
       if (p.dprobs) store_elem(p.dprobs, p.dprobs_dtype, p.dprobs_rows.row_offset(r), dp);
     }
     if (stream) hwy::FlushStream();
