@@ -11,9 +11,10 @@
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
 # Environment: GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python; e.g. a first call
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
-# default 240 s each), GPU_CHECK_ATK_ARGS (extra `strata atk` arguments), OUT (log folder), PYTHON (default
-# python3), GPU_CHECK_BUDGET_S (default 540: steps that
-# would start after this many seconds are skipped, so the summary always prints within the machine's limit).
+# default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
+# `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
+# folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
+# seconds are skipped, so the summary always prints within the machine's limit).
 # Exit status: 0 when every step passed; 1 otherwise. A configure or build failure stops the run at once.
 set -uo pipefail
 
@@ -180,10 +181,38 @@ if skipped atk; then
 elif ((limit == 0)); then
   record "strata atk" skipped 0 "out of time"
 else
-  timeout "$limit" "$strata_bin" atk "${atk_args[@]}" --out "$atk_out" 2>&1 | tee "$logs/atk.log"
-  rc=$?
+  # One `strata atk` per op (op list from `strata info --json`), each capped at GPU_CHECK_ATK_OP_S (default
+  # 90 s) within the step's cap: an op that runs long loses its own table, not everyone's. Each op's report
+  # lands at the top of the log folder (atk_<op>.md; the device tool returns only top-level files) and all
+  # of them in atk.md.
+  mapfile -t atk_ops < <("$strata_bin" info --json | "$PYTHON" -c \
+    'import json, sys; print("\n".join(o["op"] for o in json.load(sys.stdin)["ops"]))' 2>/dev/null)
+  ((${#atk_ops[@]})) || atk_ops=(all)
+  [[ -n ${GPU_CHECK_ATK_OPS:-} ]] && read -r -a atk_ops <<<"$GPU_CHECK_ATK_OPS"
+  rc=0
+  : >"$logs/atk.log"
+  : >"$logs/atk.md"
+  for op in "${atk_ops[@]}"; do
+    op_limit="$(time_left "${GPU_CHECK_ATK_OP_S:-90}")"
+    step_left=$((${GPU_CHECK_ATK_S:-240} - (SECONDS - t0)))
+    ((step_left < op_limit)) && op_limit=$step_left
+    if ((op_limit <= 0)); then
+      echo "atk $op: skipped (out of time)" | tee -a "$logs/atk.log"
+      rc=1
+      continue
+    fi
+    op_args=(--ops "$op")
+    [[ $op == all ]] && op_args=()
+    timeout "$op_limit" "$strata_bin" atk "${atk_args[@]}" "${op_args[@]}" --out "$atk_out/$op" >"$logs/atk_$op.log" 2>&1 ||
+      { rc=1; echo "atk $op: FAIL or timeout after ${op_limit}s (atk_$op.log)" | tee -a "$logs/atk.log"; }
+    grep -E "bench|precision failures" "$logs/atk_$op.log" | tee -a "$logs/atk.log"
+    if [[ -f $atk_out/$op/atk.md ]]; then
+      cp "$atk_out/$op/atk.md" "$logs/atk_$op.md"
+      cat "$atk_out/$op/atk.md" >>"$logs/atk.md"
+    fi
+  done
   record "strata atk" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" \
-    "$(tail -n 1 "$logs/atk.log"); $atk_out/atk.md"
+    "${#atk_ops[@]} ops; atk.md, atk_<op>.md"
 fi
 
 # ---- (iv b) launch-configuration sweep of the CUDA row norms (bench/row_norm_cuda_sweep.cpp) ----
