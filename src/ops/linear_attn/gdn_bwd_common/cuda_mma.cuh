@@ -1,8 +1,9 @@
 // Tensor-core building blocks of the gdn_bwd "cuda.sm90.mma" kernels (sm_90, warp-level mma.sync m16n8k16 with
 // bf16 or f16 operands and f32 accumulators): operand tiles in shared memory as 16-bit bits (uint16_t), loaded
 // from global memory with cp.async (16-byte segments, zero-filled outside the valid rows/columns) or, for
-// unaligned views and other dtypes, converted element by element; ldmatrix fragment loads; one warp GEMM that
-// covers the four operand layouts the backward needs.
+// unaligned views and other dtypes, converted element by element; fragment loads and mma.sync from
+// tile/cuda/mma.cuh (cp.async from tile/cuda/cp_async.cuh); one warp GEMM that covers the four operand layouts
+// the backward needs.
 //
 // Precision model (fla's, ops_gdn_kda.md §6.3): GEMM operands are bf16/f16 (the token tensors as given;
 // intermediates such as Ds, dVn, the scaled dO and the state gradient dS are rounded to the token dtype before
@@ -12,12 +13,17 @@
 // 2t, 2t+1; c[2], c[3] at row g + 8. `frag_row` / `frag_col` give them.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "ops/linear_attn/gdn_bwd_common/cuda_common.cuh"
+#include "tile/cuda/cp_async.cuh"
+#include "tile/cuda/mma.cuh"
 
 namespace strata::linear_attn::gdn_bwd::tc {
 
@@ -37,43 +43,22 @@ struct Elem<f16_t> {
   __device__ __forceinline__ static float to(uint16_t b) { return __half2float(__ushort_as_half(b)); }
 };
 
-// ---- PTX wrappers ----
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const uint16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
+// ---- PTX wrappers: tile/cuda/mma.cuh (mma.sync, ldmatrix) and tile/cuda/cp_async.cuh ----
 template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<bf16_t>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+using MmaT = std::conditional_t<std::is_same_v<T, bf16_t>, __nv_bfloat16, __half>;
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const ::strata::cuda::mma::FragA& a, const ::strata::cuda::mma::FragB& b) {
+  ::strata::cuda::mma::FragC f;
+  f.x[0] = c[0], f.x[1] = c[1], f.x[2] = c[2], f.x[3] = c[3];
+  ::strata::cuda::mma::mma16816<MmaT<T>>(f, a, b);
+  c[0] = f.x[0], c[1] = f.x[1], c[2] = f.x[2], c[3] = f.x[3];
 }
-template <>
-__device__ __forceinline__ void mma16816<f16_t>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// Completes this thread's outstanding cp.async copies (a barrier must follow before other threads read them).
+__device__ __forceinline__ void cp_async_wait_all() {
+  ::strata::cuda::cp_async_commit();
+  ::strata::cuda::cp_async_wait<0>();
 }
-// 16-byte global -> shared copy, asynchronous (completed by cp_async_wait_all + a barrier).
-__device__ __forceinline__ void cp_async16(uint16_t* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
 // ---- accumulator fragments ----
 __device__ __forceinline__ int frag_row(int mt, int e) { return mt * 16 + (threadIdx.x & 31) / 4 + (e >= 2 ? 8 : 0); }
@@ -104,7 +89,7 @@ __device__ __forceinline__ void load_tile_async(uint16_t* s, int ld, int R, int 
     const int r = e / segs, c = (e - r * segs) * 8;
     uint16_t* dst = s + r * ld + c;
     if (vec && r < rows && c + 8 <= cols) {
-      cp_async16(dst, src16 + static_cast<int64_t>(r) * row_stride + c);
+      ::strata::cuda::cp_async16(dst, src16 + static_cast<int64_t>(r) * row_stride + c, true);
     } else {
       uint16_t x[8];
 #pragma unroll
@@ -130,30 +115,26 @@ template <class T, bool ARow, bool BKN, int MT, int NT>
 __device__ __forceinline__ void warp_gemm(float (&c)[MT][NT][4], const uint16_t* a, int lda, const uint16_t* b,
                                           int ldb, int kdim) {
   static_assert(NT % 2 == 0, "B fragments come in pairs of n-tiles");
-  const int lane = threadIdx.x & 31, j = lane >> 3, r = lane & 7;
+  using M = MmaT<T>;
+  const M* am = reinterpret_cast<const M*>(a);
+  const M* bm = reinterpret_cast<const M*>(b);
   for (int k0 = 0; k0 < kdim; k0 += 16) {
-    uint32_t af[MT][4];
+    ::strata::cuda::mma::FragA af[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      if (ARow)
-        ldsm_x4(af[mt], a + (mt * 16 + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
-      else
-        ldsm_x4_t(af[mt], a + (k0 + r + (j >> 1) * 8) * lda + mt * 16 + (j & 1) * 8);
-    }
-    uint32_t bf[NT][2];
+    for (int mt = 0; mt < MT; ++mt)
+      af[mt] = ARow ? ::strata::cuda::mma::load_a(am, lda, mt * 16, k0) : ::strata::cuda::mma::load_a_trans(am, lda, mt * 16, k0);
+    ::strata::cuda::mma::FragB bf[NT];
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      uint32_t t[4];
       if (BKN)
-        ldsm_x4_t(t, b + (k0 + r + (j & 1) * 8) * ldb + np * 16 + (j >> 1) * 8);
+        ::strata::cuda::mma::load_b2_trans(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
       else
-        ldsm_x4(t, b + (np * 16 + r + (j >> 1) * 8) * ldb + k0 + (j & 1) * 8);
-      bf[2 * np][0] = t[0], bf[2 * np][1] = t[1], bf[2 * np + 1][0] = t[2], bf[2 * np + 1][1] = t[3];
+        ::strata::cuda::mma::load_b2(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma16816<T>(c[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+      for (int nt = 0; nt < NT; ++nt) mma16816<T>(c[mt][nt], af[mt], bf[nt]);
   }
 }
 
