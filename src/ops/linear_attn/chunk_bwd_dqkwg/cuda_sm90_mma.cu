@@ -9,7 +9,9 @@
 //   dW     = −dV Sᵀ                                  written per value head
 //   dγ_i   = q_i·dQ_i − k_i·dK_i over this tile's columns (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row)
 // Warp w owns rows 16 (w % 4).., columns 32 (w / 4).. of every 64 × 64 product. The dγ partials of the K tiles
-// go to a workspace [K tiles, B, T, HV] and launch_reduce_tiles sums them in increasing tile order. All sums run
+// go to a workspace [K tiles, B, T, HV] and launch_reduce_tiles sums them in increasing tile order. The
+// (value head, V tile) steps are software-pipelined: the next step's five tiles load (cp.async) into the other
+// of two shared-memory stages while this one computes. All sums run
 // in a fixed order (quad shuffles, then the two column-half warps in order): same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
@@ -26,10 +28,12 @@ using namespace gdn_bwd::tc;
 
 constexpr int kThr = 256;
 constexpr int kLd = 72;  // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
-constexpr size_t kTileBytes = size_t{64} * kLd * 2;
-// Shared memory: 16-bit tiles dO, Vn, dV, S, dS (per V tile), Q, K (per chunk), Ds; f32 γ, row partials [2][64],
-// block-sum scratch [256].
-enum { kDo, kVn, kDv, kS, kDS, kQ, kK, kDs, kNumTiles };
+constexpr int kTileElems = 64 * kLd;
+constexpr size_t kTileBytes = size_t{kTileElems} * 2;
+// Shared memory: 16-bit tiles dO, Vn, dV, S, dS of one (value head, V tile) step, twice (the next step's tiles
+// load while this one computes), Q, K (per chunk), Ds; f32 γ, row partials [2][64], block-sum scratch [256].
+enum { kDo, kVn, kDv, kS, kDS, kStage };
+enum { kQ = 2 * kStage, kK, kDs, kNumTiles };
 constexpr size_t kSmem = kNumTiles * kTileBytes + (64 + 2 * 64 + kThr) * sizeof(float);
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -39,9 +43,7 @@ template <class T>
 __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg,
                                                          int64_t items, int64_t ktiles) {
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* tile[kNumTiles];
-#pragma unroll
-  for (int i = 0; i < kNumTiles; ++i) tile[i] = reinterpret_cast<uint16_t*>(smem + i * kTileBytes);
+  uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem);  // tile i at tiles + i * kTileElems
   float* sG = reinterpret_cast<float*>(smem + kNumTiles * kTileBytes);
   float* sRow = sG + 64;    // [2][64]: row partials of the two column halves
   float* sRed = sRow + 128;  // [256]: block_sum scratch
@@ -57,13 +59,28 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       if (c.hc >= d.NT) return;  // only with invalid cu_seqlens (uniform across the block)
       const int L = static_cast<int>(c.t1 - c.t0);
       __syncthreads();  // the previous chunk's readers are done
-      load_tile_async<T, kThr>(tile[kQ], kLd, 64, 64, p.q, p.q.off(c.b, c.t0, h) + x0, p.q.s[1], L, kc);
-      load_tile_async<T, kThr>(tile[kK], kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
+      load_tile_async<T, kThr>((tiles + kQ * kTileElems), kLd, 64, 64, p.q, p.q.off(c.b, c.t0, h) + x0, p.q.s[1], L, kc);
+      load_tile_async<T, kThr>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
+      // Steps s = g VT + vt over (value head, V tile); step s loads into stage s % 2 while step s - 1 computes.
+      const int64_t VT = d.V > 0 ? (d.V + 63) / 64 : 0, steps = d.G * VT;
+      auto issue = [&](int64_t s) {
+        const int64_t g = s / VT, e0 = (s - g * VT) * 64, hv = h * d.G + g;
+        const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
+        uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
+        load_tile_async<T, kThr>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
+        load_tile_async<T, kThr>((st + kVn * kTileElems), kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
+        if (want_dw)
+          load_tile_async<T, kThr>((st + kDv * kTileElems), kLd, 64, 64, p.dv, p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], L, vc);
+        load_tile_async<T, kThr>((st + kS * kTileElems), kLd, 64, 64, p.h, p.h.off(c.b, c.hc, hv, x0) + e0, p.h.s[3], kc, vc);
+        load_tile_async<T, kThr>((st + kDS * kTileElems), kLd, 64, 64, p.dh, p.dh.off(c.b, c.hc, hv, x0) + e0, p.dh.s[3], kc, vc);
+        ::strata::cuda::cp_async_commit();
+      };
+      if (steps > 0) issue(0);  // (the q / k tiles join its group)
+      else ::strata::cuda::cp_async_commit();
       float dq_sum[1][4][4], dk_sum[1][4][4];
       zero(dq_sum), zero(dk_sum);
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
-        const int64_t hbase = p.h.off(c.b, c.hc, hv, x0), dhbase = p.dh.off(c.b, c.hc, hv, x0);
         if (g > 0) __syncthreads();  // the previous head's readers of sG / Ds are done
         if (threadIdx.x < 64)
           sG[threadIdx.x] = p.g.present() && static_cast<int>(threadIdx.x) < L
@@ -72,30 +89,30 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
         float ds[1][4][4], dq[1][4][4], dk[1][4][4], dw[1][4][4];
         zero(ds), zero(dq), zero(dk), zero(dw);
         float sds = 0.f;  // this thread's share of <S, dS> over the tile's rows
-        for (int64_t e0 = 0; e0 < d.V; e0 += 64) {
-          const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
-          if (e0 > 0) __syncthreads();
-          load_tile_async<T, kThr>(tile[kDo], kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
-          load_tile_async<T, kThr>(tile[kVn], kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
-          if (want_dw)
-            load_tile_async<T, kThr>(tile[kDv], kLd, 64, 64, p.dv, p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], L, vc);
-          load_tile_async<T, kThr>(tile[kS], kLd, 64, 64, p.h, hbase + e0, p.h.s[3], kc, vc);
-          load_tile_async<T, kThr>(tile[kDS], kLd, 64, 64, p.dh, dhbase + e0, p.dh.s[3], kc, vc);
-          cp_async_wait_all();
+        for (int64_t vt = 0; vt < VT; ++vt) {
+          const int64_t s = g * VT + vt;
+          if (s + 1 < steps) {
+            issue(s + 1);
+            ::strata::cuda::cp_async_wait<1>();  // this step's group is complete, the next one may be in flight
+          } else {
+            ::strata::cuda::cp_async_wait<0>();
+          }
           __syncthreads();
+          const uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
           // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k] (BKN = false).
-          warp_gemm<T, true, false, 1, 4>(ds, tile[kDo] + r0 * kLd, kLd, tile[kVn] + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dq, tile[kDo] + r0 * kLd, kLd, tile[kS] + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dk, tile[kVn] + r0 * kLd, kLd, tile[kDS] + c0 * kLd, kLd, 64);
-          if (want_dw) warp_gemm<T, true, false, 1, 4>(dw, tile[kDv] + r0 * kLd, kLd, tile[kS] + c0 * kLd, kLd, 64);
+          warp_gemm<T, true, false, 1, 4>(ds, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kVn * kTileElems) + c0 * kLd, kLd, 64);
+          warp_gemm<T, true, false, 1, 4>(dq, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
+          warp_gemm<T, true, false, 1, 4>(dk, (st + kVn * kTileElems) + r0 * kLd, kLd, (st + kDS * kTileElems) + c0 * kLd, kLd, 64);
+          if (want_dw) warp_gemm<T, true, false, 1, 4>(dw, (st + kDv * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
           if (want_dg)
             for (int e = threadIdx.x; e < 64 * 64; e += kThr) {
               const int x = e / 64, col = e % 64;  // zero outside the valid rows / columns
-              sds += Elem<T>::to(tile[kS][x * kLd + col]) * Elem<T>::to(tile[kDS][x * kLd + col]);
+              sds += Elem<T>::to((st + kS * kTileElems)[x * kLd + col]) * Elem<T>::to((st + kDS * kTileElems)[x * kLd + col]);
             }
+          __syncthreads();  // stage s % 2 is free for step s + 2
         }
-        if (d.V <= 0) {  // no V tile waited for the q / k tiles and γ
-          cp_async_wait_all();
+        if (VT == 0) {  // no V tile waited for the q / k tiles and γ
+          ::strata::cuda::cp_async_wait<0>();
           __syncthreads();
         }
         // Epilogue of the V contraction: Ds → shared (T), row factors on dq / dk, dw out, Σ k·dK_int.
@@ -107,19 +124,19 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
           for (int e = 0; e < 4; ++e) {
             const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
             const bool row_ok = i < L;
-            tile[kDs][i * kLd + j] =
+            (tiles + kDs * kTileElems)[i * kLd + j] =
                 Elem<T>::from(row_ok && j <= i ? p.scale * ds[0][nt][e] * expf(sG[i] - sG[j]) : 0.f);
             dq[0][nt][e] *= row_ok ? p.scale * expf(sG[i]) : 0.f;
             dk[0][nt][e] *= row_ok ? expf(gl - sG[i]) : 0.f;
             if (want_dw && row_ok && j < kc) st_f32(p.dw, p.dw.off(c.b, c.t0 + i, hv) + x0 + j, -dw[0][nt][e]);
-            kdki += Elem<T>::to(tile[kK][i * kLd + j]) * dk[0][nt][e];
+            kdki += Elem<T>::to((tiles + kK * kTileElems)[i * kLd + j]) * dk[0][nt][e];
           }
         const float kdki_sum = want_dg ? block_sum(kdki, sRed) : 0.f;  // (barrier inside)
         const float sds_sum = want_dg ? block_sum(sds, sRed) : 0.f;
         if (!want_dg) __syncthreads();  // Ds complete
         // dQ += Ds K ; dK += Dsᵀ Q   (B(j, x) = K[j][x], Q[i][x]: stored [k][n]; A = Dsᵀ: stored [k][m])
-        warp_gemm<T, true, true, 1, 4>(dq, tile[kDs] + r0 * kLd, kLd, tile[kK] + c0, kLd, 64);
-        warp_gemm<T, false, true, 1, 4>(dk, tile[kDs] + r0, kLd, tile[kQ] + c0, kLd, 64);
+        warp_gemm<T, true, true, 1, 4>(dq, (tiles + kDs * kTileElems) + r0 * kLd, kLd, (tiles + kK * kTileElems) + c0, kLd, 64);
+        warp_gemm<T, false, true, 1, 4>(dk, (tiles + kDs * kTileElems) + r0, kLd, (tiles + kQ * kTileElems) + c0, kLd, 64);
         if (want_dg) {
           // Row partials of q·dQ − k·dK over this warp's 32 columns: thread (2 rows x 8 columns), then the quad.
           float part[2] = {0.f, 0.f};
@@ -128,8 +145,8 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
-              part[e >> 1] += Elem<T>::to(tile[kQ][i * kLd + x]) * dq[0][nt][e] -
-                              Elem<T>::to(tile[kK][i * kLd + x]) * dk[0][nt][e];
+              part[e >> 1] += Elem<T>::to((tiles + kQ * kTileElems)[i * kLd + x]) * dq[0][nt][e] -
+                              Elem<T>::to((tiles + kK * kTileElems)[i * kLd + x]) * dk[0][nt][e];
             }
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
