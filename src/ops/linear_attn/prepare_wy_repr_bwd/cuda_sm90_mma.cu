@@ -5,7 +5,8 @@
 // 16 (w % 4).., columns 32 (w / 4)..):
 //   dA  = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β))  → T        (contractions over K and V)
 //   tmp = Aᵀ dA → T ;  dM = −StrictLower(tmp Aᵀ)        (f32, shared)
-//   dP = dM ⊙ Γ ; Sym = diag(β) dP + (diag(β) dP)ᵀ → T ; dβ, dγ from dM ⊙ M, dP ⊙ KK (one thread per row, index order)
+//   dP = dM ⊙ Γ (f32, shared) ; Sym = diag(β) dP + (diag(β) dP)ᵀ → T ; dβ, dγ from row and column sums of
+//   dP ⊙ KK (one thread per row / column, index order)
 //   per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; rowdot(X, K)
 //   per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; rowdot(Y, V)
 // K is a template parameter rounded up to 64 (KP), V a run-time one (VP); tiles are zero-filled past the chunk
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
   float* sG = reinterpret_cast<float*>(smem + S.vec);
   float* sBeta = sG + 64;
   float* sE = sBeta + 64;
-  float* sDb = sE + 64;
-  float* sDg = sDb + 64;
+  float* sDb = sE + 64;  // Σ_j dP_ij KK_ij
+  float* sDg = sDb + 64;  // Σ_r β_r dP_ri KK_ri
   float* sXk = sDg + 64;
   float* sYv = sXk + 64;
   float* sRed = sYv + 64;  // [2][64]
@@ -164,33 +165,26 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-            sDM[i * kLdF + j] = (j < i && i < L) ? -t[0][nt][e] : 0.f;  // dM
+            // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) (the exponent is formed only below the diagonal: ≤ 0)
+            sDM[i * kLdF + j] = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
           }
         __syncthreads();
-        // dβ_i = Σ_j dP_ij KK_ij ; dγ_i = Σ_j dM_ij M_ij − Σ_r dM_ri M_ri, M_ij = β_i KK_ij Γ_ij (one thread per
-        // row, j and r in increasing order).
+        // dβ_i = Σ_j dP_ij KK_ij (threads 0..63, row i) and c_i = Σ_r β_r dP_ri KK_ri (threads 64..127, column i),
+        // j and r in increasing order; dγ_i = Σ_j dM_ij M_ij − Σ_r dM_ri M_ri = β_i dβ_i − c_i (M = diag(β) KK ⊙ Γ).
         if (threadIdx.x < 64) {
           const int i = threadIdx.x;
-          float db = 0.f, dg = 0.f;
-          for (int j = 0; j < i && i < L; ++j) {
-            const float gij = expf(sG[i] - sG[j]);
-            const float dm = sDM[i * kLdF + j];
-            db += dm * gij * sKK[i * kLdF + j];
-            dg += dm * sBeta[i] * sKK[i * kLdF + j] * gij;
-          }
-          for (int r = i + 1; r < L; ++r) dg -= sDM[r * kLdF + i] * sBeta[r] * sKK[r * kLdF + i] * expf(sG[r] - sG[i]);
+          float db = 0.f;
+          for (int j = 0; j < 64; ++j) db += sDM[i * kLdF + j] * sKK[i * kLdF + j];
           sDb[i] = db;
-          sDg[i] = dg;
+        } else if (threadIdx.x < 128) {
+          const int i = threadIdx.x - 64;
+          float cs = 0.f;
+          for (int r = 0; r < 64; ++r) cs += sBeta[r] * sDM[r * kLdF + i] * sKK[r * kLdF + i];
+          sDg[i] = cs;
         }
-        __syncthreads();
-        if (threadIdx.x < 64) {  // dM → diag(β) dP in place (row i by thread i)
-          const int i = threadIdx.x;
-          for (int j = 0; j < i && i < L; ++j) sDM[i * kLdF + j] *= sBeta[i] * expf(sG[i] - sG[j]);
-        }
-        __syncthreads();
         for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T
           const int i = e / 64, j = e % 64;
-          sSym[i * kL64 + j] = Elem<T>::from(sDM[i * kLdF + j] + sDM[j * kLdF + i]);
+          sSym[i * kL64 + j] = Elem<T>::from(sBeta[i] * sDM[i * kLdF + j] + sBeta[j] * sDM[j * kLdF + i]);
         }
         __syncthreads();
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
@@ -231,7 +225,8 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
           const int i = threadIdx.x;
           const float xk = sXk[i];
           st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + sDb[i]);
-          if (p.dg.present()) st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), sBeta[i] * sE[i] * xk + sDg[i]);
+          if (p.dg.present())
+            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), sBeta[i] * sE[i] * xk + (sBeta[i] * sDb[i] - sDg[i]));
         }
       }
 #pragma unroll
