@@ -1,14 +1,16 @@
 // Tensor-core CUDA kernel of chunk_gated_delta_rule_bwd_dhu ("cuda.sm90.mma", bf16/f16 token tensors): one
-// 128-thread block (4 warps) per (sequence n, value head hv, 32-column tile of V) on grid.x (grid-stride: any
+// 256-thread block (8 warps) per (sequence n, value head hv, 64-column tile of V) on grid.x (grid-stride: any
 // N·HV), sequential over the sequence's chunks from the last. The recurrence is independent per column of dS,
-// so V tiles never talk. dS [K, 32] is carried in f32 in the warps' mma accumulators (warp w owns rows
-// [w KP/4, (w+1) KP/4), KP = K rounded up to 64) for the whole sequence. Per chunk (L ≤ BT rows, zero-filled to 64):
+// so V tiles never talk. dS [K, 64] is carried in f32 in the warps' mma accumulators (warp w owns rows
+// [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns 32 (w / 4) .. + 31, KP = K rounded up to 64) for the whole
+// sequence. Two blocks fit an SM at K = 128 (89 KiB shared memory, 128 registers), so B = 4, HV = 32, V = 128
+// (256 blocks) runs in one wave. Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
-//   sS    = T(dS)                                        [KP, 32] shared, the B operand below
-//   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × 32, contraction KP; warp w rows 16w..16w+15
-//   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × 32, contraction 128
+//   sS    = T(dS)                                        [KP, 64] shared, the B operand below
+//   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × 64, contraction KP; warp w rows 16 (w % 4)..
+//   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × 64, contraction 128
 // (fla's precision model: dS rounded to T for Kc dS, dVn rounded to T for Wcᵀ dVn, f32 accumulation.)
-// Shared memory per block (KP = 128): q|w 128 × 136, k 64 × 136, sS 128 × 40, dO|dVn 128 × 40 (16-bit) ≈ 71 KiB.
+// Shared memory per block (KP = 128): q|w 128 × 136, k 64 × 136, sS 128 × 72, dO|dVn 128 × 72 (16-bit) ≈ 89 KiB.
 // Every element is produced by one block in a fixed order: same bits every run, no atomics.
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
@@ -21,10 +23,10 @@ using namespace gdn_bwd;
 using namespace gdn_bwd::cu;
 using namespace gdn_bwd::tc;
 
-constexpr int kBV = 32;               // V columns per block
-constexpr int kWarps = 4;
+constexpr int kBV = 64;               // V columns per block
+constexpr int kWarps = 8;            // 4 (rows of dS / dVn) x 2 (32-column halves)
 constexpr int kThr = kWarps * 32;
-constexpr int kLdB = kBV + 8;         // 16-bit row pitch of the 32-column tiles (conflict-free ldmatrix)
+constexpr int kLdB = kBV + 8;         // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
 
 template <int KP>
 struct DhuSmem {
@@ -38,7 +40,7 @@ struct DhuSmem {
 };
 
 template <class T, int KP>
-__global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items,
+__global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items,
                                                        int64_t vtiles) {
   using S = DhuSmem<KP>;
   constexpr int MT = KP / 64;  // 16-row m-tiles of dS per warp
@@ -50,8 +52,8 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
   uint16_t* sB = reinterpret_cast<uint16_t*>(smem + S::kB);
   float* sG = reinterpret_cast<float*>(smem + S::kG);
   const Dims& d = p.d;
-  const int warp = threadIdx.x / 32;
-  const int row0 = warp * (KP / 4);  // this warp's first dS row
+  const int warp = threadIdx.x / 32, wm = warp % 4, cn = (warp / 4) * 32;
+  const int row0 = wm * (KP / 4);  // this warp's first dS row; columns cn .. cn + 31
   const bool dh_vec = p.dh.dtype == Elem<T>::kDtype;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t vt = item % vtiles, hv = item / vtiles % d.HV, n = item / (vtiles * d.HV), h = hv / d.G;
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int x = row0 + frag_row(mt, e), col = frag_col(nt, e);
+          const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
           acc[mt][nt][e] = (p.dht.present() && x < d.K && col < vc) ? ld_f32(p.dht, p.dht.off(n, hv, x) + e0 + col)
                                                                      : 0.f;
         }
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int x = row0 + frag_row(mt, e), col = frag_col(nt, e);
+            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
             sS[x * kLdB + col] = Elem<T>::from(acc[mt][nt][e]);
             if (write_dh && !dh_vec && x < d.K && col < vc)
               st_f32(p.dh, p.dh.off(b, hc, hv, x) + e0 + col, acc[mt][nt][e]);
@@ -122,16 +124,16 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
           x = Elem<T>::from(Elem<T>::to(x) * (p.scale * expf(sG[i])));
         }
       }
-      // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16w..16w+15, 32 columns.
+      // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + 31.
       {
         float dacc[1][4][4];
         zero(dacc);
-        warp_gemm<T, true, true, 1, 4>(dacc, sK + warp * 16 * kLdK, kLdK, sS, kLdB, KP);
+        warp_gemm<T, true, true, 1, 4>(dacc, sK + wm * 16 * kLdK, kLdK, sS + cn, kLdB, KP);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int i = warp * 16 + frag_row(0, e), col = frag_col(nt, e);
+            const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);
             uint16_t& slot = sB[(64 + i) * kLdB + col];  // dv[i][col], replaced by −T(dVn)
             float x = 0.f;
             if (i < L && col < vc) {
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= decay;
-      warp_gemm<T, false, true, MT, 4>(acc, sQW + row0, kLdK, sB, kLdB, 128);
+      warp_gemm<T, false, true, MT, 4>(acc, sQW + row0, kLdK, sB + cn, kLdB, 128);
     }
     if (p.dh0.present())
 #pragma unroll
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(kThr) dhu_mma_kernel(DhuParams p, const int64_
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int x = row0 + frag_row(mt, e), col = frag_col(nt, e);
+            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
             if (x < d.K && col < vc) st_f32(p.dh0, p.dh0.off(n, hv, x) + e0 + col, acc[mt][nt][e]);
           }
   }
