@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
   uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem);  // tile i at tiles + i * kTileElems
   float* sG = reinterpret_cast<float*>(smem + kNumTiles * kTileBytes);
   float* sRow = sG + 64;    // [2][64]: row partials of the two column halves
-  float* sRed = sRow + 128;  // [256]: block_sum scratch
+  float* sRed = sRow + 128;  // block_sum2 scratch [2][8]
   const Dims& d = p.d;
   const bool want_dw = p.dw.present() && p.dv.present(), want_dg = p.dg.present();
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
@@ -131,9 +131,9 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
             if (want_dw && row_ok && j < kc) st_f32(p.dw, p.dw.off(c.b, c.t0 + i, hv) + x0 + j, -dw[0][nt][e]);
             kdki += Elem<T>::to((tiles + kK * kTileElems)[i * kLd + j]) * dk[0][nt][e];
           }
-        const float kdki_sum = want_dg ? block_sum(kdki, sRed) : 0.f;  // (barrier inside)
-        const float sds_sum = want_dg ? block_sum(sds, sRed) : 0.f;
-        if (!want_dg) __syncthreads();  // Ds complete
+        // Σ k·dK_int and <S, dS> over the block (fixed order; the barriers inside also complete Ds).
+        const float2 sums = block_sum2<kThr>(kdki, sds, sRed);
+        const float kdki_sum = sums.x, sds_sum = sums.y;
         // dQ += Ds K ; dK += Dsᵀ Q   (B(j, x) = K[j][x], Q[i][x]: stored [k][n]; A = Dsᵀ: stored [k][m])
         warp_gemm<T, true, true, 1, 4>(dq, (tiles + kDs * kTileElems) + r0 * kLd, kLd, (tiles + kK * kTileElems) + c0, kLd, 64);
         warp_gemm<T, false, true, 1, 4>(dk, (tiles + kDs * kTileElems) + r0, kLd, (tiles + kQ * kTileElems) + c0, kLd, 64);

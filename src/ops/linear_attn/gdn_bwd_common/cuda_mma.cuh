@@ -138,6 +138,26 @@ __device__ __forceinline__ void warp_gemm(float (&c)[MT][NT][4], const uint16_t*
   }
 }
 
+// Sums of two values per thread over a block of NTHREADS (a multiple of 32) in a fixed order: an xor butterfly in
+// each warp (both partners add the same two numbers, so every lane holds the same bits), then every thread adds
+// the warp partials in warp order. red: float[2 * NTHREADS / 32] scratch. Barriers inside (ends with one).
+template <int NTHREADS>
+__device__ __forceinline__ float2 block_sum2(float a, float b, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  constexpr int kW = NTHREADS / 32;
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = a, red[kW + threadIdx.x / 32] = b;
+  __syncthreads();
+  float2 s = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kW; ++w) s.x += red[w], s.y += red[kW + w];
+  __syncthreads();
+  return s;
+}
+
 // The tensor-core path applies when every listed view holds the same 16-bit dtype (bf16 or f16): returns it, or
 // 0 when the views disagree / hold f32 (those run the FMA kernels: their 1e-5 ceiling rules out 16-bit products).
 inline int32_t common_16bit_dtype(std::initializer_list<const View*> vs) {

@@ -30,17 +30,20 @@ constexpr int kLdF = 65;  // row pitch of the f32 64 × 64 tiles (column walks d
 
 int64_t round64(int64_t x) { return std::max<int64_t>((x + 63) / 64 * 64, 64); }
 
-// Shared memory layout (bytes) for KP (compile time) and VP (run time).
+// Shared memory layout (bytes) for KP (compile time), VP (run time) and 1 or 2 stages of the per-head tiles
+// (dw, v, du, A: with two, head g + 1 loads while head g computes).
 struct WySmem {
-  size_t k, dw, v, du, a, x, sym, kk, dm, vec, bytes;
-  __host__ __device__ WySmem(int KP, int VP) {
+  size_t k, stage0, dw, v, du, a, stage_bytes, x, sym, kk, dm, vec, bytes;
+  __host__ __device__ WySmem(int KP, int VP, int stages) {
     const size_t ldk = KP + 8, ldv = VP + 8;
     k = 0;
-    dw = k + 64 * ldk * 2;
+    stage0 = k + 64 * ldk * 2;
+    dw = 0;  // offsets inside a stage
     v = dw + 64 * ldk * 2;
     du = v + 64 * ldv * 2;
     a = du + 64 * ldv * 2;
-    x = a + 64 * kL64 * 2;
+    stage_bytes = a + 64 * kL64 * 2;
+    x = stage0 + stages * stage_bytes;
     sym = x + 64 * kL64 * 2;
     kk = sym + 64 * kL64 * 2;
     dm = kk + 64 * kLdF * 4;
@@ -48,6 +51,8 @@ struct WySmem {
     bytes = vec + 9 * 64 * 4;
   }
 };
+constexpr size_t kMaxSmem = 227 * 1024;
+int wy_stages(int KP, int VP) { return WySmem(KP, VP, 2).bytes <= kMaxSmem ? 2 : 1; }
 
 // Row sums of a 64 × 64 product spread over the 8 warps: part[s] is this thread's sum over its columns for row
 // r0 + g + 8 s. Sums the quad (xor 1, then 2), then the two column-half warps through red[2][64] in order:
@@ -71,17 +76,13 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
 
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
-                                                          int VP) {
+                                                          int VP, int stages) {
   constexpr int KT = KP / 64;
   constexpr int ldk = KP + 8;
   const int ldv = VP + 8;
   extern __shared__ __align__(16) unsigned char smem[];
-  const WySmem S(KP, VP);
+  const WySmem S(KP, VP, stages);
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S.k);
-  uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S.dw);
-  uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S.v);
-  uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S.du);
-  uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S.a);
   uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S.x);
   uint16_t* sSym = reinterpret_cast<uint16_t*>(smem + S.sym);
   float* sKK = reinterpret_cast<float*>(smem + S.kk);
@@ -101,29 +102,43 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
     const int64_t w = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, w, [&](const DevChunk& c) {
       const int L = static_cast<int>(c.t1 - c.t0);
+      // Per-head tiles of head g in stage g % stages.
+      auto stage = [&](int64_t g) { return smem + S.stage0 + (stages == 2 ? (g & 1) : 0) * S.stage_bytes; };
+      auto issue = [&](int64_t g) {
+        const int64_t hv = h * d.G + g;
+        unsigned char* st = stage(g);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.dw), ldk, 64, KP, p.dw, p.dw.off(c.b, c.t0, hv),
+                                 p.dw.s[1], L, kc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.v), ldv, 64, VP, p.v, p.v.off(c.b, c.t0, hv),
+                                 p.v.s[1], L, vc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.du), ldv, 64, VP, p.du, p.du.off(c.b, c.t0, hv),
+                                 p.du.s[1], L, vc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.a), kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv),
+                                 p.A.s[1], L, L);
+        ::strata::cuda::cp_async_commit();
+      };
       __syncthreads();  // the previous chunk's readers are done
       load_tile_async<T, kThr>(sK, ldk, 64, KP, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-      cp_async_wait_all();
-      __syncthreads();
-      {  // KK = K Kᵀ (f32)
-        float kk[1][4][4];
-        zero(kk);
-        warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ldk, ldk, sK + c0 * ldk, ldk, KP);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) sKK[(r0 + frag_row(0, e)) * kLdF + c0 + frag_col(nt, e)] = kk[0][nt][e];
-      }
+      issue(0);  // (the k tile joins head 0's group)
       float dk_sum[KT][1][4][4];
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
-        __syncthreads();  // the previous head's readers are done
-        load_tile_async<T, kThr>(sDw, ldk, 64, KP, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr>(sV, ldv, 64, VP, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-        load_tile_async<T, kThr>(sDu, ldv, 64, VP, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
-        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        if (g > 0) {
+          __syncthreads();  // the previous head's readers (γ, β, E; its stage with one stage) are done
+          if (stages == 1) issue(g);
+        }
+        if (stages == 2 && g + 1 < d.G) {
+          issue(g + 1);  // into the stage head g − 1 used
+          ::strata::cuda::cp_async_wait<1>();
+        } else {
+          ::strata::cuda::cp_async_wait<0>();
+        }
+        uint16_t* sDw = reinterpret_cast<uint16_t*>(stage(g) + S.dw);
+        uint16_t* sV = reinterpret_cast<uint16_t*>(stage(g) + S.v);
+        uint16_t* sDu = reinterpret_cast<uint16_t*>(stage(g) + S.du);
+        uint16_t* sA = reinterpret_cast<uint16_t*>(stage(g) + S.a);
         if (threadIdx.x < 64) {
           const int i = threadIdx.x;
           const bool ok = i < L;
@@ -132,8 +147,16 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
           sBeta[i] = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + i, hv)) : 0.f;
           sE[i] = ok ? expf(gi) : 0.f;
         }
-        cp_async_wait_all();
         __syncthreads();
+        if (g == 0) {  // KK = K Kᵀ (f32), read after the barriers below
+          float kk[1][4][4];
+          zero(kk);
+          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ldk, ldk, sK + c0 * ldk, ldk, KP);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sKK[(r0 + frag_row(0, e)) * kLdF + c0 + frag_col(nt, e)] = kk[0][nt][e];
+        }
         {  // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → T
           float wk[1][4][4], uv[1][4][4];
           zero(wk), zero(uv);
@@ -245,11 +268,12 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 template <class T, int KP>
 strata_status launch(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int VP = static_cast<int>(round64(p.d.V));
-  const size_t smem = WySmem(KP, VP).bytes;
+  const int stages = wy_stages(KP, VP);
+  const size_t smem = WySmem(KP, VP, stages).bytes;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma_kernel<T, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_mma_kernel<T, KP><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, VP);
+  wy_bwd_mma_kernel<T, KP><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, VP, stages);
   return cuda::check_launch("prepare_wy_repr_bwd (mma)");
 }
 
