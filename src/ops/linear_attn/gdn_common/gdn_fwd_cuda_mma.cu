@@ -351,25 +351,29 @@ __device__ __forceinline__ void store_terms(T* base, int tstride, int ld, int m0
   }
 }
 
+// Two stages of K and W [64 x kKB]; the S terms [kTerms][kKB][kLdS], whose storage the Vd terms
+// [kTerms][64][kLdS] reuse once W S is done; γ [64].
 template <int kKB, int kTerms>
 constexpr size_t state_smem() {
-  return 2 * kRows * (kKB + 8) * 2 + kTerms * (kKB + kRows) * kLdS * 2 + kRows * 4;
+  return 2 * 2 * kRows * (kKB + 8) * 2 + kTerms * kKB * kLdS * 2 + kRows * 4;
 }
 
 // S [K x 32] (columns v0..v0+31) of one (sequence, value head) in f32 registers across the chunks; K <= kKB
-// (64 / 128 / 256). Warp w owns S rows [w·kKB/4, (w+1)·kKB/4) as kMT x 4 accumulator tiles. Per chunk:
-// load K and W [64 x kKB] (cp.async), write S's terms to shared, h[c] = S, v_new = u − W S (warp w: rows
-// 16w..), Vd = v_new e^{γ_last − γ} as terms, then S = e^{γ_last} S + Kᵀ Vd on the tensor cores.
+// (64 / 128 / 256). Warp w owns S rows [w·kKB/4, (w+1)·kKB/4) as kMT x 4 accumulator tiles. Per chunk c:
+// the next chunk's K and W [64 x kKB] are requested (cp.async, two stages) before anything else; S's terms go
+// to shared, h[c] = S, v_new = u − W S (warp w: rows 16w..), Vd = v_new e^{γ_last − γ} as terms, then
+// S = e^{γ_last} S + Kᵀ Vd on the tensor cores. Barriers per chunk: (A) stage and operand reuse, (B) this
+// chunk's tiles and S terms visible, (C) W S done (Vd reuses the S terms' storage), (D) Vd terms visible.
 template <class T, int kKB, int kTerms>
 __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int64_t nvt) {
   constexpr int kLdK = kKB + 8;
   constexpr int kMT = kKB / 64;  // 16-row tiles of S per warp
+  constexpr int kStage = 2 * kRows * kLdK;  // elements of one stage (K then W)
   extern __shared__ __align__(16) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);  // [64][kLdK]
-  T* Ws = Ks + kRows * kLdK;           // [64][kLdK]
-  T* Sop = Ws + kRows * kLdK;          // [kTerms][kKB][kLdS]
-  T* Vop = Sop + kTerms * kKB * kLdS;  // [kTerms][64][kLdS]
-  float* gam = reinterpret_cast<float*>(Vop + kTerms * kRows * kLdS);  // [64]
+  T* stages = reinterpret_cast<T*>(smem);  // [2][K, W][64][kLdK]
+  T* Sop = stages + 2 * kStage;            // [kTerms][kKB][kLdS]
+  T* Vop = Sop;                            // [kTerms][64][kLdS], after W S
+  float* gam = reinterpret_cast<float*>(Sop + kTerms * kKB * kLdS);  // [64]
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
   const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
@@ -391,13 +395,24 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
                              : 0.f;
       }
 
-  int64_t cidx = sq.chunk0;
-  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++cidx) {
-    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-    __syncthreads();  // the previous chunk's readers of Ks, Ws, Sop, Vop, gam are done
-    load_tile<T, kKB>(Ks, kLdK, p.k, off_tok(p.k, sq.b, t0, h), p.k.st[1], p.k.st[3], L, 0, K);
-    load_tile<T, kKB>(Ws, kLdK, p.w, off_tok(p.w, sq.b, t0, hv), p.w.st[1], p.w.st[3], L, 0, K);
+  // Requests chunk [t, t + BT) of the sequence into stage `st` (one cp.async group).
+  auto request = [&](int64_t t, int st) {
+    const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
+    T* Kst = stages + st * kStage;
+    load_tile<T, kKB>(Kst, kLdK, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
+    load_tile<T, kKB>(Kst + kRows * kLdK, kLdK, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
     cuda::cp_async_commit();
+  };
+  if (sq.bos < sq.eos) request(sq.bos, 0);
+  int64_t cidx = sq.chunk0;
+  int st = 0;
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++cidx, st ^= 1) {
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    const bool more = t0 + BT < sq.eos;
+    const T* Ks = stages + st * kStage;
+    const T* Ws = Ks + kRows * kLdK;
+    __syncthreads();  // (A) the previous chunk's readers of stage st ^ 1, Vop (= Sop) and gam are done
+    if (more) request(t0 + BT, st ^ 1);
     for (int i = tid; i < kRows; i += kThreads)
       gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t0 + i, hv)) : 0.f;
 #pragma unroll
@@ -430,8 +445,9 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
         const int64_t col = v0 + 8 * nt + mma::c_col(e);
         uv[nt][e] = (i < L && col < V) ? load_f(p.u, off_tok(p.u, sq.b, t0 + i, hv) + col * p.u.st[3]) : 0.f;
       }
-    cuda::cp_async_wait<0>();
-    __syncthreads();
+    if (more) cuda::cp_async_wait<1>();  // this chunk's group is complete, the next one may be in flight
+    else cuda::cp_async_wait<0>();
+    __syncthreads();  // (B)
     // W S (warp w: rows 16w.., 32 columns), S as kTerms operands.
     FragC acc[4];
 #pragma unroll
@@ -452,6 +468,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
         }
     }
     const float glast = gam[L - 1];
+    __syncthreads();  // (C) every warp is done with the S terms: Vd's terms take their storage
     FragC vd[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -470,7 +487,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) store_terms<T, kTerms>(Vop, kRows * kLdS, kLdS, 16 * warp, 8 * nt, vd[nt]);
-    __syncthreads();
+    __syncthreads();  // (D)
     // S = e^{γ_last} S + Kᵀ Vd: A = Kᵀ (Ks is [t][key]: transposed loads), k = chunk position.
     const float decay = expf(glast);
 #pragma unroll
