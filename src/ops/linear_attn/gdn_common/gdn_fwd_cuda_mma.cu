@@ -403,7 +403,17 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     load_tile<T, kKB>(Kst + kRows * kLdK, kLdK, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
     cuda::cp_async_commit();
   };
-  if (sq.bos < sq.eos) request(sq.bos, 0);
+  // γ of row tid of chunk [t, t + BT) (0 past the chunk or without g), fetched one chunk ahead into a register
+  // so that its global latency is not on the sequential path.
+  auto fetch_gamma = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
+    return (tid < Lr && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t + tid, hv)) : 0.f;
+  };
+  float g_next = 0.f;
+  if (sq.bos < sq.eos) {
+    request(sq.bos, 0);
+    g_next = fetch_gamma(sq.bos);
+  }
   int64_t cidx = sq.chunk0;
   int st = 0;
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++cidx, st ^= 1) {
@@ -413,8 +423,9 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     const T* Ws = Ks + kRows * kLdK;
     __syncthreads();  // (A) the previous chunk's readers of stage st ^ 1, Vop (= Sop) and gam are done
     if (more) request(t0 + BT, st ^ 1);
-    for (int i = tid; i < kRows; i += kThreads)
-      gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t0 + i, hv)) : 0.f;
+    static_assert(kThreads >= kRows, "a thread per chunk row");
+    if (tid < kRows) gam[tid] = g_next;
+    if (more) g_next = fetch_gamma(t0 + BT);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
