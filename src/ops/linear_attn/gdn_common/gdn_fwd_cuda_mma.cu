@@ -166,7 +166,13 @@ __device__ void invert(const float* M, float* X, float* Yf) {
       const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
       const float* mrow = M + (16 * r + i) * kLdF;
       float acc = 0.f;
-      for (int k = 16 * c; k < 16 * r; ++k) acc = fmaf(mrow[k], X[k * kLdF + 16 * c + jj], acc);
+      for (int kb = c; kb < r; ++kb) {
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+          const int k = 16 * kb + kk;
+          acc = fmaf(mrow[k], X[k * kLdF + 16 * c + jj], acc);
+        }
+      }
       Yf[idx] = acc;
     }
     __syncthreads();
@@ -174,7 +180,8 @@ __device__ void invert(const float* M, float* X, float* Yf) {
       const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
       const float* xrow = X + (16 * r + i) * kLdF + 16 * r;
       float acc = 0.f;
-      for (int m = 0; m <= i; ++m) acc = fmaf(xrow[m], Yf[(c << 8) + (m << 4) + jj], acc);
+#pragma unroll
+      for (int m = 0; m < 16; ++m) acc = fmaf(xrow[m], Yf[(c << 8) + (m << 4) + jj], acc);  // X_rr[i][m>i] = 0
       X[(16 * r + i) * kLdF + 16 * c + jj] = -acc;
     }
   }
