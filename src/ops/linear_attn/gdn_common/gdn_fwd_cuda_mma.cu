@@ -53,8 +53,6 @@ constexpr int kThreads = 128;  // 4 warps
 constexpr int kRows = 64;      // rows of a chunk tile
 constexpr int kLdT = 64 + 8;   // leading dim (elements) of a 64-column 16-bit tile (conflict-free ldmatrix)
 constexpr int kLdF = 64 + 4;   // leading dim of a 64 x 64 f32 tile
-constexpr int kStateCols = 32;       // state_mma: columns of S per block
-constexpr int kLdS = kStateCols + 8;  // leading dim of the 32-column 16-bit operand tiles of state_mma
 
 template <class T>
 constexpr int32_t dtype_of() {
@@ -360,21 +358,24 @@ __device__ __forceinline__ void store_terms(T* base, int tstride, int ld, int m0
 
 // Two stages of K and W [64 x kKB]; the S terms [kTerms][kKB][kLdS], whose storage the Vd terms
 // [kTerms][64][kLdS] reuse once W S is done; γ [64].
-template <int kKB, int kTerms>
+template <int kKB, int kTerms, int kBV>
 constexpr size_t state_smem() {
-  return 2 * 2 * kRows * (kKB + 8) * 2 + kTerms * kKB * kLdS * 2 + kRows * 4;
+  return 2 * 2 * kRows * (kKB + 8) * 2 + kTerms * kKB * (kBV + 8) * 2 + kRows * 4;
 }
 
-// S [K x 32] (columns v0..v0+31) of one (sequence, value head) in f32 registers across the chunks; K <= kKB
-// (64 / 128 / 256). Warp w owns S rows [w·kKB/4, (w+1)·kKB/4) as kMT x 4 accumulator tiles. Per chunk c:
+// S [K x kBV] (columns v0..v0+kBV-1, kBV = 16 or 32) of one (sequence, value head) in f32 registers across the chunks; K <= kKB
+// (64 / 128 / 256). Warp w owns S rows [w·kKB/4, (w+1)·kKB/4) as kMT x kBV/8 accumulator tiles. Per chunk c:
 // the next chunk's K and W [64 x kKB] are requested (cp.async, two stages) before anything else; S's terms go
 // to shared, h[c] = S, v_new = u − W S (warp w: rows 16w..), Vd = v_new e^{γ_last − γ} as terms, then
 // S = e^{γ_last} S + Kᵀ Vd on the tensor cores. Barriers per chunk: (A) stage and operand reuse, (B) this
 // chunk's tiles and S terms visible, (C) W S done (Vd reuses the S terms' storage), (D) Vd terms visible.
-template <class T, int kKB, int kTerms>
+template <class T, int kKB, int kTerms, int kBV>
 __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int64_t nvt) {
   constexpr int kLdK = kKB + 8;
   constexpr int kMT = kKB / 64;  // 16-row tiles of S per warp
+  constexpr int kNT = kBV / 8;   // 8-column accumulator tiles of a kBV-column block
+  constexpr int kNP = kBV / 16;  // pairs of them (one ldmatrix.x4 each)
+  constexpr int kLdS = kBV + 8;  // leading dim of the kBV-column 16-bit operand tiles (conflict-free)
   constexpr int kStage = 2 * kRows * kLdK;  // elements of one stage (K then W)
   extern __shared__ __align__(16) unsigned char smem[];
   T* stages = reinterpret_cast<T*>(smem);  // [2][K, W][64][kLdK]
@@ -384,16 +385,16 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
   const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
-  const int64_t v0 = vt * kStateCols;
+  const int64_t v0 = vt * kBV;
   const SeqPos sq = locate_sequence(p.chunks, n);
   const int tid = threadIdx.x, warp = tid >> 5;
   const int srow0 = warp * (kKB / 4);
 
-  FragC S[kMT][4];
+  FragC S[kMT][kNT];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t a = srow0 + 16 * mt + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
@@ -436,7 +437,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
         store_terms<T, kTerms>(Sop, kKB * kLdS, kLdS, srow0 + 16 * mt, 8 * nt, S[mt][nt]);
     // h[c] = S (chunk start state), from the f32 registers.
     if (p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT)) {
@@ -448,15 +449,15 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
           const int64_t a = srow0 + 16 * mt + mma::c_row(2 * half);
           if (a >= K) continue;
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < kNT; ++nt)
             store_pair(p.h, hb + a * p.h.st[3], p.h.st[4], v0 + 8 * nt + mma::c_col(0), V, S[mt][nt].x[2 * half],
                        S[mt][nt].x[2 * half + 1]);
         }
     }
     // u in the accumulator layout of v_new (rows 16w.., 32 columns).
-    float uv[4][4];
+    float uv[kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = 16 * warp + mma::c_row(e);
@@ -467,9 +468,9 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     else cuda::cp_async_wait<0>();
     __syncthreads();  // (B)
     // W S (warp w: rows 16w.., 32 columns), S as kTerms operands.
-    FragC acc[4];
+    FragC acc[kNT];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) acc[nt].zero();
+    for (int nt = 0; nt < kNT; ++nt) acc[nt].zero();
     const int ksteps = static_cast<int>((K + 15) / 16);
 #pragma unroll
     for (int ks = 0; ks < kKB / 16; ++ks) {
@@ -478,7 +479,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
       for (int term = 0; term < kTerms; ++term)
 #pragma unroll
-        for (int np = 0; np < 2; ++np) {
+        for (int np = 0; np < kNP; ++np) {
           FragB b0, b1;
           mma::load_b2_trans(b0, b1, Sop + term * kKB * kLdS, kLdS, 16 * ks, 16 * np);
           mma::mma16816<T>(acc[2 * np], a, b0);
@@ -487,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     }
     const float glast = gam[L - 1];
     __syncthreads();  // (C) every warp is done with the S terms: Vd's terms take their storage
-    FragC vd[4];
+    FragC vd[kNT];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = 16 * warp + mma::c_row(2 * half);
@@ -495,7 +496,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
       const bool store = p.v_new.present() && i < L;
       const int64_t ro = store ? off_tok(p.v_new, sq.b, t0 + i, hv) : 0;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt) {
         const float x0 = uv[nt][2 * half] - acc[nt].x[2 * half];
         const float x1 = uv[nt][2 * half + 1] - acc[nt].x[2 * half + 1];
         if (store) store_pair(p.v_new, ro, p.v_new.st[3], v0 + 8 * nt + mma::c_col(0), V, x0, x1);
@@ -504,14 +505,14 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
       }
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) store_terms<T, kTerms>(Vop, kRows * kLdS, kLdS, 16 * warp, 8 * nt, vd[nt]);
+    for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Vop, kRows * kLdS, kLdS, 16 * warp, 8 * nt, vd[nt]);
     __syncthreads();  // (D)
     // S = e^{γ_last} S + Kᵀ Vd: A = Kᵀ (Ks is [t][key]: transposed loads), k = chunk position.
     const float decay = expf(glast);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[mt][nt].x[e] *= decay;
       if (srow0 + 16 * mt >= K) continue;  // rows past K stay 0 (K's columns there are zero-filled)
@@ -522,7 +523,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
         for (int term = 0; term < kTerms; ++term)
 #pragma unroll
-          for (int np = 0; np < 2; ++np) {
+          for (int np = 0; np < kNP; ++np) {
             FragB b0, b1;
             mma::load_b2_trans(b0, b1, Vop + term * kRows * kLdS, kLdS, 16 * ks, 16 * np);
             mma::mma16816<T>(S[mt][2 * np], a, b0);
@@ -535,7 +536,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t a = srow0 + 16 * mt + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
@@ -647,12 +648,23 @@ int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStr
   return cuda::check_launch(name);
 }
 
+// Columns of S per block: 32, or 16 when 32-column blocks would leave SMs idle (few sequences x heads: the
+// pass is a chain of dependent chunk steps, so more, smaller blocks finish sooner).
 template <class T, int kKB>
 int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
-  const int64_t nvt = cdiv(p.shape.V, kStateCols);
-  return launch(state_mma<T, kKB, kTerms>, "chunk_gated_delta_rule_fwd_h (state_mma)", p.shape.N * p.shape.HV * nvt,
-                state_smem<kKB, kTerms>(), stream, p, nvt);
+  int dev = 0, sms = 132;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks32 = p.shape.N * p.shape.HV * cdiv(p.shape.V, 32);
+  if (blocks32 < sms) {
+    const int64_t nvt = cdiv(p.shape.V, 16);
+    return launch(state_mma<T, kKB, kTerms, 16>, "chunk_gated_delta_rule_fwd_h (state_mma, 16 columns)",
+                  p.shape.N * p.shape.HV * nvt, state_smem<kKB, kTerms, 16>(), stream, p, nvt);
+  }
+  const int64_t nvt = cdiv(p.shape.V, 32);
+  return launch(state_mma<T, kKB, kTerms, 32>, "chunk_gated_delta_rule_fwd_h (state_mma)", p.shape.N * p.shape.HV * nvt,
+                state_smem<kKB, kTerms, 32>(), stream, p, nvt);
 }
 
 template <class T>
