@@ -863,3 +863,49 @@ TEST(ChunkGatedDeltaRuleCuda, PackedEqualsSeparate) {
 
 }  // namespace
 }  // namespace strata
+
+#if STRATA_WITH_CUDA
+// Which sub-operator kernels the CUDA composition runs (host only: no GPU needed): with q, k, v, do and o of one
+// 16-bit dtype every call takes the tensor-core (mma) kernels, with or without the fused l2norm; f32 tokens or
+// mixed 16-bit dtypes take the FMA kernels.
+namespace strata {
+namespace {
+
+linear_attn::GdnParams tc_params(int32_t dt, int32_t v_dt, bool l2) {
+  linear_attn::GdnParams p;
+  p.B = 1, p.T = 300, p.H = 2, p.HV = 4, p.K = 128, p.V = 128, p.N = 3;
+  static int64_t cu[4] = {0, 100, 130, 300};  // present (never read by the report)
+  p.cu_seqlens = cu;
+  auto tok = [](int32_t d, int64_t heads, int64_t D, int64_t T) {
+    linear_attn::GdnTensor t;
+    t.data = reinterpret_cast<void*>(uintptr_t{4096});
+    t.dtype = d;
+    t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D > 1 ? D : 1, t.st[3] = 1;
+    return t;
+  };
+  p.q = p.k = p.dq = p.dk = tok(dt, p.H, p.K, p.T);
+  p.v = p.o = p.do_ = p.dv = tok(v_dt, p.HV, p.V, p.T);
+  p.beta = p.dbeta = tok(dt, p.HV, 1, p.T);
+  p.g = p.dg = tok(STRATA_DTYPE_F32, p.HV, 1, p.T);
+  p.h0 = p.ht = p.dht = p.dh0 = tok(STRATA_DTYPE_F32, p.HV, p.K * p.V, p.N);
+  p.scale = 0.1f;
+  p.l2norm = l2;
+  return p;
+}
+
+TEST(ChunkGatedDeltaRuleCuda, SixteenBitTokensRunTheTensorCoreKernels) {
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
+    for (bool l2 : {false, true})
+      for (bool bwd : {false, true})
+        EXPECT_EQ(linear_attn::gdn_cuda_tensor_core_report(tc_params(dt, dt, l2), bwd), "")
+            << dtype_name(dt) << " l2norm " << l2 << (bwd ? " backward" : " forward");
+  for (bool bwd : {false, true}) {
+    EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_F32, STRATA_DTYPE_F32, true), bwd), "");
+    EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_BF16, STRATA_DTYPE_F16, true), bwd),
+              "");
+  }
+}
+
+}  // namespace
+}  // namespace strata
+#endif

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "opbase/dtype.h"
 
@@ -91,6 +92,10 @@ size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
+// Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
+// They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
+// then stored in that dtype. Reads dtypes, presence and shapes of p only.
+std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd);
 #endif
 
 }  // namespace strata::linear_attn

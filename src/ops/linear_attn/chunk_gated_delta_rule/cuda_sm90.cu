@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
@@ -56,9 +57,12 @@ struct Carver {
   size_t off = 0;
   template <class T>
   T* take(int64_t count) {
+    return static_cast<T*>(take_bytes(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T)));
+  }
+  void* take_bytes(size_t bytes) {
     const size_t o = off;
-    off += align256(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T));
-    return base ? reinterpret_cast<T*>(base + o) : nullptr;
+    off += align256(bytes);
+    return base ? base + o : nullptr;
   }
 };
 
@@ -69,9 +73,23 @@ struct Sizes {
   int64_t NTh;    // chunk dimension of the h / dh buffers: NTr (fixed length) or ceil(T / 64) + N (varlen bound)
   int64_t rows_h; // leading dimension of h / dh: B (fixed length) or 1 (varlen)
   int64_t hsz;    // elements of h
+  // dtype of the token-shaped intermediates (qn, kn, A, w, u, h, v_new, dv_local, dh, dv2, dw): the token dtype
+  // when q, k, v (and do) share one 16-bit dtype, so that the sub-operators' tensor-core kernels run (their
+  // operands must all be in that dtype; fla stores them so too), else f32. γ, rstd, the dq/dk/dγ sums and the
+  // states stay f32.
+  int32_t idt;
+  size_t ies;     // its element size
+  size_t tok(int64_t n) const { return static_cast<size_t>(n) * ies; }
 };
-Sizes sizes_of(const GdnParams& p) {
+int32_t inter_dtype(const GdnParams& p, bool bwd) {
+  const int32_t t = p.q.dtype;
+  const bool same = p.k.dtype == t && p.v.dtype == t && (!bwd || p.do_.dtype == t);
+  return same && (t == STRATA_DTYPE_BF16 || t == STRATA_DTYPE_F16) ? t : STRATA_DTYPE_F32;
+}
+Sizes sizes_of(const GdnParams& p, bool bwd) {
   Sizes s;
+  s.idt = inter_dtype(p, bwd);
+  s.ies = s.idt == STRATA_DTYPE_F32 ? 4 : 2;
   const int64_t BT = p.B * p.T;
   s.qk = BT * p.H * p.K;
   s.rows = BT * p.H;
@@ -104,10 +122,6 @@ size_t early_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const gdn_bwd::Dims d = bwd_dims(p, s);
   return std::max(chunk_bwd_dv_local_cuda_workspace(d), chunk_gated_delta_rule_bwd_dhu_cuda_workspace(d));
 }
-size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
-  const gdn_bwd::Dims d = bwd_dims(p, s);
-  return std::max(chunk_bwd_dqkwg_cuda_workspace(d), prepare_wy_repr_bwd_cuda_workspace(d));
-}
 
 // The buffers of one pass. Forward: check | offsets | [qn kn rq rk] | γ | A | w | u | h | v_new.
 // Backward: u is followed by whatever the late sub-operator scratch needs beyond u's size (u, then dv_local,
@@ -116,39 +130,41 @@ size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
 struct Bufs {
   unsigned long long* check = nullptr;
   int64_t* offs = nullptr;
-  float *qn = nullptr, *kn = nullptr, *rq = nullptr, *rk = nullptr;
-  float *gam = nullptr, *A = nullptr, *w = nullptr, *u = nullptr, *h = nullptr, *vnew = nullptr;
-  float *dh = nullptr, *dv2 = nullptr, *dq = nullptr, *dk1 = nullptr, *dk2 = nullptr, *dg1 = nullptr, *dg2 = nullptr;
+  void *qn = nullptr, *kn = nullptr;  // Sizes::idt
+  float *rq = nullptr, *rk = nullptr, *gam = nullptr;
+  void *A = nullptr, *w = nullptr, *u = nullptr, *h = nullptr, *vnew = nullptr, *dh = nullptr, *dv2 = nullptr;  // idt
+  float *dq = nullptr, *dk1 = nullptr, *dk2 = nullptr, *dg1 = nullptr, *dg2 = nullptr;
   void* early = nullptr;  // scratch of bwd_dv_local, bwd_dhu
   void* late = nullptr;   // scratch of bwd_dqkwg, prepare_wy_repr_bwd (starts at u)
   size_t bytes = 0;
 };
-Bufs carve(const GdnParams& p, bool bwd, void* base) {
-  const Sizes s = sizes_of(p);
+// `late`: bytes of the late scratch (late_scratch_bytes; 0 when only the other addresses are wanted).
+Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late) {
+  const Sizes s = sizes_of(p, bwd);
   Carver c{static_cast<char*>(base)};
   Bufs b;
   b.check = c.take<unsigned long long>(1);
   b.offs = c.take<int64_t>(p.N + 1);
   if (p.l2norm) {
-    b.qn = c.take<float>(s.qk);
-    b.kn = c.take<float>(s.qk);
+    b.qn = c.take_bytes(s.tok(s.qk));
+    b.kn = c.take_bytes(s.tok(s.qk));
     b.rq = c.take<float>(s.rows);
     b.rk = c.take<float>(s.rows);
   }
   b.gam = c.take<float>(s.gates);
-  b.A = c.take<float>(s.amat);
-  b.w = c.take<float>(s.wk);
-  b.u = c.take<float>(s.uv);
+  b.A = c.take_bytes(s.tok(s.amat));
+  b.w = c.take_bytes(s.tok(s.wk));
+  b.u = c.take_bytes(s.tok(s.uv));
   if (bwd) {
-    const size_t u_bytes = align256(static_cast<size_t>(s.uv) * sizeof(float)), late = late_scratch_bytes(p, s);
-    if (late > u_bytes) c.take<char>(static_cast<int64_t>(late - u_bytes));  // contiguous with u
+    const size_t u_bytes = align256(s.tok(s.uv));
+    if (late > u_bytes) c.take_bytes(late - u_bytes);  // contiguous with u
     b.late = b.u;
   }
-  b.h = c.take<float>(s.hsz);
-  b.vnew = c.take<float>(s.uv);
+  b.h = c.take_bytes(s.tok(s.hsz));
+  b.vnew = c.take_bytes(s.tok(s.uv));
   if (bwd) {
-    b.dh = c.take<float>(s.hsz);
-    b.dv2 = c.take<float>(s.uv);
+    b.dh = c.take_bytes(s.tok(s.hsz));
+    b.dv2 = c.take_bytes(s.tok(s.uv));
     b.dq = c.take<float>(s.qk);
     b.dk1 = c.take<float>(s.qk);
     b.dk2 = c.take<float>(s.qk);
@@ -179,11 +195,11 @@ gdn_bwd::View bwd_view(const GdnTensor& t) {
   for (int i = 0; i < 3; ++i) r.s[i] = t.st[i];
   return r;
 }
-// Contiguous f32 workspace tensors: [B, T, heads, D] (D = 0: gates [B, T, heads]).
-gdn::GdnTensor fwd_f32(float* ptr, int64_t T, int64_t heads, int64_t D) {
+// Contiguous workspace tensors of dtype dt: [B, T, heads, D] (D = 0: gates [B, T, heads]).
+gdn::GdnTensor fwd_tok(void* ptr, int32_t dt, int64_t T, int64_t heads, int64_t D) {
   gdn::GdnTensor r;
   r.data = ptr;
-  r.dtype = STRATA_DTYPE_F32;
+  r.dtype = dt;
   if (D > 0) {
     r.st[0] = T * heads * D, r.st[1] = heads * D, r.st[2] = D, r.st[3] = 1;
   } else {
@@ -191,10 +207,10 @@ gdn::GdnTensor fwd_f32(float* ptr, int64_t T, int64_t heads, int64_t D) {
   }
   return r;
 }
-gdn_bwd::View bwd_f32(float* ptr, int64_t T, int64_t heads, int64_t D) {
+gdn_bwd::View bwd_tok(void* ptr, int32_t dt, int64_t T, int64_t heads, int64_t D) {
   gdn_bwd::View r;
   r.p = ptr;
-  r.dtype = STRATA_DTYPE_F32;
+  r.dtype = dt;
   if (D > 0) {
     r.s[0] = T * heads * D, r.s[1] = heads * D, r.s[2] = D;
   } else {
@@ -202,18 +218,18 @@ gdn_bwd::View bwd_f32(float* ptr, int64_t T, int64_t heads, int64_t D) {
   }
   return r;
 }
-// h / dh buffers [rows_h, NTh, HV, K, V] f32.
-gdn::GdnTensor fwd_states(float* ptr, const GdnParams& p, const Sizes& s) {
+// h / dh buffers [rows_h, NTh, HV, K, V] of dtype s.idt.
+gdn::GdnTensor fwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
   gdn::GdnTensor r;
   r.data = ptr;
-  r.dtype = STRATA_DTYPE_F32;
+  r.dtype = s.idt;
   r.st[4] = 1, r.st[3] = p.V, r.st[2] = p.K * p.V, r.st[1] = p.HV * p.K * p.V, r.st[0] = s.NTh * p.HV * p.K * p.V;
   return r;
 }
-gdn_bwd::View bwd_states(float* ptr, const GdnParams& p, const Sizes& s) {
+gdn_bwd::View bwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
   gdn_bwd::View r;
   r.p = ptr;
-  r.dtype = STRATA_DTYPE_F32;
+  r.dtype = s.idt;
   r.s[3] = p.V, r.s[2] = p.K * p.V, r.s[1] = p.HV * p.K * p.V, r.s[0] = s.NTh * p.HV * p.K * p.V;
   return r;
 }
@@ -316,9 +332,9 @@ strata_status check_cu_seqlens(const char* op, const GdnParams& p, unsigned long
 // ---- steps ----
 
 // l2norm of q and k into qn, kn (f32 contiguous) with rstd rq, rk.
-strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream) {
+strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, const Sizes& s, cudaStream_t stream) {
   if (!p.l2norm || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
-  const strata_tensor_desc f = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc f = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
   for (int which = 0; which < 2; ++which) {
     const GdnTensor& x = which == 0 ? p.q : p.k;
@@ -328,7 +344,8 @@ strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream)
     a.y = which == 0 ? b.qn : b.kn;
     a.rstd = which == 0 ? b.rq : b.rk;
     a.x_dtype = x.dtype;
-    a.y_dtype = a.rstd_dtype = STRATA_DTYPE_F32;
+    a.y_dtype = s.idt;
+    a.rstd_dtype = STRATA_DTYPE_F32;
     a.rows = p.B * p.T * p.H;
     a.D = p.K;
     a.x_rows = make_row_layout(xd, 1);
@@ -342,9 +359,10 @@ strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream)
 }
 
 // dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx.
-strata_status l2norm_bwd(const GdnParams& p, const float* y, const float* rstd, const float* dy, const GdnTensor& dx,
-                         cudaStream_t stream) {
+strata_status l2norm_bwd(const GdnParams& p, const Sizes& s, const void* y, const float* rstd, const float* dy,
+                         const GdnTensor& dx, cudaStream_t stream) {
   if (p.B * p.T * p.H == 0) return STRATA_SUCCESS;
+  const strata_tensor_desc fy = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc f = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
   const strata_tensor_desc xd = desc_of(dx.dtype, {p.B, p.T, p.H, p.K}, dx.st);
@@ -353,11 +371,13 @@ strata_status l2norm_bwd(const GdnParams& p, const float* y, const float* rstd, 
   a.rstd = rstd;
   a.dout = dy;
   a.dx = dx.data;
-  a.src_dtype = a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
+  a.src_dtype = s.idt;
+  a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
   a.dx_dtype = dx.dtype;
   a.rows = p.B * p.T * p.H;
   a.D = p.K;
-  a.src_rows = a.dout_rows = make_row_layout(f, 1);
+  a.src_rows = make_row_layout(fy, 1);
+  a.dout_rows = make_row_layout(f, 1);
   a.rstd_rows = make_row_layout(r, 0);
   a.dx_rows = make_row_layout(xd, 1);
   a.n_div = 1;
@@ -398,34 +418,119 @@ gdn::GdnFwdParams fwd_params(const GdnParams& p, const Bufs& b, const Sizes& s) 
   m.cu_stride = p.cu_stride;
   m.offsets = p.cu_seqlens ? b.offs : nullptr;
   m.B = p.B, m.T = p.T, m.N = p.N, m.BT = kBT, m.NTr = s.NTr;
-  f.q = p.l2norm ? fwd_f32(b.qn, p.T, p.H, p.K) : fwd_view(p.q);
-  f.k = p.l2norm ? fwd_f32(b.kn, p.T, p.H, p.K) : fwd_view(p.k);
+  f.q = p.l2norm ? fwd_tok(b.qn, s.idt, p.T, p.H, p.K) : fwd_view(p.q);
+  f.k = p.l2norm ? fwd_tok(b.kn, s.idt, p.T, p.H, p.K) : fwd_view(p.k);
   f.v = fwd_view(p.v);
   f.beta = fwd_view(p.beta);
-  f.g = fwd_f32(b.gam, p.T, p.HV, 0);
+  f.g = fwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0);
   return f;
 }
 
-// Shared head of both passes: cu_seqlens check, l2norm, γ, chunk offsets, WY factors, state pass (h, v_new and,
-// when `ht` is given, the final state). Returns the params the chunk_fwd_o step needs.
-strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const GdnTensor& ht,
-                             cudaStream_t stream, gdn::GdnFwdParams& f) {
-  STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
-  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream));
-  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
-  STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
-  f = fwd_params(p, b, s);
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(f.chunks, b.offs, stream)));
-  f.w = fwd_f32(b.w, p.T, p.HV, p.K);
-  f.u = fwd_f32(b.u, p.T, p.HV, p.V);
-  f.A = fwd_f32(b.A, p.T, p.HV, kBT);
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, f, stream)));
+// The parameters of every sub-operator call of one pass (built once; run() and the tensor-core report use them).
+struct Calls {
+  gdn::GdnFwdParams wy, fwdh, fwdo;  // prepare_wy_repr_fwd, chunk_gated_delta_rule_fwd_h, chunk_fwd_o
+  DvLocalParams dvp;
+  DhuParams dhp;
+  DqkwgParams qp;
+  WyBwdParams wp;
+};
+Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
+  Calls c;
+  gdn::GdnFwdParams f = fwd_params(p, b, s);
+  f.w = fwd_tok(b.w, s.idt, p.T, p.HV, p.K);
+  f.u = fwd_tok(b.u, s.idt, p.T, p.HV, p.V);
+  f.A = fwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  c.wy = f;
   f.h = fwd_states(b.h, p, s);
   f.h0 = fwd_view(p.h0);
-  f.ht = fwd_view(ht);
-  f.v_new = fwd_f32(b.vnew, p.T, p.HV, p.V);
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, f, stream)));
-  return STRATA_SUCCESS;
+  f.ht = bwd ? gdn::GdnTensor{} : fwd_view(p.ht);  // the backward's re-run needs no final state
+  f.v_new = fwd_tok(b.vnew, s.idt, p.T, p.HV, p.V);
+  c.fwdh = f;
+  f.v = f.v_new;  // chunk_fwd_o reads the corrected values
+  f.o = fwd_view(p.o);
+  c.fwdo = f;
+  if (!bwd) return c;
+
+  const gdn_bwd::Dims d = bwd_dims(p, s);
+  const gdn_bwd::View q = p.l2norm ? bwd_tok(b.qn, s.idt, p.T, p.H, p.K) : bwd_view(p.q);
+  const gdn_bwd::View k = p.l2norm ? bwd_tok(b.kn, s.idt, p.T, p.H, p.K) : bwd_view(p.k);
+  const gdn_bwd::View gam = bwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0), dout = bwd_view(p.do_);
+  void* dvl = b.u;  // u is dead after the state pass
+  void* dw = b.w;   // w is dead after bwd_dhu
+
+  DvLocalParams& dvp = c.dvp;
+  dvp.d = d;
+  dvp.q = q, dvp.k = k, dvp.dout = dout, dvp.g = gam;
+  dvp.dv = bwd_tok(dvl, s.idt, p.T, p.HV, p.V);
+  dvp.scale = p.scale;
+
+  DhuParams& dhp = c.dhp;
+  dhp.d = d;
+  dhp.q = q, dhp.k = k, dhp.w = bwd_tok(b.w, s.idt, p.T, p.HV, p.K), dhp.dout = dout;
+  dhp.dv = bwd_tok(dvl, s.idt, p.T, p.HV, p.V);
+  dhp.g = gam;
+  dhp.dht = bwd_view(p.dht);
+  dhp.dh = bwd_states(b.dh, p, s);
+  dhp.dh0 = bwd_view(p.dh0);
+  dhp.dv2 = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  dhp.scale = p.scale;
+
+  DqkwgParams& qp = c.qp;
+  qp.d = d;
+  qp.q = q, qp.k = k, qp.v = bwd_tok(b.vnew, s.idt, p.T, p.HV, p.V), qp.dout = dout;
+  qp.h = bwd_states(b.h, p, s);
+  qp.dh = bwd_states(b.dh, p, s);
+  qp.dv = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  qp.g = gam;
+  // without l2norm dq is final here
+  qp.dq = p.l2norm ? bwd_tok(b.dq, STRATA_DTYPE_F32, p.T, p.H, p.K) : bwd_view(p.dq);
+  qp.dk = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
+  qp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
+  qp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  qp.scale = p.scale;
+
+  WyBwdParams& wp = c.wp;
+  wp.d = d;
+  wp.k = k, wp.v = bwd_view(p.v), wp.beta = bwd_view(p.beta);
+  wp.A = bwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  wp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
+  wp.du = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  wp.g = gam;
+  wp.dk = bwd_tok(b.dk2, STRATA_DTYPE_F32, p.T, p.H, p.K);
+  wp.dv = bwd_view(p.dv);
+  wp.dbeta = bwd_view(p.dbeta);
+  wp.dg = bwd_tok(b.dg2, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  return c;
+}
+
+// Shared head of both passes: cu_seqlens check, l2norm, γ, chunk offsets, WY factors, state pass (h, v_new and,
+// in the forward, the final state).
+strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
+                             cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
+  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+  STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream));
+}
+
+// Which kernel the two late sub-operators run (their tensor-core kernels when their reject rule is empty, as
+// their automatic entry points decide) and so how much scratch they need: the FMA kernels of chunk_bwd_dqkwg
+// keep per-value-head dq, dk in f32 ([B, T, HV, K] each), the tensor-core ones do not.
+bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
+bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
+size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
+  const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
+  const Calls c = make_calls(p, fake, s, true);
+  const gdn_bwd::Dims d = bwd_dims(p, s);
+  const size_t q = dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma_workspace(d) : chunk_bwd_dqkwg_cuda_fma_workspace(d);
+  const size_t w = wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma_workspace(d) : prepare_wy_repr_bwd_cuda_fma_workspace(d);
+  return std::max(q, w);
+}
+Bufs carve(const GdnParams& p, bool bwd, void* base) {
+  return carve_with(p, bwd, base, bwd ? late_scratch_bytes(p, sizes_of(p, true)) : 0);
 }
 
 }  // namespace
@@ -433,77 +538,51 @@ strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, 
 size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
+std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
+  const Sizes s = sizes_of(p, bwd);
+  // Buffer addresses only (the reject functions read dtypes, presence and shapes, never the memory).
+  const Bufs b = carve(p, bwd, reinterpret_cast<void*>(uintptr_t{256}));
+  const Calls c = make_calls(p, b, s, bwd);
+  std::string r;
+  auto add = [&r](const char* what, const std::string& why) {
+    if (!why.empty()) r += std::string(r.empty() ? "" : "; ") + what + ": " + why;
+  };
+  add("prepare_wy_repr_fwd", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy));
+  add("chunk_gated_delta_rule_fwd_h", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kFwdH, c.fwdh));
+  if (!bwd) {
+    add("chunk_fwd_o", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kFwdO, c.fwdo));
+    return r;
+  }
+  add("chunk_bwd_dv_local", chunk_bwd_dv_local_cuda_mma_reject(c.dvp));
+  add("chunk_gated_delta_rule_bwd_dhu", chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp));
+  add("chunk_bwd_dqkwg", chunk_bwd_dqkwg_cuda_mma_reject(c.qp));
+  add("prepare_wy_repr_bwd", prepare_wy_repr_bwd_cuda_mma_reject(c.wp));
+  return r;
+}
+
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const Sizes s = sizes_of(p);
+  const Sizes s = sizes_of(p, false);
   const Bufs b = carve(p, false, workspace);
-  gdn::GdnFwdParams f;
-  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, p.ht, stream, f));
-  f.v = f.v_new;  // chunk_fwd_o reads the corrected values
-  f.o = fwd_view(p.o);
-  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, f, stream));
+  const Calls c = make_calls(p, b, s, false);
+  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const Sizes s = sizes_of(p);
+  const Sizes s = sizes_of(p, true);
   const Bufs b = carve(p, true, workspace);
-  gdn::GdnFwdParams f;
-  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, GdnTensor{}, stream, f));
-
-  const gdn_bwd::Dims d = bwd_dims(p, s);
-  const gdn_bwd::View q = p.l2norm ? bwd_f32(b.qn, p.T, p.H, p.K) : bwd_view(p.q);
-  const gdn_bwd::View k = p.l2norm ? bwd_f32(b.kn, p.T, p.H, p.K) : bwd_view(p.k);
-  const gdn_bwd::View gam = bwd_f32(b.gam, p.T, p.HV, 0), dout = bwd_view(p.do_);
-  float* dvl = b.u;  // u is dead after the state pass
-  float* dw = b.w;   // w is dead after bwd_dhu
-
-  DvLocalParams dvp;
-  dvp.d = d;
-  dvp.q = q, dvp.k = k, dvp.dout = dout, dvp.g = gam;
-  dvp.dv = bwd_f32(dvl, p.T, p.HV, p.V);
-  dvp.scale = p.scale;
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(dvp, b.early, stream)));
-
-  DhuParams dhp;
-  dhp.d = d;
-  dhp.q = q, dhp.k = k, dhp.w = bwd_f32(b.w, p.T, p.HV, p.K), dhp.dout = dout;
-  dhp.dv = bwd_f32(dvl, p.T, p.HV, p.V);
-  dhp.g = gam;
-  dhp.dht = bwd_view(p.dht);
-  dhp.dh = bwd_states(b.dh, p, s);
-  dhp.dh0 = bwd_view(p.dh0);
-  dhp.dv2 = bwd_f32(b.dv2, p.T, p.HV, p.V);
-  dhp.scale = p.scale;
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(dhp, b.early, stream)));
-
-  DqkwgParams qp;
-  qp.d = d;
-  qp.q = q, qp.k = k, qp.v = bwd_f32(b.vnew, p.T, p.HV, p.V), qp.dout = dout;
-  qp.h = bwd_states(b.h, p, s);
-  qp.dh = bwd_states(b.dh, p, s);
-  qp.dv = bwd_f32(b.dv2, p.T, p.HV, p.V);
-  qp.g = gam;
-  qp.dq = p.l2norm ? bwd_f32(b.dq, p.T, p.H, p.K) : bwd_view(p.dq);  // without l2norm dq is final here
-  qp.dk = bwd_f32(b.dk1, p.T, p.H, p.K);
-  qp.dw = bwd_f32(dw, p.T, p.HV, p.K);
-  qp.dg = bwd_f32(b.dg1, p.T, p.HV, 0);
-  qp.scale = p.scale;
-  // b.late overlaps dv_local, dead since bwd_dhu
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dqkwg_cuda(qp, b.late, stream)));
-
-  WyBwdParams wp;
-  wp.d = d;
-  wp.k = k, wp.v = bwd_view(p.v), wp.beta = bwd_view(p.beta);
-  wp.A = bwd_f32(b.A, p.T, p.HV, kBT);
-  wp.dw = bwd_f32(dw, p.T, p.HV, p.K);
-  wp.du = bwd_f32(b.dv2, p.T, p.HV, p.V);
-  wp.g = gam;
-  wp.dk = bwd_f32(b.dk2, p.T, p.H, p.K);
-  wp.dv = bwd_view(p.dv);
-  wp.dbeta = bwd_view(p.dbeta);
-  wp.dg = bwd_f32(b.dg2, p.T, p.HV, 0);
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda(wp, b.late, stream)));
+  const Calls c = make_calls(p, b, s, true);
+  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
+  // automatic entry points).
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
+                                                                 : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma(c.wp, b.late, stream)
+                                                                  : prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
 
   // dg = reverse chunk-local cumsum of dγ1 + dγ2 (summed in place into dγ1).
   STRATA_RETURN_IF_ERROR(add_store(b.dg1, b.dg2, add_out_f32(b.dg1, p.T, p.HV, 1), s.gates, stream));
@@ -513,8 +592,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   // dk = dk1 + dk2; with l2norm, dq and dk go through the l2norm backward.
   if (!p.l2norm) return add_store(b.dk1, b.dk2, add_out_of(p.dk, p.T, p.H, p.K), s.qk, stream);
   STRATA_RETURN_IF_ERROR(add_store(b.dk1, b.dk2, add_out_f32(b.dk1, p.T, p.H, p.K), s.qk, stream));
-  STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.rq, b.dq, p.dq, stream));
-  return l2norm_bwd(p, b.kn, b.rk, b.dk1, p.dk, stream);
+  STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
+  return l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream);
 }
 
 }  // namespace strata::linear_attn
