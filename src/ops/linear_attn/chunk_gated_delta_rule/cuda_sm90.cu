@@ -17,6 +17,9 @@
 //   dk = dk1 + dk2;  dg = reverse chunk_local_cumsum(dγ1 + dγ2)
 //   [l2norm]  dq, dk = row_norm_bwd_cuda(qn | kn, rstd, dq | dk)   (dx = rstd (dy - (dy . y) y))
 // Every step is a fixed-order computation (no float atomics), so the result is the same bits on every run.
+// Intermediates (qn, kn, A, w, u, h, v_new, dv_local, dh, dv2, dw) are stored in the token dtype when q, k, v (and
+// do) share one 16-bit dtype, so that every sub-operator runs its tensor-core kernels (fla's precision model), and
+// in f32 otherwise (FMA kernels); see Sizes::idt and gdn_cuda_tensor_core_report.
 //
 // cu_seqlens: the sub-operator kernels clamp every value to [0, T] and never leave their tensors whatever the
 // values. To report invalid values as the CPU path does (INVALID_VALUE, nothing written), run() first checks
