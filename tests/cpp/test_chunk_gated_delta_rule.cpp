@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -624,3 +626,286 @@ TEST(ChunkGatedDeltaRule, ManyShortDocuments) {
 
 }  // namespace
 }  // namespace strata
+
+// ---------------------------------------------------------------------------------------------- CUDA
+// The cuda.sm90.chunked implementation (skipped without a GPU): bitwise determinism, the device-side cu_seqlens
+// check (status, message, nothing written), packed-vs-separate equality, and the float64 reference on a GVA /
+// K = 100 / varlen problem and on many short documents (N * HV > 65535). Value sweeps are in the conformance
+// suite, which runs every case on the GPU too.
+namespace strata {
+namespace {
+
+using atk::DeviceTensor;
+const strata_device kCuda = {STRATA_DEVICE_CUDA, 0};
+
+bool cuda_present() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+// The last error message of a CUDA run (kept before the downloads and the free run).
+std::string g_cuda_msg;
+
+using DevPtr = std::unique_ptr<DeviceTensor>;
+DevPtr up(const HostTensor* t) { return t ? std::make_unique<DeviceTensor>(*t, kCuda) : nullptr; }
+const strata_tensor_desc* dd(const DevPtr& t) { return t ? &t->desc() : nullptr; }
+void* dp(const DevPtr& t) { return t ? t->data() : nullptr; }
+
+// Runs a plan with a device workspace; the outputs are downloaded by the caller (after the run, before the free).
+strata_status run_plan_cuda(strata_plan plan, void** t, int32_t n, const std::function<void()>& download) {
+  EXPECT_STREQ(strata_plan_impl_name(plan), "cuda.sm90.chunked");
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  void* w = nullptr;
+  if (ws) atk::check(strata_malloc(kCuda, ws, nullptr, &w), "workspace");
+  const strata_status s = strata_plan_run(plan, t, n, w, ws, nullptr);
+  g_cuda_msg = strata_get_last_error_message();  // before the copies and the free touch the runtime
+  download();  // synchronous copies on the legacy stream the plan ran on
+  if (w) strata_free(w);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+strata_status run_fwd_cuda(Problem& p, HostTensor& o, HostTensor* ht, float scale, bool l2) {
+  DevPtr q = up(&p.q), k = up(&p.k), v = up(&p.v), g = up(&p.g), be = up(&p.beta), h0 = up(p.h0_ptr()),
+         cu = up(p.cu_ptr()), od = up(&o), hd = up(ht);
+  strata_plan plan = nullptr;
+  const strata_status s = strata_chunk_gated_delta_rule_fwd_plan(dd(q), dd(k), dd(v), dd(g), dd(be), dd(h0), dd(cu),
+                                                                 dd(od), dd(hd), scale, l2 ? 1 : 0, &plan);
+  if (s != STRATA_SUCCESS) {
+    g_cuda_msg = strata_get_last_error_message();
+    return s;
+  }
+  void* t[] = {dp(q), dp(k), dp(v), dp(g), dp(be), dp(h0), dp(cu), dp(od), dp(hd)};
+  return run_plan_cuda(plan, t, 9, [&] {
+    od->download(o);
+    if (ht) hd->download(*ht);
+  });
+}
+
+strata_status run_bwd_cuda(Problem& p, Grads& gr, float scale, bool l2) {
+  HostTensor* dh0h = p.has_h0 ? &gr.dh0 : nullptr;
+  DevPtr q = up(&p.q), k = up(&p.k), v = up(&p.v), g = up(&p.g), be = up(&p.beta), h0 = up(p.h0_ptr()),
+         cu = up(p.cu_ptr()), dO = up(&p.d_o), dht = up(p.dht_ptr()), dq = up(&gr.dq), dk = up(&gr.dk),
+         dv = up(&gr.dv), dg = up(&gr.dg), db = up(&gr.dbeta), dh0 = up(dh0h);
+  strata_plan plan = nullptr;
+  const strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
+      dd(q), dd(k), dd(v), dd(g), dd(be), dd(h0), dd(cu), dd(dO), dd(dht), dd(dq), dd(dk), dd(dv), dd(dg), dd(db),
+      dd(dh0), scale, l2 ? 1 : 0, &plan);
+  if (s != STRATA_SUCCESS) {
+    g_cuda_msg = strata_get_last_error_message();
+    return s;
+  }
+  void* t[] = {dp(q),  dp(k),  dp(v),  dp(g),  dp(be), dp(h0), dp(cu), dp(dO),
+               dp(dht), dp(dq), dp(dk), dp(dv), dp(dg), dp(db), dp(dh0)};
+  return run_plan_cuda(plan, t, 15, [&] {
+    dq->download(gr.dq);
+    dk->download(gr.dk);
+    dv->download(gr.dv);
+    dg->download(gr.dg);
+    db->download(gr.dbeta);
+    if (dh0h) dh0->download(gr.dh0);
+  });
+}
+
+double rel_err(const HostTensor& a, const HostTensor& r) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    num += (a.get(i) - r.get(i)) * (a.get(i) - r.get(i));
+    den += r.get(i) * r.get(i);
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// CUDA forward and backward against the float64 reference on the same problem.
+void expect_cuda_matches_reference(Problem& p, float scale, bool l2, double tol) {
+  const int64_t NT = p.B * p.T;
+  HostTensor o_ref = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht_ref = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+  Grads g_ref(p);
+  {
+    ForceImpl f("reference");
+    ASSERT_EQ(run_fwd(p, o_ref, &ht_ref, scale, l2), STRATA_SUCCESS);
+    ASSERT_EQ(run_bwd(p, g_ref, scale, l2), STRATA_SUCCESS);
+  }
+  HostTensor o = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+  ASSERT_EQ(run_fwd_cuda(p, o, &ht, scale, l2), STRATA_SUCCESS) << g_cuda_msg;
+  Grads gr(p);
+  ASSERT_EQ(run_bwd_cuda(p, gr, scale, l2), STRATA_SUCCESS) << g_cuda_msg;
+  EXPECT_LT(rel_err(o, o_ref), tol) << NT;
+  EXPECT_LT(rel_err(ht, ht_ref), tol);
+  EXPECT_LT(rel_err(gr.dq, g_ref.dq), tol);
+  EXPECT_LT(rel_err(gr.dk, g_ref.dk), tol);
+  EXPECT_LT(rel_err(gr.dv, g_ref.dv), tol);
+  EXPECT_LT(rel_err(gr.dbeta, g_ref.dbeta), tol);
+  if (p.has_h0) EXPECT_LT(rel_err(gr.dh0, g_ref.dh0), tol);
+  EXPECT_LT(rel_err(gr.dg, g_ref.dg), 10 * tol);  // cancellation (see the harness's dg magnitude)
+}
+
+TEST(ChunkGatedDeltaRuleCuda, MatchesReferenceGvaVarlenL2norm) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  Problem p(STRATA_DTYPE_F32, 1, 300, 2, 6, 100, 48, {0, 0, 1, 64, 64, 129, 200, 300}, true, true, 4);
+  expect_cuda_matches_reference(p, 0.1f, true, 1e-4);
+  // Without the in-kernel l2norm (dq written straight by chunk_bwd_dqkwg): unit keys and queries, as a model
+  // passes them (unnormalised keys make the recurrence expansive).
+  Problem fixed(STRATA_DTYPE_F32, 2, 130, 1, 4, 64, 64, {}, false, false, 6);
+  for (HostTensor* x : {&fixed.q, &fixed.k})
+    for (int64_t r = 0; r < x->numel() / 64; ++r) {
+      double ss = 0;
+      for (int64_t d = 0; d < 64; ++d) ss += x->get(r * 64 + d) * x->get(r * 64 + d);
+      for (int64_t d = 0; d < 64; ++d) x->set(r * 64 + d, x->get(r * 64 + d) / std::sqrt(ss));
+    }
+  expect_cuda_matches_reference(fixed, 0.125f, false, 1e-4);
+}
+
+TEST(ChunkGatedDeltaRuleCuda, ManyShortDocuments) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  std::vector<int64_t> cu = {0};
+  for (int64_t n = 0; n < 16500; ++n) cu.push_back(cu.back() + (n * 7 + 3) % 4);
+  Problem p(STRATA_DTYPE_F32, 1, cu.back(), 2, 4, 8, 8, cu, true, true, 5);
+  ASSERT_GT(p.N * p.HV, 65535);
+  expect_cuda_matches_reference(p, 0.35f, true, 1e-4);
+}
+
+TEST(ChunkGatedDeltaRuleCuda, BitwiseAcrossRuns) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  std::vector<uint8_t> first_fwd, first_bwd;
+  for (int run = 0; run < 3; ++run) {
+    Problem p(STRATA_DTYPE_BF16, 1, 300, 2, 4, 64, 32, {0, 100, 101, 230, 300}, true, true, 3);
+    HostTensor o = poisoned(STRATA_DTYPE_BF16, {1, 300, 4, 32}), ht = poisoned(STRATA_DTYPE_F32, {4, 4, 64, 32});
+    ASSERT_EQ(run_fwd_cuda(p, o, &ht, 0.125f, true), STRATA_SUCCESS) << g_cuda_msg;
+    Grads gr(p);
+    ASSERT_EQ(run_bwd_cuda(p, gr, 0.125f, true), STRATA_SUCCESS) << g_cuda_msg;
+    std::vector<uint8_t> fw = o.storage, bw = gr.dq.storage;
+    fw.insert(fw.end(), ht.storage.begin(), ht.storage.end());
+    for (HostTensor* t : {&gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.dh0})
+      bw.insert(bw.end(), t->storage.begin(), t->storage.end());
+    if (run == 0) {
+      first_fwd = fw;
+      first_bwd = bw;
+    } else {
+      EXPECT_EQ(fw, first_fwd) << "forward, run " << run;
+      EXPECT_EQ(bw, first_bwd) << "backward, run " << run;
+    }
+  }
+}
+
+TEST(ChunkGatedDeltaRuleCuda, BadCuSeqlensIsAnErrorAndWritesNothing) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  const struct {
+    std::vector<int64_t> cu;
+    const char* needle;
+  } bad[] = {{{1, 3, 8}, "cu_seqlens[0] must be 0, got 1"},
+             {{0, 9, 8}, "non-decreasing, got cu_seqlens[2] = 8 after cu_seqlens[1] = 9"},
+             {{0, 3, 7}, "cu_seqlens[2] must equal T = 8"}};
+  for (const auto& b : bad) {
+    Problem p(STRATA_DTYPE_F32, 1, 8, 2, 4, 4, 3, b.cu);
+    HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 8, 4, 3}), ht = poisoned(STRATA_DTYPE_F32, {2, 4, 4, 3});
+    EXPECT_EQ(run_fwd_cuda(p, o, &ht, 0.5f, true), STRATA_ERROR_INVALID_VALUE) << b.needle;
+    std::string msg = g_cuda_msg;
+    EXPECT_NE(msg.find(b.needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find("chunk_gated_delta_rule_fwd"), std::string::npos) << msg;
+    EXPECT_TRUE(all_poison(o) && all_poison(ht)) << b.needle;
+    Grads gr(p);
+    EXPECT_EQ(run_bwd_cuda(p, gr, 0.5f, true), STRATA_ERROR_INVALID_VALUE) << b.needle;
+    msg = g_cuda_msg;
+    EXPECT_NE(msg.find(b.needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find("chunk_gated_delta_rule_bwd"), std::string::npos) << msg;
+    EXPECT_TRUE(gr.untouched()) << b.needle;
+  }
+}
+
+TEST(ChunkGatedDeltaRuleCuda, PackedEqualsSeparate) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<int64_t> cu = {0, 70, 70, 71, 200};
+  Problem packed(STRATA_DTYPE_F32, 1, 200, 1, 2, 16, 8, cu);
+  HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 200, 2, 8}), ht = poisoned(STRATA_DTYPE_F32, {4, 2, 16, 8});
+  ASSERT_EQ(run_fwd_cuda(packed, o, &ht, 0.3f, true), STRATA_SUCCESS) << g_cuda_msg;
+  Grads gp(packed);
+  ASSERT_EQ(run_bwd_cuda(packed, gp, 0.3f, true), STRATA_SUCCESS) << g_cuda_msg;
+  for (size_t n = 0; n + 1 < cu.size(); ++n) {
+    const int64_t L = cu[n + 1] - cu[n];
+    Problem one(STRATA_DTYPE_F32, 1, L, 1, 2, 16, 8);
+    auto copy_tok = [&](HostTensor& dst, const HostTensor& src, int64_t per_tok) {
+      for (int64_t i = 0; i < L * per_tok; ++i) dst.set(i, src.get(cu[n] * per_tok + i));
+    };
+    auto copy_state = [&](HostTensor& dst, const HostTensor& src) {
+      const int64_t per = dst.numel();
+      for (int64_t i = 0; i < per; ++i) dst.set(i, src.get(static_cast<int64_t>(n) * per + i));
+    };
+    copy_tok(one.q, packed.q, 16);
+    copy_tok(one.k, packed.k, 16);
+    copy_tok(one.v, packed.v, 16);
+    copy_tok(one.g, packed.g, 2);
+    copy_tok(one.beta, packed.beta, 2);
+    copy_tok(one.d_o, packed.d_o, 16);
+    copy_state(one.h0, packed.h0);
+    copy_state(one.dht, packed.dht);
+    HostTensor o1 = poisoned(STRATA_DTYPE_F32, {1, L, 2, 8}), ht1 = poisoned(STRATA_DTYPE_F32, {1, 2, 16, 8});
+    ASSERT_EQ(run_fwd_cuda(one, o1, &ht1, 0.3f, true), STRATA_SUCCESS) << g_cuda_msg;
+    Grads g1(one);
+    ASSERT_EQ(run_bwd_cuda(one, g1, 0.3f, true), STRATA_SUCCESS) << g_cuda_msg;
+    for (int64_t i = 0; i < L * 16; ++i) ASSERT_EQ(o1.get(i), o.get(cu[n] * 16 + i)) << "o seq " << n;
+    for (int64_t i = 0; i < ht1.numel(); ++i)
+      ASSERT_EQ(ht1.get(i), ht.get(static_cast<int64_t>(n) * ht1.numel() + i)) << "ht seq " << n;
+    for (int64_t i = 0; i < L * 16; ++i) {
+      ASSERT_EQ(g1.dq.get(i), gp.dq.get(cu[n] * 16 + i)) << "dq seq " << n;
+      ASSERT_EQ(g1.dk.get(i), gp.dk.get(cu[n] * 16 + i)) << "dk seq " << n;
+      ASSERT_EQ(g1.dv.get(i), gp.dv.get(cu[n] * 16 + i)) << "dv seq " << n;
+    }
+    for (int64_t i = 0; i < L * 2; ++i) {
+      ASSERT_EQ(g1.dg.get(i), gp.dg.get(cu[n] * 2 + i)) << "dg seq " << n;
+      ASSERT_EQ(g1.dbeta.get(i), gp.dbeta.get(cu[n] * 2 + i)) << "dbeta seq " << n;
+    }
+    for (int64_t i = 0; i < g1.dh0.numel(); ++i)
+      ASSERT_EQ(g1.dh0.get(i), gp.dh0.get(static_cast<int64_t>(n) * g1.dh0.numel() + i)) << "dh0 seq " << n;
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+#if STRATA_WITH_CUDA
+// Which sub-operator kernels the CUDA composition runs (host only: no GPU needed): with q, k, v, do and o of one
+// 16-bit dtype every call takes the tensor-core (mma) kernels, with or without the fused l2norm; f32 tokens or
+// mixed 16-bit dtypes take the FMA kernels.
+namespace strata {
+namespace {
+
+linear_attn::GdnParams tc_params(int32_t dt, int32_t v_dt, bool l2) {
+  linear_attn::GdnParams p;
+  p.B = 1, p.T = 300, p.H = 2, p.HV = 4, p.K = 128, p.V = 128, p.N = 3;
+  static int64_t cu[4] = {0, 100, 130, 300};  // present (never read by the report)
+  p.cu_seqlens = cu;
+  auto tok = [](int32_t d, int64_t heads, int64_t D, int64_t T) {
+    linear_attn::GdnTensor t;
+    t.data = reinterpret_cast<void*>(uintptr_t{4096});
+    t.dtype = d;
+    t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D > 1 ? D : 1, t.st[3] = 1;
+    return t;
+  };
+  p.q = p.k = p.dq = p.dk = tok(dt, p.H, p.K, p.T);
+  p.v = p.o = p.do_ = p.dv = tok(v_dt, p.HV, p.V, p.T);
+  p.beta = p.dbeta = tok(dt, p.HV, 1, p.T);
+  p.g = p.dg = tok(STRATA_DTYPE_F32, p.HV, 1, p.T);
+  p.h0 = p.ht = p.dht = p.dh0 = tok(STRATA_DTYPE_F32, p.HV, p.K * p.V, p.N);
+  p.scale = 0.1f;
+  p.l2norm = l2;
+  return p;
+}
+
+TEST(ChunkGatedDeltaRuleCuda, SixteenBitTokensRunTheTensorCoreKernels) {
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
+    for (bool l2 : {false, true})
+      for (bool bwd : {false, true})
+        EXPECT_EQ(linear_attn::gdn_cuda_tensor_core_report(tc_params(dt, dt, l2), bwd), "")
+            << dtype_name(dt) << " l2norm " << l2 << (bwd ? " backward" : " forward");
+  for (bool bwd : {false, true}) {
+    EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_F32, STRATA_DTYPE_F32, true), bwd), "");
+    EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_BF16, STRATA_DTYPE_F16, true), bwd),
+              "");
+  }
+}
+
+}  // namespace
+}  // namespace strata
+#endif

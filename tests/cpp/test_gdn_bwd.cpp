@@ -22,7 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
+#include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
@@ -477,14 +481,79 @@ TEST(GdnBwdDeterminism, SameBitsForRepeatsAndThreadCounts) {
   strata_set_num_threads(before);
 }
 
-// CUDA: two runs give the same bits (no atomics; fixed-order reductions over the GVA group and the K tiles).
+// CUDA: two runs give the same bits (no atomics; fixed-order reductions over the GVA group and the K tiles), for
+// the automatic choice (the tensor-core kernels: the tensors are bf16) and each CUDA implementation forced
+// (cuda.sm90.chunk_tile pins the FMA kernels of dv_local, dqkwg and prepare_wy_bwd; bwd_dhu's is state_scan).
 TEST(GdnBwdDeterminism, CudaSameBitsForRepeats) {
   int32_t n = 0;
   if (strata_device_count(STRATA_DEVICE_CUDA, &n) != STRATA_SUCCESS || n == 0) GTEST_SKIP() << "no CUDA device";
   const strata_device dev = {STRATA_DEVICE_CUDA, 0};
   const std::vector<uint8_t> first = run_all_ops(dev);
   EXPECT_EQ(run_all_ops(dev), first) << "two CUDA runs differ";
+  for (const char* impl : {"cuda.sm90.mma", "cuda.sm90.chunk_tile", "cuda.sm90.state_scan"}) {
+    ForceImpl f(impl);
+    const std::vector<uint8_t> forced = run_all_ops(dev);
+    EXPECT_EQ(run_all_ops(dev), forced) << impl << ": two CUDA runs differ";
+  }
 }
+
+#if STRATA_WITH_CUDA
+// The tensor-core kernels (cuda.sm90.mma) take the required token tensors in one 16-bit dtype; f32 or mixed
+// dtypes go to the FMA kernels (the automatic choice of the *_cuda entry points follows the same rule).
+TEST(GdnBwdCuda, TensorCorePathNeedsOne16BitDtype) {
+  using namespace linear_attn;
+  const int32_t bf = STRATA_DTYPE_BF16, hf = STRATA_DTYPE_F16, f32 = STRATA_DTYPE_F32;
+  DqkwgParams q;
+  q.d.K = 128, q.d.V = 128;
+  auto set_q = [&](int32_t dt) { q.q.dtype = q.k.dtype = q.v.dtype = q.dout.dtype = dt; };
+  set_q(bf);
+  EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma_reject(q), "");
+  set_q(hf);
+  EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma_reject(q), "");
+  q.h.dtype = q.dh.dtype = f32;  // chunk states of another dtype are converted on load
+  EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma_reject(q), "");
+  set_q(f32);
+  EXPECT_NE(chunk_bwd_dqkwg_cuda_mma_reject(q), "");
+  set_q(bf);
+  q.k.dtype = hf;
+  EXPECT_NE(chunk_bwd_dqkwg_cuda_mma_reject(q), "");
+
+  DhuParams h;
+  h.d.K = 256, h.d.V = 64;
+  h.q.dtype = h.k.dtype = h.w.dtype = h.dout.dtype = h.dv.dtype = bf;
+  EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(h), "");
+  h.dv.dtype = f32;
+  EXPECT_NE(chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(h), "");
+
+  DvLocalParams v;
+  v.d.K = 64, v.d.V = 256;
+  v.q.dtype = v.k.dtype = v.dout.dtype = hf;
+  EXPECT_EQ(chunk_bwd_dv_local_cuda_mma_reject(v), "");
+  v.d.V = 300;  // beyond the kernel's shared-memory tiles: the FMA kernel takes it
+  EXPECT_NE(chunk_bwd_dv_local_cuda_mma_reject(v), "");
+
+  WyBwdParams w;
+  w.d.K = 100, w.d.V = 100;
+  w.k.dtype = w.v.dtype = w.A.dtype = w.dw.dtype = w.du.dtype = bf;
+  w.beta.dtype = f32;  // β is read element-wise (any dtype)
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
+  w.A.dtype = f32;
+  EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
+}
+
+// Both CUDA kernels of each op are in its implementation list, the tensor-core one first.
+TEST(GdnBwdCuda, ImplementationListsHaveBothKernels) {
+  for (const char* op : {"chunk_bwd_dv_local", "chunk_gated_delta_rule_bwd_dhu", "chunk_bwd_dqkwg",
+                         "prepare_wy_repr_bwd"}) {
+    const char* names[64];
+    const int32_t n = strata_op_impl_names(op, names, 64);
+    ASSERT_GE(n, 2) << op;
+    EXPECT_STREQ(names[0], "cuda.sm90.mma") << op;
+    EXPECT_EQ(std::string(names[1]).rfind("cuda.sm90.", 0), 0u) << op;
+    EXPECT_STRNE(names[1], "cuda.sm90.mma") << op;
+  }
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------------------
 // Validation: one test per rule (status, message naming the argument, output untouched).

@@ -18,8 +18,13 @@
 #include "testkit/testkit.h"
 #include "tile/cpu/gemm.h"
 #include "ops/linear_attn/gdn_common/gdn_common.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 #include <chrono>
 #include <omp.h>
+
+namespace strata::linear_attn::gdn {
+std::vector<std::string> fwd_impl_names(FwdOp op);  // gdn_fwd_plan.h (its opbase/plan.h clashes with strata.hpp)
+}
 
 namespace strata {
 namespace {
@@ -687,6 +692,56 @@ TEST(GdnFwdPerf, DISABLED_CpuThroughput) {
   strata_plan_destroy(ph);
   strata_plan_destroy(po);
 }
+
+#if STRATA_WITH_CUDA
+// The CUDA dispatch rule (gdn_fwd_kernels.h): the tensor-core kernels take an op only when its product operands
+// and token outputs share one 16-bit dtype, K, V <= 256 and BT <= 64; each op lists them first, then the FMA
+// kernel. Host logic only (no GPU needed).
+TEST(GdnFwdCuda, TensorCoreKernelsApplyToSixteenBitTokensOnly) {
+  namespace gd = linear_attn::gdn;
+  static char marker;
+  auto set = [](gd::GdnTensor& t, int32_t dt) {
+    t.data = &marker;
+    t.dtype = dt;
+  };
+  auto base = [&](int32_t dt) {
+    gd::GdnFwdParams p;
+    p.shape.K = 128, p.shape.V = 128, p.shape.BT = 64;
+    for (gd::GdnTensor* t : {&p.q, &p.k, &p.v, &p.h, &p.o, &p.w, &p.u, &p.v_new, &p.Akk, &p.A}) set(*t, dt);
+    set(p.g, STRATA_DTYPE_F32);
+    set(p.beta, STRATA_DTYPE_F32);
+    set(p.h0, STRATA_DTYPE_F32);
+    set(p.ht, STRATA_DTYPE_F32);
+    return p;
+  };
+  for (int o = 0; o < static_cast<int>(gd::FwdOp::kCount); ++o) {
+    const gd::FwdOp op = static_cast<gd::FwdOp>(o);
+    EXPECT_EQ(gd::fwd_cuda_mma_reject(op, base(STRATA_DTYPE_BF16)), "") << o;
+    EXPECT_EQ(gd::fwd_cuda_mma_reject(op, base(STRATA_DTYPE_F16)), "") << o;
+    EXPECT_NE(gd::fwd_cuda_mma_reject(op, base(STRATA_DTYPE_F32)), "") << o;
+    gd::GdnFwdParams big = base(STRATA_DTYPE_BF16);
+    big.shape.K = 257;
+    EXPECT_NE(gd::fwd_cuda_mma_reject(op, big), "") << o;
+    const std::vector<std::string> names = gd::fwd_impl_names(op);
+    ASSERT_GE(names.size(), 2u);
+    EXPECT_EQ(names[0], "cuda.sm90.mma");
+    EXPECT_EQ(names[1].rfind("cuda.sm90.", 0), 0u);
+    EXPECT_NE(names[1], "cuda.sm90.mma");
+  }
+  gd::GdnFwdParams p = base(STRATA_DTYPE_BF16);
+  p.o.dtype = STRATA_DTYPE_F32;  // an f32 output is held to the f32 ceiling
+  EXPECT_NE(gd::fwd_cuda_mma_reject(gd::FwdOp::kFwdO, p), "");
+  p = base(STRATA_DTYPE_BF16);
+  p.k.dtype = STRATA_DTYPE_F16;  // mixed 16-bit inputs
+  EXPECT_NE(gd::fwd_cuda_mma_reject(gd::FwdOp::kPrepareWY, p), "");
+  p = base(STRATA_DTYPE_BF16);
+  p.v_new = {};  // absent optional outputs are fine; f32 states (h0, ht) too
+  EXPECT_EQ(gd::fwd_cuda_mma_reject(gd::FwdOp::kFwdH, p), "");
+  p.v_new = p.h;
+  p.v_new.dtype = STRATA_DTYPE_F32;
+  EXPECT_NE(gd::fwd_cuda_mma_reject(gd::FwdOp::kFwdH, p), "");
+}
+#endif
 
 }  // namespace
 }  // namespace strata

@@ -1,6 +1,7 @@
 """strata.api.chunk_gated_delta_rule: values and gradients against a float64 token-by-token recurrence
 (differentiated by torch autograd), torch.autograd.gradcheck in float64, torch.library.opcheck,
-torch.compile(fullgraph=True), varlen packing, GVA, the fused l2norm, and bad input."""
+torch.compile(fullgraph=True), varlen packing, GVA, the fused l2norm, and bad input. Every test but the float64
+gradcheck runs on the CPU and, when torch sees a GPU, on CUDA tensors (cuda.sm90.chunked)."""
 
 import math
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 import strata
+from conftest import DEVICES
 from strata import api
 from strata._ops import HAS_CUSTOM_OP, OPS
 
@@ -42,7 +44,7 @@ def recurrence(q, k, v, g, beta, scale, h0=None, cu=None, l2=False):
     return o, torch.stack(finals)
 
 
-def make_inputs(B, T, H, HV, K, V, dtype=torch.float32, cu=None, h0=True, l2=False, seed=0, gate=1.0):
+def make_inputs(B, T, H, HV, K, V, dtype=torch.float32, cu=None, h0=True, l2=False, seed=0, gate=1.0, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
     N = B if cu is None else len(cu) - 1
     q = torch.randn(B, T, H, K, generator=gen)
@@ -56,11 +58,15 @@ def make_inputs(B, T, H, HV, K, V, dtype=torch.float32, cu=None, h0=True, l2=Fal
     s = torch.randn(N, HV, K, V, generator=gen) * 0.5 if h0 else None
     cu_t = torch.tensor(cu, dtype=torch.int64) if cu is not None else None
     ins = [q.to(dtype), k.to(dtype), v.to(dtype), g, beta.to(dtype)]
+    if device != "cpu":
+        ins = [x.to(device) for x in ins]
+        s = s.to(device) if s is not None else None
+        cu_t = cu_t.to(device) if cu_t is not None else None
     return ins, s, cu_t
 
 
 def rel_rms(a, b):
-    a, b = a.double(), b.double()
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
     return ((a - b).pow(2).mean().sqrt() / (b.pow(2).mean().sqrt() + 1e-12)).item()
 
 
@@ -75,23 +81,25 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", CASES)
-def test_values_and_gradients_match_float64_recurrence(case):
+def test_values_and_gradients_match_float64_recurrence(case, device):
     B, T, H, HV, K, V, cu, has_h0, l2, dtype = case
-    ins, h0, cu_t = make_inputs(B, T, H, HV, K, V, dtype, cu, has_h0, l2)
+    ins, h0, cu_t = make_inputs(B, T, H, HV, K, V, dtype, cu, has_h0, l2, device=device)
     scale = K ** -0.5
     leaves = [x.clone().requires_grad_(True) for x in ins]
     h0_leaf = h0.clone().requires_grad_(True) if h0 is not None else None
     o, ht = api.chunk_gated_delta_rule(*leaves, scale=None, initial_state=h0_leaf, output_final_state=True,
                                        cu_seqlens=cu_t, use_qk_l2norm_in_kernel=l2)
     assert o.dtype == dtype and ht.dtype == torch.float32
+    assert o.device == ins[0].device and ht.device == ins[0].device
     gen = torch.Generator().manual_seed(7)
     do = torch.randn(o.shape, generator=gen)
     dht = torch.randn(ht.shape, generator=gen)
-    ((o.float() * do).sum() + (ht * dht).sum()).backward()
+    ((o.float() * do.to(device)).sum() + (ht * dht.to(device)).sum()).backward()
 
-    rl = [x.detach().double().requires_grad_(True) for x in ins]
-    rh = h0.double().requires_grad_(True) if h0 is not None else None
+    rl = [x.detach().cpu().double().requires_grad_(True) for x in ins]
+    rh = h0.detach().cpu().double().requires_grad_(True) if h0 is not None else None
     o_r, ht_r = recurrence(*rl, scale, rh, cu, l2)
     ((o_r * do.double()).sum() + (ht_r * dht.double()).sum()).backward()
 
@@ -118,20 +126,22 @@ def test_gradcheck_float64():
     assert torch.autograd.gradcheck(f, (*ins, h0), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-def test_no_final_state_and_no_initial_state():
-    ins, _, _ = make_inputs(2, 33, 1, 1, 16, 8, h0=False)
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_final_state_and_no_initial_state(device):
+    ins, _, _ = make_inputs(2, 33, 1, 1, 16, 8, h0=False, device=device)
     leaves = [x.clone().requires_grad_(True) for x in ins]
     o, ht = api.chunk_gated_delta_rule(*leaves)
     assert ht is None
     o.sum().backward()
-    o_r, _ = recurrence(*[x.double() for x in ins], 16 ** -0.5)
+    o_r, _ = recurrence(*[x.cpu().double() for x in ins], 16 ** -0.5)
     assert rel_rms(o, o_r) < 2e-5
     assert all(x.grad is not None for x in leaves)
 
 
-def test_packed_equals_separate():
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_equals_separate(device):
     cu = [0, 30, 30, 95]
-    ins, h0, cu_t = make_inputs(1, 95, 1, 2, 16, 8, cu=cu)
+    ins, h0, cu_t = make_inputs(1, 95, 1, 2, 16, 8, cu=cu, device=device)
     o, ht = api.chunk_gated_delta_rule(*ins, initial_state=h0, output_final_state=True, cu_seqlens=cu_t)
     for n in range(3):
         a, b = cu[n], cu[n + 1]
@@ -141,8 +151,9 @@ def test_packed_equals_separate():
         assert torch.equal(ht1, ht[n:n + 1])
 
 
-def test_deterministic_bits():
-    ins, h0, _ = make_inputs(1, 200, 2, 4, 32, 32, torch.bfloat16, l2=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_bits(device):
+    ins, h0, _ = make_inputs(1, 200, 2, 4, 32, 32, torch.bfloat16, l2=True, device=device)
     outs = []
     for _ in range(2):
         leaves = [x.clone().requires_grad_(True) for x in ins]
@@ -155,20 +166,22 @@ def test_deterministic_bits():
 
 
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4")
-def test_opcheck():
-    ins, h0, cu_t = make_inputs(1, 40, 1, 2, 8, 4, cu=[0, 17, 40], l2=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    ins, h0, cu_t = make_inputs(1, 40, 1, 2, 8, 4, cu=[0, 17, 40], l2=True, device=device)
     fwd = OPS["chunk_gated_delta_rule_fwd"].overload
     args = (*[x.clone().requires_grad_(True) for x in ins], 0.3, h0.clone().requires_grad_(True), True, cu_t, True)
     torch.library.opcheck(fwd, args)
     bwd = OPS["chunk_gated_delta_rule_bwd"].overload
-    do = torch.randn(1, 40, 2, 4)
-    dht = torch.randn(2, 2, 8, 4)
+    do = torch.randn(1, 40, 2, 4).to(device)
+    dht = torch.randn(2, 2, 8, 4).to(device)
     torch.library.opcheck(bwd, (*ins, 0.3, h0, cu_t, do, dht, True))
 
 
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4")
-def test_torch_compile_fullgraph():
-    ins, h0, _ = make_inputs(2, 20, 1, 2, 8, 4, l2=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    ins, h0, _ = make_inputs(2, 20, 1, 2, 8, 4, l2=True, device=device)
 
     def f(q, k, v, g, beta, s):
         o, ht = api.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=s, output_final_state=True,
@@ -184,21 +197,22 @@ def test_torch_compile_fullgraph():
         assert torch.equal(a.grad, b.grad)
 
 
-def test_bad_input_errors():
-    ins, h0, _ = make_inputs(1, 8, 2, 4, 4, 3)
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_errors(device):
+    ins, h0, _ = make_inputs(1, 8, 2, 4, 4, 3, device=device)
     q, k, v, g, beta = ins
     with pytest.raises(Exception, match="k must have shape"):
         api.chunk_gated_delta_rule(q, k[:, :, :1], v, g, beta)
     with pytest.raises(Exception, match="multiple of the q/k heads"):
         api.chunk_gated_delta_rule(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3])
     with pytest.raises(Exception, match="non-decreasing"):
-        api.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 5, 3, 8]))
+        api.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 5, 3, 8], device=device))
     with pytest.raises(Exception, match="must equal T"):
-        api.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 5, 7]))
+        api.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 5, 7], device=device))
     with pytest.raises(Exception, match="dtype"):
         api.chunk_gated_delta_rule(q.int(), k, v, g, beta)
     with pytest.raises(Exception, match="must be in \\[1, 256\\]"):
-        big = torch.randn(1, 8, 2, 257)
+        big = torch.randn(1, 8, 2, 257, device=device)
         api.chunk_gated_delta_rule(big, big, v, g, beta)
     with pytest.raises(NotImplementedError):
         api.chunk_gated_delta_rule(q, k, v, g, beta, head_first=True)

@@ -1,7 +1,7 @@
 // chunk_bwd_dqkwg: definition, validation, implementation list and plans (ops_gdn_kda.md §4.11;
 // chunk_bwd_dqkwg.h, README.md beside this file).
 // Tensors {q, k, v, do, h, dh, dv|NULL, g|NULL, cu_seqlens|NULL, dq, dk, dw|NULL, dg|NULL}; attributes scale,
-// chunk_size. Implementations: cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// chunk_size. Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cpu.<isa>, reference.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 
 #include <fmt/format.h>
@@ -44,7 +44,8 @@ const ImplList<Problem>& impls() {
   static const ImplList<Problem> list = make_impls<Problem, DqkwgParams>({
       bind, chunk_bwd_dqkwg_cpu, chunk_bwd_dqkwg_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.chunk_tile", chunk_bwd_dqkwg_cuda_workspace, chunk_bwd_dqkwg_cuda,
+      "cuda.sm90.chunk_tile", chunk_bwd_dqkwg_cuda_fma_workspace, chunk_bwd_dqkwg_cuda_fma,
+      "cuda.sm90.mma", chunk_bwd_dqkwg_cuda_mma_reject, chunk_bwd_dqkwg_cuda_mma_workspace, chunk_bwd_dqkwg_cuda_mma,
 #endif
   });
   return list;

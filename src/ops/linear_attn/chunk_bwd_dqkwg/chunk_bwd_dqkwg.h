@@ -16,6 +16,8 @@
 //   chunk_bwd_dqkwg_cuda(p, workspace, stream) (workspace: chunk_bwd_dqkwg_cuda_workspace(d)).
 #pragma once
 
+#include <string>
+
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 
 namespace strata::linear_attn {
@@ -34,8 +36,18 @@ using DqkwgCpuFn = void (*)(const DqkwgParams&);
 DqkwgCpuFn chunk_bwd_dqkwg_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
+// The automatic choice (what other operators call): the tensor-core kernel when it applies
+// (chunk_bwd_dqkwg_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
+// covers both.
 size_t chunk_bwd_dqkwg_cuda_workspace(const gdn_bwd::Dims& d);
 int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream);
+// The two kernels, each callable on its own (the implementation list exposes both).
+size_t chunk_bwd_dqkwg_cuda_fma_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dqkwg_cuda_fma(const DqkwgParams& p, void* workspace, void* stream);
+// "" when the tensor-core kernel applies to p (dtypes of the views; run-time pointers are not needed), else why not.
+std::string chunk_bwd_dqkwg_cuda_mma_reject(const DqkwgParams& p);
+size_t chunk_bwd_dqkwg_cuda_mma_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

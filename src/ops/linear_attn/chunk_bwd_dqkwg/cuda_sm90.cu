@@ -7,7 +7,7 @@
 //   dγ partial over the tile's K columns (+ exp(γ_last) <S, dS> and Σ k·dK_int over them on the last row)
 // dQ, dK go per value head to an f32 workspace [B, T, HV, K] and dγ partials to [K tiles, B, T, HV]; two
 // reduction kernels then sum dq/dk over the G value heads of each q/k head and dγ over the K tiles, both in
-// increasing index order (deterministic, no atomics). f32 SIMT FMA block GEMMs (cuda_common.cuh).
+// increasing index order (deterministic, no atomics; launch_reduce_heads / launch_reduce_tiles of cuda_common). f32 SIMT FMA block GEMMs (cuda_common.cuh).
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_common.cuh"
 
@@ -156,28 +156,15 @@ __global__ void __launch_bounds__(kThreads) dqkwg_kernel(DqkwgParams p, Ws ws, i
   }
 }
 
-// dg[b, t, hv] = Σ_{kt} part[kt][b, t, hv] in increasing kt.
-__global__ void __launch_bounds__(kThreads) reduce_dg_kernel(const float* __restrict__ part, Dims d, View dg,
-                                                             int64_t ktiles) {
-  const int64_t total = d.B * d.T * d.HV;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    float s = 0.f;
-    for (int64_t kt = 0; kt < ktiles; ++kt) s += part[kt * total + i];
-    const int64_t hv = i % d.HV, t = i / d.HV % d.T, b = i / (d.HV * d.T);
-    st_f32(dg, dg.off(b, t, hv), s);
-  }
-}
-
 }  // namespace
 
-size_t chunk_bwd_dqkwg_cuda_workspace(const Dims& d) {
+size_t chunk_bwd_dqkwg_cuda_fma_workspace(const Dims& d) {
   const size_t per = static_cast<size_t>(d.B * d.T * d.HV * d.K) * sizeof(float);
   return align256(chunk_offsets_bytes(d)) + 2 * align256(per) +
          static_cast<size_t>(k_tiles(d) * d.B * d.T * d.HV) * sizeof(float);
 }
 
-int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream_ptr) {
+int chunk_bwd_dqkwg_cuda_fma(const DqkwgParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   const Ws ws = carve(workspace, d);
@@ -192,12 +179,7 @@ int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream_ptr
   }
   STRATA_RETURN_IF_ERROR(launch_reduce_heads(ws.dq, d, p.dq, stream));
   STRATA_RETURN_IF_ERROR(launch_reduce_heads(ws.dk, d, p.dk, stream));
-  const int64_t total = d.B * d.T * d.HV;
-  if (p.dg.present() && total > 0) {
-    const int64_t blocks = std::min<int64_t>(cuda::ceil_div(total, kThreads), int64_t{1} << 20);
-    reduce_dg_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(ws.dg, d, p.dg, ktiles);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("chunk_bwd_dqkwg (reduce_dg)"));
-  }
+  if (p.dg.present()) STRATA_RETURN_IF_ERROR(launch_reduce_tiles(ws.dg, ktiles, d, p.dg, stream));
   return STRATA_SUCCESS;
 }
 

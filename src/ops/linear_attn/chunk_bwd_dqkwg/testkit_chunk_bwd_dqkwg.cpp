@@ -90,43 +90,51 @@ class DqkwgHarness final : public OpHarness {
     outs(false);
     linear_attn::chunk_bwd_dqkwg_reference_naive(p);
     const double len = static_cast<double>(g.V + g.BT);
-    r.compares.push_back(compare_out("dq", dq, len));
-    r.compares.push_back(compare_out("dk", dk, len));
-    if (want_dw) r.compares.push_back(compare_out("dw", dw, len));
-    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K));
+    r.compares.push_back(compare_out("dq", dq, len, g.dt, r.impl));
+    r.compares.push_back(compare_out("dk", dk, len, g.dt, r.impl));
+    if (want_dw) r.compares.push_back(compare_out("dw", dw, len, g.dt, r.impl));
+    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, r.impl));
     r.pass = true;
     for (const Compare& cmp : r.compares) r.pass = r.pass && cmp.pass;
     return r;
   }
 
   std::vector<BenchCase> bench_cases(strata_device device) const override {
-    const GdnCase g = bench_shape(device);
-    const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, K = g.K, V = g.V;
-    // Per chunk and value head: dO Vn^T (2L^2V), dO S^T, Vn dS^T, dV S^T (3 x 2LKV), Ds K, Ds^T Q (2 x 2L^2K).
-    const double flops = chunks * g.HV * (2 * L * L * V + 6 * L * K * V + 4 * L * L * K);
-    const int64_t NT = (g.T + g.BT - 1) / g.BT;
-    const double bytes = 4.0 * (g.B * g.T * (4.0 * g.H * K + 3.0 * g.HV * V + g.HV * K + 2.0 * g.HV) +
-                                2.0 * g.B * NT * g.HV * K * V);
-    auto make = [g, NT] {
-      std::mt19937_64 rng(7);
-      std::vector<std::optional<HostTensor>> t;
-      HostTensor q = randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K)));  // rows of norm ~1
-      HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
-      fill_gamma(gm, g, rng);
-      HostTensor v = randn({g.B, g.T, g.HV, g.V}, rng), s = randn({g.B, NT, g.HV, g.K, g.V}, rng, 0.5);
-      t.emplace_back(q), t.emplace_back(q), t.emplace_back(v), t.emplace_back(v), t.emplace_back(s), t.emplace_back(s);
-      t.emplace_back(v), t.emplace_back(gm), t.emplace_back(std::nullopt);
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.H, g.K}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.H, g.K}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV, g.K}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}));
-      return t;
-    };
-    auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
-      return strata_chunk_bwd_dqkwg_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
-                                         d[12], g.scale, g.BT, p);
-    };
-    return {bench_from(device, bench_label(kOp, g), flops, bytes, make, plan)};
+    std::vector<BenchCase> out;
+    for (const int32_t dt : bench_dtypes()) {
+      GdnCase g = bench_shape(device);
+      g.dt = dt;
+      const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, K = g.K, V = g.V;
+      const double es = static_cast<double>(dtype_size(dt));
+      // Per chunk and value head: dO Vn^T (2L^2V), dO S^T, Vn dS^T, dV S^T (3 x 2LKV), Ds K, Ds^T Q (2 x 2L^2K).
+      const double flops = chunks * g.HV * (2 * L * L * V + 6 * L * K * V + 4 * L * L * K);
+      const int64_t NT = (g.T + g.BT - 1) / g.BT;
+      const double bytes = es * (g.B * g.T * (4.0 * g.H * K + 3.0 * g.HV * V + g.HV * K) +
+                                 2.0 * g.B * NT * g.HV * K * V) +
+                           4.0 * 2.0 * g.B * g.T * g.HV;
+      auto make = [g, NT, dt] {
+        std::mt19937_64 rng(7);
+        std::vector<std::optional<HostTensor>> t;
+        HostTensor q = as_dtype(randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K))), dt);
+        HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
+        fill_gamma(gm, g, rng);
+        HostTensor v = as_dtype(randn({g.B, g.T, g.HV, g.V}, rng), dt);
+        HostTensor s = as_dtype(randn({g.B, NT, g.HV, g.K, g.V}, rng, 0.5), dt);
+        t.emplace_back(q), t.emplace_back(q), t.emplace_back(v), t.emplace_back(v), t.emplace_back(s);
+        t.emplace_back(s), t.emplace_back(v), t.emplace_back(gm), t.emplace_back(std::nullopt);
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.H, g.K}));
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.H, g.K}));
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.HV, g.K}));
+        t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}));
+        return t;
+      };
+      auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
+        return strata_chunk_bwd_dqkwg_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11],
+                                           d[12], g.scale, g.BT, p);
+      };
+      out.push_back(bench_from(device, bench_label(kOp, g), flops, bytes, make, plan));
+    }
+    return out;
   }
 };
 

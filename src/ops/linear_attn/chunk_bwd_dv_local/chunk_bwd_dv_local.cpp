@@ -1,7 +1,7 @@
 // chunk_bwd_dv_local: definition, validation, implementation list and plans (ops_gdn_kda.md §4.9;
 // chunk_bwd_dv_local.h, README.md beside this file).
 // Tensors {q, k, do, g (or NULL), cu_seqlens (or NULL), dv}; attributes scale, chunk_size.
-// Implementations: cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cpu.<isa>, reference.
 #include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
 
 #include <fmt/format.h>
@@ -43,7 +43,8 @@ const ImplList<Problem>& impls() {
   static const ImplList<Problem> list = make_impls<Problem, DvLocalParams>({
       bind, chunk_bwd_dv_local_cpu, chunk_bwd_dv_local_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.chunk_tile", chunk_bwd_dv_local_cuda_workspace, chunk_bwd_dv_local_cuda,
+      "cuda.sm90.chunk_tile", chunk_bwd_dv_local_cuda_fma_workspace, chunk_bwd_dv_local_cuda_fma,
+      "cuda.sm90.mma", chunk_bwd_dv_local_cuda_mma_reject, chunk_bwd_dv_local_cuda_mma_workspace, chunk_bwd_dv_local_cuda_mma,
 #endif
   });
   return list;

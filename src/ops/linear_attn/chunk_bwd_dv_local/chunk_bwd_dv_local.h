@@ -12,6 +12,8 @@
 // The CPU kernels assume valid cu_seqlens (check_cu_values first).
 #pragma once
 
+#include <string>
+
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 
 namespace strata::linear_attn {
@@ -30,8 +32,18 @@ using DvLocalCpuFn = void (*)(const DvLocalParams&);
 DvLocalCpuFn chunk_bwd_dv_local_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
+// The automatic choice (what other operators call): the tensor-core kernel when it applies
+// (chunk_bwd_dv_local_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
+// covers both.
 size_t chunk_bwd_dv_local_cuda_workspace(const gdn_bwd::Dims& d);
 int chunk_bwd_dv_local_cuda(const DvLocalParams& p, void* workspace, void* stream);
+// The two kernels, each callable on its own (the implementation list exposes both).
+size_t chunk_bwd_dv_local_cuda_fma_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dv_local_cuda_fma(const DvLocalParams& p, void* workspace, void* stream);
+// "" when the tensor-core kernel applies to p (dtypes of the views; run-time pointers are not needed), else why not.
+std::string chunk_bwd_dv_local_cuda_mma_reject(const DvLocalParams& p);
+size_t chunk_bwd_dv_local_cuda_mma_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dv_local_cuda_mma(const DvLocalParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

@@ -71,9 +71,9 @@ __global__ void __launch_bounds__(kThreads) dv_local_kernel(DvLocalParams p, con
 
 }  // namespace
 
-size_t chunk_bwd_dv_local_cuda_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
+size_t chunk_bwd_dv_local_cuda_fma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
 
-int chunk_bwd_dv_local_cuda(const DvLocalParams& p, void* workspace, void* stream_ptr) {
+int chunk_bwd_dv_local_cuda_fma(const DvLocalParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   const int64_t items = num_windows(d) * d.HV;

@@ -63,31 +63,36 @@ class DvLocalHarness final : public OpHarness {
     linear_attn::chunk_bwd_dv_local_reference(p);
     p.dv = host_view(dv.naive);
     linear_attn::chunk_bwd_dv_local_reference_naive(p);
-    r.compares.push_back(compare_out("dv", dv, static_cast<double>(g.K + g.BT)));
+    r.compares.push_back(compare_out("dv", dv, static_cast<double>(g.K + g.BT), g.dt, r.impl));
     r.pass = r.compares.back().pass;
     return r;
   }
 
   std::vector<BenchCase> bench_cases(strata_device device) const override {
-    const GdnCase g = bench_shape(device);
-    const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L;
-    // Per chunk and value head: K Q^T (2 L^2 K) and B dO (2 L^2 V) as the kernels compute them.
-    const double flops = chunks * g.HV * (2 * L * L * g.K + 2 * L * L * g.V);
-    const double bytes = 4.0 * g.B * g.T * (2 * g.H * g.K + 2 * g.HV * g.V + g.HV);
-    auto make = [g] {
-      std::mt19937_64 rng(7);
-      std::vector<std::optional<HostTensor>> t;
-      HostTensor q = randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K)));  // rows of norm ~1
-      HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
-      fill_gamma(gm, g, rng);
-      t.emplace_back(q), t.emplace_back(q), t.emplace_back(randn({g.B, g.T, g.HV, g.V}, rng)), t.emplace_back(gm);
-      t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV, g.V}));
-      return t;
-    };
-    auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
-      return strata_chunk_bwd_dv_local_plan(d[0], d[1], d[2], d[3], d[4], d[5], g.scale, g.BT, p);
-    };
-    return {bench_from(device, bench_label(kOp, g), flops, bytes, make, plan)};
+    std::vector<BenchCase> out;
+    for (const int32_t dt : bench_dtypes()) {
+      GdnCase g = bench_shape(device);
+      g.dt = dt;
+      const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, es = static_cast<double>(dtype_size(dt));
+      // Per chunk and value head: K Q^T (2 L^2 K) and B dO (2 L^2 V) as the kernels compute them.
+      const double flops = chunks * g.HV * (2 * L * L * g.K + 2 * L * L * g.V);
+      const double bytes = es * g.B * g.T * (2 * g.H * g.K + 2 * g.HV * g.V) + 4.0 * g.B * g.T * g.HV;
+      auto make = [g, dt] {
+        std::mt19937_64 rng(7);
+        std::vector<std::optional<HostTensor>> t;
+        HostTensor q = as_dtype(randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K))), dt);
+        HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
+        fill_gamma(gm, g, rng);
+        t.emplace_back(q), t.emplace_back(q), t.emplace_back(as_dtype(randn({g.B, g.T, g.HV, g.V}, rng), dt));
+        t.emplace_back(gm), t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.HV, g.V}));
+        return t;
+      };
+      auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
+        return strata_chunk_bwd_dv_local_plan(d[0], d[1], d[2], d[3], d[4], d[5], g.scale, g.BT, p);
+      };
+      out.push_back(bench_from(device, bench_label(kOp, g), flops, bytes, make, plan));
+    }
+    return out;
   }
 };
 

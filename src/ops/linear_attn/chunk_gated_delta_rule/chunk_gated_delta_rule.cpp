@@ -3,7 +3,8 @@
 //   forward  tensors {q, k, v, g, beta, initial_state, cu_seqlens, o, final_state}
 //   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0}
 // The backward re-computes everything it needs from the forward's inputs (nothing is saved but the inputs).
-// Implementations, in dispatch order: cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
+// Implementations, in dispatch order: cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
+// cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 
@@ -66,6 +67,17 @@ bool any_f64(const GdnProblem& pr) {
 const ImplList<GdnProblem>& impls() {
   static const ImplList<GdnProblem> list = [] {
     ImplList<GdnProblem> l;
+#if STRATA_WITH_CUDA
+    l.push_back({"cuda.sm90.chunked", [](const GdnProblem& p) { return reject_unless_cuda(p.device, 90); },
+                 [](const GdnProblem& p) {
+                   return p.bwd ? gdn_cuda_bwd_workspace(p.params) : gdn_cuda_fwd_workspace(p.params);
+                 },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   const GdnParams p = bind(pr, launch);
+                   return pr.bwd ? gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream)
+                                 : gdn_cuda_fwd(p, launch.workspace, launch.cuda_stream);
+                 }});
+#endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       if (!gdn_cpu_chunked_available(isa.hwy_target)) continue;  // GEMM not compiled for this target
       const int64_t target = isa.hwy_target;

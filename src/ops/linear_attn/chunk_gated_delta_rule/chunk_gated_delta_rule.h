@@ -12,11 +12,13 @@
 //
 // Implementations: `reference` runs the token recurrence in float64 (forward) and its exact reverse-mode
 // derivative (backward, token by token, with the state re-computed from per-chunk checkpoints); the CPU
-// implementations run the chunked WY form of §2.4 / Appendix A in f32 (cpu_chunked.cpp).
+// implementations run the chunked WY form of §2.4 / Appendix A in f32 (cpu_chunked.cpp); the CUDA one composes
+// the sub-operators' CUDA kernels (cuda_sm90.cu).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "opbase/dtype.h"
 
@@ -81,5 +83,19 @@ size_t gdn_cpu_fwd_workspace(const GdnParams& p);
 size_t gdn_cpu_bwd_workspace(const GdnParams& p);
 void gdn_cpu_chunked_fwd(const GdnParams& p, int64_t hwy_target, void* workspace);
 void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace);
+
+#if STRATA_WITH_CUDA
+// ---- CUDA sm_90 (cuda_sm90.cu): composition of the sub-operators' CUDA entry points on `stream`, scratch in
+// `workspace` (gdn_cuda_*_workspace bytes). p holds device pointers; cu_seqlens values are checked on the device
+// before anything is written (one stream synchronisation with cu_seqlens; skipped during graph capture). ----
+size_t gdn_cuda_fwd_workspace(const GdnParams& p);
+size_t gdn_cuda_bwd_workspace(const GdnParams& p);
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
+// Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
+// They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
+// then stored in that dtype. Reads dtypes, presence and shapes of p only.
+std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd);
+#endif
 
 }  // namespace strata::linear_attn

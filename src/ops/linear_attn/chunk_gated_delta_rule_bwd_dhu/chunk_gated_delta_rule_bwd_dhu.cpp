@@ -1,7 +1,7 @@
 // chunk_gated_delta_rule_bwd_dhu: definition, validation, implementation list and plans (ops_gdn_kda.md §4.10;
 // chunk_gated_delta_rule_bwd_dhu.h, README.md beside this file).
 // Tensors {q, k, w, do, dv, g|NULL, dht|NULL, cu_seqlens|NULL, dh, dh0|NULL, dv2}; attributes scale, chunk_size.
-// Implementations: cuda.sm90.state_scan, cpu.<isa>, reference.
+// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.state_scan, cpu.<isa>, reference.
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 
 #include <fmt/format.h>
@@ -44,7 +44,8 @@ const ImplList<Problem>& impls() {
   static const ImplList<Problem> list = make_impls<Problem, DhuParams>({
       bind, chunk_gated_delta_rule_bwd_dhu_cpu, chunk_gated_delta_rule_bwd_dhu_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.state_scan", chunk_gated_delta_rule_bwd_dhu_cuda_workspace, chunk_gated_delta_rule_bwd_dhu_cuda,
+      "cuda.sm90.state_scan", chunk_gated_delta_rule_bwd_dhu_cuda_fma_workspace, chunk_gated_delta_rule_bwd_dhu_cuda_fma,
+      "cuda.sm90.mma", chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject, chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace, chunk_gated_delta_rule_bwd_dhu_cuda_mma,
 #endif
   });
   return list;

@@ -16,6 +16,8 @@
 //   chunk_gated_delta_rule_bwd_dhu_cuda(p, workspace, stream) (workspace: ..._cuda_workspace(d)).
 #pragma once
 
+#include <string>
+
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 
 namespace strata::linear_attn {
@@ -34,8 +36,18 @@ using DhuCpuFn = void (*)(const DhuParams&);
 DhuCpuFn chunk_gated_delta_rule_bwd_dhu_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
+// The automatic choice (what other operators call): the tensor-core kernel when it applies
+// (chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
+// covers both.
 size_t chunk_gated_delta_rule_bwd_dhu_cuda_workspace(const gdn_bwd::Dims& d);
 int chunk_gated_delta_rule_bwd_dhu_cuda(const DhuParams& p, void* workspace, void* stream);
+// The two kernels, each callable on its own (the implementation list exposes both).
+size_t chunk_gated_delta_rule_bwd_dhu_cuda_fma_workspace(const gdn_bwd::Dims& d);
+int chunk_gated_delta_rule_bwd_dhu_cuda_fma(const DhuParams& p, void* workspace, void* stream);
+// "" when the tensor-core kernel applies to p (dtypes of the views; run-time pointers are not needed), else why not.
+std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p);
+size_t chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(const gdn_bwd::Dims& d);
+int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

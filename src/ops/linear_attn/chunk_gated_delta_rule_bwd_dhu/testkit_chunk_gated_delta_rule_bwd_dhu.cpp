@@ -89,41 +89,49 @@ class DhuHarness final : public OpHarness {
     outs(false);
     linear_attn::chunk_gated_delta_rule_bwd_dhu_reference_naive(p);
     const double len = static_cast<double>(g.K + 2 * g.BT);
-    r.compares.push_back(compare_out("dh", dh, len));
-    r.compares.push_back(compare_out("dv2", dv2, len));
-    if (has_dh0) r.compares.push_back(compare_out("dh0", dh0, len));
+    r.compares.push_back(compare_out("dh", dh, len, g.dt, r.impl));
+    r.compares.push_back(compare_out("dv2", dv2, len, g.dt, r.impl));
+    if (has_dh0) r.compares.push_back(compare_out("dh0", dh0, len, g.dt, r.impl));
     r.pass = true;
     for (const Compare& cmp : r.compares) r.pass = r.pass && cmp.pass;
     return r;
   }
 
   std::vector<BenchCase> bench_cases(strata_device device) const override {
-    const GdnCase g = bench_shape(device);
-    const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L;
-    // Per chunk and value head: Kc dS (2 L K V) and the 2L-deep state update (4 L K V).
-    const double flops = chunks * g.HV * 6 * L * g.K * g.V;
-    const int64_t NT = (g.T + g.BT - 1) / g.BT;
-    const double bytes = 4.0 * (g.B * g.T * (2.0 * g.H * g.K + g.HV * g.K + 3.0 * g.HV * g.V + g.HV) +
-                                static_cast<double>(g.B) * NT * g.HV * g.K * g.V);
-    auto make = [g, NT] {
-      std::mt19937_64 rng(7);
-      std::vector<std::optional<HostTensor>> t;
-      HostTensor q = randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K)));  // rows of norm ~1
-      HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
-      fill_gamma(gm, g, rng);
-      HostTensor v = randn({g.B, g.T, g.HV, g.V}, rng);
-      t.emplace_back(q), t.emplace_back(q), t.emplace_back(randn({g.B, g.T, g.HV, g.K}, rng, 0.01));
-      t.emplace_back(v), t.emplace_back(v), t.emplace_back(gm), t.emplace_back(randn({g.B, g.HV, g.K, g.V}, rng));
-      t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, NT, g.HV, g.K, g.V}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.HV, g.K, g.V}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV, g.V}));
-      return t;
-    };
-    auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
-      return strata_chunk_gated_delta_rule_bwd_dhu_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9],
-                                                        d[10], g.scale, g.BT, p);
-    };
-    return {bench_from(device, bench_label(kOp, g), flops, bytes, make, plan)};
+    std::vector<BenchCase> out;
+    for (const int32_t dt : bench_dtypes()) {
+      GdnCase g = bench_shape(device);
+      g.dt = dt;
+      const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, es = static_cast<double>(dtype_size(dt));
+      // Per chunk and value head: Kc dS (2 L K V) and the 2L-deep state update (4 L K V).
+      const double flops = chunks * g.HV * 6 * L * g.K * g.V;
+      const int64_t NT = (g.T + g.BT - 1) / g.BT;
+      // q, k, w, do, dv, dv2 and dh in the token dtype, γ in f32 (dht, dh0: one state per sequence, not counted).
+      const double bytes = es * (g.B * g.T * (2.0 * g.H * g.K + g.HV * g.K + 3.0 * g.HV * g.V) +
+                                 static_cast<double>(g.B) * NT * g.HV * g.K * g.V) +
+                           4.0 * g.B * g.T * g.HV;
+      auto make = [g, NT, dt] {
+        std::mt19937_64 rng(7);
+        std::vector<std::optional<HostTensor>> t;
+        HostTensor q = as_dtype(randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K))), dt);
+        HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV});
+        fill_gamma(gm, g, rng);
+        HostTensor v = as_dtype(randn({g.B, g.T, g.HV, g.V}, rng), dt);
+        t.emplace_back(q), t.emplace_back(q), t.emplace_back(as_dtype(randn({g.B, g.T, g.HV, g.K}, rng, 0.01), dt));
+        t.emplace_back(v), t.emplace_back(v), t.emplace_back(gm);
+        t.emplace_back(as_dtype(randn({g.B, g.HV, g.K, g.V}, rng), dt));
+        t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(dt, {g.B, NT, g.HV, g.K, g.V}));
+        t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.HV, g.K, g.V}));
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.HV, g.V}));
+        return t;
+      };
+      auto plan = [g](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
+        return strata_chunk_gated_delta_rule_bwd_dhu_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9],
+                                                          d[10], g.scale, g.BT, p);
+      };
+      out.push_back(bench_from(device, bench_label(kOp, g), flops, bytes, make, plan));
+    }
+    return out;
   }
 };
 

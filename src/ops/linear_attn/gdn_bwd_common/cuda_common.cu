@@ -55,7 +55,28 @@ __global__ void __launch_bounds__(kThreads) reduce_heads_kernel(const float* __r
   }
 }
 
+__global__ void __launch_bounds__(kThreads) reduce_tiles_kernel(const float* __restrict__ part, int64_t tiles, Dims d,
+                                                                 View out) {
+  const int64_t total = d.B * d.T * d.HV;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float s = 0.f;
+    for (int64_t t = 0; t < tiles; ++t) s += part[t * total + i];
+    const int64_t hv = i % d.HV, tok = i / d.HV % d.T, b = i / (d.HV * d.T);
+    st_f32(out, out.off(b, tok, hv), s);
+  }
+}
+
 }  // namespace
+
+strata_status launch_reduce_tiles(const float* part, int64_t tiles, const Dims& d, const View& out,
+                                  cudaStream_t stream) {
+  const int64_t total = d.B * d.T * d.HV;
+  if (total == 0) return STRATA_SUCCESS;
+  const int64_t blocks = std::min<int64_t>(cuda::ceil_div(total, kThreads), int64_t{1} << 20);
+  reduce_tiles_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(part, tiles, d, out);
+  return cuda::check_launch("gdn_bwd reduce_tiles");
+}
 
 strata_status launch_chunk_offsets(const Dims& d, int64_t* offs, cudaStream_t stream) {
   if (!d.varlen()) return STRATA_SUCCESS;

@@ -128,4 +128,9 @@ __device__ __forceinline__ float block_sum(float x, float* red) {
 // per-value-head gradients in a fixed order), for every token (B T rows), h < H, x < K.
 strata_status launch_reduce_heads(const float* ws, const Dims& d, const View& out, cudaStream_t stream);
 
+// out[b, t, hv] = Σ_{i < tiles} part[((i B + b) T + t) HV + hv] in increasing i (per-tile partial sums of a
+// [B, T, HV] gradient, e.g. dγ over the K tiles), for every token and value head.
+strata_status launch_reduce_tiles(const float* part, int64_t tiles, const Dims& d, const View& out,
+                                  cudaStream_t stream);
+
 }  // namespace strata::linear_attn::gdn_bwd::cu

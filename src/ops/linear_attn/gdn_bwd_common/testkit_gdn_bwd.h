@@ -222,8 +222,18 @@ struct Descs {
   }
 };
 
-inline Compare compare_out(const char* name, const Out& o, double len) {
-  return compare(name, o.got.values(), o.ref.values(), o.naive.values(), o.dtype, len);
+// The dtype an output is judged at. The tensor-core kernels ("cuda.sm90.mma") multiply operands of the token
+// dtype (bf16/f16) and round intermediates (dS, Ds, dVn, dA) to it before a product, as fla does
+// (ops_gdn_kda.md §6.3; §7.4: "bf16 kernels at fla's tolerances"): their f32 outputs (dh0, dg, dbeta) carry that
+// rounding and are judged at the token dtype. Every other implementation is judged at each output's own dtype.
+inline int32_t judged_dtype(int32_t out_dt, int32_t case_dt, const std::string& impl) {
+  const bool tc = impl == "cuda.sm90.mma";
+  const bool token16 = case_dt == STRATA_DTYPE_BF16 || case_dt == STRATA_DTYPE_F16;
+  return tc && token16 && out_dt == STRATA_DTYPE_F32 ? case_dt : out_dt;
+}
+
+inline Compare compare_out(const char* name, const Out& o, double len, int32_t case_dt, const std::string& impl) {
+  return compare(name, o.got.values(), o.ref.values(), o.naive.values(), judged_dtype(o.dtype, case_dt, impl), len);
 }
 
 }  // namespace strata::atk::gdn_bwd_kit
@@ -289,6 +299,18 @@ std::vector<Case> sweep(const char* op, Decorate&& decorate) {
   add("f32", {2, 0, 1, 2, 16, 16}, 64, {}, 1, 10.0, 0);
   add("f32", {1, 0, 1, 2, 16, 16}, 64, {0}, 1, 10.0, 0);
   add("bf16", {1, 0, 1, 2, 16, 16}, 32, {0, 0, 0}, 1, 10.0, 0);
+  // 16-bit cases at the shapes the tensor-core kernels tile differently (cuda.sm90.mma): K = V = 100 (neither a
+  // tile multiple), K = V = 128 with GVA, K = V = 256, packs with tails at K = 128, no gate, strong decay.
+  add("bf16", {1, 80, 1, 2, 100, 100}, 32, {}, 1, 10.0, 0);
+  add("f16", {1, 80, 1, 2, 100, 100}, 64, {}, 1, 10.0, 1);
+  add("bf16", {2, 130, 2, 4, 128, 128}, 64, {}, 1, 10.0, 0);
+  add("f16", {1, 70, 2, 2, 128, 128}, 64, {}, 1, 10.0, 1);
+  add("bf16", {1, 130, 1, 2, 256, 256}, 64, {}, 1, 10.0, 0);
+  add("f16", {1, 65, 1, 1, 256, 256}, 32, {}, 1, 10.0, 0);
+  add("bf16", {1, 0, 2, 4, 128, 128}, 64, {0, 5, 5, 69, 100, 163}, 1, 10.0, 1);
+  add("f16", {1, 0, 2, 4, 128, 64}, 16, {0, 63, 127, 129, 192, 200}, 1, 1.0, 0);
+  add("bf16", {1, 100, 1, 3, 128, 128}, 32, {}, 0, 10.0, 1);  // plain delta rule
+  add("bf16", {2, 90, 1, 2, 64, 64}, 64, {}, 1, 0.01, 0);     // strong decay
   return cases;
 }
 
@@ -345,7 +367,21 @@ inline GdnCase bench_shape(strata_device device) {
   return g;
 }
 inline std::string bench_label(const char* op, const GdnCase& g) {
-  return fmt::format("{} f32 B={} T={} H={} HV={} K={} V={} BT={}", op, g.B, g.T, g.H, g.HV, g.K, g.V, g.BT);
+  return fmt::format("{} {} B={} T={} H={} HV={} K={} V={} BT={}", op, dtype_name(g.dt), g.B, g.T, g.H, g.HV, g.K,
+                     g.V, g.BT);
+}
+// The benchmark dtypes: f32 (the FMA kernels) and bf16 (the tensor-core kernels on CUDA).
+inline std::vector<int32_t> bench_dtypes() { return {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}; }
+// A contiguous copy of an f32 tensor in dtype dt (bf16 / f16 bits written straight into the storage: the
+// benchmark tensors reach 10^8 elements); f32 returns the tensor itself.
+inline HostTensor as_dtype(HostTensor t, int32_t dt) {
+  if (dt == STRATA_DTYPE_F32) return t;
+  HostTensor o = HostTensor::make(dt, std::vector<int64_t>(t.desc.shape, t.desc.shape + t.desc.rank));
+  const float* src = reinterpret_cast<const float*>(t.storage.data());
+  uint16_t* dst = reinterpret_cast<uint16_t*>(o.storage.data());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    dst[i] = dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(src[i]) : f32_to_f16_bits(src[i]);
+  return o;
 }
 // A contiguous f32 tensor of values uniform in [-sd*sqrt(3), sd*sqrt(3)) (standard deviation sd), written
 // straight into the storage with a 64-bit LCG: the benchmark tensors reach 10^8 elements (h, dh at the CUDA

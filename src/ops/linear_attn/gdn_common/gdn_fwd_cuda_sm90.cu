@@ -1,4 +1,5 @@
-// CUDA (sm_90) kernels of the GDN forward chunk operators (gdn_fwd_kernels.h). f32 SIMT math (FMA) on
+// CUDA (sm_90) FMA kernels of the GDN forward chunk operators (gdn_fwd_kernels.h: fwd_cuda_fma; the tensor-core
+// kernels for bf16/f16 are in gdn_fwd_cuda_mma.cu, which also holds the dispatching fwd_cuda). f32 SIMT math (FMA) on
 // shared-memory tiles: every chunk-level product is a 64 x 64 output tile computed by 256 threads, each owning
 // a 4 x 4 register micro-tile, with the contraction dimension staged through shared memory in 64-wide slices
 // (K up to 256 = four slices). Tensors are read through their strides with a run-time dtype (f32/bf16/f16;
@@ -475,7 +476,7 @@ int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStr
 
 }  // namespace
 
-int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream_ptr) {
+int fwd_cuda_fma(FwdOp op, const GdnFwdParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const int64_t slots = chunk_slots(p.chunks);
   const size_t tile = kTileFloats * sizeof(float);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "ops/linear_attn/gdn_common/gdn_common.h"
 
@@ -51,8 +52,18 @@ void fwd_cpu(FwdOp op, const GdnFwdParams& p);
 
 #if STRATA_WITH_CUDA
 // CUDA sm_90 kernels. `params.chunks.offsets` must already be on the device for varlen (see above).
-// Returns a strata_status (launch checked). Stream-ordered; no host sync.
-int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream);
+// Return a strata_status (launch checked). Stream-ordered; no host sync.
+//   kMma: tensor-core kernels (gdn_fwd_cuda_mma.cu, mma.sync m16n8k16, f32 accumulation) for bf16 / f16 token
+//         tensors; fwd_cuda_mma_reject says why they cannot run a problem ("" if they can).
+//   kFma: f32 SIMT kernels (gdn_fwd_cuda_sm90.cu), any f32 / bf16 / f16 tensors.
+//   kAuto: kMma when it applies, else kFma (what composite ops use).
+enum class FwdCudaKernels : int { kAuto = 0, kMma, kFma };
+int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream);  // kAuto
+int fwd_cuda(FwdOp op, const GdnFwdParams& p, FwdCudaKernels which, void* stream);
+int fwd_cuda_mma(FwdOp op, const GdnFwdParams& p, void* stream);
+int fwd_cuda_fma(FwdOp op, const GdnFwdParams& p, void* stream);
+// Host: why the tensor-core kernels cannot run op on p ("" if they can). Reads only dtypes, presence and shape.
+std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p);
 #endif
 
 }  // namespace strata::linear_attn::gdn

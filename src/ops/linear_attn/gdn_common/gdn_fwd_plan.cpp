@@ -58,6 +58,22 @@ GdnFwdParams bind(const FwdProblem& pr, const Launch& l) {
   return p;
 }
 
+#if STRATA_WITH_CUDA
+// The plan-time view of the params that fwd_cuda_mma_reject reads: dtypes and presence of the tensors (data
+// points at a marker and is never dereferenced; run-time pointers are bound by bind()).
+GdnFwdParams dtype_probe(const FwdProblem& pr) {
+  static char marker;
+  GdnFwdParams p = pr.params;
+  for (size_t i = 0; i < pr.descs.size(); ++i) {
+    if (!pr.present[i] || pr.slots[i] == Slot::kCu) continue;
+    GdnTensor* t = slot_field(p, pr.slots[i]);
+    t->dtype = pr.descs[i].dtype;
+    t->data = &marker;
+  }
+  return p;
+}
+#endif
+
 size_t offsets_workspace(const FwdProblem& pr) {
   return pr.varlen ? static_cast<size_t>(pr.params.chunks.N + 1) * sizeof(int64_t) : 0;
 }
@@ -97,18 +113,26 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
       const FwdOp fop = static_cast<FwdOp>(o);
       ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
-      l.push_back({cuda_kernel_name(fop),
-                   [](const FwdProblem& p) { return reject_unless_cuda(p.device, 90); },
-                   offsets_workspace,
-                   [](const FwdProblem& pr, const Launch& launch) {
-                     GdnFwdParams p = bind(pr, launch);
-                     if (p.chunks.varlen()) {
-                       const int st = gdn_chunk_offsets_cuda(p.chunks, static_cast<int64_t*>(launch.workspace),
-                                                             launch.cuda_stream);
-                       if (st != STRATA_SUCCESS) return static_cast<strata_status>(st);
-                     }
-                     return static_cast<strata_status>(fwd_cuda(pr.op, p, launch.cuda_stream));
-                   }});
+      // Tensor-core kernels first (bf16 / f16 tokens), then the f32 FMA kernels (any float dtype).
+      for (const FwdCudaKernels which : {FwdCudaKernels::kMma, FwdCudaKernels::kFma}) {
+        const bool mma = which == FwdCudaKernels::kMma;
+        l.push_back({mma ? std::string("cuda.sm90.mma") : std::string(cuda_kernel_name(fop)),
+                     [mma](const FwdProblem& p) {
+                       std::string r = reject_unless_cuda(p.device, 90);
+                       if (r.empty() && mma) r = fwd_cuda_mma_reject(p.op, dtype_probe(p));
+                       return r;
+                     },
+                     offsets_workspace,
+                     [which](const FwdProblem& pr, const Launch& launch) {
+                       GdnFwdParams p = bind(pr, launch);
+                       if (p.chunks.varlen()) {
+                         const int st = gdn_chunk_offsets_cuda(p.chunks, static_cast<int64_t*>(launch.workspace),
+                                                               launch.cuda_stream);
+                         if (st != STRATA_SUCCESS) return static_cast<strata_status>(st);
+                       }
+                       return static_cast<strata_status>(fwd_cuda(pr.op, p, which, launch.cuda_stream));
+                     }});
+      }
 #endif
       for (const tile::CpuIsa& isa : tile::cpu_isas()) {
         const GdnFwdCpuFn fn = fwd_cpu_for(isa.hwy_target);

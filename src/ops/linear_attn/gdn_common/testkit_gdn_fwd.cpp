@@ -269,6 +269,16 @@ class GdnFwdHarness final : public OpHarness {
         ++rot;
       }
     add("f64", "f64", {1, 0, 1, 2, 100, 32}, 64, {0, 15, 15, 100, 101, 230}, "strong", 1, "padded");
+    // 16-bit inputs with 16-bit outputs (the CUDA tensor-core kernels run only these): varlen with K = 100 and
+    // a tail, K = V = 256 with a strong gate, BT = 32 packs, GVA.
+    for (const char* dt : {"bf16", "f16"}) {
+      add(dt, dt, {1, 0, 2, 4, 100, 48}, 64, {0, 15, 15, 100, 101, 230}, "normal", 1, "padded");
+      add(dt, dt, {2, 130, 1, 2, 256, 256}, 64, {}, "strong", 1, "contiguous");
+      add(dt, dt, {1, 0, 1, 2, 64, 96}, 32, {0, 63, 127, 129, 192}, "weak", 0, "contiguous");
+      // Enough (sequence, head, 32-column) blocks for the state pass's 32-column tiles (K = 128, K = 256).
+      add(dt, dt, {3, 100, 4, 12, 128, 128}, 64, {}, "normal", 1, "contiguous");
+      add(dt, dt, {2, 70, 2, 36, 256, 64}, 64, {}, "normal", 1, "padded");
+    }
     // Many short documents: N * HV > 65535 (grid-dimension limits on CUDA).
     {
       std::vector<int64_t> cu = {0};
@@ -432,6 +442,10 @@ class GdnFwdHarness final : public OpHarness {
       if (!cuda && dt == STRATA_DTYPE_BF16) continue;
       out.push_back(bench_case(device, dt, B, Tl, H, HV, K, V, BT));
     }
+    // The full-forward target shape of the GDN op (PERF_TARGETS.md): B = 4, T = 8192, H = 16, HV = 32,
+    // K = V = 128, bf16, for the three kernels the composite runs.
+    if (cuda && (op_ == FwdOp::kPrepareWY || op_ == FwdOp::kFwdH || op_ == FwdOp::kFwdO))
+      out.push_back(bench_case(device, STRATA_DTYPE_BF16, 4, 8192, 16, 32, 128, 128, BT));
     return out;
   }
 

@@ -193,11 +193,11 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(WyBwdParams p, const i
 
 }  // namespace
 
-size_t prepare_wy_repr_bwd_cuda_workspace(const Dims& d) {
+size_t prepare_wy_repr_bwd_cuda_fma_workspace(const Dims& d) {
   return align256(chunk_offsets_bytes(d)) + static_cast<size_t>(d.B * d.T * d.HV * d.K) * sizeof(float);
 }
 
-int prepare_wy_repr_bwd_cuda(const WyBwdParams& p, void* workspace, void* stream_ptr) {
+int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   int64_t* offs = static_cast<int64_t*>(workspace);

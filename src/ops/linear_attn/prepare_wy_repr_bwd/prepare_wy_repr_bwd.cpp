@@ -1,7 +1,7 @@
 // prepare_wy_repr_bwd: definition, validation, implementation list and plans (ops_gdn_kda.md §4.6;
 // prepare_wy_repr_bwd.h, README.md beside this file).
 // Tensors {k, v, beta, A, dw, du, g|NULL, cu_seqlens|NULL, dk, dv, dbeta, dg|NULL}; the chunk size is A.shape[3].
-// Implementations: cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cpu.<isa>, reference.
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
 #include <fmt/format.h>
@@ -41,7 +41,9 @@ const ImplList<Problem>& impls() {
   static const ImplList<Problem> list = make_impls<Problem, WyBwdParams>({
       bind, prepare_wy_repr_bwd_cpu, prepare_wy_repr_bwd_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.chunk_tile", prepare_wy_repr_bwd_cuda_workspace, prepare_wy_repr_bwd_cuda,
+      "cuda.sm90.chunk_tile", prepare_wy_repr_bwd_cuda_fma_workspace, prepare_wy_repr_bwd_cuda_fma,
+      "cuda.sm90.mma", prepare_wy_repr_bwd_cuda_mma_reject, prepare_wy_repr_bwd_cuda_mma_workspace,
+      prepare_wy_repr_bwd_cuda_mma,
 #endif
   });
   return list;

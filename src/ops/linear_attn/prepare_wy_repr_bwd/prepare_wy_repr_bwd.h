@@ -14,6 +14,8 @@
 //   prepare_wy_repr_bwd_cuda(p, workspace, stream) (workspace: prepare_wy_repr_bwd_cuda_workspace(d)).
 #pragma once
 
+#include <string>
+
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 
 namespace strata::linear_attn {
@@ -31,8 +33,18 @@ using WyBwdCpuFn = void (*)(const WyBwdParams&);
 WyBwdCpuFn prepare_wy_repr_bwd_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
+// The automatic choice (what other operators call): the tensor-core kernel when it applies
+// (prepare_wy_repr_bwd_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
+// covers both.
 size_t prepare_wy_repr_bwd_cuda_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda(const WyBwdParams& p, void* workspace, void* stream);
+// The two kernels, each callable on its own (the implementation list exposes both).
+size_t prepare_wy_repr_bwd_cuda_fma_workspace(const gdn_bwd::Dims& d);
+int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* stream);
+// "" when the tensor-core kernel applies to p (dtypes of the views; run-time pointers are not needed), else why not.
+std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
+size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
+int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

@@ -91,43 +91,53 @@ class WyBwdHarness final : public OpHarness {
     outs(false);
     linear_attn::prepare_wy_repr_bwd_reference_naive(p);
     const double len = static_cast<double>(g.K + g.V + 2 * g.BT);
-    r.compares.push_back(compare_out("dk", dk, len));
-    r.compares.push_back(compare_out("dv", dv, len));
-    r.compares.push_back(compare_out("dbeta", db, len * g.K));
-    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K));
+    r.compares.push_back(compare_out("dk", dk, len, g.dt, r.impl));
+    r.compares.push_back(compare_out("dv", dv, len, g.dt, r.impl));
+    r.compares.push_back(compare_out("dbeta", db, len * g.K, g.dt, r.impl));
+    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, r.impl));
     r.pass = true;
     for (const Compare& cmp : r.compares) r.pass = r.pass && cmp.pass;
     return r;
   }
 
   std::vector<BenchCase> bench_cases(strata_device device) const override {
-    const GdnCase g = bench_shape(device);
-    const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, K = g.K, V = g.V;
-    // Per chunk and value head: A^T [dW|dU] and dA (2 x 2L^2(K+V)), A^T dA A^T (4L^3), dP K and dP^T βK
-    // (2 x 2L^2K); plus K K^T per q/k head.
-    const double flops = chunks * (g.HV * (4 * L * L * (K + V) + 4 * L * L * L + 4 * L * L * K) + g.H * 2 * L * L * K);
-    const double bytes = 4.0 * g.B * g.T * (2.0 * g.H * K + 3.0 * g.HV * V + g.HV * K + g.HV * L + 3.0 * g.HV);
-    auto make = [g] {
-      std::mt19937_64 rng(7);
-      std::vector<std::optional<HostTensor>> t;
-      HostTensor k = randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K)));  // rows of norm ~1
-      HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}), beta = gm;
-      fill_gamma(gm, g, rng);
-      fill_sigmoid(beta, rng);
-      HostTensor A = randn({g.B, g.T, g.HV, g.BT}, rng, 0.05);  // timing only: any finite A
-      HostTensor v = randn({g.B, g.T, g.HV, g.V}, rng);
-      t.emplace_back(k), t.emplace_back(v), t.emplace_back(beta), t.emplace_back(A);
-      t.emplace_back(randn({g.B, g.T, g.HV, g.K}, rng)), t.emplace_back(v), t.emplace_back(gm);
-      t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.H, g.K}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV, g.V}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}));
-      t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}));
-      return t;
-    };
-    auto plan = [](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
-      return strata_prepare_wy_repr_bwd_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], p);
-    };
-    return {bench_from(device, bench_label(kOp, g), flops, bytes, make, plan)};
+    std::vector<BenchCase> out;
+    for (const int32_t dt : bench_dtypes()) {
+      GdnCase g = bench_shape(device);
+      g.dt = dt;
+      const double L = g.BT, chunks = static_cast<double>(g.B * g.T) / L, K = g.K, V = g.V;
+      const double es = static_cast<double>(dtype_size(dt));
+      // Per chunk and value head: A^T [dW|dU] and dA (2 x 2L^2(K+V)), A^T dA A^T (4L^3), dP K and dP^T βK
+      // (2 x 2L^2K); plus K K^T per q/k head.
+      const double flops =
+          chunks * (g.HV * (4 * L * L * (K + V) + 4 * L * L * L + 4 * L * L * K) + g.H * 2 * L * L * K);
+      // k, v, A, dw, du, dk, dv, beta, dbeta in the token dtype; γ, dγ in f32.
+      const double bytes = es * g.B * g.T * (2.0 * g.H * K + 3.0 * g.HV * V + g.HV * K + g.HV * L + 2.0 * g.HV) +
+                           4.0 * g.B * g.T * 2.0 * g.HV;
+      auto make = [g, dt] {
+        std::mt19937_64 rng(7);
+        std::vector<std::optional<HostTensor>> t;
+        HostTensor k = as_dtype(randn({g.B, g.T, g.H, g.K}, rng, 1.0 / std::sqrt(static_cast<double>(g.K))), dt);
+        HostTensor gm = HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}), beta = gm;
+        fill_gamma(gm, g, rng);
+        fill_sigmoid(beta, rng);
+        HostTensor A = as_dtype(randn({g.B, g.T, g.HV, g.BT}, rng, 0.05), dt);  // timing only: any finite A
+        HostTensor v = as_dtype(randn({g.B, g.T, g.HV, g.V}, rng), dt);
+        t.emplace_back(k), t.emplace_back(v), t.emplace_back(as_dtype(beta, dt)), t.emplace_back(A);
+        t.emplace_back(as_dtype(randn({g.B, g.T, g.HV, g.K}, rng), dt)), t.emplace_back(v), t.emplace_back(gm);
+        t.emplace_back(std::nullopt), t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.H, g.K}));
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.HV, g.V}));
+        t.emplace_back(HostTensor::make(dt, {g.B, g.T, g.HV}));
+        t.emplace_back(HostTensor::make(STRATA_DTYPE_F32, {g.B, g.T, g.HV}));
+        return t;
+      };
+      auto plan = [](const std::vector<const strata_tensor_desc*>& d, strata_plan* p) {
+        return strata_prepare_wy_repr_bwd_plan(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10],
+                                               d[11], p);
+      };
+      out.push_back(bench_from(device, bench_label(kOp, g), flops, bytes, make, plan));
+    }
+    return out;
   }
 };
 

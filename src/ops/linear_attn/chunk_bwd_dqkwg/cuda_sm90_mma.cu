@@ -1,0 +1,237 @@
+// Tensor-core CUDA kernel of chunk_bwd_dqkwg ("cuda.sm90.mma", bf16/f16 token tensors): one 256-thread block
+// (8 warps) per (token window, q/k head h, 64-column tile of K), tile index fastest (the K tiles of one chunk
+// run side by side and share dO, v, dv through L2), grid-stride on grid.x. The block walks the G value heads
+// hv = h G + g of its q/k head in increasing g and sums dq, dk over them in f32 registers (no per-head
+// workspace, no reduction pass). Per chunk and value head (S = h[c], dS = dh[c], 64-column V tiles):
+//   Ds     = scale Lower((dO Vnᵀ) ⊙ Γ)              64 × 64, contraction V            → T, shared
+//   dQ     = diag(scale E) dO Sᵀ + Ds K              64 × 64 (this K tile)
+//   dK_int = diag(exp(γ_last − γ)) Vn dSᵀ ;  dK = dK_int + Dsᵀ Q
+//   dW     = −dV Sᵀ                                  written per value head
+//   dγ_i   = q_i·dQ_i − k_i·dK_i over this tile's columns (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row)
+// Warp w owns rows 16 (w % 4).., columns 32 (w / 4).. of every 64 × 64 product. The dγ partials of the K tiles
+// go to a workspace [K tiles, B, T, HV] and launch_reduce_tiles sums them in increasing tile order. The
+// (value head, V tile) steps are software-pipelined: the next step's five tiles load (cp.async) into the other
+// of two shared-memory stages while this one computes. All sums run
+// in a fixed order (quad shuffles, then the two column-half warps in order): same bits every run, no atomics.
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+using namespace gdn_bwd::tc;
+
+constexpr int kThr = 256;
+constexpr int kLd = 72;  // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
+constexpr int kTileElems = 64 * kLd;
+constexpr size_t kTileBytes = size_t{kTileElems} * 2;
+// Shared memory: 16-bit tiles dO, Vn, dV, S, dS of one (value head, V tile) step, twice (the next step's tiles
+// load while this one computes), Q, K (per chunk), Ds; f32 γ, row partials [2][64], block-sum scratch [256].
+enum { kDo, kVn, kDv, kS, kDS, kStage };
+enum { kQ = 2 * kStage, kK, kDs, kNumTiles };
+constexpr size_t kSmem = kNumTiles * kTileBytes + (64 + 2 * 64 + kThr) * sizeof(float);
+
+inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
+
+template <class T>
+__global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg,
+                                                         int64_t items, int64_t ktiles) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem);  // tile i at tiles + i * kTileElems
+  float* sG = reinterpret_cast<float*>(smem + kNumTiles * kTileBytes);
+  float* sRow = sG + 64;    // [2][64]: row partials of the two column halves
+  float* sRed = sRow + 128;  // block_sum2 scratch [2][8]
+  const Dims& d = p.d;
+  const bool want_dw = p.dw.present() && p.dv.present(), want_dg = p.dg.present();
+  const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
+  const int r0 = wm * 16, c0 = wn * 32;  // this warp's block of every 64 x 64 product
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t kt = item % ktiles, h = item / ktiles % d.H, w = item / (ktiles * d.H);
+    const int64_t x0 = kt * 64;
+    const int kc = static_cast<int>(d.K - x0 < 64 ? (d.K - x0 > 0 ? d.K - x0 : 0) : 64);
+    for_each_chunk(d, offs, w, [&](const DevChunk& c) {
+      if (c.hc >= d.NT) return;  // only with invalid cu_seqlens (uniform across the block)
+      const int L = static_cast<int>(c.t1 - c.t0);
+      __syncthreads();  // the previous chunk's readers are done
+      load_tile_async<T, kThr>((tiles + kQ * kTileElems), kLd, 64, 64, p.q, p.q.off(c.b, c.t0, h) + x0, p.q.s[1], L, kc);
+      load_tile_async<T, kThr>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
+      // Steps s = g VT + vt over (value head, V tile); step s loads into stage s % 2 while step s - 1 computes.
+      const int64_t VT = d.V > 0 ? (d.V + 63) / 64 : 0, steps = d.G * VT;
+      auto issue = [&](int64_t s) {
+        const int64_t g = s / VT, e0 = (s - g * VT) * 64, hv = h * d.G + g;
+        const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
+        uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
+        load_tile_async<T, kThr>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
+        load_tile_async<T, kThr>((st + kVn * kTileElems), kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
+        if (want_dw)
+          load_tile_async<T, kThr>((st + kDv * kTileElems), kLd, 64, 64, p.dv, p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], L, vc);
+        load_tile_async<T, kThr>((st + kS * kTileElems), kLd, 64, 64, p.h, p.h.off(c.b, c.hc, hv, x0) + e0, p.h.s[3], kc, vc);
+        load_tile_async<T, kThr>((st + kDS * kTileElems), kLd, 64, 64, p.dh, p.dh.off(c.b, c.hc, hv, x0) + e0, p.dh.s[3], kc, vc);
+        ::strata::cuda::cp_async_commit();
+      };
+      if (steps > 0) issue(0);  // (the q / k tiles join its group)
+      else ::strata::cuda::cp_async_commit();
+      float dq_sum[1][4][4], dk_sum[1][4][4];
+      zero(dq_sum), zero(dk_sum);
+      for (int64_t g = 0; g < d.G; ++g) {
+        const int64_t hv = h * d.G + g;
+        if (g > 0) __syncthreads();  // the previous head's readers of sG / Ds are done
+        if (threadIdx.x < 64)
+          sG[threadIdx.x] = p.g.present() && static_cast<int>(threadIdx.x) < L
+                                ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv))
+                                : 0.f;
+        float ds[1][4][4], dq[1][4][4], dk[1][4][4], dw[1][4][4];
+        zero(ds), zero(dq), zero(dk), zero(dw);
+        float sds = 0.f;  // this thread's share of <S, dS> over the tile's rows
+        for (int64_t vt = 0; vt < VT; ++vt) {
+          const int64_t s = g * VT + vt;
+          if (s + 1 < steps) {
+            issue(s + 1);
+            ::strata::cuda::cp_async_wait<1>();  // this step's group is complete, the next one may be in flight
+          } else {
+            ::strata::cuda::cp_async_wait<0>();
+          }
+          __syncthreads();
+          const uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
+          // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k] (BKN = false).
+          warp_gemm<T, true, false, 1, 4>(ds, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kVn * kTileElems) + c0 * kLd, kLd, 64);
+          warp_gemm<T, true, false, 1, 4>(dq, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
+          warp_gemm<T, true, false, 1, 4>(dk, (st + kVn * kTileElems) + r0 * kLd, kLd, (st + kDS * kTileElems) + c0 * kLd, kLd, 64);
+          if (want_dw) warp_gemm<T, true, false, 1, 4>(dw, (st + kDv * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
+          if (want_dg)
+            for (int e = threadIdx.x; e < 64 * 64; e += kThr) {
+              const int x = e / 64, col = e % 64;  // zero outside the valid rows / columns
+              sds += Elem<T>::to((st + kS * kTileElems)[x * kLd + col]) * Elem<T>::to((st + kDS * kTileElems)[x * kLd + col]);
+            }
+          __syncthreads();  // stage s % 2 is free for step s + 2
+        }
+        if (VT == 0) {  // no V tile waited for the q / k tiles and γ
+          ::strata::cuda::cp_async_wait<0>();
+          __syncthreads();
+        }
+        // Epilogue of the V contraction: Ds → shared (T), row factors on dq / dk, dw out, Σ k·dK_int.
+        const float gl = sG[L - 1];
+        float kdki = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+            const bool row_ok = i < L;
+            (tiles + kDs * kTileElems)[i * kLd + j] =
+                Elem<T>::from(row_ok && j <= i ? p.scale * ds[0][nt][e] * expf(sG[i] - sG[j]) : 0.f);
+            dq[0][nt][e] *= row_ok ? p.scale * expf(sG[i]) : 0.f;
+            dk[0][nt][e] *= row_ok ? expf(gl - sG[i]) : 0.f;
+            if (want_dw && row_ok && j < kc) st_f32(p.dw, p.dw.off(c.b, c.t0 + i, hv) + x0 + j, -dw[0][nt][e]);
+            kdki += Elem<T>::to((tiles + kK * kTileElems)[i * kLd + j]) * dk[0][nt][e];
+          }
+        // Σ k·dK_int and <S, dS> over the block (fixed order; the barriers inside also complete Ds).
+        const float2 sums = block_sum2<kThr>(kdki, sds, sRed);
+        const float kdki_sum = sums.x, sds_sum = sums.y;
+        // dQ += Ds K ; dK += Dsᵀ Q   (B(j, x) = K[j][x], Q[i][x]: stored [k][n]; A = Dsᵀ: stored [k][m])
+        warp_gemm<T, true, true, 1, 4>(dq, (tiles + kDs * kTileElems) + r0 * kLd, kLd, (tiles + kK * kTileElems) + c0, kLd, 64);
+        warp_gemm<T, false, true, 1, 4>(dk, (tiles + kDs * kTileElems) + r0, kLd, (tiles + kQ * kTileElems) + c0, kLd, 64);
+        if (want_dg) {
+          // Row partials of q·dQ − k·dK over this warp's 32 columns: thread (2 rows x 8 columns), then the quad.
+          float part[2] = {0.f, 0.f};
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
+              part[e >> 1] += Elem<T>::to((tiles + kQ * kTileElems)[i * kLd + x]) * dq[0][nt][e] -
+                              Elem<T>::to((tiles + kK * kTileElems)[i * kLd + x]) * dk[0][nt][e];
+            }
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            part[s] += __shfl_xor_sync(0xffffffffu, part[s], 1);
+            part[s] += __shfl_xor_sync(0xffffffffu, part[s], 2);
+          }
+          if ((threadIdx.x & 3) == 0) {
+            const int i = r0 + (threadIdx.x & 31) / 4;
+            sRow[wn * 64 + i] = part[0];
+            sRow[wn * 64 + i + 8] = part[1];
+          }
+          __syncthreads();
+          if (static_cast<int>(threadIdx.x) < L) {
+            const int i = threadIdx.x;
+            float v = sRow[i] + sRow[64 + i];
+            if (i == L - 1) v += expf(gl) * sds_sum + kdki_sum;
+            ws_dg[((kt * d.B + c.b) * d.T + c.t0 + i) * d.HV + hv] = v;
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dq_sum[0][nt][e] += dq[0][nt][e], dk_sum[0][nt][e] += dk[0][nt][e];
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
+          if (i < L && x < kc) {
+            st_f32(p.dq, p.dq.off(c.b, c.t0 + i, h) + x0 + x, dq_sum[0][nt][e]);
+            st_f32(p.dk, p.dk.off(c.b, c.t0 + i, h) + x0 + x, dk_sum[0][nt][e]);
+          }
+        }
+    });
+  }
+}
+
+template <class T>
+strata_status launch(const DqkwgParams& p, const int64_t* offs, float* ws_dg, int64_t items, int64_t ktiles,
+                     cudaStream_t stream) {
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmem)));
+  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
+  dqkwg_mma_kernel<T><<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, ws_dg, items, ktiles);
+  return cuda::check_launch("chunk_bwd_dqkwg (mma)");
+}
+
+}  // namespace
+
+std::string chunk_bwd_dqkwg_cuda_mma_reject(const DqkwgParams& p) {
+  if (!common_16bit_dtype({&p.q, &p.k, &p.v, &p.dout}))
+    return "takes q, k, v, do of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
+  return "";
+}
+
+// Workspace: chunk offsets, then the dγ partials [K tiles, B, T, HV] f32.
+size_t chunk_bwd_dqkwg_cuda_mma_workspace(const Dims& d) {
+  return align256(chunk_offsets_bytes(d)) + static_cast<size_t>(k_tiles(d) * d.B * d.T * d.HV) * sizeof(float);
+}
+
+int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream_ptr) {
+  const std::string why = chunk_bwd_dqkwg_cuda_mma_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.mma: {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  float* ws_dg = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(chunk_offsets_bytes(d)));
+  const int64_t ktiles = k_tiles(d), items = num_windows(d) * d.H * ktiles;
+  if (items > 0) {
+    STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+    STRATA_RETURN_IF_ERROR(p.q.dtype == STRATA_DTYPE_BF16 ? launch<bf16_t>(p, offs, ws_dg, items, ktiles, stream)
+                                                          : launch<f16_t>(p, offs, ws_dg, items, ktiles, stream));
+  }
+  if (p.dg.present()) STRATA_RETURN_IF_ERROR(launch_reduce_tiles(ws_dg, ktiles, d, p.dg, stream));
+  return STRATA_SUCCESS;
+}
+
+// The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.
+size_t chunk_bwd_dqkwg_cuda_workspace(const Dims& d) {
+  return std::max(chunk_bwd_dqkwg_cuda_mma_workspace(d), chunk_bwd_dqkwg_cuda_fma_workspace(d));
+}
+int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream) {
+  return chunk_bwd_dqkwg_cuda_mma_reject(p).empty() ? chunk_bwd_dqkwg_cuda_mma(p, workspace, stream)
+                                                    : chunk_bwd_dqkwg_cuda_fma(p, workspace, stream);
+}
+
+}  // namespace strata::linear_attn

@@ -1,0 +1,602 @@
+// chunk_gated_delta_rule on CUDA sm_90 ("cuda.sm90.chunked"): the forward and backward of the full Gated
+// DeltaNet operator composed from the CUDA entry points of its sub-operators (ops_gdn_kda.md §3.1, §3.2,
+// Appendix A), all on the plan's stream, all scratch in the workspace the plan reported (nothing allocated here).
+//
+// Forward (fla's chunk_gated_delta_rule_fwd):
+//   [l2norm]  qn, kn = q / |q|, k / |k| (row_norm_fwd_cuda, f32 [B, T, H, K], rstd f32 [B, T, H])
+//   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]
+//   w, u, A  = prepare_wy_repr_fwd(kn, v, beta, γ)            f32 [B, T, HV, K | V | 64]
+//   h, v_new, final_state = chunk_gated_delta_rule_fwd_h(kn, w, u, γ, h0)   h f32 [B, NT, HV, K, V]
+//   o        = chunk_fwd_o(qn, kn, v_new, h, γ, scale)
+// Backward (fla's chunk_gated_delta_rule_bwd), re-running the forward up to h and v_new first (nothing but the
+// inputs is kept between the passes):
+//   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
+//   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
+//   dq, dk1, dw, dγ1 = chunk_bwd_dqkwg(qn, kn, v_new, do, h, dh, dv2, γ)    (dq, dk summed over the G heads)
+//   dk2, dv, dbeta, dγ2 = prepare_wy_repr_bwd(kn, v, beta, A, dw, dv2, γ)   (dk2 summed over the G heads)
+//   dk = dk1 + dk2;  dg = reverse chunk_local_cumsum(dγ1 + dγ2)
+//   [l2norm]  dq, dk = row_norm_bwd_cuda(qn | kn, rstd, dq | dk)   (dx = rstd (dy - (dy . y) y))
+// Every step is a fixed-order computation (no float atomics), so the result is the same bits on every run.
+// Intermediates (qn, kn, A, w, u, h, v_new, dv_local, dh, dv2, dw) are stored in the token dtype when q, k, v (and
+// do) share one 16-bit dtype, so that every sub-operator runs its tensor-core kernels (fla's precision model), and
+// in f32 otherwise (FMA kernels); see Sizes::idt and gdn_cuda_tensor_core_report.
+//
+// cu_seqlens: the sub-operator kernels clamp every value to [0, T] and never leave their tensors whatever the
+// values. To report invalid values as the CPU path does (INVALID_VALUE, nothing written), run() first checks
+// them in a one-block kernel and reads the verdict back (one 8-byte copy and a stream synchronisation, only
+// with cu_seqlens; fixed-length calls never synchronise). While the stream is being captured into a CUDA graph
+// a synchronisation is not allowed: the check is skipped and invalid values give clamped, in-bounds garbage.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
+#include "ops/linear_attn/chunk_local_cumsum/chunk_local_cumsum.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
+#include "ops/norm/common/row_norm.h"
+#include "opbase/row_layout.h"
+#include "runtime/error.h"
+#include "tile/cuda/check.cuh"
+
+namespace strata::linear_attn {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kBT = kGdnChunk;  // 64
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops cover the rest
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+// ---- workspace layout (one function for the size and the carve: base == nullptr only measures) ----
+struct Carver {
+  char* base = nullptr;
+  size_t off = 0;
+  template <class T>
+  T* take(int64_t count) {
+    return static_cast<T*>(take_bytes(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T)));
+  }
+  void* take_bytes(size_t bytes) {
+    const size_t o = off;
+    off += align256(bytes);
+    return base ? base + o : nullptr;
+  }
+};
+
+// Problem sizes derived from GdnParams.
+struct Sizes {
+  int64_t qk, rows, gates, wk, uv, amat;  // elements of [B,T,H,K], [B,T,H], [B,T,HV], [B,T,HV,K], [B,T,HV,V], [B,T,HV,64]
+  int64_t NTr;    // chunks per batch row, ceil(T / 64)
+  int64_t NTh;    // chunk dimension of the h / dh buffers: NTr (fixed length) or ceil(T / 64) + N (varlen bound)
+  int64_t rows_h; // leading dimension of h / dh: B (fixed length) or 1 (varlen)
+  int64_t hsz;    // elements of h
+  // dtype of the token-shaped intermediates (qn, kn, A, w, u, h, v_new, dv_local, dh, dv2, dw): the token dtype
+  // when q, k, v (and do) share one 16-bit dtype, so that the sub-operators' tensor-core kernels run (their
+  // operands must all be in that dtype; fla stores them so too), else f32. γ, rstd, the dq/dk/dγ sums and the
+  // states stay f32.
+  int32_t idt;
+  size_t ies;     // its element size
+  size_t tok(int64_t n) const { return static_cast<size_t>(n) * ies; }
+};
+int32_t inter_dtype(const GdnParams& p, bool bwd) {
+  const int32_t t = p.q.dtype;
+  const bool same = p.k.dtype == t && p.v.dtype == t && (!bwd || p.do_.dtype == t);
+  return same && (t == STRATA_DTYPE_BF16 || t == STRATA_DTYPE_F16) ? t : STRATA_DTYPE_F32;
+}
+Sizes sizes_of(const GdnParams& p, bool bwd) {
+  Sizes s;
+  s.idt = inter_dtype(p, bwd);
+  s.ies = s.idt == STRATA_DTYPE_F32 ? 4 : 2;
+  const int64_t BT = p.B * p.T;
+  s.qk = BT * p.H * p.K;
+  s.rows = BT * p.H;
+  s.gates = BT * p.HV;
+  s.wk = BT * p.HV * p.K;
+  s.uv = BT * p.HV * p.V;
+  s.amat = BT * p.HV * kBT;
+  s.NTr = (p.T + kBT - 1) / kBT;
+  const bool varlen = p.cu_seqlens != nullptr;
+  s.NTh = varlen ? s.NTr + p.N : s.NTr;
+  s.rows_h = varlen ? 1 : p.B;
+  s.hsz = s.rows_h * s.NTh * p.HV * p.K * p.V;
+  return s;
+}
+
+gdn_bwd::Dims bwd_dims(const GdnParams& p, const Sizes& s) {
+  gdn_bwd::Dims d;
+  d.B = p.B, d.T = p.T, d.H = p.H, d.HV = p.HV, d.G = p.HV / p.H, d.K = p.K, d.V = p.V, d.N = p.N;
+  d.NT = s.NTh;
+  d.BT = static_cast<int32_t>(kBT);
+  d.cu = p.cu_seqlens;
+  d.cu_stride = p.cu_stride;
+  return d;
+}
+
+// Scratch of the backward sub-operator entry points (they run one after the other). Early: bwd_dv_local and
+// bwd_dhu (their chunk offsets), while dv_local (in u's buffer) is live. Late: bwd_dqkwg and prepare_wy_repr_bwd
+// (per-value-head dq/dk and dγ tiles), after dv_local is dead: that region starts at u's buffer.
+size_t early_scratch_bytes(const GdnParams& p, const Sizes& s) {
+  const gdn_bwd::Dims d = bwd_dims(p, s);
+  return std::max(chunk_bwd_dv_local_cuda_workspace(d), chunk_gated_delta_rule_bwd_dhu_cuda_workspace(d));
+}
+
+// The buffers of one pass. Forward: check | offsets | [qn kn rq rk] | γ | A | w | u | h | v_new.
+// Backward: u is followed by whatever the late sub-operator scratch needs beyond u's size (u, then dv_local,
+// then that scratch use the same memory, one after the other); dw reuses w (dead after bwd_dhu); then
+// dh | dv2 | dq dk1 dk2 (f32 [B,T,H,K]) | dγ1 dγ2 | early sub-operator scratch.
+struct Bufs {
+  unsigned long long* check = nullptr;
+  int64_t* offs = nullptr;
+  void *qn = nullptr, *kn = nullptr;  // Sizes::idt
+  float *rq = nullptr, *rk = nullptr, *gam = nullptr;
+  void *A = nullptr, *w = nullptr, *u = nullptr, *h = nullptr, *vnew = nullptr, *dh = nullptr, *dv2 = nullptr;  // idt
+  float *dq = nullptr, *dk1 = nullptr, *dk2 = nullptr, *dg1 = nullptr, *dg2 = nullptr;
+  void* early = nullptr;  // scratch of bwd_dv_local, bwd_dhu
+  void* late = nullptr;   // scratch of bwd_dqkwg, prepare_wy_repr_bwd (starts at u)
+  size_t bytes = 0;
+};
+// `late`: bytes of the late scratch (late_scratch_bytes; 0 when only the other addresses are wanted).
+Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late) {
+  const Sizes s = sizes_of(p, bwd);
+  Carver c{static_cast<char*>(base)};
+  Bufs b;
+  b.check = c.take<unsigned long long>(1);
+  b.offs = c.take<int64_t>(p.N + 1);
+  if (p.l2norm) {
+    b.qn = c.take_bytes(s.tok(s.qk));
+    b.kn = c.take_bytes(s.tok(s.qk));
+    b.rq = c.take<float>(s.rows);
+    b.rk = c.take<float>(s.rows);
+  }
+  b.gam = c.take<float>(s.gates);
+  b.A = c.take_bytes(s.tok(s.amat));
+  b.w = c.take_bytes(s.tok(s.wk));
+  b.u = c.take_bytes(s.tok(s.uv));
+  if (bwd) {
+    const size_t u_bytes = align256(s.tok(s.uv));
+    if (late > u_bytes) c.take_bytes(late - u_bytes);  // contiguous with u
+    b.late = b.u;
+  }
+  b.h = c.take_bytes(s.tok(s.hsz));
+  b.vnew = c.take_bytes(s.tok(s.uv));
+  if (bwd) {
+    b.dh = c.take_bytes(s.tok(s.hsz));
+    b.dv2 = c.take_bytes(s.tok(s.uv));
+    b.dq = c.take<float>(s.qk);
+    b.dk1 = c.take<float>(s.qk);
+    b.dk2 = c.take<float>(s.qk);
+    b.dg1 = c.take<float>(s.gates);
+    b.dg2 = c.take<float>(s.gates);
+    b.early = c.take<char>(static_cast<int64_t>(early_scratch_bytes(p, s)));
+  }
+  b.bytes = c.off;
+  return b;
+}
+
+// ---- tensor views for the sub-operators ----
+// The op's strided tensors (GdnTensor: strides of up to four dimensions, unit last stride) as the forward
+// sub-operators' GdnTensor (five strides) and the backward sub-operators' View (outer strides).
+gdn::GdnTensor fwd_view(const GdnTensor& t) {
+  gdn::GdnTensor r;
+  r.data = t.data;
+  r.dtype = t.dtype;
+  for (int i = 0; i < 4; ++i) r.st[i] = t.st[i];
+  return r;
+}
+gdn_bwd::View bwd_view(const GdnTensor& t) {
+  gdn_bwd::View r;
+  r.p = t.data;
+  r.dtype = t.dtype;
+  // token tensors [B, T, heads, D]: (b, t, head) strides; gates [B, T, HV]: all three; states [N, HV, K, V]:
+  // (n, hv, k) strides — the first three in every case.
+  for (int i = 0; i < 3; ++i) r.s[i] = t.st[i];
+  return r;
+}
+// Contiguous workspace tensors of dtype dt: [B, T, heads, D] (D = 0: gates [B, T, heads]).
+gdn::GdnTensor fwd_tok(void* ptr, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  gdn::GdnTensor r;
+  r.data = ptr;
+  r.dtype = dt;
+  if (D > 0) {
+    r.st[0] = T * heads * D, r.st[1] = heads * D, r.st[2] = D, r.st[3] = 1;
+  } else {
+    r.st[0] = T * heads, r.st[1] = heads, r.st[2] = 1;
+  }
+  return r;
+}
+gdn_bwd::View bwd_tok(void* ptr, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  gdn_bwd::View r;
+  r.p = ptr;
+  r.dtype = dt;
+  if (D > 0) {
+    r.s[0] = T * heads * D, r.s[1] = heads * D, r.s[2] = D;
+  } else {
+    r.s[0] = T * heads, r.s[1] = heads, r.s[2] = 1;
+  }
+  return r;
+}
+// h / dh buffers [rows_h, NTh, HV, K, V] of dtype s.idt.
+gdn::GdnTensor fwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
+  gdn::GdnTensor r;
+  r.data = ptr;
+  r.dtype = s.idt;
+  r.st[4] = 1, r.st[3] = p.V, r.st[2] = p.K * p.V, r.st[1] = p.HV * p.K * p.V, r.st[0] = s.NTh * p.HV * p.K * p.V;
+  return r;
+}
+gdn_bwd::View bwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
+  gdn_bwd::View r;
+  r.p = ptr;
+  r.dtype = s.idt;
+  r.s[3] = p.V, r.s[2] = p.K * p.V, r.s[1] = p.HV * p.K * p.V, r.s[0] = s.NTh * p.HV * p.K * p.V;
+  return r;
+}
+
+strata_tensor_desc desc_of(int32_t dtype, std::initializer_list<int64_t> shape, const int64_t* strides) {
+  strata_tensor_desc d{};
+  d.dtype = dtype;
+  d.rank = static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t x : shape) d.shape[i++] = x;
+  if (strides) {
+    for (int j = 0; j < d.rank; ++j) d.strides[j] = strides[j];
+  } else {
+    int64_t st = 1;
+    for (int j = d.rank - 1; j >= 0; --j) {
+      d.strides[j] = st;
+      st *= d.shape[j] > 0 ? d.shape[j] : 1;
+    }
+  }
+  return d;
+}
+
+// ---- small kernels ----
+
+// First index i of cu_seqlens[0..N] that breaks a rule (cu[0] == 0, cu[i] >= cu[i-1], cu[N] == T), or ULLONG_MAX.
+// One block; the integer minimum makes the verdict independent of the thread schedule.
+__global__ void __launch_bounds__(kThreads) check_cu_kernel(const int64_t* cu, int64_t stride, int64_t N, int64_t T,
+                                                           unsigned long long* out) {
+  __shared__ unsigned long long first;
+  if (threadIdx.x == 0) first = ULLONG_MAX;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i <= N; i += blockDim.x) {
+    const int64_t x = cu[i * stride];
+    bool bad = i == 0 ? x != 0 : x < cu[(i - 1) * stride];
+    if (i == N && x != T) bad = true;
+    if (bad) atomicMin(&first, static_cast<unsigned long long>(i));
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *out = first;
+}
+
+// out[b, t, h, d] = a[i] + b[i] (b optional) for contiguous f32 a, b [B, T, H, D], stored in out's dtype and
+// strides ((b, t, h) strides, unit last stride; D = 1 with gates [B, T, H] uses st[2] as the head stride).
+struct AddOut {
+  void* p;
+  int32_t dtype;
+  int64_t st[3];
+  int64_t T, H, D;
+};
+__global__ void __launch_bounds__(kThreads) add_store_kernel(const float* a, const float* b, AddOut o, int64_t total) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t d = i % o.D, r = i / o.D, h = r % o.H, bt = r / o.H, t = bt % o.T, bb = bt / o.T;
+    const float x = b ? a[i] + b[i] : a[i];
+    gdn::store_f(o.p, o.dtype, bb * o.st[0] + t * o.st[1] + h * o.st[2] + d, x);
+  }
+}
+
+strata_status add_store(const float* a, const float* b, AddOut o, int64_t total, cudaStream_t stream) {
+  if (total <= 0) return STRATA_SUCCESS;
+  const int64_t blocks = std::min<int64_t>(cuda::ceil_div(total, kThreads), kMaxBlocks);
+  add_store_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(a, b, o, total);
+  return cuda::check_launch("chunk_gated_delta_rule (add_store)");
+}
+AddOut add_out_of(const GdnTensor& t, int64_t T, int64_t H, int64_t D) {
+  return AddOut{t.data, t.dtype, {t.st[0], t.st[1], t.st[2]}, T, H, D};
+}
+AddOut add_out_f32(float* ptr, int64_t T, int64_t H, int64_t D) {
+  return AddOut{ptr, STRATA_DTYPE_F32, {T * H * D, H * D, D}, T, H, D};
+}
+
+// Checks cu_seqlens on the device and reads the verdict back (see the file comment). INVALID_VALUE with the
+// CPU path's messages.
+strata_status check_cu_seqlens(const char* op, const GdnParams& p, unsigned long long* flag, cudaStream_t stream) {
+  if (!p.cu_seqlens) return STRATA_SUCCESS;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  STRATA_CUDA_TRY(cudaStreamIsCapturing(stream, &cap));
+  if (cap != cudaStreamCaptureStatusNone) return STRATA_SUCCESS;  // no synchronisation inside a capture
+  check_cu_kernel<<<1, kThreads, 0, stream>>>(p.cu_seqlens, p.cu_stride, p.N, p.T, flag);
+  STRATA_RETURN_IF_ERROR(cuda::check_launch("chunk_gated_delta_rule (check cu_seqlens)"));
+  unsigned long long first = 0;
+  STRATA_CUDA_TRY(cudaMemcpyAsync(&first, flag, sizeof(first), cudaMemcpyDeviceToHost, stream));
+  STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (first == ULLONG_MAX) return STRATA_SUCCESS;
+  const int64_t i = static_cast<int64_t>(first);
+  int64_t vals[2] = {0, 0};  // cu[i - 1], cu[i] (error path only)
+  STRATA_CUDA_TRY(cudaMemcpy(&vals[1], p.cu_seqlens + i * p.cu_stride, sizeof(int64_t), cudaMemcpyDeviceToHost));
+  if (i > 0)
+    STRATA_CUDA_TRY(
+        cudaMemcpy(&vals[0], p.cu_seqlens + (i - 1) * p.cu_stride, sizeof(int64_t), cudaMemcpyDeviceToHost));
+  if (i == 0) return fail(STRATA_ERROR_INVALID_VALUE, "{}: cu_seqlens[0] must be 0, got {}", op, vals[1]);
+  if (vals[1] < vals[0])
+    return fail(STRATA_ERROR_INVALID_VALUE,
+                "{}: cu_seqlens must be non-decreasing, got cu_seqlens[{}] = {} after cu_seqlens[{}] = {}", op, i,
+                vals[1], i - 1, vals[0]);
+  return fail(STRATA_ERROR_INVALID_VALUE, "{}: the last entry cu_seqlens[{}] must equal T = {} (q.shape[1]), got {}",
+              op, p.N, p.T, vals[1]);
+}
+
+// ---- steps ----
+
+// l2norm of q and k into qn, kn (f32 contiguous) with rstd rq, rk.
+strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, const Sizes& s, cudaStream_t stream) {
+  if (!p.l2norm || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
+  const strata_tensor_desc f = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
+  for (int which = 0; which < 2; ++which) {
+    const GdnTensor& x = which == 0 ? p.q : p.k;
+    const strata_tensor_desc xd = desc_of(x.dtype, {p.B, p.T, p.H, p.K}, x.st);
+    norm::RowNormFwdParams a;
+    a.x = x.data;
+    a.y = which == 0 ? b.qn : b.kn;
+    a.rstd = which == 0 ? b.rq : b.rk;
+    a.x_dtype = x.dtype;
+    a.y_dtype = s.idt;
+    a.rstd_dtype = STRATA_DTYPE_F32;
+    a.rows = p.B * p.T * p.H;
+    a.D = p.K;
+    a.x_rows = make_row_layout(xd, 1);
+    a.y_rows = make_row_layout(f, 1);
+    a.rstd_rows = make_row_layout(r, 0);
+    a.n_div = 1;
+    a.eps = static_cast<float>(kGdnL2Eps);
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(norm::row_norm_fwd_cuda(a, stream)));
+  }
+  return STRATA_SUCCESS;
+}
+
+// dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx.
+strata_status l2norm_bwd(const GdnParams& p, const Sizes& s, const void* y, const float* rstd, const float* dy,
+                         const GdnTensor& dx, cudaStream_t stream) {
+  if (p.B * p.T * p.H == 0) return STRATA_SUCCESS;
+  const strata_tensor_desc fy = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc f = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
+  const strata_tensor_desc xd = desc_of(dx.dtype, {p.B, p.T, p.H, p.K}, dx.st);
+  norm::RowNormBwdParams a;
+  a.src = y;
+  a.rstd = rstd;
+  a.dout = dy;
+  a.dx = dx.data;
+  a.src_dtype = s.idt;
+  a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
+  a.dx_dtype = dx.dtype;
+  a.rows = p.B * p.T * p.H;
+  a.D = p.K;
+  a.src_rows = make_row_layout(fy, 1);
+  a.dout_rows = make_row_layout(f, 1);
+  a.rstd_rows = make_row_layout(r, 0);
+  a.dx_rows = make_row_layout(xd, 1);
+  a.n_div = 1;
+  a.kind = norm::RowNormBwdKind::kNormalizedSrc;
+  return static_cast<strata_status>(norm::row_norm_bwd_cuda(a, stream));
+}
+
+// Chunk-local cumsum over the gates [B, T, HV] (forward: γ from g; reverse: dg from dγ).
+strata_status gate_cumsum(const GdnParams& p, const void* in, int32_t in_dtype, const int64_t* in_st, void* out,
+                          int32_t out_dtype, const int64_t* out_st, bool reverse, cudaStream_t stream) {
+  if (p.B * p.T * p.HV == 0) return STRATA_SUCCESS;
+  ChunkCumsumParams c;
+  c.g = in;
+  c.out = out;
+  c.cu_seqlens = p.cu_seqlens;
+  c.cu_stride = p.cu_stride;
+  c.g_dtype = in_dtype;
+  c.out_dtype = out_dtype;
+  c.B = p.B, c.T = p.T, c.H = p.HV, c.S = 1, c.lanes = p.HV;
+  for (int i = 0; i < 3; ++i) c.g_strides[i] = in_st[i], c.out_strides[i] = out_st[i];
+  c.g_strides[3] = c.out_strides[3] = 0;
+  c.lanes_contiguous = (p.HV == 1 || in_st[2] == 1) && (p.HV == 1 || out_st[2] == 1);
+  c.num_seqs = p.N;
+  c.chunk_size = static_cast<int32_t>(kBT);
+  c.reverse = reverse;
+  c.scale = 1.f;
+  return static_cast<strata_status>(chunk_local_cumsum_cuda(c, stream));
+}
+
+// The forward sub-operator params: shape, chunks (device offsets), q/k (normalised or the inputs), γ.
+gdn::GdnFwdParams fwd_params(const GdnParams& p, const Bufs& b, const Sizes& s) {
+  gdn::GdnFwdParams f;
+  gdn::GdnShape& sh = f.shape;
+  sh.B = p.B, sh.T = p.T, sh.H = p.H, sh.HV = p.HV, sh.G = p.HV / p.H, sh.K = p.K, sh.V = p.V, sh.BT = kBT;
+  sh.N = p.N, sh.NTr = s.NTr, sh.NT = s.NTh, sh.scale = p.scale;
+  gdn::GdnChunks& m = f.chunks;
+  m.cu = p.cu_seqlens;
+  m.cu_stride = p.cu_stride;
+  m.offsets = p.cu_seqlens ? b.offs : nullptr;
+  m.B = p.B, m.T = p.T, m.N = p.N, m.BT = kBT, m.NTr = s.NTr;
+  f.q = p.l2norm ? fwd_tok(b.qn, s.idt, p.T, p.H, p.K) : fwd_view(p.q);
+  f.k = p.l2norm ? fwd_tok(b.kn, s.idt, p.T, p.H, p.K) : fwd_view(p.k);
+  f.v = fwd_view(p.v);
+  f.beta = fwd_view(p.beta);
+  f.g = fwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  return f;
+}
+
+// The parameters of every sub-operator call of one pass (built once; run() and the tensor-core report use them).
+struct Calls {
+  gdn::GdnFwdParams wy, fwdh, fwdo;  // prepare_wy_repr_fwd, chunk_gated_delta_rule_fwd_h, chunk_fwd_o
+  DvLocalParams dvp;
+  DhuParams dhp;
+  DqkwgParams qp;
+  WyBwdParams wp;
+};
+Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
+  Calls c;
+  gdn::GdnFwdParams f = fwd_params(p, b, s);
+  f.w = fwd_tok(b.w, s.idt, p.T, p.HV, p.K);
+  f.u = fwd_tok(b.u, s.idt, p.T, p.HV, p.V);
+  f.A = fwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  c.wy = f;
+  f.h = fwd_states(b.h, p, s);
+  f.h0 = fwd_view(p.h0);
+  f.ht = bwd ? gdn::GdnTensor{} : fwd_view(p.ht);  // the backward's re-run needs no final state
+  f.v_new = fwd_tok(b.vnew, s.idt, p.T, p.HV, p.V);
+  c.fwdh = f;
+  f.v = f.v_new;  // chunk_fwd_o reads the corrected values
+  f.o = fwd_view(p.o);
+  c.fwdo = f;
+  if (!bwd) return c;
+
+  const gdn_bwd::Dims d = bwd_dims(p, s);
+  const gdn_bwd::View q = p.l2norm ? bwd_tok(b.qn, s.idt, p.T, p.H, p.K) : bwd_view(p.q);
+  const gdn_bwd::View k = p.l2norm ? bwd_tok(b.kn, s.idt, p.T, p.H, p.K) : bwd_view(p.k);
+  const gdn_bwd::View gam = bwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0), dout = bwd_view(p.do_);
+  void* dvl = b.u;  // u is dead after the state pass
+  void* dw = b.w;   // w is dead after bwd_dhu
+
+  DvLocalParams& dvp = c.dvp;
+  dvp.d = d;
+  dvp.q = q, dvp.k = k, dvp.dout = dout, dvp.g = gam;
+  dvp.dv = bwd_tok(dvl, s.idt, p.T, p.HV, p.V);
+  dvp.scale = p.scale;
+
+  DhuParams& dhp = c.dhp;
+  dhp.d = d;
+  dhp.q = q, dhp.k = k, dhp.w = bwd_tok(b.w, s.idt, p.T, p.HV, p.K), dhp.dout = dout;
+  dhp.dv = bwd_tok(dvl, s.idt, p.T, p.HV, p.V);
+  dhp.g = gam;
+  dhp.dht = bwd_view(p.dht);
+  dhp.dh = bwd_states(b.dh, p, s);
+  dhp.dh0 = bwd_view(p.dh0);
+  dhp.dv2 = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  dhp.scale = p.scale;
+
+  DqkwgParams& qp = c.qp;
+  qp.d = d;
+  qp.q = q, qp.k = k, qp.v = bwd_tok(b.vnew, s.idt, p.T, p.HV, p.V), qp.dout = dout;
+  qp.h = bwd_states(b.h, p, s);
+  qp.dh = bwd_states(b.dh, p, s);
+  qp.dv = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  qp.g = gam;
+  // without l2norm dq is final here
+  qp.dq = p.l2norm ? bwd_tok(b.dq, STRATA_DTYPE_F32, p.T, p.H, p.K) : bwd_view(p.dq);
+  qp.dk = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
+  qp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
+  qp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  qp.scale = p.scale;
+
+  WyBwdParams& wp = c.wp;
+  wp.d = d;
+  wp.k = k, wp.v = bwd_view(p.v), wp.beta = bwd_view(p.beta);
+  wp.A = bwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  wp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
+  wp.du = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
+  wp.g = gam;
+  wp.dk = bwd_tok(b.dk2, STRATA_DTYPE_F32, p.T, p.H, p.K);
+  wp.dv = bwd_view(p.dv);
+  wp.dbeta = bwd_view(p.dbeta);
+  wp.dg = bwd_tok(b.dg2, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  return c;
+}
+
+// Shared head of both passes: cu_seqlens check, l2norm, γ, chunk offsets, WY factors, state pass (h, v_new and,
+// in the forward, the final state).
+strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
+                             cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
+  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+  STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream));
+}
+
+// Which kernel the two late sub-operators run (their tensor-core kernels when their reject rule is empty, as
+// their automatic entry points decide) and so how much scratch they need: the FMA kernels of chunk_bwd_dqkwg
+// keep per-value-head dq, dk in f32 ([B, T, HV, K] each), the tensor-core ones do not.
+bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
+bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
+size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
+  const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
+  const Calls c = make_calls(p, fake, s, true);
+  const gdn_bwd::Dims d = bwd_dims(p, s);
+  const size_t q = dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma_workspace(d) : chunk_bwd_dqkwg_cuda_fma_workspace(d);
+  const size_t w = wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma_workspace(d) : prepare_wy_repr_bwd_cuda_fma_workspace(d);
+  return std::max(q, w);
+}
+Bufs carve(const GdnParams& p, bool bwd, void* base) {
+  return carve_with(p, bwd, base, bwd ? late_scratch_bytes(p, sizes_of(p, true)) : 0);
+}
+
+}  // namespace
+
+size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
+size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
+
+std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
+  const Sizes s = sizes_of(p, bwd);
+  // Buffer addresses only (the reject functions read dtypes, presence and shapes, never the memory).
+  const Bufs b = carve(p, bwd, reinterpret_cast<void*>(uintptr_t{256}));
+  const Calls c = make_calls(p, b, s, bwd);
+  std::string r;
+  auto add = [&r](const char* what, const std::string& why) {
+    if (!why.empty()) r += std::string(r.empty() ? "" : "; ") + what + ": " + why;
+  };
+  add("prepare_wy_repr_fwd", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy));
+  add("chunk_gated_delta_rule_fwd_h", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kFwdH, c.fwdh));
+  if (!bwd) {
+    add("chunk_fwd_o", gdn::fwd_cuda_mma_reject(gdn::FwdOp::kFwdO, c.fwdo));
+    return r;
+  }
+  add("chunk_bwd_dv_local", chunk_bwd_dv_local_cuda_mma_reject(c.dvp));
+  add("chunk_gated_delta_rule_bwd_dhu", chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp));
+  add("chunk_bwd_dqkwg", chunk_bwd_dqkwg_cuda_mma_reject(c.qp));
+  add("prepare_wy_repr_bwd", prepare_wy_repr_bwd_cuda_mma_reject(c.wp));
+  return r;
+}
+
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Sizes s = sizes_of(p, false);
+  const Bufs b = carve(p, false, workspace);
+  const Calls c = make_calls(p, b, s, false);
+  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
+}
+
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Sizes s = sizes_of(p, true);
+  const Bufs b = carve(p, true, workspace);
+  const Calls c = make_calls(p, b, s, true);
+  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
+  // automatic entry points).
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
+                                                                 : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma(c.wp, b.late, stream)
+                                                                  : prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
+
+  // dg = reverse chunk-local cumsum of dγ1 + dγ2 (summed in place into dγ1).
+  STRATA_RETURN_IF_ERROR(add_store(b.dg1, b.dg2, add_out_f32(b.dg1, p.T, p.HV, 1), s.gates, stream));
+  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+  STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
+
+  // dk = dk1 + dk2; with l2norm, dq and dk go through the l2norm backward.
+  if (!p.l2norm) return add_store(b.dk1, b.dk2, add_out_of(p.dk, p.T, p.H, p.K), s.qk, stream);
+  STRATA_RETURN_IF_ERROR(add_store(b.dk1, b.dk2, add_out_f32(b.dk1, p.T, p.H, p.K), s.qk, stream));
+  STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
+  return l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream);
+}
+
+}  // namespace strata::linear_attn

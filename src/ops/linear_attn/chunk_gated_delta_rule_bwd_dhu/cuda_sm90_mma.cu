@@ -1,0 +1,226 @@
+// Tensor-core CUDA kernel of chunk_gated_delta_rule_bwd_dhu ("cuda.sm90.mma", bf16/f16 token tensors): one
+// 256-thread block (8 warps) per (sequence n, value head hv, 64-column tile of V) on grid.x (grid-stride: any
+// N·HV), sequential over the sequence's chunks from the last. The recurrence is independent per column of dS,
+// so V tiles never talk. dS [K, 64] is carried in f32 in the warps' mma accumulators (warp w owns rows
+// [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns 32 (w / 4) .. + 31, KP = K rounded up to 64) for the whole
+// sequence. Two blocks fit an SM at K = 128 (89 KiB shared memory, 128 registers), so B = 4, HV = 32, V = 128
+// (256 blocks) runs in one wave. Per chunk (L ≤ BT rows, zero-filled to 64):
+//   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
+//   sS    = T(dS)                                        [KP, 64] shared, the B operand below
+//   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × 64, contraction KP; warp w rows 16 (w % 4)..
+//   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × 64, contraction 128
+// (fla's precision model: dS rounded to T for Kc dS, dVn rounded to T for Wcᵀ dVn, f32 accumulation.)
+// Shared memory per block (KP = 128): q|w 128 × 136, k 64 × 136, sS 128 × 72, dO|dVn 128 × 72 (16-bit) ≈ 89 KiB.
+// Every element is produced by one block in a fixed order: same bits every run, no atomics.
+#include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+
+#include <fmt/format.h>
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+using namespace gdn_bwd::tc;
+
+constexpr int kBV = 64;               // V columns per block
+constexpr int kWarps = 8;            // 4 (rows of dS / dVn) x 2 (32-column halves)
+constexpr int kThr = kWarps * 32;
+constexpr int kLdB = kBV + 8;         // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
+
+template <int KP>
+struct DhuSmem {
+  static constexpr int kLdK = KP + 8;
+  static constexpr size_t kQW = 0;                                   // [128][kLdK]: q rows 0..63, w rows 64..127
+  static constexpr size_t kK = kQW + size_t{128} * kLdK * 2;         // [64][kLdK]
+  static constexpr size_t kS = kK + size_t{64} * kLdK * 2;           // [KP][kLdB]: T(dS)
+  static constexpr size_t kB = kS + size_t{KP} * kLdB * 2;           // [128][kLdB]: E dO rows 0..63, dv / -dVn 64..127
+  static constexpr size_t kG = kB + size_t{128} * kLdB * 2;          // float[64]: γ
+  static constexpr size_t kBytes = kG + 64 * sizeof(float);
+};
+
+template <class T, int KP>
+__global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items,
+                                                       int64_t vtiles) {
+  using S = DhuSmem<KP>;
+  constexpr int MT = KP / 64;  // 16-row m-tiles of dS per warp
+  constexpr int kLdK = S::kLdK;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* sQW = reinterpret_cast<uint16_t*>(smem + S::kQW);
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::kK);
+  uint16_t* sS = reinterpret_cast<uint16_t*>(smem + S::kS);
+  uint16_t* sB = reinterpret_cast<uint16_t*>(smem + S::kB);
+  float* sG = reinterpret_cast<float*>(smem + S::kG);
+  const Dims& d = p.d;
+  const int warp = threadIdx.x / 32, wm = warp % 4, cn = (warp / 4) * 32;
+  const int row0 = wm * (KP / 4);  // this warp's first dS row; columns cn .. cn + 31
+  const bool dh_vec = p.dh.dtype == Elem<T>::kDtype;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t vt = item % vtiles, hv = item / vtiles % d.HV, n = item / (vtiles * d.HV), h = hv / d.G;
+    const int64_t e0 = vt * kBV;
+    const int vc = static_cast<int>(d.V - e0 < kBV ? d.V - e0 : kBV);
+    int64_t b = 0, bos, eos, hc0;
+    if (d.varlen()) {
+      bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
+      if (eos < bos) eos = bos;  // only with invalid cu_seqlens
+    } else {
+      b = n, bos = 0, eos = d.T, hc0 = 0;
+    }
+    // dS = dht[n, hv] (or 0), f32 in the accumulators.
+    float acc[MT][4][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
+          acc[mt][nt][e] = (p.dht.present() && x < d.K && col < vc) ? ld_f32(p.dht, p.dht.off(n, hv, x) + e0 + col)
+                                                                     : 0.f;
+        }
+    const int64_t nc = (eos - bos + d.BT - 1) / d.BT;
+    for (int64_t c = nc - 1; c >= 0; --c) {
+      const int64_t t0 = bos + c * d.BT, hc = hc0 + c;
+      const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
+      const int kc = static_cast<int>(d.K);
+      __syncthreads();  // the previous chunk's readers of shared memory are done
+      load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
+      load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
+      load_tile_async<T, kThr>(sK, kLdK, 64, KP, p.k, p.k.off(b, t0, h), p.k.s[1], L, kc);
+      load_tile_async<T, kThr>(sB, kLdB, 64, kBV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
+      load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, kBV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
+      if (threadIdx.x < 64)
+        sG[threadIdx.x] = p.g.present() && static_cast<int>(threadIdx.x) < L
+                              ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv))
+                              : 0.f;
+      // sS = T(dS); dh[c] = dS straight from the f32 fragments unless dh holds T (copied from sS below).
+      const bool write_dh = hc < d.NT;  // invalid cu_seqlens could point past dh
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
+            sS[x * kLdB + col] = Elem<T>::from(acc[mt][nt][e]);
+            if (write_dh && !dh_vec && x < d.K && col < vc)
+              st_f32(p.dh, p.dh.off(b, hc, hv, x) + e0 + col, acc[mt][nt][e]);
+          }
+      cp_async_wait_all();
+      __syncthreads();
+      if (write_dh && dh_vec) {  // 16-bit dh: the rounded copy, row by row (consecutive threads, consecutive columns)
+        uint16_t* dh16 = static_cast<uint16_t*>(p.dh.p);
+        for (int e = threadIdx.x; e < kc * kBV; e += kThr) {
+          const int x = e / kBV, col = e % kBV;
+          if (col < vc) dh16[p.dh.off(b, hc, hv, x) + e0 + col] = sS[x * kLdB + col];
+        }
+      }
+      const float gl = sG[L - 1];
+      // dO rows scaled by scale · exp(γ_i) (rows past L are zero already).
+      for (int e = threadIdx.x; e < 64 * kBV; e += kThr) {
+        const int i = e / kBV, col = e % kBV;
+        if (i < L) {
+          uint16_t& x = sB[i * kLdB + col];
+          x = Elem<T>::from(Elem<T>::to(x) * (p.scale * expf(sG[i])));
+        }
+      }
+      // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + 31.
+      {
+        float dacc[1][4][4];
+        zero(dacc);
+        warp_gemm<T, true, true, 1, 4>(dacc, sK + wm * 16 * kLdK, kLdK, sS + cn, kLdB, KP);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);
+            uint16_t& slot = sB[(64 + i) * kLdB + col];  // dv[i][col], replaced by −T(dVn)
+            float x = 0.f;
+            if (i < L && col < vc) {
+              x = Elem<T>::to(slot) + expf(gl - sG[i]) * dacc[0][nt][e];
+              st_f32(p.dv2, p.dv2.off(b, t0 + i, hv) + e0 + col, x);
+            }
+            slot = Elem<T>::from(-x);
+          }
+      }
+      __syncthreads();
+      // dS = exp(γ_last) dS + [Q ; W]ᵀ [E dO ; −dVn]
+      const float decay = expf(gl);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= decay;
+      warp_gemm<T, false, true, MT, 4>(acc, sQW + row0, kLdK, sB + cn, kLdB, 128);
+    }
+    if (p.dh0.present())
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
+            if (x < d.K && col < vc) st_f32(p.dh0, p.dh0.off(n, hv, x) + e0 + col, acc[mt][nt][e]);
+          }
+  }
+}
+
+template <class T, int KP>
+strata_status launch(const DhuParams& p, const int64_t* offs, int64_t items, int64_t vtiles, cudaStream_t stream) {
+  constexpr size_t smem = DhuSmem<KP>::kBytes;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
+  dhu_mma_kernel<T, KP><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, vtiles);
+  return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (mma)");
+}
+
+template <class T>
+strata_status launch_k(const DhuParams& p, const int64_t* offs, int64_t items, int64_t vtiles, cudaStream_t stream) {
+  const int64_t K = p.d.K;
+  if (K <= 64) return launch<T, 64>(p, offs, items, vtiles, stream);
+  if (K <= 128) return launch<T, 128>(p, offs, items, vtiles, stream);
+  if (K <= 192) return launch<T, 192>(p, offs, items, vtiles, stream);
+  return launch<T, 256>(p, offs, items, vtiles, stream);
+}
+
+}  // namespace
+
+std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
+  if (!common_16bit_dtype({&p.q, &p.k, &p.w, &p.dout, &p.dv}))
+    return "takes q, k, w, do, dv of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
+  if (p.d.K > 256) return fmt::format("K = {} > 256", p.d.K);
+  return "";
+}
+
+size_t chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
+
+int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace, void* stream_ptr) {
+  const std::string why = chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(p);
+  if (!why.empty())
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu cuda.sm90.mma: {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
+  const int64_t vtiles = d.V > 0 ? (d.V + kBV - 1) / kBV : 0;
+  const int64_t items = d.N * d.HV * vtiles;
+  if (items == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, items, vtiles, stream)
+                                        : launch_k<f16_t>(p, offs, items, vtiles, stream);
+}
+
+// The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.
+size_t chunk_gated_delta_rule_bwd_dhu_cuda_workspace(const Dims& d) {
+  return std::max(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(d),
+                  chunk_gated_delta_rule_bwd_dhu_cuda_fma_workspace(d));
+}
+int chunk_gated_delta_rule_bwd_dhu_cuda(const DhuParams& p, void* workspace, void* stream) {
+  return chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(p).empty()
+             ? chunk_gated_delta_rule_bwd_dhu_cuda_mma(p, workspace, stream)
+             : chunk_gated_delta_rule_bwd_dhu_cuda_fma(p, workspace, stream);
+}
+
+}  // namespace strata::linear_attn

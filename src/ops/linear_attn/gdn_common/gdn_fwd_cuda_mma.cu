@@ -1,0 +1,745 @@
+// CUDA sm_90 tensor-core kernels of the GDN forward chunk operators (gdn_fwd_kernels.h) for bf16 / f16 token
+// tensors: warp-level mma.sync m16n8k16 (tile/cuda/mma.cuh) with T = bf16 or f16 operands and f32 accumulators.
+// Every block has 4 warps (128 threads); a chunk is a 64-row tile (BT = 16 / 32 / 64 chunks and tail chunks of
+// L < BT rows are zero-padded to 64 rows) and warp w owns rows [16w, 16w + 16) of every 64-row product.
+//
+//   kernel          grid.x (1-D)                         block work
+//   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (K in 64-column slices)
+//   wy_mma<kSolve>  chunk slot x value head              A = (I + Akk)^-1 in f32 (blocked, see invert())
+//   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
+//   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
+//   state_mma       sequence x value head x 32-col tile  S [K x 32] in f32 registers across the chunks
+//   chunk_o_mma     chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) Vn)
+//
+// Precision (ARCHITECTURE.md §6; spec §6.3). Token inputs (q, k, v, w, u, A, h, Akk) are already bf16/f16, so
+// they enter the products exactly; accumulation is f32. Values computed here in f32 that feed a product are
+// rounded to T once: the inverse A scaled by β (e^γ) for w / u, and the gated Q Kᵀ for o — fla's model, well
+// inside the 16-bit outputs' ceilings (bf16 1e-2, f16 2e-3). The inverse itself is f32 (SIMT, it is small),
+// and so is Akk. The state pass is different: its final state ht is f32 and is held to f32 accuracy
+// (ceiling 1e-5), and errors in S feed back through v_new = u − W S into every later chunk. So S (in W S)
+// and Vd (in Kᵀ Vd) enter their products as a sum of kTerms T values, x ≈ t0 + t1 (+ t2) with
+// t_i = round_T(x − Σ_{j<i} t_j): 3 terms for bf16 (residual ≤ 2^-24 |x|), 2 for f16 (≤ 2^-22 |x|). The
+// products then cost kTerms mma each, still far below the f32 SIMT cost, and the carried S stays f32.
+//
+// Loads: 16-byte cp.async copies when a tensor has the kernel's dtype, unit column stride and 16-byte aligned
+// rows; element-wise loads with conversion otherwise (any strides, misaligned views); zero fill past the
+// chunk's rows and past K / V. Gate exponentials only see non-positive arguments and masked entries are
+// selected, not multiplied. No atomics: every output element is written once by one thread, in a fixed
+// order, so results are bitwise reproducible.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
+#include "tile/cuda/check.cuh"
+#include "tile/cuda/cp_async.cuh"
+#include "tile/cuda/mma.cuh"
+#include "tile/cuda/vec_io.cuh"
+
+namespace strata::linear_attn::gdn {
+namespace {
+
+namespace mma = strata::cuda::mma;
+using mma::FragA;
+using mma::FragB;
+using mma::FragC;
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kRows = 64;      // rows of a chunk tile
+constexpr int kLdT = 64 + 8;   // leading dim (elements) of a 64-column 16-bit tile (conflict-free ldmatrix)
+constexpr int kLdF = 64 + 4;   // leading dim of a 64 x 64 f32 tile
+
+template <class T>
+constexpr int32_t dtype_of() {
+  return std::is_same_v<T, __nv_bfloat16> ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16;
+}
+
+__device__ __forceinline__ int64_t off_tok(const GdnTensor& t, int64_t b, int64_t tok, int64_t head) {
+  return b * t.st[0] + tok * t.st[1] + head * t.st[2];
+}
+
+// dst [kRows][ld] (16-bit T) = rows r < nrows of a strided matrix: element (r, c) at t[base + r*rs + (c0+c)*cs]
+// for r < rows and c0 + c < cols, 0 elsewhere; columns [0, kCols). Issues cp.async copies (call
+// cp_async_commit / cp_async_wait / __syncthreads before reading dst) and plain stores for the rest.
+template <class T, int kCols>
+__device__ void load_tile(T* dst, int ld, const GdnTensor& t, int64_t base, int64_t rs, int64_t cs, int rows,
+                          int64_t c0, int64_t cols, int nrows = kRows) {
+  static_assert(kCols % 8 == 0, "16-byte row segments");
+  constexpr int kSeg = kCols / 8;
+  const bool fast = t.dtype == dtype_of<T>() && cs == 1 && rs % 8 == 0 &&
+                    (reinterpret_cast<uintptr_t>(static_cast<const uint16_t*>(t.data) + base + c0) & 15u) == 0;
+  for (int idx = threadIdx.x; idx < nrows * kSeg; idx += kThreads) {
+    const int r = idx / kSeg, q = idx - r * kSeg;
+    T* d = dst + r * ld + q * 8;
+    const int64_t col = c0 + q * 8;
+    if (fast && r < rows && col + 8 <= cols) {
+      cuda::cp_async16(d, static_cast<const uint16_t*>(t.data) + base + r * rs + col, true);
+    } else {
+      float v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        v[e] = (r < rows && col + e < cols) ? load_f(t, base + r * rs + (col + e) * cs) : 0.f;
+      uint4 u;
+      u.x = mma::pack2<T>(v[0], v[1]);
+      u.y = mma::pack2<T>(v[2], v[3]);
+      u.z = mma::pack2<T>(v[4], v[5]);
+      u.w = mma::pack2<T>(v[6], v[7]);
+      *reinterpret_cast<uint4*>(d) = u;
+    }
+  }
+}
+
+__device__ __forceinline__ void wait_tiles() {
+  cuda::cp_async_commit();
+  cuda::cp_async_wait<0>();
+  __syncthreads();
+}
+
+// Stores the pair (a, b) at columns col, col + 1 (< D) of a row at element offset `row_off` of t: one 32-bit
+// store when t is 16-bit, unit-stride and aligned, element stores otherwise.
+__device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, int64_t cs, int64_t col, int64_t D,
+                                           float a, float b) {
+  if (col >= D) return;
+  const int64_t i = row_off + col * cs;
+  if ((t.dtype == STRATA_DTYPE_BF16 || t.dtype == STRATA_DTYPE_F16) && cs == 1 && col + 1 < D &&
+      (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(t.data) + i) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(t.data) + i) = cuda::pack_half2(t.dtype, a, b);
+    return;
+  }
+  store_f(t, i, a);
+  if (col + 1 < D) store_f(t, i + cs, b);
+}
+
+// A fragment (16 x 16 block at rows m0, cols k0) of the f32 tile X (ld kLdF) with column j scaled by f[j],
+// rounded to T.
+template <class T>
+__device__ __forceinline__ FragA frag_a_scaled(const float* X, int m0, int k0, const float* f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const float* r0 = X + (m0 + g) * kLdF + k0 + t2;
+  const float* r1 = r0 + 8 * kLdF;
+  const float* fc = f + k0 + t2;
+  FragA a;
+  a.x[0] = mma::pack2<T>(r0[0] * fc[0], r0[1] * fc[1]);
+  a.x[1] = mma::pack2<T>(r1[0] * fc[0], r1[1] * fc[1]);
+  a.x[2] = mma::pack2<T>(r0[8] * fc[8], r0[9] * fc[9]);
+  a.x[3] = mma::pack2<T>(r1[8] * fc[8], r1[9] * fc[9]);
+  return a;
+}
+
+// ---------------------------------------------------------------- the WY kernel family
+enum WyMode : int { kWyKkt = 0, kWySolve, kWyRecompute, kWyPrepare };
+
+// X = (I + M)^-1 for strictly lower M (f32 tiles, ld kLdF, zero outside the strictly lower part): the four
+// 16 x 16 diagonal blocks by forward substitution (warp w, lane j < 16 owns column j of block w: a column of
+// the inverse depends on that column only), then block rows r = 1..3 in order:
+// X_rc = −X_rr Σ_{k=c}^{r−1} M_rk X_kc for c < r (Y = the sum, in Yf [3][16][16]). All f32; fixed order.
+__device__ void invert(const float* M, float* X, float* Yf) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+    const int i = idx >> 6, j = idx & 63;
+    if ((j >> 4) > (i >> 4)) X[i * kLdF + j] = 0.f;
+  }
+  if (lane < 16) {
+    const int r0 = 16 * warp, j = lane;
+    float x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float acc = i == j ? 1.f : 0.f;
+      const float* mrow = M + (r0 + i) * kLdF + r0;
+#pragma unroll
+      for (int m = 0; m < i; ++m) acc = fmaf(-mrow[m], x[m], acc);
+      x[i] = i < j ? 0.f : acc;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) X[(r0 + i) * kLdF + r0 + j] = x[i];
+  }
+  for (int r = 1; r < 4; ++r) {
+    __syncthreads();
+    for (int idx = tid; idx < r * 256; idx += kThreads) {
+      const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
+      const float* mrow = M + (16 * r + i) * kLdF;
+      float acc = 0.f;
+      for (int kb = c; kb < r; ++kb) {
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+          const int k = 16 * kb + kk;
+          acc = fmaf(mrow[k], X[k * kLdF + 16 * c + jj], acc);
+        }
+      }
+      Yf[idx] = acc;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < r * 256; idx += kThreads) {
+      const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
+      const float* xrow = X + (16 * r + i) * kLdF + 16 * r;
+      float acc = 0.f;
+#pragma unroll
+      for (int m = 0; m < 16; ++m) acc = fmaf(xrow[m], Yf[(c << 8) + (m << 4) + jj], acc);  // X_rr[i][m>i] = 0
+      X[(16 * r + i) * kLdF + 16 * c + jj] = -acc;
+    }
+  }
+  __syncthreads();
+}
+
+// Rows [0, L) of a chunk matrix (cols < BT) from the f32 tile X into rows s.. of t (cols >= L written as 0).
+__device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int L, int BT, const float* X) {
+  for (int idx = threadIdx.x; idx < L * BT; idx += kThreads) {
+    const int i = idx / BT, j = idx - i * BT;
+    store_f(t, off_tok(t, c.b, c.s + i, hv) + j * t.st[3], j < L ? X[i * kLdF + j] : 0.f);
+  }
+}
+
+constexpr size_t kWySmem = kRows * kLdT * 2 + 2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+
+template <class T, int kMode>
+__global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* cs = reinterpret_cast<T*>(smem);                                   // [64][kLdT] column tile
+  float* M = reinterpret_cast<float*>(smem + kRows * kLdT * 2);        // [64][kLdF] Akk
+  float* X = M + kRows * kLdF;                                          // [64][kLdF] inverse
+  float* Yf = X + kRows * kLdF;                                         // [3][16][16] merge scratch
+  float* gam = Yf + 3 * 256;                                            // [64] γ (0 without g)
+  float* bet = gam + kRows;                                             // [64] β (1 without beta)
+  const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int64_t slot = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / p.shape.G;
+  const ChunkPos c = locate_chunk(p.chunks, slot);
+  if (!c.valid) return;
+  const int L = static_cast<int>(c.e - c.s);
+  const int BT = static_cast<int>(p.shape.BT);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  if (kMode != kWySolve)
+    for (int i = tid; i < kRows; i += kThreads) {
+      float gv = 0.f, bv = 1.f;
+      if (i < L) {
+        if (p.g.present()) gv = load_f(p.g, off_tok(p.g, c.b, c.s + i, hv));
+        if (p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
+      }
+      gam[i] = gv;
+      bet[i] = bv;
+    }
+  __syncthreads();
+
+  if constexpr (kMode == kWyKkt || kMode == kWyPrepare) {
+    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block), K in 64-wide slices.
+    FragC P[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) P[n].zero();
+    for (int64_t d0 = 0; d0 < K; d0 += 64) {
+      __syncthreads();
+      load_tile<T, 64>(cs, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+      wait_tiles();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const FragA a = mma::load_a(cs, kLdT, 16 * warp, 16 * ks);
+#pragma unroll
+        for (int np = 0; np < 4; ++np)
+          if (np <= warp) {
+            FragB b0, b1;
+            mma::load_b2(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::mma16816<T>(P[2 * np], a, b0);
+            mma::mma16816<T>(P[2 * np + 1], a, b1);
+          }
+      }
+    }
+    // M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected, so e^{...} never overflows).
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * warp + mma::c_row(e), j = 8 * n + mma::c_col(e);
+        M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
+      }
+    __syncthreads();
+    if constexpr (kMode == kWyKkt) {
+      store_chunk_mat(p.Akk, c, hv, L, BT, M);
+      return;
+    }
+  }
+  if constexpr (kMode == kWySolve) {
+    for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+      const int i = idx >> 6, j = idx & 63;
+      M[i * kLdF + j] = (j < i && i < L) ? load_f(p.Akk, off_tok(p.Akk, c.b, c.s + i, hv) + j * p.Akk.st[3]) : 0.f;
+    }
+    __syncthreads();
+  }
+  if constexpr (kMode == kWySolve || kMode == kWyPrepare) {
+    invert(M, X, Yf);
+    store_chunk_mat(p.A, c, hv, L, BT, X);
+    if constexpr (kMode == kWySolve) return;
+  }
+  if constexpr (kMode == kWyRecompute) {
+    for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+      const int i = idx >> 6, j = idx & 63;
+      X[i * kLdF + j] = (j <= i && i < L) ? load_f(p.A, off_tok(p.A, c.b, c.s + i, hv) + j * p.A.st[3]) : 0.f;
+    }
+    __syncthreads();
+  }
+  if constexpr (kMode == kWyRecompute || kMode == kWyPrepare) {
+    // Column scales (M's storage is free now): fw = β e^γ (w), fu = β (u); 0 past L.
+    float* fw = M;
+    float* fu = M + kRows;
+    __syncthreads();
+    for (int j = tid; j < kRows; j += kThreads) {
+      fw[j] = j < L ? bet[j] * expf(gam[j]) : 0.f;
+      fu[j] = j < L ? bet[j] : 0.f;
+    }
+    __syncthreads();
+    // A operands of warp w (rows 16w..), k = chunk position: only blocks ks <= w are non-zero (A is lower).
+    FragA aw[4], au[4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      aw[ks] = frag_a_scaled<T>(X, 16 * warp, 16 * ks, fw);
+      au[ks] = frag_a_scaled<T>(X, 16 * warp, 16 * ks, fu);
+    }
+    const int64_t nk = cdiv(K, 64), ntiles = nk + cdiv(V, 64);
+    for (int64_t tile = 0; tile < ntiles; ++tile) {
+      const bool is_w = tile < nk;
+      const GdnTensor& src = is_w ? p.k : p.v;
+      const GdnTensor& dst = is_w ? p.w : p.u;
+      const int64_t D = is_w ? K : V;
+      const int64_t c0 = (is_w ? tile : tile - nk) * 64;
+      __syncthreads();
+      load_tile<T, 64>(cs, kLdT, src, off_tok(src, c.b, c.s, is_w ? h : hv), src.st[1], src.st[3], L, c0, D);
+      wait_tiles();
+      FragC acc[8];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) acc[n].zero();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        if (ks <= warp) {
+          FragA a;  // register selects (a reference to either array would move both to local memory)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a.x[r] = is_w ? aw[ks].x[r] : au[ks].x[r];
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            FragB b0, b1;
+            mma::load_b2_trans(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::mma16816<T>(acc[2 * np], a, b0);
+            mma::mma16816<T>(acc[2 * np + 1], a, b1);
+          }
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * warp + mma::c_row(2 * half);
+        if (i >= L) continue;
+        const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+          store_pair(dst, ro, dst.st[3], c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- the state pass
+// Stores x (a 16 x 8 accumulator tile at (m0, n0)) as kTerms 16-bit tiles t_0.. (term stride `tstride`
+// elements) with x ≈ Σ t_i, t_i = round(x − Σ_{j<i} t_j).
+template <class T, int kTerms>
+__device__ __forceinline__ void store_terms(T* base, int tstride, int ld, int m0, int n0, const FragC& x) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  float r[4] = {x.x[0], x.x[1], x.x[2], x.x[3]};
+#pragma unroll
+  for (int term = 0; term < kTerms; ++term) {
+    const uint32_t lo = mma::pack2<T>(r[0], r[1]), hi = mma::pack2<T>(r[2], r[3]);
+    T* tb = base + term * tstride;
+    *reinterpret_cast<uint32_t*>(tb + (m0 + g) * ld + n0 + t2) = lo;
+    *reinterpret_cast<uint32_t*>(tb + (m0 + g + 8) * ld + n0 + t2) = hi;
+    if (term + 1 < kTerms) {
+      const float2 fl = mma::unpack2<T>(lo), fh = mma::unpack2<T>(hi);
+      r[0] -= fl.x, r[1] -= fl.y, r[2] -= fh.x, r[3] -= fh.y;
+    }
+  }
+}
+
+// Two stages of K and W [64 x kKB]; the S terms [kTerms][kKB][kLdS], whose storage the Vd terms
+// [kTerms][64][kLdS] reuse once W S is done; γ [64].
+template <int kKB, int kTerms, int kBV>
+constexpr size_t state_smem() {
+  return 2 * 2 * kRows * (kKB + 8) * 2 + kTerms * kKB * (kBV + 8) * 2 + kRows * 4;
+}
+
+// S [K x kBV] (columns v0..v0+kBV-1, kBV = 16 or 32) of one (sequence, value head) in f32 registers across the chunks; K <= kKB
+// (64 / 128 / 256). Warp w owns S rows [w·kKB/4, (w+1)·kKB/4) as kMT x kBV/8 accumulator tiles. Per chunk c:
+// the next chunk's K and W [64 x kKB] are requested (cp.async, two stages) before anything else; S's terms go
+// to shared, h[c] = S, v_new = u − W S (warp w: rows 16w..), Vd = v_new e^{γ_last − γ} as terms, then
+// S = e^{γ_last} S + Kᵀ Vd on the tensor cores. Barriers per chunk: (A) stage and operand reuse, (B) this
+// chunk's tiles and S terms visible, (C) W S done (Vd reuses the S terms' storage), (D) Vd terms visible.
+template <class T, int kKB, int kTerms, int kBV>
+__global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int64_t nvt) {
+  constexpr int kLdK = kKB + 8;
+  constexpr int kMT = kKB / 64;  // 16-row tiles of S per warp
+  constexpr int kNT = kBV / 8;   // 8-column accumulator tiles of a kBV-column block
+  constexpr int kNP = kBV / 16;  // pairs of them (one ldmatrix.x4 each)
+  constexpr int kLdS = kBV + 8;  // leading dim of the kBV-column 16-bit operand tiles (conflict-free)
+  constexpr int kStage = 2 * kRows * kLdK;  // elements of one stage (K then W)
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* stages = reinterpret_cast<T*>(smem);  // [2][K, W][64][kLdK]
+  T* Sop = stages + 2 * kStage;            // [kTerms][kKB][kLdS]
+  T* Vop = Sop;                            // [kTerms][64][kLdS], after W S
+  float* gam = reinterpret_cast<float*>(Sop + kTerms * kKB * kLdS);  // [64]
+  const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int srow0 = warp * (kKB / 4);
+
+  FragC S[kMT][kNT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t a = srow0 + 16 * mt + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+        S[mt][nt].x[e] = (p.h0.present() && a < K && col < V)
+                             ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                             : 0.f;
+      }
+
+  // Requests chunk [t, t + BT) of the sequence into stage `st` (one cp.async group).
+  auto request = [&](int64_t t, int st) {
+    const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
+    T* Kst = stages + st * kStage;
+    load_tile<T, kKB>(Kst, kLdK, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
+    load_tile<T, kKB>(Kst + kRows * kLdK, kLdK, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
+    cuda::cp_async_commit();
+  };
+  // γ of row tid of chunk [t, t + BT) (0 past the chunk or without g), fetched one chunk ahead into a register
+  // so that its global latency is not on the sequential path.
+  auto fetch_gamma = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
+    return (tid < Lr && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t + tid, hv)) : 0.f;
+  };
+  float g_next = 0.f;
+  if (sq.bos < sq.eos) {
+    request(sq.bos, 0);
+    g_next = fetch_gamma(sq.bos);
+  }
+  int64_t cidx = sq.chunk0;
+  int st = 0;
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++cidx, st ^= 1) {
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    const bool more = t0 + BT < sq.eos;
+    const T* Ks = stages + st * kStage;
+    const T* Ws = Ks + kRows * kLdK;
+    __syncthreads();  // (A) the previous chunk's readers of stage st ^ 1, Vop (= Sop) and gam are done
+    if (more) request(t0 + BT, st ^ 1);
+    static_assert(kThreads >= kRows, "a thread per chunk row");
+    if (tid < kRows) gam[tid] = g_next;
+    if (more) g_next = fetch_gamma(t0 + BT);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        store_terms<T, kTerms>(Sop, kKB * kLdS, kLdS, srow0 + 16 * mt, 8 * nt, S[mt][nt]);
+    // h[c] = S (chunk start state), from the f32 registers.
+    if (p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT)) {
+      const int64_t hb = h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t a = srow0 + 16 * mt + mma::c_row(2 * half);
+          if (a >= K) continue;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+            store_pair(p.h, hb + a * p.h.st[3], p.h.st[4], v0 + 8 * nt + mma::c_col(0), V, S[mt][nt].x[2 * half],
+                       S[mt][nt].x[2 * half + 1]);
+        }
+    }
+    // u in the accumulator layout of v_new (rows 16w.., 32 columns).
+    float uv[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * warp + mma::c_row(e);
+        const int64_t col = v0 + 8 * nt + mma::c_col(e);
+        uv[nt][e] = (i < L && col < V) ? load_f(p.u, off_tok(p.u, sq.b, t0 + i, hv) + col * p.u.st[3]) : 0.f;
+      }
+    if (more) cuda::cp_async_wait<1>();  // this chunk's group is complete, the next one may be in flight
+    else cuda::cp_async_wait<0>();
+    __syncthreads();  // (B)
+    // W S (warp w: rows 16w.., 32 columns), S as kTerms operands.
+    FragC acc[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) acc[nt].zero();
+    const int ksteps = static_cast<int>((K + 15) / 16);
+#pragma unroll
+    for (int ks = 0; ks < kKB / 16; ++ks) {
+      if (ks >= ksteps) break;
+      const FragA a = mma::load_a(Ws, kLdK, 16 * warp, 16 * ks);
+#pragma unroll
+      for (int term = 0; term < kTerms; ++term)
+#pragma unroll
+        for (int np = 0; np < kNP; ++np) {
+          FragB b0, b1;
+          mma::load_b2_trans(b0, b1, Sop + term * kKB * kLdS, kLdS, 16 * ks, 16 * np);
+          mma::mma16816<T>(acc[2 * np], a, b0);
+          mma::mma16816<T>(acc[2 * np + 1], a, b1);
+        }
+    }
+    const float glast = gam[L - 1];
+    __syncthreads();  // (C) every warp is done with the S terms: Vd's terms take their storage
+    FragC vd[kNT];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + mma::c_row(2 * half);
+      const float f = i < L ? expf(glast - gam[i]) : 0.f;
+      const bool store = p.v_new.present() && i < L;
+      const int64_t ro = store ? off_tok(p.v_new, sq.b, t0 + i, hv) : 0;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const float x0 = uv[nt][2 * half] - acc[nt].x[2 * half];
+        const float x1 = uv[nt][2 * half + 1] - acc[nt].x[2 * half + 1];
+        if (store) store_pair(p.v_new, ro, p.v_new.st[3], v0 + 8 * nt + mma::c_col(0), V, x0, x1);
+        vd[nt].x[2 * half] = x0 * f;
+        vd[nt].x[2 * half + 1] = x1 * f;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Vop, kRows * kLdS, kLdS, 16 * warp, 8 * nt, vd[nt]);
+    __syncthreads();  // (D)
+    // S = e^{γ_last} S + Kᵀ Vd: A = Kᵀ (Ks is [t][key]: transposed loads), k = chunk position.
+    const float decay = expf(glast);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[mt][nt].x[e] *= decay;
+      if (srow0 + 16 * mt >= K) continue;  // rows past K stay 0 (K's columns there are zero-filled)
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        if (16 * ks >= L) break;
+        const FragA a = mma::load_a_trans(Ks, kLdK, srow0 + 16 * mt, 16 * ks);
+#pragma unroll
+        for (int term = 0; term < kTerms; ++term)
+#pragma unroll
+          for (int np = 0; np < kNP; ++np) {
+            FragB b0, b1;
+            mma::load_b2_trans(b0, b1, Vop + term * kRows * kLdS, kLdS, 16 * ks, 16 * np);
+            mma::mma16816<T>(S[mt][2 * np], a, b0);
+            mma::mma16816<T>(S[mt][2 * np + 1], a, b1);
+          }
+      }
+    }
+  }
+  if (p.ht.present()) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int64_t a = srow0 + 16 * mt + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+          if (a < K && col < V)
+            store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][nt].x[e]);
+        }
+  }
+}
+
+// ---------------------------------------------------------------- the output
+constexpr size_t kOSmem = 3 * kRows * kLdT * 2 + kRows * 4;
+
+// o rows of one chunk, columns v0..v0+63: P = Q Kᵀ and O = Q S over 64-wide K slices, then
+// O = e^{γ_i} O + (P ⊙ Γ, lower incl. diagonal, rounded to T) Vn, o = scale O.
+template <class T>
+__global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, int64_t nvt) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);  // [64][kLdT] Q slice
+  T* ks = qs + kRows * kLdT;           // [64][kLdT] K slice
+  T* ss = ks + kRows * kLdT;           // [64][kLdT] S slice [key][v], then Vn [t][v]
+  float* gam = reinterpret_cast<float*>(ss + kRows * kLdT);
+  const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t slot = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const ChunkPos c = locate_chunk(p.chunks, slot);
+  if (!c.valid || (p.chunks.varlen() && c.idx >= p.shape.NT)) return;
+  const int L = static_cast<int>(c.e - c.s);
+  const int64_t v0 = vt * 64;
+  const int64_t hb = h_base(p.h, p.chunks, c.b, c.idx) + hv * p.h.st[2];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  for (int i = tid; i < kRows; i += kThreads)
+    gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f;
+  FragC P[8], O[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) P[n].zero(), O[n].zero();
+  for (int64_t d0 = 0; d0 < K; d0 += 64) {
+    __syncthreads();
+    load_tile<T, 64>(qs, kLdT, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, d0, K);
+    load_tile<T, 64>(ks, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    const int srows = static_cast<int>(K - d0 < 64 ? K - d0 : 64);
+    load_tile<T, 64>(ss, kLdT, p.h, hb + d0 * p.h.st[3], p.h.st[3], p.h.st[4], srows, v0, V);
+    wait_tiles();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const FragA a = mma::load_a(qs, kLdT, 16 * warp, 16 * kk);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        FragB b0, b1;
+        if (np <= warp) {
+          mma::load_b2(b0, b1, ks, kLdT, 16 * kk, 16 * np);
+          mma::mma16816<T>(P[2 * np], a, b0);
+          mma::mma16816<T>(P[2 * np + 1], a, b1);
+        }
+        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::mma16816<T>(O[2 * np], a, b0);
+        mma::mma16816<T>(O[2 * np + 1], a, b1);
+      }
+    }
+  }
+  __syncthreads();  // every warp is done with ss
+  load_tile<T, 64>(ss, kLdT, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
+  wait_tiles();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = 16 * warp + mma::c_row(2 * half);
+    const float gi = gam[i], eo = i < L ? expf(gi) : 0.f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 2 * half; e < 2 * half + 2; ++e) {
+        const int j = 8 * n + mma::c_col(e);
+        P[n].x[e] = (j <= i && i < L) ? P[n].x[e] * expf(gi - gam[j]) : 0.f;
+        O[n].x[e] *= eo;
+      }
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    if (kk <= warp) {
+      const FragA a = mma::c_to_a<T>(P[2 * kk], P[2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        FragB b0, b1;
+        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::mma16816<T>(O[2 * np], a, b0);
+        mma::mma16816<T>(O[2 * np + 1], a, b1);
+      }
+    }
+  const float scale = p.shape.scale;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = 16 * warp + mma::c_row(2 * half);
+    if (i >= L) continue;
+    const int64_t ro = off_tok(p.o, c.b, c.s + i, hv);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      store_pair(p.o, ro, p.o.st[3], v0 + 8 * n + mma::c_col(0), V, scale * O[n].x[2 * half],
+                 scale * O[n].x[2 * half + 1]);
+  }
+}
+
+// ---------------------------------------------------------------- launch
+template <class Kernel, class... Args>
+int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStream_t stream, Args... args) {
+  if (blocks <= 0) return STRATA_SUCCESS;
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(args...);
+  return cuda::check_launch(name);
+}
+
+// Columns of S per block: 32, or 16 when 32-column blocks would leave SMs idle (few sequences x heads: the
+// pass is a chain of dependent chunk steps, so more, smaller blocks finish sooner).
+template <class T, int kKB>
+int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
+  int dev = 0, sms = 132;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks32 = p.shape.N * p.shape.HV * cdiv(p.shape.V, 32);
+  if (blocks32 < sms) {
+    const int64_t nvt = cdiv(p.shape.V, 16);
+    return launch(state_mma<T, kKB, kTerms, 16>, "chunk_gated_delta_rule_fwd_h (state_mma, 16 columns)",
+                  p.shape.N * p.shape.HV * nvt, state_smem<kKB, kTerms, 16>(), stream, p, nvt);
+  }
+  const int64_t nvt = cdiv(p.shape.V, 32);
+  return launch(state_mma<T, kKB, kTerms, 32>, "chunk_gated_delta_rule_fwd_h (state_mma)", p.shape.N * p.shape.HV * nvt,
+                state_smem<kKB, kTerms, 32>(), stream, p, nvt);
+}
+
+template <class T>
+int fwd_mma(FwdOp op, const GdnFwdParams& p, cudaStream_t stream) {
+  const int64_t slots = chunk_slots(p.chunks);
+  switch (op) {
+    case FwdOp::kKkt:
+      return launch(wy_mma<T, kWyKkt>, "chunk_scaled_dot_kkt (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+    case FwdOp::kSolveTril:
+      return launch(wy_mma<T, kWySolve>, "solve_tril (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+    case FwdOp::kRecomputeWU:
+      return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+    case FwdOp::kPrepareWY:
+      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+    case FwdOp::kFwdH:
+      if (p.shape.K <= 64) return launch_state<T, 64>(p, stream);
+      if (p.shape.K <= 128) return launch_state<T, 128>(p, stream);
+      return launch_state<T, 256>(p, stream);
+    case FwdOp::kFwdO: {
+      const int64_t nvt = cdiv(p.shape.V, 64);
+      return launch(chunk_o_mma<T>, "chunk_fwd_o (chunk_o_mma)", slots * p.shape.HV * nvt, kOSmem, stream, p, nvt);
+    }
+    default: return fail(STRATA_ERROR_INTERNAL, "gdn fwd_cuda_mma: unknown op {}", static_cast<int>(op));
+  }
+}
+
+}  // namespace
+
+std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p) {
+  // The token tensors each op reads as product operands, and its token outputs (states h0 / ht and the gates
+  // g, beta are f32 or any float dtype and are not listed).
+  const GdnTensor* in[4] = {};
+  const GdnTensor* out[3] = {};
+  switch (op) {
+    case FwdOp::kKkt: in[0] = &p.k, out[0] = &p.Akk; break;
+    case FwdOp::kSolveTril: in[0] = &p.Akk, out[0] = &p.A; break;
+    case FwdOp::kRecomputeWU: in[0] = &p.k, in[1] = &p.v, in[2] = &p.A, out[0] = &p.w, out[1] = &p.u; break;
+    case FwdOp::kPrepareWY:
+      in[0] = &p.k, in[1] = &p.v, out[0] = &p.w, out[1] = &p.u, out[2] = &p.A;
+      break;
+    case FwdOp::kFwdH: in[0] = &p.k, in[1] = &p.w, in[2] = &p.u, out[0] = &p.h, out[1] = &p.v_new; break;
+    case FwdOp::kFwdO: in[0] = &p.q, in[1] = &p.k, in[2] = &p.v, in[3] = &p.h, out[0] = &p.o; break;
+    default: return "unknown op";
+  }
+  const int32_t dt = in[0]->dtype;
+  if (dt != STRATA_DTYPE_BF16 && dt != STRATA_DTYPE_F16)
+    return "tensor-core kernels take bf16 or f16 token tensors (f32 needs f32 products: ceiling 1e-5)";
+  for (const GdnTensor* t : in)
+    if (t && t->dtype != dt) return "tensor-core kernels need every token input in one dtype";
+  for (const GdnTensor* t : out)
+    if (t && t->present() && t->dtype != dt)
+      return fmt::format("tensor-core kernels need the token outputs in the inputs' dtype ({}): an f32 output "
+                         "is held to f32 accuracy",
+                         dt == STRATA_DTYPE_BF16 ? "bf16" : "f16");
+  if (p.shape.K > kMaxK || p.shape.V > kMaxK) return fmt::format("K, V <= {}", kMaxK);
+  if (p.shape.BT > 64) return "chunk size <= 64";
+  return {};
+}
+
+int fwd_cuda_mma(FwdOp op, const GdnFwdParams& p, void* stream_ptr) {
+  const std::string why = fwd_cuda_mma_reject(op, p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "{} (cuda.sm90.mma): {}", fwd_op_name(op), why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int32_t dt = op == FwdOp::kSolveTril ? p.Akk.dtype : (op == FwdOp::kFwdO ? p.q.dtype : p.k.dtype);
+  return dt == STRATA_DTYPE_BF16 ? fwd_mma<__nv_bfloat16>(op, p, stream) : fwd_mma<__half>(op, p, stream);
+}
+
+int fwd_cuda(FwdOp op, const GdnFwdParams& p, FwdCudaKernels which, void* stream) {
+  switch (which) {
+    case FwdCudaKernels::kMma: return fwd_cuda_mma(op, p, stream);
+    case FwdCudaKernels::kFma: return fwd_cuda_fma(op, p, stream);
+    default: return fwd_cuda_mma_reject(op, p).empty() ? fwd_cuda_mma(op, p, stream) : fwd_cuda_fma(op, p, stream);
+  }
+}
+
+int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream) { return fwd_cuda(op, p, FwdCudaKernels::kAuto, stream); }
+
+}  // namespace strata::linear_attn::gdn

@@ -1,0 +1,322 @@
+// Tensor-core CUDA kernel of prepare_wy_repr_bwd ("cuda.sm90.mma", bf16/f16 k, v, A, dw, du): one 256-thread
+// block (8 warps) per (token window, q/k head h) on grid.x (grid-stride), walking the G value heads
+// hv = h G + g in increasing g and summing dk over them in f32 registers (no per-head workspace, no reduction
+// pass). Per chunk: KK = K Kᵀ once (f32, shared); per value head (64 × 64 products, warp w owns rows
+// 16 (w % 4).., columns 32 (w / 4)..):
+//   dA  = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β))  → T        (contractions over K and V)
+//   tmp = Aᵀ dA → T ;  dM = −StrictLower(tmp Aᵀ)        (f32, shared)
+//   dP = dM ⊙ Γ (f32, shared) ; Sym = diag(β) dP + (diag(β) dP)ᵀ → T ; dβ, dγ from row and column sums of
+//   dP ⊙ KK (one thread per row / column, index order)
+//   per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; rowdot(X, K)
+//   per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; rowdot(Y, V)
+// K is a template parameter rounded up to 64 (KP), V a run-time one (VP); tiles are zero-filled past the chunk
+// end and past K, V. Fixed-order sums everywhere: same bits every run, no atomics.
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+using namespace gdn_bwd::tc;
+
+constexpr int kThr = 256;
+constexpr int kL64 = 72;  // row pitch of the 16-bit 64 × 64 tiles
+constexpr int kLdF = 65;  // row pitch of the f32 64 × 64 tiles (column walks do not conflict)
+
+int64_t round64(int64_t x) { return std::max<int64_t>((x + 63) / 64 * 64, 64); }
+
+// Shared memory layout (bytes) for KP (compile time), VP (run time) and 1 or 2 stages of the per-head tiles
+// (dw, v, du, A: with two, head g + 1 loads while head g computes).
+struct WySmem {
+  size_t k, stage0, dw, v, du, a, stage_bytes, x, sym, kk, dm, vec, bytes;
+  __host__ __device__ WySmem(int KP, int VP, int stages) {
+    const size_t ldk = KP + 8, ldv = VP + 8;
+    k = 0;
+    stage0 = k + 64 * ldk * 2;
+    dw = 0;  // offsets inside a stage
+    v = dw + 64 * ldk * 2;
+    du = v + 64 * ldv * 2;
+    a = du + 64 * ldv * 2;
+    stage_bytes = a + 64 * kL64 * 2;
+    x = stage0 + stages * stage_bytes;
+    sym = x + 64 * kL64 * 2;
+    kk = sym + 64 * kL64 * 2;
+    dm = kk + 64 * kLdF * 4;
+    vec = dm + 64 * kLdF * 4;  // γ, β, E, dβ, dγ, Σ X k, Σ Y v [64] and the row partials [2][64], f32
+    bytes = vec + 9 * 64 * 4;
+  }
+};
+constexpr size_t kMaxSmem = 227 * 1024;
+int wy_stages(int KP, int VP) { return WySmem(KP, VP, 2).bytes <= kMaxSmem ? 2 : 1; }
+
+// Row sums of a 64 × 64 product spread over the 8 warps: part[s] is this thread's sum over its columns for row
+// r0 + g + 8 s. Sums the quad (xor 1, then 2), then the two column-half warps through red[2][64] in order:
+// out[i] = red[i] + red[64 + i] for i < 64 (written by threads < 64). Barriers before and after.
+__device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out, int r0, int wn) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    part[s] += __shfl_xor_sync(0xffffffffu, part[s], 1);
+    part[s] += __shfl_xor_sync(0xffffffffu, part[s], 2);
+  }
+  __syncthreads();
+  if ((threadIdx.x & 3) == 0) {
+    const int i = r0 + (threadIdx.x & 31) / 4;
+    red[wn * 64 + i] = part[0];
+    red[wn * 64 + i + 8] = part[1];
+  }
+  __syncthreads();
+  if (threadIdx.x < 64) out[threadIdx.x] = red[threadIdx.x] + red[64 + threadIdx.x];
+  __syncthreads();
+}
+
+template <class T, int KP>
+__global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
+                                                          int VP, int stages) {
+  constexpr int KT = KP / 64;
+  constexpr int ldk = KP + 8;
+  const int ldv = VP + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const WySmem S(KP, VP, stages);
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S.k);
+  uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S.x);
+  uint16_t* sSym = reinterpret_cast<uint16_t*>(smem + S.sym);
+  float* sKK = reinterpret_cast<float*>(smem + S.kk);
+  float* sDM = reinterpret_cast<float*>(smem + S.dm);
+  float* sG = reinterpret_cast<float*>(smem + S.vec);
+  float* sBeta = sG + 64;
+  float* sE = sBeta + 64;
+  float* sDb = sE + 64;  // Σ_j dP_ij KK_ij
+  float* sDg = sDb + 64;  // Σ_r β_r dP_ri KK_ri
+  float* sXk = sDg + 64;
+  float* sYv = sXk + 64;
+  float* sRed = sYv + 64;  // [2][64]
+  const Dims& d = p.d;
+  const int warp = threadIdx.x / 32, wn = warp / 4, r0 = (warp % 4) * 16, c0 = wn * 32;
+  const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t w = item / d.H, h = item % d.H;
+    for_each_chunk(d, offs, w, [&](const DevChunk& c) {
+      const int L = static_cast<int>(c.t1 - c.t0);
+      // Per-head tiles of head g in stage g % stages.
+      auto stage = [&](int64_t g) { return smem + S.stage0 + (stages == 2 ? (g & 1) : 0) * S.stage_bytes; };
+      auto issue = [&](int64_t g) {
+        const int64_t hv = h * d.G + g;
+        unsigned char* st = stage(g);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.dw), ldk, 64, KP, p.dw, p.dw.off(c.b, c.t0, hv),
+                                 p.dw.s[1], L, kc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.v), ldv, 64, VP, p.v, p.v.off(c.b, c.t0, hv),
+                                 p.v.s[1], L, vc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.du), ldv, 64, VP, p.du, p.du.off(c.b, c.t0, hv),
+                                 p.du.s[1], L, vc);
+        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.a), kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv),
+                                 p.A.s[1], L, L);
+        ::strata::cuda::cp_async_commit();
+      };
+      __syncthreads();  // the previous chunk's readers are done
+      load_tile_async<T, kThr>(sK, ldk, 64, KP, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
+      issue(0);  // (the k tile joins head 0's group)
+      float dk_sum[KT][1][4][4];
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
+      for (int64_t g = 0; g < d.G; ++g) {
+        const int64_t hv = h * d.G + g;
+        if (g > 0) {
+          __syncthreads();  // the previous head's readers (γ, β, E; its stage with one stage) are done
+          if (stages == 1) issue(g);
+        }
+        if (stages == 2 && g + 1 < d.G) {
+          issue(g + 1);  // into the stage head g − 1 used
+          ::strata::cuda::cp_async_wait<1>();
+        } else {
+          ::strata::cuda::cp_async_wait<0>();
+        }
+        uint16_t* sDw = reinterpret_cast<uint16_t*>(stage(g) + S.dw);
+        uint16_t* sV = reinterpret_cast<uint16_t*>(stage(g) + S.v);
+        uint16_t* sDu = reinterpret_cast<uint16_t*>(stage(g) + S.du);
+        uint16_t* sA = reinterpret_cast<uint16_t*>(stage(g) + S.a);
+        if (threadIdx.x < 64) {
+          const int i = threadIdx.x;
+          const bool ok = i < L;
+          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + i, hv)) : 0.f;
+          sG[i] = gi;
+          sBeta[i] = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + i, hv)) : 0.f;
+          sE[i] = ok ? expf(gi) : 0.f;
+        }
+        __syncthreads();
+        if (g == 0) {  // KK = K Kᵀ (f32), read after the barriers below
+          float kk[1][4][4];
+          zero(kk);
+          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ldk, ldk, sK + c0 * ldk, ldk, KP);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sKK[(r0 + frag_row(0, e)) * kLdF + c0 + frag_col(nt, e)] = kk[0][nt][e];
+        }
+        {  // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → T
+          float wk[1][4][4], uv[1][4][4];
+          zero(wk), zero(uv);
+          warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ldk, ldk, sK + c0 * ldk, ldk, KP);
+          warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ldv, ldv, sV + c0 * ldv, ldv, VP);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+              sX[i * kL64 + j] =
+                  Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+            }
+        }
+        __syncthreads();
+        float t[1][4][4];
+        zero(t);
+        warp_gemm<T, false, true, 1, 4>(t, sA + r0, kL64, sX + c0, kL64, 64);  // tmp = Aᵀ dA
+        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sX[(r0 + frag_row(0, e)) * kL64 + c0 + frag_col(nt, e)] = Elem<T>::from(t[0][nt][e]);
+        __syncthreads();
+        zero(t);
+        warp_gemm<T, true, false, 1, 4>(t, sX + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);  // tmp Aᵀ
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+            // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) (the exponent is formed only below the diagonal: ≤ 0)
+            sDM[i * kLdF + j] = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+          }
+        __syncthreads();
+        // dβ_i = Σ_j dP_ij KK_ij (threads 0..63, row i) and c_i = Σ_r β_r dP_ri KK_ri (threads 64..127, column i),
+        // j and r in increasing order; dγ_i = Σ_j dM_ij M_ij − Σ_r dM_ri M_ri = β_i dβ_i − c_i (M = diag(β) KK ⊙ Γ).
+        if (threadIdx.x < 64) {
+          const int i = threadIdx.x;
+          float db = 0.f;
+          for (int j = 0; j < 64; ++j) db += sDM[i * kLdF + j] * sKK[i * kLdF + j];
+          sDb[i] = db;
+        } else if (threadIdx.x < 128) {
+          const int i = threadIdx.x - 64;
+          float cs = 0.f;
+          for (int r = 0; r < 64; ++r) cs += sBeta[r] * sDM[r * kLdF + i] * sKK[r * kLdF + i];
+          sDg[i] = cs;
+        }
+        for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T
+          const int i = e / 64, j = e % 64;
+          sSym[i * kL64 + j] = Elem<T>::from(sBeta[i] * sDM[i * kLdF + j] + sBeta[j] * sDM[j * kLdF + i]);
+        }
+        __syncthreads();
+        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
+        float part[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) {
+          float X[1][4][4], sk[1][4][4];
+          zero(X), zero(sk);
+          warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
+          warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+              part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ldk + x]);
+              dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
+            }
+        }
+        rows_to(part, sRed, sXk, r0, wn);
+        // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
+        part[0] = part[1] = 0.f;
+        for (int e0 = 0; e0 < VP; e0 += 64) {
+          float Y[1][4][4];
+          zero(Y);
+          warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
+              part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
+              if (i < L && col < vc) st_f32(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e]);
+            }
+        }
+        rows_to(part, sRed, sYv, r0, wn);
+        if (static_cast<int>(threadIdx.x) < L) {
+          const int i = threadIdx.x;
+          const float xk = sXk[i];
+          st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + sDb[i]);
+          if (p.dg.present())
+            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), sBeta[i] * sE[i] * xk + (sBeta[i] * sDb[i] - sDg[i]));
+        }
+      }
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+            if (i < L && x < kc) st_f32(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, dk_sum[kt][0][nt][e]);
+          }
+    });
+  }
+}
+
+template <class T, int KP>
+strata_status launch(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  const int VP = static_cast<int>(round64(p.d.V));
+  const int stages = wy_stages(KP, VP);
+  const size_t smem = WySmem(KP, VP, stages).bytes;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma_kernel<T, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
+  wy_bwd_mma_kernel<T, KP><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, VP, stages);
+  return cuda::check_launch("prepare_wy_repr_bwd (mma)");
+}
+
+template <class T>
+strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  const int64_t K = p.d.K;
+  if (K <= 64) return launch<T, 64>(p, offs, items, stream);
+  if (K <= 128) return launch<T, 128>(p, offs, items, stream);
+  if (K <= 192) return launch<T, 192>(p, offs, items, stream);
+  return launch<T, 256>(p, offs, items, stream);
+}
+
+}  // namespace
+
+std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
+  if (!common_16bit_dtype({&p.k, &p.v, &p.A, &p.dw, &p.du}))
+    return "takes k, v, A, dw, du of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
+  if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
+  return "";
+}
+
+size_t prepare_wy_repr_bwd_cuda_mma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
+
+int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream_ptr) {
+  const std::string why = prepare_wy_repr_bwd_cuda_mma_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_bwd cuda.sm90.mma: {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
+  const int64_t items = num_windows(d) * d.H;
+  if (items == 0) return STRATA_SUCCESS;
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, items, stream)
+                                        : launch_k<f16_t>(p, offs, items, stream);
+}
+
+// The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.
+size_t prepare_wy_repr_bwd_cuda_workspace(const Dims& d) {
+  return std::max(prepare_wy_repr_bwd_cuda_mma_workspace(d), prepare_wy_repr_bwd_cuda_fma_workspace(d));
+}
+int prepare_wy_repr_bwd_cuda(const WyBwdParams& p, void* workspace, void* stream) {
+  return prepare_wy_repr_bwd_cuda_mma_reject(p).empty() ? prepare_wy_repr_bwd_cuda_mma(p, workspace, stream)
+                                                        : prepare_wy_repr_bwd_cuda_fma(p, workspace, stream);
+}
+
+}  // namespace strata::linear_attn
