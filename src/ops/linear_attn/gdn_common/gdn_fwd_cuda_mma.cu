@@ -15,11 +15,10 @@
 // they enter the products exactly; accumulation is f32. Values computed here in f32 that feed a product are
 // rounded to T once: the inverse A scaled by β (e^γ) for w / u, and the gated Q Kᵀ for o — fla's model, well
 // inside the 16-bit outputs' ceilings (bf16 1e-2, f16 2e-3). The inverse itself is f32 (SIMT, it is small),
-// and so is Akk. The state pass is different: its final state ht is f32 and is held to f32 accuracy
-// (ceiling 1e-5), and errors in S feed back through v_new = u − W S into every later chunk. So S (in W S)
-// and Vd (in Kᵀ Vd) enter their products as a sum of kTerms T values, x ≈ t0 + t1 (+ t2) with
-// t_i = round_T(x − Σ_{j<i} t_j): 3 terms for bf16 (residual ≤ 2^-24 |x|), 2 for f16 (≤ 2^-22 |x|). The
-// products then cost kTerms mma each, still far below the f32 SIMT cost, and the carried S stays f32.
+// and so is Akk. The state pass carries S in f32 registers; S (in W S) and Vd (in Kᵀ Vd) enter their products
+// as a sum of kTerms T values, x ≈ t0 (+ t1) with t_i = round_T(x − Σ_{j<i} t_j): 1 term for bf16 (fla's
+// model: the f32 final state ht then carries bf16-level error and is judged at the token dtype, as the
+// backward ops' f32 outputs are), 2 for f16 (residual ≤ 2^-22 |x|: f32-class).
 //
 // Loads: 16-byte cp.async copies when a tensor has the kernel's dtype, unit column stride and 16-byte aligned
 // rows; element-wise loads with conversion otherwise (any strides, misaligned views); zero fill past the
@@ -113,6 +112,22 @@ __device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, 
   }
   store_f(t, i, a);
   if (col + 1 < D) store_f(t, i + cs, b);
+}
+
+// Loads the pair at columns col, col + 1 of a row at element offset `row_off` of t (0 past D): one 32-bit load
+// when t is T, unit-stride and aligned, element loads otherwise.
+template <class T>
+__device__ __forceinline__ void load_pair(const GdnTensor& t, int64_t row_off, int64_t cs, int64_t col, int64_t D,
+                                          float& a, float& b) {
+  const int64_t i = row_off + col * cs;
+  if (t.dtype == dtype_of<T>() && cs == 1 && col + 1 < D &&
+      (reinterpret_cast<uintptr_t>(static_cast<const uint16_t*>(t.data) + i) & 3u) == 0) {
+    const float2 f = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(t.data) + i));
+    a = f.x, b = f.y;
+    return;
+  }
+  a = col < D ? load_f(t, i) : 0.f;
+  b = col + 1 < D ? load_f(t, i + cs) : 0.f;
 }
 
 // A fragment (16 x 16 block at rows m0, cols k0) of the f32 tile X (ld kLdF) with column j scaled by f[j],
@@ -439,9 +454,14 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         store_terms<T, kTerms>(Sop, kKB * kLdS, kLdS, srow0 + 16 * mt, 8 * nt, S[mt][nt]);
-    // h[c] = S (chunk start state), from the f32 registers.
-    if (p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT)) {
-      const int64_t hb = h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2];
+    // h[c] = S (chunk start state): from the S terms in shared memory after (B) when h is a unit-stride,
+    // 16-byte-aligned T tensor (term 0 is S rounded to T, the same bits as a direct store), else from the f32
+    // registers here.
+    const bool h_out = p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    const int64_t hb = h_out ? h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] : 0;
+    const bool h_vec = h_out && p.h.dtype == dtype_of<T>() && p.h.st[4] == 1 && p.h.st[3] % 8 == 0 &&
+                       (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(p.h.data) + hb + v0) & 15u) == 0;
+    if (h_out && !h_vec) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -457,16 +477,37 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     // u in the accumulator layout of v_new (rows 16w.., 32 columns).
     float uv[kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + mma::c_row(2 * half);
+      const int64_t ro = off_tok(p.u, sq.b, t0 + (i < L ? i : 0), hv);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + mma::c_row(e);
-        const int64_t col = v0 + 8 * nt + mma::c_col(e);
-        uv[nt][e] = (i < L && col < V) ? load_f(p.u, off_tok(p.u, sq.b, t0 + i, hv) + col * p.u.st[3]) : 0.f;
+      for (int nt = 0; nt < kNT; ++nt) {
+        uv[nt][2 * half] = uv[nt][2 * half + 1] = 0.f;
+        if (i < L)
+          load_pair<T>(p.u, ro, p.u.st[3], v0 + 8 * nt + mma::c_col(0), V, uv[nt][2 * half], uv[nt][2 * half + 1]);
       }
+    }
     if (more) cuda::cp_async_wait<1>();  // this chunk's group is complete, the next one may be in flight
     else cuda::cp_async_wait<0>();
     __syncthreads();  // (B)
+    if (h_vec) {
+      // 16-byte rows segments of S's term 0 (rows < K; a segment crossing V is copied element by element).
+      constexpr int kSeg = kBV / 8;
+      uint16_t* hp = static_cast<uint16_t*>(p.h.data) + hb + v0;  // element (0, v0) of this block's h[c]
+      const uint16_t* s0 = reinterpret_cast<const uint16_t*>(Sop);
+      for (int idx = tid; idx < kKB * kSeg; idx += kThreads) {
+        const int a = idx / kSeg, q = idx - a * kSeg;
+        const int64_t col = v0 + 8 * q;
+        if (a >= K || col >= V) continue;
+        const uint16_t* src = s0 + a * kLdS + 8 * q;
+        uint16_t* dst = hp + a * p.h.st[3] + 8 * q;
+        if (col + 8 <= V) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          for (int e = 0; col + e < V; ++e) dst[e] = src[e];
+        }
+      }
+    }
     // W S (warp w: rows 16w.., 32 columns), S as kTerms operands.
     FragC acc[kNT];
 #pragma unroll
@@ -652,7 +693,9 @@ int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStr
 // pass is a chain of dependent chunk steps, so more, smaller blocks finish sooner).
 template <class T, int kKB>
 int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
+  // bf16: fla's model, S and Vd rounded once (H200 run 1: 3 terms cost the latency-bound pass ~3x the mma
+  // chain); f16: 2 terms (its 2e-3 ceiling is 4 unit roundoffs, and the 2-term product is f32-class).
+  constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 1 : 2;
   int dev = 0, sms = 132;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
