@@ -209,24 +209,47 @@ __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t h
   }
 }
 
-constexpr size_t kWySmem = kRows * kLdT * 2 + 2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+// Shared memory of wy_mma: the whole K chunk [64][Kp + 8] and V chunk [64][Vp + 8] (Kp, Vp = K, V rounded up
+// to 64; only the tiles the mode reads), M and X [64][kLdF] f32, the merge scratch and γ, β.
+__host__ __device__ inline int round64(int64_t x) { return static_cast<int>((x + 63) / 64 * 64); }
+inline size_t wy_smem(int mode, int64_t K, int64_t V) {
+  const bool k_tile = mode != kWySolve, v_tile = mode == kWyRecompute || mode == kWyPrepare;
+  return (k_tile ? size_t(kRows) * (round64(K) + 8) * 2 : 0) + (v_tile ? size_t(kRows) * (round64(V) + 8) * 2 : 0) +
+         2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+}
 
 template <class T, int kMode>
 __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
+  constexpr bool kNeedK = kMode != kWySolve;
+  constexpr bool kNeedV = kMode == kWyRecompute || kMode == kWyPrepare;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* cs = reinterpret_cast<T*>(smem);                                   // [64][kLdT] column tile
-  float* M = reinterpret_cast<float*>(smem + kRows * kLdT * 2);        // [64][kLdF] Akk
-  float* X = M + kRows * kLdF;                                          // [64][kLdF] inverse
-  float* Yf = X + kRows * kLdF;                                         // [3][16][16] merge scratch
-  float* gam = Yf + 3 * 256;                                            // [64] γ (0 without g)
-  float* bet = gam + kRows;                                             // [64] β (1 without beta)
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int ldk = round64(K) + 8, ldv = round64(V) + 8;  // conflict-free ldmatrix (row stride 16 mod 128 bytes)
+  T* Kt = reinterpret_cast<T*>(smem);                      // [64][ldk] K chunk (kNeedK)
+  T* Vt = Kt + (kNeedK ? kRows * ldk : 0);                 // [64][ldv] V chunk (kNeedV)
+  float* M = reinterpret_cast<float*>(Vt + (kNeedV ? kRows * ldv : 0));  // [64][kLdF] Akk
+  float* X = M + kRows * kLdF;                                           // [64][kLdF] inverse
+  float* Yf = X + kRows * kLdF;                                          // [3][16][16] merge scratch
+  float* gam = Yf + 3 * 256;                                             // [64] γ (0 without g)
+  float* bet = gam + kRows;                                              // [64] β (1 without beta)
   const int64_t slot = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, slot);
   if (!c.valid) return;
   const int L = static_cast<int>(c.e - c.s);
   const int BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5;
+  // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
+  // inverse run.
+  if constexpr (kNeedK) {
+    for (int64_t d0 = 0; d0 < K; d0 += 64)
+      load_tile<T, 64>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    cuda::cp_async_commit();
+  }
+  if constexpr (kNeedV) {
+    for (int64_t d0 = 0; d0 < V; d0 += 64)
+      load_tile<T, 64>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    cuda::cp_async_commit();
+  }
   if (kMode != kWySolve)
     for (int i = tid; i < kRows; i += kThreads) {
       float gv = 0.f, bv = 1.f;
@@ -237,25 +260,24 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       gam[i] = gv;
       bet[i] = bv;
     }
+  if constexpr (kNeedV) cuda::cp_async_wait<1>();  // the K group is complete (V may still be in flight)
+  else cuda::cp_async_wait<0>();
   __syncthreads();
 
   if constexpr (kMode == kWyKkt || kMode == kWyPrepare) {
-    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block), K in 64-wide slices.
+    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block).
     FragC P[8];
 #pragma unroll
     for (int n = 0; n < 8; ++n) P[n].zero();
     for (int64_t d0 = 0; d0 < K; d0 += 64) {
-      __syncthreads();
-      load_tile<T, 64>(cs, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
-      wait_tiles();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const FragA a = mma::load_a(cs, kLdT, 16 * warp, 16 * ks);
+        const FragA a = mma::load_a(Kt, ldk, 16 * warp, static_cast<int>(d0) + 16 * ks);
 #pragma unroll
         for (int np = 0; np < 4; ++np)
           if (np <= warp) {
             FragB b0, b1;
-            mma::load_b2(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::load_b2(b0, b1, Kt, ldk, static_cast<int>(d0) + 16 * ks, 16 * np);
             mma::mma16816<T>(P[2 * np], a, b0);
             mma::mma16816<T>(P[2 * np + 1], a, b1);
           }
@@ -292,7 +314,6 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       const int i = idx >> 6, j = idx & 63;
       X[i * kLdF + j] = (j <= i && i < L) ? load_f(p.A, off_tok(p.A, c.b, c.s + i, hv) + j * p.A.st[3]) : 0.f;
     }
-    __syncthreads();
   }
   if constexpr (kMode == kWyRecompute || kMode == kWyPrepare) {
     // Column scales (M's storage is free now): fw = β e^γ (w), fu = β (u); 0 past L.
@@ -303,8 +324,9 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       fw[j] = j < L ? bet[j] * expf(gam[j]) : 0.f;
       fu[j] = j < L ? bet[j] : 0.f;
     }
+    cuda::cp_async_wait<0>();  // the V chunk
     __syncthreads();
-    // A operands of warp w (rows 16w..), k = chunk position: only blocks ks <= w are non-zero (A is lower).
+    // A operands of warp w (rows 16w.., k = chunk position): only blocks ks <= w are non-zero (A is lower).
     FragA aw[4], au[4];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -314,13 +336,11 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
     const int64_t nk = cdiv(K, 64), ntiles = nk + cdiv(V, 64);
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       const bool is_w = tile < nk;
-      const GdnTensor& src = is_w ? p.k : p.v;
       const GdnTensor& dst = is_w ? p.w : p.u;
+      const T* src = is_w ? Kt : Vt;
+      const int lds = is_w ? ldk : ldv;
       const int64_t D = is_w ? K : V;
-      const int64_t c0 = (is_w ? tile : tile - nk) * 64;
-      __syncthreads();
-      load_tile<T, 64>(cs, kLdT, src, off_tok(src, c.b, c.s, is_w ? h : hv), src.st[1], src.st[3], L, c0, D);
-      wait_tiles();
+      const int c0 = static_cast<int>((is_w ? tile : tile - nk) * 64);
       FragC acc[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) acc[n].zero();
@@ -333,7 +353,7 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
 #pragma unroll
           for (int np = 0; np < 4; ++np) {
             FragB b0, b1;
-            mma::load_b2_trans(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::load_b2_trans(b0, b1, src, lds, 16 * ks, c0 + 16 * np);
             mma::mma16816<T>(acc[2 * np], a, b0);
             mma::mma16816<T>(acc[2 * np + 1], a, b1);
           }
@@ -588,18 +608,25 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 }
 
 // ---------------------------------------------------------------- the output
-constexpr size_t kOSmem = 3 * kRows * kLdT * 2 + kRows * 4;
+// Shared memory of chunk_o_mma: Q and K chunks [64][Kp + 8], the S slice [Kp][72] (Kp = K rounded up to 64),
+// Vn [64][72], γ.
+inline size_t o_smem(int64_t K) {
+  return size_t(2) * kRows * (round64(K) + 8) * 2 + size_t(round64(K)) * kLdT * 2 + kRows * kLdT * 2 + kRows * 4;
+}
 
-// o rows of one chunk, columns v0..v0+63: P = Q Kᵀ and O = Q S over 64-wide K slices, then
-// O = e^{γ_i} O + (P ⊙ Γ, lower incl. diagonal, rounded to T) Vn, o = scale O.
+// o rows of one chunk, columns v0..v0+63: every tile is requested at once (Q, K, S as one cp.async group, Vn
+// as a second), then P = Q Kᵀ and O = Q S on the tensor cores, O = e^{γ_i} O + (P ⊙ Γ, lower incl. diagonal,
+// rounded to T) Vn, o = scale O.
 template <class T>
 __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* qs = reinterpret_cast<T*>(smem);  // [64][kLdT] Q slice
-  T* ks = qs + kRows * kLdT;           // [64][kLdT] K slice
-  T* ss = ks + kRows * kLdT;           // [64][kLdT] S slice [key][v], then Vn [t][v]
-  float* gam = reinterpret_cast<float*>(ss + kRows * kLdT);
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int kp = round64(K), ldk = kp + 8;
+  T* qs = reinterpret_cast<T*>(smem);  // [64][ldk] Q chunk
+  T* ks = qs + kRows * ldk;            // [64][ldk] K chunk
+  T* ss = ks + kRows * ldk;            // [kp][kLdT] S columns v0.. (rows = key)
+  T* vs = ss + kp * kLdT;              // [64][kLdT] Vn columns v0..
+  float* gam = reinterpret_cast<float*>(vs + kRows * kLdT);
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
   const int64_t slot = rest / HV, hv = rest % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, slot);
@@ -608,38 +635,40 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
   const int64_t v0 = vt * 64;
   const int64_t hb = h_base(p.h, p.chunks, c.b, c.idx) + hv * p.h.st[2];
   const int tid = threadIdx.x, warp = tid >> 5;
+  for (int64_t d0 = 0; d0 < K; d0 += 64) {
+    load_tile<T, 64>(qs + d0, ldk, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, d0, K);
+    load_tile<T, 64>(ks + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    const int srows = static_cast<int>(K - d0 < 64 ? K - d0 : 64);
+    load_tile<T, 64>(ss + d0 * kLdT, kLdT, p.h, hb + d0 * p.h.st[3], p.h.st[3], p.h.st[4], srows, v0, V);
+  }
+  cuda::cp_async_commit();
+  load_tile<T, 64>(vs, kLdT, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
+  cuda::cp_async_commit();
   for (int i = tid; i < kRows; i += kThreads)
     gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f;
+  cuda::cp_async_wait<1>();
+  __syncthreads();
   FragC P[8], O[8];
 #pragma unroll
   for (int n = 0; n < 8; ++n) P[n].zero(), O[n].zero();
-  for (int64_t d0 = 0; d0 < K; d0 += 64) {
-    __syncthreads();
-    load_tile<T, 64>(qs, kLdT, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, d0, K);
-    load_tile<T, 64>(ks, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
-    const int srows = static_cast<int>(K - d0 < 64 ? K - d0 : 64);
-    load_tile<T, 64>(ss, kLdT, p.h, hb + d0 * p.h.st[3], p.h.st[3], p.h.st[4], srows, v0, V);
-    wait_tiles();
+  for (int d0 = 0; d0 < kp; d0 += 64) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const FragA a = mma::load_a(qs, kLdT, 16 * warp, 16 * kk);
+      const FragA a = mma::load_a(qs, ldk, 16 * warp, d0 + 16 * kk);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         FragB b0, b1;
         if (np <= warp) {
-          mma::load_b2(b0, b1, ks, kLdT, 16 * kk, 16 * np);
+          mma::load_b2(b0, b1, ks, ldk, d0 + 16 * kk, 16 * np);
           mma::mma16816<T>(P[2 * np], a, b0);
           mma::mma16816<T>(P[2 * np + 1], a, b1);
         }
-        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::load_b2_trans(b0, b1, ss, kLdT, d0 + 16 * kk, 16 * np);
         mma::mma16816<T>(O[2 * np], a, b0);
         mma::mma16816<T>(O[2 * np + 1], a, b1);
       }
     }
   }
-  __syncthreads();  // every warp is done with ss
-  load_tile<T, 64>(ss, kLdT, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
-  wait_tiles();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = 16 * warp + mma::c_row(2 * half);
@@ -653,6 +682,8 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
         O[n].x[e] *= eo;
       }
   }
+  cuda::cp_async_wait<0>();  // Vn
+  __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     if (kk <= warp) {
@@ -660,7 +691,7 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         FragB b0, b1;
-        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::load_b2_trans(b0, b1, vs, kLdT, 16 * kk, 16 * np);
         mma::mma16816<T>(O[2 * np], a, b0);
         mma::mma16816<T>(O[2 * np + 1], a, b1);
       }
@@ -715,20 +746,20 @@ int fwd_mma(FwdOp op, const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t slots = chunk_slots(p.chunks);
   switch (op) {
     case FwdOp::kKkt:
-      return launch(wy_mma<T, kWyKkt>, "chunk_scaled_dot_kkt (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyKkt>, "chunk_scaled_dot_kkt (wy_mma)", slots * p.shape.HV, wy_smem(kWyKkt, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kSolveTril:
-      return launch(wy_mma<T, kWySolve>, "solve_tril (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWySolve>, "solve_tril (wy_mma)", slots * p.shape.HV, wy_smem(kWySolve, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kRecomputeWU:
-      return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyRecompute, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kPrepareWY:
-      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kFwdH:
       if (p.shape.K <= 64) return launch_state<T, 64>(p, stream);
       if (p.shape.K <= 128) return launch_state<T, 128>(p, stream);
       return launch_state<T, 256>(p, stream);
     case FwdOp::kFwdO: {
       const int64_t nvt = cdiv(p.shape.V, 64);
-      return launch(chunk_o_mma<T>, "chunk_fwd_o (chunk_o_mma)", slots * p.shape.HV * nvt, kOSmem, stream, p, nvt);
+      return launch(chunk_o_mma<T>, "chunk_fwd_o (chunk_o_mma)", slots * p.shape.HV * nvt, o_smem(p.shape.K), stream, p, nvt);
     }
     default: return fail(STRATA_ERROR_INTERNAL, "gdn fwd_cuda_mma: unknown op {}", static_cast<int>(op));
   }
