@@ -4,12 +4,14 @@
 // L < BT rows are zero-padded to 64 rows) and warp w owns rows [16w, 16w + 16) of every 64-row product.
 //
 //   kernel          grid.x (1-D)                         block work
-//   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (K in 64-column slices)
+//   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (the whole K chunk in shared memory)
 //   wy_mma<kSolve>  chunk slot x value head              A = (I + Akk)^-1 in f32 (blocked, see invert())
 //   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
 //   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
-//   state_mma       sequence x value head x 32-col tile  S [K x 32] in f32 registers across the chunks
+//   state_mma       sequence x value head x 16/32-col    S [K x 16/32] in f32 registers across the chunks
 //   chunk_o_mma     chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) Vn)
+// The chunk-parallel kernels request every tile of their chunk at once (cp.async groups) and wait once; the
+// state pass double-buffers the next chunk's K and W.
 //
 // Precision (ARCHITECTURE.md §6; spec §6.3). Token inputs (q, k, v, w, u, A, h, Akk) are already bf16/f16, so
 // they enter the products exactly; accumulation is f32. Values computed here in f32 that feed a product are
@@ -91,12 +93,6 @@ __device__ void load_tile(T* dst, int ld, const GdnTensor& t, int64_t base, int6
       *reinterpret_cast<uint4*>(d) = u;
     }
   }
-}
-
-__device__ __forceinline__ void wait_tiles() {
-  cuda::cp_async_commit();
-  cuda::cp_async_wait<0>();
-  __syncthreads();
 }
 
 // Stores the pair (a, b) at columns col, col + 1 (< D) of a row at element offset `row_off` of t: one 32-bit
