@@ -4,22 +4,23 @@
 // L < BT rows are zero-padded to 64 rows) and warp w owns rows [16w, 16w + 16) of every 64-row product.
 //
 //   kernel          grid.x (1-D)                         block work
-//   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (K in 64-column slices)
+//   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (the whole K chunk in shared memory)
 //   wy_mma<kSolve>  chunk slot x value head              A = (I + Akk)^-1 in f32 (blocked, see invert())
 //   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
 //   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
-//   state_mma       sequence x value head x 32-col tile  S [K x 32] in f32 registers across the chunks
+//   state_mma       sequence x value head x 16/32-col    S [K x 16/32] in f32 registers across the chunks
 //   chunk_o_mma     chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) Vn)
+// The chunk-parallel kernels request every tile of their chunk at once (cp.async groups) and wait once; the
+// state pass double-buffers the next chunk's K and W.
 //
 // Precision (ARCHITECTURE.md §6; spec §6.3). Token inputs (q, k, v, w, u, A, h, Akk) are already bf16/f16, so
 // they enter the products exactly; accumulation is f32. Values computed here in f32 that feed a product are
 // rounded to T once: the inverse A scaled by β (e^γ) for w / u, and the gated Q Kᵀ for o — fla's model, well
 // inside the 16-bit outputs' ceilings (bf16 1e-2, f16 2e-3). The inverse itself is f32 (SIMT, it is small),
-// and so is Akk. The state pass is different: its final state ht is f32 and is held to f32 accuracy
-// (ceiling 1e-5), and errors in S feed back through v_new = u − W S into every later chunk. So S (in W S)
-// and Vd (in Kᵀ Vd) enter their products as a sum of kTerms T values, x ≈ t0 + t1 (+ t2) with
-// t_i = round_T(x − Σ_{j<i} t_j): 3 terms for bf16 (residual ≤ 2^-24 |x|), 2 for f16 (≤ 2^-22 |x|). The
-// products then cost kTerms mma each, still far below the f32 SIMT cost, and the carried S stays f32.
+// and so is Akk. The state pass carries S in f32 registers; S (in W S) and Vd (in Kᵀ Vd) enter their products
+// as a sum of kTerms T values, x ≈ t0 (+ t1) with t_i = round_T(x − Σ_{j<i} t_j): 1 term for bf16 (fla's
+// model: the f32 final state ht then carries bf16-level error and is judged at the token dtype, as the
+// backward ops' f32 outputs are), 2 for f16 (residual ≤ 2^-22 |x|: f32-class).
 //
 // Loads: 16-byte cp.async copies when a tensor has the kernel's dtype, unit column stride and 16-byte aligned
 // rows; element-wise loads with conversion otherwise (any strides, misaligned views); zero fill past the
@@ -94,12 +95,6 @@ __device__ void load_tile(T* dst, int ld, const GdnTensor& t, int64_t base, int6
   }
 }
 
-__device__ __forceinline__ void wait_tiles() {
-  cuda::cp_async_commit();
-  cuda::cp_async_wait<0>();
-  __syncthreads();
-}
-
 // Stores the pair (a, b) at columns col, col + 1 (< D) of a row at element offset `row_off` of t: one 32-bit
 // store when t is 16-bit, unit-stride and aligned, element stores otherwise.
 __device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, int64_t cs, int64_t col, int64_t D,
@@ -113,6 +108,22 @@ __device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, 
   }
   store_f(t, i, a);
   if (col + 1 < D) store_f(t, i + cs, b);
+}
+
+// Loads the pair at columns col, col + 1 of a row at element offset `row_off` of t (0 past D): one 32-bit load
+// when t is T, unit-stride and aligned, element loads otherwise.
+template <class T>
+__device__ __forceinline__ void load_pair(const GdnTensor& t, int64_t row_off, int64_t cs, int64_t col, int64_t D,
+                                          float& a, float& b) {
+  const int64_t i = row_off + col * cs;
+  if (t.dtype == dtype_of<T>() && cs == 1 && col + 1 < D &&
+      (reinterpret_cast<uintptr_t>(static_cast<const uint16_t*>(t.data) + i) & 3u) == 0) {
+    const float2 f = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(t.data) + i));
+    a = f.x, b = f.y;
+    return;
+  }
+  a = col < D ? load_f(t, i) : 0.f;
+  b = col + 1 < D ? load_f(t, i + cs) : 0.f;
 }
 
 // A fragment (16 x 16 block at rows m0, cols k0) of the f32 tile X (ld kLdF) with column j scaled by f[j],
@@ -194,24 +205,47 @@ __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t h
   }
 }
 
-constexpr size_t kWySmem = kRows * kLdT * 2 + 2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+// Shared memory of wy_mma: the whole K chunk [64][Kp + 8] and V chunk [64][Vp + 8] (Kp, Vp = K, V rounded up
+// to 64; only the tiles the mode reads), M and X [64][kLdF] f32, the merge scratch and γ, β.
+__host__ __device__ inline int round64(int64_t x) { return static_cast<int>((x + 63) / 64 * 64); }
+inline size_t wy_smem(int mode, int64_t K, int64_t V) {
+  const bool k_tile = mode != kWySolve, v_tile = mode == kWyRecompute || mode == kWyPrepare;
+  return (k_tile ? size_t(kRows) * (round64(K) + 8) * 2 : 0) + (v_tile ? size_t(kRows) * (round64(V) + 8) * 2 : 0) +
+         2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+}
 
 template <class T, int kMode>
 __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
+  constexpr bool kNeedK = kMode != kWySolve;
+  constexpr bool kNeedV = kMode == kWyRecompute || kMode == kWyPrepare;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* cs = reinterpret_cast<T*>(smem);                                   // [64][kLdT] column tile
-  float* M = reinterpret_cast<float*>(smem + kRows * kLdT * 2);        // [64][kLdF] Akk
-  float* X = M + kRows * kLdF;                                          // [64][kLdF] inverse
-  float* Yf = X + kRows * kLdF;                                         // [3][16][16] merge scratch
-  float* gam = Yf + 3 * 256;                                            // [64] γ (0 without g)
-  float* bet = gam + kRows;                                             // [64] β (1 without beta)
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int ldk = round64(K) + 8, ldv = round64(V) + 8;  // conflict-free ldmatrix (row stride 16 mod 128 bytes)
+  T* Kt = reinterpret_cast<T*>(smem);                      // [64][ldk] K chunk (kNeedK)
+  T* Vt = Kt + (kNeedK ? kRows * ldk : 0);                 // [64][ldv] V chunk (kNeedV)
+  float* M = reinterpret_cast<float*>(Vt + (kNeedV ? kRows * ldv : 0));  // [64][kLdF] Akk
+  float* X = M + kRows * kLdF;                                           // [64][kLdF] inverse
+  float* Yf = X + kRows * kLdF;                                          // [3][16][16] merge scratch
+  float* gam = Yf + 3 * 256;                                             // [64] γ (0 without g)
+  float* bet = gam + kRows;                                              // [64] β (1 without beta)
   const int64_t slot = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, slot);
   if (!c.valid) return;
   const int L = static_cast<int>(c.e - c.s);
   const int BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5;
+  // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
+  // inverse run.
+  if constexpr (kNeedK) {
+    for (int64_t d0 = 0; d0 < K; d0 += 64)
+      load_tile<T, 64>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    cuda::cp_async_commit();
+  }
+  if constexpr (kNeedV) {
+    for (int64_t d0 = 0; d0 < V; d0 += 64)
+      load_tile<T, 64>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    cuda::cp_async_commit();
+  }
   if (kMode != kWySolve)
     for (int i = tid; i < kRows; i += kThreads) {
       float gv = 0.f, bv = 1.f;
@@ -222,25 +256,24 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       gam[i] = gv;
       bet[i] = bv;
     }
+  if constexpr (kNeedV) cuda::cp_async_wait<1>();  // the K group is complete (V may still be in flight)
+  else cuda::cp_async_wait<0>();
   __syncthreads();
 
   if constexpr (kMode == kWyKkt || kMode == kWyPrepare) {
-    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block), K in 64-wide slices.
+    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block).
     FragC P[8];
 #pragma unroll
     for (int n = 0; n < 8; ++n) P[n].zero();
     for (int64_t d0 = 0; d0 < K; d0 += 64) {
-      __syncthreads();
-      load_tile<T, 64>(cs, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
-      wait_tiles();
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const FragA a = mma::load_a(cs, kLdT, 16 * warp, 16 * ks);
+        const FragA a = mma::load_a(Kt, ldk, 16 * warp, static_cast<int>(d0) + 16 * ks);
 #pragma unroll
         for (int np = 0; np < 4; ++np)
           if (np <= warp) {
             FragB b0, b1;
-            mma::load_b2(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::load_b2(b0, b1, Kt, ldk, static_cast<int>(d0) + 16 * ks, 16 * np);
             mma::mma16816<T>(P[2 * np], a, b0);
             mma::mma16816<T>(P[2 * np + 1], a, b1);
           }
@@ -277,7 +310,6 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       const int i = idx >> 6, j = idx & 63;
       X[i * kLdF + j] = (j <= i && i < L) ? load_f(p.A, off_tok(p.A, c.b, c.s + i, hv) + j * p.A.st[3]) : 0.f;
     }
-    __syncthreads();
   }
   if constexpr (kMode == kWyRecompute || kMode == kWyPrepare) {
     // Column scales (M's storage is free now): fw = β e^γ (w), fu = β (u); 0 past L.
@@ -288,8 +320,9 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       fw[j] = j < L ? bet[j] * expf(gam[j]) : 0.f;
       fu[j] = j < L ? bet[j] : 0.f;
     }
+    cuda::cp_async_wait<0>();  // the V chunk
     __syncthreads();
-    // A operands of warp w (rows 16w..), k = chunk position: only blocks ks <= w are non-zero (A is lower).
+    // A operands of warp w (rows 16w.., k = chunk position): only blocks ks <= w are non-zero (A is lower).
     FragA aw[4], au[4];
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
@@ -299,13 +332,11 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
     const int64_t nk = cdiv(K, 64), ntiles = nk + cdiv(V, 64);
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       const bool is_w = tile < nk;
-      const GdnTensor& src = is_w ? p.k : p.v;
       const GdnTensor& dst = is_w ? p.w : p.u;
+      const T* src = is_w ? Kt : Vt;
+      const int lds = is_w ? ldk : ldv;
       const int64_t D = is_w ? K : V;
-      const int64_t c0 = (is_w ? tile : tile - nk) * 64;
-      __syncthreads();
-      load_tile<T, 64>(cs, kLdT, src, off_tok(src, c.b, c.s, is_w ? h : hv), src.st[1], src.st[3], L, c0, D);
-      wait_tiles();
+      const int c0 = static_cast<int>((is_w ? tile : tile - nk) * 64);
       FragC acc[8];
 #pragma unroll
       for (int n = 0; n < 8; ++n) acc[n].zero();
@@ -318,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
 #pragma unroll
           for (int np = 0; np < 4; ++np) {
             FragB b0, b1;
-            mma::load_b2_trans(b0, b1, cs, kLdT, 16 * ks, 16 * np);
+            mma::load_b2_trans(b0, b1, src, lds, 16 * ks, c0 + 16 * np);
             mma::mma16816<T>(acc[2 * np], a, b0);
             mma::mma16816<T>(acc[2 * np + 1], a, b1);
           }
@@ -439,9 +470,14 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
         store_terms<T, kTerms>(Sop, kKB * kLdS, kLdS, srow0 + 16 * mt, 8 * nt, S[mt][nt]);
-    // h[c] = S (chunk start state), from the f32 registers.
-    if (p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT)) {
-      const int64_t hb = h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2];
+    // h[c] = S (chunk start state): from the S terms in shared memory after (B) when h is a unit-stride,
+    // 16-byte-aligned T tensor (term 0 is S rounded to T, the same bits as a direct store), else from the f32
+    // registers here.
+    const bool h_out = p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    const int64_t hb = h_out ? h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] : 0;
+    const bool h_vec = h_out && p.h.dtype == dtype_of<T>() && p.h.st[4] == 1 && p.h.st[3] % 8 == 0 &&
+                       (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(p.h.data) + hb + v0) & 15u) == 0;
+    if (h_out && !h_vec) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -457,16 +493,37 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     // u in the accumulator layout of v_new (rows 16w.., 32 columns).
     float uv[kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + mma::c_row(2 * half);
+      const int64_t ro = off_tok(p.u, sq.b, t0 + (i < L ? i : 0), hv);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + mma::c_row(e);
-        const int64_t col = v0 + 8 * nt + mma::c_col(e);
-        uv[nt][e] = (i < L && col < V) ? load_f(p.u, off_tok(p.u, sq.b, t0 + i, hv) + col * p.u.st[3]) : 0.f;
+      for (int nt = 0; nt < kNT; ++nt) {
+        uv[nt][2 * half] = uv[nt][2 * half + 1] = 0.f;
+        if (i < L)
+          load_pair<T>(p.u, ro, p.u.st[3], v0 + 8 * nt + mma::c_col(0), V, uv[nt][2 * half], uv[nt][2 * half + 1]);
       }
+    }
     if (more) cuda::cp_async_wait<1>();  // this chunk's group is complete, the next one may be in flight
     else cuda::cp_async_wait<0>();
     __syncthreads();  // (B)
+    if (h_vec) {
+      // 16-byte rows segments of S's term 0 (rows < K; a segment crossing V is copied element by element).
+      constexpr int kSeg = kBV / 8;
+      uint16_t* hp = static_cast<uint16_t*>(p.h.data) + hb + v0;  // element (0, v0) of this block's h[c]
+      const uint16_t* s0 = reinterpret_cast<const uint16_t*>(Sop);
+      for (int idx = tid; idx < kKB * kSeg; idx += kThreads) {
+        const int a = idx / kSeg, q = idx - a * kSeg;
+        const int64_t col = v0 + 8 * q;
+        if (a >= K || col >= V) continue;
+        const uint16_t* src = s0 + a * kLdS + 8 * q;
+        uint16_t* dst = hp + a * p.h.st[3] + 8 * q;
+        if (col + 8 <= V) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          for (int e = 0; col + e < V; ++e) dst[e] = src[e];
+        }
+      }
+    }
     // W S (warp w: rows 16w.., 32 columns), S as kTerms operands.
     FragC acc[kNT];
 #pragma unroll
@@ -547,18 +604,25 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 }
 
 // ---------------------------------------------------------------- the output
-constexpr size_t kOSmem = 3 * kRows * kLdT * 2 + kRows * 4;
+// Shared memory of chunk_o_mma: Q and K chunks [64][Kp + 8], the S slice [Kp][72] (Kp = K rounded up to 64),
+// Vn [64][72], γ.
+inline size_t o_smem(int64_t K) {
+  return size_t(2) * kRows * (round64(K) + 8) * 2 + size_t(round64(K)) * kLdT * 2 + kRows * kLdT * 2 + kRows * 4;
+}
 
-// o rows of one chunk, columns v0..v0+63: P = Q Kᵀ and O = Q S over 64-wide K slices, then
-// O = e^{γ_i} O + (P ⊙ Γ, lower incl. diagonal, rounded to T) Vn, o = scale O.
+// o rows of one chunk, columns v0..v0+63: every tile is requested at once (Q, K, S as one cp.async group, Vn
+// as a second), then P = Q Kᵀ and O = Q S on the tensor cores, O = e^{γ_i} O + (P ⊙ Γ, lower incl. diagonal,
+// rounded to T) Vn, o = scale O.
 template <class T>
 __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, int64_t nvt) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* qs = reinterpret_cast<T*>(smem);  // [64][kLdT] Q slice
-  T* ks = qs + kRows * kLdT;           // [64][kLdT] K slice
-  T* ss = ks + kRows * kLdT;           // [64][kLdT] S slice [key][v], then Vn [t][v]
-  float* gam = reinterpret_cast<float*>(ss + kRows * kLdT);
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const int kp = round64(K), ldk = kp + 8;
+  T* qs = reinterpret_cast<T*>(smem);  // [64][ldk] Q chunk
+  T* ks = qs + kRows * ldk;            // [64][ldk] K chunk
+  T* ss = ks + kRows * ldk;            // [kp][kLdT] S columns v0.. (rows = key)
+  T* vs = ss + kp * kLdT;              // [64][kLdT] Vn columns v0..
+  float* gam = reinterpret_cast<float*>(vs + kRows * kLdT);
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
   const int64_t slot = rest / HV, hv = rest % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, slot);
@@ -567,38 +631,40 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
   const int64_t v0 = vt * 64;
   const int64_t hb = h_base(p.h, p.chunks, c.b, c.idx) + hv * p.h.st[2];
   const int tid = threadIdx.x, warp = tid >> 5;
+  for (int64_t d0 = 0; d0 < K; d0 += 64) {
+    load_tile<T, 64>(qs + d0, ldk, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, d0, K);
+    load_tile<T, 64>(ks + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    const int srows = static_cast<int>(K - d0 < 64 ? K - d0 : 64);
+    load_tile<T, 64>(ss + d0 * kLdT, kLdT, p.h, hb + d0 * p.h.st[3], p.h.st[3], p.h.st[4], srows, v0, V);
+  }
+  cuda::cp_async_commit();
+  load_tile<T, 64>(vs, kLdT, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
+  cuda::cp_async_commit();
   for (int i = tid; i < kRows; i += kThreads)
     gam[i] = (i < L && p.g.present()) ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f;
+  cuda::cp_async_wait<1>();
+  __syncthreads();
   FragC P[8], O[8];
 #pragma unroll
   for (int n = 0; n < 8; ++n) P[n].zero(), O[n].zero();
-  for (int64_t d0 = 0; d0 < K; d0 += 64) {
-    __syncthreads();
-    load_tile<T, 64>(qs, kLdT, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, d0, K);
-    load_tile<T, 64>(ks, kLdT, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
-    const int srows = static_cast<int>(K - d0 < 64 ? K - d0 : 64);
-    load_tile<T, 64>(ss, kLdT, p.h, hb + d0 * p.h.st[3], p.h.st[3], p.h.st[4], srows, v0, V);
-    wait_tiles();
+  for (int d0 = 0; d0 < kp; d0 += 64) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const FragA a = mma::load_a(qs, kLdT, 16 * warp, 16 * kk);
+      const FragA a = mma::load_a(qs, ldk, 16 * warp, d0 + 16 * kk);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         FragB b0, b1;
         if (np <= warp) {
-          mma::load_b2(b0, b1, ks, kLdT, 16 * kk, 16 * np);
+          mma::load_b2(b0, b1, ks, ldk, d0 + 16 * kk, 16 * np);
           mma::mma16816<T>(P[2 * np], a, b0);
           mma::mma16816<T>(P[2 * np + 1], a, b1);
         }
-        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::load_b2_trans(b0, b1, ss, kLdT, d0 + 16 * kk, 16 * np);
         mma::mma16816<T>(O[2 * np], a, b0);
         mma::mma16816<T>(O[2 * np + 1], a, b1);
       }
     }
   }
-  __syncthreads();  // every warp is done with ss
-  load_tile<T, 64>(ss, kLdT, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, v0, V);
-  wait_tiles();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = 16 * warp + mma::c_row(2 * half);
@@ -612,6 +678,8 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
         O[n].x[e] *= eo;
       }
   }
+  cuda::cp_async_wait<0>();  // Vn
+  __syncthreads();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     if (kk <= warp) {
@@ -619,7 +687,7 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         FragB b0, b1;
-        mma::load_b2_trans(b0, b1, ss, kLdT, 16 * kk, 16 * np);
+        mma::load_b2_trans(b0, b1, vs, kLdT, 16 * kk, 16 * np);
         mma::mma16816<T>(O[2 * np], a, b0);
         mma::mma16816<T>(O[2 * np + 1], a, b1);
       }
@@ -652,7 +720,9 @@ int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStr
 // pass is a chain of dependent chunk steps, so more, smaller blocks finish sooner).
 template <class T, int kKB>
 int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 3 : 2;
+  // bf16: fla's model, S and Vd rounded once (H200 run 1: 3 terms cost the latency-bound pass ~3x the mma
+  // chain); f16: 2 terms (its 2e-3 ceiling is 4 unit roundoffs, and the 2-term product is f32-class).
+  constexpr int kTerms = std::is_same_v<T, __nv_bfloat16> ? 1 : 2;
   int dev = 0, sms = 132;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -672,20 +742,20 @@ int fwd_mma(FwdOp op, const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t slots = chunk_slots(p.chunks);
   switch (op) {
     case FwdOp::kKkt:
-      return launch(wy_mma<T, kWyKkt>, "chunk_scaled_dot_kkt (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyKkt>, "chunk_scaled_dot_kkt (wy_mma)", slots * p.shape.HV, wy_smem(kWyKkt, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kSolveTril:
-      return launch(wy_mma<T, kWySolve>, "solve_tril (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWySolve>, "solve_tril (wy_mma)", slots * p.shape.HV, wy_smem(kWySolve, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kRecomputeWU:
-      return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyRecompute, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kPrepareWY:
-      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, kWySmem, stream, p);
+      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kFwdH:
       if (p.shape.K <= 64) return launch_state<T, 64>(p, stream);
       if (p.shape.K <= 128) return launch_state<T, 128>(p, stream);
       return launch_state<T, 256>(p, stream);
     case FwdOp::kFwdO: {
       const int64_t nvt = cdiv(p.shape.V, 64);
-      return launch(chunk_o_mma<T>, "chunk_fwd_o (chunk_o_mma)", slots * p.shape.HV * nvt, kOSmem, stream, p, nvt);
+      return launch(chunk_o_mma<T>, "chunk_fwd_o (chunk_o_mma)", slots * p.shape.HV * nvt, o_smem(p.shape.K), stream, p, nvt);
     }
     default: return fail(STRATA_ERROR_INTERNAL, "gdn fwd_cuda_mma: unknown op {}", static_cast<int>(op));
   }
