@@ -174,11 +174,11 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
           const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
           if (i < L && x < kc) {
-            st_f32(p.dq, p.dq.off(c.b, c.t0 + i, h) + x0 + x, dq_sum[0][nt][e]);
-            st_f32(p.dk, p.dk.off(c.b, c.t0 + i, h) + x0 + x, dk_sum[0][nt][e]);
+            st_pair(p.dq, p.dq.off(c.b, c.t0 + i, h) + x0 + x, dq_sum[0][nt][e], dq_sum[0][nt][e + 1], x + 1 < kc);
+            st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x0 + x, dk_sum[0][nt][e], dk_sum[0][nt][e + 1], x + 1 < kc);
           }
         }
     });

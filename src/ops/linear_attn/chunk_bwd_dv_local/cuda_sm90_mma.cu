@@ -97,9 +97,10 @@ __global__ void __launch_bounds__(kThr) dv_local_mma_kernel(DvLocalParams p, con
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
               const int j = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
-              if (j < L && col < vc) st_f32(p.dv, p.dv.off(c.b, c.t0 + j, hv) + col, o[0][nt][e]);
+              if (j < L && col < vc)
+                st_pair(p.dv, p.dv.off(c.b, c.t0 + j, hv) + col, o[0][nt][e], o[0][nt][e + 1], col + 1 < vc);
             }
         }
       }
