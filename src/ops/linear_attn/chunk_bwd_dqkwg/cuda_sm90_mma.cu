@@ -63,8 +63,18 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       load_tile_async<T, kThr>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
       // Steps s = g VT + vt over (value head, V tile); step s loads into stage s % 2 while step s - 1 computes.
       const int64_t VT = d.V > 0 ? (d.V + 63) / 64 : 0, steps = d.G * VT;
+      // γ of head g for this thread (threads < 64; 0 past the chunk or without a gate).
+      auto gamma = [&](int64_t g) {
+        return p.g.present() && static_cast<int>(threadIdx.x) < L
+                   ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, h * d.G + g))
+                   : 0.f;
+      };
+      // Issues step s's tiles (one commit group); the first step of a head also fetches that head's γ into g_next
+      // (written to shared memory when the head starts, so the load's latency overlaps the previous head).
+      float g_next = 0.f;
       auto issue = [&](int64_t s) {
         const int64_t g = s / VT, e0 = (s - g * VT) * 64, hv = h * d.G + g;
+        if (e0 == 0) g_next = gamma(g);
         const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
         uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
         load_tile_async<T, kThr>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
@@ -82,10 +92,7 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         if (g > 0) __syncthreads();  // the previous head's readers of sG / Ds are done
-        if (threadIdx.x < 64)
-          sG[threadIdx.x] = p.g.present() && static_cast<int>(threadIdx.x) < L
-                                ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv))
-                                : 0.f;
+        if (threadIdx.x < 64) sG[threadIdx.x] = VT > 0 ? g_next : gamma(g);
         float ds[1][4][4], dq[1][4][4], dk[1][4][4], dw[1][4][4];
         zero(ds), zero(dq), zero(dk), zero(dw);
         float sds = 0.f;  // this thread's share of <S, dS> over the tile's rows
@@ -174,11 +181,11 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
           const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
           if (i < L && x < kc) {
-            st_f32(p.dq, p.dq.off(c.b, c.t0 + i, h) + x0 + x, dq_sum[0][nt][e]);
-            st_f32(p.dk, p.dk.off(c.b, c.t0 + i, h) + x0 + x, dk_sum[0][nt][e]);
+            st_pair(p.dq, p.dq.off(c.b, c.t0 + i, h) + x0 + x, dq_sum[0][nt][e], dq_sum[0][nt][e + 1], x + 1 < kc);
+            st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x0 + x, dk_sum[0][nt][e], dk_sum[0][nt][e + 1], x + 1 < kc);
           }
         }
     });

@@ -1,16 +1,16 @@
 // Tensor-core CUDA kernel of chunk_gated_delta_rule_bwd_dhu ("cuda.sm90.mma", bf16/f16 token tensors): one
-// 256-thread block (8 warps) per (sequence n, value head hv, 64-column tile of V) on grid.x (grid-stride: any
+// 256-thread block (8 warps) per (sequence n, value head hv, BV-column tile of V) on grid.x (grid-stride: any
 // N·HV), sequential over the sequence's chunks from the last. The recurrence is independent per column of dS,
-// so V tiles never talk. dS [K, 64] is carried in f32 in the warps' mma accumulators (warp w owns rows
-// [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns 32 (w / 4) .. + 31, KP = K rounded up to 64) for the whole
-// sequence. Two blocks fit an SM at K = 128 (89 KiB shared memory, 128 registers), so B = 4, HV = 32, V = 128
-// (256 blocks) runs in one wave. Per chunk (L ≤ BT rows, zero-filled to 64):
+// so V tiles never talk. dS [K, BV] is carried in f32 in the warps' mma accumulators (warp w owns rows
+// [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns (w / 4) BV/2 .. + BV/2 − 1, KP = K rounded up to 64) for the
+// whole sequence. Tiles: K ≤ 128 with V > 64 takes BV = 128 and two pipeline stages (chunk c − 1's tiles load
+// with cp.async while chunk c computes; 204 KiB of shared memory, one block per SM: B = 4, HV = 32, V = 128 is
+// 128 blocks, one wave); other shapes take BV = 64 and one stage. Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
-//   sS    = T(dS)                                        [KP, 64] shared, the B operand below
-//   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × 64, contraction KP; warp w rows 16 (w % 4)..
-//   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × 64, contraction 128
+//   sS    = T(dS)                                        [KP, BV] shared, the B operand below
+//   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
+//   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × BV, contraction 128
 // (fla's precision model: dS rounded to T for Kc dS, dVn rounded to T for Wcᵀ dVn, f32 accumulation.)
-// Shared memory per block (KP = 128): q|w 128 × 136, k 64 × 136, sS 128 × 72, dO|dVn 128 × 72 (16-bit) ≈ 89 KiB.
 // Every element is produced by one block in a fixed order: same bits every run, no atomics.
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
@@ -23,42 +23,40 @@ using namespace gdn_bwd;
 using namespace gdn_bwd::cu;
 using namespace gdn_bwd::tc;
 
-constexpr int kBV = 64;               // V columns per block
-constexpr int kWarps = 8;            // 4 (rows of dS / dVn) x 2 (32-column halves)
+constexpr int kWarps = 8;  // 4 (rows of dS / dVn) x 2 (column halves of the V tile)
 constexpr int kThr = kWarps * 32;
-constexpr int kLdB = kBV + 8;         // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
 
-template <int KP>
+// Shared memory of one block: per stage (the tiles of one chunk) q|w [128][KP + 8], k [64][KP + 8], E dO | dv
+// [128][BV + 8] (16-bit) and γ [64] f32; then T(dS) [KP][BV + 8] once.
+template <int KP, int BV, int STAGES>
 struct DhuSmem {
-  static constexpr int kLdK = KP + 8;
-  static constexpr size_t kQW = 0;                                   // [128][kLdK]: q rows 0..63, w rows 64..127
-  static constexpr size_t kK = kQW + size_t{128} * kLdK * 2;         // [64][kLdK]
-  static constexpr size_t kS = kK + size_t{64} * kLdK * 2;           // [KP][kLdB]: T(dS)
-  static constexpr size_t kB = kS + size_t{KP} * kLdB * 2;           // [128][kLdB]: E dO rows 0..63, dv / -dVn 64..127
-  static constexpr size_t kG = kB + size_t{128} * kLdB * 2;          // float[64]: γ
-  static constexpr size_t kBytes = kG + 64 * sizeof(float);
+  static constexpr int kLdK = KP + 8, kLdB = BV + 8;  // 16-bit row pitches (conflict-free ldmatrix)
+  static constexpr size_t kQW = 0;
+  static constexpr size_t kK = kQW + size_t{128} * kLdK * 2;
+  static constexpr size_t kB = kK + size_t{64} * kLdK * 2;
+  static constexpr size_t kG = kB + size_t{128} * kLdB * 2;
+  static constexpr size_t kStage = kG + 64 * sizeof(float);
+  static constexpr size_t kS = STAGES * kStage;
+  static constexpr size_t kBytes = kS + size_t{KP} * kLdB * 2;
 };
 
-template <class T, int KP>
-__global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items,
-                                                       int64_t vtiles) {
-  using S = DhuSmem<KP>;
-  constexpr int MT = KP / 64;  // 16-row m-tiles of dS per warp
-  constexpr int kLdK = S::kLdK;
+template <class T, int KP, int BV, int STAGES>
+__global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ? 2 : 1)
+    dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items, int64_t vtiles) {
+  using S = DhuSmem<KP, BV, STAGES>;
+  constexpr int MT = KP / 64;   // 16-row m-tiles of dS per warp
+  constexpr int NT = BV / 16;   // 8-column n-tiles per warp (half of the V tile)
+  constexpr int kLdK = S::kLdK, kLdB = S::kLdB;
   extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* sQW = reinterpret_cast<uint16_t*>(smem + S::kQW);
-  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::kK);
   uint16_t* sS = reinterpret_cast<uint16_t*>(smem + S::kS);
-  uint16_t* sB = reinterpret_cast<uint16_t*>(smem + S::kB);
-  float* sG = reinterpret_cast<float*>(smem + S::kG);
   const Dims& d = p.d;
-  const int warp = threadIdx.x / 32, wm = warp % 4, cn = (warp / 4) * 32;
-  const int row0 = wm * (KP / 4);  // this warp's first dS row; columns cn .. cn + 31
+  const int warp = threadIdx.x / 32, wm = warp % 4, cn = (warp / 4) * (BV / 2);
+  const int row0 = wm * (KP / 4);  // this warp's first dS row; columns cn .. cn + BV/2 − 1
   const bool dh_vec = p.dh.dtype == Elem<T>::kDtype;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t vt = item % vtiles, hv = item / vtiles % d.HV, n = item / (vtiles * d.HV), h = hv / d.G;
-    const int64_t e0 = vt * kBV;
-    const int vc = static_cast<int>(d.V - e0 < kBV ? d.V - e0 : kBV);
+    const int64_t e0 = vt * BV;
+    const int vc = static_cast<int>(d.V - e0 < BV ? d.V - e0 : BV);
     int64_t b = 0, bos, eos, hc0;
     if (d.varlen()) {
       bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
@@ -67,11 +65,11 @@ __global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuPar
       b = n, bos = 0, eos = d.T, hc0 = 0;
     }
     // dS = dht[n, hv] (or 0), f32 in the accumulators.
-    float acc[MT][4][4];
+    float acc[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
@@ -79,26 +77,50 @@ __global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuPar
                                                                      : 0.f;
         }
     const int64_t nc = (eos - bos + d.BT - 1) / d.BT;
-    for (int64_t c = nc - 1; c >= 0; --c) {
-      const int64_t t0 = bos + c * d.BT, hc = hc0 + c;
+    const int kc = static_cast<int>(d.K);
+    // Issues the cp.async copies of chunk c's tiles into stage st (one commit group) and returns this thread's γ
+    // of the chunk (threads < 64; written to the stage's γ slot when the chunk is computed, so the load's latency
+    // overlaps the current chunk).
+    auto issue = [&](int64_t c, int st) -> float {
+      const int64_t t0 = bos + c * d.BT;
       const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
-      const int kc = static_cast<int>(d.K);
-      __syncthreads();  // the previous chunk's readers of shared memory are done
+      unsigned char* base = smem + st * S::kStage;
+      uint16_t* sQW = reinterpret_cast<uint16_t*>(base + S::kQW);
       load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
       load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
-      load_tile_async<T, kThr>(sK, kLdK, 64, KP, p.k, p.k.off(b, t0, h), p.k.s[1], L, kc);
-      load_tile_async<T, kThr>(sB, kLdB, 64, kBV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
-      load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, kBV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
-      if (threadIdx.x < 64)
-        sG[threadIdx.x] = p.g.present() && static_cast<int>(threadIdx.x) < L
-                              ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv))
-                              : 0.f;
+      load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(base + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
+                               p.k.s[1], L, kc);
+      uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
+      load_tile_async<T, kThr>(sB, kLdB, 64, BV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
+      load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
+      ::strata::cuda::cp_async_commit();
+      return p.g.present() && static_cast<int>(threadIdx.x) < L ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv)) : 0.f;
+    };
+    __syncthreads();  // the previous item's readers of shared memory are done
+    float g_next = nc > 0 ? issue(nc - 1, 0) : 0.f;
+    for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
+      const int st = STAGES == 2 ? static_cast<int>(it & 1) : 0;
+      unsigned char* base = smem + st * S::kStage;
+      uint16_t* sQW = reinterpret_cast<uint16_t*>(base + S::kQW);
+      uint16_t* sK = reinterpret_cast<uint16_t*>(base + S::kK);
+      uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
+      float* sG = reinterpret_cast<float*>(base + S::kG);
+      const int64_t t0 = bos + c * d.BT, hc = hc0 + c;
+      const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
+      if (STAGES == 1 && it > 0) g_next = issue(c, 0);  // (the previous chunk's readers passed the barrier below)
+      if (threadIdx.x < 64) sG[threadIdx.x] = g_next;
+      if (STAGES == 2 && c > 0) {
+        g_next = issue(c - 1, st ^ 1);  // the stage chunk c + 1 used (its readers passed the barrier below)
+        ::strata::cuda::cp_async_wait<1>();
+      } else {
+        ::strata::cuda::cp_async_wait<0>();
+      }
       // sS = T(dS); dh[c] = dS straight from the f32 fragments unless dh holds T (copied from sS below).
       const bool write_dh = hc < d.NT;  // invalid cu_seqlens could point past dh
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
@@ -106,31 +128,30 @@ __global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuPar
             if (write_dh && !dh_vec && x < d.K && col < vc)
               st_f32(p.dh, p.dh.off(b, hc, hv, x) + e0 + col, acc[mt][nt][e]);
           }
-      cp_async_wait_all();
       __syncthreads();
       if (write_dh && dh_vec) {  // 16-bit dh: the rounded copy, row by row (consecutive threads, consecutive columns)
         uint16_t* dh16 = static_cast<uint16_t*>(p.dh.p);
-        for (int e = threadIdx.x; e < kc * kBV; e += kThr) {
-          const int x = e / kBV, col = e % kBV;
+        for (int e = threadIdx.x; e < kc * BV; e += kThr) {
+          const int x = e / BV, col = e % BV;
           if (col < vc) dh16[p.dh.off(b, hc, hv, x) + e0 + col] = sS[x * kLdB + col];
         }
       }
       const float gl = sG[L - 1];
       // dO rows scaled by scale · exp(γ_i) (rows past L are zero already).
-      for (int e = threadIdx.x; e < 64 * kBV; e += kThr) {
-        const int i = e / kBV, col = e % kBV;
+      for (int e = threadIdx.x; e < 64 * BV; e += kThr) {
+        const int i = e / BV, col = e % BV;
         if (i < L) {
           uint16_t& x = sB[i * kLdB + col];
           x = Elem<T>::from(Elem<T>::to(x) * (p.scale * expf(sG[i])));
         }
       }
-      // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + 31.
+      // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + BV/2 − 1.
       {
-        float dacc[1][4][4];
+        float dacc[1][NT][4];
         zero(dacc);
-        warp_gemm<T, true, true, 1, 4>(dacc, sK + wm * 16 * kLdK, kLdK, sS + cn, kLdB, KP);
+        warp_gemm<T, true, true, 1, NT>(dacc, sK + wm * 16 * kLdK, kLdK, sS + cn, kLdB, KP);
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);
@@ -149,16 +170,17 @@ __global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuPar
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] *= decay;
-      warp_gemm<T, false, true, MT, 4>(acc, sQW + row0, kLdK, sB + cn, kLdB, 128);
+      warp_gemm<T, false, true, MT, NT>(acc, sQW + row0, kLdK, sB + cn, kLdB, 128);
+      __syncthreads();  // this stage and sS are free for the next chunk
     }
     if (p.dh0.present())
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
@@ -167,23 +189,29 @@ __global__ void __launch_bounds__(kThr, KP <= 128 ? 2 : 1) dhu_mma_kernel(DhuPar
   }
 }
 
-template <class T, int KP>
-strata_status launch(const DhuParams& p, const int64_t* offs, int64_t items, int64_t vtiles, cudaStream_t stream) {
-  constexpr size_t smem = DhuSmem<KP>::kBytes;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+template <class T, int KP, int BV, int STAGES>
+strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+  constexpr size_t smem = DhuSmem<KP, BV, STAGES>::kBytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
+  const Dims& d = p.d;
+  const int64_t vtiles = (d.V + BV - 1) / BV, items = d.N * d.HV * vtiles;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  dhu_mma_kernel<T, KP><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, vtiles);
+  dhu_mma_kernel<T, KP, BV, STAGES><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, vtiles);
   return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (mma)");
 }
 
+// Tile choice: K ≤ 128 with V > 64: 128-column V tiles, two pipeline stages (the next chunk's tiles load while
+// this one computes), one block per SM (B = 4, HV = 32, V = 128: 128 blocks, one wave); otherwise 64-column V
+// tiles without a second stage (two blocks per SM at K ≤ 128).
 template <class T>
-strata_status launch_k(const DhuParams& p, const int64_t* offs, int64_t items, int64_t vtiles, cudaStream_t stream) {
-  const int64_t K = p.d.K;
-  if (K <= 64) return launch<T, 64>(p, offs, items, vtiles, stream);
-  if (K <= 128) return launch<T, 128>(p, offs, items, vtiles, stream);
-  if (K <= 192) return launch<T, 192>(p, offs, items, vtiles, stream);
-  return launch<T, 256>(p, offs, items, vtiles, stream);
+strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+  const int64_t K = p.d.K, V = p.d.V;
+  if (K <= 64) return V > 64 ? launch<T, 64, 128, 2>(p, offs, stream) : launch<T, 64, 64, 1>(p, offs, stream);
+  if (K <= 128) return V > 64 ? launch<T, 128, 128, 2>(p, offs, stream) : launch<T, 128, 64, 1>(p, offs, stream);
+  if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
+  return launch<T, 256, 64, 1>(p, offs, stream);
 }
 
 }  // namespace
@@ -203,13 +231,10 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu cuda.sm90.mma: {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
-  const int64_t vtiles = d.V > 0 ? (d.V + kBV - 1) / kBV : 0;
-  const int64_t items = d.N * d.HV * vtiles;
-  if (items == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
+  if (d.N * d.HV == 0 || d.V == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, items, vtiles, stream)
-                                        : launch_k<f16_t>(p, offs, items, vtiles, stream);
+  return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, stream) : launch_k<f16_t>(p, offs, stream);
 }
 
 // The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.

@@ -138,6 +138,30 @@ __device__ __forceinline__ void warp_gemm(float (&c)[MT][NT][4], const uint16_t*
   }
 }
 
+// v[o] = a and, when `both`, v[o + 1] = b (an accumulator fragment's two adjacent columns): one 32-bit store for
+// 16-bit dtypes or one 64-bit store for f32 when the pair's address is aligned, element stores otherwise.
+__device__ __forceinline__ void st_pair(const View& v, int64_t o, float a, float b, bool both) {
+  if (both) {
+    if (v.dtype == STRATA_DTYPE_F32) {
+      float* q = static_cast<float*>(v.p) + o;
+      if ((reinterpret_cast<uintptr_t>(q) & 7) == 0) {
+        *reinterpret_cast<float2*>(q) = make_float2(a, b);
+        return;
+      }
+    } else {
+      uint16_t* q = static_cast<uint16_t*>(v.p) + o;
+      if ((reinterpret_cast<uintptr_t>(q) & 3) == 0) {
+        const uint32_t lo = v.dtype == STRATA_DTYPE_BF16 ? Elem<bf16_t>::from(a) : Elem<f16_t>::from(a);
+        const uint32_t hi = v.dtype == STRATA_DTYPE_BF16 ? Elem<bf16_t>::from(b) : Elem<f16_t>::from(b);
+        *reinterpret_cast<uint32_t*>(q) = lo | (hi << 16);
+        return;
+      }
+    }
+    cu::st_f32(v, o + 1, b);
+  }
+  cu::st_f32(v, o, a);
+}
+
 // Sums of two values per thread over a block of NTHREADS (a multiple of 32) in a fixed order: an xor butterfly in
 // each warp (both partners add the same two numbers, so every lane holds the same bits), then every thread adds
 // the warp partials in warp order. red: float[2 * NTHREADS / 32] scratch. Barriers inside (ends with one).

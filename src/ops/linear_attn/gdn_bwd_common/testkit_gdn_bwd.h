@@ -311,6 +311,7 @@ std::vector<Case> sweep(const char* op, Decorate&& decorate) {
   add("f16", {1, 0, 2, 4, 128, 64}, 16, {0, 63, 127, 129, 192, 200}, 1, 1.0, 0);
   add("bf16", {1, 100, 1, 3, 128, 128}, 32, {}, 0, 10.0, 1);  // plain delta rule
   add("bf16", {2, 90, 1, 2, 64, 64}, 64, {}, 1, 0.01, 0);     // strong decay
+  add("f16", {1, 150, 1, 2, 48, 96}, 64, {}, 1, 1.0, 1);      // K < 64 with V > 64 (bwd_dhu's 128-column V tiles)
   return cases;
 }
 

@@ -237,10 +237,13 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
               const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
               part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
-              if (i < L && col < vc) st_f32(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e]);
+              part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ldv + col + 1]);
+              if (i < L && col < vc)
+                st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
+                        col + 1 < vc);
             }
         }
         rows_to(part, sRed, sYv, r0, wn);
@@ -257,9 +260,10 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
+          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
             const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-            if (i < L && x < kc) st_f32(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, dk_sum[kt][0][nt][e]);
+            if (i < L && x < kc)
+              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1], x + 1 < kc);
           }
     });
   }
