@@ -1,16 +1,20 @@
 // CUDA kernels of rms_norm_gated (rms_norm_gated.h). Memory-bound: every input is read once and every output
-// written once, with 16-byte accesses where the layout allows; arithmetic in f32.
+// written once, with 16-byte accesses where the layout allows; arithmetic in f32 (16-bit activations use the
+// hardware exp and an approximate divide for act(z): the precise ones made the [N, 128] forward compute-bound).
 //
 // Rows are cut into chunks of kV = 8 features (16 B of bf16/f16, 32 B of f32); chunk k of lane t of a row
 // team covers features [(t + k * TPR) * kV, +kV). A chunk never straddles a group (G % kV == 0 on the vector
 // paths), so per-group sums are sums of chunk partials:
-//   team_rows<TPR, NV>, TPR <= 32: a team of TPR lanes holds one row (NV chunks per lane, several rows per
-//        warp for short rows; D <= 32 * 4 * kV = 1024). Group sums by shuffles: a group inside one slice of
-//        TPR * kV features is W = G / kV consecutive lanes (xor tree of width W); a group of whole slices
-//        adds its slices' partials per lane, then one TPR-wide tree.
-//   team_rows<256, NV>: a block per row (D <= 8192, any G % kV == 0): chunk partials go to shared memory in
-//        feature order and a pairwise tree inside each group (fixed shape) gives the group sums.
+//   team_rows<TPR, NV, R>, TPR <= 32: a team of TPR lanes holds one row (NV chunks per lane, several rows per
+//        warp for short rows; D <= 32 * 4 * kV = 1024), R rows per team per iteration with all their loads in
+//        flight before the first reduction. Group sums by shuffles: a group inside one slice of TPR * kV
+//        features is W = G / kV consecutive lanes (xor tree of width W); a group of whole slices adds its
+//        slices' partials per lane, then one TPR-wide tree.
+//   team_rows<256, NV, 1>: a block per row (D <= 8192, any G % kV == 0): chunk partials go to shared memory
+//        in feature order, warp w sums groups w, w + 8, ... in a fixed order (block_group_totals).
 //   looped:  any D, G, stride or alignment: a block per row, warp w takes groups w, w + 8, ...; element-wise.
+// The vector kernels loop over rows with a grid capped at a few waves, so each thread loads its weight chunks
+// and computes its column facts (group index, rstd column) once, not per row.
 // Backward: each block owns a fixed set of rows (grid-stride over row teams with a grid that depends only on
 // the problem), sums dw / db of its rows in registers in row order, reduces its teams in fixed order into its
 // partial row [num_partials, D] of the workspace, and a second kernel sums the partial rows in fixed order.
@@ -44,59 +48,40 @@ struct VecFlags {
   bool w = false, b = false;
 };
 
-// ---- per-group totals of per-chunk partials (see the file comment) ----
+// ---- per-group totals of per-chunk partials of a team of TPR <= 32 lanes (see the file comment) ----
 template <int TPR, int NV>
 __device__ __forceinline__ void group_totals(const float (&part)[NV], float (&tot)[NV], int64_t G, int64_t D, int t,
-                                             float* red) {
-  if constexpr (TPR <= 32) {
-    constexpr int64_t kSlice = static_cast<int64_t>(TPR) * kV;
-    if (G >= kSlice) {
-      const int spg = static_cast<int>(G / kSlice);  // slices per group (G % kSlice == 0 here)
-      float acc = 0.f;
+                                             float* /*red*/) {
+  static_assert(TPR <= 32, "block teams use block_group_totals");
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (k * kSlice >= D) break;  // uniform across the warp
-        acc += part[k];
-        if ((k + 1) % spg == 0) {
-          const float s = cuda::group_sum<TPR>(acc);
+  for (int k = 0; k < NV; ++k) tot[k] = 0.f;
+  constexpr int64_t kSlice = static_cast<int64_t>(TPR) * kV;
+  if (G >= kSlice) {
+    const int spg = static_cast<int>(G / kSlice);  // slices per group (G % kSlice == 0 here)
+    float acc = 0.f;
 #pragma unroll
-          for (int kk = 0; kk < NV; ++kk)
-            if (kk <= k && kk > k - spg) tot[kk] = s;
-          acc = 0.f;
-        }
-      }
-    } else {
-      const int W = static_cast<int>(G / kV);  // a power of two dividing TPR here
+    for (int k = 0; k < NV; ++k) {
+      if (k * kSlice >= D) break;  // uniform across the warp
+      acc += part[k];
+      if ((k + 1) % spg == 0) {
+        const float s = cuda::group_sum<TPR>(acc);
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (k * kSlice >= D) break;
-        float s = part[k];
-        for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-        tot[k] = s;
+        for (int kk = 0; kk < NV; ++kk)
+          if (kk <= k && kk > k - spg) tot[kk] = s;
+        acc = 0.f;
       }
     }
   } else {
-    // Block per row: red holds NV * TPR chunk partials in feature order; pairwise tree inside each group.
-    __syncthreads();  // red may still be read from the previous use
-#pragma unroll
-    for (int k = 0; k < NV; ++k) red[t + k * TPR] = part[k];
-    __syncthreads();
-    const int64_t gc = G / kV, nc = D / kV;
-    for (int64_t s = 1; s < gc; s <<= 1) {
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int64_t i = t + k * TPR;
-        const int64_t local = i % gc;
-        if (i < nc && local % (2 * s) == 0 && local + s < gc) red[i] += red[i + s];
-      }
-      __syncthreads();
-    }
+    const int W = static_cast<int>(G / kV);  // a power of two dividing TPR here
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      const int64_t i = t + k * TPR;
-      tot[k] = i < nc ? red[i - i % gc] : 0.f;
+      if (k * kSlice >= D) break;
+      float s = part[k];
+      for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+      tot[k] = s;
     }
   }
+  (void)t;
 }
 
 // Parameter chunk (weight / bias): vector when allowed, else element-wise; absent -> dflt.
@@ -122,61 +107,142 @@ __device__ __forceinline__ void load_h(const void* x, int32_t x_dtype, int64_t x
   }
 }
 
+// act(z) and act'(z) on the vector paths. 16-bit activations use the hardware exp and an approximate divide
+// (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide made the [N, 128]
+// forward compute-bound); f32 keeps the precise versions of rms_norm_gated.h.
+__device__ __forceinline__ float vact(int32_t act, bool fast, float v) {
+  if (!fast) return rng_act(act, v);
+  const float s = __fdividef(1.f, 1.f + __expf(-v));
+  return act == kActSilu ? v * s : s;
+}
+__device__ __forceinline__ float vact_grad(int32_t act, bool fast, float v) {
+  if (!fast) return rng_act_grad(act, v);
+  const float s = __fdividef(1.f, 1.f + __expf(-v));
+  return act == kActSilu ? s * (1.f + v * (1.f - s)) : s * (1.f - s);
+}
+
+// Group sums of a block-per-row team (TPR = blockDim.x = kBlock): the NV * kBlock chunk partials go to
+// shared memory in feature order, warp w sums groups w, w + 8, ... (lane l adds chunks l, l + 32, ... of the
+// group in order, then a fixed shuffle tree), and every thread reads its chunks' group totals. Fixed order:
+// the same bits every run. red: kMaxChunks floats, gsum: kMaxChunks floats (D <= 8192).
+constexpr int kMaxChunks = 4 * kBlock;
+template <int NV>
+__device__ __forceinline__ void block_group_totals(const float (&part)[NV], float (&tot)[NV], int nc, int gc,
+                                                   const int (&gidx)[NV], float* red, float* gsum) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  __syncthreads();  // red / gsum may still be read from the previous row
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    if (t + k * kBlock < nc) red[t + k * kBlock] = part[k];
+  __syncthreads();
+  const int ng = nc / gc;
+  for (int g = warp; g < ng; g += kBlock / 32) {
+    float acc = 0.f;
+    for (int j = lane; j < gc; j += 32) acc += red[g * gc + j];
+    acc = cuda::group_sum<32>(acc);
+    if (lane == 0) gsum[g] = acc;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) tot[k] = gidx[k] >= 0 ? gsum[gidx[k]] : 0.f;
+}
+
 // ------------------------------------------------------------------------------------------------------
 // Forward, vector paths.
 
-template <int TPR, int NV>
+// R rows per team per iteration (their loads all in flight before the first reduction); the block loops over
+// row batches with a grid-stride (the grid is capped at a few waves), so the weight chunks and the per-chunk
+// column facts (group index, rstd column) are loaded / computed once per thread, outside the row loop.
+template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;  // row teams per block
-  __shared__ float red[TPR > 32 ? NV * TPR : 1];
+  __shared__ float red[TPR > 32 ? kMaxChunks : 1], gsum[TPR > 32 ? kMaxChunks : 1];
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB; base < p.rows; base += static_cast<int64_t>(gridDim.x) * TB) {
-    const int64_t row = base + team;
-    const bool live = row < p.rows;  // dead lanes stay for the shuffles and block syncs but touch no memory
-    const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-    const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
-    const int64_t oo = live && p.residual_out ? p.res_out_rows.row_offset(row) : 0;
-    const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-    // z is loaded with x (both 16-byte loads in flight before the reduction), also for norm_before_gate.
-    float u[NV][kV], zr[NV][kV], part[NV], tot[NV];
+  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  // Column facts of this thread's chunks (row independent).
+  int64_t col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  int gidx[NV];
+  float w[NV][kV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      part[k] = 0.f;
-      tot[k] = 0.f;
-      if (live && c < p.D) {
-        load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, u[k]);
-        load_vec<kV>(p.z, p.x_dtype, zo + c, zr[k]);
-        if (p.residual_out) store_vec<kV>(p.residual_out, p.res_out_dtype, oo + c, u[k]);
-        if (!p.norm_before_gate) {
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = static_cast<int64_t>(ci) * kV;
+    gidx[k] = has[k] ? ci / gc : -1;
+    gstart[k] = has[k] && ci % gc == 0;
+    rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * p.rstd_rows.col_stride : 0;
+    if (has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, w[k]);
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TB * R;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows; base += step) {
+    float u[R][NV][kV], zr[R][NV][kV], tot[R][NV];
 #pragma unroll
-          for (int e = 0; e < kV; ++e) u[k][e] *= rng_act(p.act, zr[k][e]);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;  // dead lanes stay for the shuffles and block syncs but touch no memory
+      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
+      const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
+      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k]) {
+          load_h(p.x, xdt, xo + col[k], p.residual, p.res_dtype, ro + col[k], u[r][k]);
+          load_vec<kV>(p.z, xdt, zo + col[k], zr[r][k]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[r][k][e] = zr[r][k][e] = 0.f;
         }
-#pragma unroll
-        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[k][e], u[k][e], part[k]);
       }
     }
-    group_totals<TPR, NV>(part, tot, p.group, p.D, t, red);
-    if (!live) continue;
-    const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-      const float r = rsqrtf(tot[k] * inv_g + p.eps);
-      if (c % p.group == 0) store_one(p.rstd, p.rstd_dtype, so + (c / p.group) * p.rstd_rows.col_stride, r);
-      float w[kV], b[kV];
-      load_param(p.weight, p.w_dtype, p.w_row, c, vf.w, 1.f, w);
-      load_param(p.bias, p.b_dtype, p.b_row, c, vf.b, 0.f, b);
-      float o[kV];
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      float part[NV];
 #pragma unroll
-      for (int e = 0; e < kV; ++e) o[e] = fmaf(u[k][e] * r, w[e], b[e]);
-      if (p.norm_before_gate) {
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k] && p.residual_out)
+          store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + col[k], u[r][k]);
+        if (!p.norm_before_gate) {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) o[e] *= rng_act(p.act, zr[k][e]);
+          for (int e = 0; e < kV; ++e) u[r][k][e] *= vact(p.act, fast, zr[r][k][e]);
+        }
+        part[k] = 0.f;
+#pragma unroll
+        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[r][k][e], u[r][k][e], part[k]);
       }
-      store_vec<kV>(p.y, p.x_dtype, yo + c, o);
+      if constexpr (TPR > 32) {
+        block_group_totals<NV>(part, tot[r], nc, gc, gidx, red, gsum);
+      } else {
+        group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, red);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      if (row >= p.rows) continue;
+      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
+        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
+        float b[kV];
+        load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
+        float o[kV];
+#pragma unroll
+        for (int e = 0; e < kV; ++e) o[e] = fmaf(u[r][k][e] * rs, w[k][e], b[e]);
+        if (p.norm_before_gate) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) o[e] *= vact(p.act, fast, zr[r][k][e]);
+        }
+        store_vec<kV>(p.y, xdt, yo + col[k], o);
+      }
     }
   }
 }
@@ -226,100 +292,145 @@ __global__ void __launch_bounds__(kBlock) fwd_looped(const RmsNormGatedFwdParams
 // ------------------------------------------------------------------------------------------------------
 // Backward, vector paths.
 
-template <int TPR, int NV>
+// R rows per team per iteration (loads of all of them in flight before the reductions); column facts and
+// weight chunks loaded once per thread. Everything the second phase needs stays in registers (no reload of h
+// and z for gate_before_norm).
+template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;
   constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
-  __shared__ float red[TPR > 32 ? NV * TPR : 1];
+  __shared__ float red[TPR > 32 ? kMaxChunks : 1], gsum[TPR > 32 ? kMaxChunks : 1];
   __shared__ float colbuf[TPR > 32 ? 1 : TB * kCols];
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool want_wb = p.dweight || p.dbias;
-  float dw[NV][kV], db[NV][kV];
+  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const bool nbg = p.norm_before_gate;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  int64_t col[NV], rcol[NV];
+  bool has[NV];
+  int gidx[NV];
+  float w[NV][kV], dw[NV][kV], db[NV][kV];
 #pragma unroll
-  for (int k = 0; k < NV; ++k)
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = static_cast<int64_t>(ci) * kV;
+    gidx[k] = has[k] ? ci / gc : -1;
+    rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * p.rstd_rows.col_stride : 0;
 #pragma unroll
-    for (int e = 0; e < kV; ++e) dw[k][e] = db[k][e] = 0.f;
+    for (int e = 0; e < kV; ++e) w[k][e] = 1.f, dw[k][e] = db[k][e] = 0.f;
+    if (has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, w[k]);
+  }
 
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB; base < p.rows; base += static_cast<int64_t>(gridDim.x) * TB) {
-    const int64_t row = base + team;
-    const bool live = row < p.rows;
-    const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-    const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
-    const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-    const int64_t so = live ? p.rstd_rows.row_offset(row) : 0;
-    float nrm[NV][kV], dn[NV][kV], part[NV], tot[NV], rk[NV];
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * TB * R) {
+    // Phase 1 loads: h (x + residual), z, dy and rstd of R rows.
+    float h[R][NV][kV], zv[R][NV][kV], dyv[R][NV][kV], rk[R][NV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      part[k] = 0.f;
-      tot[k] = 0.f;
-      rk[k] = 0.f;
-      if (!(live && c < p.D)) continue;
-      const float r = load_one(p.rstd, p.rstd_dtype, so + (c / p.group) * p.rstd_rows.col_stride);
-      rk[k] = r;
-      float h[kV], zv[kV], dyv[kV], w[kV];
-      load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, h);
-      load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
-      load_vec<kV>(p.dy, p.x_dtype, p.dy_rows.row_offset(row) + c, dyv);
-      load_param(p.weight, p.w_dtype, p.w_row, c, vf.w, 1.f, w);
-      if (p.norm_before_gate) {
-        float b[kV], dz[kV];
-        load_param(p.bias, p.b_dtype, p.b_row, c, vf.b, 0.f, b);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
+      const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
+      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
+      const int64_t go = live ? p.dy_rows.row_offset(row) : 0;
+      const int64_t so = live ? p.rstd_rows.row_offset(row) : 0;
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float xh = h[e] * r, a = rng_act(p.act, zv[e]);
-          const float dov = dyv[e] * a;
-          dz[e] = dyv[e] * fmaf(xh, w[e], b[e]) * rng_act_grad(p.act, zv[e]);
-          dw[k][e] = fmaf(dov, xh, dw[k][e]);
-          db[k][e] += dov;
-          nrm[k][e] = xh;
-          dn[k][e] = dov * w[e];
-          part[k] = fmaf(dn[k][e], xh, part[k]);
-        }
-        store_vec<kV>(p.dz, p.x_dtype, p.dz_rows.row_offset(row) + c, dz);
-      } else {
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k]) {
+          load_h(p.x, xdt, xo + col[k], p.residual, p.res_dtype, ro + col[k], h[r][k]);
+          load_vec<kV>(p.z, xdt, zo + col[k], zv[r][k]);
+          load_vec<kV>(p.dy, xdt, go + col[k], dyv[r][k]);
+          rk[r][k] = load_one(p.rstd, p.rstd_dtype, so + rcol[k]);
+        } else {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float uh = h[e] * rng_act(p.act, zv[e]) * r;
-          dw[k][e] = fmaf(dyv[e], uh, dw[k][e]);
-          db[k][e] += dyv[e];
-          nrm[k][e] = uh;
-          dn[k][e] = dyv[e] * w[e];
-          part[k] = fmaf(dn[k][e], uh, part[k]);
+          for (int e = 0; e < kV; ++e) h[r][k][e] = zv[r][k][e] = dyv[r][k][e] = 0.f;
+          rk[r][k] = 0.f;
         }
       }
     }
-    group_totals<TPR, NV>(part, tot, p.group, p.D, t, red);
-    if (!live) continue;
-    const int64_t dxo = p.dx_rows.row_offset(row);
+    // Phase 1 math: nrm (normalised value), dn (its incoming gradient), dz (norm_before_gate), dw / db, and
+    // the per-chunk partials of sum(dn nrm); then the group sums.
+    float tot[R][NV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-      const float mean = tot[k] * inv_g, r = rk[k];
-      float dx[kV];
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      float part[NV];
 #pragma unroll
-      for (int e = 0; e < kV; ++e) dx[e] = r * fmaf(-nrm[k][e], mean, dn[k][e]);
-      if (!p.norm_before_gate) {
-        // dx = du act(z), dz = du h act'(z): h and z are read again (from L1/L2).
-        float h[kV], zv[kV], dz[kV];
-        load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, h);
-        load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
+      for (int k = 0; k < NV; ++k) {
+        part[k] = 0.f;
+        if (!(live && has[k])) continue;
+        const float rr = rk[r][k];
+        if (nbg) {
+          float b[kV], dz[kV];
+          load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          dz[e] = dx[e] * h[e] * rng_act_grad(p.act, zv[e]);
-          dx[e] *= rng_act(p.act, zv[e]);
+          for (int e = 0; e < kV; ++e) {
+            const float xh = h[r][k][e] * rr, a = vact(p.act, fast, zv[r][k][e]);
+            const float dov = dyv[r][k][e] * a;
+            dz[e] = dyv[r][k][e] * fmaf(xh, w[k][e], b[e]) * vact_grad(p.act, fast, zv[r][k][e]);
+            dw[k][e] = fmaf(dov, xh, dw[k][e]);
+            db[k][e] += dov;
+            h[r][k][e] = xh;            // h now holds nrm
+            dyv[r][k][e] = dov * w[k][e];  // dy now holds dn
+            part[k] = fmaf(dyv[r][k][e], xh, part[k]);
+          }
+          store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float uh = h[r][k][e] * vact(p.act, fast, zv[r][k][e]) * rr;
+            dw[k][e] = fmaf(dyv[r][k][e], uh, dw[k][e]);
+            db[k][e] += dyv[r][k][e];
+            dyv[r][k][e] *= w[k][e];  // dy now holds dn; h and z stay for dz
+            part[k] = fmaf(dyv[r][k][e], uh, part[k]);
+          }
         }
-        store_vec<kV>(p.dz, p.x_dtype, p.dz_rows.row_offset(row) + c, dz);
       }
-      if (p.dres_out) {
-        float g[kV];
-        load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + c, g);
+      if constexpr (TPR > 32) {
+        block_group_totals<NV>(part, tot[r], nc, gc, gidx, red, gsum);
+      } else {
+        group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, red);
+      }
+    }
+    // Phase 2: dx (+ dresidual_out), and dz for gate_before_norm.
 #pragma unroll
-        for (int e = 0; e < kV; ++e) dx[e] += g[e];
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      if (row >= p.rows) continue;
+      const int64_t dxo = p.dx_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float mean = tot[r][k] * inv_g, rr = rk[r][k];
+        float dx[kV];
+        if (nbg) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) dx[e] = rr * fmaf(-h[r][k][e], mean, dyv[r][k][e]);
+        } else {
+          float dz[kV];
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float a = vact(p.act, fast, zv[r][k][e]);
+            const float uh = h[r][k][e] * a * rr;
+            const float du = rr * fmaf(-uh, mean, dyv[r][k][e]);
+            dz[e] = du * h[r][k][e] * vact_grad(p.act, fast, zv[r][k][e]);
+            dx[e] = du * a;
+          }
+          store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+        }
+        if (p.dres_out) {
+          float g[kV];
+          load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + col[k], g);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) dx[e] += g[e];
+        }
+        store_vec<kV>(p.dx, xdt, dxo + col[k], dx);
       }
-      store_vec<kV>(p.dx, p.x_dtype, dxo + c, dx);
     }
   }
   if (!want_wb) return;
@@ -517,21 +628,48 @@ Config bwd_config(const RmsNormGatedBwdParams& p, bool layouts_ok) { return choo
 int64_t bwd_partials(const RmsNormGatedBwdParams& p) {
   if (p.rows == 0 || p.D == 0) return 0;
   // Enough blocks for many waves, few enough that the partial rows stay small next to the tensors.
-  const int64_t cap = std::clamp<int64_t>((int64_t{1} << 20) / p.D, 264, 4096);
+  // At least 4 blocks per SM of an H200 (132 SMs): wide rows reduce through shared memory with block-wide
+  // syncs, and 2 resident blocks per SM left the memory idle during them.
+  const int64_t cap = std::clamp<int64_t>((int64_t{1} << 21) / p.D, 528, 4096);
   return std::min<int64_t>(p.rows, cap);
+}
+
+// Rows per team per iteration of the forward: enough chunks per thread (R * NV = 4) for 4 x 2 16-byte loads
+// in flight; a block per row (TPR = kBlock) takes one row at a time.
+template <int TPR, int NV>
+constexpr int fwd_rows_per_iter() {
+  return TPR > 32 || NV >= 4 ? 1 : 4 / NV;
+}
+
+// Grid cap of the grid-stride kernels: a few waves of 256-thread blocks (weights and column facts are then
+// loaded once per block, and the tail wave is short).
+int64_t grid_cap() {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0) sms = n;
+  }
+  return static_cast<int64_t>(sms) * 32;
 }
 
 template <int TPR, int NV>
 strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  constexpr int TB = kBlock / TPR;
-  const int64_t blocks = std::min<int64_t>((p.rows + TB - 1) / TB, int64_t{1} << 30);
-  fwd_team_rows<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  constexpr int TB = kBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
+  const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), grid_cap());
+  if (p.x_dtype == STRATA_DTYPE_F32)
+    fwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  else
+    fwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_rows");
 }
 
 template <int TPR, int NV>
 strata_status launch_bwd(const RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t blocks, cudaStream_t s) {
-  bwd_team_rows<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  constexpr int R = TPR > 32 || NV >= 2 ? 1 : 2;
+  if (p.x_dtype == STRATA_DTYPE_F32)
+    bwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  else
+    bwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated bwd_team_rows");
 }
 
