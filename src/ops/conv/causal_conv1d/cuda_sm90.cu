@@ -600,9 +600,9 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
 
 // ------------------------------------------------------------------------------------------------------
 // "cuda.sm90.vec": the common case only (whole batch rows as sequences, W in {2, 3, 4}, unit channel stride,
-// D % 8 == 0, 16-byte aligned rows; causal_conv1d_cuda_vec_covers). No sequence bookkeeping inside the token
-// loop, so a thread holds only its weights, the W-1 window and the loads in flight (<= 128 registers: four
-// 128-thread blocks per SM).
+// D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No sequence bookkeeping inside the token
+// loop, so a thread holds only its weights, the W-1 window and the loads in flight (forward <= 128
+// registers: four 128-thread blocks per SM; backward <= 168: three).
 //   forward:  a thread owns VF = 16 / sizeof(T) channels (one 16-byte load per token: 8 bf16/f16 or 4 f32) and
 //             kVecFwdTile tokens of one batch row; the kUnroll tokens of a batch are loaded before any is used.
 //   backward: VB = 4 channels (8-byte bf16/f16, 16-byte f32 loads; 8 channels would need ~180 registers for
@@ -703,8 +703,9 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_vec(const Conv1dParams p
   }
 }
 
+// Three blocks per SM (<= 168 registers): at four (<= 128) W = 4 spilled 80-128 bytes per thread.
 template <class T, int W, int V>
-__global__ void __launch_bounds__(kThreads, 4) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
+__global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
   const ThreadWork tw = thread_work(p, kBwdTile, groups, V);
   if (!tw.active) return;
   const int64_t b = tw.b, d0 = tw.d0;

@@ -10,8 +10,10 @@
 //        flight before the first reduction. Group sums by shuffles: a group inside one slice of TPR * kV
 //        features is W = G / kV consecutive lanes (xor tree of width W); a group of whole slices adds its
 //        slices' partials per lane, then one TPR-wide tree.
-//   team_rows<256, NV, 1>: a block per row (D <= 8192, any G % kV == 0): chunk partials go to shared memory
-//        in feature order, warp w sums groups w, w + 8, ... in a fixed order (block_group_totals).
+//   block_rows<NV>: a block per row (D <= 8192, any G % kV == 0), loads kept packed (one uint4 per 16-bit
+//        chunk) and the derived values recomputed after the reduction, to stay near 100 registers: chunk
+//        partials go to shared memory in feature order, warp w sums groups w, w + 8, ... in a fixed order
+//        (block_group_totals); the backward sums dweight / dbias in shared memory.
 //   looped:  any D, G, stride or alignment: a block per row, warp w takes groups w, w + 8, ...; element-wise.
 // The vector kernels loop over rows with a grid capped at a few waves, so each thread loads its weight chunks
 // and computes its column facts (group index, rstd column) once, not per row.
@@ -156,7 +158,7 @@ __device__ __forceinline__ void block_group_totals(const float (&part)[NV], floa
 template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;  // row teams per block
-  __shared__ float red[TPR > 32 ? kMaxChunks : 1], gsum[TPR > 32 ? kMaxChunks : 1];
+  static_assert(TPR <= 32, "a block per row: fwd_block_rows");
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
   // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
@@ -216,11 +218,7 @@ __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdPar
 #pragma unroll
         for (int e = 0; e < kV; ++e) part[k] = fmaf(u[r][k][e], u[r][k][e], part[k]);
       }
-      if constexpr (TPR > 32) {
-        block_group_totals<NV>(part, tot[r], nc, gc, gidx, red, gsum);
-      } else {
-        group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, red);
-      }
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -243,6 +241,297 @@ __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdPar
         }
         store_vec<kV>(p.y, xdt, yo + col[k], o);
       }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// A block per row (1024 < D <= 8192 or groups that do not fit a lane team), kBlock threads, NV <= 4 chunks
+// per thread. Holding a row as floats took 160-255 registers (one 256-thread block per SM, ~20 KiB in
+// flight), so the loads stay packed (a 16-bit chunk is one uint4) and the derived values are recomputed in
+// the second phase from the packed inputs; weights, bias and a residual are re-read per row (L1 / L2 hits).
+// The backward keeps its dweight / dbias sums in shared memory (dynamic, 2 x D floats; thread-exclusive
+// columns, laid out [e][chunk] so a warp's accesses are conflict-free) instead of 64 registers.
+
+template <bool F32>
+struct Packed {
+  uint4 q[F32 ? 2 : 1];
+};
+template <bool F32>
+__device__ __forceinline__ Packed<F32> load_packed(const void* base, int64_t i) {
+  Packed<F32> r;
+  if constexpr (F32) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + i);
+    r.q[0] = p[0];
+    r.q[1] = p[1];
+  } else {
+    r.q[0] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+  }
+  return r;
+}
+template <bool F32>
+__device__ __forceinline__ void unpack(const Packed<F32>& r, int32_t xdt, float (&v)[kV]) {
+  if constexpr (F32) {
+    const uint32_t w[8] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w, r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = __uint_as_float(w[e]);
+  } else {
+    const uint32_t w[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (xdt == STRATA_DTYPE_BF16) {
+        v[2 * k] = __uint_as_float(w[k] << 16), v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+      }
+    }
+  }
+}
+
+// Column facts of a block-per-row thread (row independent).
+template <int NV>
+struct BlockCols {
+  int64_t col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  int gidx[NV];
+  __device__ BlockCols(int64_t D, int64_t G, int64_t rstd_col_stride) {
+    const int nc = static_cast<int>(D / kV), gc = static_cast<int>(G / kV);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int ci = threadIdx.x + k * kBlock;
+      has[k] = ci < nc;
+      col[k] = static_cast<int64_t>(ci) * kV;
+      gidx[k] = has[k] ? ci / gc : -1;
+      gstart[k] = has[k] && ci % gc == 0;
+      rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * rstd_col_stride : 0;
+    }
+  }
+};
+
+template <bool F32, int NV>
+__global__ void __launch_bounds__(kBlock) fwd_block_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  __shared__ float red[kMaxChunks], gsum[kMaxChunks];
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const BlockCols<NV> bc(p.D, p.group, p.rstd_rows.col_stride);
+  const bool nbg = p.norm_before_gate;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row);
+    const int64_t ro = p.residual ? p.res_rows.row_offset(row) : 0;
+    Packed<F32> xr[NV], zr[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (bc.has[k]) {
+        xr[k] = load_packed<F32>(p.x, xo + bc.col[k]);
+        zr[k] = load_packed<F32>(p.z, zo + bc.col[k]);
+      }
+    // h = x (+ residual), u = h (norm_before_gate) or h act(z); per-chunk sums of u^2.
+    float part[NV], tot[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      part[k] = 0.f;
+      if (!bc.has[k]) continue;
+      float u[kV];
+      unpack<F32>(xr[k], xdt, u);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] += r[e];
+        if (p.residual_out) store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + bc.col[k], u);
+      } else if (p.residual_out) {
+        store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + bc.col[k], u);
+      }
+      if (!nbg) {
+        float z[kV];
+        unpack<F32>(zr[k], xdt, z);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, fast, z[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+    }
+    block_group_totals<NV>(part, tot, nc, gc, bc.gidx, red, gsum);
+    const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (!bc.has[k]) continue;
+      const float rs = rsqrtf(tot[k] * inv_g + p.eps);
+      if (bc.gstart[k]) store_one(p.rstd, p.rstd_dtype, so + bc.rcol[k], rs);
+      float u[kV], z[kV], w[kV], b[kV], o[kV];
+      unpack<F32>(xr[k], xdt, u);
+      unpack<F32>(zr[k], xdt, z);
+      if (p.residual) {  // re-read (the first phase's load of this chunk: an L1 / L2 hit)
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] += r[e];
+      }
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float a = vact(p.act, fast, z[e]);
+        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
+        if (nbg) o[e] *= a;
+      }
+      store_vec<kV>(p.y, xdt, yo + bc.col[k], o);
+    }
+  }
+}
+
+// act(z) and act'(z) from one sigmoid.
+__device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
+  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
+  if (act == kActSilu) {
+    a = v * s;
+    ag = s * (1.f + v * (1.f - s));
+  } else {
+    a = s;
+    ag = s * (1.f - s);
+  }
+}
+
+// Dynamic shared memory: 2 * D floats (dweight, dbias sums of this block's rows; [e][chunk] layout).
+template <bool F32, int NV>
+__global__ void __launch_bounds__(kBlock) bwd_block_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
+  __shared__ float red[kMaxChunks], gsum[kMaxChunks];
+  extern __shared__ float acc[];  // [2][kV][nc]
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const BlockCols<NV> bc(p.D, p.group, p.rstd_rows.col_stride);
+  const bool nbg = p.norm_before_gate, want_wb = p.dweight || p.dbias;
+  float* accw = acc;
+  float* accb = acc + kV * nc;
+  if (want_wb)
+    for (int i = threadIdx.x; i < 2 * kV * nc; i += kBlock) acc[i] = 0.f;
+  __syncthreads();  // the zeroing strides over other threads' columns
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row), go = p.dy_rows.row_offset(row);
+    const int64_t ro = p.residual ? p.res_rows.row_offset(row) : 0;
+    const int64_t so = p.rstd_rows.row_offset(row);
+    Packed<F32> xr[NV], zr[NV], gr[NV];
+    float rk[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      rk[k] = 0.f;
+      if (bc.has[k]) {
+        xr[k] = load_packed<F32>(p.x, xo + bc.col[k]);
+        zr[k] = load_packed<F32>(p.z, zo + bc.col[k]);
+        gr[k] = load_packed<F32>(p.dy, go + bc.col[k]);
+        rk[k] = load_one(p.rstd, p.rstd_dtype, so + bc.rcol[k]);
+      }
+    }
+    // Phase 1: nrm, dn, dz (norm_before_gate), dweight / dbias, per-chunk sums of dn nrm.
+    float part[NV], tot[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      part[k] = 0.f;
+      if (!bc.has[k]) continue;
+      const float rr = rk[k];
+      float h[kV], z[kV], dy[kV], w[kV];
+      unpack<F32>(xr[k], xdt, h);
+      unpack<F32>(zr[k], xdt, z);
+      unpack<F32>(gr[k], xdt, dy);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) h[e] += r[e];
+      }
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      const int ci = static_cast<int>(bc.col[k] / kV);
+      if (nbg) {
+        float b[kV], dz[kV];
+        load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          float a, ag;
+          vact_both(p.act, fast, z[e], a, ag);
+          const float xh = h[e] * rr, dov = dy[e] * a;
+          dz[e] = dy[e] * fmaf(xh, w[e], b[e]) * ag;
+          if (want_wb) {
+            accw[e * nc + ci] = fmaf(dov, xh, accw[e * nc + ci]);
+            accb[e * nc + ci] += dov;
+          }
+          part[k] = fmaf(dov * w[e], xh, part[k]);
+        }
+        store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + bc.col[k], dz);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float uh = h[e] * vact(p.act, fast, z[e]) * rr;
+          if (want_wb) {
+            accw[e * nc + ci] = fmaf(dy[e], uh, accw[e * nc + ci]);
+            accb[e * nc + ci] += dy[e];
+          }
+          part[k] = fmaf(dy[e] * w[e], uh, part[k]);
+        }
+      }
+    }
+    block_group_totals<NV>(part, tot, nc, gc, bc.gidx, red, gsum);
+    // Phase 2 (recomputed from the packed inputs): dx (+ dresidual_out), dz for gate_before_norm.
+    const int64_t dxo = p.dx_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (!bc.has[k]) continue;
+      const float mean = tot[k] * inv_g, rr = rk[k];
+      float h[kV], z[kV], dy[kV], w[kV], dx[kV];
+      unpack<F32>(xr[k], xdt, h);
+      unpack<F32>(zr[k], xdt, z);
+      unpack<F32>(gr[k], xdt, dy);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) h[e] += r[e];
+      }
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      if (nbg) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float xh = h[e] * rr, dn = dy[e] * vact(p.act, fast, z[e]) * w[e];
+          dx[e] = rr * fmaf(-xh, mean, dn);
+        }
+      } else {
+        float dz[kV];
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          float a, ag;
+          vact_both(p.act, fast, z[e], a, ag);
+          const float uh = h[e] * a * rr;
+          const float du = rr * fmaf(-uh, mean, dy[e] * w[e]);
+          dz[e] = du * h[e] * ag;
+          dx[e] = du * a;
+        }
+        store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + bc.col[k], dz);
+      }
+      if (p.dres_out) {
+        float g[kV];
+        load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + bc.col[k], g);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) dx[e] += g[e];
+      }
+      store_vec<kV>(p.dx, xdt, dxo + bc.col[k], dx);
+    }
+  }
+  if (!want_wb) return;
+  // This block's partial rows (each thread its own columns, summed over its rows in row order).
+  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
+  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    if (!bc.has[k]) continue;
+    const int ci = static_cast<int>(bc.col[k] / kV);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      out_w[bc.col[k] + e] = accw[e * nc + ci];
+      out_b[bc.col[k] + e] = accb[e * nc + ci];
     }
   }
 }
@@ -299,8 +588,8 @@ template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;
   constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
-  __shared__ float red[TPR > 32 ? kMaxChunks : 1], gsum[TPR > 32 ? kMaxChunks : 1];
-  __shared__ float colbuf[TPR > 32 ? 1 : TB * kCols];
+  static_assert(TPR <= 32, "a block per row: bwd_block_rows");
+  __shared__ float colbuf[TB * kCols];
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool want_wb = p.dweight || p.dbias;
@@ -391,11 +680,7 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
           }
         }
       }
-      if constexpr (TPR > 32) {
-        block_group_totals<NV>(part, tot[r], nc, gc, gidx, red, gsum);
-      } else {
-        group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, red);
-      }
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
     }
     // Phase 2: dx (+ dresidual_out), and dz for gate_before_norm.
 #pragma unroll
@@ -437,18 +722,7 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
   // This block's partial row: its teams' sums added in team order (fixed), one thread per feature.
   float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
   float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  if constexpr (TPR > 32) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        out_w[c + e] = dw[k][e];
-        out_b[c + e] = db[k][e];
-      }
-    }
-  } else {
+  {
     for (int which = 0; which < 2; ++which) {
       __syncthreads();
 #pragma unroll
@@ -654,23 +928,41 @@ int64_t grid_cap() {
 
 template <int TPR, int NV>
 strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  constexpr int TB = kBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
-  const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), grid_cap());
-  if (p.x_dtype == STRATA_DTYPE_F32)
-    fwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  else
-    fwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  return cuda::check_launch("rms_norm_gated fwd_team_rows");
+  if constexpr (TPR > 32) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, grid_cap()));
+    if (p.x_dtype == STRATA_DTYPE_F32) fwd_block_rows<true, NV><<<blocks, kBlock, 0, s>>>(p, vf);
+    else fwd_block_rows<false, NV><<<blocks, kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated fwd_block_rows");
+  } else {
+    constexpr int TB = kBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
+    const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), grid_cap());
+    if (p.x_dtype == STRATA_DTYPE_F32)
+      fwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    else
+      fwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated fwd_team_rows");
+  }
 }
 
 template <int TPR, int NV>
 strata_status launch_bwd(const RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t blocks, cudaStream_t s) {
-  constexpr int R = TPR > 32 || NV >= 2 ? 1 : 2;
-  if (p.x_dtype == STRATA_DTYPE_F32)
-    bwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  else
-    bwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  return cuda::check_launch("rms_norm_gated bwd_team_rows");
+  if constexpr (TPR > 32) {
+    // dweight / dbias sums in dynamic shared memory: 2 * D floats (64 KiB at D = 8192, above the 48 KiB
+    // default: opt in once per kernel).
+    const size_t smem = (p.dweight || p.dbias) ? 2 * static_cast<size_t>(p.D) * sizeof(float) : 0;
+    const auto kernel = p.x_dtype == STRATA_DTYPE_F32 ? bwd_block_rows<true, NV> : bwd_block_rows<false, NV>;
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(2 * kMaxChunks * kV * sizeof(float))));
+    kernel<<<static_cast<unsigned>(blocks), kBlock, smem, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated bwd_block_rows");
+  } else {
+    constexpr int R = NV >= 2 ? 1 : 2;
+    if (p.x_dtype == STRATA_DTYPE_F32)
+      bwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    else
+      bwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated bwd_team_rows");
+  }
 }
 
 // Expands CALL(TPR, NV) for a config from choose() (a macro: the .cu files are C++17, no template lambdas).
