@@ -271,11 +271,11 @@ Conv1dCpuFn causal_conv1d_bwd_cpu_native_bf16();
 size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p);
 
 // Whether the "cuda.sm90.vec" kernels cover a problem, known at plan time (pointer alignment is checked when
-// they run; a misaligned call takes the time_tile kernels): whole batch rows as sequences (no cu_seqlens or
+// they run; a misaligned call takes the time_tile kernels): batch rows or cu_seqlens packs as sequences (no
 // seq_idx), W <= 4, f32/bf16/f16 activations with unit channel stride, D % 8 == 0 and batch / time strides of
 // every activation tensor multiples of 8 elements. Empty string when covered, else the reason.
 inline const char* causal_conv1d_vec_reason(const Conv1dParams& p, bool backward) {
-  if (p.mode != kModeRows) return "takes whole batch rows only (no cu_seqlens / seq_idx)";
+  if (p.mode == kModeSeqIdx) return "takes batch rows or cu_seqlens packs (no seq_idx)";
   if (p.W > 4) return "takes W <= 4";
   if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
     return "takes f32/bf16/f16 activations";

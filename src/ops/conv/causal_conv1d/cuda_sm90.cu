@@ -599,8 +599,8 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
 }
 
 // ------------------------------------------------------------------------------------------------------
-// "cuda.sm90.vec": the common case only (whole batch rows as sequences, W in {2, 3, 4}, unit channel stride,
-// D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No sequence bookkeeping inside the token
+// "cuda.sm90.vec": the common case only (batch rows or cu_seqlens packs as sequences, W in {2, 3, 4}, unit
+// channel stride, D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No sequence bookkeeping inside the token
 // loop, so a thread holds only its weights, the W-1 window and the loads in flight (forward <= 128
 // registers: four 128-thread blocks per SM; backward <= 168: three).
 //   forward:  a thread owns VF = 16 / sizeof(T) channels (one 16-byte load per token: 8 bf16/f16 or 4 f32) and
@@ -608,9 +608,10 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
 //   backward: VB = 4 channels (8-byte bf16/f16, 16-byte f32 loads; 8 channels would need ~180 registers for
 //             the x and g windows and the dweight sums) and kBwdTile tokens (the time_tile workspace layout
 //             [tile][W + 1][D] and reduce_partials are shared).
-// The initial state enters through the window of the row's first tile, the final state, dinitial_state and
-// dfinal_state through the element-wise helpers (states_kernel; dfinal_state only touches a row's last W-1
-// positions).
+// The initial state enters through the window of a sequence's first tile (cu_seqlens: the window is refilled
+// at each sequence start, and the backward's gather of g counts only taps of the position's own sequence),
+// the final state and dinitial_state through the element-wise helpers (states_kernel); dfinal_state only
+// touches a sequence's last W-1 positions.
 
 constexpr int kVecFwdTile = 64;
 
@@ -629,24 +630,27 @@ __device__ __forceinline__ void unpack(const RawVec<T, V>& raw, float (&out)[V])
   for (int i = 0; i < V; ++i) out[i] = Elem<T>::load(e + i);
 }
 
-// The W-1 sources before token t0 of row b (t0 is a tile start): x, the initial state, or zeros.
+// The W-1 sources before token t of row b in sequence sq (t a tile start, or a sequence start of a
+// cu_seqlens pack): x, the sequence's initial state, or zeros.
 template <class T, int W, int V>
-__device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int64_t t0, int64_t d0,
-                                           float (&win)[W - 1][V]) {
+__device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int64_t t, const SeqSpan& sq,
+                                           int64_t d0, float (&win)[W - 1][V]) {
   const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
 #pragma unroll
   for (int i = 0; i < W - 1; ++i) {
-    const int64_t pos = t0 - (W - 1) + i;
-    if (pos >= 0) {
+    const int64_t pos = t - (W - 1) + i;
+    if (pos >= sq.start) {
       load_vec<T, V>(x + pos * p.xs[1], win[i]);
     } else {
 #pragma unroll
-      for (int v = 0; v < V; ++v) win[i][v] = p.h0 ? h0_at(p, b, d0 + v, pos + W - 1) : 0.f;
+      for (int v = 0; v < V; ++v) win[i][v] = p.h0 ? h0_at(p, sq.n, d0 + v, pos - sq.start + W - 1) : 0.f;
     }
   }
 }
 
-template <class T, int W, int V, bool RES>
+// CU: cu_seqlens packs (a compile-time flag: the refill inlined into the unrolled token loop cost the rows
+// kernel ~200 bytes of spills at W = 4).
+template <class T, int W, int V, bool RES, bool CU>
 __global__ void __launch_bounds__(kThreads, 4) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
   constexpr int U = RES ? 4 : 8;  // tokens loaded ahead (a residual doubles the packed registers per token)
   const ThreadWork tw = thread_work(p, kVecFwdTile, groups, V);
@@ -659,8 +663,11 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_vec(const Conv1dParams p
     for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
 #pragma unroll
   for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+  // cu_seqlens: the sequence of the tile's first token (binary search on the device copy), and a window
+  // refill from the next sequence's initial state (or zeros) whenever the walk reaches its start.
+  SeqSpan sq = find_sequence(p, b, tw.t0);
   float win[W - 1][V];
-  vec_window<T, W, V>(p, b, tw.t0, d0, win);
+  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
 
   const int64_t xs = p.xs[1], ys = p.ys[1], rs = p.rs[1];
   const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
@@ -678,6 +685,10 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_vec(const Conv1dParams p
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (tb + u >= tw.t1) break;
+      if (CU && tb + u >= sq.end) {
+        sq = find_sequence(p, b, tb + u);
+        vec_window<T, W, V>(p, b, tb + u, sq, d0, win);
+      }
       float xin[V], rin[V];
       unpack<T, V>(xr[u], xin);
       if constexpr (RES) unpack<T, V>(rr[u], rin);
@@ -716,11 +727,16 @@ __global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p
     for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
 #pragma unroll
   for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+  const bool cu = p.mode == kModeCuSeqlens;
+  SeqSpan sq = find_sequence(p, b, tw.t0);
   float win[W - 1][V];
-  vec_window<T, W, V>(p, b, tw.t0, d0, win);
-  // gw[i]: g at position t - (W-1) + i before step t (positions before t0 count as 0: dx is only emitted for
-  // positions >= t0, whose taps are all at >= t0).
+  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
+  // gw[i]: g at position t - (W-1) + i before step t, gid[i] its sequence (positions before t0 count as 0:
+  // dx is only emitted for positions >= t0, whose taps are all at >= t0; -1 past the row's end).
   float gw[W - 1][V], dwa[W][V], dba[V];
+  int gid[W - 1];
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) gid[i] = -1;
 #pragma unroll
   for (int v = 0; v < V; ++v) {
     dba[v] = 0.f;
@@ -736,7 +752,6 @@ __global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p
   const bool silu = p.activation == kActSilu;
   const int64_t tend = tw.t1 + W - 1;               // the taps of position t1 - 1 reach t1 + W - 2
   const int64_t tload = tend < p.T ? tend : p.T;    // g is 0 past the row's end
-  const int64_t tail = p.T - (W - 1);               // positions >= tail feed the final state
   constexpr int U = sizeof(T) == 2 ? 8 : 4;  // tokens loaded ahead (packed: 8 x 2 x 8 bytes of bf16)
   for (int64_t tb = tw.t0; tb < tend; tb += U) {
     RawVec<T, V> xr[U], gr[U];
@@ -754,6 +769,11 @@ __global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p
     for (int u = 0; u < U; ++u) {
       const int64_t t = tb + u;
       if (t >= tend) break;
+      if (cu && t < p.T && t >= sq.end) {
+        sq = find_sequence(p, b, t);
+        vec_window<T, W, V>(p, b, t, sq, d0, win);
+      }
+      const int id = t < p.T ? static_cast<int>(sq.n) : -1;
       float xin[V], gin[V];
       unpack<T, V>(xr[u], xin);
       unpack<T, V>(gr[u], gin);
@@ -782,22 +802,32 @@ __global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p
       }
       // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g).
       const int64_t pos = t - (W - 1);
+      // Only taps of pos's own sequence count (rows: always; cu_seqlens: up to its end).
       if (pos >= tw.t0) {
+        const int pid = W > 1 ? gid[0] : id;
         float o[V];
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           float a = 0.f;
 #pragma unroll
-          for (int i = 0; i < W - 1; ++i) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
-          o[v] = fmaf(w[0][v], g[v], a);
+          for (int i = 0; i < W - 1; ++i)
+            if (gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+          o[v] = id == pid ? fmaf(w[0][v], g[v], a) : a;
         }
-        if (p.dhT && pos >= tail) {  // final_state slot pos - tail copied x[pos]
+        if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
+          const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
+          const int64_t j = pos - (e - (W - 1));
+          if (j >= 0) {
 #pragma unroll
-          for (int v = 0; v < V; ++v)
-            o[v] += ld_f32(p.dhT, p.dhT_dtype, b * p.dhTs[0] + (d0 + v) * p.dhTs[1] + (pos - tail) * p.dhTs[2]);
+            for (int v = 0; v < V; ++v)
+              o[v] += ld_f32(p.dhT, p.dhT_dtype, n * p.dhTs[0] + (d0 + v) * p.dhTs[1] + j * p.dhTs[2]);
+          }
         }
         store_vec<T, V>(dx + pos * dxs, o);
       }
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
+      gid[W - 2] = id;
 #pragma unroll
       for (int v = 0; v < V; ++v) {
 #pragma unroll
@@ -833,15 +863,21 @@ strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
     return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
   if (blocks > 0) {
     const unsigned g = static_cast<unsigned>(blocks);
+#define STRATA_CONV_FWD_VEC(RES, CU)                                                         \
+  do {                                                                                       \
+    if (p.W == 2) conv_fwd_vec<T, 2, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);     \
+    else if (p.W == 3) conv_fwd_vec<T, 3, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups); \
+    else conv_fwd_vec<T, 4, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);              \
+  } while (0)
+    const bool cu = p.mode == kModeCuSeqlens;
     if (p.residual) {
-      if (p.W == 2) conv_fwd_vec<T, 2, V, true><<<g, kThreads, 0, stream>>>(p, groups);
-      else if (p.W == 3) conv_fwd_vec<T, 3, V, true><<<g, kThreads, 0, stream>>>(p, groups);
-      else conv_fwd_vec<T, 4, V, true><<<g, kThreads, 0, stream>>>(p, groups);
+      if (cu) STRATA_CONV_FWD_VEC(true, true);
+      else STRATA_CONV_FWD_VEC(true, false);
     } else {
-      if (p.W == 2) conv_fwd_vec<T, 2, V, false><<<g, kThreads, 0, stream>>>(p, groups);
-      else if (p.W == 3) conv_fwd_vec<T, 3, V, false><<<g, kThreads, 0, stream>>>(p, groups);
-      else conv_fwd_vec<T, 4, V, false><<<g, kThreads, 0, stream>>>(p, groups);
+      if (cu) STRATA_CONV_FWD_VEC(false, true);
+      else STRATA_CONV_FWD_VEC(false, false);
     }
+#undef STRATA_CONV_FWD_VEC
     STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_vec)"));
   }
   if (p.hT && p.N * p.D > 0) {

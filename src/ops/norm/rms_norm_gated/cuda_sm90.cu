@@ -1,6 +1,6 @@
 // CUDA kernels of rms_norm_gated (rms_norm_gated.h). Memory-bound: every input is read once and every output
 // written once, with 16-byte accesses where the layout allows; arithmetic in f32 (16-bit activations use the
-// hardware exp and an approximate divide for act(z): the precise ones made the [N, 128] forward compute-bound).
+// hardware exp and an approximate divide for act(z), see vact).
 //
 // Rows are cut into chunks of kV = 8 features (16 B of bf16/f16, 32 B of f32); chunk k of lane t of a row
 // team covers features [(t + k * TPR) * kV, +kV). A chunk never straddles a group (G % kV == 0 on the vector
@@ -109,18 +109,26 @@ __device__ __forceinline__ void load_h(const void* x, int32_t x_dtype, int64_t x
   }
 }
 
-// act(z) and act'(z) on the vector paths. 16-bit activations use the hardware exp and an approximate divide
-// (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide made the [N, 128]
-// forward compute-bound); f32 keeps the precise versions of rms_norm_gated.h.
+// act(z) (and, below, act'(z)) on the vector paths. 16-bit activations use the hardware exp and an
+// approximate divide (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide are
+// ~30 instructions per element, by our count a large share of the [N, 128] forward); f32 keeps the precise
+// versions of rms_norm_gated.h.
 __device__ __forceinline__ float vact(int32_t act, bool fast, float v) {
   if (!fast) return rng_act(act, v);
   const float s = __fdividef(1.f, 1.f + __expf(-v));
   return act == kActSilu ? v * s : s;
 }
-__device__ __forceinline__ float vact_grad(int32_t act, bool fast, float v) {
-  if (!fast) return rng_act_grad(act, v);
-  const float s = __fdividef(1.f, 1.f + __expf(-v));
-  return act == kActSilu ? s * (1.f + v * (1.f - s)) : s * (1.f - s);
+
+// act(z) and act'(z) from one sigmoid.
+__device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
+  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
+  if (act == kActSilu) {
+    a = v * s;
+    ag = s * (1.f + v * (1.f - s));
+  } else {
+    a = s;
+    ag = s * (1.f - s);
+  }
 }
 
 // Group sums of a block-per-row team (TPR = blockDim.x = kBlock): the NV * kBlock chunk partials go to
@@ -380,18 +388,6 @@ __global__ void __launch_bounds__(kBlock) fwd_block_rows(const RmsNormGatedFwdPa
       }
       store_vec<kV>(p.y, xdt, yo + bc.col[k], o);
     }
-  }
-}
-
-// act(z) and act'(z) from one sigmoid.
-__device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
-  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
-  if (act == kActSilu) {
-    a = v * s;
-    ag = s * (1.f + v * (1.f - s));
-  } else {
-    a = s;
-    ag = s * (1.f - s);
   }
 }
 
@@ -659,9 +655,11 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
           load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            const float xh = h[r][k][e] * rr, a = vact(p.act, fast, zv[r][k][e]);
+            float a, ag;
+            vact_both(p.act, fast, zv[r][k][e], a, ag);
+            const float xh = h[r][k][e] * rr;
             const float dov = dyv[r][k][e] * a;
-            dz[e] = dyv[r][k][e] * fmaf(xh, w[k][e], b[e]) * vact_grad(p.act, fast, zv[r][k][e]);
+            dz[e] = dyv[r][k][e] * fmaf(xh, w[k][e], b[e]) * ag;
             dw[k][e] = fmaf(dov, xh, dw[k][e]);
             db[k][e] += dov;
             h[r][k][e] = xh;            // h now holds nrm
@@ -700,10 +698,11 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
           float dz[kV];
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            const float a = vact(p.act, fast, zv[r][k][e]);
+            float a, ag;
+            vact_both(p.act, fast, zv[r][k][e], a, ag);
             const float uh = h[r][k][e] * a * rr;
             const float du = rr * fmaf(-uh, mean, dyv[r][k][e]);
-            dz[e] = du * h[r][k][e] * vact_grad(p.act, fast, zv[r][k][e]);
+            dz[e] = du * h[r][k][e] * ag;
             dx[e] = du * a;
           }
           store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
