@@ -649,9 +649,9 @@ __device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int
 }
 
 // CU: cu_seqlens packs (a compile-time flag: the refill inlined into the unrolled token loop cost the rows
-// kernel ~200 bytes of spills at W = 4).
+// kernel ~200 bytes of spills at W = 4; the CU kernels run three blocks per SM, <= 168 registers).
 template <class T, int W, int V, bool RES, bool CU>
-__global__ void __launch_bounds__(kThreads, 4) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
+__global__ void __launch_bounds__(kThreads, CU ? 3 : 4) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
   constexpr int U = RES ? 4 : 8;  // tokens loaded ahead (a residual doubles the packed registers per token)
   const ThreadWork tw = thread_work(p, kVecFwdTile, groups, V);
   if (!tw.active) return;
