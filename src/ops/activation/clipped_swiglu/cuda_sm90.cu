@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kBlock) fwd_pairs_scalar(const ClippedSwigluFw
 // Backward: a block per row (grid-stride over rows); thread t takes chunks t, t + blockDim.x, ... (blockDim.x
 // from the host: the fewest 32-multiples that cover the row in as few rounds as kBlock would, so no round
 // runs half-empty). The vector path loads two chunks before computing either.
-__device__ __forceinline__ void bwd_chunk(const ClippedSwigluBwdParams& p, bool fast, bool vec, int64_t xo,
-                                          int64_t go, int64_t dxo, int64_t i, const float (&A)[kV],
+__device__ __forceinline__ void bwd_chunk(const ClippedSwigluBwdParams& p, bool fast, bool vec, int64_t dxo,
+                                          int64_t i, const float (&A)[kV],
                                           const float (&B)[kV], const float (&g)[kV], float pr, float& dp) {
   float dA[kV], dB[kV];
 #pragma unroll
@@ -163,7 +163,6 @@ __device__ __forceinline__ void bwd_chunk(const ClippedSwigluBwdParams& p, bool 
       store_one(p.dx, p.x_dtype, dxo + csw_lin_col(p.interleaved, p.I, i + e) * dc, dB[e]);
     }
   }
-  (void)xo, (void)go;
 }
 
 __global__ void __launch_bounds__(kBlock) bwd_rows_block(const ClippedSwigluBwdParams p, bool vec) {
@@ -185,8 +184,8 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_block(const ClippedSwigluBwdP
         load_vec<kV>(p.dy, p.x_dtype, go + i0, g0);
         load_pairs(p.x, p.x_dtype, xo, 1, p.I, i1, p.interleaved, true, A1, B1);
         load_vec<kV>(p.dy, p.x_dtype, go + i1, g1);
-        bwd_chunk(p, fast, true, xo, go, dxo, i0, A0, B0, g0, pr, dp);
-        bwd_chunk(p, fast, true, xo, go, dxo, i1, A1, B1, g1, pr, dp);
+        bwd_chunk(p, fast, true, dxo, i0, A0, B0, g0, pr, dp);
+        bwd_chunk(p, fast, true, dxo, i1, A1, B1, g1, pr, dp);
       }
     }
     for (; ch < nch; ch += blockDim.x) {
@@ -199,7 +198,7 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_block(const ClippedSwigluBwdP
 #pragma unroll
         for (int e = 0; e < kV; ++e) g[e] = i + e < p.I ? load_one(p.dy, p.x_dtype, go + (i + e) * gc) : 0.f;
       }
-      bwd_chunk(p, fast, vec, xo, go, dxo, i, A, B, g, pr, dp);
+      bwd_chunk(p, fast, vec, dxo, i, A, B, g, pr, dp);
     }
     if (p.dprobs) {
       dp = cuda::block_sum(dp, scratch);
