@@ -1,13 +1,13 @@
 // CUDA kernels of clipped_swiglu (clipped_swiglu.h). Memory-bound and element-wise; arithmetic in f32.
 //
-// Forward, `pairs_vec`: one thread per 2 chunks of 8 outputs (I % 8 == 0, 16-byte aligned rows): it reads the
-// pairs of both with 16-byte loads (interleaved: 16 consecutive elements; split: 8 gates at i and 8 linear
-// values at I + i) before any math, and writes 8 outputs with one 16-byte store (bf16/f16; two for f32).
+// Forward, `pairs_vec`: one thread per chunk of 8 outputs (I % 8 == 0, 16-byte aligned rows): it reads the
+// pairs with 16-byte loads (interleaved: 16 consecutive elements; split: 8 gates at i and 8 linear values at
+// I + i) and writes 8 outputs with one 16-byte store (bf16/f16; two for f32).
 // Chunks are numbered over (row, chunk) flat, so rows of any width fill the grid; 32-bit index math when the
 // grid allows. 16-bit x uses the hardware exp / approximate divide for the sigmoid. `pairs_scalar`: one thread
 // per output, any layout.
 // Backward, `rows_block`: a block per row (grid-stride over rows), threads stride the row's chunks of 8 pairs
-// (two chunks' loads in flight on the vector path; vector or element-wise accesses); dprobs = sum y0 dy is a fixed-order block sum: the same bits every run.
+// (vector or element-wise accesses); dprobs = sum y0 dy is a fixed-order block sum: the same bits every run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -88,9 +88,10 @@ __device__ __forceinline__ void split_index(int64_t tid, int64_t cpr, int64_t& r
   }
 }
 
-// Thread tid takes flat chunks kCpt * tid + j (j < kCpt; consecutive, possibly across a row end): all their
-// loads are issued before any math, 2 x 32 bytes of interleaved bf16 in flight per thread.
-constexpr int kCpt = 2;
+// Thread tid takes flat chunks kCpt * tid + j (j < kCpt; consecutive, possibly across a row end), all their
+// loads issued before any math. kCpt = 1: with 2 (lanes 64 bytes apart per load, 70 registers) the H200 ran
+// the forward 14 % slower than one chunk per thread (2544 vs 2965 GB/s, session 3 run 1).
+constexpr int kCpt = 1;
 template <bool Narrow>
 __global__ void __launch_bounds__(kBlock) fwd_pairs_vec(const ClippedSwigluFwdParams p) {
   const int64_t cpr = p.I / kV;  // chunks per row
@@ -134,7 +135,8 @@ __global__ void __launch_bounds__(kBlock) fwd_pairs_scalar(const ClippedSwigluFw
 
 // Backward: a block per row (grid-stride over rows); thread t takes chunks t, t + blockDim.x, ... (blockDim.x
 // from the host: the fewest 32-multiples that cover the row in as few rounds as kBlock would, so no round
-// runs half-empty). The vector path loads two chunks before computing either.
+// runs half-empty). One chunk per round: loading two before computing either took 76 registers and ran
+// 10 % slower on the H200 (session 3 run 1).
 __device__ __forceinline__ void bwd_chunk(const ClippedSwigluBwdParams& p, bool fast, bool vec, int64_t dxo,
                                           int64_t i, const float (&A)[kV],
                                           const float (&B)[kV], const float (&g)[kV], float pr, float& dp) {
@@ -174,21 +176,7 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_block(const ClippedSwigluBwdP
     const int64_t xc = p.x_rows.col_stride, gc = p.dy_rows.col_stride;
     const float pr = p.probs ? load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(row)) : 1.f;
     float dp = 0.f;
-    int64_t ch = threadIdx.x;
-    if (vec) {
-      // Two chunks per round: both loads in flight before the math.
-      for (; ch + blockDim.x < nch; ch += 2 * blockDim.x) {
-        const int64_t i0 = ch * kV, i1 = (ch + blockDim.x) * kV;
-        float A0[kV], B0[kV], g0[kV], A1[kV], B1[kV], g1[kV];
-        load_pairs(p.x, p.x_dtype, xo, 1, p.I, i0, p.interleaved, true, A0, B0);
-        load_vec<kV>(p.dy, p.x_dtype, go + i0, g0);
-        load_pairs(p.x, p.x_dtype, xo, 1, p.I, i1, p.interleaved, true, A1, B1);
-        load_vec<kV>(p.dy, p.x_dtype, go + i1, g1);
-        bwd_chunk(p, fast, true, dxo, i0, A0, B0, g0, pr, dp);
-        bwd_chunk(p, fast, true, dxo, i1, A1, B1, g1, pr, dp);
-      }
-    }
-    for (; ch < nch; ch += blockDim.x) {
+    for (int64_t ch = threadIdx.x; ch < nch; ch += blockDim.x) {
       const int64_t i = ch * kV;
       float A[kV], B[kV], g[kV];
       load_pairs(p.x, p.x_dtype, xo, xc, p.I, i, p.interleaved, vec, A, B);
