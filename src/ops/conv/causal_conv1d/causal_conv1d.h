@@ -270,10 +270,30 @@ Conv1dCpuFn causal_conv1d_fwd_cpu_native_bf16();
 Conv1dCpuFn causal_conv1d_bwd_cpu_native_bf16();
 size_t causal_conv1d_cpu_bwd_workspace(const Conv1dParams& p);
 
+// Whether the "cuda.sm90.vec" kernels cover a problem, known at plan time (pointer alignment is checked when
+// they run; a misaligned call takes the time_tile kernels): batch rows or cu_seqlens packs as sequences (no
+// seq_idx), W <= 4, f32/bf16/f16 activations with unit channel stride, D % 8 == 0 and batch / time strides of
+// every activation tensor multiples of 8 elements. Empty string when covered, else the reason.
+inline const char* causal_conv1d_vec_reason(const Conv1dParams& p, bool backward) {
+  if (p.mode == kModeSeqIdx) return "takes batch rows or cu_seqlens packs (no seq_idx)";
+  if (p.W > 4) return "takes W <= 4";
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "takes f32/bf16/f16 activations";
+  if (!p.channels_contiguous || p.D % 8 != 0) return "needs unit channel stride and D % 8 == 0";
+  const int64_t* st[3] = {p.xs, backward ? p.dys : p.ys, backward ? p.dxs : p.rs};
+  for (const int64_t* s : st)
+    if (s[0] % 8 != 0 || s[1] % 8 != 0) return "needs batch / time strides that are multiples of 8 elements";
+  return "";
+}
+
 #if STRATA_WITH_CUDA
-// CUDA (sm_90): returns a strata_status. Backward workspace: cuda_bwd_workspace bytes.
+// CUDA (sm_90): returns a strata_status. Backward workspace: cuda_bwd_workspace bytes (both kernel sets).
+//   *_cuda:     "cuda.sm90.time_tile", every mode, width, stride and alignment.
+//   *_cuda_vec: "cuda.sm90.vec", problems with causal_conv1d_vec_reason(p) == "" (else undefined).
 int causal_conv1d_fwd_cuda(const Conv1dParams& p, void* stream);
 int causal_conv1d_bwd_cuda(const Conv1dParams& p, void* workspace, void* stream);
+int causal_conv1d_fwd_cuda_vec(const Conv1dParams& p, void* stream);
+int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream);
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p);
 #endif
 

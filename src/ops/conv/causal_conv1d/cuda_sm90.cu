@@ -598,6 +598,321 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
   return STRATA_SUCCESS;
 }
 
+// ------------------------------------------------------------------------------------------------------
+// "cuda.sm90.vec": the common case only (batch rows or cu_seqlens packs as sequences, W in {2, 3, 4}, unit
+// channel stride, D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No sequence bookkeeping inside the token
+// loop, so a thread holds only its weights, the W-1 window and the loads in flight (forward <= 128
+// registers: four 128-thread blocks per SM; backward <= 168: three).
+//   forward:  a thread owns VF = 16 / sizeof(T) channels (one 16-byte load per token: 8 bf16/f16 or 4 f32) and
+//             kVecFwdTile tokens of one batch row; the kUnroll tokens of a batch are loaded before any is used.
+//   backward: VB = 4 channels (8-byte bf16/f16, 16-byte f32 loads; 8 channels would need ~180 registers for
+//             the x and g windows and the dweight sums) and kBwdTile tokens (the time_tile workspace layout
+//             [tile][W + 1][D] and reduce_partials are shared).
+// The initial state enters through the window of a sequence's first tile (cu_seqlens: the window is refilled
+// at each sequence start, and the backward's gather of g counts only taps of the position's own sequence),
+// the final state and dinitial_state through the element-wise helpers (states_kernel); dfinal_state only
+// touches a sequence's last W-1 positions.
+
+constexpr int kVecFwdTile = 64;
+
+// Loads stay packed in registers until their token is processed (8 tokens of 8 bf16 channels are 32
+// registers packed, 64 as floats).
+template <class T, int V>
+using RawVec = typename Raw<V * sizeof(T)>::type;
+template <class T, int V>
+__device__ __forceinline__ RawVec<T, V> load_raw(const T* p) {
+  return __ldg(reinterpret_cast<const RawVec<T, V>*>(p));
+}
+template <class T, int V>
+__device__ __forceinline__ void unpack(const RawVec<T, V>& raw, float (&out)[V]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = Elem<T>::load(e + i);
+}
+
+// The W-1 sources before token t of row b in sequence sq (t a tile start, or a sequence start of a
+// cu_seqlens pack): x, the sequence's initial state, or zeros.
+template <class T, int W, int V>
+__device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int64_t t, const SeqSpan& sq,
+                                           int64_t d0, float (&win)[W - 1][V]) {
+  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) {
+    const int64_t pos = t - (W - 1) + i;
+    if (pos >= sq.start) {
+      load_vec<T, V>(x + pos * p.xs[1], win[i]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[i][v] = p.h0 ? h0_at(p, sq.n, d0 + v, pos - sq.start + W - 1) : 0.f;
+    }
+  }
+}
+
+// CU: cu_seqlens packs (a compile-time flag: the refill inlined into the unrolled token loop cost the rows
+// kernel ~200 bytes of spills at W = 4; the CU kernels run three blocks per SM, <= 168 registers).
+template <class T, int W, int V, bool RES, bool CU>
+__global__ void __launch_bounds__(kThreads, CU ? 3 : 4) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
+  constexpr int U = RES ? 4 : 8;  // tokens loaded ahead (a residual doubles the packed registers per token)
+  const ThreadWork tw = thread_work(p, kVecFwdTile, groups, V);
+  if (!tw.active) return;
+  const int64_t b = tw.b, d0 = tw.d0;
+  float w[W][V], bias[V];
+#pragma unroll
+  for (int k = 0; k < W; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
+#pragma unroll
+  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+  // cu_seqlens: the sequence of the tile's first token (binary search on the device copy), and a window
+  // refill from the next sequence's initial state (or zeros) whenever the walk reaches its start.
+  SeqSpan sq = find_sequence(p, b, tw.t0);
+  float win[W - 1][V];
+  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
+
+  const int64_t xs = p.xs[1], ys = p.ys[1], rs = p.rs[1];
+  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
+  const T* res = RES ? static_cast<const T*>(p.residual) + b * p.rs[0] + d0 : nullptr;
+  T* y = static_cast<T*>(p.y) + b * p.ys[0] + d0;
+  const bool silu = p.activation == kActSilu;
+  for (int64_t tb = tw.t0; tb < tw.t1; tb += U) {
+    RawVec<T, V> xr[U], rr[RES ? U : 1];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (tb + u < tw.t1) {
+        xr[u] = load_raw<T, V>(x + (tb + u) * xs);
+        if constexpr (RES) rr[u] = load_raw<T, V>(res + (tb + u) * rs);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (tb + u >= tw.t1) break;
+      if (CU && tb + u >= sq.end) {
+        sq = find_sequence(p, b, tb + u);
+        vec_window<T, W, V>(p, b, tb + u, sq, d0, win);
+      }
+      float xin[V], rin[V];
+      unpack<T, V>(xr[u], xin);
+      if constexpr (RES) unpack<T, V>(rr[u], rin);
+      float out[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float acc = bias[v];
+#pragma unroll
+        for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
+        acc = fmaf(w[W - 1][v], xin[v], acc);
+        float o = silu ? acc * sigmoid_t<T>(acc) : acc;
+        if constexpr (RES) o += rin[v];
+        out[v] = o;
+      }
+      store_vec<T, V>(y + (tb + u) * ys, out);
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i)
+#pragma unroll
+        for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[W - 2][v] = xin[v];
+    }
+  }
+}
+
+// Three blocks per SM (<= 168 registers): at four (<= 128) W = 4 spilled 80-128 bytes per thread.
+template <class T, int W, int V>
+__global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
+  const ThreadWork tw = thread_work(p, kBwdTile, groups, V);
+  if (!tw.active) return;
+  const int64_t b = tw.b, d0 = tw.d0;
+  float w[W][V], bias[V];
+#pragma unroll
+  for (int k = 0; k < W; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
+#pragma unroll
+  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+  const bool cu = p.mode == kModeCuSeqlens;
+  SeqSpan sq = find_sequence(p, b, tw.t0);
+  float win[W - 1][V];
+  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
+  // gw[i]: g at position t - (W-1) + i before step t, gid[i] its sequence (positions before t0 count as 0:
+  // dx is only emitted for positions >= t0, whose taps are all at >= t0; -1 past the row's end).
+  float gw[W - 1][V], dwa[W][V], dba[V];
+  int gid[W - 1];
+#pragma unroll
+  for (int i = 0; i < W - 1; ++i) gid[i] = -1;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    dba[v] = 0.f;
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) gw[i][v] = 0.f;
+#pragma unroll
+    for (int k = 0; k < W; ++k) dwa[k][v] = 0.f;
+  }
+  const int64_t xs = p.xs[1], gs = p.dys[1], dxs = p.dxs[1];
+  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
+  const T* dy = static_cast<const T*>(p.dy) + b * p.dys[0] + d0;
+  T* dx = static_cast<T*>(p.dx) + b * p.dxs[0] + d0;
+  const bool silu = p.activation == kActSilu;
+  const int64_t tend = tw.t1 + W - 1;               // the taps of position t1 - 1 reach t1 + W - 2
+  const int64_t tload = tend < p.T ? tend : p.T;    // g is 0 past the row's end
+  constexpr int U = sizeof(T) == 2 ? 8 : 4;  // tokens loaded ahead (packed: 8 x 2 x 8 bytes of bf16)
+  for (int64_t tb = tw.t0; tb < tend; tb += U) {
+    RawVec<T, V> xr[U], gr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (tb + u < tload) {
+        xr[u] = load_raw<T, V>(x + (tb + u) * xs);
+        gr[u] = load_raw<T, V>(dy + (tb + u) * gs);
+      } else {
+        xr[u] = RawVec<T, V>{};
+        gr[u] = RawVec<T, V>{};
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t t = tb + u;
+      if (t >= tend) break;
+      if (cu && t < p.T && t >= sq.end) {
+        sq = find_sequence(p, b, t);
+        vec_window<T, W, V>(p, b, t, sq, d0, win);
+      }
+      const int id = t < p.T ? static_cast<int>(sq.n) : -1;
+      float xin[V], gin[V];
+      unpack<T, V>(xr[u], xin);
+      unpack<T, V>(gr[u], gin);
+      float g[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float acc = bias[v];
+#pragma unroll
+        for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
+        acc = fmaf(w[W - 1][v], xin[v], acc);
+        float d = 1.f;
+        if (silu) {
+          const float s = sigmoid_t<T>(acc);
+          d = s * (1.f + acc * (1.f - s));
+        }
+        g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there)
+      }
+      if (t < tw.t1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          dba[v] += g[v];
+#pragma unroll
+          for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
+          dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
+        }
+      }
+      // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g).
+      const int64_t pos = t - (W - 1);
+      // Only taps of pos's own sequence count (rows: always; cu_seqlens: up to its end).
+      if (pos >= tw.t0) {
+        const int pid = W > 1 ? gid[0] : id;
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float a = 0.f;
+#pragma unroll
+          for (int i = 0; i < W - 1; ++i)
+            if (gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+          o[v] = id == pid ? fmaf(w[0][v], g[v], a) : a;
+        }
+        if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
+          const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
+          const int64_t j = pos - (e - (W - 1));
+          if (j >= 0) {
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+              o[v] += ld_f32(p.dhT, p.dhT_dtype, n * p.dhTs[0] + (d0 + v) * p.dhTs[1] + j * p.dhTs[2]);
+          }
+        }
+        store_vec<T, V>(dx + pos * dxs, o);
+      }
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
+      gid[W - 2] = id;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+#pragma unroll
+        for (int i = 0; i < W - 2; ++i) {
+          win[i][v] = win[i + 1][v];
+          gw[i][v] = gw[i + 1][v];
+        }
+        win[W - 2][v] = xin[v];
+        gw[W - 2][v] = g[v];
+      }
+    }
+  }
+  float* part = partials + tw.tile * (W + 1) * p.D + d0;
+#pragma unroll
+  for (int k = 0; k < W; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) part[k * p.D + v] = dwa[k][v];
+#pragma unroll
+  for (int v = 0; v < V; ++v) part[W * p.D + v] = dba[v];
+}
+
+bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
+
+template <class T>
+strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  // Pointer alignment is only known now: a misaligned call takes the time_tile kernels (same results).
+  if (!aligned_to(p.x, 16) || !aligned_to(p.y, 16) || (p.residual && !aligned_to(p.residual, 16)))
+    return launch_fwd<T>(p, stream);
+  const int64_t groups = p.D / V;
+  const int64_t blocks = grid_for(p, kVecFwdTile, groups);
+  if (blocks > INT_MAX)
+    return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
+  if (blocks > 0) {
+    const unsigned g = static_cast<unsigned>(blocks);
+#define STRATA_CONV_FWD_VEC(RES, CU)                                                         \
+  do {                                                                                       \
+    if (p.W == 2) conv_fwd_vec<T, 2, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);     \
+    else if (p.W == 3) conv_fwd_vec<T, 3, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups); \
+    else conv_fwd_vec<T, 4, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);              \
+  } while (0)
+    const bool cu = p.mode == kModeCuSeqlens;
+    if (p.residual) {
+      if (cu) STRATA_CONV_FWD_VEC(true, true);
+      else STRATA_CONV_FWD_VEC(true, false);
+    } else {
+      if (cu) STRATA_CONV_FWD_VEC(false, true);
+      else STRATA_CONV_FWD_VEC(false, false);
+    }
+#undef STRATA_CONV_FWD_VEC
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_vec)"));
+  }
+  if (p.hT && p.N * p.D > 0) {
+    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
+  }
+  return STRATA_SUCCESS;
+}
+
+template <class T>
+strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_t stream) {
+  constexpr int V = kVec;
+  if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd<T>(p, partials, stream);
+  const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
+  const int64_t groups = p.D / V;
+  const int64_t blocks = grid_for(p, kBwdTile, groups);
+  if (blocks > INT_MAX)
+    return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
+  if (blocks > 0) {
+    const unsigned g = static_cast<unsigned>(blocks);
+    if (p.W == 2) conv_bwd_vec<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+    else if (p.W == 3) conv_bwd_vec<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+    else conv_bwd_vec<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_vec)"));
+  }
+  const int64_t n_red = (p.W + 1) * p.D;
+  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
+  STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
+  if (p.dh0 && p.N * p.D > 0) {
+    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
+  }
+  return STRATA_SUCCESS;
+}
+
 }  // namespace
 
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p) {
@@ -611,6 +926,25 @@ int causal_conv1d_fwd_cuda(const Conv1dParams& p, void* stream_ptr) {
     case STRATA_DTYPE_F32: return launch_fwd<float>(p, stream);
     case STRATA_DTYPE_BF16: return launch_fwd<bf16_t>(p, stream);
     default: return launch_fwd<f16_t>(p, stream);
+  }
+}
+
+int causal_conv1d_fwd_cuda_vec(const Conv1dParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_vec<float>(p, stream);
+    case STRATA_DTYPE_BF16: return launch_fwd_vec<bf16_t>(p, stream);
+    default: return launch_fwd_vec<f16_t>(p, stream);
+  }
+}
+
+int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_bwd_vec<float>(p, partials, stream);
+    case STRATA_DTYPE_BF16: return launch_bwd_vec<bf16_t>(p, partials, stream);
+    default: return launch_bwd_vec<f16_t>(p, partials, stream);
   }
 }
 

@@ -302,6 +302,20 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   // Long rows (several tiles and chunks) on the vector paths.
   add("bf16", "f32", {2, 300, 1100}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "bf16");
   add("f32", "f32", {1, 520, 600}, 3, 0, 1, 0, 1, 1, {0, 100, 101, 333, 520}, "none", 1, "tpad");
+  // The cuda.sm90.vec kernels (rows, W <= 4, D % 8 == 0): several time tiles and channel blocks, with and
+  // without residual / states / bias, each dtype and width.
+  add("bf16", "f32", {2, 300, 1024}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "f32");
+  add("f16", "f16", {3, 200, 264}, 2, 1, 0, 0, 1, 1, {}, "none", 1, "padded", "f16");
+  add("f32", "f32", {2, 150, 520}, 3, 0, 1, 1, 0, 1, {}, "none", 0, "contiguous");
+  add("bf16", "bf16", {1, 129, 136}, 3, 1, 1, 0, 0, 0, {}, "none", 0, "tpad", "bf16");
+  // ... and with cu_seqlens packs (empty and 1-token sequences, sequences shorter than W - 1, starts inside
+  // and across the 64 / 128-token tiles).
+  add("bf16", "f32", {1, 300, 64}, 4, 1, 1, 1, 1, 1, {0, 0, 1, 3, 3, 40, 41, 100, 230, 300}, "none", 0,
+      "contiguous");
+  add("f32", "f32", {1, 200, 128}, 2, 1, 0, 0, 1, 1, {0, 2, 2, 70, 130, 200}, "none", 1, "contiguous");
+  add("f16", "f16", {1, 260, 72}, 3, 0, 1, 1, 0, 1, {0, 64, 128, 129, 260}, "none", 0, "contiguous", "f16");
+  add("bf16", "f32", {1, 11, 16}, 4, 1, 1, 0, 1, 1, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, "none", 0,
+      "contiguous");
   // Outputs of 4 MiB and more: the CPU's non-temporal stores (rows of 1100 bf16: only some 32-byte aligned).
   add("bf16", "f32", {1, 2000, 1100}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "bf16");
   // Empty tensors: no tokens (final state = initial state), no channels, no batch, empty packs.

@@ -1,16 +1,22 @@
 // CUDA kernels of rms_norm_gated (rms_norm_gated.h). Memory-bound: every input is read once and every output
-// written once, with 16-byte accesses where the layout allows; arithmetic in f32.
+// written once, with 16-byte accesses where the layout allows; arithmetic in f32 (16-bit activations use the
+// hardware exp and an approximate divide for act(z), see vact).
 //
 // Rows are cut into chunks of kV = 8 features (16 B of bf16/f16, 32 B of f32); chunk k of lane t of a row
 // team covers features [(t + k * TPR) * kV, +kV). A chunk never straddles a group (G % kV == 0 on the vector
 // paths), so per-group sums are sums of chunk partials:
-//   team_rows<TPR, NV>, TPR <= 32: a team of TPR lanes holds one row (NV chunks per lane, several rows per
-//        warp for short rows; D <= 32 * 4 * kV = 1024). Group sums by shuffles: a group inside one slice of
-//        TPR * kV features is W = G / kV consecutive lanes (xor tree of width W); a group of whole slices
-//        adds its slices' partials per lane, then one TPR-wide tree.
-//   team_rows<256, NV>: a block per row (D <= 8192, any G % kV == 0): chunk partials go to shared memory in
-//        feature order and a pairwise tree inside each group (fixed shape) gives the group sums.
+//   team_rows<TPR, NV, R>, TPR <= 32: a team of TPR lanes holds one row (NV chunks per lane, several rows per
+//        warp for short rows; D <= 32 * 4 * kV = 1024), R rows per team per iteration with all their loads in
+//        flight before the first reduction. Group sums by shuffles: a group inside one slice of TPR * kV
+//        features is W = G / kV consecutive lanes (xor tree of width W); a group of whole slices adds its
+//        slices' partials per lane, then one TPR-wide tree.
+//   block_rows<NV>: a block per row (D <= 8192, any G % kV == 0), loads kept packed (one uint4 per 16-bit
+//        chunk) and the derived values recomputed after the reduction, to stay near 100 registers: chunk
+//        partials go to shared memory in feature order, warp w sums groups w, w + 8, ... in a fixed order
+//        (block_group_totals); the backward sums dweight / dbias in shared memory.
 //   looped:  any D, G, stride or alignment: a block per row, warp w takes groups w, w + 8, ...; element-wise.
+// The vector kernels loop over rows with a grid capped at a few waves, so each thread loads its weight chunks
+// and computes its column facts (group index, rstd column) once, not per row.
 // Backward: each block owns a fixed set of rows (grid-stride over row teams with a grid that depends only on
 // the problem), sums dw / db of its rows in registers in row order, reduces its teams in fixed order into its
 // partial row [num_partials, D] of the workspace, and a second kernel sums the partial rows in fixed order.
@@ -44,59 +50,40 @@ struct VecFlags {
   bool w = false, b = false;
 };
 
-// ---- per-group totals of per-chunk partials (see the file comment) ----
+// ---- per-group totals of per-chunk partials of a team of TPR <= 32 lanes (see the file comment) ----
 template <int TPR, int NV>
 __device__ __forceinline__ void group_totals(const float (&part)[NV], float (&tot)[NV], int64_t G, int64_t D, int t,
-                                             float* red) {
-  if constexpr (TPR <= 32) {
-    constexpr int64_t kSlice = static_cast<int64_t>(TPR) * kV;
-    if (G >= kSlice) {
-      const int spg = static_cast<int>(G / kSlice);  // slices per group (G % kSlice == 0 here)
-      float acc = 0.f;
+                                             float* /*red*/) {
+  static_assert(TPR <= 32, "block teams use block_group_totals");
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (k * kSlice >= D) break;  // uniform across the warp
-        acc += part[k];
-        if ((k + 1) % spg == 0) {
-          const float s = cuda::group_sum<TPR>(acc);
+  for (int k = 0; k < NV; ++k) tot[k] = 0.f;
+  constexpr int64_t kSlice = static_cast<int64_t>(TPR) * kV;
+  if (G >= kSlice) {
+    const int spg = static_cast<int>(G / kSlice);  // slices per group (G % kSlice == 0 here)
+    float acc = 0.f;
 #pragma unroll
-          for (int kk = 0; kk < NV; ++kk)
-            if (kk <= k && kk > k - spg) tot[kk] = s;
-          acc = 0.f;
-        }
-      }
-    } else {
-      const int W = static_cast<int>(G / kV);  // a power of two dividing TPR here
+    for (int k = 0; k < NV; ++k) {
+      if (k * kSlice >= D) break;  // uniform across the warp
+      acc += part[k];
+      if ((k + 1) % spg == 0) {
+        const float s = cuda::group_sum<TPR>(acc);
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (k * kSlice >= D) break;
-        float s = part[k];
-        for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-        tot[k] = s;
+        for (int kk = 0; kk < NV; ++kk)
+          if (kk <= k && kk > k - spg) tot[kk] = s;
+        acc = 0.f;
       }
     }
   } else {
-    // Block per row: red holds NV * TPR chunk partials in feature order; pairwise tree inside each group.
-    __syncthreads();  // red may still be read from the previous use
-#pragma unroll
-    for (int k = 0; k < NV; ++k) red[t + k * TPR] = part[k];
-    __syncthreads();
-    const int64_t gc = G / kV, nc = D / kV;
-    for (int64_t s = 1; s < gc; s <<= 1) {
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int64_t i = t + k * TPR;
-        const int64_t local = i % gc;
-        if (i < nc && local % (2 * s) == 0 && local + s < gc) red[i] += red[i + s];
-      }
-      __syncthreads();
-    }
+    const int W = static_cast<int>(G / kV);  // a power of two dividing TPR here
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      const int64_t i = t + k * TPR;
-      tot[k] = i < nc ? red[i - i % gc] : 0.f;
+      if (k * kSlice >= D) break;
+      float s = part[k];
+      for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+      tot[k] = s;
     }
   }
+  (void)t;
 }
 
 // Parameter chunk (weight / bias): vector when allowed, else element-wise; absent -> dflt.
@@ -122,61 +109,425 @@ __device__ __forceinline__ void load_h(const void* x, int32_t x_dtype, int64_t x
   }
 }
 
+// act(z) (and, below, act'(z)) on the vector paths. 16-bit activations use the hardware exp and an
+// approximate divide (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide are
+// ~30 instructions per element, by our count a large share of the [N, 128] forward); f32 keeps the precise
+// versions of rms_norm_gated.h.
+__device__ __forceinline__ float vact(int32_t act, bool fast, float v) {
+  if (!fast) return rng_act(act, v);
+  const float s = __fdividef(1.f, 1.f + __expf(-v));
+  return act == kActSilu ? v * s : s;
+}
+
+// act(z) and act'(z) from one sigmoid.
+__device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
+  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
+  if (act == kActSilu) {
+    a = v * s;
+    ag = s * (1.f + v * (1.f - s));
+  } else {
+    a = s;
+    ag = s * (1.f - s);
+  }
+}
+
+// Group sums of a block-per-row team (TPR = blockDim.x = kBlock): the NV * kBlock chunk partials go to
+// shared memory in feature order, warp w sums groups w, w + 8, ... (lane l adds chunks l, l + 32, ... of the
+// group in order, then a fixed shuffle tree), and every thread reads its chunks' group totals. Fixed order:
+// the same bits every run. red: kMaxChunks floats, gsum: kMaxChunks floats (D <= 8192).
+constexpr int kMaxChunks = 4 * kBlock;
+template <int NV>
+__device__ __forceinline__ void block_group_totals(const float (&part)[NV], float (&tot)[NV], int nc, int gc,
+                                                   const int (&gidx)[NV], float* red, float* gsum) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  __syncthreads();  // red / gsum may still be read from the previous row
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    if (t + k * kBlock < nc) red[t + k * kBlock] = part[k];
+  __syncthreads();
+  const int ng = nc / gc;
+  for (int g = warp; g < ng; g += kBlock / 32) {
+    float acc = 0.f;
+    for (int j = lane; j < gc; j += 32) acc += red[g * gc + j];
+    acc = cuda::group_sum<32>(acc);
+    if (lane == 0) gsum[g] = acc;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) tot[k] = gidx[k] >= 0 ? gsum[gidx[k]] : 0.f;
+}
+
 // ------------------------------------------------------------------------------------------------------
 // Forward, vector paths.
 
-template <int TPR, int NV>
+// R rows per team per iteration (their loads all in flight before the first reduction); the block loops over
+// row batches with a grid-stride (the grid is capped at a few waves), so the weight chunks and the per-chunk
+// column facts (group index, rstd column) are loaded / computed once per thread, outside the row loop.
+template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;  // row teams per block
-  __shared__ float red[TPR > 32 ? NV * TPR : 1];
+  static_assert(TPR <= 32, "a block per row: fwd_block_rows");
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB; base < p.rows; base += static_cast<int64_t>(gridDim.x) * TB) {
-    const int64_t row = base + team;
-    const bool live = row < p.rows;  // dead lanes stay for the shuffles and block syncs but touch no memory
-    const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-    const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
-    const int64_t oo = live && p.residual_out ? p.res_out_rows.row_offset(row) : 0;
-    const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-    // z is loaded with x (both 16-byte loads in flight before the reduction), also for norm_before_gate.
-    float u[NV][kV], zr[NV][kV], part[NV], tot[NV];
+  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  // Column facts of this thread's chunks (row independent).
+  int64_t col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  int gidx[NV];
+  float w[NV][kV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      part[k] = 0.f;
-      tot[k] = 0.f;
-      if (live && c < p.D) {
-        load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, u[k]);
-        load_vec<kV>(p.z, p.x_dtype, zo + c, zr[k]);
-        if (p.residual_out) store_vec<kV>(p.residual_out, p.res_out_dtype, oo + c, u[k]);
-        if (!p.norm_before_gate) {
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = static_cast<int64_t>(ci) * kV;
+    gidx[k] = has[k] ? ci / gc : -1;
+    gstart[k] = has[k] && ci % gc == 0;
+    rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * p.rstd_rows.col_stride : 0;
+    if (has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, w[k]);
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TB * R;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows; base += step) {
+    float u[R][NV][kV], zr[R][NV][kV], tot[R][NV];
 #pragma unroll
-          for (int e = 0; e < kV; ++e) u[k][e] *= rng_act(p.act, zr[k][e]);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;  // dead lanes stay for the shuffles and block syncs but touch no memory
+      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
+      const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
+      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k]) {
+          load_h(p.x, xdt, xo + col[k], p.residual, p.res_dtype, ro + col[k], u[r][k]);
+          load_vec<kV>(p.z, xdt, zo + col[k], zr[r][k]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[r][k][e] = zr[r][k][e] = 0.f;
         }
-#pragma unroll
-        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[k][e], u[k][e], part[k]);
       }
     }
-    group_totals<TPR, NV>(part, tot, p.group, p.D, t, red);
-    if (!live) continue;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      float part[NV];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k] && p.residual_out)
+          store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + col[k], u[r][k]);
+        if (!p.norm_before_gate) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[r][k][e] *= vact(p.act, fast, zr[r][k][e]);
+        }
+        part[k] = 0.f;
+#pragma unroll
+        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[r][k][e], u[r][k][e], part[k]);
+      }
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      if (row >= p.rows) continue;
+      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
+        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
+        float b[kV];
+        load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
+        float o[kV];
+#pragma unroll
+        for (int e = 0; e < kV; ++e) o[e] = fmaf(u[r][k][e] * rs, w[k][e], b[e]);
+        if (p.norm_before_gate) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) o[e] *= vact(p.act, fast, zr[r][k][e]);
+        }
+        store_vec<kV>(p.y, xdt, yo + col[k], o);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// A block per row (1024 < D <= 8192 or groups that do not fit a lane team), kBlock threads, NV <= 4 chunks
+// per thread. Holding a row as floats took 160-255 registers (one 256-thread block per SM, ~20 KiB in
+// flight), so the loads stay packed (a 16-bit chunk is one uint4) and the derived values are recomputed in
+// the second phase from the packed inputs; weights, bias and a residual are re-read per row (L1 / L2 hits).
+// The backward keeps its dweight / dbias sums in shared memory (dynamic, 2 x D floats; thread-exclusive
+// columns, laid out [e][chunk] so a warp's accesses are conflict-free) instead of 64 registers.
+
+template <bool F32>
+struct Packed {
+  uint4 q[F32 ? 2 : 1];
+};
+template <bool F32>
+__device__ __forceinline__ Packed<F32> load_packed(const void* base, int64_t i) {
+  Packed<F32> r;
+  if constexpr (F32) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + i);
+    r.q[0] = p[0];
+    r.q[1] = p[1];
+  } else {
+    r.q[0] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+  }
+  return r;
+}
+template <bool F32>
+__device__ __forceinline__ void unpack(const Packed<F32>& r, int32_t xdt, float (&v)[kV]) {
+  if constexpr (F32) {
+    const uint32_t w[8] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w, r.q[1].x, r.q[1].y, r.q[1].z, r.q[1].w};
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = __uint_as_float(w[e]);
+  } else {
+    const uint32_t w[4] = {r.q[0].x, r.q[0].y, r.q[0].z, r.q[0].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (xdt == STRATA_DTYPE_BF16) {
+        v[2 * k] = __uint_as_float(w[k] << 16), v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+      }
+    }
+  }
+}
+
+// Column facts of a block-per-row thread (row independent).
+template <int NV>
+struct BlockCols {
+  int64_t col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  int gidx[NV];
+  __device__ BlockCols(int64_t D, int64_t G, int64_t rstd_col_stride) {
+    const int nc = static_cast<int>(D / kV), gc = static_cast<int>(G / kV);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int ci = threadIdx.x + k * kBlock;
+      has[k] = ci < nc;
+      col[k] = static_cast<int64_t>(ci) * kV;
+      gidx[k] = has[k] ? ci / gc : -1;
+      gstart[k] = has[k] && ci % gc == 0;
+      rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * rstd_col_stride : 0;
+    }
+  }
+};
+
+template <bool F32, int NV>
+__global__ void __launch_bounds__(kBlock) fwd_block_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  __shared__ float red[kMaxChunks], gsum[kMaxChunks];
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const BlockCols<NV> bc(p.D, p.group, p.rstd_rows.col_stride);
+  const bool nbg = p.norm_before_gate;
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row);
+    const int64_t ro = p.residual ? p.res_rows.row_offset(row) : 0;
+    Packed<F32> xr[NV], zr[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k)
+      if (bc.has[k]) {
+        xr[k] = load_packed<F32>(p.x, xo + bc.col[k]);
+        zr[k] = load_packed<F32>(p.z, zo + bc.col[k]);
+      }
+    // h = x (+ residual), u = h (norm_before_gate) or h act(z); per-chunk sums of u^2.
+    float part[NV], tot[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      part[k] = 0.f;
+      if (!bc.has[k]) continue;
+      float u[kV];
+      unpack<F32>(xr[k], xdt, u);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] += r[e];
+        if (p.residual_out) store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + bc.col[k], u);
+      } else if (p.residual_out) {
+        store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + bc.col[k], u);
+      }
+      if (!nbg) {
+        float z[kV];
+        unpack<F32>(zr[k], xdt, z);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, fast, z[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+    }
+    block_group_totals<NV>(part, tot, nc, gc, bc.gidx, red, gsum);
     const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-      const float r = rsqrtf(tot[k] * inv_g + p.eps);
-      if (c % p.group == 0) store_one(p.rstd, p.rstd_dtype, so + (c / p.group) * p.rstd_rows.col_stride, r);
-      float w[kV], b[kV];
-      load_param(p.weight, p.w_dtype, p.w_row, c, vf.w, 1.f, w);
-      load_param(p.bias, p.b_dtype, p.b_row, c, vf.b, 0.f, b);
-      float o[kV];
+      if (!bc.has[k]) continue;
+      const float rs = rsqrtf(tot[k] * inv_g + p.eps);
+      if (bc.gstart[k]) store_one(p.rstd, p.rstd_dtype, so + bc.rcol[k], rs);
+      float u[kV], z[kV], w[kV], b[kV], o[kV];
+      unpack<F32>(xr[k], xdt, u);
+      unpack<F32>(zr[k], xdt, z);
+      if (p.residual) {  // re-read (the first phase's load of this chunk: an L1 / L2 hit)
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
 #pragma unroll
-      for (int e = 0; e < kV; ++e) o[e] = fmaf(u[k][e] * r, w[e], b[e]);
-      if (p.norm_before_gate) {
-#pragma unroll
-        for (int e = 0; e < kV; ++e) o[e] *= rng_act(p.act, zr[k][e]);
+        for (int e = 0; e < kV; ++e) u[e] += r[e];
       }
-      store_vec<kV>(p.y, p.x_dtype, yo + c, o);
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float a = vact(p.act, fast, z[e]);
+        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
+        if (nbg) o[e] *= a;
+      }
+      store_vec<kV>(p.y, xdt, yo + bc.col[k], o);
+    }
+  }
+}
+
+// Dynamic shared memory: 2 * D floats (dweight, dbias sums of this block's rows; [e][chunk] layout).
+template <bool F32, int NV>
+__global__ void __launch_bounds__(kBlock) bwd_block_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
+  __shared__ float red[kMaxChunks], gsum[kMaxChunks];
+  extern __shared__ float acc[];  // [2][kV][nc]
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const BlockCols<NV> bc(p.D, p.group, p.rstd_rows.col_stride);
+  const bool nbg = p.norm_before_gate, want_wb = p.dweight || p.dbias;
+  float* accw = acc;
+  float* accb = acc + kV * nc;
+  if (want_wb)
+    for (int i = threadIdx.x; i < 2 * kV * nc; i += kBlock) acc[i] = 0.f;
+  __syncthreads();  // the zeroing strides over other threads' columns
+  for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
+    const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row), go = p.dy_rows.row_offset(row);
+    const int64_t ro = p.residual ? p.res_rows.row_offset(row) : 0;
+    const int64_t so = p.rstd_rows.row_offset(row);
+    Packed<F32> xr[NV], zr[NV], gr[NV];
+    float rk[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      rk[k] = 0.f;
+      if (bc.has[k]) {
+        xr[k] = load_packed<F32>(p.x, xo + bc.col[k]);
+        zr[k] = load_packed<F32>(p.z, zo + bc.col[k]);
+        gr[k] = load_packed<F32>(p.dy, go + bc.col[k]);
+        rk[k] = load_one(p.rstd, p.rstd_dtype, so + bc.rcol[k]);
+      }
+    }
+    // Phase 1: nrm, dn, dz (norm_before_gate), dweight / dbias, per-chunk sums of dn nrm.
+    float part[NV], tot[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      part[k] = 0.f;
+      if (!bc.has[k]) continue;
+      const float rr = rk[k];
+      float h[kV], z[kV], dy[kV], w[kV];
+      unpack<F32>(xr[k], xdt, h);
+      unpack<F32>(zr[k], xdt, z);
+      unpack<F32>(gr[k], xdt, dy);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) h[e] += r[e];
+      }
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      const int ci = static_cast<int>(bc.col[k] / kV);
+      if (nbg) {
+        float b[kV], dz[kV];
+        load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          float a, ag;
+          vact_both(p.act, fast, z[e], a, ag);
+          const float xh = h[e] * rr, dov = dy[e] * a;
+          dz[e] = dy[e] * fmaf(xh, w[e], b[e]) * ag;
+          if (want_wb) {
+            accw[e * nc + ci] = fmaf(dov, xh, accw[e * nc + ci]);
+            accb[e * nc + ci] += dov;
+          }
+          part[k] = fmaf(dov * w[e], xh, part[k]);
+        }
+        store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + bc.col[k], dz);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float uh = h[e] * vact(p.act, fast, z[e]) * rr;
+          if (want_wb) {
+            accw[e * nc + ci] = fmaf(dy[e], uh, accw[e * nc + ci]);
+            accb[e * nc + ci] += dy[e];
+          }
+          part[k] = fmaf(dy[e] * w[e], uh, part[k]);
+        }
+      }
+    }
+    block_group_totals<NV>(part, tot, nc, gc, bc.gidx, red, gsum);
+    // Phase 2 (recomputed from the packed inputs): dx (+ dresidual_out), dz for gate_before_norm.
+    const int64_t dxo = p.dx_rows.row_offset(row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (!bc.has[k]) continue;
+      const float mean = tot[k] * inv_g, rr = rk[k];
+      float h[kV], z[kV], dy[kV], w[kV], dx[kV];
+      unpack<F32>(xr[k], xdt, h);
+      unpack<F32>(zr[k], xdt, z);
+      unpack<F32>(gr[k], xdt, dy);
+      if (p.residual) {
+        float r[kV];
+        load_vec<kV>(p.residual, p.res_dtype, ro + bc.col[k], r);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) h[e] += r[e];
+      }
+      load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
+      if (nbg) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float xh = h[e] * rr, dn = dy[e] * vact(p.act, fast, z[e]) * w[e];
+          dx[e] = rr * fmaf(-xh, mean, dn);
+        }
+      } else {
+        float dz[kV];
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          float a, ag;
+          vact_both(p.act, fast, z[e], a, ag);
+          const float uh = h[e] * a * rr;
+          const float du = rr * fmaf(-uh, mean, dy[e] * w[e]);
+          dz[e] = du * h[e] * ag;
+          dx[e] = du * a;
+        }
+        store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + bc.col[k], dz);
+      }
+      if (p.dres_out) {
+        float g[kV];
+        load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + bc.col[k], g);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) dx[e] += g[e];
+      }
+      store_vec<kV>(p.dx, xdt, dxo + bc.col[k], dx);
+    }
+  }
+  if (!want_wb) return;
+  // This block's partial rows (each thread its own columns, summed over its rows in row order).
+  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
+  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    if (!bc.has[k]) continue;
+    const int ci = static_cast<int>(bc.col[k] / kV);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      out_w[bc.col[k] + e] = accw[e * nc + ci];
+      out_b[bc.col[k] + e] = accb[e * nc + ci];
     }
   }
 }
@@ -226,118 +577,151 @@ __global__ void __launch_bounds__(kBlock) fwd_looped(const RmsNormGatedFwdParams
 // ------------------------------------------------------------------------------------------------------
 // Backward, vector paths.
 
-template <int TPR, int NV>
+// R rows per team per iteration (loads of all of them in flight before the reductions); column facts and
+// weight chunks loaded once per thread. Everything the second phase needs stays in registers (no reload of h
+// and z for gate_before_norm).
+template <bool F32, int TPR, int NV, int R>
 __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
   constexpr int TB = kBlock / TPR;
   constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
-  __shared__ float red[TPR > 32 ? NV * TPR : 1];
-  __shared__ float colbuf[TPR > 32 ? 1 : TB * kCols];
+  static_assert(TPR <= 32, "a block per row: bwd_block_rows");
+  __shared__ float colbuf[TB * kCols];
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool want_wb = p.dweight || p.dbias;
-  float dw[NV][kV], db[NV][kV];
+  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const bool nbg = p.norm_before_gate;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  int64_t col[NV], rcol[NV];
+  bool has[NV];
+  int gidx[NV];
+  float w[NV][kV], dw[NV][kV], db[NV][kV];
 #pragma unroll
-  for (int k = 0; k < NV; ++k)
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = static_cast<int64_t>(ci) * kV;
+    gidx[k] = has[k] ? ci / gc : -1;
+    rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * p.rstd_rows.col_stride : 0;
 #pragma unroll
-    for (int e = 0; e < kV; ++e) dw[k][e] = db[k][e] = 0.f;
+    for (int e = 0; e < kV; ++e) w[k][e] = 1.f, dw[k][e] = db[k][e] = 0.f;
+    if (has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, w[k]);
+  }
 
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB; base < p.rows; base += static_cast<int64_t>(gridDim.x) * TB) {
-    const int64_t row = base + team;
-    const bool live = row < p.rows;
-    const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-    const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
-    const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-    const int64_t so = live ? p.rstd_rows.row_offset(row) : 0;
-    float nrm[NV][kV], dn[NV][kV], part[NV], tot[NV], rk[NV];
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows;
+       base += static_cast<int64_t>(gridDim.x) * TB * R) {
+    // Phase 1 loads: h (x + residual), z, dy and rstd of R rows.
+    float h[R][NV][kV], zv[R][NV][kV], dyv[R][NV][kV], rk[R][NV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      part[k] = 0.f;
-      tot[k] = 0.f;
-      rk[k] = 0.f;
-      if (!(live && c < p.D)) continue;
-      const float r = load_one(p.rstd, p.rstd_dtype, so + (c / p.group) * p.rstd_rows.col_stride);
-      rk[k] = r;
-      float h[kV], zv[kV], dyv[kV], w[kV];
-      load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, h);
-      load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
-      load_vec<kV>(p.dy, p.x_dtype, p.dy_rows.row_offset(row) + c, dyv);
-      load_param(p.weight, p.w_dtype, p.w_row, c, vf.w, 1.f, w);
-      if (p.norm_before_gate) {
-        float b[kV], dz[kV];
-        load_param(p.bias, p.b_dtype, p.b_row, c, vf.b, 0.f, b);
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
+      const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
+      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
+      const int64_t go = live ? p.dy_rows.row_offset(row) : 0;
+      const int64_t so = live ? p.rstd_rows.row_offset(row) : 0;
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float xh = h[e] * r, a = rng_act(p.act, zv[e]);
-          const float dov = dyv[e] * a;
-          dz[e] = dyv[e] * fmaf(xh, w[e], b[e]) * rng_act_grad(p.act, zv[e]);
-          dw[k][e] = fmaf(dov, xh, dw[k][e]);
-          db[k][e] += dov;
-          nrm[k][e] = xh;
-          dn[k][e] = dov * w[e];
-          part[k] = fmaf(dn[k][e], xh, part[k]);
-        }
-        store_vec<kV>(p.dz, p.x_dtype, p.dz_rows.row_offset(row) + c, dz);
-      } else {
+      for (int k = 0; k < NV; ++k) {
+        if (live && has[k]) {
+          load_h(p.x, xdt, xo + col[k], p.residual, p.res_dtype, ro + col[k], h[r][k]);
+          load_vec<kV>(p.z, xdt, zo + col[k], zv[r][k]);
+          load_vec<kV>(p.dy, xdt, go + col[k], dyv[r][k]);
+          rk[r][k] = load_one(p.rstd, p.rstd_dtype, so + rcol[k]);
+        } else {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float uh = h[e] * rng_act(p.act, zv[e]) * r;
-          dw[k][e] = fmaf(dyv[e], uh, dw[k][e]);
-          db[k][e] += dyv[e];
-          nrm[k][e] = uh;
-          dn[k][e] = dyv[e] * w[e];
-          part[k] = fmaf(dn[k][e], uh, part[k]);
+          for (int e = 0; e < kV; ++e) h[r][k][e] = zv[r][k][e] = dyv[r][k][e] = 0.f;
+          rk[r][k] = 0.f;
         }
       }
     }
-    group_totals<TPR, NV>(part, tot, p.group, p.D, t, red);
-    if (!live) continue;
-    const int64_t dxo = p.dx_rows.row_offset(row);
+    // Phase 1 math: nrm (normalised value), dn (its incoming gradient), dz (norm_before_gate), dw / db, and
+    // the per-chunk partials of sum(dn nrm); then the group sums.
+    float tot[R][NV];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-      const float mean = tot[k] * inv_g, r = rk[k];
-      float dx[kV];
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      float part[NV];
 #pragma unroll
-      for (int e = 0; e < kV; ++e) dx[e] = r * fmaf(-nrm[k][e], mean, dn[k][e]);
-      if (!p.norm_before_gate) {
-        // dx = du act(z), dz = du h act'(z): h and z are read again (from L1/L2).
-        float h[kV], zv[kV], dz[kV];
-        load_h(p.x, p.x_dtype, xo + c, p.residual, p.res_dtype, ro + c, h);
-        load_vec<kV>(p.z, p.x_dtype, zo + c, zv);
+      for (int k = 0; k < NV; ++k) {
+        part[k] = 0.f;
+        if (!(live && has[k])) continue;
+        const float rr = rk[r][k];
+        if (nbg) {
+          float b[kV], dz[kV];
+          load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          dz[e] = dx[e] * h[e] * rng_act_grad(p.act, zv[e]);
-          dx[e] *= rng_act(p.act, zv[e]);
+          for (int e = 0; e < kV; ++e) {
+            float a, ag;
+            vact_both(p.act, fast, zv[r][k][e], a, ag);
+            const float xh = h[r][k][e] * rr;
+            const float dov = dyv[r][k][e] * a;
+            dz[e] = dyv[r][k][e] * fmaf(xh, w[k][e], b[e]) * ag;
+            dw[k][e] = fmaf(dov, xh, dw[k][e]);
+            db[k][e] += dov;
+            h[r][k][e] = xh;            // h now holds nrm
+            dyv[r][k][e] = dov * w[k][e];  // dy now holds dn
+            part[k] = fmaf(dyv[r][k][e], xh, part[k]);
+          }
+          store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float uh = h[r][k][e] * vact(p.act, fast, zv[r][k][e]) * rr;
+            dw[k][e] = fmaf(dyv[r][k][e], uh, dw[k][e]);
+            db[k][e] += dyv[r][k][e];
+            dyv[r][k][e] *= w[k][e];  // dy now holds dn; h and z stay for dz
+            part[k] = fmaf(dyv[r][k][e], uh, part[k]);
+          }
         }
-        store_vec<kV>(p.dz, p.x_dtype, p.dz_rows.row_offset(row) + c, dz);
       }
-      if (p.dres_out) {
-        float g[kV];
-        load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + c, g);
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
+    }
+    // Phase 2: dx (+ dresidual_out), and dz for gate_before_norm.
 #pragma unroll
-        for (int e = 0; e < kV; ++e) dx[e] += g[e];
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      if (row >= p.rows) continue;
+      const int64_t dxo = p.dx_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float mean = tot[r][k] * inv_g, rr = rk[r][k];
+        float dx[kV];
+        if (nbg) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) dx[e] = rr * fmaf(-h[r][k][e], mean, dyv[r][k][e]);
+        } else {
+          float dz[kV];
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            float a, ag;
+            vact_both(p.act, fast, zv[r][k][e], a, ag);
+            const float uh = h[r][k][e] * a * rr;
+            const float du = rr * fmaf(-uh, mean, dyv[r][k][e]);
+            dz[e] = du * h[r][k][e] * ag;
+            dx[e] = du * a;
+          }
+          store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+        }
+        if (p.dres_out) {
+          float g[kV];
+          load_vec<kV>(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(row) + col[k], g);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) dx[e] += g[e];
+        }
+        store_vec<kV>(p.dx, xdt, dxo + col[k], dx);
       }
-      store_vec<kV>(p.dx, p.x_dtype, dxo + c, dx);
     }
   }
   if (!want_wb) return;
   // This block's partial row: its teams' sums added in team order (fixed), one thread per feature.
   float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
   float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  if constexpr (TPR > 32) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int64_t c = static_cast<int64_t>(t + k * TPR) * kV;
-      if (c >= p.D) continue;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        out_w[c + e] = dw[k][e];
-        out_b[c + e] = db[k][e];
-      }
-    }
-  } else {
+  {
     for (int which = 0; which < 2; ++which) {
       __syncthreads();
 #pragma unroll
@@ -429,11 +813,13 @@ __global__ void __launch_bounds__(kBlock) bwd_looped(const RmsNormGatedBwdParams
   }
 }
 
-// Final fixed-order reduction of the partial rows: blockIdx.y 0 -> dweight, 1 -> dbias. A block covers 32
-// features with 8 slices; slice s adds partial rows s, s + 8, ... in order, then slice 0 adds the 8 slices
-// in order.
-__global__ void __launch_bounds__(kBlock) reduce_partials(const RmsNormGatedBwdParams p) {
-  __shared__ float buf[8][33];
+// Final fixed-order reduction of the partial rows: blockIdx.y 0 -> dweight, 1 -> dbias. A block of 1024
+// threads covers 32 features with 32 slices; slice s adds partial rows s, s + 32, ... into four interleaved
+// accumulators (four loads in flight; with one, the 512 dependent L2 loads per thread of a [1M, 128] backward
+// cost ~0.1 ms), then slice 0 adds the 32 slices in order. Fixed order: the same bits every run.
+constexpr int kRedSlices = 32;
+__global__ void __launch_bounds__(32 * kRedSlices) reduce_partials(const RmsNormGatedBwdParams p) {
+  __shared__ float buf[kRedSlices][33];
   const int col = threadIdx.x & 31, slice = threadIdx.x >> 5;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + col;
   const bool bias = blockIdx.y == 1;
@@ -441,13 +827,23 @@ __global__ void __launch_bounds__(kBlock) reduce_partials(const RmsNormGatedBwdP
   if (!out) return;  // uniform over the block
   const float* part = p.partial + (bias ? p.num_partials * p.D : 0);
   float s = 0.f;
-  if (j < p.D)
-    for (int64_t b = slice; b < p.num_partials; b += 8) s += part[b * p.D + j];
+  if (j < p.D) {
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    int64_t b = slice;
+    for (; b + 3 * kRedSlices < p.num_partials; b += 4 * kRedSlices) {
+      a0 += part[b * p.D + j];
+      a1 += part[(b + kRedSlices) * p.D + j];
+      a2 += part[(b + 2 * kRedSlices) * p.D + j];
+      a3 += part[(b + 3 * kRedSlices) * p.D + j];
+    }
+    for (; b < p.num_partials; b += kRedSlices) a0 += part[b * p.D + j];
+    s = (a0 + a1) + (a2 + a3);
+  }
   buf[slice][col] = s;
   __syncthreads();
   if (slice == 0 && j < p.D) {
     float tsum = 0.f;
-    for (int q = 0; q < 8; ++q) tsum += buf[q][col];
+    for (int q = 0; q < kRedSlices; ++q) tsum += buf[q][col];
     const RowLayout& l = bias ? p.db_row : p.dw_row;
     store_one(out, bias ? p.db_dtype : p.dw_dtype, l.base + j * l.col_stride, tsum);
   }
@@ -517,22 +913,67 @@ Config bwd_config(const RmsNormGatedBwdParams& p, bool layouts_ok) { return choo
 int64_t bwd_partials(const RmsNormGatedBwdParams& p) {
   if (p.rows == 0 || p.D == 0) return 0;
   // Enough blocks for many waves, few enough that the partial rows stay small next to the tensors.
-  const int64_t cap = std::clamp<int64_t>((int64_t{1} << 20) / p.D, 264, 4096);
+  // At least 4 blocks per SM of an H200 (132 SMs): wide rows reduce through shared memory with block-wide
+  // syncs, and 2 resident blocks per SM left the memory idle during them.
+  const int64_t cap = std::clamp<int64_t>((int64_t{1} << 21) / p.D, 528, 4096);
   return std::min<int64_t>(p.rows, cap);
+}
+
+// Rows per team per iteration of the forward: enough chunks per thread (R * NV = 4) for 4 x 2 16-byte loads
+// in flight; a block per row (TPR = kBlock) takes one row at a time.
+template <int TPR, int NV>
+constexpr int fwd_rows_per_iter() {
+  return TPR > 32 || NV >= 4 ? 1 : 4 / NV;
+}
+
+// Grid cap of the grid-stride kernels: a few waves of 256-thread blocks (weights and column facts are then
+// loaded once per block, and the tail wave is short).
+int64_t grid_cap() {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0) sms = n;
+  }
+  return static_cast<int64_t>(sms) * 32;
 }
 
 template <int TPR, int NV>
 strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  constexpr int TB = kBlock / TPR;
-  const int64_t blocks = std::min<int64_t>((p.rows + TB - 1) / TB, int64_t{1} << 30);
-  fwd_team_rows<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  return cuda::check_launch("rms_norm_gated fwd_team_rows");
+  if constexpr (TPR > 32) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(p.rows, grid_cap()));
+    if (p.x_dtype == STRATA_DTYPE_F32) fwd_block_rows<true, NV><<<blocks, kBlock, 0, s>>>(p, vf);
+    else fwd_block_rows<false, NV><<<blocks, kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated fwd_block_rows");
+  } else {
+    constexpr int TB = kBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
+    const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), grid_cap());
+    if (p.x_dtype == STRATA_DTYPE_F32)
+      fwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    else
+      fwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated fwd_team_rows");
+  }
 }
 
 template <int TPR, int NV>
 strata_status launch_bwd(const RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t blocks, cudaStream_t s) {
-  bwd_team_rows<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-  return cuda::check_launch("rms_norm_gated bwd_team_rows");
+  if constexpr (TPR > 32) {
+    // dweight / dbias sums in dynamic shared memory: 2 * D floats (64 KiB at D = 8192, above the 48 KiB
+    // default: opt in once per kernel).
+    const size_t smem = (p.dweight || p.dbias) ? 2 * static_cast<size_t>(p.D) * sizeof(float) : 0;
+    const auto kernel = p.x_dtype == STRATA_DTYPE_F32 ? bwd_block_rows<true, NV> : bwd_block_rows<false, NV>;
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(2 * kMaxChunks * kV * sizeof(float))));
+    kernel<<<static_cast<unsigned>(blocks), kBlock, smem, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated bwd_block_rows");
+  } else {
+    constexpr int R = NV >= 2 ? 1 : 2;
+    if (p.x_dtype == STRATA_DTYPE_F32)
+      bwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    else
+      bwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    return cuda::check_launch("rms_norm_gated bwd_team_rows");
+  }
 }
 
 // Expands CALL(TPR, NV) for a config from choose() (a macro: the .cu files are C++17, no template lambdas).
@@ -599,7 +1040,7 @@ int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p_in, void* stream) {
   }
   if ((p.dweight || p.dbias) && p.D > 0) {
     const dim3 grid(static_cast<unsigned>((p.D + 31) / 32), 2);
-    reduce_partials<<<grid, kBlock, 0, s>>>(p);
+    reduce_partials<<<grid, 32 * kRedSlices, 0, s>>>(p);
     return cuda::check_launch("rms_norm_gated reduce_partials");
   }
   return STRATA_SUCCESS;
