@@ -57,7 +57,7 @@ __device__ CeRowStat block_merge(CeRowStat st) {
 }
 
 struct RowArgs {
-  const float* z;         // tile [rows, cols], row stride ldz
+  const void* z;          // tile [rows, cols] (f32 or bf16: the kernels' TZ), row stride ldz
   int64_t ldz, rows, cols, r0, v0;
   const void* bias;       // [V] (stride bias_stride) or nullptr
   int64_t bias_stride;
@@ -66,24 +66,24 @@ struct RowArgs {
   CeOptions ce;
 };
 
-template <class TB>
-__device__ __forceinline__ float logit_at(const RowArgs& a, const float* zr, int64_t j) {
-  float z = zr[j];
+template <class TB, class TZ>
+__device__ __forceinline__ float logit_at(const RowArgs& a, const TZ* zr, int64_t j) {
+  float z = to_f32(zr[j]);
   if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j) * a.bias_stride);
   return ce_logit(z, a.ce);
 }
 
-template <class TB>
+template <class TB, class TZ>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
-  const float* zr = a.z + r * a.ldz;
+  const TZ* zr = static_cast<const TZ*>(a.z) + r * a.ldz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;  // target column inside the tile (any value when outside)
   CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
-    const float c = logit_at<TB>(a, zr, j);
+    const float c = logit_at<TB, TZ>(a, zr, j);
     if (c > st.m) {
       st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
       st.m = c;
@@ -105,12 +105,13 @@ __global__ void __launch_bounds__(kRowThreads)
   rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
 }
 
-template <class TB, class TD>
+// dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
+template <class TB, class TZ, class TD>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad(RowArgs a, TD* dz, int64_t lddz, const float* lse, int64_t lse_stride, float coef_base,
              const float* dloss) {
   const int64_t r = blockIdx.x;
-  const float* zr = a.z + r * a.ldz;
+  const TZ* zr = static_cast<const TZ*>(a.z) + r * a.ldz;
   TD* dr = dz + r * lddz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const float l = lse[row * lse_stride];
   const int64_t yj = y - a.v0;
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
-    const float c = logit_at<TB>(a, zr, j);
+    const float c = logit_at<TB, TZ>(a, zr, j);
     dr[j] = from_f32<TD>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
   }
 }
@@ -183,6 +184,13 @@ cudaDataType_t cuda_type(int32_t dt) {
     case STRATA_DTYPE_F16: return CUDA_R_16F;
     default: return CUDA_R_32F;
   }
+}
+
+// The logits tile: f32, or bf16 (BackendTraits::bf16_tile with bf16 inputs).
+template <class Fn>
+void visit_tile(int32_t dt, Fn&& fn) {
+  if (dt == STRATA_DTYPE_BF16) fn(bf16_t{});
+  else fn(float{});
 }
 
 template <class Fn>
@@ -306,18 +314,22 @@ struct CudaBackend {
   }
   strata_status count_targets() { return count_targets_now(); }
 
-  RowArgs row_args(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
+  RowArgs row_args(const void* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
     return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce};
   }
 
-  void stats(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first, bool last) {
+  // One block per row: rows <= N < 2^31 (the plan's tiles), so the grid fits gridDim.x.
+  void stats(const void* Z, int32_t z_dt, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
+             bool last) {
     if (err || rows == 0) return;
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
     visit_storage(p.w_dtype, [&](auto tb) {
-      row_stats<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(a, stat, first, last, lse_w,
-                                                                                       lse_w_stride, rowloss);
+      visit_tile(z_dt, [&](auto tz) {
+        row_stats<decltype(tb), decltype(tz)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            a, stat, first, last, lse_w, lse_w_stride, rowloss);
+      });
     });
     launched("chunk_loss (row_stats)");
   }
@@ -334,16 +346,24 @@ struct CudaBackend {
     return p.h_dtype == STRATA_DTYPE_F16 && L.dz != L.z && cb != 0.f && std::isfinite(1.f / cb) ? cb : 1.f;
   }
 
-  void grad(const float* Z, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols,
-            int64_t r0, int64_t v0) {
+  void grad(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+            int64_t cols, int64_t r0, int64_t v0) {
     if (err || rows == 0) return;
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     const float* g = p.backward_op ? static_cast<const float*>(p.dloss) : nullptr;
     visit_storage(p.w_dtype, [&](auto tb) {
-      visit_storage(dz_dt, [&](auto td) {
-        using TD = decltype(td);
-        row_grad<decltype(tb), TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-            a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+      visit_tile(z_dt, [&](auto tz) {
+        using TZ = decltype(tz);
+        if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
+          row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+              a, static_cast<TZ*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+          return;
+        }
+        visit_storage(dz_dt, [&](auto td) {
+          using TD = decltype(td);
+          row_grad<decltype(tb), TZ, TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+              a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+        });
       });
     });
     launched("chunk_loss (row_grad)");
@@ -391,6 +411,9 @@ BackendTraits chunk_loss_cuda_traits() {
   t.gemm_stores_any = true;
   // Below this chunk height the per-chunk f32 read-modify-write of dW (8 V D bytes) dominates the GEMMs.
   t.min_chunk_rows = 1024;
+  // bf16 inputs: the logits tile in bf16 (what F.linear in bf16 gives), dZ in place: 2 bytes per element, so
+  // the 64 MiB tile holds [8192, 4096] and vocab_tiled runs with a single token block.
+  t.bf16_tile = true;
   return t;
 }
 

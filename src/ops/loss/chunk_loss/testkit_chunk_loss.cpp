@@ -357,6 +357,9 @@ class ChunkLossHarness final : public OpHarness {
     if (cuda) {
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, false));
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, true));
+      // The 3-GEMM loop with chunks of 2048 rows (0.6 GB of bf16 logits: far over the 64 MiB budget), to
+      // measure what the recompute of vocab_tiled costs against it.
+      out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, true, STRATA_CHUNK_LOSS_TOKEN_CHUNKED, 2048));
     } else {
       out.push_back(sgemm_peer(1024, 1024, 32000));
       out.push_back(bench_case(device, STRATA_DTYPE_F32, 1024, 1024, 32000, true));
@@ -405,11 +408,18 @@ class ChunkLossHarness final : public OpHarness {
   }
 
   // Forward + backward in one call (the gradients of the forward, bf16 gradients; f32 dweight with f32_dw).
-  static BenchCase bench_case(strata_device device, int32_t dt, int64_t N, int64_t D, int64_t V, bool f32_dw) {
+  // strategy / chunk_rows: forced (0: the plan's choice).
+  static BenchCase bench_case(strata_device device, int32_t dt, int64_t N, int64_t D, int64_t V, bool f32_dw,
+                              int32_t strategy = 0, int64_t chunk_rows = 0) {
     auto state = std::make_shared<BenchState>();
     BenchCase b;
-    b.label = fmt::format("chunk_loss fwd+bwd {} N={} D={} V={} dweight={}", dtype_name(dt), N, D, V,
-                          f32_dw ? "f32" : dtype_name(dt));
+    b.label = fmt::format("chunk_loss fwd+bwd {} N={} D={} V={} dweight={}{}", dtype_name(dt), N, D, V,
+                          f32_dw ? "f32" : dtype_name(dt),
+                          strategy ? fmt::format(" forced {} rows={}",
+                                                 strategy == STRATA_CHUNK_LOSS_TOKEN_CHUNKED ? "token_chunked"
+                                                                                              : "vocab_tiled",
+                                                 chunk_rows)
+                                   : std::string());
     const double es = static_cast<double>(dtype_size(dt));
     b.bytes = es * static_cast<double>(N * D + V * D) * 2 + static_cast<double>(N) * 8;
     b.flops = 3.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(D);
@@ -438,9 +448,13 @@ class ChunkLossHarness final : public OpHarness {
       state->lse = std::make_unique<DeviceTensor>(lse, device);
       state->dh = std::make_unique<DeviceTensor>(dh, device);
       state->dw = std::make_unique<DeviceTensor>(dw, device);
+      strata_chunk_loss_options o;
+      strata_chunk_loss_options_init(&o);
+      o.strategy = strategy;
+      o.chunk_rows = chunk_rows;
       check(strata_chunk_loss_plan(&state->h->desc(), &state->w->desc(), nullptr, &state->t->desc(),
                                    &state->loss->desc(), &state->lse->desc(), &state->dh->desc(), &state->dw->desc(),
-                                   nullptr, nullptr, &state->plan),
+                                   nullptr, &o, &state->plan),
             "bench plan");
       strata_plan_workspace_size(state->plan, &state->ws_size);
       if (state->ws_size) check(strata_malloc(device, state->ws_size, nullptr, &state->ws), "bench workspace");
