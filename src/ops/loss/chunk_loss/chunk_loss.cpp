@@ -382,12 +382,16 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
     // With a 16-bit logits tile (bf16_tile) and tiles of at least 1024 columns, one block of all N rows
     // instead: every dW tile is then a single GEMM with K = N stored straight into dweight (no f32 dW tile,
     // no read-modify-write of it) and the GEMMs are [N, vt] x K, large enough to fill the GPU.
+    // The row buffers (rowloss, lse, stat, counts, db) come out of the budget first in that case, so the
+    // whole workspace stays within it.
     const int64_t side = static_cast<int64_t>(std::sqrt(static_cast<double>(budget / zb))) / 128 * 128;
-    const bool one_block = z16 && budget / (std::max<int64_t>(N, 1) * zb) >= 1024;
+    const int64_t row_bufs = N * 32 + V * 4 + 4096;
+    const int64_t tile_budget = z16 ? budget - std::min(row_bufs, budget / 2) : budget;
+    const bool one_block = z16 && tile_budget / (std::max<int64_t>(N, 1) * zb) >= 1024;
     p.rows = chunk_rows > 0  ? std::min(chunk_rows, std::max<int64_t>(N, 1))
              : one_block     ? std::max<int64_t>(N, 1)
                              : std::min(std::max<int64_t>(N, 1), side);
-    int64_t vt = vocab_tile > 0 ? vocab_tile : budget / std::max<int64_t>(p.rows * zb, 1);
+    int64_t vt = vocab_tile > 0 ? vocab_tile : tile_budget / std::max<int64_t>(p.rows * zb, 1);
     if (vocab_tile <= 0) vt = vt >= 128 ? vt / 128 * 128 : std::max<int64_t>(vt, 16);
     p.vtile = std::min(V, std::max<int64_t>(vt, 1));
   }
@@ -413,7 +417,15 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
       if (s == kStrategyTokenChunked) {
         if (!dh_f32 && !(tr.gemm_stores_any && p.vtile >= V)) L.dh_acc = take(static_cast<size_t>(rows * D) * 4);
       } else if (!dh_f32) {
-        L.dh_acc = take(static_cast<size_t>(N * D) * 4);
+        // In dweight's last rows when dweight is contiguous and the accumulator covers at most a quarter of it
+        // (so at most a quarter of the logits, plus one tile, is computed a third time); else workspace.
+        const int64_t es_dw = static_cast<int64_t>(dtype_size(p.dw_dtype));
+        const int64_t dw_bytes = V * D * es_dw, acc_bytes = N * D * 4;
+        if (L.dw_direct && p.ld_dw == D && D > 0 && acc_bytes + 256 <= dw_bytes / 4) {
+          L.dh_in_dw = true;
+        } else {
+          L.dh_acc = take(static_cast<size_t>(N * D) * 4);
+        }
       }
     }
     if (p.dbias && !L.db_in_place) L.db_acc = take(static_cast<size_t>(V) * 4);

@@ -139,6 +139,13 @@ struct ChunkLossLayout {
   bool dw_direct = false;  // vocab_tiled with one token block: each dW tile is one GEMM (K = N) stored straight
                            // into dweight in its dtype (no f32 tile accumulator)
   int32_t z_dtype = STRATA_DTYPE_F32;  // the logits tile's dtype (f32, or bf16 with BackendTraits::bf16_tile)
+  // vocab_tiled with dw_direct and a 16-bit dhidden: the f32 dH accumulator [N, D] lives in dweight's own
+  // storage, in its last rows [dh_dw_row, V) (contiguous dweight), which hold no dW until the end: the
+  // vocabulary tiles that reach those rows ("deferred") add their dH and db in the main loop, dH is converted
+  // into dhidden, then they are recomputed (one more logits GEMM each) and their dW stored. So no [N, D] f32
+  // buffer is workspace. The accumulator's address (the last N D 4 bytes of dweight, rounded down to 256
+  // bytes) is taken at run time from the dweight pointer.
+  bool dh_in_dw = false;
 };
 
 // Picks the strategy (unless forced), the chunk / tile sizes (unless given) and lays out the workspace.

@@ -258,6 +258,14 @@ class ChunkLossHarness final : public OpHarness {
     add("bf16", 70, 64, 500, "strategy=auto bias=1 eps=0.1");
     add("f32", 70, 64, 500, "strategy=auto mode=bwd gdt=f32 G=-2");
     add("f64", 30, 16, 50, "strategy=auto bias=1 eps=0.1 softcap=10 zloss=0.01 ignored=0.2");
+    // vocab_tiled with the plan's token block (CUDA bf16: one block of all rows, dW tiles stored directly, the
+    // f32 dH accumulator in dweight's last rows with the deferred tiles recomputed at the end; the tile width
+    // forced so that several tiles run and only the last ones are deferred).
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 bias=1 eps=0.1 ignored=0.1");
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 mode=bwd G=1.3 ignored=0.2");
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=1000 softcap=15 mag=8 zloss=0.001");
+    add("bf16", 96, 32, 3001, "strategy=vocab_tiled reduction=sum scale=0.8");
+    add("f16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 bias=1 eps=0.1");
     add("f32", 0, 16, 10, "bias=1");
     add("bf16", 0, 16, 10, "strategy=vocab_tiled mode=bwd bias=1");
     add("f32", 5, 0, 7, "bias=1");

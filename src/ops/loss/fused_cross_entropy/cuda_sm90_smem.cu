@@ -375,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
 }
 
-// Smallest cluster whose slices fit kTargetSliceBytes (then any up to kMaxSliceBytes with 8 CTAs).
+// Smallest cluster whose slices fit kTargetSliceBytes (with 8 CTAs: up to kMaxSliceBytes, ce_smem_reject).
 struct Split {
   int C = 0;
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
@@ -386,9 +386,9 @@ Split split_of(int64_t V, int32_t dtype) {
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
-  int64_t C = (bytes + kTargetSliceBytes - 1) / kTargetSliceBytes;
-  if (C < 1) C = 1;
-  if (C > kMaxCluster) C = kMaxCluster;
+  // Powers of two (1, 2, 4, 8): the cluster shapes every sm_90 part schedules.
+  int64_t C = 1;
+  while (C < kMaxCluster && C * kTargetSliceBytes < bytes) C *= 2;
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
