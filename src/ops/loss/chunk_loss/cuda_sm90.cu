@@ -105,6 +105,119 @@ __global__ void __launch_bounds__(kRowThreads)
   rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
 }
 
+// 16-byte variants for a bf16 tile whose rows start 16-byte aligned (ldz % 8 == 0, aligned base): 8
+// elements per load, the last cols % 8 of a row scalar. The same per-element math as row_stats / row_grad
+// (the statistics merge 8 elements per online step instead of 1).
+__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&c)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[2 * k] = __uint_as_float(w[k] << 16);
+    c[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
+template <class TB>
+__device__ __forceinline__ void logits8(const RowArgs& a, int64_t j0, float (&c)[8]) {
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    float z = c[q];
+    if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j0 + q) * a.bias_stride);
+    c[q] = ce_logit(z, a.ce);
+  }
+}
+
+template <class TB>
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats_v8(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+  const int64_t r = blockIdx.x;
+  const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const int64_t yj = y - a.v0;
+  const int64_t nv = a.cols / 8;
+  CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
+    float c[8];
+    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
+    logits8<TB>(a, v * 8, c);
+    float mv = c[0];
+#pragma unroll
+    for (int q = 1; q < 8; ++q) mv = fmaxf(mv, c[q]);
+    if (mv > st.m) {
+      st.s *= expf(st.m - mv);  // exp(-inf) = 0 on the first vector
+      st.m = mv;
+    }
+    float e = 0.f, sc = 0.f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      e += expf(c[q] - st.m);
+      sc += c[q];
+    }
+    st.s += e;
+    st.sumc += sc;
+    const int64_t off = yj - v * 8;
+    if (off >= 0 && off < 8) {
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (q == off) st.cy = c[q];
+    }
+  }
+  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB, bf16_t>(a, zr, j);
+    if (c > st.m) {
+      st.s = st.s * expf(st.m - c) + 1.f;
+      st.m = c;
+    } else {
+      st.s += expf(c - st.m);
+    }
+    st.sumc += c;
+    if (j == yj) st.cy = c;
+  }
+  st = block_merge(st);
+  if (threadIdx.x != 0) return;
+  if (!first) st = ce_merge(stat[r], st);
+  if (!last) {
+    stat[r] = st;
+    return;
+  }
+  const float l = ce_lse(st);
+  lse[row * lse_stride] = l;
+  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+}
+
+// In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
+template <class TB>
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
+  const int64_t r = blockIdx.x;
+  bf16_t* zr = dz + r * a.ldz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
+  const float l = lse[row * lse_stride];
+  const int64_t yj = y - a.v0;
+  const int64_t nv = a.cols / 8;
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
+    float c[8];
+    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
+    logits8<TB>(a, v * 8, c);
+    const int64_t off = yj - v * 8;
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float d0 = coef == 0.f ? 0.f : ce_dlogit(c[2 * k], l, off == 2 * k, coef, a.ce);
+      const float d1 = coef == 0.f ? 0.f : ce_dlogit(c[2 * k + 1], l, off == 2 * k + 1, coef, a.ce);
+      w[k] = static_cast<uint32_t>(from_f32<bf16_t>(d0).bits) | (static_cast<uint32_t>(from_f32<bf16_t>(d1).bits) << 16);
+    }
+    reinterpret_cast<uint4*>(zr)[v] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB, bf16_t>(a, zr, j);
+    zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
+  }
+}
+
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
 template <class TB, class TZ, class TD>
 __global__ void __launch_bounds__(kRowThreads)
@@ -318,6 +431,11 @@ struct CudaBackend {
     return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce};
   }
 
+  // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
+  static bool vec8(const void* Z, int32_t z_dt, int64_t ldz) {
+    return z_dt == STRATA_DTYPE_BF16 && ldz % 8 == 0 && reinterpret_cast<uintptr_t>(Z) % 16 == 0;
+  }
+
   // One block per row: rows <= N < 2^31 (the plan's tiles), so the grid fits gridDim.x.
   void stats(const void* Z, int32_t z_dt, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
              bool last) {
@@ -325,7 +443,13 @@ struct CudaBackend {
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
+    const bool v8 = vec8(Z, z_dt, ldz);
     visit_storage(p.w_dtype, [&](auto tb) {
+      if (v8) {
+        row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(a, stat, first, last, lse_w,
+                                                                                          lse_w_stride, rowloss);
+        return;
+      }
       visit_tile(z_dt, [&](auto tz) {
         row_stats<decltype(tb), decltype(tz)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
             a, stat, first, last, lse_w, lse_w_stride, rowloss);
@@ -355,8 +479,12 @@ struct CudaBackend {
       visit_tile(z_dt, [&](auto tz) {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
-          row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-              a, static_cast<TZ*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
+            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+                a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+          else
+            row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+                a, static_cast<TZ*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           return;
         }
         visit_storage(dz_dt, [&](auto td) {
