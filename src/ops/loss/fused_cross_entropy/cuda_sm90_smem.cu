@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
               c = ce_logit(k, x[q]);
               d = c - a.m;
             } else {
-              c = k.scale * x[q];
+              c = x[q];                       // raw logits summed; scaled once below
               d = fmaf(k.scale, x[q], -a.m);  // one rounding of s z - m
             }
             if (q & 1) s1 += __expf(d), c1 += c;
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
           }
         }
         a.s = s0 + s1;
-        a.sum_c = c0 + c1;
+        a.sum_c = kCap ? c0 + c1 : k.scale * (c0 + c1);
       }
       if (threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
         const T* row = reinterpret_cast<const T*>(smem_raw);
