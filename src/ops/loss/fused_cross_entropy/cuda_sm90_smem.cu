@@ -242,7 +242,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       ext_init(ext, neg);
       for (int v = threadIdx.x; v < nv; v += kThreads) ext_add(ext, buf[v], neg);
       // Empty slice: zext = -inf (s > 0) or +inf (s < 0), so m = -inf. NaN logits are skipped by the max (as
-      // fmaxf does) and reach the sum.
+      // fmaxf does) and reach the sum through the thread's other elements (a thread whose elements are all
+      // NaN adds nothing).
       const float zext = ext_result(ext, neg);
       Part a{ce_logit(k, zext), 0.f, 0.f, 0.f};
       // Sweep B: sum exp(c - m) and sum c (threads whose elements are all -inf in c add nothing, as in
