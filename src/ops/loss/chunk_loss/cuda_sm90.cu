@@ -237,14 +237,28 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+// Column sums of a dZ tile [rows, cols]: a 32 x 32 block per 32 columns; thread (x, y) sums column x over
+// rows y, y + 32, ... (coalesced 32-column reads, many loads in flight), then row y == 0 adds the 32
+// partials in y order. Fixed assignment and order: the same bits every run. (One thread per column walking all
+// rows, as before, left a [8192, 3968] tile to 16 blocks.)
+constexpr int kColTile = 32;
 template <class TD>
-__global__ void col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
-                        bool first, float scale) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
+__global__ void __launch_bounds__(kColTile* kColTile)
+    col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride, bool first,
+            float scale) {
+  __shared__ float part[kColTile][kColTile + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   float s = 0.f;
-  for (int64_t r = 0; r < rows; ++r) s += to_f32(dz[r * lddz + j]);
-  acc[j * acc_stride] = first ? s * scale : acc[j * acc_stride] + s * scale;
+  if (j < cols) {
+#pragma unroll 8
+    for (int64_t r = threadIdx.y; r < rows; r += kColTile) s += to_f32(dz[r * lddz + j]);
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= cols) return;
+  float t = part[0][threadIdx.x];
+  for (int y = 1; y < kColTile; ++y) t += part[y][threadIdx.x];
+  acc[j * acc_stride] = first ? t * scale : acc[j * acc_stride] + t * scale;
 }
 
 template <class TO>
@@ -500,11 +514,11 @@ struct CudaBackend {
   void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc,
               int64_t acc_stride, bool first, float scale = 1.f) {
     if (err || cols == 0) return;
-    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, 256));
+    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, kColTile));  // cols <= V < 2^31
     visit_storage(dz_dt, [&](auto td) {
       using TD = decltype(td);
-      col_sum<TD><<<blocks, 256, 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc, acc_stride, first,
-                                        scale);
+      col_sum<TD><<<blocks, dim3(kColTile, kColTile), 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc,
+                                                                    acc_stride, first, scale);
     });
     launched("chunk_loss (col_sum)");
   }
