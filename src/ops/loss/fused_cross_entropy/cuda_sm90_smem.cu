@@ -295,27 +295,45 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       }
       __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
       __cluster_barrier_wait();
-      if (threadIdx.x == 0) {
-        Part r = *cluster.map_shared_rank(&cta_part, 0);
-        for (int q = 1; q < C; ++q) r = merge(r, *cluster.map_shared_rank(&cta_part, q));
-        CeRowStats st;
-        st.lse.m = r.m;
-        st.lse.s = r.s;
-        st.sum_c = r.sum_c;
-        st.c_y = r.c_y;
-        const float l = ce_lse(st.lse);
-        row_lse = l;
-        if (rank == 0) {
-          const float loss = ignored ? 0.f : (bad ? __int_as_float(0x7fc00000) : ce_row_loss(k, st, V));
-          const float zl = ignored ? 0.f : ce_row_z_loss(k, l);
-          if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = l;
-          if (p.reduction == kCeNone) {
-            static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
-            if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
-          } else {
-            float* rows = static_cast<float*>(p.workspace);
-            rows[i] = loss;
-            rows[p.N + i] = zl;
+      if (threadIdx.x < 32) {
+        // Lane q < C reads rank q's partial (the C remote loads in parallel); every lane then merges them in
+        // rank order from shuffles, so the result is the same as a sequential merge and the same in every CTA.
+        const int lane = static_cast<int>(threadIdx.x);
+        Part mine{-INFINITY, 0.f, 0.f, 0.f};
+        if (lane < C) mine = *cluster.map_shared_rank(&cta_part, lane);
+        Part r;
+        r.m = __shfl_sync(0xffffffffu, mine.m, 0);
+        r.s = __shfl_sync(0xffffffffu, mine.s, 0);
+        r.sum_c = __shfl_sync(0xffffffffu, mine.sum_c, 0);
+        r.c_y = __shfl_sync(0xffffffffu, mine.c_y, 0);
+        for (int q = 1; q < C; ++q) {
+          Part b;
+          b.m = __shfl_sync(0xffffffffu, mine.m, q);
+          b.s = __shfl_sync(0xffffffffu, mine.s, q);
+          b.sum_c = __shfl_sync(0xffffffffu, mine.sum_c, q);
+          b.c_y = __shfl_sync(0xffffffffu, mine.c_y, q);
+          r = merge(r, b);
+        }
+        if (lane == 0) {
+          CeRowStats st;
+          st.lse.m = r.m;
+          st.lse.s = r.s;
+          st.sum_c = r.sum_c;
+          st.c_y = r.c_y;
+          const float l = ce_lse(st.lse);
+          row_lse = l;
+          if (rank == 0) {
+            const float loss = ignored ? 0.f : (bad ? __int_as_float(0x7fc00000) : ce_row_loss(k, st, V));
+            const float zl = ignored ? 0.f : ce_row_z_loss(k, l);
+            if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = l;
+            if (p.reduction == kCeNone) {
+              static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
+              if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
+            } else {
+              float* rows = static_cast<float*>(p.workspace);
+              rows[i] = loss;
+              rows[p.N + i] = zl;
+            }
           }
         }
       }
