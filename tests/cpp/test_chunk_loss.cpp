@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "opbase/plan.h"
+#include "ops/loss/chunk_loss/chunk_loss.h"
 #include "strata/ops.h"
 #include "testkit/testkit.h"
 
@@ -393,6 +394,42 @@ TEST(ChunkLoss, StrategyHeuristicAndBudget) {
   s = plan_summary(STRATA_DTYPE_F32, 1024, 1024, 32000, STRATA_DTYPE_F32, STRATA_CHUNK_LOSS_VOCAB_TILED, &ws);
   EXPECT_NE(s.find("strategy=vocab_tiled"), std::string::npos) << s;
   EXPECT_LE(ws, (size_t{64} << 20) + (size_t{1} << 20)) << s;
+}
+
+// The CUDA plan of the H200 target shape (host logic, no device needed): bf16 N=8192 D=4096 V=151936 with
+// bf16 and f32 dweight: vocab_tiled with one token block, a bf16 tile of <= 64 MiB in all (so the workspace is
+// within the budget), dW tiles stored directly and the f32 dH accumulator in dweight's last rows.
+TEST(ChunkLoss, CudaPlanOfTheTargetShapeStaysInBudget) {
+  loss::BackendTraits tr;  // what chunk_loss_cuda_traits() says (README.md)
+  tr.convert_operands = false;
+  tr.separate_dz = true;
+  tr.gemm_stores_any = true;
+  tr.min_chunk_rows = 1024;
+  tr.bf16_tile = true;
+  for (int32_t dw_dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
+    loss::ChunkLossParams p;
+    p.N = 8192, p.D = 4096, p.V = 151936;
+    p.h_dtype = p.w_dtype = STRATA_DTYPE_BF16;
+    p.dh_dtype = STRATA_DTYPE_BF16, p.dw_dtype = dw_dt;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = p.D;
+    p.ce.V = p.V;
+    int dummy = 0;
+    p.dhidden = &dummy, p.dweight = &dummy;  // only their presence matters to the plan
+    const loss::ChunkLossLayout L = loss::chunk_loss_choose(p, tr, loss::kStrategyAuto, 0, 0);
+    EXPECT_EQ(p.strategy, loss::kStrategyVocabTiled);
+    EXPECT_EQ(p.rows, 8192);
+    EXPECT_EQ(p.vtile, 3968);
+    EXPECT_EQ(L.z_dtype, STRATA_DTYPE_BF16);
+    EXPECT_EQ(L.dz, L.z);
+    EXPECT_TRUE(L.dw_direct);
+    EXPECT_TRUE(L.dh_in_dw);
+    EXPECT_LE(L.total, size_t{64} << 20);
+    // Without dweight the f32 dH accumulator is workspace again (the README's exception).
+    p.dweight = nullptr;
+    const loss::ChunkLossLayout L2 = loss::chunk_loss_choose(p, tr, loss::kStrategyAuto, 0, 0);
+    EXPECT_FALSE(L2.dh_in_dw);
+    EXPECT_GE(L2.total, size_t{128} << 20);
+  }
 }
 
 bool have_cuda() {

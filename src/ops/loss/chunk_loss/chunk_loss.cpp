@@ -340,9 +340,11 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
                                   int64_t vocab_tile) {
   const int64_t N = p.N, D = p.D, V = p.V, budget = kChunkLossBudgetBytes;
   const bool grad = p.wants_grad();
-  const bool sep = tr.separate_dz && is16(p.h_dtype);
+  const bool z16 = tr.bf16_tile && p.h_dtype == STRATA_DTYPE_BF16;
+  const bool sep = tr.separate_dz && is16(p.h_dtype) && !z16;
   const bool conv = tr.convert_operands && is16(p.h_dtype);
-  const int64_t zb = 4 + (sep ? 2 : 0);  // bytes per logits element of a tile
+  const int64_t zes = z16 ? 2 : 4;                // bytes per element of the logits tile
+  const int64_t zb = zes + (sep ? 2 : 0);         // bytes per logits element of a tile, dZ included
   const bool dw_f32 = p.dweight && p.dw_dtype == STRATA_DTYPE_F32;
   const bool dh_f32 = p.dhidden && p.dh_dtype == STRATA_DTYPE_F32;
 
@@ -377,9 +379,19 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
   } else {
     // Token blocks and vocabulary tiles of about equal size: the f32 read-modify-write traffic of dH (once per
     // tile) and of a dW tile (once per block) scales with 1/vt + 1/Nb under Nb * vt * zb <= budget.
+    // With a 16-bit logits tile (bf16_tile) and tiles of at least 1024 columns, one block of all N rows
+    // instead: every dW tile is then a single GEMM with K = N stored straight into dweight (no f32 dW tile,
+    // no read-modify-write of it) and the GEMMs are [N, vt] x K, large enough to fill the GPU.
+    // The row buffers (rowloss, lse, stat, counts, db) come out of the budget first in that case, so the
+    // whole workspace stays within it.
     const int64_t side = static_cast<int64_t>(std::sqrt(static_cast<double>(budget / zb))) / 128 * 128;
-    p.rows = chunk_rows > 0 ? std::min(chunk_rows, std::max<int64_t>(N, 1)) : std::min(std::max<int64_t>(N, 1), side);
-    int64_t vt = vocab_tile > 0 ? vocab_tile : budget / std::max<int64_t>(p.rows * zb, 1);
+    const int64_t row_bufs = N * 32 + V * 4 + 4096;
+    const int64_t tile_budget = z16 ? budget - std::min(row_bufs, budget / 2) : budget;
+    const bool one_block = z16 && tile_budget / (std::max<int64_t>(N, 1) * zb) >= 1024;
+    p.rows = chunk_rows > 0  ? std::min(chunk_rows, std::max<int64_t>(N, 1))
+             : one_block     ? std::max<int64_t>(N, 1)
+                             : std::min(std::max<int64_t>(N, 1), side);
+    int64_t vt = vocab_tile > 0 ? vocab_tile : tile_budget / std::max<int64_t>(p.rows * zb, 1);
     if (vocab_tile <= 0) vt = vt >= 128 ? vt / 128 * 128 : std::max<int64_t>(vt, 16);
     p.vtile = std::min(V, std::max<int64_t>(vt, 1));
   }
@@ -391,18 +403,29 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
     L.stat = take(static_cast<size_t>(rows) * sizeof(CeRowStat));
   }
   L.counts = take(64);
-  L.z = take(static_cast<size_t>(rows * zcols) * 4);
+  L.z_dtype = z16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F32;
+  L.z = take(static_cast<size_t>(rows * zcols * zes));
   L.dz = sep && grad ? take(static_cast<size_t>(rows * zcols) * 2) : L.z;
   L.dw_in_place = dw_f32;
   L.dh_in_place = dh_f32;
   L.db_in_place = p.dbias && p.db_dtype == STRATA_DTYPE_F32 && p.db_stride == 1;
   if (grad) {
-    if (p.dweight && !dw_f32) L.dw_acc = take(static_cast<size_t>((s == kStrategyTokenChunked ? V : p.vtile) * D) * 4);
+    L.dw_direct = s == kStrategyVocabTiled && p.dweight && rows >= N && tr.gemm_stores_any;
+    if (p.dweight && !dw_f32 && !L.dw_direct)
+      L.dw_acc = take(static_cast<size_t>((s == kStrategyTokenChunked ? V : p.vtile) * D) * 4);
     if (p.dhidden) {
       if (s == kStrategyTokenChunked) {
         if (!dh_f32 && !(tr.gemm_stores_any && p.vtile >= V)) L.dh_acc = take(static_cast<size_t>(rows * D) * 4);
       } else if (!dh_f32) {
-        L.dh_acc = take(static_cast<size_t>(N * D) * 4);
+        // In dweight's last rows when dweight is contiguous and the accumulator covers at most a quarter of it
+        // (so at most a quarter of the logits, plus one tile, is computed a third time); else workspace.
+        const int64_t es_dw = static_cast<int64_t>(dtype_size(p.dw_dtype));
+        const int64_t dw_bytes = V * D * es_dw, acc_bytes = N * D * 4;
+        if (L.dw_direct && p.ld_dw == D && D > 0 && acc_bytes + 256 <= dw_bytes / 4) {
+          L.dh_in_dw = true;
+        } else {
+          L.dh_acc = take(static_cast<size_t>(N * D) * 4);
+        }
       }
     }
     if (p.dbias && !L.db_in_place) L.db_acc = take(static_cast<size_t>(V) * 4);

@@ -127,6 +127,8 @@ struct BackendTraits {
   bool separate_dz = false;       // CUDA: 16-bit inputs take dZ in their dtype (tensor-core GEMMs)
   bool gemm_stores_any = false;   // the GEMM can store its result in a 16-bit dtype (cuBLAS)
   int64_t min_chunk_rows = 64;    // token_chunked is chosen only with chunks at least this tall
+  bool bf16_tile = false;         // CUDA: bf16 inputs keep the logits tile in bf16 (the GEMM rounds its f32
+                                  // accumulators once) and dZ overwrites it in place: 2 bytes per element
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).
@@ -134,6 +136,16 @@ struct ChunkLossLayout {
   size_t rowloss = 0, lse = 0, stat = 0, counts = 0, z = 0, dz = 0, dw_acc = 0, dh_acc = 0, db_acc = 0,
          h_conv = 0, w_conv = 0, bias_conv = 0, total = 0;
   bool dw_in_place = false, dh_in_place = false, db_in_place = false;
+  bool dw_direct = false;  // vocab_tiled with one token block: each dW tile is one GEMM (K = N) stored straight
+                           // into dweight in its dtype (no f32 tile accumulator)
+  int32_t z_dtype = STRATA_DTYPE_F32;  // the logits tile's dtype (f32, or bf16 with BackendTraits::bf16_tile)
+  // vocab_tiled with dw_direct and a 16-bit dhidden: the f32 dH accumulator [N, D] lives in dweight's own
+  // storage, in its last rows [dh_dw_row, V) (contiguous dweight), which hold no dW until the end: the
+  // vocabulary tiles that reach those rows ("deferred") add their dH and db in the main loop, dH is converted
+  // into dhidden, then they are recomputed (one more logits GEMM each) and their dW stored. So no [N, D] f32
+  // buffer is workspace. The accumulator's address (the last N D 4 bytes of dweight, rounded down to 256
+  // bytes) is taken at run time from the dweight pointer.
+  bool dh_in_dw = false;
 };
 
 // Picks the strategy (unless forced), the chunk / tile sizes (unless given) and lays out the workspace.

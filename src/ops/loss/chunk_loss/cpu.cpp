@@ -292,7 +292,10 @@ struct CpuBackend {
     for (int64_t j = 0; j < p.V; ++j) dst[j] = to_f32(static_cast<const TW*>(p.bias)[j * p.bias_stride]);
   }
 
-  void stats(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first, bool last) {
+  // Z is always f32 here (chunk_loss_cpu_traits: no bf16_tile).
+  void stats(const void* Zv, int32_t, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
+             bool last) {
+    const float* Z = static_cast<const float*>(Zv);
     auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
     const float* b = bias_at(v0);
@@ -318,8 +321,9 @@ struct CpuBackend {
     return static_cast<float>(a * p.grad_scale);
   }
 
-  void grad(const float* Z, int64_t ldz, void* dZ, int32_t, int64_t lddz, int64_t rows, int64_t cols, int64_t r0,
-            int64_t v0) {
+  void grad(const void* Zv, int32_t, int64_t ldz, void* dZ, int32_t, int64_t lddz, int64_t rows, int64_t cols,
+            int64_t r0, int64_t v0) {
+    const float* Z = static_cast<const float*>(Zv);
     const float* b = bias_at(v0);
     const float g = p.backward_op && p.dloss ? *static_cast<const float*>(p.dloss) : 1.f;
     const float cb = coef_base() * g;

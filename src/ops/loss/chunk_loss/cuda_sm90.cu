@@ -57,7 +57,7 @@ __device__ CeRowStat block_merge(CeRowStat st) {
 }
 
 struct RowArgs {
-  const float* z;         // tile [rows, cols], row stride ldz
+  const void* z;          // tile [rows, cols] (f32 or bf16: the kernels' TZ), row stride ldz
   int64_t ldz, rows, cols, r0, v0;
   const void* bias;       // [V] (stride bias_stride) or nullptr
   int64_t bias_stride;
@@ -66,24 +66,24 @@ struct RowArgs {
   CeOptions ce;
 };
 
-template <class TB>
-__device__ __forceinline__ float logit_at(const RowArgs& a, const float* zr, int64_t j) {
-  float z = zr[j];
+template <class TB, class TZ>
+__device__ __forceinline__ float logit_at(const RowArgs& a, const TZ* zr, int64_t j) {
+  float z = to_f32(zr[j]);
   if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j) * a.bias_stride);
   return ce_logit(z, a.ce);
 }
 
-template <class TB>
+template <class TB, class TZ>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
-  const float* zr = a.z + r * a.ldz;
+  const TZ* zr = static_cast<const TZ*>(a.z) + r * a.ldz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;  // target column inside the tile (any value when outside)
   CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
-    const float c = logit_at<TB>(a, zr, j);
+    const float c = logit_at<TB, TZ>(a, zr, j);
     if (c > st.m) {
       st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
       st.m = c;
@@ -105,12 +105,126 @@ __global__ void __launch_bounds__(kRowThreads)
   rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
 }
 
-template <class TB, class TD>
+// 16-byte variants for a bf16 tile whose rows start 16-byte aligned (ldz % 8 == 0, aligned base): 8
+// elements per load, the last cols % 8 of a row scalar. The same per-element math as row_stats / row_grad
+// (the statistics merge 8 elements per online step instead of 1).
+__device__ __forceinline__ void unpack_bf16x8(const uint4& u, float (&c)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    c[2 * k] = __uint_as_float(w[k] << 16);
+    c[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
+template <class TB>
+__device__ __forceinline__ void logits8(const RowArgs& a, int64_t j0, float (&c)[8]) {
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    float z = c[q];
+    if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j0 + q) * a.bias_stride);
+    c[q] = ce_logit(z, a.ce);
+  }
+}
+
+template <class TB>
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats_v8(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+  const int64_t r = blockIdx.x;
+  const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const int64_t yj = y - a.v0;
+  const int64_t nv = a.cols / 8;
+  CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
+    float c[8];
+    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
+    logits8<TB>(a, v * 8, c);
+    float mv = c[0];
+#pragma unroll
+    for (int q = 1; q < 8; ++q) mv = fmaxf(mv, c[q]);
+    if (mv > st.m) {
+      st.s *= expf(st.m - mv);  // exp(-inf) = 0 on the first vector
+      st.m = mv;
+    }
+    float e = 0.f, sc = 0.f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      e += expf(c[q] - st.m);
+      sc += c[q];
+    }
+    st.s += e;
+    st.sumc += sc;
+    const int64_t off = yj - v * 8;
+    if (off >= 0 && off < 8) {
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (q == off) st.cy = c[q];
+    }
+  }
+  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB, bf16_t>(a, zr, j);
+    if (c > st.m) {
+      st.s = st.s * expf(st.m - c) + 1.f;
+      st.m = c;
+    } else {
+      st.s += expf(c - st.m);
+    }
+    st.sumc += c;
+    if (j == yj) st.cy = c;
+  }
+  st = block_merge(st);
+  if (threadIdx.x != 0) return;
+  if (!first) st = ce_merge(stat[r], st);
+  if (!last) {
+    stat[r] = st;
+    return;
+  }
+  const float l = ce_lse(st);
+  lse[row * lse_stride] = l;
+  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+}
+
+// In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
+template <class TB>
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
+  const int64_t r = blockIdx.x;
+  bf16_t* zr = dz + r * a.ldz;
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
+  const float l = lse[row * lse_stride];
+  const int64_t yj = y - a.v0;
+  const int64_t nv = a.cols / 8;
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
+    float c[8];
+    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
+    logits8<TB>(a, v * 8, c);
+    const int64_t off = yj - v * 8;
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float d0 = coef == 0.f ? 0.f : ce_dlogit(c[2 * k], l, off == 2 * k, coef, a.ce);
+      const float d1 = coef == 0.f ? 0.f : ce_dlogit(c[2 * k + 1], l, off == 2 * k + 1, coef, a.ce);
+      w[k] = static_cast<uint32_t>(from_f32<bf16_t>(d0).bits) | (static_cast<uint32_t>(from_f32<bf16_t>(d1).bits) << 16);
+    }
+    reinterpret_cast<uint4*>(zr)[v] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+    const float c = logit_at<TB, bf16_t>(a, zr, j);
+    zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
+  }
+}
+
+// dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
+template <class TB, class TZ, class TD>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad(RowArgs a, TD* dz, int64_t lddz, const float* lse, int64_t lse_stride, float coef_base,
              const float* dloss) {
   const int64_t r = blockIdx.x;
-  const float* zr = a.z + r * a.ldz;
+  const TZ* zr = static_cast<const TZ*>(a.z) + r * a.ldz;
   TD* dr = dz + r * lddz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
@@ -118,19 +232,33 @@ __global__ void __launch_bounds__(kRowThreads)
   const float l = lse[row * lse_stride];
   const int64_t yj = y - a.v0;
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
-    const float c = logit_at<TB>(a, zr, j);
+    const float c = logit_at<TB, TZ>(a, zr, j);
     dr[j] = from_f32<TD>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
   }
 }
 
+// Column sums of a dZ tile [rows, cols]: a 32 x 32 block per 32 columns; thread (x, y) sums column x over
+// rows y, y + 32, ... (coalesced 32-column reads, many loads in flight), then row y == 0 adds the 32
+// partials in y order. Fixed assignment and order: the same bits every run. (One thread per column walking all
+// rows, as before, left a [8192, 3968] tile to 16 blocks.)
+constexpr int kColTile = 32;
 template <class TD>
-__global__ void col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
-                        bool first, float scale) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
+__global__ void __launch_bounds__(kColTile* kColTile)
+    col_sum(const TD* dz, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride, bool first,
+            float scale) {
+  __shared__ float part[kColTile][kColTile + 1];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   float s = 0.f;
-  for (int64_t r = 0; r < rows; ++r) s += to_f32(dz[r * lddz + j]);
-  acc[j * acc_stride] = first ? s * scale : acc[j * acc_stride] + s * scale;
+  if (j < cols) {
+#pragma unroll 8
+    for (int64_t r = threadIdx.y; r < rows; r += kColTile) s += to_f32(dz[r * lddz + j]);
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= cols) return;
+  float t = part[0][threadIdx.x];
+  for (int y = 1; y < kColTile; ++y) t += part[y][threadIdx.x];
+  acc[j * acc_stride] = first ? t * scale : acc[j * acc_stride] + t * scale;
 }
 
 template <class TO>
@@ -183,6 +311,13 @@ cudaDataType_t cuda_type(int32_t dt) {
     case STRATA_DTYPE_F16: return CUDA_R_16F;
     default: return CUDA_R_32F;
   }
+}
+
+// The logits tile: f32, or bf16 (BackendTraits::bf16_tile with bf16 inputs).
+template <class Fn>
+void visit_tile(int32_t dt, Fn&& fn) {
+  if (dt == STRATA_DTYPE_BF16) fn(bf16_t{});
+  else fn(float{});
 }
 
 template <class Fn>
@@ -306,18 +441,33 @@ struct CudaBackend {
   }
   strata_status count_targets() { return count_targets_now(); }
 
-  RowArgs row_args(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
+  RowArgs row_args(const void* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
     return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce};
   }
 
-  void stats(const float* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first, bool last) {
+  // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
+  static bool vec8(const void* Z, int32_t z_dt, int64_t ldz) {
+    return z_dt == STRATA_DTYPE_BF16 && ldz % 8 == 0 && reinterpret_cast<uintptr_t>(Z) % 16 == 0;
+  }
+
+  // One block per row: rows <= N < 2^31 (the plan's tiles), so the grid fits gridDim.x.
+  void stats(const void* Z, int32_t z_dt, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
+             bool last) {
     if (err || rows == 0) return;
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
+    const bool v8 = vec8(Z, z_dt, ldz);
     visit_storage(p.w_dtype, [&](auto tb) {
-      row_stats<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(a, stat, first, last, lse_w,
-                                                                                       lse_w_stride, rowloss);
+      if (v8) {
+        row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(a, stat, first, last, lse_w,
+                                                                                          lse_w_stride, rowloss);
+        return;
+      }
+      visit_tile(z_dt, [&](auto tz) {
+        row_stats<decltype(tb), decltype(tz)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            a, stat, first, last, lse_w, lse_w_stride, rowloss);
+      });
     });
     launched("chunk_loss (row_stats)");
   }
@@ -334,16 +484,28 @@ struct CudaBackend {
     return p.h_dtype == STRATA_DTYPE_F16 && L.dz != L.z && cb != 0.f && std::isfinite(1.f / cb) ? cb : 1.f;
   }
 
-  void grad(const float* Z, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols,
-            int64_t r0, int64_t v0) {
+  void grad(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+            int64_t cols, int64_t r0, int64_t v0) {
     if (err || rows == 0) return;
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     const float* g = p.backward_op ? static_cast<const float*>(p.dloss) : nullptr;
     visit_storage(p.w_dtype, [&](auto tb) {
-      visit_storage(dz_dt, [&](auto td) {
-        using TD = decltype(td);
-        row_grad<decltype(tb), TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-            a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+      visit_tile(z_dt, [&](auto tz) {
+        using TZ = decltype(tz);
+        if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
+          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
+            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+                a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+          else
+            row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+                a, static_cast<TZ*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+          return;
+        }
+        visit_storage(dz_dt, [&](auto td) {
+          using TD = decltype(td);
+          row_grad<decltype(tb), TZ, TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+              a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
+        });
       });
     });
     launched("chunk_loss (row_grad)");
@@ -352,11 +514,11 @@ struct CudaBackend {
   void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc,
               int64_t acc_stride, bool first, float scale = 1.f) {
     if (err || cols == 0) return;
-    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, 256));
+    const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(cols, kColTile));  // cols <= V < 2^31
     visit_storage(dz_dt, [&](auto td) {
       using TD = decltype(td);
-      col_sum<TD><<<blocks, 256, 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc, acc_stride, first,
-                                        scale);
+      col_sum<TD><<<blocks, dim3(kColTile, kColTile), 0, stream>>>(static_cast<const TD*>(dZ), lddz, rows, cols, acc,
+                                                                    acc_stride, first, scale);
     });
     launched("chunk_loss (col_sum)");
   }
@@ -391,6 +553,9 @@ BackendTraits chunk_loss_cuda_traits() {
   t.gemm_stores_any = true;
   // Below this chunk height the per-chunk f32 read-modify-write of dW (8 V D bytes) dominates the GEMMs.
   t.min_chunk_rows = 1024;
+  // bf16 inputs: the logits tile in bf16 (what F.linear in bf16 gives), dZ in place: 2 bytes per element, so
+  // the 64 MiB tile holds [8192, 4096] and vocab_tiled runs with a single token block.
+  t.bf16_tile = true;
   return t;
 }
 

@@ -10,9 +10,11 @@
 //                                C = alpha op(A) op(B) + beta C, row-major
 //   float dz_scale()             factor kept out of the stored dZ (multiplied back by the GEMMs' alpha)
 //   strata_status count_targets()           counts valid rows (and rejects out-of-range targets)
-//   void stats(Z, ldz, rows, cols, r0, v0, first, last)   merges the tile's row statistics; on the last
-//                                          vocabulary tile writes lse and the per-row loss
-//   void grad(Z, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0)  dZ of the tile from the row lse
+//   void stats(Z, z_dt, ldz, rows, cols, r0, v0, first, last)   merges the tile's row statistics; on the
+//                                          last vocabulary tile writes lse and the per-row loss
+//   void grad(Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0)  dZ of the tile from the row lse (dZ may be
+//                                          Z itself: each element is read before it is written)
+//   (Z is the logits tile in L.z_dtype: f32, or bf16 where BackendTraits::bf16_tile allows it)
 //   void colsum(dZ, dz_dt, lddz, rows, cols, float* acc, acc_stride, first, scale)
 //                                acc[j] (+)= scale * sum over rows, in row order
 //   void convert(const float* src, ld_src, void* dst, dt, ld_dst, rows, cols)
@@ -39,10 +41,13 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   STRATA_RETURN_IF_ERROR(be.count_targets());
 
   const int32_t f32 = STRATA_DTYPE_F32;
-  float* Z = reinterpret_cast<float*>(ws + L.z);
-  // dZ: in place over Z (f32), or a separate 16-bit tile (CUDA, 16-bit inputs: tensor-core GEMMs).
+  const int32_t z_dt = L.z_dtype;
+  const int64_t z_es = static_cast<int64_t>(dtype_size(z_dt));
+  char* Z = ws + L.z;
+  auto z_at = [&](int64_t col0) { return static_cast<void*>(Z + col0 * z_es); };
+  // dZ: in place over Z (f32, or the bf16 tile), or a separate 16-bit tile (CUDA, f16 inputs: tensor-core GEMMs).
   const bool sep = L.dz != L.z;
-  const int32_t dz_dt = sep ? p.h_dtype : f32;
+  const int32_t dz_dt = sep ? p.h_dtype : z_dt;
   void* dZ = sep ? static_cast<void*>(ws + L.dz) : static_cast<void*>(Z);
   const size_t dz_es = dtype_size(dz_dt);
   auto dz_mat = [&](int64_t col0, int64_t ld) {
@@ -75,11 +80,11 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       const Mat Hm = be.hidden_block(r0, rows);
       for (int64_t v0 = 0; v0 < V; v0 += vs) {
         const int64_t vn = std::min(vs, V - v0);
-        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Z + v0, f32, V);
+        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, z_at(v0), z_dt, V);
       }
-      be.stats(Z, V, rows, V, r0, 0, true, true);
+      be.stats(Z, z_dt, V, rows, V, r0, 0, true, true);
       if (!p.wants_grad()) continue;
-      be.grad(Z, V, dZ, dz_dt, V, rows, V, r0, 0);
+      be.grad(Z, z_dt, V, dZ, dz_dt, V, rows, V, r0, 0);
       if (p.dhidden) {
         // dH_c = dZ W (K = V): straight into dhidden when it is f32 (or the GEMM stores its dtype and one
         // call covers V), else through an f32 accumulator.
@@ -110,14 +115,55 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   }
 
   const int64_t Nb = p.rows, vt = p.vtile;
+  const int64_t n_tiles = (V + vt - 1) / vt;
+  const int64_t dw_es = p.dweight ? static_cast<int64_t>(dtype_size(p.dw_dtype)) : 0;
+  char* const dw_base = static_cast<char*>(p.dweight);
+  auto dw_tile_of = [&](int64_t v0) { return static_cast<void*>(dw_base + v0 * p.ld_dw * dw_es); };
+
+  // L.dh_in_dw: the f32 dH accumulator is the last N D 4 bytes of (contiguous) dweight, its address rounded
+  // down to 256 bytes; vocabulary tiles reaching its first row dw_stop are deferred (their dW is stored
+  // after dH is complete).
+  int64_t dw_stop = V;
+  int64_t free_bytes = 0;  // bytes of dweight before the accumulator (all of it without one)
+  float* dh_in_dw = nullptr;
+  if (L.dw_direct && p.ld_dw == D) free_bytes = V * D * dw_es;
+  if (L.dh_in_dw) {
+    const int64_t row_bytes = D * dw_es;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(dw_base);
+    const uintptr_t acc = (base + static_cast<uintptr_t>(V * row_bytes - N * D * 4)) / 256 * 256;
+    dh_in_dw = reinterpret_cast<float*>(acc);
+    dw_stop = static_cast<int64_t>(acc - base) / row_bytes;
+    free_bytes = static_cast<int64_t>(acc - base);
+  }
+  // Logits tiles kept from the forward (one token block, contiguous dweight, 16-byte aligned): dweight holds
+  // no dW yet during the forward, so tile s is stored at byte (s + 1) * slot of dweight, slot = the larger of
+  // a logits tile and a dW tile (256-byte aligned), for s < n_keep (ending before the accumulator). The
+  // backward then skips their recompute; dZ overwrites a kept tile in place (or goes to the workspace's f16
+  // dZ). Safe: dW tile t (bytes [t wt, (t + 1) wt)) is written at step t and ends at (t + 1) wt <=
+  // (t + 1) slot, where kept tile t starts, so it only overlaps kept tiles s < t, consumed already; no kept
+  // tile reaches a deferred tile's rows or the accumulator.
+  int64_t n_keep = 0, slot = 0;
+  if (!p.backward_op && p.wants_grad() && free_bytes > 0 && Nb >= N &&
+      reinterpret_cast<uintptr_t>(dw_base) % 16 == 0) {
+    const int64_t zt = N * vt * z_es, wt = vt * D * dw_es;
+    slot = (std::max(zt, wt) + 255) / 256 * 256;
+    n_keep = std::min(n_tiles, std::max<int64_t>(0, free_bytes / slot - 1));
+  }
+  auto tile_z = [&](int64_t ti) {
+    return ti < n_keep ? static_cast<void*>(dw_base + (ti + 1) * slot) : static_cast<void*>(Z);
+  };
+  auto tile_dz = [&](int64_t ti) { return sep ? dZ : tile_z(ti); };
+  auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
+
   if (!p.backward_op) {  // vocab_tiled forward: online statistics over the vocabulary tiles
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
       for (int64_t v0 = 0; v0 < V; v0 += vt) {
         const int64_t vn = std::min(vt, V - v0);
-        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Z, f32, vt);
-        be.stats(Z, vt, rows, vn, b0, v0, v0 == 0, v0 + vn == V);
+        void* Zt = tile_z(v0 / vt);
+        be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Zt, z_dt, vt);
+        be.stats(Zt, z_dt, vt, rows, vn, b0, v0, v0 == 0, v0 + vn == V);
       }
     }
     if (!p.wants_grad()) {
@@ -126,39 +172,55 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
     }
   }
 
-  // vocab_tiled backward: recompute Z per (vocabulary tile, token block), dZ from the row lse.
+  // vocab_tiled backward: per vocabulary tile and token block, Z (kept, or recomputed), dZ from the row lse.
   float* dh_acc = nullptr;
   int64_t dh_ld = D;
   if (p.dhidden) {
-    dh_acc = L.dh_in_place ? static_cast<float*>(p.dhidden) : reinterpret_cast<float*>(ws + L.dh_acc);
+    dh_acc = L.dh_in_place  ? static_cast<float*>(p.dhidden)
+             : L.dh_in_dw   ? dh_in_dw
+                            : reinterpret_cast<float*>(ws + L.dh_acc);
     dh_ld = L.dh_in_place ? p.ld_dh : D;
   }
   for (int64_t v0 = 0; v0 < V; v0 += vt) {
-    const int64_t vn = std::min(vt, V - v0);
+    const int64_t vn = std::min(vt, V - v0), ti = v0 / vt;
     const Mat Wm = be.weight_block(v0, vn);
-    float* dw_tile = nullptr;
+    const bool deferred = v0 + vn > dw_stop;
+    // dW tile: straight into dweight (f32 in place, or any dtype with one token block: L.dw_direct), else the
+    // f32 tile accumulator converted after the last block.
+    void* dw_tile = nullptr;
+    int32_t dw_dt = f32;
     int64_t dw_ld = D;
     if (p.dweight) {
-      dw_tile = L.dw_in_place ? static_cast<float*>(p.dweight) + v0 * p.ld_dw : reinterpret_cast<float*>(ws + L.dw_acc);
-      dw_ld = L.dw_in_place ? p.ld_dw : D;
+      const bool direct = L.dw_in_place || L.dw_direct;
+      dw_tile = direct ? dw_tile_of(v0) : static_cast<void*>(ws + L.dw_acc);
+      dw_dt = direct ? p.dw_dtype : f32;
+      dw_ld = direct ? p.ld_dw : D;
     }
+    void* Zt = tile_z(ti);
+    const Mat dZt = dz_of(tile_dz(ti));
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
-      be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Z, f32, vt);
-      be.grad(Z, vt, dZ, dz_dt, vt, rows, vn, b0, v0);
-      if (p.dweight)
-        be.gemm(true, false, vn, D, rows, dz_mat(0, vt), Hm, b0 > 0 ? 1.f : 0.f, dw_tile, f32, dw_ld, dzs);
+      if (ti >= n_keep) be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Zt, z_dt, vt);
+      be.grad(Zt, z_dt, vt, const_cast<void*>(dZt.p), dz_dt, vt, rows, vn, b0, v0);
+      if (p.dweight && !deferred)  // L.dw_direct: a single block (b0 = 0), so beta = 0 and one rounding
+        be.gemm(true, false, vn, D, rows, dZt, Hm, b0 > 0 ? 1.f : 0.f, dw_tile, dw_dt, dw_ld, dzs);
       if (p.dhidden)
-        be.gemm(false, false, rows, D, vn, dz_mat(0, vt), Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld,
-                dzs);
-      if (p.dbias) be.colsum(dZ, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0, dzs);
+        be.gemm(false, false, rows, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld, dzs);
+      if (p.dbias) be.colsum(dZt.p, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0, dzs);
     }
-    if (p.dweight && !L.dw_in_place)
-      be.convert(dw_tile, D, static_cast<char*>(p.dweight) + v0 * p.ld_dw * static_cast<int64_t>(dtype_size(p.dw_dtype)),
-                 p.dw_dtype, p.ld_dw, vn, D);
+    if (p.dweight && !L.dw_in_place && !L.dw_direct)
+      be.convert(static_cast<const float*>(dw_tile), D, dw_tile_of(v0), p.dw_dtype, p.ld_dw, vn, D);
   }
   if (p.dhidden && !L.dh_in_place) be.convert(dh_acc, D, p.dhidden, p.dh_dtype, p.ld_dh, N, D);
+  if (L.dh_in_dw)  // the deferred tiles: recompute Z and dZ (one token block), store dW over the accumulator
+    for (int64_t v0 = dw_stop / vt * vt; v0 < V; v0 += vt) {
+      const int64_t vn = std::min(vt, V - v0);
+      const Mat Wm = be.weight_block(v0, vn), Hm = be.hidden_block(0, N);
+      be.gemm(false, true, N, vn, D, Hm, Wm, 0.f, Z, z_dt, vt);
+      be.grad(Z, z_dt, vt, dZ, dz_dt, vt, N, vn, 0, v0);
+      be.gemm(true, false, vn, D, N, dz_of(dZ), Hm, 0.f, dw_tile_of(v0), p.dw_dtype, p.ld_dw, dzs);
+    }
   if (p.dbias && !L.db_in_place) be.convert(db_acc, 1, p.dbias, p.db_dtype, p.db_stride, V, 1);
   if (!p.backward_op) STRATA_RETURN_IF_ERROR(be.finish_loss());
   return be.status();

@@ -18,6 +18,10 @@
 #include <cmath>
 #include <cstring>
 
+#if STRATA_WITH_CUDA
+#include <cublas_v2.h>
+#endif
+
 #include "ops/loss/chunk_loss/chunk_loss.h"
 #include "strata/ops/chunk_loss.h"
 #include "testkit/testkit.h"
@@ -258,6 +262,14 @@ class ChunkLossHarness final : public OpHarness {
     add("bf16", 70, 64, 500, "strategy=auto bias=1 eps=0.1");
     add("f32", 70, 64, 500, "strategy=auto mode=bwd gdt=f32 G=-2");
     add("f64", 30, 16, 50, "strategy=auto bias=1 eps=0.1 softcap=10 zloss=0.01 ignored=0.2");
+    // vocab_tiled with the plan's token block (CUDA bf16: one block of all rows, dW tiles stored directly, the
+    // f32 dH accumulator in dweight's last rows with the deferred tiles recomputed at the end; the tile width
+    // forced so that several tiles run and only the last ones are deferred).
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 bias=1 eps=0.1 ignored=0.1");
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 mode=bwd G=1.3 ignored=0.2");
+    add("bf16", 64, 64, 4000, "strategy=vocab_tiled vtile=1000 softcap=15 mag=8 zloss=0.001");
+    add("bf16", 96, 32, 3001, "strategy=vocab_tiled reduction=sum scale=0.8");
+    add("f16", 64, 64, 4000, "strategy=vocab_tiled vtile=512 bias=1 eps=0.1");
     add("f32", 0, 16, 10, "bias=1");
     add("bf16", 0, 16, 10, "strategy=vocab_tiled mode=bwd bias=1");
     add("f32", 5, 0, 7, "bias=1");
@@ -355,8 +367,14 @@ class ChunkLossHarness final : public OpHarness {
     const bool cuda = device.type == STRATA_DEVICE_CUDA;
     std::vector<BenchCase> out;
     if (cuda) {
+#if STRATA_WITH_CUDA
+      out.push_back(cublas_peer(device, 8192, 4096, 151936));
+#endif
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, false));
       out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, true));
+      // The 3-GEMM loop with chunks of 2048 rows (0.6 GB of bf16 logits: far over the 64 MiB budget), to
+      // measure what the recompute of vocab_tiled costs against it.
+      out.push_back(bench_case(device, STRATA_DTYPE_BF16, 8192, 4096, 151936, true, STRATA_CHUNK_LOSS_TOKEN_CHUNKED, 2048));
     } else {
       out.push_back(sgemm_peer(1024, 1024, 32000));
       out.push_back(bench_case(device, STRATA_DTYPE_F32, 1024, 1024, 32000, true));
@@ -404,12 +422,76 @@ class ChunkLossHarness final : public OpHarness {
     return c;
   }
 
+#if STRATA_WITH_CUDA
+  // The ceiling of the CUDA target: cuBLAS alone on the same three GEMMs with the [N, V] logits materialised
+  // in bf16 (2.5 GB: no memory bound, no epilogue): Z = H W^T, dH = Z W, dW = Z^T H, bf16 operands and
+  // outputs with f32 accumulation (what chunk_loss's GEMMs do). Each GEMM's share is a third of the FLOPs.
+  static BenchCase cublas_peer(strata_device device, int64_t N, int64_t D, int64_t V) {
+    struct Bufs {
+      std::unique_ptr<DeviceTensor> h, w;
+      void *z = nullptr, *dh = nullptr, *dw = nullptr;
+      cublasHandle_t handle = nullptr;
+    };
+    auto b = std::make_shared<Bufs>();
+    BenchCase c;
+    c.label = fmt::format("chunk_loss peer: cuBLAS bf16 GEMMs x3 (materialised bf16 logits) N={} D={} V={}", N, D, V);
+    c.flops = 3.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(D);
+    c.bytes = 2.0 * static_cast<double>(N * D + V * D) * 2;
+    c.setup = [=] {
+      HostTensor h = HostTensor::make(STRATA_DTYPE_BF16, {N, D}), w = HostTensor::make(STRATA_DTYPE_BF16, {V, D});
+      std::mt19937_64 rng(7);
+      h.fill_normal(rng, 0.0, 1.0);
+      const int64_t blk = std::min<int64_t>(V, 4096);  // a random block of weight rows repeated (as bench_case)
+      HostTensor wb = HostTensor::make(STRATA_DTYPE_BF16, {blk, D});
+      wb.fill_normal(rng, 0.0, 3.0 / std::sqrt(static_cast<double>(D)));
+      for (int64_t r0 = 0; r0 < V; r0 += blk)
+        std::memcpy(w.storage.data() + r0 * D * 2, wb.storage.data(), static_cast<size_t>(std::min(blk, V - r0) * D) * 2);
+      b->h = std::make_unique<DeviceTensor>(h, device);
+      b->w = std::make_unique<DeviceTensor>(w, device);
+      check(strata_malloc(device, static_cast<size_t>(N * V) * 2, nullptr, &b->z), "peer logits");
+      check(strata_malloc(device, static_cast<size_t>(N * D) * 2, nullptr, &b->dh), "peer dhidden");
+      check(strata_malloc(device, static_cast<size_t>(V * D) * 2, nullptr, &b->dw), "peer dweight");
+      if (cublasCreate(&b->handle) != CUBLAS_STATUS_SUCCESS) check(STRATA_ERROR_RUNTIME, "peer cublasCreate");
+    };
+    c.run = [=] {
+      const float one = 1.f, zero = 0.f;
+      const int n = static_cast<int>(N), d = static_cast<int>(D), v = static_cast<int>(V);
+      const void *H = b->h->data(), *W = b->w->data();
+      // Row-major C[M, K'] = op(A) op(B) as the column-major C^T = op(B)^T op(A)^T (as the backend does).
+      cublasStatus_t st = cublasGemmEx(b->handle, CUBLAS_OP_T, CUBLAS_OP_N, v, n, d, &one, W, CUDA_R_16BF, d, H,
+                                       CUDA_R_16BF, d, &zero, b->z, CUDA_R_16BF, v, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT);  // Z = H W^T
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasGemmEx(b->handle, CUBLAS_OP_N, CUBLAS_OP_N, d, n, v, &one, W, CUDA_R_16BF, d, b->z, CUDA_R_16BF, v,
+                          &zero, b->dh, CUDA_R_16BF, d, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);  // dH = Z W
+      if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasGemmEx(b->handle, CUBLAS_OP_N, CUBLAS_OP_T, d, v, n, &one, H, CUDA_R_16BF, d, b->z, CUDA_R_16BF, v,
+                          &zero, b->dw, CUDA_R_16BF, d, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);  // dW = Z^T H
+      if (st != CUBLAS_STATUS_SUCCESS) check(STRATA_ERROR_RUNTIME, "peer cublasGemmEx");
+    };
+    c.teardown = [=] {
+      if (b->handle) cublasDestroy(b->handle);
+      for (void* p : {b->z, b->dh, b->dw})
+        if (p) strata_free(p);
+      *b = Bufs{};
+    };
+    return c;
+  }
+#endif
+
   // Forward + backward in one call (the gradients of the forward, bf16 gradients; f32 dweight with f32_dw).
-  static BenchCase bench_case(strata_device device, int32_t dt, int64_t N, int64_t D, int64_t V, bool f32_dw) {
+  // strategy / chunk_rows: forced (0: the plan's choice).
+  static BenchCase bench_case(strata_device device, int32_t dt, int64_t N, int64_t D, int64_t V, bool f32_dw,
+                              int32_t strategy = 0, int64_t chunk_rows = 0) {
     auto state = std::make_shared<BenchState>();
     BenchCase b;
-    b.label = fmt::format("chunk_loss fwd+bwd {} N={} D={} V={} dweight={}", dtype_name(dt), N, D, V,
-                          f32_dw ? "f32" : dtype_name(dt));
+    b.label = fmt::format("chunk_loss fwd+bwd {} N={} D={} V={} dweight={}{}", dtype_name(dt), N, D, V,
+                          f32_dw ? "f32" : dtype_name(dt),
+                          strategy ? fmt::format(" forced {} rows={}",
+                                                 strategy == STRATA_CHUNK_LOSS_TOKEN_CHUNKED ? "token_chunked"
+                                                                                              : "vocab_tiled",
+                                                 chunk_rows)
+                                   : std::string());
     const double es = static_cast<double>(dtype_size(dt));
     b.bytes = es * static_cast<double>(N * D + V * D) * 2 + static_cast<double>(N) * 8;
     b.flops = 3.0 * 2.0 * static_cast<double>(N) * static_cast<double>(V) * static_cast<double>(D);
@@ -438,9 +520,13 @@ class ChunkLossHarness final : public OpHarness {
       state->lse = std::make_unique<DeviceTensor>(lse, device);
       state->dh = std::make_unique<DeviceTensor>(dh, device);
       state->dw = std::make_unique<DeviceTensor>(dw, device);
+      strata_chunk_loss_options o;
+      strata_chunk_loss_options_init(&o);
+      o.strategy = strategy;
+      o.chunk_rows = chunk_rows;
       check(strata_chunk_loss_plan(&state->h->desc(), &state->w->desc(), nullptr, &state->t->desc(),
                                    &state->loss->desc(), &state->lse->desc(), &state->dh->desc(), &state->dw->desc(),
-                                   nullptr, nullptr, &state->plan),
+                                   nullptr, &o, &state->plan),
             "bench plan");
       strata_plan_workspace_size(state->plan, &state->ws_size);
       if (state->ws_size) check(strata_malloc(device, state->ws_size, nullptr, &state->ws), "bench workspace");

@@ -103,6 +103,13 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream, CeCudaVariant vari
 std::string ce_cluster_reject(const CeParams& p);
 bool ce_cluster_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_cluster(const CeParams& p, void* stream);
+// cuda.sm90.cluster_smem (cuda_sm90_smem.cu): a row per thread-block cluster, each CTA's slice staged once in
+// shared memory by the bulk copy engine (one read of the logits, one write of the gradient). ce_smem_reject:
+// "" when the shape suits it (plan time: V and row strides multiples of 16 bytes, row <= 800 KiB);
+// ce_smem_aligned: the base pointers are 16-byte aligned (run time; otherwise the caller runs block_per_row).
+std::string ce_smem_reject(const CeParams& p);
+bool ce_smem_aligned(const CeParams& p);
+int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
 // fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
 strata_status ce_launch_count(const CeParams& p, void* stream);

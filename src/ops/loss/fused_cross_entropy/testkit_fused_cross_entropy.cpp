@@ -6,8 +6,9 @@
 //   ignore: every ignore-th row has target = ignore_index (-100); 0 none, 1 all rows.
 //   mag: normal (N(0, 3) logits) or huge (uniform in [-1e4, 1e4]).
 //   grad (fwd): none (no dlogits), sep (a separate dlogits), inplace (dlogits = the logits buffer).
-//   layout: contiguous, or padded (row stride V + 3 and element offset 5: rows not 16-byte aligned; a
-//           separate dlogits is then contiguous, so its alignment differs from the logits').
+//   layout: contiguous; shifted (row stride V, base one element past 16-byte alignment); or padded (row
+//           stride V + 3 and element offset 5: rows not 16-byte aligned). A separate dlogits is always
+//           contiguous, so its alignment may differ from the logits'.
 //   bwd cases: dloss is a random scalar (mean, sum) or a random [N] (none); lse is the float64 lse rounded
 //   to f32 (what the forward saves).
 // The float64 expectation is computed here from the definition; the "naive" result is the straightforward
@@ -79,6 +80,12 @@ Inputs make_inputs(const Spec& s) {
   std::mt19937_64 rng(s.seed);
   const Layout lay = s.layout == "padded" ? Layout::kPaddedRows : Layout::kContiguous;
   in.logits = HostTensor::make(s.dtype, {s.N, s.V}, lay);
+  if (s.layout == "shifted") {
+    // Row stride V (a multiple of 16 bytes when V is) but the base one element past a 16-byte boundary: the
+    // plan cannot see it, so cuda.sm90.cluster_smem takes its run-time fallback.
+    in.logits.desc.offset = 1;
+    in.logits.storage.resize(in.logits.storage.size() + dtype_size(s.dtype), 0);
+  }
   if (s.huge) in.logits.fill_uniform(rng, -1e4, 1e4);
   else in.logits.fill_normal(rng, 0.0, 3.0);
   in.z = in.logits.values();
@@ -210,6 +217,15 @@ class FusedCrossEntropyHarness final : public OpHarness {
     add("bf16", 5, 32768 + 8, "none", 0.0, 0.0, 1.0, 0.0, 2, "normal", "inplace", "contiguous", "i32");
     add("f16", 4, 8, "mean", 0.0, 0.0, 1.0, 0.0, 0, "normal", "inplace", "contiguous");
     add("bf16", 3, 16, "mean", 0.0, 0.0, 1.0, 0.0, 1, "normal", "sep", "contiguous");
+    // cuda.sm90.cluster_smem: negative scale (the minimum gives the maximum), clusters of 2, 3 (last slice
+    // shorter) and 8 CTAs of up to 75 KiB, all rows ignored, and a misaligned base (run-time fallback).
+    add("bf16", 3, 40000, "mean", 0.1, 1e-3, -0.7, 0.0, 3, "normal", "inplace", "contiguous");
+    add("f32", 3, 24004, "none", 0.0, 0.0, -1.3, 30.0, 0, "normal", "sep", "contiguous");
+    add("f32", 4, 24004, "sum", 0.1, 1e-4, 1.0, 0.0, 4, "huge", "inplace", "contiguous", "i32");
+    add("f16", 2, 300000, "mean", 0.0, 1e-4, 1.0, 0.0, 0, "normal", "inplace", "contiguous");
+    add("bf16", 4, 2048, "mean", 0.1, 1e-3, 1.0, 0.0, 1, "normal", "inplace", "contiguous");
+    add("bf16", 4, 65536 + 24, "sum", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "shifted");
+    add("f16", 3, 4104, "none", 0.1, 0.0, 1.0, 0.0, 0, "normal", "sep", "shifted");
     return cases;
   }
 
@@ -362,7 +378,8 @@ class FusedCrossEntropyHarness final : public OpHarness {
       return out;
     }
     if (cuda) {
-      for (const char* impl : {"cuda.sm90.cluster_row", "cuda.sm90.block_per_row_l2", "cuda.sm90.block_per_row"})
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_row", "cuda.sm90.block_per_row_l2",
+                               "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
     } else {
       out.push_back(bench(device, N, 151936, "inplace", 0.f, ""));
