@@ -182,9 +182,9 @@ elif ((limit == 0)); then
   record "strata atk" skipped 0 "out of time"
 else
   # One `strata atk` per op (op list from `strata info --json`), each capped at GPU_CHECK_ATK_OP_S (default
-  # 90 s) within the step's cap: an op that runs long loses its own table, not everyone's. Each op's report
-  # lands at the top of the log folder (atk_<op>.md; the device tool returns only top-level files) and all
-  # of them in atk.md.
+  # 90 s) within the step's cap: an op that runs long loses its own table, not everyone's. Each op's output
+  # goes to its folder under the atk report folder; the tables of all of them are gathered in atk.md and the
+  # bench lines in atk.log at the top of the log folder (the device tool returns at most 8 files).
   mapfile -t atk_ops < <("$strata_bin" info --json | "$PYTHON" -c \
     'import json, sys; print("\n".join(o["op"] for o in json.load(sys.stdin)["ops"]))' 2>/dev/null)
   ((${#atk_ops[@]})) || atk_ops=(all)
@@ -203,16 +203,14 @@ else
     fi
     op_args=(--ops "$op")
     [[ $op == all ]] && op_args=()
-    timeout "$op_limit" "$strata_bin" atk "${atk_args[@]}" "${op_args[@]}" --out "$atk_out/$op" >"$logs/atk_$op.log" 2>&1 ||
-      { rc=1; echo "atk $op: FAIL or timeout after ${op_limit}s (atk_$op.log)" | tee -a "$logs/atk.log"; }
-    grep -E "bench|precision failures" "$logs/atk_$op.log" | tee -a "$logs/atk.log"
-    if [[ -f $atk_out/$op/atk.md ]]; then
-      cp "$atk_out/$op/atk.md" "$logs/atk_$op.md"
-      cat "$atk_out/$op/atk.md" >>"$logs/atk.md"
-    fi
+    mkdir -p "$atk_out/$op"
+    timeout "$op_limit" "$strata_bin" atk "${atk_args[@]}" "${op_args[@]}" --out "$atk_out/$op" >"$atk_out/$op/atk.log" 2>&1 ||
+      { rc=1; echo "atk $op: FAIL or timeout after ${op_limit}s ($atk_out/$op/atk.log)" | tee -a "$logs/atk.log"; }
+    grep -E "bench|precision failures|FAIL" "$atk_out/$op/atk.log" | tee -a "$logs/atk.log"
+    [[ -f $atk_out/$op/atk.md ]] && cat "$atk_out/$op/atk.md" >>"$logs/atk.md"
   done
   record "strata atk" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" \
-    "${#atk_ops[@]} ops; atk.md, atk_<op>.md"
+    "${#atk_ops[@]} ops; atk.md, atk.log"
 fi
 
 # ---- (iv b) launch-configuration sweep of the CUDA row norms (bench/row_norm_cuda_sweep.cpp) ----
