@@ -600,14 +600,14 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
 
 // ------------------------------------------------------------------------------------------------------
 // "cuda.sm90.vec": the common case only (batch rows or cu_seqlens packs as sequences, W in {2, 3, 4}, unit
-// channel stride, D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No sequence bookkeeping inside the token
-// loop, so a thread holds only its weights, the W-1 window and the loads in flight (forward <= 128
-// registers: four 128-thread blocks per SM; backward <= 168: three).
-//   forward:  a thread owns VF = 16 / sizeof(T) channels (one 16-byte load per token: 8 bf16/f16 or 4 f32) and
-//             kVecFwdTile tokens of one batch row; the kUnroll tokens of a batch are loaded before any is used.
-//   backward: VB = 4 channels (8-byte bf16/f16, 16-byte f32 loads; 8 channels would need ~180 registers for
-//             the x and g windows and the dweight sums) and kBwdTile tokens (the time_tile workspace layout
-//             [tile][W + 1][D] and reduce_partials are shared).
+// channel stride, D % 8 == 0, 16-byte aligned rows; causal_conv1d_vec_reason). No per-token sequence
+// bookkeeping beyond a cu_seqlens boundary check, so a thread holds only its weights, the W-1 window and the
+// loads in flight.
+//   forward:  a thread owns 4 channels (one 8-byte bf16/f16 or 16-byte f32 load per token) and kVecFwdTile
+//             tokens of one batch row; the 8 tokens of a batch are loaded before any is used.
+//   backward: 2 channels (4-byte bf16/f16, 8-byte f32 loads) and kBwdTile tokens (the time_tile workspace
+//             layout [tile][W + 1][D] and reduce_partials are shared).
+// Register budgets (launch bounds) are set for many resident warps: see fwd_vec_blocks_per_sm / kBwdVec.
 // The initial state enters through the window of a sequence's first tile (cu_seqlens: the window is refilled
 // at each sequence start, and the backward's gather of g counts only taps of the position's own sequence),
 // the final state and dinitial_state through the element-wise helpers (states_kernel); dfinal_state only
@@ -615,8 +615,8 @@ strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t st
 
 constexpr int kVecFwdTile = 64;
 
-// Loads stay packed in registers until their token is processed (8 tokens of 8 bf16 channels are 32
-// registers packed, 64 as floats).
+// Loads stay packed in registers until their token is processed (8 tokens of 4 bf16 channels are 16
+// registers packed, 32 as floats).
 template <class T, int V>
 using RawVec = typename Raw<V * sizeof(T)>::type;
 template <class T, int V>
@@ -648,10 +648,17 @@ __device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int
   }
 }
 
-// CU: cu_seqlens packs (a compile-time flag: the refill inlined into the unrolled token loop cost the rows
-// kernel ~200 bytes of spills at W = 4; the CU kernels run three blocks per SM, <= 168 registers).
+// CU: cu_seqlens packs (a compile-time flag: the refill inlined into the unrolled token loop costs registers).
+// Resident blocks per SM: 16 bytes of 8 bf16 channels per thread at four blocks (128 registers) ran at 1.6 x
+// floor on the H200 (session 3 run 1: 16 warps per SM left the load / compute phases unoverlapped), so the
+// forward takes 4 channels (8 bytes of bf16) at seven blocks per SM (<= 72 registers; at eight, 64 registers,
+// W = 4 spilled 36 bytes).
+template <class T, bool RES, bool CU>
+constexpr int fwd_vec_blocks_per_sm() {
+  return sizeof(T) == 2 ? (CU || RES ? 6 : 7) : (CU ? 4 : 5);
+}
 template <class T, int W, int V, bool RES, bool CU>
-__global__ void __launch_bounds__(kThreads, CU ? 3 : 4) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
+__global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>())) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
   constexpr int U = RES ? 4 : 8;  // tokens loaded ahead (a residual doubles the packed registers per token)
   const ThreadWork tw = thread_work(p, kVecFwdTile, groups, V);
   if (!tw.active) return;
@@ -714,9 +721,12 @@ __global__ void __launch_bounds__(kThreads, CU ? 3 : 4) conv_fwd_vec(const Conv1
   }
 }
 
-// Three blocks per SM (<= 168 registers): at four (<= 128) W = 4 spilled 80-128 bytes per thread.
+// Two channels per thread (4-byte bf16 loads, 8-byte f32) at five blocks per SM (<= 96 registers; at six,
+// 80, W = 3 spilled): four channels needed 168 registers (three blocks, 12 warps per SM) and ran at 2.4 x
+// floor (session 3 run 1).
+constexpr int kBwdVec = 2;
 template <class T, int W, int V>
-__global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
+__global__ void __launch_bounds__(kThreads, 5) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
   const ThreadWork tw = thread_work(p, kBwdTile, groups, V);
   if (!tw.active) return;
   const int64_t b = tw.b, d0 = tw.d0;
@@ -752,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_bwd_vec(const Conv1dParams p
   const bool silu = p.activation == kActSilu;
   const int64_t tend = tw.t1 + W - 1;               // the taps of position t1 - 1 reach t1 + W - 2
   const int64_t tload = tend < p.T ? tend : p.T;    // g is 0 past the row's end
-  constexpr int U = sizeof(T) == 2 ? 8 : 4;  // tokens loaded ahead (packed: 8 x 2 x 8 bytes of bf16)
+  constexpr int U = 8;  // tokens loaded ahead (packed: 8 x 2 registers of x and dy)
   for (int64_t tb = tw.t0; tb < tend; tb += U) {
     RawVec<T, V> xr[U], gr[U];
 #pragma unroll
@@ -853,7 +863,7 @@ bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr
 
 template <class T>
 strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = 4;
   // Pointer alignment is only known now: a misaligned call takes the time_tile kernels (same results).
   if (!aligned_to(p.x, 16) || !aligned_to(p.y, 16) || (p.residual && !aligned_to(p.residual, 16)))
     return launch_fwd<T>(p, stream);
@@ -889,7 +899,7 @@ strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
 
 template <class T>
 strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_t stream) {
-  constexpr int V = kVec;
+  constexpr int V = kBwdVec;
   if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd<T>(p, partials, stream);
   const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
   const int64_t groups = p.D / V;

@@ -716,8 +716,17 @@ int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStr
   return cuda::check_launch(name);
 }
 
-// Columns of S per block: 32, or 16 when 32-column blocks would leave SMs idle (few sequences x heads: the
-// pass is a chain of dependent chunk steps, so more, smaller blocks finish sooner).
+template <class T, int kKB, int kTerms, int kBV>
+int launch_state_cols(const GdnFwdParams& p, cudaStream_t stream) {
+  const int64_t nvt = cdiv(p.shape.V, kBV);
+  return launch(state_mma<T, kKB, kTerms, kBV>, "chunk_gated_delta_rule_fwd_h (state_mma)", p.shape.N * p.shape.HV * nvt,
+                state_smem<kKB, kTerms, kBV>(), stream, p, nvt);
+}
+
+// Columns of S per block: the widest of 64 (K <= 128 only: registers), 32, 16 whose blocks still cover every
+// SM. The pass is a chain of dependent chunk steps whose time is mostly latency, so one wave of wide blocks
+// (each K / W chunk tile loaded once per 64 columns) beats two waves of narrow ones, and narrow blocks help
+// when there are few sequences x heads.
 template <class T, int kKB>
 int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   // bf16: fla's model, S and Vd rounded once (H200 run 1: 3 terms cost the latency-bound pass ~3x the mma
@@ -726,15 +735,11 @@ int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   int dev = 0, sms = 132;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t blocks32 = p.shape.N * p.shape.HV * cdiv(p.shape.V, 32);
-  if (blocks32 < sms) {
-    const int64_t nvt = cdiv(p.shape.V, 16);
-    return launch(state_mma<T, kKB, kTerms, 16>, "chunk_gated_delta_rule_fwd_h (state_mma, 16 columns)",
-                  p.shape.N * p.shape.HV * nvt, state_smem<kKB, kTerms, 16>(), stream, p, nvt);
-  }
-  const int64_t nvt = cdiv(p.shape.V, 32);
-  return launch(state_mma<T, kKB, kTerms, 32>, "chunk_gated_delta_rule_fwd_h (state_mma)", p.shape.N * p.shape.HV * nvt,
-                state_smem<kKB, kTerms, 32>(), stream, p, nvt);
+  const int64_t nh = p.shape.N * p.shape.HV;
+  if constexpr (kKB <= 128)
+    if (nh * cdiv(p.shape.V, 64) >= sms) return launch_state_cols<T, kKB, kTerms, 64>(p, stream);
+  if (nh * cdiv(p.shape.V, 32) >= sms) return launch_state_cols<T, kKB, kTerms, 32>(p, stream);
+  return launch_state_cols<T, kKB, kTerms, 16>(p, stream);
 }
 
 template <class T>

@@ -275,8 +275,10 @@ class GdnFwdHarness final : public OpHarness {
       add(dt, dt, {1, 0, 2, 4, 100, 48}, 64, {0, 15, 15, 100, 101, 230}, "normal", 1, "padded");
       add(dt, dt, {2, 130, 1, 2, 256, 256}, 64, {}, "strong", 1, "contiguous");
       add(dt, dt, {1, 0, 1, 2, 64, 96}, 32, {0, 63, 127, 129, 192}, "weak", 0, "contiguous");
-      // Enough (sequence, head, 32-column) blocks for the state pass's 32-column tiles (K = 128, K = 256).
+      // Enough (sequence, head, column tile) blocks on a 132-SM H200 for the state pass's 32-column tiles
+      // (K = 128, K = 256) and 64-column tiles (K = 128).
       add(dt, dt, {3, 100, 4, 12, 128, 128}, 64, {}, "normal", 1, "contiguous");
+      add(dt, dt, {3, 100, 4, 24, 128, 128}, 64, {}, "weak", 1, "contiguous");
       add(dt, dt, {2, 70, 2, 36, 256, 64}, 64, {}, "normal", 1, "padded");
     }
     // Many short documents: N * HV > 65535 (grid-dimension limits on CUDA).

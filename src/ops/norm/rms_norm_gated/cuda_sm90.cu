@@ -160,107 +160,7 @@ __device__ __forceinline__ void block_group_totals(const float (&part)[NV], floa
 // ------------------------------------------------------------------------------------------------------
 // Forward, vector paths.
 
-// R rows per team per iteration (their loads all in flight before the first reduction); the block loops over
-// row batches with a grid-stride (the grid is capped at a few waves), so the weight chunks and the per-chunk
-// column facts (group index, rstd column) are loaded / computed once per thread, outside the row loop.
-template <bool F32, int TPR, int NV, int R>
-__global__ void __launch_bounds__(kBlock) fwd_team_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
-  constexpr int TB = kBlock / TPR;  // row teams per block
-  static_assert(TPR <= 32, "a block per row: fwd_block_rows");
-  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
-  const float inv_g = 1.f / static_cast<float>(p.group);
-  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
-  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
-  constexpr bool fast = !F32;
-  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
-  // Column facts of this thread's chunks (row independent).
-  int64_t col[NV], rcol[NV];
-  bool has[NV], gstart[NV];
-  int gidx[NV];
-  float w[NV][kV];
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int ci = t + k * TPR;
-    has[k] = ci < nc;
-    col[k] = static_cast<int64_t>(ci) * kV;
-    gidx[k] = has[k] ? ci / gc : -1;
-    gstart[k] = has[k] && ci % gc == 0;
-    rcol[k] = has[k] ? static_cast<int64_t>(gidx[k]) * p.rstd_rows.col_stride : 0;
-    if (has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, w[k]);
-  }
-  const int64_t step = static_cast<int64_t>(gridDim.x) * TB * R;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows; base += step) {
-    float u[R][NV][kV], zr[R][NV][kV], tot[R][NV];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = base + r * TB + team;
-      const bool live = row < p.rows;  // dead lanes stay for the shuffles and block syncs but touch no memory
-      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
-      const int64_t ro = live && p.residual ? p.res_rows.row_offset(row) : 0;
-      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (live && has[k]) {
-          load_h(p.x, xdt, xo + col[k], p.residual, p.res_dtype, ro + col[k], u[r][k]);
-          load_vec<kV>(p.z, xdt, zo + col[k], zr[r][k]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) u[r][k][e] = zr[r][k][e] = 0.f;
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = base + r * TB + team;
-      const bool live = row < p.rows;
-      float part[NV];
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (live && has[k] && p.residual_out)
-          store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + col[k], u[r][k]);
-        if (!p.norm_before_gate) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) u[r][k][e] *= vact(p.act, fast, zr[r][k][e]);
-        }
-        part[k] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[r][k][e], u[r][k][e], part[k]);
-      }
-      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = base + r * TB + team;
-      if (row >= p.rows) continue;
-      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (!has[k]) continue;
-        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
-        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
-        float b[kV];
-        load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
-        float o[kV];
-#pragma unroll
-        for (int e = 0; e < kV; ++e) o[e] = fmaf(u[r][k][e] * rs, w[k][e], b[e]);
-        if (p.norm_before_gate) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) o[e] *= vact(p.act, fast, zr[r][k][e]);
-        }
-        store_vec<kV>(p.y, xdt, yo + col[k], o);
-      }
-    }
-  }
-}
-
-// ------------------------------------------------------------------------------------------------------
-// A block per row (1024 < D <= 8192 or groups that do not fit a lane team), kBlock threads, NV <= 4 chunks
-// per thread. Holding a row as floats took 160-255 registers (one 256-thread block per SM, ~20 KiB in
-// flight), so the loads stay packed (a 16-bit chunk is one uint4) and the derived values are recomputed in
-// the second phase from the packed inputs; weights, bias and a residual are re-read per row (L1 / L2 hits).
-// The backward keeps its dweight / dbias sums in shared memory (dynamic, 2 x D floats; thread-exclusive
-// columns, laid out [e][chunk] so a warp's accesses are conflict-free) instead of 64 registers.
-
+// Packed chunks: 16-bit loads stay one uint4 per 8 features until used (half the registers of floats).
 template <bool F32>
 struct Packed {
   uint4 q[F32 ? 2 : 1];
@@ -296,6 +196,138 @@ __device__ __forceinline__ void unpack(const Packed<F32>& r, int32_t xdt, float 
     }
   }
 }
+
+
+// R rows per team per iteration (their loads all in flight before the first reduction); the block loops over
+// row batches with a grid-stride (the grid is capped at a few waves), so the per-chunk column facts (group
+// index, rstd column) and, for one chunk per lane, the weights are loaded / computed once per thread. The
+// loads stay packed and u is recomputed after the reduction: holding them as floats took 128 registers (two
+// blocks, 16 warps per SM) and ran the [1M, 128] forward at 2.7 x floor (session 3 run 1); packed, the
+// kernel fits five 128-thread blocks per SM (four for f32 or with a residual).
+// RES: a residual or residual_out is given (a compile-time flag: the common call has neither, and their code
+// paths cost registers).
+// Blocks of 128 threads: at ~100 registers (bf16, no residual) five fit an SM (20 warps), two of 256 (16):
+// with 256-thread blocks at three per SM (<= 80 registers) the kernel spilled 128 bytes per thread.
+constexpr int kTeamBlock = 128;
+template <bool F32, bool RES>
+constexpr int fwd_team_blocks_per_sm() {
+  return F32 || RES ? 4 : 5;
+}
+template <bool F32, bool RES, int TPR, int NV, int R>
+__global__ void __launch_bounds__(kTeamBlock, (fwd_team_blocks_per_sm<F32, RES>()))
+    fwd_team_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  constexpr int TB = kTeamBlock / TPR;  // row teams per block
+  constexpr bool kHoistW = NV == 1;
+  static_assert(TPR <= 32, "a block per row: fwd_block_rows");
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  // The activation dtype as a value the compiler can see: F32 kernels drop the 16-bit paths and vice versa.
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  const bool nbg = p.norm_before_gate;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  // Column facts of this thread's chunks (row independent).
+  int64_t col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  float wh[kHoistW ? NV : 1][kV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = static_cast<int64_t>(ci) * kV;
+    gstart[k] = has[k] && ci % gc == 0;
+    rcol[k] = has[k] ? static_cast<int64_t>(ci / gc) * p.rstd_rows.col_stride : 0;
+    if (kHoistW && has[k]) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, wh[0]);
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TB * R;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB * R; base < p.rows; base += step) {
+    Packed<F32> xr[R][NV], zr[R][NV];
+    float tot[R][NV];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;  // dead lanes stay for the shuffles but touch no memory
+      const int64_t xo = live ? p.x_rows.row_offset(row) : 0;
+      const int64_t zo = live ? p.z_rows.row_offset(row) : 0;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (live && has[k]) {
+          xr[r][k] = load_packed<F32>(p.x, xo + col[k]);
+          zr[r][k] = load_packed<F32>(p.z, zo + col[k]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      const bool live = row < p.rows;
+      float part[NV];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        part[k] = 0.f;
+        if (!(live && has[k])) continue;
+        float u[kV];
+        unpack<F32>(xr[r][k], xdt, u);
+        if (RES && p.residual) {
+          float rv[kV];
+          load_vec<kV>(p.residual, p.res_dtype, p.res_rows.row_offset(row) + col[k], rv);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[e] += rv[e];
+        }
+        if (RES && p.residual_out)
+          store_vec<kV>(p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(row) + col[k], u);
+        if (!nbg) {
+          float z[kV];
+          unpack<F32>(zr[r][k], xdt, z);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, fast, z[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+      }
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = base + r * TB + team;
+      if (row >= p.rows) continue;
+      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
+        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
+        float u[kV], z[kV], b[kV], o[kV];
+        unpack<F32>(xr[r][k], xdt, u);
+        unpack<F32>(zr[r][k], xdt, z);
+        if (RES && p.residual) {  // re-read (an L1 / L2 hit: the first phase loaded it)
+          float rv[kV];
+          load_vec<kV>(p.residual, p.res_dtype, p.res_rows.row_offset(row) + col[k], rv);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[e] += rv[e];
+        }
+        float wl[kV];
+        if (!kHoistW) load_param(p.weight, p.w_dtype, p.w_row, col[k], vf.w, 1.f, wl);
+        const float(&w)[kV] = kHoistW ? wh[0] : wl;
+        load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float a = vact(p.act, fast, z[e]);
+          o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
+          if (nbg) o[e] *= a;
+        }
+        store_vec<kV>(p.y, xdt, yo + col[k], o);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
+// A block per row (1024 < D <= 8192 or groups that do not fit a lane team), kBlock threads, NV <= 4 chunks
+// per thread. Holding a row as floats took 160-255 registers (one 256-thread block per SM, ~20 KiB in
+// flight), so the loads stay packed (a 16-bit chunk is one uint4) and the derived values are recomputed in
+// the second phase from the packed inputs; weights, bias and a residual are re-read per row (L1 / L2 hits).
+// The backward keeps its dweight / dbias sums in shared memory (dynamic, 2 x D floats; thread-exclusive
+// columns, laid out [e][chunk] so a warp's accesses are conflict-free) instead of 64 registers.
 
 // Column facts of a block-per-row thread (row independent).
 template <int NV>
@@ -945,12 +977,17 @@ strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cud
     else fwd_block_rows<false, NV><<<blocks, kBlock, 0, s>>>(p, vf);
     return cuda::check_launch("rms_norm_gated fwd_block_rows");
   } else {
-    constexpr int TB = kBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
-    const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), grid_cap());
-    if (p.x_dtype == STRATA_DTYPE_F32)
-      fwd_team_rows<true, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
-    else
-      fwd_team_rows<false, TPR, NV, R><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+    constexpr int TB = kTeamBlock / TPR, R = fwd_rows_per_iter<TPR, NV>();
+    const int64_t blocks = std::min<int64_t>((p.rows + TB * R - 1) / (TB * R), 2 * grid_cap());
+    const unsigned g = static_cast<unsigned>(blocks);
+    const bool res = p.residual || p.residual_out;
+    if (p.x_dtype == STRATA_DTYPE_F32) {
+      if (res) fwd_team_rows<true, true, TPR, NV, R><<<g, kTeamBlock, 0, s>>>(p, vf);
+      else fwd_team_rows<true, false, TPR, NV, R><<<g, kTeamBlock, 0, s>>>(p, vf);
+    } else {
+      if (res) fwd_team_rows<false, true, TPR, NV, R><<<g, kTeamBlock, 0, s>>>(p, vf);
+      else fwd_team_rows<false, false, TPR, NV, R><<<g, kTeamBlock, 0, s>>>(p, vf);
+    }
     return cuda::check_launch("rms_norm_gated fwd_team_rows");
   }
 }
