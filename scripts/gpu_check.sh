@@ -9,12 +9,15 @@
 #   scripts/gpu_check.sh --dry    # anywhere: CPU-only build, the tests, a quick CPU atk, no GPU steps
 #
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
-# Environment: GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python; e.g. a first call
+# Environment: GPU_CHECK_TARGETS (ninja targets to build; default all), GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python peers; e.g. a first call
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
 # default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
 # `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
 # folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
-# seconds are skipped, so the summary always prints within the machine's limit).
+# seconds are skipped, so the summary always prints within the machine's limit), GPU_CHECK_PIP (1: build the Python
+# package with `pip install .`, a second full compile of the library; default: when nanobind imports, the
+# binding strata._C is built in the same CMake build and installed with its component into build/gpu/pyroot,
+# which PYTHONPATH then points at: the same files `pip install .` installs, without compiling everything twice).
 # Exit status: 0 when every step passed; 1 otherwise. A configure or build failure stops the run at once.
 set -uo pipefail
 
@@ -29,7 +32,7 @@ while (($#)); do
     --dry) dry=1 ;;
     --no-python) python_steps=0 ;;
     --jobs) jobs="$2"; shift ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -141,10 +144,20 @@ fi
 # ---- (ii) configure and build ----
 banner "configure and build ($build)"
 t0=$SECONDS
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${deps_flags[@]}" \
+# The Python binding in the same build (see GPU_CHECK_PIP above).
+py_flags=()
+py_from_build=0
+if ((!dry && python_steps)) && ! skipped python && [[ ${GPU_CHECK_PIP:-0} != 1 ]] &&
+   "$PYTHON" -c "import nanobind, torch" >/dev/null 2>&1; then
+  py_from_build=1
+  py_flags=(-DSTRATA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$PYTHON")")
+fi
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${deps_flags[@]}" "${py_flags[@]}" \
   >"$logs/configure.log" 2>&1 || die configure "$logs/configure.log"
 grep -E "^-- Strata" "$logs/configure.log"
-timeout "$(time_left 420)" ninja -C "$build" -j "$jobs" >"$logs/build.log" 2>&1 || die build "$logs/build.log"
+# GPU_CHECK_TARGETS: build only these ninja targets (e.g. "strata_cli _C" when the C++ tests are skipped).
+read -r -a build_targets <<<"${GPU_CHECK_TARGETS:-}"
+timeout "$(time_left 420)" ninja -C "$build" -j "$jobs" "${build_targets[@]}" >"$logs/build.log" 2>&1 || die build "$logs/build.log"
 tail -n 1 "$logs/build.log"
 record "configure + build" ok "$((SECONDS - t0))" "$(basename "$build"), ${cuda_flags[*]}"
 strata_bin="$build/tools/strata/strata"
@@ -241,6 +254,17 @@ else
   if ((dry)); then
     # The dry run leaves the installed package alone: installing would rebuild it in the shared build/py-*.
     record "pip install" skipped 0 "--dry: tests run against what $PYTHON has installed"
+  elif ((py_from_build)); then
+    # strata._C and libstrata (built above) through their install component, the Python files beside them.
+    pyroot="$build/pyroot"
+    rm -rf "$pyroot"
+    if cmake --install "$build" --component strata_python --prefix "$pyroot" >"$logs/pip.log" 2>&1 &&
+       cp "$repo"/python/strata/*.py "$pyroot/strata/" >>"$logs/pip.log" 2>&1; then
+      export PYTHONPATH="$pyroot${PYTHONPATH:+:$PYTHONPATH}"
+      record "python package" ok "$((SECONDS - t0))" "from the CMake build into $pyroot (GPU_CHECK_PIP=1: pip)"
+    else
+      record "python package" FAIL "$((SECONDS - t0))" "cmake --install failed, see pip.log"
+    fi
   else
     limit="$(time_left 300)"
     if ((limit == 0)); then
@@ -271,7 +295,9 @@ else
   banner "torch peers (bench/torch_peers.py)"
   t0=$SECONDS
   limit="$(time_left 150)"
-  if ((limit == 0)); then
+  if skipped peers; then
+    record "torch peers" skipped 0 "GPU_CHECK_SKIP"
+  elif ((limit == 0)); then
     record "torch peers" skipped 0 "out of time"
   else
     if ((dry)); then peer_args=(--device cpu --quick); else peer_args=(--device cuda); fi
