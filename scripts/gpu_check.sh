@@ -13,7 +13,7 @@
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
 # default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
 # `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
-# folder), PYTHON (default python3), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
+# folder), PYTHON (default python3), GPU_CHECK_PYTEST_ARGS (e.g. "-m cuda"), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
 # seconds are skipped, so the summary always prints within the machine's limit), GPU_CHECK_PIP (1: build the Python
 # package with `pip install .`, a second full compile of the library; default: when nanobind imports, the
 # binding strata._C is built in the same CMake build and installed with its component into build/gpu/pyroot,
@@ -285,7 +285,8 @@ else
   if ((limit == 0)); then
     record pytest skipped 0 "out of time"
   else
-    timeout "$limit" "$PYTHON" -m pytest "$repo/tests/python" -q -rs >"$logs/pytest.log" 2>&1
+    read -r -a pytest_args <<<"${GPU_CHECK_PYTEST_ARGS:-}"
+    timeout "$limit" "$PYTHON" -m pytest "$repo/tests/python" -q -rs "${pytest_args[@]}" >"$logs/pytest.log" 2>&1
     rc=$?
     tail -n 8 "$logs/pytest.log"
     # pytest's exit 5 means nothing was collected, which is a failure here too.
