@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for the GPU machine (docs/GPU_MACHINE.md): unpack Highway, build with CUDA for sm_90a, run the
-# C++ tests, `strata atk` on the GPU, then the Python package (install, pytest, and bench/torch_peers.py
-# against torch eager), and print a short summary table last. Full logs go to $OUT when it is set (the folder
+# C++ tests, `strata atk` on the GPU, then the Python package (install, pytest, and the side-by-side benches
+# bench/{torch,fused,gdn}_peers.py), and print a short summary table last. Full logs go to $OUT when it is set (the folder
 # that comes back from the GPU machine), else to build/gpu-logs.
 #
 #   scripts/fetch_gpu_deps.sh     # on the development machine, once: Highway .debs into .deps/debs
@@ -13,7 +13,7 @@
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
 # default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
 # `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
-# folder), PYTHON (default python3), GPU_CHECK_PYTEST_ARGS (e.g. "-m cuda"), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
+# folder), PYTHON (default python3), GPU_CHECK_PYTEST_ARGS (e.g. "-m cuda"), GPU_CHECK_PEERS (side-by-side benches to run), GPU_CHECK_BUDGET_S (default 540: steps that would start after this many
 # seconds are skipped, so the summary always prints within the machine's limit), GPU_CHECK_PIP (1: build the Python
 # package with `pip install .`, a second full compile of the library; default: when nanobind imports, the
 # binding strata._C is built in the same CMake build and installed with its component into build/gpu/pyroot,
@@ -293,20 +293,26 @@ else
     record pytest "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" "$(tail -n 1 "$logs/pytest.log")"
   fi
 
-  banner "torch peers (bench/torch_peers.py)"
-  t0=$SECONDS
-  limit="$(time_left 150)"
-  if skipped peers; then
-    record "torch peers" skipped 0 "GPU_CHECK_SKIP"
-  elif ((limit == 0)); then
-    record "torch peers" skipped 0 "out of time"
-  else
-    if ((dry)); then peer_args=(--device cpu --quick); else peer_args=(--device cuda); fi
-    timeout "$limit" "$PYTHON" "$repo/bench/torch_peers.py" "${peer_args[@]}" --json "$logs/torch_peers.json" 2>&1 |
-      tee "$logs/torch_peers.log"
-    rc=$?
-    record "torch peers" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" "$(tail -n 1 "$logs/torch_peers.log")"
-  fi
+  # The side-by-side benches (Strata beside torch eager, and fla / Liger-Kernel / cut-cross-entropy when the
+  # git-ignored peers/ folder holds them): bench/torch_peers.py (issue 2's ops), fused_peers.py (issue 4's),
+  # gdn_peers.py (issue 3's). GPU_CHECK_PEERS names which (default all three); one log each.
+  read -r -a peer_benches <<<"${GPU_CHECK_PEERS:-torch_peers fused_peers gdn_peers}"
+  for bench in "${peer_benches[@]}"; do
+    banner "side by side (bench/$bench.py)"
+    t0=$SECONDS
+    limit="$(time_left 150)"
+    if skipped peers; then
+      record "$bench" skipped 0 "GPU_CHECK_SKIP"
+    elif ((limit == 0)); then
+      record "$bench" skipped 0 "out of time"
+    else
+      if ((dry)); then peer_args=(--device cpu --quick); else peer_args=(--device cuda); fi
+      PYTHONUNBUFFERED=1 timeout "$limit" "$PYTHON" "$repo/bench/$bench.py" "${peer_args[@]}" --json "$logs/$bench.json" \
+        2>&1 | tee "$logs/$bench.log"
+      rc=$?
+      record "$bench" "$([[ $rc == 0 ]] && echo ok || echo FAIL)" "$((SECONDS - t0))" "$(tail -n 1 "$logs/$bench.log")"
+    fi
+  done
 fi
 
 # ---- (vi) summary ----
