@@ -266,7 +266,8 @@ def main():
                     results.append(row)
                     continue
                 try:
-                    inp = make()  # fresh inputs per implementation (in-place gradients change them)
+                    torch.manual_seed(0)  # the same inputs for every implementation of the case, made afresh
+                    inp = make()          # for each (in-place gradients change them)
                     if device == "cuda":
                         torch.cuda.synchronize()
                         torch.cuda.reset_peak_memory_stats()
