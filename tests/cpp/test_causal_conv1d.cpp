@@ -14,18 +14,14 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
-
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
-
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
 
 HostTensor ints(int32_t dtype, const std::vector<int64_t>& shape, const std::vector<int64_t>& v) {
   HostTensor t = HostTensor::make(dtype, shape);
@@ -39,18 +35,7 @@ HostTensor randn(int32_t dtype, const std::vector<int64_t>& shape, uint64_t seed
   t.fill_normal(rng, 0.0, 1.0);
   return t;
 }
-HostTensor poisoned(int32_t dtype, const std::vector<int64_t>& shape) {
-  HostTensor t = HostTensor::make(dtype, shape);
-  t.poison();
-  return t;
-}
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
-}
 void* ptr(const HostTensor* t) { return t ? const_cast<uint8_t*>(t->storage.data()) : nullptr; }
-const strata_tensor_desc* dsc(const HostTensor* t) { return t ? &t->desc : nullptr; }
 
 // Forward on the CPU. Tensors may be nullptr (absent).
 struct Fwd {

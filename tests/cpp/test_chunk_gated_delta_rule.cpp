@@ -16,33 +16,18 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
-
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
-
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
-
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
-}
 
 HostTensor randn(int32_t dt, const std::vector<int64_t>& shape, std::mt19937_64& rng, double mean = 0, double sd = 1) {
   HostTensor t = HostTensor::make(dt, shape);
   t.fill_normal(rng, mean, sd);
-  return t;
-}
-HostTensor poisoned(int32_t dt, const std::vector<int64_t>& shape) {
-  HostTensor t = HostTensor::make(dt, shape);
-  t.poison();
   return t;
 }
 HostTensor make_cu(const std::vector<int64_t>& values) {

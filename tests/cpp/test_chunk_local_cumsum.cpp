@@ -14,20 +14,18 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
 
 constexpr const char* kOp = "chunk_local_cumsum";
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
 
 // Pins an implementation for the scope (nullptr: none).
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
 
 HostTensor make_cu(const std::vector<int64_t>& values) {
   HostTensor cu = HostTensor::make(STRATA_DTYPE_I64, {static_cast<int64_t>(values.size())});
@@ -47,12 +45,6 @@ HostTensor poisoned(int32_t dtype, const std::vector<int64_t>& shape, atk::Layou
   HostTensor t = HostTensor::make(dtype, shape, layout);
   t.poison();
   return t;
-}
-
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
 }
 
 // Plans and runs on the CPU with the given descriptors over the tensors' storage.

@@ -14,17 +14,14 @@
 #include "ops/loss/chunk_loss/chunk_loss.h"
 #include "strata/ops.h"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
-using atk::HostTensor;
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
 
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
+using atk::HostTensor;
 
 struct ThreadCount {
   explicit ThreadCount(int n) : old(strata_get_num_threads()) { strata_set_num_threads(n); }
@@ -99,12 +96,6 @@ strata_chunk_loss_options defaults() {
   strata_chunk_loss_options o;
   strata_chunk_loss_options_init(&o);
   return o;
-}
-
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
 }
 
 // Expects a plan failure with `status` and a message containing `text`.

@@ -14,19 +14,16 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
 
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
 constexpr int64_t kIg = -100;
-
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
 
 struct Opts {
   int32_t reduction = STRATA_LOSS_REDUCTION_MEAN;
@@ -72,12 +69,6 @@ strata_status run_fwd(Fwd& f, const Opts& o, int mode, std::string* impl = nullp
   s = strata_plan_run(plan, t, 6, w.data(), ws, nullptr);
   strata_plan_destroy(plan);
   return s;
-}
-
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
 }
 
 void expect_fail(strata_status got, strata_status want, const char* needle) {

@@ -30,18 +30,15 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
 using Vec = std::vector<double>;
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
-
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
 
 // ---------------------------------------------------------------------------------------------------------
 // Problem: contiguous float64 arrays in fla's layouts.
@@ -231,7 +228,6 @@ HostTensor zeros(const std::vector<int64_t>& shape, int32_t dtype = STRATA_DTYPE
   return t;
 }
 void* ptr(HostTensor* t) { return t ? t->storage.data() : nullptr; }
-const strata_tensor_desc* dsc(const HostTensor* t) { return t ? &t->desc : nullptr; }
 
 strata_status run(strata_plan plan, std::vector<HostTensor*> ts) {
   std::vector<void*> p;

@@ -16,6 +16,7 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 #include "tile/cpu/gemm.h"
 #include "ops/linear_attn/gdn_common/gdn_common.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
@@ -29,13 +30,9 @@ std::vector<std::string> fwd_impl_names(FwdOp op);  // gdn_fwd_plan.h (its opbas
 namespace strata {
 namespace {
 
-using atk::HostTensor;
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
 
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
+using atk::HostTensor;
 
 struct Problem {
   int64_t B, T, H, HV, K, V;

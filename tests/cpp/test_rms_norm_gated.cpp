@@ -12,37 +12,14 @@
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
+#include "test_support.h"
 
 namespace strata {
 namespace {
 
+using namespace strata::test;  // ForceImpl, kCpu, poisoned, all_poison, ... (test_support.h)
+
 using atk::HostTensor;
-
-const strata_device kCpu = {STRATA_DEVICE_CPU, 0};
-
-struct ForceImpl {
-  explicit ForceImpl(const char* name) { strata_set_force_impl(name); }
-  ~ForceImpl() { strata_set_force_impl(nullptr); }
-};
-
-HostTensor rnd(int32_t dtype, const std::vector<int64_t>& shape, uint64_t seed, double mean = 0.0, double sd = 1.0) {
-  HostTensor t = HostTensor::make(dtype, shape);
-  std::mt19937_64 rng(seed);
-  t.fill_normal(rng, mean, sd);
-  return t;
-}
-HostTensor poisoned(int32_t dtype, const std::vector<int64_t>& shape) {
-  HostTensor t = HostTensor::make(dtype, shape);
-  t.poison();
-  return t;
-}
-bool all_poison(const HostTensor& t) {
-  for (uint8_t b : t.storage)
-    if (b != 0xff) return false;
-  return true;
-}
-const strata_tensor_desc* dsc(const HostTensor* t) { return t ? &t->desc : nullptr; }
-void* dat(const HostTensor* t) { return t ? const_cast<uint8_t*>(t->storage.data()) : nullptr; }
 
 // ---- forward / backward calls on host tensors ----
 struct Fwd {
