@@ -28,17 +28,12 @@ import sys
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-# The timing, copy-bandwidth and table code is torch_peers.py's (same method for every side-by-side bench).
-from torch_peers import STRATA_STATUS, MiB, Timer, copy_bandwidth_gbs, print_table, sapi  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The timing, copy-bandwidth, peer and table code is torch_peers.py's (one method for every side-by-side bench).
+from torch_peers import (STRATA_STATUS, MiB, Timer, add_peers_to_path, compare_with_peers,  # noqa: E402
+                         copy_bandwidth_gbs, print_table, sapi)
 
-PEERS = os.path.join(os.path.dirname(HERE), "peers")
-if os.path.isdir(PEERS):
-    for entry in sorted(os.listdir(PEERS)):
-        path = os.path.join(PEERS, entry)
-        if os.path.isdir(path) and path not in sys.path:
-            sys.path.append(path)
+add_peers_to_path()
 
 
 def optional(import_fn):
@@ -292,15 +287,7 @@ def main():
                 results.append(row)
                 if device == "cuda":
                     torch.cuda.empty_cache()
-            mine = results[0]
-            peer = next((r for r in results[1:] if "output" in r), None)
-            if "output" in mine and peer is not None:
-                mine["max_abs_diff_vs_torch"] = (mine["output"] - peer["output"]).abs().max().item()
-            for r in results[1:]:
-                if "median_ms" in r and "median_ms" in mine:
-                    r["strata_speedup"] = r["median_ms"] / mine["median_ms"]
-            for r in results:
-                r.pop("output", None)
+            compare_with_peers(results)
             rows.extend(results)
     print_table(rows)
     if device == "cuda":

@@ -27,13 +27,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.join(os.path.dirname(HERE), "peers")
-if os.path.isdir(PEERS):
-    for entry in sorted(os.listdir(PEERS)):
-        path = os.path.join(PEERS, entry)
-        if os.path.isdir(path) and path not in sys.path:
-            sys.path.append(path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peers import add_peers_to_path  # noqa: E402
+
+add_peers_to_path()
 
 try:
     import strata.api as sapi

@@ -19,6 +19,7 @@ Exit status 1 when strata imports but one of its ops fails; torch peers that fai
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -109,6 +110,32 @@ def copy_bandwidth_gbs(device, timer, quick):
     median_ms, _ = timer(lambda s: dst.copy_(s), [src])
     del src, dst
     return 2 * n / (median_ms * 1e-3) / 1e9, n
+
+
+def add_peers_to_path():
+    """Puts every folder of the git-ignored peers/ folder (scripts/fetch_peers.sh: peers/fla, peers/liger,
+    peers/cce) on sys.path, so that fla, liger_kernel and cut_cross_entropy import from there when present."""
+    peers = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "peers")
+    if os.path.isdir(peers):
+        for entry in sorted(os.listdir(peers)):
+            path = os.path.join(peers, entry)
+            if os.path.isdir(path) and path not in sys.path:
+                sys.path.append(path)
+
+
+def compare_with_peers(results):
+    """results[0] is Strata's row, the rest its peers' (dicts; "output" the tensor a call returned). Adds
+    Strata's speedup over each peer and how far its output is from the first peer's (a sanity check that the
+    timed call computed the same thing; accuracy proper is `strata atk`'s job), then drops the outputs."""
+    mine = results[0]
+    peer = next((r for r in results[1:] if "output" in r), None)
+    if "output" in mine and peer is not None:
+        mine["max_abs_diff_vs_torch"] = (mine["output"].float() - peer["output"].float()).abs().max().item()
+    for r in results[1:]:
+        if "median_ms" in r and "median_ms" in mine:
+            r["strata_speedup"] = r["median_ms"] / mine["median_ms"]
+    for r in results:
+        r.pop("output", None)
 
 
 def rms_norm_torch(x):
@@ -205,17 +232,7 @@ def main():
                     row["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
                     strata_failed |= impl == "strata"
             results.append(row)
-        # Strata's speedup over each peer, and how far its output is from the first peer's (a sanity check
-        # that the timed call computed the same thing; accuracy proper is `strata atk`'s job).
-        mine = results[0]
-        peer = next((r for r in results[1:] if "output" in r), None)
-        if "output" in mine and peer is not None:
-            mine["max_abs_diff_vs_torch"] = (mine["output"].float() - peer["output"].float()).abs().max().item()
-        for r in results[1:]:
-            if "median_ms" in r and "median_ms" in mine:
-                r["strata_speedup"] = r["median_ms"] / mine["median_ms"]
-        for r in results:
-            r.pop("output", None)
+        compare_with_peers(results)
         rows.extend(results)
         del inputs
 
