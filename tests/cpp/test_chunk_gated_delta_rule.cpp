@@ -638,7 +638,8 @@ void* dp(const DevPtr& t) { return t ? t->data() : nullptr; }
 
 // Runs a plan with a device workspace; the outputs are downloaded by the caller (after the run, before the free).
 strata_status run_plan_cuda(strata_plan plan, void** t, int32_t n, const std::function<void()>& download) {
-  EXPECT_STREQ(strata_plan_impl_name(plan), "cuda.sm90.chunked");
+  // cuda.sm90.fused runs the 16-bit forwards it covers, cuda.sm90.chunked the rest.
+  EXPECT_EQ(std::string(strata_plan_impl_name(plan)).rfind("cuda.sm90.", 0), 0u) << strata_plan_impl_name(plan);
   size_t ws = 0;
   strata_plan_workspace_size(plan, &ws);
   void* w = nullptr;
@@ -749,6 +750,49 @@ TEST(ChunkGatedDeltaRuleCuda, ManyShortDocuments) {
   Problem p(STRATA_DTYPE_F32, 1, cu.back(), 2, 4, 8, 8, cu, true, true, 5);
   ASSERT_GT(p.N * p.HV, 65535);
   expect_cuda_matches_reference(p, 0.35f, true, 1e-4);
+}
+
+// The fused forward (cuda.sm90.fused: o inside the state pass, h never materialised) against the composed one
+// (cuda.sm90.chunked) and the float64 reference, in bf16 and f16: GVA, fixed length with a partial last chunk,
+// varlen with empty, one-token and multi-chunk documents, K = 100 / 128, V = 48 / 200 (column blocks and tails),
+// with and without h0 / ht.
+TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  // The pass takes 32 columns of S per block when N * HV * V / 32 blocks fit in one wave (132 SMs), else 64, else
+  // (bf16) 128: the last two cases have 40 and 640 sequence-heads, so every width runs.
+  std::vector<int64_t> many = {0};
+  for (int64_t n = 0; n < 160; ++n) many.push_back(many.back() + (n * 37 + 5) % 150 + 1);
+  const struct {
+    int64_t B, T, H, HV, K, V;
+    std::vector<int64_t> cu;
+    bool h0, ht;
+  } cases[] = {{2, 200, 2, 4, 128, 48, {}, true, true},
+               {1, 300, 1, 2, 100, 200, {0, 0, 1, 64, 129, 300}, true, false},
+               {1, 130, 2, 2, 64, 64, {0, 70, 130}, false, true},
+               {10, 100, 2, 4, 128, 128, {}, true, true},
+               {1, many.back(), 2, 4, 128, 128, many, true, true}};
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16}) {
+    const double tol = dt == STRATA_DTYPE_BF16 ? 2e-2 : 4e-3;
+    for (const auto& c : cases) {
+      Problem p(dt, c.B, c.T, c.H, c.HV, c.K, c.V, c.cu, c.h0, true, 7);
+      HostTensor o_ref = poisoned(dt, {p.B, p.T, p.HV, p.V}), ht_ref = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+      {
+        ForceImpl f("reference");
+        ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
+      }
+      HostTensor o[2] = {poisoned(dt, {p.B, p.T, p.HV, p.V}), poisoned(dt, {p.B, p.T, p.HV, p.V})};
+      HostTensor ht[2] = {poisoned(p.sdt(), {p.N, p.HV, p.K, p.V}), poisoned(p.sdt(), {p.N, p.HV, p.K, p.V})};
+      const char* impls[2] = {"cuda.sm90.fused", "cuda.sm90.chunked"};
+      for (int i = 0; i < 2; ++i) {
+        ForceImpl f(impls[i]);
+        ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
+            << impls[i] << ": " << g_cuda_msg;
+        EXPECT_LT(rel_err(o[i], o_ref), tol) << impls[i] << " " << dtype_name(dt) << " K " << c.K;
+        if (c.ht) EXPECT_LT(rel_err(ht[i], ht_ref), tol) << impls[i] << " " << dtype_name(dt) << " K " << c.K;
+      }
+      EXPECT_LT(rel_err(o[0], o[1]), tol) << dtype_name(dt) << " K " << c.K;
+    }
+  }
 }
 
 TEST(ChunkGatedDeltaRuleCuda, BitwiseAcrossRuns) {
@@ -884,6 +928,14 @@ TEST(ChunkGatedDeltaRuleCuda, SixteenBitTokensRunTheTensorCoreKernels) {
       for (bool bwd : {false, true})
         EXPECT_EQ(linear_attn::gdn_cuda_tensor_core_report(tc_params(dt, dt, l2), bwd), "")
             << dtype_name(dt) << " l2norm " << l2 << (bwd ? " backward" : " forward");
+  // The fused forward takes 16-bit tokens with K <= 128.
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
+    for (bool l2 : {false, true}) EXPECT_EQ(linear_attn::gdn_cuda_fused_fwd_reject(tc_params(dt, dt, l2)), "");
+  EXPECT_NE(linear_attn::gdn_cuda_fused_fwd_reject(tc_params(STRATA_DTYPE_F32, STRATA_DTYPE_F32, true)), "");
+  EXPECT_NE(linear_attn::gdn_cuda_fused_fwd_reject(tc_params(STRATA_DTYPE_BF16, STRATA_DTYPE_F16, true)), "");
+  linear_attn::GdnParams wide = tc_params(STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, true);
+  wide.K = 256;
+  EXPECT_NE(linear_attn::gdn_cuda_fused_fwd_reject(wide).find("K <= 128"), std::string::npos);
   for (bool bwd : {false, true}) {
     EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_F32, STRATA_DTYPE_F32, true), bwd), "");
     EXPECT_NE(linear_attn::gdn_cuda_tensor_core_report(tc_params(STRATA_DTYPE_BF16, STRATA_DTYPE_F16, true), bwd),

@@ -3,7 +3,9 @@
 //   forward  tensors {q, k, v, g, beta, initial_state, cu_seqlens, o, final_state}
 //   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0}
 // The backward re-computes everything it needs from the forward's inputs (nothing is saved but the inputs).
-// Implementations, in dispatch order: cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
+// Implementations, in dispatch order: cuda.sm90.fused (forward only: prepare_wy_repr_fwd, then one pass that
+// computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu),
+// cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
@@ -68,6 +70,17 @@ const ImplList<GdnProblem>& impls() {
   static const ImplList<GdnProblem> list = [] {
     ImplList<GdnProblem> l;
 #if STRATA_WITH_CUDA
+    l.push_back({"cuda.sm90.fused",
+                 [](const GdnProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
+                   if (r.empty()) r = gdn_cuda_fused_fwd_reject(p.params);
+                   return r;
+                 },
+                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   return gdn_cuda_fused_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
+                 }});
     l.push_back({"cuda.sm90.chunked", [](const GdnProblem& p) { return reject_unless_cuda(p.device, 90); },
                  [](const GdnProblem& p) {
                    return p.bwd ? gdn_cuda_bwd_workspace(p.params) : gdn_cuda_fwd_workspace(p.params);

@@ -92,6 +92,12 @@ size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
+// The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
+// inside the state recurrence, h never materialised). gdn_cuda_fused_fwd_reject says why it cannot run p ("" if
+// it can: q, k, v, o in one 16-bit dtype, K <= 128); reads dtypes, presence and shapes only.
+std::string gdn_cuda_fused_fwd_reject(const GdnParams& p);
+size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
 // They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
 // then stored in that dtype. Reads dtypes, presence and shapes of p only.

@@ -8,6 +8,9 @@
 //   w, u, A  = prepare_wy_repr_fwd(kn, v, beta, γ)            f32 [B, T, HV, K | V | 64]
 //   h, v_new, final_state = chunk_gated_delta_rule_fwd_h(kn, w, u, γ, h0)   h f32 [B, NT, HV, K, V]
 //   o        = chunk_fwd_o(qn, kn, v_new, h, γ, scale)
+// Fused forward ("cuda.sm90.fused", gdn_cuda_fused_fwd: 16-bit tokens, K <= 128): the same head up to w, u (A is
+// not stored), then o and the final state from one state pass (gdn::fwd_cuda_state_o) that never writes h or
+// v_new, whose buffers are then not carved.
 // Backward (fla's chunk_gated_delta_rule_bwd), re-running the forward up to h and v_new first (nothing but the
 // inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
@@ -142,7 +145,8 @@ struct Bufs {
   size_t bytes = 0;
 };
 // `late`: bytes of the late scratch (late_scratch_bytes; 0 when only the other addresses are wanted).
-Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late) {
+// `fused` (forward only): the fused state + output pass runs, so h and v_new are not carved (absent).
+Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late, bool fused = false) {
   const Sizes s = sizes_of(p, bwd);
   Carver c{static_cast<char*>(base)};
   Bufs b;
@@ -163,8 +167,10 @@ Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late) {
     if (late > u_bytes) c.take_bytes(late - u_bytes);  // contiguous with u
     b.late = b.u;
   }
-  b.h = c.take_bytes(s.tok(s.hsz));
-  b.vnew = c.take_bytes(s.tok(s.uv));
+  if (!fused) {
+    b.h = c.take_bytes(s.tok(s.hsz));
+    b.vnew = c.take_bytes(s.tok(s.uv));
+  }
   if (bwd) {
     b.dh = c.take_bytes(s.tok(s.hsz));
     b.dv2 = c.take_bytes(s.tok(s.uv));
@@ -506,16 +512,21 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   return c;
 }
 
-// Shared head of both passes: cu_seqlens check, l2norm, γ, chunk offsets, WY factors, state pass (h, v_new and,
-// in the forward, the final state).
-strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                             cudaStream_t stream) {
+// Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
+strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
+                         cudaStream_t stream) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
   STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream));
+}
+
+// forward_wy, then the state pass (h, v_new and, in the forward, the final state).
+strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
+                             cudaStream_t stream) {
+  STRATA_RETURN_IF_ERROR(forward_wy(op, p, b, s, c, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream));
 }
 
@@ -539,6 +550,16 @@ Bufs carve(const GdnParams& p, bool bwd, void* base) {
 }  // namespace
 
 size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
+size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, false, nullptr, 0, true).bytes; }
+
+std::string gdn_cuda_fused_fwd_reject(const GdnParams& p) {
+  const Sizes s = sizes_of(p, false);
+  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
+  const Calls c = make_calls(p, b, s, false);
+  std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
+  if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
+  return r;
+}
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
@@ -570,6 +591,18 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
   const Calls c = make_calls(p, b, s, false);
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
+}
+
+// The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject must be empty): c.fwdo carries q, k,
+// w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Sizes s = sizes_of(p, false);
+  const Bufs b = carve_with(p, false, workspace, 0, true);
+  Calls c = make_calls(p, b, s, false);
+  c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  return static_cast<strata_status>(gdn::fwd_cuda_state_o(c.fwdo, stream));
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {

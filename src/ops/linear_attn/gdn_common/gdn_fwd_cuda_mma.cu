@@ -64,33 +64,60 @@ __device__ __forceinline__ int64_t off_tok(const GdnTensor& t, int64_t b, int64_
   return b * t.st[0] + tok * t.st[1] + head * t.st[2];
 }
 
-// dst [kRows][ld] (16-bit T) = rows r < nrows of a strided matrix: element (r, c) at t[base + r*rs + (c0+c)*cs]
+// dst [kRows][ld] (16-bit T) = rows r < kRows of a strided matrix: element (r, c) at t[base + r*rs + (c0+c)*cs]
 // for r < rows and c0 + c < cols, 0 elsewhere; columns [0, kCols). Issues cp.async copies (call
 // cp_async_commit / cp_async_wait / __syncthreads before reading dst) and plain stores for the rest.
-template <class T, int kCols>
-__device__ void load_tile(T* dst, int ld, const GdnTensor& t, int64_t base, int64_t rs, int64_t cs, int rows,
-                          int64_t c0, int64_t cols, int nrows = kRows) {
+// kNThreads: the block size (every thread of the block calls it). The fast case (T data, unit column stride,
+// 16-byte aligned rows: every segment is one cp.async, zero-filling ones past the rows or columns) is a fully
+// unrolled loop with compile-time row / segment indices, so a segment costs a few instructions; the element
+// path (any dtype, strides, alignment) is the fallback, and also handles a segment that straddles `cols`.
+// One 8-element segment (row r, columns col..col+7) element by element with conversion, 0 past rows / cols.
+// Not inlined: it is the cold path of every unrolled tile load (scalar arguments only, so that no kernel
+// parameter has to be copied to local memory for a reference).
+template <class T>
+__device__ __noinline__ void element_segment(T* d, const void* data, int32_t dtype, int64_t base, int64_t rs,
+                                             int64_t cs, int r, int rows, int64_t col, int64_t cols) {
+  float v[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    v[e] = (r < rows && col + e < cols) ? load_f(data, dtype, base + r * rs + (col + e) * cs) : 0.f;
+  uint4 u;
+  u.x = mma::pack2<T>(v[0], v[1]);
+  u.y = mma::pack2<T>(v[2], v[3]);
+  u.z = mma::pack2<T>(v[4], v[5]);
+  u.w = mma::pack2<T>(v[6], v[7]);
+  *reinterpret_cast<uint4*>(d) = u;
+}
+
+template <class T, int kCols, int kNThreads = kThreads>
+__device__ __forceinline__ void load_tile(T* dst, int ld, const GdnTensor& t, int64_t base, int64_t rs, int64_t cs,
+                                          int rows, int64_t c0, int64_t cols) {
   static_assert(kCols % 8 == 0, "16-byte row segments");
   constexpr int kSeg = kCols / 8;
+  constexpr int kTotal = kRows * kSeg;
+  const uint16_t* src = static_cast<const uint16_t*>(t.data) + base;
   const bool fast = t.dtype == dtype_of<T>() && cs == 1 && rs % 8 == 0 &&
-                    (reinterpret_cast<uintptr_t>(static_cast<const uint16_t*>(t.data) + base + c0) & 15u) == 0;
-  for (int idx = threadIdx.x; idx < nrows * kSeg; idx += kThreads) {
-    const int r = idx / kSeg, q = idx - r * kSeg;
-    T* d = dst + r * ld + q * 8;
-    const int64_t col = c0 + q * 8;
-    if (fast && r < rows && col + 8 <= cols) {
-      cuda::cp_async16(d, static_cast<const uint16_t*>(t.data) + base + r * rs + col, true);
-    } else {
-      float v[8];
+                    (reinterpret_cast<uintptr_t>(src + c0) & 15u) == 0;
+  if (fast) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e)
-        v[e] = (r < rows && col + e < cols) ? load_f(t, base + r * rs + (col + e) * cs) : 0.f;
-      uint4 u;
-      u.x = mma::pack2<T>(v[0], v[1]);
-      u.y = mma::pack2<T>(v[2], v[3]);
-      u.z = mma::pack2<T>(v[4], v[5]);
-      u.w = mma::pack2<T>(v[6], v[7]);
-      *reinterpret_cast<uint4*>(d) = u;
+    for (int it = 0; it < (kTotal + kNThreads - 1) / kNThreads; ++it) {
+      const int idx = static_cast<int>(threadIdx.x) + it * kNThreads;
+      if (kTotal % kNThreads != 0 && idx >= kTotal) break;
+      const int r = idx / kSeg, q = idx - r * kSeg;
+      T* d = dst + r * ld + q * 8;
+      const int64_t col = c0 + q * 8;
+      if (r < rows && col + 8 <= cols) {
+        cuda::cp_async16(d, src + r * rs + col, true);
+      } else if (r >= rows || col >= cols) {
+        cuda::cp_async16(d, src, false);  // 16 zero bytes, nothing read
+      } else {
+        element_segment<T>(d, t.data, t.dtype, base, rs, cs, r, rows, col, cols);
+      }
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kTotal; idx += kNThreads) {
+      const int r = idx / kSeg, q = idx - r * kSeg;
+      element_segment<T>(dst + r * ld + q * 8, t.data, t.dtype, base, rs, cs, r, rows, c0 + q * 8, cols);
     }
   }
 }
@@ -110,6 +137,23 @@ __device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, 
   if (col + 1 < D) store_f(t, i + cs, b);
 }
 
+// store_pair with its fast-case test hoisted out of the loops: vec = pair_vec<T>(t) (t is T, unit column stride,
+// even outer strides and a 4-byte aligned base, so every (row, even column) pair is one aligned 32-bit word).
+template <class T>
+__device__ __forceinline__ bool pair_vec(const GdnTensor& t) {
+  return t.dtype == dtype_of<T>() && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 1) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 3u) == 0;
+}
+template <class T>
+__device__ __forceinline__ void store_pair_v(const GdnTensor& t, bool vec, int64_t row_off, int64_t col, int64_t D,
+                                             float a, float b) {
+  if (vec && col + 1 < D) {
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(t.data) + row_off + col) = mma::pack2<T>(a, b);
+    return;
+  }
+  store_pair(t, row_off, t.st[3], col, D, a, b);
+}
+
 // Loads the pair at columns col, col + 1 of a row at element offset `row_off` of t (0 past D): one 32-bit load
 // when t is T, unit-stride and aligned, element loads otherwise.
 template <class T>
@@ -124,6 +168,19 @@ __device__ __forceinline__ void load_pair(const GdnTensor& t, int64_t row_off, i
   }
   a = col < D ? load_f(t, i) : 0.f;
   b = col + 1 < D ? load_f(t, i + cs) : 0.f;
+}
+
+// load_pair with the fast-case test hoisted (vec = pair_vec<T>(t)).
+template <class T>
+__device__ __forceinline__ void load_pair_v(const GdnTensor& t, bool vec, int64_t row_off, int64_t col, int64_t D,
+                                            float& a, float& b) {
+  if (vec && col + 1 < D) {
+    const uint16_t* src = static_cast<const uint16_t*>(t.data) + row_off + col;
+    const float2 f = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(src));
+    a = f.x, b = f.y;
+    return;
+  }
+  load_pair<T>(t, row_off, t.st[3], col, D, a, b);
 }
 
 // A fragment (16 x 16 block at rows m0, cols k0) of the f32 tile X (ld kLdF) with column j scaled by f[j],
@@ -145,10 +202,52 @@ __device__ __forceinline__ FragA frag_a_scaled(const float* X, int m0, int k0, c
 // ---------------------------------------------------------------- the WY kernel family
 enum WyMode : int { kWyKkt = 0, kWySolve, kWyRecompute, kWyPrepare };
 
+// ~f32 products on the bf16 tensor cores: x = hi + lo with hi = bf16(x), lo = bf16(x − hi) (|x − hi − lo| <=
+// 2^-16 |x|), and A B ≈ Al Bh + Ah Bl + Ah Bh (the dropped Al Bl is 2^-16 smaller): relative error ~2^-15 per
+// product, 16 x below the f16 unit roundoff of the stored inverse (bf16: 64 x). bf16 whatever the token dtype:
+// entries of the inverse can exceed the f16 range.
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = mma::pack2<__nv_bfloat16>(a, b);
+  const float2 h = mma::unpack2<__nv_bfloat16>(hi);
+  lo = mma::pack2<__nv_bfloat16>(a - h.x, b - h.y);
+}
+// A fragment (16 x 16 at rows m0, cols k0) of the row-major f32 tile F (leading dim ld), split.
+__device__ __forceinline__ void frag_a_split(const float* F, int ld, int m0, int k0, FragA& hi, FragA& lo) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const float* r0 = F + (m0 + g) * ld + k0 + t2;
+  const float* r1 = r0 + 8 * ld;
+  split2(r0[0], r0[1], hi.x[0], lo.x[0]);
+  split2(r1[0], r1[1], hi.x[1], lo.x[1]);
+  split2(r0[8], r0[9], hi.x[2], lo.x[2]);
+  split2(r1[8], r1[9], hi.x[3], lo.x[3]);
+}
+// B fragments of the 16 x 16 block (k0.., n0..n0+15) of the row-major f32 tile F [k][n], split (2 n-tiles).
+__device__ __forceinline__ void frag_b_split(const float* F, int ld, int k0, int n0, FragB (&hi)[2], FragB (&lo)[2]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    const float* c = F + (k0 + t2) * ld + n0 + 8 * nt + g;
+    split2(c[0], c[ld], hi[nt].x[0], lo[nt].x[0]);
+    split2(c[8 * ld], c[9 * ld], hi[nt].x[1], lo[nt].x[1]);
+  }
+}
+__device__ __forceinline__ void mma_split(FragC (&acc)[2], const FragA& ah, const FragA& al, const FragB (&bh)[2],
+                                          const FragB (&bl)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    mma::mma16816<__nv_bfloat16>(acc[nt], al, bh[nt]);
+    mma::mma16816<__nv_bfloat16>(acc[nt], ah, bl[nt]);
+    mma::mma16816<__nv_bfloat16>(acc[nt], ah, bh[nt]);
+  }
+}
+
+constexpr int kLdY = 16 + 4;  // leading dim of a 16 x 16 f32 merge tile (conflict-free fragment loads)
+
 // X = (I + M)^-1 for strictly lower M (f32 tiles, ld kLdF, zero outside the strictly lower part): the four
-// 16 x 16 diagonal blocks by forward substitution (warp w, lane j < 16 owns column j of block w: a column of
-// the inverse depends on that column only), then block rows r = 1..3 in order:
-// X_rc = −X_rr Σ_{k=c}^{r−1} M_rk X_kc for c < r (Y = the sum, in Yf [3][16][16]). All f32; fixed order.
+// 16 x 16 diagonal blocks by forward substitution in f32 (warp w, lane j < 16 owns column j of block w: a column
+// of the inverse depends on that column only), then block rows r = 1..3 in order, warp c < r computing
+// X_rc = −X_rr Y, Y = Σ_{k=c}^{r−1} M_rk X_kc (Y in Yf + c·16·kLdY) with the split products above; one barrier
+// per block row. Fixed order, no atomics.
 __device__ void invert(const float* M, float* X, float* Yf) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
@@ -170,35 +269,60 @@ __device__ void invert(const float* M, float* X, float* Yf) {
     for (int i = 0; i < 16; ++i) X[(r0 + i) * kLdF + r0 + j] = x[i];
   }
   for (int r = 1; r < 4; ++r) {
-    __syncthreads();
-    for (int idx = tid; idx < r * 256; idx += kThreads) {
-      const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
-      const float* mrow = M + (16 * r + i) * kLdF;
-      float acc = 0.f;
-      for (int kb = c; kb < r; ++kb) {
-#pragma unroll
-        for (int kk = 0; kk < 16; ++kk) {
-          const int k = 16 * kb + kk;
-          acc = fmaf(mrow[k], X[k * kLdF + 16 * c + jj], acc);
-        }
+    __syncthreads();  // X_rr and the blocks of rows < r are complete
+    if (warp < r) {
+      const int c = warp;
+      FragA ah, al;
+      FragB bh[2], bl[2];
+      FragC y[2];
+      y[0].zero(), y[1].zero();
+      for (int k = c; k < r; ++k) {
+        frag_a_split(M, kLdF, 16 * r, 16 * k, ah, al);
+        frag_b_split(X, kLdF, 16 * k, 16 * c, bh, bl);
+        mma_split(y, ah, al, bh, bl);
       }
-      Yf[idx] = acc;
-    }
-    __syncthreads();
-    for (int idx = tid; idx < r * 256; idx += kThreads) {
-      const int c = idx >> 8, i = (idx >> 4) & 15, jj = idx & 15;
-      const float* xrow = X + (16 * r + i) * kLdF + 16 * r;
-      float acc = 0.f;
+      float* Yw = Yf + c * 16 * kLdY;
+      mma::store_c(Yw, kLdY, 0, 0, y[0]);
+      mma::store_c(Yw, kLdY, 0, 8, y[1]);
+      __syncwarp();
+      FragC x[2];
+      x[0].zero(), x[1].zero();
+      frag_a_split(X, kLdF, 16 * r, 16 * r, ah, al);
+      frag_b_split(Yw, kLdY, 0, 0, bh, bl);
+      mma_split(x, ah, al, bh, bl);
 #pragma unroll
-      for (int m = 0; m < 16; ++m) acc = fmaf(xrow[m], Yf[(c << 8) + (m << 4) + jj], acc);  // X_rr[i][m>i] = 0
-      X[(16 * r + i) * kLdF + 16 * c + jj] = -acc;
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[nt].x[e] = -x[nt].x[e];
+        mma::store_c(X, kLdF, 16 * r, 16 * c + 8 * nt, x[nt]);
+      }
     }
   }
   __syncthreads();
 }
 
 // Rows [0, L) of a chunk matrix (cols < BT) from the f32 tile X into rows s.. of t (cols >= L written as 0).
+// Fast case (BT = 64, t of the kernel's dtype T, unit column stride, 16-byte aligned rows): one 16-byte store of
+// 8 values per thread and step, read as two float4 from X.
+template <class T>
 __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int L, int BT, const float* X) {
+  const int64_t row0 = off_tok(t, c.b, c.s, hv);
+  if (BT == kRows && t.dtype == dtype_of<T>() && t.st[3] == 1 && t.st[1] % 8 == 0 &&
+      (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(t.data) + row0) & 15u) == 0) {
+    for (int idx = threadIdx.x; idx < L * 8; idx += kThreads) {
+      const int i = idx >> 3, j0 = (idx & 7) * 8;
+      const float4 a = *reinterpret_cast<const float4*>(X + i * kLdF + j0);
+      const float4 b = *reinterpret_cast<const float4*>(X + i * kLdF + j0 + 4);
+      const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      uint32_t w[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        w[e] = mma::pack2<T>(j0 + 2 * e < L ? v[2 * e] : 0.f, j0 + 2 * e + 1 < L ? v[2 * e + 1] : 0.f);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(t.data) + row0 + i * t.st[1] + j0) =
+          make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < L * BT; idx += kThreads) {
     const int i = idx / BT, j = idx - i * BT;
     store_f(t, off_tok(t, c.b, c.s + i, hv) + j * t.st[3], j < L ? X[i * kLdF + j] : 0.f);
@@ -211,7 +335,7 @@ __host__ __device__ inline int round64(int64_t x) { return static_cast<int>((x +
 inline size_t wy_smem(int mode, int64_t K, int64_t V) {
   const bool k_tile = mode != kWySolve, v_tile = mode == kWyRecompute || mode == kWyPrepare;
   return (k_tile ? size_t(kRows) * (round64(K) + 8) * 2 : 0) + (v_tile ? size_t(kRows) * (round64(V) + 8) * 2 : 0) +
-         2 * kRows * kLdF * 4 + 3 * 256 * 4 + 2 * kRows * 4;
+         2 * kRows * kLdF * 4 + 3 * 16 * kLdY * 4 + 2 * kRows * 4;
 }
 
 template <class T, int kMode>
@@ -225,8 +349,8 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
   T* Vt = Kt + (kNeedK ? kRows * ldk : 0);                 // [64][ldv] V chunk (kNeedV)
   float* M = reinterpret_cast<float*>(Vt + (kNeedV ? kRows * ldv : 0));  // [64][kLdF] Akk
   float* X = M + kRows * kLdF;                                           // [64][kLdF] inverse
-  float* Yf = X + kRows * kLdF;                                          // [3][16][16] merge scratch
-  float* gam = Yf + 3 * 256;                                             // [64] γ (0 without g)
+  float* Yf = X + kRows * kLdF;                                          // [3][16][kLdY] merge scratch
+  float* gam = Yf + 3 * 16 * kLdY;                                       // [64] γ (0 without g)
   float* bet = gam + kRows;                                              // [64] β (1 without beta)
   const int64_t slot = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, slot);
@@ -289,7 +413,7 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       }
     __syncthreads();
     if constexpr (kMode == kWyKkt) {
-      store_chunk_mat(p.Akk, c, hv, L, BT, M);
+      store_chunk_mat<T>(p.Akk, c, hv, L, BT, M);
       return;
     }
   }
@@ -302,7 +426,7 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
   }
   if constexpr (kMode == kWySolve || kMode == kWyPrepare) {
     invert(M, X, Yf);
-    store_chunk_mat(p.A, c, hv, L, BT, X);
+    if (p.A.present()) store_chunk_mat<T>(p.A, c, hv, L, BT, X);  // absent: the fused forward needs only w, u
     if constexpr (kMode == kWySolve) return;
   }
   if constexpr (kMode == kWyRecompute) {
@@ -330,6 +454,7 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
       au[ks] = frag_a_scaled<T>(X, 16 * warp, 16 * ks, fu);
     }
     const int64_t nk = cdiv(K, 64), ntiles = nk + cdiv(V, 64);
+    const bool w_vec = pair_vec<T>(p.w), u_vec = pair_vec<T>(p.u);
     for (int64_t tile = 0; tile < ntiles; ++tile) {
       const bool is_w = tile < nk;
       const GdnTensor& dst = is_w ? p.w : p.u;
@@ -361,7 +486,8 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
         const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
-          store_pair(dst, ro, dst.st[3], c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+          store_pair_v<T>(dst, is_w ? w_vec : u_vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half],
+                          acc[n].x[2 * half + 1]);
       }
     }
   }
@@ -453,6 +579,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
     request(sq.bos, 0);
     g_next = fetch_gamma(sq.bos);
   }
+  const bool u_vec = pair_vec<T>(p.u), vn_vec = p.v_new.present() && pair_vec<T>(p.v_new);
   int64_t cidx = sq.chunk0;
   int st = 0;
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++cidx, st ^= 1) {
@@ -500,7 +627,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
       for (int nt = 0; nt < kNT; ++nt) {
         uv[nt][2 * half] = uv[nt][2 * half + 1] = 0.f;
         if (i < L)
-          load_pair<T>(p.u, ro, p.u.st[3], v0 + 8 * nt + mma::c_col(0), V, uv[nt][2 * half], uv[nt][2 * half + 1]);
+          load_pair_v<T>(p.u, u_vec, ro, v0 + 8 * nt + mma::c_col(0), V, uv[nt][2 * half], uv[nt][2 * half + 1]);
       }
     }
     if (more) cuda::cp_async_wait<1>();  // this chunk's group is complete, the next one may be in flight
@@ -556,7 +683,7 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
       for (int nt = 0; nt < kNT; ++nt) {
         const float x0 = uv[nt][2 * half] - acc[nt].x[2 * half];
         const float x1 = uv[nt][2 * half + 1] - acc[nt].x[2 * half + 1];
-        if (store) store_pair(p.v_new, ro, p.v_new.st[3], v0 + 8 * nt + mma::c_col(0), V, x0, x1);
+        if (store) store_pair_v<T>(p.v_new, vn_vec, ro, v0 + 8 * nt + mma::c_col(0), V, x0, x1);
         vd[nt].x[2 * half] = x0 * f;
         vd[nt].x[2 * half + 1] = x1 * f;
       }
@@ -600,6 +727,263 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
           if (a < K && col < V)
             store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][nt].x[e]);
         }
+  }
+}
+
+// ---------------------------------------------------------------- the fused state + output pass
+// chunk_gated_delta_rule's plain forward needs o and the final state, not the chunk states h: this pass
+// computes o inside the state recurrence, so h [B, NT, HV, K, V] (0.5 GB at B=4 T=8192 HV=32 K=V=128) is never
+// written nor read back and chunk_fwd_o's launch disappears. Per chunk c with start state S_c (f32 registers):
+//   v_new = u − W S_c,  o = scale (diag(e^γ) Q S_c + (Q Kᵀ ⊙ Γ, lower incl. diagonal) v_new),
+//   S_{c+1} = e^{γ_last} S_c + Kᵀ (v_new ⊙ e^{γ_last − γ}).
+// The precision model is that of the unfused path: S enters W S and Q S as kTerms T operands (term 0 = the
+// bf16 / f16 h the unfused path writes), v_new enters P v_new rounded to T (the v_new it writes) and P is
+// rounded to T (chunk_o_mma's c_to_a); only the f32 summation order differs.
+//
+// Block: 8 warps, one (sequence, value head, kBV-column block of S); K <= 128 (S rows 16w.. of warp w, all
+// kBV columns: kBV / 8 accumulator tiles). The chunk products are split so that every warp has work:
+//   warp w: chunk rows rb = w % 4 (16 rows), columns ch = w / 4 (kBV / 2 of the block) of W S, Q S, v_new, o;
+//   the 10 lower 16 x 16 blocks of P = Q Kᵀ: block w and (w < 2) block w + 8.
+// K, W, Q [64 x 128] and u [64 x kBV] of chunk c + 1 are requested (cp.async, two stages) right after the
+// chunk-c tiles are seen complete, so their latency hides behind chunk c's work. Two barriers per chunk:
+//   (B) stage c and the S terms visible (and every reader of the other stage, of P, Vn, Vd done),
+//   (D) P, Vn and the Vd terms visible (and every reader of the S terms done).
+constexpr int kThreadsF = 256;
+constexpr int kKF = 128;           // rows of S a fused block covers (K <= 128)
+constexpr int kLdKF = kKF + 8;     // leading dim of the K / W / Q tiles
+
+template <int kTerms, int kBV>
+constexpr size_t state_o_smem() {
+  constexpr int kLdS = kBV + 8;
+  return size_t(2) * (3 * kRows * kLdKF + kRows * kLdS) * 2  // two stages of K, W, Q [64][kLdKF] and U [64][kLdS]
+         + size_t(kTerms) * kKF * kLdS * 2                    // S terms [kTerms][128][kLdS]
+         + size_t(kRows) * kLdS * 2                           // Vn [64][kLdS] (v_new rounded to T)
+         + size_t(kTerms) * kRows * kLdS * 2                  // Vd terms [kTerms][64][kLdS]
+         + size_t(kRows) * kLdT * 2                           // P [64][kLdT] (gated Q Kᵀ rounded to T)
+         + kRows * 4;                                         // γ
+}
+
+// The 10 lower 16 x 16 blocks (row block, column block) of a 64 x 64 chunk matrix.
+__device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
+  rb = i < 1 ? 0 : (i < 3 ? 1 : (i < 6 ? 2 : 3));
+  cb = i - rb * (rb + 1) / 2;
+}
+
+template <class T, int kTerms, int kBV>
+__global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p, int64_t nvt) {
+  constexpr int kLdS = kBV + 8;     // leading dim of the kBV-column 16-bit tiles (conflict-free ldmatrix)
+  constexpr int kNT = kBV / 8;      // accumulator tiles of an S row block
+  constexpr int kNP = kBV / 16;
+  constexpr int kHalf = kBV / 2;    // columns of a warp's share of W S, Q S, v_new, o
+  constexpr int kNTh = kHalf / 8;
+  constexpr int kNPh = kHalf / 16;
+  static_assert(kNPh >= 1, "kBV >= 32");
+  constexpr int kTile = kRows * kLdKF;
+  constexpr int kStage = 3 * kTile + kRows * kLdS;  // K, W, Q, U
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* stages = reinterpret_cast<T*>(smem);      // [2][stage]
+  T* Sop = stages + 2 * kStage;                // [kTerms][128][kLdS]
+  T* Vn = Sop + kTerms * kKF * kLdS;           // [64][kLdS]
+  T* Vd = Vn + kRows * kLdS;                   // [kTerms][64][kLdS]
+  T* Ps = Vd + kTerms * kRows * kLdS;          // [64][kLdT]
+  float* gam = reinterpret_cast<float*>(Ps + kRows * kLdT);  // [64]
+  const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int srow0 = 16 * warp;                 // S rows of this warp
+  const int rb = warp & 3, ch = warp >> 2;     // chunk row block and column half of this warp
+  const int c0 = ch * kHalf;                   // first column (inside the block) of the warp's half
+  const int ksteps = static_cast<int>((K + 15) / 16);
+
+  FragC S[kNT];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t a = srow0 + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+      S[nt].x[e] = (p.h0.present() && a < K && col < V)
+                       ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                       : 0.f;
+    }
+
+  // Requests chunk [t, t + BT) into stage `st` (one cp.async group).
+  auto request = [&](int64_t t, int st) {
+    const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
+    T* base = stages + st * kStage;
+    load_tile<T, kKF, kThreadsF>(base, kLdKF, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
+    load_tile<T, kKF, kThreadsF>(base + kTile, kLdKF, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
+    load_tile<T, kKF, kThreadsF>(base + 2 * kTile, kLdKF, p.q, off_tok(p.q, sq.b, t, h), p.q.st[1], p.q.st[3], Lr, 0,
+                                 K);
+    load_tile<T, kBV, kThreadsF>(base + 3 * kTile, kLdS, p.u, off_tok(p.u, sq.b, t, hv), p.u.st[1], p.u.st[3], Lr, v0,
+                                 V);
+    cuda::cp_async_commit();
+  };
+  auto fetch_gamma = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
+    return (tid < Lr && p.g.present()) ? load_f(p.g, off_tok(p.g, sq.b, t + tid, hv)) : 0.f;
+  };
+  float g_next = 0.f;
+  if (sq.bos < sq.eos) {
+    request(sq.bos, 0);
+    g_next = fetch_gamma(sq.bos);
+  }
+  const float scale = p.shape.scale;
+  const bool o_vec = pair_vec<T>(p.o), vn_vec = p.v_new.present() && pair_vec<T>(p.v_new);
+  int st = 0;
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, st ^= 1) {
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    const bool more = t0 + BT < sq.eos;
+    const T* Ks = stages + st * kStage;
+    const T* Ws = Ks + kTile;
+    const T* Qs = Ks + 2 * kTile;
+    const T* Us = Ks + 3 * kTile;
+    // γ and the S terms: their previous readers finished before the previous chunk's (D).
+    static_assert(kThreadsF >= kRows, "a thread per chunk row");
+    if (tid < kRows) gam[tid] = g_next;
+    if (more) g_next = fetch_gamma(t0 + BT);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Sop, kKF * kLdS, kLdS, srow0, 8 * nt, S[nt]);
+    cuda::cp_async_wait<0>();  // this chunk's group (the only one in flight)
+    __syncthreads();           // (B)
+    if (more) request(t0 + BT, st ^ 1);  // every reader of stage st ^ 1 finished before (B)
+
+    // P = Q Kᵀ on the lower blocks, gated and masked (j <= i < L), rounded to T into Ps.
+    for (int bi = warp; bi < 10; bi += 8) {
+      int prb, pcb;
+      lower_block(bi, prb, pcb);
+      FragC pc[2];
+      pc[0].zero(), pc[1].zero();
+#pragma unroll
+      for (int ks = 0; ks < kKF / 16; ++ks) {
+        if (ks >= ksteps) break;
+        const FragA a = mma::load_a(Qs, kLdKF, 16 * prb, 16 * ks);
+        FragB b0, b1;
+        mma::load_b2(b0, b1, Ks, kLdKF, 16 * ks, 16 * pcb);
+        mma::mma16816<T>(pc[0], a, b0);
+        mma::mma16816<T>(pc[1], a, b1);
+      }
+#pragma unroll
+      for (int hn = 0; hn < 2; ++hn) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * prb + mma::c_row(e), j = 16 * pcb + 8 * hn + mma::c_col(e);
+          pc[hn].x[e] = (j <= i && i < L) ? pc[hn].x[e] * expf(gam[i] - gam[j]) : 0.f;
+        }
+        mma::store_c<T>(Ps, kLdT, 16 * prb, 16 * pcb + 8 * hn, pc[hn]);
+      }
+    }
+
+    // W S and Q S (rows 16 rb.., columns c0..c0 + kHalf), S as kTerms operands shared by both products.
+    FragC acc[kNTh], O[kNTh];
+#pragma unroll
+    for (int nt = 0; nt < kNTh; ++nt) acc[nt].zero(), O[nt].zero();
+#pragma unroll
+    for (int ks = 0; ks < kKF / 16; ++ks) {
+      if (ks >= ksteps) break;
+      const FragA aw = mma::load_a(Ws, kLdKF, 16 * rb, 16 * ks);
+      const FragA aq = mma::load_a(Qs, kLdKF, 16 * rb, 16 * ks);
+#pragma unroll
+      for (int term = 0; term < kTerms; ++term)
+#pragma unroll
+        for (int np = 0; np < kNPh; ++np) {
+          FragB b0, b1;
+          mma::load_b2_trans(b0, b1, Sop + term * kKF * kLdS, kLdS, 16 * ks, c0 + 16 * np);
+          mma::mma16816<T>(acc[2 * np], aw, b0);
+          mma::mma16816<T>(acc[2 * np + 1], aw, b1);
+          mma::mma16816<T>(O[2 * np], aq, b0);
+          mma::mma16816<T>(O[2 * np + 1], aq, b1);
+        }
+    }
+    // v_new = u − W S; Vn = v_new (T), Vd = v_new e^{γ_last − γ_i} (terms); O = e^{γ_i} O (0 for rows >= L).
+    const float glast = gam[L - 1];
+    float fd[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * rb + mma::c_row(2 * half);
+      fd[half] = i < L ? expf(glast - gam[i]) : 0.f;
+      const float eo = i < L ? expf(gam[i]) : 0.f;
+      const bool store = p.v_new.present() && i < L;
+      const int64_t ro = store ? off_tok(p.v_new, sq.b, t0 + i, hv) : 0;
+#pragma unroll
+      for (int nt = 0; nt < kNTh; ++nt) {
+        const int cl = c0 + 8 * nt + mma::c_col(0);
+        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdS + cl));
+        const float x0 = uu.x - acc[nt].x[2 * half], x1 = uu.y - acc[nt].x[2 * half + 1];
+        if (store) store_pair_v<T>(p.v_new, vn_vec, ro, v0 + cl, V, x0, x1);
+        acc[nt].x[2 * half] = x0, acc[nt].x[2 * half + 1] = x1;  // acc holds v_new from here on
+        O[nt].x[2 * half] *= eo, O[nt].x[2 * half + 1] *= eo;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNTh; ++nt) {
+      mma::store_c<T>(Vn, kLdS, 16 * rb, c0 + 8 * nt, acc[nt]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt].x[e] *= fd[e >> 1];
+      store_terms<T, kTerms>(Vd, kRows * kLdS, kLdS, 16 * rb, c0 + 8 * nt, acc[nt]);
+    }
+    __syncthreads();  // (D)
+
+    // o = scale (O + P Vn) for rows < L (P's blocks right of the diagonal are never read).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      if (kk <= rb) {
+        const FragA a = mma::load_a(Ps, kLdT, 16 * rb, 16 * kk);
+#pragma unroll
+        for (int np = 0; np < kNPh; ++np) {
+          FragB b0, b1;
+          mma::load_b2_trans(b0, b1, Vn, kLdS, 16 * kk, c0 + 16 * np);
+          mma::mma16816<T>(O[2 * np], a, b0);
+          mma::mma16816<T>(O[2 * np + 1], a, b1);
+        }
+      }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * rb + mma::c_row(2 * half);
+      if (i >= L) continue;
+      const int64_t ro = off_tok(p.o, sq.b, t0 + i, hv);
+#pragma unroll
+      for (int nt = 0; nt < kNTh; ++nt) {
+        const int64_t col = v0 + c0 + 8 * nt + mma::c_col(0);
+        const float a = scale * O[nt].x[2 * half], b = scale * O[nt].x[2 * half + 1];
+        store_pair_v<T>(p.o, o_vec, ro, col, V, a, b);
+      }
+    }
+
+    // S = e^{γ_last} S + Kᵀ Vd (A = Kᵀ: transposed loads of the [t][key] K tile, k = chunk position).
+    const float decay = expf(glast);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[nt].x[e] *= decay;
+    if (srow0 < K) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        if (16 * ks >= L) break;
+        const FragA a = mma::load_a_trans(Ks, kLdKF, srow0, 16 * ks);
+#pragma unroll
+        for (int term = 0; term < kTerms; ++term)
+#pragma unroll
+          for (int np = 0; np < kNP; ++np) {
+            FragB b0, b1;
+            mma::load_b2_trans(b0, b1, Vd + term * kRows * kLdS, kLdS, 16 * ks, 16 * np);
+            mma::mma16816<T>(S[2 * np], a, b0);
+            mma::mma16816<T>(S[2 * np + 1], a, b1);
+          }
+      }
+    }
+  }
+  if (p.ht.present()) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t a = srow0 + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+        if (a < K && col < V)
+          store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[nt].x[e]);
+      }
   }
 }
 
@@ -693,6 +1077,7 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
       }
     }
   const float scale = p.shape.scale;
+  const bool o_vec = pair_vec<T>(p.o);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = 16 * warp + mma::c_row(2 * half);
@@ -700,8 +1085,8 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
     const int64_t ro = off_tok(p.o, c.b, c.s + i, hv);
 #pragma unroll
     for (int n = 0; n < 8; ++n)
-      store_pair(p.o, ro, p.o.st[3], v0 + 8 * n + mma::c_col(0), V, scale * O[n].x[2 * half],
-                 scale * O[n].x[2 * half + 1]);
+      store_pair_v<T>(p.o, o_vec, ro, v0 + 8 * n + mma::c_col(0), V, scale * O[n].x[2 * half],
+                      scale * O[n].x[2 * half + 1]);
   }
 }
 
@@ -740,6 +1125,42 @@ int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
     if (nh * cdiv(p.shape.V, 64) >= sms) return launch_state_cols<T, kKB, kTerms, 64>(p, stream);
   if (nh * cdiv(p.shape.V, 32) >= sms) return launch_state_cols<T, kKB, kTerms, 32>(p, stream);
   return launch_state_cols<T, kKB, kTerms, 16>(p, stream);
+}
+
+template <class T, int kTerms, int kBV>
+int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
+  const int64_t nvt = cdiv(p.shape.V, kBV), blocks = p.shape.N * p.shape.HV * nvt;
+  if (blocks <= 0) return STRATA_SUCCESS;
+  const char* name = "chunk_gated_delta_rule_fwd (state_o_mma)";
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  constexpr size_t smem = state_o_smem<kTerms, kBV>();
+  static_assert(smem <= 227 * 1024, "sm_90 shared memory per block");
+  auto kernel = state_o_mma<T, kTerms, kBV>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kThreadsF, smem, stream>>>(p, nvt);
+  return cuda::check_launch(name);
+}
+
+// Columns of S per fused block (one block per SM: 170-218 KB of shared memory). The pass is a chain of dependent
+// chunk steps, so the narrowest width whose blocks fit in one wave (less work per step), else the widest (fewest
+// waves; K / W / Q tiles loaded once per kBV columns). 128 columns need bf16 (one S term): f16's two terms of
+// S and Vd do not fit beside it.
+template <class T>
+int fwd_state_o(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kTerms = kBf16 ? 1 : 2;  // as in launch_state
+  int dev = 0, sms = 132;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t nh = p.shape.N * p.shape.HV;
+  if (nh * cdiv(p.shape.V, 32) <= sms) return launch_state_o_cols<T, kTerms, 32>(p, stream);
+  if constexpr (kBf16) {
+    if (nh * cdiv(p.shape.V, 64) <= sms) return launch_state_o_cols<T, kTerms, 64>(p, stream);
+    return launch_state_o_cols<T, kTerms, 128>(p, stream);
+  } else {
+    return launch_state_o_cols<T, kTerms, 64>(p, stream);
+  }
 }
 
 template <class T>
@@ -797,6 +1218,27 @@ std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p) {
   if (p.shape.K > kMaxK || p.shape.V > kMaxK) return fmt::format("K, V <= {}", kMaxK);
   if (p.shape.BT > 64) return "chunk size <= 64";
   return {};
+}
+
+std::string fwd_cuda_state_o_reject(const GdnFwdParams& p) {
+  const int32_t dt = p.k.dtype;
+  if (dt != STRATA_DTYPE_BF16 && dt != STRATA_DTYPE_F16) return "the fused pass takes bf16 or f16 token tensors";
+  for (const GdnTensor* t : {&p.q, &p.w, &p.u})
+    if (t->dtype != dt) return "the fused pass needs q, k, w, u in one dtype";
+  if (!p.o.present()) return "the fused pass writes o";
+  for (const GdnTensor* t : {&p.o, &p.v_new})
+    if (t->present() && t->dtype != dt) return "the fused pass needs o (and v_new) in the inputs' dtype";
+  if (p.h.present()) return "the fused pass does not write the chunk states h";
+  if (p.shape.K > kKF) return fmt::format("the fused pass keeps K <= {} rows of S per block", kKF);
+  if (p.shape.BT > 64) return "chunk size <= 64";
+  return {};
+}
+
+int fwd_cuda_state_o(const GdnFwdParams& p, void* stream_ptr) {
+  const std::string why = fwd_cuda_state_o_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_mma): {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  return p.k.dtype == STRATA_DTYPE_BF16 ? fwd_state_o<__nv_bfloat16>(p, stream) : fwd_state_o<__half>(p, stream);
 }
 
 int fwd_cuda_mma(FwdOp op, const GdnFwdParams& p, void* stream_ptr) {

@@ -64,6 +64,12 @@ int fwd_cuda_mma(FwdOp op, const GdnFwdParams& p, void* stream);
 int fwd_cuda_fma(FwdOp op, const GdnFwdParams& p, void* stream);
 // Host: why the tensor-core kernels cannot run op on p ("" if they can). Reads only dtypes, presence and shape.
 std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p);
+// The fused state + output pass of chunk_gated_delta_rule's forward when the chunk states are not wanted
+// (gdn_fwd_cuda_mma.cu, state_o_mma): reads q, k, w, u, g (opt.), h0 (opt.); writes o = chunk_fwd_o's output,
+// v_new (opt.), ht (opt.); h must be absent (never materialised). bf16 / f16 tensor cores, K <= 128, BT <= 64;
+// fwd_cuda_state_o_reject says why it cannot run p ("" if it can).
+int fwd_cuda_state_o(const GdnFwdParams& p, void* stream);
+std::string fwd_cuda_state_o_reject(const GdnFwdParams& p);
 #endif
 
 }  // namespace strata::linear_attn::gdn
