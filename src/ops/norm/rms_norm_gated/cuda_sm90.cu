@@ -349,8 +349,9 @@ __device__ __forceinline__ float sact(float v) {
   return vact(act, !F32, v);
 }
 
+// Three 256-thread blocks per SM (<= 85 registers; unbounded, ptxas took 108 for bf16 [N, 128]: two blocks).
 template <bool F32, bool SILU, int TPR, int NV, int RPG>
-__global__ void __launch_bounds__(kBlock) fwd_stream_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
+__global__ void __launch_bounds__(kBlock, (F32 || NV > 1 ? 2 : 3)) fwd_stream_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
   static_assert(TPR <= 32, "lane teams only");
   constexpr int GPB = kBlock / TPR;  // row teams per block
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
@@ -1307,7 +1308,9 @@ int query_occupancy(Kern kernel, int block) {
 // block walks the same number of row groups (up to one).
 template <bool F32, bool SILU, int TPR, int NV>
 strata_status launch_fwd_stream_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  constexpr int RPG = NV == 1 ? 2 : 1, GPB = kBlock / TPR;
+  // One row per team per iteration (plus the prefetched next one): with two, bf16 [N, 128] needed 108
+  // registers (two blocks per SM), or spilled 72 bytes under the three-block bound.
+  constexpr int RPG = 1, GPB = kBlock / TPR;
   const auto kernel = fwd_stream_rows<F32, SILU, TPR, NV, RPG>;
   static const int occ = query_occupancy(kernel, kBlock);
   const int64_t need = (((p.rows + RPG - 1) / RPG) + GPB - 1) / GPB;
