@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormF
   const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
   const char* x = static_cast<const char*>(p.x);
   const int es = ve == 4 ? 4 : 2;
-  const float inv_n = 1.f / static_cast<float>(p.n_div);
+  const float n_div = static_cast<float>(p.n_div);
 
   // Loads of team group g (rows g * RPG + r) into buf; lanes of dead rows / vectors load nothing.
   auto load = [&](int64_t g, uint4 (&buf)[RPG][NV]) {
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormF
     for (int r = 0; r < RPG; ++r) {
       const int64_t row = g * RPG + r;
       if (g >= ngroups || row >= p.rows) continue;
-      const float rstd = rsqrtf(ss[r] * inv_n + p.eps);
+      const float rstd = rsqrtf(ss[r] / n_div + p.eps);  // a division, as the classic kernels
       if (t == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
       if (!p.y) continue;
       char* yr = static_cast<char*>(p.y) + p.y_rows.row_offset(row) * es;
