@@ -1,5 +1,7 @@
 // Tuning sweep of the CUDA row-norm kernels (src/ops/norm/common/row_norm_cuda.cu): times every launch
-// configuration (chunk elements x threads per row x chunks per thread) on the PERF_TARGETS shapes and prints
+// configuration (chunk elements x threads per row x chunks per thread; the streaming kernels; of the classic
+// kernels only the default they would pick, the others having been measured slower in sessions 2-3) on the
+// PERF_TARGETS shapes and prints
 // the median time, the bandwidth and the ratio to a device copy measured in the same run, marking the
 // configuration the launcher picks by default. Used to choose the defaults; run by scripts/gpu_check.sh.
 //
@@ -165,18 +167,27 @@ int main() {
       if (!why.empty()) continue;
       // Configurations with idle capacity (half their threads x chunks would still cover the row) are slower
       // by construction (H200 run of 2026-11-30: 1.5-88x floor at D = 128); skip them to keep the sweep short.
-      const int64_t cover = static_cast<int64_t>(cfg.tpr) * cfg.nv * cfg.chunk_elems;
+      const int64_t cover = static_cast<int64_t>(cfg.tpr) * cfg.nv * (cfg.stream ? 16 / static_cast<int>(es) : cfg.chunk_elems);
       if (cfg.tpr > 1 && cover >= 2 * k.D) continue;
+      // Classic lane groups / blocks other than the default: measured in sessions 2-3 (bench/results), slower
+      // than the default; skipped to keep the sweep inside its time limit.
+      const bool is_dflt = cfg.stream == dflt.stream && cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && cfg.rpg == dflt.rpg &&
+                           (cfg.tpr == 0 || cfg.stream || cfg.chunk_elems == dflt.chunk_elems);
+      const RowNormCudaConfig classic = k.bwd ? row_norm_bwd_cuda_config_classic(bp) : row_norm_fwd_cuda_config_classic(fp);
+      const bool is_classic = !cfg.stream && cfg.tpr == classic.tpr && cfg.nv == classic.nv && cfg.rpg == classic.rpg &&
+                              cfg.chunk_elems == classic.chunk_elems;
+      if (!cfg.stream && !is_dflt && !is_classic) continue;
       int st = 0;
       const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
       if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
-        fmt::print("  ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg, st);
+        fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", cfg.stream ? "stream" : "", cfg.chunk_elems,
+                   cfg.tpr, cfg.nv, cfg.rpg, st);
         continue;
       }
       const double diff = rel_rms(fetch(out, n_out, k.dtype), ref);
-      const bool is_default = cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && cfg.rpg == dflt.rpg &&
-                              (cfg.tpr == 0 || cfg.chunk_elems == dflt.chunk_elems);
-      const std::string name = fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
+      const bool is_default = is_dflt;
+      const std::string name = cfg.stream ? fmt::format("stream tpr={:3} nv={} rpg={}", cfg.tpr, cfg.nv, cfg.rpg)
+                                          : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
       fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),
                  ms / (bytes / (copy_gbs * 1e6)), diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");
       if (diff > tol) {

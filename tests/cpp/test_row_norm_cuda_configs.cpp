@@ -1,5 +1,6 @@
-// Every launch configuration of the CUDA row-norm kernels (row_norm_cuda_all_configs(): chunk size x threads
-// per row x chunks per thread x rows per group) against the looped kernel, on row counts that leave partial
+// Every launch configuration of the CUDA row-norm kernels (row_norm_cuda_all_configs(): classic chunk size x
+// threads per row x chunks per thread x rows per group, and the streaming kernels, also with capped grids)
+// against the looped kernel, on row counts that leave partial
 // groups and partial blocks (1, 63, 65, 97 rows) and on the dtypes and row lengths the configurations serve.
 // The conformance driver only reaches the default configuration of each shape; this test keeps the others
 // (which the tuning sweep may promote to defaults) correct.
@@ -79,8 +80,25 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 std::string name(const RowNormCudaConfig& c) {
-  return "ce=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
-         " rpg=" + std::to_string(c.rpg);
+  return std::string(c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
+         " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks);
+}
+
+// Each configuration as listed, and the streaming ones also with their grid capped at 1 and 2 blocks (every
+// block then walks many row groups: the prefetch of the next iteration and the loop tail are exercised on
+// these small row counts).
+std::vector<RowNormCudaConfig> configs_to_check() {
+  std::vector<RowNormCudaConfig> out;
+  for (const RowNormCudaConfig& c : configs_to_check()) {
+    out.push_back(c);
+    if (!c.stream) continue;
+    for (int mb : {1, 2}) {
+      RowNormCudaConfig capped = c;
+      capped.max_blocks = mb;
+      out.push_back(capped);
+    }
+  }
+  return out;
 }
 
 TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
@@ -115,7 +133,7 @@ TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
         const double tol = dt == STRATA_DTYPE_F32 ? 1e-6 : 8e-3;
         const std::string where =
             std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + " [" + std::to_string(rows) + ", " + std::to_string(D) + "] ";
-        for (const RowNormCudaConfig& c : row_norm_cuda_all_configs()) {
+        for (const RowNormCudaConfig& c : configs_to_check()) {
           if (row_norm_fwd_cuda_config_reject(fp, c).empty()) {
             y.poison();
             rstd.poison();

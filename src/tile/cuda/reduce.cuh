@@ -34,3 +34,24 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 }  // namespace strata::cuda
+
+namespace strata::cuda {
+
+// N block sums at once (one pair of __syncthreads for all N); every thread gets the results. `scratch`
+// holds N * 32 floats of shared memory; blockDim.x a multiple of 32. Call from all threads. The tree is fixed
+// (the same bits every run) and, per value, the same as block_sum's.
+template <int N>
+__device__ __forceinline__ void block_sum_n(float (&v)[N], float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = group_sum<32>(v[i]);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0)
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch[i * 32 + warp] = v[i];
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = group_sum<32>(lane < nwarps ? scratch[i * 32 + lane] : 0.f);
+}
+
+}  // namespace strata::cuda

@@ -101,3 +101,74 @@ __device__ __forceinline__ void load_any(const void* base, int32_t dtype, int64_
 }
 
 }  // namespace strata::cuda
+
+// ------------------------------------------------------------------------------------------------------
+// Packed 16-byte vectors (uint4) of f32 (4 elements) or bf16/f16 (8 elements), for streaming kernels that
+// keep their loads packed until used (half the registers of floats for 16-bit data) and convert on the fly.
+// The dtype is a run-time value (a uniform branch). Results are rounded like store_vec (nearest even).
+namespace strata::cuda {
+
+// Elements per 16-byte vector of dtype (4 for f32, 8 for bf16/f16).
+__host__ __device__ constexpr int vec16_elems(int32_t dtype) { return dtype == STRATA_DTYPE_F32 ? 4 : 8; }
+
+// A 16-byte load that bypasses L1 (every byte is used once) and asks L2 to fetch the whole 256-byte block
+// (consecutive lanes read consecutive vectors, so the neighbours are read next). The address must be 16-byte
+// aligned. Not `.nc`: an output may alias the input (in-place use), and each element is loaded before the
+// same thread stores it.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void st_vec16(void* p, const uint4& v) { *static_cast<uint4*>(p) = v; }
+
+// The 8 elements of a 16-bit vector as floats (low half of each word first).
+__device__ __forceinline__ void unpack8(const uint4& u, int32_t dtype, float (&f)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (dtype == STRATA_DTYPE_BF16) {
+      f[2 * k] = __uint_as_float(w[k] << 16), f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      f[2 * k] = h.x, f[2 * k + 1] = h.y;
+    }
+  }
+}
+
+// sum over the vector of a[e] * b[e], in element order (one fma chain).
+__device__ __forceinline__ float vec16_dot(const uint4& a, const uint4& b, int32_t dtype, float acc) {
+  if (dtype == STRATA_DTYPE_F32) {
+    acc = fmaf(__uint_as_float(a.x), __uint_as_float(b.x), acc);
+    acc = fmaf(__uint_as_float(a.y), __uint_as_float(b.y), acc);
+    acc = fmaf(__uint_as_float(a.z), __uint_as_float(b.z), acc);
+    return fmaf(__uint_as_float(a.w), __uint_as_float(b.w), acc);
+  }
+  float fa[8], fb[8];
+  unpack8(a, dtype, fa);
+  unpack8(b, dtype, fb);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc = fmaf(fa[e], fb[e], acc);
+  return acc;
+}
+
+// out[e] = f(a[e], b[e]) for every element, repacked in dtype (f: float(float, float)).
+template <class F>
+__device__ __forceinline__ uint4 vec16_map(const uint4& a, const uint4& b, int32_t dtype, F f) {
+  if (dtype == STRATA_DTYPE_F32)
+    return make_uint4(__float_as_uint(f(__uint_as_float(a.x), __uint_as_float(b.x))),
+                      __float_as_uint(f(__uint_as_float(a.y), __uint_as_float(b.y))),
+                      __float_as_uint(f(__uint_as_float(a.z), __uint_as_float(b.z))),
+                      __float_as_uint(f(__uint_as_float(a.w), __uint_as_float(b.w))));
+  float fa[8], fb[8], o[8];
+  unpack8(a, dtype, fa);
+  unpack8(b, dtype, fb);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) o[e] = f(fa[e], fb[e]);
+  return make_uint4(pack_half2(dtype, o[0], o[1]), pack_half2(dtype, o[2], o[3]), pack_half2(dtype, o[4], o[5]),
+                    pack_half2(dtype, o[6], o[7]));
+}
+
+}  // namespace strata::cuda

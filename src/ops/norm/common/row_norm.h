@@ -65,16 +65,27 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // `rpg` rows per thread group (or per block): the loads of rpg consecutive rows are issued together before
 // the first reduction, so each thread has rpg times the bytes in flight (1, 2 or 4 for groups with nv = 1;
 // 1 or 2 for blocks of 128/256 threads with nv <= 2).
+// `stream` 1: the streaming kernels (persistent grid, the next rows' loads issued before the current rows'
+// reduction): `nv` 16-byte vectors per lane per row, vector k of lane t at k * tpr + t (coalesced per
+// instruction), tpr 4..32 (lane teams) or 128/256/512 (a block per row), chunk_elems unused; they need one
+// dtype for the row tensors and rows of whole, aligned 16-byte vectors. `max_blocks` > 0 caps the grid
+// (tests: forces many iterations of the persistent loop on small inputs).
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
   int nv = 1;
   int rpg = 1;
+  int stream = 0;
+  int max_blocks = 0;
 };
-// The configuration the launchers use when none is given: 32-byte chunks per thread (8 f32 or 16
-// bf16/f16 elements: measured best on the H200), the smallest group that covers the row.
+// The configuration the launchers use when none is given: the streaming kernels where the layout allows
+// (two 16-byte vectors per lane for rows up to 2 KiB, a block per row above), else 32-byte chunks per thread
+// (8 f32 or 16 bf16/f16 elements), the smallest group that covers the row.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
+// The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).
+RowNormCudaConfig row_norm_fwd_cuda_config_classic(const RowNormFwdParams& p);
+RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p);
 // "" if `c` can run `p`, else why not (a tuning sweep tries every configuration; bench/row_norm_cuda_sweep).
 std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c);
 std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c);

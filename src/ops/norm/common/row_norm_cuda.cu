@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -283,6 +284,196 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_looped(const RowNormBwdParams
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Streaming kernels (config.stream = 1): persistent, 16-byte packed accesses, the next rows prefetched.
+//
+// A row is cut into 16-byte vectors (4 f32 or 8 bf16/f16 elements); vector k of lane t of a row's team is
+// vector k * TPR + t, so the TPR lanes of a team read TPR * 16 contiguous bytes per instruction (whole
+// sectors, no half-used ones). Teams of TPR <= 32 lanes (GPB = 256 / TPR teams per block) or a block of TPR
+// = 128/256/512 threads per row. A team handles RPG rows per iteration; the grid is at most one wave of
+// resident blocks and each block walks the row groups with a grid stride, issuing the loads of its next
+// iteration before it reduces the current one (2 x RPG x NV vectors per lane in flight at the peak), so the
+// memory system sees a steady stream instead of waves of short-lived blocks. Loads stay packed (uint4) and
+// are converted when used; the per-row rstd / dr of the backward are loaded with the rows (not after the
+// reduction). One dtype for the row tensors (x, y; src, dout, dx); rstd any float dtype.
+
+template <int TPR>
+constexpr int stream_block() { return TPR > 32 ? TPR : kBlock; }
+
+template <int TPR, int NV, int RPG>
+__global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormFwdParams p) {
+  constexpr bool kBlk = TPR > 32;
+  constexpr int GPB = kBlk ? 1 : kBlock / TPR;  // row teams per block
+  __shared__ float scratch[kBlk ? RPG * 32 : 1];
+  const int t = kBlk ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % TPR);
+  const int team = kBlk ? 0 : static_cast<int>(threadIdx.x / TPR);
+  const int32_t dt = p.x_dtype;
+  const int ve = cuda::vec16_elems(dt);
+  const int64_t nvec = p.D / ve;
+  const int64_t ngroups = (p.rows + RPG - 1) / RPG;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
+  const char* x = static_cast<const char*>(p.x);
+  const int es = ve == 4 ? 4 : 2;
+  const float n_div = static_cast<float>(p.n_div);
+
+  // Loads of team group g (rows g * RPG + r) into buf; lanes of dead rows / vectors load nothing.
+  auto load = [&](int64_t g, uint4 (&buf)[RPG][NV]) {
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = g * RPG + r;
+      if (g >= ngroups || row >= p.rows) continue;
+      const char* xr = x + p.x_rows.row_offset(row) * es;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int64_t v = static_cast<int64_t>(k) * TPR + t;
+        if (v < nvec) buf[r][k] = cuda::ld_stream(xr + v * 16);
+      }
+    }
+  };
+
+  int64_t it = static_cast<int64_t>(blockIdx.x) * GPB;  // the block's first team group (uniform)
+  if (it >= ngroups) return;
+  uint4 cur[RPG][NV], nxt[RPG][NV];
+  load(it + team, cur);
+  for (;;) {
+    const int64_t nit = it + stride;
+    const bool more = nit < ngroups;  // uniform across the block
+    if (more) load(nit + team, nxt);
+    const int64_t g = it + team;
+    float ss[RPG];
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      ss[r] = 0.f;
+      const int64_t row = g * RPG + r;
+      if (g >= ngroups || row >= p.rows) continue;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (static_cast<int64_t>(k) * TPR + t < nvec) ss[r] = cuda::vec16_dot(cur[r][k], cur[r][k], dt, ss[r]);
+    }
+    if constexpr (kBlk) {
+      cuda::block_sum_n<RPG>(ss, scratch);
+    } else {
+#pragma unroll
+      for (int r = 0; r < RPG; ++r) ss[r] = cuda::group_sum<TPR>(ss[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = g * RPG + r;
+      if (g >= ngroups || row >= p.rows) continue;
+      const float rstd = rsqrtf(ss[r] / n_div + p.eps);  // a division, as the classic kernels
+      if (t == 0) store_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row), rstd);
+      if (!p.y) continue;
+      char* yr = static_cast<char*>(p.y) + p.y_rows.row_offset(row) * es;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int64_t v = static_cast<int64_t>(k) * TPR + t;
+        if (v < nvec)
+          cuda::st_vec16(yr + v * 16, cuda::vec16_map(cur[r][k], cur[r][k], dt, [rstd](float a, float) { return a * rstd; }));
+      }
+    }
+    if (!more) break;
+#pragma unroll
+    for (int r = 0; r < RPG; ++r)
+#pragma unroll
+      for (int k = 0; k < NV; ++k) cur[r][k] = nxt[r][k];
+    it = nit;
+  }
+}
+
+template <int TPR, int NV, int RPG>
+__global__ void __launch_bounds__(stream_block<TPR>()) bwd_stream(const RowNormBwdParams p) {
+  constexpr bool kBlk = TPR > 32;
+  constexpr int GPB = kBlk ? 1 : kBlock / TPR;
+  __shared__ float scratch[kBlk ? RPG * 32 : 1];
+  const int t = kBlk ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % TPR);
+  const int team = kBlk ? 0 : static_cast<int>(threadIdx.x / TPR);
+  const int32_t dt = p.src_dtype;
+  const int ve = cuda::vec16_elems(dt);
+  const int64_t nvec = p.D / ve;
+  const int64_t ngroups = (p.rows + RPG - 1) / RPG;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
+  const bool factor = p.kind == RowNormBwdKind::kFactor;
+  const int es = ve == 4 ? 4 : 2;
+
+  // One iteration's loads: src (and dout) vectors, the row's rstd (and dr for kFactor).
+  struct Buf {
+    uint4 s[RPG][NV], g[RPG][NV];
+    float rstd[RPG], dr[RPG];
+  };
+  auto load = [&](int64_t grp, Buf& b) {
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = grp * RPG + r;
+      b.rstd[r] = 0.f, b.dr[r] = 0.f;
+      if (grp >= ngroups || row >= p.rows) continue;
+      const char* sr = static_cast<const char*>(p.src) + p.src_rows.row_offset(row) * es;
+      const char* gr = static_cast<const char*>(p.dout) + (factor ? 0 : p.dout_rows.row_offset(row) * es);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int64_t v = static_cast<int64_t>(k) * TPR + t;
+        if (v < nvec) {
+          b.s[r][k] = cuda::ld_stream(sr + v * 16);
+          if (!factor) b.g[r][k] = cuda::ld_stream(gr + v * 16);
+        }
+      }
+      b.rstd[r] = load_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row));
+      if (factor) b.dr[r] = load_one(p.dout, p.dout_dtype, p.dout_rows.row_offset(row));
+    }
+  };
+
+  int64_t it = static_cast<int64_t>(blockIdx.x) * GPB;
+  if (it >= ngroups) return;
+  Buf cur, nxt;
+  load(it + team, cur);
+  const float inv_n = 1.f / static_cast<float>(p.n_div);
+  for (;;) {
+    const int64_t nit = it + stride;
+    const bool more = nit < ngroups;
+    if (more) load(nit + team, nxt);
+    const int64_t grp = it + team;
+    float dot[RPG];
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      dot[r] = 0.f;
+      const int64_t row = grp * RPG + r;
+      if (factor || grp >= ngroups || row >= p.rows) continue;
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (static_cast<int64_t>(k) * TPR + t < nvec) dot[r] = cuda::vec16_dot(cur.g[r][k], cur.s[r][k], dt, dot[r]);
+    }
+    if (!factor) {  // uniform
+      if constexpr (kBlk) {
+        cuda::block_sum_n<RPG>(dot, scratch);
+      } else {
+#pragma unroll
+        for (int r = 0; r < RPG; ++r) dot[r] = cuda::group_sum<TPR>(dot[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = grp * RPG + r;
+      if (grp >= ngroups || row >= p.rows) continue;
+      // The coefficients of bwd_coef, from the rstd / dr loaded with the row.
+      const float rstd = cur.rstd[r];
+      const float c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot[r] * inv_n : dot[r] * rstd * rstd * inv_n;
+      const float kf = -cur.dr[r] * rstd * rstd * rstd * inv_n;
+      char* xr = static_cast<char*>(p.dx) + p.dx_rows.row_offset(row) * es;
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const int64_t v = static_cast<int64_t>(k) * TPR + t;
+        if (v >= nvec) continue;
+        const uint4 o = factor ? cuda::vec16_map(cur.s[r][k], cur.s[r][k], dt, [kf](float s, float) { return s * kf; })
+                               : cuda::vec16_map(cur.s[r][k], cur.g[r][k], dt,
+                                                 [rstd, c](float s, float g) { return rstd * (g - c * s); });
+        cuda::st_vec16(xr + v * 16, o);
+      }
+    }
+    if (!more) break;
+    cur = nxt;
+    it = nit;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
 // Host side: configurations and launches.
 
 // Whether a row tensor allows chunk accesses of ce elements: unit column stride, every row start a multiple
@@ -302,7 +493,18 @@ int max_elem_bytes(std::initializer_list<int32_t> dtypes) {
 }
 
 // The launchable (CE, TPR, NV, RPG) set; kMaxGroupNv bounds the registers a lane holds (bwd keeps two rows).
+// The streaming instances: lane teams of 4..32 with 1, 2 or 4 vectors per lane (two rows per iteration for
+// 1 or 2), blocks of 128/256/512 threads with 1, 2 or 4 vectors per thread and one row per iteration.
+bool stream_known(const RowNormCudaConfig& c) {
+  const bool nv_ok = c.nv == 1 || c.nv == 2 || c.nv == 4;
+  if (c.tpr == 4 || c.tpr == 8 || c.tpr == 16 || c.tpr == 32) return nv_ok && (c.rpg == 1 || (c.rpg == 2 && c.nv <= 2));
+  if (c.tpr == 128 || c.tpr == 256 || c.tpr == 512) return nv_ok && c.rpg == 1;
+  return false;
+}
+
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
+  if (c.max_blocks < 0) return false;
+  if (c.stream) return c.stream == 1 && stream_known(c);
   if (c.tpr == 0) return true;
   if (c.chunk_elems != 8 && c.chunk_elems != 16) return false;
   if (c.tpr == 128 || c.tpr == 256 || c.tpr == 512) {
@@ -315,10 +517,26 @@ bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   return c.tpr == 32 && c.rpg == 1 && (c.nv == 1 || c.nv == 2 || c.nv == 4 || (c.nv == 8 && max_group_nv >= 8));
 }
 
-std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv) {
+// What a streaming configuration needs of the problem: `dtype` the row tensors' dtype, `same` whether they all
+// have it, `vec_ok` whether they allow whole aligned 16-byte vectors (chunkable with that many elements).
+struct StreamFacts {
+  int32_t dtype = STRATA_DTYPE_F32;
+  bool same = false, vec_ok = false;
+};
+
+std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv,
+                          const StreamFacts& sf) {
   if (!known_config(c, max_group_nv))
     return "no kernel instance for chunk_elems=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) +
-           " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg);
+           " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " stream=" + std::to_string(c.stream) +
+           " max_blocks=" + std::to_string(c.max_blocks);
+  if (c.stream) {
+    const int ve = cuda::vec16_elems(sf.dtype);
+    if (!sf.same) return "the streaming kernels need one dtype for every row tensor";
+    if (D % ve != 0 || !sf.vec_ok) return "rows cannot be read in aligned 16-byte vectors";
+    if (static_cast<int64_t>(c.tpr) * c.nv * ve < D) return "the configuration does not cover D";
+    return {};
+  }
   if (c.tpr == 0) return {};
   if (D % c.chunk_elems != 0 || !chunk_ok) return "rows cannot be read in chunks of " + std::to_string(c.chunk_elems);
   if (static_cast<int64_t>(c.tpr) * c.nv * c.chunk_elems < D) return "the configuration does not cover D";
@@ -351,9 +569,106 @@ RowNormCudaConfig pick(int64_t D, int elem_bytes, ChunkOk chunk_ok, int max_grou
   return c;
 }
 
+int pow2ceil(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// The default streaming configuration, or tpr 0 when the streaming kernels do not apply. Rows of up to 128
+// vectors (2 KiB): teams with two vectors per lane where the row allows (two rows per iteration), 4..32
+// lanes; longer rows (up to 2048 vectors, 32 KiB): a block per row with up to four vectors per thread (128
+// threads x 4 vectors for D = 4096 bf16: the byte count per thread the session-2 sweep found best for the
+// classic kernels, now with the next row in flight). Rows of fewer than 4 vectors stay on the classic lane
+// groups (a team of 4 would idle).
+RowNormCudaConfig pick_stream(int64_t D, const StreamFacts& sf) {
+  RowNormCudaConfig c;
+  const int ve = cuda::vec16_elems(sf.dtype);
+  if (!sf.same || !sf.vec_ok || D % ve != 0) return c;
+  const int64_t nvec = D / ve;
+  if (nvec < 4 || nvec > 512 * 4) return c;
+  c.stream = 1;
+  if (nvec <= 32 * 4) {
+    c.tpr = std::min(32, std::max(4, pow2ceil(nvec) / 2));
+    c.nv = pow2ceil((nvec + c.tpr - 1) / c.tpr);
+    c.rpg = c.nv <= 2 ? 2 : 1;
+  } else {
+    c.tpr = nvec <= 128 * 4 ? 128 : nvec <= 256 * 4 ? 256 : 512;
+    c.nv = pow2ceil((nvec + c.tpr - 1) / c.tpr);
+    c.rpg = 1;
+  }
+  return c;
+}
+
+// Resident blocks per SM of a kernel (queried once per kernel; 1 if the query fails).
+template <class Kern>
+int query_occupancy(Kern kernel, int block) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();  // not sticky; keep it out of check_launch
+    n = 1;
+  }
+  return n;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      n < 1) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  return n;
+}
+
+// Launches one streaming instance: at most one wave of resident blocks, balanced so that every block runs
+// the same number of iterations (up to one).
+template <class K, int TPR, int NV, int RPG>
+strata_status launch_stream_inst(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  constexpr int BT = stream_block<TPR>(), GPB = TPR > 32 ? 1 : kBlock / TPR;
+  const auto kernel = K::template stream<TPR, NV, RPG>();
+  static const int occ = query_occupancy(kernel, BT);
+  if (p.rows == 0) return STRATA_SUCCESS;
+  const int64_t ngroups = cuda::ceil_div(p.rows, RPG);
+  const int64_t need = cuda::ceil_div(ngroups, GPB);
+  const int64_t slots = static_cast<int64_t>(sm_count()) * occ;
+  int64_t grid = need <= slots ? need : cuda::ceil_div(need, cuda::ceil_div(need, slots));
+  if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
+  kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p);
+  return cuda::check_launch(K::kStreamName);
+}
+
+template <class K>
+strata_status launch_stream(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+#define STRATA_STREAM_NV(TPR)                                                                  \
+  switch (c.nv) {                                                                              \
+    case 1: return c.rpg == 2 ? launch_stream_inst<K, TPR, 1, 2>(p, c, s) : launch_stream_inst<K, TPR, 1, 1>(p, c, s); \
+    case 2: return c.rpg == 2 ? launch_stream_inst<K, TPR, 2, 2>(p, c, s) : launch_stream_inst<K, TPR, 2, 1>(p, c, s); \
+    default: return launch_stream_inst<K, TPR, 4, 1>(p, c, s);                                 \
+  }
+#define STRATA_STREAM_BLK(TPR)                                 \
+  switch (c.nv) {                                              \
+    case 1: return launch_stream_inst<K, TPR, 1, 1>(p, c, s);  \
+    case 2: return launch_stream_inst<K, TPR, 2, 1>(p, c, s);  \
+    default: return launch_stream_inst<K, TPR, 4, 1>(p, c, s); \
+  }
+  switch (c.tpr) {
+    case 4: STRATA_STREAM_NV(4)
+    case 8: STRATA_STREAM_NV(8)
+    case 16: STRATA_STREAM_NV(16)
+    case 32: STRATA_STREAM_NV(32)
+    case 128: STRATA_STREAM_BLK(128)
+    case 256: STRATA_STREAM_BLK(256)
+    default: STRATA_STREAM_BLK(512)
+  }
+#undef STRATA_STREAM_NV
+#undef STRATA_STREAM_BLK
+}
+
 // One launcher for both directions: K names the kernel family (forward or backward).
 template <class K>
 strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  if (c.stream) return launch_stream<K>(p, c, s);
   const dim3 block(kBlock);
   if (c.tpr == 0) {
     K::looped(dim3(static_cast<unsigned>(p.rows)), block, s, p);
@@ -418,6 +733,9 @@ strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cu
 struct FwdKernels {
   using Params = RowNormFwdParams;
   static constexpr const char* kName = "row_norm_fwd";
+  static constexpr const char* kStreamName = "row_norm_fwd (stream)";
+  template <int TPR, int NV, int RPG>
+  static auto stream() { return fwd_stream<TPR, NV, RPG>; }
   static constexpr int kMaxGroupNv = 8;   // instances
   static constexpr int kPickGroupNv = 4;  // what the default picks
   template <int CE, int TPR, int NV, int RPG>
@@ -433,6 +751,9 @@ struct FwdKernels {
 struct BwdKernels {
   using Params = RowNormBwdParams;
   static constexpr const char* kName = "row_norm_bwd";
+  static constexpr const char* kStreamName = "row_norm_bwd (stream)";
+  template <int TPR, int NV, int RPG>
+  static auto stream() { return bwd_stream<TPR, NV, RPG>; }
   static constexpr int kMaxGroupNv = 4;
   static constexpr int kPickGroupNv = 4;
   template <int CE, int TPR, int NV, int RPG>
@@ -451,6 +772,20 @@ bool bwd_chunk_ok(const RowNormBwdParams& p, int ce) {
   return chunkable(p.src, p.src_rows, ce) && chunkable(p.dx, p.dx_rows, ce) &&
          (p.kind == RowNormBwdKind::kFactor || chunkable(p.dout, p.dout_rows, ce));
 }
+StreamFacts fwd_stream_facts(const RowNormFwdParams& p) {
+  StreamFacts f;
+  f.dtype = p.x_dtype;
+  f.same = !p.y || p.y_dtype == p.x_dtype;
+  f.vec_ok = fwd_chunk_ok(p, cuda::vec16_elems(p.x_dtype));
+  return f;
+}
+StreamFacts bwd_stream_facts(const RowNormBwdParams& p) {
+  StreamFacts f;
+  f.dtype = p.src_dtype;
+  f.same = p.dx_dtype == p.src_dtype && (p.kind == RowNormBwdKind::kFactor || p.dout_dtype == p.src_dtype);
+  f.vec_ok = bwd_chunk_ok(p, cuda::vec16_elems(p.src_dtype));
+  return f;
+}
 int fwd_bytes(const RowNormFwdParams& p) { return max_elem_bytes({p.x_dtype, p.y ? p.y_dtype : p.x_dtype}); }
 int bwd_bytes(const RowNormBwdParams& p) {
   return max_elem_bytes({p.src_dtype, p.dx_dtype, p.kind == RowNormBwdKind::kFactor ? p.src_dtype : p.dout_dtype});
@@ -460,6 +795,12 @@ int bwd_bytes(const RowNormBwdParams& p) {
 
 std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
   std::vector<RowNormCudaConfig> v;
+  for (int tpr : {4, 8, 16, 32, 128, 256, 512})
+    for (int nv : {1, 2, 4})
+      for (int rpg : {1, 2}) {
+        RowNormCudaConfig c{0, tpr, nv, rpg, 1};
+        if (stream_known(c)) v.push_back(c);
+      }
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -471,17 +812,27 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
   return v;
 }
 
-RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
+RowNormCudaConfig row_norm_fwd_cuda_config_classic(const RowNormFwdParams& p) {
   return pick(p.D, fwd_bytes(p), [&](int ce) { return fwd_chunk_ok(p, ce); }, FwdKernels::kPickGroupNv);
 }
-RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
+RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p) {
   return pick(p.D, bwd_bytes(p), [&](int ce) { return bwd_chunk_ok(p, ce); }, BwdKernels::kPickGroupNv);
 }
+RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
+  const RowNormCudaConfig c = pick_stream(p.D, fwd_stream_facts(p));
+  return c.stream ? c : row_norm_fwd_cuda_config_classic(p);
+}
+RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
+  const RowNormCudaConfig c = pick_stream(p.D, bwd_stream_facts(p));
+  return c.stream ? c : row_norm_bwd_cuda_config_classic(p);
+}
 std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c) {
-  return config_reject(c, p.D, fwd_chunk_ok(p, c.chunk_elems), FwdKernels::kMaxGroupNv);
+  const bool chunk_ok = c.chunk_elems > 0 && fwd_chunk_ok(p, c.chunk_elems);
+  return config_reject(c, p.D, chunk_ok, FwdKernels::kMaxGroupNv, fwd_stream_facts(p));
 }
 std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c) {
-  return config_reject(c, p.D, bwd_chunk_ok(p, c.chunk_elems), BwdKernels::kMaxGroupNv);
+  const bool chunk_ok = c.chunk_elems > 0 && bwd_chunk_ok(p, c.chunk_elems);
+  return config_reject(c, p.D, chunk_ok, BwdKernels::kMaxGroupNv, bwd_stream_facts(p));
 }
 
 int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config) {

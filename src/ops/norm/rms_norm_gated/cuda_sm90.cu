@@ -322,6 +322,137 @@ __global__ void __launch_bounds__(kTeamBlock, (fwd_team_blocks_per_sm<F32, RES>(
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Streaming forward of short rows (lane teams, no residual: the GDN / fla output gate, [N, 128]).
+// fwd_team_rows ran [1M, 128] at 1.42 x floor: 96 registers (20 warps per SM), 12.8 waves of blocks, and by
+// Nsight Compute (s4run1) ~60 % of the issue slots busy with ~40 instructions per element (64-bit row and
+// column arithmetic per row and chunk, bias reloaded per row, run-time activation selects).
+// Here: a one-wave persistent grid, the next iteration's x / z loads issued before the current reduction
+// (ld_stream: L1 bypassed, 256-byte L2 fetches), weight and bias held in registers for the whole kernel, the
+// activation a compile-time choice, and per element ~12 instructions (sigmoid by ex2 + rcp approximations
+// for 16-bit data, the precise ones for f32, as in vact).
+template <bool F32>
+__device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int64_t i) {
+  Packed<F32> r;
+  if constexpr (F32) {
+    const float* b = static_cast<const float*>(base) + i;
+    r.q[0] = cuda::ld_stream(b);
+    r.q[1] = cuda::ld_stream(b + 4);
+  } else {
+    r.q[0] = cuda::ld_stream(static_cast<const uint16_t*>(base) + i);
+  }
+  return r;
+}
+
+template <bool F32, bool SILU>
+__device__ __forceinline__ float sact(float v) {
+  constexpr int32_t act = SILU ? kActSilu : kActSigmoid;
+  return vact(act, !F32, v);
+}
+
+// Three 256-thread blocks per SM (<= 85 registers; unbounded, ptxas took 108 for bf16 [N, 128]: two blocks).
+template <bool F32, bool SILU, int TPR, int NV, int RPG>
+__global__ void __launch_bounds__(kBlock, (F32 || NV > 1 ? 2 : 3)) fwd_stream_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  static_assert(TPR <= 32, "lane teams only");
+  constexpr int GPB = kBlock / TPR;  // row teams per block
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  const bool nbg = p.norm_before_gate;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  // Column facts, weight and bias of this lane's chunks (row independent: loaded once).
+  int col[NV], rcol[NV];
+  bool has[NV], gstart[NV];
+  float w[NV][kV], b[NV][kV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = ci * kV;
+    gstart[k] = has[k] && ci % gc == 0;
+    rcol[k] = has[k] ? static_cast<int>((ci / gc) * p.rstd_rows.col_stride) : 0;
+    load_param(p.weight, p.w_dtype, p.w_row, has[k] ? col[k] : 0, vf.w, 1.f, w[k]);
+    load_param(p.bias, p.b_dtype, p.b_row, has[k] ? col[k] : 0, vf.b, 0.f, b[k]);
+  }
+  const int64_t ngroups = (p.rows + RPG - 1) / RPG;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
+  auto load = [&](int64_t g, Packed<F32> (&xb)[RPG][NV], Packed<F32> (&zb)[RPG][NV]) {
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = g * RPG + r;
+      if (g >= ngroups || row >= p.rows) continue;
+      const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (has[k]) {
+          xb[r][k] = load_packed_stream<F32>(p.x, xo + col[k]);
+          zb[r][k] = load_packed_stream<F32>(p.z, zo + col[k]);
+        }
+    }
+  };
+  int64_t it = static_cast<int64_t>(blockIdx.x) * GPB;  // uniform across the block
+  if (it >= ngroups) return;
+  Packed<F32> xc[RPG][NV], zc[RPG][NV], xn[RPG][NV], zn[RPG][NV];
+  load(it + team, xc, zc);
+  for (;;) {
+    const int64_t nit = it + stride;
+    const bool more = nit < ngroups;
+    if (more) load(nit + team, xn, zn);
+    const int64_t g = it + team;
+    float tot[RPG][NV];
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const bool live = g < ngroups && g * RPG + r < p.rows;  // dead lanes join the shuffles only
+      float part[NV];
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        part[k] = 0.f;
+        if (!(live && has[k])) continue;
+        float u[kV];
+        unpack<F32>(xc[r][k], xdt, u);
+        if (!nbg) {
+          float z[kV];
+          unpack<F32>(zc[r][k], xdt, z);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) u[e] *= sact<F32, SILU>(z[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+      }
+      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
+    }
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = g * RPG + r;
+      if (g >= ngroups || row >= p.rows) continue;
+      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        if (!has[k]) continue;
+        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
+        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
+        float u[kV], z[kV], o[kV];
+        unpack<F32>(xc[r][k], xdt, u);
+        unpack<F32>(zc[r][k], xdt, z);
+        if (nbg) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) o[e] = fmaf(u[e] * rs, w[k][e], b[k][e]) * sact<F32, SILU>(z[e]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) o[e] = fmaf(u[e] * sact<F32, SILU>(z[e]) * rs, w[k][e], b[k][e]);
+        }
+        store_vec<kV>(p.y, xdt, yo + col[k], o);
+      }
+    }
+    if (!more) break;
+#pragma unroll
+    for (int r = 0; r < RPG; ++r)
+#pragma unroll
+      for (int k = 0; k < NV; ++k) xc[r][k] = xn[r][k], zc[r][k] = zn[r][k];
+    it = nit;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
 // A block per row (1024 < D <= 8192 or groups that do not fit a lane team), kBlock threads, NV <= 4 chunks
 // per thread. Holding a row as floats took 160-255 registers (one 256-thread block per SM, ~20 KiB in
 // flight), so the loads stay packed (a 16-bit chunk is one uint4) and the derived values are recomputed in
@@ -608,6 +739,176 @@ __global__ void __launch_bounds__(kBlock) fwd_looped(const RmsNormGatedFwdParams
 
 // ------------------------------------------------------------------------------------------------------
 // Backward, vector paths.
+
+// Streaming backward of short rows (lane teams, no residual / dresidual_out): the scheme of fwd_stream_rows
+// (one-wave persistent grid, the next rows' x / z / dy / rstd loads issued before the current rows' math,
+// packed loads, weight and bias in registers, compile-time activation). bwd_team_rows held h, z and dy as
+// floats (R x NV x 24 registers) and ran [1M, 128] at 2.1 x floor with 4096 blocks of 256 threads. dweight /
+// dbias: per-thread sums over its rows in row order, then the block's teams added in team order into its
+// partial row (the grid, not bwd_partials, sets the partial count: at most bwd_partials rows, which the
+// workspace holds); reduce_partials adds the partial rows in fixed order. norm_before_gate keeps dn = dy act(z) w
+// as floats for the second phase (act is not evaluated twice); xh is recomputed from the packed h.
+template <bool F32, bool SILU, int TPR, int NV, int RPG>
+__global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
+  static_assert(TPR <= 32, "lane teams only");
+  constexpr int GPB = kBlock / TPR;
+  constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
+  __shared__ float colbuf[GPB * kCols];
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr bool fast = !F32;
+  constexpr int32_t act = SILU ? kActSilu : kActSigmoid;
+  const bool nbg = p.norm_before_gate, want_wb = p.dweight || p.dbias;
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  int col[NV], rcol[NV];
+  bool has[NV];
+  float w[NV][kV], b[NV][kV], dw[NV][kV], db[NV][kV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    has[k] = ci < nc;
+    col[k] = ci * kV;
+    rcol[k] = has[k] ? static_cast<int>((ci / gc) * p.rstd_rows.col_stride) : 0;
+    load_param(p.weight, p.w_dtype, p.w_row, has[k] ? col[k] : 0, vf.w, 1.f, w[k]);
+    load_param(nbg ? p.bias : nullptr, p.b_dtype, p.b_row, has[k] ? col[k] : 0, vf.b, 0.f, b[k]);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) dw[k][e] = db[k][e] = 0.f;
+  }
+  const int64_t ngroups = (p.rows + RPG - 1) / RPG;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
+  struct Buf {
+    Packed<F32> x[RPG][NV], z[RPG][NV], g[RPG][NV];
+    float rk[RPG][NV];
+  };
+  auto load = [&](int64_t grp, Buf& bf) {
+#pragma unroll
+    for (int r = 0; r < RPG; ++r) {
+      const int64_t row = grp * RPG + r;
+      if (grp >= ngroups || row >= p.rows) continue;
+      const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row), go = p.dy_rows.row_offset(row);
+      const int64_t so = p.rstd_rows.row_offset(row);
+#pragma unroll
+      for (int k = 0; k < NV; ++k)
+        if (has[k]) {
+          bf.x[r][k] = load_packed_stream<F32>(p.x, xo + col[k]);
+          bf.z[r][k] = load_packed_stream<F32>(p.z, zo + col[k]);
+          bf.g[r][k] = load_packed_stream<F32>(p.dy, go + col[k]);
+          bf.rk[r][k] = load_one(p.rstd, p.rstd_dtype, so + rcol[k]);
+        }
+    }
+  };
+  int64_t it = static_cast<int64_t>(blockIdx.x) * GPB;  // uniform across the block
+  if (it < ngroups) {
+    Buf cur, nxt;
+    load(it + team, cur);
+    for (;;) {
+      const int64_t nit = it + stride;
+      const bool more = nit < ngroups;
+      if (more) load(nit + team, nxt);
+      const int64_t grp = it + team;
+      float tot[RPG][NV], dn[RPG][NV][kV];
+      // Phase 1: dz (norm_before_gate), dweight / dbias, per-chunk partials of sum(dn * normalised value).
+#pragma unroll
+      for (int r = 0; r < RPG; ++r) {
+        const int64_t row = grp * RPG + r;
+        const bool live = grp < ngroups && row < p.rows;  // dead lanes join the shuffles only
+        float part[NV];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+          part[k] = 0.f;
+          if (!(live && has[k])) continue;
+          const float rr = cur.rk[r][k];
+          float h[kV], z[kV], dy[kV];
+          unpack<F32>(cur.x[r][k], xdt, h);
+          unpack<F32>(cur.z[r][k], xdt, z);
+          unpack<F32>(cur.g[r][k], xdt, dy);
+          if (nbg) {
+            float dz[kV];
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              float a, ag;
+              vact_both(act, fast, z[e], a, ag);
+              const float xh = h[e] * rr, dov = dy[e] * a;
+              dz[e] = dy[e] * fmaf(xh, w[k][e], b[k][e]) * ag;
+              dw[k][e] = fmaf(dov, xh, dw[k][e]);
+              db[k][e] += dov;
+              dn[r][k][e] = dov * w[k][e];
+              part[k] = fmaf(dn[r][k][e], xh, part[k]);
+            }
+            store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+          } else {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const float uh = h[e] * vact(act, fast, z[e]) * rr;
+              dw[k][e] = fmaf(dy[e], uh, dw[k][e]);
+              db[k][e] += dy[e];
+              part[k] = fmaf(dy[e] * w[k][e], uh, part[k]);
+            }
+          }
+        }
+        group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
+      }
+      // Phase 2: dx, and dz for gate_before_norm.
+#pragma unroll
+      for (int r = 0; r < RPG; ++r) {
+        const int64_t row = grp * RPG + r;
+        if (grp >= ngroups || row >= p.rows) continue;
+        const int64_t dxo = p.dx_rows.row_offset(row);
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+          if (!has[k]) continue;
+          const float mean = tot[r][k] * inv_g, rr = cur.rk[r][k];
+          float h[kV], dx[kV];
+          unpack<F32>(cur.x[r][k], xdt, h);
+          if (nbg) {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) dx[e] = rr * fmaf(-(h[e] * rr), mean, dn[r][k][e]);
+          } else {
+            float z[kV], dy[kV], dz[kV];
+            unpack<F32>(cur.z[r][k], xdt, z);
+            unpack<F32>(cur.g[r][k], xdt, dy);
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              float a, ag;
+              vact_both(act, fast, z[e], a, ag);
+              const float uh = h[e] * a * rr;
+              const float du = rr * fmaf(-uh, mean, dy[e] * w[k][e]);
+              dz[e] = du * h[e] * ag;
+              dx[e] = du * a;
+            }
+            store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
+          }
+          store_vec<kV>(p.dx, xdt, dxo + col[k], dx);
+        }
+      }
+      if (!more) break;
+      cur = nxt;
+      it = nit;
+    }
+  }
+  if (!want_wb) return;  // uniform
+  // This block's partial row: its teams' sums added in team order (fixed), one thread per feature. A block
+  // without rows writes zeros.
+  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
+  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
+  for (int which = 0; which < 2; ++which) {
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int c = (t + k * TPR) * kV;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[k][e] : db[k][e];
+    }
+    __syncthreads();
+    float* out = which == 0 ? out_w : out_b;
+    for (int c = threadIdx.x; c < p.D; c += kBlock) {
+      float sum = 0.f;
+      for (int q = 0; q < GPB; ++q) sum += colbuf[q * kCols + c];
+      out[c] = sum;
+    }
+  }
+}
 
 // R rows per team per iteration (loads of all of them in flight before the reductions); column facts and
 // weight chunks loaded once per thread. Everything the second phase needs stays in registers (no reload of h
@@ -992,6 +1293,92 @@ strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cud
   }
 }
 
+// Resident blocks per SM of a kernel (queried once per instance; 1 if the query fails).
+template <class Kern>
+int query_occupancy(Kern kernel, int block) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();  // not sticky; keep it out of check_launch
+    n = 1;
+  }
+  return n;
+}
+
+// The streaming forward (lane teams, no residual): at most one wave of resident blocks, balanced so every
+// block walks the same number of row groups (up to one).
+template <bool F32, bool SILU, int TPR, int NV>
+strata_status launch_fwd_stream_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
+  // One row per team per iteration (plus the prefetched next one): with two, bf16 [N, 128] needed 108
+  // registers (two blocks per SM), or spilled 72 bytes under the three-block bound.
+  constexpr int RPG = 1, GPB = kBlock / TPR;
+  const auto kernel = fwd_stream_rows<F32, SILU, TPR, NV, RPG>;
+  static const int occ = query_occupancy(kernel, kBlock);
+  const int64_t need = (((p.rows + RPG - 1) / RPG) + GPB - 1) / GPB;
+  const int64_t slots = grid_cap() / 32 * occ;  // SMs x resident blocks
+  const int64_t grid = need <= slots ? need : (need + (need + slots - 1) / slots - 1) / ((need + slots - 1) / slots);
+  kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, vf);
+  return cuda::check_launch("rms_norm_gated fwd_stream_rows");
+}
+
+template <int TPR, int NV>
+strata_status launch_fwd_stream(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
+  const bool silu = p.act == kActSilu;
+  if (p.x_dtype == STRATA_DTYPE_F32)
+    return silu ? launch_fwd_stream_inst<true, true, TPR, NV>(p, vf, s) : launch_fwd_stream_inst<true, false, TPR, NV>(p, vf, s);
+  return silu ? launch_fwd_stream_inst<false, true, TPR, NV>(p, vf, s) : launch_fwd_stream_inst<false, false, TPR, NV>(p, vf, s);
+}
+
+strata_status fwd_stream(const RmsNormGatedFwdParams& p, const Config& c, const VecFlags& vf, cudaStream_t s) {
+  switch (c.tpr) {
+    case 4: return launch_fwd_stream<4, 1>(p, vf, s);
+    case 8: return launch_fwd_stream<8, 1>(p, vf, s);
+    case 16: return launch_fwd_stream<16, 1>(p, vf, s);
+    default:
+      if (c.nv == 1) return launch_fwd_stream<32, 1>(p, vf, s);
+      if (c.nv == 2) return launch_fwd_stream<32, 2>(p, vf, s);
+      return launch_fwd_stream<32, 4>(p, vf, s);
+  }
+}
+
+// The streaming backward: a one-wave balanced grid of at most `max_blocks` (= bwd_partials: the workspace's
+// partial rows); p.num_partials is set to the grid (the partial rows this launch writes).
+template <bool F32, bool SILU, int TPR, int NV>
+strata_status launch_bwd_stream_inst(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, cudaStream_t s) {
+  constexpr int RPG = 1, GPB = kBlock / TPR;
+  const auto kernel = bwd_stream_rows<F32, SILU, TPR, NV, RPG>;
+  static const int occ = query_occupancy(kernel, kBlock);
+  const int64_t need = (((p.rows + RPG - 1) / RPG) + GPB - 1) / GPB;
+  const int64_t slots = grid_cap() / 32 * occ;
+  int64_t grid = need <= slots ? need : (need + (need + slots - 1) / slots - 1) / ((need + slots - 1) / slots);
+  grid = std::max<int64_t>(1, std::min(grid, max_blocks));
+  if (p.dweight || p.dbias) p.num_partials = grid;
+  kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, vf);
+  return cuda::check_launch("rms_norm_gated bwd_stream_rows");
+}
+
+template <int TPR, int NV>
+strata_status launch_bwd_stream(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, cudaStream_t s) {
+  const bool silu = p.act == kActSilu;
+  if (p.x_dtype == STRATA_DTYPE_F32)
+    return silu ? launch_bwd_stream_inst<true, true, TPR, NV>(p, vf, max_blocks, s)
+                : launch_bwd_stream_inst<true, false, TPR, NV>(p, vf, max_blocks, s);
+  return silu ? launch_bwd_stream_inst<false, true, TPR, NV>(p, vf, max_blocks, s)
+              : launch_bwd_stream_inst<false, false, TPR, NV>(p, vf, max_blocks, s);
+}
+
+strata_status bwd_stream(RmsNormGatedBwdParams& p, const Config& c, const VecFlags& vf, int64_t max_blocks,
+                         cudaStream_t s) {
+  switch (c.tpr) {
+    case 4: return launch_bwd_stream<4, 1>(p, vf, max_blocks, s);
+    case 8: return launch_bwd_stream<8, 1>(p, vf, max_blocks, s);
+    case 16: return launch_bwd_stream<16, 1>(p, vf, max_blocks, s);
+    default:
+      if (c.nv == 1) return launch_bwd_stream<32, 1>(p, vf, max_blocks, s);
+      if (c.nv == 2) return launch_bwd_stream<32, 2>(p, vf, max_blocks, s);
+      return launch_bwd_stream<32, 4>(p, vf, max_blocks, s);
+  }
+}
+
 template <int TPR, int NV>
 strata_status launch_bwd(const RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t blocks, cudaStream_t s) {
   if constexpr (TPR > 32) {
@@ -1055,6 +1442,8 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream) {
     fwd_looped<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p);
     return cuda::check_launch("rms_norm_gated fwd_looped");
   }
+  // Short rows without a residual (the common call): the streaming kernel; otherwise the team / block kernels.
+  if (c.tpr <= 32 && !p.residual && !p.residual_out) return fwd_stream(p, c, vf, s);
   return fwd_vec(p, c, vf, s);
 }
 
@@ -1070,6 +1459,8 @@ int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p_in, void* stream) {
     if (c.tpr == 0) {
       bwd_looped<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p);
       st = cuda::check_launch("rms_norm_gated bwd_looped");
+    } else if (c.tpr <= 32 && !p.residual && !p.dres_out) {
+      st = bwd_stream(p, c, vf, blocks, s);  // sets p.num_partials for reduce_partials
     } else {
       st = bwd_vec(p, c, vf, blocks, s);
     }

@@ -1,0 +1,255 @@
+// The streaming CUDA kernels (persistent one-wave grids that prefetch their next iteration: row norms,
+// rms_norm_gated short rows, clipped_swiglu interleaved) on inputs large enough that every block walks
+// several iterations — the conformance cases (<= 1025 rows) fit in one wave and never reach the prefetch
+// path. Each output is compared with the float64 reference run on the same (rounded) inputs, outputs are
+// NaN-poisoned before the run (an unwritten element fails), and the backward's reductions are checked for
+// the same bits on a second run.
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "ops/activation/clipped_swiglu/clipped_swiglu.h"
+#include "ops/norm/common/row_norm.h"
+#include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+
+namespace strata {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A tensor held twice: host bytes (for the reference) and a device copy (for the kernel); f32 or bf16.
+struct Twin {
+  int32_t dt = STRATA_DTYPE_F32;
+  size_t n = 0;
+  std::vector<uint8_t> host;
+  void* dev = nullptr;
+  Twin(size_t count, int32_t dtype) : dt(dtype), n(count), host(count * dtype_size(dtype)) {
+    EXPECT_EQ(cudaMalloc(&dev, host.size() + 16), cudaSuccess);
+  }
+  ~Twin() { cudaFree(dev); }
+  Twin(const Twin&) = delete;
+  Twin& operator=(const Twin&) = delete;
+  void set(size_t i, float v) {
+    if (dt == STRATA_DTYPE_F32) std::memcpy(host.data() + 4 * i, &v, 4);
+    else {
+      const uint16_t b = f32_to_bf16_bits(v);
+      std::memcpy(host.data() + 2 * i, &b, 2);
+    }
+  }
+  float at(const std::vector<uint8_t>& bytes, size_t i) const {
+    if (dt == STRATA_DTYPE_F32) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      return v;
+    }
+    uint16_t b;
+    std::memcpy(&b, bytes.data() + 2 * i, 2);
+    return bf16_bits_to_f32(b);
+  }
+  void upload() { EXPECT_EQ(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess); }
+  void poison() { EXPECT_EQ(cudaMemset(dev, 0xff, host.size()), cudaSuccess); }  // NaN in f32 and bf16
+  std::vector<uint8_t> download() const {
+    std::vector<uint8_t> out(host.size());
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), dev, out.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  // Relative RMS difference of the device result against the host (reference) values; NaN -> infinity.
+  double rel_rms_vs_host() const {
+    const std::vector<uint8_t> d = download();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double a = at(d, i), r = at(host, i);
+      if (!std::isfinite(a)) return INFINITY;
+      num += (a - r) * (a - r);
+      den += r * r;
+    }
+    return std::sqrt(num / (den + 1e-300));
+  }
+};
+
+RowLayout dense(int64_t rows, int64_t width) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = width;
+  l.col_stride = 1;
+  return l;
+}
+RowLayout one_row() { return RowLayout{}; }  // nd 0: a single row at offset 0
+
+void fill(Twin& t, std::mt19937& rng, float scale = 1.f) {
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < t.n; ++i) t.set(i, nd(rng) * scale);
+  t.upload();
+}
+
+double tol(int32_t dt) { return dt == STRATA_DTYPE_F32 ? 1e-5 : 6e-3; }
+
+// ---- row norms: forward (l2norm divisor and rms divisor), backward of every kind ----
+TEST(StreamKernelsCuda, RowNormsManyIterations) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  std::mt19937 rng(11);
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32})
+    for (int64_t D : {128, 4096}) {
+      const int64_t rows = D == 128 ? 150001 : 4099;  // several grid-stride iterations per block
+      const std::string where = std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + " D=" + std::to_string(D);
+      Twin x(rows * D, dt), y(rows * D, dt), rstd(rows, STRATA_DTYPE_F32), dy(rows * D, dt), dx(rows * D, dt),
+          dr(rows, STRATA_DTYPE_F32);
+      fill(x, rng);
+      fill(dy, rng);
+      fill(dr, rng);
+      norm::RowNormFwdParams fp;
+      fp.x_dtype = fp.y_dtype = dt, fp.rstd_dtype = STRATA_DTYPE_F32;
+      fp.rows = rows, fp.D = D, fp.n_div = D == 128 ? 1 : D, fp.eps = 1e-6f;
+      fp.x_rows = fp.y_rows = dense(rows, D);
+      fp.rstd_rows = dense(rows, 1);
+      norm::RowNormFwdParams dp = fp, hp = fp;
+      dp.x = x.dev, dp.y = y.dev, dp.rstd = rstd.dev;
+      hp.x = x.host.data(), hp.y = y.host.data(), hp.rstd = rstd.host.data();
+      EXPECT_EQ(norm::row_norm_fwd_cuda_config(dp).stream, 1) << where;
+      y.poison();
+      rstd.poison();
+      ASSERT_EQ(norm::row_norm_fwd_cuda(dp, nullptr), 0) << where;
+      norm::row_norm_fwd_reference(hp);
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
+      EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd rstd " << where;
+      for (norm::RowNormBwdKind kind :
+           {norm::RowNormBwdKind::kNormalizedSrc, norm::RowNormBwdKind::kRawSrc, norm::RowNormBwdKind::kFactor}) {
+        const bool factor = kind == norm::RowNormBwdKind::kFactor;
+        norm::RowNormBwdParams bp;
+        bp.src_dtype = bp.dx_dtype = dt, bp.rstd_dtype = STRATA_DTYPE_F32;
+        bp.dout_dtype = factor ? STRATA_DTYPE_F32 : dt;
+        bp.rows = rows, bp.D = D, bp.n_div = fp.n_div, bp.kind = kind;
+        bp.src_rows = bp.dx_rows = dense(rows, D);
+        bp.dout_rows = factor ? dense(rows, 1) : dense(rows, D);
+        bp.rstd_rows = dense(rows, 1);
+        norm::RowNormBwdParams dbp = bp, hbp = bp;
+        // rstd: the reference's (host) values on both sides.
+        rstd.upload();
+        dbp.src = x.dev, dbp.rstd = rstd.dev, dbp.dout = factor ? dr.dev : dy.dev, dbp.dx = dx.dev;
+        hbp.src = x.host.data(), hbp.rstd = rstd.host.data(), hbp.dout = factor ? dr.host.data() : dy.host.data();
+        hbp.dx = dx.host.data();
+        EXPECT_EQ(norm::row_norm_bwd_cuda_config(dbp).stream, 1) << where;
+        dx.poison();
+        ASSERT_EQ(norm::row_norm_bwd_cuda(dbp, nullptr), 0) << where;
+        norm::row_norm_bwd_reference(hbp);
+        EXPECT_LE(dx.rel_rms_vs_host(), tol(dt) * 2) << "bwd dx kind " << static_cast<int>(kind) << " " << where;
+      }
+    }
+}
+
+// ---- rms_norm_gated short rows (lane teams): forward and backward, both gate orders ----
+TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  std::mt19937 rng(12);
+  struct Variant {
+    bool nbg;
+    int32_t act;
+    bool bias;
+    int64_t D, G;
+  };
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32})
+    for (const Variant v : {Variant{true, norm::kActSilu, true, 128, 128}, Variant{false, norm::kActSigmoid, false, 128, 64},
+                            Variant{true, norm::kActSilu, false, 256, 128}}) {
+      const int64_t rows = 60001, D = v.D, G = v.G, ng = D / G;
+      const std::string where = std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + " D=" + std::to_string(D) +
+                                " G=" + std::to_string(G) + (v.nbg ? " norm_before_gate" : " gate_before_norm");
+      Twin x(rows * D, dt), z(rows * D, dt), y(rows * D, dt), rstd(rows * ng, STRATA_DTYPE_F32), w(D, STRATA_DTYPE_F32),
+          b(D, STRATA_DTYPE_F32), dy(rows * D, dt), dx(rows * D, dt), dz(rows * D, dt), dw(D, STRATA_DTYPE_F32),
+          db(D, STRATA_DTYPE_F32);
+      fill(x, rng);
+      fill(z, rng, 2.f);
+      fill(w, rng);
+      fill(b, rng);
+      fill(dy, rng);
+      norm::RmsNormGatedFwdParams fp;
+      fp.x_dtype = dt, fp.w_dtype = fp.b_dtype = STRATA_DTYPE_F32, fp.rstd_dtype = STRATA_DTYPE_F32;
+      fp.rows = rows, fp.D = D, fp.group = G, fp.eps = 1e-6f, fp.norm_before_gate = v.nbg, fp.act = v.act;
+      fp.x_rows = fp.z_rows = fp.y_rows = dense(rows, D);
+      fp.rstd_rows = dense(rows, ng);
+      fp.w_row = fp.b_row = one_row();
+      norm::RmsNormGatedFwdParams dp = fp, hp = fp;
+      dp.x = x.dev, dp.z = z.dev, dp.y = y.dev, dp.rstd = rstd.dev, dp.weight = w.dev, dp.bias = v.bias ? b.dev : nullptr;
+      hp.x = x.host.data(), hp.z = z.host.data(), hp.y = y.host.data(), hp.rstd = rstd.host.data();
+      hp.weight = w.host.data(), hp.bias = v.bias ? b.host.data() : nullptr;
+      y.poison();
+      rstd.poison();
+      ASSERT_EQ(norm::rms_norm_gated_fwd_cuda(dp, nullptr), 0) << where;
+      norm::rms_norm_gated_fwd_reference(hp);
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
+      EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd rstd " << where;
+
+      norm::RmsNormGatedBwdParams bp;
+      bp.x_dtype = dt, bp.w_dtype = bp.b_dtype = bp.rstd_dtype = bp.dw_dtype = bp.db_dtype = STRATA_DTYPE_F32;
+      bp.rows = rows, bp.D = D, bp.group = G, bp.norm_before_gate = v.nbg, bp.act = v.act;
+      bp.x_rows = bp.z_rows = bp.dy_rows = bp.dx_rows = bp.dz_rows = dense(rows, D);
+      bp.rstd_rows = dense(rows, ng);
+      bp.w_row = bp.b_row = bp.dw_row = bp.db_row = one_row();
+      rstd.upload();  // the reference's rstd on both sides
+      norm::RmsNormGatedBwdParams dbp = bp, hbp = bp;
+      dbp.x = x.dev, dbp.z = z.dev, dbp.weight = w.dev, dbp.bias = v.bias ? b.dev : nullptr, dbp.rstd = rstd.dev;
+      dbp.dy = dy.dev, dbp.dx = dx.dev, dbp.dz = dz.dev, dbp.dweight = dw.dev, dbp.dbias = db.dev;
+      hbp.x = x.host.data(), hbp.z = z.host.data(), hbp.weight = w.host.data();
+      hbp.bias = v.bias ? b.host.data() : nullptr, hbp.rstd = rstd.host.data(), hbp.dy = dy.host.data();
+      hbp.dx = dx.host.data(), hbp.dz = dz.host.data(), hbp.dweight = dw.host.data(), hbp.dbias = db.host.data();
+      const size_t ws = norm::rms_norm_gated_bwd_workspace(dbp, norm::rms_norm_gated_cuda_partials(dbp));
+      void* wsp = nullptr;
+      ASSERT_EQ(cudaMalloc(&wsp, ws + 16), cudaSuccess);
+      dbp.partial = static_cast<float*>(wsp);
+      dx.poison();
+      dz.poison();
+      dw.poison();
+      db.poison();
+      ASSERT_EQ(norm::rms_norm_gated_bwd_cuda(dbp, nullptr), 0) << where;
+      const std::vector<uint8_t> dw1 = dw.download(), db1 = db.download();
+      ASSERT_EQ(norm::rms_norm_gated_bwd_cuda(dbp, nullptr), 0) << where;
+      EXPECT_EQ(dw.download(), dw1) << "dweight bits differ between runs " << where;
+      EXPECT_EQ(db.download(), db1) << "dbias bits differ between runs " << where;
+      cudaFree(wsp);
+      norm::rms_norm_gated_bwd_reference(hbp);
+      EXPECT_LE(dx.rel_rms_vs_host(), 2 * tol(dt)) << "bwd dx " << where;
+      EXPECT_LE(dz.rel_rms_vs_host(), 2 * tol(dt)) << "bwd dz " << where;
+      EXPECT_LE(dw.rel_rms_vs_host(), 1e-4) << "bwd dweight " << where;
+      EXPECT_LE(db.rel_rms_vs_host(), 1e-4) << "bwd dbias " << where;
+    }
+}
+
+// ---- clipped_swiglu interleaved forward (the flat streaming kernel), with and without probs ----
+TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  std::mt19937 rng(13);
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32})
+    for (bool with_probs : {false, true}) {
+      const int64_t rows = 100003, I = 256;
+      const std::string where = std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + (with_probs ? " probs" : "");
+      Twin x(rows * 2 * I, dt), y(rows * I, dt), pr(rows, STRATA_DTYPE_F32);
+      fill(x, rng, 4.f);
+      fill(pr, rng);
+      activation::ClippedSwigluFwdParams fp;
+      fp.x_dtype = dt, fp.probs_dtype = STRATA_DTYPE_F32, fp.rows = rows, fp.I = I;
+      fp.x_rows = dense(rows, 2 * I), fp.y_rows = dense(rows, I), fp.probs_rows = dense(rows, 1);
+      activation::ClippedSwigluFwdParams dp = fp, hp = fp;
+      dp.x = x.dev, dp.y = y.dev, dp.probs = with_probs ? pr.dev : nullptr;
+      hp.x = x.host.data(), hp.y = y.host.data(), hp.probs = with_probs ? pr.host.data() : nullptr;
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
+      activation::clipped_swiglu_fwd_reference(hp);
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
+    }
+}
+
+}  // namespace
+}  // namespace strata
+#endif  // STRATA_WITH_CUDA
