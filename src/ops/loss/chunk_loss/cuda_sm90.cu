@@ -278,6 +278,17 @@ __global__ void __launch_bounds__(kColTile* kColTile)
   acc[j * acc_stride] = first ? t * scale : acc[j * acc_stride] + t * scale;
 }
 
+// Rows of at least 256 columns (dH [N, D], dW tiles): blockIdx.y walks the rows (grid-stride beyond 65535),
+// blockIdx.x / threads the columns, so no 64-bit division per element.
+template <class TO>
+__global__ void convert_rows_2d(const float* src, int64_t ld_src, TO* dst, int64_t ld_dst, int64_t rows,
+                                int64_t cols) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += step)
+      dst[r * ld_dst + c] = from_f32<TO>(src[r * ld_src + c]);
+}
+
 template <class TO>
 __global__ void convert_rows(const float* src, int64_t ld_src, TO* dst, int64_t ld_dst, int64_t rows, int64_t cols) {
   const int64_t total = rows * cols;
@@ -551,7 +562,13 @@ struct CudaBackend {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(cuda::ceil_div(total, 256), 1 << 20));
     visit_storage(dt, [&](auto to) {
       using TO = decltype(to);
-      convert_rows<TO><<<blocks, 256, 0, stream>>>(src, ld_src, static_cast<TO*>(dst), ld_dst, rows, cols);
+      if (cols >= 256) {
+        const dim3 grid(static_cast<unsigned>(std::min<int64_t>(cuda::ceil_div(cols, 256), 64)),
+                        static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+        convert_rows_2d<TO><<<grid, 256, 0, stream>>>(src, ld_src, static_cast<TO*>(dst), ld_dst, rows, cols);
+      } else {
+        convert_rows<TO><<<blocks, 256, 0, stream>>>(src, ld_src, static_cast<TO*>(dst), ld_dst, rows, cols);
+      }
     });
     launched("chunk_loss (convert)");
   }

@@ -21,6 +21,11 @@
 //      (in place or to dlogits). Each CTA writes only its own slice, after its own bulk copy completed, and
 //      c_y comes from the shared copy of the CTA that owns it, so in place is safe.
 //   The backward op (lse given) runs steps 1 and 3 only (no cluster barriers).
+// "cuda.sm90.cluster_pipe" is the same kernel with kPipe: persistent clusters (as many as are resident) loop
+// over rows i, i + clusters, ..., and each CTA has two slice buffers: thread 0 issues the bulk copy of the
+// CTA's next row into the other buffer (read by the previous row, finished at its closing __syncthreads)
+// before waiting for the current one, so a copy is always in flight while the CTA computes, merges and writes.
+// Per buffer b the mbarrier completes one phase per copy; bit b of `phases` is the parity the next wait expects.
 // Conditions (ce_smem_reject, at plan time; else the dispatch takes the next implementation): V and the row
 // strides multiples of 16 bytes, the row (V x sizeof(T)) at most 8 x kMaxSliceBytes. At run time the base
 // pointers must be 16-byte aligned (ce_smem_aligned; else the caller runs block_per_row: the same math).
