@@ -113,7 +113,8 @@ std::string ce_smem_reject(const CeParams& p, bool pipelined);
 bool ce_smem_aligned(const CeParams& p);
 // pipelined = false: cuda.sm90.cluster_smem (a cluster per row, one slice buffer per CTA); true:
 // cuda.sm90.cluster_pipe (persistent clusters, two slice buffers per CTA: the next row's copy is in flight
-// while the current row is processed). Same conditions and math (512 vs 256 threads: another summation order, each deterministic).
+// while the current row is processed). Same conditions and math (512 vs 256 threads: another summation
+// order, each deterministic).
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, bool pipelined);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
 // fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
