@@ -276,6 +276,8 @@ struct CpuBackend {
       std::memset(static_cast<char*>(dst) + r * ld * static_cast<int64_t>(es), 0, static_cast<size_t>(cols) * es);
   }
 
+  void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+
   strata_status count_targets() {
     STRATA_RETURN_IF_ERROR(check_targets(p, &n_valid));
     prepare_bias();

@@ -19,6 +19,7 @@
 //                                acc[j] (+)= scale * sum over rows, in row order
 //   void convert(const float* src, ld_src, void* dst, dt, ld_dst, rows, cols)
 //   void zero(void* dst, dt, ld, rows, cols)
+//   void copy(void* dst, const void* src, bytes)   contiguous bytes, no overlap
 //   strata_status finish_loss()            loss = sum_i loss_i (fixed order) * (1/#valid for mean)
 //   strata_status status()                 first failure of the calls above (launch / library errors)
 //
@@ -126,11 +127,24 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   int64_t dw_stop = V;
   int64_t free_bytes = 0;  // bytes of dweight before the accumulator (all of it without one)
   float* dh_in_dw = nullptr;
+  // Split accumulator (with L.dh_in_dw): its rows [0, h_lo) live in dhidden's own storage instead (a 16-bit
+  // dhidden holds h_lo <= N es / 4 f32 rows; contiguous, 16-byte aligned, one token block), rows [h_lo, N) in
+  // dweight's tail. Halving the tail halves the deferred tiles and frees room for one more kept tile (at the
+  // H200 shape, bf16 dweight: 3 deferred instead of 5 and 17 kept instead of 16; f32 dweight: 2 and 36 instead
+  // of 3 and 35). The end converts rows [0, h_lo) into the logits tile buffer first (free by then: it must hold
+  // h_lo D es bytes), then rows [h_lo, N) into dhidden, then copies the staged rows in.
+  int64_t h_lo = 0;
+  if (L.dh_in_dw && p.dhidden && p.ld_dh == D && Nb >= N && reinterpret_cast<uintptr_t>(p.dhidden) % 16 == 0) {
+    const int64_t dh_es = static_cast<int64_t>(dtype_size(p.dh_dtype));
+    const int64_t stage_rows = (Nb * vt * z_es) / std::max<int64_t>(D * dh_es, 1);  // rows the tile buffer holds
+    h_lo = std::min((N * dh_es) / 4, stage_rows);
+    if (h_lo >= N) h_lo = 0;  // (not reached for 16-bit dhidden: h_lo <= N / 2)
+  }
   if (L.dw_direct && p.ld_dw == D) free_bytes = V * D * dw_es;
   if (L.dh_in_dw) {
     const int64_t row_bytes = D * dw_es;
     const uintptr_t base = reinterpret_cast<uintptr_t>(dw_base);
-    const uintptr_t acc = (base + static_cast<uintptr_t>(V * row_bytes - N * D * 4)) / 256 * 256;
+    const uintptr_t acc = (base + static_cast<uintptr_t>(V * row_bytes - (N - h_lo) * D * 4)) / 256 * 256;
     dh_in_dw = reinterpret_cast<float*>(acc);
     dw_stop = static_cast<int64_t>(acc - base) / row_bytes;
     free_bytes = static_cast<int64_t>(acc - base);
@@ -173,7 +187,8 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   }
 
   // vocab_tiled backward: per vocabulary tile and token block, Z (kept, or recomputed), dZ from the row lse.
-  float* dh_acc = nullptr;
+  float* dh_acc = nullptr;  // rows [h_lo, N) (all rows without the split)
+  float* const dh_lo = h_lo > 0 ? static_cast<float*>(p.dhidden) : nullptr;  // rows [0, h_lo), ld D
   int64_t dh_ld = D;
   if (p.dhidden) {
     dh_acc = L.dh_in_place  ? static_cast<float*>(p.dhidden)
@@ -205,14 +220,26 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       be.grad(Zt, z_dt, vt, const_cast<void*>(dZt.p), dz_dt, vt, rows, vn, b0, v0);
       if (p.dweight && !deferred)  // L.dw_direct: a single block (b0 = 0), so beta = 0 and one rounding
         be.gemm(true, false, vn, D, rows, dZt, Hm, b0 > 0 ? 1.f : 0.f, dw_tile, dw_dt, dw_ld, dzs);
-      if (p.dhidden)
+      if (p.dhidden && h_lo > 0) {  // the split accumulator (one token block: b0 = 0, rows = N)
+        const Mat dZhi{static_cast<const char*>(dZt.p) + h_lo * vt * static_cast<int64_t>(dz_es), dz_dt, vt};
+        be.gemm(false, false, h_lo, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_lo, f32, D, dzs);
+        be.gemm(false, false, rows - h_lo, D, vn, dZhi, Wm, v0 > 0 ? 1.f : 0.f, dh_acc, f32, dh_ld, dzs);
+      } else if (p.dhidden) {
         be.gemm(false, false, rows, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld, dzs);
+      }
       if (p.dbias) be.colsum(dZt.p, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0, dzs);
     }
     if (p.dweight && !L.dw_in_place && !L.dw_direct)
       be.convert(static_cast<const float*>(dw_tile), D, dw_tile_of(v0), p.dw_dtype, p.ld_dw, vn, D);
   }
-  if (p.dhidden && !L.dh_in_place) be.convert(dh_acc, D, p.dhidden, p.dh_dtype, p.ld_dh, N, D);
+  if (p.dhidden && h_lo > 0) {
+    const int64_t dh_es = static_cast<int64_t>(dtype_size(p.dh_dtype));
+    be.convert(dh_lo, D, Z, p.dh_dtype, D, h_lo, D);  // staged: dhidden's storage still holds these f32 rows
+    be.convert(dh_acc, D, static_cast<char*>(p.dhidden) + h_lo * D * dh_es, p.dh_dtype, D, N - h_lo, D);
+    be.copy(p.dhidden, Z, static_cast<size_t>(h_lo * D * dh_es));
+  } else if (p.dhidden && !L.dh_in_place) {
+    be.convert(dh_acc, D, p.dhidden, p.dh_dtype, p.ld_dh, N, D);
+  }
   if (L.dh_in_dw)  // the deferred tiles: recompute Z and dZ (one token block), store dW over the accumulator
     for (int64_t v0 = dw_stop / vt * vt; v0 < V; v0 += vt) {
       const int64_t vn = std::min(vt, V - v0);

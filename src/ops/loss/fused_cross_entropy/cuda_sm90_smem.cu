@@ -21,6 +21,11 @@
 //      (in place or to dlogits). Each CTA writes only its own slice, after its own bulk copy completed, and
 //      c_y comes from the shared copy of the CTA that owns it, so in place is safe.
 //   The backward op (lse given) runs steps 1 and 3 only (no cluster barriers).
+// "cuda.sm90.cluster_pipe" is the same kernel with kPipe: persistent clusters (as many as are resident) loop
+// over rows i, i + clusters, ..., and each CTA has two slice buffers: thread 0 issues the bulk copy of the
+// CTA's next row into the other buffer (read by the previous row, finished at its closing __syncthreads)
+// before waiting for the current one, so a copy is always in flight while the CTA computes, merges and writes.
+// Per buffer b the mbarrier completes one phase per copy; bit b of `phases` is the parity the next wait expects.
 // Conditions (ce_smem_reject, at plan time; else the dispatch takes the next implementation): V and the row
 // strides multiples of 16 bytes, the row (V x sizeof(T)) at most 8 x kMaxSliceBytes. At run time the base
 // pointers must be 16-byte aligned (ce_smem_aligned; else the caller runs block_per_row: the same math).
@@ -31,6 +36,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <type_traits>
 
 #include "opbase/dtype.h"
@@ -42,8 +50,8 @@ namespace cg = cooperative_groups;
 namespace strata::loss {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kSmemThreads = 256;   // cluster_smem: 4-5 CTAs per SM
+constexpr int kPipeThreads = 512;   // cluster_pipe: 2 CTAs per SM (two slices each)
 constexpr int kMaxCluster = 8;                  // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
@@ -201,12 +209,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
       : "memory");
 }
 
-template <class T, bool kGrad, bool kCap>
-__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+// kPipe = false (cluster_smem): one slice buffer; a CTA normally owns one row (grid = N clusters) and its
+// copy is issued when the row starts. kPipe = true (cluster_pipe): persistent clusters (as many as are
+// resident) loop over rows with two slice buffers: the bulk copy of the CTA's next row is issued before the
+// current row is processed, so every CTA always has a copy in flight while it computes.
+template <class T, bool kGrad, bool kCap, int kThr, bool kPipe>
+__global__ void __launch_bounds__(kThr) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   constexpr int kVec = Vec16<T>::n;
+  constexpr int kThreads = kThr;
+  constexpr int kWarps = kThr / 32;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint4* buf = reinterpret_cast<const uint4*>(smem_raw);
-  __shared__ __align__(8) uint64_t bar;
+  __shared__ __align__(8) uint64_t bars[2];
   __shared__ Part warp_part[kWarps];
   __shared__ Part cta_part;  // read by the other CTAs of the cluster
   __shared__ float row_lse;
@@ -220,20 +233,37 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   const int64_t n = hi > lo ? hi - lo : 0;  // elements of this CTA's slice (a multiple of kVec)
   const int nv = static_cast<int>(n / kVec);
   const int64_t count = (kGrad && p.reduction == kCeMean) ? *ce_count_slot(p) : 0;
-  if (threadIdx.x == 0) mbar_init(&bar);
+  const uint32_t bytes = static_cast<uint32_t>(n * sizeof(T));
+  const int64_t slice_bytes = slice * static_cast<int64_t>(sizeof(T));  // buffer 1 at this offset (16-byte multiple)
+  auto row_src = [&](int64_t r) { return static_cast<const T*>(p.logits) + r * p.logits_rs + lo; };
+  if (threadIdx.x == 0) {
+    mbar_init(&bars[0]);
+    if (kPipe) mbar_init(&bars[1]);
+  }
   __syncthreads();
-  uint32_t phase = 0;
+  uint32_t phases = 0;   // bit b: the parity the next wait on bars[b] expects
+  int b = 0;             // the buffer of the current row (always 0 without kPipe)
   bool pending = false;  // the cluster barrier "partials read" was arrived at but not yet waited for
   const int64_t clusters = gridDim.x / C;
+  if (kPipe && n > 0 && threadIdx.x == 0 && blockIdx.x / C < p.N)
+    bulk_load(smem_raw, row_src(blockIdx.x / C), bytes, &bars[0]);
   for (int64_t i = blockIdx.x / C; i < p.N; i += clusters) {
-    const T* z = static_cast<const T*>(p.logits) + i * p.logits_rs + lo;
+    const unsigned char* sbuf = smem_raw + (kPipe ? b * slice_bytes : 0);
+    const uint4* buf = reinterpret_cast<const uint4*>(sbuf);
     const int64_t y = ce_target(p, i);
     const bool ignored = y == k.ignore_index;
     const bool bad = !ignored && (y < 0 || y >= V);
     if (n > 0) {
-      if (threadIdx.x == 0) bulk_load(smem_raw, z, static_cast<uint32_t>(n * sizeof(T)), &bar);
-      mbar_wait(&bar, phase);
-      phase ^= 1u;
+      if (threadIdx.x == 0) {
+        if (kPipe) {
+          // The other buffer was last read by the previous row, finished at the __syncthreads ending it.
+          if (i + clusters < p.N) bulk_load(smem_raw + (b ^ 1) * slice_bytes, row_src(i + clusters), bytes, &bars[b ^ 1]);
+        } else {
+          bulk_load(smem_raw, row_src(i), bytes, &bars[0]);
+        }
+      }
+      mbar_wait(&bars[b], (phases >> b) & 1u);
+      phases ^= 1u << b;
     }
     float lse;
     if (fwd) {
@@ -271,7 +301,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         a.sum_c = kCap ? c0 + c1 : k.scale * (c0 + c1);
       }
       if (threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
-        const T* row = reinterpret_cast<const T*>(smem_raw);
+        const T* row = reinterpret_cast<const T*>(sbuf);
         a.c_y = ce_logit(k, to_f32(row[y - lo]));
       }
       // Merge: warps (fixed tree), CTA (fixed order), cluster (rank order).
@@ -378,7 +408,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
               if (q == off) {
                 float f = 1.f;
                 if constexpr (kCap) {
-                  const float t = ce_tanh(k.scale * to_f32(reinterpret_cast<const T*>(smem_raw)[yv]) * k.inv_cap);
+                  const float t = ce_tanh(k.scale * to_f32(reinterpret_cast<const T*>(sbuf)[yv]) * k.inv_cap);
                   f = 1.f - t * t;
                 }
                 x[q] -= f * gr.target;
@@ -389,7 +419,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         }
       }
     }
-    __syncthreads();  // buf and row_lse are reused by the next row of this CTA
+    __syncthreads();  // the buffer and row_lse are reused by a later row of this CTA
+    if (kPipe) b ^= 1;
   }
   if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
 }
@@ -414,17 +445,45 @@ Split split_of(int64_t V, int32_t dtype) {
   return s;
 }
 
-template <class T, bool kGrad, bool kCap>
+// cudaOccupancyMaxActiveClusters for (device, kernel, dynamic shared memory, cluster size), cached: the query
+// costs host time on every call otherwise. 0 when the query fails (the caller then keeps one cluster per row).
+int resident_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int C) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  using Key = std::tuple<int, const void*, size_t, int>;
+  static std::mutex mu;
+  static std::map<Key, int> cache;
+  const Key key{dev, kernel, cfg.dynamicSmemBytes, C};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it so that the launch check does not report it
+    n = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache[key] = n;
+  return n;
+}
+
+template <class T, bool kGrad, bool kCap, bool kPipe>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap>;
+  constexpr int kThr = kPipe ? kPipeThreads : kSmemThreads;
+  const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T) * (kPipe ? 2 : 1);
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kThr, kPipe>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
-  const int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
+  int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.blockDim = dim3(kThr, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -434,29 +493,42 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (kPipe) {
+    // Persistent: as many clusters as are resident at once (each loops over rows i, i + clusters, ...). The
+    // count only sizes the grid: any count gives the same results (rows are independent). The whole shared
+    // memory carveout, so that 3 CTAs of 2 x 37 KiB fit per SM at V = 151936 bf16.
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    const int resident = resident_clusters(reinterpret_cast<const void*>(kernel), cfg, sp.C);
+    if (resident > 0 && resident < clusters) clusters = resident;
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
+  }
   STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
   return STRATA_SUCCESS;
 }
 
-template <class T, bool kGrad>
+template <class T, bool kGrad, bool kPipe>
 strata_status launch_cap(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  return p.k.softcap_on ? launch<T, kGrad, true>(p, sp, stream) : launch<T, kGrad, false>(p, sp, stream);
+  return p.k.softcap_on ? launch<T, kGrad, true, kPipe>(p, sp, stream) : launch<T, kGrad, false, kPipe>(p, sp, stream);
 }
 
-template <class T>
+template <class T, bool kPipe>
 strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  return p.dlogits ? launch_cap<T, true>(p, sp, stream) : launch_cap<T, false>(p, sp, stream);
+  return p.dlogits ? launch_cap<T, true, kPipe>(p, sp, stream) : launch_cap<T, false, kPipe>(p, sp, stream);
 }
 
 }  // namespace
 
-std::string ce_smem_reject(const CeParams& p) {
+std::string ce_smem_reject(const CeParams& p, bool pipelined) {
   const int64_t vec = 16 / static_cast<int64_t>(dtype_size(p.dtype));
   if (p.V == 0) return "V = 0 (nothing to stage)";
   if (p.V % vec != 0 || p.logits_rs % vec != 0 || p.dlogits_rs % vec != 0)
     return "needs V and the row strides to be multiples of 16 bytes";
   if (p.V * static_cast<int64_t>(dtype_size(p.dtype)) > int64_t{kMaxCluster} * kMaxSliceBytes)
     return "rows longer than 8 CTAs x 100 KiB of shared memory";
+  if (pipelined && p.V * static_cast<int64_t>(dtype_size(p.dtype)) > int64_t{kMaxCluster} * kTargetSliceBytes)
+    return "rows longer than 8 CTAs x 40 KiB (two larger slice buffers would leave 1-2 CTAs per SM; "
+           "cuda.sm90.cluster_smem takes them)";
   return {};
 }
 
@@ -465,16 +537,20 @@ bool ce_smem_aligned(const CeParams& p) {
   return a % 16 == 0;
 }
 
-int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr) {
+int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, bool pipelined) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     const Split sp = split_of(p.V, p.dtype);
     strata_status s;
     switch (p.dtype) {
-      case STRATA_DTYPE_F32: s = launch_t<float>(p, sp, stream); break;
-      case STRATA_DTYPE_BF16: s = launch_t<bf16_t>(p, sp, stream); break;
-      default: s = launch_t<f16_t>(p, sp, stream); break;
+      case STRATA_DTYPE_F32:
+        s = pipelined ? launch_t<float, true>(p, sp, stream) : launch_t<float, false>(p, sp, stream);
+        break;
+      case STRATA_DTYPE_BF16:
+        s = pipelined ? launch_t<bf16_t, true>(p, sp, stream) : launch_t<bf16_t, false>(p, sp, stream);
+        break;
+      default: s = pipelined ? launch_t<f16_t, true>(p, sp, stream) : launch_t<f16_t, false>(p, sp, stream); break;
     }
     STRATA_RETURN_IF_ERROR(s);
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_smem_rows)"));

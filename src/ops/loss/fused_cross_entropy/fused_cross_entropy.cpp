@@ -1,7 +1,7 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.block_per_row,
+// Implementations, in dispatch order: cuda.sm90.cluster_pipe, cuda.sm90.cluster_smem, cuda.sm90.block_per_row,
 // cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -123,25 +123,31 @@ const ImplList<CeProblem>& impls() {
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
-    l.push_back({"cuda.sm90.cluster_smem",
-                 [](const CeProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p.params);
-                   return r.empty() ? ce_smem_reject(p.params) : r;
-                 },
-                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                 [](const CeProblem& pr, const Launch& l) {
-                   const CeParams p = bind(pr, l);
-                   const char* op = p.backward ? kBwd : kFwd;
-                   STRATA_RETURN_IF_ERROR(check_alias(p, op));
-                   if (l.workspace_size < ce_workspace_bytes(p, true))
-                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                                 ce_workspace_bytes(p, true), l.workspace_size);
-                   if (!ce_smem_aligned(p))
-                     return static_cast<strata_status>(
-                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
-                   return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream));
-                 }});
+    // cluster_pipe: the same kernel with persistent clusters and two slice buffers per CTA (the next row's
+    // copy overlaps the current row's math).
+    for (const auto& [name, pipelined] :
+         {std::pair{"cuda.sm90.cluster_pipe", true}, std::pair{"cuda.sm90.cluster_smem", false}}) {
+      const bool pipe = pipelined;
+      l.push_back({name,
+                   [pipe](const CeProblem& p) {
+                     std::string r = reject_unless_cuda(p.device, 90);
+                     if (r.empty()) r = dtypes_reason(p.params);
+                     return r.empty() ? ce_smem_reject(p.params, pipe) : r;
+                   },
+                   [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
+                   [pipe](const CeProblem& pr, const Launch& l) {
+                     const CeParams p = bind(pr, l);
+                     const char* op = p.backward ? kBwd : kFwd;
+                     STRATA_RETURN_IF_ERROR(check_alias(p, op));
+                     if (l.workspace_size < ce_workspace_bytes(p, true))
+                       return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
+                                   ce_workspace_bytes(p, true), l.workspace_size);
+                     if (!ce_smem_aligned(p))
+                       return static_cast<strata_status>(
+                           fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
+                     return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, pipe));
+                   }});
+    }
     for (const auto& [name, variant] :
          {std::pair{"cuda.sm90.block_per_row", CeCudaVariant::kBlockPerRow},  // H200 run 2: 2.35 vs 2.44 ms
           std::pair{"cuda.sm90.block_per_row_l2", CeCudaVariant::kBlockPerRowL2}}) {

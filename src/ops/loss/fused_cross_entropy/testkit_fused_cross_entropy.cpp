@@ -226,6 +226,12 @@ class FusedCrossEntropyHarness final : public OpHarness {
     add("bf16", 4, 2048, "mean", 0.1, 1e-3, 1.0, 0.0, 1, "normal", "inplace", "contiguous");
     add("bf16", 4, 65536 + 24, "sum", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "shifted");
     add("f16", 3, 4104, "none", 0.1, 0.0, 1.0, 0.0, 0, "normal", "sep", "shifted");
+    // cuda.sm90.cluster_pipe: more rows than resident clusters, so each persistent cluster takes several rows
+    // and both slice buffers alternate (H200: ~33 clusters of 8 CTAs at V = 151936 bf16; ~528 clusters of one
+    // CTA at 16 KiB rows).
+    add("bf16", 100, 151936, "mean", 0.1, 1e-3, 1.0, 0.0, 3, "normal", "inplace", "contiguous");
+    add("f32", 1500, 4096, "sum", 0.0, 1e-4, 0.9, 30.0, 2, "normal", "sep", "contiguous");
+    add("f16", 1200, 8192 + 8, "none", 0.0, 0.0, -1.1, 0.0, 3, "normal", "inplace", "contiguous", "i32");
     return cases;
   }
 
@@ -378,7 +384,8 @@ class FusedCrossEntropyHarness final : public OpHarness {
       return out;
     }
     if (cuda) {
-      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_row", "cuda.sm90.block_per_row_l2",
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_pipe", "cuda.sm90.cluster_row",
+                               "cuda.sm90.block_per_row_l2",
                                "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
     } else {
