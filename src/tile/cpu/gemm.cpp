@@ -2,12 +2,14 @@
 // NV vectors; per k step it loads NV vectors of a B row, broadcasts MR elements of A and issues MR*NV FMAs
 // into accumulators that stay in registers. NV = 4 on AVX-512 (32 vector registers: 16 accumulators),
 // 2 elsewhere (16 registers). B^T is packed once into a row-major K x N panel so the inner loop always reads
-// contiguous B rows; A^T needs no packing (its elements are broadcast one at a time).
+// contiguous B rows (a blocked transpose: both sides stay in L1); A^T needs no packing (its elements are
+// broadcast one at a time). A triangular op(A) (gemm.h) shortens each row tile's k range.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tile/cpu/gemm.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,12 +29,22 @@ constexpr int kNV = 2;
 
 // One MR x (NV * lanes) tile; the bottom edge instantiates fewer rows. A's layout is a template parameter
 // so the inner loop has no branch; every loop over registers is fully unrolled.
+// k range [k0, k1) that rows [i0, i1) of op(A) can have non-zero (all of [0, K) unless triangular).
+HWY_INLINE void KRange(const GemmF32Args& g, int64_t i0, int64_t i1, int64_t& k0, int64_t& k1) {
+  k0 = 0;
+  k1 = g.K;
+  if (g.tri_a == GemmTri::kLower) k1 = std::min(g.K, i1);
+  if (g.tri_a == GemmTri::kUpper) k0 = std::min(g.K, i0);
+}
+
 template <int R, bool kTransA>
 HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t ldb, int64_t i0, int64_t j0) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   const float* HWY_RESTRICT A = g.A;
-  const int64_t lda = g.lda, K = g.K;
+  const int64_t lda = g.lda;
+  int64_t k_begin, K;
+  KRange(g, i0, i0 + R, k_begin, K);
   // A(i0 + r, k): row-major M x K, or stored K x M when transposed.
   const int64_t a_row = kTransA ? 1 : lda, a_k = kTransA ? lda : 1;
   const float* HWY_RESTRICT a0 = A + i0 * a_row;
@@ -41,8 +53,8 @@ HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t 
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) acc[r][v] = hn::Zero(d);
-  const float* HWY_RESTRICT brow = B + j0;
-  for (int64_t k = 0; k < K; ++k, brow += ldb) {
+  const float* HWY_RESTRICT brow = B + k_begin * ldb + j0;
+  for (int64_t k = k_begin; k < K; ++k, brow += ldb) {
     hn::Vec<decltype(d)> b[kNV];
 #pragma GCC unroll 4
     for (int v = 0; v < kNV; ++v) b[v] = hn::LoadU(d, brow + v * L);
@@ -60,7 +72,7 @@ HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t 
     for (int v = 0; v < kNV; ++v) {
       float* c = g.C + (i0 + r) * g.ldc + j0 + v * L;
       auto out = hn::Mul(valpha, acc[r][v]);
-      if (g.beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, c), out);
+      if (g.beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, g.C_in ? g.C_in + (i0 + r) * g.ldc_in + j0 + v * L : c), out);
       hn::StoreU(out, d, c);
     }
 }
@@ -88,13 +100,51 @@ HWY_INLINE void EdgeColumns(const GemmF32Args& g, const float* B, int64_t ldb, i
   for (int64_t i = 0; i < g.M; ++i)
     for (int64_t j = j0; j < g.N; ++j) {
       float s = 0.f;
-      for (int64_t k = 0; k < g.K; ++k) {
+      int64_t k0, k1;
+      KRange(g, i, i + 1, k0, k1);
+      for (int64_t k = k0; k < k1; ++k) {
         const float a = g.trans_a ? g.A[k * g.lda + i] : g.A[i * g.lda + k];
         s = std::fma(a, B[k * ldb + j], s);
       }
       float* c = g.C + i * g.ldc + j;
-      *c = g.beta != 0.f ? g.alpha * s + g.beta * *c : g.alpha * s;
+      const float cin = g.beta != 0.f ? (g.C_in ? g.C_in[i * g.ldc_in + j] : *c) : 0.f;
+      *c = g.beta != 0.f ? g.alpha * s + g.beta * cin : g.alpha * s;
     }
+}
+
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: 4 x 4 blocks transposed in 128-bit registers
+// (4 loads, 8 shuffles, 4 stores per 16 elements), scalar edges. Column strips of 16 (one source line wide) go
+// down all rows: with power-of-two strides (ldd = 128 floats) a row-major sweep would write 128 destination
+// lines that share 8 cache sets and miss on every store; a strip writes 16 destination rows, spread over all sets.
+void TransposeF32(const float* HWY_RESTRICT src, int64_t lds, int64_t rows, int64_t cols, float* HWY_RESTRICT dst,
+                  int64_t ldd) {
+  constexpr int64_t kStrip = 16;
+  for (int64_t cs = 0; cs < cols; cs += kStrip) {
+    const int64_t ce = std::min(cols, cs + kStrip);
+    int64_t r0 = 0;
+#if HWY_TARGET != HWY_SCALAR
+    const hn::Full128<float> d4;
+    for (; r0 + 4 <= rows; r0 += 4) {
+      const float* s = src + r0 * lds;
+      int64_t c0 = cs;
+      for (; c0 + 4 <= ce; c0 += 4) {
+        const auto a0 = hn::LoadU(d4, s + c0), a1 = hn::LoadU(d4, s + lds + c0);
+        const auto a2 = hn::LoadU(d4, s + 2 * lds + c0), a3 = hn::LoadU(d4, s + 3 * lds + c0);
+        const auto t0 = hn::InterleaveLower(d4, a0, a1), t1 = hn::InterleaveLower(d4, a2, a3);  // a0[0] a1[0] a0[1] a1[1]
+        const auto t2 = hn::InterleaveUpper(d4, a0, a1), t3 = hn::InterleaveUpper(d4, a2, a3);  // a0[2] a1[2] a0[3] a1[3]
+        float* o = dst + c0 * ldd + r0;
+        hn::StoreU(hn::ConcatLowerLower(d4, t1, t0), d4, o);  // column c0: a0[0] a1[0] a2[0] a3[0]
+        hn::StoreU(hn::ConcatUpperUpper(d4, t1, t0), d4, o + ldd);
+        hn::StoreU(hn::ConcatLowerLower(d4, t3, t2), d4, o + 2 * ldd);
+        hn::StoreU(hn::ConcatUpperUpper(d4, t3, t2), d4, o + 3 * ldd);
+      }
+      for (; c0 < ce; ++c0)
+        for (int64_t r = r0; r < r0 + 4; ++r) dst[c0 * ldd + r] = src[r * lds + c0];
+    }
+#endif
+    for (; r0 < rows; ++r0)
+      for (int64_t c = cs; c < ce; ++c) dst[c * ldd + r0] = src[r0 * lds + c];
+  }
 }
 
 void GemmF32(const GemmF32Args& g) {
@@ -103,9 +153,8 @@ void GemmF32(const GemmF32Args& g) {
   int64_t ldb = g.ldb;
   thread_local std::vector<float> panel;
   if (g.trans_b) {  // pack B^T (stored N x K) into a K x N row-major panel
-    panel.resize(static_cast<size_t>(g.K * g.N));
-    for (int64_t j = 0; j < g.N; ++j)
-      for (int64_t k = 0; k < g.K; ++k) panel[k * g.N + j] = g.B[j * g.ldb + k];
+    if (panel.size() < static_cast<size_t>(g.K * g.N)) panel.resize(static_cast<size_t>(g.K * g.N));
+    TransposeF32(g.B, g.ldb, g.N, g.K, panel.data(), g.N);
     B = panel.data();
     ldb = g.N;
   }
@@ -125,8 +174,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace strata::tile {
 HWY_EXPORT(GemmF32);
+HWY_EXPORT(TransposeF32);
 
 GemmF32Fn gemm_f32_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(GemmF32, hwy_target); }
 void gemm_f32(const GemmF32Args& args) { HWY_DYNAMIC_DISPATCH(GemmF32)(args); }
+TransposeF32Fn transpose_f32_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(TransposeF32, hwy_target); }
 }  // namespace strata::tile
 #endif

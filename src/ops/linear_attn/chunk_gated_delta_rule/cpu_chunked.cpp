@@ -86,12 +86,18 @@ void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64
   load_row(x, b * x.st[0] + t * x.st[1] + h * x.st[2], dst, p.K);
 }
 
+using tile::GemmTri;
 struct Gemm {
   tile::GemmF32Fn fn;
-  // C[M, N] = alpha op(A) op(B) + beta C
+  tile::TransposeF32Fn tr;
+  // C[M, N] = alpha op(A) op(B) + beta C_in (C_in = C unless given); `tri`: op(A) is triangular (gemm.h)
   void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmTri tri = GemmTri::kNone,
+                  const float* C_in = nullptr, int64_t ldc_in = 0) const {
     tile::GemmF32Args g;
+    g.tri_a = tri;
+    g.C_in = C_in;
+    g.ldc_in = ldc_in;
     g.trans_a = ta;
     g.trans_b = tb;
     g.M = M;
@@ -106,6 +112,10 @@ struct Gemm {
     g.C = C;
     g.ldc = ldc;
     fn(g);
+  }
+  // dst [cols, rows] = src [rows, cols]^T (row strides lds, ldd)
+  void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) const {
+    tr(src, lds, rows, cols, dst, ldd);
   }
 };
 
@@ -122,15 +132,17 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
+// The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
+// (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
 struct Scratch {
-  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK;  // [BT, K]
-  float *Vc, *Vb, *Vn, *dO, *dVn, *TV;        // [BT, V]
+  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
+  float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
-  float *S, *dS;                               // [K, V] (S: forward only; the backward reads the stored states)
+  float *S, *dS, *ST, *dST;                    // [K, V] (S: forward only; the backward reads the stored states)
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
-    return 8 * align_up(BT * p.K) + 6 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 2 * align_up(p.K * p.V) +
+    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 4 * align_up(p.K * p.V) +
            6 * align_up(BT);
   }
   Scratch(float* base, const GdnParams& p) {
@@ -140,18 +152,19 @@ struct Scratch {
       c += align_up(n);
       return r;
     };
-    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK}) *f = take(BT * p.K);
-    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV}) *f = take(BT * p.V);
+    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
+    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm}) *f = take(BT * BT);
-    for (float** f : {&S, &dS}) *f = take(p.K * p.V);
+    for (float** f : {&S, &dS, &ST, &dST}) *f = take(p.K * p.V);
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
   }
 };
 
 // Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
 // the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
-// Kb = diag(beta E) K, Vb = diag(beta) V, W = A Kb, U = A Vb (into Vn). Returns e^{gamma_last}.
-void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool load_q) {
+// Kb = diag(beta E) K, Vb = diag(beta) V, KT = K^T.
+void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
+                bool load_q) {
   const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
   s.L = L;
   std::memset(s.Kc, 0, sizeof(float) * BT * K);
@@ -194,6 +207,7 @@ void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L
     for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
     for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
   }
+  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
 }
 
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
@@ -205,7 +219,7 @@ void build_m(Scratch& s) {
 // After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
 void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
-  mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
+  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT);
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
@@ -220,13 +234,13 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
-  mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K);
-  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V);
+  mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
+  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
 float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
                      int64_t hv, bool load_q) {
-  chunk_load(p, s, b, t0, L, hv, load_q);
+  chunk_load(p, mm, s, b, t0, L, hv, load_q);
   chunk_wy(p, mm, s);
   return s.E[BT - 1];
 }
@@ -352,9 +366,9 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
     mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
-    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V);
+    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
     for (int64_t i = 0; i < L; ++i)
       store_row(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
     // S = e^{gamma_last} S + K^T diag(eL) Vn
@@ -386,22 +400,34 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     else
       std::memset(S + i * V, 0, sizeof(float) * V);
   }
+  // The WY factors of chunk c are computed in place in its `keep` block (the scratch's P, Ai, W, Vn point
+  // there), and read from there by the reverse sweep: no copies.
+  float *const own_P = s.P, *const own_Ai = s.Ai, *const own_W = s.W, *const own_Vn = s.Vn;
+  auto use_keep = [&](int64_t c) {
+    float* keep = wy + c * wy_stride;
+    s.P = keep;
+    s.Ai = keep + BT * BT;
+    s.W = keep + 2 * BT * BT;
+    s.Vn = keep + 2 * BT * BT + BT * K;
+  };
+  auto use_own = [&] {
+    s.P = own_P;
+    s.Ai = own_Ai;
+    s.W = own_W;
+    s.Vn = own_Vn;
+  };
   for (int64_t c = 0; c + 1 < nc; ++c) {
     const int64_t t0 = seq.bos + c * BT;
+    use_keep(c);
     const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
     const float* Sc = hs + c * hs_stride;
     float* Sn = hs + (c + 1) * hs_stride;
     mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
-    float* keep = wy + c * wy_stride;
-    std::memcpy(keep, s.P, sizeof(float) * BT * BT);
-    std::memcpy(keep + BT * BT, s.Ai, sizeof(float) * BT * BT);
-    std::memcpy(keep + 2 * BT * BT, s.W, sizeof(float) * BT * K);
-    std::memcpy(keep + 2 * BT * BT + BT * K, s.Vn, sizeof(float) * BT * V);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    std::memcpy(Sn, Sc, sizeof(float) * KV);
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V);
+    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
   }
+  use_own();
   // reverse sweep
   for (int64_t i = 0; i < K; ++i) {
     if (p.dht.present())
@@ -412,16 +438,13 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
     const float* Sc = hs + c * hs_stride;
-    chunk_load(p, s, seq.b, t0, L, hv, true);
+    chunk_load(p, mm, s, seq.b, t0, L, hv, true);
     const float elast = s.E[BT - 1];
-    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass
-      const float* keep = wy + c * wy_stride;
-      std::memcpy(s.P, keep, sizeof(float) * BT * BT);
-      std::memcpy(s.Ai, keep + BT * BT, sizeof(float) * BT * BT);
-      std::memcpy(s.W, keep + 2 * BT * BT, sizeof(float) * BT * K);
-      std::memcpy(s.Vn, keep + 2 * BT * BT + BT * K, sizeof(float) * BT * V);
+    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass (read in place)
+      use_keep(c);
       build_m(s);
     } else {
+      use_own();
       chunk_wy(p, mm, s);
       mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
     }
@@ -429,27 +452,30 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < L; ++i)
       load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
     // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
-    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
     mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
-    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V);
+    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
     // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
-    mm(false, true, BT, BT, V, 1.f, s.dO, V, s.Vn, V, 0.f, s.Ds, BT);
+    mm.transpose(s.Vn, V, BT, V, s.VT, BT);
+    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT);
     mask_lower_gamma(s.Ds, s.Gm, p.scale);
-    mm(false, true, BT, K, V, 1.f, s.dO, V, Sc, V, 0.f, s.dQ, K);
+    mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
+    mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
-    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K);
+    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
     // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
-    mm(false, true, BT, K, V, 1.f, s.Vn, V, s.dS, V, 0.f, s.dK, K);
+    mm.transpose(s.dS, V, K, V, s.dST, K);  // dST [V, K]
+    mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
     float kdk_int = 0.f;
     for (int64_t i = 0; i < BT; ++i) {
       for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
       kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
     }
-    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K);
+    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
     // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
     for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
     s.dgam[L - 1] += elast * dot(Sc, s.dS, KV) + kdk_int;
@@ -459,9 +485,9 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, s.dS, V);
     mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, s.dS, V);
     // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
-    mm(false, true, BT, K, V, -1.f, s.dVn, V, Sc, V, 0.f, s.dW, K);
-    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K);
-    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V);
+    mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
+    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
+    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
     for (int64_t i = 0; i < BT; ++i) {
       const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
       s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
@@ -471,11 +497,13 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
     }
     // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T)
-    mm(false, true, BT, BT, K, 1.f, s.dW, K, s.Kb, K, 0.f, s.dA, BT);
-    mm(false, true, BT, BT, V, 1.f, s.dVn, V, s.Vb, V, 1.f, s.dA, BT);
+    mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
+    mm.transpose(s.Vb, V, BT, V, s.VT, BT);
+    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT);
+    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
-    mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT);
+    mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT, GemmTri::kUpper);
     mm(false, true, BT, BT, BT, -1.f, s.TL, BT, s.Ai, BT, 0.f, s.dA, BT);  // dA now holds dM (unmasked)
     // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
     // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
@@ -511,6 +539,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
     }
   }
+  use_own();  // the scratch serves the thread's next task
   if (p.dh0.present())
     for (int64_t i = 0; i < K; ++i)
       store_row(p.dh0, n * p.dh0.st[0] + hv * p.dh0.st[1] + i * p.dh0.st[2], s.dS + i * V, V);
@@ -521,7 +550,8 @@ size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * siz
 }  // namespace
 
 bool gdn_cpu_chunked_available(int64_t hwy_target) {
-  return tile::gemm_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+  return tile::gemm_f32_for(hwy_target) && tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) &&
+         norm::row_norm_bwd_cpu(hwy_target);
 }
 
 size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size_t>(std::max(1, p.slots)); }
@@ -542,7 +572,7 @@ size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
 }
 
 void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
-  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+  const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const NormBufs nb = carve_norm(p0, w);
   const GdnParams p = normalise_qk(p0, hwy_target, nb);
@@ -551,7 +581,7 @@ void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspac
 }
 
 void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
-  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+  const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
   int64_t* coff = reinterpret_cast<int64_t*>(w);
