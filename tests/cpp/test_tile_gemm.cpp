@@ -95,6 +95,43 @@ TEST(TileGemm, TriangularAAndSeparateBetaInputOnEveryIsa) {
   }
 }
 
+// Lower-triangular C: the entries on and below the diagonal are right (those above may be left unwritten).
+TEST(TileGemm, LowerTriangularCOnEveryIsa) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd;
+  const int64_t sizes[][3] = {{64, 64, 128}, {64, 64, 64}, {70, 50, 9}, {13, 40, 20}, {128, 64, 64}};
+  for (const CpuIsa& isa : cpu_isas()) {
+    if (!reject_cpu_isa(isa).empty()) continue;
+    const GemmF32Fn fn = gemm_f32_for(isa.hwy_target);
+    for (const auto& s : sizes)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t M = s[0], N = s[1], K = s[2];
+        const int64_t lda = K + 1, ldb = (tb ? K : N) + 3, ldc = N + 2;
+        std::vector<float> A(M * lda), B((tb ? N : K) * ldb), C(M * ldc), C0;
+        for (auto& v : A) v = nd(rng);
+        for (auto& v : B) v = nd(rng);
+        for (auto& v : C) v = nd(rng);
+        C0 = C;
+        GemmF32Args g{false, tb == 1, M, N, K, 1.5f, A.data(), lda, B.data(), ldb, 0.25f, C.data(), ldc};
+        g.tri_c = GemmTri::kLower;
+        fn(g);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j <= std::min(i, N - 1); ++j) {
+            double ref = 0;
+            for (int64_t k = 0; k < K; ++k)
+              ref += static_cast<double>(A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            ref = 1.5 * ref + 0.25 * C0[i * ldc + j];
+            const double d = C[i * ldc + j] - ref;
+            num += d * d;
+            den += ref * ref;
+          }
+        EXPECT_LT(std::sqrt(num / den), 8 * std::sqrt(static_cast<double>(K)) * 0x1p-24)
+            << isa.name << " M=" << M << " N=" << N << " K=" << K << " tb=" << tb;
+      }
+  }
+}
+
 TEST(TileGemm, TransposeIsExactOnEveryIsa) {
   const int64_t shapes[][2] = {{64, 128}, {128, 128}, {1, 1}, {5, 3}, {17, 35}, {64, 100}};
   for (const CpuIsa& isa : cpu_isas()) {

@@ -27,8 +27,6 @@ constexpr int kNV = 4;
 constexpr int kNV = 2;
 #endif
 
-// One MR x (NV * lanes) tile; the bottom edge instantiates fewer rows. A's layout is a template parameter
-// so the inner loop has no branch; every loop over registers is fully unrolled.
 // k range [k0, k1) that rows [i0, i1) of op(A) can have non-zero (all of [0, K) unless triangular).
 HWY_INLINE void KRange(const GemmF32Args& g, int64_t i0, int64_t i1, int64_t& k0, int64_t& k1) {
   k0 = 0;
@@ -37,7 +35,10 @@ HWY_INLINE void KRange(const GemmF32Args& g, int64_t i0, int64_t i1, int64_t& k0
   if (g.tri_a == GemmTri::kUpper) k0 = std::min(g.K, i0);
 }
 
-template <int R, bool kTransA>
+// One R x (NV * lanes) tile (R <= MR, NV <= kNV: the bottom edge, narrow or triangular panels instantiate
+// fewer). A's layout is a template parameter so the inner loop has no branch; every loop over registers is
+// fully unrolled. Each element's sum runs over k in increasing order whatever R and NV are.
+template <int R, int NV, bool kTransA>
 HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t ldb, int64_t i0, int64_t j0) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
@@ -48,28 +49,28 @@ HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t 
   // A(i0 + r, k): row-major M x K, or stored K x M when transposed.
   const int64_t a_row = kTransA ? 1 : lda, a_k = kTransA ? lda : 1;
   const float* HWY_RESTRICT a0 = A + i0 * a_row;
-  hn::Vec<decltype(d)> acc[R][kNV];
+  hn::Vec<decltype(d)> acc[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) acc[r][v] = hn::Zero(d);
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
   const float* HWY_RESTRICT brow = B + k_begin * ldb + j0;
   for (int64_t k = k_begin; k < K; ++k, brow += ldb) {
-    hn::Vec<decltype(d)> b[kNV];
+    hn::Vec<decltype(d)> b[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) b[v] = hn::LoadU(d, brow + v * L);
+    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(d, brow + v * L);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const auto va = hn::Set(d, a0[r * a_row + k * a_k]);
 #pragma GCC unroll 4
-      for (int v = 0; v < kNV; ++v) acc[r][v] = hn::MulAdd(va, b[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(va, b[v], acc[r][v]);
     }
   }
   const auto valpha = hn::Set(d, g.alpha), vbeta = hn::Set(d, g.beta);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-    for (int v = 0; v < kNV; ++v) {
+    for (int v = 0; v < NV; ++v) {
       float* c = g.C + (i0 + r) * g.ldc + j0 + v * L;
       auto out = hn::Mul(valpha, acc[r][v]);
       if (g.beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, g.C_in ? g.C_in + (i0 + r) * g.ldc_in + j0 + v * L : c), out);
@@ -77,28 +78,51 @@ HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t 
     }
 }
 
+template <int R, bool kTransA>
+HWY_INLINE void TileNV(const GemmF32Args& g, const float* B, int64_t ldb, int64_t i0, int64_t j0, int64_t nv) {
+  switch (nv) {
+    case 1: Tile<R, 1, kTransA>(g, B, ldb, i0, j0); break;
+    case 2: Tile<R, 2, kTransA>(g, B, ldb, i0, j0); break;
+    case 3: if constexpr (kNV >= 3) Tile<R, (kNV >= 3 ? 3 : 1), kTransA>(g, B, ldb, i0, j0); break;
+    case 4: if constexpr (kNV >= 4) Tile<R, (kNV >= 4 ? 4 : 1), kTransA>(g, B, ldb, i0, j0); break;
+    default: break;
+  }
+}
+
+// Columns [0, n_vec) (whole vectors) in panels of up to NR = kNV vectors, rows in tiles of MR. With a lower
+// triangular C only the vectors that reach column i1 - 1 of a row tile [i0, i1) are computed.
 template <bool kTransA>
-HWY_INLINE void Panels(const GemmF32Args& g, const float* B, int64_t ldb, int64_t n_full, int64_t NR) {
-  for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
-    int64_t i0 = 0;
-    for (; i0 + kMR <= g.M; i0 += kMR) Tile<kMR, kTransA>(g, B, ldb, i0, j0);
-    // The last M % MR rows as one tile (e.g. rows 60..63 of a 64-row chunk: one 4-row tile keeps 16
-    // accumulators in flight instead of four latency-bound 1-row passes). Same per-element k order: same bits.
-    switch (g.M - i0) {
-      case 5: Tile<5, kTransA>(g, B, ldb, i0, j0); break;
-      case 4: Tile<4, kTransA>(g, B, ldb, i0, j0); break;
-      case 3: Tile<3, kTransA>(g, B, ldb, i0, j0); break;
-      case 2: Tile<2, kTransA>(g, B, ldb, i0, j0); break;
-      case 1: Tile<1, kTransA>(g, B, ldb, i0, j0); break;
-      default: break;
+HWY_INLINE void Panels(const GemmF32Args& g, const float* B, int64_t ldb, int64_t n_vec, int64_t L) {
+  const int64_t NR = kNV * L;
+  for (int64_t j0 = 0; j0 < n_vec; j0 += NR) {
+    const int64_t width = std::min(NR, n_vec - j0);
+    for (int64_t i0 = 0; i0 < g.M; i0 += kMR) {
+      const int64_t R = std::min<int64_t>(kMR, g.M - i0);
+      int64_t w = width;
+      if (g.tri_c == GemmTri::kLower) {
+        if (i0 + R <= j0) continue;  // no column of this panel is on or below the diagonal of these rows
+        w = std::min(width, (i0 + R - j0 + L - 1) / L * L);
+      }
+      const int64_t nv = w / L;
+      // The last M % MR rows as one tile (e.g. rows 60..63 of a 64-row chunk: one 4-row tile keeps 16
+      // accumulators in flight instead of four latency-bound 1-row passes). Same per-element k order.
+      switch (R) {
+        case 6: TileNV<6, kTransA>(g, B, ldb, i0, j0, nv); break;
+        case 5: TileNV<5, kTransA>(g, B, ldb, i0, j0, nv); break;
+        case 4: TileNV<4, kTransA>(g, B, ldb, i0, j0, nv); break;
+        case 3: TileNV<3, kTransA>(g, B, ldb, i0, j0, nv); break;
+        case 2: TileNV<2, kTransA>(g, B, ldb, i0, j0, nv); break;
+        case 1: TileNV<1, kTransA>(g, B, ldb, i0, j0, nv); break;
+        default: break;
+      }
     }
   }
 }
 
-// Columns past the last full tile: plain loops in the same k order.
+// Columns past the last whole vector (N % lanes of them): plain loops in the same k order.
 HWY_INLINE void EdgeColumns(const GemmF32Args& g, const float* B, int64_t ldb, int64_t j0) {
   for (int64_t i = 0; i < g.M; ++i)
-    for (int64_t j = j0; j < g.N; ++j) {
+    for (int64_t j = j0; j < (g.tri_c == GemmTri::kLower ? std::min(g.N, i + 1) : g.N); ++j) {
       float s = 0.f;
       int64_t k0, k1;
       KRange(g, i, i + 1, k0, k1);
@@ -159,13 +183,13 @@ void GemmF32(const GemmF32Args& g) {
     ldb = g.N;
   }
   const hn::ScalableTag<float> d;
-  const int64_t NR = kNV * static_cast<int64_t>(hn::Lanes(d));
-  const int64_t n_full = g.N / NR * NR;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t n_vec = g.N / L * L;
   if (g.trans_a)
-    Panels<true>(g, B, ldb, n_full, NR);
+    Panels<true>(g, B, ldb, n_vec, L);
   else
-    Panels<false>(g, B, ldb, n_full, NR);
-  if (n_full < g.N) EdgeColumns(g, B, ldb, n_full);
+    Panels<false>(g, B, ldb, n_vec, L);
+  if (n_vec < g.N) EdgeColumns(g, B, ldb, n_vec);
 }
 
 }  // namespace strata::tile::HWY_NAMESPACE

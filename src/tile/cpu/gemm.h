@@ -9,7 +9,8 @@
 // `tri_a` set, the caller promises that op(A)(i, k) == 0 outside the triangle, and the kernel skips, per tile of
 // rows [i0, i1), the k range that is zero for every row of the tile (lower: k >= i1; upper: k < i0). Stored
 // zeros must still be there (a tile reads the part of the triangle that its own rows cross). About half the
-// FLOPs of a 64 x 64 triangular factor, same blocking for a given shape (deterministic).
+// FLOPs of a 64 x 64 triangular factor, same blocking for a given shape (deterministic). `tri_c` (below) skips the
+// vectors of C above the diagonal.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,10 @@ struct GemmF32Args {
   const float* C_in = nullptr;
   int64_t ldc_in = 0;
   GemmTri tri_a = GemmTri::kNone;  // structure of op(A) (after the transpose), see above
+  // kLower: only C(i, j) with j <= i is wanted (the masked chunk products K K^T, Q K^T, dO V^T): whole
+  // vectors of a row tile past its last row's diagonal are neither computed nor written (the entries above the
+  // diagonal that share a vector with wanted ones are computed and written). kUpper is not supported.
+  GemmTri tri_c = GemmTri::kNone;
 };
 
 using GemmF32Fn = void (*)(const GemmF32Args&);

@@ -87,15 +87,17 @@ void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64
 }
 
 using tile::GemmTri;
+constexpr GemmTri kNoTri = GemmTri::kNone, kLowerC = GemmTri::kLower;  // kLowerC: only C's lower triangle is wanted
 struct Gemm {
   tile::GemmF32Fn fn;
   tile::TransposeF32Fn tr;
   // C[M, N] = alpha op(A) op(B) + beta C_in (C_in = C unless given); `tri`: op(A) is triangular (gemm.h)
   void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmTri tri = GemmTri::kNone,
-                  const float* C_in = nullptr, int64_t ldc_in = 0) const {
+                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone) const {
     tile::GemmF32Args g;
     g.tri_a = tri;
+    g.tri_c = tri_c;
     g.C_in = C_in;
     g.ldc_in = ldc_in;
     g.trans_a = ta;
@@ -219,7 +221,7 @@ void build_m(Scratch& s) {
 // After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
 void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
-  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT);
+  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);  // j < i read
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
@@ -245,9 +247,15 @@ float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, 
   return s.E[BT - 1];
 }
 
-// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]; Gm is 0 above the diagonal.
+// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
+// (the GEMM that made X skips them: GemmTri::kLower output) and are set to 0.
 void mask_lower_gamma(float* X, const float* Gm, float scale) {
-  for (int64_t i = 0; i < BT * BT; ++i) X[i] = scale * X[i] * Gm[i];
+  for (int64_t i = 0; i < BT; ++i) {
+    float* x = X + i * BT;
+    const float* gm = Gm + i * BT;
+    for (int64_t j = 0; j <= i; ++j) x[j] = scale * x[j] * gm[j];
+    for (int64_t j = i + 1; j < BT; ++j) x[j] = 0.f;
+  }
 }
 
 // Chunk starts per sequence: coff[n] = index of sequence n's first chunk (exclusive prefix sum of ceil(L/BT)).
@@ -366,7 +374,7 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
     mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
     mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
     for (int64_t i = 0; i < L; ++i)
@@ -452,7 +460,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < L; ++i)
       load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
     // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
     mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
     for (int64_t i = 0; i < BT; ++i)
@@ -460,7 +468,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
     // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
     mm.transpose(s.Vn, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT);
+    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Ds, s.Gm, p.scale);
     mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
     mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
@@ -499,8 +507,8 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T)
     mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
     mm.transpose(s.Vb, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT);
-    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT);
+    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
     mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT, GemmTri::kUpper);
