@@ -11,10 +11,18 @@
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
 // f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
-// workspace [B, T, HV, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
+// workspace [HV, B, T, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
 // through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
 // computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
 // one slot per thread (GdnParams::slots, fixed by the plan).
+//
+// The whole file is compiled once per Highway target (foreach_target): the per-chunk element-wise loops
+// (decays, scalings, the forward substitution, row dots) are plain C++ that the compiler vectorizes for the
+// implementation's ISA, and `cpu.<isa>` runs that ISA throughout, not only inside the GEMM tile.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/linear_attn/chunk_gated_delta_rule/cpu_chunked.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -26,8 +34,10 @@
 #include "opbase/tensor.h"
 #include "runtime/runtime_internal.h"
 #include "tile/cpu/gemm.h"
+#include "tile/cpu/isa.h"
 
-namespace strata::linear_attn {
+HWY_BEFORE_NAMESPACE();
+namespace strata::linear_attn::HWY_NAMESPACE {
 namespace {
 
 constexpr int64_t BT = kGdnChunk;
@@ -121,16 +131,25 @@ struct Gemm {
   }
 };
 
-// Row dot product with 8 interleaved partial sums combined in a fixed order (independent lanes the compiler
-// turns into vector multiply-adds; no latency-bound single chain; the same bits on every run and thread
-// count). Plain a * b + s: std::fma would be a libm call in this translation unit (no -mfma here).
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Row dot product: four vector partial sums (independent FMA chains), combined in a fixed order, then the
+// n % lanes tail. The same bits on every run and thread count for a given target.
+float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i + 4 * L <= n; i += 4 * L) {
+    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(d, a + i + L), hn::LoadU(d, b + i + L), s1);
+    s2 = hn::MulAdd(hn::LoadU(d, a + i + 2 * L), hn::LoadU(d, b + i + 2 * L), s2);
+    s3 = hn::MulAdd(hn::LoadU(d, a + i + 3 * L), hn::LoadU(d, b + i + 3 * L), s3);
+  }
+  for (; i + L <= n; i += L) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+  float r = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
 }
 
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
@@ -391,7 +410,8 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 // ---- backward ----
 
 // One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
-// reverse sweep. dq/dk of this value head go to dqh/dkh ([B, T, HV, K] f32).
+// reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
+// contiguous rows instead of one 512-byte row per 4 KiB page).
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
@@ -539,7 +559,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       s.dgam[i] = acc;
     }
     for (int64_t i = 0; i < L; ++i) {
-      const int64_t t = t0 + i, tok = (seq.b * p.T + t) * p.HV + hv;
+      const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
       std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
       std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
       store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
@@ -555,23 +575,18 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 
 size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
 
-}  // namespace
-
-bool gdn_cpu_chunked_available(int64_t hwy_target) {
-  return tile::gemm_f32_for(hwy_target) && tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) &&
-         norm::row_norm_bwd_cpu(hwy_target);
-}
-
 size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size_t>(std::max(1, p.slots)); }
 
+}  // namespace
+
 // Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
-size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
+size_t FwdWorkspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
 
 // Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
 // f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
-// [B, T, HV, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
+// [HV, B, T, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
 // only)] | scratch slots.
-size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
+size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
@@ -579,7 +594,7 @@ size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
          (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
 }
 
-void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const NormBufs nb = carve_norm(p0, w);
@@ -588,7 +603,7 @@ void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspac
             [&](int64_t task, Scratch& s) { fwd_task(p, mm, s, task / p.HV, task % p.HV); });
 }
 
-void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
@@ -628,10 +643,11 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
       for (int which = 0; which < 2; ++which) {
         const float* src = which == 0 ? dqh : dkh;
         float* dy = p.l2norm ? (which == 0 ? dyq : dyk) + r * K : s.TK;
-        const float* x0 = src + (bt * p.HV + h * G) * K;
+        const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
+        const float* x0 = src + h * G * head_stride + bt * K;
         for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
         for (int64_t j = 1; j < G; ++j) {
-          const float* x = src + (bt * p.HV + h * G + j) * K;
+          const float* x = x0 + j * head_stride;
           for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
         }
         if (!p.l2norm) {
@@ -665,4 +681,28 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
   }
 }
 
+}  // namespace strata::linear_attn::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::linear_attn {
+HWY_EXPORT(ChunkedFwd);
+HWY_EXPORT(ChunkedBwd);
+HWY_EXPORT(FwdWorkspace);
+HWY_EXPORT(BwdWorkspace);
+
+bool gdn_cpu_chunked_available(int64_t hwy_target) {
+  return STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target) && tile::gemm_f32_for(hwy_target) &&
+         tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+}
+// The layouts do not depend on the target: any compiled one answers.
+size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(FwdWorkspace)(p); }
+size_t gdn_cpu_bwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(BwdWorkspace)(p); }
+void gdn_cpu_chunked_fwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
+  STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target)(p, hwy_target, workspace);
+}
+void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
+  STRATA_HWY_FOR_TARGET(ChunkedBwd, hwy_target)(p, hwy_target, workspace);
+}
 }  // namespace strata::linear_attn
+#endif  // HWY_ONCE
