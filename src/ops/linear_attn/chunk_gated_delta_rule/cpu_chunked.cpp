@@ -188,9 +188,9 @@ void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64
                 bool load_q) {
   const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
   s.L = L;
-  std::memset(s.Kc, 0, sizeof(float) * BT * K);
-  std::memset(s.Vc, 0, sizeof(float) * BT * V);
-  if (load_q) std::memset(s.Q, 0, sizeof(float) * BT * K);
+  std::memset(s.Kc + L * K, 0, sizeof(float) * (BT - L) * K);  // rows past the sequence end
+  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
+  if (load_q) std::memset(s.Q + L * K, 0, sizeof(float) * (BT - L) * K);
   for (int64_t i = 0; i < BT; ++i) {
     if (i < L) {
       const int64_t t = t0 + i;
@@ -231,6 +231,25 @@ void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64
   mm.transpose(s.Kc, K, BT, K, s.KT, BT);
 }
 
+// Hints the token rows of chunk [t0, t0 + L) of k, v (and q, do) into L2 while the current chunk computes:
+// the rows are 0.25-1 KiB pieces one or more pages apart ([B, T, heads, D]), which the hardware prefetchers
+// do not follow, so a plain load of a chunk waits on memory row by row.
+void prefetch_chunk(const GdnParams& p, int64_t b, int64_t t0, int64_t L, int64_t hv, bool with_q, bool with_do) {
+  auto rows = [&](const GdnTensor& x, int64_t head, int64_t D) {
+    const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+    const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
+    for (int64_t i = 0; i < L; ++i) {
+      const char* r = base + (t0 + i) * x.st[1] * es;
+      for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
+    }
+  };
+  const int64_t h = hv / (p.HV / p.H);
+  rows(p.k, h, p.K);
+  rows(p.v, hv, p.V);
+  if (with_q) rows(p.q, h, p.K);
+  if (with_do) rows(p.do_, hv, p.V);
+}
+
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
 void build_m(Scratch& s) {
   for (int64_t i = 0; i < BT; ++i)
@@ -244,6 +263,7 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
+#if HWY_TARGET == HWY_SCALAR
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
     std::memset(ai, 0, sizeof(float) * BT);
@@ -255,6 +275,33 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
+#else
+  // Row i is accumulated in registers (BT / lanes vectors: 4 on AVX-512); row j is zero past column j, so
+  // only its first j / lanes + 1 vectors are read. Column i is never touched (j < i): set to 1 at the store.
+  const hn::ScalableTag<float> d;
+  constexpr int64_t kLv = HWY_LANES(float), kNv = BT / kLv;
+  static_assert(BT % kLv == 0, "chunk rows must be whole vectors");
+  for (int64_t i = 0; i < BT; ++i) {
+    hn::Vec<decltype(d)> acc[kNv];
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kNv; ++v) acc[v] = hn::Zero(d);
+    const int64_t jn = i < s.L ? i : 0;
+    for (int64_t j = 0; j < jn; ++j) {
+      const float m = s.M[i * BT + j];
+      if (m == 0.f) continue;
+      const auto vm = hn::Set(d, m);
+      const float* aj = s.Ai + j * BT;
+      const int64_t nv = j / kLv + 1;
+#pragma GCC unroll 16
+      for (int64_t v = 0; v < kNv; ++v)
+        if (v < nv) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
+    }
+    float* ai = s.Ai + i * BT;
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kNv; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
+    ai[i] = 1.f;
+  }
+#endif
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
@@ -387,6 +434,7 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
     const int64_t L = std::min(BT, seq.eos - t0);
     const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
+    if (t0 + BT < seq.eos) prefetch_chunk(p, seq.b, t0 + BT, std::min(BT, seq.eos - t0 - BT), hv, true, false);
     // Vn = U - W S
     mm(false, false, BT, V, K, -1.f, s.W, K, s.S, V, 1.f, s.Vn, V);
     // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
@@ -448,6 +496,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     const int64_t t0 = seq.bos + c * BT;
     use_keep(c);
     const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
+    if (c + 2 < nc) prefetch_chunk(p, seq.b, t0 + BT, BT, hv, false, false);  // the state pass's next chunk
     const float* Sc = hs + c * hs_stride;
     float* Sn = hs + (c + 1) * hs_stride;
     mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
@@ -467,6 +516,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
     const float* Sc = hs + c * hs_stride;
     chunk_load(p, mm, s, seq.b, t0, L, hv, true);
+    if (c > 0) prefetch_chunk(p, seq.b, t0 - BT, BT, hv, true, true);  // the reverse sweep's next chunk
     const float elast = s.E[BT - 1];
     if (c + 1 < nc) {  // WY factors and Vn kept by the state pass (read in place)
       use_keep(c);
