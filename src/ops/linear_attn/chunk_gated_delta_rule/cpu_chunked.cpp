@@ -574,21 +574,23 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
     }
-    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T)
+    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
     mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
     mm.transpose(s.Vb, V, BT, V, s.VT, BT);
     mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
     mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
-    mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT, GemmTri::kUpper);
-    mm(false, true, BT, BT, BT, -1.f, s.TL, BT, s.Ai, BT, 0.f, s.dA, BT);  // dA now holds dM (unmasked)
+    // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
+    // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
+    mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
+    mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
     // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
     // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = 0; j < BT; ++j) {
         if (j < i) {
-          const float dm = s.dA[i * BT + j];
+          const float dm = s.dA[j * BT + i];  // dM_ij
           const float dp = dm * s.Gm[i * BT + j];
           s.dbeta[i] += dp * s.P[i * BT + j];
           const float dmm = dm * s.M[i * BT + j];
