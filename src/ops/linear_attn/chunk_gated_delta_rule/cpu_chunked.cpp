@@ -11,10 +11,18 @@
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
 // f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
-// workspace [B, T, HV, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
+// workspace [HV, B, T, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
 // through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
 // computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
 // one slot per thread (GdnParams::slots, fixed by the plan).
+//
+// The whole file is compiled once per Highway target (foreach_target): the per-chunk element-wise loops
+// (decays, scalings, the forward substitution, row dots) are plain C++ that the compiler vectorizes for the
+// implementation's ISA, and `cpu.<isa>` runs that ISA throughout, not only inside the GEMM tile.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/linear_attn/chunk_gated_delta_rule/cpu_chunked.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -26,8 +34,10 @@
 #include "opbase/tensor.h"
 #include "runtime/runtime_internal.h"
 #include "tile/cpu/gemm.h"
+#include "tile/cpu/isa.h"
 
-namespace strata::linear_attn {
+HWY_BEFORE_NAMESPACE();
+namespace strata::linear_attn::HWY_NAMESPACE {
 namespace {
 
 constexpr int64_t BT = kGdnChunk;
@@ -86,12 +96,20 @@ void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64
   load_row(x, b * x.st[0] + t * x.st[1] + h * x.st[2], dst, p.K);
 }
 
+using tile::GemmTri;
+constexpr GemmTri kNoTri = GemmTri::kNone, kLowerC = GemmTri::kLower;  // kLowerC: only C's lower triangle is wanted
 struct Gemm {
   tile::GemmF32Fn fn;
-  // C[M, N] = alpha op(A) op(B) + beta C
+  tile::TransposeF32Fn tr;
+  // C[M, N] = alpha op(A) op(B) + beta C_in (C_in = C unless given); `tri`: op(A) is triangular (gemm.h)
   void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmTri tri = GemmTri::kNone,
+                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone) const {
     tile::GemmF32Args g;
+    g.tri_a = tri;
+    g.tri_c = tri_c;
+    g.C_in = C_in;
+    g.ldc_in = ldc_in;
     g.trans_a = ta;
     g.trans_b = tb;
     g.M = M;
@@ -107,30 +125,45 @@ struct Gemm {
     g.ldc = ldc;
     fn(g);
   }
+  // dst [cols, rows] = src [rows, cols]^T (row strides lds, ldd)
+  void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) const {
+    tr(src, lds, rows, cols, dst, ldd);
+  }
 };
 
-// Row dot product with 8 interleaved partial sums combined in a fixed order (independent lanes the compiler
-// turns into vector multiply-adds; no latency-bound single chain; the same bits on every run and thread
-// count). Plain a * b + s: std::fma would be a libm call in this translation unit (no -mfma here).
-float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {};
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Row dot product: four vector partial sums (independent FMA chains), combined in a fixed order, then the
+// n % lanes tail. The same bits on every run and thread count for a given target.
+float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  for (; i < n; ++i) acc[0] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i + 4 * L <= n; i += 4 * L) {
+    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(d, a + i + L), hn::LoadU(d, b + i + L), s1);
+    s2 = hn::MulAdd(hn::LoadU(d, a + i + 2 * L), hn::LoadU(d, b + i + 2 * L), s2);
+    s3 = hn::MulAdd(hn::LoadU(d, a + i + 3 * L), hn::LoadU(d, b + i + 3 * L), s3);
+  }
+  for (; i + L <= n; i += L) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
+  float r = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
 }
 
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
+// The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
+// (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
 struct Scratch {
-  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK;  // [BT, K]
-  float *Vc, *Vb, *Vn, *dO, *dVn, *TV;        // [BT, V]
+  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
+  float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
-  float *S, *dS;                               // [K, V] (S: forward only; the backward reads the stored states)
+  float *S, *dS, *ST, *dST;                    // [K, V] (S: forward only; the backward reads the stored states)
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
-    return 8 * align_up(BT * p.K) + 6 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 2 * align_up(p.K * p.V) +
+    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 4 * align_up(p.K * p.V) +
            6 * align_up(BT);
   }
   Scratch(float* base, const GdnParams& p) {
@@ -140,23 +173,24 @@ struct Scratch {
       c += align_up(n);
       return r;
     };
-    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK}) *f = take(BT * p.K);
-    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV}) *f = take(BT * p.V);
+    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
+    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm}) *f = take(BT * BT);
-    for (float** f : {&S, &dS}) *f = take(p.K * p.V);
+    for (float** f : {&S, &dS, &ST, &dST}) *f = take(p.K * p.V);
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
   }
 };
 
 // Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
 // the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
-// Kb = diag(beta E) K, Vb = diag(beta) V, W = A Kb, U = A Vb (into Vn). Returns e^{gamma_last}.
-void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool load_q) {
+// Kb = diag(beta E) K, Vb = diag(beta) V, KT = K^T.
+void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
+                bool load_q) {
   const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
   s.L = L;
-  std::memset(s.Kc, 0, sizeof(float) * BT * K);
-  std::memset(s.Vc, 0, sizeof(float) * BT * V);
-  if (load_q) std::memset(s.Q, 0, sizeof(float) * BT * K);
+  std::memset(s.Kc + L * K, 0, sizeof(float) * (BT - L) * K);  // rows past the sequence end
+  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
+  if (load_q) std::memset(s.Q + L * K, 0, sizeof(float) * (BT - L) * K);
   for (int64_t i = 0; i < BT; ++i) {
     if (i < L) {
       const int64_t t = t0 + i;
@@ -194,6 +228,26 @@ void chunk_load(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L
     for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
     for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
   }
+  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
+}
+
+// Hints the token rows of chunk [t0, t0 + L) of k, v (and q, do) into L2 while the current chunk computes:
+// the rows are 0.25-1 KiB pieces one or more pages apart ([B, T, heads, D]), which the hardware prefetchers
+// do not follow, so a plain load of a chunk waits on memory row by row.
+void prefetch_chunk(const GdnParams& p, int64_t b, int64_t t0, int64_t L, int64_t hv, bool with_q, bool with_do) {
+  auto rows = [&](const GdnTensor& x, int64_t head, int64_t D) {
+    const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+    const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
+    for (int64_t i = 0; i < L; ++i) {
+      const char* r = base + (t0 + i) * x.st[1] * es;
+      for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
+    }
+  };
+  const int64_t h = hv / (p.HV / p.H);
+  rows(p.k, h, p.K);
+  rows(p.v, hv, p.V);
+  if (with_q) rows(p.q, h, p.K);
+  if (with_do) rows(p.do_, hv, p.V);
 }
 
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
@@ -205,10 +259,11 @@ void build_m(Scratch& s) {
 // After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
 void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
-  mm(false, true, BT, BT, K, 1.f, s.Kc, K, s.Kc, K, 0.f, s.P, BT);
+  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);  // j < i read
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
+#if HWY_TARGET == HWY_SCALAR
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
     std::memset(ai, 0, sizeof(float) * BT);
@@ -220,20 +275,53 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
-  mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K);
-  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V);
+#else
+  // Row i is accumulated in registers (BT / lanes vectors: 4 on AVX-512); row j is zero past column j, so
+  // only its first j / lanes + 1 vectors are read. Column i is never touched (j < i): set to 1 at the store.
+  const hn::ScalableTag<float> d;
+  constexpr int64_t kLv = HWY_LANES(float), kNv = BT / kLv;
+  static_assert(BT % kLv == 0, "chunk rows must be whole vectors");
+  for (int64_t i = 0; i < BT; ++i) {
+    hn::Vec<decltype(d)> acc[kNv];
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kNv; ++v) acc[v] = hn::Zero(d);
+    const int64_t jn = i < s.L ? i : 0;
+    for (int64_t j = 0; j < jn; ++j) {
+      const float m = s.M[i * BT + j];
+      if (m == 0.f) continue;
+      const auto vm = hn::Set(d, m);
+      const float* aj = s.Ai + j * BT;
+      const int64_t nv = j / kLv + 1;
+#pragma GCC unroll 16
+      for (int64_t v = 0; v < kNv; ++v)
+        if (v < nv) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
+    }
+    float* ai = s.Ai + i * BT;
+#pragma GCC unroll 16
+    for (int64_t v = 0; v < kNv; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
+    ai[i] = 1.f;
+  }
+#endif
+  mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
+  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
 float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
                      int64_t hv, bool load_q) {
-  chunk_load(p, s, b, t0, L, hv, load_q);
+  chunk_load(p, mm, s, b, t0, L, hv, load_q);
   chunk_wy(p, mm, s);
   return s.E[BT - 1];
 }
 
-// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]; Gm is 0 above the diagonal.
+// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
+// (the GEMM that made X skips them: GemmTri::kLower output) and are set to 0.
 void mask_lower_gamma(float* X, const float* Gm, float scale) {
-  for (int64_t i = 0; i < BT * BT; ++i) X[i] = scale * X[i] * Gm[i];
+  for (int64_t i = 0; i < BT; ++i) {
+    float* x = X + i * BT;
+    const float* gm = Gm + i * BT;
+    for (int64_t j = 0; j <= i; ++j) x[j] = scale * x[j] * gm[j];
+    for (int64_t j = i + 1; j < BT; ++j) x[j] = 0.f;
+  }
 }
 
 // Chunk starts per sequence: coff[n] = index of sequence n's first chunk (exclusive prefix sum of ceil(L/BT)).
@@ -346,15 +434,16 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
     const int64_t L = std::min(BT, seq.eos - t0);
     const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
+    if (t0 + BT < seq.eos) prefetch_chunk(p, seq.b, t0 + BT, std::min(BT, seq.eos - t0 - BT), hv, true, false);
     // Vn = U - W S
     mm(false, false, BT, V, K, -1.f, s.W, K, s.S, V, 1.f, s.Vn, V);
     // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
     mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
-    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V);
+    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
     for (int64_t i = 0; i < L; ++i)
       store_row(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
     // S = e^{gamma_last} S + K^T diag(eL) Vn
@@ -369,7 +458,8 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 // ---- backward ----
 
 // One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
-// reverse sweep. dq/dk of this value head go to dqh/dkh ([B, T, HV, K] f32).
+// reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
+// contiguous rows instead of one 512-byte row per 4 KiB page).
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
@@ -386,22 +476,35 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     else
       std::memset(S + i * V, 0, sizeof(float) * V);
   }
+  // The WY factors of chunk c are computed in place in its `keep` block (the scratch's P, Ai, W, Vn point
+  // there), and read from there by the reverse sweep: no copies.
+  float *const own_P = s.P, *const own_Ai = s.Ai, *const own_W = s.W, *const own_Vn = s.Vn;
+  auto use_keep = [&](int64_t c) {
+    float* keep = wy + c * wy_stride;
+    s.P = keep;
+    s.Ai = keep + BT * BT;
+    s.W = keep + 2 * BT * BT;
+    s.Vn = keep + 2 * BT * BT + BT * K;
+  };
+  auto use_own = [&] {
+    s.P = own_P;
+    s.Ai = own_Ai;
+    s.W = own_W;
+    s.Vn = own_Vn;
+  };
   for (int64_t c = 0; c + 1 < nc; ++c) {
     const int64_t t0 = seq.bos + c * BT;
+    use_keep(c);
     const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
+    if (c + 2 < nc) prefetch_chunk(p, seq.b, t0 + BT, BT, hv, false, false);  // the state pass's next chunk
     const float* Sc = hs + c * hs_stride;
     float* Sn = hs + (c + 1) * hs_stride;
     mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
-    float* keep = wy + c * wy_stride;
-    std::memcpy(keep, s.P, sizeof(float) * BT * BT);
-    std::memcpy(keep + BT * BT, s.Ai, sizeof(float) * BT * BT);
-    std::memcpy(keep + 2 * BT * BT, s.W, sizeof(float) * BT * K);
-    std::memcpy(keep + 2 * BT * BT + BT * K, s.Vn, sizeof(float) * BT * V);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    std::memcpy(Sn, Sc, sizeof(float) * KV);
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V);
+    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
   }
+  use_own();
   // reverse sweep
   for (int64_t i = 0; i < K; ++i) {
     if (p.dht.present())
@@ -412,16 +515,14 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
     const float* Sc = hs + c * hs_stride;
-    chunk_load(p, s, seq.b, t0, L, hv, true);
+    chunk_load(p, mm, s, seq.b, t0, L, hv, true);
+    if (c > 0) prefetch_chunk(p, seq.b, t0 - BT, BT, hv, true, true);  // the reverse sweep's next chunk
     const float elast = s.E[BT - 1];
-    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass
-      const float* keep = wy + c * wy_stride;
-      std::memcpy(s.P, keep, sizeof(float) * BT * BT);
-      std::memcpy(s.Ai, keep + BT * BT, sizeof(float) * BT * BT);
-      std::memcpy(s.W, keep + 2 * BT * BT, sizeof(float) * BT * K);
-      std::memcpy(s.Vn, keep + 2 * BT * BT + BT * K, sizeof(float) * BT * V);
+    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass (read in place)
+      use_keep(c);
       build_m(s);
     } else {
+      use_own();
       chunk_wy(p, mm, s);
       mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
     }
@@ -429,27 +530,30 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < L; ++i)
       load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
     // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
-    mm(false, true, BT, BT, K, 1.f, s.Q, K, s.Kc, K, 0.f, s.Aqk, BT);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Aqk, s.Gm, p.scale);
     mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
-    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V);
+    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
     // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
-    mm(false, true, BT, BT, V, 1.f, s.dO, V, s.Vn, V, 0.f, s.Ds, BT);
+    mm.transpose(s.Vn, V, BT, V, s.VT, BT);
+    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
     mask_lower_gamma(s.Ds, s.Gm, p.scale);
-    mm(false, true, BT, K, V, 1.f, s.dO, V, Sc, V, 0.f, s.dQ, K);
+    mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
+    mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
-    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K);
+    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
     // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
-    mm(false, true, BT, K, V, 1.f, s.Vn, V, s.dS, V, 0.f, s.dK, K);
+    mm.transpose(s.dS, V, K, V, s.dST, K);  // dST [V, K]
+    mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
     float kdk_int = 0.f;
     for (int64_t i = 0; i < BT; ++i) {
       for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
       kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
     }
-    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K);
+    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
     // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
     for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
     s.dgam[L - 1] += elast * dot(Sc, s.dS, KV) + kdk_int;
@@ -459,9 +563,9 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, s.dS, V);
     mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, s.dS, V);
     // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
-    mm(false, true, BT, K, V, -1.f, s.dVn, V, Sc, V, 0.f, s.dW, K);
-    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K);
-    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V);
+    mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
+    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
+    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
     for (int64_t i = 0; i < BT; ++i) {
       const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
       s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
@@ -470,19 +574,23 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
       for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
     }
-    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T)
-    mm(false, true, BT, BT, K, 1.f, s.dW, K, s.Kb, K, 0.f, s.dA, BT);
-    mm(false, true, BT, BT, V, 1.f, s.dVn, V, s.Vb, V, 1.f, s.dA, BT);
+    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
+    mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
+    mm.transpose(s.Vb, V, BT, V, s.VT, BT);
+    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
-    mm(true, false, BT, BT, BT, 1.f, s.Ai, BT, s.dA, BT, 0.f, s.TL, BT);
-    mm(false, true, BT, BT, BT, -1.f, s.TL, BT, s.Ai, BT, 0.f, s.dA, BT);  // dA now holds dM (unmasked)
+    // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
+    // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
+    mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
+    mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
     // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
     // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
     for (int64_t i = 0; i < BT; ++i)
       for (int64_t j = 0; j < BT; ++j) {
         if (j < i) {
-          const float dm = s.dA[i * BT + j];
+          const float dm = s.dA[j * BT + i];  // dM_ij
           const float dp = dm * s.Gm[i * BT + j];
           s.dbeta[i] += dp * s.P[i * BT + j];
           const float dmm = dm * s.M[i * BT + j];
@@ -503,7 +611,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       s.dgam[i] = acc;
     }
     for (int64_t i = 0; i < L; ++i) {
-      const int64_t t = t0 + i, tok = (seq.b * p.T + t) * p.HV + hv;
+      const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
       std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
       std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
       store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
@@ -511,6 +619,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
     }
   }
+  use_own();  // the scratch serves the thread's next task
   if (p.dh0.present())
     for (int64_t i = 0; i < K; ++i)
       store_row(p.dh0, n * p.dh0.st[0] + hv * p.dh0.st[1] + i * p.dh0.st[2], s.dS + i * V, V);
@@ -518,22 +627,18 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 
 size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
 
-}  // namespace
-
-bool gdn_cpu_chunked_available(int64_t hwy_target) {
-  return tile::gemm_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
-}
-
 size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size_t>(std::max(1, p.slots)); }
 
+}  // namespace
+
 // Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
-size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
+size_t FwdWorkspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
 
 // Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
 // f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
-// [B, T, HV, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
+// [HV, B, T, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
 // only)] | scratch slots.
-size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
+size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
@@ -541,8 +646,8 @@ size_t gdn_cpu_bwd_workspace(const GdnParams& p) {
          (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
 }
 
-void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
-  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+  const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const NormBufs nb = carve_norm(p0, w);
   const GdnParams p = normalise_qk(p0, hwy_target, nb);
@@ -550,8 +655,8 @@ void gdn_cpu_chunked_fwd(const GdnParams& p0, int64_t hwy_target, void* workspac
             [&](int64_t task, Scratch& s) { fwd_task(p, mm, s, task / p.HV, task % p.HV); });
 }
 
-void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
-  const Gemm mm{tile::gemm_f32_for(hwy_target)};
+void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+  const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
   const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
   int64_t* coff = reinterpret_cast<int64_t*>(w);
@@ -590,10 +695,11 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
       for (int which = 0; which < 2; ++which) {
         const float* src = which == 0 ? dqh : dkh;
         float* dy = p.l2norm ? (which == 0 ? dyq : dyk) + r * K : s.TK;
-        const float* x0 = src + (bt * p.HV + h * G) * K;
+        const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
+        const float* x0 = src + h * G * head_stride + bt * K;
         for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
         for (int64_t j = 1; j < G; ++j) {
-          const float* x = src + (bt * p.HV + h * G + j) * K;
+          const float* x = x0 + j * head_stride;
           for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
         }
         if (!p.l2norm) {
@@ -627,4 +733,28 @@ void gdn_cpu_chunked_bwd(const GdnParams& p0, int64_t hwy_target, void* workspac
   }
 }
 
+}  // namespace strata::linear_attn::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::linear_attn {
+HWY_EXPORT(ChunkedFwd);
+HWY_EXPORT(ChunkedBwd);
+HWY_EXPORT(FwdWorkspace);
+HWY_EXPORT(BwdWorkspace);
+
+bool gdn_cpu_chunked_available(int64_t hwy_target) {
+  return STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target) && tile::gemm_f32_for(hwy_target) &&
+         tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+}
+// The layouts do not depend on the target: any compiled one answers.
+size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(FwdWorkspace)(p); }
+size_t gdn_cpu_bwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(BwdWorkspace)(p); }
+void gdn_cpu_chunked_fwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
+  STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target)(p, hwy_target, workspace);
+}
+void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
+  STRATA_HWY_FOR_TARGET(ChunkedBwd, hwy_target)(p, hwy_target, workspace);
+}
 }  // namespace strata::linear_attn
+#endif  // HWY_ONCE
