@@ -40,6 +40,47 @@ constexpr size_t kSmem = kNumTiles * kTileBytes + (3 * 64 + 2 * 64 + kThr) * siz
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
 
+// The four V-contraction products of one (value head, V tile) step, 64 deep, for the warp's 16 x 32 block
+// (rows r0.., columns c0..): ds += dO Vnᵀ, dq += dO Sᵀ, dk += Vn dSᵀ and, with want_dw, dw += dV Sᵀ (B operands
+// stored [n][k]). Interleaved per 16-deep slice: the dO fragment feeds ds and dq, the S fragments dq and dw (9
+// ldmatrix instead of 12 per slice), and 16 independent accumulators are in flight instead of 4. Each accumulator
+// still sums its slices in increasing k: the same bits as four separate warp GEMMs.
+template <class T>
+__device__ __forceinline__ void step_products(float (&ds)[1][4][4], float (&dq)[1][4][4], float (&dk)[1][4][4],
+                                              float (&dw)[1][4][4], const uint16_t* st, int r0, int c0,
+                                              bool want_dw) {
+  namespace mm = ::strata::cuda::mma;
+  using M = MmaT<T>;
+  const M* aDo = reinterpret_cast<const M*>(st + kDo * kTileElems + r0 * kLd);
+  const M* aVn = reinterpret_cast<const M*>(st + kVn * kTileElems + r0 * kLd);
+  const M* aDv = reinterpret_cast<const M*>(st + kDv * kTileElems + r0 * kLd);
+  const M* bVn = reinterpret_cast<const M*>(st + kVn * kTileElems + c0 * kLd);
+  const M* bS = reinterpret_cast<const M*>(st + kS * kTileElems + c0 * kLd);
+  const M* bDS = reinterpret_cast<const M*>(st + kDS * kTileElems + c0 * kLd);
+#pragma unroll
+  for (int k0 = 0; k0 < 64; k0 += 16) {
+    const mm::FragA fDo = mm::load_a(aDo, kLd, 0, k0), fVn = mm::load_a(aVn, kLd, 0, k0);
+    mm::FragB fv[4], fs[4], fd[4];
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      mm::load_b2(fv[2 * np], fv[2 * np + 1], bVn, kLd, k0, np * 16);
+      mm::load_b2(fs[2 * np], fs[2 * np + 1], bS, kLd, k0, np * 16);
+      mm::load_b2(fd[2 * np], fd[2 * np + 1], bDS, kLd, k0, np * 16);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      mma16816<T>(ds[0][nt], fDo, fv[nt]);
+      mma16816<T>(dq[0][nt], fDo, fs[nt]);
+      mma16816<T>(dk[0][nt], fVn, fd[nt]);
+    }
+    if (want_dw) {
+      const mm::FragA fDv = mm::load_a(aDv, kLd, 0, k0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma16816<T>(dw[0][nt], fDv, fs[nt]);
+    }
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg,
                                                          int64_t items, int64_t ktiles) {
@@ -115,11 +156,8 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
           }
           __syncthreads();
           const uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
-          // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k] (BKN = false).
-          warp_gemm<T, true, false, 1, 4>(ds, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kVn * kTileElems) + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dq, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dk, (st + kVn * kTileElems) + r0 * kLd, kLd, (st + kDS * kTileElems) + c0 * kLd, kLd, 64);
-          if (want_dw) warp_gemm<T, true, false, 1, 4>(dw, (st + kDv * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
+          // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k].
+          step_products<T>(ds, dq, dk, dw, st, r0, c0, want_dw);
           if (want_dg)  // 8 columns (one 16-byte segment of each tile) per step; zero outside the valid rows / columns
             for (int e = threadIdx.x; e < 64 * 8; e += kThr) {
               const int x = e / 8, col = (e % 8) * 8;
