@@ -537,6 +537,19 @@ TEST(GdnBwdCuda, TensorCorePathNeedsOne16BitDtype) {
   EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
 }
 
+// The composed backward's fused sums (WyBwdParams::dk_add / dg_add) are taken by the tensor-core kernel only: the
+// FMA entry refuses a call that sets them, before it touches the device (so this runs without a GPU).
+TEST(GdnBwdCuda, FmaWyBwdRefusesFusedSums) {
+  using namespace linear_attn;
+  float x = 0.f;
+  WyBwdParams w;
+  w.dk_add.p = &x;
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);
+  w.dk_add.p = nullptr;
+  w.dg_add.p = &x;
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);
+}
+
 // Both CUDA kernels of each op are in its implementation list, the tensor-core one first.
 TEST(GdnBwdCuda, ImplementationListsHaveBothKernels) {
   for (const char* op : {"chunk_bwd_dv_local", "chunk_gated_delta_rule_bwd_dhu", "chunk_bwd_dqkwg",

@@ -31,13 +31,55 @@ constexpr int kLd = 72;  // 16-bit row pitch of the 64-column tiles (conflict-fr
 constexpr int kTileElems = 64 * kLd;
 constexpr size_t kTileBytes = size_t{kTileElems} * 2;
 // Shared memory: 16-bit tiles dO, Vn, dV, S, dS of one (value head, V tile) step, twice (the next step's tiles
-// load while this one computes), Q, K (per chunk), Ds; f32 γ, row partials [2][64], block-sum scratch [256].
+// load while this one computes), Q, K (per chunk), Ds; f32 row vectors γ, scale exp(γ), exp(γ_last − γ) [64]
+// each (formed once per row, not once per element), row partials [2][64], block-sum scratch [256].
 enum { kDo, kVn, kDv, kS, kDS, kStage };
 enum { kQ = 2 * kStage, kK, kDs, kNumTiles };
-constexpr size_t kSmem = kNumTiles * kTileBytes + (64 + 2 * 64 + kThr) * sizeof(float);
+constexpr size_t kSmem = kNumTiles * kTileBytes + (3 * 64 + 2 * 64 + kThr) * sizeof(float);
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
+
+// The four V-contraction products of one (value head, V tile) step, 64 deep, for the warp's 16 x 32 block
+// (rows r0.., columns c0..): ds += dO Vnᵀ, dq += dO Sᵀ, dk += Vn dSᵀ and, with want_dw, dw += dV Sᵀ (B operands
+// stored [n][k]). Interleaved per 16-deep slice: the dO fragment feeds ds and dq, the S fragments dq and dw (9
+// ldmatrix instead of 12 per slice), and 16 independent accumulators are in flight instead of 4. Each accumulator
+// still sums its slices in increasing k: the same bits as four separate warp GEMMs.
+template <class T>
+__device__ __forceinline__ void step_products(float (&ds)[1][4][4], float (&dq)[1][4][4], float (&dk)[1][4][4],
+                                              float (&dw)[1][4][4], const uint16_t* st, int r0, int c0,
+                                              bool want_dw) {
+  namespace mm = ::strata::cuda::mma;
+  using M = MmaT<T>;
+  const M* aDo = reinterpret_cast<const M*>(st + kDo * kTileElems + r0 * kLd);
+  const M* aVn = reinterpret_cast<const M*>(st + kVn * kTileElems + r0 * kLd);
+  const M* aDv = reinterpret_cast<const M*>(st + kDv * kTileElems + r0 * kLd);
+  const M* bVn = reinterpret_cast<const M*>(st + kVn * kTileElems + c0 * kLd);
+  const M* bS = reinterpret_cast<const M*>(st + kS * kTileElems + c0 * kLd);
+  const M* bDS = reinterpret_cast<const M*>(st + kDS * kTileElems + c0 * kLd);
+#pragma unroll
+  for (int k0 = 0; k0 < 64; k0 += 16) {
+    const mm::FragA fDo = mm::load_a(aDo, kLd, 0, k0), fVn = mm::load_a(aVn, kLd, 0, k0);
+    mm::FragB fv[4], fs[4], fd[4];
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      mm::load_b2(fv[2 * np], fv[2 * np + 1], bVn, kLd, k0, np * 16);
+      mm::load_b2(fs[2 * np], fs[2 * np + 1], bS, kLd, k0, np * 16);
+      mm::load_b2(fd[2 * np], fd[2 * np + 1], bDS, kLd, k0, np * 16);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      mma16816<T>(ds[0][nt], fDo, fv[nt]);
+      mma16816<T>(dq[0][nt], fDo, fs[nt]);
+      mma16816<T>(dk[0][nt], fVn, fd[nt]);
+    }
+    if (want_dw) {
+      const mm::FragA fDv = mm::load_a(aDv, kLd, 0, k0);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma16816<T>(dw[0][nt], fDv, fs[nt]);
+    }
+  }
+}
 
 template <class T>
 __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg,
@@ -45,7 +87,9 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem);  // tile i at tiles + i * kTileElems
   float* sG = reinterpret_cast<float*>(smem + kNumTiles * kTileBytes);
-  float* sRow = sG + 64;    // [2][64]: row partials of the two column halves
+  float* sEq = sG + 64;     // scale exp(γ_i) on valid rows, 0 past L
+  float* sEk = sG + 128;    // exp(γ_last − γ_i) on valid rows, 0 past L
+  float* sRow = sG + 192;   // [2][64]: row partials of the two column halves
   float* sRed = sRow + 128;  // block_sum2 scratch [2][8]
   const Dims& d = p.d;
   const bool want_dw = p.dw.present() && p.dv.present(), want_dg = p.dg.present();
@@ -63,15 +107,15 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       load_tile_async<T, kThr>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
       // Steps s = g VT + vt over (value head, V tile); step s loads into stage s % 2 while step s - 1 computes.
       const int64_t VT = d.V > 0 ? (d.V + 63) / 64 : 0, steps = d.G * VT;
-      // γ of head g for this thread (threads < 64; 0 past the chunk or without a gate).
+      // γ of head g for this thread and the chunk's γ_last (threads < 64; 0 past the chunk or without a gate).
       auto gamma = [&](int64_t g) {
-        return p.g.present() && static_cast<int>(threadIdx.x) < L
-                   ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, h * d.G + g))
-                   : 0.f;
+        const bool gate = p.g.present() && static_cast<int>(threadIdx.x) < L;  // (L >= 1)
+        return make_float2(gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, h * d.G + g)) : 0.f,
+                           gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + L - 1, h * d.G + g)) : 0.f);
       };
       // Issues step s's tiles (one commit group); the first step of a head also fetches that head's γ into g_next
       // (written to shared memory when the head starts, so the load's latency overlaps the previous head).
-      float g_next = 0.f;
+      float2 g_next = make_float2(0.f, 0.f);
       auto issue = [&](int64_t s) {
         const int64_t g = s / VT, e0 = (s - g * VT) * 64, hv = h * d.G + g;
         if (e0 == 0) g_next = gamma(g);
@@ -92,7 +136,13 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         if (g > 0) __syncthreads();  // the previous head's readers of sG / Ds are done
-        if (threadIdx.x < 64) sG[threadIdx.x] = VT > 0 ? g_next : gamma(g);
+        if (threadIdx.x < 64) {  // the row vectors of this head (read after the barriers below)
+          const int i = threadIdx.x;
+          const float2 gg = VT > 0 ? g_next : gamma(g);
+          sG[i] = gg.x;
+          sEq[i] = i < L ? p.scale * expf(gg.x) : 0.f;
+          sEk[i] = i < L ? expf(gg.y - gg.x) : 0.f;
+        }
         float ds[1][4][4], dq[1][4][4], dk[1][4][4], dw[1][4][4];
         zero(ds), zero(dq), zero(dk), zero(dw);
         float sds = 0.f;  // this thread's share of <S, dS> over the tile's rows
@@ -106,15 +156,20 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
           }
           __syncthreads();
           const uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
-          // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k] (BKN = false).
-          warp_gemm<T, true, false, 1, 4>(ds, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kVn * kTileElems) + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dq, (st + kDo * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
-          warp_gemm<T, true, false, 1, 4>(dk, (st + kVn * kTileElems) + r0 * kLd, kLd, (st + kDS * kTileElems) + c0 * kLd, kLd, 64);
-          if (want_dw) warp_gemm<T, true, false, 1, 4>(dw, (st + kDv * kTileElems) + r0 * kLd, kLd, (st + kS * kTileElems) + c0 * kLd, kLd, 64);
-          if (want_dg)
-            for (int e = threadIdx.x; e < 64 * 64; e += kThr) {
-              const int x = e / 64, col = e % 64;  // zero outside the valid rows / columns
-              sds += Elem<T>::to((st + kS * kTileElems)[x * kLd + col]) * Elem<T>::to((st + kDS * kTileElems)[x * kLd + col]);
+          // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k].
+          step_products<T>(ds, dq, dk, dw, st, r0, c0, want_dw);
+          if (want_dg)  // 8 columns (one 16-byte segment of each tile) per step; zero outside the valid rows / columns
+            for (int e = threadIdx.x; e < 64 * 8; e += kThr) {
+              const int x = e / 8, col = (e % 8) * 8;
+              const uint4 a4 = *reinterpret_cast<const uint4*>((st + kS * kTileElems) + x * kLd + col);
+              const uint4 b4 = *reinterpret_cast<const uint4*>((st + kDS * kTileElems) + x * kLd + col);
+              const uint32_t* a32 = reinterpret_cast<const uint32_t*>(&a4);
+              const uint32_t* b32 = reinterpret_cast<const uint32_t*>(&b4);
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                sds += Elem<T>::to(static_cast<uint16_t>(a32[j] & 0xffffu)) * Elem<T>::to(static_cast<uint16_t>(b32[j] & 0xffffu));
+                sds += Elem<T>::to(static_cast<uint16_t>(a32[j] >> 16)) * Elem<T>::to(static_cast<uint16_t>(b32[j] >> 16));
+              }
             }
           __syncthreads();  // stage s % 2 is free for step s + 2
         }
@@ -125,18 +180,30 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
         // Epilogue of the V contraction: Ds → shared (T), row factors on dq / dk, dw out, Σ k·dK_int.
         const float gl = sG[L - 1];
         float kdki = 0.f;
+        // Warps whose 16 x 32 block lies wholly above the diagonal (columns > rows) form no exponentials.
+        const bool diag_block = c0 <= r0 + 15;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+            const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);  // j even
             const bool row_ok = i < L;
-            (tiles + kDs * kTileElems)[i * kLd + j] =
-                Elem<T>::from(row_ok && j <= i ? p.scale * ds[0][nt][e] * expf(sG[i] - sG[j]) : 0.f);
-            dq[0][nt][e] *= row_ok ? p.scale * expf(sG[i]) : 0.f;
-            dk[0][nt][e] *= row_ok ? expf(gl - sG[i]) : 0.f;
-            if (want_dw && row_ok && j < kc) st_f32(p.dw, p.dw.off(c.b, c.t0 + i, hv) + x0 + j, -dw[0][nt][e]);
-            kdki += Elem<T>::to((tiles + kK * kTileElems)[i * kLd + j]) * dk[0][nt][e];
+            float ds0 = 0.f, ds1 = 0.f;
+            if (diag_block && row_ok) {
+              const float gi = sG[i];
+              if (j <= i) ds0 = p.scale * ds[0][nt][e] * expf(gi - sG[j]);
+              if (j + 1 <= i) ds1 = p.scale * ds[0][nt][e + 1] * expf(gi - sG[j + 1]);
+            }
+            *reinterpret_cast<uint32_t*>((tiles + kDs * kTileElems) + i * kLd + j) =
+                Elem<T>::from(ds0) | (uint32_t{Elem<T>::from(ds1)} << 16);
+            const float fq = sEq[i], fk = sEk[i];  // 0 on rows past L
+            dq[0][nt][e] *= fq, dq[0][nt][e + 1] *= fq;
+            dk[0][nt][e] *= fk, dk[0][nt][e + 1] *= fk;
+            if (want_dw && row_ok && j < kc)
+              st_pair(p.dw, p.dw.off(c.b, c.t0 + i, hv) + x0 + j, -dw[0][nt][e], -dw[0][nt][e + 1], j + 1 < kc);
+            const uint32_t k2 = *reinterpret_cast<const uint32_t*>((tiles + kK * kTileElems) + i * kLd + j);
+            kdki += Elem<T>::to(static_cast<uint16_t>(k2 & 0xffffu)) * dk[0][nt][e];
+            kdki += Elem<T>::to(static_cast<uint16_t>(k2 >> 16)) * dk[0][nt][e + 1];
           }
         // Σ k·dK_int and <S, dS> over the block (fixed order; the barriers inside also complete Ds).
         const float2 sums = block_sum2<kThr>(kdki, sds, sRed);

@@ -146,7 +146,9 @@ struct Bufs {
 };
 // `late`: bytes of the late scratch (late_scratch_bytes; 0 when only the other addresses are wanted).
 // `fused` (forward only): the fused state + output pass runs, so h and v_new are not carved (absent).
-Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late, bool fused = false) {
+// `sums` (backward only): whether dk2 and dγ2 get buffers of their own (false when prepare_wy_repr_bwd's
+// tensor-core kernel adds dk1, dγ1 in its epilogue: see gdn_cuda_bwd).
+Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late, bool fused = false, bool sums = true) {
   const Sizes s = sizes_of(p, bwd);
   Carver c{static_cast<char*>(base)};
   Bufs b;
@@ -176,9 +178,9 @@ Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late, bool fuse
     b.dv2 = c.take_bytes(s.tok(s.uv));
     b.dq = c.take<float>(s.qk);
     b.dk1 = c.take<float>(s.qk);
-    b.dk2 = c.take<float>(s.qk);
+    if (sums) b.dk2 = c.take<float>(s.qk);
     b.dg1 = c.take<float>(s.gates);
-    b.dg2 = c.take<float>(s.gates);
+    if (sums) b.dg2 = c.take<float>(s.gates);
     b.early = c.take<char>(static_cast<int64_t>(early_scratch_bytes(p, s)));
   }
   b.bytes = c.off;
@@ -543,8 +545,16 @@ size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const size_t w = wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma_workspace(d) : prepare_wy_repr_bwd_cuda_fma_workspace(d);
   return std::max(q, w);
 }
+// Whether the backward runs prepare_wy_repr_bwd's tensor-core kernel (which then also forms dk = dk1 + dk2 and
+// dγ1 + dγ2, so dk2 and dγ2 need no buffers).
+bool bwd_fused_sums(const GdnParams& p) {
+  const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
+  return wy_bwd_mma(make_calls(p, fake, sizes_of(p, true), true));
+}
 Bufs carve(const GdnParams& p, bool bwd, void* base) {
-  return carve_with(p, bwd, base, bwd ? late_scratch_bytes(p, sizes_of(p, true)) : 0);
+  if (!bwd) return carve_with(p, false, base, 0);
+  return carve_with(p, true, base, late_scratch_bytes(p, sizes_of(p, true)), /*fused=*/false,
+                    /*sums=*/!bwd_fused_sums(p));
 }
 
 }  // namespace
@@ -617,17 +627,30 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   // automatic entry points).
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
                                                                  : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma(c.wp, b.late, stream)
-                                                                  : prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
-
-  // dg = reverse chunk-local cumsum of dγ1 + dγ2 (summed in place into dγ1).
-  STRATA_RETURN_IF_ERROR(add_store(b.dg1, b.dg2, add_out_f32(b.dg1, p.T, p.HV, 1), s.gates, stream));
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+  if (wy_bwd_mma(c)) {
+    // The tensor-core kernel adds dk1 and dγ1 in its epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition
+    // per element as add_store does: the same bits, without the extra pass over two f32 [B, T, H, K] tensors):
+    // dk straight into the output (into dk1 in place with l2norm), dγ in place into dγ1.
+    WyBwdParams wp = c.wp;
+    wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
+    wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
+    wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
+  } else {
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
+    // dγ1 += dγ2 (in place); dk = dk1 + dk2 (into dk1 with l2norm).
+    STRATA_RETURN_IF_ERROR(add_store(b.dg1, b.dg2, add_out_f32(b.dg1, p.T, p.HV, 1), s.gates, stream));
+    STRATA_RETURN_IF_ERROR(add_store(b.dk1, b.dk2,
+                                     p.l2norm ? add_out_f32(b.dk1, p.T, p.H, p.K) : add_out_of(p.dk, p.T, p.H, p.K),
+                                     s.qk, stream));
+  }
+
+  // dg = reverse chunk-local cumsum of dγ1 + dγ2 (in dγ1).
   STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
 
-  // dk = dk1 + dk2; with l2norm, dq and dk go through the l2norm backward.
-  if (!p.l2norm) return add_store(b.dk1, b.dk2, add_out_of(p.dk, p.T, p.H, p.K), s.qk, stream);
-  STRATA_RETURN_IF_ERROR(add_store(b.dk1, b.dk2, add_out_f32(b.dk1, p.T, p.H, p.K), s.qk, stream));
+  // With l2norm, dq and dk (in dk1) go through the l2norm backward.
+  if (!p.l2norm) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
   return l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream);
 }

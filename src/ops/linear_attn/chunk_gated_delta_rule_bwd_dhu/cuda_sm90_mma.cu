@@ -3,9 +3,9 @@
 // N·HV), sequential over the sequence's chunks from the last. The recurrence is independent per column of dS,
 // so V tiles never talk. dS [K, BV] is carried in f32 in the warps' mma accumulators (warp w owns rows
 // [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns (w / 4) BV/2 .. + BV/2 − 1, KP = K rounded up to 64) for the
-// whole sequence. Tiles: K ≤ 128 with V > 64 takes BV = 128 and two pipeline stages (chunk c − 1's tiles load
-// with cp.async while chunk c computes; 204 KiB of shared memory, one block per SM: B = 4, HV = 32, V = 128 is
-// 128 blocks, one wave); other shapes take BV = 64 and one stage. Per chunk (L ≤ BT rows, zero-filled to 64):
+// whole sequence. Tiles: K ≤ 64 with V > 64 takes BV = 128 and two pipeline stages (chunk c − 1's tiles load
+// with cp.async while chunk c computes, one block per SM); other shapes take BV = 64 and one stage (at K ≤ 128
+// two blocks per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k). Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
 //   sS    = T(dS)                                        [KP, BV] shared, the B operand below
 //   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
@@ -27,7 +27,8 @@ constexpr int kWarps = 8;  // 4 (rows of dS / dVn) x 2 (column halves of the V t
 constexpr int kThr = kWarps * 32;
 
 // Shared memory of one block: per stage (the tiles of one chunk) q|w [128][KP + 8], k [64][KP + 8], E dO | dv
-// [128][BV + 8] (16-bit) and γ [64] f32; then T(dS) [KP][BV + 8] once.
+// [128][BV + 8] (16-bit) and the row factors [3][64] f32 (γ_i, scale exp(γ_i), exp(γ_last − γ_i): formed once
+// per row by threads < 64 instead of once per element); then T(dS) [KP][BV + 8] once.
 template <int KP, int BV, int STAGES>
 struct DhuSmem {
   static constexpr int kLdK = KP + 8, kLdB = BV + 8;  // 16-bit row pitches (conflict-free ldmatrix)
@@ -35,7 +36,7 @@ struct DhuSmem {
   static constexpr size_t kK = kQW + size_t{128} * kLdK * 2;
   static constexpr size_t kB = kK + size_t{64} * kLdK * 2;
   static constexpr size_t kG = kB + size_t{128} * kLdB * 2;
-  static constexpr size_t kStage = kG + 64 * sizeof(float);
+  static constexpr size_t kStage = kG + 3 * 64 * sizeof(float);
   static constexpr size_t kS = STAGES * kStage;
   static constexpr size_t kBytes = kS + size_t{KP} * kLdB * 2;
 };
@@ -79,9 +80,9 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
     const int64_t nc = (eos - bos + d.BT - 1) / d.BT;
     const int kc = static_cast<int>(d.K);
     // Issues the cp.async copies of chunk c's tiles into stage st (one commit group) and returns this thread's γ
-    // of the chunk (threads < 64; written to the stage's γ slot when the chunk is computed, so the load's latency
-    // overlaps the current chunk).
-    auto issue = [&](int64_t c, int st) -> float {
+    // of the chunk and the chunk's γ_last (threads < 64; turned into the stage's row factors when the chunk is
+    // computed, so the loads' latency overlaps the current chunk).
+    auto issue = [&](int64_t c, int st) -> float2 {
       const int64_t t0 = bos + c * d.BT;
       const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
       unsigned char* base = smem + st * S::kStage;
@@ -94,55 +95,92 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       load_tile_async<T, kThr>(sB, kLdB, 64, BV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
       load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
       ::strata::cuda::cp_async_commit();
-      return p.g.present() && static_cast<int>(threadIdx.x) < L ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv)) : 0.f;
+      const bool gate = p.g.present() && static_cast<int>(threadIdx.x) < L;  // (L >= 1 for every issued chunk)
+      return make_float2(gate ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv)) : 0.f,
+                         gate ? ld_f32(p.g, p.g.off(b, t0 + L - 1, hv)) : 0.f);
     };
     __syncthreads();  // the previous item's readers of shared memory are done
-    float g_next = nc > 0 ? issue(nc - 1, 0) : 0.f;
+    float2 g_next = nc > 0 ? issue(nc - 1, 0) : make_float2(0.f, 0.f);
     for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
       const int st = STAGES == 2 ? static_cast<int>(it & 1) : 0;
       unsigned char* base = smem + st * S::kStage;
       uint16_t* sQW = reinterpret_cast<uint16_t*>(base + S::kQW);
       uint16_t* sK = reinterpret_cast<uint16_t*>(base + S::kK);
       uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
-      float* sG = reinterpret_cast<float*>(base + S::kG);
+      float* sG = reinterpret_cast<float*>(base + S::kG);  // γ_i
+      float* sEs = sG + 64;                                 // scale exp(γ_i)
+      float* sDec = sG + 128;                               // exp(γ_last − γ_i)
       const int64_t t0 = bos + c * d.BT, hc = hc0 + c;
       const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
       if (STAGES == 1 && it > 0) g_next = issue(c, 0);  // (the previous chunk's readers passed the barrier below)
-      if (threadIdx.x < 64) sG[threadIdx.x] = g_next;
+      if (threadIdx.x < 64) {
+        const int i = threadIdx.x;  // rows past L get finite factors; their dO / dv rows are zero
+        sG[i] = g_next.x;
+        sEs[i] = p.scale * expf(g_next.x);
+        sDec[i] = expf(g_next.y - g_next.x);
+      }
       if (STAGES == 2 && c > 0) {
         g_next = issue(c - 1, st ^ 1);  // the stage chunk c + 1 used (its readers passed the barrier below)
         ::strata::cuda::cp_async_wait<1>();
       } else {
         ::strata::cuda::cp_async_wait<0>();
       }
-      // sS = T(dS); dh[c] = dS straight from the f32 fragments unless dh holds T (copied from sS below).
+      // sS = T(dS) (the two adjacent columns of a fragment row as one 32-bit store); dh[c] = dS straight from the
+      // f32 fragments unless dh holds T (copied from sS below).
       const bool write_dh = hc < d.NT;  // invalid cu_seqlens could point past dh
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);
-            sS[x * kLdB + col] = Elem<T>::from(acc[mt][nt][e]);
+          for (int e = 0; e < 4; e += 2) {
+            const int x = row0 + frag_row(mt, e), col = cn + frag_col(nt, e);  // col even
+            *reinterpret_cast<uint32_t*>(sS + x * kLdB + col) =
+                Elem<T>::from(acc[mt][nt][e]) | (uint32_t{Elem<T>::from(acc[mt][nt][e + 1])} << 16);
             if (write_dh && !dh_vec && x < d.K && col < vc)
-              st_f32(p.dh, p.dh.off(b, hc, hv, x) + e0 + col, acc[mt][nt][e]);
+              st_pair(p.dh, p.dh.off(b, hc, hv, x) + e0 + col, acc[mt][nt][e], acc[mt][nt][e + 1], col + 1 < vc);
           }
       __syncthreads();
       if (write_dh && dh_vec) {  // 16-bit dh: the rounded copy, row by row (consecutive threads, consecutive columns)
         uint16_t* dh16 = static_cast<uint16_t*>(p.dh.p);
-        for (int e = threadIdx.x; e < kc * BV; e += kThr) {
-          const int x = e / BV, col = e % BV;
-          if (col < vc) dh16[p.dh.off(b, hc, hv, x) + e0 + col] = sS[x * kLdB + col];
+        // 16-byte segments when every row segment of the tile is 16-byte aligned and V's tail is whole segments.
+        const bool seg16 = (p.dh.s[3] & 7) == 0 && (vc & 7) == 0 &&
+                           (reinterpret_cast<uintptr_t>(dh16 + p.dh.off(b, hc, hv, 0) + e0) & 15) == 0;
+        if (seg16) {
+          constexpr int kSegs = BV / 8;
+          for (int e = threadIdx.x; e < kc * kSegs; e += kThr) {
+            const int x = e / kSegs, col = (e % kSegs) * 8;
+            if (col < vc)
+              *reinterpret_cast<uint4*>(dh16 + p.dh.off(b, hc, hv, x) + e0 + col) =
+                  *reinterpret_cast<const uint4*>(sS + x * kLdB + col);
+          }
+        } else {
+          for (int e = threadIdx.x; e < kc * BV; e += kThr) {
+            const int x = e / BV, col = e % BV;
+            if (col < vc) dh16[p.dh.off(b, hc, hv, x) + e0 + col] = sS[x * kLdB + col];
+          }
         }
       }
       const float gl = sG[L - 1];
-      // dO rows scaled by scale · exp(γ_i) (rows past L are zero already).
-      for (int e = threadIdx.x; e < 64 * BV; e += kThr) {
-        const int i = e / BV, col = e % BV;
-        if (i < L) {
-          uint16_t& x = sB[i * kLdB + col];
-          x = Elem<T>::from(Elem<T>::to(x) * (p.scale * expf(sG[i])));
+      // dO rows scaled by scale · exp(γ_i), 8 columns (one 16-byte segment) per step (rows past L are zero
+      // already; the row pitch kLdB and the stage offsets are multiples of 8 elements).
+      {
+        constexpr int kSegs = BV / 8;
+        for (int e = threadIdx.x; e < 64 * kSegs; e += kThr) {
+          const int i = e / kSegs, col = (e % kSegs) * 8;
+          if (i < L) {
+            uint4* q4 = reinterpret_cast<uint4*>(sB + i * kLdB + col);
+            uint4 u = *q4;
+            const float f = sEs[i];
+            uint32_t* w32 = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint16_t lo = Elem<T>::from(Elem<T>::to(static_cast<uint16_t>(w32[j] & 0xffffu)) * f);
+              const uint16_t hi = Elem<T>::from(Elem<T>::to(static_cast<uint16_t>(w32[j] >> 16)) * f);
+              w32[j] = lo | (uint32_t{hi} << 16);
+            }
+            *q4 = u;
+          }
         }
       }
       // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + BV/2 − 1.
@@ -153,15 +191,18 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);
-            uint16_t& slot = sB[(64 + i) * kLdB + col];  // dv[i][col], replaced by −T(dVn)
-            float x = 0.f;
+          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+            const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);  // col even
+            uint32_t* slot = reinterpret_cast<uint32_t*>(sB + (64 + i) * kLdB + col);  // dv[i][col..+1] → −T(dVn)
+            const uint32_t dv = *slot;
+            const float dec = sDec[i];
+            float x0 = 0.f, x1 = 0.f;
             if (i < L && col < vc) {
-              x = Elem<T>::to(slot) + expf(gl - sG[i]) * dacc[0][nt][e];
-              st_f32(p.dv2, p.dv2.off(b, t0 + i, hv) + e0 + col, x);
+              x0 = Elem<T>::to(static_cast<uint16_t>(dv & 0xffffu)) + dec * dacc[0][nt][e];
+              x1 = col + 1 < vc ? Elem<T>::to(static_cast<uint16_t>(dv >> 16)) + dec * dacc[0][nt][e + 1] : 0.f;
+              st_pair(p.dv2, p.dv2.off(b, t0 + i, hv) + e0 + col, x0, x1, col + 1 < vc);
             }
-            slot = Elem<T>::from(-x);
+            *slot = Elem<T>::from(-x0) | (uint32_t{Elem<T>::from(-x1)} << 16);
           }
       }
       __syncthreads();
@@ -202,14 +243,16 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
   return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (mma)");
 }
 
-// Tile choice: K ≤ 128 with V > 64: 128-column V tiles, two pipeline stages (the next chunk's tiles load while
-// this one computes), one block per SM (B = 4, HV = 32, V = 128: 128 blocks, one wave); otherwise 64-column V
-// tiles without a second stage (two blocks per SM at K ≤ 128).
+// Tile choice: K ≤ 64 with V > 64: 128-column V tiles, two pipeline stages (the next chunk's tiles load while
+// this one computes), one block per SM; otherwise 64-column V tiles without a second stage (two blocks per SM at
+// K ≤ 128: 16 warps per SM hide each other's latency). At K = 128 the 64-column tiles measured faster on the H200
+// (B = 4, T = 8192, HV = 32, V = 128: 1.97 ms with 256 blocks, two per SM, GPU run s3run1; 2.47-2.49 ms with
+// 128-column tiles and two stages, one block per SM, s3run3 / s4run1), so K ≤ 128 takes them for every V.
 template <class T>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
   if (K <= 64) return V > 64 ? launch<T, 64, 128, 2>(p, offs, stream) : launch<T, 64, 64, 1>(p, offs, stream);
-  if (K <= 128) return V > 64 ? launch<T, 128, 128, 2>(p, offs, stream) : launch<T, 128, 64, 1>(p, offs, stream);
+  if (K <= 128) return launch<T, 128, 64, 1>(p, offs, stream);
   if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
   return launch<T, 256, 64, 1>(p, offs, stream);
 }

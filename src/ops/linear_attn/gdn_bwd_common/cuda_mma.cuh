@@ -33,7 +33,9 @@ struct Elem;
 template <>
 struct Elem<bf16_t> {
   static constexpr int32_t kDtype = STRATA_DTYPE_BF16;
-  __device__ __forceinline__ static uint16_t from(float x) { return f32_to_bf16_bits(x); }
+  // The hardware conversion (cvt.rn.bf16.f32, one instruction): round to nearest even as f32_to_bf16_bits, the
+  // same bits for every non-NaN value (a NaN stays a NaN, with the canonical payload).
+  __device__ __forceinline__ static uint16_t from(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
   __device__ __forceinline__ static float to(uint16_t b) { return bf16_bits_to_f32(b); }
 };
 template <>

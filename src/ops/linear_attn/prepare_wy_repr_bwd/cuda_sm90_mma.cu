@@ -24,7 +24,7 @@ using namespace gdn_bwd;
 using namespace gdn_bwd::cu;
 using namespace gdn_bwd::tc;
 
-constexpr int kThr = 256;
+constexpr int kThr = 256;  // the dβ / dγ row sums use four threads per row of 64
 constexpr int kL64 = 72;  // row pitch of the 16-bit 64 × 64 tiles
 constexpr int kLdF = 65;  // row pitch of the f32 64 × 64 tiles (column walks do not conflict)
 
@@ -102,9 +102,10 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
     const int64_t w = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, w, [&](const DevChunk& c) {
       const int L = static_cast<int>(c.t1 - c.t0);
-      // Per-head tiles of head g in stage g % stages.
+      // Per-head tiles of head g in stage g % stages. issue(g) also returns this thread's γ and β of head g
+      // (threads < L < 64; 0 elsewhere), fetched with the tiles so that their latency overlaps the previous head.
       auto stage = [&](int64_t g) { return smem + S.stage0 + (stages == 2 ? (g & 1) : 0) * S.stage_bytes; };
-      auto issue = [&](int64_t g) {
+      auto issue = [&](int64_t g) -> float2 {
         const int64_t hv = h * d.G + g;
         unsigned char* st = stage(g);
         load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.dw), ldk, 64, KP, p.dw, p.dw.off(c.b, c.t0, hv),
@@ -116,10 +117,13 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(st + S.a), kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv),
                                  p.A.s[1], L, L);
         ::strata::cuda::cp_async_commit();
+        const bool ok = static_cast<int>(threadIdx.x) < L;
+        return make_float2(ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f,
+                           ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f);
       };
       __syncthreads();  // the previous chunk's readers are done
       load_tile_async<T, kThr>(sK, ldk, 64, KP, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-      issue(0);  // (the k tile joins head 0's group)
+      float2 gb = issue(0);  // (the k tile joins head 0's group)
       float dk_sum[KT][1][4][4];
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
@@ -127,10 +131,11 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         const int64_t hv = h * d.G + g;
         if (g > 0) {
           __syncthreads();  // the previous head's readers (γ, β, E; its stage with one stage) are done
-          if (stages == 1) issue(g);
+          if (stages == 1) gb = issue(g);
         }
+        float2 gb_next = make_float2(0.f, 0.f);
         if (stages == 2 && g + 1 < d.G) {
-          issue(g + 1);  // into the stage head g − 1 used
+          gb_next = issue(g + 1);  // into the stage head g − 1 used
           ::strata::cuda::cp_async_wait<1>();
         } else {
           ::strata::cuda::cp_async_wait<0>();
@@ -141,12 +146,11 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         uint16_t* sA = reinterpret_cast<uint16_t*>(stage(g) + S.a);
         if (threadIdx.x < 64) {
           const int i = threadIdx.x;
-          const bool ok = i < L;
-          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + i, hv)) : 0.f;
-          sG[i] = gi;
-          sBeta[i] = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + i, hv)) : 0.f;
-          sE[i] = ok ? expf(gi) : 0.f;
+          sG[i] = gb.x;
+          sBeta[i] = gb.y;
+          sE[i] = i < L ? expf(gb.x) : 0.f;
         }
+        gb = gb_next;  // (two stages: head g + 1's values; one stage: replaced by issue(g + 1))
         __syncthreads();
         if (g == 0) {  // KK = K Kᵀ (f32), read after the barriers below
           float kk[1][4][4];
@@ -192,18 +196,26 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
             sDM[i * kLdF + j] = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
           }
         __syncthreads();
-        // dβ_i = Σ_j dP_ij KK_ij (threads 0..63, row i) and c_i = Σ_r β_r dP_ri KK_ri (threads 64..127, column i),
-        // j and r in increasing order; dγ_i = Σ_j dM_ij M_ij − Σ_r dM_ri M_ri = β_i dβ_i − c_i (M = diag(β) KK ⊙ Γ).
-        if (threadIdx.x < 64) {
-          const int i = threadIdx.x;
-          float db = 0.f;
-          for (int j = 0; j < 64; ++j) db += sDM[i * kLdF + j] * sKK[i * kLdF + j];
-          sDb[i] = db;
-        } else if (threadIdx.x < 128) {
-          const int i = threadIdx.x - 64;
-          float cs = 0.f;
-          for (int r = 0; r < 64; ++r) cs += sBeta[r] * sDM[r * kLdF + i] * sKK[r * kLdF + i];
-          sDg[i] = cs;
+        // dβ_i = Σ_j dP_ij KK_ij (row i) and c_i = Σ_r β_r dP_ri KK_ri (column i); dγ_i = Σ_j dM_ij M_ij −
+        // Σ_r dM_ri M_ri = β_i dβ_i − c_i (M = diag(β) KK ⊙ Γ). Four threads per i (i = tid / 4), each summing the
+        // 16 indices 16 (tid % 4) .. + 15 in increasing order, then the quad by an xor butterfly (both partners add
+        // the same two numbers: every lane of the quad holds the same bits): a fixed order, and a 16-long chain
+        // instead of one thread walking all 64.
+        {
+          const int i = threadIdx.x / 4, j0 = (threadIdx.x % 4) * 16;
+          float db = 0.f, cs = 0.f;
+#pragma unroll
+          for (int jj = 0; jj < 16; ++jj) {
+            const int j = j0 + jj;
+            db += sDM[i * kLdF + j] * sKK[i * kLdF + j];
+            cs += sBeta[j] * sDM[j * kLdF + i] * sKK[j * kLdF + i];
+          }
+#pragma unroll
+          for (int o = 1; o <= 2; o <<= 1) {
+            db += __shfl_xor_sync(0xffffffffu, db, o);
+            cs += __shfl_xor_sync(0xffffffffu, cs, o);
+          }
+          if ((threadIdx.x & 3) == 0) sDb[i] = db, sDg[i] = cs;
         }
         for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T
           const int i = e / 64, j = e % 64;
@@ -251,8 +263,11 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
           const int i = threadIdx.x;
           const float xk = sXk[i];
           st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + sDb[i]);
-          if (p.dg.present())
-            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), sBeta[i] * sE[i] * xk + (sBeta[i] * sDb[i] - sDg[i]));
+          if (p.dg.present()) {
+            float dgi = sBeta[i] * sE[i] * xk + (sBeta[i] * sDb[i] - sDg[i]);
+            if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
+            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
+          }
         }
       }
 #pragma unroll
@@ -262,8 +277,15 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
             const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-            if (i < L && x < kc)
-              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1], x + 1 < kc);
+            if (i < L && x < kc) {
+              float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
+              if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+                const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+                a0 = ld_f32(p.dk_add, o) + a0;
+                if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
+              }
+              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
+            }
           }
     });
   }

@@ -24,6 +24,12 @@ struct WyBwdParams {
   gdn_bwd::Dims d;
   gdn_bwd::View k, v, beta, A, dw, du, g;  // g optional
   gdn_bwd::View dk, dv, dbeta, dg;         // outputs; dg (needs g) optional
+  // Internal fusion for the composed chunk_gated_delta_rule backward (never set by the public plan): f32 addends
+  // of the same shapes as dk / dg; when present the outputs are dk = dk_add + (this op's dk) and dg = dg_add +
+  // (this op's dg), each one f32 addition per element (the same bits as adding afterwards; dk_add / dg_add may
+  // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
+  // them; the other implementations refuse a call that sets them.
+  gdn_bwd::View dk_add, dg_add;
 };
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
