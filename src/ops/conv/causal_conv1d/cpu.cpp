@@ -21,7 +21,6 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +31,7 @@
 #include "tile/cpu/parallel.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
+#include "tile/cpu/math-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
 #define STRATA_CONV1D_CPU_CONSTANTS_
@@ -58,16 +58,10 @@ namespace tv = strata::tile::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)), the argument of exp clamped to Highway's valid range (exp(88) is already far
-// beyond where sigma rounds to 0 in f32). The reciprocal is the hardware estimate refined by one Newton step
-// (rcp14: 2^-28 after the step, below f32 rounding): a vector division costs about as much as the rest of
-// the row's arithmetic.
-HWY_INLINE VF Sigmoid(DF df, VF u) {
-  const VF one = hn::Set(df, 1.f);
-  const VF d = hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(u), hn::Set(df, 88.f))));
-  const VF r = hn::ApproximateReciprocal(d);
-  return hn::Mul(r, hn::NegMulAdd(d, r, hn::Set(df, 2.f)));
-}
+// sigma(u) = 1 / (1 + exp(-u)): the shared vector exp of tile/cpu/math-inl.h (whole float range) and its
+// reciprocal (on AVX-512 the 14-bit estimate and one Newton step; a vector division costs about as much as
+// the rest of the row's arithmetic there; the other targets divide).
+HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::FastSigmoid(df, u); }
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
@@ -77,8 +71,11 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
   for (; j + N <= nc; j += N) {
+    // The newest tap's row comes from memory (the older ones were read for the previous tokens).
+    tv::PrefetchAhead<kStep>(rows[Wn - 1] + j);
     VF acc = hn::LoadU(df, bt + j);
     for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
     if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
@@ -102,8 +99,11 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
   for (; j + N <= nc; j += N) {
+    tv::PrefetchAhead<kStep>(dy + j);  // dy and the newest tap's row come from memory
+    tv::PrefetchAhead<kStep>(rows[Wn - 1] + j);
     VF gv = tv::LoadF32(df, dy + j);
     if constexpr (kSilu) {
       VF acc = hn::LoadU(df, bt + j);
