@@ -155,6 +155,14 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 }
 
 // Per-thread f32 scratch rows.
+// Per-thread f32 rows for the forward's long-row path, kept across blocks and calls (grown, never shrunk: at
+// most 2 D floats per thread).
+HWY_INLINE float* ThreadRows(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 struct Scratch {
   std::vector<float> h, z, g, a, b, c;
   explicit Scratch(int64_t D) : h(D), z(D), g(D), a(D), b(D), c(D) {}
@@ -272,9 +280,10 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       if (stream) hwy::FlushStream();
       return;
     }
-    Scratch s(D);
-    float* h = s.h.data();
-    float* z = s.z.data();
+    // Blocks of long rows are one or two rows: a fresh zeroed Scratch (six D-float rows) per block was work of
+    // the order of the row itself. The two rows used here live per thread, fully overwritten per row.
+    float* h = ThreadRows(2 * D);
+    float* z = h + D;
     for (int64_t r = r0; r < r1; ++r) {
       LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
       if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);
