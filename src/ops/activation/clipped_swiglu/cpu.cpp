@@ -8,7 +8,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +17,7 @@
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#include "tile/cpu/math-inl.h"
 #include "tile/cpu/vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -34,21 +34,13 @@ struct PairV {
   VF a, bb, s;
 };
 HWY_INLINE PairV Pair(DF df, VF A, VF B, VF alpha, VF limit, VF bias) {
-  const VF nlimit = hn::Neg(limit), one = hn::Set(df, 1.f);
+  const VF nlimit = hn::Neg(limit);
   PairV r;
   r.a = hn::IfThenElse(hn::Gt(A, limit), limit, A);
   const VF b = hn::IfThenElse(hn::Gt(B, limit), limit, hn::IfThenElse(hn::Lt(B, nlimit), nlimit, B));
   r.bb = hn::Add(b, bias);
-  // exp argument capped at 88 (sigmoid < 1e-38 beyond): exp stays finite.
-  // 1 / (1 + e): on AVX-512 the 14-bit estimate and one Newton step (below 1 ulp, much cheaper than vdivps);
-  // the 12-bit estimate of the other targets would leave ~2 ulp, so they divide.
-  const VF d = hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(hn::Mul(alpha, r.a)), hn::Set(df, 88.f))));
-#if HWY_TARGET == HWY_AVX3
-  const VF est = hn::ApproximateReciprocal(d);
-  r.s = hn::Mul(est, hn::NegMulAdd(d, est, hn::Set(df, 2.f)));
-#else
-  r.s = hn::Div(one, d);
-#endif
+  // s = sigmoid(alpha a): the shared vector exp and reciprocal of tile/cpu/math-inl.h (whole float range).
+  r.s = tv::FastSigmoid(df, hn::Mul(alpha, r.a));
   return r;
 }
 
@@ -78,6 +70,18 @@ HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
     for (; j + N <= n; j += N) tv::StoreOut<true, false>(df, hn::LoadU(df, src + j), dst + j);
   for (; j + N <= n; j += N) tv::StoreOut<false, false>(df, hn::LoadU(df, src + j), dst + j);
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
+}
+
+// Prefetch (tile/cpu/vec-inl.h) ahead of the x loads of pairs [i, i + N) of a direct row.
+template <class T>
+HWY_INLINE void PrefetchPairs(const T* xr, int64_t I, int64_t i, bool interleaved) {
+  constexpr int64_t kV = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
+  if (interleaved) {
+    tv::PrefetchAhead<2 * kV>(xr + 2 * i);
+  } else {
+    tv::PrefetchAhead<kV>(xr + i);
+    tv::PrefetchAhead<kV>(xr + I + i);
+  }
 }
 
 // Gate and linear value of pair i from the f32 row xs (2I elements).
@@ -138,6 +142,7 @@ void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr)
   int64_t i = 0;
   for (; i + N <= I; i += N) {
     VF A, B;
+    PrefetchPairs(xr, I, i, inter);
     PairsDirect(df, xr, I, i, inter, A, B);
     const PairV q = Pair(df, A, B, alpha, limit, bias);
     VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
@@ -232,6 +237,8 @@ float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T
   int64_t i = 0;
   for (; i + N <= I; i += N) {
     VF A, B;
+    PrefetchPairs(xr, I, i, inter);
+    tv::PrefetchAhead<static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T))>(dyr + i);
     PairsDirect(df, xr, I, i, inter, A, B);
     const GradV d = PairGrad(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
     StorePairsDirect<kStream>(df, dxr, I, i, inter, d.dA, d.dB);

@@ -21,7 +21,6 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,17 +31,20 @@
 #include "tile/cpu/parallel.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
+#include "tile/cpu/math-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
 #define STRATA_CONV1D_CPU_CONSTANTS_
 namespace strata::conv {
 // Tokens per work item: the halo (W-1 extra rows of g in the backward) costs (W-1)/kTimeTile.
 inline constexpr int64_t kTimeTile = 64;
-// Channels per work item. Each token row is read (and written) as one piece of up to kFwdChan channels:
-// pieces of 1 KiB of 16 KiB rows (512 bf16 channels) defeated the hardware prefetchers (each piece sits in
-// another 4 KiB page) and ran at a fifth of the copy rate. The backward keeps g for the tile and the W-1
-// tokens after it, (64 + W-1) x kBwdChan f32 = 0.5 MiB at 2048 channels, in L2.
-inline constexpr int64_t kFwdChan = 8192;
+// Channels per work item. Pieces of 1 KiB of 16 KiB rows (512 bf16 channels) defeated the hardware
+// prefetchers (each piece sits in another 4 KiB page) and ran at a fifth of the copy rate, so the forward
+// prefetches in software the same channels of the next token while it computes a token (FwdRow's `next`); with
+// that, 1024 channels keep the staged f32 weights and bias (W + 1) x 4 KiB and the W tap rows in L1 (at 8192
+// channels every vector needed W weight loads from L2). The backward keeps g for the tile and the W-1 tokens
+// after it, (64 + W-1) x kBwdChan f32 = 0.5 MiB at 2048 channels, in L2.
+inline constexpr int64_t kFwdChan = 1024;
 inline constexpr int64_t kBwdChan = 2048;
 }  // namespace strata::conv
 #endif
@@ -58,27 +60,26 @@ namespace tv = strata::tile::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)), the argument of exp clamped to Highway's valid range (exp(88) is already far
-// beyond where sigma rounds to 0 in f32). The reciprocal is the hardware estimate refined by one Newton step
-// (rcp14: 2^-28 after the step, below f32 rounding): a vector division costs about as much as the rest of
-// the row's arithmetic.
-HWY_INLINE VF Sigmoid(DF df, VF u) {
-  const VF one = hn::Set(df, 1.f);
-  const VF d = hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(u), hn::Set(df, 88.f))));
-  const VF r = hn::ApproximateReciprocal(d);
-  return hn::Mul(r, hn::NegMulAdd(d, r, hn::Set(df, 2.f)));
-}
+// sigma(u) = 1 / (1 + exp(-u)): the shared vector exp of tile/cpu/math-inl.h (whole float range) and its
+// reciprocal (on AVX-512 the 14-bit estimate and one Newton step; a vector division costs about as much as
+// the rest of the row's arithmetic there; the other targets divide).
+HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::FastSigmoid(df, u); }
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
-                         const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y) {
+                         const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y,
+                         const T* HWY_RESTRICT next) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
   for (; j + N <= nc; j += N) {
+    // The newest tap's row came from memory (prefetched during the previous token, whose `next` it was); the
+    // older ones were read for the previous tokens. next: the same channels of the following token.
+    if (next) tv::PrefetchAhead<kStep, 0>(next + j);
     VF acc = hn::LoadU(df, bt + j);
     for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
     if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
@@ -102,8 +103,11 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
   for (; j + N <= nc; j += N) {
+    tv::PrefetchAhead<kStep>(dy + j);  // dy and the newest tap's row come from memory
+    tv::PrefetchAhead<kStep>(rows[Wn - 1] + j);
     VF gv = tv::LoadF32(df, dy + j);
     if constexpr (kSilu) {
       VF acc = hn::LoadU(df, bt + j);
@@ -198,13 +202,13 @@ hwy::AlignedFreeUniquePtr<float[]> StageWeights(const Conv1dParams& p) {
 
 template <bool kNative, class T>
 void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
-                    const T* res, T* y, bool stream) {
+                    const T* res, T* y, bool stream, const T* next) {
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
   if (stream) {
 #define STRATA_CONV_FWD(KW)                                                       \
-  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
-        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
+        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
     switch (W) {
       case 2: STRATA_CONV_FWD(2); break;
       case 3: STRATA_CONV_FWD(3); break;
@@ -215,8 +219,8 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
     return;
   }
 #define STRATA_CONV_FWD(KW) \
-  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y) \
-        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y))
+  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
+        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
   switch (W) {
     case 2: STRATA_CONV_FWD(2); break;
     case 3: STRATA_CONV_FWD(3); break;
@@ -239,8 +243,9 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
     if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
       for (int64_t k = 0; k < p.W; ++k) rows[k] = x + b * p.xs[0] + (t - (p.W - 1) + k) * p.xs[1] + c0;
       T* yr = y + b * p.ys[0] + t * p.ys[1] + c0;
+      const T* next = t + 1 < p.T ? x + b * p.xs[0] + (t + 1) * p.xs[1] + c0 : nullptr;
       FwdRowDispatch<kNative, T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr, yr,
-                                 stream && tv::StreamAligned(DF(), yr));
+                                 stream && tv::StreamAligned(DF(), yr), next);
       continue;
     }
     // Element-wise: sequence starts (initial state), masked taps, padding, strided channels.

@@ -27,6 +27,7 @@
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#include "tile/cpu/math-inl.h"
 #include "tile/cpu/vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,28 +41,13 @@ constexpr int64_t kPiece = 2048;
 
 using DF = hn::ScalableTag<float>;
 
-// exp(x) for the softmax terms (x <= 0 in every use): 2^n p(r) with n = round(x log2 e), r = x - n ln 2 in
-// two FMAs (Cody-Waite: ln 2 split so n * ln2_hi is exact), p the degree-6 Taylor polynomial (|r| <= ln2 / 2:
-// truncation 0.35^7 / 7! = 1.2e-7, about one ulp) and 2^n put into the exponent bits. About 15 vector ops,
-// half of hn::Exp, which also serves positive arguments up to 88 with a two-step scale. x < -87 (including
-// -inf) gives 0 like hn::Exp; NaN gives 0 as well (a NaN logit makes the maximum NaN, so lse is NaN anyway).
-HWY_INLINE hn::Vec<DF> FastExp(DF df, hn::Vec<DF> x) {
-  const hn::RebindToSigned<DF> di;
-  const auto lo = hn::Set(df, -87.0f);
-  const auto xc = hn::Max(x, lo);
-  const auto n = hn::Round(hn::Mul(xc, hn::Set(df, 1.44269504088896341f)));
-  auto r = hn::MulAdd(n, hn::Set(df, -0.693359375f), xc);  // ln2_hi: 9 significant bits, n * ln2_hi exact
-  r = hn::MulAdd(n, hn::Set(df, 2.12194440e-4f), r);        // -(ln 2 - ln2_hi)
-  auto p = hn::Set(df, 1.f / 720);
-  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 120));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 24));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.f / 6));
-  p = hn::MulAdd(p, r, hn::Set(df, 0.5f));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.f));
-  p = hn::MulAdd(p, r, hn::Set(df, 1.f));
-  const auto scale = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
-  return hn::IfThenElseZero(hn::Ge(x, lo), hn::Mul(p, scale));
-}
+// exp(x) for the softmax terms: the shared vector exp of tile/cpu/math-inl.h (a few ulp over the whole
+// float range; one vscalefps for the 2^n on AVX-512). A NaN logit gives NaN terms (lse is NaN anyway).
+HWY_INLINE hn::Vec<DF> FastExp(DF df, hn::Vec<DF> x) { return tv::FastExp(df, x); }
+
+// Bytes of T per vector of f32 lanes (the prefetch step of the streaming loops).
+template <class T>
+inline constexpr int64_t kStepT = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
 
 // c = s z, or cap tanh(s z / cap).
 template <bool kSoftcap>
@@ -92,6 +78,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     if (kSoftcap && tbuf) {  // also keep t = tanh(s z / cap) for the gradient's (1 - t^2)
       const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
       for (; j < nv; j += NL) {
+        tv::PrefetchAhead<kStepT<T>>(z + j0 + j);
         const auto t = hn::Tanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv));
         const auto c = hn::Mul(vcap, t);
         hn::StoreU(t, df, tbuf + j0 + j);
@@ -101,6 +88,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
       }
     }
     for (; j < nv; j += NL) {
+      tv::PrefetchAhead<kStepT<T>>(z + j0 + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
       const auto c = Transform<kSoftcap>(df, tv::LoadF32(df, z + j0 + j), k);
       hn::StoreU(c, df, scratch + j);
       vmax = hn::Max(vmax, c);
@@ -165,6 +153,7 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
   const auto one = hn::Set(df, 1.f);
   int64_t j = 0;
   for (; j + NL <= V; j += NL) {
+    tv::PrefetchAhead<kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
     const auto u = hn::Mul(tv::LoadF32(df, z + j), vscale);
     hn::Vec<DF> d;
     if constexpr (kSoftcap) {

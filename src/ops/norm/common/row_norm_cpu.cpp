@@ -37,6 +37,8 @@ HWY_INLINE float ShortRow(const TX* HWY_RESTRICT xr, TY* HWY_RESTRICT yr, float 
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   hn::Vec<decltype(df)> v[NV];
+  // Rows follow each other in memory in the common layouts: the lines 4 KiB ahead are a later row's.
+  tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(df) * sizeof(TX))>(xr);
 #pragma GCC unroll 16
   for (int k = 0; k < NV; ++k) v[k] = tv::LoadF32(df, xr + k * N);
   auto a0 = hn::Mul(v[0], v[0]);
@@ -133,10 +135,12 @@ void FwdRows(const RowNormFwdParams& p) {
         const TX* xr = x + p.x_rows.row_offset(r);
         TY* yr = y + p.y_rows.row_offset(r);
         const float rstd = rs[r - g0];
+        // This pass reads x from L1: prefetch the row at the same place in the next group meanwhile.
+        const TX* next = r + group < p.rows ? x + p.x_rows.row_offset(r + group) : nullptr;
         if (unit && stream) {
-          tv::Scale<true, kNative>(xr, rstd, yr, p.D);
+          tv::Scale<true, kNative>(xr, rstd, yr, p.D, next);
         } else if (unit) {
-          tv::Scale<false, kNative>(xr, rstd, yr, p.D);
+          tv::Scale<false, kNative>(xr, rstd, yr, p.D, next);
         } else {
           for (int64_t j = 0; j < p.D; ++j)
             yr[j * p.y_rows.col_stride] = from_f32<TY>(to_f32(xr[j * p.x_rows.col_stride]) * rstd);
@@ -168,9 +172,9 @@ void BwdRows(const RowNormBwdParams& p) {
         // dx = x * (-dr * rstd^3 / n): written as s * (0*x - c*x) would waste a load; use Scale.
         const float k = -to_f32(gr[0]) * rstd * rstd * rstd * inv_n;
         if (unit && stream) {
-          tv::Scale<true, kNative>(sr, k, xr, p.D);
+          tv::Scale<true, kNative, true>(sr, k, xr, p.D);
         } else if (unit) {
-          tv::Scale<false, kNative>(sr, k, xr, p.D);
+          tv::Scale<false, kNative, true>(sr, k, xr, p.D);
         } else {
           for (int64_t j = 0; j < p.D; ++j)
             xr[j * p.dx_rows.col_stride] = from_f32<TD>(to_f32(sr[j * p.src_rows.col_stride]) * k);
@@ -187,10 +191,14 @@ void BwdRows(const RowNormBwdParams& p) {
       }
       c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot * inv_n : dot * rstd * rstd * inv_n;
       s = rstd;
+      // This pass re-reads the row from L1: prefetch the next row meanwhile.
+      const bool pf = r + 1 < p.rows;
+      const TG* ng = pf ? dout + p.dout_rows.row_offset(r + 1) : nullptr;
+      const TS* ns = pf ? src + p.src_rows.row_offset(r + 1) : nullptr;
       if (unit && stream) {
-        tv::ScaledSubScaled<true, kNative>(gr, sr, c, s, xr, p.D);
+        tv::ScaledSubScaled<true, kNative>(gr, sr, c, s, xr, p.D, ng, ns);
       } else if (unit) {
-        tv::ScaledSubScaled<false, kNative>(gr, sr, c, s, xr, p.D);
+        tv::ScaledSubScaled<false, kNative>(gr, sr, c, s, xr, p.D, ng, ns);
       } else {
         for (int64_t j = 0; j < p.D; ++j)
           xr[j * p.dx_rows.col_stride] = from_f32<TD>(

@@ -12,7 +12,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
-#include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,6 +21,7 @@
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
+#include "tile/cpu/math-inl.h"
 #include "tile/cpu/vec-inl.h"
 
 #ifndef STRATA_RNG_CPU_ONCE
@@ -41,22 +41,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// 1 / d for d >= 1. On AVX-512 the 14-bit hardware estimate and one Newton step (below 1 ulp; a vdivps costs a
-// quarter of the forward kernel's time there); the 12-bit estimate of AVX2/SSE4 would leave ~2 ulp after one
-// step, so the other targets divide.
-HWY_INLINE VF Recip(DF df, VF d) {
-#if HWY_TARGET == HWY_AVX3
-  const VF r = hn::ApproximateReciprocal(d);
-  return hn::Mul(r, hn::NegMulAdd(d, r, hn::Set(df, 2.f)));
-#else
-  return hn::Div(hn::Set(df, 1.f), d);
-#endif
-}
-// sigmoid(v) = 1 / (1 + exp(-v)); the exponent is capped so exp stays finite (sigmoid < 1e-38 there anyway).
-HWY_INLINE VF Sigmoid(DF df, VF v) {
-  const VF one = hn::Set(df, 1.f);
-  return Recip(df, hn::Add(one, hn::Exp(df, hn::Min(hn::Neg(v), hn::Set(df, 88.f)))));
-}
+// sigmoid(v) = 1 / (1 + exp(-v)): the shared vector exp and reciprocal of tile/cpu/math-inl.h.
+HWY_INLINE VF Sigmoid(DF df, VF v) { return tv::FastSigmoid(df, v); }
 // act(v) into a, act'(v) into ag (when ag is wanted).
 HWY_INLINE VF Act(DF df, int32_t act, VF v, VF* ag) {
   const VF s = Sigmoid(df, v), one = hn::Set(df, 1.f);
@@ -81,16 +67,24 @@ template <class T>
 HWY_INLINE void ToF32(const T* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(tv::LoadF32(df, src + j), df, dst + j);
+  for (; j + N <= n; j += N) {
+    tv::PrefetchAhead<kStep>(src + j);  // rows stream from memory (tile/cpu/vec-inl.h)
+    hn::StoreU(tv::LoadF32(df, src + j), df, dst + j);
+  }
   for (; j < n; ++j) dst[j] = to_f32(src[j]);
 }
 template <class T>
 HWY_INLINE void AddF32(const T* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
   int64_t j = 0;
-  for (; j + N <= n; j += N) hn::StoreU(hn::Add(hn::LoadU(df, dst + j), tv::LoadF32(df, src + j)), df, dst + j);
+  for (; j + N <= n; j += N) {
+    tv::PrefetchAhead<kStep>(src + j);
+    hn::StoreU(hn::Add(hn::LoadU(df, dst + j), tv::LoadF32(df, src + j)), df, dst + j);
+  }
   for (; j < n; ++j) dst[j] += to_f32(src[j]);
 }
 // Stores n floats to T, non-temporal when kStream and the destination is aligned for it.
@@ -161,6 +155,14 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 }
 
 // Per-thread f32 scratch rows.
+// Per-thread f32 rows for the forward's long-row path, kept across blocks and calls (grown, never shrunk: at
+// most 2 D floats per thread).
+HWY_INLINE float* ThreadRows(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 struct Scratch {
   std::vector<float> h, z, g, a, b, c;
   explicit Scratch(int64_t D) : h(D), z(D), g(D), a(D), b(D), c(D) {}
@@ -187,6 +189,9 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF h[NV], a[NV];
   float rs[NV];
+  // Rows follow each other in the common layouts: the lines 4 KiB ahead are later rows' (vec-inl.h).
+  tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(xr);
+  tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(zr);
 #pragma GCC unroll 8
   for (int k = 0; k < NV; ++k) {
     h[k] = tv::LoadF32(df, xr + k * N);
@@ -275,9 +280,10 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       if (stream) hwy::FlushStream();
       return;
     }
-    Scratch s(D);
-    float* h = s.h.data();
-    float* z = s.z.data();
+    // Blocks of long rows are one or two rows: a fresh zeroed Scratch (six D-float rows) per block was work of
+    // the order of the row itself. The two rows used here live per thread, fully overwritten per row.
+    float* h = ThreadRows(2 * D);
+    float* z = h + D;
     for (int64_t r = r0; r < r1; ++r) {
       LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
       if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);

@@ -1,0 +1,42 @@
+// Per-target array wrappers of tile/cpu/math-inl.h (see fast_math.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tile/cpu/fast_math.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "tile/cpu/fast_math.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::tile::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+template <bool kSigmoid>
+HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  auto f = [&](auto v) { return kSigmoid ? FastSigmoid(df, v) : FastExp(df, v); };
+  for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
+  if (i < n) {  // the tail through a padded vector, so it takes the same code path
+    alignas(64) float buf[hn::MaxLanes(df)] = {};
+    for (int64_t j = i; j < n; ++j) buf[j - i] = x[j];
+    hn::Store(f(hn::Load(df, buf)), df, buf);
+    for (int64_t j = i; j < n; ++j) y[j] = buf[j - i];
+  }
+}
+void FastExpArray(const float* x, float* y, int64_t n) { Apply<false>(x, y, n); }
+void FastSigmoidArray(const float* x, float* y, int64_t n) { Apply<true>(x, y, n); }
+
+}  // namespace strata::tile::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::tile {
+HWY_EXPORT(FastExpArray);
+HWY_EXPORT(FastSigmoidArray);
+FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
+FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
+}  // namespace strata::tile
+#endif

@@ -1,0 +1,14 @@
+// Array entry points of the vector exp / sigmoid of tile/cpu/math-inl.h, one per Highway target, so tests
+// (tests/cpp/test_tile_fast_math.cpp) can check the exact code every kernel inlines on every ISA.
+#pragma once
+
+#include <cstdint>
+
+namespace strata::tile {
+
+using FastMathArrayFn = void (*)(const float* x, float* y, int64_t n);
+// y[i] = exp(x[i]) / sigmoid(x[i]) compiled for `hwy_target` (tile::cpu_isas()); nullptr if not compiled.
+FastMathArrayFn fast_exp_for(int64_t hwy_target);
+FastMathArrayFn fast_sigmoid_for(int64_t hwy_target);
+
+}  // namespace strata::tile
