@@ -39,7 +39,7 @@ def _init_threads() -> None:
 _init_threads()
 
 from . import api  # noqa: E402
-from ._ops import get_fast_path, set_fast_path  # noqa: E402,F401
+from ._ops import get_fast_path, release_cpu_workspace, set_fast_path  # noqa: E402,F401
 
 
 def version() -> str:
@@ -173,4 +173,5 @@ __all__ = [
     "force_impl",
     "set_fast_path",
     "get_fast_path",
+    "release_cpu_workspace",
 ]

@@ -136,3 +136,36 @@ def test_dtype_codes():
     assert _ops.dtype_code(torch.bool) == 9
     for dt, code in _ops.DTYPE_CODES.items():
         assert _C.dtype_size(code) == torch.empty((), dtype=dt).element_size()
+
+
+def test_cpu_workspace_is_reused_per_thread_and_released():
+    import threading
+
+    strata.release_cpu_workspace()
+    a = _ops.cpu_workspace(1000)
+    assert a.numel() >= 1000 and a.device.type == "cpu"
+    assert _ops.cpu_workspace(10).data_ptr() == a.data_ptr()  # smaller request: the same buffer
+    b = _ops.cpu_workspace(5000)
+    assert b.numel() >= 5000
+    other = []
+    t = threading.Thread(target=lambda: other.append(_ops.cpu_workspace(10).data_ptr()))
+    t.start()
+    t.join()
+    assert other[0] != b.data_ptr()  # each thread has its own
+    strata.release_cpu_workspace()
+    assert getattr(_ops._cpu_ws, "buf", None) is None
+
+
+def test_ops_with_cpu_workspace_give_the_same_bits_on_a_reused_buffer():
+    # chunk_gated_delta_rule's CPU path needs workspace; the second call runs on the cached (dirty) buffer.
+    torch.manual_seed(0)
+    B, T, H, K = 1, 70, 2, 32
+    q, k = torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    v = torch.randn(B, T, H, K)
+    g = -torch.rand(B, T, H)
+    beta = torch.rand(B, T, H)
+    strata.release_cpu_workspace()
+    o1, s1 = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    assert _ops._cpu_ws.buf is not None
+    o2, s2 = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2)
