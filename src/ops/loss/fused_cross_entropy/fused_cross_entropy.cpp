@@ -1,7 +1,7 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_pipe, cuda.sm90.cluster_smem, cuda.sm90.block_per_row,
+// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_pipe, cuda.sm90.block_per_row,
 // cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -124,9 +124,12 @@ const ImplList<CeProblem>& impls() {
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
     // cluster_pipe: the same kernel with persistent clusters and two slice buffers per CTA (the next row's
-    // copy overlaps the current row's math).
+    // copy overlaps the current row's math). Correct on the H200 but slower there (s4run2: 2.11 vs 1.71 ms fused,
+    // 1.57 vs 1.07 ms loss only, bf16 [8192, 151936]: each persistent cluster runs its ~180 rows one after the
+    // other, latency-bound), and it accepts a subset of cluster_smem's shapes, so after cluster_smem it is only
+    // reached by STRATA_FORCE_IMPL.
     for (const auto& [name, pipelined] :
-         {std::pair{"cuda.sm90.cluster_pipe", true}, std::pair{"cuda.sm90.cluster_smem", false}}) {
+         {std::pair{"cuda.sm90.cluster_smem", false}, std::pair{"cuda.sm90.cluster_pipe", true}}) {
       const bool pipe = pipelined;
       l.push_back({name,
                    [pipe](const CeProblem& p) {
