@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,10 +135,13 @@ TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
         const std::string where =
             std::string(dt == STRATA_DTYPE_F32 ? "f32" : "bf16") + " [" + std::to_string(rows) + ", " + std::to_string(D) + "] ";
         for (const RowNormCudaConfig& c : configs_to_check()) {
+          // Progress on stderr (unbuffered): s4run2 saw this test end in a host SIGSEGV with no output.
+          std::fprintf(stderr, "[configs] %s%s\n", where.c_str(), name(c).c_str());
           if (row_norm_fwd_cuda_config_reject(fp, c).empty()) {
             y.poison();
             rstd.poison();
             ASSERT_EQ(row_norm_fwd_cuda(fp, nullptr, &c), 0) << where << name(c);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "fwd " << where << name(c);
             EXPECT_LE(rel_rms(y.get(), y_ref), tol) << "fwd y " << where << name(c);
             EXPECT_LE(rel_rms(rstd.get(), r_ref), 1e-6) << "fwd rstd " << where << name(c);
             ++checked;
@@ -147,6 +151,7 @@ TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
           if (row_norm_bwd_cuda_config_reject(bp, c).empty()) {
             dx.poison();
             ASSERT_EQ(row_norm_bwd_cuda(bp, nullptr, &c), 0) << where << name(c);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "bwd " << where << name(c);
             EXPECT_LE(rel_rms(dx.get(), dx_ref), tol) << "bwd dx " << where << name(c);
             ++checked;
           }

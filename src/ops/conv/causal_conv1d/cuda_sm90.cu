@@ -31,7 +31,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <type_traits>
 
 #include "opbase/dtype.h"
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
@@ -98,24 +97,6 @@ template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
   if constexpr (V == 1) {
     Elem<T>::store(p, v[0]);
-  } else if constexpr (sizeof(T) == 2 && (V == 2 || V == 4 || V == 8)) {
-    // 16-bit pairs by one paired conversion each (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32: the same nearest-even
-    // bits as the per-element conversion, half the instructions).
-    using R = typename Raw<V * sizeof(T)>::type;
-    uint32_t w[V / 2];
-#pragma unroll
-    for (int i = 0; i < V / 2; ++i) {
-      if constexpr (std::is_same_v<T, bf16_t>) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-        w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      } else {
-        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-        w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-    }
-    if constexpr (V == 2) *reinterpret_cast<R*>(p) = w[0];
-    else if constexpr (V == 4) *reinterpret_cast<R*>(p) = make_uint2(w[0], w[1]);
-    else *reinterpret_cast<R*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     using R = typename Raw<V * sizeof(T)>::type;
     R raw;
@@ -672,14 +653,9 @@ __device__ __forceinline__ void vec_window(const Conv1dParams& p, int64_t b, int
 // floor on the H200 (session 3 run 1: 16 warps per SM left the load / compute phases unoverlapped), so the
 // forward takes 4 channels (8 bytes of bf16) at seven blocks per SM (<= 72 registers; at eight, 64 registers,
 // W = 4 spilled 36 bytes).
-// Session 4: the next batch of U tokens is loaded before the current one is computed (two batches of packed
-// loads per thread: 16 more registers for bf16), so seven blocks (72 registers, which already spilled a
-// little: 589,824 local requests in the s4run1 profile at 0.33 ms, 41 % occupancy, DRAM 69 %) become five
-// (96 registers: at six, 80 registers, W = 4 spilled 40 bytes); bytes in flight per SM still rise (20 warps
-// with 64-128 bytes each against 26-28 warps with 0-64).
 template <class T, bool RES, bool CU>
 constexpr int fwd_vec_blocks_per_sm() {
-  return sizeof(T) == 2 ? (CU || RES ? 4 : 5) : (CU ? 3 : 4);
+  return sizeof(T) == 2 ? (CU || RES ? 6 : 7) : (CU ? 4 : 5);
 }
 template <class T, int W, int V, bool RES, bool CU>
 __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>())) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
@@ -705,20 +681,14 @@ __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>()
   const T* res = RES ? static_cast<const T*>(p.residual) + b * p.rs[0] + d0 : nullptr;
   T* y = static_cast<T*>(p.y) + b * p.ys[0] + d0;
   const bool silu = p.activation == kActSilu;
-  // Batches of U tokens; the loads of batch tb + U are issued before batch tb is computed.
-  RawVec<T, V> xr[U], rr[RES ? U : 1], xn[U], rn[RES ? U : 1];
-  auto load_batch = [&](int64_t tb, RawVec<T, V>(&xb)[U], RawVec<T, V>(&rb)[RES ? U : 1]) {
+  for (int64_t tb = tw.t0; tb < tw.t1; tb += U) {
+    RawVec<T, V> xr[U], rr[RES ? U : 1];
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (tb + u < tw.t1) {
-        xb[u] = load_raw<T, V>(x + (tb + u) * xs);
-        if constexpr (RES) rb[u] = load_raw<T, V>(res + (tb + u) * rs);
+        xr[u] = load_raw<T, V>(x + (tb + u) * xs);
+        if constexpr (RES) rr[u] = load_raw<T, V>(res + (tb + u) * rs);
       }
-  };
-  load_batch(tw.t0, xr, rr);
-  for (int64_t tb = tw.t0; tb < tw.t1; tb += U) {
-    const bool more = tb + U < tw.t1;
-    if (more) load_batch(tb + U, xn, rn);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (tb + u >= tw.t1) break;
@@ -747,12 +717,6 @@ __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>()
         for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
 #pragma unroll
       for (int v = 0; v < V; ++v) win[W - 2][v] = xin[v];
-    }
-    if (!more) break;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      xr[u] = xn[u];
-      if constexpr (RES) rr[u] = rn[u];
     }
   }
 }

@@ -818,14 +818,16 @@ RowNormCudaConfig row_norm_fwd_cuda_config_classic(const RowNormFwdParams& p) {
 RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p) {
   return pick(p.D, bwd_bytes(p), [&](int ce) { return bwd_chunk_ok(p, ce); }, BwdKernels::kPickGroupNv);
 }
+// Defaults after s4run2 (atk, H200): the streaming kernels were slower than the classic ones for l2norm
+// [524288, 128] (bf16 1.26 x floor vs 1.23, f32 1.17 vs 1.05) and rmsnorm bf16 [32768, 4096] (1.23 vs 1.16),
+// faster only for rmsnorm f32 [32768, 4096] (1.17 vs 1.23: a block of 256 threads x 4 vectors per row); so
+// the forward streams only f32 rows of more than 128 vectors, and the backward (not timed) stays classic.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
-  const RowNormCudaConfig c = pick_stream(p.D, fwd_stream_facts(p));
-  return c.stream ? c : row_norm_fwd_cuda_config_classic(p);
+  const StreamFacts sf = fwd_stream_facts(p);
+  const RowNormCudaConfig c = pick_stream(p.D, sf);
+  return c.stream && c.tpr > 32 && sf.dtype == STRATA_DTYPE_F32 ? c : row_norm_fwd_cuda_config_classic(p);
 }
-RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
-  const RowNormCudaConfig c = pick_stream(p.D, bwd_stream_facts(p));
-  return c.stream ? c : row_norm_bwd_cuda_config_classic(p);
-}
+RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) { return row_norm_bwd_cuda_config_classic(p); }
 std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c) {
   const bool chunk_ok = c.chunk_elems > 0 && fwd_chunk_ok(p, c.chunk_elems);
   return config_reject(c, p.D, chunk_ok, FwdKernels::kMaxGroupNv, fwd_stream_facts(p));

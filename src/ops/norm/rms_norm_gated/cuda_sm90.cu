@@ -322,14 +322,7 @@ __global__ void __launch_bounds__(kTeamBlock, (fwd_team_blocks_per_sm<F32, RES>(
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Streaming forward of short rows (lane teams, no residual: the GDN / fla output gate, [N, 128]).
-// fwd_team_rows ran [1M, 128] at 1.42 x floor: 96 registers (20 warps per SM), 12.8 waves of blocks, and by
-// Nsight Compute (s4run1) ~60 % of the issue slots busy with ~40 instructions per element (64-bit row and
-// column arithmetic per row and chunk, bias reloaded per row, run-time activation selects).
-// Here: a one-wave persistent grid, the next iteration's x / z loads issued before the current reduction
-// (ld_stream: L1 bypassed, 256-byte L2 fetches), weight and bias held in registers for the whole kernel, the
-// activation a compile-time choice, and per element ~12 instructions (sigmoid by ex2 + rcp approximations
-// for 16-bit data, the precise ones for f32, as in vact).
+// Packed 16-byte loads for the streaming backward (L1 bypassed, 256-byte L2 fetches).
 template <bool F32>
 __device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int64_t i) {
   Packed<F32> r;
@@ -341,115 +334,6 @@ __device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int6
     r.q[0] = cuda::ld_stream(static_cast<const uint16_t*>(base) + i);
   }
   return r;
-}
-
-template <bool F32, bool SILU>
-__device__ __forceinline__ float sact(float v) {
-  constexpr int32_t act = SILU ? kActSilu : kActSigmoid;
-  return vact(act, !F32, v);
-}
-
-// Three 256-thread blocks per SM (<= 85 registers; unbounded, ptxas took 108 for bf16 [N, 128]: two blocks).
-template <bool F32, bool SILU, int TPR, int NV, int RPG>
-__global__ void __launch_bounds__(kBlock, (F32 || NV > 1 ? 2 : 3)) fwd_stream_rows(const RmsNormGatedFwdParams p, const VecFlags vf) {
-  static_assert(TPR <= 32, "lane teams only");
-  constexpr int GPB = kBlock / TPR;  // row teams per block
-  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
-  const int32_t xdt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
-  const bool nbg = p.norm_before_gate;
-  const float inv_g = 1.f / static_cast<float>(p.group);
-  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
-  // Column facts, weight and bias of this lane's chunks (row independent: loaded once).
-  int col[NV], rcol[NV];
-  bool has[NV], gstart[NV];
-  float w[NV][kV], b[NV][kV];
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int ci = t + k * TPR;
-    has[k] = ci < nc;
-    col[k] = ci * kV;
-    gstart[k] = has[k] && ci % gc == 0;
-    rcol[k] = has[k] ? static_cast<int>((ci / gc) * p.rstd_rows.col_stride) : 0;
-    load_param(p.weight, p.w_dtype, p.w_row, has[k] ? col[k] : 0, vf.w, 1.f, w[k]);
-    load_param(p.bias, p.b_dtype, p.b_row, has[k] ? col[k] : 0, vf.b, 0.f, b[k]);
-  }
-  const int64_t ngroups = (p.rows + RPG - 1) / RPG;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * GPB;
-  auto load = [&](int64_t g, Packed<F32> (&xb)[RPG][NV], Packed<F32> (&zb)[RPG][NV]) {
-#pragma unroll
-    for (int r = 0; r < RPG; ++r) {
-      const int64_t row = g * RPG + r;
-      if (g >= ngroups || row >= p.rows) continue;
-      const int64_t xo = p.x_rows.row_offset(row), zo = p.z_rows.row_offset(row);
-#pragma unroll
-      for (int k = 0; k < NV; ++k)
-        if (has[k]) {
-          xb[r][k] = load_packed_stream<F32>(p.x, xo + col[k]);
-          zb[r][k] = load_packed_stream<F32>(p.z, zo + col[k]);
-        }
-    }
-  };
-  int64_t it = static_cast<int64_t>(blockIdx.x) * GPB;  // uniform across the block
-  if (it >= ngroups) return;
-  Packed<F32> xc[RPG][NV], zc[RPG][NV], xn[RPG][NV], zn[RPG][NV];
-  load(it + team, xc, zc);
-  for (;;) {
-    const int64_t nit = it + stride;
-    const bool more = nit < ngroups;
-    if (more) load(nit + team, xn, zn);
-    const int64_t g = it + team;
-    float tot[RPG][NV];
-#pragma unroll
-    for (int r = 0; r < RPG; ++r) {
-      const bool live = g < ngroups && g * RPG + r < p.rows;  // dead lanes join the shuffles only
-      float part[NV];
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        part[k] = 0.f;
-        if (!(live && has[k])) continue;
-        float u[kV];
-        unpack<F32>(xc[r][k], xdt, u);
-        if (!nbg) {
-          float z[kV];
-          unpack<F32>(zc[r][k], xdt, z);
-#pragma unroll
-          for (int e = 0; e < kV; ++e) u[e] *= sact<F32, SILU>(z[e]);
-        }
-#pragma unroll
-        for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
-      }
-      group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
-    }
-#pragma unroll
-    for (int r = 0; r < RPG; ++r) {
-      const int64_t row = g * RPG + r;
-      if (g >= ngroups || row >= p.rows) continue;
-      const int64_t yo = p.y_rows.row_offset(row), so = p.rstd_rows.row_offset(row);
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        if (!has[k]) continue;
-        const float rs = rsqrtf(tot[r][k] * inv_g + p.eps);
-        if (gstart[k]) store_one(p.rstd, p.rstd_dtype, so + rcol[k], rs);
-        float u[kV], z[kV], o[kV];
-        unpack<F32>(xc[r][k], xdt, u);
-        unpack<F32>(zc[r][k], xdt, z);
-        if (nbg) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) o[e] = fmaf(u[e] * rs, w[k][e], b[k][e]) * sact<F32, SILU>(z[e]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) o[e] = fmaf(u[e] * sact<F32, SILU>(z[e]) * rs, w[k][e], b[k][e]);
-        }
-        store_vec<kV>(p.y, xdt, yo + col[k], o);
-      }
-    }
-    if (!more) break;
-#pragma unroll
-    for (int r = 0; r < RPG; ++r)
-#pragma unroll
-      for (int k = 0; k < NV; ++k) xc[r][k] = xn[r][k], zc[r][k] = zn[r][k];
-    it = nit;
-  }
 }
 
 // ------------------------------------------------------------------------------------------------------
@@ -740,9 +624,9 @@ __global__ void __launch_bounds__(kBlock) fwd_looped(const RmsNormGatedFwdParams
 // ------------------------------------------------------------------------------------------------------
 // Backward, vector paths.
 
-// Streaming backward of short rows (lane teams, no residual / dresidual_out): the scheme of fwd_stream_rows
-// (one-wave persistent grid, the next rows' x / z / dy / rstd loads issued before the current rows' math,
-// packed loads, weight and bias in registers, compile-time activation). bwd_team_rows held h, z and dy as
+// Streaming backward of short rows (lane teams, no residual / dresidual_out): a one-wave persistent grid, the
+// next rows' x / z / dy / rstd loads issued before the current rows' math, packed loads, weight and bias in
+// registers, compile-time activation. bwd_team_rows held h, z and dy as
 // floats (R x NV x 24 registers) and ran [1M, 128] at 2.1 x floor with 4096 blocks of 256 threads. dweight /
 // dbias: per-thread sums over its rows in row order, then the block's teams added in team order into its
 // partial row (the grid, not bwd_partials, sets the partial count: at most bwd_partials rows, which the
@@ -1304,42 +1188,6 @@ int query_occupancy(Kern kernel, int block) {
   return n;
 }
 
-// The streaming forward (lane teams, no residual): at most one wave of resident blocks, balanced so every
-// block walks the same number of row groups (up to one).
-template <bool F32, bool SILU, int TPR, int NV>
-strata_status launch_fwd_stream_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  // One row per team per iteration (plus the prefetched next one): with two, bf16 [N, 128] needed 108
-  // registers (two blocks per SM), or spilled 72 bytes under the three-block bound.
-  constexpr int RPG = 1, GPB = kBlock / TPR;
-  const auto kernel = fwd_stream_rows<F32, SILU, TPR, NV, RPG>;
-  static const int occ = query_occupancy(kernel, kBlock);
-  const int64_t need = (((p.rows + RPG - 1) / RPG) + GPB - 1) / GPB;
-  const int64_t slots = grid_cap() / 32 * occ;  // SMs x resident blocks
-  const int64_t grid = need <= slots ? need : (need + (need + slots - 1) / slots - 1) / ((need + slots - 1) / slots);
-  kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, vf);
-  return cuda::check_launch("rms_norm_gated fwd_stream_rows");
-}
-
-template <int TPR, int NV>
-strata_status launch_fwd_stream(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  const bool silu = p.act == kActSilu;
-  if (p.x_dtype == STRATA_DTYPE_F32)
-    return silu ? launch_fwd_stream_inst<true, true, TPR, NV>(p, vf, s) : launch_fwd_stream_inst<true, false, TPR, NV>(p, vf, s);
-  return silu ? launch_fwd_stream_inst<false, true, TPR, NV>(p, vf, s) : launch_fwd_stream_inst<false, false, TPR, NV>(p, vf, s);
-}
-
-strata_status fwd_stream(const RmsNormGatedFwdParams& p, const Config& c, const VecFlags& vf, cudaStream_t s) {
-  switch (c.tpr) {
-    case 4: return launch_fwd_stream<4, 1>(p, vf, s);
-    case 8: return launch_fwd_stream<8, 1>(p, vf, s);
-    case 16: return launch_fwd_stream<16, 1>(p, vf, s);
-    default:
-      if (c.nv == 1) return launch_fwd_stream<32, 1>(p, vf, s);
-      if (c.nv == 2) return launch_fwd_stream<32, 2>(p, vf, s);
-      return launch_fwd_stream<32, 4>(p, vf, s);
-  }
-}
-
 // The streaming backward: a one-wave balanced grid of at most `max_blocks` (= bwd_partials: the workspace's
 // partial rows); p.num_partials is set to the grid (the partial rows this launch writes).
 template <bool F32, bool SILU, int TPR, int NV>
@@ -1442,8 +1290,8 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream) {
     fwd_looped<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p);
     return cuda::check_launch("rms_norm_gated fwd_looped");
   }
-  // Short rows without a residual (the common call): the streaming kernel; otherwise the team / block kernels.
-  if (c.tpr <= 32 && !p.residual && !p.residual_out) return fwd_stream(p, c, vf, s);
+  // A streaming forward of the backward's design (persistent grid, next rows prefetched) ran bf16 [1M, 128] at
+  // 1.46 x floor in s4run2 against 1.42 x for fwd_team_rows (s4run1): the team kernel stays.
   return fwd_vec(p, c, vf, s);
 }
 
