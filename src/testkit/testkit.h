@@ -132,7 +132,8 @@ struct Timing {
   double median_ms = 0, min_ms = 0;
   int iters = 0;
 };
-// Times fn on `device`: warm-up, then `iters` timed calls (CUDA events or steady_clock), median.
+// Times fn on `device`: warm-up, then `iters` timed calls, median. CUDA: every call between its own pair of events,
+// all queued back to back (host overhead hidden while the host runs ahead, as in do_bench); CPU: steady_clock.
 Timing time_it(strata_device device, const std::function<void()>& fn, int iters = 20, int warmup = 3);
 // A device copy of `bytes` (so 2 * bytes move: read + written): the bandwidth ceiling of ARCHITECTURE.md §7.
 // On the CPU it uses every thread the kernels use.
