@@ -288,6 +288,86 @@ HWY_INLINE void ScaledSubScaled(const TA* a, const TB* b, float c, float s, TO* 
   for (; i < n; ++i) out[i] = from_f32<TO>(s * (to_f32(a[i]) - c * to_f32(b[i])));
 }
 
+// Skewed row passes (long rows): the reduction of the next row, which streams from memory, fused with the
+// output pass of the current row, which re-reads it from L1, so the memory never idles while a row is written.
+// The reduction has exactly the order (and bits) of SumSquares / Dot; the output exactly those of Scale /
+// ScaledSubScaled.
+
+// Returns SumSquares(xa, n); writes Scale(xb, s, yb, n).
+template <bool kStream, bool kNative, class TX, class TY>
+HWY_INLINE float SumSquaresAndScale(const TX* xa, const TX* xb, float s, TY* yb, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStepBytes = 4 * static_cast<int64_t>(hn::MaxLanes(df) * sizeof(TX));
+  const auto vs = hn::Set(df, s);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  int64_t i = 0;
+  auto body = [&](auto stream_tag) {
+    constexpr bool S = decltype(stream_tag)::value;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      PrefetchAhead<kStepBytes>(xa + i);
+      const auto v0 = LoadF32(df, xa + i), v1 = LoadF32(df, xa + i + N);
+      const auto v2 = LoadF32(df, xa + i + 2 * N), v3 = LoadF32(df, xa + i + 3 * N);
+      a0 = hn::MulAdd(v0, v0, a0);
+      a1 = hn::MulAdd(v1, v1, a1);
+      a2 = hn::MulAdd(v2, v2, a2);
+      a3 = hn::MulAdd(v3, v3, a3);
+      for (int k = 0; k < 4; ++k)
+        StoreOut<S, kNative>(df, hn::Mul(LoadF32(df, xb + i + k * N), vs), yb + i + k * N);
+    }
+  };
+  if (kStream && StreamAligned(df, yb)) body(std::true_type{});
+  else body(std::false_type{});
+  const int64_t i0 = i;
+  for (; i + N <= n; i += N) {
+    const auto v = LoadF32(df, xa + i);
+    a0 = hn::MulAdd(v, v, a0);
+  }
+  float ss = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) {
+    const float v = to_f32(xa[i]);
+    ss += v * v;
+  }
+  Scale<kStream, kNative>(xb + i0, s, yb + i0, n - i0);
+  return ss;
+}
+
+// Returns Dot(na, nb, n); writes ScaledSubScaled(a, b, c, s, out, n).
+template <bool kStream, bool kNative, class TA, class TB, class TO>
+HWY_INLINE float DotAndScaledSubScaled(const TA* na, const TB* nb, const TA* a, const TB* b, float c, float s,
+                                       TO* out, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStepA = 4 * static_cast<int64_t>(hn::MaxLanes(df) * sizeof(TA));
+  constexpr int64_t kStepB = 4 * static_cast<int64_t>(hn::MaxLanes(df) * sizeof(TB));
+  const auto vc = hn::Set(df, c), vs = hn::Set(df, s);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  int64_t i = 0;
+  auto body = [&](auto stream_tag) {
+    constexpr bool S = decltype(stream_tag)::value;
+    for (; i + 4 * N <= n; i += 4 * N) {
+      PrefetchAhead<kStepA>(na + i);
+      PrefetchAhead<kStepB>(nb + i);
+      a0 = hn::MulAdd(LoadF32(df, na + i), LoadF32(df, nb + i), a0);
+      a1 = hn::MulAdd(LoadF32(df, na + i + N), LoadF32(df, nb + i + N), a1);
+      a2 = hn::MulAdd(LoadF32(df, na + i + 2 * N), LoadF32(df, nb + i + 2 * N), a2);
+      a3 = hn::MulAdd(LoadF32(df, na + i + 3 * N), LoadF32(df, nb + i + 3 * N), a3);
+      for (int k = 0; k < 4; ++k) {
+        const int64_t j = i + k * N;
+        StoreOut<S, kNative>(df, hn::Mul(vs, hn::NegMulAdd(vc, LoadF32(df, b + j), LoadF32(df, a + j))), out + j);
+      }
+    }
+  };
+  if (kStream && StreamAligned(df, out)) body(std::true_type{});
+  else body(std::false_type{});
+  const int64_t i0 = i;
+  for (; i + N <= n; i += N) a0 = hn::MulAdd(LoadF32(df, na + i), LoadF32(df, nb + i), a0);
+  float d = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  for (; i < n; ++i) d += to_f32(na[i]) * to_f32(nb[i]);
+  ScaledSubScaled<kStream, kNative>(a + i0, b + i0, c, s, out + i0, n - i0);
+  return d;
+}
+
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
