@@ -90,7 +90,7 @@ std::string name(const RowNormCudaConfig& c) {
 // these small row counts).
 std::vector<RowNormCudaConfig> configs_to_check() {
   std::vector<RowNormCudaConfig> out;
-  for (const RowNormCudaConfig& c : configs_to_check()) {
+  for (const RowNormCudaConfig& c : row_norm_cuda_all_configs()) {
     out.push_back(c);
     if (!c.stream) continue;
     for (int mb : {1, 2}) {
