@@ -29,9 +29,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr int64_t kStreamBytes = 4 << 20;
 // Most rows reduced before any is scaled (see FwdRows).
 constexpr int64_t kGroup = 64;
-// Rows of at least this many bytes take the skewed passes (tv::SumSquaresAndScale, DotAndScaledSubScaled);
-// shorter ones the grouped passes, which overlap the latency chains of many short rows.
-constexpr int64_t kSkewBytes = 2048;
 
 // A short contiguous row of exactly NV vectors, held in registers: one load and one conversion per element
 // (the general path reads each row twice). Sum of squares in vector order, then one reduction.
@@ -115,30 +112,6 @@ void FwdRows(const RowNormFwdParams& p) {
       if (stream) hwy::FlushStream();
       return;
     }
-    if (unit && y && p.D * static_cast<int64_t>(sizeof(TX)) >= kSkewBytes) {
-      // Long rows, skewed: row r + 1's sum of squares (from memory) runs in the same loop as row r's scaling
-      // (from L1). Same reductions and products as the grouped passes below, so the same bits.
-      float ss = tv::SumSquares(x + p.x_rows.row_offset(r0), p.D);
-      for (int64_t r = r0; r < r1; ++r) {
-        const float rstd = 1.0f / std::sqrt(ss * inv_n + p.eps);
-        store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rstd);
-        const TX* xr = x + p.x_rows.row_offset(r);
-        TY* yr = y + p.y_rows.row_offset(r);
-        if (r + 1 < r1) {
-          const TX* xn = x + p.x_rows.row_offset(r + 1);
-          ss = stream ? tv::SumSquaresAndScale<true, kNative>(xn, xr, rstd, yr, p.D)
-                      : tv::SumSquaresAndScale<false, kNative>(xn, xr, rstd, yr, p.D);
-        } else {
-          // The block's last row: prefetch the next block's first row (the same thread's next block under the
-          // static schedule) meanwhile.
-          const TX* next = r + 1 < p.rows ? x + p.x_rows.row_offset(r + 1) : nullptr;
-          if (stream) tv::Scale<true, kNative>(xr, rstd, yr, p.D, next);
-          else tv::Scale<false, kNative>(xr, rstd, yr, p.D, next);
-        }
-      }
-      if (stream) hwy::FlushStream();
-      return;
-    }
     float rs[kGroup];
     for (int64_t g0 = r0; g0 < r1; g0 += group) {
       const int64_t g1 = std::min(r1, g0 + group);
@@ -188,36 +161,7 @@ void BwdRows(const RowNormBwdParams& p) {
                     (p.kind == RowNormBwdKind::kFactor || p.dout_rows.col_stride == 1);
   const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TS) + sizeof(TG) + sizeof(TD)));
   const bool stream = p.rows * p.D * static_cast<int64_t>(sizeof(TD)) >= kStreamBytes;
-  const bool skew = unit && p.kind != RowNormBwdKind::kFactor &&
-                    p.D * static_cast<int64_t>(std::max(sizeof(TS), sizeof(TG))) >= kSkewBytes;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
-    if (skew) {
-      // Long rows, skewed: row r + 1's dot (dy, src from memory) runs in the same loop as row r's output (from
-      // L1). Same reductions and products as the per-row passes below, so the same bits.
-      float dot = tv::Dot(dout + p.dout_rows.row_offset(r0), src + p.src_rows.row_offset(r0), p.D);
-      for (int64_t r = r0; r < r1; ++r) {
-        const TS* sr = src + p.src_rows.row_offset(r);
-        const TG* gr = dout + p.dout_rows.row_offset(r);
-        TD* xr = dx + p.dx_rows.row_offset(r);
-        const float rstd = static_cast<float>(load_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r)));
-        const float c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot * inv_n : dot * rstd * rstd * inv_n;
-        const float s = rstd;
-        if (r + 1 < r1) {
-          const TG* gn = dout + p.dout_rows.row_offset(r + 1);
-          const TS* sn = src + p.src_rows.row_offset(r + 1);
-          dot = stream ? tv::DotAndScaledSubScaled<true, kNative>(gn, sn, gr, sr, c, s, xr, p.D)
-                       : tv::DotAndScaledSubScaled<false, kNative>(gn, sn, gr, sr, c, s, xr, p.D);
-        } else {
-          const bool pf = r + 1 < p.rows;
-          const TG* ng = pf ? dout + p.dout_rows.row_offset(r + 1) : nullptr;
-          const TS* ns = pf ? src + p.src_rows.row_offset(r + 1) : nullptr;
-          if (stream) tv::ScaledSubScaled<true, kNative>(gr, sr, c, s, xr, p.D, ng, ns);
-          else tv::ScaledSubScaled<false, kNative>(gr, sr, c, s, xr, p.D, ng, ns);
-        }
-      }
-      if (stream) hwy::FlushStream();
-      return;
-    }
     for (int64_t r = r0; r < r1; ++r) {
       const TS* sr = src + p.src_rows.row_offset(r);
       const TG* gr = dout + p.dout_rows.row_offset(r);
