@@ -270,32 +270,12 @@ bool dense_rows(const RowLayout& l, int64_t width) {
   return l.col_stride == 1 && (l.nd == 0 || (l.nd == 1 && (l.sizes[0] <= 1 || l.strides[0] == width)));
 }
 
-template <class Kern>
-int query_occupancy(Kern kernel, int block) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError();  // not sticky; keep it out of check_launch
-    n = 1;
-  }
-  return n;
-}
-
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      n < 1) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n;
-}
-
 template <bool F32, bool PROBS>
 strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
   const auto kernel = fwd_interleaved_stream<F32, PROBS>;
-  static const int occ = query_occupancy(kernel, kBlock);
+  static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
   const int64_t tile = static_cast<int64_t>(kStreamU) * kBlock;
-  const int64_t need = (nvec + tile - 1) / tile, slots = static_cast<int64_t>(sm_count()) * occ;
+  const int64_t need = (nvec + tile - 1) / tile, slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   const int64_t iters = (need + slots - 1) / slots;
   const int64_t grid = (need + iters - 1) / iters;  // every block walks `iters` tiles (the last ones fewer)
   kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);

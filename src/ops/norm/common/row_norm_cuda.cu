@@ -600,38 +600,17 @@ RowNormCudaConfig pick_stream(int64_t D, const StreamFacts& sf) {
   return c;
 }
 
-// Resident blocks per SM of a kernel (queried once per kernel; 1 if the query fails).
-template <class Kern>
-int query_occupancy(Kern kernel, int block) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError();  // not sticky; keep it out of check_launch
-    n = 1;
-  }
-  return n;
-}
-
-int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      n < 1) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  return n;
-}
-
 // Launches one streaming instance: at most one wave of resident blocks, balanced so that every block runs
 // the same number of iterations (up to one).
 template <class K, int TPR, int NV, int RPG>
 strata_status launch_stream_inst(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
   constexpr int BT = stream_block<TPR>(), GPB = TPR > 32 ? 1 : kBlock / TPR;
   const auto kernel = K::template stream<TPR, NV, RPG>();
-  static const int occ = query_occupancy(kernel, BT);
+  static const int occ = cuda::occupancy_blocks_per_sm(kernel, BT);
   if (p.rows == 0) return STRATA_SUCCESS;
   const int64_t ngroups = cuda::ceil_div(p.rows, RPG);
   const int64_t need = cuda::ceil_div(ngroups, GPB);
-  const int64_t slots = static_cast<int64_t>(sm_count()) * occ;
+  const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   int64_t grid = need <= slots ? need : cuda::ceil_div(need, cuda::ceil_div(need, slots));
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
   kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p);

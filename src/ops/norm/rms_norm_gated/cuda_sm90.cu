@@ -1177,24 +1177,13 @@ strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cud
   }
 }
 
-// Resident blocks per SM of a kernel (queried once per instance; 1 if the query fails).
-template <class Kern>
-int query_occupancy(Kern kernel, int block) {
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError();  // not sticky; keep it out of check_launch
-    n = 1;
-  }
-  return n;
-}
-
 // The streaming backward: a one-wave balanced grid of at most `max_blocks` (= bwd_partials: the workspace's
 // partial rows); p.num_partials is set to the grid (the partial rows this launch writes).
 template <bool F32, bool SILU, int TPR, int NV>
 strata_status launch_bwd_stream_inst(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, cudaStream_t s) {
   constexpr int RPG = 1, GPB = kBlock / TPR;
   const auto kernel = bwd_stream_rows<F32, SILU, TPR, NV, RPG>;
-  static const int occ = query_occupancy(kernel, kBlock);
+  static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
   const int64_t need = (((p.rows + RPG - 1) / RPG) + GPB - 1) / GPB;
   const int64_t slots = grid_cap() / 32 * occ;
   int64_t grid = need <= slots ? need : (need + (need + slots - 1) / slots - 1) / ((need + slots - 1) / slots);
