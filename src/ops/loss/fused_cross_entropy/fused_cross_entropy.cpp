@@ -75,6 +75,17 @@ strata_status check_alias(const CeParams& p, const char* op) {
               op);
 }
 
+// The run-time checks every implementation makes before it writes anything: the aliasing rule above, then the
+// workspace the plan reported (ce_workspace_bytes for the CPU or the CUDA layout).
+strata_status check_run(const CeParams& p, size_t workspace_size, bool cuda) {
+  const char* op = p.backward ? kBwd : kFwd;
+  STRATA_RETURN_IF_ERROR(check_alias(p, op));
+  const size_t need = ce_workspace_bytes(p, cuda);
+  if (workspace_size < need)
+    return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op, need, workspace_size);
+  return STRATA_SUCCESS;
+}
+
 // Sum of the per-row values in the workspace (f64, row order) -> the reduced outputs.
 void finish_cpu(const CeParams& p, int64_t count) {
   if (p.backward || p.reduction == kCeNone) return;
@@ -103,13 +114,9 @@ Implementation<CeProblem> cpu_impl(std::string name, std::function<std::string(c
           [](const CeProblem& p) { return ce_workspace_bytes(p.params, false); },
           [fn](const CeProblem& pr, const Launch& l) {
             const CeParams p = bind(pr, l);
-            const char* op = p.backward ? kBwd : kFwd;
             int64_t count = 0;
             STRATA_RETURN_IF_ERROR(ce_check_targets(p, &count));
-            STRATA_RETURN_IF_ERROR(check_alias(p, op));
-            if (l.workspace_size < ce_workspace_bytes(p, false))
-              return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                          ce_workspace_bytes(p, false), l.workspace_size);
+            STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, false));
             fn(p, count);
             finish_cpu(p, count);
             return STRATA_SUCCESS;
@@ -140,11 +147,7 @@ const ImplList<CeProblem>& impls() {
                    [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
                    [pipe](const CeProblem& pr, const Launch& l) {
                      const CeParams p = bind(pr, l);
-                     const char* op = p.backward ? kBwd : kFwd;
-                     STRATA_RETURN_IF_ERROR(check_alias(p, op));
-                     if (l.workspace_size < ce_workspace_bytes(p, true))
-                       return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                                   ce_workspace_bytes(p, true), l.workspace_size);
+                     STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
                      if (!ce_smem_aligned(p))
                        return static_cast<strata_status>(
                            fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
@@ -163,11 +166,7 @@ const ImplList<CeProblem>& impls() {
                    [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
                    [v](const CeProblem& pr, const Launch& l) {
                      const CeParams p = bind(pr, l);
-                     const char* op = p.backward ? kBwd : kFwd;
-                     STRATA_RETURN_IF_ERROR(check_alias(p, op));
-                     if (l.workspace_size < ce_workspace_bytes(p, true))
-                       return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                                   ce_workspace_bytes(p, true), l.workspace_size);
+                     STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
                      return static_cast<strata_status>(fused_cross_entropy_cuda(p, l.cuda_stream, v));
                    }});
     }
@@ -183,11 +182,7 @@ const ImplList<CeProblem>& impls() {
                  [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
                  [](const CeProblem& pr, const Launch& l) {
                    const CeParams p = bind(pr, l);
-                   const char* op = p.backward ? kBwd : kFwd;
-                   STRATA_RETURN_IF_ERROR(check_alias(p, op));
-                   if (l.workspace_size < ce_workspace_bytes(p, true))
-                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", op,
-                                 ce_workspace_bytes(p, true), l.workspace_size);
+                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
                    if (!ce_cluster_aligned(p))
                      return static_cast<strata_status>(
                          fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRowL2));
