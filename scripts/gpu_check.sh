@@ -9,7 +9,7 @@
 #   scripts/gpu_check.sh --dry    # anywhere: CPU-only build, the tests, a quick CPU atk, no GPU steps
 #
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
-# Environment: GPU_CHECK_TARGETS (ninja targets to build; default all), GPU_CHECK_SKIP (steps to leave out, space-separated: ctest atk sweep python peers; e.g. a first call
+# Environment: GPU_CHECK_TARGETS (ninja targets to build; default all), GPU_CHECK_SKIP (steps to leave out, space-separated: build (reuse the binaries of a previous call on a warm machine) ctest atk sweep python peers; e.g. a first call
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
 # default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
 # `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
@@ -152,14 +152,20 @@ if ((!dry && python_steps)) && ! skipped python && [[ ${GPU_CHECK_PIP:-0} != 1 ]
   py_from_build=1
   py_flags=(-DSTRATA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$PYTHON")")
 fi
-cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${deps_flags[@]}" "${py_flags[@]}" \
-  >"$logs/configure.log" 2>&1 || die configure "$logs/configure.log"
-grep -E "^-- Strata" "$logs/configure.log"
-# GPU_CHECK_TARGETS: build only these ninja targets (e.g. "strata_cli _C" when the C++ tests are skipped).
-read -r -a build_targets <<<"${GPU_CHECK_TARGETS:-}"
-timeout "$(time_left 420)" ninja -C "$build" -j "$jobs" "${build_targets[@]}" >"$logs/build.log" 2>&1 || die build "$logs/build.log"
-tail -n 1 "$logs/build.log"
-record "configure + build" ok "$((SECONDS - t0))" "$(basename "$build"), ${cuda_flags[*]}"
+if skipped build && [[ -x $build/tools/strata/strata ]]; then
+  # A second call on a machine that is still warm: the copied tree has new mtimes, so ninja would rebuild
+  # everything; GPU_CHECK_SKIP=build reuses the binaries the previous call built instead.
+  record "configure + build" skipped 0 "GPU_CHECK_SKIP: reusing $build"
+else
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" "${deps_flags[@]}" "${py_flags[@]}" \
+    >"$logs/configure.log" 2>&1 || die configure "$logs/configure.log"
+  grep -E "^-- Strata" "$logs/configure.log"
+  # GPU_CHECK_TARGETS: build only these ninja targets (e.g. "strata_cli _C" when the C++ tests are skipped).
+  read -r -a build_targets <<<"${GPU_CHECK_TARGETS:-}"
+  timeout "$(time_left 420)" ninja -C "$build" -j "$jobs" "${build_targets[@]}" >"$logs/build.log" 2>&1 || die build "$logs/build.log"
+  tail -n 1 "$logs/build.log"
+  record "configure + build" ok "$((SECONDS - t0))" "$(basename "$build"), ${cuda_flags[*]}"
+fi
 strata_bin="$build/tools/strata/strata"
 
 # ---- (iii) C++ tests ----
