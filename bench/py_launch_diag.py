@@ -4,9 +4,10 @@ next to the per-call time seen by CUDA events around each call, the throughput o
 host time per call. Written to explain why strata.api.l2norm timed 2x slower through Python than through
 `strata atk` on the H200 (bench/results/2026-11-29_h200_gpu_check_run1.log).
 
-    python bench/py_launch_diag.py
+    python bench/py_launch_diag.py [--no-profile]
 """
 
+import sys
 import time
 
 import torch
@@ -50,18 +51,35 @@ def host_us(fn, iters=30):
     return (t1 - t0) / iters * 1e6
 
 
+def alternating(fn, *inputs):
+    """fn on the inputs taken in turn, as bench/torch_peers.py does (it rotates copies of an input so that
+    together they exceed 4x the L2): torch_peers' first case, l2norm, has two such copies and has timed 2x
+    slower than this script's one-input loop in every session, for torch's kernels too."""
+    state = {"i": 0}
+
+    def call():
+        state["i"] += 1
+        return fn(inputs[state["i"] % len(inputs)])
+    return call
+
+
 def main():
     x = torch.randn(524288, 128, dtype=torch.bfloat16, device="cuda")
+    x2 = x.clone()
     xr = torch.randn(32768, 4096, dtype=torch.bfloat16, device="cuda")
     cases = {
         "strata l2norm [524288,128] bf16": lambda: sapi.l2norm(x),
+        "strata l2norm, 2 inputs alternating": alternating(sapi.l2norm, x, x2),
         "torch F.normalize [524288,128] bf16": lambda: F.normalize(x, dim=-1),
+        "torch F.normalize, 2 inputs alternating": alternating(lambda t: F.normalize(t, dim=-1), x, x2),
         "strata rmsnorm_without_weight [32768,4096] bf16": lambda: sapi.rmsnorm_without_weight(xr),
         "torch F.rms_norm [32768,4096] bf16": lambda: F.rms_norm(xr, (4096,)),
     }
     print(f"{'case':<50} {'events/call ms':>15} {'back-to-back ms':>16} {'host us/call':>13}")
     for name, fn in cases.items():
         print(f"{name:<50} {per_call_events(fn):>15.4f} {back_to_back(fn):>16.4f} {host_us(fn):>13.1f}")
+    if "--no-profile" in sys.argv:
+        return
     from torch.profiler import ProfilerActivity, profile
 
     for name, fn in cases.items():
