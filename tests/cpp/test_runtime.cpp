@@ -366,20 +366,26 @@ TEST(Runtime, ElapsedTimeNeedsCompletedRecords) {
   EXPECT_FAILS_WITH(strata_event_elapsed_time(nullptr, a, b), STRATA_ERROR_NULL_POINTER, "ms");
 }
 
-TEST(Runtime, StreamWaitEventOrdersTwoCpuStreams) {
-  Stream producer(kCpu), consumer(kCpu);
-  Event ready(kCpu);
+// The producer stream sets `value` to `to` after a 30 ms sleep, then records `ready`; the consumer waits on
+// `ready` and reads `value`. Unless the wait orders the two streams, the read sees the old value.
+void expect_wait_orders(strata_stream producer, strata_stream consumer, strata_event ready, int to) {
   std::atomic<int> value{0};
   int seen = -1;
   ASSERT_OK(strata::rt::submit_host(producer, [&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    value = 1;
+    value = to;
   }));
   ASSERT_OK(strata_event_record(ready, producer));
   ASSERT_OK(strata_stream_wait_event(consumer, ready));
   ASSERT_OK(strata::rt::submit_host(consumer, [&] { seen = value; }));
   ASSERT_OK(strata_stream_synchronize(consumer));
-  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(seen, to);
+}
+
+TEST(Runtime, StreamWaitEventOrdersTwoCpuStreams) {
+  Stream producer(kCpu), consumer(kCpu);
+  Event ready(kCpu);
+  expect_wait_orders(producer, consumer, ready, 1);
   // Waiting on a completed (or never-recorded) event does not block.
   Event never(kCpu);
   ASSERT_OK(strata_stream_wait_event(consumer, never));
@@ -859,28 +865,8 @@ TEST(Runtime, CudaAndCpuStreamsWaitForEachOther) {
   SKIP_WITHOUT_GPU();
   Stream gpu(kCuda0), cpu(kCpu);
   Event gpu_done(kCuda0), cpu_done(kCpu);
-  std::atomic<int> value{0};
-  int seen_on_cpu = -1, seen_on_gpu = -1;
-  // GPU -> CPU: a CPU stream waits for a CUDA event.
-  ASSERT_OK(strata::rt::submit_host(gpu, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    value = 1;
-  }));
-  ASSERT_OK(strata_event_record(gpu_done, gpu));
-  ASSERT_OK(strata_stream_wait_event(cpu, gpu_done));
-  ASSERT_OK(strata::rt::submit_host(cpu, [&] { seen_on_cpu = value; }));
-  ASSERT_OK(strata_stream_synchronize(cpu));
-  EXPECT_EQ(seen_on_cpu, 1);
-  // CPU -> GPU: a CUDA stream waits for a CPU event.
-  ASSERT_OK(strata::rt::submit_host(cpu, [&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    value = 2;
-  }));
-  ASSERT_OK(strata_event_record(cpu_done, cpu));
-  ASSERT_OK(strata_stream_wait_event(gpu, cpu_done));
-  ASSERT_OK(strata::rt::submit_host(gpu, [&] { seen_on_gpu = value; }));
-  ASSERT_OK(strata_stream_synchronize(gpu));
-  EXPECT_EQ(seen_on_gpu, 2);
+  expect_wait_orders(gpu, cpu, gpu_done, 1);  // GPU -> CPU: a CPU stream waits for a CUDA event
+  expect_wait_orders(cpu, gpu, cpu_done, 2);  // CPU -> GPU: a CUDA stream waits for a CPU event
 }
 
 TEST(Runtime, CudaAllocator) {
