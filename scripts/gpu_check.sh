@@ -164,6 +164,8 @@ else
   read -r -a build_targets <<<"${GPU_CHECK_TARGETS:-}"
   timeout "$(time_left 420)" ninja -C "$build" -j "$jobs" "${build_targets[@]}" >"$logs/build.log" 2>&1 || die build "$logs/build.log"
   tail -n 1 "$logs/build.log"
+  # Seconds per compiled file, longest first: what the critical path of the GPU build is made of.
+  awk 'NR > 1 { printf "%8.1f %s\n", ($2 - $1) / 1000, $4 }' "$build/.ninja_log" | sort -rn | head -n 25 >"$logs/build_times.txt"
   record "configure + build" ok "$((SECONDS - t0))" "$(basename "$build"), ${cuda_flags[*]}"
 fi
 strata_bin="$build/tools/strata/strata"
