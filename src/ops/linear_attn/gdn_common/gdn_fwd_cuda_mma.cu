@@ -125,6 +125,40 @@ __device__ __forceinline__ void load_tile(T* dst, int ld, const GdnTensor& t, in
   }
 }
 
+// cp.async of 16 bytes to a shared-space address (zero fill, nothing read, when !valid).
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+// A token tensor [B, T, heads, D] the lean loads (lean_rows, state_o_mma) can copy by 16-byte segments at any
+// (b, t, head): dtype T, unit column stride, outer strides multiples of 8 elements, 16-byte aligned data.
+template <class T>
+__device__ __forceinline__ bool lean_tensor(const GdnTensor& t) {
+  return t.dtype == dtype_of<T>() && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
+}
+
+// Lean form of load_tile for a lean_tensor t whose D columns are a multiple of 64 (every segment inside D):
+// rows [0, 64) of every 64-column tile of the chunk at element offset `base` into dst [64][ld], rows >= rows
+// zero-filled. Each thread copies fixed (row, segment) slots, so a segment costs one 64-bit address and one
+// predicated cp.async instead of load_tile's per-segment arithmetic and three-way branch. Caller commits.
+template <int kNThr>
+__device__ __forceinline__ void lean_rows(void* dst, int ld, const GdnTensor& t, int64_t base, int rows, int64_t D) {
+  constexpr int kSeg = 8, kStep = kNThr / kSeg;  // 16-byte segments of a 64-column row; rows per pass
+  static_assert(kNThr % kSeg == 0 && kRows % kStep == 0, "whole passes over a 64-row tile");
+  const int q = static_cast<int>(threadIdx.x) % kSeg, r0 = static_cast<int>(threadIdx.x) / kSeg;
+  const uint16_t* src = static_cast<const uint16_t*>(t.data) + base + q * 8;
+  const uint32_t sb =
+      static_cast<uint32_t>(__cvta_generic_to_shared(dst)) + static_cast<uint32_t>((r0 * ld + q * 8) * 2);
+  const int64_t rs = t.st[1];
+  for (int64_t d0 = 0; d0 < D; d0 += 64)
+#pragma unroll
+    for (int it = 0; it < kRows / kStep; ++it) {
+      const int r = r0 + it * kStep;
+      const bool ok = r < rows;
+      cp_async16_s(sb + static_cast<uint32_t>((it * kStep * ld + d0) * 2), ok ? src + r * rs + d0 : src, ok);
+    }
+}
+
 // Stores the pair (a, b) at columns col, col + 1 (< D) of a row at element offset `row_off` of t: one 32-bit
 // store when t is 16-bit, unit-stride and aligned, element stores otherwise.
 __device__ __forceinline__ void store_pair(const GdnTensor& t, int64_t row_off, int64_t cs, int64_t col, int64_t D,
@@ -421,13 +455,21 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
   // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
   // inverse run.
   if constexpr (kNeedK) {
-    for (int64_t d0 = 0; d0 < K; d0 += 64)
-      load_tile<T, 64, kNThr>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    if (K % 64 == 0 && lean_tensor<T>(p.k)) {
+      lean_rows<kNThr>(Kt, ldk, p.k, off_tok(p.k, c.b, c.s, h), L, K);
+    } else {
+      for (int64_t d0 = 0; d0 < K; d0 += 64)
+        load_tile<T, 64, kNThr>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    }
     cuda::cp_async_commit();
   }
   if constexpr (kNeedV) {
-    for (int64_t d0 = 0; d0 < V; d0 += 64)
-      load_tile<T, 64, kNThr>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    if (V % 64 == 0 && lean_tensor<T>(p.v)) {
+      lean_rows<kNThr>(Vt, ldv, p.v, off_tok(p.v, c.b, c.s, hv), L, V);
+    } else {
+      for (int64_t d0 = 0; d0 < V; d0 += 64)
+        load_tile<T, 64, kNThr>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    }
     cuda::cp_async_commit();
   }
   if (kMode != kWySolve)
@@ -783,18 +825,6 @@ constexpr size_t state_o_smem() {
          + size_t(kTerms) * kRows * kLdS * 2                  // Vd terms [kTerms][64][kLdS]
          + size_t(kRows) * kLdT * 2                           // P [64][kLdT] (gated Q Kᵀ rounded to T)
          + kRows * 4;                                         // γ
-}
-
-// cp.async of 16 bytes to a shared-space address (zero fill, nothing read, when !valid).
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-// A token tensor [B, T, heads, D] the lean loads of state_o_mma can copy by 16-byte segments at any (b, t,
-// head): dtype T, unit column stride, outer strides multiples of 8 elements, 16-byte aligned data.
-template <class T>
-__device__ __forceinline__ bool lean_tensor(const GdnTensor& t) {
-  return t.dtype == dtype_of<T>() && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
-         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
 }
 
 // The 10 lower 16 x 16 blocks (row block, column block) of a 64 x 64 chunk matrix.
