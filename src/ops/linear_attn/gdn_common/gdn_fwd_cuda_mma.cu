@@ -861,7 +861,10 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   const int srow0 = 16 * warp;                 // S rows of this warp
   const int rb = warp & 3, ch = warp >> 2;     // chunk row block and column half of this warp
   const int c0 = ch * kHalf;                   // first column (inside the block) of the warp's half
-  const int ksteps = static_cast<int>((K + 15) / 16);
+  // Every product runs all 128 / 16 key steps and all 4 chunk-row steps: the K / W / Q tile columns >= K, the
+  // S rows >= K and the tile / Vd rows >= L are exact zeros, so the extra steps add +0 and leave the values as
+  // they are, and the k-loops stay free of branches (an early exit per step kept the compiler from issuing the
+  // next step's ldmatrix before the current step's mma: a dependent chain on the pass's critical path).
 
   FragC S[kNT];
 #pragma unroll
@@ -976,7 +979,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       pc[0].zero(), pc[1].zero();
 #pragma unroll
       for (int ks = 0; ks < kKF / 16; ++ks) {
-        if (ks >= ksteps) break;
         const FragA a = mma::load_a(Qs, kLdKF, 16 * prb, 16 * ks);
         FragB b0, b1;
         mma::load_b2(b0, b1, Ks, kLdKF, 16 * ks, 16 * pcb);
@@ -1000,7 +1002,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     for (int nt = 0; nt < kNTh; ++nt) acc[nt].zero(), O[nt].zero();
 #pragma unroll
     for (int ks = 0; ks < kKF / 16; ++ks) {
-      if (ks >= ksteps) break;
       const FragA aw = mma::load_a(Ws, kLdKF, 16 * rb, 16 * ks);
       const FragA aq = mma::load_a(Qs, kLdKF, 16 * rb, 16 * ks);
 #pragma unroll
@@ -1088,7 +1089,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     if (srow0 < K) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        if (16 * ks >= L) break;
         const FragA a = mma::load_a_trans(Ks, kLdKF, srow0, 16 * ks);
 #pragma unroll
         for (int term = 0; term < kTerms; ++term)
