@@ -487,18 +487,21 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
   __syncthreads();
 
   if constexpr (kMode == kWyKkt || kMode == kWyPrepare) {
-   // P = K Kᵀ (rows 16w.. of warp w < 4; only column tiles at or left of the diagonal block).
-   if (warp < 4) {
+    // P = K Kᵀ: warp w takes rows 16 (w % 4).. and, with 8 warps, the 16-column blocks np of parity w / 4 (4
+    // warps: every block), only blocks at or left of the diagonal; it writes M for the columns of its blocks
+    // (zero right of the diagonal), so the gating's exponentials are split across all warps too.
+    constexpr int kGroups = kNThr / kThreads;  // 1 or 2 warps per row block
+    const int rw = warp & 3, grp = warp >> 2;
     FragC P[8];
 #pragma unroll
     for (int n = 0; n < 8; ++n) P[n].zero();
     for (int64_t d0 = 0; d0 < K; d0 += 64) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const FragA a = mma::load_a(Kt, ldk, 16 * warp, static_cast<int>(d0) + 16 * ks);
+        const FragA a = mma::load_a(Kt, ldk, 16 * rw, static_cast<int>(d0) + 16 * ks);
 #pragma unroll
         for (int np = 0; np < 4; ++np)
-          if (np <= warp) {
+          if (np <= rw && np % kGroups == grp) {
             FragB b0, b1;
             mma::load_b2(b0, b1, Kt, ldk, static_cast<int>(d0) + 16 * ks, 16 * np);
             mma::mma16816<T>(P[2 * np], a, b0);
@@ -509,12 +512,12 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
     // M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected, so e^{...} never overflows).
 #pragma unroll
     for (int n = 0; n < 8; ++n)
+      if ((n >> 1) % kGroups == grp)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + mma::c_row(e), j = 8 * n + mma::c_col(e);
-        M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
-      }
-   }
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * rw + mma::c_row(e), j = 8 * n + mma::c_col(e);
+          M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
+        }
     __syncthreads();
     if constexpr (kMode == kWyKkt) {
       store_chunk_mat<T, kNThr>(p.Akk, c, hv, L, BT, M);
