@@ -1,13 +1,16 @@
 // CUDA sm_90 tensor-core kernels of the GDN forward chunk operators (gdn_fwd_kernels.h) for bf16 / f16 token
 // tensors: warp-level mma.sync m16n8k16 (tile/cuda/mma.cuh) with T = bf16 or f16 operands and f32 accumulators.
-// Every block has 4 warps (128 threads); a chunk is a 64-row tile (BT = 16 / 32 / 64 chunks and tail chunks of
-// L < BT rows are zero-padded to 64 rows) and warp w owns rows [16w, 16w + 16) of every 64-row product.
+// Blocks have 4 warps (128 threads), except wy_mma<kPrepare> and state_o_mma (8 warps); a chunk is a 64-row tile
+// (BT = 16 / 32 / 64 chunks and tail chunks of L < BT rows are zero-padded to 64 rows) and warp w owns rows
+// [16 (w % 4), 16 (w % 4) + 16) of every 64-row product.
 //
 //   kernel          grid.x (1-D)                         block work
 //   wy_mma<kKkt>    chunk slot x value head              Akk = gated β K Kᵀ (the whole K chunk in shared memory)
 //   wy_mma<kSolve>  chunk slot x value head              A = (I + Akk)^-1 in f32 (blocked, see invert())
 //   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
 //   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
+//                                                        (8 warps: warps 0-3 write w, warps 4-7 u)
+//   state_o_mma     sequence x value head x 32/64/128-col  the fused state + output pass (o, ht; no h)
 //   state_mma       sequence x value head x 16/32-col    S [K x 16/32] in f32 registers across the chunks
 //   chunk_o_mma     chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) Vn)
 // The chunk-parallel kernels request every tile of their chunk at once (cp.async groups) and wait once; the
@@ -120,6 +123,40 @@ __device__ __forceinline__ void load_tile(T* dst, int ld, const GdnTensor& t, in
       element_segment<T>(dst + r * ld + q * 8, t.data, t.dtype, base, rs, cs, r, rows, c0 + q * 8, cols);
     }
   }
+}
+
+// cp.async of 16 bytes to a shared-space address (zero fill, nothing read, when !valid).
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+// A token tensor [B, T, heads, D] the lean loads (lean_rows, state_o_mma) can copy by 16-byte segments at any
+// (b, t, head): dtype T, unit column stride, outer strides multiples of 8 elements, 16-byte aligned data.
+template <class T>
+__device__ __forceinline__ bool lean_tensor(const GdnTensor& t) {
+  return t.dtype == dtype_of<T>() && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
+}
+
+// Lean form of load_tile for a lean_tensor t whose D columns are a multiple of 64 (every segment inside D):
+// rows [0, 64) of every 64-column tile of the chunk at element offset `base` into dst [64][ld], rows >= rows
+// zero-filled. Each thread copies fixed (row, segment) slots, so a segment costs one 64-bit address and one
+// predicated cp.async instead of load_tile's per-segment arithmetic and three-way branch. Caller commits.
+template <int kNThr>
+__device__ __forceinline__ void lean_rows(void* dst, int ld, const GdnTensor& t, int64_t base, int rows, int64_t D) {
+  constexpr int kSeg = 8, kStep = kNThr / kSeg;  // 16-byte segments of a 64-column row; rows per pass
+  static_assert(kNThr % kSeg == 0 && kRows % kStep == 0, "whole passes over a 64-row tile");
+  const int q = static_cast<int>(threadIdx.x) % kSeg, r0 = static_cast<int>(threadIdx.x) / kSeg;
+  const uint16_t* src = static_cast<const uint16_t*>(t.data) + base + q * 8;
+  const uint32_t sb =
+      static_cast<uint32_t>(__cvta_generic_to_shared(dst)) + static_cast<uint32_t>((r0 * ld + q * 8) * 2);
+  const int64_t rs = t.st[1];
+  for (int64_t d0 = 0; d0 < D; d0 += 64)
+#pragma unroll
+    for (int it = 0; it < kRows / kStep; ++it) {
+      const int r = r0 + it * kStep;
+      const bool ok = r < rows;
+      cp_async16_s(sb + static_cast<uint32_t>((it * kStep * ld + d0) * 2), ok ? src + r * rs + d0 : src, ok);
+    }
 }
 
 // Stores the pair (a, b) at columns col, col + 1 (< D) of a row at element offset `row_off` of t: one 32-bit
@@ -247,14 +284,16 @@ constexpr int kLdY = 16 + 4;  // leading dim of a 16 x 16 f32 merge tile (confli
 // 16 x 16 diagonal blocks by forward substitution in f32 (warp w, lane j < 16 owns column j of block w: a column
 // of the inverse depends on that column only), then block rows r = 1..3 in order, warp c < r computing
 // X_rc = −X_rr Y, Y = Σ_{k=c}^{r−1} M_rk X_kc (Y in Yf + c·16·kLdY) with the split products above; one barrier
-// per block row. Fixed order, no atomics.
+// per block row. Fixed order, no atomics. kNThr: the block size (4 or 8 warps; warps 4.. only zero X's upper
+// blocks and take the barriers).
+template <int kNThr>
 __device__ void invert(const float* M, float* X, float* Yf) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+  for (int idx = tid; idx < kRows * kRows; idx += kNThr) {
     const int i = idx >> 6, j = idx & 63;
     if ((j >> 4) > (i >> 4)) X[i * kLdF + j] = 0.f;
   }
-  if (lane < 16) {
+  if (lane < 16 && warp < 4) {
     const int r0 = 16 * warp, j = lane;
     float x[16];
 #pragma unroll
@@ -304,12 +343,12 @@ __device__ void invert(const float* M, float* X, float* Yf) {
 // Rows [0, L) of a chunk matrix (cols < BT) from the f32 tile X into rows s.. of t (cols >= L written as 0).
 // Fast case (BT = 64, t of the kernel's dtype T, unit column stride, 16-byte aligned rows): one 16-byte store of
 // 8 values per thread and step, read as two float4 from X.
-template <class T>
+template <class T, int kNThr>
 __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int L, int BT, const float* X) {
   const int64_t row0 = off_tok(t, c.b, c.s, hv);
   if (BT == kRows && t.dtype == dtype_of<T>() && t.st[3] == 1 && t.st[1] % 8 == 0 &&
       (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(t.data) + row0) & 15u) == 0) {
-    for (int idx = threadIdx.x; idx < L * 8; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < L * 8; idx += kNThr) {
       const int i = idx >> 3, j0 = (idx & 7) * 8;
       const float4 a = *reinterpret_cast<const float4*>(X + i * kLdF + j0);
       const float4 b = *reinterpret_cast<const float4*>(X + i * kLdF + j0 + 4);
@@ -323,7 +362,7 @@ __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t h
     }
     return;
   }
-  for (int idx = threadIdx.x; idx < L * BT; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < L * BT; idx += kNThr) {
     const int i = idx / BT, j = idx - i * BT;
     store_f(t, off_tok(t, c.b, c.s + i, hv) + j * t.st[3], j < L ? X[i * kLdF + j] : 0.f);
   }
@@ -338,8 +377,63 @@ inline size_t wy_smem(int mode, int64_t K, int64_t V) {
          2 * kRows * kLdF * 4 + 3 * 16 * kLdY * 4 + 2 * kRows * 4;
 }
 
+// Rows 16 rw.. of dst = A diag(f) src for one chunk (dst = w with src = K, f = β e^γ; dst = u with src = V,
+// f = β), every 64-column tile of D columns, written for rows < L. A = X (f32 inverse, lower: only column
+// blocks ks <= rw are non-zero), rounded to T after the scaling.
+template <class T>
+__device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int lds, int64_t D, const float* X,
+                                         const float* f, int rw, const ChunkPos& c, int64_t hv, int L) {
+  FragA a[4];
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) a[ks] = frag_a_scaled<T>(X, 16 * rw, 16 * ks, f);
+  const bool vec = pair_vec<T>(dst);
+  for (int64_t c0 = 0; c0 < D; c0 += 64) {
+    FragC acc[8];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) acc[n].zero();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      if (ks <= rw) {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          FragB b0, b1;
+          mma::load_b2_trans(b0, b1, src, lds, 16 * ks, static_cast<int>(c0) + 16 * np);
+          mma::mma16816<T>(acc[2 * np], a[ks], b0);
+          mma::mma16816<T>(acc[2 * np + 1], a[ks], b1);
+        }
+      }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * rw + mma::c_row(2 * half);
+      if (i >= L) continue;
+      const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
+      if (vec && c0 + 64 <= D) {
+        // Whole tile inside D: one row pointer, 8 aligned 32-bit stores at fixed offsets (pair_vec: T, unit
+        // column stride, even strides, 4-byte aligned base; c0 and c_col(0) are even).
+        uint16_t* row = static_cast<uint16_t*>(dst.data) + ro + c0 + mma::c_col(0);
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+          *reinterpret_cast<uint32_t*>(row + 8 * n) = mma::pack2<T>(acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+          store_pair_v<T>(dst, vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+      }
+    }
+  }
+}
+
+// Block size of wy_mma: 8 warps for the fused kPrepare (the whole WY head of the forward in one launch: warps 4..
+// take the u tiles while warps 0..3 take the w tiles, and twice the warps per SM hide the chunk loads and the
+// inverse's barriers of the co-resident blocks), 4 for the single-step modes.
+__host__ __device__ constexpr int wy_threads(int mode) { return mode == kWyPrepare ? 256 : kThreads; }
+// Blocks per SM the register budget must allow: 3 (the shared-memory limit of kPrepare, 74 KB per block at
+// K = V = 128) for kPrepare.
+__host__ __device__ constexpr int wy_min_blocks(int mode) { return mode == kWyPrepare ? 3 : 1; }
+
 template <class T, int kMode>
-__global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
+__global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mma(const GdnFwdParams p) {
+  constexpr int kNThr = wy_threads(kMode);
   constexpr bool kNeedK = kMode != kWySolve;
   constexpr bool kNeedV = kMode == kWyRecompute || kMode == kWyPrepare;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -361,17 +455,25 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
   // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
   // inverse run.
   if constexpr (kNeedK) {
-    for (int64_t d0 = 0; d0 < K; d0 += 64)
-      load_tile<T, 64>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    if (K % 64 == 0 && lean_tensor<T>(p.k)) {
+      lean_rows<kNThr>(Kt, ldk, p.k, off_tok(p.k, c.b, c.s, h), L, K);
+    } else {
+      for (int64_t d0 = 0; d0 < K; d0 += 64)
+        load_tile<T, 64, kNThr>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+    }
     cuda::cp_async_commit();
   }
   if constexpr (kNeedV) {
-    for (int64_t d0 = 0; d0 < V; d0 += 64)
-      load_tile<T, 64>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    if (V % 64 == 0 && lean_tensor<T>(p.v)) {
+      lean_rows<kNThr>(Vt, ldv, p.v, off_tok(p.v, c.b, c.s, hv), L, V);
+    } else {
+      for (int64_t d0 = 0; d0 < V; d0 += 64)
+        load_tile<T, 64, kNThr>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
+    }
     cuda::cp_async_commit();
   }
   if (kMode != kWySolve)
-    for (int i = tid; i < kRows; i += kThreads) {
+    for (int i = tid; i < kRows; i += kNThr) {
       float gv = 0.f, bv = 1.f;
       if (i < L) {
         if (p.g.present()) gv = load_f(p.g, off_tok(p.g, c.b, c.s + i, hv));
@@ -385,17 +487,21 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
   __syncthreads();
 
   if constexpr (kMode == kWyKkt || kMode == kWyPrepare) {
-    // P = K Kᵀ (rows 16w.. of warp w; only column tiles at or left of the diagonal block).
+    // P = K Kᵀ: warp w takes rows 16 (w % 4).. and, with 8 warps, the 16-column blocks np of parity w / 4 (4
+    // warps: every block), only blocks at or left of the diagonal; it writes M for the columns of its blocks
+    // (zero right of the diagonal), so the gating's exponentials are split across all warps too.
+    constexpr int kGroups = kNThr / kThreads;  // 1 or 2 warps per row block
+    const int rw = warp & 3, grp = warp >> 2;
     FragC P[8];
 #pragma unroll
     for (int n = 0; n < 8; ++n) P[n].zero();
     for (int64_t d0 = 0; d0 < K; d0 += 64) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const FragA a = mma::load_a(Kt, ldk, 16 * warp, static_cast<int>(d0) + 16 * ks);
+        const FragA a = mma::load_a(Kt, ldk, 16 * rw, static_cast<int>(d0) + 16 * ks);
 #pragma unroll
         for (int np = 0; np < 4; ++np)
-          if (np <= warp) {
+          if (np <= rw && np % kGroups == grp) {
             FragB b0, b1;
             mma::load_b2(b0, b1, Kt, ldk, static_cast<int>(d0) + 16 * ks, 16 * np);
             mma::mma16816<T>(P[2 * np], a, b0);
@@ -406,31 +512,32 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
     // M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected, so e^{...} never overflows).
 #pragma unroll
     for (int n = 0; n < 8; ++n)
+      if ((n >> 1) % kGroups == grp)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + mma::c_row(e), j = 8 * n + mma::c_col(e);
-        M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int i = 16 * rw + mma::c_row(e), j = 8 * n + mma::c_col(e);
+          M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
+        }
     __syncthreads();
     if constexpr (kMode == kWyKkt) {
-      store_chunk_mat<T>(p.Akk, c, hv, L, BT, M);
+      store_chunk_mat<T, kNThr>(p.Akk, c, hv, L, BT, M);
       return;
     }
   }
   if constexpr (kMode == kWySolve) {
-    for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+    for (int idx = tid; idx < kRows * kRows; idx += kNThr) {
       const int i = idx >> 6, j = idx & 63;
       M[i * kLdF + j] = (j < i && i < L) ? load_f(p.Akk, off_tok(p.Akk, c.b, c.s + i, hv) + j * p.Akk.st[3]) : 0.f;
     }
     __syncthreads();
   }
   if constexpr (kMode == kWySolve || kMode == kWyPrepare) {
-    invert(M, X, Yf);
-    if (p.A.present()) store_chunk_mat<T>(p.A, c, hv, L, BT, X);  // absent: the fused forward needs only w, u
+    invert<kNThr>(M, X, Yf);
+    if (p.A.present()) store_chunk_mat<T, kNThr>(p.A, c, hv, L, BT, X);  // absent: the fused forward needs only w, u
     if constexpr (kMode == kWySolve) return;
   }
   if constexpr (kMode == kWyRecompute) {
-    for (int idx = tid; idx < kRows * kRows; idx += kThreads) {
+    for (int idx = tid; idx < kRows * kRows; idx += kNThr) {
       const int i = idx >> 6, j = idx & 63;
       X[i * kLdF + j] = (j <= i && i < L) ? load_f(p.A, off_tok(p.A, c.b, c.s + i, hv) + j * p.A.st[3]) : 0.f;
     }
@@ -440,56 +547,16 @@ __global__ void __launch_bounds__(kThreads) wy_mma(const GdnFwdParams p) {
     float* fw = M;
     float* fu = M + kRows;
     __syncthreads();
-    for (int j = tid; j < kRows; j += kThreads) {
+    for (int j = tid; j < kRows; j += kNThr) {
       fw[j] = j < L ? bet[j] * expf(gam[j]) : 0.f;
       fu[j] = j < L ? bet[j] : 0.f;
     }
     cuda::cp_async_wait<0>();  // the V chunk
     __syncthreads();
-    // A operands of warp w (rows 16w.., k = chunk position): only blocks ks <= w are non-zero (A is lower).
-    FragA aw[4], au[4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      aw[ks] = frag_a_scaled<T>(X, 16 * warp, 16 * ks, fw);
-      au[ks] = frag_a_scaled<T>(X, 16 * warp, 16 * ks, fu);
-    }
-    const int64_t nk = cdiv(K, 64), ntiles = nk + cdiv(V, 64);
-    const bool w_vec = pair_vec<T>(p.w), u_vec = pair_vec<T>(p.u);
-    for (int64_t tile = 0; tile < ntiles; ++tile) {
-      const bool is_w = tile < nk;
-      const GdnTensor& dst = is_w ? p.w : p.u;
-      const T* src = is_w ? Kt : Vt;
-      const int lds = is_w ? ldk : ldv;
-      const int64_t D = is_w ? K : V;
-      const int c0 = static_cast<int>((is_w ? tile : tile - nk) * 64);
-      FragC acc[8];
-#pragma unroll
-      for (int n = 0; n < 8; ++n) acc[n].zero();
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        if (ks <= warp) {
-          FragA a;  // register selects (a reference to either array would move both to local memory)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) a.x[r] = is_w ? aw[ks].x[r] : au[ks].x[r];
-#pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            FragB b0, b1;
-            mma::load_b2_trans(b0, b1, src, lds, 16 * ks, c0 + 16 * np);
-            mma::mma16816<T>(acc[2 * np], a, b0);
-            mma::mma16816<T>(acc[2 * np + 1], a, b1);
-          }
-        }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = 16 * warp + mma::c_row(2 * half);
-        if (i >= L) continue;
-        const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-          store_pair_v<T>(dst, is_w ? w_vec : u_vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half],
-                          acc[n].x[2 * half + 1]);
-      }
-    }
+    // Warp w: rows 16 (w % 4).. of w (w < 4, or all four warps of a 4-warp block) and u (w >= 4, or all).
+    const int rw = warp & 3;
+    if (kNThr == 128 || warp < 4) wu_tiles<T>(p.w, Kt, ldk, K, X, fw, rw, c, hv, L);
+    if (kNThr == 128 || warp >= 4) wu_tiles<T>(p.u, Vt, ldv, V, X, fu, rw, c, hv, L);
   }
 }
 
@@ -752,10 +819,10 @@ constexpr int kThreadsF = 256;
 constexpr int kKF = 128;           // rows of S a fused block covers (K <= 128)
 constexpr int kLdKF = kKF + 8;     // leading dim of the K / W / Q tiles
 
-template <int kTerms, int kBV>
+template <int kTerms, int kBV, int kStages>
 constexpr size_t state_o_smem() {
   constexpr int kLdS = kBV + 8;
-  return size_t(2) * (3 * kRows * kLdKF + kRows * kLdS) * 2  // two stages of K, W, Q [64][kLdKF] and U [64][kLdS]
+  return size_t(kStages) * (3 * kRows * kLdKF + kRows * kLdS) * 2  // stages of K, W, Q [64][kLdKF], U [64][kLdS]
          + size_t(kTerms) * kKF * kLdS * 2                    // S terms [kTerms][128][kLdS]
          + size_t(kRows) * kLdS * 2                           // Vn [64][kLdS] (v_new rounded to T)
          + size_t(kTerms) * kRows * kLdS * 2                  // Vd terms [kTerms][64][kLdS]
@@ -769,8 +836,9 @@ __device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
   cb = i - rb * (rb + 1) / 2;
 }
 
-template <class T, int kTerms, int kBV>
+template <class T, int kTerms, int kBV, int kStages>
 __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p, int64_t nvt) {
+  static_assert(kStages == 2 || kStages == 3, "two or three chunk stages");
   constexpr int kLdS = kBV + 8;     // leading dim of the kBV-column 16-bit tiles (conflict-free ldmatrix)
   constexpr int kNT = kBV / 8;      // accumulator tiles of an S row block
   constexpr int kNP = kBV / 16;
@@ -781,8 +849,8 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   constexpr int kTile = kRows * kLdKF;
   constexpr int kStage = 3 * kTile + kRows * kLdS;  // K, W, Q, U
   extern __shared__ __align__(16) unsigned char smem[];
-  T* stages = reinterpret_cast<T*>(smem);      // [2][stage]
-  T* Sop = stages + 2 * kStage;                // [kTerms][128][kLdS]
+  T* stages = reinterpret_cast<T*>(smem);      // [kStages][stage]
+  T* Sop = stages + kStages * kStage;          // [kTerms][128][kLdS]
   T* Vn = Sop + kTerms * kKF * kLdS;           // [64][kLdS]
   T* Vd = Vn + kRows * kLdS;                   // [kTerms][64][kLdS]
   T* Ps = Vd + kTerms * kRows * kLdS;          // [64][kLdT]
@@ -796,7 +864,10 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   const int srow0 = 16 * warp;                 // S rows of this warp
   const int rb = warp & 3, ch = warp >> 2;     // chunk row block and column half of this warp
   const int c0 = ch * kHalf;                   // first column (inside the block) of the warp's half
-  const int ksteps = static_cast<int>((K + 15) / 16);
+  // Every product runs all 128 / 16 key steps and all 4 chunk-row steps: the K / W / Q tile columns >= K, the
+  // S rows >= K and the tile / Vd rows >= L are exact zeros, so the extra steps add +0 and leave the values as
+  // they are, and the k-loops stay free of branches (an early exit per step kept the compiler from issuing the
+  // next step's ldmatrix before the current step's mma: a dependent chain on the pass's critical path).
 
   FragC S[kNT];
 #pragma unroll
@@ -810,9 +881,50 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     }
 
   // Requests chunk [t, t + BT) into stage `st` (one cp.async group).
+  // Lean loads: when K = 128 and k, w, q, u have dtype T, unit column stride, strides that are multiples of 8
+  // elements and 16-byte aligned data, and the block's kBV columns lie inside V, every 16-byte segment a thread
+  // copies sits at a fixed (row, segment) of its tile: the shared offsets are constants and a chunk costs one
+  // 64-bit pointer per tile plus one predicated cp.async per segment (rows >= Lr zero-filled, nothing read),
+  // instead of load_tile's per-segment address arithmetic and three-way branch (~30 instructions a segment,
+  // ~1/4 of a thread's instructions per chunk step).
+  const bool lean = K == kKF && v0 + kBV <= V && lean_tensor<T>(p.k) && lean_tensor<T>(p.w) &&
+                    lean_tensor<T>(p.q) && lean_tensor<T>(p.u);
   auto request = [&](int64_t t, int st) {
     const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
     T* base = stages + st * kStage;
+    if (lean) {
+      const uint32_t sb = static_cast<uint32_t>(__cvta_generic_to_shared(base));
+      constexpr int kSegK = kKF / 8, kRowStepK = kThreadsF / kSegK;  // 16 segments a row, 16 rows a pass
+      static_assert(kRows % kRowStepK == 0, "whole passes over the K / W / Q tiles");
+      const int qk = tid % kSegK, rk = tid / kSegK;
+      const uint16_t* srcs[3] = {
+          static_cast<const uint16_t*>(p.k.data) + off_tok(p.k, sq.b, t, h) + qk * 8,
+          static_cast<const uint16_t*>(p.w.data) + off_tok(p.w, sq.b, t, hv) + qk * 8,
+          static_cast<const uint16_t*>(p.q.data) + off_tok(p.q, sq.b, t, h) + qk * 8};
+      const int64_t rss[3] = {p.k.st[1], p.w.st[1], p.q.st[1]};
+#pragma unroll
+      for (int m = 0; m < 3; ++m)
+#pragma unroll
+        for (int it = 0; it < kRows / kRowStepK; ++it) {
+          const int r = rk + it * kRowStepK;
+          const bool ok = r < Lr;
+          cp_async16_s(sb + static_cast<uint32_t>((m * kTile + r * kLdKF + qk * 8) * 2),
+                       ok ? srcs[m] + r * rss[m] : srcs[m], ok);
+        }
+      constexpr int kSegU = kBV / 8, kRowStepU = kThreadsF / kSegU;
+      static_assert(kRows % kRowStepU == 0 && kThreadsF % kSegU == 0, "whole passes over the U tile");
+      const int qu = tid % kSegU, ru = tid / kSegU;
+      const uint16_t* su = static_cast<const uint16_t*>(p.u.data) + off_tok(p.u, sq.b, t, hv) + v0 + qu * 8;
+#pragma unroll
+      for (int it = 0; it < kRows / kRowStepU; ++it) {
+        const int r = ru + it * kRowStepU;
+        const bool ok = r < Lr;
+        cp_async16_s(sb + static_cast<uint32_t>((3 * kTile + r * kLdS + qu * 8) * 2), ok ? su + r * p.u.st[1] : su,
+                     ok);
+      }
+      cuda::cp_async_commit();
+      return;
+    }
     load_tile<T, kKF, kThreadsF>(base, kLdKF, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
     load_tile<T, kKF, kThreadsF>(base + kTile, kLdKF, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
     load_tile<T, kKF, kThreadsF>(base + 2 * kTile, kLdKF, p.q, off_tok(p.q, sq.b, t, h), p.q.st[1], p.q.st[3], Lr, 0,
@@ -829,11 +941,14 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   if (sq.bos < sq.eos) {
     request(sq.bos, 0);
     g_next = fetch_gamma(sq.bos);
+    // Three stages: chunk c + 2 is requested at chunk c, so a load has two chunk steps to land.
+    if (kStages == 3 && sq.bos + BT < sq.eos) request(sq.bos + BT, 1);
   }
   const float scale = p.shape.scale;
   const bool o_vec = pair_vec<T>(p.o), vn_vec = p.v_new.present() && pair_vec<T>(p.v_new);
+  const bool o_fast = o_vec && v0 + c0 + kHalf <= V;  // pair_vec: v0, c0 and c_col(0) are even
   int st = 0;
-  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, st ^= 1) {
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, st = st + 1 == kStages ? 0 : st + 1) {
     const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
     const bool more = t0 + BT < sq.eos;
     const T* Ks = stages + st * kStage;
@@ -846,9 +961,18 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     if (more) g_next = fetch_gamma(t0 + BT);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Sop, kKF * kLdS, kLdS, srow0, 8 * nt, S[nt]);
-    cuda::cp_async_wait<0>();  // this chunk's group (the only one in flight)
-    __syncthreads();           // (B)
-    if (more) request(t0 + BT, st ^ 1);  // every reader of stage st ^ 1 finished before (B)
+    if constexpr (kStages == 3) {
+      // In flight: this chunk's group and (more) the next one's, committed after it.
+      if (more) cuda::cp_async_wait<1>();
+      else cuda::cp_async_wait<0>();
+      __syncthreads();  // (B)
+      // Stage (st + 2) % 3 held chunk c - 1, whose every reader finished before (B).
+      if (t0 + 2 * BT < sq.eos) request(t0 + 2 * BT, st == 0 ? 2 : st - 1);
+    } else {
+      cuda::cp_async_wait<0>();  // this chunk's group (the only one in flight)
+      __syncthreads();           // (B)
+      if (more) request(t0 + BT, st ^ 1);  // every reader of stage st ^ 1 finished before (B)
+    }
 
     // P = Q Kᵀ on the lower blocks, gated and masked (j <= i < L), rounded to T into Ps.
     for (int bi = warp; bi < 10; bi += 8) {
@@ -858,7 +982,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       pc[0].zero(), pc[1].zero();
 #pragma unroll
       for (int ks = 0; ks < kKF / 16; ++ks) {
-        if (ks >= ksteps) break;
         const FragA a = mma::load_a(Qs, kLdKF, 16 * prb, 16 * ks);
         FragB b0, b1;
         mma::load_b2(b0, b1, Ks, kLdKF, 16 * ks, 16 * pcb);
@@ -882,7 +1005,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     for (int nt = 0; nt < kNTh; ++nt) acc[nt].zero(), O[nt].zero();
 #pragma unroll
     for (int ks = 0; ks < kKF / 16; ++ks) {
-      if (ks >= ksteps) break;
       const FragA aw = mma::load_a(Ws, kLdKF, 16 * rb, 16 * ks);
       const FragA aq = mma::load_a(Qs, kLdKF, 16 * rb, 16 * ks);
 #pragma unroll
@@ -944,11 +1066,20 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       const int i = 16 * rb + mma::c_row(2 * half);
       if (i >= L) continue;
       const int64_t ro = off_tok(p.o, sq.b, t0 + i, hv);
+      if (o_fast) {
+        // The warp's kHalf columns lie inside V: one row pointer, aligned 32-bit stores at fixed offsets.
+        uint16_t* row = static_cast<uint16_t*>(p.o.data) + ro + v0 + c0 + mma::c_col(0);
 #pragma unroll
-      for (int nt = 0; nt < kNTh; ++nt) {
-        const int64_t col = v0 + c0 + 8 * nt + mma::c_col(0);
-        const float a = scale * O[nt].x[2 * half], b = scale * O[nt].x[2 * half + 1];
-        store_pair_v<T>(p.o, o_vec, ro, col, V, a, b);
+        for (int nt = 0; nt < kNTh; ++nt)
+          *reinterpret_cast<uint32_t*>(row + 8 * nt) =
+              mma::pack2<T>(scale * O[nt].x[2 * half], scale * O[nt].x[2 * half + 1]);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < kNTh; ++nt) {
+          const int64_t col = v0 + c0 + 8 * nt + mma::c_col(0);
+          const float a = scale * O[nt].x[2 * half], b = scale * O[nt].x[2 * half + 1];
+          store_pair_v<T>(p.o, o_vec, ro, col, V, a, b);
+        }
       }
     }
 
@@ -961,7 +1092,6 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     if (srow0 < K) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        if (16 * ks >= L) break;
         const FragA a = mma::load_a_trans(Ks, kLdKF, srow0, 16 * ks);
 #pragma unroll
         for (int term = 0; term < kTerms; ++term)
@@ -1092,13 +1222,18 @@ __global__ void __launch_bounds__(kThreads) chunk_o_mma(const GdnFwdParams p, in
 
 // ---------------------------------------------------------------- launch
 template <class Kernel, class... Args>
-int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStream_t stream, Args... args) {
+int launch_n(Kernel kernel, const char* name, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
+             Args... args) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(args...);
+  kernel<<<static_cast<unsigned>(blocks), threads, smem, stream>>>(args...);
   return cuda::check_launch(name);
+}
+template <class Kernel, class... Args>
+int launch(Kernel kernel, const char* name, int64_t blocks, size_t smem, cudaStream_t stream, Args... args) {
+  return launch_n(kernel, name, blocks, kThreads, smem, stream, args...);
 }
 
 template <class T, int kKB, int kTerms, int kBV>
@@ -1127,16 +1262,16 @@ int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   return launch_state_cols<T, kKB, kTerms, 16>(p, stream);
 }
 
-template <class T, int kTerms, int kBV>
+template <class T, int kTerms, int kBV, int kStages = 2>
 int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t nvt = cdiv(p.shape.V, kBV), blocks = p.shape.N * p.shape.HV * nvt;
   if (blocks <= 0) return STRATA_SUCCESS;
   const char* name = "chunk_gated_delta_rule_fwd (state_o_mma)";
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  constexpr size_t smem = state_o_smem<kTerms, kBV>();
+  constexpr size_t smem = state_o_smem<kTerms, kBV, kStages>();
   static_assert(smem <= 227 * 1024, "sm_90 shared memory per block");
-  auto kernel = state_o_mma<T, kTerms, kBV>;
+  auto kernel = state_o_mma<T, kTerms, kBV, kStages>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kThreadsF, smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -1154,7 +1289,7 @@ int fwd_state_o(const GdnFwdParams& p, cudaStream_t stream) {
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t nh = p.shape.N * p.shape.HV;
-  if (nh * cdiv(p.shape.V, 32) <= sms) return launch_state_o_cols<T, kTerms, 32>(p, stream);
+  if (nh * cdiv(p.shape.V, 32) <= sms) return launch_state_o_cols<T, kTerms, 32, 3>(p, stream);
   if constexpr (kBf16) {
     if (nh * cdiv(p.shape.V, 64) <= sms) return launch_state_o_cols<T, kTerms, 64>(p, stream);
     return launch_state_o_cols<T, kTerms, 128>(p, stream);
@@ -1174,7 +1309,8 @@ int fwd_mma(FwdOp op, const GdnFwdParams& p, cudaStream_t stream) {
     case FwdOp::kRecomputeWU:
       return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyRecompute, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kPrepareWY:
-      return launch(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
+      return launch_n(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV,
+                      wy_threads(kWyPrepare), wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kFwdH:
       if (p.shape.K <= 64) return launch_state<T, 64>(p, stream);
       if (p.shape.K <= 128) return launch_state<T, 128>(p, stream);
