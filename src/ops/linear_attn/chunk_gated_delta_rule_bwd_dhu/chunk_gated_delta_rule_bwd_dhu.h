@@ -35,6 +35,17 @@ void chunk_gated_delta_rule_bwd_dhu_reference_naive(const DhuParams& p);
 using DhuCpuFn = void (*)(const DhuParams&);
 DhuCpuFn chunk_gated_delta_rule_bwd_dhu_cpu(int64_t hwy_target);
 
+// Tile rule of the tensor-core kernel at 64 < K <= 128 (host logic, unit-tested on the CPU): true when the
+// N·HV·ceil(V / 32) items of 32-column V tiles all fit on `sms` multiprocessors at one block each (then the
+// kernel runs 32-column tiles with a two-stage pipeline, one block per SM, instead of 64-column single-stage
+// tiles two per SM: e.g. B = 1, HV = 32, V = 128 gives 128 items instead of 64 on 132 SMs).
+inline bool dhu_narrow_tiles(const gdn_bwd::Dims& d, int64_t sms) {
+  if (d.N <= 0 || d.HV <= 0 || d.V <= 0 || sms <= 0) return false;
+  const int64_t vtiles = (d.V + 31) / 32;
+  // (each factor at most sms first, so the product cannot overflow)
+  return d.N <= sms && d.HV <= sms && vtiles <= sms && d.N * d.HV * vtiles <= sms;
+}
+
 #if STRATA_WITH_CUDA
 // The automatic choice (what other operators call): the tensor-core kernel when it applies
 // (chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
