@@ -4,8 +4,10 @@
 // so V tiles never talk. dS [K, BV] is carried in f32 in the warps' mma accumulators (warp w owns rows
 // [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns (w / 4) BV/2 .. + BV/2 − 1, KP = K rounded up to 64) for the
 // whole sequence. Tiles: K ≤ 64 with V > 64 takes BV = 128 and two pipeline stages (chunk c − 1's tiles load
-// with cp.async while chunk c computes, one block per SM); other shapes take BV = 64 and one stage (at K ≤ 128
-// two blocks per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k). Per chunk (L ≤ BT rows, zero-filled to 64):
+// with cp.async while chunk c computes, one block per SM); 64 < K ≤ 128 with few (sequence, head) pairs
+// (dhu_narrow_tiles) takes BV = 32 and two stages; other shapes take BV = 64 and one stage (at K ≤ 128 two blocks
+// per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k), whose chunk tiles load as two cp.async
+// groups (k, dv, then q, w, dO: dVn runs before the second group is waited for). Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
 //   sS    = T(dS)                                        [KP, BV] shared, the B operand below
 //   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
@@ -261,7 +263,7 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 // (B = 4, T = 8192, HV = 32, V = 128: 1.97 ms with 256 blocks, two per SM, GPU run s3run1; 2.47-2.49 ms with
 // 128-column tiles and two stages, one block per SM, s3run3 / s4run1), so K ≤ 128 takes them for every V.
 //
-// Few (sequence, head) pairs (narrow_tiles: N·HV·ceil(V / 32) ≤ the SM count, e.g. B = 1, HV = 32, V = 128: 64
+// Few (sequence, head) pairs (dhu_narrow_tiles: N·HV·ceil(V / 32) ≤ the SM count, e.g. B = 1, HV = 32, V = 128: 64
 // items of 64 columns would leave half of the 132 SMs idle for the whole serial pass) at 64 < K ≤ 128: 32-column
 // V tiles and two pipeline stages, one block per SM, every block resident from the start: twice the blocks, each
 // with half the columns and its next chunk's loads overlapping the current chunk (dS columns are independent,
