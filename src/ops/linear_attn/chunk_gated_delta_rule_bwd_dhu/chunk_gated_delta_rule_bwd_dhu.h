@@ -27,7 +27,12 @@ struct DhuParams {
   gdn_bwd::View q, k, w, dout, dv, g, dht;      // g, dht optional
   gdn_bwd::View dh, dh0, dv2;                   // outputs; dh0 optional
   float scale = 1.f;
+  // Tile shape of the tensor-core kernel at 64 < K <= 128 (the same bits whichever runs; other K ignore it):
+  // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
+  // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
+  int mma_variant = 0;
 };
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2;
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -272,7 +272,9 @@ template <class T>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
   if (K <= 64) return V > 64 ? launch<T, 64, 128, 2>(p, offs, stream) : launch<T, 64, 64, 1>(p, offs, stream);
-  if (K <= 128 && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count())) return launch<T, 128, 32, 2>(p, offs, stream);
+  if (K <= 128 && (p.mma_variant == kDhuNarrow ||
+                   (p.mma_variant != kDhuWide && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count()))))
+    return launch<T, 128, 32, 2>(p, offs, stream);
   if (K <= 128) return launch<T, 128, 64, 1>(p, offs, stream);
   if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
   return launch<T, 256, 64, 1>(p, offs, stream);
