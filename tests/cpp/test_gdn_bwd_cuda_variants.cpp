@@ -21,7 +21,9 @@
 
 #include "opbase/dtype.h"
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -274,7 +276,9 @@ double time_ms(Fn&& fn, int reps = 7) {
   return t[t.size() / 2];
 }
 
-// Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0).
+// Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0), and
+// of the other two backward sub-operator kernels (chunk_bwd_dv_local, prepare_wy_repr_bwd with the composed op's
+// fused dk / dγ sums) for a per-kernel split of the composed backward.
 TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -283,8 +287,10 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), v(rows * HV * V * 2), dout(rows * HV * V * 2),
         dv(rows * HV * V * 2), g(rows * HV * 4), h(B * NT * HV * K * V * 2), dh(B * NT * HV * K * V * 2),
         dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4), dv2(rows * HV * V * 2),
-        dh0(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &w, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+        dh0(B * HV * K * V * 4), beta(rows * HV * 2), A(rows * HV * 64 * 2), dvo(rows * HV * V * 2),
+        dbeta(rows * HV * 4);
+    for (Dev* x : {&q, &k, &w, &v, &dout, &dv, &h, &dh, &beta, &A})
+      EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
     Dims d;
     d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.N = B, d.NT = NT, d.BT = 64;
@@ -325,6 +331,24 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     std::printf("[gdn_bwd timing] chunk_gated_delta_rule_bwd_dhu bf16 B=%lld T=%lld HV=32 K=V=128: 64-column one-stage "
                 "%.3f ms, 32-column two-stage %.3f ms (automatic: %s)\n", static_cast<long long>(B),
                 static_cast<long long>(T), hm[1], hm[2], dhu_narrow_tiles(d, 132) ? "32-column" : "64-column");
+
+    DvLocalParams vp;
+    vp.d = d;
+    vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvo.p, dt, T, HV, V);
+    vp.scale = 0.0884f;
+    Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
+    const double dv_ms = time_ms([&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); });
+    WyBwdParams wp;
+    wp.d = d;
+    wp.k = p.k, wp.v = p.v, wp.beta = tok(beta.p, dt, T, HV, 0), wp.A = tok(A.p, dt, T, HV, 64);
+    wp.dw = p.dw, wp.du = hp.dv2, wp.g = p.g;
+    wp.dk = p.dk, wp.dv = tok(dvo.p, dt, T, HV, V), wp.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, T, HV, 0);
+    wp.dg = p.dg;
+    wp.dk_add = p.dq, wp.dg_add = p.dg;  // as the composed backward (f32 addends; dg_add aliases dg)
+    Dev ws4(prepare_wy_repr_bwd_cuda_mma_workspace(d));
+    const double wy_ms = time_ms([&] { EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(wp, ws4.p, nullptr), STRATA_SUCCESS); });
+    std::printf("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local %.3f ms, prepare_wy_repr_bwd (fused sums) "
+                "%.3f ms\n", static_cast<long long>(B), static_cast<long long>(T), dv_ms, wy_ms);
     std::fflush(stdout);
   }
 }
