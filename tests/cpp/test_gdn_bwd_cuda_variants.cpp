@@ -13,9 +13,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -255,25 +259,45 @@ TEST(GdnBwdCudaVariants, DhuVariantsSameBits) {
   }
 }
 
-// Median of `reps` timed calls of fn (after two warm-up calls), in ms.
-template <class Fn>
-double time_ms(Fn&& fn, int reps = 7) {
-  fn(), fn();
+// The fastest of `reps` timed calls of each fn (after one warm-up call each), in ms. The calls are interleaved
+// (f0 f1 f2 f0 f1 f2 ...) and the minimum kept, because ctest runs other tests on the GPU at the same time.
+std::vector<double> time_min_ms(const std::vector<std::function<void()>>& fns, int reps = 7) {
+  for (const auto& f : fns) f();
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(e0);
-    fn();
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms);
-  }
+  std::vector<double> best(fns.size(), 1e30);
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      cudaEventRecord(e0);
+      fns[i]();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      best[i] = std::min(best[i], static_cast<double>(ms));
+    }
   cudaEventDestroy(e0), cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return best;
+}
+
+// Prints a timing line and appends it to $OUT/gdn_bwd_timing.txt when OUT is set (the log folder of
+// scripts/gpu_check.sh, which comes back from the GPU machine; ctest shows a passing test's output only with -V).
+void report(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (const char* out = std::getenv("OUT"); out && *out)
+    if (FILE* f = std::fopen((std::string(out) + "/gdn_bwd_timing.txt").c_str(), "a")) {
+      std::fprintf(f, "%s\n", line.c_str());
+      std::fclose(f);
+    }
+}
+std::string fmt_line(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
 }
 
 // Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0), and
@@ -304,14 +328,18 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     p.dw = tok(dw.p, dt, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
     p.scale = 0.0884f;
     Dev ws(chunk_bwd_dqkwg_cuda_mma_workspace(d));
-    double ms[4] = {0, 0, 0, 0};
-    for (const int var : {kDqkwgPipelined, kDqkwgTwoPerSm, kDqkwgWarps16}) {
-      p.mma_variant = var;
-      ms[var] = time_ms([&] { EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS); });
-    }
-    std::printf("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: pipelined %.3f ms, "
-                "two_per_sm %.3f ms, warps16 %.3f ms\n", static_cast<long long>(B), static_cast<long long>(T),
-                ms[kDqkwgPipelined], ms[kDqkwgTwoPerSm], ms[kDqkwgWarps16]);
+    auto dq_call = [&](int var) {
+      return std::function<void()>([&, var] {
+        DqkwgParams pv = p;
+        pv.mma_variant = var;
+        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> ms =
+        time_min_ms({dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16)});
+    report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: pipelined %.3f ms, "
+                    "two_per_sm %.3f ms, warps16 %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                    ms[0], ms[1], ms[2]));
 
     DhuParams hp;
     hp.d = d;
@@ -322,22 +350,24 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     hp.dv2 = tok(dv2.p, dt, T, HV, V);
     hp.scale = 0.0884f;
     Dev ws2(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(d));
-    double hm[3] = {0, 0, 0};
-    for (const int var : {kDhuWide, kDhuNarrow}) {
-      hp.mma_variant = var;
-      hm[var] = time_ms([&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS); },
-                        3);
-    }
-    std::printf("[gdn_bwd timing] chunk_gated_delta_rule_bwd_dhu bf16 B=%lld T=%lld HV=32 K=V=128: 64-column one-stage "
-                "%.3f ms, 32-column two-stage %.3f ms (automatic: %s)\n", static_cast<long long>(B),
-                static_cast<long long>(T), hm[1], hm[2], dhu_narrow_tiles(d, 132) ? "32-column" : "64-column");
+    auto dhu_call = [&](int var) {
+      return std::function<void()>([&, var] {
+        DhuParams hv = hp;
+        hv.mma_variant = var;
+        EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hv, ws2.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> hm = time_min_ms({dhu_call(kDhuWide), dhu_call(kDhuNarrow)}, 3);
+    report(fmt_line("[gdn_bwd timing] chunk_gated_delta_rule_bwd_dhu bf16 B=%lld T=%lld HV=32 K=V=128: 64-column "
+                    "one-stage %.3f ms, 32-column two-stage %.3f ms (automatic: %s)", static_cast<long long>(B),
+                    static_cast<long long>(T), hm[0], hm[1], dhu_narrow_tiles(d, 132) ? "32-column" : "64-column"));
 
     DvLocalParams vp;
     vp.d = d;
     vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvo.p, dt, T, HV, V);
     vp.scale = 0.0884f;
     Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
-    const double dv_ms = time_ms([&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); });
+
     WyBwdParams wp;
     wp.d = d;
     wp.k = p.k, wp.v = p.v, wp.beta = tok(beta.p, dt, T, HV, 0), wp.A = tok(A.p, dt, T, HV, 64);
@@ -346,10 +376,11 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     wp.dg = p.dg;
     wp.dk_add = p.dq, wp.dg_add = p.dg;  // as the composed backward (f32 addends; dg_add aliases dg)
     Dev ws4(prepare_wy_repr_bwd_cuda_mma_workspace(d));
-    const double wy_ms = time_ms([&] { EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(wp, ws4.p, nullptr), STRATA_SUCCESS); });
-    std::printf("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local %.3f ms, prepare_wy_repr_bwd (fused sums) "
-                "%.3f ms\n", static_cast<long long>(B), static_cast<long long>(T), dv_ms, wy_ms);
-    std::fflush(stdout);
+    const std::vector<double> other = time_min_ms(
+        {[&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); },
+         [&] { EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(wp, ws4.p, nullptr), STRATA_SUCCESS); }});
+    report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local %.3f ms, prepare_wy_repr_bwd (fused sums) "
+                    "%.3f ms", static_cast<long long>(B), static_cast<long long>(T), other[0], other[1]));
   }
 }
 
