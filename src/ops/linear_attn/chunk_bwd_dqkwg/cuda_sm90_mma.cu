@@ -13,8 +13,9 @@
 // (value head, V tile) steps are software-pipelined: the next step's five tiles load (cp.async) into the other
 // of two shared-memory stages while this one computes. All sums run
 // in a fixed order (quad shuffles, then the two column-half warps in order): same bits every run, no atomics.
-// Launch variants (DqkwgParams::mma_variant, see DqCfg): the above (kDqkwgPipelined, the automatic choice); one
-// stage with two blocks per SM (kDqkwgTwoPerSm); 16 warps of 16 x 16 blocks (kDqkwgWarps16).
+// Launch variants (DqkwgParams::mma_variant, see DqCfg): the above (kDqkwgPipelined); one stage with two blocks
+// per SM (kDqkwgTwoPerSm); 16 warps of 16 x 16 blocks (kDqkwgWarps16, the automatic choice: 16 warps per SM
+// instead of 8 for a kernel the s4run1 profile found issue/latency bound).
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
 
@@ -379,9 +380,9 @@ template <class T>
 strata_status launch_variant(const DqkwgParams& p, const int64_t* offs, float* ws_dg, int64_t items, int64_t ktiles,
                              cudaStream_t stream) {
   switch (p.mma_variant) {
+    case kDqkwgPipelined: return launch<T, kDqkwgPipelined>(p, offs, ws_dg, items, ktiles, stream);
     case kDqkwgTwoPerSm: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);
-    case kDqkwgWarps16: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);
-    default: return launch<T, kDqkwgPipelined>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
+    default: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
   }
 }
 
