@@ -493,6 +493,30 @@ TEST(GdnBwdDeterminism, CudaSameBitsForRepeats) {
   }
 }
 
+// bwd_dhu's tensor-core kernel takes 32-column V tiles (two stages, one block per SM) when the N·HV·ceil(V / 32)
+// items fit on the SMs at one block each, 64-column tiles otherwise (host rule; the kernel picks it at 64 < K <= 128).
+TEST(GdnBwdDhu, NarrowTileRule) {
+  linear_attn::gdn_bwd::Dims d;
+  d.K = 128, d.V = 128, d.HV = 32, d.N = 1;
+  EXPECT_TRUE(linear_attn::dhu_narrow_tiles(d, 132));   // B = 1, HV = 32: 128 items of 32 columns
+  d.N = 4;
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 132));  // B = 4: 512 items
+  d.N = 1, d.V = 100;                                    // 4 tiles (the last 4 columns wide)
+  EXPECT_TRUE(linear_attn::dhu_narrow_tiles(d, 128));
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 127));
+  d.V = 0;
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 132));  // nothing to run
+  d.V = 128, d.N = 0;
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 132));
+  d.N = 1, d.HV = 200;
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 132));
+  d.HV = 1, d.V = int64_t{1} << 62;                      // no overflow in the item count
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 132));
+  d.V = 64;
+  EXPECT_FALSE(linear_attn::dhu_narrow_tiles(d, 0));
+  EXPECT_TRUE(linear_attn::dhu_narrow_tiles(d, 2));
+}
+
 #if STRATA_WITH_CUDA
 // The tensor-core kernels (cuda.sm90.mma) take the required token tensors in one 16-bit dtype; f32 or mixed
 // dtypes go to the FMA kernels (the automatic choice of the *_cuda entry points follows the same rule).

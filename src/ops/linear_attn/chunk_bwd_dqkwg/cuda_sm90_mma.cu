@@ -13,6 +13,9 @@
 // (value head, V tile) steps are software-pipelined: the next step's five tiles load (cp.async) into the other
 // of two shared-memory stages while this one computes. All sums run
 // in a fixed order (quad shuffles, then the two column-half warps in order): same bits every run, no atomics.
+// Launch variants (DqkwgParams::mma_variant, see DqCfg): the above (kDqkwgPipelined); one stage with two blocks
+// per SM (kDqkwgTwoPerSm); 16 warps of 16 x 16 blocks (kDqkwgWarps16, the automatic choice: 16 warps per SM
+// instead of 8 for a kernel the s4run1 profile found issue/latency bound).
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
 
@@ -26,16 +29,35 @@ using namespace gdn_bwd;
 using namespace gdn_bwd::cu;
 using namespace gdn_bwd::tc;
 
-constexpr int kThr = 256;
 constexpr int kLd = 72;  // 16-bit row pitch of the 64-column tiles (conflict-free ldmatrix)
 constexpr int kTileElems = 64 * kLd;
 constexpr size_t kTileBytes = size_t{kTileElems} * 2;
 // Shared memory: 16-bit tiles dO, Vn, dV, S, dS of one (value head, V tile) step, twice (the next step's tiles
 // load while this one computes), Q, K (per chunk), Ds; f32 row vectors γ, scale exp(γ), exp(γ_last − γ) [64]
 // each (formed once per row, not once per element), row partials [2][64], block-sum scratch [256].
+// kTwo (kDqkwgTwoPerSm): one stage (a step's tiles load after the previous step's readers are done; the other
+// block on the SM computes meanwhile), the per-thread dq / dk sums over the value heads in shared memory
+// [2][16][256] f32 instead of 32 registers, and B fragments loaded one n-tile pair at a time: at most 128
+// registers and 106 KiB of shared memory, so two blocks (16 warps) share an SM.
+// kDqkwgWarps16: two stages as kDqkwgPipelined, 16 warps (512 threads) of 16 x 16 blocks instead of 8 of
+// 16 x 32: half the accumulators per thread, the head sums in shared memory too, 16 warps per SM from one block
+// (dq, dk, dw the same bits; the dγ row and block sums add their partials in another order).
 enum { kDo, kVn, kDv, kS, kDS, kStage };
-enum { kQ = 2 * kStage, kK, kDs, kNumTiles };
-constexpr size_t kSmem = kNumTiles * kTileBytes + (3 * 64 + 2 * 64 + kThr) * sizeof(float);
+template <int kVar>
+struct DqCfg {
+  static constexpr bool kTwo = kVar == kDqkwgTwoPerSm;
+  static constexpr int kWN = kVar == kDqkwgWarps16 ? 4 : 2;  // warps across the 64 columns of a product
+  static constexpr int kThreads = 128 * kWN;                 // 4 warps down the 64 rows
+  static constexpr int NT = 8 / kWN;                         // 8-column n-tiles per warp
+  static constexpr int kStages = kTwo ? 1 : 2;
+  static constexpr int kQ = kStages * kStage, kK = kQ + 1, kDs = kQ + 2, kNumTiles = kQ + 3;
+  static constexpr size_t kSums = kNumTiles * kTileBytes;
+  // the per-thread dq / dk sums over the value heads in shared memory [2][NT * 4][kThreads] instead of registers
+  static constexpr bool kSmemSums = kVar != kDqkwgPipelined;
+  static constexpr size_t kVec = kSums + (kSmemSums ? size_t{2 * NT * 4 * kThreads} * sizeof(float) : 0);
+  // γ, scale exp(γ), exp(γ_last − γ) [64] each, row partials [kWN][64], block-sum scratch [kThreads]
+  static constexpr size_t kBytes = kVec + (3 * 64 + kWN * 64 + kThreads) * sizeof(float);
+};
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
@@ -45,9 +67,9 @@ int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
 // stored [n][k]). Interleaved per 16-deep slice: the dO fragment feeds ds and dq, the S fragments dq and dw (9
 // ldmatrix instead of 12 per slice), and 16 independent accumulators are in flight instead of 4. Each accumulator
 // still sums its slices in increasing k: the same bits as four separate warp GEMMs.
-template <class T>
-__device__ __forceinline__ void step_products(float (&ds)[1][4][4], float (&dq)[1][4][4], float (&dk)[1][4][4],
-                                              float (&dw)[1][4][4], const uint16_t* st, int r0, int c0,
+template <class T, int NT>
+__device__ __forceinline__ void step_products(float (&ds)[1][NT][4], float (&dq)[1][NT][4], float (&dk)[1][NT][4],
+                                              float (&dw)[1][NT][4], const uint16_t* st, int r0, int c0,
                                               bool want_dw) {
   namespace mm = ::strata::cuda::mma;
   using M = MmaT<T>;
@@ -60,15 +82,15 @@ __device__ __forceinline__ void step_products(float (&ds)[1][4][4], float (&dq)[
 #pragma unroll
   for (int k0 = 0; k0 < 64; k0 += 16) {
     const mm::FragA fDo = mm::load_a(aDo, kLd, 0, k0), fVn = mm::load_a(aVn, kLd, 0, k0);
-    mm::FragB fv[4], fs[4], fd[4];
+    mm::FragB fv[NT], fs[NT], fd[NT];
 #pragma unroll
-    for (int np = 0; np < 2; ++np) {
+    for (int np = 0; np < NT / 2; ++np) {
       mm::load_b2(fv[2 * np], fv[2 * np + 1], bVn, kLd, k0, np * 16);
       mm::load_b2(fs[2 * np], fs[2 * np + 1], bS, kLd, k0, np * 16);
       mm::load_b2(fd[2 * np], fd[2 * np + 1], bDS, kLd, k0, np * 16);
     }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
       mma16816<T>(ds[0][nt], fDo, fv[nt]);
       mma16816<T>(dq[0][nt], fDo, fs[nt]);
       mma16816<T>(dk[0][nt], fVn, fd[nt]);
@@ -76,25 +98,67 @@ __device__ __forceinline__ void step_products(float (&ds)[1][4][4], float (&dq)[
     if (want_dw) {
       const mm::FragA fDv = mm::load_a(aDv, kLd, 0, k0);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) mma16816<T>(dw[0][nt], fDv, fs[nt]);
+      for (int nt = 0; nt < NT; ++nt) mma16816<T>(dw[0][nt], fDv, fs[nt]);
     }
   }
 }
 
+// step_products with the B fragments of one n-tile pair live at a time (12 registers instead of 24; kTwo). Every
+// accumulator still sums its 16-deep slices in increasing k: the same bits.
 template <class T>
-__global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg,
-                                                         int64_t items, int64_t ktiles) {
+__device__ __forceinline__ void step_products_pairs(float (&ds)[1][4][4], float (&dq)[1][4][4], float (&dk)[1][4][4],
+                                                    float (&dw)[1][4][4], const uint16_t* st, int r0, int c0,
+                                                    bool want_dw) {
+  namespace mm = ::strata::cuda::mma;
+  using M = MmaT<T>;
+  const M* aDo = reinterpret_cast<const M*>(st + kDo * kTileElems + r0 * kLd);
+  const M* aVn = reinterpret_cast<const M*>(st + kVn * kTileElems + r0 * kLd);
+  const M* aDv = reinterpret_cast<const M*>(st + kDv * kTileElems + r0 * kLd);
+  const M* bVn = reinterpret_cast<const M*>(st + kVn * kTileElems + c0 * kLd);
+  const M* bS = reinterpret_cast<const M*>(st + kS * kTileElems + c0 * kLd);
+  const M* bDS = reinterpret_cast<const M*>(st + kDS * kTileElems + c0 * kLd);
+#pragma unroll
+  for (int k0 = 0; k0 < 64; k0 += 16) {
+    const mm::FragA fDo = mm::load_a(aDo, kLd, 0, k0), fVn = mm::load_a(aVn, kLd, 0, k0);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      mm::FragB fv[2], fs[2], fd[2];
+      mm::load_b2(fv[0], fv[1], bVn, kLd, k0, np * 16);
+      mm::load_b2(fs[0], fs[1], bS, kLd, k0, np * 16);
+      mm::load_b2(fd[0], fd[1], bDS, kLd, k0, np * 16);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        mma16816<T>(ds[0][2 * np + j], fDo, fv[j]);
+        mma16816<T>(dq[0][2 * np + j], fDo, fs[j]);
+        mma16816<T>(dk[0][2 * np + j], fVn, fd[j]);
+      }
+      if (want_dw) {
+        const mm::FragA fDv = mm::load_a(aDv, kLd, 0, k0);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) mma16816<T>(dw[0][2 * np + j], fDv, fs[j]);
+      }
+    }
+  }
+}
+
+template <class T, int kVar>
+__global__ void __launch_bounds__(DqCfg<kVar>::kThreads, DqCfg<kVar>::kTwo ? 2 : 1)
+    dqkwg_mma_kernel(DqkwgParams p, const int64_t* offs, float* ws_dg, int64_t items, int64_t ktiles) {
+  using S = DqCfg<kVar>;
+  constexpr bool kTwo = S::kTwo;
+  constexpr int kQ = S::kQ, kK = S::kK, kDs = S::kDs, kThr = S::kThreads, NT = S::NT, kWN = S::kWN;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* const tiles = reinterpret_cast<uint16_t*>(smem);  // tile i at tiles + i * kTileElems
-  float* sG = reinterpret_cast<float*>(smem + kNumTiles * kTileBytes);
+  float* const sSum = reinterpret_cast<float*>(smem + S::kSums);  // kSmemSums: [2][NT * 4][kThr], this thread's dq, dk sums
+  float* sG = reinterpret_cast<float*>(smem + S::kVec);
   float* sEq = sG + 64;     // scale exp(γ_i) on valid rows, 0 past L
   float* sEk = sG + 128;    // exp(γ_last − γ_i) on valid rows, 0 past L
-  float* sRow = sG + 192;   // [2][64]: row partials of the two column halves
-  float* sRed = sRow + 128;  // block_sum2 scratch [2][8]
+  float* sRow = sG + 192;   // [kWN][64]: row partials of the column groups
+  float* sRed = sRow + kWN * 64;  // block_sum2 scratch [2][kThr / 32]
   const Dims& d = p.d;
   const bool want_dw = p.dw.present() && p.dv.present(), want_dg = p.dg.present();
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4;
-  const int r0 = wm * 16, c0 = wn * 32;  // this warp's block of every 64 x 64 product
+  const int r0 = wm * 16, c0 = wn * (64 / kWN);  // this warp's block of every 64 x 64 product
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t kt = item % ktiles, h = item / ktiles % d.H, w = item / (ktiles * d.H);
     const int64_t x0 = kt * 64;
@@ -120,7 +184,7 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
         const int64_t g = s / VT, e0 = (s - g * VT) * 64, hv = h * d.G + g;
         if (e0 == 0) g_next = gamma(g);
         const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
-        uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
+        uint16_t* const st = tiles + (kTwo ? 0 : (s & 1)) * kStage * kTileElems;
         load_tile_async<T, kThr>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
         load_tile_async<T, kThr>((st + kVn * kTileElems), kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
         if (want_dw)
@@ -131,8 +195,12 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
       };
       if (steps > 0) issue(0);  // (the q / k tiles join its group)
       else ::strata::cuda::cp_async_commit();
-      float dq_sum[1][4][4], dk_sum[1][4][4];
+      float dq_sum[1][NT][4], dk_sum[1][NT][4];  // (kSmemSums: in sSum)
       zero(dq_sum), zero(dk_sum);
+      if constexpr (S::kSmemSums) {
+#pragma unroll
+        for (int x = 0; x < 8 * NT; ++x) sSum[x * kThr + threadIdx.x] = 0.f;  // only this thread's slots
+      }
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         if (g > 0) __syncthreads();  // the previous head's readers of sG / Ds are done
@@ -143,21 +211,26 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
           sEq[i] = i < L ? p.scale * expf(gg.x) : 0.f;
           sEk[i] = i < L ? expf(gg.y - gg.x) : 0.f;
         }
-        float ds[1][4][4], dq[1][4][4], dk[1][4][4], dw[1][4][4];
+        float ds[1][NT][4], dq[1][NT][4], dk[1][NT][4], dw[1][NT][4];
         zero(ds), zero(dq), zero(dk), zero(dw);
         float sds = 0.f;  // this thread's share of <S, dS> over the tile's rows
         for (int64_t vt = 0; vt < VT; ++vt) {
           const int64_t s = g * VT + vt;
-          if (s + 1 < steps) {
+          if constexpr (kTwo) {
+            ::strata::cuda::cp_async_wait<0>();  // issued after the previous step's readers were done
+          } else if (s + 1 < steps) {
             issue(s + 1);
             ::strata::cuda::cp_async_wait<1>();  // this step's group is complete, the next one may be in flight
           } else {
             ::strata::cuda::cp_async_wait<0>();
           }
           __syncthreads();
-          const uint16_t* const st = tiles + (s & 1) * kStage * kTileElems;
+          const uint16_t* const st = tiles + (kTwo ? 0 : (s & 1)) * kStage * kTileElems;
           // B(e, j) = Vn[j][e], S[x][e], dS[x][e]: stored [n][k].
-          step_products<T>(ds, dq, dk, dw, st, r0, c0, want_dw);
+          if constexpr (kTwo && NT == 4)
+            step_products_pairs<T>(ds, dq, dk, dw, st, r0, c0, want_dw);
+          else
+            step_products<T, NT>(ds, dq, dk, dw, st, r0, c0, want_dw);
           if (want_dg)  // 8 columns (one 16-byte segment of each tile) per step; zero outside the valid rows / columns
             for (int e = threadIdx.x; e < 64 * 8; e += kThr) {
               const int x = e / 8, col = (e % 8) * 8;
@@ -172,6 +245,10 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
               }
             }
           __syncthreads();  // stage s % 2 is free for step s + 2
+          // kTwo: the one stage is free now; the next step's tiles (the next head's first: during the epilogue)
+          if constexpr (kTwo) {
+            if (s + 1 < steps) issue(s + 1);
+          }
         }
         if (VT == 0) {  // no V tile waited for the q / k tiles and γ
           ::strata::cuda::cp_async_wait<0>();
@@ -183,7 +260,7 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
         // Warps whose 16 x 32 block lies wholly above the diagonal (columns > rows) form no exponentials.
         const bool diag_block = c0 <= r0 + 15;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
             const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);  // j even
@@ -209,13 +286,13 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
         const float2 sums = block_sum2<kThr>(kdki, sds, sRed);
         const float kdki_sum = sums.x, sds_sum = sums.y;
         // dQ += Ds K ; dK += Dsᵀ Q   (B(j, x) = K[j][x], Q[i][x]: stored [k][n]; A = Dsᵀ: stored [k][m])
-        warp_gemm<T, true, true, 1, 4>(dq, (tiles + kDs * kTileElems) + r0 * kLd, kLd, (tiles + kK * kTileElems) + c0, kLd, 64);
-        warp_gemm<T, false, true, 1, 4>(dk, (tiles + kDs * kTileElems) + r0, kLd, (tiles + kQ * kTileElems) + c0, kLd, 64);
+        warp_gemm<T, true, true, 1, NT>(dq, (tiles + kDs * kTileElems) + r0 * kLd, kLd, (tiles + kK * kTileElems) + c0, kLd, 64);
+        warp_gemm<T, false, true, 1, NT>(dk, (tiles + kDs * kTileElems) + r0, kLd, (tiles + kQ * kTileElems) + c0, kLd, 64);
         if (want_dg) {
           // Row partials of q·dQ − k·dK over this warp's 32 columns: thread (2 rows x 8 columns), then the quad.
           float part[2] = {0.f, 0.f};
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
@@ -235,18 +312,39 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
           __syncthreads();
           if (static_cast<int>(threadIdx.x) < L) {
             const int i = threadIdx.x;
-            float v = sRow[i] + sRow[64 + i];
+            float v = sRow[i];
+#pragma unroll
+            for (int j = 1; j < kWN; ++j) v += sRow[j * 64 + i];  // the column groups in order
             if (i == L - 1) v += expf(gl) * sds_sum + kdki_sum;
             ws_dg[((kt * d.B + c.b) * d.T + c.t0 + i) * d.HV + hv] = v;
           }
         }
+        if constexpr (S::kSmemSums) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) dq_sum[0][nt][e] += dq[0][nt][e], dk_sum[0][nt][e] += dk[0][nt][e];
+            for (int e = 0; e < 4; ++e) {
+              sSum[(nt * 4 + e) * kThr + threadIdx.x] += dq[0][nt][e];
+              sSum[(4 * NT + nt * 4 + e) * kThr + threadIdx.x] += dk[0][nt][e];
+            }
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dq_sum[0][nt][e] += dq[0][nt][e], dk_sum[0][nt][e] += dk[0][nt][e];
+        }
+      }
+      if constexpr (S::kSmemSums) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            dq_sum[0][nt][e] = sSum[(nt * 4 + e) * kThr + threadIdx.x];
+            dk_sum[0][nt][e] = sSum[(4 * NT + nt * 4 + e) * kThr + threadIdx.x];
+          }
       }
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
           const int i = r0 + frag_row(0, e), x = c0 + frag_col(nt, e);
@@ -259,14 +357,33 @@ __global__ void __launch_bounds__(kThr) dqkwg_mma_kernel(DqkwgParams p, const in
   }
 }
 
-template <class T>
+template <class T, int kVar>
 strata_status launch(const DqkwgParams& p, const int64_t* offs, float* ws_dg, int64_t items, int64_t ktiles,
                      cudaStream_t stream) {
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_mma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmem)));
+  constexpr bool kTwo = DqCfg<kVar>::kTwo;
+  constexpr int threads = DqCfg<kVar>::kThreads;
+  constexpr size_t smem = DqCfg<kVar>::kBytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
+  static_assert(!kTwo || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM");
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_mma_kernel<T, kVar>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  if (kTwo)  // the largest shared-memory carveout, so that two blocks fit
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_mma_kernel<T, kVar>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  dqkwg_mma_kernel<T><<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, ws_dg, items, ktiles);
-  return cuda::check_launch("chunk_bwd_dqkwg (mma)");
+  dqkwg_mma_kernel<T, kVar><<<static_cast<unsigned>(blocks), threads, smem, stream>>>(p, offs, ws_dg, items, ktiles);
+  return cuda::check_launch(kVar == kDqkwgTwoPerSm ? "chunk_bwd_dqkwg (mma, two per SM)"
+                            : kVar == kDqkwgWarps16 ? "chunk_bwd_dqkwg (mma, 16 warps)"
+                                                    : "chunk_bwd_dqkwg (mma)");
+}
+template <class T>
+strata_status launch_variant(const DqkwgParams& p, const int64_t* offs, float* ws_dg, int64_t items, int64_t ktiles,
+                             cudaStream_t stream) {
+  switch (p.mma_variant) {
+    case kDqkwgPipelined: return launch<T, kDqkwgPipelined>(p, offs, ws_dg, items, ktiles, stream);
+    case kDqkwgTwoPerSm: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);
+    default: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
+  }
 }
 
 }  // namespace
@@ -292,8 +409,9 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
   const int64_t ktiles = k_tiles(d), items = num_windows(d) * d.H * ktiles;
   if (items > 0) {
     STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-    STRATA_RETURN_IF_ERROR(p.q.dtype == STRATA_DTYPE_BF16 ? launch<bf16_t>(p, offs, ws_dg, items, ktiles, stream)
-                                                          : launch<f16_t>(p, offs, ws_dg, items, ktiles, stream));
+    STRATA_RETURN_IF_ERROR(p.q.dtype == STRATA_DTYPE_BF16
+                               ? launch_variant<bf16_t>(p, offs, ws_dg, items, ktiles, stream)
+                               : launch_variant<f16_t>(p, offs, ws_dg, items, ktiles, stream));
   }
   if (p.dg.present()) STRATA_RETURN_IF_ERROR(launch_reduce_tiles(ws_dg, ktiles, d, p.dg, stream));
   return STRATA_SUCCESS;

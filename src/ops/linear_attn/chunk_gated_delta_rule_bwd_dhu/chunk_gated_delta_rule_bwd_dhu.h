@@ -27,13 +27,29 @@ struct DhuParams {
   gdn_bwd::View q, k, w, dout, dv, g, dht;      // g, dht optional
   gdn_bwd::View dh, dh0, dv2;                   // outputs; dh0 optional
   float scale = 1.f;
+  // Tile shape of the tensor-core kernel at 64 < K <= 128 (the same bits whichever runs; other K ignore it):
+  // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
+  // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
+  int mma_variant = 0;
 };
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2;
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
 void chunk_gated_delta_rule_bwd_dhu_reference_naive(const DhuParams& p);
 using DhuCpuFn = void (*)(const DhuParams&);
 DhuCpuFn chunk_gated_delta_rule_bwd_dhu_cpu(int64_t hwy_target);
+
+// Tile rule of the tensor-core kernel at 64 < K <= 128 (host logic, unit-tested on the CPU): true when the
+// N·HV·ceil(V / 32) items of 32-column V tiles all fit on `sms` multiprocessors at one block each (then the
+// kernel runs 32-column tiles with a two-stage pipeline, one block per SM, instead of 64-column single-stage
+// tiles two per SM: e.g. B = 1, HV = 32, V = 128 gives 128 items instead of 64 on 132 SMs).
+inline bool dhu_narrow_tiles(const gdn_bwd::Dims& d, int64_t sms) {
+  if (d.N <= 0 || d.HV <= 0 || d.V <= 0 || sms <= 0) return false;
+  const int64_t vtiles = (d.V + 31) / 32;
+  // (each factor at most sms first, so the product cannot overflow)
+  return d.N <= sms && d.HV <= sms && vtiles <= sms && d.N * d.HV * vtiles <= sms;
+}
 
 #if STRATA_WITH_CUDA
 // The automatic choice (what other operators call): the tensor-core kernel when it applies

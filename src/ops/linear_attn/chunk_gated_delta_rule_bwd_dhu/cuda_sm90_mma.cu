@@ -4,8 +4,10 @@
 // so V tiles never talk. dS [K, BV] is carried in f32 in the warps' mma accumulators (warp w owns rows
 // [(w % 4) KP/4, (w % 4 + 1) KP/4) and columns (w / 4) BV/2 .. + BV/2 − 1, KP = K rounded up to 64) for the
 // whole sequence. Tiles: K ≤ 64 with V > 64 takes BV = 128 and two pipeline stages (chunk c − 1's tiles load
-// with cp.async while chunk c computes, one block per SM); other shapes take BV = 64 and one stage (at K ≤ 128
-// two blocks per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k). Per chunk (L ≤ BT rows, zero-filled to 64):
+// with cp.async while chunk c computes, one block per SM); 64 < K ≤ 128 with few (sequence, head) pairs
+// (dhu_narrow_tiles) takes BV = 32 and two stages; other shapes take BV = 64 and one stage (at K ≤ 128 two blocks
+// per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k), whose chunk tiles load as two cp.async
+// groups (k, dv, then q, w, dO: dVn runs before the second group is waited for). Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
 //   sS    = T(dS)                                        [KP, BV] shared, the B operand below
 //   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
@@ -87,13 +89,16 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
       unsigned char* base = smem + st * S::kStage;
       uint16_t* sQW = reinterpret_cast<uint16_t*>(base + S::kQW);
-      load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
-      load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
+      uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
+      // k and dv first (all that dVn needs); one stage: they are a commit group of their own, so dVn (and the dh,
+      // dv2 stores) run while q, w, dO are still in flight (see the chunk loop).
       load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(base + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
                                p.k.s[1], L, kc);
-      uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
-      load_tile_async<T, kThr>(sB, kLdB, 64, BV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
       load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
+      if (STAGES == 1) ::strata::cuda::cp_async_commit();
+      load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
+      load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
+      load_tile_async<T, kThr>(sB, kLdB, 64, BV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
       ::strata::cuda::cp_async_commit();
       const bool gate = p.g.present() && static_cast<int>(threadIdx.x) < L;  // (L >= 1 for every issued chunk)
       return make_float2(gate ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv)) : 0.f,
@@ -122,6 +127,8 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       if (STAGES == 2 && c > 0) {
         g_next = issue(c - 1, st ^ 1);  // the stage chunk c + 1 used (its readers passed the barrier below)
         ::strata::cuda::cp_async_wait<1>();
+      } else if (STAGES == 1) {
+        ::strata::cuda::cp_async_wait<1>();  // k, dv of this chunk; q, w, dO may still be in flight
       } else {
         ::strata::cuda::cp_async_wait<0>();
       }
@@ -163,8 +170,9 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       }
       const float gl = sG[L - 1];
       // dO rows scaled by scale · exp(γ_i), 8 columns (one 16-byte segment) per step (rows past L are zero
-      // already; the row pitch kLdB and the stage offsets are multiples of 8 elements).
-      {
+      // already; the row pitch kLdB and the stage offsets are multiples of 8 elements). Two stages: here (the
+      // whole chunk has landed); one stage: after dVn, once q, w, dO have (rows 0..63 of sB; dVn uses 64..127).
+      auto scale_do = [&] {
         constexpr int kSegs = BV / 8;
         for (int e = threadIdx.x; e < 64 * kSegs; e += kThr) {
           const int i = e / kSegs, col = (e % kSegs) * 8;
@@ -182,7 +190,8 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
             *q4 = u;
           }
         }
-      }
+      };
+      if (STAGES == 2) scale_do();
       // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + BV/2 − 1.
       {
         float dacc[1][NT][4];
@@ -204,6 +213,11 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
             }
             *slot = Elem<T>::from(-x0) | (uint32_t{Elem<T>::from(-x1)} << 16);
           }
+      }
+      if (STAGES == 1) {
+        ::strata::cuda::cp_async_wait<0>();  // q, w, dO of this chunk
+        __syncthreads();
+        scale_do();
       }
       __syncthreads();
       // dS = exp(γ_last) dS + [Q ; W]ᵀ [E dO ; −dVn]
@@ -248,10 +262,19 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 // K ≤ 128: 16 warps per SM hide each other's latency). At K = 128 the 64-column tiles measured faster on the H200
 // (B = 4, T = 8192, HV = 32, V = 128: 1.97 ms with 256 blocks, two per SM, GPU run s3run1; 2.47-2.49 ms with
 // 128-column tiles and two stages, one block per SM, s3run3 / s4run1), so K ≤ 128 takes them for every V.
+//
+// Few (sequence, head) pairs (dhu_narrow_tiles: N·HV·ceil(V / 32) ≤ the SM count, e.g. B = 1, HV = 32, V = 128: 64
+// items of 64 columns would leave half of the 132 SMs idle for the whole serial pass) at 64 < K ≤ 128: 32-column
+// V tiles and two pipeline stages, one block per SM, every block resident from the start: twice the blocks, each
+// with half the columns and its next chunk's loads overlapping the current chunk (dS columns are independent,
+// and every element is summed in the same order whatever BV: the same bits as the 64-column tiles).
 template <class T>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
   if (K <= 64) return V > 64 ? launch<T, 64, 128, 2>(p, offs, stream) : launch<T, 64, 64, 1>(p, offs, stream);
+  if (K <= 128 && (p.mma_variant == kDhuNarrow ||
+                   (p.mma_variant != kDhuWide && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count()))))
+    return launch<T, 128, 32, 2>(p, offs, stream);
   if (K <= 128) return launch<T, 128, 64, 1>(p, offs, stream);
   if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
   return launch<T, 256, 64, 1>(p, offs, stream);

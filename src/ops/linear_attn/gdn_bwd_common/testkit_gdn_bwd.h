@@ -312,6 +312,9 @@ std::vector<Case> sweep(const char* op, Decorate&& decorate) {
   add("bf16", {1, 100, 1, 3, 128, 128}, 32, {}, 0, 10.0, 1);  // plain delta rule
   add("bf16", {2, 90, 1, 2, 64, 64}, 64, {}, 1, 0.01, 0);     // strong decay
   add("f16", {1, 150, 1, 2, 48, 96}, 64, {}, 1, 1.0, 1);      // K < 64 with V > 64 (bwd_dhu's 128-column V tiles)
+  // Many (sequence, head) pairs at K = V = 128: N·HV·ceil(V / 32) = 288 > the SM count, so bwd_dhu keeps its
+  // 64-column single-stage tiles (the smaller K = 128 cases above take its 32-column two-stage tiles).
+  add("bf16", {2, 100, 2, 36, 128, 128}, 64, {}, 1, 10.0, 1);
   return cases;
 }
 

@@ -1,0 +1,391 @@
+// Launch variants of the gdn_bwd tensor-core kernels that the conformance driver does not reach on its own:
+// chunk_bwd_dqkwg's kDqkwgPipelined (two cp.async stages, one block per SM) and kDqkwgTwoPerSm (one stage, two
+// blocks per SM), chunk_gated_delta_rule_bwd_dhu's 64-column one-stage and 32-column two-stage V tiles. Each
+// pair sums every element in the same order, so the test asks for the same bits on shapes with partial chunks,
+// GVA, K and V that are not tile multiples, variable-length packs, f16 and optional outputs absent (the
+// automatic choice is compared against float64 by the conformance suites). A second test times the variants at
+// the benchmark shape (B = 4, T = 8192, H = 16, HV = 32, K = V = 128 and B = 1, T = 32768 for bwd_dhu) and prints
+// the figures (information for choosing the automatic variant; it fails only if a launch fails).
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <random>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
+#include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
+
+namespace strata::linear_attn {
+namespace {
+
+using gdn_bwd::Dims;
+using gdn_bwd::View;
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A device buffer of `bytes` bytes (freed on scope exit).
+struct Dev {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t b) : bytes(b) { EXPECT_EQ(cudaMalloc(&p, b ? b : 1), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<uint8_t> bits() const {
+    std::vector<uint8_t> h(bytes);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (bytes) EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in f32 / bf16 / f16
+};
+
+// n random values in dtype dt (bf16 / f16 bits, or f32), N(0, sd) (uniform in [lo, 0] for gates when lo < 0).
+std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {
+  std::normal_distribution<float> nd(0.f, static_cast<float>(sd));
+  std::uniform_real_distribution<float> ud(static_cast<float>(lo), 0.f);
+  std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_size(dt));
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = lo < 0 ? ud(rng) : nd(rng);
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(out.data() + 4 * i, &x, 4);
+    } else {
+      const uint16_t b = dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Dev> upload(const std::vector<uint8_t>& h) {
+  auto d = std::make_unique<Dev>(h.size());
+  if (!h.empty()) EXPECT_EQ(cudaMemcpy(d->p, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+// Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and the chunk states [B, NT, HV, K, V].
+View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  View v;
+  v.p = p, v.dtype = dt;
+  if (D > 0) v.s[0] = T * heads * D, v.s[1] = heads * D, v.s[2] = D;
+  else v.s[0] = T * heads, v.s[1] = heads, v.s[2] = 1;
+  return v;
+}
+View states(void* p, int32_t dt, int64_t NT, int64_t HV, int64_t K, int64_t V) {
+  View v;
+  v.p = p, v.dtype = dt;
+  v.s[0] = NT * HV * K * V, v.s[1] = HV * K * V, v.s[2] = K * V, v.s[3] = V;
+  return v;
+}
+
+struct Shape {
+  int64_t B, T, H, HV, K, V;
+  int32_t BT;
+  std::vector<int64_t> cu;  // empty: fixed length
+  int32_t dt;
+  bool gate, with_dv;
+};
+
+// Total chunks (the NT of h / dh): Σ ceil(L_n / BT) or ceil(T / BT) per row.
+int64_t chunks_of(const Shape& s) {
+  if (s.cu.empty()) return (s.T + s.BT - 1) / s.BT;
+  int64_t n = 0;
+  for (size_t i = 1; i < s.cu.size(); ++i) n += (s.cu[i] - s.cu[i - 1] + s.BT - 1) / s.BT;
+  return n;
+}
+Dims dims_of(const Shape& s, const int64_t* cu_dev) {
+  Dims d;
+  d.B = s.B, d.T = s.T, d.H = s.H, d.HV = s.HV, d.G = s.HV / s.H, d.K = s.K, d.V = s.V, d.BT = s.BT;
+  d.N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+  d.NT = chunks_of(s);
+  d.cu = s.cu.empty() ? nullptr : cu_dev;
+  return d;
+}
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> v = {
+      {2, 130, 2, 4, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true},
+      {1, 100, 1, 3, 100, 100, 32, {}, STRATA_DTYPE_BF16, false, true},
+      {1, 200, 2, 4, 64, 128, 64, {0, 63, 127, 129, 192, 200}, STRATA_DTYPE_BF16, true, true},
+      {1, 65, 2, 8, 128, 128, 64, {}, STRATA_DTYPE_F16, true, false},
+      {1, 163, 2, 4, 128, 96, 16, {0, 5, 5, 69, 100, 163}, STRATA_DTYPE_F16, true, true},
+      {3, 90, 1, 2, 48, 32, 64, {}, STRATA_DTYPE_BF16, true, true},
+  };
+  return v;
+}
+
+// The inputs of one shape, on the device.
+struct Inputs {
+  Shape s;
+  Dims d;
+  std::unique_ptr<Dev> cu, q, k, w, v, dout, dv, g, h, dh;
+  explicit Inputs(const Shape& sh, uint64_t seed) : s(sh) {
+    std::mt19937_64 rng(seed);
+    const int32_t dt = s.dt;
+    const int64_t NT = chunks_of(s), rows = s.B * s.T;
+    std::vector<uint8_t> cub(s.cu.size() * 8);
+    if (!s.cu.empty()) std::memcpy(cub.data(), s.cu.data(), cub.size());
+    cu = upload(cub);
+    const double isk = 1.0 / std::sqrt(static_cast<double>(s.K));
+    q = upload(random_bytes(rows * s.H * s.K, dt, rng, isk));
+    k = upload(random_bytes(rows * s.H * s.K, dt, rng, isk));
+    w = upload(random_bytes(rows * s.HV * s.K, dt, rng, isk / 8));
+    v = upload(random_bytes(rows * s.HV * s.V, dt, rng, 1.0));
+    dout = upload(random_bytes(rows * s.HV * s.V, dt, rng, 1.0));
+    dv = upload(random_bytes(rows * s.HV * s.V, dt, rng, 1.0));
+    g = upload(random_bytes(rows * s.HV, STRATA_DTYPE_F32, rng, 0, -3.0));  // γ in [-3, 0] (any order suffices)
+    h = upload(random_bytes(s.B * NT * s.HV * s.K * s.V, dt, rng, 1.0));
+    dh = upload(random_bytes(s.B * NT * s.HV * s.K * s.V, dt, rng, 1.0));
+    d = dims_of(s, static_cast<const int64_t*>(cu->p));
+  }
+};
+
+// chunk_bwd_dqkwg with `variant`: the bits of dq, dk, dw, dg.
+std::vector<std::vector<uint8_t>> run_dqkwg(const Inputs& in, int variant) {
+  const Shape& s = in.s;
+  const int64_t rows = s.B * s.T;
+  Dev dq(rows * s.H * s.K * 4), dk(rows * s.H * s.K * 4), dw(rows * s.HV * s.K * dtype_size(s.dt)),
+      dg(rows * s.HV * 4);
+  dq.poison(), dk.poison(), dw.poison(), dg.poison();
+  DqkwgParams p;
+  p.d = in.d;
+  p.q = tok(in.q->p, s.dt, s.T, s.H, s.K), p.k = tok(in.k->p, s.dt, s.T, s.H, s.K);
+  p.v = tok(in.v->p, s.dt, s.T, s.HV, s.V), p.dout = tok(in.dout->p, s.dt, s.T, s.HV, s.V);
+  p.h = states(in.h->p, s.dt, in.d.NT, s.HV, s.K, s.V), p.dh = states(in.dh->p, s.dt, in.d.NT, s.HV, s.K, s.V);
+  if (s.with_dv) p.dv = tok(in.dv->p, s.dt, s.T, s.HV, s.V), p.dw = tok(dw.p, s.dt, s.T, s.HV, s.K);
+  if (s.gate) p.g = tok(in.g->p, STRATA_DTYPE_F32, s.T, s.HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
+  p.dq = tok(dq.p, STRATA_DTYPE_F32, s.T, s.H, s.K), p.dk = tok(dk.p, STRATA_DTYPE_F32, s.T, s.H, s.K);
+  p.scale = 0.125f;
+  p.mma_variant = variant;
+  Dev ws(chunk_bwd_dqkwg_cuda_mma_workspace(p.d));
+  EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS) << "variant " << variant;
+  return {dq.bits(), dk.bits(), s.with_dv ? dw.bits() : std::vector<uint8_t>{},
+          s.gate ? dg.bits() : std::vector<uint8_t>{}};
+}
+
+// chunk_gated_delta_rule_bwd_dhu with `variant`: the bits of dh, dh0, dv2.
+std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant) {
+  const Shape& s = in.s;
+  const int64_t rows = s.B * s.T, N = in.d.N;
+  Dev dh(s.B * in.d.NT * s.HV * s.K * s.V * dtype_size(s.dt)), dh0(N * s.HV * s.K * s.V * 4),
+      dv2(rows * s.HV * s.V * dtype_size(s.dt));
+  dh.poison(), dh0.poison(), dv2.poison();
+  DhuParams p;
+  p.d = in.d;
+  p.q = tok(in.q->p, s.dt, s.T, s.H, s.K), p.k = tok(in.k->p, s.dt, s.T, s.H, s.K);
+  p.w = tok(in.w->p, s.dt, s.T, s.HV, s.K);
+  p.dout = tok(in.dout->p, s.dt, s.T, s.HV, s.V), p.dv = tok(in.dv->p, s.dt, s.T, s.HV, s.V);
+  if (s.gate) p.g = tok(in.g->p, STRATA_DTYPE_F32, s.T, s.HV, 0);
+  // dht: the first N·HV·K·V values of h (any state will do), [N, HV, K, V]
+  p.dht = states(in.h->p, s.dt, 0, s.HV, s.K, s.V);
+  p.dht.s[0] = s.HV * s.K * s.V, p.dht.s[1] = s.K * s.V, p.dht.s[2] = s.V;
+  p.dh = states(dh.p, s.dt, in.d.NT, s.HV, s.K, s.V);
+  p.dh0 = states(dh0.p, STRATA_DTYPE_F32, 0, s.HV, s.K, s.V);
+  p.dh0.s[0] = s.HV * s.K * s.V, p.dh0.s[1] = s.K * s.V, p.dh0.s[2] = s.V;
+  p.dv2 = tok(dv2.p, s.dt, s.T, s.HV, s.V);
+  p.scale = 0.125f;
+  p.mma_variant = variant;
+  Dev ws(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(p.d));
+  EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS) << "variant " << variant;
+  return {dh.bits(), dh0.bits(), dv2.bits()};
+}
+
+// f32 values of a bits buffer.
+std::vector<float> as_f32(const std::vector<uint8_t>& b) {
+  std::vector<float> f(b.size() / 4);
+  if (!f.empty()) std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+
+// kDqkwgTwoPerSm: every output the same bits as kDqkwgPipelined. kDqkwgWarps16 (and kDqkwgAuto, which runs it):
+// dq, dk, dw the same bits, dγ (its
+// row and block sums add the partials of 16 x 16 warp blocks instead of 16 x 32 ones) within 1e-4 of its largest
+// magnitude (f32 reassociation of sums of at most 2 x 128 + 64 x 64 terms).
+TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 11;
+  for (const Shape& s : shapes()) {
+    const Inputs in(s, seed++);
+    const auto a = run_dqkwg(in, kDqkwgPipelined);
+    const char* names[] = {"dq", "dk", "dw", "dg"};
+    for (const int var : {kDqkwgTwoPerSm, kDqkwgWarps16, kDqkwgAuto}) {
+      const auto b = run_dqkwg(in, var);
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (i == 3 && (var == kDqkwgWarps16 || var == kDqkwgAuto) && s.gate) {
+          const std::vector<float> x = as_f32(a[i]), y = as_f32(b[i]);
+          ASSERT_EQ(x.size(), y.size());
+          double mx = 0;
+          for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
+          for (size_t e = 0; e < x.size(); ++e)
+            ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 1e-4 * mx + 1e-30)
+                << "dg[" << e << "] variant " << var << ": " << x[e] << " vs " << y[e] << " B=" << s.B << " T=" << s.T
+                << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
+          continue;
+        }
+        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in variant " << var << ": B=" << s.B << " T=" << s.T
+                                  << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
+      }
+    }
+  }
+}
+
+TEST(GdnBwdCudaVariants, DhuVariantsSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 21;
+  for (const Shape& s : shapes()) {
+    if (s.K <= 64 || s.K > 128) continue;  // the two tile shapes exist at 64 < K <= 128
+    const Inputs in(s, seed++);
+    const auto a = run_dhu(in, kDhuWide), b = run_dhu(in, kDhuNarrow);
+    const char* names[] = {"dh", "dh0", "dv2"};
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs between the tile shapes: B=" << s.B << " T=" << s.T
+                                << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
+  }
+}
+
+// The fastest of `reps` timed calls of each fn (after one warm-up call each), in ms. The calls are interleaved
+// (f0 f1 f2 f0 f1 f2 ...) and the minimum kept, because ctest runs other tests on the GPU at the same time.
+std::vector<double> time_min_ms(const std::vector<std::function<void()>>& fns, int reps = 7) {
+  for (const auto& f : fns) f();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> best(fns.size(), 1e30);
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      cudaEventRecord(e0);
+      fns[i]();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      best[i] = std::min(best[i], static_cast<double>(ms));
+    }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  return best;
+}
+
+// Prints a timing line and appends it to $OUT/gdn_bwd_timing.txt when OUT is set (the log folder of
+// scripts/gpu_check.sh, which comes back from the GPU machine; ctest shows a passing test's output only with -V).
+void report(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (const char* out = std::getenv("OUT"); out && *out)
+    if (FILE* f = std::fopen((std::string(out) + "/gdn_bwd_timing.txt").c_str(), "a")) {
+      std::fprintf(f, "%s\n", line.c_str());
+      std::fclose(f);
+    }
+}
+std::string fmt_line(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0), and
+// of the other two backward sub-operator kernels (chunk_bwd_dv_local, prepare_wy_repr_bwd with the composed op's
+// fused dk / dγ sums) for a per-kernel split of the composed backward.
+TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, NT = T / 64, rows = B * T;
+    const int32_t dt = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), v(rows * HV * V * 2), dout(rows * HV * V * 2),
+        dv(rows * HV * V * 2), g(rows * HV * 4), h(B * NT * HV * K * V * 2), dh(B * NT * HV * K * V * 2),
+        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4), dv2(rows * HV * V * 2),
+        dh0(B * HV * K * V * 4), beta(rows * HV * 2), A(rows * HV * 64 * 2), dvo(rows * HV * V * 2),
+        dbeta(rows * HV * 4);
+    for (Dev* x : {&q, &k, &w, &v, &dout, &dv, &h, &dh, &beta, &A})
+      EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    Dims d;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.N = B, d.NT = NT, d.BT = 64;
+
+    DqkwgParams p;
+    p.d = d;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.dout = tok(dout.p, dt, T, HV, V), p.dv = tok(dv.p, dt, T, HV, V), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.h = states(h.p, dt, NT, HV, K, V), p.dh = states(dh.p, dt, NT, HV, K, V);
+    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
+    p.dw = tok(dw.p, dt, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.scale = 0.0884f;
+    Dev ws(chunk_bwd_dqkwg_cuda_mma_workspace(d));
+    auto dq_call = [&](int var) {
+      return std::function<void()>([&, var] {
+        DqkwgParams pv = p;
+        pv.mma_variant = var;
+        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> ms =
+        time_min_ms({dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16)});
+    report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: pipelined %.3f ms, "
+                    "two_per_sm %.3f ms, warps16 %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                    ms[0], ms[1], ms[2]));
+
+    DhuParams hp;
+    hp.d = d;
+    hp.q = p.q, hp.k = p.k, hp.w = tok(w.p, dt, T, HV, K), hp.dout = p.dout, hp.dv = p.dv, hp.g = p.g;
+    hp.dh = states(dh.p, dt, NT, HV, K, V);
+    hp.dh0 = states(dh0.p, STRATA_DTYPE_F32, 0, HV, K, V);
+    hp.dh0.s[0] = HV * K * V, hp.dh0.s[1] = K * V, hp.dh0.s[2] = V;
+    hp.dv2 = tok(dv2.p, dt, T, HV, V);
+    hp.scale = 0.0884f;
+    Dev ws2(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(d));
+    auto dhu_call = [&](int var) {
+      return std::function<void()>([&, var] {
+        DhuParams hv = hp;
+        hv.mma_variant = var;
+        EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hv, ws2.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> hm = time_min_ms({dhu_call(kDhuWide), dhu_call(kDhuNarrow)}, 3);
+    report(fmt_line("[gdn_bwd timing] chunk_gated_delta_rule_bwd_dhu bf16 B=%lld T=%lld HV=32 K=V=128: 64-column "
+                    "one-stage %.3f ms, 32-column two-stage %.3f ms (automatic: %s)", static_cast<long long>(B),
+                    static_cast<long long>(T), hm[0], hm[1], dhu_narrow_tiles(d, 132) ? "32-column" : "64-column"));
+
+    DvLocalParams vp;
+    vp.d = d;
+    vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvo.p, dt, T, HV, V);
+    vp.scale = 0.0884f;
+    Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
+
+    WyBwdParams wp;
+    wp.d = d;
+    wp.k = p.k, wp.v = p.v, wp.beta = tok(beta.p, dt, T, HV, 0), wp.A = tok(A.p, dt, T, HV, 64);
+    wp.dw = p.dw, wp.du = hp.dv2, wp.g = p.g;
+    wp.dk = p.dk, wp.dv = tok(dvo.p, dt, T, HV, V), wp.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, T, HV, 0);
+    wp.dg = p.dg;
+    wp.dk_add = p.dq, wp.dg_add = p.dg;  // as the composed backward (f32 addends; dg_add aliases dg)
+    Dev ws4(prepare_wy_repr_bwd_cuda_mma_workspace(d));
+    const std::vector<double> other = time_min_ms(
+        {[&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); },
+         [&] { EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(wp, ws4.p, nullptr), STRATA_SUCCESS); }});
+    report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local %.3f ms, prepare_wy_repr_bwd (fused sums) "
+                    "%.3f ms", static_cast<long long>(B), static_cast<long long>(T), other[0], other[1]));
+  }
+}
+
+}  // namespace
+}  // namespace strata::linear_attn
+
+#endif  // STRATA_WITH_CUDA
