@@ -91,24 +91,29 @@ class RowNormHarness final : public atk::OpHarness {
     const bool cuda = device.type == STRATA_DEVICE_CUDA;
     const int64_t rows = cuda ? s_.cuda_rows : s_.cpu_rows, D = cuda ? s_.cuda_d : s_.cpu_d;
     std::vector<atk::BenchCase> out;
-    for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) out.push_back(bench(device, dt, rows, D, nullptr));
+    for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
+      std::vector<RowNormCudaConfig> alts;
 #if STRATA_WITH_CUDA
-    // CUDA: the same shapes once per alternative kernel configuration (forced), so one run compares the
-    // default with the classic, streaming and packed kernels (rows marked [cfg ...]).
-    if (cuda)
-      for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
+      // CUDA: the same shape once per alternative kernel configuration (forced), so one run compares the
+      // default with the classic, streaming and packed kernels (rows marked [cfg ...]).
+      if (cuda) {
         const Params pr = params(dt, rows, D, nullptr);
-        const auto alts = s_.bwd ? row_norm_bwd_cuda_alternatives(pr.b) : row_norm_fwd_cuda_alternatives(pr.f);
-        for (const RowNormCudaConfig& c : alts) out.push_back(bench(device, dt, rows, D, &c));
+        alts = s_.bwd ? row_norm_bwd_cuda_alternatives(pr.b) : row_norm_fwd_cuda_alternatives(pr.f);
       }
 #endif
+      // The rows of one dtype share their tensors (filled once: filling 2^26 random values on the host costs
+      // seconds, timing a row milliseconds); the last row frees them.
+      auto data = std::make_shared<BenchState>();
+      out.push_back(bench(device, dt, rows, D, nullptr, data, alts.empty()));
+      for (size_t i = 0; i < alts.size(); ++i)
+        out.push_back(bench(device, dt, rows, D, &alts[i], data, i + 1 == alts.size()));
+    }
     return out;
   }
 
  private:
   struct BenchState {
     std::unique_ptr<DeviceTensor> a, b, c, r;
-    strata_plan plan = nullptr;
   };
 
 #if STRATA_WITH_CUDA
@@ -152,9 +157,11 @@ class RowNormHarness final : public atk::OpHarness {
 #endif
 
   // One bench row: normalize mode through the plan (cfg nullptr) or, on CUDA, the kernels with `cfg` forced.
-  atk::BenchCase bench(strata_device device, int32_t dt, int64_t rows, int64_t D, const RowNormCudaConfig* cfg) const {
-    auto state = std::make_shared<BenchState>();
+  // `state`: the tensors, allocated by the first row that runs and freed by the row marked `last`.
+  atk::BenchCase bench(strata_device device, int32_t dt, int64_t rows, int64_t D, const RowNormCudaConfig* cfg,
+                       std::shared_ptr<BenchState> state, bool last) const {
     const bool forced = cfg != nullptr;
+    auto plan = std::make_shared<strata_plan>(nullptr);
     atk::BenchCase b;
     b.label = fmt::format("{} {} [{}, {}]", s_.op, dtype_name(dt), rows, D);
     const double e = static_cast<double>(dtype_size(dt)), n = static_cast<double>(rows * D);
@@ -162,30 +169,32 @@ class RowNormHarness final : public atk::OpHarness {
     // Normalize mode. fwd: read x, write y and r; bwd: read src, dout and r, write dx.
     b.bytes = !s_.bwd ? 2 * n * e + rbytes : 3 * n * e + rbytes;
     b.setup = [=, this] {
-      const std::vector<int64_t> shape = {rows, D};
-      const std::vector<int64_t> rs = leading(shape, s_.mean);
-      HostTensor a = HostTensor::make(dt, shape), r = HostTensor::make(STRATA_DTYPE_F32, rs);
-      std::mt19937_64 rng(7);
-      a.fill_normal(rng, 0.3, 0.5);
-      r.fill_uniform(rng, 0.5, 2.0);
-      state->a = std::make_unique<DeviceTensor>(a, device);
-      state->b = std::make_unique<DeviceTensor>(a, device);
-      state->c = std::make_unique<DeviceTensor>(a, device);
-      state->r = std::make_unique<DeviceTensor>(r, device);
+      if (!state->a) {
+        const std::vector<int64_t> shape = {rows, D};
+        const std::vector<int64_t> rs = leading(shape, s_.mean);
+        HostTensor a = HostTensor::make(dt, shape), r = HostTensor::make(STRATA_DTYPE_F32, rs);
+        std::mt19937_64 rng(7);
+        a.fill_normal(rng, 0.3, 0.5);
+        r.fill_uniform(rng, 0.5, 2.0);
+        state->a = std::make_unique<DeviceTensor>(a, device);
+        state->b = std::make_unique<DeviceTensor>(a, device);
+        state->c = std::make_unique<DeviceTensor>(a, device);
+        state->r = std::make_unique<DeviceTensor>(r, device);
+      }
       if (forced) return;
       if (!s_.bwd)
         ok(s_.plan_fwd(&state->a->desc(), &state->b->desc(), &state->r->desc(), 1e-6f, STRATA_RMSNORM_NORMALIZE,
-                       &state->plan), "bench plan");
+                       plan.get()), "bench plan");
       else
         ok(s_.plan_bwd(&state->a->desc(), &state->r->desc(), &state->b->desc(), &state->c->desc(),
-                       STRATA_RMSNORM_NORMALIZE, &state->plan), "bench plan");
+                       STRATA_RMSNORM_NORMALIZE, plan.get()), "bench plan");
     };
     if (!cfg) {
       b.run = [=, this] {
         void* fwd[] = {state->a->data(), state->b->data(), state->r->data()};
         void* bwd[] = {state->a->data(), state->r->data(), state->b->data(), state->c->data()};
-        ok(s_.bwd ? strata_plan_run(state->plan, bwd, 4, nullptr, 0, nullptr)
-                  : strata_plan_run(state->plan, fwd, 3, nullptr, 0, nullptr), "bench run");
+        ok(s_.bwd ? strata_plan_run(*plan, bwd, 4, nullptr, 0, nullptr)
+                  : strata_plan_run(*plan, fwd, 3, nullptr, 0, nullptr), "bench run");
       };
     } else {
 #if STRATA_WITH_CUDA
@@ -200,9 +209,10 @@ class RowNormHarness final : public atk::OpHarness {
       };
 #endif
     }
-    b.teardown = [state] {
-      if (state->plan) strata_plan_destroy(state->plan);
-      state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset();
+    b.teardown = [state, plan, last] {
+      if (*plan) strata_plan_destroy(*plan);
+      *plan = nullptr;
+      if (last) state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset();
     };
     return b;
   }
