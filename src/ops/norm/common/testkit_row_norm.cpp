@@ -92,7 +92,7 @@ class RowNormHarness final : public atk::OpHarness {
     const int64_t rows = cuda ? s_.cuda_rows : s_.cpu_rows, D = cuda ? s_.cuda_d : s_.cpu_d;
     std::vector<atk::BenchCase> out;
     for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
-      std::vector<RowNormCudaConfig> alts;
+      std::vector<Config> alts;
 #if STRATA_WITH_CUDA
       // CUDA: the same shape once per alternative kernel configuration (forced), so one run compares the
       // default with the classic, streaming and packed kernels (rows marked [cfg ...]).
@@ -112,6 +112,11 @@ class RowNormHarness final : public atk::OpHarness {
   }
 
  private:
+#if STRATA_WITH_CUDA
+  using Config = RowNormCudaConfig;
+#else
+  struct Config {};  // a CPU-only build has no forced kernel configurations
+#endif
   struct BenchState {
     std::unique_ptr<DeviceTensor> a, b, c, r;
   };
@@ -158,7 +163,7 @@ class RowNormHarness final : public atk::OpHarness {
 
   // One bench row: normalize mode through the plan (cfg nullptr) or, on CUDA, the kernels with `cfg` forced.
   // `state`: the tensors, allocated by the first row that runs and freed by the row marked `last`.
-  atk::BenchCase bench(strata_device device, int32_t dt, int64_t rows, int64_t D, const RowNormCudaConfig* cfg,
+  atk::BenchCase bench(strata_device device, int32_t dt, int64_t rows, int64_t D, const Config* cfg,
                        std::shared_ptr<BenchState> state, bool last) const {
     const bool forced = cfg != nullptr;
     auto plan = std::make_shared<strata_plan>(nullptr);
