@@ -180,13 +180,15 @@ int main() {
       int st = 0;
       const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
       if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
-        fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", cfg.stream ? "stream" : "", cfg.chunk_elems,
+        fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n",
+                   cfg.stream == 2 ? "packed" : cfg.stream ? "stream" : "", cfg.chunk_elems,
                    cfg.tpr, cfg.nv, cfg.rpg, st);
         continue;
       }
       const double diff = rel_rms(fetch(out, n_out, k.dtype), ref);
       const bool is_default = is_dflt;
-      const std::string name = cfg.stream ? fmt::format("stream tpr={:3} nv={} rpg={}", cfg.tpr, cfg.nv, cfg.rpg)
+      const std::string name = cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", cfg.stream == 2 ? "packed" : "stream",
+                                                        cfg.tpr, cfg.nv, cfg.rpg)
                                           : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
       fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),
                  ms / (bytes / (copy_gbs * 1e6)), diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");

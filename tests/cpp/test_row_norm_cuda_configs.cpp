@@ -81,13 +81,13 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 std::string name(const RowNormCudaConfig& c) {
-  return std::string(c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
+  return std::string(c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
          " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks);
 }
 
-// Each configuration as listed, and the streaming ones also with their grid capped at 1 and 2 blocks (every
-// block then walks many row groups: the prefetch of the next iteration and the loop tail are exercised on
-// these small row counts).
+// Each configuration as listed, and the streaming and packed ones also with their grid capped at 1 and 2
+// blocks (every block then walks many row groups: the prefetch of the next iteration, the grid-stride loops
+// and the loop tails are exercised on these small row counts).
 std::vector<RowNormCudaConfig> configs_to_check() {
   std::vector<RowNormCudaConfig> out;
   for (const RowNormCudaConfig& c : row_norm_cuda_all_configs()) {

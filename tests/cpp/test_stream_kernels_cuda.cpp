@@ -118,7 +118,7 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
       norm::RowNormFwdParams dp = fp, hp = fp;
       dp.x = x.dev, dp.y = y.dev, dp.rstd = rstd.dev;
       hp.x = x.host.data(), hp.y = y.host.data(), hp.rstd = rstd.host.data();
-      // The streaming configurations that cover D without idle lanes (the default streams only long f32 rows).
+      // The streaming (1) and packed (2) configurations that cover D without idle lanes.
       std::vector<norm::RowNormCudaConfig> cfgs;
       for (const norm::RowNormCudaConfig& c : norm::row_norm_cuda_all_configs())
         if (c.stream && norm::row_norm_fwd_cuda_config_reject(dp, c).empty() &&
@@ -127,7 +127,7 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
       ASSERT_FALSE(cfgs.empty()) << where;
       norm::row_norm_fwd_reference(hp);
       for (const norm::RowNormCudaConfig& c : cfgs) {
-        const std::string cw = where + " stream tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
+        const std::string cw = where + (c.stream == 2 ? " packed" : " stream") + " tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
                                 " rpg=" + std::to_string(c.rpg);
         y.poison();
         rstd.poison();
@@ -157,14 +157,15 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
           dx.poison();
           ASSERT_EQ(norm::row_norm_bwd_cuda(dbp, nullptr, &c), 0) << where;
           EXPECT_LE(dx.rel_rms_vs_host(), tol(dt) * 2)
-              << "bwd dx kind " << static_cast<int>(kind) << " " << where << " stream tpr=" << c.tpr << " nv=" << c.nv
+              << "bwd dx kind " << static_cast<int>(kind) << " " << where << (c.stream == 2 ? " packed" : " stream") << " tpr=" << c.tpr << " nv=" << c.nv
               << " rpg=" << c.rpg;
         }
       }
     }
 }
 
-// ---- rms_norm_gated short rows (lane teams): forward (team kernel) and streaming backward, both gate orders ----
+// ---- rms_norm_gated short rows (lane teams): forward (team kernel, packed team kernel) and streaming backward,
+// both gate orders ----
 TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
   std::mt19937 rng(12);
@@ -204,6 +205,19 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
       norm::rms_norm_gated_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
       EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd rstd " << where;
+      // The packed team forward (cuda.sm90.team_packed; bf16 only, f32 falls back to the call above): many
+      // 16-row blocks, every gate order / activation / bias variant, the same bits on a second run.
+      if (dt == STRATA_DTYPE_BF16) {
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed_reject(dp), "") << where;
+        y.poison();
+        rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(dp, nullptr), 0) << where;
+        const std::vector<uint8_t> y1 = y.download();
+        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd packed y " << where;
+        EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd packed rstd " << where;
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(dp, nullptr), 0) << where;
+        EXPECT_EQ(y.download(), y1) << "fwd packed y bits differ between runs " << where;
+      }
 
       norm::RmsNormGatedBwdParams bp;
       bp.x_dtype = dt, bp.w_dtype = bp.b_dtype = bp.rstd_dtype = bp.dw_dtype = bp.db_dtype = STRATA_DTYPE_F32;

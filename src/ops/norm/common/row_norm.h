@@ -70,12 +70,14 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // instruction), tpr 4..32 (lane teams) or 128/256/512 (a block per row), chunk_elems unused; they need one
 // dtype for the row tensors and rows of whole, aligned 16-byte vectors. `max_blocks` > 0 caps the grid
 // (tests: forces many iterations of the persistent loop on small inputs).
+// `stream` 2: the packed kernels: the streaming kernels' vector layout (tpr 4..32 or 128/256/512, nv 1/2/4,
+// rpg 1) on a plain grid, one row per team or block, registers capped for full occupancy (no prefetch).
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
   int nv = 1;
   int rpg = 1;
-  int stream = 0;
+  int stream = 0;  // 0 classic, 1 streaming, 2 packed
   int max_blocks = 0;
 };
 // The configuration the launchers use when none is given: the streaming kernels where the layout allows
@@ -83,6 +85,10 @@ struct RowNormCudaConfig {
 // (8 f32 or 16 bf16/f16 elements), the smallest group that covers the row.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
+// The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the
+// streaming choice, and each packed configuration that covers the row with no idle lane.
+std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
+std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).
 RowNormCudaConfig row_norm_fwd_cuda_config_classic(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p);

@@ -474,6 +474,127 @@ __global__ void __launch_bounds__(stream_block<TPR>()) bwd_stream(const RowNormB
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Packed kernels (config.stream = 2): the layout of the streaming kernels (16-byte vectors kept packed in
+// registers, vector k of lane t of a row at k * TPR + t, so each load instruction of a team covers whole
+// sectors) on a plain grid: one row per team (TPR 4..32 lanes, 256 / TPR teams per block) or per block
+// (TPR 128/256/512 threads), no persistent loop and no prefetch buffer. Registers are capped (40 for the
+// common cases: 1536 threads per SM) so that many warps are resident: some keep loads in flight while others
+// reduce and store (session-4 ncu: the classic lane-group kernel of l2norm bf16 D = 128 held 54 registers,
+// 41% achieved occupancy, 16 floats per lane per row, and its half-sector loads kept L2 at 91%; here a lane
+// holds NV uint4 of x, 4 * NV registers, and each warp load covers whole sectors).
+// A grid-stride loop over row slots (uniform per block) keeps the grid within limits for any row count.
+
+// Row offsets of the packed kernels: they take only equally spaced rows (RowLayout::uniform(), nd <= 1: every
+// contiguous or row-padded tensor; host-checked), so no 64-bit division (RowLayout::row_offset's general
+// path, a subroutine per dimension) and none of its registers are in the kernel. nd == 0 is a single row.
+__device__ __forceinline__ int64_t row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
+
+// Minimum resident blocks per SM asked of ptxas (__launch_bounds__) for at most `regs` registers per thread.
+// Forward: 40 (48 with 4 vectors per lane); backward (two row tensors): 40 / 64 / 80 for 1 / 2 / 4 vectors.
+// A cap of 32 (the whole SM) made ptxas spill 40-84 bytes per thread in every instance (sm_90a, nvcc 13).
+template <int TPR>
+constexpr int packed_min_blocks(int regs) {
+  return 65536 / (regs * stream_block<TPR>());
+}
+
+template <int TPR, int NV>
+__global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV <= 2 ? 40 : 48))
+    fwd_packed(const RowNormFwdParams p) {
+  constexpr bool kBlk = TPR > 32;
+  constexpr int GPB = kBlk ? 1 : kBlock / TPR;  // rows per block per step
+  __shared__ float scratch[32];
+  const int t = kBlk ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % TPR);
+  const int team = kBlk ? 0 : static_cast<int>(threadIdx.x / TPR);
+  const int32_t dt = p.x_dtype;
+  const int ve = cuda::vec16_elems(dt);
+  const int es = ve == 4 ? 4 : 2;
+  const int nvec = static_cast<int>(p.D / ve);  // <= 2048 (config_reject)
+  const float n_div = static_cast<float>(p.n_div);
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * GPB; r0 < p.rows; r0 += static_cast<int64_t>(gridDim.x) * GPB) {
+    const int64_t row = r0 + team;
+    // Lanes of a team past the last row stay for the shuffles (full-warp masks) but touch no memory.
+    const bool live = row < p.rows;
+    const char* xr = static_cast<const char*>(p.x) + (live ? row_off(p.x_rows, row) * es : 0);
+    uint4 v[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int i = k * TPR + t;
+      v[k] = live && i < nvec ? cuda::ld_stream(xr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
+    }
+    float ss = 0.f;  // zero vectors add nothing: one fma chain per lane, in k order
+#pragma unroll
+    for (int k = 0; k < NV; ++k) ss = cuda::vec16_dot(v[k], v[k], dt, ss);
+    if constexpr (kBlk) ss = cuda::block_sum(ss, scratch);
+    else ss = cuda::group_sum<TPR>(ss);
+    if (!live) continue;
+    const float rstd = rsqrtf(ss / n_div + p.eps);  // a division, as the other kernels
+    if (t == 0) store_one(p.rstd, p.rstd_dtype, row_off(p.rstd_rows, row), rstd);
+    if (!p.y) continue;
+    char* yr = static_cast<char*>(p.y) + row_off(p.y_rows, row) * es;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int i = k * TPR + t;
+      if (i < nvec)
+        cuda::st_vec16(yr + static_cast<int64_t>(i) * 16,
+                       cuda::vec16_map(v[k], v[k], dt, [rstd](float a, float) { return a * rstd; }));
+    }
+  }
+}
+
+template <int TPR, int NV>
+__global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV == 1 ? 40 : NV == 2 ? 64 : 80))
+    bwd_packed(const RowNormBwdParams p) {
+  constexpr bool kBlk = TPR > 32;
+  constexpr int GPB = kBlk ? 1 : kBlock / TPR;
+  __shared__ float scratch[32];
+  const int t = kBlk ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x % TPR);
+  const int team = kBlk ? 0 : static_cast<int>(threadIdx.x / TPR);
+  const int32_t dt = p.src_dtype;
+  const int ve = cuda::vec16_elems(dt);
+  const int es = ve == 4 ? 4 : 2;
+  const int nvec = static_cast<int>(p.D / ve);
+  const bool factor = p.kind == RowNormBwdKind::kFactor;
+  const float inv_n = 1.f / static_cast<float>(p.n_div);
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * GPB; r0 < p.rows; r0 += static_cast<int64_t>(gridDim.x) * GPB) {
+    const int64_t row = r0 + team;
+    const bool live = row < p.rows;
+    const char* sr = static_cast<const char*>(p.src) + (live ? row_off(p.src_rows, row) * es : 0);
+    const char* gr = static_cast<const char*>(p.dout) + (live && !factor ? row_off(p.dout_rows, row) * es : 0);
+    uint4 s[NV], g[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int i = k * TPR + t;
+      const bool in = live && i < nvec;
+      s[k] = in ? cuda::ld_stream(sr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
+      g[k] = in && !factor ? cuda::ld_stream(gr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
+    }
+    // The row's rstd (and dr for kFactor) with the row's loads, not after the reduction.
+    const float rstd = live ? load_one(p.rstd, p.rstd_dtype, row_off(p.rstd_rows, row)) : 0.f;
+    const float dr = live && factor ? load_one(p.dout, p.dout_dtype, row_off(p.dout_rows, row)) : 0.f;
+    float dot = 0.f;
+    if (!factor) {  // uniform
+#pragma unroll
+      for (int k = 0; k < NV; ++k) dot = cuda::vec16_dot(g[k], s[k], dt, dot);
+      if constexpr (kBlk) dot = cuda::block_sum(dot, scratch);
+      else dot = cuda::group_sum<TPR>(dot);
+    }
+    if (!live) continue;
+    // The coefficients of bwd_coef.
+    const float c = p.kind == RowNormBwdKind::kNormalizedSrc ? dot * inv_n : dot * rstd * rstd * inv_n;
+    const float kf = -dr * rstd * rstd * rstd * inv_n;
+    char* xr = static_cast<char*>(p.dx) + row_off(p.dx_rows, row) * es;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int i = k * TPR + t;
+      if (i >= nvec) continue;
+      const uint4 o = factor ? cuda::vec16_map(s[k], s[k], dt, [kf](float a, float) { return a * kf; })
+                             : cuda::vec16_map(s[k], g[k], dt, [rstd, c](float a, float b) { return rstd * (b - c * a); });
+      cuda::st_vec16(xr + static_cast<int64_t>(i) * 16, o);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
 // Host side: configurations and launches.
 
 // Whether a row tensor allows chunk accesses of ce elements: unit column stride, every row start a multiple
@@ -502,8 +623,16 @@ bool stream_known(const RowNormCudaConfig& c) {
   return false;
 }
 
+// The packed instances: teams of 4..32 lanes or blocks of 128/256/512 threads, 1, 2 or 4 vectors per lane,
+// one row per team.
+bool packed_known(const RowNormCudaConfig& c) {
+  return (c.tpr == 4 || c.tpr == 8 || c.tpr == 16 || c.tpr == 32 || c.tpr == 128 || c.tpr == 256 || c.tpr == 512) &&
+         (c.nv == 1 || c.nv == 2 || c.nv == 4) && c.rpg == 1;
+}
+
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
+  if (c.stream == 2) return packed_known(c);
   if (c.stream) return c.stream == 1 && stream_known(c);
   if (c.tpr == 0) return true;
   if (c.chunk_elems != 8 && c.chunk_elems != 16) return false;
@@ -522,6 +651,7 @@ bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
 struct StreamFacts {
   int32_t dtype = STRATA_DTYPE_F32;
   bool same = false, vec_ok = false;
+  bool uniform = false;  // every row tensor (and rstd / dr) has equally spaced rows (the packed kernels need it)
 };
 
 std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv,
@@ -530,6 +660,7 @@ std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, 
     return "no kernel instance for chunk_elems=" + std::to_string(c.chunk_elems) + " tpr=" + std::to_string(c.tpr) +
            " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " stream=" + std::to_string(c.stream) +
            " max_blocks=" + std::to_string(c.max_blocks);
+  if (c.stream == 2 && !sf.uniform) return "the packed kernels need equally spaced rows (mergeable leading dimensions)";
   if (c.stream) {
     const int ve = cuda::vec16_elems(sf.dtype);
     if (!sf.same) return "the streaming kernels need one dtype for every row tensor";
@@ -600,6 +731,70 @@ RowNormCudaConfig pick_stream(int64_t D, const StreamFacts& sf) {
   return c;
 }
 
+// The default packed configuration, or tpr 0 when the packed kernels do not apply (as pick_stream: one
+// dtype, whole aligned 16-byte vectors, 4..2048 vectors per row). Two vectors per lane where the row has 8 or
+// more (32 bytes in flight per lane, the classic kernels' measured best, at full occupancy): D = 128 bf16 ->
+// teams of 8 lanes x 2; rows of 65..128 vectors: a warp x 4; longer rows: a block of 128..512 threads x 2
+// (D = 4096 bf16 -> 256 x 2, f32 -> 512 x 2), x 4 above 1024 vectors.
+RowNormCudaConfig pick_packed(int64_t D, const StreamFacts& sf) {
+  RowNormCudaConfig c;
+  const int ve = cuda::vec16_elems(sf.dtype);
+  if (!sf.same || !sf.vec_ok || !sf.uniform || D % ve != 0) return c;
+  const int64_t nvec = D / ve;
+  if (nvec < 4 || nvec > 512 * 4) return c;
+  c.stream = 2;
+  c.rpg = 1;
+  if (nvec < 8) {
+    c.tpr = static_cast<int>(std::max<int64_t>(4, pow2ceil(nvec)));
+    c.nv = 1;
+  } else if (nvec <= 32 * 2) {
+    c.tpr = pow2ceil(nvec) / 2;
+    c.nv = 2;
+  } else if (nvec <= 32 * 4) {
+    c.tpr = 32;
+    c.nv = 4;
+  } else if (nvec <= 512 * 2) {
+    c.tpr = std::max(128, pow2ceil(nvec) / 2);
+    c.nv = 2;
+  } else {
+    c.tpr = 512;
+    c.nv = 4;
+  }
+  return c;
+}
+
+// One packed instance: a team (or block) per row on a plain grid, capped at 2^31 - 1 blocks (and at
+// max_blocks when set); the kernels walk the rest with a grid stride.
+template <class K, int TPR, int NV>
+strata_status launch_packed_inst(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  constexpr int BT = stream_block<TPR>(), GPB = TPR > 32 ? 1 : kBlock / TPR;
+  if (p.rows == 0) return STRATA_SUCCESS;
+  int64_t grid = std::min<int64_t>(cuda::ceil_div(p.rows, GPB), 0x7fffffff);
+  if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
+  K::template packed<TPR, NV>()<<<static_cast<unsigned>(grid), BT, 0, s>>>(p);
+  return cuda::check_launch(K::kPackedName);
+}
+
+template <class K>
+strata_status launch_packed(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+#define STRATA_PACKED_NV(TPR)                                   \
+  switch (c.nv) {                                               \
+    case 1: return launch_packed_inst<K, TPR, 1>(p, c, s);      \
+    case 2: return launch_packed_inst<K, TPR, 2>(p, c, s);      \
+    default: return launch_packed_inst<K, TPR, 4>(p, c, s);     \
+  }
+  switch (c.tpr) {
+    case 4: STRATA_PACKED_NV(4)
+    case 8: STRATA_PACKED_NV(8)
+    case 16: STRATA_PACKED_NV(16)
+    case 32: STRATA_PACKED_NV(32)
+    case 128: STRATA_PACKED_NV(128)
+    case 256: STRATA_PACKED_NV(256)
+    default: STRATA_PACKED_NV(512)
+  }
+#undef STRATA_PACKED_NV
+}
+
 // Launches one streaming instance: at most one wave of resident blocks, balanced so that every block runs
 // the same number of iterations (up to one).
 template <class K, int TPR, int NV, int RPG>
@@ -647,6 +842,7 @@ strata_status launch_stream(const typename K::Params& p, const RowNormCudaConfig
 // One launcher for both directions: K names the kernel family (forward or backward).
 template <class K>
 strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  if (c.stream == 2) return launch_packed<K>(p, c, s);
   if (c.stream) return launch_stream<K>(p, c, s);
   const dim3 block(kBlock);
   if (c.tpr == 0) {
@@ -713,8 +909,11 @@ struct FwdKernels {
   using Params = RowNormFwdParams;
   static constexpr const char* kName = "row_norm_fwd";
   static constexpr const char* kStreamName = "row_norm_fwd (stream)";
+  static constexpr const char* kPackedName = "row_norm_fwd (packed)";
   template <int TPR, int NV, int RPG>
   static auto stream() { return fwd_stream<TPR, NV, RPG>; }
+  template <int TPR, int NV>
+  static auto packed() { return fwd_packed<TPR, NV>; }
   static constexpr int kMaxGroupNv = 8;   // instances
   static constexpr int kPickGroupNv = 4;  // what the default picks
   template <int CE, int TPR, int NV, int RPG>
@@ -731,8 +930,11 @@ struct BwdKernels {
   using Params = RowNormBwdParams;
   static constexpr const char* kName = "row_norm_bwd";
   static constexpr const char* kStreamName = "row_norm_bwd (stream)";
+  static constexpr const char* kPackedName = "row_norm_bwd (packed)";
   template <int TPR, int NV, int RPG>
   static auto stream() { return bwd_stream<TPR, NV, RPG>; }
+  template <int TPR, int NV>
+  static auto packed() { return bwd_packed<TPR, NV>; }
   static constexpr int kMaxGroupNv = 4;
   static constexpr int kPickGroupNv = 4;
   template <int CE, int TPR, int NV, int RPG>
@@ -756,6 +958,7 @@ StreamFacts fwd_stream_facts(const RowNormFwdParams& p) {
   f.dtype = p.x_dtype;
   f.same = !p.y || p.y_dtype == p.x_dtype;
   f.vec_ok = fwd_chunk_ok(p, cuda::vec16_elems(p.x_dtype));
+  f.uniform = p.x_rows.uniform() && (!p.y || p.y_rows.uniform()) && p.rstd_rows.uniform();
   return f;
 }
 StreamFacts bwd_stream_facts(const RowNormBwdParams& p) {
@@ -763,6 +966,7 @@ StreamFacts bwd_stream_facts(const RowNormBwdParams& p) {
   f.dtype = p.src_dtype;
   f.same = p.dx_dtype == p.src_dtype && (p.kind == RowNormBwdKind::kFactor || p.dout_dtype == p.src_dtype);
   f.vec_ok = bwd_chunk_ok(p, cuda::vec16_elems(p.src_dtype));
+  f.uniform = p.src_rows.uniform() && p.dout_rows.uniform() && p.dx_rows.uniform() && p.rstd_rows.uniform();
   return f;
 }
 int fwd_bytes(const RowNormFwdParams& p) { return max_elem_bytes({p.x_dtype, p.y ? p.y_dtype : p.x_dtype}); }
@@ -780,6 +984,8 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
         RowNormCudaConfig c{0, tpr, nv, rpg, 1};
         if (stream_known(c)) v.push_back(c);
       }
+  for (int tpr : {4, 8, 16, 32, 128, 256, 512})
+    for (int nv : {1, 2, 4}) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -797,16 +1003,43 @@ RowNormCudaConfig row_norm_fwd_cuda_config_classic(const RowNormFwdParams& p) {
 RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p) {
   return pick(p.D, bwd_bytes(p), [&](int ce) { return bwd_chunk_ok(p, ce); }, BwdKernels::kPickGroupNv);
 }
-// Defaults after s4run2 (atk, H200): the streaming kernels were slower than the classic ones for l2norm
+// Defaults. After s4run2 (atk, H200) the streaming kernels were slower than the classic ones for l2norm
 // [524288, 128] (bf16 1.26 x floor vs 1.23, f32 1.17 vs 1.05) and rmsnorm bf16 [32768, 4096] (1.23 vs 1.16),
-// faster only for rmsnorm f32 [32768, 4096] (1.17 vs 1.23: a block of 256 threads x 4 vectors per row); so
-// the forward streams only f32 rows of more than 128 vectors, and the backward (not timed) stays classic.
+// faster only for rmsnorm f32 [32768, 4096]. Session 5: the packed kernels (same layout, plain grid, full
+// occupancy) are the default wherever they apply (s5run2 times them beside the classic and streaming choices:
+// the atk rows marked [cfg ...]); other layouts keep the classic kernels.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
-  const StreamFacts sf = fwd_stream_facts(p);
-  const RowNormCudaConfig c = pick_stream(p.D, sf);
-  return c.stream && c.tpr > 32 && sf.dtype == STRATA_DTYPE_F32 ? c : row_norm_fwd_cuda_config_classic(p);
+  const RowNormCudaConfig c = pick_packed(p.D, fwd_stream_facts(p));
+  return c.stream ? c : row_norm_fwd_cuda_config_classic(p);
 }
-RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) { return row_norm_bwd_cuda_config_classic(p); }
+RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
+  const RowNormCudaConfig c = pick_packed(p.D, bwd_stream_facts(p));
+  return c.stream ? c : row_norm_bwd_cuda_config_classic(p);
+}
+
+namespace {
+// The classic choice, the streaming choice and every packed configuration that covers the row with no idle
+// lane (tpr * nv * vector elements == D rounded up to a power of two), without repeats.
+std::vector<RowNormCudaConfig> alternatives(int64_t D, const StreamFacts& sf, const RowNormCudaConfig& classic) {
+  std::vector<RowNormCudaConfig> v{classic};
+  const RowNormCudaConfig st = pick_stream(D, sf);
+  if (st.stream) v.push_back(st);
+  if (pick_packed(D, sf).stream) {
+    const int64_t cover = pow2ceil(D / cuda::vec16_elems(sf.dtype));
+    for (int tpr : {4, 8, 16, 32, 128, 256, 512})
+      for (int nv : {1, 2, 4})
+        if (static_cast<int64_t>(tpr) * nv == cover) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
+  }
+  return v;
+}
+}  // namespace
+
+std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p) {
+  return alternatives(p.D, fwd_stream_facts(p), row_norm_fwd_cuda_config_classic(p));
+}
+std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p) {
+  return alternatives(p.D, bwd_stream_facts(p), row_norm_bwd_cuda_config_classic(p));
+}
 std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const RowNormCudaConfig& c) {
   const bool chunk_ok = c.chunk_elems > 0 && fwd_chunk_ok(p, c.chunk_elems);
   return config_reject(c, p.D, chunk_ok, FwdKernels::kMaxGroupNv, fwd_stream_facts(p));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 namespace strata::norm {
@@ -91,14 +92,89 @@ class RowNormHarness final : public atk::OpHarness {
     const int64_t rows = cuda ? s_.cuda_rows : s_.cpu_rows, D = cuda ? s_.cuda_d : s_.cpu_d;
     std::vector<atk::BenchCase> out;
     for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
-      auto state = std::make_shared<BenchState>();
-      atk::BenchCase b;
-      b.label = fmt::format("{} {} [{}, {}]", s_.op, dtype_name(dt), rows, D);
-      const double e = static_cast<double>(dtype_size(dt)), n = static_cast<double>(rows * D);
-      const double rbytes = static_cast<double>(rows) * 4;
-      // Normalize mode. fwd: read x, write y and r; bwd: read src, dout and r, write dx.
-      b.bytes = !s_.bwd ? 2 * n * e + rbytes : 3 * n * e + rbytes;
-      b.setup = [=, this] {
+      std::vector<Config> alts;
+#if STRATA_WITH_CUDA
+      // CUDA: the same shape once per alternative kernel configuration (forced), so one run compares the
+      // default with the classic, streaming and packed kernels (rows marked [cfg ...]).
+      if (cuda) {
+        const Params pr = params(dt, rows, D, nullptr);
+        alts = s_.bwd ? row_norm_bwd_cuda_alternatives(pr.b) : row_norm_fwd_cuda_alternatives(pr.f);
+      }
+#endif
+      // The rows of one dtype share their tensors (filled once: filling 2^26 random values on the host costs
+      // seconds, timing a row milliseconds); the last row frees them.
+      auto data = std::make_shared<BenchState>();
+      out.push_back(bench(device, dt, rows, D, nullptr, data, alts.empty()));
+      for (size_t i = 0; i < alts.size(); ++i)
+        out.push_back(bench(device, dt, rows, D, &alts[i], data, i + 1 == alts.size()));
+    }
+    return out;
+  }
+
+ private:
+#if STRATA_WITH_CUDA
+  using Config = RowNormCudaConfig;
+#else
+  struct Config {};  // a CPU-only build has no forced kernel configurations
+#endif
+  struct BenchState {
+    std::unique_ptr<DeviceTensor> a, b, c, r;
+  };
+
+#if STRATA_WITH_CUDA
+  // Kernel parameters of the normalize-mode bench problem on dense [rows, D] tensors (st nullptr: aligned
+  // stand-in pointers, enough to ask which configurations apply). fwd: x = a, y = b, r; bwd: src = a, r,
+  // dout = b, dx = c.
+  struct Params {
+    RowNormFwdParams f;
+    RowNormBwdParams b;
+  };
+  Params params(int32_t dt, int64_t rows, int64_t D, const BenchState* st) const {
+    void* stand_in = reinterpret_cast<void*>(uintptr_t{1} << 12);
+    auto ptr = [&](const std::unique_ptr<DeviceTensor>& t) { return st ? t->data() : stand_in; };
+    RowLayout xl, rl;  // [rows, D] and one value per row ([rows] or [rows, 1]), both dense
+    xl.nd = rl.nd = 1;
+    xl.sizes[0] = rl.sizes[0] = rows;
+    xl.strides[0] = D, rl.strides[0] = 1;
+    Params p;
+    p.f.x = ptr(st ? st->a : nullptr_tensor()), p.f.y = ptr(st ? st->b : nullptr_tensor());
+    p.f.rstd = ptr(st ? st->r : nullptr_tensor());
+    p.f.x_dtype = p.f.y_dtype = dt, p.f.rstd_dtype = STRATA_DTYPE_F32;
+    p.f.rows = rows, p.f.D = D, p.f.n_div = s_.mean ? D : 1, p.f.eps = 1e-6f;
+    p.f.x_rows = p.f.y_rows = xl, p.f.rstd_rows = rl;
+    p.b.src = p.f.x, p.b.rstd = p.f.rstd, p.b.dout = p.f.y, p.b.dx = ptr(st ? st->c : nullptr_tensor());
+    p.b.src_dtype = p.b.dout_dtype = p.b.dx_dtype = dt, p.b.rstd_dtype = STRATA_DTYPE_F32;
+    p.b.rows = rows, p.b.D = D, p.b.n_div = p.f.n_div;
+    p.b.kind = s_.mean ? RowNormBwdKind::kRawSrc : RowNormBwdKind::kNormalizedSrc;
+    p.b.src_rows = p.b.dout_rows = p.b.dx_rows = xl, p.b.rstd_rows = rl;
+    return p;
+  }
+  static const std::unique_ptr<DeviceTensor>& nullptr_tensor() {
+    static const std::unique_ptr<DeviceTensor> none;
+    return none;
+  }
+  static std::string cfg_name(const RowNormCudaConfig& c) {
+    if (c.tpr == 0) return "looped";
+    const char* kind = c.stream == 2 ? "packed" : c.stream == 1 ? "stream" : "classic";
+    return c.stream ? fmt::format("{} tpr={} nv={} rpg={}", kind, c.tpr, c.nv, c.rpg)
+                    : fmt::format("{} ce={} tpr={} nv={} rpg={}", kind, c.chunk_elems, c.tpr, c.nv, c.rpg);
+  }
+#endif
+
+  // One bench row: normalize mode through the plan (cfg nullptr) or, on CUDA, the kernels with `cfg` forced.
+  // `state`: the tensors, allocated by the first row that runs and freed by the row marked `last`.
+  atk::BenchCase bench(strata_device device, int32_t dt, int64_t rows, int64_t D, const Config* cfg,
+                       std::shared_ptr<BenchState> state, bool last) const {
+    const bool forced = cfg != nullptr;
+    auto plan = std::make_shared<strata_plan>(nullptr);
+    atk::BenchCase b;
+    b.label = fmt::format("{} {} [{}, {}]", s_.op, dtype_name(dt), rows, D);
+    const double e = static_cast<double>(dtype_size(dt)), n = static_cast<double>(rows * D);
+    const double rbytes = static_cast<double>(rows) * 4;
+    // Normalize mode. fwd: read x, write y and r; bwd: read src, dout and r, write dx.
+    b.bytes = !s_.bwd ? 2 * n * e + rbytes : 3 * n * e + rbytes;
+    b.setup = [=, this] {
+      if (!state->a) {
         const std::vector<int64_t> shape = {rows, D};
         const std::vector<int64_t> rs = leading(shape, s_.mean);
         HostTensor a = HostTensor::make(dt, shape), r = HostTensor::make(STRATA_DTYPE_F32, rs);
@@ -109,33 +185,42 @@ class RowNormHarness final : public atk::OpHarness {
         state->b = std::make_unique<DeviceTensor>(a, device);
         state->c = std::make_unique<DeviceTensor>(a, device);
         state->r = std::make_unique<DeviceTensor>(r, device);
-        if (!s_.bwd)
-          ok(s_.plan_fwd(&state->a->desc(), &state->b->desc(), &state->r->desc(), 1e-6f, STRATA_RMSNORM_NORMALIZE,
-                         &state->plan), "bench plan");
-        else
-          ok(s_.plan_bwd(&state->a->desc(), &state->r->desc(), &state->b->desc(), &state->c->desc(),
-                         STRATA_RMSNORM_NORMALIZE, &state->plan), "bench plan");
-      };
+      }
+      if (forced) return;
+      if (!s_.bwd)
+        ok(s_.plan_fwd(&state->a->desc(), &state->b->desc(), &state->r->desc(), 1e-6f, STRATA_RMSNORM_NORMALIZE,
+                       plan.get()), "bench plan");
+      else
+        ok(s_.plan_bwd(&state->a->desc(), &state->r->desc(), &state->b->desc(), &state->c->desc(),
+                       STRATA_RMSNORM_NORMALIZE, plan.get()), "bench plan");
+    };
+    if (!cfg) {
       b.run = [=, this] {
         void* fwd[] = {state->a->data(), state->b->data(), state->r->data()};
         void* bwd[] = {state->a->data(), state->r->data(), state->b->data(), state->c->data()};
-        ok(s_.bwd ? strata_plan_run(state->plan, bwd, 4, nullptr, 0, nullptr)
-                  : strata_plan_run(state->plan, fwd, 3, nullptr, 0, nullptr), "bench run");
+        ok(s_.bwd ? strata_plan_run(*plan, bwd, 4, nullptr, 0, nullptr)
+                  : strata_plan_run(*plan, fwd, 3, nullptr, 0, nullptr), "bench run");
       };
-      b.teardown = [state] {
-        strata_plan_destroy(state->plan);
-        state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset();
+    } else {
+#if STRATA_WITH_CUDA
+      const RowNormCudaConfig c = *cfg;
+      b.label += " [cfg " + cfg_name(c) + "]";
+      auto prm = std::make_shared<Params>();
+      const bool bwd = s_.bwd;
+      b.run = [=, this] {
+        if (!prm->f.x) *prm = params(dt, rows, D, state.get());  // the first call, after setup allocated
+        const int st = bwd ? row_norm_bwd_cuda(prm->b, nullptr, &c) : row_norm_fwd_cuda(prm->f, nullptr, &c);
+        ok(static_cast<strata_status>(st), "bench run (forced configuration)");
       };
-      out.push_back(std::move(b));
+#endif
     }
-    return out;
+    b.teardown = [state, plan, last] {
+      if (*plan) strata_plan_destroy(*plan);
+      *plan = nullptr;
+      if (last) state->a.reset(), state->b.reset(), state->c.reset(), state->r.reset();
+    };
+    return b;
   }
-
- private:
-  struct BenchState {
-    std::unique_ptr<DeviceTensor> a, b, c, r;
-    strata_plan plan = nullptr;
-  };
 
   CaseResult run_fwd(const Case& c, strata_device device, int32_t dt, bool factor, const std::vector<int64_t>& shape,
                      const std::vector<int64_t>& rshape, atk::Layout layout, float eps, const HostTensor& x,

@@ -322,6 +322,95 @@ __global__ void __launch_bounds__(kTeamBlock, (fwd_team_blocks_per_sm<F32, RES>(
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Packed team forward (implementation cuda.sm90.team_packed): 16-bit x / z / y, no residual, rows of D <= 1024
+// features with a team choice of choose() (tpr <= 32). One row per team per step on a grid of 256-thread
+// blocks that covers the rows in one pass (a grid stride only beyond 2^31 - 1 blocks), the x and z chunks
+// kept packed (one uint4 each, 16-byte loads that bypass L1), act(z) recomputed after the reduction, and
+// registers capped so that 5 blocks (40 warps) share an SM: fwd_team_rows holds 4 rows per team at ~96
+// registers, 20 warps per SM, and spends long math phases with no load in flight (session-4 ncu: 2.85 TB/s,
+// 30% achieved occupancy for [1048576, 128]); here many more warps are resident, so some are always loading
+// while others compute. Activation dtype, gate order and activation are run-time values (few instances).
+// 48 / 64 / 80 registers for 1 / 2 / 4 chunks per lane (5 / 4 / 3 blocks per SM); 40 registers for one
+// chunk made ptxas spill 152 bytes per thread (sm_90a, nvcc 13).
+template <int NV>
+constexpr int fwd_packed_min_blocks() {
+  return NV == 1 ? 5 : NV == 2 ? 4 : 3;
+}
+// Row offsets: the packed forward takes only equally spaced rows (RowLayout::uniform(), host-checked), so no
+// 64-bit division (RowLayout::row_offset's general path) and none of its registers are in the kernel.
+__device__ __forceinline__ int64_t row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
+template <int TPR, int NV>
+__global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
+    fwd_team_packed(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  constexpr int TB = kBlock / TPR;  // row teams per block
+  constexpr bool kHoistW = NV == 1;
+  static_assert(TPR <= 32, "teams only");
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  const int32_t xdt = p.x_dtype;  // bf16 or f16 (host-checked)
+  const float inv_g = 1.f / static_cast<float>(p.group);
+  const bool nbg = p.norm_before_gate;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  float wh[kHoistW ? kV : 1];
+  if constexpr (kHoistW)
+    if (t < nc) load_param(p.weight, p.w_dtype, p.w_row, static_cast<int64_t>(t) * kV, vf.w, 1.f, wh);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * TB;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * TB; base < p.rows; base += step) {  // uniform per block
+    const int64_t row = base + team;
+    const bool live = row < p.rows;  // dead lanes stay for the shuffles but touch no memory
+    const char* xr = static_cast<const char*>(p.x) + (live ? row_off(p.x_rows, row) * 2 : 0);
+    const char* zr = static_cast<const char*>(p.z) + (live ? row_off(p.z_rows, row) * 2 : 0);
+    uint4 xv[NV], zv[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int ci = t + k * TPR;
+      const bool in = live && ci < nc;
+      xv[k] = in ? cuda::ld_stream(xr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
+      zv[k] = in ? cuda::ld_stream(zr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
+    }
+    float part[NV], tot[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      // Zero chunks (dead rows, chunks past D) add nothing: x = 0 gives u = 0 in both gate orders.
+      float u[kV];
+      cuda::unpack8(xv[k], xdt, u);
+      if (!nbg) {
+        float z[kV];
+        cuda::unpack8(zv[k], xdt, z);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, true, z[e]);
+      }
+      part[k] = 0.f;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+    }
+    group_totals<TPR, NV>(part, tot, p.group, p.D, t, nullptr);
+    if (!live) continue;
+    const int64_t yo = row_off(p.y_rows, row), so = row_off(p.rstd_rows, row);
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int ci = t + k * TPR;
+      if (ci >= nc) continue;
+      const int64_t col = static_cast<int64_t>(ci) * kV;
+      const float rs = rsqrtf(tot[k] * inv_g + p.eps);
+      if (ci % gc == 0) store_one(p.rstd, p.rstd_dtype, so + static_cast<int64_t>(ci / gc) * p.rstd_rows.col_stride, rs);
+      float u[kV], z[kV], b[kV], o[kV], wl[kHoistW ? 1 : kV];
+      cuda::unpack8(xv[k], xdt, u);
+      cuda::unpack8(zv[k], xdt, z);
+      if constexpr (!kHoistW) load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, wl);
+      const float* w = kHoistW ? wh : wl;
+      load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float a = vact(p.act, true, z[e]);
+        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
+        if (nbg) o[e] *= a;
+      }
+      store_vec<kV>(p.y, xdt, yo + col, o);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------
 // Packed 16-byte loads for the streaming backward (L1 bypassed, 256-byte L2 fetches).
 template <bool F32>
 __device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int64_t i) {
@@ -1265,7 +1354,52 @@ strata_status bwd_vec(const RmsNormGatedBwdParams& p, const Config& c, const Vec
 #undef STRATA_RNG_BWD
 }
 
+template <int TPR, int NV>
+strata_status launch_fwd_packed(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
+  constexpr int TB = kBlock / TPR;
+  const int64_t blocks = std::min<int64_t>((p.rows + TB - 1) / TB, 0x7fffffff);
+  fwd_team_packed<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  return cuda::check_launch("rms_norm_gated fwd_team_packed");
+}
+
+// The team configuration of the packed forward from what a plan knows (dtypes, optional tensors, D, G, the
+// column strides), tpr 0 if it does not apply.
+Config fwd_packed_config(const RmsNormGatedFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16) return {};
+  if (p.residual || p.residual_out) return {};
+  if (!p.x_rows.uniform() || !p.z_rows.uniform() || !p.y_rows.uniform() || !p.rstd_rows.uniform()) return {};
+  const Config c = choose(p.D, p.group, p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 && p.y_rows.col_stride == 1);
+  return c.tpr <= 32 ? c : Config{};
+}
+
 }  // namespace
+
+std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16) return "handles bf16/f16 x, z, y only";
+  if (p.residual || p.residual_out) return "handles no residual / residual_out";
+  if (fwd_packed_config(p).tpr == 0)
+    return "needs equally spaced rows, unit column strides, D and group multiples of 8, D <= 1024 and a lane-team "
+           "group layout";
+  return {};
+}
+
+int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.D == 0) return STRATA_SUCCESS;
+  const Config c = fwd_packed_config(p);
+  // Pointers are known only now: rows that cannot be read in aligned 16-byte chunks take group_rows' kernels.
+  if (c.tpr == 0 || !fwd_layouts_ok(p)) return rms_norm_gated_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
+  switch (c.tpr) {
+    case 4: return launch_fwd_packed<4, 1>(p, vf, s);
+    case 8: return launch_fwd_packed<8, 1>(p, vf, s);
+    case 16: return launch_fwd_packed<16, 1>(p, vf, s);
+    default:
+      if (c.nv == 1) return launch_fwd_packed<32, 1>(p, vf, s);
+      if (c.nv == 2) return launch_fwd_packed<32, 2>(p, vf, s);
+      return launch_fwd_packed<32, 4>(p, vf, s);
+  }
+}
 
 int64_t rms_norm_gated_cuda_partials(const RmsNormGatedBwdParams& p) { return bwd_partials(p); }
 

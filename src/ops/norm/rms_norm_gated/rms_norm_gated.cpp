@@ -1,7 +1,8 @@
 // rms_norm_gated: definition, validation, implementation lists and plans (ops_fused.md §4; README.md).
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
-// Implementations, in dispatch order: cuda.sm90.group_rows, cpu.<isa> per compiled Highway target, reference.
+// Implementations, in dispatch order: forward cuda.sm90.team_packed (where it applies), cuda.sm90.group_rows,
+// cpu.<isa> per compiled Highway target, reference; backward the same without team_packed.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ namespace {
 constexpr const char* kFwd = "rms_norm_gated_fwd";
 constexpr const char* kBwd = "rms_norm_gated_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
+constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 
 const std::initializer_list<int32_t> kAct = {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16,
                                              STRATA_DTYPE_F64};
@@ -26,6 +28,7 @@ const std::initializer_list<int32_t> kAct = {STRATA_DTYPE_F32, STRATA_DTYPE_BF16
 struct FwdProblem {
   RmsNormGatedFwdParams params;
   strata_device device{};
+  bool residual = false;  // residual or residual_out given (params hold no pointers at plan time)
 };
 struct BwdProblem {
   RmsNormGatedBwdParams params;
@@ -82,6 +85,19 @@ const ImplList<FwdProblem>& fwd_impls() {
   static const ImplList<FwdProblem> list = [] {
     ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
+    // First: the packed team forward where it applies (16-bit rows of D <= 1024 without residual: the GDN
+    // output gate), else group_rows (every layout).
+    l.push_back({kCudaPackedImpl,
+                 [](const FwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
+                   return r.empty() ? rms_norm_gated_fwd_cuda_packed_reject(p.params) : r;
+                 },
+                 {},
+                 [](const FwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(
+                       rms_norm_gated_fwd_cuda_packed(bind(p, launch), launch.cuda_stream));
+                 }});
     l.push_back({kCudaImpl,
                  [](const FwdProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
@@ -337,6 +353,7 @@ extern "C" strata_status strata_rms_norm_gated_fwd_plan(
     k.norm_before_gate = norm_before_gate != 0;
     k.act = activation;
     pr.device = x->device;
+    pr.residual = residual || residual_out;
     uint32_t mask = 0b10100011u;  // x, z, y, rstd
     if (weight) mask |= 1u << 2;
     if (bias) mask |= 1u << 3;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "opbase/dtype.h"
@@ -130,6 +131,11 @@ int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p);
 // CUDA (sm_90): lane groups per row (D <= 1024, shuffled group sums), a block per row (D <= 8192), or a
 // looped kernel (any D, group, stride, alignment). Returns a strata_status.
 int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream);
+// The packed team forward (cuda.sm90.team_packed): "" if a plan with these params may take it (bf16/f16, no
+// residual, D <= 1024 in lane teams, unit column strides), else why not. At run time rows that are not
+// 16-byte aligned go to rms_norm_gated_fwd_cuda.
+std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p);
+int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream);
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
 int64_t rms_norm_gated_cuda_partials(const RmsNormGatedBwdParams& p);
 #endif

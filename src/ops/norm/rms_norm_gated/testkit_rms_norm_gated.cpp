@@ -335,6 +335,8 @@ class RmsNormGatedHarness final : public OpHarness {
     out.push_back(bench(device, {cuda ? 1048576 : 262144, 128}, 128, 1));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 5120}, 5120, 0));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 8192}, 1024, 0));
+    // CUDA forward: the GDN shape once more with the previous team kernel forced (compared in one run).
+    if (cuda && !bwd_) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
     return out;
   }
 
@@ -376,13 +378,16 @@ class RmsNormGatedHarness final : public OpHarness {
     strata_plan plan = nullptr;
   };
 
-  BenchCase bench(strata_device device, const std::vector<int64_t>& shape, int64_t G, int nbg) const {
+  // impl: an implementation forced for the plan ("" the dispatched one).
+  BenchCase bench(strata_device device, const std::vector<int64_t>& shape, int64_t G, int nbg,
+                  const std::string& impl = "") const {
     const int32_t dt = STRATA_DTYPE_BF16;
     const int64_t rows = shape[0], D = shape[1], ng = D / G;
     auto state = std::make_shared<BenchState>();
     BenchCase bc;
     bc.label = fmt::format("{} bf16 [{}, {}] group={} {} weight=f32", op(), rows, D, G,
-                           nbg ? "norm_before_gate" : "gate_before_norm");
+                           nbg ? "norm_before_gate" : "gate_before_norm") +
+               (impl.empty() ? "" : " [" + impl + "]");
     const double n = static_cast<double>(rows * D) * 2.0, rbytes = static_cast<double>(rows * ng) * 4.0;
     // fwd: read x, z, write y, rstd; bwd: read x, z, dy, rstd, write dx, dz (dweight's partials not counted).
     bc.bytes = bwd_ ? 5 * n + rbytes : 3 * n + rbytes;
@@ -401,6 +406,15 @@ class RmsNormGatedHarness final : public OpHarness {
       state->t.push_back(std::make_unique<DeviceTensor>(rs, device));
       if (bwd) state->t.push_back(std::make_unique<DeviceTensor>(w, device));
       auto d = [&](int i) { return &state->t[static_cast<size_t>(i)]->desc(); };
+      struct Force {  // for the plan only, also when it throws
+        explicit Force(const std::string& s) : on(!s.empty()) {
+          if (on) strata_set_force_impl(s.c_str());
+        }
+        ~Force() {
+          if (on) strata_set_force_impl(nullptr);
+        }
+        bool on;
+      } force(impl);
       if (!bwd)
         check(strata_rms_norm_gated_fwd_plan(d(0), d(1), d(3), nullptr, nullptr, d(2), nullptr, d(4), 1e-6f, G, nbg,
                                              STRATA_GATE_SILU, &state->plan),
