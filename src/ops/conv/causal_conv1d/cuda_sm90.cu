@@ -753,7 +753,29 @@ __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>()
 constexpr int kPipeChunk = 8;   // tokens per stage
 constexpr int kPipeStages = 3;  // 2 chunks in flight while one is computed
 constexpr int kPipeFwdV = 8, kPipeBwdV = 4;
-constexpr int kPipeFwdTile = 128, kPipeBwdTile = 256;  // tokens per block (backward: one partial-sum row per tile)
+constexpr int kPipeFwdTile = 128;  // tokens per block
+// Backward: blocks per SM and tokens per block (one partial-sum row per tile). W = 4 (4 x 4 dweight sums, two
+// windows and the weights: ~64 live floats besides the loads) needs more than 128 registers: at four blocks per
+// SM ptxas spilled 136-336 bytes, and with 4 x 48 KiB of shared memory little L1 is left for spills, so W = 4
+// runs three blocks (<= 168 registers) with 192-token tiles (B = 4, T = 8192, D = 8192: 2752 blocks = 6.95 waves
+// of 396; 256-token tiles would leave a last wave 17 % full). W = 2, 3: four blocks, 256 tokens (3.9 waves).
+template <int W>
+constexpr int pipe_bwd_blocks_per_sm() {
+  return W == 4 ? 3 : 4;
+}
+template <int W>
+constexpr int pipe_bwd_tile() {
+  return W == 4 ? 192 : 256;
+}
+inline int64_t pipe_bwd_tile(int64_t W) { return W == 4 ? pipe_bwd_tile<4>() : pipe_bwd_tile<2>(); }
+
+// A compiler-only fence after every kPipeGroup tokens of the unrolled token loop: the shared-memory loads of
+// later tokens are not hoisted above it, so at most kPipeGroup tokens of loads are live at once. Without it
+// ptxas hoisted all 8 tokens' loads (32 registers backward) and spilled the W = 4 kernels at 128 registers.
+constexpr int kPipeGroup = 2;
+__device__ __forceinline__ void pipe_group_fence(int u) {
+  if (u % kPipeGroup == kPipeGroup - 1) asm volatile("" ::: "memory");
+}
 
 // Copies tokens [c0, c0 + kPipeChunk) of the block's channel slab [slab, slab + kThreads V) of one row (row: its
 // first element, ts: its time stride) into dst[token][thread] (one thread's V channels per entry) as 16-byte
@@ -788,13 +810,14 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_pipe(const Conv1dParams 
   const T* xrow = static_cast<const T*>(p.x) + tw.b * p.xs[0];
   T* y = static_cast<T*>(p.y) + tw.b * p.ys[0] + tw.d0;
   const bool silu = p.activation == kActSilu;
-  FwdWalk<T, W, V, false> walk;
-  if (tw.active) walk.init(p, tw);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < nchunks) pipe_copy<T, V>(sx[s], xrow, p.xs[1], tw.t0 + s * kPipeChunk, tw.t1, slab, p.D);
     cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
   }
+  // Weights and the window's W-1 tokens (plain loads) while the first chunks are in flight.
+  FwdWalk<T, W, V, false> walk;
+  if (tw.active) walk.init(p, tw);
   const float none[V] = {};
   for (int64_t c = 0; c < nchunks; ++c) {
     cuda::cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
@@ -811,6 +834,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_pipe(const Conv1dParams 
         float xin[V];
         unpack<T, V>(sx[st][u][threadIdx.x], xin);
         walk.step(p, tc + u, xin, none, y, silu, CU);
+        pipe_group_fence(u);
       }
     }
   }
@@ -822,7 +846,10 @@ __global__ void __launch_bounds__(kThreads, 4) conv_fwd_pipe(const Conv1dParams 
 // (copied into shared memory by cp.async). step(t) takes token t's x and dy (zeros past the row's end),
 // recomputes u and g = dy * act'(u), adds the tile's dweight / dbias terms and emits dx[t - (W-1)] once all the
 // taps of that position are known (a gather from the last W values of g: no atomics).
-template <class T, int W, int V>
+// kRows: batch rows only (no cu_seqlens; the pipe kernel's compile-time case): every tap of a position belongs
+// to its row and g is set to 0 past the row's end, so no sequence ids are tracked (3 registers and the id
+// compares of the gather fewer).
+template <class T, int W, int V, bool kRows = false>
 struct BwdWalk {
   float w[W][V], bias[V];
   float win[W - 1][V];  // x at t - (W-1) + i before step t (the initial state / zeros before a sequence)
@@ -866,7 +893,7 @@ struct BwdWalk {
       sq = find_sequence(p, b, t);
       vec_window<T, W, V>(p, b, t, sq, d0, win);
     }
-    const int id = t < p.T ? static_cast<int>(sq.n) : -1;
+    const int id = kRows ? 0 : (t < p.T ? static_cast<int>(sq.n) : -1);
     float g[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -879,7 +906,8 @@ struct BwdWalk {
         const float s = sigmoid_t<T>(acc);
         d = s * (1.f + acc * (1.f - s));
       }
-      g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there)
+      g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there; kRows: also if d is not finite)
+      if constexpr (kRows) g[v] = t < p.T ? g[v] : 0.f;
     }
     if (t < t1) {
 #pragma unroll
@@ -894,15 +922,15 @@ struct BwdWalk {
     // pos's own sequence count (rows: always; cu_seqlens: up to its end).
     const int64_t pos = t - (W - 1);
     if (pos >= t0) {
-      const int pid = W > 1 ? gid[0] : id;
+      const int pid = kRows ? 0 : (W > 1 ? gid[0] : id);
       float o[V];
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         float a = 0.f;
 #pragma unroll
         for (int i = 0; i < W - 1; ++i)
-          if (gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
-        o[v] = id == pid ? fmaf(w[0][v], g[v], a) : a;
+          if (kRows || gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+        o[v] = (kRows || id == pid) ? fmaf(w[0][v], g[v], a) : a;
       }
       if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
         const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
@@ -915,9 +943,11 @@ struct BwdWalk {
       }
       store_vec<T, V>(dx + pos * p.dxs[1], o);
     }
+    if constexpr (!kRows) {
 #pragma unroll
-    for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
-    gid[W - 2] = id;
+      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
+      gid[W - 2] = id;
+    }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
 #pragma unroll
@@ -984,16 +1014,17 @@ __global__ void __launch_bounds__(kThreads, 5) conv_bwd_vec(const Conv1dParams p
   walk.store_partials(p, partials, tw.tile);
 }
 
-// Backward pipe: 128 threads x 4 channels (a 1 KiB slab of a bf16 token row) x kPipeBwdTile tokens of one row;
+// Backward pipe: 128 threads x 4 channels (a 1 KiB slab of a bf16 token row) x pipe_bwd_tile<W>() tokens of one row;
 // the walk covers [t0, t1 + W - 1) as in conv_bwd_vec (the taps of the tile's last positions).
 template <class T, int W, bool CU>
-__global__ void __launch_bounds__(kThreads, 4) conv_bwd_pipe(const Conv1dParams p, int64_t groups, float* partials) {
+__global__ void __launch_bounds__(kThreads, pipe_bwd_blocks_per_sm<W>())
+    conv_bwd_pipe(const Conv1dParams p, int64_t groups, float* partials) {
   constexpr int V = kPipeBwdV, S = kPipeStages;
   // 2 x 3 x 8 x 128 x 8 bytes = 48 KiB (the static limit): four blocks per SM.
   __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];
   __shared__ __align__(16) RawVec<T, V> sg[S][kPipeChunk][kThreads];
   // Every thread takes part in the copies and barriers; only those with channels < D compute.
-  const ThreadWork tw = thread_work(p, kPipeBwdTile, groups, V);
+  const ThreadWork tw = thread_work(p, pipe_bwd_tile<W>(), groups, V);
   const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
   const int64_t tend = tw.t1 + W - 1;
   const int64_t tload = tend < p.T ? tend : p.T;
@@ -1002,8 +1033,6 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_pipe(const Conv1dParams 
   const T* grow = static_cast<const T*>(p.dy) + tw.b * p.dys[0];
   T* dx = static_cast<T*>(p.dx) + tw.b * p.dxs[0] + tw.d0;
   const bool silu = p.activation == kActSilu;
-  BwdWalk<T, W, V> walk;
-  if (tw.active) walk.init(p, tw);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (s < nchunks) {
@@ -1012,6 +1041,9 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_pipe(const Conv1dParams 
     }
     cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
   }
+  // Weights and the window's W-1 tokens (plain loads) while the first chunks are in flight.
+  BwdWalk<T, W, V, !CU> walk;
+  if (tw.active) walk.init(p, tw);
   for (int64_t c = 0; c < nchunks; ++c) {
     cuda::cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
     __syncthreads();               // everyone's have, and everyone is done with chunk c - 1's stage
@@ -1032,6 +1064,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_pipe(const Conv1dParams 
         unpack<T, V>(sx[st][u][threadIdx.x], xin);
         unpack<T, V>(sg[st][u][threadIdx.x], gin);
         walk.step(p, tc + u, xin, gin, dx, silu, CU);
+        pipe_group_fence(u);
       }
     }
   }
@@ -1146,10 +1179,12 @@ strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream
     // register-streaming kernels (same results; they check their own alignment).
     if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd_vec<T>(p, partials, stream);
     constexpr int V = kPipeBwdV;
-    static_assert(kPipeBwdTile >= kBwdTile, "the workspace holds tiles of kBwdTile tokens");
-    const int64_t tiles = p.B * tiles_per_row(p, kPipeBwdTile);
+    static_assert(pipe_bwd_tile<4>() >= kBwdTile && pipe_bwd_tile<2>() >= kBwdTile,
+                  "the workspace holds tiles of kBwdTile tokens");
+    const int64_t tile = pipe_bwd_tile(p.W);  // the kernel's pipe_bwd_tile<W>() (W in {2, 3, 4})
+    const int64_t tiles = p.B * tiles_per_row(p, tile);
     const int64_t groups = p.D / V;
-    const int64_t blocks = grid_for(p, kPipeBwdTile, groups);
+    const int64_t blocks = grid_for(p, tile, groups);
     if (blocks > INT_MAX)
       return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
     if (blocks > 0) {
