@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
@@ -451,6 +452,40 @@ TEST(CausalConv1d, PackedEqualsSeparate) {
 // ---------------------------------------------------------------------------------------------- C++ API
 
 // ---------------------------------------------------------------------------------------------- CUDA
+
+// The plan-time rule of cuda.sm90.pipe (host logic, checked here without a GPU): the vec conditions, 16-bit
+// activations, and no residual in the forward.
+TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
+  conv::Conv1dParams p;
+  p.B = 2, p.T = 100, p.D = 64, p.W = 4, p.N = 2;
+  p.x_dtype = STRATA_DTYPE_BF16;
+  p.mode = conv::kModeRows;
+  p.channels_contiguous = true;
+  for (int64_t* st : {p.xs, p.ys, p.rs, p.dys, p.dxs}) st[0] = p.T * p.D, st[1] = p.D, st[2] = 1;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.x_dtype = STRATA_DTYPE_F16;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.mode = conv::kModeCuSeqlens;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, false), "");
+  p.x_dtype = STRATA_DTYPE_F32;  // the vec kernels take f32
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_vec_reason(p, false), "");
+  p.x_dtype = STRATA_DTYPE_BF16;
+  int residual = 0;
+  p.residual = &residual;  // forward with a residual: vec
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");  // the backward has no residual
+  p.residual = nullptr;
+  p.mode = conv::kModeSeqIdx;
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.mode = conv::kModeRows;
+  p.W = 5;
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.W = 4;
+  p.D = 68;  // D % 8 != 0
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+}
 
 bool have_cuda() {
   int32_t n = 0;
