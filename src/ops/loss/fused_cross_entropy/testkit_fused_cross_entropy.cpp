@@ -394,8 +394,8 @@ class FusedCrossEntropyHarness final : public OpHarness {
     out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, ""));
     if (cuda) {
       // The loss alone and the softcapped case with the alternatives to the dispatched cluster_smem forced:
-      // cluster_wide (session 5) and, for the loss alone, block_per_row (register loads, no staging).
-      for (const char* impl : {"cuda.sm90.cluster_wide", "cuda.sm90.block_per_row"})
+      // cluster_wide (session 5) and, for the loss alone, split_loss (session 5) and block_per_row.
+      for (const char* impl : {"cuda.sm90.cluster_wide", "cuda.sm90.split_loss", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "none", 0.f, impl));
       out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, "cuda.sm90.cluster_wide"));
     }
