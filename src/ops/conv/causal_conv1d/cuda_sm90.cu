@@ -1136,6 +1136,15 @@ strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_
   return STRATA_SUCCESS;
 }
 
+// The pipe kernels need 3-4 x 48 KiB of shared memory per SM: ask for the whole carveout (the default split
+// may keep more L1 and fewer resident blocks).
+template <class K>
+strata_status pipe_carveout(K* kernel) {
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  return STRATA_SUCCESS;
+}
+
 template <class T>
 strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
@@ -1151,15 +1160,17 @@ strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
       return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
     if (blocks > 0) {
       const unsigned g = static_cast<unsigned>(blocks);
-#define STRATA_CONV_FWD_PIPE(CU)                                                       \
-  do {                                                                                 \
-    if (p.W == 2) conv_fwd_pipe<T, 2, CU><<<g, kThreads, 0, stream>>>(p, groups);      \
-    else if (p.W == 3) conv_fwd_pipe<T, 3, CU><<<g, kThreads, 0, stream>>>(p, groups); \
-    else conv_fwd_pipe<T, 4, CU><<<g, kThreads, 0, stream>>>(p, groups);              \
-  } while (0)
-      if (p.mode == kModeCuSeqlens) STRATA_CONV_FWD_PIPE(true);
-      else STRATA_CONV_FWD_PIPE(false);
-#undef STRATA_CONV_FWD_PIPE
+      auto go = [&](auto* kernel) -> strata_status {
+        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
+        kernel<<<g, kThreads, 0, stream>>>(p, groups);
+        return STRATA_SUCCESS;
+      };
+      const bool cu = p.mode == kModeCuSeqlens;
+      strata_status st;
+      if (p.W == 2) st = cu ? go(conv_fwd_pipe<T, 2, true>) : go(conv_fwd_pipe<T, 2, false>);
+      else if (p.W == 3) st = cu ? go(conv_fwd_pipe<T, 3, true>) : go(conv_fwd_pipe<T, 3, false>);
+      else st = cu ? go(conv_fwd_pipe<T, 4, true>) : go(conv_fwd_pipe<T, 4, false>);
+      STRATA_RETURN_IF_ERROR(st);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_pipe)"));
     }
     if (p.hT && p.N * p.D > 0) {
@@ -1189,15 +1200,17 @@ strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream
       return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
     if (blocks > 0) {
       const unsigned g = static_cast<unsigned>(blocks);
-#define STRATA_CONV_BWD_PIPE(CU)                                                            \
-  do {                                                                                      \
-    if (p.W == 2) conv_bwd_pipe<T, 2, CU><<<g, kThreads, 0, stream>>>(p, groups, partials);      \
-    else if (p.W == 3) conv_bwd_pipe<T, 3, CU><<<g, kThreads, 0, stream>>>(p, groups, partials); \
-    else conv_bwd_pipe<T, 4, CU><<<g, kThreads, 0, stream>>>(p, groups, partials);              \
-  } while (0)
-      if (p.mode == kModeCuSeqlens) STRATA_CONV_BWD_PIPE(true);
-      else STRATA_CONV_BWD_PIPE(false);
-#undef STRATA_CONV_BWD_PIPE
+      auto go = [&](auto* kernel) -> strata_status {
+        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
+        kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
+        return STRATA_SUCCESS;
+      };
+      const bool cu = p.mode == kModeCuSeqlens;
+      strata_status st;
+      if (p.W == 2) st = cu ? go(conv_bwd_pipe<T, 2, true>) : go(conv_bwd_pipe<T, 2, false>);
+      else if (p.W == 3) st = cu ? go(conv_bwd_pipe<T, 3, true>) : go(conv_bwd_pipe<T, 3, false>);
+      else st = cu ? go(conv_bwd_pipe<T, 4, true>) : go(conv_bwd_pipe<T, 4, false>);
+      STRATA_RETURN_IF_ERROR(st);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_pipe)"));
     }
     const int64_t n_red = (p.W + 1) * p.D;
