@@ -2,7 +2,8 @@
 // outputs untouched), the run-time cu_seqlens checks of the CPU implementations, gradients against float64
 // central finite differences (rows with initial state and final-state gradient, packs with empty and short
 // sequences, seq_idx with padding, a general width), determinism (repeated runs, 1 vs 2 threads, every CPU
-// implementation), packed-vs-separate equality, the workspace rule, and the C++ wrapper.
+// implementation; on CUDA every implementation run to run, and cuda.sm90.pipe against cuda.sm90.vec bitwise),
+// packed-vs-separate equality, the workspace rule, and the C++ wrapper.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
 #include "testkit/testkit.h"
@@ -448,6 +450,131 @@ TEST(CausalConv1d, PackedEqualsSeparate) {
 }
 
 // ---------------------------------------------------------------------------------------------- C++ API
+
+// ---------------------------------------------------------------------------------------------- CUDA
+
+// The plan-time rule of cuda.sm90.pipe (host logic, checked here without a GPU): the vec conditions, 16-bit
+// activations, and no residual in the forward.
+TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
+  conv::Conv1dParams p;
+  p.B = 2, p.T = 100, p.D = 64, p.W = 4, p.N = 2;
+  p.x_dtype = STRATA_DTYPE_BF16;
+  p.mode = conv::kModeRows;
+  p.channels_contiguous = true;
+  for (int64_t* st : {p.xs, p.ys, p.rs, p.dys, p.dxs}) st[0] = p.T * p.D, st[1] = p.D, st[2] = 1;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.x_dtype = STRATA_DTYPE_F16;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.mode = conv::kModeCuSeqlens;
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, false), "");
+  p.x_dtype = STRATA_DTYPE_F32;  // the vec kernels take f32
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_vec_reason(p, false), "");
+  p.x_dtype = STRATA_DTYPE_BF16;
+  int residual = 0;
+  p.residual = &residual;  // forward with a residual: vec
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, false), "");
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");  // the backward has no residual
+  p.residual = nullptr;
+  p.mode = conv::kModeSeqIdx;
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.mode = conv::kModeRows;
+  p.W = 5;
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.W = 4;
+  p.D = 68;  // D % 8 != 0
+  EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
+}
+
+bool have_cuda() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+// One forward and one backward on the device with the given implementation forced: bf16 x [B, T, D] (rows) or
+// [1, T, D] with cu_seqlens, W = 4, SiLU, f32 weight / bias / states. Returns y, then dx, dweight, dbias and
+// dinitial_state (bytes), or an empty vector when the implementation does not take the problem.
+struct CudaConvBits {
+  std::vector<uint8_t> y, dx, rest;
+};
+CudaConvBits cuda_conv_bits(const std::string& impl, const std::vector<int64_t>& cu) {
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  // T spans several 256-token backward tiles with a tail; D = 1032 is two 512-channel slabs and a partial
+  // third (1024-channel forward slabs: one full, one of 8 channels).
+  const int64_t B = cu.empty() ? 2 : 1, T = cu.empty() ? 600 : cu.back(), D = 1032, W = 4;
+  const int64_t N = cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1;
+  const int32_t dt = STRATA_DTYPE_BF16;
+  HostTensor x = randn(dt, {B, T, D}, 11), dy = randn(dt, {B, T, D}, 12);
+  HostTensor w = randn(STRATA_DTYPE_F32, {D, W}, 13), bias = randn(STRATA_DTYPE_F32, {D}, 14);
+  HostTensor h0 = randn(STRATA_DTYPE_F32, {N, D, W - 1}, 15), dhT = randn(STRATA_DTYPE_F32, {N, D, W - 1}, 16);
+  HostTensor cut = ints(STRATA_DTYPE_I32, {static_cast<int64_t>(std::max<size_t>(cu.size(), 1))}, cu);
+  HostTensor y = poisoned(dt, {B, T, D}), dx = poisoned(dt, {B, T, D}), dw = poisoned(STRATA_DTYPE_F32, {D, W});
+  HostTensor db = poisoned(STRATA_DTYPE_F32, {D}), dh0 = poisoned(STRATA_DTYPE_F32, {N, D, W - 1});
+  atk::DeviceTensor gx(x, dev), gdy(dy, dev), gw(w, dev), gb(bias, dev), gh0(h0, dev), gdhT(dhT, dev), gcu(cut, dev);
+  atk::DeviceTensor gy(y, dev), gdx(dx, dev), gdw(dw, dev), gdb(db, dev), gdh0(dh0, dev);
+  const strata_tensor_desc* cud = cu.empty() ? nullptr : &gcu.desc();
+  void* cup = cu.empty() ? nullptr : gcu.data();
+  ForceImpl force(impl.c_str());
+  CudaConvBits out;
+  strata_plan fp = nullptr, bp = nullptr;
+  if (strata_causal_conv1d_fwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), nullptr, &gh0.desc(), cud, nullptr, &gy.desc(),
+                                    nullptr, 1, 0, &fp) != STRATA_SUCCESS ||
+      strata_causal_conv1d_bwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), &gh0.desc(), cud, nullptr, &gdy.desc(),
+                                    &gdhT.desc(), &gdx.desc(), &gdw.desc(), &gdb.desc(), &gdh0.desc(), 1, 0,
+                                    &bp) != STRATA_SUCCESS) {
+    strata_plan_destroy(fp);
+    return out;  // not taken by this implementation
+  }
+  void* ft[] = {gx.data(), gw.data(), gb.data(), nullptr, gh0.data(), cup, nullptr, gy.data(), nullptr};
+  EXPECT_EQ(strata_plan_run(fp, ft, 9, nullptr, 0, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+  size_t ws = 0;
+  strata_plan_workspace_size(bp, &ws);
+  void* work = nullptr;
+  if (ws) EXPECT_EQ(strata_malloc(dev, ws, nullptr, &work), STRATA_SUCCESS);
+  void* bt[] = {gx.data(), gw.data(), gb.data(), gh0.data(), cup, nullptr, gdy.data(), gdhT.data(), gdx.data(),
+                gdw.data(), gdb.data(), gdh0.data()};
+  EXPECT_EQ(strata_plan_run(bp, bt, 12, work, ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+  strata_device_synchronize(dev);
+  if (work) strata_free(work);
+  strata_plan_destroy(fp);
+  strata_plan_destroy(bp);
+  gy.download(y), gdx.download(dx), gdw.download(dw), gdb.download(db), gdh0.download(dh0);
+  EXPECT_FALSE(all_poison(y) || all_poison(dx) || all_poison(dw)) << impl;
+  out.y = y.storage;
+  out.dx = dx.storage;
+  for (const HostTensor* t : {&dw, &db, &dh0}) out.rest.insert(out.rest.end(), t->storage.begin(), t->storage.end());
+  return out;
+}
+
+// Every CUDA implementation gives the same bits run to run (no atomics, fixed-order dweight reduction), and
+// the per-element math of cuda.sm90.pipe and cuda.sm90.vec is the same walk (FwdWalk / BwdWalk), so their y
+// and dx agree bit for bit (dweight / dbias differ in their tile split: compared by the conformance suite).
+TEST(CausalConv1d, CudaBitsRunToRunAndPipeEqualsVec) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& cu : std::vector<std::vector<int64_t>>{{}, {0, 3, 3, 300, 599, 700}}) {
+    std::vector<std::pair<std::string, CudaConvBits>> runs;
+    for (const std::string& impl : atk::impls_for("causal_conv1d_bwd", {STRATA_DEVICE_CUDA, 0})) {
+      if (impl.rfind("cuda.", 0) != 0) continue;
+      CudaConvBits a = cuda_conv_bits(impl, cu);
+      if (a.y.empty()) continue;
+      const CudaConvBits b = cuda_conv_bits(impl, cu);
+      EXPECT_EQ(a.y, b.y) << impl << ": forward differs run to run";
+      EXPECT_EQ(a.dx, b.dx) << impl << ": dx differs run to run";
+      EXPECT_EQ(a.rest, b.rest) << impl << ": dweight / dbias / dinitial_state differ run to run";
+      runs.emplace_back(impl, std::move(a));
+    }
+    const CudaConvBits* pipe = nullptr;
+    const CudaConvBits* vec = nullptr;
+    for (const auto& [name, r] : runs) {
+      if (name == "cuda.sm90.pipe") pipe = &r;
+      if (name == "cuda.sm90.vec") vec = &r;
+    }
+    ASSERT_TRUE(pipe && vec) << "cuda.sm90.pipe and cuda.sm90.vec both take bf16 rows / packs";
+    EXPECT_EQ(pipe->y, vec->y) << "forward: pipe vs vec";
+    EXPECT_EQ(pipe->dx, vec->dx) << "dx: pipe vs vec";
+  }
+}
 
 TEST(CausalConv1d, CppWrapper) {
   const Device cpu = Device::cpu();

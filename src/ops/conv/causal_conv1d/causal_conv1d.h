@@ -286,14 +286,27 @@ inline const char* causal_conv1d_vec_reason(const Conv1dParams& p, bool backward
   return "";
 }
 
+// Whether the "cuda.sm90.pipe" kernels cover a problem (plan time): the vec conditions with bf16/f16
+// activations (16-byte cp.async pieces of 8 channels; f32 stays on the vec kernels) and, forward, no residual.
+inline const char* causal_conv1d_pipe_reason(const Conv1dParams& p, bool backward) {
+  const char* r = causal_conv1d_vec_reason(p, backward);
+  if (*r) return r;
+  if (p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16) return "takes bf16/f16 activations";
+  if (!backward && p.residual) return "forward without a residual (cuda.sm90.vec takes residuals)";
+  return "";
+}
+
 #if STRATA_WITH_CUDA
 // CUDA (sm_90): returns a strata_status. Backward workspace: cuda_bwd_workspace bytes (both kernel sets).
 //   *_cuda:     "cuda.sm90.time_tile", every mode, width, stride and alignment.
 //   *_cuda_vec: "cuda.sm90.vec", problems with causal_conv1d_vec_reason(p) == "" (else undefined).
+//   *_cuda_pipe: "cuda.sm90.pipe", problems with causal_conv1d_pipe_reason(p, backward) == "".
 int causal_conv1d_fwd_cuda(const Conv1dParams& p, void* stream);
 int causal_conv1d_bwd_cuda(const Conv1dParams& p, void* workspace, void* stream);
 int causal_conv1d_fwd_cuda_vec(const Conv1dParams& p, void* stream);
 int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream);
+int causal_conv1d_fwd_cuda_pipe(const Conv1dParams& p, void* stream);
+int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* stream);
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p);
 #endif
 

@@ -35,6 +35,7 @@
 #include "opbase/dtype.h"
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cuda/check.cuh"
+#include "tile/cuda/cp_async.cuh"
 
 namespace strata::conv {
 namespace {
@@ -657,29 +658,70 @@ template <class T, bool RES, bool CU>
 constexpr int fwd_vec_blocks_per_sm() {
   return sizeof(T) == 2 ? (CU || RES ? 6 : 7) : (CU ? 4 : 5);
 }
+// One thread's forward walk along the tokens of a time tile (V channels of one batch row or cu_seqlens pack,
+// W taps): shared by conv_fwd_vec (x loaded from global memory into registers) and conv_fwd_pipe (copied
+// into shared memory by cp.async). step(t) takes token t's x (and residual) and writes y[t].
+template <class T, int W, int V, bool RES>
+struct FwdWalk {
+  float w[W][V], bias[V];
+  float win[W - 1][V];  // x at t - (W-1) + i before step t (the initial state / zeros before a sequence)
+  SeqSpan sq;
+  int64_t b, d0;
+
+  __device__ __forceinline__ void init(const Conv1dParams& p, const ThreadWork& tw) {
+    b = tw.b;
+    d0 = tw.d0;
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+#pragma unroll
+      for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
+#pragma unroll
+    for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+    // cu_seqlens: the sequence of the tile's first token (binary search on the device copy), and a window
+    // refill from the next sequence's initial state (or zeros) whenever the walk reaches its start.
+    sq = find_sequence(p, b, tw.t0);
+    vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
+  }
+
+  // y: this row's y at channel d0 (y + b * ys[0] + d0); rin: the residual (RES only).
+  __device__ __forceinline__ void step(const Conv1dParams& p, int64_t t, const float (&xin)[V],
+                                       const float (&rin)[V], T* y, bool silu, bool cu) {
+    if (cu && t >= sq.end) {
+      sq = find_sequence(p, b, t);
+      vec_window<T, W, V>(p, b, t, sq, d0, win);
+    }
+    float out[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float acc = bias[v];
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
+      acc = fmaf(w[W - 1][v], xin[v], acc);
+      float o = silu ? acc * sigmoid_t<T>(acc) : acc;
+      if constexpr (RES) o += rin[v];
+      out[v] = o;
+    }
+    store_vec<T, V>(y + t * p.ys[1], out);
+#pragma unroll
+    for (int i = 0; i < W - 2; ++i)
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
+#pragma unroll
+    for (int v = 0; v < V; ++v) win[W - 2][v] = xin[v];
+  }
+};
+
 template <class T, int W, int V, bool RES, bool CU>
 __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>())) conv_fwd_vec(const Conv1dParams p, int64_t groups) {
   constexpr int U = RES ? 4 : 8;  // tokens loaded ahead (a residual doubles the packed registers per token)
   const ThreadWork tw = thread_work(p, kVecFwdTile, groups, V);
   if (!tw.active) return;
-  const int64_t b = tw.b, d0 = tw.d0;
-  float w[W][V], bias[V];
-#pragma unroll
-  for (int k = 0; k < W; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
-#pragma unroll
-  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
-  // cu_seqlens: the sequence of the tile's first token (binary search on the device copy), and a window
-  // refill from the next sequence's initial state (or zeros) whenever the walk reaches its start.
-  SeqSpan sq = find_sequence(p, b, tw.t0);
-  float win[W - 1][V];
-  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
-
-  const int64_t xs = p.xs[1], ys = p.ys[1], rs = p.rs[1];
-  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
-  const T* res = RES ? static_cast<const T*>(p.residual) + b * p.rs[0] + d0 : nullptr;
-  T* y = static_cast<T*>(p.y) + b * p.ys[0] + d0;
+  FwdWalk<T, W, V, RES> walk;
+  walk.init(p, tw);
+  const int64_t xs = p.xs[1], rs = p.rs[1];
+  const T* x = static_cast<const T*>(p.x) + tw.b * p.xs[0] + tw.d0;
+  const T* res = RES ? static_cast<const T*>(p.residual) + tw.b * p.rs[0] + tw.d0 : nullptr;
+  T* y = static_cast<T*>(p.y) + tw.b * p.ys[0] + tw.d0;
   const bool silu = p.activation == kActSilu;
   for (int64_t tb = tw.t0; tb < tw.t1; tb += U) {
     RawVec<T, V> xr[U], rr[RES ? U : 1];
@@ -692,34 +734,243 @@ __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>()
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (tb + u >= tw.t1) break;
-      if (CU && tb + u >= sq.end) {
-        sq = find_sequence(p, b, tb + u);
-        vec_window<T, W, V>(p, b, tb + u, sq, d0, win);
-      }
       float xin[V], rin[V];
       unpack<T, V>(xr[u], xin);
       if constexpr (RES) unpack<T, V>(rr[u], rin);
-      float out[V];
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float acc = bias[v];
-#pragma unroll
-        for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
-        acc = fmaf(w[W - 1][v], xin[v], acc);
-        float o = silu ? acc * sigmoid_t<T>(acc) : acc;
-        if constexpr (RES) o += rin[v];
-        out[v] = o;
-      }
-      store_vec<T, V>(y + (tb + u) * ys, out);
-#pragma unroll
-      for (int i = 0; i < W - 2; ++i)
-#pragma unroll
-        for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
-#pragma unroll
-      for (int v = 0; v < V; ++v) win[W - 2][v] = xin[v];
+      walk.step(p, tb + u, xin, rin, y, silu, CU);
     }
   }
 }
+
+// ---- "cuda.sm90.pipe" (16-bit activations): x (and dy) staged in shared memory by cp.async ----
+// The register-streaming kernels hold their loads in flight in registers, which caps the channels per thread
+// (vec backward: 2, at 0.99 ms = 2.6 x floor for bf16 B=4 T=8192 D=8192, session 5 run 1) and the tokens
+// ahead; the per-token bookkeeping (addresses, sequence ids, the dx gather) is then paid for every 2-4
+// channels. Here cp.async copies chunks of kPipeChunk tokens of the block's channel slab into shared memory
+// kPipeStages - 1 chunks ahead: the bytes in flight cost no registers (4 blocks x 2 chunks x 16 KiB = 128
+// KiB per SM), so a thread owns 8 channels forward (one 16-byte shared load per token) and 4 backward (x and
+// dy: 8 bytes each), and runs the same FwdWalk / BwdWalk as the vec kernels on them.
+constexpr int kPipeChunk = 8;   // tokens per stage
+constexpr int kPipeStages = 3;  // 2 chunks in flight while one is computed
+constexpr int kPipeFwdV = 8, kPipeBwdV = 4;
+constexpr int kPipeFwdTile = 128;  // tokens per block
+// Backward: blocks per SM and tokens per block (one partial-sum row per tile). W = 4 (4 x 4 dweight sums, two
+// windows and the weights: ~64 live floats besides the loads) needs more than 128 registers: at four blocks per
+// SM ptxas spilled 136-336 bytes, and with 4 x 48 KiB of shared memory little L1 is left for spills, so W = 4
+// runs three blocks (<= 168 registers) with 192-token tiles (B = 4, T = 8192, D = 8192: 2752 blocks = 6.95 waves
+// of 396; 256-token tiles would leave a last wave 17 % full). W = 2, 3: four blocks, 256 tokens (3.9 waves).
+template <int W>
+constexpr int pipe_bwd_blocks_per_sm() {
+  return W == 4 ? 3 : 4;
+}
+template <int W>
+constexpr int pipe_bwd_tile() {
+  return W == 4 ? 192 : 256;
+}
+inline int64_t pipe_bwd_tile(int64_t W) { return W == 4 ? pipe_bwd_tile<4>() : pipe_bwd_tile<2>(); }
+
+// A compiler-only fence after every kPipeGroup tokens of the unrolled token loop: the shared-memory loads of
+// later tokens are not hoisted above it, so at most kPipeGroup tokens of loads are live at once. Without it
+// ptxas hoisted all 8 tokens' loads (32 registers backward) and spilled the W = 4 kernels at 128 registers.
+constexpr int kPipeGroup = 2;
+__device__ __forceinline__ void pipe_group_fence(int u) {
+  if (u % kPipeGroup == kPipeGroup - 1) asm volatile("" ::: "memory");
+}
+
+// Copies tokens [c0, c0 + kPipeChunk) of the block's channel slab [slab, slab + kThreads V) of one row (row: its
+// first element, ts: its time stride) into dst[token][thread] (one thread's V channels per entry) as 16-byte
+// pieces of 8 channels; tokens >= tload and channels >= D are zero-filled without reading (D % 8 == 0: a
+// piece is all in or all out).
+template <class T, int V>
+__device__ __forceinline__ void pipe_copy(RawVec<T, V> (*dst)[kThreads], const T* row, int64_t ts, int64_t c0,
+                                          int64_t tload, int64_t slab, int64_t D) {
+  static_assert(sizeof(T) == 2 && (V == 4 || V == 8), "16-bit activations, 4 or 8 channels per thread");
+  constexpr int kPieces = kThreads * V / 8;  // per token row
+  constexpr int kPerThread = kPipeChunk * kPieces / kThreads;
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    const int r = i / kPieces, c = i - r * kPieces;
+    const int64_t t = c0 + r, d = slab + 8 * c;
+    const bool ok = t < tload && d < D;
+    cuda::cp_async16(&dst[r][c * (8 / V)], ok ? row + t * ts + d : row, ok);
+  }
+}
+
+// Forward: 128 threads x 8 channels (a 2 KiB slab of a bf16 token row) x kPipeFwdTile tokens; no residual
+// (causal_conv1d_pipe_reason: a residual call takes the vec kernel).
+template <class T, int W, bool CU>
+__global__ void __launch_bounds__(kThreads, 4) conv_fwd_pipe(const Conv1dParams p, int64_t groups) {
+  constexpr int V = kPipeFwdV, S = kPipeStages;
+  __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];  // 3 x 8 x 128 x 16 bytes = 48 KiB
+  // Every thread takes part in the copies and barriers; only those with channels < D compute.
+  const ThreadWork tw = thread_work(p, kPipeFwdTile, groups, V);
+  const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
+  const int64_t nchunks = (tw.t1 - tw.t0 + kPipeChunk - 1) / kPipeChunk;  // the same for the whole block
+  const T* xrow = static_cast<const T*>(p.x) + tw.b * p.xs[0];
+  T* y = static_cast<T*>(p.y) + tw.b * p.ys[0] + tw.d0;
+  const bool silu = p.activation == kActSilu;
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nchunks) pipe_copy<T, V>(sx[s], xrow, p.xs[1], tw.t0 + s * kPipeChunk, tw.t1, slab, p.D);
+    cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
+  }
+  // Weights and the window's W-1 tokens (plain loads) while the first chunks are in flight.
+  FwdWalk<T, W, V, false> walk;
+  if (tw.active) walk.init(p, tw);
+  const float none[V] = {};
+  for (int64_t c = 0; c < nchunks; ++c) {
+    cuda::cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
+    __syncthreads();               // everyone's have, and everyone is done with chunk c - 1's stage
+    const int64_t cn = c + S - 1;
+    if (cn < nchunks) pipe_copy<T, V>(sx[cn % S], xrow, p.xs[1], tw.t0 + cn * kPipeChunk, tw.t1, slab, p.D);
+    cuda::cp_async_commit();
+    if (tw.active) {
+      const int st = static_cast<int>(c % S);
+      const int64_t tc = tw.t0 + c * kPipeChunk;
+#pragma unroll
+      for (int u = 0; u < kPipeChunk; ++u) {
+        if (tc + u >= tw.t1) break;
+        float xin[V];
+        unpack<T, V>(sx[st][u][threadIdx.x], xin);
+        walk.step(p, tc + u, xin, none, y, silu, CU);
+        pipe_group_fence(u);
+      }
+    }
+  }
+  cuda::cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
+}
+
+// One thread's backward walk along the tokens of a time tile: V channels of one batch row (or of a cu_seqlens
+// pack), W taps. Shared by conv_bwd_vec (x / dy loaded from global memory into registers) and conv_bwd_pipe
+// (copied into shared memory by cp.async). step(t) takes token t's x and dy (zeros past the row's end),
+// recomputes u and g = dy * act'(u), adds the tile's dweight / dbias terms and emits dx[t - (W-1)] once all the
+// taps of that position are known (a gather from the last W values of g: no atomics).
+// kRows: batch rows only (no cu_seqlens; the pipe kernel's compile-time case): every tap of a position belongs
+// to its row and g is set to 0 past the row's end, so no sequence ids are tracked (3 registers and the id
+// compares of the gather fewer).
+template <class T, int W, int V, bool kRows = false>
+struct BwdWalk {
+  float w[W][V], bias[V];
+  float win[W - 1][V];  // x at t - (W-1) + i before step t (the initial state / zeros before a sequence)
+  // g at position t - (W-1) + i before step t, gid its sequence (positions before t0 count as 0: dx is only
+  // emitted for positions >= t0, whose taps are all at >= t0; -1 past the row's end).
+  float gw[W - 1][V];
+  float dwa[W][V], dba[V];
+  int gid[W - 1];
+  SeqSpan sq;
+  int64_t b, d0, t0, t1;
+
+  __device__ __forceinline__ void init(const Conv1dParams& p, const ThreadWork& tw) {
+    b = tw.b;
+    d0 = tw.d0;
+    t0 = tw.t0;
+    t1 = tw.t1;
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+#pragma unroll
+      for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
+#pragma unroll
+    for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
+    sq = find_sequence(p, b, t0);
+    vec_window<T, W, V>(p, b, t0, sq, d0, win);
+#pragma unroll
+    for (int i = 0; i < W - 1; ++i) gid[i] = -1;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      dba[v] = 0.f;
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) gw[i][v] = 0.f;
+#pragma unroll
+      for (int k = 0; k < W; ++k) dwa[k][v] = 0.f;
+    }
+  }
+
+  // dx: this row's dx at channel d0 (dx + b * dxs[0] + d0); cu: cu_seqlens pack.
+  __device__ __forceinline__ void step(const Conv1dParams& p, int64_t t, const float (&xin)[V],
+                                       const float (&gin)[V], T* dx, bool silu, bool cu) {
+    if (cu && t < p.T && t >= sq.end) {  // a new sequence starts at t: its window is its initial state or zeros
+      sq = find_sequence(p, b, t);
+      vec_window<T, W, V>(p, b, t, sq, d0, win);
+    }
+    const int id = kRows ? 0 : (t < p.T ? static_cast<int>(sq.n) : -1);
+    float g[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float acc = bias[v];
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
+      acc = fmaf(w[W - 1][v], xin[v], acc);
+      float d = 1.f;
+      if (silu) {
+        const float s = sigmoid_t<T>(acc);
+        d = s * (1.f + acc * (1.f - s));
+      }
+      g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there; kRows: also if d is not finite)
+      if constexpr (kRows) g[v] = t < p.T ? g[v] : 0.f;
+    }
+    if (t < t1) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        dba[v] += g[v];
+#pragma unroll
+        for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
+        dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
+      }
+    }
+    // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g). Only taps of
+    // pos's own sequence count (rows: always; cu_seqlens: up to its end).
+    const int64_t pos = t - (W - 1);
+    if (pos >= t0) {
+      const int pid = kRows ? 0 : (W > 1 ? gid[0] : id);
+      float o[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float a = 0.f;
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i)
+          if (kRows || gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+        o[v] = (kRows || id == pid) ? fmaf(w[0][v], g[v], a) : a;
+      }
+      if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
+        const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
+        const int64_t j = pos - (e - (W - 1));
+        if (j >= 0) {
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            o[v] += ld_f32(p.dhT, p.dhT_dtype, n * p.dhTs[0] + (d0 + v) * p.dhTs[1] + j * p.dhTs[2]);
+        }
+      }
+      store_vec<T, V>(dx + pos * p.dxs[1], o);
+    }
+    if constexpr (!kRows) {
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
+      gid[W - 2] = id;
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) {
+        win[i][v] = win[i + 1][v];
+        gw[i][v] = gw[i + 1][v];
+      }
+      win[W - 2][v] = xin[v];
+      gw[W - 2][v] = g[v];
+    }
+  }
+
+  // The tile's dweight / dbias partial sums: [tile][W + 1][D], channel-contiguous (coalesced).
+  __device__ __forceinline__ void store_partials(const Conv1dParams& p, float* partials, int64_t tile) const {
+    float* part = partials + tile * (W + 1) * p.D + d0;
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+#pragma unroll
+      for (int v = 0; v < V; ++v) part[k * p.D + v] = dwa[k][v];
+#pragma unroll
+    for (int v = 0; v < V; ++v) part[W * p.D + v] = dba[v];
+  }
+};
 
 // Two channels per thread (4-byte bf16 loads, 8-byte f32) at five blocks per SM (<= 96 registers; at six,
 // 80, W = 3 spilled): four channels needed 168 registers (three blocks, 12 warps per SM) and ran at 2.4 x
@@ -729,39 +980,15 @@ template <class T, int W, int V>
 __global__ void __launch_bounds__(kThreads, 5) conv_bwd_vec(const Conv1dParams p, int64_t groups, float* partials) {
   const ThreadWork tw = thread_work(p, kBwdTile, groups, V);
   if (!tw.active) return;
-  const int64_t b = tw.b, d0 = tw.d0;
-  float w[W][V], bias[V];
-#pragma unroll
-  for (int k = 0; k < W; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, d0 + v, k);
-#pragma unroll
-  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
-  const bool cu = p.mode == kModeCuSeqlens;
-  SeqSpan sq = find_sequence(p, b, tw.t0);
-  float win[W - 1][V];
-  vec_window<T, W, V>(p, b, tw.t0, sq, d0, win);
-  // gw[i]: g at position t - (W-1) + i before step t, gid[i] its sequence (positions before t0 count as 0:
-  // dx is only emitted for positions >= t0, whose taps are all at >= t0; -1 past the row's end).
-  float gw[W - 1][V], dwa[W][V], dba[V];
-  int gid[W - 1];
-#pragma unroll
-  for (int i = 0; i < W - 1; ++i) gid[i] = -1;
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    dba[v] = 0.f;
-#pragma unroll
-    for (int i = 0; i < W - 1; ++i) gw[i][v] = 0.f;
-#pragma unroll
-    for (int k = 0; k < W; ++k) dwa[k][v] = 0.f;
-  }
-  const int64_t xs = p.xs[1], gs = p.dys[1], dxs = p.dxs[1];
-  const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0;
-  const T* dy = static_cast<const T*>(p.dy) + b * p.dys[0] + d0;
-  T* dx = static_cast<T*>(p.dx) + b * p.dxs[0] + d0;
-  const bool silu = p.activation == kActSilu;
-  const int64_t tend = tw.t1 + W - 1;               // the taps of position t1 - 1 reach t1 + W - 2
-  const int64_t tload = tend < p.T ? tend : p.T;    // g is 0 past the row's end
+  BwdWalk<T, W, V> walk;
+  walk.init(p, tw);
+  const int64_t xs = p.xs[1], gs = p.dys[1];
+  const T* x = static_cast<const T*>(p.x) + tw.b * p.xs[0] + tw.d0;
+  const T* dy = static_cast<const T*>(p.dy) + tw.b * p.dys[0] + tw.d0;
+  T* dx = static_cast<T*>(p.dx) + tw.b * p.dxs[0] + tw.d0;
+  const bool silu = p.activation == kActSilu, cu = p.mode == kModeCuSeqlens;
+  const int64_t tend = tw.t1 + W - 1;             // the taps of position t1 - 1 reach t1 + W - 2
+  const int64_t tload = tend < p.T ? tend : p.T;  // g is 0 past the row's end
   constexpr int U = 8;  // tokens loaded ahead (packed: 8 x 2 registers of x and dy)
   for (int64_t tb = tw.t0; tb < tend; tb += U) {
     RawVec<T, V> xr[U], gr[U];
@@ -777,86 +1004,72 @@ __global__ void __launch_bounds__(kThreads, 5) conv_bwd_vec(const Conv1dParams p
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t t = tb + u;
-      if (t >= tend) break;
-      if (cu && t < p.T && t >= sq.end) {
-        sq = find_sequence(p, b, t);
-        vec_window<T, W, V>(p, b, t, sq, d0, win);
-      }
-      const int id = t < p.T ? static_cast<int>(sq.n) : -1;
+      if (tb + u >= tend) break;
       float xin[V], gin[V];
       unpack<T, V>(xr[u], xin);
       unpack<T, V>(gr[u], gin);
-      float g[V];
+      walk.step(p, tb + u, xin, gin, dx, silu, cu);
+    }
+  }
+  walk.store_partials(p, partials, tw.tile);
+}
+
+// Backward pipe: 128 threads x 4 channels (a 1 KiB slab of a bf16 token row) x pipe_bwd_tile<W>() tokens of one row;
+// the walk covers [t0, t1 + W - 1) as in conv_bwd_vec (the taps of the tile's last positions).
+template <class T, int W, bool CU>
+__global__ void __launch_bounds__(kThreads, pipe_bwd_blocks_per_sm<W>())
+    conv_bwd_pipe(const Conv1dParams p, int64_t groups, float* partials) {
+  constexpr int V = kPipeBwdV, S = kPipeStages;
+  // 2 x 3 x 8 x 128 x 8 bytes = 48 KiB (the static limit): four blocks per SM.
+  __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];
+  __shared__ __align__(16) RawVec<T, V> sg[S][kPipeChunk][kThreads];
+  // Every thread takes part in the copies and barriers; only those with channels < D compute.
+  const ThreadWork tw = thread_work(p, pipe_bwd_tile<W>(), groups, V);
+  const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
+  const int64_t tend = tw.t1 + W - 1;
+  const int64_t tload = tend < p.T ? tend : p.T;
+  const int64_t nchunks = (tend - tw.t0 + kPipeChunk - 1) / kPipeChunk;  // the same for the whole block
+  const T* xrow = static_cast<const T*>(p.x) + tw.b * p.xs[0];
+  const T* grow = static_cast<const T*>(p.dy) + tw.b * p.dys[0];
+  T* dx = static_cast<T*>(p.dx) + tw.b * p.dxs[0] + tw.d0;
+  const bool silu = p.activation == kActSilu;
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float acc = bias[v];
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nchunks) {
+      pipe_copy<T, V>(sx[s], xrow, p.xs[1], tw.t0 + s * kPipeChunk, tload, slab, p.D);
+      pipe_copy<T, V>(sg[s], grow, p.dys[1], tw.t0 + s * kPipeChunk, tload, slab, p.D);
+    }
+    cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
+  }
+  // Weights and the window's W-1 tokens (plain loads) while the first chunks are in flight.
+  BwdWalk<T, W, V, !CU> walk;
+  if (tw.active) walk.init(p, tw);
+  for (int64_t c = 0; c < nchunks; ++c) {
+    cuda::cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
+    __syncthreads();               // everyone's have, and everyone is done with chunk c - 1's stage
+    const int64_t cn = c + S - 1;
+    if (cn < nchunks) {
+      const int sn = static_cast<int>(cn % S);
+      pipe_copy<T, V>(sx[sn], xrow, p.xs[1], tw.t0 + cn * kPipeChunk, tload, slab, p.D);
+      pipe_copy<T, V>(sg[sn], grow, p.dys[1], tw.t0 + cn * kPipeChunk, tload, slab, p.D);
+    }
+    cuda::cp_async_commit();
+    if (tw.active) {
+      const int st = static_cast<int>(c % S);
+      const int64_t tc = tw.t0 + c * kPipeChunk;
 #pragma unroll
-        for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
-        acc = fmaf(w[W - 1][v], xin[v], acc);
-        float d = 1.f;
-        if (silu) {
-          const float s = sigmoid_t<T>(acc);
-          d = s * (1.f + acc * (1.f - s));
-        }
-        g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there)
-      }
-      if (t < tw.t1) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          dba[v] += g[v];
-#pragma unroll
-          for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
-          dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
-        }
-      }
-      // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g).
-      const int64_t pos = t - (W - 1);
-      // Only taps of pos's own sequence count (rows: always; cu_seqlens: up to its end).
-      if (pos >= tw.t0) {
-        const int pid = W > 1 ? gid[0] : id;
-        float o[V];
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          float a = 0.f;
-#pragma unroll
-          for (int i = 0; i < W - 1; ++i)
-            if (gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
-          o[v] = id == pid ? fmaf(w[0][v], g[v], a) : a;
-        }
-        if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
-          const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
-          const int64_t j = pos - (e - (W - 1));
-          if (j >= 0) {
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-              o[v] += ld_f32(p.dhT, p.dhT_dtype, n * p.dhTs[0] + (d0 + v) * p.dhTs[1] + j * p.dhTs[2]);
-          }
-        }
-        store_vec<T, V>(dx + pos * dxs, o);
-      }
-#pragma unroll
-      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
-      gid[W - 2] = id;
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-#pragma unroll
-        for (int i = 0; i < W - 2; ++i) {
-          win[i][v] = win[i + 1][v];
-          gw[i][v] = gw[i + 1][v];
-        }
-        win[W - 2][v] = xin[v];
-        gw[W - 2][v] = g[v];
+      for (int u = 0; u < kPipeChunk; ++u) {
+        if (tc + u >= tend) break;
+        float xin[V], gin[V];
+        unpack<T, V>(sx[st][u][threadIdx.x], xin);
+        unpack<T, V>(sg[st][u][threadIdx.x], gin);
+        walk.step(p, tc + u, xin, gin, dx, silu, CU);
+        pipe_group_fence(u);
       }
     }
   }
-  float* part = partials + tw.tile * (W + 1) * p.D + d0;
-#pragma unroll
-  for (int k = 0; k < W; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) part[k * p.D + v] = dwa[k][v];
-#pragma unroll
-  for (int v = 0; v < V; ++v) part[W * p.D + v] = dba[v];
+  cuda::cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
+  if (tw.active) walk.store_partials(p, partials, tw.tile);
 }
 
 bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
@@ -923,6 +1136,94 @@ strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_
   return STRATA_SUCCESS;
 }
 
+// The pipe kernels need 3-4 x 48 KiB of shared memory per SM: ask for the whole carveout (the default split
+// may keep more L1 and fewer resident blocks).
+template <class K>
+strata_status pipe_carveout(K* kernel) {
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  return STRATA_SUCCESS;
+}
+
+template <class T>
+strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return launch_fwd_vec<T>(p, stream);  // not reached: the plan takes 16-bit activations only
+  } else {
+    // cp.async reads 16-byte pieces of x; y is written 16 bytes per thread. A misaligned call (or one with a
+    // residual: not reached, the plan rejects it) takes the register-streaming kernels (same results).
+    if (p.residual || !aligned_to(p.x, 16) || !aligned_to(p.y, 16)) return launch_fwd_vec<T>(p, stream);
+    constexpr int V = kPipeFwdV;
+    const int64_t groups = p.D / V;
+    const int64_t blocks = grid_for(p, kPipeFwdTile, groups);
+    if (blocks > INT_MAX)
+      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
+    if (blocks > 0) {
+      const unsigned g = static_cast<unsigned>(blocks);
+      auto go = [&](auto* kernel) -> strata_status {
+        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
+        kernel<<<g, kThreads, 0, stream>>>(p, groups);
+        return STRATA_SUCCESS;
+      };
+      const bool cu = p.mode == kModeCuSeqlens;
+      strata_status st;
+      if (p.W == 2) st = cu ? go(conv_fwd_pipe<T, 2, true>) : go(conv_fwd_pipe<T, 2, false>);
+      else if (p.W == 3) st = cu ? go(conv_fwd_pipe<T, 3, true>) : go(conv_fwd_pipe<T, 3, false>);
+      else st = cu ? go(conv_fwd_pipe<T, 4, true>) : go(conv_fwd_pipe<T, 4, false>);
+      STRATA_RETURN_IF_ERROR(st);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_pipe)"));
+    }
+    if (p.hT && p.N * p.D > 0) {
+      states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
+    }
+    return STRATA_SUCCESS;
+  }
+}
+
+template <class T>
+strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return launch_bwd_vec<T>(p, partials, stream);  // not reached: the plan takes 16-bit activations only
+  } else {
+    // cp.async reads 16-byte pieces of x and dy; dx is written 8 bytes per thread. A misaligned call takes the
+    // register-streaming kernels (same results; they check their own alignment).
+    if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd_vec<T>(p, partials, stream);
+    constexpr int V = kPipeBwdV;
+    static_assert(pipe_bwd_tile<4>() >= kBwdTile && pipe_bwd_tile<2>() >= kBwdTile,
+                  "the workspace holds tiles of kBwdTile tokens");
+    const int64_t tile = pipe_bwd_tile(p.W);  // the kernel's pipe_bwd_tile<W>() (W in {2, 3, 4})
+    const int64_t tiles = p.B * tiles_per_row(p, tile);
+    const int64_t groups = p.D / V;
+    const int64_t blocks = grid_for(p, tile, groups);
+    if (blocks > INT_MAX)
+      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
+    if (blocks > 0) {
+      const unsigned g = static_cast<unsigned>(blocks);
+      auto go = [&](auto* kernel) -> strata_status {
+        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
+        kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
+        return STRATA_SUCCESS;
+      };
+      const bool cu = p.mode == kModeCuSeqlens;
+      strata_status st;
+      if (p.W == 2) st = cu ? go(conv_bwd_pipe<T, 2, true>) : go(conv_bwd_pipe<T, 2, false>);
+      else if (p.W == 3) st = cu ? go(conv_bwd_pipe<T, 3, true>) : go(conv_bwd_pipe<T, 3, false>);
+      else st = cu ? go(conv_bwd_pipe<T, 4, true>) : go(conv_bwd_pipe<T, 4, false>);
+      STRATA_RETURN_IF_ERROR(st);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_pipe)"));
+    }
+    const int64_t n_red = (p.W + 1) * p.D;
+    reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
+    if (p.dh0 && p.N * p.D > 0) {
+      states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
+    }
+    return STRATA_SUCCESS;
+  }
+}
+
 }  // namespace
 
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p) {
@@ -955,6 +1256,25 @@ int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* str
     case STRATA_DTYPE_F32: return launch_bwd_vec<float>(p, partials, stream);
     case STRATA_DTYPE_BF16: return launch_bwd_vec<bf16_t>(p, partials, stream);
     default: return launch_bwd_vec<f16_t>(p, partials, stream);
+  }
+}
+
+int causal_conv1d_fwd_cuda_pipe(const Conv1dParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_BF16: return launch_fwd_pipe<bf16_t>(p, stream);
+    case STRATA_DTYPE_F16: return launch_fwd_pipe<f16_t>(p, stream);
+    default: return launch_fwd_vec<float>(p, stream);  // not reached (causal_conv1d_pipe_reason)
+  }
+}
+
+int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_BF16: return launch_bwd_pipe<bf16_t>(p, partials, stream);
+    case STRATA_DTYPE_F16: return launch_bwd_pipe<f16_t>(p, partials, stream);
+    default: return launch_bwd_vec<float>(p, partials, stream);  // not reached (causal_conv1d_pipe_reason)
   }
 }
 

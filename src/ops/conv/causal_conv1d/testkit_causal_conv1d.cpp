@@ -524,7 +524,8 @@ struct BenchState {
   size_t next = 0;
 };
 
-BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd) {
+// impl: forced implementation for the plan ("": the dispatcher's choice).
+BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd, const std::string& impl = "") {
   const int32_t dt = STRATA_DTYPE_BF16;
   const int64_t W = 4;
   auto state = std::make_shared<BenchState>();
@@ -534,7 +535,8 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd) {
   const int64_t D = bs.shape[2];
   BenchCase b;
   b.label = fmt::format("causal_conv1d_{} bf16 [{}] W=4 silu{}", bwd ? "bwd" : "fwd", fmt::join(bs.shape, ", "),
-                        bs.cu.empty() ? "" : fmt::format(" varlen N={}", bs.cu.size() - 1));
+                        bs.cu.empty() ? "" : fmt::format(" varlen N={}", bs.cu.size() - 1)) +
+            (impl.empty() ? "" : " [" + impl + "]");
   // fwd: read x, write y; bwd: read x and dy, write dx (dweight/dbias and weights are negligible).
   b.bytes = (bwd ? 3.0 : 2.0) * act_bytes + static_cast<double>(D * (W + 1) * 4 * (bwd ? 2 : 1));
   b.flops = static_cast<double>(n) * (bwd ? 4.0 * W + 12 : 2.0 * W + 6);
@@ -571,6 +573,7 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd) {
       state->cu = std::make_unique<DeviceTensor>(
           make_ints(STRATA_DTYPE_I64, {static_cast<int64_t>(bs.cu.size())}, bs.cu), device);
     const strata_tensor_desc* cu = state->cu ? &state->cu->desc() : nullptr;
+    if (!impl.empty()) strata_set_force_impl(impl.c_str());  // for the plan only
     if (!bwd) {
       check(strata_causal_conv1d_fwd_plan(&state->x[0]->desc(), &state->w->desc(), &state->b->desc(), nullptr,
                                           nullptr, cu, nullptr, &state->y[0]->desc(), nullptr, 1, 0, &state->plan),
@@ -581,6 +584,7 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd) {
                                           &state->dw->desc(), &state->db->desc(), nullptr, 1, 0, &state->plan),
             "bench plan");
     }
+    if (!impl.empty()) strata_set_force_impl(nullptr);
     check(strata_plan_workspace_size(state->plan, &state->ws_size), "bench workspace");
     if (state->ws_size) check(strata_malloc(device, state->ws_size, nullptr, &state->ws), "bench workspace");
   };
@@ -608,16 +612,17 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd) {
   return b;
 }
 
-std::vector<BenchCase> Conv1dFwdHarness::bench_cases(strata_device device) const {
+// CUDA: the dispatched implementation, then the register-streaming cuda.sm90.vec forced (the previous
+// default for 16-bit activations), to compare the two in one run.
+std::vector<BenchCase> conv_bench_cases(strata_device device, bool bwd) {
   std::vector<BenchCase> out;
-  for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, false));
+  for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd));
+  if (device.type == STRATA_DEVICE_CUDA)
+    for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd, "cuda.sm90.vec"));
   return out;
 }
-std::vector<BenchCase> Conv1dBwdHarness::bench_cases(strata_device device) const {
-  std::vector<BenchCase> out;
-  for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, true));
-  return out;
-}
+std::vector<BenchCase> Conv1dFwdHarness::bench_cases(strata_device device) const { return conv_bench_cases(device, false); }
+std::vector<BenchCase> Conv1dBwdHarness::bench_cases(strata_device device) const { return conv_bench_cases(device, true); }
 
 }  // namespace
 

@@ -26,6 +26,10 @@
 // CTA's next row into the other buffer (read by the previous row, finished at its closing __syncthreads)
 // before waiting for the current one, so a copy is always in flight while the CTA computes, merges and writes.
 // Per buffer b the mbarrier completes one phase per copy; bit b of `phases` is the parity the next wait expects.
+// "cuda.sm90.cluster_wide" (session 5) is cluster_smem with clusters of up to 16 CTAs (a non-portable size,
+// opted into per kernel) of 128 threads and slices of ~20 KiB (V = 151936 bf16: 16 x 18.6 KiB): twice the rows
+// in flight per SM, since the s4 profile showed cluster_smem latency-bound (each CTA's copy, sweeps, cluster
+// barrier and gradient run back to back, and the next copy only starts when a new CTA takes the slot).
 // Conditions (ce_smem_reject, at plan time; else the dispatch takes the next implementation): V and the row
 // strides multiples of 16 bytes, the row (V x sizeof(T)) at most 8 x kMaxSliceBytes. At run time the base
 // pointers must be 16-byte aligned (ce_smem_aligned; else the caller runs block_per_row: the same math).
@@ -52,9 +56,13 @@ namespace {
 
 constexpr int kSmemThreads = 256;   // cluster_smem: 4-5 CTAs per SM
 constexpr int kPipeThreads = 512;   // cluster_pipe: 2 CTAs per SM (two slices each)
+constexpr int kWideThreads = 128;   // cluster_wide: ~10 CTAs per SM
 constexpr int kMaxCluster = 8;                  // portable cluster size
+constexpr int kMaxWideCluster = 16;             // non-portable (sm_90 allows 16 with the attribute)
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
+constexpr int64_t kWideTargetSliceBytes = 20 << 10;  // cluster_wide: 10 CTAs per SM
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
+constexpr int64_t kMaxWideSliceBytes = 40 << 10;  // cluster_wide: rows up to 640 KiB (5+ CTAs per SM)
 
 template <class T>
 struct Vec16 {
@@ -431,14 +439,14 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-Split split_of(int64_t V, int32_t dtype) {
+Split split_of(int64_t V, int32_t dtype, int max_cluster, int64_t target_slice_bytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
-  // Powers of two (1, 2, 4, 8): the cluster shapes every sm_90 part schedules.
+  // Powers of two (1, 2, 4, 8; 16 for cluster_wide).
   int64_t C = 1;
-  while (C < kMaxCluster && C * kTargetSliceBytes < bytes) C *= 2;
+  while (C < max_cluster && C * target_slice_bytes < bytes) C *= 2;
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
@@ -472,12 +480,15 @@ int resident_clusters(const void* kernel, const cudaLaunchConfig_t& cfg, int C) 
   return n;
 }
 
-template <class T, bool kGrad, bool kCap, bool kPipe>
+template <class T, bool kGrad, bool kCap, CeSmemKind kKind>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  constexpr int kThr = kPipe ? kPipeThreads : kSmemThreads;
+  constexpr bool kPipe = kKind == CeSmemKind::kPipe;
+  constexpr int kThr = kPipe ? kPipeThreads : (kKind == CeSmemKind::kWide ? kWideThreads : kSmemThreads);
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T) * (kPipe ? 2 : 1);
   auto* kernel = ce_smem_rows<T, kGrad, kCap, kThr, kPipe>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (sp.C > kMaxCluster)  // 16-CTA clusters (cluster_wide) are a non-portable size: opt in
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
   int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
@@ -507,19 +518,34 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   return STRATA_SUCCESS;
 }
 
-template <class T, bool kGrad, bool kPipe>
+template <class T, bool kGrad, CeSmemKind kKind>
 strata_status launch_cap(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  return p.k.softcap_on ? launch<T, kGrad, true, kPipe>(p, sp, stream) : launch<T, kGrad, false, kPipe>(p, sp, stream);
+  return p.k.softcap_on ? launch<T, kGrad, true, kKind>(p, sp, stream) : launch<T, kGrad, false, kKind>(p, sp, stream);
 }
 
-template <class T, bool kPipe>
+template <class T, CeSmemKind kKind>
 strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) {
-  return p.dlogits ? launch_cap<T, true, kPipe>(p, sp, stream) : launch_cap<T, false, kPipe>(p, sp, stream);
+  return p.dlogits ? launch_cap<T, true, kKind>(p, sp, stream) : launch_cap<T, false, kKind>(p, sp, stream);
+}
+
+template <class T>
+strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
+  switch (kind) {
+    case CeSmemKind::kPipe: return launch_t<T, CeSmemKind::kPipe>(p, sp, stream);
+    case CeSmemKind::kWide: return launch_t<T, CeSmemKind::kWide>(p, sp, stream);
+    default: return launch_t<T, CeSmemKind::kSmem>(p, sp, stream);
+  }
+}
+
+Split split_for(const CeParams& p, CeSmemKind kind) {
+  return kind == CeSmemKind::kWide ? split_of(p.V, p.dtype, kMaxWideCluster, kWideTargetSliceBytes)
+                                   : split_of(p.V, p.dtype, kMaxCluster, kTargetSliceBytes);
 }
 
 }  // namespace
 
-std::string ce_smem_reject(const CeParams& p, bool pipelined) {
+std::string ce_smem_reject(const CeParams& p, CeSmemKind kind) {
+  const bool pipelined = kind == CeSmemKind::kPipe;
   const int64_t vec = 16 / static_cast<int64_t>(dtype_size(p.dtype));
   if (p.V == 0) return "V = 0 (nothing to stage)";
   if (p.V % vec != 0 || p.logits_rs % vec != 0 || p.dlogits_rs % vec != 0)
@@ -529,6 +555,9 @@ std::string ce_smem_reject(const CeParams& p, bool pipelined) {
   if (pipelined && p.V * static_cast<int64_t>(dtype_size(p.dtype)) > int64_t{kMaxCluster} * kTargetSliceBytes)
     return "rows longer than 8 CTAs x 40 KiB (two larger slice buffers would leave 1-2 CTAs per SM; "
            "cuda.sm90.cluster_smem takes them)";
+  if (kind == CeSmemKind::kWide &&
+      split_for(p, kind).slice * static_cast<int64_t>(dtype_size(p.dtype)) > kMaxWideSliceBytes)
+    return "rows longer than 16 CTAs x 40 KiB (cuda.sm90.cluster_smem takes them)";
   return {};
 }
 
@@ -537,20 +566,16 @@ bool ce_smem_aligned(const CeParams& p) {
   return a % 16 == 0;
 }
 
-int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, bool pipelined) {
+int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKind kind) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    const Split sp = split_of(p.V, p.dtype);
+    const Split sp = split_for(p, kind);
     strata_status s;
     switch (p.dtype) {
-      case STRATA_DTYPE_F32:
-        s = pipelined ? launch_t<float, true>(p, sp, stream) : launch_t<float, false>(p, sp, stream);
-        break;
-      case STRATA_DTYPE_BF16:
-        s = pipelined ? launch_t<bf16_t, true>(p, sp, stream) : launch_t<bf16_t, false>(p, sp, stream);
-        break;
-      default: s = pipelined ? launch_t<f16_t, true>(p, sp, stream) : launch_t<f16_t, false>(p, sp, stream); break;
+      case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;
+      case STRATA_DTYPE_BF16: s = launch_kind<bf16_t>(p, sp, kind, stream); break;
+      default: s = launch_kind<f16_t>(p, sp, kind, stream); break;
     }
     STRATA_RETURN_IF_ERROR(s);
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_smem_rows)"));

@@ -2,7 +2,7 @@
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
 // Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_pipe, cuda.sm90.block_per_row,
-// cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cpu.<isa> for each compiled Highway target, reference.
+// cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cuda.sm90.cluster_wide, cuda.sm90.split_loss, cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
 #include <fmt/format.h>
@@ -135,23 +135,23 @@ const ImplList<CeProblem>& impls() {
     // 1.57 vs 1.07 ms loss only, bf16 [8192, 151936]: each persistent cluster runs its ~180 rows one after the
     // other, latency-bound), and it accepts a subset of cluster_smem's shapes, so after cluster_smem it is only
     // reached by STRATA_FORCE_IMPL.
-    for (const auto& [name, pipelined] :
-         {std::pair{"cuda.sm90.cluster_smem", false}, std::pair{"cuda.sm90.cluster_pipe", true}}) {
-      const bool pipe = pipelined;
+    for (const auto& [name, kind_] : {std::pair{"cuda.sm90.cluster_smem", CeSmemKind::kSmem},
+                                      std::pair{"cuda.sm90.cluster_pipe", CeSmemKind::kPipe}}) {
+      const CeSmemKind kind = kind_;
       l.push_back({name,
-                   [pipe](const CeProblem& p) {
+                   [kind](const CeProblem& p) {
                      std::string r = reject_unless_cuda(p.device, 90);
                      if (r.empty()) r = dtypes_reason(p.params);
-                     return r.empty() ? ce_smem_reject(p.params, pipe) : r;
+                     return r.empty() ? ce_smem_reject(p.params, kind) : r;
                    },
                    [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                   [pipe](const CeProblem& pr, const Launch& l) {
+                   [kind](const CeProblem& pr, const Launch& l) {
                      const CeParams p = bind(pr, l);
                      STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
                      if (!ce_smem_aligned(p))
                        return static_cast<strata_status>(
                            fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
-                     return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, pipe));
+                     return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, kind));
                    }});
     }
     for (const auto& [name, variant] :
@@ -187,6 +187,44 @@ const ImplList<CeProblem>& impls() {
                      return static_cast<strata_status>(
                          fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRowL2));
                    return static_cast<strata_status>(fused_cross_entropy_cuda_cluster(p, l.cuda_stream));
+                 }});
+    // cluster_wide: cluster_smem with up to 16 CTAs of 128 threads per row (non-portable cluster size), slices
+    // of ~20 KiB: twice the rows in flight per SM (session 5; listed last until the H200 has timed it).
+    l.push_back({"cuda.sm90.cluster_wide",
+                 [](const CeProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty()) r = dtypes_reason(p.params);
+                   return r.empty() ? ce_smem_reject(p.params, CeSmemKind::kWide) : r;
+                 },
+                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
+                 [](const CeProblem& pr, const Launch& l) {
+                   const CeParams p = bind(pr, l);
+                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
+                   if (!ce_smem_aligned(p))
+                     return static_cast<strata_status>(
+                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
+                   return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, CeSmemKind::kWide));
+                 }});
+    // split_loss: the loss alone, rows split into 32 KiB chunks of one block each (register loads, no staging,
+    // no cluster barrier); session 5, listed last until the H200 has timed it.
+    l.push_back({"cuda.sm90.split_loss",
+                 [](const CeProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty()) r = dtypes_reason(p.params);
+                   return r.empty() ? ce_split_reject(p.params) : r;
+                 },
+                 [](const CeProblem& p) { return ce_split_workspace_bytes(p.params); },
+                 [](const CeProblem& pr, const Launch& l) {
+                   const CeParams p = bind(pr, l);
+                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
+                   const size_t need = ce_split_workspace_bytes(p);
+                   if (l.workspace_size < need)
+                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", kFwd,
+                                 need, l.workspace_size);
+                   if (!ce_smem_aligned(p))
+                     return static_cast<strata_status>(
+                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
+                   return static_cast<strata_status>(fused_cross_entropy_cuda_split(p, l.cuda_stream));
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {

@@ -107,15 +107,26 @@ int fused_cross_entropy_cuda_cluster(const CeParams& p, void* stream);
 // shared memory by the bulk copy engine (one read of the logits, one write of the gradient). ce_smem_reject:
 // "" when the shape suits it (plan time: V and row strides multiples of 16 bytes, row <= 800 KiB);
 // ce_smem_aligned: the base pointers are 16-byte aligned (run time; otherwise the caller runs block_per_row).
-// pipelined (cluster_pipe) also rejects rows longer than 8 x 40 KiB (its two buffers per CTA would leave 1-2
-// CTAs per SM).
-std::string ce_smem_reject(const CeParams& p, bool pipelined);
+// kPipe (cluster_pipe) also rejects rows longer than 8 x 40 KiB (its two buffers per CTA would leave 1-2 CTAs
+// per SM); kWide (cluster_wide) rejects slices over 40 KiB (rows longer than 16 x 40 KiB).
+//   kSmem: cuda.sm90.cluster_smem (a cluster of <= 8 CTAs of 256 threads per row, one slice buffer per CTA);
+//   kPipe: cuda.sm90.cluster_pipe (persistent clusters, two slice buffers per CTA: the next row's copy is in
+//          flight while the current row is processed; 512 threads);
+//   kWide: cuda.sm90.cluster_wide (a cluster of <= 16 CTAs of 128 threads per row, non-portable cluster
+//          size: ~20 KiB slices, twice the rows in flight per SM of kSmem).
+// Same conditions (but the above) and math (another summation order per thread count, each deterministic).
+enum class CeSmemKind { kSmem, kPipe, kWide };
+std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
-// pipelined = false: cuda.sm90.cluster_smem (a cluster per row, one slice buffer per CTA); true:
-// cuda.sm90.cluster_pipe (persistent clusters, two slice buffers per CTA: the next row's copy is in flight
-// while the current row is processed). Same conditions and math (512 vs 256 threads: another summation
-// order, each deterministic).
-int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, bool pipelined);
+int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
+// cuda.sm90.split_loss (cuda_sm90.cu): the forward without a gradient, each row split into chunks of 32 KiB
+// (one block each, all of a thread's loads issued at once), chunk partials merged per row in chunk order.
+// ce_split_reject: "" for the loss alone with V and the row stride multiples of 16 bytes (plan time; the base
+// pointer's alignment is the caller's run-time check, ce_smem_aligned); ce_split_workspace_bytes: the common
+// workspace plus the [N][chunks] x 3 float partials.
+std::string ce_split_reject(const CeParams& p);
+size_t ce_split_workspace_bytes(const CeParams& p);
+int fused_cross_entropy_cuda_split(const CeParams& p, void* stream);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
 // fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
 strata_status ce_launch_count(const CeParams& p, void* stream);
