@@ -225,7 +225,7 @@ def chunk_loss_cases(device, cut):
     # different plan on CUDA: dweight f32 leaves more room for kept logits tiles)
     impls = [("strata", fwd_bwd(lambda i: sapi.chunk_loss(i["h"], i["w"], i["t"]), grads)),
              ("strata (f32 grads held)", fwd_bwd(lambda i: sapi.chunk_loss(i["h"], i["w"], i["t"],
-                                                                           accumulate_grad_in_fp32=True), grads)),
+                                                                           hold_grad_in_fp32=True), grads)),
              ("torch eager (f32 logits)", fwd_bwd(lambda i: F.cross_entropy((i["h"] @ i["w"].t()).float(), i["t"]),
                                                   grads))]
     if FLA:

@@ -165,7 +165,7 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                logit_scale: float = 1.0, softcap: Optional[float] = None, lse_square_scale: float = 0.0,
                chunk_tokens: Optional[int] = None, vocab_tile: Optional[int] = None, strategy: str = "auto",
-               accumulate_grad_in_fp32: bool = False, return_lse: bool = False):
+               accumulate_grad_in_fp32: bool = True, return_lse: bool = False, hold_grad_in_fp32: bool = False):
     """Cross entropy of the LM head hidden [..., D] . weight[V, D]^T (+ bias [V]) against labels [...] (int64),
     without storing the [N, V] logits (ops_fused.md §2, the recommended API there).
 
@@ -181,9 +181,11 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
     writes the gradients in that dtype and the backward hands the very same buffers to .grad (scaled in place
     when the upstream gradient is not 1): the peak is the gradients + the op's workspace (<= 64 MiB on CUDA
     with bf16 inputs and on every device with f32 inputs; README.md "Workspace").
-    accumulate_grad_in_fp32=True holds f32 gradients from forward to backward instead (for 16-bit inputs:
-    twice the gradients' memory, and a conversion in backward; the result differs only when the upstream
-    gradient is not 1, by one rounding)."""
+    accumulate_grad_in_fp32 (ops_fused.md §2: dW accumulated in f32) is always the case, so False is accepted
+    and changes nothing (the result is as accurate as with True). hold_grad_in_fp32=True holds f32 gradients
+    from forward to backward instead (for 16-bit inputs: about twice the gradients' memory and a conversion
+    in backward; the result differs only when the upstream gradient is not 1, by one rounding; on CUDA with
+    bf16 inputs an f32 dweight lets the plan keep more logits tiles, README.md)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"chunk_loss: reduction must be 'mean' or 'sum', got {reduction!r}")
     if strategy not in _STRATEGIES:
@@ -199,7 +201,7 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
     loss, lse = OPS["chunk_loss"](
         h, weight, bias, t, int(ignore_index), _REDUCTIONS[reduction], float(label_smoothing), float(logit_scale),
         0.0 if softcap is None else float(softcap), float(lse_square_scale), strat, int(chunk_tokens or 0),
-        int(vocab_tile or 0), with_grad, bool(accumulate_grad_in_fp32))[:2]
+        int(vocab_tile or 0), with_grad, bool(hold_grad_in_fp32))[:2]
     return (loss, lse) if return_lse else loss
 
 
@@ -210,13 +212,12 @@ def fused_linear_cross_entropy_loss(x: torch.Tensor, target: torch.Tensor, weigh
                                     reduction: str = "mean", accumulate_grad_in_fp32: bool = True) -> torch.Tensor:
     """fla's fused_linear_cross_entropy_loss argument names. num_chunks (fla's token chunk count) is mapped to
     chunk rows ceil(N / num_chunks); None lets the plan choose. accumulate_grad_in_fp32 (fla: accumulate dW
-    over the chunks in f32) is always the case inside this op, so it is accepted and not forwarded (forwarding
-    it would hold f32 gradients between forward and backward: chunk_loss's option of that name)."""
+    over the chunks in f32) is always the case inside this op (see chunk_loss)."""
     n = x.numel() // x.shape[-1] if x.shape[-1] else 0
     rows = -(-n // num_chunks) if num_chunks else None
     return chunk_loss(x, weight, target, bias, ignore_index=ignore_index, reduction=reduction,
                       label_smoothing=label_smoothing, logit_scale=logit_scale, softcap=logit_softcapping,
-                      chunk_tokens=rows)
+                      chunk_tokens=rows, accumulate_grad_in_fp32=accumulate_grad_in_fp32)
 
 
 def linear_cross_entropy(e: torch.Tensor, c: torch.Tensor, targets: torch.Tensor, bias: Optional[torch.Tensor] = None,

@@ -141,7 +141,7 @@ def test_backward_hands_the_forward_gradients_to_grad(device, dtype, upstream):
     for x in (hs, ws, bs):
         assert x.grad.dtype == dtype and x.grad.data_ptr() in saved
     _, wr = h.clone().requires_grad_(), w.clone().requires_grad_()
-    (api.chunk_loss(h, wr, t, b, accumulate_grad_in_fp32=True) * upstream).backward()
+    (api.chunk_loss(h, wr, t, b, hold_grad_in_fp32=True) * upstream).backward()
     assert rel_rms(ws.grad, wr.grad) <= (0 if dtype == torch.float32 else TOL[torch.bfloat16])
 
 
