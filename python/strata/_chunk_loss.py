@@ -86,9 +86,12 @@ def _scaled_grad(grad: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) -> tor
     nowhere else, steals it into .grad instead of cloning it. A gradient held in f32 (grad_f32) is converted
     once here. While tracing (torch.compile) the functional form is used."""
     if _traced(g) or _traced(grad):
-        return (grad * g.to(grad.dtype)).to(dtype)
-    if not bool(g == 1):  # one small device-to-host read; the forward already synchronises (target check)
-        grad.mul_(g.to(grad.dtype))
+        return (grad * g).to(dtype)
+    # One small device-to-host read (the forward already synchronises for its target check). A Python float
+    # multiplies a 16-bit tensor in f32 and rounds once, in place: g itself is not rounded to bf16 first.
+    gv = float(g)
+    if gv != 1.0:
+        grad.mul_(gv)
     return grad.detach() if grad.dtype == dtype else grad.to(dtype)
 
 

@@ -142,8 +142,10 @@ class _GradInForward(torch.autograd.Function):
         grad = ctx.saved_tensors[0].detach()  # an alias of the logits' storage (see _InplaceBackward.backward)
         if ctx.reduction == 0:
             grad.mul_(dloss.to(grad.dtype).unsqueeze(-1))
-        elif not bool(torch.all(dloss == 1.0)):
-            grad.mul_(dloss.to(grad.dtype))
+        else:  # a scalar: as a Python float it multiplies in f32 (one rounding), not rounded to bf16 first
+            gv = float(dloss)
+            if gv != 1.0:
+                grad.mul_(gv)
         return (grad, None) + (None,) * 6
 
 
