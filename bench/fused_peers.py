@@ -186,8 +186,14 @@ def cross_entropy_cases(device, cut):
         return {"logits": leaf(logits), "t": torch.randint(0, v, (n,), device=device)}
 
     grads = lambda i: (i["logits"],)  # noqa: E731
-    impls = [("strata (in place)", fwd_bwd(lambda i: sapi.fused_cross_entropy(i["logits"], i["t"],
-                                                                             inplace_backward=True), grads)),
+    # strata's two in-place modes: fla's (forward kernel, then a backward kernel writing the gradient into the
+    # logits) and Liger's (one kernel writes the loss and, into the logits, the gradient; backward is a no-op
+    # for an upstream gradient of 1)
+    # (the speedup column is against the first Strata row: the one-kernel mode, as Liger's)
+    impls = [("strata (grad in fwd)", fwd_bwd(lambda i: sapi.fused_cross_entropy(i["logits"], i["t"],
+                                                                                grad_in_forward=True), grads)),
+             ("strata (in place bwd)", fwd_bwd(lambda i: sapi.fused_cross_entropy(i["logits"], i["t"],
+                                                                                 inplace_backward=True), grads)),
              ("torch eager (f32 upcast)", fwd_bwd(lambda i: F.cross_entropy(i["logits"].float(), i["t"]), grads))]
     if FLA:
         impls.append(("fla (in place)", fwd_bwd(lambda i: FLA["cross_entropy"](i["logits"], i["t"],
@@ -214,7 +220,12 @@ def chunk_loss_cases(device, cut):
         return {"h": leaf(h), "w": leaf(w), "t": torch.randint(0, v, (n,), device=device)}
 
     grads = lambda i: (i["h"], i["w"])  # noqa: E731
+    # strata: gradients in the inputs' dtype written by the forward and handed to .grad (peak: gradients + the
+    # <= 64 MiB workspace); "f32 grads held" keeps f32 gradients between forward and backward (more memory, a
+    # different plan on CUDA: dweight f32 leaves more room for kept logits tiles)
     impls = [("strata", fwd_bwd(lambda i: sapi.chunk_loss(i["h"], i["w"], i["t"]), grads)),
+             ("strata (f32 grads held)", fwd_bwd(lambda i: sapi.chunk_loss(i["h"], i["w"], i["t"],
+                                                                           hold_grad_in_fp32=True), grads)),
              ("torch eager (f32 logits)", fwd_bwd(lambda i: F.cross_entropy((i["h"] @ i["w"].t()).float(), i["t"]),
                                                   grads))]
     if FLA:
@@ -226,6 +237,20 @@ def chunk_loss_cases(device, cut):
     if CCE and device == "cuda":
         impls.append(("cut-cross-entropy", fwd_bwd(lambda i: CCE(i["h"], i["w"], i["t"]), grads)))
     return [("chunk_loss fwd+bwd", f"{str(dt)[6:]} N={n} D={d} V={v}", 0, make, impls)]
+
+
+def compare_all(results):
+    """compare_with_peers for a case with one or more Strata rows (the first is the reference of the speedup
+    column); every Strata row gets its own difference from the first peer's output."""
+    mine = [r for r in results if r["impl"].startswith("strata")]
+    peers = [r for r in results if not r["impl"].startswith("strata")]
+    first_peer = next((r for r in peers if "output" in r), None)
+    for r in mine[1:]:
+        if "output" in r and first_peer is not None:
+            r["max_abs_diff_vs_torch"] = (r["output"].float() - first_peer["output"].float()).abs().max().item()
+    compare_with_peers(mine[:1] + peers)
+    for r in mine:
+        r.pop("output", None)
 
 
 CASES = {"rms_norm_gated": rms_norm_gated_cases, "clipped_swiglu": clipped_swiglu_cases,
@@ -287,7 +312,7 @@ def main():
                 results.append(row)
                 if device == "cuda":
                     torch.cuda.empty_cache()
-            compare_with_peers(results)
+            compare_all(results)
             rows.extend(results)
     print_table(rows)
     if device == "cuda":

@@ -72,13 +72,36 @@ def _fwd_setup(ctx, inputs, output):
         ctx.save_for_backward(hidden, weight, bias, target, lse)
 
 
+def _traced(t: torch.Tensor) -> bool:
+    """True while torch.compile / AOTAutograd traces (fake or functional tensor subclasses, or dynamo)."""
+    comp = getattr(torch, "compiler", None)
+    return type(t) is not torch.Tensor or bool(comp is not None and hasattr(comp, "is_compiling")
+                                               and comp.is_compiling())
+
+
+def _scaled_grad(grad: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient computed in the forward (for an upstream gradient of 1) times the upstream gradient g, in
+    the input's dtype, without a copy in eager mode: scaled in place (skipped when g == 1: the usual
+    loss.backward()), and returned as a fresh alias (.detach()) so that AccumulateGrad, seeing it referenced
+    nowhere else, steals it into .grad instead of cloning it. A gradient held in f32 (grad_f32) is converted
+    once here. While tracing (torch.compile) the functional form is used."""
+    if _traced(g) or _traced(grad):
+        return (grad * g).to(dtype)
+    # One small device-to-host read (the forward already synchronises for its target check). A Python float
+    # multiplies a 16-bit tensor in f32 and rounds once, in place: g itself is not rounded to bf16 first.
+    gv = float(g)
+    if gv != 1.0:
+        grad.mul_(gv)
+    return grad.detach() if grad.dtype == dtype else grad.to(dtype)
+
+
 def _fwd_backward(ctx, dloss, dlse, ddh, ddw, ddb):
     if ctx.with_grad:
         dh, dw, db = ctx.saved_tensors
         g = dloss.to(torch.float32 if dh.dtype != torch.float64 else torch.float64)
-        out_h = (dh * g).to(ctx.dtypes[0])
-        out_w = (dw * g).to(ctx.dtypes[1])
-        out_b = (db * g).to(ctx.dtypes[2]) if ctx.has_bias else None
+        out_h = _scaled_grad(dh, g, ctx.dtypes[0])
+        out_w = _scaled_grad(dw, g, ctx.dtypes[1])
+        out_b = _scaled_grad(db, g, ctx.dtypes[2]) if ctx.has_bias else None
     else:
         hidden, weight, bias, target, lse = ctx.saved_tensors
         out_h, out_w, out_b = OPS["chunk_loss_bwd"](hidden, weight, bias, target, lse, dloss.to(lse.dtype),
@@ -145,7 +168,7 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
                logit_scale: float = 1.0, softcap: Optional[float] = None, lse_square_scale: float = 0.0,
                chunk_tokens: Optional[int] = None, vocab_tile: Optional[int] = None, strategy: str = "auto",
-               accumulate_grad_in_fp32: bool = True, return_lse: bool = False):
+               accumulate_grad_in_fp32: bool = True, return_lse: bool = False, hold_grad_in_fp32: bool = False):
     """Cross entropy of the LM head hidden [..., D] . weight[V, D]^T (+ bias [V]) against labels [...] (int64),
     without storing the [N, V] logits (ops_fused.md §2, the recommended API there).
 
@@ -153,9 +176,19 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
     label_smoothing eps, logit_scale s, softcap (Gemma-2 tanh capping; None = off), lse_square_scale (z-loss)
     as in fla/Liger. strategy: "auto", "token_chunked" (gradients in forward, 3 GEMMs) or "vocab_tiled"
     (recompute in backward, 4 GEMMs); chunk_tokens / vocab_tile override the sizes the plan picks from its
-    64 MiB budget. accumulate_grad_in_fp32: keep the gradients in f32 between forward and backward (the op
-    then accumulates dweight in place instead of in an f32 workspace). Differentiable in hidden, weight and
-    bias. Returns loss (f32 scalar), and lse [N] f32 with return_lse."""
+    64 MiB budget. Differentiable in hidden, weight and bias. Returns loss (f32 scalar), and lse [N] f32 with
+    return_lse.
+
+    Memory: the op accumulates in f32 inside (in its workspace, or in the gradient buffers' own storage) and
+    rounds each gradient once into the inputs' dtype, so by default ("auto" / "token_chunked") the forward
+    writes the gradients in that dtype and the backward hands the very same buffers to .grad (scaled in place
+    when the upstream gradient is not 1): the peak is the gradients + the op's workspace (<= 64 MiB on CUDA
+    with bf16 inputs and on every device with f32 inputs; README.md "Workspace").
+    accumulate_grad_in_fp32 (ops_fused.md §2: dW accumulated in f32) is always the case, so False is accepted
+    and changes nothing (the result is as accurate as with True). hold_grad_in_fp32=True holds f32 gradients
+    from forward to backward instead (for 16-bit inputs: about twice the gradients' memory and a conversion
+    in backward; the result differs only when the upstream gradient is not 1, by one rounding; on CUDA with
+    bf16 inputs an f32 dweight lets the plan keep more logits tiles, README.md)."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"chunk_loss: reduction must be 'mean' or 'sum', got {reduction!r}")
     if strategy not in _STRATEGIES:
@@ -171,7 +204,7 @@ def chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
     loss, lse = OPS["chunk_loss"](
         h, weight, bias, t, int(ignore_index), _REDUCTIONS[reduction], float(label_smoothing), float(logit_scale),
         0.0 if softcap is None else float(softcap), float(lse_square_scale), strat, int(chunk_tokens or 0),
-        int(vocab_tile or 0), with_grad, bool(accumulate_grad_in_fp32))[:2]
+        int(vocab_tile or 0), with_grad, bool(hold_grad_in_fp32))[:2]
     return (loss, lse) if return_lse else loss
 
 
@@ -181,7 +214,8 @@ def fused_linear_cross_entropy_loss(x: torch.Tensor, target: torch.Tensor, weigh
                                     logit_softcapping: Optional[float] = None, num_chunks: Optional[int] = None,
                                     reduction: str = "mean", accumulate_grad_in_fp32: bool = True) -> torch.Tensor:
     """fla's fused_linear_cross_entropy_loss argument names. num_chunks (fla's token chunk count) is mapped to
-    chunk rows ceil(N / num_chunks); None lets the plan choose."""
+    chunk rows ceil(N / num_chunks); None lets the plan choose. accumulate_grad_in_fp32 (fla: accumulate dW
+    over the chunks in f32) is always the case inside this op (see chunk_loss)."""
     n = x.numel() // x.shape[-1] if x.shape[-1] else 0
     rows = -(-n // num_chunks) if num_chunks else None
     return chunk_loss(x, weight, target, bias, ignore_index=ignore_index, reduction=reduction,

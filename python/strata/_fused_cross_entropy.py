@@ -118,7 +118,10 @@ class _InplaceBackward(torch.autograd.Function):
         logits, target, lse = ctx.saved_tensors
         dloss = dloss.to(lse.dtype).contiguous()
         launch(OP.fused_cross_entropy_bwd, (logits, target, lse, dloss, logits), tuple(ctx.attrs))
-        return (logits, None) + (None,) * len(ctx.attrs)
+        # A fresh alias (.detach()) of the logits' storage, not the saved tensor itself: the leaf the caller
+        # holds shares the saved TensorImpl, so AccumulateGrad would see use_count > 1 and clone [N, V] into
+        # .grad; the alias is referenced only here, so it is stolen and .grad aliases the logits (no copy).
+        return (logits.detach(), None) + (None,) * len(ctx.attrs)
 
 
 class _GradInForward(torch.autograd.Function):
@@ -136,11 +139,13 @@ class _GradInForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, dlse, dz):
-        (grad,) = ctx.saved_tensors
+        grad = ctx.saved_tensors[0].detach()  # an alias of the logits' storage (see _InplaceBackward.backward)
         if ctx.reduction == 0:
             grad.mul_(dloss.to(grad.dtype).unsqueeze(-1))
-        elif not bool(torch.all(dloss == 1.0)):
-            grad.mul_(dloss.to(grad.dtype))
+        else:  # a scalar: as a Python float it multiplies in f32 (one rounding), not rounded to bf16 first
+            gv = float(dloss)
+            if gv != 1.0:
+                grad.mul_(gv)
         return (grad, None) + (None,) * 6
 
 

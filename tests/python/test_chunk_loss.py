@@ -120,6 +120,49 @@ def test_gradients_accumulate_into_grad():
     torch.testing.assert_close(ws.grad, 2 * once)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_cuda])])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("upstream", [1.0, 0.625])
+def test_backward_hands_the_forward_gradients_to_grad(device, dtype, upstream):
+    """The gradients written by the forward are the very buffers that land in .grad (scaled in place when the
+    upstream gradient is not 1): no copy, no f32 intermediate. The saved-tensor pack hook sees the forward's
+    gradient buffers; .grad must have their addresses and the inputs' dtype."""
+    h, w, b, t = make(40, 32, 300, dtype, device, bias=True)
+    hs, ws, bs = (x.clone().requires_grad_() for x in (h, w, b))
+    saved = []
+
+    def pack(x):
+        saved.append(x.data_ptr())
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        loss = api.chunk_loss(hs, ws, t, bs)
+    (loss * upstream).backward()
+    for x in (hs, ws, bs):
+        assert x.grad.dtype == dtype and x.grad.data_ptr() in saved
+    _, wr = h.clone().requires_grad_(), w.clone().requires_grad_()
+    (api.chunk_loss(h, wr, t, b, hold_grad_in_fp32=True) * upstream).backward()
+    assert rel_rms(ws.grad, wr.grad) <= (0 if dtype == torch.float32 else TOL[torch.bfloat16])
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_peak_is_gradients_plus_workspace():
+    """Issue target: fwd+bwd through Python peaks at the gradients' size + 64 MiB (bf16; the plan's workspace
+    and the row buffers), measured by torch's allocator above the inputs."""
+    N, D, V = 2048, 512, 32000
+    h, w, b, t = make(N, D, V, torch.bfloat16, "cuda")
+    hs, ws = h.clone().requires_grad_(), w.clone().requires_grad_()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    api.chunk_loss(hs, ws, t).backward()
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    grads = (N * D + V * D) * 2
+    assert extra <= grads + (64 << 20) + (1 << 20), f"peak {extra / 2**20:.1f} MiB, gradients {grads / 2**20:.1f} MiB"
+
+
 def test_return_lse_and_public_names():
     h, w, b, t = make(20, 16, 50, torch.float32, "cpu", bias=True)
     loss, lse = api.chunk_loss(h, w, t, b, return_lse=True)

@@ -111,6 +111,43 @@ def test_inplace_modes_give_the_same_gradient(device, reduction):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+@pytest.mark.parametrize("mode", ["inplace_backward", "grad_in_forward", "fla functional", "module"])
+def test_inplace_modes_copy_nothing(device, reduction, mode):
+    """In place means no [N, V] copy anywhere: .grad is the logits' own storage (AccumulateGrad stole the
+    gradient instead of cloning it) and, on CUDA, the call's peak above the inputs is far below one logits
+    buffer (loss/lse/z_loss rows and the target check only)."""
+    N, V = 64, 4099
+    logits, target = make(N, V, torch.bfloat16, device)
+    x = logits.clone().requires_grad_()
+    g = torch.rand(N, device=device) + 0.5 if reduction == "none" else torch.tensor(1.0, device=device)
+    cuda = x.is_cuda
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    if mode == "fla functional":
+        loss = api.cross_entropy_loss(x, target, inplace_backward=True)[0]
+        loss = loss if reduction == "none" else loss.sum()
+    elif mode == "module":
+        loss = api.FusedCrossEntropyLoss(reduction=reduction, inplace_backward=True)(x, target)
+    else:
+        loss = api.fused_cross_entropy(x, target, reduction=reduction, **{mode: True})
+    loss.backward(g)
+    assert x.grad is not None and x.grad.data_ptr() == x.data_ptr()
+    assert x.grad.dtype == x.dtype and x.grad.shape == x.shape
+    if cuda:
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base
+        assert extra < N * V * x.element_size() // 4, f"peak {extra} B above the inputs: a logits-sized copy"
+    # and it is the right gradient
+    ref = logits.clone().requires_grad_()
+    red = "sum" if mode == "fla functional" and reduction == "mean" else reduction  # per-row losses, summed
+    api.fused_cross_entropy(ref, target, reduction=red).backward(g)
+    assert rel_rms(x.grad, ref.grad) <= TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_all_ignored_and_huge_logits(device):
     logits, target = make(6, 500, torch.float32, device, ignore_every=1)
     x = logits.clone().requires_grad_()
