@@ -60,10 +60,11 @@ namespace tv = strata::tile::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)): the shared vector exp of tile/cpu/math-inl.h (whole float range) and its
-// reciprocal (on AVX-512 the 14-bit estimate and one Newton step; a vector division costs about as much as
-// the rest of the row's arithmetic there; the other targets divide).
-HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::FastSigmoid(df, u); }
+// sigma(u) = 1 / (1 + exp(-u)): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range) for the
+// activations' dtype T: for bf16/f16 the reduced-precision one (relative error < 4e-6, far below their
+// rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
+template <class T>
+HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::SigmoidFor<T>(df, u); }
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
@@ -82,7 +83,7 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
     if (next) tv::PrefetchAhead<kStep, 0>(next + j);
     VF acc = hn::LoadU(df, bt + j);
     for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
-    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
+    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
     if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
     tv::StoreOut<kStream, kNative>(df, acc, y + j);
   }
@@ -113,7 +114,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
       VF acc = hn::LoadU(df, bt + j);
       for (int k = 0; k < Wn; ++k)
         acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
-      const VF s = Sigmoid(df, acc);
+      const VF s = Sigmoid<T>(df, acc);
       const VF one = hn::Set(df, 1.f);
       gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
     }

@@ -41,11 +41,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigmoid(v) = 1 / (1 + exp(-v)): the shared vector exp and reciprocal of tile/cpu/math-inl.h.
-HWY_INLINE VF Sigmoid(DF df, VF v) { return tv::FastSigmoid(df, v); }
-// act(v) into a, act'(v) into ag (when ag is wanted).
+// act(v) into a, act'(v) into ag (when ag is wanted). sigmoid(v) = 1 / (1 + exp(-v)) is the shared vector
+// sigmoid of tile/cpu/math-inl.h for the activations' dtype T: for bf16/f16 rows the reduced-precision one
+// (relative error < 4e-6, far below their rounding; the kernels are compute-bound on the sigmoid).
+template <class T>
 HWY_INLINE VF Act(DF df, int32_t act, VF v, VF* ag) {
-  const VF s = Sigmoid(df, v), one = hn::Set(df, 1.f);
+  const VF s = tv::SigmoidFor<T>(df, v), one = hn::Set(df, 1.f);
   const VF oms = hn::Sub(one, s);
   if (act == kActSilu) {
     if (ag) *ag = hn::Mul(s, hn::MulAdd(v, oms, one));
@@ -195,7 +196,7 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
 #pragma GCC unroll 8
   for (int k = 0; k < NV; ++k) {
     h[k] = tv::LoadF32(df, xr + k * N);
-    a[k] = Act(df, act, tv::LoadF32(df, zr + k * N), nullptr);
+    a[k] = Act<TX>(df, act, tv::LoadF32(df, zr + k * N), nullptr);
     if (!nbg) h[k] = hn::Mul(h[k], a[k]);
   }
   VF acc = hn::Zero(df);
@@ -293,7 +294,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       // z <- act(z); gate_before_norm: h <- h * act(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
-        const VF a = Act(df, act, hn::LoadU(df, z + j), nullptr);
+        const VF a = Act<TX>(df, act, hn::LoadU(df, z + j), nullptr);
         hn::StoreU(a, df, z + j);
         if (!nbg) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
       }
@@ -360,7 +361,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
       int64_t j = 0;
       for (; j + N <= D; j += N) {
         VF vg;
-        const VF a = Act(df, act, hn::LoadU(df, z + j), &vg);
+        const VF a = Act<TX>(df, act, hn::LoadU(df, z + j), &vg);
         hn::StoreU(a, df, z + j);
         hn::StoreU(vg, df, ag + j);
       }
