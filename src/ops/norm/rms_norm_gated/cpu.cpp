@@ -262,6 +262,77 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
   return true;
 }
 
+// A long row with unit column strides and no residual, straight from its bf16/f16/f32 storage: per group of G
+// features, pass A reads x and z once from memory (prefetched), forms h (x, or x act(z) gate-before-norm) and
+// its sum of squares, and keeps act(z) (norm-before-gate) or h in the f32 row `sa` (G floats, in L1); pass B
+// writes y from it (and from x again, now in L1, norm-before-gate). Two sweeps of a group instead of the
+// general path's six over f32 scratch rows (load x, load z, act, sum, normalize, store); the same values in
+// the same order (DotF32's accumulation), so the same bits as that path.
+template <bool kStream, class TX>
+HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
+                              int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* HWY_RESTRICT w,
+                              const float* HWY_RESTRICT b, int64_t D, int64_t G, float inv_g, float eps, bool nbg,
+                              int32_t act, float* HWY_RESTRICT sa) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(TX));
+  for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
+    const TX* x = xr + j0;
+    const TX* z = zr + j0;
+    // Pass A. h of vector pairs into a0 / a1, a lone last vector into a0, then the lane sum and the tail.
+    auto vec_h = [&](int64_t k) {
+      tv::PrefetchAhead<kStep>(x + k);
+      tv::PrefetchAhead<kStep>(z + k);
+      const VF xv = tv::LoadF32(df, x + k);
+      const VF a = Act<TX>(df, act, tv::LoadF32(df, z + k), nullptr);
+      const VF h = nbg ? xv : hn::Mul(xv, a);
+      hn::StoreU(nbg ? a : h, df, sa + k);
+      return h;
+    };
+    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+    int64_t k = 0;
+    for (; k + 2 * N <= G; k += 2 * N) {
+      const VF h0 = vec_h(k), h1 = vec_h(k + N);
+      a0 = hn::MulAdd(h0, h0, a0);
+      a1 = hn::MulAdd(h1, h1, a1);
+    }
+    for (; k + N <= G; k += N) {
+      const VF h0 = vec_h(k);
+      a0 = hn::MulAdd(h0, h0, a0);
+    }
+    float ss = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    for (; k < G; ++k) {
+      const float a = ActS(act, to_f32(z[k]));
+      const float h = nbg ? to_f32(x[k]) : to_f32(x[k]) * a;
+      sa[k] = nbg ? a : h;
+      ss += h * h;
+    }
+    const float rs = 1.f / std::sqrt(ss * inv_g + eps);
+    store_elem(rstd, rstd_dtype, so + g * rstd_col, rs);
+    // Pass B.
+    const VF vr = hn::Set(df, rs);
+    const float* wg = w + j0;
+    const float* bg = b + j0;
+    TX* y = yr + j0;
+    k = 0;
+    for (; k + N <= G; k += N) {
+      VF o;
+      if (nbg) {
+        o = hn::Mul(hn::MulAdd(hn::Mul(tv::LoadF32(df, x + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k)),
+                    hn::LoadU(df, sa + k));
+      } else {
+        o = hn::MulAdd(hn::Mul(hn::LoadU(df, sa + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k));
+      }
+      tv::StoreOut<kStream, false>(df, o, y + k);
+    }
+    for (; k < G; ++k) {
+      float o = (nbg ? to_f32(x[k]) : sa[k]) * rs * wg[k] + bg[k];
+      if (nbg) o *= sa[k];
+      y[k] = from_f32<TX>(o);
+    }
+  }
+}
+
 template <class TX>
 void FwdRows(const RmsNormGatedFwdParams& p) {
   const DF df;
@@ -276,8 +347,28 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   const bool nbg = p.norm_before_gate;
   const int32_t act = p.act;
   const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
+  // Rows that LongRowDirect takes (unit column strides, no residual).
+  const bool direct = !p.residual && !p.residual_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
+                      p.y_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (ShortRows<TX>(p, r0, r1, w.data(), b.data(), stream)) {
+      if (stream) hwy::FlushStream();
+      return;
+    }
+    if (direct) {
+      float* sa = ThreadRows(G);
+      for (int64_t r = r0; r < r1; ++r) {
+        TX* yr = static_cast<TX*>(p.y) + p.y_rows.row_offset(r);
+        const TX* xr = static_cast<const TX*>(p.x) + p.x_rows.row_offset(r);
+        const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
+        // Non-temporal stores need whole 16-byte-or-wider vectors at every group start.
+        if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, yr))
+          LongRowDirect<true>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+                              w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
+        else
+          LongRowDirect<false>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+                               w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
+      }
       if (stream) hwy::FlushStream();
       return;
     }
