@@ -12,12 +12,18 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-template <bool kSigmoid>
+// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp.
+template <int kKind>
 HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   int64_t i = 0;
-  auto f = [&](auto v) { return kSigmoid ? FastSigmoid(df, v) : FastExp(df, v); };
+  auto f = [&](auto v) {
+    if constexpr (kKind == 0) return FastExp(df, v);
+    else if constexpr (kKind == 1) return FastSigmoid(df, v);
+    else if constexpr (kKind == 2) return ExpLp(df, v);
+    else return SigmoidLp(df, v);
+  };
   for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
   if (i < n) {  // the tail through a padded vector, so it takes the same code path
     alignas(64) float buf[hn::MaxLanes(df)] = {};
@@ -26,8 +32,10 @@ HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
     for (int64_t j = i; j < n; ++j) y[j] = buf[j - i];
   }
 }
-void FastExpArray(const float* x, float* y, int64_t n) { Apply<false>(x, y, n); }
-void FastSigmoidArray(const float* x, float* y, int64_t n) { Apply<true>(x, y, n); }
+void FastExpArray(const float* x, float* y, int64_t n) { Apply<0>(x, y, n); }
+void FastSigmoidArray(const float* x, float* y, int64_t n) { Apply<1>(x, y, n); }
+void ExpLpArray(const float* x, float* y, int64_t n) { Apply<2>(x, y, n); }
+void SigmoidLpArray(const float* x, float* y, int64_t n) { Apply<3>(x, y, n); }
 
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -36,7 +44,11 @@ HWY_AFTER_NAMESPACE();
 namespace strata::tile {
 HWY_EXPORT(FastExpArray);
 HWY_EXPORT(FastSigmoidArray);
+HWY_EXPORT(ExpLpArray);
+HWY_EXPORT(SigmoidLpArray);
 FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
+FastMathArrayFn exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpLpArray, hwy_target); }
+FastMathArrayFn sigmoid_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(SigmoidLpArray, hwy_target); }
 }  // namespace strata::tile
 #endif

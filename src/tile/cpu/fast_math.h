@@ -10,5 +10,8 @@ using FastMathArrayFn = void (*)(const float* x, float* y, int64_t n);
 // y[i] = exp(x[i]) / sigmoid(x[i]) compiled for `hwy_target` (tile::cpu_isas()); nullptr if not compiled.
 FastMathArrayFn fast_exp_for(int64_t hwy_target);
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target);
+// The reduced-precision ExpLp / SigmoidLp (for bf16/f16 results), likewise.
+FastMathArrayFn exp_lp_for(int64_t hwy_target);
+FastMathArrayFn sigmoid_lp_for(int64_t hwy_target);
 
 }  // namespace strata::tile

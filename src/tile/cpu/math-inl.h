@@ -82,6 +82,75 @@ HWY_INLINE hn::Vec<DF> FastSigmoid(DF df, hn::Vec<DF> v) {
   return RecipGe1(df, hn::Add(hn::Set(df, 1.f), FastExp(df, hn::Neg(v))));
 }
 
+// ---- Reduced-precision exp / sigmoid for results that are rounded to bf16 or f16 ----
+// A bf16 result keeps 8 significant bits (half an ulp is 2^-9 = 2e-3 relative), an f16 one 11 (2.4e-4); the
+// f32-accurate functions above spend about half of a SiLU / SwiGLU row kernel's instructions on bits that this
+// rounding removes (the kernels are compute-bound on 2 AVX-512 cores at about half the copy rate). These keep
+// the relative error below 4e-6 over the whole float range (measured by tests/cpp/test_tile_fast_math.cpp):
+// 1/60 of an f16 half-ulp, 1/500 of a bf16 one, so a rounded result differs from the f32-accurate one only
+// where that lies within 4e-6 of a rounding boundary. Callers use them only for values that go straight into
+// a bf16/f16 output; f32 outputs and saved statistics keep FastExp / FastSigmoid.
+//
+// ExpLp(x) = 2^t, t = x log2 e (one rounding: |error| <= 2^-18 ln 2 = 2.6e-6 relative for |t| < 128), split
+// as n = round(t), f = t - n (exact) in [-1/2, 1/2], 2^f by a degree-5 polynomial (relative error 1.5e-7,
+// coefficients fitted for the minimax relative error), times 2^n (vscalefps on AVX-512, the exponent field
+// elsewhere). x is clamped to [-87, 88] first, so n stays in [-126, 127] and the result is normal and finite:
+// ExpLp(x) for x < -87 is e^-87 = 1.6e-38 instead of the (subnormal) true value, and for x > 88 it is e^88 =
+// 1.7e38 instead of up to +inf; callers use it only where either is exact after their arithmetic (1 / (1 +
+// e), a sum with the row maximum subtracted). The clamp is written max(lo, x), min(hi, .), whose x86
+// instructions return the second operand when one is NaN, so NaN stays NaN without a blend; the scalar /
+// EMU128 targets (whose Min / Max drop a NaN) blend it back. About 12 vector operations on AVX-512.
+template <class DF>
+HWY_INLINE hn::Vec<DF> ExpLp(DF df, hn::Vec<DF> x) {
+  const auto xc = hn::Min(hn::Set(df, 88.0f), hn::Max(hn::Set(df, -87.0f), x));
+  const auto t = hn::Mul(xc, hn::Set(df, 1.44269504088896341f));
+  const auto n = hn::Round(t);
+  const auto f = hn::Sub(t, n);
+  auto p = hn::Set(df, 1.327647129073739e-3f);
+  p = hn::MulAdd(p, f, hn::Set(df, 9.675541892647743e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550713092088699e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.4022120237350464e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931469440460205e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0000001192092896f));
+#if STRATA_HWY_IS_AVX512
+  const auto y = hn::Vec<DF>{_mm512_scalef_ps(p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  // n in [-126, 127]: 2^n is the normal float with exponent field n + 127.
+  const auto s = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  const auto y = hn::Mul(p, s);
+#endif
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  return hn::IfThenElse(hn::IsNaN(x), x, y);
+#else
+  return y;
+#endif
+}
+
+// sigmoid(v) = 1 / (1 + ExpLp(-v)) for bf16/f16 results: relative error below 4e-6 (ExpLp's error times
+// e / (1 + e) <= 1, plus the reciprocal's). 1 + ExpLp(-v) is finite and >= 1, so on AVX-512 the 14-bit
+// reciprocal estimate and one Newton step need no guard for infinity (RecipGe1's blend); for v < -87 the result
+// is 1 / (1 + e^88) = 6e-39 or less where the true value is smaller still (an absolute error below FLT_MIN).
+// NaN gives NaN.
+template <class DF>
+HWY_INLINE hn::Vec<DF> SigmoidLp(DF df, hn::Vec<DF> v) {
+  const auto d = hn::Add(hn::Set(df, 1.f), ExpLp(df, hn::Neg(v)));
+#if STRATA_HWY_IS_AVX512
+  const auto est = hn::ApproximateReciprocal(d);
+  return hn::Mul(est, hn::NegMulAdd(d, est, hn::Set(df, 2.f)));
+#else
+  return hn::Div(hn::Set(df, 1.f), d);
+#endif
+}
+
+// The sigmoid for a kernel whose values are rounded to T: SigmoidLp for bf16 / f16 (2-byte types), FastSigmoid
+// for f32.
+template <class T, class DF>
+HWY_INLINE hn::Vec<DF> SigmoidFor(DF df, hn::Vec<DF> v) {
+  if constexpr (sizeof(T) == 2) return SigmoidLp(df, v);
+  else return FastSigmoid(df, v);
+}
+
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -33,14 +33,17 @@ constexpr int64_t kStreamBytes = 4 << 20;
 struct PairV {
   VF a, bb, s;
 };
+// T: the activations' dtype; bf16/f16 rows take the reduced-precision sigmoid (tile/cpu/math-inl.h, relative
+// error < 4e-6, far below their rounding), which halves the row's arithmetic (the kernel is compute-bound).
+template <class T>
 HWY_INLINE PairV Pair(DF df, VF A, VF B, VF alpha, VF limit, VF bias) {
   const VF nlimit = hn::Neg(limit);
   PairV r;
   r.a = hn::IfThenElse(hn::Gt(A, limit), limit, A);
   const VF b = hn::IfThenElse(hn::Gt(B, limit), limit, hn::IfThenElse(hn::Lt(B, nlimit), nlimit, B));
   r.bb = hn::Add(b, bias);
-  // s = sigmoid(alpha a): the shared vector exp and reciprocal of tile/cpu/math-inl.h (whole float range).
-  r.s = tv::FastSigmoid(df, hn::Mul(alpha, r.a));
+  // s = sigmoid(alpha a): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range).
+  r.s = tv::SigmoidFor<T>(df, hn::Mul(alpha, r.a));
   return r;
 }
 
@@ -144,7 +147,7 @@ void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr)
     VF A, B;
     PrefetchPairs(xr, I, i, inter);
     PairsDirect(df, xr, I, i, inter, A, B);
-    const PairV q = Pair(df, A, B, alpha, limit, bias);
+    const PairV q = Pair<T>(df, A, B, alpha, limit, bias);
     VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
     if (has_p) out = hn::Mul(out, vp);
     tv::StoreOut<kStream, false>(df, out, yr + i);
@@ -191,7 +194,7 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
       for (; i + N <= I; i += N) {
         VF A, B;
         PairsAt(df, xs.data(), I, i, inter, A, B);
-        const PairV q = Pair(df, A, B, alpha, limit, bias);
+        const PairV q = Pair<T>(df, A, B, alpha, limit, bias);
         VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
         if (has_p) out = hn::Mul(out, vp);
         hn::StoreU(out, df, ys.data() + i);
@@ -214,9 +217,10 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
 struct GradV {
   VF dA, dB;
 };
+template <class T>
 HWY_INLINE GradV PairGrad(DF df, VF A, VF B, VF gy, VF vp, bool has_p, VF alpha, VF limit, VF bias, VF& acc) {
   const VF one = hn::Set(df, 1.f);
-  const PairV q = Pair(df, A, B, alpha, limit, bias);
+  const PairV q = Pair<T>(df, A, B, alpha, limit, bias);
   const VF g = has_p ? hn::Mul(gy, vp) : gy;
   const VF as = hn::Mul(q.a, q.s);
   acc = hn::MulAdd(hn::Mul(as, q.bb), gy, acc);
@@ -240,7 +244,7 @@ float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T
     PrefetchPairs(xr, I, i, inter);
     tv::PrefetchAhead<static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T))>(dyr + i);
     PairsDirect(df, xr, I, i, inter, A, B);
-    const GradV d = PairGrad(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
+    const GradV d = PairGrad<T>(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
     StorePairsDirect<kStream>(df, dxr, I, i, inter, d.dA, d.dB);
   }
   float dp = hn::GetLane(hn::SumOfLanes(df, acc));
@@ -292,7 +296,7 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
         for (; i + N <= I; i += N) {
           VF A, B;
           PairsAt(df, xs.data(), I, i, inter, A, B);
-          const GradV d = PairGrad(df, A, B, hn::LoadU(df, gs.data() + i), vp, has_p, alpha, limit, bias, acc);
+          const GradV d = PairGrad<T>(df, A, B, hn::LoadU(df, gs.data() + i), vp, has_p, alpha, limit, bias, acc);
           if (inter) {
             hn::StoreInterleaved2(d.dA, d.dB, df, ds.data() + 2 * i);
           } else {

@@ -60,10 +60,11 @@ namespace tv = strata::tile::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)): the shared vector exp of tile/cpu/math-inl.h (whole float range) and its
-// reciprocal (on AVX-512 the 14-bit estimate and one Newton step; a vector division costs about as much as
-// the rest of the row's arithmetic there; the other targets divide).
-HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::FastSigmoid(df, u); }
+// sigma(u) = 1 / (1 + exp(-u)): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range) for the
+// activations' dtype T: for bf16/f16 the reduced-precision one (relative error < 4e-6, far below their
+// rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
+template <class T>
+HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::SigmoidFor<T>(df, u); }
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
@@ -82,7 +83,7 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
     if (next) tv::PrefetchAhead<kStep, 0>(next + j);
     VF acc = hn::LoadU(df, bt + j);
     for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
-    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid(df, acc));
+    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
     if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
     tv::StoreOut<kStream, kNative>(df, acc, y + j);
   }
@@ -92,6 +93,57 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
     if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
     if (res) acc += to_f32(res[j]);
     y[j] = from_f32<T>(acc);
+  }
+}
+
+// ---- forward: a whole time tile whose tokens all take the vector path, swept column by column ----
+// Columns of 2 vectors (one 64-byte line of bf16) walk the tile's tokens in order with the W-1 previous x
+// vectors kept converted in registers and the chunk's weights and bias in registers: each x element is loaded
+// and converted once instead of W times (FwdRow reads every tap row), and no weight is reloaded per token. The
+// arithmetic is FwdRow's (bias, then the taps in k order), so the results are the same bits. x0 / y0 / r0:
+// token t0 of the tile at the chunk's first channel; xs / ys / rs: token strides; nt tokens.
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void FwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
+                             const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
+                             T* HWY_RESTRICT y0, int64_t ys, int64_t nt) {
+  static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto column = [&](int64_t j, auto nv_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    VF w[NV][KW], bv[NV], win[NV][KW - 1];
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = hn::LoadU(df, bt + j + v * N);
+      for (int k = 0; k < KW; ++k) w[v][k] = hn::LoadU(df, wt + k * ws + j + v * N);
+      for (int k = 0; k < KW - 1; ++k) win[v][k] = tv::LoadF32(df, x0 + (k - (KW - 1)) * xs + j + v * N);
+    }
+    for (int64_t t = 0; t < nt; ++t) {
+      // The next column's line of this token: used one column sweep (nt tokens) later.
+      tv::PrefetchAhead<64, 0>(x0 + t * xs + j + NV * N);
+      for (int v = 0; v < NV; ++v) {
+        const VF xc = tv::LoadF32(df, x0 + t * xs + j + v * N);
+        VF acc = bv[v];
+        for (int k = 0; k < KW - 1; ++k) acc = hn::MulAdd(w[v][k], win[v][k], acc);
+        acc = hn::MulAdd(w[v][KW - 1], xc, acc);
+        if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
+        if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs + j + v * N));
+        tv::StoreOut<kStream, kNative>(df, acc, y0 + t * ys + j + v * N);
+        for (int k = 0; k + 1 < KW - 1; ++k) win[v][k] = win[v][k + 1];
+        win[v][KW - 2] = xc;
+      }
+    }
+  };
+  int64_t j = 0;
+  for (; j + 2 * N <= nc; j += 2 * N) column(j, std::integral_constant<int, 2>{});
+  for (; j + N <= nc; j += N) column(j, std::integral_constant<int, 1>{});
+  for (; j < nc; ++j) {
+    for (int64_t t = 0; t < nt; ++t) {
+      float acc = bt[j];
+      for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], to_f32(x0[(t - (KW - 1) + k) * xs + j]), acc);
+      if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
+      if (r0) acc += to_f32(r0[t * rs + j]);
+      y0[t * ys + j] = from_f32<T>(acc);
+    }
   }
 }
 
@@ -113,7 +165,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
       VF acc = hn::LoadU(df, bt + j);
       for (int k = 0; k < Wn; ++k)
         acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
-      const VF s = Sigmoid(df, acc);
+      const VF s = Sigmoid<T>(df, acc);
       const VF one = hn::Set(df, 1.f);
       gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
     }
@@ -238,6 +290,31 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
   T* y = static_cast<T*>(p.y);
   const T* rows[kMaxWidth];
   SeqSpan s = find_sequence(p, b, t0);
+  // The whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx): the column sweep.
+  if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+      all_taps_x(p, b, t0, s)) {
+    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+    T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+    const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+    // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
+    const bool st = stream && tv::StreamAligned(DF(), y0) &&
+                    (p.ys[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
+    const bool silu = p.activation == kActSilu;
+    const int64_t ws = StagedStride(p), nt = t1 - t0;
+#define STRATA_CONV_COLS(KW, S)                                                                                   \
+  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt)          \
+        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt))
+    switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
+      case 0: STRATA_CONV_COLS(2, false); break;
+      case 1: STRATA_CONV_COLS(2, true); break;
+      case 2: STRATA_CONV_COLS(3, false); break;
+      case 3: STRATA_CONV_COLS(3, true); break;
+      case 4: STRATA_CONV_COLS(4, false); break;
+      default: STRATA_CONV_COLS(4, true); break;
+    }
+#undef STRATA_CONV_COLS
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     if (t >= s.end) s = find_sequence(p, b, t);
     if (p.channels_contiguous && all_taps_x(p, b, t, s)) {

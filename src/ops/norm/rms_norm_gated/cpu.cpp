@@ -41,11 +41,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigmoid(v) = 1 / (1 + exp(-v)): the shared vector exp and reciprocal of tile/cpu/math-inl.h.
-HWY_INLINE VF Sigmoid(DF df, VF v) { return tv::FastSigmoid(df, v); }
-// act(v) into a, act'(v) into ag (when ag is wanted).
+// act(v) into a, act'(v) into ag (when ag is wanted). sigmoid(v) = 1 / (1 + exp(-v)) is the shared vector
+// sigmoid of tile/cpu/math-inl.h for the activations' dtype T: for bf16/f16 rows the reduced-precision one
+// (relative error < 4e-6, far below their rounding; the kernels are compute-bound on the sigmoid).
+template <class T>
 HWY_INLINE VF Act(DF df, int32_t act, VF v, VF* ag) {
-  const VF s = Sigmoid(df, v), one = hn::Set(df, 1.f);
+  const VF s = tv::SigmoidFor<T>(df, v), one = hn::Set(df, 1.f);
   const VF oms = hn::Sub(one, s);
   if (act == kActSilu) {
     if (ag) *ag = hn::Mul(s, hn::MulAdd(v, oms, one));
@@ -195,7 +196,7 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
 #pragma GCC unroll 8
   for (int k = 0; k < NV; ++k) {
     h[k] = tv::LoadF32(df, xr + k * N);
-    a[k] = Act(df, act, tv::LoadF32(df, zr + k * N), nullptr);
+    a[k] = Act<TX>(df, act, tv::LoadF32(df, zr + k * N), nullptr);
     if (!nbg) h[k] = hn::Mul(h[k], a[k]);
   }
   VF acc = hn::Zero(df);
@@ -261,6 +262,77 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
   return true;
 }
 
+// A long row with unit column strides and no residual, straight from its bf16/f16/f32 storage: per group of G
+// features, pass A reads x and z once from memory (prefetched), forms h (x, or x act(z) gate-before-norm) and
+// its sum of squares, and keeps act(z) (norm-before-gate) or h in the f32 row `sa` (G floats, in L1); pass B
+// writes y from it (and from x again, now in L1, norm-before-gate). Two sweeps of a group instead of the
+// general path's six over f32 scratch rows (load x, load z, act, sum, normalize, store); the same values in
+// the same order (DotF32's accumulation), so the same bits as that path.
+template <bool kStream, class TX>
+HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
+                              int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* HWY_RESTRICT w,
+                              const float* HWY_RESTRICT b, int64_t D, int64_t G, float inv_g, float eps, bool nbg,
+                              int32_t act, float* HWY_RESTRICT sa) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(TX));
+  for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
+    const TX* x = xr + j0;
+    const TX* z = zr + j0;
+    // Pass A. h of vector pairs into a0 / a1, a lone last vector into a0, then the lane sum and the tail.
+    auto vec_h = [&](int64_t k) {
+      tv::PrefetchAhead<kStep>(x + k);
+      tv::PrefetchAhead<kStep>(z + k);
+      const VF xv = tv::LoadF32(df, x + k);
+      const VF a = Act<TX>(df, act, tv::LoadF32(df, z + k), nullptr);
+      const VF h = nbg ? xv : hn::Mul(xv, a);
+      hn::StoreU(nbg ? a : h, df, sa + k);
+      return h;
+    };
+    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+    int64_t k = 0;
+    for (; k + 2 * N <= G; k += 2 * N) {
+      const VF h0 = vec_h(k), h1 = vec_h(k + N);
+      a0 = hn::MulAdd(h0, h0, a0);
+      a1 = hn::MulAdd(h1, h1, a1);
+    }
+    for (; k + N <= G; k += N) {
+      const VF h0 = vec_h(k);
+      a0 = hn::MulAdd(h0, h0, a0);
+    }
+    float ss = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    for (; k < G; ++k) {
+      const float a = ActS(act, to_f32(z[k]));
+      const float h = nbg ? to_f32(x[k]) : to_f32(x[k]) * a;
+      sa[k] = nbg ? a : h;
+      ss += h * h;
+    }
+    const float rs = 1.f / std::sqrt(ss * inv_g + eps);
+    store_elem(rstd, rstd_dtype, so + g * rstd_col, rs);
+    // Pass B.
+    const VF vr = hn::Set(df, rs);
+    const float* wg = w + j0;
+    const float* bg = b + j0;
+    TX* y = yr + j0;
+    k = 0;
+    for (; k + N <= G; k += N) {
+      VF o;
+      if (nbg) {
+        o = hn::Mul(hn::MulAdd(hn::Mul(tv::LoadF32(df, x + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k)),
+                    hn::LoadU(df, sa + k));
+      } else {
+        o = hn::MulAdd(hn::Mul(hn::LoadU(df, sa + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k));
+      }
+      tv::StoreOut<kStream, false>(df, o, y + k);
+    }
+    for (; k < G; ++k) {
+      float o = (nbg ? to_f32(x[k]) : sa[k]) * rs * wg[k] + bg[k];
+      if (nbg) o *= sa[k];
+      y[k] = from_f32<TX>(o);
+    }
+  }
+}
+
 template <class TX>
 void FwdRows(const RmsNormGatedFwdParams& p) {
   const DF df;
@@ -275,8 +347,28 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   const bool nbg = p.norm_before_gate;
   const int32_t act = p.act;
   const int64_t block = tile::block_for_bytes(D * static_cast<int64_t>(3 * sizeof(TX)));
+  // Rows that LongRowDirect takes (unit column strides, no residual).
+  const bool direct = !p.residual && !p.residual_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
+                      p.y_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (ShortRows<TX>(p, r0, r1, w.data(), b.data(), stream)) {
+      if (stream) hwy::FlushStream();
+      return;
+    }
+    if (direct) {
+      float* sa = ThreadRows(G);
+      for (int64_t r = r0; r < r1; ++r) {
+        TX* yr = static_cast<TX*>(p.y) + p.y_rows.row_offset(r);
+        const TX* xr = static_cast<const TX*>(p.x) + p.x_rows.row_offset(r);
+        const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
+        // Non-temporal stores need whole 16-byte-or-wider vectors at every group start.
+        if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, yr))
+          LongRowDirect<true>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+                              w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
+        else
+          LongRowDirect<false>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+                               w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
+      }
       if (stream) hwy::FlushStream();
       return;
     }
@@ -293,7 +385,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
       // z <- act(z); gate_before_norm: h <- h * act(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
-        const VF a = Act(df, act, hn::LoadU(df, z + j), nullptr);
+        const VF a = Act<TX>(df, act, hn::LoadU(df, z + j), nullptr);
         hn::StoreU(a, df, z + j);
         if (!nbg) hn::StoreU(hn::Mul(hn::LoadU(df, h + j), a), df, h + j);
       }
@@ -328,6 +420,126 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // ------------------------------------------------------------------------------------------------------
 // Backward.
 
+// One backward row with unit column strides, no residual and no dresidual_out, straight from storage. Per
+// group: pass A reads x, z, dy once from memory (prefetched), forms act(z) (kept in sa; act'(z) in sg for
+// gate-before-norm), the normalized value nrm, dn = d(loss)/d(nrm), their dot product and the dweight /
+// dbias terms (into the block's partial rows bw / bb), and norm-before-gate's dz; pass B re-reads x and dy
+// (now in L1), forms nrm and dn again and writes dx (and gate-before-norm's dz). Two sweeps per group
+// instead of the general path's eight over f32 scratch rows; the same values in the same order (DotF32's
+// accumulation), so the same bits as that path.
+template <bool kStream, class TX>
+HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, const TX* HWY_RESTRICT dyr,
+                             TX* HWY_RESTRICT dxr, TX* HWY_RESTRICT dzr, const void* rstd, int32_t rstd_dtype, int64_t so,
+                             int64_t rstd_col, const float* HWY_RESTRICT w, const float* HWY_RESTRICT bias, int64_t D,
+                             int64_t G, float inv_g, bool nbg, int32_t act, float* HWY_RESTRICT bw,
+                             float* HWY_RESTRICT bb, float* HWY_RESTRICT sa, float* HWY_RESTRICT sg) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(TX));
+  const bool want_wb = bw != nullptr;
+  for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
+    const TX* x = xr + j0;
+    const TX* z = zr + j0;
+    const TX* dy = dyr + j0;
+    const float* wg = w + j0;
+    const float rs = static_cast<float>(load_elem(rstd, rstd_dtype, so + g * rstd_col));
+    const VF vr = hn::Set(df, rs);
+    // nrm and dn of vector k from x, dy and act(z) (sa); as the general path's pass 1.
+    auto nrm_dn = [&](int64_t k, VF av, VF& nv, VF& dterm, VF& dn) {
+      const VF hv = tv::LoadF32(df, x + k), dyv = tv::LoadF32(df, dy + k);
+      if (nbg) {
+        nv = hn::Mul(hv, vr);
+        dterm = hn::Mul(dyv, av);
+      } else {
+        nv = hn::Mul(hn::Mul(hv, av), vr);
+        dterm = dyv;
+      }
+      dn = hn::Mul(dterm, hn::LoadU(df, wg + k));
+    };
+    // Pass A for vector k: nrm and dn into nv / dn (the dot product's factors).
+    auto pass_a = [&](int64_t k, VF& nv, VF& dn) {
+      tv::PrefetchAhead<kStep>(x + k);
+      tv::PrefetchAhead<kStep>(z + k);
+      tv::PrefetchAhead<kStep>(dy + k);
+      VF ag;
+      const VF av = Act<TX>(df, act, tv::LoadF32(df, z + k), &ag);
+      hn::StoreU(av, df, sa + k);
+      VF dterm;
+      nrm_dn(k, av, nv, dterm, dn);
+      if (nbg) {
+        const VF o = hn::MulAdd(nv, hn::LoadU(df, wg + k), hn::LoadU(df, bias + j0 + k));
+        tv::StoreOut<kStream, false>(df, hn::Mul(hn::Mul(tv::LoadF32(df, dy + k), o), ag), dzr + j0 + k);
+      } else {
+        hn::StoreU(ag, df, sg + k);
+      }
+      if (want_wb) {
+        hn::StoreU(hn::MulAdd(dterm, nv, hn::LoadU(df, bw + j0 + k)), df, bw + j0 + k);
+        hn::StoreU(hn::Add(hn::LoadU(df, bb + j0 + k), dterm), df, bb + j0 + k);
+      }
+    };
+    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+    int64_t k = 0;
+    VF n0, d0, n1, d1;
+    for (; k + 2 * N <= G; k += 2 * N) {  // DotF32's order
+      pass_a(k, n0, d0);
+      pass_a(k + N, n1, d1);
+      a0 = hn::MulAdd(d0, n0, a0);
+      a1 = hn::MulAdd(d1, n1, a1);
+    }
+    for (; k + N <= G; k += N) {
+      pass_a(k, n0, d0);
+      a0 = hn::MulAdd(d0, n0, a0);
+    }
+    float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    for (; k < G; ++k) {
+      const float zk = to_f32(z[k]), xk = to_f32(x[k]), gk = to_f32(dy[k]);
+      const float a = ActS(act, zk), ag = ActGradS(act, zk);
+      sa[k] = a;
+      float nv, dterm;
+      if (nbg) {
+        nv = xk * rs;
+        dterm = gk * a;
+        dzr[j0 + k] = from_f32<TX>(gk * (nv * wg[k] + bias[j0 + k]) * ag);
+      } else {
+        nv = xk * a * rs;
+        dterm = gk;
+        sg[k] = ag;
+      }
+      if (want_wb) bw[j0 + k] += dterm * nv, bb[j0 + k] += dterm;
+      dot += dterm * wg[k] * nv;
+    }
+    const float mean = dot * inv_g;
+    // Pass B: d = rs (dn - nrm mean) -> dx (norm-before-gate), or dx = d act(z), dz = d x act'(z).
+    const VF vm = hn::Set(df, mean);
+    k = 0;
+    for (; k + N <= G; k += N) {
+      const VF av = hn::LoadU(df, sa + k);
+      VF nv, dterm, dn;
+      nrm_dn(k, av, nv, dterm, dn);
+      const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, dn));
+      if (nbg) {
+        tv::StoreOut<kStream, false>(df, d, dxr + j0 + k);
+      } else {
+        tv::StoreOut<kStream, false>(df, hn::Mul(d, av), dxr + j0 + k);
+        tv::StoreOut<kStream, false>(df, hn::Mul(hn::Mul(d, tv::LoadF32(df, x + k)), hn::LoadU(df, sg + k)),
+                                     dzr + j0 + k);
+      }
+    }
+    for (; k < G; ++k) {
+      const float xk = to_f32(x[k]), gk = to_f32(dy[k]), a = sa[k];
+      const float nv = nbg ? xk * rs : xk * a * rs;
+      const float dn = (nbg ? gk * a : gk) * wg[k];
+      const float d = rs * (dn - nv * mean);
+      if (nbg) {
+        dxr[j0 + k] = from_f32<TX>(d);
+      } else {
+        dxr[j0 + k] = from_f32<TX>(d * a);
+        dzr[j0 + k] = from_f32<TX>(d * xk * sg[k]);
+      }
+    }
+  }
+}
+
 template <class TX>
 void BwdRows(const RmsNormGatedBwdParams& p) {
   const DF df;
@@ -345,7 +557,33 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   const float inv_g = G > 0 ? 1.f / static_cast<float>(G) : 0.f;
   const bool nbg = p.norm_before_gate;  // locals: see FwdRows
   const int32_t act = p.act;
+  // Rows that BwdRowDirect takes (unit column strides, no residual, no dresidual_out).
+  const bool direct = !p.residual && !p.dres_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
+                      p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (direct) {
+      float* sa = ThreadRows(2 * G);
+      float* bw = want_wb ? pw + (r0 / block) * D : nullptr;
+      float* bb = want_wb ? pb + (r0 / block) * D : nullptr;
+      if (want_wb) std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
+      for (int64_t r = r0; r < r1; ++r) {
+        const TX* xr = static_cast<const TX*>(p.x) + p.x_rows.row_offset(r);
+        const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
+        const TX* dyr = static_cast<const TX*>(p.dy) + p.dy_rows.row_offset(r);
+        TX* dxr = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r);
+        TX* dzr = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r);
+        // Non-temporal stores need whole 16-byte-or-wider vectors at every group start of both outputs.
+        if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, dxr) &&
+            tv::StreamAligned(df, dzr))
+          BwdRowDirect<true>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
+                             p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
+        else
+          BwdRowDirect<false>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
+                              p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
+      }
+      if (stream) hwy::FlushStream();
+      return;
+    }
     Scratch s(D);
     float *h = s.h.data(), *z = s.z.data(), *gy = s.g.data(), *nrm = s.a.data(), *dn = s.b.data(), *ag = s.c.data();
     float* bw = want_wb ? pw + (r0 / block) * D : nullptr;
@@ -360,7 +598,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
       int64_t j = 0;
       for (; j + N <= D; j += N) {
         VF vg;
-        const VF a = Act(df, act, hn::LoadU(df, z + j), &vg);
+        const VF a = Act<TX>(df, act, hn::LoadU(df, z + j), &vg);
         hn::StoreU(a, df, z + j);
         hn::StoreU(vg, df, ag + j);
       }
