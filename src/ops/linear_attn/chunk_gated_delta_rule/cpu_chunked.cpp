@@ -22,6 +22,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/linear_attn/chunk_gated_delta_rule/cpu_chunked.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -152,6 +153,35 @@ float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
   return r;
 }
 
+// Value heads per forward task: the G = HV / H value heads of a q/k head share the chunk's Q, K, K^T, K K^T
+// and Q K^T (loaded, transposed and multiplied once for up to kFwdGroup of them: at G = 2, 2 of the 8 GEMMs of a
+// chunk and half the q/k traffic), each keeping its own state S in the scratch.
+constexpr int64_t kFwdGroup = 4;
+int64_t fwd_group(const GdnParams& p) { return std::max<int64_t>(1, std::min<int64_t>(kFwdGroup, p.HV / std::max<int64_t>(p.H, 1))); }
+
+// x /= sqrt(|x|^2 + eps) in place (ops_gdn_kda.md §4.1; the formula of the shared row-norm kernels).
+void l2normalise(float* x, int64_t n) {
+  const float r = 1.0f / std::sqrt(dot(x, x, n) + static_cast<float>(kGdnL2Eps));
+  for (int64_t i = 0; i < n; ++i) x[i] *= r;
+}
+
+// An output row of f32 values: with f32 destination rows that start on a cache line and fill whole lines, by
+// non-temporal stores (o is written once and not read back here: no read-for-ownership of its lines, which are
+// 4 KiB apart at HV * V = 1024 and missed the cache on every row); else store_row. FlushStream before the
+// task ends.
+void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t n) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> d;
+  const int64_t Lv = static_cast<int64_t>(hn::Lanes(d));
+  float* dst = static_cast<float*>(t.data) + off;
+  if (t.dtype == STRATA_DTYPE_F32 && n % 16 == 0 && n % Lv == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+    for (int64_t i = 0; i < n; i += Lv) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+    return;
+  }
+#endif
+  store_row(t, off, src, n);
+}
+
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
 // The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
 // (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
@@ -160,11 +190,13 @@ struct Scratch {
   float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
   float *S, *dS, *ST, *dST;                    // [K, V] (S: forward only; the backward reads the stored states)
+  float* QK = nullptr;  // [BT, BT] forward: Q K^T of the chunk, shared by the value heads of a q/k head
+  // S is the first of fwd_group(p) consecutive [K, V] states (one per value head of a forward task)
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
-    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 4 * align_up(p.K * p.V) +
-           6 * align_up(BT);
+    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
+           (3 + fwd_group(p)) * align_up(p.K * p.V) + 6 * align_up(BT);
   }
   Scratch(float* base, const GdnParams& p) {
     float* c = base;
@@ -175,27 +207,40 @@ struct Scratch {
     };
     for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
     for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
-    for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm}) *f = take(BT * BT);
-    for (float** f : {&S, &dS, &ST, &dST}) *f = take(p.K * p.V);
+    for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
+    for (float** f : {&dS, &ST, &dST}) *f = take(p.K * p.V);
+    S = take(p.K * p.V * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
   }
 };
 
-// Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
-// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
-// Kb = diag(beta E) K, Vb = diag(beta) V, KT = K^T.
-void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
-                bool load_q) {
-  const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
+// Loads the q/k part of chunk [t0, t0 + L) of sequence row b for q/k head h into the scratch (rows >= L zero):
+// Kc (and Q), KT = K^T.
+void chunk_load_qk(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t h,
+                   bool load_q) {
+  const int64_t K = p.K;
   s.L = L;
   std::memset(s.Kc + L * K, 0, sizeof(float) * (BT - L) * K);  // rows past the sequence end
-  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   if (load_q) std::memset(s.Q + L * K, 0, sizeof(float) * (BT - L) * K);
+  for (int64_t i = 0; i < L; ++i) {
+    load_qk(p, p.k, b, t0 + i, h, s.Kc + i * K);
+    if (load_q) load_qk(p, p.q, b, t0 + i, h, s.Q + i * K);
+    if (p.l2norm) {  // the forward's fused l2norm (the backward passes normalised q, k with l2norm off)
+      l2normalise(s.Kc + i * K, K);
+      if (load_q) l2normalise(s.Q + i * K, K);
+    }
+  }
+  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
+}
+
+// Loads the value-head part of the chunk (after chunk_load_qk: reads Kc): v, g, beta of value head hv, and builds
+// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, Kb = diag(beta E) K, Vb = diag(beta) V.
+void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv) {
+  const int64_t K = p.K, V = p.V;
+  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   for (int64_t i = 0; i < BT; ++i) {
     if (i < L) {
       const int64_t t = t0 + i;
-      load_qk(p, p.k, b, t, h, s.Kc + i * K);
-      if (load_q) load_qk(p, p.q, b, t, h, s.Q + i * K);
       load_row(p.v, b * p.v.st[0] + t * p.v.st[1] + hv * p.v.st[2], s.Vc + i * V, V);
       s.alpha[i] = std::exp(load1(p.g, b * p.g.st[0] + t * p.g.st[1] + hv * p.g.st[2]));
       s.beta[i] = load1(p.beta, b * p.beta.st[0] + t * p.beta.st[1] + hv * p.beta.st[2]);
@@ -228,26 +273,32 @@ void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64
     for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
     for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
   }
-  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
+}
+
+// Both parts for value head hv: chunk [t0, t0 + L) fully loaded (see chunk_load_qk, chunk_load_hv).
+void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
+                bool load_q) {
+  chunk_load_qk(p, mm, s, b, t0, L, hv / (p.HV / p.H), load_q);
+  chunk_load_hv(p, s, b, t0, L, hv);
 }
 
 // Hints the token rows of chunk [t0, t0 + L) of k, v (and q, do) into L2 while the current chunk computes:
 // the rows are 0.25-1 KiB pieces one or more pages apart ([B, T, heads, D]), which the hardware prefetchers
 // do not follow, so a plain load of a chunk waits on memory row by row.
+void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t head, int64_t D) {
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
+  for (int64_t i = 0; i < L; ++i) {
+    const char* r = base + (t0 + i) * x.st[1] * es;
+    for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
+  }
+}
 void prefetch_chunk(const GdnParams& p, int64_t b, int64_t t0, int64_t L, int64_t hv, bool with_q, bool with_do) {
-  auto rows = [&](const GdnTensor& x, int64_t head, int64_t D) {
-    const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
-    const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
-    for (int64_t i = 0; i < L; ++i) {
-      const char* r = base + (t0 + i) * x.st[1] * es;
-      for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
-    }
-  };
   const int64_t h = hv / (p.HV / p.H);
-  rows(p.k, h, p.K);
-  rows(p.v, hv, p.V);
-  if (with_q) rows(p.q, h, p.K);
-  if (with_do) rows(p.do_, hv, p.V);
+  prefetch_rows(p.k, b, t0, L, h, p.K);
+  prefetch_rows(p.v, b, t0, L, hv, p.V);
+  if (with_q) prefetch_rows(p.q, b, t0, L, h, p.K);
+  if (with_do) prefetch_rows(p.do_, b, t0, L, hv, p.V);
 }
 
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
@@ -256,10 +307,14 @@ void build_m(Scratch& s) {
     for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
 }
 
-// After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
-void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+// After chunk_load_qk: P = K K^T (lower triangle; j < i is read).
+void chunk_kkt(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  mm(false, false, BT, BT, p.K, 1.f, s.Kc, p.K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);
+}
+
+// After chunk_load and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
+void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
-  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);  // j < i read
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
@@ -306,6 +361,12 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
+// After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
+void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  chunk_kkt(p, mm, s);
+  chunk_solve_wy(p, mm, s);
+}
+
 float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
                      int64_t hv, bool load_q) {
   chunk_load(p, mm, s, b, t0, L, hv, load_q);
@@ -315,6 +376,17 @@ float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, 
 
 // Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
 // (the GEMM that made X skips them: GemmTri::kLower output) and are set to 0.
+void mask_lower_gamma(float* X, const float* Gm, float scale);
+// dst = scale * Lower(src (.) Gamma) (same arithmetic as mask_lower_gamma in place; src's upper part not read).
+void mask_lower_gamma_from(const float* src, float* dst, const float* Gm, float scale) {
+  for (int64_t i = 0; i < BT; ++i) {
+    const float* x = src + i * BT;
+    float* y = dst + i * BT;
+    const float* gm = Gm + i * BT;
+    for (int64_t j = 0; j <= i; ++j) y[j] = scale * x[j] * gm[j];
+    for (int64_t j = i + 1; j < BT; ++j) y[j] = 0.f;
+  }
+}
 void mask_lower_gamma(float* X, const float* Gm, float scale) {
   for (int64_t i = 0; i < BT; ++i) {
     float* x = X + i * BT;
@@ -386,12 +458,19 @@ NormBufs carve_norm(const GdnParams& p, char*& w) {
   }
   return nb;
 }
+// [B, T, H, K] f32 stored head-major ([B, H, T, K]): a chunk's 64 rows of one head are one contiguous 32 KiB block
+// (K = 128) that the hardware prefetchers follow, instead of 64 rows H * K apart.
+strata_tensor_desc head_major_desc(const GdnParams& p) {
+  strata_tensor_desc d = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
+  d.strides[0] = p.H * p.T * p.K, d.strides[1] = p.K, d.strides[2] = p.T * p.K, d.strides[3] = 1;
+  return d;
+}
 // Normalises q and k into nb (rstd = 1 / sqrt(|x|^2 + 1e-6)) and returns params that read them instead
-// (f32, contiguous, l2norm off). Without l2norm returns p unchanged.
+// (f32, head-major, l2norm off). Without l2norm returns p unchanged.
 GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
   if (!p.l2norm) return p;
   const norm::RowNormFwdFn fn = norm::row_norm_fwd_cpu(target);
-  const strata_tensor_desc out = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
+  const strata_tensor_desc out = head_major_desc(p);
   const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
   GdnParams n = p;
   for (int w = 0; w < 2; ++w) {
@@ -414,7 +493,7 @@ GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
     GdnTensor& t = w == 0 ? n.q : n.k;
     t.data = y;
     t.dtype = STRATA_DTYPE_F32;
-    t.st[0] = p.T * p.H * p.K, t.st[1] = p.H * p.K, t.st[2] = p.K, t.st[3] = 1;
+    for (int i = 0; i < 4; ++i) t.st[i] = out.strides[i];
   }
   n.l2norm = false;
   return n;
@@ -422,37 +501,59 @@ GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
 
 // ---- forward ----
 
-void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv) {
-  const int64_t K = p.K, V = p.V;
+// Value heads hv0 .. hv0 + ng - 1 (all of one q/k head h) of sequence n, chunk by chunk: the q/k part of a chunk
+// (Q, K, K^T, K K^T, Q K^T) once, then each value head with its own state (s.S + j K V). Every value head's
+// arithmetic is the one it would have alone (same products, same order): the grouping changes no bit.
+void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng) {
+  const int64_t K = p.K, V = p.V, KV = K * V, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.h0.present())
-      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], s.S + i * V, V);
-    else
-      std::memset(s.S + i * V, 0, sizeof(float) * V);
+  for (int64_t j = 0; j < ng; ++j) {
+    float* S = s.S + j * KV;
+    for (int64_t i = 0; i < K; ++i) {
+      if (p.h0.present())
+        load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
+      else
+        std::memset(S + i * V, 0, sizeof(float) * V);
+    }
   }
   for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
     const int64_t L = std::min(BT, seq.eos - t0);
-    const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
-    if (t0 + BT < seq.eos) prefetch_chunk(p, seq.b, t0 + BT, std::min(BT, seq.eos - t0 - BT), hv, true, false);
-    // Vn = U - W S
-    mm(false, false, BT, V, K, -1.f, s.W, K, s.S, V, 1.f, s.Vn, V);
-    // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
-    mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
-    for (int64_t i = 0; i < L; ++i)
-      store_row(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
-    // S = e^{gamma_last} S + K^T diag(eL) Vn
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, s.S, V);
+    chunk_load_qk(p, mm, s, seq.b, t0, L, h, true);
+    chunk_kkt(p, mm, s);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.QK, BT, kNoTri, nullptr, 0, kLowerC);
+    if (t0 + BT < seq.eos) {  // the next chunk's token rows
+      const int64_t Ln = std::min(BT, seq.eos - t0 - BT);
+      prefetch_rows(p.k, seq.b, t0 + BT, Ln, h, K);
+      prefetch_rows(p.q, seq.b, t0 + BT, Ln, h, K);
+      for (int64_t j = 0; j < ng; ++j) prefetch_rows(p.v, seq.b, t0 + BT, Ln, hv0 + j, V);
+    }
+    for (int64_t j = 0; j < ng; ++j) {
+      const int64_t hv = hv0 + j;
+      float* S = s.S + j * KV;
+      chunk_load_hv(p, s, seq.b, t0, L, hv);
+      chunk_solve_wy(p, mm, s);
+      const float elast = s.E[BT - 1];
+      // Vn = U - W S
+      mm(false, false, BT, V, K, -1.f, s.W, K, S, V, 1.f, s.Vn, V);
+      // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
+      mm(false, false, BT, V, K, 1.f, s.TK, K, S, V, 0.f, s.dVn, V);
+      mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
+      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
+      for (int64_t i = 0; i < L; ++i)
+        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
+      // S = e^{gamma_last} S + K^T diag(eL) Vn
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, S, V);
+    }
   }
   if (p.ht.present())
-    for (int64_t i = 0; i < K; ++i) store_row(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + i * p.ht.st[2], s.S + i * V, V);
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i)
+        store_row(p.ht, n * p.ht.st[0] + (hv0 + j) * p.ht.st[1] + i * p.ht.st[2], s.S + j * KV + i * V, V);
+  ::hwy::FlushStream();  // the o rows' non-temporal stores are visible before the task is done
 }
 
 // ---- backward ----
@@ -631,8 +732,8 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 
 }  // namespace
 
-// Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
-size_t FwdWorkspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
+// Layout: scratch slots.
+size_t FwdWorkspace(const GdnParams& p) { return slots_bytes(p); }
 
 // Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
 // f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
@@ -648,11 +749,20 @@ size_t BwdWorkspace(const GdnParams& p) {
 
 void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
+  // q, k are l2-normalised row by row as the chunks load them (chunk_load_qk): with the value heads of a q/k head
+  // in one task, each row once per task, and no pass over normalised copies.
   char* w = static_cast<char*>(workspace);
-  const NormBufs nb = carve_norm(p0, w);
-  const GdnParams p = normalise_qk(p0, hwy_target, nb);
-  for_tasks(p, p.N * p.HV, w, slot_bytes(p),
-            [&](int64_t task, Scratch& s) { fwd_task(p, mm, s, task / p.HV, task % p.HV); });
+  const GdnParams& p = p0;
+  // Tasks: (sequence, q/k head, group of up to fwd_group value heads); one value head per task when that many
+  // tasks would leave threads idle (either way the bits are the same, fwd_task).
+  const int64_t G = p.HV / p.H;
+  int64_t gs = fwd_group(p);
+  if (p.N * p.H * ((G + gs - 1) / gs) < std::min<int64_t>(p.slots, rt::num_threads())) gs = 1;
+  const int64_t per_h = (G + gs - 1) / gs;
+  for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
+    const int64_t n = task / (p.H * per_h), h = task / per_h % p.H, j0 = task % per_h * gs;
+    fwd_task(p, mm, s, n, h * G + j0, std::min(gs, G - j0));
+  });
 }
 
 void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
@@ -724,7 +834,8 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
     a.dx_dtype = dX.dtype;
     a.rows = rows;
     a.D = K;
-    a.src_rows = a.dout_rows = make_row_layout(f, 1);
+    a.src_rows = make_row_layout(head_major_desc(p), 1);
+    a.dout_rows = make_row_layout(f, 1);
     a.rstd_rows = make_row_layout(r, 0);
     a.dx_rows = make_row_layout(tok_desc(dX, p.B, p.T, p.H, p.K), 1);
     a.n_div = 1;
