@@ -10,11 +10,14 @@
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
-// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
-// workspace [HV, B, T, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
-// through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
-// computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
-// one slot per thread (GdnParams::slots, fixed by the plan).
+// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward");
+// dq and dk per value head go to f32 workspace [HV, B, T, K] and are summed over the G heads of a group in
+// increasing hv afterwards, then taken through the l2norm backward.
+// Work items (both passes) are a sequence, a q/k head and up to 4 of its value heads, walked chunk by chunk: the
+// q/k part of a chunk (Q, K, K^T, K K^T, Q K^T) is loaded and multiplied once for the group, then each value head
+// runs with its own state, in exactly the arithmetic it would have alone. Any thread may take any item, so the
+// bits do not depend on the thread count (nor on the grouping). Scratch comes from the workspace, one slot per
+// thread (GdnParams::slots, fixed by the plan).
 //
 // The whole file is compiled once per Highway target (foreach_target): the per-chunk element-wise loops
 // (decays, scalings, the forward substitution, row dots) are plain C++ that the compiler vectorizes for the
@@ -189,14 +192,15 @@ struct Scratch {
   float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
   float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
-  float *S, *dS, *ST, *dST;                    // [K, V] (S: forward only; the backward reads the stored states)
-  float* QK = nullptr;  // [BT, BT] forward: Q K^T of the chunk, shared by the value heads of a q/k head
-  // S is the first of fwd_group(p) consecutive [K, V] states (one per value head of a forward task)
+  // [K, V]: S is the first of fwd_group(p) consecutive states, one per value head of a task (the forward's S; the
+  // backward's dS, its S being the stored ones); ST = S^T, dST = dS^T
+  float *S, *ST, *dST;
+  float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           (3 + fwd_group(p)) * align_up(p.K * p.V) + 6 * align_up(BT);
+           (2 + fwd_group(p)) * align_up(p.K * p.V) + 6 * align_up(BT);
   }
   Scratch(float* base, const GdnParams& p) {
     float* c = base;
@@ -208,7 +212,7 @@ struct Scratch {
     for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
     for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
-    for (float** f : {&dS, &ST, &dST}) *f = take(p.K * p.V);
+    for (float** f : {&ST, &dST}) *f = take(p.K * p.V);
     S = take(p.K * p.V * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
   }
@@ -275,13 +279,6 @@ void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_
   }
 }
 
-// Both parts for value head hv: chunk [t0, t0 + L) fully loaded (see chunk_load_qk, chunk_load_hv).
-void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
-                bool load_q) {
-  chunk_load_qk(p, mm, s, b, t0, L, hv / (p.HV / p.H), load_q);
-  chunk_load_hv(p, s, b, t0, L, hv);
-}
-
 // Hints the token rows of chunk [t0, t0 + L) of k, v (and q, do) into L2 while the current chunk computes:
 // the rows are 0.25-1 KiB pieces one or more pages apart ([B, T, heads, D]), which the hardware prefetchers
 // do not follow, so a plain load of a chunk waits on memory row by row.
@@ -293,14 +290,6 @@ void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t
     for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
   }
 }
-void prefetch_chunk(const GdnParams& p, int64_t b, int64_t t0, int64_t L, int64_t hv, bool with_q, bool with_do) {
-  const int64_t h = hv / (p.HV / p.H);
-  prefetch_rows(p.k, b, t0, L, h, p.K);
-  prefetch_rows(p.v, b, t0, L, hv, p.V);
-  if (with_q) prefetch_rows(p.q, b, t0, L, h, p.K);
-  if (with_do) prefetch_rows(p.do_, b, t0, L, hv, p.V);
-}
-
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
 void build_m(Scratch& s) {
   for (int64_t i = 0; i < BT; ++i)
@@ -312,7 +301,7 @@ void chunk_kkt(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, BT, p.K, 1.f, s.Kc, p.K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);
 }
 
-// After chunk_load and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
+// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
 void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
   build_m(s);
@@ -359,19 +348,6 @@ void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
 #endif
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
-}
-
-// After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
-void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
-  chunk_kkt(p, mm, s);
-  chunk_solve_wy(p, mm, s);
-}
-
-float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
-                     int64_t hv, bool load_q) {
-  chunk_load(p, mm, s, b, t0, L, hv, load_q);
-  chunk_wy(p, mm, s);
-  return s.E[BT - 1];
 }
 
 // Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
@@ -499,6 +475,13 @@ GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
   return n;
 }
 
+// Tasks of either pass: (sequence, q/k head, group of up to fwd_group value heads of that head); one value head
+// per task when grouped tasks would leave threads idle (the bits are the same either way: fwd_task, bwd_task).
+int64_t task_group(const GdnParams& p) {
+  const int64_t G = p.HV / p.H, gs = fwd_group(p);
+  return p.N * p.H * ((G + gs - 1) / gs) < std::min<int64_t>(p.slots, rt::num_threads()) ? 1 : gs;
+}
+
 // ---- forward ----
 
 // Value heads hv0 .. hv0 + ng - 1 (all of one q/k head h) of sequence n, chunk by chunk: the q/k part of a chunk
@@ -564,25 +547,30 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
-void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv, float* hs, int64_t hs_stride,
-              float* wy, int64_t wy_stride, float* dqh, float* dkh) {
-  const int64_t K = p.K, V = p.V, KV = K * V;
+void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng, float* hs,
+              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh) {
+  const int64_t K = p.K, V = p.V, KV = K * V, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
-  // forward: state at the start of every chunk
-  float* S = nc > 0 ? hs : s.S;
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.h0.present())
-      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
-    else
-      std::memset(S + i * V, 0, sizeof(float) * V);
-  }
-  // The WY factors of chunk c are computed in place in its `keep` block (the scratch's P, Ai, W, Vn point
-  // there), and read from there by the reverse sweep: no copies.
+  // Value heads hv0 + j (j < ng) of q/k head h, chunk by chunk as in fwd_task: the q/k part of a chunk (Q, K, K^T,
+  // K K^T, Q K^T) once, then each value head with its own states (hs + j K V per chunk) and dS (s.S + j K V);
+  // the per-value-head arithmetic is the same as alone. forward: state at the start of every chunk
+  if (nc > 0)
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i) {
+        float* S = hs + j * KV;
+        if (p.h0.present())
+          load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
+        else
+          std::memset(S + i * V, 0, sizeof(float) * V);
+      }
+  // The WY factors of chunk c are computed in place in its `keep` blocks (the scratch's P, Ai, W, Vn point
+  // there), and read from there by the reverse sweep: no copies. P = K K^T does not depend on the value head:
+  // it is kept once per chunk, in the group's first block.
   float *const own_P = s.P, *const own_Ai = s.Ai, *const own_W = s.W, *const own_Vn = s.Vn;
-  auto use_keep = [&](int64_t c) {
-    float* keep = wy + c * wy_stride;
-    s.P = keep;
+  auto use_keep = [&](int64_t c, int64_t j) {
+    float* keep = wy + c * wy_stride + j * static_cast<int64_t>(wy_floats(p));
+    s.P = wy + c * wy_stride;
     s.Ai = keep + BT * BT;
     s.W = keep + 2 * BT * BT;
     s.Vn = keep + 2 * BT * BT + BT * K;
@@ -595,135 +583,165 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   };
   for (int64_t c = 0; c + 1 < nc; ++c) {
     const int64_t t0 = seq.bos + c * BT;
-    use_keep(c);
-    const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
-    if (c + 2 < nc) prefetch_chunk(p, seq.b, t0 + BT, BT, hv, false, false);  // the state pass's next chunk
-    const float* Sc = hs + c * hs_stride;
-    float* Sn = hs + (c + 1) * hs_stride;
-    mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
+    chunk_load_qk(p, mm, s, seq.b, t0, BT, h, false);
+    use_keep(c, 0);
+    chunk_kkt(p, mm, s);
+    if (c + 2 < nc) {  // the state pass's next chunk
+      prefetch_rows(p.k, seq.b, t0 + BT, BT, h, K);
+      for (int64_t j = 0; j < ng; ++j) prefetch_rows(p.v, seq.b, t0 + BT, BT, hv0 + j, V);
+    }
+    for (int64_t j = 0; j < ng; ++j) {
+      use_keep(c, j);
+      chunk_load_hv(p, s, seq.b, t0, BT, hv0 + j);
+      chunk_solve_wy(p, mm, s);
+      const float elast = s.E[BT - 1];
+      const float* Sc = hs + c * hs_stride + j * KV;
+      float* Sn = hs + (c + 1) * hs_stride + j * KV;
+      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
+    }
   }
   use_own();
   // reverse sweep
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.dht.present())
-      load_row(p.dht, n * p.dht.st[0] + hv * p.dht.st[1] + i * p.dht.st[2], s.dS + i * V, V);
-    else
-      std::memset(s.dS + i * V, 0, sizeof(float) * V);
-  }
+  for (int64_t j = 0; j < ng; ++j)
+    for (int64_t i = 0; i < K; ++i) {
+      float* dS = s.S + j * KV;
+      if (p.dht.present())
+        load_row(p.dht, n * p.dht.st[0] + (hv0 + j) * p.dht.st[1] + i * p.dht.st[2], dS + i * V, V);
+      else
+        std::memset(dS + i * V, 0, sizeof(float) * V);
+    }
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
-    const float* Sc = hs + c * hs_stride;
-    chunk_load(p, mm, s, seq.b, t0, L, hv, true);
-    if (c > 0) prefetch_chunk(p, seq.b, t0 - BT, BT, hv, true, true);  // the reverse sweep's next chunk
-    const float elast = s.E[BT - 1];
-    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass (read in place)
-      use_keep(c);
-      build_m(s);
-    } else {
+    const bool last = c + 1 == nc;
+    chunk_load_qk(p, mm, s, seq.b, t0, L, h, true);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.QK, BT, kNoTri, nullptr, 0, kLowerC);
+    if (last) {
       use_own();
-      chunk_wy(p, mm, s);
-      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+      chunk_kkt(p, mm, s);  // the last chunk's factors were not kept: P into the own block, for every j
     }
-    std::memset(s.dO, 0, sizeof(float) * BT * V);
-    for (int64_t i = 0; i < L; ++i)
-      load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
-    // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
-    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
-    // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
-    mm.transpose(s.Vn, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Ds, s.Gm, p.scale);
-    mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
-    mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
-    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
-    // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
-    mm.transpose(s.dS, V, K, V, s.dST, K);  // dST [V, K]
-    mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
-    float kdk_int = 0.f;
-    for (int64_t i = 0; i < BT; ++i) {
-      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
-      kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
-    }
-    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
-    // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
-    for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
-    s.dgam[L - 1] += elast * dot(Sc, s.dS, KV) + kdk_int;
-    // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
-    mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, s.dS, V);
-    mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, s.dS, V);
-    // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
-    mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
-    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
-    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
-    for (int64_t i = 0; i < BT; ++i) {
-      const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
-      s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
-      s.dgam[i] += s.beta[i] * s.E[i] * xk;
-      const float be = s.beta[i] * s.E[i];
-      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
-    }
-    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
-    mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
-    mm.transpose(s.Vb, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
-    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
-    // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
-    // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
-    mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
-    mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
-    // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
-    // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = 0; j < BT; ++j) {
-        if (j < i) {
-          const float dm = s.dA[j * BT + i];  // dM_ij
-          const float dp = dm * s.Gm[i * BT + j];
-          s.dbeta[i] += dp * s.P[i * BT + j];
-          const float dmm = dm * s.M[i * BT + j];
-          s.dgam[i] += dmm;
-          s.dgam[j] -= dmm;
-          s.TL[i * BT + j] = s.beta[i] * dp;
-        } else {
-          s.TL[i * BT + j] = 0.f;
-        }
+    // K^T (in KT) is not read past this point: the value-head loop below overwrites KT with Kb^T.
+    if (c > 0) {  // the reverse sweep's next chunk
+      prefetch_rows(p.k, seq.b, t0 - BT, BT, h, K);
+      prefetch_rows(p.q, seq.b, t0 - BT, BT, h, K);
+      for (int64_t j = 0; j < ng; ++j) {
+        prefetch_rows(p.v, seq.b, t0 - BT, BT, hv0 + j, V);
+        prefetch_rows(p.do_, seq.b, t0 - BT, BT, hv0 + j, V);
       }
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = 0; j < i; ++j) s.TL[j * BT + i] = s.TL[i * BT + j];  // R + R^T (R strictly lower)
-    mm(false, false, BT, K, BT, 1.f, s.TL, BT, s.Kc, K, 1.f, s.dK, K);
-    // dg = reverse cumsum of dgamma inside the chunk; stores
-    float acc = 0.f;
-    for (int64_t i = L - 1; i >= 0; --i) {
-      acc += s.dgam[i];
-      s.dgam[i] = acc;
     }
-    for (int64_t i = 0; i < L; ++i) {
-      const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
-      std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
-      std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
-      store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
-      store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
-      store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
-    }
+    for (int64_t j = 0; j < ng; ++j) {
+      const int64_t hv = hv0 + j;
+      const float* Sc = hs + c * hs_stride + j * KV;
+      float* dS = s.S + j * KV;
+      chunk_load_hv(p, s, seq.b, t0, L, hv);
+      const float elast = s.E[BT - 1];
+      if (!last) {  // WY factors and Vn kept by the state pass (read in place)
+        use_keep(c, j);
+        build_m(s);
+      } else {
+        chunk_solve_wy(p, mm, s);
+        mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+      }
+      std::memset(s.dO, 0, sizeof(float) * BT * V);
+      for (int64_t i = 0; i < L; ++i)
+        load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
+      // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
+      mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, V, 0.f, s.TV, V);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
+      mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
+      // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
+      mm.transpose(s.Vn, V, BT, V, s.VT, BT);
+      mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
+      mask_lower_gamma(s.Ds, s.Gm, p.scale);
+      mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
+      mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
+      // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
+      mm.transpose(dS, V, K, V, s.dST, K);  // dST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
+      float kdk_int = 0.f;
+      for (int64_t i = 0; i < BT; ++i) {
+        for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
+        kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
+      }
+      mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
+      // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
+      for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
+      s.dgam[L - 1] += elast * dot(Sc, dS, KV) + kdk_int;
+      // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
+      mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, dS, V);
+      mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, dS, V);
+      // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
+      mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
+      mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
+      mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
+      for (int64_t i = 0; i < BT; ++i) {
+        const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
+        s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
+        s.dgam[i] += s.beta[i] * s.E[i] * xk;
+        const float be = s.beta[i] * s.E[i];
+        for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
+      }
+      // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
+      mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
+      mm.transpose(s.Vb, V, BT, V, s.VT, BT);
+      mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+      mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
+      // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
+      // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
+      mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
+      mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
+      // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
+      // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = 0; j < BT; ++j) {
+          if (j < i) {
+            const float dm = s.dA[j * BT + i];  // dM_ij
+            const float dp = dm * s.Gm[i * BT + j];
+            s.dbeta[i] += dp * s.P[i * BT + j];
+            const float dmm = dm * s.M[i * BT + j];
+            s.dgam[i] += dmm;
+            s.dgam[j] -= dmm;
+            s.TL[i * BT + j] = s.beta[i] * dp;
+          } else {
+            s.TL[i * BT + j] = 0.f;
+          }
+        }
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = 0; j < i; ++j) s.TL[j * BT + i] = s.TL[i * BT + j];  // R + R^T (R strictly lower)
+      mm(false, false, BT, K, BT, 1.f, s.TL, BT, s.Kc, K, 1.f, s.dK, K);
+      // dg = reverse cumsum of dgamma inside the chunk; stores
+      float acc = 0.f;
+      for (int64_t i = L - 1; i >= 0; --i) {
+        acc += s.dgam[i];
+        s.dgam[i] = acc;
+      }
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
+        std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
+        std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+        store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
+        store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
+        store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
+      }
+    }  // value heads
   }
   use_own();  // the scratch serves the thread's next task
   if (p.dh0.present())
-    for (int64_t i = 0; i < K; ++i)
-      store_row(p.dh0, n * p.dh0.st[0] + hv * p.dh0.st[1] + i * p.dh0.st[2], s.dS + i * V, V);
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i)
+        store_row(p.dh0, n * p.dh0.st[0] + (hv0 + j) * p.dh0.st[1] + i * p.dh0.st[2], s.S + j * KV + i * V, V);
 }
 
 size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
@@ -753,12 +771,7 @@ void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   // in one task, each row once per task, and no pass over normalised copies.
   char* w = static_cast<char*>(workspace);
   const GdnParams& p = p0;
-  // Tasks: (sequence, q/k head, group of up to fwd_group value heads); one value head per task when that many
-  // tasks would leave threads idle (either way the bits are the same, fwd_task).
-  const int64_t G = p.HV / p.H;
-  int64_t gs = fwd_group(p);
-  if (p.N * p.H * ((G + gs - 1) / gs) < std::min<int64_t>(p.slots, rt::num_threads())) gs = 1;
-  const int64_t per_h = (G + gs - 1) / gs;
+  const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
   for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
     const int64_t n = task / (p.H * per_h), h = task / per_h % p.H, j0 = task % per_h * gs;
     fwd_task(p, mm, s, n, h * G + j0, std::min(gs, G - j0));
@@ -790,15 +803,16 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   const GdnParams pn = normalise_qk(p, hwy_target, nb);
   chunk_offsets(p, coff);
   const int64_t KV = p.K * p.V;
-  for_tasks(p, p.N * p.HV, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
-    const int64_t n = task / p.HV, hv = task % p.HV;
+  const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
+  for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
+    const int64_t n = task / (p.H * per_h), j0 = task % per_h * gs, hv = task / per_h % p.H * G + j0;
     const int64_t wyf = static_cast<int64_t>(wy_floats(p));
-    bwd_task(pn, mm, s, n, hv, hs + (coff[n] * p.HV + hv) * KV, p.HV * KV, wy + (coff[n] * p.HV + hv) * wyf,
-             p.HV * wyf, dqh, dkh);
+    bwd_task(pn, mm, s, n, hv, std::min(gs, G - j0), hs + (coff[n] * p.HV + hv) * KV, p.HV * KV,
+             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh);
   });
   // dq, dk: sum over the G value heads of each q/k head (increasing hv); stored directly, or through the
   // l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the normalised q / k).
-  const int64_t G = p.HV / p.H, K = p.K, rows = p.B * p.T * p.H;
+  const int64_t K = p.K, rows = p.B * p.T * p.H;
   for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch& s) {
     for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
       const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
