@@ -172,16 +172,21 @@ void l2normalise(float* x, int64_t n) {
 // non-temporal stores (o is written once and not read back here: no read-for-ownership of its lines, which are
 // 4 KiB apart at HV * V = 1024 and missed the cache on every row); else store_row. FlushStream before the
 // task ends.
-void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t n) {
+// dst[0, n) = src[0, n) (f32), non-temporal when dst starts on a cache line and n fills whole lines; false
+// (nothing written) otherwise.
+bool stream_f32(float* dst, const float* src, int64_t n) {
 #if HWY_TARGET != HWY_SCALAR
   const hn::ScalableTag<float> d;
   const int64_t Lv = static_cast<int64_t>(hn::Lanes(d));
-  float* dst = static_cast<float*>(t.data) + off;
-  if (t.dtype == STRATA_DTYPE_F32 && n % 16 == 0 && n % Lv == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+  if (n % 16 == 0 && n % Lv == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
     for (int64_t i = 0; i < n; i += Lv) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
-    return;
+    return true;
   }
 #endif
+  return false;
+}
+void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t n) {
+  if (t.dtype == STRATA_DTYPE_F32 && stream_f32(static_cast<float*>(t.data) + off, src, n)) return;
   store_row(t, off, src, n);
 }
 
@@ -729,9 +734,9 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       }
       for (int64_t i = 0; i < L; ++i) {
         const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
-        std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
-        std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
-        store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
+        if (!stream_f32(dqh + tok * K, s.dQ + i * K, K)) std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
+        if (!stream_f32(dkh + tok * K, s.dK + i * K, K)) std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+        store_row_stream(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
         store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
         store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
       }
@@ -742,6 +747,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t j = 0; j < ng; ++j)
       for (int64_t i = 0; i < K; ++i)
         store_row(p.dh0, n * p.dh0.st[0] + (hv0 + j) * p.dh0.st[1] + i * p.dh0.st[2], s.S + j * KV + i * V, V);
+  ::hwy::FlushStream();  // the non-temporal stores of dq, dk (workspace) and dv are visible before the task is done
 }
 
 size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
