@@ -156,11 +156,22 @@ float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
   return r;
 }
 
+// Row stride (floats) of the [K, V] states and their transposes: whole cache lines, and not a multiple of 64
+// floats (V = 128 -> 144). A GEMM whose right operand is a state (W S, Q S, K dS, dO S^T, ...) streams a K x 64
+// panel of it per tile of rows; at a 512-byte stride its rows fall into a quarter of L1's sets and the panel is
+// re-fetched from L2 by every row tile (64x128x128 at ldb 128: ~80 % of the FMA loop, at 144: ~90 %, measured).
+int64_t state_ld(int64_t n) {
+  const int64_t r = (n + 15) / 16 * 16;
+  return r % 64 == 0 ? r + 16 : r;
+}
+
 // Value heads per forward task: the G = HV / H value heads of a q/k head share the chunk's Q, K, K^T, K K^T
 // and Q K^T (loaded, transposed and multiplied once for up to kFwdGroup of them: at G = 2, 2 of the 8 GEMMs of a
 // chunk and half the q/k traffic), each keeping its own state S in the scratch.
 constexpr int64_t kFwdGroup = 4;
-int64_t fwd_group(const GdnParams& p) { return std::max<int64_t>(1, std::min<int64_t>(kFwdGroup, p.HV / std::max<int64_t>(p.H, 1))); }
+int64_t fwd_group(const GdnParams& p) {
+  return std::max<int64_t>(1, std::min<int64_t>(kFwdGroup, p.HV / std::max<int64_t>(p.H, 1)));
+}
 
 // x /= sqrt(|x|^2 + eps) in place (ops_gdn_kda.md §4.1; the formula of the shared row-norm kernels).
 void l2normalise(float* x, int64_t n) {
@@ -197,15 +208,16 @@ struct Scratch {
   float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
   float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
-  // [K, V]: S is the first of fwd_group(p) consecutive states, one per value head of a task (the forward's S; the
-  // backward's dS, its S being the stored ones); ST = S^T, dST = dS^T
+  // [K, V] (row stride state_ld(V)): S is the first of fwd_group(p) consecutive states (K state_ld(V) floats
+  // apart), one per value head of a task (the forward's S; the backward's dS, its S being the stored ones);
+  // ST = S^T, dST = dS^T [V, K] (row stride state_ld(K))
   float *S, *ST, *dST;
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           (2 + fwd_group(p)) * align_up(p.K * p.V) + 6 * align_up(BT);
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 6 * align_up(BT);
   }
   Scratch(float* base, const GdnParams& p) {
     float* c = base;
@@ -217,8 +229,8 @@ struct Scratch {
     for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
     for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
-    for (float** f : {&ST, &dST}) *f = take(p.K * p.V);
-    S = take(p.K * p.V * fwd_group(p));
+    for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
+    S = take(p.K * state_ld(p.V) * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
   }
 };
@@ -493,15 +505,15 @@ int64_t task_group(const GdnParams& p) {
 // (Q, K, K^T, K K^T, Q K^T) once, then each value head with its own state (s.S + j K V). Every value head's
 // arithmetic is the one it would have alone (same products, same order): the grouping changes no bit.
 void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng) {
-  const int64_t K = p.K, V = p.V, KV = K * V, h = hv0 / (p.HV / p.H);
+  const int64_t K = p.K, V = p.V, ldS = state_ld(V), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   for (int64_t j = 0; j < ng; ++j) {
     float* S = s.S + j * KV;
     for (int64_t i = 0; i < K; ++i) {
       if (p.h0.present())
-        load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
+        load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * ldS, V);
       else
-        std::memset(S + i * V, 0, sizeof(float) * V);
+        std::memset(S + i * ldS, 0, sizeof(float) * V);
     }
   }
   for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
@@ -522,11 +534,11 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       chunk_solve_wy(p, mm, s);
       const float elast = s.E[BT - 1];
       // Vn = U - W S
-      mm(false, false, BT, V, K, -1.f, s.W, K, S, V, 1.f, s.Vn, V);
+      mm(false, false, BT, V, K, -1.f, s.W, K, S, ldS, 1.f, s.Vn, V);
       // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
-      mm(false, false, BT, V, K, 1.f, s.TK, K, S, V, 0.f, s.dVn, V);
+      mm(false, false, BT, V, K, 1.f, s.TK, K, S, ldS, 0.f, s.dVn, V);
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
       mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
       for (int64_t i = 0; i < L; ++i)
@@ -534,27 +546,27 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       // S = e^{gamma_last} S + K^T diag(eL) Vn
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, S, V);
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, S, ldS);
     }
   }
   if (p.ht.present())
     for (int64_t j = 0; j < ng; ++j)
       for (int64_t i = 0; i < K; ++i)
-        store_row(p.ht, n * p.ht.st[0] + (hv0 + j) * p.ht.st[1] + i * p.ht.st[2], s.S + j * KV + i * V, V);
+        store_row(p.ht, n * p.ht.st[0] + (hv0 + j) * p.ht.st[1] + i * p.ht.st[2], s.S + j * KV + i * ldS, V);
   ::hwy::FlushStream();  // the o rows' non-temporal stores are visible before the task is done
 }
 
 // ---- backward ----
 
-// One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
-// reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
+// One (n, group of value heads hv0 ..): forward states into hs ([chunk, K, V] at row stride state_ld(V) per value
+// head, stride hs_stride between chunks), then the reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
 // contiguous rows instead of one 512-byte row per 4 KiB page).
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
 void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng, float* hs,
               int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh) {
-  const int64_t K = p.K, V = p.V, KV = K * V, h = hv0 / (p.HV / p.H);
+  const int64_t K = p.K, V = p.V, ldS = state_ld(V), ldT = state_ld(K), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
   // Value heads hv0 + j (j < ng) of q/k head h, chunk by chunk as in fwd_task: the q/k part of a chunk (Q, K, K^T,
@@ -565,9 +577,9 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t i = 0; i < K; ++i) {
         float* S = hs + j * KV;
         if (p.h0.present())
-          load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
+          load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * ldS, V);
         else
-          std::memset(S + i * V, 0, sizeof(float) * V);
+          std::memset(S + i * ldS, 0, sizeof(float) * V);
       }
   // The WY factors of chunk c are computed in place in its `keep` blocks (the scratch's P, Ai, W, Vn point
   // there), and read from there by the reverse sweep: no copies. P = K K^T does not depend on the value head:
@@ -602,10 +614,10 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       const float elast = s.E[BT - 1];
       const float* Sc = hs + c * hs_stride + j * KV;
       float* Sn = hs + (c + 1) * hs_stride + j * KV;
-      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
+      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, ldS, 1.f, s.Vn, V);
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, ldS, GemmTri::kNone, Sc, ldS);  // Sn = e^gL Sc + ...
     }
   }
   use_own();
@@ -614,9 +626,9 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t i = 0; i < K; ++i) {
       float* dS = s.S + j * KV;
       if (p.dht.present())
-        load_row(p.dht, n * p.dht.st[0] + (hv0 + j) * p.dht.st[1] + i * p.dht.st[2], dS + i * V, V);
+        load_row(p.dht, n * p.dht.st[0] + (hv0 + j) * p.dht.st[1] + i * p.dht.st[2], dS + i * ldS, V);
       else
-        std::memset(dS + i * V, 0, sizeof(float) * V);
+        std::memset(dS + i * ldS, 0, sizeof(float) * V);
     }
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
@@ -647,14 +659,14 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
         build_m(s);
       } else {
         chunk_solve_wy(p, mm, s);
-        mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+        mm(false, false, BT, V, K, -1.f, s.W, K, Sc, ldS, 1.f, s.Vn, V);  // Vn = U - W S
       }
       std::memset(s.dO, 0, sizeof(float) * BT * V);
       for (int64_t i = 0; i < L; ++i)
         load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
       // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
-      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, V, 0.f, s.TV, V);
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, ldS, 0.f, s.TV, V);
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
       mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
@@ -662,14 +674,14 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       mm.transpose(s.Vn, V, BT, V, s.VT, BT);
       mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
       mask_lower_gamma(s.Ds, s.Gm, p.scale);
-      mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
-      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
+      mm.transpose(Sc, ldS, K, V, s.ST, ldT);  // ST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, ldT, 0.f, s.dQ, K);
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
       mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
       // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
-      mm.transpose(dS, V, K, V, s.dST, K);  // dST [V, K]
-      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
+      mm.transpose(dS, ldS, K, V, s.dST, ldT);  // dST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, ldT, 0.f, s.dK, K);
       float kdk_int = 0.f;
       for (int64_t i = 0; i < BT; ++i) {
         for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
@@ -677,15 +689,18 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       }
       mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
       // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
-      for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
-      s.dgam[L - 1] += elast * dot(Sc, dS, KV) + kdk_int;
+      for (int64_t i = 0; i < BT; ++i)
+        s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
+      float sds = 0.f;  // <S, dS>, row by row in increasing order
+      for (int64_t i = 0; i < K; ++i) sds += dot(Sc + i * ldS, dS + i * ldS, V);
+      s.dgam[L - 1] += elast * sds + kdk_int;
       // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
-      mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, dS, V);
-      mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, dS, V);
+      mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, dS, ldS);
+      mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, dS, ldS);
       // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
-      mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
+      mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, ldT, 0.f, s.dW, K);
       mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
       mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
       for (int64_t i = 0; i < BT; ++i) {
@@ -746,7 +761,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   if (p.dh0.present())
     for (int64_t j = 0; j < ng; ++j)
       for (int64_t i = 0; i < K; ++i)
-        store_row(p.dh0, n * p.dh0.st[0] + (hv0 + j) * p.dh0.st[1] + i * p.dh0.st[2], s.S + j * KV + i * V, V);
+        store_row(p.dh0, n * p.dh0.st[0] + (hv0 + j) * p.dh0.st[1] + i * p.dh0.st[2], s.S + j * KV + i * ldS, V);
   ::hwy::FlushStream();  // the non-temporal stores of dq, dk (workspace) and dv are visible before the task is done
 }
 
@@ -759,13 +774,13 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 // Layout: scratch slots.
 size_t FwdWorkspace(const GdnParams& p) { return slots_bytes(p); }
 
-// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
+// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, state_ld(V)] | WY factors of the state pass
 // f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
 // [HV, B, T, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
 // only)] | scratch slots.
 size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
-         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
+         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V))) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
          2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
          (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
@@ -791,7 +806,7 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   int64_t* coff = reinterpret_cast<int64_t*>(w);
   w += align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1));
   float* hs = reinterpret_cast<float*>(w);
-  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V));
+  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V)));
   float* wy = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p));
   float* dqh = reinterpret_cast<float*>(w);
@@ -808,7 +823,7 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   }
   const GdnParams pn = normalise_qk(p, hwy_target, nb);
   chunk_offsets(p, coff);
-  const int64_t KV = p.K * p.V;
+  const int64_t KV = p.K * state_ld(p.V);  // one stored state [K, V] at row stride state_ld(V)
   const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
   for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
     const int64_t n = task / (p.H * per_h), j0 = task % per_h * gs, hv = task / per_h % p.H * G + j0;
