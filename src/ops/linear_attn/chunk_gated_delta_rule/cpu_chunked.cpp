@@ -559,13 +559,15 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 // ---- backward ----
 
 // One (n, group of value heads hv0 ..): forward states into hs ([chunk, K, V] at row stride state_ld(V) per value
-// head, stride hs_stride between chunks), then the reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
-// contiguous rows instead of one 512-byte row per 4 KiB page).
+// head, stride hs_stride between chunks), then the reverse sweep. dq/dk: with dqs (the group is all G value heads
+// of the q/k head) summed over the group into dqs/dks ([B, T, H, K] f32; value head 0 stores, the others add,
+// in increasing hv: the order of the separate sum below); else per value head into dqh/dkh ([HV, B, T, K] f32:
+// head-major, so that one task writes contiguous rows instead of one 512-byte row per 4 KiB page).
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
 void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng, float* hs,
-              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh) {
+              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh, float* dqs, float* dks) {
   const int64_t K = p.K, V = p.V, ldS = state_ld(V), ldT = state_ld(K), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
@@ -748,9 +750,23 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
         s.dgam[i] = acc;
       }
       for (int64_t i = 0; i < L; ++i) {
-        const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
-        if (!stream_f32(dqh + tok * K, s.dQ + i * K, K)) std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
-        if (!stream_f32(dkh + tok * K, s.dK + i * K, K)) std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+        const int64_t t = t0 + i;
+        if (dqs) {
+          const int64_t row = ((seq.b * p.T + t) * p.H + h) * K;
+          float *q = dqs + row, *k = dks + row;
+          const float *sq = s.dQ + i * K, *sk = s.dK + i * K;
+          if (j == 0) {
+            std::memcpy(q, sq, sizeof(float) * K);
+            std::memcpy(k, sk, sizeof(float) * K);
+          } else {
+            for (int64_t d = 0; d < K; ++d) q[d] += sq[d];
+            for (int64_t d = 0; d < K; ++d) k[d] += sk[d];
+          }
+        } else {
+          const int64_t tok = (hv * p.B + seq.b) * p.T + t;
+          if (!stream_f32(dqh + tok * K, s.dQ + i * K, K)) std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
+          if (!stream_f32(dkh + tok * K, s.dK + i * K, K)) std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+        }
         store_row_stream(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
         store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
         store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
@@ -774,16 +790,16 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 // Layout: scratch slots.
 size_t FwdWorkspace(const GdnParams& p) { return slots_bytes(p); }
 
-// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, state_ld(V)] | WY factors of the state pass
-// f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
-// [HV, B, T, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
-// only)] | scratch slots.
+// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, state_ld(V)] | WY factors of the
+// state pass f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
+// [HV, B, T, K] each (used when a task does not hold all G value heads) | [normalised q, k and their rstd
+// (l2norm only)] | the group sums of dq, dk f32 [B, T, H, K] | scratch slots.
 size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V))) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
          2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
-         (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
+         2 * align_up(sizeof(float) * qk_floats(p)) + slots_bytes(p);
 }
 
 void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
@@ -814,46 +830,49 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   float* dkh = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
   const NormBufs nb = carve_norm(p, w);
-  float *dyq = nullptr, *dyk = nullptr;
-  if (p.l2norm) {
-    dyq = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-    dyk = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-  }
+  float* dyq = reinterpret_cast<float*>(w);  // dq, dk summed over the value heads of a q/k head [B, T, H, K]
+  w += align_up(sizeof(float) * qk_floats(p));
+  float* dyk = reinterpret_cast<float*>(w);
+  w += align_up(sizeof(float) * qk_floats(p));
   const GdnParams pn = normalise_qk(p, hwy_target, nb);
   chunk_offsets(p, coff);
   const int64_t KV = p.K * state_ld(p.V);  // one stored state [K, V] at row stride state_ld(V)
   const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
+  const bool summed = gs == G;  // tasks hold whole groups: they sum dq, dk over the group themselves
   for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
     const int64_t n = task / (p.H * per_h), j0 = task % per_h * gs, hv = task / per_h % p.H * G + j0;
     const int64_t wyf = static_cast<int64_t>(wy_floats(p));
     bwd_task(pn, mm, s, n, hv, std::min(gs, G - j0), hs + (coff[n] * p.HV + hv) * KV, p.HV * KV,
-             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh);
+             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh, summed ? dyq : nullptr, summed ? dyk : nullptr);
   });
-  // dq, dk: sum over the G value heads of each q/k head (increasing hv); stored directly, or through the
-  // l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the normalised q / k).
+  // dq, dk: sum over the G value heads of each q/k head (increasing hv; done by the tasks when `summed`); stored
+  // directly, or through the l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the
+  // normalised q / k).
   const int64_t K = p.K, rows = p.B * p.T * p.H;
-  for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch& s) {
-    for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
-      const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
-      for (int which = 0; which < 2; ++which) {
-        const float* src = which == 0 ? dqh : dkh;
-        float* dy = p.l2norm ? (which == 0 ? dyq : dyk) + r * K : s.TK;
-        const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
-        const float* x0 = src + h * G * head_stride + bt * K;
-        for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
-        for (int64_t j = 1; j < G; ++j) {
-          const float* x = x0 + j * head_stride;
-          for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
-        }
-        if (!p.l2norm) {
-          const GdnTensor& dX = which == 0 ? p.dq : p.dk;
-          store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
+  if (!summed || !p.l2norm) {
+    for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch&) {
+      for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
+        const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
+        for (int which = 0; which < 2; ++which) {
+          float* dy = (which == 0 ? dyq : dyk) + r * K;
+          if (!summed) {
+            const float* src = which == 0 ? dqh : dkh;
+            const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
+            const float* x0 = src + h * G * head_stride + bt * K;
+            for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
+            for (int64_t j = 1; j < G; ++j) {
+              const float* x = x0 + j * head_stride;
+              for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
+            }
+          }
+          if (!p.l2norm) {
+            const GdnTensor& dX = which == 0 ? p.dq : p.dk;
+            store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
+          }
         }
       }
-    }
-  });
+    });
+  }
   if (!p.l2norm) return;
   const norm::RowNormBwdFn fn = norm::row_norm_bwd_cpu(hwy_target);
   const strata_tensor_desc f = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
