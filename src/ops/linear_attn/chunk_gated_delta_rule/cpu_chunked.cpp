@@ -34,7 +34,6 @@
 #include <cstring>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
-#include "ops/norm/common/row_norm.h"
 #include "opbase/tensor.h"
 #include "runtime/runtime_internal.h"
 #include "tile/cpu/gemm.h"
@@ -95,7 +94,7 @@ float load1(const GdnTensor& t, int64_t off) {
 }
 void store1(const GdnTensor& t, int64_t off, float x) { store_row(t, off, &x, 1); }
 
-// q or k row (b, t, h) (already normalised by normalise_qk when the op's l2norm is on).
+// q or k row (b, t, h) as stored (the l2norm, when on, is applied by the caller: chunk_load_qk).
 void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64_t h, float* dst) {
   load_row(x, b * x.st[0] + t * x.st[1] + h * x.st[2], dst, p.K);
 }
@@ -173,10 +172,18 @@ int64_t fwd_group(const GdnParams& p) {
   return std::max<int64_t>(1, std::min<int64_t>(kFwdGroup, p.HV / std::max<int64_t>(p.H, 1)));
 }
 
-// x /= sqrt(|x|^2 + eps) in place (ops_gdn_kda.md §4.1; the formula of the shared row-norm kernels).
-void l2normalise(float* x, int64_t n) {
+// The fused l2norm (ops_gdn_kda.md §4.1; the formulas of the shared row-norm kernels), one row at a time, by
+// every pass and path that needs it (so they all see the same bits):
+// x /= sqrt(|x|^2 + eps) in place; returns rstd = 1 / sqrt(|x|^2 + eps).
+float l2normalise(float* x, int64_t n) {
   const float r = 1.0f / std::sqrt(dot(x, x, n) + static_cast<float>(kGdnL2Eps));
   for (int64_t i = 0; i < n; ++i) x[i] *= r;
+  return r;
+}
+// Its backward: dy -> dx = rstd (dy - (dy . y) y), y the normalised row (in place on dy).
+void l2norm_bwd(const float* y, float rstd, float* dy, int64_t n) {
+  const float c = dot(dy, y, n);
+  for (int64_t i = 0; i < n; ++i) dy[i] = rstd * (dy[i] - c * y[i]);
 }
 
 // An output row of f32 values: with f32 destination rows that start on a cache line and fill whole lines, by
@@ -214,10 +221,13 @@ struct Scratch {
   float *S, *ST, *dST;
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
+  float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
+  float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 6 * align_up(BT);
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) +
+           2 * align_up(BT * p.K);
   }
   Scratch(float* base, const GdnParams& p) {
     float* c = base;
@@ -231,7 +241,8 @@ struct Scratch {
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
     for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
     S = take(p.K * state_ld(p.V) * fwd_group(p));
-    for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
+    for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta, &rq, &rk}) *f = take(BT);
+    for (float** f : {&dQs, &dKs}) *f = take(BT * p.K);
   }
 };
 
@@ -246,9 +257,9 @@ void chunk_load_qk(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, in
   for (int64_t i = 0; i < L; ++i) {
     load_qk(p, p.k, b, t0 + i, h, s.Kc + i * K);
     if (load_q) load_qk(p, p.q, b, t0 + i, h, s.Q + i * K);
-    if (p.l2norm) {  // the forward's fused l2norm (the backward passes normalised q, k with l2norm off)
-      l2normalise(s.Kc + i * K, K);
-      if (load_q) l2normalise(s.Q + i * K, K);
+    if (p.l2norm) {  // the fused l2norm
+      s.rk[i] = l2normalise(s.Kc + i * K, K);
+      if (load_q) s.rq[i] = l2normalise(s.Q + i * K, K);
     }
   }
   mm.transpose(s.Kc, K, BT, K, s.KT, BT);
@@ -421,77 +432,6 @@ void for_tasks(const GdnParams& p, int64_t ntasks, char* scratch_base, size_t sl
   }
 }
 
-// ---- the fused l2norm: the shared row-norm kernels (ops/norm/common) of the same ISA ----
-
-// A [B, T, H, K] descriptor over an op tensor (its data pointer already holds the element offset).
-strata_tensor_desc tok_desc(const GdnTensor& t, int64_t B, int64_t T, int64_t H, int64_t K) {
-  strata_tensor_desc d = make_desc(t.dtype, {B, T, H, K});
-  for (int i = 0; i < 4; ++i) d.strides[i] = t.st[i];
-  return d;
-}
-size_t qk_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H * p.K); }
-size_t rows_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H); }
-// Workspace of the normalised q, k (f32 [B, T, H, K]) and their rstd (f32 [B, T, H]); 0 without l2norm.
-size_t norm_bytes(const GdnParams& p) {
-  return p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) + 2 * align_up(sizeof(float) * rows_floats(p)) : 0;
-}
-struct NormBufs {
-  float *qn = nullptr, *kn = nullptr, *rq = nullptr, *rk = nullptr;
-};
-NormBufs carve_norm(const GdnParams& p, char*& w) {
-  NormBufs nb;
-  if (!p.l2norm) return nb;
-  for (float** f : {&nb.qn, &nb.kn}) {
-    *f = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-  }
-  for (float** f : {&nb.rq, &nb.rk}) {
-    *f = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * rows_floats(p));
-  }
-  return nb;
-}
-// [B, T, H, K] f32 stored head-major ([B, H, T, K]): a chunk's 64 rows of one head are one contiguous 32 KiB block
-// (K = 128) that the hardware prefetchers follow, instead of 64 rows H * K apart.
-strata_tensor_desc head_major_desc(const GdnParams& p) {
-  strata_tensor_desc d = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
-  d.strides[0] = p.H * p.T * p.K, d.strides[1] = p.K, d.strides[2] = p.T * p.K, d.strides[3] = 1;
-  return d;
-}
-// Normalises q and k into nb (rstd = 1 / sqrt(|x|^2 + 1e-6)) and returns params that read them instead
-// (f32, head-major, l2norm off). Without l2norm returns p unchanged.
-GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
-  if (!p.l2norm) return p;
-  const norm::RowNormFwdFn fn = norm::row_norm_fwd_cpu(target);
-  const strata_tensor_desc out = head_major_desc(p);
-  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
-  GdnParams n = p;
-  for (int w = 0; w < 2; ++w) {
-    const GdnTensor& x = w == 0 ? p.q : p.k;
-    float* y = w == 0 ? nb.qn : nb.kn;
-    norm::RowNormFwdParams a;
-    a.x = x.data;
-    a.y = y;
-    a.rstd = w == 0 ? nb.rq : nb.rk;
-    a.x_dtype = x.dtype;
-    a.y_dtype = a.rstd_dtype = STRATA_DTYPE_F32;
-    a.rows = static_cast<int64_t>(rows_floats(p));
-    a.D = p.K;
-    a.x_rows = make_row_layout(tok_desc(x, p.B, p.T, p.H, p.K), 1);
-    a.y_rows = make_row_layout(out, 1);
-    a.rstd_rows = make_row_layout(r, 0);
-    a.n_div = 1;
-    a.eps = static_cast<float>(kGdnL2Eps);
-    fn(a);
-    GdnTensor& t = w == 0 ? n.q : n.k;
-    t.data = y;
-    t.dtype = STRATA_DTYPE_F32;
-    for (int i = 0; i < 4; ++i) t.st[i] = out.strides[i];
-  }
-  n.l2norm = false;
-  return n;
-}
-
 // Tasks of either pass: (sequence, q/k head, group of up to fwd_group value heads of that head); one value head
 // per task when grouped tasks would leave threads idle (the bits are the same either way: fwd_task, bwd_task).
 int64_t task_group(const GdnParams& p) {
@@ -559,15 +499,16 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
 // ---- backward ----
 
 // One (n, group of value heads hv0 ..): forward states into hs ([chunk, K, V] at row stride state_ld(V) per value
-// head, stride hs_stride between chunks), then the reverse sweep. dq/dk: with dqs (the group is all G value heads
-// of the q/k head) summed over the group into dqs/dks ([B, T, H, K] f32; value head 0 stores, the others add,
-// in increasing hv: the order of the separate sum below); else per value head into dqh/dkh ([HV, B, T, K] f32:
-// head-major, so that one task writes contiguous rows instead of one 512-byte row per 4 KiB page).
+// head, stride hs_stride between chunks), then the reverse sweep. dq/dk: when `summed` (the group is all G value
+// heads of the q/k head) summed over the group per chunk (value head 0 stores, the others add, in increasing hv:
+// the order of the separate pass in ChunkedBwd), taken through the l2norm backward and stored; else per value
+// head into dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes contiguous rows instead of one
+// 512-byte row per 4 KiB page) for that pass.
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
 void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng, float* hs,
-              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh, float* dqs, float* dks) {
+              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh, bool summed) {
   const int64_t K = p.K, V = p.V, ldS = state_ld(V), ldT = state_ld(K), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
@@ -751,9 +692,8 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       }
       for (int64_t i = 0; i < L; ++i) {
         const int64_t t = t0 + i;
-        if (dqs) {
-          const int64_t row = ((seq.b * p.T + t) * p.H + h) * K;
-          float *q = dqs + row, *k = dks + row;
+        if (summed) {
+          float *q = s.dQs + i * K, *k = s.dKs + i * K;
           const float *sq = s.dQ + i * K, *sk = s.dK + i * K;
           if (j == 0) {
             std::memcpy(q, sq, sizeof(float) * K);
@@ -772,6 +712,17 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
         store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
       }
     }  // value heads
+    if (summed)  // dq, dk of the chunk's rows are complete: the l2norm backward (y = the loaded Q, K rows) and store
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t t = t0 + i;
+        float *dq = s.dQs + i * K, *dk = s.dKs + i * K;
+        if (p.l2norm) {
+          l2norm_bwd(s.Q + i * K, s.rq[i], dq, K);
+          l2norm_bwd(s.Kc + i * K, s.rk[i], dk, K);
+        }
+        store_row(p.dq, seq.b * p.dq.st[0] + t * p.dq.st[1] + h * p.dq.st[2], dq, K);
+        store_row(p.dk, seq.b * p.dk.st[0] + t * p.dk.st[1] + h * p.dk.st[2], dk, K);
+      }
   }
   use_own();  // the scratch serves the thread's next task
   if (p.dh0.present())
@@ -791,15 +742,13 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 size_t FwdWorkspace(const GdnParams& p) { return slots_bytes(p); }
 
 // Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, state_ld(V)] | WY factors of the
-// state pass f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
-// [HV, B, T, K] each (used when a task does not hold all G value heads) | [normalised q, k and their rstd
-// (l2norm only)] | the group sums of dq, dk f32 [B, T, H, K] | scratch slots.
+// state pass f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32 [HV, B, T, K] each (written
+// only when a task does not hold all G value heads) | scratch slots.
 size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V))) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
-         2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
-         2 * align_up(sizeof(float) * qk_floats(p)) + slots_bytes(p);
+         2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + slots_bytes(p);
 }
 
 void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
@@ -815,10 +764,9 @@ void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   });
 }
 
-void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+void ChunkedBwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
-  const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
   int64_t* coff = reinterpret_cast<int64_t*>(w);
   w += align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1));
   float* hs = reinterpret_cast<float*>(w);
@@ -829,73 +777,47 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
   float* dkh = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
-  const NormBufs nb = carve_norm(p, w);
-  float* dyq = reinterpret_cast<float*>(w);  // dq, dk summed over the value heads of a q/k head [B, T, H, K]
-  w += align_up(sizeof(float) * qk_floats(p));
-  float* dyk = reinterpret_cast<float*>(w);
-  w += align_up(sizeof(float) * qk_floats(p));
-  const GdnParams pn = normalise_qk(p, hwy_target, nb);
   chunk_offsets(p, coff);
+  // q, k are l2-normalised row by row as the chunks load them (chunk_load_qk), as in the forward.
   const int64_t KV = p.K * state_ld(p.V);  // one stored state [K, V] at row stride state_ld(V)
   const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
-  const bool summed = gs == G;  // tasks hold whole groups: they sum dq, dk over the group themselves
+  const bool summed = gs == G;  // tasks hold whole groups: they sum dq, dk over the group and finish them
   for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
     const int64_t n = task / (p.H * per_h), j0 = task % per_h * gs, hv = task / per_h % p.H * G + j0;
     const int64_t wyf = static_cast<int64_t>(wy_floats(p));
-    bwd_task(pn, mm, s, n, hv, std::min(gs, G - j0), hs + (coff[n] * p.HV + hv) * KV, p.HV * KV,
-             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh, summed ? dyq : nullptr, summed ? dyk : nullptr);
+    bwd_task(p, mm, s, n, hv, std::min(gs, G - j0), hs + (coff[n] * p.HV + hv) * KV, p.HV * KV,
+             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh, summed);
   });
-  // dq, dk: sum over the G value heads of each q/k head (increasing hv; done by the tasks when `summed`); stored
-  // directly, or through the l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the
-  // normalised q / k).
+  if (summed) return;
+  // Split groups: dq, dk summed over the G value heads of each q/k head (increasing hv), then the l2norm
+  // backward with y and rstd re-computed from the q / k row exactly as chunk_load_qk does (same bits as the
+  // tasks that finish their own rows), then stored.
   const int64_t K = p.K, rows = p.B * p.T * p.H;
-  if (!summed || !p.l2norm) {
-    for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch&) {
-      for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
-        const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
-        for (int which = 0; which < 2; ++which) {
-          float* dy = (which == 0 ? dyq : dyk) + r * K;
-          if (!summed) {
-            const float* src = which == 0 ? dqh : dkh;
-            const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
-            const float* x0 = src + h * G * head_stride + bt * K;
-            for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
-            for (int64_t j = 1; j < G; ++j) {
-              const float* x = x0 + j * head_stride;
-              for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
-            }
-          }
-          if (!p.l2norm) {
-            const GdnTensor& dX = which == 0 ? p.dq : p.dk;
-            store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
-          }
+  for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch& s) {
+    for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
+      const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
+      for (int which = 0; which < 2; ++which) {
+        float* dy = s.TK;
+        const float* src = which == 0 ? dqh : dkh;
+        const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
+        const float* x0 = src + h * G * head_stride + bt * K;
+        for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
+        for (int64_t j = 1; j < G; ++j) {
+          const float* x = x0 + j * head_stride;
+          for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
         }
+        const GdnTensor& X = which == 0 ? p.q : p.k;
+        const GdnTensor& dX = which == 0 ? p.dq : p.dk;
+        if (p.l2norm) {
+          float* y = s.Q;
+          load_qk(p, X, b, t, h, y);
+          const float rstd = l2normalise(y, K);
+          l2norm_bwd(y, rstd, dy, K);
+        }
+        store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
       }
-    });
-  }
-  if (!p.l2norm) return;
-  const norm::RowNormBwdFn fn = norm::row_norm_bwd_cpu(hwy_target);
-  const strata_tensor_desc f = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
-  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
-  for (int which = 0; which < 2; ++which) {
-    const GdnTensor& dX = which == 0 ? p.dq : p.dk;
-    norm::RowNormBwdParams a;
-    a.src = which == 0 ? nb.qn : nb.kn;
-    a.rstd = which == 0 ? nb.rq : nb.rk;
-    a.dout = which == 0 ? dyq : dyk;
-    a.dx = dX.data;
-    a.src_dtype = a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
-    a.dx_dtype = dX.dtype;
-    a.rows = rows;
-    a.D = K;
-    a.src_rows = make_row_layout(head_major_desc(p), 1);
-    a.dout_rows = make_row_layout(f, 1);
-    a.rstd_rows = make_row_layout(r, 0);
-    a.dx_rows = make_row_layout(tok_desc(dX, p.B, p.T, p.H, p.K), 1);
-    a.n_div = 1;
-    a.kind = norm::RowNormBwdKind::kNormalizedSrc;
-    fn(a);
-  }
+    }
+  });
 }
 
 }  // namespace strata::linear_attn::HWY_NAMESPACE
@@ -910,7 +832,7 @@ HWY_EXPORT(BwdWorkspace);
 
 bool gdn_cpu_chunked_available(int64_t hwy_target) {
   return STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target) && tile::gemm_f32_for(hwy_target) &&
-         tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+         tile::transpose_f32_for(hwy_target);
 }
 // The layouts do not depend on the target: any compiled one answers.
 size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(FwdWorkspace)(p); }
