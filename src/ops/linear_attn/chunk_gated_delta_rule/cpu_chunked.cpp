@@ -11,8 +11,9 @@
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
 // f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward");
-// dq and dk per value head go to f32 workspace [HV, B, T, K] and are summed over the G heads of a group in
-// increasing hv afterwards, then taken through the l2norm backward.
+// dq and dk are summed over the G value heads of a q/k head in increasing hv, then taken through the l2norm
+// backward (by the task itself when it holds the whole group, else in a pass afterwards, same bits). With the
+// op's l2norm, q and k rows are normalised as the chunks load them (both passes).
 // Work items (both passes) are a sequence, a q/k head and up to 4 of its value heads, walked chunk by chunk: the
 // q/k part of a chunk (Q, K, K^T, K K^T, Q K^T) is loaded and multiplied once for the group, then each value head
 // runs with its own state, in exactly the arithmetic it would have alone. Any thread may take any item, so the
