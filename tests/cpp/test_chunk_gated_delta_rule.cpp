@@ -443,28 +443,36 @@ TEST(ChunkGatedDeltaRule, ReferenceGradientsMatchFloat64FiniteDifferences) {
 
 TEST(ChunkGatedDeltaRule, BitwiseAcrossRunsThreadCountsAndIsas) {
   const int32_t before = strata_get_num_threads();
-  std::vector<std::vector<uint8_t>> ref_fwd, ref_bwd;
-  for (const std::string& impl : cpu_impls()) {
-    if (impl == "reference") continue;
-    ForceImpl f(impl.c_str());
-    std::vector<uint8_t> first_fwd, first_bwd;
-    for (int threads : {1, 2, 2, 1}) {
-      ASSERT_EQ(strata_set_num_threads(threads), STRATA_SUCCESS);
-      Problem p(STRATA_DTYPE_BF16, 1, 300, 2, 4, 64, 32, {0, 100, 101, 230, 300}, true, true, 3);
-      HostTensor o = poisoned(STRATA_DTYPE_BF16, {1, 300, 4, 32}), ht = poisoned(STRATA_DTYPE_F32, {4, 4, 64, 32});
-      ASSERT_EQ(run_fwd(p, o, &ht, 0.125f, true), STRATA_SUCCESS);
-      Grads gr(p);
-      ASSERT_EQ(run_bwd(p, gr, 0.125f, true), STRATA_SUCCESS);
-      std::vector<uint8_t> fw = o.storage, bw = gr.dq.storage;
-      fw.insert(fw.end(), ht.storage.begin(), ht.storage.end());
-      for (HostTensor* t : {&gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.dh0})
-        bw.insert(bw.end(), t->storage.begin(), t->storage.end());
-      if (first_fwd.empty()) {
-        first_fwd = fw;
-        first_bwd = bw;
-      } else {
-        EXPECT_EQ(fw, first_fwd) << impl << " forward, " << threads << " threads";
-        EXPECT_EQ(bw, first_bwd) << impl << " backward, " << threads << " threads";
+  // Problem 0: varlen, GVA G = 2 (8 tasks of two value heads). Problem 1: one q/k head with G = 3 value heads and
+  // one sequence: a single grouped task with 1 thread, three one-value-head tasks with 2 threads (task_group in
+  // cpu_chunked.cpp), so grouped and ungrouped chunk loops are compared bit for bit.
+  for (int prob = 0; prob < 2; ++prob) {
+    const int64_t T = prob == 0 ? 300 : 200, H = prob == 0 ? 2 : 1, HV = prob == 0 ? 4 : 3, K = 64, V = 32;
+    const int64_t N = prob == 0 ? 4 : 1;
+    const int32_t dt = prob == 0 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F32;
+    for (const std::string& impl : cpu_impls()) {
+      if (impl == "reference") continue;
+      ForceImpl f(impl.c_str());
+      std::vector<uint8_t> first_fwd, first_bwd;
+      for (int threads : {1, 2, 2, 1}) {
+        ASSERT_EQ(strata_set_num_threads(threads), STRATA_SUCCESS);
+        Problem p = prob == 0 ? Problem(dt, 1, T, H, HV, K, V, {0, 100, 101, 230, 300}, true, true, 3)
+                              : Problem(dt, 1, T, H, HV, K, V, {}, true, true, 5);
+        HostTensor o = poisoned(dt, {1, T, HV, V}), ht = poisoned(STRATA_DTYPE_F32, {N, HV, K, V});
+        ASSERT_EQ(run_fwd(p, o, &ht, 0.125f, true), STRATA_SUCCESS);
+        Grads gr(p);
+        ASSERT_EQ(run_bwd(p, gr, 0.125f, true), STRATA_SUCCESS);
+        std::vector<uint8_t> fw = o.storage, bw = gr.dq.storage;
+        fw.insert(fw.end(), ht.storage.begin(), ht.storage.end());
+        for (HostTensor* t : {&gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.dh0})
+          bw.insert(bw.end(), t->storage.begin(), t->storage.end());
+        if (first_fwd.empty()) {
+          first_fwd = fw;
+          first_bwd = bw;
+        } else {
+          EXPECT_EQ(fw, first_fwd) << impl << " forward, problem " << prob << ", " << threads << " threads";
+          EXPECT_EQ(bw, first_bwd) << impl << " backward, problem " << prob << ", " << threads << " threads";
+        }
       }
     }
   }

@@ -10,11 +10,15 @@
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
-// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward"); dq and dk per value head go to f32
-// workspace [HV, B, T, K] and are summed over the G heads of a group in increasing hv afterwards, then taken
-// through the l2norm backward. Work items are whole (n, hv) pairs (any thread may take any item, each is
-// computed the same way), so the bits do not depend on the thread count. Scratch comes from the workspace,
-// one slot per thread (GdnParams::slots, fixed by the plan).
+// f32) and its WY factors (K K^T, A, W, v_new), then the chunks in reverse with dS (Appendix A, "GDN backward");
+// dq and dk are summed over the G value heads of a q/k head in increasing hv, then taken through the l2norm
+// backward (by the task itself when it holds the whole group, else in a pass afterwards, same bits). With the
+// op's l2norm, q and k rows are normalised as the chunks load them (both passes).
+// Work items (both passes) are a sequence, a q/k head and up to 4 of its value heads, walked chunk by chunk: the
+// q/k part of a chunk (Q, K, K^T, K K^T, Q K^T) is loaded and multiplied once for the group, then each value head
+// runs with its own state, in exactly the arithmetic it would have alone. Any thread may take any item, so the
+// bits do not depend on the thread count (nor on the grouping). Scratch comes from the workspace, one slot per
+// thread (GdnParams::slots, fixed by the plan).
 //
 // The whole file is compiled once per Highway target (foreach_target): the per-chunk element-wise loops
 // (decays, scalings, the forward substitution, row dots) are plain C++ that the compiler vectorizes for the
@@ -22,6 +26,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/linear_attn/chunk_gated_delta_rule/cpu_chunked.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <omp.h>
 
@@ -30,7 +35,6 @@
 #include <cstring>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
-#include "ops/norm/common/row_norm.h"
 #include "opbase/tensor.h"
 #include "runtime/runtime_internal.h"
 #include "tile/cpu/gemm.h"
@@ -91,7 +95,7 @@ float load1(const GdnTensor& t, int64_t off) {
 }
 void store1(const GdnTensor& t, int64_t off, float x) { store_row(t, off, &x, 1); }
 
-// q or k row (b, t, h) (already normalised by normalise_qk when the op's l2norm is on).
+// q or k row (b, t, h) as stored (the l2norm, when on, is applied by the caller: chunk_load_qk).
 void load_qk(const GdnParams& p, const GdnTensor& x, int64_t b, int64_t t, int64_t h, float* dst) {
   load_row(x, b * x.st[0] + t * x.st[1] + h * x.st[2], dst, p.K);
 }
@@ -152,6 +156,59 @@ float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
   return r;
 }
 
+// Row stride (floats) of the [K, V] states and their transposes: whole cache lines, and not a multiple of 64
+// floats (V = 128 -> 144). A GEMM whose right operand is a state (W S, Q S, K dS, dO S^T, ...) streams a K x 64
+// panel of it per tile of rows; at a 512-byte stride its rows fall into a quarter of L1's sets and the panel is
+// re-fetched from L2 by every row tile (64x128x128 at ldb 128: ~80 % of the FMA loop, at 144: ~90 %, measured).
+int64_t state_ld(int64_t n) {
+  const int64_t r = (n + 15) / 16 * 16;
+  return r % 64 == 0 ? r + 16 : r;
+}
+
+// Value heads per forward task: the G = HV / H value heads of a q/k head share the chunk's Q, K, K^T, K K^T
+// and Q K^T (loaded, transposed and multiplied once for up to kFwdGroup of them: at G = 2, 2 of the 8 GEMMs of a
+// chunk and half the q/k traffic), each keeping its own state S in the scratch.
+constexpr int64_t kFwdGroup = 4;
+int64_t fwd_group(const GdnParams& p) {
+  return std::max<int64_t>(1, std::min<int64_t>(kFwdGroup, p.HV / std::max<int64_t>(p.H, 1)));
+}
+
+// The fused l2norm (ops_gdn_kda.md §4.1; the formulas of the shared row-norm kernels), one row at a time, by
+// every pass and path that needs it (so they all see the same bits):
+// x /= sqrt(|x|^2 + eps) in place; returns rstd = 1 / sqrt(|x|^2 + eps).
+float l2normalise(float* x, int64_t n) {
+  const float r = 1.0f / std::sqrt(dot(x, x, n) + static_cast<float>(kGdnL2Eps));
+  for (int64_t i = 0; i < n; ++i) x[i] *= r;
+  return r;
+}
+// Its backward: dy -> dx = rstd (dy - (dy . y) y), y the normalised row (in place on dy).
+void l2norm_bwd(const float* y, float rstd, float* dy, int64_t n) {
+  const float c = dot(dy, y, n);
+  for (int64_t i = 0; i < n; ++i) dy[i] = rstd * (dy[i] - c * y[i]);
+}
+
+// An output row of f32 values: with f32 destination rows that start on a cache line and fill whole lines, by
+// non-temporal stores (o is written once and not read back here: no read-for-ownership of its lines, which are
+// 4 KiB apart at HV * V = 1024 and missed the cache on every row); else store_row. FlushStream before the
+// task ends.
+// dst[0, n) = src[0, n) (f32), non-temporal when dst starts on a cache line and n fills whole lines; false
+// (nothing written) otherwise.
+bool stream_f32(float* dst, const float* src, int64_t n) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> d;
+  const int64_t Lv = static_cast<int64_t>(hn::Lanes(d));
+  if (n % 16 == 0 && n % Lv == 0 && reinterpret_cast<uintptr_t>(dst) % 64 == 0) {
+    for (int64_t i = 0; i < n; i += Lv) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+    return true;
+  }
+#endif
+  return false;
+}
+void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t n) {
+  if (t.dtype == STRATA_DTYPE_F32 && stream_f32(static_cast<float*>(t.data) + off, src, n)) return;
+  store_row(t, off, src, n);
+}
+
 // Scratch of one thread: named f32 blocks carved from its workspace slot.
 // The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
 // (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
@@ -159,12 +216,19 @@ struct Scratch {
   float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
   float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
-  float *S, *dS, *ST, *dST;                    // [K, V] (S: forward only; the backward reads the stored states)
+  // [K, V] (row stride state_ld(V)): S is the first of fwd_group(p) consecutive states (K state_ld(V) floats
+  // apart), one per value head of a task (the forward's S; the backward's dS, its S being the stored ones);
+  // ST = S^T, dST = dS^T [V, K] (row stride state_ld(K))
+  float *S, *ST, *dST;
+  float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
+  float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
+  float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
-    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 8 * align_up(BT * BT) + 4 * align_up(p.K * p.V) +
-           6 * align_up(BT);
+    return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) +
+           2 * align_up(BT * p.K);
   }
   Scratch(float* base, const GdnParams& p) {
     float* c = base;
@@ -175,27 +239,41 @@ struct Scratch {
     };
     for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
     for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
-    for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm}) *f = take(BT * BT);
-    for (float** f : {&S, &dS, &ST, &dST}) *f = take(p.K * p.V);
-    for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta}) *f = take(BT);
+    for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
+    for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
+    S = take(p.K * state_ld(p.V) * fwd_group(p));
+    for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta, &rq, &rk}) *f = take(BT);
+    for (float** f : {&dQs, &dKs}) *f = take(BT * p.K);
   }
 };
 
-// Loads chunk [t0, t0 + L) of sequence row b for value head hv into the scratch (rows >= L zero) and builds
-// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, P = K K^T, M, A = (I + M)^-1,
-// Kb = diag(beta E) K, Vb = diag(beta) V, KT = K^T.
-void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv,
-                bool load_q) {
-  const int64_t K = p.K, V = p.V, h = hv / (p.HV / p.H);
+// Loads the q/k part of chunk [t0, t0 + L) of sequence row b for q/k head h into the scratch (rows >= L zero):
+// Kc (and Q), KT = K^T.
+void chunk_load_qk(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t h,
+                   bool load_q) {
+  const int64_t K = p.K;
   s.L = L;
   std::memset(s.Kc + L * K, 0, sizeof(float) * (BT - L) * K);  // rows past the sequence end
-  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   if (load_q) std::memset(s.Q + L * K, 0, sizeof(float) * (BT - L) * K);
+  for (int64_t i = 0; i < L; ++i) {
+    load_qk(p, p.k, b, t0 + i, h, s.Kc + i * K);
+    if (load_q) load_qk(p, p.q, b, t0 + i, h, s.Q + i * K);
+    if (p.l2norm) {  // the fused l2norm
+      s.rk[i] = l2normalise(s.Kc + i * K, K);
+      if (load_q) s.rq[i] = l2normalise(s.Q + i * K, K);
+    }
+  }
+  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
+}
+
+// Loads the value-head part of the chunk (after chunk_load_qk: reads Kc): v, g, beta of value head hv, and builds
+// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, Kb = diag(beta E) K, Vb = diag(beta) V.
+void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv) {
+  const int64_t K = p.K, V = p.V;
+  std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   for (int64_t i = 0; i < BT; ++i) {
     if (i < L) {
       const int64_t t = t0 + i;
-      load_qk(p, p.k, b, t, h, s.Kc + i * K);
-      if (load_q) load_qk(p, p.q, b, t, h, s.Q + i * K);
       load_row(p.v, b * p.v.st[0] + t * p.v.st[1] + hv * p.v.st[2], s.Vc + i * V, V);
       s.alpha[i] = std::exp(load1(p.g, b * p.g.st[0] + t * p.g.st[1] + hv * p.g.st[2]));
       s.beta[i] = load1(p.beta, b * p.beta.st[0] + t * p.beta.st[1] + hv * p.beta.st[2]);
@@ -228,38 +306,33 @@ void chunk_load(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64
     for (int64_t d = 0; d < K; ++d) s.Kb[i * K + d] = kb * s.Kc[i * K + d];
     for (int64_t d = 0; d < V; ++d) s.Vb[i * V + d] = s.beta[i] * s.Vc[i * V + d];
   }
-  mm.transpose(s.Kc, K, BT, K, s.KT, BT);
 }
 
 // Hints the token rows of chunk [t0, t0 + L) of k, v (and q, do) into L2 while the current chunk computes:
 // the rows are 0.25-1 KiB pieces one or more pages apart ([B, T, heads, D]), which the hardware prefetchers
 // do not follow, so a plain load of a chunk waits on memory row by row.
-void prefetch_chunk(const GdnParams& p, int64_t b, int64_t t0, int64_t L, int64_t hv, bool with_q, bool with_do) {
-  auto rows = [&](const GdnTensor& x, int64_t head, int64_t D) {
-    const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
-    const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
-    for (int64_t i = 0; i < L; ++i) {
-      const char* r = base + (t0 + i) * x.st[1] * es;
-      for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
-    }
-  };
-  const int64_t h = hv / (p.HV / p.H);
-  rows(p.k, h, p.K);
-  rows(p.v, hv, p.V);
-  if (with_q) rows(p.q, h, p.K);
-  if (with_do) rows(p.do_, hv, p.V);
+void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t head, int64_t D) {
+  const int64_t es = static_cast<int64_t>(dtype_size(x.dtype));
+  const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
+  for (int64_t i = 0; i < L; ++i) {
+    const char* r = base + (t0 + i) * x.st[1] * es;
+    for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
+  }
 }
-
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
 void build_m(Scratch& s) {
   for (int64_t i = 0; i < BT; ++i)
     for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
 }
 
-// After chunk_load: P = K K^T, M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
-void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+// After chunk_load_qk: P = K K^T (lower triangle; j < i is read).
+void chunk_kkt(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  mm(false, false, BT, BT, p.K, 1.f, s.Kc, p.K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);
+}
+
+// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
+void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
-  mm(false, false, BT, BT, K, 1.f, s.Kc, K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);  // j < i read
   build_m(s);
   // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
   // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
@@ -306,15 +379,19 @@ void chunk_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
-float chunk_prologue(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, int64_t t0, int64_t L,
-                     int64_t hv, bool load_q) {
-  chunk_load(p, mm, s, b, t0, L, hv, load_q);
-  chunk_wy(p, mm, s);
-  return s.E[BT - 1];
-}
-
 // Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
 // (the GEMM that made X skips them: GemmTri::kLower output) and are set to 0.
+void mask_lower_gamma(float* X, const float* Gm, float scale);
+// dst = scale * Lower(src (.) Gamma) (same arithmetic as mask_lower_gamma in place; src's upper part not read).
+void mask_lower_gamma_from(const float* src, float* dst, const float* Gm, float scale) {
+  for (int64_t i = 0; i < BT; ++i) {
+    const float* x = src + i * BT;
+    float* y = dst + i * BT;
+    const float* gm = Gm + i * BT;
+    for (int64_t j = 0; j <= i; ++j) y[j] = scale * x[j] * gm[j];
+    for (int64_t j = i + 1; j < BT; ++j) y[j] = 0.f;
+  }
+}
 void mask_lower_gamma(float* X, const float* Gm, float scale) {
   for (int64_t i = 0; i < BT; ++i) {
     float* x = X + i * BT;
@@ -356,132 +433,105 @@ void for_tasks(const GdnParams& p, int64_t ntasks, char* scratch_base, size_t sl
   }
 }
 
-// ---- the fused l2norm: the shared row-norm kernels (ops/norm/common) of the same ISA ----
-
-// A [B, T, H, K] descriptor over an op tensor (its data pointer already holds the element offset).
-strata_tensor_desc tok_desc(const GdnTensor& t, int64_t B, int64_t T, int64_t H, int64_t K) {
-  strata_tensor_desc d = make_desc(t.dtype, {B, T, H, K});
-  for (int i = 0; i < 4; ++i) d.strides[i] = t.st[i];
-  return d;
-}
-size_t qk_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H * p.K); }
-size_t rows_floats(const GdnParams& p) { return static_cast<size_t>(p.B * p.T * p.H); }
-// Workspace of the normalised q, k (f32 [B, T, H, K]) and their rstd (f32 [B, T, H]); 0 without l2norm.
-size_t norm_bytes(const GdnParams& p) {
-  return p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) + 2 * align_up(sizeof(float) * rows_floats(p)) : 0;
-}
-struct NormBufs {
-  float *qn = nullptr, *kn = nullptr, *rq = nullptr, *rk = nullptr;
-};
-NormBufs carve_norm(const GdnParams& p, char*& w) {
-  NormBufs nb;
-  if (!p.l2norm) return nb;
-  for (float** f : {&nb.qn, &nb.kn}) {
-    *f = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-  }
-  for (float** f : {&nb.rq, &nb.rk}) {
-    *f = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * rows_floats(p));
-  }
-  return nb;
-}
-// Normalises q and k into nb (rstd = 1 / sqrt(|x|^2 + 1e-6)) and returns params that read them instead
-// (f32, contiguous, l2norm off). Without l2norm returns p unchanged.
-GdnParams normalise_qk(const GdnParams& p, int64_t target, const NormBufs& nb) {
-  if (!p.l2norm) return p;
-  const norm::RowNormFwdFn fn = norm::row_norm_fwd_cpu(target);
-  const strata_tensor_desc out = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
-  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
-  GdnParams n = p;
-  for (int w = 0; w < 2; ++w) {
-    const GdnTensor& x = w == 0 ? p.q : p.k;
-    float* y = w == 0 ? nb.qn : nb.kn;
-    norm::RowNormFwdParams a;
-    a.x = x.data;
-    a.y = y;
-    a.rstd = w == 0 ? nb.rq : nb.rk;
-    a.x_dtype = x.dtype;
-    a.y_dtype = a.rstd_dtype = STRATA_DTYPE_F32;
-    a.rows = static_cast<int64_t>(rows_floats(p));
-    a.D = p.K;
-    a.x_rows = make_row_layout(tok_desc(x, p.B, p.T, p.H, p.K), 1);
-    a.y_rows = make_row_layout(out, 1);
-    a.rstd_rows = make_row_layout(r, 0);
-    a.n_div = 1;
-    a.eps = static_cast<float>(kGdnL2Eps);
-    fn(a);
-    GdnTensor& t = w == 0 ? n.q : n.k;
-    t.data = y;
-    t.dtype = STRATA_DTYPE_F32;
-    t.st[0] = p.T * p.H * p.K, t.st[1] = p.H * p.K, t.st[2] = p.K, t.st[3] = 1;
-  }
-  n.l2norm = false;
-  return n;
+// Tasks of either pass: (sequence, q/k head, group of up to fwd_group value heads of that head); one value head
+// per task when grouped tasks would leave threads idle (the bits are the same either way: fwd_task, bwd_task).
+int64_t task_group(const GdnParams& p) {
+  const int64_t G = p.HV / p.H, gs = fwd_group(p);
+  return p.N * p.H * ((G + gs - 1) / gs) < std::min<int64_t>(p.slots, rt::num_threads()) ? 1 : gs;
 }
 
 // ---- forward ----
 
-void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv) {
-  const int64_t K = p.K, V = p.V;
+// Value heads hv0 .. hv0 + ng - 1 (all of one q/k head h) of sequence n, chunk by chunk: the q/k part of a chunk
+// (Q, K, K^T, K K^T, Q K^T) once, then each value head with its own state (s.S + j K V). Every value head's
+// arithmetic is the one it would have alone (same products, same order): the grouping changes no bit.
+void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng) {
+  const int64_t K = p.K, V = p.V, ldS = state_ld(V), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.h0.present())
-      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], s.S + i * V, V);
-    else
-      std::memset(s.S + i * V, 0, sizeof(float) * V);
+  for (int64_t j = 0; j < ng; ++j) {
+    float* S = s.S + j * KV;
+    for (int64_t i = 0; i < K; ++i) {
+      if (p.h0.present())
+        load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * ldS, V);
+      else
+        std::memset(S + i * ldS, 0, sizeof(float) * V);
+    }
   }
   for (int64_t t0 = seq.bos; t0 < seq.eos; t0 += BT) {
     const int64_t L = std::min(BT, seq.eos - t0);
-    const float elast = chunk_prologue(p, mm, s, seq.b, t0, L, hv, true);
-    if (t0 + BT < seq.eos) prefetch_chunk(p, seq.b, t0 + BT, std::min(BT, seq.eos - t0 - BT), hv, true, false);
-    // Vn = U - W S
-    mm(false, false, BT, V, K, -1.f, s.W, K, s.S, V, 1.f, s.Vn, V);
-    // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
-    mm(false, false, BT, V, K, 1.f, s.TK, K, s.S, V, 0.f, s.dVn, V);
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
-    for (int64_t i = 0; i < L; ++i)
-      store_row(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
-    // S = e^{gamma_last} S + K^T diag(eL) Vn
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, s.S, V);
+    chunk_load_qk(p, mm, s, seq.b, t0, L, h, true);
+    chunk_kkt(p, mm, s);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.QK, BT, kNoTri, nullptr, 0, kLowerC);
+    if (t0 + BT < seq.eos) {  // the next chunk's token rows
+      const int64_t Ln = std::min(BT, seq.eos - t0 - BT);
+      prefetch_rows(p.k, seq.b, t0 + BT, Ln, h, K);
+      prefetch_rows(p.q, seq.b, t0 + BT, Ln, h, K);
+      for (int64_t j = 0; j < ng; ++j) prefetch_rows(p.v, seq.b, t0 + BT, Ln, hv0 + j, V);
+    }
+    for (int64_t j = 0; j < ng; ++j) {
+      const int64_t hv = hv0 + j;
+      float* S = s.S + j * KV;
+      chunk_load_hv(p, s, seq.b, t0, L, hv);
+      chunk_solve_wy(p, mm, s);
+      const float elast = s.E[BT - 1];
+      // Vn = U - W S
+      mm(false, false, BT, V, K, -1.f, s.W, K, S, ldS, 1.f, s.Vn, V);
+      // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
+      mm(false, false, BT, V, K, 1.f, s.TK, K, S, ldS, 0.f, s.dVn, V);
+      mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
+      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
+      for (int64_t i = 0; i < L; ++i)
+        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
+      // S = e^{gamma_last} S + K^T diag(eL) Vn
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, S, ldS);
+    }
   }
   if (p.ht.present())
-    for (int64_t i = 0; i < K; ++i) store_row(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + i * p.ht.st[2], s.S + i * V, V);
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i)
+        store_row(p.ht, n * p.ht.st[0] + (hv0 + j) * p.ht.st[1] + i * p.ht.st[2], s.S + j * KV + i * ldS, V);
+  ::hwy::FlushStream();  // the o rows' non-temporal stores are visible before the task is done
 }
 
 // ---- backward ----
 
-// One (n, hv): forward states into hs ([chunk, K, V] for this pair, stride hs_stride between chunks), then the
-// reverse sweep. dq/dk of this value head go to dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes
-// contiguous rows instead of one 512-byte row per 4 KiB page).
+// One (n, group of value heads hv0 ..): forward states into hs ([chunk, K, V] at row stride state_ld(V) per value
+// head, stride hs_stride between chunks), then the reverse sweep. dq/dk: when `summed` (the group is all G value
+// heads of the q/k head) summed over the group per chunk (value head 0 stores, the others add, in increasing hv:
+// the order of the separate pass in ChunkedBwd), taken through the l2norm backward and stored; else per value
+// head into dqh/dkh ([HV, B, T, K] f32: head-major, so that one task writes contiguous rows instead of one
+// 512-byte row per 4 KiB page) for that pass.
 // wy ([chunk, P | A | W | Vn] with stride wy_stride between chunks) keeps the WY factors of the state pass so
 // the reverse sweep does not re-compute them (every chunk but the last; the last is done once, in reverse).
 size_t wy_floats(const GdnParams& p) { return static_cast<size_t>(2 * BT * BT + BT * (p.K + p.V)); }
-void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv, float* hs, int64_t hs_stride,
-              float* wy, int64_t wy_stride, float* dqh, float* dkh) {
-  const int64_t K = p.K, V = p.V, KV = K * V;
+void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t hv0, int64_t ng, float* hs,
+              int64_t hs_stride, float* wy, int64_t wy_stride, float* dqh, float* dkh, bool summed) {
+  const int64_t K = p.K, V = p.V, ldS = state_ld(V), ldT = state_ld(K), KV = K * ldS, h = hv0 / (p.HV / p.H);
   const GdnSeq seq = gdn_seq(p, n);
   const int64_t nc = (seq.eos - seq.bos + BT - 1) / BT;
-  // forward: state at the start of every chunk
-  float* S = nc > 0 ? hs : s.S;
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.h0.present())
-      load_row(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + i * p.h0.st[2], S + i * V, V);
-    else
-      std::memset(S + i * V, 0, sizeof(float) * V);
-  }
-  // The WY factors of chunk c are computed in place in its `keep` block (the scratch's P, Ai, W, Vn point
-  // there), and read from there by the reverse sweep: no copies.
+  // Value heads hv0 + j (j < ng) of q/k head h, chunk by chunk as in fwd_task: the q/k part of a chunk (Q, K, K^T,
+  // K K^T, Q K^T) once, then each value head with its own states (hs + j K V per chunk) and dS (s.S + j K V);
+  // the per-value-head arithmetic is the same as alone. forward: state at the start of every chunk
+  if (nc > 0)
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i) {
+        float* S = hs + j * KV;
+        if (p.h0.present())
+          load_row(p.h0, n * p.h0.st[0] + (hv0 + j) * p.h0.st[1] + i * p.h0.st[2], S + i * ldS, V);
+        else
+          std::memset(S + i * ldS, 0, sizeof(float) * V);
+      }
+  // The WY factors of chunk c are computed in place in its `keep` blocks (the scratch's P, Ai, W, Vn point
+  // there), and read from there by the reverse sweep: no copies. P = K K^T does not depend on the value head:
+  // it is kept once per chunk, in the group's first block.
   float *const own_P = s.P, *const own_Ai = s.Ai, *const own_W = s.W, *const own_Vn = s.Vn;
-  auto use_keep = [&](int64_t c) {
-    float* keep = wy + c * wy_stride;
-    s.P = keep;
+  auto use_keep = [&](int64_t c, int64_t j) {
+    float* keep = wy + c * wy_stride + j * static_cast<int64_t>(wy_floats(p));
+    s.P = wy + c * wy_stride;
     s.Ai = keep + BT * BT;
     s.W = keep + 2 * BT * BT;
     s.Vn = keep + 2 * BT * BT + BT * K;
@@ -494,135 +544,193 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
   };
   for (int64_t c = 0; c + 1 < nc; ++c) {
     const int64_t t0 = seq.bos + c * BT;
-    use_keep(c);
-    const float elast = chunk_prologue(p, mm, s, seq.b, t0, BT, hv, false);
-    if (c + 2 < nc) prefetch_chunk(p, seq.b, t0 + BT, BT, hv, false, false);  // the state pass's next chunk
-    const float* Sc = hs + c * hs_stride;
-    float* Sn = hs + (c + 1) * hs_stride;
-    mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
-    mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, V, GemmTri::kNone, Sc, V);  // Sn = e^gL Sc + ...
+    chunk_load_qk(p, mm, s, seq.b, t0, BT, h, false);
+    use_keep(c, 0);
+    chunk_kkt(p, mm, s);
+    if (c + 2 < nc) {  // the state pass's next chunk
+      prefetch_rows(p.k, seq.b, t0 + BT, BT, h, K);
+      for (int64_t j = 0; j < ng; ++j) prefetch_rows(p.v, seq.b, t0 + BT, BT, hv0 + j, V);
+    }
+    for (int64_t j = 0; j < ng; ++j) {
+      use_keep(c, j);
+      chunk_load_hv(p, s, seq.b, t0, BT, hv0 + j);
+      chunk_solve_wy(p, mm, s);
+      const float elast = s.E[BT - 1];
+      const float* Sc = hs + c * hs_stride + j * KV;
+      float* Sn = hs + (c + 1) * hs_stride + j * KV;
+      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, ldS, 1.f, s.Vn, V);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, ldS, GemmTri::kNone, Sc, ldS);  // Sn = e^gL Sc + ...
+    }
   }
   use_own();
   // reverse sweep
-  for (int64_t i = 0; i < K; ++i) {
-    if (p.dht.present())
-      load_row(p.dht, n * p.dht.st[0] + hv * p.dht.st[1] + i * p.dht.st[2], s.dS + i * V, V);
-    else
-      std::memset(s.dS + i * V, 0, sizeof(float) * V);
-  }
+  for (int64_t j = 0; j < ng; ++j)
+    for (int64_t i = 0; i < K; ++i) {
+      float* dS = s.S + j * KV;
+      if (p.dht.present())
+        load_row(p.dht, n * p.dht.st[0] + (hv0 + j) * p.dht.st[1] + i * p.dht.st[2], dS + i * ldS, V);
+      else
+        std::memset(dS + i * ldS, 0, sizeof(float) * V);
+    }
   for (int64_t c = nc - 1; c >= 0; --c) {
     const int64_t t0 = seq.bos + c * BT, L = std::min(BT, seq.eos - t0);
-    const float* Sc = hs + c * hs_stride;
-    chunk_load(p, mm, s, seq.b, t0, L, hv, true);
-    if (c > 0) prefetch_chunk(p, seq.b, t0 - BT, BT, hv, true, true);  // the reverse sweep's next chunk
-    const float elast = s.E[BT - 1];
-    if (c + 1 < nc) {  // WY factors and Vn kept by the state pass (read in place)
-      use_keep(c);
-      build_m(s);
-    } else {
+    const bool last = c + 1 == nc;
+    chunk_load_qk(p, mm, s, seq.b, t0, L, h, true);
+    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.QK, BT, kNoTri, nullptr, 0, kLowerC);
+    if (last) {
       use_own();
-      chunk_wy(p, mm, s);
-      mm(false, false, BT, V, K, -1.f, s.W, K, Sc, V, 1.f, s.Vn, V);  // Vn = U - W S
+      chunk_kkt(p, mm, s);  // the last chunk's factors were not kept: P into the own block, for every j
     }
-    std::memset(s.dO, 0, sizeof(float) * BT * V);
-    for (int64_t i = 0; i < L; ++i)
-      load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
-    // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
-    mm(false, false, BT, BT, K, 1.f, s.Q, K, s.KT, BT, 0.f, s.Aqk, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Aqk, s.Gm, p.scale);
-    mm(false, false, BT, V, K, 1.f, s.Kc, K, s.dS, V, 0.f, s.TV, V);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
-    mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
-    // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
-    mm.transpose(s.Vn, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
-    mask_lower_gamma(s.Ds, s.Gm, p.scale);
-    mm.transpose(Sc, V, K, V, s.ST, K);  // ST [V, K]
-    mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, K, 0.f, s.dQ, K);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
-    mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
-    // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
-    mm.transpose(s.dS, V, K, V, s.dST, K);  // dST [V, K]
-    mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, K, 0.f, s.dK, K);
-    float kdk_int = 0.f;
-    for (int64_t i = 0; i < BT; ++i) {
-      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
-      kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
-    }
-    mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
-    // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
-    for (int64_t i = 0; i < BT; ++i) s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
-    s.dgam[L - 1] += elast * dot(Sc, s.dS, KV) + kdk_int;
-    // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
-    mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, s.dS, V);
-    mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, s.dS, V);
-    // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
-    mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, K, 0.f, s.dW, K);
-    mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
-    mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
-    for (int64_t i = 0; i < BT; ++i) {
-      const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
-      s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
-      s.dgam[i] += s.beta[i] * s.E[i] * xk;
-      const float be = s.beta[i] * s.E[i];
-      for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
-      for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
-    }
-    // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
-    mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
-    mm.transpose(s.Vb, V, BT, V, s.VT, BT);
-    mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
-    mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
-    // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
-    // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
-    mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
-    mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
-    // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
-    // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = 0; j < BT; ++j) {
-        if (j < i) {
-          const float dm = s.dA[j * BT + i];  // dM_ij
-          const float dp = dm * s.Gm[i * BT + j];
-          s.dbeta[i] += dp * s.P[i * BT + j];
-          const float dmm = dm * s.M[i * BT + j];
-          s.dgam[i] += dmm;
-          s.dgam[j] -= dmm;
-          s.TL[i * BT + j] = s.beta[i] * dp;
-        } else {
-          s.TL[i * BT + j] = 0.f;
-        }
+    // K^T (in KT) is not read past this point: the value-head loop below overwrites KT with Kb^T.
+    if (c > 0) {  // the reverse sweep's next chunk
+      prefetch_rows(p.k, seq.b, t0 - BT, BT, h, K);
+      prefetch_rows(p.q, seq.b, t0 - BT, BT, h, K);
+      for (int64_t j = 0; j < ng; ++j) {
+        prefetch_rows(p.v, seq.b, t0 - BT, BT, hv0 + j, V);
+        prefetch_rows(p.do_, seq.b, t0 - BT, BT, hv0 + j, V);
       }
-    for (int64_t i = 0; i < BT; ++i)
-      for (int64_t j = 0; j < i; ++j) s.TL[j * BT + i] = s.TL[i * BT + j];  // R + R^T (R strictly lower)
-    mm(false, false, BT, K, BT, 1.f, s.TL, BT, s.Kc, K, 1.f, s.dK, K);
-    // dg = reverse cumsum of dgamma inside the chunk; stores
-    float acc = 0.f;
-    for (int64_t i = L - 1; i >= 0; --i) {
-      acc += s.dgam[i];
-      s.dgam[i] = acc;
     }
-    for (int64_t i = 0; i < L; ++i) {
-      const int64_t t = t0 + i, tok = (hv * p.B + seq.b) * p.T + t;
-      std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
-      std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
-      store_row(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
-      store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
-      store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
-    }
+    for (int64_t j = 0; j < ng; ++j) {
+      const int64_t hv = hv0 + j;
+      const float* Sc = hs + c * hs_stride + j * KV;
+      float* dS = s.S + j * KV;
+      chunk_load_hv(p, s, seq.b, t0, L, hv);
+      const float elast = s.E[BT - 1];
+      if (!last) {  // WY factors and Vn kept by the state pass (read in place)
+        use_keep(c, j);
+        build_m(s);
+      } else {
+        chunk_solve_wy(p, mm, s);
+        mm(false, false, BT, V, K, -1.f, s.W, K, Sc, ldS, 1.f, s.Vn, V);  // Vn = U - W S
+      }
+      std::memset(s.dO, 0, sizeof(float) * BT * V);
+      for (int64_t i = 0; i < L; ++i)
+        load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
+      // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
+      mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, ldS, 0.f, s.TV, V);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
+      mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
+      // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
+      mm.transpose(s.Vn, V, BT, V, s.VT, BT);
+      mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
+      mask_lower_gamma(s.Ds, s.Gm, p.scale);
+      mm.transpose(Sc, ldS, K, V, s.ST, ldT);  // ST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, ldT, 0.f, s.dQ, K);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
+      mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
+      // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
+      mm.transpose(dS, ldS, K, V, s.dST, ldT);  // dST [V, K]
+      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, ldT, 0.f, s.dK, K);
+      float kdk_int = 0.f;
+      for (int64_t i = 0; i < BT; ++i) {
+        for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
+        kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
+      }
+      mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
+      // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
+      for (int64_t i = 0; i < BT; ++i)
+        s.dgam[i] = dot(s.Q + i * K, s.dQ + i * K, K) - dot(s.Kc + i * K, s.dK + i * K, K);
+      float sds = 0.f;  // <S, dS>, row by row in increasing order
+      for (int64_t i = 0; i < K; ++i) sds += dot(Sc + i * ldS, dS + i * ldS, V);
+      s.dgam[L - 1] += elast * sds + kdk_int;
+      // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
+      mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, dS, ldS);
+      mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, dS, ldS);
+      // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
+      mm(false, false, BT, K, V, -1.f, s.dVn, V, s.ST, ldT, 0.f, s.dW, K);
+      mm(true, false, BT, K, BT, 1.f, s.Ai, BT, s.dW, K, 0.f, s.TK, K, GemmTri::kUpper);  // A^T: upper
+      mm(true, false, BT, V, BT, 1.f, s.Ai, BT, s.dVn, V, 0.f, s.TV, V, GemmTri::kUpper);
+      for (int64_t i = 0; i < BT; ++i) {
+        const float xk = dot(s.TK + i * K, s.Kc + i * K, K);
+        s.dbeta[i] = s.E[i] * xk + dot(s.TV + i * V, s.Vc + i * V, V);
+        s.dgam[i] += s.beta[i] * s.E[i] * xk;
+        const float be = s.beta[i] * s.E[i];
+        for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] += be * s.TK[i * K + d];
+        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] *= s.beta[i];  // dv = diag(beta) Y
+      }
+      // dA = StrictLower(dW Kb^T + dVn Vb^T); dM = -StrictLower(A^T dA A^T) (computed transposed, below)
+      mm.transpose(s.Kb, K, BT, K, s.KT, BT);  // KT, VT now hold Kb^T, Vb^T
+      mm.transpose(s.Vb, V, BT, V, s.VT, BT);
+      mm(false, false, BT, BT, K, 1.f, s.dW, K, s.KT, BT, 0.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+      mm(false, false, BT, BT, V, 1.f, s.dVn, V, s.VT, BT, 1.f, s.dA, BT, kNoTri, nullptr, 0, kLowerC);
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = i; j < BT; ++j) s.dA[i * BT + j] = 0.f;
+      // dM^T = -A dA^T A as X = dA^T A (dA^T strictly upper), dM^T = -A X (A lower): both triangular, and no
+      // transposed right operand to pack (dM = -A^T dA A^T would need A^T)
+      mm(true, false, BT, BT, BT, 1.f, s.dA, BT, s.Ai, BT, 0.f, s.TL, BT, GemmTri::kUpper);
+      mm(false, false, BT, BT, BT, -1.f, s.Ai, BT, s.TL, BT, 0.f, s.dA, BT, GemmTri::kLower);  // dA now holds dM^T
+      // dP = dM Gamma (strict lower); R = diag(beta) dP; dK += (R + R^T) K; dbeta += rowsum(dP (.) K K^T);
+      // dgamma_i += sum_j dM_ij M_ij, dgamma_j -= the same
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = 0; j < BT; ++j) {
+          if (j < i) {
+            const float dm = s.dA[j * BT + i];  // dM_ij
+            const float dp = dm * s.Gm[i * BT + j];
+            s.dbeta[i] += dp * s.P[i * BT + j];
+            const float dmm = dm * s.M[i * BT + j];
+            s.dgam[i] += dmm;
+            s.dgam[j] -= dmm;
+            s.TL[i * BT + j] = s.beta[i] * dp;
+          } else {
+            s.TL[i * BT + j] = 0.f;
+          }
+        }
+      for (int64_t i = 0; i < BT; ++i)
+        for (int64_t j = 0; j < i; ++j) s.TL[j * BT + i] = s.TL[i * BT + j];  // R + R^T (R strictly lower)
+      mm(false, false, BT, K, BT, 1.f, s.TL, BT, s.Kc, K, 1.f, s.dK, K);
+      // dg = reverse cumsum of dgamma inside the chunk; stores
+      float acc = 0.f;
+      for (int64_t i = L - 1; i >= 0; --i) {
+        acc += s.dgam[i];
+        s.dgam[i] = acc;
+      }
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t t = t0 + i;
+        if (summed) {
+          float *q = s.dQs + i * K, *k = s.dKs + i * K;
+          const float *sq = s.dQ + i * K, *sk = s.dK + i * K;
+          if (j == 0) {
+            std::memcpy(q, sq, sizeof(float) * K);
+            std::memcpy(k, sk, sizeof(float) * K);
+          } else {
+            for (int64_t d = 0; d < K; ++d) q[d] += sq[d];
+            for (int64_t d = 0; d < K; ++d) k[d] += sk[d];
+          }
+        } else {
+          const int64_t tok = (hv * p.B + seq.b) * p.T + t;
+          if (!stream_f32(dqh + tok * K, s.dQ + i * K, K)) std::memcpy(dqh + tok * K, s.dQ + i * K, sizeof(float) * K);
+          if (!stream_f32(dkh + tok * K, s.dK + i * K, K)) std::memcpy(dkh + tok * K, s.dK + i * K, sizeof(float) * K);
+        }
+        store_row_stream(p.dv, seq.b * p.dv.st[0] + t * p.dv.st[1] + hv * p.dv.st[2], s.TV + i * V, V);
+        store1(p.dbeta, seq.b * p.dbeta.st[0] + t * p.dbeta.st[1] + hv * p.dbeta.st[2], s.dbeta[i]);
+        store1(p.dg, seq.b * p.dg.st[0] + t * p.dg.st[1] + hv * p.dg.st[2], s.dgam[i]);
+      }
+    }  // value heads
+    if (summed)  // dq, dk of the chunk's rows are complete: the l2norm backward (y = the loaded Q, K rows) and store
+      for (int64_t i = 0; i < L; ++i) {
+        const int64_t t = t0 + i;
+        float *dq = s.dQs + i * K, *dk = s.dKs + i * K;
+        if (p.l2norm) {
+          l2norm_bwd(s.Q + i * K, s.rq[i], dq, K);
+          l2norm_bwd(s.Kc + i * K, s.rk[i], dk, K);
+        }
+        store_row(p.dq, seq.b * p.dq.st[0] + t * p.dq.st[1] + h * p.dq.st[2], dq, K);
+        store_row(p.dk, seq.b * p.dk.st[0] + t * p.dk.st[1] + h * p.dk.st[2], dk, K);
+      }
   }
   use_own();  // the scratch serves the thread's next task
   if (p.dh0.present())
-    for (int64_t i = 0; i < K; ++i)
-      store_row(p.dh0, n * p.dh0.st[0] + hv * p.dh0.st[1] + i * p.dh0.st[2], s.dS + i * V, V);
+    for (int64_t j = 0; j < ng; ++j)
+      for (int64_t i = 0; i < K; ++i)
+        store_row(p.dh0, n * p.dh0.st[0] + (hv0 + j) * p.dh0.st[1] + i * p.dh0.st[2], s.S + j * KV + i * ldS, V);
+  ::hwy::FlushStream();  // the non-temporal stores of dq, dk (workspace) and dv are visible before the task is done
 }
 
 size_t slot_bytes(const GdnParams& p) { return align_up(Scratch::floats(p) * sizeof(float)); }
@@ -631,70 +739,67 @@ size_t slots_bytes(const GdnParams& p) { return slot_bytes(p) * static_cast<size
 
 }  // namespace
 
-// Layout: [normalised q, k and their rstd (l2norm only)] | scratch slots.
-size_t FwdWorkspace(const GdnParams& p) { return norm_bytes(p) + slots_bytes(p); }
+// Layout: scratch slots.
+size_t FwdWorkspace(const GdnParams& p) { return slots_bytes(p); }
 
-// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, V] | WY factors of the state pass
-// f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32
-// [HV, B, T, K] each | [normalised q, k, their rstd, and the group sums of dq, dk f32 [B, T, H, K] (l2norm
-// only)] | scratch slots.
+// Layout: chunk offsets int64 [N + 1] | start states f32 [max chunks, HV, K, state_ld(V)] | WY factors of the
+// state pass f32 [max chunks, HV, 2 BT^2 + BT (K + V)] | dq, dk per value head f32 [HV, B, T, K] each (written
+// only when a task does not hold all G value heads) | scratch slots.
 size_t BwdWorkspace(const GdnParams& p) {
   return align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1)) +
-         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V)) +
+         align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V))) +
          align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p)) +
-         2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + norm_bytes(p) +
-         (p.l2norm ? 2 * align_up(sizeof(float) * qk_floats(p)) : 0) + slots_bytes(p);
+         2 * align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K)) + slots_bytes(p);
 }
 
 void ChunkedFwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
+  // q, k are l2-normalised row by row as the chunks load them (chunk_load_qk): with the value heads of a q/k head
+  // in one task, each row once per task, and no pass over normalised copies.
   char* w = static_cast<char*>(workspace);
-  const NormBufs nb = carve_norm(p0, w);
-  const GdnParams p = normalise_qk(p0, hwy_target, nb);
-  for_tasks(p, p.N * p.HV, w, slot_bytes(p),
-            [&](int64_t task, Scratch& s) { fwd_task(p, mm, s, task / p.HV, task % p.HV); });
+  const GdnParams& p = p0;
+  const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
+  for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
+    const int64_t n = task / (p.H * per_h), h = task / per_h % p.H, j0 = task % per_h * gs;
+    fwd_task(p, mm, s, n, h * G + j0, std::min(gs, G - j0));
+  });
 }
 
-void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
+void ChunkedBwd(const GdnParams& p, int64_t hwy_target, void* workspace) {
   const Gemm mm{tile::gemm_f32_for(hwy_target), tile::transpose_f32_for(hwy_target)};
   char* w = static_cast<char*>(workspace);
-  const GdnParams& p = p0;  // shapes; the chunk math reads pn (normalised q, k)
   int64_t* coff = reinterpret_cast<int64_t*>(w);
   w += align_up(sizeof(int64_t) * static_cast<size_t>(p.N + 1));
   float* hs = reinterpret_cast<float*>(w);
-  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * p.V));
+  w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV * p.K * state_ld(p.V)));
   float* wy = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(max_chunks(p) * p.HV) * wy_floats(p));
   float* dqh = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
   float* dkh = reinterpret_cast<float*>(w);
   w += align_up(sizeof(float) * static_cast<size_t>(p.B * p.T * p.HV * p.K));
-  const NormBufs nb = carve_norm(p, w);
-  float *dyq = nullptr, *dyk = nullptr;
-  if (p.l2norm) {
-    dyq = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-    dyk = reinterpret_cast<float*>(w);
-    w += align_up(sizeof(float) * qk_floats(p));
-  }
-  const GdnParams pn = normalise_qk(p, hwy_target, nb);
   chunk_offsets(p, coff);
-  const int64_t KV = p.K * p.V;
-  for_tasks(p, p.N * p.HV, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
-    const int64_t n = task / p.HV, hv = task % p.HV;
+  // q, k are l2-normalised row by row as the chunks load them (chunk_load_qk), as in the forward.
+  const int64_t KV = p.K * state_ld(p.V);  // one stored state [K, V] at row stride state_ld(V)
+  const int64_t G = p.HV / p.H, gs = task_group(p), per_h = (G + gs - 1) / gs;
+  const bool summed = gs == G;  // tasks hold whole groups: they sum dq, dk over the group and finish them
+  for_tasks(p, p.N * p.H * per_h, w, slot_bytes(p), [&](int64_t task, Scratch& s) {
+    const int64_t n = task / (p.H * per_h), j0 = task % per_h * gs, hv = task / per_h % p.H * G + j0;
     const int64_t wyf = static_cast<int64_t>(wy_floats(p));
-    bwd_task(pn, mm, s, n, hv, hs + (coff[n] * p.HV + hv) * KV, p.HV * KV, wy + (coff[n] * p.HV + hv) * wyf,
-             p.HV * wyf, dqh, dkh);
+    bwd_task(p, mm, s, n, hv, std::min(gs, G - j0), hs + (coff[n] * p.HV + hv) * KV, p.HV * KV,
+             wy + (coff[n] * p.HV + hv) * wyf, p.HV * wyf, dqh, dkh, summed);
   });
-  // dq, dk: sum over the G value heads of each q/k head (increasing hv); stored directly, or through the
-  // l2norm backward of the shared row-norm kernels (dx = rstd (dy - (dy . y) y), y the normalised q / k).
-  const int64_t G = p.HV / p.H, K = p.K, rows = p.B * p.T * p.H;
+  if (summed) return;
+  // Split groups: dq, dk summed over the G value heads of each q/k head (increasing hv), then the l2norm
+  // backward with y and rstd re-computed from the q / k row exactly as chunk_load_qk does (same bits as the
+  // tasks that finish their own rows), then stored.
+  const int64_t K = p.K, rows = p.B * p.T * p.H;
   for_tasks(p, (rows + 63) / 64, w, slot_bytes(p), [&](int64_t blk, Scratch& s) {
     for (int64_t r = blk * 64; r < std::min(rows, blk * 64 + 64); ++r) {
       const int64_t h = r % p.H, bt = r / p.H, b = bt / p.T, t = bt % p.T;
       for (int which = 0; which < 2; ++which) {
+        float* dy = s.TK;
         const float* src = which == 0 ? dqh : dkh;
-        float* dy = p.l2norm ? (which == 0 ? dyq : dyk) + r * K : s.TK;
         const int64_t head_stride = p.B * p.T * K;  // dqh/dkh are [HV, B, T, K]
         const float* x0 = src + h * G * head_stride + bt * K;
         for (int64_t d = 0; d < K; ++d) dy[d] = x0[d];
@@ -702,35 +807,18 @@ void ChunkedBwd(const GdnParams& p0, int64_t hwy_target, void* workspace) {
           const float* x = x0 + j * head_stride;
           for (int64_t d = 0; d < K; ++d) dy[d] += x[d];
         }
-        if (!p.l2norm) {
-          const GdnTensor& dX = which == 0 ? p.dq : p.dk;
-          store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
+        const GdnTensor& X = which == 0 ? p.q : p.k;
+        const GdnTensor& dX = which == 0 ? p.dq : p.dk;
+        if (p.l2norm) {
+          float* y = s.Q;
+          load_qk(p, X, b, t, h, y);
+          const float rstd = l2normalise(y, K);
+          l2norm_bwd(y, rstd, dy, K);
         }
+        store_row(dX, b * dX.st[0] + t * dX.st[1] + h * dX.st[2], dy, K);
       }
     }
   });
-  if (!p.l2norm) return;
-  const norm::RowNormBwdFn fn = norm::row_norm_bwd_cpu(hwy_target);
-  const strata_tensor_desc f = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K});
-  const strata_tensor_desc r = make_desc(STRATA_DTYPE_F32, {p.B, p.T, p.H});
-  for (int which = 0; which < 2; ++which) {
-    const GdnTensor& dX = which == 0 ? p.dq : p.dk;
-    norm::RowNormBwdParams a;
-    a.src = which == 0 ? nb.qn : nb.kn;
-    a.rstd = which == 0 ? nb.rq : nb.rk;
-    a.dout = which == 0 ? dyq : dyk;
-    a.dx = dX.data;
-    a.src_dtype = a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
-    a.dx_dtype = dX.dtype;
-    a.rows = rows;
-    a.D = K;
-    a.src_rows = a.dout_rows = make_row_layout(f, 1);
-    a.rstd_rows = make_row_layout(r, 0);
-    a.dx_rows = make_row_layout(tok_desc(dX, p.B, p.T, p.H, p.K), 1);
-    a.n_div = 1;
-    a.kind = norm::RowNormBwdKind::kNormalizedSrc;
-    fn(a);
-  }
 }
 
 }  // namespace strata::linear_attn::HWY_NAMESPACE
@@ -745,7 +833,7 @@ HWY_EXPORT(BwdWorkspace);
 
 bool gdn_cpu_chunked_available(int64_t hwy_target) {
   return STRATA_HWY_FOR_TARGET(ChunkedFwd, hwy_target) && tile::gemm_f32_for(hwy_target) &&
-         tile::transpose_f32_for(hwy_target) && norm::row_norm_fwd_cpu(hwy_target) && norm::row_norm_bwd_cpu(hwy_target);
+         tile::transpose_f32_for(hwy_target);
 }
 // The layouts do not depend on the target: any compiled one answers.
 size_t gdn_cpu_fwd_workspace(const GdnParams& p) { return HWY_STATIC_DISPATCH(FwdWorkspace)(p); }

@@ -192,13 +192,15 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
     }
   add("f32", {1, 1000, 1, 2, 64, 64}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
   add("bf16", {1, 300, 2, 2, 64, 64}, {}, 1, 1, 1, 1, "weak", "sig", 0, "contiguous");
-  // GVA ratios 1, 2, 3, 4; K, V in {64, 128, 256} and K = 100; scale 1.
+  // GVA ratios 1, 2, 3, 4 (and 6 below); K, V in {64, 128, 256} and K = 100; scale 1.
   add("f32", {1, 130, 3, 3, 64, 32}, {}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
   add("bf16", {1, 130, 2, 6, 64, 64}, {}, 0, 1, 1, 1, "normal", "sig", 1.0, "contiguous");
   add("f16", {1, 100, 1, 4, 128, 128}, {}, 1, 1, 0, 1, "normal", "sig", 0, "contiguous");
   add("f32", {1, 70, 1, 1, 256, 256}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
   add("bf16", {1, 80, 1, 2, 100, 100}, {}, 1, 1, 1, 1, "normal", "sig", 0, "padded");
   add("f32", {2, 90, 2, 2, 100, 48}, {}, 0, 0, 0, 0, "normal", "sig", 0.1, "contiguous");
+  // G = 6: the CPU tasks hold at most 4 value heads of a q/k head (groups of 4 and 2, dq/dk summed afterwards).
+  add("f32", {1, 150, 1, 6, 64, 32}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
   // Gate and beta extremes: g = 0 (pure delta rule), strong decay (-70 per token), beta -> 0.
   add("f32", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 1, "zero", "sig", 0, "contiguous");
   add("f32", {1, 129, 1, 2, 32, 32}, {}, 1, 1, 1, 1, "strong", "sig", 0, "contiguous");
