@@ -62,6 +62,9 @@ def _fwd_setup(ctx, inputs, output):
     hidden, weight, bias, target = inputs[:4]
     loss, lse, dh, dw, db = output
     ctx.mark_non_differentiable(lse, dh, dw, db)
+    # Without this, autograd hands backward zero-filled gradients for every output the graph does not use: a
+    # zeros [N, D] and a zeros [V, D] for dh / dw (session 5 run 2: 1.2 GiB extra at N=8192 V=151936).
+    ctx.set_materialize_grads(False)
     ctx.with_grad = inputs[13]
     ctx.has_bias = bias is not None
     ctx.dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
@@ -96,6 +99,8 @@ def _scaled_grad(grad: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) -> tor
 
 
 def _fwd_backward(ctx, dloss, dlse, ddh, ddw, ddb):
+    if dloss is None:  # (materialize_grads off) the loss is not in the graph being differentiated
+        return (None,) * 15
     if ctx.with_grad:
         dh, dw, db = ctx.saved_tensors
         g = dloss.to(torch.float32 if dh.dtype != torch.float64 else torch.float64)

@@ -156,11 +156,32 @@ def test_cuda_peak_is_gradients_plus_workspace():
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    api.chunk_loss(hs, ws, t).backward()
+    loss = api.chunk_loss(hs, ws, t)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - base
     grads = (N * D + V * D) * 2
     assert extra <= grads + (64 << 20) + (1 << 20), f"peak {extra / 2**20:.1f} MiB, gradients {grads / 2**20:.1f} MiB"
+    # the backward allocates nothing of size: no copies, no zero-filled gradients of the unused outputs
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    loss.backward()
+    torch.cuda.synchronize()
+    bwd = torch.cuda.max_memory_allocated() - before
+    assert bwd <= (1 << 20), f"backward peak {bwd / 2**20:.1f} MiB above the forward's"
+
+
+def test_backward_allocates_nothing_of_size():
+    """CPU, by the profiler's memory events: the backward of the gradient-in-forward path allocates no
+    gradient-sized tensor (no copy of the saved gradients, no zero-filled gradients for the unused outputs
+    dh / dw / lse, which autograd would materialize by default)."""
+    from torch.profiler import ProfilerActivity, profile
+    h, w, b, t = make(256, 64, 4000, torch.bfloat16, "cpu")
+    hs, ws = h.clone().requires_grad_(), w.clone().requires_grad_()
+    loss = api.chunk_loss(hs, ws, t)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss.backward()
+    big = [(e.name, e.cpu_memory_usage) for e in prof.events() if e.cpu_memory_usage >= hs.numel() * 2]
+    assert not big, f"backward allocated {big}"
 
 
 def test_return_lse_and_public_names():
