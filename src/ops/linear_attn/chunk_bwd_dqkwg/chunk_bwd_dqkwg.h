@@ -27,7 +27,7 @@ struct DqkwgParams {
   gdn_bwd::View q, k, v, dout, h, dh, dv, g;  // dv, g optional
   gdn_bwd::View dq, dk, dw, dg;             // outputs; dw (needs dv) and dg (needs g) optional
   float scale = 1.f;
-  // Launch configuration of the tensor-core kernel: kDqkwgAuto (the default: kDqkwgWarps16), kDqkwgPipelined
+  // Launch configuration of the tensor-core kernel: kDqkwgAuto (the default: kDqkwgTwoPerSm), kDqkwgPipelined
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
   // the same dq, dk, dw bits, dγ summed in another order). Tests and timing force them.

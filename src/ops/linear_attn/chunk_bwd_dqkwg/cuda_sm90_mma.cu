@@ -14,8 +14,9 @@
 // of two shared-memory stages while this one computes. All sums run
 // in a fixed order (quad shuffles, then the two column-half warps in order): same bits every run, no atomics.
 // Launch variants (DqkwgParams::mma_variant, see DqCfg): the above (kDqkwgPipelined); one stage with two blocks
-// per SM (kDqkwgTwoPerSm); 16 warps of 16 x 16 blocks (kDqkwgWarps16, the automatic choice: 16 warps per SM
-// instead of 8 for a kernel the s4run1 profile found issue/latency bound).
+// per SM (kDqkwgTwoPerSm, the automatic choice: the same bits as kDqkwgPipelined, measured fastest in GPU run
+// s5run2 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128: 2.62 ms against 2.86 (pipelined) and 2.74 (16 warps));
+// 16 warps of 16 x 16 blocks (kDqkwgWarps16).
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
 
@@ -381,8 +382,8 @@ strata_status launch_variant(const DqkwgParams& p, const int64_t* offs, float* w
                              cudaStream_t stream) {
   switch (p.mma_variant) {
     case kDqkwgPipelined: return launch<T, kDqkwgPipelined>(p, offs, ws_dg, items, ktiles, stream);
-    case kDqkwgTwoPerSm: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);
-    default: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
+    case kDqkwgWarps16: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);
+    default: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
   }
 }
 
