@@ -361,20 +361,18 @@ bool have_cuda() {
 TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   const strata_device dev = {STRATA_DEVICE_CUDA, 0};
-  // grad: fused in-place gradient (every implementation but split_loss, which takes the loss alone).
-  auto run_cuda = [&](Fwd& f, int32_t red, bool grad) {
+  auto run_cuda = [&](Fwd& f, int32_t red) {
     atk::DeviceTensor x(f.logits, dev), y(f.target, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev);
     strata_plan plan = nullptr;
-    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(),
-                                                  grad ? &x.desc() : nullptr, red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f,
-                                                  &plan),
+    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
+                                                  red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f, &plan),
               STRATA_SUCCESS)
         << strata_get_last_error_message();
     size_t ws = 0;
     strata_plan_workspace_size(plan, &ws);
     void* w = nullptr;
     if (ws) strata_malloc(dev, ws, nullptr, &w);
-    void* t[] = {x.data(), y.data(), l.data(), s.data(), z.data(), grad ? x.data() : nullptr};
+    void* t[] = {x.data(), y.data(), l.data(), s.data(), z.data(), x.data()};
     EXPECT_EQ(strata_plan_run(plan, t, 6, w, ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
     strata_device_synchronize(dev);
     if (w) strata_free(w);
@@ -384,20 +382,19 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
   // Every CUDA implementation (the cluster kernel is forced: dispatch lists it last for now).
   for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", dev)) {
     ForceImpl force(impl.c_str());
-    const bool grad = impl != "cuda.sm90.split_loss";
     Fwd a(STRATA_DTYPE_BF16, 64, 40000, 1, 3), b = a;
-    run_cuda(a, 1, grad);
-    run_cuda(b, 1, grad);
+    run_cuda(a, 1);
+    run_cuda(b, 1);
     EXPECT_EQ(a.logits.storage, b.logits.storage) << impl;
     EXPECT_EQ(a.loss.storage, b.loss.storage) << impl;
     EXPECT_EQ(a.lse.storage, b.lse.storage) << impl;
     Fwd c(STRATA_DTYPE_F32, 4, 1000, 0, 3, 0);
     c.target.set(1, 1000.0);
     c.target.set(2, -5.0);
-    run_cuda(c, 0, grad);
+    run_cuda(c, 0);
     EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
     EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
-    for (int64_t j = 0; grad && j < 1000; ++j) {
+    for (int64_t j = 0; j < 1000; ++j) {
       ASSERT_TRUE(std::isnan(c.logits.get(1000 + j)) && std::isnan(c.logits.get(2000 + j))) << impl;
       ASSERT_TRUE(std::isfinite(c.logits.get(j)) && std::isfinite(c.logits.get(3000 + j))) << impl;
     }

@@ -3,7 +3,7 @@
 //   fwd tensors {x, weight, bias, residual, initial_state, cu_seqlens, seq_idx, y, final_state}
 //   bwd tensors {x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dfinal_state,
 //                dx, dweight, dbias, dinitial_state}
-// Implementations, in dispatch order: cuda.sm90.pipe (16-bit), cuda.sm90.vec (common case), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
+// Implementations, in dispatch order: cuda.sm90.pipe (backward, 16-bit), cuda.sm90.vec (common case; then pipe for the forward), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
 // Highway target, reference.
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 
@@ -93,24 +93,29 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
   auto make = [](bool bwd) {
     ImplList<Conv1dProblem> l;
 #if STRATA_WITH_CUDA
-    // The common case first (rows, W <= 4, contiguous channels); time_tile takes everything. 16-bit activations:
-    // the cp.async pipeline before the register-streaming vec kernels.
-    l.push_back({"cuda.sm90.pipe",
-                 [bwd](const Conv1dProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p);
-                   if (r.empty()) r = causal_conv1d_pipe_reason(p.params, bwd);
-                   return r;
-                 },
-                 bwd ? std::function<size_t(const Conv1dProblem&)>(
-                           [](const Conv1dProblem& p) { return causal_conv1d_cuda_bwd_workspace(p.params); })
-                     : std::function<size_t(const Conv1dProblem&)>(),
-                 [bwd](const Conv1dProblem& p, const Launch& launch) {
-                   const Conv1dParams k = bind(p, launch);
-                   return static_cast<strata_status>(bwd ? causal_conv1d_bwd_cuda_pipe(k, launch.workspace,
-                                                                                       launch.cuda_stream)
-                                                         : causal_conv1d_fwd_cuda_pipe(k, launch.cuda_stream));
-                 }});
+    // The common case first (rows, W <= 4, contiguous channels); time_tile takes everything. cuda.sm90.pipe
+    // (16-bit activations, cp.async staging): first for the backward (H200 s5run2: 0.728 vs 0.966 ms for vec,
+    // bf16 B=4 T=8192 D=8192 W=4), after vec for the forward, where it was slower (0.373 vs 0.330 ms; varlen
+    // 0.516 vs 0.458), so only STRATA_FORCE_IMPL reaches it there.
+    auto pipe = [bwd] {
+      return Implementation<Conv1dProblem>{
+          "cuda.sm90.pipe",
+          [bwd](const Conv1dProblem& p) {
+            std::string r = reject_unless_cuda(p.device, 90);
+            if (r.empty()) r = dtypes_reason(p);
+            if (r.empty()) r = causal_conv1d_pipe_reason(p.params, bwd);
+            return r;
+          },
+          bwd ? std::function<size_t(const Conv1dProblem&)>(
+                    [](const Conv1dProblem& p) { return causal_conv1d_cuda_bwd_workspace(p.params); })
+              : std::function<size_t(const Conv1dProblem&)>(),
+          [bwd](const Conv1dProblem& p, const Launch& launch) {
+            const Conv1dParams k = bind(p, launch);
+            return static_cast<strata_status>(bwd ? causal_conv1d_bwd_cuda_pipe(k, launch.workspace, launch.cuda_stream)
+                                                  : causal_conv1d_fwd_cuda_pipe(k, launch.cuda_stream));
+          }};
+    };
+    if (bwd) l.push_back(pipe());
     l.push_back({"cuda.sm90.vec",
                  [bwd](const Conv1dProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
@@ -127,6 +132,7 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
                                                                                       launch.cuda_stream)
                                                          : causal_conv1d_fwd_cuda_vec(k, launch.cuda_stream));
                  }});
+    if (!bwd) l.push_back(pipe());
     l.push_back({"cuda.sm90.time_tile",
                  [](const Conv1dProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);

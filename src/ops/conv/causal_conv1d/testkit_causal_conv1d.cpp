@@ -612,13 +612,14 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd, const
   return b;
 }
 
-// CUDA: the dispatched implementation, then the register-streaming cuda.sm90.vec forced (the previous
-// default for 16-bit activations), to compare the two in one run.
+// CUDA: the dispatched implementation, then the other 16-bit kernel forced to compare the two in one run
+// (forward: vec dispatched, pipe forced; backward: pipe dispatched, vec forced).
 std::vector<BenchCase> conv_bench_cases(strata_device device, bool bwd) {
   std::vector<BenchCase> out;
   for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd));
   if (device.type == STRATA_DEVICE_CUDA)
-    for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd, "cuda.sm90.vec"));
+    for (const BenchShape& s : bench_shapes(device))
+      out.push_back(make_bench(device, s, bwd, bwd ? "cuda.sm90.vec" : "cuda.sm90.pipe"));
   return out;
 }
 std::vector<BenchCase> Conv1dFwdHarness::bench_cases(strata_device device) const { return conv_bench_cases(device, false); }

@@ -293,89 +293,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p
   }
 }
 
-// ---- "cuda.sm90.split_loss": the forward without a gradient, rows split into chunks ----
-// The loss alone reads each logit once and writes nothing per element, so the kernel only has to keep enough
-// loads in flight: a block of kSplitThreads takes one chunk of kSplitVecs 16-byte vectors of one row (32 KiB)
-// and each thread issues all its kSplitPerThread loads before using any (8 x 16 bytes in flight per thread, ~8
-// blocks per SM: ~256 KiB per SM), with no cluster barrier or shared-memory staging between a block's loads
-// and its exit. The block's (max, rescaled sum of exp, sum c) goes to the workspace ([N][C] x 3 floats after
-// ce_workspace_bytes); ce_split_finish merges a row's C partials in chunk order (fixed: level 1) and writes
-// the row's outputs with the same formulas as ce_rows.
-constexpr int kSplitThreads = 256;
-constexpr int kSplitPerThread = 8;
-constexpr int64_t kSplitVecs = int64_t{kSplitThreads} * kSplitPerThread;
-
-template <class T>
-__global__ void __launch_bounds__(kSplitThreads) ce_split_stats(const CeParams p, int64_t C, float* part) {
-  constexpr int kVec = VecOf<T>::kVec;
-  __shared__ Acc scratch[kSplitThreads / 32];
-  const CeConsts& k = p.k;
-  const int64_t nvec = p.V / kVec;  // V is a multiple of the vector (ce_split_reject)
-  for (int64_t item = blockIdx.x; item < p.N * C; item += gridDim.x) {
-    const int64_t i = item / C, q = item - i * C;
-    const uint4* z = reinterpret_cast<const uint4*>(static_cast<const T*>(p.logits) + i * p.logits_rs);
-    const int64_t v0 = q * kSplitVecs + threadIdx.x;
-    uint4 raw[kSplitPerThread];
-#pragma unroll
-    for (int r = 0; r < kSplitPerThread; ++r)
-      raw[r] = v0 + r * kSplitThreads < nvec ? __ldcs(z + v0 + r * kSplitThreads) : make_uint4(0u, 0u, 0u, 0u);
-    Acc a{-INFINITY, 0.f, 0.f};
-#pragma unroll
-    for (int r = 0; r < kSplitPerThread; ++r) {
-      if (v0 + r * kSplitThreads >= nvec) break;  // the chunk's tail (vectors are taken in r order)
-      float x[kVec];
-      ldv(reinterpret_cast<const T*>(&raw[r]), x);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) x[e] = ce_logit(k, x[e]);
-      acc_add(a, x);
-    }
-    const Acc r = block_merge<kSplitThreads / 32>(a, scratch);
-    if (threadIdx.x == 0) {
-      part[3 * item] = r.m;
-      part[3 * item + 1] = r.s;
-      part[3 * item + 2] = r.sum_c;
-    }
-    __syncthreads();  // scratch is reused by the block's next item
-  }
-}
-
-// One thread per row: the C chunk partials merged in chunk order, c_y read from the logits, the row's outputs.
-template <class T>
-__global__ void __launch_bounds__(256) ce_split_finish(const CeParams p, int64_t C, const float* part) {
-  const CeConsts& k = p.k;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.N;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Acc r{-INFINITY, 0.f, 0.f};
-    for (int64_t q = 0; q < C; ++q) {
-      const float* pq = part + 3 * (i * C + q);
-      r = acc_merge(r, Acc{pq[0], pq[1], pq[2]});
-    }
-    const int64_t y = ce_target(p, i);
-    const bool ignored = y == k.ignore_index;
-    const bool bad = !ignored && (y < 0 || y >= p.V);
-    const T* z = static_cast<const T*>(p.logits) + i * p.logits_rs;
-    const float c_y = (!ignored && !bad) ? ce_logit(k, ld1(z + y)) : 0.f;
-    write_row(p, i, r, c_y, ignored, bad);
-  }
-}
-
-int64_t split_chunks(const CeParams& p) {
-  const int64_t nvec = p.V * static_cast<int64_t>(dtype_size(p.dtype)) / 16;
-  return nvec > 0 ? (nvec + kSplitVecs - 1) / kSplitVecs : 1;
-}
-
-template <class T>
-strata_status launch_split(const CeParams& p, float* part, cudaStream_t stream) {
-  const int64_t C = split_chunks(p);
-  const int64_t items = p.N * C;
-  const unsigned grid = static_cast<unsigned>(items < (int64_t{1} << 30) ? items : (int64_t{1} << 30));
-  ce_split_stats<T><<<grid, kSplitThreads, 0, stream>>>(p, C, part);
-  STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_split_stats)"));
-  const int64_t fb = (p.N + 255) / 256;
-  ce_split_finish<T><<<static_cast<unsigned>(fb < (int64_t{1} << 30) ? fb : (int64_t{1} << 30)), 256, 0, stream>>>(p, C, part);
-  return cuda::check_launch("fused_cross_entropy (ce_split_finish)");
-}
-
 // Fixed-order f64 sum of the per-row losses and z-losses; mean divides by the count (0 when it is 0).
 __global__ void __launch_bounds__(1024) ce_reduce(const CeParams p) {
   const float* rows = static_cast<const float*>(p.workspace);
@@ -442,33 +359,6 @@ strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {
   if (p.backward || p.reduction == kCeNone) return STRATA_SUCCESS;
   ce_reduce<<<1, 1024, 0, stream>>>(p);
   return cuda::check_launch("fused_cross_entropy (ce_reduce)");
-}
-
-std::string ce_split_reject(const CeParams& p) {
-  if (p.backward || p.dlogits) return "takes the loss alone (no gradient)";
-  if (p.V == 0) return "V = 0";
-  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(p.dtype));
-  if (p.V % vec != 0 || p.logits_rs % vec != 0) return "needs V and the row stride to be multiples of 16 bytes";
-  return {};
-}
-
-size_t ce_split_workspace_bytes(const CeParams& p) {
-  return ce_workspace_bytes(p, true) + static_cast<size_t>(3 * p.N * split_chunks(p)) * sizeof(float);
-}
-
-int fused_cross_entropy_cuda_split(const CeParams& p, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
-  if (p.N > 0) {
-    // The chunk partials follow the common workspace (rows and count: a multiple of 16 bytes).
-    float* part = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true));
-    switch (p.dtype) {
-      case STRATA_DTYPE_F32: STRATA_RETURN_IF_ERROR(launch_split<float>(p, part, stream)); break;
-      case STRATA_DTYPE_BF16: STRATA_RETURN_IF_ERROR(launch_split<bf16_t>(p, part, stream)); break;
-      default: STRATA_RETURN_IF_ERROR(launch_split<f16_t>(p, part, stream)); break;
-    }
-  }
-  return ce_launch_reduce(p, stream_ptr);
 }
 
 int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {

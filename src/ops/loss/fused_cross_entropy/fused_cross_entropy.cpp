@@ -2,7 +2,7 @@
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
 // Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_pipe, cuda.sm90.block_per_row,
-// cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cuda.sm90.cluster_wide, cuda.sm90.split_loss, cpu.<isa> for each compiled Highway target, reference.
+// cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cuda.sm90.cluster_wide, cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
 #include <fmt/format.h>
@@ -204,27 +204,6 @@ const ImplList<CeProblem>& impls() {
                      return static_cast<strata_status>(
                          fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
                    return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, CeSmemKind::kWide));
-                 }});
-    // split_loss: the loss alone, rows split into 32 KiB chunks of one block each (register loads, no staging,
-    // no cluster barrier); session 5, listed last until the H200 has timed it.
-    l.push_back({"cuda.sm90.split_loss",
-                 [](const CeProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p.params);
-                   return r.empty() ? ce_split_reject(p.params) : r;
-                 },
-                 [](const CeProblem& p) { return ce_split_workspace_bytes(p.params); },
-                 [](const CeProblem& pr, const Launch& l) {
-                   const CeParams p = bind(pr, l);
-                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
-                   const size_t need = ce_split_workspace_bytes(p);
-                   if (l.workspace_size < need)
-                     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "{}: workspace must hold {} bytes, got {}", kFwd,
-                                 need, l.workspace_size);
-                   if (!ce_smem_aligned(p))
-                     return static_cast<strata_status>(
-                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
-                   return static_cast<strata_status>(fused_cross_entropy_cuda_split(p, l.cuda_stream));
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {

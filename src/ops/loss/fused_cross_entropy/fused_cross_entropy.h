@@ -119,14 +119,6 @@ enum class CeSmemKind { kSmem, kPipe, kWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
-// cuda.sm90.split_loss (cuda_sm90.cu): the forward without a gradient, each row split into chunks of 32 KiB
-// (one block each, all of a thread's loads issued at once), chunk partials merged per row in chunk order.
-// ce_split_reject: "" for the loss alone with V and the row stride multiples of 16 bytes (plan time; the base
-// pointer's alignment is the caller's run-time check, ce_smem_aligned); ce_split_workspace_bytes: the common
-// workspace plus the [N][chunks] x 3 float partials.
-std::string ce_split_reject(const CeParams& p);
-size_t ce_split_workspace_bytes(const CeParams& p);
-int fused_cross_entropy_cuda_split(const CeParams& p, void* stream);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
 // fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
 strata_status ce_launch_count(const CeParams& p, void* stream);

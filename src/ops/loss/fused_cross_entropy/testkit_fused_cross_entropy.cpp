@@ -384,21 +384,16 @@ class FusedCrossEntropyHarness final : public OpHarness {
       return out;
     }
     if (cuda) {
+      // (cluster_row, 3.1 ms in s4/s5run1, is left out: the whole list must fit atk's per-op time cap, which
+      // session 5 run 2 exceeded with more rows.)
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_wide", "cuda.sm90.cluster_pipe",
-                               "cuda.sm90.cluster_row", "cuda.sm90.block_per_row_l2", "cuda.sm90.block_per_row"})
+                               "cuda.sm90.block_per_row_l2", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
     } else {
       out.push_back(bench(device, N, 151936, "inplace", 0.f, ""));
     }
     out.push_back(bench(device, N, 151936, "none", 0.f, ""));
     out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, ""));
-    if (cuda) {
-      // The loss alone and the softcapped case with the alternatives to the dispatched cluster_smem forced:
-      // cluster_wide (session 5) and, for the loss alone, split_loss (session 5) and block_per_row.
-      for (const char* impl : {"cuda.sm90.cluster_wide", "cuda.sm90.split_loss", "cuda.sm90.block_per_row"})
-        out.push_back(bench(device, N, 151936, "none", 0.f, impl));
-      out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, "cuda.sm90.cluster_wide"));
-    }
     return out;
   }
 
