@@ -97,56 +97,36 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
     // (16-bit activations, cp.async staging): first for the backward (H200 s5run2: 0.728 vs 0.966 ms for vec,
     // bf16 B=4 T=8192 D=8192 W=4), after vec for the forward, where it was slower (0.373 vs 0.330 ms; varlen
     // 0.516 vs 0.458), so only STRATA_FORCE_IMPL reaches it there.
-    auto pipe = [bwd] {
+    // One CUDA entry: `reason` (nullptr = every problem the dtypes allow) narrows what it takes; the backward
+    // kernels share one workspace layout.
+    using FwdFn = int (*)(const Conv1dParams&, void*);
+    using BwdFn = int (*)(const Conv1dParams&, void*, void*);
+    auto cuda_impl = [bwd](const char* name, const char* (*reason)(const Conv1dParams&, bool), FwdFn fwd_fn,
+                           BwdFn bwd_fn) {
       return Implementation<Conv1dProblem>{
-          "cuda.sm90.pipe",
-          [bwd](const Conv1dProblem& p) {
+          name,
+          [bwd, reason](const Conv1dProblem& p) {
             std::string r = reject_unless_cuda(p.device, 90);
             if (r.empty()) r = dtypes_reason(p);
-            if (r.empty()) r = causal_conv1d_pipe_reason(p.params, bwd);
+            if (r.empty() && reason) r = reason(p.params, bwd);
             return r;
           },
           bwd ? std::function<size_t(const Conv1dProblem&)>(
                     [](const Conv1dProblem& p) { return causal_conv1d_cuda_bwd_workspace(p.params); })
               : std::function<size_t(const Conv1dProblem&)>(),
-          [bwd](const Conv1dProblem& p, const Launch& launch) {
+          [bwd, fwd_fn, bwd_fn](const Conv1dProblem& p, const Launch& launch) {
             const Conv1dParams k = bind(p, launch);
-            return static_cast<strata_status>(bwd ? causal_conv1d_bwd_cuda_pipe(k, launch.workspace, launch.cuda_stream)
-                                                  : causal_conv1d_fwd_cuda_pipe(k, launch.cuda_stream));
+            return static_cast<strata_status>(bwd ? bwd_fn(k, launch.workspace, launch.cuda_stream)
+                                                  : fwd_fn(k, launch.cuda_stream));
           }};
     };
-    if (bwd) l.push_back(pipe());
-    l.push_back({"cuda.sm90.vec",
-                 [bwd](const Conv1dProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p);
-                   if (r.empty()) r = causal_conv1d_vec_reason(p.params, bwd);
-                   return r;
-                 },
-                 bwd ? std::function<size_t(const Conv1dProblem&)>(
-                           [](const Conv1dProblem& p) { return causal_conv1d_cuda_bwd_workspace(p.params); })
-                     : std::function<size_t(const Conv1dProblem&)>(),
-                 [bwd](const Conv1dProblem& p, const Launch& launch) {
-                   const Conv1dParams k = bind(p, launch);
-                   return static_cast<strata_status>(bwd ? causal_conv1d_bwd_cuda_vec(k, launch.workspace,
-                                                                                      launch.cuda_stream)
-                                                         : causal_conv1d_fwd_cuda_vec(k, launch.cuda_stream));
-                 }});
-    if (!bwd) l.push_back(pipe());
-    l.push_back({"cuda.sm90.time_tile",
-                 [](const Conv1dProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   return r.empty() ? dtypes_reason(p) : r;
-                 },
-                 bwd ? std::function<size_t(const Conv1dProblem&)>(
-                           [](const Conv1dProblem& p) { return causal_conv1d_cuda_bwd_workspace(p.params); })
-                     : std::function<size_t(const Conv1dProblem&)>(),
-                 [bwd](const Conv1dProblem& p, const Launch& launch) {
-                   const Conv1dParams k = bind(p, launch);
-                   return static_cast<strata_status>(bwd ? causal_conv1d_bwd_cuda(k, launch.workspace,
-                                                                                  launch.cuda_stream)
-                                                         : causal_conv1d_fwd_cuda(k, launch.cuda_stream));
-                 }});
+    auto pipe = cuda_impl("cuda.sm90.pipe", causal_conv1d_pipe_reason, causal_conv1d_fwd_cuda_pipe,
+                          causal_conv1d_bwd_cuda_pipe);
+    if (bwd) l.push_back(pipe);
+    l.push_back(cuda_impl("cuda.sm90.vec", causal_conv1d_vec_reason, causal_conv1d_fwd_cuda_vec,
+                          causal_conv1d_bwd_cuda_vec));
+    if (!bwd) l.push_back(pipe);
+    l.push_back(cuda_impl("cuda.sm90.time_tile", nullptr, causal_conv1d_fwd_cuda, causal_conv1d_bwd_cuda));
 #endif
     auto cpu_workspace = [bwd] {
       return bwd ? std::function<size_t(const Conv1dProblem&)>(
