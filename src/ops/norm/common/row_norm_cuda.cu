@@ -1005,16 +1005,27 @@ RowNormCudaConfig row_norm_bwd_cuda_config_classic(const RowNormBwdParams& p) {
 }
 // Defaults. After s4run2 (atk, H200) the streaming kernels were slower than the classic ones for l2norm
 // [524288, 128] (bf16 1.26 x floor vs 1.23, f32 1.17 vs 1.05) and rmsnorm bf16 [32768, 4096] (1.23 vs 1.16),
-// faster only for rmsnorm f32 [32768, 4096]. Session 5: the packed kernels (same layout, plain grid, full
-// occupancy) are the default wherever they apply (s5run2 times them beside the classic and streaming choices:
-// the atk rows marked [cfg ...]); other layouts keep the classic kernels.
+// faster only for rmsnorm f32 [32768, 4096]. s5run2 (atk median of 10, every alternative forced in the same
+// run): the packed kernels won for rows of more than 128 vectors (rmsnorm fwd [32768, 4096] bf16 0.1441 ms =
+// 1.12 x, classic 1.13 x; f32 0.2772 ms = 1.09 x, streaming 1.17 x, classic 1.24 x), tied for bf16
+// [524288, 128] (0.0751 ms = 1.16 x, classic 1.21 x, the same minimum 0.0732 ms) and lost for f32
+// [524288, 128] (1.11 x, classic 1.05 x). So the packed kernels are the default except for f32 rows of up
+// to 128 vectors (a lane team), which keep the classic kernels; the backward (not timed in s5run2: atk ran out
+// of time) follows the forward's rule.
+namespace {
+bool packed_default(const RowNormCudaConfig& c, int32_t dtype) {
+  return c.stream == 2 && !(dtype == STRATA_DTYPE_F32 && c.tpr <= 32);
+}
+}  // namespace
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
-  const RowNormCudaConfig c = pick_packed(p.D, fwd_stream_facts(p));
-  return c.stream ? c : row_norm_fwd_cuda_config_classic(p);
+  const StreamFacts sf = fwd_stream_facts(p);
+  const RowNormCudaConfig c = pick_packed(p.D, sf);
+  return packed_default(c, sf.dtype) ? c : row_norm_fwd_cuda_config_classic(p);
 }
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
-  const RowNormCudaConfig c = pick_packed(p.D, bwd_stream_facts(p));
-  return c.stream ? c : row_norm_bwd_cuda_config_classic(p);
+  const StreamFacts sf = bwd_stream_facts(p);
+  const RowNormCudaConfig c = pick_packed(p.D, sf);
+  return packed_default(c, sf.dtype) ? c : row_norm_bwd_cuda_config_classic(p);
 }
 
 namespace {
