@@ -173,5 +173,32 @@ TEST(TileFastMath, LowPrecisionExpAndSigmoidWithin5e6RelativeOnEveryIsa) {
   }
 }
 
+// FastExpNonPos: the same bits as FastExp for every argument <= 0 (the sweep's negative half, -inf, -0) and NaN
+// for NaN, on every ISA.
+TEST(TileFastMath, ExpNonPosIsFastExpOnNonPositiveArgumentsOnEveryIsa) {
+  std::vector<float> x;
+  for (float v : inputs())
+    if (!(v > 0.f)) x.push_back(v);
+  for (const CpuIsa& isa : cpu_isas()) {
+    if (!reject_cpu_isa(isa).empty()) continue;
+    const FastMathArrayFn fe = fast_exp_for(isa.hwy_target), fn = exp_nonpos_for(isa.hwy_target);
+    ASSERT_NE(fn, nullptr) << isa.name;
+    std::vector<float> ye(x.size()), yn(x.size());
+    fe(x.data(), ye.data(), static_cast<int64_t>(x.size()));
+    fn(x.data(), yn.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &ye[i], 4);
+      std::memcpy(&b, &yn[i], 4);
+      ASSERT_EQ(a, b) << isa.name << " x = " << x[i];
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float sp[2] = {nan, -nan};
+    float sy[2];
+    fn(sp, sy, 2);
+    EXPECT_TRUE(std::isnan(sy[0]) && std::isnan(sy[1])) << isa.name;
+  }
+}
+
 }  // namespace
 }  // namespace strata::tile

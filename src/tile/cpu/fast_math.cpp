@@ -12,7 +12,7 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp.
+// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp, 4 FastExpNonPos.
 template <int kKind>
 HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -22,7 +22,8 @@ HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
     if constexpr (kKind == 0) return FastExp(df, v);
     else if constexpr (kKind == 1) return FastSigmoid(df, v);
     else if constexpr (kKind == 2) return ExpLp(df, v);
-    else return SigmoidLp(df, v);
+    else if constexpr (kKind == 3) return SigmoidLp(df, v);
+    else return FastExpNonPos(df, v);
   };
   for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
   if (i < n) {  // the tail through a padded vector, so it takes the same code path
@@ -36,6 +37,7 @@ void FastExpArray(const float* x, float* y, int64_t n) { Apply<0>(x, y, n); }
 void FastSigmoidArray(const float* x, float* y, int64_t n) { Apply<1>(x, y, n); }
 void ExpLpArray(const float* x, float* y, int64_t n) { Apply<2>(x, y, n); }
 void SigmoidLpArray(const float* x, float* y, int64_t n) { Apply<3>(x, y, n); }
+void ExpNonPosArray(const float* x, float* y, int64_t n) { Apply<4>(x, y, n); }
 
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -46,9 +48,11 @@ HWY_EXPORT(FastExpArray);
 HWY_EXPORT(FastSigmoidArray);
 HWY_EXPORT(ExpLpArray);
 HWY_EXPORT(SigmoidLpArray);
+HWY_EXPORT(ExpNonPosArray);
 FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
 FastMathArrayFn exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpLpArray, hwy_target); }
 FastMathArrayFn sigmoid_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(SigmoidLpArray, hwy_target); }
+FastMathArrayFn exp_nonpos_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpNonPosArray, hwy_target); }
 }  // namespace strata::tile
 #endif

@@ -13,5 +13,7 @@ FastMathArrayFn fast_sigmoid_for(int64_t hwy_target);
 // The reduced-precision ExpLp / SigmoidLp (for bf16/f16 results), likewise.
 FastMathArrayFn exp_lp_for(int64_t hwy_target);
 FastMathArrayFn sigmoid_lp_for(int64_t hwy_target);
+// FastExpNonPos (arguments <= 0 or NaN), likewise.
+FastMathArrayFn exp_nonpos_for(int64_t hwy_target);
 
 }  // namespace strata::tile

@@ -44,6 +44,9 @@ using DF = hn::ScalableTag<float>;
 // exp(x) for the softmax terms: the shared vector exp of tile/cpu/math-inl.h (a few ulp over the whole
 // float range; one vscalefps for the 2^n on AVX-512). A NaN logit gives NaN terms (lse is NaN anyway).
 HWY_INLINE hn::Vec<DF> FastExp(DF df, hn::Vec<DF> x) { return tv::FastExp(df, x); }
+// The statistics' terms exp(c - m_piece) have arguments <= 0 (or NaN): FastExpNonPos, the same bits with three
+// vector operations fewer per 16 logits.
+HWY_INLINE hn::Vec<DF> ExpNonPos(DF df, hn::Vec<DF> x) { return tv::FastExpNonPos(df, x); }
 
 // Bytes of T per vector of f32 lanes (the prefetch step of the streaming loops).
 template <class T>
@@ -108,24 +111,24 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     if (ebuf) {  // keep the exponentials
       piece_m[j0 / kPiece] = m;
       for (; j + 2 * NL <= nv; j += 2 * NL) {
-        const auto e0 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
-        const auto e1 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm));
+        const auto e0 = ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
+        const auto e1 = ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm));
         hn::StoreU(e0, df, scratch + j);
         hn::StoreU(e1, df, scratch + j + NL);
         a0 = hn::Add(a0, e0);
         a1 = hn::Add(a1, e1);
       }
       for (; j < nv; j += NL) {
-        const auto e0 = FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
+        const auto e0 = ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
         hn::StoreU(e0, df, scratch + j);
         a0 = hn::Add(a0, e0);
       }
     } else {
       for (; j + 2 * NL <= nv; j += 2 * NL) {
-        a0 = hn::Add(a0, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
-        a1 = hn::Add(a1, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm)));
+        a0 = hn::Add(a0, ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
+        a1 = hn::Add(a1, ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm)));
       }
-      for (; j < nv; j += NL) a0 = hn::Add(a0, FastExp(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
+      for (; j < nv; j += NL) a0 = hn::Add(a0, ExpNonPos(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
     }
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
     for (; j < n; ++j) {

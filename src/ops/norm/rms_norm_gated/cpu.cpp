@@ -267,7 +267,8 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
 // its sum of squares, and keeps act(z) (norm-before-gate) or h in the f32 row `sa` (G floats, in L1); pass B
 // writes y from it (and from x again, now in L1, norm-before-gate). Two sweeps of a group instead of the
 // general path's six over f32 scratch rows (load x, load z, act, sum, normalize, store); the same values in
-// the same order (DotF32's accumulation), so the same bits as that path.
+// the same order (DotF32's accumulation), so the same bits as that path when G is a multiple of the vector
+// length (otherwise the scalar tails are per group instead of per row, and a few act(z) round differently).
 template <bool kStream, class TX>
 HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
                               int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* HWY_RESTRICT w,
@@ -426,7 +427,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // dbias terms (into the block's partial rows bw / bb), and norm-before-gate's dz; pass B re-reads x and dy
 // (now in L1), forms nrm and dn again and writes dx (and gate-before-norm's dz). Two sweeps per group
 // instead of the general path's eight over f32 scratch rows; the same values in the same order (DotF32's
-// accumulation), so the same bits as that path.
+// accumulation), so the same bits as that path when G is a multiple of the vector length (see LongRowDirect).
 template <bool kStream, class TX>
 HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, const TX* HWY_RESTRICT dyr,
                              TX* HWY_RESTRICT dxr, TX* HWY_RESTRICT dzr, const void* rstd, int32_t rstd_dtype, int64_t so,
