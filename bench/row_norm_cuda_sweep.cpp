@@ -135,6 +135,13 @@ int main() {
     const double es = dtype_size(k.dtype);
     const double bytes = k.rows * k.D * es * (k.bwd ? 3 : 2) + k.rows * 4.0;
     fmt::print("\n== {}: floor {:.4f} ms at copy {:.0f} GB/s ==\n", k.name, bytes / (copy_gbs * 1e6), copy_gbs);
+    // The floor uses the bandwidth of a 1 GiB copy; a copy of this op's own byte count (half read, half
+    // written) also pays the launch ramp and the tail that a ~0.07 ms kernel cannot amortise. Printed so the
+    // fixed cost a kernel of this size cannot avoid is visible beside the floor.
+    const size_t same = static_cast<size_t>(bytes / 2) & ~size_t{255};
+    const double same_ms = median_ms([&] { cudaMemcpyAsync(cp1, cp0, same, cudaMemcpyDeviceToDevice); });
+    fmt::print("  same-size copy ({:.0f} MB moved): {:.4f} ms = {:.3f} x floor\n", 2.0 * same / 1e6, same_ms,
+               same_ms / (bytes / (copy_gbs * 1e6)));
     RowNormFwdParams fp;
     fp.x = a, fp.y = b, fp.rstd = r;
     fp.x_dtype = fp.y_dtype = k.dtype, fp.rstd_dtype = STRATA_DTYPE_F32;
