@@ -259,7 +259,8 @@ int main() {
       }
       const double diff = rel_rms(fetch_ends(out, n_out, k.dtype), ref);
       const bool is_default = is_dflt;
-      const std::string name = cfg.stream == 3 ? fmt::format("bulk   tpr={:3} stages={} rows/stage={}", cfg.tpr, cfg.nv, cfg.rpg)
+      const std::string name = cfg.stream == 3 ? fmt::format("bulk   tpr={:3} stages={} rows/stage={}{}", cfg.tpr, cfg.nv, cfg.rpg,
+                                                   cfg.hints ? fmt::format(" hints={}", cfg.hints) : std::string())
                                : cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", kind_name(cfg), cfg.tpr, cfg.nv, cfg.rpg)
                                           : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
       fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),

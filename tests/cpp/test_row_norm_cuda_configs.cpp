@@ -83,7 +83,8 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 
 std::string name(const RowNormCudaConfig& c) {
   return std::string(c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
-         " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks);
+         " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks) +
+         " hints=" + std::to_string(c.hints);
 }
 
 // Each configuration as listed, and the streaming and packed ones also with their grid capped at 1 and 2

@@ -84,6 +84,7 @@ struct RowNormCudaConfig {
   int rpg = 1;  // bulk: rows per stage
   int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy
   int max_blocks = 0;
+  int hints = 0;  // bulk only: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy
 };
 // The configuration the launchers use when none is given: the packed kernels where the layout allows (two
 // 16-byte vectors per lane for rows of up to 64 vectors, a warp x 4 up to 128, a block per row above),
@@ -93,7 +94,8 @@ RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the
 // streaming choice, each packed configuration that covers the row with no idle lane, and on sm_90 the bulk-copy
-// choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring.
+// choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring, and the
+// choice with streaming stores (hints 1).
 std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
 std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "opbase/dtype.h"
 #include "ops/norm/common/row_norm.h"
@@ -657,19 +658,37 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
 #endif
   return pol;
 }
-// Global -> shared copy of `bytes` (a multiple of 16; both addresses 16-byte aligned), completing on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t pol) {
+// Global -> shared copy of `bytes` (a multiple of 16; both addresses 16-byte aligned), completing on `bar`,
+// with the L2 policy `pol` when `hint` (else the default policy).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t pol,
+                                          bool hint) {
 #if __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-          smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
-      : "memory");
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
+        : "memory");
+  else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
 #endif
 }
+// A 16-byte store, with the streaming (evict-first) policy st.global.cs when `cs`.
+__device__ __forceinline__ void bulk_store16(void* p, const uint4& v, bool cs) {
+  if (cs)
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  else
+    cuda::st_vec16(p, v);
+}
+// config.hints of the bulk kernels: bit 0 stores with st.global.cs, bit 1 loads without the evict-first hint.
+constexpr int kBulkHintStoreCs = 1, kBulkHintNoLoadPolicy = 2;
 
 template <int TPR>
-__global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rps, int ns) {
+__global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rps, int ns, int hints) {
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char bulk_smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(bulk_smem);
@@ -686,6 +705,7 @@ __global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rp
   const int nteams = static_cast<int>(blockDim.x) / TPR;
   const char* x = static_cast<const char*>(p.x) + p.x_rows.base * es;  // dense rows: row r at x + r * row_bytes
   const float n_div = static_cast<float>(p.n_div);
+  const bool cs = hints & kBulkHintStoreCs;
 
   // Tile i of this block into stage i % ns (thread 0 only).
   auto issue = [&](int64_t i, uint64_t pol) {
@@ -693,7 +713,8 @@ __global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rp
     const uint32_t n = static_cast<uint32_t>(min(static_cast<int64_t>(rps), p.rows - r0));
     const int s = static_cast<int>(i % ns);
     bulk_bar_arrive_tx(&full[s], n * row_bytes);
-    bulk_load(stages + static_cast<size_t>(s) * stage_bytes, x + r0 * row_bytes, n * row_bytes, &full[s], pol);
+    bulk_load(stages + static_cast<size_t>(s) * stage_bytes, x + r0 * row_bytes, n * row_bytes, &full[s], pol,
+              !(hints & kBulkHintNoLoadPolicy));
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < ns; ++s) bulk_bar_init(&full[s], 1);
@@ -729,8 +750,8 @@ __global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rp
       if (!p.y) continue;
       char* yr = static_cast<char*>(p.y) + row_off(p.y_rows, row) * es;
       for (int v = t; v < nvec; v += TPR)
-        cuda::st_vec16(yr + static_cast<int64_t>(v) * 16,
-                       cuda::vec16_map(xr[v], xr[v], dt, [rstd](float a, float) { return a * rstd; }));
+        bulk_store16(yr + static_cast<int64_t>(v) * 16,
+                     cuda::vec16_map(xr[v], xr[v], dt, [rstd](float a, float) { return a * rstd; }), cs);
     }
     __syncthreads();  // every thread is done reading stage s
     if (threadIdx.x == 0 && i + ns < count) issue(i + ns, l2_evict_first_policy());
@@ -741,7 +762,7 @@ __global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rp
 }
 
 template <int TPR>
-__global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rps, int ns) {
+__global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rps, int ns, int hints) {
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char bulk_smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(bulk_smem);
@@ -762,6 +783,7 @@ __global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rp
   const char* dout = static_cast<const char*>(p.dout) + p.dout_rows.base * es;
   const float inv_n = 1.f / static_cast<float>(p.n_div);
   const bool normalized = p.kind == RowNormBwdKind::kNormalizedSrc;  // else kRawSrc (kFactor: host-rejected)
+  const bool cs = hints & kBulkHintStoreCs;
 
   auto issue = [&](int64_t i, uint64_t pol) {
     const int64_t r0 = (first + i * stride) * rps;
@@ -769,8 +791,9 @@ __global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rp
     const int s = static_cast<int>(i % ns);
     unsigned char* st = stages + static_cast<size_t>(s) * stage_bytes;
     bulk_bar_arrive_tx(&full[s], 2 * n * row_bytes);
-    bulk_load(st, src + r0 * row_bytes, n * row_bytes, &full[s], pol);
-    bulk_load(st + half_bytes, dout + r0 * row_bytes, n * row_bytes, &full[s], pol);
+    const bool hint = !(hints & kBulkHintNoLoadPolicy);
+    bulk_load(st, src + r0 * row_bytes, n * row_bytes, &full[s], pol, hint);
+    bulk_load(st + half_bytes, dout + r0 * row_bytes, n * row_bytes, &full[s], pol, hint);
   };
   // rstd of row `tid` of tile i (0 past the end); rps <= blockDim.x (host).
   auto rstd_of = [&](int64_t i) {
@@ -812,9 +835,10 @@ __global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rp
       const float c = normalized ? dot * inv_n : dot * rstd * rstd * inv_n;
       char* xr = static_cast<char*>(p.dx) + row_off(p.dx_rows, row) * es;
       for (int v = t; v < nvec; v += TPR)
-        cuda::st_vec16(xr + static_cast<int64_t>(v) * 16,
-                       cuda::vec16_map(tsrc[ro + v], tdout[ro + v], dt,
-                                       [rstd, c](float a, float b) { return rstd * (b - c * a); }));
+        bulk_store16(xr + static_cast<int64_t>(v) * 16,
+                     cuda::vec16_map(tsrc[ro + v], tdout[ro + v], dt,
+                                     [rstd, c](float a, float b) { return rstd * (b - c * a); }),
+                     cs);
     }
     if (tid < rps) rs[((i + 1) & 1) * kBulkMaxRows + tid] = rs_next;  // that half was last read in tile i - 1
     __syncthreads();  // stage s and rs[i & 1] fully read; rs[(i + 1) & 1] written
@@ -864,11 +888,12 @@ bool packed_known(const RowNormCudaConfig& c) {
 // The bulk-copy instances: teams of 8/16/32 lanes; nv = 2..4 stages of rpg = 1..256 rows (run-time values).
 bool bulk_known(const RowNormCudaConfig& c) {
   return (c.tpr == 8 || c.tpr == 16 || c.tpr == 32) && c.nv >= 2 && c.nv <= kBulkMaxStages && c.rpg >= 1 &&
-         c.rpg <= kBulkMaxRows;
+         c.rpg <= kBulkMaxRows && c.hints >= 0 && c.hints <= 3;
 }
 
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
+  if (c.hints != 0 && c.stream != 3) return false;  // cache hints are a bulk-kernel option
   if (c.stream == 3) return bulk_known(c);
   if (c.stream == 2) return packed_known(c);
   if (c.stream) return c.stream == 1 && stream_known(c);
@@ -1153,7 +1178,7 @@ strata_status launch_bulk_inst(const typename K::Params& p, const RowNormCudaCon
   const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   int64_t grid = ntiles <= slots ? ntiles : cuda::ceil_div(ntiles, cuda::ceil_div(ntiles, slots));
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
-  kernel<<<static_cast<unsigned>(grid), threads, static_cast<size_t>(smem), s>>>(p, c.rpg, c.nv);
+  kernel<<<static_cast<unsigned>(grid), threads, static_cast<size_t>(smem), s>>>(p, c.rpg, c.nv, c.hints);
   return cuda::check_launch(K::kBulkName);
 }
 
@@ -1334,6 +1359,12 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
   for (int tpr : {8, 16, 32})
     for (int ns = 2; ns <= kBulkMaxStages; ++ns)
       for (int rps : {1, 2, 4, 5, 8, 16, 32, 64, 128, 256}) v.push_back(RowNormCudaConfig{0, tpr, ns, rps, 3});
+  // The cache-hint variants (st.global.cs stores; loads without evict-first; both) of the rings the bulk choice
+  // takes for the target shapes (teams of 8 / 16 / a warp, 3 stages) and of a small one (5 rows: partial tiles).
+  for (int hints = 1; hints <= 3; ++hints)
+    for (const auto& tr : {std::pair{8, 128}, std::pair{8, 64}, std::pair{16, 64}, std::pair{32, 4}, std::pair{32, 2},
+                           std::pair{8, 5}})
+      v.push_back(RowNormCudaConfig{0, tr.first, 3, tr.second, 3, 0, hints});
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -1403,6 +1434,9 @@ std::vector<RowNormCudaConfig> alternatives(int64_t D, const StreamFacts& sf, co
     if (coarse.rpg != bk.rpg && coarse.rpg * row_bytes <= 2 * 65536 &&
         bulk_smem_bytes(D, sf.dtype, sf.tensors, coarse.rpg, coarse.nv) <= kBulkMaxSmem)
       v.push_back(coarse);
+    RowNormCudaConfig cs = bk;  // the choice with streaming (evict-first) stores
+    cs.hints = kBulkHintStoreCs;
+    v.push_back(cs);
   }
   return v;
 }

@@ -155,7 +155,10 @@ class RowNormHarness final : public atk::OpHarness {
   }
   static std::string cfg_name(const RowNormCudaConfig& c) {
     if (c.tpr == 0) return "looped";
-    if (c.stream == 3) return fmt::format("bulk tpr={} stages={} rows/stage={}", c.tpr, c.nv, c.rpg);
+    if (c.stream == 3)
+      return fmt::format("bulk tpr={} stages={} rows/stage={}{}", c.tpr, c.nv, c.rpg,
+                         c.hints & 1 ? (c.hints & 2 ? " cs-stores no-load-hint" : " cs-stores")
+                                     : (c.hints & 2 ? " no-load-hint" : ""));
     const char* kind = c.stream == 2 ? "packed" : c.stream == 1 ? "stream" : "classic";
     return c.stream ? fmt::format("{} tpr={} nv={} rpg={}", kind, c.tpr, c.nv, c.rpg)
                     : fmt::format("{} ce={} tpr={} nv={} rpg={}", kind, c.chunk_elems, c.tpr, c.nv, c.rpg);
