@@ -3,9 +3,11 @@
 // blocks per SM), chunk_gated_delta_rule_bwd_dhu's 64-column one-stage and 32-column two-stage V tiles. Each
 // pair sums every element in the same order, so the test asks for the same bits on shapes with partial chunks,
 // GVA, K and V that are not tile multiples, variable-length packs, f16 and optional outputs absent (the
-// automatic choice is compared against float64 by the conformance suites). A second test times the variants at
-// the benchmark shape (B = 4, T = 8192, H = 16, HV = 32, K = V = 128 and B = 1, T = 32768 for bwd_dhu) and prints
-// the figures (information for choosing the automatic variant; it fails only if a launch fails).
+// automatic choice is compared against float64 by the conformance suites). Also: prepare_wy_repr_bwd's kWyTwoPerSm
+// against kWyPipelined (dk, dv the same bits; dβ, dγ within 1e-4 of their largest value), and bwd_dhu with the
+// fused dv_local (DhuParams::fuse_dv_local) against chunk_bwd_dv_local then bwd_dhu (the same bits). A last test
+// times the variants at the benchmark shape (B = 4, T = 8192, H = 16, HV = 32, K = V = 128 and B = 1, T = 32768)
+// and prints the figures (information for choosing the automatic variant; it fails only if a launch fails).
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -183,8 +185,10 @@ std::vector<std::vector<uint8_t>> run_dqkwg(const Inputs& in, int variant) {
           s.gate ? dg.bits() : std::vector<uint8_t>{}};
 }
 
-// chunk_gated_delta_rule_bwd_dhu with `variant`: the bits of dh, dh0, dv2.
-std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant) {
+// chunk_gated_delta_rule_bwd_dhu with `variant`: the bits of dh, dh0, dv2. dv_mode 0: dv = the random dv input;
+// 1: dv = chunk_bwd_dv_local's tensor-core kernel on (q, k, do, g) first (the composed backward's two calls);
+// 2: the fused dv_local (DhuParams::fuse_dv_local, dv absent).
+std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant, int dv_mode = 0) {
   const Shape& s = in.s;
   const int64_t rows = s.B * s.T, N = in.d.N;
   Dev dh(s.B * in.d.NT * s.HV * s.K * s.V * dtype_size(s.dt)), dh0(N * s.HV * s.K * s.V * 4),
@@ -205,6 +209,22 @@ std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant) {
   p.dv2 = tok(dv2.p, s.dt, s.T, s.HV, s.V);
   p.scale = 0.125f;
   p.mma_variant = variant;
+  Dev dvl(rows * s.HV * s.V * dtype_size(s.dt));
+  if (dv_mode == 1) {
+    dvl.poison();
+    DvLocalParams vp;
+    vp.d = in.d;
+    vp.d.NT = 0;
+    vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvl.p, s.dt, s.T, s.HV, s.V);
+    vp.scale = p.scale;
+    Dev ws1(chunk_bwd_dv_local_cuda_mma_workspace(vp.d));
+    EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws1.p, nullptr), STRATA_SUCCESS);
+    p.dv = vp.dv;
+  } else if (dv_mode == 2) {
+    p.dv = View{};
+    p.fuse_dv_local = true;
+    EXPECT_TRUE(chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(p));
+  }
   Dev ws(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(p.d));
   EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS) << "variant " << variant;
   return {dh.bits(), dh0.bits(), dv2.bits()};
@@ -318,6 +338,23 @@ TEST(GdnBwdCudaVariants, WyBwdVariants) {
                                     << " BT=" << s.BT;
         }
       }
+    }
+  }
+}
+
+// bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
+// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
+TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 41;
+  for (const Shape& s : shapes()) {
+    const Inputs in(s, seed++);
+    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
+      const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
+      const char* names[] = {"dh", "dh0", "dv2"};
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs with the fused dv_local, variant " << var << ": B=" << s.B
+                                  << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
     }
   }
 }
@@ -444,6 +481,23 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvo.p, dt, T, HV, V);
     vp.scale = 0.0884f;
     Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
+
+    // The composed backward's dv_local + bwd_dhu (automatic tiles) against bwd_dhu with the fused dv_local.
+    {
+      DhuParams fp = hp;
+      fp.dv = View{};
+      fp.fuse_dv_local = true;
+      const std::vector<double> fm = time_min_ms(
+          {[&] {
+             EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS);
+             EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS);
+           },
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); }},
+          3);
+      report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local + bwd_dhu (automatic tiles) %.3f ms, "
+                      "bwd_dhu with fused dv_local %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                      fm[0], fm[1]));
+    }
 
     WyBwdParams wp;
     wp.d = d;
