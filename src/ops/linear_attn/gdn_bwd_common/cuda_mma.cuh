@@ -79,8 +79,10 @@ __device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
 // s[r * ld + c] = T(v[base + r * row_stride + c]) for r < rows, c < cols; 0 for the rest of the R x C tile
 // (C % 8 == 0, ld % 8 == 0, s 16-byte aligned). 16-byte cp.async segments when the view holds T, its rows are
 // 16-byte aligned and the segment is fully valid; element-wise conversion otherwise. Never reads outside the
-// valid rows/columns. Call cp_async_wait_all() and __syncthreads() before reading the tile.
-template <class T, int NTHREADS>
+// valid rows/columns. Call cp_async_wait_all() and __syncthreads() before reading the tile. kLean = false keeps
+// whole tiles on the general loop too (for kernels at their register limit, where the lean path's live pointers
+// add spills: chunk_bwd_dqkwg's two-per-SM variant).
+template <class T, int NTHREADS, bool kLean = true>
 __device__ __forceinline__ void load_tile_async(uint16_t* s, int ld, int R, int C, const View& v, int64_t base,
                                                 int64_t row_stride, int rows, int cols) {
   const uint16_t* src16 = static_cast<const uint16_t*>(v.p) + base;
@@ -92,7 +94,7 @@ __device__ __forceinline__ void load_tile_async(uint16_t* s, int ld, int R, int 
   // strides instead of being formed per segment from the element index (64-bit multiply-adds and the branch below:
   // session 5's SASS study counted ~30 integer instructions per 16-byte copy). The same bytes land in the same
   // places as the general loop.
-  if (vec && rows >= R && cols >= C && segs > 0 && NTHREADS % segs == 0) {
+  if (kLean && vec && rows >= R && cols >= C && segs > 0 && NTHREADS % segs == 0) {
     const int step = NTHREADS / segs;
     const int r0 = static_cast<int>(threadIdx.x) / segs, c = (static_cast<int>(threadIdx.x) - r0 * segs) * 8;
     const int64_t src_step = static_cast<int64_t>(step) * row_stride;

@@ -321,7 +321,9 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 //    registers) instead of a 16 KiB f32 tile kept for the chunk: dβ's row sums Σ_j dP_ij KK_ij and dγ's column
 //    sums Σ_r β_r dP_ri KK_ri are reduced from the fragments (quad / column shuffles, then the warps in order);
 //  * Sym written over the dA / tmp tile (dead once tmp Aᵀ is formed) instead of a tile of its own.
-// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
+// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count. The tiles load
+// through the general loop (load_tile_async's kLean = false): at the 128-register cap the lean path's live pointers
+// raised ptxas's spills from 16 to 124 bytes of stores.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] 16-bit; A and the dA / tmp / Sym tile [64][72] 16-bit;
 // dP [64][65] f32; row vectors γ, β, E, Σ X k, Σ Y v [64]; dβ row partials [2][64]; dγ column partials [4][64];
 // rows_to scratch [2][64]. P = 128: 108 032 bytes.
@@ -368,11 +370,11 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
-        if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-        load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
-        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        if (g == 0) load_tile_async<T, kThr, false>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
+        load_tile_async<T, kThr, false>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
+        load_tile_async<T, kThr, false>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+        load_tile_async<T, kThr, false>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        load_tile_async<T, kThr, false>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
