@@ -15,6 +15,8 @@
 // inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
 //   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
+//     (16-bit tokens, K <= 128: one call, bwd_dhu's tensor-core kernel forming dv_local per chunk itself, the same
+//     bits: DhuParams::fuse_dv_local, dhu_fused_dv_local)
 //   dq, dk1, dw, dγ1 = chunk_bwd_dqkwg(qn, kn, v_new, do, h, dh, dv2, γ)    (dq, dk summed over the G heads)
 //   dk2, dv, dbeta, dγ2 = prepare_wy_repr_bwd(kn, v, beta, A, dw, dv2, γ)   (dk2 summed over the G heads)
 //   dk = dk1 + dk2;  dg = reverse chunk_local_cumsum(dγ1 + dγ2)
@@ -536,6 +538,15 @@ strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, 
 // their automatic entry points decide) and so how much scratch they need: the FMA kernels of chunk_bwd_dqkwg
 // keep per-value-head dq, dk in f32 ([B, T, HV, K] each), the tensor-core ones do not.
 bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
+// Whether bwd_dhu's tensor-core kernel forms dv_local itself (DhuParams::fuse_dv_local: no chunk_bwd_dv_local pass,
+// no dv_local tensor): when both sub-operators would run their tensor-core kernels (then the fused kernel gives
+// the same bits: it repeats dv_local's products, summation order and rounding) and K <= 128.
+constexpr bool kFuseDvLocalInDhu = true;
+bool dhu_fused_dv_local(const Calls& c) {
+  return kFuseDvLocalInDhu && chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
+         chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty() &&
+         chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
+}
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
 size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
@@ -621,8 +632,15 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   const Bufs b = carve(p, true, workspace);
   const Calls c = make_calls(p, b, s, true);
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  if (dhu_fused_dv_local(c)) {
+    DhuParams dhp = c.dhp;
+    dhp.dv = gdn_bwd::View{};
+    dhp.fuse_dv_local = true;
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda_mma(dhp, b.early, stream)));
+  } else {
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  }
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
