@@ -581,6 +581,30 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p) {
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
   return r;
 }
+
+namespace {
+// The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
+// forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
+gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
+  gdn::GdnFwdParams f = c.fwdo;
+  if (pre_p) f.Pqk = c.wy.A;
+  return f;
+}
+}  // namespace
+
+std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p) {
+  std::string r = gdn_cuda_fused_fwd_reject(p);
+  if (!r.empty()) return r;
+  const Sizes s = sizes_of(p, false);
+  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
+  return gdn::fwd_cuda_qk_gate_reject(fused_state_params(make_calls(p, b, s, false), true));
+}
+
+namespace {
+// How the fused forward forms the gated Q Kᵀ: kAuto (pre-computed when fwd_cuda_state_o_pre_p_pays and the
+// gated Q Kᵀ kernel applies, inline otherwise), or forced.
+enum class FusedQk { kAuto, kInline, kPre };
+}  // namespace
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
@@ -616,14 +640,33 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
 
 // The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject must be empty): c.fwdo carries q, k,
 // w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+// With the pre-computed P (gdn_cuda_fused_pqk_fwd, or the automatic choice at B = 1-like shapes) the gated Q Kᵀ
+// is formed chunk-parallel first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass
+// (StateOKernel::kPrecomputedP); the same bits as inline (StateOKernel::kInline).
+static strata_status fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr, FusedQk mode) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
+  bool pre_p = mode == FusedQk::kPre;
+  if (mode == FusedQk::kAuto)
+    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
+            gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
+  const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  return static_cast<strata_status>(gdn::fwd_cuda_state_o(c.fwdo, stream));
+  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, stream));
+}
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kAuto);
+}
+strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kInline);
+}
+strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kPre);
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
