@@ -356,11 +356,15 @@ class RmsNormGatedHarness final : public OpHarness {
     out.push_back(bench(device, {cuda ? 1048576 : 262144, 128}, 128, 1));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 5120}, 5120, 0));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 8192}, 1024, 0));
-    // CUDA: the GDN shape once more with the register kernels forced (the default is the bulk-copy ring;
-    // compared in one run), and the ring on a GDN shape in gate_before_norm order.
+    // CUDA: the three shapes once more with the register kernels forced (the default is the bulk-copy ring;
+    // compared in one run), and the ring on the GDN shape in gate_before_norm order.
     if (cuda && !bwd_) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_packed"));
-    if (cuda) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
-    if (cuda) out.push_back(bench(device, {1048576, 128}, 128, 0));
+    if (cuda) {
+      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {16384, 5120}, 5120, 0, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {16384, 8192}, 1024, 0, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {1048576, 128}, 128, 0));
+    }
     return out;
   }
 
