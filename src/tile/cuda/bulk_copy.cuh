@@ -76,15 +76,16 @@ __device__ __forceinline__ void st_stream16(void* p, const uint4& v) {
                : "memory");
 }
 
-// Host: resident CTAs per SM of a ring kernel with `block` threads and `smem` bytes of dynamic shared memory,
-// after opting the kernel into that much shared memory. The two runtime calls cost microseconds, so the answer
-// is cached per (device, smem) in `cache` (one per kernel instance; a stale hit is impossible, a race only
-// repeats the calls). *occ is at least 1.
+// Host: resident CTAs per SM of a ring kernel with `block` threads and `smem` bytes of dynamic shared memory.
+// The kernel is opted into `smem_cap` >= smem bytes (one fixed value per kernel, so host threads launching it
+// with different smem never undo each other's opt-in). The two runtime calls cost microseconds, so the answer
+// is cached per (device, smem) in `cache` (one per kernel instance; a race only repeats the calls). *occ >= 1.
 struct RingLaunchCache {
   std::atomic<uint64_t> key{0};  // device + 1 in bits 40.., smem in bits 8..39, occupancy in bits 0..7
 };
 template <class Kern>
-strata_status ring_occupancy(Kern kernel, int block, size_t smem, RingLaunchCache& cache, int* occ) {
+strata_status ring_occupancy(Kern kernel, int block, size_t smem, size_t smem_cap, RingLaunchCache& cache, int* occ) {
+  if (smem > smem_cap) return fail(STRATA_ERROR_INTERNAL, "ring kernel: {} bytes of shared memory exceed its cap {}", smem, smem_cap);
   int dev = 0;
   STRATA_RETURN_IF_ERROR(check(cudaGetDevice(&dev), "cudaGetDevice"));
   const uint64_t want = (static_cast<uint64_t>(dev + 1) << 40) | (static_cast<uint64_t>(smem) << 8);
@@ -94,7 +95,7 @@ strata_status ring_occupancy(Kern kernel, int block, size_t smem, RingLaunchCach
     return STRATA_SUCCESS;
   }
   STRATA_RETURN_IF_ERROR(check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(smem)),
+                                                    static_cast<int>(smem_cap)),
                                "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)"));
   int n = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, smem) != cudaSuccess || n < 1) {

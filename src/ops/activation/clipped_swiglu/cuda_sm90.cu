@@ -196,6 +196,7 @@ constexpr int kRingMaxStages = 8;
 constexpr size_t kRingBudget = 96 * 1024;     // ring bytes per CTA
 constexpr size_t kRingTileTarget = 24 * 1024;  // bytes of x per tile (whole rows, at least one)
 constexpr int64_t kRingMaxRowBytes = 48 * 1024;  // two stages of one row fit the budget
+constexpr size_t kRingSmemCap = 100 * 1024;      // the kernels' shared-memory opt-in (>= stages x stage)
 
 struct RingGeom {
   int64_t ntiles = 0;
@@ -435,7 +436,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   const auto kernel = fwd_ring<F32, INTER>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
-  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, cache, &occ));
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
   const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   const int64_t iters = (g.ntiles + slots - 1) / slots;
   const int64_t grid = std::max<int64_t>(1, (g.ntiles + iters - 1) / iters);  // balanced, one wave

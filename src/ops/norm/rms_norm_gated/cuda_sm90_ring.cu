@@ -44,6 +44,9 @@ using cuda::store_one;
 
 constexpr int kMaxStages = 8;
 constexpr int kRingBudget = 96 * 1024;  // dynamic shared memory of the ring per CTA (two CTAs per SM)
+// The kernels' shared-memory opt-in: >= every launch's dynamic shared memory (stages x stage <= the budget as
+// a stage is <= 48 KiB; the backward's team sums <= 32 KiB).
+constexpr size_t kRingSmemCap = 100 * 1024;
 
 struct RingGeom {
   int64_t ntiles = 0;
@@ -87,6 +90,7 @@ constexpr int ring_min_blocks() {
 template <int TPR, int NV>
 __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const RmsNormGatedFwdParams p, const VecFlags vf, const RingGeom g) {
   constexpr int TB = kBlock / TPR;
+  constexpr int RPT = ring_rows_per_team<TPR, NV>();
   constexpr bool kHoistW = NV == 1;
   static_assert(TPR <= 32, "lane teams only");
   extern __shared__ __align__(128) unsigned char ring[];
@@ -124,8 +128,11 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
     cuda::mbar_wait(&full[s], static_cast<uint32_t>((k / g.stages) & 1));
     const unsigned char* xs = ring + static_cast<size_t>(s) * stage_bytes;
     const unsigned char* zs = xs + tile_bytes;
-    // tr is a multiple of TB: every team runs the same number of iterations (the shuffles need whole warps).
-    for (int rr = team; rr < g.tr; rr += TB) {
+    // tr == TB * RPT: every team runs every j (the shuffles need whole warps); unrolled, so the rows' shared
+    // memory reads and math interleave.
+#pragma unroll
+    for (int j = 0; j < RPT; ++j) {
+      const int rr = team + j * TB;
       const int64_t row = r0 + rr;
       const bool live = row < p.rows;  // dead lanes join the shuffles, read nothing
       uint4 xv[NV], zv[NV];
@@ -654,7 +661,7 @@ strata_status launch_fwd_ring(const RmsNormGatedFwdParams& p, const VecFlags& vf
   const auto kernel = fwd_ring<TPR, NV>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
-  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, cache, &occ));
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
   const int64_t grid = ring_grid(occ, g.ntiles, int64_t{1} << 30);
   kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, vf, g);
   return cuda::check_launch("rms_norm_gated fwd_ring");
@@ -671,7 +678,7 @@ strata_status launch_bwd_ring(RmsNormGatedBwdParams& p, const VecFlags& vf, cuda
   const auto kernel = bwd_ring<SILU, TPR, NV>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
-  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, cache, &occ));
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
   // The workspace holds bwd_partials(p) partial rows: the grid may not exceed it.
   const int64_t grid = ring_grid(occ, g.ntiles, std::max<int64_t>(1, bwd_partials(p)));
   p.num_partials = (p.dweight || p.dbias) ? grid : 0;
@@ -703,7 +710,7 @@ strata_status launch_fwd_ring_wide(const RmsNormGatedFwdParams& p, const VecFlag
   const auto kernel = fwd_ring_wide<NV>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
-  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, cache, &occ));
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
   const int64_t grid = ring_grid(occ, g.ntiles, int64_t{1} << 30);
   kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, vf, g);
   return cuda::check_launch("rms_norm_gated fwd_ring_wide");
@@ -716,7 +723,7 @@ strata_status launch_bwd_ring_wide(RmsNormGatedBwdParams& p, const VecFlags& vf,
   const auto kernel = bwd_ring_wide<SILU, NV>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
-  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, cache, &occ));
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
   const int64_t grid = ring_grid(occ, g.ntiles, std::max<int64_t>(1, bwd_partials(p)));
   p.num_partials = (p.dweight || p.dbias) ? grid : 0;
   kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, vf, g);
