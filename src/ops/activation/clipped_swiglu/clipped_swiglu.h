@@ -87,6 +87,10 @@ using ClippedSwigluFwdFn = void (*)(const ClippedSwigluFwdParams&);
 using ClippedSwigluBwdFn = void (*)(const ClippedSwigluBwdParams&);
 ClippedSwigluFwdFn clipped_swiglu_fwd_cpu(int64_t hwy_target);
 ClippedSwigluBwdFn clipped_swiglu_bwd_cpu(int64_t hwy_target);
+// The AVX3 kernels with bf16 outputs rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr when AVX3 was not
+// compiled). Only offered on CPUs with the feature.
+ClippedSwigluFwdFn clipped_swiglu_fwd_cpu_native_bf16();
+ClippedSwigluBwdFn clipped_swiglu_bwd_cpu_native_bf16();
 
 #if STRATA_WITH_CUDA
 // CUDA (sm_90): forward one thread per 8 outputs (16-byte accesses) or element-wise; backward a block per
