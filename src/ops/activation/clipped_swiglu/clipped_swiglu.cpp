@@ -1,7 +1,8 @@
 // clipped_swiglu: definition, validation, implementation lists and plans (ops_fused.md §8; README.md).
 // Forward tensors {x, probs, y}; backward tensors {x, probs, dy, dx, dprobs}.
-// Implementations, in dispatch order: cuda.sm90.pairwise, cpu.avx512_bf16 (the AVX3 kernels with native bf16
-// rounding, on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
+// Implementations, in dispatch order: forward cuda.sm90.bulk_ring (where it applies), then both directions
+// cuda.sm90.pairwise, cpu.avx512_bf16 (the AVX3 kernels with native bf16 rounding, on CPUs that have it),
+// cpu.<isa> per compiled Highway target, reference.
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ namespace {
 constexpr const char* kFwd = "clipped_swiglu_fwd";
 constexpr const char* kBwd = "clipped_swiglu_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.pairwise";
+constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 
 struct FwdProblem {
   ClippedSwigluFwdParams params;
@@ -100,7 +102,24 @@ constexpr int (*kCudaBwd)(const ClippedSwigluBwdParams&, void*) = nullptr;
 #endif
 
 const ImplList<FwdProblem>& fwd_impls() {
-  static const auto l = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, clipped_swiglu_fwd_cpu_native_bf16, kCudaFwd, clipped_swiglu_fwd_reference);
+  static const auto l = [] {
+    ImplList<FwdProblem> list = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, clipped_swiglu_fwd_cpu_native_bf16,
+                                                      kCudaFwd, clipped_swiglu_fwd_reference);
+#if STRATA_WITH_CUDA
+    // First: the bulk-copy ring where it applies (equally spaced rows, I % 8 == 0), else pairwise.
+    list.insert(list.begin(), {kCudaRingImpl,
+                               [](const FwdProblem& p) {
+                                 std::string r = reject_unless_cuda(p.device, 90);
+                                 return r.empty() ? clipped_swiglu_fwd_cuda_ring_reject(p.params) : r;
+                               },
+                               {},
+                               [](const FwdProblem& p, const Launch& launch) {
+                                 return static_cast<strata_status>(
+                                     clipped_swiglu_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
+                               }});
+#endif
+    return list;
+  }();
   return l;
 }
 const ImplList<BwdProblem>& bwd_impls() {

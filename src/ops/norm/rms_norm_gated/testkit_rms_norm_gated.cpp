@@ -128,6 +128,22 @@ class RmsNormGatedHarness final : public OpHarness {
               residuals[(rot / 5) % 3], (rot / 7) % 2, layout);
           ++rot;
         }
+    // CUDA only (big): enough rows that every CTA of the persistent bulk-copy ring takes more tiles than the
+    // ring has stages (the stage reuse and mbarrier parity flips), dense rows (one copy per tensor and tile)
+    // and padded rows (one copy per row), both gate orders, both activations, lane teams and wide rows.
+    add("bf16", {300000, 128}, 0, 1, "silu", "f32", 0, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    add("bf16", {200000, 64}, 16, 0, "sigmoid", "same", 1, "none", 0, "rowpad");
+    cases.back().set("gpu_only", 1);
+    add("f16", {40000, 1024}, 256, 1, "sigmoid", "f32", 1, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    // Wide rows (a block per row, one row per ring tile).
+    add("bf16", {3000, 5120}, 0, 0, "silu", "f32", 0, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    add("bf16", {1500, 8192}, 1024, 1, "silu", "same", 1, "none", 0, "rowpad");
+    cases.back().set("gpu_only", 1);
+    add("f16", {2000, 1200}, 40, 0, "sigmoid", "none", 1, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
     return cases;
   }
 
@@ -137,6 +153,11 @@ class RmsNormGatedHarness final : public OpHarness {
     if (dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
       res.skipped = true;
       res.message = "f64 runs on the CPU only";
+      return res;
+    }
+    if (c.get_int("gpu_only", 0) != 0 && device.type == STRATA_DEVICE_CPU) {
+      res.skipped = true;
+      res.message = "a CUDA-only case (big: the CPU paths are covered by the small ones)";
       return res;
     }
     const std::vector<int64_t> shape = c.get_shape("shape");
@@ -335,8 +356,15 @@ class RmsNormGatedHarness final : public OpHarness {
     out.push_back(bench(device, {cuda ? 1048576 : 262144, 128}, 128, 1));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 5120}, 5120, 0));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 8192}, 1024, 0));
-    // CUDA forward: the GDN shape once more with the previous team kernel forced (compared in one run).
-    if (cuda && !bwd_) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
+    // CUDA: the three shapes once more with the register kernels forced (the default is the bulk-copy ring;
+    // compared in one run), and the ring on the GDN shape in gate_before_norm order.
+    if (cuda && !bwd_) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_packed"));
+    if (cuda) {
+      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {16384, 5120}, 5120, 0, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {16384, 8192}, 1024, 0, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {1048576, 128}, 128, 0));
+    }
     return out;
   }
 
