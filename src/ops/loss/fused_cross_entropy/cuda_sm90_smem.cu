@@ -14,11 +14,12 @@
 //   2. Statistics (forward), per piece as it lands (cluster_smem: the one piece, after the whole copy): sweep A
 //      takes the thread's maximum of the piece's raw logits (packed bf16x2 / f16x2 max for 16-bit types; c is
 //      non-decreasing in s z, so max c = c(max z), min z for s < 0); the thread's running (m, S) is rescaled
-//      once when the piece raises m; sweep B adds exp(c - m) (one FFMA c - m = fma(s, z, -m), one ex2.approx)
-//      and, with label smoothing only, the sum of c. Thread states merge in a fixed shuffle tree and a fixed
-//      warp order; the CTA's (m, S, sum c, c_y) goes to shared memory; after a cluster barrier every CTA
-//      merges the C partials in rank order through distributed shared memory (the same lse bits in every CTA);
-//      rank 0 writes lse and the row loss. The second cluster barrier ("done reading the partials") is split:
+//      once when the piece raises m; sweep B adds exp(c - m) (one FFMA c - m = fma(s, z, -m), one ex2.approx;
+//      cluster_chunked uses its flush-to-zero form, 2 instructions instead of 6: piece_exp) and, with label
+//      smoothing only, the sum of c. Thread states merge in a fixed shuffle tree and a fixed warp order; the
+//      CTA's (m, S, sum c, c_y) goes to shared memory; after a cluster barrier every CTA merges the C partials
+//      in rank order through distributed shared memory (the same lse bits in every CTA); rank 0 writes lse and
+//      the row loss. The second cluster barrier ("done reading the partials") is split:
 //      its arrive comes right after the reads, its wait only before the partial is overwritten by the next row
 //      or the CTA exits, so the gradient sweep does not wait for it.
 //   3. Gradient: dz = f (p_coef exp(c - lse) - uniform - [j == y] target) from shared memory, 16-byte stores
@@ -181,11 +182,61 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
       : "memory");
 }
 
+// exp(d) of the element sweeps (d <= 0). kFtz = false: __expf (ex2.approx of d log2 e with the four extra
+// instructions that keep results below 2^-126 as denormals: cluster_smem). kFtz = true: ex2.approx.ftz, two
+// instructions (FMUL, MUFU.EX2; cluster_chunked): results below 2^-126 flush to 0, which changes nothing that
+// matters (S >= 1 is a sum of such terms; a gradient element below 1e-38 rounds to 0 or a denormal either way).
+template <bool kFtz>
+__device__ __forceinline__ float piece_exp(float d) {
+  if constexpr (kFtz) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.4426950408889634f));
+    return r;
+  } else {
+    return __expf(d);
+  }
+}
+
+// Sweep B over the thread's vectors of a piece, [v0 + threadIdx.x, v1) in steps of kThreads: adds
+// sum exp(c - m) to s and, with kSum (label smoothing), sum c to sc (raw z without softcap: scaled once by the
+// caller). Two partial sums each (even / odd elements) for instruction-level parallelism.
+template <class T, bool kCap, bool kSum, bool kFtz>
+__device__ __forceinline__ void sum_piece(const uint4* buf, int v0, int v1, const CeConsts& k, float m, float& s,
+                                          float& sc) {
+  constexpr int kVec = ce_cuda::kVec<T>;
+  float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
+  for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kThreads) {
+    float x[kVec];
+    unpack<T>(buf[v], x);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      float c, d;
+      if constexpr (kCap) {
+        c = ce_logit(k, x[e]);
+        d = c - m;
+      } else {
+        c = x[e];                     // raw logits summed; scaled once by the caller
+        d = fmaf(k.scale, x[e], -m);  // one rounding of s z - m
+      }
+      if (e & 1) {
+        s1 += piece_exp<kFtz>(d);
+        if constexpr (kSum) c1 += c;
+      } else {
+        s0 += piece_exp<kFtz>(d);
+        if constexpr (kSum) c0 += c;
+      }
+    }
+  }
+  s += s0 + s1;
+  sc += c0 + c1;
+}
+
 // One row per cluster (grid = N clusters up to 2^31 - 1 CTAs; beyond, clusters loop over rows). kPieces = 1:
 // cluster_smem (bit-identical to its session-5 form); kPieces = kChunks: cluster_chunked.
 template <class T, bool kGrad, bool kCap, int kPieces>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   constexpr int kVec = ce_cuda::kVec<T>;
+  constexpr bool kFtz = kPieces > 1;  // cluster_chunked: the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[kPieces];
   __shared__ Part warp_part[kWarps];
@@ -248,31 +299,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
           m = mq;
         }
         if (m == -INFINITY) continue;
-        float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
-        for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
-          float x[kVec];
-          unpack<T>(buf[v], x);
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) {
-            float c, d;
-            if constexpr (kCap) {
-              c = ce_logit(k, x[e]);
-              d = c - m;
-            } else {
-              c = x[e];                    // raw logits summed; scaled once below
-              d = fmaf(k.scale, x[e], -m);  // one rounding of s z - m
-            }
-            if (e & 1) {
-              s1 += __expf(d);
-              if (smooth) c1 += c;
-            } else {
-              s0 += __expf(d);
-              if (smooth) c0 += c;
-            }
-          }
-        }
-        s += s0 + s1;
-        sc += c0 + c1;
+        if (smooth) sum_piece<T, kCap, true, kFtz>(buf, v0, v1, k, m, s, sc);
+        else sum_piece<T, kCap, false, kFtz>(buf, v0, v1, k, m, s, sc);
       }
       Part a{m, s, kCap ? sc : k.scale * sc, 0.f};
       if (threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
@@ -346,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
             } else {
               d = fmaf(k.scale, x[e], -gr.lse);
             }
-            x[e] = f * fmaf(gr.p_coef, __expf(d), -gr.uniform);
+            x[e] = f * fmaf(gr.p_coef, piece_exp<kFtz>(d), -gr.uniform);
           }
           const int64_t off = yv - static_cast<int64_t>(v) * kVec;
           if (off >= 0 && off < kVec) {  // the target's vector: subtract f_y (1 - eps) g s

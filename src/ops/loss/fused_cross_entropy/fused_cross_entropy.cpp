@@ -150,7 +150,8 @@ Implementation<CeProblem> cuda_smem_impl(std::string name, CeSmemKind kind) {
   return cuda_impl(
       std::move(name), [kind](const CeParams& p) { return ce_smem_reject(p, kind); },
       [kind](const CeParams& p, void* stream) {
-        return ce_smem_aligned(p) ? fused_cross_entropy_cuda_smem(p, stream, kind) : fused_cross_entropy_cuda(p, stream);
+        if (!ce_smem_aligned(p)) return fused_cross_entropy_cuda(p, stream);
+        return fused_cross_entropy_cuda_smem(p, stream, kind);
       });
 }
 #endif
