@@ -61,6 +61,20 @@ __device__ __forceinline__ uint4 pack(const float (&v)[kVec<T>]) {
   }
 }
 
+// One 16-byte global load / store (p 16-byte aligned, global memory). Plain weak accesses, as a dereference
+// would be; written in PTX because nvcc split `*reinterpret_cast<const uint4*>(element pointer)` into four
+// 32-bit accesses in block_per_row (session 6 SASS: no LDG.E.128 / STG.E.128). The load is not volatile (it
+// may be scheduled like any load) and not .nc (the row may be overwritten in place later in the kernel).
+__device__ __forceinline__ uint4 ld_global16(const void* p) {
+  uint4 u;
+  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p) : "memory");
+  return u;
+}
+__device__ __forceinline__ void st_global16(void* p, const uint4& u) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+               : "memory");
+}
+
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // The row epilogue from the merged statistics st of row i: returns lse; when `write`, also stores lse (if

@@ -47,14 +47,15 @@ __device__ __forceinline__ void st1(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st1(bf16_t* p, float v) { p->bits = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 __device__ __forceinline__ void st1(f16_t* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
 
-// 16 bytes at p (aligned) <-> kVec<T> floats.
+// 16 bytes at p (16-byte aligned) <-> kVec<T> floats, as one 16-byte load / store instruction
+// (ce_cuda::ld_global16 / st_global16: plain dereferences of a uint4 were split into four 32-bit accesses).
 template <class T>
 __device__ __forceinline__ void ldv(const T* p, float (&v)[ce_cuda::kVec<T>]) {
-  ce_cuda::unpack<T>(*reinterpret_cast<const uint4*>(p), v);
+  ce_cuda::unpack<T>(ce_cuda::ld_global16(p), v);
 }
 template <class T>
 __device__ __forceinline__ void stv(T* p, const float (&v)[ce_cuda::kVec<T>]) {
-  *reinterpret_cast<uint4*>(p) = ce_cuda::pack<T>(v);
+  ce_cuda::st_global16(p, ce_cuda::pack<T>(v));
 }
 
 // Thread-local statistics of pass 1 (a plain struct: it also lives in shared memory). Empty: {-inf, 0, 0}.
