@@ -283,9 +283,9 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       // Per piece: wait for it, sweep A (the thread's extreme raw logit -> the piece's m_q = c(extreme)),
       // rescale the running sum when m_q raises m, sweep B (sum exp(c - m), and sum c with smoothing).
       // Empty pieces and slices: zext = -inf (s > 0) or +inf (s < 0), so m_q = -inf. NaN logits are skipped
-      // by the max (as fmaxf does) and reach the sum through the thread's other elements of the piece (a
-      // thread whose elements of a piece are all NaN adds nothing for it). Threads whose elements so far are
-      // all -inf in c add nothing (as in block_per_row: -inf - -inf would be NaN).
+      // by the max (as fmaxf does) and reach the sum once the thread has any other element (a thread whose
+      // elements so far are all NaN adds nothing for them, as in cluster_smem). Threads whose elements so far
+      // are all -inf in c add nothing (as in block_per_row: -inf - -inf would be NaN).
       float m = -INFINITY, s = 0.f, sc = 0.f;
       for (int q = 0; q < pieces; ++q) {
         const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
