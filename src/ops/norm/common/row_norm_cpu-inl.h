@@ -65,33 +65,6 @@ void RowNormBwdDxBf16Native(const RowNormBwdParams& p);
 
 // Outputs at least this large are written with non-temporal stores (they would not stay in cache anyway).
 constexpr int64_t kStreamBytes = 4 << 20;
-
-// tile::parallel_blocks' blocks (boundaries fixed by the problem, each block run by one thread in row order, so
-// the same bits for any thread count), handed out on demand in runs of about 1 MiB of traffic instead of one
-// contiguous share per thread: on a shared machine a thread that is descheduled for a while no longer holds
-// up the call with the rest of its share; the other threads take the runs it has not started. Runs are long
-// so that the prefetches across a run's end (the next group, the next row: maybe another thread's) are one
-// group in 1 MiB. Rows are independent in every row-norm kernel: which thread runs a block never changes a result.
-template <class Fn>
-void ParallelRowBlocks(int64_t rows, int64_t block, int64_t bytes_per_row, Fn&& fn) {
-  if (rows <= 0) return;
-  block = std::max<int64_t>(block, 1);
-  const int64_t nblocks = (rows + block - 1) / block;
-  const int64_t per_run =
-      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(block * std::max<int64_t>(bytes_per_row, 1), 1));
-  const int64_t nruns = (nblocks + per_run - 1) / per_run;
-  const int threads = static_cast<int>(std::min<int64_t>(nruns, rt::num_threads()));
-  auto run = [&](int64_t q) {
-    for (int64_t b = q * per_run; b < std::min(nblocks, (q + 1) * per_run); ++b)
-      fn(b * block, std::min(rows, (b + 1) * block));
-  };
-  if (threads <= 1) {
-    for (int64_t q = 0; q < nruns; ++q) run(q);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t q = 0; q < nruns; ++q) run(q);
-}
 // Most rows reduced before any is scaled (see FwdRows).
 constexpr int64_t kGroup = 64;
 
@@ -345,7 +318,7 @@ void FwdRows(const RowNormFwdParams& p) {
   const int64_t group = std::clamp<int64_t>(16384 / std::max<int64_t>(p.D * sizeof(TX), 1), 1, kGroup);
   // Evenly spaced rows of whole vectors stay in registers (ShortRows).
   const bool short_ok = unit && p.x_rows.uniform() && (!y || p.y_rows.uniform());
-  ParallelRowBlocks(p.rows, block, p.D * static_cast<int64_t>(sizeof(TX) + (y ? sizeof(TY) : 0)), [&](int64_t r0, int64_t r1) {
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (short_ok && ShortRows<kNative>(p, x, y, r0, r1, stream, inv_n)) {
       if (stream) hwy::FlushStream();
       return;
@@ -413,7 +386,7 @@ void BwdRows(const RowNormBwdParams& p) {
                     (p.kind == RowNormBwdKind::kFactor || p.dout_rows.col_stride == 1);
   const int64_t block = tile::block_for_bytes(p.D * static_cast<int64_t>(sizeof(TS) + sizeof(TG) + sizeof(TD)));
   const bool stream = p.rows * p.D * static_cast<int64_t>(sizeof(TD)) >= kStreamBytes;
-  ParallelRowBlocks(p.rows, block, p.D * static_cast<int64_t>(sizeof(TS) + sizeof(TG) + sizeof(TD)), [&](int64_t r0, int64_t r1) {
+  tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const TS* sr = src + p.src_rows.row_offset(r);
       const TG* gr = dout + p.dout_rows.row_offset(r);
