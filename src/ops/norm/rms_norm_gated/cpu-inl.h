@@ -7,9 +7,20 @@
 // rounded to the output dtype. Backward: each row block adds its rows' dweight / dbias terms, in row order,
 // into its own f32 partial row of the workspace; a last pass sums the partial rows in block order. So every
 // result depends only on the problem, never on the thread count.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+//
+// Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file; cpu_fwd.cpp and
+// cpu_bwd.cpp each include it for every target (tile/cpu/foreach_isa.h) and instantiate the forward or the
+// backward (one instance per activation dtype), so the two compile in parallel. Each unit owns the
+// HWY_EXPORT table of its entry point.
+//
+// Per-target include guard (Highway's convention for -inl.h files).
+#if defined(STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_
+#undef STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_
+#else
+#define STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_
+#endif
+
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
@@ -112,30 +123,40 @@ HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
     default: fn(f16_t{}); break;
   }
 }
+// A row of T (column stride `col`; 1 takes the vector loops) into / added to f32 dst.
+template <class T>
+HWY_INLINE void LoadRowT(const T* p, int64_t col, float* dst, int64_t n, bool add) {
+  if (col == 1) {
+    if (add) AddF32(p, dst, n);
+    else ToF32(p, dst, n);
+  } else {
+    for (int64_t j = 0; j < n; ++j) dst[j] = (add ? dst[j] : 0.f) + to_f32(p[j * col]);
+  }
+}
+// f32 src to a row of T (column stride `col`), non-temporal when `stream` and possible.
+template <class T>
+HWY_INLINE void StoreRowT(const float* src, T* p, int64_t col, int64_t n, bool stream) {
+  if (col != 1) {
+    for (int64_t j = 0; j < n; ++j) p[j * col] = from_f32<T>(src[j]);
+  } else if (stream) {
+    FromF32<true>(src, p, n);
+  } else {
+    FromF32<false>(src, p, n);
+  }
+}
+// The same for the tensors with a dtype of their own (residual, residual_out, dresidual_out): one instance
+// per dtype. The activations' tensors (x, z, dy, y, dx, dz) are TX and call the typed ones directly.
 HWY_INLINE void LoadRow(const void* base, int32_t dtype, int64_t off, int64_t col, float* dst, int64_t n, bool add) {
   Visit(dtype, [&](auto t) {
     using T = decltype(t);
-    const T* p = static_cast<const T*>(base) + off;
-    if (col == 1) {
-      if (add) AddF32(p, dst, n);
-      else ToF32(p, dst, n);
-    } else {
-      for (int64_t j = 0; j < n; ++j) dst[j] = (add ? dst[j] : 0.f) + to_f32(p[j * col]);
-    }
+    LoadRowT(static_cast<const T*>(base) + off, col, dst, n, add);
   });
 }
 HWY_INLINE void StoreRow(const float* src, void* base, int32_t dtype, int64_t off, int64_t col, int64_t n,
                          bool stream) {
   Visit(dtype, [&](auto t) {
     using T = decltype(t);
-    T* p = static_cast<T*>(base) + off;
-    if (col != 1) {
-      for (int64_t j = 0; j < n; ++j) p[j * col] = from_f32<T>(src[j]);
-    } else if (stream) {
-      FromF32<true>(src, p, n);
-    } else {
-      FromF32<false>(src, p, n);
-    }
+    StoreRowT(src, static_cast<T*>(base) + off, col, n, stream);
   });
 }
 
@@ -170,7 +191,7 @@ struct Scratch {
 };
 
 // Parameters (weight, bias) as f32 rows (w = 1 / b = 0 when absent).
-void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_t D, float dflt, std::vector<float>& out) {
+inline void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_t D, float dflt, std::vector<float>& out) {
   out.assign(static_cast<size_t>(D), dflt);
   if (!base) return;
   for (int64_t j = 0; j < D; ++j) out[j] = static_cast<float>(load_elem(base, dtype, l.base + j * l.col_stride));
@@ -378,11 +399,11 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
     float* h = ThreadRows(2 * D);
     float* z = h + D;
     for (int64_t r = r0; r < r1; ++r) {
-      LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
+      LoadRowT(static_cast<const TX*>(p.x) + p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
       if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);
       if (p.residual_out)
         StoreRow(h, p.residual_out, p.res_out_dtype, p.res_out_rows.row_offset(r), p.res_out_rows.col_stride, D, stream);
-      LoadRow(p.z, p.x_dtype, p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
+      LoadRowT(static_cast<const TX*>(p.z) + p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
       // z <- act(z); gate_before_norm: h <- h * act(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
@@ -412,7 +433,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
           h[k] = o;
         }
       }
-      StoreRow(h, p.y, p.x_dtype, p.y_rows.row_offset(r), p.y_rows.col_stride, D, stream);
+      StoreRowT(h, static_cast<TX*>(p.y) + p.y_rows.row_offset(r), p.y_rows.col_stride, D, stream);
     }
     if (stream) hwy::FlushStream();
   });
@@ -591,10 +612,10 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
     float* bb = want_wb ? pb + (r0 / block) * D : nullptr;
     if (want_wb) std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
     for (int64_t r = r0; r < r1; ++r) {
-      LoadRow(p.x, p.x_dtype, p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
+      LoadRowT(static_cast<const TX*>(p.x) + p.x_rows.row_offset(r), p.x_rows.col_stride, h, D, false);
       if (p.residual) LoadRow(p.residual, p.res_dtype, p.res_rows.row_offset(r), p.res_rows.col_stride, h, D, true);
-      LoadRow(p.z, p.x_dtype, p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
-      LoadRow(p.dy, p.x_dtype, p.dy_rows.row_offset(r), p.dy_rows.col_stride, gy, D, false);
+      LoadRowT(static_cast<const TX*>(p.z) + p.z_rows.row_offset(r), p.z_rows.col_stride, z, D, false);
+      LoadRowT(static_cast<const TX*>(p.dy) + p.dy_rows.row_offset(r), p.dy_rows.col_stride, gy, D, false);
       // z <- act(z), ag <- act'(z).
       int64_t j = 0;
       for (; j + N <= D; j += N) {
@@ -674,8 +695,8 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
       }
       if (p.dres_out)
         LoadRow(p.dres_out, p.dres_out_dtype, p.dres_out_rows.row_offset(r), p.dres_out_rows.col_stride, gy, D, true);
-      StoreRow(gy, p.dx, p.x_dtype, p.dx_rows.row_offset(r), p.dx_rows.col_stride, D, stream);
-      StoreRow(ag, p.dz, p.x_dtype, p.dz_rows.row_offset(r), p.dz_rows.col_stride, D, stream);
+      StoreRowT(gy, static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r), p.dx_rows.col_stride, D, stream);
+      StoreRowT(ag, static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r), p.dz_rows.col_stride, D, stream);
     }
     if (stream) hwy::FlushStream();
   });
@@ -691,28 +712,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   });
 }
 
-void RngFwd(const RmsNormGatedFwdParams& p) {
-  if (p.rows == 0 || p.D == 0) return;
-  Visit(p.x_dtype, [&](auto t) { FwdRows<decltype(t)>(p); });
-}
-void RngBwd(const RmsNormGatedBwdParams& p) {
-  if (p.D == 0) return;
-  Visit(p.x_dtype, [&](auto t) { BwdRows<decltype(t)>(p); });
-}
-
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#if HWY_ONCE
-namespace strata::norm {
-HWY_EXPORT(RngFwd);
-HWY_EXPORT(RngBwd);
-
-RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngFwd, hwy_target); }
-RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngBwd, hwy_target); }
-int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p) {
-  if (p.rows == 0 || p.D == 0) return 0;
-  return (p.rows + rng_rows_per_block(p.D) - 1) / rng_rows_per_block(p.D);
-}
-}  // namespace strata::norm
-#endif
+#endif  // per-target include guard

@@ -1,0 +1,556 @@
+// CPU kernels of causal_conv1d, forward and backward, written once with Highway and compiled for every
+// target in tile::cpu_isas() (one implementation "cpu.<isa>" each).
+//
+// Channels are the vector dimension. Work items are (time tile of kTimeTile tokens of one row, channel chunk
+// of kFwdChan / kBwdChan channels); an item sweeps its tokens in order, each token row read with full-width loads (the
+// W-1 previous rows it also reads are still in the caches). The weights and bias are staged once per
+// call as f32 [W][D]. Tokens whose taps all read x of the same sequence (all but the first W-1 of each
+// sequence, and those next to a seq_idx change) take the vector path, unrolled for W = 2, 3, 4; the others,
+// and every token of tensors without unit channel stride, take the element-wise path of causal_conv1d.h
+// (sources from the initial state, masked taps).
+//
+// Backward: an item first computes g = dy * act'(u) (u recomputed) for its tokens and the W-1 after them into
+// an f32 buffer [kTimeTile + W - 1][chunk], accumulating dweight/dbias over its own tokens in t order, then
+// gathers dx[p] = sum_i w[W-1-i] g[p+i]. Each item writes its partial sums to the workspace row of its time
+// tile ([tile][W + 1][D] f32); a second pass adds the tiles in index order. The split is fixed (items never
+// depend on the thread count) and no float is added by two threads, so the bits are the same for any number
+// of threads (tests/cpp/test_causal_conv1d.cpp checks 1 vs 2).
+//
+// Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file. The units
+// cpu_fwd_{f32,bf16,f16}.cpp (the forward for one activation dtype) and cpu_bwd.cpp (the backward) each
+// include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile in
+// parallel; cpu.cpp declares the units' entry points, dispatches on the dtype and owns the HWY_EXPORT tables.
+// The "native bf16" instances (cpu.avx512_bf16: bf16 outputs rounded by AVX512-BF16) exist only on AVX3
+// (STRATA_NATIVE_BF16) and only for bf16; every other native entry runs the portable instance.
+//
+// Per-target include guard (Highway's convention for -inl.h files).
+#if defined(STRATA_OPS_CONV_CAUSAL_CONV1D_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef STRATA_OPS_CONV_CAUSAL_CONV1D_CPU_INL_H_
+#undef STRATA_OPS_CONV_CAUSAL_CONV1D_CPU_INL_H_
+#else
+#define STRATA_OPS_CONV_CAUSAL_CONV1D_CPU_INL_H_
+#endif
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "ops/conv/causal_conv1d/causal_conv1d.h"
+#include "tile/cpu/isa.h"
+#include "tile/cpu/parallel.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
+#include "tile/cpu/vec-inl.h"
+#include "tile/cpu/math-inl.h"
+
+#ifndef STRATA_CONV1D_CPU_CONSTANTS_
+#define STRATA_CONV1D_CPU_CONSTANTS_
+namespace strata::conv {
+// Tokens per work item: the halo (W-1 extra rows of g in the backward) costs (W-1)/kTimeTile.
+inline constexpr int64_t kTimeTile = 64;
+// Channels per work item. Pieces of 1 KiB of 16 KiB rows (512 bf16 channels) defeated the hardware
+// prefetchers (each piece sits in another 4 KiB page) and ran at a fifth of the copy rate, so the forward
+// prefetches in software the same channels of the next token while it computes a token (FwdRow's `next`); with
+// that, 1024 channels keep the staged f32 weights and bias (W + 1) x 4 KiB and the W tap rows in L1 (at 8192
+// channels every vector needed W weight loads from L2). The backward keeps g for the tile and the W-1 tokens
+// after it, (64 + W-1) x kBwdChan f32 = 0.5 MiB at 2048 channels, in L2.
+inline constexpr int64_t kFwdChan = 1024;
+inline constexpr int64_t kBwdChan = 2048;
+}  // namespace strata::conv
+#endif
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
+namespace strata::conv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace tv = strata::tile::HWY_NAMESPACE;
+
+// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd.cpp, called by cpu.cpp) ----
+void CausalConv1dFwdF32(const Conv1dParams& p);
+void CausalConv1dFwdBf16(const Conv1dParams& p);
+void CausalConv1dFwdF16(const Conv1dParams& p);
+void CausalConv1dBwdAny(const Conv1dParams& p, float* partials);  // every activation dtype
+#if STRATA_NATIVE_BF16
+void CausalConv1dFwdBf16Native(const Conv1dParams& p);
+void CausalConv1dBwdBf16Native(const Conv1dParams& p, float* partials);
+#endif
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// sigma(u) = 1 / (1 + exp(-u)): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range) for the
+// activations' dtype T: for bf16/f16 the reduced-precision one (relative error < 4e-6, far below their
+// rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
+template <class T>
+HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::SigmoidFor<T>(df, u); }
+
+// ---- forward: one token row of a chunk on the vector path ----
+// rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
+                         const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT res, T* HWY_RESTRICT y,
+                         const T* HWY_RESTRICT next) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    // The newest tap's row came from memory (prefetched during the previous token, whose `next` it was); the
+    // older ones were read for the previous tokens. next: the same channels of the following token.
+    if (next) tv::PrefetchAhead<kStep, 0>(next + j);
+    VF acc = hn::LoadU(df, bt + j);
+    for (int k = 0; k < Wn; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
+    if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
+    if (res) acc = hn::Add(acc, tv::LoadF32(df, res + j));
+    tv::StoreOut<kStream, kNative>(df, acc, y + j);
+  }
+  for (; j < nc; ++j) {
+    float acc = bt[j];
+    for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * ws + j], to_f32(rows[k][j]), acc);
+    if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
+    if (res) acc += to_f32(res[j]);
+    y[j] = from_f32<T>(acc);
+  }
+}
+
+// ---- forward: a whole time tile whose tokens all take the vector path, swept column by column ----
+// Columns of 2 vectors (one 64-byte line of bf16) walk the tile's tokens in order with the W-1 previous x
+// vectors kept converted in registers and the chunk's weights and bias in registers: each x element is loaded
+// and converted once instead of W times (FwdRow reads every tap row), and no weight is reloaded per token. The
+// arithmetic is FwdRow's (bias, then the taps in k order), so the results are the same bits. x0 / y0 / r0:
+// token t0 of the tile at the chunk's first channel; xs / ys / rs: token strides; nt tokens.
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void FwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
+                             const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
+                             T* HWY_RESTRICT y0, int64_t ys, int64_t nt) {
+  static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto column = [&](int64_t j, auto nv_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    VF w[NV][KW], bv[NV], win[NV][KW - 1];
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = hn::LoadU(df, bt + j + v * N);
+      for (int k = 0; k < KW; ++k) w[v][k] = hn::LoadU(df, wt + k * ws + j + v * N);
+      for (int k = 0; k < KW - 1; ++k) win[v][k] = tv::LoadF32(df, x0 + (k - (KW - 1)) * xs + j + v * N);
+    }
+    for (int64_t t = 0; t < nt; ++t) {
+      // The next column's line of this token: used one column sweep (nt tokens) later.
+      tv::PrefetchAhead<64, 0>(x0 + t * xs + j + NV * N);
+      for (int v = 0; v < NV; ++v) {
+        const VF xc = tv::LoadF32(df, x0 + t * xs + j + v * N);
+        VF acc = bv[v];
+        for (int k = 0; k < KW - 1; ++k) acc = hn::MulAdd(w[v][k], win[v][k], acc);
+        acc = hn::MulAdd(w[v][KW - 1], xc, acc);
+        if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
+        if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs + j + v * N));
+        tv::StoreOut<kStream, kNative>(df, acc, y0 + t * ys + j + v * N);
+        for (int k = 0; k + 1 < KW - 1; ++k) win[v][k] = win[v][k + 1];
+        win[v][KW - 2] = xc;
+      }
+    }
+  };
+  int64_t j = 0;
+  for (; j + 2 * N <= nc; j += 2 * N) column(j, std::integral_constant<int, 2>{});
+  for (; j + N <= nc; j += N) column(j, std::integral_constant<int, 1>{});
+  for (; j < nc; ++j) {
+    for (int64_t t = 0; t < nt; ++t) {
+      float acc = bt[j];
+      for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], to_f32(x0[(t - (KW - 1) + k) * xs + j]), acc);
+      if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
+      if (r0) acc += to_f32(r0[t * rs + j]);
+      y0[t * ys + j] = from_f32<T>(acc);
+    }
+  }
+}
+
+// ---- backward: g row (and the item's dweight/dbias sums when `own`) on the vector path ----
+template <int KW, bool kSilu, class T>
+HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
+                          const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT dy, float* HWY_RESTRICT g, bool own,
+                          float* HWY_RESTRICT dw, float* HWY_RESTRICT db) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    tv::PrefetchAhead<kStep>(dy + j);  // dy and the newest tap's row come from memory
+    tv::PrefetchAhead<kStep>(rows[Wn - 1] + j);
+    VF gv = tv::LoadF32(df, dy + j);
+    if constexpr (kSilu) {
+      VF acc = hn::LoadU(df, bt + j);
+      for (int k = 0; k < Wn; ++k)
+        acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
+      const VF s = Sigmoid<T>(df, acc);
+      const VF one = hn::Set(df, 1.f);
+      gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
+    }
+    hn::StoreU(gv, df, g + j);
+    if (own) {
+      hn::StoreU(hn::Add(hn::LoadU(df, db + j), gv), df, db + j);
+      for (int k = 0; k < Wn; ++k)
+        hn::StoreU(hn::MulAdd(gv, tv::LoadF32(df, rows[k] + j), hn::LoadU(df, dw + k * nc + j)), df, dw + k * nc + j);
+    }
+  }
+  for (; j < nc; ++j) {
+    float gs = to_f32(dy[j]);
+    if constexpr (kSilu) {
+      float acc = bt[j];
+      for (int k = 0; k < Wn; ++k) acc = std::fma(wt[k * ws + j], to_f32(rows[k][j]), acc);
+      const float s = 1.f / (1.f + std::exp(std::min(-acc, 88.f)));
+      gs *= s * std::fma(acc, 1.f - s, 1.f);
+    }
+    g[j] = gs;
+    if (own) {
+      db[j] += gs;
+      for (int k = 0; k < Wn; ++k) dw[k * nc + j] = std::fma(gs, to_f32(rows[k][j]), dw[k * nc + j]);
+    }
+  }
+}
+
+// dx row of a position whose W taps (tokens pos .. pos + W-1) are all in its sequence: grows[i] is g at
+// pos + i; dx = sum_i w[W-1-i] g[pos + i].
+template <int KW, bool kNative, bool kStream, class T>
+HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTRICT wt, int64_t ws, int64_t nc,
+                        T* HWY_RESTRICT dx) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int Wn = KW ? KW : W;
+  int64_t j = 0;
+  for (; j + N <= nc; j += N) {
+    VF acc = hn::Zero(df);
+    for (int i = 0; i < Wn; ++i)
+      acc = hn::MulAdd(hn::LoadU(df, wt + (Wn - 1 - i) * ws + j), hn::LoadU(df, grows[i] + j), acc);
+    tv::StoreOut<kStream, kNative>(df, acc, dx + j);
+  }
+  for (; j < nc; ++j) {
+    float acc = 0.f;
+    for (int i = 0; i < Wn; ++i) acc = std::fma(wt[(Wn - 1 - i) * ws + j], grows[i][j], acc);
+    dx[j] = from_f32<T>(acc);
+  }
+}
+
+// Whether every tap of token t reads x of t's own sequence (the vector path's condition).
+HWY_INLINE bool all_taps_x(const Conv1dParams& p, int64_t b, int64_t t, const SeqSpan& s) {
+  if (t - (p.W - 1) < s.start) return false;
+  if (p.mode != kModeSeqIdx) return true;
+  const int64_t id = seq_at(p, b, t);
+  if (id < 0) return false;
+  for (int64_t q = t - (p.W - 1); q < t; ++q)
+    if (seq_at(p, b, q) != id) return false;
+  return true;
+}
+
+// Stages the chunk's weights [W][nc] and bias [nc] as f32.
+// Outputs (y, dx) of at least this size are written with non-temporal stores where a row is vector-aligned:
+// they bypass the caches instead of first reading every output line (write-allocate), so the forward moves 2
+// bytes per byte of x, like a copy, instead of 3.
+constexpr int64_t kStreamBytes = 4 << 20;
+// Only vectors of at least 16 stored bytes: a partial vector (4 bf16 on SSE4) would go through a 16-byte
+// streaming store that needs 16-byte alignment (and writes 16 bytes).
+template <class T>
+bool Streams(const Conv1dParams& p) {
+  return p.channels_contiguous && hn::Lanes(DF()) * sizeof(T) >= 16 &&
+         p.B * p.T * p.D * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
+}
+
+// Weights as f32 [W][D] followed by the bias [D] (zeros without one), staged once per call and shared
+// read-only by the threads.
+// Row stride of the staged weights: D + 32 floats, so that the W + 1 rows do not fall into the same L1 sets
+// when D is a multiple of 1024 (with the x rows of the taps, also 2^n apart, they would exceed its ways).
+HWY_INLINE int64_t StagedStride(const Conv1dParams& p) { return p.D + 32; }
+inline hwy::AlignedFreeUniquePtr<float[]> StageWeights(const Conv1dParams& p) {
+  const int64_t ws = StagedStride(p);
+  auto st = hwy::AllocateAligned<float>(static_cast<size_t>((p.W + 1) * ws));
+  for (int64_t k = 0; k < p.W; ++k)
+    for (int64_t d = 0; d < p.D; ++d) st[k * ws + d] = weight_at(p, d, k);
+  for (int64_t d = 0; d < p.D; ++d) st[p.W * ws + d] = bias_at(p, d);
+  return st;
+}
+
+template <bool kNative, class T>
+void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
+                    const T* res, T* y, bool stream, const T* next) {
+  const int W = static_cast<int>(p.W);
+  const bool silu = p.activation == kActSilu;
+  if (stream) {
+#define STRATA_CONV_FWD(KW)                                                       \
+  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
+        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
+    switch (W) {
+      case 2: STRATA_CONV_FWD(2); break;
+      case 3: STRATA_CONV_FWD(3); break;
+      case 4: STRATA_CONV_FWD(4); break;
+      default: STRATA_CONV_FWD(0); break;
+    }
+#undef STRATA_CONV_FWD
+    return;
+  }
+#define STRATA_CONV_FWD(KW) \
+  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
+        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
+  switch (W) {
+    case 2: STRATA_CONV_FWD(2); break;
+    case 3: STRATA_CONV_FWD(3); break;
+    case 4: STRATA_CONV_FWD(4); break;
+    default: STRATA_CONV_FWD(0); break;
+  }
+#undef STRATA_CONV_FWD
+}
+
+template <class T, bool kNative>
+void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, const float* wt,
+             const float* bt, bool stream) {
+  const T* x = static_cast<const T*>(p.x);
+  const T* res = static_cast<const T*>(p.residual);
+  T* y = static_cast<T*>(p.y);
+  const T* rows[kMaxWidth];
+  SeqSpan s = find_sequence(p, b, t0);
+  // The whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx): the column sweep.
+  if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+      all_taps_x(p, b, t0, s)) {
+    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+    T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+    const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+    // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
+    const bool st = stream && tv::StreamAligned(DF(), y0) &&
+                    (p.ys[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
+    const bool silu = p.activation == kActSilu;
+    const int64_t ws = StagedStride(p), nt = t1 - t0;
+#define STRATA_CONV_COLS(KW, S)                                                                                   \
+  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt)          \
+        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt))
+    switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
+      case 0: STRATA_CONV_COLS(2, false); break;
+      case 1: STRATA_CONV_COLS(2, true); break;
+      case 2: STRATA_CONV_COLS(3, false); break;
+      case 3: STRATA_CONV_COLS(3, true); break;
+      case 4: STRATA_CONV_COLS(4, false); break;
+      default: STRATA_CONV_COLS(4, true); break;
+    }
+#undef STRATA_CONV_COLS
+    return;
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    if (t >= s.end) s = find_sequence(p, b, t);
+    if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
+      for (int64_t k = 0; k < p.W; ++k) rows[k] = x + b * p.xs[0] + (t - (p.W - 1) + k) * p.xs[1] + c0;
+      T* yr = y + b * p.ys[0] + t * p.ys[1] + c0;
+      const T* next = t + 1 < p.T ? x + b * p.xs[0] + (t + 1) * p.xs[1] + c0 : nullptr;
+      FwdRowDispatch<kNative, T>(p, rows, wt, bt, nc, res ? res + b * p.rs[0] + t * p.rs[1] + c0 : nullptr, yr,
+                                 stream && tv::StreamAligned(DF(), yr), next);
+      continue;
+    }
+    // Element-wise: sequence starts (initial state), masked taps, padding, strided channels.
+    const bool pad = is_padding(p, b, t);
+    for (int64_t c = c0; c < c0 + nc; ++c) {
+      const float u = pre_activation(p, b, t, s, c);
+      float v = pad ? 0.f : (p.activation == kActSilu ? u / (1.f + std::exp(std::min(-u, 88.f))) : u);
+      if (res) v += to_f32(res[b * p.rs[0] + t * p.rs[1] + c * p.rs[2]]);
+      y[b * p.ys[0] + t * p.ys[1] + c * p.ys[2]] = from_f32<T>(v);
+    }
+  }
+}
+
+template <class T, bool kNative>
+void Forward(const Conv1dParams& p) {
+  const int64_t tpr = tiles_per_row(p, kTimeTile);
+  const int64_t chunks = (p.D + kFwdChan - 1) / kFwdChan;
+  const auto staged = StageWeights(p);
+  const float* wt = staged.get();
+  const float* bt = wt + p.W * StagedStride(p);
+  const bool stream = Streams<T>(p);
+  tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t tile = i / chunks, chunk = i - tile * chunks;
+      const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
+      const int64_t c0 = chunk * kFwdChan;
+      FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kFwdChan, p.D - c0), wt + c0,
+                          bt + c0, stream);
+    }
+    if (stream) hwy::FlushStream();  // order the non-temporal stores before the results are used
+  });
+  if (p.hT) {
+    tile::parallel_blocks(p.N, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.D, 1)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t d = 0; d < p.D; ++d)
+          for (int64_t j = 0; j < p.W - 1; ++j)
+            st_f32(p.hT, p.hT_dtype, n * p.hTs[0] + d * p.hTs[1] + j * p.hTs[2], final_state_value(p, n, d, j));
+    });
+  }
+}
+
+template <class T>
+void GradRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt, const float* bt, int64_t nc,
+                     const T* dy, float* g, bool own, float* dw, float* db) {
+  const int W = static_cast<int>(p.W);
+  const bool silu = p.activation == kActSilu;
+#define STRATA_CONV_GRAD(KW)                                                  \
+  (silu ? GradRow<KW, true, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db) \
+        : GradRow<KW, false, T>(W, rows, wt, StagedStride(p), bt, nc, dy, g, own, dw, db))
+  switch (W) {
+    case 2: STRATA_CONV_GRAD(2); break;
+    case 3: STRATA_CONV_GRAD(3); break;
+    case 4: STRATA_CONV_GRAD(4); break;
+    default: STRATA_CONV_GRAD(0); break;
+  }
+#undef STRATA_CONV_GRAD
+}
+
+template <bool kNative, class T>
+void DxRowDispatch(int64_t W, const float* const* grows, const float* wt, int64_t ws, int64_t nc, T* dx,
+                   bool stream) {
+  if (stream) {
+    switch (W) {
+      case 2: DxRow<2, kNative, true, T>(2, grows, wt, ws, nc, dx); break;
+      case 3: DxRow<3, kNative, true, T>(3, grows, wt, ws, nc, dx); break;
+      case 4: DxRow<4, kNative, true, T>(4, grows, wt, ws, nc, dx); break;
+      default: DxRow<0, kNative, true, T>(static_cast<int>(W), grows, wt, ws, nc, dx); break;
+    }
+    return;
+  }
+  switch (W) {
+    case 2: DxRow<2, kNative, false, T>(2, grows, wt, ws, nc, dx); break;
+    case 3: DxRow<3, kNative, false, T>(3, grows, wt, ws, nc, dx); break;
+    case 4: DxRow<4, kNative, false, T>(4, grows, wt, ws, nc, dx); break;
+    default: DxRow<0, kNative, false, T>(static_cast<int>(W), grows, wt, ws, nc, dx); break;
+  }
+}
+
+// Scratch of one backward item (per thread): staged weights, bias, g rows, and the item's sums.
+struct BwdScratch {
+  const float* wt;  // staged weights of the chunk (row stride StagedStride) and bias
+  const float* bt;
+  float g[(kTimeTile + kMaxWidth) * kBwdChan];
+  float dw[kMaxWidth * kBwdChan];
+  float db[kBwdChan];
+};
+
+template <class T, bool kNative>
+void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
+             BwdScratch& sc, float* partials, bool stream) {
+  const int64_t W = p.W;
+  std::fill(sc.dw, sc.dw + W * nc, 0.f);
+  std::fill(sc.db, sc.db + nc, 0.f);
+  const T* x = static_cast<const T*>(p.x);
+  const T* dy = static_cast<const T*>(p.dy);
+  T* dx = static_cast<T*>(p.dx);
+  const int64_t te = std::min(t1 + W - 1, p.T);
+  const T* rows[kMaxWidth];
+
+  // g over [t0, te); dweight/dbias sums over the item's own tokens [t0, t1), in t order.
+  SeqSpan s = find_sequence(p, b, t0);
+  for (int64_t t = t0; t < te; ++t) {
+    if (t >= s.end) s = find_sequence(p, b, t);
+    float* g = sc.g + (t - t0) * nc;
+    const bool own = t < t1;
+    if (p.channels_contiguous && all_taps_x(p, b, t, s)) {
+      for (int64_t k = 0; k < W; ++k) rows[k] = x + b * p.xs[0] + (t - (W - 1) + k) * p.xs[1] + c0;
+      GradRowDispatch<T>(p, rows, sc.wt, sc.bt, nc, dy + b * p.dys[0] + t * p.dys[1] + c0, g, own, sc.dw, sc.db);
+      continue;
+    }
+    for (int64_t c = 0; c < nc; ++c) {
+      const float gv = grad_pre(p, b, t, s, c0 + c);
+      g[c] = gv;
+      if (!own) continue;
+      sc.db[c] += gv;
+      for (int64_t k = 0; k < W; ++k) {
+        const TapSource src = tap_source(p, b, t, s, k);
+        if (src.kind != 0) sc.dw[k * nc + c] = std::fma(gv, source_value(p, b, s.n, c0 + c, src), sc.dw[k * nc + c]);
+      }
+    }
+  }
+
+  // dx[pos] = sum_i w[W-1-i] g[pos + i] over the tokens pos + i of pos's sequence (+ the final state's
+  // gradient for the sequence's last W-1 positions).
+  const float* grows[kMaxWidth];
+  s = find_sequence(p, b, t0);
+  for (int64_t pos = t0; pos < t1; ++pos) {
+    if (pos >= s.end) s = find_sequence(p, b, pos);
+    bool fast = p.channels_contiguous && pos + W - 1 < s.end && (!p.dhT || pos < s.end - (W - 1));
+    if (fast && p.mode == kModeSeqIdx) {
+      const int64_t id = seq_at(p, b, pos);
+      for (int64_t q = pos + 1; q < pos + W && fast; ++q) fast = seq_at(p, b, q) == id;
+    }
+    if (fast) {
+      for (int64_t i = 0; i < W; ++i) grows[i] = sc.g + (pos + i - t0) * nc;
+      T* dxr = dx + b * p.dxs[0] + pos * p.dxs[1] + c0;
+      DxRowDispatch<kNative, T>(W, grows, sc.wt, StagedStride(p), nc, dxr, stream && tv::StreamAligned(DF(), dxr));
+      continue;
+    }
+    const int64_t id = p.mode == kModeSeqIdx ? seq_at(p, b, pos) : 0;
+    for (int64_t c = 0; c < nc; ++c) {
+      float acc = 0.f;
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t t = pos + i;
+        if (t >= s.end || (p.mode == kModeSeqIdx && seq_at(p, b, t) != id)) continue;
+        acc = std::fma(sc.wt[(W - 1 - i) * StagedStride(p) + c], sc.g[(t - t0) * nc + c], acc);
+      }
+      acc += dfinal_to_x(p, b, pos, s, c0 + c);
+      dx[b * p.dxs[0] + pos * p.dxs[1] + (c0 + c) * p.dxs[2]] = from_f32<T>(acc);
+    }
+  }
+
+  float* part = partials + tile * (W + 1) * p.D + c0;
+  for (int64_t k = 0; k < W; ++k) std::copy(sc.dw + k * nc, sc.dw + (k + 1) * nc, part + k * p.D);
+  std::copy(sc.db, sc.db + nc, part + W * p.D);
+}
+
+template <class T, bool kNative>
+void Backward(const Conv1dParams& p, float* partials) {
+  const int64_t tpr = tiles_per_row(p, kTimeTile);
+  const int64_t tiles = p.B * tpr;
+  const int64_t chunks = (p.D + kBwdChan - 1) / kBwdChan;
+  const bool stream = Streams<T>(p);
+  const auto staged = StageWeights(p);
+  // Blocks of one time tile (all its chunks): one scratch allocation (0.8 MiB) per block.
+  tile::parallel_blocks(tiles * chunks, chunks, [&](int64_t i0, int64_t i1) {
+    auto sc = hwy::AllocateAligned<BwdScratch>(1);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t tile = i / chunks, chunk = i - tile * chunks;
+      const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
+      const int64_t c0 = chunk * kBwdChan;
+      sc[0].wt = staged.get() + c0;
+      sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
+      BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
+                          partials, stream);
+    }
+    if (stream) hwy::FlushStream();
+  });
+  // dweight / dbias: the tiles' partial sums in tile order, per channel block.
+  const int64_t W = p.W;
+  tile::parallel_blocks(p.D, 256, [&](int64_t d0, int64_t d1) {
+    HWY_ALIGN float acc[(kMaxWidth + 1) * 256];
+    const int64_t nd = d1 - d0;
+    std::fill(acc, acc + (W + 1) * nd, 0.f);
+    for (int64_t tile = 0; tile < tiles; ++tile)
+      for (int64_t k = 0; k <= W; ++k) {
+        const float* src = partials + (tile * (W + 1) + k) * p.D + d0;
+        for (int64_t c = 0; c < nd; ++c) acc[k * nd + c] += src[c];
+      }
+    for (int64_t c = 0; c < nd; ++c) {
+      for (int64_t k = 0; k < W; ++k) st_f32(p.dw, p.w_dtype, (d0 + c) * p.dws[0] + k * p.dws[1], acc[k * nd + c]);
+      if (p.db) st_f32(p.db, p.b_dtype, (d0 + c) * p.dbs, acc[W * nd + c]);
+    }
+  });
+  if (p.dh0) {
+    tile::parallel_blocks(p.N, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.D, 1)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t d = 0; d < p.D; ++d)
+          for (int64_t j = 0; j < p.W - 1; ++j)
+            st_f32(p.dh0, p.dh0_dtype, n * p.dh0s[0] + d * p.dh0s[1] + j * p.dh0s[2], dinitial_value(p, n, d, j));
+    });
+  }
+}
+
+}  // namespace strata::conv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
