@@ -764,8 +764,14 @@ constexpr const char* kRingNeeds =
 std::string rms_norm_gated_fwd_cuda_ring_reject(const RmsNormGatedFwdParams& p) {
   return fwd_ring_config(p).tpr == 0 ? kRingNeeds : "";
 }
-std::string rms_norm_gated_bwd_cuda_ring_reject(const RmsNormGatedBwdParams& p) {
-  return bwd_ring_config(p).tpr == 0 ? kRingNeeds : "";
+std::string rms_norm_gated_bwd_cuda_ring_reject(const RmsNormGatedBwdParams& p, bool wide_only) {
+  const Config c = bwd_ring_config(p);
+  if (c.tpr == 0) return kRingNeeds;
+  if (wide_only && c.tpr != kBlock) return "wide rows only (a block per row): lane-team rows take cuda.sm90.bulk_ring";
+  // s6run2: [16384, 5120] 0.5069 ms against group_rows' 0.4892; [16384, 8192] 0.6640 against 0.8381.
+  if (!wide_only && c.tpr == kBlock && p.D <= 6144)
+    return "wide rows of D <= 6144 take group_rows (slower here in s6run2; cuda.sm90.bulk_ring_wide forces them)";
+  return "";
 }
 
 int rms_norm_gated_fwd_cuda_ring(const RmsNormGatedFwdParams& p, void* stream) {
