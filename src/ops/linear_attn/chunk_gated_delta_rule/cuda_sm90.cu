@@ -15,8 +15,8 @@
 // inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
 //   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
-//     (16-bit tokens, K <= 128: one call, bwd_dhu's tensor-core kernel forming dv_local per chunk itself, the same
-//     bits: DhuParams::fuse_dv_local, dhu_fused_dv_local)
+//     (16-bit tokens, 64 < K <= 128 with bwd_dhu's 64-column tiles: one call, bwd_dhu's tensor-core kernel forming
+//     dv_local per chunk itself, the same bits: DhuParams::fuse_dv_local, dhu_fused_dv_local)
 //   dq, dk1, dw, dγ1 = chunk_bwd_dqkwg(qn, kn, v_new, do, h, dh, dv2, γ)    (dq, dk summed over the G heads)
 //   dk2, dv, dbeta, dγ2 = prepare_wy_repr_bwd(kn, v, beta, A, dw, dv2, γ)   (dk2 summed over the G heads)
 //   dk = dk1 + dk2;  dg = reverse chunk_local_cumsum(dγ1 + dγ2)
@@ -540,10 +540,16 @@ strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, 
 bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
 // Whether bwd_dhu's tensor-core kernel forms dv_local itself (DhuParams::fuse_dv_local: no chunk_bwd_dv_local pass,
 // no dv_local tensor): when both sub-operators would run their tensor-core kernels (then the fused kernel gives
-// the same bits: it repeats dv_local's products, summation order and rounding) and K <= 128.
+// the same bits: it repeats dv_local's products, summation order and rounding) and bwd_dhu runs its 64-column
+// one-stage tiles (64 < K <= 128, not dhu_narrow_tiles). Measured on the H200 (GPU run s6run2, bf16, HV = 32,
+// K = V = 128): 64-column tiles (B = 4, T = 8192) 1.252 ms fused against 1.420 ms for dv_local + bwd_dhu; 32-column
+// tiles (B = 1, T = 32768: each of the four V-tile blocks forms K Qᵀ) 2.847 ms fused against 2.546 ms, so those
+// keep the two calls, as do K <= 64 (other tile shapes, not timed).
 constexpr bool kFuseDvLocalInDhu = true;
 bool dhu_fused_dv_local(const Calls& c) {
-  return kFuseDvLocalInDhu && chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
+  const gdn_bwd::Dims& d = c.dhp.d;
+  return kFuseDvLocalInDhu && d.K > 64 && d.K <= 128 && !dhu_narrow_tiles(d, ::strata::cuda::current_sm_count()) &&
+         chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
          chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty() &&
          chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
 }

@@ -553,12 +553,13 @@ strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, 
   return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
 }
 
-// kWyTwoPerSm when asked for and the shape has it (K, V rounding up to the same 64 multiple, at most 128); the
-// pipelined kernel otherwise.
+// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most
+// 128); the pipelined kernel otherwise. kWyAuto's choice from GPU run s6run2 (H200, bf16, B = 4, T = 8192, H = 16,
+// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.380 ms, pipelined 2.161 ms.
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
-  if (p.mma_variant == kWyTwoPerSm && KP == VP) {
+  if ((p.mma_variant == kWyTwoPerSm || p.mma_variant == kWyAuto) && KP == VP) {
     if (KP == 64) return launch2<T, 64>(p, offs, items, stream);
     if (KP == 128) return launch2<T, 128>(p, offs, items, stream);
   }
