@@ -216,7 +216,7 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF h[NV], a[NV];
-  float rs[NV];
+  float rs[NV] = {};  // every entry is set below; the initializer quiets a false -Wmaybe-uninitialized (scalar target)
   // Rows follow each other in the common layouts: the lines 4 KiB ahead are later rows' (vec-inl.h).
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(xr);
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(zr);
