@@ -1,9 +1,15 @@
 // Tuning sweep of the CUDA row-norm kernels (src/ops/norm/common/row_norm_cuda.cu): times every launch
-// configuration (chunk elements x threads per row x chunks per thread; the streaming kernels; of the classic
-// kernels only the default they would pick, the others having been measured slower in sessions 2-3) on the
-// PERF_TARGETS shapes and prints
-// the median time, the bandwidth and the ratio to a device copy measured in the same run, marking the
-// configuration the launcher picks by default. Used to choose the defaults; run by scripts/gpu_check.sh.
+// configuration (chunk elements x threads per row x chunks per thread; the streaming, packed and bulk-copy
+// kernels; of the classic kernels only the default they would pick, the others having been measured slower in
+// sessions 2-3) on the PERF_TARGETS shapes, forward and backward, bf16 and f32, and prints the median time,
+// the bandwidth and the ratio to a device copy measured in the same run, marking the configuration the
+// launcher picks by default. Used to choose the defaults; run by scripts/gpu_check.sh (60 s limit).
+//
+// Inputs: every case uploads its own x / dout in its dtype (s6run1: the backward read buffers the f32 forward
+// had overwritten, bf16 halves of f32 words, NaN in 1 of 256) and takes rstd from the forward; buffers are
+// sized for the largest case (s6run1: rmsnorm f32 [32768, 4096] overran them, "fetch: invalid argument").
+// Each configuration's output is compared with the looped kernel's on its first and last 2^20 elements
+// (the whole output would cost the time limit).
 //
 //   row_norm_cuda_sweep            # all cases
 #include <cuda_runtime.h>
@@ -12,7 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "opbase/dtype.h"
@@ -81,15 +88,40 @@ std::vector<float> fetch(const void* dev, size_t n, int32_t dtype) {
   return out;
 }
 
-// Relative RMS difference of `a` against `ref`.
+// The first and the last `k` elements of an n-element output (all of it when n <= 2k).
+std::vector<float> fetch_ends(const void* dev, size_t n, int32_t dtype, size_t k = size_t{1} << 20) {
+  if (n <= 2 * k) return fetch(dev, n, dtype);
+  std::vector<float> out = fetch(dev, k, dtype);
+  const std::vector<float> tail = fetch(static_cast<const char*>(dev) + (n - k) * dtype_size(dtype), k, dtype);
+  out.insert(out.end(), tail.begin(), tail.end());
+  return out;
+}
+
+// Uploads n values (f32, or rounded to bf16) to dev.
+void upload(void* dev, const std::vector<float>& v, size_t n, int32_t dtype) {
+  if (dtype == STRATA_DTYPE_F32) {
+    ck(cudaMemcpy(dev, v.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+    return;
+  }
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16_bits(v[i]);
+  ck(cudaMemcpy(dev, h.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+}
+
+// Relative RMS difference of `a` against `ref`; infinite when either has a NaN or an infinity.
 double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(ref[i])) return INFINITY;  // NaN must not pass `diff > tol`
     const double d = static_cast<double>(a[i]) - ref[i];
     num += d * d;
     den += static_cast<double>(ref[i]) * ref[i];
   }
   return std::sqrt(num / (den + 1e-300));
+}
+
+const char* kind_name(const RowNormCudaConfig& c) {
+  return c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "";
 }
 
 struct Case {
@@ -103,33 +135,48 @@ struct Case {
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive the time limit's kill
   const Case cases[] = {
       {"l2norm_fwd bf16 [524288,128]", false, STRATA_DTYPE_BF16, 524288, 128, 1, {}},
-      {"l2norm_fwd f32 [524288,128]", false, STRATA_DTYPE_F32, 524288, 128, 1, {}},
       {"l2norm_bwd bf16 [524288,128]", true, STRATA_DTYPE_BF16, 524288, 128, 1, RowNormBwdKind::kNormalizedSrc},
       {"rmsnorm_fwd bf16 [32768,4096]", false, STRATA_DTYPE_BF16, 32768, 4096, 4096, {}},
-      {"rmsnorm_fwd f32 [32768,4096]", false, STRATA_DTYPE_F32, 32768, 4096, 4096, {}},
       {"rmsnorm_bwd bf16 [32768,4096]", true, STRATA_DTYPE_BF16, 32768, 4096, 4096, RowNormBwdKind::kRawSrc},
+      {"l2norm_fwd f32 [524288,128]", false, STRATA_DTYPE_F32, 524288, 128, 1, {}},
+      {"l2norm_bwd f32 [524288,128]", true, STRATA_DTYPE_F32, 524288, 128, 1, RowNormBwdKind::kNormalizedSrc},
+      {"rmsnorm_fwd f32 [32768,4096]", false, STRATA_DTYPE_F32, 32768, 4096, 4096, {}},
+      {"rmsnorm_bwd f32 [32768,4096]", true, STRATA_DTYPE_F32, 32768, 4096, 4096, RowNormBwdKind::kRawSrc},
   };
-  const size_t max_bytes = size_t{524288} * 128 * 4;
+  size_t max_elems = 0, max_rows = 0;
+  for (const Case& k : cases) {
+    max_elems = std::max(max_elems, static_cast<size_t>(k.rows * k.D));
+    max_rows = std::max(max_rows, static_cast<size_t>(k.rows));
+  }
+  const size_t max_bytes = max_elems * 4;
   void *a = nullptr, *b = nullptr, *c = nullptr, *r = nullptr, *cp0 = nullptr, *cp1 = nullptr;
   ck(cudaMalloc(&a, max_bytes), "malloc");
   ck(cudaMalloc(&b, max_bytes), "malloc");
   ck(cudaMalloc(&c, max_bytes), "malloc");
-  ck(cudaMalloc(&r, 524288 * 4), "malloc");
+  ck(cudaMalloc(&r, max_rows * 4), "malloc");
   const size_t copy_bytes = size_t{1} << 30;  // >> the 60 MB L2
   ck(cudaMalloc(&cp0, copy_bytes), "malloc");
   ck(cudaMalloc(&cp1, copy_bytes), "malloc");
+  // Host values for x (hx) and dout (hg): a cheap generator (xorshift, sum of two uniforms, mean 0.01);
+  // 2^27 normal draws would take seconds of the time limit.
+  std::vector<float> hx(max_elems), hg(max_elems);
   {
-    std::vector<uint16_t> h(max_bytes / 2);
-    std::mt19937 rng(1);
-    std::normal_distribution<float> nd;
-    for (auto& x : h) x = f32_to_bf16_bits(nd(rng) * 0.5f + 0.01f);  // also finite as f32 bit pairs
-    for (void* p : {a, b, c}) ck(cudaMemcpy(p, h.data(), max_bytes, cudaMemcpyHostToDevice), "upload");
-    ck(cudaMemcpy(r, h.data(), 524288 * 4, cudaMemcpyHostToDevice), "upload");
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    auto u = [&st] {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      return static_cast<float>(st >> 40) * (1.0f / 16777216.0f) - 0.5f;
+    };
+    for (auto& v : hx) v = u() + u() + 0.01f;
+    for (auto& v : hg) v = u() + u();
   }
   bool wrong = false;
   for (const Case& k : cases) {
+    const size_t n_in = static_cast<size_t>(k.rows * k.D);
+    upload(a, hx, n_in, k.dtype);
+    upload(b, hg, n_in, k.dtype);
     const double copy_ms = median_ms([&] { cudaMemcpyAsync(cp1, cp0, copy_bytes, cudaMemcpyDeviceToDevice); });
     const double copy_gbs = 2.0 * copy_bytes / (copy_ms * 1e6);
     const double es = dtype_size(k.dtype);
@@ -155,6 +202,16 @@ int main() {
     bp.src_rows = bp.dout_rows = bp.dx_rows = dense_rows(k.rows, k.D);
     bp.rstd_rows = per_row(k.rows);
     const RowNormCudaConfig dflt = k.bwd ? row_norm_bwd_cuda_config(bp) : row_norm_fwd_cuda_config(fp);
+    if (k.bwd) {
+      // rstd of the backward from the forward of x (y goes to c, overwritten by the backward's dx).
+      RowNormFwdParams f2 = fp;
+      f2.y = c;
+      const RowNormCudaConfig looped_fwd{16, 0, 1, 1};
+      if (row_norm_fwd_cuda(f2, nullptr, &looped_fwd) != 0) {
+        fmt::print("  looped forward (rstd for the backward) failed\n");
+        return 1;
+      }
+    }
     // Every configuration's output is checked against the looped kernel's (element-wise, independent of the
     // chunk kernels): a configuration that is fast but wrong must not become a default.
     const size_t n_out = static_cast<size_t>(k.rows * k.D);
@@ -165,7 +222,7 @@ int main() {
       return 1;
     }
     ck(cudaDeviceSynchronize(), "looped");
-    const std::vector<float> ref = fetch(out, n_out, k.dtype);
+    const std::vector<float> ref = fetch_ends(out, n_out, k.dtype);
     const double tol = k.dtype == STRATA_DTYPE_F32 ? 1e-5 : 1e-2;
     double best = 1e30;
     std::string best_name;
@@ -174,8 +231,17 @@ int main() {
       if (!why.empty()) continue;
       // Configurations with idle capacity (half their threads x chunks would still cover the row) are slower
       // by construction (H200 run of 2026-11-30: 1.5-88x floor at D = 128); skip them to keep the sweep short.
-      const int64_t cover = static_cast<int64_t>(cfg.tpr) * cfg.nv * (cfg.stream ? 16 / static_cast<int>(es) : cfg.chunk_elems);
-      if (cfg.tpr > 1 && cover >= 2 * k.D) continue;
+      const int64_t nvec = k.D * static_cast<int64_t>(es) / 16;
+      if (cfg.stream == 3) {
+        // Bulk-copy: stages of 8..128 KiB (all tensors), teams that give each lane at most 16 vectors of a row
+        // (or a warp) and no team wider than the row (the smaller stages and other teams are for the tests).
+        const int64_t stage = static_cast<int64_t>(cfg.rpg) * nvec * 16 * (k.bwd ? 2 : 1);
+        if (stage < 8192 || stage > 131072 || (cfg.tpr > 8 && cfg.tpr > nvec) || (cfg.tpr < 32 && nvec > 16LL * cfg.tpr))
+          continue;
+      } else {
+        const int64_t cover = static_cast<int64_t>(cfg.tpr) * cfg.nv * (cfg.stream ? 16 / static_cast<int>(es) : cfg.chunk_elems);
+        if (cfg.tpr > 1 && cover >= 2 * k.D) continue;
+      }
       // Classic lane groups / blocks other than the default: measured in sessions 2-3 (bench/results), slower
       // than the default; skipped to keep the sweep inside its time limit.
       const bool is_dflt = cfg.stream == dflt.stream && cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && cfg.rpg == dflt.rpg &&
@@ -187,15 +253,15 @@ int main() {
       int st = 0;
       const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
       if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
-        fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n",
-                   cfg.stream == 2 ? "packed" : cfg.stream ? "stream" : "", cfg.chunk_elems,
+        fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", kind_name(cfg), cfg.chunk_elems,
                    cfg.tpr, cfg.nv, cfg.rpg, st);
         continue;
       }
-      const double diff = rel_rms(fetch(out, n_out, k.dtype), ref);
+      const double diff = rel_rms(fetch_ends(out, n_out, k.dtype), ref);
       const bool is_default = is_dflt;
-      const std::string name = cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", cfg.stream == 2 ? "packed" : "stream",
-                                                        cfg.tpr, cfg.nv, cfg.rpg)
+      const std::string name = cfg.stream == 3 ? fmt::format("bulk   tpr={:3} stages={} rows/stage={}{}", cfg.tpr, cfg.nv, cfg.rpg,
+                                                   cfg.hints ? fmt::format(" hints={}", cfg.hints) : std::string())
+                               : cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", kind_name(cfg), cfg.tpr, cfg.nv, cfg.rpg)
                                           : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
       fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),
                  ms / (bytes / (copy_gbs * 1e6)), diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");

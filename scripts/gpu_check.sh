@@ -9,7 +9,7 @@
 #   scripts/gpu_check.sh --dry    # anywhere: CPU-only build, the tests, a quick CPU atk, no GPU steps
 #
 # Options: --dry (also chosen by itself when nvidia-smi finds no GPU), --no-python, --jobs N.
-# Environment: GPU_CHECK_TARGETS (ninja targets to build; default all), GPU_CHECK_SKIP (steps to leave out, space-separated: build (reuse the binaries of a previous call on a warm machine) ctest atk sweep python peers; e.g. a first call
+# Environment: GPU_CHECK_TARGETS (ninja targets to build; default all), GPU_CHECK_SKIP (steps to leave out, space-separated: build (reuse the binaries of a previous call on a warm machine) ctest atk sweep python pytest peers; e.g. a first call
 # that only builds while the machine stays warm), GPU_CHECK_CTEST_S / GPU_CHECK_ATK_S (caps of those steps,
 # default 240 s each), GPU_CHECK_ATK_OP_S (cap of one op's atk, default 90 s), GPU_CHECK_ATK_ARGS (extra
 # `strata atk` arguments), GPU_CHECK_ATK_OPS (ops to run, space-separated; default every op), OUT (log
@@ -290,7 +290,9 @@ else
 
   t0=$SECONDS
   limit="$(time_left 180)"
-  if ((limit == 0)); then
+  if skipped pytest; then
+    record pytest skipped 0 "GPU_CHECK_SKIP"
+  elif ((limit == 0)); then
     record pytest skipped 0 "out of time"
   else
     read -r -a pytest_args <<<"${GPU_CHECK_PYTEST_ARGS:-}"

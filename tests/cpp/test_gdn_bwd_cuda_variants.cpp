@@ -3,9 +3,11 @@
 // blocks per SM), chunk_gated_delta_rule_bwd_dhu's 64-column one-stage and 32-column two-stage V tiles. Each
 // pair sums every element in the same order, so the test asks for the same bits on shapes with partial chunks,
 // GVA, K and V that are not tile multiples, variable-length packs, f16 and optional outputs absent (the
-// automatic choice is compared against float64 by the conformance suites). A second test times the variants at
-// the benchmark shape (B = 4, T = 8192, H = 16, HV = 32, K = V = 128 and B = 1, T = 32768 for bwd_dhu) and prints
-// the figures (information for choosing the automatic variant; it fails only if a launch fails).
+// automatic choice is compared against float64 by the conformance suites). Also: prepare_wy_repr_bwd's kWyTwoPerSm
+// against kWyPipelined (dk, dv the same bits; dβ, dγ within 1e-4 of their largest value), and bwd_dhu with the
+// fused dv_local (DhuParams::fuse_dv_local) against chunk_bwd_dv_local then bwd_dhu (the same bits). A last test
+// times the variants at the benchmark shape (B = 4, T = 8192, H = 16, HV = 32, K = V = 128 and B = 1, T = 32768)
+// and prints the figures (information for choosing the automatic variant; it fails only if a launch fails).
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -135,7 +137,7 @@ const std::vector<Shape>& shapes() {
 struct Inputs {
   Shape s;
   Dims d;
-  std::unique_ptr<Dev> cu, q, k, w, v, dout, dv, g, h, dh;
+  std::unique_ptr<Dev> cu, q, k, w, v, dout, dv, g, h, dh, beta, A;
   explicit Inputs(const Shape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int32_t dt = s.dt;
@@ -153,6 +155,9 @@ struct Inputs {
     g = upload(random_bytes(rows * s.HV, STRATA_DTYPE_F32, rng, 0, -3.0));  // γ in [-3, 0] (any order suffices)
     h = upload(random_bytes(s.B * NT * s.HV * s.K * s.V, dt, rng, 1.0));
     dh = upload(random_bytes(s.B * NT * s.HV * s.K * s.V, dt, rng, 1.0));
+    beta = upload(random_bytes(rows * s.HV, dt, rng, 0.5));
+    // A: any [B, T, HV, BT] values (prepare_wy_repr_bwd reads the L x L block of each chunk; rows are tokens)
+    A = upload(random_bytes(rows * s.HV * s.BT, dt, rng, 0.25));
     d = dims_of(s, static_cast<const int64_t*>(cu->p));
   }
 };
@@ -180,8 +185,10 @@ std::vector<std::vector<uint8_t>> run_dqkwg(const Inputs& in, int variant) {
           s.gate ? dg.bits() : std::vector<uint8_t>{}};
 }
 
-// chunk_gated_delta_rule_bwd_dhu with `variant`: the bits of dh, dh0, dv2.
-std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant) {
+// chunk_gated_delta_rule_bwd_dhu with `variant`: the bits of dh, dh0, dv2. dv_mode 0: dv = the random dv input;
+// 1: dv = chunk_bwd_dv_local's tensor-core kernel on (q, k, do, g) first (the composed backward's two calls);
+// 2: the fused dv_local (DhuParams::fuse_dv_local, dv absent).
+std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant, int dv_mode = 0) {
   const Shape& s = in.s;
   const int64_t rows = s.B * s.T, N = in.d.N;
   Dev dh(s.B * in.d.NT * s.HV * s.K * s.V * dtype_size(s.dt)), dh0(N * s.HV * s.K * s.V * 4),
@@ -202,9 +209,59 @@ std::vector<std::vector<uint8_t>> run_dhu(const Inputs& in, int variant) {
   p.dv2 = tok(dv2.p, s.dt, s.T, s.HV, s.V);
   p.scale = 0.125f;
   p.mma_variant = variant;
+  Dev dvl(rows * s.HV * s.V * dtype_size(s.dt));
+  if (dv_mode == 1) {
+    dvl.poison();
+    DvLocalParams vp;
+    vp.d = in.d;
+    vp.d.NT = 0;
+    vp.q = p.q, vp.k = p.k, vp.dout = p.dout, vp.g = p.g, vp.dv = tok(dvl.p, s.dt, s.T, s.HV, s.V);
+    vp.scale = p.scale;
+    Dev ws1(chunk_bwd_dv_local_cuda_mma_workspace(vp.d));
+    EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws1.p, nullptr), STRATA_SUCCESS);
+    p.dv = vp.dv;
+  } else if (dv_mode == 2) {
+    p.dv = View{};
+    p.fuse_dv_local = true;
+    EXPECT_TRUE(chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(p));
+  }
   Dev ws(chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(p.d));
   EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS) << "variant " << variant;
   return {dh.bits(), dh0.bits(), dv2.bits()};
+}
+
+// prepare_wy_repr_bwd with `variant`: the bits of dk, dv, dbeta, dg. dw / du are the w / dv inputs (any values of
+// the right shapes); `fused`: with the composed backward's f32 addends (dk_add random f32, dg_add aliasing dg and
+// dg pre-filled with random f32, as the composed op calls it).
+std::vector<std::vector<uint8_t>> run_wy(const Inputs& in, int variant, bool fused) {
+  const Shape& s = in.s;
+  const int64_t rows = s.B * s.T;
+  Dev dk(rows * s.H * s.K * 4), dv(rows * s.HV * s.V * dtype_size(s.dt)), dbeta(rows * s.HV * 4), dg(rows * s.HV * 4);
+  dk.poison(), dv.poison(), dbeta.poison(), dg.poison();
+  std::mt19937_64 rng(99);
+  std::unique_ptr<Dev> dk_add;
+  if (fused) {
+    dk_add = upload(random_bytes(rows * s.H * s.K, STRATA_DTYPE_F32, rng, 1.0));
+    const std::vector<uint8_t> dg0 = random_bytes(rows * s.HV, STRATA_DTYPE_F32, rng, 1.0);
+    EXPECT_EQ(cudaMemcpy(dg.p, dg0.data(), dg0.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  WyBwdParams p;
+  p.d = in.d;
+  p.d.NT = 0;  // (no chunk-state tensor)
+  p.k = tok(in.k->p, s.dt, s.T, s.H, s.K), p.v = tok(in.v->p, s.dt, s.T, s.HV, s.V);
+  p.beta = tok(in.beta->p, s.dt, s.T, s.HV, 0), p.A = tok(in.A->p, s.dt, s.T, s.HV, s.BT);
+  p.dw = tok(in.w->p, s.dt, s.T, s.HV, s.K), p.du = tok(in.dv->p, s.dt, s.T, s.HV, s.V);
+  if (s.gate) p.g = tok(in.g->p, STRATA_DTYPE_F32, s.T, s.HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
+  p.dk = tok(dk.p, STRATA_DTYPE_F32, s.T, s.H, s.K), p.dv = tok(dv.p, s.dt, s.T, s.HV, s.V);
+  p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
+  if (fused) {
+    p.dk_add = tok(dk_add->p, STRATA_DTYPE_F32, s.T, s.H, s.K);
+    if (s.gate) p.dg_add = p.dg;
+  }
+  p.mma_variant = variant;
+  Dev ws(prepare_wy_repr_bwd_cuda_mma_workspace(p.d));
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(p, ws.p, nullptr), STRATA_SUCCESS) << "variant " << variant;
+  return {dk.bits(), dv.bits(), dbeta.bits(), s.gate ? dg.bits() : std::vector<uint8_t>{}};
 }
 
 // f32 values of a bits buffer.
@@ -242,6 +299,62 @@ TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
         EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in variant " << var << ": B=" << s.B << " T=" << s.T
                                   << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
       }
+    }
+  }
+}
+
+// prepare_wy_repr_bwd kWyTwoPerSm (K Kᵀ per head in registers, dβ / dγ sums reduced from the fragments) against
+// kWyPipelined: dk, dv the same bits (the same products, in the same order); dβ, dγ (their Σ dP ⊙ KK row and column
+// sums add the terms in another fixed order) within 1e-4 of the largest magnitude of each output, NaN nowhere.
+// kWyAuto runs kWyTwoPerSm where it applies (checked the same way). Shapes that kWyTwoPerSm does not take (K, V
+// rounding to different 64-multiples) run the pipelined kernel under every variant: the same bits as well.
+TEST(GdnBwdCudaVariants, WyBwdVariants) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 31;
+  for (const Shape& s : shapes()) {
+    const Inputs in(s, seed++);
+    for (const bool fused : {false, true}) {
+      const auto a = run_wy(in, kWyPipelined, fused);
+      const char* names[] = {"dk", "dv", "dbeta", "dg"};
+      for (const int var : {kWyTwoPerSm, kWyAuto}) {
+        const auto b = run_wy(in, var, fused);
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (i >= 2) {
+            const std::vector<float> x = as_f32(a[i]), y = as_f32(b[i]);
+            ASSERT_EQ(x.size(), y.size());
+            double mx = 0;
+            for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
+            for (size_t e = 0; e < x.size(); ++e) {
+              ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "]";
+              ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 1e-4 * mx + 1e-30)
+                  << names[i] << "[" << e << "] variant " << var << " fused " << fused << ": " << x[e] << " vs "
+                  << y[e] << " B=" << s.B << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V
+                  << " BT=" << s.BT;
+            }
+            continue;
+          }
+          EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in variant " << var << " fused " << fused << ": B="
+                                    << s.B << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V
+                                    << " BT=" << s.BT;
+        }
+      }
+    }
+  }
+}
+
+// bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
+// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
+TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  uint64_t seed = 41;
+  for (const Shape& s : shapes()) {
+    const Inputs in(s, seed++);
+    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
+      const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
+      const char* names[] = {"dh", "dh0", "dv2"};
+      for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs with the fused dv_local, variant " << var << ": B=" << s.B
+                                  << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
     }
   }
 }
@@ -369,6 +482,23 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     vp.scale = 0.0884f;
     Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
 
+    // The composed backward's dv_local + bwd_dhu (automatic tiles) against bwd_dhu with the fused dv_local.
+    {
+      DhuParams fp = hp;
+      fp.dv = View{};
+      fp.fuse_dv_local = true;
+      const std::vector<double> fm = time_min_ms(
+          {[&] {
+             EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS);
+             EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS);
+           },
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); }},
+          3);
+      report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local + bwd_dhu (automatic tiles) %.3f ms, "
+                      "bwd_dhu with fused dv_local %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                      fm[0], fm[1]));
+    }
+
     WyBwdParams wp;
     wp.d = d;
     wp.k = p.k, wp.v = p.v, wp.beta = tok(beta.p, dt, T, HV, 0), wp.A = tok(A.p, dt, T, HV, 64);
@@ -377,11 +507,19 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     wp.dg = p.dg;
     wp.dk_add = p.dq, wp.dg_add = p.dg;  // as the composed backward (f32 addends; dg_add aliases dg)
     Dev ws4(prepare_wy_repr_bwd_cuda_mma_workspace(d));
-    const std::vector<double> other = time_min_ms(
-        {[&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); },
-         [&] { EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(wp, ws4.p, nullptr), STRATA_SUCCESS); }});
+    auto wy_call = [&](int var) {
+      return std::function<void()>([&, var] {
+        WyBwdParams pv = wp;
+        pv.mma_variant = var;
+        EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(pv, ws4.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> other =
+        time_min_ms({[&] { EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS); },
+                     wy_call(kWyPipelined), wy_call(kWyTwoPerSm)});
     report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local %.3f ms, prepare_wy_repr_bwd (fused sums) "
-                    "%.3f ms", static_cast<long long>(B), static_cast<long long>(T), other[0], other[1]));
+                    "pipelined %.3f ms, two_per_sm %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                    other[0], other[1], other[2]));
   }
 }
 

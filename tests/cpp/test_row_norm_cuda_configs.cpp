@@ -1,5 +1,6 @@
 // Every launch configuration of the CUDA row-norm kernels (row_norm_cuda_all_configs(): classic chunk size x
-// threads per row x chunks per thread x rows per group, and the streaming kernels, also with capped grids)
+// threads per row x chunks per thread x rows per group, and the streaming, packed and bulk-copy kernels, also
+// with capped grids: with 1 or 2 blocks and 1 or 5 rows per stage a bulk block cycles its stage ring many times)
 // against the looped kernel, on row counts that leave partial
 // groups and partial blocks (1, 63, 65, 97 rows) and on the dtypes and row lengths the configurations serve.
 // The conformance driver only reaches the default configuration of each shape; this test keeps the others
@@ -81,8 +82,9 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 std::string name(const RowNormCudaConfig& c) {
-  return std::string(c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
-         " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks);
+  return std::string(c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
+         " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks) +
+         " hints=" + std::to_string(c.hints);
 }
 
 // Each configuration as listed, and the streaming and packed ones also with their grid capped at 1 and 2

@@ -1,5 +1,6 @@
 // The streaming CUDA kernels (persistent one-wave grids that prefetch their next iteration: every streaming
-// configuration of the row norms, the rms_norm_gated short-row backward, clipped_swiglu interleaved forward)
+// configuration of the row norms, the rms_norm_gated short-row backward, clipped_swiglu interleaved forward,
+// and the bulk-copy ring kernels of rms_norm_gated and clipped_swiglu)
 // on inputs large enough that every block walks several iterations — the conformance cases (<= 1025 rows) fit in one wave and never reach the prefetch
 // path. Each output is compared with the float64 reference run on the same (rounded) inputs, outputs are
 // NaN-poisoned before the run (an unwritten element fails), and the backward's reductions are checked for
@@ -217,6 +218,16 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd packed rstd " << where;
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(dp, nullptr), 0) << where;
         EXPECT_EQ(y.download(), y1) << "fwd packed y bits differ between runs " << where;
+        // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring_reject(dp), "") << where;
+        y.poison();
+        rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring(dp, nullptr), 0) << where;
+        const std::vector<uint8_t> y2 = y.download();
+        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd ring y " << where;
+        EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd ring rstd " << where;
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring(dp, nullptr), 0) << where;
+        EXPECT_EQ(y.download(), y2) << "fwd ring y bits differ between runs " << where;
       }
 
       norm::RmsNormGatedBwdParams bp;
@@ -245,12 +256,30 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
       ASSERT_EQ(norm::rms_norm_gated_bwd_cuda(dbp, nullptr), 0) << where;
       EXPECT_EQ(dw.download(), dw1) << "dweight bits differ between runs " << where;
       EXPECT_EQ(db.download(), db1) << "dbias bits differ between runs " << where;
-      cudaFree(wsp);
       norm::rms_norm_gated_bwd_reference(hbp);
       EXPECT_LE(dx.rel_rms_vs_host(), 2 * tol(dt)) << "bwd dx " << where;
       EXPECT_LE(dz.rel_rms_vs_host(), 2 * tol(dt)) << "bwd dz " << where;
       EXPECT_LE(dw.rel_rms_vs_host(), 1e-4) << "bwd dweight " << where;
       EXPECT_LE(db.rel_rms_vs_host(), 1e-4) << "bwd dbias " << where;
+      // The bulk-copy ring backward (bf16): the same checks, the same bits on a second run.
+      if (dt == STRATA_DTYPE_BF16) {
+        ASSERT_EQ(norm::rms_norm_gated_bwd_cuda_ring_reject(dbp), "") << where;
+        dx.poison();
+        dz.poison();
+        dw.poison();
+        db.poison();
+        ASSERT_EQ(norm::rms_norm_gated_bwd_cuda_ring(dbp, nullptr), 0) << where;
+        const std::vector<uint8_t> dx2 = dx.download(), dw2 = dw.download(), db2 = db.download();
+        ASSERT_EQ(norm::rms_norm_gated_bwd_cuda_ring(dbp, nullptr), 0) << where;
+        EXPECT_EQ(dx.download(), dx2) << "ring dx bits differ between runs " << where;
+        EXPECT_EQ(dw.download(), dw2) << "ring dweight bits differ between runs " << where;
+        EXPECT_EQ(db.download(), db2) << "ring dbias bits differ between runs " << where;
+        EXPECT_LE(dx.rel_rms_vs_host(), 2 * tol(dt)) << "ring bwd dx " << where;
+        EXPECT_LE(dz.rel_rms_vs_host(), 2 * tol(dt)) << "ring bwd dz " << where;
+        EXPECT_LE(dw.rel_rms_vs_host(), 1e-4) << "ring bwd dweight " << where;
+        EXPECT_LE(db.rel_rms_vs_host(), 1e-4) << "ring bwd dbias " << where;
+      }
+      cudaFree(wsp);
     }
 }
 
@@ -275,6 +304,16 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
+      // The bulk-copy ring (cuda.sm90.bulk_ring), both layouts: every CTA walks more tiles than its ring has
+      // stages.
+      for (bool inter : {true, false}) {
+        dp.interleaved = hp.interleaved = inter;
+        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
+        y.poison();
+        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr), 0) << where;
+        activation::clipped_swiglu_fwd_reference(hp);
+        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd ring y " << where << (inter ? " interleaved" : " split");
+      }
     }
 }
 

@@ -1,6 +1,8 @@
 // clipped_swiglu: definition, validation, implementation lists and plans (ops_fused.md §8; README.md).
 // Forward tensors {x, probs, y}; backward tensors {x, probs, dy, dx, dprobs}.
-// Implementations, in dispatch order: cuda.sm90.pairwise, cpu.<isa> per compiled Highway target, reference.
+// Implementations, in dispatch order: forward cuda.sm90.bulk_ring (where it applies), then both directions
+// cuda.sm90.pairwise, cpu.avx512_bf16 (the AVX3 kernels with native bf16 rounding, on CPUs that have it),
+// cpu.<isa> per compiled Highway target, reference.
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 
 #include <fmt/format.h>
@@ -18,6 +20,7 @@ namespace {
 constexpr const char* kFwd = "clipped_swiglu_fwd";
 constexpr const char* kBwd = "clipped_swiglu_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.pairwise";
+constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 
 struct FwdProblem {
   ClippedSwigluFwdParams params;
@@ -48,7 +51,7 @@ ClippedSwigluBwdParams bind(const BwdProblem& pr, const Launch& l) {
 std::string f64_reason(int32_t x_dtype) { return x_dtype == STRATA_DTYPE_F64 ? "f64 runs on the reference only" : ""; }
 
 template <class Problem, class Fn>
-ImplList<Problem> make_list(Fn (*cpu)(int64_t), int (*cuda)(const decltype(Problem::params)&, void*),
+ImplList<Problem> make_list(Fn (*cpu)(int64_t), Fn (*cpu_native_bf16)(), int (*cuda)(const decltype(Problem::params)&, void*),
                             void (*reference)(const decltype(Problem::params)&)) {
   ImplList<Problem> l;
 #if STRATA_WITH_CUDA
@@ -64,13 +67,11 @@ ImplList<Problem> make_list(Fn (*cpu)(int64_t), int (*cuda)(const decltype(Probl
 #else
   (void)cuda;
 #endif
-  for (const tile::CpuIsa& isa : tile::cpu_isas()) {
-    const Fn fn = cpu(isa.hwy_target);
-    if (!fn) continue;
-    l.push_back({isa.impl,
-                 [isa](const Problem& p) {
+  auto cpu_entry = [&l](const char* name, Fn fn, std::function<std::string()> reject_isa) {
+    l.push_back({name,
+                 [reject_isa](const Problem& p) {
                    std::string r = reject_unless_cpu(p.device);
-                   if (r.empty()) r = tile::reject_cpu_isa(isa);
+                   if (r.empty()) r = reject_isa();
                    return r.empty() ? f64_reason(p.params.x_dtype) : r;
                  },
                  {},
@@ -78,7 +79,12 @@ ImplList<Problem> make_list(Fn (*cpu)(int64_t), int (*cuda)(const decltype(Probl
                    fn(bind(p, launch));
                    return STRATA_SUCCESS;
                  }});
-  }
+  };
+  if (const Fn fn = cpu_native_bf16())
+    cpu_entry(tile::kAvx512Bf16Impl, fn,
+              [] { return std::string(tile::cpu_has_avx512_bf16() ? "" : "this CPU lacks avx512_bf16"); });
+  for (const tile::CpuIsa& isa : tile::cpu_isas())
+    if (const Fn fn = cpu(isa.hwy_target)) cpu_entry(isa.impl, fn, [isa] { return tile::reject_cpu_isa(isa); });
   l.push_back({"reference", [](const Problem& p) { return reject_unless_cpu(p.device); }, {},
                [reference](const Problem& p, const Launch& launch) {
                  reference(bind(p, launch));
@@ -96,11 +102,28 @@ constexpr int (*kCudaBwd)(const ClippedSwigluBwdParams&, void*) = nullptr;
 #endif
 
 const ImplList<FwdProblem>& fwd_impls() {
-  static const auto l = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, kCudaFwd, clipped_swiglu_fwd_reference);
+  static const auto l = [] {
+    ImplList<FwdProblem> list = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, clipped_swiglu_fwd_cpu_native_bf16,
+                                                      kCudaFwd, clipped_swiglu_fwd_reference);
+#if STRATA_WITH_CUDA
+    // First: the bulk-copy ring where it applies (equally spaced rows, I % 8 == 0), else pairwise.
+    list.insert(list.begin(), {kCudaRingImpl,
+                               [](const FwdProblem& p) {
+                                 std::string r = reject_unless_cuda(p.device, 90);
+                                 return r.empty() ? clipped_swiglu_fwd_cuda_ring_reject(p.params) : r;
+                               },
+                               {},
+                               [](const FwdProblem& p, const Launch& launch) {
+                                 return static_cast<strata_status>(
+                                     clipped_swiglu_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
+                               }});
+#endif
+    return list;
+  }();
   return l;
 }
 const ImplList<BwdProblem>& bwd_impls() {
-  static const auto l = make_list<BwdProblem>(clipped_swiglu_bwd_cpu, kCudaBwd, clipped_swiglu_bwd_reference);
+  static const auto l = make_list<BwdProblem>(clipped_swiglu_bwd_cpu, clipped_swiglu_bwd_cpu_native_bf16, kCudaBwd, clipped_swiglu_bwd_reference);
   return l;
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "opbase/dtype.h"
 #include "opbase/row_layout.h"
@@ -86,12 +87,21 @@ using ClippedSwigluFwdFn = void (*)(const ClippedSwigluFwdParams&);
 using ClippedSwigluBwdFn = void (*)(const ClippedSwigluBwdParams&);
 ClippedSwigluFwdFn clipped_swiglu_fwd_cpu(int64_t hwy_target);
 ClippedSwigluBwdFn clipped_swiglu_bwd_cpu(int64_t hwy_target);
+// The AVX3 kernels with bf16 outputs rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr when AVX3 was not
+// compiled). Only offered on CPUs with the feature.
+ClippedSwigluFwdFn clipped_swiglu_fwd_cpu_native_bf16();
+ClippedSwigluBwdFn clipped_swiglu_bwd_cpu_native_bf16();
 
 #if STRATA_WITH_CUDA
 // CUDA (sm_90): forward one thread per 8 outputs (16-byte accesses) or element-wise; backward a block per
 // row (dprobs by a fixed block reduction). Returns a strata_status.
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream);
 int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
+// The bulk-copy ring forward (cuda.sm90.bulk_ring): f32/bf16/f16, I % 8 == 0, equally spaced x and y rows
+// with unit column strides, x rows of at most 48 KiB, either layout; "" if a plan with these params may take
+// it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.
+std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p);
+int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::activation

@@ -3,6 +3,9 @@
 // f32 scratch row, the pairs are taken as vectors (LoadInterleaved2 for the interleaved layout, two plain loads
 // for the split one), and the outputs are rounded into place (non-temporal stores for large outputs). dprobs is
 // a per-row sum in a fixed order (vector lanes, lane sum, tail): independent of the thread count.
+// kNative instances ("cpu.avx512_bf16"): the AVX3 build whose bf16 outputs are rounded by AVX512-BF16's
+// vcvtneps2bf16 (one instruction per 16 outputs instead of about ten integer ones; the same bits: both round to
+// nearest even); identical to the portable instances for f32/f16 and on other targets.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/activation/clipped_swiglu/cpu.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -18,9 +21,13 @@
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::activation::HWY_NAMESPACE {
 namespace tv = strata::tile::HWY_NAMESPACE;
 namespace hn = hwy::HWY_NAMESPACE;
@@ -59,7 +66,7 @@ HWY_INLINE void RowToF32(const T* src, int64_t col, float* dst, int64_t n) {
   for (; j + N <= n; j += N) hn::StoreU(tv::LoadF32(df, src + j), df, dst + j);
   for (; j < n; ++j) dst[j] = to_f32(src[j]);
 }
-template <bool kStream, class T>
+template <bool kStream, bool kNative, class T>
 HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -70,8 +77,8 @@ HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
   int64_t j = 0;
   // Non-temporal stores only of whole 16-byte vectors (see rms_norm_gated/cpu.cpp).
   if (kStream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dst))
-    for (; j + N <= n; j += N) tv::StoreOut<true, false>(df, hn::LoadU(df, src + j), dst + j);
-  for (; j + N <= n; j += N) tv::StoreOut<false, false>(df, hn::LoadU(df, src + j), dst + j);
+    for (; j + N <= n; j += N) tv::StoreOut<true, kNative>(df, hn::LoadU(df, src + j), dst + j);
+  for (; j + N <= n; j += N) tv::StoreOut<false, kNative>(df, hn::LoadU(df, src + j), dst + j);
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
 }
 
@@ -121,13 +128,23 @@ HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, bool inter
   }
 }
 // Stores dA (gate column) and dB (linear column) of pairs [i, i + N) of a direct dx row.
-template <bool kStream, class T>
+template <bool kStream, bool kNative, class T>
 HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, bool interleaved, VF dA, VF dB) {
   if (!interleaved) {
-    tv::StoreOut<kStream, false>(df, dA, dxr + i);
-    tv::StoreOut<kStream, false>(df, dB, dxr + I + i);
+    tv::StoreOut<kStream, kNative>(df, dA, dxr + i);
+    tv::StoreOut<kStream, kNative>(df, dB, dxr + I + i);
   } else if constexpr (std::is_same_v<T, bf16_t>) {
     const hn::RebindToUnsigned<DF> du;
+#if STRATA_NATIVE_BF16
+    if constexpr (kNative) {
+      // (dA_i, dB_i) pairs: each vector rounded to 16 bf16 by vcvtneps2bf16, widened to u32 lanes, dB shifted
+      // into the high halves.
+      const auto a = hn::Vec<decltype(du)>{_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(dA.raw)))};
+      const auto b = hn::Vec<decltype(du)>{_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(dB.raw)))};
+      hn::StoreU(hn::Or(a, hn::ShiftLeft<16>(b)), du, reinterpret_cast<uint32_t*>(dxr + 2 * i));
+      return;
+    }
+#endif
     const auto w = hn::Or(tv::Bf16Bits(df, dA), hn::ShiftLeft<16>(tv::Bf16Bits(df, dB)));
     hn::StoreU(w, du, reinterpret_cast<uint32_t*>(dxr + 2 * i));
   } else if constexpr (std::is_same_v<T, float>) {
@@ -135,7 +152,7 @@ HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, bool inter
   }
 }
 
-template <bool kStream, class T>
+template <bool kStream, bool kNative, class T>
 void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
@@ -150,7 +167,7 @@ void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr)
     const PairV q = Pair<T>(df, A, B, alpha, limit, bias);
     VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
     if (has_p) out = hn::Mul(out, vp);
-    tv::StoreOut<kStream, false>(df, out, yr + i);
+    tv::StoreOut<kStream, kNative>(df, out, yr + i);
   }
   for (; i < I; ++i) {
     const float y0 = csw_fwd<float>(to_f32(xr[csw_gate_col(inter, I, i)]), to_f32(xr[csw_lin_col(inter, I, i)]),
@@ -159,7 +176,7 @@ void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr)
   }
 }
 
-template <class T>
+template <bool kNative, class T>
 void FwdRows(const ClippedSwigluFwdParams& p) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -178,9 +195,9 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
         T* yr = y + p.y_rows.row_offset(r);
         // Non-temporal stores only of whole 16-byte vectors at aligned row starts.
         if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, yr))
-          FwdRowDirect<true>(p, x + p.x_rows.row_offset(r), yr, pr);
+          FwdRowDirect<true, kNative>(p, x + p.x_rows.row_offset(r), yr, pr);
         else
-          FwdRowDirect<false>(p, x + p.x_rows.row_offset(r), yr, pr);
+          FwdRowDirect<false, kNative>(p, x + p.x_rows.row_offset(r), yr, pr);
       }
       if (stream) hwy::FlushStream();
       return;
@@ -205,8 +222,8 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
         ys[i] = p.probs ? y0 * pr : y0;
       }
       T* yr = y + p.y_rows.row_offset(r);
-      if (stream) RowFromF32<true>(ys.data(), yr, p.y_rows.col_stride, I);
-      else RowFromF32<false>(ys.data(), yr, p.y_rows.col_stride, I);
+      if (stream) RowFromF32<true, kNative>(ys.data(), yr, p.y_rows.col_stride, I);
+      else RowFromF32<false, kNative>(ys.data(), yr, p.y_rows.col_stride, I);
     }
     if (stream) hwy::FlushStream();
   });
@@ -230,7 +247,7 @@ HWY_INLINE GradV PairGrad(DF df, VF A, VF B, VF gy, VF vp, bool has_p, VF alpha,
 }
 
 // One direct row (DirectRows): returns the row's dprobs sum.
-template <bool kStream, class T>
+template <bool kStream, bool kNative, class T>
 float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T* dxr, float pr) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
@@ -245,7 +262,7 @@ float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T
     tv::PrefetchAhead<static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T))>(dyr + i);
     PairsDirect(df, xr, I, i, inter, A, B);
     const GradV d = PairGrad<T>(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
-    StorePairsDirect<kStream>(df, dxr, I, i, inter, d.dA, d.dB);
+    StorePairsDirect<kStream, kNative>(df, dxr, I, i, inter, d.dA, d.dB);
   }
   float dp = hn::GetLane(hn::SumOfLanes(df, acc));
   for (; i < I; ++i) {
@@ -258,7 +275,7 @@ float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T
   return dp;
 }
 
-template <class T>
+template <bool kNative, class T>
 void BwdRows(const ClippedSwigluBwdParams& p) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -284,9 +301,9 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
         // whole vectors for the split layout's second half).
         if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dxr) &&
             (inter || tv::StreamAligned(df, dxr + I)))
-          dp = BwdRowDirect<true>(p, xr, dyr, dxr, pr);
+          dp = BwdRowDirect<true, kNative>(p, xr, dyr, dxr, pr);
         else
-          dp = BwdRowDirect<false>(p, xr, dyr, dxr, pr);
+          dp = BwdRowDirect<false, kNative>(p, xr, dyr, dxr, pr);
       } else {
         RowToF32(x + p.x_rows.row_offset(r), p.x_rows.col_stride, xs.data(), 2 * I);
         RowToF32(dy + p.dy_rows.row_offset(r), p.dy_rows.col_stride, gs.data(), I);
@@ -311,8 +328,8 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
           dp += csw_bwd<float>(xs[ga], xs[lb], gs[i] * pr, p.alpha, p.limit, p.bias, &dA, &dB) * gs[i];
           ds[ga] = dA, ds[lb] = dB;
         }
-        if (stream) RowFromF32<true>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
-        else RowFromF32<false>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
+        if (stream) RowFromF32<true, kNative>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
+        else RowFromF32<false, kNative>(ds.data(), dxr, p.dx_rows.col_stride, 2 * I);
       }
       if (p.dprobs) store_elem(p.dprobs, p.dprobs_dtype, p.dprobs_rows.row_offset(r), dp);
     }
@@ -329,14 +346,20 @@ HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
   }
 }
 
-void CswFwd(const ClippedSwigluFwdParams& p) {
+template <bool kNative>
+void FwdAll(const ClippedSwigluFwdParams& p) {
   if (p.rows == 0 || p.I == 0) return;
-  Visit(p.x_dtype, [&](auto t) { FwdRows<decltype(t)>(p); });
+  Visit(p.x_dtype, [&](auto t) { FwdRows<kNative, decltype(t)>(p); });
 }
-void CswBwd(const ClippedSwigluBwdParams& p) {
+template <bool kNative>
+void BwdAll(const ClippedSwigluBwdParams& p) {
   if (p.rows == 0) return;
-  Visit(p.x_dtype, [&](auto t) { BwdRows<decltype(t)>(p); });
+  Visit(p.x_dtype, [&](auto t) { BwdRows<kNative, decltype(t)>(p); });
 }
+void CswFwd(const ClippedSwigluFwdParams& p) { FwdAll<false>(p); }
+void CswBwd(const ClippedSwigluBwdParams& p) { BwdAll<false>(p); }
+void CswFwdNativeBf16(const ClippedSwigluFwdParams& p) { FwdAll<true>(p); }
+void CswBwdNativeBf16(const ClippedSwigluBwdParams& p) { BwdAll<true>(p); }
 
 }  // namespace strata::activation::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -345,7 +368,11 @@ HWY_AFTER_NAMESPACE();
 namespace strata::activation {
 HWY_EXPORT(CswFwd);
 HWY_EXPORT(CswBwd);
+HWY_EXPORT(CswFwdNativeBf16);
+HWY_EXPORT(CswBwdNativeBf16);
 ClippedSwigluFwdFn clipped_swiglu_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CswFwd, hwy_target); }
 ClippedSwigluBwdFn clipped_swiglu_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(CswBwd, hwy_target); }
+ClippedSwigluFwdFn clipped_swiglu_fwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CswFwdNativeBf16, HWY_AVX3); }
+ClippedSwigluBwdFn clipped_swiglu_bwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(CswBwdNativeBf16, HWY_AVX3); }
 }  // namespace strata::activation
 #endif

@@ -15,6 +15,7 @@
 
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 #include "runtime/error.h"
+#include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/reduce.cuh"
 #include "tile/cuda/vec_io.cuh"
@@ -181,6 +182,134 @@ __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSw
   }
 }
 
+// Bulk-copy ring forward (implementation cuda.sm90.bulk_ring): equally spaced rows (x rows of 2I, y rows of
+// I elements, unit column strides, 16-byte aligned row starts, I % 8 == 0), either layout. The flat streaming
+// kernel above keeps kStreamU x 16 bytes per thread in flight and ran the GPT-OSS shape at 1.23 x floor
+// (s6run1); here a persistent CTA (two per SM) owns a ring of `stages` shared-memory tiles of `tr` whole x
+// rows, filled by thread 0 with cp.async.bulk copies (one per tile for dense rows, else one per row) that
+// complete on the stage's mbarrier (the k-th wait on a stage uses parity (k / stages) & 1), and refilled as
+// soon as the CTA's __syncthreads says every thread has read it: ~96 KiB per CTA in flight, no registers
+// held by loads. Threads take chunks of 8 outputs, flat over (tile row, chunk), read their pairs from shared
+// memory (interleaved: 16 consecutive elements; split: 8 gates and the 8 linear values I later) and write
+// one 16-byte store (two for f32) with the streaming hint.
+constexpr int kRingMaxStages = 8;
+constexpr size_t kRingBudget = 96 * 1024;     // ring bytes per CTA
+constexpr size_t kRingTileTarget = 24 * 1024;  // bytes of x per tile (whole rows, at least one)
+constexpr int64_t kRingMaxRowBytes = 48 * 1024;  // two stages of one row fit the budget
+constexpr size_t kRingSmemCap = 100 * 1024;      // the kernels' shared-memory opt-in (>= stages x stage)
+
+struct RingGeom {
+  int64_t ntiles = 0;
+  int tr = 0, stages = 0;
+  uint32_t rb = 0;  // bytes of one x row (2I elements)
+  bool dense = false;
+};
+
+__device__ __forceinline__ int64_t ring_row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
+
+// 8 outputs of chunk c of a row staged at `row` (shared memory) as floats in a[], b[] (gates, linear values).
+template <bool F32, bool INTER>
+__device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I, uint32_t c, int32_t dt, float (&A)[kV],
+                                           float (&B)[kV]) {
+  constexpr uint32_t es = F32 ? 4 : 2;
+  if constexpr (INTER) {
+    float v[2 * kV];
+    const unsigned char* src = row + c * (2 * kV * es);
+    if constexpr (F32) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 u = cuda::lds16(src + 16 * q);
+        v[4 * q] = __uint_as_float(u.x), v[4 * q + 1] = __uint_as_float(u.y);
+        v[4 * q + 2] = __uint_as_float(u.z), v[4 * q + 3] = __uint_as_float(u.w);
+      }
+    } else {
+      float lo[8], hi[8];
+      cuda::unpack8(cuda::lds16(src), dt, lo);
+      cuda::unpack8(cuda::lds16(src + 16), dt, hi);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = lo[e], v[8 + e] = hi[e];
+    }
+#pragma unroll
+    for (int e = 0; e < kV; ++e) A[e] = v[2 * e], B[e] = v[2 * e + 1];
+  } else {
+    const unsigned char* ga = row + c * (kV * es);
+    const unsigned char* lb = ga + I * es;
+    if constexpr (F32) {
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint4 u = cuda::lds16(ga + 16 * q), w = cuda::lds16(lb + 16 * q);
+        A[4 * q] = __uint_as_float(u.x), A[4 * q + 1] = __uint_as_float(u.y);
+        A[4 * q + 2] = __uint_as_float(u.z), A[4 * q + 3] = __uint_as_float(u.w);
+        B[4 * q] = __uint_as_float(w.x), B[4 * q + 1] = __uint_as_float(w.y);
+        B[4 * q + 2] = __uint_as_float(w.z), B[4 * q + 3] = __uint_as_float(w.w);
+      }
+    } else {
+      cuda::unpack8(cuda::lds16(ga), dt, A);
+      cuda::unpack8(cuda::lds16(lb), dt, B);
+    }
+  }
+}
+
+template <bool F32, bool INTER>
+__global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
+  constexpr uint32_t es = F32 ? 4 : 2;
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t full[kRingMaxStages];
+  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
+  const uint32_t stage_bytes = static_cast<uint32_t>(g.tr) * g.rb;
+  const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const char* xb = static_cast<const char*>(p.x);
+  char* yb = static_cast<char*>(p.y);
+  if (threadIdx.x == 0)
+    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
+  __syncthreads();
+  auto rows_of_tile = [&](int64_t r0) { return p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr; };
+  auto issue = [&](int64_t k) {  // thread 0
+    const int s = static_cast<int>(k % g.stages);
+    const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
+    const int n = rows_of_tile(r0);
+    unsigned char* dst = ring + static_cast<size_t>(s) * stage_bytes;
+    cuda::fence_proxy_async();
+    cuda::mbar_arrive_expect_tx(&full[s], static_cast<uint32_t>(n) * g.rb);
+    if (g.dense) {
+      cuda::bulk_g2s(dst, xb + ring_row_off(p.x_rows, r0) * es, static_cast<uint32_t>(n) * g.rb, &full[s]);
+    } else {
+      for (int i = 0; i < n; ++i) cuda::bulk_g2s(dst + i * g.rb, xb + ring_row_off(p.x_rows, r0 + i) * es, g.rb, &full[s]);
+    }
+  };
+  if (threadIdx.x == 0)
+    for (int64_t k = 0; k < my_n && k < g.stages; ++k) issue(k);
+  for (int64_t k = 0; k < my_n; ++k) {
+    const int s = static_cast<int>(k % g.stages);
+    const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
+    const uint32_t nch = static_cast<uint32_t>(rows_of_tile(r0)) * cpr;
+    cuda::mbar_wait(&full[s], static_cast<uint32_t>((k / g.stages) & 1));
+    const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
+    for (uint32_t j = threadIdx.x; j < nch; j += kBlock) {
+      const uint32_t rr = j / cpr, c = j - rr * cpr;
+      const int64_t row = r0 + rr;
+      float A[kV], B[kV], o[kV];
+      ring_pairs<F32, INTER>(st + rr * g.rb, I, c, dt, A, B);
+      const float pr = p.probs ? load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(row)) : 1.f;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) o[e] = vfwd(!F32, A[e], B[e], p.alpha, p.limit, p.bias) * pr;
+      char* dst = yb + (ring_row_off(p.y_rows, row) + static_cast<int64_t>(c) * kV) * es;
+      if constexpr (F32) {
+        cuda::st_stream16(dst, make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
+                                          __float_as_uint(o[3])));
+        cuda::st_stream16(dst + 16, make_uint4(__float_as_uint(o[4]), __float_as_uint(o[5]), __float_as_uint(o[6]),
+                                               __float_as_uint(o[7])));
+      } else {
+        cuda::st_stream16(dst, make_uint4(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]),
+                                          cuda::pack_half2(dt, o[4], o[5]), cuda::pack_half2(dt, o[6], o[7])));
+      }
+    }
+    __syncthreads();  // every thread is done reading stage s
+    if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
+  }
+}
+
 __global__ void __launch_bounds__(kBlock) fwd_pairs_scalar(const ClippedSwigluFwdParams p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (tid >= p.rows * p.I) return;
@@ -282,6 +411,39 @@ strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, u
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
 }
 
+// Plan-time part of the ring's conditions ("" if it applies).
+std::string ring_reject(const ClippedSwigluFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "handles f32/bf16/f16 x only";
+  if (p.I % kV != 0) return "needs I % 8 == 0";
+  if (!p.x_rows.uniform() || !p.y_rows.uniform() || p.x_rows.col_stride != 1 || p.y_rows.col_stride != 1)
+    return "needs equally spaced x and y rows with unit column strides";
+  if (2 * p.I * static_cast<int64_t>(dtype_size(p.x_dtype)) > kRingMaxRowBytes)
+    return "needs x rows of at most 48 KiB";
+  return {};
+}
+
+template <bool F32, bool INTER>
+strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
+  RingGeom g;
+  g.rb = static_cast<uint32_t>(2 * p.I * (F32 ? 4 : 2));
+  g.tr = static_cast<int>(std::max<size_t>(1, kRingTileTarget / g.rb));
+  g.ntiles = (p.rows + g.tr - 1) / g.tr;
+  const size_t stage = static_cast<size_t>(g.tr) * g.rb;
+  g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
+  g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
+  const size_t smem = stage * g.stages;
+  const auto kernel = fwd_ring<F32, INTER>;
+  static cuda::RingLaunchCache cache;
+  int occ = 1;
+  STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
+  const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
+  const int64_t iters = (g.ntiles + slots - 1) / slots;
+  const int64_t grid = std::max<int64_t>(1, (g.ntiles + iters - 1) / iters);  // balanced, one wave
+  kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, g);
+  return cuda::check_launch("clipped_swiglu fwd_ring");
+}
+
 }  // namespace
 
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
@@ -325,6 +487,19 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
   const int64_t blocks = std::min<int64_t>(p.rows, int64_t{1} << 30);
   bwd_rows_block<<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vec);
   return cuda::check_launch("clipped_swiglu bwd_rows_block");
+}
+
+std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
+
+int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
+  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
+    return clipped_swiglu_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.x_dtype == STRATA_DTYPE_F32)
+    return p.interleaved ? launch_fwd_ring<true, true>(p, s) : launch_fwd_ring<true, false>(p, s);
+  return p.interleaved ? launch_fwd_ring<false, true>(p, s) : launch_fwd_ring<false, false>(p, s);
 }
 
 }  // namespace strata::activation

@@ -101,6 +101,16 @@ class ClippedSwigluHarness final : public OpHarness {
             add(dt, shape, variants[rot % 3], layout, probs[(rot / 3) % 3], view);
             ++rot;
           }
+    // CUDA only (big): enough rows that every CTA of the persistent bulk-copy ring takes more tiles than the
+    // ring has stages (the stage reuse and mbarrier parity flips), dense rows (one copy per tile) and padded
+    // rows (one copy per row), both layouts, 16-bit and f32. Sized just past that point (~1250 tiles over 264
+    // CTAs with 4 stages; s6run2's atk of the forward, which also runs these, hit its 25 s cap with larger ones).
+    add("bf16", {120000, 128}, "gptoss", "interleaved", "none", "contiguous");
+    cases.back().set("gpu_only", 1);
+    add("bf16", {60000, 256}, "deepseek", "split", "f32", "rowpad");
+    cases.back().set("gpu_only", 1);
+    add("f32", {30000, 256}, "custom", "interleaved", "same", "contiguous");
+    cases.back().set("gpu_only", 1);
     return cases;
   }
 
@@ -110,6 +120,11 @@ class ClippedSwigluHarness final : public OpHarness {
     if (dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
       res.skipped = true;
       res.message = "f64 runs on the CPU only";
+      return res;
+    }
+    if (c.get_int("gpu_only", 0) != 0 && device.type == STRATA_DEVICE_CPU) {
+      res.skipped = true;
+      res.message = "a CUDA-only case (big: the CPU paths are covered by the small ones)";
       return res;
     }
     const std::vector<int64_t> shape = c.get_shape("shape");
@@ -240,6 +255,12 @@ class ClippedSwigluHarness final : public OpHarness {
     // PERF_TARGETS: GPT-OSS N = 32768 rows, interleaved 2 x 2880; DeepSeek-V4-Flash split [rows, 4096].
     out.push_back(bench(device, cuda ? 32768 : 8192, 2880, true, variant_of("gptoss")));
     out.push_back(bench(device, cuda ? 32768 : 8192, 2048, false, variant_of("deepseek")));
+    // CUDA forward: both shapes once more with the previous kernels forced (the default is the bulk-copy ring;
+    // compared in one run).
+    if (cuda && !bwd_) {
+      out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.pairwise"));
+      out.push_back(bench(device, 32768, 2048, false, variant_of("deepseek"), "cuda.sm90.pairwise"));
+    }
     return out;
   }
 
@@ -249,12 +270,15 @@ class ClippedSwigluHarness final : public OpHarness {
     strata_plan plan = nullptr;
   };
 
-  BenchCase bench(strata_device device, int64_t rows, int64_t I, bool inter, Variant v) const {
+  // impl: an implementation forced for the plan ("" the dispatched one).
+  BenchCase bench(strata_device device, int64_t rows, int64_t I, bool inter, Variant v,
+                  const std::string& impl = "") const {
     const int32_t dt = STRATA_DTYPE_BF16;
     auto state = std::make_shared<BenchState>();
     BenchCase bc;
     bc.label = fmt::format("{} bf16 [{}, {}] -> [{}, {}] {}", op(), rows, 2 * I, rows, I,
-                           inter ? "interleaved alpha=1.702 limit=7" : "split alpha=1 limit=10");
+                           inter ? "interleaved alpha=1.702 limit=7" : "split alpha=1 limit=10") +
+               (impl.empty() ? "" : " [" + impl + "]");
     const double n = static_cast<double>(rows * I) * 2.0;
     // fwd: read x (2n), write y (n); bwd: read x (2n), dy (n), write dx (2n).
     bc.bytes = bwd_ ? 5 * n : 3 * n;
@@ -267,6 +291,15 @@ class ClippedSwigluHarness final : public OpHarness {
       state->t.push_back(std::make_unique<DeviceTensor>(x, device));
       state->t.push_back(std::make_unique<DeviceTensor>(y, device));
       if (bwd) state->t.push_back(std::make_unique<DeviceTensor>(x, device));
+      struct Force {  // for the plan only, also when it throws
+        explicit Force(const std::string& s) : on(!s.empty()) {
+          if (on) strata_set_force_impl(s.c_str());
+        }
+        ~Force() {
+          if (on) strata_set_force_impl(nullptr);
+        }
+        bool on;
+      } force(impl);
       if (!bwd)
         check(strata_clipped_swiglu_fwd_plan(&state->t[0]->desc(), nullptr, &state->t[1]->desc(), v.alpha, v.limit,
                                              v.bias, inter, &state->plan),

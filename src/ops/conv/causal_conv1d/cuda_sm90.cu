@@ -94,25 +94,68 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[V]) {
     for (int i = 0; i < V; ++i) out[i] = Elem<T>::load(e + i);
   }
 }
+// Two floats -> one 32-bit word of two 16-bit values (round to nearest even; the first at the lower address).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+// Stores V elements at p (aligned to V * sizeof(T) when V > 1, global memory) with one vector store
+// instruction; 16-bit types are packed in pairs. The 8- and 16-byte stores are written in PTX (plain weak
+// st.global, as a dereference would be): a store of a uint2 / uint4 through the element pointer was split by
+// the compiler into 32-bit stores (session 6 SASS: two STG.E per token in conv_fwd_vec, four in conv_fwd_pipe).
+__device__ __forceinline__ void st_global8(void* p, uint32_t a, uint32_t b) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
+}
+__device__ __forceinline__ void st_global16(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
 template <class T, int V>
 __device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
   if constexpr (V == 1) {
     Elem<T>::store(p, v[0]);
   } else {
-    using R = typename Raw<V * sizeof(T)>::type;
-    R raw;
-    T* e = reinterpret_cast<T*>(&raw);
+    constexpr int kWords = V * static_cast<int>(sizeof(T)) / 4;
+    static_assert(kWords == 1 || kWords == 2 || kWords == 4, "4, 8 or 16 bytes");
+    uint32_t w[kWords];
+    if constexpr (sizeof(T) == 2) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) Elem<T>::store(e + i, v[i]);
-    *reinterpret_cast<R*>(p) = raw;
+      for (int i = 0; i < kWords; ++i) w[i] = pack2<T>(v[2 * i], v[2 * i + 1]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) w[i] = __float_as_uint(v[i]);
+    }
+    if constexpr (kWords == 1) *reinterpret_cast<uint32_t*>(p) = w[0];
+    else if constexpr (kWords == 2) st_global8(p, w[0], w[1]);
+    else st_global16(p, w[0], w[1], w[2], w[3]);
   }
 }
 
-// silu and its derivative. 16-bit outputs use the fast exp / divide (their error, a few f32 ulps, is far below
-// a bf16/f16 rounding; the precise versions would make the kernels compute-bound); f32 keeps the precise ones.
+// silu and its derivative. 16-bit outputs use the approximate exp / reciprocal (their error, a few f32 ulps, is
+// far below a bf16/f16 rounding; the precise versions would make the kernels compute-bound); f32 keeps the
+// precise ones. The flush-to-zero forms: ex2.approx.ftz is 2 instructions (FMUL, MUFU.EX2) where __expf's
+// non-ftz form adds a compare and two predicated multiplies to keep results below 2^-126 as denormals, which
+// change nothing here (1 + e rounds to 1 either way); rcp.approx.ftz differs from __fdividef(1, y) only where
+// 1 / y < 2^-126 (y > 2^126: silu(u) for u < -87 is then -0 instead of ~-1e-36).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 template <class T>
 __device__ __forceinline__ float sigmoid_t(float v) {
-  if constexpr (sizeof(T) == 2) return __fdividef(1.f, 1.f + __expf(-v));
+  if constexpr (sizeof(T) == 2) return rcp_ftz(1.f + ex2_ftz(v * -1.4426950408889634f));
   else return 1.f / (1.f + expf(-v));
 }
 template <class T>
@@ -519,6 +562,41 @@ int64_t grid_for(const Conv1dParams& p, int64_t tile_len, int64_t groups) {
   return p.B * tiles_per_row(p, tile_len) * ((groups + kThreads - 1) / kThreads);
 }
 
+// The grid of `blocks` one-dimensional blocks as an unsigned, or an error naming the op when it exceeds a grid.
+strata_status grid_of(const char* op, int64_t blocks, unsigned* grid) {
+  if (blocks > INT_MAX)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: problem too large for one grid ({} blocks)", op, blocks);
+  *grid = static_cast<unsigned>(blocks);
+  return STRATA_SUCCESS;
+}
+
+// Calls f(std::integral_constant<int, W>{}) for the compile-time width W in {2, 3, 4} equal to p.W (the
+// unrolled kernels; W > 4 runs the general ones).
+template <class F>
+void with_width(const Conv1dParams& p, F&& f) {
+  if (p.W == 2) f(std::integral_constant<int, 2>{});
+  else if (p.W == 3) f(std::integral_constant<int, 3>{});
+  else f(std::integral_constant<int, 4>{});
+}
+
+// What every forward path launches after its main kernel: final_state, one thread per (n, d).
+strata_status launch_fwd_states(const Conv1dParams& p, cudaStream_t stream) {
+  if (!p.hT || p.N * p.D == 0) return STRATA_SUCCESS;
+  states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
+  return cuda::check_launch("causal_conv1d_fwd (final state)");
+}
+
+// What every backward path launches after its main kernel: dweight / dbias from the `tiles` partial sums in
+// tile order, then dinitial_state (one thread per (n, d)).
+strata_status launch_bwd_reduce(const Conv1dParams& p, const float* partials, int64_t tiles, cudaStream_t stream) {
+  const int64_t n_red = (p.W + 1) * p.D;
+  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
+  STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
+  if (!p.dh0 || p.N * p.D == 0) return STRATA_SUCCESS;
+  states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
+  return cuda::check_launch("causal_conv1d_bwd (dinitial_state)");
+}
+
 template <class T>
 strata_status launch_fwd(const Conv1dParams& p, cudaStream_t stream) {
   const int64_t total = p.B * p.T * p.D;
@@ -533,70 +611,44 @@ strata_status launch_fwd(const Conv1dParams& p, cudaStream_t stream) {
     constexpr int V = kVec;
     const bool vec = vector_ok(p, V, sizeof(T), {{p.x, p.xs}, {p.y, p.ys}, {p.residual, p.rs}});
     const int64_t groups = vec ? p.D / V : p.D;
-    const int64_t blocks = grid_for(p, kFwdTile, groups);
-    if (blocks > INT_MAX)
-      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
-    if (blocks > 0) {
-      const unsigned g = static_cast<unsigned>(blocks);
-      if (vec) {
-        if (p.W == 2) conv_fwd<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups);
-        else if (p.W == 3) conv_fwd<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups);
-        else conv_fwd<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups);
-      } else {
-        if (p.W == 2) conv_fwd<T, 2, 1><<<g, kThreads, 0, stream>>>(p, groups);
-        else if (p.W == 3) conv_fwd<T, 3, 1><<<g, kThreads, 0, stream>>>(p, groups);
-        else conv_fwd<T, 4, 1><<<g, kThreads, 0, stream>>>(p, groups);
-      }
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_fwd", grid_for(p, kFwdTile, groups), &g));
+    if (g > 0) {
+      with_width(p, [&](auto w) {
+        if (vec) conv_fwd<T, decltype(w)::value, V><<<g, kThreads, 0, stream>>>(p, groups);
+        else conv_fwd<T, decltype(w)::value, 1><<<g, kThreads, 0, stream>>>(p, groups);
+      });
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd)"));
     }
   }
-  if (p.hT && p.N * p.D > 0) {
-    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
-  }
-  return STRATA_SUCCESS;
+  return launch_fwd_states(p, stream);
 }
 
 template <class T>
 strata_status launch_bwd(const Conv1dParams& p, float* partials, cudaStream_t stream) {
   const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
   if (p.W > 4) {
-    const int64_t blocks = cuda::ceil_div(tiles * p.D, kThreads);
-    if (blocks > INT_MAX)
-      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
-    if (blocks > 0) {
-      conv_bwd_general<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, partials);
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", cuda::ceil_div(tiles * p.D, kThreads), &g));
+    if (g > 0) {
+      conv_bwd_general<T><<<g, kThreads, 0, stream>>>(p, partials);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_general)"));
     }
   } else {
     constexpr int V = kVec;
     const bool vec = vector_ok(p, V, sizeof(T), {{p.x, p.xs}, {p.dy, p.dys}, {p.dx, p.dxs}});
     const int64_t groups = vec ? p.D / V : p.D;
-    const int64_t blocks = grid_for(p, kBwdTile, groups);
-    if (blocks > INT_MAX)
-      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
-    if (blocks > 0) {
-      const unsigned g = static_cast<unsigned>(blocks);
-      if (vec) {
-        if (p.W == 2) conv_bwd<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-        else if (p.W == 3) conv_bwd<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-        else conv_bwd<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-      } else {
-        if (p.W == 2) conv_bwd<T, 2, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
-        else if (p.W == 3) conv_bwd<T, 3, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
-        else conv_bwd<T, 4, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
-      }
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, kBwdTile, groups), &g));
+    if (g > 0) {
+      with_width(p, [&](auto w) {
+        if (vec) conv_bwd<T, decltype(w)::value, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+        else conv_bwd<T, decltype(w)::value, 1><<<g, kThreads, 0, stream>>>(p, groups, partials);
+      });
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd)"));
     }
   }
-  const int64_t n_red = (p.W + 1) * p.D;
-  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
-  STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
-  if (p.dh0 && p.N * p.D > 0) {
-    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
-  }
-  return STRATA_SUCCESS;
+  return launch_bwd_reduce(p, partials, tiles, stream);
 }
 
 // ------------------------------------------------------------------------------------------------------
@@ -697,7 +749,10 @@ struct FwdWalk {
 #pragma unroll
       for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
       acc = fmaf(w[W - 1][v], xin[v], acc);
-      float o = silu ? acc * sigmoid_t<T>(acc) : acc;
+      // The sigmoid is computed for either activation so that the choice is a select, not a branch per
+      // element (the branches split the unrolled token loop into blocks that ptxas scheduled one by one).
+      const float sg = sigmoid_t<T>(acc);
+      float o = silu ? acc * sg : acc;
       if constexpr (RES) o += rin[v];
       out[v] = o;
     }
@@ -731,13 +786,26 @@ __global__ void __launch_bounds__(kThreads, (fwd_vec_blocks_per_sm<T, RES, CU>()
         xr[u] = load_raw<T, V>(x + (tb + u) * xs);
         if constexpr (RES) rr[u] = load_raw<T, V>(res + (tb + u) * rs);
       }
+    // A whole group of U tokens (all but a row's last, partial group) runs without the per-token exit: the
+    // exits split the unrolled loop into one block per token, each ending with register moves of the window
+    // and a bound check (session 6 SASS of the bf16 W = 4 kernel: ~12 of ~66 instructions per token).
+    if (tb + U <= tw.t1) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (tb + u >= tw.t1) break;
-      float xin[V], rin[V];
-      unpack<T, V>(xr[u], xin);
-      if constexpr (RES) unpack<T, V>(rr[u], rin);
-      walk.step(p, tb + u, xin, rin, y, silu, CU);
+      for (int u = 0; u < U; ++u) {
+        float xin[V], rin[V];
+        unpack<T, V>(xr[u], xin);
+        if constexpr (RES) unpack<T, V>(rr[u], rin);
+        walk.step(p, tb + u, xin, rin, y, silu, CU);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (tb + u >= tw.t1) break;
+        float xin[V], rin[V];
+        unpack<T, V>(xr[u], xin);
+        if constexpr (RES) unpack<T, V>(rr[u], rin);
+        walk.step(p, tb + u, xin, rin, y, silu, CU);
+      }
     }
   }
 }
@@ -1081,33 +1149,23 @@ strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
   if (!aligned_to(p.x, 16) || !aligned_to(p.y, 16) || (p.residual && !aligned_to(p.residual, 16)))
     return launch_fwd<T>(p, stream);
   const int64_t groups = p.D / V;
-  const int64_t blocks = grid_for(p, kVecFwdTile, groups);
-  if (blocks > INT_MAX)
-    return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
-  if (blocks > 0) {
-    const unsigned g = static_cast<unsigned>(blocks);
-#define STRATA_CONV_FWD_VEC(RES, CU)                                                         \
-  do {                                                                                       \
-    if (p.W == 2) conv_fwd_vec<T, 2, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);     \
-    else if (p.W == 3) conv_fwd_vec<T, 3, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups); \
-    else conv_fwd_vec<T, 4, V, RES, CU><<<g, kThreads, 0, stream>>>(p, groups);              \
-  } while (0)
+  unsigned g = 0;
+  STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_fwd", grid_for(p, kVecFwdTile, groups), &g));
+  if (g > 0) {
     const bool cu = p.mode == kModeCuSeqlens;
-    if (p.residual) {
-      if (cu) STRATA_CONV_FWD_VEC(true, true);
-      else STRATA_CONV_FWD_VEC(true, false);
-    } else {
-      if (cu) STRATA_CONV_FWD_VEC(false, true);
-      else STRATA_CONV_FWD_VEC(false, false);
-    }
-#undef STRATA_CONV_FWD_VEC
+    with_width(p, [&](auto w) {
+      constexpr int W = decltype(w)::value;
+      if (p.residual) {
+        if (cu) conv_fwd_vec<T, W, V, true, true><<<g, kThreads, 0, stream>>>(p, groups);
+        else conv_fwd_vec<T, W, V, true, false><<<g, kThreads, 0, stream>>>(p, groups);
+      } else {
+        if (cu) conv_fwd_vec<T, W, V, false, true><<<g, kThreads, 0, stream>>>(p, groups);
+        else conv_fwd_vec<T, W, V, false, false><<<g, kThreads, 0, stream>>>(p, groups);
+      }
+    });
     STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_vec)"));
   }
-  if (p.hT && p.N * p.D > 0) {
-    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
-  }
-  return STRATA_SUCCESS;
+  return launch_fwd_states(p, stream);
 }
 
 template <class T>
@@ -1116,24 +1174,15 @@ strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_
   if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd<T>(p, partials, stream);
   const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
   const int64_t groups = p.D / V;
-  const int64_t blocks = grid_for(p, kBwdTile, groups);
-  if (blocks > INT_MAX)
-    return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
-  if (blocks > 0) {
-    const unsigned g = static_cast<unsigned>(blocks);
-    if (p.W == 2) conv_bwd_vec<T, 2, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-    else if (p.W == 3) conv_bwd_vec<T, 3, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-    else conv_bwd_vec<T, 4, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+  unsigned g = 0;
+  STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, kBwdTile, groups), &g));
+  if (g > 0) {
+    with_width(p, [&](auto w) {
+      conv_bwd_vec<T, decltype(w)::value, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
+    });
     STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_vec)"));
   }
-  const int64_t n_red = (p.W + 1) * p.D;
-  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
-  STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
-  if (p.dh0 && p.N * p.D > 0) {
-    states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
-  }
-  return STRATA_SUCCESS;
+  return launch_bwd_reduce(p, partials, tiles, stream);
 }
 
 // The pipe kernels need 3-4 x 48 KiB of shared memory per SM: ask for the whole carveout (the default split
@@ -1155,29 +1204,23 @@ strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
     if (p.residual || !aligned_to(p.x, 16) || !aligned_to(p.y, 16)) return launch_fwd_vec<T>(p, stream);
     constexpr int V = kPipeFwdV;
     const int64_t groups = p.D / V;
-    const int64_t blocks = grid_for(p, kPipeFwdTile, groups);
-    if (blocks > INT_MAX)
-      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_fwd: problem too large for one grid ({} blocks)", blocks);
-    if (blocks > 0) {
-      const unsigned g = static_cast<unsigned>(blocks);
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_fwd", grid_for(p, kPipeFwdTile, groups), &g));
+    if (g > 0) {
       auto go = [&](auto* kernel) -> strata_status {
         STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
         kernel<<<g, kThreads, 0, stream>>>(p, groups);
         return STRATA_SUCCESS;
       };
       const bool cu = p.mode == kModeCuSeqlens;
-      strata_status st;
-      if (p.W == 2) st = cu ? go(conv_fwd_pipe<T, 2, true>) : go(conv_fwd_pipe<T, 2, false>);
-      else if (p.W == 3) st = cu ? go(conv_fwd_pipe<T, 3, true>) : go(conv_fwd_pipe<T, 3, false>);
-      else st = cu ? go(conv_fwd_pipe<T, 4, true>) : go(conv_fwd_pipe<T, 4, false>);
+      strata_status st = STRATA_SUCCESS;
+      with_width(p, [&](auto w) {
+        st = cu ? go(conv_fwd_pipe<T, decltype(w)::value, true>) : go(conv_fwd_pipe<T, decltype(w)::value, false>);
+      });
       STRATA_RETURN_IF_ERROR(st);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (conv_fwd_pipe)"));
     }
-    if (p.hT && p.N * p.D > 0) {
-      states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, false);
-      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_fwd (final state)"));
-    }
-    return STRATA_SUCCESS;
+    return launch_fwd_states(p, stream);
   }
 }
 
@@ -1195,32 +1238,23 @@ strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream
     const int64_t tile = pipe_bwd_tile(p.W);  // the kernel's pipe_bwd_tile<W>() (W in {2, 3, 4})
     const int64_t tiles = p.B * tiles_per_row(p, tile);
     const int64_t groups = p.D / V;
-    const int64_t blocks = grid_for(p, tile, groups);
-    if (blocks > INT_MAX)
-      return fail(STRATA_ERROR_UNSUPPORTED, "causal_conv1d_bwd: problem too large for one grid ({} blocks)", blocks);
-    if (blocks > 0) {
-      const unsigned g = static_cast<unsigned>(blocks);
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, tile, groups), &g));
+    if (g > 0) {
       auto go = [&](auto* kernel) -> strata_status {
         STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
         kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
         return STRATA_SUCCESS;
       };
       const bool cu = p.mode == kModeCuSeqlens;
-      strata_status st;
-      if (p.W == 2) st = cu ? go(conv_bwd_pipe<T, 2, true>) : go(conv_bwd_pipe<T, 2, false>);
-      else if (p.W == 3) st = cu ? go(conv_bwd_pipe<T, 3, true>) : go(conv_bwd_pipe<T, 3, false>);
-      else st = cu ? go(conv_bwd_pipe<T, 4, true>) : go(conv_bwd_pipe<T, 4, false>);
+      strata_status st = STRATA_SUCCESS;
+      with_width(p, [&](auto w) {
+        st = cu ? go(conv_bwd_pipe<T, decltype(w)::value, true>) : go(conv_bwd_pipe<T, decltype(w)::value, false>);
+      });
       STRATA_RETURN_IF_ERROR(st);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_pipe)"));
     }
-    const int64_t n_red = (p.W + 1) * p.D;
-    reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
-    if (p.dh0 && p.N * p.D > 0) {
-      states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
-      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (dinitial_state)"));
-    }
-    return STRATA_SUCCESS;
+    return launch_bwd_reduce(p, partials, tiles, stream);
   }
 }
 
@@ -1231,61 +1265,48 @@ size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p) {
   return static_cast<size_t>(tiles * (p.W + 1) * p.D) * sizeof(float);
 }
 
+// The entry points: f(T{}) with T the activation dtype's storage type (f32, bf16, f16; the plans allow no other).
+template <class F>
+int by_dtype(int32_t dtype, F&& f) {
+  switch (dtype) {
+    case STRATA_DTYPE_F32: return f(float{});
+    case STRATA_DTYPE_BF16: return f(bf16_t{});
+    default: return f(f16_t{});
+  }
+}
+
 int causal_conv1d_fwd_cuda(const Conv1dParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_fwd<float>(p, stream);
-    case STRATA_DTYPE_BF16: return launch_fwd<bf16_t>(p, stream);
-    default: return launch_fwd<f16_t>(p, stream);
-  }
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_fwd<decltype(t)>(p, stream); });
 }
 
 int causal_conv1d_fwd_cuda_vec(const Conv1dParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_fwd_vec<float>(p, stream);
-    case STRATA_DTYPE_BF16: return launch_fwd_vec<bf16_t>(p, stream);
-    default: return launch_fwd_vec<f16_t>(p, stream);
-  }
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_fwd_vec<decltype(t)>(p, stream); });
 }
 
-int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  float* partials = static_cast<float*>(workspace);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_bwd_vec<float>(p, partials, stream);
-    case STRATA_DTYPE_BF16: return launch_bwd_vec<bf16_t>(p, partials, stream);
-    default: return launch_bwd_vec<f16_t>(p, partials, stream);
-  }
-}
-
+// (pipe: the plan takes 16-bit activations only; launch_*_pipe sends f32 to the vec kernels.)
 int causal_conv1d_fwd_cuda_pipe(const Conv1dParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_BF16: return launch_fwd_pipe<bf16_t>(p, stream);
-    case STRATA_DTYPE_F16: return launch_fwd_pipe<f16_t>(p, stream);
-    default: return launch_fwd_vec<float>(p, stream);  // not reached (causal_conv1d_pipe_reason)
-  }
-}
-
-int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  float* partials = static_cast<float*>(workspace);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_BF16: return launch_bwd_pipe<bf16_t>(p, partials, stream);
-    case STRATA_DTYPE_F16: return launch_bwd_pipe<f16_t>(p, partials, stream);
-    default: return launch_bwd_vec<float>(p, partials, stream);  // not reached (causal_conv1d_pipe_reason)
-  }
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_fwd_pipe<decltype(t)>(p, stream); });
 }
 
 int causal_conv1d_bwd_cuda(const Conv1dParams& p, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   float* partials = static_cast<float*>(workspace);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_bwd<float>(p, partials, stream);
-    case STRATA_DTYPE_BF16: return launch_bwd<bf16_t>(p, partials, stream);
-    default: return launch_bwd<f16_t>(p, partials, stream);
-  }
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_bwd<decltype(t)>(p, partials, stream); });
+}
+
+int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_bwd_vec<decltype(t)>(p, partials, stream); });
+}
+
+int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_bwd_pipe<decltype(t)>(p, partials, stream); });
 }
 
 }  // namespace strata::conv

@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(DqCfg<kVar>::kThreads, DqCfg<kVar>::kTwo ? 2 :
       if (c.hc >= d.NT) return;  // only with invalid cu_seqlens (uniform across the block)
       const int L = static_cast<int>(c.t1 - c.t0);
       __syncthreads();  // the previous chunk's readers are done
-      load_tile_async<T, kThr>((tiles + kQ * kTileElems), kLd, 64, 64, p.q, p.q.off(c.b, c.t0, h) + x0, p.q.s[1], L, kc);
-      load_tile_async<T, kThr>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
+      load_tile_async<T, kThr, !kTwo>((tiles + kQ * kTileElems), kLd, 64, 64, p.q, p.q.off(c.b, c.t0, h) + x0, p.q.s[1], L, kc);
+      load_tile_async<T, kThr, !kTwo>((tiles + kK * kTileElems), kLd, 64, 64, p.k, p.k.off(c.b, c.t0, h) + x0, p.k.s[1], L, kc);
       // Steps s = g VT + vt over (value head, V tile); step s loads into stage s % 2 while step s - 1 computes.
       const int64_t VT = d.V > 0 ? (d.V + 63) / 64 : 0, steps = d.G * VT;
       // γ of head g for this thread and the chunk's γ_last (threads < 64; 0 past the chunk or without a gate).
@@ -186,12 +186,12 @@ __global__ void __launch_bounds__(DqCfg<kVar>::kThreads, DqCfg<kVar>::kTwo ? 2 :
         if (e0 == 0) g_next = gamma(g);
         const int vc = static_cast<int>(d.V - e0 < 64 ? d.V - e0 : 64);
         uint16_t* const st = tiles + (kTwo ? 0 : (s & 1)) * kStage * kTileElems;
-        load_tile_async<T, kThr>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
-        load_tile_async<T, kThr>((st + kVn * kTileElems), kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
+        load_tile_async<T, kThr, !kTwo>((st + kDo * kTileElems), kLd, 64, 64, p.dout, p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], L, vc);
+        load_tile_async<T, kThr, !kTwo>((st + kVn * kTileElems), kLd, 64, 64, p.v, p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], L, vc);
         if (want_dw)
-          load_tile_async<T, kThr>((st + kDv * kTileElems), kLd, 64, 64, p.dv, p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], L, vc);
-        load_tile_async<T, kThr>((st + kS * kTileElems), kLd, 64, 64, p.h, p.h.off(c.b, c.hc, hv, x0) + e0, p.h.s[3], kc, vc);
-        load_tile_async<T, kThr>((st + kDS * kTileElems), kLd, 64, 64, p.dh, p.dh.off(c.b, c.hc, hv, x0) + e0, p.dh.s[3], kc, vc);
+          load_tile_async<T, kThr, !kTwo>((st + kDv * kTileElems), kLd, 64, 64, p.dv, p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], L, vc);
+        load_tile_async<T, kThr, !kTwo>((st + kS * kTileElems), kLd, 64, 64, p.h, p.h.off(c.b, c.hc, hv, x0) + e0, p.h.s[3], kc, vc);
+        load_tile_async<T, kThr, !kTwo>((st + kDS * kTileElems), kLd, 64, 64, p.dh, p.dh.off(c.b, c.hc, hv, x0) + e0, p.dh.s[3], kc, vc);
         ::strata::cuda::cp_async_commit();
       };
       if (steps > 0) issue(0);  // (the q / k tiles join its group)

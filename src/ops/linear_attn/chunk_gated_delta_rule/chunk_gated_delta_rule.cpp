@@ -4,7 +4,10 @@
 //   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0}
 // The backward re-computes everything it needs from the forward's inputs (nothing is saved but the inputs).
 // Implementations, in dispatch order: cuda.sm90.fused (forward only: prepare_wy_repr_fwd, then one pass that
-// computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu),
+// computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu; the
+// gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
+// before it), cuda.sm90.fused_inline and cuda.sm90.fused_pqk (the same with either form forced: same bits;
+// reached only by STRATA_FORCE_IMPL, for the tests and benchmarks),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
@@ -80,6 +83,28 @@ const ImplList<GdnProblem>& impls() {
                  [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
                  [](const GdnProblem& pr, const Launch& launch) {
                    return gdn_cuda_fused_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
+                 }});
+    l.push_back({"cuda.sm90.fused_inline",
+                 [](const GdnProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
+                   if (r.empty()) r = gdn_cuda_fused_fwd_reject(p.params);
+                   return r;
+                 },
+                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   return gdn_cuda_fused_inline_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
+                 }});
+    l.push_back({"cuda.sm90.fused_pqk",
+                 [](const GdnProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
+                   if (r.empty()) r = gdn_cuda_fused_pqk_fwd_reject(p.params);
+                   return r;
+                 },
+                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   return gdn_cuda_fused_pqk_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
                  }});
     l.push_back({"cuda.sm90.chunked", [](const GdnProblem& p) { return reject_unless_cuda(p.device, 90); },
                  [](const GdnProblem& p) {

@@ -98,6 +98,15 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream);
+// gdn_cuda_fused_fwd forms the gated Q Kᵀ of each chunk either inside the state pass (inline) or chunk-parallel
+// before it (gdn::fwd_cuda_qk_gate, then gdn::fwd_cuda_state_o(kPrecomputedP)): pre-computed when the pass splits
+// V into several column blocks per head (gdn::fwd_cuda_state_o_pre_p_pays: B = 1 long sequences), inline
+// otherwise. Both give the same bits and take the same workspace (P uses the A buffer the fused forward leaves
+// unused). The two forced forms ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk") let the tests and benchmarks
+// run each on any shape; the pqk one has its own reject (q, k 16-bit, K <= 128, as the fused pass).
+strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream);
+std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p);
+strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
 // They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
 // then stored in that dtype. Reads dtypes, presence and shapes of p only.

@@ -15,6 +15,8 @@
 // inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
 //   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
+//     (16-bit tokens, 64 < K <= 128 with bwd_dhu's 64-column tiles: one call, bwd_dhu's tensor-core kernel forming
+//     dv_local per chunk itself, the same bits: DhuParams::fuse_dv_local, dhu_fused_dv_local)
 //   dq, dk1, dw, dγ1 = chunk_bwd_dqkwg(qn, kn, v_new, do, h, dh, dv2, γ)    (dq, dk summed over the G heads)
 //   dk2, dv, dbeta, dγ2 = prepare_wy_repr_bwd(kn, v, beta, A, dw, dv2, γ)   (dk2 summed over the G heads)
 //   dk = dk1 + dk2;  dg = reverse chunk_local_cumsum(dγ1 + dγ2)
@@ -536,6 +538,21 @@ strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, 
 // their automatic entry points decide) and so how much scratch they need: the FMA kernels of chunk_bwd_dqkwg
 // keep per-value-head dq, dk in f32 ([B, T, HV, K] each), the tensor-core ones do not.
 bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
+// Whether bwd_dhu's tensor-core kernel forms dv_local itself (DhuParams::fuse_dv_local: no chunk_bwd_dv_local pass,
+// no dv_local tensor): when both sub-operators would run their tensor-core kernels (then the fused kernel gives
+// the same bits: it repeats dv_local's products, summation order and rounding) and bwd_dhu runs its 64-column
+// one-stage tiles (64 < K <= 128, not dhu_narrow_tiles). Measured on the H200 (GPU run s6run2, bf16, HV = 32,
+// K = V = 128): 64-column tiles (B = 4, T = 8192) 1.252 ms fused against 1.420 ms for dv_local + bwd_dhu; 32-column
+// tiles (B = 1, T = 32768: each of the four V-tile blocks forms K Qᵀ) 2.847 ms fused against 2.546 ms, so those
+// keep the two calls, as do K <= 64 (other tile shapes, not timed).
+constexpr bool kFuseDvLocalInDhu = true;
+bool dhu_fused_dv_local(const Calls& c) {
+  const gdn_bwd::Dims& d = c.dhp.d;
+  return kFuseDvLocalInDhu && d.K > 64 && d.K <= 128 && !dhu_narrow_tiles(d, ::strata::cuda::current_sm_count()) &&
+         chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
+         chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty() &&
+         chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
+}
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
 size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
@@ -570,6 +587,30 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p) {
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
   return r;
 }
+
+namespace {
+// The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
+// forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
+gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
+  gdn::GdnFwdParams f = c.fwdo;
+  if (pre_p) f.Pqk = c.wy.A;
+  return f;
+}
+}  // namespace
+
+std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p) {
+  std::string r = gdn_cuda_fused_fwd_reject(p);
+  if (!r.empty()) return r;
+  const Sizes s = sizes_of(p, false);
+  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
+  return gdn::fwd_cuda_qk_gate_reject(fused_state_params(make_calls(p, b, s, false), true));
+}
+
+namespace {
+// How the fused forward forms the gated Q Kᵀ: kAuto (pre-computed when fwd_cuda_state_o_pre_p_pays and the
+// gated Q Kᵀ kernel applies, inline otherwise), or forced.
+enum class FusedQk { kAuto, kInline, kPre };
+}  // namespace
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
@@ -605,14 +646,33 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
 
 // The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject must be empty): c.fwdo carries q, k,
 // w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+// With the pre-computed P (gdn_cuda_fused_pqk_fwd, or the automatic choice at B = 1-like shapes) the gated Q Kᵀ
+// is formed chunk-parallel first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass
+// (StateOKernel::kPrecomputedP); the same bits as inline (StateOKernel::kInline).
+static strata_status fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr, FusedQk mode) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
+  bool pre_p = mode == FusedQk::kPre;
+  if (mode == FusedQk::kAuto)
+    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
+            gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
+  const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  return static_cast<strata_status>(gdn::fwd_cuda_state_o(c.fwdo, stream));
+  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, stream));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, stream));
+}
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kAuto);
+}
+strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kInline);
+}
+strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+  return fused_fwd(p, workspace, stream_ptr, FusedQk::kPre);
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
@@ -621,8 +681,15 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   const Bufs b = carve(p, true, workspace);
   const Calls c = make_calls(p, b, s, true);
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  if (dhu_fused_dv_local(c)) {
+    DhuParams dhp = c.dhp;
+    dhp.dv = gdn_bwd::View{};
+    dhp.fuse_dv_local = true;
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda_mma(dhp, b.early, stream)));
+  } else {
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+  }
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)

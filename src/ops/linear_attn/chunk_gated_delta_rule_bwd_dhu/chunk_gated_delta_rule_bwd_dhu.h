@@ -31,6 +31,13 @@ struct DhuParams {
   // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
   // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
   int mma_variant = 0;
+  // Internal fusion for the composed chunk_gated_delta_rule backward (never set by the public plan): dv is absent
+  // and the kernel forms dv_local = chunk_bwd_dv_local(q, k, do, g, scale) per chunk itself from the q, k, do tiles
+  // it loads anyway (T(Upper(scale (K Qᵀ) ⊙ exp(γ_i − γ_j))) dO, rounded to the token dtype: the same bits as
+  // chunk_bwd_dv_local's tensor-core kernel writes, so dh, dh0, dv2 are the same bits as the two calls). Saves the
+  // separate dv_local pass and its [B, T, HV, V] write and read. Only the tensor-core kernel at K <= 128 takes it
+  // (chunk_gated_delta_rule_bwd_dhu_fuses_dv_local); the other implementations refuse a call that sets it.
+  bool fuse_dv_local = false;
 };
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2;
 
@@ -64,6 +71,9 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_fma(const DhuParams& p, void* workspace,
 std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p);
 size_t chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace, void* stream);
+// Whether the tensor-core kernel can take p with fuse_dv_local set (p.dv ignored): q, k, w, do of one 16-bit
+// dtype and K <= 128.
+bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p);
 #endif
 
 }  // namespace strata::linear_attn

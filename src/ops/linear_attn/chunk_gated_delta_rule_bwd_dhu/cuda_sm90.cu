@@ -135,6 +135,9 @@ __global__ void __launch_bounds__(kThreads) dhu_kernel(DhuParams p, const int64_
 size_t chunk_gated_delta_rule_bwd_dhu_cuda_fma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
 
 int chunk_gated_delta_rule_bwd_dhu_cuda_fma(const DhuParams& p, void* workspace, void* stream_ptr) {
+  if (p.fuse_dv_local)
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu cuda.sm90 (FMA): the fused dv_local (the "
+                                          "composed backward's) is taken by the tensor-core kernel only");
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   const int64_t vtiles = d.V > 0 ? (d.V + kTile - 1) / kTile : 0;

@@ -13,6 +13,11 @@
 //   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
 //   dS    = exp(γ_last) dS + [Qc ; Wc]ᵀ [T(scale E ⊙ dO) ; −T(dVn)]   KP × BV, contraction 128
 // (fla's precision model: dS rounded to T for Kc dS, dVn rounded to T for Wcᵀ dVn, f32 accumulation.)
+// FUSE (DhuParams::fuse_dv_local, the composed backward): dv is not read but formed per chunk from the tiles the
+// block holds anyway, exactly as chunk_bwd_dv_local's tensor-core kernel does (the same products, the same
+// per-element summation order, the same rounding to T: the same bits):
+//   Bm = T(Upper(scale (Kc Qcᵀ) ⊙ exp(γ_i − γ_j)))  64 × 64 in shared memory ;  dv = T(Bm dO)  (this V tile)
+// after the K sS product (so with one stage the q / dO group is waited for only then) and before dO is scaled.
 // Every element is produced by one block in a fixed order: same bits every run, no atomics.
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
@@ -31,7 +36,7 @@ constexpr int kThr = kWarps * 32;
 // Shared memory of one block: per stage (the tiles of one chunk) q|w [128][KP + 8], k [64][KP + 8], E dO | dv
 // [128][BV + 8] (16-bit) and the row factors [3][64] f32 (γ_i, scale exp(γ_i), exp(γ_last − γ_i): formed once
 // per row by threads < 64 instead of once per element); then T(dS) [KP][BV + 8] once.
-template <int KP, int BV, int STAGES>
+template <int KP, int BV, int STAGES, bool FUSE = false>
 struct DhuSmem {
   static constexpr int kLdK = KP + 8, kLdB = BV + 8;  // 16-bit row pitches (conflict-free ldmatrix)
   static constexpr size_t kQW = 0;
@@ -40,18 +45,21 @@ struct DhuSmem {
   static constexpr size_t kG = kB + size_t{128} * kLdB * 2;
   static constexpr size_t kStage = kG + 3 * 64 * sizeof(float);
   static constexpr size_t kS = STAGES * kStage;
-  static constexpr size_t kBytes = kS + size_t{KP} * kLdB * 2;
+  static constexpr size_t kBm = kS + size_t{KP} * kLdB * 2;  // FUSE: Bm [64][72] 16-bit
+  static constexpr int kLdBm = 72;
+  static constexpr size_t kBytes = kBm + (FUSE ? size_t{64} * kLdBm * 2 : 0);
 };
 
-template <class T, int KP, int BV, int STAGES>
+template <class T, int KP, int BV, int STAGES, bool FUSE>
 __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ? 2 : 1)
     dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items, int64_t vtiles) {
-  using S = DhuSmem<KP, BV, STAGES>;
+  using S = DhuSmem<KP, BV, STAGES, FUSE>;
   constexpr int MT = KP / 64;   // 16-row m-tiles of dS per warp
   constexpr int NT = BV / 16;   // 8-column n-tiles per warp (half of the V tile)
   constexpr int kLdK = S::kLdK, kLdB = S::kLdB;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* sS = reinterpret_cast<uint16_t*>(smem + S::kS);
+  uint16_t* sBm = reinterpret_cast<uint16_t*>(smem + S::kBm);  // FUSE only
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, cn = (warp / 4) * (BV / 2);
   const int row0 = wm * (KP / 4);  // this warp's first dS row; columns cn .. cn + BV/2 − 1
@@ -94,7 +102,8 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       // dv2 stores) run while q, w, dO are still in flight (see the chunk loop).
       load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(base + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
                                p.k.s[1], L, kc);
-      load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
+      if (!FUSE)
+        load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
       if (STAGES == 1) ::strata::cuda::cp_async_commit();
       load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
       load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
@@ -191,19 +200,43 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
           }
         }
       };
-      if (STAGES == 2) scale_do();
+      if (STAGES == 2 && !FUSE) scale_do();
       // dVn = dv + diag(exp(γ_last − γ)) Kc sS: warp w rows 16 (w % 4).., columns cn .. cn + BV/2 − 1.
       {
         float dacc[1][NT][4];
         zero(dacc);
         warp_gemm<T, true, true, 1, NT>(dacc, sK + wm * 16 * kLdK, kLdK, sS + cn, kLdB, KP);
+        // FUSE: dv_local of this tile in the same fragments (rows 16 (w % 4).., columns cn..), rounded to T.
+        float dvl[1][NT][4];
+        if constexpr (FUSE) {
+          if (STAGES == 1) ::strata::cuda::cp_async_wait<0>();  // q, w, dO of this chunk
+          __syncthreads();  // (every thread's copies visible; with two stages a no-op for the data)
+          {  // Bm[j][i] = T(scale (k_j · q_i) exp(γ_i − γ_j)) for j ≤ i < L (exponent ≤ 0), 0 elsewhere
+            const int r0 = wm * 16, c0 = (warp / 4) * 32;
+            float pacc[1][4][4];
+            zero(pacc);
+            warp_gemm<T, true, false, 1, 4>(pacc, sK + r0 * kLdK, kLdK, sQW + c0 * kLdK, kLdK, KP);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int j = r0 + frag_row(0, e), i = c0 + frag_col(nt, e);
+                sBm[j * S::kLdBm + i] =
+                    Elem<T>::from(i >= j && i < L ? p.scale * pacc[0][nt][e] * expf(sG[i] - sG[j]) : 0.f);
+              }
+          }
+          __syncthreads();
+          zero(dvl);  // dv = Bm dO (B(i, col) = dO[i][col], unscaled: stored [k][n])
+          warp_gemm<T, true, true, 1, NT>(dvl, sBm + wm * 16 * S::kLdBm, S::kLdBm, sB + cn, kLdB, 64);
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
             const int i = wm * 16 + frag_row(0, e), col = cn + frag_col(nt, e);  // col even
             uint32_t* slot = reinterpret_cast<uint32_t*>(sB + (64 + i) * kLdB + col);  // dv[i][col..+1] → −T(dVn)
-            const uint32_t dv = *slot;
+            const uint32_t dv = FUSE ? (Elem<T>::from(dvl[0][nt][e]) | (uint32_t{Elem<T>::from(dvl[0][nt][e + 1])} << 16))
+                                     : *slot;
             const float dec = sDec[i];
             float x0 = 0.f, x1 = 0.f;
             if (i < L && col < vc) {
@@ -214,7 +247,10 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
             *slot = Elem<T>::from(-x0) | (uint32_t{Elem<T>::from(-x1)} << 16);
           }
       }
-      if (STAGES == 1) {
+      if (FUSE) {  // every warp's Bm dO has read the unscaled dO
+        __syncthreads();
+        scale_do();
+      } else if (STAGES == 1) {
         ::strata::cuda::cp_async_wait<0>();  // q, w, dO of this chunk
         __syncthreads();
         scale_do();
@@ -244,17 +280,24 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
   }
 }
 
-template <class T, int KP, int BV, int STAGES>
+template <class T, int KP, int BV, int STAGES, bool FUSE = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
-  constexpr size_t smem = DhuSmem<KP, BV, STAGES>::kBytes;
+  constexpr size_t smem = DhuSmem<KP, BV, STAGES, FUSE>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const Dims& d = p.d;
   const int64_t vtiles = (d.V + BV - 1) / BV, items = d.N * d.HV * vtiles;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES>,
+  static_assert(!(KP <= 128 && BV <= 64 && STAGES == 1) || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM");
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (KP <= 128 && BV <= 64 && STAGES == 1)  // the largest shared-memory carveout, so that two blocks fit
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE>,
+                                         cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  dhu_mma_kernel<T, KP, BV, STAGES><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items, vtiles);
-  return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (mma)");
+  dhu_mma_kernel<T, KP, BV, STAGES, FUSE><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items,
+                                                                                                vtiles);
+  return cuda::check_launch(FUSE ? "chunk_gated_delta_rule_bwd_dhu (mma, fused dv_local)"
+                                 : "chunk_gated_delta_rule_bwd_dhu (mma)");
 }
 
 // Tile choice: K ≤ 64 with V > 64: 128-column V tiles, two pipeline stages (the next chunk's tiles load while
@@ -268,25 +311,42 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 // V tiles and two pipeline stages, one block per SM, every block resident from the start: twice the blocks, each
 // with half the columns and its next chunk's loads overlapping the current chunk (dS columns are independent,
 // and every element is summed in the same order whatever BV: the same bits as the 64-column tiles).
-template <class T>
+template <class T, bool FUSE>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
-  if (K <= 64) return V > 64 ? launch<T, 64, 128, 2>(p, offs, stream) : launch<T, 64, 64, 1>(p, offs, stream);
+  if (K <= 64)
+    return V > 64 ? launch<T, 64, 128, 2, FUSE>(p, offs, stream) : launch<T, 64, 64, 1, FUSE>(p, offs, stream);
   if (K <= 128 && (p.mma_variant == kDhuNarrow ||
                    (p.mma_variant != kDhuWide && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count()))))
-    return launch<T, 128, 32, 2>(p, offs, stream);
-  if (K <= 128) return launch<T, 128, 64, 1>(p, offs, stream);
-  if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
-  return launch<T, 256, 64, 1>(p, offs, stream);
+    return launch<T, 128, 32, 2, FUSE>(p, offs, stream);
+  if (K <= 128) return launch<T, 128, 64, 1, FUSE>(p, offs, stream);
+  if constexpr (FUSE) {
+    return STRATA_ERROR_INTERNAL;  // (K > 128 with the fused dv_local: refused by the reject rule first)
+  } else {
+    if (K <= 192) return launch<T, 192, 64, 1>(p, offs, stream);
+    return launch<T, 256, 64, 1>(p, offs, stream);
+  }
 }
 
 }  // namespace
 
 std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
+  if (p.fuse_dv_local) {
+    if (!common_16bit_dtype({&p.q, &p.k, &p.w, &p.dout}))
+      return "takes q, k, w, do of one 16-bit dtype (bf16 or f16) with the fused dv_local";
+    if (p.d.K > 128) return fmt::format("K = {} > 128 with the fused dv_local", p.d.K);
+    return "";
+  }
   if (!common_16bit_dtype({&p.q, &p.k, &p.w, &p.dout, &p.dv}))
     return "takes q, k, w, do, dv of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
   if (p.d.K > 256) return fmt::format("K = {} > 256", p.d.K);
   return "";
+}
+
+bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p) {
+  DhuParams f = p;
+  f.fuse_dv_local = true;
+  return chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(f).empty();
 }
 
 size_t chunk_gated_delta_rule_bwd_dhu_cuda_mma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
@@ -300,7 +360,11 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   if (d.N * d.HV == 0 || d.V == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, stream) : launch_k<f16_t>(p, offs, stream);
+  if (p.fuse_dv_local)
+    return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, true>(p, offs, stream)
+                                          : launch_k<f16_t, true>(p, offs, stream);
+  return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, false>(p, offs, stream)
+                                        : launch_k<f16_t, false>(p, offs, stream);
 }
 
 // The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.

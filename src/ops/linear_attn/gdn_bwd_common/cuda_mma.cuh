@@ -79,14 +79,30 @@ __device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
 // s[r * ld + c] = T(v[base + r * row_stride + c]) for r < rows, c < cols; 0 for the rest of the R x C tile
 // (C % 8 == 0, ld % 8 == 0, s 16-byte aligned). 16-byte cp.async segments when the view holds T, its rows are
 // 16-byte aligned and the segment is fully valid; element-wise conversion otherwise. Never reads outside the
-// valid rows/columns. Call cp_async_wait_all() and __syncthreads() before reading the tile.
-template <class T, int NTHREADS>
+// valid rows/columns. Call cp_async_wait_all() and __syncthreads() before reading the tile. kLean = false keeps
+// whole tiles on the general loop too (for kernels at their register limit, where the lean path's live pointers
+// add spills: chunk_bwd_dqkwg's two-per-SM variant).
+template <class T, int NTHREADS, bool kLean = true>
 __device__ __forceinline__ void load_tile_async(uint16_t* s, int ld, int R, int C, const View& v, int64_t base,
                                                 int64_t row_stride, int rows, int cols) {
   const uint16_t* src16 = static_cast<const uint16_t*>(v.p) + base;
   const bool vec = v.dtype == Elem<T>::kDtype && (reinterpret_cast<uintptr_t>(src16) & 15) == 0 &&
                    (row_stride & 7) == 0;
   const int segs = C / 8;
+  // The common case (full chunk, K / V columns filling the tile, 16-byte copyable view): every segment is valid and
+  // this thread's segments sit at one column and every NTHREADS / segs rows, so their addresses advance by constant
+  // strides instead of being formed per segment from the element index (64-bit multiply-adds and the branch below:
+  // session 5's SASS study counted ~30 integer instructions per 16-byte copy). The same bytes land in the same
+  // places as the general loop.
+  if (kLean && vec && rows >= R && cols >= C && segs > 0 && NTHREADS % segs == 0) {
+    const int step = NTHREADS / segs;
+    const int r0 = static_cast<int>(threadIdx.x) / segs, c = (static_cast<int>(threadIdx.x) - r0 * segs) * 8;
+    const int64_t src_step = static_cast<int64_t>(step) * row_stride;
+    const uint16_t* src = src16 + static_cast<int64_t>(r0) * row_stride + c;
+    uint16_t* dst = s + r0 * ld + c;
+    for (int r = r0; r < R; r += step, src += src_step, dst += step * ld) ::strata::cuda::cp_async16(dst, src, true);
+    return;
+  }
   for (int e = threadIdx.x; e < R * segs; e += NTHREADS) {
     const int r = e / segs, c = (e - r * segs) * 8;
     uint16_t* dst = s + r * ld + c;

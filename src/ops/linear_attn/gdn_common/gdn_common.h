@@ -184,6 +184,10 @@ struct GdnFwdParams {
   GdnTensor w, u;  // WY factors
   GdnTensor h, h0, ht, v_new;
   GdnTensor o;
+  // Gated Q Kᵀ of every chunk and value head, (b, t, hv, j): P[t, j] = (q_t·k_j) e^{γ_t − γ_j} for j <= t in the
+  // chunk, 0 above the diagonal, rounded to the token dtype (CUDA only: written by fwd_cuda_qk_gate, read by the
+  // fused state + output pass's pre-computed-P variant; absent everywhere else).
+  GdnTensor Pqk;
 };
 
 }  // namespace strata::linear_attn::gdn

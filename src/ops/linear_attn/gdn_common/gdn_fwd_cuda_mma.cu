@@ -819,14 +819,16 @@ constexpr int kThreadsF = 256;
 constexpr int kKF = 128;           // rows of S a fused block covers (K <= 128)
 constexpr int kLdKF = kKF + 8;     // leading dim of the K / W / Q tiles
 
-template <int kTerms, int kBV, int kStages>
+// kPreP: the gated Q Kᵀ is read from p.Pqk (one more tile per stage) instead of computed into the single P tile.
+template <int kTerms, int kBV, int kStages, bool kPreP = false>
 constexpr size_t state_o_smem() {
   constexpr int kLdS = kBV + 8;
-  return size_t(kStages) * (3 * kRows * kLdKF + kRows * kLdS) * 2  // stages of K, W, Q [64][kLdKF], U [64][kLdS]
+  return size_t(kStages) * (3 * kRows * kLdKF + kRows * kLdS + (kPreP ? kRows * kLdT : 0)) * 2
+         // stages of K, W, Q [64][kLdKF], U [64][kLdS] (kPreP: and P [64][kLdT])
          + size_t(kTerms) * kKF * kLdS * 2                    // S terms [kTerms][128][kLdS]
          + size_t(kRows) * kLdS * 2                           // Vn [64][kLdS] (v_new rounded to T)
          + size_t(kTerms) * kRows * kLdS * 2                  // Vd terms [kTerms][64][kLdS]
-         + size_t(kRows) * kLdT * 2                           // P [64][kLdT] (gated Q Kᵀ rounded to T)
+         + (kPreP ? 0 : size_t(kRows) * kLdT * 2)             // P [64][kLdT] (gated Q Kᵀ rounded to T)
          + kRows * 4;                                         // γ
 }
 
@@ -836,7 +838,7 @@ __device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
   cb = i - rb * (rb + 1) / 2;
 }
 
-template <class T, int kTerms, int kBV, int kStages>
+template <class T, int kTerms, int kBV, int kStages, bool kPreP>
 __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p, int64_t nvt) {
   static_assert(kStages == 2 || kStages == 3, "two or three chunk stages");
   constexpr int kLdS = kBV + 8;     // leading dim of the kBV-column 16-bit tiles (conflict-free ldmatrix)
@@ -847,14 +849,14 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   constexpr int kNPh = kHalf / 16;
   static_assert(kNPh >= 1, "kBV >= 32");
   constexpr int kTile = kRows * kLdKF;
-  constexpr int kStage = 3 * kTile + kRows * kLdS;  // K, W, Q, U
+  constexpr int kStage = 3 * kTile + kRows * kLdS + (kPreP ? kRows * kLdT : 0);  // K, W, Q, U (, P)
   extern __shared__ __align__(16) unsigned char smem[];
   T* stages = reinterpret_cast<T*>(smem);      // [kStages][stage]
   T* Sop = stages + kStages * kStage;          // [kTerms][128][kLdS]
   T* Vn = Sop + kTerms * kKF * kLdS;           // [64][kLdS]
   T* Vd = Vn + kRows * kLdS;                   // [kTerms][64][kLdS]
-  T* Ps = Vd + kTerms * kRows * kLdS;          // [64][kLdT]
-  float* gam = reinterpret_cast<float*>(Ps + kRows * kLdT);  // [64]
+  T* Ps = Vd + kTerms * kRows * kLdS;          // [64][kLdT] (kInline only; kPreP: P is in each stage)
+  float* gam = reinterpret_cast<float*>(Ps + (kPreP ? 0 : kRows * kLdT));  // [64]
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
   const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
@@ -889,6 +891,8 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   // ~1/4 of a thread's instructions per chunk step).
   const bool lean = K == kKF && v0 + kBV <= V && lean_tensor<T>(p.k) && lean_tensor<T>(p.w) &&
                     lean_tensor<T>(p.q) && lean_tensor<T>(p.u);
+  // kPreP: the P tile by fixed slots too when its rows are 64 16-bit elements of a lean tensor.
+  const bool lean_p = kPreP && lean && BT == kRows && lean_tensor<T>(p.Pqk);
   auto request = [&](int64_t t, int st) {
     const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
     T* base = stages + st * kStage;
@@ -922,6 +926,25 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
         cp_async16_s(sb + static_cast<uint32_t>((3 * kTile + r * kLdS + qu * 8) * 2), ok ? su + r * p.u.st[1] : su,
                      ok);
       }
+      if constexpr (kPreP) {
+        if (lean_p) {
+          // P [64 x 64]: 8 segments a row, 32 rows a pass, fixed slots as for K / W / Q.
+          constexpr int kSegP = kRows / 8, kRowStepP = kThreadsF / kSegP;
+          static_assert(kRows % kRowStepP == 0, "whole passes over the P tile");
+          const int qp = tid % kSegP, rp = tid / kSegP;
+          const uint16_t* sp = static_cast<const uint16_t*>(p.Pqk.data) + off_tok(p.Pqk, sq.b, t, hv) + qp * 8;
+#pragma unroll
+          for (int it = 0; it < kRows / kRowStepP; ++it) {
+            const int r = rp + it * kRowStepP;
+            const bool ok = r < Lr;
+            cp_async16_s(sb + static_cast<uint32_t>((3 * kTile + kRows * kLdS + r * kLdT + qp * 8) * 2),
+                         ok ? sp + r * p.Pqk.st[1] : sp, ok);
+          }
+        } else {
+          load_tile<T, kRows, kThreadsF>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
+                                         p.Pqk.st[1], p.Pqk.st[3], Lr, 0, BT);
+        }
+      }
       cuda::cp_async_commit();
       return;
     }
@@ -931,6 +954,9 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
                                  K);
     load_tile<T, kBV, kThreadsF>(base + 3 * kTile, kLdS, p.u, off_tok(p.u, sq.b, t, hv), p.u.st[1], p.u.st[3], Lr, v0,
                                  V);
+    if constexpr (kPreP)
+      load_tile<T, kRows, kThreadsF>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
+                                     p.Pqk.st[1], p.Pqk.st[3], Lr, 0, BT);
     cuda::cp_async_commit();
   };
   auto fetch_gamma = [&](int64_t t) {
@@ -955,6 +981,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     const T* Ws = Ks + kTile;
     const T* Qs = Ks + 2 * kTile;
     const T* Us = Ks + 3 * kTile;
+    const T* Pt = kPreP ? Us + kRows * kLdS : Ps;  // the gated Q Kᵀ of this chunk
     // γ and the S terms: their previous readers finished before the previous chunk's (D).
     static_assert(kThreadsF >= kRows, "a thread per chunk row");
     if (tid < kRows) gam[tid] = g_next;
@@ -974,7 +1001,9 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       if (more) request(t0 + BT, st ^ 1);  // every reader of stage st ^ 1 finished before (B)
     }
 
-    // P = Q Kᵀ on the lower blocks, gated and masked (j <= i < L), rounded to T into Ps.
+    // P = Q Kᵀ on the lower blocks, gated and masked (j <= i < L), rounded to T into Ps (kPreP: qk_gate_mma did
+    // exactly this, with the same fragments in the same order, so the bits are the same).
+    if constexpr (!kPreP)
     for (int bi = warp; bi < 10; bi += 8) {
       int prb, pcb;
       lower_block(bi, prb, pcb);
@@ -1052,7 +1081,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       if (kk <= rb) {
-        const FragA a = mma::load_a(Ps, kLdT, 16 * rb, 16 * kk);
+        const FragA a = mma::load_a(Pt, kLdT, 16 * rb, 16 * kk);
 #pragma unroll
         for (int np = 0; np < kNPh; ++np) {
           FragB b0, b1;
@@ -1114,6 +1143,83 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
         if (a < K && col < V)
           store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[nt].x[e]);
       }
+  }
+}
+
+// ---------------------------------------------------------------- the gated Q Kᵀ, chunk-parallel
+// P_hv = (Q Kᵀ ⊙ Γ_hv) of one chunk for every value head hv of q/k head h's group (G of them), written to p.Pqk
+// (b, t, hv, j) rows t < L, columns j < BT: (q_t·k_j) e^{γ_t − γ_j} for j <= t, 0 above the diagonal, rounded
+// to T. Q Kᵀ is formed once per (chunk, h) on the tensor cores; only the gating is per value head. This is the
+// part of the fused state + output pass that does not depend on the state, taken off its sequential chain
+// (state_o_mma<kPreP>) and out of its column blocks (each of which formed it again). The fragments, their
+// order and the gating expression are those of state_o_mma's inline P (warp w: row block w, all 8 key steps,
+// column blocks cb <= w), so the stored values are the same bits. 4 warps; Q, K [64][kLdKF] as one cp.async
+// group, γ of the current value head [64]. K <= 128 (kKF), BT <= 64. Up to 4 blocks per SM (<= 128 registers,
+// 35 KB of shared memory each): the kernel is a chunk-parallel stream of loads, products and stores.
+inline size_t qk_gate_smem() { return size_t(2) * kRows * kLdKF * 2 + kRows * 4; }
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 4) qk_gate_mma(const GdnFwdParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);                        // [64][kLdKF]
+  T* ks = qs + kRows * kLdKF;                                // [64][kLdKF]
+  float* gam = reinterpret_cast<float*>(ks + kRows * kLdKF);  // [64]
+  const int64_t H = p.shape.H, G = p.shape.G, K = p.shape.K, BT = p.shape.BT;
+  const int64_t slot = blockIdx.x / H, h = blockIdx.x % H;
+  const ChunkPos c = locate_chunk(p.chunks, slot);
+  if (!c.valid) return;
+  const int L = static_cast<int>(c.e - c.s);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  if (K == kKF && lean_tensor<T>(p.q) && lean_tensor<T>(p.k)) {
+    // Fixed (row, segment) slots (lean_rows): every tile column is inside K, rows >= L zero-filled.
+    lean_rows<kThreads>(qs, kLdKF, p.q, off_tok(p.q, c.b, c.s, h), L, K);
+    lean_rows<kThreads>(ks, kLdKF, p.k, off_tok(p.k, c.b, c.s, h), L, K);
+  } else {
+    load_tile<T, kKF>(qs, kLdKF, p.q, off_tok(p.q, c.b, c.s, h), p.q.st[1], p.q.st[3], L, 0, K);
+    load_tile<T, kKF>(ks, kLdKF, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, 0, K);
+  }
+  cuda::cp_async_commit();
+  cuda::cp_async_wait<0>();
+  __syncthreads();
+  // Block (warp, cb) in P[2 cb], P[2 cb + 1]: the 8-column halves of state_o_mma's pc[0], pc[1].
+  FragC P[8];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) P[n].zero();
+#pragma unroll
+  for (int kq = 0; kq < kKF / 16; ++kq) {
+    const FragA a = mma::load_a(qs, kLdKF, 16 * warp, 16 * kq);
+#pragma unroll
+    for (int cb = 0; cb < 4; ++cb)
+      if (cb <= warp) {
+        FragB b0, b1;
+        mma::load_b2(b0, b1, ks, kLdKF, 16 * kq, 16 * cb);
+        mma::mma16816<T>(P[2 * cb], a, b0);
+        mma::mma16816<T>(P[2 * cb + 1], a, b1);
+      }
+  }
+  const bool vec = pair_vec<T>(p.Pqk);
+  for (int64_t gi = 0; gi < G; ++gi) {
+    const int64_t hv = h * G + gi;
+    if (tid < kRows) gam[tid] = (tid < L && p.g.present()) ? load_f(p.g, off_tok(p.g, c.b, c.s + tid, hv)) : 0.f;
+    __syncthreads();  // γ of hv visible
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = 16 * warp + mma::c_row(2 * half);
+      if (i >= L) continue;
+      const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        float x[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = 8 * n + mma::c_col(2 * half + e);
+          const float v = P[n].x[2 * half + e];
+          x[e] = (j <= i && i < L) ? v * expf(gam[i] - gam[j]) : 0.f;
+        }
+        store_pair_v<T>(p.Pqk, vec, ro, 8 * n + mma::c_col(0), BT, x[0], x[1]);
+      }
+    }
+    __syncthreads();  // every reader of γ done before the next value head's
   }
 }
 
@@ -1262,16 +1368,17 @@ int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   return launch_state_cols<T, kKB, kTerms, 16>(p, stream);
 }
 
-template <class T, int kTerms, int kBV, int kStages = 2>
+template <class T, int kTerms, int kBV, int kStages = 2, bool kPreP = false>
 int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t nvt = cdiv(p.shape.V, kBV), blocks = p.shape.N * p.shape.HV * nvt;
   if (blocks <= 0) return STRATA_SUCCESS;
-  const char* name = "chunk_gated_delta_rule_fwd (state_o_mma)";
+  const char* name = kPreP ? "chunk_gated_delta_rule_fwd (state_o_mma, pre-computed P)"
+                           : "chunk_gated_delta_rule_fwd (state_o_mma)";
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  constexpr size_t smem = state_o_smem<kTerms, kBV, kStages>();
+  constexpr size_t smem = state_o_smem<kTerms, kBV, kStages, kPreP>();
   static_assert(smem <= 227 * 1024, "sm_90 shared memory per block");
-  auto kernel = state_o_mma<T, kTerms, kBV, kStages>;
+  auto kernel = state_o_mma<T, kTerms, kBV, kStages, kPreP>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kThreadsF, smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -1281,20 +1388,34 @@ int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
 // chunk steps, so the narrowest width whose blocks fit in one wave (less work per step), else the widest (fewest
 // waves; K / W / Q tiles loaded once per kBV columns). 128 columns need bf16 (one S term): f16's two terms of
 // S and Vd do not fit beside it.
-template <class T>
+// kPreP (P read from p.Pqk: one more 9 KB tile per stage): the same widths; f16's two S / Vd terms leave no
+// room for a third stage at 32 columns (230 KB), so it runs two there.
+int state_o_width(const GdnFwdParams& p, bool bf16, int sms) {
+  const int64_t nh = p.shape.N * p.shape.HV;
+  if (nh * cdiv(p.shape.V, 32) <= sms) return 32;
+  if (bf16 && nh * cdiv(p.shape.V, 64) <= sms) return 64;
+  return bf16 ? 128 : 64;
+}
+int sm_count(int& sms) {
+  int dev = 0;
+  sms = 132;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return STRATA_SUCCESS;
+}
+template <class T, bool kPreP>
 int fwd_state_o(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kTerms = kBf16 ? 1 : 2;  // as in launch_state
-  int dev = 0, sms = 132;
-  STRATA_CUDA_TRY(cudaGetDevice(&dev));
-  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t nh = p.shape.N * p.shape.HV;
-  if (nh * cdiv(p.shape.V, 32) <= sms) return launch_state_o_cols<T, kTerms, 32, 3>(p, stream);
-  if constexpr (kBf16) {
-    if (nh * cdiv(p.shape.V, 64) <= sms) return launch_state_o_cols<T, kTerms, 64>(p, stream);
-    return launch_state_o_cols<T, kTerms, 128>(p, stream);
-  } else {
-    return launch_state_o_cols<T, kTerms, 64>(p, stream);
+  constexpr int kStages32 = (kBf16 || !kPreP) ? 3 : 2;
+  int sms = 132;
+  if (const int r = sm_count(sms); r != STRATA_SUCCESS) return r;
+  switch (state_o_width(p, kBf16, sms)) {
+    case 32: return launch_state_o_cols<T, kTerms, 32, kStages32, kPreP>(p, stream);
+    case 64: return launch_state_o_cols<T, kTerms, 64, 2, kPreP>(p, stream);
+    default:
+      if constexpr (kBf16) return launch_state_o_cols<T, kTerms, 128, 2, kPreP>(p, stream);
+      return fail(STRATA_ERROR_INTERNAL, "state_o_mma: 128 columns need bf16");
   }
 }
 
@@ -1370,11 +1491,57 @@ std::string fwd_cuda_state_o_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_state_o(const GdnFwdParams& p, void* stream_ptr) {
-  const std::string why = fwd_cuda_state_o_reject(p);
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream_ptr) {
+  std::string why = fwd_cuda_state_o_reject(p);
+  if (why.empty() && which == StateOKernel::kPrecomputedP) {
+    if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
+    else if (p.Pqk.dtype != p.k.dtype) why = "the pre-computed-P variant needs Pqk in the token dtype";
+  }
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_mma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.k.dtype == STRATA_DTYPE_BF16 ? fwd_state_o<__nv_bfloat16>(p, stream) : fwd_state_o<__half>(p, stream);
+  const bool bf16 = p.k.dtype == STRATA_DTYPE_BF16;
+  if (which == StateOKernel::kPrecomputedP)
+    return bf16 ? fwd_state_o<__nv_bfloat16, true>(p, stream) : fwd_state_o<__half, true>(p, stream);
+  return bf16 ? fwd_state_o<__nv_bfloat16, false>(p, stream) : fwd_state_o<__half, false>(p, stream);
+}
+
+int fwd_cuda_state_o(const GdnFwdParams& p, void* stream) {
+  return fwd_cuda_state_o(p, StateOKernel::kInline, stream);
+}
+
+bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p) {
+  int sms = 132;
+  if (sm_count(sms) != STRATA_SUCCESS) return false;
+  const bool bf16 = p.k.dtype == STRATA_DTYPE_BF16;
+  const int width = state_o_width(p, bf16, sms);
+  // f16 at 32 columns: the pre-computed form has room for 2 cp.async stages only (3 inline); not measured, so
+  // the automatic choice keeps the 3-stage inline form there.
+  if (!bf16 && width == 32) return false;
+  return width < p.shape.V;
+}
+
+std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p) {
+  const int32_t dt = p.q.dtype;
+  if (dt != STRATA_DTYPE_BF16 && dt != STRATA_DTYPE_F16) return "the gated Q Kᵀ kernel takes bf16 or f16 q, k";
+  if (p.k.dtype != dt) return "the gated Q Kᵀ kernel needs q and k in one dtype";
+  if (!p.Pqk.present()) return "the gated Q Kᵀ kernel writes Pqk (absent)";
+  if (p.Pqk.dtype != dt) return "the gated Q Kᵀ kernel needs Pqk in the dtype of q, k";
+  if (p.shape.K > kKF) return fmt::format("the gated Q Kᵀ kernel keeps K <= {} columns", kKF);
+  if (p.shape.BT > 64) return "chunk size <= 64";
+  if (p.shape.G < 1 || p.shape.H * p.shape.G != p.shape.HV) return "HV must be a multiple G of H";
+  return {};
+}
+
+int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream_ptr) {
+  const std::string why = fwd_cuda_qk_gate_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (qk_gate_mma): {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int64_t blocks = chunk_slots(p.chunks) * p.shape.H;
+  return p.q.dtype == STRATA_DTYPE_BF16
+             ? launch(qk_gate_mma<__nv_bfloat16>, "chunk_gated_delta_rule_fwd (qk_gate_mma)", blocks, qk_gate_smem(),
+                      stream, p)
+             : launch(qk_gate_mma<__half>, "chunk_gated_delta_rule_fwd (qk_gate_mma)", blocks, qk_gate_smem(), stream,
+                      p);
 }
 
 int fwd_cuda_mma(FwdOp op, const GdnFwdParams& p, void* stream_ptr) {

@@ -70,6 +70,23 @@ std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p);
 // fwd_cuda_state_o_reject says why it cannot run p ("" if it can).
 int fwd_cuda_state_o(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_state_o_reject(const GdnFwdParams& p);
+// Variants of the fused pass: kInline computes the gated Q Kᵀ of each chunk inside the sequential pass (every
+// column block of a head recomputes it); kPrecomputedP reads it from p.Pqk, which fwd_cuda_qk_gate has filled
+// (chunk-parallel, once per chunk and q/k head for the G value heads of its group), so the pass's chunk step
+// loses the P products, their gating and the 10-blocks-on-8-warps imbalance. Same values and summation order:
+// the two variants give the same bits. fwd_cuda_state_o(p, stream) is kInline.
+enum class StateOKernel : int { kInline = 0, kPrecomputedP };
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream);
+// Whether the pre-computed P is expected to pay on p: the pass splits V into several column blocks per (sequence,
+// value head) (few sequence-heads: B = 1 long sequences), each of which would form the same P on its sequential
+// chain. With one block per head (V <= the pass's width) P is formed once anyway and the extra launch and
+// round trip of P through memory would only add time. Not for f16 at 32 columns (the pre-computed form has room
+// for two cp.async stages there, the inline one for three).
+bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p);
+// p.Pqk = the gated Q Kᵀ (from q, k, g; shape and chunks as the fused pass). bf16 / f16 (q, k and Pqk of one
+// dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
+int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);
+std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 #endif
 
 }  // namespace strata::linear_attn::gdn

@@ -312,6 +312,260 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
   return launch<T, 256>(p, offs, items, stream);
 }
 
+// ---- kWyTwoPerSm: one stage, at most 128 registers, two blocks per SM at K = V = 128 ----
+// The same products as wy_bwd_mma_kernel (dk, dv the same bits) with less state, so that a second block on the SM
+// computes while this one waits for its tiles (the pipelined kernel, at 194 KiB and 239 registers, runs one block
+// of 8 warps per SM and exposes every barrier and load latency):
+//  * one stage of per-head tiles (loaded when the previous head's readers are done);
+//  * K Kᵀ recomputed per value head into registers next to tmp Aᵀ (the same warp block, so dP ⊙ KK is formed in
+//    registers) instead of a 16 KiB f32 tile kept for the chunk: dβ's row sums Σ_j dP_ij KK_ij and dγ's column
+//    sums Σ_r β_r dP_ri KK_ri are reduced from the fragments (quad / column shuffles, then the warps in order);
+//  * Sym written over the dA / tmp tile (dead once tmp Aᵀ is formed) instead of a tile of its own.
+// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count. The tiles load
+// through the general loop (load_tile_async's kLean = false): at the 128-register cap the lean path's live pointers
+// raised ptxas's spills from 16 to 124 bytes of stores.
+// Shared memory (bytes): K, dW, V, dU [64][P + 8] 16-bit; A and the dA / tmp / Sym tile [64][72] 16-bit;
+// dP [64][65] f32; row vectors γ, β, E, Σ X k, Σ Y v [64]; dβ row partials [2][64]; dγ column partials [4][64];
+// rows_to scratch [2][64]. P = 128: 108 032 bytes.
+template <int P>
+struct Wy2Smem {
+  static constexpr int ld = P + 8;
+  static constexpr size_t tile = size_t{64} * ld * 2;
+  static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + 64 * kL64 * 2,
+                          dm = x + 64 * kL64 * 2, vec = dm + 64 * kLdF * 4;
+  static constexpr size_t bytes = vec + (5 * 64 + 2 * 64 + 4 * 64 + 2 * 64) * 4;
+};
+
+template <class T, int P>
+__global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
+  using S = Wy2Smem<P>;
+  constexpr int KT = P / 64, ld = S::ld;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::k);
+  uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
+  uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S::v);
+  uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S::du);
+  uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S::a);
+  uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then tmp, then Sym
+  float* sDM = reinterpret_cast<float*>(smem + S::dm);       // dP = dM ⊙ Γ
+  float* sG = reinterpret_cast<float*>(smem + S::vec);
+  float* sBeta = sG + 64;
+  float* sE = sG + 128;
+  float* sXk = sG + 192;
+  float* sYv = sG + 256;
+  float* sDbRow = sG + 320;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
+  float* sCol = sG + 448;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
+  float* sRed = sG + 704;    // [2][64]
+  const Dims& d = p.d;
+  const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
+  const int lane = threadIdx.x & 31;
+  const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t w = item / d.H, h = item % d.H;
+    for_each_chunk(d, offs, w, [&](const DevChunk& c) {
+      const int L = static_cast<int>(c.t1 - c.t0);
+      float dk_sum[KT][1][4][4];
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
+      for (int64_t g = 0; g < d.G; ++g) {
+        const int64_t hv = h * d.G + g;
+        __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
+        if (g == 0) load_tile_async<T, kThr, false>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
+        load_tile_async<T, kThr, false>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
+        load_tile_async<T, kThr, false>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+        load_tile_async<T, kThr, false>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        load_tile_async<T, kThr, false>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        {
+          const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
+          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
+          const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
+          cp_async_wait_all();
+          if (threadIdx.x < 64) {
+            const int i = threadIdx.x;
+            sG[i] = gi;
+            sBeta[i] = bi;
+            sE[i] = i < L ? expf(gi) : 0.f;
+          }
+        }
+        __syncthreads();
+        {  // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → T
+          float wk[1][4][4], uv[1][4][4];
+          zero(wk), zero(uv);
+          warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ld, ld, sK + c0 * ld, ld, P);
+          warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ld, ld, sV + c0 * ld, ld, P);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+              sX[i * kL64 + j] = Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+            }
+        }
+        __syncthreads();
+        {  // tmp = Aᵀ dA → T (over dA, once every warp has read it)
+          float t[1][4][4];
+          zero(t);
+          warp_gemm<T, false, true, 1, 4>(t, sA + r0, kL64, sX + c0, kL64, 64);
+          __syncthreads();
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              sX[(r0 + frag_row(0, e)) * kL64 + c0 + frag_col(nt, e)] = Elem<T>::from(t[0][nt][e]);
+        }
+        __syncthreads();
+        {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) → sDM; KK = K Kᵀ in the same fragments; dβ / dγ partials
+          float t[1][4][4], kk[1][4][4];
+          zero(t), zero(kk);
+          warp_gemm<T, true, false, 1, 4>(t, sX + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
+          // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[nt][b]: column c0 + 8 nt + 2 (lane % 4)
+          // + b over this thread's 2 rows (β_r dP_ri KK_ri).
+          float rp[2] = {0.f, 0.f}, cp[4][2];
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) cp[nt][0] = cp[nt][1] = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+              // (the exponent is formed only below the diagonal: ≤ 0)
+              const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+              sDM[i * kLdF + j] = dp;
+              const float pk = dp * kk[0][nt][e];
+              rp[e >> 1] += pk;
+              cp[nt][e & 1] += sBeta[i] * pk;
+            }
+          // Fixed-order butterflies (both partners add the same two numbers: every lane holds the same bits): the
+          // quad for the rows, the 8 row groups (xor 4, 8, 16) for the columns.
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
+          }
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int b = 0; b < 2; ++b)
+#pragma unroll
+              for (int o = 4; o <= 16; o <<= 1) cp[nt][b] += __shfl_xor_sync(0xffffffffu, cp[nt][b], o);
+          if ((lane & 3) == 0) {
+            sDbRow[wn * 64 + r0 + lane / 4] = rp[0];
+            sDbRow[wn * 64 + r0 + lane / 4 + 8] = rp[1];
+          }
+          if (lane < 4) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              sCol[wm * 64 + c0 + nt * 8 + 2 * lane] = cp[nt][0];
+              sCol[wm * 64 + c0 + nt * 8 + 2 * lane + 1] = cp[nt][1];
+            }
+          }
+        }
+        __syncthreads();  // dP complete; every warp is past its reads of tmp
+        for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T, over tmp
+          const int i = e / 64, j = e % 64;
+          sX[i * kL64 + j] = Elem<T>::from(sBeta[i] * sDM[i * kLdF + j] + sBeta[j] * sDM[j * kLdF + i]);
+        }
+        __syncthreads();
+        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
+        float part[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kt = 0; kt < KT; ++kt) {
+          float X[1][4][4], sk[1][4][4];
+          zero(X), zero(sk);
+          warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ld, 64);
+          warp_gemm<T, true, true, 1, 4>(sk, sX + r0 * kL64, kL64, sK + kt * 64 + c0, ld, 64);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+              part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ld + x]);
+              dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
+            }
+        }
+        rows_to(part, sRed, sXk, r0, wn);
+        // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
+        part[0] = part[1] = 0.f;
+#pragma unroll
+        for (int e0 = 0; e0 < P; e0 += 64) {
+          float Y[1][4][4];
+          zero(Y);
+          warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ld, 64);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+              const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
+              part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ld + col]);
+              part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ld + col + 1]);
+              if (i < L && col < vc)
+                st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
+                        col + 1 < vc);
+            }
+        }
+        rows_to(part, sRed, sYv, r0, wn);
+        if (static_cast<int>(threadIdx.x) < L) {
+          const int i = threadIdx.x;
+          const float xk = sXk[i];
+          const float db = sDbRow[i] + sDbRow[64 + i];
+          const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
+          st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + db);
+          if (p.dg.present()) {
+            float dgi = sBeta[i] * sE[i] * xk + (sBeta[i] * db - cs);
+            if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
+            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
+          }
+        }
+      }
+#pragma unroll
+      for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+            if (i < L && x < kc) {
+              float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
+              if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+                const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+                a0 = ld_f32(p.dk_add, o) + a0;
+                if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
+              }
+              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
+            }
+          }
+    });
+  }
+}
+
+template <class T, int P>
+strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  constexpr size_t smem = Wy2Smem<P>::bytes;
+  static_assert(smem <= kMaxSmem, "shared memory of one block");
+  static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
+  wy_bwd_mma2_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
+}
+
+// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most
+// 128); the pipelined kernel otherwise. kWyAuto's choice from GPU run s6run2 (H200, bf16, B = 4, T = 8192, H = 16,
+// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.380 ms, pipelined 2.161 ms.
+template <class T>
+strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
+  if ((p.mma_variant == kWyTwoPerSm || p.mma_variant == kWyAuto) && KP == VP) {
+    if (KP == 64) return launch2<T, 64>(p, offs, items, stream);
+    if (KP == 128) return launch2<T, 128>(p, offs, items, stream);
+  }
+  return launch_k<T>(p, offs, items, stream);
+}
+
 }  // namespace
 
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
@@ -332,8 +586,8 @@ int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* st
   if (items == 0) return STRATA_SUCCESS;
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t>(p, offs, items, stream)
-                                        : launch_k<f16_t>(p, offs, items, stream);
+  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_variant<bf16_t>(p, offs, items, stream)
+                                        : launch_variant<f16_t>(p, offs, items, stream);
 }
 
 // The automatic choice (the entry point other operators call): tensor cores for 16-bit token tensors.

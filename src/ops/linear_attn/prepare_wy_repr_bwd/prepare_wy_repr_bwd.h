@@ -30,7 +30,16 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
+  // Launch configuration of the tensor-core kernel: kWyAuto (the default: kWyTwoPerSm where it applies, 1.38 against
+  // 2.16 ms in GPU run s6run2 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128; else kWyPipelined), kWyPipelined (two
+  // cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage,
+  // K Kᵀ recomputed per value head in registers, Sym in the dA tile, at most 128 registers and ~106 KiB of shared
+  // memory at K = V = 128 so that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum
+  // their row / column terms in another fixed order). kWyTwoPerSm takes K and V that round up to the same
+  // multiple of 64, at most 128; other shapes run kWyPipelined. Tests and timing force the variants.
+  int mma_variant = 0;
 };
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

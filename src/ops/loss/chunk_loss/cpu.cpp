@@ -212,38 +212,9 @@ void ColSumBlock(const float* dz, int64_t lddz, int64_t rows, int64_t j0, int64_
 }
 
 template <class TW>
-struct CpuBackend {
-  struct Mat {
-    const void* p;
-    int32_t dt;
-    int64_t ld;
-  };
-  const ChunkLossParams& p;
-  const ChunkLossLayout& L;
-  char* ws;
-  strata_status err = STRATA_SUCCESS;
-  int64_t n_valid = 0;
-  float* lse_w = nullptr;
-  int64_t lse_w_stride = 1;
-  const float* lse_r = nullptr;
-  int64_t lse_r_stride = 1;
-
-  CpuBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_) : p(p_), L(L_), ws(ws_) {
-    if (p.backward_op) {
-      lse_r = static_cast<const float*>(p.lse_in);
-      lse_r_stride = p.lse_stride;
-    } else {
-      lse_w = p.lse ? static_cast<float*>(p.lse) : reinterpret_cast<float*>(ws + L.lse);
-      lse_w_stride = p.lse ? p.lse_stride : 1;
-      lse_r = lse_w;
-      lse_r_stride = lse_w_stride;
-    }
-  }
+struct CpuBackend : BackendBase {
+  CpuBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_) : BackendBase(p_, L_, ws_) {}
   BackendTraits traits() const { return chunk_loss_cpu_traits(); }
-  strata_status status() const { return err; }
-  void note(strata_status s) {
-    if (err == STRATA_SUCCESS) err = s;
-  }
 
   // 16-bit rows are converted to f32 (h_conv / w_conv); f32 rows are used where they are.
   Mat to_f32_rows(const void* base, int64_t ld, int64_t r0, int64_t rows, size_t conv_off) {

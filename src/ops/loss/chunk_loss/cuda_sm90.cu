@@ -73,6 +73,36 @@ __device__ __forceinline__ float logit_at(const RowArgs& a, const TZ* zr, int64_
   return ce_logit(z, a.ce);
 }
 
+// One element of the per-thread online statistics: running max m, sum of exp(c - m), sum of c (label
+// smoothing), the target's logit.
+__device__ __forceinline__ void stat_push(CeRowStat& st, float c, bool is_target) {
+  if (c > st.m) {
+    st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
+    st.m = c;
+  } else {
+    st.s += expf(c - st.m);
+  }
+  st.sumc += c;
+  if (is_target) st.cy = c;
+}
+
+// The end of a row block's pass over one vocabulary tile: merge the threads' statistics, merge them into the
+// row's running statistics (stat[r]), and on the last tile write lse and the row's loss.
+__device__ __forceinline__ void finish_row(CeRowStat st, const RowArgs& a, CeRowStat* stat, int64_t r, bool first,
+                                           bool last, float* lse, int64_t lse_stride, float* rowloss, int64_t row,
+                                           int64_t y) {
+  st = block_merge(st);
+  if (threadIdx.x != 0) return;
+  if (!first) st = ce_merge(stat[r], st);
+  if (!last) {
+    stat[r] = st;
+    return;
+  }
+  const float l = ce_lse(st);
+  lse[row * lse_stride] = l;
+  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+}
+
 template <class TB, class TZ>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
@@ -84,25 +114,9 @@ __global__ void __launch_bounds__(kRowThreads)
   CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, TZ>(a, zr, j);
-    if (c > st.m) {
-      st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
-      st.m = c;
-    } else {
-      st.s += expf(c - st.m);
-    }
-    st.sumc += c;
-    if (j == yj) st.cy = c;
+    stat_push(st, c, j == yj);
   }
-  st = block_merge(st);
-  if (threadIdx.x != 0) return;
-  if (!first) st = ce_merge(stat[r], st);
-  if (!last) {
-    stat[r] = st;
-    return;
-  }
-  const float l = ce_lse(st);
-  lse[row * lse_stride] = l;
-  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+  finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
 // 16-byte variants for a bf16 tile whose rows start 16-byte aligned (ldz % 8 == 0, aligned base): 8
@@ -169,25 +183,9 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
-    if (c > st.m) {
-      st.s = st.s * expf(st.m - c) + 1.f;
-      st.m = c;
-    } else {
-      st.s += expf(c - st.m);
-    }
-    st.sumc += c;
-    if (j == yj) st.cy = c;
+    stat_push(st, c, j == yj);
   }
-  st = block_merge(st);
-  if (threadIdx.x != 0) return;
-  if (!first) st = ce_merge(stat[r], st);
-  if (!last) {
-    stat[r] = st;
-    return;
-  }
-  const float l = ce_lse(st);
-  lse[row * lse_stride] = l;
-  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+  finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
 // ce_dlogit with __expf (the 16-byte kernels: the result is rounded to bf16, far coarser than its error).
@@ -375,42 +373,14 @@ strata_status cublas_handle(cublasHandle_t* out) {
   return STRATA_SUCCESS;
 }
 
-struct CudaBackend {
-  struct Mat {
-    const void* p;
-    int32_t dt;
-    int64_t ld;
-  };
-  const ChunkLossParams& p;
-  const ChunkLossLayout& L;
-  char* ws;
+struct CudaBackend : BackendBase {
   cudaStream_t stream;
   cublasHandle_t handle = nullptr;
-  strata_status err = STRATA_SUCCESS;
-  int64_t n_valid = 0;
-  float* lse_w = nullptr;  // where the forward writes lse
-  int64_t lse_w_stride = 1;
-  const float* lse_r = nullptr;  // where the gradient reads it
-  int64_t lse_r_stride = 1;
 
   CudaBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_, cudaStream_t s)
-      : p(p_), L(L_), ws(ws_), stream(s) {
-    if (p.backward_op) {
-      lse_r = static_cast<const float*>(p.lse_in);
-      lse_r_stride = p.lse_stride;
-    } else {
-      lse_w = p.lse ? static_cast<float*>(p.lse) : reinterpret_cast<float*>(ws + L.lse);
-      lse_w_stride = p.lse ? p.lse_stride : 1;
-      lse_r = lse_w;
-      lse_r_stride = lse_w_stride;
-    }
-  }
+      : BackendBase(p_, L_, ws_), stream(s) {}
 
   BackendTraits traits() const { return chunk_loss_cuda_traits(); }
-  strata_status status() const { return err; }
-  void note(strata_status s) {
-    if (err == STRATA_SUCCESS) err = s;
-  }
   void launched(const char* what) { note(cuda::check_launch(what)); }
 
   Mat hidden_block(int64_t r0, int64_t) const {

@@ -35,6 +35,42 @@
 
 namespace strata::loss {
 
+// What every backend holds the same way: the call, its layout and workspace, the first failure of its calls,
+// the number of valid rows (count_targets), and where lse is written (a forward: the caller's lse, else a
+// workspace slot) and read back by the gradient (the same place, or lse_in in a backward-only call).
+struct BackendBase {
+  struct Mat {
+    const void* p;
+    int32_t dt;
+    int64_t ld;
+  };
+  const ChunkLossParams& p;
+  const ChunkLossLayout& L;
+  char* ws;
+  strata_status err = STRATA_SUCCESS;
+  int64_t n_valid = 0;
+  float* lse_w = nullptr;  // where the forward writes lse
+  int64_t lse_w_stride = 1;
+  const float* lse_r = nullptr;  // where the gradient reads it
+  int64_t lse_r_stride = 1;
+
+  BackendBase(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_) : p(p_), L(L_), ws(ws_) {
+    if (p.backward_op) {
+      lse_r = static_cast<const float*>(p.lse_in);
+      lse_r_stride = p.lse_stride;
+    } else {
+      lse_w = p.lse ? static_cast<float*>(p.lse) : reinterpret_cast<float*>(ws + L.lse);
+      lse_w_stride = p.lse ? p.lse_stride : 1;
+      lse_r = lse_w;
+      lse_r_stride = lse_w_stride;
+    }
+  }
+  strata_status status() const { return err; }
+  void note(strata_status s) {
+    if (err == STRATA_SUCCESS) err = s;
+  }
+};
+
 template <class BE>
 strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& L, char* ws, BE& be) {
   using Mat = typename BE::Mat;

@@ -1,4 +1,5 @@
-// CUDA kernels of fused_cross_entropy ("cuda.sm90.block_per_row"). Memory-bound: the forward reads the
+// CUDA kernels of fused_cross_entropy ("cuda.sm90.block_per_row", and the count / reduction kernels that every
+// CUDA implementation launches around its row kernel). Memory-bound: the forward reads the
 // logits once; fused with the backward it also writes the gradient once (in place or to dlogits).
 //
 // Kernels, in launch order:
@@ -27,6 +28,7 @@
 #include <type_traits>
 
 #include "opbase/dtype.h"
+#include "ops/loss/fused_cross_entropy/cuda_common.cuh"
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 #include "tile/cuda/check.cuh"
 
@@ -37,12 +39,6 @@ namespace {
 // terms that matter are); the per-row formulas (ce_row.h) keep the accurate expf/logf.
 __device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
 
-// 16-byte vectors of T: kVec elements.
-template <class T>
-struct VecOf {
-  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-};
-
 __device__ __forceinline__ float ld1(const float* p) { return *p; }
 __device__ __forceinline__ float ld1(const bf16_t* p) { return bf16_bits_to_f32(p->bits); }
 __device__ __forceinline__ float ld1(const f16_t* p) { return __half2float(__ushort_as_half(p->bits)); }
@@ -51,44 +47,15 @@ __device__ __forceinline__ void st1(float* p, float v) { *p = v; }
 __device__ __forceinline__ void st1(bf16_t* p, float v) { p->bits = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 __device__ __forceinline__ void st1(f16_t* p, float v) { p->bits = __half_as_ushort(__float2half_rn(v)); }
 
-// 16 bytes at p (aligned) -> kVec floats.
-__device__ __forceinline__ void ldv(const float* p, float (&v)[4]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+// 16 bytes at p (16-byte aligned) <-> kVec<T> floats, as one 16-byte load / store instruction
+// (ce_cuda::ld_global16 / st_global16: plain dereferences of a uint4 were split into four 32-bit accesses).
+template <class T>
+__device__ __forceinline__ void ldv(const T* p, float (&v)[ce_cuda::kVec<T>]) {
+  ce_cuda::unpack<T>(ce_cuda::ld_global16(p), v);
 }
-template <class H>
-__device__ __forceinline__ void ldv(const H* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if constexpr (sizeof(H) == 2 && std::is_same_v<H, bf16_t>) {
-      v[2 * k] = __uint_as_float(w[k] << 16);
-      v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-      v[2 * k] = f.x, v[2 * k + 1] = f.y;
-    }
-  }
-}
-
-__device__ __forceinline__ void stv(float* p, const float (&v)[4]) {
-  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-template <class H>
-__device__ __forceinline__ void stv(H* p, const float (&v)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if constexpr (std::is_same_v<H, bf16_t>) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-      w[k] = *reinterpret_cast<const uint32_t*>(&h);
-    } else {
-      const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-      w[k] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  }
-  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+template <class T>
+__device__ __forceinline__ void stv(T* p, const float (&v)[ce_cuda::kVec<T>]) {
+  ce_cuda::st_global16(p, ce_cuda::pack<T>(v));
 }
 
 // Thread-local statistics of pass 1 (a plain struct: it also lives in shared memory). Empty: {-inf, 0, 0}.
@@ -183,36 +150,21 @@ __device__ __forceinline__ float grad_elem(const CeConsts& k, const CeGradRow& r
   return f * d;
 }
 
-// The row's outputs from its merged statistics r and c_y (ce_row.h): lse (when asked), and the loss / z-loss
-// (per row, or into the workspace rows for the reduction). Returns lse.
+// The row's outputs from its merged statistics r and c_y (ce_cuda::row_epilogue). Returns lse.
 __device__ __forceinline__ float write_row(const CeParams& p, int64_t i, const Acc& r, float c_y, bool ignored,
                                            bool bad) {
-  const CeConsts& k = p.k;
   CeRowStats st;
   st.lse.m = r.m;
   st.lse.s = r.s;
   st.sum_c = r.sum_c;
   st.c_y = c_y;
-  const float l = ce_lse(st.lse);
-  const float loss = ignored ? 0.f : (bad ? __int_as_float(0x7fc00000) : ce_row_loss(k, st, p.V));
-  const float zl = ignored ? 0.f : ce_row_z_loss(k, l);
-  if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = l;
-  if (p.reduction == kCeNone) {
-    static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
-    if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
-  } else {
-    float* rows = static_cast<float*>(p.workspace);
-    rows[i] = loss;
-    rows[p.N + i] = zl;
-  }
-  return l;
+  return ce_cuda::row_epilogue(p, i, st, ignored, bad, true);
 }
 
-// kThreads threads per row; kMinBlocks blocks per SM at least (1024 x 1: one row per SM in flight, so a row
-// read in pass 1 is still in L2 for pass 2).
-template <class T, bool kGrad, int kThreads, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p) {
-  constexpr int kVec = VecOf<T>::kVec;
+// kThreads threads per row.
+template <class T, bool kGrad, int kThreads>
+__global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
+  constexpr int kVec = ce_cuda::kVec<T>;
   constexpr int kWarps = kThreads / 32;
   __shared__ Acc scratch[kWarps];
   __shared__ float row_lse;
@@ -267,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) ce_rows(const CeParams p
       const int64_t dmis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(dz) / sizeof(T)) % kVec);
       const float g = (ignored || bad) ? 0.f : ce_upstream(p, i, count);
       const CeGradRow gr = ce_grad_row(k, lse, g);
-      const float fill = bad ? __int_as_float(0x7fc00000) : 0.f;
+      const float fill = bad ? ce_cuda::quiet_nan() : 0.f;
       if (ignored || bad) {
         for (int64_t e = threadIdx.x; e < V; e += kThreads) st1(dz + e, fill);
       } else if (dmis == mis) {
@@ -318,30 +270,11 @@ __global__ void __launch_bounds__(1024) ce_reduce(const CeParams p) {
   }
 }
 
-// kPad bytes of (unused) dynamic shared memory per block cap the blocks per SM: 120 KiB of the 228 KiB leave
-// room for one block, which is how the L2 variant keeps one row per SM in flight.
-template <class T, bool kGrad, int kThreads, int kMinBlocks>
-strata_status launch_kernel(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
-  auto* kernel = ce_rows<T, kGrad, kThreads, kMinBlocks>;
-  if (pad > 0)
-    STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(pad)));
-  kernel<<<grid, kThreads, pad, stream>>>(p);
+template <class T, int kThreads>
+strata_status launch_rows(const CeParams& p, unsigned grid, cudaStream_t stream) {
+  if (p.dlogits) ce_rows<T, true, kThreads><<<grid, kThreads, 0, stream>>>(p);
+  else ce_rows<T, false, kThreads><<<grid, kThreads, 0, stream>>>(p);
   return STRATA_SUCCESS;
-}
-
-template <class T, int kThreads, int kMinBlocks>
-strata_status launch_rows(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
-  if (p.dlogits) return launch_kernel<T, true, kThreads, kMinBlocks>(p, grid, pad, stream);
-  return launch_kernel<T, false, kThreads, kMinBlocks>(p, grid, pad, stream);
-}
-
-template <int kThreads, int kMinBlocks>
-strata_status launch_dtype(const CeParams& p, unsigned grid, size_t pad, cudaStream_t stream) {
-  switch (p.dtype) {
-    case STRATA_DTYPE_F32: return launch_rows<float, kThreads, kMinBlocks>(p, grid, pad, stream);
-    case STRATA_DTYPE_BF16: return launch_rows<bf16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
-    default: return launch_rows<f16_t, kThreads, kMinBlocks>(p, grid, pad, stream);
-  }
 }
 
 }  // namespace
@@ -361,14 +294,18 @@ strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {
   return cuda::check_launch("fused_cross_entropy (ce_reduce)");
 }
 
-int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr, CeCudaVariant variant) {
+int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    // One block per row; beyond 2^30 rows each block loops (never reached in practice).
+    // One block of 512 threads per row; beyond 2^30 rows each block loops (never reached in practice).
+    constexpr int kThreads = 512;
     const unsigned grid = static_cast<unsigned>(p.N < (int64_t{1} << 30) ? p.N : (int64_t{1} << 30));
-    if (variant == CeCudaVariant::kBlockPerRow) STRATA_RETURN_IF_ERROR((launch_dtype<512, 1>(p, grid, 0, stream)));
-    else STRATA_RETURN_IF_ERROR((launch_dtype<1024, 1>(p, grid, 120 * 1024, stream)));
+    switch (p.dtype) {
+      case STRATA_DTYPE_F32: STRATA_RETURN_IF_ERROR((launch_rows<float, kThreads>(p, grid, stream))); break;
+      case STRATA_DTYPE_BF16: STRATA_RETURN_IF_ERROR((launch_rows<bf16_t, kThreads>(p, grid, stream))); break;
+      default: STRATA_RETURN_IF_ERROR((launch_rows<f16_t, kThreads>(p, grid, stream))); break;
+    }
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_rows)"));
   }
   return ce_launch_reduce(p, stream_ptr);

@@ -1,8 +1,8 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_pipe, cuda.sm90.block_per_row,
-// cuda.sm90.block_per_row_l2, cuda.sm90.cluster_row, cuda.sm90.cluster_wide, cpu.<isa> for each compiled Highway target, reference.
+// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_chunked, cuda.sm90.block_per_row,
+// cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
 #include <fmt/format.h>
@@ -123,6 +123,39 @@ Implementation<CeProblem> cpu_impl(std::string name, std::function<std::string(c
           }};
 }
 
+#if STRATA_WITH_CUDA
+// A CUDA entry: at plan time the device (sm_90), the logits dtype (f32/bf16/f16) and then the kernel's own shape
+// rule (`shape_reject`, "" when it applies); the CUDA workspace layout; at run time the aliasing and workspace
+// checks every implementation makes before it writes anything, then `run`.
+Implementation<CeProblem> cuda_impl(std::string name, std::function<std::string(const CeParams&)> shape_reject,
+                                    std::function<int(const CeParams&, void*)> run) {
+  return {std::move(name),
+          [shape_reject](const CeProblem& p) {
+            std::string r = reject_unless_cuda(p.device, 90);
+            if (r.empty()) r = dtypes_reason(p.params);
+            if (r.empty() && shape_reject) r = shape_reject(p.params);
+            return r;
+          },
+          [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
+          [run](const CeProblem& pr, const Launch& l) {
+            const CeParams p = bind(pr, l);
+            STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
+            return static_cast<strata_status>(run(p, l.cuda_stream));
+          }};
+}
+
+// The shared-memory cluster kernels: plan-time shape rule of `kind`; base pointers that are not 16-byte aligned
+// (the plan cannot see them) run block_per_row at run time, the same math.
+Implementation<CeProblem> cuda_smem_impl(std::string name, CeSmemKind kind) {
+  return cuda_impl(
+      std::move(name), [kind](const CeParams& p) { return ce_smem_reject(p, kind); },
+      [kind](const CeParams& p, void* stream) {
+        if (!ce_smem_aligned(p)) return fused_cross_entropy_cuda(p, stream);
+        return fused_cross_entropy_cuda_smem(p, stream, kind);
+      });
+}
+#endif
+
 const ImplList<CeProblem>& impls() {
   static const ImplList<CeProblem> list = [] {
     ImplList<CeProblem> l;
@@ -130,81 +163,20 @@ const ImplList<CeProblem>& impls() {
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
-    // cluster_pipe: the same kernel with persistent clusters and two slice buffers per CTA (the next row's
-    // copy overlaps the current row's math). Correct on the H200 but slower there (s4run2: 2.11 vs 1.71 ms fused,
-    // 1.57 vs 1.07 ms loss only, bf16 [8192, 151936]: each persistent cluster runs its ~180 rows one after the
-    // other, latency-bound), and it accepts a subset of cluster_smem's shapes, so after cluster_smem it is only
-    // reached by STRATA_FORCE_IMPL.
-    for (const auto& [name, kind_] : {std::pair{"cuda.sm90.cluster_smem", CeSmemKind::kSmem},
-                                      std::pair{"cuda.sm90.cluster_pipe", CeSmemKind::kPipe}}) {
-      const CeSmemKind kind = kind_;
-      l.push_back({name,
-                   [kind](const CeProblem& p) {
-                     std::string r = reject_unless_cuda(p.device, 90);
-                     if (r.empty()) r = dtypes_reason(p.params);
-                     return r.empty() ? ce_smem_reject(p.params, kind) : r;
-                   },
-                   [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                   [kind](const CeProblem& pr, const Launch& l) {
-                     const CeParams p = bind(pr, l);
-                     STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
-                     if (!ce_smem_aligned(p))
-                       return static_cast<strata_status>(
-                           fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
-                     return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, kind));
-                   }});
-    }
-    for (const auto& [name, variant] :
-         {std::pair{"cuda.sm90.block_per_row", CeCudaVariant::kBlockPerRow},  // H200 run 2: 2.35 vs 2.44 ms
-          std::pair{"cuda.sm90.block_per_row_l2", CeCudaVariant::kBlockPerRowL2}}) {
-      const CeCudaVariant v = variant;
-      l.push_back({name,
-                   [](const CeProblem& p) {
-                     std::string r = reject_unless_cuda(p.device, 90);
-                     return r.empty() ? dtypes_reason(p.params) : r;
-                   },
-                   [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                   [v](const CeProblem& pr, const Launch& l) {
-                     const CeParams p = bind(pr, l);
-                     STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
-                     return static_cast<strata_status>(fused_cross_entropy_cuda(p, l.cuda_stream, v));
-                   }});
-    }
-    // A row per thread-block cluster, held in registers (one read of the logits); misaligned pointers at run
-    // time take block_per_row_l2 (the same math, another summation order). Correct on the H200 (run 2) but
-    // slower there (3.13 ms vs 2.35 ms fused, bf16 [8192, 151936]), so it is listed last: STRATA_FORCE_IMPL picks it.
-    l.push_back({"cuda.sm90.cluster_row",
-                 [](const CeProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p.params);
-                   return r.empty() ? ce_cluster_reject(p.params) : r;
-                 },
-                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                 [](const CeProblem& pr, const Launch& l) {
-                   const CeParams p = bind(pr, l);
-                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
-                   if (!ce_cluster_aligned(p))
-                     return static_cast<strata_status>(
-                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRowL2));
-                   return static_cast<strata_status>(fused_cross_entropy_cuda_cluster(p, l.cuda_stream));
-                 }});
-    // cluster_wide: cluster_smem with up to 16 CTAs of 128 threads per row (non-portable cluster size), slices
-    // of ~20 KiB: twice the rows in flight per SM (session 5; listed last until the H200 has timed it).
-    l.push_back({"cuda.sm90.cluster_wide",
-                 [](const CeProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty()) r = dtypes_reason(p.params);
-                   return r.empty() ? ce_smem_reject(p.params, CeSmemKind::kWide) : r;
-                 },
-                 [](const CeProblem& p) { return ce_workspace_bytes(p.params, true); },
-                 [](const CeProblem& pr, const Launch& l) {
-                   const CeParams p = bind(pr, l);
-                   STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
-                   if (!ce_smem_aligned(p))
-                     return static_cast<strata_status>(
-                         fused_cross_entropy_cuda(p, l.cuda_stream, CeCudaVariant::kBlockPerRow));
-                   return static_cast<strata_status>(fused_cross_entropy_cuda_smem(p, l.cuda_stream, CeSmemKind::kWide));
-                 }});
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_smem", CeSmemKind::kSmem));
+    // Session 6: cluster_smem with each CTA's slice copied in kChunks pieces (one mbarrier each) and the row
+    // statistics taken chunk by chunk as the pieces land, so the sweeps overlap the copy instead of following
+    // it. Not yet timed on the H200: cluster_smem accepts every shape it does, so until the lead moves it first
+    // only STRATA_FORCE_IMPL=cuda.sm90.cluster_chunked reaches it (atk times both side by side).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_chunked", CeSmemKind::kChunked));
+    // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
+    // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
+    l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {
+      return fused_cross_entropy_cuda(p, stream);
+    }));
+    // Removed in session 6 (slower than cluster_smem at every shape timed, s4run1-s6run1, bf16 [8192, 151936]
+    // fused in place: 1.70 ms): cluster_wide (1.99), cluster_pipe (2.09), block_per_row_l2 (2.40; also slower
+    // than block_per_row, 2.31), cluster_row (3.10). README.md keeps their description and figures.
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const CeCpuFn fn = fused_cross_entropy_cpu(isa.hwy_target);

@@ -93,29 +93,19 @@ using CeCpuFn = void (*)(const CeParams&, int64_t count);
 CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
-// CUDA (sm_90): one block per row, f32/bf16/f16. kBlockPerRow: 512 threads per row, as many rows per SM as fit;
-// kBlockPerRowL2: 1024 threads and one row per SM, so that pass 2 finds the row in L2. Returns the launch status.
-enum class CeCudaVariant { kBlockPerRow, kBlockPerRowL2 };
-int fused_cross_entropy_cuda(const CeParams& p, void* stream, CeCudaVariant variant);
-// cuda.sm90.cluster_row (cuda_sm90_cluster.cu): a row per thread-block cluster, held in registers.
-// ce_cluster_reject: "" when the shape suits it (plan time); ce_cluster_aligned: the pointers are 16-byte
-// aligned (run time; otherwise the caller runs block_per_row_l2).
-std::string ce_cluster_reject(const CeParams& p);
-bool ce_cluster_aligned(const CeParams& p);
-int fused_cross_entropy_cuda_cluster(const CeParams& p, void* stream);
-// cuda.sm90.cluster_smem (cuda_sm90_smem.cu): a row per thread-block cluster, each CTA's slice staged once in
-// shared memory by the bulk copy engine (one read of the logits, one write of the gradient). ce_smem_reject:
-// "" when the shape suits it (plan time: V and row strides multiples of 16 bytes, row <= 800 KiB);
-// ce_smem_aligned: the base pointers are 16-byte aligned (run time; otherwise the caller runs block_per_row).
-// kPipe (cluster_pipe) also rejects rows longer than 8 x 40 KiB (its two buffers per CTA would leave 1-2 CTAs
-// per SM); kWide (cluster_wide) rejects slices over 40 KiB (rows longer than 16 x 40 KiB).
-//   kSmem: cuda.sm90.cluster_smem (a cluster of <= 8 CTAs of 256 threads per row, one slice buffer per CTA);
-//   kPipe: cuda.sm90.cluster_pipe (persistent clusters, two slice buffers per CTA: the next row's copy is in
-//          flight while the current row is processed; 512 threads);
-//   kWide: cuda.sm90.cluster_wide (a cluster of <= 16 CTAs of 128 threads per row, non-portable cluster
-//          size: ~20 KiB slices, twice the rows in flight per SM of kSmem).
-// Same conditions (but the above) and math (another summation order per thread count, each deterministic).
-enum class CeSmemKind { kSmem, kPipe, kWide };
+// cuda.sm90.block_per_row (cuda_sm90.cu): one block of 512 threads per row, any V, strides and alignment.
+// Returns the launch status.
+int fused_cross_entropy_cuda(const CeParams& p, void* stream);
+// The shared-memory cluster kernels (cuda_sm90_smem.cu): a row per thread-block cluster of <= 8 CTAs of 256
+// threads, each CTA's slice staged once in shared memory by the bulk copy engine (one read of the logits, one
+// write of the gradient). ce_smem_reject: "" when the shape suits them (plan time: V and row strides multiples
+// of 16 bytes, row <= 800 KiB); ce_smem_aligned: the base pointers are 16-byte aligned (run time; otherwise
+// the caller runs block_per_row).
+//   kSmem:    cuda.sm90.cluster_smem (one bulk copy per CTA slice, then the statistics sweeps);
+//   kChunked: cuda.sm90.cluster_chunked (the slice copied in pieces, one mbarrier each; the statistics are
+//             taken piece by piece as they land, online, overlapping the copy).
+// Same conditions and math (another summation order, each deterministic).
+enum class CeSmemKind { kSmem, kChunked };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);

@@ -206,8 +206,8 @@ class FusedCrossEntropyHarness final : public OpHarness {
     add("bf16", 4, 32000 + 3, "mean", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "padded");
     add("f32", 3, 50001, "none", 0.1, 1e-4, 1.0, 30.0, 0, "normal", "sep", "contiguous");
     add("f16", 3, 40000, "sum", 0.0, 1e-4, 1.0, 0.0, 0, "normal", "inplace", "contiguous", "i32");
-    // Vocabularies that are multiples of 16 bytes (cuda.sm90.cluster_row): the real sizes, one CTA per row
-    // (V = 4096), clusters of 2..8 CTAs, and the largest rows a cluster holds (131072 f32, 262144 bf16/f16).
+    // Vocabularies that are multiples of 16 bytes (the cluster kernels): the real sizes, one CTA per row
+    // (V = 4096), clusters of 2..8 CTAs, and long rows (131072 f32, 262144 bf16/f16).
     add("bf16", 3, 151936, "mean", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "contiguous");
     add("bf16", 2, 151936, "none", 0.1, 1e-4, 1.0, 0.0, 0, "normal", "sep", "contiguous");
     add("f16", 2, 129280, "sum", 0.0, 0.0, 1.0, 30.0, 0, "normal", "inplace", "contiguous");
@@ -226,9 +226,9 @@ class FusedCrossEntropyHarness final : public OpHarness {
     add("bf16", 4, 2048, "mean", 0.1, 1e-3, 1.0, 0.0, 1, "normal", "inplace", "contiguous");
     add("bf16", 4, 65536 + 24, "sum", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "shifted");
     add("f16", 3, 4104, "none", 0.1, 0.0, 1.0, 0.0, 0, "normal", "sep", "shifted");
-    // cuda.sm90.cluster_pipe: more rows than resident clusters, so each persistent cluster takes several rows
-    // and both slice buffers alternate (H200: ~33 clusters of 8 CTAs at V = 151936 bf16; ~528 clusters of one
-    // CTA at 16 KiB rows).
+    // More rows than resident clusters (each CTA slot is reused by later rows). cluster_chunked's pieces: V = 8
+    // f16 (one vector: one piece), 16 bf16 (two one-vector pieces), 4104 f16 (513 vectors: pieces of 129, the
+    // last 126), 24004 f32 (4 CTAs, pieces of 376 vectors, a short last one).
     add("bf16", 100, 151936, "mean", 0.1, 1e-3, 1.0, 0.0, 3, "normal", "inplace", "contiguous");
     add("f32", 1500, 4096, "sum", 0.0, 1e-4, 0.9, 30.0, 2, "normal", "sep", "contiguous");
     add("f16", 1200, 8192 + 8, "none", 0.0, 0.0, -1.1, 0.0, 3, "normal", "inplace", "contiguous", "i32");
@@ -384,16 +384,19 @@ class FusedCrossEntropyHarness final : public OpHarness {
       return out;
     }
     if (cuda) {
-      // (cluster_row, 3.1 ms in s4/s5run1, is left out: the whole list must fit atk's per-op time cap, which
-      // session 5 run 2 exceeded with more rows.)
-      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_wide", "cuda.sm90.cluster_pipe",
-                               "cuda.sm90.block_per_row_l2", "cuda.sm90.block_per_row"})
+      // The default (cluster_smem), session 6's cluster_chunked beside it, and the any-shape block_per_row;
+      // loss only and the softcapped vocabulary for the two cluster kernels.
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked"})
+        out.push_back(bench(device, N, 151936, "none", 0.f, impl));
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked"})
+        out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, impl));
     } else {
       out.push_back(bench(device, N, 151936, "inplace", 0.f, ""));
+      out.push_back(bench(device, N, 151936, "none", 0.f, ""));
+      out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, ""));
     }
-    out.push_back(bench(device, N, 151936, "none", 0.f, ""));
-    out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, ""));
     return out;
   }
 

@@ -72,13 +72,19 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // (tests: forces many iterations of the persistent loop on small inputs).
 // `stream` 2: the packed kernels: the streaming kernels' vector layout (tpr 4..32 or 128/256/512, nv 1/2/4,
 // rpg 1) on a plain grid, one row per team or block, registers capped for full occupancy (no prefetch).
+// `stream` 3: the bulk-copy kernels (sm_90): a persistent grid streams tiles of `rpg` dense rows (1..256) into
+// a ring of `nv` shared-memory stages (2..4) with cp.async.bulk and mbarriers; teams of `tpr` lanes (8, 16 or
+// 32) reduce and store the oldest stage while the others load. One dtype for the row tensors, whole aligned
+// 16-byte vectors, dense rows in the tensors read (x; src and dout), no kFactor backward, and the stage ring
+// within 227 KiB of shared memory.
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
-  int nv = 1;
-  int rpg = 1;
-  int stream = 0;  // 0 classic, 1 streaming, 2 packed
+  int nv = 1;   // bulk: stages
+  int rpg = 1;  // bulk: rows per stage
+  int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy
   int max_blocks = 0;
+  int hints = 0;  // bulk only: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy
 };
 // The configuration the launchers use when none is given: the packed kernels where the layout allows (two
 // 16-byte vectors per lane for rows of up to 64 vectors, a warp x 4 up to 128, a block per row above),
@@ -87,7 +93,9 @@ struct RowNormCudaConfig {
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the
-// streaming choice, and each packed configuration that covers the row with no idle lane.
+// streaming choice, each packed configuration that covers the row with no idle lane, and on sm_90 the bulk-copy
+// choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring, and the
+// choice with streaming stores (hints 1).
 std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
 std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).
@@ -103,6 +111,14 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs();
 // config returns STRATA_ERROR_INVALID_ATTRIBUTE without launching.
 int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config = nullptr);
 int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream, const RowNormCudaConfig* config = nullptr);
+// The implementation cuda.sm90.row_norm_bulk: the bulk-copy kernels with the configuration they pick for the
+// row (teams of 8/16/32 lanes, stages of about 32 KiB, 3 stages). The reject functions give "" where they apply
+// to p's device, shape, dtypes and layouts (at plan time, without pointers), else why not; the launchers fall
+// back to the default kernels when a run's pointers are not 16-byte aligned.
+std::string row_norm_fwd_cuda_bulk_reject(const RowNormFwdParams& p);
+std::string row_norm_bwd_cuda_bulk_reject(const RowNormBwdParams& p);
+int row_norm_fwd_cuda_bulk(const RowNormFwdParams& p, void* stream);
+int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::norm

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "opbase/dtype.h"
 #include "ops/norm/common/row_norm.h"
@@ -595,6 +596,260 @@ __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Bulk-copy kernels (config.stream = 3, sm_90): a persistent grid whose blocks stream tiles of `rps`
+// consecutive rows from global into a ring of `ns` shared-memory stages with the Hopper bulk-copy engine
+// (cp.async.bulk, completion counted in bytes on one mbarrier per stage), so every SM keeps ns - 1 tiles of
+// loads in flight while its threads reduce and store the oldest one; there is no wave tail (each block runs
+// the same number of tiles, up to one). A tile of dense rows is one contiguous span: one copy per tensor per
+// stage (forward: x; backward: src and dout), issued by thread 0, with an L2 evict-first hint (each byte is
+// read once). Teams of TPR lanes (8/16/32, inside a warp) take the tile's rows in turn; lane t of a team
+// handles the row's 16-byte vectors t, t + TPR, ... (one fma chain per lane in vector order, then the fixed
+// shuffle tree: the packed kernels' order for the same TPR, deterministic), reading them from shared memory
+// twice (sum, then scale) so any row length that fits a stage works without register arrays. Results are
+// stored from registers (16-byte stores). The backward's per-row rstd of tile i + 1 is loaded into registers
+// while tile i is processed and handed over through shared memory at the tile's closing __syncthreads.
+// Shapes the host picks for the targets: l2norm D = 128 bf16: teams of 8, 128 rows (32 KiB) per stage,
+// 3 stages, 256 threads; rmsnorm D = 4096 bf16: a warp per row, 4 rows per stage, 128 threads.
+
+// Dynamic shared memory: [8 mbarriers (64 B) | pad][2 x 256 floats of rstd (backward)][stages...]
+constexpr int kBulkMaxStages = 4;
+constexpr int kBulkMaxRows = 256;  // rows per stage (<= threads per block, for the rstd hand-over)
+constexpr int kBulkHeader = 128 + 2 * kBulkMaxRows * 4;  // 2176 = 17 x 128: stages stay 128-byte aligned
+constexpr int kBulkMaxSmem = 227 * 1024;                 // the sm_90 opt-in limit per block
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bulk_bar_init(uint64_t* bar, uint32_t count) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+#endif
+}
+// Makes the initialised barriers visible to the bulk-copy unit (async proxy) and the other threads.
+__device__ __forceinline__ void bulk_bar_init_fence() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+// One arrival (the barrier counts 1 per phase) that also announces `bytes` of copies completing on it.
+__device__ __forceinline__ void bulk_bar_arrive_tx(uint64_t* bar, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("{\n\t.reg .b64 st;\n\tmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n\t}" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+#endif
+}
+// Spins until the barrier's phase with parity `parity` has completed (every byte of the stage arrived).
+__device__ __forceinline__ void bulk_bar_wait(uint64_t* bar, uint32_t parity) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n\t.reg .pred done;\n"
+      "BULK_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra BULK_WAIT;\n\t}" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t pol = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+// Global -> shared copy of `bytes` (a multiple of 16; both addresses 16-byte aligned), completing on `bar`,
+// with the L2 policy `pol` when `hint` (else the default policy).
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t pol,
+                                          bool hint) {
+#if __CUDA_ARCH__ >= 900
+  if (hint)
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(pol)
+        : "memory");
+  else
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#endif
+}
+// A 16-byte store, with the streaming (evict-first) policy st.global.cs when `cs`.
+__device__ __forceinline__ void bulk_store16(void* p, const uint4& v, bool cs) {
+  if (cs)
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  else
+    cuda::st_vec16(p, v);
+}
+// config.hints of the bulk kernels: bit 0 stores with st.global.cs, bit 1 loads without the evict-first hint.
+constexpr int kBulkHintStoreCs = 1, kBulkHintNoLoadPolicy = 2;
+
+template <int TPR>
+__global__ void __launch_bounds__(256) fwd_bulk(const RowNormFwdParams p, int rps, int ns, int hints) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(bulk_smem);
+  unsigned char* stages = bulk_smem + kBulkHeader;
+  const int32_t dt = p.x_dtype;
+  const int ve = cuda::vec16_elems(dt), es = ve == 4 ? 4 : 2;
+  const int nvec = static_cast<int>(p.D / ve);  // row length in 16-byte vectors (host: a stage holds rps rows)
+  const uint32_t row_bytes = static_cast<uint32_t>(nvec) * 16u;
+  const uint32_t stage_bytes = row_bytes * static_cast<uint32_t>(rps);
+  const int64_t ntiles = (p.rows + rps - 1) / rps;
+  const int64_t first = blockIdx.x, stride = gridDim.x;
+  const int64_t count = first < ntiles ? (ntiles - 1 - first) / stride + 1 : 0;
+  const int t = static_cast<int>(threadIdx.x) % TPR, team = static_cast<int>(threadIdx.x) / TPR;
+  const int nteams = static_cast<int>(blockDim.x) / TPR;
+  const char* x = static_cast<const char*>(p.x) + p.x_rows.base * es;  // dense rows: row r at x + r * row_bytes
+  const float n_div = static_cast<float>(p.n_div);
+  const bool cs = hints & kBulkHintStoreCs;
+
+  // Tile i of this block into stage i % ns (thread 0 only).
+  auto issue = [&](int64_t i, uint64_t pol) {
+    const int64_t r0 = (first + i * stride) * rps;
+    const uint32_t n = static_cast<uint32_t>(min(static_cast<int64_t>(rps), p.rows - r0));
+    const int s = static_cast<int>(i % ns);
+    bulk_bar_arrive_tx(&full[s], n * row_bytes);
+    bulk_load(stages + static_cast<size_t>(s) * stage_bytes, x + r0 * row_bytes, n * row_bytes, &full[s], pol,
+              !(hints & kBulkHintNoLoadPolicy));
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ns; ++s) bulk_bar_init(&full[s], 1);
+    bulk_bar_init_fence();
+    const uint64_t pol = l2_evict_first_policy();
+    for (int64_t i = 0; i < min(static_cast<int64_t>(ns), count); ++i) issue(i, pol);
+  }
+  __syncthreads();  // the barriers are initialised before anyone waits on them
+
+  for (int64_t i = 0; i < count; ++i) {
+    const int s = static_cast<int>(i % ns);
+    const int64_t r0 = (first + i * stride) * rps;
+    const int n = static_cast<int>(min(static_cast<int64_t>(rps), p.rows - r0));
+    bulk_bar_wait(&full[s], static_cast<uint32_t>((i / ns) & 1));
+    const uint4* tile = reinterpret_cast<const uint4*>(stages + static_cast<size_t>(s) * stage_bytes);
+    // Every team of the block runs the same trip count (the shuffles need whole warps).
+    const int trips = (n + nteams - 1) / nteams;
+    for (int j = 0; j < trips; ++j) {
+      const int r = team + j * nteams;
+      const bool live = r < n;
+      const uint4* xr = tile + static_cast<size_t>(live ? r : 0) * nvec;
+      float ss = 0.f;
+      if (live)
+        for (int v = t; v < nvec; v += TPR) {
+          const uint4 a = xr[v];
+          ss = cuda::vec16_dot(a, a, dt, ss);
+        }
+      ss = cuda::group_sum<TPR>(ss);
+      if (!live) continue;
+      const int64_t row = r0 + r;
+      const float rstd = rsqrtf(ss / n_div + p.eps);  // a division, as the other kernels
+      if (t == 0) store_one(p.rstd, p.rstd_dtype, row_off(p.rstd_rows, row), rstd);
+      if (!p.y) continue;
+      char* yr = static_cast<char*>(p.y) + row_off(p.y_rows, row) * es;
+      for (int v = t; v < nvec; v += TPR)
+        bulk_store16(yr + static_cast<int64_t>(v) * 16,
+                     cuda::vec16_map(xr[v], xr[v], dt, [rstd](float a, float) { return a * rstd; }), cs);
+    }
+    __syncthreads();  // every thread is done reading stage s
+    if (threadIdx.x == 0 && i + ns < count) issue(i + ns, l2_evict_first_policy());
+  }
+#else
+  __trap();  // the host rejects the bulk configurations below sm_90
+#endif
+}
+
+template <int TPR>
+__global__ void __launch_bounds__(256) bwd_bulk(const RowNormBwdParams p, int rps, int ns, int hints) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(bulk_smem);
+  float* rs = reinterpret_cast<float*>(bulk_smem + 128);  // [2][kBulkMaxRows]: rstd of the current / next tile
+  unsigned char* stages = bulk_smem + kBulkHeader;
+  const int32_t dt = p.src_dtype;
+  const int ve = cuda::vec16_elems(dt), es = ve == 4 ? 4 : 2;
+  const int nvec = static_cast<int>(p.D / ve);
+  const uint32_t row_bytes = static_cast<uint32_t>(nvec) * 16u;
+  const uint32_t half_bytes = row_bytes * static_cast<uint32_t>(rps);  // src rows, then dout rows
+  const uint32_t stage_bytes = 2 * half_bytes;
+  const int64_t ntiles = (p.rows + rps - 1) / rps;
+  const int64_t first = blockIdx.x, stride = gridDim.x;
+  const int64_t count = first < ntiles ? (ntiles - 1 - first) / stride + 1 : 0;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int t = tid % TPR, team = tid / TPR, nteams = static_cast<int>(blockDim.x) / TPR;
+  const char* src = static_cast<const char*>(p.src) + p.src_rows.base * es;
+  const char* dout = static_cast<const char*>(p.dout) + p.dout_rows.base * es;
+  const float inv_n = 1.f / static_cast<float>(p.n_div);
+  const bool normalized = p.kind == RowNormBwdKind::kNormalizedSrc;  // else kRawSrc (kFactor: host-rejected)
+  const bool cs = hints & kBulkHintStoreCs;
+
+  auto issue = [&](int64_t i, uint64_t pol) {
+    const int64_t r0 = (first + i * stride) * rps;
+    const uint32_t n = static_cast<uint32_t>(min(static_cast<int64_t>(rps), p.rows - r0));
+    const int s = static_cast<int>(i % ns);
+    unsigned char* st = stages + static_cast<size_t>(s) * stage_bytes;
+    bulk_bar_arrive_tx(&full[s], 2 * n * row_bytes);
+    const bool hint = !(hints & kBulkHintNoLoadPolicy);
+    bulk_load(st, src + r0 * row_bytes, n * row_bytes, &full[s], pol, hint);
+    bulk_load(st + half_bytes, dout + r0 * row_bytes, n * row_bytes, &full[s], pol, hint);
+  };
+  // rstd of row `tid` of tile i (0 past the end); rps <= blockDim.x (host).
+  auto rstd_of = [&](int64_t i) {
+    if (i >= count || tid >= rps) return 0.f;
+    const int64_t row = (first + i * stride) * rps + tid;
+    return row < p.rows ? load_one(p.rstd, p.rstd_dtype, row_off(p.rstd_rows, row)) : 0.f;
+  };
+  if (tid == 0) {
+    for (int s = 0; s < ns; ++s) bulk_bar_init(&full[s], 1);
+    bulk_bar_init_fence();
+    const uint64_t pol = l2_evict_first_policy();
+    for (int64_t i = 0; i < min(static_cast<int64_t>(ns), count); ++i) issue(i, pol);
+  }
+  if (tid < rps) rs[tid] = rstd_of(0);
+  __syncthreads();  // barriers initialised, rstd of the first tile in place
+
+  for (int64_t i = 0; i < count; ++i) {
+    const float rs_next = rstd_of(i + 1);  // in flight while this tile is processed
+    const int s = static_cast<int>(i % ns);
+    const int64_t r0 = (first + i * stride) * rps;
+    const int n = static_cast<int>(min(static_cast<int64_t>(rps), p.rows - r0));
+    const float* rcur = rs + (i & 1) * kBulkMaxRows;
+    bulk_bar_wait(&full[s], static_cast<uint32_t>((i / ns) & 1));
+    const uint4* tsrc = reinterpret_cast<const uint4*>(stages + static_cast<size_t>(s) * stage_bytes);
+    const uint4* tdout = reinterpret_cast<const uint4*>(stages + static_cast<size_t>(s) * stage_bytes + half_bytes);
+    const int trips = (n + nteams - 1) / nteams;
+    for (int j = 0; j < trips; ++j) {
+      const int r = team + j * nteams;
+      const bool live = r < n;
+      const size_t ro = static_cast<size_t>(live ? r : 0) * nvec;
+      float dot = 0.f;
+      if (live)
+        for (int v = t; v < nvec; v += TPR) dot = cuda::vec16_dot(tdout[ro + v], tsrc[ro + v], dt, dot);
+      dot = cuda::group_sum<TPR>(dot);
+      if (!live) continue;
+      const int64_t row = r0 + r;
+      // The coefficients of bwd_coef.
+      const float rstd = rcur[r];
+      const float c = normalized ? dot * inv_n : dot * rstd * rstd * inv_n;
+      char* xr = static_cast<char*>(p.dx) + row_off(p.dx_rows, row) * es;
+      for (int v = t; v < nvec; v += TPR)
+        bulk_store16(xr + static_cast<int64_t>(v) * 16,
+                     cuda::vec16_map(tsrc[ro + v], tdout[ro + v], dt,
+                                     [rstd, c](float a, float b) { return rstd * (b - c * a); }),
+                     cs);
+    }
+    if (tid < rps) rs[((i + 1) & 1) * kBulkMaxRows + tid] = rs_next;  // that half was last read in tile i - 1
+    __syncthreads();  // stage s and rs[i & 1] fully read; rs[(i + 1) & 1] written
+    if (tid == 0 && i + ns < count) issue(i + ns, l2_evict_first_policy());
+  }
+#else
+  __trap();
+#endif
+}
+
+// ------------------------------------------------------------------------------------------------------
 // Host side: configurations and launches.
 
 // Whether a row tensor allows chunk accesses of ce elements: unit column stride, every row start a multiple
@@ -630,8 +885,16 @@ bool packed_known(const RowNormCudaConfig& c) {
          (c.nv == 1 || c.nv == 2 || c.nv == 4) && c.rpg == 1;
 }
 
+// The bulk-copy instances: teams of 8/16/32 lanes; nv = 2..4 stages of rpg = 1..256 rows (run-time values).
+bool bulk_known(const RowNormCudaConfig& c) {
+  return (c.tpr == 8 || c.tpr == 16 || c.tpr == 32) && c.nv >= 2 && c.nv <= kBulkMaxStages && c.rpg >= 1 &&
+         c.rpg <= kBulkMaxRows && c.hints >= 0 && c.hints <= 3;
+}
+
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
+  if (c.hints != 0 && c.stream != 3) return false;  // cache hints are a bulk-kernel option
+  if (c.stream == 3) return bulk_known(c);
   if (c.stream == 2) return packed_known(c);
   if (c.stream) return c.stream == 1 && stream_known(c);
   if (c.tpr == 0) return true;
@@ -652,7 +915,27 @@ struct StreamFacts {
   int32_t dtype = STRATA_DTYPE_F32;
   bool same = false, vec_ok = false;
   bool uniform = false;  // every row tensor (and rstd / dr) has equally spaced rows (the packed kernels need it)
+  bool dense = false;    // the row tensors read in tiles (x; src, dout) have row r at base + r * D (bulk kernels)
+  bool bulk_kind = true;  // the backward kind is one the bulk kernels compute (not kFactor)
+  int tensors = 1;       // row tensors read per row (1 forward, 2 backward): a bulk stage holds them all
 };
+
+// Threads per block of a bulk configuration: the teams of one stage's rows, at most 256, whole warps.
+int bulk_threads(int tpr, int rps) { return static_cast<int>(std::min<int64_t>(256, (int64_t{rps} * tpr + 31) / 32 * 32)); }
+// Dynamic shared memory of a bulk configuration: header + ns stages of rps rows of every tensor read.
+int64_t bulk_smem_bytes(int64_t D, int32_t dtype, int tensors, int rps, int ns) {
+  return kBulkHeader + int64_t{ns} * rps * tensors * (D / cuda::vec16_elems(dtype)) * 16;
+}
+// Whether the current device has the bulk-copy engine (sm_90 and newer).
+bool device_has_bulk_copy() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+bool dense_rows(const RowLayout& l, int64_t D) { return l.uniform() && (l.nd == 0 || l.sizes[0] <= 1 || l.strides[0] == D); }
 
 std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, int max_group_nv,
                           const StreamFacts& sf) {
@@ -661,6 +944,19 @@ std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, 
            " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " stream=" + std::to_string(c.stream) +
            " max_blocks=" + std::to_string(c.max_blocks);
   if (c.stream == 2 && !sf.uniform) return "the packed kernels need equally spaced rows (mergeable leading dimensions)";
+  if (c.stream == 3) {
+    const int ve = cuda::vec16_elems(sf.dtype);
+    if (!sf.same) return "the bulk-copy kernels need one dtype for every row tensor";
+    if (D == 0 || D % ve != 0 || !sf.vec_ok) return "rows cannot be read in aligned 16-byte vectors";
+    if (!sf.uniform || !sf.dense) return "the bulk-copy kernels need dense rows (row stride D) in the tensors they read";
+    if (!sf.bulk_kind) return "the bulk-copy backward computes kNormalizedSrc and kRawSrc only";
+    const int64_t smem = bulk_smem_bytes(D, sf.dtype, sf.tensors, c.rpg, c.nv);
+    if (smem > kBulkMaxSmem)
+      return "a stage ring of " + std::to_string(smem) + " bytes exceeds the " + std::to_string(kBulkMaxSmem) +
+             " bytes of shared memory a block may have";
+    if (!device_has_bulk_copy()) return "the bulk-copy kernels need sm_90 (cp.async.bulk)";
+    return {};
+  }
   if (c.stream) {
     const int ve = cuda::vec16_elems(sf.dtype);
     if (!sf.same) return "the streaming kernels need one dtype for every row tensor";
@@ -763,6 +1059,26 @@ RowNormCudaConfig pick_packed(int64_t D, const StreamFacts& sf) {
   return c;
 }
 
+// The bulk-copy configuration for a row of D elements, or tpr 0 when the bulk kernels do not apply: teams of 8
+// lanes for rows of up to 16 vectors (D = 128 bf16: two vectors per lane), 16 up to 32, else a warp per row;
+// stages of about 32 KiB (at least 4 rows, at most 64 KiB or 256 rows), 3 of them (about 98 KiB: two blocks
+// per SM), fewer where the ring would not fit. Not a default anywhere yet (forced rows of atk and the sweep).
+RowNormCudaConfig pick_bulk(int64_t D, const StreamFacts& sf) {
+  RowNormCudaConfig c;
+  const int ve = cuda::vec16_elems(sf.dtype);
+  if (!sf.same || !sf.vec_ok || !sf.uniform || !sf.dense || !sf.bulk_kind || D == 0 || D % ve != 0) return c;
+  const int64_t nvec = D / ve, row_bytes = nvec * 16 * sf.tensors;
+  if (row_bytes > 65536) return c;
+  c.stream = 3;
+  c.tpr = nvec <= 16 ? 8 : nvec <= 32 ? 16 : 32;
+  int64_t rps = std::clamp<int64_t>(32768 / row_bytes, 4, kBulkMaxRows);
+  while (rps > 1 && rps * row_bytes > 65536) --rps;
+  c.rpg = static_cast<int>(rps);
+  c.nv = 3;
+  while (c.nv > 2 && bulk_smem_bytes(D, sf.dtype, sf.tensors, c.rpg, c.nv) > kBulkMaxSmem) --c.nv;
+  return c;
+}
+
 // One packed instance: a team (or block) per row on a plain grid, capped at 2^31 - 1 blocks (and at
 // max_blocks when set); the kernels walk the rest with a grid stride.
 template <class K, int TPR, int NV>
@@ -839,9 +1155,46 @@ strata_status launch_stream(const typename K::Params& p, const RowNormCudaConfig
 #undef STRATA_STREAM_BLK
 }
 
+// One bulk-copy instance: a persistent grid of at most one wave of resident blocks (occupancy with this
+// configuration's shared memory), balanced so that every block runs the same number of tiles (up to one).
+template <class K, int TPR>
+strata_status launch_bulk_inst(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  if (p.rows == 0) return STRATA_SUCCESS;
+  const auto kernel = K::template bulk<TPR>();
+  const int threads = bulk_threads(TPR, c.rpg);
+  const int64_t smem = bulk_smem_bytes(p.D, K::row_dtype(p), K::kTensors, c.rpg, c.nv);
+  // Per call (cheap), so that every device the kernel runs on gets the opt-in above 48 KiB; always the same
+  // value (the most any configuration may use), so calls from several host threads cannot undercut each other.
+  STRATA_RETURN_IF_ERROR(cuda::check(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkMaxSmem),
+      "cudaFuncSetAttribute (row_norm bulk)"));
+  int occ = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, threads, static_cast<size_t>(smem)) != cudaSuccess ||
+      occ < 1) {
+    (void)cudaGetLastError();
+    occ = 1;
+  }
+  const int64_t ntiles = cuda::ceil_div(p.rows, c.rpg);
+  const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
+  int64_t grid = ntiles <= slots ? ntiles : cuda::ceil_div(ntiles, cuda::ceil_div(ntiles, slots));
+  if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
+  kernel<<<static_cast<unsigned>(grid), threads, static_cast<size_t>(smem), s>>>(p, c.rpg, c.nv, c.hints);
+  return cuda::check_launch(K::kBulkName);
+}
+
+template <class K>
+strata_status launch_bulk(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  switch (c.tpr) {
+    case 8: return launch_bulk_inst<K, 8>(p, c, s);
+    case 16: return launch_bulk_inst<K, 16>(p, c, s);
+    default: return launch_bulk_inst<K, 32>(p, c, s);
+  }
+}
+
 // One launcher for both directions: K names the kernel family (forward or backward).
 template <class K>
 strata_status launch(const typename K::Params& p, const RowNormCudaConfig& c, cudaStream_t s) {
+  if (c.stream == 3) return launch_bulk<K>(p, c, s);
   if (c.stream == 2) return launch_packed<K>(p, c, s);
   if (c.stream) return launch_stream<K>(p, c, s);
   const dim3 block(kBlock);
@@ -910,6 +1263,11 @@ struct FwdKernels {
   static constexpr const char* kName = "row_norm_fwd";
   static constexpr const char* kStreamName = "row_norm_fwd (stream)";
   static constexpr const char* kPackedName = "row_norm_fwd (packed)";
+  static constexpr const char* kBulkName = "row_norm_fwd (bulk)";
+  static constexpr int kTensors = 1;
+  static int32_t row_dtype(const Params& p) { return p.x_dtype; }
+  template <int TPR>
+  static auto bulk() { return fwd_bulk<TPR>; }
   template <int TPR, int NV, int RPG>
   static auto stream() { return fwd_stream<TPR, NV, RPG>; }
   template <int TPR, int NV>
@@ -931,6 +1289,11 @@ struct BwdKernels {
   static constexpr const char* kName = "row_norm_bwd";
   static constexpr const char* kStreamName = "row_norm_bwd (stream)";
   static constexpr const char* kPackedName = "row_norm_bwd (packed)";
+  static constexpr const char* kBulkName = "row_norm_bwd (bulk)";
+  static constexpr int kTensors = 2;
+  static int32_t row_dtype(const Params& p) { return p.src_dtype; }
+  template <int TPR>
+  static auto bulk() { return bwd_bulk<TPR>; }
   template <int TPR, int NV, int RPG>
   static auto stream() { return bwd_stream<TPR, NV, RPG>; }
   template <int TPR, int NV>
@@ -959,6 +1322,8 @@ StreamFacts fwd_stream_facts(const RowNormFwdParams& p) {
   f.same = !p.y || p.y_dtype == p.x_dtype;
   f.vec_ok = fwd_chunk_ok(p, cuda::vec16_elems(p.x_dtype));
   f.uniform = p.x_rows.uniform() && (!p.y || p.y_rows.uniform()) && p.rstd_rows.uniform();
+  f.dense = dense_rows(p.x_rows, p.D);
+  f.tensors = 1;
   return f;
 }
 StreamFacts bwd_stream_facts(const RowNormBwdParams& p) {
@@ -967,6 +1332,9 @@ StreamFacts bwd_stream_facts(const RowNormBwdParams& p) {
   f.same = p.dx_dtype == p.src_dtype && (p.kind == RowNormBwdKind::kFactor || p.dout_dtype == p.src_dtype);
   f.vec_ok = bwd_chunk_ok(p, cuda::vec16_elems(p.src_dtype));
   f.uniform = p.src_rows.uniform() && p.dout_rows.uniform() && p.dx_rows.uniform() && p.rstd_rows.uniform();
+  f.dense = dense_rows(p.src_rows, p.D) && dense_rows(p.dout_rows, p.D);
+  f.bulk_kind = p.kind != RowNormBwdKind::kFactor;
+  f.tensors = 2;
   return f;
 }
 int fwd_bytes(const RowNormFwdParams& p) { return max_elem_bytes({p.x_dtype, p.y ? p.y_dtype : p.x_dtype}); }
@@ -986,6 +1354,17 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
       }
   for (int tpr : {4, 8, 16, 32, 128, 256, 512})
     for (int nv : {1, 2, 4}) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
+  // Bulk-copy: teams x stages x rows per stage (1, 2 and 5: many phases of the stage ring and partial last
+  // tiles on small row counts; 1..256: the stage sizes the sweep times).
+  for (int tpr : {8, 16, 32})
+    for (int ns = 2; ns <= kBulkMaxStages; ++ns)
+      for (int rps : {1, 2, 4, 5, 8, 16, 32, 64, 128, 256}) v.push_back(RowNormCudaConfig{0, tpr, ns, rps, 3});
+  // The cache-hint variants (st.global.cs stores; loads without evict-first; both) of the rings the bulk choice
+  // takes for the target shapes (teams of 8 / 16 / a warp, 3 stages) and of a small one (5 rows: partial tiles).
+  for (int hints = 1; hints <= 3; ++hints)
+    for (const auto& tr : {std::pair{8, 128}, std::pair{8, 64}, std::pair{16, 64}, std::pair{32, 4}, std::pair{32, 2},
+                           std::pair{8, 5}})
+      v.push_back(RowNormCudaConfig{0, tr.first, 3, tr.second, 3, 0, hints});
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -1041,6 +1420,24 @@ std::vector<RowNormCudaConfig> alternatives(int64_t D, const StreamFacts& sf, co
       for (int nv : {1, 2, 4})
         if (static_cast<int64_t>(tpr) * nv == cover) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
   }
+  // The bulk-copy choice, the same with half the rows per stage in 4 stages (a finer ring), and with twice the
+  // rows in 2 stages (larger copies), where they fit.
+  const RowNormCudaConfig bk = pick_bulk(D, sf);
+  if (bk.stream && device_has_bulk_copy()) {
+    v.push_back(bk);
+    const int64_t row_bytes = D / cuda::vec16_elems(sf.dtype) * 16 * sf.tensors;
+    RowNormCudaConfig fine = bk;
+    fine.rpg = std::max(1, bk.rpg / 2), fine.nv = 4;
+    if (fine.rpg != bk.rpg && bulk_smem_bytes(D, sf.dtype, sf.tensors, fine.rpg, fine.nv) <= kBulkMaxSmem) v.push_back(fine);
+    RowNormCudaConfig coarse = bk;
+    coarse.rpg = std::min(kBulkMaxRows, bk.rpg * 2), coarse.nv = 2;
+    if (coarse.rpg != bk.rpg && coarse.rpg * row_bytes <= 2 * 65536 &&
+        bulk_smem_bytes(D, sf.dtype, sf.tensors, coarse.rpg, coarse.nv) <= kBulkMaxSmem)
+      v.push_back(coarse);
+    RowNormCudaConfig cs = bk;  // the choice with streaming (evict-first) stores
+    cs.hints = kBulkHintStoreCs;
+    v.push_back(cs);
+  }
   return v;
 }
 }  // namespace
@@ -1058,6 +1455,42 @@ std::string row_norm_fwd_cuda_config_reject(const RowNormFwdParams& p, const Row
 std::string row_norm_bwd_cuda_config_reject(const RowNormBwdParams& p, const RowNormCudaConfig& c) {
   const bool chunk_ok = c.chunk_elems > 0 && bwd_chunk_ok(p, c.chunk_elems);
   return config_reject(c, p.D, chunk_ok, BwdKernels::kMaxGroupNv, bwd_stream_facts(p));
+}
+
+namespace {
+// The bulk configuration of a problem, or why there is none (pick_bulk's conditions, then config_reject's:
+// the stage ring's shared memory and the device).
+template <class P>
+std::string bulk_reject(const P& p, const StreamFacts& sf, RowNormCudaConfig* out) {
+  const RowNormCudaConfig c = pick_bulk(p.D, sf);
+  if (c.stream != 3) {
+    if (!sf.bulk_kind) return "the bulk-copy backward computes kNormalizedSrc and kRawSrc only";
+    if (!sf.same) return "the bulk-copy kernels need one dtype for every row tensor";
+    if (p.D == 0 || p.D % cuda::vec16_elems(sf.dtype) != 0 || !sf.vec_ok)
+      return "rows cannot be read in aligned 16-byte vectors";
+    if (!sf.uniform || !sf.dense) return "the bulk-copy kernels need dense rows (row stride D) in the tensors they read";
+    return "a row of every tensor read is more than 64 KiB (no stage of whole rows)";
+  }
+  if (out) *out = c;
+  return config_reject(c, p.D, false, 0, sf);
+}
+}  // namespace
+
+std::string row_norm_fwd_cuda_bulk_reject(const RowNormFwdParams& p) {
+  return bulk_reject(p, fwd_stream_facts(p), nullptr);
+}
+std::string row_norm_bwd_cuda_bulk_reject(const RowNormBwdParams& p) {
+  return bulk_reject(p, bwd_stream_facts(p), nullptr);
+}
+int row_norm_fwd_cuda_bulk(const RowNormFwdParams& p, void* stream) {
+  RowNormCudaConfig c;
+  if (!bulk_reject(p, fwd_stream_facts(p), &c).empty()) c = row_norm_fwd_cuda_config(p);  // e.g. misaligned pointers
+  return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
+}
+int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream) {
+  RowNormCudaConfig c;
+  if (!bulk_reject(p, bwd_stream_facts(p), &c).empty()) c = row_norm_bwd_cuda_config(p);
+  return launch<BwdKernels>(p, c, static_cast<cudaStream_t>(stream));
 }
 
 int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config) {

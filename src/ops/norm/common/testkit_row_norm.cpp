@@ -95,7 +95,7 @@ class RowNormHarness final : public atk::OpHarness {
       std::vector<Config> alts;
 #if STRATA_WITH_CUDA
       // CUDA: the same shape once per alternative kernel configuration (forced), so one run compares the
-      // default with the classic, streaming and packed kernels (rows marked [cfg ...]).
+      // default with the classic, streaming, packed and bulk-copy kernels (rows marked [cfg ...]).
       if (cuda) {
         const Params pr = params(dt, rows, D, nullptr);
         alts = s_.bwd ? row_norm_bwd_cuda_alternatives(pr.b) : row_norm_fwd_cuda_alternatives(pr.f);
@@ -155,6 +155,10 @@ class RowNormHarness final : public atk::OpHarness {
   }
   static std::string cfg_name(const RowNormCudaConfig& c) {
     if (c.tpr == 0) return "looped";
+    if (c.stream == 3)
+      return fmt::format("bulk tpr={} stages={} rows/stage={}{}", c.tpr, c.nv, c.rpg,
+                         c.hints & 1 ? (c.hints & 2 ? " cs-stores no-load-hint" : " cs-stores")
+                                     : (c.hints & 2 ? " no-load-hint" : ""));
     const char* kind = c.stream == 2 ? "packed" : c.stream == 1 ? "stream" : "classic";
     return c.stream ? fmt::format("{} tpr={} nv={} rpg={}", kind, c.tpr, c.nv, c.rpg)
                     : fmt::format("{} ce={} tpr={} nv={} rpg={}", kind, c.chunk_elems, c.tpr, c.nv, c.rpg);

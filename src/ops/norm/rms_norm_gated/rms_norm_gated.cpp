@@ -2,7 +2,8 @@
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
 // Implementations, in dispatch order: forward cuda.sm90.team_packed (where it applies), cuda.sm90.group_rows,
-// cpu.<isa> per compiled Highway target, reference; backward the same without team_packed.
+// cuda.sm90.bulk_ring (forced only); backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows,
+// cuda.sm90.bulk_ring_wide (forced only); then cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
 #include <fmt/format.h>
@@ -21,6 +22,8 @@ constexpr const char* kFwd = "rms_norm_gated_fwd";
 constexpr const char* kBwd = "rms_norm_gated_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
+constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
+constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
 const std::initializer_list<int32_t> kAct = {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16,
                                              STRATA_DTYPE_F64};
@@ -33,6 +36,7 @@ struct FwdProblem {
 struct BwdProblem {
   RmsNormGatedBwdParams params;
   strata_device device{};
+  bool residual = false;  // residual or dresidual_out given
 };
 
 RmsNormGatedFwdParams bind(const FwdProblem& pr, const Launch& l) {
@@ -86,7 +90,8 @@ const ImplList<FwdProblem>& fwd_impls() {
     ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
     // First: the packed team forward where it applies (16-bit rows of D <= 1024 without residual: the GDN
-    // output gate), else group_rows (every layout).
+    // output gate), else group_rows (every layout). The bulk-copy ring comes last, forced only: it ran the
+    // [1048576, 128] forward at 1.46 x floor in s6run2 against 1.33 x for team_packed (s6run1).
     l.push_back({kCudaPackedImpl,
                  [](const FwdProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
@@ -106,6 +111,18 @@ const ImplList<FwdProblem>& fwd_impls() {
                  {},
                  [](const FwdProblem& p, const Launch& launch) {
                    return static_cast<strata_status>(rms_norm_gated_fwd_cuda(bind(p, launch), launch.cuda_stream));
+                 }});
+    // Forced only (after group_rows, which takes every problem): the bulk-copy ring, 16-bit rows of D <= 8192
+    // without residual.
+    l.push_back({kCudaRingImpl,
+                 [](const FwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
+                   return r.empty() ? rms_norm_gated_fwd_cuda_ring_reject(p.params) : r;
+                 },
+                 {},
+                 [](const FwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(rms_norm_gated_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
@@ -132,6 +149,21 @@ const ImplList<BwdProblem>& bwd_impls() {
   static const ImplList<BwdProblem> list = [] {
     ImplList<BwdProblem> l;
 #if STRATA_WITH_CUDA
+    // The bulk-copy ring where it won in s6run2 (lane-team rows: [1048576, 128] 0.3966 ms against group_rows'
+    // 0.4697; wide rows of D > 6144), else group_rows. Both size the workspace for rms_norm_gated_cuda_partials
+    // partial rows (the ring's grid is at most that many CTAs).
+    l.push_back({kCudaRingImpl,
+                 [](const BwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / dresidual_out";
+                   return r.empty() ? rms_norm_gated_bwd_cuda_ring_reject(p.params) : r;
+                 },
+                 [](const BwdProblem& p) {
+                   return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
+                 },
+                 [](const BwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(rms_norm_gated_bwd_cuda_ring(bind(p, launch), launch.cuda_stream));
+                 }});
     l.push_back({kCudaImpl,
                  [](const BwdProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
@@ -142,6 +174,20 @@ const ImplList<BwdProblem>& bwd_impls() {
                  },
                  [](const BwdProblem& p, const Launch& launch) {
                    return static_cast<strata_status>(rms_norm_gated_bwd_cuda(bind(p, launch), launch.cuda_stream));
+                 }});
+    // Forced only (after group_rows): the ring's wide-row kernels for every D <= 8192 (the dispatched
+    // bulk_ring entry takes them only for D > 6144).
+    l.push_back({kCudaRingWideImpl,
+                 [](const BwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / dresidual_out";
+                   return r.empty() ? rms_norm_gated_bwd_cuda_ring_reject(p.params, true) : r;
+                 },
+                 [](const BwdProblem& p) {
+                   return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
+                 },
+                 [](const BwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(rms_norm_gated_bwd_cuda_ring(bind(p, launch), launch.cuda_stream));
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
@@ -445,6 +491,7 @@ extern "C" strata_status strata_rms_norm_gated_bwd_plan(
     k.dweight = dweight ? reinterpret_cast<void*>(1) : nullptr;
     k.dbias = dbias ? reinterpret_cast<void*>(1) : nullptr;
     pr.device = x->device;
+    pr.residual = residual || dresidual_out;
     uint32_t mask = 0b001101100011u;  // x, z, rstd, dy, dx, dz
     if (weight) mask |= 1u << 2;
     if (bias) mask |= 1u << 3;

@@ -137,6 +137,19 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream);
 std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p);
 int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream);
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
+// The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
+int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);
+// The bulk-copy ring (cuda.sm90.bulk_ring, cuda_sm90_ring.cu): bf16/f16, no residual, D and G multiples of 8,
+// D <= 8192, equally spaced rows, unit column strides; "" if a plan with these params may take it, else why not.
+// At run time rows that are not 16-byte aligned go to rms_norm_gated_fwd_cuda / _bwd_cuda. The backward
+// needs the workspace of rms_norm_gated_cuda_partials (its grid is at most that many CTAs).
+// Backward scopes (GPU run s6run2: the ring won for lane-team rows and D = 8192 and lost 4 % at D = 5120):
+// wide_only = false, the dispatched entry: lane-team rows and wide rows of D > 6144; true, the forced-only
+// entry cuda.sm90.bulk_ring_wide: every wide row (a block per row, D <= 8192).
+std::string rms_norm_gated_fwd_cuda_ring_reject(const RmsNormGatedFwdParams& p);
+std::string rms_norm_gated_bwd_cuda_ring_reject(const RmsNormGatedBwdParams& p, bool wide_only = false);
+int rms_norm_gated_fwd_cuda_ring(const RmsNormGatedFwdParams& p, void* stream);
+int rms_norm_gated_bwd_cuda_ring(const RmsNormGatedBwdParams& p, void* stream);
 int64_t rms_norm_gated_cuda_partials(const RmsNormGatedBwdParams& p);
 #endif
 

@@ -128,6 +128,24 @@ class RmsNormGatedHarness final : public OpHarness {
               residuals[(rot / 5) % 3], (rot / 7) % 2, layout);
           ++rot;
         }
+    // CUDA only (big): enough rows that every CTA of the persistent bulk-copy ring takes more tiles than the
+    // ring has stages (the stage reuse and mbarrier parity flips), dense rows (one copy per tensor and tile)
+    // and padded rows (one copy per row), both gate orders, both activations, lane teams and wide rows. Sized
+    // just past that point (s6run2's atk of the forward, which also runs these, hit its 25 s cap with cases
+    // 3-5 x larger): e.g. 60000 x 128 gives 1875 tiles of 32 rows over 264 CTAs with 6 (forward) / 4 stages.
+    add("bf16", {60000, 128}, 0, 1, "silu", "f32", 0, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    add("bf16", {110000, 64}, 16, 0, "sigmoid", "same", 1, "none", 0, "rowpad");
+    cases.back().set("gpu_only", 1);
+    add("f16", {4000, 1024}, 256, 1, "sigmoid", "f32", 1, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    // Wide rows (a block per row, one row per ring tile).
+    add("bf16", {1200, 5120}, 0, 0, "silu", "f32", 0, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
+    add("bf16", {900, 8192}, 1024, 1, "silu", "same", 1, "none", 0, "rowpad");
+    cases.back().set("gpu_only", 1);
+    add("f16", {2400, 1200}, 40, 0, "sigmoid", "none", 1, "none", 0, "contiguous");
+    cases.back().set("gpu_only", 1);
     return cases;
   }
 
@@ -137,6 +155,11 @@ class RmsNormGatedHarness final : public OpHarness {
     if (dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
       res.skipped = true;
       res.message = "f64 runs on the CPU only";
+      return res;
+    }
+    if (c.get_int("gpu_only", 0) != 0 && device.type == STRATA_DEVICE_CPU) {
+      res.skipped = true;
+      res.message = "a CUDA-only case (big: the CPU paths are covered by the small ones)";
       return res;
     }
     const std::vector<int64_t> shape = c.get_shape("shape");
@@ -335,8 +358,20 @@ class RmsNormGatedHarness final : public OpHarness {
     out.push_back(bench(device, {cuda ? 1048576 : 262144, 128}, 128, 1));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 5120}, 5120, 0));
     out.push_back(bench(device, {cuda ? 16384 : 4096, 8192}, 1024, 0));
-    // CUDA forward: the GDN shape once more with the previous team kernel forced (compared in one run).
-    if (cuda && !bwd_) out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
+    // CUDA: the GDN shape in gate_before_norm order, and the shapes once more with the implementations that
+    // dispatch does not pick forced (compared in one run): forward the bulk-copy ring (forced only since
+    // s6run2), backward group_rows where the ring is the default and the ring's wide rows at D = 5120.
+    if (cuda) out.push_back(bench(device, {1048576, 128}, 128, 0));
+    if (cuda && !bwd_) {
+      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.bulk_ring"));
+      out.push_back(bench(device, {16384, 5120}, 5120, 0, "cuda.sm90.bulk_ring"));
+      out.push_back(bench(device, {16384, 8192}, 1024, 0, "cuda.sm90.bulk_ring"));
+    }
+    if (cuda && bwd_) {
+      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.group_rows"));
+      out.push_back(bench(device, {16384, 5120}, 5120, 0, "cuda.sm90.bulk_ring_wide"));
+      out.push_back(bench(device, {16384, 8192}, 1024, 0, "cuda.sm90.group_rows"));
+    }
     return out;
   }
 

@@ -1,0 +1,206 @@
+// Device and host helpers shared by the CUDA kernels of rms_norm_gated (cuda_sm90.cu: the register paths;
+// cuda_sm90_ring.cu: the bulk-copy ring). Included by .cu files only; everything sits in namespace rng_cuda,
+// which each .cu brings into its anonymous namespace.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "tile/cuda/reduce.cuh"
+#include "tile/cuda/vec_io.cuh"
+
+namespace strata::norm::rng_cuda {
+
+using cuda::load_any;
+using cuda::load_vec;
+
+constexpr int kV = 8;
+constexpr int kBlock = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+// Which row tensors may use 16-byte accesses (host-checked: unit column stride, aligned row starts).
+struct VecFlags {
+  bool w = false, b = false;
+};
+
+// ---- per-group totals of per-chunk partials of a team of TPR <= 32 lanes (see the file comment) ----
+template <int TPR, int NV>
+__device__ __forceinline__ void group_totals(const float (&part)[NV], float (&tot)[NV], int64_t G, int64_t D, int t,
+                                             float* /*red*/) {
+  static_assert(TPR <= 32, "block teams use block_group_totals");
+#pragma unroll
+  for (int k = 0; k < NV; ++k) tot[k] = 0.f;
+  constexpr int64_t kSlice = static_cast<int64_t>(TPR) * kV;
+  if (G >= kSlice) {
+    const int spg = static_cast<int>(G / kSlice);  // slices per group (G % kSlice == 0 here)
+    float acc = 0.f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k * kSlice >= D) break;  // uniform across the warp
+      acc += part[k];
+      if ((k + 1) % spg == 0) {
+        const float s = cuda::group_sum<TPR>(acc);
+#pragma unroll
+        for (int kk = 0; kk < NV; ++kk)
+          if (kk <= k && kk > k - spg) tot[kk] = s;
+        acc = 0.f;
+      }
+    }
+  } else {
+    const int W = static_cast<int>(G / kV);  // a power of two dividing TPR here
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      if (k * kSlice >= D) break;
+      float s = part[k];
+      for (int o = W / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+      tot[k] = s;
+    }
+  }
+  (void)t;
+}
+
+// Parameter chunk (weight / bias): vector when allowed, else element-wise; absent -> dflt.
+__device__ __forceinline__ void load_param(const void* base, int32_t dtype, const RowLayout& l, int64_t c, bool vec,
+                                           float dflt, float (&v)[kV]) {
+  if (!base) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v[e] = dflt;
+    return;
+  }
+  load_any<kV>(base, dtype, l.base + c * l.col_stride, l.col_stride, vec, v);
+}
+
+// h = x (+ residual) for one chunk (vector accesses: the caller checked the layouts).
+__device__ __forceinline__ void load_h(const void* x, int32_t x_dtype, int64_t xo, const void* res, int32_t res_dtype,
+                                       int64_t ro, float (&h)[kV]) {
+  load_vec<kV>(x, x_dtype, xo, h);
+  if (res) {
+    float r[kV];
+    load_vec<kV>(res, res_dtype, ro, r);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) h[e] += r[e];
+  }
+}
+
+// act(z) (and, below, act'(z)) on the vector paths. 16-bit activations use the hardware exp and an
+// approximate divide (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide are
+// ~30 instructions per element, by our count a large share of the [N, 128] forward); f32 keeps the precise
+// versions of rms_norm_gated.h.
+__device__ __forceinline__ float vact(int32_t act, bool fast, float v) {
+  if (!fast) return rng_act(act, v);
+  const float s = __fdividef(1.f, 1.f + __expf(-v));
+  return act == kActSilu ? v * s : s;
+}
+
+// act(z) and act'(z) from one sigmoid.
+__device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
+  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
+  if (act == kActSilu) {
+    a = v * s;
+    ag = s * (1.f + v * (1.f - s));
+  } else {
+    a = s;
+    ag = s * (1.f - s);
+  }
+}
+
+// Group sums of a block-per-row team (TPR = blockDim.x = kBlock): the NV * kBlock chunk partials go to
+// shared memory in feature order, warp w sums groups w, w + 8, ... (lane l adds chunks l, l + 32, ... of the
+// group in order, then a fixed shuffle tree), and every thread reads its chunks' group totals. Fixed order:
+// the same bits every run. red: kMaxChunks floats, gsum: kMaxChunks floats (D <= 8192).
+constexpr int kMaxChunks = 4 * kBlock;
+template <int NV>
+__device__ __forceinline__ void block_group_totals(const float (&part)[NV], float (&tot)[NV], int nc, int gc,
+                                                   const int (&gidx)[NV], float* red, float* gsum) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  __syncthreads();  // red / gsum may still be read from the previous row
+#pragma unroll
+  for (int k = 0; k < NV; ++k)
+    if (t + k * kBlock < nc) red[t + k * kBlock] = part[k];
+  __syncthreads();
+  const int ng = nc / gc;
+  for (int g = warp; g < ng; g += kBlock / 32) {
+    float acc = 0.f;
+    for (int j = lane; j < gc; j += 32) acc += red[g * gc + j];
+    acc = cuda::group_sum<32>(acc);
+    if (lane == 0) gsum[g] = acc;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) tot[k] = gidx[k] >= 0 ? gsum[gidx[k]] : 0.f;
+}
+
+// ------------------------------------------------------------------------------------------------------
+// Host side: path choice.
+
+inline bool aligned16(const void* base, int32_t dtype, int64_t off) {
+  return (reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(off) * dtype_size(dtype)) % 16 == 0;
+}
+// Every row start of `l` 16-byte aligned and unit column stride (or D <= 1).
+inline bool rows_vec_ok(const void* base, int32_t dtype, const RowLayout& l) {
+  if (!base) return true;
+  if (l.col_stride != 1) return false;
+  if (!aligned16(base, dtype, l.base)) return false;
+  for (int i = 0; i < l.nd; ++i)
+    if (l.sizes[i] > 1 && (l.strides[i] * static_cast<int64_t>(dtype_size(dtype))) % 16 != 0) return false;
+  return true;
+}
+inline bool param_vec_ok(const void* base, int32_t dtype, const RowLayout& l) {
+  return base && l.col_stride == 1 && aligned16(base, dtype, l.base) && dtype != STRATA_DTYPE_F64;
+}
+
+struct Config {
+  int tpr = 0, nv = 0;  // tpr 0: looped
+};
+
+inline int pow2ceil(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// The vector path for D, G (given vector-capable layouts), or looped.
+inline Config choose(int64_t D, int64_t G, bool layouts_ok) {
+  Config c;
+  if (!layouts_ok || D % kV != 0 || G % kV != 0) return c;
+  const int64_t nc = D / kV;
+  if (nc <= 32 * 4) {
+    const int tpr = std::clamp(pow2ceil(nc), 4, 32);
+    const int nv = pow2ceil((nc + tpr - 1) / tpr);
+    const int64_t slice = static_cast<int64_t>(tpr) * kV;
+    if (G % slice == 0 || slice % G == 0) return {tpr, nv};
+  }
+  if (nc <= 4 * kBlock) return {kBlock, pow2ceil((nc + kBlock - 1) / kBlock)};
+  return c;
+}
+
+inline bool fwd_layouts_ok(const RmsNormGatedFwdParams& p) {
+  return rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.z, p.x_dtype, p.z_rows) &&
+         rows_vec_ok(p.y, p.x_dtype, p.y_rows) && rows_vec_ok(p.residual, p.res_dtype, p.res_rows) &&
+         rows_vec_ok(p.residual_out, p.res_out_dtype, p.res_out_rows);
+}
+inline bool bwd_layouts_ok(const RmsNormGatedBwdParams& p) {
+  return rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.z, p.x_dtype, p.z_rows) &&
+         rows_vec_ok(p.dy, p.x_dtype, p.dy_rows) && rows_vec_ok(p.dx, p.x_dtype, p.dx_rows) &&
+         rows_vec_ok(p.dz, p.x_dtype, p.dz_rows) && rows_vec_ok(p.residual, p.res_dtype, p.res_rows) &&
+         rows_vec_ok(p.dres_out, p.dres_out_dtype, p.dres_out_rows);
+}
+
+// Backward config from the problem only (the plan's workspace is sized before any pointer is known, so the
+// pointer alignment cannot change the number of partial rows: the vector and looped paths use the same
+// count, and `layouts_ok` only picks the kernel).
+inline Config bwd_config(const RmsNormGatedBwdParams& p, bool layouts_ok) { return choose(p.D, p.group, layouts_ok); }
+
+inline int64_t bwd_partials(const RmsNormGatedBwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return 0;
+  // Enough blocks for many waves, few enough that the partial rows stay small next to the tensors.
+  // At least 4 blocks per SM of an H200 (132 SMs): wide rows reduce through shared memory with block-wide
+  // syncs, and 2 resident blocks per SM left the memory idle during them.
+  const int64_t cap = std::clamp<int64_t>((int64_t{1} << 21) / p.D, 528, 4096);
+  return std::min<int64_t>(p.rows, cap);
+}
+
+}  // namespace strata::norm::rng_cuda

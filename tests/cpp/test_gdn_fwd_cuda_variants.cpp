@@ -1,0 +1,321 @@
+// Launch variants of the fused GDN forward's state + output pass (gdn_fwd_kernels.h, StateOKernel) that the
+// conformance driver reaches only through the op's implementation list: kInline (the gated Q Kᵀ formed inside the
+// sequential pass by every column block) and kPrecomputedP (formed chunk-parallel by fwd_cuda_qk_gate, read by the
+// pass). Both sum every element in the same order, so the first test asks for the same bits of o, v_new and the
+// final state on shapes with partial chunks, GVA (G = 2, 3), K and V that are not tile multiples, variable-length
+// packs with empty sequences, chunk size 32, bf16 and f16, and each column width of the pass (32 / 64 / 128). The
+// second test times the forward's kernels at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
+// HV = 32, K = V = 128, bf16) and prints them (information for the automatic choice; it fails only if a launch
+// fails). CUDA builds only; skipped without a GPU.
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "ops/linear_attn/gdn_common/gdn_common.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
+
+namespace strata::linear_attn::gdn {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+// A device buffer of `bytes` bytes (freed on scope exit).
+struct Dev {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t b) : bytes(b) { EXPECT_EQ(cudaMalloc(&p, b ? b : 1), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<uint8_t> bits() const {
+    std::vector<uint8_t> h(bytes);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    if (bytes) EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in f32 / bf16 / f16
+};
+std::unique_ptr<Dev> upload(const void* h, size_t bytes) {
+  auto d = std::make_unique<Dev>(bytes);
+  if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+// n values N(0, sd) in dtype dt (bf16 / f16 bits, or f32).
+std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd) {
+  std::normal_distribution<float> nd(0.f, static_cast<float>(sd));
+  std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_size(dt));
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = nd(rng);
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(out.data() + 4 * i, &x, 4);
+    } else {
+      const uint16_t b = dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+// Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and states [N, HV, K, V].
+GdnTensor tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  GdnTensor t;
+  t.data = p, t.dtype = dt;
+  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
+  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
+  return t;
+}
+GdnTensor states(void* p, int64_t HV, int64_t K, int64_t V) {
+  GdnTensor t;
+  t.data = p, t.dtype = STRATA_DTYPE_F32;
+  t.st[0] = HV * K * V, t.st[1] = K * V, t.st[2] = V, t.st[3] = 1;
+  return t;
+}
+
+struct Shape {
+  int64_t B, T, H, HV, K, V, BT;
+  std::vector<int64_t> cu;  // empty: fixed length
+  int32_t dt;
+  bool h0, ht, vnew;
+};
+
+// One problem on the device: q, k, w, u (random), γ = chunk-local cumsum of gates in [-0.1, 0] (f32), h0,
+// outputs o, v_new, ht, the gated Q Kᵀ buffer, chunk offsets for varlen.
+struct Problem {
+  Shape s;
+  GdnFwdParams p;
+  std::unique_ptr<Dev> cu, offs, q, k, w, u, g, h0, o, vn, ht, P;
+  Problem(const Shape& sh, uint64_t seed) : s(sh) {
+    std::mt19937_64 rng(seed);
+    const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = s.BT;
+    d.N = s.cu.empty() ? B : static_cast<int64_t>(s.cu.size()) - 1;
+    d.NTr = (T + s.BT - 1) / s.BT;
+    d.scale = 0.125f;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = d.N, m.BT = s.BT, m.NTr = d.NTr;
+    // γ per sequence: cumsum restarting at every chunk start (bos + c BT).
+    std::vector<float> gam(static_cast<size_t>(rows * HV));
+    std::uniform_real_distribution<float> ud(-0.1f, 0.f);
+    std::vector<std::pair<int64_t, int64_t>> seqs;  // (b, bos..eos)
+    std::vector<int64_t> bounds;
+    if (s.cu.empty()) {
+      for (int64_t b = 0; b < B; ++b) bounds.push_back(b * T);
+      bounds.push_back(B * T);
+    } else {
+      bounds = s.cu;
+    }
+    for (size_t n = 0; n + 1 < bounds.size(); ++n)
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        float acc = 0.f;
+        for (int64_t t = bounds[n]; t < bounds[n + 1]; ++t) {
+          if ((t - bounds[n]) % s.BT == 0) acc = 0.f;
+          acc += ud(rng);
+          gam[static_cast<size_t>(t * HV + hv)] = acc;
+        }
+      }
+    if (!s.cu.empty()) {
+      std::vector<int64_t> off(s.cu.size());
+      GdnChunks hm = m;
+      hm.cu = s.cu.data();
+      d.NT = fill_chunk_offsets(hm, off.data());
+      cu = upload(s.cu.data(), s.cu.size() * 8);
+      offs = upload(off.data(), off.size() * 8);
+      m.cu = static_cast<const int64_t*>(cu->p);
+      m.offsets = static_cast<const int64_t*>(offs->p);
+    } else {
+      d.NT = d.NTr;
+    }
+    const double sk = 1.0 / std::sqrt(static_cast<double>(K));
+    auto rnd = [&](int64_t n, double sd) {
+      const auto b = random_bytes(n, s.dt, rng, sd);
+      return upload(b.data(), b.size());
+    };
+    q = rnd(rows * H * K, sk), k = rnd(rows * H * K, sk), w = rnd(rows * HV * K, sk), u = rnd(rows * HV * V, 1.0);
+    g = upload(gam.data(), gam.size() * 4);
+    p.q = tok(q->p, s.dt, T, H, K), p.k = tok(k->p, s.dt, T, H, K), p.w = tok(w->p, s.dt, T, HV, K);
+    p.u = tok(u->p, s.dt, T, HV, V), p.g = tok(g->p, STRATA_DTYPE_F32, T, HV, 0);
+    if (s.h0) {
+      const auto b = random_bytes(d.N * HV * K * V, STRATA_DTYPE_F32, rng, 0.5);
+      h0 = upload(b.data(), b.size());
+      p.h0 = states(h0->p, HV, K, V);
+    }
+    o = std::make_unique<Dev>(rows * HV * V * es);
+    p.o = tok(o->p, s.dt, T, HV, V);
+    if (s.vnew) {
+      vn = std::make_unique<Dev>(rows * HV * V * es);
+      p.v_new = tok(vn->p, s.dt, T, HV, V);
+    }
+    if (s.ht) {
+      ht = std::make_unique<Dev>(d.N * HV * K * V * 4);
+      p.ht = states(ht->p, HV, K, V);
+    }
+    P = std::make_unique<Dev>(rows * HV * s.BT * es);
+    p.Pqk = tok(P->p, s.dt, T, HV, s.BT);
+  }
+  void poison() {
+    for (Dev* x : {o.get(), vn.get(), ht.get(), P.get()})
+      if (x) x->poison();
+  }
+  std::vector<uint8_t> outputs() const {
+    std::vector<uint8_t> r = o->bits();
+    for (const Dev* x : {vn.get(), ht.get()})
+      if (x) {
+        const auto b = x->bits();
+        r.insert(r.end(), b.begin(), b.end());
+      }
+    return r;
+  }
+};
+
+const std::vector<Shape>& shapes() {
+  std::vector<int64_t> many = {0};
+  for (int64_t n = 0; n < 160; ++n) many.push_back(many.back() + (n * 37 + 5) % 150 + 1);
+  static const std::vector<Shape> v = {
+      // 32-column blocks (N HV V / 32 <= 132), partial column tile (V = 48), partial chunks.
+      {2, 200, 2, 4, 128, 48, 64, {}, STRATA_DTYPE_BF16, true, true, true},
+      // G = 3, K = 100 (general loads), varlen with empty and one-token sequences.
+      {1, 300, 1, 3, 100, 200, 64, {0, 0, 1, 64, 129, 300}, STRATA_DTYPE_BF16, true, false, false},
+      // chunk size 32.
+      {1, 150, 2, 4, 128, 128, 32, {0, 31, 32, 97, 150}, STRATA_DTYPE_BF16, false, true, true},
+      // 64-column blocks (40 sequence-heads), 128-column blocks (640).
+      {10, 100, 2, 4, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true, false},
+      {1, many.back(), 2, 4, 128, 128, 64, many, STRATA_DTYPE_BF16, true, true, false},
+      // f16: two S / Vd terms (two stages at 32 columns with P pre-computed), 64 columns.
+      {2, 200, 2, 4, 128, 128, 64, {}, STRATA_DTYPE_F16, true, true, true},
+      {10, 100, 1, 4, 64, 128, 64, {}, STRATA_DTYPE_F16, false, true, false},
+  };
+  return v;
+}
+
+TEST(GdnFwdCudaVariants, PrecomputedPSameBitsAsInline) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const Shape& s : shapes()) {
+    Problem pr(s, 100 + idx);
+    ASSERT_EQ(fwd_cuda_qk_gate_reject(pr.p), "") << "shape " << idx;
+    ASSERT_EQ(fwd_cuda_state_o_reject(pr.p), "") << "shape " << idx;
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const std::vector<uint8_t> inl = pr.outputs();
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kPrecomputedP, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const std::vector<uint8_t> pre = pr.outputs();
+    // No NaN left from the poison in o (every row of every sequence written; 0xffff is a NaN in bf16 / f16).
+    size_t unwritten = 0;
+    for (size_t i = 0; i + 1 < pr.o->bytes; i += 2) unwritten += (pre[i] == 0xff && pre[i + 1] == 0xff);
+    EXPECT_EQ(unwritten, 0u) << "shape " << idx;
+    EXPECT_TRUE(inl == pre) << "shape " << idx << ": kPrecomputedP differs from kInline";
+    ++idx;
+  }
+}
+
+TEST(GdnFwdCudaVariants, RejectsWithoutPqk) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  Problem pr(shapes()[0], 1);
+  pr.p.Pqk = GdnTensor{};
+  EXPECT_NE(fwd_cuda_qk_gate_reject(pr.p), "");
+  EXPECT_NE(fwd_cuda_state_o(pr.p, StateOKernel::kPrecomputedP, nullptr), STRATA_SUCCESS);
+}
+
+// Prints a timing line and appends it to $OUT/gdn_fwd_timing.txt when OUT is set (the log folder of the GPU
+// run, which comes back; ctest shows a passing test's output only with -V).
+void report(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (const char* out = std::getenv("OUT"); out && *out)
+    if (FILE* f = std::fopen((std::string(out) + "/gdn_fwd_timing.txt").c_str(), "a")) {
+      std::fprintf(f, "%s\n", line.c_str());
+      std::fclose(f);
+    }
+}
+std::string fmt_line(const char* f, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// Median of 7 timed runs (after one warm-up) of fn, in ms; -1 if a launch failed.
+template <class Fn>
+double time_ms(Fn fn) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> t;
+  bool ok = fn() == STRATA_SUCCESS;
+  for (int i = 0; i < 7 && ok; ++i) {
+    cudaEventRecord(e0);
+    ok = fn() == STRATA_SUCCESS;
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  if (!ok) return -1.0;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The forward's kernels at the benchmark shapes (inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0, β = 0.0115):
+// prepare_wy_repr_fwd (w, u), the gated Q Kᵀ, and the fused pass in both variants, for a per-kernel split of the
+// fused forward (the l2norm and cumsum kernels before them are not included).
+TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
+    const int32_t dt = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
+        g(rows * HV * 4), beta(rows * HV * 2), o(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4);
+    for (Dev* x : {&q, &k, &v, &w, &u, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    GdnFwdParams p;
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
+    d.NT = d.NTr, d.scale = 0.0884f;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
+    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+    const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
+    p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
+    const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
+    const double inl = time_ms([&] { return fwd_cuda_state_o(p, StateOKernel::kInline, nullptr); });
+    const double pre = time_ms([&] { return fwd_cuda_state_o(p, StateOKernel::kPrecomputedP, nullptr); });
+    EXPECT_GT(wy, 0.0);
+    EXPECT_GT(qk, 0.0);
+    EXPECT_GT(inl, 0.0);
+    EXPECT_GT(pre, 0.0);
+    report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
+                    "qk_gate %.3f ms, state_o inline-P %.3f ms, state_o pre-computed-P %.3f ms "
+                    "(fused forward without l2norm/cumsum: inline %.3f ms, pre-computed %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, inl, pre, wy + inl, wy + qk + pre));
+  }
+}
+
+}  // namespace
+}  // namespace strata::linear_attn::gdn
+
+#endif  // STRATA_WITH_CUDA
