@@ -102,6 +102,34 @@ TEST_F(RowNormCpuLines, ForwardMatchesItsOwnRstdBitForBit) {
   }
 }
 
+// Level 2 (batch invariance): a row's bits must not depend on how many rows come with it, also where the batch
+// size crosses the streaming threshold and the rows are not 64-byte aligned (the stores change; the reduction
+// order must not). The first 7 rows alone (regular stores) and in a batch of 1100 (above 4 MiB of output).
+TEST_F(RowNormCpuLines, ForwardRowsDoNotDependOnTheBatch) {
+  for (const int64_t offset : {int64_t{0}, int64_t{16}, int64_t{1}}) {
+    const int64_t D = 4096, big = 1100, small = 7;
+    const std::vector<uint16_t> x = random_bf16(big * D, 21u);
+    std::vector<std::vector<uint16_t>> ys;
+    std::vector<std::vector<float>> rs;
+    for (const int64_t rows : {small, big}) {
+      Out y(rows * D, offset);
+      std::vector<float> r(rows);
+      const strata_tensor_desc xd = make_desc(STRATA_DTYPE_BF16, {rows, D});
+      const strata_tensor_desc rd = make_desc(STRATA_DTYPE_F32, {rows, 1});
+      strata_plan plan = nullptr;
+      ASSERT_EQ(strata_rmsnorm_without_weight_fwd_plan(&xd, &xd, &rd, 1e-6f, STRATA_RMSNORM_NORMALIZE, &plan),
+                STRATA_SUCCESS);
+      void* t[3] = {const_cast<uint16_t*>(x.data()), y.p, r.data()};
+      ASSERT_EQ(strata_plan_run(plan, t, 3, nullptr, 0, nullptr), STRATA_SUCCESS);
+      strata_plan_destroy(plan);
+      ys.emplace_back(y.p, y.p + small * D);
+      rs.emplace_back(r.begin(), r.begin() + small);
+    }
+    EXPECT_EQ(std::memcmp(rs[0].data(), rs[1].data(), small * sizeof(float)), 0) << "rstd, offset " << offset;
+    EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), small * D * sizeof(uint16_t)), 0) << "y, offset " << offset;
+  }
+}
+
 TEST_F(RowNormCpuLines, BackwardFactorBitForBitAndNormalizeAgainstFloat64) {
   for (const Case& c : kCases) {
     const std::string what = "rows " + std::to_string(c.rows) + " D " + std::to_string(c.D) + " offset " +

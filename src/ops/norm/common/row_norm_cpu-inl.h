@@ -402,11 +402,14 @@ void FwdRows(const RowNormFwdParams& p) {
   const int64_t group = std::clamp<int64_t>(16384 / std::max<int64_t>(p.D * sizeof(TX), 1), 1, kGroup);
   // Evenly spaced rows of whole vectors stay in registers (ShortRows).
   const bool short_ok = unit && p.x_rows.uniform() && (!y || p.y_rows.uniform());
-  // bf16 -> bf16 rows of at least 64 elements take the skewed loop (cpu.avx512_bf16; with non-temporal stores
-  // only if every y row is 64-byte aligned, else the grouped passes, which handle any alignment).
-  [[maybe_unused]] const bool skew = kNative && std::is_same_v<TX, bf16_t> && std::is_same_v<TY, bf16_t> && unit && y && p.D >= 64 &&
-                    (!stream || (p.y_rows.uniform() && reinterpret_cast<uintptr_t>(y + p.y_rows.row_offset(0)) % 64 == 0 &&
-                                 (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TY))) % 64 == 0));
+  // bf16 -> bf16 rows of at least 64 elements take the skewed loop (cpu.avx512_bf16), whatever the batch size
+  // and alignment, so a row's reduction order depends only on D (batch invariance); its non-temporal stores
+  // need every y row 64-byte aligned, else it stores normally.
+  [[maybe_unused]] const bool skew =
+      kNative && std::is_same_v<TX, bf16_t> && std::is_same_v<TY, bf16_t> && unit && y && p.D >= 64;
+  [[maybe_unused]] const bool skew_stream =
+      skew && stream && p.y_rows.uniform() && reinterpret_cast<uintptr_t>(y + p.y_rows.row_offset(0)) % 64 == 0 &&
+      (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TY))) % 64 == 0;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (short_ok && ShortRows<kNative>(p, x, y, r0, r1, stream, inv_n)) {
       if (stream) hwy::FlushStream();
@@ -415,9 +418,9 @@ void FwdRows(const RowNormFwdParams& p) {
 #if STRATA_NATIVE_BF16
     if constexpr (kNative && std::is_same_v<TX, bf16_t> && std::is_same_v<TY, bf16_t>) {
       if (skew) {
-        if (stream) SkewedRowsBf16<true>(p, r0, r1, inv_n);
+        if (skew_stream) SkewedRowsBf16<true>(p, r0, r1, inv_n);
         else SkewedRowsBf16<false>(p, r0, r1, inv_n);
-        if (stream) hwy::FlushStream();
+        if (skew_stream) hwy::FlushStream();
         return;
       }
     }

@@ -8,10 +8,10 @@
 // into its own f32 partial row of the workspace; a last pass sums the partial rows in block order. So every
 // result depends only on the problem, never on the thread count.
 //
-// Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file; cpu_fwd.cpp and
-// cpu_bwd.cpp each include it for every target (tile/cpu/foreach_isa.h) and instantiate the forward or the
-// backward (one instance per activation dtype), so the two compile in parallel. Each unit owns the
-// HWY_EXPORT table of its entry point.
+// Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file. The units
+// cpu_fwd_{f32,bf16,f16}.cpp (the forward for one activation dtype) and cpu_bwd.cpp (the backward, every
+// dtype) each include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile
+// in parallel; cpu.cpp declares the units' entry points, dispatches on the dtype and owns the HWY_EXPORT tables.
 //
 // Per-target include guard (Highway's convention for -inl.h files).
 #if defined(STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -51,6 +51,12 @@ namespace tv = strata::tile::HWY_NAMESPACE;
 namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+
+// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd.cpp, called by cpu.cpp) ----
+void RngFwdF32(const RmsNormGatedFwdParams& p);
+void RngFwdBf16(const RmsNormGatedFwdParams& p);
+void RngFwdF16(const RmsNormGatedFwdParams& p);
+void RngBwdAny(const RmsNormGatedBwdParams& p);
 
 // act(v) into a, act'(v) into ag (when ag is wanted). sigmoid(v) = 1 / (1 + exp(-v)) is the shared vector
 // sigmoid of tile/cpu/math-inl.h for the activations' dtype T: for bf16/f16 rows the reduced-precision one
@@ -210,7 +216,7 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF h[NV], a[NV];
-  float rs[NV];
+  float rs[NV] = {};  // every entry is set below; the initializer quiets a false -Wmaybe-uninitialized (scalar target)
   // Rows follow each other in the common layouts: the lines 4 KiB ahead are later rows' (vec-inl.h).
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(xr);
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(zr);

@@ -1,0 +1,40 @@
+// Entry points of the rms_norm_gated CPU kernels: per target, the activation dtype picks the instance compiled
+// in one of the units cpu_fwd_<dtype>.cpp / cpu_bwd.cpp (kernels and build layout: cpu-inl.h); this file owns
+// the HWY_EXPORT tables the implementation lists read (rms_norm_gated.cpp).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu.cpp"
+#include "tile/cpu/foreach_isa.h"  // IWYU pragma: keep
+#include "ops/norm/rms_norm_gated/cpu-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::norm::HWY_NAMESPACE {
+
+void RngFwd(const RmsNormGatedFwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return;
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: RngFwdF32(p); break;
+    case STRATA_DTYPE_BF16: RngFwdBf16(p); break;
+    default: RngFwdF16(p); break;
+  }
+}
+void RngBwd(const RmsNormGatedBwdParams& p) {
+  if (p.D == 0) return;
+  RngBwdAny(p);
+}
+
+}  // namespace strata::norm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace strata::norm {
+HWY_EXPORT(RngFwd);
+HWY_EXPORT(RngBwd);
+
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngFwd, hwy_target); }
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngBwd, hwy_target); }
+int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return 0;
+  return (p.rows + rng_rows_per_block(p.D) - 1) / rng_rows_per_block(p.D);
+}
+}  // namespace strata::norm
+#endif

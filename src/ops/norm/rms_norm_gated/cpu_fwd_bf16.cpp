@@ -1,0 +1,12 @@
+// rms_norm_gated forward for bf16 activations, for every target of tile::cpu_isas(): one of the translation
+// units the CPU kernels are split into (kernels and build layout: cpu-inl.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu_fwd_bf16.cpp"
+#include "tile/cpu/foreach_isa.h"  // IWYU pragma: keep
+#include "ops/norm/rms_norm_gated/cpu-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::norm::HWY_NAMESPACE {
+void RngFwdBf16(const RmsNormGatedFwdParams& p) { FwdRows<bf16_t>(p); }
+}  // namespace strata::norm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();

@@ -1,0 +1,12 @@
+// rms_norm_gated forward for f32 activations, for every target of tile::cpu_isas(): one of the translation
+// units the CPU kernels are split into (kernels and build layout: cpu-inl.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu_fwd_f32.cpp"
+#include "tile/cpu/foreach_isa.h"  // IWYU pragma: keep
+#include "ops/norm/rms_norm_gated/cpu-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace strata::norm::HWY_NAMESPACE {
+void RngFwdF32(const RmsNormGatedFwdParams& p) { FwdRows<float>(p); }
+}  // namespace strata::norm::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
