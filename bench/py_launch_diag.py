@@ -2,9 +2,7 @@
 """Where the time of a Strata call from Python goes on CUDA: the kernel's own duration (torch.profiler, CUPTI)
 next to the per-call time seen by CUDA events around each call, the throughput of back-to-back calls, and the
 host time per call. Written to explain why strata.api.l2norm timed 2x slower through Python than through
-`strata atk` on the H200 (bench/results/2026-11-29_h200_gpu_check_run1.log). Since session 6 it also
-reproduces bench/torch_peers.py's first-case setup (inputs carved from the freed buffers of a 1 GiB copy of ones
-or random bytes, or allocated after emptying the cache), where s6run1 timed l2norm 2x slower than here.
+`strata atk` on the H200 (bench/results/2026-11-29_h200_gpu_check_run1.log).
 
     python bench/py_launch_diag.py [--no-profile]
 """
@@ -65,21 +63,6 @@ def alternating(fn, *inputs):
     return call
 
 
-def carved_inputs(fill):
-    """Two l2norm inputs allocated the way bench/torch_peers.py allocated its first case up to s6run1: right
-    after a 1 GiB device copy whose two buffers (filled by `fill`) were freed to torch's caching allocator, so
-    the inputs (and every output of the timed calls) are pieces of those cached blocks."""
-    n = 1 << 30
-    src = fill(n)
-    dst = torch.empty_like(src)
-    for _ in range(35):  # torch_peers' 5 warm-up and 30 timed copies
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    del src, dst
-    a = torch.randn(524288, 128, dtype=torch.bfloat16, device="cuda")
-    return a, a.clone()
-
-
 def main():
     x = torch.randn(524288, 128, dtype=torch.bfloat16, device="cuda")
     x2 = x.clone()
@@ -95,32 +78,6 @@ def main():
     print(f"{'case':<50} {'events/call ms':>15} {'back-to-back ms':>16} {'host us/call':>13}")
     for name, fn in cases.items():
         print(f"{name:<50} {per_call_events(fn):>15.4f} {back_to_back(fn):>16.4f} {host_us(fn):>13.1f}")
-    # torch_peers' first-case setup (s6run1: 0.143 ms there against 0.075 here): inputs carved from the freed
-    # buffers of a 1 GiB copy of ones (torch_peers up to s6run1) or of random bytes (torch_peers now), then the
-    # same with the cache emptied in between (torch_peers now). Each line times strata and torch alternately.
-    for label, fill, empty in (
-            ("after a 1 GiB copy of ones", lambda n: torch.ones(n, dtype=torch.uint8, device="cuda"), False),
-            ("after a 1 GiB copy of random bytes",
-             lambda n: torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda"), False),
-            ("after a copy of ones, cache emptied", lambda n: torch.ones(n, dtype=torch.uint8, device="cuda"), True)):
-        torch.cuda.empty_cache()
-        if empty:
-            n = 1 << 30
-            src = fill(n)
-            dst = torch.empty_like(src)
-            dst.copy_(src)
-            torch.cuda.synchronize()
-            del src, dst
-            torch.cuda.empty_cache()
-            a = torch.randn(524288, 128, dtype=torch.bfloat16, device="cuda")
-            b = a.clone()
-        else:
-            a, b = carved_inputs(fill)
-        for impl, f in (("strata l2norm", sapi.l2norm), ("torch F.normalize", lambda t: F.normalize(t, dim=-1))):
-            fn = alternating(f, a, b)
-            name = f"{impl}, {label}"
-            print(f"{name:<50} {per_call_events(fn):>15.4f} {back_to_back(fn):>16.4f} {host_us(fn):>13.1f}")
-        del a, b
     if "--no-profile" in sys.argv:
         return
     from torch.profiler import ProfilerActivity, profile

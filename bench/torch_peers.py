@@ -11,12 +11,15 @@ the median. Inputs are rotated among enough copies that together they exceed 4x 
 finds its input in the cache. Bytes count each input read once and each output written once (the stats a
 Strata op saves for backward are left out, as in PERF_TARGETS.md); floor = bytes / copy bandwidth.
 
-The copy that sets the floor moves random bytes (not a constant: nothing a memory system could compress) and
-its two 1 GiB buffers are handed back to the driver afterwards (torch.cuda.empty_cache), so the first case's
-tensors are fresh allocations, not pieces of the copy's cached blocks. In s6run1 the first case (l2norm) timed
-about 2x slower here than in bench/py_launch_diag.py for Strata and torch alike (0.143 / 0.429 ms against
-0.075 / 0.306 ms) while the second case agreed; the first case is therefore also timed once before the table
-(printed as a diagnostic line, not used) so that a first-case effect shows as a difference between the two.
+The copy that sets the floor moves random bytes (not a constant) and its two 1 GiB buffers are handed back to
+the driver afterwards (torch.cuda.empty_cache), so the cases' tensors are fresh allocations.
+
+Up to session 6 the l2norm case timed about 2x slower here than in bench/py_launch_diag.py, for Strata and
+torch alike (s6run1: 0.143 / 0.429 ms against 0.075 / 0.306 ms; s6run2 the same with a warm-up pass). The
+cause was this script: the input makers were closures over the loop variables `rows` and `d`, which the
+rmsnorm case reassigns before any maker runs, so the "l2norm [524288, 128]" row timed l2norm of a [32768, 4096]
+input (twice the bytes its floor counted; Strata's 0.143 ms is exactly its rmsnorm time on that shape). The
+makers now bind their shapes when they are defined.
 
     python bench/torch_peers.py [--device cuda|cpu] [--quick] [--iters N] [--json PATH]
 
@@ -160,8 +163,9 @@ def cases(device):
     out = []
 
     rows, d = 524288 // cut, 128
+    # Default arguments bind the shape now: a plain closure would see the rows / d of the last case.
     out.append(("l2norm fwd", f"bf16 [{rows}, {d}]", 2 * rows * d * 2,
-                lambda: torch.randn(rows, d, device=device, dtype=torch.bfloat16),
+                lambda rows=rows, d=d: torch.randn(rows, d, device=device, dtype=torch.bfloat16),
                 [("strata", lambda x: sapi.l2norm(x, EPS)),
                  ("torch eager rsqrt", lambda x: (x * torch.rsqrt(x.float().pow(2).sum(-1, keepdim=True) + EPS))
                   .to(x.dtype)),
@@ -169,7 +173,7 @@ def cases(device):
 
     rows, d = 32768 // cut, 4096
     out.append(("rmsnorm_without_weight fwd", f"bf16 [{rows}, {d}]", 2 * rows * d * 2,
-                lambda: torch.randn(rows, d, device=device, dtype=torch.bfloat16),
+                lambda rows=rows, d=d: torch.randn(rows, d, device=device, dtype=torch.bfloat16),
                 [("strata", lambda x: sapi.rmsnorm_without_weight(x, EPS)),
                  ("torch F.rms_norm" if hasattr(F, "rms_norm") else "torch eager rsqrt", rms_norm_torch)]))
 
@@ -179,7 +183,7 @@ def cases(device):
         return g.float().view(b, t // chunk, chunk, h, s).cumsum(2).view(b, t, h, s)
 
     out.append(("chunk_local_cumsum", f"f32 [{b}, {t}, {h}, {s}] chunk {chunk}", 2 * b * t * h * s * 4,
-                lambda: torch.randn(b, t, h, s, device=device, dtype=torch.float32) * 0.1,
+                lambda b=b, t=t, h=h, s=s: torch.randn(b, t, h, s, device=device, dtype=torch.float32) * 0.1,
                 [("strata", lambda g: sapi.chunk_local_cumsum(g, chunk)),
                  ("torch eager chunked cumsum", chunk_cumsum_torch)]))
     return out
@@ -224,24 +228,11 @@ def main():
     print(f"copy bandwidth {copy_gbs:.1f} GB/s (read + write, {copy_n / MiB:.0f} MiB buffer); "
           f"median of {iters} calls, floor = bytes / copy bandwidth")
 
-    all_cases = cases(device)
-    # Diagnostic: the first case timed once before the table (see the module docstring); printed, not used.
-    op, shape, nbytes, make, impls = all_cases[0]
-    inputs = rotated(make, device)
-    diag = []
-    for impl, fn in impls:
-        if impl == "strata" and sapi is None:
-            continue
-        try:
-            diag.append(f"{impl} {timer(fn, inputs)[0]:.4f} ms")
-        except Exception as e:  # reported with the table's own timing below
-            diag.append(f"{impl} error {type(e).__name__}")
-    del inputs
-    print(f"diagnostic: {op} {shape} timed before the table (first pass, not used): " + ", ".join(diag))
-
     rows, strata_failed = [], False
-    for op, shape, nbytes, make, impls in all_cases:
+    for op, shape, nbytes, make, impls in cases(device):
         inputs = rotated(make, device)
+        # The label's shape is the input's (s6run2: a closure bug timed another shape under this label).
+        assert f"[{', '.join(str(n) for n in inputs[0].shape)}]" in shape, (shape, tuple(inputs[0].shape))
         floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
         results = []
         for impl, fn in impls:

@@ -1401,9 +1401,23 @@ RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   const RowNormCudaConfig c = pick_packed(p.D, sf);
   return packed_default(c, sf.dtype) ? c : row_norm_fwd_cuda_config_classic(p);
 }
+// The backward (two row tensors in registers) after s6run1 + s6run2 (atk median of 10, H200, every alternative
+// forced in the same run; both runs agree): rows of 8..32 vectors take one vector per lane (a team of
+// pow2ceil(vectors) lanes: l2norm bwd [524288, 128] bf16 16 x 1 0.1064 / 0.1067 ms against 8 x 2 0.1073 /
+// 0.1075; f32 32 x 1 0.2014 / 0.2012 ms = 1.04 x against the classic kernels' 0.2083 / 0.2072 = 1.08 x, so f32
+// takes it too), and 16-bit rows of 257..512 vectors a block of 128 threads x 4 (rmsnorm bwd [32768, 4096] bf16
+// 0.2079 / 0.2090 ms against 256 x 2 0.2089 / 0.2107). Other rows follow the forward's rule.
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p) {
   const StreamFacts sf = bwd_stream_facts(p);
-  const RowNormCudaConfig c = pick_packed(p.D, sf);
+  RowNormCudaConfig c = pick_packed(p.D, sf);
+  if (c.stream == 2) {
+    const int64_t nvec = p.D / cuda::vec16_elems(sf.dtype);
+    if (nvec >= 8 && nvec <= 32) {
+      c.tpr = pow2ceil(nvec), c.nv = 1;
+      return c;
+    }
+    if (nvec > 256 && nvec <= 512 && sf.dtype != STRATA_DTYPE_F32) c.tpr = 128, c.nv = 4;  // measured for bf16
+  }
   return packed_default(c, sf.dtype) ? c : row_norm_bwd_cuda_config_classic(p);
 }
 
