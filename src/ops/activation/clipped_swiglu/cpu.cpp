@@ -8,7 +8,7 @@
 // nearest even); identical to the portable instances for f32/f16 and on other targets.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/activation/clipped_swiglu/cpu.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include "tile/cpu/foreach_isa.h"  // IWYU pragma: keep (the cpu_isas() targets only)
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
@@ -75,7 +75,7 @@ HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
     return;
   }
   int64_t j = 0;
-  // Non-temporal stores only of whole 16-byte vectors (see rms_norm_gated/cpu.cpp).
+  // Non-temporal stores only of whole 16-byte vectors (see rms_norm_gated/cpu-inl.h).
   if (kStream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dst))
     for (; j + N <= n; j += N) tv::StoreOut<true, kNative>(df, hn::LoadU(df, src + j), dst + j);
   for (; j + N <= n; j += N) tv::StoreOut<false, kNative>(df, hn::LoadU(df, src + j), dst + j);
