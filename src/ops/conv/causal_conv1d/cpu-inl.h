@@ -280,10 +280,12 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
                     const T* res, T* y, bool stream, const T* next) {
   const int W = static_cast<int>(p.W);
   const bool silu = p.activation == kActSilu;
-  if (stream) {
-#define STRATA_CONV_FWD(KW)                                                       \
-  (silu ? FwdRow<KW, true, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
-        : FwdRow<KW, false, kNative, true, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
+  // The width (2-4 unrolled, else general) and the activation and store kind as template arguments.
+  auto run = [&](auto stream_tag) {
+    constexpr bool S = decltype(stream_tag)::value;
+#define STRATA_CONV_FWD(KW)                                                                      \
+  (silu ? FwdRow<KW, true, kNative, S, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
+        : FwdRow<KW, false, kNative, S, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
     switch (W) {
       case 2: STRATA_CONV_FWD(2); break;
       case 3: STRATA_CONV_FWD(3); break;
@@ -291,18 +293,9 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
       default: STRATA_CONV_FWD(0); break;
     }
 #undef STRATA_CONV_FWD
-    return;
-  }
-#define STRATA_CONV_FWD(KW) \
-  (silu ? FwdRow<KW, true, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next) \
-        : FwdRow<KW, false, kNative, false, T>(W, rows, wt, StagedStride(p), bt, nc, res, y, next))
-  switch (W) {
-    case 2: STRATA_CONV_FWD(2); break;
-    case 3: STRATA_CONV_FWD(3); break;
-    case 4: STRATA_CONV_FWD(4); break;
-    default: STRATA_CONV_FWD(0); break;
-  }
-#undef STRATA_CONV_FWD
+  };
+  if (stream) run(std::true_type{});
+  else run(std::false_type{});
 }
 
 template <class T, bool kNative>
