@@ -285,12 +285,12 @@ def test_bad_target_without_check(device):
 def test_grad_in_forward_any_upstream(device, reduction, g):
     """grad_in_forward's backward (the C op's scale mode: dloss read on the device) for any upstream gradient,
     1 included (nothing touched), against the default mode; in float64 on the CPU to the last bits."""
+    if g == "rows" and reduction != "none":
+        pytest.skip("a per-row upstream gradient exists for reduction none only")
     dtypes = [torch.float64, torch.float32] if device == "cpu" else [torch.float32, torch.bfloat16]
     for dtype in dtypes:
         logits, target = make(10, 257, dtype, device)
         if g == "rows":
-            if reduction != "none":
-                continue
             up = torch.tensor([1.0, 0.5, -1.0, 0.0, 2.0, 1.0, 3.0, -0.25, 1.0, 7.0], device=device)
         else:
             up = torch.full((10,), g, device=device) if reduction == "none" else torch.tensor(g, device=device)
