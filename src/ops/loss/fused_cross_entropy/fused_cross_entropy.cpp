@@ -168,7 +168,8 @@ Implementation<CeProblem> cuda_impl(std::string name, std::function<std::string(
 // (the plan cannot see them) run block_per_row at run time, the same math.
 Implementation<CeProblem> cuda_smem_impl(std::string name, CeSmemKind kind) {
   return cuda_impl(
-      std::move(name), [kind](const CeParams& p) { return ce_smem_reject(p, kind); },
+      // (the scale mode runs ce_scale, any shape, whichever implementation was chosen)
+      std::move(name), [kind](const CeParams& p) { return p.scale_only ? std::string() : ce_smem_reject(p, kind); },
       [kind](const CeParams& p, void* stream) {
         if (!ce_smem_aligned(p)) return fused_cross_entropy_cuda(p, stream);
         return fused_cross_entropy_cuda_smem(p, stream, kind);
