@@ -354,9 +354,16 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
           m = mq;
         }
         if constexpr (kStore) {
-          // The single piece: store e (0 where every element of the thread is -inf: p = 0 there).
+          // The single piece: store e. A thread whose elements are all -inf or NaN (the max skips NaN) stores 0
+          // for -inf (p = 0) and NaN for NaN, so its gradient is what cluster_smem gives (-uniform, NaN).
           if (m == -INFINITY) {
-            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) wbuf[v] = make_uint4(0u, 0u, 0u, 0u);
+            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
+              float x[kVec];
+              unpack<T>(buf[v], x);
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) x[e] = x[e] != x[e] ? x[e] : 0.f;
+              wbuf[v] = pack<StoredExp<T>>(x);
+            }
             continue;
           }
           const int64_t yv = (ignored || bad) ? int64_t{-(1 << 30)} : y - lo;
