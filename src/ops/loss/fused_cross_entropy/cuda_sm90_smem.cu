@@ -59,6 +59,9 @@ constexpr int kThreads = 256;                    // 4-5 CTAs per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
+// cluster_stored_exp_wide (measurement variant, session 7): twice the slice, half the CTAs per row (bf16
+// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), fewer cluster barriers per SM and longer sweeps.
+constexpr int64_t kWideSliceBytes = 80 << 10;
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
 constexpr int kChunks = 4;                       // cluster_chunked: pieces per slice (~9 KiB at V = 151936 bf16)
 
@@ -503,13 +506,13 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-Split split_of(int64_t V, int32_t dtype) {
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
   int64_t C = 1;  // 1, 2, 4, 8
-  while (C < kMaxCluster && C * kTargetSliceBytes < bytes) C *= 2;
+  while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
@@ -552,7 +555,8 @@ strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, c
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
     // cluster_stored_exp: the fused forward without softcap; everything else runs cluster_smem's kernel.
-    if (kind == CeSmemKind::kStoredExp && p.dlogits != nullptr && !p.backward && !p.k.softcap_on)
+    if ((kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+        !p.backward && !p.k.softcap_on)
       return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
@@ -579,7 +583,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    const Split sp = split_of(p.V, p.dtype);
+    const Split sp = split_of(p.V, p.dtype, kind == CeSmemKind::kStoredExpWide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

@@ -194,6 +194,9 @@ const ImplList<CeProblem>& impls() {
     // that the gradient sweep computes none (half the ex2 instructions, ~40 % fewer per element). Not yet timed
     // on the H200 when added: forced only (STRATA_FORCE_IMPL=cuda.sm90.cluster_stored_exp); atk times it.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
+    // The same with ~80 KiB slices (bf16 V = 151936: clusters of 4, 3 CTAs per SM): a measurement of the slice
+    // size for the stored-exponential kernel (forced only).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

@@ -390,7 +390,7 @@ class FusedCrossEntropyHarness final : public OpHarness {
       // and the any-shape block_per_row; loss only and the softcapped vocabulary for the two cluster kernels
       // (cluster_stored_exp runs cluster_smem's kernel there).
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked", "cuda.sm90.cluster_stored_exp",
-                               "cuda.sm90.block_per_row"})
+                               "cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked"})
         out.push_back(bench(device, N, 151936, "none", 0.f, impl));
