@@ -205,13 +205,21 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   auto tile_dz = [&](int64_t ti) { return sep ? dZ : tile_z(ti); };
   auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
 
+  // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
+  // beside the GEMM of tile t + 1) they alternate between the workspace tile and dweight's first slot, free during
+  // the forward (kept tile s is at (s + 1) slot), so that the GEMM does not overwrite the tile being read.
+  auto fwd_z = [&](int64_t ti) -> void* {
+    if (ti >= n_keep && n_keep > 0 && be.traits().overlap_stats && (ti - n_keep) % 2 == 1)
+      return static_cast<void*>(dw_base);
+    return tile_z(ti);
+  };
   if (!p.backward_op) {  // vocab_tiled forward: online statistics over the vocabulary tiles
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
       for (int64_t v0 = 0; v0 < V; v0 += vt) {
         const int64_t vn = std::min(vt, V - v0);
-        void* Zt = tile_z(v0 / vt);
+        void* Zt = fwd_z(v0 / vt);
         be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Zt, z_dt, vt);
         be.stats(Zt, z_dt, vt, rows, vn, b0, v0, v0 == 0, v0 + vn == V);
       }
