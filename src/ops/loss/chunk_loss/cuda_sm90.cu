@@ -383,6 +383,7 @@ struct SideStream {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr;  // recorded on the caller's stream before each statistics launch
   cudaEvent_t done[kSideEvents] = {};
+  cudaEvent_t grad_done = nullptr;  // recorded after each gradient launched ahead (grad_async)
 };
 strata_status side_stream(SideStream** out) {
   int dev = 0;
@@ -394,6 +395,7 @@ strata_status side_stream(SideStream** out) {
     STRATA_CUDA_TRY(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
     STRATA_CUDA_TRY(cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming));
     for (cudaEvent_t& e : s.done) STRATA_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    STRATA_CUDA_TRY(cudaEventCreateWithFlags(&s.grad_done, cudaEventDisableTiming));
     it = sides.emplace(dev, s).first;
   }
   *out = &it->second;
@@ -417,6 +419,7 @@ struct CudaBackend : BackendBase {
   int n_pending = 0;
   int64_t n_side = 0;  // statistics launches on the side stream
   bool side_open = false;  // side work the caller's stream has not waited for
+  cudaEvent_t last_side = nullptr;  // the event recorded last on the side stream (join waits for it)
 
   CudaBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_, cudaStream_t s)
       : BackendBase(p_, L_, ws_), stream(s) {}
@@ -424,8 +427,7 @@ struct CudaBackend : BackendBase {
 
   void join() {
     if (!side_open) return;
-    note(cuda::check(cudaStreamWaitEvent(stream, side->done[(n_side - 1) % kSideEvents], 0),
-                     "chunk_loss: cudaStreamWaitEvent"));
+    note(cuda::check(cudaStreamWaitEvent(stream, last_side, 0), "chunk_loss: cudaStreamWaitEvent"));
     side_open = false;
     n_pending = 0;
   }
@@ -552,6 +554,7 @@ struct CudaBackend : BackendBase {
     if (side && !err) {
       cudaEvent_t done = side->done[n_side % kSideEvents];
       note(cuda::check(cudaEventRecord(done, side->stream), "chunk_loss: cudaEventRecord"));
+      last_side = done;
       ++n_side;
       side_open = true;
       const char* lo = static_cast<const char*>(Z);
@@ -571,10 +574,8 @@ struct CudaBackend : BackendBase {
     return p.h_dtype == STRATA_DTYPE_F16 && L.dz != L.z && cb != 0.f && std::isfinite(1.f / cb) ? cb : 1.f;
   }
 
-  void grad(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
-            int64_t cols, int64_t r0, int64_t v0) {
-    if (err || rows == 0) return;
-    join();  // lse and the statistics come from the side stream
+  void grad_on(cudaStream_t st, const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz,
+               int64_t rows, int64_t cols, int64_t r0, int64_t v0) {
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
     const float* g = p.backward_op ? static_cast<const float*>(p.dloss) : nullptr;
     visit_storage(p.w_dtype, [&](auto tb) {
@@ -582,21 +583,52 @@ struct CudaBackend : BackendBase {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
           if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
-            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else
-            row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+            row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<TZ*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           return;
         }
         visit_storage(dz_dt, [&](auto td) {
           using TD = decltype(td);
-          row_grad<decltype(tb), TZ, TD><<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+          row_grad<decltype(tb), TZ, TD><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
               a, static_cast<TD*>(dZ), lddz, lse_r, lse_r_stride, coef_base() / dz_scale(), g);
         });
       });
     });
     launched("chunk_loss (row_grad)");
+  }
+
+  void grad(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+            int64_t cols, int64_t r0, int64_t v0) {
+    if (err || rows == 0) return;
+    join();  // lse and the statistics come from the side stream
+    grad_on(stream, Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0);
+  }
+
+  // The gradient of a kept tile on the side stream, beside the GEMMs of the previous tile (driver.h: it touches
+  // only the tile's own bytes, which those GEMMs do not write); grad_wait() makes the caller's stream wait for it
+  // before the tile's GEMMs. After the statistics on the side stream (lse), and after everything the caller's
+  // stream has issued so far.
+  void grad_async(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+                  int64_t cols, int64_t r0, int64_t v0) {
+    if (err || rows == 0) return;
+    if (!side) {
+      grad(Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0);
+      return;
+    }
+    note(cuda::check(cudaEventRecord(side->fork, stream), "chunk_loss: cudaEventRecord"));
+    note(cuda::check(cudaStreamWaitEvent(side->stream, side->fork, 0), "chunk_loss: cudaStreamWaitEvent"));
+    if (err) return;
+    grad_on(side->stream, Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0);
+    note(cuda::check(cudaEventRecord(side->grad_done, side->stream), "chunk_loss: cudaEventRecord"));
+    last_side = side->grad_done;
+    side_open = true;
+  }
+  void grad_wait() {
+    if (side && !err)
+      note(cuda::check(cudaStreamWaitEvent(stream, side->grad_done, 0), "chunk_loss: cudaStreamWaitEvent"));
   }
 
   void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc,
