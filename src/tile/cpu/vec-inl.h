@@ -151,6 +151,30 @@ template <class DF, class T>
 HWY_INLINE bool StreamAligned(DF df, const T* p) {
   return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(df) * sizeof(T)) == 0;
 }
+// Whether every row of evenly spaced rows can take them: the first row aligned and a row stride (elements) of
+// whole 64-byte lines, so that every later row start is aligned too.
+template <class DF, class T>
+HWY_INLINE bool StreamRowsAligned(DF df, const T* first_row, int64_t row_stride) {
+  return StreamAligned(df, first_row) && (row_stride * static_cast<int64_t>(sizeof(T))) % 64 == 0;
+}
+
+// The dispatch of the short-row kernels (rows of NV whole vectors held in registers: the row norms' and
+// rms_norm_gated's ShortRows): calls fn(std::integral_constant<int, NV>{}, std::bool_constant<S>{}) with
+// NV = nv and S = stream, and returns true; returns false, calling nothing, unless nv is 1, 2, 4 or 8.
+template <class Fn>
+HWY_INLINE bool VisitShortRow(int64_t nv, bool stream, Fn&& fn) {
+  auto with_stream = [&](auto nv_tag) {
+    if (stream) fn(nv_tag, std::true_type{});
+    else fn(nv_tag, std::false_type{});
+  };
+  switch (nv) {
+    case 1: with_stream(std::integral_constant<int, 1>{}); return true;
+    case 2: with_stream(std::integral_constant<int, 2>{}); return true;
+    case 4: with_stream(std::integral_constant<int, 4>{}); return true;
+    case 8: with_stream(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
+}
 
 // Software prefetch distance of the streaming loops. On the development VM (Emerald Rapids under KVM) one
 // core's demand misses plus the hardware prefetchers read a streamed bf16 row at about half the copy rate
