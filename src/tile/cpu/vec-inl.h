@@ -92,10 +92,20 @@ HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, bf16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, Bf16Bits(df, v))), du16, reinterpret_cast<uint16_t*>(p));
 }
+// f16 stores round to nearest even on every target: F16C's vcvtps2ph on AVX2/AVX3; elsewhere (SSE4, scalar) lane
+// by lane with from_f32, because Highway's emulated DemoteTo there truncates the mantissa (x86_128-inl.h:
+// `mantissa32 >> 13`), which gave those targets other bits than AVX2/AVX3 in a third of the f16 outputs of a
+// cumsum test (2026-11-30).
 template <class DF>
 HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, f16_t* p) {
+#if HWY_TARGET >= HWY_SSE4 || defined(HWY_DISABLE_F16C)
+  alignas(64) float tmp[hn::MaxLanes(df)];
+  hn::Store(v, df, tmp);
+  for (size_t i = 0; i < hn::Lanes(df); ++i) p[i] = from_f32<f16_t>(tmp[i]);
+#else
   const hn::Rebind<hwy::float16_t, DF> dh;
   hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+#endif
 }
 
 // Non-temporal stores of a full vector (p aligned to the stored vector's size): for outputs larger than the
