@@ -177,11 +177,7 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
         const float* w = kHoistW ? wh : wl;
         load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float a = vact(p.act, true, z[e]);
-          o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-          if (nbg) o[e] *= a;
-        }
+        for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
         cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o));
       }
     }
@@ -195,7 +191,6 @@ template <bool SILU, int TPR, int NV>
 __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const RmsNormGatedBwdParams p, const VecFlags vf, const RingGeom g) {
   constexpr int TB = kBlock / TPR;
   constexpr int RPT = ring_rows_per_team<TPR, NV>();
-  constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
   constexpr int32_t act = SILU ? kActSilu : kActSigmoid;
   static_assert(TPR <= 32, "lane teams only");
   extern __shared__ __align__(128) unsigned char ring[];
@@ -295,10 +290,8 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
           float dz[kV];
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(act, true, z[e], a, ag);
-            const float xh = h[e] * rr_, dov = dy[e] * a;
-            dz[e] = dy[e] * fmaf(xh, w[q][e], b[q][e]) * ag;
+            float xh, dov;
+            bwd_nbg_terms(act, true, h[e], z[e], dy[e], rr_, w[q][e], b[q][e], dz[e], xh, dov);
             dw[q][e] = fmaf(dov, xh, dw[q][e]);
             db[q][e] += dov;
             dn[q][e] = dov * w[q][e];
@@ -308,7 +301,7 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
         } else {
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            const float uh = h[e] * vact(act, true, z[e]) * rr_;
+            const float uh = bwd_gbn_uh(act, true, h[e], z[e], rr_);
             dw[q][e] = fmaf(dy[e], uh, dw[q][e]);
             db[q][e] += dy[e];
             part[q] = fmaf(dy[e] * w[q][e], uh, part[q]);
@@ -327,20 +320,13 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
         cuda::unpack8(xv[q], xdt, h);
         if (nbg) {
 #pragma unroll
-          for (int e = 0; e < kV; ++e) dx[e] = rr_ * fmaf(-(h[e] * rr_), mean, dn[q][e]);
+          for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr_, mean, dn[q][e]);
         } else {
           float z[kV], dy[kV], dz[kV];
           cuda::unpack8(zv[q], xdt, z);
           cuda::unpack8(gv[q], xdt, dy);
 #pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(act, true, z[e], a, ag);
-            const float uh = h[e] * a * rr_;
-            const float du = rr_ * fmaf(-uh, mean, dy[e] * w[q][e]);
-            dz[e] = du * h[e] * ag;
-            dx[e] = du * a;
-          }
+          for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(act, true, h[e], z[e], dy[e], rr_, mean, w[q][e], dx[e], dz[e]);
           cuda::st_stream16(dzb + (dzo + col) * 2, pack8(xdt, dz));
         }
         cuda::st_stream16(dxb + (dxo + col) * 2, pack8(xdt, dx));
@@ -353,29 +339,10 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
 #pragma unroll
       for (int q = 0; q < NV; ++q) rk_cur[j][q] = rk_nxt[j][q];
   }
-  if (!want_wb) return;  // uniform
-  // This CTA's partial row: its teams' sums added in team order (fixed), one thread per feature. The ring is
-  // free now (every fill was waited for and read before the last __syncthreads); the host sized it to hold
-  // TB x kCols floats. A CTA without tiles writes zeros.
-  float* colbuf = reinterpret_cast<float*>(ring);
-  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
-  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  for (int which = 0; which < 2; ++which) {
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < NV; ++q) {
-      const int c = (t + q * TPR) * kV;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[q][e] : db[q][e];
-    }
-    __syncthreads();
-    float* out = which == 0 ? out_w : out_b;
-    for (int c = threadIdx.x; c < p.D; c += kBlock) {
-      float sum = 0.f;
-      for (int q = 0; q < TB; ++q) sum += colbuf[q * kCols + c];
-      out[c] = sum;
-    }
-  }
+  // This CTA's partial row (team order, fixed). The ring is free now (every fill was waited for and read
+  // before the last __syncthreads); the host sized it to hold TB x TPR NV kV floats. A CTA without tiles
+  // writes zeros.
+  if (want_wb) write_team_partials<TPR, NV>(p, reinterpret_cast<float*>(ring), TB, dw, db);  // uniform
 }
 
 // ---- wide rows (a block per row: 1024 < D <= 8192, or groups that do not fit a lane team) ----
@@ -456,11 +423,7 @@ __global__ void __launch_bounds__(kBlock, 2) fwd_ring_wide(const RmsNormGatedFwd
       load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, w);
       load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float a = vact(p.act, true, z[e]);
-        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-        if (nbg) o[e] *= a;
-      }
+      for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
       cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o));
     }
     __syncthreads();  // every thread is done reading stage s
@@ -550,10 +513,8 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
         load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(act, true, z[e], a, ag);
-          const float xh = h[e] * rr, dov = dy[e] * a;
-          dz[e] = dy[e] * fmaf(xh, w[e], b[e]) * ag;
+          float xh, dov;
+          bwd_nbg_terms(act, true, h[e], z[e], dy[e], rr, w[e], b[e], dz[e], xh, dov);
           dw[q][e] = fmaf(dov, xh, dw[q][e]);
           db[q][e] += dov;
           part[q] = fmaf(dov * w[e], xh, part[q]);
@@ -562,7 +523,7 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
       } else {
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          const float uh = h[e] * vact(act, true, z[e]) * rr;
+          const float uh = bwd_gbn_uh(act, true, h[e], z[e], rr);
           dw[q][e] = fmaf(dy[e], uh, dw[q][e]);
           db[q][e] += dy[e];
           part[q] = fmaf(dy[e] * w[e], uh, part[q]);
@@ -585,21 +546,11 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
       load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, w);
       if (nbg) {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float xh = h[e] * rr, dn = dy[e] * vact(act, true, z[e]) * w[e];
-          dx[e] = rr * fmaf(-xh, mean, dn);
-        }
+        for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr, mean, dy[e] * vact(act, true, z[e]) * w[e]);
       } else {
         float dz[kV];
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(act, true, z[e], a, ag);
-          const float uh = h[e] * a * rr;
-          const float du = rr * fmaf(-uh, mean, dy[e] * w[e]);
-          dz[e] = du * h[e] * ag;
-          dx[e] = du * a;
-        }
+        for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(act, true, h[e], z[e], dy[e], rr, mean, w[e], dx[e], dz[e]);
         cuda::st_stream16(dzb + (dzo + col) * 2, pack8(xdt, dz));
       }
       cuda::st_stream16(dxb + (dxo + col) * 2, pack8(xdt, dx));
