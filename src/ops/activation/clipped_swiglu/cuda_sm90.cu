@@ -255,12 +255,14 @@ __device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I,
   }
 }
 
-template <bool F32, bool INTER, bool PROBS>
+// DT: x's dtype as a template value (a run-time one made every unpack and pack a branch per 32-bit word).
+template <int32_t DT, bool INTER, bool PROBS>
 __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
+  constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxStages];
-  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr int32_t dt = DT;
   const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
   // Thread t takes the tile's chunks t, t + kBlock, ... (flat over (tile row, chunk)); their (row, chunk) are
   // stepped by (kBlock / cpr, kBlock % cpr) with one carry instead of a division per chunk.
@@ -438,8 +440,9 @@ std::string ring_reject(const ClippedSwigluFwdParams& p) {
   return {};
 }
 
-template <bool F32, bool INTER, bool PROBS>
+template <int32_t DT, bool INTER, bool PROBS>
 strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
+  constexpr bool F32 = DT == STRATA_DTYPE_F32;
   RingGeom g;
   g.rb = static_cast<uint32_t>(2 * p.I * (F32 ? 4 : 2));
   g.tr = static_cast<int>(std::max<size_t>(1, kRingTileTarget / g.rb));
@@ -448,7 +451,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
   g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const size_t smem = stage * g.stages;
-  const auto kernel = fwd_ring<F32, INTER, PROBS>;
+  const auto kernel = fwd_ring<DT, INTER, PROBS>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -457,6 +460,12 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   const int64_t grid = std::max<int64_t>(1, (g.ntiles + iters - 1) / iters);  // balanced, one wave
   kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, g);
   return cuda::check_launch("clipped_swiglu fwd_ring");
+}
+
+template <int32_t DT>
+strata_status launch_fwd_ring_dt(const ClippedSwigluFwdParams& p, cudaStream_t s) {
+  if (p.probs) return p.interleaved ? launch_fwd_ring<DT, true, true>(p, s) : launch_fwd_ring<DT, false, true>(p, s);
+  return p.interleaved ? launch_fwd_ring<DT, true, false>(p, s) : launch_fwd_ring<DT, false, false>(p, s);
 }
 
 }  // namespace
@@ -512,12 +521,11 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) 
   if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
     return clipped_swiglu_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.x_dtype == STRATA_DTYPE_F32) {
-    if (p.probs) return p.interleaved ? launch_fwd_ring<true, true, true>(p, s) : launch_fwd_ring<true, false, true>(p, s);
-    return p.interleaved ? launch_fwd_ring<true, true, false>(p, s) : launch_fwd_ring<true, false, false>(p, s);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32>(p, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
+    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
   }
-  if (p.probs) return p.interleaved ? launch_fwd_ring<false, true, true>(p, s) : launch_fwd_ring<false, false, true>(p, s);
-  return p.interleaved ? launch_fwd_ring<false, true, false>(p, s) : launch_fwd_ring<false, false, false>(p, s);
 }
 
 }  // namespace strata::activation
