@@ -29,4 +29,18 @@ __device__ __forceinline__ float sigmoid_fast(float v) {
   return rcp_ftz(1.f + ex2_ftz(v * -1.4426950408889634f));
 }
 
+// min / max that return NaN when either input is NaN (sm_80+: one FMNMX each), i.e. the clamp
+// `v > hi ? hi : v` of a NaN v stays NaN as it does with the compare-and-select form (2 instructions), where
+// fminf / fmaxf would return the other operand.
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 }  // namespace strata::cuda

@@ -63,17 +63,19 @@ constexpr float kNegLog2e = -1.4426950408889634f;
 __device__ __forceinline__ float vsig_fast(float a, float alpha) {
   return cuda::rcp_ftz(1.f + cuda::ex2_ftz(a * (alpha * kNegLog2e)));
 }
+// The clamps of csw_fwd as NaN-propagating min / max (one instruction each instead of a compare and a select;
+// the same values, NaN inputs included).
 __device__ __forceinline__ float vfwd(bool fast, float A, float B, float alpha, float limit, float bias) {
   if (!fast) return csw_fwd<float>(A, B, alpha, limit, bias);
-  const float a = A > limit ? limit : A;
-  const float b = B > limit ? limit : (B < -limit ? -limit : B);
+  const float a = cuda::fmin_nan(A, limit);
+  const float b = cuda::fmin_nan(cuda::fmax_nan(B, -limit), limit);
   return a * vsig_fast(a, alpha) * (b + bias);
 }
 __device__ __forceinline__ float vbwd(bool fast, float A, float B, float g, float alpha, float limit, float bias,
                                       float* dA, float* dB) {
   if (!fast) return csw_bwd<float>(A, B, g, alpha, limit, bias, dA, dB);
-  const float a = A > limit ? limit : A;
-  const float b = B > limit ? limit : (B < -limit ? -limit : B);
+  const float a = cuda::fmin_nan(A, limit);
+  const float b = cuda::fmin_nan(cuda::fmax_nan(B, -limit), limit);
   const float s = vsig_fast(a, alpha);
   *dA = A <= limit ? g * (b + bias) * s * (1.f + alpha * a * (1.f - s)) : 0.f;
   *dB = (B >= -limit && B <= limit) ? g * a * s : 0.f;
