@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "opbase/visit_kernel_dtype.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
@@ -120,15 +121,6 @@ HWY_INLINE void FromF32(const float* HWY_RESTRICT src, T* HWY_RESTRICT dst, int6
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
 }
 
-// Run-time dtype (f32/bf16/f16) -> typed call; `col` != 1 takes the element-wise loop.
-template <class Fn>
-HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
-  switch (dtype) {
-    case STRATA_DTYPE_F32: fn(float{}); break;
-    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
-    default: fn(f16_t{}); break;
-  }
-}
 // A row of T (column stride `col`; 1 takes the vector loops) into / added to f32 dst.
 template <class T>
 HWY_INLINE void LoadRowT(const T* p, int64_t col, float* dst, int64_t n, bool add) {
@@ -153,14 +145,14 @@ HWY_INLINE void StoreRowT(const float* src, T* p, int64_t col, int64_t n, bool s
 // The same for the tensors with a dtype of their own (residual, residual_out, dresidual_out): one instance
 // per dtype. The activations' tensors (x, z, dy, y, dx, dz) are TX and call the typed ones directly.
 HWY_INLINE void LoadRow(const void* base, int32_t dtype, int64_t off, int64_t col, float* dst, int64_t n, bool add) {
-  Visit(dtype, [&](auto t) {
+  visit_kernel_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     LoadRowT(static_cast<const T*>(base) + off, col, dst, n, add);
   });
 }
 HWY_INLINE void StoreRow(const float* src, void* base, int32_t dtype, int64_t off, int64_t col, int64_t n,
                          bool stream) {
-  Visit(dtype, [&](auto t) {
+  visit_kernel_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     StoreRowT(src, static_cast<T*>(base) + off, col, n, stream);
   });

@@ -1,9 +1,10 @@
 // rms_norm_gated: definition, validation, implementation lists and plans (ops_fused.md §4; README.md).
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
-// Implementations, in dispatch order: forward cuda.sm90.team_packed (where it applies), cuda.sm90.group_rows,
-// cuda.sm90.bulk_ring (forced only); backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows,
-// cuda.sm90.bulk_ring_wide (forced only); then cpu.<isa> per compiled Highway target, reference.
+// Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
+// cuda.sm90.group_rows, cuda.sm90.bulk_ring and cuda.sm90.team_stream_flat (forced only); backward
+// cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
+// cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
 #include <fmt/format.h>
@@ -22,6 +23,8 @@ constexpr const char* kFwd = "rms_norm_gated_fwd";
 constexpr const char* kBwd = "rms_norm_gated_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
+constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
+constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -89,9 +92,21 @@ const ImplList<FwdProblem>& fwd_impls() {
   static const ImplList<FwdProblem> list = [] {
     ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
-    // First: the packed team forward where it applies (16-bit rows of D <= 1024 without residual: the GDN
-    // output gate), else group_rows (every layout). The bulk-copy ring comes last, forced only: it ran the
-    // [1048576, 128] forward at 1.46 x floor in s6run2 against 1.33 x for team_packed (s6run1).
+    // First: the streaming team forward (16-bit rows of D <= 256 without residual: the GDN output gate,
+    // D = 128), then the packed team forward (D <= 1024; it ran [1048576, 128] at 1.33 x floor, instruction-
+    // bound in the s7run1 ncu), else group_rows (every layout). The bulk-copy ring comes last, forced only: it
+    // ran the [1048576, 128] forward at 1.46 x floor in s6run2.
+    l.push_back({kCudaStreamImpl,
+                 [](const FwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
+                   return r.empty() ? rms_norm_gated_fwd_cuda_stream_reject(p.params) : r;
+                 },
+                 {},
+                 [](const FwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(
+                       rms_norm_gated_fwd_cuda_stream(bind(p, launch), launch.cuda_stream));
+                 }});
     l.push_back({kCudaPackedImpl,
                  [](const FwdProblem& p) {
                    std::string r = reject_unless_cuda(p.device, 90);
@@ -123,6 +138,18 @@ const ImplList<FwdProblem>& fwd_impls() {
                  {},
                  [](const FwdProblem& p, const Launch& launch) {
                    return static_cast<strata_status>(rms_norm_gated_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
+                 }});
+    // Forced only: team_stream's kernel on a grid that covers the rows once (no row loop, no prefetch).
+    l.push_back({kCudaStreamFlatImpl,
+                 [](const FwdProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
+                   return r.empty() ? rms_norm_gated_fwd_cuda_stream_reject(p.params) : r;
+                 },
+                 {},
+                 [](const FwdProblem& p, const Launch& launch) {
+                   return static_cast<strata_status>(
+                       rms_norm_gated_fwd_cuda_stream(bind(p, launch), launch.cuda_stream, false));
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
