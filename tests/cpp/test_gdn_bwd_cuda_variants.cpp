@@ -341,13 +341,15 @@ TEST(GdnBwdCudaVariants, WyBwdVariants) {
 }
 
 // bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
-// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
+// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column, and the 64-column
+// tiles with the next chunk's k tile prefetched, kDhuWidePreK: the fused form only, the unfused reference runs
+// kDhuWide).
 TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 41;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
-    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
+    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow, kDhuWidePreK}) {
       const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
       expect_outputs_match(a, b, {"dh", "dh0", "dv2"}, [](size_t) { return false; },
                            "the fused dv_local, variant " + std::to_string(var) + " " + shape_str(s));
@@ -482,16 +484,19 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
       DhuParams fp = hp;
       fp.dv = View{};
       fp.fuse_dv_local = true;
+      DhuParams fk = fp;
+      fk.mma_variant = kDhuWidePreK;
       const std::vector<double> fm = time_min_ms(
           {[&] {
              EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS);
              EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS);
            },
-           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); }},
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); },
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fk, ws2.p, nullptr), STRATA_SUCCESS); }},
           3);
       report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local + bwd_dhu (automatic tiles) %.3f ms, "
-                      "bwd_dhu with fused dv_local %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
-                      fm[0], fm[1]));
+                      "bwd_dhu with fused dv_local %.3f ms, fused with the k prefetch (64-column tiles) %.3f ms",
+                      static_cast<long long>(B), static_cast<long long>(T), fm[0], fm[1], fm[2]));
     }
 
     WyBwdParams wp;
