@@ -61,6 +61,10 @@ struct DqCfg {
   static constexpr size_t kBytes = kVec + (3 * 64 + kWN * 64 + kThreads) * sizeof(float);
 };
 
+// What kDqkwgAuto runs: kDqkwgTwoPerSm (measured fastest of the per-K-tile kernels, GPU run s5run2); kDqkwgWide or
+// kDqkwgWide3 would route it to cuda_sm90_wide.cu where that applies (timed first in GPU run s7run2).
+constexpr int kDqkwgAutoVariant = kDqkwgTwoPerSm;
+
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
 
@@ -410,11 +414,13 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
   int64_t* offs = static_cast<int64_t*>(workspace);
   float* ws_dg = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(chunk_offsets_bytes(d)));
   const int64_t ktiles = k_tiles(d), items = num_windows(d) * d.H * ktiles;
-  const bool wide = p.mma_variant == kDqkwgWide || p.mma_variant == kDqkwgWide3;
-  if (wide && chunk_bwd_dqkwg_wide_applies(d)) {  // dγ complete per block: no reduction pass
+  const int var = p.mma_variant == kDqkwgAuto ? kDqkwgAutoVariant : p.mma_variant;
+  if ((var == kDqkwgWide || var == kDqkwgWide3) && chunk_bwd_dqkwg_wide_applies(d)) {  // dγ complete per block
     if (items == 0) return STRATA_SUCCESS;
     STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-    return chunk_bwd_dqkwg_wide_launch(p, offs, stream);
+    DqkwgParams pw = p;
+    pw.mma_variant = var;
+    return chunk_bwd_dqkwg_wide_launch(pw, offs, stream);
   }
   if (items > 0) {
     STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));

@@ -330,6 +330,10 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 // V tiles and two pipeline stages, one block per SM, every block resident from the start: twice the blocks, each
 // with half the columns and its next chunk's loads overlapping the current chunk (dS columns are independent,
 // and every element is summed in the same order whatever BV: the same bits as the 64-column tiles).
+// What kDhuAuto runs at the fused 64-column one-stage tiles: kDhuWide (the s6run2 kernel) or kDhuWidePreK (the same
+// bits with the k prefetch; timed first in GPU run s7run2).
+constexpr int kDhuAutoFusedWide = kDhuWide;
+
 template <class T, bool FUSE>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
@@ -341,7 +345,8 @@ strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t str
     return launch<T, 128, 32, 2, FUSE>(p, offs, stream);
   if (K <= 128) {
     if constexpr (FUSE) {
-      if (p.mma_variant == kDhuWidePreK) return launch<T, 128, 64, 1, true, true>(p, offs, stream);
+      if (p.mma_variant == kDhuWidePreK || (p.mma_variant == kDhuAuto && kDhuAutoFusedWide == kDhuWidePreK))
+        return launch<T, 128, 64, 1, true, true>(p, offs, stream);
     }
     return launch<T, 128, 64, 1, FUSE>(p, offs, stream);
   }
