@@ -271,34 +271,54 @@ std::vector<float> as_f32(const std::vector<uint8_t>& b) {
   return f;
 }
 
-// kDqkwgTwoPerSm (and kDqkwgAuto, which runs it): every output the same bits as kDqkwgPipelined. kDqkwgWarps16:
-// dq, dk, dw the same bits, dγ (its
-// row and block sums add the partials of 16 x 16 warp blocks instead of 16 x 32 ones) within 1e-4 of its largest
-// magnitude (f32 reassociation of sums of at most 2 x 128 + 64 x 64 terms).
+std::string shape_str(const Shape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " HV=" + std::to_string(s.HV) +
+         " K=" + std::to_string(s.K) + " V=" + std::to_string(s.V) + " BT=" + std::to_string(s.BT);
+}
+
+// Outputs a (the reference variant) and b (another variant) of one call each: output i the same bits, or, when
+// close(i), f32 values within 1e-4 of the largest magnitude of a[i] (f32 reassociation), finite everywhere.
+void expect_outputs_match(const std::vector<std::vector<uint8_t>>& a, const std::vector<std::vector<uint8_t>>& b,
+                          const std::vector<const char*>& names, const std::function<bool(size_t)>& close,
+                          const std::string& what) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), names.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!close(i)) {
+      EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in " << what;
+      continue;
+    }
+    const std::vector<float> x = as_f32(a[i]), y = as_f32(b[i]);
+    ASSERT_EQ(x.size(), y.size()) << names[i] << " in " << what;
+    double mx = 0;
+    for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
+    for (size_t e = 0; e < x.size(); ++e) {
+      ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "] in " << what;
+      ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 1e-4 * mx + 1e-30)
+          << names[i] << "[" << e << "] in " << what << ": " << x[e] << " vs " << y[e];
+    }
+  }
+}
+
+// kDqkwgTwoPerSm: every output the same bits as kDqkwgPipelined (kDqkwgAuto, which runs it or a wide kernel: dq, dk,
+// dw the same bits, dγ as below). kDqkwgWarps16:
+// dq, dk, dw the same bits, dγ (its row and block sums add the partials of 16 x 16 warp blocks instead of 16 x 32
+// ones) within 1e-4 of its largest magnitude (f32 reassociation of sums of at most 2 x 128 + 64 x 64 terms).
+// kDqkwgWide, kDqkwgWide3 (one block over all K columns where 64 < K <= 128, the two-per-SM kernel elsewhere): the
+// same as kDqkwgWarps16 (dγ adds two 64-column row partials in the block instead of per-tile partials summed by a
+// second pass).
 TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 11;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
     const auto a = run_dqkwg(in, kDqkwgPipelined);
-    const char* names[] = {"dq", "dk", "dw", "dg"};
-    for (const int var : {kDqkwgTwoPerSm, kDqkwgWarps16, kDqkwgAuto}) {
-      const auto b = run_dqkwg(in, var);
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (i == 3 && var == kDqkwgWarps16 && s.gate) {
-          const std::vector<float> x = as_f32(a[i]), y = as_f32(b[i]);
-          ASSERT_EQ(x.size(), y.size());
-          double mx = 0;
-          for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
-          for (size_t e = 0; e < x.size(); ++e)
-            ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 1e-4 * mx + 1e-30)
-                << "dg[" << e << "] variant " << var << ": " << x[e] << " vs " << y[e] << " B=" << s.B << " T=" << s.T
-                << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
-          continue;
-        }
-        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in variant " << var << ": B=" << s.B << " T=" << s.T
-                                  << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
-      }
+    for (const int var : {kDqkwgTwoPerSm, kDqkwgWarps16, kDqkwgAuto, kDqkwgWide, kDqkwgWide3}) {
+      // (kDqkwgAuto: whichever kernel it runs, cuda_sm90_mma.cu's kDqkwgAutoVariant)
+      const bool dg_close = var != kDqkwgTwoPerSm;
+      expect_outputs_match(a, run_dqkwg(in, var), {"dq", "dk", "dw", "dg"},
+                           [&](size_t i) { return i == 3 && dg_close && s.gate; },
+                           "variant " + std::to_string(var) + " " + shape_str(s));
     }
   }
 }
@@ -315,46 +335,26 @@ TEST(GdnBwdCudaVariants, WyBwdVariants) {
     const Inputs in(s, seed++);
     for (const bool fused : {false, true}) {
       const auto a = run_wy(in, kWyPipelined, fused);
-      const char* names[] = {"dk", "dv", "dbeta", "dg"};
-      for (const int var : {kWyTwoPerSm, kWyAuto}) {
-        const auto b = run_wy(in, var, fused);
-        for (size_t i = 0; i < a.size(); ++i) {
-          if (i >= 2) {
-            const std::vector<float> x = as_f32(a[i]), y = as_f32(b[i]);
-            ASSERT_EQ(x.size(), y.size());
-            double mx = 0;
-            for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
-            for (size_t e = 0; e < x.size(); ++e) {
-              ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "]";
-              ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 1e-4 * mx + 1e-30)
-                  << names[i] << "[" << e << "] variant " << var << " fused " << fused << ": " << x[e] << " vs "
-                  << y[e] << " B=" << s.B << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V
-                  << " BT=" << s.BT;
-            }
-            continue;
-          }
-          EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs in variant " << var << " fused " << fused << ": B="
-                                    << s.B << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V
-                                    << " BT=" << s.BT;
-        }
-      }
+      for (const int var : {kWyTwoPerSm, kWyAuto})
+        expect_outputs_match(a, run_wy(in, var, fused), {"dk", "dv", "dbeta", "dg"}, [](size_t i) { return i >= 2; },
+                             "variant " + std::to_string(var) + " fused " + std::to_string(fused) + " " + shape_str(s));
     }
   }
 }
 
 // bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
-// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
+// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column, and the 64-column
+// tiles with the next chunk's k tile prefetched, kDhuWidePreK: the fused form only, the unfused reference runs
+// kDhuWide).
 TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 41;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
-    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
+    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow, kDhuWidePreK}) {
       const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
-      const char* names[] = {"dh", "dh0", "dv2"};
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs with the fused dv_local, variant " << var << ": B=" << s.B
-                                  << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
+      expect_outputs_match(a, b, {"dh", "dh0", "dv2"}, [](size_t) { return false; },
+                           "the fused dv_local, variant " + std::to_string(var) + " " + shape_str(s));
     }
   }
 }
@@ -366,10 +366,8 @@ TEST(GdnBwdCudaVariants, DhuVariantsSameBits) {
     if (s.K <= 64 || s.K > 128) continue;  // the two tile shapes exist at 64 < K <= 128
     const Inputs in(s, seed++);
     const auto a = run_dhu(in, kDhuWide), b = run_dhu(in, kDhuNarrow);
-    const char* names[] = {"dh", "dh0", "dv2"};
-    for (size_t i = 0; i < a.size(); ++i)
-      EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs between the tile shapes: B=" << s.B << " T=" << s.T
-                                << " HV=" << s.HV << " K=" << s.K << " V=" << s.V << " BT=" << s.BT;
+    expect_outputs_match(a, b, {"dh", "dh0", "dv2"}, [](size_t) { return false; },
+                         "the 32-column tiles " + shape_str(s));
   }
 }
 
@@ -449,11 +447,12 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
         EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
       });
     };
-    const std::vector<double> ms =
-        time_min_ms({dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16)});
+    const std::vector<double> ms = time_min_ms(
+        {dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16), dq_call(kDqkwgWide),
+         dq_call(kDqkwgWide3)});
     report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: pipelined %.3f ms, "
-                    "two_per_sm %.3f ms, warps16 %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
-                    ms[0], ms[1], ms[2]));
+                    "two_per_sm %.3f ms, warps16 %.3f ms, wide %.3f ms, wide3 %.3f ms", static_cast<long long>(B),
+                    static_cast<long long>(T), ms[0], ms[1], ms[2], ms[3], ms[4]));
 
     DhuParams hp;
     hp.d = d;
@@ -487,16 +486,19 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
       DhuParams fp = hp;
       fp.dv = View{};
       fp.fuse_dv_local = true;
+      DhuParams fk = fp;
+      fk.mma_variant = kDhuWidePreK;
       const std::vector<double> fm = time_min_ms(
           {[&] {
              EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS);
              EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS);
            },
-           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); }},
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); },
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fk, ws2.p, nullptr), STRATA_SUCCESS); }},
           3);
       report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local + bwd_dhu (automatic tiles) %.3f ms, "
-                      "bwd_dhu with fused dv_local %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
-                      fm[0], fm[1]));
+                      "bwd_dhu with fused dv_local %.3f ms, fused with the k prefetch (64-column tiles) %.3f ms",
+                      static_cast<long long>(B), static_cast<long long>(T), fm[0], fm[1], fm[2]));
     }
 
     WyBwdParams wp;

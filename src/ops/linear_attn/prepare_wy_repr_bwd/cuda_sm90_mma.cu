@@ -74,6 +74,106 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
   __syncthreads();
 }
 
+// ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_mma2_kernel:
+// one pitch for both) ----
+
+// dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → sX (T), for the warp's 16 x 32 block (rows r0.., columns c0..).
+template <class T>
+__device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, const uint16_t* sK, int ldk, int kdim,
+                                           const uint16_t* sDu, const uint16_t* sV, int ldv, int vdim,
+                                           const float* sBeta, const float* sE, int r0, int c0) {
+  float wk[1][4][4], uv[1][4][4];
+  zero(wk), zero(uv);
+  warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ldk, ldk, sK + c0 * ldk, ldk, kdim);
+  warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ldv, ldv, sV + c0 * ldv, ldv, vdim);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+      sX[i * kL64 + j] = Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+    }
+}
+
+// Per K tile: X = Aᵀ dW ; dk_sum += diag(βE) X + Sym K ; part[s] += Σ X k over the warp's columns of row
+// r0 + lane / 4 + 8 s.
+template <class T, int KT>
+__device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float (&part)[2], const uint16_t* sA,
+                                            const uint16_t* sDw, const uint16_t* sSym, const uint16_t* sK, int ldk,
+                                            const float* sBeta, const float* sE, int r0, int c0) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt) {
+    float X[1][4][4], sk[1][4][4];
+    zero(X), zero(sk);
+    warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
+    warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+        part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ldk + x]);
+        dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
+      }
+  }
+}
+
+// Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles.
+template <class T>
+__device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
+                                           int vc, int e0, const uint16_t* sA, const uint16_t* sDu, const uint16_t* sV,
+                                           int ldv, const float* sBeta, int r0, int c0) {
+  float Y[1][4][4];
+  zero(Y);
+  warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+      const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
+      part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
+      part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ldv + col + 1]);
+      if (i < L && col < vc)
+        st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
+                col + 1 < vc);
+    }
+}
+
+// dβ_i = E_i Σ X k + Σ Y v + db_i and dγ_i = β_i E_i Σ X k + (β_i db_i − cs_i) (+ dg_add), for row i < L (db_i =
+// Σ_j dP_ij KK_ij, cs_i = Σ_r β_r dP_ri KK_ri).
+__device__ __forceinline__ void wy_store_dbeta_dg(const WyBwdParams& p, const DevChunk& c, int64_t hv, int i, float e_i,
+                                                  float beta_i, float xk, float yv, float db, float cs) {
+  st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), e_i * xk + yv + db);
+  if (p.dg.present()) {
+    float dgi = beta_i * e_i * xk + (beta_i * db - cs);
+    if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
+    st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
+  }
+}
+
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc.
+template <int KT>
+__device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
+                                            const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
+        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+        if (i < L && x < kc) {
+          float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
+          if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+            const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+            a0 = ld_f32(p.dk_add, o) + a0;
+            if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
+          }
+          st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
+        }
+      }
+}
+
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
                                                           int VP, int stages) {
@@ -161,20 +261,7 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
 #pragma unroll
             for (int e = 0; e < 4; ++e) sKK[(r0 + frag_row(0, e)) * kLdF + c0 + frag_col(nt, e)] = kk[0][nt][e];
         }
-        {  // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → T
-          float wk[1][4][4], uv[1][4][4];
-          zero(wk), zero(uv);
-          warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ldk, ldk, sK + c0 * ldk, ldk, KP);
-          warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ldv, ldv, sV + c0 * ldv, ldv, VP);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-              sX[i * kL64 + j] =
-                  Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
-            }
-        }
+        wy_form_dA<T>(sX, sDw, sK, ldk, KP, sDu, sV, ldv, VP, sBeta, sE, r0, c0);
         __syncthreads();
         float t[1][4][4];
         zero(t);
@@ -224,69 +311,18 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         __syncthreads();
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
         float part[2] = {0.f, 0.f};
-#pragma unroll
-        for (int kt = 0; kt < KT; ++kt) {
-          float X[1][4][4], sk[1][4][4];
-          zero(X), zero(sk);
-          warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
-          warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-              part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ldk + x]);
-              dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
-            }
-        }
+        wy_dk_tiles<T, KT>(dk_sum, part, sA, sDw, sSym, sK, ldk, sBeta, sE, r0, c0);
         rows_to(part, sRed, sXk, r0, wn);
         // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
         part[0] = part[1] = 0.f;
-        for (int e0 = 0; e0 < VP; e0 += 64) {
-          float Y[1][4][4];
-          zero(Y);
-          warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-              const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
-              part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
-              part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ldv + col + 1]);
-              if (i < L && col < vc)
-                st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
-                        col + 1 < vc);
-            }
-        }
+        for (int e0 = 0; e0 < VP; e0 += 64) wy_dv_tile<T>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ldv, sBeta, r0, c0);
         rows_to(part, sRed, sYv, r0, wn);
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
-          const float xk = sXk[i];
-          st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + sDb[i]);
-          if (p.dg.present()) {
-            float dgi = sBeta[i] * sE[i] * xk + (sBeta[i] * sDb[i] - sDg[i]);
-            if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
-            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
-          }
+          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], sDb[i], sDg[i]);
         }
       }
-#pragma unroll
-      for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-            if (i < L && x < kc) {
-              float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-              if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
-                const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
-                a0 = ld_f32(p.dk_add, o) + a0;
-                if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
-              }
-              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
-            }
-          }
+      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
@@ -388,19 +424,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
           }
         }
         __syncthreads();
-        {  // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → T
-          float wk[1][4][4], uv[1][4][4];
-          zero(wk), zero(uv);
-          warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ld, ld, sK + c0 * ld, ld, P);
-          warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ld, ld, sV + c0 * ld, ld, P);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-              sX[i * kL64 + j] = Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
-            }
-        }
+        wy_form_dA<T>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0);
         __syncthreads();
         {  // tmp = Aᵀ dA → T (over dA, once every warp has read it)
           float t[1][4][4];
@@ -469,72 +493,21 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
         __syncthreads();
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
         float part[2] = {0.f, 0.f};
-#pragma unroll
-        for (int kt = 0; kt < KT; ++kt) {
-          float X[1][4][4], sk[1][4][4];
-          zero(X), zero(sk);
-          warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ld, 64);
-          warp_gemm<T, true, true, 1, 4>(sk, sX + r0 * kL64, kL64, sK + kt * 64 + c0, ld, 64);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-              part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ld + x]);
-              dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
-            }
-        }
+        wy_dk_tiles<T, KT>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);  // (Sym in sX)
         rows_to(part, sRed, sXk, r0, wn);
         // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
         part[0] = part[1] = 0.f;
 #pragma unroll
-        for (int e0 = 0; e0 < P; e0 += 64) {
-          float Y[1][4][4];
-          zero(Y);
-          warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ld, 64);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-              const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
-              part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ld + col]);
-              part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ld + col + 1]);
-              if (i < L && col < vc)
-                st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
-                        col + 1 < vc);
-            }
-        }
+        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
         rows_to(part, sRed, sYv, r0, wn);
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
-          const float xk = sXk[i];
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), sE[i] * xk + sYv[i] + db);
-          if (p.dg.present()) {
-            float dgi = sBeta[i] * sE[i] * xk + (sBeta[i] * db - cs);
-            if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
-            st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
-          }
+          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs);
         }
       }
-#pragma unroll
-      for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-            if (i < L && x < kc) {
-              float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-              if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
-                const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
-                a0 = ld_f32(p.dk_add, o) + a0;
-                if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
-              }
-              st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
-            }
-          }
+      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
