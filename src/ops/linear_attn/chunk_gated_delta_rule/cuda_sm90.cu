@@ -642,24 +642,30 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
+  // The pre-computed P comes with w, u when wy_mma can write it (64 < K <= 128), else from fwd_cuda_qk_gate after
+  // it: the same bits either way. The automatic form's switches (false: the session-6 rule, until a GPU run has
+  // timed the alternatives; session 7 run 2 times them):
+  //   kAutoPWithWy: its pre-computed P comes with w, u (else from fwd_cuda_qk_gate);
+  //   kAutoPreAlwaysWithWy: with kAutoPWithWy, P is pre-computed wherever wy_mma can write it, also with one pass
+  //   block per head (B = 4 T = 8192), where a separate qk_gate launch did not pay (session 6).
+  constexpr bool kAutoPWithWy = false, kAutoPreAlwaysWithWy = false;
+  const gdn::GdnFwdParams f_pre = fused_state_params(c, true);
+  gdn::GdnFwdParams wy_p = c.wy;
+  wy_p.A = gdn::GdnTensor{};
+  wy_p.Pqk = f_pre.Pqk;
+  const bool wy_can_write_p = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, wy_p).empty();
   bool pre_p = form == GdnFusedForm::kPrecomputedP;
   if (form == GdnFusedForm::kAuto)
-    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
-            gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
-  const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
-  const gdn::StateOBlock block =
-      form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps : gdn::StateOBlock::k8Warps;
-  c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
-  // The pre-computed P comes with w, u (wy_mma writes it; 64 < K <= 128) or, where that kernel cannot, from
-  // fwd_cuda_qk_gate after it: the same bits either way. kAuto keeps fwd_cuda_qk_gate until a GPU run has timed
-  // the WY kernel writing P (kAutoPWithWy; session 7 run 2); the forced kPrecomputedP form takes it.
-  constexpr bool kAutoPWithWy = false;
-  bool p_with_wy = false;
-  if (pre_p && (form != GdnFusedForm::kAuto || kAutoPWithWy)) {
-    gdn::GdnFwdParams wy = c.wy;
-    wy.Pqk = f.Pqk;
-    if (gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, wy).empty()) c.wy = wy, p_with_wy = true;
-  }
+    pre_p = gdn::fwd_cuda_qk_gate_reject(f_pre).empty() &&
+            (gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) || (kAutoPWithWy && kAutoPreAlwaysWithWy && wy_can_write_p));
+  const bool p_with_wy = pre_p && wy_can_write_p && (form != GdnFusedForm::kAuto || kAutoPWithWy);
+  const gdn::GdnFwdParams f = pre_p ? f_pre : fused_state_params(c, false);
+  const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
+                                 : form == GdnFusedForm::kAuto    ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                                                  : gdn::StateOBlock::k8Warps;
+  // The inverse is not needed past w, u (wy_mma then does not store it; its buffer holds P).
+  if (p_with_wy) c.wy = wy_p;
+  else c.wy.A = gdn::GdnTensor{};
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   if (!p_with_wy) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));

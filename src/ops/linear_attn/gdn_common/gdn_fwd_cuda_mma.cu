@@ -1599,6 +1599,16 @@ bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p) {
   return width < p.shape.V;
 }
 
+StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p) {
+  // 16 warps where the 8-warp pass runs at least kAuto16Width columns per block. kAuto16Width > 128: never (16-warp
+  // blocks not yet timed on the GPU; session 7 run 2 times them at B = 4 (128 columns) and B = 1 (64 columns)).
+  constexpr int kAuto16Width = 256;
+  int sms = 132;
+  if (sm_count(sms) != STRATA_SUCCESS) return StateOBlock::k8Warps;
+  return state_o_width(p, p.k.dtype == STRATA_DTYPE_BF16, sms, false) >= kAuto16Width ? StateOBlock::k16Warps
+                                                                                        : StateOBlock::k8Warps;
+}
+
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p) {
   const int32_t dt = p.q.dtype;
   if (dt != STRATA_DTYPE_BF16 && dt != STRATA_DTYPE_F16) return "the gated Q Kᵀ kernel takes bf16 or f16 q, k";

@@ -90,6 +90,8 @@ int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, StateOBlock bloc
 // round trip of P through memory would only add time. Not for f16 at 32 columns (the pre-computed form has room
 // for two cp.async stages there, the inline one for three).
 bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p);
+// The block the automatic fused forward runs on p (8 warps, or 16 where they were measured faster).
+StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // p.Pqk = the gated Q Kᵀ (from q, k, g; shape and chunks as the fused pass). bf16 / f16 (q, k and Pqk of one
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
 // fwd_cuda_mma(kPrepareWY) writes the same bits when p.Pqk is present, with w, u (no launch of its own; its reject
