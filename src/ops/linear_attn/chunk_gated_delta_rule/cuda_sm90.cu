@@ -579,15 +579,6 @@ Bufs carve(const GdnParams& p, bool bwd, void* base) {
 size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, false, nullptr, 0, true).bytes; }
 
-std::string gdn_cuda_fused_fwd_reject(const GdnParams& p) {
-  const Sizes s = sizes_of(p, false);
-  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
-  const Calls c = make_calls(p, b, s, false);
-  std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
-  if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  return r;
-}
-
 namespace {
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
@@ -598,19 +589,16 @@ gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
 }
 }  // namespace
 
-std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p) {
-  std::string r = gdn_cuda_fused_fwd_reject(p);
-  if (!r.empty()) return r;
+std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
-  return gdn::fwd_cuda_qk_gate_reject(fused_state_params(make_calls(p, b, s, false), true));
+  const Calls c = make_calls(p, b, s, false);
+  std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
+  if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
+  if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  return r;
 }
 
-namespace {
-// How the fused forward forms the gated Q Kᵀ: kAuto (pre-computed when fwd_cuda_state_o_pre_p_pays and the
-// gated Q Kᵀ kernel applies, inline otherwise), or forced.
-enum class FusedQk { kAuto, kInline, kPre };
-}  // namespace
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
@@ -644,35 +632,44 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
 }
 
-// The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject must be empty): c.fwdo carries q, k,
-// w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
-// With the pre-computed P (gdn_cuda_fused_pqk_fwd, or the automatic choice at B = 1-like shapes) the gated Q Kᵀ
-// is formed chunk-parallel first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass
-// (StateOKernel::kPrecomputedP); the same bits as inline (StateOKernel::kInline).
-static strata_status fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr, FusedQk mode) {
+// The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject(p, form) must be empty): c.fwdo
+// carries q, k, w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
+// With the pre-computed P (kPrecomputedP, or kAuto at B = 1-like shapes) the gated Q Kᵀ is formed chunk-parallel
+// first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass (StateOKernel::kPrecomputedP);
+// the same bits as inline (StateOKernel::kInline) and as the 16-warp pass blocks (kInline16).
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  bool pre_p = mode == FusedQk::kPre;
-  if (mode == FusedQk::kAuto)
-    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
-            gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
-  const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
-  c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
+  // The pre-computed P comes with w, u when wy_mma can write it (64 < K <= 128), else from fwd_cuda_qk_gate after
+  // it: the same bits either way. The automatic form's switches (false: the session-6 rule, until a GPU run has
+  // timed the alternatives; session 7 run 2 times them):
+  //   kAutoPWithWy: its pre-computed P comes with w, u (else from fwd_cuda_qk_gate);
+  //   kAutoPreAlwaysWithWy: with kAutoPWithWy, P is pre-computed wherever wy_mma can write it, also with one pass
+  //   block per head (B = 4 T = 8192), where a separate qk_gate launch did not pay (session 6).
+  constexpr bool kAutoPWithWy = false, kAutoPreAlwaysWithWy = false;
+  const gdn::GdnFwdParams f_pre = fused_state_params(c, true);
+  gdn::GdnFwdParams wy_p = c.wy;
+  wy_p.A = gdn::GdnTensor{};
+  wy_p.Pqk = f_pre.Pqk;
+  const bool wy_can_write_p = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, wy_p).empty();
+  bool pre_p = form == GdnFusedForm::kPrecomputedP;
+  if (form == GdnFusedForm::kAuto)
+    pre_p = gdn::fwd_cuda_qk_gate_reject(f_pre).empty() &&
+            (gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) || (kAutoPWithWy && kAutoPreAlwaysWithWy && wy_can_write_p));
+  const bool p_with_wy = pre_p && wy_can_write_p && (form != GdnFusedForm::kAuto || kAutoPWithWy);
+  const gdn::GdnFwdParams f = pre_p ? f_pre : fused_state_params(c, false);
+  const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
+                                 : form == GdnFusedForm::kAuto    ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                                                  : gdn::StateOBlock::k8Warps;
+  // The inverse is not needed past w, u (wy_mma then does not store it; its buffer holds P).
+  if (p_with_wy) c.wy = wy_p;
+  else c.wy.A = gdn::GdnTensor{};
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, stream));
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
-  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, stream));
-}
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kAuto);
-}
-strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kInline);
-}
-strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kPre);
+  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
+  if (!p_with_wy) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
