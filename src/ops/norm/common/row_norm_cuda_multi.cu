@@ -186,7 +186,8 @@ struct Instance {
 };
 // The instances: lane teams covering 16 or 32 vectors (D = 128 of bf16/f16 or f32) with 1, 2 or 4 rows per
 // team, a warp x 16 vectors (D = 4096 bf16 in one warp, no block barrier), and blocks covering 512 or 1024
-// vectors (D = 4096 of bf16 or f32) with 1 or 2 rows per block.
+// vectors (D = 4096 of bf16 or f32) with 1 or 2 rows per block (64 x 8, 128 x 4, 256 x 2, 512 x 1; 256 x 4,
+// 512 x 2).
 constexpr Instance kInstances[] = {
     {4, 4, 1, launch_inst<4, 4, 1>},       {4, 4, 2, launch_inst<4, 4, 2>},       {4, 4, 4, launch_inst<4, 4, 4>},
     {8, 2, 1, launch_inst<8, 2, 1>},       {8, 2, 2, launch_inst<8, 2, 2>},       {8, 2, 4, launch_inst<8, 2, 4>},
@@ -195,6 +196,7 @@ constexpr Instance kInstances[] = {
     {16, 2, 1, launch_inst<16, 2, 1>},     {16, 2, 2, launch_inst<16, 2, 2>},     {16, 2, 4, launch_inst<16, 2, 4>},
     {32, 1, 1, launch_inst<32, 1, 1>},     {32, 1, 2, launch_inst<32, 1, 2>},     {32, 1, 4, launch_inst<32, 1, 4>},
     {32, 16, 1, launch_inst<32, 16, 1>},
+    {64, 8, 1, launch_inst<64, 8, 1>},     {64, 8, 2, launch_inst<64, 8, 2>},
     {128, 4, 1, launch_inst<128, 4, 1>},   {128, 4, 2, launch_inst<128, 4, 2>},
     {256, 2, 1, launch_inst<256, 2, 1>},   {256, 2, 2, launch_inst<256, 2, 2>},
     {512, 1, 1, launch_inst<512, 1, 1>},   {512, 1, 2, launch_inst<512, 1, 2>},
