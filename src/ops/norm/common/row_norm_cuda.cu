@@ -1421,9 +1421,15 @@ bool packed_default(const RowNormCudaConfig& c, int32_t dtype) {
   return c.stream == 2 && !(dtype == STRATA_DTYPE_F32 && c.tpr <= 32);
 }
 }  // namespace
+// Session 7: where the measured table of the multi-row kernels (row_norm_multi_default, row_norm_cuda_multi.cu)
+// names a configuration for this row and the layout allows it, the forward takes it.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   const StreamFacts sf = fwd_stream_facts(p);
   const RowNormCudaConfig c = pick_packed(p.D, sf);
+  if (c.stream == 2) {
+    const RowNormCudaConfig m = row_norm_multi_default(p.D, sf.dtype);
+    if (m.stream == 4 && config_reject(m, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) return m;
+  }
   return packed_default(c, sf.dtype) ? c : row_norm_fwd_cuda_config_classic(p);
 }
 // The backward (two row tensors in registers) after s6run1 + s6run2 (atk median of 10, H200, every alternative

@@ -224,6 +224,14 @@ std::vector<RowNormCudaConfig> row_norm_multi_instances() {
   return v;
 }
 
+// No row takes a multi-row configuration by default until a GPU run has timed them against the packed
+// kernels (session 7 run 2: bench/row_norm_cuda_sweep --focus, atk [cfg multi ...] rows).
+RowNormCudaConfig row_norm_multi_default(int64_t D, int32_t dtype) {
+  (void)D;
+  (void)dtype;
+  return RowNormCudaConfig{};
+}
+
 int row_norm_fwd_multi_launch(const RowNormFwdParams& p, const RowNormCudaConfig& c, void* stream) {
   const Instance* i = find(c);
   if (!i) return STRATA_ERROR_INVALID_ATTRIBUTE;
