@@ -477,17 +477,15 @@ bool have_cuda() {
   return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
 }
 
-// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row (the other rows
-// finite) and, in the fused forward, no gradient at all: in place the logits are left as they were (ce_count
-// counts the bad targets on the device before the row kernel, which then skips its gradient sweep).
-TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
-  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
-  auto run_cuda = [&](Fwd& f, int32_t red) {
-    atk::DeviceTensor x(f.logits, dev), y(f.target, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev);
+// A forward problem's tensors on a CUDA device, and the fused forward in place (G = 1) on them, synchronised.
+struct CudaFwd {
+  strata_device dev;
+  atk::DeviceTensor x, y, l, s, z;
+  CudaFwd(const Fwd& f, strata_device d) : dev(d), x(f.logits, d), y(f.target, d), l(f.loss, d), s(f.lse, d), z(f.z, d) {}
+  void run_inplace(int32_t red, float ls, float lambda) {
     strata_plan plan = nullptr;
-    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
-                                                  red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f, &plan),
+    ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
+                                                  red, kIg, ls, 1.f, lambda, 0.f, 1.f, &plan),
               STRATA_SUCCESS)
         << strata_get_last_error_message();
     size_t ws = 0;
@@ -499,9 +497,21 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     strata_device_synchronize(dev);
     if (w) strata_free(w);
     strata_plan_destroy(plan);
-    x.download(f.logits), l.download(f.loss), s.download(f.lse);
+  }
+};
+
+// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row (the other rows
+// finite) and, in the fused forward, no gradient at all: in place the logits are left as they were (ce_count
+// counts the bad targets on the device before the row kernel, which then skips its gradient sweep).
+TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  auto run_cuda = [&](Fwd& f, int32_t red) {
+    CudaFwd c(f, dev);
+    c.run_inplace(red, 0.1f, 1e-4f);
+    c.x.download(f.logits), c.l.download(f.loss), c.s.download(f.lse);
   };
-  // Every CUDA implementation (the cluster kernel is forced: dispatch lists it last for now).
+  // Every CUDA implementation, forced.
   for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", dev)) {
     ForceImpl force(impl.c_str());
     Fwd a(STRATA_DTYPE_BF16, 64, 40000, 1, 3), b = a;
@@ -540,21 +550,11 @@ TEST(FusedCrossEntropy, CudaScaleMode) {
         for (double g : {0.75, 1.0}) {
           const int64_t N = 21, V = 1003;  // V odd: no 16-byte rows, heads and tails on every row
           Fwd f(dtype, N, V, red, 50 + red);
-          atk::DeviceTensor x(f.logits, dev), y(f.target, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev);
+          CudaFwd c(f, dev);
+          c.run_inplace(red, 0.f, 0.f);
+          atk::DeviceTensor& x = c.x;
+          atk::DeviceTensor& y = c.y;
           strata_plan plan = nullptr;
-          ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(),
-                                                        &x.desc(), red, kIg, 0.f, 1.f, 0.f, 0.f, 1.f, &plan),
-                    STRATA_SUCCESS)
-              << strata_get_last_error_message();
-          size_t ws = 0;
-          strata_plan_workspace_size(plan, &ws);
-          void* w = nullptr;
-          if (ws) strata_malloc(dev, ws, nullptr, &w);
-          void* t[] = {x.data(), y.data(), l.data(), s.data(), z.data(), x.data()};
-          ASSERT_EQ(strata_plan_run(plan, t, 6, w, ws, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
-          strata_device_synchronize(dev);
-          if (w) strata_free(w);
-          strata_plan_destroy(plan);
           HostTensor grad1 = f.logits;
           x.download(grad1);
           HostTensor dloss = make_dloss(red, N, g);

@@ -59,8 +59,9 @@ constexpr int kThreads = 256;                    // 4-5 CTAs per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
-// cluster_stored_exp_wide (measurement variant, session 7): twice the slice, half the CTAs per row (bf16
-// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), fewer cluster barriers per SM and longer sweeps.
+// cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
+// against 1.578 with 40 KiB slices and cluster_smem's 1.716): twice the slice, half the CTAs per row (bf16
+// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches.
 constexpr int64_t kWideSliceBytes = 80 << 10;
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
 constexpr int kChunks = 4;                       // cluster_chunked: pieces per slice (~9 KiB at V = 151936 bf16)
@@ -550,14 +551,18 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
   return cap ? launch<T, false, true, kPieces>(p, sp, stream) : launch<T, false, false, kPieces>(p, sp, stream);
 }
 
+// The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
+// static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
+bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+         !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
+}
+
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    // cluster_stored_exp: the fused forward without softcap; everything else runs cluster_smem's kernel.
-    if ((kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
-        !p.backward && !p.k.softcap_on)
-      return launch<T, true, false, 1, true>(p, sp, stream);
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -583,7 +588,9 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    const Split sp = split_of(p.V, p.dtype, kind == CeSmemKind::kStoredExpWide ? kWideSliceBytes : kTargetSliceBytes);
+    // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
+    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

@@ -1,8 +1,8 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_chunked,
-// cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
+// Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
+// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
 // cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -181,22 +181,23 @@ const ImplList<CeProblem>& impls() {
   static const ImplList<CeProblem> list = [] {
     ImplList<CeProblem> l;
 #if STRATA_WITH_CUDA
+    // Session 7, the default since s7run2 (bf16 [8192, 151936] fused fwd+bwd in place: 1.426 ms, cluster_smem
+    // 1.716): cluster_smem whose statistics sweep keeps its exponentials in shared memory over the logits, so the
+    // gradient sweep computes none, with ~80 KiB slices (clusters of 4 at this shape). Only the fused forward
+    // without softcap of bf16/f32 logits; everything else (loss only, softcap, f16, the backward op) runs
+    // cluster_smem exactly. Same shapes as cluster_smem (ce_smem_reject).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_smem", CeSmemKind::kSmem));
     // Session 6: cluster_smem with each CTA's slice copied in kChunks pieces (one mbarrier each) and the row
     // statistics taken chunk by chunk as the pieces land, so the sweeps overlap the copy instead of following
-    // it. Not yet timed on the H200: cluster_smem accepts every shape it does, so until the lead moves it first
-    // only STRATA_FORCE_IMPL=cuda.sm90.cluster_chunked reaches it (atk times both side by side).
+    // it (s7run2: 1.707 ms fused, cluster_smem 1.716; loss only 1.104 vs 1.025): forced only.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_chunked", CeSmemKind::kChunked));
-    // Session 7: cluster_smem keeping the statistics sweep's exponentials in shared memory (over the logits) so
-    // that the gradient sweep computes none (half the ex2 instructions, ~40 % fewer per element). Not yet timed
-    // on the H200 when added: forced only (STRATA_FORCE_IMPL=cuda.sm90.cluster_stored_exp); atk times it.
+    // Session 7: the stored-exponential kernel with cluster_smem's ~40 KiB slices (s7run2: 1.578 ms): forced only,
+    // kept so that the conformance suite covers the 8-CTA split of that kernel and atk shows the slice effect.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
-    // The same with ~80 KiB slices (bf16 V = 151936: clusters of 4, 3 CTAs per SM): a measurement of the slice
-    // size for the stored-exponential kernel (forced only).
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

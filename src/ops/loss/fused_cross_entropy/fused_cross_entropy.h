@@ -124,8 +124,9 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //             e = exp(c - m_thread) over the logits in shared memory (f16 for bf16 logits, f32 for f32), so the
 //             gradient sweep has no exponential; only the fused forward without softcap of bf16/f32 logits,
 //             everything else runs cluster_smem's kernel.
-//   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide: kStoredExp with ~80 KiB slices instead of ~40 KiB (half
-//             the CTAs per cluster; everything else with those slices too), to measure the slice size.
+//   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
+//             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
+//             is cluster_smem exactly (kernel and slices).
 enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
