@@ -307,11 +307,13 @@ InterleavedTiming time_with_copy(strata_device device, const std::function<void(
   CopyProbe copy(device, std::max<size_t>(static_cast<size_t>(op_bytes / 2), size_t{512} << 20));
   InterleavedTiming out;
   if (device.type == STRATA_DEVICE_CPU) {
-    // CPU: op and copy alternate call by call, so each op sample has a copy sample taken a few ms later, under
-    // the same load (the shared 2-core VM's bandwidth moves by 2-5x within seconds as other processes come and
-    // go: bench/results/2026-11-30_cpu_atk_paired.md). The copy also evicts the op's data, so every op call
-    // starts cold. Per pair, op GB/s over copy GB/s; the median of these ratios is the robust figure, the
-    // best op call over the best copy call the unloaded one.
+    // CPU: op and copy alternate call by call, so each op sample has a copy sample taken right after it, under
+    // the same load (on the shared 2-core VM the copy rate of one run's cases ranged 6.7-39.4 GB/s within two
+    // minutes as other processes came and went: bench/results/2026-11-30_cpu_atk_paired.md). The copy also
+    // evicts the op's data, so every op call starts cold. Per pair, op GB/s over copy GB/s; the median of these
+    // ratios is the figure robust to slow drift, the best op call over the best copy call the unloaded one.
+    // Calls of a few ms with 2 threads stay load-sensitive: under oversubscription each parallel region may
+    // wait a scheduler tick for its second thread, which a copy of tens of ms absorbs and they do not.
     const auto wall_ms = [](const std::function<void()>& fn) {
       const auto t0 = std::chrono::steady_clock::now();
       fn();
