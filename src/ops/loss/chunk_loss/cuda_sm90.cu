@@ -685,11 +685,13 @@ BackendTraits chunk_loss_cuda_traits() {
   // bf16 inputs: the logits tile in bf16 (what F.linear in bf16 gives), dZ in place: 2 bytes per element, so
   // the 64 MiB tile holds [8192, 4096] and vocab_tiled runs with a single token block.
   t.bf16_tile = true;
-  // The row statistics of one logits tile run beside the GEMM of the next (a second stream).
-  // STRATA_CHUNK_LOSS_OVERLAP=0 turns it off (the A/B timing of session 7; the results are the same bits).
+  // The row statistics of one logits tile beside the GEMM of the next, and the gradient of a kept tile beside the
+  // previous tile's GEMMs (a second stream): opt-in with STRATA_CHUNK_LOSS_OVERLAP=1 (the same bits either way).
+  // Off by default: it was slower on the H200 (s7run2, bf16 N=8192 D=4096 V=151936 through Python: 60.29 ms on
+  // against 59.62 ms off; cuBLAS's GEMM blocks fill every SM, so the side kernels mostly delay the next GEMM).
   static const bool overlap = [] {
     const char* v = std::getenv("STRATA_CHUNK_LOSS_OVERLAP");
-    return !(v && v[0] == '0');
+    return v && v[0] == '1';
   }();
   t.overlap_stats = overlap;
   return t;
