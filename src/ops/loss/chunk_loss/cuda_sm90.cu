@@ -421,6 +421,8 @@ struct CudaBackend : BackendBase {
   bool side_open = false;  // side work the caller's stream has not waited for
   cudaEvent_t last_side = nullptr;  // the event recorded last on the side stream (join waits for it)
 
+  const BackendTraits tr = chunk_loss_cuda_traits();  // one reading of the options for the whole call
+
   CudaBackend(const ChunkLossParams& p_, const ChunkLossLayout& L_, char* ws_, cudaStream_t s)
       : BackendBase(p_, L_, ws_), stream(s) {}
   ~CudaBackend() { join(); }  // no side work outlives the call on the caller's stream
@@ -445,7 +447,7 @@ struct CudaBackend : BackendBase {
     n_pending = kept;
   }
 
-  BackendTraits traits() const { return chunk_loss_cuda_traits(); }
+  const BackendTraits& traits() const { return tr; }
   void launched(const char* what) { note(cuda::check_launch(what)); }
 
   Mat hidden_block(int64_t r0, int64_t) const {
@@ -685,13 +687,13 @@ BackendTraits chunk_loss_cuda_traits() {
   // bf16 inputs: the logits tile in bf16 (what F.linear in bf16 gives), dZ in place: 2 bytes per element, so
   // the 64 MiB tile holds [8192, 4096] and vocab_tiled runs with a single token block.
   t.bf16_tile = true;
-  // The row statistics of one logits tile run beside the GEMM of the next (a second stream).
-  // STRATA_CHUNK_LOSS_OVERLAP=0 turns it off (the A/B timing of session 7; the results are the same bits).
-  static const bool overlap = [] {
-    const char* v = std::getenv("STRATA_CHUNK_LOSS_OVERLAP");
-    return !(v && v[0] == '0');
-  }();
-  t.overlap_stats = overlap;
+  // The row statistics of one logits tile beside the GEMM of the next, and the gradient of a kept tile beside the
+  // previous tile's GEMMs (a second stream): opt-in with STRATA_CHUNK_LOSS_OVERLAP=1 (the same bits either way).
+  // Off by default: it was slower on the H200 (s7run2, bf16 N=8192 D=4096 V=151936 through Python: 60.29 ms on
+  // against 59.62 ms off; cuBLAS's GEMM blocks fill every SM, so the side kernels mostly delay the next GEMM).
+  // Read per call (a test compares the bits of both paths in one process); CudaBackend keeps one copy per call.
+  const char* v = std::getenv("STRATA_CHUNK_LOSS_OVERLAP");
+  t.overlap_stats = v && v[0] == '1';
   return t;
 }
 
