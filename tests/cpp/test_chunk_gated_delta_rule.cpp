@@ -789,8 +789,7 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
         ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
       }
       // The fused forward's forced forms as well (cuda.sm90.fused picks one by shape): the gated Q Kᵀ inline or
-      // pre-computed (with w, u when 64 < K <= 128, else by qk_gate_mma), 16-warp pass blocks: same bits as each
-      // other.
+      // pre-computed, 16-warp pass blocks: same bits as each other.
       constexpr int kImpls = 5;
       HostTensor o[kImpls], ht[kImpls];
       for (int i = 0; i < kImpls; ++i)

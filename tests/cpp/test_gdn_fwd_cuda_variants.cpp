@@ -100,7 +100,7 @@ struct Shape {
 struct Problem {
   Shape s;
   GdnFwdParams p;
-  std::unique_ptr<Dev> cu, offs, q, k, w, u, g, h0, o, vn, ht, P, w2, u2;
+  std::unique_ptr<Dev> cu, offs, q, k, w, u, g, h0, o, vn, ht, P;
   Problem(const Shape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
@@ -169,16 +169,6 @@ struct Problem {
     }
     P = std::make_unique<Dev>(rows * HV * s.BT * es);
     p.Pqk = tok(P->p, s.dt, T, HV, s.BT);
-    w2 = std::make_unique<Dev>(rows * HV * K * es);
-    u2 = std::make_unique<Dev>(rows * HV * V * es);
-  }
-  // prepare_wy_repr_fwd's params writing the gated Q Kᵀ into Pqk with w, u (v = the random u, β = 1; w, u into
-  // scratch so that the pass's inputs stay as they are).
-  GdnFwdParams wy_with_p() const {
-    GdnFwdParams f = p;
-    f.v = p.u;
-    f.w = tok(w2->p, s.dt, s.T, s.HV, s.K), f.u = tok(u2->p, s.dt, s.T, s.HV, s.V);
-    return f;
   }
   void poison() {
     for (Dev* x : {o.get(), vn.get(), ht.get(), P.get()})
@@ -215,29 +205,20 @@ const std::vector<Shape>& shapes() {
   return v;
 }
 
-// The forms of the pass: P inline / pre-computed (by qk_gate_mma or with w, u by wy_mma), 8 / 16 warps (16 warps
-// run >= 64 columns per block).
+// The four forms of the pass: P inline / pre-computed, 8 / 16 warps (16 warps run >= 64 columns per block).
 struct Form {
   StateOKernel kernel;
   StateOBlock block;
-  bool p_with_wy;
   const char* name;
 };
-constexpr Form kForms[] = {{StateOKernel::kInline, StateOBlock::k8Warps, false, "inline 8 warps"},
-                           {StateOKernel::kPrecomputedP, StateOBlock::k8Warps, false, "pre-computed P 8 warps"},
-                           {StateOKernel::kInline, StateOBlock::k16Warps, false, "inline 16 warps"},
-                           {StateOKernel::kPrecomputedP, StateOBlock::k16Warps, false, "pre-computed P 16 warps"},
-                           {StateOKernel::kPrecomputedP, StateOBlock::k8Warps, true, "P with w, u, 8 warps"}};
-// Whether the form applies to the problem (P with w, u: 64 < K <= 128).
-bool applies(const Problem& pr, const Form& f) {
-  return !f.p_with_wy || fwd_cuda_mma_reject(FwdOp::kPrepareWY, pr.wy_with_p()).empty();
-}
-int run_form(const Problem& pr, const Form& f) {
-  if (f.kernel == StateOKernel::kPrecomputedP) {
-    const int r = f.p_with_wy ? fwd_cuda_mma(FwdOp::kPrepareWY, pr.wy_with_p(), nullptr) : fwd_cuda_qk_gate(pr.p, nullptr);
-    if (r != STRATA_SUCCESS) return r;
-  }
-  return fwd_cuda_state_o(pr.p, f.kernel, f.block, nullptr);
+constexpr Form kForms[] = {{StateOKernel::kInline, StateOBlock::k8Warps, "inline 8 warps"},
+                           {StateOKernel::kPrecomputedP, StateOBlock::k8Warps, "pre-computed P 8 warps"},
+                           {StateOKernel::kInline, StateOBlock::k16Warps, "inline 16 warps"},
+                           {StateOKernel::kPrecomputedP, StateOBlock::k16Warps, "pre-computed P 16 warps"}};
+int run_form(const GdnFwdParams& p, const Form& f) {
+  if (f.kernel == StateOKernel::kPrecomputedP)
+    if (const int r = fwd_cuda_qk_gate(p, nullptr); r != STRATA_SUCCESS) return r;
+  return fwd_cuda_state_o(p, f.kernel, f.block, nullptr);
 }
 
 TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
@@ -249,12 +230,8 @@ TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
     ASSERT_EQ(fwd_cuda_state_o_reject(pr.p), "") << "shape " << idx;
     std::vector<uint8_t> first;
     for (const Form& f : kForms) {
-      if (!applies(pr, f)) {
-        EXPECT_TRUE(s.K <= 64) << "shape " << idx << ", " << f.name;
-        continue;
-      }
       pr.poison();
-      ASSERT_EQ(run_form(pr, f), STRATA_SUCCESS) << "shape " << idx << ", " << f.name;
+      ASSERT_EQ(run_form(pr.p, f), STRATA_SUCCESS) << "shape " << idx << ", " << f.name;
       const std::vector<uint8_t> out = pr.outputs();
       // No NaN left from the poison in o (every row of every sequence written; 0xffff is a NaN in bf16 / f16).
       size_t unwritten = 0;
@@ -341,12 +318,7 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
     const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
-    // prepare_wy_repr_fwd writing P too (the pre-computed forms' alternative to qk_gate).
-    GdnFwdParams pw = p;
-    pw.Pqk = tok(P.p, dt, T, HV, 64);
-    const double wyp = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, pw, FwdCudaKernels::kMma, nullptr); });
-    EXPECT_GT(wyp, 0.0);
-    // The pass alone in each form (the pre-computed forms read the P left in p.Pqk).
+    // The pass alone in each form (the pre-computed forms read the P qk_gate left in p.Pqk).
     double pass[4];
     for (int i = 0; i < 4; ++i) {
       pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
@@ -355,13 +327,11 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
-                    "with P %.3f ms, qk_gate %.3f ms, state_o inline-P %.3f ms, state_o pre-computed-P %.3f ms, "
-                    "16 warps: inline-P %.3f ms, pre-computed-P %.3f ms (fused forward without l2norm/cumsum: "
-                    "inline %.3f ms, pre-computed %.3f ms (P with w, u %.3f ms), 16 warps inline %.3f ms, "
-                    "pre-computed %.3f ms (P with w, u %.3f ms))",
-                    static_cast<long long>(B), static_cast<long long>(T), wy, wyp, qk, pass[0], pass[1], pass[2],
-                    pass[3], wy + pass[0], wy + qk + pass[1], wyp + pass[1], wy + pass[2], wy + qk + pass[3],
-                    wyp + pass[3]));
+                    "qk_gate %.3f ms, state_o inline-P %.3f ms, state_o pre-computed-P %.3f ms, 16 warps: inline-P "
+                    "%.3f ms, pre-computed-P %.3f ms (fused forward without l2norm/cumsum: inline %.3f ms, "
+                    "pre-computed %.3f ms, 16 warps inline %.3f ms, pre-computed %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, pass[0], pass[1], pass[2], pass[3],
+                    wy + pass[0], wy + qk + pass[1], wy + pass[2], wy + qk + pass[3]));
   }
 }
 

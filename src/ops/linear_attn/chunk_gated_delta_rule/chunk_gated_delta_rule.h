@@ -96,7 +96,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it
 //     (gdn::fwd_cuda_qk_gate, then gdn::fwd_cuda_state_o(kPrecomputedP)) when the pass splits V into several
-//     column blocks per head (gdn::fwd_cuda_state_o_pre_p_pays: B = 1 long sequences); 8-warp pass blocks.
+//     column blocks per head (gdn::fwd_cuda_state_o_pre_p_pays: B = 1 long sequences); 16-warp pass blocks where
+//     8 would run 128 columns per block (gdn::fwd_cuda_state_o_auto_block: B = 4 T = 8192), 8 otherwise.
 //   kInline, kPrecomputedP: either P form forced (8 warps); kInline16: inline P, 16-warp pass blocks
 //     (gdn::StateOBlock::k16Warps, >= 64 columns per block).
 // Every form gives the same bits and takes the same workspace (P uses the A buffer the fused forward leaves

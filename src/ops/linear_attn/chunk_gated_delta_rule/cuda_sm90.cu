@@ -636,39 +636,27 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
 // carries q, k, w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
 // With the pre-computed P (kPrecomputedP, or kAuto at B = 1-like shapes) the gated Q Kᵀ is formed chunk-parallel
 // first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass (StateOKernel::kPrecomputedP);
-// the same bits as inline (StateOKernel::kInline) and as the 16-warp pass blocks (kInline16).
+// the same bits as inline (StateOKernel::kInline) and as the 16-warp pass blocks (kInline16; kAuto takes them
+// where the 8-warp pass would run 128 columns: gdn::fwd_cuda_state_o_auto_block). Session 7 also had wy_mma write
+// P with w, u (one launch less): 0.803 ms against 0.594 + 0.181 for wy_mma and qk_gate_mma apart (s7run2, B = 4
+// and B = 1), so it was removed.
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  // The pre-computed P comes with w, u when wy_mma can write it (64 < K <= 128), else from fwd_cuda_qk_gate after
-  // it: the same bits either way. The automatic form's switches (false: the session-6 rule, until a GPU run has
-  // timed the alternatives; session 7 run 2 times them):
-  //   kAutoPWithWy: its pre-computed P comes with w, u (else from fwd_cuda_qk_gate);
-  //   kAutoPreAlwaysWithWy: with kAutoPWithWy, P is pre-computed wherever wy_mma can write it, also with one pass
-  //   block per head (B = 4 T = 8192), where a separate qk_gate launch did not pay (session 6).
-  constexpr bool kAutoPWithWy = false, kAutoPreAlwaysWithWy = false;
-  const gdn::GdnFwdParams f_pre = fused_state_params(c, true);
-  gdn::GdnFwdParams wy_p = c.wy;
-  wy_p.A = gdn::GdnTensor{};
-  wy_p.Pqk = f_pre.Pqk;
-  const bool wy_can_write_p = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, wy_p).empty();
   bool pre_p = form == GdnFusedForm::kPrecomputedP;
   if (form == GdnFusedForm::kAuto)
-    pre_p = gdn::fwd_cuda_qk_gate_reject(f_pre).empty() &&
-            (gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) || (kAutoPWithWy && kAutoPreAlwaysWithWy && wy_can_write_p));
-  const bool p_with_wy = pre_p && wy_can_write_p && (form != GdnFusedForm::kAuto || kAutoPWithWy);
-  const gdn::GdnFwdParams f = pre_p ? f_pre : fused_state_params(c, false);
+    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
+            gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
+  const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
                                  : form == GdnFusedForm::kAuto    ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
                                                                   : gdn::StateOBlock::k8Warps;
-  // The inverse is not needed past w, u (wy_mma then does not store it; its buffer holds P).
-  if (p_with_wy) c.wy = wy_p;
-  else c.wy.A = gdn::GdnTensor{};
+  c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
-  if (!p_with_wy) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 

@@ -9,8 +9,7 @@
 //   wy_mma<kSolve>  chunk slot x value head              A = (I + Akk)^-1 in f32 (blocked, see invert())
 //   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
 //   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
-//                                                        (8 warps: warps 0-3 write w, warps 4-7 u), and with
-//                                                        Pqk present the gated Q Kᵀ of qk_gate_mma (same bits)
+//                                                        (8 warps: warps 0-3 write w, warps 4-7 u)
 //   state_o_mma     sequence x value head x 32/64/128-col  the fused state + output pass (o, ht; no h); 8 or 16
 //                                                        warps (16: >= 64 columns, same bits)
 //   state_mma       sequence x value head x 16/32-col    S [K x 16/32] in f32 registers across the chunks
@@ -250,9 +249,8 @@ __device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
 
 // Block (prb, pcb) of the chunk's P = Q Kᵀ ⊙ Γ into pc[0], pc[1] (its 8-column halves): (q_i·k_j) e^{γ_i − γ_j}
 // for j <= i < L, 0 elsewhere (selected). Q, K: [64][ld] 16-bit tiles of >= kKF columns, zero past K; all kKF / 16
-// key steps run (the zero columns add +0). The one definition of P's fragments, order and gating for the fused
-// pass (inline P) and wy_mma (P written with w, u); qk_gate_mma forms the same products in the same order, so all
-// three give the same bits.
+// key steps run (the zero columns add +0). The fused pass's inline P; qk_gate_mma forms the same products in the
+// same order, so the two give the same bits.
 template <class T>
 __device__ __forceinline__ void qk_gated_block(const T* Qs, const T* Ks, int ld, int prb, int pcb, const float* gam,
                                                int L, FragC (&pc)[2]) {
@@ -469,11 +467,8 @@ __host__ __device__ constexpr int wy_threads(int mode) { return mode == kWyPrepa
 // K = V = 128) for kPrepare.
 __host__ __device__ constexpr int wy_min_blocks(int mode) { return mode == kWyPrepare ? 3 : 1; }
 
-// kFoldP (kPrepare only; launched when p.Pqk is present): the gated Q Kᵀ is written too (below). A template
-// parameter so that the plain kPrepare kernel keeps its registers (the fold spills at the 80-register bound).
-template <class T, int kMode, bool kFoldP = false>
+template <class T, int kMode>
 __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mma(const GdnFwdParams p) {
-  static_assert(!kFoldP || kMode == kWyPrepare, "P is written by the fused WY kernel only");
   constexpr int kNThr = wy_threads(kMode);
   constexpr bool kNeedK = kMode != kWySolve;
   constexpr bool kNeedV = kMode == kWyRecompute || kMode == kWyPrepare;
@@ -493,14 +488,8 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
   const int L = static_cast<int>(c.e - c.s);
   const int BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5;
-  // kFoldP (p.Pqk present; fwd_cuda_mma_reject: q and Pqk of dtype T, 64 < K <= 128): the gated Q Kᵀ of the
-  // chunk for value head hv is written to Pqk too (what qk_gate_mma writes, the same bits), so the fused
-  // forward's pre-computed-P form needs no launch of its own. The Q tile [64][ldk] (ldk = kLdKF) lives in X,
-  // exactly its size, until the inverse.
-  static_assert(kRows * kLdF * 4 == kRows * kLdKF * 2, "the Q tile [64][kLdKF] fills X exactly");
-  [[maybe_unused]] T* Qt = reinterpret_cast<T*>(X);
-  // The chunk tiles are requested at once (K, Q (fold_p), then V as a last group): V arrives while K Kᵀ, P and
-  // the inverse run.
+  // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
+  // inverse run.
   auto load_rows = [&](T* dst, const GdnTensor& t, int64_t head, int64_t D, int ld) {
     if (D % 64 == 0 && lean_tensor<T>(t)) {
       lean_rows<kNThr>(dst, ld, t, off_tok(t, c.b, c.s, head), L, D);
@@ -511,10 +500,6 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
   };
   if constexpr (kNeedK) {
     load_rows(Kt, p.k, h, K, ldk);
-    cuda::cp_async_commit();
-  }
-  if constexpr (kFoldP) {
-    load_rows(Qt, p.q, h, K, ldk);
     cuda::cp_async_commit();
   }
   if constexpr (kNeedV) {
@@ -531,7 +516,7 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
       gam[i] = gv;
       bet[i] = bv;
     }
-  if constexpr (kNeedV) cuda::cp_async_wait<1>();  // the K (and Q) groups are complete (V may still be in flight)
+  if constexpr (kNeedV) cuda::cp_async_wait<1>();  // the K group is complete (V may still be in flight)
   else cuda::cp_async_wait<0>();
   __syncthreads();
 
@@ -567,31 +552,7 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
           const int i = 16 * rw + mma::c_row(e), j = 8 * n + mma::c_col(e);
           M[i * kLdF + j] = (j < i && i < L) ? bet[i] * P[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
         }
-    if constexpr (kFoldP) {
-      // P's 16 blocks of 16 x 16 (warp w: blocks w, w + 8; block (rb, cb) = (bi / 4, bi % 4)), rows < L and
-      // columns < BT written; blocks right of the diagonal are zeros.
-      const bool vec = pair_vec<T>(p.Pqk);
-      for (int bi = warp; bi < 16; bi += kNThr / 32) {
-        const int prb = bi >> 2, pcb = bi & 3;
-        FragC pc[2];
-        if (pcb <= prb) {
-          qk_gated_block<T>(Qt, Kt, ldk, prb, pcb, gam, L, pc);
-        } else {
-          pc[0].zero(), pc[1].zero();
-        }
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * prb + mma::c_row(2 * half);
-          if (i >= L) continue;
-          const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
-#pragma unroll
-          for (int hn = 0; hn < 2; ++hn)
-            store_pair_v<T>(p.Pqk, vec, ro, 16 * pcb + 8 * hn + mma::c_col(0), BT, pc[hn].x[2 * half],
-                            pc[hn].x[2 * half + 1]);
-        }
-      }
-    }
-    __syncthreads();  // M visible; every reader of Q (X) done before the inverse writes X
+    __syncthreads();
     if constexpr (kMode == kWyKkt) {
       store_chunk_mat<T, kNThr>(p.Akk, c, hv, L, BT, M);
       return;
@@ -1491,9 +1452,6 @@ int fwd_mma(FwdOp op, const GdnFwdParams& p, cudaStream_t stream) {
     case FwdOp::kRecomputeWU:
       return launch(wy_mma<T, kWyRecompute>, "recompute_w_u_fwd (wy_mma)", slots * p.shape.HV, wy_smem(kWyRecompute, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kPrepareWY:
-      if (p.Pqk.present())  // the gated Q Kᵀ too (fwd_cuda_mma_reject checked q, Pqk and K)
-        return launch_n(wy_mma<T, kWyPrepare, true>, "prepare_wy_repr_fwd (wy_mma, with P)", slots * p.shape.HV,
-                        wy_threads(kWyPrepare), wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
       return launch_n(wy_mma<T, kWyPrepare>, "prepare_wy_repr_fwd (wy_mma)", slots * p.shape.HV,
                       wy_threads(kWyPrepare), wy_smem(kWyPrepare, p.shape.K, p.shape.V), stream, p);
     case FwdOp::kFwdH:
@@ -1538,13 +1496,6 @@ std::string fwd_cuda_mma_reject(FwdOp op, const GdnFwdParams& p) {
                          dt == STRATA_DTYPE_BF16 ? "bf16" : "f16");
   if (p.shape.K > kMaxK || p.shape.V > kMaxK) return fmt::format("K, V <= {}", kMaxK);
   if (p.shape.BT > 64) return "chunk size <= 64";
-  if (op == FwdOp::kPrepareWY && p.Pqk.present()) {
-    // The gated Q Kᵀ written with w, u (wy_mma, fold_p): Q in the inverse's f32 tile, which holds exactly a
-    // [64][kLdKF] 16-bit tile: K rounded up to 64 must be the fused pass's 128 key columns (the same key steps,
-    // so the same bits as its inline P).
-    if (p.q.dtype != dt || p.Pqk.dtype != dt) return "the gated Q Kᵀ with w, u needs q and Pqk in the token dtype";
-    if (p.shape.K <= 64 || p.shape.K > kKF) return fmt::format("the gated Q Kᵀ with w, u needs 64 < K <= {}", kKF);
-  }
   return {};
 }
 
@@ -1600,9 +1551,10 @@ bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p) {
 }
 
 StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p) {
-  // 16 warps where the 8-warp pass runs at least kAuto16Width columns per block. kAuto16Width > 128: never (16-warp
-  // blocks not yet timed on the GPU; session 7 run 2 times them at B = 4 (128 columns) and B = 1 (64 columns)).
-  constexpr int kAuto16Width = 256;
+  // 16 warps where the 8-warp pass runs 128 columns per block (one block per head). GPU run s7run2 (H200, bf16,
+  // HV = 32, K = V = 128, P inline): B = 4 T = 8192 pass 0.918 ms with 8 warps, 0.788 ms with 16. Where the 8-warp
+  // pass runs 32 columns (B = 1 T = 32768, P pre-computed: 1.486 ms) the 16-warp one needs 64 (2.039 ms): not there.
+  constexpr int kAuto16Width = 128;
   int sms = 132;
   if (sm_count(sms) != STRATA_SUCCESS) return StateOBlock::k8Warps;
   return state_o_width(p, p.k.dtype == STRATA_DTYPE_BF16, sms, false) >= kAuto16Width ? StateOBlock::k16Warps

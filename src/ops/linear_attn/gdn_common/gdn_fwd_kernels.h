@@ -7,8 +7,7 @@
 //   chunk_scaled_dot_kkt   k, beta, g (optional)       Akk  [B,T,HV,BT]  strictly lower, 0 elsewhere in the chunk
 //   solve_tril             Akk                         A    [B,T,HV,BT]  (I + StrictLower(Akk))^-1, 0 above the diagonal
 //   recompute_w_u_fwd      k, v, beta, A, g (opt.)     w [B,T,HV,K], u [B,T,HV,V]
-//   prepare_wy_repr_fwd    k, v, beta, g (opt.)        w, u, A  (kkt + solve + recompute fused per chunk);
-//                          tensor-core kernel with Pqk present: also Pqk from q (fwd_cuda_qk_gate's gated Q Kᵀ)
+//   prepare_wy_repr_fwd    k, v, beta, g (opt.)        w, u, A  (kkt + solve + recompute fused per chunk)
 //   chunk_gated_delta_rule_fwd_h  k, w, u, g (opt.), h0 (opt.)  h [B,NT,HV,K,V], v_new (opt.), ht (opt.) [N,HV,K,V]
 //   chunk_fwd_o            q, k, v (= v_new), h, g (opt.)  o [B,T,HV,V]
 //
@@ -94,8 +93,6 @@ bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p);
 StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // p.Pqk = the gated Q Kᵀ (from q, k, g; shape and chunks as the fused pass). bf16 / f16 (q, k and Pqk of one
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
-// fwd_cuda_mma(kPrepareWY) writes the same bits when p.Pqk is present, with w, u (no launch of its own; its reject
-// then adds q and Pqk in the token dtype and 64 < K <= 128).
 int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 #endif
