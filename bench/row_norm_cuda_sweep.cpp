@@ -333,6 +333,7 @@ int main(int argc, char** argv) {
       // Classic lane groups / blocks other than the default: measured in sessions 2-3 (bench/results), slower
       // than the default; skipped to keep the sweep inside its time limit.
       const bool is_dflt = cfg.stream == dflt.stream && cfg.tpr == dflt.tpr && cfg.nv == dflt.nv && cfg.rpg == dflt.rpg &&
+                           cfg.hints == dflt.hints && cfg.blocks_per_sm == dflt.blocks_per_sm &&
                            (cfg.tpr == 0 || cfg.stream || cfg.chunk_elems == dflt.chunk_elems);
       const RowNormCudaConfig classic = k.bwd ? row_norm_bwd_cuda_config_classic(bp) : row_norm_fwd_cuda_config_classic(fp);
       const bool is_classic = !cfg.stream && cfg.tpr == classic.tpr && cfg.nv == classic.nv && cfg.rpg == classic.rpg &&
@@ -347,7 +348,7 @@ int main(int argc, char** argv) {
         continue;
       }
       const double diff = rel_rms(fetch_ends(out, n_out, k.dtype), ref);
-      const bool is_default = is_dflt && cfg.max_blocks == 0 && cfg.hints == 0 && cfg.blocks_per_sm == 0;
+      const bool is_default = is_dflt && cfg.max_blocks == 0;
       const std::string name = cfg_label(cfg);
       fmt::print("  {}  {:.4f} ms (min {:.4f})  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, tm.min,
                  bytes / (ms * 1e6), ms / floor_ms, diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");

@@ -96,7 +96,10 @@ struct RowNormCudaConfig {
 // 16-byte vectors per lane for rows of up to 64 vectors, a warp x 4 up to 128, a block per row above),
 // except f32 rows of up to 128 vectors; else the classic kernels: 32-byte chunks per thread (8 f32 or 16
 // bf16/f16 elements), the smallest group that covers the row. The backward (session 6, measured): rows of 8-32
-// vectors one vector per lane (f32 too), 16-bit rows of 257-512 vectors a 128-thread block x 4.
+// vectors one vector per lane (f32 too), 16-bit rows of 257-512 vectors a 128-thread block x 4. The forward
+// (session 7, s7run2) takes the multi-row kernels (row_norm_multi_default) for 16-bit rows of 9-16 vectors
+// (teams of 8 x 2, 2 rows, streaming stores), 16-bit rows of 257-512 vectors (256 x 2, 1 row, streaming stores)
+// and f32 rows of 513-1024 vectors (512 x 2, 2 rows).
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the

@@ -1372,11 +1372,12 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
     for (const auto& tr : {std::pair{8, 128}, std::pair{8, 64}, std::pair{16, 64}, std::pair{32, 4}, std::pair{32, 2},
                            std::pair{8, 5}})
       v.push_back(RowNormCudaConfig{0, tr.first, 3, tr.second, 3, 0, hints});
-  // Multi-row (forward): every instance; the hint variants and persistent grids of the instances the sweep
-  // expects to matter (D = 128 bf16: teams of 8 x 2 with 2 and 4 rows; D = 4096 bf16: 256 x 2 with 2 rows).
+  // Multi-row (forward): every instance; the hint variants and persistent grids of the instances that matter
+  // (D = 128 bf16: teams of 8 x 2 with 2 and 4 rows; D = 4096 bf16: 256 x 2 with 1 and 2 rows), which include
+  // the defaults (row_norm_multi_default).
   for (RowNormCudaConfig c : row_norm_multi_instances()) {
     v.push_back(c);
-    const bool key = (c.tpr == 8 && c.nv == 2 && c.rpg >= 2) || (c.tpr == 256 && c.nv == 2 && c.rpg == 2);
+    const bool key = (c.tpr == 8 && c.nv == 2 && c.rpg >= 2) || (c.tpr == 256 && c.nv == 2);
     if (!key) continue;
     for (int hints = 1; hints <= 3; ++hints) {
       c.hints = hints;

@@ -224,12 +224,36 @@ std::vector<RowNormCudaConfig> row_norm_multi_instances() {
   return v;
 }
 
-// No row takes a multi-row configuration by default until a GPU run has timed them against the packed
-// kernels (session 7 run 2: bench/row_norm_cuda_sweep --focus, atk [cfg multi ...] rows).
+// The forward defaults, from s7run2 (H200, 2026-11-30; bench/row_norm_cuda_sweep --focus and atk in the same
+// run, atk timing: calls queued back to back, median). Streaming stores (st.global.cs, hints 1) were the
+// one change that moved every configuration: rmsnorm [32768, 4096] bf16 256 x 2, 1 row per block: 0.1322 ms
+// with them, 0.1408 without, packed default 0.1422 (a copy kernel of the same bytes 0.1291 with them, 0.1322
+// without); l2norm [524288, 128] bf16 teams of 8 x 2, 2 rows per team: 0.0724 ms with them, 0.0739 without,
+// packed default 0.0750 (atk, without the hint: 0.0743 / 0.0742 against the default's 0.0751 / 0.0758); the
+// evict-first load policy (hints 2) and persistent grids (1-8 blocks per SM: 0.0756-0.137 ms) did not help.
+// f32 [32768, 4096]: 512 x 2 with 2 rows per block 0.2682 ms against the packed default's 0.2769 (atk, no hint:
+// the sweep timed bf16 only). Each rule covers the row class of the packed choice it replaces (16-bit rows of
+// 9-16 vectors: teams of 8 x 2; 257-512 vectors: blocks of 256 x 2; f32 rows of 513-1024 vectors: 512 x 2).
 RowNormCudaConfig row_norm_multi_default(int64_t D, int32_t dtype) {
-  (void)D;
-  (void)dtype;
-  return RowNormCudaConfig{};
+  const int ve = cuda::vec16_elems(dtype);
+  RowNormCudaConfig c;
+  if (D % ve != 0) return c;
+  const int64_t nvec = D / ve;
+  RowNormCudaConfig m;
+  m.chunk_elems = 0, m.stream = 4;
+  if (ve == 8 && nvec >= 9 && nvec <= 16) {
+    m.tpr = 8, m.nv = 2, m.rpg = 2, m.hints = 1;
+    return m;
+  }
+  if (ve == 8 && nvec >= 257 && nvec <= 512) {
+    m.tpr = 256, m.nv = 2, m.rpg = 1, m.hints = 1;
+    return m;
+  }
+  if (ve == 4 && nvec >= 513 && nvec <= 1024) {
+    m.tpr = 512, m.nv = 2, m.rpg = 2, m.hints = 0;
+    return m;
+  }
+  return c;
 }
 
 int row_norm_fwd_multi_launch(const RowNormFwdParams& p, const RowNormCudaConfig& c, void* stream) {
