@@ -10,8 +10,17 @@
 // sized for the largest case (s6run1: rmsnorm f32 [32768, 4096] overran them, "fetch: invalid argument").
 // Each configuration's output is compared with the looped kernel's on its first and last 2^20 elements
 // (the whole output would cost the time limit).
+// Timing (session 7) is atk's (src/testkit time_it): the calls go into the stream back to back, each between its
+// own pair of events, one synchronisation at the end, so the host's launch path is not inside a sample (the
+// earlier synchronise-per-call timing added it: 0.0761 ms here against atk's 0.0746 for the same kernel).
+// Beside cudaMemcpyAsync, copy kernels of our own (bench/row_norm_copy_probe.cu: U vectors per thread per step,
+// one step per block or a persistent grid, cache hints) move the same byte count: the ceiling of SM loads and
+// stores on this machine for the op's bytes.
 //
-//   row_norm_cuda_sweep            # all cases
+//   row_norm_cuda_sweep            # all cases, every configuration of row_norm_cuda_all_configs()
+//   row_norm_cuda_sweep --focus    # the two forward bf16 targets only (l2norm [524288, 128], rmsnorm [32768,
+//                                  # 4096]): the packed default and its persistent grids, every multi-row
+//                                  # instance x hints x grid, every copy probe; the 10 fastest of each case
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -19,12 +28,17 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "opbase/dtype.h"
 #include "opbase/row_layout.h"
 #include "ops/norm/common/row_norm.h"
+
+// bench/row_norm_copy_probe.cu (a cudaError_t).
+int row_norm_copy_probe(const void* src, void* dst, int64_t bytes, int u, int blocks_per_sm, int hints, cudaStream_t s);
 
 namespace {
 
@@ -38,26 +52,35 @@ void ck(cudaError_t e, const char* what) {
   }
 }
 
+struct Times {
+  double median = 0, min = 0;
+};
+// atk's timing: warm-up calls, then `iters` calls back to back, each between its own pair of events.
 template <class Fn>
-double median_ms(Fn&& fn, int iters = 30) {
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
+Times time_calls(Fn&& fn, int iters = 40) {
+  ck(cudaDeviceSynchronize(), "sync");
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (auto& e : ev) ck(cudaEventCreate(&e), "event");
   for (int i = 0; i < 3; ++i) fn();
+  for (int i = 0; i < iters; ++i) {
+    ck(cudaEventRecord(ev[2 * i]), "record");
+    fn();
+    ck(cudaEventRecord(ev[2 * i + 1]), "record");
+  }
+  ck(cudaEventSynchronize(ev.back()), "sync");
   std::vector<float> t;
   for (int i = 0; i < iters; ++i) {
-    ck(cudaEventRecord(a), "record");
-    fn();
-    ck(cudaEventRecord(b), "record");
-    ck(cudaEventSynchronize(b), "sync");
     float ms = 0;
-    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    ck(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "elapsed");
     t.push_back(ms);
   }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  for (auto& e : ev) cudaEventDestroy(e);
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], t.front()};
+}
+template <class Fn>
+double median_ms(Fn&& fn, int iters = 40) {
+  return time_calls(fn, iters).median;
 }
 
 RowLayout dense_rows(int64_t rows, int64_t D) {
@@ -121,7 +144,49 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 const char* kind_name(const RowNormCudaConfig& c) {
-  return c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "";
+  return c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "";
+}
+
+std::string cfg_label(const RowNormCudaConfig& cfg) {
+  if (cfg.stream == 3)
+    return fmt::format("bulk   tpr={:3} stages={} rows/stage={}{}", cfg.tpr, cfg.nv, cfg.rpg,
+                       cfg.hints ? fmt::format(" hints={}", cfg.hints) : std::string());
+  if (cfg.stream == 4)
+    return fmt::format("multi  tpr={:3} nv={:2} rows={} hints={} grid={}", cfg.tpr, cfg.nv, cfg.rpg, cfg.hints,
+                       cfg.blocks_per_sm ? fmt::format("{}/SM", cfg.blocks_per_sm) : std::string("plain"));
+  std::string s = cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", kind_name(cfg), cfg.tpr, cfg.nv, cfg.rpg)
+                             : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
+  if (cfg.max_blocks) s += fmt::format(" max_blocks={}", cfg.max_blocks);
+  return s;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  ck(cudaGetDevice(&dev), "device");
+  ck(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "sm count");
+  return n;
+}
+
+// --focus: the configurations of the forward targets (see the file comment).
+std::vector<RowNormCudaConfig> focus_configs(const RowNormCudaConfig& dflt) {
+  std::vector<RowNormCudaConfig> v;
+  for (int tpr : {4, 8, 16, 32, 128, 256, 512})
+    for (int nv : {1, 2, 4}) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
+  if (dflt.stream == 2)  // the packed default on persistent grids (its grid-stride loop, max_blocks = k x SMs)
+    for (int k : {1, 2, 4, 8}) {
+      RowNormCudaConfig c = dflt;
+      c.max_blocks = k * sm_count();
+      v.push_back(c);
+    }
+  for (const RowNormCudaConfig& c : row_norm_cuda_all_configs())
+    if (c.stream == 4 && c.hints == 0 && c.blocks_per_sm == 0)
+      for (int hints = 0; hints <= 3; ++hints)
+        for (int bps : {0, 1, 2, 4, 8}) {
+          RowNormCudaConfig m = c;
+          m.hints = hints, m.blocks_per_sm = bps;
+          v.push_back(m);
+        }
+  return v;
 }
 
 struct Case {
@@ -134,9 +199,10 @@ struct Case {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive the time limit's kill
-  const Case cases[] = {
+  const bool focus = argc > 1 && std::strcmp(argv[1], "--focus") == 0;
+  const Case all_cases[] = {
       {"l2norm_fwd bf16 [524288,128]", false, STRATA_DTYPE_BF16, 524288, 128, 1, {}},
       {"l2norm_bwd bf16 [524288,128]", true, STRATA_DTYPE_BF16, 524288, 128, 1, RowNormBwdKind::kNormalizedSrc},
       {"rmsnorm_fwd bf16 [32768,4096]", false, STRATA_DTYPE_BF16, 32768, 4096, 4096, {}},
@@ -146,6 +212,9 @@ int main() {
       {"rmsnorm_fwd f32 [32768,4096]", false, STRATA_DTYPE_F32, 32768, 4096, 4096, {}},
       {"rmsnorm_bwd f32 [32768,4096]", true, STRATA_DTYPE_F32, 32768, 4096, 4096, RowNormBwdKind::kRawSrc},
   };
+  std::vector<Case> cases;
+  for (const Case& k : all_cases)
+    if (!focus || (!k.bwd && k.dtype == STRATA_DTYPE_BF16)) cases.push_back(k);
   size_t max_elems = 0, max_rows = 0;
   for (const Case& k : cases) {
     max_elems = std::max(max_elems, static_cast<size_t>(k.rows * k.D));
@@ -186,9 +255,28 @@ int main() {
     // written) also pays the launch ramp and the tail that a ~0.07 ms kernel cannot amortise. Printed so the
     // fixed cost a kernel of this size cannot avoid is visible beside the floor.
     const size_t same = static_cast<size_t>(bytes / 2) & ~size_t{255};
+    const double floor_ms = bytes / (copy_gbs * 1e6);
     const double same_ms = median_ms([&] { cudaMemcpyAsync(cp1, cp0, same, cudaMemcpyDeviceToDevice); });
     fmt::print("  same-size copy ({:.0f} MB moved): {:.4f} ms = {:.3f} x floor\n", 2.0 * same / 1e6, same_ms,
-               same_ms / (bytes / (copy_gbs * 1e6)));
+               same_ms / floor_ms);
+    // The same bytes through our copy kernels: U vectors per thread per step x grid x hints (focus: all of
+    // them; else 4 vectors per thread, no hints, on a plain and on a 4-blocks-per-SM persistent grid).
+    std::vector<std::pair<double, std::string>> ranked;
+    for (int u : {1, 2, 4, 8})
+      for (int bps : {0, 1, 2, 4, 8})
+        for (int hints = 0; hints <= 3; ++hints) {
+          if (!focus && !(hints == 0 && u == 4 && (bps == 0 || bps == 4))) continue;
+          int st = 0;
+          const Times t = time_calls([&] { st = row_norm_copy_probe(cp0, cp1, static_cast<int64_t>(same), u, bps, hints, nullptr); });
+          if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
+            fmt::print("  copy kernel u={} grid={} hints={} FAILED\n", u, bps, hints);
+            continue;
+          }
+          const std::string name = fmt::format("copy   u={} hints={} grid={}", u, hints,
+                                               bps ? fmt::format("{}/SM", bps) : std::string("plain"));
+          fmt::print("  {}  {:.4f} ms (min {:.4f})  {:.3f} x floor\n", name, t.median, t.min, t.median / floor_ms);
+          ranked.emplace_back(t.median, name);
+        }
     RowNormFwdParams fp;
     fp.x = a, fp.y = b, fp.rstd = r;
     fp.x_dtype = fp.y_dtype = k.dtype, fp.rstd_dtype = STRATA_DTYPE_F32;
@@ -226,7 +314,7 @@ int main() {
     const double tol = k.dtype == STRATA_DTYPE_F32 ? 1e-5 : 1e-2;
     double best = 1e30;
     std::string best_name;
-    for (const RowNormCudaConfig& cfg : row_norm_cuda_all_configs()) {
+    for (const RowNormCudaConfig& cfg : focus ? focus_configs(dflt) : row_norm_cuda_all_configs()) {
       const std::string why = k.bwd ? row_norm_bwd_cuda_config_reject(bp, cfg) : row_norm_fwd_cuda_config_reject(fp, cfg);
       if (!why.empty()) continue;
       // Configurations with idle capacity (half their threads x chunks would still cover the row) are slower
@@ -251,27 +339,30 @@ int main() {
                               cfg.chunk_elems == classic.chunk_elems;
       if (!cfg.stream && !is_dflt && !is_classic) continue;
       int st = 0;
-      const double ms = median_ms([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
+      const Times tm = time_calls([&] { st = k.bwd ? row_norm_bwd_cuda(bp, nullptr, &cfg) : row_norm_fwd_cuda(fp, nullptr, &cfg); });
+      const double ms = tm.median;
       if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
         fmt::print("  {} ce={:2} tpr={:3} nv={} rpg={}  FAILED (status {})\n", kind_name(cfg), cfg.chunk_elems,
                    cfg.tpr, cfg.nv, cfg.rpg, st);
         continue;
       }
       const double diff = rel_rms(fetch_ends(out, n_out, k.dtype), ref);
-      const bool is_default = is_dflt;
-      const std::string name = cfg.stream == 3 ? fmt::format("bulk   tpr={:3} stages={} rows/stage={}{}", cfg.tpr, cfg.nv, cfg.rpg,
-                                                   cfg.hints ? fmt::format(" hints={}", cfg.hints) : std::string())
-                               : cfg.stream ? fmt::format("{} tpr={:3} nv={} rpg={}", kind_name(cfg), cfg.tpr, cfg.nv, cfg.rpg)
-                                          : fmt::format("ce={:2} tpr={:3} nv={} rpg={}", cfg.chunk_elems, cfg.tpr, cfg.nv, cfg.rpg);
-      fmt::print("  {}  {:.4f} ms  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, bytes / (ms * 1e6),
-                 ms / (bytes / (copy_gbs * 1e6)), diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");
+      const bool is_default = is_dflt && cfg.max_blocks == 0 && cfg.hints == 0 && cfg.blocks_per_sm == 0;
+      const std::string name = cfg_label(cfg);
+      fmt::print("  {}  {:.4f} ms (min {:.4f})  {:6.0f} GB/s  {:.3f} x floor  diff {:.1e}{}{}\n", name, ms, tm.min,
+                 bytes / (ms * 1e6), ms / floor_ms, diff, diff > tol ? " WRONG" : "", is_default ? "   <- default" : "");
       if (diff > tol) {
         wrong = true;
         continue;
       }
+      ranked.emplace_back(ms, name + (is_default ? " (default)" : ""));
       if (ms < best) best = ms, best_name = name;
     }
     fmt::print("  best: {} {:.4f} ms\n", best_name, best);
+    std::sort(ranked.begin(), ranked.end());
+    fmt::print("  fastest (kernels and copies, median ms):\n");
+    for (size_t i = 0; i < ranked.size() && i < 10; ++i)
+      fmt::print("    {:.4f}  {:.3f} x floor  {}\n", ranked[i].first, ranked[i].first / floor_ms, ranked[i].second);
   }
   return wrong ? 1 : 0;
 }

@@ -10,17 +10,27 @@ Three ways to get the gradient, which differ only in *when the logits tensor is 
   the logits tensor holds d(loss)/d(logits) and its values are gone. No second [N, V] tensor exists.
 * ``grad_in_forward=True`` (Liger-Kernel semantics, one fused kernel): when ``logits.requires_grad``, the
   *forward* writes the gradient of the loss (for an upstream gradient of 1) into the logits' storage in the
-  same pass that computes the loss: right after the call, ``logits`` holds the gradient. The backward only
-  scales it when the upstream gradient is not 1 (``grad_output[:, None]`` for reduction "none"), in place.
-  Use it only when the logits are consumed by nothing else (the usual ``logits = h @ W.T`` -> loss).
+  same pass that computes the loss: right after the call, ``logits`` holds the gradient. The backward scales
+  it in place by the upstream gradient (``grad_output[:, None]`` for reduction "none") with the C op's scale
+  mode (the backward op without lse), which reads the upstream gradient on the device and touches nothing
+  when it is 1: the backward never waits for the GPU. Use it only when the logits are consumed by nothing
+  else (the usual ``logits = h @ W.T`` -> loss).
 
 Both in-place modes bypass torch's version counter (the C library writes through the data pointer), like
 fla and Liger; they are plain ``torch.autograd.Function``s (not traced by torch.compile), and their backward
 can run only once (a second backward, e.g. with retain_graph, would read the overwritten logits).
 
-Target values must be in [0, V) or equal ignore_index. The C library checks them on the CPU; on CUDA it
-cannot without a device-to-host copy, so ``check_targets=True`` (default) checks them here (one small
-reduction and a sync; skipped while compiling).
+Target values must be in [0, V) or equal ignore_index. The C library checks them itself on the CPU (before
+writing anything). On CUDA, ``check_targets=True`` (default; skipped while compiling) makes one cheap check
+without stalling the GPU: the min and max of the non-ignored targets are reduced on the device (3 small
+kernels) and copied to pinned host memory *before* the loss kernel is launched; the host waits for that copy
+(one event, recorded ahead of the loss kernel, so the GPU keeps running the loss kernel meanwhile) only
+after the launch, and raises ValueError (naming the first bad row) if a target is out of range. Nothing the
+caller owns has been written by then: the default and ``inplace_backward`` forwards write only new tensors,
+and the C library's fused forward (``grad_in_forward``) writes no gradient when any target is bad (its own
+device-side count, made before the loss kernel), so the logits are left as they were. With
+``check_targets=False`` nothing is checked on the host (no sync at all): a bad target then gives a NaN loss
+row (and, with grad_in_forward, unchanged logits).
 """
 
 from typing import Optional, Tuple
@@ -133,20 +143,19 @@ class _GradInForward(torch.autograd.Function):
         loss, lse, z_loss = _fwd_fake(logits, target, *attrs)
         launch(OP.fused_cross_entropy_fwd, (logits, target, loss, lse, z_loss, logits), tuple(attrs) + (1.0,))
         ctx.mark_non_differentiable(lse, z_loss)
-        ctx.save_for_backward(logits)
-        ctx.reduction = attrs[0]
+        ctx.save_for_backward(logits, target)
+        ctx.attrs = attrs
         return loss, lse, z_loss
 
     @staticmethod
     def backward(ctx, dloss, dlse, dz):
-        grad = ctx.saved_tensors[0].detach()  # an alias of the logits' storage (see _InplaceBackward.backward)
-        if ctx.reduction == 0:
-            grad.mul_(dloss.to(grad.dtype).unsqueeze(-1))
-        else:  # a scalar: as a Python float it multiplies in f32 (one rounding), not rounded to bf16 first
-            gv = float(dloss)
-            if gv != 1.0:
-                grad.mul_(gv)
-        return (grad, None) + (None,) * 6
+        logits, target = ctx.saved_tensors
+        grad = logits.detach()  # an alias of the logits' storage (see _InplaceBackward.backward)
+        # The backward op's scale mode (lse omitted): grad *= dloss (row i by dloss[i] for "none") in f32 on the
+        # device; dloss is never read on the host, and dloss == 1 (or a row's 1) touches nothing.
+        dloss = dloss.to(_stat_dtype(grad)).contiguous()
+        launch(OP.fused_cross_entropy_bwd, (grad, target, None, dloss, grad), tuple(ctx.attrs))
+        return (grad, None) + (None,) * len(ctx.attrs)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -157,25 +166,64 @@ def _is_compiling() -> bool:
     return bool(comp is not None and hasattr(comp, "is_compiling") and comp.is_compiling())
 
 
-def _check(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, process_group) -> None:
-    if process_group is not None:
-        raise NotImplementedError("strata fused_cross_entropy: process_group (vocab-parallel) is not implemented")
-    if _is_compiling() or logits.dim() != 2 or target.dim() != 1 or target.dtype not in (torch.int64, torch.int32):
-        return  # shapes and dtypes are checked by the C library with a message naming the argument
-    V = logits.shape[1]
-    bad = (target != ignore_index) & ((target < 0) | (target >= V))
-    if bool(bad.any()):
+class _TargetCheck:
+    """The target check (module docstring): started before the loss kernel, finished after its launch."""
+
+    __slots__ = ("target", "ignore_index", "V", "bounds", "event")
+
+    def __init__(self, target: torch.Tensor, ignore_index: int, V: int):
+        self.target, self.ignore_index, self.V = target, ignore_index, V
+        # min and max of the targets with the ignored ones replaced by 0 (a valid value): bad iff min < 0 or
+        # max >= V. 3 kernels (eq, where, aminmax) + one for the pair, whatever N.
+        t = torch.where(target == ignore_index, 0, target)
+        lo, hi = torch.aminmax(t)
+        pair = torch.stack((lo, hi))
+        self.event = None
+        if target.is_cuda:
+            self.bounds = torch.empty(2, dtype=target.dtype, pin_memory=True)
+            self.bounds.copy_(pair, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record(torch.cuda.current_stream(target.device))
+        else:
+            self.bounds = pair
+
+    def finish(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()  # the copy above, queued ahead of the loss kernel (which keeps running)
+        lo, hi = self.bounds.tolist()
+        if lo >= 0 and hi < self.V:
+            return
+        t = self.target
+        bad = (t != self.ignore_index) & ((t < 0) | (t >= self.V))
         i = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(f"fused_cross_entropy: target[{i}] must be in [0, {V}) (V) or equal ignore_index "
-                         f"({ignore_index}), got {int(target[i])}")
+        raise ValueError(f"fused_cross_entropy: target[{i}] must be in [0, {self.V}) (V) or equal ignore_index "
+                         f"({self.ignore_index}), got {int(t[i])}")
+
+
+def _start_check(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> Optional[_TargetCheck]:
+    if (_is_compiling() or logits.dim() != 2 or target.dim() != 1 or target.numel() == 0
+            or target.dtype not in (torch.int64, torch.int32) or target.device != logits.device):
+        return None  # shapes, dtypes and devices are checked by the C library with a message naming the argument
+    return _TargetCheck(target, int(ignore_index), logits.shape[1])
 
 
 def _run(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
          inplace_backward, grad_in_forward, process_group, check_targets):
-    if check_targets:
-        _check(logits, target, ignore_index, process_group)
-    elif process_group is not None:
+    if process_group is not None:
         raise NotImplementedError("strata fused_cross_entropy: process_group (vocab-parallel) is not implemented")
+    check = _start_check(logits, target, ignore_index) if check_targets else None
+    if check is not None and not check.target.is_cuda:
+        check.finish()  # CPU: at once (the C library would reject the target too, before writing anything)
+        check = None
+    out = _launch(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
+                  inplace_backward, grad_in_forward)
+    if check is not None:
+        check.finish()
+    return out
+
+
+def _launch(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
+            inplace_backward, grad_in_forward):
     if reduction not in _REDUCTIONS:
         raise ValueError(f"fused_cross_entropy: reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     attrs = (_REDUCTIONS[reduction], int(ignore_index), float(label_smoothing), float(logit_scale),

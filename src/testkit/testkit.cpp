@@ -305,6 +305,42 @@ InterleavedTiming time_with_copy(strata_device device, const std::function<void(
   // At least 512 MiB per buffer: glibc's memcpy switches to non-temporal stores only for large copies, and
   // below that threshold the "ceiling" would be a slower kind of copy than the streaming kernels do.
   CopyProbe copy(device, std::max<size_t>(static_cast<size_t>(op_bytes / 2), size_t{512} << 20));
+  InterleavedTiming out;
+  if (device.type == STRATA_DEVICE_CPU) {
+    // CPU: op and copy alternate call by call, so each op sample has a copy sample taken right after it, under
+    // the same load (on the shared 2-core VM the copy rate of one run's cases ranged 6.7-39.4 GB/s within two
+    // minutes as other processes came and went: bench/results/2026-11-30_cpu_atk_paired.md). The copy also
+    // evicts the op's data, so every op call starts cold. Per pair, op GB/s over copy GB/s; the median of these
+    // ratios is the figure robust to slow drift, the best op call over the best copy call the unloaded one.
+    // Calls of a few ms with 2 threads stay load-sensitive: under oversubscription each parallel region may
+    // wait a scheduler tick for its second thread, which a copy of tens of ms absorbs and they do not.
+    const auto wall_ms = [](const std::function<void()>& fn) {
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
+    const std::function<void()> run_copy = [&] { copy.run(); };
+    for (int i = 0; i < 2; ++i) op();
+    copy.run();
+    const int n = std::max(iters, 1);
+    std::vector<double> op_ms, copy_ms, ratio;
+    for (int i = 0; i < n; ++i) {
+      op_ms.push_back(wall_ms(op));
+      copy_ms.push_back(wall_ms(run_copy));
+      ratio.push_back(op_bytes / op_ms.back() / (copy.bytes_moved() / copy_ms.back()));
+    }
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    const double op_min = *std::min_element(op_ms.begin(), op_ms.end());
+    const double copy_min = *std::min_element(copy_ms.begin(), copy_ms.end());
+    out.op = {median(op_ms), op_min, n};
+    out.copy_gbs = copy.bytes_moved() / (median(copy_ms) * 1e-3) / 1e9;
+    out.ratio_paired = median(ratio);
+    out.ratio_best = op_bytes / op_min / (copy.bytes_moved() / copy_min);
+    return out;
+  }
   const int rounds = 4, per = std::max(1, iters / rounds);
   std::vector<double> op_ms, copy_ms;
   double op_min = 1e300;
@@ -317,7 +353,6 @@ InterleavedTiming time_with_copy(strata_device device, const std::function<void(
   }
   std::sort(op_ms.begin(), op_ms.end());
   std::sort(copy_ms.begin(), copy_ms.end());
-  InterleavedTiming out;
   out.op = {0.5 * (op_ms[rounds / 2 - 1] + op_ms[rounds / 2]), op_min, per * rounds};
   const double cm = 0.5 * (copy_ms[rounds / 2 - 1] + copy_ms[rounds / 2]);
   out.copy_gbs = copy.bytes_moved() / (cm * 1e-3) / 1e9;

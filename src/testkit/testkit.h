@@ -155,12 +155,15 @@ class CopyProbe {
 // Copy bandwidth in GB/s (bytes read + written) of a buffer of `bytes`, measured now.
 double copy_bandwidth_gbs(strata_device device, size_t bytes);
 
-// Times `op` and a copy moving at least as many bytes (buffers >= 512 MiB) in alternating rounds, so that both see the same machine
-// state (a shared VM's bandwidth drifts by 2x within minutes): returns the op's timing and the copy
-// bandwidth (GB/s) measured around it.
+// Times `op` and a copy moving at least as many bytes (buffers >= 512 MiB) alternately, so that both see the same
+// machine state (a shared VM's bandwidth drifts by 2x within minutes): returns the op's timing and the copy
+// bandwidth (GB/s) measured around it. CUDA: 4 alternating rounds. CPU: op and copy alternate call by call,
+// and the ratios of op GB/s (op_bytes over a call) to copy GB/s are also returned: the median over the pairs
+// (each op call against the copy right after it) and the best op call against the best copy call.
 struct InterleavedTiming {
   Timing op;
   double copy_gbs = 0;
+  double ratio_paired = 0, ratio_best = 0;  // CPU only (0 elsewhere)
 };
 InterleavedTiming time_with_copy(strata_device device, const std::function<void()>& op, double op_bytes,
                                  int iters = 20);

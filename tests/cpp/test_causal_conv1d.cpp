@@ -487,6 +487,30 @@ TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
   EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
 }
 
+// cuda.sm90.lean: the pipe conditions, batch rows only.
+TEST(CausalConv1d, LeanReasonCoversBf16F16RowsOnly) {
+  conv::Conv1dParams p;
+  p.B = 2, p.T = 100, p.D = 64, p.W = 4, p.N = 2;
+  p.x_dtype = STRATA_DTYPE_BF16;
+  p.mode = conv::kModeRows;
+  p.channels_contiguous = true;
+  for (int64_t* st : {p.xs, p.ys, p.rs, p.dys, p.dxs}) st[0] = p.T * p.D, st[1] = p.D, st[2] = 1;
+  EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
+  p.x_dtype = STRATA_DTYPE_F16;
+  EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
+  p.mode = conv::kModeCuSeqlens;
+  EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
+  EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
+  p.mode = conv::kModeSeqIdx;
+  EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
+  p.mode = conv::kModeRows;
+  p.x_dtype = STRATA_DTYPE_F32;
+  EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
+  p.x_dtype = STRATA_DTYPE_BF16;
+  p.W = 5;
+  EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
+}
+
 bool have_cuda() {
   int32_t n = 0;
   return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
@@ -515,16 +539,28 @@ CudaConvBits cuda_conv_bits(const std::string& impl, const std::vector<int64_t>&
   atk::DeviceTensor gy(y, dev), gdx(dx, dev), gdw(dw, dev), gdb(db, dev), gdh0(dh0, dev);
   const strata_tensor_desc* cud = cu.empty() ? nullptr : &gcu.desc();
   void* cup = cu.empty() ? nullptr : gcu.data();
-  ForceImpl force(impl.c_str());
   CudaConvBits out;
   strata_plan fp = nullptr, bp = nullptr;
-  if (strata_causal_conv1d_fwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), nullptr, &gh0.desc(), cud, nullptr, &gy.desc(),
-                                    nullptr, 1, 0, &fp) != STRATA_SUCCESS ||
-      strata_causal_conv1d_bwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), &gh0.desc(), cud, nullptr, &gdy.desc(),
-                                    &gdhT.desc(), &gdx.desc(), &gdw.desc(), &gdb.desc(), &gdh0.desc(), 1, 0,
-                                    &bp) != STRATA_SUCCESS) {
+  auto fwd_plan = [&] {
+    return strata_causal_conv1d_fwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), nullptr, &gh0.desc(), cud, nullptr,
+                                         &gy.desc(), nullptr, 1, 0, &fp) == STRATA_SUCCESS;
+  };
+  bool fwd_ok, bwd_ok;
+  {
+    ForceImpl force(impl.c_str());
+    fwd_ok = fwd_plan();
+    bwd_ok = strata_causal_conv1d_bwd_plan(&gx.desc(), &gw.desc(), &gb.desc(), &gh0.desc(), cud, nullptr, &gdy.desc(),
+                                           &gdhT.desc(), &gdx.desc(), &gdw.desc(), &gdb.desc(), &gdh0.desc(), 1, 0,
+                                           &bp) == STRATA_SUCCESS;
+  }
+  if (!bwd_ok) {
     strata_plan_destroy(fp);
     return out;  // not taken by this implementation
+  }
+  if (!fwd_ok && !fwd_plan()) {  // a backward-only implementation (cuda.sm90.lean): the dispatched forward
+    strata_plan_destroy(bp);
+    ADD_FAILURE() << "no forward plan";
+    return out;
   }
   void* ft[] = {gx.data(), gw.data(), gb.data(), nullptr, gh0.data(), cup, nullptr, gy.data(), nullptr};
   EXPECT_EQ(strata_plan_run(fp, ft, 9, nullptr, 0, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
@@ -566,13 +602,18 @@ TEST(CausalConv1d, CudaBitsRunToRunAndPipeEqualsVec) {
     }
     const CudaConvBits* pipe = nullptr;
     const CudaConvBits* vec = nullptr;
+    const CudaConvBits* lean = nullptr;
     for (const auto& [name, r] : runs) {
       if (name == "cuda.sm90.pipe") pipe = &r;
       if (name == "cuda.sm90.vec") vec = &r;
+      if (name == "cuda.sm90.lean") lean = &r;
     }
     ASSERT_TRUE(pipe && vec) << "cuda.sm90.pipe and cuda.sm90.vec both take bf16 rows / packs";
     EXPECT_EQ(pipe->y, vec->y) << "forward: pipe vs vec";
     EXPECT_EQ(pipe->dx, vec->dx) << "dx: pipe vs vec";
+    // cuda.sm90.lean takes batch rows only; its step_fast is BwdWalk::step's arithmetic without the checks.
+    EXPECT_EQ(lean != nullptr, cu.empty()) << "cuda.sm90.lean takes the rows case and not the pack";
+    if (lean) EXPECT_EQ(lean->dx, pipe->dx) << "dx: lean vs pipe";
   }
 }
 

@@ -788,14 +788,14 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
         ForceImpl f("reference");
         ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
       }
-      // The fused forward's two forms of the gated Q Kᵀ (inline, pre-computed) forced as well (cuda.sm90.fused
-      // picks one by shape): same bits as each other.
-      constexpr int kImpls = 4;
+      // The fused forward's forced forms as well (cuda.sm90.fused picks one by shape): the gated Q Kᵀ inline or
+      // pre-computed, 16-warp pass blocks: same bits as each other.
+      constexpr int kImpls = 5;
       HostTensor o[kImpls], ht[kImpls];
       for (int i = 0; i < kImpls; ++i)
         o[i] = poisoned(dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       const char* impls[kImpls] = {"cuda.sm90.fused", "cuda.sm90.chunked", "cuda.sm90.fused_inline",
-                                   "cuda.sm90.fused_pqk"};
+                                   "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16"};
       for (int i = 0; i < kImpls; ++i) {
         ForceImpl f(impls[i]);
         ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
@@ -804,8 +804,11 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
         if (c.ht) EXPECT_LT(rel_err(ht[i], ht_ref), tol) << impls[i] << " " << dtype_name(dt) << " K " << c.K;
       }
       EXPECT_LT(rel_err(o[0], o[1]), tol) << dtype_name(dt) << " K " << c.K;
-      EXPECT_TRUE(o[2].storage == o[3].storage) << "fused_inline vs fused_pqk " << dtype_name(dt) << " K " << c.K;
-      if (c.ht) EXPECT_TRUE(ht[2].storage == ht[3].storage) << "fused_inline vs fused_pqk ht " << dtype_name(dt);
+      for (int i = 3; i < kImpls; ++i) {
+        EXPECT_TRUE(o[2].storage == o[i].storage) << "fused_inline vs " << impls[i] << " " << dtype_name(dt) << " K "
+                                                  << c.K;
+        if (c.ht) EXPECT_TRUE(ht[2].storage == ht[i].storage) << "fused_inline vs " << impls[i] << " ht " << dtype_name(dt);
+      }
     }
   }
 }

@@ -365,8 +365,10 @@ struct BitsCase {
   bool reverse;
   atk::Layout layout;
 };
-// Large enough for several work blocks (so two threads really split the work); the last has an f32 output
-// above 4 MiB (the CPU's non-temporal store path) with misaligned rows.
+// Large enough for several work blocks (so two threads really split the work); cases 4-6 have outputs
+// above 4 MiB (the CPU's non-temporal store paths): f32 and bf16 with misaligned wide rows, bf16 narrow rows.
+// The last case's f16 outputs (sums of bf16 values, not exact in f16) caught the SSE4 and scalar targets'
+// truncating f16 stores (tile/cpu/vec-inl.h StoreF32).
 const std::vector<BitsCase> kBitsCases = {
     {STRATA_DTYPE_F32, STRATA_DTYPE_F32, {4, 1000, 64}, {}, 16, false, atk::Layout::kContiguous},
     {STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, {2, 777, 4, 48}, {}, 64, true, atk::Layout::kContiguous},
@@ -374,6 +376,9 @@ const std::vector<BitsCase> kBitsCases = {
      atk::Layout::kContiguous},
     {STRATA_DTYPE_F32, STRATA_DTYPE_F16, {1, 2000, 8, 8}, {0, 700, 1999, 2000}, 64, true, atk::Layout::kPaddedRows},
     {STRATA_DTYPE_BF16, STRATA_DTYPE_F32, {2, 700, 3, 301}, {}, 64, true, atk::Layout::kContiguous},
+    {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, {1, 2100, 4, 301}, {}, 64, false, atk::Layout::kContiguous},
+    {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, {2, 90000, 12}, {}, 32, true, atk::Layout::kContiguous},
+    {STRATA_DTYPE_BF16, STRATA_DTYPE_F16, {2, 9000, 12}, {}, 32, true, atk::Layout::kContiguous},
 };
 
 std::vector<uint8_t> bits_of(const BitsCase& c, uint64_t seed) {

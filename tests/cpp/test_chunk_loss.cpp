@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -480,6 +481,33 @@ TEST(ChunkLoss, CudaSameBitsRunToRun) {
         const std::vector<uint8_t> x = cuda_bits(a, o, bwd), y = cuda_bits(b2, o, bwd);
         EXPECT_EQ(x, y) << "strategy " << strat << " dtype " << dtype_name(dt) << " bwd " << bwd;
       }
+}
+
+// The CUDA epilogue overlap (STRATA_CHUNK_LOSS_OVERLAP=1: statistics and kept tiles' gradients on a second
+// stream, the forward's other tiles alternating between two buffers) runs the same kernels on the same data: the
+// same bits as the default path. vocab_tiled with one token block and 512-column tiles: 6 of the 8 tiles kept in
+// dweight's storage, the other two alternating, the dH accumulator split; forward with gradients and the
+// backward op (with a bias: the column sums wait for the side stream after each tile).
+TEST(ChunkLoss, CudaOverlapGivesTheSameBits) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  struct Env {
+    explicit Env(const char* v) { setenv("STRATA_CHUNK_LOSS_OVERLAP", v, 1); }
+    ~Env() { unsetenv("STRATA_CHUNK_LOSS_OVERLAP"); }
+  };
+  for (bool bwd : {false, true}) {
+    auto o = defaults();
+    o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED;
+    o.vocab_tile = 512;
+    o.label_smoothing = 0.1f;
+    Problem a(STRATA_DTYPE_BF16, 64, 64, 4000, 23), b2(STRATA_DTYPE_BF16, 64, 64, 4000, 23);
+    const std::vector<uint8_t> x = cuda_bits(a, o, bwd);
+    std::vector<uint8_t> y;
+    {
+      Env on("1");
+      y = cuda_bits(b2, o, bwd);
+    }
+    EXPECT_EQ(x, y) << "bwd " << bwd;
+  }
 }
 
 // Out-of-range targets on CUDA: the call fails with the message and writes nothing.

@@ -97,8 +97,11 @@ TEST(FusedCrossEntropy, NullRules) {
   expect_fail(plan_only(&x, nullptr, &l, nullptr, nullptr, nullptr), STRATA_ERROR_NULL_POINTER, "target");
   expect_fail(plan_only(&x, &y, nullptr, nullptr, nullptr, nullptr), STRATA_ERROR_NULL_POINTER, "loss");
   strata_plan plan = nullptr;
-  expect_fail(strata_fused_cross_entropy_bwd_plan(&x, &y, nullptr, &l, &x, 1, kIg, 0, 1, 0, 0, &plan),
-              STRATA_ERROR_NULL_POINTER, "lse");
+  // (lse NULL is the scale mode: ScaleMode* below)
+  expect_fail(strata_fused_cross_entropy_bwd_plan(&x, &y, nullptr, nullptr, &x, 1, kIg, 0, 1, 0, 0, &plan),
+              STRATA_ERROR_NULL_POINTER, "dloss");
+  expect_fail(strata_fused_cross_entropy_bwd_plan(&x, &y, nullptr, &l, nullptr, 1, kIg, 0, 1, 0, 0, &plan),
+              STRATA_ERROR_NULL_POINTER, "dlogits");
 }
 
 TEST(FusedCrossEntropy, DeviceRules) {
@@ -349,6 +352,124 @@ TEST(FusedCrossEntropy, BackwardOpMatchesFusedForward) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------- scale mode
+
+// The backward op without lse (scale mode) on host tensors: dlogits = logits (in place) unless `other` is given.
+strata_status run_scale(HostTensor& logits, HostTensor& target, HostTensor& dloss, int32_t red,
+                        HostTensor* other = nullptr) {
+  HostTensor& out = other ? *other : logits;
+  strata_plan plan = nullptr;
+  strata_status s = strata_fused_cross_entropy_bwd_plan(&logits.desc, &target.desc, nullptr, &dloss.desc, &out.desc,
+                                                        red, kIg, 0.f, 1.f, 0.f, 0.f, &plan);
+  if (s != STRATA_SUCCESS) return s;
+  size_t ws = 1;
+  strata_plan_workspace_size(plan, &ws);
+  EXPECT_EQ(ws, 0u);
+  void* t[] = {data(logits), data(target), nullptr, data(dloss), data(out)};
+  s = strata_plan_run(plan, t, 5, nullptr, 0, nullptr);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+// dloss of a reduction: the scalar g (mean, sum) or rows cycling through {g, 1, -0.5, 0} (none: rows with a
+// factor of exactly 1 are skipped by the kernels, so they are part of the test).
+HostTensor make_dloss(int32_t red, int64_t N, double g, int32_t dtype = STRATA_DTYPE_F32) {
+  HostTensor d = HostTensor::make(dtype, red == 0 ? std::vector<int64_t>{N} : std::vector<int64_t>{});
+  const double cyc[4] = {g, 1.0, -0.5, 0.0};
+  for (int64_t i = 0; i < d.numel(); ++i) d.set(i, red == 0 ? cyc[i % 4] : g);
+  return d;
+}
+
+// Fused forward in place (G = 1) then the scale mode with dloss == the backward op with lse and dloss (which
+// the finite-difference test above checks), for every CPU implementation, reduction and dtype; dloss == 1
+// leaves the gradient bit-identical.
+TEST(FusedCrossEntropy, ScaleModeMatchesBackwardOp) {
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_bwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (int32_t dtype : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F64}) {
+      if (dtype == STRATA_DTYPE_F64 && impl != "reference") continue;  // f64 logits: the reference only
+      for (int32_t red : {0, 1, 2}) {
+        for (double g : {0.75, 1.0, -3.0}) {
+          const int64_t N = 13, V = 515;
+          Fwd f(dtype, N, V, red, 40 + red);
+          const HostTensor logits0 = f.logits;
+          ASSERT_EQ(run_fwd(f, Opts{red, 0.f, 1.f, 0.f, 0.f, 1.f}, 2), STRATA_SUCCESS) << impl;
+          const HostTensor grad1 = f.logits;  // the gradient for an upstream gradient of 1
+          HostTensor dloss = make_dloss(red, N, g, dtype == STRATA_DTYPE_F64 ? dtype : STRATA_DTYPE_F32);
+          ASSERT_EQ(run_scale(f.logits, f.target, dloss, red), STRATA_SUCCESS)
+              << impl << ": " << strata_get_last_error_message();
+          // The backward op from the forward's lse, on the original logits.
+          HostTensor x = logits0, want = HostTensor::make(dtype, {N, V});
+          strata_plan plan = nullptr;
+          ASSERT_EQ(strata_fused_cross_entropy_bwd_plan(&x.desc, &f.target.desc, &f.lse.desc, &dloss.desc, &want.desc,
+                                                        red, kIg, 0.f, 1.f, 0.f, 0.f, &plan),
+                    STRATA_SUCCESS);
+          size_t ws = 0;
+          strata_plan_workspace_size(plan, &ws);
+          std::vector<uint8_t> w(ws);
+          void* t[] = {data(x), data(f.target), data(f.lse), data(dloss), data(want)};
+          ASSERT_EQ(strata_plan_run(plan, t, 5, w.data(), ws, nullptr), STRATA_SUCCESS);
+          strata_plan_destroy(plan);
+          // One more rounding to the storage type than the backward op (the G = 1 gradient was stored first), so
+          // a relative bound per element, plus an absolute one on the scale of the row's upstream gradient for
+          // the target element (p_y - 1 cancels). A wrong factor is off by >= 25 % of the row's elements.
+          const double rel = dtype == STRATA_DTYPE_BF16 ? 1.6e-2 : (dtype == STRATA_DTYPE_F32 ? 2e-6 : 1e-14);
+          int64_t count = 0;
+          for (int64_t i = 0; i < N; ++i) count += f.target.get(i) != kIg;
+          for (int64_t i = 0; i < N; ++i) {
+            const bool ignored = f.target.get(i) == kIg;
+            const double gi = dloss.get(red == 0 ? i : 0);
+            const double row_g = std::abs(gi) / (red == 1 ? static_cast<double>(count) : 1.0);
+            for (int64_t j = 0; j < V; ++j) {
+              const int64_t e = i * V + j;
+              const double got = f.logits.get(e), ref = want.get(e);
+              if (ignored) ASSERT_EQ(got, 0.0) << impl << " row " << i;
+              if (gi == 1.0) ASSERT_EQ(got, grad1.get(e)) << impl << " row " << i << ": a factor of 1 changed it";
+              ASSERT_NEAR(got, ref, rel * (std::abs(ref) + 0.1 * row_g))
+                  << impl << " dtype " << dtype << " red " << red << " g " << g << " elem " << e;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Scale mode rules: dlogits must be the logits buffer (the forward's gradient is there); nothing written.
+TEST(FusedCrossEntropy, ScaleModeNeedsTheLogitsBuffer) {
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_bwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    Fwd f(STRATA_DTYPE_F32, 5, 40, 1, 3);
+    HostTensor dloss = make_dloss(1, 5, 0.5);
+    const std::vector<uint8_t> before = f.dl.storage, logits_before = f.logits.storage;
+    expect_fail(run_scale(f.logits, f.target, dloss, 1, &f.dl), STRATA_ERROR_INVALID_VALUE,
+                "dlogits must be the logits buffer itself");
+    EXPECT_EQ(f.dl.storage, before) << impl;
+    EXPECT_EQ(f.logits.storage, logits_before) << impl;
+    // and the target check still applies (CPU: before anything is written)
+    f.target.set(2, 40.0);
+    expect_fail(run_scale(f.logits, f.target, dloss, 1), STRATA_ERROR_INVALID_VALUE, "target[2] must be in [0, 40)");
+    EXPECT_EQ(f.logits.storage, logits_before) << impl;
+  }
+}
+
+// Same bits for 1 and 2 threads in scale mode.
+TEST(FusedCrossEntropy, ScaleModeDeterministic) {
+  const int32_t threads_before = strata_get_num_threads();
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_bwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    auto once = [&](int threads) {
+      strata_set_num_threads(threads);
+      Fwd f(STRATA_DTYPE_BF16, 37, 3001, 0, 8);
+      HostTensor dloss = make_dloss(0, 37, 0.3);
+      EXPECT_EQ(run_scale(f.logits, f.target, dloss, 0), STRATA_SUCCESS) << impl;
+      return f.logits.storage;
+    };
+    EXPECT_EQ(once(1), once(2)) << impl;
+  }
+  strata_set_num_threads(threads_before);
+}
+
 // ---------------------------------------------------------------------------------------------- CUDA
 
 bool have_cuda() {
@@ -356,16 +477,15 @@ bool have_cuda() {
   return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
 }
 
-// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row and a NaN
-// gradient row without touching other rows.
-TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
-  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
-  auto run_cuda = [&](Fwd& f, int32_t red) {
-    atk::DeviceTensor x(f.logits, dev), y(f.target, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev);
+// A forward problem's tensors on a CUDA device, and the fused forward in place (G = 1) on them, synchronised.
+struct CudaFwd {
+  strata_device dev;
+  atk::DeviceTensor x, y, l, s, z;
+  CudaFwd(const Fwd& f, strata_device d) : dev(d), x(f.logits, d), y(f.target, d), l(f.loss, d), s(f.lse, d), z(f.z, d) {}
+  void run_inplace(int32_t red, float ls, float lambda) {
     strata_plan plan = nullptr;
-    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
-                                                  red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f, &plan),
+    ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(), &x.desc(),
+                                                  red, kIg, ls, 1.f, lambda, 0.f, 1.f, &plan),
               STRATA_SUCCESS)
         << strata_get_last_error_message();
     size_t ws = 0;
@@ -377,9 +497,21 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     strata_device_synchronize(dev);
     if (w) strata_free(w);
     strata_plan_destroy(plan);
-    x.download(f.logits), l.download(f.loss), s.download(f.lse);
+  }
+};
+
+// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row (the other rows
+// finite) and, in the fused forward, no gradient at all: in place the logits are left as they were (ce_count
+// counts the bad targets on the device before the row kernel, which then skips its gradient sweep).
+TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  auto run_cuda = [&](Fwd& f, int32_t red) {
+    CudaFwd c(f, dev);
+    c.run_inplace(red, 0.1f, 1e-4f);
+    c.x.download(f.logits), c.l.download(f.loss), c.s.download(f.lse);
   };
-  // Every CUDA implementation (the cluster kernel is forced: dispatch lists it last for now).
+  // Every CUDA implementation, forced.
   for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", dev)) {
     ForceImpl force(impl.c_str());
     Fwd a(STRATA_DTYPE_BF16, 64, 40000, 1, 3), b = a;
@@ -388,15 +520,75 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     EXPECT_EQ(a.logits.storage, b.logits.storage) << impl;
     EXPECT_EQ(a.loss.storage, b.loss.storage) << impl;
     EXPECT_EQ(a.lse.storage, b.lse.storage) << impl;
-    Fwd c(STRATA_DTYPE_F32, 4, 1000, 0, 3, 0);
-    c.target.set(1, 1000.0);
-    c.target.set(2, -5.0);
-    run_cuda(c, 0);
-    EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
-    EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
-    for (int64_t j = 0; j < 1000; ++j) {
-      ASSERT_TRUE(std::isnan(c.logits.get(1000 + j)) && std::isnan(c.logits.get(2000 + j))) << impl;
-      ASSERT_TRUE(std::isfinite(c.logits.get(j)) && std::isfinite(c.logits.get(3000 + j))) << impl;
+    for (int32_t red : {0, 1, 2}) {
+      Fwd c(STRATA_DTYPE_F32, 4, 1000, red, 3, 0);
+      c.target.set(1, 1000.0);
+      c.target.set(2, -5.0);
+      const std::vector<uint8_t> logits_before = c.logits.storage;
+      run_cuda(c, red);
+      if (red == 0) {
+        EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
+        EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
+      } else {
+        EXPECT_TRUE(std::isnan(c.loss.get(0))) << impl;
+      }
+      EXPECT_EQ(c.logits.storage, logits_before) << impl << " red " << red << ": gradient written despite bad targets";
+    }
+  }
+}
+
+// Scale mode on CUDA (every implementation: they all launch the same kernel): the fused forward in place, then
+// the backward op without lse and with dloss; each element must be the f32 product of the G = 1 gradient and
+// its row's factor, rounded to the dtype (the same bits as on the host), rows with factor 1 and ignored rows
+// untouched; contiguous and padded rows (scalar heads/tails).
+TEST(FusedCrossEntropy, CudaScaleMode) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_bwd", dev)) {
+    for (int32_t dtype : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32, STRATA_DTYPE_F16}) {
+      for (int32_t red : {0, 1, 2}) {
+        for (double g : {0.75, 1.0}) {
+          const int64_t N = 21, V = 1003;  // V odd: no 16-byte rows, heads and tails on every row
+          Fwd f(dtype, N, V, red, 50 + red);
+          CudaFwd c(f, dev);
+          c.run_inplace(red, 0.f, 0.f);
+          atk::DeviceTensor& x = c.x;
+          atk::DeviceTensor& y = c.y;
+          strata_plan plan = nullptr;
+          HostTensor grad1 = f.logits;
+          x.download(grad1);
+          HostTensor dloss = make_dloss(red, N, g);
+          atk::DeviceTensor d(dloss, dev);
+          plan = nullptr;
+          {
+            // Forced for the scale call only (the forward above is dispatched: V = 1003 is not a cluster shape,
+            // but the scale mode accepts any shape in every implementation).
+            ForceImpl force(impl.c_str());
+            ASSERT_EQ(strata_fused_cross_entropy_bwd_plan(&x.desc(), &y.desc(), nullptr, &d.desc(), &x.desc(), red,
+                                                          kIg, 0.f, 1.f, 0.f, 0.f, &plan),
+                      STRATA_SUCCESS)
+                << impl << ": " << strata_get_last_error_message();
+            EXPECT_EQ(std::string(strata_plan_impl_name(plan)), impl);
+          }
+          void* t2[] = {x.data(), y.data(), nullptr, d.data(), x.data()};
+          ASSERT_EQ(strata_plan_run(plan, t2, 5, nullptr, 0, nullptr), STRATA_SUCCESS)
+              << strata_get_last_error_message();
+          strata_device_synchronize(dev);
+          strata_plan_destroy(plan);
+          HostTensor got = f.logits;
+          x.download(got);
+          for (int64_t i = 0; i < N; ++i) {
+            const float gi = static_cast<float>(dloss.get(red == 0 ? i : 0));
+            const bool skip = gi == 1.f || f.target.get(i) == kIg;
+            for (int64_t j = 0; j < V; ++j) {
+              const int64_t e = i * V + j;
+              HostTensor one = HostTensor::make(dtype, {1});
+              one.set(0, skip ? grad1.get(e) : static_cast<double>(static_cast<float>(grad1.get(e)) * gi));
+              ASSERT_EQ(got.get(e), one.get(0)) << impl << " dtype " << dtype << " red " << red << " elem " << e;
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -1,10 +1,10 @@
-// Launch variants of the fused GDN forward's state + output pass (gdn_fwd_kernels.h, StateOKernel) that the
-// conformance driver reaches only through the op's implementation list: kInline (the gated Q Kᵀ formed inside the
-// sequential pass by every column block) and kPrecomputedP (formed chunk-parallel by fwd_cuda_qk_gate, read by the
-// pass). Both sum every element in the same order, so the first test asks for the same bits of o, v_new and the
-// final state on shapes with partial chunks, GVA (G = 2, 3), K and V that are not tile multiples, variable-length
-// packs with empty sequences, chunk size 32, bf16 and f16, and each column width of the pass (32 / 64 / 128). The
-// second test times the forward's kernels at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
+// Launch variants of the fused GDN forward's state + output pass (gdn_fwd_kernels.h, StateOKernel, StateOBlock)
+// that the conformance driver reaches only through the op's implementation list: kInline (the gated Q Kᵀ formed
+// inside the sequential pass by every column block) and kPrecomputedP (formed chunk-parallel by fwd_cuda_qk_gate,
+// read by the pass), each with 8- or 16-warp blocks. All sum every element in the same order, so the first test
+// asks for the same bits of o, v_new and the final state on shapes with partial chunks, GVA (G = 2, 3), K and V
+// that are not tile multiples, variable-length packs with empty sequences, chunk size 32, bf16 and f16, and each
+// column width of the pass (32 / 64 / 128). The third test times the forward's kernels at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
 // HV = 32, K = V = 128, bf16) and prints them (information for the automatic choice; it fails only if a launch
 // fails). CUDA builds only; skipped without a GPU.
 #include <gtest/gtest.h>
@@ -205,25 +205,41 @@ const std::vector<Shape>& shapes() {
   return v;
 }
 
-TEST(GdnFwdCudaVariants, PrecomputedPSameBitsAsInline) {
+// The four forms of the pass: P inline / pre-computed, 8 / 16 warps (16 warps run >= 64 columns per block).
+struct Form {
+  StateOKernel kernel;
+  StateOBlock block;
+  const char* name;
+};
+constexpr Form kForms[] = {{StateOKernel::kInline, StateOBlock::k8Warps, "inline 8 warps"},
+                           {StateOKernel::kPrecomputedP, StateOBlock::k8Warps, "pre-computed P 8 warps"},
+                           {StateOKernel::kInline, StateOBlock::k16Warps, "inline 16 warps"},
+                           {StateOKernel::kPrecomputedP, StateOBlock::k16Warps, "pre-computed P 16 warps"}};
+int run_form(const GdnFwdParams& p, const Form& f) {
+  if (f.kernel == StateOKernel::kPrecomputedP)
+    if (const int r = fwd_cuda_qk_gate(p, nullptr); r != STRATA_SUCCESS) return r;
+  return fwd_cuda_state_o(p, f.kernel, f.block, nullptr);
+}
+
+TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   int idx = 0;
   for (const Shape& s : shapes()) {
     Problem pr(s, 100 + idx);
     ASSERT_EQ(fwd_cuda_qk_gate_reject(pr.p), "") << "shape " << idx;
     ASSERT_EQ(fwd_cuda_state_o_reject(pr.p), "") << "shape " << idx;
-    pr.poison();
-    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, nullptr), STRATA_SUCCESS) << "shape " << idx;
-    const std::vector<uint8_t> inl = pr.outputs();
-    pr.poison();
-    ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << "shape " << idx;
-    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kPrecomputedP, nullptr), STRATA_SUCCESS) << "shape " << idx;
-    const std::vector<uint8_t> pre = pr.outputs();
-    // No NaN left from the poison in o (every row of every sequence written; 0xffff is a NaN in bf16 / f16).
-    size_t unwritten = 0;
-    for (size_t i = 0; i + 1 < pr.o->bytes; i += 2) unwritten += (pre[i] == 0xff && pre[i + 1] == 0xff);
-    EXPECT_EQ(unwritten, 0u) << "shape " << idx;
-    EXPECT_TRUE(inl == pre) << "shape " << idx << ": kPrecomputedP differs from kInline";
+    std::vector<uint8_t> first;
+    for (const Form& f : kForms) {
+      pr.poison();
+      ASSERT_EQ(run_form(pr.p, f), STRATA_SUCCESS) << "shape " << idx << ", " << f.name;
+      const std::vector<uint8_t> out = pr.outputs();
+      // No NaN left from the poison in o (every row of every sequence written; 0xffff is a NaN in bf16 / f16).
+      size_t unwritten = 0;
+      for (size_t i = 0; i + 1 < pr.o->bytes; i += 2) unwritten += (out[i] == 0xff && out[i + 1] == 0xff);
+      EXPECT_EQ(unwritten, 0u) << "shape " << idx << ", " << f.name;
+      if (first.empty()) first = out;
+      else EXPECT_TRUE(out == first) << "shape " << idx << ": " << f.name << " differs from " << kForms[0].name;
+    }
     ++idx;
   }
 }
@@ -279,7 +295,7 @@ double time_ms(Fn fn) {
 }
 
 // The forward's kernels at the benchmark shapes (inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0, β = 0.0115):
-// prepare_wy_repr_fwd (w, u), the gated Q Kᵀ, and the fused pass in both variants, for a per-kernel split of the
+// prepare_wy_repr_fwd (w, u), the gated Q Kᵀ, and the fused pass in its four forms, for a per-kernel split of the
 // fused forward (the l2norm and cumsum kernels before them are not included).
 TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -302,16 +318,20 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
     const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
-    const double inl = time_ms([&] { return fwd_cuda_state_o(p, StateOKernel::kInline, nullptr); });
-    const double pre = time_ms([&] { return fwd_cuda_state_o(p, StateOKernel::kPrecomputedP, nullptr); });
+    // The pass alone in each form (the pre-computed forms read the P qk_gate left in p.Pqk).
+    double pass[4];
+    for (int i = 0; i < 4; ++i) {
+      pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
+      EXPECT_GT(pass[i], 0.0) << kForms[i].name;
+    }
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
-    EXPECT_GT(inl, 0.0);
-    EXPECT_GT(pre, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
-                    "qk_gate %.3f ms, state_o inline-P %.3f ms, state_o pre-computed-P %.3f ms "
-                    "(fused forward without l2norm/cumsum: inline %.3f ms, pre-computed %.3f ms)",
-                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, inl, pre, wy + inl, wy + qk + pre));
+                    "qk_gate %.3f ms, state_o inline-P %.3f ms, state_o pre-computed-P %.3f ms, 16 warps: inline-P "
+                    "%.3f ms, pre-computed-P %.3f ms (fused forward without l2norm/cumsum: inline %.3f ms, "
+                    "pre-computed %.3f ms, 16 warps inline %.3f ms, pre-computed %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, pass[0], pass[1], pass[2], pass[3],
+                    wy + pass[0], wy + qk + pass[1], wy + pass[2], wy + qk + pass[3]));
   }
 }
 

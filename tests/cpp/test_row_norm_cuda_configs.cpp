@@ -82,9 +82,9 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 std::string name(const RowNormCudaConfig& c) {
-  return std::string(c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
+  return std::string(c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
          " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks) +
-         " hints=" + std::to_string(c.hints);
+         " hints=" + std::to_string(c.hints) + " blocks_per_sm=" + std::to_string(c.blocks_per_sm);
 }
 
 // Each configuration as listed, and the streaming and packed ones also with their grid capped at 1 and 2
@@ -147,6 +147,12 @@ TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
             EXPECT_LE(rel_rms(y.get(), y_ref), tol) << "fwd y " << where << name(c);
             EXPECT_LE(rel_rms(rstd.get(), r_ref), 1e-6) << "fwd rstd " << where << name(c);
             ++checked;
+            // rstd alone (y nullptr: rmsnorm's factor mode).
+            RowNormFwdParams rp = fp;
+            rp.y = nullptr;
+            rstd.poison();
+            ASSERT_EQ(row_norm_fwd_cuda(rp, nullptr, &c), 0) << where << name(c);
+            EXPECT_LE(rel_rms(rstd.get(), r_ref), 1e-6) << "fwd rstd only " << where << name(c);
           }
           // The backward reads the reference rstd.
           ASSERT_EQ(cudaMemcpy(rstd.p, r_ref.data(), rows * 4, cudaMemcpyHostToDevice), cudaSuccess);

@@ -218,6 +218,21 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd packed rstd " << where;
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(dp, nullptr), 0) << where;
         EXPECT_EQ(y.download(), y1) << "fwd packed y bits differ between runs " << where;
+        // The streaming team forward (cuda.sm90.team_stream): a persistent grid, so every thread walks ~7 rows
+        // (60001 rows: the last step has dead teams), prefetching the next row's chunks.
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream_reject(dp), "") << where;
+        y.poison();
+        rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr), 0) << where;
+        const std::vector<uint8_t> y3 = y.download();
+        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream y " << where;
+        EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd stream rstd " << where;
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr), 0) << where;
+        EXPECT_EQ(y.download(), y3) << "fwd stream y bits differ between runs " << where;
+        // Its one-pass grid (cuda.sm90.team_stream_flat): the same kernel, so the same bits.
+        y.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, false), 0) << where;
+        EXPECT_EQ(y.download(), y3) << "fwd stream flat y differs from the persistent grid " << where;
         // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring_reject(dp), "") << where;
         y.poison();

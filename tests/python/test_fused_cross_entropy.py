@@ -8,7 +8,7 @@ import torch
 import strata
 from strata import _ops, api
 
-from conftest import DEVICES, TOL, assert_close_rel, device_dtypes, rel_rms
+from conftest import DEVICES, TOL, assert_close_rel, device_dtypes, rel_rms, requires_cuda
 
 IG = -100
 
@@ -247,6 +247,96 @@ def test_target_values_checked(device):
         t[2] = bad
         with pytest.raises(ValueError, match=r"target\[2\] must be in \[0, 10\)"):
             api.fused_cross_entropy(logits, t)
+        # every gradient mode, and nothing written: with grad_in_forward the logits keep their values (the CUDA
+        # check finishes after the launch; the C library's fused forward skips the gradient on a bad target)
+        for kw in (dict(grad_in_forward=True), dict(inplace_backward=True), dict(reduction="none")):
+            x = logits.clone().requires_grad_()
+            with pytest.raises(ValueError, match=r"target\[2\] must be in \[0, 10\)"):
+                api.fused_cross_entropy(x, t, **kw)
+            assert torch.equal(x.detach(), logits) and x.grad is None
+        # the ignored value itself is fine, the same check with int32 targets
+        t[2] = IG
+        api.fused_cross_entropy(logits, t.to(torch.int32))
+    t = target.clone()
+    t[2] = 10
+    with pytest.raises(ValueError, match=r"target\[2\]"):
+        api.fused_cross_entropy(logits, t.to(torch.int32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_target_without_check(device):
+    """check_targets=False: no host check at all; the bad row's loss is NaN, and the fused forward writes no
+    gradient (the logits are left as they were), on the CPU the C library rejects it before writing."""
+    logits, target = make(4, 10, torch.float32, device, ignore_every=0)
+    target[1] = 10
+    x = logits.clone().requires_grad_()
+    if device == "cpu":
+        with pytest.raises(ValueError, match=r"target\[1\] must be in \[0, 10\)"):
+            api.fused_cross_entropy(x, target, grad_in_forward=True, check_targets=False)
+    else:
+        loss = api.fused_cross_entropy(x, target, reduction="none", grad_in_forward=True, check_targets=False)
+        assert torch.isnan(loss[1]) and torch.isfinite(loss[[0, 2, 3]]).all()
+    assert torch.equal(x.detach(), logits)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("g", [1.0, 0.8, -2.5, "rows"])
+def test_grad_in_forward_any_upstream(device, reduction, g):
+    """grad_in_forward's backward (the C op's scale mode: dloss read on the device) for any upstream gradient,
+    1 included (nothing touched), against the default mode; in float64 on the CPU to the last bits."""
+    if g == "rows" and reduction != "none":
+        pytest.skip("a per-row upstream gradient exists for reduction none only")
+    dtypes = [torch.float64, torch.float32] if device == "cpu" else [torch.float32, torch.bfloat16]
+    for dtype in dtypes:
+        logits, target = make(10, 257, dtype, device)
+        if g == "rows":
+            up = torch.tensor([1.0, 0.5, -1.0, 0.0, 2.0, 1.0, 3.0, -0.25, 1.0, 7.0], device=device)
+        else:
+            up = torch.full((10,), g, device=device) if reduction == "none" else torch.tensor(g, device=device)
+        up = up.to(torch.float64 if dtype == torch.float64 else torch.float32)
+        x0 = logits.clone().requires_grad_()
+        api.fused_cross_entropy(x0, target, reduction=reduction, label_smoothing=0.1).backward(up)
+        x1 = logits.clone().requires_grad_()
+        loss = api.fused_cross_entropy(x1, target, reduction=reduction, label_smoothing=0.1, grad_in_forward=True)
+        g1 = x1.detach().clone()  # the gradient for an upstream gradient of 1
+        loss.backward(up)
+        assert x1.grad.data_ptr() == x1.data_ptr()
+        if dtype == torch.float64:
+            torch.testing.assert_close(x1.grad, x0.grad, rtol=1e-14, atol=1e-300)
+        elif dtype == torch.float32:
+            torch.testing.assert_close(x1.grad, x0.grad, rtol=2e-6, atol=1e-9)
+        else:  # one more bf16 rounding than the default mode
+            assert rel_rms(x1.grad, x0.grad) <= TOL[torch.bfloat16]
+        # rows whose factor is exactly 1 are untouched (same bits), the others are the f32 product
+        u = up.reshape(-1) if reduction == "none" else up.reshape(1).expand(10)
+        want = (g1.to(torch.float32 if dtype != torch.float64 else dtype) * u[:, None].to(
+            torch.float32 if dtype != torch.float64 else dtype)).to(dtype)
+        ones = u == 1
+        assert torch.equal(x1.grad[ones], g1[ones])
+        valid = target != IG
+        assert torch.equal(x1.grad[~ones & valid], want[~ones & valid])
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_grad_in_forward_backward_never_syncs():
+    """The backward of grad_in_forward reads dloss on the device: no host sync (torch's sync debug mode
+    raises on one), for dloss == 1 and != 1 and reduction none; the forward with check_targets=False too."""
+    logits, target = make(64, 4099, torch.bfloat16, "cuda")
+    for reduction, g in (("mean", 1.0), ("sum", 0.5), ("none", None)):
+        x = logits.clone().requires_grad_()
+        up = torch.rand(64, device="cuda") + 0.5 if g is None else torch.tensor(g, device="cuda")
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            loss = api.fused_cross_entropy(x, target, reduction=reduction, grad_in_forward=True, check_targets=False)
+            loss.backward(up)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        ref = logits.clone().requires_grad_()
+        api.fused_cross_entropy(ref, target, reduction=reduction).backward(up)
+        assert rel_rms(x.grad, ref.grad) <= TOL[torch.bfloat16]
 
 
 def test_errors_carry_c_message():

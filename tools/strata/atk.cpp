@@ -32,6 +32,10 @@ constexpr size_t kQuickCases = 24;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kCopyMinCpu = 256 * kMiB, kCopyMinCuda = 1024 * kMiB;
 constexpr double kCopyMinQuick = 64 * kMiB;
+// What the CPU's extra columns mean (the terminal and atk.md).
+constexpr const char* kPairedNote =
+    "; CPU: op and copy calls alternate, paired % = median over the pairs of op GB/s / copy GB/s (the figure "
+    "robust to load), best % = fastest op call / fastest copy call";
 // Failures listed per op on the terminal (the JSON has all of them).
 constexpr size_t kFailuresShown = 10;
 
@@ -49,6 +53,8 @@ struct BenchRow {
   double bytes = 0, flops = 0;
   atk::Timing timing;
   double copy_gbs = 0;      // copy bandwidth measured in rounds alternating with this case's timing
+  double ratio_paired = 0;  // CPU: median over op/copy call pairs of op GB/s / copy GB/s (0: not measured)
+  double ratio_best = 0;    // CPU: best op call's GB/s / best copy call's GB/s
   uint64_t peak_bytes = 0;  // allocated during setup and run, beyond what was allocated before
   bool skipped = false;     // the pinned implementation cannot run it
   std::string error;        // skip reason or failure
@@ -183,6 +189,8 @@ BenchRow run_bench(const atk::BenchCase& b, strata_device device, const AtkOptio
     const atk::InterleavedTiming t = atk::time_with_copy(device, b.run, b.bytes, iters);
     row.timing = t.op;
     row.copy_gbs = t.copy_gbs;
+    row.ratio_paired = t.ratio_paired;
+    row.ratio_best = t.ratio_best;
   } catch (const atk::NotApplicable& e) {
     row.skipped = true;
     row.error = e.what();
@@ -259,18 +267,23 @@ Table perf_table(const std::vector<OpRun>& runs, double copy_gbs) {
            {"floor ms", Table::Align::kRight},
            {"x floor", Table::Align::kRight},
            {"% copy bw", Table::Align::kRight},
+           {"paired %", Table::Align::kRight},
+           {"best %", Table::Align::kRight},
            {"peak mem", Table::Align::kRight}});
   for (const auto& r : runs)
     for (const auto& b : r.bench) {
       if (!b.ok()) {
-        t.add_row({b.label, b.skipped ? "skipped" : "ERROR", "", "", "", "", "", "", "", ""});
+        t.add_row({b.label, b.skipped ? "skipped" : "ERROR", "", "", "", "", "", "", "", "", "", ""});
         continue;
       }
       const double fl = floor_ms(b, copy_gbs);
       t.add_row({b.label, format_ms(b.timing.median_ms), format_ms(b.timing.min_ms), fmt::format("{:.1f}", gbs(b)),
                  b.flops > 0 ? fmt::format("{:.2f}", b.flops / (b.timing.median_ms * 1e-3) / 1e12) : "",
                  fmt::format("{:.1f}", b.copy_gbs > 0 ? b.copy_gbs : copy_gbs), format_ms(fl), fmt::format("{:.2f}", b.timing.median_ms / fl),
-                 fmt::format("{:.0f}%", 100.0 * fl / b.timing.median_ms), format_bytes(static_cast<double>(b.peak_bytes))});
+                 fmt::format("{:.0f}%", 100.0 * fl / b.timing.median_ms),
+                 b.ratio_paired > 0 ? fmt::format("{:.0f}%", 100.0 * b.ratio_paired) : "",
+                 b.ratio_best > 0 ? fmt::format("{:.0f}%", 100.0 * b.ratio_best) : "",
+                 format_bytes(static_cast<double>(b.peak_bytes))});
     }
   return t;
 }
@@ -302,6 +315,10 @@ json bench_json(const BenchRow& b, double copy_gbs) {
   j["tflops"] = b.flops > 0 ? json(b.flops / (b.timing.median_ms * 1e-3) / 1e12) : json(nullptr);
   j["floor_ms"] = fl;
   j["floor_ratio"] = b.timing.median_ms / fl;
+  if (b.ratio_paired > 0) {
+    j["copy_ratio_paired"] = b.ratio_paired;
+    j["copy_ratio_best"] = b.ratio_best;
+  }
   j["peak_bytes"] = b.peak_bytes;
   return j;
 }
@@ -399,8 +416,8 @@ int run_atk(const AtkOptions& o) {
       fmt::print("  ... {} more failures of {} (see the JSON report)\n", r.precision.failures.size() - kFailuresShown, r.op);
   }
   if (o.perf) {
-    fmt::print("\nperformance (median of {} runs; floor = bytes / copy bandwidth measured alternately with each case; run start: {:.1f} GB/s)\n{}", iters, copy_gbs,
-               perf_table(runs, copy_gbs).text());
+    fmt::print("\nperformance (median of {} runs; floor = bytes / copy bandwidth measured alternately with each case; run start: {:.1f} GB/s{})\n{}", iters, copy_gbs,
+               device.type == STRATA_DEVICE_CPU ? kPairedNote : "", perf_table(runs, copy_gbs).text());
     for (const auto& r : runs)
       for (const auto& b : r.bench)
         if (!b.ok()) fmt::print("  {} {}: {}\n", b.skipped ? "skipped" : "ERROR", b.label, b.error);
@@ -442,7 +459,10 @@ int run_atk(const AtkOptions& o) {
       md += fmt::format("- copy bandwidth: {:.1f} GB/s (read + write, {} buffer); floor = bytes / the copy bandwidth measured alternately with each case (column copy GB/s)\n",
                         copy_gbs, format_bytes(copy_bytes));
     if (o.precision) md += "\n## Precision (vs float64)\n\n" + precision_table(runs, true).markdown();
-    if (o.perf) md += fmt::format("\n## Performance (median of {} runs)\n\n", iters) + perf_table(runs, copy_gbs).markdown();
+    if (o.perf)
+      md += fmt::format("\n## Performance (median of {} runs{})\n\n", iters,
+                        device.type == STRATA_DEVICE_CPU ? kPairedNote : "") +
+            perf_table(runs, copy_gbs).markdown();
     std::string problems;
     for (const auto& r : runs) {
       for (const auto& f : r.precision.failures) problems += fmt::format("- FAIL `{}`\n", f);

@@ -29,8 +29,9 @@ typedef enum strata_loss_reduction {
 /* Forward, optionally fused with the backward.
  *   logits  [N, V] f32/bf16/f16 (f64 on CPU); last dimension contiguous, any row stride; V >= 1.
  *   target  [N] int64 or int32; every value in [0, V) or == ignore_index (checked before writing on the CPU;
- *           on CUDA an out-of-range target gives a NaN loss and NaN gradient row, and never an out-of-bounds
- *           access: the Python API checks the values).
+ *           on CUDA an out-of-range target gives its row a NaN loss and never an out-of-bounds access, and a
+ *           forward with dlogits then writes no gradient at all (counted on the device first, so in place the
+ *           logits are left as they were); the Python API checks the values).
  *   loss    [N] (reduction NONE) or [] (MEAN, SUM), f32 (f64 with f64 logits).
  *   lse     [N] like loss, or NULL.       z_loss: like loss (the reduced lambda lse^2, for logging), or NULL.
  *   dlogits NULL, or [N, V] of logits' dtype, last dimension contiguous: the gradient of grad_scale * loss
@@ -49,7 +50,12 @@ STRATA_API strata_status strata_fused_cross_entropy_fwd_plan(
 /* Backward from the saved lse: dlogits = d(loss)/d(logits) * dloss.
  *   logits, target as in the forward; lse [N] f32 (f64 with f64 logits) from the forward;
  *   dloss [] (MEAN, SUM) or [N] (NONE), dtype of lse; dlogits [N, V] of logits' dtype (may be the logits
- *   buffer: in place). Attributes as in the forward (same values). Tensors: {logits, target, lse, dloss, dlogits}. */
+ *   buffer: in place). Attributes as in the forward (same values). Tensors: {logits, target, lse, dloss, dlogits}.
+ * Scale mode (lse NULL), the backward of a forward that wrote its gradient in place with grad_scale 1: the
+ *   logits buffer holds that gradient and dlogits must be that buffer (same pointer and strides; checked at
+ *   run time); each non-ignored row is multiplied in place by dloss (row i by dloss[i] for NONE), in f32 and
+ *   rounded to the logits' dtype (f64 for f64). dloss is read where the op runs (no device-to-host copy), and
+ *   rows whose factor is exactly 1 and ignored rows are neither read nor written. No workspace. */
 STRATA_API strata_status strata_fused_cross_entropy_bwd_plan(
     const strata_tensor_desc* logits, const strata_tensor_desc* target, const strata_tensor_desc* lse,
     const strata_tensor_desc* dloss, const strata_tensor_desc* dlogits, int32_t reduction, int64_t ignore_index,

@@ -92,10 +92,20 @@ HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, bf16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, Bf16Bits(df, v))), du16, reinterpret_cast<uint16_t*>(p));
 }
+// f16 stores round to nearest even on every target: F16C's vcvtps2ph on AVX2/AVX3; elsewhere (SSE4, scalar) lane
+// by lane with from_f32, because Highway's emulated DemoteTo there truncates the mantissa (x86_128-inl.h:
+// `mantissa32 >> 13`), which gave those targets other bits than AVX2/AVX3 in a third of the f16 outputs of a
+// cumsum test (2026-11-30).
 template <class DF>
 HWY_INLINE void StoreF32(DF df, hn::Vec<DF> v, f16_t* p) {
+#if HWY_TARGET >= HWY_SSE4 || defined(HWY_DISABLE_F16C)
+  alignas(64) float tmp[hn::MaxLanes(df)];
+  hn::Store(v, df, tmp);
+  for (size_t i = 0; i < hn::Lanes(df); ++i) p[i] = from_f32<f16_t>(tmp[i]);
+#else
   const hn::Rebind<hwy::float16_t, DF> dh;
   hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+#endif
 }
 
 // Non-temporal stores of a full vector (p aligned to the stored vector's size): for outputs larger than the
@@ -150,6 +160,30 @@ HWY_INLINE void StoreOut(DF df, hn::Vec<DF> v, T* p) {
 template <class DF, class T>
 HWY_INLINE bool StreamAligned(DF df, const T* p) {
   return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(df) * sizeof(T)) == 0;
+}
+// Whether every row of evenly spaced rows can take them: the first row aligned and a row stride (elements) of
+// whole 64-byte lines, so that every later row start is aligned too.
+template <class DF, class T>
+HWY_INLINE bool StreamRowsAligned(DF df, const T* first_row, int64_t row_stride) {
+  return StreamAligned(df, first_row) && (row_stride * static_cast<int64_t>(sizeof(T))) % 64 == 0;
+}
+
+// The dispatch of the short-row kernels (rows of NV whole vectors held in registers: the row norms' and
+// rms_norm_gated's ShortRows): calls fn(std::integral_constant<int, NV>{}, std::bool_constant<S>{}) with
+// NV = nv and S = stream, and returns true; returns false, calling nothing, unless nv is 1, 2, 4 or 8.
+template <class Fn>
+HWY_INLINE bool VisitShortRow(int64_t nv, bool stream, Fn&& fn) {
+  auto with_stream = [&](auto nv_tag) {
+    if (stream) fn(nv_tag, std::true_type{});
+    else fn(nv_tag, std::false_type{});
+  };
+  switch (nv) {
+    case 1: with_stream(std::integral_constant<int, 1>{}); return true;
+    case 2: with_stream(std::integral_constant<int, 2>{}); return true;
+    case 4: with_stream(std::integral_constant<int, 4>{}); return true;
+    case 8: with_stream(std::integral_constant<int, 8>{}); return true;
+    default: return false;
+  }
 }
 
 // Software prefetch distance of the streaming loops. On the development VM (Emerald Rapids under KVM) one

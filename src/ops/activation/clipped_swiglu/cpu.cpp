@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
+#include "opbase/visit_kernel_dtype.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
@@ -337,24 +338,15 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
   });
 }
 
-template <class Fn>
-HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
-  switch (dtype) {
-    case STRATA_DTYPE_F32: fn(float{}); break;
-    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
-    default: fn(f16_t{}); break;
-  }
-}
-
 template <bool kNative>
 void FwdAll(const ClippedSwigluFwdParams& p) {
   if (p.rows == 0 || p.I == 0) return;
-  Visit(p.x_dtype, [&](auto t) { FwdRows<kNative, decltype(t)>(p); });
+  visit_kernel_dtype(p.x_dtype, [&](auto t) { FwdRows<kNative, decltype(t)>(p); });
 }
 template <bool kNative>
 void BwdAll(const ClippedSwigluBwdParams& p) {
   if (p.rows == 0) return;
-  Visit(p.x_dtype, [&](auto t) { BwdRows<kNative, decltype(t)>(p); });
+  visit_kernel_dtype(p.x_dtype, [&](auto t) { BwdRows<kNative, decltype(t)>(p); });
 }
 void CswFwd(const ClippedSwigluFwdParams& p) { FwdAll<false>(p); }
 void CswBwd(const ClippedSwigluBwdParams& p) { BwdAll<false>(p); }

@@ -17,6 +17,7 @@
 #include "runtime/error.h"
 #include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
+#include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/reduce.cuh"
 #include "tile/cuda/vec_io.cuh"
 
@@ -53,23 +54,29 @@ __device__ __forceinline__ void load_pairs(const void* x, int32_t dt, int64_t xo
   }
 }
 
-// Per-pair math on the vector paths. 16-bit x uses the hardware exp and an approximate divide for the sigmoid
-// (a few f32 ulps, far below one bf16/f16 rounding); f32 keeps the precise csw_fwd / csw_bwd of the header.
-__device__ __forceinline__ float vsig(bool fast, float v) {
-  return fast ? __fdividef(1.f, 1.f + __expf(-v)) : 1.f / (1.f + expf(-v));
+// Per-pair math on the vector paths. 16-bit x uses the approximate exp and reciprocal for the sigmoid (a few
+// f32 ulps, far below one bf16/f16 rounding): sigmoid(alpha a) = rcp(1 + ex2(a * (-alpha log2 e))), where the
+// factor in parentheses is loop-invariant (hoisted), so 4 instructions (FMUL, MUFU.EX2, FADD, MUFU.RCP) in the
+// ftz forms against ~10 for __expf / __fdividef with their denormal handling. f32 keeps the precise csw_fwd /
+// csw_bwd of the header.
+constexpr float kNegLog2e = -1.4426950408889634f;
+__device__ __forceinline__ float vsig_fast(float a, float alpha) {
+  return cuda::rcp_ftz(1.f + cuda::ex2_ftz(a * (alpha * kNegLog2e)));
 }
+// The clamps of csw_fwd as NaN-propagating min / max (one instruction each instead of a compare and a select;
+// the same values, NaN inputs included).
 __device__ __forceinline__ float vfwd(bool fast, float A, float B, float alpha, float limit, float bias) {
   if (!fast) return csw_fwd<float>(A, B, alpha, limit, bias);
-  const float a = A > limit ? limit : A;
-  const float b = B > limit ? limit : (B < -limit ? -limit : B);
-  return a * vsig(true, alpha * a) * (b + bias);
+  const float a = cuda::fmin_nan(A, limit);
+  const float b = cuda::fmin_nan(cuda::fmax_nan(B, -limit), limit);
+  return a * vsig_fast(a, alpha) * (b + bias);
 }
 __device__ __forceinline__ float vbwd(bool fast, float A, float B, float g, float alpha, float limit, float bias,
                                       float* dA, float* dB) {
   if (!fast) return csw_bwd<float>(A, B, g, alpha, limit, bias, dA, dB);
-  const float a = A > limit ? limit : A;
-  const float b = B > limit ? limit : (B < -limit ? -limit : B);
-  const float s = vsig(true, alpha * a);
+  const float a = cuda::fmin_nan(A, limit);
+  const float b = cuda::fmin_nan(cuda::fmax_nan(B, -limit), limit);
+  const float s = vsig_fast(a, alpha);
   *dA = A <= limit ? g * (b + bias) * s * (1.f + alpha * a * (1.f - s)) : 0.f;
   *dB = (B >= -limit && B <= limit) ? g * a * s : 0.f;
   return a * s * (b + bias);
@@ -250,13 +257,19 @@ __device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I,
   }
 }
 
-template <bool F32, bool INTER>
+// DT: x's dtype as a template value (a run-time one made every unpack and pack a branch per 32-bit word).
+template <int32_t DT, bool INTER, bool PROBS>
 __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
+  constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxStages];
-  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  constexpr int32_t dt = DT;
   const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
+  // Thread t takes the tile's chunks t, t + kBlock, ... (flat over (tile row, chunk)); their (row, chunk) are
+  // stepped by (kBlock / cpr, kBlock % cpr) with one carry instead of a division per chunk.
+  const uint32_t row0 = threadIdx.x / cpr, c0 = threadIdx.x - row0 * cpr;
+  const uint32_t dr = kBlock / cpr, dc = kBlock - dr * cpr;
   const uint32_t stage_bytes = static_cast<uint32_t>(g.tr) * g.rb;
   const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const char* xb = static_cast<const char*>(p.x);
@@ -286,14 +299,18 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
     const uint32_t nch = static_cast<uint32_t>(rows_of_tile(r0)) * cpr;
     cuda::mbar_wait(&full[s], static_cast<uint32_t>((k / g.stages) & 1));
     const unsigned char* st = ring + static_cast<size_t>(s) * stage_bytes;
+    uint32_t rr = row0, c = c0;
     for (uint32_t j = threadIdx.x; j < nch; j += kBlock) {
-      const uint32_t rr = j / cpr, c = j - rr * cpr;
       const int64_t row = r0 + rr;
       float A[kV], B[kV], o[kV];
       ring_pairs<F32, INTER>(st + rr * g.rb, I, c, dt, A, B);
-      const float pr = p.probs ? load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(row)) : 1.f;
 #pragma unroll
-      for (int e = 0; e < kV; ++e) o[e] = vfwd(!F32, A[e], B[e], p.alpha, p.limit, p.bias) * pr;
+      for (int e = 0; e < kV; ++e) o[e] = vfwd(!F32, A[e], B[e], p.alpha, p.limit, p.bias);
+      if constexpr (PROBS) {
+        const float pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(row));
+#pragma unroll
+        for (int e = 0; e < kV; ++e) o[e] *= pr;
+      }
       char* dst = yb + (ring_row_off(p.y_rows, row) + static_cast<int64_t>(c) * kV) * es;
       if constexpr (F32) {
         cuda::st_stream16(dst, make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
@@ -304,6 +321,8 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
         cuda::st_stream16(dst, make_uint4(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]),
                                           cuda::pack_half2(dt, o[4], o[5]), cuda::pack_half2(dt, o[6], o[7])));
       }
+      c += dc, rr += dr;
+      if (c >= cpr) c -= cpr, ++rr;
     }
     __syncthreads();  // every thread is done reading stage s
     if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
@@ -423,8 +442,9 @@ std::string ring_reject(const ClippedSwigluFwdParams& p) {
   return {};
 }
 
-template <bool F32, bool INTER>
+template <int32_t DT, bool INTER, bool PROBS>
 strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
+  constexpr bool F32 = DT == STRATA_DTYPE_F32;
   RingGeom g;
   g.rb = static_cast<uint32_t>(2 * p.I * (F32 ? 4 : 2));
   g.tr = static_cast<int>(std::max<size_t>(1, kRingTileTarget / g.rb));
@@ -433,7 +453,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
   g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const size_t smem = stage * g.stages;
-  const auto kernel = fwd_ring<F32, INTER>;
+  const auto kernel = fwd_ring<DT, INTER, PROBS>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -442,6 +462,12 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   const int64_t grid = std::max<int64_t>(1, (g.ntiles + iters - 1) / iters);  // balanced, one wave
   kernel<<<static_cast<unsigned>(grid), kBlock, smem, s>>>(p, g);
   return cuda::check_launch("clipped_swiglu fwd_ring");
+}
+
+template <int32_t DT>
+strata_status launch_fwd_ring_dt(const ClippedSwigluFwdParams& p, cudaStream_t s) {
+  if (p.probs) return p.interleaved ? launch_fwd_ring<DT, true, true>(p, s) : launch_fwd_ring<DT, false, true>(p, s);
+  return p.interleaved ? launch_fwd_ring<DT, true, false>(p, s) : launch_fwd_ring<DT, false, false>(p, s);
 }
 
 }  // namespace
@@ -497,9 +523,11 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) 
   if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
     return clipped_swiglu_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.x_dtype == STRATA_DTYPE_F32)
-    return p.interleaved ? launch_fwd_ring<true, true>(p, s) : launch_fwd_ring<true, false>(p, s);
-  return p.interleaved ? launch_fwd_ring<false, true>(p, s) : launch_fwd_ring<false, false>(p, s);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32>(p, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
+    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
+  }
 }
 
 }  // namespace strata::activation

@@ -3,7 +3,7 @@
 //   fwd tensors {x, weight, bias, residual, initial_state, cu_seqlens, seq_idx, y, final_state}
 //   bwd tensors {x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dfinal_state,
 //                dx, dweight, dbias, dinitial_state}
-// Implementations, in dispatch order: cuda.sm90.pipe (backward, 16-bit), cuda.sm90.vec (common case; then pipe for the forward), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
+// Implementations, in dispatch order: cuda.sm90.lean (backward, 16-bit, batch rows), cuda.sm90.pipe (backward, 16-bit), cuda.sm90.vec (common case; then pipe for the forward), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
 // Highway target, reference.
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 
@@ -122,6 +122,11 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
     };
     auto pipe = cuda_impl("cuda.sm90.pipe", causal_conv1d_pipe_reason, causal_conv1d_fwd_cuda_pipe,
                           causal_conv1d_bwd_cuda_pipe);
+    // cuda.sm90.lean (backward, batch rows): conv_bwd_pipe's staging with a check-free step for the tokens
+    // inside a tile (cuda_sm90.cu); first, cu_seqlens packs fall through to pipe.
+    if (bwd)
+      l.push_back(cuda_impl("cuda.sm90.lean", causal_conv1d_lean_reason, causal_conv1d_fwd_cuda_pipe,
+                            causal_conv1d_bwd_cuda_lean));
     if (bwd) l.push_back(pipe);
     l.push_back(cuda_impl("cuda.sm90.vec", causal_conv1d_vec_reason, causal_conv1d_fwd_cuda_vec,
                           causal_conv1d_bwd_cuda_vec));

@@ -296,6 +296,14 @@ inline const char* causal_conv1d_pipe_reason(const Conv1dParams& p, bool backwar
   return "";
 }
 
+// Whether the "cuda.sm90.lean" backward covers a problem (plan time): the pipe conditions with batch rows as
+// sequences (cu_seqlens packs take cuda.sm90.pipe).
+inline const char* causal_conv1d_lean_reason(const Conv1dParams& p, bool backward) {
+  const char* r = causal_conv1d_pipe_reason(p, backward);
+  if (*r) return r;
+  if (p.mode != kModeRows) return "takes batch rows as sequences (no cu_seqlens)";
+  return "";
+}
 #if STRATA_WITH_CUDA
 // CUDA (sm_90): returns a strata_status. Backward workspace: cuda_bwd_workspace bytes (both kernel sets).
 //   *_cuda:     "cuda.sm90.time_tile", every mode, width, stride and alignment.
@@ -307,6 +315,8 @@ int causal_conv1d_fwd_cuda_vec(const Conv1dParams& p, void* stream);
 int causal_conv1d_bwd_cuda_vec(const Conv1dParams& p, void* workspace, void* stream);
 int causal_conv1d_fwd_cuda_pipe(const Conv1dParams& p, void* stream);
 int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* stream);
+//   *_cuda_lean: "cuda.sm90.lean" (backward only), problems with causal_conv1d_lean_reason(p, true) == "".
+int causal_conv1d_bwd_cuda_lean(const Conv1dParams& p, void* workspace, void* stream);
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p);
 #endif
 

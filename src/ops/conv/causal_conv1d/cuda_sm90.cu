@@ -515,20 +515,30 @@ __global__ void __launch_bounds__(kThreads) conv_bwd_general(const Conv1dParams 
   part[W * p.D] = dbl;
 }
 
-// dweight[d, k] and dbias[d]: the tiles' partial sums added in tile order (one thread per (k, d)).
-__global__ void reduce_partials(const Conv1dParams p, const float* partials, int64_t tiles) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const int64_t W = p.W;
-  if (i >= (W + 1) * p.D) return;
-  const int64_t k = i / p.D, d = i - k * p.D;
-  if (k == W && !p.db) return;
-  const float* src = partials + k * p.D + d;
-  const int64_t step = (W + 1) * p.D;
+// dweight[d, k] and dbias[d] from the tiles' partial sums [tiles][W + 1][D]: a block of 32 x 8 threads per 32
+// outputs i = k D + d; thread (x, y) sums the tiles y, y + 8, y + 16, ... of output x in increasing order, then
+// thread (x, 0) adds the 8 sums in y order. A fixed split and order: the same bits every run. (One thread per
+// output walking all tiles took 25 us at B=4 T=8192 D=8192 W=4, 172 tiles: 320 blocks, one load in flight each.)
+constexpr int kRedCols = 32, kRedSplit = 8;
+__global__ void __launch_bounds__(kRedCols* kRedSplit) reduce_partials(const Conv1dParams p, const float* partials,
+                                                                       int64_t tiles) {
+  __shared__ float part[kRedSplit][kRedCols + 1];
+  const int64_t W = p.W, n = (W + 1) * p.D;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kRedCols + threadIdx.x;
   float acc = 0.f;
-#pragma unroll 8
-  for (int64_t tile = 0; tile < tiles; ++tile) acc += src[tile * step];
-  if (k < W) st_f32(p.dw, p.w_dtype, d * p.dws[0] + k * p.dws[1], acc);
-  else st_f32(p.db, p.b_dtype, d * p.dbs, acc);
+  if (i < n) {
+#pragma unroll 4
+    for (int64_t tile = threadIdx.y; tile < tiles; tile += kRedSplit) acc += partials[tile * n + i];
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || i >= n) return;
+  float s = part[0][threadIdx.x];
+#pragma unroll
+  for (int y = 1; y < kRedSplit; ++y) s += part[y][threadIdx.x];
+  const int64_t k = i / p.D, d = i - k * p.D;
+  if (k < W) st_f32(p.dw, p.w_dtype, d * p.dws[0] + k * p.dws[1], s);
+  else if (p.db) st_f32(p.db, p.b_dtype, d * p.dbs, s);
 }
 
 // final_state (forward) or dinitial_state (backward), one thread per (n, d).
@@ -590,7 +600,9 @@ strata_status launch_fwd_states(const Conv1dParams& p, cudaStream_t stream) {
 // tile order, then dinitial_state (one thread per (n, d)).
 strata_status launch_bwd_reduce(const Conv1dParams& p, const float* partials, int64_t tiles, cudaStream_t stream) {
   const int64_t n_red = (p.W + 1) * p.D;
-  reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kThreads)), kThreads, 0, stream>>>(p, partials, tiles);
+  if (n_red > 0)
+    reduce_partials<<<static_cast<unsigned>(cuda::ceil_div(n_red, kRedCols)), dim3(kRedCols, kRedSplit), 0, stream>>>(
+        p, partials, tiles);
   STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (reduce_partials)"));
   if (!p.dh0 || p.N * p.D == 0) return STRATA_SUCCESS;
   states_kernel<<<static_cast<unsigned>(cuda::ceil_div(p.N * p.D, kThreads)), kThreads, 0, stream>>>(p, true);
@@ -1028,6 +1040,55 @@ struct BwdWalk {
     }
   }
 
+  // step() for a token of the tile's interior (conv_bwd_lean's full chunks): t0 <= t < t1 <= T in a batch row
+  // (kRows), so there is no row-end, tile-end, sequence or dfinal_state check, and the activation is a
+  // compile-time choice; dx[t - (W-1)] is stored at dx + off when `emit` (false for the tile's first W-1 tokens,
+  // whose positions belong to the previous tile). The same arithmetic in the same order as step().
+  template <bool SILU>
+  __device__ __forceinline__ void step_fast(const float (&xin)[V], const float (&gin)[V], T* dx, int64_t off,
+                                            bool emit) {
+    static_assert(kRows, "batch rows only");
+    float g[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float acc = bias[v];
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
+      acc = fmaf(w[W - 1][v], xin[v], acc);
+      if constexpr (SILU) {
+        const float s = sigmoid_t<T>(acc);
+        g[v] = gin[v] * (s * (1.f + acc * (1.f - s)));
+      } else {
+        g[v] = gin[v] * 1.f;
+      }
+      dba[v] += g[v];
+#pragma unroll
+      for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
+      dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
+    }
+    if (emit) {
+      float o[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        float a = 0.f;
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+        o[v] = fmaf(w[0][v], g[v], a);
+      }
+      store_vec<T, V>(dx + off, o);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) {
+        win[i][v] = win[i + 1][v];
+        gw[i][v] = gw[i + 1][v];
+      }
+      win[W - 2][v] = xin[v];
+      gw[W - 2][v] = g[v];
+    }
+  }
+
   // The tile's dweight / dbias partial sums: [tile][W + 1][D], channel-contiguous (coalesced).
   __device__ __forceinline__ void store_partials(const Conv1dParams& p, float* partials, int64_t tile) const {
     float* part = partials + tile * (W + 1) * p.D + d0;
@@ -1135,6 +1196,134 @@ __global__ void __launch_bounds__(kThreads, pipe_bwd_blocks_per_sm<W>())
         pipe_group_fence(u);
       }
     }
+  }
+  cuda::cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
+  if (tw.active) walk.store_partials(p, partials, tw.tile);
+}
+
+// ---- "cuda.sm90.lean" backward (16-bit activations, batch rows): conv_bwd_pipe's staging, a leaner token ----
+// conv_bwd_pipe runs the general BwdWalk::step for every token (run-time activation; row-end, tile-end, sequence
+// and dfinal_state checks): ~52 issued instructions per (token, channel) at 158 registers (three blocks, 12 warps
+// per SM), 0.647 ms = 1.7 x floor at bf16 B=4 T=8192 D=8192 W=4 SiLU, bound by issue more than by DRAM (ncu,
+// s7run1: SM 63 %, DRAM 53 %). Here the chunks that lie inside [t0, t1) run BwdWalk::step_fast (compile-time
+// activation, no per-token check but the dx emission of the tile's first W-1 tokens); the rest (a row's short
+// last tile, the W-1 tokens past the tile, dfinal_state) runs step as before. 128 registers for four blocks per
+// SM (16 warps; 4 x 48 KiB of shared memory), 256-token tiles (that shape: 2048 blocks = 3.9 waves of 528, and
+// 2/3 of the partial sums of 192-token tiles).
+constexpr int kLeanTile = 256;
+
+// cp.async of 16 bytes to a shared-memory address (zero-filled without reading when !valid).
+__device__ __forceinline__ void cp_async16_shared(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// conv_bwd_lean's copies of x and dy into their stages [S][kPipeChunk][kThreads] of 4-channel vectors (8 bytes):
+// a chunk row (one token, the block's 512 channels) is 64 pieces of 16 bytes, so thread i copies piece i % 64 of
+// rows i / 64 + 2k, k < 4, of every chunk, for both tensors. The source pointers advance by one chunk per
+// issue(); the token strides and the zero-fill source (any valid address: nothing is read) come from the
+// kernel parameters, so the state between chunks is 2 pointers, 3 integers and a flag (pipe_copy recomputed a
+// 64-bit address and a 64-bit bound per piece: ~30 instructions per cp.async in the SASS of conv_bwd_pipe, ~240
+// per chunk).
+template <class T>
+struct LeanCopies {
+  static constexpr int kRowBytes = kThreads * kPipeBwdV * static_cast<int>(sizeof(T));  // 1 KiB
+  static constexpr int kPiecesPerRow = kRowBytes / 16;                                 // 64
+  static constexpr int kRowsPerPass = kThreads / kPiecesPerRow;                        // 2
+  static constexpr int kPerThread = kPipeChunk / kRowsPerPass;                         // 4
+  static constexpr int kStageBytes = kPipeChunk * kRowBytes;                           // 8 KiB
+  static_assert(kThreads % kPiecesPerRow == 0 && kPipeChunk % kRowsPerPass == 0, "whole rows per pass");
+  const char *sx, *sg;  // this thread's piece of the next chunk's first row, x and dy
+  uint32_t dx, dg;      // shared addresses of this thread's piece in stage 0
+  int rel, rel_end;     // the next chunk's first row of this thread and tload, relative to t0
+  bool dok;             // the piece's channels are < D (D % 8 == 0: a piece is all in or all out)
+
+  __device__ __forceinline__ void init(const Conv1dParams& p, const ThreadWork& tw, int64_t tload, int64_t slab,
+                                       const void* xstage0, const void* gstage0) {
+    const int r0 = static_cast<int>(threadIdx.x) / kPiecesPerRow, c = static_cast<int>(threadIdx.x) % kPiecesPerRow;
+    const int64_t d = slab + 8 * c;
+    dok = d < p.D;
+    const int64_t dd = dok ? d : 0;
+    sx = reinterpret_cast<const char*>(static_cast<const T*>(p.x) + tw.b * p.xs[0] + (tw.t0 + r0) * p.xs[1] + dd);
+    sg = reinterpret_cast<const char*>(static_cast<const T*>(p.dy) + tw.b * p.dys[0] + (tw.t0 + r0) * p.dys[1] + dd);
+    const uint32_t off = static_cast<uint32_t>(r0 * kRowBytes + c * 16);
+    dx = static_cast<uint32_t>(__cvta_generic_to_shared(xstage0)) + off;
+    dg = static_cast<uint32_t>(__cvta_generic_to_shared(gstage0)) + off;
+    rel = r0;
+    rel_end = static_cast<int>(tload - tw.t0);
+  }
+  // Copies the next chunk of x and dy into `stage` (rows at or past tload, and channels >= D, zero-filled).
+  __device__ __forceinline__ void issue(const Conv1dParams& p, int stage) {
+    const int64_t xb = p.xs[1] * static_cast<int64_t>(sizeof(T)), gb = p.dys[1] * static_cast<int64_t>(sizeof(T));
+    const uint32_t so = static_cast<uint32_t>(stage * kStageBytes);
+#pragma unroll
+    for (int k = 0; k < kPerThread; ++k) {
+      const bool ok = dok && rel + kRowsPerPass * k < rel_end;
+      const uint32_t o = so + static_cast<uint32_t>(k * kRowsPerPass * kRowBytes);
+      cp_async16_shared(dx + o, ok ? sx + k * kRowsPerPass * xb : static_cast<const char*>(p.x), ok);
+      cp_async16_shared(dg + o, ok ? sg + k * kRowsPerPass * gb : static_cast<const char*>(p.dy), ok);
+    }
+    sx += kPipeChunk * xb;
+    sg += kPipeChunk * gb;
+    rel += kPipeChunk;
+  }
+};
+
+template <class T, int W, bool SILU>
+__global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams p, int64_t groups, float* partials) {
+  constexpr int V = kPipeBwdV, S = kPipeStages;
+  __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];  // 2 x 24 KiB, as conv_bwd_pipe
+  __shared__ __align__(16) RawVec<T, V> sg[S][kPipeChunk][kThreads];
+  static_assert(sizeof(sx[0]) == LeanCopies<T>::kStageBytes, "stage layout");
+  // Every thread takes part in the copies and barriers; only those with channels < D compute.
+  const ThreadWork tw = thread_work(p, kLeanTile, groups, V);
+  const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
+  const int64_t tend = tw.t1 + W - 1;  // the taps of position t1 - 1 reach t1 + W - 2
+  const int64_t tload = tend < p.T ? tend : p.T;
+  const int nchunks = static_cast<int>((tend - tw.t0 + kPipeChunk - 1) / kPipeChunk);  // <= 33, whole block
+  const int nfast = static_cast<int>((tw.t1 - tw.t0) / kPipeChunk);                      // chunks inside [t0, t1)
+  T* dx = static_cast<T*>(p.dx) + tw.b * p.dxs[0] + tw.d0;
+  const int64_t dxs = p.dxs[1];
+  LeanCopies<T> cp;
+  cp.init(p, tw, tload, slab, &sx[0][0][0], &sg[0][0][0]);
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < nchunks) cp.issue(p, s);
+    cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
+  }
+  BwdWalk<T, W, V, true> walk;
+  if (tw.active) walk.init(p, tw);
+  int st = 0, sn = S - 1;  // the stage computed and the stage copied into in this iteration
+  for (int c = 0; c < nchunks; ++c) {
+    cuda::cp_async_wait<S - 2>();  // this thread's copies of chunk c have landed
+    __syncthreads();               // everyone's have, and everyone is done with chunk c - 1's stage
+    if (c + S - 1 < nchunks) cp.issue(p, sn);
+    cuda::cp_async_commit();
+    sn = sn + 1 == S ? 0 : sn + 1;
+    if (tw.active) {
+      const int64_t tc = tw.t0 + static_cast<int64_t>(c) * kPipeChunk;
+      if (c < nfast) {
+        const bool later = c > 0;  // the first chunk's first W-1 tokens emit no dx (their positions are < t0)
+#pragma unroll
+        for (int u = 0; u < kPipeChunk; ++u) {
+          float xin[V], gin[V];
+          unpack<T, V>(sx[st][u][threadIdx.x], xin);
+          unpack<T, V>(sg[st][u][threadIdx.x], gin);
+          walk.template step_fast<SILU>(xin, gin, dx, (tc + u - (W - 1)) * dxs, later || u >= W - 1);
+          pipe_group_fence(u);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kPipeChunk; ++u) {
+          if (tc + u >= tend) break;
+          float xin[V], gin[V];
+          unpack<T, V>(sx[st][u][threadIdx.x], xin);
+          unpack<T, V>(sg[st][u][threadIdx.x], gin);
+          walk.step(p, tc + u, xin, gin, dx, SILU, false);
+          pipe_group_fence(u);
+        }
+      }
+    }
+    st = st + 1 == S ? 0 : st + 1;
   }
   cuda::cp_async_wait<0>();  // no copy outlives the block (the trailing groups are empty)
   if (tw.active) walk.store_partials(p, partials, tw.tile);
@@ -1258,6 +1447,40 @@ strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream
   }
 }
 
+template <class T>
+strata_status launch_bwd_lean(const Conv1dParams& p, float* partials, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return launch_bwd_vec<T>(p, partials, stream);  // not reached: the plan takes 16-bit activations only
+  } else {
+    // Batch rows only (causal_conv1d_lean_reason; cu_seqlens packs take the pipe kernels). A misaligned call
+    // takes the register-streaming kernels (same results; they check their own alignment).
+    if (p.mode != kModeRows) return launch_bwd_pipe<T>(p, partials, stream);
+    if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd_vec<T>(p, partials, stream);
+    constexpr int V = kPipeBwdV;
+    static_assert(kLeanTile >= kBwdTile, "the workspace holds tiles of kBwdTile tokens");
+    const int64_t tiles = p.B * tiles_per_row(p, kLeanTile);
+    const int64_t groups = p.D / V;
+    unsigned g = 0;
+    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, kLeanTile, groups), &g));
+    if (g > 0) {
+      auto go = [&](auto* kernel) -> strata_status {
+        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
+        kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
+        return STRATA_SUCCESS;
+      };
+      const bool silu = p.activation == kActSilu;
+      strata_status st = STRATA_SUCCESS;
+      with_width(p, [&](auto w) {
+        constexpr int W = decltype(w)::value;
+        st = silu ? go(conv_bwd_lean<T, W, true>) : go(conv_bwd_lean<T, W, false>);
+      });
+      STRATA_RETURN_IF_ERROR(st);
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_lean)"));
+    }
+    return launch_bwd_reduce(p, partials, tiles, stream);
+  }
+}
+
 }  // namespace
 
 size_t causal_conv1d_cuda_bwd_workspace(const Conv1dParams& p) {
@@ -1307,6 +1530,12 @@ int causal_conv1d_bwd_cuda_pipe(const Conv1dParams& p, void* workspace, void* st
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   float* partials = static_cast<float*>(workspace);
   return by_dtype(p.x_dtype, [&](auto t) { return launch_bwd_pipe<decltype(t)>(p, partials, stream); });
+}
+
+int causal_conv1d_bwd_cuda_lean(const Conv1dParams& p, void* workspace, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  float* partials = static_cast<float*>(workspace);
+  return by_dtype(p.x_dtype, [&](auto t) { return launch_bwd_lean<decltype(t)>(p, partials, stream); });
 }
 
 }  // namespace strata::conv

@@ -612,14 +612,16 @@ BenchCase make_bench(strata_device device, const BenchShape& bs, bool bwd, const
   return b;
 }
 
-// CUDA: the dispatched implementation, then the other 16-bit kernel forced to compare the two in one run
-// (forward: vec dispatched, pipe forced; backward: pipe dispatched, vec forced).
+// CUDA: the dispatched implementation, then the other 16-bit kernels forced to compare them in one run
+// (forward: vec dispatched, pipe forced; backward: lean dispatched for rows (pipe for the varlen shape), pipe
+// and vec forced).
 std::vector<BenchCase> conv_bench_cases(strata_device device, bool bwd) {
   std::vector<BenchCase> out;
   for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd));
   if (device.type == STRATA_DEVICE_CUDA)
-    for (const BenchShape& s : bench_shapes(device))
-      out.push_back(make_bench(device, s, bwd, bwd ? "cuda.sm90.vec" : "cuda.sm90.pipe"));
+    for (const char* impl : bwd ? std::vector<const char*>{"cuda.sm90.pipe", "cuda.sm90.vec"}
+                                : std::vector<const char*>{"cuda.sm90.pipe"})
+      for (const BenchShape& s : bench_shapes(device)) out.push_back(make_bench(device, s, bwd, impl));
   return out;
 }
 std::vector<BenchCase> Conv1dFwdHarness::bench_cases(strata_device device) const { return conv_bench_cases(device, false); }

@@ -6,8 +6,9 @@
 // Implementations, in dispatch order: cuda.sm90.fused (forward only: prepare_wy_repr_fwd, then one pass that
 // computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu; the
 // gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
-// before it), cuda.sm90.fused_inline and cuda.sm90.fused_pqk (the same with either form forced: same bits;
-// reached only by STRATA_FORCE_IMPL, for the tests and benchmarks),
+// before it), cuda.sm90.fused_inline, cuda.sm90.fused_pqk and cuda.sm90.fused_w16 (the same with a form forced:
+// inline P, pre-computed P, inline P with 16-warp pass blocks; same bits; reached only by STRATA_FORCE_IMPL, for
+// the tests and benchmarks),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
@@ -73,39 +74,23 @@ const ImplList<GdnProblem>& impls() {
   static const ImplList<GdnProblem> list = [] {
     ImplList<GdnProblem> l;
 #if STRATA_WITH_CUDA
-    l.push_back({"cuda.sm90.fused",
-                 [](const GdnProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
-                   if (r.empty()) r = gdn_cuda_fused_fwd_reject(p.params);
-                   return r;
-                 },
-                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
-                 [](const GdnProblem& pr, const Launch& launch) {
-                   return gdn_cuda_fused_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
-                 }});
-    l.push_back({"cuda.sm90.fused_inline",
-                 [](const GdnProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
-                   if (r.empty()) r = gdn_cuda_fused_fwd_reject(p.params);
-                   return r;
-                 },
-                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
-                 [](const GdnProblem& pr, const Launch& launch) {
-                   return gdn_cuda_fused_inline_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
-                 }});
-    l.push_back({"cuda.sm90.fused_pqk",
-                 [](const GdnProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
-                   if (r.empty()) r = gdn_cuda_fused_pqk_fwd_reject(p.params);
-                   return r;
-                 },
-                 [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
-                 [](const GdnProblem& pr, const Launch& launch) {
-                   return gdn_cuda_fused_pqk_fwd(bind(pr, launch), launch.workspace, launch.cuda_stream);
-                 }});
+    // The fused forward: the automatic form first, then the forced ones (STRATA_FORCE_IMPL only: tests, benches).
+    const std::pair<const char*, GdnFusedForm> fused[] = {{"cuda.sm90.fused", GdnFusedForm::kAuto},
+                                                          {"cuda.sm90.fused_inline", GdnFusedForm::kInline},
+                                                          {"cuda.sm90.fused_pqk", GdnFusedForm::kPrecomputedP},
+                                                          {"cuda.sm90.fused_w16", GdnFusedForm::kInline16}};
+    for (const auto& [name, form] : fused)
+      l.push_back({name,
+                   [form](const GdnProblem& p) {
+                     std::string r = reject_unless_cuda(p.device, 90);
+                     if (r.empty() && p.bwd) r = "forward only (the backward needs the chunk states)";
+                     if (r.empty()) r = gdn_cuda_fused_fwd_reject(p.params, form);
+                     return r;
+                   },
+                   [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
+                   [form](const GdnProblem& pr, const Launch& launch) {
+                     return gdn_cuda_fused_fwd(bind(pr, launch), form, launch.workspace, launch.cuda_stream);
+                   }});
     l.push_back({"cuda.sm90.chunked", [](const GdnProblem& p) { return reject_unless_cuda(p.device, 90); },
                  [](const GdnProblem& p) {
                    return p.bwd ? gdn_cuda_bwd_workspace(p.params) : gdn_cuda_fwd_workspace(p.params);

@@ -93,20 +93,22 @@ size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
-// inside the state recurrence, h never materialised). gdn_cuda_fused_fwd_reject says why it cannot run p ("" if
-// it can: q, k, v, o in one 16-bit dtype, K <= 128); reads dtypes, presence and shapes only.
-std::string gdn_cuda_fused_fwd_reject(const GdnParams& p);
+// inside the state recurrence, h never materialised), in one of its forms:
+//   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it
+//     (gdn::fwd_cuda_qk_gate, then gdn::fwd_cuda_state_o(kPrecomputedP)) when the pass splits V into several
+//     column blocks per head (gdn::fwd_cuda_state_o_pre_p_pays: B = 1 long sequences); 16-warp pass blocks where
+//     8 would run 128 columns per block (gdn::fwd_cuda_state_o_auto_block: B = 4 T = 8192), 8 otherwise.
+//   kInline, kPrecomputedP: either P form forced (8 warps); kInline16: inline P, 16-warp pass blocks
+//     (gdn::StateOBlock::k16Warps, >= 64 columns per block).
+// Every form gives the same bits and takes the same workspace (P uses the A buffer the fused forward leaves
+// unused). The forced forms ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16") let the
+// tests and benchmarks run each on any shape. gdn_cuda_fused_fwd_reject says why `form` cannot run p ("" if it
+// can: q, k, v, o in one 16-bit dtype, K <= 128; kPrecomputedP: and the gated Q Kᵀ kernel applies); it reads
+// dtypes, presence and shapes only.
+enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16 };
+std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream);
-// gdn_cuda_fused_fwd forms the gated Q Kᵀ of each chunk either inside the state pass (inline) or chunk-parallel
-// before it (gdn::fwd_cuda_qk_gate, then gdn::fwd_cuda_state_o(kPrecomputedP)): pre-computed when the pass splits
-// V into several column blocks per head (gdn::fwd_cuda_state_o_pre_p_pays: B = 1 long sequences), inline
-// otherwise. Both give the same bits and take the same workspace (P uses the A buffer the fused forward leaves
-// unused). The two forced forms ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk") let the tests and benchmarks
-// run each on any shape; the pqk one has its own reject (q, k 16-bit, K <= 128, as the fused pass).
-strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream);
-std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p);
-strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream);
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
 // They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
 // then stored in that dtype. Reads dtypes, presence and shapes of p only.

@@ -579,15 +579,6 @@ Bufs carve(const GdnParams& p, bool bwd, void* base) {
 size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, false, nullptr, 0, true).bytes; }
 
-std::string gdn_cuda_fused_fwd_reject(const GdnParams& p) {
-  const Sizes s = sizes_of(p, false);
-  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
-  const Calls c = make_calls(p, b, s, false);
-  std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
-  if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  return r;
-}
-
 namespace {
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
@@ -598,19 +589,16 @@ gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
 }
 }  // namespace
 
-std::string gdn_cuda_fused_pqk_fwd_reject(const GdnParams& p) {
-  std::string r = gdn_cuda_fused_fwd_reject(p);
-  if (!r.empty()) return r;
+std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
-  return gdn::fwd_cuda_qk_gate_reject(fused_state_params(make_calls(p, b, s, false), true));
+  const Calls c = make_calls(p, b, s, false);
+  std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
+  if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
+  if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  return r;
 }
 
-namespace {
-// How the fused forward forms the gated Q Kᵀ: kAuto (pre-computed when fwd_cuda_state_o_pre_p_pays and the
-// gated Q Kᵀ kernel applies, inline otherwise), or forced.
-enum class FusedQk { kAuto, kInline, kPre };
-}  // namespace
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
@@ -644,35 +632,32 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
 }
 
-// The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject must be empty): c.fwdo carries q, k,
-// w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
-// With the pre-computed P (gdn_cuda_fused_pqk_fwd, or the automatic choice at B = 1-like shapes) the gated Q Kᵀ
-// is formed chunk-parallel first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass
-// (StateOKernel::kPrecomputedP); the same bits as inline (StateOKernel::kInline).
-static strata_status fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr, FusedQk mode) {
+// The forward with the fused state + output pass (gdn_cuda_fused_fwd_reject(p, form) must be empty): c.fwdo
+// carries q, k, w, u, γ, h0, ht and o; h and v_new are absent (never materialised).
+// With the pre-computed P (kPrecomputedP, or kAuto at B = 1-like shapes) the gated Q Kᵀ is formed chunk-parallel
+// first (fwd_cuda_qk_gate, once per chunk and q/k head) and read by the state pass (StateOKernel::kPrecomputedP);
+// the same bits as inline (StateOKernel::kInline) and as the 16-warp pass blocks (kInline16; kAuto takes them
+// where the 8-warp pass would run 128 columns: gdn::fwd_cuda_state_o_auto_block). Session 7 also had wy_mma write
+// P with w, u (one launch less): 0.803 ms against 0.594 + 0.181 for wy_mma and qk_gate_mma apart (s7run2, B = 4
+// and B = 1), so it was removed.
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  bool pre_p = mode == FusedQk::kPre;
-  if (mode == FusedQk::kAuto)
+  bool pre_p = form == GdnFusedForm::kPrecomputedP;
+  if (form == GdnFusedForm::kAuto)
     pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
+  const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
+                                 : form == GdnFusedForm::kAuto    ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                                                  : gdn::StateOBlock::k8Warps;
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, stream));
+  if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
-  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, stream));
-}
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kAuto);
-}
-strata_status gdn_cuda_fused_inline_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kInline);
-}
-strata_status gdn_cuda_fused_pqk_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
-  return fused_fwd(p, workspace, stream_ptr, FusedQk::kPre);
+  return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {

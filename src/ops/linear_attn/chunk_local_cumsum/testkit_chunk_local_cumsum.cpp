@@ -186,6 +186,10 @@ class ChunkLocalCumsumHarness final : public OpHarness {
     add("f32", "f32", {1, 1100, 4, 301}, 64, 0, 1.0, {}, "contiguous");
     add("bf16", "f32", {1, 1100, 4, 301}, 32, 1, inv_ln2, {0, 37, 37, 600, 1100}, "tpad");
     add("f32", "f32", {2, 45000, 12}, 64, 1, 1.0, {}, "contiguous");  // narrow 48-byte rows, some aligned
+    // bf16 / f16 outputs of 4 MiB and more stream too (32-byte stores on AVX-512): misaligned wide rows (2408
+    // bytes) and narrow 24-byte rows.
+    add("bf16", "bf16", {1, 2200, 4, 301}, 64, 1, inv_ln2, {}, "contiguous");
+    add("f32", "f16", {2, 90000, 12}, 64, 0, 1.0, {}, "contiguous");
     // Empty tensors: no tokens, no heads, no batch, an empty pack.
     add("f32", "f32", {2, 0, 3}, 64, 0, 1.0, {}, "contiguous");
     add("bf16", "f32", {0, 5, 3, 4}, 64, 1, 1.0, {}, "contiguous");
@@ -257,9 +261,16 @@ class ChunkLocalCumsumHarness final : public OpHarness {
     const int64_t Tp = packed[1];
     const std::vector<int64_t> cu = {0, Tp / 16 + 5, Tp / 4 - 3, Tp / 4 + 1, Tp / 2 + 17, Tp / 2 + 17, 7 * Tp / 8, Tp};
     std::vector<BenchCase> out;
-    out.push_back(bench_case(device, scalar, {}));
-    out.push_back(bench_case(device, vector, {}));
-    out.push_back(bench_case(device, packed, cu));
+    out.push_back(bench_case(device, scalar, {}, STRATA_DTYPE_F32, false));
+    out.push_back(bench_case(device, vector, {}, STRATA_DTYPE_F32, false));
+    out.push_back(bench_case(device, packed, cu, STRATA_DTYPE_F32, false));
+    if (!cuda) {
+      // The backward is the reverse scan (python/strata/_defs.py), and bf16 gates in and out: the CPU's other
+      // store and load paths, at the vector shape.
+      out.push_back(bench_case(device, vector, {}, STRATA_DTYPE_F32, true));
+      out.push_back(bench_case(device, vector, {}, STRATA_DTYPE_BF16, false));
+      out.push_back(bench_case(device, vector, {}, STRATA_DTYPE_BF16, true));
+    }
     return out;
   }
 
@@ -274,16 +285,17 @@ class ChunkLocalCumsumHarness final : public OpHarness {
     size_t next = 0;
   };
 
-  static BenchCase bench_case(strata_device device, const std::vector<int64_t>& shape, const std::vector<int64_t>& cu) {
+  // dt: g and out; reverse: the backward's scan.
+  static BenchCase bench_case(strata_device device, const std::vector<int64_t>& shape, const std::vector<int64_t>& cu,
+                              int32_t dt, bool reverse) {
     constexpr int64_t kChunk = 64;
-    const int32_t dt = STRATA_DTYPE_F32;
     auto state = std::make_shared<BenchState>();
     BenchCase b;
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
     const double pair_bytes = static_cast<double>(n) * 2 * static_cast<double>(dtype_size(dt));
-    b.label = fmt::format("{} f32 [{}] chunk={}{}", kOp, fmt::join(shape, ", "), kChunk,
-                          cu.empty() ? "" : fmt::format(" varlen N={}", cu.size() - 1));
+    b.label = fmt::format("{} {} [{}] chunk={}{}{}", kOp, dtype_name(dt), fmt::join(shape, ", "), kChunk,
+                          cu.empty() ? "" : fmt::format(" varlen N={}", cu.size() - 1), reverse ? " reverse" : "");
     b.bytes = pair_bytes + static_cast<double>(cu.size() * sizeof(int64_t));  // read g, write out, read cu
     const int copies = static_cast<int>(std::clamp(std::ceil(kRotateBytes / pair_bytes), 1.0, 64.0));
     b.setup = [=] {
@@ -300,7 +312,7 @@ class ChunkLocalCumsumHarness final : public OpHarness {
         state->cu = std::make_unique<DeviceTensor>(h_cu, device);
       }
       check(strata_chunk_local_cumsum_plan(&state->g[0]->desc(), state->cu ? &state->cu->desc() : nullptr,
-                                           &state->out[0]->desc(), kChunk, 0, 1.0f, &state->plan),
+                                           &state->out[0]->desc(), kChunk, reverse ? 1 : 0, 1.0f, &state->plan),
             "bench plan");
     };
     b.run = [state] {

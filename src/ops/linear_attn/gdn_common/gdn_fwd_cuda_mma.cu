@@ -1,6 +1,6 @@
 // CUDA sm_90 tensor-core kernels of the GDN forward chunk operators (gdn_fwd_kernels.h) for bf16 / f16 token
 // tensors: warp-level mma.sync m16n8k16 (tile/cuda/mma.cuh) with T = bf16 or f16 operands and f32 accumulators.
-// Blocks have 4 warps (128 threads), except wy_mma<kPrepare> and state_o_mma (8 warps); a chunk is a 64-row tile
+// Blocks have 4 warps (128 threads), except wy_mma<kPrepare> and state_o_mma (8 / 16 warps); a chunk is a 64-row tile
 // (BT = 16 / 32 / 64 chunks and tail chunks of L < BT rows are zero-padded to 64 rows) and warp w owns rows
 // [16 (w % 4), 16 (w % 4) + 16) of every 64-row product.
 //
@@ -10,7 +10,8 @@
 //   wy_mma<kRecompute>  chunk slot x value head          w = A diag(β e^γ) K, u = A diag(β) V
 //   wy_mma<kPrepare>    chunk slot x value head          all of the above fused: K Kᵀ, f32 inverse, w, u, A
 //                                                        (8 warps: warps 0-3 write w, warps 4-7 u)
-//   state_o_mma     sequence x value head x 32/64/128-col  the fused state + output pass (o, ht; no h)
+//   state_o_mma     sequence x value head x 32/64/128-col  the fused state + output pass (o, ht; no h); 8 or 16
+//                                                        warps (16: >= 64 columns, same bits)
 //   state_mma       sequence x value head x 16/32-col    S [K x 16/32] in f32 registers across the chunks
 //   chunk_o_mma     chunk slot x value head x 64-col tile o = scale (diag(e^γ) Q S + (Q Kᵀ ⊙ Γ) Vn)
 // The chunk-parallel kernels request every tile of their chunk at once (cp.async groups) and wait once; the
@@ -236,6 +237,41 @@ __device__ __forceinline__ FragA frag_a_scaled(const float* X, int m0, int k0, c
   return a;
 }
 
+// ---------------------------------------------------------------- the gated Q Kᵀ of a chunk
+constexpr int kKF = 128;        // key columns of the fused pass's K / W / Q tiles (K <= 128; S rows)
+constexpr int kLdKF = kKF + 8;  // their leading dim
+
+// The 10 lower 16 x 16 blocks (row block, column block) of a 64 x 64 chunk matrix.
+__device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
+  rb = i < 1 ? 0 : (i < 3 ? 1 : (i < 6 ? 2 : 3));
+  cb = i - rb * (rb + 1) / 2;
+}
+
+// Block (prb, pcb) of the chunk's P = Q Kᵀ ⊙ Γ into pc[0], pc[1] (its 8-column halves): (q_i·k_j) e^{γ_i − γ_j}
+// for j <= i < L, 0 elsewhere (selected). Q, K: [64][ld] 16-bit tiles of >= kKF columns, zero past K; all kKF / 16
+// key steps run (the zero columns add +0). The fused pass's inline P; qk_gate_mma forms the same products in the
+// same order, so the two give the same bits.
+template <class T>
+__device__ __forceinline__ void qk_gated_block(const T* Qs, const T* Ks, int ld, int prb, int pcb, const float* gam,
+                                               int L, FragC (&pc)[2]) {
+  pc[0].zero(), pc[1].zero();
+#pragma unroll
+  for (int ks = 0; ks < kKF / 16; ++ks) {
+    const FragA a = mma::load_a(Qs, ld, 16 * prb, 16 * ks);
+    FragB b0, b1;
+    mma::load_b2(b0, b1, Ks, ld, 16 * ks, 16 * pcb);
+    mma::mma16816<T>(pc[0], a, b0);
+    mma::mma16816<T>(pc[1], a, b1);
+  }
+#pragma unroll
+  for (int hn = 0; hn < 2; ++hn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 16 * prb + mma::c_row(e), j = 16 * pcb + 8 * hn + mma::c_col(e);
+      pc[hn].x[e] = (j <= i && i < L) ? pc[hn].x[e] * expf(gam[i] - gam[j]) : 0.f;
+    }
+}
+
 // ---------------------------------------------------------------- the WY kernel family
 enum WyMode : int { kWyKkt = 0, kWySolve, kWyRecompute, kWyPrepare };
 
@@ -454,22 +490,20 @@ __global__ void __launch_bounds__(wy_threads(kMode), wy_min_blocks(kMode)) wy_mm
   const int tid = threadIdx.x, warp = tid >> 5;
   // Both chunk tiles are requested at once (K, then V as a second group): V arrives while K Kᵀ and the
   // inverse run.
-  if constexpr (kNeedK) {
-    if (K % 64 == 0 && lean_tensor<T>(p.k)) {
-      lean_rows<kNThr>(Kt, ldk, p.k, off_tok(p.k, c.b, c.s, h), L, K);
+  auto load_rows = [&](T* dst, const GdnTensor& t, int64_t head, int64_t D, int ld) {
+    if (D % 64 == 0 && lean_tensor<T>(t)) {
+      lean_rows<kNThr>(dst, ld, t, off_tok(t, c.b, c.s, head), L, D);
     } else {
-      for (int64_t d0 = 0; d0 < K; d0 += 64)
-        load_tile<T, 64, kNThr>(Kt + d0, ldk, p.k, off_tok(p.k, c.b, c.s, h), p.k.st[1], p.k.st[3], L, d0, K);
+      for (int64_t d0 = 0; d0 < D; d0 += 64)
+        load_tile<T, 64, kNThr>(dst + d0, ld, t, off_tok(t, c.b, c.s, head), t.st[1], t.st[3], L, d0, D);
     }
+  };
+  if constexpr (kNeedK) {
+    load_rows(Kt, p.k, h, K, ldk);
     cuda::cp_async_commit();
   }
   if constexpr (kNeedV) {
-    if (V % 64 == 0 && lean_tensor<T>(p.v)) {
-      lean_rows<kNThr>(Vt, ldv, p.v, off_tok(p.v, c.b, c.s, hv), L, V);
-    } else {
-      for (int64_t d0 = 0; d0 < V; d0 += 64)
-        load_tile<T, 64, kNThr>(Vt + d0, ldv, p.v, off_tok(p.v, c.b, c.s, hv), p.v.st[1], p.v.st[3], L, d0, V);
-    }
+    load_rows(Vt, p.v, hv, V, ldv);
     cuda::cp_async_commit();
   }
   if (kMode != kWySolve)
@@ -807,17 +841,19 @@ __global__ void __launch_bounds__(kThreads) state_mma(const GdnFwdParams p, int6
 // bf16 / f16 h the unfused path writes), v_new enters P v_new rounded to T (the v_new it writes) and P is
 // rounded to T (chunk_o_mma's c_to_a); only the f32 summation order differs.
 //
-// Block: 8 warps, one (sequence, value head, kBV-column block of S); K <= 128 (S rows 16w.. of warp w, all
-// kBV columns: kBV / 8 accumulator tiles). The chunk products are split so that every warp has work:
-//   warp w: chunk rows rb = w % 4 (16 rows), columns ch = w / 4 (kBV / 2 of the block) of W S, Q S, v_new, o;
-//   the 10 lower 16 x 16 blocks of P = Q Kᵀ: block w and (w < 2) block w + 8.
+// Block: kWarps = 8 or 16 warps, one (sequence, value head, kBV-column block of S); K <= 128. The state S
+// [128 x kBV] is split into 8 row tiles x kWarps / 8 column parts: warp w holds rows 16 (w % 8).., columns
+// (w / 8) kBV / (kWarps / 8).. as accumulator tiles. The chunk products are split so that every warp has work:
+//   warp w: chunk rows rb = w % 4 (16 rows), column part w / 4 (kBV / (kWarps / 4) columns) of W S, Q S, v_new, o;
+//   the 10 lower 16 x 16 blocks of P = Q Kᵀ: blocks w, w + kWarps, ... (8 warps: warps 0, 1 take two).
+// 16 warps (session 7): the same products with half the columns per warp, so twice the warps per scheduler hide
+// the step's dependent mma / ldmatrix chains and P's 10 blocks take one round; every output element sees the
+// same products in the same order as with 8 warps, so the two give the same bits. <= 128 registers a thread
+// (512 threads, one block per SM); kBV >= 64 (a warp's column part is >= 16 columns).
 // K, W, Q [64 x 128] and u [64 x kBV] of chunk c + 1 are requested (cp.async, two stages) right after the
 // chunk-c tiles are seen complete, so their latency hides behind chunk c's work. Two barriers per chunk:
 //   (B) stage c and the S terms visible (and every reader of the other stage, of P, Vn, Vd done),
 //   (D) P, Vn and the Vd terms visible (and every reader of the S terms done).
-constexpr int kThreadsF = 256;
-constexpr int kKF = 128;           // rows of S a fused block covers (K <= 128)
-constexpr int kLdKF = kKF + 8;     // leading dim of the K / W / Q tiles
 
 // kPreP: the gated Q Kᵀ is read from p.Pqk (one more tile per stage) instead of computed into the single P tile.
 template <int kTerms, int kBV, int kStages, bool kPreP = false>
@@ -832,22 +868,19 @@ constexpr size_t state_o_smem() {
          + kRows * 4;                                         // γ
 }
 
-// The 10 lower 16 x 16 blocks (row block, column block) of a 64 x 64 chunk matrix.
-__device__ __forceinline__ void lower_block(int i, int& rb, int& cb) {
-  rb = i < 1 ? 0 : (i < 3 ? 1 : (i < 6 ? 2 : 3));
-  cb = i - rb * (rb + 1) / 2;
-}
-
-template <class T, int kTerms, int kBV, int kStages, bool kPreP>
-__global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p, int64_t nvt) {
+template <class T, int kTerms, int kBV, int kStages, bool kPreP, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 1) state_o_mma(const GdnFwdParams p, int64_t nvt) {
   static_assert(kStages == 2 || kStages == 3, "two or three chunk stages");
+  static_assert(kWarps == 8 || kWarps == 16, "8 or 16 warps");
+  constexpr int kNThr = kWarps * 32;
   constexpr int kLdS = kBV + 8;     // leading dim of the kBV-column 16-bit tiles (conflict-free ldmatrix)
-  constexpr int kNT = kBV / 8;      // accumulator tiles of an S row block
-  constexpr int kNP = kBV / 16;
-  constexpr int kHalf = kBV / 2;    // columns of a warp's share of W S, Q S, v_new, o
-  constexpr int kNTh = kHalf / 8;
-  constexpr int kNPh = kHalf / 16;
-  static_assert(kNPh >= 1, "kBV >= 32");
+  constexpr int kBS = kBV / (kWarps / 8);  // columns of a warp's part of S
+  constexpr int kNT = kBS / 8;      // accumulator tiles of a warp's part of S
+  constexpr int kNP = kBS / 16;
+  constexpr int kPart = kBV / (kWarps / 4);  // columns of a warp's share of W S, Q S, v_new, o
+  constexpr int kNTh = kPart / 8;
+  constexpr int kNPh = kPart / 16;
+  static_assert(kNPh >= 1 && kNP >= 1, "a warp's column parts are >= 16 columns (kBV >= 32 with 8 warps, 64 with 16)");
   constexpr int kTile = kRows * kLdKF;
   constexpr int kStage = 3 * kTile + kRows * kLdS + (kPreP ? kRows * kLdT : 0);  // K, W, Q, U (, P)
   extern __shared__ __align__(16) unsigned char smem[];
@@ -863,9 +896,10 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   const int64_t v0 = vt * kBV;
   const SeqPos sq = locate_sequence(p.chunks, n);
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int srow0 = 16 * warp;                 // S rows of this warp
-  const int rb = warp & 3, ch = warp >> 2;     // chunk row block and column half of this warp
-  const int c0 = ch * kHalf;                   // first column (inside the block) of the warp's half
+  const int srow0 = 16 * (warp & 7);           // S rows of this warp
+  const int scol0 = (warp >> 3) * kBS;         // first S column (inside the block) of this warp
+  const int rb = warp & 3, ch = warp >> 2;     // chunk row block and column part of this warp
+  const int c0 = ch * kPart;                   // first column (inside the block) of the warp's part
   // Every product runs all 128 / 16 key steps and all 4 chunk-row steps: the K / W / Q tile columns >= K, the
   // S rows >= K and the tile / Vd rows >= L are exact zeros, so the extra steps add +0 and leave the values as
   // they are, and the k-loops stay free of branches (an early exit per step kept the compiler from issuing the
@@ -876,7 +910,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int64_t a = srow0 + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+      const int64_t a = srow0 + mma::c_row(e), col = v0 + scol0 + 8 * nt + mma::c_col(e);
       S[nt].x[e] = (p.h0.present() && a < K && col < V)
                        ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
                        : 0.f;
@@ -898,7 +932,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     T* base = stages + st * kStage;
     if (lean) {
       const uint32_t sb = static_cast<uint32_t>(__cvta_generic_to_shared(base));
-      constexpr int kSegK = kKF / 8, kRowStepK = kThreadsF / kSegK;  // 16 segments a row, 16 rows a pass
+      constexpr int kSegK = kKF / 8, kRowStepK = kNThr / kSegK;  // 16 segments a row, kNThr / 16 rows a pass
       static_assert(kRows % kRowStepK == 0, "whole passes over the K / W / Q tiles");
       const int qk = tid % kSegK, rk = tid / kSegK;
       const uint16_t* srcs[3] = {
@@ -915,8 +949,8 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
           cp_async16_s(sb + static_cast<uint32_t>((m * kTile + r * kLdKF + qk * 8) * 2),
                        ok ? srcs[m] + r * rss[m] : srcs[m], ok);
         }
-      constexpr int kSegU = kBV / 8, kRowStepU = kThreadsF / kSegU;
-      static_assert(kRows % kRowStepU == 0 && kThreadsF % kSegU == 0, "whole passes over the U tile");
+      constexpr int kSegU = kBV / 8, kRowStepU = kNThr / kSegU;
+      static_assert(kRows % kRowStepU == 0 && kNThr % kSegU == 0, "whole passes over the U tile");
       const int qu = tid % kSegU, ru = tid / kSegU;
       const uint16_t* su = static_cast<const uint16_t*>(p.u.data) + off_tok(p.u, sq.b, t, hv) + v0 + qu * 8;
 #pragma unroll
@@ -929,7 +963,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       if constexpr (kPreP) {
         if (lean_p) {
           // P [64 x 64]: 8 segments a row, 32 rows a pass, fixed slots as for K / W / Q.
-          constexpr int kSegP = kRows / 8, kRowStepP = kThreadsF / kSegP;
+          constexpr int kSegP = kRows / 8, kRowStepP = kNThr / kSegP;
           static_assert(kRows % kRowStepP == 0, "whole passes over the P tile");
           const int qp = tid % kSegP, rp = tid / kSegP;
           const uint16_t* sp = static_cast<const uint16_t*>(p.Pqk.data) + off_tok(p.Pqk, sq.b, t, hv) + qp * 8;
@@ -941,21 +975,21 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
                          ok ? sp + r * p.Pqk.st[1] : sp, ok);
           }
         } else {
-          load_tile<T, kRows, kThreadsF>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
+          load_tile<T, kRows, kNThr>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
                                          p.Pqk.st[1], p.Pqk.st[3], Lr, 0, BT);
         }
       }
       cuda::cp_async_commit();
       return;
     }
-    load_tile<T, kKF, kThreadsF>(base, kLdKF, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
-    load_tile<T, kKF, kThreadsF>(base + kTile, kLdKF, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
-    load_tile<T, kKF, kThreadsF>(base + 2 * kTile, kLdKF, p.q, off_tok(p.q, sq.b, t, h), p.q.st[1], p.q.st[3], Lr, 0,
+    load_tile<T, kKF, kNThr>(base, kLdKF, p.k, off_tok(p.k, sq.b, t, h), p.k.st[1], p.k.st[3], Lr, 0, K);
+    load_tile<T, kKF, kNThr>(base + kTile, kLdKF, p.w, off_tok(p.w, sq.b, t, hv), p.w.st[1], p.w.st[3], Lr, 0, K);
+    load_tile<T, kKF, kNThr>(base + 2 * kTile, kLdKF, p.q, off_tok(p.q, sq.b, t, h), p.q.st[1], p.q.st[3], Lr, 0,
                                  K);
-    load_tile<T, kBV, kThreadsF>(base + 3 * kTile, kLdS, p.u, off_tok(p.u, sq.b, t, hv), p.u.st[1], p.u.st[3], Lr, v0,
+    load_tile<T, kBV, kNThr>(base + 3 * kTile, kLdS, p.u, off_tok(p.u, sq.b, t, hv), p.u.st[1], p.u.st[3], Lr, v0,
                                  V);
     if constexpr (kPreP)
-      load_tile<T, kRows, kThreadsF>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
+      load_tile<T, kRows, kNThr>(base + 3 * kTile + kRows * kLdS, kLdT, p.Pqk, off_tok(p.Pqk, sq.b, t, hv),
                                      p.Pqk.st[1], p.Pqk.st[3], Lr, 0, BT);
     cuda::cp_async_commit();
   };
@@ -972,7 +1006,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
   }
   const float scale = p.shape.scale;
   const bool o_vec = pair_vec<T>(p.o), vn_vec = p.v_new.present() && pair_vec<T>(p.v_new);
-  const bool o_fast = o_vec && v0 + c0 + kHalf <= V;  // pair_vec: v0, c0 and c_col(0) are even
+  const bool o_fast = o_vec && v0 + c0 + kPart <= V;  // pair_vec: v0, c0 and c_col(0) are even
   int st = 0;
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, st = st + 1 == kStages ? 0 : st + 1) {
     const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
@@ -983,11 +1017,11 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     const T* Us = Ks + 3 * kTile;
     const T* Pt = kPreP ? Us + kRows * kLdS : Ps;  // the gated Q Kᵀ of this chunk
     // γ and the S terms: their previous readers finished before the previous chunk's (D).
-    static_assert(kThreadsF >= kRows, "a thread per chunk row");
+    static_assert(kNThr >= kRows, "a thread per chunk row");
     if (tid < kRows) gam[tid] = g_next;
     if (more) g_next = fetch_gamma(t0 + BT);
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Sop, kKF * kLdS, kLdS, srow0, 8 * nt, S[nt]);
+    for (int nt = 0; nt < kNT; ++nt) store_terms<T, kTerms>(Sop, kKF * kLdS, kLdS, srow0, scol0 + 8 * nt, S[nt]);
     if constexpr (kStages == 3) {
       // In flight: this chunk's group and (more) the next one's, committed after it.
       if (more) cuda::cp_async_wait<1>();
@@ -1004,31 +1038,16 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     // P = Q Kᵀ on the lower blocks, gated and masked (j <= i < L), rounded to T into Ps (kPreP: qk_gate_mma did
     // exactly this, with the same fragments in the same order, so the bits are the same).
     if constexpr (!kPreP)
-    for (int bi = warp; bi < 10; bi += 8) {
-      int prb, pcb;
-      lower_block(bi, prb, pcb);
-      FragC pc[2];
-      pc[0].zero(), pc[1].zero();
+      for (int bi = warp; bi < 10; bi += kWarps) {
+        int prb, pcb;
+        lower_block(bi, prb, pcb);
+        FragC pc[2];
+        qk_gated_block<T>(Qs, Ks, kLdKF, prb, pcb, gam, L, pc);
 #pragma unroll
-      for (int ks = 0; ks < kKF / 16; ++ks) {
-        const FragA a = mma::load_a(Qs, kLdKF, 16 * prb, 16 * ks);
-        FragB b0, b1;
-        mma::load_b2(b0, b1, Ks, kLdKF, 16 * ks, 16 * pcb);
-        mma::mma16816<T>(pc[0], a, b0);
-        mma::mma16816<T>(pc[1], a, b1);
+        for (int hn = 0; hn < 2; ++hn) mma::store_c<T>(Ps, kLdT, 16 * prb, 16 * pcb + 8 * hn, pc[hn]);
       }
-#pragma unroll
-      for (int hn = 0; hn < 2; ++hn) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = 16 * prb + mma::c_row(e), j = 16 * pcb + 8 * hn + mma::c_col(e);
-          pc[hn].x[e] = (j <= i && i < L) ? pc[hn].x[e] * expf(gam[i] - gam[j]) : 0.f;
-        }
-        mma::store_c<T>(Ps, kLdT, 16 * prb, 16 * pcb + 8 * hn, pc[hn]);
-      }
-    }
 
-    // W S and Q S (rows 16 rb.., columns c0..c0 + kHalf), S as kTerms operands shared by both products.
+    // W S and Q S (rows 16 rb.., columns c0..c0 + kPart), S as kTerms operands shared by both products.
     FragC acc[kNTh], O[kNTh];
 #pragma unroll
     for (int nt = 0; nt < kNTh; ++nt) acc[nt].zero(), O[nt].zero();
@@ -1096,7 +1115,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
       if (i >= L) continue;
       const int64_t ro = off_tok(p.o, sq.b, t0 + i, hv);
       if (o_fast) {
-        // The warp's kHalf columns lie inside V: one row pointer, aligned 32-bit stores at fixed offsets.
+        // The warp's kPart columns lie inside V: one row pointer, aligned 32-bit stores at fixed offsets.
         uint16_t* row = static_cast<uint16_t*>(p.o.data) + ro + v0 + c0 + mma::c_col(0);
 #pragma unroll
         for (int nt = 0; nt < kNTh; ++nt)
@@ -1127,7 +1146,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
 #pragma unroll
           for (int np = 0; np < kNP; ++np) {
             FragB b0, b1;
-            mma::load_b2_trans(b0, b1, Vd + term * kRows * kLdS, kLdS, 16 * ks, 16 * np);
+            mma::load_b2_trans(b0, b1, Vd + term * kRows * kLdS, kLdS, 16 * ks, scol0 + 16 * np);
             mma::mma16816<T>(S[2 * np], a, b0);
             mma::mma16816<T>(S[2 * np + 1], a, b1);
           }
@@ -1139,7 +1158,7 @@ __global__ void __launch_bounds__(kThreadsF, 1) state_o_mma(const GdnFwdParams p
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t a = srow0 + mma::c_row(e), col = v0 + 8 * nt + mma::c_col(e);
+        const int64_t a = srow0 + mma::c_row(e), col = v0 + scol0 + 8 * nt + mma::c_col(e);
         if (a < K && col < V)
           store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[nt].x[e]);
       }
@@ -1368,7 +1387,7 @@ int launch_state(const GdnFwdParams& p, cudaStream_t stream) {
   return launch_state_cols<T, kKB, kTerms, 16>(p, stream);
 }
 
-template <class T, int kTerms, int kBV, int kStages = 2, bool kPreP = false>
+template <class T, int kTerms, int kBV, int kStages, bool kPreP, int kWarps>
 int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t nvt = cdiv(p.shape.V, kBV), blocks = p.shape.N * p.shape.HV * nvt;
   if (blocks <= 0) return STRATA_SUCCESS;
@@ -1378,9 +1397,9 @@ int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
   constexpr size_t smem = state_o_smem<kTerms, kBV, kStages, kPreP>();
   static_assert(smem <= 227 * 1024, "sm_90 shared memory per block");
-  auto kernel = state_o_mma<T, kTerms, kBV, kStages, kPreP>;
+  auto kernel = state_o_mma<T, kTerms, kBV, kStages, kPreP, kWarps>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kThreadsF, smem, stream>>>(p, nvt);
+  kernel<<<static_cast<unsigned>(blocks), kWarps * 32, smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
 }
 
@@ -1390,9 +1409,10 @@ int launch_state_o_cols(const GdnFwdParams& p, cudaStream_t stream) {
 // S and Vd do not fit beside it.
 // kPreP (P read from p.Pqk: one more 9 KB tile per stage): the same widths; f16's two S / Vd terms leave no
 // room for a third stage at 32 columns (230 KB), so it runs two there.
-int state_o_width(const GdnFwdParams& p, bool bf16, int sms) {
+// 16 warps: the same widths but at least 64 (a warp's part of the chunk products is >= 16 columns).
+int state_o_width(const GdnFwdParams& p, bool bf16, int sms, bool w16) {
   const int64_t nh = p.shape.N * p.shape.HV;
-  if (nh * cdiv(p.shape.V, 32) <= sms) return 32;
+  if (!w16 && nh * cdiv(p.shape.V, 32) <= sms) return 32;
   if (bf16 && nh * cdiv(p.shape.V, 64) <= sms) return 64;
   return bf16 ? 128 : 64;
 }
@@ -1403,18 +1423,20 @@ int sm_count(int& sms) {
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   return STRATA_SUCCESS;
 }
-template <class T, bool kPreP>
+template <class T, bool kPreP, int kWarps>
 int fwd_state_o(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   constexpr int kTerms = kBf16 ? 1 : 2;  // as in launch_state
   constexpr int kStages32 = (kBf16 || !kPreP) ? 3 : 2;
   int sms = 132;
   if (const int r = sm_count(sms); r != STRATA_SUCCESS) return r;
-  switch (state_o_width(p, kBf16, sms)) {
-    case 32: return launch_state_o_cols<T, kTerms, 32, kStages32, kPreP>(p, stream);
-    case 64: return launch_state_o_cols<T, kTerms, 64, 2, kPreP>(p, stream);
+  switch (state_o_width(p, kBf16, sms, kWarps == 16)) {
+    case 32:
+      if constexpr (kWarps == 8) return launch_state_o_cols<T, kTerms, 32, kStages32, kPreP, 8>(p, stream);
+      return fail(STRATA_ERROR_INTERNAL, "state_o_mma: 16 warps need >= 64 columns");
+    case 64: return launch_state_o_cols<T, kTerms, 64, 2, kPreP, kWarps>(p, stream);
     default:
-      if constexpr (kBf16) return launch_state_o_cols<T, kTerms, 128, 2, kPreP>(p, stream);
+      if constexpr (kBf16) return launch_state_o_cols<T, kTerms, 128, 2, kPreP, kWarps>(p, stream);
       return fail(STRATA_ERROR_INTERNAL, "state_o_mma: 128 columns need bf16");
   }
 }
@@ -1491,7 +1513,7 @@ std::string fwd_cuda_state_o_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream_ptr) {
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, StateOBlock block, void* stream_ptr) {
   std::string why = fwd_cuda_state_o_reject(p);
   if (why.empty() && which == StateOKernel::kPrecomputedP) {
     if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
@@ -1500,9 +1522,17 @@ int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream_ptr
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_mma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const bool bf16 = p.k.dtype == STRATA_DTYPE_BF16;
-  if (which == StateOKernel::kPrecomputedP)
-    return bf16 ? fwd_state_o<__nv_bfloat16, true>(p, stream) : fwd_state_o<__half, true>(p, stream);
-  return bf16 ? fwd_state_o<__nv_bfloat16, false>(p, stream) : fwd_state_o<__half, false>(p, stream);
+  const bool pre = which == StateOKernel::kPrecomputedP;
+  if (block == StateOBlock::k16Warps) {
+    if (pre) return bf16 ? fwd_state_o<__nv_bfloat16, true, 16>(p, stream) : fwd_state_o<__half, true, 16>(p, stream);
+    return bf16 ? fwd_state_o<__nv_bfloat16, false, 16>(p, stream) : fwd_state_o<__half, false, 16>(p, stream);
+  }
+  if (pre) return bf16 ? fwd_state_o<__nv_bfloat16, true, 8>(p, stream) : fwd_state_o<__half, true, 8>(p, stream);
+  return bf16 ? fwd_state_o<__nv_bfloat16, false, 8>(p, stream) : fwd_state_o<__half, false, 8>(p, stream);
+}
+
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream) {
+  return fwd_cuda_state_o(p, which, StateOBlock::k8Warps, stream);
 }
 
 int fwd_cuda_state_o(const GdnFwdParams& p, void* stream) {
@@ -1513,11 +1543,22 @@ bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p) {
   int sms = 132;
   if (sm_count(sms) != STRATA_SUCCESS) return false;
   const bool bf16 = p.k.dtype == STRATA_DTYPE_BF16;
-  const int width = state_o_width(p, bf16, sms);
+  const int width = state_o_width(p, bf16, sms, false);
   // f16 at 32 columns: the pre-computed form has room for 2 cp.async stages only (3 inline); not measured, so
   // the automatic choice keeps the 3-stage inline form there.
   if (!bf16 && width == 32) return false;
   return width < p.shape.V;
+}
+
+StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p) {
+  // 16 warps where the 8-warp pass runs 128 columns per block (one block per head). GPU run s7run2 (H200, bf16,
+  // HV = 32, K = V = 128, P inline): B = 4 T = 8192 pass 0.918 ms with 8 warps, 0.788 ms with 16. Where the 8-warp
+  // pass runs 32 columns (B = 1 T = 32768, P pre-computed: 1.486 ms) the 16-warp one needs 64 (2.039 ms): not there.
+  constexpr int kAuto16Width = 128;
+  int sms = 132;
+  if (sm_count(sms) != STRATA_SUCCESS) return StateOBlock::k8Warps;
+  return state_o_width(p, p.k.dtype == STRATA_DTYPE_BF16, sms, false) >= kAuto16Width ? StateOBlock::k16Warps
+                                                                                        : StateOBlock::k8Warps;
 }
 
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p) {

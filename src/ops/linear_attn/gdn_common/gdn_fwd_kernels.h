@@ -76,13 +76,21 @@ std::string fwd_cuda_state_o_reject(const GdnFwdParams& p);
 // loses the P products, their gating and the 10-blocks-on-8-warps imbalance. Same values and summation order:
 // the two variants give the same bits. fwd_cuda_state_o(p, stream) is kInline.
 enum class StateOKernel : int { kInline = 0, kPrecomputedP };
-int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream);
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, void* stream);  // 8 warps
+// Block of the fused pass: 8 warps (256 threads; 32 / 64 / 128 columns of S per block) or 16 warps (512 threads,
+// <= 128 registers each; 64 / 128 columns: a warp's share of the chunk products is half as wide, and twice the
+// warps per scheduler hide the chunk step's dependent chains). Every output element sees the same products in
+// the same order, so the two blocks give the same bits (at any widths: columns are independent).
+enum class StateOBlock : int { k8Warps = 0, k16Warps };
+int fwd_cuda_state_o(const GdnFwdParams& p, StateOKernel which, StateOBlock block, void* stream);
 // Whether the pre-computed P is expected to pay on p: the pass splits V into several column blocks per (sequence,
 // value head) (few sequence-heads: B = 1 long sequences), each of which would form the same P on its sequential
 // chain. With one block per head (V <= the pass's width) P is formed once anyway and the extra launch and
 // round trip of P through memory would only add time. Not for f16 at 32 columns (the pre-computed form has room
 // for two cp.async stages there, the inline one for three).
 bool fwd_cuda_state_o_pre_p_pays(const GdnFwdParams& p);
+// The block the automatic fused forward runs on p (8 warps, or 16 where they were measured faster).
+StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // p.Pqk = the gated Q Kᵀ (from q, k, g; shape and chunks as the fused pass). bf16 / f16 (q, k and Pqk of one
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
 int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);

@@ -129,6 +129,10 @@ struct BackendTraits {
   int64_t min_chunk_rows = 64;    // token_chunked is chosen only with chunks at least this tall
   bool bf16_tile = false;         // CUDA: bf16 inputs keep the logits tile in bf16 (the GEMM rounds its f32
                                   // accumulators once) and dZ overwrites it in place: 2 bytes per element
+  bool overlap_stats = false;     // CUDA with STRATA_CHUNK_LOSS_OVERLAP=1 (off by default: slower on the H200):
+                                  // stats() runs beside the next GEMM (a second stream), so the vocab_tiled
+                                  // forward alternates the tiles it does not keep between two buffers, and the
+                                  // backward computes a kept tile's gradient beside the previous tile's GEMMs
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

@@ -294,6 +294,12 @@ struct CpuBackend : BackendBase {
     return static_cast<float>(a * p.grad_scale);
   }
 
+  // (BackendTraits::overlap_stats is off on the CPU: the driver never calls these two.)
+  void grad_async(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+                  int64_t cols, int64_t r0, int64_t v0) {
+    grad(Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0);
+  }
+  void grad_wait() {}
   void grad(const void* Zv, int32_t, int64_t ldz, void* dZ, int32_t, int64_t lddz, int64_t rows, int64_t cols,
             int64_t r0, int64_t v0) {
     const float* Z = static_cast<const float*>(Zv);

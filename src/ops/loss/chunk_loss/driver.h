@@ -14,6 +14,8 @@
 //                                          last vocabulary tile writes lse and the per-row loss
 //   void grad(Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0)  dZ of the tile from the row lse (dZ may be
 //                                          Z itself: each element is read before it is written)
+//   void grad_async(same as grad), grad_wait()   (only with BackendTraits::overlap_stats) grad launched beside
+//                                          the following GEMMs; grad_wait orders what follows after it
 //   (Z is the logits tile in L.z_dtype: f32, or bf16 where BackendTraits::bf16_tile allows it)
 //   void colsum(dZ, dz_dt, lddz, rows, cols, float* acc, acc_stride, first, scale)
 //                                acc[j] (+)= scale * sum over rows, in row order
@@ -205,13 +207,21 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   auto tile_dz = [&](int64_t ti) { return sep ? dZ : tile_z(ti); };
   auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
 
+  // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
+  // beside the GEMM of tile t + 1) they alternate between the workspace tile and dweight's first slot, free during
+  // the forward (kept tile s is at (s + 1) slot), so that the GEMM does not overwrite the tile being read.
+  auto fwd_z = [&](int64_t ti) -> void* {
+    if (ti >= n_keep && n_keep > 0 && be.traits().overlap_stats && (ti - n_keep) % 2 == 1)
+      return static_cast<void*>(dw_base);
+    return tile_z(ti);
+  };
   if (!p.backward_op) {  // vocab_tiled forward: online statistics over the vocabulary tiles
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
       for (int64_t v0 = 0; v0 < V; v0 += vt) {
         const int64_t vn = std::min(vt, V - v0);
-        void* Zt = tile_z(v0 / vt);
+        void* Zt = fwd_z(v0 / vt);
         be.gemm(false, true, rows, vn, D, Hm, be.weight_block(v0, vn), 0.f, Zt, z_dt, vt);
         be.stats(Zt, z_dt, vt, rows, vn, b0, v0, v0 == 0, v0 + vn == V);
       }
@@ -232,6 +242,11 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
                             : reinterpret_cast<float*>(ws + L.dh_acc);
     dh_ld = L.dh_in_place ? p.ld_dh : D;
   }
+  // Kept tiles with dZ in place and BackendTraits::overlap_stats (CUDA): the gradient of kept tile ti + 1 runs
+  // on the second stream beside the GEMMs of tile ti, and tile ti + 1 waits for it (grad_wait). It reads and
+  // writes only its own slot [(ti + 2) slot, (ti + 3) slot), which tile ti's GEMMs do not write (dW tile ti ends
+  // at (ti + 1) wt <= (ti + 1) slot; dH goes to the accumulator).
+  const bool grad_ahead = be.traits().overlap_stats && !sep && n_keep > 1;
   for (int64_t v0 = 0; v0 < V; v0 += vt) {
     const int64_t vn = std::min(vt, V - v0), ti = v0 / vt;
     const Mat Wm = be.weight_block(v0, vn);
@@ -253,7 +268,12 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
       if (ti >= n_keep) be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Zt, z_dt, vt);
-      be.grad(Zt, z_dt, vt, const_cast<void*>(dZt.p), dz_dt, vt, rows, vn, b0, v0);
+      if (grad_ahead && ti > 0 && ti < n_keep) be.grad_wait();  // launched beside the previous tile's GEMMs
+      else be.grad(Zt, z_dt, vt, const_cast<void*>(dZt.p), dz_dt, vt, rows, vn, b0, v0);
+      if (grad_ahead && ti + 1 < n_keep) {  // n_keep > 0: one token block (b0 = 0, rows = N)
+        const int64_t v1 = v0 + vt, vn1 = std::min(vt, V - v1);
+        be.grad_async(tile_z(ti + 1), z_dt, vt, tile_z(ti + 1), dz_dt, vt, rows, vn1, b0, v1);
+      }
       if (p.dweight && !deferred)  // L.dw_direct: a single block (b0 = 0), so beta = 0 and one rounding
         be.gemm(true, false, vn, D, rows, dZt, Hm, b0 > 0 ? 1.f : 0.f, dw_tile, dw_dt, dw_ld, dzs);
       if (p.dhidden && h_lo > 0) {  // the split accumulator (one token block: b0 = 0, rows = N)

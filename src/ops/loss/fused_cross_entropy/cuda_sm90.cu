@@ -121,19 +121,74 @@ __device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
 
 __device__ __forceinline__ int64_t* count_slot(const CeParams& p) { return ce_count_slot(p); }
 
+// The count of non-ignored targets and of bad ones (outside [0, V), not ignored) -> ce_count_slot, ce_bad_slot.
 __global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
-  unsigned long long n = 0;
+  unsigned long long n = 0, bad = 0;
 #pragma unroll 8  // independent loads in flight together (N = 8192: 8 per thread)
-  for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) n += ce_target(p, i) != p.k.ignore_index;
-  // Integers: exact in any order. A warp sum first, so that 32 (not 1024) atomics meet on the shared total.
+  for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) {
+    const int64_t y = ce_target(p, i);
+    const bool valid = y != p.k.ignore_index;
+    n += valid;
+    bad += valid && (y < 0 || y >= p.V);
+  }
+  // Integers: exact in any order. A warp sum first, so that 32 (not 1024) atomics meet on the shared totals.
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
-  __shared__ unsigned long long total;
-  if (threadIdx.x == 0) total = 0;
+  for (int o = 16; o > 0; o >>= 1) {
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+    bad += __shfl_xor_sync(0xffffffffu, bad, o);
+  }
+  __shared__ unsigned long long total, total_bad;
+  if (threadIdx.x == 0) total = 0, total_bad = 0;
   __syncthreads();
-  if ((threadIdx.x & 31) == 0) atomicAdd(&total, n);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&total, n), atomicAdd(&total_bad, bad);
   __syncthreads();
-  if (threadIdx.x == 0) *count_slot(p) = static_cast<int64_t>(total);
+  if (threadIdx.x == 0) {
+    *count_slot(p) = static_cast<int64_t>(total);
+    *ce_bad_slot(p) = static_cast<int64_t>(total_bad);
+  }
+}
+
+// Scale mode (CeParams::scale_only): row i of dlogits (the logits buffer, holding the gradient for an upstream
+// gradient of 1) *= g_i = dloss[i] (none) or dloss[0] (mean, sum), in f32, rounded to T. dloss is read here, so
+// the host never waits for it; g == 1 (the usual loss.backward()) exits at once (mean/sum: every block after
+// one load). Ignored rows keep their 0 (as the full backward gives 0 for any dloss). Rows are grid-strided;
+// 16-byte vectors between scalar heads and tails as in ce_rows.
+template <class T, int kThreads>
+__global__ void __launch_bounds__(kThreads) ce_scale(const CeParams p) {
+  constexpr int kVec = ce_cuda::kVec<T>;
+  const float* dl = static_cast<const float*>(p.dloss);
+  const bool per_row = p.reduction == kCeNone;
+  if (!per_row && dl[0] == 1.f) return;
+  for (int64_t i = blockIdx.x; i < p.N; i += gridDim.x) {
+    const float g = per_row ? dl[i * p.dloss_stride] : dl[0];
+    if (g == 1.f || ce_target(p, i) == p.k.ignore_index) continue;  // uniform across the block
+    T* z = static_cast<T*>(p.dlogits) + i * p.dlogits_rs;
+    const int64_t V = p.V;
+    const int64_t mis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(z) / sizeof(T)) % kVec);
+    const int64_t head = mis == 0 ? 0 : (kVec - mis < V ? kVec - mis : V);
+    const int64_t nvec = (V - head) / kVec;
+    const int64_t tail0 = head + nvec * kVec;
+    for (int64_t e = threadIdx.x; e < head; e += kThreads) st1(z + e, ld1(z + e) * g);
+    T* zv = z + head;
+    for (int64_t v = threadIdx.x; v < nvec; v += kThreads) {
+      float x[kVec];
+      ldv(zv + v * kVec, x);
+#pragma unroll
+      for (int q = 0; q < kVec; ++q) x[q] *= g;
+      stv(zv + v * kVec, x);
+    }
+    for (int64_t e = tail0 + threadIdx.x; e < V; e += kThreads) st1(z + e, ld1(z + e) * g);
+  }
+}
+
+template <class T>
+strata_status launch_scale(const CeParams& p, cudaStream_t stream) {
+  // 8 blocks of 256 threads per SM on 132 SMs (H200), each looping over rows: enough to stream the rows when
+  // g != 1, few enough that the g == 1 exit costs one short launch.
+  constexpr int kThreads = 256;
+  const unsigned grid = static_cast<unsigned>(p.N < 1056 ? p.N : 1056);
+  ce_scale<T, kThreads><<<grid, kThreads, 0, stream>>>(p);
+  return STRATA_SUCCESS;
 }
 
 // dz of one element (ce_grad_elem with the fast exponential).
@@ -170,6 +225,8 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
   __shared__ float row_lse;
   const CeConsts& k = p.k;
   const int64_t count = (kGrad && p.reduction == kCeMean) ? *count_slot(p) : 0;
+  // The fused forward writes no gradient when any target is bad (ce_count's bad count; the loss rows still go).
+  const bool grad = kGrad && (p.backward || *ce_bad_slot(p) == 0);
   for (int64_t i = blockIdx.x; i < p.N; i += gridDim.x) {
     const T* z = static_cast<const T*>(p.logits) + i * p.logits_rs;
     const int64_t y = ce_target(p, i);
@@ -214,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
     } else {
       lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
     }
-    if constexpr (kGrad) {
+    if (grad) {
       T* dz = static_cast<T*>(p.dlogits) + i * p.dlogits_rs;
       const int64_t dmis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(dz) / sizeof(T)) % kVec);
       const float g = (ignored || bad) ? 0.f : ce_upstream(p, i, count);
@@ -281,7 +338,10 @@ strata_status launch_rows(const CeParams& p, unsigned grid, cudaStream_t stream)
 
 strata_status ce_launch_count(const CeParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const bool need_count = p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward);
+  // mean: the count (both ops with a gradient, the forward for the loss); the fused forward: the bad count,
+  // so that a bad target leaves dlogits (the logits, in place) unwritten.
+  const bool need_count =
+      (p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward)) || (!p.backward && p.dlogits != nullptr);
   if (!need_count) return STRATA_SUCCESS;
   ce_count<<<1, 1024, 0, stream>>>(p);
   return cuda::check_launch("fused_cross_entropy (ce_count)");
@@ -292,6 +352,17 @@ strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {
   if (p.backward || p.reduction == kCeNone) return STRATA_SUCCESS;
   ce_reduce<<<1, 1024, 0, stream>>>(p);
   return cuda::check_launch("fused_cross_entropy (ce_reduce)");
+}
+
+strata_status ce_launch_scale(const CeParams& p, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (p.N == 0) return STRATA_SUCCESS;
+  switch (p.dtype) {
+    case STRATA_DTYPE_F32: STRATA_RETURN_IF_ERROR(launch_scale<float>(p, stream)); break;
+    case STRATA_DTYPE_BF16: STRATA_RETURN_IF_ERROR(launch_scale<bf16_t>(p, stream)); break;
+    default: STRATA_RETURN_IF_ERROR(launch_scale<f16_t>(p, stream)); break;
+  }
+  return cuda::check_launch("fused_cross_entropy (ce_scale)");
 }
 
 int fused_cross_entropy_cuda(const CeParams& p, void* stream_ptr) {

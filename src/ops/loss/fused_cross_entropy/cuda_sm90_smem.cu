@@ -59,6 +59,10 @@ constexpr int kThreads = 256;                    // 4-5 CTAs per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
+// cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
+// against 1.578 with 40 KiB slices and cluster_smem's 1.716): twice the slice, half the CTAs per row (bf16
+// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches.
+constexpr int64_t kWideSliceBytes = 80 << 10;
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
 constexpr int kChunks = 4;                       // cluster_chunked: pieces per slice (~9 KiB at V = 151936 bf16)
 
@@ -231,12 +235,60 @@ __device__ __forceinline__ void sum_piece(const uint4* buf, int v0, int v1, cons
   sc += c0 + c1;
 }
 
-// One row per cluster (grid = N clusters up to 2^31 - 1 CTAs; beyond, clusters loop over rows). kPieces = 1:
-// cluster_smem (bit-identical to its session-5 form); kPieces = kChunks: cluster_chunked.
-template <class T, bool kGrad, bool kCap, int kPieces>
-__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+// cluster_stored_exp: the storage type of e = exp(c - m_t) in the slice: f16 for bf16 logits (e <= 1; 11
+// significant bits, 3 more than the bf16 gradient keeps), f32 for f32 logits (f16 logits do not use it).
+template <class T>
+using StoredExp = std::conditional_t<std::is_same_v<T, float>, float, f16_t>;
+
+// Sweep B of cluster_stored_exp (one piece, no softcap): as sum_piece<kFtz = true>, and each vector's
+// e = exp(s z - m_t) (m_t: this thread's maximum) is written back over the logits it came from, as
+// StoredExp<T>. The vectors are the ones this thread sweeps in the gradient too, so no other thread reads
+// them. The thread that owns the target's vector (yv: the target's index in the slice, or out of range) takes
+// c_y = s z_y before overwriting it.
+template <class T, bool kSum>
+__device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k, float m, int64_t yv, float& s,
+                                          float& sc, float& c_y) {
   constexpr int kVec = ce_cuda::kVec<T>;
-  constexpr bool kFtz = kPieces > 1;  // cluster_chunked: the two-instruction exponential (piece_exp)
+  float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
+  for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
+    float x[kVec];
+    unpack<T>(buf[v], x);
+    const int64_t off = yv - static_cast<int64_t>(v) * kVec;
+    if (off >= 0 && off < kVec) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e)
+        if (e == off) c_y = k.scale * x[e];
+    }
+    float ex[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      ex[e] = piece_exp<true>(fmaf(k.scale, x[e], -m));
+      if (e & 1) {
+        s1 += ex[e];
+        if constexpr (kSum) c1 += x[e];
+      } else {
+        s0 += ex[e];
+        if constexpr (kSum) c0 += x[e];
+      }
+    }
+    buf[v] = pack<StoredExp<T>>(ex);
+  }
+  s += s0 + s1;
+  sc += c0 + c1;
+}
+
+// One row per cluster (grid = N clusters up to 2^31 - 1 CTAs; beyond, clusters loop over rows). kPieces = 1:
+// cluster_smem (bit-identical to its session-5 form); kPieces = kChunks: cluster_chunked. kStore (kPieces = 1,
+// no softcap, bf16/f32, the fused forward): cluster_stored_exp, the exponentials of the statistics sweep kept
+// in the slice (sum_store) so that the gradient sweep computes none: per element one conversion, one FFMA and
+// half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
+// statistics sweep, runs the kPieces = 1 gradient).
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+  static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
+                "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
+  constexpr int kVec = ce_cuda::kVec<T>;
+  constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[kPieces];
   __shared__ Part warp_part[kWarps];
@@ -256,7 +308,12 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   const int pv = (nv + kPieces - 1) / kPieces;
   const int pieces = pv > 0 ? (nv + pv - 1) / pv : 0;
   const int64_t count = (kGrad && p.reduction == kCeMean) ? *ce_count_slot(p) : 0;
+  // The fused forward writes no gradient when any target is bad (ce_count's bad count; in place the logits stay
+  // as they were). The forward waits for every piece in its statistics, so skipping the gradient sweep keeps
+  // the barrier phases balanced; the backward op (which waits in the gradient sweep) is never skipped.
+  const bool grad = kGrad && (!fwd || *ce_bad_slot(p) == 0);
   const uint4* buf = reinterpret_cast<const uint4*>(smem_raw);
+  uint4* wbuf = reinterpret_cast<uint4*>(smem_raw);  // kStore: the exponentials written over the logits
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) mbar_init(&bars[q]);
@@ -279,6 +336,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       }
     }
     float lse;
+    float m_t = -INFINITY;  // kStore: this thread's maximum, the reference of its stored exponentials
     if (fwd) {
       // Per piece: wait for it, sweep A (the thread's extreme raw logit -> the piece's m_q = c(extreme)),
       // rescale the running sum when m_q raises m, sweep B (sum exp(c - m), and sum c with smoothing).
@@ -287,6 +345,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       // elements so far are all NaN adds nothing for them, as in cluster_smem). Threads whose elements so far
       // are all -inf in c add nothing (as in block_per_row: -inf - -inf would be NaN).
       float m = -INFINITY, s = 0.f, sc = 0.f;
+      float c_y_own = 0.f;  // kStore: c_y, taken by the thread that owns the target's vector
       for (int q = 0; q < pieces; ++q) {
         const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
         mbar_wait(&bars[q], phase);
@@ -298,12 +357,31 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
           s *= ce_exp(m - mq);  // exp(-inf) = 0 while the sum is still empty
           m = mq;
         }
+        if constexpr (kStore) {
+          // The single piece: store e. A thread whose elements are all -inf or NaN (the max skips NaN) stores 0
+          // for -inf (p = 0) and NaN for NaN, so its gradient is what cluster_smem gives (-uniform, NaN).
+          if (m == -INFINITY) {
+            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
+              float x[kVec];
+              unpack<T>(buf[v], x);
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) x[e] = x[e] != x[e] ? x[e] : 0.f;
+              wbuf[v] = pack<StoredExp<T>>(x);
+            }
+            continue;
+          }
+          const int64_t yv = (ignored || bad) ? int64_t{-(1 << 30)} : y - lo;
+          if (smooth) sum_store<T, true>(wbuf, nv, k, m, yv, s, sc, c_y_own);
+          else sum_store<T, false>(wbuf, nv, k, m, yv, s, sc, c_y_own);
+          continue;
+        }
         if (m == -INFINITY) continue;
         if (smooth) sum_piece<T, kCap, true, kFtz>(buf, v0, v1, k, m, s, sc);
         else sum_piece<T, kCap, false, kFtz>(buf, v0, v1, k, m, s, sc);
       }
-      Part a{m, s, kCap ? sc : k.scale * sc, 0.f};
-      if (threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
+      m_t = m;
+      Part a{m, s, kCap ? sc : k.scale * sc, c_y_own};
+      if (!kStore && threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
         const T* row = reinterpret_cast<const T*>(smem_raw);
         a.c_y = ce_logit(k, to_f32(row[y - lo]));  // thread 0 waited for every piece above
       }
@@ -345,7 +423,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
     } else {
       lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
     }
-    if constexpr (kGrad) {
+    if (grad) {
       uint4* dz = reinterpret_cast<uint4*>(static_cast<T*>(p.dlogits) + i * p.dlogits_rs + lo);
       const float g = ce_upstream(p, i, count);
       const CeGradRow gr = ce_grad_row(k, lse, g);
@@ -360,6 +438,26 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         if (ignored || bad) {
           for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
           continue;
+        }
+        if constexpr (kStore) {
+          if (fwd) {
+            // dz = p_coef exp(c - lse) - uniform - [j == y] target, with exp(c - lse) = e exp(m_t - lse).
+            const float pc = gr.p_coef * ce_exp(m_t - gr.lse);  // 0 for a thread whose elements are all -inf
+            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
+              float x[kVec];
+              unpack<StoredExp<T>>(buf[v], x);
+#pragma unroll
+              for (int e = 0; e < kVec; ++e) x[e] = fmaf(pc, x[e], -gr.uniform);
+              const int64_t off = yv - static_cast<int64_t>(v) * kVec;
+              if (off >= 0 && off < kVec) {
+#pragma unroll
+                for (int e = 0; e < kVec; ++e)
+                  if (e == off) x[e] -= gr.target;
+              }
+              dz[v] = pack<T>(x);
+            }
+            continue;
+          }
         }
         for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
           float x[kVec];
@@ -409,23 +507,23 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-Split split_of(int64_t V, int32_t dtype) {
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
   int64_t C = 1;  // 1, 2, 4, 8
-  while (C < kMaxCluster && C * kTargetSliceBytes < bytes) C *= 2;
+  while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -453,9 +551,20 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
   return cap ? launch<T, false, true, kPieces>(p, sp, stream) : launch<T, false, false, kPieces>(p, sp, stream);
 }
 
+// The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
+// static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
+bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+         !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
+}
+
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
-  return kind == CeSmemKind::kChunked ? launch_t<T, kChunks>(p, sp, stream) : launch_t<T, 1>(p, sp, stream);
+  if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
+  if constexpr (!std::is_same_v<T, f16_t>) {
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
+  }
+  return launch_t<T, 1>(p, sp, stream);
 }
 
 }  // namespace
@@ -479,7 +588,9 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    const Split sp = split_of(p.V, p.dtype);
+    // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
+    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

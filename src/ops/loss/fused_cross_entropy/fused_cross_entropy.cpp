@@ -1,7 +1,8 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_smem, cuda.sm90.cluster_chunked, cuda.sm90.block_per_row,
+// Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
+// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
 // cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -86,6 +87,16 @@ strata_status check_run(const CeParams& p, size_t workspace_size, bool cuda) {
   return STRATA_SUCCESS;
 }
 
+// Scale mode (lse omitted): the gradient to scale is in the logits buffer, so dlogits must be that buffer.
+strata_status check_scale(const CeParams& p) {
+  if (!p.scale_only || p.N == 0) return STRATA_SUCCESS;
+  if (p.dlogits == p.logits && p.dlogits_rs == p.logits_rs) return STRATA_SUCCESS;
+  return fail(STRATA_ERROR_INVALID_VALUE,
+              "{}: without lse (scale mode: the forward wrote the gradient for an upstream gradient of 1 into the "
+              "logits) dlogits must be the logits buffer itself (same pointer and strides)",
+              kBwd);
+}
+
 // Sum of the per-row values in the workspace (f64, row order) -> the reduced outputs.
 void finish_cpu(const CeParams& p, int64_t count) {
   if (p.backward || p.reduction == kCeNone) return;
@@ -117,6 +128,11 @@ Implementation<CeProblem> cpu_impl(std::string name, std::function<std::string(c
             int64_t count = 0;
             STRATA_RETURN_IF_ERROR(ce_check_targets(p, &count));
             STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, false));
+            if (p.scale_only) {
+              STRATA_RETURN_IF_ERROR(check_scale(p));
+              ce_scale_host(p, false);
+              return STRATA_SUCCESS;
+            }
             fn(p, count);
             finish_cpu(p, count);
             return STRATA_SUCCESS;
@@ -140,6 +156,10 @@ Implementation<CeProblem> cuda_impl(std::string name, std::function<std::string(
           [run](const CeProblem& pr, const Launch& l) {
             const CeParams p = bind(pr, l);
             STRATA_RETURN_IF_ERROR(check_run(p, l.workspace_size, true));
+            if (p.scale_only) {  // the same small kernel for every CUDA implementation
+              STRATA_RETURN_IF_ERROR(check_scale(p));
+              return ce_launch_scale(p, l.cuda_stream);
+            }
             return static_cast<strata_status>(run(p, l.cuda_stream));
           }};
 }
@@ -148,7 +168,8 @@ Implementation<CeProblem> cuda_impl(std::string name, std::function<std::string(
 // (the plan cannot see them) run block_per_row at run time, the same math.
 Implementation<CeProblem> cuda_smem_impl(std::string name, CeSmemKind kind) {
   return cuda_impl(
-      std::move(name), [kind](const CeParams& p) { return ce_smem_reject(p, kind); },
+      // (the scale mode runs ce_scale, any shape, whichever implementation was chosen)
+      std::move(name), [kind](const CeParams& p) { return p.scale_only ? std::string() : ce_smem_reject(p, kind); },
       [kind](const CeParams& p, void* stream) {
         if (!ce_smem_aligned(p)) return fused_cross_entropy_cuda(p, stream);
         return fused_cross_entropy_cuda_smem(p, stream, kind);
@@ -160,15 +181,23 @@ const ImplList<CeProblem>& impls() {
   static const ImplList<CeProblem> list = [] {
     ImplList<CeProblem> l;
 #if STRATA_WITH_CUDA
+    // Session 7, the default since s7run2 (bf16 [8192, 151936] fused fwd+bwd in place: 1.426 ms, cluster_smem
+    // 1.716): cluster_smem whose statistics sweep keeps its exponentials in shared memory over the logits, so the
+    // gradient sweep computes none, with ~80 KiB slices (clusters of 4 at this shape). Only the fused forward
+    // without softcap of bf16/f32 logits; everything else (loss only, softcap, f16, the backward op) runs
+    // cluster_smem exactly. Same shapes as cluster_smem (ce_smem_reject).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_smem", CeSmemKind::kSmem));
     // Session 6: cluster_smem with each CTA's slice copied in kChunks pieces (one mbarrier each) and the row
     // statistics taken chunk by chunk as the pieces land, so the sweeps overlap the copy instead of following
-    // it. Not yet timed on the H200: cluster_smem accepts every shape it does, so until the lead moves it first
-    // only STRATA_FORCE_IMPL=cuda.sm90.cluster_chunked reaches it (atk times both side by side).
+    // it (s7run2: 1.707 ms fused, cluster_smem 1.716; loss only 1.104 vs 1.025): forced only.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_chunked", CeSmemKind::kChunked));
+    // Session 7: the stored-exponential kernel with cluster_smem's ~40 KiB slices (s7run2: 1.578 ms): forced only,
+    // kept so that the conformance suite covers the 8-CTA split of that kernel and atk shows the slice effect.
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {
@@ -197,6 +226,11 @@ const ImplList<CeProblem>& impls() {
                    int64_t count = 0;
                    STRATA_RETURN_IF_ERROR(ce_check_targets(p, &count));
                    STRATA_RETURN_IF_ERROR(check_alias(p, p.backward ? kBwd : kFwd));
+                   if (p.scale_only) {
+                     STRATA_RETURN_IF_ERROR(check_scale(p));
+                     ce_scale_host(p, true);
+                     return STRATA_SUCCESS;
+                   }
                    return fused_cross_entropy_reference(p);
                  }});
     return l;
@@ -318,13 +352,13 @@ strata_status validate_bwd(const strata_tensor_desc* logits, const strata_tensor
   const char* op = kBwd;
   STRATA_RETURN_IF_ERROR(check_desc(op, "logits", logits));
   STRATA_RETURN_IF_ERROR(check_desc(op, "target", target));
-  STRATA_RETURN_IF_ERROR(check_desc(op, "lse", lse));
+  if (lse) STRATA_RETURN_IF_ERROR(check_desc(op, "lse", lse));  // NULL: scale mode
   STRATA_RETURN_IF_ERROR(check_desc(op, "dloss", dloss));
   STRATA_RETURN_IF_ERROR(check_desc(op, "dlogits", dl));
 
   STRATA_RETURN_IF_ERROR(check_same_device(op, "logits", *logits, *logits, "logits"));
   STRATA_RETURN_IF_ERROR(check_same_device(op, "target", *target, *logits, "logits"));
-  STRATA_RETURN_IF_ERROR(check_same_device(op, "lse", *lse, *logits, "logits"));
+  if (lse) STRATA_RETURN_IF_ERROR(check_same_device(op, "lse", *lse, *logits, "logits"));
   STRATA_RETURN_IF_ERROR(check_same_device(op, "dloss", *dloss, *logits, "logits"));
   STRATA_RETURN_IF_ERROR(check_same_device(op, "dlogits", *dl, *logits, "logits"));
 
@@ -332,7 +366,7 @@ strata_status validate_bwd(const strata_tensor_desc* logits, const strata_tensor
                                         {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16, STRATA_DTYPE_F64}));
   STRATA_RETURN_IF_ERROR(check_f64_on_cpu(op, "logits", *logits));
   STRATA_RETURN_IF_ERROR(check_dtype_in(op, "target", *target, {STRATA_DTYPE_I64, STRATA_DTYPE_I32}));
-  STRATA_RETURN_IF_ERROR(check_stat_dtype(op, "lse", *lse, *logits));
+  if (lse) STRATA_RETURN_IF_ERROR(check_stat_dtype(op, "lse", *lse, *logits));
   STRATA_RETURN_IF_ERROR(check_stat_dtype(op, "dloss", *dloss, *logits));
   if (dl->dtype != logits->dtype)
     return fail(STRATA_ERROR_INVALID_DTYPE, "{}: dlogits must have the dtype of logits ({}), got {}", op,
@@ -345,7 +379,7 @@ strata_status validate_bwd(const strata_tensor_desc* logits, const strata_tensor
                 shape_str(*logits));
   const int64_t n1[] = {N};
   STRATA_RETURN_IF_ERROR(check_shape_eq(op, "target", *target, n1, "[N] with N = logits.shape[0]"));
-  STRATA_RETURN_IF_ERROR(check_shape_eq(op, "lse", *lse, n1, "[N]"));
+  if (lse) STRATA_RETURN_IF_ERROR(check_shape_eq(op, "lse", *lse, n1, "[N]"));
   STRATA_RETURN_IF_ERROR(check_reduction(op, reduction));
   const char* how = reduction == kCeNone ? "[N] for reduction none" : "[] for reduction mean/sum";
   STRATA_RETURN_IF_ERROR(check_shape_eq(op, "dloss", *dloss, loss_shape(reduction, N), how));
@@ -353,7 +387,7 @@ strata_status validate_bwd(const strata_tensor_desc* logits, const strata_tensor
 
   STRATA_RETURN_IF_ERROR(check_strides(op, "logits", *logits, false, true));
   STRATA_RETURN_IF_ERROR(check_strides(op, "target", *target, false, false));
-  STRATA_RETURN_IF_ERROR(check_strides(op, "lse", *lse, false, false));
+  if (lse) STRATA_RETURN_IF_ERROR(check_strides(op, "lse", *lse, false, false));
   STRATA_RETURN_IF_ERROR(check_strides(op, "dloss", *dloss, false, false));
   STRATA_RETURN_IF_ERROR(check_strides(op, "dlogits", *dl, true, true));
 
@@ -490,19 +524,23 @@ extern "C" strata_status strata_fused_cross_entropy_bwd_plan(
                 softcap);
     CeParams& k = pr.params;
     k.backward = true;
+    k.scale_only = lse == nullptr;
     k.dlogits_rs = dlogits->strides[0];
     k.lse_in_stride = stride0(lse);
     k.dloss_stride = stride0(dloss);
     const strata_tensor_desc* ts[5] = {logits, target, lse, dloss, dlogits};
+    uint32_t mask = 0;
     for (int i = 0; i < 5; ++i) {
-      pr.present[i] = true;
-      pr.offsets[i] = ts[i]->offset;
+      pr.present[i] = ts[i] != nullptr;
+      pr.offsets[i] = ts[i] ? ts[i]->offset : 0;
+      if (ts[i]) mask |= 1u << i;
     }
     const std::string summary =
         fmt::format("logits:{} target:{} lse:{} dloss:{} dlogits:{} {}", desc_str(*logits), desc_str(*target),
-                    desc_str(*lse), desc_str(*dloss), desc_str(*dlogits),
+                    lse ? desc_str(*lse) : std::string("none (scale the gradient in the logits by dloss)"),
+                    desc_str(*dloss), desc_str(*dlogits),
                     attr_str(reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap));
-    const PlanInfo info{kBwd, 5, 0b11111u, logits->device, summary, k.N == 0};
+    const PlanInfo info{kBwd, 5, mask, logits->device, summary, k.N == 0};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

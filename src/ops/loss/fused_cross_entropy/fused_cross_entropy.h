@@ -45,11 +45,18 @@ struct CeParams {
   CeConsts k;
   float grad_scale = 1.f;  // forward with dlogits: the upstream gradient G assumed for the loss
   bool backward = false;
+  // Backward without lse ("scale mode", for the gradient-in-forward path): dlogits (the logits buffer) already
+  // holds the gradient for an upstream gradient of 1, written by the fused forward with grad_scale 1; it is
+  // multiplied in place by dloss (row i by dloss[i] for none). dloss is read where the kernel runs (no host
+  // read): rows whose factor is exactly 1 and ignored rows (their gradient is 0 whatever dloss is, as in the
+  // full backward) are neither read nor written, so dloss == 1 costs one small launch.
+  bool scale_only = false;
 };
 
 // Workspace: per-row losses and z-losses (f64 on the CPU, f32 on CUDA) when the loss is reduced; on CUDA then
 // the count of non-ignored rows (int64, for mean).
 STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
+  if (p.scale_only) return 0;
   const size_t row = cuda ? sizeof(float) : sizeof(double);
   const size_t rows = (!p.backward && p.reduction != kCeNone) ? 2 * static_cast<size_t>(p.N) * row : 0;
   if (!cuda) return rows;  // the CPU counts the targets while checking them
@@ -57,10 +64,15 @@ STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
   return ((rows + 15) / 16) * 16 + 16;  // + count (int64), 16-byte aligned
 }
 
-// CUDA: the count of non-ignored rows (int64) in the last 16 bytes of the workspace.
+// CUDA: the count of non-ignored rows (int64) in the last 16 bytes of the workspace, and after it (ce_bad_slot)
+// the count of targets outside [0, V) that are not ignore_index. Both are written by ce_count before the row
+// kernel, which it launches for mean (the count) and for the fused forward (the bad count: a fused forward with
+// any bad target writes no gradient, so in place the logits are left as they were; its rows still get a NaN
+// loss, as without a gradient).
 STRATA_HD int64_t* ce_count_slot(const CeParams& p) {
   return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) - 16);
 }
+STRATA_HD int64_t* ce_bad_slot(const CeParams& p) { return ce_count_slot(p) + 1; }
 
 // Target of row i as int64 (i64 or i32 storage).
 STRATA_HD int64_t ce_target(const CeParams& p, int64_t i) {
@@ -91,6 +103,9 @@ strata_status fused_cross_entropy_reference(const CeParams& p);
 // The targets were checked and counted by the caller (count = #non-ignored rows).
 using CeCpuFn = void (*)(const CeParams&, int64_t count);
 CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
+// Scale mode on the host (CeParams::scale_only): f32 products (the CPU implementations, rows split over the
+// threads in fixed blocks) or f64 (the reference); the targets were checked by the caller.
+void ce_scale_host(const CeParams& p, bool f64);
 
 #if STRATA_WITH_CUDA
 // cuda.sm90.block_per_row (cuda_sm90.cu): one block of 512 threads per row, any V, strides and alignment.
@@ -105,10 +120,19 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kChunked: cuda.sm90.cluster_chunked (the slice copied in pieces, one mbarrier each; the statistics are
 //             taken piece by piece as they land, online, overlapping the copy).
 // Same conditions and math (another summation order, each deterministic).
-enum class CeSmemKind { kSmem, kChunked };
+//   kStoredExp: cuda.sm90.cluster_stored_exp (session 7): cluster_smem whose statistics sweep writes
+//             e = exp(c - m_thread) over the logits in shared memory (f16 for bf16 logits, f32 for f32), so the
+//             gradient sweep has no exponential; only the fused forward without softcap of bf16/f32 logits,
+//             everything else runs cluster_smem's kernel.
+//   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
+//             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
+//             is cluster_smem exactly (kernel and slices).
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
+// Scale mode (CeParams::scale_only) on CUDA: one launch whatever the implementation (cuda_sm90.cu).
+strata_status ce_launch_scale(const CeParams& p, void* stream);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
 // fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
 strata_status ce_launch_count(const CeParams& p, void* stream);

@@ -6,8 +6,32 @@
 #include <vector>
 
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
+#include "tile/cpu/parallel.h"
 
 namespace strata::loss {
+
+void ce_scale_host(const CeParams& p, bool f64) {
+  // Rows in fixed blocks (the same bits for any thread count: each element is scaled on its own).
+  const int64_t es = static_cast<int64_t>(dtype_size(p.dtype));
+  tile::parallel_blocks(p.N, tile::block_for_bytes(p.V * es), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const double g = load_elem(p.dloss, p.out_dtype, p.reduction == kCeNone ? i * p.dloss_stride : 0);
+      if (g == 1.0 || ce_target(p, i) == p.k.ignore_index) continue;  // as the CUDA kernel: untouched
+      const int64_t base = i * p.dlogits_rs;
+      if (f64 || p.dtype == STRATA_DTYPE_F64) {
+        for (int64_t j = 0; j < p.V; ++j)
+          store_elem(p.dlogits, p.dtype, base + j, load_elem(p.dlogits, p.dtype, base + j) * g);
+      } else {
+        // The f32 product (as the CUDA kernel forms it), then stored in the logits' type. The element and dloss
+        // (f32 for f32/bf16/f16 logits) are exact in double, so float(double(x) * g) is the f32 product.
+        const float gf = static_cast<float>(g);
+        for (int64_t j = 0; j < p.V; ++j)
+          store_elem(p.dlogits, p.dtype, base + j,
+                     static_cast<double>(static_cast<float>(load_elem(p.dlogits, p.dtype, base + j)) * gf));
+      }
+    }
+  });
+}
 
 strata_status fused_cross_entropy_reference(const CeParams& p) {
   const int64_t N = p.N, V = p.V;

@@ -380,13 +380,17 @@ class FusedCrossEntropyHarness final : public OpHarness {
     // vocabulary and the backward op.
     const int64_t N = cuda ? 8192 : 1024;
     if (bwd_) {
+      // A separate dlogits, and in place (the backward of the fla mode, inplace_backward: loss only + this).
       out.push_back(bench(device, N, 151936, "sep", 0.f, ""));
+      out.push_back(bench(device, N, 151936, "inplace", 0.f, ""));
       return out;
     }
     if (cuda) {
-      // The default (cluster_smem), session 6's cluster_chunked beside it, and the any-shape block_per_row;
-      // loss only and the softcapped vocabulary for the two cluster kernels.
-      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked", "cuda.sm90.block_per_row"})
+      // The default (cluster_smem), session 6's cluster_chunked and session 7's cluster_stored_exp beside it,
+      // and the any-shape block_per_row; loss only and the softcapped vocabulary for the two cluster kernels
+      // (cluster_stored_exp runs cluster_smem's kernel there).
+      for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked", "cuda.sm90.cluster_stored_exp",
+                               "cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked"})
         out.push_back(bench(device, N, 151936, "none", 0.f, impl));
@@ -416,7 +420,9 @@ class FusedCrossEntropyHarness final : public OpHarness {
     const bool bwd = bwd_;
     BenchCase b;
     const double mat = static_cast<double>(N) * static_cast<double>(V) * 2.0;  // bf16 [N, V]
-    b.label = fmt::format("{} bf16 [{}, {}] mean{}{}", op(), N, V, bwd ? " dlogits" : (grad == "inplace" ? " fwd+bwd in place" : " loss only"),
+    b.label = fmt::format("{} bf16 [{}, {}] mean{}{}", op(), N, V,
+                          bwd ? (grad == "inplace" ? " dlogits in place" : " dlogits")
+                              : (grad == "inplace" ? " fwd+bwd in place" : " loss only"),
                           cap > 0 ? fmt::format(" softcap={}", cap) : "") +
               (impl.empty() ? "" : " [" + impl + "]");
     b.bytes = (bwd || grad != "none" ? 2.0 : 1.0) * mat + static_cast<double>(N) * 12.0;
@@ -441,11 +447,12 @@ class FusedCrossEntropyHarness final : public OpHarness {
       st->lse = std::make_unique<DeviceTensor>(ls, device);
       if (!impl.empty()) strata_set_force_impl(impl.c_str());  // for the plan only
       if (bwd) {
-        st->dl = std::make_unique<DeviceTensor>(x, device);
+        if (grad != "inplace") st->dl = std::make_unique<DeviceTensor>(x, device);
         st->dloss = std::make_unique<DeviceTensor>(l, device);
         check(strata_fused_cross_entropy_bwd_plan(&st->logits->desc(), &st->target->desc(), &st->lse->desc(),
-                                                  &st->dloss->desc(), &st->dl->desc(), 1, kIgnore, 0.f, 1.f, 0.f, cap,
-                                                  &st->plan),
+                                                  &st->dloss->desc(),
+                                                  st->dl ? &st->dl->desc() : &st->logits->desc(), 1, kIgnore, 0.f,
+                                                  1.f, 0.f, cap, &st->plan),
               "bench plan");
       } else {
         check(strata_fused_cross_entropy_fwd_plan(&st->logits->desc(), &st->target->desc(), &st->loss->desc(),
@@ -460,7 +467,9 @@ class FusedCrossEntropyHarness final : public OpHarness {
     };
     b.run = [st, bwd, grad] {
       if (bwd) {
-        void* t[] = {st->logits->data(), st->target->data(), st->lse->data(), st->dloss->data(), st->dl->data()};
+        // (in place: later runs take the gradient as logits, which costs the same: no data-dependent work)
+        void* t[] = {st->logits->data(), st->target->data(), st->lse->data(), st->dloss->data(),
+                     st->dl ? st->dl->data() : st->logits->data()};
         check(strata_plan_run(st->plan, t, 5, st->ws, st->ws_size, nullptr), "bench run");
       } else {
         // In place, the logits become their gradient: later runs see gradient-sized values, which costs the

@@ -77,14 +77,20 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // 32) reduce and store the oldest stage while the others load. One dtype for the row tensors, whole aligned
 // 16-byte vectors, dense rows in the tensors read (x; src and dout), no kFactor backward, and the stage ring
 // within 227 KiB of shared memory.
+// `stream` 4 (forward only): the multi-row kernels (row_norm_cuda_multi.cu): the packed kernels' vector layout
+// with `rpg` consecutive rows per team (tpr 4..32, 256-thread blocks) or per block (tpr 128/256/512), all their
+// loads issued before the first use; `blocks_per_sm` > 0 makes the grid persistent (that many blocks per SM, at
+// most the occupancy, balanced steps); `hints` bit 0 streaming stores (st.global.cs), bit 1 L2 evict-first loads.
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
   int nv = 1;   // bulk: stages
   int rpg = 1;  // bulk: rows per stage
-  int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy
+  int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy, 4 multi-row (forward)
   int max_blocks = 0;
-  int hints = 0;  // bulk only: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy
+  int hints = 0;  // bulk: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy;
+                  // multi: bit 0 stores with st.global.cs, bit 1 loads with the L2 evict-first policy
+  int blocks_per_sm = 0;  // multi only: 0 one step per block, > 0 a persistent grid of that many blocks per SM
 };
 // The configuration the launchers use when none is given: the packed kernels where the layout allows (two
 // 16-byte vectors per lane for rows of up to 64 vectors, a warp x 4 up to 128, a block per row above),
@@ -96,7 +102,8 @@ RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the
 // streaming choice, each packed configuration that covers the row with no idle lane, and on sm_90 the bulk-copy
 // choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring, and the
-// choice with streaming stores (hints 1).
+// choice with streaming stores (hints 1); forward: the multi-row kernels with the packed choice's team or block
+// and 2 (teams also 4) rows per step.
 std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
 std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).

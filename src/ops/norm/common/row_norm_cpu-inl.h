@@ -99,17 +99,12 @@ HWY_INLINE float ShortRow(const TX* HWY_RESTRICT xr, TY* HWY_RESTRICT yr, float 
 // Rows of 1, 2, 4 or 8 whole vectors: ShortRow for every row of [r0, r1). Returns false if D is not such a size.
 template <bool kNative, class TX, class TY>
 bool ShortRows(const RowNormFwdParams& p, const TX* x, TY* y, int64_t r0, int64_t r1, bool stream, float inv_n) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   if (p.D % N != 0) return false;
-  const int64_t nv = p.D / N;
-  if (nv != 1 && nv != 2 && nv != 4 && nv != 8) return false;
-  // Streaming stores need every row start aligned to the stored vector: an aligned first row and a row
-  // stride of whole cache lines.
-  if (y && stream &&
-      (!tv::StreamAligned(hn::ScalableTag<float>(), y + p.y_rows.row_offset(r0)) ||
-       (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TY))) % 64 != 0))
-    stream = false;
-  auto run = [&](auto nv_tag, auto stream_tag) {
+  // Streaming stores need every row start aligned to the stored vector.
+  if (y && stream && !tv::StreamRowsAligned(df, y + p.y_rows.row_offset(r0), p.y_rows.row_stride())) stream = false;
+  return tv::VisitShortRow(p.D / N, stream, [&](auto nv_tag, auto stream_tag) {
     constexpr int NV = decltype(nv_tag)::value;
     constexpr bool S = decltype(stream_tag)::value;
     for (int64_t r = r0; r < r1; ++r) {
@@ -117,18 +112,7 @@ bool ShortRows(const RowNormFwdParams& p, const TX* x, TY* y, int64_t r0, int64_
                                                   inv_n, p.eps);
       store_elem(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), rstd);
     }
-  };
-  auto with_stream = [&](auto nv_tag) {
-    if (stream) run(nv_tag, std::true_type{});
-    else run(nv_tag, std::false_type{});
-  };
-  switch (nv) {
-    case 1: with_stream(std::integral_constant<int, 1>{}); break;
-    case 2: with_stream(std::integral_constant<int, 2>{}); break;
-    case 4: with_stream(std::integral_constant<int, 4>{}); break;
-    default: with_stream(std::integral_constant<int, 8>{}); break;
-  }
-  return true;
+  });
 }
 
 #if STRATA_NATIVE_BF16

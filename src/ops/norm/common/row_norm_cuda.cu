@@ -24,6 +24,7 @@
 
 #include "opbase/dtype.h"
 #include "ops/norm/common/row_norm.h"
+#include "ops/norm/common/row_norm_cuda_multi.h"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/reduce.cuh"
 #include "tile/cuda/vec_io.cuh"
@@ -893,7 +894,9 @@ bool bulk_known(const RowNormCudaConfig& c) {
 
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
-  if (c.hints != 0 && c.stream != 3) return false;  // cache hints are a bulk-kernel option
+  if (c.hints != 0 && c.stream != 3 && c.stream != 4) return false;  // cache hints: bulk and multi-row kernels
+  if (c.blocks_per_sm != 0 && c.stream != 4) return false;           // persistent grids: multi-row kernels
+  if (c.stream == 4) return row_norm_multi_known(c) && c.hints >= 0 && c.hints <= 3 && c.blocks_per_sm >= 0;
   if (c.stream == 3) return bulk_known(c);
   if (c.stream == 2) return packed_known(c);
   if (c.stream) return c.stream == 1 && stream_known(c);
@@ -944,6 +947,10 @@ std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, 
            " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " stream=" + std::to_string(c.stream) +
            " max_blocks=" + std::to_string(c.max_blocks);
   if (c.stream == 2 && !sf.uniform) return "the packed kernels need equally spaced rows (mergeable leading dimensions)";
+  if (c.stream == 4) {
+    if (sf.tensors != 1) return "the multi-row kernels are forward only";
+    if (!sf.uniform) return "the multi-row kernels need equally spaced rows (mergeable leading dimensions)";
+  }
   if (c.stream == 3) {
     const int ve = cuda::vec16_elems(sf.dtype);
     if (!sf.same) return "the bulk-copy kernels need one dtype for every row tensor";
@@ -1365,6 +1372,24 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
     for (const auto& tr : {std::pair{8, 128}, std::pair{8, 64}, std::pair{16, 64}, std::pair{32, 4}, std::pair{32, 2},
                            std::pair{8, 5}})
       v.push_back(RowNormCudaConfig{0, tr.first, 3, tr.second, 3, 0, hints});
+  // Multi-row (forward): every instance; the hint variants and persistent grids of the instances the sweep
+  // expects to matter (D = 128 bf16: teams of 8 x 2 with 2 and 4 rows; D = 4096 bf16: 256 x 2 with 2 rows).
+  for (RowNormCudaConfig c : row_norm_multi_instances()) {
+    v.push_back(c);
+    const bool key = (c.tpr == 8 && c.nv == 2 && c.rpg >= 2) || (c.tpr == 256 && c.nv == 2 && c.rpg == 2);
+    if (!key) continue;
+    for (int hints = 1; hints <= 3; ++hints) {
+      c.hints = hints;
+      v.push_back(c);
+    }
+    c.hints = 0;
+    for (int bps : {1, 2, 4}) {
+      c.blocks_per_sm = bps;
+      v.push_back(c);
+    }
+    c.blocks_per_sm = 2, c.hints = 3;
+    v.push_back(c);
+  }
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -1396,9 +1421,15 @@ bool packed_default(const RowNormCudaConfig& c, int32_t dtype) {
   return c.stream == 2 && !(dtype == STRATA_DTYPE_F32 && c.tpr <= 32);
 }
 }  // namespace
+// Session 7: where the measured table of the multi-row kernels (row_norm_multi_default, row_norm_cuda_multi.cu)
+// names a configuration for this row and the layout allows it, the forward takes it.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   const StreamFacts sf = fwd_stream_facts(p);
   const RowNormCudaConfig c = pick_packed(p.D, sf);
+  if (c.stream == 2) {
+    const RowNormCudaConfig m = row_norm_multi_default(p.D, sf.dtype);
+    if (m.stream == 4 && config_reject(m, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) return m;
+  }
   return packed_default(c, sf.dtype) ? c : row_norm_fwd_cuda_config_classic(p);
 }
 // The backward (two row tensors in registers) after s6run1 + s6run2 (atk median of 10, H200, every alternative
@@ -1428,11 +1459,18 @@ std::vector<RowNormCudaConfig> alternatives(int64_t D, const StreamFacts& sf, co
   std::vector<RowNormCudaConfig> v{classic};
   const RowNormCudaConfig st = pick_stream(D, sf);
   if (st.stream) v.push_back(st);
-  if (pick_packed(D, sf).stream) {
+  const RowNormCudaConfig pk = pick_packed(D, sf);
+  if (pk.stream) {
     const int64_t cover = pow2ceil(D / cuda::vec16_elems(sf.dtype));
     for (int tpr : {4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4})
         if (static_cast<int64_t>(tpr) * nv == cover) v.push_back(RowNormCudaConfig{0, tpr, nv, 1, 2});
+    // Forward: the multi-row kernels with the packed choice's team or block and 2 (teams: also 4) rows per step.
+    if (sf.tensors == 1)
+      for (int rows : {2, 4}) {
+        RowNormCudaConfig m{0, pk.tpr, pk.nv, rows, 4};
+        if (row_norm_multi_known(m)) v.push_back(m);
+      }
   }
   // The bulk-copy choice, the same with half the rows per stage in 4 stages (a finer ring), and with twice the
   // rows in 2 stages (larger copies), where they fit.
@@ -1496,10 +1534,18 @@ std::string row_norm_fwd_cuda_bulk_reject(const RowNormFwdParams& p) {
 std::string row_norm_bwd_cuda_bulk_reject(const RowNormBwdParams& p) {
   return bulk_reject(p, bwd_stream_facts(p), nullptr);
 }
+namespace {
+// The forward launcher of every kind (the multi-row kernels live in row_norm_cuda_multi.cu).
+int launch_fwd(const RowNormFwdParams& p, const RowNormCudaConfig& c, void* stream) {
+  if (c.stream == 4) return row_norm_fwd_multi_launch(p, c, stream);
+  return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
+}
+}  // namespace
+
 int row_norm_fwd_cuda_bulk(const RowNormFwdParams& p, void* stream) {
   RowNormCudaConfig c;
   if (!bulk_reject(p, fwd_stream_facts(p), &c).empty()) c = row_norm_fwd_cuda_config(p);  // e.g. misaligned pointers
-  return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
+  return launch_fwd(p, c, stream);
 }
 int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream) {
   RowNormCudaConfig c;
@@ -1510,7 +1556,7 @@ int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream) {
 int row_norm_fwd_cuda(const RowNormFwdParams& p, void* stream, const RowNormCudaConfig* config) {
   const RowNormCudaConfig c = config ? *config : row_norm_fwd_cuda_config(p);
   if (config && !row_norm_fwd_cuda_config_reject(p, c).empty()) return STRATA_ERROR_INVALID_ATTRIBUTE;
-  return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
+  return launch_fwd(p, c, stream);
 }
 
 int row_norm_bwd_cuda(const RowNormBwdParams& p, void* stream, const RowNormCudaConfig* config) {

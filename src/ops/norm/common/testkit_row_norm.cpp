@@ -159,6 +159,10 @@ class RowNormHarness final : public atk::OpHarness {
       return fmt::format("bulk tpr={} stages={} rows/stage={}{}", c.tpr, c.nv, c.rpg,
                          c.hints & 1 ? (c.hints & 2 ? " cs-stores no-load-hint" : " cs-stores")
                                      : (c.hints & 2 ? " no-load-hint" : ""));
+    if (c.stream == 4)
+      return fmt::format("multi tpr={} nv={} rows={}{}{}{}", c.tpr, c.nv, c.rpg, c.hints & 1 ? " cs-stores" : "",
+                         c.hints & 2 ? " ef-loads" : "",
+                         c.blocks_per_sm ? fmt::format(" persistent x{}", c.blocks_per_sm) : std::string());
     const char* kind = c.stream == 2 ? "packed" : c.stream == 1 ? "stream" : "classic";
     return c.stream ? fmt::format("{} tpr={} nv={} rpg={}", kind, c.tpr, c.nv, c.rpg)
                     : fmt::format("{} ce={} tpr={} nv={} rpg={}", kind, c.chunk_elems, c.tpr, c.nv, c.rpg);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "opbase/visit_kernel_dtype.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
@@ -120,15 +121,6 @@ HWY_INLINE void FromF32(const float* HWY_RESTRICT src, T* HWY_RESTRICT dst, int6
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
 }
 
-// Run-time dtype (f32/bf16/f16) -> typed call; `col` != 1 takes the element-wise loop.
-template <class Fn>
-HWY_INLINE void Visit(int32_t dtype, Fn&& fn) {
-  switch (dtype) {
-    case STRATA_DTYPE_F32: fn(float{}); break;
-    case STRATA_DTYPE_BF16: fn(bf16_t{}); break;
-    default: fn(f16_t{}); break;
-  }
-}
 // A row of T (column stride `col`; 1 takes the vector loops) into / added to f32 dst.
 template <class T>
 HWY_INLINE void LoadRowT(const T* p, int64_t col, float* dst, int64_t n, bool add) {
@@ -153,14 +145,14 @@ HWY_INLINE void StoreRowT(const float* src, T* p, int64_t col, int64_t n, bool s
 // The same for the tensors with a dtype of their own (residual, residual_out, dresidual_out): one instance
 // per dtype. The activations' tensors (x, z, dy, y, dx, dz) are TX and call the typed ones directly.
 HWY_INLINE void LoadRow(const void* base, int32_t dtype, int64_t off, int64_t col, float* dst, int64_t n, bool add) {
-  Visit(dtype, [&](auto t) {
+  visit_kernel_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     LoadRowT(static_cast<const T*>(base) + off, col, dst, n, add);
   });
 }
 HWY_INLINE void StoreRow(const float* src, void* base, int32_t dtype, int64_t off, int64_t col, int64_t n,
                          bool stream) {
-  Visit(dtype, [&](auto t) {
+  visit_kernel_dtype(dtype, [&](auto t) {
     using T = decltype(t);
     StoreRowT(src, static_cast<T*>(base) + off, col, n, stream);
   });
@@ -254,39 +246,25 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   if (p.residual || p.residual_out || p.D % N != 0 || p.group % N != 0) return false;
   if (p.x_rows.col_stride != 1 || p.z_rows.col_stride != 1 || p.y_rows.col_stride != 1) return false;
-  const int64_t nv = p.D / N;
-  if (nv != 1 && nv != 2 && nv != 4 && nv != 8) return false;
   const TX* x = static_cast<const TX*>(p.x);
   const TX* z = static_cast<const TX*>(p.z);
   TX* y = static_cast<TX*>(p.y);
   // Non-temporal stores need every row start aligned to whole 16-byte-or-wider vectors.
   if (stream && (hn::Lanes(df) * sizeof(TX) < 16 || !p.y_rows.uniform() ||
-                 !tv::StreamAligned(df, y + p.y_rows.row_offset(r0)) ||
-                 (p.y_rows.row_stride() * static_cast<int64_t>(sizeof(TX))) % 64 != 0))
+                 !tv::StreamRowsAligned(df, y + p.y_rows.row_offset(r0), p.y_rows.row_stride())))
     stream = false;
   const int gv = static_cast<int>(p.group / N);
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool nbg = p.norm_before_gate;
   const int32_t act = p.act;
-  auto run = [&](auto nv_tag, auto stream_tag) {
+  return tv::VisitShortRow(p.D / N, stream, [&](auto nv_tag, auto stream_tag) {
     constexpr int NV = decltype(nv_tag)::value;
     constexpr bool S = decltype(stream_tag)::value;
     for (int64_t r = r0; r < r1; ++r)
       ShortRow<NV, S>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
                       p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
                       act);
-  };
-  auto with_stream = [&](auto nv_tag) {
-    if (stream) run(nv_tag, std::true_type{});
-    else run(nv_tag, std::false_type{});
-  };
-  switch (nv) {
-    case 1: with_stream(std::integral_constant<int, 1>{}); break;
-    case 2: with_stream(std::integral_constant<int, 2>{}); break;
-    case 4: with_stream(std::integral_constant<int, 4>{}); break;
-    default: with_stream(std::integral_constant<int, 8>{}); break;
-  }
-  return true;
+  });
 }
 
 // A long row with unit column strides and no residual, straight from its bf16/f16/f32 storage: per group of G

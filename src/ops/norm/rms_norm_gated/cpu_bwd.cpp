@@ -8,7 +8,7 @@
 HWY_BEFORE_NAMESPACE();
 namespace strata::norm::HWY_NAMESPACE {
 void RngBwdAny(const RmsNormGatedBwdParams& p) {
-  Visit(p.x_dtype, [&](auto t) { BwdRows<decltype(t)>(p); });
+  visit_kernel_dtype(p.x_dtype, [&](auto t) { BwdRows<decltype(t)>(p); });
 }
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/reduce.cuh"
 #include "tile/cuda/vec_io.cuh"
 
@@ -85,25 +86,90 @@ __device__ __forceinline__ void load_h(const void* x, int32_t x_dtype, int64_t x
   }
 }
 
-// act(z) (and, below, act'(z)) on the vector paths. 16-bit activations use the hardware exp and an
-// approximate divide (a few f32 ulps, far below one bf16/f16 rounding; the precise expf and IEEE divide are
-// ~30 instructions per element, by our count a large share of the [N, 128] forward); f32 keeps the precise
-// versions of rms_norm_gated.h.
+// act(z) (and, below, act'(z)) on the vector paths. 16-bit activations use the approximate exp and reciprocal
+// in their ftz forms (cuda::sigmoid_fast: 4 instructions; a few f32 ulps, far below one bf16/f16 rounding; the
+// precise expf and IEEE divide are ~30 instructions per element, __expf / __fdividef ~10 with their denormal
+// handling); f32 keeps the precise versions of rms_norm_gated.h.
 __device__ __forceinline__ float vact(int32_t act, bool fast, float v) {
   if (!fast) return rng_act(act, v);
-  const float s = __fdividef(1.f, 1.f + __expf(-v));
+  const float s = cuda::sigmoid_fast(v);
   return act == kActSilu ? v * s : s;
 }
 
 // act(z) and act'(z) from one sigmoid.
 __device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float& a, float& ag) {
-  const float s = fast ? __fdividef(1.f, 1.f + __expf(-v)) : rng_sigmoid(v);
+  const float s = fast ? cuda::sigmoid_fast(v) : rng_sigmoid(v);
   if (act == kActSilu) {
     a = v * s;
     ag = s * (1.f + v * (1.f - s));
   } else {
     a = s;
     ag = s * (1.f - s);
+  }
+}
+
+// ---- per-element row math shared by every vector kernel (team, block, ring; see rms_norm_gated.h) ----
+// Forward output of one element: u = h (norm_before_gate) or h (not yet gated, gate_before_norm), rs = r.
+__device__ __forceinline__ float fwd_out(int32_t act, bool fast, bool nbg, float u, float z, float rs, float w,
+                                         float b) {
+  const float a = vact(act, fast, z);
+  const float o = fmaf((nbg ? u : u * a) * rs, w, b);
+  return nbg ? o * a : o;
+}
+// Backward, norm_before_gate, phase 1 of one element: dz, and the terms of dweight (dov xh), dbias (dov) and
+// of the group sum (dn xh, dn = dov w).
+__device__ __forceinline__ void bwd_nbg_terms(int32_t act, bool fast, float h, float z, float dy, float rr, float w,
+                                              float b, float& dz, float& xh, float& dov) {
+  float a, ag;
+  vact_both(act, fast, z, a, ag);
+  xh = h * rr;
+  dov = dy * a;
+  dz = dy * fmaf(xh, w, b) * ag;
+}
+// Backward, gate_before_norm, phase 1: the normalised gated value uh (dweight term dy uh, group term dy w uh).
+__device__ __forceinline__ float bwd_gbn_uh(int32_t act, bool fast, float h, float z, float rr) {
+  return h * vact(act, fast, z) * rr;
+}
+// Backward phase 2, norm_before_gate: dx from dn and the group mean of dn xh.
+__device__ __forceinline__ float bwd_nbg_dx(float h, float rr, float mean, float dn) {
+  return rr * fmaf(-(h * rr), mean, dn);
+}
+// Backward phase 2, gate_before_norm: dz and dx.
+__device__ __forceinline__ void bwd_gbn_dxdz(int32_t act, bool fast, float h, float z, float dy, float rr, float mean,
+                                             float w, float& dx, float& dz) {
+  float a, ag;
+  vact_both(act, fast, z, a, ag);
+  const float uh = h * a * rr;
+  const float du = rr * fmaf(-uh, mean, dy * w);
+  dz = du * h * ag;
+  dx = du * a;
+}
+
+// dweight / dbias of a block of lane teams into its two partial rows (p.partial rows blockIdx.x and
+// num_partials + blockIdx.x): the teams' per-thread sums go to colbuf (nteams x TPR NV kV floats of shared
+// memory) and are added in team order (fixed), one thread per feature. Call from every thread of the block.
+template <int TPR, int NV>
+__device__ __forceinline__ void write_team_partials(const RmsNormGatedBwdParams& p, float* colbuf, int nteams,
+                                                    const float (&dw)[NV][kV], const float (&db)[NV][kV]) {
+  constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
+  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
+  for (int which = 0; which < 2; ++which) {
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      const int c = (t + k * TPR) * kV;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[k][e] : db[k][e];
+    }
+    __syncthreads();
+    float* out = which == 0 ? out_w : out_b;
+    for (int c = threadIdx.x; c < p.D; c += blockDim.x) {
+      float sum = 0.f;
+      for (int q = 0; q < nteams; ++q) sum += colbuf[q * kCols + c];
+      out[c] = sum;
+    }
   }
 }
 

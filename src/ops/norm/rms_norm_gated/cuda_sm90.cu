@@ -197,11 +197,7 @@ __global__ void __launch_bounds__(kTeamBlock, (fwd_team_blocks_per_sm<F32, RES>(
         const float(&w)[kV] = kHoistW ? wh[0] : wl;
         load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float a = vact(p.act, fast, z[e]);
-          o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-          if (nbg) o[e] *= a;
-        }
+        for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, fast, nbg, u[e], z[e], rs, w[e], b[e]);
         store_vec<kV>(p.y, xdt, yo + col[k], o);
       }
     }
@@ -287,11 +283,7 @@ __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
       const float* w = kHoistW ? wh : wl;
       load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float a = vact(p.act, true, z[e]);
-        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-        if (nbg) o[e] *= a;
-      }
+      for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
       store_vec<kV>(p.y, xdt, yo + col, o);
     }
   }
@@ -404,11 +396,7 @@ __global__ void __launch_bounds__(kBlock) fwd_block_rows(const RmsNormGatedFwdPa
       load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
       load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float a = vact(p.act, fast, z[e]);
-        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-        if (nbg) o[e] *= a;
-      }
+      for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, fast, nbg, u[e], z[e], rs, w[e], b[e]);
       store_vec<kV>(p.y, xdt, yo + bc.col[k], o);
     }
   }
@@ -470,10 +458,8 @@ __global__ void __launch_bounds__(kBlock) bwd_block_rows(const RmsNormGatedBwdPa
         load_param(p.bias, p.b_dtype, p.b_row, bc.col[k], vf.b, 0.f, b);
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(p.act, fast, z[e], a, ag);
-          const float xh = h[e] * rr, dov = dy[e] * a;
-          dz[e] = dy[e] * fmaf(xh, w[e], b[e]) * ag;
+          float xh, dov;
+          bwd_nbg_terms(p.act, fast, h[e], z[e], dy[e], rr, w[e], b[e], dz[e], xh, dov);
           if (want_wb) {
             accw[e * nc + ci] = fmaf(dov, xh, accw[e * nc + ci]);
             accb[e * nc + ci] += dov;
@@ -484,7 +470,7 @@ __global__ void __launch_bounds__(kBlock) bwd_block_rows(const RmsNormGatedBwdPa
       } else {
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          const float uh = h[e] * vact(p.act, fast, z[e]) * rr;
+          const float uh = bwd_gbn_uh(p.act, fast, h[e], z[e], rr);
           if (want_wb) {
             accw[e * nc + ci] = fmaf(dy[e], uh, accw[e * nc + ci]);
             accb[e * nc + ci] += dy[e];
@@ -513,21 +499,11 @@ __global__ void __launch_bounds__(kBlock) bwd_block_rows(const RmsNormGatedBwdPa
       load_param(p.weight, p.w_dtype, p.w_row, bc.col[k], vf.w, 1.f, w);
       if (nbg) {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float xh = h[e] * rr, dn = dy[e] * vact(p.act, fast, z[e]) * w[e];
-          dx[e] = rr * fmaf(-xh, mean, dn);
-        }
+        for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr, mean, dy[e] * vact(p.act, fast, z[e]) * w[e]);
       } else {
         float dz[kV];
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(p.act, fast, z[e], a, ag);
-          const float uh = h[e] * a * rr;
-          const float du = rr * fmaf(-uh, mean, dy[e] * w[e]);
-          dz[e] = du * h[e] * ag;
-          dx[e] = du * a;
-        }
+        for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(p.act, fast, h[e], z[e], dy[e], rr, mean, w[e], dx[e], dz[e]);
         store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + bc.col[k], dz);
       }
       if (p.dres_out) {
@@ -687,10 +663,8 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
             float dz[kV];
 #pragma unroll
             for (int e = 0; e < kV; ++e) {
-              float a, ag;
-              vact_both(act, fast, z[e], a, ag);
-              const float xh = h[e] * rr, dov = dy[e] * a;
-              dz[e] = dy[e] * fmaf(xh, w[k][e], b[k][e]) * ag;
+              float xh, dov;
+              bwd_nbg_terms(act, fast, h[e], z[e], dy[e], rr, w[k][e], b[k][e], dz[e], xh, dov);
               dw[k][e] = fmaf(dov, xh, dw[k][e]);
               db[k][e] += dov;
               dn[r][k][e] = dov * w[k][e];
@@ -700,7 +674,7 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
           } else {
 #pragma unroll
             for (int e = 0; e < kV; ++e) {
-              const float uh = h[e] * vact(act, fast, z[e]) * rr;
+              const float uh = bwd_gbn_uh(act, fast, h[e], z[e], rr);
               dw[k][e] = fmaf(dy[e], uh, dw[k][e]);
               db[k][e] += dy[e];
               part[k] = fmaf(dy[e] * w[k][e], uh, part[k]);
@@ -723,20 +697,13 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
           unpack<F32>(cur.x[r][k], xdt, h);
           if (nbg) {
 #pragma unroll
-            for (int e = 0; e < kV; ++e) dx[e] = rr * fmaf(-(h[e] * rr), mean, dn[r][k][e]);
+            for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr, mean, dn[r][k][e]);
           } else {
             float z[kV], dy[kV], dz[kV];
             unpack<F32>(cur.z[r][k], xdt, z);
             unpack<F32>(cur.g[r][k], xdt, dy);
 #pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              float a, ag;
-              vact_both(act, fast, z[e], a, ag);
-              const float uh = h[e] * a * rr;
-              const float du = rr * fmaf(-uh, mean, dy[e] * w[k][e]);
-              dz[e] = du * h[e] * ag;
-              dx[e] = du * a;
-            }
+            for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(act, fast, h[e], z[e], dy[e], rr, mean, w[k][e], dx[e], dz[e]);
             store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
           }
           store_vec<kV>(p.dx, xdt, dxo + col[k], dx);
@@ -747,27 +714,8 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
       it = nit;
     }
   }
-  if (!want_wb) return;  // uniform
-  // This block's partial row: its teams' sums added in team order (fixed), one thread per feature. A block
-  // without rows writes zeros.
-  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
-  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  for (int which = 0; which < 2; ++which) {
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int c = (t + k * TPR) * kV;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[k][e] : db[k][e];
-    }
-    __syncthreads();
-    float* out = which == 0 ? out_w : out_b;
-    for (int c = threadIdx.x; c < p.D; c += kBlock) {
-      float sum = 0.f;
-      for (int q = 0; q < GPB; ++q) sum += colbuf[q * kCols + c];
-      out[c] = sum;
-    }
-  }
+  // This block's partial row (a block without rows writes zeros).
+  if (want_wb) write_team_partials<TPR, NV>(p, colbuf, GPB, dw, db);  // uniform
 }
 
 // R rows per team per iteration (loads of all of them in flight before the reductions); column facts and
@@ -848,14 +796,10 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
           load_param(p.bias, p.b_dtype, p.b_row, col[k], vf.b, 0.f, b);
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(p.act, fast, zv[r][k][e], a, ag);
-            const float xh = h[r][k][e] * rr;
-            const float dov = dyv[r][k][e] * a;
-            dz[e] = dyv[r][k][e] * fmaf(xh, w[k][e], b[e]) * ag;
+            float xh, dov;
+            bwd_nbg_terms(p.act, fast, h[r][k][e], zv[r][k][e], dyv[r][k][e], rr, w[k][e], b[e], dz[e], xh, dov);
             dw[k][e] = fmaf(dov, xh, dw[k][e]);
             db[k][e] += dov;
-            h[r][k][e] = xh;            // h now holds nrm
             dyv[r][k][e] = dov * w[k][e];  // dy now holds dn
             part[k] = fmaf(dyv[r][k][e], xh, part[k]);
           }
@@ -863,11 +807,10 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
         } else {
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            const float uh = h[r][k][e] * vact(p.act, fast, zv[r][k][e]) * rr;
+            const float uh = bwd_gbn_uh(p.act, fast, h[r][k][e], zv[r][k][e], rr);
             dw[k][e] = fmaf(dyv[r][k][e], uh, dw[k][e]);
             db[k][e] += dyv[r][k][e];
-            dyv[r][k][e] *= w[k][e];  // dy now holds dn; h and z stay for dz
-            part[k] = fmaf(dyv[r][k][e], uh, part[k]);
+            part[k] = fmaf(dyv[r][k][e] * w[k][e], uh, part[k]);  // h, z and dy stay for phase 2
           }
         }
       }
@@ -886,18 +829,12 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
         float dx[kV];
         if (nbg) {
 #pragma unroll
-          for (int e = 0; e < kV; ++e) dx[e] = rr * fmaf(-h[r][k][e], mean, dyv[r][k][e]);
+          for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[r][k][e], rr, mean, dyv[r][k][e]);
         } else {
           float dz[kV];
 #pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(p.act, fast, zv[r][k][e], a, ag);
-            const float uh = h[r][k][e] * a * rr;
-            const float du = rr * fmaf(-uh, mean, dyv[r][k][e]);
-            dz[e] = du * h[r][k][e] * ag;
-            dx[e] = du * a;
-          }
+          for (int e = 0; e < kV; ++e)
+            bwd_gbn_dxdz(p.act, fast, h[r][k][e], zv[r][k][e], dyv[r][k][e], rr, mean, w[k][e], dx[e], dz[e]);
           store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
         }
         if (p.dres_out) {
@@ -910,28 +847,8 @@ __global__ void __launch_bounds__(kBlock) bwd_team_rows(const RmsNormGatedBwdPar
       }
     }
   }
-  if (!want_wb) return;
-  // This block's partial row: its teams' sums added in team order (fixed), one thread per feature.
-  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
-  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  {
-    for (int which = 0; which < 2; ++which) {
-      __syncthreads();
-#pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int c = (t + k * TPR) * kV;
-#pragma unroll
-        for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[k][e] : db[k][e];
-      }
-      __syncthreads();
-      float* out = which == 0 ? out_w : out_b;
-      for (int c = threadIdx.x; c < p.D; c += kBlock) {
-        float s = 0.f;
-        for (int q = 0; q < TB; ++q) s += colbuf[q * kCols + c];
-        out[c] = s;
-      }
-    }
-  }
+  // This block's partial row: its teams' sums added in team order (fixed).
+  if (want_wb) write_team_partials<TPR, NV>(p, colbuf, TB, dw, db);
 }
 
 // ------------------------------------------------------------------------------------------------------

@@ -177,11 +177,7 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
         const float* w = kHoistW ? wh : wl;
         load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float a = vact(p.act, true, z[e]);
-          o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-          if (nbg) o[e] *= a;
-        }
+        for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
         cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o));
       }
     }
@@ -191,17 +187,18 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
 }
 
 // ---- backward ----
-template <bool SILU, int TPR, int NV>
+// BF16: the activation dtype as a template flag (bf16, else f16): a run-time dtype made every unpack and pack a
+// uniform branch per 32-bit word, about one extra instruction per element and tensor.
+template <bool SILU, bool BF16, int TPR, int NV>
 __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const RmsNormGatedBwdParams p, const VecFlags vf, const RingGeom g) {
   constexpr int TB = kBlock / TPR;
   constexpr int RPT = ring_rows_per_team<TPR, NV>();
-  constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
   constexpr int32_t act = SILU ? kActSilu : kActSigmoid;
   static_assert(TPR <= 32, "lane teams only");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kMaxStages];
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
-  const int32_t xdt = p.x_dtype;  // bf16 or f16 (host-checked)
+  constexpr int32_t xdt = BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16;  // host-checked: bf16 or f16
   const bool nbg = p.norm_before_gate, want_wb = p.dweight || p.dbias;
   const float inv_g = 1.f / static_cast<float>(p.group);
   const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
@@ -295,10 +292,8 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
           float dz[kV];
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(act, true, z[e], a, ag);
-            const float xh = h[e] * rr_, dov = dy[e] * a;
-            dz[e] = dy[e] * fmaf(xh, w[q][e], b[q][e]) * ag;
+            float xh, dov;
+            bwd_nbg_terms(act, true, h[e], z[e], dy[e], rr_, w[q][e], b[q][e], dz[e], xh, dov);
             dw[q][e] = fmaf(dov, xh, dw[q][e]);
             db[q][e] += dov;
             dn[q][e] = dov * w[q][e];
@@ -308,7 +303,7 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
         } else {
 #pragma unroll
           for (int e = 0; e < kV; ++e) {
-            const float uh = h[e] * vact(act, true, z[e]) * rr_;
+            const float uh = bwd_gbn_uh(act, true, h[e], z[e], rr_);
             dw[q][e] = fmaf(dy[e], uh, dw[q][e]);
             db[q][e] += dy[e];
             part[q] = fmaf(dy[e] * w[q][e], uh, part[q]);
@@ -327,20 +322,13 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
         cuda::unpack8(xv[q], xdt, h);
         if (nbg) {
 #pragma unroll
-          for (int e = 0; e < kV; ++e) dx[e] = rr_ * fmaf(-(h[e] * rr_), mean, dn[q][e]);
+          for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr_, mean, dn[q][e]);
         } else {
           float z[kV], dy[kV], dz[kV];
           cuda::unpack8(zv[q], xdt, z);
           cuda::unpack8(gv[q], xdt, dy);
 #pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            float a, ag;
-            vact_both(act, true, z[e], a, ag);
-            const float uh = h[e] * a * rr_;
-            const float du = rr_ * fmaf(-uh, mean, dy[e] * w[q][e]);
-            dz[e] = du * h[e] * ag;
-            dx[e] = du * a;
-          }
+          for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(act, true, h[e], z[e], dy[e], rr_, mean, w[q][e], dx[e], dz[e]);
           cuda::st_stream16(dzb + (dzo + col) * 2, pack8(xdt, dz));
         }
         cuda::st_stream16(dxb + (dxo + col) * 2, pack8(xdt, dx));
@@ -353,29 +341,10 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
 #pragma unroll
       for (int q = 0; q < NV; ++q) rk_cur[j][q] = rk_nxt[j][q];
   }
-  if (!want_wb) return;  // uniform
-  // This CTA's partial row: its teams' sums added in team order (fixed), one thread per feature. The ring is
-  // free now (every fill was waited for and read before the last __syncthreads); the host sized it to hold
-  // TB x kCols floats. A CTA without tiles writes zeros.
-  float* colbuf = reinterpret_cast<float*>(ring);
-  float* out_w = p.partial + static_cast<int64_t>(blockIdx.x) * p.D;
-  float* out_b = p.partial + (static_cast<int64_t>(p.num_partials) + blockIdx.x) * p.D;
-  for (int which = 0; which < 2; ++which) {
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < NV; ++q) {
-      const int c = (t + q * TPR) * kV;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) colbuf[team * kCols + c + e] = which == 0 ? dw[q][e] : db[q][e];
-    }
-    __syncthreads();
-    float* out = which == 0 ? out_w : out_b;
-    for (int c = threadIdx.x; c < p.D; c += kBlock) {
-      float sum = 0.f;
-      for (int q = 0; q < TB; ++q) sum += colbuf[q * kCols + c];
-      out[c] = sum;
-    }
-  }
+  // This CTA's partial row (team order, fixed). The ring is free now (every fill was waited for and read
+  // before the last __syncthreads); the host sized it to hold TB x TPR NV kV floats. A CTA without tiles
+  // writes zeros.
+  if (want_wb) write_team_partials<TPR, NV>(p, reinterpret_cast<float*>(ring), TB, dw, db);  // uniform
 }
 
 // ---- wide rows (a block per row: 1024 < D <= 8192, or groups that do not fit a lane team) ----
@@ -456,11 +425,7 @@ __global__ void __launch_bounds__(kBlock, 2) fwd_ring_wide(const RmsNormGatedFwd
       load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, w);
       load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float a = vact(p.act, true, z[e]);
-        o[e] = fmaf((nbg ? u[e] : u[e] * a) * rs, w[e], b[e]);
-        if (nbg) o[e] *= a;
-      }
+      for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
       cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o));
     }
     __syncthreads();  // every thread is done reading stage s
@@ -550,10 +515,8 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
         load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(act, true, z[e], a, ag);
-          const float xh = h[e] * rr, dov = dy[e] * a;
-          dz[e] = dy[e] * fmaf(xh, w[e], b[e]) * ag;
+          float xh, dov;
+          bwd_nbg_terms(act, true, h[e], z[e], dy[e], rr, w[e], b[e], dz[e], xh, dov);
           dw[q][e] = fmaf(dov, xh, dw[q][e]);
           db[q][e] += dov;
           part[q] = fmaf(dov * w[e], xh, part[q]);
@@ -562,7 +525,7 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
       } else {
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          const float uh = h[e] * vact(act, true, z[e]) * rr;
+          const float uh = bwd_gbn_uh(act, true, h[e], z[e], rr);
           dw[q][e] = fmaf(dy[e], uh, dw[q][e]);
           db[q][e] += dy[e];
           part[q] = fmaf(dy[e] * w[e], uh, part[q]);
@@ -585,21 +548,11 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
       load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, w);
       if (nbg) {
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float xh = h[e] * rr, dn = dy[e] * vact(act, true, z[e]) * w[e];
-          dx[e] = rr * fmaf(-xh, mean, dn);
-        }
+        for (int e = 0; e < kV; ++e) dx[e] = bwd_nbg_dx(h[e], rr, mean, dy[e] * vact(act, true, z[e]) * w[e]);
       } else {
         float dz[kV];
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          float a, ag;
-          vact_both(act, true, z[e], a, ag);
-          const float uh = h[e] * a * rr;
-          const float du = rr * fmaf(-uh, mean, dy[e] * w[e]);
-          dz[e] = du * h[e] * ag;
-          dx[e] = du * a;
-        }
+        for (int e = 0; e < kV; ++e) bwd_gbn_dxdz(act, true, h[e], z[e], dy[e], rr, mean, w[e], dx[e], dz[e]);
         cuda::st_stream16(dzb + (dzo + col) * 2, pack8(xdt, dz));
       }
       cuda::st_stream16(dxb + (dxo + col) * 2, pack8(xdt, dx));
@@ -667,7 +620,7 @@ strata_status launch_fwd_ring(const RmsNormGatedFwdParams& p, const VecFlags& vf
   return cuda::check_launch("rms_norm_gated fwd_ring");
 }
 
-template <bool SILU, int TPR, int NV>
+template <bool SILU, bool BF16, int TPR, int NV>
 strata_status launch_bwd_ring(RmsNormGatedBwdParams& p, const VecFlags& vf, cudaStream_t s) {
   const size_t team_sums = static_cast<size_t>(kBlock / TPR) * TPR * NV * kV * sizeof(float);
   size_t smem = 0;
@@ -675,7 +628,7 @@ strata_status launch_bwd_ring(RmsNormGatedBwdParams& p, const VecFlags& vf, cuda
   g.dense[0] = dense_rows(p.x_rows, p.D);
   g.dense[1] = dense_rows(p.z_rows, p.D);
   g.dense[2] = dense_rows(p.dy_rows, p.D);
-  const auto kernel = bwd_ring<SILU, TPR, NV>;
+  const auto kernel = bwd_ring<SILU, BF16, TPR, NV>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -688,7 +641,9 @@ strata_status launch_bwd_ring(RmsNormGatedBwdParams& p, const VecFlags& vf, cuda
 
 template <int TPR, int NV>
 strata_status launch_bwd_ring_act(RmsNormGatedBwdParams& p, const VecFlags& vf, cudaStream_t s) {
-  return p.act == kActSilu ? launch_bwd_ring<true, TPR, NV>(p, vf, s) : launch_bwd_ring<false, TPR, NV>(p, vf, s);
+  if (p.x_dtype == STRATA_DTYPE_BF16)
+    return p.act == kActSilu ? launch_bwd_ring<true, true, TPR, NV>(p, vf, s) : launch_bwd_ring<false, true, TPR, NV>(p, vf, s);
+  return p.act == kActSilu ? launch_bwd_ring<true, false, TPR, NV>(p, vf, s) : launch_bwd_ring<false, false, TPR, NV>(p, vf, s);
 }
 
 // Wide rows: one row per tile, as many stages as fit the budget (>= 2: rows of <= 16 KiB per tensor).

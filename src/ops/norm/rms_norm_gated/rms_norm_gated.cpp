@@ -1,9 +1,10 @@
 // rms_norm_gated: definition, validation, implementation lists and plans (ops_fused.md §4; README.md).
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
-// Implementations, in dispatch order: forward cuda.sm90.team_packed (where it applies), cuda.sm90.group_rows,
-// cuda.sm90.bulk_ring (forced only); backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows,
-// cuda.sm90.bulk_ring_wide (forced only); then cpu.<isa> per compiled Highway target, reference.
+// Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
+// cuda.sm90.group_rows, cuda.sm90.bulk_ring and cuda.sm90.team_stream_flat (forced only); backward
+// cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
+// cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
 #include <fmt/format.h>
@@ -22,6 +23,8 @@ constexpr const char* kFwd = "rms_norm_gated_fwd";
 constexpr const char* kBwd = "rms_norm_gated_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
+constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
+constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -85,45 +88,60 @@ Implementation<Problem> cpu_impl(std::string name, std::function<std::string(con
           }};
 }
 
+#if STRATA_WITH_CUDA
+// A CUDA entry: sm_90, then (residual_rule given) no residual tensors, then the kernels' own plan-time
+// conditions (`reject`, "" if they apply); `run` launches on the plan's stream.
+template <class Problem>
+Implementation<Problem> cuda_impl(std::string name, const char* residual_rule,
+                                  std::function<std::string(const decltype(Problem::params)&)> reject,
+                                  std::function<int(const decltype(Problem::params)&, void*)> run,
+                                  std::function<size_t(const Problem&)> workspace = {}) {
+  return {std::move(name),
+          [residual_rule, reject](const Problem& p) {
+            std::string r = reject_unless_cuda(p.device, 90);
+            if (r.empty() && residual_rule && p.residual) r = residual_rule;
+            return r.empty() ? reject(p.params) : r;
+          },
+          std::move(workspace),
+          [run](const Problem& p, const Launch& launch) {
+            return static_cast<strata_status>(run(bind(p, launch), launch.cuda_stream));
+          }};
+}
+constexpr const char* kFwdNoResidual = "handles no residual / residual_out";
+constexpr const char* kBwdNoResidual = "handles no residual / dresidual_out";
+template <class Params>
+std::string x_f64_reason(const Params& p) {
+  return f64_reason(p.x_dtype);
+}
+// Every CUDA backward sizes the workspace for rms_norm_gated_cuda_partials partial rows (the ring's grid is at
+// most that many CTAs).
+size_t cuda_bwd_workspace(const BwdProblem& p) {
+  return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
+}
+#endif
+
 const ImplList<FwdProblem>& fwd_impls() {
   static const ImplList<FwdProblem> list = [] {
     ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
-    // First: the packed team forward where it applies (16-bit rows of D <= 1024 without residual: the GDN
-    // output gate), else group_rows (every layout). The bulk-copy ring comes last, forced only: it ran the
-    // [1048576, 128] forward at 1.46 x floor in s6run2 against 1.33 x for team_packed (s6run1).
-    l.push_back({kCudaPackedImpl,
-                 [](const FwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
-                   return r.empty() ? rms_norm_gated_fwd_cuda_packed_reject(p.params) : r;
-                 },
-                 {},
-                 [](const FwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(
-                       rms_norm_gated_fwd_cuda_packed(bind(p, launch), launch.cuda_stream));
-                 }});
-    l.push_back({kCudaImpl,
-                 [](const FwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   return r.empty() ? f64_reason(p.params.x_dtype) : r;
-                 },
-                 {},
-                 [](const FwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(rms_norm_gated_fwd_cuda(bind(p, launch), launch.cuda_stream));
-                 }});
-    // Forced only (after group_rows, which takes every problem): the bulk-copy ring, 16-bit rows of D <= 8192
-    // without residual.
-    l.push_back({kCudaRingImpl,
-                 [](const FwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.residual) r = "handles no residual / residual_out";
-                   return r.empty() ? rms_norm_gated_fwd_cuda_ring_reject(p.params) : r;
-                 },
-                 {},
-                 [](const FwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(rms_norm_gated_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
-                 }});
+    // First: the streaming team forward (16-bit rows of D <= 256 without residual: the GDN output gate,
+    // D = 128), then the packed team forward (D <= 1024; it ran [1048576, 128] at 1.33 x floor, instruction-
+    // bound in the s7run1 ncu), else group_rows (every layout). Forced only: the bulk-copy ring (it ran the
+    // [1048576, 128] forward at 1.46 x floor in s6run2) and team_stream's kernel on a grid that covers the rows
+    // once (no row loop, no prefetch).
+    l.push_back(cuda_impl<FwdProblem>(kCudaStreamImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_stream(q, s);
+                                      }));
+    l.push_back(cuda_impl<FwdProblem>(kCudaPackedImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_packed_reject,
+                                      rms_norm_gated_fwd_cuda_packed));
+    l.push_back(cuda_impl<FwdProblem>(kCudaImpl, nullptr, x_f64_reason<RmsNormGatedFwdParams>, rms_norm_gated_fwd_cuda));
+    l.push_back(cuda_impl<FwdProblem>(kCudaRingImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_ring_reject,
+                                      rms_norm_gated_fwd_cuda_ring));
+    l.push_back(cuda_impl<FwdProblem>(kCudaStreamFlatImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_stream(q, s, false);
+                                      }));
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const RmsNormGatedFwdFn fn = rms_norm_gated_fwd_cpu(isa.hwy_target);
@@ -150,45 +168,18 @@ const ImplList<BwdProblem>& bwd_impls() {
     ImplList<BwdProblem> l;
 #if STRATA_WITH_CUDA
     // The bulk-copy ring where it won in s6run2 (lane-team rows: [1048576, 128] 0.3966 ms against group_rows'
-    // 0.4697; wide rows of D > 6144), else group_rows. Both size the workspace for rms_norm_gated_cuda_partials
-    // partial rows (the ring's grid is at most that many CTAs).
-    l.push_back({kCudaRingImpl,
-                 [](const BwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.residual) r = "handles no residual / dresidual_out";
-                   return r.empty() ? rms_norm_gated_bwd_cuda_ring_reject(p.params) : r;
-                 },
-                 [](const BwdProblem& p) {
-                   return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
-                 },
-                 [](const BwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(rms_norm_gated_bwd_cuda_ring(bind(p, launch), launch.cuda_stream));
-                 }});
-    l.push_back({kCudaImpl,
-                 [](const BwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   return r.empty() ? f64_reason(p.params.x_dtype) : r;
-                 },
-                 [](const BwdProblem& p) {
-                   return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
-                 },
-                 [](const BwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(rms_norm_gated_bwd_cuda(bind(p, launch), launch.cuda_stream));
-                 }});
-    // Forced only (after group_rows): the ring's wide-row kernels for every D <= 8192 (the dispatched
-    // bulk_ring entry takes them only for D > 6144).
-    l.push_back({kCudaRingWideImpl,
-                 [](const BwdProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && p.residual) r = "handles no residual / dresidual_out";
-                   return r.empty() ? rms_norm_gated_bwd_cuda_ring_reject(p.params, true) : r;
-                 },
-                 [](const BwdProblem& p) {
-                   return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cuda_partials(p.params));
-                 },
-                 [](const BwdProblem& p, const Launch& launch) {
-                   return static_cast<strata_status>(rms_norm_gated_bwd_cuda_ring(bind(p, launch), launch.cuda_stream));
-                 }});
+    // 0.4697; wide rows of D > 6144), else group_rows. Forced only (after group_rows): the ring's wide-row
+    // kernels for every D <= 8192 (the dispatched bulk_ring entry takes them only for D > 6144).
+    l.push_back(cuda_impl<BwdProblem>(
+        kCudaRingImpl, kBwdNoResidual,
+        [](const RmsNormGatedBwdParams& q) { return rms_norm_gated_bwd_cuda_ring_reject(q); },
+        rms_norm_gated_bwd_cuda_ring, cuda_bwd_workspace));
+    l.push_back(cuda_impl<BwdProblem>(kCudaImpl, nullptr, x_f64_reason<RmsNormGatedBwdParams>, rms_norm_gated_bwd_cuda,
+                                      cuda_bwd_workspace));
+    l.push_back(cuda_impl<BwdProblem>(
+        kCudaRingWideImpl, kBwdNoResidual,
+        [](const RmsNormGatedBwdParams& q) { return rms_norm_gated_bwd_cuda_ring_reject(q, true); },
+        rms_norm_gated_bwd_cuda_ring, cuda_bwd_workspace));
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const RmsNormGatedBwdFn fn = rms_norm_gated_bwd_cpu(isa.hwy_target);

@@ -136,6 +136,13 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream);
 // 16-byte aligned go to rms_norm_gated_fwd_cuda.
 std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p);
 int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream);
+// The streaming team forward (cuda.sm90.team_stream, cuda_sm90_stream.cu): bf16/f16, no residual, f32 rstd,
+// D <= 256 with one 8-feature chunk per lane of a team (choose()'s nv == 1), groups of 8 * 2^k features that
+// divide the team's slice; "" if a plan with these params may take it, else why not. Rows that are not 16-byte
+// aligned at run time go to rms_norm_gated_fwd_cuda.
+std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p);
+// persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once).
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true);
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
 // The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
 int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);
