@@ -1,7 +1,6 @@
 // visit_kernel_dtype: the twin of visit_float_dtype (opbase/dtype.h) over the dtypes the typed CPU kernels are
 // instantiated for, f32 / bf16 / f16 (callers send f64 to the reference; any other dtype is visited as float).
-// A header of its own: dtype.h is included by every translation unit. gdn_bwd_common.h
-// (linear_attn::gdn_bwd) has a copy that can move here.
+// A header of its own: dtype.h is included by every translation unit.
 #pragma once
 
 #include <cstdint>

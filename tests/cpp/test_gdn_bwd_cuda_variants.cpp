@@ -300,22 +300,17 @@ void expect_outputs_match(const std::vector<std::vector<uint8_t>>& a, const std:
   }
 }
 
-// kDqkwgTwoPerSm: every output the same bits as kDqkwgPipelined (kDqkwgAuto, which runs it or a wide kernel: dq, dk,
-// dw the same bits, dγ as below). kDqkwgWarps16:
+// kDqkwgTwoPerSm (and kDqkwgAuto, which runs it): every output the same bits as kDqkwgPipelined. kDqkwgWarps16:
 // dq, dk, dw the same bits, dγ (its row and block sums add the partials of 16 x 16 warp blocks instead of 16 x 32
 // ones) within 1e-4 of its largest magnitude (f32 reassociation of sums of at most 2 x 128 + 64 x 64 terms).
-// kDqkwgWide, kDqkwgWide3 (one block over all K columns where 64 < K <= 128, the two-per-SM kernel elsewhere): the
-// same as kDqkwgWarps16 (dγ adds two 64-column row partials in the block instead of per-tile partials summed by a
-// second pass).
 TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 11;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
     const auto a = run_dqkwg(in, kDqkwgPipelined);
-    for (const int var : {kDqkwgTwoPerSm, kDqkwgWarps16, kDqkwgAuto, kDqkwgWide, kDqkwgWide3}) {
-      // (kDqkwgAuto: whichever kernel it runs, cuda_sm90_mma.cu's kDqkwgAutoVariant)
-      const bool dg_close = var != kDqkwgTwoPerSm;
+    for (const int var : {kDqkwgTwoPerSm, kDqkwgWarps16, kDqkwgAuto}) {
+      const bool dg_close = var == kDqkwgWarps16;
       expect_outputs_match(a, run_dqkwg(in, var), {"dq", "dk", "dw", "dg"},
                            [&](size_t i) { return i == 3 && dg_close && s.gate; },
                            "variant " + std::to_string(var) + " " + shape_str(s));
@@ -343,15 +338,13 @@ TEST(GdnBwdCudaVariants, WyBwdVariants) {
 }
 
 // bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
-// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column, and the 64-column
-// tiles with the next chunk's k tile prefetched, kDhuWidePreK: the fused form only, the unfused reference runs
-// kDhuWide).
+// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
 TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 41;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
-    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow, kDhuWidePreK}) {
+    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
       const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
       expect_outputs_match(a, b, {"dh", "dh0", "dv2"}, [](size_t) { return false; },
                            "the fused dv_local, variant " + std::to_string(var) + " " + shape_str(s));
@@ -447,12 +440,11 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
         EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
       });
     };
-    const std::vector<double> ms = time_min_ms(
-        {dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16), dq_call(kDqkwgWide),
-         dq_call(kDqkwgWide3)});
+    const std::vector<double> ms =
+        time_min_ms({dq_call(kDqkwgPipelined), dq_call(kDqkwgTwoPerSm), dq_call(kDqkwgWarps16)});
     report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: pipelined %.3f ms, "
-                    "two_per_sm %.3f ms, warps16 %.3f ms, wide %.3f ms, wide3 %.3f ms", static_cast<long long>(B),
-                    static_cast<long long>(T), ms[0], ms[1], ms[2], ms[3], ms[4]));
+                    "two_per_sm %.3f ms, warps16 %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                    ms[0], ms[1], ms[2]));
 
     DhuParams hp;
     hp.d = d;
@@ -486,19 +478,16 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
       DhuParams fp = hp;
       fp.dv = View{};
       fp.fuse_dv_local = true;
-      DhuParams fk = fp;
-      fk.mma_variant = kDhuWidePreK;
       const std::vector<double> fm = time_min_ms(
           {[&] {
              EXPECT_EQ(chunk_bwd_dv_local_cuda_mma(vp, ws3.p, nullptr), STRATA_SUCCESS);
              EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(hp, ws2.p, nullptr), STRATA_SUCCESS);
            },
-           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); },
-           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fk, ws2.p, nullptr), STRATA_SUCCESS); }},
+           [&] { EXPECT_EQ(chunk_gated_delta_rule_bwd_dhu_cuda_mma(fp, ws2.p, nullptr), STRATA_SUCCESS); }},
           3);
       report(fmt_line("[gdn_bwd timing] bf16 B=%lld T=%lld: chunk_bwd_dv_local + bwd_dhu (automatic tiles) %.3f ms, "
-                      "bwd_dhu with fused dv_local %.3f ms, fused with the k prefetch (64-column tiles) %.3f ms",
-                      static_cast<long long>(B), static_cast<long long>(T), fm[0], fm[1], fm[2]));
+                      "bwd_dhu with fused dv_local %.3f ms", static_cast<long long>(B), static_cast<long long>(T),
+                      fm[0], fm[1]));
     }
 
     WyBwdParams wp;

@@ -30,14 +30,10 @@ struct DqkwgParams {
   // Launch configuration of the tensor-core kernel: kDqkwgAuto (the default: kDqkwgTwoPerSm), kDqkwgPipelined
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
-  // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWide (one block per chunk and q/k head over all
-  // K <= 128 columns, two cp.async stages, cuda_sm90_wide.cu: the same dq, dk, dw bits, dγ summed in another order;
-  // shapes outside 64 < K <= 128 run kDqkwgTwoPerSm) or kDqkwgWide3 (the same with three stages: the same bits as
-  // kDqkwgWide). Tests and timing force them.
+  // the same dq, dk, dw bits, dγ summed in another order). Tests and timing force them.
   int mma_variant = 0;
 };
-inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWide = 4,
-                     kDqkwgWide3 = 5;
+inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -58,10 +54,6 @@ int chunk_bwd_dqkwg_cuda_fma(const DqkwgParams& p, void* workspace, void* stream
 std::string chunk_bwd_dqkwg_cuda_mma_reject(const DqkwgParams& p);
 size_t chunk_bwd_dqkwg_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream);
-// The kDqkwgWide kernel (cuda_sm90_wide.cu): whether it takes d (64 < K <= 128, V >= 1), and its launch (chunk
-// offsets already in offs; writes dq, dk, dw and dg directly, no workspace of its own).
-bool chunk_bwd_dqkwg_wide_applies(const gdn_bwd::Dims& d);
-int chunk_bwd_dqkwg_wide_launch(const DqkwgParams& p, const int64_t* offs, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

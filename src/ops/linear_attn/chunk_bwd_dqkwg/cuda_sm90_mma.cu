@@ -16,8 +16,7 @@
 // Launch variants (DqkwgParams::mma_variant, see DqCfg): the above (kDqkwgPipelined); one stage with two blocks
 // per SM (kDqkwgTwoPerSm, the automatic choice: the same bits as kDqkwgPipelined, measured fastest in GPU run
 // s5run2 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128: 2.62 ms against 2.86 (pipelined) and 2.74 (16 warps));
-// 16 warps of 16 x 16 blocks (kDqkwgWarps16); one block per chunk and q/k head over all K columns (kDqkwgWide,
-// kDqkwgWide3: cuda_sm90_wide.cu, 64 < K <= 128; two-per-SM elsewhere).
+// 16 warps of 16 x 16 blocks (kDqkwgWarps16).
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
 
@@ -60,10 +59,6 @@ struct DqCfg {
   // γ, scale exp(γ), exp(γ_last − γ) [64] each, row partials [kWN][64], block-sum scratch [kThreads]
   static constexpr size_t kBytes = kVec + (3 * 64 + kWN * 64 + kThreads) * sizeof(float);
 };
-
-// What kDqkwgAuto runs: kDqkwgTwoPerSm (measured fastest of the per-K-tile kernels, GPU run s5run2); kDqkwgWide or
-// kDqkwgWide3 would route it to cuda_sm90_wide.cu where that applies (timed first in GPU run s7run2).
-constexpr int kDqkwgAutoVariant = kDqkwgTwoPerSm;
 
 inline size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 int64_t k_tiles(const Dims& d) { return d.K > 0 ? (d.K + 63) / 64 : 1; }
@@ -388,8 +383,7 @@ strata_status launch_variant(const DqkwgParams& p, const int64_t* offs, float* w
   switch (p.mma_variant) {
     case kDqkwgPipelined: return launch<T, kDqkwgPipelined>(p, offs, ws_dg, items, ktiles, stream);
     case kDqkwgWarps16: return launch<T, kDqkwgWarps16>(p, offs, ws_dg, items, ktiles, stream);
-    // kDqkwgAuto; kDqkwgWide / kDqkwgWide3 outside 64 < K <= 128
-    default: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);
+    default: return launch<T, kDqkwgTwoPerSm>(p, offs, ws_dg, items, ktiles, stream);  // kDqkwgAuto too
   }
 }
 
@@ -414,14 +408,6 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
   int64_t* offs = static_cast<int64_t*>(workspace);
   float* ws_dg = reinterpret_cast<float*>(static_cast<char*>(workspace) + align256(chunk_offsets_bytes(d)));
   const int64_t ktiles = k_tiles(d), items = num_windows(d) * d.H * ktiles;
-  const int var = p.mma_variant == kDqkwgAuto ? kDqkwgAutoVariant : p.mma_variant;
-  if ((var == kDqkwgWide || var == kDqkwgWide3) && chunk_bwd_dqkwg_wide_applies(d)) {  // dγ complete per block
-    if (items == 0) return STRATA_SUCCESS;
-    STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-    DqkwgParams pw = p;
-    pw.mma_variant = var;
-    return chunk_bwd_dqkwg_wide_launch(pw, offs, stream);
-  }
   if (items > 0) {
     STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
     STRATA_RETURN_IF_ERROR(p.q.dtype == STRATA_DTYPE_BF16

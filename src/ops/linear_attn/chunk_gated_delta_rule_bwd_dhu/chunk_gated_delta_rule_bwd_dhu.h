@@ -29,8 +29,7 @@ struct DhuParams {
   float scale = 1.f;
   // Tile shape of the tensor-core kernel at 64 < K <= 128 (the same bits whichever runs; other K ignore it):
   // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
-  // or kDhuNarrow (32-column V tiles, two stages, one block per SM), or kDhuWidePreK (kDhuWide; with fuse_dv_local
-  // the next chunk's k tile loads while this chunk's last products run: the same bits). Tests and timing force them.
+  // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
   int mma_variant = 0;
   // Internal fusion for the composed chunk_gated_delta_rule backward (never set by the public plan): dv is absent
   // and the kernel forms dv_local = chunk_bwd_dv_local(q, k, do, g, scale) per chunk itself from the q, k, do tiles
@@ -40,7 +39,7 @@ struct DhuParams {
   // (chunk_gated_delta_rule_bwd_dhu_fuses_dv_local); the other implementations refuse a call that sets it.
   bool fuse_dv_local = false;
 };
-inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWidePreK = 3;
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2;
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

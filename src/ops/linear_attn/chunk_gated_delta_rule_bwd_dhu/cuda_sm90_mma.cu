@@ -7,9 +7,7 @@
 // with cp.async while chunk c computes, one block per SM); 64 < K ≤ 128 with few (sequence, head) pairs
 // (dhu_narrow_tiles) takes BV = 32 and two stages; other shapes take BV = 64 and one stage (at K ≤ 128 two blocks
 // per SM: B = 4, HV = 32, V = 128 is 256 blocks, one wave; see launch_k), whose chunk tiles load as two cp.async
-// groups (k, dv, then q, w, dO: dVn runs before the second group is waited for; kDhuWidePreK with the fused dv_local:
-// the next chunk's k tile is issued as soon as this chunk's last reader of k is done). Per chunk (L ≤ BT rows,
-// zero-filled to 64):
+// groups (k, dv, then q, w, dO: dVn runs before the second group is waited for). Per chunk (L ≤ BT rows, zero-filled to 64):
 //   dh[c] = dS                                          (from the f32 fragments, or the bf16 copy when dh is 16-bit)
 //   sS    = T(dS)                                        [KP, BV] shared, the B operand below
 //   dVn   = dv + diag(exp(γ_last − γ)) (Kc sS)           64 × BV, contraction KP; warp w rows 16 (w % 4)..
@@ -52,10 +50,9 @@ struct DhuSmem {
   static constexpr size_t kBytes = kBm + (FUSE ? size_t{64} * kLdBm * 2 : 0);
 };
 
-template <class T, int KP, int BV, int STAGES, bool FUSE, bool PREK>
+template <class T, int KP, int BV, int STAGES, bool FUSE>
 __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ? 2 : 1)
     dhu_mma_kernel(DhuParams p, const int64_t* offs, int64_t items, int64_t vtiles) {
-  static_assert(!PREK || (FUSE && STAGES == 1), "the k prefetch is a variant of the fused one-stage tiles");
   using S = DhuSmem<KP, BV, STAGES, FUSE>;
   constexpr int MT = KP / 64;   // 16-row m-tiles of dS per warp
   constexpr int NT = BV / 16;   // 8-column n-tiles per warp (half of the V tile)
@@ -102,14 +99,12 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       uint16_t* sQW = reinterpret_cast<uint16_t*>(base + S::kQW);
       uint16_t* sB = reinterpret_cast<uint16_t*>(base + S::kB);
       // k and dv first (all that dVn needs); one stage: they are a commit group of their own, so dVn (and the dh,
-      // dv2 stores) run while q, w, dO are still in flight (see the chunk loop). PREK: k was issued as a group of its
-      // own during the previous chunk (issue_k), so this group is q, w, dO alone.
-      if (!PREK)
-        load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(base + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
-                                 p.k.s[1], L, kc);
+      // dv2 stores) run while q, w, dO are still in flight (see the chunk loop).
+      load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(base + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
+                               p.k.s[1], L, kc);
       if (!FUSE)
         load_tile_async<T, kThr>(sB + 64 * kLdB, kLdB, 64, BV, p.dv, p.dv.off(b, t0, hv) + e0, p.dv.s[1], L, vc);
-      if (STAGES == 1 && !PREK) ::strata::cuda::cp_async_commit();
+      if (STAGES == 1) ::strata::cuda::cp_async_commit();
       load_tile_async<T, kThr>(sQW, kLdK, 64, KP, p.q, p.q.off(b, t0, h), p.q.s[1], L, kc);
       load_tile_async<T, kThr>(sQW + 64 * kLdK, kLdK, 64, KP, p.w, p.w.off(b, t0, hv), p.w.s[1], L, kc);
       load_tile_async<T, kThr>(sB, kLdB, 64, BV, p.dout, p.dout.off(b, t0, hv) + e0, p.dout.s[1], L, vc);
@@ -118,16 +113,7 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
       return make_float2(gate ? ld_f32(p.g, p.g.off(b, t0 + threadIdx.x, hv)) : 0.f,
                          gate ? ld_f32(p.g, p.g.off(b, t0 + L - 1, hv)) : 0.f);
     };
-    // PREK: chunk c's k tile as a commit group of its own (one stage), issued before chunk c's other tiles.
-    auto issue_k = [&](int64_t c) {
-      const int64_t t0 = bos + c * d.BT;
-      const int L = static_cast<int>(eos - t0 < d.BT ? eos - t0 : d.BT);
-      load_tile_async<T, kThr>(reinterpret_cast<uint16_t*>(smem + S::kK), kLdK, 64, KP, p.k, p.k.off(b, t0, h),
-                               p.k.s[1], L, kc);
-      ::strata::cuda::cp_async_commit();
-    };
     __syncthreads();  // the previous item's readers of shared memory are done
-    if (PREK && nc > 0) issue_k(nc - 1);
     float2 g_next = nc > 0 ? issue(nc - 1, 0) : make_float2(0.f, 0.f);
     for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
       const int st = STAGES == 2 ? static_cast<int>(it & 1) : 0;
@@ -240,11 +226,6 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
               }
           }
           __syncthreads();
-          // PREK: sK is dead for this chunk (K sS and Bm have read it): the next chunk's k tile loads now, while
-          // Bm dO and [Q ; W]ᵀ [E dO ; −dVn] run, so the next chunk's first wait finds it landed.
-          if constexpr (PREK) {
-            if (c > 0) issue_k(c - 1);
-          }
           zero(dvl);  // dv = Bm dO (B(i, col) = dO[i][col], unscaled: stored [k][n])
           warp_gemm<T, true, true, 1, NT>(dvl, sBm + wm * 16 * S::kLdBm, S::kLdBm, sB + cn, kLdB, 64);
         }
@@ -299,21 +280,21 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
   }
 }
 
-template <class T, int KP, int BV, int STAGES, bool FUSE = false, bool PREK = false>
+template <class T, int KP, int BV, int STAGES, bool FUSE = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   constexpr size_t smem = DhuSmem<KP, BV, STAGES, FUSE>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const Dims& d = p.d;
   const int64_t vtiles = (d.V + BV - 1) / BV, items = d.N * d.HV * vtiles;
   static_assert(!(KP <= 128 && BV <= 64 && STAGES == 1) || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE, PREK>,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (KP <= 128 && BV <= 64 && STAGES == 1)  // the largest shared-memory carveout, so that two blocks fit
-    STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE, PREK>,
+    STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_mma_kernel<T, KP, BV, STAGES, FUSE>,
                                          cudaFuncAttributePreferredSharedMemoryCarveout,
                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  dhu_mma_kernel<T, KP, BV, STAGES, FUSE, PREK><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items,
+  dhu_mma_kernel<T, KP, BV, STAGES, FUSE><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items,
                                                                                                 vtiles);
   return cuda::check_launch(FUSE ? "chunk_gated_delta_rule_bwd_dhu (mma, fused dv_local)"
                                  : "chunk_gated_delta_rule_bwd_dhu (mma)");
@@ -330,26 +311,15 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 // V tiles and two pipeline stages, one block per SM, every block resident from the start: twice the blocks, each
 // with half the columns and its next chunk's loads overlapping the current chunk (dS columns are independent,
 // and every element is summed in the same order whatever BV: the same bits as the 64-column tiles).
-// What kDhuAuto runs at the fused 64-column one-stage tiles: kDhuWide (the s6run2 kernel) or kDhuWidePreK (the same
-// bits with the k prefetch; timed first in GPU run s7run2).
-constexpr int kDhuAutoFusedWide = kDhuWide;
-
 template <class T, bool FUSE>
 strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   const int64_t K = p.d.K, V = p.d.V;
   if (K <= 64)
     return V > 64 ? launch<T, 64, 128, 2, FUSE>(p, offs, stream) : launch<T, 64, 64, 1, FUSE>(p, offs, stream);
-  const bool wide = p.mma_variant == kDhuWide || p.mma_variant == kDhuWidePreK;
   if (K <= 128 && (p.mma_variant == kDhuNarrow ||
-                   (!wide && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count()))))
+                   (p.mma_variant != kDhuWide && dhu_narrow_tiles(p.d, ::strata::cuda::current_sm_count()))))
     return launch<T, 128, 32, 2, FUSE>(p, offs, stream);
-  if (K <= 128) {
-    if constexpr (FUSE) {
-      if (p.mma_variant == kDhuWidePreK || (p.mma_variant == kDhuAuto && kDhuAutoFusedWide == kDhuWidePreK))
-        return launch<T, 128, 64, 1, true, true>(p, offs, stream);
-    }
-    return launch<T, 128, 64, 1, FUSE>(p, offs, stream);
-  }
+  if (K <= 128) return launch<T, 128, 64, 1, FUSE>(p, offs, stream);
   if constexpr (FUSE) {
     return STRATA_ERROR_INTERNAL;  // (K > 128 with the fused dv_local: refused by the reject rule first)
   } else {

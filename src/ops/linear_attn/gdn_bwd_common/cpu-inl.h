@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "opbase/visit_kernel_dtype.h"  // (storage dtypes of the Views: f64 goes to the reference)
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 #include "tile/cpu/gemm.h"
 #include "tile/cpu/vec-inl.h"

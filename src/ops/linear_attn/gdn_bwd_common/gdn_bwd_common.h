@@ -125,16 +125,6 @@ int64_t host_total_chunks(const Dims& d);
 strata_status check_cu_values(const char* op, const Dims& d);
 strata_status check_chunk_count(const char* op, const char* arg, const Dims& d);
 
-// Storage type visitor over the kernels' dtypes f32/bf16/f16 (f64 goes to the reference).
-template <class Fn>
-decltype(auto) visit_kernel_dtype(int32_t dtype, Fn&& fn) {
-  switch (dtype) {
-    case STRATA_DTYPE_BF16: return fn(bf16_t{});
-    case STRATA_DTYPE_F16: return fn(f16_t{});
-    default: return fn(float{});
-  }
-}
-
 }  // namespace strata::linear_attn::gdn_bwd
 
 namespace strata::linear_attn::gdn_bwd {
