@@ -36,6 +36,7 @@
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/cp_async.cuh"
+#include "tile/cuda/fast_math.cuh"
 
 namespace strata::conv {
 namespace {
@@ -137,25 +138,15 @@ __device__ __forceinline__ void store_vec(T* p, const float (&v)[V]) {
   }
 }
 
-// silu and its derivative. 16-bit outputs use the approximate exp / reciprocal (their error, a few f32 ulps, is
-// far below a bf16/f16 rounding; the precise versions would make the kernels compute-bound); f32 keeps the
-// precise ones. The flush-to-zero forms: ex2.approx.ftz is 2 instructions (FMUL, MUFU.EX2) where __expf's
-// non-ftz form adds a compare and two predicated multiplies to keep results below 2^-126 as denormals, which
+// silu and its derivative. 16-bit outputs use the approximate exp / reciprocal of tile/cuda/fast_math.cuh
+// (their error, a few f32 ulps, is far below a bf16/f16 rounding; the precise versions would make the kernels
+// compute-bound); f32 keeps the precise ones. The flush-to-zero forms: ex2.approx.ftz is 2 instructions (FMUL,
+// MUFU.EX2) where __expf's non-ftz form adds a compare and two predicated multiplies to keep results below 2^-126 as denormals, which
 // change nothing here (1 + e rounds to 1 either way); rcp.approx.ftz differs from __fdividef(1, y) only where
 // 1 / y < 2^-126 (y > 2^126: silu(u) for u < -87 is then -0 instead of ~-1e-36).
-__device__ __forceinline__ float ex2_ftz(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-__device__ __forceinline__ float rcp_ftz(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
 template <class T>
 __device__ __forceinline__ float sigmoid_t(float v) {
-  if constexpr (sizeof(T) == 2) return rcp_ftz(1.f + ex2_ftz(v * -1.4426950408889634f));
+  if constexpr (sizeof(T) == 2) return cuda::sigmoid_fast(v);
   else return 1.f / (1.f + expf(-v));
 }
 template <class T>
