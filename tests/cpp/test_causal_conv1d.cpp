@@ -453,15 +453,21 @@ TEST(CausalConv1d, PackedEqualsSeparate) {
 
 // ---------------------------------------------------------------------------------------------- CUDA
 
-// The plan-time rule of cuda.sm90.pipe (host logic, checked here without a GPU): the vec conditions, 16-bit
-// activations, and no residual in the forward.
-TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
+// Batch rows [2, 100, 64] bf16, W = 4, channels contiguous: the case both 16-bit kernels' plan rules accept.
+conv::Conv1dParams dense_bf16_rows() {
   conv::Conv1dParams p;
   p.B = 2, p.T = 100, p.D = 64, p.W = 4, p.N = 2;
   p.x_dtype = STRATA_DTYPE_BF16;
   p.mode = conv::kModeRows;
   p.channels_contiguous = true;
   for (int64_t* st : {p.xs, p.ys, p.rs, p.dys, p.dxs}) st[0] = p.T * p.D, st[1] = p.D, st[2] = 1;
+  return p;
+}
+
+// The plan-time rule of cuda.sm90.pipe (host logic, checked here without a GPU): the vec conditions, 16-bit
+// activations, and no residual in the forward.
+TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
+  conv::Conv1dParams p = dense_bf16_rows();
   EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, false), "");
   EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
   p.x_dtype = STRATA_DTYPE_F16;
@@ -489,12 +495,7 @@ TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
 
 // cuda.sm90.lean: the pipe conditions, batch rows only.
 TEST(CausalConv1d, LeanReasonCoversBf16F16RowsOnly) {
-  conv::Conv1dParams p;
-  p.B = 2, p.T = 100, p.D = 64, p.W = 4, p.N = 2;
-  p.x_dtype = STRATA_DTYPE_BF16;
-  p.mode = conv::kModeRows;
-  p.channels_contiguous = true;
-  for (int64_t* st : {p.xs, p.ys, p.rs, p.dys, p.dxs}) st[0] = p.T * p.D, st[1] = p.D, st[2] = 1;
+  conv::Conv1dParams p = dense_bf16_rows();
   EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
   p.x_dtype = STRATA_DTYPE_F16;
   EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
