@@ -376,6 +376,13 @@ std::vector<std::string> impls_for(const std::string& op, strata_device device) 
   return out;
 }
 
+ScopedForceImpl::ScopedForceImpl(const std::string& impl) : on_(!impl.empty()) {
+  if (on_) strata_set_force_impl(impl.c_str());
+}
+ScopedForceImpl::~ScopedForceImpl() {
+  if (on_) strata_set_force_impl(nullptr);
+}
+
 CaseResult run_forced(const OpHarness& h, const Case& c, strata_device device, const std::string& impl) {
   strata_set_force_impl(impl.c_str());
   CaseResult r;

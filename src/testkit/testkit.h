@@ -176,6 +176,18 @@ struct NotApplicable : std::runtime_error {
 };
 // Throws NotApplicable or std::runtime_error (with the library's message) unless s is STRATA_SUCCESS.
 void check(strata_status s, const char* what);
+// Forces `impl` (the in-process STRATA_FORCE_IMPL) while it lives; an empty name forces nothing. Bench setups
+// hold one while they make their plan, so the force is lifted also when plan creation throws.
+class ScopedForceImpl {
+ public:
+  explicit ScopedForceImpl(const std::string& impl);
+  ~ScopedForceImpl();
+  ScopedForceImpl(const ScopedForceImpl&) = delete;
+  ScopedForceImpl& operator=(const ScopedForceImpl&) = delete;
+
+ private:
+  bool on_;
+};
 
 // ---- the per-op harness ----
 class OpHarness {

@@ -291,15 +291,7 @@ class ClippedSwigluHarness final : public OpHarness {
       state->t.push_back(std::make_unique<DeviceTensor>(x, device));
       state->t.push_back(std::make_unique<DeviceTensor>(y, device));
       if (bwd) state->t.push_back(std::make_unique<DeviceTensor>(x, device));
-      struct Force {  // for the plan only, also when it throws
-        explicit Force(const std::string& s) : on(!s.empty()) {
-          if (on) strata_set_force_impl(s.c_str());
-        }
-        ~Force() {
-          if (on) strata_set_force_impl(nullptr);
-        }
-        bool on;
-      } force(impl);
+      ScopedForceImpl force(impl);  // for the plan only
       if (!bwd)
         check(strata_clipped_swiglu_fwd_plan(&state->t[0]->desc(), nullptr, &state->t[1]->desc(), v.alpha, v.limit,
                                              v.bias, inter, &state->plan),

@@ -445,15 +445,7 @@ class RmsNormGatedHarness final : public OpHarness {
       state->t.push_back(std::make_unique<DeviceTensor>(rs, device));
       if (bwd) state->t.push_back(std::make_unique<DeviceTensor>(w, device));
       auto d = [&](int i) { return &state->t[static_cast<size_t>(i)]->desc(); };
-      struct Force {  // for the plan only, also when it throws
-        explicit Force(const std::string& s) : on(!s.empty()) {
-          if (on) strata_set_force_impl(s.c_str());
-        }
-        ~Force() {
-          if (on) strata_set_force_impl(nullptr);
-        }
-        bool on;
-      } force(impl);
+      ScopedForceImpl force(impl);  // for the plan only
       if (!bwd)
         check(strata_rms_norm_gated_fwd_plan(d(0), d(1), d(3), nullptr, nullptr, d(2), nullptr, d(4), 1e-6f, G, nbg,
                                              STRATA_GATE_SILU, &state->plan),
