@@ -30,6 +30,7 @@
 #include "ops/linear_attn/chunk_bwd_dv_local/chunk_bwd_dv_local.h"
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
+#include "cuda_test_support.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -37,27 +38,8 @@ namespace {
 using gdn_bwd::Dims;
 using gdn_bwd::View;
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-// A device buffer of `bytes` bytes (freed on scope exit).
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t b) : bytes(b) { EXPECT_EQ(cudaMalloc(&p, b ? b : 1), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<uint8_t> bits() const {
-    std::vector<uint8_t> h(bytes);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (bytes) EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in f32 / bf16 / f16
-};
+using test::Dev;
+using test::have_gpu;
 
 // n random values in dtype dt (bf16 / f16 bits, or f32), N(0, sd) (uniform in [lo, 0] for gates when lo < 0).
 std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {

@@ -26,31 +26,13 @@
 #include "opbase/dtype.h"
 #include "ops/linear_attn/gdn_common/gdn_common.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
+#include "cuda_test_support.h"
 
 namespace strata::linear_attn::gdn {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-// A device buffer of `bytes` bytes (freed on scope exit).
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t b) : bytes(b) { EXPECT_EQ(cudaMalloc(&p, b ? b : 1), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<uint8_t> bits() const {
-    std::vector<uint8_t> h(bytes);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (bytes) EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in f32 / bf16 / f16
-};
+using test::Dev;
+using test::have_gpu;
 std::unique_ptr<Dev> upload(const void* h, size_t bytes) {
   auto d = std::make_unique<Dev>(bytes);
   if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
