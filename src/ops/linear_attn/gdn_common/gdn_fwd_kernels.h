@@ -95,6 +95,14 @@ StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
 int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
+// Everything before the state pass in one chunk-parallel kernel (gdn_fwd_cuda_prep.cu, prep_mma: one block per
+// chunk and q/k head, K Kᵀ and Q Kᵀ formed once for the G value heads of the group): w, u (and A when p.A is
+// present) as prepare_wy_repr_fwd's tensor-core kernel, plus p.Pqk as fwd_cuda_qk_gate when p.Pqk is present —
+// the same bits as wy_mma<kPrepare> and qk_gate_mma. Reads k, v, beta (opt.), g (opt.), q (with Pqk). bf16 / f16
+// (k, v, w, u, A, q, Pqk of one dtype), K, V <= 256 (K <= 128 with Pqk), BT <= 64, shared memory <= 227 KB;
+// fwd_cuda_prep_reject says why it cannot run p ("" if it can).
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
+std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
 #endif
 
 }  // namespace strata::linear_attn::gdn
