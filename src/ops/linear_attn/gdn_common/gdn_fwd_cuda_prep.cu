@@ -2,26 +2,29 @@
 // launch (gdn_fwd_kernels.h, fwd_cuda_prep). One block of 8 warps per (chunk, q/k head h) covers the G value heads
 // hv = h G .. h G + G − 1 of h's group:
 //
-//   K, Q [64][128 | Kp] and V of the first two value heads requested at once (cp.async: K, Q as one group, each V
-//   as its own group; V of head gi + 2 is requested once head gi has used its buffer)
-//   warps 0-3: R = K Kᵀ (row block w, column blocks <= w)        warps 4-7: R = Q Kᵀ (row block w − 4, same)
+//   K, Q [64][128 | Kp] (one cp.async group) and V of the first value head (a second group) requested at once
+//   warps 0-3: K Kᵀ (row block w, column blocks <= w) into an f32 tile Rk (ungated)
+//   warps 4-7: Q Kᵀ (row block w − 4, same), gated per value head and stored as Pqk[hv] for the G heads
 //   for each value head hv of the group (γ, β per value head):
-//     warps 0-3: M = strictly-lower(diag(β) K Kᵀ ⊙ Γ) from R       warps 4-7: Pqk[hv] = lower(Q Kᵀ ⊙ Γ) from R
-//     X = (I + M)^-1 (invert, f32), A = X when p.A is present
+//     all warps: M = strictly-lower(diag(β) Rk ⊙ Γ); X = (I + M)^-1 (invert, f32); A = X when p.A is present
 //     warps 0-3: w = X diag(β e^γ) K                               warps 4-7: u = X diag(β) V
+//     then V of the next value head is requested (it arrives during that head's gating and inverse)
 //
-// K Kᵀ and Q Kᵀ are formed once per (chunk, q/k head) instead of once per value head, K and Q are read once,
-// and the G value heads' inverses and products follow each other in one block while the next value head's V
-// arrives. Every value is computed with the fragments, order and expressions of the kernels it replaces —
+// K Kᵀ and Q Kᵀ are formed once per (chunk, q/k head) instead of once per value head, and K and Q are read once.
+// Every value is computed with the fragments, order and expressions of the kernels it replaces —
 // wy_mma<kWyPrepare> (K Kᵀ over 64-column key tiles, gating, invert, wu_tiles) and qk_gate_mma (8 key steps over
-// 128 zero-padded columns, gating) — so w, u, A and Pqk are the same bits as theirs (tested:
-// tests/cpp/test_gdn_fwd_cuda_prep.cpp). Pqk (the gated Q Kᵀ that state_o_mma<kPreP> reads) is written when
-// p.Pqk is present (then q too, K <= 128); prepare_wy_repr_fwd's plan runs it without q / Pqk as
-// `cuda.sm90.prep`.
+// 128 zero-padded columns, gating) — so w, u, A and Pqk are the same bits as theirs (tested on the GPU:
+// tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.SameBitsAsWyMmaAndQkGate). Pqk (the gated Q Kᵀ that
+// state_o_mma<kPreP> reads) is written when p.Pqk is present (then q too, K <= 128); prepare_wy_repr_fwd's plan
+// runs it without q / Pqk as `cuda.sm90.prep`.
 //
-// Shared memory (K = V = 128, G >= 2, with Pqk): K, Q 2 x 17 KB, V 2 x 17 KB, M, X 2 x 17 KB, merge scratch, γ / β
-// of the group: 108 KB, two blocks per SM (<= 128 registers: __launch_bounds__(256, 2)). Without Q: 91 KB. The
-// largest case (K = V = 256, no Q): 139 KB, one block per SM.
+// Shared memory (K = V = 128 with Pqk): K, Q, V 3 x 17 KB, Rk, M, X 3 x 17 KB, merge scratch, γ / β of the group:
+// 107 KB, two blocks per SM (<= 128 registers: __launch_bounds__(256, 2); ptxas: 128, 8 bytes spilled). Without Q:
+// 90 KB. The largest case (K = V = 256, no Q): 122 KB, one block per SM.
+//
+// Measured (GPU run s8run2, H200, bf16 B = 4 T = 8192 H = 16 HV = 32 K = V = 128): 0.826 ms for w, u, Pqk against
+// 0.591 + 0.178 ms for wy_mma + qk_gate_mma, so it is not a default (README.md, "The pre-state kernel": two
+// sequential value-head chains per block and two blocks per SM hide less latency than wy_mma's three).
 //
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
