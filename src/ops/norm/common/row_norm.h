@@ -112,7 +112,8 @@ RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // streaming choice, each packed configuration that covers the row with no idle lane, and on sm_90 the bulk-copy
 // choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring, and the
 // choice with streaming stores (hints 1); forward: the multi-row kernels with the packed choice's team or block
-// and 2 (teams also 4) rows per step.
+// and 2 (teams also 4) rows per step, the multi-row default's configuration itself, and on sm_90 the TMA choice
+// with half and twice its rows per tile and with evict-first stores.
 std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
 std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).
