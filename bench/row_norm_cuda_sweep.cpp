@@ -21,9 +21,10 @@
 //   row_norm_cuda_sweep --focus    # the two forward bf16 targets only (l2norm [524288, 128], rmsnorm [32768,
 //                                  # 4096]): the packed default and its persistent grids, every multi-row
 //                                  # instance x hints x grid, every copy probe; the 10 fastest of each case
-//   row_norm_cuda_sweep --tma      # l2norm fwd [524288, 128] bf16 and f32 only (session 8): the default, the
-//                                  # fastest multi-row kernel of s7run2 (16 x 1 x 4 rows, .cs stores), every TMA
-//                                  # configuration (tiles of 16-256 rows x hints), the 1-vector copy kernels
+//   row_norm_cuda_sweep --tma      # l2norm fwd [524288, 128] bf16 and f32, rmsnorm fwd bf16 (session 8): the
+//                                  # default, the fastest multi-row kernel of s7run2 (16 x 1 x 4 rows, .cs
+//                                  # stores), every TMA configuration (tiles of 1-256 rows x hints), the
+//                                  # 1-vector copy kernels
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -191,12 +192,13 @@ std::vector<RowNormCudaConfig> focus_configs(const RowNormCudaConfig& dflt) {
           m.hints = hints, m.blocks_per_sm = bps;
           v.push_back(m);
         }
-  // TMA (session 8): every instance x tiles of 16-256 rows (smem permitting) x hints; the reject check in the
-  // caller drops the ones that do not fit the row.
+  // TMA (session 8): every instance x tiles of 16-256 rows (the warp walking long rows, nv 0: also 1, 2 and 4
+  // rows, for D = 4096) x hints; the reject check in the caller drops the ones that do not fit the row.
   for (const RowNormCudaConfig& c : row_norm_cuda_all_configs())
     if (c.stream == 5 && c.hints == 0 && c.rpg == 64)
-      for (int rpt : {16, 32, 64, 128, 256})
+      for (int rpt : {1, 2, 4, 16, 32, 64, 128, 256})
         for (int hints = 0; hints <= 3; ++hints) {
+          if (rpt < 16 && c.nv != 0) continue;
           RowNormCudaConfig m = c;
           m.rpg = rpt, m.hints = hints;
           v.push_back(m);
@@ -240,7 +242,8 @@ int main(int argc, char** argv) {
   };
   std::vector<Case> cases;
   for (const Case& k : all_cases)
-    if (tma ? !k.bwd && k.D == 128 : !focus || (!k.bwd && k.dtype == STRATA_DTYPE_BF16)) cases.push_back(k);
+    if (tma ? !k.bwd && (k.D == 128 || k.dtype == STRATA_DTYPE_BF16) : !focus || (!k.bwd && k.dtype == STRATA_DTYPE_BF16))
+      cases.push_back(k);
   size_t max_elems = 0, max_rows = 0;
   for (const Case& k : cases) {
     max_elems = std::max(max_elems, static_cast<size_t>(k.rows * k.D));

@@ -83,9 +83,10 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // most the occupancy, balanced steps); `hints` bit 0 streaming stores (st.global.cs), bit 1 L2 evict-first loads.
 // `stream` 5 (forward only, sm_90): the TMA kernels (row_norm_cuda_tma.cu): one tile of `rpg` consecutive dense
 // rows (1..256, at most 48 KiB of shared memory) per block, bulk-loaded into shared memory (cp.async.bulk +
-// mbarrier), normalised in place by teams of `tpr` lanes (4..32) with `nv` vectors per lane (1, 2, 4; the packed
-// kernels' layout), bulk-stored whole; `hints` bit 0 stores with an L2 evict-first policy, bit 1 loads with it.
-// One dtype for x and y, whole aligned 16-byte vectors, dense x and y rows, rows of at most 128 vectors.
+// mbarrier), normalised in place by teams of `tpr` lanes (4..32) with `nv` vectors per lane in registers (1, 2,
+// 4; the packed kernels' layout) or, nv 0 (tpr 32), a warp walking the row in shared memory twice, bulk-stored
+// whole; `hints` bit 0 stores with an L2 evict-first policy, bit 1 loads with it. One dtype for x and y, whole
+// aligned 16-byte vectors, dense x and y rows.
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)

@@ -961,7 +961,7 @@ std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, 
     if (D == 0 || D % ve != 0 || !sf.vec_ok) return "rows cannot be read in aligned 16-byte vectors";
     if (!sf.uniform || !sf.dense || !sf.out_dense)
       return "the TMA kernels need dense rows (row stride D) in x and y and equally spaced rstd";
-    if (static_cast<int64_t>(c.tpr) * c.nv * ve < D) return "the configuration does not cover D";
+    if (c.nv > 0 && static_cast<int64_t>(c.tpr) * c.nv * ve < D) return "the configuration does not cover D";
     const int64_t smem = row_norm_tma_smem_bytes(D / ve, c.rpg);
     if (smem > kTmaMaxSmem)
       return "a tile of " + std::to_string(smem) + " bytes exceeds the " + std::to_string(kTmaMaxSmem) +
@@ -1413,7 +1413,7 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
   // TMA (forward): every (tpr, nv) instance with 64-row tiles; the pick's teams with 1, 2, 5, 32 and 128 rows
   // per tile (partial tiles, tiles of one row, the larger tiles the sweep times) and each cache hint.
   for (const RowNormCudaConfig& c : row_norm_tma_instances()) v.push_back(c);
-  for (const auto& tn : {std::pair{8, 2}, std::pair{16, 2}, std::pair{32, 4}})
+  for (const auto& tn : {std::pair{8, 2}, std::pair{16, 2}, std::pair{32, 4}, std::pair{32, 0}})
     for (int rpt : {1, 2, 5, 32, 128}) {
       RowNormCudaConfig c{0, tn.first, tn.second, rpt, 5};
       v.push_back(c);
@@ -1611,7 +1611,7 @@ std::string row_norm_fwd_cuda_tma_reject(const RowNormFwdParams& p) {
   const int ve = cuda::vec16_elems(sf.dtype);
   if (p.D == 0 || p.D % ve != 0) return "rows cannot be read in aligned 16-byte vectors";
   const RowNormCudaConfig c = row_norm_tma_pick(p.D / ve);
-  if (c.stream != 5) return "the TMA kernels take rows of at most 128 16-byte vectors (2 KiB)";
+  if (c.stream != 5) return "a row is larger than the 48 KiB of shared memory of a TMA block";
   return config_reject(c, p.D, false, FwdKernels::kMaxGroupNv, sf);
 }
 int row_norm_fwd_cuda_tma(const RowNormFwdParams& p, void* stream) {

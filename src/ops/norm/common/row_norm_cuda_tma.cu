@@ -13,9 +13,12 @@
 //   thread 0 bulk-stores the tile (cp.async.bulk shared -> global, one bulk group) and the tile's rstd values
 //   leave as one coalesced store per warp from a shared array.
 // The SM's load/store units then issue one 16 KiB request each way per block instead of 1024 16-byte
-// accesses, and the bytes in flight are the tiles of the resident blocks (12 x 16 KiB per SM with 128-thread
+// accesses, and the bytes in flight are the tiles of the resident blocks (13 x 16 KiB per SM with 128-thread
 // blocks), not registers. A block walks further tiles with a grid stride only when the grid is capped
 // (max_blocks, tests; or more than 2^31 - 1 tiles), reusing its tile buffer after the previous store has read it.
+// Rows of more than 128 vectors (rmsnorm D = 4096 bf16: 8 KiB) take a warp per row that walks the row in shared
+// memory twice (NV = 0: the sum of squares, then the scaling in place; the lane's vectors in the same order as
+// with registers, so the sum is the packed kernels' for a warp), in tiles of whole rows within 48 KiB.
 // hints (run-time, uniform): bit 0 stores with an L2 evict-first policy, bit 1 loads with it.
 #include "ops/norm/common/row_norm_cuda_tma.h"
 
@@ -35,7 +38,7 @@ namespace strata::norm {
 namespace {
 
 constexpr int kTmaThreads = 128;  // threads per block at most (fewer for tiles of few rows)
-constexpr int kTmaMinBlocks = 12;  // 42 registers: 12 resident blocks of 16 KiB tiles fit the 228 KiB of an SM
+constexpr int kTmaMinBlocks = 12;  // at most 42 registers (29-40 used): an SM holds 13 blocks of 16 KiB tiles
 
 // Header of the dynamic shared memory: the mbarrier (8 bytes, padded to 16), then one float per tile row
 // (rstd), padded so that the tile starts 128-byte aligned.
@@ -57,7 +60,7 @@ __global__ void __launch_bounds__(kTmaThreads, kTmaMinBlocks) fwd_tma(const RowN
   unsigned char* tile = smem + tma_header_bytes(rpt);
   const int32_t dt = p.x_dtype;
   const int ve = cuda::vec16_elems(dt), es = ve == 4 ? 4 : 2;
-  const int nvec = static_cast<int>(p.D / ve);  // <= TPR * NV (host-checked)
+  const int nvec = static_cast<int>(p.D / ve);  // <= TPR * NV (host-checked) unless NV == 0
   const uint32_t row_bytes = static_cast<uint32_t>(nvec) * 16u;
   const int64_t ntiles = (p.rows + rpt - 1) / rpt;
   const int tid = static_cast<int>(threadIdx.x), nthr = static_cast<int>(blockDim.x);
@@ -89,23 +92,41 @@ __global__ void __launch_bounds__(kTmaThreads, kTmaMinBlocks) fwd_tma(const RowN
       const int r = team + j * nteams;
       const bool live = r < n;
       uint4* row = reinterpret_cast<uint4*>(tile + static_cast<size_t>(live ? r : 0) * row_bytes);
-      uint4 v[NV];
-      float ss = 0.f;
+      if constexpr (NV == 0) {  // long rows: two passes over shared memory, vector i = t, t + TPR, ...
+        float ss = 0.f;
+        if (live)
+          for (int i = t; i < nvec; i += TPR) {
+            const uint4 a = row[i];
+            ss = cuda::vec16_dot(a, a, dt, ss);
+          }
+        ss = cuda::group_sum<TPR>(ss);
+        if (!live) continue;
+        const float rstd = rsqrtf(ss / n_div + p.eps);
+        if (t == 0) rs[r] = rstd;
+        if (!y) continue;
+        for (int i = t; i < nvec; i += TPR) {
+          const uint4 a = row[i];
+          row[i] = cuda::vec16_map(a, a, dt, [rstd](float e, float) { return e * rstd; });
+        }
+      } else {
+        uint4 v[NV];
+        float ss = 0.f;
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int i = k * TPR + t;
-        v[k] = live && i < nvec ? row[i] : make_uint4(0, 0, 0, 0);
-        ss = cuda::vec16_dot(v[k], v[k], dt, ss);  // zero vectors add nothing: one fma chain per lane, in k order
-      }
-      ss = cuda::group_sum<TPR>(ss);
-      if (!live) continue;
-      const float rstd = rsqrtf(ss / n_div + p.eps);  // a division, as the other kernels
-      if (t == 0) rs[r] = rstd;
-      if (!y) continue;
+        for (int k = 0; k < NV; ++k) {
+          const int i = k * TPR + t;
+          v[k] = live && i < nvec ? row[i] : make_uint4(0, 0, 0, 0);
+          ss = cuda::vec16_dot(v[k], v[k], dt, ss);  // zero vectors add nothing: one fma chain per lane, in k order
+        }
+        ss = cuda::group_sum<TPR>(ss);
+        if (!live) continue;
+        const float rstd = rsqrtf(ss / n_div + p.eps);  // a division, as the other kernels
+        if (t == 0) rs[r] = rstd;
+        if (!y) continue;
 #pragma unroll
-      for (int k = 0; k < NV; ++k) {
-        const int i = k * TPR + t;
-        if (i < nvec) row[i] = cuda::vec16_map(v[k], v[k], dt, [rstd](float a, float) { return a * rstd; });
+        for (int k = 0; k < NV; ++k) {
+          const int i = k * TPR + t;
+          if (i < nvec) row[i] = cuda::vec16_map(v[k], v[k], dt, [rstd](float a, float) { return a * rstd; });
+        }
       }
     }
     if (y) cuda::fence_proxy_async();  // this thread's writes of the tile before the copy engine reads it
@@ -144,12 +165,14 @@ struct Instance {
   Launcher fn;
 };
 // Teams of 4..32 lanes with 1, 2 or 4 vectors per lane: rows of up to 128 vectors (2 KiB); D = 128 bf16 is
-// 16 vectors (8 x 2 the pick, 16 x 1 and 4 x 4 for the sweep), f32 32 vectors (16 x 2).
+// 16 vectors (8 x 2 the pick, 16 x 1 and 4 x 4 for the sweep), f32 32 vectors (16 x 2). A warp walking the row in
+// shared memory (nv 0): any row whose tile fits (D = 4096 bf16: 8 KiB rows).
 constexpr Instance kInstances[] = {
     {4, 1, launch_inst<4, 1>},   {4, 2, launch_inst<4, 2>},   {4, 4, launch_inst<4, 4>},
     {8, 1, launch_inst<8, 1>},   {8, 2, launch_inst<8, 2>},   {8, 4, launch_inst<8, 4>},
     {16, 1, launch_inst<16, 1>}, {16, 2, launch_inst<16, 2>}, {16, 4, launch_inst<16, 4>},
     {32, 1, launch_inst<32, 1>}, {32, 2, launch_inst<32, 2>}, {32, 4, launch_inst<32, 4>},
+    {32, 0, launch_inst<32, 0>},
 };
 
 const Instance* find(const RowNormCudaConfig& c) {
@@ -175,16 +198,18 @@ int64_t row_norm_tma_smem_bytes(int64_t nvec, int rpt) { return tma_header_bytes
 
 RowNormCudaConfig row_norm_tma_pick(int64_t nvec) {
   RowNormCudaConfig c;
-  if (nvec < 1 || nvec > 128) return c;
+  if (nvec < 1 || row_norm_tma_smem_bytes(nvec, 1) > kTmaMaxSmem) return c;
   c.chunk_elems = 0, c.stream = 5;
   if (nvec < 8) {
     c.tpr = std::max(4, pow2ceil(nvec)), c.nv = 1;
   } else if (nvec <= 64) {
     c.tpr = pow2ceil(nvec) / 2, c.nv = 2;
-  } else {
+  } else if (nvec <= 128) {
     c.tpr = 32, c.nv = 4;
+  } else {
+    c.tpr = 32, c.nv = 0;  // a warp walks the row in shared memory
   }
-  // Tiles of about 16 KiB (D = 128 bf16: 64 rows; f32: 32 rows), whole within kTmaMaxSmem.
+  // Tiles of about 16 KiB (D = 128 bf16: 64 rows; f32: 32 rows; D = 4096 bf16: 2 rows), whole within kTmaMaxSmem.
   int64_t rpt = std::clamp<int64_t>(16384 / (nvec * 16), 1, kTmaMaxRows);
   while (rpt > 1 && row_norm_tma_smem_bytes(nvec, static_cast<int>(rpt)) > kTmaMaxSmem) --rpt;
   c.rpg = static_cast<int>(rpt);

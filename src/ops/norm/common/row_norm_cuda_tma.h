@@ -14,13 +14,15 @@ namespace strata::norm {
 inline constexpr int kTmaMaxRows = 256;
 inline constexpr int64_t kTmaMaxSmem = 48 * 1024;
 
-// Whether a kernel instance exists for c's (tpr, nv) and c's run-time values are in range (rows per tile
+// Whether a kernel instance exists for c's (tpr, nv; nv 0: a warp walking the row in shared memory, any length)
+// and c's run-time values are in range (rows per tile
 // 1..kTmaMaxRows, hints 0..3, no persistent grid).
 bool row_norm_tma_known(const RowNormCudaConfig& c);
 // Dynamic shared memory of a block: header (mbarrier + the tile's rstd values) + rpt rows of nvec 16-byte vectors.
 int64_t row_norm_tma_smem_bytes(int64_t nvec, int rpt);
-// The configuration the implementation cuda.sm90.row_norm_tma takes for a row of nvec 16-byte vectors (1..128;
-// tpr 0 otherwise): the packed kernels' lane layout, tiles of about 16 KiB.
+// The configuration the implementation cuda.sm90.row_norm_tma takes for a row of nvec 16-byte vectors (tpr 0 when
+// one row does not fit a block's 48 KiB): rows of up to 128 vectors the packed kernels' lane layout, longer rows
+// a warp walking the row in shared memory (nv 0); tiles of about 16 KiB.
 RowNormCudaConfig row_norm_tma_pick(int64_t nvec);
 // Every (tpr, nv) instance (rows per tile 64, hints 0).
 std::vector<RowNormCudaConfig> row_norm_tma_instances();
