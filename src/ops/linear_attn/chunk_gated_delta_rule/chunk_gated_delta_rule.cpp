@@ -8,7 +8,8 @@
 // gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
 // before it), cuda.sm90.fused_inline, cuda.sm90.fused_pqk and cuda.sm90.fused_w16 (the same with a form forced:
 // inline P, pre-computed P, inline P with 16-warp pass blocks; same bits; reached only by STRATA_FORCE_IMPL, for
-// the tests and benchmarks),
+// the tests and benchmarks), cuda.sm90.fused_wgmma and cuda.sm90.fused_wgmma_pqk (the pass on Hopper warpgroup
+// MMA, P inline / pre-computed; bf16 K = 128; forced only),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
@@ -78,7 +79,9 @@ const ImplList<GdnProblem>& impls() {
     const std::pair<const char*, GdnFusedForm> fused[] = {{"cuda.sm90.fused", GdnFusedForm::kAuto},
                                                           {"cuda.sm90.fused_inline", GdnFusedForm::kInline},
                                                           {"cuda.sm90.fused_pqk", GdnFusedForm::kPrecomputedP},
-                                                          {"cuda.sm90.fused_w16", GdnFusedForm::kInline16}};
+                                                          {"cuda.sm90.fused_w16", GdnFusedForm::kInline16},
+                                                          {"cuda.sm90.fused_wgmma", GdnFusedForm::kWgmma},
+                                                          {"cuda.sm90.fused_wgmma_pqk", GdnFusedForm::kWgmmaPqk}};
     for (const auto& [name, form] : fused)
       l.push_back({name,
                    [form](const GdnProblem& p) {
