@@ -245,6 +245,58 @@ double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
+// descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
+// transposed stmatrix stores of the S / Vn / Vd operand tiles (op 3). Op 1 (LBO and SBO exchanged) is printed as
+// a diagnostic only: if op 0 failed and op 1 matched, the descriptors' two byte offsets are the wrong way round.
+TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(5);
+  const std::vector<uint8_t> ab = random_bytes(64 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  const std::vector<uint8_t> bb = random_bytes(16 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  auto val = [](const std::vector<uint8_t>& v, int i) {
+    uint16_t b;
+    std::memcpy(&b, v.data() + 2 * i, 2);
+    return static_cast<double>(bf16_bits_to_f32(b));
+  };
+  auto A = upload(ab.data(), ab.size()), B = upload(bb.data(), bb.size());
+  Dev D(64 * 16 * 4);
+  std::vector<float> got[4];
+  for (int op = 0; op < 4; ++op) {
+    D.poison();
+    ASSERT_EQ(fwd_cuda_wgmma_layout_probe(op, A->p, B->p, static_cast<float*>(D.p), nullptr), STRATA_SUCCESS) << op;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "op " << op;
+    got[op].resize(64 * 16);
+    ASSERT_EQ(cudaMemcpy(got[op].data(), D.p, 64 * 16 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  auto max_err = [&](const std::vector<float>& g, auto expect) {
+    double e = 0;
+    for (int i = 0; i < 64 * 16; ++i) e = std::max(e, std::fabs(g[i] - expect(i)) / (1.0 + std::fabs(expect(i))));
+    return e;
+  };
+  auto ab_t = [&](int i) {  // (A Bᵀ)[i / 16][i % 16]
+    double s = 0;
+    for (int k = 0; k < 128; ++k) s += val(ab, (i / 16) * 128 + k) * val(bb, (i % 16) * 128 + k);
+    return s;
+  };
+  auto upd = [&](int i) {  // Σ_t A[t][key] B[v][t], key = i / 16, v = i % 16, B as [16][64]
+    double s = 0;
+    for (int t = 0; t < 64; ++t) s += val(ab, t * 128 + i / 16) * val(bb, (i % 16) * 64 + t);
+    return s;
+  };
+  auto tr = [&](int i) {  // op 0's GPU value at (t, v) = (i % 64, i / 64), rounded to bf16
+    return static_cast<double>(bf16_bits_to_f32(f32_to_bf16_bits(got[0][(i % 64) * 16 + i / 64])));
+  };
+  const double e0 = max_err(got[0], ab_t), e1 = max_err(got[1], ab_t), e2 = max_err(got[2], upd),
+               e3 = max_err(got[3], tr);
+  std::printf("[wgmma probe] max rel err: op0 (A Bt, descriptors) %.3g, op1 (LBO/SBO exchanged) %.3g, op2 (register "
+              "A by ldmatrix.trans) %.3g, op3 (stmatrix.trans) %.3g\n", e0, e1, e2, e3);
+  std::fflush(stdout);
+  EXPECT_LT(e0, 1e-4) << "wgmma descriptors";
+  EXPECT_LT(e2, 1e-4) << "register A fragments";
+  EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
+}
+
 // The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, every block width that divides V) against the
 // mma.sync pass (inline, 8 warps) on the shapes it takes (bf16, K = 128, V % 32 == 0, chunk 64), plus one with
 // V = 96 (32-column blocks only) and one with V = 64 at 128 columns refused: o, v_new and ht within 1e-2 relative

@@ -519,6 +519,77 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 #endif
 }
 
+// ---------------------------------------------------------------- layout probe (tests)
+// One warpgroup runs one of the pass's primitives on fixed tiles so that a test can check it against host
+// arithmetic (tests/cpp/test_gdn_fwd_cuda_variants.cpp, WgmmaLayoutProbe): A bf16 [64][128] and B bf16
+// [16][128] row-major in global memory are copied into tile_off tiles; D f32 [64][16] row-major.
+//   op 0: D = A Bᵀ (mma_ss, the W S / Q S / Q Kᵀ descriptors: tile_desc<128>, 8 K steps)
+//   op 1: the same with LBO and SBO exchanged in both descriptors (diagnostic: must differ from op 0's host value)
+//   op 2: D[key][v] = Σ_t A[t][key] B[v][t] for keys < 64, t < 64 (the state update: A fragments by
+//         ldmatrix.trans from the [t][key] tile, B = [v][t] tile_desc<64>, 4 K steps; B read as [16][64])
+//   op 3: D (op 0) rounded to bf16, stored transposed by store_trans into a [16][64] tile, read back: D[v][t]
+//         written row-major as [16][64] (= op 0's Dᵀ rounded)
+__global__ void __launch_bounds__(128, 1) wgmma_probe(int op, const uint16_t* A, const uint16_t* B, float* D) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using T = __nv_bfloat16;
+  __shared__ __align__(128) uint16_t sa[64 * 128];
+  __shared__ __align__(128) uint16_t sbt[16 * 128];
+  __shared__ __align__(128) uint16_t sx[16 * 64];
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < 64 * 128; i += 128) sa[wgl::tile_off<128>(i / 128, i % 128)] = A[i];
+  if (op == 2) {
+    for (int i = tid; i < 16 * 64; i += 128) sbt[wgl::tile_off<64>(i / 64, i % 64)] = B[i];
+  } else {
+    for (int i = tid; i < 16 * 128; i += 128) sbt[wgl::tile_off<128>(i / 128, i % 128)] = B[i];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t a0 = static_cast<uint32_t>(__cvta_generic_to_shared(sa));
+  const uint32_t b0 = static_cast<uint32_t>(__cvta_generic_to_shared(sbt));
+  const uint32_t x0 = static_cast<uint32_t>(__cvta_generic_to_shared(sx));
+  float d[8];
+  reg_fence(d);
+  if (op == 2) {
+    uint32_t kf[1][4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      ldmatrix_x4_trans(kf[0][kk], a0 + 2u * static_cast<uint32_t>(wgl::ld_trans_off<128>(lane, 16 * kk, 16 * w)));
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs<T, 16>(d, kf[0][kk], wgl::tile_desc<64>(b0, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence_u(kf);
+  } else {
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      uint64_t da = wgl::tile_desc<128>(a0, ks), db = wgl::tile_desc<128>(b0, ks);
+      if (op == 1) {
+        da = wgl::make_desc(a0 + ks * 256, 2048, 128), db = wgl::make_desc(b0 + ks * 256, 2048, 128);
+      }
+      mma_ss<T, 16>(d, da, db, ks > 0);
+    }
+    wg_commit();
+    wg_wait<0>();
+  }
+  reg_fence(d);
+  if (op == 3) {
+    store_trans<T, 16, 64>(x0, 0, d);
+    __syncthreads();
+    for (int i = tid; i < 16 * 64; i += 128) {
+      const uint32_t bits = static_cast<uint32_t>(sx[wgl::tile_off<64>(i / 64, i % 64)]) << 16;
+      D[i] = __uint_as_float(bits);
+    }
+    return;
+  }
+#pragma unroll
+  for (int x = 0; x < 8; ++x) D[wgl::acc_row(w, lane, x & 3) * 16 + wgl::acc_col(lane, x >> 2, x & 3)] = d[x];
+#endif
+}
+
 // ---------------------------------------------------------------- launch
 int sm_count_wg(int& sms) {
   int dev = 0;
@@ -569,6 +640,13 @@ int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
     widest = bv;
   }
   return widest;
+}
+
+int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream) {
+  if (op < 0 || op > 3) return fail(STRATA_ERROR_INVALID_VALUE, "wgmma_probe: op {} not in [0, 3]", op);
+  wgmma_probe<<<1, 128, 0, static_cast<cudaStream_t>(stream)>>>(op, static_cast<const uint16_t*>(A),
+                                                                 static_cast<const uint16_t*>(B), D);
+  return cuda::check_launch("wgmma_probe");
 }
 
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {

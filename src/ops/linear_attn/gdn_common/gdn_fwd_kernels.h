@@ -107,6 +107,9 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
 // whose blocks fit in one wave, else the widest dividing V.
 int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms);
+// Test probe of the wgmma pass's primitives (descriptors, register A fragments, stmatrix.trans) on one warpgroup:
+// A bf16 [64][128], B bf16 [16][128] (op 2: [16][64]), D f32 [64][16] (op 3: [16][64]); see gdn_fwd_cuda_wgmma.cu.
+int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream);
 #endif
 
 }  // namespace strata::linear_attn::gdn
