@@ -113,6 +113,38 @@ TEST(GdnFwdWgmmaLayout, LdmatrixTransReadsKTransposedAsAFragments) {
           }
 }
 
+// The cp.async slots of the 256 threads cover every (row, segment) of the K / W / Q (64 x 16 segments, 4 passes) and
+// P (64 x 8, 2 passes) tiles once; a pass moves a thread's destination by a constant; the 8 threads of each
+// 128-byte wavefront write distinct 16-byte bank groups.
+TEST(GdnFwdWgmmaLayout, CpAsyncSlotsCoverTheTilesConflictFree) {
+  std::set<int> kwq, pt;
+  for (int tid = 0; tid < 256; ++tid) {
+    for (int it = 0; it < 4; ++it) {
+      const int r = kwq_row(tid, it), q = kwq_seg(tid);
+      ASSERT_LT(r, 64);
+      kwq.insert(r * 16 + q);
+      EXPECT_EQ(tile_off<128>(r, 8 * q), tile_off<128>(kwq_row(tid, 0), 8 * q) + it * 2 * 8 * 128);
+    }
+    for (int it = 0; it < 2; ++it) {
+      const int r = p_row(tid, it), q = p_seg(tid);
+      ASSERT_LT(r, 64);
+      pt.insert(r * 8 + q);
+      EXPECT_EQ(tile_off<64>(r, 8 * q), tile_off<64>(p_row(tid, 0), 8 * q) + it * 4 * 8 * 64);
+    }
+  }
+  EXPECT_EQ(kwq.size(), 64u * 16u);
+  EXPECT_EQ(pt.size(), 64u * 8u);
+  for (int g = 0; g < 256; g += 8) {
+    std::set<int> banks_kwq, banks_p;
+    for (int tid = g; tid < g + 8; ++tid) {
+      banks_kwq.insert((2 * tile_off<128>(kwq_row(tid, 0), 8 * kwq_seg(tid)) % 128) / 16);
+      banks_p.insert((2 * tile_off<64>(p_row(tid, 0), 8 * p_seg(tid)) % 128) / 16);
+    }
+    EXPECT_EQ(banks_kwq.size(), 8u) << "threads " << g << "..";
+    EXPECT_EQ(banks_p.size(), 8u) << "threads " << g << "..";
+  }
+}
+
 // The accumulator map covers the m64 x N tile once.
 TEST(GdnFwdWgmmaLayout, AccumulatorFragmentCoversTheTile) {
   constexpr int kN = 64;

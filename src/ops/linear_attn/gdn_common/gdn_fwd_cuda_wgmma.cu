@@ -298,12 +298,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
   // Requests chunk [t, t + BT) into stage st (one cp.async group; an empty one past the sequence, so that the
   // group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4 passes; U kBV / 8
   // segments a row; P 8 segments a row, 32 rows a pass, 2 passes. Rows >= Lr are zero-filled (nothing read).
+  // r0 + 16 it (K / W / Q) and r0 + 32 it (P) keep r0 % 8, so tile_off moves by whole rows of core matrices.
   auto request = [&](int64_t t, int st) {
     if (t < sq.eos) {
       const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
       const uint32_t base = s0 + st * kStageB;
       {
-        const int q = tid & 15, r0 = tid >> 4;  // r0 < 16
+        // Thread: row r0 + 16 it (r0 = tid % 8 + 8 (tid / 128) < 16), segment q = (tid / 8) % 16: the 8 threads
+        // of a 128-byte shared wavefront write 8 different rows of one core-matrix column (distinct banks).
+        const int q = wgl::kwq_seg(tid), r0 = wgl::kwq_row(tid, 0);
         const uint32_t d0 = base + 2u * static_cast<uint32_t>(wgl::tile_off<kKeys>(r0, 8 * q));
         const uint16_t* srcs[3] = {
             static_cast<const uint16_t*>(p.k.data) + (sq.b * p.k.st[0] + t * p.k.st[1] + h * p.k.st[2]) + 8 * q,
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
         }
       }
       if constexpr (kPreP) {
-        const int q = tid & 7, r0 = tid >> 3;  // r0 < 32
+        const int q = wgl::p_seg(tid), r0 = wgl::p_row(tid, 0);  // r0 < 32
         const uint16_t* src = static_cast<const uint16_t*>(p.Pqk.data) +
                               (sq.b * p.Pqk.st[0] + t * p.Pqk.st[1] + hv * p.Pqk.st[2]) + 8 * q;
         const uint32_t d0 = base + 3 * kTileB + kUB + 2u * static_cast<uint32_t>(wgl::tile_off<kRowsC>(r0, 8 * q));

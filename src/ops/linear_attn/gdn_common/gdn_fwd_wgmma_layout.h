@@ -69,4 +69,13 @@ STRATA_HD constexpr int ld_trans_off(int lane, int t0, int kb) {
   return tile_off<kCols>(t0 + 8 * (i >> 1) + r, kb + 8 * (i & 1));
 }
 
+// cp.async slots of the 256 threads of a block: 16-byte segment q (columns 8q..8q+7) of row r. The 8 threads of
+// one 128-byte shared-memory wavefront take 8 consecutive rows of one core-matrix column (distinct banks), and a
+// thread's rows differ by whole rows of core matrices (16 for the 128-column K / W / Q tiles, 4 passes; 32 for the
+// 64-column P tile, 2 passes), so its destination moves by a constant per pass.
+STRATA_HD constexpr int kwq_row(int tid, int it) { return (tid & 7) + 8 * (tid >> 7) + 16 * it; }
+STRATA_HD constexpr int kwq_seg(int tid) { return (tid >> 3) & 15; }
+STRATA_HD constexpr int p_row(int tid, int it) { return (tid & 7) + 8 * (tid >> 6) + 32 * it; }
+STRATA_HD constexpr int p_seg(int tid) { return (tid >> 3) & 7; }
+
 }  // namespace strata::linear_attn::gdn::wgl
