@@ -343,9 +343,14 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
           const std::vector<uint8_t> o = pr.o->bits();
           for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
           EXPECT_EQ(unwritten, 0u) << what;
-          EXPECT_LT(rel_rms(o, o_ref, s.dt), 1e-2) << what << ": o";
-          if (pr.vn) EXPECT_LT(rel_rms(pr.vn->bits(), vn_ref, s.dt), 1e-2) << what << ": v_new";
-          if (pr.ht) EXPECT_LT(rel_rms(pr.ht->bits(), ht_ref, STRATA_DTYPE_F32), 1e-2) << what << ": ht";
+          const double eo = rel_rms(o, o_ref, s.dt);
+          const double ev = pr.vn ? rel_rms(pr.vn->bits(), vn_ref, s.dt) : 0.0;
+          const double eh = pr.ht ? rel_rms(pr.ht->bits(), ht_ref, STRATA_DTYPE_F32) : 0.0;
+          std::printf("[wgmma check] %s: rel RMS vs mma.sync o %.2e v_new %.2e ht %.2e, unwritten o %zu\n",
+                      what.c_str(), eo, ev, eh, unwritten);
+          EXPECT_LT(eo, 1e-2) << what << ": o";
+          EXPECT_LT(ev, 1e-2) << what << ": v_new";
+          EXPECT_LT(eh, 1e-2) << what << ": ht";
         }
       }
     ++idx;
