@@ -392,6 +392,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     float accW[kN / 2], accO[kN / 2];
     float accP[kPreP ? 1 : 32];
     reg_fence(accW), reg_fence(accO), reg_fence(accP);
+    __syncwarp();  // the γ branch of warps 0-1 above: converged before the .aligned warpgroup instructions
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
