@@ -385,12 +385,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     cuda::cp_async_wait<kStages - 2>();
     fence_proxy_async();
     __syncthreads();  // (B) stage st, this chunk's γ and every warpgroup's S copy visible; chunk c − 1 done
-    request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);  // the stage chunk c − 1 used
     const float* gam = gam2 + (c & 1) * kRowsC;
-    if (tid < kRowsC) {
-      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;  // read after the next (B); its last readers passed this (B)
-      g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
-    }
     const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB, qst = kst + 2 * kTileB, pst = kst + 3 * kTileB + kUB;
     const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + 3 * kTileB);
 
@@ -398,7 +393,6 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     float accW[kN / 2], accO[kN / 2];
     float accP[kPreP ? 1 : 32];
     reg_fence(accW), reg_fence(accO), reg_fence(accP);
-    __syncwarp();  // the γ branch of warps 0-1 above: converged before the .aligned warpgroup instructions
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
@@ -413,6 +407,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
         mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
     }
     wg_commit();
+    // While they run: the next loads into the stage chunk c − 1 used (every reader passed (B)) and γ of chunk
+    // c + 1 (read after the next (B); the last readers of its buffer passed this one).
+    request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);
+    if (tid < kRowsC) {
+      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;
+      g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
 
     wg_wait<1>();  // W S done
     reg_fence(accW);
@@ -441,7 +443,32 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
     store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
 
-    wg_wait<0>();  // Q S (and Q Kᵀ) done
+    // Kᵀ A fragments of the state update (keys 64 mt + 16 w.., chunk rows 16 kk..).
+    uint32_t kf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
+                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    fence_proxy_async();
+    bar_wg(1 + wg);  // this warpgroup's Vn, Vd visible to its wgmma
+
+    // Group 3: S = e^{γ_L} S + Kᵀ Vd (the recurrence's critical path: issued before P's gating).
+    const float decay = gate_exp(glast);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+    reg_fence(S[0]), reg_fence(S[1]);
+    wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+    wg_commit();
+
+    wg_wait<1>();  // group 2 (Q S and Q Kᵀ) done; group 3 may still run
     reg_fence(accO), reg_fence(accP);
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accO[x] *= eo[(x >> 1) & 1];
@@ -461,31 +488,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
         pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
       }
     }
-    // Kᵀ A fragments of the state update (keys 64 mt + 16 w.., chunk rows 16 kk..; loaded here, after P's
-    // accumulators are dead, to keep the peak register count down).
-    uint32_t kf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
-                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
-    fence_proxy_async();
-    bar_wg(1 + wg);  // this warpgroup's Vn, Vd visible to its wgmma
-
-    // Groups 3 (the state update) and 4 (P Vn).
-    const float decay = gate_exp(glast);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
-    reg_fence(S[0]), reg_fence(S[1]), reg_fence(accO);
+    // Group 4: O += P Vn.
+    reg_fence(accO);
     wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
-    wg_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       if constexpr (kPreP)
