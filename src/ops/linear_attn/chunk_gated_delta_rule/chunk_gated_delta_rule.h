@@ -112,7 +112,9 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 //     pre-computed; bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other
 //     summation order inside the products). Forced only ("cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk")
 //     until the GPU runs have timed and verified them.
-enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk };
+//   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
+//     the pre-computed P (kWgmmaPqk's pass); forced only.
+enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);

@@ -604,11 +604,13 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Calls c = make_calls(p, b, s, false);
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk;
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
   if (r.empty() && wgmma) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
   if (r.empty() && (form == GdnFusedForm::kPrecomputedP || form == GdnFusedForm::kWgmmaPqk))
     r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
-  if (r.empty() && form == GdnFusedForm::kPrep) r = gdn::fwd_cuda_prep_reject(prep_params(c));
+  if (r.empty() && (form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma))
+    r = gdn::fwd_cuda_prep_reject(prep_params(c));
   return r;
 }
 
@@ -658,8 +660,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  const bool prep = form == GdnFusedForm::kPrep;
-  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk;
+  const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto)
     pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
@@ -671,6 +674,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
     STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
+    if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, gdn::StateOKernel::kPrecomputedP, 0, stream));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
