@@ -247,8 +247,9 @@ double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int
 
 // The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
 // descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
-// transposed stmatrix stores of the S / Vn / Vd operand tiles (op 3). Op 1 (LBO and SBO exchanged) is printed as
-// a diagnostic only: if op 0 failed and op 1 matched, the descriptors' two byte offsets are the wrong way round.
+// transposed stmatrix stores of the S / Vn / Vd operand tiles (op 3). Ops 1 (LBO and SBO exchanged) and 4 (register A
+// fragments 1 and 2 exchanged) are printed as diagnostics only: if op 0 (2) failed and op 1 (4) matched, the
+// descriptors' byte offsets (the A fragment's register order) are the wrong way round.
 TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(5);
@@ -261,8 +262,8 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
   };
   auto A = upload(ab.data(), ab.size()), B = upload(bb.data(), bb.size());
   Dev D(64 * 16 * 4);
-  std::vector<float> got[4];
-  for (int op = 0; op < 4; ++op) {
+  std::vector<float> got[5];
+  for (int op = 0; op < 5; ++op) {
     D.poison();
     ASSERT_EQ(fwd_cuda_wgmma_layout_probe(op, A->p, B->p, static_cast<float*>(D.p), nullptr), STRATA_SUCCESS) << op;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "op " << op;
@@ -288,9 +289,10 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
     return static_cast<double>(bf16_bits_to_f32(f32_to_bf16_bits(got[0][(i % 64) * 16 + i / 64])));
   };
   const double e0 = max_err(got[0], ab_t), e1 = max_err(got[1], ab_t), e2 = max_err(got[2], upd),
-               e3 = max_err(got[3], tr);
+               e3 = max_err(got[3], tr), e4 = max_err(got[4], upd);
   std::printf("[wgmma probe] max rel err: op0 (A Bt, descriptors) %.3g, op1 (LBO/SBO exchanged) %.3g, op2 (register "
-              "A by ldmatrix.trans) %.3g, op3 (stmatrix.trans) %.3g\n", e0, e1, e2, e3);
+              "A by ldmatrix.trans) %.3g, op3 (stmatrix.trans) %.3g, op4 (op2, A registers 1 / 2 exchanged) %.3g\n",
+              e0, e1, e2, e3, e4);
   std::fflush(stdout);
   EXPECT_LT(e0, 1e-4) << "wgmma descriptors";
   EXPECT_LT(e2, 1e-4) << "register A fragments";

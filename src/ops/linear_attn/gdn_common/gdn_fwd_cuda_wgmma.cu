@@ -542,6 +542,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 //   op 1: the same with LBO and SBO exchanged in both descriptors (diagnostic: must differ from op 0's host value)
 //   op 2: D[key][v] = Σ_t A[t][key] B[v][t] for keys < 64, t < 64 (the state update: A fragments by
 //         ldmatrix.trans from the [t][key] tile, B = [v][t] tile_desc<64>, 4 K steps; B read as [16][64])
+//   op 4: op 2 with A registers 1 and 2 exchanged (diagnostic: must differ from op 2's host value)
 //   op 3: D (op 0) rounded to bf16, stored transposed by store_trans into a [16][64] tile, read back: D[v][t]
 //         written row-major as [16][64] (= op 0's Dᵀ rounded)
 __global__ void __launch_bounds__(128, 1) wgmma_probe(int op, const uint16_t* A, const uint16_t* B, float* D) {
@@ -554,7 +555,7 @@ __global__ void __launch_bounds__(128, 1) wgmma_probe(int op, const uint16_t* A,
   __shared__ __align__(128) uint16_t sx[16 * 64];
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   for (int i = tid; i < 64 * 128; i += 128) sa[wgl::tile_off<128>(i / 128, i % 128)] = A[i];
-  if (op == 2) {
+  if (op == 2 || op == 4) {
     for (int i = tid; i < 16 * 64; i += 128) sbt[wgl::tile_off<64>(i / 64, i % 64)] = B[i];
   } else {
     for (int i = tid; i < 16 * 128; i += 128) sbt[wgl::tile_off<128>(i / 128, i % 128)] = B[i];
@@ -566,11 +567,16 @@ __global__ void __launch_bounds__(128, 1) wgmma_probe(int op, const uint16_t* A,
   const uint32_t x0 = static_cast<uint32_t>(__cvta_generic_to_shared(sx));
   float d[8];
   reg_fence(d);
-  if (op == 2) {
+  if (op == 2 || op == 4) {
     uint32_t kf[1][4][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < 4; ++kk) {
       ldmatrix_x4_trans(kf[0][kk], a0 + 2u * static_cast<uint32_t>(wgl::ld_trans_off<128>(lane, 16 * kk, 16 * w)));
+      if (op == 4) {  // diagnostic: registers 1 and 2 exchanged
+        const uint32_t x = kf[0][kk][1];
+        kf[0][kk][1] = kf[0][kk][2], kf[0][kk][2] = x;
+      }
+    }
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs<T, 16>(d, kf[0][kk], wgl::tile_desc<64>(b0, kk), kk > 0);
@@ -658,7 +664,7 @@ int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
 }
 
 int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream) {
-  if (op < 0 || op > 3) return fail(STRATA_ERROR_INVALID_VALUE, "wgmma_probe: op {} not in [0, 3]", op);
+  if (op < 0 || op > 4) return fail(STRATA_ERROR_INVALID_VALUE, "wgmma_probe: op {} not in [0, 4]", op);
   wgmma_probe<<<1, 128, 0, static_cast<cudaStream_t>(stream)>>>(op, static_cast<const uint16_t*>(A),
                                                                  static_cast<const uint16_t*>(B), D);
   return cuda::check_launch("wgmma_probe");
