@@ -9,8 +9,8 @@ Peers:
   * fla: fla.ops.gated_delta_rule.chunk_gated_delta_rule when importable (CUDA only; peers live in the
     git-ignored /peers folder and are skipped gracefully when absent).
   * strata[<impl>]: Strata's forward with one implementation pinned (strata.force_impl), for each CUDA forward
-    variant beside the automatic choice (cuda.sm90.fused_inline, cuda.sm90.fused_pqk, cuda.sm90.fused_w16), so old
-    and new kernels are timed side by side.
+    variant beside the automatic choice (cuda.sm90.fused_inline, cuda.sm90.fused_pqk, cuda.sm90.fused_w16,
+    cuda.sm90.fused_prep), so old and new kernels are timed side by side.
 Peak ("% of peak"): the median rate of a large dense GEMM in the benchmark's dtype, measured in the same run:
 torch.mm fp32 on the CPU (oneDNN/MKL sgemm; the CPU shapes are fp32), torch.matmul bf16 8192^3 on the GPU
 (cuBLAS on the tensor cores: the ceiling of the bf16 tensor-core work the kernels do). Until session 6 the GPU
@@ -144,7 +144,8 @@ def make(B, T, H, HV, D, dtype, device, seed=0):
 
 
 # Forward-only CUDA implementations of chunk_gated_delta_rule timed by name beside the automatic choice.
-FORCED_FWD_VARIANTS = ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16")
+FORCED_FWD_VARIANTS = ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16", "cuda.sm90.fused_prep",
+                       "cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk", "cuda.sm90.fused_prep_wgmma")
 
 
 def forced(impl):

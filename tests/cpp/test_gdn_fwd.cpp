@@ -6,6 +6,7 @@
 // untouched); the C++ wrappers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -737,6 +738,68 @@ TEST(GdnFwdCuda, TensorCoreKernelsApplyToSixteenBitTokensOnly) {
   p.v_new = p.h;
   p.v_new.dtype = STRATA_DTYPE_F32;
   EXPECT_NE(gd::fwd_cuda_mma_reject(gd::FwdOp::kFwdH, p), "");
+}
+
+// The fused pre-state kernel's rule (fwd_cuda_prep_reject): prepare_wy_repr_fwd's tensor-core rule, HV = G H, and
+// with the gated Q Kᵀ (Pqk present) q and Pqk in the dtype of k and K <= 128; listed for prepare_wy_repr_fwd only,
+// after cuda.sm90.mma and the FMA kernel (forced-selectable). Host logic only (no GPU needed).
+TEST(GdnFwdCuda, PrepKernelRule) {
+  namespace gd = linear_attn::gdn;
+  static char marker;
+  auto set = [](gd::GdnTensor& t, int32_t dt) {
+    t.data = &marker;
+    t.dtype = dt;
+  };
+  auto base = [&](int32_t dt) {
+    gd::GdnFwdParams p;
+    p.shape.H = 2, p.shape.HV = 4, p.shape.G = 2, p.shape.K = 128, p.shape.V = 128, p.shape.BT = 64;
+    for (gd::GdnTensor* t : {&p.k, &p.v, &p.w, &p.u, &p.A}) set(*t, dt);
+    set(p.g, STRATA_DTYPE_F32);
+    set(p.beta, STRATA_DTYPE_F32);
+    return p;
+  };
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_BF16)), "");
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_F16)), "");
+  EXPECT_NE(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_F32)), "");
+  gd::GdnFwdParams p = base(STRATA_DTYPE_BF16);
+  p.A = {};  // A is optional (the fused forward needs only w, u)
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 256, p.shape.V = 256, p.shape.G = 4, p.shape.HV = 8;  // the largest tiles: 1 block per SM
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 257;
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p = base(STRATA_DTYPE_BF16);
+  p.shape.HV = 5;  // not a multiple of H
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p = base(STRATA_DTYPE_BF16);
+  p.u = {};
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  // With the gated Q Kᵀ.
+  p = base(STRATA_DTYPE_BF16);
+  set(p.Pqk, STRATA_DTYPE_BF16);
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");  // q absent
+  set(p.q, STRATA_DTYPE_BF16);
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 100;
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 192;  // Pqk keeps K <= 128 (the state pass's limit)
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 128;
+  p.Pqk.dtype = STRATA_DTYPE_F16;
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p.Pqk.dtype = STRATA_DTYPE_BF16;
+  p.q.dtype = STRATA_DTYPE_F16;
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  for (int o = 0; o < static_cast<int>(gd::FwdOp::kCount); ++o) {
+    const gd::FwdOp op = static_cast<gd::FwdOp>(o);
+    const std::vector<std::string> names = gd::fwd_impl_names(op);
+    const bool listed = std::find(names.begin(), names.end(), "cuda.sm90.prep") != names.end();
+    EXPECT_EQ(listed, op == gd::FwdOp::kPrepareWY) << o;
+    if (op == gd::FwdOp::kPrepareWY) {
+      ASSERT_GE(names.size(), 3u);
+      EXPECT_EQ(names[2], "cuda.sm90.prep");
+    }
+  }
 }
 #endif
 

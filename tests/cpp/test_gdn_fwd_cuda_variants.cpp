@@ -226,6 +226,139 @@ TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
   }
 }
 
+// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
+double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
+  const size_t es = dtype_size(dt), n = r.size() / es;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x = 0, y = 0;
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
+    } else {
+      uint16_t bx, by;
+      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
+      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
+      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
+    }
+    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
+// descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
+// transposed stmatrix stores of the S / Vn / Vd operand tiles (op 3). Ops 1 (LBO and SBO exchanged) and 4 (register A
+// fragments 1 and 2 exchanged) are printed as diagnostics only: if op 0 (2) failed and op 1 (4) matched, the
+// descriptors' byte offsets (the A fragment's register order) are the wrong way round.
+TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(5);
+  const std::vector<uint8_t> ab = random_bytes(64 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  const std::vector<uint8_t> bb = random_bytes(16 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  auto val = [](const std::vector<uint8_t>& v, int i) {
+    uint16_t b;
+    std::memcpy(&b, v.data() + 2 * i, 2);
+    return static_cast<double>(bf16_bits_to_f32(b));
+  };
+  auto A = upload(ab.data(), ab.size()), B = upload(bb.data(), bb.size());
+  Dev D(64 * 16 * 4);
+  std::vector<float> got[5];
+  for (int op = 0; op < 5; ++op) {
+    D.poison();
+    ASSERT_EQ(fwd_cuda_wgmma_layout_probe(op, A->p, B->p, static_cast<float*>(D.p), nullptr), STRATA_SUCCESS) << op;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "op " << op;
+    got[op].resize(64 * 16);
+    ASSERT_EQ(cudaMemcpy(got[op].data(), D.p, 64 * 16 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  auto max_err = [&](const std::vector<float>& g, auto expect) {
+    double e = 0;
+    for (int i = 0; i < 64 * 16; ++i) e = std::max(e, std::fabs(g[i] - expect(i)) / (1.0 + std::fabs(expect(i))));
+    return e;
+  };
+  auto ab_t = [&](int i) {  // (A Bᵀ)[i / 16][i % 16]
+    double s = 0;
+    for (int k = 0; k < 128; ++k) s += val(ab, (i / 16) * 128 + k) * val(bb, (i % 16) * 128 + k);
+    return s;
+  };
+  auto upd = [&](int i) {  // Σ_t A[t][key] B[v][t], key = i / 16, v = i % 16, B as [16][64]
+    double s = 0;
+    for (int t = 0; t < 64; ++t) s += val(ab, t * 128 + i / 16) * val(bb, (i % 16) * 64 + t);
+    return s;
+  };
+  auto tr = [&](int i) {  // op 0's GPU value at (t, v) = (i % 64, i / 64), rounded to bf16
+    return static_cast<double>(bf16_bits_to_f32(f32_to_bf16_bits(got[0][(i % 64) * 16 + i / 64])));
+  };
+  const double e0 = max_err(got[0], ab_t), e1 = max_err(got[1], ab_t), e2 = max_err(got[2], upd),
+               e3 = max_err(got[3], tr), e4 = max_err(got[4], upd);
+  std::printf("[wgmma probe] max rel err: op0 (A Bt, descriptors) %.3g, op1 (LBO/SBO exchanged) %.3g, op2 (register "
+              "A by ldmatrix.trans) %.3g, op3 (stmatrix.trans) %.3g, op4 (op2, A registers 1 / 2 exchanged) %.3g\n",
+              e0, e1, e2, e3, e4);
+  std::fflush(stdout);
+  EXPECT_LT(e0, 1e-4) << "wgmma descriptors";
+  EXPECT_LT(e2, 1e-4) << "register A fragments";
+  EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
+}
+
+// The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, every block width that divides V) against the
+// mma.sync pass (inline, 8 warps) on the shapes it takes (bf16, K = 128, V % 32 == 0, chunk 64), plus one with
+// V = 96 (32-column blocks only) and one with V = 64 at 128 columns refused: o, v_new and ht within 1e-2 relative
+// RMS (both round S, v_new and P to bf16; only the f32 summation order inside the products differs), every o row
+// written, the same bits on a second run.
+TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Shape> ws;
+  for (const Shape& s : shapes())
+    if (s.dt == STRATA_DTYPE_BF16 && s.K == 128 && s.V % 32 == 0 && s.BT == 64) ws.push_back(s);
+  ws.push_back({3, 333, 2, 4, 128, 96, 64, {}, STRATA_DTYPE_BF16, true, true, true});
+  ws.push_back({1, 400, 1, 2, 128, 64, 64, {0, 0, 1, 63, 64, 65, 200, 400}, STRATA_DTYPE_BF16, true, true, true});
+  ASSERT_GE(ws.size(), 4u);
+  int idx = 0;
+  for (const Shape& s : ws) {
+    Problem pr(s, 300 + idx);
+    ASSERT_EQ(fwd_cuda_state_o_wgmma_reject(pr.p), "") << "shape " << idx;
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, StateOBlock::k8Warps, nullptr), STRATA_SUCCESS);
+    const std::vector<uint8_t> o_ref = pr.o->bits();
+    const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
+    const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    for (const StateOKernel k : {StateOKernel::kInline, StateOKernel::kPrecomputedP})
+      for (const int width : {0, 32, 64, 128}) {
+        if (width && s.V % width != 0) {
+          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+          continue;
+        }
+        const std::string what = std::string(k == StateOKernel::kInline ? "inline" : "pre-computed P") +
+                                 ", width " + std::to_string(width) + ", shape " + std::to_string(idx);
+        std::vector<uint8_t> first;
+        for (int run = 0; run < 2; ++run) {
+          pr.poison();
+          if (k == StateOKernel::kPrecomputedP) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          const std::vector<uint8_t> out = pr.outputs();
+          if (run == 1) {
+            EXPECT_TRUE(out == first) << what << ": second run differs";
+            continue;
+          }
+          first = out;
+          size_t unwritten = 0;
+          const std::vector<uint8_t> o = pr.o->bits();
+          for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
+          EXPECT_EQ(unwritten, 0u) << what;
+          const double eo = rel_rms(o, o_ref, s.dt);
+          const double ev = pr.vn ? rel_rms(pr.vn->bits(), vn_ref, s.dt) : 0.0;
+          const double eh = pr.ht ? rel_rms(pr.ht->bits(), ht_ref, STRATA_DTYPE_F32) : 0.0;
+          std::printf("[wgmma check] %s: rel RMS vs mma.sync o %.2e v_new %.2e ht %.2e, unwritten o %zu\n",
+                      what.c_str(), eo, ev, eh, unwritten);
+          EXPECT_LT(eo, 1e-2) << what << ": o";
+          EXPECT_LT(ev, 1e-2) << what << ": v_new";
+          EXPECT_LT(eh, 1e-2) << what << ": ht";
+        }
+      }
+    ++idx;
+  }
+}
+
 TEST(GdnFwdCudaVariants, RejectsWithoutPqk) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   Problem pr(shapes()[0], 1);
@@ -306,6 +439,18 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
       pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
       EXPECT_GT(pass[i], 0.0) << kForms[i].name;
     }
+    // The wgmma pass (session 8), automatic width (B = 4: 128 columns, B = 1: 32), P inline / pre-computed.
+    const double wg_in = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
+    const double wg_pre = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
+    const double wg_in64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 64, nullptr); });
+    const double wg_pre64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 64, nullptr); });
+    EXPECT_GT(wg_in, 0.0);
+    EXPECT_GT(wg_pre, 0.0);
+    report(fmt_line("[gdn_fwd timing wgmma] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_o_wgmma (%d columns) inline-P "
+                    "%.3f ms, pre-computed-P %.3f ms; 64 columns: inline-P %.3f ms, pre-computed-P %.3f ms "
+                    "(mma.sync best here: %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132), wg_in,
+                    wg_pre, wg_in64, wg_pre64, std::min(std::min(pass[0], pass[1]), std::min(pass[2], pass[3]))));
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
@@ -314,6 +459,196 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
                     "pre-computed %.3f ms, 16 warps inline %.3f ms, pre-computed %.3f ms)",
                     static_cast<long long>(B), static_cast<long long>(T), wy, qk, pass[0], pass[1], pass[2], pass[3],
                     wy + pass[0], wy + qk + pass[1], wy + pass[2], wy + qk + pass[3]));
+  }
+}
+
+// ---------------------------------------------------------------- the fused pre-state kernel (prep_mma)
+// fwd_cuda_prep writes w, u, A (wy_mma<kPrepare>'s outputs) and the gated Q Kᵀ (qk_gate_mma's) in one kernel with
+// the same fragments, order and expressions, so the same bits. A prepare_wy_repr_fwd problem with q and the Pqk
+// buffer: k, q ~ N(0, K^-1/2), v ~ N(0, 1), β in (0, 1) (f32 or the token dtype), γ = chunk-local cumsum of
+// gates in [-0.1, 0] (f32; absent with no_gates, then β too).
+struct PrepShape {
+  int64_t B, T, H, HV, K, V, BT;
+  std::vector<int64_t> cu;
+  int32_t dt;
+  bool beta_tok;  // β in the token dtype (else f32)
+  bool no_gates;  // neither g nor β
+};
+struct PrepProblem {
+  PrepShape s;
+  GdnFwdParams p;
+  std::unique_ptr<Dev> cu, offs, q, k, v, g, beta, w, u, A, P;
+  PrepProblem(const PrepShape& sh, uint64_t seed) : s(sh) {
+    std::mt19937_64 rng(seed);
+    const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = s.BT;
+    d.N = s.cu.empty() ? B : static_cast<int64_t>(s.cu.size()) - 1;
+    d.NTr = (T + s.BT - 1) / s.BT;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = d.N, m.BT = s.BT, m.NTr = d.NTr;
+    std::vector<int64_t> bounds;
+    if (s.cu.empty()) {
+      for (int64_t b = 0; b <= B; ++b) bounds.push_back(b * T);
+    } else {
+      bounds = s.cu;
+      std::vector<int64_t> off(s.cu.size());
+      GdnChunks hm = m;
+      hm.cu = s.cu.data();
+      d.NT = fill_chunk_offsets(hm, off.data());
+      cu = upload(s.cu.data(), s.cu.size() * 8);
+      offs = upload(off.data(), off.size() * 8);
+      m.cu = static_cast<const int64_t*>(cu->p);
+      m.offsets = static_cast<const int64_t*>(offs->p);
+    }
+    if (s.cu.empty()) d.NT = d.NTr;
+    std::vector<float> gam(static_cast<size_t>(rows * HV)), bet(static_cast<size_t>(rows * HV));
+    std::uniform_real_distribution<float> ud(-0.1f, 0.f), ub(0.05f, 1.f);
+    for (size_t n = 0; n + 1 < bounds.size(); ++n)
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        float acc = 0.f;
+        for (int64_t t = bounds[n]; t < bounds[n + 1]; ++t) {
+          if ((t - bounds[n]) % s.BT == 0) acc = 0.f;
+          acc += ud(rng);
+          gam[static_cast<size_t>(t * HV + hv)] = acc;
+        }
+      }
+    for (float& x : bet) x = ub(rng);
+    const double sk = 1.0 / std::sqrt(static_cast<double>(K));
+    auto rnd = [&](int64_t n, double sd) {
+      const auto b = random_bytes(n, s.dt, rng, sd);
+      return upload(b.data(), b.size());
+    };
+    q = rnd(rows * H * K, sk), k = rnd(rows * H * K, sk), v = rnd(rows * HV * V, 1.0);
+    p.q = tok(q->p, s.dt, T, H, K), p.k = tok(k->p, s.dt, T, H, K), p.v = tok(v->p, s.dt, T, HV, V);
+    if (!s.no_gates) {
+      g = upload(gam.data(), gam.size() * 4);
+      p.g = tok(g->p, STRATA_DTYPE_F32, T, HV, 0);
+      if (s.beta_tok) {
+        std::vector<uint16_t> b16(bet.size());
+        for (size_t i = 0; i < bet.size(); ++i)
+          b16[i] = s.dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(bet[i]) : f32_to_f16_bits(bet[i]);
+        beta = upload(b16.data(), b16.size() * 2);
+        p.beta = tok(beta->p, s.dt, T, HV, 0);
+      } else {
+        beta = upload(bet.data(), bet.size() * 4);
+        p.beta = tok(beta->p, STRATA_DTYPE_F32, T, HV, 0);
+      }
+    }
+    w = std::make_unique<Dev>(rows * HV * K * es), u = std::make_unique<Dev>(rows * HV * V * es);
+    A = std::make_unique<Dev>(rows * HV * s.BT * es), P = std::make_unique<Dev>(rows * HV * s.BT * es);
+    p.w = tok(w->p, s.dt, T, HV, K), p.u = tok(u->p, s.dt, T, HV, V), p.A = tok(A->p, s.dt, T, HV, s.BT);
+    p.Pqk = tok(P->p, s.dt, T, HV, s.BT);
+  }
+  void poison() {
+    for (Dev* x : {w.get(), u.get(), A.get(), P.get()}) x->poison();
+  }
+};
+
+const std::vector<PrepShape>& prep_shapes() {
+  std::vector<int64_t> many = {0};
+  for (int64_t n = 0; n < 90; ++n) many.push_back(many.back() + (n * 37 + 5) % 150 + 1);
+  static const std::vector<PrepShape> v = {
+      // G = 2, partial chunks, V not a tile multiple.
+      {2, 200, 2, 4, 128, 48, 64, {}, STRATA_DTYPE_BF16, false, false},
+      // G = 3 (V of three heads through one buffer), K = 100 (element loads), varlen with empty / 1-token sequences.
+      {1, 300, 1, 3, 100, 200, 64, {0, 0, 1, 64, 129, 300}, STRATA_DTYPE_BF16, true, false},
+      // chunk size 32, varlen.
+      {1, 150, 2, 4, 128, 128, 32, {0, 31, 32, 97, 150}, STRATA_DTYPE_BF16, false, false},
+      // G = 4, K = 64 (the Q / K tiles zero-padded to 128 columns), f16.
+      {2, 130, 1, 4, 64, 64, 64, {}, STRATA_DTYPE_F16, true, false},
+      // G = 1, chunk size 16, f16, no gates.
+      {3, 64, 4, 4, 128, 128, 16, {}, STRATA_DTYPE_F16, false, true},
+      // K = V = 256 (no Pqk: K > 128), G = 2.
+      {1, 100, 1, 2, 256, 256, 64, {}, STRATA_DTYPE_BF16, false, false},
+      // many short sequences.
+      {1, many.back(), 2, 4, 128, 128, 64, many, STRATA_DTYPE_BF16, false, false},
+  };
+  return v;
+}
+
+// Counts 16-bit words 0xffff (the poison: a NaN in bf16 / f16) in the bytes of a buffer.
+size_t poisoned(const std::vector<uint8_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i + 1 < b.size(); i += 2) n += (b[i] == 0xff && b[i + 1] == 0xff);
+  return n;
+}
+
+TEST(GdnFwdCudaPrep, SameBitsAsWyMmaAndQkGate) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const PrepShape& s : prep_shapes()) {
+    PrepProblem pr(s, 300 + idx);
+    const bool with_p = s.K <= 128;
+    GdnFwdParams old = pr.p;
+    old.Pqk = GdnTensor{};
+    GdnFwdParams fresh = pr.p;
+    if (!with_p) fresh.Pqk = GdnTensor{};
+    ASSERT_EQ(fwd_cuda_mma_reject(FwdOp::kPrepareWY, old), "") << "shape " << idx;
+    ASSERT_EQ(fwd_cuda_prep_reject(fresh), "") << "shape " << idx;
+    // The kernels it replaces: wy_mma<kPrepare> (w, u, A), qk_gate_mma (Pqk).
+    pr.poison();
+    ASSERT_EQ(fwd_cuda(FwdOp::kPrepareWY, old, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    if (with_p) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const std::vector<uint8_t> w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits(), p0 = pr.P->bits();
+    // prep_mma with Pqk (where K <= 128), then without Pqk and A (prepare_wy_repr_fwd in the fused forward).
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_prep(fresh, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const std::vector<uint8_t> w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits(), p1 = pr.P->bits();
+    EXPECT_EQ(poisoned(w1), 0u) << "shape " << idx;
+    EXPECT_EQ(poisoned(u1), 0u) << "shape " << idx;
+    EXPECT_EQ(poisoned(a1), 0u) << "shape " << idx;
+    EXPECT_TRUE(w1 == w0) << "shape " << idx << ": w differs from wy_mma";
+    EXPECT_TRUE(u1 == u0) << "shape " << idx << ": u differs from wy_mma";
+    EXPECT_TRUE(a1 == a0) << "shape " << idx << ": A differs from wy_mma";
+    if (with_p) {
+      EXPECT_EQ(poisoned(p1), 0u) << "shape " << idx;
+      EXPECT_TRUE(p1 == p0) << "shape " << idx << ": Pqk differs from qk_gate_mma";
+    }
+    GdnFwdParams lean = fresh;
+    lean.Pqk = GdnTensor{}, lean.A = GdnTensor{};
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_prep(lean, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    EXPECT_TRUE(pr.w->bits() == w0) << "shape " << idx << ": w (no A, no Pqk) differs from wy_mma";
+    EXPECT_TRUE(pr.u->bits() == u0) << "shape " << idx << ": u (no A, no Pqk) differs from wy_mma";
+    EXPECT_EQ(poisoned(pr.A->bits()), pr.A->bytes / 2) << "shape " << idx << ": A written although absent";
+    ++idx;
+  }
+}
+
+// Old (wy_mma<kPrepare> for w, u + qk_gate_mma for Pqk) against new (prep_mma for w, u, Pqk; and w, u only) at the
+// benchmark shapes, inputs by cudaMemset as TimingAtBenchShapes. Prints "[gdn_prep timing] ..." and appends it to
+// $OUT/gdn_fwd_timing.txt; fails only if a launch fails.
+TEST(GdnFwdCudaPrep, TimingAtBenchShapes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
+    const int32_t dt = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
+        g(rows * HV * 4), beta(rows * HV * 2), P(rows * HV * 64 * 2);
+    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    GdnFwdParams p;
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
+    d.NT = d.NTr;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
+    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+    const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
+    const double prep_wu = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
+    p.Pqk = tok(P.p, dt, T, HV, 64);
+    const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
+    const double prep = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
+    EXPECT_GT(wy, 0.0);
+    EXPECT_GT(qk, 0.0);
+    EXPECT_GT(prep, 0.0);
+    EXPECT_GT(prep_wu, 0.0);
+    report(fmt_line("[gdn_prep timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: old wy_mma (w, u) %.3f ms + qk_gate %.3f "
+                    "ms = %.3f ms; new prep_mma (w, u, Pqk) %.3f ms, prep_mma (w, u) %.3f ms",
+                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, wy + qk, prep, prep_wu));
   }
 }
 

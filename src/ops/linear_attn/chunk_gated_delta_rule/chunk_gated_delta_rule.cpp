@@ -6,9 +6,11 @@
 // Implementations, in dispatch order: cuda.sm90.fused (forward only: prepare_wy_repr_fwd, then one pass that
 // computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu; the
 // gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
-// before it), cuda.sm90.fused_inline, cuda.sm90.fused_pqk and cuda.sm90.fused_w16 (the same with a form forced:
-// inline P, pre-computed P, inline P with 16-warp pass blocks; same bits; reached only by STRATA_FORCE_IMPL, for
-// the tests and benchmarks),
+// before it), cuda.sm90.fused_inline, cuda.sm90.fused_pqk, cuda.sm90.fused_w16 and cuda.sm90.fused_prep (the same
+// with a form forced: inline P, pre-computed P, inline P with 16-warp pass blocks, w / u / P from one kernel; same
+// bits; reached only by STRATA_FORCE_IMPL, for the tests and benchmarks), cuda.sm90.fused_wgmma,
+// cuda.sm90.fused_wgmma_pqk and cuda.sm90.fused_prep_wgmma (the pass on Hopper warpgroup MMA, P inline / pre-computed
+// by qk_gate_mma / by the prep kernel; bf16 K = 128; forced only),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
@@ -78,7 +80,11 @@ const ImplList<GdnProblem>& impls() {
     const std::pair<const char*, GdnFusedForm> fused[] = {{"cuda.sm90.fused", GdnFusedForm::kAuto},
                                                           {"cuda.sm90.fused_inline", GdnFusedForm::kInline},
                                                           {"cuda.sm90.fused_pqk", GdnFusedForm::kPrecomputedP},
-                                                          {"cuda.sm90.fused_w16", GdnFusedForm::kInline16}};
+                                                          {"cuda.sm90.fused_w16", GdnFusedForm::kInline16},
+                                                          {"cuda.sm90.fused_prep", GdnFusedForm::kPrep},
+                                                          {"cuda.sm90.fused_wgmma", GdnFusedForm::kWgmma},
+                                                          {"cuda.sm90.fused_wgmma_pqk", GdnFusedForm::kWgmmaPqk},
+                                                          {"cuda.sm90.fused_prep_wgmma", GdnFusedForm::kPrepWgmma}};
     for (const auto& [name, form] : fused)
       l.push_back({name,
                    [form](const GdnProblem& p) {

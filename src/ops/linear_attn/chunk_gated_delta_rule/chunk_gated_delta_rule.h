@@ -105,7 +105,16 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 // tests and benchmarks run each on any shape. gdn_cuda_fused_fwd_reject says why `form` cannot run p ("" if it
 // can: q, k, v, o in one 16-bit dtype, K <= 128; kPrecomputedP: and the gated Q Kᵀ kernel applies); it reads
 // dtypes, presence and shapes only.
-enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16 };
+//   kPrep ("cuda.sm90.fused_prep", session 8): w, u and the gated Q Kᵀ from one kernel (gdn::fwd_cuda_prep: one
+//     block per chunk and q/k head instead of prepare_wy_repr_fwd's per value head plus fwd_cuda_qk_gate), then the
+//     pass with the pre-computed P and the automatic block; the same bits as the other forms.
+//   kWgmma, kWgmmaPqk (session 8): the pass on Hopper warpgroup MMA (gdn::fwd_cuda_state_o_wgmma, P inline /
+//     pre-computed; bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other
+//     summation order inside the products). Forced only ("cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk")
+//     until the GPU runs have timed and verified them.
+//   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
+//     the pre-computed P (kWgmmaPqk's pass); forced only.
+enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);

@@ -517,13 +517,15 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
 }
 
 // Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
+// `prep` (the fused forward's kPrep form): w, u and its Pqk from gdn::fwd_cuda_prep instead of prepare_wy_repr_fwd.
 strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const gdn::GdnFwdParams* prep = nullptr) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
   STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+  if (prep) return static_cast<strata_status>(gdn::fwd_cuda_prep(*prep, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream));
 }
 
@@ -587,6 +589,13 @@ gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
   if (pre_p) f.Pqk = c.wy.A;
   return f;
 }
+// The kPrep form's gdn::fwd_cuda_prep params: c.wy without the inverse, with q and P into the A buffer.
+gdn::GdnFwdParams prep_params(const Calls& c) {
+  gdn::GdnFwdParams w = c.wy;
+  w.Pqk = c.wy.A;
+  w.A = gdn::GdnTensor{};
+  return w;
+}
 }  // namespace
 
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
@@ -595,7 +604,13 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Calls c = make_calls(p, b, s, false);
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
+  if (r.empty() && wgmma) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
+  if (r.empty() && (form == GdnFusedForm::kPrecomputedP || form == GdnFusedForm::kWgmmaPqk))
+    r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  if (r.empty() && (form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma))
+    r = gdn::fwd_cuda_prep_reject(prep_params(c));
   return r;
 }
 
@@ -645,16 +660,30 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  bool pre_p = form == GdnFusedForm::kPrecomputedP;
+  const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
+  bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto)
     pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
-                                 : form == GdnFusedForm::kAuto    ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
-                                                                  : gdn::StateOBlock::k8Warps;
+                                 : form == GdnFusedForm::kAuto || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                                                       : gdn::StateOBlock::k8Warps;
+  if (prep) {
+    const gdn::GdnFwdParams w = prep_params(c);
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
+    if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, gdn::StateOKernel::kPrecomputedP, 0, stream));
+    return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
+  }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  if (wgmma) {
+    if (pre_p) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(
+        f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0, stream));
+  }
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));

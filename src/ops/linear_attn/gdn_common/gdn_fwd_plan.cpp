@@ -72,6 +72,18 @@ GdnFwdParams dtype_probe(const FwdProblem& pr) {
   }
   return p;
 }
+
+// CUDA implementations: binds, computes the chunk offsets of a varlen pack on the device (no host copy of
+// cu_seqlens), then runs kernel(params, stream).
+template <class Kernel>
+strata_status run_cuda(const FwdProblem& pr, const Launch& launch, Kernel kernel) {
+  GdnFwdParams p = bind(pr, launch);
+  if (p.chunks.varlen()) {
+    const int st = gdn_chunk_offsets_cuda(p.chunks, static_cast<int64_t*>(launch.workspace), launch.cuda_stream);
+    if (st != STRATA_SUCCESS) return static_cast<strata_status>(st);
+  }
+  return static_cast<strata_status>(kernel(p, launch.cuda_stream));
+}
 #endif
 
 size_t offsets_workspace(const FwdProblem& pr) {
@@ -124,15 +136,22 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                      },
                      offsets_workspace,
                      [which](const FwdProblem& pr, const Launch& launch) {
-                       GdnFwdParams p = bind(pr, launch);
-                       if (p.chunks.varlen()) {
-                         const int st = gdn_chunk_offsets_cuda(p.chunks, static_cast<int64_t*>(launch.workspace),
-                                                               launch.cuda_stream);
-                         if (st != STRATA_SUCCESS) return static_cast<strata_status>(st);
-                       }
-                       return static_cast<strata_status>(fwd_cuda(pr.op, p, which, launch.cuda_stream));
+                       return run_cuda(pr, launch, [&](const GdnFwdParams& p, void* stream) {
+                         return fwd_cuda(pr.op, p, which, stream);
+                       });
                      }});
       }
+      // prepare_wy_repr_fwd: the fused pre-state kernel (prep_mma, one block per chunk and q/k head, the same bits
+      // as cuda.sm90.mma), forced-selectable only until the GPU run has timed it.
+      if (fop == FwdOp::kPrepareWY)
+        l.push_back({"cuda.sm90.prep",
+                     [](const FwdProblem& p) {
+                       std::string r = reject_unless_cuda(p.device, 90);
+                       if (r.empty()) r = fwd_cuda_prep_reject(dtype_probe(p));
+                       return r;
+                     },
+                     offsets_workspace,
+                     [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
 #endif
       for (const tile::CpuIsa& isa : tile::cpu_isas()) {
         const GdnFwdCpuFn fn = fwd_cpu_for(isa.hwy_target);
