@@ -670,6 +670,45 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
     report(fmt_line("[gdn_bwd timing] whole backward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: session 8 (finishing "
                     "epilogue) %.3f ms, session 7 tail (chunked_s7) %.3f ms; composed forward with h, v_new, o %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], ms[2]));
+    // Per step (GdnStepProbe: an event after each step's launches; the fastest of 3 calls per step).
+    for (const bool finish : {true, false}) {
+      struct Ctx {
+        std::vector<cudaEvent_t> ev;
+        std::vector<std::string> names;
+        size_t n = 0;
+      } ctx;
+      ctx.ev.resize(9);
+      for (cudaEvent_t& e : ctx.ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
+      GdnStepProbe probe;
+      probe.ctx = &ctx;
+      probe.fn = [](void* c, const char* step) {
+        Ctx& x = *static_cast<Ctx*>(c);
+        if (x.n + 1 >= x.ev.size()) return;
+        ++x.n;
+        cudaEventRecord(x.ev[x.n]);
+        x.names.resize(x.n + 1);
+        x.names[x.n] = step;
+      };
+      std::vector<double> best;
+      for (int rep = 0; rep < 3; ++rep) {
+        ctx.n = 0;
+        EXPECT_EQ(cudaEventRecord(ctx.ev[0]), cudaSuccess);
+        EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, finish, &probe), STRATA_SUCCESS);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        best.resize(ctx.n, 1e30);
+        for (size_t i = 1; i <= ctx.n && i - 1 < best.size(); ++i) {
+          float t = 0.f;
+          cudaEventElapsedTime(&t, ctx.ev[i - 1], ctx.ev[i]);
+          best[i - 1] = std::min(best[i - 1], static_cast<double>(t));
+        }
+      }
+      std::string line = fmt_line("[gdn_bwd timing] backward steps bf16 B=%lld T=%lld (%s):", static_cast<long long>(B),
+                                  static_cast<long long>(T), finish ? "session 8" : "session 7 tail");
+      for (size_t i = 0; i < best.size() && i + 1 < ctx.names.size(); ++i)
+        line += fmt_line(" %s %.3f ms%s", ctx.names[i + 1].c_str(), best[i], i + 1 < best.size() ? "," : "");
+      report(line);
+      for (cudaEvent_t e : ctx.ev) cudaEventDestroy(e);
+    }
   }
 }
 

@@ -667,12 +667,19 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
 // passes (each reads a [B, T, H, K] f32 gradient and the normalised tensor and writes the output: ≈ 0.16 ms at
 // B = 4 T = 8192 H = 16 K = 128, s4run1 ncu) and no f32 dk written in between. finish = false is the session-7
 // composition (those three as separate kernels), kept for cuda.sm90.chunked_s7.
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, bool finish) {
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, bool finish,
+                           const GdnStepProbe* probe) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
   const Bufs b = carve(p, true, workspace);
   const Calls c = make_calls(p, b, s, true);
-  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
+  auto mark = [probe](const char* step) {
+    if (probe && probe->fn) probe->fn(probe->ctx, step);
+  };
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream));  // (forward_states, split)
+  mark("forward WY");
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
+  mark("forward states");
   if (dhu_fused_dv_local(c)) {
     DhuParams dhp = c.dhp;
     dhp.dv = gdn_bwd::View{};
@@ -682,10 +689,12 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
   }
+  mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
                                                                  : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   if (wy_bwd_mma(c)) {
     // The tensor-core kernel adds dk1 and dγ1 in its epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition
@@ -706,7 +715,9 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
         wp.dq_rstd = bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
         wp.dq_out = bwd_view(p.dq);
       }
-      return static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream));
+      STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
+      mark("wy_bwd");
+      return STRATA_SUCCESS;
     }
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
   } else {
@@ -718,13 +729,17 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
                                      s.qk, stream));
   }
 
+  mark("wy_bwd");
   // dg = reverse chunk-local cumsum of dγ1 + dγ2 (in dγ1).
   STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
-  if (!p.l2norm) return STRATA_SUCCESS;
-  STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
-  return l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream);
+  if (p.l2norm) {
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream));
+  }
+  mark("tail");
+  return STRATA_SUCCESS;
 }
 
 }  // namespace strata::linear_attn
