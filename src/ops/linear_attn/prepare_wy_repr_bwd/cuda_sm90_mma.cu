@@ -178,15 +178,16 @@ __device__ __forceinline__ void wy_store_dg_reverse(const WyBwdParams& p, const 
 // dk of the chunk through the l2norm backward: dy = dk_add + dk_sum (the head sums), y = the normalised k tile
 // (sK, 16-bit, zero past L and K), dk = rstd (dy − (dy · y) y) for rows < L, columns < kc. The head sums go to
 // sY (f32 [64][KT 64 + 4], over the dW and V tiles, dead by now) first, so that the 32 sums per thread are not
-// live while dk_add streams in; then four threads per row (thread = 4 row + quarter) over the column pairs
-// 2 quarter + 8 m add dk_add (the unfused epilogue's order: dk_add + dk), keep dy in sY, sum the row dot and
-// meet in the quad (two butterflies: every lane of the quad holds the same bits), then store. 256 threads;
-// barriers inside (all threads must call it).
+// live while dk_add streams in; then four threads per row (thread = 4 row + quarter) take the column pairs
+// x = 2 quarter + 8 m (m < 8 KT, compile-time: every dk_add load of the thread is issued before the first is
+// used, one memory latency instead of one per iteration), form dy = dk_add + sum (the unfused epilogue's order)
+// in registers, sum the row dot and meet in the quad (two butterflies: every lane of the quad holds the same
+// bits), then store. 256 threads; barriers inside (all threads must call it).
 template <class T, int KT>
 __device__ __forceinline__ void wy_store_dk_l2(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                                const float (&dk_sum)[KT][1][4][4], const uint16_t* sK, int ldk,
                                                float* sY, int r0, int c0) {
-  constexpr int ldy = KT * 64 + 4;
+  constexpr int ldy = KT * 64 + 4, M = KT * 8;
   __syncthreads();  // every reader of the tiles under sY is done
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
@@ -200,58 +201,76 @@ __device__ __forceinline__ void wy_store_dk_l2(const WyBwdParams& p, const DevCh
   __syncthreads();
   const int i = static_cast<int>(threadIdx.x) >> 2, q4 = static_cast<int>(threadIdx.x) & 3;
   const bool live = i < L;
-  float* y = sY + i * ldy;
+  const float* y = sY + i * ldy;
   const uint16_t* kr = sK + i * ldk;
-  float dt = 0.f;
-  if (live) {
-    const bool add = p.dk_add.present();
-    const int64_t oa = add ? p.dk_add.off(c.b, c.t0 + i, h) : 0;
-    for (int x = 2 * q4; x < kc; x += 8) {
-      float2 v = *reinterpret_cast<const float2*>(y + x);
-      if (add) {
-        v.x = ld_f32(p.dk_add, oa + x) + v.x;
-        if (x + 1 < kc) v.y = ld_f32(p.dk_add, oa + x + 1) + v.y;
-        *reinterpret_cast<float2*>(y + x) = v;  // (only this thread reads it back)
-      }
-      dt += v.x * Elem<T>::to(kr[x]);
-      if (x + 1 < kc) dt += v.y * Elem<T>::to(kr[x + 1]);
+  const bool add = p.dk_add.present();
+  const int64_t oa = add && live ? p.dk_add.off(c.b, c.t0 + i, h) : 0;
+  float2 v[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 2 * q4 + 8 * m;
+    v[m] = make_float2(0.f, 0.f);
+    if (add && live && x < kc) {
+      v[m].x = ld_f32(p.dk_add, oa + x);
+      if (x + 1 < kc) v[m].y = ld_f32(p.dk_add, oa + x + 1);
     }
+  }
+  float dt = 0.f;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 2 * q4 + 8 * m;
+    const float2 sv = *reinterpret_cast<const float2*>(y + x);  // (x + 1 < KT 64: inside the row)
+    v[m].x = add ? v[m].x + sv.x : sv.x;
+    v[m].y = add ? v[m].y + sv.y : sv.y;
+    if (x < kc) dt += v[m].x * Elem<T>::to(kr[x]);
+    if (x + 1 < kc) dt += v[m].y * Elem<T>::to(kr[x + 1]);
   }
   dt += __shfl_xor_sync(0xffffffffu, dt, 1);
   dt += __shfl_xor_sync(0xffffffffu, dt, 2);
   if (!live) return;
   const float r = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
   const int64_t oo = p.dk.off(c.b, c.t0 + i, h);
-  for (int x = 2 * q4; x < kc; x += 8) {
-    const float2 v = *reinterpret_cast<const float2*>(y + x);
-    st_pair(p.dk, oo + x, r * (v.x - dt * Elem<T>::to(kr[x])), r * (v.y - dt * Elem<T>::to(kr[x + 1])), x + 1 < kc);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 2 * q4 + 8 * m;
+    if (x < kc)
+      st_pair(p.dk, oo + x, r * (v[m].x - dt * Elem<T>::to(kr[x])), r * (v[m].y - dt * Elem<T>::to(kr[x + 1])),
+              x + 1 < kc);
   }
 }
 
 // dq_out = rstd (dq_in − (dq_in · qn) qn) for the chunk's rows < L of q/k head h, columns < kc: four threads per
-// row (thread = 4 row + quarter), each over the column pairs 2 quarter + 8 m; the quad's dot by two butterflies
-// (every lane of the quad holds the same bits). Reads dq_in and qn twice (the second time from L1 / L2) rather
-// than keeping 2 × K / 4 values per thread live. 256 threads.
+// row (thread = 4 row + quarter), each over the column pairs x = 2 quarter + 8 m, m < 8 KT (compile-time: all
+// loads in flight at once, the 4 · 8 KT values kept in registers — the dk sums are dead here); the quad's dot by
+// two butterflies (every lane of the quad holds the same bits). 256 threads.
+template <int KT>
 __device__ __forceinline__ void wy_finish_dq(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc) {
+  constexpr int M = KT * 8;
   const int i = static_cast<int>(threadIdx.x) >> 2, q4 = static_cast<int>(threadIdx.x) & 3;
   const bool live = i < L;
   const int64_t od = live ? p.dq_in.off(c.b, c.t0 + i, h) : 0, oq = live ? p.qn.off(c.b, c.t0 + i, h) : 0;
-  float dt = 0.f;
-  if (live)
-    for (int x = 2 * q4; x < kc; x += 8) {
-      dt += ld_f32(p.dq_in, od + x) * ld_f32(p.qn, oq + x);
-      if (x + 1 < kc) dt += ld_f32(p.dq_in, od + x + 1) * ld_f32(p.qn, oq + x + 1);
+  float2 g[M], y[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 2 * q4 + 8 * m;
+    g[m] = y[m] = make_float2(0.f, 0.f);
+    if (live && x < kc) {
+      g[m].x = ld_f32(p.dq_in, od + x), y[m].x = ld_f32(p.qn, oq + x);
+      if (x + 1 < kc) g[m].y = ld_f32(p.dq_in, od + x + 1), y[m].y = ld_f32(p.qn, oq + x + 1);
     }
+  }
+  float dt = 0.f;
+#pragma unroll
+  for (int m = 0; m < M; ++m) dt += g[m].x * y[m].x + g[m].y * y[m].y;  // (zeros past kc)
   dt += __shfl_xor_sync(0xffffffffu, dt, 1);
   dt += __shfl_xor_sync(0xffffffffu, dt, 2);
   if (!live) return;
   const float r = ld_f32(p.dq_rstd, p.dq_rstd.off(c.b, c.t0 + i, h));
   const int64_t oo = p.dq_out.off(c.b, c.t0 + i, h);
-  for (int x = 2 * q4; x < kc; x += 8) {
-    const bool both = x + 1 < kc;
-    const float a0 = r * (ld_f32(p.dq_in, od + x) - dt * ld_f32(p.qn, oq + x));
-    const float a1 = both ? r * (ld_f32(p.dq_in, od + x + 1) - dt * ld_f32(p.qn, oq + x + 1)) : 0.f;
-    st_pair(p.dq_out, oo + x, a0, a1, both);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 2 * q4 + 8 * m;
+    if (x < kc) st_pair(p.dq_out, oo + x, r * (g[m].x - dt * y[m].x), r * (g[m].y - dt * y[m].y), x + 1 < kc);
   }
 }
 
@@ -632,7 +651,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
         if (p.dk_rstd.present())
           wy_store_dk_l2<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, reinterpret_cast<float*>(smem + S::dw), r0, c0);
         else wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
-        if (p.dq_in.present()) wy_finish_dq(p, c, h, L, kc);
+        if (p.dq_in.present()) wy_finish_dq<KT>(p, c, h, L, kc);
       } else {
         wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
       }
