@@ -91,7 +91,17 @@ void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
+// finish = false: the session-7 composition of the backward's tail (separate reverse cumsum and l2norm backward
+// kernels; cuda.sm90.chunked_s7, forced only), for comparison with the default (see cuda_sm90.cu).
+// probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
+// the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
+// a test can record an event per step.
+struct GdnStepProbe {
+  void (*fn)(void* ctx, const char* step) = nullptr;
+  void* ctx = nullptr;
+};
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bool finish = true,
+                           const GdnStepProbe* probe = nullptr);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it
