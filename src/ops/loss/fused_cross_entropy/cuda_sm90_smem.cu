@@ -49,6 +49,7 @@
 #include "ops/loss/fused_cross_entropy/cuda_common.cuh"
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 #include "tile/cuda/check.cuh"
+#include "tile/cuda/fast_math.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -501,6 +502,197 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// cluster_lean (session 8): the fused forward + gradient of bf16 logits without softcap, as cluster_stored_exp
+// (one bulk copy of the CTA's slice, e = exp(c - m_t) stored over the logits as f16 so the gradient sweep has
+// no exponential) with fewer instructions per element and twice the threads per CTA:
+// * The exponential takes its argument from one FFMA in base 2: e = 2^(sl z - ml), sl = s log2(e), ml = sl zx
+//   (zx: the thread's extreme raw logit, so ml is its maximum in base 2), where cluster_stored_exp spent an FFMA
+//   and an FMUL. ml is sl zx rounded, so every e carries the same factor 2^r, r = sl zx - ml (the rounding
+//   residual, exact from one FMA, |r| <= half an ulp of ml); the thread's sum and its gradient coefficient are
+//   multiplied by 2^-r once per row, so no rounding of ml enters the results (logits of 1e4: ml ~ 1.4e4, whose
+//   half-ulp would otherwise be a 3e-4 relative error of every exponential).
+// * No per-vector target test in either sweep: the thread owning the target's vector reads c_y before its
+//   statistics sweep overwrites it, and rewrites that vector's gradient with the target term after its gradient
+//   sweep (a second 16-byte store by the same thread to the same address, ordered after the first).
+// * 32-bit indices in the sweeps, four partial sums, kT threads per CTA (cluster_lean: 512; cluster_lean_256:
+//   256, to time the thread count apart from the instruction trim), a CTA merge by one warp's shuffle tree.
+// The slices are cluster_stored_exp_wide's (~80 KiB: clusters of 4 CTAs of 74 KiB at V = 151936, 3 CTAs per
+// SM, shared-memory carveout set to the maximum). Determinism: fixed per-thread order, fixed shuffle trees,
+// clusters merged in rank order: the same bits every run (a different order from the other kernels).
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kT>
+__global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, int64_t slice) {
+  constexpr int kWarpsT = kT / 32;
+  static_assert(kT % 32 == 0 && kWarpsT <= 32, "kT: whole warps, at most 32");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bar;
+  __shared__ Part warp_part[kWarpsT];
+  __shared__ Part cta_part;  // read by the other CTAs of the cluster
+  __shared__ float row_lse;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int tid = static_cast<int>(threadIdx.x);
+  const CeConsts& k = p.k;
+  const int64_t V = p.V;
+  const bool neg = k.scale < 0.f;
+  const bool smooth = k.eps != 0.f;
+  const float sl = k.scale * kLog2e;
+  const int64_t lo = rank * slice, hi = lo + slice < V ? lo + slice : V;
+  const int64_t n = hi > lo ? hi - lo : 0;  // elements of this CTA's slice (a multiple of 8)
+  const int nv = static_cast<int>(n / 8);   // 16-byte vectors (<= 100 KiB / 16)
+  // count and the bad count come from ce_count, the kernel before this one, which this kernel may overlap
+  // (programmatic stream serialization, launch_lean): they are read after griddepcontrol.wait (below).
+  int64_t count = 0;
+  bool grad = false;
+  bool dep_done = false;
+  uint4* buf = reinterpret_cast<uint4*>(smem_raw);
+  if (tid == 0) mbar_init(&bar);
+  __syncthreads();
+  uint32_t phase = 0;
+  bool pending = false;  // the cluster barrier "partials read" was arrived at but not yet waited for
+  const int64_t clusters = gridDim.x / C;
+  for (int64_t i = blockIdx.x / C; i < p.N; i += clusters) {
+    const int64_t y = ce_target(p, i);
+    const bool ignored = y == k.ignore_index;
+    const bool bad = !ignored && (y < 0 || y >= V);
+    if (tid == 0 && nv > 0) {
+      // The buffer was last read by the previous row, finished at the __syncthreads ending it.
+      bulk_load(smem_raw, static_cast<const bf16_t*>(p.logits) + i * p.logits_rs + lo,
+                static_cast<uint32_t>(nv) * 16u, &bar);
+    }
+    // The target's vector in this slice and its owner (tv = -1: not this thread's, or not in this slice).
+    const int64_t yv = y - lo;
+    const bool mine = !ignored && !bad && yv >= 0 && yv < n && static_cast<int>(yv / 8) % kT == tid;
+    const int tv = mine ? static_cast<int>(yv / 8) : -1;
+    const int to = mine ? static_cast<int>(yv % 8) : 0;
+    if (nv > 0) mbar_wait(&bar, phase);
+    // Sweep A: the thread's extreme raw logit (max, or min for s < 0).
+    RawExt<bf16_t> ext;
+    ext_init(ext, neg);
+    for (int v = tid; v < nv; v += kT) ext_add(ext, buf[v], neg);
+    const float zx = ext_result(ext, neg);
+    const float m = ce_logit(k, zx);  // the thread's maximum of c (-inf: no element, or all -inf / NaN)
+    float c_y = 0.f;
+    if (tv >= 0) c_y = k.scale * to_f32(reinterpret_cast<const bf16_t*>(smem_raw)[yv]);
+    float s = 0.f, sc = 0.f, fix = 1.f;  // fix = 2^-r
+    if (m == -INFINITY) {
+      // Every element of the thread is -inf or NaN (the max skips NaN): store 0 for -inf (p = 0) and NaN for NaN,
+      // so the gradient is -uniform or NaN there, as in cluster_stored_exp.
+      for (int v = tid; v < nv; v += kT) {
+        float x[8];
+        unpack<bf16_t>(buf[v], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = x[e] != x[e] ? x[e] : 0.f;
+        buf[v] = pack<f16_t>(x);
+      }
+    } else {
+      // Sweep B: e = 2^(sl z - ml) stored as f16 over the logits, sum e (and sum z with smoothing).
+      const float ml = sl * zx;
+      const float r = fmaf(sl, zx, -ml);
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, c0 = 0.f, c1 = 0.f;
+#pragma unroll 2
+      for (int v = tid; v < nv; v += kT) {
+        float x[8];
+        unpack<bf16_t>(buf[v], x);
+        float ex[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ex[e] = cuda::ex2_ftz(fmaf(sl, x[e], -ml));
+        a0 += ex[0], a1 += ex[1], a2 += ex[2], a3 += ex[3];
+        a0 += ex[4], a1 += ex[5], a2 += ex[6], a3 += ex[7];
+        if (smooth) {
+          c0 += (x[0] + x[2]) + (x[4] + x[6]);
+          c1 += (x[1] + x[3]) + (x[5] + x[7]);
+        }
+        buf[v] = pack<f16_t>(ex);
+      }
+      fix = exp2f(-r);
+      s = ((a0 + a1) + (a2 + a3)) * fix;
+      sc = c0 + c1;
+    }
+    Part a{m, s, k.scale * sc, c_y};
+    // Merge: warps (fixed tree), CTA (one warp's fixed tree), cluster (rank order).
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = merge(a, shfl_xor(a, o));
+    if ((tid & 31) == 0) warp_part[tid >> 5] = a;
+    if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partial
+    __syncthreads();
+    if (tid < 32) {
+      Part w = tid < kWarpsT ? warp_part[tid] : Part{-INFINITY, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) w = merge(w, shfl_xor(w, o));
+      if (tid == 0) cta_part = w;
+    }
+    __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
+    __cluster_barrier_wait();
+    if (tid < 32) {
+      // Lane q < C reads rank q's partial; every lane merges them in rank order (the same bits in every CTA).
+      Part mine_p{-INFINITY, 0.f, 0.f, 0.f};
+      if (tid < C) mine_p = *cluster.map_shared_rank(&cta_part, tid);
+      Part r = shfl(mine_p, 0);
+      for (int q = 1; q < C; ++q) r = merge(r, shfl(mine_p, q));
+      if (tid == 0) {
+        CeRowStats st;
+        st.lse.m = r.m;
+        st.lse.s = r.s;
+        st.sum_c = r.sum_c;
+        st.c_y = r.c_y;
+        row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
+      }
+    }
+    __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
+    pending = true;
+    __syncthreads();
+    if (!dep_done) {
+      // ce_count has completed and its slots are visible (a no-op when launched without the attribute). The
+      // logits were complete before ce_count started (it was launched normally), so the copies above are safe.
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      count = p.reduction == kCeMean ? *ce_count_slot(p) : 0;
+      grad = *ce_bad_slot(p) == 0;  // a fused forward with any bad target writes no gradient
+      dep_done = true;
+    }
+    if (grad) {
+      uint4* dz = reinterpret_cast<uint4*>(static_cast<bf16_t*>(p.dlogits) + i * p.dlogits_rs + lo);
+      if (ignored || bad) {
+        float nan[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) nan[e] = ce_cuda::quiet_nan();
+        const uint4 fill = bad ? pack<bf16_t>(nan) : make_uint4(0u, 0u, 0u, 0u);
+        for (int v = tid; v < nv; v += kT) dz[v] = fill;
+      } else {
+        const CeGradRow gr = ce_grad_row(k, row_lse, ce_upstream(p, i, count));
+        // dz = p_coef exp(c - lse) - uniform = pc e - uniform, pc = p_coef exp(m - lse) 2^-r (0 when m = -inf).
+        const float pc = gr.p_coef * ce_exp(m - gr.lse) * fix;
+#pragma unroll 2
+        for (int v = tid; v < nv; v += kT) {
+          float x[8];
+          unpack<f16_t>(buf[v], x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) x[e] = fmaf(pc, x[e], -gr.uniform);
+          dz[v] = pack<bf16_t>(x);
+        }
+        if (tv >= 0) {  // the target's vector again, with the target term
+          float x[8];
+          unpack<f16_t>(buf[tv], x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            x[e] = fmaf(pc, x[e], -gr.uniform);
+            if (e == to) x[e] -= gr.target;
+          }
+          dz[tv] = pack<bf16_t>(x);
+        }
+      }
+    }
+    if (nv > 0) phase ^= 1u;
+    // Every thread orders its own generic-proxy writes of the buffer (the stored exponentials) before the next
+    // row's bulk copy (async proxy) overwrites it; then the buffer and row_lse are free for a later row.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+  }
+  if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
+}
+
 // Smallest cluster whose slices fit kTargetSliceBytes (with 8 CTAs: up to kMaxSliceBytes, ce_smem_reject).
 struct Split {
   int C = 0;
@@ -544,6 +736,42 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   return STRATA_SUCCESS;
 }
 
+// cluster_lean: ce_lean_rows with kT threads on the wide split (bf16, fused forward, no softcap: lean_runs).
+template <int kT>
+strata_status launch_lean(const CeParams& p, const Split& sp, cudaStream_t stream) {
+  const size_t smem = static_cast<size_t>(sp.slice) * sizeof(bf16_t);
+  auto* kernel = ce_lean_rows<kT>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // All 228 KiB of the SM as shared memory: 3 CTAs of a 74 KiB slice need 226 KiB with their reserved 1 KiB each.
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
+  const int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
+  cfg.blockDim = dim3(kT, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(sp.C);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  // Programmatic stream serialization: the CTAs may start (and issue their bulk copies) while ce_count, launched
+  // just before on this stream, still runs; they wait for it (griddepcontrol.wait) before reading its slots.
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  if (cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice) != cudaSuccess) {
+    // Should the driver refuse the attribute with a cluster launch, launch without it (the wait is then a no-op).
+    (void)cudaGetLastError();
+    cfg.numAttrs = 1;
+    STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
+  }
+  return STRATA_SUCCESS;
+}
+
 template <class T, int kPieces>
 strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const bool grad = p.dlogits != nullptr, cap = p.k.softcap_on;
@@ -556,6 +784,13 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
          !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
+}
+
+// The lean kernel runs for the fused forward without softcap of bf16 logits; for everything else the lean kinds
+// are cluster_stored_exp_wide (which is cluster_smem outside its own case).
+bool lean_runs(const CeParams& p, CeSmemKind kind) {
+  return (kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256) && p.dlogits != nullptr && !p.backward &&
+         !p.k.softcap_on && p.dtype == STRATA_DTYPE_BF16;
 }
 
 template <class T>
@@ -588,6 +823,13 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
+    if (lean_runs(p, kind)) {
+      const Split sp = split_of(p.V, p.dtype, kWideSliceBytes);
+      STRATA_RETURN_IF_ERROR(kind == CeSmemKind::kLean ? launch_lean<512>(p, sp, stream) : launch_lean<256>(p, sp, stream));
+      STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_lean_rows)"));
+      return ce_launch_reduce(p, stream_ptr);
+    }
+    if (kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256) kind = CeSmemKind::kStoredExpWide;
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
     const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
     const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
