@@ -42,6 +42,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -736,19 +737,48 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   return STRATA_SUCCESS;
 }
 
-// cluster_lean: ce_lean_rows with kT threads on the wide split (bf16, fused forward, no softcap: lean_runs).
+// Host: clusters of C CTAs of ce_lean_rows<kT> with `smem` bytes that the GPU holds at once
+// (cudaOccupancyMaxActiveClusters), cached per (device, C, smem): cluster_lean_persist launches that many.
+// 0 when the runtime cannot say (then one cluster per row, as cluster_lean).
 template <int kT>
-strata_status launch_lean(const CeParams& p, const Split& sp, cudaStream_t stream) {
+int lean_active_clusters(cudaLaunchConfig_t cfg) {
+  static std::atomic<uint64_t> cache{0};  // device + 1 in bits 48.., C in 40..47, smem in 20..39, clusters 0..19
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const uint64_t want = (static_cast<uint64_t>(dev + 1) << 48) |
+                        (static_cast<uint64_t>(cfg.attrs[0].val.clusterDim.x) << 40) |
+                        (static_cast<uint64_t>(cfg.dynamicSmemBytes) << 20);
+  const uint64_t have = cache.load(std::memory_order_relaxed);
+  if ((have & ~uint64_t{0xfffff}) == want) return static_cast<int>(have & 0xfffff);
+  cfg.numAttrs = 1;  // the cluster dimension only
+  cfg.gridDim = dim3(cfg.attrs[0].val.clusterDim.x, 1, 1);  // (a whole number of clusters)
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, ce_lean_rows<kT>, &cfg) != cudaSuccess || n < 1) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  n = n > 0xfffff ? 0xfffff : n;
+  cache.store(want | static_cast<uint64_t>(n), std::memory_order_relaxed);
+  return n;
+}
+
+// cluster_lean: ce_lean_rows with kT threads on the wide split (bf16, fused forward, no softcap: lean_runs).
+// persistent: as many clusters as the GPU holds at once, each looping over rows (no CTA launches after the
+// first wave: cluster_lean_persist); else one cluster per row.
+template <int kT>
+strata_status launch_lean(const CeParams& p, const Split& sp, bool persistent, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(bf16_t);
   auto* kernel = ce_lean_rows<kT>;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  // All 228 KiB of the SM as shared memory: 3 CTAs of a 74 KiB slice need 226 KiB with their reserved 1 KiB each.
+  // One opt-in value per kernel (the largest slice any split gives), so launches of other sizes never undo it;
+  // all 228 KiB of the SM as shared memory: 3 CTAs of a 74 KiB slice need 226 KiB with their reserved 1 KiB each.
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxSliceBytes)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
-  const int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
   cfg.blockDim = dim3(kT, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -763,6 +793,14 @@ strata_status launch_lean(const CeParams& p, const Split& sp, cudaStream_t strea
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 2;
+  // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
+  const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
+  int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
+  if (persistent) {
+    const int64_t active = lean_active_clusters<kT>(cfg);
+    if (active > 0 && active < clusters) clusters = active;
+  }
+  cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
   if (cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice) != cudaSuccess) {
     // Should the driver refuse the attribute with a cluster launch, launch without it (the wait is then a no-op).
     (void)cudaGetLastError();
@@ -788,8 +826,11 @@ bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
 
 // The lean kernel runs for the fused forward without softcap of bf16 logits; for everything else the lean kinds
 // are cluster_stored_exp_wide (which is cluster_smem outside its own case).
+bool is_lean(CeSmemKind kind) {
+  return kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256 || kind == CeSmemKind::kLeanPersist;
+}
 bool lean_runs(const CeParams& p, CeSmemKind kind) {
-  return (kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256) && p.dlogits != nullptr && !p.backward &&
+  return is_lean(kind) && p.dlogits != nullptr && !p.backward &&
          !p.k.softcap_on && p.dtype == STRATA_DTYPE_BF16;
 }
 
@@ -825,11 +866,12 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     if (lean_runs(p, kind)) {
       const Split sp = split_of(p.V, p.dtype, kWideSliceBytes);
-      STRATA_RETURN_IF_ERROR(kind == CeSmemKind::kLean ? launch_lean<512>(p, sp, stream) : launch_lean<256>(p, sp, stream));
+      STRATA_RETURN_IF_ERROR(kind == CeSmemKind::kLean256 ? launch_lean<256>(p, sp, false, stream)
+                                                          : launch_lean<512>(p, sp, kind == CeSmemKind::kLeanPersist, stream));
       STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_lean_rows)"));
       return ce_launch_reduce(p, stream_ptr);
     }
-    if (kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256) kind = CeSmemKind::kStoredExpWide;
+    if (is_lean(kind)) kind = CeSmemKind::kStoredExpWide;
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
     const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
     const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);

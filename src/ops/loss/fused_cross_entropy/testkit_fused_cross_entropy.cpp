@@ -392,12 +392,12 @@ class FusedCrossEntropyHarness final : public OpHarness {
     }
     if (cuda) {
       // The default (cluster_stored_exp_wide) beside cluster_smem, session 6's cluster_chunked, session 7's
-      // cluster_stored_exp and session 8's cluster_lean (512 and 256 threads),
+      // cluster_stored_exp and session 8's cluster_lean (512 and 256 threads, persistent),
       // and the any-shape block_per_row; loss only and the softcapped vocabulary for the two cluster kernels
       // (cluster_stored_exp runs cluster_smem's kernel there).
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked", "cuda.sm90.cluster_stored_exp",
                                "cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_lean", "cuda.sm90.cluster_lean_256",
-                               "cuda.sm90.block_per_row"})
+                               "cuda.sm90.cluster_lean_persist", "cuda.sm90.block_per_row"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
       for (const char* impl : {"cuda.sm90.cluster_smem", "cuda.sm90.cluster_chunked"})
         out.push_back(bench(device, N, 151936, "none", 0.f, impl));
