@@ -102,6 +102,9 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p);
 int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
+// The same ring without a block barrier per stage: the last thread out of a stage refills it
+// (cuda.sm90.bulk_ring_lastout, forced only until timed; same conditions).
+int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::activation

@@ -258,12 +258,20 @@ __device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I,
 }
 
 // DT: x's dtype as a template value (a run-time one made every unpack and pack a branch per 32-bit word).
-template <int32_t DT, bool INTER, bool PROBS>
+// LASTOUT (cuda.sm90.bulk_ring_lastout, session 8): no __syncthreads per stage. Each thread, done with a stage,
+// adds 1 to the stage's counter in shared memory (acq_rel, CTA scope: its reads of the stage are ordered before
+// it); the thread that brings the u-th use of the stage to (u + 1) x kBlock is the last one out and refills the
+// stage (its acquire orders every thread's reads before its proxy fence and the bulk copy). The other threads
+// go straight on to the next stage, which has landed unless the ring ran dry: no thread waits for the slowest
+// one of the CTA at every stage (with 720 chunks of a 2-row tile over 256 threads, 2 or 3 chunks each) or for a
+// block barrier. A thread can be at most one use of a stage ahead: the refill needs every thread's arrival.
+template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT = false>
 __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxStages];
+  __shared__ uint32_t out_count[kRingMaxStages];  // LASTOUT: arrivals of every thread, all uses of the stage
   constexpr int32_t dt = DT;
   const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
   // Thread t takes the tile's chunks t, t + kBlock, ... (flat over (tile row, chunk)); their (row, chunk) are
@@ -275,10 +283,10 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
   const char* xb = static_cast<const char*>(p.x);
   char* yb = static_cast<char*>(p.y);
   if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
+    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1), out_count[s] = 0;
   __syncthreads();
   auto rows_of_tile = [&](int64_t r0) { return p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr; };
-  auto issue = [&](int64_t k) {  // thread 0
+  auto issue = [&](int64_t k) {  // thread 0 (LASTOUT: the stage's last thread out; thread 0 for the first fills)
     const int s = static_cast<int>(k % g.stages);
     const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
     const int n = rows_of_tile(r0);
@@ -324,8 +332,18 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
       c += dc, rr += dr;
       if (c >= cpr) c -= cpr, ++rr;
     }
-    __syncthreads();  // every thread is done reading stage s
-    if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
+    if constexpr (LASTOUT) {
+      uint32_t before;
+      asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;"
+                   : "=r"(before)
+                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(&out_count[s])))
+                   : "memory");
+      const uint32_t done = before + 1u;
+      if (done == static_cast<uint32_t>(k / g.stages + 1) * kBlock && k + g.stages < my_n) issue(k + g.stages);
+    } else {
+      __syncthreads();  // every thread is done reading stage s
+      if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
+    }
   }
 }
 
@@ -442,7 +460,7 @@ std::string ring_reject(const ClippedSwigluFwdParams& p) {
   return {};
 }
 
-template <int32_t DT, bool INTER, bool PROBS>
+template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT>
 strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   RingGeom g;
@@ -453,7 +471,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
   g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const size_t smem = stage * g.stages;
-  const auto kernel = fwd_ring<DT, INTER, PROBS>;
+  const auto kernel = fwd_ring<DT, INTER, PROBS, LASTOUT>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -464,10 +482,25 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   return cuda::check_launch("clipped_swiglu fwd_ring");
 }
 
-template <int32_t DT>
+template <int32_t DT, bool LASTOUT>
 strata_status launch_fwd_ring_dt(const ClippedSwigluFwdParams& p, cudaStream_t s) {
-  if (p.probs) return p.interleaved ? launch_fwd_ring<DT, true, true>(p, s) : launch_fwd_ring<DT, false, true>(p, s);
-  return p.interleaved ? launch_fwd_ring<DT, true, false>(p, s) : launch_fwd_ring<DT, false, false>(p, s);
+  if (p.probs)
+    return p.interleaved ? launch_fwd_ring<DT, true, true, LASTOUT>(p, s) : launch_fwd_ring<DT, false, true, LASTOUT>(p, s);
+  return p.interleaved ? launch_fwd_ring<DT, true, false, LASTOUT>(p, s) : launch_fwd_ring<DT, false, false, LASTOUT>(p, s);
+}
+
+template <bool LASTOUT>
+int fwd_ring_any(const ClippedSwigluFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
+  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
+    return clipped_swiglu_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32, LASTOUT>(p, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16, LASTOUT>(p, s);
+    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16, LASTOUT>(p, s);  // ring_reject: f32 / bf16 / f16 only
+  }
 }
 
 }  // namespace
@@ -517,17 +550,10 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
 
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
 
-int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) {
-  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
-  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
-    return clipped_swiglu_fwd_cuda(p, stream);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32>(p, s);
-    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
-    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
-  }
+int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) { return fwd_ring_any<false>(p, stream); }
+
+int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream) {
+  return fwd_ring_any<true>(p, stream);
 }
 
 }  // namespace strata::activation
