@@ -510,9 +510,11 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
 // * The exponential takes its argument from one FFMA in base 2: e = 2^(sl z - ml), sl = s log2(e), ml = sl zx
 //   (zx: the thread's extreme raw logit, so ml is its maximum in base 2), where cluster_stored_exp spent an FFMA
 //   and an FMUL. ml is sl zx rounded, so every e carries the same factor 2^r, r = sl zx - ml (the rounding
-//   residual, exact from one FMA, |r| <= half an ulp of ml); the thread's sum and its gradient coefficient are
-//   multiplied by 2^-r once per row, so no rounding of ml enters the results (logits of 1e4: ml ~ 1.4e4, whose
-//   half-ulp would otherwise be a 3e-4 relative error of every exponential).
+//   residual, exact from one FMA, |r| <= half an ulp of ml), and m = s zx is rounded too; the thread's sum and
+//   its gradient coefficient are multiplied once per row by 2^-r exp(s zx - m) (both residuals exact from one
+//   FMA), so neither rounding enters the results (logits of 1e4: ml ~ 1.4e4, whose half-ulp would otherwise be a
+//   3e-4 relative error of every exponential). What remains is sl's own rounding: a relative error of ~1e-7 in
+//   (c - m) for each exponential (6e-7 at c - m = -20).
 // * No per-vector target test in either sweep: the thread owning the target's vector reads c_y before its
 //   statistics sweep overwrites it, and rewrites that vector's gradient with the target term after its gradient
 //   sweep (a second 16-byte store by the same thread to the same address, ordered after the first).
@@ -577,7 +579,7 @@ __global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, i
     const float m = ce_logit(k, zx);  // the thread's maximum of c (-inf: no element, or all -inf / NaN)
     float c_y = 0.f;
     if (tv >= 0) c_y = k.scale * to_f32(reinterpret_cast<const bf16_t*>(smem_raw)[yv]);
-    float s = 0.f, sc = 0.f, fix = 1.f;  // fix = 2^-r
+    float s = 0.f, sc = 0.f, fix = 1.f;  // fix = 2^-r exp(s zx - m)
     if (m == -INFINITY) {
       // Every element of the thread is -inf or NaN (the max skips NaN): store 0 for -inf (p = 0) and NaN for NaN,
       // so the gradient is -uniform or NaN there, as in cluster_stored_exp.
@@ -608,7 +610,11 @@ __global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, i
         }
         buf[v] = pack<f16_t>(ex);
       }
-      fix = exp2f(-r);
+      // The sum is wanted relative to m = s zx as rounded (the loss takes m - c_y with c_y rounded the same way):
+      // sum e 2^-r is relative to the exact s' zx (s' = sl ln 2), so it is also multiplied by exp(s zx - m), the
+      // rounding residual of m (exact from one FMA). Emulated in f64 for logits of 1e4 and scales 1, 0.7, -0.7:
+      // lse exact to f64 rounding; without that factor off by up to half an ulp of m (4e-4 at m ~ 1.4e4).
+      fix = exp2f(-r) * expf(fmaf(k.scale, zx, -m));
       s = ((a0 + a1) + (a2 + a3)) * fix;
       sc = c0 + c1;
     }
@@ -663,7 +669,7 @@ __global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, i
         for (int v = tid; v < nv; v += kT) dz[v] = fill;
       } else {
         const CeGradRow gr = ce_grad_row(k, row_lse, ce_upstream(p, i, count));
-        // dz = p_coef exp(c - lse) - uniform = pc e - uniform, pc = p_coef exp(m - lse) 2^-r (0 when m = -inf).
+        // dz = p_coef exp(c - lse) - uniform = pc e - uniform, pc = p_coef exp(m - lse) fix (0 when m = -inf).
         const float pc = gr.p_coef * ce_exp(m - gr.lse) * fix;
 #pragma unroll 2
         for (int v = tid; v < nv; v += kT) {
