@@ -525,7 +525,30 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
 // clusters merged in rank order: the same bits every run (a different order from the other kernels).
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int kT>
+// 2^x on the FMA pipe (cluster_lean_poly): x = n + f, n = round(x) by the 1.5 * 2^23 trick, f in [-1/2, 1/2],
+// 2^f by a degree-5 polynomial (coefficients fitted here for relative error: at most 2.3e-7 evaluated in f32 over
+// [-1/2, 1/2], as ex2.approx's ~2^-22), times 2^n built in the exponent field. 10 FMA-pipe instructions instead
+// of one MUFU.EX2: the statistics sweep issues 8 MUFU (8 cycles each per warp on an SM sub-partition) against ~43
+// other instructions per 8 logits, so it waits on the MUFU pipe; taking one exponential in 8 off it balances the
+// two (MUFU 56 cycles, issue ~52 per warp and vector). x is clamped below at -125 (2^-125 instead of a result of
+// 0 or a denormal: nothing stored as f16 or added to a sum >= 1 can see it); NaN propagates (max.NaN, then the
+// product).
+__device__ __forceinline__ float ex2_poly(float x) {
+  x = cuda::fmax_nan(x, -125.f);
+  const float t = x + 12582912.f;  // 1.5 * 2^23: the low mantissa bits of t hold round(x)
+  const float f = x - (t - 12582912.f);
+  float q = 1.3278165133669972e-3f;
+  q = fmaf(q, f, 9.675555862486362e-3f);
+  q = fmaf(q, f, 5.5507078766822815e-2f);
+  q = fmaf(q, f, 2.4022118747234344e-1f);
+  q = fmaf(q, f, 6.931469440460205e-1f);
+  q = fmaf(q, f, 1.0000001192092896f);
+  // 2^n: (n + 127) << 23 = (bits(t) << 23) + (127 << 23) mod 2^32 (the high bits of t shift out).
+  const float two_n = __int_as_float(static_cast<int>((__float_as_uint(t) << 23) + 0x3f800000u));
+  return q * two_n;
+}
+
+template <int kT, bool kPoly = false>
 __global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, int64_t slice) {
   constexpr int kWarpsT = kT / 32;
   static_assert(kT % 32 == 0 && kWarpsT <= 32, "kT: whole warps, at most 32");
@@ -601,7 +624,10 @@ __global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, i
         unpack<bf16_t>(buf[v], x);
         float ex[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ex[e] = cuda::ex2_ftz(fmaf(sl, x[e], -ml));
+        for (int e = 0; e < 8; ++e) {
+          const float arg = fmaf(sl, x[e], -ml);
+          ex[e] = kPoly && e == 7 ? ex2_poly(arg) : cuda::ex2_ftz(arg);
+        }
         a0 += ex[0], a1 += ex[1], a2 += ex[2], a3 += ex[3];
         a0 += ex[4], a1 += ex[5], a2 += ex[6], a3 += ex[7];
         if (smooth) {
@@ -746,7 +772,7 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
 // Host: clusters of C CTAs of ce_lean_rows<kT> with `smem` bytes that the GPU holds at once
 // (cudaOccupancyMaxActiveClusters), cached per (device, C, smem): cluster_lean_persist launches that many.
 // 0 when the runtime cannot say (then one cluster per row, as cluster_lean).
-template <int kT>
+template <int kT, bool kPoly>
 int lean_active_clusters(cudaLaunchConfig_t cfg) {
   static std::atomic<uint64_t> cache{0};  // device + 1 in bits 48.., C in 40..47, smem in 20..39, clusters 0..19
   int dev = 0;
@@ -762,7 +788,7 @@ int lean_active_clusters(cudaLaunchConfig_t cfg) {
   cfg.numAttrs = 1;  // the cluster dimension only
   cfg.gridDim = dim3(cfg.attrs[0].val.clusterDim.x, 1, 1);  // (a whole number of clusters)
   int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, ce_lean_rows<kT>, &cfg) != cudaSuccess || n < 1) {
+  if (cudaOccupancyMaxActiveClusters(&n, ce_lean_rows<kT, kPoly>, &cfg) != cudaSuccess || n < 1) {
     (void)cudaGetLastError();
     n = 0;
   }
@@ -774,10 +800,10 @@ int lean_active_clusters(cudaLaunchConfig_t cfg) {
 // cluster_lean: ce_lean_rows with kT threads on the wide split (bf16, fused forward, no softcap: lean_runs).
 // persistent: as many clusters as the GPU holds at once, each looping over rows (no CTA launches after the
 // first wave: cluster_lean_persist); else one cluster per row.
-template <int kT>
+template <int kT, bool kPoly = false>
 strata_status launch_lean(const CeParams& p, const Split& sp, bool persistent, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(bf16_t);
-  auto* kernel = ce_lean_rows<kT>;
+  auto* kernel = ce_lean_rows<kT, kPoly>;
   // One opt-in value per kernel (the largest slice any split gives), so launches of other sizes never undo it;
   // all 228 KiB of the SM as shared memory: 3 CTAs of a 74 KiB slice need 226 KiB with their reserved 1 KiB each.
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -803,7 +829,7 @@ strata_status launch_lean(const CeParams& p, const Split& sp, bool persistent, c
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
   int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
   if (persistent) {
-    const int64_t active = lean_active_clusters<kT>(cfg);
+    const int64_t active = lean_active_clusters<kT, kPoly>(cfg);
     if (active > 0 && active < clusters) clusters = active;
   }
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
@@ -833,7 +859,8 @@ bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
 // The lean kernel runs for the fused forward without softcap of bf16 logits; for everything else the lean kinds
 // are cluster_stored_exp_wide (which is cluster_smem outside its own case).
 bool is_lean(CeSmemKind kind) {
-  return kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256 || kind == CeSmemKind::kLeanPersist;
+  return kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256 || kind == CeSmemKind::kLeanPersist ||
+         kind == CeSmemKind::kLeanPoly;
 }
 bool lean_runs(const CeParams& p, CeSmemKind kind) {
   return is_lean(kind) && p.dlogits != nullptr && !p.backward &&
@@ -872,8 +899,14 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     if (lean_runs(p, kind)) {
       const Split sp = split_of(p.V, p.dtype, kWideSliceBytes);
-      STRATA_RETURN_IF_ERROR(kind == CeSmemKind::kLean256 ? launch_lean<256>(p, sp, false, stream)
-                                                          : launch_lean<512>(p, sp, kind == CeSmemKind::kLeanPersist, stream));
+      strata_status st;
+      switch (kind) {
+        case CeSmemKind::kLean256: st = launch_lean<256>(p, sp, false, stream); break;
+        case CeSmemKind::kLeanPersist: st = launch_lean<512>(p, sp, true, stream); break;
+        case CeSmemKind::kLeanPoly: st = launch_lean<512, true>(p, sp, false, stream); break;
+        default: st = launch_lean<512>(p, sp, false, stream); break;
+      }
+      STRATA_RETURN_IF_ERROR(st);
       STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_lean_rows)"));
       return ce_launch_reduce(p, stream_ptr);
     }

@@ -3,7 +3,7 @@
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
 // Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
 // cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.cluster_lean, cuda.sm90.cluster_lean_256,
-// cuda.sm90.cluster_lean_persist, cuda.sm90.block_per_row,
+// cuda.sm90.cluster_lean_persist, cuda.sm90.cluster_lean_poly, cuda.sm90.block_per_row,
 // cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -208,6 +208,9 @@ const ImplList<CeProblem>& impls() {
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_lean", CeSmemKind::kLean));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_lean_256", CeSmemKind::kLean256));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_lean_persist", CeSmemKind::kLeanPersist));
+    // cluster_lean with one exponential in 8 of the statistics sweep on the FMA pipe (a polynomial) instead of
+    // the MUFU pipe, which that sweep waits on.
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_lean_poly", CeSmemKind::kLeanPoly));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

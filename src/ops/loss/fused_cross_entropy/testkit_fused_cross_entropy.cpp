@@ -392,12 +392,13 @@ class FusedCrossEntropyHarness final : public OpHarness {
     }
     if (cuda) {
       // Fused in place: the default (cluster_stored_exp_wide), session 8's cluster_lean kernels (512 threads,
-      // 256 threads, persistent grid) and cluster_smem (the kernel of every other case) beside it; loss only and
-      // the softcapped vocabulary with the dispatched implementation (cluster_smem's kernel there). Session 6's
+      // 256 threads, persistent grid, polynomial exponentials) and cluster_smem (the kernel of every other case)
+      // beside it; loss only and the softcapped vocabulary with the dispatched implementation (cluster_smem's
+      // kernel there). Session 6's
       // cluster_chunked, session 7's 40 KiB cluster_stored_exp and block_per_row were timed in s7run2
       // (README.md) and left out, so that the op's atk fits its time limit.
       for (const char* impl : {"", "cuda.sm90.cluster_lean", "cuda.sm90.cluster_lean_256", "cuda.sm90.cluster_lean_persist",
-                               "cuda.sm90.cluster_smem"})
+                               "cuda.sm90.cluster_lean_poly", "cuda.sm90.cluster_smem"})
         out.push_back(bench(device, N, 151936, "inplace", 0.f, impl));
       out.push_back(bench(device, N, 151936, "none", 0.f, ""));
       out.push_back(bench(device, N / 2, 256000, "inplace", 30.f, ""));
