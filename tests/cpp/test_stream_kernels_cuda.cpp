@@ -319,6 +319,10 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
+      // The non-persistent streaming kernel (cuda.sm90.stream_wide): 100003 rows, a partial last tile.
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide(dp, nullptr), 0) << where;
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream_wide y " << where;
       // The bulk-copy ring (cuda.sm90.bulk_ring) and its variant without a block barrier per stage
       // (cuda.sm90.bulk_ring_lastout), both layouts: every CTA walks more tiles than its ring has stages.
       for (bool lastout : {false, true})

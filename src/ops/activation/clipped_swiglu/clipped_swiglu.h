@@ -105,6 +105,9 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
 // The same ring without a block barrier per stage: the last thread out of a stage refills it
 // (cuda.sm90.bulk_ring_lastout, forced only until timed; same conditions).
 int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream);
+// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, forced only until timed);
+// other layouts run clipped_swiglu_fwd_cuda.
+int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::activation

@@ -138,10 +138,28 @@ __global__ void __launch_bounds__(kBlock) fwd_pairs_vec(const ClippedSwigluFwdPa
 // current one; a one-wave persistent grid walks the tiles. probs: row = v / (vectors per row), 32-bit.
 constexpr int kStreamU = 4;  // vectors per thread per tile (a tile: kStreamU * kBlock vectors)
 
+// The outputs of 16-byte vector v of x (held in u) into y: 4 (16-bit x) or 2 (f32) pairs -> 8 bytes of y.
+template <bool F32, bool PROBS>
+__device__ __forceinline__ void stream_vec_out(const ClippedSwigluFwdParams& p, const uint4& u, int64_t v, uint32_t vpr,
+                                               int32_t dt, char* y) {
+  float pr = 1.f;
+  if constexpr (PROBS) pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(static_cast<uint32_t>(v) / vpr));
+  if constexpr (F32) {
+    const float o0 = vfwd(false, __uint_as_float(u.x), __uint_as_float(u.y), p.alpha, p.limit, p.bias) * pr;
+    const float o1 = vfwd(false, __uint_as_float(u.z), __uint_as_float(u.w), p.alpha, p.limit, p.bias) * pr;
+    *reinterpret_cast<float2*>(y + v * 8) = make_float2(o0, o1);
+  } else {
+    float f[8], o[4];
+    cuda::unpack8(u, dt, f);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = vfwd(true, f[2 * e], f[2 * e + 1], p.alpha, p.limit, p.bias) * pr;
+    *reinterpret_cast<uint2*>(y + v * 8) = make_uint2(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]));
+  }
+}
+
 template <bool F32, bool PROBS>
 __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSwigluFwdParams p, int64_t nvec,
                                                                  uint32_t vpr) {
-  constexpr int kPairs = F32 ? 2 : 4;  // pairs (outputs) per 16-byte vector of x
   const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
   const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
   char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
@@ -165,27 +183,40 @@ __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSw
 #pragma unroll
     for (int u = 0; u < kStreamU; ++u) {
       const int64_t v = it * tile + u * kBlock + threadIdx.x;
-      if (v >= nvec) continue;
-      float pr = 1.f;
-      if constexpr (PROBS)
-        pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(static_cast<uint32_t>(v) / vpr));
-      float o[kPairs];
-      if constexpr (F32) {
-        o[0] = vfwd(false, __uint_as_float(cur[u].x), __uint_as_float(cur[u].y), p.alpha, p.limit, p.bias) * pr;
-        o[1] = vfwd(false, __uint_as_float(cur[u].z), __uint_as_float(cur[u].w), p.alpha, p.limit, p.bias) * pr;
-        *reinterpret_cast<float2*>(y + v * 8) = make_float2(o[0], o[1]);
-      } else {
-        float f[8];
-        cuda::unpack8(cur[u], dt, f);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = vfwd(true, f[2 * e], f[2 * e + 1], p.alpha, p.limit, p.bias) * pr;
-        *reinterpret_cast<uint2*>(y + v * 8) = make_uint2(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]));
-      }
+      if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
     }
     if (!more) break;
 #pragma unroll
     for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
     it = nit;
+  }
+}
+
+// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, session 8): the flat
+// vectors of fwd_interleaved_stream, but each CTA takes one tile of kWideU x kBlock vectors (all kWideU loads of a
+// thread issued before any math, 128 bytes of x per thread in flight) and exits; the grid covers every tile, so
+// the block scheduler refills each SM as CTAs finish, as Triton's kernels do (fla's rms_norm_gated forward, such
+// a kernel, ran at the copy rate in s8run1 where the persistent stream kernel ran this op at 1.26 x floor and the
+// bulk ring at 1.15 x).
+constexpr int kWideU = 8;
+
+template <bool F32, bool PROBS>
+__global__ void __launch_bounds__(kBlock) fwd_interleaved_wide(const ClippedSwigluFwdParams p, int64_t nvec,
+                                                               uint32_t vpr) {
+  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
+  char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * (kWideU * kBlock) + threadIdx.x;
+  uint4 cur[kWideU];
+#pragma unroll
+  for (int u = 0; u < kWideU; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v < nvec) cur[u] = cuda::ld_stream(x + v * 16);
+  }
+#pragma unroll
+  for (int u = 0; u < kWideU; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
   }
 }
 
@@ -448,6 +479,15 @@ strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, u
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
 }
 
+template <bool F32, bool PROBS>
+strata_status launch_fwd_wide(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
+  const int64_t per = static_cast<int64_t>(kWideU) * kBlock;
+  const int64_t grid = (nvec + per - 1) / per;
+  if (grid > 0x7fffffffLL) return fail(STRATA_ERROR_UNSUPPORTED, "clipped_swiglu_fwd: {} vectors exceed one CUDA grid", nvec);
+  fwd_interleaved_wide<F32, PROBS><<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);
+  return cuda::check_launch("clipped_swiglu fwd_interleaved_wide");
+}
+
 // Plan-time part of the ring's conditions ("" if it applies).
 std::string ring_reject(const ClippedSwigluFwdParams& p) {
   if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
@@ -549,6 +589,24 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
 }
 
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
+
+int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  // Dense interleaved rows only (the same test as clipped_swiglu_fwd_cuda's streaming kernel); anything else, and
+  // probs with more than 2^32 vectors (32-bit row index), runs clipped_swiglu_fwd_cuda.
+  if (!(p.interleaved && p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows) &&
+        dense_rows(p.x_rows, 2 * p.I) && dense_rows(p.y_rows, p.I)) ||
+      (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16))
+    return clipped_swiglu_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const bool f32 = p.x_dtype == STRATA_DTYPE_F32;
+  const int64_t vpr = 2 * p.I / (f32 ? 4 : 8), nvec = p.rows * vpr;
+  if (p.probs && nvec > 0xffffffffLL) return clipped_swiglu_fwd_cuda(p, stream);
+  if (f32) return p.probs ? launch_fwd_wide<true, true>(p, nvec, static_cast<uint32_t>(vpr), s)
+                          : launch_fwd_wide<true, false>(p, nvec, 1, s);
+  return p.probs ? launch_fwd_wide<false, true>(p, nvec, static_cast<uint32_t>(vpr), s)
+                 : launch_fwd_wide<false, false>(p, nvec, 1, s);
+}
 
 int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) { return fwd_ring_any<false>(p, stream); }
 

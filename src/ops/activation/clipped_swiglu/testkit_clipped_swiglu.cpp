@@ -263,6 +263,8 @@ class ClippedSwigluHarness final : public OpHarness {
       // Session 8: the ring without a block barrier per stage (forced only until timed).
       out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.bulk_ring_lastout"));
       out.push_back(bench(device, 32768, 2048, false, variant_of("deepseek"), "cuda.sm90.bulk_ring_lastout"));
+      // Session 8: the non-persistent streaming kernel (dense interleaved rows only).
+      out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.stream_wide"));
     }
     return out;
   }
