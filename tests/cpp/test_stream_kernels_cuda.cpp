@@ -320,6 +320,7 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
       // The non-persistent streaming kernel (cuda.sm90.stream_wide): 100003 rows, a partial last tile.
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide_reject(dp), "") << where;
       y.poison();
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide(dp, nullptr), 0) << where;
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream_wide y " << where;

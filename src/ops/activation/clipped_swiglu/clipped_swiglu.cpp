@@ -133,11 +133,11 @@ const ImplList<FwdProblem>& fwd_impls() {
                                          clipped_swiglu_fwd_cuda_ring_lastout(bind(p, launch), launch.cuda_stream));
                                    }});
     // Session 8, forced only: a non-persistent streaming kernel for dense interleaved rows (one tile of 8 x 16
-    // bytes per thread per CTA); any other layout runs pairwise's kernels. Every CUDA forward problem.
+    // bytes per thread per CTA); unaligned rows at run time run pairwise's kernels.
     list.insert(list.begin() + 3, {kCudaStreamWideImpl,
                                    [](const FwdProblem& p) {
                                      std::string r = reject_unless_cuda(p.device, 90);
-                                     return r.empty() ? f64_reason(p.params.x_dtype) : r;
+                                     return r.empty() ? clipped_swiglu_fwd_cuda_stream_wide_reject(p.params) : r;
                                    },
                                    {},
                                    [](const FwdProblem& p, const Launch& launch) {

@@ -590,6 +590,14 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
 
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
 
+std::string clipped_swiglu_fwd_cuda_stream_wide_reject(const ClippedSwigluFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "handles f32/bf16/f16 x only";
+  if (!p.interleaved || p.I % kV != 0) return "needs the interleaved layout and I % 8 == 0";
+  if (!dense_rows(p.x_rows, 2 * p.I) || !dense_rows(p.y_rows, p.I)) return "needs dense rows (x 2I, y I apart)";
+  return {};
+}
+
 int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
   // Dense interleaved rows only (the same test as clipped_swiglu_fwd_cuda's streaming kernel); anything else, and
