@@ -320,16 +320,26 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
-      // The bulk-copy ring (cuda.sm90.bulk_ring), both layouts: every CTA walks more tiles than its ring has
-      // stages.
-      for (bool inter : {true, false}) {
-        dp.interleaved = hp.interleaved = inter;
-        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
-        y.poison();
-        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr), 0) << where;
-        activation::clipped_swiglu_fwd_reference(hp);
-        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd ring y " << where << (inter ? " interleaved" : " split");
-      }
+      // The non-persistent streaming kernel (cuda.sm90.stream_wide): 100003 rows, a partial last tile.
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide_reject(dp), "") << where;
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide(dp, nullptr), 0) << where;
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream_wide y " << where;
+      // The bulk-copy ring (cuda.sm90.bulk_ring) and its variant without a block barrier per stage
+      // (cuda.sm90.bulk_ring_lastout), both layouts: every CTA walks more tiles than its ring has stages.
+      for (bool lastout : {false, true})
+        for (bool inter : {true, false}) {
+          dp.interleaved = hp.interleaved = inter;
+          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
+          y.poison();
+          ASSERT_EQ(lastout ? activation::clipped_swiglu_fwd_cuda_ring_lastout(dp, nullptr)
+                            : activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr),
+                    0)
+              << where;
+          activation::clipped_swiglu_fwd_reference(hp);
+          EXPECT_LE(y.rel_rms_vs_host(), tol(dt))
+              << "fwd ring y " << where << (inter ? " interleaved" : " split") << (lastout ? " lastout" : "");
+        }
     }
 }
 
