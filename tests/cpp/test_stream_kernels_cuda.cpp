@@ -234,6 +234,10 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         y.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, false), 0) << where;
         EXPECT_EQ(y.download(), y3) << "fwd stream flat y differs from the persistent grid " << where;
+        // With the L2 bulk prefetch (cuda.sm90.team_stream_pf; dense rows): the same math, so the same bits.
+        y.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, true, true), 0) << where;
+        EXPECT_EQ(y.download(), y3) << "fwd stream pf y differs from the persistent grid " << where;
         // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring_reject(dp), "") << where;
         y.poison();

@@ -2,8 +2,8 @@
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
 // Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
-// cuda.sm90.group_rows, cuda.sm90.bulk_ring and cuda.sm90.team_stream_flat (forced only); backward
-// cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
+// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat, cuda.sm90.team_stream_pf;
+// backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
 // cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
@@ -25,6 +25,7 @@ constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
+constexpr const char* kCudaStreamPfImpl = "cuda.sm90.team_stream_pf";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -141,6 +142,11 @@ const ImplList<FwdProblem>& fwd_impls() {
     l.push_back(cuda_impl<FwdProblem>(kCudaStreamFlatImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s, false);
+                                      }));
+    // Forced only (session 8, not yet timed): team_stream with an L2 bulk prefetch of the rows two steps ahead.
+    l.push_back(cuda_impl<FwdProblem>(kCudaStreamPfImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_stream(q, s, true, true);
                                       }));
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {

@@ -141,8 +141,11 @@ int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream)
 // divide the team's slice; "" if a plan with these params may take it, else why not. Rows that are not 16-byte
 // aligned at run time go to rms_norm_gated_fwd_cuda.
 std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p);
-// persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once).
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true);
+// persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once);
+// l2_prefetch (with persistent): the forced-only cuda.sm90.team_stream_pf (an L2 prefetch of the block's rows
+// two steps ahead; dense rows only, others run without it).
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true,
+                                   bool l2_prefetch = false);
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
 // The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
 int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);
