@@ -250,7 +250,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
 
 // dz[0..V) for the row constants r (dz may alias z).
 template <bool kSoftcap, bool kNative, class T>
-void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y) {
+void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y, bool stream) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   // The target element's gradient, from its logit before the sweep can overwrite it.
@@ -267,15 +267,24 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     const tv::ScaledExpLp<DF> pexp(df, r.p_coef);
     const auto vnl = hn::Set(df, -r.lse);
     constexpr int64_t kStep2 = 2 * kStepT<T>;
-    for (; j + 2 * NL <= V; j += 2 * NL) {
-      tv::PrefetchAhead<kStep2>(z + j);  // from memory in the backward
-      const auto d0 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu);
-      const auto d1 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j + NL), vscale, vnl)), vu);
-      tv::StoreOut<false, kNative>(df, d0, dz + j);
-      tv::StoreOut<false, kNative>(df, d1, dz + j + NL);
-    }
-    for (; j + NL <= V; j += NL)
-      tv::StoreOut<false, kNative>(df, hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu), dz + j);
+    // stream: a separate dz much larger than the caches, vector-aligned: non-temporal stores, which skip the
+    // read-for-ownership of every dz line (a third stream of traffic next to reading z and writing dz).
+    auto sweep = [&](auto stream_tag) {
+      constexpr bool S = decltype(stream_tag)::value;
+      for (; j + 2 * NL <= V; j += 2 * NL) {
+        tv::PrefetchAhead<kStep2>(z + j);  // from memory in the backward
+        const auto d0 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu);
+        const auto d1 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j + NL), vscale, vnl)), vu);
+        tv::StoreOut<S, kNative>(df, d0, dz + j);
+        tv::StoreOut<S, kNative>(df, d1, dz + j + NL);
+      }
+      for (; j + NL <= V; j += NL)
+        tv::StoreOut<S, kNative>(df, hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu), dz + j);
+      // Order the non-temporal stores before the tail and the target's fix-up write into the same lines.
+      if constexpr (S) hwy::FlushStream();
+    };
+    if (stream && tv::StreamAligned(df, dz)) sweep(std::true_type{});
+    else sweep(std::false_type{});
   }
   for (; j + NL <= V; j += NL) {
     tv::PrefetchAhead<kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
@@ -346,6 +355,9 @@ void Run(const CeParams& p, int64_t count) {
   double* ws = static_cast<double*>(p.workspace);
   const bool reduced = p.reduction != kCeNone;
   const int64_t block = tile::block_for_bytes(p.V * static_cast<int64_t>(sizeof(T)));
+  // Non-temporal gradient stores (RowGrad, bf16/f16 without softcap) for a separate dlogits of 4 MiB or more.
+  const bool stream_dz = dlogits != nullptr && static_cast<const void*>(dlogits) != static_cast<const void*>(logits) &&
+                         p.N * p.V * static_cast<int64_t>(sizeof(T)) >= (int64_t{4} << 20);
   tile::parallel_blocks(p.N, block, [&](int64_t i0, int64_t i1) {
     HWY_ALIGN float scratch[kPiece];
     // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
@@ -413,7 +425,7 @@ void Run(const CeParams& p, int64_t count) {
         std::fill(dz, dz + p.V, from_f32<T>(0.f));
         continue;
       }
-      RowGrad<kSoftcap, kNative>(k, ce_grad_row(k, lse, ce_upstream(p, i, count)), z, dz, p.V, y);
+      RowGrad<kSoftcap, kNative>(k, ce_grad_row(k, lse, ce_upstream(p, i, count)), z, dz, p.V, y, stream_dz);
     }
   });
 }
