@@ -4,7 +4,7 @@
 // Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
 // cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.cluster_lean, cuda.sm90.cluster_lean_256,
 // cuda.sm90.cluster_lean_persist, cuda.sm90.cluster_lean_poly, cuda.sm90.block_per_row,
-// cpu.<isa> for each compiled Highway target, reference.
+// cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
 #include <fmt/format.h>
@@ -220,6 +220,16 @@ const ImplList<CeProblem>& impls() {
     // fused in place: 1.70 ms): cluster_wide (1.99), cluster_pipe (2.09), block_per_row_l2 (2.40; also slower
     // than block_per_row, 2.31), cluster_row (3.10). README.md keeps their description and figures.
 #endif
+    // AVX512-BF16 first: the AVX3 kernel with native rounding of bf16 gradients (the same bits).
+    if (const CeCpuFn fn = fused_cross_entropy_cpu_native_bf16())
+      l.push_back(cpu_impl(
+          tile::kAvx512Bf16Impl,
+          [](const CeProblem& p) {
+            std::string r = reject_unless_cpu(p.device);
+            if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
+            return r.empty() ? dtypes_reason(p.params) : r;
+          },
+          fn));
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const CeCpuFn fn = fused_cross_entropy_cpu(isa.hwy_target);
       if (!fn) continue;  // target not compiled into this build

@@ -103,6 +103,9 @@ strata_status fused_cross_entropy_reference(const CeParams& p);
 // The targets were checked and counted by the caller (count = #non-ignored rows).
 using CeCpuFn = void (*)(const CeParams&, int64_t count);
 CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
+// The AVX3 build whose bf16 gradients are rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr if AVX3 was not
+// compiled); the caller offers it only on CPUs that have the feature (tile::cpu_has_avx512_bf16).
+CeCpuFn fused_cross_entropy_cpu_native_bf16();
 // Scale mode on the host (CeParams::scale_only): f32 products (the CPU implementations, rows split over the
 // threads in fixed blocks) or f64 (the reference); the targets were checked by the caller.
 void ce_scale_host(const CeParams& p, bool f64);
