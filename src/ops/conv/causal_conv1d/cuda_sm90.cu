@@ -1036,7 +1036,8 @@ struct BwdWalk {
   // in the current sequence sq, before its last W-1 tokens (conv_bwd_lean's lean_chunk_ok); so there is no
   // row-end, tile-end, sequence or dfinal_state check, and the activation is a compile-time choice.
   // dx[t - (W-1)] is stored at dx + off when `emit` (false for the tile's first W-1 tokens, whose positions
-  // belong to the previous tile). The same arithmetic in the same order as step().
+  // belong to the previous tile). The same arithmetic in the same order as step(). The sequence ids of the
+  // gather window are not tracked here: fast_run_done() sets them after the run.
   template <bool SILU>
   __device__ __forceinline__ void step_fast(const float (&xin)[V], const float (&gin)[V], T* dx, int64_t off,
                                             bool emit) {
@@ -1069,11 +1070,6 @@ struct BwdWalk {
       }
       store_vec<T, V>(dx + off, o);
     }
-    if constexpr (!kRows) {  // g of token t belongs to sq: step() may follow and gathers by sequence id
-#pragma unroll
-      for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
-      gid[W - 2] = static_cast<int>(sq.n);
-    }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
 #pragma unroll
@@ -1083,6 +1079,16 @@ struct BwdWalk {
       }
       win[W - 2][v] = xin[v];
       gw[W - 2][v] = g[v];
+    }
+  }
+
+  // After a run of step_fast tokens (at least W - 1 of them, all in sequence sq; cu_seqlens packs): the g in the
+  // gather window all belong to sq, for the step() that may follow. Once per run rather than a shift per token
+  // (the ids of a pack are not needed inside the run).
+  __device__ __forceinline__ void fast_run_done() {
+    if constexpr (!kRows) {
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) gid[i] = static_cast<int>(sq.n);
     }
   }
 
@@ -1285,6 +1291,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
   __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];  // 2 x 24 KiB, as conv_bwd_pipe
   __shared__ __align__(16) RawVec<T, V> sg[S][kPipeChunk][kThreads];
   static_assert(sizeof(sx[0]) == LeanCopies<T>::kStageBytes, "stage layout");
+  static_assert(kPipeChunk >= W - 1, "a fast chunk refills the whole gather window (fast_run_done)");
   // Every thread takes part in the copies and barriers; only those with channels < D compute.
   const ThreadWork tw = thread_work(p, kLeanTile, groups, V);
   const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
@@ -1322,6 +1329,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
           walk.template step_fast<SILU>(xin, gin, dx, (tc + u - (W - 1)) * dxs, later || u >= W - 1);
           pipe_group_fence(u);
         }
+        walk.fast_run_done();  // kPipeChunk >= W - 1 tokens of sq
       } else {
 #pragma unroll
         for (int u = 0; u < kPipeChunk; ++u) {

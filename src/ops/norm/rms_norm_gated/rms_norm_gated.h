@@ -125,6 +125,10 @@ using RmsNormGatedFwdFn = void (*)(const RmsNormGatedFwdParams&);
 using RmsNormGatedBwdFn = void (*)(const RmsNormGatedBwdParams&);
 RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target);
 RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target);
+// The AVX3 builds whose bf16 outputs are rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr if AVX3 was not
+// compiled); offered only on CPUs that have the feature (tile::cpu_has_avx512_bf16).
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu_native_bf16();
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu_native_bf16();
 int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p);
 
 #if STRATA_WITH_CUDA
