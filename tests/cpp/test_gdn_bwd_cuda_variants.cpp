@@ -630,8 +630,8 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
 
 // The whole composed backward (gdn_cuda_bwd: the re-run forward, bwd_dhu, dqkwg, prepare_wy_repr_bwd and the tail)
 // at the benchmark shapes, bf16 tensors (cudaMemset fill: q, k, v, do, β ≈ 0.0115, g ≈ −0.0115), l2norm in the
-// kernel: the session-8 default (finishing epilogue in prepare_wy_repr_bwd) against the session-7 tail
-// (cuda.sm90.chunked_s7), and the composed forward (gdn_cuda_fwd: l2norm, γ, WY, the state pass writing h and
+// kernel: the finishing epilogue in prepare_wy_repr_bwd (cuda.sm90.chunked_fin) against the session-7 tail
+// (cuda.sm90.chunked, the default), and the composed forward (gdn_cuda_fwd: l2norm, γ, WY, the state pass writing h and
 // v_new, chunk_fwd_o) as an upper bound of the backward's re-run part. Fails only if a launch fails.
 TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -668,7 +668,7 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
          [&] { EXPECT_EQ(gdn_cuda_fwd(pf, wsf.p, nullptr), STRATA_SUCCESS); }},
         5);
     report(fmt_line("[gdn_bwd timing] whole backward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: session 8 (finishing "
-                    "epilogue) %.3f ms, session 7 tail (chunked_s7) %.3f ms; composed forward with h, v_new, o %.3f ms",
+                    "epilogue, chunked_fin) %.3f ms, session 7 tail (chunked, the default) %.3f ms; composed forward with h, v_new, o %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], ms[2]));
     // Per step (GdnStepProbe: an event after each step's launches; the fastest of 3 calls per step).
     for (const bool finish : {true, false}) {

@@ -91,8 +91,9 @@ void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
-// finish = false: the session-7 composition of the backward's tail (separate reverse cumsum and l2norm backward
-// kernels; cuda.sm90.chunked_s7, forced only), for comparison with the default (see cuda_sm90.cu).
+// finish = true: the backward's tail (reverse cumsum, l2norm backward) in prepare_wy_repr_bwd's epilogue
+// (cuda.sm90.chunked_fin, forced only: correct, but 1.2 ms slower in GPU run s8run2; see cuda_sm90.cu); the default
+// false is the session-7 composition (separate kernels).
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step.
@@ -100,7 +101,7 @@ struct GdnStepProbe {
   void (*fn)(void* ctx, const char* step) = nullptr;
   void* ctx = nullptr;
 };
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bool finish = true,
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bool finish = false,
                            const GdnStepProbe* probe = nullptr);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:

@@ -689,13 +689,16 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 
-// `finish` (the default): when prepare_wy_repr_bwd runs its two-per-SM tensor-core kernel, that kernel also ends
+// `finish` (cuda.sm90.chunked_fin only; the default is false): when prepare_wy_repr_bwd runs its two-per-SM
+// tensor-core kernel, that kernel also ends
 // the backward in its epilogue (WyBwdParams::dk_rstd / dq_in / dg_reverse): dg = the reverse chunk-local cumsum of
 // dγ1 + dγ2 straight into the output and, with l2norm, the l2norm backward of dk (from the head sums in registers)
 // and of dq (dq complete since chunk_bwd_dqkwg) into the outputs: no reverse-cumsum launch, no two row_norm_bwd
 // passes (each reads a [B, T, H, K] f32 gradient and the normalised tensor and writes the output: ≈ 0.16 ms at
-// B = 4 T = 8192 H = 16 K = 128, s4run1 ncu) and no f32 dk written in between. finish = false is the session-7
-// composition (those three as separate kernels), kept for cuda.sm90.chunked_s7.
+// B = 4 T = 8192 H = 16 K = 128, s4run1 ncu) and no f32 dk written in between. Measured in GPU run s8run2 (H200,
+// B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16): correct, but that kernel took 2.93 ms with the epilogue against
+// 1.37 ms without it plus 0.33 ms for the separate tail (whole backward 9.07 against 7.84 ms), so finish = false
+// (the session-7 composition: those three as separate kernels) is what cuda.sm90.chunked runs.
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, bool finish,
                            const GdnStepProbe* probe) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
