@@ -21,6 +21,10 @@
 //   row_norm_cuda_sweep --focus    # the two forward bf16 targets only (l2norm [524288, 128], rmsnorm [32768,
 //                                  # 4096]): the packed default and its persistent grids, every multi-row
 //                                  # instance x hints x grid, every copy probe; the 10 fastest of each case
+//   row_norm_cuda_sweep --tma      # l2norm fwd [524288, 128] bf16 and f32, rmsnorm fwd bf16 (session 8): the
+//                                  # default, the fastest multi-row kernel of s7run2 (16 x 1 x 4 rows, .cs
+//                                  # stores), every TMA configuration (tiles of 1-256 rows x hints), the
+//                                  # 1-vector copy kernels
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -144,13 +148,15 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 const char* kind_name(const RowNormCudaConfig& c) {
-  return c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "";
+  return c.stream == 5 ? "tma" : c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "";
 }
 
 std::string cfg_label(const RowNormCudaConfig& cfg) {
   if (cfg.stream == 3)
     return fmt::format("bulk   tpr={:3} stages={} rows/stage={}{}", cfg.tpr, cfg.nv, cfg.rpg,
                        cfg.hints ? fmt::format(" hints={}", cfg.hints) : std::string());
+  if (cfg.stream == 5)
+    return fmt::format("tma    tpr={:3} nv={:2} rows/tile={} hints={}", cfg.tpr, cfg.nv, cfg.rpg, cfg.hints);
   if (cfg.stream == 4)
     return fmt::format("multi  tpr={:3} nv={:2} rows={} hints={} grid={}", cfg.tpr, cfg.nv, cfg.rpg, cfg.hints,
                        cfg.blocks_per_sm ? fmt::format("{}/SM", cfg.blocks_per_sm) : std::string("plain"));
@@ -186,6 +192,27 @@ std::vector<RowNormCudaConfig> focus_configs(const RowNormCudaConfig& dflt) {
           m.hints = hints, m.blocks_per_sm = bps;
           v.push_back(m);
         }
+  // TMA (session 8): every instance x tiles of 16-256 rows (the warp walking long rows, nv 0: also 1, 2 and 4
+  // rows, for D = 4096) x hints; the reject check in the caller drops the ones that do not fit the row.
+  for (const RowNormCudaConfig& c : row_norm_cuda_all_configs())
+    if (c.stream == 5 && c.hints == 0 && c.rpg == 64)
+      for (int rpt : {1, 2, 4, 16, 32, 64, 128, 256})
+        for (int hints = 0; hints <= 3; ++hints) {
+          if (rpt < 16 && c.nv != 0) continue;
+          RowNormCudaConfig m = c;
+          m.rpg = rpt, m.hints = hints;
+          v.push_back(m);
+        }
+  return v;
+}
+
+// --tma: the default, the best multi-row kernel of s7run2 and the TMA configurations of focus_configs.
+std::vector<RowNormCudaConfig> tma_configs(const RowNormCudaConfig& dflt) {
+  std::vector<RowNormCudaConfig> v{dflt};
+  RowNormCudaConfig m{0, 16, 1, 4, 4, 0, 1};
+  v.push_back(m);
+  for (const RowNormCudaConfig& c : focus_configs(dflt))
+    if (c.stream == 5) v.push_back(c);
   return v;
 }
 
@@ -201,7 +228,8 @@ struct Case {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive the time limit's kill
-  const bool focus = argc > 1 && std::strcmp(argv[1], "--focus") == 0;
+  const bool tma = argc > 1 && std::strcmp(argv[1], "--tma") == 0;
+  const bool focus = tma || (argc > 1 && std::strcmp(argv[1], "--focus") == 0);
   const Case all_cases[] = {
       {"l2norm_fwd bf16 [524288,128]", false, STRATA_DTYPE_BF16, 524288, 128, 1, {}},
       {"l2norm_bwd bf16 [524288,128]", true, STRATA_DTYPE_BF16, 524288, 128, 1, RowNormBwdKind::kNormalizedSrc},
@@ -214,7 +242,8 @@ int main(int argc, char** argv) {
   };
   std::vector<Case> cases;
   for (const Case& k : all_cases)
-    if (!focus || (!k.bwd && k.dtype == STRATA_DTYPE_BF16)) cases.push_back(k);
+    if (tma ? !k.bwd && (k.D == 128 || k.dtype == STRATA_DTYPE_BF16) : !focus || (!k.bwd && k.dtype == STRATA_DTYPE_BF16))
+      cases.push_back(k);
   size_t max_elems = 0, max_rows = 0;
   for (const Case& k : cases) {
     max_elems = std::max(max_elems, static_cast<size_t>(k.rows * k.D));
@@ -266,6 +295,7 @@ int main(int argc, char** argv) {
       for (int bps : {0, 1, 2, 4, 8})
         for (int hints = 0; hints <= 3; ++hints) {
           if (!focus && !(hints == 0 && u == 4 && (bps == 0 || bps == 4))) continue;
+          if (tma && !(u == 1 && bps == 0 && hints <= 1)) continue;
           int st = 0;
           const Times t = time_calls([&] { st = row_norm_copy_probe(cp0, cp1, static_cast<int64_t>(same), u, bps, hints, nullptr); });
           if (st != 0 || cudaDeviceSynchronize() != cudaSuccess) {
@@ -314,7 +344,7 @@ int main(int argc, char** argv) {
     const double tol = k.dtype == STRATA_DTYPE_F32 ? 1e-5 : 1e-2;
     double best = 1e30;
     std::string best_name;
-    for (const RowNormCudaConfig& cfg : focus ? focus_configs(dflt) : row_norm_cuda_all_configs()) {
+    for (const RowNormCudaConfig& cfg : tma ? tma_configs(dflt) : focus ? focus_configs(dflt) : row_norm_cuda_all_configs()) {
       const std::string why = k.bwd ? row_norm_bwd_cuda_config_reject(bp, cfg) : row_norm_fwd_cuda_config_reject(fp, cfg);
       if (!why.empty()) continue;
       // Configurations with idle capacity (half their threads x chunks would still cover the row) are slower

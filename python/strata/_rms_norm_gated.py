@@ -30,6 +30,10 @@ def _fwd_setup(ctx, inputs, output):
     x, z, weight, bias, residual, eps, group, nbg, act, prenorm, residual_dtype = inputs
     _, rstd, _ = output
     ctx.mark_non_differentiable(rstd)
+    # Gradients of outputs that got none stay None instead of zero tensors: autograd would otherwise allocate
+    # and fill a zero rstd gradient (and residual_out's) on every backward, two allocations and two fill
+    # kernels that the backward never reads (the missing dy / dresidual_out are handled below).
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(x, z, weight, bias, residual, rstd)
     ctx.group, ctx.nbg, ctx.act, ctx.prenorm = group, nbg, act, prenorm
 

@@ -493,14 +493,14 @@ TEST(CausalConv1d, PipeReasonCoversBf16F16RowsAndPacksOnly) {
   EXPECT_STRNE(conv::causal_conv1d_pipe_reason(p, true), "");
 }
 
-// cuda.sm90.lean: the pipe conditions, batch rows only.
-TEST(CausalConv1d, LeanReasonCoversBf16F16RowsOnly) {
+// cuda.sm90.lean: the pipe conditions: batch rows and (session 8) cu_seqlens packs, not seq_idx.
+TEST(CausalConv1d, LeanReasonCoversBf16F16RowsAndPacks) {
   conv::Conv1dParams p = dense_bf16_rows();
   EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
   p.x_dtype = STRATA_DTYPE_F16;
   EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
   p.mode = conv::kModeCuSeqlens;
-  EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
+  EXPECT_STREQ(conv::causal_conv1d_lean_reason(p, true), "");
   EXPECT_STREQ(conv::causal_conv1d_pipe_reason(p, true), "");
   p.mode = conv::kModeSeqIdx;
   EXPECT_STRNE(conv::causal_conv1d_lean_reason(p, true), "");
@@ -612,9 +612,11 @@ TEST(CausalConv1d, CudaBitsRunToRunAndPipeEqualsVec) {
     ASSERT_TRUE(pipe && vec) << "cuda.sm90.pipe and cuda.sm90.vec both take bf16 rows / packs";
     EXPECT_EQ(pipe->y, vec->y) << "forward: pipe vs vec";
     EXPECT_EQ(pipe->dx, vec->dx) << "dx: pipe vs vec";
-    // cuda.sm90.lean takes batch rows only; its step_fast is BwdWalk::step's arithmetic without the checks.
-    EXPECT_EQ(lean != nullptr, cu.empty()) << "cuda.sm90.lean takes the rows case and not the pack";
-    if (lean) EXPECT_EQ(lean->dx, pipe->dx) << "dx: lean vs pipe";
+    // cuda.sm90.lean takes batch rows and packs; its step_fast is BwdWalk::step's arithmetic without the
+    // checks (the pack's sequences of 3, 0, 297, 299 and 101 tokens put sequence starts and ends inside
+    // 8-token chunks and 256-token tiles, so both of its token paths run, with dfinal_state terms).
+    ASSERT_TRUE(lean != nullptr) << "cuda.sm90.lean takes the rows case and the pack";
+    EXPECT_EQ(lean->dx, pipe->dx) << "dx: lean vs pipe";
   }
 }
 

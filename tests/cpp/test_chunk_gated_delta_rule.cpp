@@ -813,6 +813,56 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
   }
 }
 
+// The fused forward with the pass on Hopper warpgroup MMA (cuda.sm90.fused_wgmma, P inline; _pqk, P pre-computed;
+// fused_prep_wgmma, w / u / P from the prep kernel;
+// bf16, K = 128, V a multiple of 32) against the float64 reference and the mma.sync pass (cuda.sm90.fused_inline):
+// 8, 10, 40 and 644 sequence-heads, so that every block width runs (32 / 64 / 128 columns on 132 SMs); varlen with
+// empty, one-token and partial chunks; with and without h0 / ht; V = 64 and 128. Twice each: the same bits.
+TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
+  if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
+  std::vector<int64_t> many = {0};
+  for (int64_t n = 0; n < 160; ++n) many.push_back(many.back() + (n * 37 + 5) % 150 + 1);
+  const struct {
+    int64_t B, T, H, HV, V;
+    std::vector<int64_t> cu;
+    bool h0, ht;
+  } cases[] = {{2, 200, 2, 4, 128, {}, true, true},
+               {1, 300, 1, 2, 64, {0, 0, 1, 64, 129, 300}, true, true},
+               {1, 190, 2, 4, 128, {0, 63, 127, 190}, false, true},
+               {10, 100, 2, 4, 128, {}, true, true},
+               {1, many.back(), 2, 4, 128, many, true, false}};
+  const double tol = 2e-2;
+  for (const auto& c : cases) {
+    Problem p(STRATA_DTYPE_BF16, c.B, c.T, c.H, c.HV, 128, c.V, c.cu, c.h0, true, 11);
+    HostTensor o_ref = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht_ref = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+    {
+      ForceImpl f("reference");
+      ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
+    }
+    const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk",
+                           "cuda.sm90.fused_prep_wgmma"};
+    HostTensor o[4], ht[4];
+    for (int i = 0; i < 4; ++i) {
+      o[i] = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+      ForceImpl f(impls[i]);
+      ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
+          << impls[i] << ": " << g_cuda_msg;
+      EXPECT_LT(rel_err(o[i], o_ref), tol) << impls[i] << " N " << p.N << " V " << p.V;
+      if (c.ht) EXPECT_LT(rel_err(ht[i], ht_ref), tol) << impls[i] << " ht, N " << p.N << " V " << p.V;
+      // Same bits on a second run.
+      HostTensor o2 = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht2 = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
+      ASSERT_EQ(run_fwd_cuda(p, o2, c.ht ? &ht2 : nullptr, 0.2f, true), STRATA_SUCCESS) << impls[i];
+      EXPECT_TRUE(o2.storage == o[i].storage) << impls[i] << " second run";
+      if (c.ht) EXPECT_TRUE(ht2.storage == ht[i].storage) << impls[i] << " ht second run";
+    }
+    // The two wgmma forms differ from the mma.sync pass only by summation order inside the products.
+    EXPECT_LT(rel_err(o[1], o[0]), 1e-2) << "wgmma vs mma.sync, N " << p.N;
+    EXPECT_LT(rel_err(o[2], o[0]), 1e-2) << "wgmma pqk vs mma.sync, N " << p.N;
+    // The prep kernel's w, u, P are the bits of wy_mma's and qk_gate_mma's: the same pass input as fused_wgmma_pqk.
+    EXPECT_TRUE(o[3].storage == o[2].storage) << "fused_prep_wgmma vs fused_wgmma_pqk, N " << p.N;
+  }
+}
+
 TEST(ChunkGatedDeltaRuleCuda, BitwiseAcrossRuns) {
   if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
   std::vector<uint8_t> first_fwd, first_bwd;

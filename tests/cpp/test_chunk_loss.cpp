@@ -404,7 +404,7 @@ TEST(ChunkLoss, CudaPlanOfTheTargetShapeStaysInBudget) {
     p.h_dtype = p.w_dtype = STRATA_DTYPE_BF16;
     p.dh_dtype = STRATA_DTYPE_BF16, p.dw_dtype = dw_dt;
     p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = p.D;
-    p.ce.V = p.V;
+    p.ce = loss::ce_consts(loss::CeOptions{}, p.V);
     int dummy = 0;
     p.dhidden = &dummy, p.dweight = &dummy;  // only their presence matters to the plan
     const loss::ChunkLossLayout L = loss::chunk_loss_choose(p, tr, loss::kStrategyAuto, 0, 0);

@@ -520,19 +520,23 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     EXPECT_EQ(a.logits.storage, b.logits.storage) << impl;
     EXPECT_EQ(a.loss.storage, b.loss.storage) << impl;
     EXPECT_EQ(a.lse.storage, b.lse.storage) << impl;
-    for (int32_t red : {0, 1, 2}) {
-      Fwd c(STRATA_DTYPE_F32, 4, 1000, red, 3, 0);
-      c.target.set(1, 1000.0);
-      c.target.set(2, -5.0);
-      const std::vector<uint8_t> logits_before = c.logits.storage;
-      run_cuda(c, red);
-      if (red == 0) {
-        EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
-        EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
-      } else {
-        EXPECT_TRUE(std::isnan(c.loss.get(0))) << impl;
+    // f32 and bf16 (the bf16-only kernels: cluster_lean*; V = 1000 is a cluster shape in both).
+    for (int32_t dtype : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}) {
+      for (int32_t red : {0, 1, 2}) {
+        Fwd c(dtype, 4, 1000, red, 3, 0);
+        c.target.set(1, 1000.0);
+        c.target.set(2, -5.0);
+        const std::vector<uint8_t> logits_before = c.logits.storage;
+        run_cuda(c, red);
+        if (red == 0) {
+          EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
+          EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
+        } else {
+          EXPECT_TRUE(std::isnan(c.loss.get(0))) << impl;
+        }
+        EXPECT_EQ(c.logits.storage, logits_before)
+            << impl << " dtype " << dtype << " red " << red << ": gradient written despite bad targets";
       }
-      EXPECT_EQ(c.logits.storage, logits_before) << impl << " red " << red << ": gradient written despite bad targets";
     }
   }
 }

@@ -574,6 +574,43 @@ TEST(GdnBwdCuda, FmaWyBwdRefusesFusedSums) {
   EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);
 }
 
+// The finishing epilogue (WyBwdParams::dk_rstd / dq_in / dg_reverse, session 8) runs in the two-per-SM tensor-core
+// kernel only: prepare_wy_repr_bwd_cuda_mma_finishes says where that kernel runs, and the FMA entry and the
+// tensor-core entry on another kernel refuse a call that sets the fields, before they touch the device.
+TEST(GdnBwdCuda, WyBwdFinishingEpilogueRule) {
+  using namespace linear_attn;
+  const int32_t bf = STRATA_DTYPE_BF16;
+  float x = 0.f;
+  WyBwdParams w;
+  w.k.dtype = w.v.dtype = w.A.dtype = w.dw.dtype = w.du.dtype = bf;
+  w.d.K = 128, w.d.V = 128;
+  EXPECT_TRUE(prepare_wy_repr_bwd_cuda_mma_finishes(w));  // kWyAuto
+  w.d.K = 48, w.d.V = 33;
+  EXPECT_TRUE(prepare_wy_repr_bwd_cuda_mma_finishes(w));  // both round up to 64
+  w.d.K = 64, w.d.V = 128;
+  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
+  w.d.K = 256, w.d.V = 256;
+  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
+  w.d.K = 128, w.d.V = 128;
+  w.mma_variant = kWyPipelined;
+  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
+  EXPECT_FALSE(w.finishes());
+  w.dq_in.p = &x;
+  EXPECT_TRUE(w.finishes());
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);  // pipelined kernel
+  w.mma_variant = kWyAuto;
+  w.d.K = 64, w.d.V = 128;
+  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);  // K, V tiles differ
+  w.dq_in.p = nullptr;
+  for (int which = 0; which < 3; ++which) {
+    WyBwdParams f;
+    if (which == 0) f.dk_rstd.p = &x;
+    if (which == 1) f.dq_in.p = &x;
+    if (which == 2) f.dg_reverse = true;
+    EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(f, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED) << which;
+  }
+}
+
 // Both CUDA kernels of each op are in its implementation list, the tensor-core one first.
 TEST(GdnBwdCuda, ImplementationListsHaveBothKernels) {
   for (const char* op : {"chunk_bwd_dv_local", "chunk_gated_delta_rule_bwd_dhu", "chunk_bwd_dqkwg",

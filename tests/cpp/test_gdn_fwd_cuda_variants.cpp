@@ -226,6 +226,139 @@ TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
   }
 }
 
+// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
+double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
+  const size_t es = dtype_size(dt), n = r.size() / es;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x = 0, y = 0;
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
+    } else {
+      uint16_t bx, by;
+      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
+      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
+      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
+    }
+    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
+// descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
+// transposed stmatrix stores of the S / Vn / Vd operand tiles (op 3). Ops 1 (LBO and SBO exchanged) and 4 (register A
+// fragments 1 and 2 exchanged) are printed as diagnostics only: if op 0 (2) failed and op 1 (4) matched, the
+// descriptors' byte offsets (the A fragment's register order) are the wrong way round.
+TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(5);
+  const std::vector<uint8_t> ab = random_bytes(64 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  const std::vector<uint8_t> bb = random_bytes(16 * 128, STRATA_DTYPE_BF16, rng, 1.0);
+  auto val = [](const std::vector<uint8_t>& v, int i) {
+    uint16_t b;
+    std::memcpy(&b, v.data() + 2 * i, 2);
+    return static_cast<double>(bf16_bits_to_f32(b));
+  };
+  auto A = upload(ab.data(), ab.size()), B = upload(bb.data(), bb.size());
+  Dev D(64 * 16 * 4);
+  std::vector<float> got[5];
+  for (int op = 0; op < 5; ++op) {
+    D.poison();
+    ASSERT_EQ(fwd_cuda_wgmma_layout_probe(op, A->p, B->p, static_cast<float*>(D.p), nullptr), STRATA_SUCCESS) << op;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "op " << op;
+    got[op].resize(64 * 16);
+    ASSERT_EQ(cudaMemcpy(got[op].data(), D.p, 64 * 16 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  auto max_err = [&](const std::vector<float>& g, auto expect) {
+    double e = 0;
+    for (int i = 0; i < 64 * 16; ++i) e = std::max(e, std::fabs(g[i] - expect(i)) / (1.0 + std::fabs(expect(i))));
+    return e;
+  };
+  auto ab_t = [&](int i) {  // (A Bᵀ)[i / 16][i % 16]
+    double s = 0;
+    for (int k = 0; k < 128; ++k) s += val(ab, (i / 16) * 128 + k) * val(bb, (i % 16) * 128 + k);
+    return s;
+  };
+  auto upd = [&](int i) {  // Σ_t A[t][key] B[v][t], key = i / 16, v = i % 16, B as [16][64]
+    double s = 0;
+    for (int t = 0; t < 64; ++t) s += val(ab, t * 128 + i / 16) * val(bb, (i % 16) * 64 + t);
+    return s;
+  };
+  auto tr = [&](int i) {  // op 0's GPU value at (t, v) = (i % 64, i / 64), rounded to bf16
+    return static_cast<double>(bf16_bits_to_f32(f32_to_bf16_bits(got[0][(i % 64) * 16 + i / 64])));
+  };
+  const double e0 = max_err(got[0], ab_t), e1 = max_err(got[1], ab_t), e2 = max_err(got[2], upd),
+               e3 = max_err(got[3], tr), e4 = max_err(got[4], upd);
+  std::printf("[wgmma probe] max rel err: op0 (A Bt, descriptors) %.3g, op1 (LBO/SBO exchanged) %.3g, op2 (register "
+              "A by ldmatrix.trans) %.3g, op3 (stmatrix.trans) %.3g, op4 (op2, A registers 1 / 2 exchanged) %.3g\n",
+              e0, e1, e2, e3, e4);
+  std::fflush(stdout);
+  EXPECT_LT(e0, 1e-4) << "wgmma descriptors";
+  EXPECT_LT(e2, 1e-4) << "register A fragments";
+  EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
+}
+
+// The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, every block width that divides V) against the
+// mma.sync pass (inline, 8 warps) on the shapes it takes (bf16, K = 128, V % 32 == 0, chunk 64), plus one with
+// V = 96 (32-column blocks only) and one with V = 64 at 128 columns refused: o, v_new and ht within 1e-2 relative
+// RMS (both round S, v_new and P to bf16; only the f32 summation order inside the products differs), every o row
+// written, the same bits on a second run.
+TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<Shape> ws;
+  for (const Shape& s : shapes())
+    if (s.dt == STRATA_DTYPE_BF16 && s.K == 128 && s.V % 32 == 0 && s.BT == 64) ws.push_back(s);
+  ws.push_back({3, 333, 2, 4, 128, 96, 64, {}, STRATA_DTYPE_BF16, true, true, true});
+  ws.push_back({1, 400, 1, 2, 128, 64, 64, {0, 0, 1, 63, 64, 65, 200, 400}, STRATA_DTYPE_BF16, true, true, true});
+  ASSERT_GE(ws.size(), 4u);
+  int idx = 0;
+  for (const Shape& s : ws) {
+    Problem pr(s, 300 + idx);
+    ASSERT_EQ(fwd_cuda_state_o_wgmma_reject(pr.p), "") << "shape " << idx;
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, StateOBlock::k8Warps, nullptr), STRATA_SUCCESS);
+    const std::vector<uint8_t> o_ref = pr.o->bits();
+    const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
+    const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    for (const StateOKernel k : {StateOKernel::kInline, StateOKernel::kPrecomputedP})
+      for (const int width : {0, 32, 64, 128}) {
+        if (width && s.V % width != 0) {
+          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+          continue;
+        }
+        const std::string what = std::string(k == StateOKernel::kInline ? "inline" : "pre-computed P") +
+                                 ", width " + std::to_string(width) + ", shape " + std::to_string(idx);
+        std::vector<uint8_t> first;
+        for (int run = 0; run < 2; ++run) {
+          pr.poison();
+          if (k == StateOKernel::kPrecomputedP) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          const std::vector<uint8_t> out = pr.outputs();
+          if (run == 1) {
+            EXPECT_TRUE(out == first) << what << ": second run differs";
+            continue;
+          }
+          first = out;
+          size_t unwritten = 0;
+          const std::vector<uint8_t> o = pr.o->bits();
+          for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
+          EXPECT_EQ(unwritten, 0u) << what;
+          const double eo = rel_rms(o, o_ref, s.dt);
+          const double ev = pr.vn ? rel_rms(pr.vn->bits(), vn_ref, s.dt) : 0.0;
+          const double eh = pr.ht ? rel_rms(pr.ht->bits(), ht_ref, STRATA_DTYPE_F32) : 0.0;
+          std::printf("[wgmma check] %s: rel RMS vs mma.sync o %.2e v_new %.2e ht %.2e, unwritten o %zu\n",
+                      what.c_str(), eo, ev, eh, unwritten);
+          EXPECT_LT(eo, 1e-2) << what << ": o";
+          EXPECT_LT(ev, 1e-2) << what << ": v_new";
+          EXPECT_LT(eh, 1e-2) << what << ": ht";
+        }
+      }
+    ++idx;
+  }
+}
+
 TEST(GdnFwdCudaVariants, RejectsWithoutPqk) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   Problem pr(shapes()[0], 1);
@@ -306,6 +439,18 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
       pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
       EXPECT_GT(pass[i], 0.0) << kForms[i].name;
     }
+    // The wgmma pass (session 8), automatic width (B = 4: 128 columns, B = 1: 32), P inline / pre-computed.
+    const double wg_in = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
+    const double wg_pre = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
+    const double wg_in64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 64, nullptr); });
+    const double wg_pre64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 64, nullptr); });
+    EXPECT_GT(wg_in, 0.0);
+    EXPECT_GT(wg_pre, 0.0);
+    report(fmt_line("[gdn_fwd timing wgmma] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_o_wgmma (%d columns) inline-P "
+                    "%.3f ms, pre-computed-P %.3f ms; 64 columns: inline-P %.3f ms, pre-computed-P %.3f ms "
+                    "(mma.sync best here: %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132), wg_in,
+                    wg_pre, wg_in64, wg_pre64, std::min(std::min(pass[0], pass[1]), std::min(pass[2], pass[3]))));
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "

@@ -12,11 +12,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "opbase/dtype.h"
+#include "opbase/row_layout.h"
+#include "opbase/tensor.h"
 #include "ops/norm/common/row_norm.h"
 
 namespace strata::norm {
@@ -82,7 +85,7 @@ double rel_rms(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 std::string name(const RowNormCudaConfig& c) {
-  return std::string(c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
+  return std::string(c.stream == 5 ? "tma" : c.stream == 4 ? "multi" : c.stream == 3 ? "bulk" : c.stream == 2 ? "packed" : c.stream ? "stream" : "ce=" + std::to_string(c.chunk_elems)) + " tpr=" + std::to_string(c.tpr) +
          " nv=" + std::to_string(c.nv) + " rpg=" + std::to_string(c.rpg) + " max_blocks=" + std::to_string(c.max_blocks) +
          " hints=" + std::to_string(c.hints) + " blocks_per_sm=" + std::to_string(c.blocks_per_sm);
 }
@@ -166,6 +169,105 @@ TEST(RowNormCudaConfigs, EveryConfigMatchesTheLoopedKernel) {
         }
       }
   EXPECT_GT(checked, 100);
+}
+
+// The TMA kernels (stream 5) reduce each row in the packed kernels' order: the same bits as the packed
+// configuration with the same team, out of place and in place (y == x: each block stores exactly the rows it
+// loaded). The implementation's launcher runs the default kernels when a pointer is not 16-byte aligned.
+TEST(RowNormCudaConfigs, TmaMatchesPackedBitwiseInPlaceAndFallsBack) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  int dev = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  if (major < 9) GTEST_SKIP() << "the TMA kernels need sm_90";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd;
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
+    const int64_t rows = 4099, D = 128;  // a partial last tile
+    std::vector<float> hx(rows * D);
+    for (auto& v : hx) v = nd(rng);
+    DevBuf x(hx, dt), y(hx, dt), yp(hx, dt), xi(hx, dt), rstd(std::vector<float>(rows), STRATA_DTYPE_F32),
+        rp(std::vector<float>(rows), STRATA_DTYPE_F32);
+    RowNormFwdParams p;
+    p.x = x.p, p.y = y.p, p.rstd = rstd.p;
+    p.x_dtype = p.y_dtype = dt, p.rstd_dtype = STRATA_DTYPE_F32;
+    p.rows = rows, p.D = D, p.n_div = 1, p.eps = 1e-6f;
+    p.x_rows = p.y_rows = dense(rows, D);
+    p.rstd_rows = dense(rows, 1);
+    const int nvec = static_cast<int>(D * static_cast<int64_t>(dtype_size(dt)) / 16);
+    RowNormCudaConfig tma{0, nvec / 2, 2, 64, 5};  // bf16 8 x 2, f32 16 x 2: the pick
+    RowNormCudaConfig packed{0, nvec / 2, 2, 1, 2};
+    ASSERT_EQ(row_norm_fwd_cuda_config_reject(p, tma), "");
+    RowNormFwdParams pp = p;
+    pp.y = yp.p, pp.rstd = rp.p;
+    ASSERT_EQ(row_norm_fwd_cuda(pp, nullptr, &packed), 0);
+    ASSERT_EQ(row_norm_fwd_cuda(p, nullptr, &tma), 0);
+    const std::vector<float> y_tma = y.get(), y_pk = yp.get(), r_tma = rstd.get(), r_pk = rp.get();
+    const char* w = dt == STRATA_DTYPE_F32 ? "f32" : "bf16";
+    EXPECT_EQ(std::memcmp(y_tma.data(), y_pk.data(), y_tma.size() * 4), 0) << w;
+    EXPECT_EQ(std::memcmp(r_tma.data(), r_pk.data(), r_tma.size() * 4), 0) << w;
+    // In place, through the implementation's launcher (its own pick).
+    RowNormFwdParams pi = p;
+    pi.x = pi.y = xi.p;
+    rstd.poison();
+    ASSERT_EQ(row_norm_fwd_cuda_tma(pi, nullptr), 0);
+    EXPECT_EQ(std::memcmp(xi.get().data(), y_pk.data(), y_pk.size() * 4), 0) << w << " in place";
+    EXPECT_EQ(std::memcmp(rstd.get().data(), r_pk.data(), r_pk.size() * 4), 0) << w << " in place";
+    // x 16 bytes into its buffer (aligned), y 8 bytes into its buffer (not 16-byte aligned), rows - 1 rows: the
+    // launcher falls back to the default kernels.
+    RowNormFwdParams pm = p;
+    pm.rows = rows - 1;
+    pm.x = static_cast<char*>(x.p) + 16;
+    pm.y = static_cast<char*>(y.p) + 8;
+    pm.x_rows = pm.y_rows = dense(rows - 1, D);
+    EXPECT_NE(row_norm_fwd_cuda_config_reject(pm, tma), "");
+    rstd.poison();
+    ASSERT_EQ(row_norm_fwd_cuda_tma(pm, nullptr), 0);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    RowNormFwdParams pr = pm;  // the reference: the looped kernel on the same views
+    pr.y = static_cast<char*>(yp.p) + 8, pr.rstd = rp.p;
+    const RowNormCudaConfig looped{16, 0, 1, 1};
+    ASSERT_EQ(row_norm_fwd_cuda(pr, nullptr, &looped), 0);
+    const std::vector<float> a = y.get(), b = yp.get();
+    const int64_t off = 8 / static_cast<int64_t>(dtype_size(dt)), n = (rows - 1) * D;  // y's elements
+    EXPECT_LE(rel_rms(std::vector<float>(a.begin() + off, a.begin() + off + n),
+                      std::vector<float>(b.begin() + off, b.begin() + off + n)),
+              dt == STRATA_DTYPE_F32 ? 1e-6 : 8e-3)
+        << w << " misaligned";
+    const std::vector<float> ra = rstd.get(), rb = rp.get();  // rows - 1 values written
+    EXPECT_LE(rel_rms(std::vector<float>(ra.begin(), ra.end() - 1), std::vector<float>(rb.begin(), rb.end() - 1)), 1e-6)
+        << w << " misaligned rstd";
+  }
+}
+
+// The forward default of the bench shapes with the layouts the plan builds (row_norm_plan.cpp: make_row_layout of
+// x, y and of rstd: [rows] for l2norm, [rows, 1] for rmsnorm) is the multi-row configuration of the measured table
+// (row_norm_multi_default): session 8 checked that atk's plan row (s7run3: rmsnorm 0.1448 ms) takes the same
+// kernel as the sweep's and torch_peers' 0.132-0.134 ms. Host logic only: no GPU needed.
+TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMultiRowDefault) {
+  struct Shape {
+    int64_t rows, D;
+    bool mean;
+    int tpr, nv, rpg, hints;
+  };
+  for (const Shape& s : {Shape{524288, 128, false, 8, 2, 2, 1}, Shape{32768, 4096, true, 256, 2, 1, 1}}) {
+    const strata_tensor_desc x = make_desc(STRATA_DTYPE_BF16, {s.rows, s.D});
+    const strata_tensor_desc r =
+        s.mean ? make_desc(STRATA_DTYPE_F32, {s.rows, 1}) : make_desc(STRATA_DTYPE_F32, {s.rows});
+    RowNormFwdParams p;
+    p.x = p.y = p.rstd = reinterpret_cast<void*>(uintptr_t{1} << 20);  // 16-byte aligned stand-ins
+    p.x_dtype = p.y_dtype = STRATA_DTYPE_BF16, p.rstd_dtype = STRATA_DTYPE_F32;
+    p.rows = s.rows, p.D = s.D, p.n_div = s.mean ? s.D : 1, p.eps = 1e-6f;
+    p.x_rows = p.y_rows = make_row_layout(x, 1);
+    p.rstd_rows = make_row_layout(r, s.mean ? 1 : 0);
+    const RowNormCudaConfig c = row_norm_fwd_cuda_config(p);
+    EXPECT_EQ(c.stream, 4) << s.D;
+    EXPECT_EQ(c.tpr, s.tpr) << s.D;
+    EXPECT_EQ(c.nv, s.nv) << s.D;
+    EXPECT_EQ(c.rpg, s.rpg) << s.D;
+    EXPECT_EQ(c.hints, s.hints) << s.D;
+    EXPECT_EQ(c.blocks_per_sm, 0) << s.D;
+  }
 }
 
 }  // namespace

@@ -119,7 +119,8 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
       norm::RowNormFwdParams dp = fp, hp = fp;
       dp.x = x.dev, dp.y = y.dev, dp.rstd = rstd.dev;
       hp.x = x.host.data(), hp.y = y.host.data(), hp.rstd = rstd.host.data();
-      // The streaming (1) and packed (2) configurations that cover D without idle lanes.
+      // The streaming (1), packed (2), bulk (3), multi-row (4) and TMA (5) configurations that cover D without idle
+      // lanes (label: " kind <stream>").
       std::vector<norm::RowNormCudaConfig> cfgs;
       for (const norm::RowNormCudaConfig& c : norm::row_norm_cuda_all_configs())
         if (c.stream && norm::row_norm_fwd_cuda_config_reject(dp, c).empty() &&
@@ -128,8 +129,8 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
       ASSERT_FALSE(cfgs.empty()) << where;
       norm::row_norm_fwd_reference(hp);
       for (const norm::RowNormCudaConfig& c : cfgs) {
-        const std::string cw = where + (c.stream == 2 ? " packed" : " stream") + " tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
-                                " rpg=" + std::to_string(c.rpg);
+        const std::string cw = where + " kind " + std::to_string(c.stream) + " tpr=" + std::to_string(c.tpr) + " nv=" + std::to_string(c.nv) +
+                                " rpg=" + std::to_string(c.rpg) + " hints=" + std::to_string(c.hints);
         y.poison();
         rstd.poison();
         ASSERT_EQ(norm::row_norm_fwd_cuda(dp, nullptr, &c), 0) << cw;
@@ -158,7 +159,7 @@ TEST(StreamKernelsCuda, RowNormsManyIterations) {
           dx.poison();
           ASSERT_EQ(norm::row_norm_bwd_cuda(dbp, nullptr, &c), 0) << where;
           EXPECT_LE(dx.rel_rms_vs_host(), tol(dt) * 2)
-              << "bwd dx kind " << static_cast<int>(kind) << " " << where << (c.stream == 2 ? " packed" : " stream") << " tpr=" << c.tpr << " nv=" << c.nv
+              << "bwd dx kind " << static_cast<int>(kind) << " " << where << " kind " << c.stream << " tpr=" << c.tpr << " nv=" << c.nv
               << " rpg=" << c.rpg;
         }
       }
@@ -233,6 +234,10 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         y.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, false), 0) << where;
         EXPECT_EQ(y.download(), y3) << "fwd stream flat y differs from the persistent grid " << where;
+        // With the L2 bulk prefetch (cuda.sm90.team_stream_pf; dense rows): the same math, so the same bits.
+        y.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, true, true), 0) << where;
+        EXPECT_EQ(y.download(), y3) << "fwd stream pf y differs from the persistent grid " << where;
         // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring_reject(dp), "") << where;
         y.poison();
@@ -319,16 +324,26 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
-      // The bulk-copy ring (cuda.sm90.bulk_ring), both layouts: every CTA walks more tiles than its ring has
-      // stages.
-      for (bool inter : {true, false}) {
-        dp.interleaved = hp.interleaved = inter;
-        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
-        y.poison();
-        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr), 0) << where;
-        activation::clipped_swiglu_fwd_reference(hp);
-        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd ring y " << where << (inter ? " interleaved" : " split");
-      }
+      // The non-persistent streaming kernel (cuda.sm90.stream_wide): 100003 rows, a partial last tile.
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide_reject(dp), "") << where;
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide(dp, nullptr), 0) << where;
+      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream_wide y " << where;
+      // The bulk-copy ring (cuda.sm90.bulk_ring) and its variant without a block barrier per stage
+      // (cuda.sm90.bulk_ring_lastout), both layouts: every CTA walks more tiles than its ring has stages.
+      for (bool lastout : {false, true})
+        for (bool inter : {true, false}) {
+          dp.interleaved = hp.interleaved = inter;
+          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
+          y.poison();
+          ASSERT_EQ(lastout ? activation::clipped_swiglu_fwd_cuda_ring_lastout(dp, nullptr)
+                            : activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr),
+                    0)
+              << where;
+          activation::clipped_swiglu_fwd_reference(hp);
+          EXPECT_LE(y.rel_rms_vs_host(), tol(dt))
+              << "fwd ring y " << where << (inter ? " interleaved" : " split") << (lastout ? " lastout" : "");
+        }
     }
 }
 

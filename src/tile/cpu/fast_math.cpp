@@ -12,7 +12,7 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp, 4 FastExpNonPos.
+// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp, 4 FastExpNonPos, 5 ExpSum, 6 ScaledExpLp with factor 1.
 template <int kKind>
 HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -23,7 +23,9 @@ HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
     else if constexpr (kKind == 1) return FastSigmoid(df, v);
     else if constexpr (kKind == 2) return ExpLp(df, v);
     else if constexpr (kKind == 3) return SigmoidLp(df, v);
-    else return FastExpNonPos(df, v);
+    else if constexpr (kKind == 4) return FastExpNonPos(df, v);
+    else if constexpr (kKind == 5) return ExpSum(df, v);
+    else return ScaledExpLp<decltype(df)>(df, 1.f)(df, v);
   };
   for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
   if (i < n) {  // the tail through a padded vector, so it takes the same code path
@@ -38,6 +40,8 @@ void FastSigmoidArray(const float* x, float* y, int64_t n) { Apply<1>(x, y, n); 
 void ExpLpArray(const float* x, float* y, int64_t n) { Apply<2>(x, y, n); }
 void SigmoidLpArray(const float* x, float* y, int64_t n) { Apply<3>(x, y, n); }
 void ExpNonPosArray(const float* x, float* y, int64_t n) { Apply<4>(x, y, n); }
+void ExpSumArray(const float* x, float* y, int64_t n) { Apply<5>(x, y, n); }
+void ScaledExpLpArray(const float* x, float* y, int64_t n) { Apply<6>(x, y, n); }
 
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -49,10 +53,14 @@ HWY_EXPORT(FastSigmoidArray);
 HWY_EXPORT(ExpLpArray);
 HWY_EXPORT(SigmoidLpArray);
 HWY_EXPORT(ExpNonPosArray);
+HWY_EXPORT(ExpSumArray);
+HWY_EXPORT(ScaledExpLpArray);
 FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
 FastMathArrayFn exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpLpArray, hwy_target); }
 FastMathArrayFn sigmoid_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(SigmoidLpArray, hwy_target); }
 FastMathArrayFn exp_nonpos_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpNonPosArray, hwy_target); }
+FastMathArrayFn exp_sum_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpSumArray, hwy_target); }
+FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ScaledExpLpArray, hwy_target); }
 }  // namespace strata::tile
 #endif

@@ -15,5 +15,8 @@ FastMathArrayFn exp_lp_for(int64_t hwy_target);
 FastMathArrayFn sigmoid_lp_for(int64_t hwy_target);
 // FastExpNonPos (arguments <= 0 or NaN), likewise.
 FastMathArrayFn exp_nonpos_for(int64_t hwy_target);
+// ExpSum (softmax terms, arguments <= 0) and ScaledExpLp with factor 1 (bf16/f16 results, arguments <= 0), likewise.
+FastMathArrayFn exp_sum_for(int64_t hwy_target);
+FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target);
 
 }  // namespace strata::tile

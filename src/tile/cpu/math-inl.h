@@ -146,21 +146,113 @@ HWY_INLINE hn::Vec<DF> ExpLp(DF df, hn::Vec<DF> x) {
 #endif
 }
 
-// sigmoid(v) = 1 / (1 + ExpLp(-v)) for bf16/f16 results: relative error below 4e-6 (ExpLp's error times
-// e / (1 + e) <= 1, plus the reciprocal's). 1 + ExpLp(-v) is finite and >= 1, so on AVX-512 the 14-bit
-// reciprocal estimate and one Newton step need no guard for infinity (RecipGe1's blend); for v < -87 the result
-// is 1 / (1 + e^88) = 6e-39 or less where the true value is smaller still (an absolute error below FLT_MIN).
+// sigmoid(v) = 1 / (1 + e^-v) for bf16/f16 results: relative error below 4e-6 + 7.5e-8 |v| (the exponential's
+// error times e / (1 + e) <= 1, plus the reciprocal's; the exponential is ExpLp, on AVX-512 the vreduceps form
+// below with ExpLp's polynomial accuracy). 1 + e^-v is finite (the argument is clamped) and >= 1, so on AVX-512
+// the 14-bit reciprocal estimate and one Newton step need no guard for infinity (RecipGe1's blend); for v < -87
+// the result is 1 / (1 + e^88) = 6e-39 or less (AVX-512: 1 / (1 + 2^127)) where the true value is smaller still
+// (an absolute error below FLT_MIN).
 // NaN gives NaN.
 template <class DF>
 HWY_INLINE hn::Vec<DF> SigmoidLp(DF df, hn::Vec<DF> v) {
-  const auto d = hn::Add(hn::Set(df, 1.f), ExpLp(df, hn::Neg(v)));
 #if STRATA_HWY_IS_AVX512
+  // e^-v = 2^t, t = -v log2 e, through vreduceps / vscalefps (see ExpSum below): 2^f by the degree-5 polynomial
+  // fitted for the minimax relative error on [0, 1) (7.7e-8; 1.5e-7 with the f32 Horner FMAs, ExpLp's accuracy:
+  // the sigmoid also feeds f32 sums, such as rms_norm_gated's dweight, where a degree-4 polynomial's 2.7e-6 bias
+  // showed), 13 vector operations per sigmoid instead of 16; relative error below 2e-7 + 7.5e-8 |v|. t is
+  // clamped to 127 (min(hi, t) keeps NaN), so 1 + e^-v <= 2^128 (1 - 2^-24) stays finite; v = +inf gives
+  // t = -inf, e^-v = 0 and 1.
+  const auto t = hn::Min(hn::Set(df, 127.0f), hn::Mul(v, hn::Set(df, -1.44269504088896341f)));
+  const auto f = hn::Vec<DF>{_mm512_reduce_ps(t.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
+  auto p = hn::MulAdd(hn::Set(df, 1.8777841469272971e-3f), f, hn::Set(df, 8.989127352833748e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.582617223262787e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.4015381932258606e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931530237197876e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.999999403953552e-1f));
+  const auto d = hn::Add(hn::Set(df, 1.f), hn::Vec<DF>{_mm512_scalef_ps(p.raw, t.raw)});
   const auto est = hn::ApproximateReciprocal(d);
   return hn::Mul(est, hn::NegMulAdd(d, est, hn::Set(df, 2.f)));
 #else
+  const auto d = hn::Add(hn::Set(df, 1.f), ExpLp(df, hn::Neg(v)));
   return hn::Div(hn::Set(df, 1.f), d);
 #endif
 }
+
+// ---- exp through the fraction of x log2 e (AVX-512: vreduceps + vscalefps) ----
+// With t = x log2 e, e^x = 2^floor(t) 2^f, f = t - floor(t) in [0, 1). AVX-512 has both halves as single
+// instructions: vreduceps (round down, 0 fraction bits) gives f exactly (0 for +-inf, NaN for NaN) and
+// vscalefps(p, t) multiplies by 2^floor(t) itself (gradual underflow to 0, overflow to +inf, no clamp and no
+// integer conversion). So e^x is one multiply, one vreduceps, a polynomial p(f) ~ 2^f and one vscalefps: ExpSum
+// is 9 vector operations (FastExpNonPos: 13), ScaledExpLp 7 (ExpLp times a factor: 13). The price is the rounding
+// of t: e^x gets a relative error up to |t| 2^-24 ln 2 (6e-8 |x|) on top of the polynomial's, where the
+// Cody-Waite reduction of FastExp keeps it below an ulp. The callers below are the ones where that is harmless.
+// Other targets (no such instructions) keep FastExpNonPos / ExpLp, their bits unchanged.
+#if STRATA_HWY_IS_AVX512
+template <class DF>
+HWY_INLINE hn::Vec<DF> FracFloor(DF, hn::Vec<DF> t) {
+  return hn::Vec<DF>{_mm512_reduce_ps(t.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
+}
+template <class DF>
+HWY_INLINE hn::Vec<DF> ScaleByExp2Floor(DF, hn::Vec<DF> p, hn::Vec<DF> t) {
+  return hn::Vec<DF>{_mm512_scalef_ps(p.raw, t.raw)};
+}
+#endif
+
+// e^x for the terms of a softmax sum, x = c - m <= 0 (or slightly above 0 after rounding; -inf gives 0, NaN
+// NaN). AVX-512: 2^f by the degree-6 polynomial fitted for the minimax relative error on [0, 1) (1.9e-9; with
+// the f32 Horner FMAs 6.2e-8, about an ulp), so a term's relative error is below 2^-23 + 7.5e-8 |x| (the
+// second part from t: the f32 log2 e is 1.3e-8 off and the product is rounded, random from term to term): the
+// error it brings into S = sum e^x is at most 2^-23 S + 7.5e-8 sum |x| e^x, and |x| e^x <= 1/e, so a sum
+// dominated by terms near the maximum keeps about f32 accuracy (tests/cpp/test_tile_fast_math.cpp bounds each
+// term; the CE conformance cases bound lse and the loss). Other targets: FastExpNonPos (x <= 0 only).
+template <class DF>
+HWY_INLINE hn::Vec<DF> ExpSum(DF df, hn::Vec<DF> x) {
+#if STRATA_HWY_IS_AVX512
+  const auto t = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
+  const auto f = FracFloor(df, t);
+  auto p = hn::Set(df, 2.1704388200305402e-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.243936363607645e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.678835049271584e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.548337101936340e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.4022981524467468e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931470036506653e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  return ScaleByExp2Floor(df, p, t);
+#else
+  return FastExpNonPos(df, x);
+#endif
+}
+
+// a e^x for a result rounded to bf16 / f16 (the cross-entropy gradient p_coef exp(c - lse)), x <= 0 up to
+// rounding: the factor is folded into the coefficients once (per row), so the element costs the multiply by
+// log2 e, vreduceps, four FMAs and vscalefps. AVX-512: degree-4 polynomial fitted for the minimax relative error
+// on [0, 1) (2.6e-6, 2.7e-6 with the f32 Horner FMAs), plus 7.5e-8 |x| from t (as ExpSum): below 4.2e-6 for
+// |x| < 20 and 9.2e-6 at x = -87 where e^x = 1.6e-38 (1/180 of a bf16 half-ulp, 1/20 of an f16 one, which the
+// f16 range cannot show below x = -17). Other targets: a * ExpLp(x), the same error as ExpLp.
+template <class DF>
+struct ScaledExpLp {
+  using V = hn::Vec<DF>;
+#if STRATA_HWY_IS_AVX512
+  V c0, c1, c2, c3, c4;
+  ScaledExpLp(DF df, float a)
+      : c0(hn::Set(df, a * 1.0000026226043701f)), c1(hn::Set(df, a * 6.930038332939148e-1f)),
+        c2(hn::Set(df, a * 2.414427548646927e-1f)), c3(hn::Set(df, a * 5.2011460065841675e-2f)),
+        c4(hn::Set(df, a * 1.3534167781472206e-2f)) {}
+  HWY_INLINE V operator()(DF df, V x) const {
+    const auto t = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
+    const auto f = FracFloor(df, t);
+    auto p = hn::MulAdd(c4, f, c3);
+    p = hn::MulAdd(p, f, c2);
+    p = hn::MulAdd(p, f, c1);
+    p = hn::MulAdd(p, f, c0);
+    return ScaleByExp2Floor(df, p, t);
+  }
+#else
+  V a;
+  ScaledExpLp(DF df, float s) : a(hn::Set(df, s)) {}
+  HWY_INLINE V operator()(DF df, V x) const { return hn::Mul(a, ExpLp(df, x)); }
+#endif
+};
 
 // The sigmoid for a kernel whose values are rounded to T: SigmoidLp for bf16 / f16 (2-byte types), FastSigmoid
 // for f32.

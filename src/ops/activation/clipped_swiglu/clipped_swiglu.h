@@ -102,6 +102,14 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p);
 int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
+// The same ring without a block barrier per stage: the last thread out of a stage refills it
+// (cuda.sm90.bulk_ring_lastout, forced only until timed; same conditions).
+int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream);
+// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, forced only until timed):
+// "" if a plan with these params may take it (f32/bf16/f16, interleaved, I % 8 == 0, dense rows), else why not;
+// at run time rows that are not 16-byte aligned run clipped_swiglu_fwd_cuda.
+std::string clipped_swiglu_fwd_cuda_stream_wide_reject(const ClippedSwigluFwdParams& p);
+int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::activation

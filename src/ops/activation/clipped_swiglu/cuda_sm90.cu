@@ -138,10 +138,28 @@ __global__ void __launch_bounds__(kBlock) fwd_pairs_vec(const ClippedSwigluFwdPa
 // current one; a one-wave persistent grid walks the tiles. probs: row = v / (vectors per row), 32-bit.
 constexpr int kStreamU = 4;  // vectors per thread per tile (a tile: kStreamU * kBlock vectors)
 
+// The outputs of 16-byte vector v of x (held in u) into y: 4 (16-bit x) or 2 (f32) pairs -> 8 bytes of y.
+template <bool F32, bool PROBS>
+__device__ __forceinline__ void stream_vec_out(const ClippedSwigluFwdParams& p, const uint4& u, int64_t v, uint32_t vpr,
+                                               int32_t dt, char* y) {
+  float pr = 1.f;
+  if constexpr (PROBS) pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(static_cast<uint32_t>(v) / vpr));
+  if constexpr (F32) {
+    const float o0 = vfwd(false, __uint_as_float(u.x), __uint_as_float(u.y), p.alpha, p.limit, p.bias) * pr;
+    const float o1 = vfwd(false, __uint_as_float(u.z), __uint_as_float(u.w), p.alpha, p.limit, p.bias) * pr;
+    *reinterpret_cast<float2*>(y + v * 8) = make_float2(o0, o1);
+  } else {
+    float f[8], o[4];
+    cuda::unpack8(u, dt, f);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = vfwd(true, f[2 * e], f[2 * e + 1], p.alpha, p.limit, p.bias) * pr;
+    *reinterpret_cast<uint2*>(y + v * 8) = make_uint2(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]));
+  }
+}
+
 template <bool F32, bool PROBS>
 __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSwigluFwdParams p, int64_t nvec,
                                                                  uint32_t vpr) {
-  constexpr int kPairs = F32 ? 2 : 4;  // pairs (outputs) per 16-byte vector of x
   const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
   const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
   char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
@@ -165,27 +183,40 @@ __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSw
 #pragma unroll
     for (int u = 0; u < kStreamU; ++u) {
       const int64_t v = it * tile + u * kBlock + threadIdx.x;
-      if (v >= nvec) continue;
-      float pr = 1.f;
-      if constexpr (PROBS)
-        pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(static_cast<uint32_t>(v) / vpr));
-      float o[kPairs];
-      if constexpr (F32) {
-        o[0] = vfwd(false, __uint_as_float(cur[u].x), __uint_as_float(cur[u].y), p.alpha, p.limit, p.bias) * pr;
-        o[1] = vfwd(false, __uint_as_float(cur[u].z), __uint_as_float(cur[u].w), p.alpha, p.limit, p.bias) * pr;
-        *reinterpret_cast<float2*>(y + v * 8) = make_float2(o[0], o[1]);
-      } else {
-        float f[8];
-        cuda::unpack8(cur[u], dt, f);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = vfwd(true, f[2 * e], f[2 * e + 1], p.alpha, p.limit, p.bias) * pr;
-        *reinterpret_cast<uint2*>(y + v * 8) = make_uint2(cuda::pack_half2(dt, o[0], o[1]), cuda::pack_half2(dt, o[2], o[3]));
-      }
+      if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
     }
     if (!more) break;
 #pragma unroll
     for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
     it = nit;
+  }
+}
+
+// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, session 8): the flat
+// vectors of fwd_interleaved_stream, but each CTA takes one tile of kWideU x kBlock vectors (all kWideU loads of a
+// thread issued before any math, 128 bytes of x per thread in flight) and exits; the grid covers every tile, so
+// the block scheduler refills each SM as CTAs finish, as Triton's kernels do (fla's rms_norm_gated forward, such
+// a kernel, ran at the copy rate in s8run1 where the persistent stream kernel ran this op at 1.26 x floor and the
+// bulk ring at 1.15 x).
+constexpr int kWideU = 8;
+
+template <bool F32, bool PROBS>
+__global__ void __launch_bounds__(kBlock) fwd_interleaved_wide(const ClippedSwigluFwdParams p, int64_t nvec,
+                                                               uint32_t vpr) {
+  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
+  const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
+  char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
+  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * (kWideU * kBlock) + threadIdx.x;
+  uint4 cur[kWideU];
+#pragma unroll
+  for (int u = 0; u < kWideU; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v < nvec) cur[u] = cuda::ld_stream(x + v * 16);
+  }
+#pragma unroll
+  for (int u = 0; u < kWideU; ++u) {
+    const int64_t v = v0 + u * kBlock;
+    if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
   }
 }
 
@@ -258,12 +289,20 @@ __device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I,
 }
 
 // DT: x's dtype as a template value (a run-time one made every unpack and pack a branch per 32-bit word).
-template <int32_t DT, bool INTER, bool PROBS>
+// LASTOUT (cuda.sm90.bulk_ring_lastout, session 8): no __syncthreads per stage. Each thread, done with a stage,
+// adds 1 to the stage's counter in shared memory (acq_rel, CTA scope: its reads of the stage are ordered before
+// it); the thread that brings the u-th use of the stage to (u + 1) x kBlock is the last one out and refills the
+// stage (its acquire orders every thread's reads before its proxy fence and the bulk copy). The other threads
+// go straight on to the next stage, which has landed unless the ring ran dry: no thread waits for the slowest
+// one of the CTA at every stage (with 720 chunks of a 2-row tile over 256 threads, 2 or 3 chunks each) or for a
+// block barrier. A thread can be at most one use of a stage ahead: the refill needs every thread's arrival.
+template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT = false>
 __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxStages];
+  __shared__ uint32_t out_count[kRingMaxStages];  // LASTOUT: arrivals of every thread, all uses of the stage
   constexpr int32_t dt = DT;
   const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
   // Thread t takes the tile's chunks t, t + kBlock, ... (flat over (tile row, chunk)); their (row, chunk) are
@@ -275,10 +314,10 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
   const char* xb = static_cast<const char*>(p.x);
   char* yb = static_cast<char*>(p.y);
   if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
+    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1), out_count[s] = 0;
   __syncthreads();
   auto rows_of_tile = [&](int64_t r0) { return p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr; };
-  auto issue = [&](int64_t k) {  // thread 0
+  auto issue = [&](int64_t k) {  // thread 0 (LASTOUT: the stage's last thread out; thread 0 for the first fills)
     const int s = static_cast<int>(k % g.stages);
     const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
     const int n = rows_of_tile(r0);
@@ -324,8 +363,18 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
       c += dc, rr += dr;
       if (c >= cpr) c -= cpr, ++rr;
     }
-    __syncthreads();  // every thread is done reading stage s
-    if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
+    if constexpr (LASTOUT) {
+      uint32_t before;
+      asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;"
+                   : "=r"(before)
+                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(&out_count[s])))
+                   : "memory");
+      const uint32_t done = before + 1u;
+      if (done == static_cast<uint32_t>(k / g.stages + 1) * kBlock && k + g.stages < my_n) issue(k + g.stages);
+    } else {
+      __syncthreads();  // every thread is done reading stage s
+      if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
+    }
   }
 }
 
@@ -430,6 +479,15 @@ strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, u
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
 }
 
+template <bool F32, bool PROBS>
+strata_status launch_fwd_wide(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
+  const int64_t per = static_cast<int64_t>(kWideU) * kBlock;
+  const int64_t grid = (nvec + per - 1) / per;
+  if (grid > 0x7fffffffLL) return fail(STRATA_ERROR_UNSUPPORTED, "clipped_swiglu_fwd: {} vectors exceed one CUDA grid", nvec);
+  fwd_interleaved_wide<F32, PROBS><<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);
+  return cuda::check_launch("clipped_swiglu fwd_interleaved_wide");
+}
+
 // Plan-time part of the ring's conditions ("" if it applies).
 std::string ring_reject(const ClippedSwigluFwdParams& p) {
   if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
@@ -442,7 +500,7 @@ std::string ring_reject(const ClippedSwigluFwdParams& p) {
   return {};
 }
 
-template <int32_t DT, bool INTER, bool PROBS>
+template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT>
 strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   RingGeom g;
@@ -453,7 +511,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
   g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const size_t smem = stage * g.stages;
-  const auto kernel = fwd_ring<DT, INTER, PROBS>;
+  const auto kernel = fwd_ring<DT, INTER, PROBS, LASTOUT>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -464,10 +522,25 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   return cuda::check_launch("clipped_swiglu fwd_ring");
 }
 
-template <int32_t DT>
+template <int32_t DT, bool LASTOUT>
 strata_status launch_fwd_ring_dt(const ClippedSwigluFwdParams& p, cudaStream_t s) {
-  if (p.probs) return p.interleaved ? launch_fwd_ring<DT, true, true>(p, s) : launch_fwd_ring<DT, false, true>(p, s);
-  return p.interleaved ? launch_fwd_ring<DT, true, false>(p, s) : launch_fwd_ring<DT, false, false>(p, s);
+  if (p.probs)
+    return p.interleaved ? launch_fwd_ring<DT, true, true, LASTOUT>(p, s) : launch_fwd_ring<DT, false, true, LASTOUT>(p, s);
+  return p.interleaved ? launch_fwd_ring<DT, true, false, LASTOUT>(p, s) : launch_fwd_ring<DT, false, false, LASTOUT>(p, s);
+}
+
+template <bool LASTOUT>
+int fwd_ring_any(const ClippedSwigluFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
+  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
+    return clipped_swiglu_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32, LASTOUT>(p, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16, LASTOUT>(p, s);
+    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16, LASTOUT>(p, s);  // ring_reject: f32 / bf16 / f16 only
+  }
 }
 
 }  // namespace
@@ -517,17 +590,36 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
 
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
 
-int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) {
+std::string clipped_swiglu_fwd_cuda_stream_wide_reject(const ClippedSwigluFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "handles f32/bf16/f16 x only";
+  if (!p.interleaved || p.I % kV != 0) return "needs the interleaved layout and I % 8 == 0";
+  if (!dense_rows(p.x_rows, 2 * p.I) || !dense_rows(p.y_rows, p.I)) return "needs dense rows (x 2I, y I apart)";
+  return {};
+}
+
+int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
-  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
+  // Dense interleaved rows only (the same test as clipped_swiglu_fwd_cuda's streaming kernel); anything else, and
+  // probs with more than 2^32 vectors (32-bit row index), runs clipped_swiglu_fwd_cuda.
+  if (!(p.interleaved && p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows) &&
+        dense_rows(p.x_rows, 2 * p.I) && dense_rows(p.y_rows, p.I)) ||
+      (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16))
     return clipped_swiglu_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32>(p, s);
-    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
-    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
-  }
+  const bool f32 = p.x_dtype == STRATA_DTYPE_F32;
+  const int64_t vpr = 2 * p.I / (f32 ? 4 : 8), nvec = p.rows * vpr;
+  if (p.probs && nvec > 0xffffffffLL) return clipped_swiglu_fwd_cuda(p, stream);
+  if (f32) return p.probs ? launch_fwd_wide<true, true>(p, nvec, static_cast<uint32_t>(vpr), s)
+                          : launch_fwd_wide<true, false>(p, nvec, 1, s);
+  return p.probs ? launch_fwd_wide<false, true>(p, nvec, static_cast<uint32_t>(vpr), s)
+                 : launch_fwd_wide<false, false>(p, nvec, 1, s);
+}
+
+int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) { return fwd_ring_any<false>(p, stream); }
+
+int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream) {
+  return fwd_ring_any<true>(p, stream);
 }
 
 }  // namespace strata::activation

@@ -3,7 +3,7 @@
 //   fwd tensors {x, weight, bias, residual, initial_state, cu_seqlens, seq_idx, y, final_state}
 //   bwd tensors {x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dfinal_state,
 //                dx, dweight, dbias, dinitial_state}
-// Implementations, in dispatch order: cuda.sm90.lean (backward, 16-bit, batch rows), cuda.sm90.pipe (backward, 16-bit), cuda.sm90.vec (common case; then pipe for the forward), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
+// Implementations, in dispatch order: cuda.sm90.lean (backward, 16-bit, batch rows and cu_seqlens packs), cuda.sm90.pipe (backward, 16-bit; forced only since lean covers the same problems), cuda.sm90.vec (common case; then pipe for the forward), cuda.sm90.time_tile, cpu.avx512_bf16, cpu.<isa> for each compiled
 // Highway target, reference.
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 
@@ -122,8 +122,9 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
     };
     auto pipe = cuda_impl("cuda.sm90.pipe", causal_conv1d_pipe_reason, causal_conv1d_fwd_cuda_pipe,
                           causal_conv1d_bwd_cuda_pipe);
-    // cuda.sm90.lean (backward, batch rows): conv_bwd_pipe's staging with a check-free step for the tokens
-    // inside a tile (cuda_sm90.cu); first, cu_seqlens packs fall through to pipe.
+    // cuda.sm90.lean (backward, batch rows and, since session 8, cu_seqlens packs): conv_bwd_pipe's staging with
+    // a check-free step for the tokens inside a tile and a sequence (cuda_sm90.cu); first. pipe stays listed for
+    // STRATA_FORCE_IMPL and the conformance suite.
     if (bwd)
       l.push_back(cuda_impl("cuda.sm90.lean", causal_conv1d_lean_reason, causal_conv1d_fwd_cuda_pipe,
                             causal_conv1d_bwd_cuda_lean));

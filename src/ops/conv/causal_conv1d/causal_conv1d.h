@@ -296,13 +296,10 @@ inline const char* causal_conv1d_pipe_reason(const Conv1dParams& p, bool backwar
   return "";
 }
 
-// Whether the "cuda.sm90.lean" backward covers a problem (plan time): the pipe conditions with batch rows as
-// sequences (cu_seqlens packs take cuda.sm90.pipe).
+// Whether the "cuda.sm90.lean" backward covers a problem (plan time): the pipe conditions (batch rows or
+// cu_seqlens packs; cu_seqlens since session 8).
 inline const char* causal_conv1d_lean_reason(const Conv1dParams& p, bool backward) {
-  const char* r = causal_conv1d_pipe_reason(p, backward);
-  if (*r) return r;
-  if (p.mode != kModeRows) return "takes batch rows as sequences (no cu_seqlens)";
-  return "";
+  return causal_conv1d_pipe_reason(p, backward);
 }
 #if STRATA_WITH_CUDA
 // CUDA (sm_90): returns a strata_status. Backward workspace: cuda_bwd_workspace bytes (both kernel sets).

@@ -237,6 +237,112 @@ HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTR
   }
 }
 
+// ---- backward: a whole time tile and its W-1 halo tokens on the vector path, swept column by column ----
+// Columns of NV vectors walk the tokens t0 - 0 .. t1 + W - 2 in order with the W-1 previous x and the W-1
+// previous g vectors in registers, and the column's dweight / dbias sums in registers: at token t it forms
+// g[t] = dy act'(u) (u recomputed), adds g[t] x to the sums while t is one of the tile's own tokens, and writes
+// dx[t - (W-1)] = sum_i w[W-1-i] g[t - (W-1) + i] as soon as its last g is known. So no g buffer, no per-token
+// loads and stores of the sums, and each x / dy element is loaded and converted once (GradRow and DxRow read the
+// W tap rows, the g rows and the sums per token). The arithmetic is GradRow's and DxRow's in their order (sums
+// from 0 in t order, taps in k order), so the results are the same bits. The weights are read from the staged
+// rows (L1) by the FMAs. x0 / dy0 / dx0: token t0 of the tile at the chunk's first channel; nt = t1 - t0 >= W - 1
+// own tokens; dw [W][nc], db [nc]: the item's sums (overwritten).
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
+                             const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
+                             T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, float* HWY_RESTRICT dw,
+                             float* HWY_RESTRICT db) {
+  static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto column = [&](int64_t j, auto nv_tag) {
+    constexpr int NV = decltype(nv_tag)::value;
+    VF win[NV][KW - 1], gwin[NV][KW - 1], sw[NV][KW], sb[NV];
+    for (int v = 0; v < NV; ++v) {
+      for (int k = 0; k < KW - 1; ++k) {
+        win[v][k] = tv::LoadF32(df, x0 + (k - (KW - 1)) * xs + j + v * N);
+        gwin[v][k] = hn::Zero(df);
+      }
+      for (int k = 0; k < KW; ++k) sw[v][k] = hn::Zero(df);
+      sb[v] = hn::Zero(df);
+    }
+    // One token: g, the sums (kOwn), dx of token t - (KW-1) (kEmit), then the windows move on.
+    auto step = [&](int64_t t, auto own_tag, auto emit_tag) {
+      constexpr bool kOwn = decltype(own_tag)::value, kEmit = decltype(emit_tag)::value;
+      tv::PrefetchAhead<64, 0>(x0 + t * xs + j + NV * N);  // the next column's line of this token
+      tv::PrefetchAhead<64, 0>(dy0 + t * dys + j + NV * N);
+      for (int v = 0; v < NV; ++v) {
+        const int64_t c = j + v * N;
+        const VF xc = tv::LoadF32(df, x0 + t * xs + c);
+        VF gv = tv::LoadF32(df, dy0 + t * dys + c);
+        if constexpr (kSilu) {
+          VF acc = hn::LoadU(df, bt + c);
+          for (int k = 0; k < KW - 1; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + c), win[v][k], acc);
+          acc = hn::MulAdd(hn::LoadU(df, wt + (KW - 1) * ws + c), xc, acc);
+          const VF sg = Sigmoid<T>(df, acc);
+          const VF one = hn::Set(df, 1.f);
+          gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
+        }
+        if constexpr (kOwn) {
+          sb[v] = hn::Add(sb[v], gv);
+          for (int k = 0; k < KW - 1; ++k) sw[v][k] = hn::MulAdd(gv, win[v][k], sw[v][k]);
+          sw[v][KW - 1] = hn::MulAdd(gv, xc, sw[v][KW - 1]);
+        }
+        if constexpr (kEmit) {
+          // g at t - (KW-1) + i: gwin[i] for i < KW-1, gv for i = KW-1.
+          VF acc = hn::Zero(df);
+          for (int i = 0; i < KW - 1; ++i) acc = hn::MulAdd(hn::LoadU(df, wt + (KW - 1 - i) * ws + c), gwin[v][i], acc);
+          acc = hn::MulAdd(hn::LoadU(df, wt + c), gv, acc);
+          tv::StoreOut<kStream, kNative>(df, acc, dx0 + (t - (KW - 1)) * dxs + c);
+        }
+        for (int k = 0; k + 1 < KW - 1; ++k) {
+          win[v][k] = win[v][k + 1];
+          gwin[v][k] = gwin[v][k + 1];
+        }
+        win[v][KW - 2] = xc;
+        gwin[v][KW - 2] = gv;
+      }
+    };
+    int64_t t = 0;
+    for (; t < KW - 1; ++t) step(t, std::true_type{}, std::false_type{});
+    for (; t < nt; ++t) step(t, std::true_type{}, std::true_type{});
+    for (; t < nt + KW - 1; ++t) step(t, std::false_type{}, std::true_type{});
+    for (int v = 0; v < NV; ++v) {
+      for (int k = 0; k < KW; ++k) hn::StoreU(sw[v][k], df, dw + k * nc + j + v * N);
+      hn::StoreU(sb[v], df, db + j + v * N);
+    }
+  };
+  int64_t j = 0;
+  for (; j + 2 * N <= nc; j += 2 * N) column(j, std::integral_constant<int, 2>{});
+  for (; j + N <= nc; j += N) column(j, std::integral_constant<int, 1>{});
+  // Leftover channels (nc not a multiple of the vector): GradRow's / DxRow's scalar formulas per channel.
+  for (; j < nc; ++j) {
+    float g[kTimeTile + kMaxWidth];
+    float sbj = 0.f, swj[kMaxWidth] = {};
+    for (int64_t t = 0; t < nt + KW - 1; ++t) {
+      float gs = to_f32(dy0[t * dys + j]);
+      if constexpr (kSilu) {
+        float acc = bt[j];
+        for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], to_f32(x0[(t - (KW - 1) + k) * xs + j]), acc);
+        const float sg = 1.f / (1.f + std::exp(std::min(-acc, 88.f)));
+        gs *= sg * std::fma(acc, 1.f - sg, 1.f);
+      }
+      g[t] = gs;
+      if (t < nt) {
+        sbj += gs;
+        for (int k = 0; k < KW; ++k) swj[k] = std::fma(gs, to_f32(x0[(t - (KW - 1) + k) * xs + j]), swj[k]);
+      }
+    }
+    for (int64_t pos = 0; pos < nt; ++pos) {
+      float acc = 0.f;
+      for (int i = 0; i < KW; ++i) acc = std::fma(wt[(KW - 1 - i) * ws + j], g[pos + i], acc);
+      dx0[pos * dxs + j] = from_f32<T>(acc);
+    }
+    for (int k = 0; k < KW; ++k) dw[k * nc + j] = swj[k];
+    db[j] = sbj;
+  }
+}
+
 // Whether every tap of token t reads x of t's own sequence (the vector path's condition).
 HWY_INLINE bool all_taps_x(const Conv1dParams& p, int64_t b, int64_t t, const SeqSpan& s) {
   if (t - (p.W - 1) < s.start) return false;
@@ -440,6 +546,36 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
 
   // g over [t0, te); dweight/dbias sums over the item's own tokens [t0, t1), in t order.
   SeqSpan s = find_sequence(p, b, t0);
+  // The tile and its halo in one sequence, every tap reading x, no seq_idx, and (then) no position of the tile
+  // among its sequence's last W-1 (which take the final state's gradient): the column sweep, same bits.
+  if (p.channels_contiguous && p.mode != kModeSeqIdx && W >= 2 && W <= 4 && t1 - t0 >= W - 1 &&
+      t1 + W - 1 <= s.end && all_taps_x(p, b, t0, s)) {
+    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+    const T* dy0 = dy + b * p.dys[0] + t0 * p.dys[1] + c0;
+    T* dx0 = dx + b * p.dxs[0] + t0 * p.dxs[1] + c0;
+    const bool st = stream && tv::StreamAligned(DF(), dx0) &&
+                    (p.dxs[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
+    const bool silu = p.activation == kActSilu;
+    const int64_t ws = StagedStride(p), nt = t1 - t0;
+#define STRATA_CONV_BWD_COLS(KW, S)                                                                            \
+  (silu ? BwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
+                                              sc.dw, sc.db)                                                      \
+        : BwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
+                                               sc.dw, sc.db))
+    switch ((W - 2) * 2 + (st ? 1 : 0)) {
+      case 0: STRATA_CONV_BWD_COLS(2, false); break;
+      case 1: STRATA_CONV_BWD_COLS(2, true); break;
+      case 2: STRATA_CONV_BWD_COLS(3, false); break;
+      case 3: STRATA_CONV_BWD_COLS(3, true); break;
+      case 4: STRATA_CONV_BWD_COLS(4, false); break;
+      default: STRATA_CONV_BWD_COLS(4, true); break;
+    }
+#undef STRATA_CONV_BWD_COLS
+    float* part = partials + tile * (W + 1) * p.D + c0;
+    for (int64_t k = 0; k < W; ++k) std::copy(sc.dw + k * nc, sc.dw + (k + 1) * nc, part + k * p.D);
+    std::copy(sc.db, sc.db + nc, part + W * p.D);
+    return;
+  }
   for (int64_t t = t0; t < te; ++t) {
     if (t >= s.end) s = find_sequence(p, b, t);
     float* g = sc.g + (t - t0) * nc;

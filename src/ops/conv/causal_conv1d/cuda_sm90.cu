@@ -1031,14 +1031,16 @@ struct BwdWalk {
     }
   }
 
-  // step() for a token of the tile's interior (conv_bwd_lean's full chunks): t0 <= t < t1 <= T in a batch row
-  // (kRows), so there is no row-end, tile-end, sequence or dfinal_state check, and the activation is a
-  // compile-time choice; dx[t - (W-1)] is stored at dx + off when `emit` (false for the tile's first W-1 tokens,
-  // whose positions belong to the previous tile). The same arithmetic in the same order as step().
+  // step() for a token of the tile's interior (conv_bwd_lean's full chunks): t0 <= t < t1 <= T, and for a
+  // cu_seqlens pack (!kRows) the caller has checked that t and every tap of the emitted position t - (W-1) lie
+  // in the current sequence sq, before its last W-1 tokens (conv_bwd_lean's lean_chunk_ok); so there is no
+  // row-end, tile-end, sequence or dfinal_state check, and the activation is a compile-time choice.
+  // dx[t - (W-1)] is stored at dx + off when `emit` (false for the tile's first W-1 tokens, whose positions
+  // belong to the previous tile). The same arithmetic in the same order as step(). The sequence ids of the
+  // gather window are not tracked here: fast_run_done() sets them after the run.
   template <bool SILU>
   __device__ __forceinline__ void step_fast(const float (&xin)[V], const float (&gin)[V], T* dx, int64_t off,
                                             bool emit) {
-    static_assert(kRows, "batch rows only");
     float g[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -1077,6 +1079,16 @@ struct BwdWalk {
       }
       win[W - 2][v] = xin[v];
       gw[W - 2][v] = g[v];
+    }
+  }
+
+  // After a run of step_fast tokens (at least W - 1 of them, all in sequence sq; cu_seqlens packs): the g in the
+  // gather window all belong to sq, for the step() that may follow. Once per run rather than a shift per token
+  // (the ids of a pack are not needed inside the run).
+  __device__ __forceinline__ void fast_run_done() {
+    if constexpr (!kRows) {
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i) gid[i] = static_cast<int>(sq.n);
     }
   }
 
@@ -1192,15 +1204,18 @@ __global__ void __launch_bounds__(kThreads, pipe_bwd_blocks_per_sm<W>())
   if (tw.active) walk.store_partials(p, partials, tw.tile);
 }
 
-// ---- "cuda.sm90.lean" backward (16-bit activations, batch rows): conv_bwd_pipe's staging, a leaner token ----
-// conv_bwd_pipe runs the general BwdWalk::step for every token (run-time activation; row-end, tile-end, sequence
-// and dfinal_state checks): ~52 issued instructions per (token, channel) at 158 registers (three blocks, 12 warps
-// per SM), 0.647 ms = 1.7 x floor at bf16 B=4 T=8192 D=8192 W=4 SiLU, bound by issue more than by DRAM (ncu,
-// s7run1: SM 63 %, DRAM 53 %). Here the chunks that lie inside [t0, t1) run BwdWalk::step_fast (compile-time
-// activation, no per-token check but the dx emission of the tile's first W-1 tokens); the rest (a row's short
-// last tile, the W-1 tokens past the tile, dfinal_state) runs step as before. 128 registers for four blocks per
-// SM (16 warps; 4 x 48 KiB of shared memory), 256-token tiles (that shape: 2048 blocks = 3.9 waves of 528, and
-// 2/3 of the partial sums of 192-token tiles).
+// ---- "cuda.sm90.lean" backward (16-bit activations, batch rows or cu_seqlens packs): conv_bwd_pipe's staging, ----
+// a leaner token. conv_bwd_pipe runs the general BwdWalk::step for every token (run-time activation; row-end,
+// tile-end, sequence and dfinal_state checks): ~52 issued instructions per (token, channel) at 158 registers (three
+// blocks, 12 warps per SM), 0.647 ms = 1.7 x floor at bf16 B=4 T=8192 D=8192 W=4 SiLU, bound by issue more than by
+// DRAM (ncu, s7run1: SM 63 %, DRAM 53 %). Here the chunks that lie inside [t0, t1) (and, in a cu_seqlens pack,
+// inside one sequence: lean_chunk_ok) run BwdWalk::step_fast (compile-time activation, no per-token check but the
+// dx emission of the tile's first W-1 tokens); the rest (a row's short last tile, the W-1 tokens past the tile,
+// chunks that meet a sequence boundary or a sequence's last W-1 tokens, dfinal_state) runs step as before. 128
+// registers for four blocks per SM (16 warps; 4 x 48 KiB of shared memory), 256-token tiles (that shape: 2048
+// blocks = 3.9 waves of 528, and 2/3 of the partial sums of 192-token tiles). cu_seqlens packs (session 8): the
+// pipe kernel took 0.744 ms there (s7run2, [1, 32768, 8192] W=4 N=6) against lean's 0.467 ms on dense rows; with
+// sequences of hundreds of tokens, all but a few chunks per sequence still take step_fast.
 constexpr int kLeanTile = 256;
 
 // cp.async of 16 bytes to a shared-memory address (zero-filled without reading when !valid).
@@ -1259,12 +1274,24 @@ struct LeanCopies {
   }
 };
 
-template <class T, int W, bool SILU>
+// Whether chunk c (tokens [tc, tc + kPipeChunk), tc + kPipeChunk <= t1) of a cu_seqlens pack can take step_fast:
+// every token in the current sequence sq (so no sequence starts inside it) and none of its emitted positions
+// tc + u - (W-1) before sq's start (their taps would cross into the previous sequence) or among sq's last W-1
+// tokens (dfinal_state terms). Chunk 0's first W-1 tokens emit nothing (their positions are the previous
+// tile's), so there only its tokens must start at or after sq.start (true unless cu_seqlens[0] > 0).
+// The same for every thread of the block (a tile's tokens, sq and c are the block's).
+template <int W>
+__device__ __forceinline__ bool lean_chunk_ok(const SeqSpan& sq, int64_t tc, int c) {
+  return tc + kPipeChunk <= sq.end && tc - (c == 0 ? 0 : W - 1) >= sq.start;
+}
+
+template <class T, int W, bool SILU, bool CU>
 __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams p, int64_t groups, float* partials) {
   constexpr int V = kPipeBwdV, S = kPipeStages;
   __shared__ __align__(16) RawVec<T, V> sx[S][kPipeChunk][kThreads];  // 2 x 24 KiB, as conv_bwd_pipe
   __shared__ __align__(16) RawVec<T, V> sg[S][kPipeChunk][kThreads];
   static_assert(sizeof(sx[0]) == LeanCopies<T>::kStageBytes, "stage layout");
+  static_assert(kPipeChunk >= W - 1, "a fast chunk refills the whole gather window (fast_run_done)");
   // Every thread takes part in the copies and barriers; only those with channels < D compute.
   const ThreadWork tw = thread_work(p, kLeanTile, groups, V);
   const int64_t slab = tw.d0 - static_cast<int64_t>(threadIdx.x) * V;
@@ -1281,7 +1308,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
     if (s < nchunks) cp.issue(p, s);
     cuda::cp_async_commit();  // one group per chunk slot, empty or not: the wait count below stays exact
   }
-  BwdWalk<T, W, V, true> walk;
+  BwdWalk<T, W, V, !CU> walk;
   if (tw.active) walk.init(p, tw);
   int st = 0, sn = S - 1;  // the stage computed and the stage copied into in this iteration
   for (int c = 0; c < nchunks; ++c) {
@@ -1292,7 +1319,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
     sn = sn + 1 == S ? 0 : sn + 1;
     if (tw.active) {
       const int64_t tc = tw.t0 + static_cast<int64_t>(c) * kPipeChunk;
-      if (c < nfast) {
+      if (c < nfast && (!CU || lean_chunk_ok<W>(walk.sq, tc, c))) {
         const bool later = c > 0;  // the first chunk's first W-1 tokens emit no dx (their positions are < t0)
 #pragma unroll
         for (int u = 0; u < kPipeChunk; ++u) {
@@ -1302,6 +1329,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
           walk.template step_fast<SILU>(xin, gin, dx, (tc + u - (W - 1)) * dxs, later || u >= W - 1);
           pipe_group_fence(u);
         }
+        walk.fast_run_done();  // kPipeChunk >= W - 1 tokens of sq
       } else {
 #pragma unroll
         for (int u = 0; u < kPipeChunk; ++u) {
@@ -1309,7 +1337,7 @@ __global__ void __launch_bounds__(kThreads, 4) conv_bwd_lean(const Conv1dParams 
           float xin[V], gin[V];
           unpack<T, V>(sx[st][u][threadIdx.x], xin);
           unpack<T, V>(sg[st][u][threadIdx.x], gin);
-          walk.step(p, tc + u, xin, gin, dx, SILU, false);
+          walk.step(p, tc + u, xin, gin, dx, SILU, CU);
           pipe_group_fence(u);
         }
       }
@@ -1348,29 +1376,49 @@ strata_status launch_fwd_vec(const Conv1dParams& p, cudaStream_t stream) {
   return launch_fwd_states(p, stream);
 }
 
-template <class T>
-strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_t stream) {
-  constexpr int V = kBwdVec;
-  if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd<T>(p, partials, stream);
-  const int64_t tiles = p.B * tiles_per_row(p, kBwdTile);
+// The tiled backward launches (vec, pipe, lean): V channels per thread, `tile` tokens per block and partial-sum
+// row; launch(grid, groups, w) starts the kernel for the problem's width w, then the launch check and the
+// fixed-order partial-sum reduction. The workspace (causal_conv1d_cuda_bwd_workspace) holds a partial row per
+// kBwdTile tokens: tiles of at least that many tokens fit.
+template <int V, class Launch>
+strata_status launch_bwd_tiles(const Conv1dParams& p, float* partials, cudaStream_t stream, int64_t tile,
+                               const char* what, Launch&& launch) {
+  const int64_t tiles = p.B * tiles_per_row(p, tile);
   const int64_t groups = p.D / V;
   unsigned g = 0;
-  STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, kBwdTile, groups), &g));
+  STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, tile, groups), &g));
   if (g > 0) {
-    with_width(p, [&](auto w) {
-      conv_bwd_vec<T, decltype(w)::value, V><<<g, kThreads, 0, stream>>>(p, groups, partials);
-    });
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_vec)"));
+    strata_status st = STRATA_SUCCESS;
+    with_width(p, [&](auto w) { st = launch(g, groups, w); });
+    STRATA_RETURN_IF_ERROR(st);
+    STRATA_RETURN_IF_ERROR(cuda::check_launch(what));
   }
   return launch_bwd_reduce(p, partials, tiles, stream);
 }
+static_assert(pipe_bwd_tile<4>() >= kBwdTile && pipe_bwd_tile<2>() >= kBwdTile && kLeanTile >= kBwdTile,
+              "the workspace holds tiles of kBwdTile tokens");
 
-// The pipe kernels need 3-4 x 48 KiB of shared memory per SM: ask for the whole carveout (the default split
-// may keep more L1 and fewer resident blocks).
-template <class K>
-strata_status pipe_carveout(K* kernel) {
+// x, dy and dx can be read / written in 16-byte pieces (else the vec kernels fall back to time_tile and the
+// staged ones to vec; same results).
+bool bwd_aligned(const Conv1dParams& p) { return aligned_to(p.x, 16) && aligned_to(p.dy, 16) && aligned_to(p.dx, 16); }
+
+template <class T>
+strata_status launch_bwd_vec(const Conv1dParams& p, float* partials, cudaStream_t stream) {
+  if (!bwd_aligned(p)) return launch_bwd<T>(p, partials, stream);
+  return launch_bwd_tiles<kBwdVec>(p, partials, stream, kBwdTile, "causal_conv1d_bwd (conv_bwd_vec)",
+                                   [&](unsigned g, int64_t groups, auto w) {
+                                     conv_bwd_vec<T, decltype(w)::value, kBwdVec><<<g, kThreads, 0, stream>>>(p, groups, partials);
+                                     return STRATA_SUCCESS;
+                                   });
+}
+
+// Launches a staged kernel (pipe, lean: 3-4 x 48 KiB of shared memory per SM) on `grid` blocks with the whole
+// shared-memory carveout (the default split may keep more L1 and fewer resident blocks).
+template <class K, class... A>
+strata_status launch_staged(K* kernel, unsigned grid, cudaStream_t stream, const A&... args) {
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  kernel<<<grid, kThreads, 0, stream>>>(args...);
   return STRATA_SUCCESS;
 }
 
@@ -1387,11 +1435,7 @@ strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
     unsigned g = 0;
     STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_fwd", grid_for(p, kPipeFwdTile, groups), &g));
     if (g > 0) {
-      auto go = [&](auto* kernel) -> strata_status {
-        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
-        kernel<<<g, kThreads, 0, stream>>>(p, groups);
-        return STRATA_SUCCESS;
-      };
+      auto go = [&](auto* kernel) { return launch_staged(kernel, g, stream, p, groups); };
       const bool cu = p.mode == kModeCuSeqlens;
       strata_status st = STRATA_SUCCESS;
       with_width(p, [&](auto w) {
@@ -1404,37 +1448,21 @@ strata_status launch_fwd_pipe(const Conv1dParams& p, cudaStream_t stream) {
   }
 }
 
+// The staged backward launches (pipe, lean): 128 threads x kPipeBwdV channels, cp.async staging with the whole
+// shared-memory carveout (launch_staged); a misaligned call takes the register-streaming kernels.
 template <class T>
 strata_status launch_bwd_pipe(const Conv1dParams& p, float* partials, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
     return launch_bwd_vec<T>(p, partials, stream);  // not reached: the plan takes 16-bit activations only
   } else {
-    // cp.async reads 16-byte pieces of x and dy; dx is written 8 bytes per thread. A misaligned call takes the
-    // register-streaming kernels (same results; they check their own alignment).
-    if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd_vec<T>(p, partials, stream);
-    constexpr int V = kPipeBwdV;
-    static_assert(pipe_bwd_tile<4>() >= kBwdTile && pipe_bwd_tile<2>() >= kBwdTile,
-                  "the workspace holds tiles of kBwdTile tokens");
-    const int64_t tile = pipe_bwd_tile(p.W);  // the kernel's pipe_bwd_tile<W>() (W in {2, 3, 4})
-    const int64_t tiles = p.B * tiles_per_row(p, tile);
-    const int64_t groups = p.D / V;
-    unsigned g = 0;
-    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, tile, groups), &g));
-    if (g > 0) {
-      auto go = [&](auto* kernel) -> strata_status {
-        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
-        kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
-        return STRATA_SUCCESS;
-      };
-      const bool cu = p.mode == kModeCuSeqlens;
-      strata_status st = STRATA_SUCCESS;
-      with_width(p, [&](auto w) {
-        st = cu ? go(conv_bwd_pipe<T, decltype(w)::value, true>) : go(conv_bwd_pipe<T, decltype(w)::value, false>);
-      });
-      STRATA_RETURN_IF_ERROR(st);
-      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_pipe)"));
-    }
-    return launch_bwd_reduce(p, partials, tiles, stream);
+    if (!bwd_aligned(p)) return launch_bwd_vec<T>(p, partials, stream);
+    const bool cu = p.mode == kModeCuSeqlens;
+    return launch_bwd_tiles<kPipeBwdV>(p, partials, stream, pipe_bwd_tile(p.W), "causal_conv1d_bwd (conv_bwd_pipe)",
+                                       [&](unsigned g, int64_t groups, auto w) {
+                                         constexpr int W = decltype(w)::value;  // tiles of pipe_bwd_tile<W>()
+                                         auto* k = cu ? conv_bwd_pipe<T, W, true> : conv_bwd_pipe<T, W, false>;
+                                         return launch_staged(k, g, stream, p, groups, partials);
+                                       });
   }
 }
 
@@ -1443,32 +1471,17 @@ strata_status launch_bwd_lean(const Conv1dParams& p, float* partials, cudaStream
   if constexpr (sizeof(T) != 2) {
     return launch_bwd_vec<T>(p, partials, stream);  // not reached: the plan takes 16-bit activations only
   } else {
-    // Batch rows only (causal_conv1d_lean_reason; cu_seqlens packs take the pipe kernels). A misaligned call
-    // takes the register-streaming kernels (same results; they check their own alignment).
-    if (p.mode != kModeRows) return launch_bwd_pipe<T>(p, partials, stream);
-    if (!aligned_to(p.x, 16) || !aligned_to(p.dy, 16) || !aligned_to(p.dx, 16)) return launch_bwd_vec<T>(p, partials, stream);
-    constexpr int V = kPipeBwdV;
-    static_assert(kLeanTile >= kBwdTile, "the workspace holds tiles of kBwdTile tokens");
-    const int64_t tiles = p.B * tiles_per_row(p, kLeanTile);
-    const int64_t groups = p.D / V;
-    unsigned g = 0;
-    STRATA_RETURN_IF_ERROR(grid_of("causal_conv1d_bwd", grid_for(p, kLeanTile, groups), &g));
-    if (g > 0) {
-      auto go = [&](auto* kernel) -> strata_status {
-        STRATA_RETURN_IF_ERROR(pipe_carveout(kernel));
-        kernel<<<g, kThreads, 0, stream>>>(p, groups, partials);
-        return STRATA_SUCCESS;
-      };
-      const bool silu = p.activation == kActSilu;
-      strata_status st = STRATA_SUCCESS;
-      with_width(p, [&](auto w) {
-        constexpr int W = decltype(w)::value;
-        st = silu ? go(conv_bwd_lean<T, W, true>) : go(conv_bwd_lean<T, W, false>);
-      });
-      STRATA_RETURN_IF_ERROR(st);
-      STRATA_RETURN_IF_ERROR(cuda::check_launch("causal_conv1d_bwd (conv_bwd_lean)"));
-    }
-    return launch_bwd_reduce(p, partials, tiles, stream);
+    // Batch rows or cu_seqlens packs (causal_conv1d_lean_reason; seq_idx takes neither).
+    if (p.mode != kModeRows && p.mode != kModeCuSeqlens) return launch_bwd_pipe<T>(p, partials, stream);
+    if (!bwd_aligned(p)) return launch_bwd_vec<T>(p, partials, stream);
+    const bool silu = p.activation == kActSilu, cu = p.mode == kModeCuSeqlens;
+    return launch_bwd_tiles<kPipeBwdV>(
+        p, partials, stream, kLeanTile, "causal_conv1d_bwd (conv_bwd_lean)", [&](unsigned g, int64_t groups, auto w) {
+          constexpr int W = decltype(w)::value;
+          auto* k = cu ? (silu ? conv_bwd_lean<T, W, true, true> : conv_bwd_lean<T, W, false, true>)
+                       : (silu ? conv_bwd_lean<T, W, true, false> : conv_bwd_lean<T, W, false, false>);
+          return launch_staged(k, g, stream, p, groups, partials);
+        });
   }
 }
 

@@ -91,7 +91,18 @@ void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
+// finish = true: the backward's tail (reverse cumsum, l2norm backward) in prepare_wy_repr_bwd's epilogue
+// (cuda.sm90.chunked_fin, forced only: correct, but 1.2 ms slower in GPU run s8run2; see cuda_sm90.cu); the default
+// false is the session-7 composition (separate kernels).
+// probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
+// the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
+// a test can record an event per step.
+struct GdnStepProbe {
+  void (*fn)(void* ctx, const char* step) = nullptr;
+  void* ctx = nullptr;
+};
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bool finish = false,
+                           const GdnStepProbe* probe = nullptr);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it
@@ -108,7 +119,13 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream);
 //   kPrep ("cuda.sm90.fused_prep", session 8): w, u and the gated Q Kᵀ from one kernel (gdn::fwd_cuda_prep: one
 //     block per chunk and q/k head instead of prepare_wy_repr_fwd's per value head plus fwd_cuda_qk_gate), then the
 //     pass with the pre-computed P and the automatic block; the same bits as the other forms.
-enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep };
+//   kWgmma, kWgmmaPqk (session 8): the pass on Hopper warpgroup MMA (gdn::fwd_cuda_state_o_wgmma, P inline /
+//     pre-computed; bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other
+//     summation order inside the products). Forced only ("cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk")
+//     until the GPU runs have timed and verified them.
+//   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
+//     the pre-computed P (kWgmmaPqk's pass); forced only.
+enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);

@@ -604,8 +604,13 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Calls c = make_calls(p, b, s, false);
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
-  if (r.empty() && form == GdnFusedForm::kPrep) r = gdn::fwd_cuda_prep_reject(prep_params(c));
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
+  if (r.empty() && wgmma) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
+  if (r.empty() && (form == GdnFusedForm::kPrecomputedP || form == GdnFusedForm::kWgmmaPqk))
+    r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  if (r.empty() && (form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma))
+    r = gdn::fwd_cuda_prep_reject(prep_params(c));
   return r;
 }
 
@@ -655,8 +660,10 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  const bool prep = form == GdnFusedForm::kPrep;
-  bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
+  const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
+  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
+                     form == GdnFusedForm::kPrepWgmma;
+  bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto)
     pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
@@ -667,21 +674,44 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
     STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
+    if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, gdn::StateOKernel::kPrecomputedP, 0, stream));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  if (wgmma) {
+    if (pre_p) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
+    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(
+        f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0, stream));
+  }
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+// `finish` (cuda.sm90.chunked_fin only; the default is false): when prepare_wy_repr_bwd runs its two-per-SM
+// tensor-core kernel, that kernel also ends
+// the backward in its epilogue (WyBwdParams::dk_rstd / dq_in / dg_reverse): dg = the reverse chunk-local cumsum of
+// dγ1 + dγ2 straight into the output and, with l2norm, the l2norm backward of dk (from the head sums in registers)
+// and of dq (dq complete since chunk_bwd_dqkwg) into the outputs: no reverse-cumsum launch, no two row_norm_bwd
+// passes (each reads a [B, T, H, K] f32 gradient and the normalised tensor and writes the output: ≈ 0.16 ms at
+// B = 4 T = 8192 H = 16 K = 128, s4run1 ncu) and no f32 dk written in between. Measured in GPU run s8run2 (H200,
+// B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16): correct, but that kernel took 2.93 ms with the epilogue against
+// 1.37 ms without it plus 0.33 ms for the separate tail (whole backward 9.07 against 7.84 ms), so finish = false
+// (the session-7 composition: those three as separate kernels) is what cuda.sm90.chunked runs.
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, bool finish,
+                           const GdnStepProbe* probe) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
   const Bufs b = carve(p, true, workspace);
   const Calls c = make_calls(p, b, s, true);
-  STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_bwd", p, b, s, c, stream));
+  auto mark = [probe](const char* step) {
+    if (probe && probe->fn) probe->fn(probe->ctx, step);
+  };
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream));  // (forward_states, split)
+  mark("forward WY");
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
+  mark("forward states");
   if (dhu_fused_dv_local(c)) {
     DhuParams dhp = c.dhp;
     dhp.dv = gdn_bwd::View{};
@@ -691,10 +721,12 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
   }
+  mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
                                                                  : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   if (wy_bwd_mma(c)) {
     // The tensor-core kernel adds dk1 and dγ1 in its epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition
@@ -704,6 +736,21 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
     wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
     wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
     wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+    if (finish && prepare_wy_repr_bwd_cuda_mma_finishes(wp)) {
+      wp.dg = bwd_view(p.dg);  // the output (never the dγ1 workspace it reads)
+      wp.dg_reverse = true;
+      if (p.l2norm) {
+        wp.dk = bwd_view(p.dk);
+        wp.dk_rstd = bwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
+        wp.dq_in = bwd_tok(b.dq, STRATA_DTYPE_F32, p.T, p.H, p.K);
+        wp.qn = bwd_tok(b.qn, s.idt, p.T, p.H, p.K);
+        wp.dq_rstd = bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
+        wp.dq_out = bwd_view(p.dq);
+      }
+      STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
+      mark("wy_bwd");
+      return STRATA_SUCCESS;
+    }
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
   } else {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
@@ -714,13 +761,17 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
                                      s.qk, stream));
   }
 
+  mark("wy_bwd");
   // dg = reverse chunk-local cumsum of dγ1 + dγ2 (in dγ1).
   STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
-  if (!p.l2norm) return STRATA_SUCCESS;
-  STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
-  return l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream);
+  if (p.l2norm) {
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream));
+  }
+  mark("tail");
+  return STRATA_SUCCESS;
 }
 
 }  // namespace strata::linear_attn

@@ -196,6 +196,11 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   add("f32", {1, 130, 3, 3, 64, 32}, {}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
   add("bf16", {1, 130, 2, 6, 64, 64}, {}, 0, 1, 1, 1, "normal", "sig", 1.0, "contiguous");
   add("f16", {1, 100, 1, 4, 128, 128}, {}, 1, 1, 0, 1, "normal", "sig", 0, "contiguous");
+  // bf16 K = 128 (the wgmma pass's shapes, session 8): 8 sequence-heads (32-column blocks), 72 (128-column
+  // blocks, partial last chunk, strong decay), varlen with empty and one-token documents.
+  add("bf16", {2, 130, 2, 4, 128, 128}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  add("bf16", {18, 70, 1, 4, 128, 128}, {}, 0, 1, 0, 0, "strong", "sig", 0, "contiguous");
+  add("bf16", {1, 200, 1, 2, 128, 64}, {0, 0, 1, 64, 129, 200}, 1, 1, 0, 0, "weak", "sig", 0, "contiguous");
   add("f32", {1, 70, 1, 1, 256, 256}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
   add("bf16", {1, 80, 1, 2, 100, 100}, {}, 1, 1, 1, 1, "normal", "sig", 0, "padded");
   add("f32", {2, 90, 2, 2, 100, 48}, {}, 0, 0, 0, 0, "normal", "sig", 0.1, "contiguous");

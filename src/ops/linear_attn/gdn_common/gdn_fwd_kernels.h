@@ -95,6 +95,21 @@ StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
 int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
+// The fused pass on Hopper warpgroup MMA (gdn_fwd_cuda_wgmma.cu, state_o_wgmma; session 8): the same inputs,
+// outputs and precision model as fwd_cuda_state_o (P inline or read from p.Pqk), S kept in wgmma accumulators
+// (two warpgroups per block, each the recurrence of half the block's columns), operands by descriptor from a
+// cp.async stage ring. bf16, K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_state_o_wgmma_reject says why
+// not, "" if it applies); token tensors whose run-time layout is not lean (unit column stride, strides multiples
+// of 8, 16-byte aligned) are passed to fwd_cuda_state_o. width: columns of S per block (32, 64 or 128; 0 =
+// fwd_cuda_state_o_wgmma_width). Not bit-identical to state_o_mma (other f32 summation order in the products).
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream);
+std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
+// Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
+// whose blocks fit in one wave, else the widest dividing V.
+int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms);
+// Test probe of the wgmma pass's primitives (descriptors, register A fragments, stmatrix.trans) on one warpgroup:
+// A bf16 [64][128], B bf16 [16][128] (op 2: [16][64]), D f32 [64][16] (op 3: [16][64]); see gdn_fwd_cuda_wgmma.cu.
+int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream);
 // Everything before the state pass in one chunk-parallel kernel (gdn_fwd_cuda_prep.cu, prep_mma: one block per
 // chunk and q/k head, K Kᵀ and Q Kᵀ formed once for the G value heads of the group): w, u (and A when p.A is
 // present) as prepare_wy_repr_fwd's tensor-core kernel, plus p.Pqk as fwd_cuda_qk_gate when p.Pqk is present —

@@ -283,7 +283,7 @@ strata_status plan_common(const char* op, bool bwd, const Descs& d, const strata
       k.db_dtype = d.dbias->dtype;
       k.db_stride = d.dbias->strides[0];
     }
-    k.ce = CeOptions{o.logit_scale, o.softcap, o.label_smoothing, o.lse_square_scale, o.ignore_index, k.V};
+    k.ce = ce_consts(CeOptions{o.logit_scale, o.softcap, o.label_smoothing, o.lse_square_scale, o.ignore_index}, k.V);
     k.reduction = o.reduction;
     k.grad_scale = o.grad_scale;
     k.backward_op = bwd;
@@ -400,7 +400,7 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
   if (!p.backward_op) {
     L.rowloss = take(static_cast<size_t>(N) * 4);
     L.lse = take(p.lse ? 0 : static_cast<size_t>(N) * 4);
-    L.stat = take(static_cast<size_t>(rows) * sizeof(CeRowStat));
+    L.stat = take(static_cast<size_t>(rows) * sizeof(CeRowStats));
   }
   L.counts = take(64);
   L.z_dtype = z16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F32;

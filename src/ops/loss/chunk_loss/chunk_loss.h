@@ -1,6 +1,6 @@
 // chunk_loss (docs/reference/ops_fused.md §2; README.md beside this file): fused LM head + cross entropy
-// without materialising the [N, V] logits. Kernel params, the per-row cross-entropy math shared by every
-// implementation (STRATA_HD), the strategy / tile planning, and the kernel entry points.
+// without materialising the [N, V] logits. Kernel params, the strategy / tile planning, and the kernel entry
+// points; the per-row cross-entropy math is loss/common/ce_row.h's (STRATA_HD, shared with fused_cross_entropy).
 //
 //   hidden [N, D], weight [V, D], bias [V] (optional), target [N] int64
 //   z = hidden . weight^T + bias                          [N, V], never stored whole
@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "opbase/dtype.h"  // storage types, STRATA_HD; strata_status comes with it
+#include "ops/loss/common/ce_row.h"  // the per-row cross-entropy math (shared with fused_cross_entropy)
 
 namespace strata::loss {
 
@@ -31,65 +32,6 @@ enum ChunkLossStrategy : int32_t { kStrategyAuto = 0, kStrategyTokenChunked = 1,
 // Extra memory (besides inputs and the gradient outputs) the plan aims to stay within: chunk and tile sizes
 // are chosen from it (README.md).
 constexpr int64_t kChunkLossBudgetBytes = int64_t{64} << 20;
-
-// The per-row cross-entropy math of this op, in its own namespace: fused_cross_entropy has its own
-// (src/ops/loss/common/ce_row.h, other names for other signatures) and both end up in one library, so the types
-// must not share a qualified name. TODO(lead): move chunk_loss onto loss/common once both are merged.
-namespace chunk_ce {
-
-// Per-row cross-entropy attributes (ops_fused.md §1.3).
-struct CeOptions {
-  float logit_scale = 1.f;
-  float softcap = 0.f;           // 0: off
-  float label_smoothing = 0.f;   // eps in [0, 1]
-  float lse_square_scale = 0.f;  // lambda (z-loss)
-  int64_t ignore_index = -100;
-  int64_t V = 0;                 // vocabulary size (the smoothing denominator)
-};
-
-// Capped, scaled logit c from the raw logit z (bias included).
-STRATA_HD float ce_logit(float z, const CeOptions& o) {
-  const float u = o.logit_scale * z;
-  return o.softcap > 0.f ? o.softcap * tanhf(u / o.softcap) : u;
-}
-
-// dLoss_i/dz_j for one element, with coef = G * a_i (0 for ignored rows gives exactly 0).
-//   c: ce_logit(z); lse: the row's log-sum-exp; is_target: j == y.
-STRATA_HD float ce_dlogit(float c, float lse, bool is_target, float coef, const CeOptions& o) {
-  const float p = expf(c - lse);
-  float dc = p * (1.f + 2.f * o.lse_square_scale * lse) - o.label_smoothing / static_cast<float>(o.V);
-  if (is_target) dc -= 1.f - o.label_smoothing;
-  float d = coef * o.logit_scale * dc;
-  if (o.softcap > 0.f) {
-    const float t = c / o.softcap;  // tanh(u / cap)
-    d *= 1.f - t * t;
-  }
-  return d;
-}
-
-// Running statistics of one row over the vocabulary tiles seen so far: max, sum of exp(c - m), sum of c,
-// and the target's c (0 until the tile holding the target is seen).
-struct CeRowStat {
-  float m, s, sumc, cy;
-};
-
-// Merge of two partial statistics (online softmax): the order of merges is fixed by the tile order.
-STRATA_HD CeRowStat ce_merge(CeRowStat a, CeRowStat b) {
-  if (b.m == -INFINITY) return {a.m, a.s, a.sumc + b.sumc, a.cy + b.cy};
-  if (a.m == -INFINITY) return {b.m, b.s, a.sumc + b.sumc, a.cy + b.cy};
-  const float m = a.m > b.m ? a.m : b.m;
-  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m), a.sumc + b.sumc, a.cy + b.cy};
-}
-
-// lse and loss_i of a finished row (not ignored).
-STRATA_HD float ce_lse(const CeRowStat& st) { return st.m + logf(st.s); }
-STRATA_HD float ce_row_loss(const CeRowStat& st, float lse, const CeOptions& o) {
-  return lse - (1.f - o.label_smoothing) * st.cy - o.label_smoothing / static_cast<float>(o.V) * st.sumc +
-         o.lse_square_scale * lse * lse;
-}
-
-}  // namespace chunk_ce
-using namespace chunk_ce;  // NOLINT: the op's own row math (see above)
 
 struct ChunkLossParams {
   // inputs (descriptor offsets applied)
@@ -110,7 +52,7 @@ struct ChunkLossParams {
   int64_t N = 0, D = 0, V = 0;
   int64_t ld_h = 0, ld_w = 0, ld_dh = 0, ld_dw = 0;
   int64_t bias_stride = 1, target_stride = 1, lse_stride = 1, db_stride = 1;
-  CeOptions ce;
+  CeConsts ce;                    // ce_consts(options, V): the per-row math's constants
   int32_t reduction = kReduceMean;
   float grad_scale = 1.f;         // gradients are those of grad_scale * G * L
   bool backward_op = false;       // chunk_loss_bwd: recompute from lse_in, no loss output

@@ -94,25 +94,22 @@ using DF = hn::ScalableTag<float>;
 
 // c = ce_logit(z + b) on a vector.
 template <class TB>
-HWY_INLINE hn::Vec<DF> LogitVec(DF df, const float* z, const TB* bias, const CeOptions& o) {
+HWY_INLINE hn::Vec<DF> LogitVec(DF df, const float* z, const TB* bias, const CeConsts& k) {
   auto v = hn::LoadU(df, z);
   if (bias) v = hn::Add(v, tv::LoadF32(df, bias));
-  v = hn::Mul(v, hn::Set(df, o.logit_scale));
-  if (o.softcap > 0.f) {
-    const auto cap = hn::Set(df, o.softcap);
-    v = hn::Mul(cap, hn::CallTanh(df, hn::Div(v, cap)));
-  }
+  v = hn::Mul(v, hn::Set(df, k.scale));
+  if (k.softcap_on) v = hn::Mul(hn::Set(df, k.cap), hn::CallTanh(df, hn::Mul(v, hn::Set(df, k.inv_cap))));
   return v;
 }
 
 template <class TB>
-HWY_INLINE float LogitScalar(const float* z, const TB* bias, int64_t j, const CeOptions& o) {
-  return ce_logit(z[j] + (bias ? to_f32(bias[j]) : 0.f), o);
+HWY_INLINE float LogitScalar(const float* z, const TB* bias, int64_t j, const CeConsts& k) {
+  return ce_logit(k, z[j] + (bias ? to_f32(bias[j]) : 0.f));
 }
 
 // Row statistics of one tile row: (max, sum exp(c - max), sum c, c_target).
 template <class TB>
-CeRowStat RowStat(const float* z, const TB* bias, int64_t cols, int64_t yj, const CeOptions& o) {
+CeRowStats RowStat(const float* z, const TB* bias, int64_t cols, int64_t yj, const CeConsts& o) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
   auto vmax = hn::Set(df, -INFINITY), vsum = hn::Zero(df);
@@ -134,14 +131,17 @@ CeRowStat RowStat(const float* z, const TB* bias, int64_t cols, int64_t yj, cons
     vs = hn::Add(vs, hn::CallExp(df, hn::Sub(LogitVec(df, z + j, bias ? bias + j : nullptr, o), vm)));
   float s = hn::GetLane(hn::SumOfLanes(df, vs));
   for (int64_t k = j; k < cols; ++k) s += std::exp(LogitScalar(z, bias, k, o) - m);
-  const float cy = yj >= 0 && yj < cols ? LogitScalar(z, bias, yj, o) : 0.f;
-  return {m, s, sumc, cy};
+  CeRowStats st;
+  st.lse = {m, s};
+  st.sum_c = sumc;
+  st.c_y = yj >= 0 && yj < cols ? LogitScalar(z, bias, yj, o) : 0.f;
+  return st;
 }
 
-// dZ of one row: coef s (p (1 + 2 lambda lse) - eps/V) softcap' everywhere, the target element by the scalar
-// formula (it adds -(1 - eps)).
+// dZ of one row: f (p_coef p - uniform) everywhere (ce_grad_row's constants for g = coef; f = 1 - t^2 with
+// softcap), the target element by the scalar formula (it also subtracts the target term).
 template <class TB, class TD>
-void RowGrad(const float* z, const TB* bias, int64_t cols, int64_t yj, float lse, float coef, const CeOptions& o,
+void RowGrad(const float* z, const TB* bias, int64_t cols, int64_t yj, float lse, float coef, const CeConsts& o,
              TD* dz) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
@@ -149,27 +149,27 @@ void RowGrad(const float* z, const TB* bias, int64_t cols, int64_t yj, float lse
     for (int64_t j = 0; j < cols; ++j) dz[j] = from_f32<TD>(0.f);
     return;
   }
+  const CeGradRow g = ce_grad_row(o, lse, coef);
   const auto vlse = hn::Set(df, lse);
-  const auto vmul = hn::Set(df, coef * o.logit_scale);
-  const auto vz = hn::Set(df, 1.f + 2.f * o.lse_square_scale * lse);
-  const auto veps = hn::Set(df, o.label_smoothing / static_cast<float>(o.V));
-  const auto vinvcap = hn::Set(df, o.softcap > 0.f ? 1.f / o.softcap : 0.f);
+  const auto vpcoef = hn::Set(df, g.p_coef);
+  const auto vuniform = hn::Set(df, g.uniform);
+  const auto vinvcap = hn::Set(df, o.inv_cap);
   const auto one = hn::Set(df, 1.f);
   // dz may alias z (in place): the target element's value is computed before the row is overwritten.
   const bool has_y = yj >= 0 && yj < cols;
-  const float dy = has_y ? ce_dlogit(LogitScalar(z, bias, yj, o), lse, true, coef, o) : 0.f;
+  const float dy = has_y ? ce_grad_from_logit(o, g, LogitScalar(z, bias, yj, o), true) : 0.f;
   int64_t j = 0;
   for (; j + L <= cols; j += L) {
     const auto c = LogitVec(df, z + j, bias ? bias + j : nullptr, o);
     const auto p = hn::CallExp(df, hn::Sub(c, vlse));
-    auto d = hn::Mul(vmul, hn::Sub(hn::Mul(p, vz), veps));
-    if (o.softcap > 0.f) {
+    auto d = hn::MulSub(p, vpcoef, vuniform);
+    if (o.softcap_on) {
       const auto t = hn::Mul(c, vinvcap);
       d = hn::Mul(d, hn::NegMulAdd(t, t, one));
     }
     tv::StoreF32(df, d, dz + j);
   }
-  for (; j < cols; ++j) dz[j] = from_f32<TD>(ce_dlogit(LogitScalar(z, bias, j, o), lse, false, coef, o));
+  for (; j < cols; ++j) dz[j] = from_f32<TD>(ce_grad_from_logit(o, g, LogitScalar(z, bias, j, o), false));
   if (has_y) dz[yj] = from_f32<TD>(dy);
 }
 
@@ -269,22 +269,21 @@ struct CpuBackend : BackendBase {
   void stats(const void* Zv, int32_t, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
              bool last) {
     const float* Z = static_cast<const float*>(Zv);
-    auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
+    auto* stat = reinterpret_cast<CeRowStats*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
     const float* b = bias_at(v0);
     tile::parallel_blocks(rows, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t r = i0; r < i1; ++r) {
         const int64_t row = r0 + r;
         const int64_t y = p.target[row * p.target_stride];
-        CeRowStat st = RowStat(Z + r * ldz, b, cols, y - v0, p.ce);
-        if (!first) st = ce_merge(stat[r], st);
+        CeRowStats st = RowStat(Z + r * ldz, b, cols, y - v0, p.ce);
+        if (!first) st = ce_stats_merge(stat[r], st);
         if (!last) {
           stat[r] = st;
           continue;
         }
-        const float l = ce_lse(st);
-        lse_w[row * lse_w_stride] = l;
-        rowloss[row] = y == p.ce.ignore_index ? 0.f : ce_row_loss(st, l, p.ce);
+        lse_w[row * lse_w_stride] = ce_lse(st.lse);
+        rowloss[row] = y == p.ce.ignore_index ? 0.f : ce_row_loss(p.ce, st, p.V);
       }
     });
   }

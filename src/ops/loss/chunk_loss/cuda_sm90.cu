@@ -36,23 +36,27 @@ __device__ __forceinline__ float ld(const T* p, int64_t i) {
   return to_f32(p[i]);
 }
 
-__device__ __forceinline__ CeRowStat shfl_stat(const CeRowStat& s, int o) {
-  return {__shfl_xor_sync(0xffffffffu, s.m, o), __shfl_xor_sync(0xffffffffu, s.s, o),
-          __shfl_xor_sync(0xffffffffu, s.sumc, o), __shfl_xor_sync(0xffffffffu, s.cy, o)};
+__device__ __forceinline__ CeRowStats shfl_stat(const CeRowStats& s, int o) {
+  CeRowStats r;
+  r.lse.m = __shfl_xor_sync(0xffffffffu, s.lse.m, o);
+  r.lse.s = __shfl_xor_sync(0xffffffffu, s.lse.s, o);
+  r.sum_c = __shfl_xor_sync(0xffffffffu, s.sum_c, o);
+  r.c_y = __shfl_xor_sync(0xffffffffu, s.c_y, o);
+  return r;
 }
 
 // Merge over the block in a fixed tree; thread 0 gets the result.
-__device__ CeRowStat block_merge(CeRowStat st) {
-  __shared__ CeRowStat warp_stat[kRowThreads / 32];
+__device__ CeRowStats block_merge(CeRowStats st) {
+  __shared__ CeRowStats warp_stat[kRowThreads / 32];
   // The xor tree merges the same pairs in the same order on every run.
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) st = ce_merge(st, shfl_stat(st, o));
+  for (int o = 16; o > 0; o >>= 1) st = ce_stats_merge(st, shfl_stat(st, o));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) warp_stat[warp] = st;
   __syncthreads();
   if (threadIdx.x == 0) {
     st = warp_stat[0];
-    for (int w = 1; w < kRowThreads / 32; ++w) st = ce_merge(st, warp_stat[w]);
+    for (int w = 1; w < kRowThreads / 32; ++w) st = ce_stats_merge(st, warp_stat[w]);
   }
   return st;
 }
@@ -64,58 +68,45 @@ struct RowArgs {
   int64_t bias_stride;
   const int64_t* target;
   int64_t target_stride;
-  CeOptions ce;
+  CeConsts ce;
+  int64_t V;              // vocabulary size (the smoothing denominator of the loss)
 };
 
 template <class TB, class TZ>
 __device__ __forceinline__ float logit_at(const RowArgs& a, const TZ* zr, int64_t j) {
   float z = to_f32(zr[j]);
   if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j) * a.bias_stride);
-  return ce_logit(z, a.ce);
-}
-
-// One element of the per-thread online statistics: running max m, sum of exp(c - m), sum of c (label
-// smoothing), the target's logit.
-__device__ __forceinline__ void stat_push(CeRowStat& st, float c, bool is_target) {
-  if (c > st.m) {
-    st.s = st.s * expf(st.m - c) + 1.f;  // exp(-inf) = 0 on the first element
-    st.m = c;
-  } else {
-    st.s += expf(c - st.m);
-  }
-  st.sumc += c;
-  if (is_target) st.cy = c;
+  return ce_logit(a.ce, z);
 }
 
 // The end of a row block's pass over one vocabulary tile: merge the threads' statistics, merge them into the
 // row's running statistics (stat[r]), and on the last tile write lse and the row's loss.
-__device__ __forceinline__ void finish_row(CeRowStat st, const RowArgs& a, CeRowStat* stat, int64_t r, bool first,
-                                           bool last, float* lse, int64_t lse_stride, float* rowloss, int64_t row,
-                                           int64_t y) {
+__device__ __forceinline__ void finish_row(CeRowStats st, const RowArgs& a, CeRowStats* stat, int64_t r,
+                                           bool first, bool last, float* lse, int64_t lse_stride, float* rowloss,
+                                           int64_t row, int64_t y) {
   st = block_merge(st);
   if (threadIdx.x != 0) return;
-  if (!first) st = ce_merge(stat[r], st);
+  if (!first) st = ce_stats_merge(stat[r], st);
   if (!last) {
     stat[r] = st;
     return;
   }
-  const float l = ce_lse(st);
-  lse[row * lse_stride] = l;
-  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(st, l, a.ce);
+  lse[row * lse_stride] = ce_lse(st.lse);
+  rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(a.ce, st, a.V);
 }
 
 template <class TB, class TZ>
 __global__ void __launch_bounds__(kRowThreads)
-    row_stats(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+    row_stats(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
   const TZ* zr = static_cast<const TZ*>(a.z) + r * a.ldz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;  // target column inside the tile (any value when outside)
-  CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+  CeRowStats st;  // empty: m = -inf, s = 0
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, TZ>(a, zr, j);
-    stat_push(st, c, j == yj);
+    ce_stats_add(st, c, j == yj);
   }
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
@@ -138,20 +129,20 @@ __device__ __forceinline__ void logits8(const RowArgs& a, int64_t j0, float (&c)
   for (int q = 0; q < 8; ++q) {
     float z = c[q];
     if (a.bias) z += ld(static_cast<const TB*>(a.bias), (a.v0 + j0 + q) * a.bias_stride);
-    c[q] = ce_logit(z, a.ce);
+    c[q] = ce_logit(a.ce, z);
   }
 }
 
 template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
-    row_stats_v8(RowArgs a, CeRowStat* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+    row_stats_v8(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
   const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;
   const int64_t nv = a.cols / 8;
-  CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+  CeRowStats st;  // empty: m = -inf, s = 0
   for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
     float c[8];
     unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
@@ -159,48 +150,40 @@ __global__ void __launch_bounds__(kRowThreads)
     float mv = c[0];
 #pragma unroll
     for (int q = 1; q < 8; ++q) mv = fmaxf(mv, c[q]);
-    if (mv > st.m) {
-      st.s *= expf(st.m - mv);  // exp(-inf) = 0 on the first vector
-      st.m = mv;
+    if (mv > st.lse.m) {
+      st.lse.s *= expf(st.lse.m - mv);  // exp(-inf) = 0 on the first vector
+      st.lse.m = mv;
     }
     // __expf (ex2.approx of x log2 e): relative error ~1e-7 for the arguments <= 0 that matter here; two
     // partial sums shorten the dependency chain.
     float e0 = 0.f, e1 = 0.f, sc = 0.f;
 #pragma unroll
     for (int q = 0; q < 8; q += 2) {
-      e0 += __expf(c[q] - st.m);
-      e1 += __expf(c[q + 1] - st.m);
+      e0 += __expf(c[q] - st.lse.m);
+      e1 += __expf(c[q + 1] - st.lse.m);
       sc += c[q] + c[q + 1];
     }
     const float e = e0 + e1;
-    st.s += e;
-    st.sumc += sc;
+    st.lse.s += e;
+    st.sum_c += sc;
     const int64_t off = yj - v * 8;
     if (off >= 0 && off < 8) {
 #pragma unroll
       for (int q = 0; q < 8; ++q)
-        if (q == off) st.cy = c[q];
+        if (q == off) st.c_y = c[q];
     }
   }
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
-    stat_push(st, c, j == yj);
+    ce_stats_add(st, c, j == yj);
   }
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
-// ce_dlogit with __expf (the 16-byte kernels: the result is rounded to bf16, far coarser than its error).
-__device__ __forceinline__ float ce_dlogit_fast(float c, float lse, bool is_target, float coef, const CeOptions& o) {
-  const float p = __expf(c - lse);
-  float dc = p * (1.f + 2.f * o.lse_square_scale * lse) - o.label_smoothing / static_cast<float>(o.V);
-  if (is_target) dc -= 1.f - o.label_smoothing;
-  float d = coef * o.logit_scale * dc;
-  if (o.softcap > 0.f) {
-    const float t = c / o.softcap;  // tanh(u / cap)
-    d *= 1.f - t * t;
-  }
-  return d;
-}
+// __expf (ex2.approx) for the 16-byte kernels: the gradient is rounded to bf16, far coarser than its error.
+struct FastExp {
+  __device__ __forceinline__ float operator()(float x) const { return __expf(x); }
+};
 
 // In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
 template <class TB>
@@ -211,7 +194,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
-  const float l = lse[row * lse_stride];
+  const CeGradRow g = ce_grad_row(a.ce, lse[row * lse_stride], coef);
   const int64_t yj = y - a.v0;
   const int64_t nv = a.cols / 8;
   for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
@@ -222,15 +205,15 @@ __global__ void __launch_bounds__(kRowThreads)
     uint32_t w[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float d0 = coef == 0.f ? 0.f : ce_dlogit_fast(c[2 * k], l, off == 2 * k, coef, a.ce);
-      const float d1 = coef == 0.f ? 0.f : ce_dlogit_fast(c[2 * k + 1], l, off == 2 * k + 1, coef, a.ce);
+      const float d0 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k], off == 2 * k, FastExp{});
+      const float d1 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k + 1], off == 2 * k + 1, FastExp{});
       w[k] = static_cast<uint32_t>(from_f32<bf16_t>(d0).bits) | (static_cast<uint32_t>(from_f32<bf16_t>(d1).bits) << 16);
     }
     reinterpret_cast<uint4*>(zr)[v] = make_uint4(w[0], w[1], w[2], w[3]);
   }
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
-    zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
+    zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c, j == yj));
   }
 }
 
@@ -245,11 +228,11 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t row = a.r0 + r;
   const int64_t y = a.target[row * a.target_stride];
   const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
-  const float l = lse[row * lse_stride];
+  const CeGradRow g = ce_grad_row(a.ce, lse[row * lse_stride], coef);
   const int64_t yj = y - a.v0;
   for (int64_t j = threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, TZ>(a, zr, j);
-    dr[j] = from_f32<TD>(coef == 0.f ? 0.f : ce_dlogit(c, l, j == yj, coef, a.ce));
+    dr[j] = from_f32<TD>(coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c, j == yj));
   }
 }
 
@@ -517,7 +500,7 @@ struct CudaBackend : BackendBase {
   strata_status count_targets() { return count_targets_now(); }
 
   RowArgs row_args(const void* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
-    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce};
+    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V};
   }
 
   // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
@@ -530,7 +513,7 @@ struct CudaBackend : BackendBase {
              bool last) {
     if (err || rows == 0) return;
     const RowArgs a = row_args(Z, ldz, rows, cols, r0, v0);
-    auto* stat = reinterpret_cast<CeRowStat*>(ws + L.stat);
+    auto* stat = reinterpret_cast<CeRowStats*>(ws + L.stat);
     auto* rowloss = reinterpret_cast<float*>(ws + L.rowloss);
     const bool v8 = vec8(Z, z_dt, ldz);
     cudaStream_t st = stream;

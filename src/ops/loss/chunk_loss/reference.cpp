@@ -15,8 +15,8 @@ strata_status chunk_loss_reference(const ChunkLossParams& p) {
   int64_t n_valid = 0;
   STRATA_RETURN_IF_ERROR(check_targets(p, &n_valid));
   const int64_t N = p.N, D = p.D, V = p.V;
-  const CeOptions& o = p.ce;
-  const double scale = o.logit_scale, cap = o.softcap, eps = o.label_smoothing, lam = o.lse_square_scale;
+  const CeConsts& o = p.ce;
+  const double scale = o.scale, cap = o.cap, eps = o.eps, lam = o.lambda;
   const double a = p.reduction == kReduceMean ? (n_valid > 0 ? 1.0 / static_cast<double>(n_valid) : 0.0) : 1.0;
   const double G = p.backward_op && p.dloss ? load_elem(p.dloss, p.stat_dtype, 0) : 1.0;
   const double coef = G * static_cast<double>(p.grad_scale) * a;

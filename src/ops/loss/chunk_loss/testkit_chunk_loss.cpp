@@ -104,8 +104,9 @@ loss::ChunkLossParams host_params(const HostTensor& h, const HostTensor& w, cons
   p.ld_w = w.desc.strides[0];
   p.bias_stride = b ? b->desc.strides[0] : 1;
   p.target_stride = t.desc.strides[0];
-  p.ce = loss::CeOptions{op.o.logit_scale, op.o.softcap, op.o.label_smoothing, op.o.lse_square_scale,
-                         op.o.ignore_index, p.V};
+  p.ce = loss::ce_consts(loss::CeOptions{op.o.logit_scale, op.o.softcap, op.o.label_smoothing,
+                                         op.o.lse_square_scale, op.o.ignore_index},
+                         p.V);
   p.reduction = op.o.reduction;
   p.grad_scale = static_cast<float>(op.G);
   return p;
@@ -158,7 +159,7 @@ Expect reference(const loss::ChunkLossParams& in, bool grad) {
 Expect naive(const loss::ChunkLossParams& in, bool grad, int32_t gdt) {
   const int64_t N = in.N, D = in.D, V = in.V;
   const int32_t dt = in.h_dtype;
-  const loss::CeOptions& o = in.ce;
+  const loss::CeConsts& o = in.ce;
   Expect e;
   e.loss.assign(1, 0.0);
   e.lse.resize(N);
@@ -175,17 +176,17 @@ Expect naive(const loss::ChunkLossParams& in, bool grad, int32_t gdt) {
       if (in.bias) s = static_cast<float>(round_to(dt, s)) + static_cast<float>(load_elem(in.bias, dt, j * in.bias_stride));
       z[i * V + j] = static_cast<float>(round_to(dt, s));
     }
-    loss::CeRowStat st{-INFINITY, 0.f, 0.f, 0.f};
+    loss::CeRowStats st;
     const int64_t y = in.target[i * in.target_stride];
-    for (int64_t j = 0; j < V; ++j) st = loss::ce_merge(st, {loss::ce_logit(z[i * V + j], o), 1.f, loss::ce_logit(z[i * V + j], o), j == y ? loss::ce_logit(z[i * V + j], o) : 0.f});
-    const float lse = loss::ce_lse(st);
+    for (int64_t j = 0; j < V; ++j) loss::ce_stats_add(st, loss::ce_logit(o, z[i * V + j]), j == y);
+    const float lse = loss::ce_lse(st.lse);
     e.lse[i] = lse;
     if (y == o.ignore_index) continue;
-    total += loss::ce_row_loss(st, lse, o);
-    if (grad)
-      for (int64_t j = 0; j < V; ++j)
-        dz[i * V + j] = static_cast<float>(
-            round_to(dt, loss::ce_dlogit(loss::ce_logit(z[i * V + j], o), lse, j == y, a * in.grad_scale, o)));
+    total += loss::ce_row_loss(o, st, V);
+    if (!grad) continue;
+    const loss::CeGradRow g = loss::ce_grad_row(o, lse, a * in.grad_scale);
+    for (int64_t j = 0; j < V; ++j)
+      dz[i * V + j] = static_cast<float>(round_to(dt, loss::ce_grad_from_logit(o, g, loss::ce_logit(o, z[i * V + j]), j == y)));
   }
   e.loss[0] = total * a;
   if (!grad) return e;

@@ -120,6 +120,22 @@ struct CeRowStats {
   float c_y = 0.f;
 };
 
+// Adds one transformed logit c to a row's statistics (is_target: c is the target's, c_y).
+STRATA_HD void ce_stats_add(CeRowStats& st, float c, bool is_target) {
+  lse_add(st.lse, c);
+  st.sum_c += c;
+  if (is_target) st.c_y = c;
+}
+
+// Merges the statistics of two disjoint column ranges of one row (a vocabulary tile into the running row,
+// or two threads' partials): the target lies in at most one of them, the other's c_y is 0.
+STRATA_HD CeRowStats ce_stats_merge(CeRowStats a, const CeRowStats& b) {
+  a.lse = lse_merge(a.lse, b.lse);
+  a.sum_c += b.sum_c;
+  a.c_y += b.c_y;
+  return a;
+}
+
 STRATA_HD float ce_lse(const OnlineLse& a) { return a.m + ce_log(a.s); }
 
 // Loss of a non-ignored row (see the file comment for the cancellation-free form). V = vocabulary size.
@@ -166,6 +182,26 @@ STRATA_HD float ce_grad_elem(const CeConsts& k, const CeGradRow& r, float z, boo
   float d = r.p_coef * ce_exp(c - r.lse) - r.uniform;
   if (is_target) d -= r.target;
   return f * d;
+}
+
+// dz_j of one element from its transformed logit c = ce_logit(k, z) (kernels that hold c already; with softcap
+// t = c / cap is tanh(u / cap) up to one rounding). exp_fn: the exponential (ce_exp, or a device-fast one where
+// the result is rounded to 16 bits).
+template <class ExpFn>
+STRATA_HD float ce_grad_from_logit(const CeConsts& k, const CeGradRow& r, float c, bool is_target, ExpFn exp_fn) {
+  float d = r.p_coef * exp_fn(c - r.lse) - r.uniform;
+  if (is_target) d -= r.target;
+  if (k.softcap_on) {
+    const float t = c * k.inv_cap;
+    d *= 1.f - t * t;
+  }
+  return d;
+}
+struct CeExp {
+  STRATA_HD float operator()(float x) const { return ce_exp(x); }
+};
+STRATA_HD float ce_grad_from_logit(const CeConsts& k, const CeGradRow& r, float c, bool is_target) {
+  return ce_grad_from_logit(k, r, c, is_target, CeExp{});
 }
 
 // Scalar row loops (tails, single-thread users, tests): statistics of z[0..V) and the gradient row.

@@ -103,6 +103,9 @@ strata_status fused_cross_entropy_reference(const CeParams& p);
 // The targets were checked and counted by the caller (count = #non-ignored rows).
 using CeCpuFn = void (*)(const CeParams&, int64_t count);
 CeCpuFn fused_cross_entropy_cpu(int64_t hwy_target);
+// The AVX3 build whose bf16 gradients are rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr if AVX3 was not
+// compiled); the caller offers it only on CPUs that have the feature (tile::cpu_has_avx512_bf16).
+CeCpuFn fused_cross_entropy_cpu_native_bf16();
 // Scale mode on the host (CeParams::scale_only): f32 products (the CPU implementations, rows split over the
 // threads in fixed blocks) or f64 (the reference); the targets were checked by the caller.
 void ce_scale_host(const CeParams& p, bool f64);
@@ -127,7 +130,7 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kLean, kLean256, kLeanPersist, kLeanPoly };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);

@@ -81,15 +81,22 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // with `rpg` consecutive rows per team (tpr 4..32, 256-thread blocks) or per block (tpr 128/256/512), all their
 // loads issued before the first use; `blocks_per_sm` > 0 makes the grid persistent (that many blocks per SM, at
 // most the occupancy, balanced steps); `hints` bit 0 streaming stores (st.global.cs), bit 1 L2 evict-first loads.
+// `stream` 5 (forward only, sm_90): the TMA kernels (row_norm_cuda_tma.cu): one tile of `rpg` consecutive dense
+// rows (1..256, at most 48 KiB of shared memory) per block, bulk-loaded into shared memory (cp.async.bulk +
+// mbarrier), normalised in place by teams of `tpr` lanes (4..32) with `nv` vectors per lane in registers (1, 2,
+// 4; the packed kernels' layout) or, nv 0 (tpr 32), a warp walking the row in shared memory twice, bulk-stored
+// whole; `hints` bit 0 stores with an L2 evict-first policy, bit 1 loads with it. One dtype for x and y, whole
+// aligned 16-byte vectors, dense x and y rows.
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
   int nv = 1;   // bulk: stages
   int rpg = 1;  // bulk: rows per stage
-  int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy, 4 multi-row (forward)
+  int stream = 0;  // 0 classic, 1 streaming, 2 packed, 3 bulk copy, 4 multi-row (forward), 5 TMA (forward)
   int max_blocks = 0;
   int hints = 0;  // bulk: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy;
-                  // multi: bit 0 stores with st.global.cs, bit 1 loads with the L2 evict-first policy
+                  // multi: bit 0 stores with st.global.cs, bit 1 loads with the L2 evict-first policy;
+                  // TMA: bit 0 bulk stores with the L2 evict-first policy, bit 1 bulk loads with it
   int blocks_per_sm = 0;  // multi only: 0 one step per block, > 0 a persistent grid of that many blocks per SM
 };
 // The configuration the launchers use when none is given: the packed kernels where the layout allows (two
@@ -106,7 +113,8 @@ RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // streaming choice, each packed configuration that covers the row with no idle lane, and on sm_90 the bulk-copy
 // choice with a finer (half the rows, 4 stages) and a coarser (twice the rows, 2 stages) stage ring, and the
 // choice with streaming stores (hints 1); forward: the multi-row kernels with the packed choice's team or block
-// and 2 (teams also 4) rows per step.
+// and 2 (teams also 4) rows per step, the multi-row default's configuration itself, and on sm_90 the TMA choice
+// with half and twice its rows per tile and with evict-first stores.
 std::vector<RowNormCudaConfig> row_norm_fwd_cuda_alternatives(const RowNormFwdParams& p);
 std::vector<RowNormCudaConfig> row_norm_bwd_cuda_alternatives(const RowNormBwdParams& p);
 // The classic kernels' choice alone (what the default was before the streaming kernels; the sweep compares).
@@ -130,6 +138,12 @@ std::string row_norm_fwd_cuda_bulk_reject(const RowNormFwdParams& p);
 std::string row_norm_bwd_cuda_bulk_reject(const RowNormBwdParams& p);
 int row_norm_fwd_cuda_bulk(const RowNormFwdParams& p, void* stream);
 int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream);
+// The implementation cuda.sm90.row_norm_tma (forward only): the TMA kernels with row_norm_tma_pick's
+// configuration (teams as the packed kernels, tiles of about 16 KiB). The reject function gives "" where they
+// apply to p's shape, dtypes and layouts (plan time, without pointers) and the device is sm_90 or newer; the
+// launcher falls back to the default kernels when a run's pointers are not 16-byte aligned.
+std::string row_norm_fwd_cuda_tma_reject(const RowNormFwdParams& p);
+int row_norm_fwd_cuda_tma(const RowNormFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::norm

@@ -25,6 +25,7 @@
 #include "opbase/dtype.h"
 #include "ops/norm/common/row_norm.h"
 #include "ops/norm/common/row_norm_cuda_multi.h"
+#include "ops/norm/common/row_norm_cuda_tma.h"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/reduce.cuh"
 #include "tile/cuda/vec_io.cuh"
@@ -894,8 +895,9 @@ bool bulk_known(const RowNormCudaConfig& c) {
 
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
-  if (c.hints != 0 && c.stream != 3 && c.stream != 4) return false;  // cache hints: bulk and multi-row kernels
+  if (c.hints != 0 && c.stream != 3 && c.stream != 4 && c.stream != 5) return false;  // cache hints: bulk, multi, tma
   if (c.blocks_per_sm != 0 && c.stream != 4) return false;           // persistent grids: multi-row kernels
+  if (c.stream == 5) return row_norm_tma_known(c);
   if (c.stream == 4) return row_norm_multi_known(c) && c.hints >= 0 && c.hints <= 3 && c.blocks_per_sm >= 0;
   if (c.stream == 3) return bulk_known(c);
   if (c.stream == 2) return packed_known(c);
@@ -919,6 +921,7 @@ struct StreamFacts {
   bool same = false, vec_ok = false;
   bool uniform = false;  // every row tensor (and rstd / dr) has equally spaced rows (the packed kernels need it)
   bool dense = false;    // the row tensors read in tiles (x; src, dout) have row r at base + r * D (bulk kernels)
+  bool out_dense = false;  // the forward's y (if any) has row r at base + r * D (TMA kernels: tiles stored whole)
   bool bulk_kind = true;  // the backward kind is one the bulk kernels compute (not kFactor)
   int tensors = 1;       // row tensors read per row (1 forward, 2 backward): a bulk stage holds them all
 };
@@ -950,6 +953,21 @@ std::string config_reject(const RowNormCudaConfig& c, int64_t D, bool chunk_ok, 
   if (c.stream == 4) {
     if (sf.tensors != 1) return "the multi-row kernels are forward only";
     if (!sf.uniform) return "the multi-row kernels need equally spaced rows (mergeable leading dimensions)";
+  }
+  if (c.stream == 5) {
+    const int ve = cuda::vec16_elems(sf.dtype);
+    if (sf.tensors != 1) return "the TMA kernels are forward only";
+    if (!sf.same) return "the TMA kernels need one dtype for x and y";
+    if (D == 0 || D % ve != 0 || !sf.vec_ok) return "rows cannot be read in aligned 16-byte vectors";
+    if (!sf.uniform || !sf.dense || !sf.out_dense)
+      return "the TMA kernels need dense rows (row stride D) in x and y and equally spaced rstd";
+    if (c.nv > 0 && static_cast<int64_t>(c.tpr) * c.nv * ve < D) return "the configuration does not cover D";
+    const int64_t smem = row_norm_tma_smem_bytes(D / ve, c.rpg);
+    if (smem > kTmaMaxSmem)
+      return "a tile of " + std::to_string(smem) + " bytes exceeds the " + std::to_string(kTmaMaxSmem) +
+             " bytes of shared memory of a TMA block";
+    if (!device_has_bulk_copy()) return "the TMA kernels need sm_90 (cp.async.bulk)";
+    return {};
   }
   if (c.stream == 3) {
     const int ve = cuda::vec16_elems(sf.dtype);
@@ -1330,6 +1348,7 @@ StreamFacts fwd_stream_facts(const RowNormFwdParams& p) {
   f.vec_ok = fwd_chunk_ok(p, cuda::vec16_elems(p.x_dtype));
   f.uniform = p.x_rows.uniform() && (!p.y || p.y_rows.uniform()) && p.rstd_rows.uniform();
   f.dense = dense_rows(p.x_rows, p.D);
+  f.out_dense = !p.y || dense_rows(p.y_rows, p.D);
   f.tensors = 1;
   return f;
 }
@@ -1391,6 +1410,15 @@ std::vector<RowNormCudaConfig> row_norm_cuda_all_configs() {
     c.blocks_per_sm = 2, c.hints = 3;
     v.push_back(c);
   }
+  // TMA (forward): every (tpr, nv) instance with 64-row tiles; the pick's teams with 1, 2, 5, 32 and 128 rows
+  // per tile (partial tiles, tiles of one row, the larger tiles the sweep times) and each cache hint.
+  for (const RowNormCudaConfig& c : row_norm_tma_instances()) v.push_back(c);
+  for (const auto& tn : {std::pair{8, 2}, std::pair{16, 2}, std::pair{32, 4}, std::pair{32, 0}})
+    for (int rpt : {1, 2, 5, 32, 128}) {
+      RowNormCudaConfig c{0, tn.first, tn.second, rpt, 5};
+      v.push_back(c);
+    }
+  for (int hints = 1; hints <= 3; ++hints) v.push_back(RowNormCudaConfig{0, 8, 2, 64, 5, 0, hints});
   for (int ce : {8, 16})
     for (int tpr : {1, 2, 4, 8, 16, 32, 128, 256, 512})
       for (int nv : {1, 2, 4, 8})
@@ -1472,6 +1500,34 @@ std::vector<RowNormCudaConfig> alternatives(int64_t D, const StreamFacts& sf, co
         RowNormCudaConfig m{0, pk.tpr, pk.nv, rows, 4};
         if (row_norm_multi_known(m)) v.push_back(m);
       }
+    // Forward: the multi-row default itself (with its cache hints), so that atk times the forced kernel beside
+    // the plan's row (session 8: s7run3's atk read 0.1448 ms for the rmsnorm plan row against 0.132-0.134 ms for
+    // this configuration in the sweep and torch_peers).
+    if (sf.tensors == 1) {
+      const RowNormCudaConfig m = row_norm_multi_default(D, sf.dtype);
+      const bool listed = std::any_of(v.begin(), v.end(), [&m](const RowNormCudaConfig& o) {
+        return o.stream == m.stream && o.tpr == m.tpr && o.nv == m.nv && o.rpg == m.rpg && o.hints == m.hints &&
+               o.blocks_per_sm == m.blocks_per_sm;
+      });
+      if (m.stream == 4 && !listed && config_reject(m, D, false, FwdKernels::kMaxGroupNv, sf).empty()) v.push_back(m);
+    }
+  }
+  // Forward, sm_90: the TMA choice (tiles of 16 KiB), the same with 32- and 128-row tiles, and with evict-first
+  // stores.
+  if (sf.tensors == 1 && device_has_bulk_copy()) {
+    const int ve = cuda::vec16_elems(sf.dtype);
+    const RowNormCudaConfig tm = D % ve == 0 ? row_norm_tma_pick(D / ve) : RowNormCudaConfig{};
+    if (tm.stream == 5 && config_reject(tm, D, false, FwdKernels::kMaxGroupNv, sf).empty()) {
+      v.push_back(tm);
+      for (int rpt : {tm.rpg / 2, tm.rpg * 2}) {
+        RowNormCudaConfig o = tm;
+        o.rpg = rpt;
+        if (rpt >= 1 && config_reject(o, D, false, FwdKernels::kMaxGroupNv, sf).empty()) v.push_back(o);
+      }
+      RowNormCudaConfig h = tm;
+      h.hints = 1;
+      v.push_back(h);
+    }
   }
   // The bulk-copy choice, the same with half the rows per stage in 4 stages (a finer ring), and with twice the
   // rows in 2 stages (larger copies), where they fit.
@@ -1539,6 +1595,7 @@ namespace {
 // The forward launcher of every kind (the multi-row kernels live in row_norm_cuda_multi.cu).
 int launch_fwd(const RowNormFwdParams& p, const RowNormCudaConfig& c, void* stream) {
   if (c.stream == 4) return row_norm_fwd_multi_launch(p, c, stream);
+  if (c.stream == 5) return row_norm_fwd_tma_launch(p, c, stream);
   return launch<FwdKernels>(p, c, static_cast<cudaStream_t>(stream));
 }
 }  // namespace
@@ -1546,6 +1603,22 @@ int launch_fwd(const RowNormFwdParams& p, const RowNormCudaConfig& c, void* stre
 int row_norm_fwd_cuda_bulk(const RowNormFwdParams& p, void* stream) {
   RowNormCudaConfig c;
   if (!bulk_reject(p, fwd_stream_facts(p), &c).empty()) c = row_norm_fwd_cuda_config(p);  // e.g. misaligned pointers
+  return launch_fwd(p, c, stream);
+}
+// The TMA configuration of a problem, or why there is none.
+std::string row_norm_fwd_cuda_tma_reject(const RowNormFwdParams& p) {
+  const StreamFacts sf = fwd_stream_facts(p);
+  const int ve = cuda::vec16_elems(sf.dtype);
+  if (p.D == 0 || p.D % ve != 0) return "rows cannot be read in aligned 16-byte vectors";
+  const RowNormCudaConfig c = row_norm_tma_pick(p.D / ve);
+  if (c.stream != 5) return "a row is larger than the 48 KiB of shared memory of a TMA block";
+  return config_reject(c, p.D, false, FwdKernels::kMaxGroupNv, sf);
+}
+int row_norm_fwd_cuda_tma(const RowNormFwdParams& p, void* stream) {
+  const int ve = cuda::vec16_elems(p.x_dtype);
+  RowNormCudaConfig c = p.D > 0 && p.D % ve == 0 ? row_norm_tma_pick(p.D / ve) : RowNormCudaConfig{};
+  // Run time (pointers known): misaligned tensors, or rows the TMA kernels do not take, run the default kernels.
+  if (c.stream != 5 || !row_norm_fwd_cuda_config_reject(p, c).empty()) c = row_norm_fwd_cuda_config(p);
   return launch_fwd(p, c, stream);
 }
 int row_norm_bwd_cuda_bulk(const RowNormBwdParams& p, void* stream) {

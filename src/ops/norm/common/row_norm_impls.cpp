@@ -45,14 +45,17 @@ std::string dtypes_reason(const RowNormBwdParams& p) {
   return {};
 }
 
-// [cuda, cuda bulk], cpu.<isa> for each compiled ISA, reference: the same list shape for forward and backward.
+// [cuda, cuda bulk, (forward) cuda tma], cpu.<isa> for each compiled ISA, reference.
 // cuda.sm90.row_norm_bulk comes second, so it runs only when forced (STRATA_FORCE_IMPL, the conformance
-// driver): the bulk-copy kernels are not a default until a GPU run has timed them (session 6).
+// driver): the bulk-copy kernels lost to the default in s6run2. cuda.sm90.row_norm_tma (forward only; session
+// 8, written without a GPU) comes third, forced-only until a GPU run has timed it.
 template <class Problem, class CpuFn>
 ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf16)(),
                             int (*cuda_kernel)(const decltype(Problem::params)&, void*),
                             int (*cuda_bulk)(const decltype(Problem::params)&, void*),
                             std::string (*cuda_bulk_reject)(const decltype(Problem::params)&),
+                            int (*cuda_tma)(const decltype(Problem::params)&, void*),
+                            std::string (*cuda_tma_reject)(const decltype(Problem::params)&),
                             void (*reference)(const decltype(Problem::params)&)) {
   ImplList<Problem> l;
 #if STRATA_WITH_CUDA
@@ -75,10 +78,23 @@ ImplList<Problem> make_list(CpuFn (*cpu_kernel)(int64_t), CpuFn (*cpu_native_bf1
                [cuda_bulk](const Problem& p, const Launch& launch) {
                  return static_cast<strata_status>(cuda_bulk(bind(p, launch), launch.cuda_stream));
                }});
+  if (cuda_tma)
+    l.push_back({"cuda.sm90.row_norm_tma",
+                 [cuda_tma_reject](const Problem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty()) r = dtypes_reason(p.params);
+                   return r.empty() ? cuda_tma_reject(p.params) : r;
+                 },
+                 {},
+                 [cuda_tma](const Problem& p, const Launch& launch) {
+                   return static_cast<strata_status>(cuda_tma(bind(p, launch), launch.cuda_stream));
+                 }});
 #else
   (void)cuda_kernel;
   (void)cuda_bulk;
   (void)cuda_bulk_reject;
+  (void)cuda_tma;
+  (void)cuda_tma_reject;
 #endif
   // A CPU entry: device, then the ISA (`isa_reason` says why this host cannot run it, "" if it can), then dtypes.
   auto cpu_entry = [&l](std::string name, std::function<std::string()> isa_reason, CpuFn fn) {
@@ -120,6 +136,8 @@ constexpr int (*kCudaFwdBulk)(const RowNormFwdParams&, void*) = row_norm_fwd_cud
 constexpr int (*kCudaBwdBulk)(const RowNormBwdParams&, void*) = row_norm_bwd_cuda_bulk;
 constexpr std::string (*kCudaFwdBulkReject)(const RowNormFwdParams&) = row_norm_fwd_cuda_bulk_reject;
 constexpr std::string (*kCudaBwdBulkReject)(const RowNormBwdParams&) = row_norm_bwd_cuda_bulk_reject;
+constexpr int (*kCudaFwdTma)(const RowNormFwdParams&, void*) = row_norm_fwd_cuda_tma;
+constexpr std::string (*kCudaFwdTmaReject)(const RowNormFwdParams&) = row_norm_fwd_cuda_tma_reject;
 #else
 constexpr int (*kCudaFwd)(const RowNormFwdParams&, void*) = nullptr;
 constexpr int (*kCudaBwd)(const RowNormBwdParams&, void*) = nullptr;
@@ -127,21 +145,23 @@ constexpr int (*kCudaFwdBulk)(const RowNormFwdParams&, void*) = nullptr;
 constexpr int (*kCudaBwdBulk)(const RowNormBwdParams&, void*) = nullptr;
 constexpr std::string (*kCudaFwdBulkReject)(const RowNormFwdParams&) = nullptr;
 constexpr std::string (*kCudaBwdBulkReject)(const RowNormBwdParams&) = nullptr;
+constexpr int (*kCudaFwdTma)(const RowNormFwdParams&, void*) = nullptr;
+constexpr std::string (*kCudaFwdTmaReject)(const RowNormFwdParams&) = nullptr;
 #endif
 
 }  // namespace
 
 const ImplList<RowNormFwdProblem>& row_norm_fwd_impls() {
   static const auto impls = make_list<RowNormFwdProblem>(row_norm_fwd_cpu, row_norm_fwd_cpu_native_bf16,
-                                                         kCudaFwd, kCudaFwdBulk, kCudaFwdBulkReject,
-                                                         row_norm_fwd_reference);
+                                                         kCudaFwd, kCudaFwdBulk, kCudaFwdBulkReject, kCudaFwdTma,
+                                                         kCudaFwdTmaReject, row_norm_fwd_reference);
   return impls;
 }
 
 const ImplList<RowNormBwdProblem>& row_norm_bwd_impls() {
   static const auto impls = make_list<RowNormBwdProblem>(row_norm_bwd_cpu, row_norm_bwd_cpu_native_bf16,
-                                                         kCudaBwd, kCudaBwdBulk, kCudaBwdBulkReject,
-                                                         row_norm_bwd_reference);
+                                                         kCudaBwd, kCudaBwdBulk, kCudaBwdBulkReject, nullptr,
+                                                         nullptr, row_norm_bwd_reference);
   return impls;
 }
 

@@ -159,6 +159,9 @@ class RowNormHarness final : public atk::OpHarness {
       return fmt::format("bulk tpr={} stages={} rows/stage={}{}", c.tpr, c.nv, c.rpg,
                          c.hints & 1 ? (c.hints & 2 ? " cs-stores no-load-hint" : " cs-stores")
                                      : (c.hints & 2 ? " no-load-hint" : ""));
+    if (c.stream == 5)
+      return fmt::format("tma tpr={} nv={} rows/tile={}{}{}", c.tpr, c.nv, c.rpg, c.hints & 1 ? " ef-stores" : "",
+                         c.hints & 2 ? " ef-loads" : "");
     if (c.stream == 4)
       return fmt::format("multi tpr={} nv={} rows={}{}{}{}", c.tpr, c.nv, c.rpg, c.hints & 1 ? " cs-stores" : "",
                          c.hints & 2 ? " ef-loads" : "",

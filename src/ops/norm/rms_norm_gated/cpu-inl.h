@@ -34,6 +34,7 @@
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
+#define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
 #ifndef STRATA_RNG_CPU_ONCE
@@ -47,6 +48,9 @@ constexpr int64_t kRngStreamBytes = 4 << 20;
 #endif
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::norm::HWY_NAMESPACE {
 namespace tv = strata::tile::HWY_NAMESPACE;
 namespace hn = hwy::HWY_NAMESPACE;
@@ -58,6 +62,11 @@ void RngFwdF32(const RmsNormGatedFwdParams& p);
 void RngFwdBf16(const RmsNormGatedFwdParams& p);
 void RngFwdF16(const RmsNormGatedFwdParams& p);
 void RngBwdAny(const RmsNormGatedBwdParams& p);
+// kNative instances ("cpu.avx512_bf16", session 8): the direct-row kernels with bf16 outputs rounded by
+// AVX512-BF16's vcvtneps2bf16 (one instruction per 16 outputs instead of about ten integer ones; both round to
+// nearest even, so the same bits); on targets other than AVX3 they are the portable kernels.
+void RngFwdBf16Native(const RmsNormGatedFwdParams& p);
+void RngBwdNative(const RmsNormGatedBwdParams& p);  // bf16 native, f32/f16 as RngBwdAny
 
 // act(v) into a, act'(v) into ag (when ag is wanted). sigmoid(v) = 1 / (1 + exp(-v)) is the shared vector
 // sigmoid of tile/cpu/math-inl.h for the activations' dtype T: for bf16/f16 rows the reduced-precision one
@@ -201,7 +210,7 @@ inline void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_
 // A short row of exactly NV vectors (D = NV * lanes; unit column strides, no residual) held in registers: one
 // load and one conversion per element instead of the scratch-row passes. Groups are gv whole vectors; a
 // group's sum of squares is one vector accumulator in vector order, then one lane sum (a fixed order).
-template <int NV, bool kStream, class TX>
+template <int NV, bool kStream, bool kNative, class TX>
 HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
                          int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* w, const float* b, int gv,
                          float inv_g, float eps, bool nbg, int32_t act) {
@@ -235,12 +244,12 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
   for (int k = 0; k < NV; ++k) {
     VF o = hn::MulAdd(hn::Mul(h[k], hn::Set(df, rs[k])), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
     if (nbg) o = hn::Mul(o, a[k]);
-    tv::StoreOut<kStream, false>(df, o, yr + k * N);
+    tv::StoreOut<kStream, kNative>(df, o, yr + k * N);
   }
 }
 
 // ShortRow for rows [r0, r1) when the problem qualifies; false otherwise.
-template <class TX>
+template <bool kNative, class TX>
 bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const float* w, const float* b, bool stream) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -261,7 +270,7 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
     constexpr int NV = decltype(nv_tag)::value;
     constexpr bool S = decltype(stream_tag)::value;
     for (int64_t r = r0; r < r1; ++r)
-      ShortRow<NV, S>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
+      ShortRow<NV, S, kNative>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
                       p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
                       act);
   });
@@ -274,7 +283,7 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
 // general path's six over f32 scratch rows (load x, load z, act, sum, normalize, store); the same values in
 // the same order (DotF32's accumulation), so the same bits as that path when G is a multiple of the vector
 // length (otherwise the scalar tails are per group instead of per row, and a few act(z) round differently).
-template <bool kStream, class TX>
+template <bool kStream, bool kNative, class TX>
 HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
                               int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* HWY_RESTRICT w,
                               const float* HWY_RESTRICT b, int64_t D, int64_t G, float inv_g, float eps, bool nbg,
@@ -329,7 +338,7 @@ HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT 
       } else {
         o = hn::MulAdd(hn::Mul(hn::LoadU(df, sa + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k));
       }
-      tv::StoreOut<kStream, false>(df, o, y + k);
+      tv::StoreOut<kStream, kNative>(df, o, y + k);
     }
     for (; k < G; ++k) {
       float o = (nbg ? to_f32(x[k]) : sa[k]) * rs * wg[k] + bg[k];
@@ -339,7 +348,7 @@ HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT 
   }
 }
 
-template <class TX>
+template <class TX, bool kNative = false>
 void FwdRows(const RmsNormGatedFwdParams& p) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -357,7 +366,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   const bool direct = !p.residual && !p.residual_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
                       p.y_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
-    if (ShortRows<TX>(p, r0, r1, w.data(), b.data(), stream)) {
+    if (ShortRows<kNative, TX>(p, r0, r1, w.data(), b.data(), stream)) {
       if (stream) hwy::FlushStream();
       return;
     }
@@ -369,10 +378,10 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
         const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
         // Non-temporal stores need whole 16-byte-or-wider vectors at every group start.
         if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, yr))
-          LongRowDirect<true>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+          LongRowDirect<true, kNative>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
                               w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
         else
-          LongRowDirect<false>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
+          LongRowDirect<false, kNative>(xr, zr, yr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride,
                                w.data(), b.data(), D, G, inv_g, p.eps, nbg, act, sa);
       }
       if (stream) hwy::FlushStream();
@@ -433,7 +442,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // (now in L1), forms nrm and dn again and writes dx (and gate-before-norm's dz). Two sweeps per group
 // instead of the general path's eight over f32 scratch rows; the same values in the same order (DotF32's
 // accumulation), so the same bits as that path when G is a multiple of the vector length (see LongRowDirect).
-template <bool kStream, class TX>
+template <bool kStream, bool kNative, class TX>
 HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, const TX* HWY_RESTRICT dyr,
                              TX* HWY_RESTRICT dxr, TX* HWY_RESTRICT dzr, const void* rstd, int32_t rstd_dtype, int64_t so,
                              int64_t rstd_col, const float* HWY_RESTRICT w, const float* HWY_RESTRICT bias, int64_t D,
@@ -474,7 +483,7 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
       nrm_dn(k, av, nv, dterm, dn);
       if (nbg) {
         const VF o = hn::MulAdd(nv, hn::LoadU(df, wg + k), hn::LoadU(df, bias + j0 + k));
-        tv::StoreOut<kStream, false>(df, hn::Mul(hn::Mul(tv::LoadF32(df, dy + k), o), ag), dzr + j0 + k);
+        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(tv::LoadF32(df, dy + k), o), ag), dzr + j0 + k);
       } else {
         hn::StoreU(ag, df, sg + k);
       }
@@ -524,10 +533,10 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
       nrm_dn(k, av, nv, dterm, dn);
       const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, dn));
       if (nbg) {
-        tv::StoreOut<kStream, false>(df, d, dxr + j0 + k);
+        tv::StoreOut<kStream, kNative>(df, d, dxr + j0 + k);
       } else {
-        tv::StoreOut<kStream, false>(df, hn::Mul(d, av), dxr + j0 + k);
-        tv::StoreOut<kStream, false>(df, hn::Mul(hn::Mul(d, tv::LoadF32(df, x + k)), hn::LoadU(df, sg + k)),
+        tv::StoreOut<kStream, kNative>(df, hn::Mul(d, av), dxr + j0 + k);
+        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(d, tv::LoadF32(df, x + k)), hn::LoadU(df, sg + k)),
                                      dzr + j0 + k);
       }
     }
@@ -546,7 +555,7 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
   }
 }
 
-template <class TX>
+template <class TX, bool kNative = false>
 void BwdRows(const RmsNormGatedBwdParams& p) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -581,10 +590,10 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         // Non-temporal stores need whole 16-byte-or-wider vectors at every group start of both outputs.
         if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, dxr) &&
             tv::StreamAligned(df, dzr))
-          BwdRowDirect<true>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
+          BwdRowDirect<true, kNative>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
                              p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
         else
-          BwdRowDirect<false>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
+          BwdRowDirect<false, kNative>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
                               p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
       }
       if (stream) hwy::FlushStream();

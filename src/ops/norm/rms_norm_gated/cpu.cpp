@@ -7,6 +7,9 @@
 #include "ops/norm/rms_norm_gated/cpu-inl.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // the AVX512-BF16 instances (cpu-inl.h)
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::norm::HWY_NAMESPACE {
 
 void RngFwd(const RmsNormGatedFwdParams& p) {
@@ -21,6 +24,16 @@ void RngBwd(const RmsNormGatedBwdParams& p) {
   if (p.D == 0) return;
   RngBwdAny(p);
 }
+// The "cpu.avx512_bf16" entries (taken from the AVX3 table only): bf16 through the native-rounding kernels.
+void RngFwdNative(const RmsNormGatedFwdParams& p) {
+  if (p.rows == 0 || p.D == 0) return;
+  if (p.x_dtype == STRATA_DTYPE_BF16) RngFwdBf16Native(p);
+  else RngFwd(p);
+}
+void RngBwdNativeEntry(const RmsNormGatedBwdParams& p) {
+  if (p.D == 0) return;
+  RngBwdNative(p);
+}
 
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -29,9 +42,13 @@ HWY_AFTER_NAMESPACE();
 namespace strata::norm {
 HWY_EXPORT(RngFwd);
 HWY_EXPORT(RngBwd);
+HWY_EXPORT(RngFwdNative);
+HWY_EXPORT(RngBwdNativeEntry);
 
 RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngFwd, hwy_target); }
 RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(RngBwd, hwy_target); }
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(RngFwdNative, HWY_AVX3); }
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu_native_bf16() { return STRATA_HWY_FOR_TARGET(RngBwdNativeEntry, HWY_AVX3); }
 int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p) {
   if (p.rows == 0 || p.D == 0) return 0;
   return (p.rows + rng_rows_per_block(p.D) - 1) / rng_rows_per_block(p.D);

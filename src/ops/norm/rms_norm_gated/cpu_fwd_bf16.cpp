@@ -6,7 +6,11 @@
 #include "ops/norm/rms_norm_gated/cpu-inl.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // the AVX512-BF16 instances (cpu-inl.h)
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::norm::HWY_NAMESPACE {
 void RngFwdBf16(const RmsNormGatedFwdParams& p) { FwdRows<bf16_t>(p); }
+void RngFwdBf16Native(const RmsNormGatedFwdParams& p) { FwdRows<bf16_t, true>(p); }
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

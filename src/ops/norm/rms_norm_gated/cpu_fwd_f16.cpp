@@ -6,6 +6,9 @@
 #include "ops/norm/rms_norm_gated/cpu-inl.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3  // the AVX512-BF16 instances (cpu-inl.h)
+#pragma GCC target("avx512bf16")
+#endif
 namespace strata::norm::HWY_NAMESPACE {
 void RngFwdF16(const RmsNormGatedFwdParams& p) { FwdRows<f16_t>(p); }
 }  // namespace strata::norm::HWY_NAMESPACE

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "tile/cuda/fast_math.cuh"
@@ -107,6 +108,14 @@ __device__ __forceinline__ void vact_both(int32_t act, bool fast, float v, float
     ag = s * (1.f - s);
   }
 }
+
+// Row offsets of equally spaced rows (RowLayout::uniform(), host-checked by the kernels that use it): no 64-bit
+// division (RowLayout::row_offset's general path) and none of its registers.
+__device__ __forceinline__ int64_t row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
+// A row's y and rstd offsets (team_fwd_row's offs()).
+struct YsOffs {
+  int64_t yo, so;
+};
 
 // ---- per-element row math shared by every vector kernel (team, block, ring; see rms_norm_gated.h) ----
 // Forward output of one element: u = h (norm_before_gate) or h (not yet gated, gate_before_norm), rs = r.
@@ -222,6 +231,22 @@ struct Config {
   int tpr = 0, nv = 0;  // tpr 0: looped
 };
 
+// Calls f(tpr, nv) (std::integral_constant values) for a lane-team Config of choose(): tpr 4 / 8 / 16 with one
+// chunk per lane, 32 with 1 / 2 / 4 chunks per lane (every lane-team kernel is instantiated for these).
+template <class F>
+auto visit_team(const Config& c, F&& f) {
+  using std::integral_constant;
+  switch (c.tpr) {
+    case 4: return f(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    case 8: return f(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    case 16: return f(integral_constant<int, 16>{}, integral_constant<int, 1>{});
+    default:
+      if (c.nv == 1) return f(integral_constant<int, 32>{}, integral_constant<int, 1>{});
+      if (c.nv == 2) return f(integral_constant<int, 32>{}, integral_constant<int, 2>{});
+      return f(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+  }
+}
+
 inline int pow2ceil(int64_t v) {
   int p = 1;
   while (p < v) p <<= 1;
@@ -267,6 +292,88 @@ inline int64_t bwd_partials(const RmsNormGatedBwdParams& p) {
   // syncs, and 2 resident blocks per SM left the memory idle during them.
   const int64_t cap = std::clamp<int64_t>((int64_t{1} << 21) / p.D, 528, 4096);
   return std::min<int64_t>(p.rows, cap);
+}
+
+// Phase 1 of the lane-team backward for one live chunk of kV elements (bwd_stream_rows in cuda_sm90.cu, bwd_ring
+// in cuda_sm90_ring.cu): adds the chunk's dweight / dbias terms to dw / db and returns its partial of the group
+// sum of dn * (normalised value); norm_before_gate also gives dz (to store) and dn = dov w (kept for phase 2).
+__device__ __forceinline__ float bwd_team_phase1(int32_t act, bool fast, bool nbg, const float (&h)[kV],
+                                                 const float (&z)[kV], const float (&dy)[kV], float rr,
+                                                 const float (&w)[kV], const float (&b)[kV], float (&dw)[kV],
+                                                 float (&db)[kV], float (&dn)[kV], float (&dz)[kV]) {
+  float part = 0.f;
+  if (nbg) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      float xh, dov;
+      bwd_nbg_terms(act, fast, h[e], z[e], dy[e], rr, w[e], b[e], dz[e], xh, dov);
+      dw[e] = fmaf(dov, xh, dw[e]);
+      db[e] += dov;
+      dn[e] = dov * w[e];
+      part = fmaf(dn[e], xh, part);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      const float uh = bwd_gbn_uh(act, fast, h[e], z[e], rr);
+      dw[e] = fmaf(dy[e], uh, dw[e]);
+      db[e] += dy[e];
+      part = fmaf(dy[e] * w[e], uh, part);
+    }
+  }
+  return part;
+}
+
+// One row of the lane-team forward, shared by fwd_team_packed (cuda_sm90.cu) and fwd_ring (cuda_sm90_ring.cu):
+// lane t of a team of TPR lanes holds chunks ci = t + k TPR (k < NV) of the row's x and z, packed (zeros for a
+// dead row and for chunks past D: they add nothing to the sums, as x = 0 gives u = 0 in both gate orders). The
+// group sums run over the team with every lane of the warp (live or not); then a live row writes rstd at each
+// group start and y = fwd_out(...) chunk by chunk through store(yo, col, o). offs() gives the row's y and rstd
+// offsets {yo, so} (asked only for a live row). wh: the lane's weight chunk when hoisted (kHoistW: one chunk
+// per lane), else the weight is loaded per chunk.
+template <int TPR, int NV, bool kHoistW, class Offs, class Store>
+__device__ __forceinline__ void team_fwd_row(const RmsNormGatedFwdParams& p, const VecFlags& vf, float inv_g,
+                                             const uint4 (&xv)[NV], const uint4 (&zv)[NV], int t, bool live,
+                                             const float (&wh)[kHoistW ? kV : 1], Offs&& offs, Store&& store) {
+  const int32_t xdt = p.x_dtype;  // bf16 or f16 (host-checked)
+  const bool nbg = p.norm_before_gate;
+  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  float part[NV], tot[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    float u[kV];
+    cuda::unpack8(xv[k], xdt, u);
+    if (!nbg) {
+      float z[kV];
+      cuda::unpack8(zv[k], xdt, z);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, true, z[e]);
+    }
+    part[k] = 0.f;
+#pragma unroll
+    for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
+  }
+  group_totals<TPR, NV>(part, tot, p.group, p.D, t, nullptr);
+  if (!live) return;
+  const auto [yo, so] = offs();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int ci = t + k * TPR;
+    if (ci >= nc) continue;
+    const int64_t col = static_cast<int64_t>(ci) * kV;
+    const float rs = rsqrtf(tot[k] * inv_g + p.eps);
+    if (ci % gc == 0)
+      cuda::store_one(p.rstd, p.rstd_dtype, so + static_cast<int64_t>(ci / gc) * p.rstd_rows.col_stride, rs);
+    float u[kV], z[kV], b[kV], o[kV], wl[kHoistW ? 1 : kV];
+    cuda::unpack8(xv[k], xdt, u);
+    cuda::unpack8(zv[k], xdt, z);
+    if constexpr (!kHoistW) load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, wl);
+    const float* w = kHoistW ? wh : wl;
+    load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
+    store(yo, col, o);
+  }
 }
 
 }  // namespace strata::norm::rng_cuda

@@ -219,9 +219,7 @@ template <int NV>
 constexpr int fwd_packed_min_blocks() {
   return NV == 1 ? 5 : NV == 2 ? 4 : 3;
 }
-// Row offsets: the packed forward takes only equally spaced rows (RowLayout::uniform(), host-checked), so no
-// 64-bit division (RowLayout::row_offset's general path) and none of its registers are in the kernel.
-__device__ __forceinline__ int64_t row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
+// Row offsets: row_off (cuda_common.cuh), as the packed forward takes only equally spaced rows (host-checked).
 template <int TPR, int NV>
 __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
     fwd_team_packed(const RmsNormGatedFwdParams p, const VecFlags vf) {
@@ -231,8 +229,7 @@ __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const int32_t xdt = p.x_dtype;  // bf16 or f16 (host-checked)
   const float inv_g = 1.f / static_cast<float>(p.group);
-  const bool nbg = p.norm_before_gate;
-  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const int nc = static_cast<int>(p.D / kV);
   float wh[kHoistW ? kV : 1];
   if constexpr (kHoistW)
     if (t < nc) load_param(p.weight, p.w_dtype, p.w_row, static_cast<int64_t>(t) * kV, vf.w, 1.f, wh);
@@ -250,42 +247,9 @@ __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
       xv[k] = in ? cuda::ld_stream(xr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
       zv[k] = in ? cuda::ld_stream(zr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
     }
-    float part[NV], tot[NV];
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      // Zero chunks (dead rows, chunks past D) add nothing: x = 0 gives u = 0 in both gate orders.
-      float u[kV];
-      cuda::unpack8(xv[k], xdt, u);
-      if (!nbg) {
-        float z[kV];
-        cuda::unpack8(zv[k], xdt, z);
-#pragma unroll
-        for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, true, z[e]);
-      }
-      part[k] = 0.f;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) part[k] = fmaf(u[e], u[e], part[k]);
-    }
-    group_totals<TPR, NV>(part, tot, p.group, p.D, t, nullptr);
-    if (!live) continue;
-    const int64_t yo = row_off(p.y_rows, row), so = row_off(p.rstd_rows, row);
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      const int ci = t + k * TPR;
-      if (ci >= nc) continue;
-      const int64_t col = static_cast<int64_t>(ci) * kV;
-      const float rs = rsqrtf(tot[k] * inv_g + p.eps);
-      if (ci % gc == 0) store_one(p.rstd, p.rstd_dtype, so + static_cast<int64_t>(ci / gc) * p.rstd_rows.col_stride, rs);
-      float u[kV], z[kV], b[kV], o[kV], wl[kHoistW ? 1 : kV];
-      cuda::unpack8(xv[k], xdt, u);
-      cuda::unpack8(zv[k], xdt, z);
-      if constexpr (!kHoistW) load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, wl);
-      const float* w = kHoistW ? wh : wl;
-      load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
-#pragma unroll
-      for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
-      store_vec<kV>(p.y, xdt, yo + col, o);
-    }
+    team_fwd_row<TPR, NV, kHoistW>(
+        p, vf, inv_g, xv, zv, t, live, wh, [&] { return YsOffs{row_off(p.y_rows, row), row_off(p.rstd_rows, row)}; },
+        [&](int64_t yo, int64_t col, const float (&o)[kV]) { store_vec<kV>(p.y, xdt, yo + col, o); });
   }
 }
 
@@ -654,32 +618,12 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
         for (int k = 0; k < NV; ++k) {
           part[k] = 0.f;
           if (!(live && has[k])) continue;
-          const float rr = cur.rk[r][k];
-          float h[kV], z[kV], dy[kV];
+          float h[kV], z[kV], dy[kV], dz[kV];
           unpack<F32>(cur.x[r][k], xdt, h);
           unpack<F32>(cur.z[r][k], xdt, z);
           unpack<F32>(cur.g[r][k], xdt, dy);
-          if (nbg) {
-            float dz[kV];
-#pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              float xh, dov;
-              bwd_nbg_terms(act, fast, h[e], z[e], dy[e], rr, w[k][e], b[k][e], dz[e], xh, dov);
-              dw[k][e] = fmaf(dov, xh, dw[k][e]);
-              db[k][e] += dov;
-              dn[r][k][e] = dov * w[k][e];
-              part[k] = fmaf(dn[r][k][e], xh, part[k]);
-            }
-            store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
-          } else {
-#pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              const float uh = bwd_gbn_uh(act, fast, h[e], z[e], rr);
-              dw[k][e] = fmaf(dy[e], uh, dw[k][e]);
-              db[k][e] += dy[e];
-              part[k] = fmaf(dy[e] * w[k][e], uh, part[k]);
-            }
-          }
+          part[k] = bwd_team_phase1(act, fast, nbg, h, z, dy, cur.rk[r][k], w[k], b[k], dw[k], db[k], dn[r][k], dz);
+          if (nbg) store_vec<kV>(p.dz, xdt, p.dz_rows.row_offset(row) + col[k], dz);
         }
         group_totals<TPR, NV>(part, tot[r], p.group, p.D, t, nullptr);
       }
@@ -1028,15 +972,9 @@ strata_status launch_bwd_stream(RmsNormGatedBwdParams& p, const VecFlags& vf, in
 
 strata_status bwd_stream(RmsNormGatedBwdParams& p, const Config& c, const VecFlags& vf, int64_t max_blocks,
                          cudaStream_t s) {
-  switch (c.tpr) {
-    case 4: return launch_bwd_stream<4, 1>(p, vf, max_blocks, s);
-    case 8: return launch_bwd_stream<8, 1>(p, vf, max_blocks, s);
-    case 16: return launch_bwd_stream<16, 1>(p, vf, max_blocks, s);
-    default:
-      if (c.nv == 1) return launch_bwd_stream<32, 1>(p, vf, max_blocks, s);
-      if (c.nv == 2) return launch_bwd_stream<32, 2>(p, vf, max_blocks, s);
-      return launch_bwd_stream<32, 4>(p, vf, max_blocks, s);
-  }
+  return visit_team(c, [&](auto tpr, auto nv) {
+    return launch_bwd_stream<decltype(tpr)::value, decltype(nv)::value>(p, vf, max_blocks, s);
+  });
 }
 
 template <int TPR, int NV>
@@ -1124,15 +1062,9 @@ int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream)
   if (c.tpr == 0 || !fwd_layouts_ok(p)) return rms_norm_gated_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
-  switch (c.tpr) {
-    case 4: return launch_fwd_packed<4, 1>(p, vf, s);
-    case 8: return launch_fwd_packed<8, 1>(p, vf, s);
-    case 16: return launch_fwd_packed<16, 1>(p, vf, s);
-    default:
-      if (c.nv == 1) return launch_fwd_packed<32, 1>(p, vf, s);
-      if (c.nv == 2) return launch_fwd_packed<32, 2>(p, vf, s);
-      return launch_fwd_packed<32, 4>(p, vf, s);
-  }
+  return visit_team(c, [&](auto tpr, auto nv) {
+    return launch_fwd_packed<decltype(tpr)::value, decltype(nv)::value>(p, vf, s);
+  });
 }
 
 int64_t rms_norm_gated_cuda_partials(const RmsNormGatedBwdParams& p) { return bwd_partials(p); }

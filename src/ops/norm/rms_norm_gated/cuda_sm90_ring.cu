@@ -56,17 +56,37 @@ struct RingGeom {
   bool dense[3] = {};  // x, z, dy: rows exactly D elements apart (a tile is one contiguous copy)
 };
 
-__device__ __forceinline__ int64_t ring_row_off(const RowLayout& l, int64_t r) { return l.base + r * l.strides[0]; }
-
 // Thread 0: copies rows [r0, r0 + n) of one 16-bit tensor into dst (rows packed rb bytes apart).
 __device__ __forceinline__ void copy_tile(unsigned char* dst, const void* base, const RowLayout& l, int64_t r0, int n,
                                           uint32_t rb, bool dense, uint64_t* bar) {
   const char* b = static_cast<const char*>(base);
   if (dense) {
-    cuda::bulk_g2s(dst, b + ring_row_off(l, r0) * 2, static_cast<uint32_t>(n) * rb, bar);
+    cuda::bulk_g2s(dst, b + row_off(l, r0) * 2, static_cast<uint32_t>(n) * rb, bar);
   } else {
-    for (int i = 0; i < n; ++i) cuda::bulk_g2s(dst + i * rb, b + ring_row_off(l, r0 + i) * 2, rb, bar);
+    for (int i = 0; i < n; ++i) cuda::bulk_g2s(dst + i * rb, b + row_off(l, r0 + i) * 2, rb, bar);
   }
+}
+
+// Thread 0: fills the stage at dst with rows [r0, r0 + n) of x and z (NT = 2) or x, z and dy (NT = 3), one tile
+// of n rows per tensor, tile_bytes apart, completing on bar. The fence orders the CTA's earlier generic reads of
+// the stage (before its __syncthreads) before the copy engine's writes. Wide rows: n = 1, tile_bytes = rb.
+template <int NT, class P>
+__device__ __forceinline__ void fill_stage(const P& p, const RingGeom& g, unsigned char* dst, uint32_t tile_bytes,
+                                           int64_t r0, int n, uint64_t* bar) {
+  cuda::fence_proxy_async();
+  cuda::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(NT) * static_cast<uint32_t>(n) * g.rb);
+  copy_tile(dst, p.x, p.x_rows, r0, n, g.rb, g.dense[0], bar);
+  copy_tile(dst + tile_bytes, p.z, p.z_rows, r0, n, g.rb, g.dense[1], bar);
+  if constexpr (NT == 3) copy_tile(dst + 2 * tile_bytes, p.dy, p.dy_rows, r0, n, g.rb, g.dense[2], bar);
+}
+
+// Start of every ring kernel: thread 0 initialises the stages' mbarriers (one arrival each) and the CTA syncs;
+// returns how many tiles this CTA walks (tiles blockIdx.x + k gridDim.x, k < the count).
+__device__ __forceinline__ int64_t ring_begin(uint64_t* full, const RingGeom& g) {
+  if (threadIdx.x == 0)
+    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
+  __syncthreads();
+  return g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
 }
 
 // 8 floats -> one uint4 of bf16 / f16 (nearest even).
@@ -98,26 +118,18 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const int32_t xdt = p.x_dtype;  // bf16 or f16 (host-checked)
   const float inv_g = 1.f / static_cast<float>(p.group);
-  const bool nbg = p.norm_before_gate;
-  const int nc = static_cast<int>(p.D / kV), gc = static_cast<int>(p.group / kV);
+  const int nc = static_cast<int>(p.D / kV);
   const uint32_t tile_bytes = static_cast<uint32_t>(g.tr) * g.rb;
   const uint32_t stage_bytes = 2 * tile_bytes;
   float wh[kHoistW ? kV : 1];
   if constexpr (kHoistW)
     if (t < nc) load_param(p.weight, p.w_dtype, p.w_row, static_cast<int64_t>(t) * kV, vf.w, 1.f, wh);
-  const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
-  __syncthreads();
+  const int64_t my_n = ring_begin(full, g);
   auto issue = [&](int64_t k) {  // thread 0
     const int s = static_cast<int>(k % g.stages);
     const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
     const int n = p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr;
-    unsigned char* dst = ring + static_cast<size_t>(s) * stage_bytes;
-    cuda::fence_proxy_async();
-    cuda::mbar_arrive_expect_tx(&full[s], 2u * static_cast<uint32_t>(n) * g.rb);
-    copy_tile(dst, p.x, p.x_rows, r0, n, g.rb, g.dense[0], &full[s]);
-    copy_tile(dst + tile_bytes, p.z, p.z_rows, r0, n, g.rb, g.dense[1], &full[s]);
+    fill_stage<2>(p, g, ring + static_cast<size_t>(s) * stage_bytes, tile_bytes, r0, n, &full[s]);
   };
   if (threadIdx.x == 0)
     for (int64_t k = 0; k < my_n && k < g.stages; ++k) issue(k);
@@ -144,42 +156,9 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) fwd_ring(const 
         xv[k2] = in ? cuda::lds16(xs + off) : make_uint4(0, 0, 0, 0);
         zv[k2] = in ? cuda::lds16(zs + off) : make_uint4(0, 0, 0, 0);
       }
-      float part[NV], tot[NV];
-#pragma unroll
-      for (int k2 = 0; k2 < NV; ++k2) {
-        float u[kV];
-        cuda::unpack8(xv[k2], xdt, u);
-        if (!nbg) {
-          float z[kV];
-          cuda::unpack8(zv[k2], xdt, z);
-#pragma unroll
-          for (int e = 0; e < kV; ++e) u[e] *= vact(p.act, true, z[e]);
-        }
-        part[k2] = 0.f;
-#pragma unroll
-        for (int e = 0; e < kV; ++e) part[k2] = fmaf(u[e], u[e], part[k2]);
-      }
-      group_totals<TPR, NV>(part, tot, p.group, p.D, t, nullptr);
-      if (!live) continue;
-      const int64_t yo = ring_row_off(p.y_rows, row), so = ring_row_off(p.rstd_rows, row);
-#pragma unroll
-      for (int k2 = 0; k2 < NV; ++k2) {
-        const int ci = t + k2 * TPR;
-        if (ci >= nc) continue;
-        const int64_t col = static_cast<int64_t>(ci) * kV;
-        const float rs = rsqrtf(tot[k2] * inv_g + p.eps);
-        if (ci % gc == 0)
-          store_one(p.rstd, p.rstd_dtype, so + static_cast<int64_t>(ci / gc) * p.rstd_rows.col_stride, rs);
-        float u[kV], z[kV], b[kV], o[kV], wl[kHoistW ? 1 : kV];
-        cuda::unpack8(xv[k2], xdt, u);
-        cuda::unpack8(zv[k2], xdt, z);
-        if constexpr (!kHoistW) load_param(p.weight, p.w_dtype, p.w_row, col, vf.w, 1.f, wl);
-        const float* w = kHoistW ? wh : wl;
-        load_param(p.bias, p.b_dtype, p.b_row, col, vf.b, 0.f, b);
-#pragma unroll
-        for (int e = 0; e < kV; ++e) o[e] = fwd_out(p.act, true, nbg, u[e], z[e], rs, w[e], b[e]);
-        cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o));
-      }
+      team_fwd_row<TPR, NV, kHoistW>(
+          p, vf, inv_g, xv, zv, t, live, wh, [&] { return YsOffs{row_off(p.y_rows, row), row_off(p.rstd_rows, row)}; },
+          [&](int64_t yo, int64_t col, const float (&o)[kV]) { cuda::st_stream16(yb + (yo + col) * 2, pack8(xdt, o)); });
     }
     __syncthreads();  // every thread is done reading stage s
     if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
@@ -218,20 +197,12 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
 #pragma unroll
     for (int e = 0; e < kV; ++e) dw[k][e] = db[k][e] = 0.f;
   }
-  const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
-  __syncthreads();
+  const int64_t my_n = ring_begin(full, g);
   auto issue = [&](int64_t k) {  // thread 0
     const int s = static_cast<int>(k % g.stages);
     const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
     const int n = p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr;
-    unsigned char* dst = ring + static_cast<size_t>(s) * stage_bytes;
-    cuda::fence_proxy_async();
-    cuda::mbar_arrive_expect_tx(&full[s], 3u * static_cast<uint32_t>(n) * g.rb);
-    copy_tile(dst, p.x, p.x_rows, r0, n, g.rb, g.dense[0], &full[s]);
-    copy_tile(dst + tile_bytes, p.z, p.z_rows, r0, n, g.rb, g.dense[1], &full[s]);
-    copy_tile(dst + 2 * tile_bytes, p.dy, p.dy_rows, r0, n, g.rb, g.dense[2], &full[s]);
+    fill_stage<3>(p, g, ring + static_cast<size_t>(s) * stage_bytes, tile_bytes, r0, n, &full[s]);
   };
   // rstd of this thread's rows of tile k (row r0 + team + j TB), loaded one tile ahead.
   auto load_rstd = [&](int64_t k, float (&rk)[RPT][NV]) {
@@ -240,7 +211,7 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
     for (int j = 0; j < RPT; ++j) {
       const int64_t row = r0 + team + j * TB;
       const bool live = k < my_n && row < p.rows;
-      const int64_t so = live ? ring_row_off(p.rstd_rows, row) : 0;
+      const int64_t so = live ? row_off(p.rstd_rows, row) : 0;
 #pragma unroll
       for (int q = 0; q < NV; ++q) rk[j][q] = live && has[q] ? load_one(p.rstd, p.rstd_dtype, so + rcol[q]) : 0.f;
     }
@@ -273,8 +244,8 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
         zv[q] = in ? cuda::lds16(zs + off) : make_uint4(0, 0, 0, 0);
         gv[q] = in ? cuda::lds16(gs + off) : make_uint4(0, 0, 0, 0);
       }
-      const int64_t dzo = live ? ring_row_off(p.dz_rows, row) : 0;
-      const int64_t dxo = live ? ring_row_off(p.dx_rows, row) : 0;
+      const int64_t dzo = live ? row_off(p.dz_rows, row) : 0;
+      const int64_t dxo = live ? row_off(p.dx_rows, row) : 0;
       // Phase 1: dz (norm_before_gate), dweight / dbias, per-chunk partials of sum(dn * normalised value).
       float part[NV], tot[NV], dn[NV][kV];
 #pragma unroll
@@ -283,32 +254,12 @@ __global__ void __launch_bounds__(kBlock, ring_min_blocks<NV>()) bwd_ring(const 
 #pragma unroll
         for (int e = 0; e < kV; ++e) dn[q][e] = 0.f;
         if (!(live && has[q])) continue;
-        const float rr_ = rk_cur[j][q];
-        float h[kV], z[kV], dy[kV];
+        float h[kV], z[kV], dy[kV], dz[kV];
         cuda::unpack8(xv[q], xdt, h);
         cuda::unpack8(zv[q], xdt, z);
         cuda::unpack8(gv[q], xdt, dy);
-        if (nbg) {
-          float dz[kV];
-#pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            float xh, dov;
-            bwd_nbg_terms(act, true, h[e], z[e], dy[e], rr_, w[q][e], b[q][e], dz[e], xh, dov);
-            dw[q][e] = fmaf(dov, xh, dw[q][e]);
-            db[q][e] += dov;
-            dn[q][e] = dov * w[q][e];
-            part[q] = fmaf(dn[q][e], xh, part[q]);
-          }
-          cuda::st_stream16(dzb + (dzo + (t + q * TPR) * kV) * 2, pack8(xdt, dz));
-        } else {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            const float uh = bwd_gbn_uh(act, true, h[e], z[e], rr_);
-            dw[q][e] = fmaf(dy[e], uh, dw[q][e]);
-            db[q][e] += dy[e];
-            part[q] = fmaf(dy[e] * w[q][e], uh, part[q]);
-          }
-        }
+        part[q] = bwd_team_phase1(act, true, nbg, h, z, dy, rk_cur[j][q], w[q], b[q], dw[q], db[q], dn[q], dz);
+        if (nbg) cuda::st_stream16(dzb + (dzo + (t + q * TPR) * kV) * 2, pack8(xdt, dz));
       }
       group_totals<TPR, NV>(part, tot, p.group, p.D, t, nullptr);
       if (!live) continue;
@@ -370,18 +321,11 @@ __global__ void __launch_bounds__(kBlock, 2) fwd_ring_wide(const RmsNormGatedFwd
     gidx[q] = ci < nc ? ci / gc : -1;
   }
   const uint32_t stage_bytes = 2 * g.rb;
-  const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
-  __syncthreads();
+  const int64_t my_n = ring_begin(full, g);
   auto issue = [&](int64_t k) {  // thread 0; a tile is row blockIdx.x + k gridDim.x
     const int s = static_cast<int>(k % g.stages);
     const int64_t row = blockIdx.x + k * gridDim.x;
-    unsigned char* dst = ring + static_cast<size_t>(s) * stage_bytes;
-    cuda::fence_proxy_async();
-    cuda::mbar_arrive_expect_tx(&full[s], 2u * g.rb);
-    cuda::bulk_g2s(dst, static_cast<const char*>(p.x) + ring_row_off(p.x_rows, row) * 2, g.rb, &full[s]);
-    cuda::bulk_g2s(dst + g.rb, static_cast<const char*>(p.z) + ring_row_off(p.z_rows, row) * 2, g.rb, &full[s]);
+    fill_stage<2>(p, g, ring + static_cast<size_t>(s) * stage_bytes, g.rb, row, 1, &full[s]);
   };
   if (threadIdx.x == 0)
     for (int64_t k = 0; k < my_n && k < g.stages; ++k) issue(k);
@@ -410,7 +354,7 @@ __global__ void __launch_bounds__(kBlock, 2) fwd_ring_wide(const RmsNormGatedFwd
       for (int e = 0; e < kV; ++e) part[q] = fmaf(u[e], u[e], part[q]);
     }
     block_group_totals<NV>(part, tot, nc, gc, gidx, red, gsum);
-    const int64_t yo = ring_row_off(p.y_rows, row), so = ring_row_off(p.rstd_rows, row);
+    const int64_t yo = row_off(p.y_rows, row), so = row_off(p.rstd_rows, row);
 #pragma unroll
     for (int q = 0; q < NV; ++q) {
       if (gidx[q] < 0) continue;
@@ -456,24 +400,16 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
     for (int e = 0; e < kV; ++e) dw[q][e] = db[q][e] = 0.f;
   }
   const uint32_t stage_bytes = 3 * g.rb;
-  const int64_t my_n = g.ntiles > blockIdx.x ? (g.ntiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
-  __syncthreads();
+  const int64_t my_n = ring_begin(full, g);
   auto issue = [&](int64_t k) {  // thread 0
     const int s = static_cast<int>(k % g.stages);
     const int64_t row = blockIdx.x + k * gridDim.x;
-    unsigned char* dst = ring + static_cast<size_t>(s) * stage_bytes;
-    cuda::fence_proxy_async();
-    cuda::mbar_arrive_expect_tx(&full[s], 3u * g.rb);
-    cuda::bulk_g2s(dst, static_cast<const char*>(p.x) + ring_row_off(p.x_rows, row) * 2, g.rb, &full[s]);
-    cuda::bulk_g2s(dst + g.rb, static_cast<const char*>(p.z) + ring_row_off(p.z_rows, row) * 2, g.rb, &full[s]);
-    cuda::bulk_g2s(dst + 2 * g.rb, static_cast<const char*>(p.dy) + ring_row_off(p.dy_rows, row) * 2, g.rb, &full[s]);
+    fill_stage<3>(p, g, ring + static_cast<size_t>(s) * stage_bytes, g.rb, row, 1, &full[s]);
   };
   auto load_rstd = [&](int64_t k, float (&rk)[NV]) {  // one tile ahead
     const int64_t row = blockIdx.x + k * gridDim.x;
     const bool live = k < my_n;
-    const int64_t so = live ? ring_row_off(p.rstd_rows, row) : 0;
+    const int64_t so = live ? row_off(p.rstd_rows, row) : 0;
 #pragma unroll
     for (int q = 0; q < NV; ++q)
       rk[q] = live && gidx[q] >= 0
@@ -494,7 +430,7 @@ __global__ void __launch_bounds__(kBlock, 1) bwd_ring_wide(const RmsNormGatedBwd
     const unsigned char* xs = ring + static_cast<size_t>(s) * stage_bytes;
     const unsigned char* zs = xs + g.rb;
     const unsigned char* gs = zs + g.rb;
-    const int64_t dzo = ring_row_off(p.dz_rows, row), dxo = ring_row_off(p.dx_rows, row);
+    const int64_t dzo = row_off(p.dz_rows, row), dxo = row_off(p.dx_rows, row);
     // Phase 1: dz (norm_before_gate), dweight / dbias, per-chunk partials of sum(dn * normalised value).
     float part[NV], tot[NV];
 #pragma unroll
@@ -741,15 +677,9 @@ int rms_norm_gated_fwd_cuda_ring(const RmsNormGatedFwdParams& p, void* stream) {
     if (c.nv == 2) return launch_fwd_ring_wide<2>(p, vf, s);
     return launch_fwd_ring_wide<4>(p, vf, s);
   }
-  switch (c.tpr) {
-    case 4: return launch_fwd_ring<4, 1>(p, vf, s);
-    case 8: return launch_fwd_ring<8, 1>(p, vf, s);
-    case 16: return launch_fwd_ring<16, 1>(p, vf, s);
-    default:
-      if (c.nv == 1) return launch_fwd_ring<32, 1>(p, vf, s);
-      if (c.nv == 2) return launch_fwd_ring<32, 2>(p, vf, s);
-      return launch_fwd_ring<32, 4>(p, vf, s);
-  }
+  return visit_team(c, [&](auto tpr, auto nv) {
+    return launch_fwd_ring<decltype(tpr)::value, decltype(nv)::value>(p, vf, s);
+  });
 }
 
 int rms_norm_gated_bwd_cuda_ring(const RmsNormGatedBwdParams& p_in, void* stream) {
@@ -759,19 +689,14 @@ int rms_norm_gated_bwd_cuda_ring(const RmsNormGatedBwdParams& p_in, void* stream
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
   strata_status st;
-  switch (c.tpr) {
-    case kBlock:
-      if (c.nv == 1) st = launch_bwd_ring_wide_act<1>(p, vf, s);
-      else if (c.nv == 2) st = launch_bwd_ring_wide_act<2>(p, vf, s);
-      else st = launch_bwd_ring_wide_act<4>(p, vf, s);
-      break;
-    case 4: st = launch_bwd_ring_act<4, 1>(p, vf, s); break;
-    case 8: st = launch_bwd_ring_act<8, 1>(p, vf, s); break;
-    case 16: st = launch_bwd_ring_act<16, 1>(p, vf, s); break;
-    default:
-      if (c.nv == 1) st = launch_bwd_ring_act<32, 1>(p, vf, s);
-      else if (c.nv == 2) st = launch_bwd_ring_act<32, 2>(p, vf, s);
-      else st = launch_bwd_ring_act<32, 4>(p, vf, s);
+  if (c.tpr == kBlock) {
+    if (c.nv == 1) st = launch_bwd_ring_wide_act<1>(p, vf, s);
+    else if (c.nv == 2) st = launch_bwd_ring_wide_act<2>(p, vf, s);
+    else st = launch_bwd_ring_wide_act<4>(p, vf, s);
+  } else {
+    st = visit_team(c, [&](auto tpr, auto nv) {
+      return launch_bwd_ring_act<decltype(tpr)::value, decltype(nv)::value>(p, vf, s);
+    });
   }
   if (st != STRATA_SUCCESS) return st;
   return rms_norm_gated_bwd_reduce_cuda(p, stream);  // sums p.num_partials (= the grid) partial rows

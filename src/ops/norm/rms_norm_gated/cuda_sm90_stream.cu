@@ -16,6 +16,13 @@
 // By our count ~16 instructions per element (PTX) against ~50 in team_packed.
 // team_stream_flat (forced only): the same kernel on a grid that covers the rows once (one row per team, no
 // prefetch; session 4's persistent forward had lost to the one-pass team kernel, so both are timed).
+// team_stream_pf (forced only, session 8): the persistent kernel plus an L2 prefetch: each step, one thread of
+// the block asks the copy engine (cp.async.bulk.prefetch.L2) for the x and z bytes of the block's rows kPfSteps
+// steps ahead. A thread holds one row in flight in registers (32 bytes of x and z: 32 KiB per SM at 1024
+// threads), below what the H200's DRAM needs in flight to stream at full rate (~50 KiB per SM by Little's law at
+// ~4.8 TB/s and ~1.4 us); the prefetched rows are in flight without costing registers, and the register loads
+// of the next row then hit L2. Only for dense rows (row stride D for x and z: the block's rows are one
+// contiguous range); other layouts run the kernel without it.
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -40,13 +47,25 @@ constexpr int kStreamBlock = 256;
 // the offsets stay in registers.
 constexpr int kStreamMinBlocks = 4;
 
+// team_stream_pf: how many row steps ahead of the current one the L2 prefetch runs (the registers hold the
+// next step's rows; with 4 blocks of 16 rows per SM, D = 128 bf16, each step prefetches 32 KiB per SM, so
+// ~64 KiB per SM are in flight through the prefetch and ~17 MB of the 60 MB L2 hold prefetched rows).
+constexpr int kPfSteps = 2;
+
+// Prefetch of `bytes` (a multiple of 16, 16-byte aligned address) from global memory into L2 by the copy
+// engine; nothing is written to shared memory or waited for.
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 // One 16-byte store (a uint4 assignment compiled to four 4-byte stores here, nvcc 13).
 __device__ __forceinline__ void st_v4(void* p, const uint32_t (&q)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(q[0]), "r"(q[1]), "r"(q[2]), "r"(q[3])
                : "memory");
 }
 
-template <int TPR, bool BF16, bool NBG, bool SILU>
+// PF: team_stream_pf's L2 prefetch (dense rows only: the launch checks x and z have row stride D).
+template <int TPR, bool BF16, bool NBG, bool SILU, bool PF>
 __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
     fwd_team_stream(const RmsNormGatedFwdParams p, const VecFlags vf) {
   constexpr int TB = kStreamBlock / TPR;  // rows (teams) per block per step
@@ -90,6 +109,16 @@ __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
   uint4 zv = live && has ? cuda::ld_stream(z + zo) : zero;
   // The loop condition is uniform per block (the shuffles below need every lane of the warp).
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * TB; first < p.rows; first += step) {
+    if constexpr (PF) {
+      // The block's TB rows kPfSteps steps ahead (fewer at the end): x and z, TB * D contiguous elements each.
+      const int64_t pr = first + kPfSteps * step;
+      if (threadIdx.x == 0 && pr < p.rows) {
+        const int64_t n = p.rows - pr < TB ? p.rows - pr : TB;
+        const uint32_t bytes = static_cast<uint32_t>(n * p.D * 2);
+        prefetch_l2_bulk(x + p.x_rows.base + pr * p.D, bytes);
+        prefetch_l2_bulk(z + p.z_rows.base + pr * p.D, bytes);
+      }
+    }
     const bool nlive = row + step < p.rows;
     const uint4 xn = nlive && has ? cuda::ld_stream(x + xo + xs) : zero;
     const uint4 zn = nlive && has ? cuda::ld_stream(z + zo + zs) : zero;
@@ -147,12 +176,17 @@ int stream_tpr(const RmsNormGatedFwdParams& p) {
   return c.tpr;
 }
 
-// persistent: one wave at the kernel's occupancy (each thread walks many rows); else one row per team and a
-// grid that covers the rows once (the forced-only variant team_stream_flat, to compare the two on the GPU).
-template <int TPR, bool BF16, bool NBG, bool SILU>
-strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, bool persistent, cudaStream_t s) {
+// How the kernel is launched: persistent (one wave at the kernel's occupancy, each thread walks many rows),
+// flat (one row per team, a grid that covers the rows once: the forced-only team_stream_flat), or persistent
+// with the L2 prefetch (the forced-only team_stream_pf; dense rows, else plain persistent).
+struct StreamGrid {
+  bool persistent, prefetch;
+};
+
+template <int TPR, bool BF16, bool NBG, bool SILU, bool PF>
+strata_status launch_grid(const RmsNormGatedFwdParams& p, const VecFlags& vf, bool persistent, cudaStream_t s) {
   constexpr int TB = kStreamBlock / TPR;
-  const auto kernel = fwd_team_stream<TPR, BF16, NBG, SILU>;
+  const auto kernel = fwd_team_stream<TPR, BF16, NBG, SILU, PF>;
   static const int occ = cuda::occupancy_blocks_per_sm(kernel, kStreamBlock);
   const int64_t slots = persistent ? static_cast<int64_t>(cuda::current_sm_count()) * occ : 0x7fffffff;
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((p.rows + TB - 1) / TB, slots));
@@ -160,17 +194,26 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, bo
   return cuda::check_launch("rms_norm_gated fwd_team_stream");
 }
 
+template <int TPR, bool BF16, bool NBG, bool SILU>
+strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
+  // The prefetch reads the block's rows as one range: x and z rows exactly D apart (16-byte aligned rows,
+  // checked by fwd_layouts_ok, make every range 16-byte aligned with a size of TB * D * 2, a multiple of 16).
+  const bool dense = p.x_rows.strides[0] == p.D && p.z_rows.strides[0] == p.D;
+  if (g.persistent && g.prefetch && dense) return launch_grid<TPR, BF16, NBG, SILU, true>(p, vf, true, s);
+  return launch_grid<TPR, BF16, NBG, SILU, false>(p, vf, g.persistent, s);
+}
+
 template <int TPR>
-strata_status launch_tpr(const RmsNormGatedFwdParams& p, const VecFlags& vf, bool pe, cudaStream_t s) {
+strata_status launch_tpr(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
   const bool bf16 = p.x_dtype == STRATA_DTYPE_BF16, silu = p.act == kActSilu;
   if (bf16) {
     if (p.norm_before_gate)
-      return silu ? launch_inst<TPR, true, true, true>(p, vf, pe, s) : launch_inst<TPR, true, true, false>(p, vf, pe, s);
-    return silu ? launch_inst<TPR, true, false, true>(p, vf, pe, s) : launch_inst<TPR, true, false, false>(p, vf, pe, s);
+      return silu ? launch_inst<TPR, true, true, true>(p, vf, g, s) : launch_inst<TPR, true, true, false>(p, vf, g, s);
+    return silu ? launch_inst<TPR, true, false, true>(p, vf, g, s) : launch_inst<TPR, true, false, false>(p, vf, g, s);
   }
   if (p.norm_before_gate)
-    return silu ? launch_inst<TPR, false, true, true>(p, vf, pe, s) : launch_inst<TPR, false, true, false>(p, vf, pe, s);
-  return silu ? launch_inst<TPR, false, false, true>(p, vf, pe, s) : launch_inst<TPR, false, false, false>(p, vf, pe, s);
+    return silu ? launch_inst<TPR, false, true, true>(p, vf, g, s) : launch_inst<TPR, false, true, false>(p, vf, g, s);
+  return silu ? launch_inst<TPR, false, false, true>(p, vf, g, s) : launch_inst<TPR, false, false, false>(p, vf, g, s);
 }
 
 }  // namespace
@@ -184,18 +227,19 @@ std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p
   return {};
 }
 
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent) {
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent, bool l2_prefetch) {
   if (p.rows == 0 || p.D == 0) return STRATA_SUCCESS;
   const int tpr = stream_tpr(p);
   // Pointers are known only now: rows that cannot be read in aligned 16-byte chunks take group_rows' kernels.
   if (tpr == 0 || !fwd_layouts_ok(p)) return rms_norm_gated_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
+  const StreamGrid g{persistent, l2_prefetch};
   switch (tpr) {
-    case 4: return launch_tpr<4>(p, vf, persistent, s);
-    case 8: return launch_tpr<8>(p, vf, persistent, s);
-    case 16: return launch_tpr<16>(p, vf, persistent, s);
-    default: return launch_tpr<32>(p, vf, persistent, s);
+    case 4: return launch_tpr<4>(p, vf, g, s);
+    case 8: return launch_tpr<8>(p, vf, g, s);
+    case 16: return launch_tpr<16>(p, vf, g, s);
+    default: return launch_tpr<32>(p, vf, g, s);
   }
 }
 

@@ -2,9 +2,9 @@
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
 // Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
-// cuda.sm90.group_rows, cuda.sm90.bulk_ring and cuda.sm90.team_stream_flat (forced only); backward
-// cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
-// cpu.<isa> per compiled Highway target, reference.
+// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat, cuda.sm90.team_stream_pf;
+// backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
+// cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 
 #include <fmt/format.h>
@@ -25,6 +25,7 @@ constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
+constexpr const char* kCudaStreamPfImpl = "cuda.sm90.team_stream_pf";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -142,7 +143,22 @@ const ImplList<FwdProblem>& fwd_impls() {
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s, false);
                                       }));
+    // Forced only (session 8, not yet timed): team_stream with an L2 bulk prefetch of the rows two steps ahead.
+    l.push_back(cuda_impl<FwdProblem>(kCudaStreamPfImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_stream(q, s, true, true);
+                                      }));
 #endif
+    // AVX512-BF16 first: the AVX3 kernels with native rounding of bf16 outputs (the same bits).
+    if (const RmsNormGatedFwdFn fn = rms_norm_gated_fwd_cpu_native_bf16())
+      l.push_back(cpu_impl<FwdProblem>(
+          tile::kAvx512Bf16Impl,
+          [](const FwdProblem& p) {
+            std::string r = reject_unless_cpu(p.device);
+            if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
+            return r.empty() ? f64_reason(p.params.x_dtype) : r;
+          },
+          fn, {}));
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const RmsNormGatedFwdFn fn = rms_norm_gated_fwd_cpu(isa.hwy_target);
       if (!fn) continue;
@@ -181,6 +197,18 @@ const ImplList<BwdProblem>& bwd_impls() {
         [](const RmsNormGatedBwdParams& q) { return rms_norm_gated_bwd_cuda_ring_reject(q, true); },
         rms_norm_gated_bwd_cuda_ring, cuda_bwd_workspace));
 #endif
+    if (const RmsNormGatedBwdFn fn = rms_norm_gated_bwd_cpu_native_bf16())
+      l.push_back(cpu_impl<BwdProblem>(
+          tile::kAvx512Bf16Impl,
+          [](const BwdProblem& p) {
+            std::string r = reject_unless_cpu(p.device);
+            if (r.empty() && !tile::cpu_has_avx512_bf16()) r = "this CPU lacks avx512_bf16";
+            return r.empty() ? f64_reason(p.params.x_dtype) : r;
+          },
+          fn,
+          [](const BwdProblem& p) {
+            return rms_norm_gated_bwd_workspace(p.params, rms_norm_gated_cpu_partials(p.params));
+          }));
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       const RmsNormGatedBwdFn fn = rms_norm_gated_bwd_cpu(isa.hwy_target);
       if (!fn) continue;

@@ -125,6 +125,10 @@ using RmsNormGatedFwdFn = void (*)(const RmsNormGatedFwdParams&);
 using RmsNormGatedBwdFn = void (*)(const RmsNormGatedBwdParams&);
 RmsNormGatedFwdFn rms_norm_gated_fwd_cpu(int64_t hwy_target);
 RmsNormGatedBwdFn rms_norm_gated_bwd_cpu(int64_t hwy_target);
+// The AVX3 builds whose bf16 outputs are rounded by AVX512-BF16 ("cpu.avx512_bf16"; nullptr if AVX3 was not
+// compiled); offered only on CPUs that have the feature (tile::cpu_has_avx512_bf16).
+RmsNormGatedFwdFn rms_norm_gated_fwd_cpu_native_bf16();
+RmsNormGatedBwdFn rms_norm_gated_bwd_cpu_native_bf16();
 int64_t rms_norm_gated_cpu_partials(const RmsNormGatedBwdParams& p);
 
 #if STRATA_WITH_CUDA
@@ -141,8 +145,11 @@ int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream)
 // divide the team's slice; "" if a plan with these params may take it, else why not. Rows that are not 16-byte
 // aligned at run time go to rms_norm_gated_fwd_cuda.
 std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p);
-// persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once).
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true);
+// persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once);
+// l2_prefetch (with persistent): the forced-only cuda.sm90.team_stream_pf (an L2 prefetch of the block's rows
+// two steps ahead; dense rows only, others run without it).
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true,
+                                   bool l2_prefetch = false);
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
 // The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
 int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);

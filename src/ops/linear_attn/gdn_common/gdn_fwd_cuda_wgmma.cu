@@ -1,0 +1,710 @@
+// CUDA sm_90a fused GDN state + output pass on Hopper warpgroup MMA (wgmma.mma_async m64nNk16, f32 accumulation)
+// for bf16 token tensors: chunk_gated_delta_rule's forward when the chunk states are not wanted. The same math,
+// inputs and precision model as state_o_mma (gdn_fwd_cuda_mma.cu; S and v_new / Vd enter their products as one
+// bf16 term, P = Q Kᵀ ⊙ Γ rounded to bf16), only the f32 summation order inside the products differs. Per chunk
+// c of a (sequence, value head) with start state S_c [K = 128, cols] in f32 registers:
+//   v_new = u − W S_c,   o = scale (diag(e^γ) Q S_c + (Q Kᵀ ⊙ Γ, lower incl. diagonal) v_new),
+//   S_{c+1} = e^{γ_last} S_c + Kᵀ (v_new ⊙ e^{γ_last − γ}).
+//
+// Block: 2 warpgroups (256 threads), one (sequence, value head, kBV = 2 kN columns of S); warpgroup g owns the kN
+// columns v0 + g kN.. of S (both 64-row halves of the 128 keys: 2 accumulators m64 x kN) and runs the whole
+// recurrence of those columns by itself: W S, Q S, v_new, Vd, the P v_new and S updates of its columns only read
+// what it wrote itself (its S, Vn, Vd operand tiles), so the two warpgroups meet at one block barrier per chunk
+// (the shared K / W / Q / U / P stage) and otherwise only at warpgroup named barriers. Per chunk and warpgroup:
+//   wgmma group 1: W S (A = W tile, B = the bf16 copy of S, both shared; 8 K steps),
+//   wgmma group 2: Q S (8), and with P inline Q Kᵀ (A = Q, B = the K tile; N = 64, 8 K steps; each warpgroup
+//                  forms the full P: they share nothing but the stage);
+//   v_new = u − W S (rows < L; written to v_new when present), Vn = bf16(v_new), Vd = bf16(v_new e^{γ_L − γ})
+//   stored transposed (stmatrix.trans) as K-major B tiles [cols][64];
+//   O = e^{γ} Q S; P gated, masked, rounded to bf16 and kept in registers as the A operand of P Vn (pre-computed
+//   P: a fifth tile of the stage, read by descriptor);
+//   wgmma group 3: S = e^{γ_L} S + Kᵀ Vd (A = Kᵀ from the K tile by ldmatrix.trans into registers, 2 x 4 steps),
+//   wgmma group 4: O += P Vn (4 steps); then the bf16 copy of the new S (stmatrix.trans) and o (rows < L).
+// The next chunks' K, W, Q, U (and P) tiles are requested by cp.async kStages − 1 chunks ahead into a ring of
+// kStages stages; γ one chunk ahead through a register. Shared layouts and descriptors: gdn_fwd_wgmma_layout.h.
+//
+// Applies (fwd_cuda_state_o_wgmma_reject) to bf16 q, k, w, u, o (v_new) with K = 128, V a multiple of 32, chunk
+// size 64; at run time every token tensor must also be "lean" (unit column stride, strides multiples of 8
+// elements, 16-byte aligned data; o / v_new 4-byte pairs), else the pass falls back to state_o_mma. No atomics,
+// fixed order: bitwise reproducible.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_wgmma_layout.h"
+#include "tile/cuda/check.cuh"
+#include "tile/cuda/cp_async.cuh"
+#include "tile/cuda/fast_math.cuh"
+#include "tile/cuda/mma.cuh"
+
+namespace strata::linear_attn::gdn {
+namespace {
+
+namespace mma = strata::cuda::mma;
+
+// ---------------------------------------------------------------- warpgroup MMA primitives
+// d (m64 x N f32 accumulator, N / 2 registers a thread) (+)= A B with A and B in shared memory (descriptors) or
+// A in registers (the m16n8k16 A fragment of the warp's 16 rows, 4 registers); acc = 0 overwrites d.
+template <class T, int N>
+__device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int acc);
+template <class T, int N>
+__device__ __forceinline__ void mma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc);
+
+// (wgmma needs sm_90a: the kernel body is compiled only for it, see state_o_wgmma.)
+template <> __device__ __forceinline__ void mma_ss<__nv_bfloat16, 16>(float (&d)[8], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__nv_bfloat16, 16>(float (&d)[8], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_ss<__half, 16>(float (&d)[8], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__half, 16>(float (&d)[8], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_ss<__nv_bfloat16, 32>(float (&d)[16], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__nv_bfloat16, 32>(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_ss<__half, 32>(float (&d)[16], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__half, 32>(float (&d)[16], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_ss<__nv_bfloat16, 64>(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__nv_bfloat16, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_ss<__half, 64>(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+
+template <> __device__ __forceinline__ void mma_rs<__half, 64>(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads / writes of accumulator registers across a wgmma fence / wait (the
+// hardware writes them asynchronously between mma_async and wait_group).
+template <int n>
+__device__ __forceinline__ void reg_fence(float (&r)[n]) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int a, int b>
+__device__ __forceinline__ void reg_fence_u(uint32_t (&r)[a][b]) {
+#pragma unroll
+  for (int i = 0; i < a; ++i)
+#pragma unroll
+    for (int j = 0; j < b; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+template <int a, int b, int c>
+__device__ __forceinline__ void reg_fence_u(uint32_t (&r)[a][b][c]) {
+#pragma unroll
+  for (int i = 0; i < a; ++i) reg_fence_u(r[i]);
+}
+// Generic-proxy writes to shared memory (st / stmatrix / cp.async) made visible to the async proxy (wgmma);
+// each writing thread fences, then the threads synchronise.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Barrier of the 128 threads of one warpgroup (ids 1, 2; 0 is __syncthreads).
+__device__ __forceinline__ void bar_wg(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+// Writes the m64 x kN accumulator d (rows rb.. of the warp: 16 w) rounded to T, transposed, into the K-major
+// tile X [kN][kRowsLd] at byte address x (X's row = d's column, X's column = d's row + row0), by kN / 16
+// stmatrix.x4.trans (layout: wgl::st_trans_off).
+template <class T, int kN, int kRowsLd>
+__device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&d)[kN / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int jp = 0; jp < kN / 16; ++jp) {
+    const uint32_t a = x + 2u * static_cast<uint32_t>(wgl::st_trans_off<kRowsLd>(lane, row0 + 16 * w, jp));
+    const int j0 = 2 * jp, j1 = 2 * jp + 1;
+    stmatrix_x4_trans(a, mma::pack2<T>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<T>(d[4 * j0 + 2], d[4 * j0 + 3]),
+                      mma::pack2<T>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<T>(d[4 * j1 + 2], d[4 * j1 + 3]));
+  }
+}
+
+// e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2 (ex2.approx.ftz,
+// relative error ~2^-22, far below the bf16 rounding of every product operand), where expf adds a range branch
+// per call (32 + 4 calls per thread and chunk step with P inline).
+__device__ __forceinline__ float gate_exp(float x) { return cuda::ex2_ftz(x * 1.4426950408889634f); }
+
+// A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
+// column stride, outer strides multiples of 8 elements, 16-byte aligned data.
+template <class T>
+bool lean16(const GdnTensor& t) {
+  const int32_t dt = std::is_same_v<T, __nv_bfloat16> ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16;
+  return t.dtype == dt && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
+}
+// An output stored by aligned 32-bit pairs: dtype T, unit column stride, even outer strides, 4-byte aligned.
+template <class T>
+bool pair16(const GdnTensor& t) {
+  const int32_t dt = std::is_same_v<T, __nv_bfloat16> ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16;
+  return t.dtype == dt && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 1) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 3u) == 0;
+}
+
+constexpr int kWgThreads = 256;  // 2 warpgroups
+constexpr int kRowsC = 64;       // rows of a chunk tile
+constexpr int kKeys = 128;       // K (rows of S, columns of the K / W / Q tiles)
+
+// Shared memory of state_o_wgmma<kN, kStages, kPreP>: kStages x {K, W, Q [64][128] (core-matrix tiles), U [64][2kN + 8]
+// (row-major, padded), P [64][64] (kPreP)}, then per warpgroup its S copy [kN][128], Vn and Vd [kN][64], then
+// γ [2][64] f32.
+template <int kN, bool kPreP>
+constexpr int wg_stage_bytes() {
+  return 3 * kRowsC * kKeys * 2 + kRowsC * (2 * kN + 8) * 2 + (kPreP ? kRowsC * kRowsC * 2 : 0);
+}
+template <int kN, int kStages, bool kPreP>
+constexpr int wg_smem_bytes() {
+  return kStages * wg_stage_bytes<kN, kPreP>() + 2 * (kN * kKeys * 2 + 2 * kN * kRowsC * 2) + 2 * kRowsC * 4;
+}
+constexpr int kMaxSmem = 227 * 1024;
+// Three stages where they fit (chunk c + 2 requested at chunk c), else two.
+template <int kN, bool kPreP>
+constexpr int wg_stages() {
+  return wg_smem_bytes<kN, 3, kPreP>() <= kMaxSmem ? 3 : 2;
+}
+
+template <class T, int kN, int kStages, bool kPreP>
+__global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParams p, int64_t nvt) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
+  static_assert(kStages == 2 || kStages == 3, "two or three stages");
+  constexpr int kBV = 2 * kN;                        // columns of S per block
+  constexpr int kTileB = kRowsC * kKeys * 2;         // bytes of a K / W / Q tile
+  constexpr int kLdU = kBV + 8;                      // U's leading dim (elements): conflict-free pair reads
+  constexpr int kUB = kRowsC * kLdU * 2;
+  constexpr int kStageB = wg_stage_bytes<kN, kPreP>();
+  constexpr int kSbB = kN * kKeys * 2;               // a warpgroup's S copy
+  constexpr int kVB = kN * kRowsC * 2;               // a warpgroup's Vn (and Vd)
+  static_assert(kTileB % 128 == 0 && kUB % 16 == 0 && kStageB % 16 == 0, "16-byte aligned regions");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t sb_all = s0 + kStages * kStageB;    // [2][kN][128]
+  const uint32_t vn_all = sb_all + 2 * kSbB;         // [2][kN][64]
+  const uint32_t vd_all = vn_all + 2 * kVB;          // [2][kN][64]
+  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + 2 * kSbB + 4 * kVB);  // [2][64]
+
+  const int64_t HV = p.shape.HV, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
+  const uint32_t sb = sb_all + wg * kSbB, vn = vn_all + wg * kVB, vd = vd_all + wg * kVB;
+
+  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
+  float S[2][kN / 2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
+      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
+      S[mt][x] = p.h0.present()
+                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                     : 0.f;
+    }
+
+  // Requests chunk [t, t + BT) into stage st (one cp.async group; an empty one past the sequence, so that the
+  // group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4 passes; U kBV / 8
+  // segments a row; P 8 segments a row, 32 rows a pass, 2 passes. Rows >= Lr are zero-filled (nothing read).
+  // r0 + 16 it (K / W / Q) and r0 + 32 it (P) keep r0 % 8, so tile_off moves by whole rows of core matrices.
+  auto request = [&](int64_t t, int st) {
+    if (t < sq.eos) {
+      const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
+      const uint32_t base = s0 + st * kStageB;
+      {
+        // Thread: row r0 + 16 it (r0 = tid % 8 + 8 (tid / 128) < 16), segment q = (tid / 8) % 16: the 8 threads
+        // of a 128-byte shared wavefront write 8 different rows of one core-matrix column (distinct banks).
+        const int q = wgl::kwq_seg(tid), r0 = wgl::kwq_row(tid, 0);
+        const uint32_t d0 = base + 2u * static_cast<uint32_t>(wgl::tile_off<kKeys>(r0, 8 * q));
+        const uint16_t* srcs[3] = {
+            static_cast<const uint16_t*>(p.k.data) + (sq.b * p.k.st[0] + t * p.k.st[1] + h * p.k.st[2]) + 8 * q,
+            static_cast<const uint16_t*>(p.w.data) + (sq.b * p.w.st[0] + t * p.w.st[1] + hv * p.w.st[2]) + 8 * q,
+            static_cast<const uint16_t*>(p.q.data) + (sq.b * p.q.st[0] + t * p.q.st[1] + h * p.q.st[2]) + 8 * q};
+        const int64_t rss[3] = {p.k.st[1], p.w.st[1], p.q.st[1]};
+#pragma unroll
+        for (int m = 0; m < 3; ++m)
+#pragma unroll
+          for (int it = 0; it < kRowsC / 16; ++it) {
+            const int r = r0 + 16 * it;
+            const bool ok = r < Lr;
+            // tile_off(r0 + 16 it, c) = tile_off(r0, c) + 2 it row-of-core-matrices (8 x 128 elements each)
+            cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
+          }
+      }
+      {
+        constexpr int kSegU = kBV / 8, kStepU = kWgThreads / kSegU;
+        static_assert(kWgThreads % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
+        const int q = tid % kSegU, r0 = tid / kSegU;
+        const uint16_t* src =
+            static_cast<const uint16_t*>(p.u.data) + (sq.b * p.u.st[0] + t * p.u.st[1] + hv * p.u.st[2]) + v0 + 8 * q;
+        const uint32_t d0 = base + 3 * kTileB + 2u * static_cast<uint32_t>(r0 * kLdU + 8 * q);
+#pragma unroll
+        for (int it = 0; it < kRowsC / kStepU; ++it) {
+          const int r = r0 + kStepU * it;
+          const bool ok = r < Lr;
+          cp_async16(d0 + 2u * static_cast<uint32_t>(kStepU * it * kLdU), ok ? src + r * p.u.st[1] : src, ok);
+        }
+      }
+      if constexpr (kPreP) {
+        const int q = wgl::p_seg(tid), r0 = wgl::p_row(tid, 0);  // r0 < 32
+        const uint16_t* src = static_cast<const uint16_t*>(p.Pqk.data) +
+                              (sq.b * p.Pqk.st[0] + t * p.Pqk.st[1] + hv * p.Pqk.st[2]) + 8 * q;
+        const uint32_t d0 = base + 3 * kTileB + kUB + 2u * static_cast<uint32_t>(wgl::tile_off<kRowsC>(r0, 8 * q));
+#pragma unroll
+        for (int it = 0; it < 2; ++it) {
+          const int r = r0 + 32 * it;
+          const bool ok = r < Lr;
+          // tile_off<64>(r0 + 32 it, c) = tile_off<64>(r0, c) + 4 it rows of core matrices (8 x 64 elements each)
+          cp_async16(d0 + it * (4 * 8 * kRowsC * 2), ok ? src + r * p.Pqk.st[1] : src, ok);
+        }
+      }
+    }
+    cuda::cp_async_commit();
+  };
+  // γ of row tid (< 64) of chunk [t, t + BT): 0 past the chunk or without g.
+  auto fetch_gamma = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
+    return (tid < Lr && p.g.present()) ? load_f(p.g, sq.b * p.g.st[0] + (t + tid) * p.g.st[1] + hv * p.g.st[2])
+                                       : 0.f;
+  };
+
+  // Prologue: chunks 0 .. kStages − 2 requested, γ of chunk 0 in gam2[0], of chunk 1 in a register, the bf16
+  // copy of S_0 in place (made visible by the first loop barrier with its proxy fence).
+  request(sq.bos, 0);
+  if (kStages == 3) request(sq.bos + BT, 1);
+  if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
+  float g_next = (tid < kRowsC && sq.bos + BT < sq.eos) ? fetch_gamma(sq.bos + BT) : 0.f;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+
+  const float scale = p.shape.scale;
+  const bool vn_out = p.v_new.present();
+  int st = 0;
+  int64_t c = 0;
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    // Groups committed so far: chunks 0 .. c + kStages − 2; chunk c's is complete when kStages − 2 remain.
+    cuda::cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // (B) stage st, this chunk's γ and every warpgroup's S copy visible; chunk c − 1 done
+    const float* gam = gam2 + (c & 1) * kRowsC;
+    const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB, qst = kst + 2 * kTileB, pst = kst + 3 * kTileB + kUB;
+    const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + 3 * kTileB);
+
+    // Groups 1 (W S) and 2 (Q S and, inline, Q Kᵀ).
+    float accW[kN / 2], accO[kN / 2];
+    float accP[kPreP ? 1 : 32];
+    reg_fence(accW), reg_fence(accO), reg_fence(accP);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg_commit();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma_ss<T, kN>(accO, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+    if constexpr (!kPreP) {
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
+    }
+    wg_commit();
+    // While they run: the next loads into the stage chunk c − 1 used (every reader passed (B)) and γ of chunk
+    // c + 1 (read after the next (B); the last readers of its buffer passed this one).
+    request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);
+    if (tid < kRowsC) {
+      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;
+      g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
+
+    wg_wait<1>();  // W S done
+    reg_fence(accW);
+    const float glast = gam[L - 1];
+    float fd[2], eo[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = wgl::acc_row(w, lane, 2 * half);
+      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
+      eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+      const bool store = vn_out && i < L;
+      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
+                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
+                             : nullptr;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const int cl = wgl::acc_col(lane, j, 0);  // even
+        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
+        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
+      }
+    }
+    store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
+    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
+
+    // Kᵀ A fragments of the state update (keys 64 mt + 16 w.., chunk rows 16 kk..).
+    uint32_t kf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
+                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    fence_proxy_async();
+    bar_wg(1 + wg);  // this warpgroup's Vn, Vd visible to its wgmma
+
+    // Group 3: S = e^{γ_L} S + Kᵀ Vd (the recurrence's critical path: issued before P's gating).
+    const float decay = gate_exp(glast);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+    reg_fence(S[0]), reg_fence(S[1]);
+    wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+    wg_commit();
+
+    wg_wait<1>();  // group 2 (Q S and Q Kᵀ) done; group 3 may still run
+    reg_fence(accO), reg_fence(accP);
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) accO[x] *= eo[(x >> 1) & 1];
+    // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
+    uint32_t pa[kPreP ? 1 : 4][4];
+    if constexpr (!kPreP) {
+#pragma unroll
+      for (int x = 0; x < 32; ++x) {
+        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
+        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
+        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
+        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
+        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
+      }
+    }
+    // Group 4: O += P Vn.
+    reg_fence(accO);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kPreP)
+        mma_ss<T, kN>(accO, wgl::tile_desc<kRowsC>(pst, kk), wgl::tile_desc<kRowsC>(vn, kk), 1);
+      else
+        mma_rs<T, kN>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn, kk), 1);
+    }
+    wg_commit();
+    wg_wait<1>();  // S updated
+    reg_fence(S[0]), reg_fence(S[1]);
+    reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
+    // The bf16 copy of the new S for the next chunk (its readers, W S and Q S, completed above).
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+    wg_wait<0>();  // P Vn done
+    reg_fence(accO);
+    if constexpr (!kPreP) reg_fence_u(pa);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = wgl::acc_row(w, lane, 2 * half);
+      if (i >= L) continue;
+      uint16_t* orow = static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] +
+                       v0 + cb;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+        *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
+            mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
+    }
+  }
+  cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
+  if (p.ht.present()) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) {
+        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
+        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
+        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
+      }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- layout probe (tests)
+// One warpgroup runs one of the pass's primitives on fixed tiles so that a test can check it against host
+// arithmetic (tests/cpp/test_gdn_fwd_cuda_variants.cpp, WgmmaLayoutProbe): A bf16 [64][128] and B bf16
+// [16][128] row-major in global memory are copied into tile_off tiles; D f32 [64][16] row-major.
+//   op 0: D = A Bᵀ (mma_ss, the W S / Q S / Q Kᵀ descriptors: tile_desc<128>, 8 K steps)
+//   op 1: the same with LBO and SBO exchanged in both descriptors (diagnostic: must differ from op 0's host value)
+//   op 2: D[key][v] = Σ_t A[t][key] B[v][t] for keys < 64, t < 64 (the state update: A fragments by
+//         ldmatrix.trans from the [t][key] tile, B = [v][t] tile_desc<64>, 4 K steps; B read as [16][64])
+//   op 4: op 2 with A registers 1 and 2 exchanged (diagnostic: must differ from op 2's host value)
+//   op 3: D (op 0) rounded to bf16, stored transposed by store_trans into a [16][64] tile, read back: D[v][t]
+//         written row-major as [16][64] (= op 0's Dᵀ rounded)
+__global__ void __launch_bounds__(128, 1) wgmma_probe(int op, const uint16_t* A, const uint16_t* B, float* D) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  using T = __nv_bfloat16;
+  __shared__ __align__(128) uint16_t sa[64 * 128];
+  __shared__ __align__(128) uint16_t sbt[16 * 128];
+  __shared__ __align__(128) uint16_t sx[16 * 64];
+  const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
+  for (int i = tid; i < 64 * 128; i += 128) sa[wgl::tile_off<128>(i / 128, i % 128)] = A[i];
+  if (op == 2 || op == 4) {
+    for (int i = tid; i < 16 * 64; i += 128) sbt[wgl::tile_off<64>(i / 64, i % 64)] = B[i];
+  } else {
+    for (int i = tid; i < 16 * 128; i += 128) sbt[wgl::tile_off<128>(i / 128, i % 128)] = B[i];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const uint32_t a0 = static_cast<uint32_t>(__cvta_generic_to_shared(sa));
+  const uint32_t b0 = static_cast<uint32_t>(__cvta_generic_to_shared(sbt));
+  const uint32_t x0 = static_cast<uint32_t>(__cvta_generic_to_shared(sx));
+  float d[8];
+  reg_fence(d);
+  if (op == 2 || op == 4) {
+    uint32_t kf[1][4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      ldmatrix_x4_trans(kf[0][kk], a0 + 2u * static_cast<uint32_t>(wgl::ld_trans_off<128>(lane, 16 * kk, 16 * w)));
+      if (op == 4) {  // diagnostic: registers 1 and 2 exchanged
+        const uint32_t x = kf[0][kk][1];
+        kf[0][kk][1] = kf[0][kk][2], kf[0][kk][2] = x;
+      }
+    }
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs<T, 16>(d, kf[0][kk], wgl::tile_desc<64>(b0, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence_u(kf);
+  } else {
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      uint64_t da = wgl::tile_desc<128>(a0, ks), db = wgl::tile_desc<128>(b0, ks);
+      if (op == 1) {
+        da = wgl::make_desc(a0 + ks * 256, 2048, 128), db = wgl::make_desc(b0 + ks * 256, 2048, 128);
+      }
+      mma_ss<T, 16>(d, da, db, ks > 0);
+    }
+    wg_commit();
+    wg_wait<0>();
+  }
+  reg_fence(d);
+  if (op == 3) {
+    store_trans<T, 16, 64>(x0, 0, d);
+    __syncthreads();
+    for (int i = tid; i < 16 * 64; i += 128) {
+      const uint32_t bits = static_cast<uint32_t>(sx[wgl::tile_off<64>(i / 64, i % 64)]) << 16;
+      D[i] = __uint_as_float(bits);
+    }
+    return;
+  }
+#pragma unroll
+  for (int x = 0; x < 8; ++x) D[wgl::acc_row(w, lane, x & 3) * 16 + wgl::acc_col(lane, x >> 2, x & 3)] = d[x];
+#endif
+}
+
+// ---------------------------------------------------------------- launch
+int sm_count_wg(int& sms) {
+  int dev = 0;
+  sms = 132;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return STRATA_SUCCESS;
+}
+
+template <class T, int kN, bool kPreP>
+int launch_state_o_wgmma(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr int kStages = wg_stages<kN, kPreP>();
+  constexpr int smem = wg_smem_bytes<kN, kStages, kPreP>();
+  static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
+  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
+  const char* name = kPreP ? "chunk_gated_delta_rule_fwd (state_o_wgmma, pre-computed P)"
+                           : "chunk_gated_delta_rule_fwd (state_o_wgmma)";
+  if (blocks <= 0) return STRATA_SUCCESS;
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  auto kernel = state_o_wgmma<T, kN, kStages, kPreP>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), kWgThreads, smem, stream>>>(p, nvt);
+  return cuda::check_launch(name);
+}
+
+template <bool kPreP>
+int launch_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
+  switch (width) {
+    case 32: return launch_state_o_wgmma<__nv_bfloat16, 16, kPreP>(p, stream);
+    case 64: return launch_state_o_wgmma<__nv_bfloat16, 32, kPreP>(p, stream);
+    case 128: return launch_state_o_wgmma<__nv_bfloat16, 64, kPreP>(p, stream);
+    default: return fail(STRATA_ERROR_INTERNAL, "state_o_wgmma: no {}-column block", width);
+  }
+}
+
+}  // namespace
+
+int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
+  // The narrowest width whose blocks fit in one wave (less work on each block's sequential chain), else the
+  // widest (fewest waves; the K / W / Q tiles are loaded once per width). B = 4 T = 8192 HV = 32 V = 128: 128
+  // columns, 128 blocks; B = 1 T = 32768: 32 columns, 128 blocks.
+  const int64_t nh = p.shape.N * p.shape.HV;
+  int widest = 0;
+  for (const int bv : {32, 64, 128}) {
+    if (p.shape.V % bv != 0) continue;
+    if (nh * (p.shape.V / bv) <= sms) return bv;
+    widest = bv;
+  }
+  return widest;
+}
+
+int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream) {
+  if (op < 0 || op > 4) return fail(STRATA_ERROR_INVALID_VALUE, "wgmma_probe: op {} not in [0, 4]", op);
+  wgmma_probe<<<1, 128, 0, static_cast<cudaStream_t>(stream)>>>(op, static_cast<const uint16_t*>(A),
+                                                                 static_cast<const uint16_t*>(B), D);
+  return cuda::check_launch("wgmma_probe");
+}
+
+std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
+  if (p.k.dtype != STRATA_DTYPE_BF16) return "the wgmma pass takes bf16 token tensors";
+  for (const GdnTensor* t : {&p.q, &p.w, &p.u})
+    if (t->dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs q, k, w, u in bf16";
+  if (!p.o.present()) return "the wgmma pass writes o";
+  for (const GdnTensor* t : {&p.o, &p.v_new})
+    if (t->present() && t->dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs o (and v_new) in bf16";
+  if (p.h.present()) return "the wgmma pass does not write the chunk states h";
+  if (p.shape.K != kKeys) return fmt::format("the wgmma pass needs K = {} (got {})", kKeys, p.shape.K);
+  if (p.shape.V % 32 != 0) return fmt::format("the wgmma pass needs V a multiple of 32 (got {})", p.shape.V);
+  if (p.shape.BT != kRowsC) return fmt::format("the wgmma pass needs chunk size {} (got {})", kRowsC, p.shape.BT);
+  return {};
+}
+
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream_ptr) {
+  std::string why = fwd_cuda_state_o_wgmma_reject(p);
+  const bool pre = which == StateOKernel::kPrecomputedP;
+  if (why.empty() && pre) {
+    if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
+    else if (p.Pqk.dtype != STRATA_DTYPE_BF16) why = "the pre-computed-P variant needs Pqk in bf16";
+  }
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): {}", why);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  using T = __nv_bfloat16;
+  // Run-time layout: the fixed-slot 16-byte copies and 32-bit pair stores; other views take state_o_mma.
+  const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.q) && lean16<T>(p.u) && pair16<T>(p.o) &&
+                    (!p.v_new.present() || pair16<T>(p.v_new)) && (!pre || lean16<T>(p.Pqk));
+  if (!lean) return fwd_cuda_state_o(p, which, fwd_cuda_state_o_auto_block(p), stream_ptr);
+  int sms = 132;
+  if (const int r = sm_count_wg(sms); r != STRATA_SUCCESS) return r;
+  if (width == 0) width = fwd_cuda_state_o_wgmma_width(p, sms);
+  if (p.shape.V % width != 0)
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): V = {} is not a multiple of "
+                "the {}-column block", p.shape.V, width);
+  return pre ? launch_width<true>(p, width, stream) : launch_width<false>(p, width, stream);
+}
+
+}  // namespace strata::linear_attn::gdn
