@@ -1,13 +1,14 @@
 // CPU kernels of fused_cross_entropy, written once with Highway and compiled for every target in
-// tile::cpu_isas() (one implementation "cpu.<isa>" each).
+// tile::cpu_isas() (one implementation "cpu.<isa>" each; "cpu.avx512_bf16": the AVX3 build with native bf16 stores).
 //
 // A row of V logits is one work item (rows are cut into fixed blocks, tile/cpu/parallel.h, so every row is
 // computed the same way whatever the thread count). Per row:
-//   statistics (forward): the row is swept in L1-sized pieces of kPiece elements. Each piece is read once
-//     from memory: the transformed logits c (scale, softcap) go to an L1 scratch buffer while the piece's
-//     maximum and sum of c are accumulated; a second sweep over the scratch adds exp(c - m_piece). The piece
-//     is merged into the row's (m, S) with one rescale (lse_add_block), so there is one exponential per
-//     element (a per-element online update would need two).
+//   statistics (forward): the row is swept in L1-sized pieces of kPiece elements, each read once from memory.
+//     Without softcap (RowStatsPlain): a piece after the first is summed against the row's running maximum in
+//     one sweep (its own max taken alongside); the first piece, and any piece that raises the maximum, take two
+//     sweeps (the max, then the sum from L1). With softcap: the transformed logits c go to an L1 scratch buffer
+//     while the piece's maximum and sum of c are accumulated, and a second sweep adds exp(c - m_piece). Each
+//     piece is merged into the row's (m, S) with one rescale (lse_add_block): one exponential per element.
 //   gradient (forward with dlogits, or backward): one more sweep, p = exp(c - lse), dz = f (p_coef p -
 //     uniform), the target element fixed up afterwards from its saved logit (dz may be the logits buffer). A
 //     row of 151936 bf16 logits (297 KiB) is still in L2 from the statistics sweep.
