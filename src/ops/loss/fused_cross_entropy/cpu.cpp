@@ -1,13 +1,14 @@
 // CPU kernels of fused_cross_entropy, written once with Highway and compiled for every target in
-// tile::cpu_isas() (one implementation "cpu.<isa>" each).
+// tile::cpu_isas() (one implementation "cpu.<isa>" each; "cpu.avx512_bf16": the AVX3 build with native bf16 stores).
 //
 // A row of V logits is one work item (rows are cut into fixed blocks, tile/cpu/parallel.h, so every row is
 // computed the same way whatever the thread count). Per row:
-//   statistics (forward): the row is swept in L1-sized pieces of kPiece elements. Each piece is read once
-//     from memory: the transformed logits c (scale, softcap) go to an L1 scratch buffer while the piece's
-//     maximum and sum of c are accumulated; a second sweep over the scratch adds exp(c - m_piece). The piece
-//     is merged into the row's (m, S) with one rescale (lse_add_block), so there is one exponential per
-//     element (a per-element online update would need two).
+//   statistics (forward): the row is swept in L1-sized pieces of kPiece elements, each read once from memory.
+//     Without softcap (RowStatsPlain): a piece after the first is summed against the row's running maximum in
+//     one sweep (its own max taken alongside); the first piece, and any piece that raises the maximum, take two
+//     sweeps (the max, then the sum from L1). With softcap: the transformed logits c go to an L1 scratch buffer
+//     while the piece's maximum and sum of c are accumulated, and a second sweep adds exp(c - m_piece). Each
+//     piece is merged into the row's (m, S) with one rescale (lse_add_block): one exponential per element.
 //   gradient (forward with dlogits, or backward): one more sweep, p = exp(c - lse), dz = f (p_coef p -
 //     uniform), the target element fixed up afterwards from its saved logit (dz may be the logits buffer). A
 //     row of 151936 bf16 logits (297 KiB) is still in L2 from the statistics sweep.
@@ -62,7 +63,8 @@ HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
   return u;
 }
 
-// Row statistics without softcap (c = s z), piece by piece. Sweep 1 reads the piece from memory for the extreme
+// Row statistics without softcap (c = s z), piece by piece (after the first piece an online sweep, below, is tried
+// first and these two sweeps run only for pieces that raise the row maximum). Sweep 1 reads the piece from memory for the extreme
 // raw logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and,
 // with label smoothing, the sum of z (sum c = s sum z); four accumulators, so the sweep runs at the load rate
 // rather than at the latency of one max chain. Sweep 2 re-reads the piece from L1 and adds e = exp(s z - m): the
@@ -86,6 +88,71 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     const int64_t n = std::min(kPiece, V - j0);
     const int64_t nv = n / NL * NL;
     const T* HWY_RESTRICT zp = z + j0;
+    // Online sweep (every whole-vector piece after the first): the sum of exp(s z - ref) against the row's running
+    // maximum ref, while taking the piece's extreme raw logit (and sum z). Kept when the piece's maximum does not
+    // exceed ref (every argument <= 0 up to rounding, as in the two sweeps below: the same accuracy); otherwise (a
+    // new row maximum, for iid logits about ln(pieces) times per row) the piece is redone by the two sweeps. One
+    // read of the piece and ~14 vector operations per 16 logits instead of ~16. Still a function of the row only.
+    const float ref = st.lse.m;
+    if (ref > -INFINITY && nv == n) {
+      auto online = [&](auto is_max, auto with_sum) -> bool {
+        constexpr bool kMax = decltype(is_max)::value, kSum = decltype(with_sum)::value;
+        auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
+        const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
+        auto x0 = init, x1 = init, x2 = init, x3 = init;
+        auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+        auto q0 = hn::Zero(df), q1 = hn::Zero(df);
+        const auto vnr = hn::Set(df, -ref);
+        float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
+        int64_t i = 0;
+        for (; i + 4 * NL <= n; i += 4 * NL) {
+          tv::PrefetchAhead<kStep4>(zp + i);
+          const auto v0 = tv::LoadF32(df, zp + i), v1 = tv::LoadF32(df, zp + i + NL);
+          const auto v2 = tv::LoadF32(df, zp + i + 2 * NL), v3 = tv::LoadF32(df, zp + i + 3 * NL);
+          x0 = ext(x0, v0);
+          x1 = ext(x1, v1);
+          x2 = ext(x2, v2);
+          x3 = ext(x3, v3);
+          if constexpr (kSum) {
+            q0 = hn::Add(q0, hn::Add(v0, v1));
+            q1 = hn::Add(q1, hn::Add(v2, v3));
+          }
+          const auto e0 = tv::ExpSum(df, hn::MulAdd(v0, vs, vnr));
+          const auto e1 = tv::ExpSum(df, hn::MulAdd(v1, vs, vnr));
+          const auto e2 = tv::ExpSum(df, hn::MulAdd(v2, vs, vnr));
+          const auto e3 = tv::ExpSum(df, hn::MulAdd(v3, vs, vnr));
+          if constexpr (kKeep) {
+            hn::StoreU(e0, df, e + i);
+            hn::StoreU(e1, df, e + i + NL);
+            hn::StoreU(e2, df, e + i + 2 * NL);
+            hn::StoreU(e3, df, e + i + 3 * NL);
+          }
+          a0 = hn::Add(a0, e0);
+          a1 = hn::Add(a1, e1);
+          a2 = hn::Add(a2, e2);
+          a3 = hn::Add(a3, e3);
+        }
+        for (; i < n; i += NL) {
+          const auto v0 = tv::LoadF32(df, zp + i);
+          x0 = ext(x0, v0);
+          if constexpr (kSum) q0 = hn::Add(q0, v0);
+          const auto e0 = tv::ExpSum(df, hn::MulAdd(v0, vs, vnr));
+          if constexpr (kKeep) hn::StoreU(e0, df, e + i);
+          a0 = hn::Add(a0, e0);
+        }
+        const auto xv = ext(ext(x0, x1), ext(x2, x3));
+        const float zx = kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
+        if (!(k.scale * zx <= ref)) return false;  // a new maximum (or NaN): the two sweeps below
+        vsz = hn::Add(vsz, hn::Add(q0, q1));
+        if constexpr (kKeep) piece_m[j0 / kPiece] = ref;
+        lse_add_block(st.lse, ref, hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)))));
+        return true;
+      };
+      bool kept;
+      if (pos) kept = smooth ? online(std::true_type{}, std::true_type{}) : online(std::true_type{}, std::false_type{});
+      else kept = smooth ? online(std::false_type{}, std::true_type{}) : online(std::false_type{}, std::false_type{});
+      if (kept) continue;
+    }
     // Sweep 1: the extreme raw logit (and sum z).
     auto s0 = hn::Zero(df), s1 = hn::Zero(df);
     int64_t j = 0;
