@@ -121,8 +121,9 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bo
 //     pass with the pre-computed P and the automatic block; the same bits as the other forms.
 //   kWgmma, kWgmmaPqk (session 8): the pass on Hopper warpgroup MMA (gdn::fwd_cuda_state_o_wgmma, P inline /
 //     pre-computed; bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other
-//     summation order inside the products). Forced only ("cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk")
-//     until the GPU runs have timed and verified them.
+//     summation order inside the products). Forced by "cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk"; kAuto
+//     runs kWgmma where gdn::fwd_cuda_state_o_wgmma_pays (one 128-column block per sequence-head, B = 4 T = 8192:
+//     measured faster in GPU run s8run2), the mma.sync pass elsewhere.
 //   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
 //     the pre-computed P (kWgmmaPqk's pass); forced only.
 enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma };

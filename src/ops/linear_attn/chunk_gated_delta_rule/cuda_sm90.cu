@@ -661,12 +661,15 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
   const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
-  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
-                     form == GdnFusedForm::kPrepWgmma;
+  bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk || form == GdnFusedForm::kPrepWgmma;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
-  if (form == GdnFusedForm::kAuto)
-    pre_p = gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
+  if (form == GdnFusedForm::kAuto) {
+    // The wgmma pass with P inline where GPU run s8run2 measured it faster (one 128-column block per sequence-head:
+    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays).
+    wgmma = gdn::fwd_cuda_state_o_wgmma_pays(c.fwdo);
+    pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
+  }
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
                                  : form == GdnFusedForm::kAuto || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)

@@ -670,6 +670,17 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
   return cuda::check_launch("wgmma_probe");
 }
 
+bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p) {
+  // GPU run s8run2 (H200, bf16, H = 16, HV = 32, K = V = 128; pass alone): B = 4 T = 8192, 128-column blocks (one per
+  // sequence-head): 0.718 ms with P inline (0.688 ms + 0.176 ms of qk_gate_mma with P pre-computed) against 0.781 ms
+  // for the 16-warp mma.sync pass; B = 1 T = 32768, 32-column blocks: 1.736 ms (P pre-computed) against 1.465 ms for
+  // the 8-warp mma.sync pass. So only where one 128-column block covers V.
+  if (!fwd_cuda_state_o_wgmma_reject(p).empty()) return false;
+  int sms = 132;
+  if (sm_count_wg(sms) != STRATA_SUCCESS) return false;
+  return p.shape.V == 128 && fwd_cuda_state_o_wgmma_width(p, sms) == 128;
+}
+
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
   if (p.k.dtype != STRATA_DTYPE_BF16) return "the wgmma pass takes bf16 token tensors";
   for (const GdnTensor* t : {&p.q, &p.w, &p.u})
