@@ -123,10 +123,6 @@ __device__ __forceinline__ int64_t* count_slot(const CeParams& p) { return ce_co
 
 // The count of non-ignored targets and of bad ones (outside [0, V), not ignored) -> ce_count_slot, ce_bad_slot.
 __global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
-  // A row kernel launched after this one with programmatic stream serialization (cluster_lean) may start now:
-  // it reads the slots only after griddepcontrol.wait, i.e. once this grid has completed and its writes are
-  // visible. No effect on kernels launched normally.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   unsigned long long n = 0, bad = 0;
 #pragma unroll 8  // independent loads in flight together (N = 8192: 8 per thread)
   for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) {
