@@ -40,6 +40,7 @@
 #include "opbase/dtype.h"
 #include "opbase/row_layout.h"
 #include "ops/norm/common/row_norm.h"
+#include "ops/norm/common/row_norm_cuda_multi.h"
 
 // bench/row_norm_copy_probe.cu (a cudaError_t).
 int row_norm_copy_probe(const void* src, void* dst, int64_t bytes, int u, int blocks_per_sm, int hints, cudaStream_t s);
@@ -192,13 +193,13 @@ std::vector<RowNormCudaConfig> focus_configs(const RowNormCudaConfig& dflt) {
           m.hints = hints, m.blocks_per_sm = bps;
           v.push_back(m);
         }
-  // TMA (session 8): every instance x tiles of 16-256 rows (the warp walking long rows, nv 0: also 1, 2 and 4
+  // TMA (session 8): every instance x tiles of 8-256 rows (the warp walking long rows, nv 0: also 1, 2 and 4
   // rows, for D = 4096) x hints; the reject check in the caller drops the ones that do not fit the row.
   for (const RowNormCudaConfig& c : row_norm_cuda_all_configs())
     if (c.stream == 5 && c.hints == 0 && c.rpg == 64)
-      for (int rpt : {1, 2, 4, 16, 32, 64, 128, 256})
+      for (int rpt : {1, 2, 4, 8, 16, 32, 64, 128, 256})
         for (int hints = 0; hints <= 3; ++hints) {
-          if (rpt < 16 && c.nv != 0) continue;
+          if (rpt < 8 && c.nv != 0) continue;
           RowNormCudaConfig m = c;
           m.rpg = rpt, m.hints = hints;
           v.push_back(m);
@@ -206,9 +207,12 @@ std::vector<RowNormCudaConfig> focus_configs(const RowNormCudaConfig& dflt) {
   return v;
 }
 
-// --tma: the default, the best multi-row kernel of s7run2 and the TMA configurations of focus_configs.
-std::vector<RowNormCudaConfig> tma_configs(const RowNormCudaConfig& dflt) {
+// --tma: the default, the multi-row table's choice and the best multi-row kernel of s7run2 (where they differ from
+// the default), and the TMA configurations of focus_configs.
+std::vector<RowNormCudaConfig> tma_configs(const RowNormCudaConfig& dflt, int64_t D, int32_t dtype) {
   std::vector<RowNormCudaConfig> v{dflt};
+  const RowNormCudaConfig md = row_norm_multi_default(D, dtype);
+  if (md.stream == 4 && dflt.stream != 4) v.push_back(md);
   RowNormCudaConfig m{0, 16, 1, 4, 4, 0, 1};
   v.push_back(m);
   for (const RowNormCudaConfig& c : focus_configs(dflt))
@@ -344,7 +348,7 @@ int main(int argc, char** argv) {
     const double tol = k.dtype == STRATA_DTYPE_F32 ? 1e-5 : 1e-2;
     double best = 1e30;
     std::string best_name;
-    for (const RowNormCudaConfig& cfg : tma ? tma_configs(dflt) : focus ? focus_configs(dflt) : row_norm_cuda_all_configs()) {
+    for (const RowNormCudaConfig& cfg : tma ? tma_configs(dflt, k.D, k.dtype) : focus ? focus_configs(dflt) : row_norm_cuda_all_configs()) {
       const std::string why = k.bwd ? row_norm_bwd_cuda_config_reject(bp, cfg) : row_norm_fwd_cuda_config_reject(fp, cfg);
       if (!why.empty()) continue;
       // Configurations with idle capacity (half their threads x chunks would still cover the row) are slower

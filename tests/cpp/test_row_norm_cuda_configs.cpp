@@ -21,6 +21,7 @@
 #include "opbase/row_layout.h"
 #include "opbase/tensor.h"
 #include "ops/norm/common/row_norm.h"
+#include "ops/norm/common/row_norm_cuda_tma.h"
 
 namespace strata::norm {
 namespace {
@@ -195,8 +196,9 @@ TEST(RowNormCudaConfigs, TmaMatchesPackedBitwiseInPlaceAndFallsBack) {
     p.x_rows = p.y_rows = dense(rows, D);
     p.rstd_rows = dense(rows, 1);
     const int nvec = static_cast<int>(D * static_cast<int64_t>(dtype_size(dt)) / 16);
-    RowNormCudaConfig tma{0, nvec / 2, 2, 64, 5};  // bf16 8 x 2, f32 16 x 2: the pick
-    RowNormCudaConfig packed{0, nvec / 2, 2, 1, 2};
+    const RowNormCudaConfig tma = row_norm_tma_pick(nvec);  // bf16 4 x 4, f32 16 x 2; 16-row tiles
+    ASSERT_EQ(tma.stream, 5);
+    const RowNormCudaConfig packed{0, tma.tpr, tma.nv, 1, 2};
     ASSERT_EQ(row_norm_fwd_cuda_config_reject(p, tma), "");
     RowNormFwdParams pp = p;
     pp.y = yp.p, pp.rstd = rp.p;
@@ -241,16 +243,22 @@ TEST(RowNormCudaConfigs, TmaMatchesPackedBitwiseInPlaceAndFallsBack) {
 }
 
 // The forward default of the bench shapes with the layouts the plan builds (row_norm_plan.cpp: make_row_layout of
-// x, y and of rstd: [rows] for l2norm, [rows, 1] for rmsnorm) is the multi-row configuration of the measured table
-// (row_norm_multi_default): session 8 checked that atk's plan row (s7run3: rmsnorm 0.1448 ms) takes the same
-// kernel as the sweep's and torch_peers' 0.132-0.134 ms. Host logic only: no GPU needed.
-TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMultiRowDefault) {
+// x, y and of rstd: [rows] for l2norm, [rows, 1] for rmsnorm) is the measured table's: the TMA kernels on sm_90
+// (row_norm_tma_default, s8run2), else the multi-row kernels (row_norm_multi_default). Session 8 checked that
+// atk's plan row (s7run3: rmsnorm 0.1448 ms) takes the same kernel as the sweep and torch_peers (0.132-0.134 ms):
+// it does; the difference was the timing. Host logic (the device query only decides which table applies).
+TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMeasuredDefault) {
+  int dev = 0, major = 0;
+  const bool sm90 = cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+  (void)cudaGetLastError();
   struct Shape {
     int64_t rows, D;
     bool mean;
-    int tpr, nv, rpg, hints;
+    int tpr, nv, rpg, hints;  // the multi-row default
+    int ttpr, tnv, trpg;      // the TMA default
   };
-  for (const Shape& s : {Shape{524288, 128, false, 8, 2, 2, 1}, Shape{32768, 4096, true, 256, 2, 1, 1}}) {
+  for (const Shape& s : {Shape{524288, 128, false, 8, 2, 2, 1, 4, 4, 16}, Shape{32768, 4096, true, 256, 2, 1, 1, 32, 0, 2}}) {
     const strata_tensor_desc x = make_desc(STRATA_DTYPE_BF16, {s.rows, s.D});
     const strata_tensor_desc r =
         s.mean ? make_desc(STRATA_DTYPE_F32, {s.rows, 1}) : make_desc(STRATA_DTYPE_F32, {s.rows});
@@ -261,12 +269,18 @@ TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMultiRowDefault) {
     p.x_rows = p.y_rows = make_row_layout(x, 1);
     p.rstd_rows = make_row_layout(r, s.mean ? 1 : 0);
     const RowNormCudaConfig c = row_norm_fwd_cuda_config(p);
-    EXPECT_EQ(c.stream, 4) << s.D;
-    EXPECT_EQ(c.tpr, s.tpr) << s.D;
-    EXPECT_EQ(c.nv, s.nv) << s.D;
-    EXPECT_EQ(c.rpg, s.rpg) << s.D;
-    EXPECT_EQ(c.hints, s.hints) << s.D;
+    EXPECT_EQ(c.stream, sm90 ? 5 : 4) << s.D;
+    EXPECT_EQ(c.tpr, sm90 ? s.ttpr : s.tpr) << s.D;
+    EXPECT_EQ(c.nv, sm90 ? s.tnv : s.nv) << s.D;
+    EXPECT_EQ(c.rpg, sm90 ? s.trpg : s.rpg) << s.D;
+    EXPECT_EQ(c.hints, sm90 ? 0 : s.hints) << s.D;
     EXPECT_EQ(c.blocks_per_sm, 0) << s.D;
+    // y not dense (a padded view): the TMA kernels cannot store tiles whole; the multi-row default applies.
+    RowNormFwdParams q = p;
+    q.y_rows.strides[0] = s.D + 8;
+    const RowNormCudaConfig m = row_norm_fwd_cuda_config(q);
+    EXPECT_EQ(m.stream, 4) << s.D;
+    EXPECT_EQ(m.tpr, s.tpr) << s.D;
   }
 }
 

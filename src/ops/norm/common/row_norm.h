@@ -106,7 +106,9 @@ struct RowNormCudaConfig {
 // vectors one vector per lane (f32 too), 16-bit rows of 257-512 vectors a 128-thread block x 4. The forward
 // (session 7, s7run2) takes the multi-row kernels (row_norm_multi_default) for 16-bit rows of 9-16 vectors
 // (teams of 8 x 2, 2 rows, streaming stores), 16-bit rows of 257-512 vectors (256 x 2, 1 row, streaming stores)
-// and f32 rows of 513-1024 vectors (512 x 2, 2 rows).
+// and f32 rows of 513-1024 vectors (512 x 2, 2 rows). Session 8 (s8run2): on sm_90, 16-bit rows of 9-16 and
+// 257-512 vectors with dense, aligned x and y take the TMA kernels first (row_norm_tma_default: teams of 4 x 4 in
+// 16-row tiles; a warp per row in 2-4-row tiles); otherwise the rules above.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the

@@ -1452,8 +1452,12 @@ bool packed_default(const RowNormCudaConfig& c, int32_t dtype) {
 }  // namespace
 // Session 7: where the measured table of the multi-row kernels (row_norm_multi_default, row_norm_cuda_multi.cu)
 // names a configuration for this row and the layout allows it, the forward takes it.
+// Session 8 (s8run2): where the measured table of the TMA kernels (row_norm_tma_default, row_norm_cuda_tma.cu)
+// names a configuration and the layout, the pointers and the device allow it, the forward takes it first.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   const StreamFacts sf = fwd_stream_facts(p);
+  const RowNormCudaConfig t = row_norm_tma_default(p.D, sf.dtype);
+  if (t.stream == 5 && config_reject(t, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) return t;
   const RowNormCudaConfig c = pick_packed(p.D, sf);
   if (c.stream == 2) {
     const RowNormCudaConfig m = row_norm_multi_default(p.D, sf.dtype);

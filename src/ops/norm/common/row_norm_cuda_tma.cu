@@ -5,16 +5,16 @@
 // bulk-loads x and stores y from registers) was slower still (0.087 ms). Persistent grids lost in every
 // experiment of session 7 (copies included), short-lived blocks won. This kernel keeps the short-lived blocks
 // and moves both directions of the traffic onto the copy engine:
-//   one tile of `rpt` consecutive dense rows per block (l2norm D = 128 bf16: 64 rows = 16 KiB):
+//   one tile of `rpt` consecutive dense rows per block (l2norm D = 128 bf16: 16 rows = 4 KiB, 64 threads):
 //   thread 0 bulk-loads the tile (cp.async.bulk global -> shared, completion counted in bytes on an mbarrier);
 //   teams of TPR lanes normalise the rows in shared memory in place (vector k of lane t is vector k * TPR + t
 //   of the row, the packed kernels' layout and sum order: one fma chain per lane in k order, then the fixed
 //   shuffle tree; a warp reads 512 contiguous bytes per instruction: no bank conflicts);
 //   thread 0 bulk-stores the tile (cp.async.bulk shared -> global, one bulk group) and the tile's rstd values
 //   leave as one coalesced store per warp from a shared array.
-// The SM's load/store units then issue one 16 KiB request each way per block instead of 1024 16-byte
-// accesses, and the bytes in flight are the tiles of the resident blocks (13 x 16 KiB per SM with 128-thread
-// blocks), not registers. A block walks further tiles with a grid stride only when the grid is capped
+// The SM's load/store units then issue one request each way per block instead of one 16-byte access per vector,
+// and the bytes in flight are the tiles of the resident blocks (D = 128 bf16: 32 blocks x 4 KiB per SM), not
+// registers. A block walks further tiles with a grid stride only when the grid is capped
 // (max_blocks, tests; or more than 2^31 - 1 tiles), reusing its tile buffer after the previous store has read it.
 // Rows of more than 128 vectors (rmsnorm D = 4096 bf16: 8 KiB) take a warp per row that walks the row in shared
 // memory twice (NV = 0: the sum of squares, then the scaling in place; the lane's vectors in the same order as
@@ -38,7 +38,7 @@ namespace strata::norm {
 namespace {
 
 constexpr int kTmaThreads = 128;  // threads per block at most (fewer for tiles of few rows)
-constexpr int kTmaMinBlocks = 12;  // at most 42 registers (29-40 used): an SM holds 13 blocks of 16 KiB tiles
+constexpr int kTmaMinBlocks = 12;  // at most 42 registers (29-40 used)
 
 // Header of the dynamic shared memory: the mbarrier (8 bytes, padded to 16), then one float per tile row
 // (rstd), padded so that the tile starts 128-byte aligned.
@@ -196,12 +196,17 @@ bool row_norm_tma_known(const RowNormCudaConfig& c) {
 
 int64_t row_norm_tma_smem_bytes(int64_t nvec, int rpt) { return tma_header_bytes(rpt) + int64_t{rpt} * nvec * 16; }
 
+// s8run2 (H200, row_norm_cuda_sweep --tma, 40 queued calls, median): small tiles of small blocks won. l2norm
+// [524288, 128] bf16: teams of 4 x 4, 16 rows per tile (4 KiB, 64-thread blocks: 32 per SM) 0.0699 ms; 4 x 4 /
+// 8 x 2 / 16 x 1 with 32 rows 0.0713-0.0715, with 64 rows 0.0724-0.0727 (the multi-row default 0.0724, our copy
+// kernel 0.0678); f32 [524288, 128]: 16-row tiles the fastest TMA (0.1354-0.1361), 32 / 64 rows 0.1374-0.1381.
+// rmsnorm [32768, 4096] bf16 (a warp per 8 KiB row): tiles of 1, 2 or 4 rows 0.1368-0.1371.
 RowNormCudaConfig row_norm_tma_pick(int64_t nvec) {
   RowNormCudaConfig c;
   if (nvec < 1 || row_norm_tma_smem_bytes(nvec, 1) > kTmaMaxSmem) return c;
   c.chunk_elems = 0, c.stream = 5;
-  if (nvec < 8) {
-    c.tpr = std::max(4, pow2ceil(nvec)), c.nv = 1;
+  if (nvec <= 16) {
+    c.tpr = 4, c.nv = nvec <= 4 ? 1 : nvec <= 8 ? 2 : 4;
   } else if (nvec <= 64) {
     c.tpr = pow2ceil(nvec) / 2, c.nv = 2;
   } else if (nvec <= 128) {
@@ -209,11 +214,28 @@ RowNormCudaConfig row_norm_tma_pick(int64_t nvec) {
   } else {
     c.tpr = 32, c.nv = 0;  // a warp walks the row in shared memory
   }
-  // Tiles of about 16 KiB (D = 128 bf16: 64 rows; f32: 32 rows; D = 4096 bf16: 2 rows), whole within kTmaMaxSmem.
-  int64_t rpt = std::clamp<int64_t>(16384 / (nvec * 16), 1, kTmaMaxRows);
+  // Tiles of 16 rows, at most 16 KiB (D = 128 bf16: 4 KiB; f32: 8 KiB; D = 4096 bf16: 2 rows), within kTmaMaxSmem.
+  int64_t rpt = std::clamp<int64_t>(16384 / (nvec * 16), 1, 16);
   while (rpt > 1 && row_norm_tma_smem_bytes(nvec, static_cast<int>(rpt)) > kTmaMaxSmem) --rpt;
   c.rpg = static_cast<int>(rpt);
   return c;
+}
+
+// The forward defaults (s8run2). l2norm [524288, 128] bf16: the pick (4 x 4, 16-row tiles) 0.0699 ms in the
+// sweep against the multi-row default's 0.0724; atk (4 rounds of queued calls after 512 MiB copies, median) timed
+// 8 x 2 with 32-row tiles at 0.0719 and 64-row tiles at 0.0728 against the multi-row default's 0.0756 (its
+// st.global.cs stores, 2 % faster in the sweep, read 2 % slower than plain stores in atk). rmsnorm [32768, 4096]
+// bf16: the pick (a warp per row, 2-row tiles) 0.1371 ms in atk against the multi-row default's 0.1423 (forced:
+// 0.1441), 0.1368 in the sweep against its 0.1321: the TMA kernel reads the same under both timings, the
+// multi-row kernel's .cs stores do not, and only the TMA kernel meets the 0.14 ms target under both. f32 rows
+// keep the other kernels (l2norm f32: classic 0.1329 against TMA 0.1354 in the sweep). Rules by row class of
+// 16-bit rows: 9-16 vectors and 257-512 vectors (f16 as bf16: the same bytes and instructions).
+RowNormCudaConfig row_norm_tma_default(int64_t D, int32_t dtype) {
+  const int ve = cuda::vec16_elems(dtype);
+  if (ve != 8 || D <= 0 || D % ve != 0) return RowNormCudaConfig{};
+  const int64_t nvec = D / ve;
+  if ((nvec >= 9 && nvec <= 16) || (nvec >= 257 && nvec <= 512)) return row_norm_tma_pick(nvec);
+  return RowNormCudaConfig{};
 }
 
 std::vector<RowNormCudaConfig> row_norm_tma_instances() {

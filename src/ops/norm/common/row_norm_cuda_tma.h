@@ -21,9 +21,13 @@ bool row_norm_tma_known(const RowNormCudaConfig& c);
 // Dynamic shared memory of a block: header (mbarrier + the tile's rstd values) + rpt rows of nvec 16-byte vectors.
 int64_t row_norm_tma_smem_bytes(int64_t nvec, int rpt);
 // The configuration the implementation cuda.sm90.row_norm_tma takes for a row of nvec 16-byte vectors (tpr 0 when
-// one row does not fit a block's 48 KiB): rows of up to 128 vectors the packed kernels' lane layout, longer rows
-// a warp walking the row in shared memory (nv 0); tiles of about 16 KiB.
+// one row does not fit a block's 48 KiB): rows of up to 16 vectors teams of 4 lanes, up to 128 vectors the packed
+// kernels' lane layout, longer rows a warp walking the row in shared memory (nv 0); tiles of 16 rows, at most
+// 16 KiB (s8run2).
 RowNormCudaConfig row_norm_tma_pick(int64_t nvec);
+// The forward default's TMA configuration for rows of D elements of `dtype` (measured on the H200, s8run2: see
+// row_norm_cuda_tma.cu), or stream 0 where the other kernels stay the default.
+RowNormCudaConfig row_norm_tma_default(int64_t D, int32_t dtype);
 // Every (tpr, nv) instance (rows per tile 64, hints 0).
 std::vector<RowNormCudaConfig> row_norm_tma_instances();
 // Launches c (row_norm_tma_known(c), the layout checked by the caller: one dtype, whole aligned 16-byte vectors,
