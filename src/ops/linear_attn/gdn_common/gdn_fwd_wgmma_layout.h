@@ -1,73 +1,26 @@
-// Shared-memory layouts and wgmma matrix descriptors of the fused GDN state + output pass on Hopper warpgroup
-// MMA (gdn_fwd_cuda_wgmma.cu). Host + device so that tests/cpp/test_gdn_fwd_wgmma_layout.cpp checks them on the
-// CPU against the PTX ISA's canonical layout (§9.7.15.5.1.2, "K-major, no swizzling"):
-//   ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO))   (T = 8 16-bit elements = 16 bytes)
-// i.e. element (row r, col c) of an operand whose K (contraction) index is the column lies at
-//   (r % 8) * 8 + (r / 8) * SBO + (c % 8) + (c / 8) * LBO   elements from the start address.
-//
-// Every 16-bit tile of the pass is stored in that form with LBO = 64 elements (the 8 x 8 "core matrices" of a
-// row of core matrices are adjacent, 128 bytes each) and SBO = 8 * kCols elements (one row of core matrices):
-//   tile_off<kCols>(r, c) = (r / 8) * 8 kCols + (c / 8) * 64 + (r % 8) * 8 + c % 8.
-// A 16-byte segment (row r, columns 8q..8q+7) is contiguous (one cp.async / one ldmatrix / stmatrix row), and a
-// core matrix is 128 contiguous bytes, so ldmatrix / stmatrix of an 8 x 8 block and the wgmma reads touch 32
-// distinct banks. Only K-major operands are used (no transposed wgmma): tiles whose contraction index is the
-// row (Kᵀ in the state update) are read into registers with ldmatrix.trans, and the operands the pass forms
-// from accumulators (S, v_new, Vd) are written transposed with stmatrix.trans.
+// Shared-memory slots of the fused GDN state + output pass on Hopper warpgroup MMA (gdn_fwd_cuda_wgmma.cu), on
+// top of the generic K-major core-matrix tiles and descriptors of tile/cuda/wgmma_layout.h (re-exported here as
+// wgl::). Host + device so that tests/cpp/test_gdn_fwd_wgmma_layout.cpp checks them on the CPU. Only K-major
+// operands are used (no transposed wgmma): tiles whose contraction index is the row (Kᵀ in the state update) are
+// read into registers with ldmatrix.trans, and the operands the pass forms from accumulators (S, v_new, Vd) are
+// written transposed with stmatrix.trans.
 #pragma once
 
 #include <cstdint>
 
 #include "ops/linear_attn/gdn_common/gdn_common.h"  // STRATA_HD
+#include "tile/cuda/wgmma_layout.h"
 
 namespace strata::linear_attn::gdn::wgl {
 
-// Element offset of (r, c) in a K-major core-matrix tile with kCols columns (kCols % 8 == 0).
-template <int kCols>
-STRATA_HD constexpr int tile_off(int r, int c) {
-  static_assert(kCols % 8 == 0, "whole core matrices");
-  return (r >> 3) * (kCols * 8) + (c >> 3) * 64 + (r & 7) * 8 + (c & 7);
-}
-
-// wgmma shared-memory matrix descriptor (no swizzle: layout type 0 in bits 62-63, base offset 0): start address,
-// leading (K direction) and stride (M / N direction) byte offsets, each encoded as (x & 0x3FFFF) >> 4.
-STRATA_HD constexpr uint64_t make_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  return static_cast<uint64_t>((smem_byte_addr & 0x3FFFFu) >> 4) |
-         (static_cast<uint64_t>((lbo_bytes & 0x3FFFFu) >> 4) << 16) |
-         (static_cast<uint64_t>((sbo_bytes & 0x3FFFFu) >> 4) << 32);
-}
-// Descriptor of a kCols-column tile_off tile at byte address `base` (16-bit elements), advanced to the 16-column
-// K step ks: the K step moves the start address by two core matrices (256 bytes = 16 in the encoded field).
-template <int kCols>
-STRATA_HD constexpr uint64_t tile_desc(uint32_t base, int ks) {
-  return make_desc(base + static_cast<uint32_t>(ks) * 256u, 64u * 2u, static_cast<uint32_t>(kCols) * 8u * 2u);
-}
-
-// Accumulator (and register A) fragment coordinates of wgmma m64nNk16 inside the 64-row tile: warp w of the
-// warpgroup owns rows 16w..16w+15; lane l holds, for every 8-column block j, the elements
-//   e = 0, 1: (16w + l/4,     8j + 2(l%4) + e),   e = 2, 3: (16w + l/4 + 8, 8j + 2(l%4) + e − 2)
-// at accumulator index 4j + e (the layout of mma.m16n8k16's C per 16 x 8 block).
-STRATA_HD constexpr int acc_row(int w, int lane, int e) { return 16 * w + (lane >> 2) + 8 * (e >> 1); }
-STRATA_HD constexpr int acc_col(int lane, int j, int e) { return 8 * j + 2 * (lane & 3) + (e & 1); }
-
-// stmatrix.x4.trans of the accumulator blocks (rows rb..rb+15, columns of 8-column blocks 2jp, 2jp+1) into the
-// transposed K-major tile X [col][row] (kRowsLd = X's column count = the accumulator's row extent): matrix
-// i = lane / 8 is block (h = i % 2, j = 2jp + i / 2) holding pack(acc[4j + 2h], acc[4j + 2h + 1]); .trans stores
-// its column c (accumulator column 8j + c) as X's row 8j + c, columns rb + 8h..+7, whose 16 bytes lane 8i + c
-// addresses. Returns that lane's element offset.
-template <int kRowsLd>
-STRATA_HD constexpr int st_trans_off(int lane, int rb, int jp) {
-  const int i = lane >> 3, c = lane & 7;
-  return tile_off<kRowsLd>(8 * (2 * jp + (i >> 1)) + c, rb + 8 * (i & 1));
-}
-
-// ldmatrix.x4.trans of the A fragment (rows kb..kb+15 = columns of the [t][key] tile Y (kCols columns), K columns
-// t0..t0+15 = Y's rows): register i = block (rows kb + 8 (i % 2), K columns t0 + 8 (i / 2)), read as Y's rows
-// t0 + 8 (i / 2) + r (r = lane % 8), columns kb + 8 (i % 2)..+7. Returns lane's element offset.
-template <int kCols>
-STRATA_HD constexpr int ld_trans_off(int lane, int t0, int kb) {
-  const int i = lane >> 3, r = lane & 7;
-  return tile_off<kCols>(t0 + 8 * (i >> 1) + r, kb + 8 * (i & 1));
-}
+// The generic K-major tile layout, descriptors and fragment coordinates (tile/cuda/wgmma_layout.h).
+using strata::cuda::wgmma::acc_col;
+using strata::cuda::wgmma::acc_row;
+using strata::cuda::wgmma::ld_trans_off;
+using strata::cuda::wgmma::make_desc;
+using strata::cuda::wgmma::st_trans_off;
+using strata::cuda::wgmma::tile_desc;
+using strata::cuda::wgmma::tile_off;
 
 // cp.async slots of the 256 threads of a block: 16-byte segment q (columns 8q..8q+7) of row r. The 8 threads of
 // one 128-byte shared-memory wavefront take 8 consecutive rows of one core-matrix column (distinct banks), and a
