@@ -20,6 +20,8 @@ showed > 100 % of "peak".
 FLOPs are those of the chunked algorithm Strata runs, per 64-token chunk C and value head with K = V = D:
 forward 10 C^2 D + 6 C D^2; backward (a pass re-computing the chunk states, then the reverse sweep)
 26 C^2 D + 16 C D^2 + 4 C^3. The same counts are applied to every peer, so the rates compare times.
+"fwd+bwd" times the op's forward and then torch.autograd.grad(o, inputs, do) with a fixed do (session 9; until
+then `o.float().sum().backward()`, whose f32 copy, reduction and .grad accumulation added ~1 ms at B=4 on the H200).
 
     python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
 """
@@ -179,6 +181,7 @@ def main():
     rows = []
     for (B, T, H, HV, D, dtype) in shapes:
         q, k, v, g, beta = make(B, T, H, HV, D, dtype, dev)
+        do = torch.randn(B, T, HV, D, generator=torch.Generator().manual_seed(1)).to(dev, dtype)
         scale = D ** -0.5
         peers = {"torch_chunked": lambda *a, **kw: torch_chunked_gdn(*a, **kw)}
         if sapi is not None:
@@ -192,10 +195,12 @@ def main():
             for bwd in ((False,) if name.startswith("strata[") else (False, True)):
                 ins = [x.clone().requires_grad_(bwd) for x in (q, k, v, g, beta)]
 
+                # fwd+bwd = the op's forward and its backward for a given do (torch.autograd.grad): no loss
+                # reduction, no .grad accumulation, the same framing for every peer.
                 def call():
                     o, _ = fn(*ins, scale=scale, output_final_state=True, use_qk_l2norm_in_kernel=True)
                     if bwd:
-                        o.float().sum().backward()
+                        torch.autograd.grad(o, ins, do)
                 try:
                     t = timeit(call, dev, iters if name != "torch_chunked" else max(2, iters // 2), warmup=1)
                 except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
