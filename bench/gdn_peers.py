@@ -21,7 +21,7 @@ FLOPs are those of the chunked algorithm Strata runs, per 64-token chunk C and v
 forward 10 C^2 D + 6 C D^2; backward (a pass re-computing the chunk states, then the reverse sweep)
 26 C^2 D + 16 C D^2 + 4 C^3. The same counts are applied to every peer, so the rates compare times.
 "fwd+bwd" times the op's forward and then torch.autograd.grad(o, inputs, do) with a fixed do (session 9; until
-then `o.float().sum().backward()`, whose f32 copy, reduction and .grad accumulation added ~1 ms at B=4 on the H200).
+then `o.float().sum().backward()`, which added work outside the op: an f32 copy of o, its reduction, .grad accumulation).
 
     python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
 """
