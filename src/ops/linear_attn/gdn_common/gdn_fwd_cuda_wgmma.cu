@@ -636,6 +636,20 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB;
     const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + kUOff);
 
+    // fwd_h: h_c = S_c rounded to bf16 (the pairs store_trans packed into S_c's copy), packed before W S is issued
+    // and stored while it runs (stores straight from S would make ptxas wait for W S: S is a wgmma accumulator).
+    const int64_t cidx = sq.chunk0 + c;
+    const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
+    if constexpr (!kOut) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int j = 0; j < kN / 8; ++j)
+            hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+    }
     // W S_c (alone in this warpgroup's wgmma queue).
     float accW[kN / 2];
     reg_fence(accW);
@@ -653,8 +667,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     }
     __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
     if constexpr (!kOut) {
-      const int64_t cidx = sq.chunk0 + c;
-      if (p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT)) {
+      if (h_out) {
         uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] + v0 + cb;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -663,8 +676,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
             uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j)
-              *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) =
-                  mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+              *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
           }
       }
     }
