@@ -666,7 +666,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto) {
     // The wgmma pass with P inline where GPU run s8run2 measured it faster (one 128-column block per sequence-head:
-    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays).
+    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays); in its split
+    // form (s9run1: pass 0.604 ms against 0.718 ms for the serial form at B = 4 T = 8192).
     wgmma = gdn::fwd_cuda_state_o_wgmma_pays(c.fwdo);
     pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
@@ -687,7 +688,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     if (pre_p) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(
         f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0,
-        form == GdnFusedForm::kWgmmaSplit ? gdn::WgmmaPass::kSplit : gdn::WgmmaPass::kSerial, stream));
+        form == GdnFusedForm::kWgmmaSplit || form == GdnFusedForm::kAuto ? gdn::WgmmaPass::kSplit
+                                                                         : gdn::WgmmaPass::kSerial,
+        stream));
   }
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));

@@ -930,7 +930,9 @@ bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p) {
   // GPU run s8run2 (H200, bf16, H = 16, HV = 32, K = V = 128; pass alone): B = 4 T = 8192, 128-column blocks (one per
   // sequence-head): 0.718 ms with P inline (0.688 ms + 0.176 ms of qk_gate_mma with P pre-computed) against 0.781 ms
   // for the 16-warp mma.sync pass; B = 1 T = 32768, 32-column blocks: 1.736 ms (P pre-computed) against 1.465 ms for
-  // the 8-warp mma.sync pass. So only where one 128-column block covers V.
+  // the 8-warp mma.sync pass. So only where one 128-column block covers V. Session 9 (s9run1): the split form at
+  // B = 4: 0.604 ms (the automatic fused forward runs it there); at B = 1 T = 32768, 32 columns: 1.536 ms against
+  // 1.469 ms for mma.sync (8 warps, P pre-computed): still not there.
   if (!fwd_cuda_state_o_wgmma_reject(p).empty()) return false;
   int sms = 132;
   if (sm_count_wg(sms) != STRATA_SUCCESS) return false;

@@ -56,7 +56,9 @@ void fwd_cpu(FwdOp op, const GdnFwdParams& p);
 //   kMma: tensor-core kernels (gdn_fwd_cuda_mma.cu, mma.sync m16n8k16, f32 accumulation) for bf16 / f16 token
 //         tensors; fwd_cuda_mma_reject says why they cannot run a problem ("" if they can).
 //   kFma: f32 SIMT kernels (gdn_fwd_cuda_sm90.cu), any f32 / bf16 / f16 tensors.
-//   kAuto: kMma when it applies, else kFma (what composite ops use).
+//   kAuto: kMma when it applies, else kFma (what composite ops use); for kFwdH the split wgmma pass
+//          (fwd_cuda_fwd_h_wgmma) first where it applies (bf16, K = 128; session 9, measured 2x faster).
+//          kMma itself stays the mma.sync kernels (the ops' forced "cuda.sm90.mma").
 enum class FwdCudaKernels : int { kAuto = 0, kMma, kFma };
 int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream);  // kAuto
 int fwd_cuda(FwdOp op, const GdnFwdParams& p, FwdCudaKernels which, void* stream);
