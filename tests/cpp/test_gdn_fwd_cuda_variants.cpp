@@ -311,7 +311,7 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
 }
 
 // The forms of the wgmma pass: one chain per warpgroup with P inline / pre-computed (session 8), and the
-// warp-specialised split form (session 9, P inline only).
+// warp-specialised split form (session 9, P inline only; u staged in shared memory or read into registers).
 struct WgmmaForm {
   WgmmaPass pass;
   StateOKernel kernel;
@@ -319,7 +319,8 @@ struct WgmmaForm {
 };
 constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSerial, StateOKernel::kInline, "serial inline"},
                                      {WgmmaPass::kSerial, StateOKernel::kPrecomputedP, "serial pre-computed P"},
-                                     {WgmmaPass::kSplit, StateOKernel::kInline, "split"}};
+                                     {WgmmaPass::kSplit, StateOKernel::kInline, "split"},
+                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"}};
 
 // The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
 // blocks only) and V = 64 (128 columns refused) with varlen empty / one-token / chunk-boundary documents.
@@ -686,12 +687,20 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
       });
       EXPECT_GT(split[i], 0.0) << widths[i];
     }
+    double ureg[2];  // u in registers: automatic width, 128 columns (3 stages there)
+    for (int i = 0; i < 2; ++i) {
+      ureg[i] = time_ms([&] {
+        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, i == 0 ? 0 : 128, WgmmaPass::kSplitUReg, nullptr);
+      });
+      EXPECT_GT(ureg[i], 0.0) << i;
+    }
     EXPECT_GT(serial, 0.0);
     report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128: wgmma serial (%d columns) "
                     "inline-P %.3f ms, pre-computed-P %.3f ms; wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / "
-                    "%.3f / %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+                    "%.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 stages: %.3f ms); mma.sync 16 warps "
+                    "inline %.3f ms, 8 warps pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
-                    serial, serial_p, split[0], split[1], split[2], split[3], mma16, mma8p));
+                    serial, serial_p, split[0], split[1], split[2], split[3], ureg[0], ureg[1], mma16, mma8p));
     // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
     GdnFwdParams f = p;
     f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);

@@ -429,18 +429,21 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 //   kN = 32: kOut 3 stages 203.5 KB, fwd_h 3 stages 147.5 KB; kN = 16: 175.5 / 123.5 KB.
 // Registers: a state thread holds S (kN f32), W S / v_new (kN / 2), the Kᵀ fragments (32); an output thread O (kN),
 // Q Kᵀ (32) and P's bf16 A fragments (16). kOut has 384 threads (<= 168 registers each), fwd_h 256.
-template <int kN, bool kOut>
+// kUReg (session 9, after run 1): u is not staged in shared memory but read by each state thread from global memory
+// into registers (its v_new accumulator positions) one chunk ahead, which leaves room for 3 stages at 128 columns
+// with kOut (3 x 48 KB + 64.5 KB = 208.5 KB).
+template <int kN, bool kOut, bool kUReg>
 constexpr int sp_stage_bytes() {
-  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (2 * kN + 8) * 2;
+  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + (kUReg ? 0 : kRowsC * (2 * kN + 8) * 2);
 }
-template <int kN, int kStages, bool kOut>
+template <int kN, int kStages, bool kOut, bool kUReg>
 constexpr int sp_smem_bytes() {
-  return kStages * sp_stage_bytes<kN, kOut>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
+  return kStages * sp_stage_bytes<kN, kOut, kUReg>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
          2 * kRowsC * 4;
 }
-template <int kN, bool kOut>
+template <int kN, bool kOut, bool kUReg>
 constexpr int sp_stages() {
-  return sp_smem_bytes<kN, 3, kOut>() <= kMaxSmem ? 3 : 2;
+  return sp_smem_bytes<kN, 3, kOut, kUReg>() <= kMaxSmem ? 3 : 2;
 }
 constexpr int sp_threads(bool out) { return out ? 3 * 128 : 2 * 128; }
 constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the state warpgroups' own)
@@ -449,7 +452,7 @@ constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the s
 constexpr int kStateRegs = 184, kOutRegs = 136;
 static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
 
-template <class T, int kN, int kStages, bool kOut>
+template <class T, int kN, int kStages, bool kOut, bool kUReg>
 __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -461,7 +464,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
   constexpr int kTileB = kRowsC * kKeys * 2;  // bytes of a K / W / Q tile
   constexpr int kLdU = kBV + 8;               // U's leading dim (elements): conflict-free pair reads
   constexpr int kUOff = (kOut ? 3 : 2) * kTileB;
-  constexpr int kStageB = sp_stage_bytes<kN, kOut>();
+  constexpr int kStageB = sp_stage_bytes<kN, kOut, kUReg>();
   constexpr int kSbB = kN * kKeys * 2;  // a state warpgroup's S copy
   constexpr int kVB = kN * kRowsC * 2;  // a state warpgroup's Vd (and Vn)
   static_assert(kTileB % 128 == 0 && kStageB % 16 == 0 && kSbB % 128 == 0 && kVB % 128 == 0, "aligned regions");
@@ -594,7 +597,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
             cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
           }
       }
-      {
+      if constexpr (!kUReg) {
         constexpr int kSegU = kBV / 8, kStepU = 256 / kSegU;
         static_assert(256 % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
         const int q = tid % kSegU, r0 = tid / kSegU;
@@ -617,6 +620,27 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
                                        : 0.f;
   };
 
+  // kUReg: u of chunk [t, t + BT) at this thread's v_new positions (rows acc_row(w, lane, 2 half), column pairs
+  // cb + acc_col(lane, j, 0)), 0 past the chunk; the next chunk's requested (read-only path) as soon as v_new of the
+  // current one is formed, so that one set of registers holds it.
+  constexpr int kUH = kUReg ? 2 : 1, kUJ = kUReg ? kN / 8 : 1;
+  uint32_t u_cur[kUH][kUJ];
+  auto load_u = [&](int64_t t, uint32_t(&dst)[kUH][kUJ]) {
+    if constexpr (kUReg) {
+      const int64_t Lr = t < sq.eos ? (t + BT < sq.eos ? BT : sq.eos - t) : 0;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        const bool ok = i < Lr;
+        const uint16_t* urow = static_cast<const uint16_t*>(p.u.data) + sq.b * p.u.st[0] +
+                               (ok ? t + i : int64_t{0}) * p.u.st[1] + hv * p.u.st[2] + v0 + cb;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+          dst[half][j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(urow + wgl::acc_col(lane, j, 0))) : 0u;
+      }
+    }
+  };
+  load_u(sq.bos, u_cur);
   request(sq.bos, 0);
   if (kStages == 3) request(sq.bos + BT, 1);
   if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
@@ -695,12 +719,14 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j) {
         const int cl = wgl::acc_col(lane, j, 0);  // even
-        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
+        const float2 uu = kUReg ? mma::unpack2<T>(u_cur[kUReg ? half : 0][kUReg ? j : 0])
+                                : mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
         const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
         if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
         accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
       }
     }
+    load_u(t0 + BT, u_cur);
     if constexpr (kOut) store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
@@ -865,10 +891,10 @@ int launch_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
   }
 }
 
-template <int kN, bool kOut>
+template <int kN, bool kOut, bool kUReg>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = sp_stages<kN, kOut>();
-  constexpr int smem = sp_smem_bytes<kN, kStages, kOut>();
+  constexpr int kStages = sp_stages<kN, kOut, kUReg>();
+  constexpr int smem = sp_smem_bytes<kN, kStages, kOut, kUReg>();
   static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
   const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
   const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
@@ -876,18 +902,18 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut, kUReg>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
 }
 
-template <bool kOut>
+template <bool kOut, bool kUReg = false>
 int launch_split_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
   switch (width) {
-    case 32: return launch_split<16, kOut>(p, stream);
-    case 64: return launch_split<32, kOut>(p, stream);
-    case 128: return launch_split<64, kOut>(p, stream);
+    case 32: return launch_split<16, kOut, kUReg>(p, stream);
+    case 64: return launch_split<32, kOut, kUReg>(p, stream);
+    case 128: return launch_split<64, kOut, kUReg>(p, stream);
     default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
   }
 }
@@ -964,7 +990,7 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
     if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
     else if (p.Pqk.dtype != STRATA_DTYPE_BF16) why = "the pre-computed-P variant needs Pqk in bf16";
   }
-  if (why.empty() && pre && form == WgmmaPass::kSplit)
+  if (why.empty() && pre && form != WgmmaPass::kSerial)
     why = "the split form forms P on its output warpgroup (off the recurrence's path): P inline only";
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
@@ -976,6 +1002,7 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (state_o_wgmma)"); r != STRATA_SUCCESS)
     return r;
   if (form == WgmmaPass::kSplit) return launch_split_width<true>(p, width, stream);
+  if (form == WgmmaPass::kSplitUReg) return launch_split_width<true, true>(p, width, stream);
   return pre ? launch_width<true>(p, width, stream) : launch_width<false>(p, width, stream);
 }
 

@@ -110,7 +110,9 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
 // warpgroups run only the recurrence W S → v_new → S update, a third forms o of the same chunk from the S copy and
 // Vn they leave in shared memory: the output products are off the recurrence's path; P inline only). Same
 // precision model, not the same bits as each other (summation order inside the products).
-enum class WgmmaPass : int { kSerial = 0, kSplit };
+// kSplitUReg (session 9, after run 1): kSplit with u read from global memory into registers one chunk ahead instead of
+// staged in shared memory, so that 128-column blocks run 3 cp.async stages instead of 2 (same bits as kSplit).
+enum class WgmmaPass : int { kSerial = 0, kSplit, kSplitUReg };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
