@@ -82,7 +82,8 @@ struct Shape {
 struct Problem {
   Shape s;
   GdnFwdParams p;
-  std::unique_ptr<Dev> cu, offs, q, k, w, u, g, h0, o, vn, ht, P;
+  std::unique_ptr<Dev> cu, offs, q, k, w, u, g, h0, o, vn, ht, P, hs;
+  GdnTensor h;  // chunk states [B, NT, HV, K, V] in the token dtype (fwd_h runs: set p.h = h)
   Problem(const Shape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
@@ -151,9 +152,19 @@ struct Problem {
     }
     P = std::make_unique<Dev>(rows * HV * s.BT * es);
     p.Pqk = tok(P->p, s.dt, T, HV, s.BT);
+    const int64_t hb = (s.cu.empty() ? B : 1) * d.NT;  // chunk slots of h
+    hs = std::make_unique<Dev>(hb * HV * K * V * es);
+    h.data = hs->p, h.dtype = s.dt;
+    h.st[0] = (s.cu.empty() ? d.NT : 0) * HV * K * V, h.st[1] = HV * K * V, h.st[2] = K * V, h.st[3] = V, h.st[4] = 1;
+  }
+  // The params of chunk_gated_delta_rule_fwd_h on this problem: h written, o and P absent.
+  GdnFwdParams fwd_h() const {
+    GdnFwdParams f = p;
+    f.h = h, f.o = GdnTensor{}, f.Pqk = GdnTensor{};
+    return f;
   }
   void poison() {
-    for (Dev* x : {o.get(), vn.get(), ht.get(), P.get()})
+    for (Dev* x : {o.get(), vn.get(), ht.get(), P.get(), hs.get()})
       if (x) x->poison();
   }
   std::vector<uint8_t> outputs() const {
@@ -299,19 +310,40 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
   EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
 }
 
-// The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, every block width that divides V) against the
+// The forms of the wgmma pass: one chain per warpgroup with P inline / pre-computed (session 8), and the
+// warp-specialised split form (session 9, P inline only; u staged in shared memory or read into registers).
+struct WgmmaForm {
+  WgmmaPass pass;
+  StateOKernel kernel;
+  const char* name;
+};
+constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSerial, StateOKernel::kInline, "serial inline"},
+                                     {WgmmaPass::kSerial, StateOKernel::kPrecomputedP, "serial pre-computed P"},
+                                     {WgmmaPass::kSplit, StateOKernel::kInline, "split"},
+                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"}};
+
+// The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
+// blocks only) and V = 64 (128 columns refused) with varlen empty / one-token / chunk-boundary documents.
+std::vector<Shape> wgmma_shapes() {
+  std::vector<Shape> ws;
+  for (const Shape& s : shapes())
+    if (s.dt == STRATA_DTYPE_BF16 && s.K == 128 && s.V % 32 == 0 && s.BT == 64) ws.push_back(s);
+  ws.push_back({3, 333, 2, 4, 128, 96, 64, {}, STRATA_DTYPE_BF16, true, true, true});
+  ws.push_back({1, 400, 1, 2, 128, 64, 64, {0, 0, 1, 63, 64, 65, 200, 400}, STRATA_DTYPE_BF16, true, true, true});
+  // no h0, ht, v_new; a one-chunk sequence with a partial chunk.
+  ws.push_back({2, 37, 1, 2, 128, 128, 64, {}, STRATA_DTYPE_BF16, false, false, false});
+  return ws;
+}
+
+// The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, the split form, every block width that divides V) against the
 // mma.sync pass (inline, 8 warps) on the shapes it takes (bf16, K = 128, V % 32 == 0, chunk 64), plus one with
 // V = 96 (32-column blocks only) and one with V = 64 at 128 columns refused: o, v_new and ht within 1e-2 relative
 // RMS (both round S, v_new and P to bf16; only the f32 summation order inside the products differs), every o row
 // written, the same bits on a second run.
 TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  std::vector<Shape> ws;
-  for (const Shape& s : shapes())
-    if (s.dt == STRATA_DTYPE_BF16 && s.K == 128 && s.V % 32 == 0 && s.BT == 64) ws.push_back(s);
-  ws.push_back({3, 333, 2, 4, 128, 96, 64, {}, STRATA_DTYPE_BF16, true, true, true});
-  ws.push_back({1, 400, 1, 2, 128, 64, 64, {0, 0, 1, 63, 64, 65, 200, 400}, STRATA_DTYPE_BF16, true, true, true});
-  ASSERT_GE(ws.size(), 4u);
+  const std::vector<Shape> ws = wgmma_shapes();
+  ASSERT_GE(ws.size(), 5u);
   int idx = 0;
   for (const Shape& s : ws) {
     Problem pr(s, 300 + idx);
@@ -321,19 +353,21 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
     const std::vector<uint8_t> o_ref = pr.o->bits();
     const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
     const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
-    for (const StateOKernel k : {StateOKernel::kInline, StateOKernel::kPrecomputedP})
+    for (const WgmmaForm& fm : kWgmmaForms)
       for (const int width : {0, 32, 64, 128}) {
+        const StateOKernel k = fm.kernel;
         if (width && s.V % width != 0) {
-          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS)
+              << "V " << s.V << " width " << width;
           continue;
         }
-        const std::string what = std::string(k == StateOKernel::kInline ? "inline" : "pre-computed P") +
-                                 ", width " + std::to_string(width) + ", shape " + std::to_string(idx);
+        const std::string what = std::string(fm.name) + ", width " + std::to_string(width) + ", shape " +
+                                 std::to_string(idx);
         std::vector<uint8_t> first;
         for (int run = 0; run < 2; ++run) {
           pr.poison();
           if (k == StateOKernel::kPrecomputedP) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << what;
-          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS) << what;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
           const std::vector<uint8_t> out = pr.outputs();
           if (run == 1) {
@@ -355,6 +389,155 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
           EXPECT_LT(eh, 1e-2) << what << ": ht";
         }
       }
+    ++idx;
+  }
+}
+
+// chunk_gated_delta_rule_fwd_h on the split wgmma pass (fwd_cuda_fwd_h_wgmma, every width dividing V) against the
+// mma.sync state_mma (fwd_cuda(kFwdH, kMma)) on the wgmma shapes: h, v_new and ht within 1e-2 relative RMS (both
+// round S and Vd to bf16 once; the f32 summation order inside the products differs), every h entry written (the
+// poison is a bf16 NaN), the same bits on a second run.
+TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const Shape& s : wgmma_shapes()) {
+    Problem pr(s, 500 + idx);
+    const GdnFwdParams f = pr.fwd_h();
+    ASSERT_EQ(fwd_cuda_fwd_h_wgmma_reject(f), "") << "shape " << idx;
+    pr.poison();
+    ASSERT_EQ(fwd_cuda(FwdOp::kFwdH, f, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const std::vector<uint8_t> h_ref = pr.hs->bits();
+    const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
+    const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    for (const int width : {0, 32, 64, 128}) {
+      if (width && s.V % width != 0) {
+        EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+        continue;
+      }
+      const std::string what = "fwd_h width " + std::to_string(width) + ", shape " + std::to_string(idx);
+      std::vector<uint8_t> first;
+      for (int run = 0; run < 2; ++run) {
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << what;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        std::vector<uint8_t> out = pr.hs->bits();
+        for (const Dev* x : {pr.vn.get(), pr.ht.get()})
+          if (x) {
+            const auto b = x->bits();
+            out.insert(out.end(), b.begin(), b.end());
+          }
+        if (run == 1) {
+          EXPECT_TRUE(out == first) << what << ": second run differs";
+          continue;
+        }
+        first = out;
+        const std::vector<uint8_t> hb = pr.hs->bits();
+        size_t unwritten = 0;
+        for (size_t i = 0; i + 1 < hb.size(); i += 2) unwritten += (hb[i] == 0xff && hb[i + 1] == 0xff);
+        EXPECT_EQ(unwritten, 0u) << what;
+        const double eh = rel_rms(hb, h_ref, s.dt);
+        const double ev = pr.vn ? rel_rms(pr.vn->bits(), vn_ref, s.dt) : 0.0;
+        const double et = pr.ht ? rel_rms(pr.ht->bits(), ht_ref, STRATA_DTYPE_F32) : 0.0;
+        std::printf("[wgmma check] %s: rel RMS vs state_mma h %.2e v_new %.2e ht %.2e, unwritten h %zu\n",
+                    what.c_str(), eh, ev, et, unwritten);
+        EXPECT_LT(eh, 1e-2) << what << ": h";
+        EXPECT_LT(ev, 1e-2) << what << ": v_new";
+        EXPECT_LT(et, 1e-2) << what << ": ht";
+      }
+    }
+    ++idx;
+  }
+}
+
+// Relative RMS difference of a 16-bit (dt) or f32 buffer against float64 values.
+double rel_rms64(const std::vector<uint8_t>& a, const std::vector<double>& r, int32_t dt) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    float x = 0;
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(&x, a.data() + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, a.data() + 2 * i, 2);
+      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
+    }
+    num += (double(x) - r[i]) * (double(x) - r[i]), den += r[i] * r[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The float64 reference (fwd_reference<double>) of the fused forward on a problem's inputs: h, v_new, ht by
+// chunk_gated_delta_rule_fwd_h, then o by chunk_fwd_o from that h and v_new.
+struct Ref64 {
+  std::vector<double> h, vn, ht, o;
+};
+Ref64 reference64(const Problem& pr) {
+  const Shape& s = pr.s;
+  GdnFwdParams p = pr.p;
+  std::vector<uint8_t> q = pr.q->bits(), k = pr.k->bits(), w = pr.w->bits(), u = pr.u->bits(), g = pr.g->bits();
+  std::vector<uint8_t> h0 = pr.h0 ? pr.h0->bits() : std::vector<uint8_t>{};
+  std::vector<int64_t> off(s.cu.size());
+  if (!s.cu.empty()) {
+    p.chunks.cu = s.cu.data();
+    fill_chunk_offsets(p.chunks, off.data());
+    p.chunks.offsets = off.data();
+  }
+  p.q.data = q.data(), p.k.data = k.data(), p.w.data = w.data(), p.u.data = u.data(), p.g.data = g.data();
+  p.h0.data = pr.h0 ? h0.data() : nullptr;
+  const int64_t B = s.B, T = s.T, HV = s.HV, K = s.K, V = s.V, N = p.shape.N;
+  const int64_t hb = (s.cu.empty() ? B : 1) * p.shape.NT;
+  Ref64 r;
+  r.h.assign(static_cast<size_t>(hb * HV * K * V), 0.0), r.vn.assign(static_cast<size_t>(B * T * HV * V), 0.0);
+  r.ht.assign(static_cast<size_t>(N * HV * K * V), 0.0), r.o.assign(static_cast<size_t>(B * T * HV * V), 0.0);
+  p.h = pr.h, p.h.data = r.h.data(), p.h.dtype = STRATA_DTYPE_F64;
+  p.v_new = tok(r.vn.data(), STRATA_DTYPE_F64, T, HV, V);
+  p.ht = states(r.ht.data(), HV, K, V), p.ht.dtype = STRATA_DTYPE_F64;
+  p.o = GdnTensor{}, p.Pqk = GdnTensor{};
+  fwd_reference<double>(FwdOp::kFwdH, p);
+  GdnFwdParams po = p;
+  po.v = p.v_new, po.v_new = GdnTensor{}, po.ht = GdnTensor{};
+  po.o = tok(r.o.data(), STRATA_DTYPE_F64, T, HV, V);
+  fwd_reference<double>(FwdOp::kFwdO, po);
+  return r;
+}
+
+// Both wgmma forms of the fused pass, the wgmma fwd_h and (for scale) the mma.sync passes against the float64
+// reference, on the wgmma shapes without the long varlen pack: o, h, v_new, ht within 1e-2 relative RMS (bf16
+// outputs; S, Vd and P enter their products rounded to bf16, fla's model).
+TEST(GdnFwdCudaVariants, WgmmaMatchesReference) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const Shape& s : wgmma_shapes()) {
+    if (s.cu.size() > 20) continue;  // the 160-document pack: covered against mma.sync above
+    Problem pr(s, 700 + idx);
+    const Ref64 r = reference64(pr);
+    auto check = [&](const std::string& what, bool fused) {
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      const double e_main = fused ? rel_rms64(pr.o->bits(), r.o, s.dt) : rel_rms64(pr.hs->bits(), r.h, s.dt);
+      const double ev = pr.vn ? rel_rms64(pr.vn->bits(), r.vn, s.dt) : 0.0;
+      const double et = pr.ht ? rel_rms64(pr.ht->bits(), r.ht, STRATA_DTYPE_F32) : 0.0;
+      std::printf("[wgmma ref] shape %d %s: rel RMS vs f64 %s %.2e v_new %.2e ht %.2e\n", idx, what.c_str(),
+                  fused ? "o" : "h", e_main, ev, et);
+      EXPECT_LT(e_main, 1e-2) << what << ", shape " << idx;
+      EXPECT_LT(ev, 1e-2) << what << ", shape " << idx;
+      EXPECT_LT(et, 1e-2) << what << ", shape " << idx;
+    };
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, StateOBlock::k8Warps, nullptr), STRATA_SUCCESS);
+    check("mma.sync state_o", true);
+    for (const WgmmaForm& fm : kWgmmaForms) {
+      if (fm.kernel != StateOKernel::kInline) continue;
+      pr.poison();
+      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, fm.kernel, 0, fm.pass, nullptr), STRATA_SUCCESS) << fm.name;
+      check(std::string("wgmma ") + fm.name, true);
+    }
+    const GdnFwdParams f = pr.fwd_h();
+    pr.poison();
+    ASSERT_EQ(fwd_cuda(FwdOp::kFwdH, f, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS);
+    check("mma.sync fwd_h", false);
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, 0, nullptr), STRATA_SUCCESS);
+    check("wgmma fwd_h", false);
     ++idx;
   }
 }
@@ -459,6 +642,80 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
                     "pre-computed %.3f ms, 16 warps inline %.3f ms, pre-computed %.3f ms)",
                     static_cast<long long>(B), static_cast<long long>(T), wy, qk, pass[0], pass[1], pass[2], pass[3],
                     wy + pass[0], wy + qk + pass[1], wy + pass[2], wy + qk + pass[3]));
+  }
+}
+
+// The wgmma passes at the benchmark shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4 T = 8192 and B = 1 T = 32768;
+// inputs by cudaMemset as TimingAtBenchShapes; median of 7): the fused state + output pass in its serial form
+// (session 8), the split form (session 9) at the automatic and the other widths, the best mma.sync pass; and
+// chunk_gated_delta_rule_fwd_h (h, v_new, ht: what the backward re-runs) on state_mma and on the split pass.
+// Prints "[gdn_pass timing] ..." and appends it to $OUT/gdn_fwd_timing.txt; fails only if a launch fails.
+TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T, NT = T / 64;
+    const int32_t dt = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4),
+        o(rows * HV * V * 2), vn(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4),
+        hs(B * NT * HV * K * V * 2);
+    for (Dev* x : {&q, &k, &w, &u}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    GdnFwdParams p;
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = NT;
+    d.NT = NT, d.scale = 0.0884f;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = NT;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+    p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
+    EXPECT_EQ(fwd_cuda_qk_gate(p, nullptr), STRATA_SUCCESS);
+    const double mma16 = time_ms([&] {
+      return fwd_cuda_state_o(p, StateOKernel::kInline, StateOBlock::k16Warps, nullptr);
+    });
+    const double mma8p = time_ms([&] {
+      return fwd_cuda_state_o(p, StateOKernel::kPrecomputedP, StateOBlock::k8Warps, nullptr);
+    });
+    const double serial = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
+    const double serial_p =
+        time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
+    double split[4];  // automatic width, 32, 64, 128 columns
+    const int widths[4] = {0, 32, 64, 128};
+    for (int i = 0; i < 4; ++i) {
+      split[i] = time_ms([&] {
+        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, widths[i], WgmmaPass::kSplit, nullptr);
+      });
+      EXPECT_GT(split[i], 0.0) << widths[i];
+    }
+    double ureg[2];  // u in registers: automatic width, 128 columns (3 stages there)
+    for (int i = 0; i < 2; ++i) {
+      ureg[i] = time_ms([&] {
+        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, i == 0 ? 0 : 128, WgmmaPass::kSplitUReg, nullptr);
+      });
+      EXPECT_GT(ureg[i], 0.0) << i;
+    }
+    EXPECT_GT(serial, 0.0);
+    report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128: wgmma serial (%d columns) "
+                    "inline-P %.3f ms, pre-computed-P %.3f ms; wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / "
+                    "%.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 stages: %.3f ms); mma.sync 16 warps "
+                    "inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+                    static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
+                    serial, serial_p, split[0], split[1], split[2], split[3], ureg[0], ureg[1], mma16, mma8p));
+    // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
+    GdnFwdParams f = p;
+    f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);
+    f.h.data = hs.p, f.h.dtype = dt;
+    f.h.st[0] = NT * HV * K * V, f.h.st[1] = HV * K * V, f.h.st[2] = K * V, f.h.st[3] = V, f.h.st[4] = 1;
+    const double h_mma = time_ms([&] { return fwd_cuda(FwdOp::kFwdH, f, FwdCudaKernels::kMma, nullptr); });
+    double h_wg[4];
+    for (int i = 0; i < 4; ++i) {
+      h_wg[i] = time_ms([&] { return fwd_cuda_fwd_h_wgmma(f, widths[i], nullptr); });
+      EXPECT_GT(h_wg[i], 0.0) << widths[i];
+    }
+    EXPECT_GT(h_mma, 0.0);
+    report(fmt_line("[gdn_pass timing] fwd_h (h, v_new, ht) bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_mma %.3f ms; "
+                    "wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0], h_wg[1], h_wg[2], h_wg[3]));
   }
 }
 

@@ -146,6 +146,21 @@ TEST(GdnFwdWgmmaLayout, CpAsyncSlotsCoverTheTilesConflictFree) {
 }
 
 // The accumulator map covers the m64 x N tile once.
+// The split pass (session 9) reads the two state warpgroups' S copies ([kN][128] each, adjacent) as one [2 kN][128]
+// B tile, and their Vn tiles ([kN][64]) as one [2 kN][64] tile: row kN + r of the combined tile must be row r of the
+// second warpgroup's tile, i.e. lie kN x kCols elements (the second tile's offset) further on, for kN = 16, 32, 64.
+template <int kCols>
+void expect_stacked(int kn) {
+  for (int r = 0; r < kn; ++r)
+    for (int c = 0; c < kCols; ++c) EXPECT_EQ(tile_off<kCols>(kn + r, c), kn * kCols + tile_off<kCols>(r, c));
+}
+TEST(GdnFwdWgmmaLayout, SplitPassStacksTheWarpgroupTiles) {
+  for (const int kn : {16, 32, 64}) {
+    expect_stacked<128>(kn);
+    expect_stacked<64>(kn);
+  }
+}
+
 TEST(GdnFwdWgmmaLayout, AccumulatorFragmentCoversTheTile) {
   constexpr int kN = 64;
   std::set<int> seen;

@@ -10,7 +10,8 @@
 // with a form forced: inline P, pre-computed P, inline P with 16-warp pass blocks, w / u / P from one kernel; same
 // bits; reached only by STRATA_FORCE_IMPL, for the tests and benchmarks), cuda.sm90.fused_wgmma,
 // cuda.sm90.fused_wgmma_pqk and cuda.sm90.fused_prep_wgmma (the pass on Hopper warpgroup MMA, P inline / pre-computed
-// by qk_gate_mma / by the prep kernel; bf16 K = 128; forced only),
+// by qk_gate_mma / by the prep kernel; bf16 K = 128; forced only), cuda.sm90.fused_wgmma_split (session 9: the
+// warp-specialised wgmma pass, output products off the recurrence's warpgroups; forced only),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu), cuda.sm90.chunked_fin (backward
 // only, forced only: the tail of the composed backward in prepare_wy_repr_bwd's epilogue; slower, s8run2),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
@@ -85,7 +86,8 @@ const ImplList<GdnProblem>& impls() {
                                                           {"cuda.sm90.fused_prep", GdnFusedForm::kPrep},
                                                           {"cuda.sm90.fused_wgmma", GdnFusedForm::kWgmma},
                                                           {"cuda.sm90.fused_wgmma_pqk", GdnFusedForm::kWgmmaPqk},
-                                                          {"cuda.sm90.fused_prep_wgmma", GdnFusedForm::kPrepWgmma}};
+                                                          {"cuda.sm90.fused_prep_wgmma", GdnFusedForm::kPrepWgmma},
+                                                          {"cuda.sm90.fused_wgmma_split", GdnFusedForm::kWgmmaSplit}};
     for (const auto& [name, form] : fused)
       l.push_back({name,
                    [form](const GdnProblem& p) {

@@ -126,7 +126,11 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bo
 //     measured faster in GPU run s8run2), the mma.sync pass elsewhere.
 //   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
 //     the pre-computed P (kWgmmaPqk's pass); forced only.
-enum class GdnFusedForm : int { kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma };
+//   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised wgmma pass (gdn::WgmmaPass::kSplit:
+//     two warpgroups run the recurrence, a third forms o; P inline); same shapes as kWgmma; forced only.
+enum class GdnFusedForm : int {
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma, kWgmmaSplit
+};
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);

@@ -605,7 +605,7 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
   const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
-                     form == GdnFusedForm::kPrepWgmma;
+                     form == GdnFusedForm::kPrepWgmma || form == GdnFusedForm::kWgmmaSplit;
   if (r.empty() && wgmma) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
   if (r.empty() && (form == GdnFusedForm::kPrecomputedP || form == GdnFusedForm::kWgmmaPqk))
     r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
@@ -661,11 +661,13 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
   const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
-  bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk || form == GdnFusedForm::kPrepWgmma;
+  bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk || form == GdnFusedForm::kPrepWgmma ||
+               form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto) {
     // The wgmma pass with P inline where GPU run s8run2 measured it faster (one 128-column block per sequence-head:
-    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays).
+    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays); in its split
+    // form (s9run1: pass 0.604 ms against 0.718 ms for the serial form at B = 4 T = 8192).
     wgmma = gdn::fwd_cuda_state_o_wgmma_pays(c.fwdo);
     pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
@@ -685,7 +687,10 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   if (wgmma) {
     if (pre_p) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(
-        f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0, stream));
+        f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0,
+        form == GdnFusedForm::kWgmmaSplit || form == GdnFusedForm::kAuto ? gdn::WgmmaPass::kSplit
+                                                                         : gdn::WgmmaPass::kSerial,
+        stream));
   }
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));

@@ -59,6 +59,8 @@ using wg::reg_fence;
 using wg::reg_fence_u;
 using wg::fence_proxy_async;
 using wg::bar_wg;
+using wg::bar_sync;
+using wg::bar_arrive;
 using wg::stmatrix_x4_trans;
 using wg::ldmatrix_x4_trans;
 using strata::cuda::cp_async16;
@@ -398,6 +400,384 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 #endif
 }
 
+// ---------------------------------------------------------------- the split pass (session 9)
+// state_split_wgmma<T, kN, kStages, kOut>: the same recurrence with the output products taken off its critical
+// path by warp specialisation. In state_o_wgmma each warpgroup issues W S, then Q S + Q Kᵀ (24 wgmma), then the S
+// update; wgmma of one warpgroup execute in order, so Q S and Q Kᵀ sit between W S and the S update of every chunk.
+// Here warpgroups 0 and 1 ("state", kN columns each, as in state_o_wgmma) run only the recurrence:
+//   W S_c → v_new, Vn, Vd → S_{c+1} = e^{γ_L} S_c + Kᵀ Vd → the bf16 copy of S_{c+1},
+// and with kOut a third warpgroup ("output", all 2 kN columns of the block) forms o of the same chunk from the
+// shared tiles the state warpgroups leave:
+//   Q S_c (B = the two state warpgroups' S copies, adjacent rows of one [2 kN][128] K-major tile: one N = 2 kN
+//   wgmma a K step), Q Kᵀ (once per block instead of once per warpgroup), P gated into registers, then O += P Vn_c
+//   (B = the two Vn tiles, again one [2 kN][64] tile).
+// Per chunk c (all warpgroups meet at the block barrier (B): the stage of chunk c and S_c's copy visible):
+//   state:  W S_c issued; loads of chunk c + kStages − 1; Kᵀ fragments (ldmatrix.trans); W S waited; v_new (global),
+//           Vn, Vd (stmatrix.trans); arrive (V) [kOut]; S update; wait (Q) [kOut]; S_{c+1}'s copy written.
+//   output: Q S_c, then Q Kᵀ issued; Q S waited → arrive (Q); Q Kᵀ waited, P gated; wait (V); P Vn_c; o stored.
+// Named barriers: (Q) = Q S_c has read S_c's copy (the state warpgroups overwrite it with S_{c+1} after it),
+// (V) = Vn_c written (and fenced to the async proxy) by both state warpgroups. Each is passed once per chunk by
+// every thread (bar.arrive on one side, bar.sync on the other; 3 × 128 threads), and (B) orders the chunks, so the
+// S copy, Vn and Vd need one buffer each, and the output warpgroup reads Q_c, K_c within chunk c as the state ones
+// do (the stage ring is the same as state_o_wgmma's).
+// Without kOut (chunk_gated_delta_rule_fwd_h): 2 warpgroups, no Q tile, no Vn; the chunk-start states h_c = S_c
+// rounded to bf16 (the bits of the S copy, fwd_h's state_mma rounding) are stored from the registers while W S_c
+// runs, v_new as in kOut.
+// Shared memory (bytes; kN = 64, i.e. 128 columns a block): stage = K, W [, Q] 16 KB each + U [64][136] 17 KB
+// (65 / 49 KB); S copy [128][128] 32 KB, Vd [128][64] 16 KB, Vn 16 KB (kOut), γ [2][64] 512 B:
+//   kOut: 2 stages 194.5 KB (3 would be 259.5 KB); fwd_h: 3 stages 195.5 KB.
+//   kN = 32: kOut 3 stages 203.5 KB, fwd_h 3 stages 147.5 KB; kN = 16: 175.5 / 123.5 KB.
+// Registers: a state thread holds S (kN f32), W S / v_new (kN / 2), the Kᵀ fragments (32); an output thread O (kN),
+// Q Kᵀ (32) and P's bf16 A fragments (16). kOut has 384 threads (<= 168 registers each), fwd_h 256.
+// kUReg (session 9, after run 1): u is not staged in shared memory but read by each state thread from global memory
+// into registers (its v_new accumulator positions) one chunk ahead, which leaves room for 3 stages at 128 columns
+// with kOut (3 x 48 KB + 64.5 KB = 208.5 KB).
+template <int kN, bool kOut, bool kUReg>
+constexpr int sp_stage_bytes() {
+  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + (kUReg ? 0 : kRowsC * (2 * kN + 8) * 2);
+}
+template <int kN, int kStages, bool kOut, bool kUReg>
+constexpr int sp_smem_bytes() {
+  return kStages * sp_stage_bytes<kN, kOut, kUReg>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
+         2 * kRowsC * 4;
+}
+template <int kN, bool kOut, bool kUReg>
+constexpr int sp_stages() {
+  return sp_smem_bytes<kN, 3, kOut, kUReg>() <= kMaxSmem ? 3 : 2;
+}
+constexpr int sp_threads(bool out) { return out ? 3 * 128 : 2 * 128; }
+constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the state warpgroups' own)
+// kOut at 128 columns: 168 registers a thread at launch (384 threads); the state warpgroups (S 64, v_new 32, Kᵀ
+// fragments 32) take 184, the output one (O 64, Q Kᵀ 32, P 16) 136: 2 x 184 + 136 = 3 x 168.
+constexpr int kStateRegs = 184, kOutRegs = 136;
+static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
+
+template <class T, int kN, int kStages, bool kOut, bool kUReg>
+__global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
+  static_assert(kStages == 2 || kStages == 3, "two or three stages");
+  constexpr int kThreads = sp_threads(kOut);
+  constexpr int kBV = 2 * kN;                 // columns of S per block
+  constexpr int kTileB = kRowsC * kKeys * 2;  // bytes of a K / W / Q tile
+  constexpr int kLdU = kBV + 8;               // U's leading dim (elements): conflict-free pair reads
+  constexpr int kUOff = (kOut ? 3 : 2) * kTileB;
+  constexpr int kStageB = sp_stage_bytes<kN, kOut, kUReg>();
+  constexpr int kSbB = kN * kKeys * 2;  // a state warpgroup's S copy
+  constexpr int kVB = kN * kRowsC * 2;  // a state warpgroup's Vd (and Vn)
+  static_assert(kTileB % 128 == 0 && kStageB % 16 == 0 && kSbB % 128 == 0 && kVB % 128 == 0, "aligned regions");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t sb_all = s0 + kStages * kStageB;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
+  const uint32_t vd_all = sb_all + 2 * kSbB;       // [2 kN][64]
+  const uint32_t vn_all = vd_all + 2 * kVB;        // [2 kN][64] (kOut)
+  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + 2 * kSbB + (kOut ? 4 : 2) * kVB);  // [2][64]
+
+  const int64_t HV = p.shape.HV, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+
+  if (kOut && wg == 2) {
+    // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
+    if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
+    const float scale = p.shape.scale;
+    int st = 0;
+    int64_t c = 0;
+    for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
+      const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+      bar_sync(0, kThreads);  // (B)
+      const float* gam = gam2 + (c & 1) * kRowsC;
+      const uint32_t kst = s0 + st * kStageB, qst = kst + 2 * kTileB;
+      float accO[kN], accP[32];
+      reg_fence(accO), reg_fence(accP);
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, kBV>(accO, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
+      wg_commit();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
+      wg_commit();
+      float eo[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+      }
+      wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
+      reg_fence(accO);
+      bar_arrive(kBarQ, kThreads);
+#pragma unroll
+      for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
+      wg_wait<0>();
+      reg_fence(accP);
+      // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int x = 0; x < 32; ++x) {
+        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
+        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
+        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
+        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
+        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
+      }
+      bar_sync(kBarV, kThreads);  // Vn_c of both state warpgroups written and fenced
+      reg_fence(accO);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn_all, kk), 1);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(accO);
+      reg_fence_u(pa);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        if (i >= L) continue;
+        uint16_t* orow =
+            static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] + v0;
+#pragma unroll
+        for (int j = 0; j < kBV / 8; ++j)
+          *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
+              mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------ state warpgroups (wg = 0, 1): the recurrence of kN columns
+  if constexpr (kOut && kN == 64) wg::setmaxnreg_inc<kStateRegs>();
+  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
+  const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
+
+  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
+  float S[2][kN / 2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
+      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
+      S[mt][x] = p.h0.present()
+                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                     : 0.f;
+    }
+
+  // Requests chunk [t, t + BT) into stage st (one cp.async group of the 256 state threads; an empty one past the
+  // sequence, so that the group count stays uniform): the slots of state_o_wgmma's request.
+  auto request = [&](int64_t t, int st) {
+    if (t < sq.eos) {
+      const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
+      const uint32_t base = s0 + st * kStageB;
+      {
+        const int q = wgl::kwq_seg(tid), r0 = wgl::kwq_row(tid, 0);
+        const uint32_t d0 = base + 2u * static_cast<uint32_t>(wgl::tile_off<kKeys>(r0, 8 * q));
+        const uint16_t* srcs[3] = {
+            static_cast<const uint16_t*>(p.k.data) + (sq.b * p.k.st[0] + t * p.k.st[1] + h * p.k.st[2]) + 8 * q,
+            static_cast<const uint16_t*>(p.w.data) + (sq.b * p.w.st[0] + t * p.w.st[1] + hv * p.w.st[2]) + 8 * q,
+            kOut ? static_cast<const uint16_t*>(p.q.data) + (sq.b * p.q.st[0] + t * p.q.st[1] + h * p.q.st[2]) + 8 * q
+                 : nullptr};
+        const int64_t rss[3] = {p.k.st[1], p.w.st[1], kOut ? p.q.st[1] : 0};
+#pragma unroll
+        for (int m = 0; m < (kOut ? 3 : 2); ++m)
+#pragma unroll
+          for (int it = 0; it < kRowsC / 16; ++it) {
+            const int r = r0 + 16 * it;
+            const bool ok = r < Lr;
+            cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
+          }
+      }
+      if constexpr (!kUReg) {
+        constexpr int kSegU = kBV / 8, kStepU = 256 / kSegU;
+        static_assert(256 % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
+        const int q = tid % kSegU, r0 = tid / kSegU;
+        const uint16_t* src =
+            static_cast<const uint16_t*>(p.u.data) + (sq.b * p.u.st[0] + t * p.u.st[1] + hv * p.u.st[2]) + v0 + 8 * q;
+        const uint32_t d0 = base + kUOff + 2u * static_cast<uint32_t>(r0 * kLdU + 8 * q);
+#pragma unroll
+        for (int it = 0; it < kRowsC / kStepU; ++it) {
+          const int r = r0 + kStepU * it;
+          const bool ok = r < Lr;
+          cp_async16(d0 + 2u * static_cast<uint32_t>(kStepU * it * kLdU), ok ? src + r * p.u.st[1] : src, ok);
+        }
+      }
+    }
+    cuda::cp_async_commit();
+  };
+  auto fetch_gamma = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
+    return (tid < Lr && p.g.present()) ? load_f(p.g, sq.b * p.g.st[0] + (t + tid) * p.g.st[1] + hv * p.g.st[2])
+                                       : 0.f;
+  };
+
+  // kUReg: u of chunk [t, t + BT) at this thread's v_new positions (rows acc_row(w, lane, 2 half), column pairs
+  // cb + acc_col(lane, j, 0)), 0 past the chunk; the next chunk's requested (read-only path) as soon as v_new of the
+  // current one is formed, so that one set of registers holds it.
+  constexpr int kUH = kUReg ? 2 : 1, kUJ = kUReg ? kN / 8 : 1;
+  uint32_t u_cur[kUH][kUJ];
+  auto load_u = [&](int64_t t, uint32_t(&dst)[kUH][kUJ]) {
+    if constexpr (kUReg) {
+      const int64_t Lr = t < sq.eos ? (t + BT < sq.eos ? BT : sq.eos - t) : 0;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        const bool ok = i < Lr;
+        const uint16_t* urow = static_cast<const uint16_t*>(p.u.data) + sq.b * p.u.st[0] +
+                               (ok ? t + i : int64_t{0}) * p.u.st[1] + hv * p.u.st[2] + v0 + cb;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+          dst[half][j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(urow + wgl::acc_col(lane, j, 0))) : 0u;
+      }
+    }
+  };
+  load_u(sq.bos, u_cur);
+  request(sq.bos, 0);
+  if (kStages == 3) request(sq.bos + BT, 1);
+  if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
+  float g_next = (tid < kRowsC && sq.bos + BT < sq.eos) ? fetch_gamma(sq.bos + BT) : 0.f;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+
+  const bool vn_out = p.v_new.present();
+  int st = 0;
+  int64_t c = 0;
+  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    cuda::cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
+    const float* gam = gam2 + (c & 1) * kRowsC;
+    const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB;
+    const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + kUOff);
+
+    // fwd_h: h_c = S_c rounded to bf16 (the pairs store_trans packed into S_c's copy), packed before W S is issued
+    // and stored while it runs (stores straight from S would make ptxas wait for W S: S is a wgmma accumulator).
+    const int64_t cidx = sq.chunk0 + c;
+    const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
+    if constexpr (!kOut) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+          for (int j = 0; j < kN / 8; ++j)
+            hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+    }
+    // W S_c (alone in this warpgroup's wgmma queue).
+    float accW[kN / 2];
+    reg_fence(accW);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg_commit();
+    // While it runs: the next loads (into the stage of chunk c − 1, whose readers all passed (B)), γ of chunk
+    // c + 1, and (fwd_h) h_c.
+    request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);
+    if (tid < kRowsC) {
+      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;
+      g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
+    if constexpr (!kOut) {
+      if (h_out) {
+        uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] + v0 + cb;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+              *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
+          }
+      }
+    }
+    wg_wait<0>();  // W S done
+    reg_fence(accW);
+    const float glast = gam[L - 1];
+    float fd[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = wgl::acc_row(w, lane, 2 * half);
+      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
+      const bool store = vn_out && i < L;
+      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
+                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
+                             : nullptr;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const int cl = wgl::acc_col(lane, j, 0);  // even
+        const float2 uu = kUReg ? mma::unpack2<T>(u_cur[kUReg ? half : 0][kUReg ? j : 0])
+                                : mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
+        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
+      }
+    }
+    load_u(t0 + BT, u_cur);
+    if constexpr (kOut) store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
+    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
+    // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), loaded once v_new is out of the
+    // registers (S, v_new and the fragments are not live together: 128-column blocks run at <= 184 registers).
+    uint32_t kf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
+                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    fence_proxy_async();
+    bar_wg(1 + wg);                                   // this warpgroup's Vd visible to its wgmma
+    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+
+    // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd.
+    const float decay = gate_exp(glast);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+    reg_fence(S[0]), reg_fence(S[1]);
+    wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(S[0]), reg_fence(S[1]);
+    reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
+    if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+  }
+  cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
+  if (p.ht.present()) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) {
+        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
+        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
+        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
+      }
+  }
+#endif
+}
+
 // ---------------------------------------------------------------- layout probe (tests)
 // One warpgroup runs one of the pass's primitives on fixed tiles so that a test can check it against host
 // arithmetic (tests/cpp/test_gdn_fwd_cuda_variants.cpp, WgmmaLayoutProbe): A bf16 [64][128] and B bf16
@@ -511,6 +891,44 @@ int launch_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
   }
 }
 
+template <int kN, bool kOut, bool kUReg>
+int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr int kStages = sp_stages<kN, kOut, kUReg>();
+  constexpr int smem = sp_smem_bytes<kN, kStages, kOut, kUReg>();
+  static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
+  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
+  const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
+                          : "chunk_gated_delta_rule_fwd_h (state_split_wgmma)";
+  if (blocks <= 0) return STRATA_SUCCESS;
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut, kUReg>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt);
+  return cuda::check_launch(name);
+}
+
+template <bool kOut, bool kUReg = false>
+int launch_split_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
+  switch (width) {
+    case 32: return launch_split<16, kOut, kUReg>(p, stream);
+    case 64: return launch_split<32, kOut, kUReg>(p, stream);
+    case 128: return launch_split<64, kOut, kUReg>(p, stream);
+    default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+  }
+}
+
+// The block width of the wgmma passes (0 = fwd_cuda_state_o_wgmma_width) once V is known to be a multiple of 32.
+int resolve_width(const GdnFwdParams& p, int& width, const char* name) {
+  int sms = 132;
+  if (const int r = sm_count_wg(sms); r != STRATA_SUCCESS) return r;
+  if (width == 0) width = fwd_cuda_state_o_wgmma_width(p, sms);
+  if (p.shape.V % width != 0)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: V = {} is not a multiple of the {}-column block", name, p.shape.V,
+                width);
+  return STRATA_SUCCESS;
+}
+
 }  // namespace
 
 int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
@@ -538,7 +956,9 @@ bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p) {
   // GPU run s8run2 (H200, bf16, H = 16, HV = 32, K = V = 128; pass alone): B = 4 T = 8192, 128-column blocks (one per
   // sequence-head): 0.718 ms with P inline (0.688 ms + 0.176 ms of qk_gate_mma with P pre-computed) against 0.781 ms
   // for the 16-warp mma.sync pass; B = 1 T = 32768, 32-column blocks: 1.736 ms (P pre-computed) against 1.465 ms for
-  // the 8-warp mma.sync pass. So only where one 128-column block covers V.
+  // the 8-warp mma.sync pass. So only where one 128-column block covers V. Session 9 (s9run1): the split form at
+  // B = 4: 0.604 ms (the automatic fused forward runs it there); at B = 1 T = 32768, 32 columns: 1.536 ms against
+  // 1.469 ms for mma.sync (8 warps, P pre-computed): still not there.
   if (!fwd_cuda_state_o_wgmma_reject(p).empty()) return false;
   int sms = 132;
   if (sm_count_wg(sms) != STRATA_SUCCESS) return false;
@@ -559,13 +979,19 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream_ptr) {
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream) {
+  return fwd_cuda_state_o_wgmma(p, which, width, WgmmaPass::kSerial, stream);
+}
+
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream_ptr) {
   std::string why = fwd_cuda_state_o_wgmma_reject(p);
   const bool pre = which == StateOKernel::kPrecomputedP;
   if (why.empty() && pre) {
     if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
     else if (p.Pqk.dtype != STRATA_DTYPE_BF16) why = "the pre-computed-P variant needs Pqk in bf16";
   }
+  if (why.empty() && pre && form != WgmmaPass::kSerial)
+    why = "the split form forms P on its output warpgroup (off the recurrence's path): P inline only";
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   using T = __nv_bfloat16;
@@ -573,13 +999,39 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
   const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.q) && lean16<T>(p.u) && pair16<T>(p.o) &&
                     (!p.v_new.present() || pair16<T>(p.v_new)) && (!pre || lean16<T>(p.Pqk));
   if (!lean) return fwd_cuda_state_o(p, which, fwd_cuda_state_o_auto_block(p), stream_ptr);
-  int sms = 132;
-  if (const int r = sm_count_wg(sms); r != STRATA_SUCCESS) return r;
-  if (width == 0) width = fwd_cuda_state_o_wgmma_width(p, sms);
-  if (p.shape.V % width != 0)
-    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): V = {} is not a multiple of "
-                "the {}-column block", p.shape.V, width);
+  if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (state_o_wgmma)"); r != STRATA_SUCCESS)
+    return r;
+  if (form == WgmmaPass::kSplit) return launch_split_width<true>(p, width, stream);
+  if (form == WgmmaPass::kSplitUReg) return launch_split_width<true, true>(p, width, stream);
   return pre ? launch_width<true>(p, width, stream) : launch_width<false>(p, width, stream);
+}
+
+std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
+  for (const GdnTensor* t : {&p.k, &p.w, &p.u})
+    if (t->dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs k, w, u in bf16";
+  if (!p.h.present()) return "the wgmma fwd_h pass writes h";
+  for (const GdnTensor* t : {&p.h, &p.v_new})
+    if (t->present() && t->dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs h (and v_new) in bf16";
+  if (p.shape.K != kKeys) return fmt::format("the wgmma pass needs K = {} (got {})", kKeys, p.shape.K);
+  if (p.shape.V % 32 != 0) return fmt::format("the wgmma pass needs V a multiple of 32 (got {})", p.shape.V);
+  if (p.shape.BT != kRowsC) return fmt::format("the wgmma pass needs chunk size {} (got {})", kRowsC, p.shape.BT);
+  return {};
+}
+
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
+  const std::string why = fwd_cuda_fwd_h_wgmma_reject(p);
+  if (!why.empty())
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd_h (state_split_wgmma): {}", why);
+  using T = __nv_bfloat16;
+  // h stored by 32-bit pairs (unit column stride, even outer strides; GdnTensor h has 5 strides).
+  const bool h_pairs = p.h.st[4] == 1 && ((p.h.st[0] | p.h.st[1] | p.h.st[2] | p.h.st[3]) & 1) == 0 &&
+                       (reinterpret_cast<uintptr_t>(p.h.data) & 3u) == 0;
+  const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.u) && h_pairs &&
+                    (!p.v_new.present() || pair16<T>(p.v_new));
+  if (!lean) return fwd_cuda_mma(FwdOp::kFwdH, p, stream_ptr);
+  if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd_h (state_split_wgmma)"); r != STRATA_SUCCESS)
+    return r;
+  return launch_split_width<false>(p, width, static_cast<cudaStream_t>(stream_ptr));
 }
 
 }  // namespace strata::linear_attn::gdn

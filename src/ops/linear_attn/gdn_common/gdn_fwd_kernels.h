@@ -56,7 +56,9 @@ void fwd_cpu(FwdOp op, const GdnFwdParams& p);
 //   kMma: tensor-core kernels (gdn_fwd_cuda_mma.cu, mma.sync m16n8k16, f32 accumulation) for bf16 / f16 token
 //         tensors; fwd_cuda_mma_reject says why they cannot run a problem ("" if they can).
 //   kFma: f32 SIMT kernels (gdn_fwd_cuda_sm90.cu), any f32 / bf16 / f16 tensors.
-//   kAuto: kMma when it applies, else kFma (what composite ops use).
+//   kAuto: kMma when it applies, else kFma (what composite ops use); for kFwdH the split wgmma pass
+//          (fwd_cuda_fwd_h_wgmma) first where it applies (bf16, K = 128; session 9, measured 2x faster).
+//          kMma itself stays the mma.sync kernels (the ops' forced "cuda.sm90.mma").
 enum class FwdCudaKernels : int { kAuto = 0, kMma, kFma };
 int fwd_cuda(FwdOp op, const GdnFwdParams& p, void* stream);  // kAuto
 int fwd_cuda(FwdOp op, const GdnFwdParams& p, FwdCudaKernels which, void* stream);
@@ -102,7 +104,22 @@ std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 // not, "" if it applies); token tensors whose run-time layout is not lean (unit column stride, strides multiples
 // of 8, 16-byte aligned) are passed to fwd_cuda_state_o. width: columns of S per block (32, 64 or 128; 0 =
 // fwd_cuda_state_o_wgmma_width). Not bit-identical to state_o_mma (other f32 summation order in the products).
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream);
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream);  // kSerial
+// Forms of the wgmma pass (session 9): kSerial = state_o_wgmma (each of the two warpgroups runs W S, Q S and Q Kᵀ,
+// the S update and P Vn of its columns, in that order); kSplit = state_split_wgmma (warp-specialised: two
+// warpgroups run only the recurrence W S → v_new → S update, a third forms o of the same chunk from the S copy and
+// Vn they leave in shared memory: the output products are off the recurrence's path; P inline only). Same
+// precision model, not the same bits as each other (summation order inside the products).
+// kSplitUReg (session 9, after run 1): kSplit with u read from global memory into registers one chunk ahead instead of
+// staged in shared memory, so that 128-column blocks run 3 cp.async stages instead of 2 (same bits as kSplit).
+enum class WgmmaPass : int { kSerial = 0, kSplit, kSplitUReg };
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream);
+// chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
+// states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
+// h, v_new; K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_fwd_h_wgmma_reject); views that are not lean run
+// fwd_cuda_mma. width as fwd_cuda_state_o_wgmma. Not bit-identical to state_mma (summation order).
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);
+std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p);
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
 // whose blocks fit in one wave, else the widest dividing V.

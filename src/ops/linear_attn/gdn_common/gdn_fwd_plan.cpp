@@ -152,6 +152,21 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                      },
                      offsets_workspace,
                      [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
+      // chunk_gated_delta_rule_fwd_h: the recurrence warpgroups of the split wgmma pass (session 9; bf16, K = 128),
+      // forced-selectable only until a GPU run shows it correct and faster than state_mma.
+      if (fop == FwdOp::kFwdH)
+        l.push_back({"cuda.sm90.wgmma",
+                     [](const FwdProblem& p) {
+                       std::string r = reject_unless_cuda(p.device, 90);
+                       if (r.empty()) r = fwd_cuda_fwd_h_wgmma_reject(dtype_probe(p));
+                       return r;
+                     },
+                     offsets_workspace,
+                     [](const FwdProblem& pr, const Launch& launch) {
+                       return run_cuda(pr, launch, [](const GdnFwdParams& p, void* stream) {
+                         return fwd_cuda_fwd_h_wgmma(p, 0, stream);
+                       });
+                     }});
 #endif
       for (const tile::CpuIsa& isa : tile::cpu_isas()) {
         const GdnFwdCpuFn fn = fwd_cpu_for(isa.hwy_target);

@@ -431,7 +431,9 @@ class GdnFwdHarness final : public OpHarness {
       // The tensor-core kernels round S and Vd to the 16-bit token dtype before their products (fla's model,
       // ops_gdn_kda.md §6.3), so the f32 final state carries that rounding: judged at the token dtype, like the
       // f32 outputs of the backward ops' tensor-core kernels (gdn_bwd_common/testkit_gdn_bwd.h, judged_dtype).
-      const bool tc16 = r.impl == "cuda.sm90.mma" && (dt == STRATA_DTYPE_BF16 || dt == STRATA_DTYPE_F16);
+      // (cuda.sm90.wgmma: fwd_h on warpgroup MMA, the same model.)
+      const bool tc16 = (r.impl == "cuda.sm90.mma" || r.impl == "cuda.sm90.wgmma") &&
+                        (dt == STRATA_DTYPE_BF16 || dt == STRATA_DTYPE_F16);
       const int32_t cdt = i == T::ht ? (tc16 ? dt : state_dt) : odt;
       r.compares.push_back(compare(tname(i), ts[i].values(), ref[i].values(), naive[i].values(), cdt, len));
       r.pass = r.pass && r.compares.back().pass;
