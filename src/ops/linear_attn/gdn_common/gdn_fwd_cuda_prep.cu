@@ -3,17 +3,19 @@
 // A = (I + strictly-lower(diag(β) K Kᵀ ⊙ Γ))⁻¹, A itself when p.A is present, and the gated Q Kᵀ p.Pqk when present.
 //
 // One block per (chunk, q/k head h, pair of value heads of h's group): kGb = 2 value heads (G even) or 1 (G odd),
-// each owned by a GROUP of 4 warps that runs that head's whole chain concurrently with the other group:
+// each owned by a GROUP of 4 warps that runs that head's whole chain concurrently with the other group, plus
+// (when Pqk is written) 2 P warps that form the gated Q Kᵀ of the block's heads beside those chains:
 //
-//   all threads: K (and Q) [64][kcols] as one cp.async group, V of each group's head [64][Vp] as a second; γ, β,
-//                and the column scales fw = β e^γ, fu = β of both heads; wait for K (Q), block barrier
+//   group threads: K (and Q) [64][kcols] as one cp.async group, V of each group's head [64][Vp] as a second;
+//   all: γ, β and the column scales fw = β e^γ, fu = β of both heads; wait for K (Q), block barrier
 //   group g, warp rw (rows 16 rw..):
 //     R = K Kᵀ (column blocks <= rw), gated in registers: M = strictly-lower(diag(β) R ⊙ Γ) into the group's f32 tile
-//     (with Pqk) Q Kᵀ (column blocks <= rw), gated and stored as Pqk[hv] straight from the accumulators
 //     X = (I + M)⁻¹ IN PLACE over M (4 diagonal blocks by substitution, 3 block-row merges; group barriers only)
 //     A = X stored when p.A is present
-//   block barrier (V of both heads complete)
-//     w = X diag(fw) K, u = X diag(fu) V (row block rw, every 64-column tile)
+//   P warps (with Pqk): Q Kᵀ once per row block (warp 0: blocks 3, 0; warp 1: 2, 1), gated with each head's γ and
+//     stored as Pqk[hv] straight from the accumulators
+//   block barrier (V of both heads complete); the P warps leave
+//     groups: w = X diag(fw) K, u = X diag(fu) V (row block rw, every 64-column tile)
 //
 // Why this shape (README.md, "The pre-state kernel"): wy_mma<kPrepare> (one block of 8 warps per value head, 74 KB,
 // 3 blocks per SM) + qk_gate_mma measured 0.769 ms at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16, ~3x the byte
@@ -21,8 +23,8 @@
 // few chains per SM. session 8's prep_mma ran the G heads of a block ONE AFTER THE OTHER (0.826 ms). Here the two
 // heads of a block run side by side on their own warps and barriers, the gating is done in the product registers
 // (no pass over a shared tile), the inverse is formed in place (one f32 tile per head instead of two) so that two
-// blocks fit per SM (111.5 KB at K = V = 128 with Q: 4 value-head chains per SM instead of 3), and K, Q are
-// loaded once per pair of heads, P without a second launch and a second read of K.
+// blocks fit per SM (111.5 KB at K = V = 128 with Q: 4 value-head chains per SM instead of 3), K and Q are loaded
+// once per pair of heads, and Q Kᵀ is formed once per pair, off the chains, without a second launch.
 //
 // Every value goes through the fragments, order and expressions of the kernels it replaces (wy_mma<kPrepare>:
 // K Kᵀ over 64-column key tiles, gating, the inverse's steps (invert_diag_column / invert_merge_y / _x), wu_tiles;
@@ -36,6 +38,7 @@ namespace strata::linear_attn::gdn {
 namespace {
 
 constexpr int kGroupThreads = 128;           // 4 warps per value head
+constexpr int kPWarps = 2;                   // warps forming the gated Q Kᵀ (Pqk) of the block's heads
 constexpr size_t kPrepMaxSmem = 227 * 1024;  // sm_90 dynamic shared memory per block
 
 // Value heads per block: 2 when the group size G is even (K and Q shared by the pair), else 1.
@@ -85,9 +88,15 @@ __device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int wg, in
   group_sync(g);
 }
 
+// Threads of a block: kGb groups of 4 warps, plus kPWarps warps for the gated Q Kᵀ when Pqk is written.
+__host__ __device__ constexpr int prep_threads(int gb, bool with_p) {
+  return gb * kGroupThreads + (with_p ? kPWarps * 32 : 0);
+}
+
 template <class T, int kGb, bool kWithP>
-__global__ void __launch_bounds__(kGb* kGroupThreads, kGb == 2 ? 2 : 3) prep_group_mma(const GdnFwdParams p) {
-  constexpr int kNThr = kGb * kGroupThreads;
+__global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3) prep_group_mma(const GdnFwdParams p) {
+  constexpr int kNThr = prep_threads(kGb, kWithP);
+  constexpr int kLoadThr = kGb * kGroupThreads;  // the groups' threads issue the tile loads (whole lean_rows passes)
   extern __shared__ __align__(16) unsigned char smem[];
   const int64_t H = p.shape.H, G = p.shape.G, K = p.shape.K, V = p.shape.V;
   const int kcols = prep_key_cols(K, kWithP), vcols = round64(V);
@@ -112,18 +121,22 @@ __global__ void __launch_bounds__(kGb* kGroupThreads, kGb == 2 ? 2 : 3) prep_gro
   auto load_rows = [&](T* dst, const GdnTensor& t, int64_t head, int64_t D, int width, int ld) {
     const int64_t base = off_tok(t, c.b, c.s, head);
     if (D == width && lean_tensor<T>(t)) {
-      lean_rows<kNThr>(dst, ld, t, base, L, D);
+      lean_rows<kLoadThr>(dst, ld, t, base, L, D);
     } else {
       for (int d0 = 0; d0 < width; d0 += 64)
-        load_tile<T, 64, kNThr>(dst + d0, ld, t, base, t.st[1], t.st[3], L, d0, D);
+        load_tile<T, 64, kLoadThr>(dst + d0, ld, t, base, t.st[1], t.st[3], L, d0, D);
     }
   };
   // K and Q as one cp.async group, the V chunks as a second (they arrive during the products and the inverses).
-  load_rows(Kt, p.k, h, K, kcols, ldk);
-  if constexpr (kWithP) load_rows(Qt, p.q, h, K, kcols, ldk);
+  if (tid < kLoadThr) {
+    load_rows(Kt, p.k, h, K, kcols, ldk);
+    if constexpr (kWithP) load_rows(Qt, p.q, h, K, kcols, ldk);
+  }
   cuda::cp_async_commit();
+  if (tid < kLoadThr) {
 #pragma unroll
-  for (int g = 0; g < kGb; ++g) load_rows(Vt + g * kRows * ldv, p.v, hv0 + g, V, vcols, ldv);
+    for (int g = 0; g < kGb; ++g) load_rows(Vt + g * kRows * ldv, p.v, hv0 + g, V, vcols, ldv);
+  }
   cuda::cp_async_commit();
   for (int idx = tid; idx < kGb * kRows; idx += kNThr) {
     const int g = idx / kRows, i = idx % kRows;
@@ -142,6 +155,57 @@ __global__ void __launch_bounds__(kGb* kGroupThreads, kGb == 2 ? 2 : 3) prep_gro
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
   __syncthreads();
 
+  if (kWithP && warp >= kGb * 4) {
+    // The P warps: Q Kᵀ as qk_gate_mma (row block rb, column blocks <= rb, 8 key steps over 128 zero-padded columns),
+    // formed once for the block's kGb heads, gated per head and stored as Pqk[hv] rows 16 rb.. < L, columns < BT:
+    // (q_i·k_j) e^{γ_i − γ_j} for j <= i, else 0, rounded to T. Warp 0 takes row blocks 3 and 0, warp 1 blocks 2
+    // and 1 (5 of the 10 lower blocks each). They run beside the groups' chains and meet them only at the V
+    // barrier.
+    const int pw = warp - kGb * 4;
+    const bool pvec = pair_vec<T>(p.Pqk);
+#pragma unroll 1
+    for (int step = 0; step < 2; ++step) {
+      const int rb = step == 0 ? 3 - pw : pw;
+      FragC R[8];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) R[n].zero();
+#pragma unroll
+      for (int kq = 0; kq < kKF / 16; ++kq) {
+        const FragA a = mma::load_a(Qt, ldk, 16 * rb, 16 * kq);
+#pragma unroll
+        for (int cb = 0; cb < 4; ++cb)
+          if (cb <= rb) {
+            FragB b0, b1;
+            mma::load_b2(b0, b1, Kt, ldk, 16 * kq, 16 * cb);
+            mma::mma16816<T>(R[2 * cb], a, b0);
+            mma::mma16816<T>(R[2 * cb + 1], a, b1);
+          }
+      }
+#pragma unroll
+      for (int gi = 0; gi < kGb; ++gi) {
+        const float* gm = vecs + gi * 4 * kRows;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = 16 * rb + mma::c_row(2 * half);
+          if (i >= L) continue;
+          const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv0 + gi);
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int j = 8 * n + mma::c_col(2 * half + e);
+              const float v = R[n].x[2 * half + e];
+              x[e] = (j <= i && i < L) ? v * expf(gm[i] - gm[j]) : 0.f;
+            }
+            store_pair_v<T>(p.Pqk, pvec, ro, 8 * n + mma::c_col(0), BT, x[0], x[1]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the V barrier of the groups (every thread of the block takes it)
+    return;
+  }
   const int g = warp >> 2, rw = warp & 3;
   const int64_t hv = hv0 + g;
   float* MX = MXs + g * kRows * kLdF;
@@ -178,43 +242,6 @@ __global__ void __launch_bounds__(kGb* kGroupThreads, kGb == 2 ? 2 : 3) prep_gro
         MX[i * kLdF + j] = (j < i && i < L) ? bet[i] * R[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
       }
   }
-  if constexpr (kWithP) {
-    // Q Kᵀ as qk_gate_mma (row block rw, column blocks <= rw, 8 key steps over 128 zero-padded columns); Pqk[hv]
-    // rows 16 rw.. < L, columns < BT: (q_i·k_j) e^{γ_i − γ_j} for j <= i, else 0, rounded to T.
-    FragC R[8];
-#pragma unroll
-    for (int n = 0; n < 8; ++n) R[n].zero();
-#pragma unroll
-    for (int kq = 0; kq < kKF / 16; ++kq) {
-      const FragA a = mma::load_a(Qt, ldk, 16 * rw, 16 * kq);
-#pragma unroll
-      for (int cb = 0; cb < 4; ++cb)
-        if (cb <= rw) {
-          FragB b0, b1;
-          mma::load_b2(b0, b1, Kt, ldk, 16 * kq, 16 * cb);
-          mma::mma16816<T>(R[2 * cb], a, b0);
-          mma::mma16816<T>(R[2 * cb + 1], a, b1);
-        }
-    }
-    const bool pvec = pair_vec<T>(p.Pqk);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = 16 * rw + mma::c_row(2 * half);
-      if (i >= L) continue;
-      const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        float x[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = 8 * n + mma::c_col(2 * half + e);
-          const float v = R[n].x[2 * half + e];
-          x[e] = (j <= i && i < L) ? v * expf(gam[i] - gam[j]) : 0.f;
-        }
-        store_pair_v<T>(p.Pqk, pvec, ro, 8 * n + mma::c_col(0), BT, x[0], x[1]);
-      }
-    }
-  }
   group_sync(g);  // M of head g complete
   invert_in_place(MX, Yfs + g * 3 * 16 * kLdY, rw, lane, g);
   if (p.A.present()) store_chunk_mat<T, kGroupThreads>(p.A, c, hv, L, BT, MX, tid - g * kGroupThreads);
@@ -229,8 +256,8 @@ int launch_prep(const GdnFwdParams& p, bool with_p, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.H * (p.shape.G / kGb);
   const size_t smem = prep_smem(p.shape.K, p.shape.V, kGb, with_p);
   constexpr const char* kName = "prepare_wy_repr_fwd (prep_group_mma)";
-  return with_p ? launch_n(prep_group_mma<T, kGb, true>, kName, blocks, kGb * kGroupThreads, smem, stream, p)
-                : launch_n(prep_group_mma<T, kGb, false>, kName, blocks, kGb * kGroupThreads, smem, stream, p);
+  return with_p ? launch_n(prep_group_mma<T, kGb, true>, kName, blocks, prep_threads(kGb, true), smem, stream, p)
+                : launch_n(prep_group_mma<T, kGb, false>, kName, blocks, prep_threads(kGb, false), smem, stream, p);
 }
 
 template <class T>
