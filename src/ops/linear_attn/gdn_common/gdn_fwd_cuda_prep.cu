@@ -248,7 +248,11 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
     __syncthreads();  // the V barrier of the groups (every thread of the block takes it)
     return;
   }
-  const int g = warp >> 2, rw = warp & 3;
+  // Row block of the warp: warp w % 4 runs on SM sub-partition w % 4, and row block rb carries (rb + 1) / 10 of a
+  // head's K Kᵀ and w / u products (column blocks <= rb), so group 1 takes the row blocks in reverse order: each
+  // sub-partition then holds row blocks rb and 3 − rb of the two heads (5 / 10 of a head's products each) instead
+  // of one of them holding both heads' row block 3 (8 / 20).
+  const int g = warp >> 2, rw = g == 0 ? (warp & 3) : 3 - (warp & 3);
   const int64_t hv = hv0 + g;
   float* MX = MXs + g * kRows * kLdF;
   const float* gam = vecs + g * 4 * kRows;
