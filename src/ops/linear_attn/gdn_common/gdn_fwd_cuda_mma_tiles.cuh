@@ -411,10 +411,11 @@ inline size_t wy_smem(int mode, int64_t K, int64_t V) {
 
 // Rows 16 rw.. of dst = A diag(f) src for one chunk (dst = w with src = K, f = β e^γ; dst = u with src = V,
 // f = β), every 64-column tile of D columns, written for rows < L. A = X (f32 inverse, lower: only column
-// blocks ks <= rw are non-zero), rounded to T after the scaling.
-template <class T>
+// blocks ks <= rw are non-zero), rounded to T after the scaling. kNpStep = 2: only the 16-column units np of each
+// tile with np % 2 == np0 (two warps share a row block; every product and store is the one of kNpStep = 1).
+template <class T, int kNpStep = 1>
 __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int lds, int64_t D, const float* X,
-                                         const float* f, int rw, const ChunkPos& c, int64_t hv, int L) {
+                                         const float* f, int rw, const ChunkPos& c, int64_t hv, int L, int np0 = 0) {
   FragA a[4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) a[ks] = frag_a_scaled<T>(X, 16 * rw, 16 * ks, f);
@@ -427,12 +428,13 @@ __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int
     for (int ks = 0; ks < 4; ++ks)
       if (ks <= rw) {
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          FragB b0, b1;
-          mma::load_b2_trans(b0, b1, src, lds, 16 * ks, static_cast<int>(c0) + 16 * np);
-          mma::mma16816<T>(acc[2 * np], a[ks], b0);
-          mma::mma16816<T>(acc[2 * np + 1], a[ks], b1);
-        }
+        for (int np = 0; np < 4; ++np)
+          if (np % kNpStep == np0) {
+            FragB b0, b1;
+            mma::load_b2_trans(b0, b1, src, lds, 16 * ks, static_cast<int>(c0) + 16 * np);
+            mma::mma16816<T>(acc[2 * np], a[ks], b0);
+            mma::mma16816<T>(acc[2 * np + 1], a[ks], b1);
+          }
       }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -440,16 +442,18 @@ __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int
       if (i >= L) continue;
       const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
       if (vec && c0 + 64 <= D) {
-        // Whole tile inside D: one row pointer, 8 aligned 32-bit stores at fixed offsets (pair_vec: T, unit
-        // column stride, even strides, 4-byte aligned base; c0 and c_col(0) are even).
+        // Whole tile inside D: one row pointer, aligned 32-bit stores at fixed offsets (pair_vec: T, unit column
+        // stride, even strides, 4-byte aligned base; c0 and c_col(0) are even).
         uint16_t* row = static_cast<uint16_t*>(dst.data) + ro + c0 + mma::c_col(0);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
-          *reinterpret_cast<uint32_t*>(row + 8 * n) = mma::pack2<T>(acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+          if ((n >> 1) % kNpStep == np0)
+            *reinterpret_cast<uint32_t*>(row + 8 * n) = mma::pack2<T>(acc[n].x[2 * half], acc[n].x[2 * half + 1]);
       } else {
 #pragma unroll
         for (int n = 0; n < 8; ++n)
-          store_pair_v<T>(dst, vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+          if ((n >> 1) % kNpStep == np0)
+            store_pair_v<T>(dst, vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
       }
     }
   }

@@ -8,14 +8,15 @@
 //
 //   group threads: K (and Q) [64][kcols] as one cp.async group, V of each group's head [64][Vp] as a second;
 //   all: γ, β and the column scales fw = β e^γ, fu = β of both heads; wait for K (Q), block barrier
-//   group g, warp rw (rows 16 rw..):
-//     R = K Kᵀ (column blocks <= rw), gated in registers: M = strictly-lower(diag(β) R ⊙ Γ) into the group's f32 tile
+//   group g, warp q: (products: row blocks min(q, 3 − q) and 3 − min(q, 3 − q), 16-column units of parity q / 2)
+//     R = K Kᵀ (column blocks <= row block), gated in registers: M = strictly-lower(diag(β) R ⊙ Γ) into the group's
+//     f32 tile
 //     X = (I + M)⁻¹ IN PLACE over M (4 diagonal blocks by substitution, 3 block-row merges; group barriers only)
 //     A = X stored when p.A is present
 //   P warps (with Pqk): Q Kᵀ once per row block (warp 0: blocks 3, 0; warp 1: 2, 1), gated with each head's γ and
 //     stored as Pqk[hv] straight from the accumulators
 //   block barrier (V of both heads complete); the P warps leave
-//     groups: w = X diag(fw) K, u = X diag(fu) V (row block rw, every 64-column tile)
+//     groups: w = X diag(fw) K, u = X diag(fu) V (the warp's row blocks and column units, every 64-column tile)
 //
 // Why this shape (README.md, "The pre-state kernel"): wy_mma<kPrepare> (one block of 8 warps per value head, 74 KB,
 // 3 blocks per SM) + qk_gate_mma measured 0.769 ms at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16, ~3x the byte
@@ -248,10 +249,9 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
     __syncthreads();  // the V barrier of the groups (every thread of the block takes it)
     return;
   }
-  // Row block of the warp: warp w % 4 runs on SM sub-partition w % 4, and row block rb carries (rb + 1) / 10 of a
-  // head's K Kᵀ and w / u products (column blocks <= rb), so group 1 takes the row blocks in reverse order: each
-  // sub-partition then holds row blocks rb and 3 − rb of the two heads (5 / 10 of a head's products each) instead
-  // of one of them holding both heads' row block 3 (8 / 20).
+  // The warp's index in its group (its diagonal block and merge column in the inverse): warp w runs on SM
+  // sub-partition w % 4 and group 1 numbers its warps in reverse, so each sub-partition holds the inverse roles rb
+  // and 3 − rb of the two heads (row block rb's merges are the longest for rb = 0).
   const int g = warp >> 2, rw = g == 0 ? (warp & 3) : 3 - (warp & 3);
   const int64_t hv = hv0 + g;
   float* MX = MXs + g * kRows * kLdF;
@@ -259,42 +259,64 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
   const float* bet = gam + kRows;
   const float* fw = gam + 2 * kRows;
   const float* fu = gam + 3 * kRows;
+  // Work split of the products (K Kᵀ and w / u carry (rb + 1) / 10 of a head's work in row block rb): warp q of a
+  // group takes the row blocks rbA = min(q, 3 − q) and rbB = 3 − rbA, and the 16-column units of parity q / 2
+  // (warps q and 3 − q share two row blocks), so every warp has 5 / 20 of the products instead of (rw + 1) / 10.
+  const int rbA = rw < 2 ? rw : 3 - rw, rbB = 3 - rbA, par = rw >> 1;
   {
-    // R = K Kᵀ as wy_mma (row block rw, column blocks np <= rw, 64-column key tiles d0 < K, 4 steps each), gated
-    // in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
-    // overflows); the rows 16 rw.. of M are written in full (0 right of the diagonal).
-    FragC R[8];
+    // R = K Kᵀ as wy_mma (row blocks rbA, rbB; column blocks np <= rb of parity par; 64-column key tiles d0 < K,
+    // 4 steps each), gated in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected:
+    // e^{...} never overflows); the columns of parity par of rows 16 rbA.. and 16 rbB.. are written in full (0 right
+    // of the diagonal), so the two warps of a row-block pair write all of M.
+    FragC R[2][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) R[n].zero();
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int n = 0; n < 4; ++n) R[t][n].zero();
     for (int d0 = 0; d0 < K; d0 += 64) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
-        const FragA a = mma::load_a(Kt, ldk, 16 * rw, d0 + 16 * ks);
 #pragma unroll
-        for (int np = 0; np < 4; ++np)
-          if (np <= rw) {
-            FragB b0, b1;
-            mma::load_b2(b0, b1, Kt, ldk, d0 + 16 * ks, 16 * np);
-            mma::mma16816<T>(R[2 * np], a, b0);
-            mma::mma16816<T>(R[2 * np + 1], a, b1);
+        for (int t = 0; t < 2; ++t) {
+          const int rb = t == 0 ? rbA : rbB;
+          const FragA a = mma::load_a(Kt, ldk, 16 * rb, d0 + 16 * ks);
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            const int np = 2 * u + par;
+            if (np <= rb) {
+              FragB b0, b1;
+              mma::load_b2(b0, b1, Kt, ldk, d0 + 16 * ks, 16 * np);
+              mma::mma16816<T>(R[t][2 * u], a, b0);
+              mma::mma16816<T>(R[t][2 * u + 1], a, b1);
+            }
           }
+        }
       }
     }
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int t = 0; t < 2; ++t)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = 16 * rw + mma::c_row(e), j = 8 * n + mma::c_col(e);
-        MX[i * kLdF + j] = (j < i && i < L) ? bet[i] * R[n].x[e] * expf(gam[i] - gam[j]) : 0.f;
-      }
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int hn = 0; hn < 2; ++hn)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int n = 2 * (2 * u + par) + hn;
+            const int i = 16 * (t == 0 ? rbA : rbB) + mma::c_row(e), j = 8 * n + mma::c_col(e);
+            const float r = R[t][2 * u + hn].x[e];
+            MX[i * kLdF + j] = (j < i && i < L) ? bet[i] * r * expf(gam[i] - gam[j]) : 0.f;
+          }
   }
   group_sync(g);  // M of head g complete
   invert_in_place(MX, Yfs + g * 3 * 16 * kLdY, rw, lane, g);
   if (p.A.present()) store_chunk_mat<T, kGroupThreads>(p.A, c, hv, L, BT, MX, tid - g * kGroupThreads);
   cuda::cp_async_wait<0>();  // the V chunks
   __syncthreads();
-  wu_tiles<T>(p.w, Kt, ldk, K, MX, fw, rw, c, hv, L);
-  wu_tiles<T>(p.u, Vt + g * kRows * ldv, ldv, V, MX, fu, rw, c, hv, L);
+  wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rbA, c, hv, L, par);
+  wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rbB, c, hv, L, par);
+  const T* Vg = Vt + g * kRows * ldv;
+  wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rbA, c, hv, L, par);
+  wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rbB, c, hv, L, par);
 }
 
 // l2_prefetch: each block prefetches the rows of the block (resident blocks) indices later; resident blocks from the
