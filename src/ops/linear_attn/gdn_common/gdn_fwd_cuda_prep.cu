@@ -33,8 +33,6 @@
 // GPU: tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.SameBitsAsWyMmaAndQkGate).
 //
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
-#include <atomic>
-
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
 
 namespace strata::linear_attn::gdn {
@@ -96,11 +94,6 @@ __host__ __device__ constexpr int prep_threads(int gb, bool with_p) {
   return gb * kGroupThreads + (with_p ? kPWarps * 32 : 0);
 }
 
-// Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) at p into L2; nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ptr), "r"(bytes));
-}
-
 // Block index -> (chunk slot, q/k head h, first value head hv0 of the block's kGb heads).
 struct PrepItem {
   int64_t slot, h, hv0;
@@ -111,33 +104,9 @@ __device__ __forceinline__ PrepItem prep_item(int64_t bid, int64_t H, int64_t G,
   return {bid / (H * parts), h, h * G + (hp % parts) * kGb};
 }
 
-// L2 prefetch (ahead > 0) of the rows of the block `ahead` block indices later: blocks are started in index order, so
-// with `ahead` = the blocks resident on the device that block starts about when this one ends, and finds its K, Q,
-// V chunk rows in L2 instead of waiting for DRAM at the head of its chain. One row of one tensor per thread (K, Q,
-// then the kGb V heads: 64 rows each), only for lean tensors whose rows are whole 16-byte segments.
-template <class T, int kGb, bool kWithP>
-__device__ __forceinline__ void prefetch_block(const GdnFwdParams& p, int64_t bid) {
-  const int64_t H = p.shape.H, G = p.shape.G;
-  if (bid >= chunk_slots(p.chunks) * H * (G / kGb)) return;
-  const int tid = threadIdx.x, r = tid & 63, which = tid >> 6;  // which: 0 K, 1 Q (kWithP), then V heads
-  constexpr int kTensors = (kWithP ? 2 : 1) + kGb;
-  if (which >= kTensors) return;
-  const PrepItem it = prep_item(bid, H, G, kGb);
-  const ChunkPos c = locate_chunk(p.chunks, it.slot);
-  if (!c.valid || r >= c.e - c.s) return;
-  // Each tensor by value (a reference chosen at run time among kernel parameters would copy them to local memory).
-  auto row = [&](const GdnTensor& t, int64_t head, int64_t D) {
-    if (!lean_tensor<T>(t) || (D & 7) != 0) return;
-    prefetch_l2(static_cast<const uint16_t*>(t.data) + off_tok(t, c.b, c.s + r, head), static_cast<uint32_t>(D * 2));
-  };
-  if (which == 0) row(p.k, it.h, p.shape.K);
-  else if (kWithP && which == 1) row(p.q, it.h, p.shape.K);
-  else row(p.v, it.hv0 + (which - (kWithP ? 2 : 1)), p.shape.V);
-}
-
 template <class T, int kGb, bool kWithP>
 __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
-    prep_group_mma(const GdnFwdParams p, int64_t ahead) {
+    prep_group_mma(const GdnFwdParams p) {
   constexpr int kNThr = prep_threads(kGb, kWithP);
   constexpr int kLoadThr = kGb * kGroupThreads;  // the groups' threads issue the tile loads (whole lean_rows passes)
   extern __shared__ __align__(16) unsigned char smem[];
@@ -180,7 +149,6 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
     for (int g = 0; g < kGb; ++g) load_rows(Vt + g * kRows * ldv, p.v, hv0 + g, V, vcols, ldv);
   }
   cuda::cp_async_commit();
-  if (ahead > 0) prefetch_block<T, kGb, kWithP>(p, blockIdx.x + ahead);
   for (int idx = tid; idx < kGb * kRows; idx += kNThr) {
     const int g = idx / kRows, i = idx % kRows;
     const int64_t hv = hv0 + g;
@@ -224,8 +192,8 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
             mma::mma16816<T>(R[2 * cb + 1], a, b1);
           }
       }
-#pragma unroll
-      for (int gi = 0; gi < kGb; ++gi) {
+#pragma unroll 1
+      for (int gi = 0; gi < kGb; ++gi) {  // one copy of the gating / store code (instruction fetch, see above)
         const float* gm = vecs + gi * 4 * kRows;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -312,45 +280,32 @@ __global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
   if (p.A.present()) store_chunk_mat<T, kGroupThreads>(p.A, c, hv, L, BT, MX, tid - g * kGroupThreads);
   cuda::cp_async_wait<0>();  // the V chunks
   __syncthreads();
-  wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rbA, c, hv, L, par);
-  wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rbB, c, hv, L, par);
+  // One copy of the w / u code for the four (tensor, row block) steps: GPU run s9run1's ncu showed the kernel
+  // stalled on instruction fetch (no_instruction 6.2 cycles per issue against 0.7 for wy_mma).
   const T* Vg = Vt + g * kRows * ldv;
-  wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rbA, c, hv, L, par);
-  wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rbB, c, hv, L, par);
+#pragma unroll 1
+  for (int step = 0; step < 4; ++step) {
+    const bool is_u = step >= 2;
+    const int rb = (step & 1) ? rbB : rbA;
+    if (is_u) wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rb, c, hv, L, par);
+    else wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rb, c, hv, L, par);
+  }
 }
 
-// l2_prefetch: each block prefetches the rows of the block (resident blocks) indices later; resident blocks from the
-// occupancy calculator (shared memory, registers, threads).
 template <class T, int kGb, bool kWithP>
-int launch_prep(const GdnFwdParams& p, bool l2_prefetch, cudaStream_t stream) {
+int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.H * (p.shape.G / kGb);
   const size_t smem = prep_smem(p.shape.K, p.shape.V, kGb, kWithP);
-  constexpr int kThr = prep_threads(kGb, kWithP);
-  auto kernel = prep_group_mma<T, kGb, kWithP>;
-  int64_t ahead = 0;
-  if (l2_prefetch && blocks > 0) {
-    // Blocks per SM, cached per instantiation for the last shared-memory size (bits 8.. smem, 0..7 blocks).
-    static std::atomic<uint64_t> cache{0};
-    uint64_t key = cache.load(std::memory_order_relaxed);
-    if ((key >> 8) != smem) {
-      STRATA_CUDA_TRY(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      int per_sm = 0;
-      STRATA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThr, smem));
-      key = (uint64_t{smem} << 8) | static_cast<uint64_t>(per_sm > 0 ? per_sm : 1);
-      cache.store(key, std::memory_order_relaxed);
-    }
-    ahead = static_cast<int64_t>(key & 0xff) * cuda::current_sm_count();
-  }
-  return launch_n(kernel, "prepare_wy_repr_fwd (prep_group_mma)", blocks, kThr, smem, stream, p, ahead);
+  return launch_n(prep_group_mma<T, kGb, kWithP>, "prepare_wy_repr_fwd (prep_group_mma)", blocks,
+                  prep_threads(kGb, kWithP), smem, stream, p);
 }
 
 template <class T>
-int launch_prep(const GdnFwdParams& p, bool l2_prefetch, cudaStream_t stream) {
+int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
   const bool with_p = p.Pqk.present();
   if (prep_heads_per_block(p.shape.G) == 2)
-    return with_p ? launch_prep<T, 2, true>(p, l2_prefetch, stream) : launch_prep<T, 2, false>(p, l2_prefetch, stream);
-  return with_p ? launch_prep<T, 1, true>(p, l2_prefetch, stream) : launch_prep<T, 1, false>(p, l2_prefetch, stream);
+    return with_p ? launch_prep<T, 2, true>(p, stream) : launch_prep<T, 2, false>(p, stream);
+  return with_p ? launch_prep<T, 1, true>(p, stream) : launch_prep<T, 1, false>(p, stream);
 }
 
 }  // namespace
@@ -375,14 +330,11 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_prep_with(const GdnFwdParams& p, bool l2_prefetch, void* stream_ptr) {
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_group_mma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_prep<__nv_bfloat16>(p, l2_prefetch, stream)
-                                        : launch_prep<__half>(p, l2_prefetch, stream);
+  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_prep<__nv_bfloat16>(p, stream) : launch_prep<__half>(p, stream);
 }
-
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream) { return fwd_cuda_prep_with(p, true, stream); }
 
 }  // namespace strata::linear_attn::gdn

@@ -120,11 +120,7 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
 // as fwd_cuda_qk_gate when p.Pqk is present — the same bits as wy_mma<kPrepare> and qk_gate_mma. Reads k, v,
 // beta (opt.), g (opt.), q (with Pqk). bf16 / f16 (k, v, w, u, A, q, Pqk of one dtype), K, V <= 256 (K <= 128
 // with Pqk), BT <= 64, shared memory <= 227 KB; fwd_cuda_prep_reject says why it cannot run p ("" if it can).
-// fwd_cuda_prep_with(p, l2_prefetch, stream): l2_prefetch (fwd_cuda_prep: true) — each block also asks the copy
-// engine to bring the K, Q, V rows of the block that will start when it ends into L2 (lean tensors only), so that
-// block's loads do not wait for DRAM.
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
-int fwd_cuda_prep_with(const GdnFwdParams& p, bool l2_prefetch, void* stream);
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
 #endif
 
