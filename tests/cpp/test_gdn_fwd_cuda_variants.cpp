@@ -719,7 +719,7 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
   }
 }
 
-// ---------------------------------------------------------------- the fused pre-state kernel (prep_mma)
+// ---------------------------------------------------------------- the fused pre-state kernel (prep_group_mma)
 // fwd_cuda_prep writes w, u, A (wy_mma<kPrepare>'s outputs) and the gated Q Kᵀ (qk_gate_mma's) in one kernel with
 // the same fragments, order and expressions, so the same bits. A prepare_wy_repr_fwd problem with q and the Pqk
 // buffer: k, q ~ N(0, K^-1/2), v ~ N(0, 1), β in (0, 1) (f32 or the token dtype), γ = chunk-local cumsum of
@@ -848,7 +848,7 @@ TEST(GdnFwdCudaPrep, SameBitsAsWyMmaAndQkGate) {
     ASSERT_EQ(fwd_cuda(FwdOp::kPrepareWY, old, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS) << "shape " << idx;
     if (with_p) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << "shape " << idx;
     const std::vector<uint8_t> w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits(), p0 = pr.P->bits();
-    // prep_mma with Pqk (where K <= 128), then without Pqk and A (prepare_wy_repr_fwd in the fused forward).
+    // prep_group_mma with Pqk (where K <= 128), then without Pqk and A (prepare_wy_repr_fwd in the fused forward).
     pr.poison();
     ASSERT_EQ(fwd_cuda_prep(fresh, nullptr), STRATA_SUCCESS) << "shape " << idx;
     const std::vector<uint8_t> w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits(), p1 = pr.P->bits();
@@ -873,16 +873,17 @@ TEST(GdnFwdCudaPrep, SameBitsAsWyMmaAndQkGate) {
   }
 }
 
-// Old (wy_mma<kPrepare> for w, u + qk_gate_mma for Pqk) against new (prep_mma for w, u, Pqk; and w, u only) at the
-// benchmark shapes, inputs by cudaMemset as TimingAtBenchShapes. Prints "[gdn_prep timing] ..." and appends it to
-// $OUT/gdn_fwd_timing.txt; fails only if a launch fails.
+// Old (wy_mma<kPrepare> for w, u (and A) + qk_gate_mma for Pqk) against new (prep_group_mma for w, u, Pqk; w, u
+// only; w, u, A as the backward's re-run forward asks) at the benchmark shapes, inputs by cudaMemset as
+// TimingAtBenchShapes. Prints "[gdn_prep timing] ..." and appends it to $OUT/gdn_fwd_timing.txt; fails only if a
+// launch fails.
 TEST(GdnFwdCudaPrep, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
     const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
     const int32_t dt = STRATA_DTYPE_BF16;
     Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), beta(rows * HV * 2), P(rows * HV * 64 * 2);
+        g(rows * HV * 4), beta(rows * HV * 2), P(rows * HV * 64 * 2), A(rows * HV * 64 * 2);
     for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
     GdnFwdParams p;
@@ -896,16 +897,19 @@ TEST(GdnFwdCudaPrep, TimingAtBenchShapes) {
     p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
     const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
     const double prep_wu = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
+    GdnFwdParams pa = p;
+    pa.A = tok(A.p, dt, T, HV, 64);
+    const double wy_a = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, pa, FwdCudaKernels::kMma, nullptr); });
+    const double prep_a = time_ms([&] { return fwd_cuda_prep(pa, nullptr); });
     p.Pqk = tok(P.p, dt, T, HV, 64);
     const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
     const double prep = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
-    EXPECT_GT(wy, 0.0);
-    EXPECT_GT(qk, 0.0);
-    EXPECT_GT(prep, 0.0);
-    EXPECT_GT(prep_wu, 0.0);
+    for (const double t : {wy, prep_wu, wy_a, prep_a, qk, prep}) EXPECT_GT(t, 0.0);
     report(fmt_line("[gdn_prep timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: old wy_mma (w, u) %.3f ms + qk_gate %.3f "
-                    "ms = %.3f ms; new prep_mma (w, u, Pqk) %.3f ms, prep_mma (w, u) %.3f ms",
-                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, wy + qk, prep, prep_wu));
+                    "ms = %.3f ms, new prep_group_mma (w, u, Pqk) %.3f ms; w, u: old %.3f new %.3f ms; w, u, A: old "
+                    "%.3f new %.3f ms",
+                    static_cast<long long>(B), static_cast<long long>(T), wy, qk, wy + qk, prep, wy, prep_wu, wy_a,
+                    prep_a));
   }
 }
 

@@ -294,12 +294,56 @@ __device__ __forceinline__ void mma_split(FragC (&acc)[2], const FragA& ah, cons
 
 constexpr int kLdY = 16 + 4;  // leading dim of a 16 x 16 f32 merge tile (conflict-free fragment loads)
 
+// The steps of the blocked inverse X = (I + M)^-1 of a strictly lower 64 x 64 f32 M (ld kLdF, zero outside the
+// strictly lower part), shared by invert (M and X apart) and prep_group_mma's in-place form (X over M):
+//   invert_diag_column: lane j < 16 of a warp: column j of the inverse of the unit lower 16 x 16 block at (r0, r0)
+//     by forward substitution in f32 (a column of the inverse depends on that column only), into x[0..15];
+//   invert_merge_y: warp c < r: Y = Σ_{k=c}^{r−1} M_rk X_kc (split products) into Yw [16][kLdY];
+//   invert_merge_x: the same warp after Yw is visible to it: X_rc = −X_rr Y into X.
+__device__ __forceinline__ void invert_diag_column(const float* M, int r0, int j, float (&x)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    float acc = i == j ? 1.f : 0.f;
+    const float* mrow = M + (r0 + i) * kLdF + r0;
+#pragma unroll
+    for (int m = 0; m < i; ++m) acc = fmaf(-mrow[m], x[m], acc);
+    x[i] = i < j ? 0.f : acc;
+  }
+}
+__device__ __forceinline__ void invert_merge_y(const float* M, const float* X, int r, int c, float* Yw) {
+  FragA ah, al;
+  FragB bh[2], bl[2];
+  FragC y[2];
+  y[0].zero(), y[1].zero();
+  for (int k = c; k < r; ++k) {
+    frag_a_split(M, kLdF, 16 * r, 16 * k, ah, al);
+    frag_b_split(X, kLdF, 16 * k, 16 * c, bh, bl);
+    mma_split(y, ah, al, bh, bl);
+  }
+  mma::store_c(Yw, kLdY, 0, 0, y[0]);
+  mma::store_c(Yw, kLdY, 0, 8, y[1]);
+}
+__device__ __forceinline__ void invert_merge_x(float* X, const float* Yw, int r, int c) {
+  FragA ah, al;
+  FragB bh[2], bl[2];
+  FragC x[2];
+  x[0].zero(), x[1].zero();
+  frag_a_split(X, kLdF, 16 * r, 16 * r, ah, al);
+  frag_b_split(Yw, kLdY, 0, 0, bh, bl);
+  mma_split(x, ah, al, bh, bl);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt].x[e] = -x[nt].x[e];
+    mma::store_c(X, kLdF, 16 * r, 16 * c + 8 * nt, x[nt]);
+  }
+}
+
 // X = (I + M)^-1 for strictly lower M (f32 tiles, ld kLdF, zero outside the strictly lower part): the four
-// 16 x 16 diagonal blocks by forward substitution in f32 (warp w, lane j < 16 owns column j of block w: a column
-// of the inverse depends on that column only), then block rows r = 1..3 in order, warp c < r computing
-// X_rc = −X_rr Y, Y = Σ_{k=c}^{r−1} M_rk X_kc (Y in Yf + c·16·kLdY) with the split products above; one barrier
-// per block row. Fixed order, no atomics. kNThr: the block size (4 or 8 warps; warps 4.. only zero X's upper
-// blocks and take the barriers).
+// 16 x 16 diagonal blocks by forward substitution in f32 (warp w, lane j < 16 owns column j of block w), then
+// block rows r = 1..3 in order, warp c < r computing X_rc = −X_rr Y, Y = Σ_{k=c}^{r−1} M_rk X_kc (Y in
+// Yf + c·16·kLdY) with the split products above; one barrier per block row. Fixed order, no atomics. kNThr: the
+// block size (4 or 8 warps; warps 4.. only zero X's upper blocks and take the barriers).
 template <int kNThr>
 __device__ void invert(const float* M, float* X, float* Yf) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -310,45 +354,17 @@ __device__ void invert(const float* M, float* X, float* Yf) {
   if (lane < 16 && warp < 4) {
     const int r0 = 16 * warp, j = lane;
     float x[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float acc = i == j ? 1.f : 0.f;
-      const float* mrow = M + (r0 + i) * kLdF + r0;
-#pragma unroll
-      for (int m = 0; m < i; ++m) acc = fmaf(-mrow[m], x[m], acc);
-      x[i] = i < j ? 0.f : acc;
-    }
+    invert_diag_column(M, r0, j, x);
 #pragma unroll
     for (int i = 0; i < 16; ++i) X[(r0 + i) * kLdF + r0 + j] = x[i];
   }
   for (int r = 1; r < 4; ++r) {
     __syncthreads();  // X_rr and the blocks of rows < r are complete
     if (warp < r) {
-      const int c = warp;
-      FragA ah, al;
-      FragB bh[2], bl[2];
-      FragC y[2];
-      y[0].zero(), y[1].zero();
-      for (int k = c; k < r; ++k) {
-        frag_a_split(M, kLdF, 16 * r, 16 * k, ah, al);
-        frag_b_split(X, kLdF, 16 * k, 16 * c, bh, bl);
-        mma_split(y, ah, al, bh, bl);
-      }
-      float* Yw = Yf + c * 16 * kLdY;
-      mma::store_c(Yw, kLdY, 0, 0, y[0]);
-      mma::store_c(Yw, kLdY, 0, 8, y[1]);
+      float* Yw = Yf + warp * 16 * kLdY;
+      invert_merge_y(M, X, r, warp, Yw);
       __syncwarp();
-      FragC x[2];
-      x[0].zero(), x[1].zero();
-      frag_a_split(X, kLdF, 16 * r, 16 * r, ah, al);
-      frag_b_split(Yw, kLdY, 0, 0, bh, bl);
-      mma_split(x, ah, al, bh, bl);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[nt].x[e] = -x[nt].x[e];
-        mma::store_c(X, kLdF, 16 * r, 16 * c + 8 * nt, x[nt]);
-      }
+      invert_merge_x(X, Yw, r, warp);
     }
   }
   __syncthreads();
@@ -356,13 +372,15 @@ __device__ void invert(const float* M, float* X, float* Yf) {
 
 // Rows [0, L) of a chunk matrix (cols < BT) from the f32 tile X into rows s.. of t (cols >= L written as 0).
 // Fast case (BT = 64, t of the kernel's dtype T, unit column stride, 16-byte aligned rows): one 16-byte store of
-// 8 values per thread and step, read as two float4 from X.
+// 8 values per thread and step, read as two float4 from X. kNThr threads with indices tid = 0.. kNThr − 1 (the
+// block by default; prep_group_mma passes the thread index inside its 4-warp value-head group).
 template <class T, int kNThr>
-__device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int L, int BT, const float* X) {
+__device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t hv, int L, int BT, const float* X,
+                                int tid = static_cast<int>(threadIdx.x)) {
   const int64_t row0 = off_tok(t, c.b, c.s, hv);
   if (BT == kRows && t.dtype == dtype_of<T>() && t.st[3] == 1 && t.st[1] % 8 == 0 &&
       (reinterpret_cast<uintptr_t>(static_cast<uint16_t*>(t.data) + row0) & 15u) == 0) {
-    for (int idx = threadIdx.x; idx < L * 8; idx += kNThr) {
+    for (int idx = tid; idx < L * 8; idx += kNThr) {
       const int i = idx >> 3, j0 = (idx & 7) * 8;
       const float4 a = *reinterpret_cast<const float4*>(X + i * kLdF + j0);
       const float4 b = *reinterpret_cast<const float4*>(X + i * kLdF + j0 + 4);
@@ -376,7 +394,7 @@ __device__ void store_chunk_mat(const GdnTensor& t, const ChunkPos& c, int64_t h
     }
     return;
   }
-  for (int idx = threadIdx.x; idx < L * BT; idx += kNThr) {
+  for (int idx = tid; idx < L * BT; idx += kNThr) {
     const int i = idx / BT, j = idx - i * BT;
     store_f(t, off_tok(t, c.b, c.s + i, hv) + j * t.st[3], j < L ? X[i * kLdF + j] : 0.f);
   }
@@ -393,10 +411,11 @@ inline size_t wy_smem(int mode, int64_t K, int64_t V) {
 
 // Rows 16 rw.. of dst = A diag(f) src for one chunk (dst = w with src = K, f = β e^γ; dst = u with src = V,
 // f = β), every 64-column tile of D columns, written for rows < L. A = X (f32 inverse, lower: only column
-// blocks ks <= rw are non-zero), rounded to T after the scaling.
-template <class T>
+// blocks ks <= rw are non-zero), rounded to T after the scaling. kNpStep = 2: only the 16-column units np of each
+// tile with np % 2 == np0 (two warps share a row block; every product and store is the one of kNpStep = 1).
+template <class T, int kNpStep = 1>
 __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int lds, int64_t D, const float* X,
-                                         const float* f, int rw, const ChunkPos& c, int64_t hv, int L) {
+                                         const float* f, int rw, const ChunkPos& c, int64_t hv, int L, int np0 = 0) {
   FragA a[4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) a[ks] = frag_a_scaled<T>(X, 16 * rw, 16 * ks, f);
@@ -409,12 +428,13 @@ __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int
     for (int ks = 0; ks < 4; ++ks)
       if (ks <= rw) {
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          FragB b0, b1;
-          mma::load_b2_trans(b0, b1, src, lds, 16 * ks, static_cast<int>(c0) + 16 * np);
-          mma::mma16816<T>(acc[2 * np], a[ks], b0);
-          mma::mma16816<T>(acc[2 * np + 1], a[ks], b1);
-        }
+        for (int np = 0; np < 4; ++np)
+          if (np % kNpStep == np0) {
+            FragB b0, b1;
+            mma::load_b2_trans(b0, b1, src, lds, 16 * ks, static_cast<int>(c0) + 16 * np);
+            mma::mma16816<T>(acc[2 * np], a[ks], b0);
+            mma::mma16816<T>(acc[2 * np + 1], a[ks], b1);
+          }
       }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -422,16 +442,18 @@ __device__ __forceinline__ void wu_tiles(const GdnTensor& dst, const T* src, int
       if (i >= L) continue;
       const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
       if (vec && c0 + 64 <= D) {
-        // Whole tile inside D: one row pointer, 8 aligned 32-bit stores at fixed offsets (pair_vec: T, unit
-        // column stride, even strides, 4-byte aligned base; c0 and c_col(0) are even).
+        // Whole tile inside D: one row pointer, aligned 32-bit stores at fixed offsets (pair_vec: T, unit column
+        // stride, even strides, 4-byte aligned base; c0 and c_col(0) are even).
         uint16_t* row = static_cast<uint16_t*>(dst.data) + ro + c0 + mma::c_col(0);
 #pragma unroll
         for (int n = 0; n < 8; ++n)
-          *reinterpret_cast<uint32_t*>(row + 8 * n) = mma::pack2<T>(acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+          if ((n >> 1) % kNpStep == np0)
+            *reinterpret_cast<uint32_t*>(row + 8 * n) = mma::pack2<T>(acc[n].x[2 * half], acc[n].x[2 * half + 1]);
       } else {
 #pragma unroll
         for (int n = 0; n < 8; ++n)
-          store_pair_v<T>(dst, vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
+          if ((n >> 1) % kNpStep == np0)
+            store_pair_v<T>(dst, vec, ro, c0 + 8 * n + mma::c_col(0), D, acc[n].x[2 * half], acc[n].x[2 * half + 1]);
       }
     }
   }

@@ -141,8 +141,8 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                        });
                      }});
       }
-      // prepare_wy_repr_fwd: the fused pre-state kernel (prep_mma, one block per chunk and q/k head, the same bits
-      // as cuda.sm90.mma), forced-selectable only: GPU run s8run2 measured it slower (w, u 0.629 vs 0.591 ms).
+      // prepare_wy_repr_fwd: the fused pre-state kernel (prep_group_mma, one block per chunk and pair of value heads
+      // of a q/k head, the same bits as cuda.sm90.mma), forced-selectable only until a GPU run has timed it.
       if (fop == FwdOp::kPrepareWY)
         l.push_back({"cuda.sm90.prep",
                      [](const FwdProblem& p) {
