@@ -131,4 +131,15 @@ template <> __device__ __forceinline__ void mma_ss<__nv_bfloat16, 128>(float (&d
       : "l"(da), "l"(db), "r"(acc));
 }
 
+// Warpgroup register reallocation (setmaxnreg, sm_90a; warpgroup-collective): a warpgroup that needs fewer
+// registers hands them back (dec) so that the others can take more (inc); kRegs a multiple of 8 in [24, 256].
+template <int kRegs>
+__device__ __forceinline__ void max_nreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void max_nreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 }  // namespace strata::cuda::wgmma
