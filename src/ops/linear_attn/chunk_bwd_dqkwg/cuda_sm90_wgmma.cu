@@ -37,6 +37,7 @@ using Bf = __nv_bfloat16;
 // Three warpgroups: the dq group (dO Sᵀ, Ds K: all 128 K columns of dq), the dk group (Vn dSᵀ, Dsᵀ Q) and the
 // ds group (dO Vnᵀ → Ds, dV Sᵀ → dw, ⟨S, dS⟩, dγ out), which also issues the loads.
 constexpr int kThr = 384;
+constexpr int kRegsDqk = 176, kRegsDs = 160;  // setmaxnreg per thread: 2 x 176 + 160 = 3 x 168
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
 enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
@@ -437,13 +438,13 @@ __global__ void __launch_bounds__(kThr, 1)
   const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mine,
               static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
   const int role = threadIdx.x >> 7;
-  // Registers (2 x 168 + 176 = 3 x 168): the dq and dk groups hold 128 accumulators a thread, the ds group 96 and
-  // the load cursor and addressing.
+  // Registers (2 kRegsDqk + kRegsDs = 3 x 168): the dq and dk groups hold 128 accumulators a thread, the ds group
+  // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
-    wg::max_nreg_inc<176>();
+    wg::max_nreg_dec<kRegsDs>();
     run_ds(x);
   } else {
-    wg::max_nreg_dec<168>();
+    wg::max_nreg_inc<kRegsDqk>();
     if (role == kRoleDq) run_dqk<kRoleDq>(x);
     else run_dqk<kRoleDk>(x);
   }
