@@ -83,21 +83,22 @@ __device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, 
   return {0, t0, ci, t1 > t0 ? static_cast<int>(t1 - t0) : 0};
 }
 
-// cp.async of a [kRows][32] bf16 block (row stride rs elements, rows >= valid zero-filled, not read) into a
-// tile_off<32> tile at shared byte address dst, by the 128 threads of the ds group (t = its thread index):
-// segment q = (t / 8) % 4, rows r0 + 32 it with r0 = t % 8 + 8 (t / 32); the 8 threads of a 128-byte shared
-// wavefront fill one core matrix, a warp reads 8 rows x 64 contiguous bytes; tile_off<32>(r0 + 32 it, c) moves by
-// 4 it rows of core matrices (2048 bytes).
+// cp.async of a [kRows][32] bf16 block into a tile_off<32> tile at shared byte address dst, by the 128 threads
+// of the ds group (t = its thread index): segment q = (t / 8) % 4, rows r0 + 32 it with r0 = t % 8 + 8 (t / 32)
+// (load32_row0, load32_seg); the 8 threads of a 128-byte shared wavefront fill one core matrix, a warp reads 8 rows
+// x 64 contiguous bytes; tile_off<32>(r0 + 32 it, c) moves by 4 it rows of core matrices (2048 bytes). src points
+// at this thread's first element (row r0, column 8 q), rs is the row stride; rows >= valid are zero-filled (not
+// read).
+__device__ __forceinline__ int load32_row0(int t) { return (t & 7) + 8 * (t >> 5); }
+__device__ __forceinline__ int load32_seg(int t) { return (t >> 3) & 3; }
 template <int kRows>
 __device__ __forceinline__ void load32(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
-  const int q = (t >> 3) & 3, r0 = (t & 7) + 8 * (t >> 5);
-  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<32>(r0, 8 * q));
-  const uint16_t* s0 = src + 8 * q;
+  const int r0 = load32_row0(t);
+  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<32>(r0, 8 * load32_seg(t)));
 #pragma unroll
   for (int it = 0; it < kRows / 32; ++it) {
-    const int r = r0 + 32 * it;
-    const bool ok = r < valid;
-    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
+    const bool ok = r0 + 32 * it < valid;
+    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? src + 32 * it * rs : src, ok);
   }
 }
 // The same for a [64][128] block into a tile_off<128> tile: segment q = (t / 8) % 16, rows r0 + 8 it with
@@ -187,31 +188,38 @@ struct Ctx {
   __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
 };
 
-// The ds group's load cursor: the next step to request (item k, step s, its stage) and that item's chunk.
+// The ds group's load cursor: the next step to request (item k, step s, its stage), that item's chunk and this
+// thread's first element of its dO, Vn, dV rows and S, dS rows (value head h G, column 0 of V; set once per item).
 struct Loader {
   int64_t k = 0;
-  int s = 0, stage = 0;
-  ChunkAt c{};
-  int64_t h = 0;
+  int s = 0, stage = 0, L = 0;
+  const uint16_t *dout = nullptr, *v = nullptr, *dv = nullptr, *hs = nullptr, *dhs = nullptr;
   // Requests the cursor's step into its stage (one commit group per thread; empty past the block's last item)
   // and advances. The first step of an item also brings its q, k.
   __device__ __forceinline__ void issue(const Ctx& x, int t) {
     if (k < x.mine) {
       const DqkwgParams& p = x.p;
-      if (s == 0) c = x.chunk_of(k), h = x.head_of(k);
-      const int64_t hv = h * p.d.G + s / kQ, e0 = 32 * (s % kQ);
-      const uint32_t st = x.sb + static_cast<uint32_t>(stage) * kStageB;
-      load32<64>(t, st + oDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv) + e0, p.dout.s[1], c.L);
-      load32<64>(t, st + oVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv) + e0, p.v.s[1], c.L);
-      if (x.want_dw)
-        load32<64>(t, st + oDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv) + e0, p.dv.s[1], c.L);
-      const int srows = c.L > 0 ? 128 : 0;  // (no chunk: hc may lie past h's chunk dimension; nothing is read)
-      load32<128>(t, st + oS, static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv, 0) + e0, p.h.s[3], srows);
-      load32<128>(t, st + oDS, static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv, 0) + e0, p.dh.s[3], srows);
       if (s == 0) {
-        load128(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
-        load128(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
+        const ChunkAt c = x.chunk_of(k);
+        const int64_t h = x.head_of(k), hv0 = h * p.d.G, r0 = load32_row0(t), c0 = 8 * load32_seg(t);
+        L = c.L;
+        dout = static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0 + r0, hv0) + c0;
+        v = static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0 + r0, hv0) + c0;
+        dv = x.want_dw ? static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + r0, hv0) + c0 : nullptr;
+        // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
+        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, r0) + c0;
+        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, r0) + c0;
+        load128(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], L);
+        load128(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
       }
+      const int64_t g = s / kQ, e0 = 32 * (s % kQ);
+      const uint32_t st = x.sb + static_cast<uint32_t>(stage) * kStageB;
+      const int srows = L > 0 ? 128 : 0;
+      load32<64>(t, st + oDo, dout + g * p.dout.s[2] + e0, p.dout.s[1], L);
+      load32<64>(t, st + oVn, v + g * p.v.s[2] + e0, p.v.s[1], L);
+      if (x.want_dw) load32<64>(t, st + oDv, dv + g * p.dv.s[2] + e0, p.dv.s[1], L);
+      load32<128>(t, st + oS, hs + g * p.h.s[2] + e0, p.h.s[3], srows);
+      load32<128>(t, st + oDS, dhs + g * p.dh.s[2] + e0, p.dh.s[3], srows);
       if (++s == x.steps) s = 0, ++k;
       if (++stage == kStages) stage = 0;
     }
@@ -351,10 +359,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       wg::reg_fence(dw), wg::reg_fence(ds);
       wg::wg_fence();
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {
+      for (int ks = 0; ks < 2; ++ks) {  // (without dv the dW product runs on a stale tile and is not stored)
         wg::mma_ss<Bf, 64>(ds, wg::tile_desc<32>(st + oDo, ks), wg::tile_desc<32>(st + oVn, ks), (q | ks) != 0);
-        if (x.want_dw)
-          wg::mma_ss<Bf, 128>(dw, wg::tile_desc<32>(st + oDv, ks), wg::tile_desc<32>(st + oS, ks), (q | ks) != 0);
+        wg::mma_ss<Bf, 128>(dw, wg::tile_desc<32>(st + oDv, ks), wg::tile_desc<32>(st + oS, ks), (q | ks) != 0);
       }
       wg::wg_commit();
       // While the products run: this head's γ (first step), ⟨S, dS⟩ over this stage (the same layout for both).
