@@ -267,7 +267,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       wg::reg_fence(acc);
       if (q != kQ - 1) continue;
 
-      // ---- epilogue of value head g (the row factors were written at step (g, 0), visible since) ----
+      // ---- epilogue of value head g (the row factors were written at step (g, 1), visible since) ----
       float kdki = 0.f;
 #pragma unroll
       for (int i = 0; i < 64; ++i) {
@@ -341,7 +341,8 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   for (int i = 0; i < 64; ++i) dw[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) ds[i] = 0.f;
-  float sds = 0.f;  // this thread's share of ⟨S, dS⟩ of the current head
+  float sds = 0.f;                        // this thread's share of ⟨S, dS⟩ of the current head
+  float2 gam = make_float2(0.f, 0.f);     // γ_t, γ_last of the current head (threads t < 64)
   int stage = 0;
   for (int64_t k = 0; k < x.mine; ++k) {
     const ChunkAt c = x.chunk_of(k);
@@ -364,17 +365,17 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
         wg::mma_ss<Bf, 128>(dw, wg::tile_desc<32>(st + oDv, ks), wg::tile_desc<32>(st + oS, ks), (q | ks) != 0);
       }
       wg::wg_commit();
-      // While the products run: this head's γ (first step), ⟨S, dS⟩ over this stage (the same layout for both).
+      // While the products run: this head's γ (requested at its first step, stored at the second, so that the
+      // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
       if (q == 0) {
         sds = 0.f;
-        if (t < 64) {
-          const bool gate = p.g.present() && t < c.L;
-          const float gi = gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + t, hv)) : 0.f;
-          const float gl = gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + c.L - 1, hv)) : 0.f;
-          sG[t] = gi;
-          sEq[t] = t < c.L ? p.scale * expf(gi) : 0.f;
-          sEk[t] = t < c.L ? expf(gl - gi) : 0.f;
-        }
+        const bool gate = p.g.present() && t < c.L;  // (t < L <= 64)
+        gam = make_float2(gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + t, hv)) : 0.f,
+                          gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + c.L - 1, hv)) : 0.f);
+      } else if (q == 1 && t < 64) {
+        sG[t] = gam.x;
+        sEq[t] = t < c.L ? p.scale * expf(gam.x) : 0.f;
+        sEk[t] = t < c.L ? expf(gam.y - gam.x) : 0.f;
       }
       if (x.want_dg) {
 #pragma unroll
@@ -396,7 +397,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       if (q != kQ - 1) continue;
 
       // ---- epilogue of value head g: Ds (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
-      // (sG of this head was written at step (g, 0) by this group, visible since the barriers after it)
+      // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
       const int L = c.L;
       const float gl = L > 0 ? sG[L - 1] : 0.f;
 #pragma unroll
