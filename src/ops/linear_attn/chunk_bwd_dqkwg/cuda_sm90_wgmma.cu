@@ -37,7 +37,12 @@ using Bf = __nv_bfloat16;
 // Three warpgroups: the dq group (dO Sᵀ, Ds K: all 128 K columns of dq), the dk group (Vn dSᵀ, Dsᵀ Q) and the
 // ds group (dO Vnᵀ → Ds, dV Sᵀ → dw, ⟨S, dS⟩, dγ out), which also issues the loads.
 constexpr int kThr = 384;
-constexpr int kRegsDqk = 176, kRegsDs = 160;  // setmaxnreg per thread: 2 x 176 + 160 = 3 x 168
+// setmaxnreg per thread: 2 x 176 + 152 = 3 x 168, the launch allocation (168 = 65536 / 384 rounded down to 8, what
+// ptxas uses here); setmaxnreg.inc takes registers only from those the other warpgroups released to the CTA pool,
+// so the increments must not exceed the decrements (else it blocks for ever). The host launches the kernel only
+// when it was compiled to exactly kRegsLaunch registers (else the mma.sync kernel runs).
+constexpr int kRegsLaunch = 168, kRegsDqk = 176, kRegsDs = 152;
+static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register increments within the decrements");
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
 enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
@@ -493,8 +498,13 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const std::string why = chunk_bwd_dqkwg_cuda_wgmma_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.wgmma: {}", why);
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
-  // kernel, which copies them element-wise.
-  bool ok = true;
+  // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
+  // setmaxnreg split assumes (kRegsLaunch).
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel) == cudaSuccess ? fa.numRegs : 0;
+  }();
+  bool ok = regs == kRegsLaunch;
   for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
   for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
   if (!ok) {
