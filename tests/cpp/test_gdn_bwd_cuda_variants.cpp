@@ -301,6 +301,51 @@ TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
   }
 }
 
+// kDqkwgWgmma (the warpgroup-MMA kernel: other f32 summation orders, Ds K and Dsᵀ Q per head on whole 128-column
+// blocks, dγ written without the per-K-tile partials) against kDqkwgPipelined on the shapes it takes (bf16,
+// K = V = 128, BT = 64): fixed and variable length, G = 1, 2, 4, with and without gate / dv, partial chunks. Every
+// output within 2e-3 of its largest magnitude (both use bf16 operands, the same rounded Ds, f32 accumulators;
+// the float64 conformance harness bounds each against the exact result), finite, and dw (bf16) compared as values.
+TEST(GdnBwdCudaVariants, DqkwgWgmmaMatchesMma) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Shape> shapes = {
+      {2, 130, 2, 4, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true},
+      {1, 200, 2, 4, 128, 128, 64, {0, 63, 127, 129, 192, 200}, STRATA_DTYPE_BF16, true, true},
+      {1, 65, 3, 3, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true},
+      {1, 190, 1, 4, 128, 128, 64, {}, STRATA_DTYPE_BF16, false, false},
+      {1, 300, 1, 2, 128, 128, 64, {0, 1, 64, 65, 300}, STRATA_DTYPE_BF16, true, false},
+      {2, 256, 2, 4, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true},
+  };
+  auto values = [](const std::vector<uint8_t>& b, bool bf16) {
+    if (!bf16) return as_f32(b);
+    std::vector<float> f(b.size() / 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint32_t x = static_cast<uint32_t>(b[2 * i] | (b[2 * i + 1] << 8)) << 16;
+      std::memcpy(&f[i], &x, 4);
+    }
+    return f;
+  };
+  const char* names[] = {"dq", "dk", "dw", "dg"};
+  uint64_t seed = 101;
+  for (const Shape& s : shapes) {
+    const Inputs in(s, seed++);
+    const auto a = run_dqkwg(in, kDqkwgPipelined), b = run_dqkwg(in, kDqkwgWgmma);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::vector<float> x = values(a[i], i == 2), y = values(b[i], i == 2);
+      ASSERT_EQ(x.size(), y.size()) << names[i] << " " << shape_str(s);
+      double mx = 0;
+      for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
+      for (size_t e = 0; e < x.size(); ++e) {
+        ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "] " << shape_str(s);
+        ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 2e-3 * mx + 1e-30)
+            << names[i] << "[" << e << "] " << shape_str(s) << ": " << x[e] << " vs " << y[e];
+      }
+    }
+    // The same bits on a second call (fixed summation order, no atomics).
+    EXPECT_TRUE(b == run_dqkwg(in, kDqkwgWgmma)) << "repeat " << shape_str(s);
+  }
+}
+
 // prepare_wy_repr_bwd kWyTwoPerSm (K Kᵀ per head in registers, dβ / dγ sums reduced from the fragments) against
 // kWyPipelined: dk, dv the same bits (the same products, in the same order); dβ, dγ (their Σ dP ⊙ KK row and column
 // sums add the terms in another fixed order) within 1e-4 of the largest magnitude of each output, NaN nowhere.
@@ -505,6 +550,50 @@ std::string fmt_line(const char* f, ...) {
   std::vsnprintf(buf, sizeof buf, f, ap);
   va_end(ap);
   return buf;
+}
+
+// chunk_bwd_dqkwg alone at the bench shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4, T = 8192 and B = 1,
+// T = 32768): the automatic mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel, and that kernel
+// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost.
+TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, NT = T / 64, rows = B * T;
+    const int32_t dt = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), dout(rows * HV * V * 2),
+        dv(rows * HV * V * 2), g(rows * HV * 4), h(B * NT * HV * K * V * 2), dh(B * NT * HV * K * V * 2),
+        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4);
+    for (Dev* x : {&q, &k, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    Dims d;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.N = B, d.NT = NT, d.BT = 64;
+    DqkwgParams p;
+    p.d = d;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.dout = tok(dout.p, dt, T, HV, V), p.dv = tok(dv.p, dt, T, HV, V), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.h = states(h.p, dt, NT, HV, K, V), p.dh = states(dh.p, dt, NT, HV, K, V);
+    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
+    p.dw = tok(dw.p, dt, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.scale = 0.0884f;
+    Dev ws(chunk_bwd_dqkwg_cuda_mma_workspace(d));
+    auto call = [&](int var, bool dq_dk_only = false) {
+      return std::function<void()>([&, var, dq_dk_only] {
+        DqkwgParams pv = p;
+        pv.mma_variant = var;
+        if (dq_dk_only) pv.dv = View{}, pv.dw = View{}, pv.dg = View{};
+        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    const std::vector<double> ms =
+        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true)}, 9);
+    // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
+    const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * V * 2 + 2.0 * B * NT * HV * K * V * 2 +
+                       rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
+    report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: two_per_sm %.3f ms, "
+                    "wgmma %.3f ms (%.2f GB moved: %.0f GB/s); wgmma without dv, dw, dg %.3f ms",
+                    static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], gb, gb / (ms[1] * 1e-3),
+                    ms[2]));
+  }
 }
 
 // Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0), and

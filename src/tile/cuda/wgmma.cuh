@@ -122,7 +122,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "memory");
 }
 
-// m64n128k16 (session 9: the output warpgroup of the split GDN state pass, 128 columns of o / S per block).
+// m64n128k16 (session 9: the output warpgroup of the split GDN state pass, 128 columns of o / S per block;
+// chunk_bwd_dqkwg's wgmma kernel, 128-column dq / dk / dw blocks of one warpgroup).
 template <> __device__ __forceinline__ void mma_ss<__nv_bfloat16, 128>(float (&d)[64], uint64_t da, uint64_t db, int acc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"

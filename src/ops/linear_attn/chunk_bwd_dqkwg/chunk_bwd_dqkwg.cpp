@@ -1,7 +1,7 @@
 // chunk_bwd_dqkwg: definition, validation, implementation list and plans (ops_gdn_kda.md §4.11;
 // chunk_bwd_dqkwg.h, README.md beside this file).
 // Tensors {q, k, v, do, h, dh, dv|NULL, g|NULL, cu_seqlens|NULL, dq, dk, dw|NULL, dg|NULL}; attributes scale,
-// chunk_size. Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// chunk_size. Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.wgmma (bf16, K = V = 128), cuda.sm90.chunk_tile, cpu.<isa>, reference.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 
 #include <fmt/format.h>
@@ -41,13 +41,31 @@ strata_status host_checks(const DqkwgParams& p) {
 }
 
 const ImplList<Problem>& impls() {
-  static const ImplList<Problem> list = make_impls<Problem, DqkwgParams>({
-      bind, chunk_bwd_dqkwg_cpu, chunk_bwd_dqkwg_reference, host_checks,
+  static const ImplList<Problem> list = [] {
+    ImplList<Problem> l = make_impls<Problem, DqkwgParams>({
+        bind, chunk_bwd_dqkwg_cpu, chunk_bwd_dqkwg_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.chunk_tile", chunk_bwd_dqkwg_cuda_fma_workspace, chunk_bwd_dqkwg_cuda_fma,
-      "cuda.sm90.mma", chunk_bwd_dqkwg_cuda_mma_reject, chunk_bwd_dqkwg_cuda_mma_workspace, chunk_bwd_dqkwg_cuda_mma,
+        "cuda.sm90.chunk_tile", chunk_bwd_dqkwg_cuda_fma_workspace, chunk_bwd_dqkwg_cuda_fma,
+        "cuda.sm90.mma", chunk_bwd_dqkwg_cuda_mma_reject, chunk_bwd_dqkwg_cuda_mma_workspace, chunk_bwd_dqkwg_cuda_mma,
 #endif
-  });
+    });
+#if STRATA_WITH_CUDA
+    // The warpgroup-MMA kernel after cuda.sm90.mma (which stays the automatic choice): reachable by forcing it.
+    l.insert(l.begin() + 1,
+             {"cuda.sm90.wgmma",
+              [](const Problem& p) {
+                std::string r = reject_unless_cuda(p.device, 90);
+                if (r.empty() && p.any_f64) r = "takes bf16 tensors (f64 runs on the reference)";
+                return r.empty() ? chunk_bwd_dqkwg_cuda_wgmma_reject(p.params) : r;
+              },
+              [](const Problem& p) { return chunk_bwd_dqkwg_cuda_wgmma_workspace(p.params.d); },
+              [](const Problem& p, const Launch& launch) {
+                const DqkwgParams params = bind(p, launch);
+                return static_cast<strata_status>(chunk_bwd_dqkwg_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
+              }});
+#endif
+    return l;
+  }();
   return list;
 }
 

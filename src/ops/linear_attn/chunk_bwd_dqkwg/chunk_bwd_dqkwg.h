@@ -30,10 +30,12 @@ struct DqkwgParams {
   // Launch configuration of the tensor-core kernel: kDqkwgAuto (the default: kDqkwgTwoPerSm), kDqkwgPipelined
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
-  // the same dq, dk, dw bits, dγ summed in another order). Tests and timing force them.
+  // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
+  // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm). Tests and timing
+  // force them.
   int mma_variant = 0;
 };
-inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3;
+inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -54,6 +56,12 @@ int chunk_bwd_dqkwg_cuda_fma(const DqkwgParams& p, void* workspace, void* stream
 std::string chunk_bwd_dqkwg_cuda_mma_reject(const DqkwgParams& p);
 size_t chunk_bwd_dqkwg_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream);
+// Hopper warpgroup-MMA kernel ("cuda.sm90.wgmma", cuda_sm90_wgmma.cu): bf16 q, k, v, do, h, dh (dv), K = V = 128,
+// chunk size 64, strides multiples of 8 elements (the reject says why not); tensors that are not 16-byte aligned
+// run the mma.sync kernel instead (hence its workspace size).
+std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p);
+size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
+int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

@@ -227,7 +227,7 @@ struct Descs {
 // (ops_gdn_kda.md §6.3; §7.4: "bf16 kernels at fla's tolerances"): their f32 outputs (dh0, dg, dbeta) carry that
 // rounding and are judged at the token dtype. Every other implementation is judged at each output's own dtype.
 inline int32_t judged_dtype(int32_t out_dt, int32_t case_dt, const std::string& impl) {
-  const bool tc = impl == "cuda.sm90.mma";
+  const bool tc = impl == "cuda.sm90.mma" || impl == "cuda.sm90.wgmma";  // (the same precision model)
   const bool token16 = case_dt == STRATA_DTYPE_BF16 || case_dt == STRATA_DTYPE_F16;
   return tc && token16 && out_dt == STRATA_DTYPE_F32 ? case_dt : out_dt;
 }

@@ -1,0 +1,532 @@
+// Hopper warpgroup-MMA kernel of chunk_bwd_dqkwg ("cuda.sm90.wgmma", bf16 token and state tensors, K = V = 128,
+// chunk size 64; sm_90a). Persistent: one 384-thread block (three warpgroups) per SM walks the work items
+// (chunk, q/k head h) blockIdx.x, + gridDim.x, ...; per item it visits the G value heads hv = h G + g in
+// increasing g, each in four steps over 32-column quarters of V, and sums dq, dk over the heads in f32 registers
+// (no per-head workspace, no reduction pass; dγ is written directly, no per-K-tile partials). Per chunk and value
+// head (S = h[c], dS = dh[c]), by warpgroup role:
+//   dq group:  dQh += dO Sᵀ (m64n128, every step); epilogue: dQh ·= scale exp(γ), dQh += Ds K, q·dQh per row,
+//              dQ += dQh
+//   dk group:  dKh += Vn dSᵀ; epilogue: dKh ·= exp(γ_last − γ), Σ k·dK_int, dKh += Dsᵀ Q, k·dKh per row, dK += dKh
+//   ds group:  Ds += dO Vnᵀ (m64n64), dW += dV Sᵀ (m64n128), ⟨S, dS⟩; epilogue: Ds = scale Lower(Ds ⊙ Γ) rounded
+//              into shared memory twice (as is: A of Ds K; transposed by stmatrix.trans: A of Dsᵀ Q), dw = −dW out,
+//              then dγ_i = q_i·dQh_i − k_i·dKh_i (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row) out.
+// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (issued by the ds group): a
+// five-stage cp.async ring of steps {dO, Vn, dV [64][32], S, dS [128][32]} (28 KiB each, K-major no-swizzle
+// core-matrix tiles, wgmma_layout.h); step s + 4 is requested while step s computes, across item boundaries (the
+// next item's first steps load during this item's last ones). Each item's q, k [64][128] come with its first
+// step into their own buffer and are transposed (ldmatrix + stmatrix.trans) into Qᵀ, Kᵀ [128][64] at that step.
+// Every sum runs in a fixed order: the same bits every run, no atomics.
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "tile/cuda/wgmma.cuh"
+#include "tile/cuda/wgmma_layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <type_traits>
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+namespace wg = ::strata::cuda::wgmma;
+namespace mma = ::strata::cuda::mma;
+using Bf = __nv_bfloat16;
+
+// Three warpgroups: the dq group (dO Sᵀ, Ds K: all 128 K columns of dq), the dk group (Vn dSᵀ, Dsᵀ Q) and the
+// ds group (dO Vnᵀ → Ds, dV Sᵀ → dw, ⟨S, dS⟩, dγ out), which also issues the loads.
+constexpr int kThr = 384;
+// setmaxnreg per thread: 2 x 176 + 152 = 3 x 168, the launch allocation (168 = 65536 / 384 rounded down to 8, what
+// ptxas uses here); setmaxnreg.inc takes registers only from those the other warpgroups released to the CTA pool,
+// so the increments must not exceed the decrements (else it blocks for ever). The host launches the kernel only
+// when it was compiled to exactly kRegsLaunch registers (else the mma.sync kernel runs).
+constexpr int kRegsLaunch = 168, kRegsDqk = 176, kRegsDs = 152;
+static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register increments within the decrements");
+enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
+// Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
+enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
+constexpr int kQ = 4;        // steps (V quarters of 32 columns) per value head
+constexpr int kStages = 5;   // ring depth: step s + 4 loads while step s computes
+// Shared memory (bytes): kStages stages {dO, Vn, dV: [64][32]; S, dS: [128][32]}, q, k [64][128] as loaded,
+// Qᵀ, Kᵀ [128][64], Ds, Dsᵀ [64][64] (K-major core-matrix tiles), then f32 γ, scale exp(γ), exp(γ_last − γ) [64]
+// each, row sums [2][64] and warp sums [16].
+constexpr uint32_t kTok = 64 * 32 * 2, kSt = 128 * 32 * 2;
+constexpr uint32_t oDo = 0, oVn = kTok, oDv = 2 * kTok, oS = 3 * kTok, oDS = 3 * kTok + kSt, kStageB = 3 * kTok + 2 * kSt;
+constexpr uint32_t kQK = 64 * 128 * 2, kT = 128 * 64 * 2, kDsB = 64 * 64 * 2;
+constexpr uint32_t oQ = kStages * kStageB, oK = oQ + kQK, oQT = oK + kQK, oKT = oQT + kT, oDs = oKT + kT,
+                   oDsT = oDs + kDsB, oF = oDsT + kDsB;
+constexpr size_t kSmem = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
+static_assert(kSmem <= 227 * 1024, "shared memory of one block");
+
+__device__ __forceinline__ float bf(uint16_t b) { return bf16_bits_to_f32(b); }
+
+// One chunk of the problem: batch row b, first token t0, valid rows L (0: nothing to do, only with invalid
+// cu_seqlens), index hc along h's chunk dimension.
+struct ChunkAt {
+  int64_t b, t0, hc;
+  int L;
+};
+// Chunk ci of the flattened chunk list (fixed length: ci = b ceil(T / BT) + c; variable length: the position along h's chunk
+// dimension, sequence n found by binary search in the chunk offsets).
+__device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, int64_t ci) {
+  const int64_t BT = d.BT;
+  if (!d.varlen()) {
+    const int64_t per_row = d.chunks_per_row(), b = ci / per_row, c = ci - b * per_row, t0 = c * BT;
+    if (c >= d.NT) return {b, t0, 0, 0};  // (h has fewer chunks than the rows: nothing to do)
+    return {b, t0, c, static_cast<int>(t0 + BT < d.T ? BT : d.T - t0)};
+  }
+  if (ci >= offs[d.N]) return {0, 0, 0, 0};
+  int64_t lo = 0, hi = d.N - 1;  // the last n with offs[n] <= ci (its offs[n + 1] > ci)
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (offs[mid] <= ci) lo = mid;
+    else hi = mid - 1;
+  }
+  const int64_t t0 = d.cu_at(lo) + (ci - offs[lo]) * BT, eos = d.cu_at(lo + 1);
+  const int64_t t1 = t0 + BT < eos ? t0 + BT : eos;
+  return {0, t0, ci, t1 > t0 ? static_cast<int>(t1 - t0) : 0};
+}
+
+// cp.async of a [kRows][32] bf16 block into a tile_off<32> tile at shared byte address dst, by the 128 threads
+// of the ds group (t = its thread index): segment q = (t / 8) % 4, rows r0 + 32 it with r0 = t % 8 + 8 (t / 32)
+// (load32_row0, load32_seg); the 8 threads of a 128-byte shared wavefront fill one core matrix, a warp reads 8 rows
+// x 64 contiguous bytes; tile_off<32>(r0 + 32 it, c) moves by 4 it rows of core matrices (2048 bytes). src points
+// at this thread's first element (row r0, column 8 q), rs is the row stride; rows >= valid are zero-filled (not
+// read).
+__device__ __forceinline__ int load32_row0(int t) { return (t & 7) + 8 * (t >> 5); }
+__device__ __forceinline__ int load32_seg(int t) { return (t >> 3) & 3; }
+template <int kRows>
+__device__ __forceinline__ void load32(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
+  const int r0 = load32_row0(t);
+  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<32>(r0, 8 * load32_seg(t)));
+#pragma unroll
+  for (int it = 0; it < kRows / 32; ++it) {
+    const bool ok = r0 + 32 * it < valid;
+    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? src + 32 * it * rs : src, ok);
+  }
+}
+// The same for a [64][128] block into a tile_off<128> tile: segment q = (t / 8) % 16, rows r0 + 8 it with
+// r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes).
+__device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
+  const int q = (t >> 3) & 15, r0 = t & 7;
+  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<128>(r0, 8 * q));
+  const uint16_t* s0 = src + 8 * q;
+#pragma unroll
+  for (int it = 0; it < 8; ++it) {
+    const int r = r0 + 8 * it;
+    const bool ok = r < valid;
+    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
+  }
+}
+// X [64 t][128 x] (tile_off<128>) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
+// 128 8 x 8 blocks, 4 per ldmatrix.x4 / stmatrix.x4.trans, 8 of those per warp. Lane 8 i + r addresses row r of
+// block i in both.
+__device__ __forceinline__ void transpose_tile(int warp, const unsigned char* src, uint32_t dst) {
+  const int lane = threadIdx.x & 31, r = lane & 7;
+#pragma unroll
+  for (int it = 0; it < 8; ++it) {
+    const int b = (warp * 8 + it) * 4 + (lane >> 3), tb = b >> 4, xb = b & 15;
+    uint32_t v[4];
+    mma::ldmatrix_x4(v, src + 2 * wg::tile_off<128>(8 * tb + r, 8 * xb));
+    wg::stmatrix_x4_trans(dst + 2u * static_cast<uint32_t>(wg::tile_off<64>(8 * xb + r, 8 * tb)), v[0], v[1], v[2], v[3]);
+  }
+}
+// Ds (the ds group's m64n64 accumulator d, rows 16 w.. of warp w) rounded to bf16, transposed, into the K-major
+// tile Dsᵀ [64][64] at byte address x (stmatrix.x4.trans, layout st_trans_off).
+__device__ __forceinline__ void store_ds_trans(uint32_t x, int w, int lane, const float (&d)[32]) {
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp) {
+    const uint32_t a = x + 2u * static_cast<uint32_t>(wg::st_trans_off<64>(lane, 16 * w, jp));
+    const int j0 = 2 * jp, j1 = 2 * jp + 1;
+    wg::stmatrix_x4_trans(a, mma::pack2<Bf>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<Bf>(d[4 * j0 + 2], d[4 * j0 + 3]),
+                          mma::pack2<Bf>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<Bf>(d[4 * j1 + 2], d[4 * j1 + 3]));
+  }
+}
+
+// Output stores of an m64nN accumulator a (N / 2 registers: rows i0 = 16 w + lane / 4 and i0 + 8, columns
+// 8 j + 2 (lane % 4) + {0, 1}) times `sign`, rows < L, into out at element offset o0 (row 0, column 0) with row
+// stride out.s[1]: one 4-byte (16-bit outputs) or 8-byte (f32) store per column pair, the dtype branch taken once.
+template <int kDt, int N>
+__device__ __forceinline__ void store_rows_t(const View& out, int64_t o0, int L, int w, int lane, const float (&a)[N / 2],
+                                             float sign) {
+  using E = std::conditional_t<kDt == STRATA_DTYPE_F32, float, uint16_t>;
+  const int i0 = 16 * w + (lane >> 2);
+  E* const base = static_cast<E*>(out.p) + o0 + 2 * (lane & 3);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = i0 + 8 * hh;
+    if (i >= L) continue;
+    E* const row = base + i * out.s[1];
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const float x0 = sign * a[4 * j + 2 * hh], x1 = sign * a[4 * j + 2 * hh + 1];
+      if constexpr (kDt == STRATA_DTYPE_F32)
+        *reinterpret_cast<float2*>(row + 8 * j) = make_float2(x0, x1);
+      else if constexpr (kDt == STRATA_DTYPE_BF16)
+        *reinterpret_cast<uint32_t*>(row + 8 * j) = mma::pack2<Bf>(x0, x1);
+      else
+        *reinterpret_cast<uint32_t*>(row + 8 * j) = mma::pack2<__half>(x0, x1);
+    }
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, int w, int lane, const float (&a)[N / 2],
+                                           float sign) {
+  if (out.dtype == STRATA_DTYPE_BF16) store_rows_t<STRATA_DTYPE_BF16, N>(out, o0, L, w, lane, a, sign);
+  else if (out.dtype == STRATA_DTYPE_F16) store_rows_t<STRATA_DTYPE_F16, N>(out, o0, L, w, lane, a, sign);
+  else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
+}
+
+// What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
+// items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
+struct Ctx {
+  const DqkwgParams& p;
+  const int64_t* offs;
+  unsigned char* smem;
+  uint32_t sb;  // shared byte address of smem
+  int64_t mine;
+  int steps;
+  bool want_dw, want_dg;
+  __device__ int64_t item_of(int64_t k) const { return blockIdx.x + k * static_cast<int64_t>(gridDim.x); }
+  __device__ ChunkAt chunk_of(int64_t k) const { return chunk_at(p.d, offs, item_of(k) / p.d.H); }
+  __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
+};
+
+// The ds group's load cursor: the next step to request (item k, step s, its stage), that item's chunk and this
+// thread's first element of its dO, Vn, dV rows and S, dS rows (value head h G, column 0 of V; set once per item).
+struct Loader {
+  int64_t k = 0;
+  int s = 0, stage = 0, L = 0;
+  const uint16_t *dout = nullptr, *v = nullptr, *dv = nullptr, *hs = nullptr, *dhs = nullptr;
+  // Requests the cursor's step into its stage (one commit group per thread; empty past the block's last item)
+  // and advances. The first step of an item also brings its q, k.
+  __device__ __forceinline__ void issue(const Ctx& x, int t) {
+    if (k < x.mine) {
+      const DqkwgParams& p = x.p;
+      if (s == 0) {
+        const ChunkAt c = x.chunk_of(k);
+        const int64_t h = x.head_of(k), hv0 = h * p.d.G, r0 = load32_row0(t), c0 = 8 * load32_seg(t);
+        L = c.L;
+        dout = static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0 + r0, hv0) + c0;
+        v = static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0 + r0, hv0) + c0;
+        dv = x.want_dw ? static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + r0, hv0) + c0 : nullptr;
+        // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
+        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, r0) + c0;
+        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, r0) + c0;
+        load128(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], L);
+        load128(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
+      }
+      const int64_t g = s / kQ, e0 = 32 * (s % kQ);
+      const uint32_t st = x.sb + static_cast<uint32_t>(stage) * kStageB;
+      const int srows = L > 0 ? 128 : 0;
+      load32<64>(t, st + oDo, dout + g * p.dout.s[2] + e0, p.dout.s[1], L);
+      load32<64>(t, st + oVn, v + g * p.v.s[2] + e0, p.v.s[1], L);
+      if (x.want_dw) load32<64>(t, st + oDv, dv + g * p.dv.s[2] + e0, p.dv.s[1], L);
+      load32<128>(t, st + oS, hs + g * p.h.s[2] + e0, p.h.s[3], srows);
+      load32<128>(t, st + oDS, dhs + g * p.dh.s[2] + e0, p.dh.s[3], srows);
+      if (++s == x.steps) s = 0, ++k;
+      if (++stage == kStages) stage = 0;
+    }
+    ::strata::cuda::cp_async_commit();
+  }
+};
+
+// The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
+// value head, dq / dk out per item.
+template <int kRole>
+__device__ __forceinline__ void run_dqk(const Ctx& x) {
+  constexpr bool kDq = kRole == kRoleDq;
+  const DqkwgParams& p = x.p;
+  const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
+  const uint32_t sb = x.sb;
+  const float* const fac = reinterpret_cast<const float*>(x.smem + oF) + (kDq ? 64 : 128);  // sEq or sEk
+  float* const sRow = reinterpret_cast<float*>(x.smem + oF) + 192;
+  float* const sRed = sRow + 128;
+  // q (dq group) or k (dk group) values for the row sums: Xᵀ [128][64]
+  const uint16_t* const xt = reinterpret_cast<const uint16_t*>(x.smem + (kDq ? oQT : oKT));
+  const uint16_t* const kt = reinterpret_cast<const uint16_t*>(x.smem + oKT);
+  float acc[64], sum[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = sum[i] = 0.f;
+  int stage = 0;
+  for (int64_t k = 0; k < x.mine; ++k) {
+    for (int s = 0; s < x.steps; ++s) {
+      const int q = s % kQ;
+      wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
+      if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
+        transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
+        wg::fence_proxy_async();
+        wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
+      }
+      const uint32_t st = sb + static_cast<uint32_t>(stage) * kStageB;
+      if (++stage == kStages) stage = 0;
+      wg::reg_fence(acc);
+      wg::wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+        wg::mma_ss<Bf, 128>(acc, wg::tile_desc<32>(st + (kDq ? oDo : oVn), ks),
+                            wg::tile_desc<32>(st + (kDq ? oS : oDS), ks), (q | ks) != 0);
+      wg::wg_commit();
+      wg::wg_wait<0>();
+      wg::reg_fence(acc);
+      if (q != kQ - 1) continue;
+
+      // ---- epilogue of value head g (the row factors were written at step (g, 1), visible since) ----
+      float kdki = 0.f;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int r = wg::acc_row(w, lane, i & 3);
+        acc[i] *= fac[r];
+        if (!kDq) kdki += bf(kt[wg::tile_off<64>(wg::acc_col(lane, i >> 2, i & 3), r)]) * acc[i];
+      }
+      if (!kDq) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) kdki += __shfl_xor_sync(0xffffffffu, kdki, o);
+        if (lane == 0) sRed[4 + w] = kdki;
+      }
+      wg::bar_sync(kBarDs, kThr);  // Ds, Dsᵀ from the ds group
+      wg::reg_fence(acc);
+      wg::wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        wg::mma_ss<Bf, 128>(acc, wg::tile_desc<64>(sb + (kDq ? oDs : oDsT), ks),
+                            wg::tile_desc<64>(sb + (kDq ? oKT : oQT), ks), 1);
+      wg::wg_commit();
+      wg::wg_wait<0>();
+      wg::reg_fence(acc);
+      if (x.want_dg) {
+        float part[2] = {0.f, 0.f};  // rows acc_row(w, lane, 0) and + 8 over this thread's 32 columns
+#pragma unroll
+        for (int i = 0; i < 64; ++i) {
+          const int r = wg::acc_row(w, lane, i & 3), col = wg::acc_col(lane, i >> 2, i & 3);
+          part[(i & 3) >> 1] += bf(xt[wg::tile_off<64>(col, r)]) * acc[i];
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          part[r] += __shfl_xor_sync(0xffffffffu, part[r], 1);
+          part[r] += __shfl_xor_sync(0xffffffffu, part[r], 2);
+        }
+        if ((lane & 3) == 0) {
+          const int r = 16 * w + (lane >> 2);
+          sRow[kRole * 64 + r] = part[0];
+          sRow[kRole * 64 + r + 8] = part[1];
+        }
+      }
+      wg::bar_arrive(kBarRows, kThr);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) sum[i] += acc[i];
+    }
+    // ---- the item's dq or dk (summed over its value heads) ----
+    const ChunkAt c = x.chunk_of(k);
+    const int64_t h = x.head_of(k);
+    const View& out = kDq ? p.dq : p.dk;
+    store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sum[i] = 0.f;
+  }
+}
+
+// The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
+// per value head (Ds out to shared memory, dw, dγ).
+__device__ __forceinline__ void run_ds(const Ctx& x) {
+  const DqkwgParams& p = x.p;
+  const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
+  const uint32_t sb = x.sb;
+  float* const sG = reinterpret_cast<float*>(x.smem + oF);
+  float* const sEq = sG + 64;    // scale exp(γ_i) on valid rows, 0 past L
+  float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
+  const float* const sRow = sG + 192;
+  float* const sRed = sG + 320;
+  Loader ld;
+#pragma unroll 1
+  for (int i = 0; i < kStages - 1; ++i) ld.issue(x, t);
+  float dw[64], ds[32];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dw[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) ds[i] = 0.f;
+  float sds = 0.f;                        // this thread's share of ⟨S, dS⟩ of the current head
+  float2 gam = make_float2(0.f, 0.f);     // γ_t, γ_last of the current head (threads t < 64)
+  int stage = 0;
+  for (int64_t k = 0; k < x.mine; ++k) {
+    const ChunkAt c = x.chunk_of(k);
+    const int64_t h = x.head_of(k);
+    for (int s = 0; s < x.steps; ++s) {
+      const int q = s % kQ;
+      const int64_t hv = h * p.d.G + s / kQ;
+      ::strata::cuda::cp_async_wait<kStages - 2>();  // this step's group is complete (3 younger may be in flight)
+      wg::fence_proxy_async();
+      wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
+      if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
+      ld.issue(x, t);  // step gs + 4, into the stage the previous step used
+      const uint32_t st = sb + static_cast<uint32_t>(stage) * kStageB;
+      if (++stage == kStages) stage = 0;
+      wg::reg_fence(dw), wg::reg_fence(ds);
+      wg::wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {  // (without dv the dW product runs on a stale tile and is not stored)
+        wg::mma_ss<Bf, 64>(ds, wg::tile_desc<32>(st + oDo, ks), wg::tile_desc<32>(st + oVn, ks), (q | ks) != 0);
+        wg::mma_ss<Bf, 128>(dw, wg::tile_desc<32>(st + oDv, ks), wg::tile_desc<32>(st + oS, ks), (q | ks) != 0);
+      }
+      wg::wg_commit();
+      // While the products run: this head's γ (requested at its first step, stored at the second, so that the
+      // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
+      if (q == 0) {
+        sds = 0.f;
+        const bool gate = p.g.present() && t < c.L;  // (t < L <= 64)
+        gam = make_float2(gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + t, hv)) : 0.f,
+                          gate ? ld_f32(p.g, p.g.off(c.b, c.t0 + c.L - 1, hv)) : 0.f);
+      } else if (q == 1 && t < 64) {
+        sG[t] = gam.x;
+        sEq[t] = t < c.L ? p.scale * expf(gam.x) : 0.f;
+        sEk[t] = t < c.L ? expf(gam.y - gam.x) : 0.f;
+      }
+      if (x.want_dg) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int e = (t + 128 * j) * 8;
+          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oS + 2 * e);
+          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oDS + 2 * e);
+          const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 fa = mma::unpack2<Bf>(a32[u]), fb = mma::unpack2<Bf>(b32[u]);
+            sds += fa.x * fb.x;
+            sds += fa.y * fb.y;
+          }
+        }
+      }
+      wg::wg_wait<0>();
+      wg::reg_fence(dw), wg::reg_fence(ds);
+      if (q != kQ - 1) continue;
+
+      // ---- epilogue of value head g: Ds (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
+      // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
+      const int L = c.L;
+      const float gl = L > 0 ? sG[L - 1] : 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int i = wg::acc_row(w, lane, e), col = wg::acc_col(lane, j, e), u = 4 * j + e;
+          float v0 = 0.f, v1 = 0.f;
+          if (i < L && col <= i) {
+            const float gi = sG[i];
+            v0 = p.scale * ds[u] * expf(gi - sG[col]);
+            if (col + 1 <= i) v1 = p.scale * ds[u + 1] * expf(gi - sG[col + 1]);
+          }
+          ds[u] = v0, ds[u + 1] = v1;
+          *reinterpret_cast<uint32_t*>(x.smem + oDs + 2 * wg::tile_off<64>(i, col)) = mma::pack2<Bf>(v0, v1);
+        }
+      store_ds_trans(sb + oDsT, w, lane, ds);
+      wg::fence_proxy_async();
+      wg::bar_arrive(kBarDs, kThr);  // Ds, Dsᵀ ready for the dq and dk groups
+      if (x.want_dw) store_rows<128>(p.dw, p.dw.off(c.b, c.t0, hv), L, w, lane, dw, -1.f);
+      float v = sds;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) sRed[8 + w] = v;
+      wg::bar_sync(kBarRows, kThr);  // the dq and dk groups' row sums and Σ k·dK_int; this group's ⟨S, dS⟩ sums
+      if (x.want_dg && t < L) {
+        float r = sRow[t] - sRow[64 + t];
+        if (t == L - 1) {
+          const float sds_sum = (sRed[8] + sRed[9]) + (sRed[10] + sRed[11]);
+          const float kdki_sum = (sRed[4] + sRed[5]) + (sRed[6] + sRed[7]);
+          r += expf(gl) * sds_sum + kdki_sum;
+        }
+        st_f32(p.dg, p.dg.off(c.b, c.t0 + t, hv), r);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThr, 1)
+    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int64_t mine = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mine,
+              static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
+  const int role = threadIdx.x >> 7;
+  // Registers (2 kRegsDqk + kRegsDs = 3 x 168): the dq and dk groups hold 128 accumulators a thread, the ds group
+  // 96 and the load cursor and addressing.
+  if (role == kRoleDs) {
+    wg::setmaxnreg_dec<kRegsDs>();
+    run_ds(x);
+  } else {
+    wg::setmaxnreg_inc<kRegsDqk>();
+    if (role == kRoleDq) run_dqk<kRoleDq>(x);
+    else run_dqk<kRoleDk>(x);
+  }
+#endif
+}
+
+bool aligned16(const View& v) { return (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0; }
+// Column pairs stored by one 4-byte (16-bit) or 8-byte (f32) access: even row strides, pointer aligned to a pair.
+bool pair_aligned(const View& v) {
+  const uintptr_t a = v.dtype == STRATA_DTYPE_F32 ? 8u : 4u;
+  return (reinterpret_cast<uintptr_t>(v.p) & (a - 1)) == 0 && ((v.s[0] | v.s[1] | v.s[2]) & 1) == 0;
+}
+
+}  // namespace
+
+std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p) {
+  const Dims& d = p.d;
+  for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh})
+    if (v->dtype != STRATA_DTYPE_BF16) return "takes bf16 q, k, v, do, h, dh (and dv)";
+  if (p.dv.present() && p.dv.dtype != STRATA_DTYPE_BF16) return "takes bf16 q, k, v, do, h, dh (and dv)";
+  if (d.K != 128 || d.V != 128 || d.BT != 64) return "needs K = V = 128 and chunk size 64";
+  // 16-byte row segments: every outer stride a multiple of 8 elements (pointers are checked at run time).
+  auto strides8 = [](const View& v, int n) {
+    for (int i = 0; i < n; ++i)
+      if (v.s[i] % 8 != 0) return false;
+    return true;
+  };
+  if (!strides8(p.q, 3) || !strides8(p.k, 3) || !strides8(p.v, 3) || !strides8(p.dout, 3) || !strides8(p.h, 4) ||
+      !strides8(p.dh, 4) || (p.dv.present() && !strides8(p.dv, 3)))
+    return "needs strides that are multiples of 8 elements";
+  return "";
+}
+
+// Workspace: the chunk offsets (the kernel's only use), or the mma.sync kernel's when it runs instead (unaligned).
+size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const Dims& d) { return chunk_bwd_dqkwg_cuda_mma_workspace(d); }
+
+int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stream_ptr) {
+  const std::string why = chunk_bwd_dqkwg_cuda_wgmma_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.wgmma: {}", why);
+  // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
+  // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
+  // setmaxnreg split assumes (kRegsLaunch).
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel) == cudaSuccess ? fa.numRegs : 0;
+  }();
+  bool ok = regs == kRegsLaunch;
+  for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
+  for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
+  if (!ok) {
+    DqkwgParams pm = p;
+    pm.mma_variant = kDqkwgTwoPerSm;
+    return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);
+  }
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  // Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
+  const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
+  if (items == 0) return STRATA_SUCCESS;
+  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmem)));
+  int dev = 0, sms = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
+  dqkwg_wgmma_kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
+  return cuda::check_launch("chunk_bwd_dqkwg (wgmma)");
+}
+
+}  // namespace strata::linear_attn
