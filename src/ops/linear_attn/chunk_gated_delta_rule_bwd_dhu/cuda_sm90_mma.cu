@@ -328,6 +328,10 @@ strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t str
   }
 }
 
+// Whether kDhuAuto takes the warpgroup-MMA kernel where it runs (cuda_sm90_wgmma.cu): not before a GPU run has
+// shown it correct and faster.
+constexpr bool kDhuWgmmaAutomatic = false;
+
 }  // namespace
 
 std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
@@ -360,6 +364,13 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   if (d.N * d.HV == 0 || d.V == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  if (p.mma_variant == kDhuWgmma || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) {
+    if (chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
+    if (p.mma_variant == kDhuWgmma)
+      return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
+                  chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p).empty() ? "tensors not 16-byte copyable"
+                                                                         : chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p));
+  }
   if (p.fuse_dv_local)
     return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, true>(p, offs, stream)
                                           : launch_k<f16_t, true>(p, offs, stream);
