@@ -322,13 +322,14 @@ TEST(GdnBwdCudaVariants, WyBwdVariants) {
 }
 
 // bwd_dhu with the fused dv_local against chunk_bwd_dv_local then bwd_dhu (the composed backward's two calls):
-// dh, dh0, dv2 the same bits, for every tile shape at K <= 128 (automatic, 64-column, 32-column).
+// dh, dh0, dv2 the same bits, for both mma.sync tile shapes at K <= 128 (64-column, 32-column; the warpgroup-MMA
+// kernel forms Bm dO in another summation order than chunk_bwd_dv_local: DhuWgmmaMatchesMma covers it).
 TEST(GdnBwdCudaVariants, DhuFusedDvLocalSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   uint64_t seed = 41;
   for (const Shape& s : shapes()) {
     const Inputs in(s, seed++);
-    for (const int var : {kDhuAuto, kDhuWide, kDhuNarrow}) {
+    for (const int var : {kDhuWide, kDhuNarrow}) {
       const auto a = run_dhu(in, var, 1), b = run_dhu(in, var, 2);
       expect_outputs_match(a, b, {"dh", "dh0", "dv2"}, [](size_t) { return false; },
                            "the fused dv_local, variant " + std::to_string(var) + " " + shape_str(s));

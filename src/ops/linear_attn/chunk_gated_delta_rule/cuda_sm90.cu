@@ -547,12 +547,21 @@ bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).em
 // K = V = 128): 64-column tiles (B = 4, T = 8192) 1.252 ms fused against 1.420 ms for dv_local + bwd_dhu; 32-column
 // tiles (B = 1, T = 32768: each of the four V-tile blocks forms K Qᵀ) 2.847 ms fused against 2.546 ms, so those
 // keep the two calls, as do K <= 64 (other tile shapes, not timed).
+// With bwd_dhu's warpgroup-MMA kernel (chunk_gated_delta_rule_bwd_dhu_takes_wgmma: kDhuWgmma forced, or its
+// automatic choice; any column width), kFuseDvLocalInWgmmaDhu decides (it forms P = K Qᵀ and Bm dO beside the
+// recurrence's products; not the same bits as chunk_bwd_dv_local, within the tolerance of the float64 checks).
 constexpr bool kFuseDvLocalInDhu = true;
-bool dhu_fused_dv_local(const Calls& c) {
+constexpr bool kFuseDvLocalInWgmmaDhu = true;
+bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
   const gdn_bwd::Dims& d = c.dhp.d;
+  if (!chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() || !chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty())
+    return false;
+  DhuParams f = c.dhp;
+  f.mma_variant = dhu_variant;
+  f.fuse_dv_local = true;
+  f.dv = gdn_bwd::View{};
+  if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(f)) return kFuseDvLocalInWgmmaDhu;
   return kFuseDvLocalInDhu && d.K > 64 && d.K <= 128 && !dhu_narrow_tiles(d, ::strata::cuda::current_sm_count()) &&
-         chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
-         chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty() &&
          chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
 }
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
@@ -707,7 +716,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   mark("forward states");
   DhuParams dhp = c.dhp;
   dhp.mma_variant = dhu_variant;
-  if (dhu_fused_dv_local(c)) {
+  if (dhu_fused_dv_local(c, dhu_variant)) {
     dhp.dv = gdn_bwd::View{};
     dhp.fuse_dv_local = true;
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda_mma(dhp, b.early, stream)));

@@ -83,6 +83,9 @@ bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p);
 std::string chunk_gated_delta_rule_bwd_dhu_wgmma_reject(const DhuParams& p);
 bool chunk_gated_delta_rule_bwd_dhu_wgmma_runs(const DhuParams& p);
 int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t* offs, void* stream);
+// Whether chunk_gated_delta_rule_bwd_dhu_cuda_mma runs the warpgroup-MMA kernel on p: kDhuWgmma, or kDhuAuto once
+// that kernel is the automatic choice, where it runs.
+bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p);
 #endif
 // Columns of dS per warpgroup of the warpgroup-MMA kernel (host rule, unit-tested on the CPU): `forced` (16, 32,
 // 64) when it divides V into whole blocks of 2 forced columns (else 0); otherwise the widest of 64, 32 whose

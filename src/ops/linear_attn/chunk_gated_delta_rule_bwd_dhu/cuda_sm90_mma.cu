@@ -347,6 +347,11 @@ std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
   return "";
 }
 
+bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p) {
+  return (p.mma_variant == kDhuWgmma || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
+         chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p);
+}
+
 bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p) {
   DhuParams f = p;
   f.fuse_dv_local = true;
@@ -364,12 +369,11 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   if (d.N * d.HV == 0 || d.V == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  if (p.mma_variant == kDhuWgmma || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) {
-    if (chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
-    if (p.mma_variant == kDhuWgmma)
-      return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
-                  chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p).empty() ? "tensors not 16-byte copyable"
-                                                                         : chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p));
+  if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
+  if (p.mma_variant == kDhuWgmma) {  // forced but not applicable
+    const std::string r = chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p);
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
+                r.empty() ? "q, k, w, do (or dv) not 16-byte copyable" : r);
   }
   if (p.fuse_dv_local)
     return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, true>(p, offs, stream)
