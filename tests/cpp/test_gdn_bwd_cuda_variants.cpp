@@ -528,8 +528,10 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     vp.scale = 0.0884f;
     Dev ws3(chunk_bwd_dv_local_cuda_mma_workspace(d));
 
-    // The composed backward's dv_local + bwd_dhu (automatic tiles) against bwd_dhu with the fused dv_local.
+    // The composed backward's dv_local + bwd_dhu (automatic tiles) against bwd_dhu with the fused dv_local, on the
+    // mma.sync kernel (DhuWgmmaTiming times the warpgroup-MMA one).
     {
+      hp.mma_variant = kDhuMmaAuto;
       DhuParams fp = hp;
       fp.dv = View{};
       fp.fuse_dv_local = true;
@@ -571,7 +573,8 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
 
 // The whole composed backward (gdn_cuda_bwd: the re-run forward, bwd_dhu, dqkwg, prepare_wy_repr_bwd and the tail)
 // at the benchmark shapes, bf16 tensors (cudaMemset fill: q, k, v, do, β ≈ 0.0115, g ≈ −0.0115), l2norm in the
-// kernel: bwd_dhu on the mma.sync kernel (kDhuWide / automatic tiles) against the warpgroup-MMA one (kDhuWgmma), and
+// kernel: bwd_dhu on the mma.sync kernel (kDhuMmaAuto) against the automatic choice (the warpgroup-MMA one where it
+// runs), and
 // the composed forward (gdn_cuda_fwd: l2norm, γ, WY, the state pass writing h and
 // v_new, chunk_fwd_o) as an upper bound of the backward's re-run part. Fails only if a launch fails.
 TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
@@ -604,15 +607,15 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
     pf.o = tt(o, HV, V);
     Dev wsf(gdn_cuda_fwd_workspace(pf));
     const std::vector<double> ms = time_min_ms(
-        {[&] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, kDhuAuto), STRATA_SUCCESS); },
-         [&] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, kDhuWgmma), STRATA_SUCCESS); },
+        {[&] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, kDhuMmaAuto), STRATA_SUCCESS); },
+         [&] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, kDhuAuto), STRATA_SUCCESS); },
          [&] { EXPECT_EQ(gdn_cuda_fwd(pf, wsf.p, nullptr), STRATA_SUCCESS); }},
         5);
-    report(fmt_line("[gdn_bwd timing] whole backward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: bwd_dhu automatic "
-                    "%.3f ms, bwd_dhu wgmma %.3f ms; composed forward with h, v_new, o %.3f ms",
+    report(fmt_line("[gdn_bwd timing] whole backward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: bwd_dhu mma.sync "
+                    "%.3f ms, bwd_dhu automatic (wgmma where it runs) %.3f ms; composed forward with h, v_new, o %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], ms[2]));
     // Per step (GdnStepProbe: an event after each step's launches; the fastest of 3 calls per step).
-    for (const int dhu_variant : {kDhuAuto, kDhuWgmma}) {
+    for (const int dhu_variant : {kDhuMmaAuto, kDhuAuto}) {
       struct Ctx {
         std::vector<cudaEvent_t> ev;
         std::vector<std::string> names;
@@ -644,7 +647,7 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
         }
       }
       std::string line = fmt_line("[gdn_bwd timing] backward steps bf16 B=%lld T=%lld (%s):", static_cast<long long>(B),
-                                  static_cast<long long>(T), dhu_variant == kDhuWgmma ? "bwd_dhu wgmma" : "bwd_dhu automatic");
+                                  static_cast<long long>(T), dhu_variant == kDhuAuto ? "bwd_dhu automatic" : "bwd_dhu mma.sync");
       for (size_t i = 0; i < best.size() && i + 1 < ctx.names.size(); ++i)
         line += fmt_line(" %s %.3f ms%s", ctx.names[i + 1].c_str(), best[i], i + 1 < best.size() ? "," : "");
       report(line);
@@ -690,7 +693,7 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
     const int auto_cols = dhu_wgmma_cols(d, sms, 0);
     for (const bool fuse : {true, false}) {
       const std::vector<double> ms =
-          time_min_ms({call(kDhuAuto, fuse, 0), call(kDhuWgmma, fuse, 0), call(kDhuWgmma, fuse, 16),
+          time_min_ms({call(kDhuMmaAuto, fuse, 0), call(kDhuWgmma, fuse, 0), call(kDhuWgmma, fuse, 16),
                        call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "

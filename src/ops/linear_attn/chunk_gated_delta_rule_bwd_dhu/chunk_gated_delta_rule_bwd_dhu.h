@@ -31,7 +31,9 @@ struct DhuParams {
   // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
   // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
   // kDhuWgmma: the Hopper warpgroup-MMA kernel (cuda_sm90_wgmma.cu; bf16, K = 128, V % 32 == 0, chunk size 64,
-  // 16-byte copyable q, k, w, do); wgmma_cols forces its columns per warpgroup (16, 32 or 64; 0: automatic).
+  // 16-byte copyable q, k, w, do, aligned bf16 pairs of dh, dv2, dv), which kDhuAuto takes where it runs;
+  // kDhuMmaAuto: the mma.sync kernel with its automatic tile rule (timing comparisons). wgmma_cols forces the
+  // warpgroup-MMA kernel's columns per warpgroup (16, 32 or 64; 0: automatic).
   int mma_variant = 0;
   int wgmma_cols = 0;
   // Internal fusion for the composed chunk_gated_delta_rule backward (never set by the public plan): dv is absent
@@ -42,7 +44,7 @@ struct DhuParams {
   // (chunk_gated_delta_rule_bwd_dhu_fuses_dv_local); the other implementations refuse a call that sets it.
   bool fuse_dv_local = false;
 };
-inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3;
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4;
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

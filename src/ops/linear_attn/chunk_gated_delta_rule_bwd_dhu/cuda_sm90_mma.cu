@@ -328,9 +328,9 @@ strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t str
   }
 }
 
-// Whether kDhuAuto takes the warpgroup-MMA kernel where it runs (cuda_sm90_wgmma.cu): not before a GPU run has
-// shown it correct and faster.
-constexpr bool kDhuWgmmaAutomatic = false;
+// Whether kDhuAuto takes the warpgroup-MMA kernel where it runs (cuda_sm90_wgmma.cu). GPU run s9run1 (H200) showed
+// it correct (DhuWgmmaMatchesMma); its speed with the lean dh / dv2 stores is for s9run2 to confirm (see README).
+constexpr bool kDhuWgmmaAutomatic = true;
 
 }  // namespace
 
@@ -373,7 +373,7 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   if (p.mma_variant == kDhuWgmma) {  // forced but not applicable
     const std::string r = chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p);
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
-                r.empty() ? "q, k, w, do (or dv) not 16-byte copyable" : r);
+                r.empty() ? "q, k, w, do not 16-byte copyable, or dh, dv2 (dv) not aligned bf16 pairs" : r);
   }
   if (p.fuse_dv_local)
     return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, true>(p, offs, stream)

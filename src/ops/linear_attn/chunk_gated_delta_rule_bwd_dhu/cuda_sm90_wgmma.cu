@@ -190,6 +190,22 @@ __global__ void __launch_bounds__(kThr, 1)
     return (tid < kRows && t0 + tid < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + tid, hv)) : 0.f;
   };
 
+  // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
+  // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
+  // in flight (ptxas otherwise waits for them before reading dS).
+  auto store_dh = [&](int64_t hc) {
+    if (hc >= d.NT) return;  // (invalid cu_seqlens could point past dh)
+    uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb + 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        uint32_t* row = reinterpret_cast<uint32_t*>(dhp + (64 * mt + wg::acc_row(w, lane, 2 * hh)) * p.dh.s[3]);
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j) row[4 * j] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+      }
+  };
+
   // Prologue: chunk nc − 1 requested into stage 0 with its γ; γ of chunk nc − 2 in a register; the bf16 copy of
   // dS (made visible by the first loop barrier with its proxy fence).
   request(nc - 1, 0);
@@ -198,6 +214,7 @@ __global__ void __launch_bounds__(kThr, 1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
   wg::fence_proxy_async();
+  store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
 
   const float scale = p.scale;
   for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
@@ -233,17 +250,7 @@ __global__ void __launch_bounds__(kThr, 1)
       wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
     wg::wg_commit();
 
-    // While they run: dh[c] = dS; unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
-    if (hc < d.NT) {  // (invalid cu_seqlens could point past dh)
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int x = 0; x < kN / 2; x += 2) {
-          const int key = 64 * mt + wg::acc_row(w, lane, x & 3);
-          tc::st_pair(p.dh, p.dh.off(b, hc, hv, key) + v0 + cb + wg::acc_col(lane, x >> 2, x & 3), dS[mt][x],
-                      dS[mt][x + 1], true);
-        }
-    }
+    // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
     float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
     const float glast = gam[L - 1];
 #pragma unroll
@@ -254,15 +261,14 @@ __global__ void __launch_bounds__(kThr, 1)
     }
     uint32_t dvw[kFuse ? 1 : kN / 4];
     if constexpr (!kFuse) {
+      const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = wg::acc_row(w, lane, 2 * hh);
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(dvp + i * p.dv.s[1]);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = wg::acc_row(w, lane, 2 * hh);
-          const uint16_t* src = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0 + i, hv) + v0 + cb +
-                                wg::acc_col(lane, j, 0);
-          dvw[2 * j + hh] = i < L ? *reinterpret_cast<const uint32_t*>(src) : 0u;
-        }
+        for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
+      }
     }
     {
       uint32_t raw[kN / 4];
@@ -339,10 +345,12 @@ __global__ void __launch_bounds__(kThr, 1)
     if constexpr (kFuse) wg::reg_fence(accV);
     {
       uint32_t neg[kN / 4];
+      uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = wg::acc_row(w, lane, 2 * hh);
         const bool live = i < L;
+        uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j) {
           const int e = 4 * j + 2 * hh;
@@ -350,8 +358,7 @@ __global__ void __launch_bounds__(kThr, 1)
           if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
           else dv = mm::unpack2<T>(dvw[2 * j + hh]);
           const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
-          if (live)
-            tc::st_pair(p.dv2, p.dv2.off(b, t0 + i, hv) + v0 + cb + wg::acc_col(lane, j, 0), x0, x1, true);
+          if (live) row[4 * j] = mm::pack2<T>(x0, x1);
           neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
         }
       }
@@ -378,10 +385,12 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
     wg::reg_fence_u(qf), wg::reg_fence_u(wf);
     if constexpr (kFuse) wg::reg_fence_u(pa);
-    // The bf16 copy of the new dS for the next chunk's K dS (its reader, group A, completed above).
+    // The bf16 copy of the new dS for the next chunk's K dS (its reader, group A, completed above), and dh of the
+    // next chunk (the gradient of the state at its end: this dS).
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
     wg::fence_proxy_async();
+    if (c > 0) store_dh(hc - 1);
   }
   if (p.dh0.present())
 #pragma unroll
@@ -435,6 +444,8 @@ bool chunk_gated_delta_rule_bwd_dhu_wgmma_runs(const DhuParams& p) {
   if (!chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p).empty()) return false;
   for (const View* v : {&p.q, &p.k, &p.w, &p.dout})
     if (!lean16(*v)) return false;
+  // dh and dv2 are written, dv read, as aligned bf16 pairs (dh's key stride s[3] even too).
+  if (!pair16(p.dh) || (p.dh.s[3] & 1) != 0 || !pair16(p.dv2)) return false;
   return p.fuse_dv_local || pair16(p.dv);
 }
 
