@@ -224,12 +224,6 @@ __global__ void __launch_bounds__(kThr, 1)
     ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
     wg::fence_proxy_async();
     __syncthreads();  // stage st, its γ and every dS copy visible; every reader of the other stage is done
-    if (c > 0) {
-      request(c - 1, st ^ 1);
-      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
-      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
-    }
-    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
     const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ, wst = kst + S::kW;
     const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
     const float* gam = reinterpret_cast<const float*>(smem + st * S::kStage + S::kG);
@@ -249,6 +243,14 @@ __global__ void __launch_bounds__(kThr, 1)
     for (int ks = 0; ks < kKeys / 16; ++ks)
       wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
     wg::wg_commit();
+    // Chunk c − 1 into the other stage (after the wgmma issue: its address arithmetic is not on the recurrence's
+    // path) and its γ (fetched one chunk earlier).
+    if (c > 0) {
+      request(c - 1, st ^ 1);
+      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
+      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
 
     // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
     float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
