@@ -243,14 +243,6 @@ __global__ void __launch_bounds__(kThr, 1)
     for (int ks = 0; ks < kKeys / 16; ++ks)
       wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
     wg::wg_commit();
-    // Chunk c − 1 into the other stage (after the wgmma issue: its address arithmetic is not on the recurrence's
-    // path) and its γ (fetched one chunk earlier).
-    if (c > 0) {
-      request(c - 1, st ^ 1);
-      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
-      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
-    }
-    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
 
     // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
     float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
@@ -319,6 +311,15 @@ __global__ void __launch_bounds__(kThr, 1)
       for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
       wg::wg_commit();
     }
+
+    // Chunk c − 1 into the other stage and its γ (fetched one chunk earlier): after the groups that dv needs are
+    // issued (P, A, V), so that their address arithmetic is not on the recurrence's path.
+    if (c > 0) {
+      request(c - 1, st ^ 1);
+      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
+      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
 
     // Group U1: dS = e^{γ_last} dS + Qᵀ (scale E dO).
     uint32_t qf[2][4][4];
