@@ -517,6 +517,22 @@ TEST(GdnBwdDhu, NarrowTileRule) {
   EXPECT_TRUE(linear_attn::dhu_narrow_tiles(d, 2));
 }
 
+// Columns per warpgroup of the warpgroup-MMA bwd_dhu kernel (one block per SM): the widest whose blocks fill 3/4 of
+// the SMs; a forced width only where 2 of it divide V.
+TEST(GdnBwdDhu, WgmmaColumnRule) {
+  linear_attn::gdn_bwd::Dims d;
+  d.K = 128, d.V = 128, d.HV = 32, d.N = 4;
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 0), 64);  // B = 4: 128 blocks of 128 columns
+  d.N = 2;
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 0), 32);  // 128 blocks of 64 columns
+  d.N = 1;
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 0), 16);  // B = 1: 128 blocks of 32 columns
+  d.V = 96;
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 0), 16);  // 96 = 3 x 32
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 64), 0);  // 128 columns do not divide 96
+  EXPECT_EQ(linear_attn::dhu_wgmma_cols(d, 132, 16), 16);
+}
+
 #if STRATA_WITH_CUDA
 // The tensor-core kernels (cuda.sm90.mma) take the required token tensors in one 16-bit dtype; f32 or mixed
 // dtypes go to the FMA kernels (the automatic choice of the *_cuda entry points follows the same rule).
@@ -572,43 +588,6 @@ TEST(GdnBwdCuda, FmaWyBwdRefusesFusedSums) {
   w.dk_add.p = nullptr;
   w.dg_add.p = &x;
   EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);
-}
-
-// The finishing epilogue (WyBwdParams::dk_rstd / dq_in / dg_reverse, session 8) runs in the two-per-SM tensor-core
-// kernel only: prepare_wy_repr_bwd_cuda_mma_finishes says where that kernel runs, and the FMA entry and the
-// tensor-core entry on another kernel refuse a call that sets the fields, before they touch the device.
-TEST(GdnBwdCuda, WyBwdFinishingEpilogueRule) {
-  using namespace linear_attn;
-  const int32_t bf = STRATA_DTYPE_BF16;
-  float x = 0.f;
-  WyBwdParams w;
-  w.k.dtype = w.v.dtype = w.A.dtype = w.dw.dtype = w.du.dtype = bf;
-  w.d.K = 128, w.d.V = 128;
-  EXPECT_TRUE(prepare_wy_repr_bwd_cuda_mma_finishes(w));  // kWyAuto
-  w.d.K = 48, w.d.V = 33;
-  EXPECT_TRUE(prepare_wy_repr_bwd_cuda_mma_finishes(w));  // both round up to 64
-  w.d.K = 64, w.d.V = 128;
-  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
-  w.d.K = 256, w.d.V = 256;
-  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
-  w.d.K = 128, w.d.V = 128;
-  w.mma_variant = kWyPipelined;
-  EXPECT_FALSE(prepare_wy_repr_bwd_cuda_mma_finishes(w));
-  EXPECT_FALSE(w.finishes());
-  w.dq_in.p = &x;
-  EXPECT_TRUE(w.finishes());
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);  // pipelined kernel
-  w.mma_variant = kWyAuto;
-  w.d.K = 64, w.d.V = 128;
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);  // K, V tiles differ
-  w.dq_in.p = nullptr;
-  for (int which = 0; which < 3; ++which) {
-    WyBwdParams f;
-    if (which == 0) f.dk_rstd.p = &x;
-    if (which == 1) f.dq_in.p = &x;
-    if (which == 2) f.dg_reverse = true;
-    EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(f, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED) << which;
-  }
 }
 
 // Both CUDA kernels of each op are in its implementation list, the tensor-core one first.

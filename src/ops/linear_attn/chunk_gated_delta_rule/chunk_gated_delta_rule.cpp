@@ -12,8 +12,7 @@
 // cuda.sm90.fused_wgmma_pqk and cuda.sm90.fused_prep_wgmma (the pass on Hopper warpgroup MMA, P inline / pre-computed
 // by qk_gate_mma / by the prep kernel; bf16 K = 128; forced only), cuda.sm90.fused_wgmma_split (session 9: the
 // warp-specialised wgmma pass, output products off the recurrence's warpgroups; forced only),
-// cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu), cuda.sm90.chunked_fin (backward
-// only, forced only: the tail of the composed backward in prepare_wy_repr_bwd's epilogue; slower, s8run2),
+// cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
@@ -108,20 +107,6 @@ const ImplList<GdnProblem>& impls() {
                    const GdnParams p = bind(pr, launch);
                    return pr.bwd ? gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream)
                                  : gdn_cuda_fwd(p, launch.workspace, launch.cuda_stream);
-                 }});
-    // The backward with its tail (the reverse gate cumsum and the l2norm backward of dq, dk) in the epilogue of
-    // prepare_wy_repr_bwd's two-per-SM kernel (session 8): correct (conformance passed in GPU run s8run2) but slower
-    // there (whole backward 9.07 against 7.84 ms at B = 4 T = 8192: that kernel 2.93 against 1.37 + 0.33 ms for the
-    // separate tail), so forced only (STRATA_FORCE_IMPL): the conformance suite keeps checking it.
-    l.push_back({"cuda.sm90.chunked_fin",
-                 [](const GdnProblem& p) {
-                   std::string r = reject_unless_cuda(p.device, 90);
-                   if (r.empty() && !p.bwd) r = "backward only (the forward is cuda.sm90.chunked's)";
-                   return r;
-                 },
-                 [](const GdnProblem& p) { return gdn_cuda_bwd_workspace(p.params); },
-                 [](const GdnProblem& pr, const Launch& launch) {
-                   return gdn_cuda_bwd(bind(pr, launch), launch.workspace, launch.cuda_stream, /*finish=*/true);
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {

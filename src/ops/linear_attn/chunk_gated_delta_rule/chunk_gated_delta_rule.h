@@ -91,18 +91,16 @@ void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
-// finish = true: the backward's tail (reverse cumsum, l2norm backward) in prepare_wy_repr_bwd's epilogue
-// (cuda.sm90.chunked_fin, forced only: correct, but 1.2 ms slower in GPU run s8run2; see cuda_sm90.cu); the default
-// false is the session-7 composition (separate kernels).
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
-// a test can record an event per step.
+// a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call
+// (kDhuAuto in the library).
 struct GdnStepProbe {
   void (*fn)(void* ctx, const char* step) = nullptr;
   void* ctx = nullptr;
 };
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, bool finish = false,
-                           const GdnStepProbe* probe = nullptr);
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, const GdnStepProbe* probe = nullptr,
+                           int dhu_variant = 0);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it

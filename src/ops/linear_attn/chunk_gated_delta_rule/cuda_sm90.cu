@@ -547,12 +547,21 @@ bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).em
 // K = V = 128): 64-column tiles (B = 4, T = 8192) 1.252 ms fused against 1.420 ms for dv_local + bwd_dhu; 32-column
 // tiles (B = 1, T = 32768: each of the four V-tile blocks forms K Qᵀ) 2.847 ms fused against 2.546 ms, so those
 // keep the two calls, as do K <= 64 (other tile shapes, not timed).
+// With bwd_dhu's warpgroup-MMA kernel (chunk_gated_delta_rule_bwd_dhu_takes_wgmma: kDhuWgmma forced, or its
+// automatic choice; any column width), kFuseDvLocalInWgmmaDhu decides (it forms P = K Qᵀ and Bm dO beside the
+// recurrence's products; not the same bits as chunk_bwd_dv_local, within the tolerance of the float64 checks).
 constexpr bool kFuseDvLocalInDhu = true;
-bool dhu_fused_dv_local(const Calls& c) {
+constexpr bool kFuseDvLocalInWgmmaDhu = true;
+bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
   const gdn_bwd::Dims& d = c.dhp.d;
+  if (!chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() || !chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty())
+    return false;
+  DhuParams f = c.dhp;
+  f.mma_variant = dhu_variant;
+  f.fuse_dv_local = true;
+  f.dv = gdn_bwd::View{};
+  if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(f)) return kFuseDvLocalInWgmmaDhu;
   return kFuseDvLocalInDhu && d.K > 64 && d.K <= 128 && !dhu_narrow_tiles(d, ::strata::cuda::current_sm_count()) &&
-         chunk_bwd_dv_local_cuda_mma_reject(c.dvp).empty() &&
-         chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(c.dhp).empty() &&
          chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
 }
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
@@ -697,18 +706,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
 }
 
-// `finish` (cuda.sm90.chunked_fin only; the default is false): when prepare_wy_repr_bwd runs its two-per-SM
-// tensor-core kernel, that kernel also ends
-// the backward in its epilogue (WyBwdParams::dk_rstd / dq_in / dg_reverse): dg = the reverse chunk-local cumsum of
-// dγ1 + dγ2 straight into the output and, with l2norm, the l2norm backward of dk (from the head sums in registers)
-// and of dq (dq complete since chunk_bwd_dqkwg) into the outputs: no reverse-cumsum launch, no two row_norm_bwd
-// passes (each reads a [B, T, H, K] f32 gradient and the normalised tensor and writes the output: ≈ 0.16 ms at
-// B = 4 T = 8192 H = 16 K = 128, s4run1 ncu) and no f32 dk written in between. Measured in GPU run s8run2 (H200,
-// B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16): correct, but that kernel took 2.93 ms with the epilogue against
-// 1.37 ms without it plus 0.33 ms for the separate tail (whole backward 9.07 against 7.84 ms), so finish = false
-// (the session-7 composition: those three as separate kernels) is what cuda.sm90.chunked runs.
-strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, bool finish,
-                           const GdnStepProbe* probe) {
+strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, const GdnStepProbe* probe,
+                           int dhu_variant) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
   const Bufs b = carve(p, true, workspace);
@@ -720,14 +719,15 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   mark("forward WY");
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
   mark("forward states");
-  if (dhu_fused_dv_local(c)) {
-    DhuParams dhp = c.dhp;
+  DhuParams dhp = c.dhp;
+  dhp.mma_variant = dhu_variant;
+  if (dhu_fused_dv_local(c, dhu_variant)) {
     dhp.dv = gdn_bwd::View{};
     dhp.fuse_dv_local = true;
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda_mma(dhp, b.early, stream)));
   } else {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_bwd_dv_local_cuda(c.dvp, b.early, stream)));
-    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(c.dhp, b.early, stream)));
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(chunk_gated_delta_rule_bwd_dhu_cuda(dhp, b.early, stream)));
   }
   mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
@@ -744,21 +744,6 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
     wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
     wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
     wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
-    if (finish && prepare_wy_repr_bwd_cuda_mma_finishes(wp)) {
-      wp.dg = bwd_view(p.dg);  // the output (never the dγ1 workspace it reads)
-      wp.dg_reverse = true;
-      if (p.l2norm) {
-        wp.dk = bwd_view(p.dk);
-        wp.dk_rstd = bwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
-        wp.dq_in = bwd_tok(b.dq, STRATA_DTYPE_F32, p.T, p.H, p.K);
-        wp.qn = bwd_tok(b.qn, s.idt, p.T, p.H, p.K);
-        wp.dq_rstd = bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
-        wp.dq_out = bwd_view(p.dq);
-      }
-      STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
-      mark("wy_bwd");
-      return STRATA_SUCCESS;
-    }
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
   } else {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));

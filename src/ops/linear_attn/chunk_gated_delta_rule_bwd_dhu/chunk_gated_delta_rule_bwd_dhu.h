@@ -30,7 +30,12 @@ struct DhuParams {
   // Tile shape of the tensor-core kernel at 64 < K <= 128 (the same bits whichever runs; other K ignore it):
   // kDhuAuto (the default: dhu_narrow_tiles decides), kDhuWide (64-column V tiles, one stage, two blocks per SM)
   // or kDhuNarrow (32-column V tiles, two stages, one block per SM). Tests and timing force the last two.
+  // kDhuWgmma: the Hopper warpgroup-MMA kernel (cuda_sm90_wgmma.cu; bf16, K = 128, V % 32 == 0, chunk size 64,
+  // 16-byte copyable q, k, w, do, aligned bf16 pairs of dh, dv2, dv), which kDhuAuto takes where it runs;
+  // kDhuMmaAuto: the mma.sync kernel with its automatic tile rule (timing comparisons). wgmma_cols forces the
+  // warpgroup-MMA kernel's columns per warpgroup (16, 32 or 64; 0: automatic).
   int mma_variant = 0;
+  int wgmma_cols = 0;
   // Internal fusion for the composed chunk_gated_delta_rule backward (never set by the public plan): dv is absent
   // and the kernel forms dv_local = chunk_bwd_dv_local(q, k, do, g, scale) per chunk itself from the q, k, do tiles
   // it loads anyway (T(Upper(scale (K Qᵀ) ⊙ exp(γ_i − γ_j))) dO, rounded to the token dtype: the same bits as
@@ -39,7 +44,7 @@ struct DhuParams {
   // (chunk_gated_delta_rule_bwd_dhu_fuses_dv_local); the other implementations refuse a call that sets it.
   bool fuse_dv_local = false;
 };
-inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2;
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4;
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -74,6 +79,25 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
 // Whether the tensor-core kernel can take p with fuse_dv_local set (p.dv ignored): q, k, w, do of one 16-bit
 // dtype and K <= 128.
 bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p);
+// The warpgroup-MMA kernel (variant kDhuWgmma of cuda.sm90.mma): "" when its shape / dtype rules hold;
+// _runs adds the run-time rules (16-byte copyable q, k, w, do; 4-byte pairs of dv unless fused). Called by
+// chunk_gated_delta_rule_bwd_dhu_cuda_mma after the chunk offsets are in `offs`.
+std::string chunk_gated_delta_rule_bwd_dhu_wgmma_reject(const DhuParams& p);
+bool chunk_gated_delta_rule_bwd_dhu_wgmma_runs(const DhuParams& p);
+int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t* offs, void* stream);
+// Whether chunk_gated_delta_rule_bwd_dhu_cuda_mma runs the warpgroup-MMA kernel on p: kDhuWgmma, or kDhuAuto once
+// that kernel is the automatic choice, where it runs.
+bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p);
 #endif
+// Columns of dS per warpgroup of the warpgroup-MMA kernel (host rule, unit-tested on the CPU): `forced` (16, 32,
+// 64) when it divides V into whole blocks of 2 forced columns (else 0); otherwise the widest of 64, 32 whose
+// N·HV·V / (2 kN) blocks fill at least 3/4 of the `sms` multiprocessors (one block each), else 16 (e.g. B = 4,
+// HV = 32, V = 128: 64, 128 blocks; B = 1: 16, 128 blocks).
+inline int dhu_wgmma_cols(const gdn_bwd::Dims& d, int64_t sms, int forced) {
+  if (forced == 16 || forced == 32 || forced == 64) return d.V % (2 * forced) == 0 ? forced : 0;
+  for (const int kn : {64, 32})
+    if (d.V % (2 * kn) == 0 && d.N * d.HV * (d.V / (2 * kn)) * 4 >= sms * 3) return kn;
+  return 16;
+}
 
 }  // namespace strata::linear_attn

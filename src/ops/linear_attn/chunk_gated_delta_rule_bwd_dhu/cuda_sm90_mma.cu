@@ -328,6 +328,10 @@ strata_status launch_k(const DhuParams& p, const int64_t* offs, cudaStream_t str
   }
 }
 
+// Whether kDhuAuto takes the warpgroup-MMA kernel where it runs (cuda_sm90_wgmma.cu). GPU run s9run1 (H200) showed
+// it correct (DhuWgmmaMatchesMma); its speed with the lean dh / dv2 stores is for s9run2 to confirm (see README).
+constexpr bool kDhuWgmmaAutomatic = true;
+
 }  // namespace
 
 std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
@@ -341,6 +345,11 @@ std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
     return "takes q, k, w, do, dv of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
   if (p.d.K > 256) return fmt::format("K = {} > 256", p.d.K);
   return "";
+}
+
+bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p) {
+  return (p.mma_variant == kDhuWgmma || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
+         chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p);
 }
 
 bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p) {
@@ -360,6 +369,12 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   if (d.N * d.HV == 0 || d.V == 0) return STRATA_SUCCESS;  // V = 0 or no sequence: every output is empty
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
+  if (p.mma_variant == kDhuWgmma) {  // forced but not applicable
+    const std::string r = chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p);
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
+                r.empty() ? "q, k, w, do not 16-byte copyable, or dh, dv2 (dv) not aligned bf16 pairs" : r);
+  }
   if (p.fuse_dv_local)
     return p.q.dtype == STRATA_DTYPE_BF16 ? launch_k<bf16_t, true>(p, offs, stream)
                                           : launch_k<f16_t, true>(p, offs, stream);

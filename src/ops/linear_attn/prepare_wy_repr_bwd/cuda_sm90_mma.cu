@@ -141,136 +141,13 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 
 // dβ_i = E_i Σ X k + Σ Y v + db_i and dγ_i = β_i E_i Σ X k + (β_i db_i − cs_i) (+ dg_add), for row i < L (db_i =
 // Σ_j dP_ij KK_ij, cs_i = Σ_r β_r dP_ri KK_ri).
-// dg_row (the reverse-cumsum finish, WyBwdParams::dg_reverse): dγ_i goes to dg_row[i] instead of dg.
 __device__ __forceinline__ void wy_store_dbeta_dg(const WyBwdParams& p, const DevChunk& c, int64_t hv, int i, float e_i,
-                                                  float beta_i, float xk, float yv, float db, float cs,
-                                                  float* dg_row = nullptr) {
+                                                  float beta_i, float xk, float yv, float db, float cs) {
   st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), e_i * xk + yv + db);
   if (p.dg.present()) {
     float dgi = beta_i * e_i * xk + (beta_i * db - cs);
     if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
-    if (dg_row) dg_row[i] = dgi;
-    else st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
-  }
-}
-
-// ---- the finishing epilogue of the composed backward (WyBwdParams::dk_rstd, dq_in, dg_reverse) ----
-
-// dg[t0 + i] = Σ_{i ≤ j < L} row[j] for i < L (row[j] = 0 for L ≤ j < 64), by one warp (lane = its lane): each
-// lane holds rows 2 lane, 2 lane + 1; a Hillis-Steele suffix scan of the pair sums over the lanes (fixed order:
-// the same bits every run).
-__device__ __forceinline__ void wy_store_dg_reverse(const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
-                                                    const float* row, int lane) {
-  const float a = row[2 * lane], b = row[2 * lane + 1];
-  float x = a + b;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float y = __shfl_down_sync(0xffffffffu, x, o);
-    if (lane + o < 32) x += y;
-  }
-  float after = __shfl_down_sync(0xffffffffu, x, 1);  // Σ over the lanes above this one
-  if (lane == 31) after = 0.f;
-  const float s1 = after + b, s0 = s1 + a;
-  if (2 * lane < L) st_f32(p.dg, p.dg.off(c.b, c.t0 + 2 * lane, hv), s0);
-  if (2 * lane + 1 < L) st_f32(p.dg, p.dg.off(c.b, c.t0 + 2 * lane + 1, hv), s1);
-}
-
-// dk of the chunk through the l2norm backward: dy = dk_add + dk_sum (the head sums), y = the normalised k tile
-// (sK, 16-bit, zero past L and K), dk = rstd (dy − (dy · y) y) for rows < L, columns < kc. The head sums go to
-// sY (f32 [64][KT 64 + 4], over the dW and V tiles, dead by now) first, so that the 32 sums per thread are not
-// live while dk_add streams in; then four threads per row (thread = 4 row + quarter) take the column pairs
-// x = 2 quarter + 8 m (m < 8 KT, compile-time: every dk_add load of the thread is issued before the first is
-// used, one memory latency instead of one per iteration), form dy = dk_add + sum (the unfused epilogue's order)
-// in registers, sum the row dot and meet in the quad (two butterflies: every lane of the quad holds the same
-// bits), then store. 256 threads; barriers inside (all threads must call it).
-template <class T, int KT>
-__device__ __forceinline__ void wy_store_dk_l2(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                               const float (&dk_sum)[KT][1][4][4], const uint16_t* sK, int ldk,
-                                               float* sY, int r0, int c0) {
-  constexpr int ldy = KT * 64 + 4, M = KT * 8;
-  __syncthreads();  // every reader of the tiles under sY is done
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-        *reinterpret_cast<float2*>(sY + i * ldy + x) = make_float2(dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1]);
-      }
-  __syncthreads();
-  const int i = static_cast<int>(threadIdx.x) >> 2, q4 = static_cast<int>(threadIdx.x) & 3;
-  const bool live = i < L;
-  const float* y = sY + i * ldy;
-  const uint16_t* kr = sK + i * ldk;
-  const bool add = p.dk_add.present();
-  const int64_t oa = add && live ? p.dk_add.off(c.b, c.t0 + i, h) : 0;
-  float2 v[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 2 * q4 + 8 * m;
-    v[m] = make_float2(0.f, 0.f);
-    if (add && live && x < kc) {
-      v[m].x = ld_f32(p.dk_add, oa + x);
-      if (x + 1 < kc) v[m].y = ld_f32(p.dk_add, oa + x + 1);
-    }
-  }
-  float dt = 0.f;
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 2 * q4 + 8 * m;
-    const float2 sv = *reinterpret_cast<const float2*>(y + x);  // (x + 1 < KT 64: inside the row)
-    v[m].x = add ? v[m].x + sv.x : sv.x;
-    v[m].y = add ? v[m].y + sv.y : sv.y;
-    if (x < kc) dt += v[m].x * Elem<T>::to(kr[x]);
-    if (x + 1 < kc) dt += v[m].y * Elem<T>::to(kr[x + 1]);
-  }
-  dt += __shfl_xor_sync(0xffffffffu, dt, 1);
-  dt += __shfl_xor_sync(0xffffffffu, dt, 2);
-  if (!live) return;
-  const float r = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
-  const int64_t oo = p.dk.off(c.b, c.t0 + i, h);
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 2 * q4 + 8 * m;
-    if (x < kc)
-      st_pair(p.dk, oo + x, r * (v[m].x - dt * Elem<T>::to(kr[x])), r * (v[m].y - dt * Elem<T>::to(kr[x + 1])),
-              x + 1 < kc);
-  }
-}
-
-// dq_out = rstd (dq_in − (dq_in · qn) qn) for the chunk's rows < L of q/k head h, columns < kc: four threads per
-// row (thread = 4 row + quarter), each over the column pairs x = 2 quarter + 8 m, m < 8 KT (compile-time: all
-// loads in flight at once, the 4 · 8 KT values kept in registers — the dk sums are dead here); the quad's dot by
-// two butterflies (every lane of the quad holds the same bits). 256 threads.
-template <int KT>
-__device__ __forceinline__ void wy_finish_dq(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc) {
-  constexpr int M = KT * 8;
-  const int i = static_cast<int>(threadIdx.x) >> 2, q4 = static_cast<int>(threadIdx.x) & 3;
-  const bool live = i < L;
-  const int64_t od = live ? p.dq_in.off(c.b, c.t0 + i, h) : 0, oq = live ? p.qn.off(c.b, c.t0 + i, h) : 0;
-  float2 g[M], y[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 2 * q4 + 8 * m;
-    g[m] = y[m] = make_float2(0.f, 0.f);
-    if (live && x < kc) {
-      g[m].x = ld_f32(p.dq_in, od + x), y[m].x = ld_f32(p.qn, oq + x);
-      if (x + 1 < kc) g[m].y = ld_f32(p.dq_in, od + x + 1), y[m].y = ld_f32(p.qn, oq + x + 1);
-    }
-  }
-  float dt = 0.f;
-#pragma unroll
-  for (int m = 0; m < M; ++m) dt += g[m].x * y[m].x + g[m].y * y[m].y;  // (zeros past kc)
-  dt += __shfl_xor_sync(0xffffffffu, dt, 1);
-  dt += __shfl_xor_sync(0xffffffffu, dt, 2);
-  if (!live) return;
-  const float r = ld_f32(p.dq_rstd, p.dq_rstd.off(c.b, c.t0 + i, h));
-  const int64_t oo = p.dq_out.off(c.b, c.t0 + i, h);
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 2 * q4 + 8 * m;
-    if (x < kc) st_pair(p.dq_out, oo + x, r * (g[m].x - dt * y[m].x), r * (g[m].y - dt * y[m].y), x + 1 < kc);
+    st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
   }
 }
 
@@ -495,9 +372,7 @@ struct Wy2Smem {
   static constexpr size_t bytes = vec + (5 * 64 + 2 * 64 + 4 * 64 + 2 * 64) * 4;
 };
 
-// kFin: the finishing epilogue of the composed backward (WyBwdParams::dk_rstd, dq_in, dg_reverse, each taken when
-// set); kFin = false is the plain kernel (no code of the epilogue compiled in).
-template <class T, int P, bool kFin>
+template <class T, int P>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = Wy2Smem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -625,58 +500,31 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
         rows_to(part, sRed, sYv, r0, wn);
-        // (dg_reverse: the rows' dγ go to sRed, free here — rows_to ended with a barrier and its next writer is
-        // behind the next head's barriers —, then warp 0 stores their reverse cumsum)
-        float* dg_row = nullptr;
-        if constexpr (kFin)
-          if (p.dg_reverse && p.dg.present()) dg_row = sRed;
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs, dg_row);
-        }
-        if constexpr (kFin) {
-          if (dg_row) {
-            if (static_cast<int>(threadIdx.x) >= L && threadIdx.x < 64) dg_row[threadIdx.x] = 0.f;
-            __syncthreads();
-            if (warp == 0) wy_store_dg_reverse(p, c, hv, L, dg_row, lane);
-          }
+          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs);
         }
       }
-      if constexpr (kFin) {
-        // (sY over the dW and V tiles: both dead once the last head's products are formed; the next chunk loads
-        // them after the loop head's barrier)
-        static_assert(64 * (P + 4) * 4 <= S::v + S::tile - S::dw, "dk rows fit over the dW and V tiles");
-        if (p.dk_rstd.present())
-          wy_store_dk_l2<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, reinterpret_cast<float*>(smem + S::dw), r0, c0);
-        else wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
-        if (p.dq_in.present()) wy_finish_dq<KT>(p, c, h, L, kc);
-      } else {
-        wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
-      }
+      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, bool kFin>
-strata_status launch2_as(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+template <class T, int P>
+strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = Wy2Smem<P>::bytes;
   static_assert(smem <= kMaxSmem, "shared memory of one block");
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P, kFin>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P, kFin>,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>,
                                        cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_mma2_kernel<T, P, kFin><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
-  return cuda::check_launch(kFin ? "prepare_wy_repr_bwd (mma, two per SM, finishing epilogue)"
-                                 : "prepare_wy_repr_bwd (mma, two per SM)");
-}
-template <class T, int P>
-strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  return p.finishes() ? launch2_as<T, P, true>(p, offs, items, stream) : launch2_as<T, P, false>(p, offs, items, stream);
+  wy_bwd_mma2_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
 }
 
 // kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most
@@ -706,16 +554,9 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
 
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const Dims& d) { return chunk_offsets_bytes(d); }
 
-bool prepare_wy_repr_bwd_cuda_mma_finishes(const WyBwdParams& p) { return runs_two_per_sm(p); }
-
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream_ptr) {
   const std::string why = prepare_wy_repr_bwd_cuda_mma_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_bwd cuda.sm90.mma: {}", why);
-  if (p.finishes() && !runs_two_per_sm(p))
-    return fail(STRATA_ERROR_UNSUPPORTED,
-                "prepare_wy_repr_bwd cuda.sm90.mma: the finishing epilogue (dk_rstd / dq_in / dg_reverse) runs in the "
-                "two-per-SM kernel only (K = {}, V = {}, variant {})",
-                p.d.K, p.d.V, p.mma_variant);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   const int64_t items = num_windows(d) * d.H;

@@ -30,21 +30,6 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
-  // Internal fusion of the composed backward's tail (session 8; never set by the public plan). Only the two-per-SM
-  // tensor-core kernel takes these (prepare_wy_repr_bwd_cuda_mma_finishes(p) says whether it runs on p; every other
-  // kernel and implementation refuses a call that sets them):
-  //  * dk_rstd present (f32 [B, T, H], the l2norm's 1 / |k_raw|, with k = the normalised keys): the l2norm backward
-  //    of dk in the epilogue: with dy = dk_add + (this op's dk), dk = rstd (dy − (dy · k) k) per row of K
-  //    (row_norm_bwd's kNormalizedSrc formula; dk must not alias dk_add);
-  //  * dq_in present (f32 [B, T, H, K], the complete dq of the normalised queries qn [B, T, H, K], rstd dq_rstd f32
-  //    [B, T, H]): dq_out = dq_rstd (dq_in − (dq_in · qn) qn), once per (chunk, q/k head) block;
-  //  * dg_reverse: dg is stored as the reverse chunk-local cumsum (within each chunk of BT tokens of a sequence) of
-  //    dg_add + (this op's dγ): the raw-gate gradient (dg must not alias dg_add).
-  // The sums run in another fixed order than the separate l2norm-backward / cumsum kernels: the same value up to
-  // f32 rounding, the same bits every run.
-  gdn_bwd::View dk_rstd, dq_in, qn, dq_rstd, dq_out;
-  bool dg_reverse = false;
-  bool finishes() const { return dk_rstd.present() || dq_in.present() || dg_reverse; }
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: kWyTwoPerSm where it applies, 1.38 against
   // 2.16 ms in GPU run s6run2 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128; else kWyPipelined), kWyPipelined (two
   // cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage,
@@ -74,9 +59,6 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 // "" when the tensor-core kernel applies to p (dtypes of the views; run-time pointers are not needed), else why not.
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
-// Whether the tensor-core entry runs its two-per-SM kernel on p (mma_variant kWyAuto or kWyTwoPerSm, K and V
-// rounding up to the same multiple of 64, at most 128): the only kernel that takes the finishing fields above.
-bool prepare_wy_repr_bwd_cuda_mma_finishes(const WyBwdParams& p);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
 #endif
 

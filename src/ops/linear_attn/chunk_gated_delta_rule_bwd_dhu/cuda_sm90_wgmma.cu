@@ -1,0 +1,470 @@
+// Hopper warpgroup-MMA (wgmma.mma_async m64nNk16, f32 accumulation, sm_90a) kernel of
+// chunk_gated_delta_rule_bwd_dhu for bf16 token tensors with K = 128, V a multiple of 32 and chunk size 64: the
+// variant kDhuWgmma of the tensor-core implementation (DhuParams::mma_variant). The same math and precision
+// model as dhu_mma_kernel (cuda_sm90_mma.cu: dS rounded to bf16 for K dS, E dO and dVn rounded to bf16 before
+// their products, dv_local's Bm rounded to bf16, f32 accumulation); only the f32 summation order inside the
+// products differs (not the same bits as the mma.sync kernel; compared within a tolerance by
+// GdnBwdCudaVariants.DhuWgmma and against float64 by the conformance sweep once it is the automatic choice).
+//
+// Block: 2 warpgroups (256 threads) per (sequence n, value head hv, 2 kN columns of V); warpgroup g owns the kN
+// columns v0 + g kN.. of dS [128, kN] (two m64 x kN f32 accumulators, keys 0..63 and 64..127) and runs the whole
+// recurrence of those columns alone: the two warpgroups share only the chunk's stage (one block barrier per chunk)
+// and otherwise meet at warpgroup named barriers. Per chunk c (from the last; L valid rows, zero-filled to 64) and
+// warpgroup, with the critical path (the products dS depends on) issued first:
+//   group P (fused dv_local): P = K Qᵀ (A = the K tile, B = the Q tile, N = 64, 8 K steps);
+//   group A: D = K dS (A = the K tile, B = the bf16 copy of dS stored transposed, 8 K steps);
+//   meanwhile dh[c] = dS from the registers, and the chunk's dO (this warpgroup's columns) transposed by stmatrix
+//   into K-major tiles: dOᵀ (fused: the B operand of Bm dO) and (scale e^γ ⊙ dO)ᵀ rounded to bf16;
+//   fused: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) in registers, group V: dv = Bm dO (A from registers);
+//   group U1: dS = e^{γ_last} dS + Qᵀ (scale E dO) (A = Qᵀ by ldmatrix.trans from the Q tile, 2 x 4 steps): not on
+//   the recurrence's path (it only has to finish before U2);
+//   dVn = bf16(dv) + e^{γ_last − γ} ⊙ D (rows < L) → dv2 and −bf16(dVn) stored transposed (stmatrix.trans);
+//   group U2: dS += Wᵀ (−dVn) (A = Wᵀ by ldmatrix.trans from the W tile); then the bf16 copy of the new dS.
+// Unfused (the public op): dv is read from the dv tensor into registers instead (no P, V groups).
+// Chunk c − 1's K, Q, W, dO tiles load by cp.async into the other of two stages while chunk c computes; γ one
+// chunk further ahead through a register. No atomics, fixed order: bitwise reproducible.
+#include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "tile/cuda/check.cuh"
+#include "tile/cuda/cp_async.cuh"
+#include "tile/cuda/fast_math.cuh"
+#include "tile/cuda/mma.cuh"
+#include "tile/cuda/wgmma.cuh"
+#include "tile/cuda/wgmma_layout.h"
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+namespace wg = ::strata::cuda::wgmma;
+using T = __nv_bfloat16;
+
+constexpr int kThr = 256;   // 2 warpgroups
+constexpr int kRows = 64;   // rows of a chunk tile (BT)
+constexpr int kKeys = 128;  // K
+
+// e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2.
+__device__ __forceinline__ float gate_exp(float x) { return ::strata::cuda::ex2_ftz(x * 1.4426950408889634f); }
+
+// Writes an m64 x kN operand held as bf16 pairs in accumulator layout (u[2 j + h] = the pair of 8-column block j,
+// row half h: accumulator elements 4 j + 2 h, 4 j + 2 h + 1) transposed into the K-major tile X [kN][kRowsLd] at
+// shared byte address x (X's row = the column, X's column = row0 + the row), by kN / 16 stmatrix.x4.trans.
+template <int kN, int kRowsLd>
+__device__ __forceinline__ void store_pairs_trans(uint32_t x, int row0, const uint32_t (&u)[kN / 4]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int jp = 0; jp < kN / 16; ++jp)
+    wg::stmatrix_x4_trans(x + 2u * static_cast<uint32_t>(wg::st_trans_off<kRowsLd>(lane, row0 + 16 * w, jp)),
+                          u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
+}
+// The same for f32 accumulators (rounded to bf16), each pair multiplied by f[h] (the row factor of row half h).
+template <int kN, int kRowsLd>
+__device__ __forceinline__ void store_acc_trans(uint32_t x, int row0, const float (&d)[kN / 2], float f0 = 1.f,
+                                                float f1 = 1.f) {
+  uint32_t u[kN / 4];
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    u[2 * j] = ::strata::cuda::mma::pack2<T>(f0 * d[4 * j], f0 * d[4 * j + 1]);
+    u[2 * j + 1] = ::strata::cuda::mma::pack2<T>(f1 * d[4 * j + 2], f1 * d[4 * j + 3]);
+  }
+  store_pairs_trans<kN, kRowsLd>(x, row0, u);
+}
+
+// Shared memory: two stages of {K, Q, W [64][128] core-matrix tiles, dO [64][2 kN + 8] row-major, γ [64] f32},
+// then per warpgroup its dS copy [kN][128], dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles).
+template <int kN>
+struct WgSmem {
+  static constexpr int kLdO = 2 * kN + 8;  // dO row pitch (elements): conflict-free 32-bit pair reads
+  static constexpr int kTile = kRows * kKeys * 2;
+  static constexpr int kK = 0, kQ = kTile, kW = 2 * kTile, kO = 3 * kTile;
+  static constexpr int kG = kO + kRows * kLdO * 2;
+  static constexpr int kStage = kG + kRows * 4;
+  static constexpr int kSb = kN * kKeys * 2, kSmall = kN * kRows * 2;
+  static constexpr int kWgB = kSb + 3 * kSmall;  // per warpgroup: sb, dOᵀ, (sE dO)ᵀ, −dVnᵀ
+  static constexpr int kBytes = 2 * kStage + 2 * kWgB;
+  static_assert(kStage % 128 == 0 && kWgB % 128 == 0, "128-byte aligned regions");
+};
+
+template <int kN, bool kFuse>
+__global__ void __launch_bounds__(kThr, 1)
+    dhu_wgmma_kernel(const DhuParams p, const int64_t* offs, int64_t nvt) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
+#else
+  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
+  using S = WgSmem<kN>;
+  namespace mm = ::strata::cuda::mma;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const Dims& d = p.d;
+  const int tid = threadIdx.x, wgi = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  const int64_t vt = blockIdx.x % nvt, hv = blockIdx.x / nvt % d.HV, n = blockIdx.x / (nvt * d.HV), h = hv / d.G;
+  const int cb = wgi * kN;
+  const int64_t v0 = vt * 2 * kN;
+  const uint32_t sb = s0 + 2 * S::kStage + wgi * S::kWgB;
+  const uint32_t dot = sb + S::kSb, sedot = dot + S::kSmall, dvnt = sedot + S::kSmall;
+
+  int64_t b = 0, bos, eos, hc0;
+  if (d.varlen()) {
+    bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
+    if (eos < bos) eos = bos;  // only with invalid cu_seqlens
+  } else {
+    b = n, bos = 0, eos = d.T, hc0 = 0;
+  }
+  const int64_t nc = (eos - bos + kRows - 1) / kRows;
+
+  // dS: keys 64 mt + acc_row(w, lane, x & 3), columns v0 + cb + acc_col(lane, x >> 2, x & 3) at dS[mt][x].
+  float dS[2][kN / 2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = v0 + cb + wg::acc_col(lane, x >> 2, x & 3);
+      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
+    }
+  if (nc == 0) {  // no chunk: dh0 = dht
+    if (p.dh0.present())
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int x = 0; x < kN / 2; ++x)
+          st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
+                            wg::acc_col(lane, x >> 2, x & 3),
+                 dS[mt][x]);
+    return;
+  }
+
+  // Requests chunk c's K, Q, W, dO tiles into stage st (one cp.async group; rows >= L zero-filled). K / Q / W:
+  // thread row r0 + 16 it (r0 = tid % 8 + 8 (tid / 128)), segment q = (tid / 8) % 16: the 8 threads of a 128-byte
+  // shared wavefront write 8 rows of one core-matrix column (distinct banks); dO: kN / 4 segments a row.
+  auto request = [&](int64_t c, int st) {
+    const int64_t t0 = bos + c * kRows;
+    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const uint32_t base = s0 + st * S::kStage;
+    {
+      const int q = (tid >> 3) & 15, r0 = (tid & 7) + 8 * (tid >> 7);
+      const uint32_t d0 = base + 2u * static_cast<uint32_t>(wg::tile_off<kKeys>(r0, 8 * q));
+      const uint16_t* srcs[3] = {static_cast<const uint16_t*>(p.k.p) + p.k.off(b, t0, h) + 8 * q,
+                                 static_cast<const uint16_t*>(p.q.p) + p.q.off(b, t0, h) + 8 * q,
+                                 static_cast<const uint16_t*>(p.w.p) + p.w.off(b, t0, hv) + 8 * q};
+      const int64_t rss[3] = {p.k.s[1], p.q.s[1], p.w.s[1]};
+#pragma unroll
+      for (int m = 0; m < 3; ++m)
+#pragma unroll
+        for (int it = 0; it < kRows / 16; ++it) {
+          const int r = r0 + 16 * it;
+          const bool ok = r < L;
+          // tile_off(r0 + 16 it, c) = tile_off(r0, c) + 2 it rows of core matrices (8 x 128 elements each)
+          ::strata::cuda::cp_async16(d0 + m * S::kTile + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m],
+                                     ok);
+        }
+    }
+    {
+      constexpr int kSeg = 2 * kN / 8, kStep = kThr / kSeg;
+      const int q = tid % kSeg, r0 = tid / kSeg;
+      const uint16_t* src = static_cast<const uint16_t*>(p.dout.p) + p.dout.off(b, t0, hv) + v0 + 8 * q;
+      const uint32_t d0 = base + S::kO + 2u * static_cast<uint32_t>(r0 * S::kLdO + 8 * q);
+#pragma unroll
+      for (int it = 0; it < kRows / kStep; ++it) {
+        const int r = r0 + kStep * it;
+        const bool ok = r < L;
+        ::strata::cuda::cp_async16(d0 + 2u * static_cast<uint32_t>(kStep * it * S::kLdO),
+                                   ok ? src + r * p.dout.s[1] : src, ok);
+      }
+    }
+    ::strata::cuda::cp_async_commit();
+  };
+  // γ of row tid (< 64) of chunk c: 0 past the chunk or without g.
+  auto fetch_gamma = [&](int64_t c) {
+    const int64_t t0 = bos + c * kRows;
+    return (tid < kRows && t0 + tid < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + tid, hv)) : 0.f;
+  };
+
+  // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
+  // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
+  // in flight (ptxas otherwise waits for them before reading dS).
+  auto store_dh = [&](int64_t hc) {
+    if (hc >= d.NT) return;  // (invalid cu_seqlens could point past dh)
+    uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb + 2 * (lane & 3);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        uint32_t* row = reinterpret_cast<uint32_t*>(dhp + (64 * mt + wg::acc_row(w, lane, 2 * hh)) * p.dh.s[3]);
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j) row[4 * j] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+      }
+  };
+
+  // Prologue: chunk nc − 1 requested into stage 0 with its γ; γ of chunk nc − 2 in a register; the bf16 copy of
+  // dS (made visible by the first loop barrier with its proxy fence).
+  request(nc - 1, 0);
+  if (tid < kRows) reinterpret_cast<float*>(smem + S::kG)[tid] = fetch_gamma(nc - 1);
+  float g_next = nc > 1 ? fetch_gamma(nc - 2) : 0.f;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
+  wg::fence_proxy_async();
+  store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
+
+  const float scale = p.scale;
+  for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
+    const int st = static_cast<int>(it & 1);
+    const int64_t t0 = bos + c * kRows, hc = hc0 + c;
+    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
+    wg::fence_proxy_async();
+    __syncthreads();  // stage st, its γ and every dS copy visible; every reader of the other stage is done
+    const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ, wst = kst + S::kW;
+    const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
+    const float* gam = reinterpret_cast<const float*>(smem + st * S::kStage + S::kG);
+
+    // Groups P (fused) and A.
+    float accP[kFuse ? 32 : 1], accD[kN / 2];
+    if constexpr (kFuse) wg::reg_fence(accP);
+    wg::reg_fence(accD);
+    wg::wg_fence();
+    if constexpr (kFuse) {
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        wg::mma_ss<T, 64>(accP, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(qst, ks), ks > 0);
+      wg::wg_commit();
+    }
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg::wg_commit();
+
+    // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
+    float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
+    const float glast = gam[L - 1];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = wg::acc_row(w, lane, 2 * hh);
+      gi[hh] = gam[i];
+      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
+    }
+    uint32_t dvw[kFuse ? 1 : kN / 4];
+    if constexpr (!kFuse) {
+      const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = wg::acc_row(w, lane, 2 * hh);
+        const uint32_t* row = reinterpret_cast<const uint32_t*>(dvp + i * p.dv.s[1]);
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
+      }
+    }
+    {
+      uint32_t raw[kN / 4];
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(sO + wg::acc_row(w, lane, 2 * hh) * S::kLdO + cb +
+                                                               wg::acc_col(lane, j, 0));
+      if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);
+      const float es0 = scale * gate_exp(gi[0]), es1 = scale * gate_exp(gi[1]);
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
+          const float e = hh ? es1 : es0;
+          raw[2 * j + hh] = mm::pack2<T>(f.x * e, f.y * e);
+        }
+      store_pairs_trans<kN, kRows>(sedot, 0, raw);
+    }
+    wg::fence_proxy_async();
+    wg::bar_wg(1 + wgi);  // this warpgroup's dOᵀ, (sE dO)ᵀ visible to its wgmma
+
+    // Fused: group V (dv = Bm dO) once P is done.
+    float accV[kFuse ? kN / 2 : 1];
+    uint32_t pa[kFuse ? 4 : 1][4];
+    if constexpr (kFuse) {
+      wg::wg_wait<1>();  // P done (A may still run)
+      wg::reg_fence(accP);
+#pragma unroll
+      for (int x = 0; x < 32; ++x) {
+        const int j = wg::acc_row(w, lane, x & 3), i = wg::acc_col(lane, x >> 2, x & 3);
+        accP[x] = (i >= j && i < L) ? scale * accP[x] * gate_exp(gam[i] - gi[(x >> 1) & 1]) : 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = mm::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
+        pa[kk][1] = mm::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
+        pa[kk][2] = mm::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
+        pa[kk][3] = mm::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
+      }
+      wg::reg_fence(accV);
+      wg::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+      wg::wg_commit();
+    }
+
+    // Chunk c − 1 into the other stage and its γ (fetched one chunk earlier): after the groups that dv needs are
+    // issued (P, A, V), so that their address arithmetic is not on the recurrence's path.
+    if (c > 0) {
+      request(c - 1, st ^ 1);
+      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
+      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
+    }
+    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
+
+    // Group U1: dS = e^{γ_last} dS + Qᵀ (scale E dO).
+    uint32_t qf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wg::ldmatrix_x4_trans(qf[mt][kk],
+                              qst + 2u * static_cast<uint32_t>(wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    const float decay = gate_exp(glast);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) dS[mt][x] *= decay;
+    wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+    wg::wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
+    wg::wg_commit();
+
+    // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed for U2.
+    wg::wg_wait<1>();  // A (and V) done; U1 may still run
+    wg::reg_fence(accD);
+    if constexpr (kFuse) wg::reg_fence(accV);
+    {
+      uint32_t neg[kN / 4];
+      uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = wg::acc_row(w, lane, 2 * hh);
+        const bool live = i < L;
+        uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j) {
+          const int e = 4 * j + 2 * hh;
+          float2 dv;
+          if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
+          else dv = mm::unpack2<T>(dvw[2 * j + hh]);
+          const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
+          if (live) row[4 * j] = mm::pack2<T>(x0, x1);
+          neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+        }
+      }
+      store_pairs_trans<kN, kRows>(dvnt, 0, neg);
+    }
+    uint32_t wf[2][4][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wg::ldmatrix_x4_trans(wf[mt][kk],
+                              wst + 2u * static_cast<uint32_t>(wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    wg::fence_proxy_async();
+    wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
+
+    // Group U2: dS += Wᵀ (−dVn).
+    wg::wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+    wg::reg_fence_u(qf), wg::reg_fence_u(wf);
+    if constexpr (kFuse) wg::reg_fence_u(pa);
+    // The bf16 copy of the new dS for the next chunk's K dS (its reader, group A, completed above), and dh of the
+    // next chunk (the gradient of the state at its end: this dS).
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
+    wg::fence_proxy_async();
+    if (c > 0) store_dh(hc - 1);
+  }
+  if (p.dh0.present())
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x)
+        st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
+                          wg::acc_col(lane, x >> 2, x & 3),
+               dS[mt][x]);
+#endif
+}
+
+template <int kN, bool kFuse>
+strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+  constexpr int smem = WgSmem<kN>::kBytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
+  const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_wgmma_kernel<kN, kFuse>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dhu_wgmma_kernel<kN, kFuse><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt);
+  return cuda::check_launch(kFuse ? "chunk_gated_delta_rule_bwd_dhu (wgmma, fused dv_local)"
+                                  : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
+}
+
+// A token tensor the kernel copies by 16-byte segments at any (b, t, head): bf16, outer strides multiples of 8
+// elements, 16-byte aligned data (the last dimension has unit stride in every View).
+bool lean16(const View& v) {
+  return v.dtype == STRATA_DTYPE_BF16 && ((v.s[0] | v.s[1] | v.s[2]) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0;
+}
+// dv read as aligned 32-bit pairs: bf16, even outer strides, 4-byte aligned.
+bool pair16(const View& v) {
+  return v.dtype == STRATA_DTYPE_BF16 && ((v.s[0] | v.s[1] | v.s[2]) & 1) == 0 &&
+         (reinterpret_cast<uintptr_t>(v.p) & 3u) == 0;
+}
+
+}  // namespace
+
+std::string chunk_gated_delta_rule_bwd_dhu_wgmma_reject(const DhuParams& p) {
+  const Dims& d = p.d;
+  for (const View* v : {&p.q, &p.k, &p.w, &p.dout})
+    if (v->dtype != STRATA_DTYPE_BF16) return "takes bf16 q, k, w, do";
+  if (!p.fuse_dv_local && p.dv.dtype != STRATA_DTYPE_BF16) return "takes bf16 dv";
+  if (d.K != kKeys) return fmt::format("K = {} (takes K = 128)", d.K);
+  if (d.V <= 0 || d.V % 32 != 0) return fmt::format("V = {} (takes a multiple of 32)", d.V);
+  if (d.BT != kRows) return fmt::format("chunk size {} (takes 64)", d.BT);
+  if (d.N * d.HV * (d.V / 32) >= (int64_t{1} << 31)) return "more than 2^31 blocks";
+  return "";
+}
+
+bool chunk_gated_delta_rule_bwd_dhu_wgmma_runs(const DhuParams& p) {
+  if (!chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p).empty()) return false;
+  for (const View* v : {&p.q, &p.k, &p.w, &p.dout})
+    if (!lean16(*v)) return false;
+  // dh and dv2 are written, dv read, as aligned bf16 pairs (dh's key stride s[3] even too).
+  if (!pair16(p.dh) || (p.dh.s[3] & 1) != 0 || !pair16(p.dv2)) return false;
+  return p.fuse_dv_local || pair16(p.dv);
+}
+
+int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t* offs, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const int kn = dhu_wgmma_cols(p.d, ::strata::cuda::current_sm_count(), p.wgmma_cols);
+  if (kn == 0) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {} columns per warpgroup "
+                                                     "do not divide V = {}", p.wgmma_cols, p.d.V);
+  if (p.fuse_dv_local) {
+    if (kn == 64) return launch<64, true>(p, offs, stream);
+    if (kn == 32) return launch<32, true>(p, offs, stream);
+    return launch<16, true>(p, offs, stream);
+  }
+  if (kn == 64) return launch<64, false>(p, offs, stream);
+  if (kn == 32) return launch<32, false>(p, offs, stream);
+  return launch<16, false>(p, offs, stream);
+}
+
+}  // namespace strata::linear_attn
