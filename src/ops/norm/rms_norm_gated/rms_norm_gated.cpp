@@ -2,7 +2,7 @@
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
 // Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
-// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat, cuda.sm90.team_stream_pf;
+// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat, cuda.sm90.team_tma;
 // backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -25,7 +25,7 @@ constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
-constexpr const char* kCudaStreamPfImpl = "cuda.sm90.team_stream_pf";
+constexpr const char* kCudaTmaImpl = "cuda.sm90.team_tma";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -143,11 +143,11 @@ const ImplList<FwdProblem>& fwd_impls() {
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s, false);
                                       }));
-    // Forced only (session 8): team_stream with an L2 bulk prefetch of the rows two steps ahead (s8run2: 0.2204 ms
-    // queued at [1048576, 128] against team_stream's 0.2141).
-    l.push_back(cuda_impl<FwdProblem>(kCudaStreamPfImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+    // Forced only until the H200 has timed it (session 9): team_stream's row math in short-lived blocks whose
+    // tiles of dense rows the copy engine loads and stores (cuda_sm90_stream.cu).
+    l.push_back(cuda_impl<FwdProblem>(kCudaTmaImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
-                                        return rms_norm_gated_fwd_cuda_stream(q, s, true, true);
+                                        return rms_norm_gated_fwd_cuda_tma(q, s);
                                       }));
 #endif
     // AVX512-BF16 first: the AVX3 kernels with native rounding of bf16 outputs (the same bits).
