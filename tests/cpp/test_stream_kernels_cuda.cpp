@@ -438,6 +438,17 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
           activation::ClippedSwigluTmaTile{24000, 128}, activation::ClippedSwigluTmaTile{35000, 256}})
       line(what, bytes, "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads),
            queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, tile); }));
+    // DeepSeek-V4's split layout [32768, 2 x 2048] (limit 10, alpha 1, bias 0), in the same buffers.
+    activation::ClippedSwigluFwdParams q = p;
+    q.I = 2048, q.interleaved = false, q.alpha = 1.f, q.limit = 10.f, q.bias = 0.f;
+    q.x_rows = dense(rows, 2 * q.I), q.y_rows = dense(rows, q.I);
+    const double qbytes = 3.0 * rows * q.I * 2;
+    const char* qwhat = "clipped_swiglu fwd bf16 [32768, 2 x 2048] split";
+    line(qwhat, qbytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(q, nullptr); }));
+    for (const activation::ClippedSwigluTmaTile tile :
+         {activation::ClippedSwigluTmaTile{8192, 128}, activation::ClippedSwigluTmaTile{24000, 256}})
+      line(qwhat, qbytes, "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads),
+           queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(q, nullptr, tile); }));
     cudaFree(x), cudaFree(y);
   }
 }
