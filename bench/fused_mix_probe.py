@@ -116,7 +116,7 @@ def main():
            2 * n * v * 2 + n * 8, "inplace",
            lambda: sapi.fused_cross_entropy(logits, t, grad_in_forward=True, check_targets=False),
            only={"cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_stored_exp", "cuda.sm90.cluster_smem",
-                 "cuda.sm90.cluster_onepass"})
+                 "cuda.sm90.cluster_stored_exp_bulk"})
 
 
 if __name__ == "__main__":

@@ -239,13 +239,16 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         EXPECT_EQ(y.download(), y3) << "fwd stream flat y differs from the persistent grid " << where;
         // The tiled bulk-copy forward (cuda.sm90.team_tma; dense rows): the same row math, so the same bits, in
         // several tile shapes (60001 rows: a partial last tile; teams that walk several rows of their tile).
-        for (const norm::RmsNormGatedTmaTile tile : {norm::RmsNormGatedTmaTile{}, norm::RmsNormGatedTmaTile{16, 128},
-                                                     norm::RmsNormGatedTmaTile{32, 64}, norm::RmsNormGatedTmaTile{7, 32}}) {
+        // flags: L2 evict-first stores (1) / loads (2), rstd through shared memory (4).
+        for (const norm::RmsNormGatedTmaTile tile :
+             {norm::RmsNormGatedTmaTile{}, norm::RmsNormGatedTmaTile{16, 64, 0}, norm::RmsNormGatedTmaTile{32, 64, 3},
+              norm::RmsNormGatedTmaTile{7, 32, 4}, norm::RmsNormGatedTmaTile{16, 128, 7},
+              norm::RmsNormGatedTmaTile{8, 64, 5}}) {
           y.poison();
           rstd.poison();
           ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_tma(dp, nullptr, tile), 0) << where;
           EXPECT_EQ(y.download(), y3) << "fwd tma y differs from the streaming kernel " << where << " rpt " << tile.rpt
-                                      << " threads " << tile.threads;
+                                      << " threads " << tile.threads << " flags " << tile.flags;
           EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd tma rstd " << where;
         }
         // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
@@ -349,12 +352,12 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
         const std::vector<uint8_t> ring_bits = y.download();
         ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma_reject(dp), "") << w2;
         for (const activation::ClippedSwigluTmaTile tile :
-             {activation::ClippedSwigluTmaTile{}, activation::ClippedSwigluTmaTile{16384, 256},
-              activation::ClippedSwigluTmaTile{3000, 64}}) {
+             {activation::ClippedSwigluTmaTile{}, activation::ClippedSwigluTmaTile{16384, 256, 3},
+              activation::ClippedSwigluTmaTile{3000, 64, 1}}) {
           y.poison();
           ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(dp, nullptr, tile), 0) << w2;
           EXPECT_EQ(y.download(), ring_bits) << "fwd tile_tma y differs from the ring " << w2 << " x_bytes "
-                                             << tile.x_bytes << " threads " << tile.threads;
+                                             << tile.x_bytes << " threads " << tile.threads << " flags " << tile.flags;
         }
       }
     }
@@ -410,12 +413,17 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
     p.w_row = p.b_row = one_row();
     const double bytes = 3.0 * rows * D * 2 + rows * 4.0;
     const char* what = "rms_norm_gated fwd bf16 [1048576, 128]";
-    line(what, bytes, "team_stream (default)", queued_ms([&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }));
+    line(what, bytes, "team_stream", queued_ms([&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }));
     for (const norm::RmsNormGatedTmaTile tile :
-         {norm::RmsNormGatedTmaTile{16, 64}, norm::RmsNormGatedTmaTile{8, 32}, norm::RmsNormGatedTmaTile{8, 64},
-          norm::RmsNormGatedTmaTile{16, 128}, norm::RmsNormGatedTmaTile{16, 256}, norm::RmsNormGatedTmaTile{32, 64},
-          norm::RmsNormGatedTmaTile{32, 128}, norm::RmsNormGatedTmaTile{32, 256}, norm::RmsNormGatedTmaTile{64, 128}})
-      line(what, bytes, "team_tma rpt " + std::to_string(tile.rpt) + " threads " + std::to_string(tile.threads),
+         {norm::RmsNormGatedTmaTile{16, 128, 0}, norm::RmsNormGatedTmaTile{16, 128, 1},
+          norm::RmsNormGatedTmaTile{16, 128, 2}, norm::RmsNormGatedTmaTile{16, 128, 3},
+          norm::RmsNormGatedTmaTile{16, 128, 4}, norm::RmsNormGatedTmaTile{16, 128, 5},
+          norm::RmsNormGatedTmaTile{16, 128, 7}, norm::RmsNormGatedTmaTile{8, 64, 0}, norm::RmsNormGatedTmaTile{8, 64, 5},
+          norm::RmsNormGatedTmaTile{32, 256, 0}, norm::RmsNormGatedTmaTile{32, 256, 5}, norm::RmsNormGatedTmaTile{8, 128, 0},
+          norm::RmsNormGatedTmaTile{8, 128, 5}, norm::RmsNormGatedTmaTile{16, 64, 0}})
+      line(what, bytes,
+           "team_tma rpt " + std::to_string(tile.rpt) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
            queued_ms([&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, tile); }));
     for (void* q : {x, z, y, rstd, w}) cudaFree(q);
   }
@@ -433,10 +441,12 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
     line(what, bytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }));
     line(what, bytes, "pairwise stream", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr); }));
     for (const activation::ClippedSwigluTmaTile tile :
-         {activation::ClippedSwigluTmaTile{8192, 128}, activation::ClippedSwigluTmaTile{8192, 64},
-          activation::ClippedSwigluTmaTile{8192, 256}, activation::ClippedSwigluTmaTile{24000, 256},
-          activation::ClippedSwigluTmaTile{24000, 128}, activation::ClippedSwigluTmaTile{35000, 256}})
-      line(what, bytes, "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads),
+         {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
+          activation::ClippedSwigluTmaTile{8192, 256, 2}, activation::ClippedSwigluTmaTile{8192, 256, 3},
+          activation::ClippedSwigluTmaTile{24000, 256, 1}, activation::ClippedSwigluTmaTile{24000, 256, 3}})
+      line(what, bytes,
+           "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
            queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, tile); }));
     // DeepSeek-V4's split layout [32768, 2 x 2048] (limit 10, alpha 1, bias 0), in the same buffers.
     activation::ClippedSwigluFwdParams q = p;
@@ -446,8 +456,11 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
     const char* qwhat = "clipped_swiglu fwd bf16 [32768, 2 x 2048] split";
     line(qwhat, qbytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(q, nullptr); }));
     for (const activation::ClippedSwigluTmaTile tile :
-         {activation::ClippedSwigluTmaTile{8192, 128}, activation::ClippedSwigluTmaTile{24000, 256}})
-      line(qwhat, qbytes, "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads),
+         {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
+          activation::ClippedSwigluTmaTile{8192, 256, 3}})
+      line(qwhat, qbytes,
+           "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
            queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(q, nullptr, tile); }));
     cudaFree(x), cudaFree(y);
   }

@@ -106,9 +106,11 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
 // about `x_bytes` that the copy engine loads, and the y tile it stores, `threads` threads at most. "" if a plan
 // may take it (the ring's conditions and x rows of at most 30 KiB), else why not; at run time rows that are not
 // 16-byte aligned run clipped_swiglu_fwd_cuda. The default tile is the impl's.
+// flags: bit 0 stores y with an L2 evict-first policy, bit 1 loads x with it.
 struct ClippedSwigluTmaTile {
   int64_t x_bytes = 8 * 1024;
   int threads = 128;
+  int flags = 0;
 };
 std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p);
 int clipped_swiglu_fwd_cuda_tma(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluTmaTile tile = {});

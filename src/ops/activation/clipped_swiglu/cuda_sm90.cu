@@ -490,7 +490,7 @@ constexpr int kTmaMaxSparseRows = 32;            // rows per tile when x or y ro
 
 template <int32_t DT, bool INTER, bool PROBS>
 __global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdParams p, int tr, bool xdense,
-                                                       bool ydense) {
+                                                       bool ydense, int flags) {
 #if __CUDA_ARCH__ >= 900
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
@@ -507,10 +507,15 @@ __global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdPar
   if (threadIdx.x == 0) {
     cuda::mbar_init(bar, 1);
     cuda::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(n) * rb);
+    const uint64_t pol = (flags & 2) ? cuda::l2_evict_first() : 0;
+    auto load = [&](unsigned char* dst, const char* src, uint32_t bytes) {
+      if (flags & 2) cuda::bulk_g2s_hint(dst, src, bytes, bar, pol);
+      else cuda::bulk_g2s(dst, src, bytes, bar);
+    };
     if (xdense) {
-      cuda::bulk_g2s(xt, xb + ring_row_off(p.x_rows, r0) * es, static_cast<uint32_t>(n) * rb, bar);
+      load(xt, xb + ring_row_off(p.x_rows, r0) * es, static_cast<uint32_t>(n) * rb);
     } else {
-      for (int i = 0; i < n; ++i) cuda::bulk_g2s(xt + i * rb, xb + ring_row_off(p.x_rows, r0 + i) * es, rb, bar);
+      for (int i = 0; i < n; ++i) load(xt + i * rb, xb + ring_row_off(p.x_rows, r0 + i) * es, rb);
     }
   }
   // Thread t takes the tile's chunks t, t + blockDim.x, ... (flat over (tile row, chunk)), (row, chunk) stepped
@@ -548,10 +553,15 @@ __global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdPar
   cuda::fence_proxy_async();  // this thread's writes of the y tile before the copy engine reads it
   __syncthreads();
   if (threadIdx.x == 0) {
+    const uint64_t pol = (flags & 1) ? cuda::l2_evict_first() : 0;
+    auto store = [&](char* dst, const unsigned char* src, uint32_t bytes) {
+      if (flags & 1) cuda::bulk_s2g_hint(dst, src, bytes, pol);
+      else cuda::bulk_s2g(dst, src, bytes);
+    };
     if (ydense) {
-      cuda::bulk_s2g(yb + ring_row_off(p.y_rows, r0) * es, yt, static_cast<uint32_t>(n) * yrb);
+      store(yb + ring_row_off(p.y_rows, r0) * es, yt, static_cast<uint32_t>(n) * yrb);
     } else {
-      for (int i = 0; i < n; ++i) cuda::bulk_s2g(yb + ring_row_off(p.y_rows, r0 + i) * es, yt + i * yrb, yrb);
+      for (int i = 0; i < n; ++i) store(yb + ring_row_off(p.y_rows, r0 + i) * es, yt + i * yrb, yrb);
     }
     cuda::bulk_commit();
     cuda::bulk_wait_read();  // the stores have read the tile before the block's shared memory is freed
@@ -579,7 +589,7 @@ strata_status launch_fwd_tma(const ClippedSwigluFwdParams& p, ClippedSwigluTmaTi
   const int threads = static_cast<int>(((nch + rounds - 1) / rounds + 31) / 32 * 32);
   const size_t smem = static_cast<size_t>(16 + tr * (rb + yrb));
   fwd_tile_tma<DT, INTER, PROBS><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p, static_cast<int>(tr), xdense,
-                                                                                     ydense);
+                                                                                     ydense, tile.flags);
   return cuda::check_launch("clipped_swiglu fwd_tile_tma");
 }
 
@@ -658,7 +668,7 @@ std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p) 
 
 int clipped_swiglu_fwd_cuda_tma(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluTmaTile tile) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  if (tile.x_bytes < 1 || tile.threads < 32) return STRATA_ERROR_INVALID_VALUE;
+  if (tile.x_bytes < 1 || tile.threads < 32 || tile.flags < 0 || tile.flags > 3) return STRATA_ERROR_INVALID_VALUE;
   if (!clipped_swiglu_fwd_cuda_tma_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) ||
       !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
     return clipped_swiglu_fwd_cuda(p, stream);

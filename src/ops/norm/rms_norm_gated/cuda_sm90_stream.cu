@@ -168,13 +168,15 @@ __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
 // then x's tile, then z's (rpt * D 16-bit elements each, rows D apart: 16-byte aligned as D % 8 == 0).
 template <int TPR, bool BF16, bool NBG, bool SILU>
 __global__ void __launch_bounds__(kTmaMaxThreads)
-    fwd_team_tma(const RmsNormGatedFwdParams p, const VecFlags vf, int rpt) {
+    fwd_team_tma(const RmsNormGatedFwdParams p, const VecFlags vf, int rpt, int flags) {
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char smem[];
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
   const uint32_t row_bytes = static_cast<uint32_t>(p.D) * 2u;
   unsigned char* xt = smem + kTmaHeader;
   unsigned char* zt = xt + static_cast<size_t>(rpt) * row_bytes;
+  float* rs_tile = reinterpret_cast<float*>(zt + static_cast<size_t>(rpt) * row_bytes);  // flags & 4: [rpt][D / G]
+  const int ng = static_cast<int>(p.D / p.group);
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rpt;
   const int n = static_cast<int>(min(static_cast<int64_t>(rpt), p.rows - r0));
   const uint32_t bytes = static_cast<uint32_t>(n) * row_bytes;
@@ -182,8 +184,16 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
   if (tid == 0) {
     cuda::mbar_init(bar, 1);
     cuda::mbar_arrive_expect_tx(bar, 2 * bytes);
-    cuda::bulk_g2s(xt, static_cast<const uint16_t*>(p.x) + p.x_rows.base + r0 * p.D, bytes, bar);
-    cuda::bulk_g2s(zt, static_cast<const uint16_t*>(p.z) + p.z_rows.base + r0 * p.D, bytes, bar);
+    const uint16_t* xs = static_cast<const uint16_t*>(p.x) + p.x_rows.base + r0 * p.D;
+    const uint16_t* zs = static_cast<const uint16_t*>(p.z) + p.z_rows.base + r0 * p.D;
+    if (flags & 2) {
+      const uint64_t pol = cuda::l2_evict_first();
+      cuda::bulk_g2s_hint(xt, xs, bytes, bar, pol);
+      cuda::bulk_g2s_hint(zt, zs, bytes, bar, pol);
+    } else {
+      cuda::bulk_g2s(xt, xs, bytes, bar);
+      cuda::bulk_g2s(zt, zs, bytes, bar);
+    }
   }
   // While the copies run: this lane's parameters and column facts.
   const int t = tid % TPR, team = tid / TPR, nteams = static_cast<int>(blockDim.x) / TPR;
@@ -210,17 +220,28 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
     uint32_t q[kV / 2];
     const float rs = team_row<TPR, BF16, NBG, SILU>(xv, zv, w, b, W, inv_g, eps, q);
     if (live) {
-      if (gstart) rstd[scol + (r0 + r) * p.rstd_rows.strides[0]] = rs;
+      if (gstart) {
+        if (flags & 4) rs_tile[r * ng + t / W] = rs;
+        else rstd[scol + (r0 + r) * p.rstd_rows.strides[0]] = rs;
+      }
       if (has) sts_v4(xt + off, q);  // y over x: this lane's own chunk, read above
     }
   }
   cuda::fence_proxy_async();  // this thread's writes of the tile before the copy engine reads it
   __syncthreads();
   if (tid == 0) {
-    cuda::bulk_s2g(static_cast<uint16_t*>(p.y) + p.y_rows.base + r0 * p.D, xt, bytes);
+    uint16_t* yd = static_cast<uint16_t*>(p.y) + p.y_rows.base + r0 * p.D;
+    if (flags & 1) cuda::bulk_s2g_hint(yd, xt, bytes, cuda::l2_evict_first());
+    else cuda::bulk_s2g(yd, xt, bytes);
     cuda::bulk_commit();
-    cuda::bulk_wait_read();  // the store has read the tile before the block's shared memory is freed
   }
+  if (flags & 4) {  // consecutive threads, consecutive rstd values (one coalesced store per warp for dense rstd)
+    for (int i = tid; i < n * ng; i += static_cast<int>(blockDim.x)) {
+      const int r = i / ng, gi = i - r * ng;
+      rstd[p.rstd_rows.base + (r0 + r) * p.rstd_rows.strides[0] + gi * p.rstd_rows.col_stride] = rs_tile[i];
+    }
+  }
+  if (tid == 0) cuda::bulk_wait_read();  // the store has read the tile before the block's shared memory is freed
 #else
   __trap();  // sm_90 only (the plan requires it)
 #endif
@@ -256,12 +277,12 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, St
   // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
   // fwd_layouts_ok, make every range 16-byte aligned with a size of n * D * 2, a multiple of 16).
   const bool dense = p.x_rows.strides[0] == p.D && p.z_rows.strides[0] == p.D && p.y_rows.strides[0] == p.D;
-  const int64_t smem = kTmaHeader + 4 * int64_t{g.tile.rpt} * p.D;
+  const int64_t smem = kTmaHeader + 4 * int64_t{g.tile.rpt} * p.D + 4 * int64_t{g.tile.rpt} * (p.D / p.group);
   if (g.tile.rpt > 0 && dense && smem <= kTmaMaxSmem) {
     const int64_t blocks = (p.rows + g.tile.rpt - 1) / g.tile.rpt;
     if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 tiles: not reachable at 16-row tiles
     fwd_team_tma<TPR, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), tma_threads(TPR, g.tile.threads),
-                                         static_cast<size_t>(smem), s>>>(p, vf, g.tile.rpt);
+                                         static_cast<size_t>(smem), s>>>(p, vf, g.tile.rpt, g.tile.flags);
     return cuda::check_launch("rms_norm_gated fwd_team_tma");
   }
   constexpr int TB = kStreamBlock / TPR;
@@ -314,11 +335,11 @@ std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p
 }
 
 int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent) {
-  return launch_any(p, StreamGrid{persistent, RmsNormGatedTmaTile{0, 0}}, stream);
+  return launch_any(p, StreamGrid{persistent, RmsNormGatedTmaTile{0, 0, 0}}, stream);
 }
 
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile) {
-  if (tile.rpt < 1 || tile.threads < 1) return STRATA_ERROR_INVALID_VALUE;
+  if (tile.rpt < 1 || tile.threads < 1 || tile.flags < 0 || tile.flags > 7) return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, tile}, stream);
 }
 
