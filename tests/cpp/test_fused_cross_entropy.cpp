@@ -520,7 +520,7 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     EXPECT_EQ(a.logits.storage, b.logits.storage) << impl;
     EXPECT_EQ(a.loss.storage, b.loss.storage) << impl;
     EXPECT_EQ(a.lse.storage, b.lse.storage) << impl;
-    // f32 and bf16 (the bf16-only kernels: cluster_lean*; V = 1000 is a cluster shape in both).
+    // f32 and bf16 (V = 1000 is a cluster shape in both).
     for (int32_t dtype : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}) {
       for (int32_t red : {0, 1, 2}) {
         Fwd c(dtype, 4, 1000, red, 3, 0);

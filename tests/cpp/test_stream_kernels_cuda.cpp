@@ -10,8 +10,11 @@
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -234,10 +237,20 @@ TEST(StreamKernelsCuda, RmsNormGatedManyIterations) {
         y.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, false), 0) << where;
         EXPECT_EQ(y.download(), y3) << "fwd stream flat y differs from the persistent grid " << where;
-        // With the L2 bulk prefetch (cuda.sm90.team_stream_pf; dense rows): the same math, so the same bits.
-        y.poison();
-        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(dp, nullptr, true, true), 0) << where;
-        EXPECT_EQ(y.download(), y3) << "fwd stream pf y differs from the persistent grid " << where;
+        // The tiled bulk-copy forward (cuda.sm90.team_tma; dense rows): the same row math, so the same bits, in
+        // several tile shapes (60001 rows: a partial last tile; teams that walk several rows of their tile).
+        // flags: L2 evict-first stores (1) / loads (2), rstd through shared memory (4).
+        for (const norm::RmsNormGatedTmaTile tile :
+             {norm::RmsNormGatedTmaTile{}, norm::RmsNormGatedTmaTile{16, 64, 0}, norm::RmsNormGatedTmaTile{32, 64, 3},
+              norm::RmsNormGatedTmaTile{7, 32, 4}, norm::RmsNormGatedTmaTile{16, 128, 7},
+              norm::RmsNormGatedTmaTile{8, 64, 5}}) {
+          y.poison();
+          rstd.poison();
+          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_tma(dp, nullptr, tile), 0) << where;
+          EXPECT_EQ(y.download(), y3) << "fwd tma y differs from the streaming kernel " << where << " rpt " << tile.rpt
+                                      << " threads " << tile.threads << " flags " << tile.flags;
+          EXPECT_LE(rstd.rel_rms_vs_host(), 1e-5) << "fwd tma rstd " << where;
+        }
         // The bulk-copy ring (cuda.sm90.bulk_ring): every CTA walks more tiles than its ring has stages.
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_ring_reject(dp), "") << where;
         y.poison();
@@ -324,27 +337,133 @@ TEST(StreamKernelsCuda, ClippedSwigluInterleavedManyIterations) {
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(dp, nullptr), 0) << where;
       activation::clipped_swiglu_fwd_reference(hp);
       EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd y " << where;
-      // The non-persistent streaming kernel (cuda.sm90.stream_wide): 100003 rows, a partial last tile.
-      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide_reject(dp), "") << where;
-      y.poison();
-      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream_wide(dp, nullptr), 0) << where;
-      EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd stream_wide y " << where;
-      // The bulk-copy ring (cuda.sm90.bulk_ring) and its variant without a block barrier per stage
-      // (cuda.sm90.bulk_ring_lastout), both layouts: every CTA walks more tiles than its ring has stages.
-      for (bool lastout : {false, true})
-        for (bool inter : {true, false}) {
-          dp.interleaved = hp.interleaved = inter;
-          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << where;
+      // The bulk-copy ring (cuda.sm90.bulk_ring) and the tiled bulk-copy kernel (cuda.sm90.tile_tma, in three tile
+      // shapes: 100003 rows, a partial last tile; rows of 2I = 512 elements, 8 or 16 rows per tile), both layouts:
+      // every ring CTA walks more tiles than its ring has stages. The tiled kernel computes the ring's chunk math,
+      // so the same bits.
+      for (bool inter : {true, false}) {
+        dp.interleaved = hp.interleaved = inter;
+        const std::string w2 = where + (inter ? " interleaved" : " split");
+        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring_reject(dp), "") << w2;
+        y.poison();
+        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr), 0) << w2;
+        activation::clipped_swiglu_fwd_reference(hp);
+        EXPECT_LE(y.rel_rms_vs_host(), tol(dt)) << "fwd ring y " << w2;
+        const std::vector<uint8_t> ring_bits = y.download();
+        ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma_reject(dp), "") << w2;
+        for (const activation::ClippedSwigluTmaTile tile :
+             {activation::ClippedSwigluTmaTile{}, activation::ClippedSwigluTmaTile{16384, 256, 3},
+              activation::ClippedSwigluTmaTile{3000, 64, 1}}) {
           y.poison();
-          ASSERT_EQ(lastout ? activation::clipped_swiglu_fwd_cuda_ring_lastout(dp, nullptr)
-                            : activation::clipped_swiglu_fwd_cuda_ring(dp, nullptr),
-                    0)
-              << where;
-          activation::clipped_swiglu_fwd_reference(hp);
-          EXPECT_LE(y.rel_rms_vs_host(), tol(dt))
-              << "fwd ring y " << where << (inter ? " interleaved" : " split") << (lastout ? " lastout" : "");
+          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(dp, nullptr, tile), 0) << w2;
+          EXPECT_EQ(y.download(), ring_bits) << "fwd tile_tma y differs from the ring " << w2 << " x_bytes "
+                                             << tile.x_bytes << " threads " << tile.threads << " flags " << tile.flags;
         }
+      }
     }
+}
+
+// ---- timing of the tiled bulk-copy forwards (session 9) against the defaults, at the bench shapes ----
+// Queued calls (20 back to back between CUDA events, median of 5 loops), inputs by cudaMemset (bf16 0x3c3c ~
+// 0.0115), the tile shapes of each kernel swept; floor = bytes / 4.22 TB/s (PERF_TARGETS). Prints one line per
+// case ("[fused tma timing] ..."); bench/fused_mix_probe.py times the same defaults beside copy probes.
+double queued_ms(const std::function<int()>& call) {
+  for (int i = 0; i < 3; ++i)
+    if (call() != 0) return -1.0;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> t;
+  for (int loop = 0; loop < 5; ++loop) {
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; ++i) call();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms / 20.0);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  constexpr double kFloorTBs = 4.22;
+  auto line = [&](const char* what, double bytes, const std::string& name, double ms) {
+    EXPECT_GT(ms, 0.0) << what << " " << name;
+    std::printf("[fused tma timing] %s: %-34s %.4f ms  %.3f x floor\n", what, name.c_str(), ms,
+                ms / (bytes / (kFloorTBs * 1e12) * 1e3));
+  };
+  {  // rms_norm_gated forward bf16 [1048576, 128] G = 128 norm_before_gate silu, weight f32
+    const int64_t rows = 1048576, D = 128;
+    void *x, *z, *y, *rstd, *w;
+    ASSERT_EQ(cudaMalloc(&x, rows * D * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&z, rows * D * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&y, rows * D * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&rstd, rows * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&w, D * 4), cudaSuccess);
+    cudaMemset(x, 0x3c, rows * D * 2), cudaMemset(z, 0x3c, rows * D * 2), cudaMemset(w, 0, D * 4);
+    norm::RmsNormGatedFwdParams p;
+    p.x = x, p.z = z, p.y = y, p.rstd = rstd, p.weight = w;
+    p.x_dtype = STRATA_DTYPE_BF16, p.w_dtype = p.b_dtype = p.rstd_dtype = STRATA_DTYPE_F32;
+    p.rows = rows, p.D = D, p.group = D, p.eps = 1e-6f, p.norm_before_gate = true, p.act = norm::kActSilu;
+    p.x_rows = p.z_rows = p.y_rows = dense(rows, D);
+    p.rstd_rows = dense(rows, 1);
+    p.w_row = p.b_row = one_row();
+    const double bytes = 3.0 * rows * D * 2 + rows * 4.0;
+    const char* what = "rms_norm_gated fwd bf16 [1048576, 128]";
+    line(what, bytes, "team_stream", queued_ms([&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }));
+    for (const norm::RmsNormGatedTmaTile tile :
+         {norm::RmsNormGatedTmaTile{16, 128, 0}, norm::RmsNormGatedTmaTile{16, 128, 1},
+          norm::RmsNormGatedTmaTile{16, 128, 2}, norm::RmsNormGatedTmaTile{16, 128, 3},
+          norm::RmsNormGatedTmaTile{16, 128, 4}, norm::RmsNormGatedTmaTile{16, 128, 5},
+          norm::RmsNormGatedTmaTile{16, 128, 7}, norm::RmsNormGatedTmaTile{8, 64, 0}, norm::RmsNormGatedTmaTile{8, 64, 5},
+          norm::RmsNormGatedTmaTile{32, 256, 0}, norm::RmsNormGatedTmaTile{32, 256, 5}, norm::RmsNormGatedTmaTile{8, 128, 0},
+          norm::RmsNormGatedTmaTile{8, 128, 5}, norm::RmsNormGatedTmaTile{16, 64, 0}})
+      line(what, bytes,
+           "team_tma rpt " + std::to_string(tile.rpt) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
+           queued_ms([&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, tile); }));
+    for (void* q : {x, z, y, rstd, w}) cudaFree(q);
+  }
+  {  // clipped_swiglu forward bf16 [32768, 2 x 2880] interleaved, GPT-OSS constants
+    const int64_t rows = 32768, I = 2880;
+    void *x, *y;
+    ASSERT_EQ(cudaMalloc(&x, rows * 2 * I * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&y, rows * I * 2), cudaSuccess);
+    cudaMemset(x, 0x3c, rows * 2 * I * 2);
+    activation::ClippedSwigluFwdParams p;
+    p.x = x, p.y = y, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
+    p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
+    const double bytes = 3.0 * rows * I * 2;
+    const char* what = "clipped_swiglu fwd bf16 [32768, 2 x 2880]";
+    line(what, bytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }));
+    line(what, bytes, "pairwise stream", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr); }));
+    for (const activation::ClippedSwigluTmaTile tile :
+         {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
+          activation::ClippedSwigluTmaTile{8192, 256, 2}, activation::ClippedSwigluTmaTile{8192, 256, 3},
+          activation::ClippedSwigluTmaTile{24000, 256, 1}, activation::ClippedSwigluTmaTile{24000, 256, 3}})
+      line(what, bytes,
+           "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
+           queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, tile); }));
+    // DeepSeek-V4's split layout [32768, 2 x 2048] (limit 10, alpha 1, bias 0), in the same buffers.
+    activation::ClippedSwigluFwdParams q = p;
+    q.I = 2048, q.interleaved = false, q.alpha = 1.f, q.limit = 10.f, q.bias = 0.f;
+    q.x_rows = dense(rows, 2 * q.I), q.y_rows = dense(rows, q.I);
+    const double qbytes = 3.0 * rows * q.I * 2;
+    const char* qwhat = "clipped_swiglu fwd bf16 [32768, 2 x 2048] split";
+    line(qwhat, qbytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(q, nullptr); }));
+    for (const activation::ClippedSwigluTmaTile tile :
+         {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
+          activation::ClippedSwigluTmaTile{8192, 256, 3}})
+      line(qwhat, qbytes,
+           "tile_tma x_bytes " + std::to_string(tile.x_bytes) + " threads " + std::to_string(tile.threads) + " flags " +
+               std::to_string(tile.flags),
+           queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_tma(q, nullptr, tile); }));
+    cudaFree(x), cudaFree(y);
+  }
 }
 
 }  // namespace

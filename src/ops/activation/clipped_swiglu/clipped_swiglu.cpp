@@ -1,7 +1,7 @@
 // clipped_swiglu: definition, validation, implementation lists and plans (ops_fused.md §8; README.md).
 // Forward tensors {x, probs, y}; backward tensors {x, probs, dy, dx, dprobs}.
 // Implementations, in dispatch order: forward cuda.sm90.bulk_ring (where it applies), then both directions
-// cuda.sm90.pairwise (forward: then cuda.sm90.bulk_ring_lastout, cuda.sm90.stream_wide, forced only), cpu.avx512_bf16 (the AVX3 kernels
+// cuda.sm90.pairwise (forward: then cuda.sm90.tile_tma, forced only), cpu.avx512_bf16 (the AVX3 kernels
 // with native bf16 rounding, on CPUs that have it),
 // cpu.<isa> per compiled Highway target, reference.
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
@@ -22,8 +22,7 @@ constexpr const char* kFwd = "clipped_swiglu_fwd";
 constexpr const char* kBwd = "clipped_swiglu_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.pairwise";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
-constexpr const char* kCudaRingLastoutImpl = "cuda.sm90.bulk_ring_lastout";
-constexpr const char* kCudaStreamWideImpl = "cuda.sm90.stream_wide";
+constexpr const char* kCudaTmaImpl = "cuda.sm90.tile_tma";
 
 struct FwdProblem {
   ClippedSwigluFwdParams params;
@@ -120,29 +119,17 @@ const ImplList<FwdProblem>& fwd_impls() {
                                  return static_cast<strata_status>(
                                      clipped_swiglu_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
                                }});
-    // Session 8, forced only until the H200 has timed it (after pairwise, so never dispatched): the ring
-    // without a block barrier per stage (the last thread out of a stage refills it). Same conditions.
-    list.insert(list.begin() + 2, {kCudaRingLastoutImpl,
+    // Session 9, forced only until the H200 has timed it (after pairwise, so never dispatched): short-lived
+    // blocks whose x rows and y tile the copy engine moves. Unaligned rows at run time run pairwise's kernels.
+    list.insert(list.begin() + 2, {kCudaTmaImpl,
                                    [](const FwdProblem& p) {
                                      std::string r = reject_unless_cuda(p.device, 90);
-                                     return r.empty() ? clipped_swiglu_fwd_cuda_ring_reject(p.params) : r;
+                                     return r.empty() ? clipped_swiglu_fwd_cuda_tma_reject(p.params) : r;
                                    },
                                    {},
                                    [](const FwdProblem& p, const Launch& launch) {
                                      return static_cast<strata_status>(
-                                         clipped_swiglu_fwd_cuda_ring_lastout(bind(p, launch), launch.cuda_stream));
-                                   }});
-    // Session 8, forced only: a non-persistent streaming kernel for dense interleaved rows (one tile of 8 x 16
-    // bytes per thread per CTA); unaligned rows at run time run pairwise's kernels.
-    list.insert(list.begin() + 3, {kCudaStreamWideImpl,
-                                   [](const FwdProblem& p) {
-                                     std::string r = reject_unless_cuda(p.device, 90);
-                                     return r.empty() ? clipped_swiglu_fwd_cuda_stream_wide_reject(p.params) : r;
-                                   },
-                                   {},
-                                   [](const FwdProblem& p, const Launch& launch) {
-                                     return static_cast<strata_status>(
-                                         clipped_swiglu_fwd_cuda_stream_wide(bind(p, launch), launch.cuda_stream));
+                                         clipped_swiglu_fwd_cuda_tma(bind(p, launch), launch.cuda_stream));
                                    }});
 #endif
     return list;

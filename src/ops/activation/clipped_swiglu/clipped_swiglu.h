@@ -102,14 +102,18 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p);
 int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream);
-// The same ring without a block barrier per stage: the last thread out of a stage refills it
-// (cuda.sm90.bulk_ring_lastout, forced only until timed; same conditions).
-int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream);
-// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, forced only until timed):
-// "" if a plan with these params may take it (f32/bf16/f16, interleaved, I % 8 == 0, dense rows), else why not;
-// at run time rows that are not 16-byte aligned run clipped_swiglu_fwd_cuda.
-std::string clipped_swiglu_fwd_cuda_stream_wide_reject(const ClippedSwigluFwdParams& p);
-int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream);
+// The tiled bulk-copy forward (cuda.sm90.tile_tma, session 9): short-lived blocks, each owning whole x rows of
+// about `x_bytes` that the copy engine loads, and the y tile it stores, `threads` threads at most. "" if a plan
+// may take it (the ring's conditions and x rows of at most 30 KiB), else why not; at run time rows that are not
+// 16-byte aligned run clipped_swiglu_fwd_cuda. The default tile is the impl's.
+// flags: bit 0 stores y with an L2 evict-first policy, bit 1 loads x with it.
+struct ClippedSwigluTmaTile {
+  int64_t x_bytes = 8 * 1024;
+  int threads = 128;
+  int flags = 0;
+};
+std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p);
+int clipped_swiglu_fwd_cuda_tma(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluTmaTile tile = {});
 #endif
 
 }  // namespace strata::activation

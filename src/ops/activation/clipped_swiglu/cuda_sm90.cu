@@ -192,34 +192,6 @@ __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSw
   }
 }
 
-// Non-persistent streaming forward of dense interleaved rows (cuda.sm90.stream_wide, session 8): the flat
-// vectors of fwd_interleaved_stream, but each CTA takes one tile of kWideU x kBlock vectors (all kWideU loads of a
-// thread issued before any math, 128 bytes of x per thread in flight) and exits; the grid covers every tile, so
-// the block scheduler refills each SM as CTAs finish, as Triton's kernels do (fla's rms_norm_gated forward, such
-// a kernel, ran at the copy rate in s8run1 where the persistent stream kernel ran this op at 1.26 x floor and the
-// bulk ring at 1.15 x).
-constexpr int kWideU = 8;
-
-template <bool F32, bool PROBS>
-__global__ void __launch_bounds__(kBlock) fwd_interleaved_wide(const ClippedSwigluFwdParams p, int64_t nvec,
-                                                               uint32_t vpr) {
-  const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
-  const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
-  char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
-  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * (kWideU * kBlock) + threadIdx.x;
-  uint4 cur[kWideU];
-#pragma unroll
-  for (int u = 0; u < kWideU; ++u) {
-    const int64_t v = v0 + u * kBlock;
-    if (v < nvec) cur[u] = cuda::ld_stream(x + v * 16);
-  }
-#pragma unroll
-  for (int u = 0; u < kWideU; ++u) {
-    const int64_t v = v0 + u * kBlock;
-    if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
-  }
-}
-
 // Bulk-copy ring forward (implementation cuda.sm90.bulk_ring): equally spaced rows (x rows of 2I, y rows of
 // I elements, unit column strides, 16-byte aligned row starts, I % 8 == 0), either layout. The flat streaming
 // kernel above keeps kStreamU x 16 bytes per thread in flight and ran the GPT-OSS shape at 1.23 x floor
@@ -289,20 +261,15 @@ __device__ __forceinline__ void ring_pairs(const unsigned char* row, uint32_t I,
 }
 
 // DT: x's dtype as a template value (a run-time one made every unpack and pack a branch per 32-bit word).
-// LASTOUT (cuda.sm90.bulk_ring_lastout, session 8): no __syncthreads per stage. Each thread, done with a stage,
-// adds 1 to the stage's counter in shared memory (acq_rel, CTA scope: its reads of the stage are ordered before
-// it); the thread that brings the u-th use of the stage to (u + 1) x kBlock is the last one out and refills the
-// stage (its acquire orders every thread's reads before its proxy fence and the bulk copy). The other threads
-// go straight on to the next stage, which has landed unless the ring ran dry: no thread waits for the slowest
-// one of the CTA at every stage (with 720 chunks of a 2-row tile over 256 threads, 2 or 3 chunks each) or for a
-// block barrier. A thread can be at most one use of a stage ahead: the refill needs every thread's arrival.
-template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT = false>
+// (Session 8's barrier-free variant, where the last thread out of a stage refilled it, ran at the same time as
+// this kernel in s8run2's ncu, 147.0 against 147.4 us: the block barrier per stage is not what holds the ring;
+// removed in session 9.)
+template <int32_t DT, bool INTER, bool PROBS>
 __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdParams p, const RingGeom g) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   constexpr uint32_t es = F32 ? 4 : 2;
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kRingMaxStages];
-  __shared__ uint32_t out_count[kRingMaxStages];  // LASTOUT: arrivals of every thread, all uses of the stage
   constexpr int32_t dt = DT;
   const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;  // chunks of 8 outputs per row
   // Thread t takes the tile's chunks t, t + kBlock, ... (flat over (tile row, chunk)); their (row, chunk) are
@@ -314,10 +281,10 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
   const char* xb = static_cast<const char*>(p.x);
   char* yb = static_cast<char*>(p.y);
   if (threadIdx.x == 0)
-    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1), out_count[s] = 0;
+    for (int s = 0; s < g.stages; ++s) cuda::mbar_init(&full[s], 1);
   __syncthreads();
   auto rows_of_tile = [&](int64_t r0) { return p.rows - r0 < g.tr ? static_cast<int>(p.rows - r0) : g.tr; };
-  auto issue = [&](int64_t k) {  // thread 0 (LASTOUT: the stage's last thread out; thread 0 for the first fills)
+  auto issue = [&](int64_t k) {  // thread 0
     const int s = static_cast<int>(k % g.stages);
     const int64_t r0 = (blockIdx.x + k * gridDim.x) * g.tr;
     const int n = rows_of_tile(r0);
@@ -363,18 +330,8 @@ __global__ void __launch_bounds__(kBlock, 1) fwd_ring(const ClippedSwigluFwdPara
       c += dc, rr += dr;
       if (c >= cpr) c -= cpr, ++rr;
     }
-    if constexpr (LASTOUT) {
-      uint32_t before;
-      asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;"
-                   : "=r"(before)
-                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(&out_count[s])))
-                   : "memory");
-      const uint32_t done = before + 1u;
-      if (done == static_cast<uint32_t>(k / g.stages + 1) * kBlock && k + g.stages < my_n) issue(k + g.stages);
-    } else {
-      __syncthreads();  // every thread is done reading stage s
-      if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
-    }
+    __syncthreads();  // every thread is done reading stage s
+    if (threadIdx.x == 0 && k + g.stages < my_n) issue(k + g.stages);
   }
 }
 
@@ -479,15 +436,6 @@ strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, u
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
 }
 
-template <bool F32, bool PROBS>
-strata_status launch_fwd_wide(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
-  const int64_t per = static_cast<int64_t>(kWideU) * kBlock;
-  const int64_t grid = (nvec + per - 1) / per;
-  if (grid > 0x7fffffffLL) return fail(STRATA_ERROR_UNSUPPORTED, "clipped_swiglu_fwd: {} vectors exceed one CUDA grid", nvec);
-  fwd_interleaved_wide<F32, PROBS><<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);
-  return cuda::check_launch("clipped_swiglu fwd_interleaved_wide");
-}
-
 // Plan-time part of the ring's conditions ("" if it applies).
 std::string ring_reject(const ClippedSwigluFwdParams& p) {
   if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
@@ -500,7 +448,7 @@ std::string ring_reject(const ClippedSwigluFwdParams& p) {
   return {};
 }
 
-template <int32_t DT, bool INTER, bool PROBS, bool LASTOUT>
+template <int32_t DT, bool INTER, bool PROBS>
 strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   constexpr bool F32 = DT == STRATA_DTYPE_F32;
   RingGeom g;
@@ -511,7 +459,7 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   g.stages = static_cast<int>(std::clamp<size_t>(kRingBudget / stage, 2, kRingMaxStages));
   g.dense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const size_t smem = stage * g.stages;
-  const auto kernel = fwd_ring<DT, INTER, PROBS, LASTOUT>;
+  const auto kernel = fwd_ring<DT, INTER, PROBS>;
   static cuda::RingLaunchCache cache;
   int occ = 1;
   STRATA_RETURN_IF_ERROR(cuda::ring_occupancy(kernel, kBlock, smem, kRingSmemCap, cache, &occ));
@@ -522,27 +470,135 @@ strata_status launch_fwd_ring(const ClippedSwigluFwdParams& p, cudaStream_t s) {
   return cuda::check_launch("clipped_swiglu fwd_ring");
 }
 
-template <int32_t DT, bool LASTOUT>
+template <int32_t DT>
 strata_status launch_fwd_ring_dt(const ClippedSwigluFwdParams& p, cudaStream_t s) {
-  if (p.probs)
-    return p.interleaved ? launch_fwd_ring<DT, true, true, LASTOUT>(p, s) : launch_fwd_ring<DT, false, true, LASTOUT>(p, s);
-  return p.interleaved ? launch_fwd_ring<DT, true, false, LASTOUT>(p, s) : launch_fwd_ring<DT, false, false, LASTOUT>(p, s);
+  if (p.probs) return p.interleaved ? launch_fwd_ring<DT, true, true>(p, s) : launch_fwd_ring<DT, false, true>(p, s);
+  return p.interleaved ? launch_fwd_ring<DT, true, false>(p, s) : launch_fwd_ring<DT, false, false>(p, s);
 }
 
-template <bool LASTOUT>
-int fwd_ring_any(const ClippedSwigluFwdParams& p, void* stream) {
-  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
-  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
-    return clipped_swiglu_fwd_cuda(p, stream);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (p.x_dtype) {
-    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32, LASTOUT>(p, s);
-    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16, LASTOUT>(p, s);
-    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16, LASTOUT>(p, s);  // ring_reject: f32 / bf16 / f16 only
+// Tiled bulk-copy forward (cuda.sm90.tile_tma, session 9): the ring's per-chunk math in short-lived blocks, with
+// both directions of the traffic on the copy engine (the scheme of the row norms' TMA forward, which met
+// l2norm's 1.10 x target where persistent grids had lost; s8run2's ncu had every persistent kernel of this op
+// streaming at 77-79 % of the DRAM peak). Block b owns rows [b tr, b tr + n): thread 0 bulk-loads their x rows
+// (one copy for dense rows, else one per row) into shared memory, the threads compute chunks of 8 outputs flat
+// over (tile row, chunk) into a shared y tile, and thread 0 bulk-stores it (one copy for dense y rows, else one
+// per row). No registers hold loads in flight; the block scheduler refills each SM as blocks finish (GPT-OSS
+// [32768, 2 x 2880] bf16: one 11.25 KiB row per block, 5.6 KiB of y, ~12 blocks per SM).
+constexpr int64_t kTmaMaxSmem = 48 * 1024;       // no opt-in
+constexpr int64_t kTmaMaxRowBytes = 30 * 1024;   // x row + y row (1.5 x) + header within kTmaMaxSmem
+constexpr int kTmaMaxSparseRows = 32;            // rows per tile when x or y rows are not dense (a copy per row)
+
+template <int32_t DT, bool INTER, bool PROBS>
+__global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdParams p, int tr, bool xdense,
+                                                       bool ydense, int flags) {
+#if __CUDA_ARCH__ >= 900
+  constexpr bool F32 = DT == STRATA_DTYPE_F32;
+  constexpr uint32_t es = F32 ? 4 : 2;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
+  const uint32_t I = static_cast<uint32_t>(p.I), cpr = I / kV;
+  const uint32_t rb = 2 * I * es, yrb = I * es;  // bytes of an x row, a y row
+  unsigned char* xt = smem + 16;
+  unsigned char* yt = xt + static_cast<size_t>(tr) * rb;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * tr;
+  const int n = static_cast<int>(min(static_cast<int64_t>(tr), p.rows - r0));
+  const char* xb = static_cast<const char*>(p.x);
+  char* yb = static_cast<char*>(p.y);
+  if (threadIdx.x == 0) {
+    cuda::mbar_init(bar, 1);
+    cuda::mbar_arrive_expect_tx(bar, static_cast<uint32_t>(n) * rb);
+    const uint64_t pol = (flags & 2) ? cuda::l2_evict_first() : 0;
+    auto load = [&](unsigned char* dst, const char* src, uint32_t bytes) {
+      if (flags & 2) cuda::bulk_g2s_hint(dst, src, bytes, bar, pol);
+      else cuda::bulk_g2s(dst, src, bytes, bar);
+    };
+    if (xdense) {
+      load(xt, xb + ring_row_off(p.x_rows, r0) * es, static_cast<uint32_t>(n) * rb);
+    } else {
+      for (int i = 0; i < n; ++i) load(xt + i * rb, xb + ring_row_off(p.x_rows, r0 + i) * es, rb);
+    }
   }
+  // Thread t takes the tile's chunks t, t + blockDim.x, ... (flat over (tile row, chunk)), (row, chunk) stepped
+  // by (blockDim.x / cpr, blockDim.x % cpr) with one carry.
+  const uint32_t nthr = blockDim.x;
+  const uint32_t row0 = threadIdx.x / cpr, c0 = threadIdx.x - row0 * cpr;
+  const uint32_t dr = nthr / cpr, dc = nthr - dr * cpr;
+  const uint32_t nch = static_cast<uint32_t>(n) * cpr;
+  __syncthreads();  // the barrier is initialised before anyone waits on it
+  cuda::mbar_wait(bar, 0);
+  uint32_t rr = row0, c = c0;
+  for (uint32_t j = threadIdx.x; j < nch; j += nthr) {
+    float A[kV], B[kV], o[kV];
+    ring_pairs<F32, INTER>(xt + rr * rb, I, c, DT, A, B);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) o[e] = vfwd(!F32, A[e], B[e], p.alpha, p.limit, p.bias);
+    if constexpr (PROBS) {
+      const float pr = load_one(p.probs, p.probs_dtype, p.probs_rows.row_offset(r0 + rr));
+#pragma unroll
+      for (int e = 0; e < kV; ++e) o[e] *= pr;
+    }
+    unsigned char* dst = yt + rr * yrb + c * (kV * es);
+    if constexpr (F32) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
+                                                  __float_as_uint(o[3]));
+      *reinterpret_cast<uint4*>(dst + 16) = make_uint4(__float_as_uint(o[4]), __float_as_uint(o[5]),
+                                                       __float_as_uint(o[6]), __float_as_uint(o[7]));
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(cuda::pack_half2(DT, o[0], o[1]), cuda::pack_half2(DT, o[2], o[3]),
+                                                  cuda::pack_half2(DT, o[4], o[5]), cuda::pack_half2(DT, o[6], o[7]));
+    }
+    c += dc, rr += dr;
+    if (c >= cpr) c -= cpr, ++rr;
+  }
+  cuda::fence_proxy_async();  // this thread's writes of the y tile before the copy engine reads it
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t pol = (flags & 1) ? cuda::l2_evict_first() : 0;
+    auto store = [&](char* dst, const unsigned char* src, uint32_t bytes) {
+      if (flags & 1) cuda::bulk_s2g_hint(dst, src, bytes, pol);
+      else cuda::bulk_s2g(dst, src, bytes);
+    };
+    if (ydense) {
+      store(yb + ring_row_off(p.y_rows, r0) * es, yt, static_cast<uint32_t>(n) * yrb);
+    } else {
+      for (int i = 0; i < n; ++i) store(yb + ring_row_off(p.y_rows, r0 + i) * es, yt + i * yrb, yrb);
+    }
+    cuda::bulk_commit();
+    cuda::bulk_wait_read();  // the stores have read the tile before the block's shared memory is freed
+  }
+#else
+  __trap();  // sm_90 only (the plan requires it)
+#endif
 }
 
+template <int32_t DT, bool INTER, bool PROBS>
+strata_status launch_fwd_tma(const ClippedSwigluFwdParams& p, ClippedSwigluTmaTile tile, cudaStream_t s) {
+  constexpr int64_t es = DT == STRATA_DTYPE_F32 ? 4 : 2;
+  const int64_t rb = 2 * p.I * es, yrb = p.I * es;
+  const bool xdense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
+  const bool ydense = p.y_rows.nd == 0 || p.y_rows.sizes[0] <= 1 || p.y_rows.strides[0] == p.I;
+  int64_t tr = std::max<int64_t>(1, tile.x_bytes / rb);
+  tr = std::min<int64_t>(tr, (kTmaMaxSmem - 16) / (rb + yrb));  // >= 1: kTmaMaxRowBytes
+  if (!xdense || !ydense) tr = std::min<int64_t>(tr, kTmaMaxSparseRows);
+  tr = std::min<int64_t>(tr, p.rows);
+  const int64_t blocks = (p.rows + tr - 1) / tr;
+  if (blocks > 0x7fffffffLL) return fail(STRATA_ERROR_UNSUPPORTED, "clipped_swiglu_fwd: {} tiles exceed one CUDA grid", blocks);
+  // Threads: whole warps, at most kBlock, as few as keep the rounds over the tile's chunks balanced.
+  const int64_t nch = tr * (p.I / kV), cap = std::min<int64_t>(tile.threads, kBlock);
+  const int64_t rounds = (nch + cap - 1) / cap;
+  const int threads = static_cast<int>(((nch + rounds - 1) / rounds + 31) / 32 * 32);
+  const size_t smem = static_cast<size_t>(16 + tr * (rb + yrb));
+  fwd_tile_tma<DT, INTER, PROBS><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p, static_cast<int>(tr), xdense,
+                                                                                     ydense, tile.flags);
+  return cuda::check_launch("clipped_swiglu fwd_tile_tma");
+}
+
+template <int32_t DT>
+strata_status launch_fwd_tma_dt(const ClippedSwigluFwdParams& p, ClippedSwigluTmaTile tile, cudaStream_t s) {
+  if (p.probs)
+    return p.interleaved ? launch_fwd_tma<DT, true, true>(p, tile, s) : launch_fwd_tma<DT, false, true>(p, tile, s);
+  return p.interleaved ? launch_fwd_tma<DT, true, false>(p, tile, s) : launch_fwd_tma<DT, false, false>(p, tile, s);
+}
 }  // namespace
 
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
@@ -590,36 +646,38 @@ int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream) {
 
 std::string clipped_swiglu_fwd_cuda_ring_reject(const ClippedSwigluFwdParams& p) { return ring_reject(p); }
 
-std::string clipped_swiglu_fwd_cuda_stream_wide_reject(const ClippedSwigluFwdParams& p) {
-  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
-    return "handles f32/bf16/f16 x only";
-  if (!p.interleaved || p.I % kV != 0) return "needs the interleaved layout and I % 8 == 0";
-  if (!dense_rows(p.x_rows, 2 * p.I) || !dense_rows(p.y_rows, p.I)) return "needs dense rows (x 2I, y I apart)";
+int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) {
+  if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  // Pointers are known only now: rows that are not 16-byte aligned take clipped_swiglu_fwd_cuda's kernels.
+  if (!ring_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) || !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
+    return clipped_swiglu_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_ring_dt<STRATA_DTYPE_F32>(p, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
+    default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
+  }
+}
+
+std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p) {
+  std::string r = ring_reject(p);
+  if (!r.empty()) return r;
+  if (2 * p.I * static_cast<int64_t>(dtype_size(p.x_dtype)) > kTmaMaxRowBytes) return "needs x rows of at most 30 KiB";
   return {};
 }
 
-int clipped_swiglu_fwd_cuda_stream_wide(const ClippedSwigluFwdParams& p, void* stream) {
+int clipped_swiglu_fwd_cuda_tma(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluTmaTile tile) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  // Dense interleaved rows only (the same test as clipped_swiglu_fwd_cuda's streaming kernel); anything else, and
-  // probs with more than 2^32 vectors (32-bit row index), runs clipped_swiglu_fwd_cuda.
-  if (!(p.interleaved && p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows) &&
-        dense_rows(p.x_rows, 2 * p.I) && dense_rows(p.y_rows, p.I)) ||
-      (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16))
+  if (tile.x_bytes < 1 || tile.threads < 32 || tile.flags < 0 || tile.flags > 3) return STRATA_ERROR_INVALID_VALUE;
+  if (!clipped_swiglu_fwd_cuda_tma_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) ||
+      !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
     return clipped_swiglu_fwd_cuda(p, stream);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const bool f32 = p.x_dtype == STRATA_DTYPE_F32;
-  const int64_t vpr = 2 * p.I / (f32 ? 4 : 8), nvec = p.rows * vpr;
-  if (p.probs && nvec > 0xffffffffLL) return clipped_swiglu_fwd_cuda(p, stream);
-  if (f32) return p.probs ? launch_fwd_wide<true, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                          : launch_fwd_wide<true, false>(p, nvec, 1, s);
-  return p.probs ? launch_fwd_wide<false, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                 : launch_fwd_wide<false, false>(p, nvec, 1, s);
-}
-
-int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) { return fwd_ring_any<false>(p, stream); }
-
-int clipped_swiglu_fwd_cuda_ring_lastout(const ClippedSwigluFwdParams& p, void* stream) {
-  return fwd_ring_any<true>(p, stream);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: return launch_fwd_tma_dt<STRATA_DTYPE_F32>(p, tile, s);
+    case STRATA_DTYPE_BF16: return launch_fwd_tma_dt<STRATA_DTYPE_BF16>(p, tile, s);
+    default: return launch_fwd_tma_dt<STRATA_DTYPE_F16>(p, tile, s);
+  }
 }
 
 }  // namespace strata::activation

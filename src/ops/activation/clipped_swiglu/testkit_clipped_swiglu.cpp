@@ -255,16 +255,13 @@ class ClippedSwigluHarness final : public OpHarness {
     // PERF_TARGETS: GPT-OSS N = 32768 rows, interleaved 2 x 2880; DeepSeek-V4-Flash split [rows, 4096].
     out.push_back(bench(device, cuda ? 32768 : 8192, 2880, true, variant_of("gptoss")));
     out.push_back(bench(device, cuda ? 32768 : 8192, 2048, false, variant_of("deepseek")));
-    // CUDA forward: both shapes once more with the previous kernels and session 8's ring variant forced (the
-    // default is the bulk-copy ring; compared in one run).
+    // CUDA forward: both shapes once more with the previous kernels and session 9's tiled bulk-copy kernel forced
+    // (the default is the bulk-copy ring; compared in one run).
     if (cuda && !bwd_) {
       out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.pairwise"));
       out.push_back(bench(device, 32768, 2048, false, variant_of("deepseek"), "cuda.sm90.pairwise"));
-      // Session 8: the ring without a block barrier per stage (forced only until timed).
-      out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.bulk_ring_lastout"));
-      out.push_back(bench(device, 32768, 2048, false, variant_of("deepseek"), "cuda.sm90.bulk_ring_lastout"));
-      // Session 8: the non-persistent streaming kernel (dense interleaved rows only).
-      out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.stream_wide"));
+      out.push_back(bench(device, 32768, 2880, true, variant_of("gptoss"), "cuda.sm90.tile_tma"));
+      out.push_back(bench(device, 32768, 2048, false, variant_of("deepseek"), "cuda.sm90.tile_tma"));
     }
     return out;
   }

@@ -957,15 +957,11 @@ struct BwdWalk {
     }
   }
 
-  // dx: this row's dx at channel d0 (dx + b * dxs[0] + d0); cu: cu_seqlens pack.
-  __device__ __forceinline__ void step(const Conv1dParams& p, int64_t t, const float (&xin)[V],
-                                       const float (&gin)[V], T* dx, bool silu, bool cu) {
-    if (cu && t < p.T && t >= sq.end) {  // a new sequence starts at t: its window is its initial state or zeros
-      sq = find_sequence(p, b, t);
-      vec_window<T, W, V>(p, b, t, sq, d0, win);
-    }
-    const int id = kRows ? 0 : (t < p.T ? static_cast<int>(sq.n) : -1);
-    float g[V];
+  // The pieces of a token's step, shared by step() and step_fast() (the same arithmetic in the same order, so both
+  // give the same bits). g = dy act'(u) with u recomputed from the window and the token's x (act' = 1 without
+  // SiLU).
+  __device__ __forceinline__ void token_g(const float (&xin)[V], const float (&gin)[V], bool silu,
+                                          float (&g)[V]) const {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       float acc = bias[v];
@@ -977,32 +973,67 @@ struct BwdWalk {
         const float s = sigmoid_t<T>(acc);
         d = s * (1.f + acc * (1.f - s));
       }
-      g[v] = gin[v] * d;  // 0 past the row's end (gin is 0 there; kRows: also if d is not finite)
-      if constexpr (kRows) g[v] = t < p.T ? g[v] : 0.f;
+      g[v] = gin[v] * d;
     }
-    if (t < t1) {
+  }
+  // The tile's dweight / dbias terms of the token.
+  __device__ __forceinline__ void add_terms(const float (&xin)[V], const float (&g)[V]) {
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        dba[v] += g[v];
+    for (int v = 0; v < V; ++v) {
+      dba[v] += g[v];
 #pragma unroll
-        for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
-        dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
+      for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
+      dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
+    }
+  }
+  // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g). kAll: every tap
+  // counts (batch rows, or a run inside one sequence); else only the taps of pos's sequence pid (id: the token's).
+  template <bool kAll>
+  __device__ __forceinline__ void gather(const float (&g)[V], int pid, int id, float (&o)[V]) const {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      float a = 0.f;
+#pragma unroll
+      for (int i = 0; i < W - 1; ++i)
+        if (kAll || gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
+      o[v] = (kAll || id == pid) ? fmaf(w[0][v], g[v], a) : a;
+    }
+  }
+  // The windows move on by one token: x and g of the token enter at the end.
+  __device__ __forceinline__ void shift(const float (&xin)[V], const float (&g)[V]) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+#pragma unroll
+      for (int i = 0; i < W - 2; ++i) {
+        win[i][v] = win[i + 1][v];
+        gw[i][v] = gw[i + 1][v];
       }
+      win[W - 2][v] = xin[v];
+      gw[W - 2][v] = g[v];
     }
-    // dx at pos = t - (W-1): tap W-1-i of the token pos + i, i = 0..W-1 (gw[0..W-2], then g). Only taps of
-    // pos's own sequence count (rows: always; cu_seqlens: up to its end).
+  }
+
+  // dx: this row's dx at channel d0 (dx + b * dxs[0] + d0); cu: cu_seqlens pack.
+  __device__ __forceinline__ void step(const Conv1dParams& p, int64_t t, const float (&xin)[V],
+                                       const float (&gin)[V], T* dx, bool silu, bool cu) {
+    if (cu && t < p.T && t >= sq.end) {  // a new sequence starts at t: its window is its initial state or zeros
+      sq = find_sequence(p, b, t);
+      vec_window<T, W, V>(p, b, t, sq, d0, win);
+    }
+    const int id = kRows ? 0 : (t < p.T ? static_cast<int>(sq.n) : -1);
+    float g[V];
+    token_g(xin, gin, silu, g);  // 0 past the row's end (gin is 0 there; kRows: also if d is not finite)
+    if constexpr (kRows) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) g[v] = t < p.T ? g[v] : 0.f;
+    }
+    if (t < t1) add_terms(xin, g);
+    // Only taps of pos's own sequence count (rows: always; cu_seqlens: up to its end).
     const int64_t pos = t - (W - 1);
     if (pos >= t0) {
       const int pid = kRows ? 0 : (W > 1 ? gid[0] : id);
       float o[V];
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float a = 0.f;
-#pragma unroll
-        for (int i = 0; i < W - 1; ++i)
-          if (kRows || gid[i] == pid) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
-        o[v] = (kRows || id == pid) ? fmaf(w[0][v], g[v], a) : a;
-      }
+      gather<kRows>(g, pid, id, o);
       if (p.dhT) {  // final_state slot j of pos's sequence copied x[pos] when pos is among its last W-1
         const int64_t e = cu ? cu_at(p, pid + 1) : p.T, n = cu ? pid : b;
         const int64_t j = pos - (e - (W - 1));
@@ -1019,16 +1050,7 @@ struct BwdWalk {
       for (int i = 0; i < W - 2; ++i) gid[i] = gid[i + 1];
       gid[W - 2] = id;
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-#pragma unroll
-      for (int i = 0; i < W - 2; ++i) {
-        win[i][v] = win[i + 1][v];
-        gw[i][v] = gw[i + 1][v];
-      }
-      win[W - 2][v] = xin[v];
-      gw[W - 2][v] = g[v];
-    }
+    shift(xin, g);
   }
 
   // step() for a token of the tile's interior (conv_bwd_lean's full chunks): t0 <= t < t1 <= T, and for a
@@ -1036,50 +1058,20 @@ struct BwdWalk {
   // in the current sequence sq, before its last W-1 tokens (conv_bwd_lean's lean_chunk_ok); so there is no
   // row-end, tile-end, sequence or dfinal_state check, and the activation is a compile-time choice.
   // dx[t - (W-1)] is stored at dx + off when `emit` (false for the tile's first W-1 tokens, whose positions
-  // belong to the previous tile). The same arithmetic in the same order as step(). The sequence ids of the
-  // gather window are not tracked here: fast_run_done() sets them after the run.
+  // belong to the previous tile). The same pieces as step(), so the same bits. The sequence ids of the gather
+  // window are not tracked here: fast_run_done() sets them after the run.
   template <bool SILU>
   __device__ __forceinline__ void step_fast(const float (&xin)[V], const float (&gin)[V], T* dx, int64_t off,
                                             bool emit) {
     float g[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      float acc = bias[v];
-#pragma unroll
-      for (int k = 0; k < W - 1; ++k) acc = fmaf(w[k][v], win[k][v], acc);
-      acc = fmaf(w[W - 1][v], xin[v], acc);
-      if constexpr (SILU) {
-        const float s = sigmoid_t<T>(acc);
-        g[v] = gin[v] * (s * (1.f + acc * (1.f - s)));
-      } else {
-        g[v] = gin[v] * 1.f;
-      }
-      dba[v] += g[v];
-#pragma unroll
-      for (int k = 0; k < W - 1; ++k) dwa[k][v] = fmaf(g[v], win[k][v], dwa[k][v]);
-      dwa[W - 1][v] = fmaf(g[v], xin[v], dwa[W - 1][v]);
-    }
+    token_g(xin, gin, SILU, g);
+    add_terms(xin, g);
     if (emit) {
       float o[V];
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        float a = 0.f;
-#pragma unroll
-        for (int i = 0; i < W - 1; ++i) a = fmaf(w[W - 1 - i][v], gw[i][v], a);
-        o[v] = fmaf(w[0][v], g[v], a);
-      }
+      gather<true>(g, 0, 0, o);
       store_vec<T, V>(dx + off, o);
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-#pragma unroll
-      for (int i = 0; i < W - 2; ++i) {
-        win[i][v] = win[i + 1][v];
-        gw[i][v] = gw[i + 1][v];
-      }
-      win[W - 2][v] = xin[v];
-      gw[W - 2][v] = g[v];
-    }
+    shift(xin, g);
   }
 
   // After a run of step_fast tokens (at least W - 1 of them, all in sequence sq; cu_seqlens packs): the g in the

@@ -42,13 +42,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "opbase/dtype.h"
 #include "ops/loss/fused_cross_entropy/cuda_common.cuh"
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
+#include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/fast_math.cuh"
 
@@ -284,11 +284,16 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // no softcap, bf16/f32, the fused forward): cluster_stored_exp, the exponentials of the statistics sweep kept
 // in the slice (sum_store) so that the gradient sweep computes none: per element one conversion, one FFMA and
 // half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
-// statistics sweep, runs the kPieces = 1 gradient).
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+// statistics sweep, runs the kPieces = 1 gradient). kBulk (with kStore; cluster_stored_exp_bulk, session 9): the
+// fused forward's gradient is written over the slice in shared memory (each thread its own vectors, as the
+// exponentials were) and leaves as one bulk copy shared -> global by thread 0, so the SM's load/store path issues
+// one request per CTA instead of ~19 16-byte stores per thread (the row norms' TMA forward met l2norm's target
+// that way where register stores had not).
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kBulk = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
+  static_assert(!kBulk || kStore, "cluster_stored_exp_bulk: the stored-exp kernel's gradient");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -438,7 +443,11 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
         if (!fwd) mbar_wait(&bars[q], phase);  // the forward waited for every piece in its statistics
         if (ignored || bad) {
-          for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
+          if (kBulk && fwd) {
+            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) wbuf[v] = fill;
+          } else {
+            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
+          }
           continue;
         }
         if constexpr (kStore) {
@@ -456,7 +465,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
                 for (int e = 0; e < kVec; ++e)
                   if (e == off) x[e] -= gr.target;
               }
-              dz[v] = pack<T>(x);
+              if constexpr (kBulk) wbuf[v] = pack<T>(x);  // over this thread's own stored exponentials
+              else dz[v] = pack<T>(x);
             }
             continue;
           }
@@ -498,223 +508,18 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       for (int q = 0; q < pieces; ++q) mbar_wait(&bars[q], phase);
     }
     if (pieces > 0) phase ^= 1u;
+    if constexpr (kBulk) {
+      if (grad && fwd) cuda::fence_proxy_async();  // this thread's gradient in the slice before the bulk store reads it
+    }
     __syncthreads();  // the buffer and row_lse are reused by a later row of this CTA
-  }
-  if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// cluster_lean (session 8): the fused forward + gradient of bf16 logits without softcap, as cluster_stored_exp
-// (one bulk copy of the CTA's slice, e = exp(c - m_t) stored over the logits as f16 so the gradient sweep has
-// no exponential) with fewer instructions per element and twice the threads per CTA:
-// * The exponential takes its argument from one FFMA in base 2: e = 2^(sl z - ml), sl = s log2(e), ml = sl zx
-//   (zx: the thread's extreme raw logit, so ml is its maximum in base 2), where cluster_stored_exp spent an FFMA
-//   and an FMUL. ml is sl zx rounded, so every e carries the same factor 2^r, r = sl zx - ml (the rounding
-//   residual, exact from one FMA, |r| <= half an ulp of ml), and m = s zx is rounded too; the thread's sum and
-//   its gradient coefficient are multiplied once per row by 2^-r exp(s zx - m) (both residuals exact from one
-//   FMA), so neither rounding enters the results (logits of 1e4: ml ~ 1.4e4, whose half-ulp would otherwise be a
-//   3e-4 relative error of every exponential). What remains is sl's own rounding: a relative error of ~1e-7 in
-//   (c - m) for each exponential (6e-7 at c - m = -20).
-// * No per-vector target test in either sweep: the thread owning the target's vector reads c_y before its
-//   statistics sweep overwrites it, and rewrites that vector's gradient with the target term after its gradient
-//   sweep (a second 16-byte store by the same thread to the same address, ordered after the first).
-// * 32-bit indices in the sweeps, four partial sums, kT threads per CTA (cluster_lean: 512; cluster_lean_256:
-//   256, to time the thread count apart from the instruction trim), a CTA merge by one warp's shuffle tree.
-// The slices are cluster_stored_exp_wide's (~80 KiB: clusters of 4 CTAs of 74 KiB at V = 151936, 3 CTAs per
-// SM, shared-memory carveout set to the maximum). Determinism: fixed per-thread order, fixed shuffle trees,
-// clusters merged in rank order: the same bits every run (a different order from the other kernels).
-constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x on the FMA pipe (cluster_lean_poly): x = n + f, n = round(x) by the 1.5 * 2^23 trick, f in [-1/2, 1/2],
-// 2^f by a degree-5 polynomial (coefficients fitted here for relative error: at most 2.3e-7 evaluated in f32 over
-// [-1/2, 1/2], as ex2.approx's ~2^-22), times 2^n built in the exponent field. 10 FMA-pipe instructions instead
-// of one MUFU.EX2: the statistics sweep issues 8 MUFU (8 cycles each per warp on an SM sub-partition) against ~43
-// other instructions per 8 logits, so it waits on the MUFU pipe; taking one exponential in 8 off it balances the
-// two (MUFU 56 cycles, issue ~52 per warp and vector). x is clamped below at -125 (2^-125 instead of a result of
-// 0 or a denormal: nothing stored as f16 or added to a sum >= 1 can see it); NaN propagates (max.NaN, then the
-// product).
-__device__ __forceinline__ float ex2_poly(float x) {
-  x = cuda::fmax_nan(x, -125.f);
-  const float t = x + 12582912.f;  // 1.5 * 2^23: the low mantissa bits of t hold round(x)
-  const float f = x - (t - 12582912.f);
-  float q = 1.3278165133669972e-3f;
-  q = fmaf(q, f, 9.675555862486362e-3f);
-  q = fmaf(q, f, 5.5507078766822815e-2f);
-  q = fmaf(q, f, 2.4022118747234344e-1f);
-  q = fmaf(q, f, 6.931469440460205e-1f);
-  q = fmaf(q, f, 1.0000001192092896f);
-  // 2^n: (n + 127) << 23 = (bits(t) << 23) + (127 << 23) mod 2^32 (the high bits of t shift out).
-  const float two_n = __int_as_float(static_cast<int>((__float_as_uint(t) << 23) + 0x3f800000u));
-  return q * two_n;
-}
-
-template <int kT, bool kPoly = false>
-__global__ void __launch_bounds__(kT, 3) ce_lean_rows(const CeParams p, int C, int64_t slice) {
-  constexpr int kWarpsT = kT / 32;
-  static_assert(kT % 32 == 0 && kWarpsT <= 32, "kT: whole warps, at most 32");
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t bar;
-  __shared__ Part warp_part[kWarpsT];
-  __shared__ Part cta_part;  // read by the other CTAs of the cluster
-  __shared__ float row_lse;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int tid = static_cast<int>(threadIdx.x);
-  const CeConsts& k = p.k;
-  const int64_t V = p.V;
-  const bool neg = k.scale < 0.f;
-  const bool smooth = k.eps != 0.f;
-  const float sl = k.scale * kLog2e;
-  const int64_t lo = rank * slice, hi = lo + slice < V ? lo + slice : V;
-  const int64_t n = hi > lo ? hi - lo : 0;  // elements of this CTA's slice (a multiple of 8)
-  const int nv = static_cast<int>(n / 8);   // 16-byte vectors (<= 100 KiB / 16)
-  // Read at once, as cluster_smem does, so that their latency hides behind the first copy. (s8run2 launched these
-  // kernels with programmatic stream serialization and read the slots after griddepcontrol.wait, i.e. on every
-  // CTA's critical path between its statistics and its gradient: all four lean kernels ran 2-5 % slower than
-  // cluster_stored_exp_wide, 1.456-1.493 ms against 1.424, although they issue fewer instructions.)
-  const int64_t count = p.reduction == kCeMean ? *ce_count_slot(p) : 0;
-  const bool grad = *ce_bad_slot(p) == 0;  // a fused forward with any bad target writes no gradient
-  uint4* buf = reinterpret_cast<uint4*>(smem_raw);
-  if (tid == 0) mbar_init(&bar);
-  __syncthreads();
-  uint32_t phase = 0;
-  bool pending = false;  // the cluster barrier "partials read" was arrived at but not yet waited for
-  const int64_t clusters = gridDim.x / C;
-  for (int64_t i = blockIdx.x / C; i < p.N; i += clusters) {
-    const int64_t y = ce_target(p, i);
-    const bool ignored = y == k.ignore_index;
-    const bool bad = !ignored && (y < 0 || y >= V);
-    if (tid == 0 && nv > 0) {
-      // The buffer was last read by the previous row, finished at the __syncthreads ending it.
-      bulk_load(smem_raw, static_cast<const bf16_t*>(p.logits) + i * p.logits_rs + lo,
-                static_cast<uint32_t>(nv) * 16u, &bar);
-    }
-    // The target's vector in this slice and its owner (tv = -1: not this thread's, or not in this slice).
-    const int64_t yv = y - lo;
-    const bool mine = !ignored && !bad && yv >= 0 && yv < n && static_cast<int>(yv / 8) % kT == tid;
-    const int tv = mine ? static_cast<int>(yv / 8) : -1;
-    const int to = mine ? static_cast<int>(yv % 8) : 0;
-    if (nv > 0) mbar_wait(&bar, phase);
-    // Sweep A: the thread's extreme raw logit (max, or min for s < 0).
-    RawExt<bf16_t> ext;
-    ext_init(ext, neg);
-    for (int v = tid; v < nv; v += kT) ext_add(ext, buf[v], neg);
-    const float zx = ext_result(ext, neg);
-    const float m = ce_logit(k, zx);  // the thread's maximum of c (-inf: no element, or all -inf / NaN)
-    float c_y = 0.f;
-    if (tv >= 0) c_y = k.scale * to_f32(reinterpret_cast<const bf16_t*>(smem_raw)[yv]);
-    float s = 0.f, sc = 0.f, fix = 1.f;  // fix = 2^-r exp(s zx - m)
-    if (m == -INFINITY) {
-      // Every element of the thread is -inf or NaN (the max skips NaN): store 0 for -inf (p = 0) and NaN for NaN,
-      // so the gradient is -uniform or NaN there, as in cluster_stored_exp.
-      for (int v = tid; v < nv; v += kT) {
-        float x[8];
-        unpack<bf16_t>(buf[v], x);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) x[e] = x[e] != x[e] ? x[e] : 0.f;
-        buf[v] = pack<f16_t>(x);
-      }
-    } else {
-      // Sweep B: e = 2^(sl z - ml) stored as f16 over the logits, sum e (and sum z with smoothing).
-      const float ml = sl * zx;
-      const float r = fmaf(sl, zx, -ml);
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, c0 = 0.f, c1 = 0.f;
-#pragma unroll 2
-      for (int v = tid; v < nv; v += kT) {
-        float x[8];
-        unpack<bf16_t>(buf[v], x);
-        float ex[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float arg = fmaf(sl, x[e], -ml);
-          ex[e] = kPoly && e == 7 ? ex2_poly(arg) : cuda::ex2_ftz(arg);
-        }
-        a0 += ex[0], a1 += ex[1], a2 += ex[2], a3 += ex[3];
-        a0 += ex[4], a1 += ex[5], a2 += ex[6], a3 += ex[7];
-        if (smooth) {
-          c0 += (x[0] + x[2]) + (x[4] + x[6]);
-          c1 += (x[1] + x[3]) + (x[5] + x[7]);
-        }
-        buf[v] = pack<f16_t>(ex);
-      }
-      // The sum is wanted relative to m = s zx as rounded (the loss takes m - c_y with c_y rounded the same way):
-      // sum e 2^-r is relative to the exact s' zx (s' = sl ln 2), so it is also multiplied by exp(s zx - m), the
-      // rounding residual of m (exact from one FMA). Emulated in f64 for logits of 1e4 and scales 1, 0.7, -0.7:
-      // lse exact to f64 rounding; without that factor off by up to half an ulp of m (4e-4 at m ~ 1.4e4).
-      fix = exp2f(-r) * expf(fmaf(k.scale, zx, -m));
-      s = ((a0 + a1) + (a2 + a3)) * fix;
-      sc = c0 + c1;
-    }
-    Part a{m, s, k.scale * sc, c_y};
-    // Merge: warps (fixed tree), CTA (one warp's fixed tree), cluster (rank order).
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = merge(a, shfl_xor(a, o));
-    if ((tid & 31) == 0) warp_part[tid >> 5] = a;
-    if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partial
-    __syncthreads();
-    if (tid < 32) {
-      Part w = tid < kWarpsT ? warp_part[tid] : Part{-INFINITY, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) w = merge(w, shfl_xor(w, o));
-      if (tid == 0) cta_part = w;
-    }
-    __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
-    __cluster_barrier_wait();
-    if (tid < 32) {
-      // Lane q < C reads rank q's partial; every lane merges them in rank order (the same bits in every CTA).
-      Part mine_p{-INFINITY, 0.f, 0.f, 0.f};
-      if (tid < C) mine_p = *cluster.map_shared_rank(&cta_part, tid);
-      Part r = shfl(mine_p, 0);
-      for (int q = 1; q < C; ++q) r = merge(r, shfl(mine_p, q));
-      if (tid == 0) {
-        CeRowStats st;
-        st.lse.m = r.m;
-        st.lse.s = r.s;
-        st.sum_c = r.sum_c;
-        st.c_y = r.c_y;
-        row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
+    if constexpr (kBulk) {
+      if (grad && fwd && threadIdx.x == 0 && n > 0) {
+        cuda::bulk_s2g(static_cast<T*>(p.dlogits) + i * p.dlogits_rs + lo, smem_raw,
+                       static_cast<uint32_t>(n * static_cast<int64_t>(sizeof(T))));
+        cuda::bulk_commit();
+        cuda::bulk_wait_read();  // the slice is read before the next row's copy overwrites it or the CTA exits
       }
     }
-    __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
-    pending = true;
-    __syncthreads();
-    if (grad) {
-      uint4* dz = reinterpret_cast<uint4*>(static_cast<bf16_t*>(p.dlogits) + i * p.dlogits_rs + lo);
-      if (ignored || bad) {
-        float nan[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) nan[e] = ce_cuda::quiet_nan();
-        const uint4 fill = bad ? pack<bf16_t>(nan) : make_uint4(0u, 0u, 0u, 0u);
-        for (int v = tid; v < nv; v += kT) dz[v] = fill;
-      } else {
-        const CeGradRow gr = ce_grad_row(k, row_lse, ce_upstream(p, i, count));
-        // dz = p_coef exp(c - lse) - uniform = pc e - uniform, pc = p_coef exp(m - lse) fix (0 when m = -inf).
-        const float pc = gr.p_coef * ce_exp(m - gr.lse) * fix;
-#pragma unroll 2
-        for (int v = tid; v < nv; v += kT) {
-          float x[8];
-          unpack<f16_t>(buf[v], x);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) x[e] = fmaf(pc, x[e], -gr.uniform);
-          dz[v] = pack<bf16_t>(x);
-        }
-        if (tv >= 0) {  // the target's vector again, with the target term
-          float x[8];
-          unpack<f16_t>(buf[tv], x);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            x[e] = fmaf(pc, x[e], -gr.uniform);
-            if (e == to) x[e] -= gr.target;
-          }
-          dz[tv] = pack<bf16_t>(x);
-        }
-      }
-    }
-    if (nv > 0) phase ^= 1u;
-    // Every thread orders its own generic-proxy writes of the buffer (the stored exponentials) before the next
-    // row's bulk copy (async proxy) overwrites it; then the buffer and row_lse are free for a later row.
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
   }
   if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
 }
@@ -738,10 +543,10 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kBulk = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kBulk>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -762,69 +567,6 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   return STRATA_SUCCESS;
 }
 
-// Host: clusters of C CTAs of ce_lean_rows<kT> with `smem` bytes that the GPU holds at once
-// (cudaOccupancyMaxActiveClusters), cached per (device, C, smem): cluster_lean_persist launches that many.
-// 0 when the runtime cannot say (then one cluster per row, as cluster_lean).
-template <int kT, bool kPoly>
-int lean_active_clusters(cudaLaunchConfig_t cfg) {
-  static std::atomic<uint64_t> cache{0};  // device + 1 in bits 48.., C in 40..47, smem in 20..39, clusters 0..19
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  const uint64_t want = (static_cast<uint64_t>(dev + 1) << 48) |
-                        (static_cast<uint64_t>(cfg.attrs[0].val.clusterDim.x) << 40) |
-                        (static_cast<uint64_t>(cfg.dynamicSmemBytes) << 20);
-  const uint64_t have = cache.load(std::memory_order_relaxed);
-  if ((have & ~uint64_t{0xfffff}) == want) return static_cast<int>(have & 0xfffff);
-  cfg.gridDim = dim3(cfg.attrs[0].val.clusterDim.x, 1, 1);  // (a whole number of clusters)
-  int n = 0;
-  if (cudaOccupancyMaxActiveClusters(&n, ce_lean_rows<kT, kPoly>, &cfg) != cudaSuccess || n < 1) {
-    (void)cudaGetLastError();
-    n = 0;
-  }
-  n = n > 0xfffff ? 0xfffff : n;
-  cache.store(want | static_cast<uint64_t>(n), std::memory_order_relaxed);
-  return n;
-}
-
-// cluster_lean: ce_lean_rows with kT threads on the wide split (bf16, fused forward, no softcap: lean_runs).
-// persistent: as many clusters as the GPU holds at once, each looping over rows (no CTA launches after the
-// first wave: cluster_lean_persist); else one cluster per row.
-template <int kT, bool kPoly = false>
-strata_status launch_lean(const CeParams& p, const Split& sp, bool persistent, cudaStream_t stream) {
-  const size_t smem = static_cast<size_t>(sp.slice) * sizeof(bf16_t);
-  auto* kernel = ce_lean_rows<kT, kPoly>;
-  // One opt-in value per kernel (the largest slice any split gives), so launches of other sizes never undo it;
-  // all 228 KiB of the SM as shared memory: 3 CTAs of a 74 KiB slice need 226 KiB with their reserved 1 KiB each.
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxSliceBytes)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  cudaLaunchConfig_t cfg = {};
-  cfg.blockDim = dim3(kT, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(sp.C);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
-  const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
-  int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
-  if (persistent) {
-    const int64_t active = lean_active_clusters<kT, kPoly>(cfg);
-    if (active > 0 && active < clusters) clusters = active;
-  }
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
-  return STRATA_SUCCESS;
-}
-
 template <class T, int kPieces>
 strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const bool grad = p.dlogits != nullptr, cap = p.k.softcap_on;
@@ -835,26 +577,19 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
-  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpBulk) &&
+         p.dlogits != nullptr &&
          !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
-}
-
-// The lean kernel runs for the fused forward without softcap of bf16 logits; for everything else the lean kinds
-// are cluster_stored_exp_wide (which is cluster_smem outside its own case).
-bool is_lean(CeSmemKind kind) {
-  return kind == CeSmemKind::kLean || kind == CeSmemKind::kLean256 || kind == CeSmemKind::kLeanPersist ||
-         kind == CeSmemKind::kLeanPoly;
-}
-bool lean_runs(const CeParams& p, CeSmemKind kind) {
-  return is_lean(kind) && p.dlogits != nullptr && !p.backward &&
-         !p.k.softcap_on && p.dtype == STRATA_DTYPE_BF16;
 }
 
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
+    if (stored_exp_runs(p, kind)) {
+      if (kind == CeSmemKind::kStoredExpBulk) return launch<T, true, false, 1, true, true>(p, sp, stream);
+      return launch<T, true, false, 1, true>(p, sp, stream);
+    }
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -880,22 +615,8 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
-    if (lean_runs(p, kind)) {
-      const Split sp = split_of(p.V, p.dtype, kWideSliceBytes);
-      strata_status st;
-      switch (kind) {
-        case CeSmemKind::kLean256: st = launch_lean<256>(p, sp, false, stream); break;
-        case CeSmemKind::kLeanPersist: st = launch_lean<512>(p, sp, true, stream); break;
-        case CeSmemKind::kLeanPoly: st = launch_lean<512, true>(p, sp, false, stream); break;
-        default: st = launch_lean<512>(p, sp, false, stream); break;
-      }
-      STRATA_RETURN_IF_ERROR(st);
-      STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_lean_rows)"));
-      return ce_launch_reduce(p, stream_ptr);
-    }
-    if (is_lean(kind)) kind = CeSmemKind::kStoredExpWide;
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
-    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
+    const bool wide = (kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpBulk) && stored_exp_runs(p, kind);
     const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {

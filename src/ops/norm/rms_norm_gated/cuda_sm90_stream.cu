@@ -16,13 +16,17 @@
 // By our count ~16 instructions per element (PTX) against ~50 in team_packed.
 // team_stream_flat (forced only): the same kernel on a grid that covers the rows once (one row per team, no
 // prefetch; session 4's persistent forward had lost to the one-pass team kernel, so both are timed).
-// team_stream_pf (forced only, session 8): the persistent kernel plus an L2 prefetch: each step, one thread of
-// the block asks the copy engine (cp.async.bulk.prefetch.L2) for the x and z bytes of the block's rows kPfSteps
-// steps ahead. A thread holds one row in flight in registers (32 bytes of x and z: 32 KiB per SM at 1024
-// threads), below what the H200's DRAM needs in flight to stream at full rate (~50 KiB per SM by Little's law at
-// ~4.8 TB/s and ~1.4 us); the prefetched rows are in flight without costing registers, and the register loads
-// of the next row then hit L2. Only for dense rows (row stride D for x and z: the block's rows are one
-// contiguous range); other layouts run the kernel without it.
+// team_tma (session 9): the same row math in short-lived blocks that move their bytes with the copy engine
+// (the scheme of the row norms' TMA forward, src/ops/norm/common/row_norm_cuda_tma.cu, which met l2norm's
+// 1.10 x target where persistent grids had lost): one tile of `rpt` consecutive dense rows per block; thread 0
+// bulk-loads the tile's x and z (cp.async.bulk, one mbarrier), the teams compute their rows from shared memory
+// and write y over x in place, and thread 0 bulk-stores y (cp.async.bulk shared -> global). The SM's load/store
+// units issue two requests in and one out per block instead of one 16-byte access per chunk, and the bytes in
+// flight are the resident blocks' tiles (D = 128 bf16, 16-row tiles: 8 KiB per block, ~24 blocks per SM), not
+// registers. Dense rows only (x, z, y rows exactly D apart); other layouts run the persistent kernel.
+// (Session 8's team_stream_pf, the persistent kernel with an L2 bulk prefetch two steps ahead, was removed in
+// session 9: s8run2 queued it at 0.2204 ms against team_stream's 0.2141 at [1048576, 128], so more bytes in
+// flight through L2 was not what the kernel lacked.)
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -34,6 +38,7 @@
 #include "ops/norm/rms_norm_gated/cuda_common.cuh"
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "runtime/error.h"
+#include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/vec_io.cuh"
 
@@ -47,39 +52,61 @@ constexpr int kStreamBlock = 256;
 // the offsets stay in registers.
 constexpr int kStreamMinBlocks = 4;
 
-// team_stream_pf: how many row steps ahead of the current one the L2 prefetch runs (the registers hold the
-// next step's rows; with 4 blocks of 16 rows per SM, D = 128 bf16, each step prefetches 32 KiB per SM, so
-// ~64 KiB per SM are in flight through the prefetch and ~17 MB of the 60 MB L2 hold prefetched rows).
-constexpr int kPfSteps = 2;
-
-// Prefetch of `bytes` (a multiple of 16, 16-byte aligned address) from global memory into L2 by the copy
-// engine; nothing is written to shared memory or waited for.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
+// team_tma: at most 256 threads per block; the tile (x and z of rpt rows) within 48 KiB of shared memory (no
+// opt-in), after a 16-byte header holding the mbarrier.
+constexpr int kTmaMaxThreads = 256;
+constexpr int kTmaHeader = 16;
+constexpr int64_t kTmaMaxSmem = 48 * 1024;
 
 // One 16-byte store (a uint4 assignment compiled to four 4-byte stores here, nvcc 13).
 __device__ __forceinline__ void st_v4(void* p, const uint32_t (&q)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(q[0]), "r"(q[1]), "r"(q[2]), "r"(q[3])
                : "memory");
 }
+__device__ __forceinline__ void sts_v4(void* p, const uint32_t (&q)[4]) {
+  *static_cast<uint4*>(p) = make_uint4(q[0], q[1], q[2], q[3]);
+}
 
-// PF: team_stream_pf's L2 prefetch (dense rows only: the launch checks x and z have row stride D).
-template <int TPR, bool BF16, bool NBG, bool SILU, bool PF>
-__global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
-    fwd_team_stream(const RmsNormGatedFwdParams p, const VecFlags vf) {
-  constexpr int TB = kStreamBlock / TPR;  // rows (teams) per block per step
+// The per-row math of both kernels for one lane's 8-feature chunk (packed x / z): the group sum over the W lanes
+// of the chunk's group, rs = rstd of the group, and the 8 outputs packed in q. Every lane of the warp runs it
+// (the xor tree shuffles over the whole warp); zero chunks (dead rows, lanes past D) add nothing (x = 0 gives
+// u = 0 in both gate orders).
+template <int TPR, bool BF16, bool NBG, bool SILU>
+__device__ __forceinline__ float team_row(const uint4& xv, const uint4& zv, const float (&w)[kV], const float (&b)[kV],
+                                          int W, float inv_g, float eps, uint32_t (&q)[kV / 2]) {
   constexpr int32_t kDt = BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16;
   constexpr int32_t kAct = SILU ? kActSilu : kActSigmoid;
-  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
-  const int nc = static_cast<int>(p.D / kV);
-  const int W = static_cast<int>(p.group / kV);  // lanes per group: a power of two dividing TPR (host-checked)
-  const bool has = t < nc;
-  const bool gstart = has && (t & (W - 1)) == 0;
-  const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
+  float u[kV], zf[kV];
+  cuda::unpack8(xv, kDt, u);
+  cuda::unpack8(zv, kDt, zf);
+  float part = 0.f;
+  if constexpr (NBG) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) part = fmaf(u[e], u[e], part);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      u[e] *= vact(kAct, true, zf[e]);
+      part = fmaf(u[e], u[e], part);
+    }
+  }
+  // Group sum over W lanes: an xor tree (offsets < W stay inside the group; W divides TPR divides 32).
+#pragma unroll
+  for (int o = TPR / 2; o > 0; o >>= 1)
+    if (o < W) part += __shfl_xor_sync(kFull, part, o);
+  const float rs = cuda::rsqrt_ftz(fmaf(part, inv_g, eps));
+#pragma unroll
+  for (int e = 0; e < kV; e += 2) {
+    float o0 = fmaf(u[e] * rs, w[e], b[e]), o1 = fmaf(u[e + 1] * rs, w[e + 1], b[e + 1]);
+    if constexpr (NBG) o0 *= vact(kAct, true, zf[e]), o1 *= vact(kAct, true, zf[e + 1]);
+    q[e / 2] = cuda::pack_half2(kDt, o0, o1);
+  }
+  return rs;
+}
 
-  // This lane's weight / bias chunk, once (w = 1, b = 0 when absent or past D).
-  float w[kV], b[kV];
+// This lane's weight / bias chunk (w = 1, b = 0 when absent or past D).
+__device__ __forceinline__ void lane_params(const RmsNormGatedFwdParams& p, const VecFlags& vf, int t, bool has,
+                                            float (&w)[kV], float (&b)[kV]) {
   if (has) {
     load_param(p.weight, p.w_dtype, p.w_row, static_cast<int64_t>(t) * kV, vf.w, 1.f, w);
     load_param(p.bias, p.b_dtype, p.b_row, static_cast<int64_t>(t) * kV, vf.b, 0.f, b);
@@ -87,6 +114,20 @@ __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
 #pragma unroll
     for (int e = 0; e < kV; ++e) w[e] = 1.f, b[e] = 0.f;
   }
+}
+
+template <int TPR, bool BF16, bool NBG, bool SILU>
+__global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
+    fwd_team_stream(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  constexpr int TB = kStreamBlock / TPR;  // rows (teams) per block per step
+  const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
+  const int nc = static_cast<int>(p.D / kV);
+  const int W = static_cast<int>(p.group / kV);  // lanes per group: a power of two dividing TPR (host-checked)
+  const bool has = t < nc;
+  const bool gstart = has && (t & (W - 1)) == 0;
+  const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
+  float w[kV], b[kV];
+  lane_params(p, vf, t, has, w, b);
 
   // Element offsets of this thread's chunk in row `row`, advanced by fixed steps (rows equally spaced).
   const int64_t step = static_cast<int64_t>(gridDim.x) * TB;
@@ -107,59 +148,103 @@ __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
   bool live = row < p.rows;
   uint4 xv = live && has ? cuda::ld_stream(x + xo) : zero;
   uint4 zv = live && has ? cuda::ld_stream(z + zo) : zero;
-  // The loop condition is uniform per block (the shuffles below need every lane of the warp).
+  // The loop condition is uniform per block (the shuffles in team_row need every lane of the warp).
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * TB; first < p.rows; first += step) {
-    if constexpr (PF) {
-      // The block's TB rows kPfSteps steps ahead (fewer at the end): x and z, TB * D contiguous elements each.
-      const int64_t pr = first + kPfSteps * step;
-      if (threadIdx.x == 0 && pr < p.rows) {
-        const int64_t n = p.rows - pr < TB ? p.rows - pr : TB;
-        const uint32_t bytes = static_cast<uint32_t>(n * p.D * 2);
-        prefetch_l2_bulk(x + p.x_rows.base + pr * p.D, bytes);
-        prefetch_l2_bulk(z + p.z_rows.base + pr * p.D, bytes);
-      }
-    }
     const bool nlive = row + step < p.rows;
     const uint4 xn = nlive && has ? cuda::ld_stream(x + xo + xs) : zero;
     const uint4 zn = nlive && has ? cuda::ld_stream(z + zo + zs) : zero;
-
-    float u[kV], zf[kV];
-    cuda::unpack8(xv, kDt, u);
-    cuda::unpack8(zv, kDt, zf);
-    // Zero chunks (dead rows, lanes past D) add nothing: x = 0 gives u = 0 in both gate orders.
-    float part = 0.f;
-    if constexpr (NBG) {
-#pragma unroll
-      for (int e = 0; e < kV; ++e) part = fmaf(u[e], u[e], part);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        u[e] *= vact(kAct, true, zf[e]);
-        part = fmaf(u[e], u[e], part);
-      }
-    }
-    // Group sum over W lanes: an xor tree (offsets < W stay inside the group; W divides TPR divides 32).
-#pragma unroll
-    for (int o = TPR / 2; o > 0; o >>= 1)
-      if (o < W) part += __shfl_xor_sync(kFull, part, o);
-    const float rs = cuda::rsqrt_ftz(fmaf(part, inv_g, eps));
-
+    uint32_t q[kV / 2];
+    const float rs = team_row<TPR, BF16, NBG, SILU>(xv, zv, w, b, W, inv_g, eps, q);
     if (live) {
       if (gstart) rstd[so] = rs;
-      if (has) {
-        uint32_t q[kV / 2];
-#pragma unroll
-        for (int e = 0; e < kV; e += 2) {
-          float o0 = fmaf(u[e] * rs, w[e], b[e]), o1 = fmaf(u[e + 1] * rs, w[e + 1], b[e + 1]);
-          if constexpr (NBG) o0 *= vact(kAct, true, zf[e]), o1 *= vact(kAct, true, zf[e + 1]);
-          q[e / 2] = cuda::pack_half2(kDt, o0, o1);
-        }
-        st_v4(y + yo, q);
-      }
+      if (has) st_v4(y + yo, q);
     }
     xv = xn, zv = zn, live = nlive, row += step;
     xo += xs, zo += zs, yo += ys, so += ss;
   }
+}
+
+// team_tma: block b owns rows [b rpt, b rpt + n) (n = rpt but for the last tile). Shared memory: the mbarrier,
+// then x's tile, then z's (rpt * D 16-bit elements each, rows D apart: 16-byte aligned as D % 8 == 0).
+template <int TPR, bool BF16, bool NBG, bool SILU>
+__global__ void __launch_bounds__(kTmaMaxThreads)
+    fwd_team_tma(const RmsNormGatedFwdParams p, const VecFlags vf, int rpt, int flags) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint64_t* bar = reinterpret_cast<uint64_t*>(smem);
+  const uint32_t row_bytes = static_cast<uint32_t>(p.D) * 2u;
+  unsigned char* xt = smem + kTmaHeader;
+  unsigned char* zt = xt + static_cast<size_t>(rpt) * row_bytes;
+  float* rs_tile = reinterpret_cast<float*>(zt + static_cast<size_t>(rpt) * row_bytes);  // flags & 4: [rpt][D / G]
+  const int ng = static_cast<int>(p.D / p.group);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rpt;
+  const int n = static_cast<int>(min(static_cast<int64_t>(rpt), p.rows - r0));
+  const uint32_t bytes = static_cast<uint32_t>(n) * row_bytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    cuda::mbar_init(bar, 1);
+    cuda::mbar_arrive_expect_tx(bar, 2 * bytes);
+    const uint16_t* xs = static_cast<const uint16_t*>(p.x) + p.x_rows.base + r0 * p.D;
+    const uint16_t* zs = static_cast<const uint16_t*>(p.z) + p.z_rows.base + r0 * p.D;
+    if (flags & 2) {
+      const uint64_t pol = cuda::l2_evict_first();
+      cuda::bulk_g2s_hint(xt, xs, bytes, bar, pol);
+      cuda::bulk_g2s_hint(zt, zs, bytes, bar, pol);
+    } else {
+      cuda::bulk_g2s(xt, xs, bytes, bar);
+      cuda::bulk_g2s(zt, zs, bytes, bar);
+    }
+  }
+  // While the copies run: this lane's parameters and column facts.
+  const int t = tid % TPR, team = tid / TPR, nteams = static_cast<int>(blockDim.x) / TPR;
+  const int nc = static_cast<int>(p.D / kV);
+  const int W = static_cast<int>(p.group / kV);
+  const bool has = t < nc;
+  const bool gstart = has && (t & (W - 1)) == 0;
+  const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
+  float w[kV], b[kV];
+  lane_params(p, vf, t, has, w, b);
+  float* rstd = static_cast<float*>(p.rstd);
+  const int64_t scol = p.rstd_rows.base + static_cast<int64_t>(t / W) * p.rstd_rows.col_stride;
+  __syncthreads();  // the barrier is initialised before anyone waits on it
+  cuda::mbar_wait(bar, 0);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Every team runs the same trip count (the shuffles need whole warps); rows past n read zeros.
+  const int trips = (n + nteams - 1) / nteams;
+  for (int j = 0; j < trips; ++j) {
+    const int r = team + j * nteams;
+    const bool live = r < n;
+    const size_t off = static_cast<size_t>(live ? r : 0) * row_bytes + static_cast<size_t>(t) * 16;
+    const uint4 xv = live && has ? cuda::lds16(xt + off) : zero;
+    const uint4 zv = live && has ? cuda::lds16(zt + off) : zero;
+    uint32_t q[kV / 2];
+    const float rs = team_row<TPR, BF16, NBG, SILU>(xv, zv, w, b, W, inv_g, eps, q);
+    if (live) {
+      if (gstart) {
+        if (flags & 4) rs_tile[r * ng + t / W] = rs;
+        else rstd[scol + (r0 + r) * p.rstd_rows.strides[0]] = rs;
+      }
+      if (has) sts_v4(xt + off, q);  // y over x: this lane's own chunk, read above
+    }
+  }
+  cuda::fence_proxy_async();  // this thread's writes of the tile before the copy engine reads it
+  __syncthreads();
+  if (tid == 0) {
+    uint16_t* yd = static_cast<uint16_t*>(p.y) + p.y_rows.base + r0 * p.D;
+    if (flags & 1) cuda::bulk_s2g_hint(yd, xt, bytes, cuda::l2_evict_first());
+    else cuda::bulk_s2g(yd, xt, bytes);
+    cuda::bulk_commit();
+  }
+  if (flags & 4) {  // consecutive threads, consecutive rstd values (one coalesced store per warp for dense rstd)
+    for (int i = tid; i < n * ng; i += static_cast<int>(blockDim.x)) {
+      const int r = i / ng, gi = i - r * ng;
+      rstd[p.rstd_rows.base + (r0 + r) * p.rstd_rows.strides[0] + gi * p.rstd_rows.col_stride] = rs_tile[i];
+    }
+  }
+  if (tid == 0) cuda::bulk_wait_read();  // the store has read the tile before the block's shared memory is freed
+#else
+  __trap();  // sm_90 only (the plan requires it)
+#endif
 }
 
 // Team configuration (TPR) of the streaming forward, 0 if it does not apply.
@@ -176,31 +261,38 @@ int stream_tpr(const RmsNormGatedFwdParams& p) {
   return c.tpr;
 }
 
-// How the kernel is launched: persistent (one wave at the kernel's occupancy, each thread walks many rows),
-// flat (one row per team, a grid that covers the rows once: the forced-only team_stream_flat), or persistent
-// with the L2 prefetch (the forced-only team_stream_pf; dense rows, else plain persistent).
+// How the kernels are launched: persistent (one wave at the kernel's occupancy, each thread walks many rows),
+// flat (one row per team, a grid that covers the rows once: the forced-only team_stream_flat), or tiles
+// (team_tma; tile.rpt rows per block of tile.threads threads; dense rows, else persistent).
 struct StreamGrid {
-  bool persistent, prefetch;
+  bool persistent;
+  RmsNormGatedTmaTile tile;  // rpt == 0: the streaming kernel
 };
 
-template <int TPR, bool BF16, bool NBG, bool SILU, bool PF>
-strata_status launch_grid(const RmsNormGatedFwdParams& p, const VecFlags& vf, bool persistent, cudaStream_t s) {
+// team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
+int tma_threads(int tpr, int want) { return std::max(tpr, std::min(kTmaMaxThreads, want) / tpr * tpr); }
+
+template <int TPR, bool BF16, bool NBG, bool SILU>
+strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
+  // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
+  // fwd_layouts_ok, make every range 16-byte aligned with a size of n * D * 2, a multiple of 16).
+  const bool dense = p.x_rows.strides[0] == p.D && p.z_rows.strides[0] == p.D && p.y_rows.strides[0] == p.D;
+  const int64_t smem = kTmaHeader + 4 * int64_t{g.tile.rpt} * p.D + 4 * int64_t{g.tile.rpt} * (p.D / p.group);
+  if (g.tile.rpt > 0 && dense && smem <= kTmaMaxSmem) {
+    const int64_t blocks = (p.rows + g.tile.rpt - 1) / g.tile.rpt;
+    if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 tiles: not reachable at 16-row tiles
+    fwd_team_tma<TPR, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), tma_threads(TPR, g.tile.threads),
+                                         static_cast<size_t>(smem), s>>>(p, vf, g.tile.rpt, g.tile.flags);
+    return cuda::check_launch("rms_norm_gated fwd_team_tma");
+  }
   constexpr int TB = kStreamBlock / TPR;
-  const auto kernel = fwd_team_stream<TPR, BF16, NBG, SILU, PF>;
+  const auto kernel = fwd_team_stream<TPR, BF16, NBG, SILU>;
   static const int occ = cuda::occupancy_blocks_per_sm(kernel, kStreamBlock);
+  const bool persistent = g.persistent || g.tile.rpt > 0;
   const int64_t slots = persistent ? static_cast<int64_t>(cuda::current_sm_count()) * occ : 0x7fffffff;
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((p.rows + TB - 1) / TB, slots));
   kernel<<<static_cast<unsigned>(blocks), kStreamBlock, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_stream");
-}
-
-template <int TPR, bool BF16, bool NBG, bool SILU>
-strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
-  // The prefetch reads the block's rows as one range: x and z rows exactly D apart (16-byte aligned rows,
-  // checked by fwd_layouts_ok, make every range 16-byte aligned with a size of TB * D * 2, a multiple of 16).
-  const bool dense = p.x_rows.strides[0] == p.D && p.z_rows.strides[0] == p.D;
-  if (g.persistent && g.prefetch && dense) return launch_grid<TPR, BF16, NBG, SILU, true>(p, vf, true, s);
-  return launch_grid<TPR, BF16, NBG, SILU, false>(p, vf, g.persistent, s);
 }
 
 template <int TPR>
@@ -216,6 +308,21 @@ strata_status launch_tpr(const RmsNormGatedFwdParams& p, const VecFlags& vf, Str
   return silu ? launch_inst<TPR, false, false, true>(p, vf, g, s) : launch_inst<TPR, false, false, false>(p, vf, g, s);
 }
 
+int launch_any(const RmsNormGatedFwdParams& p, StreamGrid g, void* stream) {
+  if (p.rows == 0 || p.D == 0) return STRATA_SUCCESS;
+  const int tpr = stream_tpr(p);
+  // Pointers are known only now: rows that cannot be read in aligned 16-byte chunks take group_rows' kernels.
+  if (tpr == 0 || !fwd_layouts_ok(p)) return rms_norm_gated_fwd_cuda(p, stream);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
+  switch (tpr) {
+    case 4: return launch_tpr<4>(p, vf, g, s);
+    case 8: return launch_tpr<8>(p, vf, g, s);
+    case 16: return launch_tpr<16>(p, vf, g, s);
+    default: return launch_tpr<32>(p, vf, g, s);
+  }
+}
+
 }  // namespace
 
 std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p) {
@@ -227,20 +334,13 @@ std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p
   return {};
 }
 
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent, bool l2_prefetch) {
-  if (p.rows == 0 || p.D == 0) return STRATA_SUCCESS;
-  const int tpr = stream_tpr(p);
-  // Pointers are known only now: rows that cannot be read in aligned 16-byte chunks take group_rows' kernels.
-  if (tpr == 0 || !fwd_layouts_ok(p)) return rms_norm_gated_fwd_cuda(p, stream);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
-  const StreamGrid g{persistent, l2_prefetch};
-  switch (tpr) {
-    case 4: return launch_tpr<4>(p, vf, g, s);
-    case 8: return launch_tpr<8>(p, vf, g, s);
-    case 16: return launch_tpr<16>(p, vf, g, s);
-    default: return launch_tpr<32>(p, vf, g, s);
-  }
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent) {
+  return launch_any(p, StreamGrid{persistent, RmsNormGatedTmaTile{0, 0, 0}}, stream);
+}
+
+int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile) {
+  if (tile.rpt < 1 || tile.threads < 1 || tile.flags < 0 || tile.flags > 7) return STRATA_ERROR_INVALID_VALUE;
+  return launch_any(p, StreamGrid{true, tile}, stream);
 }
 
 }  // namespace strata::norm

@@ -1,8 +1,8 @@
 // rms_norm_gated: definition, validation, implementation lists and plans (ops_fused.md §4; README.md).
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
-// Implementations, in dispatch order: forward cuda.sm90.team_stream, cuda.sm90.team_packed (where they apply),
-// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat, cuda.sm90.team_stream_pf;
+// Implementations, in dispatch order: forward cuda.sm90.team_tma, cuda.sm90.team_stream, cuda.sm90.team_packed
+// (where they apply), cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat;
 // backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -25,7 +25,7 @@ constexpr const char* kCudaImpl = "cuda.sm90.group_rows";
 constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
-constexpr const char* kCudaStreamPfImpl = "cuda.sm90.team_stream_pf";
+constexpr const char* kCudaTmaImpl = "cuda.sm90.team_tma";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -125,11 +125,19 @@ const ImplList<FwdProblem>& fwd_impls() {
   static const ImplList<FwdProblem> list = [] {
     ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
-    // First: the streaming team forward (16-bit rows of D <= 256 without residual: the GDN output gate,
-    // D = 128), then the packed team forward (D <= 1024; it ran [1048576, 128] at 1.33 x floor, instruction-
+    // The tiled bulk-copy forward (below), then the streaming team forward (16-bit rows of D <= 256 without
+    // residual: the GDN output gate, D = 128), then the packed team forward (D <= 1024; it ran [1048576, 128] at 1.33 x floor, instruction-
     // bound in the s7run1 ncu), else group_rows (every layout). Forced only: the bulk-copy ring (it ran the
     // [1048576, 128] forward at 1.46 x floor in s6run2) and team_stream's kernel on a grid that covers the rows
     // once (no row loop, no prefetch).
+    // Session 9, first since s9run1 (bf16 [1048576, 128]: 0.2105 ms against team_stream's 0.2156, queued, C++;
+    // 0.2151 against 0.2181 through Python with 64-thread blocks): team_stream's row math in short-lived blocks whose
+    // tiles of dense rows the copy engine loads and stores (cuda_sm90_stream.cu); other layouts run team_stream's
+    // kernel. Same plan-time conditions as team_stream.
+    l.push_back(cuda_impl<FwdProblem>(kCudaTmaImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_tma(q, s);
+                                      }));
     l.push_back(cuda_impl<FwdProblem>(kCudaStreamImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s);
@@ -142,12 +150,6 @@ const ImplList<FwdProblem>& fwd_impls() {
     l.push_back(cuda_impl<FwdProblem>(kCudaStreamFlatImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s, false);
-                                      }));
-    // Forced only (session 8): team_stream with an L2 bulk prefetch of the rows two steps ahead (s8run2: 0.2204 ms
-    // queued at [1048576, 128] against team_stream's 0.2141).
-    l.push_back(cuda_impl<FwdProblem>(kCudaStreamPfImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
-                                      [](const RmsNormGatedFwdParams& q, void* s) {
-                                        return rms_norm_gated_fwd_cuda_stream(q, s, true, true);
                                       }));
 #endif
     // AVX512-BF16 first: the AVX3 kernels with native rounding of bf16 outputs (the same bits).

@@ -360,16 +360,16 @@ class RmsNormGatedHarness final : public OpHarness {
     out.push_back(bench(device, {cuda ? 16384 : 4096, 8192}, 1024, 0));
     // CUDA: the GDN shape in gate_before_norm order, and the shapes once more with the implementations that
     // dispatch does not pick forced (compared in one run): forward the bulk-copy ring (forced only since
-    // s6run2), the packed team forward (the default before team_stream), team_stream's one-pass grid and its
-    // L2-prefetch variant (session 8),
+    // s6run2), the packed team forward (the default before team_stream), team_stream's one-pass grid and the
+    // tiled bulk-copy forward (session 9),
     // backward group_rows where the ring is the default and the ring's wide rows at D = 5120.
     if (cuda) out.push_back(bench(device, {1048576, 128}, 128, 0));
     if (cuda && !bwd_) {
       out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_packed"));
       out.push_back(bench(device, {1048576, 128}, 128, 0, "cuda.sm90.team_packed"));
       out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_stream_flat"));
-      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_stream_pf"));
-      out.push_back(bench(device, {1048576, 128}, 128, 0, "cuda.sm90.team_stream_pf"));
+      out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.team_tma"));
+      out.push_back(bench(device, {1048576, 128}, 128, 0, "cuda.sm90.team_tma"));
       out.push_back(bench(device, {1048576, 128}, 128, 1, "cuda.sm90.bulk_ring"));
       out.push_back(bench(device, {16384, 5120}, 5120, 0, "cuda.sm90.bulk_ring"));
       out.push_back(bench(device, {16384, 8192}, 1024, 0, "cuda.sm90.bulk_ring"));
