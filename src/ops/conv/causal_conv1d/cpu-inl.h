@@ -168,57 +168,38 @@ HWY_NOINLINE void FwdRow(int W, const T* const* rows, const float* HWY_RESTRICT 
 // Columns of 2 vectors (one 64-byte line of bf16) walk the tile's tokens in order with the W-1 previous x
 // vectors kept converted in registers and the chunk's weights and bias in registers: each x element is loaded
 // and converted once instead of W times (FwdRow reads every tap row), and no weight is reloaded per token. The
-// window rotates through its registers (the token loop unrolled by W-1 with the slot of each token known at
-// compile time; BwdSweep's scheme), so nothing is copied per token. The arithmetic is FwdRow's (bias, then the
-// taps in k order), so the results are the same bits. x0 / y0 / r0: token t0 of the tile at the chunk's first
-// channel; xs / ys / rs: token strides; nt tokens; pf: the next item's x rows, spread over the columns.
+// arithmetic is FwdRow's (bias, then the taps in k order), so the results are the same bits. x0 / y0 / r0:
+// token t0 of the tile at the chunk's first channel; xs / ys / rs: token strides; nt tokens.
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void FwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
                              const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
-                             T* HWY_RESTRICT y0, int64_t ys, int64_t nt, RegionPrefetch& pf) {
+                             T* HWY_RESTRICT y0, int64_t ys, int64_t nt) {
   static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
-  constexpr int R = KW - 1;
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t cols = std::max<int64_t>(1, nc / (2 * N));
-  const int64_t per_col = std::min(nt, (pf.rows * pf.row_lines + cols - 1) / cols);
   auto column = [&](int64_t j, auto nv_tag) {
     constexpr int NV = decltype(nv_tag)::value;
-    const RegionPrefetch::Run run = pf.Take(per_col);
-    VF w[NV][KW], bv[NV], win[NV][R];
+    VF w[NV][KW], bv[NV], win[NV][KW - 1];
     for (int v = 0; v < NV; ++v) {
       bv[v] = hn::LoadU(df, bt + j + v * N);
       for (int k = 0; k < KW; ++k) w[v][k] = hn::LoadU(df, wt + k * ws + j + v * N);
-      for (int k = 0; k < R; ++k) win[v][k] = tv::LoadF32(df, x0 + (k - R) * xs + j + v * N);
+      for (int k = 0; k < KW - 1; ++k) win[v][k] = tv::LoadF32(df, x0 + (k - (KW - 1)) * xs + j + v * N);
     }
-    // Token t: its window holds tokens t - R + i at slot (r + i) % R (r = t % R); its x replaces slot r.
-    auto step = [&](int64_t t, auto r_tag) STRATA_CONV_ALWAYS_INLINE {
-      constexpr int r = decltype(r_tag)::value;
+    for (int64_t t = 0; t < nt; ++t) {
       // The next column's line of this token: used one column sweep (nt tokens) later.
       tv::PrefetchAhead<64, 0>(x0 + t * xs + j + NV * N);
-      if (t < run.n) __builtin_prefetch(run.a + t * 64, 0, 2);  // the next item's (L2)
       for (int v = 0; v < NV; ++v) {
         const VF xc = tv::LoadF32(df, x0 + t * xs + j + v * N);
         VF acc = bv[v];
-        for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[v][k], win[v][(r + k) % R], acc);
-        acc = hn::MulAdd(w[v][R], xc, acc);
+        for (int k = 0; k < KW - 1; ++k) acc = hn::MulAdd(w[v][k], win[v][k], acc);
+        acc = hn::MulAdd(w[v][KW - 1], xc, acc);
         if constexpr (kSilu) acc = hn::Mul(acc, Sigmoid<T>(df, acc));
         if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs + j + v * N));
         tv::StoreOut<kStream, kNative>(df, acc, y0 + t * ys + j + v * N);
-        win[v][r] = xc;
+        for (int k = 0; k + 1 < KW - 1; ++k) win[v][k] = win[v][k + 1];
+        win[v][KW - 2] = xc;
       }
-    };
-    using I1 = std::integral_constant<int, (R > 1 ? 1 : 0)>;
-    using I2 = std::integral_constant<int, (R > 2 ? 2 : 0)>;
-    int64_t t = 0;
-    for (; t + R <= nt; t += R) {
-      step(t, std::integral_constant<int, 0>{});
-      if constexpr (R > 1) step(t + 1, I1{});
-      if constexpr (R > 2) step(t + 2, I2{});
     }
-    // The last nt % R tokens continue the rotation (slots 0, 1).
-    if (t < nt) step(t, std::integral_constant<int, 0>{});
-    if constexpr (R > 1) if (t + 1 < nt) step(t + 1, I1{});
   };
   int64_t j = 0;
   for (; j + 2 * N <= nc; j += 2 * N) column(j, std::integral_constant<int, 2>{});
@@ -564,7 +545,7 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
 
 template <class T, bool kNative>
 void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, const float* wt,
-             const float* bt, bool stream, RegionPrefetch& pf) {
+             const float* bt, bool stream) {
   const T* x = static_cast<const T*>(p.x);
   const T* res = static_cast<const T*>(p.residual);
   T* y = static_cast<T*>(p.y);
@@ -582,8 +563,8 @@ void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c
     const bool silu = p.activation == kActSilu;
     const int64_t ws = StagedStride(p), nt = t1 - t0;
 #define STRATA_CONV_COLS(KW, S)                                                                                   \
-  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pf)      \
-        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pf))
+  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt)          \
+        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt))
     switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
       case 0: STRATA_CONV_COLS(2, false); break;
       case 1: STRATA_CONV_COLS(2, true); break;
@@ -629,9 +610,8 @@ void Forward(const Conv1dParams& p) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kFwdChan;
-      RegionPrefetch pf = NextItemRegion<T>(p, i + 1, p.B * tpr * chunks, chunks, kFwdChan, nullptr, nullptr);
       FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kFwdChan, p.D - c0), wt + c0,
-                          bt + c0, stream, pf);
+                          bt + c0, stream);
     }
     if (stream) hwy::FlushStream();  // order the non-temporal stores before the results are used
   });
