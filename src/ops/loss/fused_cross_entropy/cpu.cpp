@@ -260,11 +260,11 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
 
 // Row statistics with softcap: m, S (merged piece by piece), sum of c, and c_y.
 // scratch: kPiece floats (ebuf == nullptr), or ebuf: V floats that receive e_j = exp(c_j - m_piece) for the whole
-// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential; it recomputes
-// the softcap's 1 - t^2 from the logits, see RowGradFromExp).
+// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential).
 template <bool kSoftcap, class T>
 CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch,
-                    float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr) {
+                    float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr,
+                    float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   CeRowStats st;
@@ -276,6 +276,19 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const int64_t nv = n / NL * NL;
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
+    if (kSoftcap && tbuf) {  // also keep the gradient's factor 1 - t^2, t = tanh(s z / cap)
+      const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
+      for (; j < nv; j += NL) {
+        tv::PrefetchAhead<kStepT<T>>(z + j0 + j);
+        hn::Vec<DF> q;
+        const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv), &q);
+        const auto c = hn::Mul(vcap, t);
+        hn::StoreU(q, df, tbuf + j0 + j);
+        hn::StoreU(c, df, scratch + j);
+        vmax = hn::Max(vmax, c);
+        vsum_c = hn::Add(vsum_c, c);
+      }
+    }
     for (; j < nv; j += NL) {
       tv::PrefetchAhead<kStepT<T>>(z + j0 + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
       const auto c = Transform<kSoftcap>(df, tv::LoadF32(df, z + j0 + j), k);
@@ -286,6 +299,10 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     float m = nv > 0 ? hn::GetLane(hn::MaxOfLanes(df, vmax)) : -INFINITY;
     for (; j < n; ++j) {
       const float c = ce_logit(k, to_f32(z[j0 + j]));
+      if (kSoftcap && tbuf) {
+        const float t = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
+        tbuf[j0 + j] = 1.f - t * t;
+      }
       scratch[j] = c;
       m = std::max(m, c);
       tail_sum_c += c;
@@ -385,13 +402,10 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
-// With softcap: dz = (1 - t_j^2) (p_coef p_j - uniform), 1 - t_j^2 recomputed from the logits z (SoftcapTanh's q;
-// each vector of z is read before dz, which may alias it, is written). Keeping it from the statistics sweep
-// instead (session 9's first form) doubled the row buffer to 2 V floats, 2 MiB per thread at V = 256000, which
-// no longer fit in L2.
-template <bool kSoftcap, bool kNative, class T>
-void RowGradFromExp(const CeConsts& k, const CeGradRow& r, const float* HWY_RESTRICT ebuf,
-                    const float* HWY_RESTRICT piece_m, const T* z, T* dz, int64_t V, int64_t y, float dz_y) {
+// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform).
+template <bool kNative, class T>
+void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
+                    int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   const auto vu = hn::Set(df, r.uniform);
@@ -402,18 +416,11 @@ void RowGradFromExp(const CeConsts& k, const CeGradRow& r, const float* HWY_REST
     const float* e = ebuf + j0;
     T* d = dz + j0;
     int64_t j = 0;
-    if constexpr (kSoftcap) {
-      const T* zp = z + j0;
-      const auto va = hn::Set(df, k.scale * k.inv_cap);
-      for (; j + NL <= n; j += NL) {
-        hn::Vec<DF> q;
-        SoftcapTanh(df, hn::Mul(tv::LoadF32(df, zp + j), va), &q);
-        tv::StoreOut<false, kNative>(df, hn::Mul(q, hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
-      }
-      for (; j < n; ++j) {
-        const float t = ce_tanh(k.scale * to_f32(zp[j]) * k.inv_cap);
-        d[j] = from_f32<T>((1.f - t * t) * (sc * e[j] - r.uniform));
-      }
+    if (tbuf) {
+      const float* q = tbuf + j0;
+      for (; j + NL <= n; j += NL)
+        tv::StoreOut<false, kNative>(df, hn::Mul(hn::LoadU(df, q + j), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      for (; j < n; ++j) d[j] = from_f32<T>(q[j] * (sc * e[j] - r.uniform));
       continue;
     }
     for (; j + 2 * NL <= n; j += 2 * NL) {
@@ -428,8 +435,9 @@ void RowGradFromExp(const CeConsts& k, const CeGradRow& r, const float* HWY_REST
 
 // Row statistics: the plain sweeps without softcap, the transform-and-scratch ones with it.
 template <bool kSoftcap, bool kKeep, class T>
-CeRowStats Stats(const CeConsts& k, const T* z, int64_t V, int64_t y, float* scratch, float* ebuf, float* piece_m) {
-  if constexpr (kSoftcap) return RowStats<true>(k, z, V, y, scratch, ebuf, piece_m);
+CeRowStats Stats(const CeConsts& k, const T* z, int64_t V, int64_t y, float* scratch, float* ebuf, float* piece_m,
+                 float* tbuf) {
+  if constexpr (kSoftcap) return RowStats<true>(k, z, V, y, scratch, ebuf, piece_m, tbuf);
   else return RowStatsPlain<kKeep>(k, z, V, y, ebuf, piece_m);
 }
 
@@ -446,18 +454,21 @@ void Run(const CeParams& p, int64_t count) {
                          p.N * p.V * static_cast<int64_t>(sizeof(T)) >= (int64_t{4} << 20);
   tile::parallel_blocks(p.N, block, [&](int64_t i0, int64_t i1) {
     HWY_ALIGN float scratch[kPiece];
-    // Fused forward + gradient: the row's exponentials are kept (V floats per thread, in L2), so the gradient
-    // sweep only scales them: one exponential per element and (without softcap) no second read of the logits.
+    // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
+    // so the gradient sweep only scales them: one exponential per element and no second read of the logits.
+    // With softcap t = tanh(s z / cap) is kept as well (another V floats), for the (1 - t^2) factor.
     const bool keep_exp = !p.backward && dlogits != nullptr;
     thread_local std::vector<float> row_buf;
     float* ebuf = nullptr;
     float* piece_m = nullptr;
+    float* tbuf = nullptr;
     if (keep_exp) {
       const size_t pieces = static_cast<size_t>((p.V + kPiece - 1) / kPiece);
-      const size_t need = static_cast<size_t>(p.V) + pieces;
+      const size_t need = static_cast<size_t>(p.V) * (kSoftcap ? 2 : 1) + pieces;
       if (row_buf.size() < need) row_buf.resize(need);
       ebuf = row_buf.data();
       piece_m = ebuf + p.V;
+      if (kSoftcap) tbuf = piece_m + pieces;
     }
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
@@ -465,7 +476,7 @@ void Run(const CeParams& p, int64_t count) {
       const T* z = logits + i * p.logits_rs;
       float lse;
       if (keep_exp) {
-        const CeRowStats st = Stats<kSoftcap, true>(k, z, p.V, y, scratch, ebuf, piece_m);
+        const CeRowStats st = Stats<kSoftcap, true>(k, z, p.V, y, scratch, ebuf, piece_m, tbuf);
         lse = ce_lse(st.lse);
         const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
         const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
@@ -483,13 +494,13 @@ void Run(const CeParams& p, int64_t count) {
           continue;
         }
         const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
-        RowGradFromExp<kSoftcap, kNative>(k, gr, ebuf, piece_m, z, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true));
+        RowGradFromExp<kNative>(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true), tbuf);
         continue;
       }
       if (p.backward) {
         lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
       } else {
-        const CeRowStats st = Stats<kSoftcap, false>(k, z, p.V, y, scratch, nullptr, nullptr);
+        const CeRowStats st = Stats<kSoftcap, false>(k, z, p.V, y, scratch, nullptr, nullptr, nullptr);
         lse = ce_lse(st.lse);
         const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
         const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
