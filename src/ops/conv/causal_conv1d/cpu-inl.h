@@ -282,20 +282,6 @@ HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTR
   }
 }
 
-// ---- backward: a whole time tile and its W-1 halo tokens on the vector path, swept column by column ----
-// One vector of channels walks the tokens t0 .. t1 + W - 2 in order (a "sweep") with its weights and bias, the
-// W-1 previous x and g vectors, and its dweight / dbias sums in registers: at token t it forms g[t] = dy act'(u)
-// (u recomputed), adds g[t] x to the sums while t is one of the tile's own tokens, and writes dx[t - (W-1)] =
-// sum_i w[W-1-i] g[t - (W-1) + i] as soon as its last g is known. The x and g windows rotate through their
-// registers (the token loop is unrolled by W-1, each step knowing at compile time which register holds which
-// token), so nothing is moved or spilled per token: about 26 cycles per AVX-512 vector at W = 4 against ~36 for
-// the earlier sweep of two vectors at once (whose 22 registers of state spilled the sums and copied the
-// windows every token; microbenchmark of the step, L1-resident, 2026-11-30). The arithmetic is GradRow's and
-// DxRow's in their order (sums from 0 in t order, taps in k order), so the results are the same bits.
-// Non-temporal dx stores must write whole 64-byte lines, which one sweep of bf16 fills half of: with `line`
-// (kStream), the sweeps of a line's vectors write their dx into it ([nt][64 bytes], L1-resident) and the line
-// group is then streamed out. x0 / dy0 / dx0: token t0 of the tile at the chunk's first channel; nt = t1 - t0
-// >= W - 1 own tokens; dw [W][nc], db [nc]: the item's sums (overwritten); pf: the next item's prefetch.
 // One sweep of BwdColumns: the vector of channels at x0 / dy0 (token 0 of the tile), dx row of token
 // t - (KW-1) at out + (t - (KW-1)) * outs, the sums to dw [KW][dws] and db. Parameters by value so that the
 // whole sweep lives in registers.
@@ -307,7 +293,7 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
                            T* HWY_RESTRICT lines_to, int64_t lines_ts, int64_t nlines) {
   constexpr int R = KW - 1;  // window length, and the unroll of the token loop
   const DF df;
-  // The weights and bias stay in L1 (FMA memory operands): in registers they pushed the state past 32.
+  // The weights and bias are read from the staged rows (L1); the compiler hoists what fits into registers.
   auto w = [&](int k) STRATA_CONV_ALWAYS_INLINE { return hn::LoadU(df, wc + k * ws); };
   VF win[R], gwin[R], sw[KW];
   for (int k = 0; k < KW; ++k) sw[k] = hn::Zero(df);
@@ -390,9 +376,10 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
 // spilled the sums and copied the windows every token). The arithmetic is GradRow's and DxRow's in their order
 // (sums from 0 in t order, taps in k order), so the results are the same bits. Non-temporal dx stores must write
 // whole 64-byte lines, which one sweep of bf16 fills half of: with kStream the sweeps of a line's vectors write
-// their dx into `line` ([nt][64 bytes], L1-resident) and the group's lines are then streamed out. x0 / dy0 /
-// dx0: token t0 of the tile at the chunk's first channel; nt = t1 - t0 >= W - 1 own tokens; dw [W][nc], db
-// [nc]: the item's sums (overwritten); pf: the next item's prefetch, spread over the sweeps.
+// their dx into `line` (two buffers of [nt][64 bytes], L1-resident), whose lines the next group's first sweep
+// streams out, one per token step (the last group's after the loop). x0 / dy0 / dx0: token t0 of the tile at
+// the chunk's first channel; nt = t1 - t0 >= W - 1 own tokens; dw [W][nc], db [nc]: the item's sums
+// (overwritten); pf: the next item's prefetch, spread over the sweeps.
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
                              const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
