@@ -47,8 +47,17 @@ template <class T>
 HWY_INLINE PairV Pair(DF df, VF A, VF B, VF alpha, VF limit, VF bias) {
   const VF nlimit = hn::Neg(limit);
   PairV r;
+#if !HWY_ARCH_X86 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
   r.a = hn::IfThenElse(hn::Gt(A, limit), limit, A);
   const VF b = hn::IfThenElse(hn::Gt(B, limit), limit, hn::IfThenElse(hn::Lt(B, nlimit), nlimit, B));
+#else
+  // min(limit, A) and max(-limit, .): the x86 instructions return their second operand when one is NaN (and
+  // when both are zeros), so NaN stays NaN and the values are those of the compare-and-blend form above, in
+  // 3 vector operations instead of 6 (the scalar / EMU128 targets, whose Min / Max drop a NaN, and non-x86 ones
+  // keep that form).
+  r.a = hn::Min(limit, A);
+  const VF b = hn::Max(nlimit, hn::Min(limit, B));
+#endif
   r.bb = hn::Add(b, bias);
   // s = sigmoid(alpha a): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range).
   r.s = tv::SigmoidFor<T>(df, hn::Mul(alpha, r.a));

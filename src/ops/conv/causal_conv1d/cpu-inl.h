@@ -60,6 +60,8 @@ inline constexpr int64_t kTimeTile = 64;
 inline constexpr int64_t kFwdChan = 1024;
 inline constexpr int64_t kBwdChan = 2048;
 }  // namespace strata::conv
+// The column sweeps' per-token lambdas: inlined, so that the compile-time window rotation resolves to registers.
+#define STRATA_CONV_ALWAYS_INLINE __attribute__((always_inline))
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -88,6 +90,49 @@ using VF = hn::Vec<DF>;
 // rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
 template <class T>
 HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::SigmoidFor<T>(df, u); }
+
+// Copies one 64-byte line (src: any alignment, dst: aligned to the vector) with non-temporal stores of whole
+// vectors: the column sweeps' dx rows, gathered in L1 per line so that the streamed lines are complete.
+template <class T>
+HWY_INLINE void StreamLine(const T* HWY_RESTRICT src, T* HWY_RESTRICT dst) {
+  const hn::ScalableTag<uint8_t> du8;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(du8));
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
+  uint8_t* d = reinterpret_cast<uint8_t*>(dst);
+  for (int64_t k = 0; k < 64; k += L) hn::Stream(hn::LoadU(du8, s + k), du8, d + k);
+}
+
+// The next work item's rows, brought into L2 while the current item computes. The column sweeps walk one
+// line of each of ~70 token rows (~70 pages per tensor) at a time, too many concurrent streams for the L2
+// hardware prefetcher, so without this every line came from DRAM on demand, one column ahead (the fill buffers
+// bound that to about half the copy rate per core). Walking the next item's rectangle in row order instead
+// gives the prefetcher one page at a time to follow. The rectangle: `rows` rows of `row_lines` 64-byte lines of
+// up to two tensors (row strides in bytes); `Take(n)` hands out the next run of at most n lines of one row,
+// which a sweep prefetches one line per token step.
+struct RegionPrefetch {
+  const char* a = nullptr;
+  const char* b = nullptr;  // optional second tensor of the same shape
+  int64_t sa = 0, sb = 0, rows = 0, row_lines = 0;
+  int64_t row = 0, line = 0;
+  struct Run {
+    const char* a = nullptr;
+    const char* b = nullptr;  // == a when there is no second tensor
+    int64_t n = 0;
+  };
+  Run Take(int64_t n) {
+    Run r;
+    if (row >= rows) return r;
+    r.a = a + row * sa + line * 64;
+    r.b = b ? b + row * sb + line * 64 : r.a;
+    r.n = std::min(n, row_lines - line);
+    line += r.n;
+    if (line == row_lines) {
+      line = 0;
+      ++row;
+    }
+    return r;
+  }
+};
 
 // ---- forward: one token row of a chunk on the vector path ----
 // rows[k]: the source row of tap k (x at t - (W-1) + k, chunk start); wt [W][nc], bt [nc] staged f32.
@@ -237,84 +282,140 @@ HWY_NOINLINE void DxRow(int W, const float* const* grows, const float* HWY_RESTR
   }
 }
 
+// One sweep of BwdColumns: the vector of channels at x0 / dy0 (token 0 of the tile), dx row of token
+// t - (KW-1) at out + (t - (KW-1)) * outs, the sums to dw [KW][dws] and db. Parameters by value so that the
+// whole sweep lives in registers.
+template <int KW, bool kSilu, bool kNative, class T>
+HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
+                           const float* HWY_RESTRICT wc, int64_t ws, const float* HWY_RESTRICT bc, int64_t ahead,
+                           T* HWY_RESTRICT out, int64_t outs, int64_t nt, float* HWY_RESTRICT dw, int64_t dws,
+                           float* HWY_RESTRICT db, RegionPrefetch::Run pf, const T* HWY_RESTRICT lines,
+                           T* HWY_RESTRICT lines_to, int64_t lines_ts, int64_t nlines) {
+  constexpr int R = KW - 1;  // window length, and the unroll of the token loop
+  const DF df;
+  // The weights and bias are read from the staged rows (L1); the compiler hoists what fits into registers.
+  auto w = [&](int k) STRATA_CONV_ALWAYS_INLINE { return hn::LoadU(df, wc + k * ws); };
+  VF win[R], gwin[R], sw[KW];
+  for (int k = 0; k < KW; ++k) sw[k] = hn::Zero(df);
+  VF sb = hn::Zero(df);
+  for (int k = 0; k < R; ++k) {
+    win[k] = tv::LoadF32(df, x0 + (k - R) * xs);
+    gwin[k] = hn::Zero(df);
+  }
+  // Token t, whose window holds tokens t - R + i at slot (r + i) % R (r = t % R, a compile-time constant);
+  // its own x and g then replace the oldest, slot r.
+  auto step = [&](int64_t t, auto r_tag, auto own_tag, auto emit_tag) STRATA_CONV_ALWAYS_INLINE {
+    constexpr int r = decltype(r_tag)::value;
+    constexpr bool kOwn = decltype(own_tag)::value, kEmit = decltype(emit_tag)::value;
+    // The line `ahead` elements on of this token (the next line group's, swept one group later).
+    tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);
+    tv::PrefetchAhead<64, 0>(dy0 + t * dys + ahead);
+    if (t < pf.n) {  // one line of the next item's run (L2: prefetcht1 on x86)
+      __builtin_prefetch(pf.a + t * 64, 0, 2);
+      __builtin_prefetch(pf.b + t * 64, 0, 2);
+    }
+    // One finished dx line of the previous line group, streamed out (spread over the steps, not in a burst
+    // that would stall on the fill buffers).
+    if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
+    const VF xc = tv::LoadF32(df, x0 + t * xs);
+    VF gv = tv::LoadF32(df, dy0 + t * dys);
+    if constexpr (kSilu) {
+      VF acc = hn::LoadU(df, bc);
+      for (int k = 0; k < R; ++k) acc = hn::MulAdd(w(k), win[(r + k) % R], acc);
+      acc = hn::MulAdd(w(R), xc, acc);
+      const VF sg = Sigmoid<T>(df, acc);
+      const VF one = hn::Set(df, 1.f);
+      gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
+    }
+    if constexpr (kOwn) {
+      sb = hn::Add(sb, gv);
+      for (int k = 0; k < R; ++k) sw[k] = hn::MulAdd(gv, win[(r + k) % R], sw[k]);
+      sw[R] = hn::MulAdd(gv, xc, sw[R]);
+    }
+    if constexpr (kEmit) {
+      // g at t - R + i: gwin[(r + i) % R] for i < R, gv for i = R.
+      VF acc = hn::Zero(df);
+      for (int i = 0; i < R; ++i) acc = hn::MulAdd(w(R - i), gwin[(r + i) % R], acc);
+      acc = hn::MulAdd(w(0), gv, acc);
+      tv::StoreOut<false, kNative>(df, acc, out + (t - R) * outs);
+    }
+    win[r] = xc;
+    gwin[r] = gv;
+  };
+  using I0 = std::integral_constant<int, 0>;
+  using I1 = std::integral_constant<int, (R > 1 ? 1 : 0)>;
+  using I2 = std::integral_constant<int, (R > 2 ? 2 : 0)>;
+  // Token t with its rotation chosen at run time (the loop's ends; the bulk runs whole groups of R).
+  auto step_any = [&](int64_t t, auto own_tag, auto emit_tag) STRATA_CONV_ALWAYS_INLINE {
+    const int64_t r = t % R;
+    if (r == 0) step(t, I0{}, own_tag, emit_tag);
+    if constexpr (R > 1) if (r == 1) step(t, I1{}, own_tag, emit_tag);
+    if constexpr (R > 2) if (r == 2) step(t, I2{}, own_tag, emit_tag);
+  };
+  int64_t t = 0;
+  for (; t < R; ++t) step_any(t, std::true_type{}, std::false_type{});
+  // t = R is a multiple of R: whole groups while every token of the group is own.
+  for (; t + R <= nt; t += R) {
+    step(t, I0{}, std::true_type{}, std::true_type{});
+    if constexpr (R > 1) step(t + 1, I1{}, std::true_type{}, std::true_type{});
+    if constexpr (R > 2) step(t + 2, I2{}, std::true_type{}, std::true_type{});
+  }
+  for (; t < nt; ++t) step_any(t, std::true_type{}, std::true_type{});
+  for (; t < nt + R; ++t) step_any(t, std::false_type{}, std::true_type{});
+  for (int k = 0; k < KW; ++k) hn::StoreU(sw[k], df, dw + k * dws);
+  hn::StoreU(sb, df, db);
+}
+
 // ---- backward: a whole time tile and its W-1 halo tokens on the vector path, swept column by column ----
-// Columns of NV vectors walk the tokens t0 - 0 .. t1 + W - 2 in order with the W-1 previous x and the W-1
-// previous g vectors in registers, and the column's dweight / dbias sums in registers: at token t it forms
-// g[t] = dy act'(u) (u recomputed), adds g[t] x to the sums while t is one of the tile's own tokens, and writes
-// dx[t - (W-1)] = sum_i w[W-1-i] g[t - (W-1) + i] as soon as its last g is known. So no g buffer, no per-token
-// loads and stores of the sums, and each x / dy element is loaded and converted once (GradRow and DxRow read the
-// W tap rows, the g rows and the sums per token). The arithmetic is GradRow's and DxRow's in their order (sums
-// from 0 in t order, taps in k order), so the results are the same bits. The weights are read from the staged
-// rows (L1) by the FMAs. x0 / dy0 / dx0: token t0 of the tile at the chunk's first channel; nt = t1 - t0 >= W - 1
-// own tokens; dw [W][nc], db [nc]: the item's sums (overwritten).
+// One vector of channels walks the tokens t0 .. t1 + W - 2 in order (BwdSweep) with the W-1 previous x and g
+// vectors and its dweight / dbias sums in registers: at token t it forms g[t] = dy act'(u) (u recomputed), adds
+// g[t] x to the sums while t is one of the tile's own tokens, and writes dx[t - (W-1)] = sum_i w[W-1-i]
+// g[t - (W-1) + i] as soon as its last g is known. The x and g windows rotate through their registers (the
+// token loop is unrolled by W-1, each step knowing at compile time which register holds which token), so
+// nothing is copied or spilled per token (the earlier sweep of two vectors at once held 22 registers of state,
+// spilled the sums and copied the windows every token). The arithmetic is GradRow's and DxRow's in their order
+// (sums from 0 in t order, taps in k order), so the results are the same bits. Non-temporal dx stores must write
+// whole 64-byte lines, which one sweep of bf16 fills half of: with kStream the sweeps of a line's vectors write
+// their dx into `line` (two buffers of [nt][64 bytes], L1-resident), whose lines the next group's first sweep
+// streams out, one per token step (the last group's after the loop). x0 / dy0 / dx0: token t0 of the tile at
+// the chunk's first channel; nt = t1 - t0 >= W - 1 own tokens; dw [W][nc], db [nc]: the item's sums
+// (overwritten); pf: the next item's prefetch, spread over the sweeps.
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
                              const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
                              T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, float* HWY_RESTRICT dw,
-                             float* HWY_RESTRICT db) {
+                             float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line) {
   static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto column = [&](int64_t j, auto nv_tag) {
-    constexpr int NV = decltype(nv_tag)::value;
-    VF win[NV][KW - 1], gwin[NV][KW - 1], sw[NV][KW], sb[NV];
-    for (int v = 0; v < NV; ++v) {
-      for (int k = 0; k < KW - 1; ++k) {
-        win[v][k] = tv::LoadF32(df, x0 + (k - (KW - 1)) * xs + j + v * N);
-        gwin[v][k] = hn::Zero(df);
-      }
-      for (int k = 0; k < KW; ++k) sw[v][k] = hn::Zero(df);
-      sb[v] = hn::Zero(df);
-    }
-    // One token: g, the sums (kOwn), dx of token t - (KW-1) (kEmit), then the windows move on.
-    auto step = [&](int64_t t, auto own_tag, auto emit_tag) {
-      constexpr bool kOwn = decltype(own_tag)::value, kEmit = decltype(emit_tag)::value;
-      tv::PrefetchAhead<64, 0>(x0 + t * xs + j + NV * N);  // the next column's line of this token
-      tv::PrefetchAhead<64, 0>(dy0 + t * dys + j + NV * N);
-      for (int v = 0; v < NV; ++v) {
-        const int64_t c = j + v * N;
-        const VF xc = tv::LoadF32(df, x0 + t * xs + c);
-        VF gv = tv::LoadF32(df, dy0 + t * dys + c);
-        if constexpr (kSilu) {
-          VF acc = hn::LoadU(df, bt + c);
-          for (int k = 0; k < KW - 1; ++k) acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + c), win[v][k], acc);
-          acc = hn::MulAdd(hn::LoadU(df, wt + (KW - 1) * ws + c), xc, acc);
-          const VF sg = Sigmoid<T>(df, acc);
-          const VF one = hn::Set(df, 1.f);
-          gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
-        }
-        if constexpr (kOwn) {
-          sb[v] = hn::Add(sb[v], gv);
-          for (int k = 0; k < KW - 1; ++k) sw[v][k] = hn::MulAdd(gv, win[v][k], sw[v][k]);
-          sw[v][KW - 1] = hn::MulAdd(gv, xc, sw[v][KW - 1]);
-        }
-        if constexpr (kEmit) {
-          // g at t - (KW-1) + i: gwin[i] for i < KW-1, gv for i = KW-1.
-          VF acc = hn::Zero(df);
-          for (int i = 0; i < KW - 1; ++i) acc = hn::MulAdd(hn::LoadU(df, wt + (KW - 1 - i) * ws + c), gwin[v][i], acc);
-          acc = hn::MulAdd(hn::LoadU(df, wt + c), gv, acc);
-          tv::StoreOut<kStream, kNative>(df, acc, dx0 + (t - (KW - 1)) * dxs + c);
-        }
-        for (int k = 0; k + 1 < KW - 1; ++k) {
-          win[v][k] = win[v][k + 1];
-          gwin[v][k] = gwin[v][k + 1];
-        }
-        win[v][KW - 2] = xc;
-        gwin[v][KW - 2] = gv;
-      }
-    };
-    int64_t t = 0;
-    for (; t < KW - 1; ++t) step(t, std::true_type{}, std::false_type{});
-    for (; t < nt; ++t) step(t, std::true_type{}, std::true_type{});
-    for (; t < nt + KW - 1; ++t) step(t, std::false_type{}, std::true_type{});
-    for (int v = 0; v < NV; ++v) {
-      for (int k = 0; k < KW; ++k) hn::StoreU(sw[v][k], df, dw + k * nc + j + v * N);
-      hn::StoreU(sb[v], df, db + j + v * N);
-    }
+  // Vectors of T per 64-byte line (1 for f32 on AVX-512), and T elements per line.
+  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t vpl = std::max<int64_t>(1, kLineElems / N);
+  // The next item's lines spread evenly over this item's sweeps (at most one per token step).
+  const int64_t sweeps = std::max<int64_t>(1, nc / N);
+  const int64_t per_sweep = std::min(nt + KW - 1, (pf.rows * pf.row_lines + sweeps - 1) / sweeps);
+  auto sweep = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
+    BwdSweep<KW, kSilu, kNative, T>(x0 + c, xs, dy0 + c, dys, wt + c, ws, bt + c, vpl * N, out, outs, nt, dw + c,
+                                     nc, db + c, pf.Take(per_sweep), lines, lines_to, dxs, nlines);
   };
   int64_t j = 0;
-  for (; j + 2 * N <= nc; j += 2 * N) column(j, std::integral_constant<int, 2>{});
-  for (; j + N <= nc; j += N) column(j, std::integral_constant<int, 1>{});
+  if constexpr (kStream) {
+    // Groups of whole lines: each sweep writes its dx into one of two line buffers, whose lines the first
+    // sweep of the next group streams out (the last group's after the loop).
+    T* buf[2] = {line, line + kTimeTile * kLineElems};
+    int64_t prev = -1;  // channel of the group whose lines wait in buf[1]
+    for (; j + vpl * N <= nc; j += vpl * N) {
+      for (int64_t v = 0; v < vpl; ++v) {
+        const bool flush = v == 0 && prev >= 0;
+        sweep(j + v * N, buf[0] + v * N, kLineElems, buf[1], flush ? dx0 + prev : nullptr, flush ? nt : 0);
+      }
+      std::swap(buf[0], buf[1]);
+      prev = j;
+    }
+    if (prev >= 0)
+      for (int64_t t = 0; t < nt; ++t) StreamLine(buf[1] + t * kLineElems, dx0 + t * dxs + prev);
+  }
+  for (; j + N <= nc; j += N) sweep(j, dx0 + j, dxs, nullptr, nullptr, 0);
   // Leftover channels (nc not a multiple of the vector): GradRow's / DxRow's scalar formulas per channel.
   for (; j < nc; ++j) {
     float g[kTimeTile + kMaxWidth];
@@ -379,6 +480,31 @@ inline hwy::AlignedFreeUniquePtr<float[]> StageWeights(const Conv1dParams& p) {
     for (int64_t d = 0; d < p.D; ++d) st[k * ws + d] = weight_at(p, d, k);
   for (int64_t d = 0; d < p.D; ++d) st[p.W * ws + d] = bias_at(p, d);
   return st;
+}
+
+// The x rows (and those of `other`, e.g. dy, with batch / token strides `os`, or none) that item i of a (tile,
+// chunk) split reads: tokens t0 - (W-1) .. t0 + kTimeTile + W - 2 of its row, clipped to [0, T), at its chunk's
+// channels; no rows past the last item or without unit channel stride (then nothing is prefetched).
+template <class T>
+RegionPrefetch NextItemRegion(const Conv1dParams& p, int64_t i, int64_t items, int64_t chunks, int64_t chan,
+                              const void* other, const int64_t* os) {
+  RegionPrefetch r;
+  if (i >= items || !p.channels_contiguous) return r;
+  const int64_t tpr = tiles_per_row(p, kTimeTile);
+  const int64_t tile = i / chunks, chunk = i - tile * chunks;
+  const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
+  const int64_t c0 = chunk * chan, nc = std::min(chan, p.D - c0);
+  const int64_t r0 = std::max<int64_t>(0, t0 - (p.W - 1)), r1 = std::min(p.T, t0 + kTimeTile + p.W - 1);
+  const int64_t bytes = static_cast<int64_t>(sizeof(T));
+  r.a = reinterpret_cast<const char*>(static_cast<const T*>(p.x) + b * p.xs[0] + r0 * p.xs[1] + c0);
+  r.sa = p.xs[1] * bytes;
+  if (other) {
+    r.b = reinterpret_cast<const char*>(static_cast<const T*>(other) + b * os[0] + r0 * os[1] + c0);
+    r.sb = os[1] * bytes;
+  }
+  r.rows = r1 - r0;
+  r.row_lines = (nc * bytes + 63) / 64;
+  return r;
 }
 
 template <bool kNative, class T>
@@ -530,11 +656,12 @@ struct BwdScratch {
   float g[(kTimeTile + kMaxWidth) * kBwdChan];
   float dw[kMaxWidth * kBwdChan];
   float db[kBwdChan];
+  alignas(64) unsigned char line[2 * kTimeTile * 64];  // BwdColumns' dx lines (two buffers of 64 bytes per token)
 };
 
 template <class T, bool kNative>
 void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
-             BwdScratch& sc, float* partials, bool stream) {
+             BwdScratch& sc, float* partials, bool stream, RegionPrefetch& pf) {
   const int64_t W = p.W;
   std::fill(sc.dw, sc.dw + W * nc, 0.f);
   std::fill(sc.db, sc.db + nc, 0.f);
@@ -553,15 +680,17 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
     const T* dy0 = dy + b * p.dys[0] + t0 * p.dys[1] + c0;
     T* dx0 = dx + b * p.dxs[0] + t0 * p.dxs[1] + c0;
-    const bool st = stream && tv::StreamAligned(DF(), dx0) &&
-                    (p.dxs[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
+    // Non-temporal stores of whole lines: every token's row of the chunk 64-byte aligned.
+    const bool st = stream && reinterpret_cast<uintptr_t>(dx0) % 64 == 0 &&
+                    (p.dxs[1] * static_cast<int64_t>(sizeof(T))) % 64 == 0;
     const bool silu = p.activation == kActSilu;
     const int64_t ws = StagedStride(p), nt = t1 - t0;
+    T* line = reinterpret_cast<T*>(sc.line);
 #define STRATA_CONV_BWD_COLS(KW, S)                                                                            \
   (silu ? BwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                              sc.dw, sc.db)                                                      \
+                                              sc.dw, sc.db, pf, line)                                            \
         : BwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                               sc.dw, sc.db))
+                                               sc.dw, sc.db, pf, line))
     switch ((W - 2) * 2 + (st ? 1 : 0)) {
       case 0: STRATA_CONV_BWD_COLS(2, false); break;
       case 1: STRATA_CONV_BWD_COLS(2, true); break;
@@ -648,8 +777,9 @@ void Backward(const Conv1dParams& p, float* partials) {
       const int64_t c0 = chunk * kBwdChan;
       sc[0].wt = staged.get() + c0;
       sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
+      RegionPrefetch pf = NextItemRegion<T>(p, i + 1, tiles * chunks, chunks, kBwdChan, p.dy, p.dys);
       BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
-                          partials, stream);
+                          partials, stream, pf);
     }
     if (stream) hwy::FlushStream();
   });

@@ -55,11 +55,37 @@ HWY_INLINE hn::Vec<DF> FastExp(DF df, hn::Vec<DF> x) { return tv::FastExp(df, x)
 template <class T>
 inline constexpr int64_t kStepT = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
 
+// tanh(x) of the softcap, about 2 ulp over the whole float range (Highway's Tanh: an expm1 and a division, which
+// made the softcap rows ~3x slower than the plain ones). |x| < 0.55: x + x^3 P(x^2), P of degree 3 in x^2 fitted
+// for the minimax relative error on [0, 0.55] (1.4e-7 with the f32 Horner FMAs); |x| >= 0.55: (1 - u) / (1 + u)
+// with u = e^{-2|x|} in (0, 0.333] from tv::ExpSum (relative error 2^-23 + 1.5e-7 |x|, which the factor
+// 2u / (1 + u)^2 <= 0.56 shrinks: below 1.6e-7 relative at 0.55, and vanishing where tanh -> 1) and the
+// reciprocal r of 1 + u in [1, 1.34] (tv::RecipGe1). NaN gives NaN (ExpSum's), +-inf gives +-1, -0 gives -0.
+// With q: also the gradient's factor 1 - tanh^2, as 4 u r^2 for |x| >= 0.55: 1 - t^2 from a rounded t near +-1
+// cancels (an f32 t carries an absolute error of 2^-25 or more there; at huge logits that doubled the f32
+// dlogits' error against float64), this keeps q's relative error near u's.
+HWY_INLINE hn::Vec<DF> SoftcapTanh(DF df, hn::Vec<DF> x, hn::Vec<DF>* q = nullptr) {
+  const auto one = hn::Set(df, 1.f);
+  const auto ax = hn::Abs(x);
+  const auto u = tv::ExpSum(df, hn::Mul(ax, hn::Set(df, -2.f)));
+  const auto r = tv::RecipGe1(df, hn::Add(one, u));
+  const auto big = hn::Mul(hn::Sub(one, u), r);
+  const auto x2 = hn::Mul(ax, ax);
+  auto p = hn::MulAdd(hn::Set(df, 1.6442732885479927e-2f), x2, hn::Set(df, -5.267457664012909e-2f));
+  p = hn::MulAdd(p, x2, hn::Set(df, 1.3320769369602203e-1f));
+  p = hn::MulAdd(p, x2, hn::Set(df, -3.333294987678528e-1f));
+  const auto small = hn::MulAdd(hn::Mul(x2, ax), p, ax);
+  const auto is_small = hn::Lt(ax, hn::Set(df, 0.55f));
+  const auto t = hn::IfThenElse(is_small, small, big);
+  if (q) *q = hn::IfThenElse(is_small, hn::NegMulAdd(small, small, one), hn::Mul(hn::Mul(hn::Mul(u, hn::Set(df, 4.f)), r), r));
+  return hn::CopySignToAbs(t, x);
+}
+
 // c = s z, or cap tanh(s z / cap).
 template <bool kSoftcap>
 HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
   const auto u = hn::Mul(z, hn::Set(df, k.scale));
-  if constexpr (kSoftcap) return hn::Mul(hn::Set(df, k.cap), hn::Tanh(df, hn::Mul(u, hn::Set(df, k.inv_cap))));
+  if constexpr (kSoftcap) return hn::Mul(hn::Set(df, k.cap), SoftcapTanh(df, hn::Mul(u, hn::Set(df, k.inv_cap))));
   return u;
 }
 
@@ -250,13 +276,14 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const int64_t nv = n / NL * NL;
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
-    if (kSoftcap && tbuf) {  // also keep t = tanh(s z / cap) for the gradient's (1 - t^2)
+    if (kSoftcap && tbuf) {  // also keep the gradient's factor 1 - t^2, t = tanh(s z / cap)
       const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
       for (; j < nv; j += NL) {
         tv::PrefetchAhead<kStepT<T>>(z + j0 + j);
-        const auto t = hn::Tanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv));
+        hn::Vec<DF> q;
+        const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv), &q);
         const auto c = hn::Mul(vcap, t);
-        hn::StoreU(t, df, tbuf + j0 + j);
+        hn::StoreU(q, df, tbuf + j0 + j);
         hn::StoreU(c, df, scratch + j);
         vmax = hn::Max(vmax, c);
         vsum_c = hn::Add(vsum_c, c);
@@ -272,7 +299,10 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     float m = nv > 0 ? hn::GetLane(hn::MaxOfLanes(df, vmax)) : -INFINITY;
     for (; j < n; ++j) {
       const float c = ce_logit(k, to_f32(z[j0 + j]));
-      if (kSoftcap && tbuf) tbuf[j0 + j] = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
+      if (kSoftcap && tbuf) {
+        const float t = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
+        tbuf[j0 + j] = 1.f - t * t;
+      }
       scratch[j] = c;
       m = std::max(m, c);
       tail_sum_c += c;
@@ -325,7 +355,6 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
   const float dz_y = has_y ? ce_grad_elem(k, r, to_f32(z[y]), true) : 0.f;
   const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
   const auto vlse = hn::Set(df, r.lse), vp = hn::Set(df, r.p_coef), vu = hn::Set(df, r.uniform);
-  const auto one = hn::Set(df, 1.f);
   int64_t j = 0;
   if constexpr (!kSoftcap && sizeof(T) == 2) {
     // exp(c - lse) <= 1 goes straight into a dz of T: for bf16/f16 the reduced-precision exponential of
@@ -358,9 +387,10 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     const auto u = hn::Mul(tv::LoadF32(df, z + j), vscale);
     hn::Vec<DF> d;
     if constexpr (kSoftcap) {
-      const auto t = hn::Tanh(df, hn::Mul(u, vinv));
+      hn::Vec<DF> q;
+      const auto t = SoftcapTanh(df, hn::Mul(u, vinv), &q);
       const auto p = FastExp(df, hn::Sub(hn::Mul(vcap, t), vlse));
-      d = hn::Mul(hn::NegMulAdd(t, t, one), hn::MulSub(vp, p, vu));
+      d = hn::Mul(q, hn::MulSub(vp, p, vu));
     } else {
       d = hn::MulSub(vp, FastExp(df, hn::Sub(u, vlse)), vu);  // f32 dz (bf16/f16 took the loop above)
     }
@@ -372,13 +402,13 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
-// With softcap (tbuf != nullptr): dz = (1 - t_j^2) (p_coef p_j - uniform).
+// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform).
 template <bool kNative, class T>
 void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
                     int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-  const auto vu = hn::Set(df, r.uniform), one = hn::Set(df, 1.f);
+  const auto vu = hn::Set(df, r.uniform);
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
     const float sc = r.p_coef * ce_exp(piece_m[j0 / kPiece] - r.lse);
@@ -387,13 +417,10 @@ void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const fl
     T* d = dz + j0;
     int64_t j = 0;
     if (tbuf) {
-      const float* t = tbuf + j0;
-      for (; j + NL <= n; j += NL) {
-        const auto tt = hn::LoadU(df, t + j);
-        tv::StoreOut<false, kNative>(df, hn::Mul(hn::NegMulAdd(tt, tt, one), hn::MulSub(vs, hn::LoadU(df, e + j), vu)),
-                                     d + j);
-      }
-      for (; j < n; ++j) d[j] = from_f32<T>((1.f - t[j] * t[j]) * (sc * e[j] - r.uniform));
+      const float* q = tbuf + j0;
+      for (; j + NL <= n; j += NL)
+        tv::StoreOut<false, kNative>(df, hn::Mul(hn::LoadU(df, q + j), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      for (; j < n; ++j) d[j] = from_f32<T>(q[j] * (sc * e[j] - r.uniform));
       continue;
     }
     for (; j + 2 * NL <= n; j += 2 * NL) {
