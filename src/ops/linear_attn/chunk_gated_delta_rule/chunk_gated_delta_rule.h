@@ -125,7 +125,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
 //     the pre-computed P (kWgmmaPqk's pass); forced only.
 //   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised wgmma pass (gdn::WgmmaPass::kSplit:
-//     two warpgroups run the recurrence, a third forms o; P inline); same shapes as kWgmma; forced only.
+//     two warpgroups run the recurrence, a third forms o; P inline); same shapes as kWgmma. kAuto runs this form
+//     wherever the wgmma pass applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: faster at B = 4 and B = 1).
 enum class GdnFusedForm : int {
   kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma, kWgmmaSplit
 };

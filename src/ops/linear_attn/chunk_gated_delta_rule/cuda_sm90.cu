@@ -674,9 +674,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
                form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
   if (form == GdnFusedForm::kAuto) {
-    // The wgmma pass with P inline where GPU run s8run2 measured it faster (one 128-column block per sequence-head:
-    // B = 4 T = 8192), else the mma.sync pass with its own P rule (gdn::fwd_cuda_state_o_wgmma_pays); in its split
-    // form (s9run1: pass 0.604 ms against 0.718 ms for the serial form at B = 4 T = 8192).
+    // The split wgmma pass with P inline wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: B = 4 T = 8192
+    // 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms), else the mma.sync pass
+    // with its own P rule.
     wgmma = gdn::fwd_cuda_state_o_wgmma_pays(c.fwdo);
     pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();

@@ -953,16 +953,13 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
 }
 
 bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p) {
-  // GPU run s8run2 (H200, bf16, H = 16, HV = 32, K = V = 128; pass alone): B = 4 T = 8192, 128-column blocks (one per
-  // sequence-head): 0.718 ms with P inline (0.688 ms + 0.176 ms of qk_gate_mma with P pre-computed) against 0.781 ms
-  // for the 16-warp mma.sync pass; B = 1 T = 32768, 32-column blocks: 1.736 ms (P pre-computed) against 1.465 ms for
-  // the 8-warp mma.sync pass. So only where one 128-column block covers V. Session 9 (s9run1): the split form at
-  // B = 4: 0.604 ms (the automatic fused forward runs it there); at B = 1 T = 32768, 32 columns: 1.536 ms against
-  // 1.469 ms for mma.sync (8 warps, P pre-computed): still not there.
-  if (!fwd_cuda_state_o_wgmma_reject(p).empty()) return false;
-  int sms = 132;
-  if (sm_count_wg(sms) != STRATA_SUCCESS) return false;
-  return p.shape.V == 128 && fwd_cuda_state_o_wgmma_width(p, sms) == 128;
+  // Where the wgmma pass applies, its split form (the automatic fused forward runs WgmmaPass::kSplit, P inline).
+  // GPU runs s9run1 / s9run2 (H200, bf16, H = 16, HV = 32, K = V = 128; pass alone): B = 4 T = 8192 (128 columns)
+  // 0.604 / 0.610 ms against 0.718 ms for the serial wgmma pass and 0.780 ms for the 16-warp mma.sync pass; B = 1
+  // T = 32768 (32 columns) 1.536 / 1.535 ms against 1.469 / 1.477 ms for the 8-warp mma.sync pass, which also needs
+  // qk_gate_mma's pre-computed P (0.177 ms): 1.65 ms. Whole forward through Python (gdn_peers, s9run2): B = 1 2.323 ms
+  // with the split pass forced against 2.533 ms for the automatic choice of then (mma.sync, P pre-computed).
+  return fwd_cuda_state_o_wgmma_reject(p).empty();
 }
 
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {

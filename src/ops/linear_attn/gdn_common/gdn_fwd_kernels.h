@@ -124,9 +124,8 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
 // whose blocks fit in one wave, else the widest dividing V.
 int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms);
-// Whether the automatic fused forward runs the wgmma pass (P inline) on p: where it applies and one 128-column block
-// covers V = 128 (one block per sequence-head, B = 4 T = 8192-like shapes: measured faster in GPU run s8run2); the
-// mma.sync pass elsewhere (B = 1: 32-column blocks, slower with wgmma).
+// Whether the automatic fused forward runs the wgmma pass (split form, P inline) on p: wherever it applies (s9run2:
+// B = 4 T = 8192 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms).
 bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p);
 // Test probe of the wgmma pass's primitives (descriptors, register A fragments, stmatrix.trans) on one warpgroup:
 // A bf16 [64][128], B bf16 [16][128] (op 2: [16][64]), D f32 [64][16] (op 3: [16][64]); see gdn_fwd_cuda_wgmma.cu.
