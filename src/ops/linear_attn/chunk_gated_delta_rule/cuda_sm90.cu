@@ -550,6 +550,8 @@ bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).em
 // With bwd_dhu's warpgroup-MMA kernel (chunk_gated_delta_rule_bwd_dhu_takes_wgmma: kDhuWgmma forced, or its
 // automatic choice; any column width), kFuseDvLocalInWgmmaDhu decides (it forms P = K Qᵀ and Bm dO beside the
 // recurrence's products; not the same bits as chunk_bwd_dv_local, within the tolerance of the float64 checks).
+// GPU run s9run2 (H200, bf16, HV = 32, K = V = 128): fused 0.929 ms against 0.416 + 1.007 ms for dv_local + the dv-read
+// kernel (B = 4, T = 8192), 2.202 against 0.414 + 2.118 ms (B = 1, T = 32768).
 constexpr bool kFuseDvLocalInDhu = true;
 constexpr bool kFuseDvLocalInWgmmaDhu = true;
 bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
