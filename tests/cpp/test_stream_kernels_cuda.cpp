@@ -438,7 +438,7 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
     p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
     const double bytes = 3.0 * rows * I * 2;
     const char* what = "clipped_swiglu fwd bf16 [32768, 2 x 2880]";
-    line(what, bytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }));
+    line(what, bytes, "bulk_ring", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }));
     line(what, bytes, "pairwise stream", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr); }));
     for (const activation::ClippedSwigluTmaTile tile :
          {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
@@ -454,7 +454,7 @@ TEST(StreamKernelsCuda, FusedTmaTilesTiming) {
     q.x_rows = dense(rows, 2 * q.I), q.y_rows = dense(rows, q.I);
     const double qbytes = 3.0 * rows * q.I * 2;
     const char* qwhat = "clipped_swiglu fwd bf16 [32768, 2 x 2048] split";
-    line(qwhat, qbytes, "bulk_ring (default)", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(q, nullptr); }));
+    line(qwhat, qbytes, "bulk_ring", queued_ms([&] { return activation::clipped_swiglu_fwd_cuda_ring(q, nullptr); }));
     for (const activation::ClippedSwigluTmaTile tile :
          {activation::ClippedSwigluTmaTile{8192, 256, 0}, activation::ClippedSwigluTmaTile{8192, 256, 1},
           activation::ClippedSwigluTmaTile{8192, 256, 3}})

@@ -1,7 +1,7 @@
 // clipped_swiglu: definition, validation, implementation lists and plans (ops_fused.md §8; README.md).
 // Forward tensors {x, probs, y}; backward tensors {x, probs, dy, dx, dprobs}.
-// Implementations, in dispatch order: forward cuda.sm90.bulk_ring (where it applies), then both directions
-// cuda.sm90.pairwise (forward: then cuda.sm90.tile_tma, forced only), cpu.avx512_bf16 (the AVX3 kernels
+// Implementations, in dispatch order: forward cuda.sm90.tile_tma, cuda.sm90.bulk_ring (where they apply), then both
+// directions cuda.sm90.pairwise, cpu.avx512_bf16 (the AVX3 kernels
 // with native bf16 rounding, on CPUs that have it),
 // cpu.<isa> per compiled Highway target, reference.
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
@@ -108,7 +108,7 @@ const ImplList<FwdProblem>& fwd_impls() {
     ImplList<FwdProblem> list = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, clipped_swiglu_fwd_cpu_native_bf16,
                                                       kCudaFwd, clipped_swiglu_fwd_reference);
 #if STRATA_WITH_CUDA
-    // First: the bulk-copy ring where it applies (equally spaced rows, I % 8 == 0), else pairwise.
+    // The bulk-copy ring where it applies (equally spaced rows, I % 8 == 0, x rows <= 48 KiB), else pairwise.
     list.insert(list.begin(), {kCudaRingImpl,
                                [](const FwdProblem& p) {
                                  std::string r = reject_unless_cuda(p.device, 90);
@@ -119,9 +119,11 @@ const ImplList<FwdProblem>& fwd_impls() {
                                  return static_cast<strata_status>(
                                      clipped_swiglu_fwd_cuda_ring(bind(p, launch), launch.cuda_stream));
                                }});
-    // Session 9, forced only until the H200 has timed it (after pairwise, so never dispatched): short-lived
-    // blocks whose x rows and y tile the copy engine moves. Unaligned rows at run time run pairwise's kernels.
-    list.insert(list.begin() + 2, {kCudaTmaImpl,
+    // Session 9, first since s9run2 (bf16 [32768, 2 x 2880] interleaved 0.1489 ms queued through Python against the
+    // ring's 0.1547, split [32768, 2 x 2048] 0.1057 against 0.1103 in C++; s9run1: equal, 0.1498 / 0.1491): short-
+    // lived blocks whose x rows and y tile the copy engine moves; x rows of 30-48 KiB take the ring. Unaligned rows
+    // at run time run pairwise's kernels.
+    list.insert(list.begin(), {kCudaTmaImpl,
                                    [](const FwdProblem& p) {
                                      std::string r = reject_unless_cuda(p.device, 90);
                                      return r.empty() ? clipped_swiglu_fwd_cuda_tma_reject(p.params) : r;

@@ -48,7 +48,6 @@
 #include "opbase/dtype.h"
 #include "ops/loss/fused_cross_entropy/cuda_common.cuh"
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
-#include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/fast_math.cuh"
 
@@ -284,16 +283,12 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // no softcap, bf16/f32, the fused forward): cluster_stored_exp, the exponentials of the statistics sweep kept
 // in the slice (sum_store) so that the gradient sweep computes none: per element one conversion, one FFMA and
 // half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
-// statistics sweep, runs the kPieces = 1 gradient). kBulk (with kStore; cluster_stored_exp_bulk, session 9): the
-// fused forward's gradient is written over the slice in shared memory (each thread its own vectors, as the
-// exponentials were) and leaves as one bulk copy shared -> global by thread 0, so the SM's load/store path issues
-// one request per CTA instead of ~19 16-byte stores per thread (the row norms' TMA forward met l2norm's target
-// that way where register stores had not).
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kBulk = false>
+// statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
+// written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
-  static_assert(!kBulk || kStore, "cluster_stored_exp_bulk: the stored-exp kernel's gradient");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -443,11 +438,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
         if (!fwd) mbar_wait(&bars[q], phase);  // the forward waited for every piece in its statistics
         if (ignored || bad) {
-          if (kBulk && fwd) {
-            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) wbuf[v] = fill;
-          } else {
-            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
-          }
+          for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
           continue;
         }
         if constexpr (kStore) {
@@ -465,8 +456,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
                 for (int e = 0; e < kVec; ++e)
                   if (e == off) x[e] -= gr.target;
               }
-              if constexpr (kBulk) wbuf[v] = pack<T>(x);  // over this thread's own stored exponentials
-              else dz[v] = pack<T>(x);
+              dz[v] = pack<T>(x);
             }
             continue;
           }
@@ -508,18 +498,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       for (int q = 0; q < pieces; ++q) mbar_wait(&bars[q], phase);
     }
     if (pieces > 0) phase ^= 1u;
-    if constexpr (kBulk) {
-      if (grad && fwd) cuda::fence_proxy_async();  // this thread's gradient in the slice before the bulk store reads it
-    }
     __syncthreads();  // the buffer and row_lse are reused by a later row of this CTA
-    if constexpr (kBulk) {
-      if (grad && fwd && threadIdx.x == 0 && n > 0) {
-        cuda::bulk_s2g(static_cast<T*>(p.dlogits) + i * p.dlogits_rs + lo, smem_raw,
-                       static_cast<uint32_t>(n * static_cast<int64_t>(sizeof(T))));
-        cuda::bulk_commit();
-        cuda::bulk_wait_read();  // the slice is read before the next row's copy overwrites it or the CTA exits
-      }
-    }
   }
   if (pending) __cluster_barrier_wait();  // no CTA leaves while another may still read its partial
 }
@@ -543,10 +522,10 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kBulk = false>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kBulk>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -577,8 +556,7 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
-  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpBulk) &&
-         p.dlogits != nullptr &&
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
          !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
 }
 
@@ -586,10 +564,7 @@ template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) {
-      if (kind == CeSmemKind::kStoredExpBulk) return launch<T, true, false, 1, true, true>(p, sp, stream);
-      return launch<T, true, false, 1, true>(p, sp, stream);
-    }
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -616,7 +591,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
-    const bool wide = (kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpBulk) && stored_exp_runs(p, kind);
+    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
     const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {

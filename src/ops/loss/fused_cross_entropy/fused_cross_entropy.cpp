@@ -2,7 +2,7 @@
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
 // Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
-// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.cluster_stored_exp_bulk, cuda.sm90.block_per_row,
+// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -198,10 +198,6 @@ const ImplList<CeProblem>& impls() {
     // Session 7: the stored-exponential kernel with cluster_smem's ~40 KiB slices (s7run2: 1.578 ms): forced only,
     // kept so that the conformance suite covers the 8-CTA split of that kernel and atk shows the slice effect.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
-    // Session 9 (forced only until the H200 has timed it): cluster_stored_exp_wide whose gradient is written over
-    // the slice in shared memory and leaves as one bulk copy per CTA. Same cases as cluster_stored_exp_wide
-    // (elsewhere cluster_smem exactly).
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_bulk", CeSmemKind::kStoredExpBulk));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {
@@ -210,7 +206,7 @@ const ImplList<CeProblem>& impls() {
     // Removed in session 6 (slower than cluster_smem at every shape timed, s4run1-s6run1, bf16 [8192, 151936]
     // fused in place: 1.70 ms): cluster_wide (1.99), cluster_pipe (2.09), block_per_row_l2 (2.40; also slower
     // than block_per_row, 2.31), cluster_row (3.10). Removed in session 9: session 8's four cluster_lean kernels
-    // (s8run2: 1.456-1.493 ms against the default's 1.424). README.md keeps their description and figures.
+    // (s8run2: 1.456-1.493 ms against the default's 1.424) and cluster_stored_exp_bulk (s9run2: 1.513 against 1.436). README.md keeps their description and figures.
 #endif
     // AVX512-BF16 first: the AVX3 kernel with native rounding of bf16 gradients (the same bits).
     if (const CeCpuFn fn = fused_cross_entropy_cpu_native_bf16())

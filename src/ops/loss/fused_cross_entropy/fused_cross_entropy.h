@@ -130,9 +130,7 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-//   kStoredExpBulk: cuda.sm90.cluster_stored_exp_bulk (session 9): kStoredExpWide whose gradient is written over
-//             the slice in shared memory and stored by one bulk copy per CTA; elsewhere as kStoredExpWide.
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpBulk };
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
