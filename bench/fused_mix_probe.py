@@ -20,6 +20,7 @@ import statistics
 
 import torch
 
+import strata
 import strata.api as sapi
 from strata import _C
 
@@ -61,14 +62,6 @@ def probe_tbs(kind, nbytes):
     return nbytes / (ms * 1e-3) / 1e12
 
 
-def forced(name, fn):
-    _C.set_force_impl(name)
-    try:
-        return fn()
-    finally:
-        _C.set_force_impl("")
-
-
 def cuda_impls(op):
     return [n for n in _C.op_impl_names(op) if n.startswith("cuda.")]
 
@@ -82,7 +75,8 @@ def report(title, op, nbytes, mix, fn, only=None):
     names = [""] + [n for n in cuda_impls(op) if only is None or n in only]
     for name in names:
         try:
-            ms = forced(name, lambda: queued_ms(fn))
+            with strata.force_impl(name or None):
+                ms = queued_ms(fn)
         except Exception as e:  # an implementation that does not take the shape
             print(f"  {name or 'dispatch':<34} {type(e).__name__}: {str(e)[:80]}")
             continue
