@@ -1,7 +1,8 @@
 // chunk_bwd_dqkwg: definition, validation, implementation list and plans (ops_gdn_kda.md §4.11;
 // chunk_bwd_dqkwg.h, README.md beside this file).
 // Tensors {q, k, v, do, h, dh, dv|NULL, g|NULL, cu_seqlens|NULL, dq, dk, dw|NULL, dg|NULL}; attributes scale,
-// chunk_size. Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.wgmma (bf16, K = V = 128), cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// chunk_size. Implementations, in order of preference: cuda.sm90.wgmma (bf16, K = V = 128), cuda.sm90.mma (bf16/f16),
+// cuda.sm90.chunk_tile, cpu.<isa>, reference.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 
 #include <fmt/format.h>
@@ -50,8 +51,8 @@ const ImplList<Problem>& impls() {
 #endif
     });
 #if STRATA_WITH_CUDA
-    // The warpgroup-MMA kernel after cuda.sm90.mma (which stays the automatic choice): reachable by forcing it.
-    l.insert(l.begin() + 1,
+    // The warpgroup-MMA kernel first: the automatic choice where it applies (bf16, K = V = 128).
+    l.insert(l.begin(),
              {"cuda.sm90.wgmma",
               [](const Problem& p) {
                 std::string r = reject_unless_cuda(p.device, 90);

@@ -44,9 +44,9 @@ using DqkwgCpuFn = void (*)(const DqkwgParams&);
 DqkwgCpuFn chunk_bwd_dqkwg_cpu(int64_t hwy_target);
 
 #if STRATA_WITH_CUDA
-// The automatic choice (what other operators call): the tensor-core kernel when it applies
-// (chunk_bwd_dqkwg_cuda_mma_reject(p) is empty: 16-bit token tensors), the f32 FMA kernel otherwise. Its workspace size
-// covers both.
+// The automatic choice (what other operators call): the warpgroup-MMA kernel where it applies
+// (chunk_bwd_dqkwg_cuda_wgmma_reject(p) is empty), else the mma.sync kernel when chunk_bwd_dqkwg_cuda_mma_reject(p)
+// is empty (16-bit token tensors), else the f32 FMA kernel. Its workspace size covers all three.
 size_t chunk_bwd_dqkwg_cuda_workspace(const gdn_bwd::Dims& d);
 int chunk_bwd_dqkwg_cuda(const DqkwgParams& p, void* workspace, void* stream);
 // The two kernels, each callable on its own (the implementation list exposes both).

@@ -571,7 +571,9 @@ size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
   const Calls c = make_calls(p, fake, s, true);
   const gdn_bwd::Dims d = bwd_dims(p, s);
-  const size_t q = dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma_workspace(d) : chunk_bwd_dqkwg_cuda_fma_workspace(d);
+  // The tensor-core path: chunk_bwd_dqkwg_cuda's wgmma kernel or its mma.sync one (the same workspace).
+  const size_t q = dqkwg_mma(c) ? std::max(chunk_bwd_dqkwg_cuda_wgmma_workspace(d), chunk_bwd_dqkwg_cuda_mma_workspace(d))
+                                : chunk_bwd_dqkwg_cuda_fma_workspace(d);
   const size_t w = wy_bwd_mma(c) ? prepare_wy_repr_bwd_cuda_mma_workspace(d) : prepare_wy_repr_bwd_cuda_fma_workspace(d);
   return std::max(q, w);
 }
@@ -734,7 +736,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda_mma(c.qp, b.late, stream)
+  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda(c.qp, b.late, stream)
                                                                  : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
   mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
