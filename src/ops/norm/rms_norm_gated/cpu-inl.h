@@ -183,8 +183,7 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
   return s;
 }
 
-// Per-thread f32 scratch rows.
-// Per-thread f32 rows for the forward's long-row path, kept across blocks and calls (grown, never shrunk: at
+// Per-thread f32 rows of the direct and long-row paths, kept across blocks and calls (grown, never shrunk: at
 // most 2 D floats per thread).
 HWY_INLINE float* ThreadRows(int64_t n) {
   thread_local std::vector<float> buf;
@@ -208,16 +207,19 @@ inline void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_
 // Forward.
 
 // A short row of exactly NV vectors (D = NV * lanes; unit column strides, no residual) held in registers: one
-// load and one conversion per element instead of the scratch-row passes. Groups are gv whole vectors; a
-// group's sum of squares is one vector accumulator in vector order, then one lane sum (a fixed order).
-template <int NV, bool kStream, bool kNative, class TX>
-HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr, void* rstd,
-                         int32_t rstd_dtype, int64_t so, int64_t rstd_col, const float* w, const float* b, int gv,
-                         float inv_g, float eps, bool nbg, int32_t act) {
+// load and one conversion per element instead of the scratch-row passes. Groups are GV whole vectors (a
+// template parameter: with a run-time group width the group ends were found by an integer division per vector
+// and every row's rstd broadcast NV times, ~1/3 of the row's instructions at D = 128); a group's sum of
+// squares is one vector accumulator in vector order, then one lane sum (a fixed order). rstd is f32 (the only
+// rstd dtype of the non-f64 kernels, rms_norm_gated.cpp).
+template <int NV, int GV, bool kStream, bool kNative, class TX>
+HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr,
+                         float* HWY_RESTRICT rstd, int64_t rstd_col, const float* w, const float* b, float inv_g,
+                         float eps, bool nbg, int32_t act) {
+  static_assert(NV % GV == 0, "groups of whole vectors");
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF h[NV], a[NV];
-  float rs[NV] = {};  // every entry is set below; the initializer quiets a false -Wmaybe-uninitialized (scalar target)
   // Rows follow each other in the common layouts: the lines 4 KiB ahead are later rows' (vec-inl.h).
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(xr);
   tv::PrefetchAhead<static_cast<int64_t>(NV * hn::MaxLanes(DF()) * sizeof(TX))>(zr);
@@ -227,24 +229,26 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
     a[k] = Act<TX>(df, act, tv::LoadF32(df, zr + k * N), nullptr);
     if (!nbg) h[k] = hn::Mul(h[k], a[k]);
   }
-  VF acc = hn::Zero(df);
 #pragma GCC unroll 8
-  for (int k = 0; k < NV; ++k) {
-    acc = hn::MulAdd(h[k], h[k], acc);
-    if ((k + 1) % gv == 0) {
-      const float r = 1.f / std::sqrt(hn::GetLane(hn::SumOfLanes(df, acc)) * inv_g + eps);
-      store_elem(rstd, rstd_dtype, so + (k / gv) * rstd_col, r);
+  for (int g = 0; g < NV / GV; ++g) {
+    // DotF32's order (two accumulators over vector pairs): half the latency of one chain, and the same sum
+    // as the general path's.
+    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
 #pragma GCC unroll 8
-      for (int kk = 0; kk < NV; ++kk)
-        if (kk <= k && kk > k - gv) rs[kk] = r;
-      acc = hn::Zero(df);
+    for (int k = g * GV; k + 1 < (g + 1) * GV; k += 2) {
+      a0 = hn::MulAdd(h[k], h[k], a0);
+      a1 = hn::MulAdd(h[k + 1], h[k + 1], a1);
     }
-  }
+    if constexpr (GV % 2 == 1) a0 = hn::MulAdd(h[(g + 1) * GV - 1], h[(g + 1) * GV - 1], a0);
+    const float r = 1.f / std::sqrt(hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) * inv_g + eps);
+    rstd[g * rstd_col] = r;
+    const VF vr = hn::Set(df, r);
 #pragma GCC unroll 8
-  for (int k = 0; k < NV; ++k) {
-    VF o = hn::MulAdd(hn::Mul(h[k], hn::Set(df, rs[k])), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
-    if (nbg) o = hn::Mul(o, a[k]);
-    tv::StoreOut<kStream, kNative>(df, o, yr + k * N);
+    for (int k = g * GV; k < (g + 1) * GV; ++k) {
+      VF o = hn::MulAdd(hn::Mul(h[k], vr), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
+      if (nbg) o = hn::Mul(o, a[k]);
+      tv::StoreOut<kStream, kNative>(df, o, yr + k * N);
+    }
   }
 }
 
@@ -258,21 +262,34 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
   const TX* x = static_cast<const TX*>(p.x);
   const TX* z = static_cast<const TX*>(p.z);
   TX* y = static_cast<TX*>(p.y);
+  float* rstd = static_cast<float*>(p.rstd);
   // Non-temporal stores need every row start aligned to whole 16-byte-or-wider vectors.
   if (stream && (hn::Lanes(df) * sizeof(TX) < 16 || !p.y_rows.uniform() ||
                  !tv::StreamRowsAligned(df, y + p.y_rows.row_offset(r0), p.y_rows.row_stride())))
     stream = false;
-  const int gv = static_cast<int>(p.group / N);
+  const int64_t gv = p.group / N;
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool nbg = p.norm_before_gate;
   const int32_t act = p.act;
   return tv::VisitShortRow(p.D / N, stream, [&](auto nv_tag, auto stream_tag) {
     constexpr int NV = decltype(nv_tag)::value;
     constexpr bool S = decltype(stream_tag)::value;
-    for (int64_t r = r0; r < r1; ++r)
-      ShortRow<NV, S, kNative>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r), p.rstd,
-                      p.rstd_dtype, p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
-                      act);
+    // gv divides NV (G divides D), and NV is a power of two.
+    auto rows = [&](auto gv_tag) {
+      constexpr int GV = decltype(gv_tag)::value;
+      if constexpr (NV % GV == 0) {
+        for (int64_t r = r0; r < r1; ++r)
+          ShortRow<NV, GV, S, kNative>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r),
+                                       y + p.y_rows.row_offset(r), rstd + p.rstd_rows.row_offset(r),
+                                       p.rstd_rows.col_stride, w, b, inv_g, p.eps, nbg, act);
+      }
+    };
+    switch (gv) {
+      case 1: rows(std::integral_constant<int, 1>{}); break;
+      case 2: rows(std::integral_constant<int, 2>{}); break;
+      case 4: rows(std::integral_constant<int, 4>{}); break;
+      default: rows(std::integral_constant<int, 8>{}); break;
+    }
   });
 }
 
@@ -436,56 +453,59 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // Backward.
 
 // One backward row with unit column strides, no residual and no dresidual_out, straight from storage. Per
-// group: pass A reads x, z, dy once from memory (prefetched), forms act(z) (kept in sa; act'(z) in sg for
-// gate-before-norm), the normalized value nrm, dn = d(loss)/d(nrm), their dot product and the dweight /
-// dbias terms (into the block's partial rows bw / bb), and norm-before-gate's dz; pass B re-reads x and dy
-// (now in L1), forms nrm and dn again and writes dx (and gate-before-norm's dz). Two sweeps per group
-// instead of the general path's eight over f32 scratch rows; the same values in the same order (DotF32's
-// accumulation), so the same bits as that path when G is a multiple of the vector length (see LongRowDirect).
+// group: pass A reads x, z, dy once from memory (prefetched), forms act(z), act'(z), the normalized value nrm,
+// dn = d(loss)/d(nrm), their dot product, the dweight / dbias terms (into the block's partial rows bw / bb)
+// and norm-before-gate's dz; pass B writes dx (and gate-before-norm's dz) from d = rs (dn - nrm mean).
+// Norm-before-gate keeps nrm and dn in two f32 rows of the thread (sn, sd) for pass B (session 10: pass B
+// used to re-read and re-widen x and dy and recompute them, ~11 of ~50 vector operations per vector; +10 %
+// at D = 128). Gate-before-norm keeps act(z) and act'(z) (sa, sg) and pass B re-reads x and dy from L1 and
+// recomputes nrm and dn: keeping nrm, dn and x too (five rows) was ~30 % slower at G = 1024 and 5120, the
+// extra stores costing more than the operations they save. The values and their order are the same either
+// way (DotF32's accumulation), so the bits are the general path's when G is a multiple of the vector length
+// (see LongRowDirect). rstd is f32 (see ShortRow).
 template <bool kStream, bool kNative, class TX>
 HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, const TX* HWY_RESTRICT dyr,
-                             TX* HWY_RESTRICT dxr, TX* HWY_RESTRICT dzr, const void* rstd, int32_t rstd_dtype, int64_t so,
+                             TX* HWY_RESTRICT dxr, TX* HWY_RESTRICT dzr, const float* HWY_RESTRICT rstd,
                              int64_t rstd_col, const float* HWY_RESTRICT w, const float* HWY_RESTRICT bias, int64_t D,
                              int64_t G, float inv_g, bool nbg, int32_t act, float* HWY_RESTRICT bw,
-                             float* HWY_RESTRICT bb, float* HWY_RESTRICT sa, float* HWY_RESTRICT sg) {
+                             float* HWY_RESTRICT bb, float* HWY_RESTRICT scratch) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  constexpr int64_t kStep = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(TX));
+  // One prefetch per input and vector pair: a whole 64-byte line for bf16 / f16 on AVX-512 (a per-vector
+  // prefetch of half a line needs a test and a branch).
+  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
   const bool want_wb = bw != nullptr;
+  float* HWY_RESTRICT s0 = scratch;      // nrm (norm-before-gate) or act(z)
+  float* HWY_RESTRICT s1 = scratch + G;  // dn (norm-before-gate) or act'(z)
   for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
     const TX* x = xr + j0;
     const TX* z = zr + j0;
     const TX* dy = dyr + j0;
     const float* wg = w + j0;
-    const float rs = static_cast<float>(load_elem(rstd, rstd_dtype, so + g * rstd_col));
+    const float* bg = bias + j0;
+    const float rs = rstd[g * rstd_col];
     const VF vr = hn::Set(df, rs);
-    // nrm and dn of vector k from x, dy and act(z) (sa); as the general path's pass 1.
-    auto nrm_dn = [&](int64_t k, VF av, VF& nv, VF& dterm, VF& dn) {
-      const VF hv = tv::LoadF32(df, x + k), dyv = tv::LoadF32(df, dy + k);
-      if (nbg) {
-        nv = hn::Mul(hv, vr);
-        dterm = hn::Mul(dyv, av);
-      } else {
-        nv = hn::Mul(hn::Mul(hv, av), vr);
-        dterm = dyv;
-      }
-      dn = hn::Mul(dterm, hn::LoadU(df, wg + k));
-    };
-    // Pass A for vector k: nrm and dn into nv / dn (the dot product's factors).
+    // Pass A for vector k: nrm and dn (the dot product's factors) into nv / dn and the scratch rows.
     auto pass_a = [&](int64_t k, VF& nv, VF& dn) {
-      tv::PrefetchAhead<kStep>(x + k);
-      tv::PrefetchAhead<kStep>(z + k);
-      tv::PrefetchAhead<kStep>(dy + k);
       VF ag;
+      const VF xv = tv::LoadF32(df, x + k), dyv = tv::LoadF32(df, dy + k), wv = hn::LoadU(df, wg + k);
       const VF av = Act<TX>(df, act, tv::LoadF32(df, z + k), &ag);
-      hn::StoreU(av, df, sa + k);
       VF dterm;
-      nrm_dn(k, av, nv, dterm, dn);
       if (nbg) {
-        const VF o = hn::MulAdd(nv, hn::LoadU(df, wg + k), hn::LoadU(df, bias + j0 + k));
-        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(tv::LoadF32(df, dy + k), o), ag), dzr + j0 + k);
+        nv = hn::Mul(xv, vr);
+        dterm = hn::Mul(dyv, av);
+        const VF o = hn::MulAdd(nv, wv, hn::LoadU(df, bg + k));
+        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(dyv, o), ag), dzr + j0 + k);
       } else {
-        hn::StoreU(ag, df, sg + k);
+        nv = hn::Mul(hn::Mul(xv, av), vr);
+        dterm = dyv;
+        hn::StoreU(av, df, s0 + k);
+        hn::StoreU(ag, df, s1 + k);
+      }
+      dn = hn::Mul(dterm, wv);
+      if (nbg) {
+        hn::StoreU(nv, df, s0 + k);
+        hn::StoreU(dn, df, s1 + k);
       }
       if (want_wb) {
         hn::StoreU(hn::MulAdd(dterm, nv, hn::LoadU(df, bw + j0 + k)), df, bw + j0 + k);
@@ -496,6 +516,9 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
     int64_t k = 0;
     VF n0, d0, n1, d1;
     for (; k + 2 * N <= G; k += 2 * N) {  // DotF32's order
+      tv::PrefetchAhead<kStep2>(x + k);
+      tv::PrefetchAhead<kStep2>(z + k);
+      tv::PrefetchAhead<kStep2>(dy + k);
       pass_a(k, n0, d0);
       pass_a(k + N, n1, d1);
       a0 = hn::MulAdd(d0, n0, a0);
@@ -509,47 +532,45 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
     for (; k < G; ++k) {
       const float zk = to_f32(z[k]), xk = to_f32(x[k]), gk = to_f32(dy[k]);
       const float a = ActS(act, zk), ag = ActGradS(act, zk);
-      sa[k] = a;
       float nv, dterm;
       if (nbg) {
         nv = xk * rs;
         dterm = gk * a;
-        dzr[j0 + k] = from_f32<TX>(gk * (nv * wg[k] + bias[j0 + k]) * ag);
+        dzr[j0 + k] = from_f32<TX>(gk * (nv * wg[k] + bg[k]) * ag);
       } else {
         nv = xk * a * rs;
         dterm = gk;
-        sg[k] = ag;
       }
+      const float dn = dterm * wg[k];
+      s0[k] = nbg ? nv : a;
+      s1[k] = nbg ? dn : ag;
       if (want_wb) bw[j0 + k] += dterm * nv, bb[j0 + k] += dterm;
-      dot += dterm * wg[k] * nv;
+      dot += dn * nv;
     }
     const float mean = dot * inv_g;
     // Pass B: d = rs (dn - nrm mean) -> dx (norm-before-gate), or dx = d act(z), dz = d x act'(z).
     const VF vm = hn::Set(df, mean);
     k = 0;
     for (; k + N <= G; k += N) {
-      const VF av = hn::LoadU(df, sa + k);
-      VF nv, dterm, dn;
-      nrm_dn(k, av, nv, dterm, dn);
-      const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, dn));
       if (nbg) {
+        const VF d = hn::Mul(vr, hn::NegMulAdd(hn::LoadU(df, s0 + k), vm, hn::LoadU(df, s1 + k)));
         tv::StoreOut<kStream, kNative>(df, d, dxr + j0 + k);
       } else {
+        const VF av = hn::LoadU(df, s0 + k), xv = tv::LoadF32(df, x + k);
+        const VF nv = hn::Mul(hn::Mul(xv, av), vr);
+        const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, hn::Mul(tv::LoadF32(df, dy + k), hn::LoadU(df, wg + k))));
         tv::StoreOut<kStream, kNative>(df, hn::Mul(d, av), dxr + j0 + k);
-        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(d, tv::LoadF32(df, x + k)), hn::LoadU(df, sg + k)),
-                                     dzr + j0 + k);
+        tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(d, xv), hn::LoadU(df, s1 + k)), dzr + j0 + k);
       }
     }
     for (; k < G; ++k) {
-      const float xk = to_f32(x[k]), gk = to_f32(dy[k]), a = sa[k];
-      const float nv = nbg ? xk * rs : xk * a * rs;
-      const float dn = (nbg ? gk * a : gk) * wg[k];
-      const float d = rs * (dn - nv * mean);
       if (nbg) {
-        dxr[j0 + k] = from_f32<TX>(d);
+        dxr[j0 + k] = from_f32<TX>(rs * (s1[k] - s0[k] * mean));
       } else {
+        const float xk = to_f32(x[k]), a = s0[k];
+        const float d = rs * (to_f32(dy[k]) * wg[k] - xk * a * rs * mean);
         dxr[j0 + k] = from_f32<TX>(d * a);
-        dzr[j0 + k] = from_f32<TX>(d * xk * sg[k]);
+        dzr[j0 + k] = from_f32<TX>(d * xk * s1[k]);
       }
     }
   }
@@ -577,7 +598,8 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (direct) {
-      float* sa = ThreadRows(2 * G);
+      float* scratch = ThreadRows(2 * G);
+      const float* rstd = static_cast<const float*>(p.rstd);
       float* bw = want_wb ? pw + (r0 / block) * D : nullptr;
       float* bb = want_wb ? pb + (r0 / block) * D : nullptr;
       if (want_wb) std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
@@ -587,14 +609,15 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
         const TX* dyr = static_cast<const TX*>(p.dy) + p.dy_rows.row_offset(r);
         TX* dxr = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r);
         TX* dzr = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r);
+        const float* rsr = rstd + p.rstd_rows.row_offset(r);
         // Non-temporal stores need whole 16-byte-or-wider vectors at every group start of both outputs.
         if (stream && hn::Lanes(df) * sizeof(TX) >= 16 && G % N == 0 && tv::StreamAligned(df, dxr) &&
             tv::StreamAligned(df, dzr))
-          BwdRowDirect<true, kNative>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
-                             p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
+          BwdRowDirect<true, kNative>(xr, zr, dyr, dxr, dzr, rsr, p.rstd_rows.col_stride, w.data(), bias.data(), D, G,
+                                      inv_g, nbg, act, bw, bb, scratch);
         else
-          BwdRowDirect<false, kNative>(xr, zr, dyr, dxr, dzr, p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(r),
-                              p.rstd_rows.col_stride, w.data(), bias.data(), D, G, inv_g, nbg, act, bw, bb, sa, sa + G);
+          BwdRowDirect<false, kNative>(xr, zr, dyr, dxr, dzr, rsr, p.rstd_rows.col_stride, w.data(), bias.data(), D, G,
+                                       inv_g, nbg, act, bw, bb, scratch);
       }
       if (stream) hwy::FlushStream();
       return;
