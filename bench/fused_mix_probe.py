@@ -16,31 +16,13 @@ probe of its mix (bytes / the probe's rate in this run).
     PYTHONPATH=build/gpu/pyroot python3 bench/fused_mix_probe.py
 """
 
-import statistics
-
 import torch
 
 import strata
 import strata.api as sapi
-from strata import _C
+from cuda_timing import impls_for, queued_ms  # bench/ (this script's folder)
 
 FLOOR_TBS = 4.22  # PERF_TARGETS' device copy rate (H200, 2026-11-29)
-
-
-def queued_ms(fn, iters=20, loops=5, warm=3):
-    for _ in range(warm):
-        fn()
-    out = []
-    for _ in range(loops):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b) / iters)
-    return statistics.median(out)
 
 
 def probe_tbs(kind, nbytes):
@@ -49,21 +31,17 @@ def probe_tbs(kind, nbytes):
         n = nbytes // 6
         a = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1)
         b, c = torch.empty_like(a).fill_(2), torch.empty_like(a)
-        ms = queued_ms(lambda: torch.add(a, b, out=c))
+        ms = queued_ms(lambda: torch.add(a, b, out=c), loops=5)
     elif kind == "inplace":  # one buffer read and written
         n = nbytes // 4
         a = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1)
-        ms = queued_ms(lambda: a.mul_(1))
+        ms = queued_ms(lambda: a.mul_(1), loops=5)
     else:  # copy: src read, dst written
         n = nbytes // 4
         a = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1)
         c = torch.empty_like(a)
-        ms = queued_ms(lambda: c.copy_(a))
+        ms = queued_ms(lambda: c.copy_(a), loops=5)
     return nbytes / (ms * 1e-3) / 1e12
-
-
-def cuda_impls(op):
-    return [n for n in _C.op_impl_names(op) if n.startswith("cuda.")]
 
 
 def report(title, op, nbytes, mix, fn, only=None):
@@ -72,11 +50,11 @@ def report(title, op, nbytes, mix, fn, only=None):
     fl, fm = nbytes / (FLOOR_TBS * 1e12) * 1e3, nbytes / (mixr * 1e12) * 1e3
     print(f"[mix probe] {title}: {nbytes / 1e6:.1f} MB; copy probe {copy:.3f} TB/s, {mix} probe ({'2:1' if mix == 'add' else '1:1'}) "
           f"{mixr:.3f} TB/s = {fm:.4f} ms; fixed floor {fl:.4f} ms")
-    names = [""] + [n for n in cuda_impls(op) if only is None or n in only]
+    names = [""] + [n for n in impls_for(op) if only is None or n in only]
     for name in names:
         try:
             with strata.force_impl(name or None):
-                ms = queued_ms(fn)
+                ms = queued_ms(fn, loops=5)
         except Exception as e:  # an implementation that does not take the shape
             print(f"  {name or 'dispatch':<34} {type(e).__name__}: {str(e)[:80]}")
             continue

@@ -15,36 +15,9 @@
 
 import torch
 
+import strata
 import strata.api as sapi
-from py_launch_diag import back_to_back, host_us, per_call_events  # bench/ (this script's folder)
-from strata import _C
-
-
-def queued_ms(fn, iters=40, warm=4):
-    for _ in range(warm):
-        fn()
-    return back_to_back(fn, iters)
-
-
-def copy_gbs(nbytes):
-    """Read + write bandwidth of a torch copy moving nbytes in total."""
-    n = int(nbytes // 2)
-    src = torch.empty(n, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = queued_ms(lambda: dst.copy_(src), iters=20)
-    return nbytes / (ms * 1e-3) / 1e9
-
-
-def forced(name, fn):
-    _C.set_force_impl(name)
-    try:
-        return fn()
-    finally:
-        _C.set_force_impl("")
-
-
-def impls_for(op, prefix="cuda."):
-    return [n for n in _C.op_impl_names(op) if n.startswith(prefix)]
+from cuda_timing import copy_gbs, host_us, impls_for, per_call_events, queued_ms  # bench/ (this script's folder)
 
 
 def main():
@@ -61,7 +34,8 @@ def main():
     print(f"{'rms_norm_gated fwd bf16 [1048576, 128] nbg, queued':<62} {'ms':>8} {'x floor':>8}")
     for name in [""] + impls_for("rms_norm_gated_fwd"):
         try:
-            ms = forced(name, lambda: queued_ms(fwd))
+            with strata.force_impl(name or None):
+                ms = queued_ms(fwd, iters=40, warm=4)
         except Exception as e:  # an implementation that does not take the shape
             print(f"  {name or 'dispatch'}: {type(e).__name__}: {str(e)[:80]}")
             continue
@@ -76,7 +50,7 @@ def main():
         sapi.rms_norm_gated(xg, gg, wg, eps=1e-6).backward(dy)
 
     print(f"rms_norm_gated fwd+bwd via Python: per call {per_call_events(fwd_bwd):.4f} ms, back to back "
-          f"{queued_ms(fwd_bwd, iters=30):.4f} ms, host {host_us(fwd_bwd):.1f} us/call")
+          f"{queued_ms(fwd_bwd, iters=30, warm=4):.4f} ms, host {host_us(fwd_bwd):.1f} us/call")
     del x, g, xg, gg, dy
 
     T, C, W = 32768, 8192, 4
@@ -92,7 +66,8 @@ def main():
     print(f"{'causal_conv1d bwd bf16 [1, 32768, 8192] W=4 silu varlen N=6, queued':<62} {'ms':>8} {'x floor':>8}")
     for name in [""] + impls_for("causal_conv1d_bwd"):
         try:
-            ms = forced(name, lambda: queued_ms(bwd, iters=20))
+            with strata.force_impl(name or None):
+                ms = queued_ms(bwd, iters=20, warm=4)
         except Exception as e:
             print(f"  {name or 'dispatch'}: {type(e).__name__}: {str(e)[:80]}")
             continue

@@ -12,47 +12,12 @@ causal_conv1d), to explain their Python-vs-C++ gaps (fused_cross_entropy: 2.31 m
 """
 
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import strata.api as sapi
-
-
-def per_call_events(fn, iters=30):
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in ev)
-    return t[len(t) // 2]
-
-
-def back_to_back(fn, iters=30):
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / iters
-
-
-def host_us(fn, iters=30):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / iters * 1e6
+from cuda_timing import back_to_back, host_us, per_call_events  # bench/ (this script's folder)
 
 
 def alternating(fn, *inputs):
