@@ -89,6 +89,16 @@ HWY_INLINE hn::Vec<DF> Transform(DF df, hn::Vec<DF> z, const CeConsts& k) {
   return u;
 }
 
+// One vector of RowStatsPlain's sum terms: t = exp(s z - m) (vnm = -m) added to acc, and stored at e + i when
+// kKeep (e is null otherwise, so the offset is applied only then).
+template <bool kKeep>
+HWY_INLINE void AddExpTerm(DF df, hn::Vec<DF> z, hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e, int64_t i,
+                           hn::Vec<DF>& acc) {
+  const auto t = tv::ExpSum(df, hn::MulAdd(z, vs, vnm));
+  if constexpr (kKeep) hn::StoreU(t, df, e + i);
+  acc = hn::Add(acc, t);
+}
+
 // Row statistics without softcap (c = s z), piece by piece (after the first piece an online sweep, below, is tried
 // first and these two sweeps run only for pieces that raise the row maximum). Sweep 1 reads the piece from memory for the extreme
 // raw logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and,
@@ -143,28 +153,16 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
             q0 = hn::Add(q0, hn::Add(v0, v1));
             q1 = hn::Add(q1, hn::Add(v2, v3));
           }
-          const auto e0 = tv::ExpSum(df, hn::MulAdd(v0, vs, vnr));
-          const auto e1 = tv::ExpSum(df, hn::MulAdd(v1, vs, vnr));
-          const auto e2 = tv::ExpSum(df, hn::MulAdd(v2, vs, vnr));
-          const auto e3 = tv::ExpSum(df, hn::MulAdd(v3, vs, vnr));
-          if constexpr (kKeep) {
-            hn::StoreU(e0, df, e + i);
-            hn::StoreU(e1, df, e + i + NL);
-            hn::StoreU(e2, df, e + i + 2 * NL);
-            hn::StoreU(e3, df, e + i + 3 * NL);
-          }
-          a0 = hn::Add(a0, e0);
-          a1 = hn::Add(a1, e1);
-          a2 = hn::Add(a2, e2);
-          a3 = hn::Add(a3, e3);
+          AddExpTerm<kKeep>(df, v0, vs, vnr, e, i, a0);
+          AddExpTerm<kKeep>(df, v1, vs, vnr, e, i + NL, a1);
+          AddExpTerm<kKeep>(df, v2, vs, vnr, e, i + 2 * NL, a2);
+          AddExpTerm<kKeep>(df, v3, vs, vnr, e, i + 3 * NL, a3);
         }
         for (; i < n; i += NL) {
           const auto v0 = tv::LoadF32(df, zp + i);
           x0 = ext(x0, v0);
           if constexpr (kSum) q0 = hn::Add(q0, v0);
-          const auto e0 = tv::ExpSum(df, hn::MulAdd(v0, vs, vnr));
-          if constexpr (kKeep) hn::StoreU(e0, df, e + i);
-          a0 = hn::Add(a0, e0);
+          AddExpTerm<kKeep>(df, v0, vs, vnr, e, i, a0);
         }
         const auto xv = ext(ext(x0, x1), ext(x2, x3));
         const float zx = kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
@@ -224,26 +222,12 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
     j = 0;
     for (; j + 4 * NL <= nv; j += 4 * NL) {
-      const auto e0 = tv::ExpSum(df, hn::MulAdd(tv::LoadF32(df, zp + j), vs, vnm));
-      const auto e1 = tv::ExpSum(df, hn::MulAdd(tv::LoadF32(df, zp + j + NL), vs, vnm));
-      const auto e2 = tv::ExpSum(df, hn::MulAdd(tv::LoadF32(df, zp + j + 2 * NL), vs, vnm));
-      const auto e3 = tv::ExpSum(df, hn::MulAdd(tv::LoadF32(df, zp + j + 3 * NL), vs, vnm));
-      if constexpr (kKeep) {
-        hn::StoreU(e0, df, e + j);
-        hn::StoreU(e1, df, e + j + NL);
-        hn::StoreU(e2, df, e + j + 2 * NL);
-        hn::StoreU(e3, df, e + j + 3 * NL);
-      }
-      a0 = hn::Add(a0, e0);
-      a1 = hn::Add(a1, e1);
-      a2 = hn::Add(a2, e2);
-      a3 = hn::Add(a3, e3);
+      AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j), vs, vnm, e, j, a0);
+      AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j + NL), vs, vnm, e, j + NL, a1);
+      AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j + 2 * NL), vs, vnm, e, j + 2 * NL, a2);
+      AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j + 3 * NL), vs, vnm, e, j + 3 * NL, a3);
     }
-    for (; j < nv; j += NL) {
-      const auto e0 = tv::ExpSum(df, hn::MulAdd(tv::LoadF32(df, zp + j), vs, vnm));
-      if constexpr (kKeep) hn::StoreU(e0, df, e + j);
-      a0 = hn::Add(a0, e0);
-    }
+    for (; j < nv; j += NL) AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j), vs, vnm, e, j, a0);
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
     for (; j < n; ++j) {
       const float ej = ce_exp(std::fma(k.scale, to_f32(zp[j]), -m));
