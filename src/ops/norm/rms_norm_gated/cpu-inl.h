@@ -207,16 +207,15 @@ inline void ParamRow(const void* base, int32_t dtype, const RowLayout& l, int64_
 // Forward.
 
 // A short row of exactly NV vectors (D = NV * lanes; unit column strides, no residual) held in registers: one
-// load and one conversion per element instead of the scratch-row passes. Groups are GV whole vectors (a
-// template parameter: with a run-time group width the group ends were found by an integer division per vector
-// and every row's rstd broadcast NV times, ~1/3 of the row's instructions at D = 128); a group's sum of
-// squares is one vector accumulator in vector order, then one lane sum (a fixed order). rstd is f32 (the only
-// rstd dtype of the non-f64 kernels, rms_norm_gated.cpp).
-template <int NV, int GV, bool kStream, bool kNative, class TX>
+// load and one conversion per element instead of the scratch-row passes. Groups are gv whole vectors, gv a power
+// of two dividing NV (G divides D, NV is 1, 2, 4 or 8), so a group ends after vector k when (k + 1) & (gv - 1)
+// is 0 (session 10: an integer division per vector found the group ends before; a compile-time gv compiled the
+// unit 40 % longer for no measurable gain). rstd is f32 (the only rstd dtype of the non-f64 kernels,
+// rms_norm_gated.cpp).
+template <int NV, bool kStream, bool kNative, class TX>
 HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, TX* HWY_RESTRICT yr,
-                         float* HWY_RESTRICT rstd, int64_t rstd_col, const float* w, const float* b, float inv_g,
-                         float eps, bool nbg, int32_t act) {
-  static_assert(NV % GV == 0, "groups of whole vectors");
+                         float* HWY_RESTRICT rstd, int64_t rstd_col, const float* w, const float* b, int gv,
+                         float inv_g, float eps, bool nbg, int32_t act) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   VF h[NV], a[NV];
@@ -229,26 +228,32 @@ HWY_INLINE void ShortRow(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT zr, T
     a[k] = Act<TX>(df, act, tv::LoadF32(df, zr + k * N), nullptr);
     if (!nbg) h[k] = hn::Mul(h[k], a[k]);
   }
+  // Sums of squares: a0 takes the even vectors, a1 the odd ones, so a group of whole vector pairs is summed in
+  // DotF32's order (a one-vector group: a0 or a1 alone, and adding the other's zeros changes no bit). At a
+  // group's end its rstd goes to the group's entries of rs, which the output loop broadcasts from memory (a
+  // load, not a shuffle).
+  const int gm = gv - 1;
+  float rs[NV] = {};  // every entry is set below; the initializer quiets a false -Wmaybe-uninitialized (scalar target)
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+  int g = 0;
 #pragma GCC unroll 8
-  for (int g = 0; g < NV / GV; ++g) {
-    // DotF32's order (two accumulators over vector pairs): half the latency of one chain, and the same sum
-    // as the general path's.
-    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-#pragma GCC unroll 8
-    for (int k = g * GV; k + 1 < (g + 1) * GV; k += 2) {
-      a0 = hn::MulAdd(h[k], h[k], a0);
-      a1 = hn::MulAdd(h[k + 1], h[k + 1], a1);
-    }
-    if constexpr (GV % 2 == 1) a0 = hn::MulAdd(h[(g + 1) * GV - 1], h[(g + 1) * GV - 1], a0);
+  for (int k = 0; k < NV; ++k) {
+    if (k % 2 == 0) a0 = hn::MulAdd(h[k], h[k], a0);
+    else a1 = hn::MulAdd(h[k], h[k], a1);
+    if (((k + 1) & gm) != 0) continue;
     const float r = 1.f / std::sqrt(hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) * inv_g + eps);
     rstd[g * rstd_col] = r;
-    const VF vr = hn::Set(df, r);
+    ++g;
 #pragma GCC unroll 8
-    for (int k = g * GV; k < (g + 1) * GV; ++k) {
-      VF o = hn::MulAdd(hn::Mul(h[k], vr), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
-      if (nbg) o = hn::Mul(o, a[k]);
-      tv::StoreOut<kStream, kNative>(df, o, yr + k * N);
-    }
+    for (int kk = 0; kk < NV; ++kk)
+      if (kk <= k && kk > k - gv) rs[kk] = r;
+    a0 = a1 = hn::Zero(df);
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) {
+    VF o = hn::MulAdd(hn::Mul(h[k], hn::Set(df, rs[k])), hn::LoadU(df, w + k * N), hn::LoadU(df, b + k * N));
+    if (nbg) o = hn::Mul(o, a[k]);
+    tv::StoreOut<kStream, kNative>(df, o, yr + k * N);
   }
 }
 
@@ -267,29 +272,17 @@ bool ShortRows(const RmsNormGatedFwdParams& p, int64_t r0, int64_t r1, const flo
   if (stream && (hn::Lanes(df) * sizeof(TX) < 16 || !p.y_rows.uniform() ||
                  !tv::StreamRowsAligned(df, y + p.y_rows.row_offset(r0), p.y_rows.row_stride())))
     stream = false;
-  const int64_t gv = p.group / N;
+  const int gv = static_cast<int>(p.group / N);
   const float inv_g = 1.f / static_cast<float>(p.group);
   const bool nbg = p.norm_before_gate;
   const int32_t act = p.act;
   return tv::VisitShortRow(p.D / N, stream, [&](auto nv_tag, auto stream_tag) {
     constexpr int NV = decltype(nv_tag)::value;
     constexpr bool S = decltype(stream_tag)::value;
-    // gv divides NV (G divides D), and NV is a power of two.
-    auto rows = [&](auto gv_tag) {
-      constexpr int GV = decltype(gv_tag)::value;
-      if constexpr (NV % GV == 0) {
-        for (int64_t r = r0; r < r1; ++r)
-          ShortRow<NV, GV, S, kNative>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r),
-                                       y + p.y_rows.row_offset(r), rstd + p.rstd_rows.row_offset(r),
-                                       p.rstd_rows.col_stride, w, b, inv_g, p.eps, nbg, act);
-      }
-    };
-    switch (gv) {
-      case 1: rows(std::integral_constant<int, 1>{}); break;
-      case 2: rows(std::integral_constant<int, 2>{}); break;
-      case 4: rows(std::integral_constant<int, 4>{}); break;
-      default: rows(std::integral_constant<int, 8>{}); break;
-    }
+    for (int64_t r = r0; r < r1; ++r)
+      ShortRow<NV, S, kNative>(x + p.x_rows.row_offset(r), z + p.z_rows.row_offset(r), y + p.y_rows.row_offset(r),
+                               rstd + p.rstd_rows.row_offset(r), p.rstd_rows.col_stride, w, b, gv, inv_g, p.eps, nbg,
+                               act);
   });
 }
 
