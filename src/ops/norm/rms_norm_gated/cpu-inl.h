@@ -449,9 +449,9 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // group: pass A reads x, z, dy once from memory (prefetched), forms act(z), act'(z), the normalized value nrm,
 // dn = d(loss)/d(nrm), their dot product, the dweight / dbias terms (into the block's partial rows bw / bb)
 // and norm-before-gate's dz; pass B writes dx (and gate-before-norm's dz) from d = rs (dn - nrm mean).
-// Norm-before-gate keeps nrm and dn in two f32 rows of the thread (sn, sd) for pass B (session 10: pass B
+// Norm-before-gate keeps nrm and dn in two f32 rows of the thread (s0, s1) for pass B (session 10: pass B
 // used to re-read and re-widen x and dy and recompute them, ~11 of ~50 vector operations per vector; +10 %
-// at D = 128). Gate-before-norm keeps act(z) and act'(z) (sa, sg) and pass B re-reads x and dy from L1 and
+// at D = 128). Gate-before-norm keeps act(z) and act'(z) there instead, and pass B re-reads x and dy from L1 and
 // recomputes nrm and dn: keeping nrm, dn and x too (five rows) was ~30 % slower at G = 1024 and 5120, the
 // extra stores costing more than the operations they save. The values and their order are the same either
 // way (DotF32's accumulation), so the bits are the general path's when G is a multiple of the vector length
