@@ -424,13 +424,17 @@ bool dense_rows(const RowLayout& l, int64_t width) {
   return l.col_stride == 1 && (l.nd == 0 || (l.nd == 1 && (l.sizes[0] <= 1 || l.strides[0] == width)));
 }
 
+// flat (cuda.sm90.stream_flat, session 10): a grid that covers the tiles once (each block loads its tile, computes,
+// stores and exits; the block scheduler refills the SM), the shape of torch's vectorized element-wise kernels,
+// against the persistent one-wave grid.
 template <bool F32, bool PROBS>
-strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
+strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s,
+                                bool flat) {
   const auto kernel = fwd_interleaved_stream<F32, PROBS>;
   static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
   const int64_t tile = static_cast<int64_t>(kStreamU) * kBlock;
   const int64_t need = (nvec + tile - 1) / tile, slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
-  const int64_t iters = (need + slots - 1) / slots;
+  const int64_t iters = flat ? 1 : (need + slots - 1) / slots;
   const int64_t grid = (need + iters - 1) / iters;  // every block walks `iters` tiles (the last ones fewer)
   kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
@@ -537,7 +541,9 @@ __global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdPar
 #pragma unroll
       for (int e = 0; e < kV; ++e) o[e] *= pr;
     }
-    unsigned char* dst = yt + rr * yrb + c * (kV * es);
+    // flags & 4: straight to global memory from registers (no y tile); else into the y tile.
+    unsigned char* dst = (flags & 4) ? reinterpret_cast<unsigned char*>(yb + (ring_row_off(p.y_rows, r0 + rr) + c * kV) * es)
+                                     : yt + rr * yrb + c * (kV * es);
     if constexpr (F32) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(__float_as_uint(o[0]), __float_as_uint(o[1]), __float_as_uint(o[2]),
                                                   __float_as_uint(o[3]));
@@ -550,6 +556,7 @@ __global__ void __launch_bounds__(kBlock) fwd_tile_tma(const ClippedSwigluFwdPar
     c += dc, rr += dr;
     if (c >= cpr) c -= cpr, ++rr;
   }
+  if (flags & 4) return;       // y went out from registers: no tile to store
   cuda::fence_proxy_async();  // this thread's writes of the y tile before the copy engine reads it
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -577,8 +584,9 @@ strata_status launch_fwd_tma(const ClippedSwigluFwdParams& p, ClippedSwigluTmaTi
   const int64_t rb = 2 * p.I * es, yrb = p.I * es;
   const bool xdense = p.x_rows.nd == 0 || p.x_rows.sizes[0] <= 1 || p.x_rows.strides[0] == 2 * p.I;
   const bool ydense = p.y_rows.nd == 0 || p.y_rows.sizes[0] <= 1 || p.y_rows.strides[0] == p.I;
+  const int64_t ytile = (tile.flags & 4) ? 0 : yrb;  // flags & 4: no y tile
   int64_t tr = std::max<int64_t>(1, tile.x_bytes / rb);
-  tr = std::min<int64_t>(tr, (kTmaMaxSmem - 16) / (rb + yrb));  // >= 1: kTmaMaxRowBytes
+  tr = std::min<int64_t>(tr, (kTmaMaxSmem - 16) / (rb + ytile));  // >= 1: kTmaMaxRowBytes
   if (!xdense || !ydense) tr = std::min<int64_t>(tr, kTmaMaxSparseRows);
   tr = std::min<int64_t>(tr, p.rows);
   const int64_t blocks = (p.rows + tr - 1) / tr;
@@ -587,7 +595,7 @@ strata_status launch_fwd_tma(const ClippedSwigluFwdParams& p, ClippedSwigluTmaTi
   const int64_t nch = tr * (p.I / kV), cap = std::min<int64_t>(tile.threads, kBlock);
   const int64_t rounds = (nch + cap - 1) / cap;
   const int threads = static_cast<int>(((nch + rounds - 1) / rounds + 31) / 32 * 32);
-  const size_t smem = static_cast<size_t>(16 + tr * (rb + yrb));
+  const size_t smem = static_cast<size_t>(16 + tr * (rb + ytile));
   fwd_tile_tma<DT, INTER, PROBS><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p, static_cast<int>(tr), xdense,
                                                                                      ydense, tile.flags);
   return cuda::check_launch("clipped_swiglu fwd_tile_tma");
@@ -601,7 +609,7 @@ strata_status launch_fwd_tma_dt(const ClippedSwigluFwdParams& p, ClippedSwigluTm
 }
 }  // namespace
 
-int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
+int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream, bool flat) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   // Dense interleaved rows: the streaming kernel (flat vectors of x, no per-chunk row arithmetic).
@@ -610,10 +618,10 @@ int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
     const bool f32 = p.x_dtype == STRATA_DTYPE_F32;
     const int64_t vpr = 2 * p.I / (f32 ? 4 : 8), nvec = p.rows * vpr;
     if (!p.probs || nvec <= 0xffffffffLL) {
-      if (f32) return p.probs ? launch_fwd_stream<true, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                              : launch_fwd_stream<true, false>(p, nvec, 1, s);
-      return p.probs ? launch_fwd_stream<false, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                     : launch_fwd_stream<false, false>(p, nvec, 1, s);
+      if (f32) return p.probs ? launch_fwd_stream<true, true>(p, nvec, static_cast<uint32_t>(vpr), s, flat)
+                              : launch_fwd_stream<true, false>(p, nvec, 1, s, flat);
+      return p.probs ? launch_fwd_stream<false, true>(p, nvec, static_cast<uint32_t>(vpr), s, flat)
+                     : launch_fwd_stream<false, false>(p, nvec, 1, s, flat);
     }
   }
   const bool vec = p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows);
@@ -668,7 +676,7 @@ std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p) 
 
 int clipped_swiglu_fwd_cuda_tma(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluTmaTile tile) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
-  if (tile.x_bytes < 1 || tile.threads < 32 || tile.flags < 0 || tile.flags > 3) return STRATA_ERROR_INVALID_VALUE;
+  if (tile.x_bytes < 1 || tile.threads < 32 || tile.flags < 0 || tile.flags > 7) return STRATA_ERROR_INVALID_VALUE;
   if (!clipped_swiglu_fwd_cuda_tma_reject(p).empty() || !rows_vec_ok(p.x, p.x_dtype, p.x_rows) ||
       !rows_vec_ok(p.y, p.x_dtype, p.y_rows))
     return clipped_swiglu_fwd_cuda(p, stream);

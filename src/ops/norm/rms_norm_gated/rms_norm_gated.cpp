@@ -2,7 +2,8 @@
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
 // Implementations, in dispatch order: forward cuda.sm90.team_tma, cuda.sm90.team_stream, cuda.sm90.team_packed
-// (where they apply), cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat;
+// (where they apply), cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat,
+// cuda.sm90.team_regs;
 // backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -26,6 +27,7 @@ constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
 constexpr const char* kCudaTmaImpl = "cuda.sm90.team_tma";
+constexpr const char* kCudaRegsImpl = "cuda.sm90.team_regs";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -150,6 +152,12 @@ const ImplList<FwdProblem>& fwd_impls() {
     l.push_back(cuda_impl<FwdProblem>(kCudaStreamFlatImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_stream(q, s, false);
+                                      }));
+    // Session 10, forced only until a GPU run times it: team_stream's row math in short-lived register tiles
+    // (fla's forward shape: every load of a team's rows issued before the math).
+    l.push_back(cuda_impl<FwdProblem>(kCudaRegsImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_regs(q, s);
                                       }));
 #endif
     // AVX512-BF16 first: the AVX3 kernels with native rounding of bf16 outputs (the same bits).

@@ -1,0 +1,403 @@
+// Session 10 (h10/fused_gpu) on the GPU: the new CUDA paths of three memory-bound ops of issue 4 —
+// rms_norm_gated's register tiles (cuda.sm90.team_regs), clipped_swiglu's tile_tma with y stored from registers
+// (tile flag 4) and its one-pass streaming grid (cuda.sm90.stream_flat), fused_cross_entropy's stored-exp kernel
+// with 384 / 512 threads (cuda.sm90.cluster_stored_exp_wide_t384 / _t512):
+//   * bits: the new paths against the kernels whose per-element math they share (every output byte equal), on
+//     more rows than one wave holds; the cross-entropy variants (another summation order) run to run and close
+//     to the default;
+//   * FusedGpuS10.NewImplsConformance: the conformance cases of the op harnesses with the new implementations
+//     forced on CUDA (the full driver, every implementation, runs in ctest);
+//   * FusedGpuS10.CandidatesTiming: each op's current default against the candidates at the issue's bench shape,
+//     queued (8 calls back to back between CUDA events), 25 rounds with every candidate and a device-to-device
+//     copy of the op's bytes taken in turn, medians; floor = the op's bytes at the copy's rate in the same process.
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "opbase/dtype.h"
+#include "ops/activation/clipped_swiglu/clipped_swiglu.h"
+#include "ops/norm/rms_norm_gated/rms_norm_gated.h"
+#include "strata/ops.h"
+#include "test_support.h"
+#include "testkit/testkit.h"
+
+namespace strata {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+RowLayout dense(int64_t rows, int64_t width) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = width;
+  return l;
+}
+
+// A device buffer freed at scope exit.
+struct Dev {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  std::vector<uint8_t> get() const {
+    std::vector<uint8_t> h(bytes);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  void put(const std::vector<uint8_t>& h) const {
+    EXPECT_EQ(cudaMemcpy(p, h.data(), std::min(bytes, h.size()), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void poison() const { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }
+};
+
+// n bf16 values N(0, sd) as bytes (with every 13th value +-4 sd: the clamps and the large-activation ends).
+std::vector<uint8_t> bf16_normal(size_t n, uint32_t seed, float sd) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sd);
+  std::vector<uint8_t> b(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = i % 13 == 5 ? (i % 2 ? 4.f : -4.f) * sd : nd(rng);
+    const uint16_t h = f32_to_bf16_bits(v);
+    std::memcpy(b.data() + 2 * i, &h, 2);
+  }
+  return b;
+}
+
+// ---- rms_norm_gated: team_regs gives team_stream's bits (the same team_row per row) ----
+TEST(FusedGpuS10, RmsNormGatedTeamRegsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const int64_t rows = 60001;  // not a multiple of any tile: the last block's rows past the end
+  struct Shape {
+    int64_t D, G;
+  };
+  for (const Shape sh : {Shape{128, 128}, Shape{128, 64}, Shape{256, 256}, Shape{64, 16}}) {
+    const int64_t D = sh.D, G = sh.G, ng = D / G;
+    Dev x(rows * D * 2), z(rows * D * 2), y(rows * D * 2), rstd(rows * ng * 4), w(D * 4), b(D * 4);
+    x.put(bf16_normal(rows * D, 1, 1.f));
+    z.put(bf16_normal(rows * D, 2, 2.f));
+    std::vector<float> wh(D), bh(D);
+    for (int64_t i = 0; i < D; ++i) wh[i] = 0.5f + 0.01f * static_cast<float>(i), bh[i] = 0.02f * static_cast<float>(i % 7) - 0.05f;
+    EXPECT_EQ(cudaMemcpy(w.p, wh.data(), D * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(b.p, bh.data(), D * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (const bool nbg : {true, false}) {
+      for (const int32_t act : {norm::kActSilu, norm::kActSigmoid}) {
+        norm::RmsNormGatedFwdParams p;
+        p.x = x.p, p.z = z.p, p.y = y.p, p.rstd = rstd.p, p.weight = w.p, p.bias = b.p;
+        p.x_dtype = STRATA_DTYPE_BF16, p.w_dtype = p.b_dtype = p.rstd_dtype = STRATA_DTYPE_F32;
+        p.rows = rows, p.D = D, p.group = G, p.eps = 1e-6f, p.norm_before_gate = nbg, p.act = act;
+        p.x_rows = p.z_rows = p.y_rows = dense(rows, D);
+        p.rstd_rows = dense(rows, ng);
+        y.poison(), rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr), 0);
+        const std::vector<uint8_t> y_ref = y.get(), r_ref = rstd.get();
+        for (const int flags : {8, 12}) {  // team_tma with y stored from registers (and rstd gathered)
+          y.poison(), rstd.poison();
+          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, norm::RmsNormGatedTmaTile{16, 128, flags}), 0);
+          EXPECT_TRUE(y.get() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
+          EXPECT_TRUE(rstd.get() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
+        }
+        for (const int rpt : {2, 4, 8}) {
+          for (const int threads : {64, 128, 256}) {
+            y.poison(), rstd.poison();
+            ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads}), 0);
+            EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+            EXPECT_TRUE(y.get() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " act " << act << " rows/team "
+                                          << rpt << " threads " << threads;
+            EXPECT_TRUE(rstd.get() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " rows/team " << rpt
+                                             << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- clipped_swiglu: tile_tma with y from registers and the one-pass stream give the default's bits ----
+TEST(FusedGpuS10, ClippedSwigluNewPathsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const int64_t rows = 8001;  // > the ~1700 tile_tma blocks resident at once at I = 2880
+  struct Shape {
+    int64_t I;
+    bool inter;
+  };
+  for (const Shape sh : {Shape{2880, true}, Shape{2048, false}, Shape{264, true}}) {
+    const int64_t I = sh.I;
+    Dev x(rows * 2 * I * 2), y(rows * I * 2), pr(rows * 4);
+    x.put(bf16_normal(rows * 2 * I, 3, 4.f));
+    std::vector<float> ph(rows);
+    for (int64_t r = 0; r < rows; ++r) ph[r] = 0.25f + 0.5f * static_cast<float>(r % 5) / 4.f;
+    EXPECT_EQ(cudaMemcpy(pr.p, ph.data(), rows * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    for (const bool probs : {false, true}) {
+      activation::ClippedSwigluFwdParams p;
+      p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I, p.interleaved = sh.inter;
+      p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
+      if (probs) p.probs = pr.p, p.probs_dtype = STRATA_DTYPE_F32, p.probs_rows = dense(rows, 1);
+      const std::string what = "I " + std::to_string(I) + (sh.inter ? " interleaved" : " split") + (probs ? " probs" : "");
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr), 0);
+      const std::vector<uint8_t> ref = y.get();
+      for (const int flags : {4, 5, 6, 7}) {
+        for (const int64_t xb : {int64_t{8192}, int64_t{24000}}) {
+          y.poison();
+          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{xb, 128, flags}), 0);
+          EXPECT_TRUE(y.get() == ref) << what << " tile_tma flags " << flags << " x_bytes " << xb;
+        }
+      }
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, true), 0);
+      EXPECT_TRUE(y.get() == ref) << what << " stream_flat";
+      y.poison();
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, false), 0);
+      EXPECT_TRUE(y.get() == ref) << what << " pairwise";
+    }
+  }
+}
+
+// ---- fused_cross_entropy: the fused forward in place (mean) on device tensors, through plans ----
+struct CeBufs {
+  int64_t N, V;
+  Dev logits, target, loss, lse, ws;
+  strata_tensor_desc dl{}, dt{}, dloss{}, dlse{};
+  CeBufs(int64_t n, int64_t v) : N(n), V(v), logits(n * v * 2), target(n * 8), loss(4), lse(n * 4), ws(n * 8 + 64) {
+    const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+    const int64_t shape[2] = {N, V};
+    strata_tensor_desc_init(&dl, STRATA_DTYPE_BF16, 2, shape, nullptr, 0, dev);
+    strata_tensor_desc_init(&dt, STRATA_DTYPE_I64, 1, shape, nullptr, 0, dev);
+    strata_tensor_desc_init(&dloss, STRATA_DTYPE_F32, 0, shape, nullptr, 0, dev);
+    strata_tensor_desc_init(&dlse, STRATA_DTYPE_F32, 1, shape, nullptr, 0, dev);
+    std::vector<int64_t> t(N);
+    for (int64_t i = 0; i < N; ++i) t[i] = i % 5 == 4 ? -100 : (i * 7919 + 3) % V;  // every 5th row ignored
+    EXPECT_EQ(cudaMemcpy(target.p, t.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+};
+
+// A plan of `impl` (forced while planning: the plan keeps its implementation) on b's tensors, run by CePlan::run.
+struct CePlan {
+  CeBufs& b;
+  strata_plan plan = nullptr;
+  CePlan(CeBufs& bufs, const char* impl) : b(bufs) {
+    test::ForceImpl force(impl);
+    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&b.dl, &b.dt, &b.dloss, &b.dlse, nullptr, &b.dl,
+                                                  STRATA_LOSS_REDUCTION_MEAN, -100, 0.f, 1.f, 0.f, 0.f, 1.f, &plan),
+              STRATA_SUCCESS)
+        << strata_get_last_error_message();
+    size_t ws = 0;
+    strata_plan_workspace_size(plan, &ws);
+    EXPECT_LE(ws, b.ws.bytes);
+    EXPECT_EQ(std::string(strata_plan_impl_name(plan)), impl);
+  }
+  ~CePlan() { strata_plan_destroy(plan); }
+  CePlan(const CePlan&) = delete;
+  CePlan& operator=(const CePlan&) = delete;
+  int run() const {
+    void* t[] = {b.logits.p, b.target.p, b.loss.p, b.lse.p, nullptr, b.logits.p};
+    return strata_plan_run(plan, t, 6, b.ws.p, b.ws.bytes, nullptr);
+  }
+};
+
+constexpr const char* kCeImpls[] = {"cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_stored_exp_wide_t384",
+                                    "cuda.sm90.cluster_stored_exp_wide_t512"};
+
+TEST(FusedGpuS10, CrossEntropyThreadVariants) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const int64_t N = 300, V = 151936;  // 300 rows: ~3 waves of the 99 clusters resident at 3 CTAs per SM
+  const std::vector<uint8_t> init = bf16_normal(N * V, 7, 3.f);
+  CeBufs bufs(N, V);
+  std::vector<uint8_t> ref_grad, ref_lse;
+  for (const char* impl : kCeImpls) {
+    CePlan c(bufs, impl);
+    std::vector<uint8_t> grad[2], lse[2];
+    for (int k = 0; k < 2; ++k) {
+      bufs.logits.put(init);
+      bufs.lse.poison();
+      ASSERT_EQ(c.run(), STRATA_SUCCESS) << strata_get_last_error_message();
+      grad[k] = bufs.logits.get(), lse[k] = bufs.lse.get();
+    }
+    EXPECT_TRUE(grad[0] == grad[1]) << impl << ": gradient bits differ run to run";
+    EXPECT_TRUE(lse[0] == lse[1]) << impl << ": lse bits differ run to run";
+    if (ref_grad.empty()) {
+      ref_grad = grad[0], ref_lse = lse[0];
+      continue;
+    }
+    // Another summation order: lse within a few f32 ulps, each gradient element within 2 bf16 ulps of the default's.
+    double lse_err = 0, grad_err = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      float a, b;
+      std::memcpy(&a, lse[0].data() + 4 * i, 4), std::memcpy(&b, ref_lse.data() + 4 * i, 4);
+      lse_err = std::max(lse_err, std::fabs(static_cast<double>(a) - b) / std::max(1.0, std::fabs(static_cast<double>(b))));
+    }
+    for (size_t e = 0; e < ref_grad.size() / 2; ++e) {
+      uint16_t ha, hb;
+      std::memcpy(&ha, grad[0].data() + 2 * e, 2), std::memcpy(&hb, ref_grad.data() + 2 * e, 2);
+      const double a = bf16_bits_to_f32(ha), b = bf16_bits_to_f32(hb);
+      grad_err = std::max(grad_err, std::fabs(a - b) / std::max(std::fabs(b), 1e-30));
+    }
+    EXPECT_LT(lse_err, 1e-6) << impl;
+    EXPECT_LE(grad_err, 2.0 / 128) << impl;
+  }
+}
+
+// ---- the conformance cases with the session's new implementations forced (CUDA only) ----
+TEST(FusedGpuS10, NewImplsConformance) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"rms_norm_gated_fwd", "cuda.sm90.team_regs"},
+      {"clipped_swiglu_fwd", "cuda.sm90.stream_flat"},
+      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t512"},
+      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t384"}};
+  for (const auto& [op, impl] : runs) {
+    std::unique_ptr<atk::OpHarness> harness;
+    for (auto& h : atk::all_harnesses())
+      if (h->op() == op) harness = std::move(h);
+    ASSERT_TRUE(harness) << op;
+    int run = 0, failed = 0;
+    for (const atk::Case& c : harness->conformance_cases()) {
+      const atk::CaseResult r = atk::run_forced(*harness, c, dev, impl);
+      if (r.skipped) continue;
+      ++run;
+      if (!r.pass) ++failed, ADD_FAILURE() << c.str() << " impl=" << impl << ": " << r.str();
+    }
+    std::printf("[s10 conformance] %s %s: %d cases run, %d failed\n", op.c_str(), impl.c_str(), run, failed);
+    EXPECT_GT(run, 0) << op << " " << impl;
+  }
+}
+
+// ---- timing ----
+struct Candidate {
+  std::string name;
+  std::function<int()> call;
+  std::vector<double> ms;
+};
+
+// 25 rounds; in each, every candidate (and the copy) runs 8 calls back to back between two events. Prints the
+// medians against the floor bytes / (copy rate of this process).
+void time_candidates(const char* what, double bytes, std::vector<Candidate>& cands) {
+  constexpr int kRounds = 25, kCalls = 8;
+  Dev a(static_cast<size_t>(bytes / 2) / 16 * 16), b(a.bytes);
+  cands.insert(cands.begin(), Candidate{"copy probe (D2D, the op's bytes)", [&] {
+                                          return static_cast<int>(cudaMemcpyAsync(b.p, a.p, a.bytes, cudaMemcpyDeviceToDevice));
+                                        }, {}});
+  for (Candidate& c : cands)  // warm up (plans, caches, clocks)
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(c.call(), 0) << what << " " << c.name;
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  for (int r = 0; r < kRounds; ++r) {
+    for (Candidate& c : cands) {
+      cudaEventRecord(e0);
+      for (int i = 0; i < kCalls; ++i) c.call();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      c.ms.push_back(ms / kCalls);
+    }
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double copy_ms = median(cands[0].ms) * (bytes / (2.0 * static_cast<double>(a.bytes)));
+  const double tbs = bytes / (copy_ms * 1e-3) / 1e12;
+  std::printf("[s10 timing] %s: %.1f MB, copy %.3f TB/s, floor %.4f ms (median of %d rounds x %d queued calls)\n", what,
+              bytes / 1e6, tbs, copy_ms, kRounds, kCalls);
+  for (size_t i = 1; i < cands.size(); ++i) {
+    const double m = median(cands[i].ms);
+    std::printf("[s10 timing] %s: %-44s %.4f ms  %.3f x floor  (min %.4f)\n", what, cands[i].name.c_str(), m, m / copy_ms,
+                *std::min_element(cands[i].ms.begin(), cands[i].ms.end()));
+  }
+}
+
+TEST(FusedGpuS10, CandidatesTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  {  // rms_norm_gated forward bf16 [1048576, 128] G = 128 norm_before_gate silu, weight f32
+    const int64_t rows = 1048576, D = 128;
+    Dev x(rows * D * 2), z(rows * D * 2), y(rows * D * 2), rstd(rows * 4), w(D * 4);
+    cudaMemset(x.p, 0x3c, x.bytes), cudaMemset(z.p, 0x3c, z.bytes), cudaMemset(w.p, 0, w.bytes);
+    norm::RmsNormGatedFwdParams p;
+    p.x = x.p, p.z = z.p, p.y = y.p, p.rstd = rstd.p, p.weight = w.p;
+    p.x_dtype = STRATA_DTYPE_BF16, p.w_dtype = p.b_dtype = p.rstd_dtype = STRATA_DTYPE_F32;
+    p.rows = rows, p.D = D, p.group = D, p.eps = 1e-6f, p.norm_before_gate = true, p.act = norm::kActSilu;
+    p.x_rows = p.z_rows = p.y_rows = dense(rows, D);
+    p.rstd_rows = dense(rows, 1);
+    std::vector<Candidate> c;
+    c.push_back({"team_tma 16 x 128 (default)", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
+    c.push_back({"team_stream", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
+    for (const int flags : {4, 8, 12})
+      c.push_back({"team_tma 16 x 128 flags " + std::to_string(flags),
+                   [&p, flags] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, norm::RmsNormGatedTmaTile{16, 128, flags}); },
+                   {}});
+    for (const int rpt : {2, 4, 8})
+      for (const int threads : {128, 256})
+        c.push_back({"team_regs " + std::to_string(rpt) + " rows/team, " + std::to_string(threads) + " threads",
+                     [&p, rpt, threads] {
+                       return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads});
+                     },
+                     {}});
+    time_candidates("rms_norm_gated fwd bf16 [1048576, 128]", 3.0 * rows * D * 2 + rows * 4.0, c);
+  }
+  {  // clipped_swiglu forward bf16 [32768, 2 x 2880] interleaved, GPT-OSS constants
+    const int64_t rows = 32768, I = 2880;
+    Dev x(rows * 2 * I * 2), y(rows * I * 2);
+    cudaMemset(x.p, 0x3c, x.bytes);
+    activation::ClippedSwigluFwdParams p;
+    p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
+    p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
+    std::vector<Candidate> c;
+    c.push_back({"tile_tma 8 KiB x 128 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
+    for (const int flags : {3, 4, 6})
+      c.push_back({"tile_tma 8 KiB x 128 flags " + std::to_string(flags),
+                   [&p, flags] {
+                     return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{8192, 128, flags});
+                   },
+                   {}});
+    c.push_back({"tile_tma 8 KiB x 256 flags 4", [&] {
+                   return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{8192, 256, 4});
+                 }, {}});
+    c.push_back({"tile_tma 24 KiB x 256 flags 4", [&] {
+                   return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{24000, 256, 4});
+                 }, {}});
+    c.push_back({"stream_flat", [&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr, true); }, {}});
+    c.push_back({"pairwise (persistent stream)", [&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr); }, {}});
+    time_candidates("clipped_swiglu fwd bf16 [32768, 2 x 2880]", 3.0 * rows * I * 2, c);
+  }
+  {  // fused_cross_entropy, the fused forward with the gradient in place, bf16 [8192, 151936] mean (each call
+     // overwrites the logits with their gradient, as fused_peers' in-place calls do; the values do not change the work)
+    const int64_t N = 8192, V = 151936;
+    CeBufs bufs(N, V);
+    cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);
+    std::vector<std::unique_ptr<CePlan>> plans;
+    std::vector<Candidate> c;
+    for (const char* impl : kCeImpls) {
+      plans.push_back(std::make_unique<CePlan>(bufs, impl));
+      const CePlan* pl = plans.back().get();
+      c.push_back({impl, [pl] { return pl->run(); }, {}});
+    }
+    c[0].name += " (default)";
+    time_candidates("fused_cross_entropy fused in place bf16 [8192, 151936] mean", 2.0 * N * V * 2, c);
+  }
+}
+
+}  // namespace
+}  // namespace strata
+#endif  // STRATA_WITH_CUDA
