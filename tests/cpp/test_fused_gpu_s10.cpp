@@ -29,44 +29,20 @@
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "strata/ops.h"
+#include "cuda_test_support.h"
 #include "test_support.h"
 #include "testkit/testkit.h"
 
 namespace strata {
 namespace {
 
-bool have_gpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
+using test::Dev;
+using test::dense_rows;
+using test::have_gpu;
 
-RowLayout dense(int64_t rows, int64_t width) {
-  RowLayout l;
-  l.nd = 1;
-  l.sizes[0] = rows;
-  l.strides[0] = width;
-  return l;
+void put(const Dev& d, const std::vector<uint8_t>& h) {
+  EXPECT_EQ(cudaMemcpy(d.p, h.data(), std::min(d.bytes, h.size()), cudaMemcpyHostToDevice), cudaSuccess);
 }
-
-// A device buffer freed at scope exit.
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  std::vector<uint8_t> get() const {
-    std::vector<uint8_t> h(bytes);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void put(const std::vector<uint8_t>& h) const {
-    EXPECT_EQ(cudaMemcpy(p, h.data(), std::min(bytes, h.size()), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void poison() const { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }
-};
 
 // n bf16 values N(0, sd) as bytes (with every 13th value +-4 sd: the clamps and the large-activation ends).
 std::vector<uint8_t> bf16_normal(size_t n, uint32_t seed, float sd) {
@@ -91,8 +67,8 @@ TEST(FusedGpuS10, RmsNormGatedTeamRegsBits) {
   for (const Shape sh : {Shape{128, 128}, Shape{128, 64}, Shape{256, 256}, Shape{64, 16}}) {
     const int64_t D = sh.D, G = sh.G, ng = D / G;
     Dev x(rows * D * 2), z(rows * D * 2), y(rows * D * 2), rstd(rows * ng * 4), w(D * 4), b(D * 4);
-    x.put(bf16_normal(rows * D, 1, 1.f));
-    z.put(bf16_normal(rows * D, 2, 2.f));
+    put(x, bf16_normal(rows * D, 1, 1.f));
+    put(z, bf16_normal(rows * D, 2, 2.f));
     std::vector<float> wh(D), bh(D);
     for (int64_t i = 0; i < D; ++i) wh[i] = 0.5f + 0.01f * static_cast<float>(i), bh[i] = 0.02f * static_cast<float>(i % 7) - 0.05f;
     EXPECT_EQ(cudaMemcpy(w.p, wh.data(), D * 4, cudaMemcpyHostToDevice), cudaSuccess);
@@ -103,25 +79,25 @@ TEST(FusedGpuS10, RmsNormGatedTeamRegsBits) {
         p.x = x.p, p.z = z.p, p.y = y.p, p.rstd = rstd.p, p.weight = w.p, p.bias = b.p;
         p.x_dtype = STRATA_DTYPE_BF16, p.w_dtype = p.b_dtype = p.rstd_dtype = STRATA_DTYPE_F32;
         p.rows = rows, p.D = D, p.group = G, p.eps = 1e-6f, p.norm_before_gate = nbg, p.act = act;
-        p.x_rows = p.z_rows = p.y_rows = dense(rows, D);
-        p.rstd_rows = dense(rows, ng);
+        p.x_rows = p.z_rows = p.y_rows = dense_rows(rows, D);
+        p.rstd_rows = dense_rows(rows, ng);
         y.poison(), rstd.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr), 0);
-        const std::vector<uint8_t> y_ref = y.get(), r_ref = rstd.get();
+        const std::vector<uint8_t> y_ref = y.bits(), r_ref = rstd.bits();
         for (const int flags : {8, 12}) {  // team_tma with y stored from registers (and rstd gathered)
           y.poison(), rstd.poison();
           ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, norm::RmsNormGatedTmaTile{16, 128, flags}), 0);
-          EXPECT_TRUE(y.get() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
-          EXPECT_TRUE(rstd.get() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
+          EXPECT_TRUE(y.bits() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
+          EXPECT_TRUE(rstd.bits() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
         }
         for (const int rpt : {2, 4, 8}) {
           for (const int threads : {64, 128, 256}) {
             y.poison(), rstd.poison();
             ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads}), 0);
             EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-            EXPECT_TRUE(y.get() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " act " << act << " rows/team "
+            EXPECT_TRUE(y.bits() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " act " << act << " rows/team "
                                           << rpt << " threads " << threads;
-            EXPECT_TRUE(rstd.get() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " rows/team " << rpt
+            EXPECT_TRUE(rstd.bits() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " rows/team " << rpt
                                              << " threads " << threads;
           }
         }
@@ -141,32 +117,32 @@ TEST(FusedGpuS10, ClippedSwigluNewPathsBits) {
   for (const Shape sh : {Shape{2880, true}, Shape{2048, false}, Shape{264, true}}) {
     const int64_t I = sh.I;
     Dev x(rows * 2 * I * 2), y(rows * I * 2), pr(rows * 4);
-    x.put(bf16_normal(rows * 2 * I, 3, 4.f));
+    put(x, bf16_normal(rows * 2 * I, 3, 4.f));
     std::vector<float> ph(rows);
     for (int64_t r = 0; r < rows; ++r) ph[r] = 0.25f + 0.5f * static_cast<float>(r % 5) / 4.f;
     EXPECT_EQ(cudaMemcpy(pr.p, ph.data(), rows * 4, cudaMemcpyHostToDevice), cudaSuccess);
     for (const bool probs : {false, true}) {
       activation::ClippedSwigluFwdParams p;
       p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I, p.interleaved = sh.inter;
-      p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
-      if (probs) p.probs = pr.p, p.probs_dtype = STRATA_DTYPE_F32, p.probs_rows = dense(rows, 1);
+      p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
+      if (probs) p.probs = pr.p, p.probs_dtype = STRATA_DTYPE_F32, p.probs_rows = dense_rows(rows, 1);
       const std::string what = "I " + std::to_string(I) + (sh.inter ? " interleaved" : " split") + (probs ? " probs" : "");
       y.poison();
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr), 0);
-      const std::vector<uint8_t> ref = y.get();
+      const std::vector<uint8_t> ref = y.bits();
       for (const int flags : {4, 5, 6, 7}) {
         for (const int64_t xb : {int64_t{8192}, int64_t{24000}}) {
           y.poison();
           ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{xb, 128, flags}), 0);
-          EXPECT_TRUE(y.get() == ref) << what << " tile_tma flags " << flags << " x_bytes " << xb;
+          EXPECT_TRUE(y.bits() == ref) << what << " tile_tma flags " << flags << " x_bytes " << xb;
         }
       }
       y.poison();
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, true), 0);
-      EXPECT_TRUE(y.get() == ref) << what << " stream_flat";
+      EXPECT_TRUE(y.bits() == ref) << what << " stream_flat";
       y.poison();
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, false), 0);
-      EXPECT_TRUE(y.get() == ref) << what << " pairwise";
+      EXPECT_TRUE(y.bits() == ref) << what << " pairwise";
     }
   }
 }
@@ -226,10 +202,10 @@ TEST(FusedGpuS10, CrossEntropyThreadVariants) {
     CePlan c(bufs, impl);
     std::vector<uint8_t> grad[2], lse[2];
     for (int k = 0; k < 2; ++k) {
-      bufs.logits.put(init);
+      put(bufs.logits, init);
       bufs.lse.poison();
       ASSERT_EQ(c.run(), STRATA_SUCCESS) << strata_get_last_error_message();
-      grad[k] = bufs.logits.get(), lse[k] = bufs.lse.get();
+      grad[k] = bufs.logits.bits(), lse[k] = bufs.lse.bits();
     }
     EXPECT_TRUE(grad[0] == grad[1]) << impl << ": gradient bits differ run to run";
     EXPECT_TRUE(lse[0] == lse[1]) << impl << ": lse bits differ run to run";
@@ -338,8 +314,8 @@ TEST(FusedGpuS10, CandidatesTiming) {
     p.x = x.p, p.z = z.p, p.y = y.p, p.rstd = rstd.p, p.weight = w.p;
     p.x_dtype = STRATA_DTYPE_BF16, p.w_dtype = p.b_dtype = p.rstd_dtype = STRATA_DTYPE_F32;
     p.rows = rows, p.D = D, p.group = D, p.eps = 1e-6f, p.norm_before_gate = true, p.act = norm::kActSilu;
-    p.x_rows = p.z_rows = p.y_rows = dense(rows, D);
-    p.rstd_rows = dense(rows, 1);
+    p.x_rows = p.z_rows = p.y_rows = dense_rows(rows, D);
+    p.rstd_rows = dense_rows(rows, 1);
     std::vector<Candidate> c;
     c.push_back({"team_tma 16 x 128 (default)", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
     c.push_back({"team_stream", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
@@ -362,7 +338,7 @@ TEST(FusedGpuS10, CandidatesTiming) {
     cudaMemset(x.p, 0x3c, x.bytes);
     activation::ClippedSwigluFwdParams p;
     p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
-    p.x_rows = dense(rows, 2 * I), p.y_rows = dense(rows, I);
+    p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
     std::vector<Candidate> c;
     c.push_back({"tile_tma 8 KiB x 128 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
     for (const int flags : {3, 4, 6})
