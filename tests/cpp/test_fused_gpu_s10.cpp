@@ -1,15 +1,16 @@
 // Session 10 (h10/fused_gpu) on the GPU: the new CUDA paths of three memory-bound ops of issue 4 —
 // rms_norm_gated's register tiles (cuda.sm90.team_regs), clipped_swiglu's tile_tma with y stored from registers
-// (tile flag 4) and its one-pass streaming grid (cuda.sm90.stream_flat), fused_cross_entropy's stored-exp kernel
-// with 384 / 512 threads (cuda.sm90.cluster_stored_exp_wide_t384 / _t512):
+// (tile flag 4) and fused_cross_entropy's stored-exp kernel with other thread counts
+// (cuda.sm90.cluster_stored_exp_wide_t128 / _t192):
 //   * bits: the new paths against the kernels whose per-element math they share (every output byte equal), on
 //     more rows than one wave holds; the cross-entropy variants (another summation order) run to run and close
 //     to the default;
-//   * FusedGpuS10.NewImplsConformance: the conformance cases of the op harnesses with the new implementations
-//     forced on CUDA (the full driver, every implementation, runs in ctest);
-//   * FusedGpuS10.CandidatesTiming: each op's current default against the candidates at the issue's bench shape,
-//     queued (8 calls back to back between CUDA events), 25 rounds with every candidate and a device-to-device
-//     copy of the op's bytes taken in turn, medians; floor = the op's bytes at the copy's rate in the same process.
+//   * FusedGpuS10.NewImplsConformance (only with STRATA_S10_CONFORMANCE=1, as the helper's GPU script sets: ctest's
+//     driver Ops/Conformance.* runs every implementation anyway): the conformance cases of the op harnesses with
+//     the new implementations forced on CUDA;
+//   * FusedGpuS10.CandidatesTiming: each op's default against the candidates at the issue's bench shape, queued
+//     (8 calls back to back between CUDA events), 25 rounds with every candidate and a device-to-device copy of
+//     the op's bytes taken in turn, medians; floor = the op's bytes at the copy's rate in the same process.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -84,13 +86,7 @@ TEST(FusedGpuS10, RmsNormGatedTeamRegsBits) {
         y.poison(), rstd.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr), 0);
         const std::vector<uint8_t> y_ref = y.bits(), r_ref = rstd.bits();
-        for (const int flags : {8, 12}) {  // team_tma with y stored from registers (and rstd gathered)
-          y.poison(), rstd.poison();
-          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, norm::RmsNormGatedTmaTile{16, 128, flags}), 0);
-          EXPECT_TRUE(y.bits() == y_ref) << "y: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
-          EXPECT_TRUE(rstd.bits() == r_ref) << "rstd: D " << D << " G " << G << " nbg " << nbg << " team_tma flags " << flags;
-        }
-        for (const int rpt : {2, 4, 8}) {
+        for (const int rpt : {1, 2, 4}) {
           for (const int threads : {64, 128, 256}) {
             y.poison(), rstd.poison();
             ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads}), 0);
@@ -106,7 +102,8 @@ TEST(FusedGpuS10, RmsNormGatedTeamRegsBits) {
   }
 }
 
-// ---- clipped_swiglu: tile_tma with y from registers and the one-pass stream give the default's bits ----
+// ---- clipped_swiglu: tile_tma with y from registers (flags 4-7, the default since s10run1) gives the bits of y
+// through shared memory (flags 0) and of pairwise' kernels ----
 TEST(FusedGpuS10, ClippedSwigluNewPathsBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
   const int64_t rows = 8001;  // > the ~1700 tile_tma blocks resident at once at I = 2880
@@ -127,8 +124,8 @@ TEST(FusedGpuS10, ClippedSwigluNewPathsBits) {
       p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
       if (probs) p.probs = pr.p, p.probs_dtype = STRATA_DTYPE_F32, p.probs_rows = dense_rows(rows, 1);
       const std::string what = "I " + std::to_string(I) + (sh.inter ? " interleaved" : " split") + (probs ? " probs" : "");
-      y.poison();
-      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr), 0);
+      y.poison();  // the session-9 tile: y through shared memory and a bulk store
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{8192, 128, 0}), 0);
       const std::vector<uint8_t> ref = y.bits();
       for (const int flags : {4, 5, 6, 7}) {
         for (const int64_t xb : {int64_t{8192}, int64_t{24000}}) {
@@ -138,10 +135,7 @@ TEST(FusedGpuS10, ClippedSwigluNewPathsBits) {
         }
       }
       y.poison();
-      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, true), 0);
-      EXPECT_TRUE(y.bits() == ref) << what << " stream_flat";
-      y.poison();
-      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr, false), 0);
+      ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr), 0);
       EXPECT_TRUE(y.bits() == ref) << what << " pairwise";
     }
   }
@@ -189,8 +183,8 @@ struct CePlan {
   }
 };
 
-constexpr const char* kCeImpls[] = {"cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_stored_exp_wide_t384",
-                                    "cuda.sm90.cluster_stored_exp_wide_t512"};
+constexpr const char* kCeImpls[] = {"cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_stored_exp_wide_t128",
+                                    "cuda.sm90.cluster_stored_exp_wide_t192"};
 
 TEST(FusedGpuS10, CrossEntropyThreadVariants) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
@@ -213,7 +207,10 @@ TEST(FusedGpuS10, CrossEntropyThreadVariants) {
       ref_grad = grad[0], ref_lse = lse[0];
       continue;
     }
-    // Another summation order: lse within a few f32 ulps, each gradient element within 2 bf16 ulps of the default's.
+    // Another summation order: lse within a few f32 ulps, each gradient element within 2 bf16 ulps of the default's
+    // or below 1e-10 in both (the stored exponentials are f16 relative to each thread's maximum: which tiny terms
+    // flush to 0 depends on how the row is split among the threads; s10run1: 0 against ~2e-12).
+    constexpr double kTiny = 1e-10;
     double lse_err = 0, grad_err = 0;
     for (int64_t i = 0; i < N; ++i) {
       float a, b;
@@ -224,7 +221,8 @@ TEST(FusedGpuS10, CrossEntropyThreadVariants) {
       uint16_t ha, hb;
       std::memcpy(&ha, grad[0].data() + 2 * e, 2), std::memcpy(&hb, ref_grad.data() + 2 * e, 2);
       const double a = bf16_bits_to_f32(ha), b = bf16_bits_to_f32(hb);
-      grad_err = std::max(grad_err, std::fabs(a - b) / std::max(std::fabs(b), 1e-30));
+      if (std::fabs(a) < kTiny && std::fabs(b) < kTiny) continue;
+      grad_err = std::max(grad_err, std::fabs(a - b) / std::fabs(b));
     }
     EXPECT_LT(lse_err, 1e-6) << impl;
     EXPECT_LE(grad_err, 2.0 / 128) << impl;
@@ -234,12 +232,14 @@ TEST(FusedGpuS10, CrossEntropyThreadVariants) {
 // ---- the conformance cases with the session's new implementations forced (CUDA only) ----
 TEST(FusedGpuS10, NewImplsConformance) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const char* on = std::getenv("STRATA_S10_CONFORMANCE");
+  if (!on || std::string(on) != "1") GTEST_SKIP() << "STRATA_S10_CONFORMANCE=1 runs it (ctest's driver covers every implementation)";
   const strata_device dev = {STRATA_DEVICE_CUDA, 0};
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"rms_norm_gated_fwd", "cuda.sm90.team_regs"},
-      {"clipped_swiglu_fwd", "cuda.sm90.stream_flat"},
-      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t512"},
-      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t384"}};
+      {"clipped_swiglu_fwd", "cuda.sm90.tile_tma"},
+      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t128"},
+      {"fused_cross_entropy_fwd", "cuda.sm90.cluster_stored_exp_wide_t192"}};
   for (const auto& [op, impl] : runs) {
     std::unique_ptr<atk::OpHarness> harness;
     for (auto& h : atk::all_harnesses())
@@ -317,19 +317,18 @@ TEST(FusedGpuS10, CandidatesTiming) {
     p.x_rows = p.z_rows = p.y_rows = dense_rows(rows, D);
     p.rstd_rows = dense_rows(rows, 1);
     std::vector<Candidate> c;
-    c.push_back({"team_tma 16 x 128 (default)", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
+    c.push_back({"team_regs 2 rows/team, 128 threads (default)", [&] { return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr); }, {}});
+    c.push_back({"team_tma 16 x 128", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
     c.push_back({"team_stream", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
-    for (const int flags : {4, 8, 12})
-      c.push_back({"team_tma 16 x 128 flags " + std::to_string(flags),
-                   [&p, flags] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr, norm::RmsNormGatedTmaTile{16, 128, flags}); },
+    struct Regs {
+      int rpt, threads;
+    };
+    for (const Regs r : {Regs{1, 64}, Regs{1, 128}, Regs{1, 256}, Regs{2, 64}, Regs{2, 256}, Regs{4, 128}})
+      c.push_back({"team_regs " + std::to_string(r.rpt) + " rows/team, " + std::to_string(r.threads) + " threads",
+                   [&p, r] {
+                     return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{r.rpt, r.threads});
+                   },
                    {}});
-    for (const int rpt : {2, 4, 8})
-      for (const int threads : {128, 256})
-        c.push_back({"team_regs " + std::to_string(rpt) + " rows/team, " + std::to_string(threads) + " threads",
-                     [&p, rpt, threads] {
-                       return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads});
-                     },
-                     {}});
     time_candidates("rms_norm_gated fwd bf16 [1048576, 128]", 3.0 * rows * D * 2 + rows * 4.0, c);
   }
   {  // clipped_swiglu forward bf16 [32768, 2 x 2880] interleaved, GPT-OSS constants
@@ -340,21 +339,20 @@ TEST(FusedGpuS10, CandidatesTiming) {
     p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
     p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
     std::vector<Candidate> c;
-    c.push_back({"tile_tma 8 KiB x 128 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
-    for (const int flags : {3, 4, 6})
-      c.push_back({"tile_tma 8 KiB x 128 flags " + std::to_string(flags),
-                   [&p, flags] {
-                     return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{8192, 128, flags});
+    c.push_back({"tile_tma 8 KiB x 128 flags 4 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
+    struct Tile {
+      int64_t x_bytes;
+      int threads, flags;
+    };
+    for (const Tile t : {Tile{8192, 128, 0}, Tile{8192, 96, 4}, Tile{8192, 64, 4}, Tile{8192, 256, 4}})
+      c.push_back({"tile_tma " + std::to_string(t.x_bytes / 1024) + " KiB x " + std::to_string(t.threads) + " flags " +
+                       std::to_string(t.flags),
+                   [&p, t] {
+                     return activation::clipped_swiglu_fwd_cuda_tma(
+                         p, nullptr, activation::ClippedSwigluTmaTile{t.x_bytes, t.threads, t.flags});
                    },
                    {}});
-    c.push_back({"tile_tma 8 KiB x 256 flags 4", [&] {
-                   return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{8192, 256, 4});
-                 }, {}});
-    c.push_back({"tile_tma 24 KiB x 256 flags 4", [&] {
-                   return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr, activation::ClippedSwigluTmaTile{24000, 256, 4});
-                 }, {}});
-    c.push_back({"stream_flat", [&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr, true); }, {}});
-    c.push_back({"pairwise (persistent stream)", [&] { return activation::clipped_swiglu_fwd_cuda(p, nullptr); }, {}});
+    c.push_back({"bulk_ring", [&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }, {}});
     time_candidates("clipped_swiglu fwd bf16 [32768, 2 x 2880]", 3.0 * rows * I * 2, c);
   }
   {  // fused_cross_entropy, the fused forward with the gradient in place, bf16 [8192, 151936] mean (each call

@@ -1,7 +1,7 @@
 // clipped_swiglu: definition, validation, implementation lists and plans (ops_fused.md §8; README.md).
 // Forward tensors {x, probs, y}; backward tensors {x, probs, dy, dx, dprobs}.
 // Implementations, in dispatch order: forward cuda.sm90.tile_tma, cuda.sm90.bulk_ring (where they apply), then both
-// directions cuda.sm90.pairwise, the forward's cuda.sm90.stream_flat (forced only), cpu.avx512_bf16 (the AVX3 kernels
+// directions cuda.sm90.pairwise, cpu.avx512_bf16 (the AVX3 kernels
 // with native bf16 rounding, on CPUs that have it),
 // cpu.<isa> per compiled Highway target, reference.
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
@@ -23,7 +23,6 @@ constexpr const char* kBwd = "clipped_swiglu_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.pairwise";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaTmaImpl = "cuda.sm90.tile_tma";
-constexpr const char* kCudaFlatImpl = "cuda.sm90.stream_flat";
 
 struct FwdProblem {
   ClippedSwigluFwdParams params;
@@ -97,9 +96,7 @@ ImplList<Problem> make_list(Fn (*cpu)(int64_t), Fn (*cpu_native_bf16)(), int (*c
 }
 
 #if STRATA_WITH_CUDA
-constexpr int (*kCudaFwd)(const ClippedSwigluFwdParams&, void*) = [](const ClippedSwigluFwdParams& p, void* s) {
-  return clipped_swiglu_fwd_cuda(p, s);
-};
+constexpr auto kCudaFwd = clipped_swiglu_fwd_cuda;
 constexpr auto kCudaBwd = clipped_swiglu_bwd_cuda;
 #else
 constexpr int (*kCudaFwd)(const ClippedSwigluFwdParams&, void*) = nullptr;
@@ -111,18 +108,6 @@ const ImplList<FwdProblem>& fwd_impls() {
     ImplList<FwdProblem> list = make_list<FwdProblem>(clipped_swiglu_fwd_cpu, clipped_swiglu_fwd_cpu_native_bf16,
                                                       kCudaFwd, clipped_swiglu_fwd_reference);
 #if STRATA_WITH_CUDA
-    // Session 10, forced only until a GPU run times it (after pairwise): pairwise's kernels, with dense interleaved
-    // rows streamed by a grid that covers the tiles once instead of a persistent one-wave grid.
-    list.insert(list.begin() + 1, {kCudaFlatImpl,
-                                   [](const FwdProblem& p) {
-                                     std::string r = reject_unless_cuda(p.device, 90);
-                                     return r.empty() ? f64_reason(p.params.x_dtype) : r;
-                                   },
-                                   {},
-                                   [](const FwdProblem& p, const Launch& launch) {
-                                     return static_cast<strata_status>(
-                                         clipped_swiglu_fwd_cuda(bind(p, launch), launch.cuda_stream, true));
-                                   }});
     // The bulk-copy ring where it applies (equally spaced rows, I % 8 == 0, x rows <= 48 KiB), else pairwise.
     list.insert(list.begin(), {kCudaRingImpl,
                                [](const FwdProblem& p) {

@@ -57,13 +57,11 @@ namespace strata::loss {
 namespace {
 
 constexpr int kThreads = 256;                    // 4-5 CTAs per SM (every kernel but the wide ones below)
-// cluster_stored_exp_wide_t384 / _t512 (session 10): the wide stored-exp kernel with 384 / 512 threads per CTA.
-// At ~74 KiB slices an SM holds 3 CTAs, and a CTA holds its slot through copy -> sweeps -> cluster barrier ->
-// gradient; with 8 warps the computing CTA issues from 2 warps per scheduler, latency-bound (LDS, MUFU). More
-// warps per CTA shorten its sweeps (the slot's time) at the same bytes per SM. 512 threads x 3 CTAs need
-// <= 40 registers (launch bounds; the 256-thread kernel uses 48).
-constexpr int kThreadsT384 = 384;
-constexpr int kThreadsT512 = 512;
+// cluster_stored_exp_wide_t128 / _t192 (session 10): the wide stored-exp kernel with 128 / 192 threads per CTA.
+// s10run1 timed 384 and 512 threads (bf16 [8192, 151936] fused in place, C++ queued: 1.4457 / 1.4938 ms against
+// 256 threads' 1.4295; removed): the more warps per CTA, the slower, so fewer are timed now.
+constexpr int kThreadsT128 = 128;
+constexpr int kThreadsT192 = 192;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
 // cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
@@ -292,7 +290,7 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, int kNT = kThreads>
-__global__ void __launch_bounds__(kNT, kNT == kThreadsT512 ? 3 : 1) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+__global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
   static_assert(kNT == kThreads || kStore, "other thread counts: the stored-exp kernel only");
@@ -564,8 +562,8 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
 bool wide_kind(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpWideT384 ||
-         kind == CeSmemKind::kStoredExpWideT512;
+  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpWideT128 ||
+         kind == CeSmemKind::kStoredExpWideT192;
 }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
@@ -577,8 +575,8 @@ strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, c
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
     if (stored_exp_runs(p, kind)) {
-      if (kind == CeSmemKind::kStoredExpWideT384) return launch<T, true, false, 1, true, kThreadsT384>(p, sp, stream);
-      if (kind == CeSmemKind::kStoredExpWideT512) return launch<T, true, false, 1, true, kThreadsT512>(p, sp, stream);
+      if (kind == CeSmemKind::kStoredExpWideT128) return launch<T, true, false, 1, true, kThreadsT128>(p, sp, stream);
+      if (kind == CeSmemKind::kStoredExpWideT192) return launch<T, true, false, 1, true, kThreadsT192>(p, sp, stream);
       return launch<T, true, false, 1, true>(p, sp, stream);
     }
   }

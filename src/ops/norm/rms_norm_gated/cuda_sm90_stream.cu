@@ -34,7 +34,10 @@
 // R x (threads / TPR) consecutive rows, team k rows k, k + teams, ... (a warp's load covers 32 / TPR adjacent
 // rows), and each thread issues all 2R 16-byte loads of its rows before any math (R x 32 bytes in flight per
 // thread, no shared memory, no barrier), then computes and stores row by row (st.global.v4, rstd from the
-// group's first lane). Dense or not: rows equally spaced (team_stream's conditions).
+// group's first lane). Dense or not: rows equally spaced (team_stream's conditions). s10run1 (C++ queued,
+// [1048576, 128] bf16): R = 2 x 128 threads 0.2037 ms = 1.057 x the copy floor, against team_tma's 0.2084 and
+// R = 4 / 8 (79 / 125 registers) 0.2095-0.2119: fewer rows per thread and more blocks per SM won, so R = 2 x 128
+// (59 registers) is the default and, since session 10, first in the dispatch order.
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -232,15 +235,12 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
         if (flags & 4) rs_tile[r * ng + t / W] = rs;
         else rstd[scol + (r0 + r) * p.rstd_rows.strides[0]] = rs;
       }
-      if (has) {
-        if (flags & 8) st_v4(static_cast<uint16_t*>(p.y) + p.y_rows.base + (r0 + r) * p.D + static_cast<int64_t>(t) * kV, q);
-        else sts_v4(xt + off, q);  // y over x: this lane's own chunk, read above
-      }
+      if (has) sts_v4(xt + off, q);  // y over x: this lane's own chunk, read above
     }
   }
-  if (!(flags & 8)) cuda::fence_proxy_async();  // this thread's writes of the tile before the copy engine reads it
+  cuda::fence_proxy_async();  // this thread's writes of the tile before the copy engine reads it
   __syncthreads();
-  if (tid == 0 && !(flags & 8)) {
+  if (tid == 0) {
     uint16_t* yd = static_cast<uint16_t*>(p.y) + p.y_rows.base + r0 * p.D;
     if (flags & 1) cuda::bulk_s2g_hint(yd, xt, bytes, cuda::l2_evict_first());
     else cuda::bulk_s2g(yd, xt, bytes);
@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
       rstd[p.rstd_rows.base + (r0 + r) * p.rstd_rows.strides[0] + gi * p.rstd_rows.col_stride] = rs_tile[i];
     }
   }
-  if (tid == 0 && !(flags & 8)) cuda::bulk_wait_read();  // the store has read the tile before the block's shared memory is freed
+  if (tid == 0) cuda::bulk_wait_read();  // the store has read the tile before the block's shared memory is freed
 #else
   __trap();  // sm_90 only (the plan requires it)
 #endif
@@ -330,7 +330,7 @@ template <int TPR, int R, bool BF16, bool NBG, bool SILU>
 strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
   const int64_t rows_per_block = int64_t{R} * (threads / TPR);
   const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
-  if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: not reachable at >= 4 rows a block
+  if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks (> 2^33 rows at 4 rows a block)
   fwd_team_regs<TPR, R, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_regs");
 }
@@ -340,9 +340,9 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, St
   if (g.regs.rows_per_team > 0) {
     const int threads = tma_threads(TPR, g.regs.threads);
     switch (g.regs.rows_per_team) {
-      case 2: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);
-      case 8: return launch_regs<TPR, 8, BF16, NBG, SILU>(p, vf, threads, s);
-      default: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
+      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU>(p, vf, threads, s);
+      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
+      default: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);
     }
   }
   // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
@@ -410,12 +410,12 @@ int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream,
 }
 
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile) {
-  if (tile.rpt < 1 || tile.threads < 1 || tile.flags < 0 || tile.flags > 15) return STRATA_ERROR_INVALID_VALUE;
+  if (tile.rpt < 1 || tile.threads < 1 || tile.flags < 0 || tile.flags > 7) return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, tile}, stream);
 }
 
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile) {
-  if ((tile.rows_per_team != 2 && tile.rows_per_team != 4 && tile.rows_per_team != 8) || tile.threads < 1)
+  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1)
     return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, RmsNormGatedTmaTile{0, 0, 0}, tile}, stream);
 }

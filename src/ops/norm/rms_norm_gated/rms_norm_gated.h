@@ -153,21 +153,20 @@ int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream,
 // not dense (x, z, y rows exactly D apart) or tiles over 48 KiB take team_stream's kernel, unaligned rows
 // group_rows'. flags: bit 0 stores y with an L2 evict-first policy, bit 1 loads x and z with it, bit 2 gathers the
 // tile's rstd in shared memory and writes it with consecutive threads (else each group's first lane stores its
-// own), bit 3 (session 10) writes y from the lanes' registers straight to global memory (st.global.v4; no bulk
-// store, no wait for it before the block exits; bit 0 then does nothing). The default tile (16 rows, 128
-// threads: D = 128 bf16, 8 KiB of x and z per block; s9run1 0.2105 ms at [1048576, 128] against 16 x 64's 0.2137
-// and team_stream's 0.2156) is the impl's.
+// own). The default tile (16 rows, 128 threads: D = 128 bf16, 8 KiB of x and z per block; s9run1 0.2105 ms at
+// [1048576, 128] against 16 x 64's 0.2137 and team_stream's 0.2156) is the impl's.
 struct RmsNormGatedTmaTile {
   int rpt = 16, threads = 128, flags = 0;
 };
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile = {});
 // The register tile forward (cuda.sm90.team_regs, cuda_sm90_stream.cu; session 10): the streaming forward's row
-// math in short-lived blocks of `threads` threads (whole teams, at most 256), each team `rows_per_team` (2, 4 or
-// 8) rows whose 16-byte loads it issues before any math (fla's [BT, D] tile per program). Same conditions as
+// math in short-lived blocks of `threads` threads (whole teams, at most 256), each team `rows_per_team` (1, 2 or
+// 4) rows whose 16-byte loads it issues before any math (fla's [BT, D] tile per program). Same conditions as
 // team_stream (its reject; any equally spaced rows); unaligned rows at run time take group_rows'. The default
-// (4 rows per team of 16 lanes, 128 threads: 32 rows of D = 128 a block, fla's BT = 32 with 4 warps) is the impl's.
+// (2 rows per team of 16 lanes, 128 threads: 16 rows of D = 128 a block; s10run1 0.2037 ms at [1048576, 128]
+// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's.
 struct RmsNormGatedRegsTile {
-  int rows_per_team = 4, threads = 128;
+  int rows_per_team = 2, threads = 128;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
