@@ -330,7 +330,7 @@ template <int TPR, int R, bool BF16, bool NBG, bool SILU>
 strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
   const int64_t rows_per_block = int64_t{R} * (threads / TPR);
   const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
-  if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks (> 2^33 rows at 4 rows a block)
+  if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: 2^31 x rows_per_block rows, beyond device memory
   fwd_team_regs<TPR, R, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_regs");
 }
