@@ -56,12 +56,8 @@ namespace cg = cooperative_groups;
 namespace strata::loss {
 namespace {
 
-constexpr int kThreads = 256;                    // 4-5 CTAs per SM (every kernel but the wide ones below)
-// cluster_stored_exp_wide_t128 / _t192 (session 10): the wide stored-exp kernel with 128 / 192 threads per CTA.
-// s10run1 timed 384 and 512 threads (bf16 [8192, 151936] fused in place, C++ queued: 1.4457 / 1.4938 ms against
-// 256 threads' 1.4295; removed): the more warps per CTA, the slower, so fewer are timed now.
-constexpr int kThreadsT128 = 128;
-constexpr int kThreadsT192 = 192;
+constexpr int kThreads = 256;                    // 4-5 CTAs per SM
+constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
 // cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
@@ -206,15 +202,15 @@ __device__ __forceinline__ float piece_exp(float d) {
   }
 }
 
-// Sweep B over the thread's vectors of a piece, [v0 + threadIdx.x, v1) in steps of kNT (threads): adds
+// Sweep B over the thread's vectors of a piece, [v0 + threadIdx.x, v1) in steps of kThreads: adds
 // sum exp(c - m) to s and, with kSum (label smoothing), sum c to sc (raw z without softcap: scaled once by the
 // caller). Two partial sums each (even / odd elements) for instruction-level parallelism.
-template <class T, bool kCap, bool kSum, bool kFtz, int kNT>
+template <class T, bool kCap, bool kSum, bool kFtz>
 __device__ __forceinline__ void sum_piece(const uint4* buf, int v0, int v1, const CeConsts& k, float m, float& s,
                                           float& sc) {
   constexpr int kVec = ce_cuda::kVec<T>;
   float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
-  for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kNT) {
+  for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kThreads) {
     float x[kVec];
     unpack<T>(buf[v], x);
 #pragma unroll
@@ -250,12 +246,12 @@ using StoredExp = std::conditional_t<std::is_same_v<T, float>, float, f16_t>;
 // StoredExp<T>. The vectors are the ones this thread sweeps in the gradient too, so no other thread reads
 // them. The thread that owns the target's vector (yv: the target's index in the slice, or out of range) takes
 // c_y = s z_y before overwriting it.
-template <class T, bool kSum, int kNT>
+template <class T, bool kSum>
 __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k, float m, int64_t yv, float& s,
                                           float& sc, float& c_y) {
   constexpr int kVec = ce_cuda::kVec<T>;
   float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
-  for (int v = static_cast<int>(threadIdx.x); v < nv; v += kNT) {
+  for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
     float x[kVec];
     unpack<T>(buf[v], x);
     const int64_t off = yv - static_cast<int64_t>(v) * kVec;
@@ -289,12 +285,10 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
 // statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, int kNT = kThreads>
-__global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
-  static_assert(kNT == kThreads || kStore, "other thread counts: the stored-exp kernel only");
-  constexpr int kWarps = kNT / 32;
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -359,7 +353,7 @@ __global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int
         mbar_wait(&bars[q], phase);
         RawExt<T> ext;
         ext_init(ext, neg);
-        for (int v = v0 + threadIdx.x; v < v1; v += kNT) ext_add(ext, buf[v], neg);
+        for (int v = v0 + threadIdx.x; v < v1; v += kThreads) ext_add(ext, buf[v], neg);
         const float mq = ce_logit(k, ext_result(ext, neg));
         if (mq > m) {
           s *= ce_exp(m - mq);  // exp(-inf) = 0 while the sum is still empty
@@ -369,7 +363,7 @@ __global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int
           // The single piece: store e. A thread whose elements are all -inf or NaN (the max skips NaN) stores 0
           // for -inf (p = 0) and NaN for NaN, so its gradient is what cluster_smem gives (-uniform, NaN).
           if (m == -INFINITY) {
-            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kNT) {
+            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
               float x[kVec];
               unpack<T>(buf[v], x);
 #pragma unroll
@@ -379,13 +373,13 @@ __global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int
             continue;
           }
           const int64_t yv = (ignored || bad) ? int64_t{-(1 << 30)} : y - lo;
-          if (smooth) sum_store<T, true, kNT>(wbuf, nv, k, m, yv, s, sc, c_y_own);
-          else sum_store<T, false, kNT>(wbuf, nv, k, m, yv, s, sc, c_y_own);
+          if (smooth) sum_store<T, true>(wbuf, nv, k, m, yv, s, sc, c_y_own);
+          else sum_store<T, false>(wbuf, nv, k, m, yv, s, sc, c_y_own);
           continue;
         }
         if (m == -INFINITY) continue;
-        if (smooth) sum_piece<T, kCap, true, kFtz, kNT>(buf, v0, v1, k, m, s, sc);
-        else sum_piece<T, kCap, false, kFtz, kNT>(buf, v0, v1, k, m, s, sc);
+        if (smooth) sum_piece<T, kCap, true, kFtz>(buf, v0, v1, k, m, s, sc);
+        else sum_piece<T, kCap, false, kFtz>(buf, v0, v1, k, m, s, sc);
       }
       m_t = m;
       Part a{m, s, kCap ? sc : k.scale * sc, c_y_own};
@@ -444,14 +438,14 @@ __global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int
         const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
         if (!fwd) mbar_wait(&bars[q], phase);  // the forward waited for every piece in its statistics
         if (ignored || bad) {
-          for (int v = v0 + threadIdx.x; v < v1; v += kNT) dz[v] = fill;
+          for (int v = v0 + threadIdx.x; v < v1; v += kThreads) dz[v] = fill;
           continue;
         }
         if constexpr (kStore) {
           if (fwd) {
             // dz = p_coef exp(c - lse) - uniform - [j == y] target, with exp(c - lse) = e exp(m_t - lse).
             const float pc = gr.p_coef * ce_exp(m_t - gr.lse);  // 0 for a thread whose elements are all -inf
-            for (int v = v0 + threadIdx.x; v < v1; v += kNT) {
+            for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
               float x[kVec];
               unpack<StoredExp<T>>(buf[v], x);
 #pragma unroll
@@ -467,7 +461,7 @@ __global__ void __launch_bounds__(kNT) ce_smem_rows(const CeParams p, int C, int
             continue;
           }
         }
-        for (int v = v0 + threadIdx.x; v < v1; v += kNT) {
+        for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
           float x[kVec];
           unpack<T>(buf[v], x);
 #pragma unroll
@@ -528,17 +522,17 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, int kNT = kThreads>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kNT>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
   const int64_t clusters = p.N < max_clusters ? p.N : max_clusters;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(clusters * sp.C), 1, 1);
-  cfg.blockDim = dim3(kNT, 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -561,24 +555,16 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
-bool wide_kind(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpWideT128 ||
-         kind == CeSmemKind::kStoredExpWideT192;
-}
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
-  return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
-         !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+         !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
 }
 
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) {
-      if (kind == CeSmemKind::kStoredExpWideT128) return launch<T, true, false, 1, true, kThreadsT128>(p, sp, stream);
-      if (kind == CeSmemKind::kStoredExpWideT192) return launch<T, true, false, 1, true, kThreadsT192>(p, sp, stream);
-      return launch<T, true, false, 1, true>(p, sp, stream);
-    }
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -605,7 +591,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
-    const bool wide = wide_kind(kind) && stored_exp_runs(p, kind);
+    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
     const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {

@@ -187,10 +187,6 @@ const ImplList<CeProblem>& impls() {
     // without softcap of bf16/f32 logits; everything else (loss only, softcap, f16, the backward op) runs
     // cluster_smem exactly. Same shapes as cluster_smem (ce_smem_reject).
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
-    // Session 10, forced only: the same kernel and split with 128 / 192 threads per CTA (s10run1: 384 and 512
-    // threads ran 1.4457 / 1.4938 ms against 256's 1.4295, so fewer warps per CTA are timed; those two are removed).
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide_t128", CeSmemKind::kStoredExpWideT128));
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide_t192", CeSmemKind::kStoredExpWideT192));
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).

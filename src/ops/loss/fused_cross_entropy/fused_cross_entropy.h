@@ -130,10 +130,7 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-//   kStoredExpWideT128 / kStoredExpWideT192: cuda.sm90.cluster_stored_exp_wide_t128 / _t192 (session 10):
-//             kStoredExpWide with 128 / 192 threads per CTA in the stored-exp kernel (the same split; everything
-//             else cluster_smem exactly).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpWideT128, kStoredExpWideT192 };
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
