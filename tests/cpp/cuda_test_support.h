@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "opbase/row_layout.h"
+
 namespace strata::test {
 
 inline bool have_gpu() {
@@ -34,5 +36,14 @@ struct Dev {
   }
   void poison() { EXPECT_EQ(cudaMemset(p, 0xff, bytes), cudaSuccess); }  // NaN in f32 / bf16 / f16
 };
+
+// Rows `width` elements apart with unit column stride, row 0 at offset 0 (session 10, fused_gpu's tests).
+inline RowLayout dense_rows(int64_t rows, int64_t width) {
+  RowLayout l;
+  l.nd = 1;
+  l.sizes[0] = rows;
+  l.strides[0] = width;
+  return l;
+}
 
 }  // namespace strata::test

@@ -27,6 +27,17 @@
 // (Session 8's team_stream_pf, the persistent kernel with an L2 bulk prefetch two steps ahead, was removed in
 // session 9: s8run2 queued it at 0.2204 ms against team_stream's 0.2141 at [1048576, 128], so more bytes in
 // flight through L2 was not what the kernel lacked.)
+// team_regs (session 10): the same row math in short-lived register blocks, the shape of fla's Triton forward
+// (layer_norm_gated_fwd_kernel: a [BT, D] tile per program, plain loads and stores), which ran this op's
+// [1048576, 128] bf16 forward at the add probe's rate in s9run2 (0.1889 ms) where both our persistent register
+// kernel and the copy-engine tiles stop at 88-90 % of it: a block of `threads` threads (teams of TPR lanes) owns
+// R x (threads / TPR) consecutive rows, team k rows k, k + teams, ... (a warp's load covers 32 / TPR adjacent
+// rows), and each thread issues all 2R 16-byte loads of its rows before any math (R x 32 bytes in flight per
+// thread, no shared memory, no barrier), then computes and stores row by row (st.global.v4, rstd from the
+// group's first lane). Dense or not: rows equally spaced (team_stream's conditions). s10run1 (C++ queued,
+// [1048576, 128] bf16): R = 2 x 128 threads 0.2037 ms = 1.057 x the copy floor, against team_tma's 0.2084 and
+// R = 4 / 8 (79 / 125 registers) 0.2095-0.2119: fewer rows per thread and more blocks per SM won, so R = 2 x 128
+// (59 registers) is the default and, since session 10, first in the dispatch order.
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -247,6 +258,48 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 #endif
 }
 
+// team_regs: block b owns rows [b R T, (b + 1) R T) (T = teams per block); team k of the block takes rows
+// b R T + k + j T, j < R. Every lane runs every row's team_row (the shuffles need whole warps); rows past
+// p.rows load zeros and store nothing.
+template <int TPR, int R, bool BF16, bool NBG, bool SILU>
+__global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
+  const int t = static_cast<int>(threadIdx.x) % TPR, team = static_cast<int>(threadIdx.x) / TPR;
+  const int nteams = static_cast<int>(blockDim.x) / TPR;
+  const int nc = static_cast<int>(p.D / kV);
+  const int W = static_cast<int>(p.group / kV);
+  const bool has = t < nc;
+  const bool gstart = has && (t & (W - 1)) == 0;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * R * nteams + team;
+  const int64_t col = static_cast<int64_t>(t) * kV;
+  const uint16_t* x = static_cast<const uint16_t*>(p.x);
+  const uint16_t* z = static_cast<const uint16_t*>(p.z);
+  uint4 xv[R], zv[R];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t row = r0 + static_cast<int64_t>(j) * nteams;
+    const bool live = has && row < p.rows;
+    xv[j] = live ? cuda::ld_stream(x + p.x_rows.base + row * p.x_rows.strides[0] + col) : zero;
+    zv[j] = live ? cuda::ld_stream(z + p.z_rows.base + row * p.z_rows.strides[0] + col) : zero;
+  }
+  const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
+  float w[kV], b[kV];
+  lane_params(p, vf, t, has, w, b);
+  uint16_t* y = static_cast<uint16_t*>(p.y);
+  float* rstd = static_cast<float*>(p.rstd);
+  const int64_t scol = p.rstd_rows.base + static_cast<int64_t>(t / W) * p.rstd_rows.col_stride;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int64_t row = r0 + static_cast<int64_t>(j) * nteams;
+    uint32_t q[kV / 2];
+    const float rs = team_row<TPR, BF16, NBG, SILU>(xv[j], zv[j], w, b, W, inv_g, eps, q);
+    if (row < p.rows) {
+      if (gstart) rstd[scol + row * p.rstd_rows.strides[0]] = rs;
+      if (has) st_v4(y + p.y_rows.base + row * p.y_rows.strides[0] + col, q);
+    }
+  }
+}
+
 // Team configuration (TPR) of the streaming forward, 0 if it does not apply.
 int stream_tpr(const RmsNormGatedFwdParams& p) {
   if (p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16) return 0;
@@ -267,13 +320,31 @@ int stream_tpr(const RmsNormGatedFwdParams& p) {
 struct StreamGrid {
   bool persistent;
   RmsNormGatedTmaTile tile;  // rpt == 0: the streaming kernel
+  RmsNormGatedRegsTile regs{0, 0};  // rows_per_team > 0: team_regs (tile.rpt is 0 then)
 };
 
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
 int tma_threads(int tpr, int want) { return std::max(tpr, std::min(kTmaMaxThreads, want) / tpr * tpr); }
 
+template <int TPR, int R, bool BF16, bool NBG, bool SILU>
+strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
+  const int64_t rows_per_block = int64_t{R} * (threads / TPR);
+  const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: 2^31 x rows_per_block rows, beyond device memory
+  fwd_team_regs<TPR, R, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
+  return cuda::check_launch("rms_norm_gated fwd_team_regs");
+}
+
 template <int TPR, bool BF16, bool NBG, bool SILU>
 strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
+  if (g.regs.rows_per_team > 0) {
+    const int threads = tma_threads(TPR, g.regs.threads);
+    switch (g.regs.rows_per_team) {
+      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU>(p, vf, threads, s);
+      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
+      default: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);
+    }
+  }
   // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
   // fwd_layouts_ok, make every range 16-byte aligned with a size of n * D * 2, a multiple of 16).
   const bool dense = p.x_rows.strides[0] == p.D && p.z_rows.strides[0] == p.D && p.y_rows.strides[0] == p.D;
@@ -341,6 +412,12 @@ int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream,
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile) {
   if (tile.rpt < 1 || tile.threads < 1 || tile.flags < 0 || tile.flags > 7) return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, tile}, stream);
+}
+
+int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile) {
+  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1)
+    return STRATA_ERROR_INVALID_VALUE;
+  return launch_any(p, StreamGrid{true, RmsNormGatedTmaTile{0, 0, 0}, tile}, stream);
 }
 
 }  // namespace strata::norm

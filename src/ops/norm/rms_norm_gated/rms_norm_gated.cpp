@@ -1,8 +1,9 @@
 // rms_norm_gated: definition, validation, implementation lists and plans (ops_fused.md §4; README.md).
 // Forward tensors {x, z, weight, bias, residual, y, residual_out, rstd}; backward tensors
 // {x, z, weight, bias, residual, rstd, dy, dresidual_out, dx, dz, dweight, dbias}.
-// Implementations, in dispatch order: forward cuda.sm90.team_tma, cuda.sm90.team_stream, cuda.sm90.team_packed
-// (where they apply), cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat;
+// Implementations, in dispatch order: forward cuda.sm90.team_regs, cuda.sm90.team_tma, cuda.sm90.team_stream (the
+// last two forced only in effect: team_regs takes every shape they take), cuda.sm90.team_packed (where it applies),
+// cuda.sm90.group_rows, then forced only cuda.sm90.bulk_ring, cuda.sm90.team_stream_flat;
 // backward cuda.sm90.bulk_ring (where it applies), cuda.sm90.group_rows, cuda.sm90.bulk_ring_wide (forced only); then
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> per compiled Highway target, reference.
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
@@ -26,6 +27,7 @@ constexpr const char* kCudaPackedImpl = "cuda.sm90.team_packed";
 constexpr const char* kCudaStreamImpl = "cuda.sm90.team_stream";
 constexpr const char* kCudaStreamFlatImpl = "cuda.sm90.team_stream_flat";
 constexpr const char* kCudaTmaImpl = "cuda.sm90.team_tma";
+constexpr const char* kCudaRegsImpl = "cuda.sm90.team_regs";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaRingWideImpl = "cuda.sm90.bulk_ring_wide";
 
@@ -134,6 +136,14 @@ const ImplList<FwdProblem>& fwd_impls() {
     // 0.2151 against 0.2181 through Python with 64-thread blocks): team_stream's row math in short-lived blocks whose
     // tiles of dense rows the copy engine loads and stores (cuda_sm90_stream.cu); other layouts run team_stream's
     // kernel. Same plan-time conditions as team_stream.
+    // Session 10, first since s10run1 (bf16 [1048576, 128], C++ queued: 0.2037 ms = 1.057 x the copy floor against
+    // team_tma's 0.2084): team_stream's row math in short-lived register tiles (fla's forward shape: every load of a
+    // team's 2 rows issued before the math); any equally spaced rows, so team_tma and team_stream are forced only
+    // now (same conditions).
+    l.push_back(cuda_impl<FwdProblem>(kCudaRegsImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_regs(q, s);
+                                      }));
     l.push_back(cuda_impl<FwdProblem>(kCudaTmaImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_stream_reject,
                                       [](const RmsNormGatedFwdParams& q, void* s) {
                                         return rms_norm_gated_fwd_cuda_tma(q, s);

@@ -159,6 +159,16 @@ struct RmsNormGatedTmaTile {
   int rpt = 16, threads = 128, flags = 0;
 };
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile = {});
+// The register tile forward (cuda.sm90.team_regs, cuda_sm90_stream.cu; session 10): the streaming forward's row
+// math in short-lived blocks of `threads` threads (whole teams, at most 256), each team `rows_per_team` (1, 2 or
+// 4) rows whose 16-byte loads it issues before any math (fla's [BT, D] tile per program). Same conditions as
+// team_stream (its reject; any equally spaced rows); unaligned rows at run time take group_rows'. The default
+// (2 rows per team of 16 lanes, 128 threads: 16 rows of D = 128 a block; s10run1 0.2037 ms at [1048576, 128]
+// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's.
+struct RmsNormGatedRegsTile {
+  int rows_per_team = 2, threads = 128;
+};
+int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
 // The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
 int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);
