@@ -448,13 +448,10 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       wg::fence_proxy_async();
       wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
       if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
-      if constexpr (kRows) {
-        ld.states(x, t);            // step gs + 2's rows, into the stage the previous step used
-        if (q == 0) ld.tokens(x, t);  // the next value head, into the buffer the previous head used
-      } else {
+      if constexpr (!kRows) {
         ld.issue(x, t);  // step gs + 4, into the stage the previous step used
+        ::strata::cuda::cp_async_commit();
       }
-      ::strata::cuda::cp_async_commit();
       const uint32_t st = sb + M::oRing + static_cast<uint32_t>(stage) * M::kStage;
       if (++stage == M::kRing) stage = 0;
       wg::reg_fence(dw), wg::reg_fence(ds);
@@ -484,6 +481,11 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
         }
       }
       wg::wg_commit();
+      if constexpr (kRows) {  // (K-row form: the loads are issued while this group's products run)
+        ld.states(x, t);              // step gs + 2's rows, into the stage the previous step used
+        if (q == 0) ld.tokens(x, t);  // the next value head, into the buffer the previous head used
+        ::strata::cuda::cp_async_commit();
+      }
       // While the products run: this head's γ (requested at its first step, stored at the second, so that the
       // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
       if (q == 0) {
