@@ -302,7 +302,8 @@ TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
   }
 }
 
-// kDqkwgWgmma and kDqkwgWgmmaRows (the warpgroup-MMA kernel in its V-quarter and K-row step forms: other f32
+// kDqkwgWgmma, kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly (the warpgroup-MMA kernel in its V-quarter and K-row step
+// forms, the latter with Ds handed over at the end or at step 2: other f32
 // summation orders, Ds K and Dsᵀ Q per head on whole 128-column blocks, dγ written without the per-K-tile
 // partials) against kDqkwgPipelined on the shapes it takes (bf16,
 // K = V = 128, BT = 64): fixed and variable length, G = 1, 2, 4, with and without gate / dv, partial chunks. Every
@@ -332,7 +333,7 @@ TEST(GdnBwdCudaVariants, DqkwgWgmmaMatchesMma) {
   for (const Shape& s : shapes) {
     const Inputs in(s, seed++);
     const auto a = run_dqkwg(in, kDqkwgPipelined);
-    for (const int var : {kDqkwgWgmma, kDqkwgWgmmaRows}) {
+    for (const int var : {kDqkwgWgmma, kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly}) {
       const auto b = run_dqkwg(in, var);
       for (size_t i = 0; i < a.size(); ++i) {
         const std::vector<float> x = values(a[i], i == 2), y = values(b[i], i == 2);
@@ -542,17 +543,19 @@ TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
         EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
       });
     };
-    const std::vector<double> ms = time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true),
-                                                call(kDqkwgWgmmaRows), call(kDqkwgWgmmaRows, true)},
-                                               9);
+    const std::vector<double> ms =
+        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true), call(kDqkwgWgmmaRows),
+                     call(kDqkwgWgmmaRows, true), call(kDqkwgWgmmaRowsEarly), call(kDqkwgWgmmaRowsEarly, true)},
+                    9);
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * V * 2 + 2.0 * B * NT * HV * K * V * 2 +
                        rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
     report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (%.2f GB moved): "
                     "two_per_sm %.3f ms; wgmma quarters %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms; "
-                    "wgmma rows %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms",
+                    "wgmma rows %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms; "
+                    "wgmma rows, Ds early %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), gb, ms[0], ms[1], gb / (ms[1] * 1e-3),
-                    ms[2], ms[3], gb / (ms[3] * 1e-3), ms[4]));
+                    ms[2], ms[3], gb / (ms[3] * 1e-3), ms[4], ms[5], gb / (ms[5] * 1e-3), ms[6]));
   }
 }
 

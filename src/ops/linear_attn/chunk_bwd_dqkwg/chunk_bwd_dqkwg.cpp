@@ -52,7 +52,7 @@ const ImplList<Problem>& impls() {
     });
 #if STRATA_WITH_CUDA
     // The warpgroup-MMA kernel first: the automatic choice where it applies (bf16, K = V = 128). Its K-row step
-    // form (kDqkwgWgmmaRows, session 10) second: forced-only until a GPU run times it.
+    // forms (kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly; session 10) next: forced-only until a GPU run times them.
     auto wgmma = [](const char* name, int variant) {
       return Implementation<Problem>{
           name,
@@ -68,7 +68,8 @@ const ImplList<Problem>& impls() {
             return static_cast<strata_status>(chunk_bwd_dqkwg_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
           }};
     };
-    l.insert(l.begin(), {wgmma("cuda.sm90.wgmma", kDqkwgWgmma), wgmma("cuda.sm90.wgmma_rows", kDqkwgWgmmaRows)});
+    l.insert(l.begin(), {wgmma("cuda.sm90.wgmma", kDqkwgWgmma), wgmma("cuda.sm90.wgmma_rows", kDqkwgWgmmaRows),
+                         wgmma("cuda.sm90.wgmma_rows_early", kDqkwgWgmmaRowsEarly)});
 #endif
     return l;
   }();

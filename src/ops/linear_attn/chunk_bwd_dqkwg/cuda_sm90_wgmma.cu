@@ -406,9 +406,11 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 }
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
-// per value head (Ds out to shared memory, dw, dγ).
-template <bool kRows>
+// per value head (Ds out to shared memory, dw, dγ). kEarly (K-row form only): Ds over steps 0 and 1 (four V
+// slices each) and handed to the dq / dk groups at step 2, so that their epilogues do not wait for it.
+template <bool kRows, bool kEarly>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
+  static_assert(kRows || !kEarly, "Ds early only in the K-row form");
   using M = Smem<kRows>;
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
@@ -458,10 +460,13 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       wg::wg_fence();
       if constexpr (kRows) {  // Ds: V slices 2 q, 2 q + 1 of dO Vnᵀ; dW: columns 32 q.. (dV S_qᵀ)
         const uint32_t tb = sb + static_cast<uint32_t>(hb) * kTokB;
+        constexpr int kPer = kEarly ? 4 : 2;  // V slices of Ds per step (steps 0, 1 or all four)
+        if (q * kPer < 8) {
 #pragma unroll
-        for (int k2 = 0; k2 < 2; ++k2) {
-          const int ks = 2 * q + k2;
-          wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
+          for (int k2 = 0; k2 < kPer; ++k2) {
+            const int ks = kPer * q + k2;
+            wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
+          }
         }
         // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
 #pragma unroll
@@ -515,13 +520,10 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       }
       wg::wg_wait<0>();
       wg::reg_fence(dw), wg::reg_fence(ds);
-      if (q != kQ - 1) continue;
-      hb ^= 1;
-
-      // ---- epilogue of value head g: Ds (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
-      // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
       const int L = c.L;
-      const float gl = L > 0 ? sG[L - 1] : 0.f;
+      if (q == (kEarly ? 2 : kQ - 1)) {
+      // ---- Ds of value head g (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
+      // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -539,6 +541,12 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       store_ds_trans(sb + M::oDsT, w, lane, ds);
       wg::fence_proxy_async();
       wg::bar_arrive(kBarDs, kThr);  // Ds, Dsᵀ ready for the dq and dk groups
+      }
+      if (q != kQ - 1) continue;
+      hb ^= 1;
+
+      // ---- epilogue of value head g: dw, dγ ----
+      const float gl = L > 0 ? sG[L - 1] : 0.f;
       if (x.want_dw) store_rows<128>(p.dw, p.dw.off(c.b, c.t0, hv), L, w, lane, dw, -1.f);
       float v = sds;
 #pragma unroll
@@ -558,7 +566,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
-template <bool kRows>
+template <bool kRows, bool kEarly>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -573,7 +581,7 @@ __global__ void __launch_bounds__(kThr, 1)
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kRows>(x);
+    run_ds<kRows, kEarly>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
     if (role == kRoleDq) run_dqk<kRoleDq, kRows>(x);
@@ -583,21 +591,21 @@ __global__ void __launch_bounds__(kThr, 1)
 }
 
 // Registers per thread that a kernel instance was compiled to (the setmaxnreg split assumes kRegsLaunch).
-template <bool kRows>
+template <bool kRows, bool kEarly>
 int kernel_regs() {
   static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kRows>) == cudaSuccess ? fa.numRegs : 0;
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kRows, kEarly>) == cudaSuccess ? fa.numRegs : 0;
   }();
   return regs;
 }
 
-template <bool kRows>
+template <bool kRows, bool kEarly>
 int launch(const DqkwgParams& p, const int64_t* offs, int64_t items, int64_t blocks, cudaStream_t stream) {
   constexpr size_t smem = Smem<kRows>::kBytes;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_wgmma_kernel<kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_wgmma_kernel<kRows, kEarly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  dqkwg_wgmma_kernel<kRows><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  dqkwg_wgmma_kernel<kRows, kEarly><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
   return cuda::check_launch("chunk_bwd_dqkwg (wgmma)");
 }
 
@@ -637,8 +645,9 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch).
-  const bool rows = p.mma_variant == kDqkwgWgmmaRows;
-  bool ok = (rows ? kernel_regs<true>() : kernel_regs<false>()) == kRegsLaunch;
+  const int form = p.mma_variant == kDqkwgWgmmaRows ? 1 : p.mma_variant == kDqkwgWgmmaRowsEarly ? 2 : 0;
+  bool ok = (form == 1 ? kernel_regs<true, false>() : form == 2 ? kernel_regs<true, true>() : kernel_regs<false, false>()) ==
+            kRegsLaunch;
   for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
   for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
   if (!ok) {
@@ -657,7 +666,9 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  return rows ? launch<true>(p, offs, items, blocks, stream) : launch<false>(p, offs, items, blocks, stream);
+  return form == 1   ? launch<true, false>(p, offs, items, blocks, stream)
+         : form == 2 ? launch<true, true>(p, offs, items, blocks, stream)
+                     : launch<false, false>(p, offs, items, blocks, stream);
 }
 
 }  // namespace strata::linear_attn
