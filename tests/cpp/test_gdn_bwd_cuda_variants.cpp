@@ -302,10 +302,8 @@ TEST(GdnBwdCudaVariants, DqkwgVariantsSameBits) {
   }
 }
 
-// kDqkwgWgmma, kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly (the warpgroup-MMA kernel in its V-quarter and K-row step
-// forms, the latter with Ds handed over at the end or at step 2: other f32
-// summation orders, Ds K and Dsᵀ Q per head on whole 128-column blocks, dγ written without the per-K-tile
-// partials) against kDqkwgPipelined on the shapes it takes (bf16,
+// kDqkwgWgmma (the warpgroup-MMA kernel: other f32 summation orders, Ds K and Dsᵀ Q per head on whole 128-column
+// blocks, dγ written without the per-K-tile partials) against kDqkwgPipelined on the shapes it takes (bf16,
 // K = V = 128, BT = 64): fixed and variable length, G = 1, 2, 4, with and without gate / dv, partial chunks. Every
 // output within 2e-3 of its largest magnitude (both use bf16 operands, the same rounded Ds, f32 accumulators;
 // the float64 conformance harness bounds each against the exact result), finite, and dw (bf16) compared as values.
@@ -332,24 +330,20 @@ TEST(GdnBwdCudaVariants, DqkwgWgmmaMatchesMma) {
   uint64_t seed = 101;
   for (const Shape& s : shapes) {
     const Inputs in(s, seed++);
-    const auto a = run_dqkwg(in, kDqkwgPipelined);
-    for (const int var : {kDqkwgWgmma, kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly}) {
-      const auto b = run_dqkwg(in, var);
-      for (size_t i = 0; i < a.size(); ++i) {
-        const std::vector<float> x = values(a[i], i == 2), y = values(b[i], i == 2);
-        ASSERT_EQ(x.size(), y.size()) << names[i] << " " << shape_str(s) << " variant " << var;
-        double mx = 0;
-        for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
-        for (size_t e = 0; e < x.size(); ++e) {
-          ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e]))
-              << names[i] << "[" << e << "] " << shape_str(s) << " variant " << var;
-          ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 2e-3 * mx + 1e-30)
-              << names[i] << "[" << e << "] " << shape_str(s) << " variant " << var << ": " << x[e] << " vs " << y[e];
-        }
+    const auto a = run_dqkwg(in, kDqkwgPipelined), b = run_dqkwg(in, kDqkwgWgmma);
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::vector<float> x = values(a[i], i == 2), y = values(b[i], i == 2);
+      ASSERT_EQ(x.size(), y.size()) << names[i] << " " << shape_str(s);
+      double mx = 0;
+      for (const float e : x) mx = std::max(mx, std::fabs(static_cast<double>(e)));
+      for (size_t e = 0; e < x.size(); ++e) {
+        ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "] " << shape_str(s);
+        ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 2e-3 * mx + 1e-30)
+            << names[i] << "[" << e << "] " << shape_str(s) << ": " << x[e] << " vs " << y[e];
       }
-      // The same bits on a second call (fixed summation order, no atomics).
-      EXPECT_TRUE(b == run_dqkwg(in, var)) << "repeat " << shape_str(s) << " variant " << var;
     }
+    // The same bits on a second call (fixed summation order, no atomics).
+    EXPECT_TRUE(b == run_dqkwg(in, kDqkwgWgmma)) << "repeat " << shape_str(s);
   }
 }
 
@@ -512,8 +506,8 @@ std::string fmt_line(const char* f, ...) {
 }
 
 // chunk_bwd_dqkwg alone at the bench shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4, T = 8192 and B = 1,
-// T = 32768): the mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel in its two step forms
-// (V quarters, K rows), each also without dv / dw / dγ (0.54 GB less traffic, no dγ sums): what those parts cost.
+// T = 32768): the automatic mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel, and that kernel
+// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost.
 TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -544,18 +538,14 @@ TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
       });
     };
     const std::vector<double> ms =
-        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true), call(kDqkwgWgmmaRows),
-                     call(kDqkwgWgmmaRows, true), call(kDqkwgWgmmaRowsEarly), call(kDqkwgWgmmaRowsEarly, true)},
-                    9);
+        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true)}, 9);
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * V * 2 + 2.0 * B * NT * HV * K * V * 2 +
                        rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
-    report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (%.2f GB moved): "
-                    "two_per_sm %.3f ms; wgmma quarters %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms; "
-                    "wgmma rows %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms; "
-                    "wgmma rows, Ds early %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms",
-                    static_cast<long long>(B), static_cast<long long>(T), gb, ms[0], ms[1], gb / (ms[1] * 1e-3),
-                    ms[2], ms[3], gb / (ms[3] * 1e-3), ms[4], ms[5], gb / (ms[5] * 1e-3), ms[6]));
+    report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: two_per_sm %.3f ms, "
+                    "wgmma %.3f ms (%.2f GB moved: %.0f GB/s); wgmma without dv, dw, dg %.3f ms",
+                    static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], gb, gb / (ms[1] * 1e-3),
+                    ms[2]));
   }
 }
 

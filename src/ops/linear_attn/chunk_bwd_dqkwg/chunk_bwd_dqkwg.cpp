@@ -51,25 +51,19 @@ const ImplList<Problem>& impls() {
 #endif
     });
 #if STRATA_WITH_CUDA
-    // The warpgroup-MMA kernel first: the automatic choice where it applies (bf16, K = V = 128). Its K-row step
-    // forms (kDqkwgWgmmaRows, kDqkwgWgmmaRowsEarly; session 10) next: forced-only until a GPU run times them.
-    auto wgmma = [](const char* name, int variant) {
-      return Implementation<Problem>{
-          name,
-          [](const Problem& p) {
-            std::string r = reject_unless_cuda(p.device, 90);
-            if (r.empty() && p.any_f64) r = "takes bf16 tensors (f64 runs on the reference)";
-            return r.empty() ? chunk_bwd_dqkwg_cuda_wgmma_reject(p.params) : r;
-          },
-          [](const Problem& p) { return chunk_bwd_dqkwg_cuda_wgmma_workspace(p.params.d); },
-          [variant](const Problem& p, const Launch& launch) {
-            DqkwgParams params = bind(p, launch);
-            params.mma_variant = variant;
-            return static_cast<strata_status>(chunk_bwd_dqkwg_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
-          }};
-    };
-    l.insert(l.begin(), {wgmma("cuda.sm90.wgmma", kDqkwgWgmma), wgmma("cuda.sm90.wgmma_rows", kDqkwgWgmmaRows),
-                         wgmma("cuda.sm90.wgmma_rows_early", kDqkwgWgmmaRowsEarly)});
+    // The warpgroup-MMA kernel first: the automatic choice where it applies (bf16, K = V = 128).
+    l.insert(l.begin(),
+             {"cuda.sm90.wgmma",
+              [](const Problem& p) {
+                std::string r = reject_unless_cuda(p.device, 90);
+                if (r.empty() && p.any_f64) r = "takes bf16 tensors (f64 runs on the reference)";
+                return r.empty() ? chunk_bwd_dqkwg_cuda_wgmma_reject(p.params) : r;
+              },
+              [](const Problem& p) { return chunk_bwd_dqkwg_cuda_wgmma_workspace(p.params.d); },
+              [](const Problem& p, const Launch& launch) {
+                const DqkwgParams params = bind(p, launch);
+                return static_cast<strata_status>(chunk_bwd_dqkwg_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
+              }});
 #endif
     return l;
   }();
