@@ -166,6 +166,21 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
   else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
 }
 
+// Columns 32 q..32 q + 31 of an m64n128 accumulator d (its registers 16 q..16 q + 15) = A Bᵀ, V = 128 contracted in
+// 8 slices of 16 in increasing order (m64n32k16), A [64][128] and B [32][128] tile_off<128> tiles at shared byte
+// addresses a, b. q must be a compile-time constant after inlining (the step loop over q unrolled), so that the
+// slice is fixed registers.
+__device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int qq = 0; qq < kQ; ++qq)
+    if (qq == q) {
+      float(&part)[16] = *reinterpret_cast<float(*)[16]>(&d[16 * qq]);
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+        wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), wg::tile_desc<128>(b, ks), ks != 0);
+    }
+}
+
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
 // items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
 struct Ctx {
@@ -267,17 +282,8 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       if (++stage == kRing) stage = 0;
       wg::reg_fence(acc);
       wg::wg_fence();
-      {  // columns 32 q.. of dQh (dO S_qᵀ) or dKh (Vn dS_qᵀ), V contracted in 8 slices of 16
-        const uint32_t a = sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), b = st + (kDq ? oStS : oStDS);
-#pragma unroll
-        for (int qq = 0; qq < kQ; ++qq)
-          if (qq == q) {
-            float(&part)[16] = *reinterpret_cast<float(*)[16]>(&acc[16 * qq]);
-#pragma unroll
-            for (int ks = 0; ks < 8; ++ks)
-              wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), wg::tile_desc<128>(b, ks), ks != 0);
-          }
-      }
+      // columns 32 q.. of dQh (dO S_qᵀ) or dKh (Vn dS_qᵀ)
+      slice_product(acc, q, sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), st + (kDq ? oStS : oStDS));
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
@@ -391,15 +397,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
           wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
         }
         // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
-#pragma unroll
-        for (int qq = 0; qq < kQ; ++qq)
-          if (qq == q) {
-            float(&part)[16] = *reinterpret_cast<float(*)[16]>(&dw[16 * qq]);
-#pragma unroll
-            for (int ks = 0; ks < 8; ++ks)
-              wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(tb + oTDv, ks), wg::tile_desc<128>(st + oStS, ks),
-                                 ks != 0);
-          }
+        slice_product(dw, q, tb + oTDv, st + oStS);
       }
       wg::wg_commit();
       {  // (the loads are issued while this group's products run)
