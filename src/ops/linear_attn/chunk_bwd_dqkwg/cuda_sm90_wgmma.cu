@@ -1,20 +1,23 @@
 // Hopper warpgroup-MMA kernel of chunk_bwd_dqkwg ("cuda.sm90.wgmma", bf16 token and state tensors, K = V = 128,
 // chunk size 64; sm_90a). Persistent: one 384-thread block (three warpgroups) per SM walks the work items
 // (chunk, q/k head h) blockIdx.x, + gridDim.x, ...; per item it visits the G value heads hv = h G + g in
-// increasing g, each in four steps over 32-column quarters of V, and sums dq, dk over the heads in f32 registers
-// (no per-head workspace, no reduction pass; dγ is written directly, no per-K-tile partials). Per chunk and value
-// head (S = h[c], dS = dh[c]), by warpgroup role:
-//   dq group:  dQh += dO Sᵀ (m64n128, every step); epilogue: dQh ·= scale exp(γ), dQh += Ds K, q·dQh per row,
-//              dQ += dQh
-//   dk group:  dKh += Vn dSᵀ; epilogue: dKh ·= exp(γ_last − γ), Σ k·dK_int, dKh += Dsᵀ Q, k·dKh per row, dK += dKh
-//   ds group:  Ds += dO Vnᵀ (m64n64), dW += dV Sᵀ (m64n128), ⟨S, dS⟩; epilogue: Ds = scale Lower(Ds ⊙ Γ) rounded
-//              into shared memory twice (as is: A of Ds K; transposed by stmatrix.trans: A of Dsᵀ Q), dw = −dW out,
-//              then dγ_i = q_i·dQh_i − k_i·dKh_i (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row) out.
-// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (issued by the ds group): a
-// five-stage cp.async ring of steps {dO, Vn, dV [64][32], S, dS [128][32]} (28 KiB each, K-major no-swizzle
-// core-matrix tiles, wgmma_layout.h); step s + 4 is requested while step s computes, across item boundaries (the
-// next item's first steps load during this item's last ones). Each item's q, k [64][128] come with its first
-// step into their own buffer and are transposed (ldmatrix + stmatrix.trans) into Qᵀ, Kᵀ [128][64] at that step.
+// increasing g, each in four steps q over 32-row blocks of K (S, dS rows 32 q..32 q + 31), and sums dq, dk over
+// the heads in f32 registers (no per-head workspace, no reduction pass; dγ is written directly, no per-K-tile
+// partials). Per chunk and value head (S = h[c], dS = dh[c]), by warpgroup role:
+//   dq group:  columns 32 q.. of dQh = dO Sᵀ (m64n32, V contracted in 8 slices of 16, every step); epilogue:
+//              dQh ·= scale exp(γ), dQh += Ds K, q·dQh per row, dQ += dQh
+//   dk group:  columns 32 q.. of dKh = Vn dSᵀ; epilogue: dKh ·= exp(γ_last − γ), Σ k·dK_int, dKh += Dsᵀ Q,
+//              k·dKh per row, dK += dKh
+//   ds group:  Ds += dO Vnᵀ (m64n64, V slices 2 q, 2 q + 1), columns 32 q.. of dW = dV Sᵀ, ⟨S, dS⟩;
+//              epilogue: Ds = scale Lower(Ds ⊙ Γ) rounded into shared memory twice (as is: A of Ds K; transposed
+//              by stmatrix.trans: A of Dsᵀ Q), dw = −dW out, then dγ_i = q_i·dQh_i − k_i·dKh_i
+//              (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row) out.
+// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (cp.async, issued by the ds group
+// while its products run), every piece a whole 256-byte row: per value head dO, Vn, dV [64 t][128 v] (48 KiB,
+// two buffers: the next head loads while this one computes), per step the rows of S, dS [32 k][128 v] (8 KiB
+// contiguous each, a three-stage ring, step s + 2 requested at step s), across item boundaries; K-major
+// no-swizzle core-matrix tiles (wgmma_layout.h). Each item's q, k [64][128] come with its first value head into
+// their own buffer and are transposed (ldmatrix + stmatrix.trans) into Qᵀ, Kᵀ [128][64] at its first step.
 // Every sum runs in a fixed order: the same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
@@ -46,16 +49,15 @@ static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register i
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
 enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
-constexpr int kQ = 4;        // steps (V quarters of 32 columns) per value head
-constexpr int kStages = 5;   // ring depth: step s + 4 loads while step s computes
-// Shared memory (bytes): kStages stages {dO, Vn, dV: [64][32]; S, dS: [128][32]}, q, k [64][128] as loaded,
-// Qᵀ, Kᵀ [128][64], Ds, Dsᵀ [64][64] (K-major core-matrix tiles), then f32 γ, scale exp(γ), exp(γ_last − γ) [64]
-// each, row sums [2][64] and warp sums [16].
-constexpr uint32_t kTok = 64 * 32 * 2, kSt = 128 * 32 * 2;
-constexpr uint32_t oDo = 0, oVn = kTok, oDv = 2 * kTok, oS = 3 * kTok, oDS = 3 * kTok + kSt, kStageB = 3 * kTok + 2 * kSt;
-constexpr uint32_t kQK = 64 * 128 * 2, kT = 128 * 64 * 2, kDsB = 64 * 64 * 2;
-constexpr uint32_t oQ = kStages * kStageB, oK = oQ + kQK, oQT = oK + kQK, oKT = oQT + kT, oDs = oKT + kT,
-                   oDsT = oDs + kDsB, oF = oDsT + kDsB;
+constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
+constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
+// Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
+// [64][128] as loaded, Qᵀ, Kᵀ [128][64], Ds, Dsᵀ [64][64] (K-major core-matrix tiles), then f32 γ, scale exp(γ),
+// exp(γ_last − γ) [64] each, row sums [2][64] and warp sums [16].
+constexpr uint32_t kQK = 64 * 128 * 2, kT = 128 * 64 * 2, kDsB = 64 * 64 * 2, kSq = 32 * 128 * 2;
+constexpr uint32_t kTokB = 3 * kQK, oTDo = 0, oTVn = kQK, oTDv = 2 * kQK, kStage = 2 * kSq, oStS = 0, oStDS = kSq;
+constexpr uint32_t oRing = 2 * kTokB, oQ = oRing + kRing * kStage, oK = oQ + kQK, oQT = oK + kQK, oKT = oQT + kT,
+                   oDs = oKT + kT, oDsT = oDs + kDsB, oF = oDsT + kDsB;
 constexpr size_t kSmem = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
 static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 
@@ -88,32 +90,18 @@ __device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, 
   return {0, t0, ci, t1 > t0 ? static_cast<int>(t1 - t0) : 0};
 }
 
-// cp.async of a [kRows][32] bf16 block into a tile_off<32> tile at shared byte address dst, by the 128 threads
-// of the ds group (t = its thread index): segment q = (t / 8) % 4, rows r0 + 32 it with r0 = t % 8 + 8 (t / 32)
-// (load32_row0, load32_seg); the 8 threads of a 128-byte shared wavefront fill one core matrix, a warp reads 8 rows
-// x 64 contiguous bytes; tile_off<32>(r0 + 32 it, c) moves by 4 it rows of core matrices (2048 bytes). src points
-// at this thread's first element (row r0, column 8 q), rs is the row stride; rows >= valid are zero-filled (not
-// read).
-__device__ __forceinline__ int load32_row0(int t) { return (t & 7) + 8 * (t >> 5); }
-__device__ __forceinline__ int load32_seg(int t) { return (t >> 3) & 3; }
-template <int kRows>
-__device__ __forceinline__ void load32(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
-  const int r0 = load32_row0(t);
-  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<32>(r0, 8 * load32_seg(t)));
-#pragma unroll
-  for (int it = 0; it < kRows / 32; ++it) {
-    const bool ok = r0 + 32 * it < valid;
-    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? src + 32 * it * rs : src, ok);
-  }
-}
-// The same for a [64][128] block into a tile_off<128> tile: segment q = (t / 8) % 16, rows r0 + 8 it with
-// r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes).
+// cp.async of a [kN][128] bf16 block into a tile_off<128> tile at shared byte address dst, by the 128 threads of
+// the ds group (t = its thread index): segment q = (t / 8) % 16, rows r0 + 8 it with
+// r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes); the 128 threads read
+// 8 whole rows (2 KiB) per `it`. src points at row 0, column 0, rs is the row stride; rows >= valid are
+// zero-filled (not read).
+template <int kN>
 __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
   const int q = (t >> 3) & 15, r0 = t & 7;
   const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<128>(r0, 8 * q));
   const uint16_t* s0 = src + 8 * q;
 #pragma unroll
-  for (int it = 0; it < 8; ++it) {
+  for (int it = 0; it < kN / 8; ++it) {
     const int r = r0 + 8 * it;
     const bool ok = r < valid;
     ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
@@ -178,6 +166,21 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
   else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
 }
 
+// Columns 32 q..32 q + 31 of an m64n128 accumulator d (its registers 16 q..16 q + 15) = A Bᵀ, V = 128 contracted in
+// 8 slices of 16 in increasing order (m64n32k16), A [64][128] and B [32][128] tile_off<128> tiles at shared byte
+// addresses a, b. q must be a compile-time constant after inlining (the step loop over q unrolled), so that the
+// slice is fixed registers.
+__device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int qq = 0; qq < kQ; ++qq)
+    if (qq == q) {
+      float(&part)[16] = *reinterpret_cast<float(*)[16]>(&d[16 * qq]);
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks)
+        wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), wg::tile_desc<128>(b, ks), ks != 0);
+    }
+}
+
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
 // items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
 struct Ctx {
@@ -193,42 +196,56 @@ struct Ctx {
   __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
 };
 
-// The ds group's load cursor: the next step to request (item k, step s, its stage), that item's chunk and this
-// thread's first element of its dO, Vn, dV rows and S, dS rows (value head h G, column 0 of V; set once per item).
+// The ds group's load cursors: states() requests the S, dS rows of the next step (item k, step s, its stage; the
+// item's chunk L and the first element of its S, dS (value head h G) set once per item), tokens() the dO, Vn, dV
+// of the next value head (item kt, value head gt, buffer bt; with the item's q, k at its first head). Each call
+// site commits one cp.async group per thread (empty past the block's last item).
 struct Loader {
   int64_t k = 0;
   int s = 0, stage = 0, L = 0;
-  const uint16_t *dout = nullptr, *v = nullptr, *dv = nullptr, *hs = nullptr, *dhs = nullptr;
-  // Requests the cursor's step into its stage (one commit group per thread; empty past the block's last item)
-  // and advances. The first step of an item also brings its q, k.
-  __device__ __forceinline__ void issue(const Ctx& x, int t) {
+  const uint16_t *hs = nullptr, *dhs = nullptr;
+  int64_t kt = 0;
+  int gt = 0, bt = 0;
+  __device__ __forceinline__ void load_qk(const Ctx& x, int t, const ChunkAt& c, int64_t h) const {
+    const DqkwgParams& p = x.p;
+    load128<64>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
+    load128<64>(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
+  }
+  // Rows 32 (s % 4).. of S, dS of value head s / 4 into the cursor's stage, then advance.
+  __device__ __forceinline__ void states(const Ctx& x, int t) {
     if (k < x.mine) {
       const DqkwgParams& p = x.p;
       if (s == 0) {
         const ChunkAt c = x.chunk_of(k);
-        const int64_t h = x.head_of(k), hv0 = h * p.d.G, r0 = load32_row0(t), c0 = 8 * load32_seg(t);
-        L = c.L;
-        dout = static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0 + r0, hv0) + c0;
-        v = static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0 + r0, hv0) + c0;
-        dv = x.want_dw ? static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + r0, hv0) + c0 : nullptr;
-        // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
-        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, r0) + c0;
-        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, r0) + c0;
-        load128(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], L);
-        load128(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
+        const int64_t hv0 = x.head_of(k) * p.d.G;
+        L = c.L;  // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
+        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, 0);
+        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, 0);
       }
-      const int64_t g = s / kQ, e0 = 32 * (s % kQ);
-      const uint32_t st = x.sb + static_cast<uint32_t>(stage) * kStageB;
-      const int srows = L > 0 ? 128 : 0;
-      load32<64>(t, st + oDo, dout + g * p.dout.s[2] + e0, p.dout.s[1], L);
-      load32<64>(t, st + oVn, v + g * p.v.s[2] + e0, p.v.s[1], L);
-      if (x.want_dw) load32<64>(t, st + oDv, dv + g * p.dv.s[2] + e0, p.dv.s[1], L);
-      load32<128>(t, st + oS, hs + g * p.h.s[2] + e0, p.h.s[3], srows);
-      load32<128>(t, st + oDS, dhs + g * p.dh.s[2] + e0, p.dh.s[3], srows);
+      const int64_t g = s / kQ, r0 = 32 * (s % kQ);
+      const uint32_t st = x.sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      const int srows = L > 0 ? 32 : 0;
+      load128<32>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
+      load128<32>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
       if (++s == x.steps) s = 0, ++k;
-      if (++stage == kStages) stage = 0;
+      if (++stage == kRing) stage = 0;
     }
-    ::strata::cuda::cp_async_commit();
+  }
+  // dO, Vn, dV of the token cursor's value head into its buffer (q, k with the item's first head).
+  __device__ __forceinline__ void tokens(const Ctx& x, int t) {
+    if (kt < x.mine) {
+      const DqkwgParams& p = x.p;
+      const ChunkAt c = x.chunk_of(kt);
+      const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
+      const uint32_t b = x.sb + static_cast<uint32_t>(bt) * kTokB;
+      load128<64>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1], c.L);
+      load128<64>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
+      if (x.want_dw)
+        load128<64>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
+      if (gt == 0) load_qk(x, t, c, h);
+      if (++gt == p.d.G) gt = 0, ++kt;
+      bt ^= 1;
+    }
   }
 };
 
@@ -249,28 +266,29 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
   float acc[64], sum[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = sum[i] = 0.f;
-  int stage = 0;
+  int stage = 0, hb = 0;  // ring stage of this step, token buffer of this value head
   for (int64_t k = 0; k < x.mine; ++k) {
-    for (int s = 0; s < x.steps; ++s) {
-      const int q = s % kQ;
+    for (int g = 0; g < x.p.d.G; ++g)
+#pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
+    for (int q = 0; q < kQ; ++q) {
+      const int s = g * kQ + q;
       wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
       if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
         transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
         wg::fence_proxy_async();
         wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
       }
-      const uint32_t st = sb + static_cast<uint32_t>(stage) * kStageB;
-      if (++stage == kStages) stage = 0;
+      const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      if (++stage == kRing) stage = 0;
       wg::reg_fence(acc);
       wg::wg_fence();
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-        wg::mma_ss<Bf, 128>(acc, wg::tile_desc<32>(st + (kDq ? oDo : oVn), ks),
-                            wg::tile_desc<32>(st + (kDq ? oS : oDS), ks), (q | ks) != 0);
+      // columns 32 q.. of dQh (dO S_qᵀ) or dKh (Vn dS_qᵀ)
+      slice_product(acc, q, sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), st + (kDq ? oStS : oStDS));
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
       if (q != kQ - 1) continue;
+      hb ^= 1;  // (the next value head's tokens are in the other buffer)
 
       // ---- epilogue of value head g (the row factors were written at step (g, 1), visible since) ----
       float kdki = 0.f;
@@ -339,8 +357,12 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
   Loader ld;
+  ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
-  for (int i = 0; i < kStages - 1; ++i) ld.issue(x, t);
+  for (int i = 0; i < kRing - 1; ++i) {
+    ld.states(x, t);
+    ::strata::cuda::cp_async_commit();
+  }
   float dw[64], ds[32];
 #pragma unroll
   for (int i = 0; i < 64; ++i) dw[i] = 0.f;
@@ -348,28 +370,41 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   for (int i = 0; i < 32; ++i) ds[i] = 0.f;
   float sds = 0.f;                        // this thread's share of ⟨S, dS⟩ of the current head
   float2 gam = make_float2(0.f, 0.f);     // γ_t, γ_last of the current head (threads t < 64)
-  int stage = 0;
+  int stage = 0, hb = 0;  // as in run_dqk
   for (int64_t k = 0; k < x.mine; ++k) {
     const ChunkAt c = x.chunk_of(k);
     const int64_t h = x.head_of(k);
-    for (int s = 0; s < x.steps; ++s) {
-      const int q = s % kQ;
-      const int64_t hv = h * p.d.G + s / kQ;
-      ::strata::cuda::cp_async_wait<kStages - 2>();  // this step's group is complete (3 younger may be in flight)
+    for (int g = 0; g < x.p.d.G; ++g)
+#pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
+    for (int q = 0; q < kQ; ++q) {
+      const int s = g * kQ + q;
+      const int64_t hv = h * p.d.G + g;
+      // This step's group is complete (the younger one, step s + 1's, may be in flight; the token group of this
+      // value head is older).
+      ::strata::cuda::cp_async_wait<kRing - 2>();
       wg::fence_proxy_async();
       wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
       if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
-      ld.issue(x, t);  // step gs + 4, into the stage the previous step used
-      const uint32_t st = sb + static_cast<uint32_t>(stage) * kStageB;
-      if (++stage == kStages) stage = 0;
+      const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      if (++stage == kRing) stage = 0;
       wg::reg_fence(dw), wg::reg_fence(ds);
       wg::wg_fence();
+      {  // Ds: V slices 2 q, 2 q + 1 of dO Vnᵀ; dW: columns 32 q.. (dV S_qᵀ)
+        const uint32_t tb = sb + static_cast<uint32_t>(hb) * kTokB;
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) {  // (without dv the dW product runs on a stale tile and is not stored)
-        wg::mma_ss<Bf, 64>(ds, wg::tile_desc<32>(st + oDo, ks), wg::tile_desc<32>(st + oVn, ks), (q | ks) != 0);
-        wg::mma_ss<Bf, 128>(dw, wg::tile_desc<32>(st + oDv, ks), wg::tile_desc<32>(st + oS, ks), (q | ks) != 0);
+        for (int k2 = 0; k2 < 2; ++k2) {
+          const int ks = 2 * q + k2;
+          wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
+        }
+        // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
+        slice_product(dw, q, tb + oTDv, st + oStS);
       }
       wg::wg_commit();
+      {  // (the loads are issued while this group's products run)
+        ld.states(x, t);              // step gs + 2's rows, into the stage the previous step used
+        if (q == 0) ld.tokens(x, t);  // the next value head, into the buffer the previous head used
+        ::strata::cuda::cp_async_commit();
+      }
       // While the products run: this head's γ (requested at its first step, stored at the second, so that the
       // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
       if (q == 0) {
@@ -386,8 +421,8 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = (t + 128 * j) * 8;
-          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oS + 2 * e);
-          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oDS + 2 * e);
+          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStS + 2 * e);
+          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStDS + 2 * e);
           const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
@@ -400,6 +435,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       wg::wg_wait<0>();
       wg::reg_fence(dw), wg::reg_fence(ds);
       if (q != kQ - 1) continue;
+      hb ^= 1;
 
       // ---- epilogue of value head g: Ds (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
       // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
