@@ -454,9 +454,11 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
       for (const int cols : {0, 16, 32, 64}) {
         if (cols > 0 && s.V % (2 * cols) != 0) continue;
         const auto b = run_dhu(in, kDhuWgmma, dv_mode, cols);
-        expect_dhu_close(a, b, s.dt,
-                         shape_str(s) + (s.cu.empty() ? "" : " varlen") + (dv_mode == 2 ? " fused" : " dv read") +
-                             " cols " + std::to_string(cols));
+        const std::string what = shape_str(s) + (s.cu.empty() ? "" : " varlen") + (dv_mode == 2 ? " fused" : " dv read") +
+                                 " cols " + std::to_string(cols);
+        expect_dhu_close(a, b, s.dt, what);
+        // The copy-engine-fed kernel (kDhuWgmmaTma): the same bits.
+        EXPECT_TRUE(run_dhu(in, kDhuWgmmaTma, dv_mode, cols) == b) << what << ": tma differs from cp.async";
       }
       // Reproducible: a second call gives the same bits.
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
@@ -783,12 +785,14 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
     for (const bool fuse : {true, false}) {
       const std::vector<double> ms =
           time_min_ms({call(kDhuMmaAuto, fuse, 0), call(kDhuWgmma, fuse, 0), call(kDhuWgmma, fuse, 16),
-                       call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64)},
+                       call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64), call(kDhuWgmmaTma, fuse, 0),
+                       call(kDhuWgmmaTma, fuse, 16), call(kDhuWgmmaTma, fuse, 32), call(kDhuWgmmaTma, fuse, 64)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
-                      "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms",
+                      "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
+                      "wgmma tma %.3f ms (%.3f / %.3f / %.3f ms)",
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
-                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4]));
+                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8]));
     }
   }
 }

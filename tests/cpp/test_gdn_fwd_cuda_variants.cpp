@@ -320,7 +320,8 @@ struct WgmmaForm {
 constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSerial, StateOKernel::kInline, "serial inline"},
                                      {WgmmaPass::kSerial, StateOKernel::kPrecomputedP, "serial pre-computed P"},
                                      {WgmmaPass::kSplit, StateOKernel::kInline, "split"},
-                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"}};
+                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"},
+                                     {WgmmaPass::kTma, StateOKernel::kInline, "tma"}};
 
 // The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
 // blocks only) and V = 64 (128 columns refused) with varlen empty / one-token / chunk-boundary documents.
@@ -353,6 +354,7 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
     const std::vector<uint8_t> o_ref = pr.o->bits();
     const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
     const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    std::vector<uint8_t> split_out[4];  // the split form's outputs per width (the TMA form gives the same bits)
     for (const WgmmaForm& fm : kWgmmaForms)
       for (const int width : {0, 32, 64, 128}) {
         const StateOKernel k = fm.kernel;
@@ -375,6 +377,15 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
             continue;
           }
           first = out;
+          if (fm.pass == WgmmaPass::kSplit) split_out[width / 32 - (width == 128)] = out;
+          if (fm.pass == WgmmaPass::kTma) {
+            const std::vector<uint8_t>& ref = split_out[width / 32 - (width == 128)];
+            size_t diff = 0;
+            for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
+            std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff,
+                        out.size());
+            EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
+          }
           size_t unwritten = 0;
           const std::vector<uint8_t> o = pr.o->bits();
           for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
@@ -409,16 +420,19 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
     const std::vector<uint8_t> h_ref = pr.hs->bits();
     const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
     const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    std::vector<uint8_t> split_out[4];  // per width (the TMA form gives the split form's bits)
+    for (const WgmmaPass form : {WgmmaPass::kSplit, WgmmaPass::kTma})
     for (const int width : {0, 32, 64, 128}) {
       if (width && s.V % width != 0) {
-        EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+        EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
         continue;
       }
-      const std::string what = "fwd_h width " + std::to_string(width) + ", shape " + std::to_string(idx);
+      const std::string what = std::string(form == WgmmaPass::kTma ? "fwd_h tma" : "fwd_h split") + " width " +
+                               std::to_string(width) + ", shape " + std::to_string(idx);
       std::vector<uint8_t> first;
       for (int run = 0; run < 2; ++run) {
         pr.poison();
-        ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << what;
+        ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << what;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
         std::vector<uint8_t> out = pr.hs->bits();
         for (const Dev* x : {pr.vn.get(), pr.ht.get()})
@@ -431,6 +445,14 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
           continue;
         }
         first = out;
+        std::vector<uint8_t>& ref = split_out[width / 32 - (width == 128)];
+        if (form == WgmmaPass::kSplit) ref = out;
+        else {
+          size_t diff = 0;
+          for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
+          std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff, out.size());
+          EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
+        }
         const std::vector<uint8_t> hb = pr.hs->bits();
         size_t unwritten = 0;
         for (size_t i = 0; i + 1 < hb.size(); i += 2) unwritten += (hb[i] == 0xff && hb[i + 1] == 0xff);
@@ -592,27 +614,41 @@ double time_ms(Fn fn) {
   return t[t.size() / 2];
 }
 
+// The inputs of the timing tests at a benchmark shape (bf16, H = 16, HV = 32, K = V = 128, chunk 64, T = 32768 / B):
+// q, k, v, w, u, β by cudaMemset (bf16 0x3c3c ≈ 0.0115), γ = 0, and the params reading them (outputs: the caller's).
+struct BenchInputs {
+  static constexpr int64_t H = 16, HV = 32, K = 128, V = 128;
+  static constexpr int32_t dt = STRATA_DTYPE_BF16;
+  int64_t B, T, NT, rows;
+  Dev q, k, v, w, u, g, beta;
+  GdnFwdParams p;
+  explicit BenchInputs(int64_t b)
+      : B(b), T(32768 / b), NT(T / 64), rows(B * T), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2),
+        w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4), beta(rows * HV * 2) {
+    for (Dev* x : {&q, &k, &v, &w, &u, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = NT;
+    d.NT = NT, d.scale = 0.0884f;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = NT;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
+    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+  }
+};
+
 // The forward's kernels at the benchmark shapes (inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0, β = 0.0115):
 // prepare_wy_repr_fwd (w, u), the gated Q Kᵀ, and the fused pass in its four forms, for a per-kernel split of the
 // fused forward (the l2norm and cumsum kernels before them are not included).
 TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    const int32_t dt = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), beta(rows * HV * 2), o(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &v, &w, &u, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
-    d.NT = d.NTr, d.scale = 0.0884f;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
-    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
-    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
-    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+    BenchInputs in(B);
+    const int64_t T = in.T, HV = in.HV, K = in.K, V = in.V, rows = in.rows;
+    const int32_t dt = in.dt;
+    GdnFwdParams& p = in.p;
+    Dev o(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4);
     const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
@@ -653,21 +689,13 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
 TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T, NT = T / 64;
-    const int32_t dt = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4),
-        o(rows * HV * V * 2), vn(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4),
+    BenchInputs in(B);
+    const int64_t T = in.T, HV = in.HV, K = in.K, V = in.V, rows = in.rows, NT = in.NT;
+    const int32_t dt = in.dt;
+    GdnFwdParams p = in.p;
+    p.v = GdnTensor{}, p.beta = GdnTensor{};  // (the pass reads neither)
+    Dev o(rows * HV * V * 2), vn(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4),
         hs(B * NT * HV * K * V * 2);
-    for (Dev* x : {&q, &k, &w, &u}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = NT;
-    d.NT = NT, d.scale = 0.0884f;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = NT;
-    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     EXPECT_EQ(fwd_cuda_qk_gate(p, nullptr), STRATA_SUCCESS);
     const double mma16 = time_ms([&] {
@@ -687,6 +715,13 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
       });
       EXPECT_GT(split[i], 0.0) << widths[i];
     }
+    double tma[4];  // the TMA-fed split pass, same widths
+    for (int i = 0; i < 4; ++i) {
+      tma[i] = time_ms([&] {
+        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, widths[i], WgmmaPass::kTma, nullptr);
+      });
+      EXPECT_GT(tma[i], 0.0) << widths[i];
+    }
     double ureg[2];  // u in registers: automatic width, 128 columns (3 stages there)
     for (int i = 0; i < 2; ++i) {
       ureg[i] = time_ms([&] {
@@ -697,25 +732,31 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
     EXPECT_GT(serial, 0.0);
     report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128: wgmma serial (%d columns) "
                     "inline-P %.3f ms, pre-computed-P %.3f ms; wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / "
-                    "%.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 stages: %.3f ms); mma.sync 16 warps "
-                    "inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+                    "%.3f / %.3f ms); wgmma tma %.3f ms (%.3f / %.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 "
+                    "stages: %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
-                    serial, serial_p, split[0], split[1], split[2], split[3], ureg[0], ureg[1], mma16, mma8p));
+                    serial, serial_p, split[0], split[1], split[2], split[3], tma[0], tma[1], tma[2], tma[3], ureg[0],
+                    ureg[1], mma16, mma8p));
     // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
     GdnFwdParams f = p;
     f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);
     f.h.data = hs.p, f.h.dtype = dt;
     f.h.st[0] = NT * HV * K * V, f.h.st[1] = HV * K * V, f.h.st[2] = K * V, f.h.st[3] = V, f.h.st[4] = 1;
     const double h_mma = time_ms([&] { return fwd_cuda(FwdOp::kFwdH, f, FwdCudaKernels::kMma, nullptr); });
-    double h_wg[4];
-    for (int i = 0; i < 4; ++i) {
-      h_wg[i] = time_ms([&] { return fwd_cuda_fwd_h_wgmma(f, widths[i], nullptr); });
-      EXPECT_GT(h_wg[i], 0.0) << widths[i];
-    }
+    double h_wg[2][4];  // split, tma
+    for (int fm = 0; fm < 2; ++fm)
+      for (int i = 0; i < 4; ++i) {
+        h_wg[fm][i] = time_ms([&] {
+          return fwd_cuda_fwd_h_wgmma(f, widths[i], fm ? WgmmaPass::kTma : WgmmaPass::kSplit, nullptr);
+        });
+        EXPECT_GT(h_wg[fm][i], 0.0) << widths[i];
+      }
     EXPECT_GT(h_mma, 0.0);
     report(fmt_line("[gdn_pass timing] fwd_h (h, v_new, ht) bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_mma %.3f ms; "
-                    "wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms)",
-                    static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0], h_wg[1], h_wg[2], h_wg[3]));
+                    "wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma tma %.3f ms (%.3f / "
+                    "%.3f / %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0][0], h_wg[0][1], h_wg[0][2],
+                    h_wg[0][3], h_wg[1][0], h_wg[1][1], h_wg[1][2], h_wg[1][3]));
   }
 }
 

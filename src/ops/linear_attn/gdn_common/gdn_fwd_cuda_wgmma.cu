@@ -42,6 +42,7 @@
 #include "tile/cuda/cp_async.cuh"
 #include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/mma.cuh"
+#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 
 namespace strata::linear_attn::gdn {
@@ -84,6 +85,99 @@ __device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&
 // relative error ~2^-22, far below the bf16 rounding of every product operand), where expf adds a range branch
 // per call (32 + 4 calls per thread and chunk step with P inline).
 __device__ __forceinline__ float gate_exp(float x) { return cuda::ex2_ftz(x * 1.4426950408889634f); }
+
+// S's start value at this thread's accumulator positions (keys 64 mt + acc_row(w, lane, x & 3), columns
+// col0 + acc_col(lane, x >> 2, x & 3) at S[mt][x]): h0 of (n, hv), 0 without h0.
+template <int kN>
+__device__ __forceinline__ void load_state(const GdnFwdParams& p, int64_t n, int64_t hv, int64_t col0,
+                                           float (&S)[2][kN / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3), col = col0 + wgl::acc_col(lane, x >> 2, x & 3);
+      S[mt][x] = p.h0.present()
+                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                     : 0.f;
+    }
+}
+// The final state S into ht (same positions as load_state).
+template <int kN>
+__device__ __forceinline__ void store_state(const GdnFwdParams& p, int64_t n, int64_t hv, int64_t col0,
+                                            const float (&S)[2][kN / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3), col = col0 + wgl::acc_col(lane, x >> 2, x & 3);
+      store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
+    }
+}
+// fwd_h: S rounded to T as the pairs of its rows (hpk[mt][row half][8-column block]; the bits store_trans writes
+// into S's copy), packed before W S is issued (stores straight from S would make ptxas wait for W S: S is a wgmma
+// accumulator).
+template <class T, int kN>
+__device__ __forceinline__ void pack_state(const float (&S)[2][kN / 2], uint32_t (&hpk)[2][2][kN / 8]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+        hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+}
+// h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_state's pairs.
+template <int kN>
+__device__ __forceinline__ void store_h_rows(const GdnFwdParams& p, int64_t b, int64_t cidx, int64_t hv, int64_t col0,
+                                             const uint32_t (&hpk)[2][2][kN / 8]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, b, cidx) + hv * p.h.st[2] + col0;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
+    }
+}
+// P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn
+// (accP: the m64n64 accumulator of Q Kᵀ; gam: γ of the chunk's rows).
+template <class T>
+__device__ __forceinline__ void gate_p(float (&accP)[32], uint32_t (&pa)[4][4], const float* gam, int L) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int x = 0; x < 32; ++x) {
+    const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
+    accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
+    pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
+    pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
+    pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
+  }
+}
+// o rows < L of the chunk at t0 (columns col0 .. col0 + kCols − 1) = scale · accO, as T pairs.
+template <class T, int kCols>
+__device__ __forceinline__ void store_o_rows(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
+                                             int64_t col0, int L, float scale, const float (&accO)[kCols / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = wgl::acc_row(w, lane, 2 * half);
+    if (i >= L) continue;
+    uint16_t* orow =
+        static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] + col0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+      *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
+          mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
+  }
+}
 
 // A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
 // column stride, outer strides multiples of 8 elements, 16-byte aligned data.
@@ -154,18 +248,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
   const int cb = wg * kN;  // first column (inside the block) of this warpgroup
   const uint32_t sb = sb_all + wg * kSbB, vn = vn_all + wg * kVB, vd = vd_all + wg * kVB;
 
-  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
   float S[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-      S[mt][x] = p.h0.present()
-                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
-                     : 0.f;
-    }
+  load_state<kN>(p, n, hv, v0 + cb, S);
 
   // Requests chunk [t, t + BT) into stage st (one cp.async group; an empty one past the sequence, so that the
   // group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4 passes; U kBV / 8
@@ -340,20 +424,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     for (int x = 0; x < kN / 2; ++x) accO[x] *= eo[(x >> 1) & 1];
     // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
     uint32_t pa[kPreP ? 1 : 4][4];
-    if constexpr (!kPreP) {
-#pragma unroll
-      for (int x = 0; x < 32; ++x) {
-        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
-        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
-        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
-        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
-        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
-      }
-    }
+    if constexpr (!kPreP) gate_p<T>(accP, pa, gam, L);
     // Group 4: O += P Vn.
     reg_fence(accO);
     wg_fence();
@@ -374,29 +445,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
     wg_wait<0>();  // P Vn done
     reg_fence(accO);
     if constexpr (!kPreP) reg_fence_u(pa);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      if (i >= L) continue;
-      uint16_t* orow = static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] +
-                       v0 + cb;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-        *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
-            mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
-    }
+    store_o_rows<T, kN>(p, sq, hv, t0, v0 + cb, L, scale, accO);
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
-  if (p.ht.present()) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) {
-        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
-      }
-  }
+  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
 #endif
 }
 
@@ -517,20 +569,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
       wg_wait<0>();
       reg_fence(accP);
-      // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
       uint32_t pa[4][4];
-#pragma unroll
-      for (int x = 0; x < 32; ++x) {
-        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
-        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
-        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
-        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
-        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
-      }
+      gate_p<T>(accP, pa, gam, L);
       bar_sync(kBarV, kThreads);  // Vn_c of both state warpgroups written and fenced
       reg_fence(accO);
       wg_fence();
@@ -540,17 +580,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       wg_wait<0>();
       reg_fence(accO);
       reg_fence_u(pa);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = wgl::acc_row(w, lane, 2 * half);
-        if (i >= L) continue;
-        uint16_t* orow =
-            static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] + v0;
-#pragma unroll
-        for (int j = 0; j < kBV / 8; ++j)
-          *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
-              mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
-      }
+      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
     }
     return;
   }
@@ -560,18 +590,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
   const int cb = wg * kN;  // first column (inside the block) of this warpgroup
   const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
 
-  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
   float S[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-      S[mt][x] = p.h0.present()
-                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
-                     : 0.f;
-    }
+  load_state<kN>(p, n, hv, v0 + cb, S);
 
   // Requests chunk [t, t + BT) into stage st (one cp.async group of the 256 state threads; an empty one past the
   // sequence, so that the group count stays uniform): the slots of state_o_wgmma's request.
@@ -665,15 +685,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     const int64_t cidx = sq.chunk0 + c;
     const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
     uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
-    if constexpr (!kOut) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-#pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
-            hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
-    }
+    if constexpr (!kOut) pack_state<T, kN>(S, hpk);
     // W S_c (alone in this warpgroup's wgmma queue).
     float accW[kN / 2];
     reg_fence(accW);
@@ -690,20 +702,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
     }
     __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
-    if constexpr (!kOut) {
-      if (h_out) {
-        uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] + v0 + cb;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-              *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
-          }
-      }
-    }
+    if constexpr (!kOut)
+      if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
     wg_wait<0>();  // W S done
     reg_fence(accW);
     const float glast = gam[L - 1];
@@ -765,16 +765,304 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
-  if (p.ht.present()) {
+  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
+#endif
+}
+
+// ---------------------------------------------------------------- the TMA-fed split pass (session 10)
+// state_tma_wgmma<T, kN, kOut>: state_split_wgmma's warpgroups, products and rounding (the same bits on every valid
+// output element), with the chunk tiles brought in by the copy engine instead of 16-byte cp.async by every math
+// thread (ncu of state_split_wgmma, s9run2: ~800 instructions a warp and chunk step, long-scoreboard and barrier
+// stalls first): K, W (, Q) [64][128] and U [64][2 kN] are cb_off<64> tiles (tma_tile.cuh: one box per 8-column
+// block, 48–64 boxes a chunk), completing on the stage's mbarrier "full" together with the stage's γ [64] (written
+// by the producer lanes, which arrive on "full" after writing it). A stage is refilled with chunk c + kStages as soon
+// as every reader of chunk c is done, so kStages chunks are in flight.
+// kOut (the fused forward): no block barrier per chunk. The output warpgroup's warp 0 is the producer: it refills
+// stage c after the mbarrier "vn" of chunk c (both state warpgroups wrote Vn_c, after their last read of the stage;
+// the output warpgroup's own reads of it, Q S, Q Kᵀ and the gating, are done by then). Named barriers: (S) the state
+// warpgroups wrote S_c's copy (arrive) before the output warpgroup's Q S_c (sync); (Q) as in state_split_wgmma. Vn is
+// double-buffered (the state warpgroups write Vn_{c+1} while P Vn_c may still run). "vn" is an mbarrier (phases),
+// not a named barrier: the state warpgroups may arrive for chunk c + 1 before the output one waited for chunk c.
+// Without kOut (fwd_h): the block barrier (B) per chunk stays (both warpgroups done with chunk c − 1), after which
+// warp 0 refills chunk c − 1's stage with chunk c − 1 + kStages while W S_c runs.
+// Rows past the sequence: rows past T are zero-filled by the copy engine; in a pack, the rows of the next sequence
+// arrive (finite token data) where state_split_wgmma zero-fills. They only meet exact zeros: v_new of rows >= L is
+// not stored, its Vd rows are scaled by e^{...} selected as 0, P's columns >= L are selected as 0, o rows >= L are
+// not stored; so valid outputs keep their values (an exact zero's sign aside).
+template <int kN, bool kOut>
+struct TmaLayout {
+  static constexpr int kTile = kRowsC * kKeys * 2;  // K / W / Q: cb_off<64> [16 blocks][64][8]
+  static constexpr int kU = kRowsC * 2 * kN * 2;     // U: cb_off<64> [2 kN / 8 blocks][64][8]
+  static constexpr int kUOff = (kOut ? 3 : 2) * kTile;
+  static constexpr int kGOff = kUOff + kU;  // γ [64] f32
+  static constexpr int kTx = kGOff;         // copy-engine bytes a stage
+  static constexpr int kStage = kGOff + kRowsC * 4;
+  static constexpr int kSb = kN * kKeys * 2, kV = kN * kRowsC * 2;
+  // After the stages: S copies [2 kN][128], Vd [2 kN][64], (kOut) Vn [2 buffers][2 kN][64], the mbarriers.
+  static constexpr int kFixed = 2 * kSb + 2 * kV + (kOut ? 4 * kV : 0) + 64;
+  static constexpr int stages() {
+    int s = 4;
+    while (s > 2 && s * kStage + kFixed > kMaxSmem) --s;
+    return s;
+  }
+  static constexpr int kStages = stages();
+  static constexpr int kBytes = kStages * kStage + kFixed;
+  static_assert(kStage % 128 == 0 && kBytes <= kMaxSmem, "128-byte aligned stages within sm_90's shared memory");
+};
+constexpr int kBarS = 4;  // named barrier (S) of state_tma_wgmma ((Q) is kBarQ)
+
+// The tensor maps of the pass's token inputs (q unused without kOut).
+struct TmaMaps {
+  CUtensorMap k, w, q, u;
+};
+
+template <class T, int kN, bool kOut>
+__global__ void __launch_bounds__(sp_threads(kOut), 1)
+    state_tma_wgmma(const GdnFwdParams p, int64_t nvt, const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
+  using Ly = TmaLayout<kN, kOut>;
+  constexpr int kStages = Ly::kStages, kThreads = sp_threads(kOut), kBV = 2 * kN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t sb_all = s0 + kStages * Ly::kStage;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
+  const uint32_t vd_all = sb_all + 2 * Ly::kSb;       // [2 kN][64]
+  const uint32_t vn_all = vd_all + 2 * Ly::kV;        // [2][2 kN][64] (kOut)
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Ly::kBytes - 64);  // [kStages], then "vn"
+  uint64_t* vnbar = full + kStages;
+
+  const int64_t HV = p.shape.HV, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int64_t nc = (sq.eos - sq.bos + BT - 1) / BT;
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) cuda::mbar_init(full + s, 32);
+    cuda::mbar_init(vnbar, 2);
+  }
+  __syncthreads();
+
+  // The producer warp (kOut: warp 0 of the output warpgroup; fwd_h: warp 0). gpre: γ of rows lane, lane + 32 of
+  // the next chunk it loads (fetched one refill ahead).
+  const bool producer = kOut ? (wg == 2 && w == 0) : (wg == 0 && w == 0);
+  float gpre[2] = {0.f, 0.f};
+  auto fetch_gamma = [&](int64_t c) {
+    const int64_t t = sq.bos + c * BT;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t r = lane + 32 * hh;
+      gpre[hh] = (c < nc && t + r < sq.eos && p.g.present())
+                     ? load_f(p.g, sq.b * p.g.st[0] + (t + r) * p.g.st[1] + hv * p.g.st[2])
+                     : 0.f;
+    }
+  };
+  // Chunk c into stage st (all 32 lanes of the producer warp): γ, the arrivals, then the boxes.
+  auto refill = [&](int64_t c, int st) {
+    float* gs = reinterpret_cast<float*>(smem + st * Ly::kStage + Ly::kGOff);
+    gs[lane] = gpre[0], gs[lane + 32] = gpre[1];
+    fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
+    if (lane == 0) cuda::mbar_arrive_expect_tx(full + st, Ly::kTx);
+    else cuda::tma::mbar_arrive(full + st);
+    __syncwarp();
+    const int t = static_cast<int>(sq.bos + c * BT), b = static_cast<int>(sq.b);
+    const uint32_t base = s0 + st * Ly::kStage, bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
+    constexpr int kTileBoxes = (kOut ? 3 : 2) * (kKeys / 8), kBoxes = kTileBoxes + kBV / 8;
+#pragma unroll
+    for (int i = lane; i < kBoxes; i += 32) {
+      if (i < kTileBoxes) {
+        const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // tile K, W, Q; 8-column block q
+        const CUtensorMap* map = m == 0 ? &maps.k : m == 1 ? &maps.w : &maps.q;
+        cuda::tma::load_box(base + m * Ly::kTile + q * (kRowsC * 16), map, 8 * q, static_cast<int>(m == 1 ? hv : h),
+                            t, b, bar);
+      } else {
+        const int q = i - kTileBoxes;
+        cuda::tma::load_box(base + Ly::kUOff + q * (kRowsC * 16), &maps.u, static_cast<int>(v0) + 8 * q,
+                            static_cast<int>(hv), t, b, bar);
+      }
+    }
+    fetch_gamma(c + 1);
+  };
+  if (producer) {
+    fetch_gamma(0);
+    for (int s = 0; s < kStages && s < nc; ++s) refill(s, s);
+  }
+
+  if (kOut && wg == 2) {
+    // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
+    if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
+    const float scale = p.shape.scale;
+    // Defined before the first chunk (undefined inputs of the first K step let the compiler merge registers), and eo
+    // formed before the wgmma are issued: with its branches between the issue and the wait, ptxas serialised this
+    // warpgroup's wgmma (C7511) and spilled at 128 columns.
+    float accO[kN] = {}, accP[32] = {};
+    int st = 0;
+    uint32_t ph = 0;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t t0 = sq.bos + c * BT;
+      const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+      cuda::mbar_wait(full + st, ph);
+      bar_sync(kBarS, kThreads);  // (S): S_c's copy written by both state warpgroups
+      const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
+      const uint32_t kst = s0 + st * Ly::kStage, qst = kst + 2 * Ly::kTile;
+      const uint32_t vnc = vn_all + static_cast<uint32_t>(c & 1) * (2 * Ly::kV);
+      float eo[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+      }
+      reg_fence(accO), reg_fence(accP);
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, kBV>(accO, wgl::cb_desc<kRowsC>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
+      wg_commit();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, 64>(accP, wgl::cb_desc<kRowsC>(qst, ks), wgl::cb_desc<kRowsC>(kst, ks), ks > 0);
+      wg_commit();
+      wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
+      reg_fence(accO);
+      bar_arrive(kBarQ, kThreads);
+#pragma unroll
+      for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
+      wg_wait<0>();
+      reg_fence(accP);
+      uint32_t pa[4][4];
+      gate_p<T>(accP, pa, gam, L);
+      cuda::mbar_wait(vnbar, static_cast<uint32_t>(c & 1));  // Vn_c of both state warpgroups written and fenced
+      reg_fence(accO);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vnc, kk), 1);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(accO);
+      reg_fence_u(pa);
+      // Every reader of stage st is done (the state warpgroups arrived on "vn" after their last read of it). Not
+      // while P Vn is in flight: a branch there makes ptxas serialise the warpgroup's wgmma (C7511).
+      if (producer && c + kStages < nc) refill(c + kStages, st);
+      __syncwarp();
+      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      if (++st == kStages) st = 0, ph ^= 1;
+    }
+    return;
+  }
+
+  // ------------------------------------------------ state warpgroups (wg = 0, 1): the recurrence of kN columns
+  if constexpr (kOut && kN == 64) wg::setmaxnreg_inc<kStateRegs>();
+  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
+  const uint32_t sb = sb_all + wg * Ly::kSb, vd = vd_all + wg * Ly::kV;
+  float S[2][kN / 2];
+  load_state<kN>(p, n, hv, v0 + cb, S);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+  fence_proxy_async();
+  if constexpr (kOut) {
+    bar_wg(1 + wg);
+    if (nc > 0) bar_arrive(kBarS, kThreads);
+  }
+
+  const bool vn_out = p.v_new.present();
+  int st = 0;
+  uint32_t ph = 0;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t t0 = sq.bos + c * BT;
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    cuda::mbar_wait(full + st, ph);
+    if constexpr (!kOut) bar_sync(0, kThreads);  // (B): S_c's copy visible; both warpgroups done with chunk c − 1
+    const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
+    const uint32_t kst = s0 + st * Ly::kStage, wst = kst + Ly::kTile;
+    const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * Ly::kStage + Ly::kUOff);
+
+    // fwd_h: h_c = S_c rounded to bf16, packed before W S is issued and stored while it runs.
+    const int64_t cidx = sq.chunk0 + c;
+    const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
+    if constexpr (!kOut) pack_state<T, kN>(S, hpk);
+    float accW[kN / 2];
+    reg_fence(accW);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma_ss<T, kN>(accW, wgl::cb_desc<kRowsC>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg_commit();
+    if constexpr (!kOut) {
+      // Both warpgroups passed (B): chunk c − 1's stage is free.
+      const int prev = st == 0 ? kStages - 1 : st - 1;
+      if (producer && c >= 1 && c - 1 + kStages < nc) refill(c - 1 + kStages, prev);
+      __syncwarp();
+      if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
+    }
+    wg_wait<0>();  // W S done
+    reg_fence(accW);
+    const float glast = gam[L - 1];
+    float fd[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = wgl::acc_row(w, lane, 2 * half);
+      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
+      const bool store = vn_out && i < L;
+      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
+                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
+                             : nullptr;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const int cl = wgl::acc_col(lane, j, 0);  // even
+        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + wgl::cb_off<kRowsC>(i, cb + cl)));
+        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
+      }
+    }
+    if constexpr (kOut)
+      store_trans<T, kN, kRowsC>(vn_all + static_cast<uint32_t>(c & 1) * (2 * Ly::kV) + wg * Ly::kV, 0, accW);
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
+    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
+    uint32_t kf[2][4][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int x = 0; x < kN / 2; ++x) {
-        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
-      }
+      for (int kk = 0; kk < 4; ++kk)
+        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
+                                                     wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)));
+    fence_proxy_async();
+    bar_wg(1 + wg);  // this warpgroup's Vd (and Vn) visible to the async proxy; its reads of the stage done
+    if constexpr (kOut)
+      if ((tid & 127) == 0) cuda::tma::mbar_arrive(vnbar);  // "vn": Vn_c to the output warpgroup, stage st read
+
+    // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd.
+    const float decay = gate_exp(glast);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+    reg_fence(S[0]), reg_fence(S[1]);
+    wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+    wg_commit();
+    wg_wait<0>();
+    reg_fence(S[0]), reg_fence(S[1]);
+    reg_fence_u(kf);
+    if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+    fence_proxy_async();
+    if constexpr (kOut) {
+      bar_wg(1 + wg);  // S_{c+1}'s copy visible to this warpgroup's W S
+      if (c + 1 < nc) bar_arrive(kBarS, kThreads);
+    }
+    if (++st == kStages) st = 0, ph ^= 1;
   }
+  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
 #endif
 }
 
@@ -908,12 +1196,47 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   return cuda::check_launch(name);
 }
 
-template <bool kOut, bool kUReg = false>
-int launch_split_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
+// The tensor maps of state_tma_wgmma (k, w, u; q with kOut); false where a view does not qualify.
+bool make_tma_maps(const GdnFwdParams& p, bool out, TmaMaps& m) {
+  const GdnShape& d = p.shape;
+  auto enc = [&](CUtensorMap* x, const GdnTensor& t, int64_t heads, int64_t D) {
+    return cuda::tma::encode_rows_map(x, t.data, d.B, d.T, heads, D, t.st[0], t.st[1], t.st[2], kRowsC);
+  };
+  return enc(&m.k, p.k, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) && enc(&m.u, p.u, d.HV, d.V) &&
+         (!out || enc(&m.q, p.q, d.H, d.K));
+}
+
+template <int kN, bool kOut>
+int launch_tma(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr int smem = TmaLayout<kN, kOut>::kBytes;
+  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
+  const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_tma_wgmma)"
+                          : "chunk_gated_delta_rule_fwd_h (state_tma_wgmma)";
+  if (blocks <= 0) return STRATA_SUCCESS;
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  TmaMaps maps{};
+  if (!make_tma_maps(p, kOut, maps)) return launch_split<kN, kOut, false>(p, stream);  // e.g. a batch stride of 0
+  auto kernel = state_tma_wgmma<__nv_bfloat16, kN, kOut>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt, maps);
+  return cuda::check_launch(name);
+}
+
+template <int kN, bool kOut>
+int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
+  if (form == WgmmaPass::kTma) return launch_tma<kN, kOut>(p, stream);
+  if constexpr (kOut)
+    if (form == WgmmaPass::kSplitUReg) return launch_split<kN, true, true>(p, stream);
+  return launch_split<kN, kOut, false>(p, stream);
+}
+
+template <bool kOut>
+int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   switch (width) {
-    case 32: return launch_split<16, kOut, kUReg>(p, stream);
-    case 64: return launch_split<32, kOut, kUReg>(p, stream);
-    case 128: return launch_split<64, kOut, kUReg>(p, stream);
+    case 32: return launch_form<16, kOut>(p, form, stream);
+    case 64: return launch_form<32, kOut>(p, form, stream);
+    case 128: return launch_form<64, kOut>(p, form, stream);
     default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
   }
 }
@@ -998,8 +1321,7 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
   if (!lean) return fwd_cuda_state_o(p, which, fwd_cuda_state_o_auto_block(p), stream_ptr);
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (state_o_wgmma)"); r != STRATA_SUCCESS)
     return r;
-  if (form == WgmmaPass::kSplit) return launch_split_width<true>(p, width, stream);
-  if (form == WgmmaPass::kSplitUReg) return launch_split_width<true, true>(p, width, stream);
+  if (form != WgmmaPass::kSerial) return launch_split_width<true>(p, width, form, stream);
   return pre ? launch_width<true>(p, width, stream) : launch_width<false>(p, width, stream);
 }
 
@@ -1016,6 +1338,12 @@ std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
+  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kSplit, stream_ptr);
+}
+
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {
+  if (form != WgmmaPass::kSplit && form != WgmmaPass::kTma)
+    return fail(STRATA_ERROR_INVALID_VALUE, "chunk_gated_delta_rule_fwd_h (wgmma): the split or TMA form only");
   const std::string why = fwd_cuda_fwd_h_wgmma_reject(p);
   if (!why.empty())
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd_h (state_split_wgmma): {}", why);
@@ -1028,7 +1356,7 @@ int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
   if (!lean) return fwd_cuda_mma(FwdOp::kFwdH, p, stream_ptr);
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd_h (state_split_wgmma)"); r != STRATA_SUCCESS)
     return r;
-  return launch_split_width<false>(p, width, static_cast<cudaStream_t>(stream_ptr));
+  return launch_split_width<false>(p, width, form, static_cast<cudaStream_t>(stream_ptr));
 }
 
 }  // namespace strata::linear_attn::gdn

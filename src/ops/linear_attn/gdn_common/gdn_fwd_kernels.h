@@ -112,13 +112,16 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width,
 // precision model, not the same bits as each other (summation order inside the products).
 // kSplitUReg (session 9, after run 1): kSplit with u read from global memory into registers one chunk ahead instead of
 // staged in shared memory, so that 128-column blocks run 3 cp.async stages instead of 2 (same bits as kSplit).
-enum class WgmmaPass : int { kSerial = 0, kSplit, kSplitUReg };
+// kTma (session 10): kSplit's warpgroups and products (the same bits on every valid output) fed by the copy engine
+// (tensor-map boxes from one producer warp, mbarrier-completed stages, no block barrier per chunk in the fused form).
+enum class WgmmaPass : int { kSerial = 0, kSplit, kSplitUReg, kTma };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
 // h, v_new; K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_fwd_h_wgmma_reject); views that are not lean run
 // fwd_cuda_mma. width as fwd_cuda_state_o_wgmma. Not bit-identical to state_mma (summation order).
-int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);  // WgmmaPass::kSplit
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);  // kSplit or kTma
 std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p);
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
