@@ -281,6 +281,19 @@ __global__ void __launch_bounds__(kThr, 1)
     const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
     const float* gam = reinterpret_cast<const float*>(smem + st * S::kStage + S::kG);
 
+    // The row factors first (their branches between the issue of a group and its wait made ptxas serialise the
+    // wgmma: C7511): γ, e^{γ_last − γ} and scale e^γ of this thread's two accumulator rows (0 past L: the rows the
+    // copy engine brings from past the sequence then add nothing to Qᵀ (sE dO)).
+    float gi[2], dec[2], es[2];
+    const float glast = gam[L - 1];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = wg::acc_row(w, lane, 2 * hh);
+      gi[hh] = gam[i];
+      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
+      es[hh] = i < L ? scale * gate_exp(gi[hh]) : 0.f;
+    }
+
     // Groups P (fused) and A.
     float accP[kFuse ? 32 : 1], accD[kN / 2];
     if constexpr (kFuse) wg::reg_fence(accP);
@@ -298,14 +311,6 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::wg_commit();
 
     // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
-    float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
-    const float glast = gam[L - 1];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      gi[hh] = gam[i];
-      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
-    }
     uint32_t dvw[kFuse ? 1 : kN / 4];
     if constexpr (!kFuse) {
       const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
@@ -326,16 +331,12 @@ __global__ void __launch_bounds__(kThr, 1)
           raw[2 * j + hh] =
               *reinterpret_cast<const uint32_t*>(sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
       if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);
-      // (rows >= L: 0, so that the rows the copy engine brings from past the sequence add nothing to Qᵀ (sE dO))
-      const float es0 = wg::acc_row(w, lane, 0) < L ? scale * gate_exp(gi[0]) : 0.f;
-      const float es1 = wg::acc_row(w, lane, 2) < L ? scale * gate_exp(gi[1]) : 0.f;
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-          const float e = hh ? es1 : es0;
-          raw[2 * j + hh] = mm::pack2<T>(f.x * e, f.y * e);
+          raw[2 * j + hh] = mm::pack2<T>(f.x * es[hh], f.y * es[hh]);
         }
       store_pairs_trans<kN, kRows>(sedot, 0, raw);
     }
