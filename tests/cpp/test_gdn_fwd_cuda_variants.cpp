@@ -310,18 +310,13 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
   EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
 }
 
-// The forms of the wgmma pass: one chain per warpgroup with P inline / pre-computed (session 8), and the
-// warp-specialised split form (session 9, P inline only; u staged in shared memory or read into registers).
+// The forms of the wgmma pass: the warp-specialised split form with cp.async loads (session 9) and with the copy
+// engine's (session 10).
 struct WgmmaForm {
   WgmmaPass pass;
-  StateOKernel kernel;
   const char* name;
 };
-constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSerial, StateOKernel::kInline, "serial inline"},
-                                     {WgmmaPass::kSerial, StateOKernel::kPrecomputedP, "serial pre-computed P"},
-                                     {WgmmaPass::kSplit, StateOKernel::kInline, "split"},
-                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"},
-                                     {WgmmaPass::kTma, StateOKernel::kInline, "tma"}};
+constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSplit, "split"}, {WgmmaPass::kTma, "tma"}};
 
 // The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
 // blocks only) and V = 64 (128 columns refused) with varlen empty / one-token / chunk-boundary documents.
@@ -357,9 +352,8 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
     std::vector<uint8_t> split_out[4];  // the split form's outputs per width (the TMA form gives the same bits)
     for (const WgmmaForm& fm : kWgmmaForms)
       for (const int width : {0, 32, 64, 128}) {
-        const StateOKernel k = fm.kernel;
         if (width && s.V % width != 0) {
-          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS)
+          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, width, fm.pass, nullptr), STRATA_SUCCESS)
               << "V " << s.V << " width " << width;
           continue;
         }
@@ -368,8 +362,7 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
         std::vector<uint8_t> first;
         for (int run = 0; run < 2; ++run) {
           pr.poison();
-          if (k == StateOKernel::kPrecomputedP) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << what;
-          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, width, fm.pass, nullptr), STRATA_SUCCESS) << what;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
           const std::vector<uint8_t> out = pr.outputs();
           if (run == 1) {
@@ -548,9 +541,8 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesReference) {
     ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, StateOBlock::k8Warps, nullptr), STRATA_SUCCESS);
     check("mma.sync state_o", true);
     for (const WgmmaForm& fm : kWgmmaForms) {
-      if (fm.kernel != StateOKernel::kInline) continue;
       pr.poison();
-      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, fm.kernel, 0, fm.pass, nullptr), STRATA_SUCCESS) << fm.name;
+      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, 0, fm.pass, nullptr), STRATA_SUCCESS) << fm.name;
       check(std::string("wgmma ") + fm.name, true);
     }
     const GdnFwdParams f = pr.fwd_h();
@@ -658,18 +650,6 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
       pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
       EXPECT_GT(pass[i], 0.0) << kForms[i].name;
     }
-    // The wgmma pass (session 8), automatic width (B = 4: 128 columns, B = 1: 32), P inline / pre-computed.
-    const double wg_in = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
-    const double wg_pre = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
-    const double wg_in64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 64, nullptr); });
-    const double wg_pre64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 64, nullptr); });
-    EXPECT_GT(wg_in, 0.0);
-    EXPECT_GT(wg_pre, 0.0);
-    report(fmt_line("[gdn_fwd timing wgmma] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_o_wgmma (%d columns) inline-P "
-                    "%.3f ms, pre-computed-P %.3f ms; 64 columns: inline-P %.3f ms, pre-computed-P %.3f ms "
-                    "(mma.sync best here: %.3f ms)",
-                    static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132), wg_in,
-                    wg_pre, wg_in64, wg_pre64, std::min(std::min(pass[0], pass[1]), std::min(pass[2], pass[3]))));
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
@@ -682,9 +662,9 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
 }
 
 // The wgmma passes at the benchmark shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4 T = 8192 and B = 1 T = 32768;
-// inputs by cudaMemset as TimingAtBenchShapes; median of 7): the fused state + output pass in its serial form
-// (session 8), the split form (session 9) at the automatic and the other widths, the best mma.sync pass; and
-// chunk_gated_delta_rule_fwd_h (h, v_new, ht: what the backward re-runs) on state_mma and on the split pass.
+// inputs by cudaMemset as TimingAtBenchShapes; median of 7): the fused state + output pass in its split form
+// (session 9) and copy-engine-fed form (session 10) at the automatic and the other widths, the best mma.sync passes;
+// and chunk_gated_delta_rule_fwd_h (h, v_new, ht: what the backward re-runs) on state_mma and on both wgmma forms.
 // Prints "[gdn_pass timing] ..." and appends it to $OUT/gdn_fwd_timing.txt; fails only if a launch fails.
 TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -704,39 +684,26 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
     const double mma8p = time_ms([&] {
       return fwd_cuda_state_o(p, StateOKernel::kPrecomputedP, StateOBlock::k8Warps, nullptr);
     });
-    const double serial = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
-    const double serial_p =
-        time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
     double split[4];  // automatic width, 32, 64, 128 columns
     const int widths[4] = {0, 32, 64, 128};
     for (int i = 0; i < 4; ++i) {
       split[i] = time_ms([&] {
-        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, widths[i], WgmmaPass::kSplit, nullptr);
+        return fwd_cuda_state_o_wgmma(p, widths[i], WgmmaPass::kSplit, nullptr);
       });
       EXPECT_GT(split[i], 0.0) << widths[i];
     }
     double tma[4];  // the TMA-fed split pass, same widths
     for (int i = 0; i < 4; ++i) {
       tma[i] = time_ms([&] {
-        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, widths[i], WgmmaPass::kTma, nullptr);
+        return fwd_cuda_state_o_wgmma(p, widths[i], WgmmaPass::kTma, nullptr);
       });
       EXPECT_GT(tma[i], 0.0) << widths[i];
     }
-    double ureg[2];  // u in registers: automatic width, 128 columns (3 stages there)
-    for (int i = 0; i < 2; ++i) {
-      ureg[i] = time_ms([&] {
-        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, i == 0 ? 0 : 128, WgmmaPass::kSplitUReg, nullptr);
-      });
-      EXPECT_GT(ureg[i], 0.0) << i;
-    }
-    EXPECT_GT(serial, 0.0);
-    report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128: wgmma serial (%d columns) "
-                    "inline-P %.3f ms, pre-computed-P %.3f ms; wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / "
-                    "%.3f / %.3f ms); wgmma tma %.3f ms (%.3f / %.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 "
-                    "stages: %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+    report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (automatic width %d): wgmma "
+                    "split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma tma %.3f ms (%.3f / %.3f / "
+                    "%.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
-                    serial, serial_p, split[0], split[1], split[2], split[3], tma[0], tma[1], tma[2], tma[3], ureg[0],
-                    ureg[1], mma16, mma8p));
+                    split[0], split[1], split[2], split[3], tma[0], tma[1], tma[2], tma[3], mma16, mma8p));
     // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
     GdnFwdParams f = p;
     f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);
