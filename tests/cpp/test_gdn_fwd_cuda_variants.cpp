@@ -331,6 +331,14 @@ std::vector<Shape> wgmma_shapes() {
   return ws;
 }
 
+// The TMA form's outputs are the split form's bits (the same products in the same order; only the loads differ).
+void expect_split_bits(const std::string& what, const std::vector<uint8_t>& out, const std::vector<uint8_t>& ref) {
+  size_t diff = out.size() == ref.size() ? 0 : out.size();
+  for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
+  std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff, out.size());
+  EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
+}
+
 // The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, the split form, every block width that divides V) against the
 // mma.sync pass (inline, 8 warps) on the shapes it takes (bf16, K = 128, V % 32 == 0, chunk 64), plus one with
 // V = 96 (32-column blocks only) and one with V = 64 at 128 columns refused: o, v_new and ht within 1e-2 relative
@@ -371,14 +379,7 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
           }
           first = out;
           if (fm.pass == WgmmaPass::kSplit) split_out[width / 32 - (width == 128)] = out;
-          if (fm.pass == WgmmaPass::kTma) {
-            const std::vector<uint8_t>& ref = split_out[width / 32 - (width == 128)];
-            size_t diff = 0;
-            for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
-            std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff,
-                        out.size());
-            EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
-          }
+          if (fm.pass == WgmmaPass::kTma) expect_split_bits(what, out, split_out[width / 32 - (width == 128)]);
           size_t unwritten = 0;
           const std::vector<uint8_t> o = pr.o->bits();
           for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
@@ -440,12 +441,7 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
         first = out;
         std::vector<uint8_t>& ref = split_out[width / 32 - (width == 128)];
         if (form == WgmmaPass::kSplit) ref = out;
-        else {
-          size_t diff = 0;
-          for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
-          std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff, out.size());
-          EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
-        }
+        else expect_split_bits(what, out, ref);
         const std::vector<uint8_t> hb = pr.hs->bits();
         size_t unwritten = 0;
         for (size_t i = 0; i + 1 < hb.size(); i += 2) unwritten += (hb[i] == 0xff && hb[i + 1] == 0xff);

@@ -187,6 +187,68 @@ constexpr int kRowsC = 64;   // rows of a chunk tile
 constexpr int kKeys = 128;   // K (rows of S, columns of the K / W / Q tiles)
 constexpr int kMaxSmem = 227 * 1024;
 
+// The state warpgroups' steps that the split pass and its copy-engine-fed form share (they differ only in the stage
+// layout: tile_off tiles and a padded row-major U for cp.async, cb_off tiles for the copy engine).
+// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return), stored to p.v_new when present
+// for rows < L (columns col0 + acc_col); u pairs read from the stage's U tile Us at u_off(row, column in the block);
+// fd[half] = e^{γ_L − γ} of the thread's two rows (0 past L).
+template <class T, int kN, class UOff>
+__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], float (&fd)[2], const uint16_t* Us, UOff u_off,
+                                           int cb, const float* gam, float glast, int L, const GdnFwdParams& p,
+                                           const SeqPos& sq, int64_t hv, int64_t t0, int64_t col0) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  const bool vn_out = p.v_new.present();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = wgl::acc_row(w, lane, 2 * half);
+    fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
+    const bool store = vn_out && i < L;
+    uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
+                                 hv * p.v_new.st[2] + col0
+                           : nullptr;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int cl = wgl::acc_col(lane, j, 0);  // even
+      const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + u_off(i, cb + cl)));
+      const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+      if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+      accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;
+    }
+  }
+}
+// The Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..) from the stage's [t][key] K tile at
+// kst (kCb: a cb_off<64> tile, else tile_off<128>).
+template <bool kCb>
+__device__ __forceinline__ void load_kt(uint32_t (&kf)[2][4][4], uint32_t kst) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int off = kCb ? wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)
+                          : wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
+      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(off));
+    }
+}
+// S_{c+1} = e^{γ_L} S_c + Kᵀ Vd (decay = e^{γ_L}; Vd the warpgroup's [kN][64] tile at vd), waited for.
+template <class T, int kN>
+__device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd, float decay) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+  reg_fence(S[0]), reg_fence(S[1]);
+  wg_fence();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+  wg_commit();
+  wg_wait<0>();
+  reg_fence(S[0]), reg_fence(S[1]);
+  reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
+}
+
 // ---------------------------------------------------------------- the split pass (session 9)
 // state_split_wgmma<T, kN, kStages, kOut>: the same recurrence with the output products taken off its critical
 // path by warp specialisation. In session 8's serial pass each warpgroup issued W S, then Q S + Q Kᵀ (24 wgmma), then
@@ -382,7 +444,6 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
 
-  const bool vn_out = p.v_new.present();
   int st = 0;
   int64_t c = 0;
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
@@ -392,7 +453,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
     const float* gam = gam2 + (c & 1) * kRowsC;
     const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB;
-    const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + kUOff);
+    const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * kStageB + kUOff);
 
     // fwd_h: h_c = S_c rounded to bf16 (the pairs store_trans packed into S_c's copy), packed before W S is issued
     // and stored while it runs (stores straight from S would make ptxas wait for W S: S is a wgmma accumulator).
@@ -422,23 +483,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     reg_fence(accW);
     const float glast = gam[L - 1];
     float fd[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
-      const bool store = vn_out && i < L;
-      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
-                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
-                             : nullptr;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int cl = wgl::acc_col(lane, j, 0);  // even
-        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
-        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
-        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
-      }
-    }
+    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return r * kLdU + col; }, cb, gam, glast, L, p, sq, hv, t0,
+                      v0 + cb);
     if constexpr (kOut) store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
@@ -446,32 +492,11 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), loaded once v_new is out of the
     // registers (S, v_new and the fragments are not live together: 128-column blocks run at <= 184 registers).
     uint32_t kf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
-                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    load_kt<false>(kf, kst);
     fence_proxy_async();
     bar_wg(1 + wg);                                   // this warpgroup's Vd visible to its wgmma
     if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
-
-    // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd.
-    const float decay = gate_exp(glast);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
-    reg_fence(S[0]), reg_fence(S[1]);
-    wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
-    wg_commit();
-    wg_wait<0>();
-    reg_fence(S[0]), reg_fence(S[1]);
-    reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
+    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
@@ -482,21 +507,17 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
 }
 
 // ---------------------------------------------------------------- the TMA-fed split pass (session 10)
-// state_tma_wgmma<T, kN, kOut>: state_split_wgmma's warpgroups, products and rounding (the same bits on every valid
-// output element), with the chunk tiles brought in by the copy engine instead of 16-byte cp.async by every math
-// thread (ncu of state_split_wgmma, s9run2: ~800 instructions a warp and chunk step, long-scoreboard and barrier
-// stalls first): K, W (, Q) [64][128] and U [64][2 kN] are cb_off<64> tiles (tma_tile.cuh: one box per 8-column
-// block, 48–64 boxes a chunk), completing on the stage's mbarrier "full" together with the stage's γ [64] (written
-// by the producer lanes, which arrive on "full" after writing it). A stage is refilled with chunk c + kStages as soon
-// as every reader of chunk c is done, so kStages chunks are in flight.
-// kOut (the fused forward): no block barrier per chunk. The output warpgroup's warp 0 is the producer: it refills
-// stage c after the mbarrier "vn" of chunk c (both state warpgroups wrote Vn_c, after their last read of the stage;
-// the output warpgroup's own reads of it, Q S, Q Kᵀ and the gating, are done by then). Named barriers: (S) the state
-// warpgroups wrote S_c's copy (arrive) before the output warpgroup's Q S_c (sync); (Q) as in state_split_wgmma. Vn is
-// double-buffered (the state warpgroups write Vn_{c+1} while P Vn_c may still run). "vn" is an mbarrier (phases),
-// not a named barrier: the state warpgroups may arrive for chunk c + 1 before the output one waited for chunk c.
-// Without kOut (fwd_h): the block barrier (B) per chunk stays (both warpgroups done with chunk c − 1), after which
-// warp 0 refills chunk c − 1's stage with chunk c − 1 + kStages while W S_c runs.
+// state_tma_wgmma<T, kN, kOut>: state_split_wgmma's warpgroups, products, rounding and synchronisation (the same bits
+// on every valid output element), with the chunk tiles brought in by the copy engine instead of 16-byte cp.async by
+// every state thread (ncu of state_split_wgmma, s9run2: ~800 instructions a warp and chunk step, long-scoreboard and
+// barrier stalls first): K, W (, Q) [64][128] and U [64][2 kN] are cb_off<64> tiles (tma_tile.cuh: one box per
+// 8-column block, 48–52 boxes a chunk at 32 columns), completing on the stage's mbarrier "full" together with the
+// stage's γ [64] (written by the producer lanes, which arrive on "full" after writing it). kStages chunks are in
+// flight: after the block barrier (B) of chunk c every warp is done with chunk c − 1, and warp 0 refills that stage
+// with chunk c − 1 + kStages while W S_c runs.
+// Session 10's first version also dropped (B) in the fused form (named barrier "S_c's copy written", the output
+// warpgroup as producer, an mbarrier for Vn): it hung on the GPU (s10run1; the fwd_h form, which kept (B), passed),
+// so this one keeps state_split_wgmma's barriers (B), (Q), (V).
 // Rows past the sequence: rows past T are zero-filled by the copy engine; in a pack, the rows of the next sequence
 // arrive (finite token data) where state_split_wgmma zero-fills. They only meet exact zeros: v_new of rows >= L is
 // not stored, its Vd rows are scaled by e^{...} selected as 0, P's columns >= L are selected as 0, o rows >= L are
@@ -510,8 +531,8 @@ struct TmaLayout {
   static constexpr int kTx = kGOff;         // copy-engine bytes a stage
   static constexpr int kStage = kGOff + kRowsC * 4;
   static constexpr int kSb = kN * kKeys * 2, kV = kN * kRowsC * 2;
-  // After the stages: S copies [2 kN][128], Vd [2 kN][64], (kOut) Vn [2 buffers][2 kN][64], the mbarriers.
-  static constexpr int kFixed = 2 * kSb + 2 * kV + (kOut ? 4 * kV : 0) + 64;
+  // After the stages: S copies [2 kN][128], Vd [2 kN][64], (kOut) Vn [2 kN][64], the mbarriers.
+  static constexpr int kFixed = 2 * kSb + 2 * kV + (kOut ? 2 * kV : 0) + 64;
   static constexpr int stages() {
     int s = 4;
     while (s > 2 && s * kStage + kFixed > kMaxSmem) --s;
@@ -521,7 +542,16 @@ struct TmaLayout {
   static constexpr int kBytes = kStages * kStage + kFixed;
   static_assert(kStage % 128 == 0 && kBytes <= kMaxSmem, "128-byte aligned stages within sm_90's shared memory");
 };
-constexpr int kBarS = 4;  // named barrier (S) of state_tma_wgmma ((Q) is kBarQ)
+
+// mbar_wait with a bound: a stage whose copies have not landed after ~2^32 cycles (~2 s) traps, so that a fault of
+// the copy engine fails the launch instead of hanging the process (session 10's first fused version hung on the
+// GPU without a diagnosis).
+__device__ __forceinline__ void wait_stage(uint64_t* bar, uint32_t parity) {
+  if (cuda::mbar_try_wait(bar, parity)) return;
+  const long long t0 = clock64();
+  while (!cuda::mbar_try_wait(bar, parity))
+    if (clock64() - t0 > (1ll << 32)) __trap();
+}
 
 // The tensor maps of the pass's token inputs (q unused without kOut).
 struct TmaMaps {
@@ -541,9 +571,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t sb_all = s0 + kStages * Ly::kStage;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
   const uint32_t vd_all = sb_all + 2 * Ly::kSb;       // [2 kN][64]
-  const uint32_t vn_all = vd_all + 2 * Ly::kV;        // [2][2 kN][64] (kOut)
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Ly::kBytes - 64);  // [kStages], then "vn"
-  uint64_t* vnbar = full + kStages;
+  const uint32_t vn_all = vd_all + 2 * Ly::kV;        // [2 kN][64] (kOut)
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Ly::kBytes - 64);  // [kStages]
 
   const int64_t HV = p.shape.HV, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
@@ -552,15 +581,12 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
   const SeqPos sq = locate_sequence(p.chunks, n);
   const int64_t nc = (sq.eos - sq.bos + BT - 1) / BT;
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-  if (tid == 0) {
+  if (tid == 0)
     for (int s = 0; s < kStages; ++s) cuda::mbar_init(full + s, 32);
-    cuda::mbar_init(vnbar, 2);
-  }
   __syncthreads();
 
-  // The producer warp (kOut: warp 0 of the output warpgroup; fwd_h: warp 0). gpre: γ of rows lane, lane + 32 of
-  // the next chunk it loads (fetched one refill ahead).
-  const bool producer = kOut ? (wg == 2 && w == 0) : (wg == 0 && w == 0);
+  // The producer warp (warp 0). gpre: γ of rows lane, lane + 32 of the next chunk it loads (fetched one refill ahead).
+  const bool producer = tid < 32;
   float gpre[2] = {0.f, 0.f};
   auto fetch_gamma = [&](int64_t c) {
     const int64_t t = sq.bos + c * BT;
@@ -608,19 +634,18 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
     if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
     const float scale = p.shape.scale;
     // Defined before the first chunk (undefined inputs of the first K step let the compiler merge registers), and eo
-    // formed before the wgmma are issued: with its branches between the issue and the wait, ptxas serialised this
-    // warpgroup's wgmma (C7511) and spilled at 128 columns.
+    // formed before the wgmma are issued: with branches between the issue and the wait (eo, the first version's
+    // refill), ptxas serialised this warpgroup's wgmma (C7511) and spilled at 128 columns.
     float accO[kN] = {}, accP[32] = {};
     int st = 0;
     uint32_t ph = 0;
     for (int64_t c = 0; c < nc; ++c) {
       const int64_t t0 = sq.bos + c * BT;
       const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-      cuda::mbar_wait(full + st, ph);
-      bar_sync(kBarS, kThreads);  // (S): S_c's copy written by both state warpgroups
+      wait_stage(full + st, ph);
+      bar_sync(0, kThreads);  // (B): S_c's copy visible; chunk c − 1 done by every warpgroup
       const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
       const uint32_t kst = s0 + st * Ly::kStage, qst = kst + 2 * Ly::kTile;
-      const uint32_t vnc = vn_all + static_cast<uint32_t>(c & 1) * (2 * Ly::kV);
       float eo[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -646,19 +671,15 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
       reg_fence(accP);
       uint32_t pa[4][4];
       gate_p<T>(accP, pa, gam, L);
-      cuda::mbar_wait(vnbar, static_cast<uint32_t>(c & 1));  // Vn_c of both state warpgroups written and fenced
+      bar_sync(kBarV, kThreads);  // (V): Vn_c of both state warpgroups written and fenced
       reg_fence(accO);
       wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vnc, kk), 1);
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn_all, kk), 1);
       wg_commit();
       wg_wait<0>();
       reg_fence(accO);
       reg_fence_u(pa);
-      // Every reader of stage st is done (the state warpgroups arrived on "vn" after their last read of it). Not
-      // while P Vn is in flight: a branch there makes ptxas serialise the warpgroup's wgmma (C7511).
-      if (producer && c + kStages < nc) refill(c + kStages, st);
-      __syncwarp();
       store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
       if (++st == kStages) st = 0, ph ^= 1;
     }
@@ -674,19 +695,14 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
   fence_proxy_async();
-  if constexpr (kOut) {
-    bar_wg(1 + wg);
-    if (nc > 0) bar_arrive(kBarS, kThreads);
-  }
 
-  const bool vn_out = p.v_new.present();
   int st = 0;
   uint32_t ph = 0;
   for (int64_t c = 0; c < nc; ++c) {
     const int64_t t0 = sq.bos + c * BT;
     const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-    cuda::mbar_wait(full + st, ph);
-    if constexpr (!kOut) bar_sync(0, kThreads);  // (B): S_c's copy visible; both warpgroups done with chunk c − 1
+    wait_stage(full + st, ph);
+    bar_sync(0, kThreads);  // (B): S_c's copy visible; every warpgroup done with chunk c − 1
     const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
     const uint32_t kst = s0 + st * Ly::kStage, wst = kst + Ly::kTile;
     const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * Ly::kStage + Ly::kUOff);
@@ -703,75 +719,31 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1)
     for (int ks = 0; ks < kKeys / 16; ++ks)
       mma_ss<T, kN>(accW, wgl::cb_desc<kRowsC>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
     wg_commit();
-    if constexpr (!kOut) {
-      // Both warpgroups passed (B): chunk c − 1's stage is free.
-      const int prev = st == 0 ? kStages - 1 : st - 1;
-      if (producer && c >= 1 && c - 1 + kStages < nc) refill(c - 1 + kStages, prev);
-      __syncwarp();
+    // Every warp passed (B): chunk c − 1's stage is free.
+    if (producer && c >= 1 && c - 1 + kStages < nc) refill(c - 1 + kStages, st == 0 ? kStages - 1 : st - 1);
+    __syncwarp();
+    if constexpr (!kOut)
       if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
-    }
     wg_wait<0>();  // W S done
     reg_fence(accW);
     const float glast = gam[L - 1];
     float fd[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
-      const bool store = vn_out && i < L;
-      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
-                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
-                             : nullptr;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int cl = wgl::acc_col(lane, j, 0);  // even
-        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + wgl::cb_off<kRowsC>(i, cb + cl)));
-        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
-        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
-      }
-    }
-    if constexpr (kOut)
-      store_trans<T, kN, kRowsC>(vn_all + static_cast<uint32_t>(c & 1) * (2 * Ly::kV) + wg * Ly::kV, 0, accW);
+    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return wgl::cb_off<kRowsC>(r, col); }, cb, gam, glast, L, p,
+                      sq, hv, t0, v0 + cb);
+    if constexpr (kOut) store_trans<T, kN, kRowsC>(vn_all + wg * Ly::kV, 0, accW);  // Vn = v_new (T)
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
     store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
     uint32_t kf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
-                                                     wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)));
+    load_kt<true>(kf, kst);
     fence_proxy_async();
-    bar_wg(1 + wg);  // this warpgroup's Vd (and Vn) visible to the async proxy; its reads of the stage done
-    if constexpr (kOut)
-      if ((tid & 127) == 0) cuda::tma::mbar_arrive(vnbar);  // "vn": Vn_c to the output warpgroup, stage st read
-
-    // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd.
-    const float decay = gate_exp(glast);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
-    reg_fence(S[0]), reg_fence(S[1]);
-    wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
-    wg_commit();
-    wg_wait<0>();
-    reg_fence(S[0]), reg_fence(S[1]);
-    reg_fence_u(kf);
+    bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
+    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
-    fence_proxy_async();
-    if constexpr (kOut) {
-      bar_wg(1 + wg);  // S_{c+1}'s copy visible to this warpgroup's W S
-      if (c + 1 < nc) bar_arrive(kBarS, kThreads);
-    }
+    fence_proxy_async();  // (made visible by the next (B))
     if (++st == kStages) st = 0, ph ^= 1;
   }
   if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
