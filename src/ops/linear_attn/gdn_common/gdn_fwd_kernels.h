@@ -107,7 +107,7 @@ std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 //     S update, a third forms o of the same chunk from the S copy and Vn they leave in shared memory; tiles by
 //     cp.async from the state threads, one block barrier per chunk;
 //   kTma (session 10, state_tma_wgmma): kSplit's warpgroups and products fed by the copy engine (tensor-map boxes
-//     from one producer warp, mbarrier-completed stages, no block barrier per chunk in the fused form).
+//     from one producer warp into mbarrier-completed stages); the same bits, measured slower (s10run2): forced only.
 enum class WgmmaPass : int { kSplit = 0, kTma };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
