@@ -454,9 +454,11 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
       for (const int cols : {0, 16, 32, 64}) {
         if (cols > 0 && s.V % (2 * cols) != 0) continue;
         const auto b = run_dhu(in, kDhuWgmma, dv_mode, cols);
-        expect_dhu_close(a, b, s.dt,
-                         shape_str(s) + (s.cu.empty() ? "" : " varlen") + (dv_mode == 2 ? " fused" : " dv read") +
-                             " cols " + std::to_string(cols));
+        const std::string what = shape_str(s) + (s.cu.empty() ? "" : " varlen") + (dv_mode == 2 ? " fused" : " dv read") +
+                                 " cols " + std::to_string(cols);
+        expect_dhu_close(a, b, s.dt, what);
+        // The copy-engine-fed kernel (kDhuWgmmaTma): the same bits.
+        EXPECT_TRUE(run_dhu(in, kDhuWgmmaTma, dv_mode, cols) == b) << what << ": tma differs from cp.async";
       }
       // Reproducible: a second call gives the same bits.
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
@@ -549,6 +551,25 @@ TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
   }
 }
 
+// chunk_bwd_dqkwg's params on the timing tests' buffers (dims d; bf16 tokens and states, f32 dq, dk, dγ; scale
+// 1 / sqrt(128)).
+struct DqkwgBufs {
+  const Dev *q, *k, *v, *dout, *dv, *g, *h, *dh, *dq, *dk, *dw, *dg;
+};
+DqkwgParams bench_dqkwg_params(const Dims& d, const DqkwgBufs& b) {
+  const int32_t dt = STRATA_DTYPE_BF16;
+  const int64_t T = d.T, H = d.H, HV = d.HV, K = d.K, V = d.V, NT = d.NT;
+  DqkwgParams p;
+  p.d = d;
+  p.q = tok(b.q->p, dt, T, H, K), p.k = tok(b.k->p, dt, T, H, K), p.v = tok(b.v->p, dt, T, HV, V);
+  p.dout = tok(b.dout->p, dt, T, HV, V), p.dv = tok(b.dv->p, dt, T, HV, V), p.g = tok(b.g->p, STRATA_DTYPE_F32, T, HV, 0);
+  p.h = states(b.h->p, dt, NT, HV, K, V), p.dh = states(b.dh->p, dt, NT, HV, K, V);
+  p.dq = tok(b.dq->p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(b.dk->p, STRATA_DTYPE_F32, T, H, K);
+  p.dw = tok(b.dw->p, dt, T, HV, K), p.dg = tok(b.dg->p, STRATA_DTYPE_F32, T, HV, 0);
+  p.scale = 0.0884f;
+  return p;
+}
+
 // Timing of the variants at the benchmark shapes (inputs filled by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0), and
 // of the other two backward sub-operator kernels (chunk_bwd_dv_local, prepare_wy_repr_bwd with the composed op's
 // fused dk / dγ sums) for a per-kernel split of the composed backward.
@@ -568,14 +589,7 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
     Dims d;
     d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.N = B, d.NT = NT, d.BT = 64;
 
-    DqkwgParams p;
-    p.d = d;
-    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
-    p.dout = tok(dout.p, dt, T, HV, V), p.dv = tok(dv.p, dt, T, HV, V), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.h = states(h.p, dt, NT, HV, K, V), p.dh = states(dh.p, dt, NT, HV, K, V);
-    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
-    p.dw = tok(dw.p, dt, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.scale = 0.0884f;
+    const DqkwgParams p = bench_dqkwg_params(d, {&q, &k, &v, &dout, &dv, &g, &h, &dh, &dq, &dk, &dw, &dg});
     Dev ws(chunk_bwd_dqkwg_cuda_mma_workspace(d));
     auto dq_call = [&](int var) {
       return std::function<void()>([&, var] {
@@ -783,12 +797,14 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
     for (const bool fuse : {true, false}) {
       const std::vector<double> ms =
           time_min_ms({call(kDhuMmaAuto, fuse, 0), call(kDhuWgmma, fuse, 0), call(kDhuWgmma, fuse, 16),
-                       call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64)},
+                       call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64), call(kDhuWgmmaTma, fuse, 0),
+                       call(kDhuWgmmaTma, fuse, 16), call(kDhuWgmmaTma, fuse, 32), call(kDhuWgmmaTma, fuse, 64)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
-                      "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms",
+                      "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
+                      "wgmma tma %.3f ms (%.3f / %.3f / %.3f ms)",
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
-                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4]));
+                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8]));
     }
   }
 }

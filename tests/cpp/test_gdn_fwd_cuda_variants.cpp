@@ -310,17 +310,13 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
   EXPECT_EQ(e3, 0.0) << "stmatrix.trans";
 }
 
-// The forms of the wgmma pass: one chain per warpgroup with P inline / pre-computed (session 8), and the
-// warp-specialised split form (session 9, P inline only; u staged in shared memory or read into registers).
+// The forms of the wgmma pass: the warp-specialised split form with cp.async loads (session 9) and with the copy
+// engine's (session 10).
 struct WgmmaForm {
   WgmmaPass pass;
-  StateOKernel kernel;
   const char* name;
 };
-constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSerial, StateOKernel::kInline, "serial inline"},
-                                     {WgmmaPass::kSerial, StateOKernel::kPrecomputedP, "serial pre-computed P"},
-                                     {WgmmaPass::kSplit, StateOKernel::kInline, "split"},
-                                     {WgmmaPass::kSplitUReg, StateOKernel::kInline, "split u-reg"}};
+constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSplit, "split"}, {WgmmaPass::kTma, "tma"}};
 
 // The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
 // blocks only) and V = 64 (128 columns refused) with varlen empty / one-token / chunk-boundary documents.
@@ -333,6 +329,14 @@ std::vector<Shape> wgmma_shapes() {
   // no h0, ht, v_new; a one-chunk sequence with a partial chunk.
   ws.push_back({2, 37, 1, 2, 128, 128, 64, {}, STRATA_DTYPE_BF16, false, false, false});
   return ws;
+}
+
+// The TMA form's outputs are the split form's bits (the same products in the same order; only the loads differ).
+void expect_split_bits(const std::string& what, const std::vector<uint8_t>& out, const std::vector<uint8_t>& ref) {
+  size_t diff = out.size() == ref.size() ? 0 : out.size();
+  for (size_t i = 0; i < out.size() && i < ref.size(); ++i) diff += out[i] != ref[i];
+  std::printf("[wgmma check] %s: %zu of %zu bytes differ from the split form\n", what.c_str(), diff, out.size());
+  EXPECT_EQ(diff, 0u) << what << ": not the split form's bits";
 }
 
 // The wgmma pass (fwd_cuda_state_o_wgmma: P inline / pre-computed, the split form, every block width that divides V) against the
@@ -353,11 +357,11 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
     const std::vector<uint8_t> o_ref = pr.o->bits();
     const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
     const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    std::vector<uint8_t> split_out[4];  // the split form's outputs per width (the TMA form gives the same bits)
     for (const WgmmaForm& fm : kWgmmaForms)
       for (const int width : {0, 32, 64, 128}) {
-        const StateOKernel k = fm.kernel;
         if (width && s.V % width != 0) {
-          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS)
+          EXPECT_NE(fwd_cuda_state_o_wgmma(pr.p, width, fm.pass, nullptr), STRATA_SUCCESS)
               << "V " << s.V << " width " << width;
           continue;
         }
@@ -366,8 +370,7 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
         std::vector<uint8_t> first;
         for (int run = 0; run < 2; ++run) {
           pr.poison();
-          if (k == StateOKernel::kPrecomputedP) ASSERT_EQ(fwd_cuda_qk_gate(pr.p, nullptr), STRATA_SUCCESS) << what;
-          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, k, width, fm.pass, nullptr), STRATA_SUCCESS) << what;
+          ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, width, fm.pass, nullptr), STRATA_SUCCESS) << what;
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
           const std::vector<uint8_t> out = pr.outputs();
           if (run == 1) {
@@ -375,6 +378,8 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesMma) {
             continue;
           }
           first = out;
+          if (fm.pass == WgmmaPass::kSplit) split_out[width / 32 - (width == 128)] = out;
+          if (fm.pass == WgmmaPass::kTma) expect_split_bits(what, out, split_out[width / 32 - (width == 128)]);
           size_t unwritten = 0;
           const std::vector<uint8_t> o = pr.o->bits();
           for (size_t i = 0; i + 1 < o.size(); i += 2) unwritten += (o[i] == 0xff && o[i + 1] == 0xff);
@@ -409,16 +414,19 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
     const std::vector<uint8_t> h_ref = pr.hs->bits();
     const std::vector<uint8_t> vn_ref = pr.vn ? pr.vn->bits() : std::vector<uint8_t>{};
     const std::vector<uint8_t> ht_ref = pr.ht ? pr.ht->bits() : std::vector<uint8_t>{};
+    std::vector<uint8_t> split_out[4];  // per width (the TMA form gives the split form's bits)
+    for (const WgmmaPass form : {WgmmaPass::kSplit, WgmmaPass::kTma})
     for (const int width : {0, 32, 64, 128}) {
       if (width && s.V % width != 0) {
-        EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
+        EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
         continue;
       }
-      const std::string what = "fwd_h width " + std::to_string(width) + ", shape " + std::to_string(idx);
+      const std::string what = std::string(form == WgmmaPass::kTma ? "fwd_h tma" : "fwd_h split") + " width " +
+                               std::to_string(width) + ", shape " + std::to_string(idx);
       std::vector<uint8_t> first;
       for (int run = 0; run < 2; ++run) {
         pr.poison();
-        ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, width, nullptr), STRATA_SUCCESS) << what;
+        ASSERT_EQ(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << what;
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
         std::vector<uint8_t> out = pr.hs->bits();
         for (const Dev* x : {pr.vn.get(), pr.ht.get()})
@@ -431,6 +439,9 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
           continue;
         }
         first = out;
+        std::vector<uint8_t>& ref = split_out[width / 32 - (width == 128)];
+        if (form == WgmmaPass::kSplit) ref = out;
+        else expect_split_bits(what, out, ref);
         const std::vector<uint8_t> hb = pr.hs->bits();
         size_t unwritten = 0;
         for (size_t i = 0; i + 1 < hb.size(); i += 2) unwritten += (hb[i] == 0xff && hb[i + 1] == 0xff);
@@ -526,9 +537,8 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesReference) {
     ASSERT_EQ(fwd_cuda_state_o(pr.p, StateOKernel::kInline, StateOBlock::k8Warps, nullptr), STRATA_SUCCESS);
     check("mma.sync state_o", true);
     for (const WgmmaForm& fm : kWgmmaForms) {
-      if (fm.kernel != StateOKernel::kInline) continue;
       pr.poison();
-      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, fm.kernel, 0, fm.pass, nullptr), STRATA_SUCCESS) << fm.name;
+      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, 0, fm.pass, nullptr), STRATA_SUCCESS) << fm.name;
       check(std::string("wgmma ") + fm.name, true);
     }
     const GdnFwdParams f = pr.fwd_h();
@@ -592,27 +602,41 @@ double time_ms(Fn fn) {
   return t[t.size() / 2];
 }
 
+// The inputs of the timing tests at a benchmark shape (bf16, H = 16, HV = 32, K = V = 128, chunk 64, T = 32768 / B):
+// q, k, v, w, u, β by cudaMemset (bf16 0x3c3c ≈ 0.0115), γ = 0, and the params reading them (outputs: the caller's).
+struct BenchInputs {
+  static constexpr int64_t H = 16, HV = 32, K = 128, V = 128;
+  static constexpr int32_t dt = STRATA_DTYPE_BF16;
+  int64_t B, T, NT, rows;
+  Dev q, k, v, w, u, g, beta;
+  GdnFwdParams p;
+  explicit BenchInputs(int64_t b)
+      : B(b), T(32768 / b), NT(T / 64), rows(B * T), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2),
+        w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4), beta(rows * HV * 2) {
+    for (Dev* x : {&q, &k, &v, &w, &u, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    GdnShape& d = p.shape;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = NT;
+    d.NT = NT, d.scale = 0.0884f;
+    GdnChunks& m = p.chunks;
+    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = NT;
+    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
+    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
+    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+  }
+};
+
 // The forward's kernels at the benchmark shapes (inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115, γ = 0, β = 0.0115):
 // prepare_wy_repr_fwd (w, u), the gated Q Kᵀ, and the fused pass in its four forms, for a per-kernel split of the
 // fused forward (the l2norm and cumsum kernels before them are not included).
 TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    const int32_t dt = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), beta(rows * HV * 2), o(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &v, &w, &u, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
-    d.NT = d.NTr, d.scale = 0.0884f;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
-    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
-    p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
-    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
+    BenchInputs in(B);
+    const int64_t T = in.T, HV = in.HV, K = in.K, V = in.V, rows = in.rows;
+    const int32_t dt = in.dt;
+    GdnFwdParams& p = in.p;
+    Dev o(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4);
     const double wy = time_ms([&] { return fwd_cuda(FwdOp::kPrepareWY, p, FwdCudaKernels::kMma, nullptr); });
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     const double qk = time_ms([&] { return fwd_cuda_qk_gate(p, nullptr); });
@@ -622,18 +646,6 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
       pass[i] = time_ms([&] { return fwd_cuda_state_o(p, kForms[i].kernel, kForms[i].block, nullptr); });
       EXPECT_GT(pass[i], 0.0) << kForms[i].name;
     }
-    // The wgmma pass (session 8), automatic width (B = 4: 128 columns, B = 1: 32), P inline / pre-computed.
-    const double wg_in = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
-    const double wg_pre = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
-    const double wg_in64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 64, nullptr); });
-    const double wg_pre64 = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 64, nullptr); });
-    EXPECT_GT(wg_in, 0.0);
-    EXPECT_GT(wg_pre, 0.0);
-    report(fmt_line("[gdn_fwd timing wgmma] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_o_wgmma (%d columns) inline-P "
-                    "%.3f ms, pre-computed-P %.3f ms; 64 columns: inline-P %.3f ms, pre-computed-P %.3f ms "
-                    "(mma.sync best here: %.3f ms)",
-                    static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132), wg_in,
-                    wg_pre, wg_in64, wg_pre64, std::min(std::min(pass[0], pass[1]), std::min(pass[2], pass[3]))));
     EXPECT_GT(wy, 0.0);
     EXPECT_GT(qk, 0.0);
     report(fmt_line("[gdn_fwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128: prepare_wy_repr_fwd (w, u) %.3f ms, "
@@ -646,28 +658,20 @@ TEST(GdnFwdCudaVariants, TimingAtBenchShapes) {
 }
 
 // The wgmma passes at the benchmark shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4 T = 8192 and B = 1 T = 32768;
-// inputs by cudaMemset as TimingAtBenchShapes; median of 7): the fused state + output pass in its serial form
-// (session 8), the split form (session 9) at the automatic and the other widths, the best mma.sync pass; and
-// chunk_gated_delta_rule_fwd_h (h, v_new, ht: what the backward re-runs) on state_mma and on the split pass.
+// inputs by cudaMemset as TimingAtBenchShapes; median of 7): the fused state + output pass in its split form
+// (session 9) and copy-engine-fed form (session 10) at the automatic and the other widths, the best mma.sync passes;
+// and chunk_gated_delta_rule_fwd_h (h, v_new, ht: what the backward re-runs) on state_mma and on both wgmma forms.
 // Prints "[gdn_pass timing] ..." and appends it to $OUT/gdn_fwd_timing.txt; fails only if a launch fails.
 TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T, NT = T / 64;
-    const int32_t dt = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4),
-        o(rows * HV * V * 2), vn(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4),
+    BenchInputs in(B);
+    const int64_t T = in.T, HV = in.HV, K = in.K, V = in.V, rows = in.rows, NT = in.NT;
+    const int32_t dt = in.dt;
+    GdnFwdParams p = in.p;
+    p.v = GdnTensor{}, p.beta = GdnTensor{};  // (the pass reads neither)
+    Dev o(rows * HV * V * 2), vn(rows * HV * V * 2), P(rows * HV * 64 * 2), ht(B * HV * K * V * 4),
         hs(B * NT * HV * K * V * 2);
-    for (Dev* x : {&q, &k, &w, &u}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = NT;
-    d.NT = NT, d.scale = 0.0884f;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = NT;
-    p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);
     p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V), p.Pqk = tok(P.p, dt, T, HV, 64);
     EXPECT_EQ(fwd_cuda_qk_gate(p, nullptr), STRATA_SUCCESS);
     const double mma16 = time_ms([&] {
@@ -676,46 +680,46 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
     const double mma8p = time_ms([&] {
       return fwd_cuda_state_o(p, StateOKernel::kPrecomputedP, StateOBlock::k8Warps, nullptr);
     });
-    const double serial = time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, 0, nullptr); });
-    const double serial_p =
-        time_ms([&] { return fwd_cuda_state_o_wgmma(p, StateOKernel::kPrecomputedP, 0, nullptr); });
     double split[4];  // automatic width, 32, 64, 128 columns
     const int widths[4] = {0, 32, 64, 128};
     for (int i = 0; i < 4; ++i) {
       split[i] = time_ms([&] {
-        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, widths[i], WgmmaPass::kSplit, nullptr);
+        return fwd_cuda_state_o_wgmma(p, widths[i], WgmmaPass::kSplit, nullptr);
       });
       EXPECT_GT(split[i], 0.0) << widths[i];
     }
-    double ureg[2];  // u in registers: automatic width, 128 columns (3 stages there)
-    for (int i = 0; i < 2; ++i) {
-      ureg[i] = time_ms([&] {
-        return fwd_cuda_state_o_wgmma(p, StateOKernel::kInline, i == 0 ? 0 : 128, WgmmaPass::kSplitUReg, nullptr);
+    double tma[4];  // the TMA-fed split pass, same widths
+    for (int i = 0; i < 4; ++i) {
+      tma[i] = time_ms([&] {
+        return fwd_cuda_state_o_wgmma(p, widths[i], WgmmaPass::kTma, nullptr);
       });
-      EXPECT_GT(ureg[i], 0.0) << i;
+      EXPECT_GT(tma[i], 0.0) << widths[i];
     }
-    EXPECT_GT(serial, 0.0);
-    report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128: wgmma serial (%d columns) "
-                    "inline-P %.3f ms, pre-computed-P %.3f ms; wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / "
-                    "%.3f / %.3f ms); split u-reg %.3f ms (128 columns, 3 stages: %.3f ms); mma.sync 16 warps "
-                    "inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+    report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (automatic width %d): wgmma "
+                    "split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma tma %.3f ms (%.3f / %.3f / "
+                    "%.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
-                    serial, serial_p, split[0], split[1], split[2], split[3], ureg[0], ureg[1], mma16, mma8p));
+                    split[0], split[1], split[2], split[3], tma[0], tma[1], tma[2], tma[3], mma16, mma8p));
     // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
     GdnFwdParams f = p;
     f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);
     f.h.data = hs.p, f.h.dtype = dt;
     f.h.st[0] = NT * HV * K * V, f.h.st[1] = HV * K * V, f.h.st[2] = K * V, f.h.st[3] = V, f.h.st[4] = 1;
     const double h_mma = time_ms([&] { return fwd_cuda(FwdOp::kFwdH, f, FwdCudaKernels::kMma, nullptr); });
-    double h_wg[4];
-    for (int i = 0; i < 4; ++i) {
-      h_wg[i] = time_ms([&] { return fwd_cuda_fwd_h_wgmma(f, widths[i], nullptr); });
-      EXPECT_GT(h_wg[i], 0.0) << widths[i];
-    }
+    double h_wg[2][4];  // split, tma
+    for (int fm = 0; fm < 2; ++fm)
+      for (int i = 0; i < 4; ++i) {
+        h_wg[fm][i] = time_ms([&] {
+          return fwd_cuda_fwd_h_wgmma(f, widths[i], fm ? WgmmaPass::kTma : WgmmaPass::kSplit, nullptr);
+        });
+        EXPECT_GT(h_wg[fm][i], 0.0) << widths[i];
+      }
     EXPECT_GT(h_mma, 0.0);
     report(fmt_line("[gdn_pass timing] fwd_h (h, v_new, ht) bf16 B=%lld T=%lld H=16 HV=32 K=V=128: state_mma %.3f ms; "
-                    "wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms)",
-                    static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0], h_wg[1], h_wg[2], h_wg[3]));
+                    "wgmma split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma tma %.3f ms (%.3f / "
+                    "%.3f / %.3f ms)",
+                    static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0][0], h_wg[0][1], h_wg[0][2],
+                    h_wg[0][3], h_wg[1][0], h_wg[1][1], h_wg[1][2], h_wg[1][3]));
   }
 }
 

@@ -66,4 +66,24 @@ STRATA_HD constexpr int ld_trans_off(int lane, int t0, int kb) {
   return tile_off<kCols>(t0 + 8 * (i >> 1) + r, kb + 8 * (i & 1));
 }
 
+// Column-block tiles (session 10): the layout a copy-engine box of 8 columns x kRows rows writes (tma_tile.cuh):
+// the 16-byte rows of one 8-column block adjacent, element (r, c) at (c / 8) * 8 kRows + 8 r + c % 8. It is the
+// canonical K-major layout with SBO = 128 bytes (the next 8 rows: core matrices adjacent) and LBO = 16 kRows bytes
+// (the next 8 columns). ldmatrix / stmatrix rows and a 32-bit pair per lane at rows 8 apart stay conflict-free.
+template <int kRows>
+STRATA_HD constexpr int cb_off(int r, int c) {
+  return (c >> 3) * (kRows * 8) + r * 8 + (c & 7);
+}
+// Descriptor of a kRows-row cb_off tile at byte address `base`, advanced to the 16-column K step ks (2 blocks).
+template <int kRows>
+STRATA_HD constexpr uint64_t cb_desc(uint32_t base, int ks) {
+  return make_desc(base + static_cast<uint32_t>(ks) * (2u * kRows * 16u), static_cast<uint32_t>(kRows) * 16u, 128u);
+}
+// ld_trans_off for a cb_off<kRows> [t][key] tile (the A fragment of rows kb.. = keys, K columns t0.. = tile rows).
+template <int kRows>
+STRATA_HD constexpr int cb_ld_trans_off(int lane, int t0, int kb) {
+  const int i = lane >> 3, r = lane & 7;
+  return cb_off<kRows>(t0 + 8 * (i >> 1) + r, kb + 8 * (i & 1));
+}
+
 }  // namespace strata::cuda::wgmma

@@ -8,10 +8,8 @@
 // gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
 // before it), cuda.sm90.fused_inline, cuda.sm90.fused_pqk, cuda.sm90.fused_w16 and cuda.sm90.fused_prep (the same
 // with a form forced: inline P, pre-computed P, inline P with 16-warp pass blocks, w / u / P from one kernel; same
-// bits; reached only by STRATA_FORCE_IMPL, for the tests and benchmarks), cuda.sm90.fused_wgmma,
-// cuda.sm90.fused_wgmma_pqk and cuda.sm90.fused_prep_wgmma (the pass on Hopper warpgroup MMA, P inline / pre-computed
-// by qk_gate_mma / by the prep kernel; bf16 K = 128; forced only), cuda.sm90.fused_wgmma_split (session 9: the
-// warp-specialised wgmma pass, output products off the recurrence's warpgroups; forced only),
+// bits; reached only by STRATA_FORCE_IMPL, for the tests and benchmarks), cuda.sm90.fused_wgmma_split (session 9:
+// the warp-specialised pass on Hopper warpgroup MMA, bf16 K = 128; what cuda.sm90.fused runs where it applies),
 // cuda.sm90.chunked (the sub-operators' CUDA kernels composed, cuda_sm90.cu),
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
@@ -83,9 +81,6 @@ const ImplList<GdnProblem>& impls() {
                                                           {"cuda.sm90.fused_pqk", GdnFusedForm::kPrecomputedP},
                                                           {"cuda.sm90.fused_w16", GdnFusedForm::kInline16},
                                                           {"cuda.sm90.fused_prep", GdnFusedForm::kPrep},
-                                                          {"cuda.sm90.fused_wgmma", GdnFusedForm::kWgmma},
-                                                          {"cuda.sm90.fused_wgmma_pqk", GdnFusedForm::kWgmmaPqk},
-                                                          {"cuda.sm90.fused_prep_wgmma", GdnFusedForm::kPrepWgmma},
                                                           {"cuda.sm90.fused_wgmma_split", GdnFusedForm::kWgmmaSplit}};
     for (const auto& [name, form] : fused)
       l.push_back({name,

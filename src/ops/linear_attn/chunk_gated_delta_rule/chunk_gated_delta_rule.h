@@ -117,18 +117,14 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //   kPrep ("cuda.sm90.fused_prep", session 8): w, u and the gated Q Kᵀ from one kernel (gdn::fwd_cuda_prep: one
 //     block per chunk and q/k head instead of prepare_wy_repr_fwd's per value head plus fwd_cuda_qk_gate), then the
 //     pass with the pre-computed P and the automatic block; the same bits as the other forms.
-//   kWgmma, kWgmmaPqk (session 8): the pass on Hopper warpgroup MMA (gdn::fwd_cuda_state_o_wgmma, P inline /
-//     pre-computed; bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other
-//     summation order inside the products). Forced by "cuda.sm90.fused_wgmma", "cuda.sm90.fused_wgmma_pqk"; kAuto
-//     runs kWgmma where gdn::fwd_cuda_state_o_wgmma_pays (one 128-column block per sequence-head, B = 4 T = 8192:
-//     measured faster in GPU run s8run2), the mma.sync pass elsewhere.
-//   kPrepWgmma ("cuda.sm90.fused_prep_wgmma"): w, u and P from the one prep kernel (kPrep), then the wgmma pass with
-//     the pre-computed P (kWgmmaPqk's pass); forced only.
-//   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised wgmma pass (gdn::WgmmaPass::kSplit:
-//     two warpgroups run the recurrence, a third forms o; P inline); same shapes as kWgmma. kAuto runs this form
-//     wherever the wgmma pass applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: faster at B = 4 and B = 1).
+//   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised pass on Hopper warpgroup MMA
+//     (gdn::fwd_cuda_state_o_wgmma, WgmmaPass::kSplit: two warpgroups run the recurrence, a third forms o; P inline;
+//     bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other summation order
+//     inside the products). kAuto runs this form wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2:
+//     faster at B = 4 and B = 1). Session 8's serial wgmma forms (kWgmma, kWgmmaPqk, kPrepWgmma) lost to it
+//     everywhere and were removed in session 10.
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmma, kWgmmaPqk, kPrepWgmma, kWgmmaSplit
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);

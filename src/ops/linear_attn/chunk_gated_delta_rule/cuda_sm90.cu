@@ -617,12 +617,9 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   const Calls c = make_calls(p, b, s, false);
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
-  const bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk ||
-                     form == GdnFusedForm::kPrepWgmma || form == GdnFusedForm::kWgmmaSplit;
-  if (r.empty() && wgmma) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
-  if (r.empty() && (form == GdnFusedForm::kPrecomputedP || form == GdnFusedForm::kWgmmaPqk))
-    r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
-  if (r.empty() && (form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma))
+  if (r.empty() && form == GdnFusedForm::kWgmmaSplit) r = gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo);
+  if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
+  if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
   return r;
 }
@@ -673,10 +670,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  const bool prep = form == GdnFusedForm::kPrep || form == GdnFusedForm::kPrepWgmma;
-  bool wgmma = form == GdnFusedForm::kWgmma || form == GdnFusedForm::kWgmmaPqk || form == GdnFusedForm::kPrepWgmma ||
-               form == GdnFusedForm::kWgmmaSplit;
-  bool pre_p = form == GdnFusedForm::kPrecomputedP || prep || form == GdnFusedForm::kWgmmaPqk;
+  const bool prep = form == GdnFusedForm::kPrep;
+  bool wgmma = form == GdnFusedForm::kWgmmaSplit;
+  bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
   if (form == GdnFusedForm::kAuto) {
     // The split wgmma pass with P inline wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: B = 4 T = 8192
     // 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms), else the mma.sync pass
@@ -692,19 +688,11 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
     STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
-    if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, gdn::StateOKernel::kPrecomputedP, 0, stream));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  if (wgmma) {
-    if (pre_p) STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
-    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(
-        f, pre_p ? gdn::StateOKernel::kPrecomputedP : gdn::StateOKernel::kInline, 0,
-        form == GdnFusedForm::kWgmmaSplit || form == GdnFusedForm::kAuto ? gdn::WgmmaPass::kSplit
-                                                                         : gdn::WgmmaPass::kSerial,
-        stream));
-  }
+  if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kSplit, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));

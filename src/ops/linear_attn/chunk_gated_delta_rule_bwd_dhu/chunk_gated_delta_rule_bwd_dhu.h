@@ -44,7 +44,22 @@ struct DhuParams {
   // (chunk_gated_delta_rule_bwd_dhu_fuses_dv_local); the other implementations refuse a call that sets it.
   bool fuse_dv_local = false;
 };
-inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4;
+// kDhuWgmmaTma (session 10): the warpgroup-MMA kernel with its chunk tiles brought in by the copy engine (tensor-map
+// boxes issued by one warp, completing on an mbarrier) instead of cp.async by every thread; the same bits. kDhuAuto
+// takes it with the fused dv_local and at 16 columns per warpgroup (measured faster there); kDhuWgmma forces the
+// cp.async kernel.
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5;
+
+// The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0
+// (offs: the chunk offsets of a pack, read on the device).
+struct DhuSeq {
+  int64_t b, bos, eos, hc0;
+};
+STRATA_HD DhuSeq dhu_sequence(const gdn_bwd::Dims& d, const int64_t* offs, int64_t n) {
+  if (!d.varlen()) return {n, 0, d.T, 0};
+  const int64_t bos = d.cu_at(n), eos = d.cu_at(n + 1);
+  return {0, bos, eos < bos ? bos : eos, offs[n]};  // (eos < bos only with invalid cu_seqlens)
+}
 
 void chunk_gated_delta_rule_bwd_dhu_reference(const DhuParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -34,13 +34,8 @@ __global__ void __launch_bounds__(kThreads) dhu_kernel(DhuParams p, const int64_
     const int64_t vt = item % vtiles, hv = item / vtiles % d.HV, n = item / (vtiles * d.HV), h = hv / d.G;
     const int64_t e0 = vt * kTile;
     const int vc = static_cast<int>(d.V - e0 < kTile ? d.V - e0 : kTile);
-    int64_t b = 0, bos, eos, hc0;
-    if (d.varlen()) {
-      bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
-      if (eos < bos) eos = bos;  // only with invalid cu_seqlens
-    } else {
-      b = n, bos = 0, eos = d.T, hc0 = 0;
-    }
+    const DhuSeq sq = dhu_sequence(d, offs, n);
+    const int64_t b = sq.b, bos = sq.bos, eos = sq.eos, hc0 = sq.hc0;
     __syncthreads();
     for (int kt = 0; kt < ktiles; ++kt) {
       const int kr = static_cast<int>(d.K - kt * kTile < kTile ? d.K - kt * kTile : kTile);

@@ -68,13 +68,8 @@ __global__ void __launch_bounds__(kThr, (KP <= 128 && BV <= 64 && STAGES == 1) ?
     const int64_t vt = item % vtiles, hv = item / vtiles % d.HV, n = item / (vtiles * d.HV), h = hv / d.G;
     const int64_t e0 = vt * BV;
     const int vc = static_cast<int>(d.V - e0 < BV ? d.V - e0 : BV);
-    int64_t b = 0, bos, eos, hc0;
-    if (d.varlen()) {
-      bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
-      if (eos < bos) eos = bos;  // only with invalid cu_seqlens
-    } else {
-      b = n, bos = 0, eos = d.T, hc0 = 0;
-    }
+    const DhuSeq sq = dhu_sequence(d, offs, n);
+    const int64_t b = sq.b, bos = sq.bos, eos = sq.eos, hc0 = sq.hc0;
     // dS = dht[n, hv] (or 0), f32 in the accumulators.
     float acc[MT][NT][4];
 #pragma unroll
@@ -349,7 +344,8 @@ std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
 }
 
 bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p) {
-  return (p.mma_variant == kDhuWgmma || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
+  return (p.mma_variant == kDhuWgmma || p.mma_variant == kDhuWgmmaTma ||
+          (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
          chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p);
 }
 
@@ -371,7 +367,7 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
   if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
-  if (p.mma_variant == kDhuWgmma) {  // forced but not applicable
+  if (p.mma_variant == kDhuWgmma || p.mma_variant == kDhuWgmmaTma) {  // forced but not applicable
     const std::string r = chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p);
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
                 r.empty() ? "q, k, w, do not 16-byte copyable, or dh, dv2 (dv) not aligned bf16 pairs" : r);

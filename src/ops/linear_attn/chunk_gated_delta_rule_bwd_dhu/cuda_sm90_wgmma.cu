@@ -39,6 +39,7 @@
 #include "tile/cuda/cp_async.cuh"
 #include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/mma.cuh"
+#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
 
@@ -80,29 +81,38 @@ __device__ __forceinline__ void store_acc_trans(uint32_t x, int row0, const floa
   store_pairs_trans<kN, kRowsLd>(x, row0, u);
 }
 
-// Shared memory: two stages of {K, Q, W [64][128] core-matrix tiles, dO [64][2 kN + 8] row-major, γ [64] f32},
-// then per warpgroup its dS copy [kN][128], dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles).
-template <int kN>
+// Shared memory: two stages of {K, Q, W [64][128] tiles, dO [64][2 kN], γ [64] f32}, then per warpgroup its dS copy
+// [kN][128], dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles), then (kTma) the stages' mbarriers. cp.async:
+// K, Q, W tile_off tiles, dO row-major with a pitch of 2 kN + 8 (conflict-free 32-bit pair reads); kTma: the copy
+// engine's cb_off<64> tiles (tma_tile.cuh) for all four.
+template <int kN, bool kTma>
 struct WgSmem {
-  static constexpr int kLdO = 2 * kN + 8;  // dO row pitch (elements): conflict-free 32-bit pair reads
+  static constexpr int kLdO = kTma ? 2 * kN : 2 * kN + 8;
   static constexpr int kTile = kRows * kKeys * 2;
   static constexpr int kK = 0, kQ = kTile, kW = 2 * kTile, kO = 3 * kTile;
   static constexpr int kG = kO + kRows * kLdO * 2;
   static constexpr int kStage = kG + kRows * 4;
   static constexpr int kSb = kN * kKeys * 2, kSmall = kN * kRows * 2;
   static constexpr int kWgB = kSb + 3 * kSmall;  // per warpgroup: sb, dOᵀ, (sE dO)ᵀ, −dVnᵀ
-  static constexpr int kBytes = 2 * kStage + 2 * kWgB;
+  static constexpr int kBytes = 2 * kStage + 2 * kWgB + (kTma ? 128 : 0);
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0, "128-byte aligned regions");
+  // Element offset of dO (row r, column c) in a stage's dO tile.
+  __device__ static constexpr int o_off(int r, int c) { return kTma ? wg::cb_off<kRows>(r, c) : r * kLdO + c; }
 };
 
-template <int kN, bool kFuse>
+// The tensor maps of the kTma kernel (unused by the cp.async one).
+struct DhuMaps {
+  CUtensorMap k, q, w, dout;
+};
+
+template <int kN, bool kFuse, bool kTma>
 __global__ void __launch_bounds__(kThr, 1)
-    dhu_wgmma_kernel(const DhuParams p, const int64_t* offs, int64_t nvt) {
+    dhu_wgmma_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
-  using S = WgSmem<kN>;
+  using S = WgSmem<kN, kTma>;
   namespace mm = ::strata::cuda::mma;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -114,14 +124,26 @@ __global__ void __launch_bounds__(kThr, 1)
   const uint32_t sb = s0 + 2 * S::kStage + wgi * S::kWgB;
   const uint32_t dot = sb + S::kSb, sedot = dot + S::kSmall, dvnt = sedot + S::kSmall;
 
-  int64_t b = 0, bos, eos, hc0;
-  if (d.varlen()) {
-    bos = d.cu_at(n), eos = d.cu_at(n + 1), hc0 = offs[n];
-    if (eos < bos) eos = bos;  // only with invalid cu_seqlens
-  } else {
-    b = n, bos = 0, eos = d.T, hc0 = 0;
-  }
+  const DhuSeq sq = dhu_sequence(d, offs, n);
+  const int64_t b = sq.b, bos = sq.bos, eos = sq.eos, hc0 = sq.hc0;
   const int64_t nc = (eos - bos + kRows - 1) / kRows;
+  // The K / Q / W tiles' descriptors (the K step ks) and ldmatrix.trans offsets in either layout.
+  auto tdesc = [](uint32_t base, int ks) {
+    if constexpr (kTma) return wg::cb_desc<kRows>(base, ks);
+    else return wg::tile_desc<kKeys>(base, ks);
+  };
+  // The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] tile X at `base`.
+  auto load_trans = [lane, w](uint32_t base, uint32_t(&f)[2][4][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        int off;
+        if constexpr (kTma) off = wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w);
+        else off = wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
+        wg::ldmatrix_x4_trans(f[mt][kk], base + 2u * static_cast<uint32_t>(off));
+      }
+  };
 
   // dS: keys 64 mt + acc_row(w, lane, x & 3), columns v0 + cb + acc_col(lane, x >> 2, x & 3) at dS[mt][x].
   float dS[2][kN / 2];
@@ -132,7 +154,7 @@ __global__ void __launch_bounds__(kThr, 1)
       const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = v0 + cb + wg::acc_col(lane, x >> 2, x & 3);
       dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
     }
-  if (nc == 0) {  // no chunk: dh0 = dht
+  auto store_dh0 = [&] {
     if (p.dh0.present())
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -141,16 +163,49 @@ __global__ void __launch_bounds__(kThr, 1)
           st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
                             wg::acc_col(lane, x >> 2, x & 3),
                  dS[mt][x]);
+  };
+  if (nc == 0) {  // no chunk: dh0 = dht
+    store_dh0();
     return;
+  }
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBytes - 128);  // kTma: stage st's copies
+  if constexpr (kTma) {
+    if (tid == 0) ::strata::cuda::mbar_init(full, 1), ::strata::cuda::mbar_init(full + 1, 1);
+    __syncthreads();
   }
 
   // Requests chunk c's K, Q, W, dO tiles into stage st (one cp.async group; rows >= L zero-filled). K / Q / W:
   // thread row r0 + 16 it (r0 = tid % 8 + 8 (tid / 128)), segment q = (tid / 8) % 16: the 8 threads of a 128-byte
   // shared wavefront write 8 rows of one core-matrix column (distinct banks); dO: kN / 4 segments a row.
+  // kTma: warp 0 issues the 48 + kN / 4 boxes (one per 8-column block of each tile) of chunk c on full[st]; rows past
+  // the sequence arrive as they are (past T: zeros) and only meet zeros (rows >= L of dVn, scale E dO, Bm and the
+  // dv read are selected as 0).
   auto request = [&](int64_t c, int st) {
     const int64_t t0 = bos + c * kRows;
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
     const uint32_t base = s0 + st * S::kStage;
+    if constexpr (kTma) {
+      if (tid < 32) {
+        wg::fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
+        if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kG);
+        __syncwarp();
+        const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
+        constexpr int kTileBoxes = 3 * (kKeys / 8), kBoxes = kTileBoxes + 2 * kN / 8;
+        for (int i = lane; i < kBoxes; i += 32) {
+          if (i < kTileBoxes) {
+            const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // K, Q, W; 8-column block q
+            ::strata::cuda::tma::load_box(base + m * S::kTile + q * (kRows * 16), m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
+                                          8 * q, static_cast<int>(m == 2 ? hv : h), static_cast<int>(t0),
+                                          static_cast<int>(b), bar);
+          } else {
+            const int q = i - kTileBoxes;
+            ::strata::cuda::tma::load_box(base + S::kO + q * (kRows * 16), &maps.dout, static_cast<int>(v0) + 8 * q,
+                                          static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b), bar);
+          }
+        }
+      }
+      return;
+    }
+    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
     {
       const int q = (tid >> 3) & 15, r0 = (tid & 7) + 8 * (tid >> 7);
       const uint32_t d0 = base + 2u * static_cast<uint32_t>(wg::tile_off<kKeys>(r0, 8 * q));
@@ -221,12 +276,31 @@ __global__ void __launch_bounds__(kThr, 1)
     const int st = static_cast<int>(it & 1);
     const int64_t t0 = bos + c * kRows, hc = hc0 + c;
     const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
-    ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
+    if constexpr (!kTma) ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
     wg::fence_proxy_async();
-    __syncthreads();  // stage st, its γ and every dS copy visible; every reader of the other stage is done
+    __syncthreads();  // stage st's γ and every dS copy visible; every reader of the other stage is done
+    // kTma: chunk c − 1's boxes into the other stage now, with no wgmma in flight (issued between the groups, warp 0's
+    // branch made ptxas serialise the fused kernel's wgmma: C7511).
+    if constexpr (kTma) {
+      if (c > 0) request(c - 1, st ^ 1);
+      ::strata::cuda::mbar_wait(full + st, static_cast<uint32_t>(it >> 1) & 1u);  // chunk c's tiles landed
+    }
     const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ, wst = kst + S::kW;
     const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
     const float* gam = reinterpret_cast<const float*>(smem + st * S::kStage + S::kG);
+
+    // The row factors first (their branches between the issue of a group and its wait made ptxas serialise the
+    // wgmma: C7511): γ, e^{γ_last − γ} and scale e^γ of this thread's two accumulator rows (0 past L: the rows the
+    // copy engine brings from past the sequence then add nothing to Qᵀ (sE dO)).
+    float gi[2], dec[2], es[2];
+    const float glast = gam[L - 1];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = wg::acc_row(w, lane, 2 * hh);
+      gi[hh] = gam[i];
+      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
+      es[hh] = i < L ? scale * gate_exp(gi[hh]) : 0.f;
+    }
 
     // Groups P (fused) and A.
     float accP[kFuse ? 32 : 1], accD[kN / 2];
@@ -236,23 +310,15 @@ __global__ void __launch_bounds__(kThr, 1)
     if constexpr (kFuse) {
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks)
-        wg::mma_ss<T, 64>(accP, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(qst, ks), ks > 0);
+        wg::mma_ss<T, 64>(accP, tdesc(kst, ks), tdesc(qst, ks), ks > 0);
       wg::wg_commit();
     }
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+      wg::mma_ss<T, kN>(accD, tdesc(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
     wg::wg_commit();
 
     // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
-    float gi[2], dec[2];  // γ and e^{γ_last − γ} of this thread's two accumulator rows (0 past L)
-    const float glast = gam[L - 1];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      gi[hh] = gam[i];
-      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
-    }
     uint32_t dvw[kFuse ? 1 : kN / 4];
     if constexpr (!kFuse) {
       const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
@@ -270,17 +336,15 @@ __global__ void __launch_bounds__(kThr, 1)
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-          raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(sO + wg::acc_row(w, lane, 2 * hh) * S::kLdO + cb +
-                                                               wg::acc_col(lane, j, 0));
+          raw[2 * j + hh] =
+              *reinterpret_cast<const uint32_t*>(sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
       if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);
-      const float es0 = scale * gate_exp(gi[0]), es1 = scale * gate_exp(gi[1]);
 #pragma unroll
       for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-          const float e = hh ? es1 : es0;
-          raw[2 * j + hh] = mm::pack2<T>(f.x * e, f.y * e);
+          raw[2 * j + hh] = mm::pack2<T>(f.x * es[hh], f.y * es[hh]);
         }
       store_pairs_trans<kN, kRows>(sedot, 0, raw);
     }
@@ -313,9 +377,10 @@ __global__ void __launch_bounds__(kThr, 1)
     }
 
     // Chunk c − 1 into the other stage and its γ (fetched one chunk earlier): after the groups that dv needs are
-    // issued (P, A, V), so that their address arithmetic is not on the recurrence's path.
+    // issued (P, A, V), so that their address arithmetic is not on the recurrence's path (kTma: requested at the
+    // top of the chunk, see there).
     if (c > 0) {
-      request(c - 1, st ^ 1);
+      if constexpr (!kTma) request(c - 1, st ^ 1);
       if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
       g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
     }
@@ -323,12 +388,7 @@ __global__ void __launch_bounds__(kThr, 1)
 
     // Group U1: dS = e^{γ_last} dS + Qᵀ (scale E dO).
     uint32_t qf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wg::ldmatrix_x4_trans(qf[mt][kk],
-                              qst + 2u * static_cast<uint32_t>(wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    load_trans(qst, qf);
     const float decay = gate_exp(glast);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -368,12 +428,7 @@ __global__ void __launch_bounds__(kThr, 1)
       store_pairs_trans<kN, kRows>(dvnt, 0, neg);
     }
     uint32_t wf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wg::ldmatrix_x4_trans(wf[mt][kk],
-                              wst + 2u * static_cast<uint32_t>(wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    load_trans(wst, wf);
     wg::fence_proxy_async();
     wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
 
@@ -395,26 +450,46 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::fence_proxy_async();
     if (c > 0) store_dh(hc - 1);
   }
-  if (p.dh0.present())
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x)
-        st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
-                          wg::acc_col(lane, x >> 2, x & 3),
-               dS[mt][x]);
+  store_dh0();
 #endif
 }
 
-template <int kN, bool kFuse>
+// The tensor maps of the kTma kernel; false where a view does not qualify (the cp.async kernel runs then).
+bool make_maps(const DhuParams& p, DhuMaps& m) {
+  const Dims& d = p.d;
+  auto enc = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D) {
+    return ::strata::cuda::tma::encode_rows_map(x, v.p, d.varlen() ? 1 : d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2],
+                                                kRows);
+  };
+  return enc(&m.k, p.k, d.H, d.K) && enc(&m.q, p.q, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) &&
+         enc(&m.dout, p.dout, d.HV, d.V);
+}
+
+template <int kN, bool kFuse, bool kTma>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
-  constexpr int smem = WgSmem<kN>::kBytes;
+  DhuMaps maps{};
+  if constexpr (kTma)
+    if (!make_maps(p, maps)) return launch<kN, kFuse, false>(p, offs, stream);
+  constexpr int smem = WgSmem<kN, kTma>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dhu_wgmma_kernel<kN, kFuse>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  dhu_wgmma_kernel<kN, kFuse><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt);
+  auto kernel = dhu_wgmma_kernel<kN, kFuse, kTma>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch(kFuse ? "chunk_gated_delta_rule_bwd_dhu (wgmma, fused dv_local)"
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
+}
+
+template <bool kTma>
+strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream) {
+  if (p.fuse_dv_local) {
+    if (kn == 64) return launch<64, true, kTma>(p, offs, stream);
+    if (kn == 32) return launch<32, true, kTma>(p, offs, stream);
+    return launch<16, true, kTma>(p, offs, stream);
+  }
+  if (kn == 64) return launch<64, false, kTma>(p, offs, stream);
+  if (kn == 32) return launch<32, false, kTma>(p, offs, stream);
+  return launch<16, false, kTma>(p, offs, stream);
 }
 
 // A token tensor the kernel copies by 16-byte segments at any (b, t, head): bf16, outer strides multiples of 8
@@ -457,14 +532,12 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   const int kn = dhu_wgmma_cols(p.d, ::strata::cuda::current_sm_count(), p.wgmma_cols);
   if (kn == 0) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {} columns per warpgroup "
                                                      "do not divide V = {}", p.wgmma_cols, p.d.V);
-  if (p.fuse_dv_local) {
-    if (kn == 64) return launch<64, true>(p, offs, stream);
-    if (kn == 32) return launch<32, true>(p, offs, stream);
-    return launch<16, true>(p, offs, stream);
-  }
-  if (kn == 64) return launch<64, false>(p, offs, stream);
-  if (kn == 32) return launch<32, false>(p, offs, stream);
-  return launch<16, false>(p, offs, stream);
+  // kDhuAuto: the copy-engine-fed kernel where GPU run s10run1 (H200, bf16, HV = 32, K = V = 128) measured it faster:
+  // with the fused dv_local (the composed backward's call) at every width (automatic width: B = 4 T = 8192 0.963 vs
+  // 0.979 ms, B = 1 T = 32768 2.167 vs 2.354 ms) and with dv read at 16 columns (B = 1: 2.034 vs 2.120 ms); the cp.async
+  // kernel for dv read at 32 / 64 columns (B = 4: 1.004 vs 1.030 ms). The same bits either way.
+  const bool tma = p.mma_variant == kDhuWgmmaTma || (p.mma_variant == kDhuAuto && (p.fuse_dv_local || kn == 16));
+  return tma ? launch_cols<true>(p, kn, offs, stream) : launch_cols<false>(p, kn, offs, stream);
 }
 
 }  // namespace strata::linear_attn

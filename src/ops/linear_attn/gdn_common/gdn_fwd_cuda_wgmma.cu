@@ -1,32 +1,20 @@
-// CUDA sm_90a fused GDN state + output pass on Hopper warpgroup MMA (wgmma.mma_async m64nNk16, f32 accumulation)
-// for bf16 token tensors: chunk_gated_delta_rule's forward when the chunk states are not wanted. The same math,
-// inputs and precision model as state_o_mma (gdn_fwd_cuda_mma.cu; S and v_new / Vd enter their products as one
-// bf16 term, P = Q Kᵀ ⊙ Γ rounded to bf16), only the f32 summation order inside the products differs. Per chunk
-// c of a (sequence, value head) with start state S_c [K = 128, cols] in f32 registers:
+// CUDA sm_90a GDN state passes on Hopper warpgroup MMA (wgmma.mma_async m64nNk16, f32 accumulation) for bf16
+// token tensors: chunk_gated_delta_rule's fused forward (o without the chunk states) and
+// chunk_gated_delta_rule_fwd_h (h, v_new). The same math, inputs and precision model as state_o_mma / state_mma
+// (gdn_fwd_cuda_mma.cu; S and v_new / Vd enter their products as one bf16 term, P = Q Kᵀ ⊙ Γ rounded to bf16), only
+// the f32 summation order inside the products differs. Per chunk c of a (sequence, value head) with start state
+// S_c [K = 128, cols] in f32 registers:
 //   v_new = u − W S_c,   o = scale (diag(e^γ) Q S_c + (Q Kᵀ ⊙ Γ, lower incl. diagonal) v_new),
 //   S_{c+1} = e^{γ_last} S_c + Kᵀ (v_new ⊙ e^{γ_last − γ}).
+// Two warp-specialised kernels run it (the state warpgroups carry S, an output warpgroup forms o): state_split_wgmma
+// (tiles by cp.async from the math threads, session 9) and state_tma_wgmma (tiles by the copy engine, session 10).
+// Session 8's serial pass (each warpgroup forming o beside its recurrence, P inline or pre-computed) and session 9's
+// u-in-registers form lost to the split pass at every measured shape (s9run1 / s9run2) and were removed in session 10.
 //
-// Block: 2 warpgroups (256 threads), one (sequence, value head, kBV = 2 kN columns of S); warpgroup g owns the kN
-// columns v0 + g kN.. of S (both 64-row halves of the 128 keys: 2 accumulators m64 x kN) and runs the whole
-// recurrence of those columns by itself: W S, Q S, v_new, Vd, the P v_new and S updates of its columns only read
-// what it wrote itself (its S, Vn, Vd operand tiles), so the two warpgroups meet at one block barrier per chunk
-// (the shared K / W / Q / U / P stage) and otherwise only at warpgroup named barriers. Per chunk and warpgroup:
-//   wgmma group 1: W S (A = W tile, B = the bf16 copy of S, both shared; 8 K steps),
-//   wgmma group 2: Q S (8), and with P inline Q Kᵀ (A = Q, B = the K tile; N = 64, 8 K steps; each warpgroup
-//                  forms the full P: they share nothing but the stage);
-//   v_new = u − W S (rows < L; written to v_new when present), Vn = bf16(v_new), Vd = bf16(v_new e^{γ_L − γ})
-//   stored transposed (stmatrix.trans) as K-major B tiles [cols][64];
-//   O = e^{γ} Q S; P gated, masked, rounded to bf16 and kept in registers as the A operand of P Vn (pre-computed
-//   P: a fifth tile of the stage, read by descriptor);
-//   wgmma group 3: S = e^{γ_L} S + Kᵀ Vd (A = Kᵀ from the K tile by ldmatrix.trans into registers, 2 x 4 steps),
-//   wgmma group 4: O += P Vn (4 steps); then the bf16 copy of the new S (stmatrix.trans) and o (rows < L).
-// The next chunks' K, W, Q, U (and P) tiles are requested by cp.async kStages − 1 chunks ahead into a ring of
-// kStages stages; γ one chunk ahead through a register. Shared layouts and descriptors: gdn_fwd_wgmma_layout.h.
-//
-// Applies (fwd_cuda_state_o_wgmma_reject) to bf16 q, k, w, u, o (v_new) with K = 128, V a multiple of 32, chunk
-// size 64; at run time every token tensor must also be "lean" (unit column stride, strides multiples of 8
-// elements, 16-byte aligned data; o / v_new 4-byte pairs), else the pass falls back to state_o_mma. No atomics,
-// fixed order: bitwise reproducible.
+// Applies (fwd_cuda_state_o_wgmma_reject / fwd_cuda_fwd_h_wgmma_reject) to bf16 tensors with K = 128, V a multiple
+// of 32, chunk size 64; at run time every token tensor must also be "lean" (unit column stride, strides multiples of
+// 8 elements, 16-byte aligned data; o / v_new / h 4-byte pairs), else the mma.sync passes run. No atomics, fixed
+// order: bitwise reproducible.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -42,6 +30,7 @@
 #include "tile/cuda/cp_async.cuh"
 #include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/mma.cuh"
+#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 
 namespace strata::linear_attn::gdn {
@@ -85,6 +74,99 @@ __device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&
 // per call (32 + 4 calls per thread and chunk step with P inline).
 __device__ __forceinline__ float gate_exp(float x) { return cuda::ex2_ftz(x * 1.4426950408889634f); }
 
+// S's start value at this thread's accumulator positions (keys 64 mt + acc_row(w, lane, x & 3), columns
+// col0 + acc_col(lane, x >> 2, x & 3) at S[mt][x]): h0 of (n, hv), 0 without h0.
+template <int kN>
+__device__ __forceinline__ void load_state(const GdnFwdParams& p, int64_t n, int64_t hv, int64_t col0,
+                                           float (&S)[2][kN / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3), col = col0 + wgl::acc_col(lane, x >> 2, x & 3);
+      S[mt][x] = p.h0.present()
+                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
+                     : 0.f;
+    }
+}
+// The final state S into ht (same positions as load_state).
+template <int kN>
+__device__ __forceinline__ void store_state(const GdnFwdParams& p, int64_t n, int64_t hv, int64_t col0,
+                                            const float (&S)[2][kN / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3), col = col0 + wgl::acc_col(lane, x >> 2, x & 3);
+      store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
+    }
+}
+// fwd_h: S rounded to T as the pairs of its rows (hpk[mt][row half][8-column block]; the bits store_trans writes
+// into S's copy), packed before W S is issued (stores straight from S would make ptxas wait for W S: S is a wgmma
+// accumulator).
+template <class T, int kN>
+__device__ __forceinline__ void pack_state(const float (&S)[2][kN / 2], uint32_t (&hpk)[2][2][kN / 8]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j)
+        hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+}
+// h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_state's pairs.
+template <int kN>
+__device__ __forceinline__ void store_h_rows(const GdnFwdParams& p, int64_t b, int64_t cidx, int64_t hv, int64_t col0,
+                                             const uint32_t (&hpk)[2][2][kN / 8]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, b, cidx) + hv * p.h.st[2] + col0;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
+    }
+}
+// P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn
+// (accP: the m64n64 accumulator of Q Kᵀ; gam: γ of the chunk's rows).
+template <class T>
+__device__ __forceinline__ void gate_p(float (&accP)[32], uint32_t (&pa)[4][4], const float* gam, int L) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int x = 0; x < 32; ++x) {
+    const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
+    accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
+    pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
+    pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
+    pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
+  }
+}
+// o rows < L of the chunk at t0 (columns col0 .. col0 + kCols − 1) = scale · accO, as T pairs.
+template <class T, int kCols>
+__device__ __forceinline__ void store_o_rows(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
+                                             int64_t col0, int L, float scale, const float (&accO)[kCols / 2]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = wgl::acc_row(w, lane, 2 * half);
+    if (i >= L) continue;
+    uint16_t* orow =
+        static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] + col0;
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+      *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
+          mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
+  }
+}
+
 // A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
 // column stride, outer strides multiples of 8 elements, 16-byte aligned data.
 template <class T>
@@ -101,310 +183,78 @@ bool pair16(const GdnTensor& t) {
          (reinterpret_cast<uintptr_t>(t.data) & 3u) == 0;
 }
 
-constexpr int kWgThreads = 256;  // 2 warpgroups
-constexpr int kRowsC = 64;       // rows of a chunk tile
-constexpr int kKeys = 128;       // K (rows of S, columns of the K / W / Q tiles)
-
-// Shared memory of state_o_wgmma<kN, kStages, kPreP>: kStages x {K, W, Q [64][128] (core-matrix tiles), U [64][2kN + 8]
-// (row-major, padded), P [64][64] (kPreP)}, then per warpgroup its S copy [kN][128], Vn and Vd [kN][64], then
-// γ [2][64] f32.
-template <int kN, bool kPreP>
-constexpr int wg_stage_bytes() {
-  return 3 * kRowsC * kKeys * 2 + kRowsC * (2 * kN + 8) * 2 + (kPreP ? kRowsC * kRowsC * 2 : 0);
-}
-template <int kN, int kStages, bool kPreP>
-constexpr int wg_smem_bytes() {
-  return kStages * wg_stage_bytes<kN, kPreP>() + 2 * (kN * kKeys * 2 + 2 * kN * kRowsC * 2) + 2 * kRowsC * 4;
-}
+constexpr int kRowsC = 64;   // rows of a chunk tile
+constexpr int kKeys = 128;   // K (rows of S, columns of the K / W / Q tiles)
 constexpr int kMaxSmem = 227 * 1024;
-// Three stages where they fit (chunk c + 2 requested at chunk c), else two.
-template <int kN, bool kPreP>
-constexpr int wg_stages() {
-  return wg_smem_bytes<kN, 3, kPreP>() <= kMaxSmem ? 3 : 2;
+
+// The state warpgroups' steps that the split pass and its copy-engine-fed form share (they differ only in the stage
+// layout: tile_off tiles and a padded row-major U for cp.async, cb_off tiles for the copy engine).
+// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return), stored to p.v_new when present
+// for rows < L (columns col0 + acc_col); u pairs read from the stage's U tile Us at u_off(row, column in the block);
+// fd[half] = e^{γ_L − γ} of the thread's two rows (0 past L).
+template <class T, int kN, class UOff>
+__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], float (&fd)[2], const uint16_t* Us, UOff u_off,
+                                           int cb, const float* gam, float glast, int L, const GdnFwdParams& p,
+                                           const SeqPos& sq, int64_t hv, int64_t t0, int64_t col0) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  const bool vn_out = p.v_new.present();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = wgl::acc_row(w, lane, 2 * half);
+    fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
+    const bool store = vn_out && i < L;
+    uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
+                                 hv * p.v_new.st[2] + col0
+                           : nullptr;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int cl = wgl::acc_col(lane, j, 0);  // even
+      const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + u_off(i, cb + cl)));
+      const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+      if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+      accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;
+    }
+  }
 }
-
-template <class T, int kN, int kStages, bool kPreP>
-__global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParams p, int64_t nvt) {
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
-#else
-  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
-  static_assert(kStages == 2 || kStages == 3, "two or three stages");
-  constexpr int kBV = 2 * kN;                        // columns of S per block
-  constexpr int kTileB = kRowsC * kKeys * 2;         // bytes of a K / W / Q tile
-  constexpr int kLdU = kBV + 8;                      // U's leading dim (elements): conflict-free pair reads
-  constexpr int kUB = kRowsC * kLdU * 2;
-  constexpr int kStageB = wg_stage_bytes<kN, kPreP>();
-  constexpr int kSbB = kN * kKeys * 2;               // a warpgroup's S copy
-  constexpr int kVB = kN * kRowsC * 2;               // a warpgroup's Vn (and Vd)
-  static_assert(kTileB % 128 == 0 && kUB % 16 == 0 && kStageB % 16 == 0, "16-byte aligned regions");
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t sb_all = s0 + kStages * kStageB;    // [2][kN][128]
-  const uint32_t vn_all = sb_all + 2 * kSbB;         // [2][kN][64]
-  const uint32_t vd_all = vn_all + 2 * kVB;          // [2][kN][64]
-  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + 2 * kSbB + 4 * kVB);  // [2][64]
-
-  const int64_t HV = p.shape.HV, BT = p.shape.BT;
-  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
-  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
-  const int64_t v0 = vt * kBV;
-  const SeqPos sq = locate_sequence(p.chunks, n);
-  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
-  const uint32_t sb = sb_all + wg * kSbB, vn = vn_all + wg * kVB, vd = vd_all + wg * kVB;
-
-  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
-  float S[2][kN / 2];
+// The Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..) from the stage's [t][key] K tile at
+// kst (kCb: a cb_off<64> tile, else tile_off<128>).
+template <bool kCb>
+__device__ __forceinline__ void load_kt(uint32_t (&kf)[2][4][4], uint32_t kst) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-      S[mt][x] = p.h0.present()
-                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
-                     : 0.f;
-    }
-
-  // Requests chunk [t, t + BT) into stage st (one cp.async group; an empty one past the sequence, so that the
-  // group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4 passes; U kBV / 8
-  // segments a row; P 8 segments a row, 32 rows a pass, 2 passes. Rows >= Lr are zero-filled (nothing read).
-  // r0 + 16 it (K / W / Q) and r0 + 32 it (P) keep r0 % 8, so tile_off moves by whole rows of core matrices.
-  auto request = [&](int64_t t, int st) {
-    if (t < sq.eos) {
-      const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
-      const uint32_t base = s0 + st * kStageB;
-      {
-        // Thread: row r0 + 16 it (r0 = tid % 8 + 8 (tid / 128) < 16), segment q = (tid / 8) % 16: the 8 threads
-        // of a 128-byte shared wavefront write 8 different rows of one core-matrix column (distinct banks).
-        const int q = wgl::kwq_seg(tid), r0 = wgl::kwq_row(tid, 0);
-        const uint32_t d0 = base + 2u * static_cast<uint32_t>(wgl::tile_off<kKeys>(r0, 8 * q));
-        const uint16_t* srcs[3] = {
-            static_cast<const uint16_t*>(p.k.data) + (sq.b * p.k.st[0] + t * p.k.st[1] + h * p.k.st[2]) + 8 * q,
-            static_cast<const uint16_t*>(p.w.data) + (sq.b * p.w.st[0] + t * p.w.st[1] + hv * p.w.st[2]) + 8 * q,
-            static_cast<const uint16_t*>(p.q.data) + (sq.b * p.q.st[0] + t * p.q.st[1] + h * p.q.st[2]) + 8 * q};
-        const int64_t rss[3] = {p.k.st[1], p.w.st[1], p.q.st[1]};
-#pragma unroll
-        for (int m = 0; m < 3; ++m)
-#pragma unroll
-          for (int it = 0; it < kRowsC / 16; ++it) {
-            const int r = r0 + 16 * it;
-            const bool ok = r < Lr;
-            // tile_off(r0 + 16 it, c) = tile_off(r0, c) + 2 it row-of-core-matrices (8 x 128 elements each)
-            cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
-          }
-      }
-      {
-        constexpr int kSegU = kBV / 8, kStepU = kWgThreads / kSegU;
-        static_assert(kWgThreads % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
-        const int q = tid % kSegU, r0 = tid / kSegU;
-        const uint16_t* src =
-            static_cast<const uint16_t*>(p.u.data) + (sq.b * p.u.st[0] + t * p.u.st[1] + hv * p.u.st[2]) + v0 + 8 * q;
-        const uint32_t d0 = base + 3 * kTileB + 2u * static_cast<uint32_t>(r0 * kLdU + 8 * q);
-#pragma unroll
-        for (int it = 0; it < kRowsC / kStepU; ++it) {
-          const int r = r0 + kStepU * it;
-          const bool ok = r < Lr;
-          cp_async16(d0 + 2u * static_cast<uint32_t>(kStepU * it * kLdU), ok ? src + r * p.u.st[1] : src, ok);
-        }
-      }
-      if constexpr (kPreP) {
-        const int q = wgl::p_seg(tid), r0 = wgl::p_row(tid, 0);  // r0 < 32
-        const uint16_t* src = static_cast<const uint16_t*>(p.Pqk.data) +
-                              (sq.b * p.Pqk.st[0] + t * p.Pqk.st[1] + hv * p.Pqk.st[2]) + 8 * q;
-        const uint32_t d0 = base + 3 * kTileB + kUB + 2u * static_cast<uint32_t>(wgl::tile_off<kRowsC>(r0, 8 * q));
-#pragma unroll
-        for (int it = 0; it < 2; ++it) {
-          const int r = r0 + 32 * it;
-          const bool ok = r < Lr;
-          // tile_off<64>(r0 + 32 it, c) = tile_off<64>(r0, c) + 4 it rows of core matrices (8 x 64 elements each)
-          cp_async16(d0 + it * (4 * 8 * kRowsC * 2), ok ? src + r * p.Pqk.st[1] : src, ok);
-        }
-      }
-    }
-    cuda::cp_async_commit();
-  };
-  // γ of row tid (< 64) of chunk [t, t + BT): 0 past the chunk or without g.
-  auto fetch_gamma = [&](int64_t t) {
-    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t;
-    return (tid < Lr && p.g.present()) ? load_f(p.g, sq.b * p.g.st[0] + (t + tid) * p.g.st[1] + hv * p.g.st[2])
-                                       : 0.f;
-  };
-
-  // Prologue: chunks 0 .. kStages − 2 requested, γ of chunk 0 in gam2[0], of chunk 1 in a register, the bf16
-  // copy of S_0 in place (made visible by the first loop barrier with its proxy fence).
-  request(sq.bos, 0);
-  if (kStages == 3) request(sq.bos + BT, 1);
-  if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
-  float g_next = (tid < kRowsC && sq.bos + BT < sq.eos) ? fetch_gamma(sq.bos + BT) : 0.f;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
-
-  const float scale = p.shape.scale;
-  const bool vn_out = p.v_new.present();
-  int st = 0;
-  int64_t c = 0;
-  for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
-    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-    // Groups committed so far: chunks 0 .. c + kStages − 2; chunk c's is complete when kStages − 2 remain.
-    cuda::cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // (B) stage st, this chunk's γ and every warpgroup's S copy visible; chunk c − 1 done
-    const float* gam = gam2 + (c & 1) * kRowsC;
-    const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB, qst = kst + 2 * kTileB, pst = kst + 3 * kTileB + kUB;
-    const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + 3 * kTileB);
-
-    // Groups 1 (W S) and 2 (Q S and, inline, Q Kᵀ).
-    float accW[kN / 2], accO[kN / 2];
-    float accP[kPreP ? 1 : 32];
-    reg_fence(accW), reg_fence(accO), reg_fence(accP);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg_commit();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma_ss<T, kN>(accO, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
-    if constexpr (!kPreP) {
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks)
-        mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
-    }
-    wg_commit();
-    // While they run: the next loads into the stage chunk c − 1 used (every reader passed (B)) and γ of chunk
-    // c + 1 (read after the next (B); the last readers of its buffer passed this one).
-    request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);
-    if (tid < kRowsC) {
-      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;
-      g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
-    }
-    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
-
-    wg_wait<1>();  // W S done
-    reg_fence(accW);
-    const float glast = gam[L - 1];
-    float fd[2], eo[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
-      eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
-      const bool store = vn_out && i < L;
-      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
-                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
-                             : nullptr;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int cl = wgl::acc_col(lane, j, 0);  // even
-        const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
-        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
-        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
-      }
-    }
-    store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
-    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
-
-    // Kᵀ A fragments of the state update (keys 64 mt + 16 w.., chunk rows 16 kk..).
-    uint32_t kf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
-                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
-    fence_proxy_async();
-    bar_wg(1 + wg);  // this warpgroup's Vn, Vd visible to its wgmma
-
-    // Group 3: S = e^{γ_L} S + Kᵀ Vd (the recurrence's critical path: issued before P's gating).
-    const float decay = gate_exp(glast);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
-    reg_fence(S[0]), reg_fence(S[1]);
-    wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
-    wg_commit();
-
-    wg_wait<1>();  // group 2 (Q S and Q Kᵀ) done; group 3 may still run
-    reg_fence(accO), reg_fence(accP);
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) accO[x] *= eo[(x >> 1) & 1];
-    // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
-    uint32_t pa[kPreP ? 1 : 4][4];
-    if constexpr (!kPreP) {
-#pragma unroll
-      for (int x = 0; x < 32; ++x) {
-        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
-        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
-        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
-        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
-        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
-      }
-    }
-    // Group 4: O += P Vn.
-    reg_fence(accO);
-    wg_fence();
-#pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kPreP)
-        mma_ss<T, kN>(accO, wgl::tile_desc<kRowsC>(pst, kk), wgl::tile_desc<kRowsC>(vn, kk), 1);
-      else
-        mma_rs<T, kN>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn, kk), 1);
+      const int off = kCb ? wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)
+                          : wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
+      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(off));
     }
-    wg_commit();
-    wg_wait<1>();  // S updated
-    reg_fence(S[0]), reg_fence(S[1]);
-    reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
-    // The bf16 copy of the new S for the next chunk (its readers, W S and Q S, completed above).
+}
+// S_{c+1} = e^{γ_L} S_c + Kᵀ Vd (decay = e^{γ_L}; Vd the warpgroup's [kN][64] tile at vd), waited for.
+template <class T, int kN>
+__device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd, float decay) {
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
-    wg_wait<0>();  // P Vn done
-    reg_fence(accO);
-    if constexpr (!kPreP) reg_fence_u(pa);
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      if (i >= L) continue;
-      uint16_t* orow = static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] +
-                       v0 + cb;
+    for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+  reg_fence(S[0]), reg_fence(S[1]);
+  wg_fence();
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-        *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
-            mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
-    }
-  }
-  cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
-  if (p.ht.present()) {
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) {
-        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
-      }
-  }
-#endif
+    for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
+  wg_commit();
+  wg_wait<0>();
+  reg_fence(S[0]), reg_fence(S[1]);
+  reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
 }
 
 // ---------------------------------------------------------------- the split pass (session 9)
 // state_split_wgmma<T, kN, kStages, kOut>: the same recurrence with the output products taken off its critical
-// path by warp specialisation. In state_o_wgmma each warpgroup issues W S, then Q S + Q Kᵀ (24 wgmma), then the S
-// update; wgmma of one warpgroup execute in order, so Q S and Q Kᵀ sit between W S and the S update of every chunk.
-// Here warpgroups 0 and 1 ("state", kN columns each, as in state_o_wgmma) run only the recurrence:
+// path by warp specialisation. In session 8's serial pass each warpgroup issued W S, then Q S + Q Kᵀ (24 wgmma), then
+// the S update; wgmma of one warpgroup execute in order, so Q S and Q Kᵀ sat between W S and the S update of every
+// chunk. Here warpgroups 0 and 1 ("state", kN columns each: both 64-row halves of the 128 keys, two m64 x kN
+// accumulators) run only the recurrence:
 //   W S_c → v_new, Vn, Vd → S_{c+1} = e^{γ_L} S_c + Kᵀ Vd → the bf16 copy of S_{c+1},
 // and with kOut a third warpgroup ("output", all 2 kN columns of the block) forms o of the same chunk from the
 // shared tiles the state warpgroups leave:
@@ -419,7 +269,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 // (V) = Vn_c written (and fenced to the async proxy) by both state warpgroups. Each is passed once per chunk by
 // every thread (bar.arrive on one side, bar.sync on the other; 3 × 128 threads), and (B) orders the chunks, so the
 // S copy, Vn and Vd need one buffer each, and the output warpgroup reads Q_c, K_c within chunk c as the state ones
-// do (the stage ring is the same as state_o_wgmma's).
+// do.
 // Without kOut (chunk_gated_delta_rule_fwd_h): 2 warpgroups, no Q tile, no Vn; the chunk-start states h_c = S_c
 // rounded to bf16 (the bits of the S copy, fwd_h's state_mma rounding) are stored from the registers while W S_c
 // runs, v_new as in kOut.
@@ -429,21 +279,18 @@ __global__ void __launch_bounds__(kWgThreads, 1) state_o_wgmma(const GdnFwdParam
 //   kN = 32: kOut 3 stages 203.5 KB, fwd_h 3 stages 147.5 KB; kN = 16: 175.5 / 123.5 KB.
 // Registers: a state thread holds S (kN f32), W S / v_new (kN / 2), the Kᵀ fragments (32); an output thread O (kN),
 // Q Kᵀ (32) and P's bf16 A fragments (16). kOut has 384 threads (<= 168 registers each), fwd_h 256.
-// kUReg (session 9, after run 1): u is not staged in shared memory but read by each state thread from global memory
-// into registers (its v_new accumulator positions) one chunk ahead, which leaves room for 3 stages at 128 columns
-// with kOut (3 x 48 KB + 64.5 KB = 208.5 KB).
-template <int kN, bool kOut, bool kUReg>
+template <int kN, bool kOut>
 constexpr int sp_stage_bytes() {
-  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + (kUReg ? 0 : kRowsC * (2 * kN + 8) * 2);
+  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (2 * kN + 8) * 2;
 }
-template <int kN, int kStages, bool kOut, bool kUReg>
+template <int kN, int kStages, bool kOut>
 constexpr int sp_smem_bytes() {
-  return kStages * sp_stage_bytes<kN, kOut, kUReg>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
+  return kStages * sp_stage_bytes<kN, kOut>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
          2 * kRowsC * 4;
 }
-template <int kN, bool kOut, bool kUReg>
+template <int kN, bool kOut>
 constexpr int sp_stages() {
-  return sp_smem_bytes<kN, 3, kOut, kUReg>() <= kMaxSmem ? 3 : 2;
+  return sp_smem_bytes<kN, 3, kOut>() <= kMaxSmem ? 3 : 2;
 }
 constexpr int sp_threads(bool out) { return out ? 3 * 128 : 2 * 128; }
 constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the state warpgroups' own)
@@ -452,7 +299,7 @@ constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the s
 constexpr int kStateRegs = 184, kOutRegs = 136;
 static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
 
-template <class T, int kN, int kStages, bool kOut, bool kUReg>
+template <class T, int kN, int kStages, bool kOut>
 __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -464,7 +311,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
   constexpr int kTileB = kRowsC * kKeys * 2;  // bytes of a K / W / Q tile
   constexpr int kLdU = kBV + 8;               // U's leading dim (elements): conflict-free pair reads
   constexpr int kUOff = (kOut ? 3 : 2) * kTileB;
-  constexpr int kStageB = sp_stage_bytes<kN, kOut, kUReg>();
+  constexpr int kStageB = sp_stage_bytes<kN, kOut>();
   constexpr int kSbB = kN * kKeys * 2;  // a state warpgroup's S copy
   constexpr int kVB = kN * kRowsC * 2;  // a state warpgroup's Vd (and Vn)
   static_assert(kTileB % 128 == 0 && kStageB % 16 == 0 && kSbB % 128 == 0 && kVB % 128 == 0, "aligned regions");
@@ -517,20 +364,8 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
       wg_wait<0>();
       reg_fence(accP);
-      // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn.
       uint32_t pa[4][4];
-#pragma unroll
-      for (int x = 0; x < 32; ++x) {
-        const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
-        accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = mma::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
-        pa[kk][1] = mma::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
-        pa[kk][2] = mma::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
-        pa[kk][3] = mma::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
-      }
+      gate_p<T>(accP, pa, gam, L);
       bar_sync(kBarV, kThreads);  // Vn_c of both state warpgroups written and fenced
       reg_fence(accO);
       wg_fence();
@@ -540,17 +375,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       wg_wait<0>();
       reg_fence(accO);
       reg_fence_u(pa);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = wgl::acc_row(w, lane, 2 * half);
-        if (i >= L) continue;
-        uint16_t* orow =
-            static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2] + v0;
-#pragma unroll
-        for (int j = 0; j < kBV / 8; ++j)
-          *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
-              mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
-      }
+      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
     }
     return;
   }
@@ -560,21 +385,13 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
   const int cb = wg * kN;  // first column (inside the block) of this warpgroup
   const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
 
-  // S: keys 64 mt + acc_row(w, lane, e), columns v0 + cb + acc_col(lane, j, e) at S[mt][4 j + e].
   float S[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-      const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-      S[mt][x] = p.h0.present()
-                     ? load_f(p.h0, n * p.h0.st[0] + hv * p.h0.st[1] + a * p.h0.st[2] + col * p.h0.st[3])
-                     : 0.f;
-    }
+  load_state<kN>(p, n, hv, v0 + cb, S);
 
   // Requests chunk [t, t + BT) into stage st (one cp.async group of the 256 state threads; an empty one past the
-  // sequence, so that the group count stays uniform): the slots of state_o_wgmma's request.
+  // sequence, so that the group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4
+  // passes; U kBV / 8 segments a row. Rows >= Lr are zero-filled (nothing read). r0 + 16 it keeps r0 % 8, so
+  // tile_off moves by whole rows of core matrices.
   auto request = [&](int64_t t, int st) {
     if (t < sq.eos) {
       const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
@@ -597,7 +414,7 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
             cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
           }
       }
-      if constexpr (!kUReg) {
+      {
         constexpr int kSegU = kBV / 8, kStepU = 256 / kSegU;
         static_assert(256 % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
         const int q = tid % kSegU, r0 = tid / kSegU;
@@ -620,27 +437,6 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
                                        : 0.f;
   };
 
-  // kUReg: u of chunk [t, t + BT) at this thread's v_new positions (rows acc_row(w, lane, 2 half), column pairs
-  // cb + acc_col(lane, j, 0)), 0 past the chunk; the next chunk's requested (read-only path) as soon as v_new of the
-  // current one is formed, so that one set of registers holds it.
-  constexpr int kUH = kUReg ? 2 : 1, kUJ = kUReg ? kN / 8 : 1;
-  uint32_t u_cur[kUH][kUJ];
-  auto load_u = [&](int64_t t, uint32_t(&dst)[kUH][kUJ]) {
-    if constexpr (kUReg) {
-      const int64_t Lr = t < sq.eos ? (t + BT < sq.eos ? BT : sq.eos - t) : 0;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = wgl::acc_row(w, lane, 2 * half);
-        const bool ok = i < Lr;
-        const uint16_t* urow = static_cast<const uint16_t*>(p.u.data) + sq.b * p.u.st[0] +
-                               (ok ? t + i : int64_t{0}) * p.u.st[1] + hv * p.u.st[2] + v0 + cb;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-          dst[half][j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(urow + wgl::acc_col(lane, j, 0))) : 0u;
-      }
-    }
-  };
-  load_u(sq.bos, u_cur);
   request(sq.bos, 0);
   if (kStages == 3) request(sq.bos + BT, 1);
   if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
@@ -648,7 +444,6 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
 
-  const bool vn_out = p.v_new.present();
   int st = 0;
   int64_t c = 0;
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
@@ -658,22 +453,14 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
     const float* gam = gam2 + (c & 1) * kRowsC;
     const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB;
-    const T* Us = reinterpret_cast<const T*>(smem + st * kStageB + kUOff);
+    const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * kStageB + kUOff);
 
     // fwd_h: h_c = S_c rounded to bf16 (the pairs store_trans packed into S_c's copy), packed before W S is issued
     // and stored while it runs (stores straight from S would make ptxas wait for W S: S is a wgmma accumulator).
     const int64_t cidx = sq.chunk0 + c;
     const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
     uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
-    if constexpr (!kOut) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-#pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
-            hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
-    }
+    if constexpr (!kOut) pack_state<T, kN>(S, hpk);
     // W S_c (alone in this warpgroup's wgmma queue).
     float accW[kN / 2];
     reg_fence(accW);
@@ -690,43 +477,14 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
     }
     __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
-    if constexpr (!kOut) {
-      if (h_out) {
-        uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, sq.b, cidx) + hv * p.h.st[2] + v0 + cb;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-              *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
-          }
-      }
-    }
+    if constexpr (!kOut)
+      if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
     wg_wait<0>();  // W S done
     reg_fence(accW);
     const float glast = gam[L - 1];
     float fd[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = wgl::acc_row(w, lane, 2 * half);
-      fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
-      const bool store = vn_out && i < L;
-      uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] +
-                                   (t0 + i) * p.v_new.st[1] + hv * p.v_new.st[2] + v0 + cb
-                             : nullptr;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int cl = wgl::acc_col(lane, j, 0);  // even
-        const float2 uu = kUReg ? mma::unpack2<T>(u_cur[kUReg ? half : 0][kUReg ? j : 0])
-                                : mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + i * kLdU + cb + cl));
-        const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-        if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
-        accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;  // accW holds v_new from here on
-      }
-    }
-    load_u(t0 + BT, u_cur);
+    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return r * kLdU + col; }, cb, gam, glast, L, p, sq, hv, t0,
+                      v0 + cb);
     if constexpr (kOut) store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
@@ -734,47 +492,261 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), loaded once v_new is out of the
     // registers (S, v_new and the fragments are not live together: 128-column blocks run at <= 184 registers).
     uint32_t kf[2][4][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
-                                                     wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+    load_kt<false>(kf, kst);
     fence_proxy_async();
     bar_wg(1 + wg);                                   // this warpgroup's Vd visible to its wgmma
     if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
-
-    // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd.
-    const float decay = gate_exp(glast);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
-    reg_fence(S[0]), reg_fence(S[1]);
-    wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
-    wg_commit();
-    wg_wait<0>();
-    reg_fence(S[0]), reg_fence(S[1]);
-    reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
+    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
-  if (p.ht.present()) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int x = 0; x < kN / 2; ++x) {
-        const int64_t a = 64 * mt + wgl::acc_row(w, lane, x & 3);
-        const int64_t col = v0 + cb + wgl::acc_col(lane, x >> 2, x & 3);
-        store_f(p.ht, n * p.ht.st[0] + hv * p.ht.st[1] + a * p.ht.st[2] + col * p.ht.st[3], S[mt][x]);
-      }
+  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
+#endif
+}
+
+// ---------------------------------------------------------------- the TMA-fed split pass (session 10)
+// state_tma_wgmma<T, kN, kOut>: state_split_wgmma's warpgroups, products, rounding and synchronisation (the same bits
+// on every valid output element), with the chunk tiles brought in by the copy engine instead of 16-byte cp.async by
+// every state thread (ncu of state_split_wgmma, s9run2: ~800 instructions a warp and chunk step, long-scoreboard and
+// barrier stalls first): K, W (, Q) [64][128] and U [64][2 kN] are cb_off<64> tiles (tma_tile.cuh: one box per
+// 8-column block, 48–52 boxes a chunk at 32 columns), completing on the stage's mbarrier "full" together with the
+// stage's γ [64] (written by the producer lanes, which arrive on "full" after writing it). kStages chunks are in
+// flight: after the block barrier (B) of chunk c every warp is done with chunk c − 1, and warp 0 refills that stage
+// with chunk c − 1 + kStages while W S_c runs.
+// Session 10's first version also dropped (B) in the fused form (named barrier "S_c's copy written", the output
+// warpgroup as producer, an mbarrier for Vn): it hung on the GPU (s10run1; the fwd_h form, which kept (B), passed),
+// so this one keeps state_split_wgmma's barriers (B), (Q), (V).
+// Rows past the sequence: rows past T are zero-filled by the copy engine; in a pack, the rows of the next sequence
+// arrive (finite token data) where state_split_wgmma zero-fills. They only meet exact zeros: v_new of rows >= L is
+// not stored, its Vd rows are scaled by e^{...} selected as 0, P's columns >= L are selected as 0, o rows >= L are
+// not stored; so valid outputs keep their values (an exact zero's sign aside).
+template <int kN, bool kOut>
+struct TmaLayout {
+  static constexpr int kTile = kRowsC * kKeys * 2;  // K / W / Q: cb_off<64> [16 blocks][64][8]
+  static constexpr int kU = kRowsC * 2 * kN * 2;     // U: cb_off<64> [2 kN / 8 blocks][64][8]
+  static constexpr int kUOff = (kOut ? 3 : 2) * kTile;
+  static constexpr int kGOff = kUOff + kU;  // γ [64] f32
+  static constexpr int kTx = kGOff;         // copy-engine bytes a stage
+  static constexpr int kStage = kGOff + kRowsC * 4;
+  static constexpr int kSb = kN * kKeys * 2, kV = kN * kRowsC * 2;
+  // After the stages: S copies [2 kN][128], Vd [2 kN][64], (kOut) Vn [2 kN][64], the mbarriers.
+  static constexpr int kFixed = 2 * kSb + 2 * kV + (kOut ? 2 * kV : 0) + 64;
+  static constexpr int stages() {
+    int s = 4;
+    while (s > 2 && s * kStage + kFixed > kMaxSmem) --s;
+    return s;
   }
+  static constexpr int kStages = stages();
+  static constexpr int kBytes = kStages * kStage + kFixed;
+  static_assert(kStage % 128 == 0 && kBytes <= kMaxSmem, "128-byte aligned stages within sm_90's shared memory");
+};
+
+// mbar_wait with a bound: a stage whose copies have not landed after ~2^32 cycles (~2 s) traps, so that a fault of
+// the copy engine fails the launch instead of hanging the process (session 10's first fused version hung on the
+// GPU without a diagnosis).
+__device__ __forceinline__ void wait_stage(uint64_t* bar, uint32_t parity) {
+  if (cuda::mbar_try_wait(bar, parity)) return;
+  const long long t0 = clock64();
+  while (!cuda::mbar_try_wait(bar, parity))
+    if (clock64() - t0 > (1ll << 32)) __trap();
+}
+
+// The tensor maps of the pass's token inputs (q unused without kOut).
+struct TmaMaps {
+  CUtensorMap k, w, q, u;
+};
+
+template <class T, int kN, bool kOut>
+__global__ void __launch_bounds__(sp_threads(kOut), 1)
+    state_tma_wgmma(const GdnFwdParams p, int64_t nvt, const __grid_constant__ TmaMaps maps) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
+  using Ly = TmaLayout<kN, kOut>;
+  constexpr int kStages = Ly::kStages, kThreads = sp_threads(kOut), kBV = 2 * kN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t sb_all = s0 + kStages * Ly::kStage;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
+  const uint32_t vd_all = sb_all + 2 * Ly::kSb;       // [2 kN][64]
+  const uint32_t vn_all = vd_all + 2 * Ly::kV;        // [2 kN][64] (kOut)
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Ly::kBytes - 64);  // [kStages]
+
+  const int64_t HV = p.shape.HV, BT = p.shape.BT;
+  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
+  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
+  const int64_t v0 = vt * kBV;
+  const SeqPos sq = locate_sequence(p.chunks, n);
+  const int64_t nc = (sq.eos - sq.bos + BT - 1) / BT;
+  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  if (tid == 0)
+    for (int s = 0; s < kStages; ++s) cuda::mbar_init(full + s, 32);
+  __syncthreads();
+
+  // The producer warp (warp 0). gpre: γ of rows lane, lane + 32 of the next chunk it loads (fetched one refill ahead).
+  const bool producer = tid < 32;
+  float gpre[2] = {0.f, 0.f};
+  auto fetch_gamma = [&](int64_t c) {
+    const int64_t t = sq.bos + c * BT;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t r = lane + 32 * hh;
+      gpre[hh] = (c < nc && t + r < sq.eos && p.g.present())
+                     ? load_f(p.g, sq.b * p.g.st[0] + (t + r) * p.g.st[1] + hv * p.g.st[2])
+                     : 0.f;
+    }
+  };
+  // Chunk c into stage st (all 32 lanes of the producer warp): γ, the arrivals, then the boxes.
+  auto refill = [&](int64_t c, int st) {
+    float* gs = reinterpret_cast<float*>(smem + st * Ly::kStage + Ly::kGOff);
+    gs[lane] = gpre[0], gs[lane + 32] = gpre[1];
+    fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
+    if (lane == 0) cuda::mbar_arrive_expect_tx(full + st, Ly::kTx);
+    else cuda::tma::mbar_arrive(full + st);
+    __syncwarp();
+    const int t = static_cast<int>(sq.bos + c * BT), b = static_cast<int>(sq.b);
+    const uint32_t base = s0 + st * Ly::kStage, bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
+    constexpr int kTileBoxes = (kOut ? 3 : 2) * (kKeys / 8), kBoxes = kTileBoxes + kBV / 8;
+#pragma unroll
+    for (int i = lane; i < kBoxes; i += 32) {
+      if (i < kTileBoxes) {
+        const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // tile K, W, Q; 8-column block q
+        const CUtensorMap* map = m == 0 ? &maps.k : m == 1 ? &maps.w : &maps.q;
+        cuda::tma::load_box(base + m * Ly::kTile + q * (kRowsC * 16), map, 8 * q, static_cast<int>(m == 1 ? hv : h),
+                            t, b, bar);
+      } else {
+        const int q = i - kTileBoxes;
+        cuda::tma::load_box(base + Ly::kUOff + q * (kRowsC * 16), &maps.u, static_cast<int>(v0) + 8 * q,
+                            static_cast<int>(hv), t, b, bar);
+      }
+    }
+    fetch_gamma(c + 1);
+  };
+  if (producer) {
+    fetch_gamma(0);
+    for (int s = 0; s < kStages && s < nc; ++s) refill(s, s);
+  }
+
+  if (kOut && wg == 2) {
+    // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
+    if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
+    const float scale = p.shape.scale;
+    // Defined before the first chunk (undefined inputs of the first K step let the compiler merge registers), and eo
+    // formed before the wgmma are issued: with branches between the issue and the wait (eo, the first version's
+    // refill), ptxas serialised this warpgroup's wgmma (C7511) and spilled at 128 columns.
+    float accO[kN] = {}, accP[32] = {};
+    int st = 0;
+    uint32_t ph = 0;
+    for (int64_t c = 0; c < nc; ++c) {
+      const int64_t t0 = sq.bos + c * BT;
+      const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+      wait_stage(full + st, ph);
+      bar_sync(0, kThreads);  // (B): S_c's copy visible; chunk c − 1 done by every warpgroup
+      const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
+      const uint32_t kst = s0 + st * Ly::kStage, qst = kst + 2 * Ly::kTile;
+      float eo[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = wgl::acc_row(w, lane, 2 * half);
+        eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+      }
+      reg_fence(accO), reg_fence(accP);
+      wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, kBV>(accO, wgl::cb_desc<kRowsC>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
+      wg_commit();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        mma_ss<T, 64>(accP, wgl::cb_desc<kRowsC>(qst, ks), wgl::cb_desc<kRowsC>(kst, ks), ks > 0);
+      wg_commit();
+      wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
+      reg_fence(accO);
+      bar_arrive(kBarQ, kThreads);
+#pragma unroll
+      for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
+      wg_wait<0>();
+      reg_fence(accP);
+      uint32_t pa[4][4];
+      gate_p<T>(accP, pa, gam, L);
+      bar_sync(kBarV, kThreads);  // (V): Vn_c of both state warpgroups written and fenced
+      reg_fence(accO);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn_all, kk), 1);
+      wg_commit();
+      wg_wait<0>();
+      reg_fence(accO);
+      reg_fence_u(pa);
+      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      if (++st == kStages) st = 0, ph ^= 1;
+    }
+    return;
+  }
+
+  // ------------------------------------------------ state warpgroups (wg = 0, 1): the recurrence of kN columns
+  if constexpr (kOut && kN == 64) wg::setmaxnreg_inc<kStateRegs>();
+  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
+  const uint32_t sb = sb_all + wg * Ly::kSb, vd = vd_all + wg * Ly::kV;
+  float S[2][kN / 2];
+  load_state<kN>(p, n, hv, v0 + cb, S);
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+  fence_proxy_async();
+
+  int st = 0;
+  uint32_t ph = 0;
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t t0 = sq.bos + c * BT;
+    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+    wait_stage(full + st, ph);
+    bar_sync(0, kThreads);  // (B): S_c's copy visible; every warpgroup done with chunk c − 1
+    const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
+    const uint32_t kst = s0 + st * Ly::kStage, wst = kst + Ly::kTile;
+    const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * Ly::kStage + Ly::kUOff);
+
+    // fwd_h: h_c = S_c rounded to bf16, packed before W S is issued and stored while it runs.
+    const int64_t cidx = sq.chunk0 + c;
+    const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
+    uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
+    if constexpr (!kOut) pack_state<T, kN>(S, hpk);
+    float accW[kN / 2];
+    reg_fence(accW);
+    wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma_ss<T, kN>(accW, wgl::cb_desc<kRowsC>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg_commit();
+    // Every warp passed (B): chunk c − 1's stage is free.
+    if (producer && c >= 1 && c - 1 + kStages < nc) refill(c - 1 + kStages, st == 0 ? kStages - 1 : st - 1);
+    __syncwarp();
+    if constexpr (!kOut)
+      if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
+    wg_wait<0>();  // W S done
+    reg_fence(accW);
+    const float glast = gam[L - 1];
+    float fd[2];
+    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return wgl::cb_off<kRowsC>(r, col); }, cb, gam, glast, L, p,
+                      sq, hv, t0, v0 + cb);
+    if constexpr (kOut) store_trans<T, kN, kRowsC>(vn_all + wg * Ly::kV, 0, accW);  // Vn = v_new (T)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
+    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
+    uint32_t kf[2][4][4];
+    load_kt<true>(kf, kst);
+    fence_proxy_async();
+    bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
+    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
+    if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+    fence_proxy_async();  // (made visible by the next (B))
+    if (++st == kStages) st = 0, ph ^= 1;
+  }
+  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
 #endif
 }
 
@@ -864,37 +836,10 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <class T, int kN, bool kPreP>
-int launch_state_o_wgmma(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = wg_stages<kN, kPreP>();
-  constexpr int smem = wg_smem_bytes<kN, kStages, kPreP>();
-  static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
-  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
-  const char* name = kPreP ? "chunk_gated_delta_rule_fwd (state_o_wgmma, pre-computed P)"
-                           : "chunk_gated_delta_rule_fwd (state_o_wgmma)";
-  if (blocks <= 0) return STRATA_SUCCESS;
-  if (blocks > 0x7fffffffLL)
-    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_o_wgmma<T, kN, kStages, kPreP>;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), kWgThreads, smem, stream>>>(p, nvt);
-  return cuda::check_launch(name);
-}
-
-template <bool kPreP>
-int launch_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
-  switch (width) {
-    case 32: return launch_state_o_wgmma<__nv_bfloat16, 16, kPreP>(p, stream);
-    case 64: return launch_state_o_wgmma<__nv_bfloat16, 32, kPreP>(p, stream);
-    case 128: return launch_state_o_wgmma<__nv_bfloat16, 64, kPreP>(p, stream);
-    default: return fail(STRATA_ERROR_INTERNAL, "state_o_wgmma: no {}-column block", width);
-  }
-}
-
-template <int kN, bool kOut, bool kUReg>
+template <int kN, bool kOut>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = sp_stages<kN, kOut, kUReg>();
-  constexpr int smem = sp_smem_bytes<kN, kStages, kOut, kUReg>();
+  constexpr int kStages = sp_stages<kN, kOut>();
+  constexpr int smem = sp_smem_bytes<kN, kStages, kOut>();
   static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
   const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
   const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
@@ -902,18 +847,50 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut, kUReg>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
 }
 
-template <bool kOut, bool kUReg = false>
-int launch_split_width(const GdnFwdParams& p, int width, cudaStream_t stream) {
+// The tensor maps of state_tma_wgmma (k, w, u; q with kOut); false where a view does not qualify.
+bool make_tma_maps(const GdnFwdParams& p, bool out, TmaMaps& m) {
+  const GdnShape& d = p.shape;
+  auto enc = [&](CUtensorMap* x, const GdnTensor& t, int64_t heads, int64_t D) {
+    return cuda::tma::encode_rows_map(x, t.data, d.B, d.T, heads, D, t.st[0], t.st[1], t.st[2], kRowsC);
+  };
+  return enc(&m.k, p.k, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) && enc(&m.u, p.u, d.HV, d.V) &&
+         (!out || enc(&m.q, p.q, d.H, d.K));
+}
+
+template <int kN, bool kOut>
+int launch_tma(const GdnFwdParams& p, cudaStream_t stream) {
+  constexpr int smem = TmaLayout<kN, kOut>::kBytes;
+  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
+  const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_tma_wgmma)"
+                          : "chunk_gated_delta_rule_fwd_h (state_tma_wgmma)";
+  if (blocks <= 0) return STRATA_SUCCESS;
+  if (blocks > 0x7fffffffLL)
+    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
+  TmaMaps maps{};
+  if (!make_tma_maps(p, kOut, maps)) return launch_split<kN, kOut>(p, stream);  // e.g. a batch stride of 0
+  auto kernel = state_tma_wgmma<__nv_bfloat16, kN, kOut>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt, maps);
+  return cuda::check_launch(name);
+}
+
+template <int kN, bool kOut>
+int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
+  return form == WgmmaPass::kTma ? launch_tma<kN, kOut>(p, stream) : launch_split<kN, kOut>(p, stream);
+}
+
+template <bool kOut>
+int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   switch (width) {
-    case 32: return launch_split<16, kOut, kUReg>(p, stream);
-    case 64: return launch_split<32, kOut, kUReg>(p, stream);
-    case 128: return launch_split<64, kOut, kUReg>(p, stream);
+    case 32: return launch_form<16, kOut>(p, form, stream);
+    case 64: return launch_form<32, kOut>(p, form, stream);
+    case 128: return launch_form<64, kOut>(p, form, stream);
     default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
   }
 }
@@ -976,31 +953,16 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream) {
-  return fwd_cuda_state_o_wgmma(p, which, width, WgmmaPass::kSerial, stream);
-}
-
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream_ptr) {
-  std::string why = fwd_cuda_state_o_wgmma_reject(p);
-  const bool pre = which == StateOKernel::kPrecomputedP;
-  if (why.empty() && pre) {
-    if (!p.Pqk.present()) why = "the pre-computed-P variant reads p.Pqk (absent)";
-    else if (p.Pqk.dtype != STRATA_DTYPE_BF16) why = "the pre-computed-P variant needs Pqk in bf16";
-  }
-  if (why.empty() && pre && form != WgmmaPass::kSerial)
-    why = "the split form forms P on its output warpgroup (off the recurrence's path): P inline only";
-  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (state_o_wgmma): {}", why);
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {
+  const std::string why = fwd_cuda_state_o_wgmma_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): {}", why);
   using T = __nv_bfloat16;
-  // Run-time layout: the fixed-slot 16-byte copies and 32-bit pair stores; other views take state_o_mma.
+  // Run-time layout: 16-byte tile copies and 32-bit pair stores; other views take state_o_mma.
   const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.q) && lean16<T>(p.u) && pair16<T>(p.o) &&
-                    (!p.v_new.present() || pair16<T>(p.v_new)) && (!pre || lean16<T>(p.Pqk));
-  if (!lean) return fwd_cuda_state_o(p, which, fwd_cuda_state_o_auto_block(p), stream_ptr);
-  if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (state_o_wgmma)"); r != STRATA_SUCCESS)
-    return r;
-  if (form == WgmmaPass::kSplit) return launch_split_width<true>(p, width, stream);
-  if (form == WgmmaPass::kSplitUReg) return launch_split_width<true, true>(p, width, stream);
-  return pre ? launch_width<true>(p, width, stream) : launch_width<false>(p, width, stream);
+                    (!p.v_new.present() || pair16<T>(p.v_new));
+  if (!lean) return fwd_cuda_state_o(p, StateOKernel::kInline, fwd_cuda_state_o_auto_block(p), stream_ptr);
+  if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (wgmma pass)"); r != STRATA_SUCCESS) return r;
+  return launch_split_width<true>(p, width, form, static_cast<cudaStream_t>(stream_ptr));
 }
 
 std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
@@ -1016,6 +978,10 @@ std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
+  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kSplit, stream_ptr);
+}
+
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {
   const std::string why = fwd_cuda_fwd_h_wgmma_reject(p);
   if (!why.empty())
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd_h (state_split_wgmma): {}", why);
@@ -1028,7 +994,7 @@ int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
   if (!lean) return fwd_cuda_mma(FwdOp::kFwdH, p, stream_ptr);
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd_h (state_split_wgmma)"); r != STRATA_SUCCESS)
     return r;
-  return launch_split_width<false>(p, width, static_cast<cudaStream_t>(stream_ptr));
+  return launch_split_width<false>(p, width, form, static_cast<cudaStream_t>(stream_ptr));
 }
 
 }  // namespace strata::linear_attn::gdn

@@ -97,28 +97,25 @@ StateOBlock fwd_cuda_state_o_auto_block(const GdnFwdParams& p);
 // dtype), K <= 128, BT <= 64; fwd_cuda_qk_gate_reject says why it cannot run p ("" if it can).
 int fwd_cuda_qk_gate(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
-// The fused pass on Hopper warpgroup MMA (gdn_fwd_cuda_wgmma.cu, state_o_wgmma; session 8): the same inputs,
-// outputs and precision model as fwd_cuda_state_o (P inline or read from p.Pqk), S kept in wgmma accumulators
-// (two warpgroups per block, each the recurrence of half the block's columns), operands by descriptor from a
-// cp.async stage ring. bf16, K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_state_o_wgmma_reject says why
-// not, "" if it applies); token tensors whose run-time layout is not lean (unit column stride, strides multiples
-// of 8, 16-byte aligned) are passed to fwd_cuda_state_o. width: columns of S per block (32, 64 or 128; 0 =
-// fwd_cuda_state_o_wgmma_width). Not bit-identical to state_o_mma (other f32 summation order in the products).
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, void* stream);  // kSerial
-// Forms of the wgmma pass (session 9): kSerial = state_o_wgmma (each of the two warpgroups runs W S, Q S and Q Kᵀ,
-// the S update and P Vn of its columns, in that order); kSplit = state_split_wgmma (warp-specialised: two
-// warpgroups run only the recurrence W S → v_new → S update, a third forms o of the same chunk from the S copy and
-// Vn they leave in shared memory: the output products are off the recurrence's path; P inline only). Same
-// precision model, not the same bits as each other (summation order inside the products).
-// kSplitUReg (session 9, after run 1): kSplit with u read from global memory into registers one chunk ahead instead of
-// staged in shared memory, so that 128-column blocks run 3 cp.async stages instead of 2 (same bits as kSplit).
-enum class WgmmaPass : int { kSerial = 0, kSplit, kSplitUReg };
-int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, StateOKernel which, int width, WgmmaPass form, void* stream);
+// The fused pass on Hopper warpgroup MMA (gdn_fwd_cuda_wgmma.cu): the same inputs, outputs and precision model as
+// fwd_cuda_state_o with P inline, S kept in wgmma accumulators. bf16, K = 128, V a multiple of 32, chunk size 64
+// (fwd_cuda_state_o_wgmma_reject says why not, "" if it applies); token tensors whose run-time layout is not lean
+// (unit column stride, strides multiples of 8, 16-byte aligned) are passed to fwd_cuda_state_o. width: columns of S
+// per block (32, 64 or 128; 0 = fwd_cuda_state_o_wgmma_width). Not bit-identical to state_o_mma (other f32
+// summation order in the products). Forms (the same bits as each other on every valid output):
+//   kSplit (session 9, state_split_wgmma): warp-specialised: two warpgroups run only the recurrence W S → v_new →
+//     S update, a third forms o of the same chunk from the S copy and Vn they leave in shared memory; tiles by
+//     cp.async from the state threads, one block barrier per chunk;
+//   kTma (session 10, state_tma_wgmma): kSplit's warpgroups and products fed by the copy engine (tensor-map boxes
+//     from one producer warp into mbarrier-completed stages); the same bits, measured slower (s10run2): forced only.
+enum class WgmmaPass : int { kSplit = 0, kTma };
+int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
 // h, v_new; K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_fwd_h_wgmma_reject); views that are not lean run
 // fwd_cuda_mma. width as fwd_cuda_state_o_wgmma. Not bit-identical to state_mma (summation order).
-int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);  // WgmmaPass::kSplit
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);  // kSplit or kTma
 std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p);
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V

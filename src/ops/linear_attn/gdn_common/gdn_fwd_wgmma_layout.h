@@ -16,6 +16,9 @@ namespace strata::linear_attn::gdn::wgl {
 // The generic K-major tile layout, descriptors and fragment coordinates (tile/cuda/wgmma_layout.h).
 using strata::cuda::wgmma::acc_col;
 using strata::cuda::wgmma::acc_row;
+using strata::cuda::wgmma::cb_desc;
+using strata::cuda::wgmma::cb_ld_trans_off;
+using strata::cuda::wgmma::cb_off;
 using strata::cuda::wgmma::ld_trans_off;
 using strata::cuda::wgmma::make_desc;
 using strata::cuda::wgmma::st_trans_off;

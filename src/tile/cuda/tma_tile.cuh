@@ -1,0 +1,76 @@
+// Token-tensor tiles loaded by the tensor-memory accelerator (cp.async.bulk.tensor, sm_90) into the column-block
+// K-major layout of wgmma_layout.h (cb_off / cb_desc), for chunk-sequential passes that feed warpgroup MMA from a
+// producer warp: one 16-byte-wide box per 8-column block of a [rows][cols] tile, completing on an mbarrier
+// (bulk_copy.cuh's protocol: mbar_arrive_expect_tx by one thread, the copies, mbar_wait by the readers).
+//
+// A token tensor [B, T, heads, D] (16-bit elements, unit stride in D, the other strides in elements) is described
+// by a 4-D tensor map with dims (D, heads, T, B) and box (8, 1, rows, 1): the box of (column 8 q, head, token t,
+// batch row b) is the 16-byte segment q of rows t .. t + rows − 1, written as rows x 16 contiguous bytes, i.e.
+// 8-column block q of a cb_off<rows> tile. Rows past T are zero-filled by the copy engine (and counted in the
+// transaction bytes like the others).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (the type only; the encoder is fetched from the driver at run time)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tile/cuda/bulk_copy.cuh"
+
+namespace strata::cuda::tma {
+
+// Host: fills *m for the [B, T, heads, D] tensor at data (16-bit elements; strides in elements) with a box of
+// `rows` tokens x 8 columns. False if the view does not qualify (data not 16-byte aligned, a stride not a multiple
+// of 8 elements, a size or stride out of the copy engine's range) or the driver refuses it; the caller then takes a
+// path without tensor maps.
+inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
+                            int64_t st_b, int64_t st_t, int64_t st_h, int rows) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || (reinterpret_cast<uintptr_t>(data) & 15u) != 0) return false;
+  if (B <= 0 || T <= 0 || heads <= 0 || D <= 0 || ((st_b | st_t | st_h) & 7) != 0 || st_b < 0 || st_t < 0 ||
+      st_h < 0)
+    return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(T),
+                              static_cast<cuuint64_t>(B)};
+  // Byte strides of dims 1..3; a stride of 0 (a dimension of size 1 in a broadcast view) is given as 16.
+  auto bs = [](int64_t s) { return static_cast<cuuint64_t>(s > 0 ? 2 * s : 16); };
+  const cuuint64_t strides[3] = {bs(st_h), bs(st_t), bs(st_b)};
+  for (const cuuint64_t s : strides)
+    if (s >= (cuuint64_t{1} << 40)) return false;
+  const cuuint32_t box[4] = {8, 1, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(data), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Device: the box (column col, head, token t, batch row b) of map into shared byte address dst (16-byte aligned;
+// rows x 16 bytes), completing its bytes on the mbarrier at shared byte address bar.
+__device__ __forceinline__ void load_box(uint32_t dst, const CUtensorMap* map, int col, int head, int t, int b,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(head), "r"(t), "r"(b), "r"(bar)
+      : "memory");
+}
+
+// A plain arrival on the mbarrier (release: this thread's earlier shared-memory writes are visible to the threads
+// that then observe the phase complete with mbar_wait).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+}  // namespace strata::cuda::tma
