@@ -789,13 +789,14 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
         ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
       }
       // The fused forward's forced forms as well (cuda.sm90.fused picks one by shape): the gated Q Kᵀ inline or
-      // pre-computed, 16-warp pass blocks, w / u / P from one kernel (fused_prep): same bits as each other.
-      constexpr int kImpls = 6;
+      // pre-computed, 16-warp pass blocks: same bits as each other. (fused_prep: bf16 only since session 10, not
+      // the same bits: WgmmaFusedForwardMatchesReference and the conformance suite.)
+      constexpr int kImpls = 5;
       HostTensor o[kImpls], ht[kImpls];
       for (int i = 0; i < kImpls; ++i)
         o[i] = poisoned(dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       const char* impls[kImpls] = {"cuda.sm90.fused", "cuda.sm90.chunked", "cuda.sm90.fused_inline",
-                                   "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16", "cuda.sm90.fused_prep"};
+                                   "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16"};
       for (int i = 0; i < kImpls; ++i) {
         ForceImpl f(impls[i]);
         ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
@@ -859,8 +860,9 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
     EXPECT_LT(rel_err(o[1], o[0]), 1e-2) << "wgmma vs mma.sync, N " << p.N;
     EXPECT_LT(rel_err(o[2], o[0]), 1e-2) << "wgmma pqk vs mma.sync, N " << p.N;
     EXPECT_LT(rel_err(o[4], o[0]), 1e-2) << "wgmma split vs mma.sync, N " << p.N;
-    // The prep kernel's w, u, P are the bits of wy_mma's and qk_gate_mma's: the same pass input as fused_wgmma_pqk.
-    EXPECT_TRUE(o[3].storage == o[2].storage) << "fused_prep_wgmma vs fused_wgmma_pqk, N " << p.N;
+    // The prep kernel (prep_wgmma, session 10) forms w, u, P on warpgroup MMA: not the bits of wy_mma / qk_gate_mma
+    // (summation order), so the pass input differs from fused_wgmma_pqk's by bf16 roundings.
+    EXPECT_LT(rel_err(o[3], o[0]), 1e-2) << "fused_prep_wgmma vs mma.sync, N " << p.N;
   }
 }
 

@@ -141,8 +141,8 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                        });
                      }});
       }
-      // prepare_wy_repr_fwd: the fused pre-state kernel (prep_group_mma, one block per chunk and pair of value heads
-      // of a q/k head, the same bits as cuda.sm90.mma), forced-selectable only until a GPU run has timed it.
+      // prepare_wy_repr_fwd: the pre-state kernel on warpgroup MMA (prep_wgmma, session 10; bf16, K <= 128),
+      // forced-selectable only until a GPU run shows it correct and faster than cuda.sm90.mma.
       if (fop == FwdOp::kPrepareWY)
         l.push_back({"cuda.sm90.prep",
                      [](const FwdProblem& p) {
