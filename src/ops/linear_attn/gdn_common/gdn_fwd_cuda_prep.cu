@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
     }
     gam[i] = gv;
     bet[i] = bv;
-    fw[i] = i < L ? bv * expf(gv) : 0.f;  // β e^γ (w), 0 past L: wy_mma's expression
+    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
     fu[i] = i < L ? bv : 0.f;             // β (u)
   }
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
@@ -250,7 +250,9 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   __syncthreads();  // every read of the V staging panels is done: M overwrites them
 
   // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
-  // overflows), every column of the warp's rows written (the upper blocks are the inverse's zeros).
+  // overflows), every column of the warp's rows written (the upper blocks are the inverse's zeros). The gate
+  // exponentials by __expf (ex2.approx: ~2 ulp of f32, far below the bf16 roundings of the outputs; one FMUL and
+  // one MUFU instead of expf's ~10 instructions, 64 per thread here).
   // Accumulator element 4 jb + e of lane l: row 16 warp + l / 4 + 8 (e / 2), column 8 jb + 2 (l % 4) + e % 2.
 #pragma unroll
   for (int jb = 0; jb < 8; ++jb)
@@ -261,13 +263,13 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float r = R[4 * jb + 2 * hh + e];
-        m[e] = (j + e < i && i < L) ? bet[i] * r * expf(gam[i] - gam[j + e]) : 0.f;
+        m[e] = (j + e < i && i < L) ? bet[i] * r * __expf(gam[i] - gam[j + e]) : 0.f;
       }
       *reinterpret_cast<float2*>(MX + i * kLdF + j) = make_float2(m[0], m[1]);
     }
   if constexpr (kWithP) {
     // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
-    // Pqk[hv] (qk_gate_mma's expression).
+    // Pqk[hv].
     const bool pvec = pair_vec<Bf16>(p.Pqk);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
         float x[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          x[e] = j + e <= i ? P[4 * jb + 2 * hh + e] * expf(gam[i] - gam[j + e]) : 0.f;
+          x[e] = j + e <= i ? P[4 * jb + 2 * hh + e] * __expf(gam[i] - gam[j + e]) : 0.f;
         store_pair_v<Bf16>(p.Pqk, pvec, ro, j, BT, x[0], x[1]);
       }
     }
