@@ -175,7 +175,42 @@ __device__ __forceinline__ void store_tile(const float (&acc)[32], const GdnTens
   }
 }
 
-template <bool kWithP>
+// stmatrix.x4 (not transposed): lane 8i + r addresses row r of matrix i; register i of a lane holds its pair of
+// matrix i (row lane / 4, columns 2 (lane % 4), +1: the accumulator pair layout).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+constexpr int kLdStage = 64 + 8;  // staging row (bf16): 144 bytes, so 8 stmatrix rows hit distinct banks
+
+// store_tile through shared memory (kStaged forms, whole 64-column tiles of a lean dst): the warp writes its 16 rows
+// rounded to bf16 into its staging block stg [16][kLdStage] by 4 stmatrix.x4, then copies them out as 16-byte
+// segments (8 lanes per 128-byte row: 4 stores per lane instead of 16 4-byte pair stores, whole sectors).
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const GdnTensor& dst, const ChunkPos& c,
+                                                  int64_t hv, int L, int64_t c0, Bf16* stg) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // matrices (row half mi % 2, column block 2q + mi / 2)
+    const int j0 = 2 * q, j1 = 2 * q + 1;
+    stmatrix_x4(mma::smem_addr(stg + (8 * (mi & 1) + r) * kLdStage + 8 * (2 * q + (mi >> 1))),
+                mma::pack2<Bf16>(acc[4 * j0], acc[4 * j0 + 1]), mma::pack2<Bf16>(acc[4 * j0 + 2], acc[4 * j0 + 3]),
+                mma::pack2<Bf16>(acc[4 * j1], acc[4 * j1 + 1]), mma::pack2<Bf16>(acc[4 * j1 + 2], acc[4 * j1 + 3]));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int row = mi + 4 * k, i = 16 * warp + row;
+    if (i < L) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stg + row * kLdStage + 8 * r);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst.data) + off_tok(dst, c.b, c.s + i, hv) + c0 + 8 * r) = v;
+    }
+  }
+  __syncwarp();  // the block is read before the next tile overwrites it
+}
+
+template <bool kWithP, bool kStaged>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -301,6 +336,10 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   // One tile in flight per block (the SM's other three blocks fill the wait): a second accumulator tile in flight
   // made ptxas inject a wait at the loop head (C7517), and 128 registers are the four-block bound.
   const int nk = ly.nk, nt = ly.nk + ly.nv;
+  // kStaged: the f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
+  Bf16* stg = reinterpret_cast<Bf16*>(MX) + warp * 16 * kLdStage;
+  const bool w_staged = kStaged && lean_tensor<Bf16>(p.w), u_staged = kStaged && lean_tensor<Bf16>(p.u);
+  if constexpr (kStaged) __syncthreads();
 #pragma unroll 1
   for (int t = 0; t < nt; ++t) {
     float acc[32];
@@ -319,17 +358,22 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
     wg::wg_wait<0>();
     wg::reg_fence(acc);
     keep_frags(aw), keep_frags(au);
-    if (t < nk) store_tile(acc, p.w, c, hv, L, 64 * t, K);
-    else store_tile(acc, p.u, c, hv, L, 64 * (t - nk), V);
+    if (t < nk) {
+      if (w_staged && 64 * t + 64 <= K) store_tile_staged(acc, p.w, c, hv, L, 64 * t, stg);
+      else store_tile(acc, p.w, c, hv, L, 64 * t, K);
+    } else {
+      if (u_staged && 64 * (t - nk) + 64 <= V) store_tile_staged(acc, p.u, c, hv, L, 64 * (t - nk), stg);
+      else store_tile(acc, p.u, c, hv, L, 64 * (t - nk), V);
+    }
   }
 #endif
 }
 
-template <bool kWithP>
+template <bool kWithP, bool kStaged>
 int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
+  return launch_n(prep_wgmma<kWithP, kStaged>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
 }
 
 }  // namespace
@@ -354,11 +398,15 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
+int fwd_cuda_prep(const GdnFwdParams& p, PrepStores stores, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.Pqk.present() ? launch_prep<true>(p, stream) : launch_prep<false>(p, stream);
+  if (stores == PrepStores::kStaged)
+    return p.Pqk.present() ? launch_prep<true, true>(p, stream) : launch_prep<false, true>(p, stream);
+  return p.Pqk.present() ? launch_prep<true, false>(p, stream) : launch_prep<false, false>(p, stream);
 }
+
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream) { return fwd_cuda_prep(p, PrepStores::kPairs, stream); }
 
 }  // namespace strata::linear_attn::gdn
