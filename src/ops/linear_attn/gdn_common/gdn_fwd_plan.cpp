@@ -151,7 +151,9 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                        return r;
                      },
                      offsets_workspace,
-                     [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
+                     [](const FwdProblem& pr, const Launch& launch) {
+                       return run_cuda(pr, launch, [](const GdnFwdParams& p, void* s) { return fwd_cuda_prep(p, s); });
+                     }});
       // chunk_gated_delta_rule_fwd_h: the recurrence warpgroups of the split wgmma pass (session 9; bf16, K = 128),
       // forced-selectable only until a GPU run shows it correct and faster than state_mma.
       if (fop == FwdOp::kFwdH)
