@@ -185,9 +185,10 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
 
 constexpr int kLdStage = 64 + 8;  // staging row (bf16): 144 bytes, so 8 stmatrix rows hit distinct banks
 
-// store_tile through shared memory (kStaged forms, whole 64-column tiles of a lean dst): the warp writes its 16 rows
-// rounded to bf16 into its staging block stg [16][kLdStage] by 4 stmatrix.x4, then copies them out as 16-byte
-// segments (8 lanes per 128-byte row: 4 stores per lane instead of 16 4-byte pair stores, whole sectors).
+// store_tile through shared memory (whole 64-column tiles of a lean dst): the warp writes its 16 rows rounded to
+// bf16 into its staging block stg [16][kLdStage] by 4 stmatrix.x4, then copies them out as 16-byte segments (8 lanes
+// per 128-byte row: 4 stores per lane instead of 16 4-byte pair stores, whole sectors). GPU run s10run1 (B = 4
+// T = 8192 H = 16 HV = 32 K = V = 128): w, u 0.571 -> 0.466 ms, w, u, Pqk 0.785 -> 0.673 ms (w, u staged only).
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const GdnTensor& dst, const ChunkPos& c,
                                                   int64_t hv, int L, int64_t c0, Bf16* stg) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
@@ -210,7 +211,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
   __syncwarp();  // the block is read before the next tile overwrites it
 }
 
-template <bool kWithP, bool kStaged>
+template <bool kWithP>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -278,6 +279,32 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   if constexpr (kWithP) wg::reg_fence(P);
   cuda::cp_async_wait<0>();  // V
   __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: K and Q panels are free once read here
+  if constexpr (kWithP) {
+    // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
+    // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
+#pragma unroll
+    for (int jb = 0; jb < 8; ++jb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * warp + (lane >> 2) + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
+        P[4 * jb + e] = j <= i ? P[4 * jb + e] * __expf(gam[i] - gam[j]) : 0.f;
+      }
+    if (BT == kRows && lean_tensor<Bf16>(p.Pqk) && ly.nk * kPanelB >= 4 * 16 * kLdStage * 2) {  // K > 64: room
+      store_tile_staged(P, p.Pqk, c, hv, L, 0, QKt + warp * 16 * kLdStage);
+    } else {
+      const bool pvec = pair_vec<Bf16>(p.Pqk);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = 16 * warp + (lane >> 2) + 8 * hh;
+        if (i >= L) continue;
+        const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
+#pragma unroll
+        for (int jb = 0; jb < 8; ++jb)
+          store_pair_v<Bf16>(p.Pqk, pvec, ro, 8 * jb + 2 * (lane & 3), BT, P[4 * jb + 2 * hh], P[4 * jb + 2 * hh + 1]);
+      }
+    }
+    __syncthreads();  // every warp's staging reads of Q's panels done
+  }
   transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
   __syncthreads();  // K panels read
   transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
@@ -302,26 +329,6 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
       }
       *reinterpret_cast<float2*>(MX + i * kLdF + j) = make_float2(m[0], m[1]);
     }
-  if constexpr (kWithP) {
-    // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
-    // Pqk[hv].
-    const bool pvec = pair_vec<Bf16>(p.Pqk);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = 16 * warp + (lane >> 2) + 8 * hh;
-      if (i >= L) continue;
-      const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
-#pragma unroll
-      for (int jb = 0; jb < 8; ++jb) {
-        const int j = 8 * jb + 2 * (lane & 3);
-        float x[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          x[e] = j + e <= i ? P[4 * jb + 2 * hh + e] * __expf(gam[i] - gam[j + e]) : 0.f;
-        store_pair_v<Bf16>(p.Pqk, pvec, ro, j, BT, x[0], x[1]);
-      }
-    }
-  }
   __syncthreads();  // M complete
   invert_in_place(MX, Yf, warp, lane);
   if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, MX);
@@ -336,10 +343,10 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   // One tile in flight per block (the SM's other three blocks fill the wait): a second accumulator tile in flight
   // made ptxas inject a wait at the loop head (C7517), and 128 registers are the four-block bound.
   const int nk = ly.nk, nt = ly.nk + ly.nv;
-  // kStaged: the f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
+  // The f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
   Bf16* stg = reinterpret_cast<Bf16*>(MX) + warp * 16 * kLdStage;
-  const bool w_staged = kStaged && lean_tensor<Bf16>(p.w), u_staged = kStaged && lean_tensor<Bf16>(p.u);
-  if constexpr (kStaged) __syncthreads();
+  const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
+  __syncthreads();
 #pragma unroll 1
   for (int t = 0; t < nt; ++t) {
     float acc[32];
@@ -369,11 +376,11 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
 #endif
 }
 
-template <bool kWithP, bool kStaged>
+template <bool kWithP>
 int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP, kStaged>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
+  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
 }
 
 }  // namespace
@@ -398,15 +405,11 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_prep(const GdnFwdParams& p, PrepStores stores, void* stream_ptr) {
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (stores == PrepStores::kStaged)
-    return p.Pqk.present() ? launch_prep<true, true>(p, stream) : launch_prep<false, true>(p, stream);
-  return p.Pqk.present() ? launch_prep<true, false>(p, stream) : launch_prep<false, false>(p, stream);
+  return p.Pqk.present() ? launch_prep<true>(p, stream) : launch_prep<false>(p, stream);
 }
-
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream) { return fwd_cuda_prep(p, PrepStores::kPairs, stream); }
 
 }  // namespace strata::linear_attn::gdn

@@ -136,12 +136,7 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
 // same precision model as wy_mma<kPrepare> and qk_gate_mma, not the same bits (summation order inside the products).
 // Reads k, v, beta (opt.), g (opt.), q (with Pqk). bf16 token tensors (k, v, w, u, A, q, Pqk), K <= 128, V <= 256,
 // BT <= 64, any strides; sm_90a. fwd_cuda_prep_reject says why it cannot run p ("" if it can).
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream);  // PrepStores::kPairs
-// How prep_wgmma stores w and u (session 10, both measured by GdnFwdCudaPrep.TimingAtBenchShapes until one wins):
-// kPairs, 4-byte pair stores from the accumulators; kStaged, each warp's rows through shared memory (stmatrix) as
-// 16-byte segments (whole 64-column tiles of lean w / u; pairs otherwise).
-enum class PrepStores : int { kPairs = 0, kStaged };
-int fwd_cuda_prep(const GdnFwdParams& p, PrepStores stores, void* stream);
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
 #endif
 
