@@ -789,13 +789,14 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
         ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
       }
       // The fused forward's forced forms as well (cuda.sm90.fused picks one by shape): the gated Q Kᵀ inline or
-      // pre-computed, 16-warp pass blocks, w / u / P from one kernel (fused_prep): same bits as each other.
-      constexpr int kImpls = 6;
+      // pre-computed, 16-warp pass blocks: same bits as each other. (fused_prep: bf16 only since session 10, not
+      // the same bits: WgmmaFusedForwardMatchesReference and the conformance suite.)
+      constexpr int kImpls = 5;
       HostTensor o[kImpls], ht[kImpls];
       for (int i = 0; i < kImpls; ++i)
         o[i] = poisoned(dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       const char* impls[kImpls] = {"cuda.sm90.fused", "cuda.sm90.chunked", "cuda.sm90.fused_inline",
-                                   "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16", "cuda.sm90.fused_prep"};
+                                   "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16"};
       for (int i = 0; i < kImpls; ++i) {
         ForceImpl f(impls[i]);
         ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)

@@ -720,7 +720,9 @@ TEST(GdnFwdCuda, TensorCoreKernelsApplyToSixteenBitTokensOnly) {
     gd::GdnFwdParams big = base(STRATA_DTYPE_BF16);
     big.shape.K = 257;
     EXPECT_NE(gd::fwd_cuda_mma_reject(op, big), "") << o;
-    const std::vector<std::string> names = gd::fwd_impl_names(op);
+    // prepare_wy_repr_fwd lists its warpgroup-MMA kernel first (PrepKernelRule), then the same pair.
+    std::vector<std::string> names = gd::fwd_impl_names(op);
+    if (op == gd::FwdOp::kPrepareWY && !names.empty() && names[0] == "cuda.sm90.prep") names.erase(names.begin());
     ASSERT_GE(names.size(), 2u);
     EXPECT_EQ(names[0], "cuda.sm90.mma");
     EXPECT_EQ(names[1].rfind("cuda.sm90.", 0), 0u);
@@ -740,9 +742,10 @@ TEST(GdnFwdCuda, TensorCoreKernelsApplyToSixteenBitTokensOnly) {
   EXPECT_NE(gd::fwd_cuda_mma_reject(gd::FwdOp::kFwdH, p), "");
 }
 
-// The fused pre-state kernel's rule (fwd_cuda_prep_reject): prepare_wy_repr_fwd's tensor-core rule, HV = G H, and
-// with the gated Q Kᵀ (Pqk present) q and Pqk in the dtype of k and K <= 128; listed for prepare_wy_repr_fwd only,
-// after cuda.sm90.mma and the FMA kernel (forced-selectable). Host logic only (no GPU needed).
+// The pre-state kernel's rule (fwd_cuda_prep_reject; prep_wgmma, session 10): prepare_wy_repr_fwd's tensor-core
+// rule with bf16 tokens (warpgroup MMA), HV = G H, K <= 128, and with the gated Q Kᵀ (Pqk present) q and Pqk in
+// bf16; listed for prepare_wy_repr_fwd only, first (the automatic choice where it applies; session 10). Host logic
+// only (no GPU needed).
 TEST(GdnFwdCuda, PrepKernelRule) {
   namespace gd = linear_attn::gdn;
   static char marker;
@@ -759,14 +762,16 @@ TEST(GdnFwdCuda, PrepKernelRule) {
     return p;
   };
   EXPECT_EQ(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_BF16)), "");
-  EXPECT_EQ(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_F16)), "");
+  EXPECT_NE(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_F16)), "");  // wgmma wrappers are bf16 only
   EXPECT_NE(gd::fwd_cuda_prep_reject(base(STRATA_DTYPE_F32)), "");
   gd::GdnFwdParams p = base(STRATA_DTYPE_BF16);
   p.A = {};  // A is optional (the fused forward needs only w, u)
   EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
-  p.shape.K = 256, p.shape.V = 256, p.shape.G = 4, p.shape.HV = 8;  // the largest tiles: 1 block per SM
+  p.shape.V = 256, p.shape.G = 4, p.shape.HV = 8;  // the largest V tiles: 100.75 KB, two blocks per SM
   EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
-  p.shape.K = 257;
+  p.shape.K = 192;  // K <= 128 (two 64-column key panels)
+  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 128, p.shape.V = 257;
   EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
   p = base(STRATA_DTYPE_BF16);
   p.shape.HV = 5;  // not a multiple of H
@@ -782,8 +787,8 @@ TEST(GdnFwdCuda, PrepKernelRule) {
   EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
   p.shape.K = 100;
   EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
-  p.shape.K = 192;  // Pqk keeps K <= 128 (the state pass's limit)
-  EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
+  p.shape.K = 64;
+  EXPECT_EQ(gd::fwd_cuda_prep_reject(p), "");
   p.shape.K = 128;
   p.Pqk.dtype = STRATA_DTYPE_F16;
   EXPECT_NE(gd::fwd_cuda_prep_reject(p), "");
@@ -797,7 +802,7 @@ TEST(GdnFwdCuda, PrepKernelRule) {
     EXPECT_EQ(listed, op == gd::FwdOp::kPrepareWY) << o;
     if (op == gd::FwdOp::kPrepareWY) {
       ASSERT_GE(names.size(), 3u);
-      EXPECT_EQ(names[2], "cuda.sm90.prep");
+      EXPECT_EQ(names[0], "cuda.sm90.prep");
     }
   }
 }

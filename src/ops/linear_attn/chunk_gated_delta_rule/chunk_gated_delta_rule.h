@@ -109,14 +109,15 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     8 would run 128 columns per block (gdn::fwd_cuda_state_o_auto_block: B = 4 T = 8192), 8 otherwise.
 //   kInline, kPrecomputedP: either P form forced (8 warps); kInline16: inline P, 16-warp pass blocks
 //     (gdn::StateOBlock::k16Warps, >= 64 columns per block).
-// Every form gives the same bits and takes the same workspace (P uses the A buffer the fused forward leaves
+// The mma.sync forms give the same bits as each other and every form takes the same workspace (P uses the A buffer the fused forward leaves
 // unused). The forced forms ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16") let the
 // tests and benchmarks run each on any shape. gdn_cuda_fused_fwd_reject says why `form` cannot run p ("" if it
 // can: q, k, v, o in one 16-bit dtype, K <= 128; kPrecomputedP: and the gated Q Kᵀ kernel applies); it reads
 // dtypes, presence and shapes only.
-//   kPrep ("cuda.sm90.fused_prep", session 8): w, u and the gated Q Kᵀ from one kernel (gdn::fwd_cuda_prep: one
-//     block per chunk and q/k head instead of prepare_wy_repr_fwd's per value head plus fwd_cuda_qk_gate), then the
-//     pass with the pre-computed P and the automatic block; the same bits as the other forms.
+//   kPrep ("cuda.sm90.fused_prep", session 8): w, u and the gated Q Kᵀ from one kernel (gdn::fwd_cuda_prep; since
+//     session 10 prep_wgmma, bf16 only, on warpgroup MMA) instead of prepare_wy_repr_fwd plus fwd_cuda_qk_gate, then
+//     the pass with the pre-computed P and the automatic block; not the same bits as the other forms since session 10
+//     (summation order inside the products).
 //   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised pass on Hopper warpgroup MMA
 //     (gdn::fwd_cuda_state_o_wgmma, WgmmaPass::kSplit: two warpgroups run the recurrence, a third forms o; P inline;
 //     bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other summation order

@@ -1186,6 +1186,10 @@ int fwd_cuda(FwdOp op, const GdnFwdParams& p, FwdCudaKernels which, void* stream
       // GPU run s9run1, H200, H = 16 HV = 32 K = V = 128, h + v_new + ht: B = 4 T = 8192 0.714 ms against 1.564 ms
       // for state_mma, B = 1 T = 32768 1.378 against 2.616 ms).
       if (op == FwdOp::kFwdH && fwd_cuda_fwd_h_wgmma_reject(p).empty()) return fwd_cuda_fwd_h_wgmma(p, 0, stream);
+      // prepare_wy_repr_fwd (the forward's w, u and the backward's re-run w, u, A): the warpgroup-MMA pre-state kernel
+      // where it applies (bf16, K <= 128; GPU run s10run2, H200, H = 16 HV = 32 K = V = 128, B = 4 T = 8192: w, u
+      // 0.464 ms against 0.585 ms for wy_mma<kPrepare>; w, u, A 0.512 against 0.637 ms).
+      if (op == FwdOp::kPrepareWY && fwd_cuda_prep_reject(p).empty()) return fwd_cuda_prep(p, stream);
       return fwd_cuda_mma_reject(op, p).empty() ? fwd_cuda_mma(op, p, stream) : fwd_cuda_fma(op, p, stream);
   }
 }

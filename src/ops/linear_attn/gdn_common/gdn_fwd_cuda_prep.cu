@@ -1,78 +1,134 @@
-// CUDA sm_90 kernel prep_group_mma: everything the GDN forward computes before its state pass, in one
-// chunk-parallel launch (gdn_fwd_kernels.h, fwd_cuda_prep): w = A diag(β e^γ) K, u = A diag(β) V with
-// A = (I + strictly-lower(diag(β) K Kᵀ ⊙ Γ))⁻¹, A itself when p.A is present, and the gated Q Kᵀ p.Pqk when present.
+// CUDA sm_90a kernel prep_wgmma (session 10): everything the GDN forward computes before its state pass, in one
+// chunk-parallel launch on Hopper warpgroup MMA (gdn_fwd_kernels.h, fwd_cuda_prep): w = A diag(β e^γ) K,
+// u = A diag(β) V with A = (I + strictly-lower(diag(β) K Kᵀ ⊙ Γ))⁻¹, A itself when p.A is present (the backward's
+// re-run forward), and the gated Q Kᵀ p.Pqk when present (the fused forward's pre-computed P).
 //
-// One block per (chunk, q/k head h, pair of value heads of h's group): kGb = 2 value heads (G even) or 1 (G odd),
-// each owned by a GROUP of 4 warps that runs that head's whole chain concurrently with the other group, plus
-// (when Pqk is written) 2 P warps that form the gated Q Kᵀ of the block's heads beside those chains:
+// One block = one warpgroup (4 warps; warp w owns rows 16w..16w+15 of every m64 product) per (chunk, value head):
+//   loads      K (and Q) [64][K] as one cp.async group, V [64][V] as a second, into 64-column K-major core-matrix
+//              panels (wgmma_layout.h tile_off<64>: row = token, column = key / value column); γ, β,
+//              fw = β e^γ, fu = β [64] (0 past the chunk's L rows)
+//   wgmma 1    R = K Kᵀ: m64n64k16, A and B the same K panels (K-major both: the contraction is the key column)
+//   wgmma 2    (with Pqk) Q Kᵀ, the same way
+//   transpose  K -> Kᵀ [K][64 tokens] over Q's panels, then V -> Vᵀ [V][64 tokens] over K's (ldmatrix +
+//              stmatrix.trans per 8 x 8 core matrix), so that w and u get K-major B operands
+//   Pqk        (with Pqk, before Kᵀ is written) P = lower(Q Kᵀ ⊙ Γ) gated in the registers, staged through Q's
+//              panels and stored as 16-byte segments
+//   gating     M = strictly-lower(diag(β) R ⊙ Γ) from the accumulator registers into an f32 tile over the V
+//              staging panels
+//   inverse    X = (I + M)⁻¹ in place over M: the f32 blocked inverse of wy_mma (invert_diag_column,
+//              invert_merge_y / _x: substitution on the 16 x 16 diagonal blocks, ~f32 split products in the
+//              merges); A = X stored when p.A is present
+//   wgmma 3..  per 64-column tile of w then of u: D = (X diag(f))_{bf16} B with the scaled inverse as the register
+//              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the Kᵀ / Vᵀ panel (K-major: the
+//              contraction is the token), staged through the dead f32 tile and stored as 16-byte segments
+// Shared memory 53.75 KB at K = V = 128 (each region reused once consumed): four blocks (16 warps) per SM.
 //
-//   group threads: K (and Q) [64][kcols] as one cp.async group, V of each group's head [64][Vp] as a second;
-//   all: γ, β and the column scales fw = β e^γ, fu = β of both heads; wait for K (Q), block barrier
-//   group g, warp q: (products: row blocks min(q, 3 − q) and 3 − min(q, 3 − q), 16-column units of parity q / 2)
-//     R = K Kᵀ (column blocks <= row block), gated in registers: M = strictly-lower(diag(β) R ⊙ Γ) into the group's
-//     f32 tile
-//     X = (I + M)⁻¹ IN PLACE over M (4 diagonal blocks by substitution, 3 block-row merges; group barriers only)
-//     A = X stored when p.A is present
-//   P warps (with Pqk): Q Kᵀ once per row block (warp 0: blocks 3, 0; warp 1: 2, 1), gated with each head's γ and
-//     stored as Pqk[hv] straight from the accumulators
-//   block barrier (V of both heads complete); the P warps leave
-//     groups: w = X diag(fw) K, u = X diag(fu) V (the warp's row blocks and column units, every 64-column tile)
+// Why (README.md, "The pre-state kernel"): wy_mma<kPrepare> (mma.sync) and session 9's prep_group_mma measured
+// 0.59–0.62 ms for w, u at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16 with the shared-memory pipe at 71–75 %
+// (ncu): every warp fetched the B operands of its products by ldmatrix (the same K / V columns 4 times per
+// block), and the gating pass and the split fragments read f32 tiles by scalar loads. Here the products read
+// their operands from shared memory once per warpgroup (descriptors), the gating runs in the accumulator
+// registers, Q Kᵀ reuses the loaded K, and the outputs leave as whole 16-byte segments (GPU run s10run1: w, u
+// 0.466 ms against 0.587 ms for wy_mma; 0.571 ms with 4-byte pair stores from the accumulators).
 //
-// Why this shape (README.md, "The pre-state kernel"): wy_mma<kPrepare> (one block of 8 warps per value head, 74 KB,
-// 3 blocks per SM) + qk_gate_mma measured 0.769 ms at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16, ~3x the byte
-// floor; both are chains of dependent phases (loads, products, gating, the barrier-separated inverse, w / u) with
-// few chains per SM. session 8's prep_mma ran the G heads of a block ONE AFTER THE OTHER (0.826 ms). Here the two
-// heads of a block run side by side on their own warps and barriers, the gating is done in the product registers
-// (no pass over a shared tile), the inverse is formed in place (one f32 tile per head instead of two) so that two
-// blocks fit per SM (111.5 KB at K = V = 128 with Q: 4 value-head chains per SM instead of 3), K and Q are loaded
-// once per pair of heads, and Q Kᵀ is formed once per pair, off the chains, without a second launch.
-//
-// Every value goes through the fragments, order and expressions of the kernels it replaces (wy_mma<kPrepare>:
-// K Kᵀ over 64-column key tiles, gating, the inverse's steps (invert_diag_column / invert_merge_y / _x), wu_tiles;
-// qk_gate_mma: 8 key steps over 128 zero-padded columns, gating): w, u, A and Pqk are the same bits (tested on the
-// GPU: tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.SameBitsAsWyMmaAndQkGate).
+// Precision: the same model as wy_mma (products of bf16 inputs with f32 accumulation, M and the inverse in f32,
+// X diag(f) rounded to bf16 once); not the same bits in general (the summation order inside a wgmma, __expf), so
+// it is tested against the float64 references (conformance suites) and against wy_mma / qk_gate_mma within bf16
+// tolerances (tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.MatchesWyMmaAndQkGate).
 //
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
+#include "tile/cuda/wgmma.cuh"
+#include "tile/cuda/wgmma_layout.h"
 
 namespace strata::linear_attn::gdn {
 namespace {
 
-constexpr int kGroupThreads = 128;           // 4 warps per value head
-constexpr int kPWarps = 2;                   // warps forming the gated Q Kᵀ (Pqk) of the block's heads
-constexpr size_t kPrepMaxSmem = 227 * 1024;  // sm_90 dynamic shared memory per block
+namespace wg = strata::cuda::wgmma;
+using Bf16 = __nv_bfloat16;
 
-// Value heads per block: 2 when the group size G is even (K and Q shared by the pair), else 1.
-inline int prep_heads_per_block(int64_t G) { return G % 2 == 0 ? 2 : 1; }
+constexpr int kPanel = 64 * 64;               // elements of a 64 x 64 core-matrix panel (tile_off<64>)
+constexpr int kPanelB = kPanel * 2;           // its bytes
+constexpr int kMBytes = kRows * kLdF * 4;     // the f32 M / X tile
+constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per block
 
-// Columns of the K / Q tiles: 128 with Q (qk_gate_mma's 8 key steps over zero-padded columns, K <= 128), else K
-// rounded up to 64 (wy_mma's tiles).
-__host__ __device__ inline int prep_key_cols(int64_t K, bool with_p) { return with_p ? kKF : round64(K); }
-
-// K, Q (with Pqk) [64][kcols + 8] 16-bit; per value head of the block: V [64][Vp + 8] 16-bit, M / X [64][kLdF] f32,
-// merge scratch [3][16][kLdY] f32, γ, β, fw, fu [64] f32.
-inline size_t prep_smem(int64_t K, int64_t V, int gb, bool with_p) {
-  const size_t kt = size_t(kRows) * (prep_key_cols(K, with_p) + 8) * 2;
-  const size_t vt = size_t(kRows) * (round64(V) + 8) * 2;
-  const size_t per_head = vt + size_t(kRows) * kLdF * 4 + 3 * 16 * kLdY * 4 + 4 * kRows * 4;
-  return kt * (with_p ? 2 : 1) + gb * per_head;
+// Shared memory (byte offsets), three regions reused once their first content is consumed:
+//   0:    K panels [nk], then Vᵀ [nv · 64 rows][64 tokens]          (max(nk, nv) panels)
+//   q_kt: Q panels [nk] (with Pqk), then Kᵀ [nk · 64 rows][64 tokens] (nk panels)
+//   vs_m: V staging panels [nv], then M / X f32 [64][kLdF]           (max(nv panels, 17 KB))
+// then the merge scratch [3][16][kLdY] f32 and γ, β, fw, fu [64] f32. K = V = 128: 53.75 KB, four blocks per SM.
+struct PrepLayout {
+  int nk, nv;                    // 64-column panels of K and V
+  int q_kt, vs_m, y, vec, total;  // byte offsets (K / Vᵀ at 0) and size
+};
+__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
+  PrepLayout l{};
+  l.nk = round64(K) / 64;
+  l.nv = round64(V) / 64;
+  l.q_kt = (l.nk > l.nv ? l.nk : l.nv) * kPanelB;
+  l.vs_m = l.q_kt + l.nk * kPanelB;
+  l.y = l.vs_m + (l.nv * kPanelB > kMBytes ? l.nv * kPanelB : kMBytes);
+  l.vec = l.y + 3 * 16 * kLdY * 4;
+  l.total = l.vec + 4 * kRows * 4;
+  return l;
 }
 
-// Barrier of the 128 threads of value-head group g (named barrier g + 1; 0 is __syncthreads). Immediate ids, so
-// that the kernel reserves 3 barriers, not all 16.
-__device__ __forceinline__ void group_sync(int g) {
-  if (g == 0) asm volatile("bar.sync 1, %0;" ::"n"(kGroupThreads) : "memory");
-  else asm volatile("bar.sync 2, %0;" ::"n"(kGroupThreads) : "memory");
+// Rows [0, L) and columns [0, D) of head `head` of the chunk into `panels` 64-column core-matrix panels at dst,
+// zero past L and D. A warp copies 8 rows x 4 segments of 16 bytes per step (rows: lane % 8): 64 contiguous bytes
+// per row in global memory, 4 whole core matrices (conflict-free) in shared memory. One cp.async per segment for
+// a lean tensor (lean_tensor: bf16, unit column stride, strides multiples of 8, 16-byte aligned), element-wise
+// converting copies otherwise (element_segment: any dtype and strides). Caller commits.
+__device__ __forceinline__ void load_panels(Bf16* dst, const GdnTensor& t, const ChunkPos& c, int64_t head, int L,
+                                            int64_t D, int panels) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t base = off_tok(t, c.b, c.s, head), rs = t.st[1];
+  const bool lean = lean_tensor<Bf16>(t);
+  const uint16_t* src = static_cast<const uint16_t*>(t.data) + base;
+  const int steps = 16 * panels;  // (8 row groups) x (2 panels' 4-segment groups)
+#pragma unroll 2
+  for (int s = warp; s < steps; s += 4) {
+    const int r = 8 * (s & 7) + (lane & 7), q = 4 * (s >> 3) + (lane >> 3), col = 8 * q;
+    Bf16* d = dst + (q >> 3) * kPanel + wg::tile_off<64>(r, col & 63);
+    if (lean) {
+      const bool ok = r < L && col + 8 <= D;
+      if (ok || r >= L || col >= D) {
+        cp_async16_s(mma::smem_addr(d), ok ? src + r * rs + col : src, ok);
+        continue;
+      }
+    }
+    element_segment<Bf16>(d, t.data, t.dtype, base, rs, t.st[3], r, L, col, D);
+  }
 }
 
-// In-place X = (I + M)^-1 over the strictly lower M of one group's tile MX (zero outside the strictly lower part;
-// the blocks above the block diagonal stay 0), run by the group's 4 warps (wg = warp in the group, group barrier
-// g). The steps and their order are invert()'s; in round r warp c < r reads M_rk (k >= c) of row block r, which
-// warps c' > c overwrite with X_rc', so every warp forms its Y before any writes X (one more group barrier per
-// round than invert, which keeps M and X apart).
-__device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int wg, int lane, int g) {
+// Kᵀ-style transposition of `panels` 64 x 64 core-matrix panels: src panel p [token][col] -> dst rows 64p + col,
+// columns token (tile_off<64>, i.e. one [64 · panels][64] K-major tile). Per x4 step a warp moves 4 core matrices
+// (ldmatrix of rows, stmatrix.trans to the transposed block position; lane 8i + r addresses row r of matrix i on
+// both sides). Reads and writes shared memory only; the caller fences (fence_proxy_async) and synchronises.
+__device__ __forceinline__ void transpose_panels(Bf16* dst, const Bf16* src, int panels) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
+  for (int pn = 0; pn < panels; ++pn)
+#pragma unroll
+    for (int st = warp; st < 16; st += 4) {
+      const int bi = 4 * st + i, tb = bi >> 3, db = bi & 7;  // token block, column block of matrix i
+      uint32_t x[4];
+      mma::ldmatrix_x4(x, src + pn * kPanel + tb * 512 + db * 64 + r * 8);
+      wg::stmatrix_x4_trans(mma::smem_addr(dst + (8 * pn + db) * 512 + tb * 64 + r * 8), x[0], x[1], x[2], x[3]);
+    }
+}
+
+// Descriptor of K-step ks (16 contraction columns) of a K-major operand held as 64-column panels at `base`.
+__device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
+  return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
+}
+
+// In-place X = (I + M)^-1 over the strictly lower M of the tile MX (zero outside the strictly lower part; the
+// blocks above the block diagonal stay 0), by the block's 4 warps (w = warp). The steps and their order are
+// invert()'s; in round r warp c < r reads M_rk (k >= c) of row block r, which warps c' > c overwrite with X_rc',
+// so every warp forms its Y before any writes X (one more barrier per round than invert, which keeps M and X
+// apart).
+__device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int w, int lane) {
   if (lane < 16) {
-    const int r0 = 16 * wg, j = lane;
+    const int r0 = 16 * w, j = lane;
     float x[16];
     invert_diag_column(MX, r0, j, x);
     __syncwarp(0xffffu);  // every lane has read the block's M rows
@@ -80,250 +136,272 @@ __device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int wg, in
     for (int i = 0; i < 16; ++i) MX[(r0 + i) * kLdF + r0 + j] = x[i];
   }
   for (int r = 1; r < 4; ++r) {
-    group_sync(g);  // X_rr and the blocks of rows < r are complete
-    float* Yw = Yf + wg * 16 * kLdY;
-    if (wg < r) invert_merge_y(MX, MX, r, wg, Yw);
-    group_sync(g);  // every read of row block r's M is done
-    if (wg < r) invert_merge_x(MX, Yw, r, wg);
+    __syncthreads();  // X_rr and the blocks of rows < r are complete
+    float* Yw = Yf + w * 16 * kLdY;
+    if (w < r) invert_merge_y(MX, MX, r, w, Yw);
+    __syncthreads();  // every read of row block r's M is done
+    if (w < r) invert_merge_x(MX, Yw, r, w);
   }
-  group_sync(g);
+  __syncthreads();
 }
 
-// Threads of a block: kGb groups of 4 warps, plus kPWarps warps for the gated Q Kᵀ when Pqk is written.
-__host__ __device__ constexpr int prep_threads(int gb, bool with_p) {
-  return gb * kGroupThreads + (with_p ? kPWarps * 32 : 0);
-}
-
-// Block index -> (chunk slot, q/k head h, first value head hv0 of the block's kGb heads).
-struct PrepItem {
-  int64_t slot, h, hv0;
-};
-__device__ __forceinline__ PrepItem prep_item(int64_t bid, int64_t H, int64_t G, int kGb) {
-  const int64_t parts = G / kGb;
-  const int64_t hp = bid % (H * parts), h = hp / parts;
-  return {bid / (H * parts), h, h * G + (hp % parts) * kGb};
-}
-
-template <class T, int kGb, bool kWithP>
-__global__ void __launch_bounds__(prep_threads(kGb, kWithP), kGb == 2 ? 2 : 3)
-    prep_group_mma(const GdnFwdParams p) {
-  constexpr int kNThr = prep_threads(kGb, kWithP);
-  constexpr int kLoadThr = kGb * kGroupThreads;  // the groups' threads issue the tile loads (whole lean_rows passes)
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t H = p.shape.H, G = p.shape.G, K = p.shape.K, V = p.shape.V;
-  const int kcols = prep_key_cols(K, kWithP), vcols = round64(V);
-  const int ldk = kcols + 8, ldv = vcols + 8;  // conflict-free ldmatrix (row stride 16 mod 128 bytes)
-  T* Kt = reinterpret_cast<T*>(smem);          // [64][ldk] K chunk of q/k head h
-  T* Qt = Kt + kRows * ldk;                    // [64][ldk] Q chunk (kWithP)
-  T* Vt = Qt + (kWithP ? kRows * ldk : 0);     // [kGb][64][ldv] V chunks of the block's value heads
-  float* MXs = reinterpret_cast<float*>(Vt + kGb * kRows * ldv);  // [kGb][64][kLdF] M, then X in place
-  float* Yfs = MXs + kGb * kRows * kLdF;                          // [kGb][3][16][kLdY] merge scratch
-  float* vecs = Yfs + kGb * 3 * 16 * kLdY;                        // [kGb][γ, β, fw, fu][64]
-  const PrepItem item = prep_item(blockIdx.x, H, G, kGb);
-  const int64_t h = item.h, hv0 = item.hv0;
-  const ChunkPos c = locate_chunk(p.chunks, item.slot);
-  if (!c.valid) return;
-  const int L = static_cast<int>(c.e - c.s);
-  const int BT = static_cast<int>(p.shape.BT);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-
-  // Rows [0, L) of D columns of head `head` into dst [64][ld], `width` (>= D, a multiple of 64) columns, zero
-  // past L and D. Fixed-slot copies when the tensor is plain 16-bit and D fills the width.
-  auto load_rows = [&](T* dst, const GdnTensor& t, int64_t head, int64_t D, int width, int ld) {
-    const int64_t base = off_tok(t, c.b, c.s, head);
-    if (D == width && lean_tensor<T>(t)) {
-      lean_rows<kLoadThr>(dst, ld, t, base, L, D);
-    } else {
-      for (int d0 = 0; d0 < width; d0 += 64)
-        load_tile<T, 64, kLoadThr>(dst + d0, ld, t, base, t.st[1], t.st[3], L, d0, D);
-    }
-  };
-  // K and Q as one cp.async group, the V chunks as a second (they arrive during the products and the inverses).
-  if (tid < kLoadThr) {
-    load_rows(Kt, p.k, h, K, kcols, ldk);
-    if constexpr (kWithP) load_rows(Qt, p.q, h, K, kcols, ldk);
-  }
-  cuda::cp_async_commit();
-  if (tid < kLoadThr) {
+// Keeps the register A operands of an in-flight wgmma alive and unchanged until its group is waited for.
+__device__ __forceinline__ void keep_frags(FragA (&a)[4]) {
 #pragma unroll
-    for (int g = 0; g < kGb; ++g) load_rows(Vt + g * kRows * ldv, p.v, hv0 + g, V, vcols, ldv);
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k].x[e])::"memory");
+}
+
+// Stores rows i < L of the warp's part of an m64n64 accumulator tile (columns c0.. of dst, < D), rounded to bf16:
+// one row pointer and aligned 32-bit stores when the tile is inside D and dst is pair_vec, store_pair_v otherwise.
+__device__ __forceinline__ void store_tile(const float (&acc)[32], const GdnTensor& dst, const ChunkPos& c,
+                                           int64_t hv, int L, int64_t c0, int64_t D) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool vec = pair_vec<Bf16>(dst);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = 16 * warp + (lane >> 2) + 8 * hh;
+    if (i >= L) continue;
+    const int64_t ro = off_tok(dst, c.b, c.s + i, hv);
+    if (vec && c0 + 64 <= D) {
+      uint16_t* row = static_cast<uint16_t*>(dst.data) + ro + c0 + 2 * (lane & 3);
+#pragma unroll
+      for (int jb = 0; jb < 8; ++jb)
+        *reinterpret_cast<uint32_t*>(row + 8 * jb) = mma::pack2<Bf16>(acc[4 * jb + 2 * hh], acc[4 * jb + 2 * hh + 1]);
+    } else {
+#pragma unroll
+      for (int jb = 0; jb < 8; ++jb)
+        store_pair_v<Bf16>(dst, vec, ro, c0 + 8 * jb + 2 * (lane & 3), D, acc[4 * jb + 2 * hh],
+                           acc[4 * jb + 2 * hh + 1]);
+    }
   }
+}
+
+// stmatrix.x4 (not transposed): lane 8i + r addresses row r of matrix i; register i of a lane holds its pair of
+// matrix i (row lane / 4, columns 2 (lane % 4), +1: the accumulator pair layout).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+constexpr int kLdStage = 64 + 8;  // staging row (bf16): 144 bytes, so 8 stmatrix rows hit distinct banks
+
+// store_tile through shared memory (whole 64-column tiles of a lean dst): the warp writes its 16 rows rounded to
+// bf16 into its staging block stg [16][kLdStage] by 4 stmatrix.x4, then copies them out as 16-byte segments (8 lanes
+// per 128-byte row: 4 stores per lane instead of 16 4-byte pair stores, whole sectors). GPU run s10run1 (B = 4
+// T = 8192 H = 16 HV = 32 K = V = 128): w, u 0.571 -> 0.466 ms, w, u, Pqk 0.785 -> 0.673 ms (w, u staged only).
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const GdnTensor& dst, const ChunkPos& c,
+                                                  int64_t hv, int L, int64_t c0, Bf16* stg) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, mi = lane >> 3, r = lane & 7;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // matrices (row half mi % 2, column block 2q + mi / 2)
+    const int j0 = 2 * q, j1 = 2 * q + 1;
+    stmatrix_x4(mma::smem_addr(stg + (8 * (mi & 1) + r) * kLdStage + 8 * (2 * q + (mi >> 1))),
+                mma::pack2<Bf16>(acc[4 * j0], acc[4 * j0 + 1]), mma::pack2<Bf16>(acc[4 * j0 + 2], acc[4 * j0 + 3]),
+                mma::pack2<Bf16>(acc[4 * j1], acc[4 * j1 + 1]), mma::pack2<Bf16>(acc[4 * j1 + 2], acc[4 * j1 + 3]));
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int row = mi + 4 * k, i = 16 * warp + row;
+    if (i < L) {
+      const uint4 v = *reinterpret_cast<const uint4*>(stg + row * kLdStage + 8 * r);
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(dst.data) + off_tok(dst, c.b, c.s + i, hv) + c0 + 8 * r) = v;
+    }
+  }
+  __syncwarp();  // the block is read before the next tile overwrites it
+}
+
+template <bool kWithP>
+__global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
+  const PrepLayout ly = prep_layout(K, V);
+  const int64_t hv = static_cast<int64_t>(blockIdx.x) % HV, h = hv / p.shape.G;
+  const ChunkPos c = locate_chunk(p.chunks, static_cast<int64_t>(blockIdx.x) / HV);
+  if (!c.valid) return;
+  const int L = static_cast<int>(c.e - c.s), BT = static_cast<int>(p.shape.BT);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  Bf16* Kp = reinterpret_cast<Bf16*>(smem);             // K panels, then Vᵀ
+  Bf16* Vt = Kp;
+  Bf16* QKt = reinterpret_cast<Bf16*>(smem + ly.q_kt);  // Q panels, then Kᵀ
+  Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.vs_m);   // V panels, then M / X
+  float* MX = reinterpret_cast<float*>(smem + ly.vs_m);
+  float* Yf = reinterpret_cast<float*>(smem + ly.y);
+  float* gam = reinterpret_cast<float*>(smem + ly.vec);
+  float* bet = gam + kRows;
+  float* fw = gam + 2 * kRows;
+  float* fu = gam + 3 * kRows;
+  const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k;
+
+  load_panels(Kp, p.k, c, h, L, K, ly.nk);
+  if constexpr (kWithP) load_panels(QKt, p.q, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
-  for (int idx = tid; idx < kGb * kRows; idx += kNThr) {
-    const int g = idx / kRows, i = idx % kRows;
-    const int64_t hv = hv0 + g;
+  load_panels(Vs, p.v, c, hv, L, V, ly.nv);
+  cuda::cp_async_commit();
+  if (tid < kRows) {
+    const int i = tid;
     float gv = 0.f, bv = 1.f;
     if (i < L) {
       if (p.g.present()) gv = load_f(p.g, off_tok(p.g, c.b, c.s + i, hv));
       if (p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
     }
-    float* vg = vecs + g * 4 * kRows;
-    vg[i] = gv;
-    vg[kRows + i] = bv;
-    vg[2 * kRows + i] = i < L ? bv * expf(gv) : 0.f;  // fw = β e^γ (w), 0 past L: wy_mma's expression
-    vg[3 * kRows + i] = i < L ? bv : 0.f;             // fu = β (u)
+    gam[i] = gv;
+    bet[i] = bv;
+    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
+    fu[i] = i < L ? bv : 0.f;             // β (u)
   }
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
+  wg::fence_proxy_async();
   __syncthreads();
 
-  if (kWithP && warp >= kGb * 4) {
-    // The P warps: Q Kᵀ as qk_gate_mma (row block rb, column blocks <= rb, 8 key steps over 128 zero-padded columns),
-    // formed once for the block's kGb heads, gated per head and stored as Pqk[hv] rows 16 rb.. < L, columns < BT:
-    // (q_i·k_j) e^{γ_i − γ_j} for j <= i, else 0, rounded to T. Warp 0 takes row blocks 3 and 0, warp 1 blocks 2
-    // and 1 (5 of the 10 lower blocks each). They run beside the groups' chains and meet them only at the V
-    // barrier.
-    const int pw = warp - kGb * 4;
-    const bool pvec = pair_vec<T>(p.Pqk);
-#pragma unroll 1
-    for (int step = 0; step < 2; ++step) {
-      const int rb = step == 0 ? 3 - pw : pw;
-      FragC R[8];
+  // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ (every 16-column key step of the panels; zero columns past K add +0).
+  const int ksteps = 4 * ly.nk;
+  float R[32];
+  float P[kWithP ? 32 : 1];
+  wg::reg_fence(R);
+  if constexpr (kWithP) wg::reg_fence(P);
+  wg::wg_fence();
 #pragma unroll
-      for (int n = 0; n < 8; ++n) R[n].zero();
+  for (int ks = 0; ks < 8; ++ks)
+    if (ks < ksteps) wg::mma_ss<Bf16, 64>(R, panel_desc(s_k, ks), panel_desc(s_k, ks), ks > 0);
+  wg::wg_commit();
+  if constexpr (kWithP) {
 #pragma unroll
-      for (int kq = 0; kq < kKF / 16; ++kq) {
-        const FragA a = mma::load_a(Qt, ldk, 16 * rb, 16 * kq);
+    for (int ks = 0; ks < 8; ++ks)
+      if (ks < ksteps) wg::mma_ss<Bf16, 64>(P, panel_desc(s_qkt, ks), panel_desc(s_k, ks), ks > 0);
+    wg::wg_commit();
+  }
+  wg::wg_wait<0>();
+  wg::reg_fence(R);
+  if constexpr (kWithP) wg::reg_fence(P);
+  cuda::cp_async_wait<0>();  // V
+  __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: K and Q panels are free once read here
+  if constexpr (kWithP) {
+    // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
+    // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
 #pragma unroll
-        for (int cb = 0; cb < 4; ++cb)
-          if (cb <= rb) {
-            FragB b0, b1;
-            mma::load_b2(b0, b1, Kt, ldk, 16 * kq, 16 * cb);
-            mma::mma16816<T>(R[2 * cb], a, b0);
-            mma::mma16816<T>(R[2 * cb + 1], a, b1);
-          }
+    for (int jb = 0; jb < 8; ++jb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = 16 * warp + (lane >> 2) + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
+        P[4 * jb + e] = j <= i ? P[4 * jb + e] * __expf(gam[i] - gam[j]) : 0.f;
       }
-#pragma unroll 1
-      for (int gi = 0; gi < kGb; ++gi) {  // one copy of the gating / store code (instruction fetch, see above)
-        const float* gm = vecs + gi * 4 * kRows;
+    if (BT == kRows && lean_tensor<Bf16>(p.Pqk) && ly.nk * kPanelB >= 4 * 16 * kLdStage * 2) {  // K > 64: room
+      store_tile_staged(P, p.Pqk, c, hv, L, 0, QKt + warp * 16 * kLdStage);
+    } else {
+      const bool pvec = pair_vec<Bf16>(p.Pqk);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int i = 16 * rb + mma::c_row(2 * half);
-          if (i >= L) continue;
-          const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv0 + gi);
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = 16 * warp + (lane >> 2) + 8 * hh;
+        if (i >= L) continue;
+        const int64_t ro = off_tok(p.Pqk, c.b, c.s + i, hv);
 #pragma unroll
-          for (int n = 0; n < 8; ++n) {
-            float x[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = 8 * n + mma::c_col(2 * half + e);
-              const float v = R[n].x[2 * half + e];
-              x[e] = (j <= i && i < L) ? v * expf(gm[i] - gm[j]) : 0.f;
-            }
-            store_pair_v<T>(p.Pqk, pvec, ro, 8 * n + mma::c_col(0), BT, x[0], x[1]);
-          }
-        }
+        for (int jb = 0; jb < 8; ++jb)
+          store_pair_v<Bf16>(p.Pqk, pvec, ro, 8 * jb + 2 * (lane & 3), BT, P[4 * jb + 2 * hh], P[4 * jb + 2 * hh + 1]);
       }
     }
-    __syncthreads();  // the V barrier of the groups (every thread of the block takes it)
-    return;
+    __syncthreads();  // every warp's staging reads of Q's panels done
   }
-  // The warp's index in its group (its diagonal block and merge column in the inverse): warp w runs on SM
-  // sub-partition w % 4 and group 1 numbers its warps in reverse, so each sub-partition holds the inverse roles rb
-  // and 3 − rb of the two heads (row block rb's merges are the longest for rb = 0).
-  const int g = warp >> 2, rw = g == 0 ? (warp & 3) : 3 - (warp & 3);
-  const int64_t hv = hv0 + g;
-  float* MX = MXs + g * kRows * kLdF;
-  const float* gam = vecs + g * 4 * kRows;
-  const float* bet = gam + kRows;
-  const float* fw = gam + 2 * kRows;
-  const float* fu = gam + 3 * kRows;
-  // Work split of the products (K Kᵀ and w / u carry (rb + 1) / 10 of a head's work in row block rb): warp q of a
-  // group takes the row blocks rbA = min(q, 3 − q) and rbB = 3 − rbA, and the 16-column units of parity q / 2
-  // (warps q and 3 − q share two row blocks), so every warp has 5 / 20 of the products instead of (rw + 1) / 10.
-  const int rbA = rw < 2 ? rw : 3 - rw, rbB = 3 - rbA, par = rw >> 1;
-  {
-    // R = K Kᵀ as wy_mma (row blocks rbA, rbB; column blocks np <= rb of parity par; 64-column key tiles d0 < K,
-    // 4 steps each), gated in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected:
-    // e^{...} never overflows); the columns of parity par of rows 16 rbA.. and 16 rbB.. are written in full (0 right
-    // of the diagonal), so the two warps of a row-block pair write all of M.
-    FragC R[2][4];
+  transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
+  __syncthreads();  // K panels read
+  transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
+  wg::fence_proxy_async();           // Kᵀ, Vᵀ (stmatrix) visible to the w / u wgmma after the barriers below
+  __syncthreads();  // every read of the V staging panels is done: M overwrites them
+
+  // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
+  // overflows), every column of the warp's rows written (the upper blocks are the inverse's zeros). The gate
+  // exponentials by __expf (ex2.approx: ~2 ulp of f32, far below the bf16 roundings of the outputs; one FMUL and
+  // one MUFU instead of expf's ~10 instructions, 64 per thread here).
+  // Accumulator element 4 jb + e of lane l: row 16 warp + l / 4 + 8 (e / 2), column 8 jb + 2 (l % 4) + e % 2.
 #pragma unroll
-    for (int t = 0; t < 2; ++t)
+  for (int jb = 0; jb < 8; ++jb)
 #pragma unroll
-      for (int n = 0; n < 4; ++n) R[t][n].zero();
-    for (int d0 = 0; d0 < K; d0 += 64) {
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = 16 * warp + (lane >> 2) + 8 * hh, j = 8 * jb + 2 * (lane & 3);
+      float m[2];
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          const int rb = t == 0 ? rbA : rbB;
-          const FragA a = mma::load_a(Kt, ldk, 16 * rb, d0 + 16 * ks);
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            const int np = 2 * u + par;
-            if (np <= rb) {
-              FragB b0, b1;
-              mma::load_b2(b0, b1, Kt, ldk, d0 + 16 * ks, 16 * np);
-              mma::mma16816<T>(R[t][2 * u], a, b0);
-              mma::mma16816<T>(R[t][2 * u + 1], a, b1);
-            }
-          }
-        }
+      for (int e = 0; e < 2; ++e) {
+        const float r = R[4 * jb + 2 * hh + e];
+        m[e] = (j + e < i && i < L) ? bet[i] * r * __expf(gam[i] - gam[j + e]) : 0.f;
       }
+      *reinterpret_cast<float2*>(MX + i * kLdF + j) = make_float2(m[0], m[1]);
     }
+  __syncthreads();  // M complete
+  invert_in_place(MX, Yf, warp, lane);
+  if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, MX);
+
+  // w, u: 64-column tiles t < nk of w (B = Kᵀ panel t), then of u (B = Vᵀ panel t − nk).
+  FragA aw[4], au[4];
 #pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int hn = 0; hn < 2; ++hn)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int n = 2 * (2 * u + par) + hn;
-            const int i = 16 * (t == 0 ? rbA : rbB) + mma::c_row(e), j = 8 * n + mma::c_col(e);
-            const float r = R[t][2 * u + hn].x[e];
-            MX[i * kLdF + j] = (j < i && i < L) ? bet[i] * r * expf(gam[i] - gam[j]) : 0.f;
-          }
+  for (int ks = 0; ks < 4; ++ks) {
+    aw[ks] = frag_a_scaled<Bf16>(MX, 16 * warp, 16 * ks, fw);
+    au[ks] = frag_a_scaled<Bf16>(MX, 16 * warp, 16 * ks, fu);
   }
-  group_sync(g);  // M of head g complete
-  invert_in_place(MX, Yfs + g * 3 * 16 * kLdY, rw, lane, g);
-  if (p.A.present()) store_chunk_mat<T, kGroupThreads>(p.A, c, hv, L, BT, MX, tid - g * kGroupThreads);
-  cuda::cp_async_wait<0>();  // the V chunks
+  // One tile in flight per block (the SM's other three blocks fill the wait): a second accumulator tile in flight
+  // made ptxas inject a wait at the loop head (C7517), and 128 registers are the four-block bound.
+  const int nk = ly.nk, nt = ly.nk + ly.nv;
+  // The f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
+  Bf16* stg = reinterpret_cast<Bf16*>(MX) + warp * 16 * kLdStage;
+  const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
   __syncthreads();
-  // One copy of the w / u code for the four (tensor, row block) steps: GPU run s9run1's ncu showed the kernel
-  // stalled on instruction fetch (no_instruction 6.2 cycles per issue against 0.7 for wy_mma).
-  const T* Vg = Vt + g * kRows * ldv;
 #pragma unroll 1
-  for (int step = 0; step < 4; ++step) {
-    const bool is_u = step >= 2;
-    const int rb = (step & 1) ? rbB : rbA;
-    if (is_u) wu_tiles<T, 2>(p.u, Vg, ldv, V, MX, fu, rb, c, hv, L, par);
-    else wu_tiles<T, 2>(p.w, Kt, ldk, K, MX, fw, rb, c, hv, L, par);
+  for (int t = 0; t < nt; ++t) {
+    float acc[32];
+    wg::reg_fence(acc);
+    wg::wg_fence();
+    if (t < nk) {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        wg::mma_rs<Bf16, 64>(acc, aw[ks].x, wg::tile_desc<64>(s_qkt + t * kPanelB, ks), ks > 0);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks)
+        wg::mma_rs<Bf16, 64>(acc, au[ks].x, wg::tile_desc<64>(s_vt + (t - nk) * kPanelB, ks), ks > 0);
+    }
+    wg::wg_commit();
+    wg::wg_wait<0>();
+    wg::reg_fence(acc);
+    keep_frags(aw), keep_frags(au);
+    if (t < nk) {
+      if (w_staged && 64 * t + 64 <= K) store_tile_staged(acc, p.w, c, hv, L, 64 * t, stg);
+      else store_tile(acc, p.w, c, hv, L, 64 * t, K);
+    } else {
+      if (u_staged && 64 * (t - nk) + 64 <= V) store_tile_staged(acc, p.u, c, hv, L, 64 * (t - nk), stg);
+      else store_tile(acc, p.u, c, hv, L, 64 * (t - nk), V);
+    }
   }
+#endif
 }
 
-template <class T, int kGb, bool kWithP>
+template <bool kWithP>
 int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
-  const int64_t blocks = chunk_slots(p.chunks) * p.shape.H * (p.shape.G / kGb);
-  const size_t smem = prep_smem(p.shape.K, p.shape.V, kGb, kWithP);
-  return launch_n(prep_group_mma<T, kGb, kWithP>, "prepare_wy_repr_fwd (prep_group_mma)", blocks,
-                  prep_threads(kGb, kWithP), smem, stream, p);
-}
-
-template <class T>
-int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
-  const bool with_p = p.Pqk.present();
-  if (prep_heads_per_block(p.shape.G) == 2)
-    return with_p ? launch_prep<T, 2, true>(p, stream) : launch_prep<T, 2, false>(p, stream);
-  return with_p ? launch_prep<T, 1, true>(p, stream) : launch_prep<T, 1, false>(p, stream);
+  const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
+  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
 }
 
 }  // namespace
 
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
-  // k, v (product operands) one 16-bit dtype T, w, u (and A when present) T too; K, V <= 256; BT <= 64.
+  // k, v (product operands) one 16-bit dtype, w, u (and A when present) too; K, V <= 256; BT <= 64.
   std::string r = fwd_cuda_mma_reject(FwdOp::kPrepareWY, p);
   if (!r.empty()) return r;
   if (!p.k.present() || !p.v.present() || !p.w.present() || !p.u.present())
     return "the pre-state kernel reads k, v and writes w, u (one of them is absent)";
+  if (p.k.dtype != STRATA_DTYPE_BF16) return "the pre-state kernel (warpgroup MMA) takes bf16 token tensors";
   if (p.shape.H < 1 || p.shape.G < 1 || p.shape.H * p.shape.G != p.shape.HV) return "HV must be a multiple G of H";
-  const bool with_p = p.Pqk.present();
-  if (with_p) {
+  if (p.shape.K > kKF) return fmt::format("the pre-state kernel needs K <= {}", kKF);
+  if (p.Pqk.present()) {
     if (!p.q.present() || p.q.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) needs q in the dtype of k";
     if (p.Pqk.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) is stored in the dtype of q, k";
-    if (p.shape.K > kKF) return fmt::format("the gated Q Kᵀ (Pqk) needs K <= {}", kKF);
   }
-  const size_t smem = prep_smem(p.shape.K, p.shape.V, prep_heads_per_block(p.shape.G), with_p);
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
   if (smem > kPrepMaxSmem)
     return fmt::format("the pre-state kernel needs {} bytes of shared memory per block, more than {}", smem,
                        kPrepMaxSmem);
@@ -332,9 +410,9 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
 
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_reject(p);
-  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_group_mma): {}", why);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.k.dtype == STRATA_DTYPE_BF16 ? launch_prep<__nv_bfloat16>(p, stream) : launch_prep<__half>(p, stream);
+  return p.Pqk.present() ? launch_prep<true>(p, stream) : launch_prep<false>(p, stream);
 }
 
 }  // namespace strata::linear_attn::gdn

@@ -127,12 +127,12 @@ bool fwd_cuda_state_o_wgmma_pays(const GdnFwdParams& p);
 // Test probe of the wgmma pass's primitives (descriptors, register A fragments, stmatrix.trans) on one warpgroup:
 // A bf16 [64][128], B bf16 [16][128] (op 2: [16][64]), D f32 [64][16] (op 3: [16][64]); see gdn_fwd_cuda_wgmma.cu.
 int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream);
-// Everything before the state pass in one chunk-parallel kernel (gdn_fwd_cuda_prep.cu, prep_group_mma: one block
-// per chunk, q/k head and pair of its value heads (one head when G is odd), each head on its own 4 warps, K and Q
-// loaded once per pair): w, u (and A when p.A is present) as prepare_wy_repr_fwd's tensor-core kernel, plus p.Pqk
-// as fwd_cuda_qk_gate when p.Pqk is present — the same bits as wy_mma<kPrepare> and qk_gate_mma. Reads k, v,
-// beta (opt.), g (opt.), q (with Pqk). bf16 / f16 (k, v, w, u, A, q, Pqk of one dtype), K, V <= 256 (K <= 128
-// with Pqk), BT <= 64, shared memory <= 227 KB; fwd_cuda_prep_reject says why it cannot run p ("" if it can).
+// Everything before the state pass in one chunk-parallel kernel on Hopper warpgroup MMA (gdn_fwd_cuda_prep.cu,
+// prep_wgmma, session 10: one warpgroup per chunk and value head): w, u (and A when p.A is present) as
+// prepare_wy_repr_fwd's tensor-core kernel computes them, plus p.Pqk as fwd_cuda_qk_gate when p.Pqk is present — the
+// same precision model as wy_mma<kPrepare> and qk_gate_mma, not the same bits (summation order inside the products).
+// Reads k, v, beta (opt.), g (opt.), q (with Pqk). bf16 token tensors (k, v, w, u, A, q, Pqk), K <= 128, V <= 256,
+// BT <= 64, any strides; sm_90a. fwd_cuda_prep_reject says why it cannot run p ("" if it can).
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
 #endif

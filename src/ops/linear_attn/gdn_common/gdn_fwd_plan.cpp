@@ -125,6 +125,17 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
       const FwdOp fop = static_cast<FwdOp>(o);
       ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
+      // prepare_wy_repr_fwd: the pre-state kernel on warpgroup MMA first (prep_wgmma, session 10; bf16, K <= 128;
+      // GPU run s10run1: w, u 0.466 against 0.587 ms for cuda.sm90.mma at B = 4 T = 8192 H = 16 HV = 32 K = V = 128).
+      if (fop == FwdOp::kPrepareWY)
+        l.push_back({"cuda.sm90.prep",
+                     [](const FwdProblem& p) {
+                       std::string r = reject_unless_cuda(p.device, 90);
+                       if (r.empty()) r = fwd_cuda_prep_reject(dtype_probe(p));
+                       return r;
+                     },
+                     offsets_workspace,
+                     [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
       // Tensor-core kernels first (bf16 / f16 tokens), then the f32 FMA kernels (any float dtype).
       for (const FwdCudaKernels which : {FwdCudaKernels::kMma, FwdCudaKernels::kFma}) {
         const bool mma = which == FwdCudaKernels::kMma;
@@ -141,17 +152,6 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
                        });
                      }});
       }
-      // prepare_wy_repr_fwd: the fused pre-state kernel (prep_group_mma, one block per chunk and pair of value heads
-      // of a q/k head, the same bits as cuda.sm90.mma), forced-selectable only until a GPU run has timed it.
-      if (fop == FwdOp::kPrepareWY)
-        l.push_back({"cuda.sm90.prep",
-                     [](const FwdProblem& p) {
-                       std::string r = reject_unless_cuda(p.device, 90);
-                       if (r.empty()) r = fwd_cuda_prep_reject(dtype_probe(p));
-                       return r;
-                     },
-                     offsets_workspace,
-                     [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
       // chunk_gated_delta_rule_fwd_h: the recurrence warpgroups of the split wgmma pass (session 9; bf16, K = 128),
       // forced-selectable only until a GPU run shows it correct and faster than state_mma.
       if (fop == FwdOp::kFwdH)

@@ -3,7 +3,8 @@
 //   k [B,T,H,K], v [B,T,HV,V], g optional, beta [B,T,HV], cu_seqlens optional
 //   -> w [B,T,HV,K], u [B,T,HV,V], A = (I + Akk)^-1 [B,T,HV,BT].
 // Kernels, reference and validation are shared by the GDN forward ops (../gdn_common/). Implementations:
-// cuda.sm90.mma, cuda.sm90.fused_wy, cuda.sm90.prep (forced only; gdn_fwd_cuda_prep.cu), cpu.<isa>, reference.
+// cuda.sm90.prep (prep_wgmma in gdn_fwd_cuda_prep.cu; bf16, K <= 128), cuda.sm90.mma, cuda.sm90.fused_wy, cpu.<isa>,
+// reference.
 #include "ops/linear_attn/gdn_common/gdn_fwd_plan.h"
 
 namespace strata::linear_attn::gdn {
