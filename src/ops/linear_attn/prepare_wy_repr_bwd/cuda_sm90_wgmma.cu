@@ -1,0 +1,412 @@
+// Hopper warpgroup-MMA kernel of prepare_wy_repr_bwd ("cuda.sm90.wgmma", bf16 k, v, A, dw, du, dv, K = V = 128,
+// chunk size 64; sm_90a). One 128-thread block (one warpgroup) per (token window, q/k head h), grid-stride on
+// grid.x, two blocks per SM (110 KiB of shared memory each); it walks the G value heads hv = h G + g in increasing
+// g and sums dk over them in f32 accumulators (no per-head workspace, no reduction pass).
+//
+// Per value head (E = exp(γ); every product m64nNk16 with bf16 operands and f32 accumulators; K-major core-matrix
+// tiles, wgmma_layout.h):
+//   KK  = K Kᵀ                                         registers (recomputed per head: under `g == 0` ptxas
+//                                                      serialises the products around it)
+//   dA  = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β))   dW, K and dU, V as loaded → dAᵀ tile (stmatrix.trans)
+//   tmp = Aᵀ dA                                        Aᵀ (A transposed by ldmatrix / stmatrix.trans) and dAᵀ
+//   dM  = −StrictLower(tmp Aᵀ)                         tmp from registers (bf16), A as loaded
+//   dP = dM ⊙ Γ ; Bm = diag(β) dP (strictly lower) → bf16 tiles Bm and Bmᵀ (Sym = Bm + Bmᵀ, disjoint supports:
+//   the same values as the f32 sum rounded once); dβ / dγ sums of dP ⊙ KK from the registers
+//   for the 64-row halves x of K (feature dimension on the MMA rows, token on the columns):
+//     dkᵀ[x][i] += Σ_j K[j][x] (Bm[j][i] + Bm[i][j])   (Sym K) Kᵀ fragments by ldmatrix.trans from K
+//     Xᵀ = dWᵀ A (X = Aᵀ dW) ; dkᵀ += Xᵀ diag(βE) ; Σ_x X k per token from the same Kᵀ fragments
+//   for the 64-row halves of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y (staged transposed in shared memory by
+//   stmatrix.trans, stored as 16-byte rows)
+//   dβ, dγ of the head's rows
+// then dk (+ dk_add) of the chunk through an f32 staging tile (row-contiguous stores).
+// The feature-on-rows form needs no transposed copy of dW, dU or K: their transposes are A operands, read from the
+// tiles as loaded by ldmatrix.trans into registers. Every sum runs in a fixed order: the same bits every run.
+#include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "ops/linear_attn/prepare_wy_repr_bwd/cuda_wy_bwd.cuh"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
+#include "tile/cuda/wgmma.cuh"
+#include "tile/cuda/wgmma_layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace strata::linear_attn {
+namespace {
+using namespace gdn_bwd;
+using namespace gdn_bwd::cu;
+namespace wg = ::strata::cuda::wgmma;
+namespace mma = ::strata::cuda::mma;
+using Bf = __nv_bfloat16;
+
+constexpr int kThr = 128;  // one warpgroup
+// Shared memory (bytes): K, dW, V, dU [64][128] and A, Aᵀ, dAᵀ, Bmᵀ (T1), Bm (T2) [64][64] bf16 tiles
+// (tile_off layouts), then f32 γ, β, E, Σ_j dP KK [64] each, the dγ column partials [4 warps][64], the Σ X k and
+// Σ Y v partials [2 halves x 4 warps][64] each. dv is staged [64][128] bf16 over dAᵀ and T1 (dead by then), dk
+// [64][kDkLd] f32 over dW, V, dU (dead at the chunk's end).
+constexpr uint32_t kT128 = 64 * 128 * 2, kT64 = 64 * 64 * 2;
+constexpr uint32_t oK = 0, oDw = oK + kT128, oV = oDw + kT128, oDu = oV + kT128, oA = oDu + kT128, oAT = oA + kT64,
+                   oDAT = oAT + kT64, oT1 = oDAT + kT64, oT2 = oT1 + kT64, oF = oT2 + kT64;
+constexpr uint32_t oDvStage = oDAT, oDkStage = oDw;
+constexpr int kDkLd = 132;  // ≡ 4 mod 32: the transposing f32 stores of a warp hit 32 banks
+static_assert(oDvStage + kT128 <= oT2, "dv staging over dAᵀ and T1 only");
+static_assert(oDkStage + 64 * kDkLd * 4 <= oA, "dk staging over dW, V, dU only");
+constexpr size_t kSmem = oF + (4 * 64 + 4 * 64 + 8 * 64 + 8 * 64) * sizeof(float);
+static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
+
+// cp.async of a [64][kCols] bf16 block (rows < valid; the others zero-filled, not read) into a tile_off<kCols> tile at
+// shared byte address dst: thread t copies segment q = (t / 8) % S (S = kCols / 8) of rows r0 + 8 kGroups it,
+// r0 = t % 8 + 8 ((t / 8) / S) (the 8 threads of a core matrix write its 128 contiguous bytes). Returns nothing;
+// src is row 0, column 0 of the block, rs its row stride.
+template <int kCols>
+struct TileRows {
+  static constexpr int S = kCols / 8, kGroups = kThr / (8 * S), kIt = 64 / (8 * kGroups);
+  __device__ static int seg() { return (threadIdx.x >> 3) % S; }
+  __device__ static int row(int it) { return (threadIdx.x & 7) + 8 * ((threadIdx.x >> 3) / S) + 8 * kGroups * it; }
+};
+template <int kCols>
+__device__ __forceinline__ void load_tile(uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
+  using R = TileRows<kCols>;
+  const int q = R::seg();
+#pragma unroll
+  for (int it = 0; it < R::kIt; ++it) {
+    const int r = R::row(it);
+    const bool ok = r < valid;
+    ::strata::cuda::cp_async16(dst + 2u * static_cast<uint32_t>(wg::tile_off<kCols>(r, 8 * q)),
+                               ok ? src + r * rs + 8 * q : src, ok);
+  }
+}
+
+// A fragments (m16n8k16 layout, 4 k-steps of 16 tokens) of Xᵀ rows x0 + 16 w.. for the [64 t][128 x] tile X at
+// shared byte address base: ldmatrix.trans (wgmma_layout.h's ld_trans_off).
+__device__ __forceinline__ void frags_trans(uint32_t (&f)[4][4], uint32_t base, int x0, int w, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks)
+    wg::ldmatrix_x4_trans(f[ks], base + 2u * static_cast<uint32_t>(wg::ld_trans_off<128>(lane, 16 * ks, x0 + 16 * w)));
+}
+// Value (x, i) of an accumulator-layout register u = 4 j + e out of the Kᵀ / Vᵀ fragments f (the A fragment of
+// k-step j / 2 covers the accumulator's 8-column blocks j = 2 ks, 2 ks + 1: register (e / 2) + 2 (j % 2), half e % 2).
+__device__ __forceinline__ float frag_at(const uint32_t (&f)[4][4], int j, int e) {
+  const float2 v = mma::unpack2<Bf>(f[j >> 1][(e >> 1) + 2 * (j & 1)]);
+  return (e & 1) ? v.y : v.x;
+}
+// Column sums of an m64n64 accumulator block (16 columns a thread: 8 j + 2 (lane % 4) + b at cs[2 j + b]) over the
+// warp's 16 rows: the 8 row groups by an xor butterfly (4, 8, 16: every lane of a column holds the same bits), then
+// lanes 0-3 write them to out[64].
+__device__ __forceinline__ void col_sums_to(float (&cs)[16], float* out, int lane) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int o = 4; o <= 16; o <<= 1) cs[i] += __shfl_xor_sync(0xffffffffu, cs[i], o);
+  if (lane < 4) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[8 * j + 2 * lane] = cs[2 * j], out[8 * j + 2 * lane + 1] = cs[2 * j + 1];
+  }
+}
+
+__global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
+#else
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sb = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  float* const sG = reinterpret_cast<float*>(smem + oF);
+  float* const sBeta = sG + 64;
+  float* const sE = sG + 128;
+  float* const sDb = sG + 192;  // Σ_j dP_ij KK_ij (row i)
+  float* const sCs = sG + 256;  // [4][64]: Σ_r β_r dP_ri KK_ri over warp w's rows r
+  float* const sXk = sG + 512;  // [2][4][64]: Σ_x X_ix k_ix over half m, warp w's rows x
+  float* const sYv = sG + 1024;  // [2][4][64]
+  const Dims& d = p.d;
+  const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t win = item / d.H, h = item % d.H;
+    for_each_chunk(d, offs, win, [&](const DevChunk& c) {
+      const int L = static_cast<int>(c.t1 - c.t0);
+      float dk[2][32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) dk[0][i] = dk[1][i] = 0.f;
+      for (int64_t g = 0; g < d.G; ++g) {
+        const int64_t hv = h * d.G + g;
+        __syncthreads();  // the previous head's (or chunk's) readers of every tile, staging area and vector are done
+        if (g == 0)
+          load_tile<128>(sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
+        load_tile<128>(sb + oDw, static_cast<const uint16_t*>(p.dw.p) + p.dw.off(c.b, c.t0, hv), p.dw.s[1], L);
+        load_tile<128>(sb + oV, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], L);
+        load_tile<128>(sb + oDu, static_cast<const uint16_t*>(p.du.p) + p.du.off(c.b, c.t0, hv), p.du.s[1], L);
+        load_tile<64>(sb + oA, static_cast<const uint16_t*>(p.A.p) + p.A.off(c.b, c.t0, hv), p.A.s[1], L);
+        {
+          const bool ok = tid < L;  // (γ, β fetched while the tiles are in flight)
+          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + tid, hv)) : 0.f;
+          const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + tid, hv)) : 0.f;
+          tc::cp_async_wait_all();
+          if (L < 64) {  // A's columns >= L of a partial chunk are not part of its L x L block: zero this thread's
+            using R = TileRows<64>;
+            const int c0 = 8 * R::seg();
+#pragma unroll
+            for (int it = 0; it < R::kIt; ++it) {
+              const int r = R::row(it);
+              if (r < L)
+                for (int cc = c0 > L ? c0 : L; cc < c0 + 8; ++cc)
+                  *reinterpret_cast<uint16_t*>(smem + oA + 2 * wg::tile_off<64>(r, cc)) = 0;
+            }
+          }
+          if (tid < 64) {
+            sG[tid] = gi;
+            sBeta[tid] = bi;
+            sE[tid] = ok ? expf(gi) : 0.f;
+          }
+        }
+        wg::fence_proxy_async();
+        __syncthreads();
+
+        // ---- dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → dAᵀ; K Kᵀ ----
+        float kk[32];  // K Kᵀ (f32), read by the dβ / dγ sums below
+        {
+          float wk[32], uv[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) kk[i] = wk[i] = uv[i] = 0.f;
+          wg::reg_fence(kk), wg::reg_fence(wk), wg::reg_fence(uv);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 8; ++ks)  // (every head: under `g == 0` ptxas serialises the products around it)
+            wg::mma_ss<Bf, 64>(kk, wg::tile_desc<128>(sb + oK, ks), wg::tile_desc<128>(sb + oK, ks), ks != 0);
+#pragma unroll
+          for (int ks = 0; ks < 8; ++ks)
+            wg::mma_ss<Bf, 64>(wk, wg::tile_desc<128>(sb + oDw, ks), wg::tile_desc<128>(sb + oK, ks), ks != 0);
+#pragma unroll
+          for (int ks = 0; ks < 8; ++ks)
+            wg::mma_ss<Bf, 64>(uv, wg::tile_desc<128>(sb + oDu, ks), wg::tile_desc<128>(sb + oV, ks), ks != 0);
+          wg::wg_commit();
+          wg::transpose_tile<64, 64, 4>(w, smem + oA, sb + oAT);  // Aᵀ, while the products run
+          wg::wg_wait<0>();
+          wg::reg_fence(kk), wg::reg_fence(wk), wg::reg_fence(uv);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int u = 4 * j + e, r = wg::acc_row(w, lane, e), col = wg::acc_col(lane, j, e);
+              wk[u] = col < r ? sBeta[col] * (sE[col] * wk[u] + uv[u]) : 0.f;
+            }
+          wg::stmatrix_acc_trans<64, 64>(sb + oDAT, 16 * w, lane, wk);
+        }
+        wg::fence_proxy_async();
+        __syncthreads();
+
+        // ---- tmp = Aᵀ dA ; dM' = tmp Aᵀ ; dP, Bm → T2 (as is), T1 (transposed); dβ / dγ sums of dP ⊙ KK ----
+        {
+          float t[32], dm[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) t[i] = dm[i] = 0.f;
+          wg::reg_fence(t);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+            wg::mma_ss<Bf, 64>(t, wg::tile_desc<64>(sb + oAT, ks), wg::tile_desc<64>(sb + oDAT, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(t);
+          uint32_t ta[4][4];  // tmp rounded to bf16 as the A fragments of the k-steps over its columns
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ta[ks][q] = mma::pack2<Bf>(t[8 * ks + 2 * q], t[8 * ks + 2 * q + 1]);
+          wg::reg_fence(dm);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dm, ta[ks], wg::tile_desc<64>(sb + oA, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(dm);
+          wg::reg_fence_u(ta);
+          float rp[2] = {0.f, 0.f}, cp[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) cp[i] = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int u = 4 * j + e, i = wg::acc_row(w, lane, e), col = wg::acc_col(lane, j, e);
+              // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) (the exponent is formed only below the diagonal: ≤ 0)
+              const float dp = (col < i && i < L) ? -dm[u] * expf(sG[i] - sG[col]) : 0.f;
+              const float pk = dp * kk[u];
+              rp[e >> 1] += pk;
+              cp[2 * j + (e & 1)] += sBeta[i] * pk;
+              dm[u] = sBeta[i] * dp;  // Bm
+            }
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int i = wg::acc_row(w, lane, 2 * hh), col = wg::acc_col(lane, j, 0);
+              *reinterpret_cast<uint32_t*>(smem + oT2 + 2 * wg::tile_off<64>(i, col)) =
+                  mma::pack2<Bf>(dm[4 * j + 2 * hh], dm[4 * j + 2 * hh + 1]);
+            }
+          wg::stmatrix_acc_trans<64, 64>(sb + oT1, 16 * w, lane, dm);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {  // the warp holds whole rows: the quad's sum is the row's
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
+          }
+          if ((lane & 3) == 0) sDb[16 * w + (lane >> 2)] = rp[0], sDb[16 * w + (lane >> 2) + 8] = rp[1];
+          col_sums_to(cp, sCs + 64 * w, lane);
+        }
+        wg::fence_proxy_async();
+        __syncthreads();
+
+        // ---- per 64-row half m of K: dkᵀ += Kᵀ (Bmᵀ + Bm) + Xᵀ diag(βE), Xᵀ = dWᵀ A ; Σ_x X k ----
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t kf[4][4], af[4][4];
+          frags_trans(kf, sb + oK, 64 * m, w, lane);
+          frags_trans(af, sb + oDw, 64 * m, w, lane);
+          float xt[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) xt[i] = 0.f;
+          wg::reg_fence(dk[m]), wg::reg_fence(xt);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dk[m], kf[ks], wg::tile_desc<64>(sb + oT1, ks), 1);
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dk[m], kf[ks], wg::tile_desc<64>(sb + oT2, ks), 1);
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(xt, af[ks], wg::tile_desc<64>(sb + oAT, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(dk[m]), wg::reg_fence(xt);
+          wg::reg_fence_u(kf), wg::reg_fence_u(af);
+          float cs[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) cs[i] = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int u = 4 * j + e, i = wg::acc_col(lane, j, e);
+              cs[2 * j + (e & 1)] += xt[u] * frag_at(kf, j, e);
+              dk[m][u] += sBeta[i] * sE[i] * xt[u];
+            }
+          col_sums_to(cs, sXk + 64 * (4 * m + w), lane);
+        }
+        __syncthreads();  // every warp is past its reads of dAᵀ and T1 (the dv staging area)
+
+        // ---- per 64-row half m of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y → staging (transposed) ----
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t vf[4][4], uf[4][4];
+          frags_trans(vf, sb + oV, 64 * m, w, lane);
+          frags_trans(uf, sb + oDu, 64 * m, w, lane);
+          float yt[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) yt[i] = 0.f;
+          wg::reg_fence(yt);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(yt, uf[ks], wg::tile_desc<64>(sb + oAT, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(yt);
+          wg::reg_fence_u(uf);
+          float cs[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) cs[i] = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int u = 4 * j + e, i = wg::acc_col(lane, j, e);
+              cs[2 * j + (e & 1)] += yt[u] * frag_at(vf, j, e);
+              yt[u] *= sBeta[i];
+            }
+          col_sums_to(cs, sYv + 64 * (4 * m + w), lane);
+          wg::stmatrix_acc_trans<128, 64>(sb + oDvStage, 64 * m + 16 * w, lane, yt);
+        }
+        __syncthreads();  // dv staged; the Σ X k, Σ Y v partials written
+
+        {  // dv rows < L (16-byte stores), then dβ, dγ
+          using R = TileRows<128>;
+          const int q = R::seg();
+          uint16_t* const dv = static_cast<uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv) + 8 * q;
+#pragma unroll
+          for (int it = 0; it < R::kIt; ++it) {
+            const int r = R::row(it);
+            if (r < L)
+              *reinterpret_cast<uint4*>(dv + r * p.dv.s[1]) =
+                  *reinterpret_cast<const uint4*>(smem + oDvStage + 2 * wg::tile_off<128>(r, 8 * q));
+          }
+        }
+        if (tid < L) {
+          float xk = 0.f, yv = 0.f;
+#pragma unroll
+          for (int s = 0; s < 8; ++s) xk += sXk[64 * s + tid], yv += sYv[64 * s + tid];
+          const float cs = ((sCs[tid] + sCs[64 + tid]) + sCs[128 + tid]) + sCs[192 + tid];
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, tid, sE[tid], sBeta[tid], xk, yv, sDb[tid], cs);
+        }
+      }
+
+      // ---- dk (+ dk_add) of the chunk: dkᵀ accumulators → f32 [64 i][kDkLd] staging → rows < L ----
+      float* const st = reinterpret_cast<float*>(smem + oDkStage);
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            st[wg::acc_col(lane, j, e) * kDkLd + 64 * m + wg::acc_row(w, lane, e)] = dk[m][4 * j + e];
+      __syncthreads();
+      for (int e = tid; e < 64 * 32; e += kThr) {  // a warp: one row, 128 consecutive columns
+        const int i = e >> 5, x = (e & 31) * 4;
+        if (i >= L) break;
+        float4 a = *reinterpret_cast<const float4*>(st + i * kDkLd + x);
+        if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+          const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+          a.x = ld_f32(p.dk_add, o) + a.x, a.y = ld_f32(p.dk_add, o + 1) + a.y;
+          a.z = ld_f32(p.dk_add, o + 2) + a.z, a.w = ld_f32(p.dk_add, o + 3) + a.w;
+        }
+        const int64_t o = p.dk.off(c.b, c.t0 + i, h) + x;
+        tc::st_pair(p.dk, o, a.x, a.y, true);
+        tc::st_pair(p.dk, o + 2, a.z, a.w, true);
+      }
+    });
+  }
+#endif
+}
+
+bool aligned16(const View& v) { return (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0; }
+
+}  // namespace
+
+std::string prepare_wy_repr_bwd_cuda_wgmma_reject(const WyBwdParams& p) {
+  for (const View* v : {&p.k, &p.v, &p.A, &p.dw, &p.du, &p.dv})
+    if (v->dtype != STRATA_DTYPE_BF16) return "takes bf16 k, v, A, dw, du and dv";
+  if (p.d.K != 128 || p.d.V != 128 || p.d.BT != 64) return "needs K = V = 128 and chunk size 64";
+  for (const View* v : {&p.k, &p.v, &p.A, &p.dw, &p.du, &p.dv})
+    if (v->s[0] % 8 != 0 || v->s[1] % 8 != 0 || v->s[2] % 8 != 0) return "needs strides that are multiples of 8 elements";
+  return "";
+}
+
+size_t prepare_wy_repr_bwd_cuda_wgmma_workspace(const Dims& d) { return prepare_wy_repr_bwd_cuda_mma_workspace(d); }
+
+int prepare_wy_repr_bwd_cuda_wgmma(const WyBwdParams& p, void* workspace, void* stream_ptr) {
+  const std::string why = prepare_wy_repr_bwd_cuda_wgmma_reject(p);
+  if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_bwd cuda.sm90.wgmma: {}", why);
+  // Token views not 16-byte aligned (views at odd offsets): the mma.sync kernel, which copies them element-wise.
+  bool ok = true;
+  for (const View* v : {&p.k, &p.v, &p.A, &p.dw, &p.du, &p.dv}) ok = ok && aligned16(*v);
+  if (!ok) return prepare_wy_repr_bwd_cuda_mma(p, workspace, stream_ptr);
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
+  const int64_t items = num_windows(d) * d.H;
+  if (items == 0) return STRATA_SUCCESS;
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmem)));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_wgmma_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
+  wy_bwd_wgmma_kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
+  return cuda::check_launch("prepare_wy_repr_bwd (wgmma)");
+}
+
+}  // namespace strata::linear_attn
