@@ -3,21 +3,21 @@
 // grid.x, two blocks per SM (110 KiB of shared memory each); it walks the G value heads hv = h G + g in increasing
 // g and sums dk over them in f32 accumulators (no per-head workspace, no reduction pass).
 //
-// Per value head (E = exp(γ); every product m64nNk16 with bf16 operands and f32 accumulators; K-major core-matrix
-// tiles, wgmma_layout.h):
-//   KK  = K Kᵀ                                         registers (recomputed per head: under `g == 0` ptxas
-//                                                      serialises the products around it)
-//   dA  = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β))   dW, K and dU, V as loaded → dAᵀ tile (stmatrix.trans)
-//   tmp = Aᵀ dA                                        Aᵀ (A transposed by ldmatrix / stmatrix.trans) and dAᵀ
-//   dM  = −StrictLower(tmp Aᵀ)                         tmp from registers (bf16), A as loaded
-//   dP = dM ⊙ Γ ; Bm = diag(β) dP (strictly lower) → bf16 tiles Bm and Bmᵀ (Sym = Bm + Bmᵀ, disjoint supports:
-//   the same values as the f32 sum rounded once); dβ / dγ sums of dP ⊙ KK from the registers
+// Per value head, in this order (E = exp(γ); every product m64nNk16 with bf16 operands and f32 accumulators;
+// K-major core-matrix tiles, wgmma_layout.h):
+//   dA  = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β))   dW, K and dU, V as loaded → dAᵀ tile (stmatrix.trans);
+//                                                      Aᵀ (A transposed by ldmatrix / stmatrix.trans) meanwhile
 //   for the 64-row halves x of K (feature dimension on the MMA rows, token on the columns):
-//     dkᵀ[x][i] += Σ_j K[j][x] (Bm[j][i] + Bm[i][j])   (Sym K) Kᵀ fragments by ldmatrix.trans from K
-//     Xᵀ = dWᵀ A (X = Aᵀ dW) ; dkᵀ += Xᵀ diag(βE) ; Σ_x X k per token from the same Kᵀ fragments
-//   for the 64-row halves of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y (staged transposed in shared memory by
-//   stmatrix.trans, stored as 16-byte rows)
-//   dβ, dγ of the head's rows
+//     Xᵀ = dWᵀ A (X = Aᵀ dW) ; dkᵀ += Xᵀ diag(βE) ; Σ_x X k    dWᵀ and Kᵀ fragments by ldmatrix.trans from the tiles
+//   for the 64-row halves of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y (staged transposed by stmatrix.trans, stored
+//   as 16-byte rows)
+//   — dW, V, dU are dead here: head g + 1's load into them while the rest of head g runs —
+//   KK  = K Kᵀ ; tmp = Aᵀ dA (Aᵀ, dAᵀ) ; dM = −StrictLower(tmp Aᵀ) (tmp from registers, bf16; A as loaded)
+//   dP = dM ⊙ Γ ; Bm = diag(β) dP (strictly lower) → bf16 tiles Bm (as is) and Bmᵀ (stmatrix.trans), added into
+//   Sym = Bm + Bmᵀ (disjoint supports: the same values as the f32 sum rounded once); dβ / dγ sums of dP ⊙ KK from
+//   the registers; dβ, dγ of the head's rows out
+//   — A is dead here: head g + 1's loads into it —
+//   dkᵀ[x][i] += Σ_j K[j][x] Sym[j][i] (Sym K)
 // then dk (+ dk_add) of the chunk through an f32 staging tile (row-contiguous stores).
 // The feature-on-rows form needs no transposed copy of dW, dU or K: their transposes are A operands, read from the
 // tiles as loaded by ldmatrix.trans into registers. Every sum runs in a fixed order: the same bits every run.
@@ -40,16 +40,16 @@ namespace mma = ::strata::cuda::mma;
 using Bf = __nv_bfloat16;
 
 constexpr int kThr = 128;  // one warpgroup
-// Shared memory (bytes): K, dW, V, dU [64][128] and A, Aᵀ, dAᵀ, Bmᵀ (T1), Bm (T2) [64][64] bf16 tiles
+// Shared memory (bytes): K, dW, V, dU [64][128] and A, Aᵀ, dAᵀ, Bmᵀ (T1), Bm then Sym (T2) [64][64] bf16 tiles
 // (tile_off layouts), then f32 γ, β, E, Σ_j dP KK [64] each, the dγ column partials [4 warps][64], the Σ X k and
-// Σ Y v partials [2 halves x 4 warps][64] each. dv is staged [64][128] bf16 over dAᵀ and T1 (dead by then), dk
+// Σ Y v partials [2 halves x 4 warps][64] each. dv is staged [64][128] bf16 over T1 and T2 (free then), dk
 // [64][kDkLd] f32 over dW, V, dU (dead at the chunk's end).
 constexpr uint32_t kT128 = 64 * 128 * 2, kT64 = 64 * 64 * 2;
 constexpr uint32_t oK = 0, oDw = oK + kT128, oV = oDw + kT128, oDu = oV + kT128, oA = oDu + kT128, oAT = oA + kT64,
                    oDAT = oAT + kT64, oT1 = oDAT + kT64, oT2 = oT1 + kT64, oF = oT2 + kT64;
-constexpr uint32_t oDvStage = oDAT, oDkStage = oDw;
+constexpr uint32_t oDvStage = oT1, oDkStage = oDw;
 constexpr int kDkLd = 132;  // ≡ 4 mod 32: the transposing f32 stores of a warp hit 32 banks
-static_assert(oDvStage + kT128 <= oT2, "dv staging over dAᵀ and T1 only");
+static_assert(oDvStage + kT128 <= oF, "dv staging over T1 and T2 only");
 static_assert(oDkStage + 64 * kDkLd * 4 <= oA, "dk staging over dW, V, dU only");
 constexpr size_t kSmem = oF + (4 * 64 + 4 * 64 + 8 * 64 + 8 * 64) * sizeof(float);
 static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two blocks per SM");
@@ -90,6 +90,11 @@ __device__ __forceinline__ float frag_at(const uint32_t (&f)[4][4], int j, int e
   const float2 v = mma::unpack2<Bf>(f[j >> 1][(e >> 1) + 2 * (j & 1)]);
   return (e & 1) ? v.y : v.x;
 }
+// a + b on two bf16 pairs.
+__device__ __forceinline__ uint32_t add_bf16x2(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 s = __hadd2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&s);
+}
 // Column sums of an m64n64 accumulator block (16 columns a thread: 8 j + 2 (lane % 4) + b at cs[2 j + b]) over the
 // warp's 16 rows: the 8 row groups by an xor butterfly (4, 8, 16: every lane of a column holds the same bits), then
 // lanes 0-3 write them to out[64].
@@ -123,23 +128,34 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
     const int64_t win = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, win, [&](const DevChunk& c) {
       const int L = static_cast<int>(c.t1 - c.t0);
-      float dk[2][32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) dk[0][i] = dk[1][i] = 0.f;
-      for (int64_t g = 0; g < d.G; ++g) {
+      // The per-head tiles of head g (cp.async, one commit group per call).
+      auto load_dw_v_du = [&](int64_t g) {
         const int64_t hv = h * d.G + g;
-        __syncthreads();  // the previous head's (or chunk's) readers of every tile, staging area and vector are done
-        if (g == 0)
-          load_tile<128>(sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
         load_tile<128>(sb + oDw, static_cast<const uint16_t*>(p.dw.p) + p.dw.off(c.b, c.t0, hv), p.dw.s[1], L);
         load_tile<128>(sb + oV, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], L);
         load_tile<128>(sb + oDu, static_cast<const uint16_t*>(p.du.p) + p.du.off(c.b, c.t0, hv), p.du.s[1], L);
+        ::strata::cuda::cp_async_commit();
+      };
+      auto load_a = [&](int64_t g) {
+        const int64_t hv = h * d.G + g;
         load_tile<64>(sb + oA, static_cast<const uint16_t*>(p.A.p) + p.A.off(c.b, c.t0, hv), p.A.s[1], L);
+        ::strata::cuda::cp_async_commit();
+      };
+      float dk[2][32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) dk[0][i] = dk[1][i] = 0.f;
+      __syncthreads();  // the previous chunk's readers of every tile, staging area and vector are done
+      load_tile<128>(sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
+      load_dw_v_du(0);
+      load_a(0);
+      for (int64_t g = 0; g < d.G; ++g) {
+        const int64_t hv = h * d.G + g;
+        const bool next = g + 1 < d.G;  // head g + 1's tiles load while this head computes (see below)
         {
           const bool ok = tid < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + tid, hv)) : 0.f;
           const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + tid, hv)) : 0.f;
-          tc::cp_async_wait_all();
+          ::strata::cuda::cp_async_wait<0>();
           if (L < 64) {  // A's columns >= L of a partial chunk are not part of its L x L block: zero this thread's
             using R = TileRows<64>;
             const int c0 = 8 * R::seg();
@@ -160,17 +176,13 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
         wg::fence_proxy_async();
         __syncthreads();
 
-        // ---- dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → dAᵀ; K Kᵀ ----
-        float kk[32];  // K Kᵀ (f32), read by the dβ / dγ sums below
+        // ---- dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → dAᵀ ; Aᵀ ----
         {
           float wk[32], uv[32];
 #pragma unroll
-          for (int i = 0; i < 32; ++i) kk[i] = wk[i] = uv[i] = 0.f;
-          wg::reg_fence(kk), wg::reg_fence(wk), wg::reg_fence(uv);
+          for (int i = 0; i < 32; ++i) wk[i] = uv[i] = 0.f;
+          wg::reg_fence(wk), wg::reg_fence(uv);
           wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 8; ++ks)  // (every head: under `g == 0` ptxas serialises the products around it)
-            wg::mma_ss<Bf, 64>(kk, wg::tile_desc<128>(sb + oK, ks), wg::tile_desc<128>(sb + oK, ks), ks != 0);
 #pragma unroll
           for (int ks = 0; ks < 8; ++ks)
             wg::mma_ss<Bf, 64>(wk, wg::tile_desc<128>(sb + oDw, ks), wg::tile_desc<128>(sb + oK, ks), ks != 0);
@@ -180,7 +192,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
           wg::wg_commit();
           wg::transpose_tile<64, 64, 4>(w, smem + oA, sb + oAT);  // Aᵀ, while the products run
           wg::wg_wait<0>();
-          wg::reg_fence(kk), wg::reg_fence(wk), wg::reg_fence(uv);
+          wg::reg_fence(wk), wg::reg_fence(uv);
 #pragma unroll
           for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -193,68 +205,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
         wg::fence_proxy_async();
         __syncthreads();
 
-        // ---- tmp = Aᵀ dA ; dM' = tmp Aᵀ ; dP, Bm → T2 (as is), T1 (transposed); dβ / dγ sums of dP ⊙ KK ----
-        {
-          float t[32], dm[32];
-#pragma unroll
-          for (int i = 0; i < 32; ++i) t[i] = dm[i] = 0.f;
-          wg::reg_fence(t);
-          wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-            wg::mma_ss<Bf, 64>(t, wg::tile_desc<64>(sb + oAT, ks), wg::tile_desc<64>(sb + oDAT, ks), ks != 0);
-          wg::wg_commit();
-          wg::wg_wait<0>();
-          wg::reg_fence(t);
-          uint32_t ta[4][4];  // tmp rounded to bf16 as the A fragments of the k-steps over its columns
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) ta[ks][q] = mma::pack2<Bf>(t[8 * ks + 2 * q], t[8 * ks + 2 * q + 1]);
-          wg::reg_fence(dm);
-          wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dm, ta[ks], wg::tile_desc<64>(sb + oA, ks), ks != 0);
-          wg::wg_commit();
-          wg::wg_wait<0>();
-          wg::reg_fence(dm);
-          wg::reg_fence_u(ta);
-          float rp[2] = {0.f, 0.f}, cp[16];
-#pragma unroll
-          for (int i = 0; i < 16; ++i) cp[i] = 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int u = 4 * j + e, i = wg::acc_row(w, lane, e), col = wg::acc_col(lane, j, e);
-              // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) (the exponent is formed only below the diagonal: ≤ 0)
-              const float dp = (col < i && i < L) ? -dm[u] * expf(sG[i] - sG[col]) : 0.f;
-              const float pk = dp * kk[u];
-              rp[e >> 1] += pk;
-              cp[2 * j + (e & 1)] += sBeta[i] * pk;
-              dm[u] = sBeta[i] * dp;  // Bm
-            }
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-              const int i = wg::acc_row(w, lane, 2 * hh), col = wg::acc_col(lane, j, 0);
-              *reinterpret_cast<uint32_t*>(smem + oT2 + 2 * wg::tile_off<64>(i, col)) =
-                  mma::pack2<Bf>(dm[4 * j + 2 * hh], dm[4 * j + 2 * hh + 1]);
-            }
-          wg::stmatrix_acc_trans<64, 64>(sb + oT1, 16 * w, lane, dm);
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {  // the warp holds whole rows: the quad's sum is the row's
-            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
-            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
-          }
-          if ((lane & 3) == 0) sDb[16 * w + (lane >> 2)] = rp[0], sDb[16 * w + (lane >> 2) + 8] = rp[1];
-          col_sums_to(cp, sCs + 64 * w, lane);
-        }
-        wg::fence_proxy_async();
-        __syncthreads();
-
-        // ---- per 64-row half m of K: dkᵀ += Kᵀ (Bmᵀ + Bm) + Xᵀ diag(βE), Xᵀ = dWᵀ A ; Σ_x X k ----
+        // ---- per 64-row half m of K: Xᵀ = dWᵀ A (X = Aᵀ dW) ; dkᵀ += Xᵀ diag(βE) ; Σ_x X k ----
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           uint32_t kf[4][4], af[4][4];
@@ -263,18 +214,14 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
           float xt[32];
 #pragma unroll
           for (int i = 0; i < 32; ++i) xt[i] = 0.f;
-          wg::reg_fence(dk[m]), wg::reg_fence(xt);
+          wg::reg_fence(xt);
           wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dk[m], kf[ks], wg::tile_desc<64>(sb + oT1, ks), 1);
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dk[m], kf[ks], wg::tile_desc<64>(sb + oT2, ks), 1);
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(xt, af[ks], wg::tile_desc<64>(sb + oAT, ks), ks != 0);
           wg::wg_commit();
           wg::wg_wait<0>();
-          wg::reg_fence(dk[m]), wg::reg_fence(xt);
-          wg::reg_fence_u(kf), wg::reg_fence_u(af);
+          wg::reg_fence(xt);
+          wg::reg_fence_u(af);
           float cs[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) cs[i] = 0.f;
@@ -288,8 +235,6 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
             }
           col_sums_to(cs, sXk + 64 * (4 * m + w), lane);
         }
-        __syncthreads();  // every warp is past its reads of dAᵀ and T1 (the dv staging area)
-
         // ---- per 64-row half m of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y → staging (transposed) ----
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
@@ -321,9 +266,10 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
           col_sums_to(cs, sYv + 64 * (4 * m + w), lane);
           wg::stmatrix_acc_trans<128, 64>(sb + oDvStage, 64 * m + 16 * w, lane, yt);
         }
-        __syncthreads();  // dv staged; the Σ X k, Σ Y v partials written
+        __syncthreads();  // dv staged; dW, V, dU read for the last time by every warp
 
-        {  // dv rows < L (16-byte stores), then dβ, dγ
+        if (next) load_dw_v_du(g + 1);  // into the dead dW, V, dU tiles, while this head finishes
+        {  // dv rows < L (16-byte stores)
           using R = TileRows<128>;
           const int q = R::seg();
           uint16_t* const dv = static_cast<uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv) + 8 * q;
@@ -335,17 +281,108 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
                   *reinterpret_cast<const uint4*>(smem + oDvStage + 2 * wg::tile_off<128>(r, 8 * q));
           }
         }
-        if (tid < L) {
+
+        // ---- KK = K Kᵀ, tmp = Aᵀ dA ; dM' = tmp Aᵀ ; dP, Bm → T2 (as is), T1 (transposed); dβ / dγ sums ----
+        {
+          float kk[32], t[32], dm[32];
+#pragma unroll
+          for (int i = 0; i < 32; ++i) kk[i] = t[i] = dm[i] = 0.f;
+          wg::reg_fence(kk), wg::reg_fence(t);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+            wg::mma_ss<Bf, 64>(t, wg::tile_desc<64>(sb + oAT, ks), wg::tile_desc<64>(sb + oDAT, ks), ks != 0);
+#pragma unroll
+          for (int ks = 0; ks < 8; ++ks)
+            wg::mma_ss<Bf, 64>(kk, wg::tile_desc<128>(sb + oK, ks), wg::tile_desc<128>(sb + oK, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(kk), wg::reg_fence(t);
+          uint32_t ta[4][4];  // tmp rounded to bf16 as the A fragments of the k-steps over its columns
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) ta[ks][q] = mma::pack2<Bf>(t[8 * ks + 2 * q], t[8 * ks + 2 * q + 1]);
+          wg::reg_fence(dm);
+          wg::wg_fence();
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dm, ta[ks], wg::tile_desc<64>(sb + oA, ks), ks != 0);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(dm);
+          wg::reg_fence_u(ta);
+          float rp[2] = {0.f, 0.f}, cp[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) cp[i] = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int u = 4 * j + e, i = wg::acc_row(w, lane, e), col = wg::acc_col(lane, j, e);
+              // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) (the exponent is formed only below the diagonal: ≤ 0)
+              const float dp = (col < i && i < L) ? -dm[u] * expf(sG[i] - sG[col]) : 0.f;
+              const float pk = dp * kk[u];
+              rp[e >> 1] += pk;
+              cp[2 * j + (e & 1)] += sBeta[i] * pk;
+              dm[u] = sBeta[i] * dp;  // Bm
+            }
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {  // the warp holds whole rows: the quad's sum is the row's
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
+            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
+          }
+          if ((lane & 3) == 0) sDb[16 * w + (lane >> 2)] = rp[0], sDb[16 * w + (lane >> 2) + 8] = rp[1];
+          col_sums_to(cp, sCs + 64 * w, lane);
+          __syncthreads();  // every warp has stored its dv rows out of the staging area (T1, T2)
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int i = wg::acc_row(w, lane, 2 * hh), col = wg::acc_col(lane, j, 0);
+              *reinterpret_cast<uint32_t*>(smem + oT2 + 2 * wg::tile_off<64>(i, col)) =
+                  mma::pack2<Bf>(dm[4 * j + 2 * hh], dm[4 * j + 2 * hh + 1]);
+            }
+          wg::stmatrix_acc_trans<64, 64>(sb + oT1, 16 * w, lane, dm);
+        }
+        __syncthreads();  // Bm, Bmᵀ, the dβ / dγ partials written; A read for the last time (dM, Aᵀ)
+        if (next) load_a(g + 1);
+        if (tid < L) {  // dβ, dγ of the head's rows
           float xk = 0.f, yv = 0.f;
 #pragma unroll
           for (int s = 0; s < 8; ++s) xk += sXk[64 * s + tid], yv += sYv[64 * s + tid];
           const float cs = ((sCs[tid] + sCs[64 + tid]) + sCs[128 + tid]) + sCs[192 + tid];
           wy_bwd_cu::store_dbeta_dg(p, c, hv, tid, sE[tid], sBeta[tid], xk, yv, sDb[tid], cs);
         }
+        // Sym = Bm + Bmᵀ → T2: bf16 sums in which one operand is ±0 (disjoint supports), so exact: the same bf16
+        // values as the f32 sum rounded once, and one m64n64k64 product per half below instead of two.
+        for (int e = tid; e < static_cast<int>(kT64 / 16); e += kThr) {
+          uint4 a = *reinterpret_cast<const uint4*>(smem + oT2 + 16 * e);
+          const uint4 b = *reinterpret_cast<const uint4*>(smem + oT1 + 16 * e);
+          a.x = add_bf16x2(a.x, b.x), a.y = add_bf16x2(a.y, b.y), a.z = add_bf16x2(a.z, b.z), a.w = add_bf16x2(a.w, b.w);
+          *reinterpret_cast<uint4*>(smem + oT2 + 16 * e) = a;
+        }
+        wg::fence_proxy_async();
+        __syncthreads();
+
+        // ---- per 64-row half m of K: dkᵀ += Kᵀ Sym ----
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          uint32_t kf[4][4];
+          frags_trans(kf, sb + oK, 64 * m, w, lane);
+          wg::reg_fence(dk[m]);
+          wg::wg_fence();  // (after the fragment loads: wgmma reads A registers written since the last fence)
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(dk[m], kf[ks], wg::tile_desc<64>(sb + oT2, ks), 1);
+          wg::wg_commit();
+          wg::wg_wait<0>();
+          wg::reg_fence(dk[m]);
+          wg::reg_fence_u(kf);
+        }
+        __syncthreads();  // every warp is past its reads of Sym, sG, sBeta, sE and the partials of this head
       }
 
       // ---- dk (+ dk_add) of the chunk: dkᵀ accumulators → f32 [64 i][kDkLd] staging → rows < L ----
-      float* const st = reinterpret_cast<float*>(smem + oDkStage);
+      float* const st = reinterpret_cast<float*>(smem + oDkStage);  // (dW, V, dU: dead after the last head)
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
