@@ -3,9 +3,10 @@
 // variable length, partial chunks, G = 1, 2, 4, with and without gate, and the three call forms (plain; the
 // composed chunk_gated_delta_rule backward's fused sums dk = dk_add + dk, dγ = dγ_add + dγ with dγ_add aliasing
 // dγ; the same with dk aliasing dk_add, as with l2norm). Both use bf16 operands and f32 accumulators in other
-// orders (and bf16-rounded intermediates at the same points), so every output must lie within 2e-3 of its
-// largest magnitude of the mma.sync result (the float64 conformance suite bounds each against the exact result);
-// a second call must give the same bits. A Timing test prints both kernels at the benchmark shapes.
+// orders (and bf16-rounded intermediates at the same points: dA, tmp, Sym), so every f32 output must lie within
+// 4e-3 of its largest magnitude of the mma.sync result and dv (bf16: one rounding step of its largest value is up
+// to 2^-7 of it) within 1e-2 (the float64 conformance suite bounds each against the exact result); a second call
+// must give the same bits. A Timing test prints both kernels at the benchmark shapes.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -176,7 +177,7 @@ TEST(GdnWyBwdWgmma, MatchesMmaKernel) {
         worst += buf;
         for (size_t e = 0; e < x.size(); ++e) {
           ASSERT_TRUE(std::isfinite(x[e]) && std::isfinite(y[e])) << names[i] << "[" << e << "] " << what;
-          ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), 2e-3 * mx + 1e-30)
+          ASSERT_LE(std::fabs(static_cast<double>(x[e]) - y[e]), (i == 1 ? 1e-2 : 4e-3) * mx + 1e-30)
               << names[i] << "[" << e << "] " << what << ": " << x[e] << " vs " << y[e];
         }
       }

@@ -109,6 +109,34 @@ __device__ __forceinline__ void col_sums_to(float (&cs)[16], float* out, int lan
   }
 }
 
+// Zᵀ = Pᵀ A for the 64-row half x0.. of the feature dimension (P the [64 t][128 x] tile at shared byte address pb,
+// its transpose as register A fragments by ldmatrix.trans; Aᵀ tile at atb as B) into z, and the column sums of
+// Zᵀ ⊙ Qᵀ (Σ_x Z_ix Q_ix per token i over the warp's 16 rows x; Q the [64 t][128 x] tile at qb) into out[64].
+__device__ __forceinline__ void half_product(float (&z)[32], uint32_t pb, uint32_t qb, uint32_t atb, int x0, int w,
+                                             int lane, float* out) {
+  uint32_t qf[4][4], pf[4][4];
+  frags_trans(qf, qb, x0, w, lane);
+  frags_trans(pf, pb, x0, w, lane);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) z[i] = 0.f;
+  wg::reg_fence(z);
+  wg::wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(z, pf[ks], wg::tile_desc<64>(atb, ks), ks != 0);
+  wg::wg_commit();
+  wg::wg_wait<0>();
+  wg::reg_fence(z);
+  wg::reg_fence_u(pf);
+  float cs[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) cs[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cs[2 * j + (e & 1)] += z[4 * j + e] * frag_at(qf, j, e);
+  col_sums_to(cs, out, lane);
+}
+
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -205,65 +233,24 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
         wg::fence_proxy_async();
         __syncthreads();
 
-        // ---- per 64-row half m of K: Xᵀ = dWᵀ A (X = Aᵀ dW) ; dkᵀ += Xᵀ diag(βE) ; Σ_x X k ----
+        // ---- per 64-row half m of K: Xᵀ = dWᵀ A (X = Aᵀ dW) ; Σ_x X k ; dkᵀ += Xᵀ diag(βE) ----
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          uint32_t kf[4][4], af[4][4];
-          frags_trans(kf, sb + oK, 64 * m, w, lane);
-          frags_trans(af, sb + oDw, 64 * m, w, lane);
           float xt[32];
+          half_product(xt, sb + oDw, sb + oK, sb + oAT, 64 * m, w, lane, sXk + 64 * (4 * m + w));
 #pragma unroll
-          for (int i = 0; i < 32; ++i) xt[i] = 0.f;
-          wg::reg_fence(xt);
-          wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(xt, af[ks], wg::tile_desc<64>(sb + oAT, ks), ks != 0);
-          wg::wg_commit();
-          wg::wg_wait<0>();
-          wg::reg_fence(xt);
-          wg::reg_fence_u(af);
-          float cs[16];
-#pragma unroll
-          for (int i = 0; i < 16; ++i) cs[i] = 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int u = 4 * j + e, i = wg::acc_col(lane, j, e);
-              cs[2 * j + (e & 1)] += xt[u] * frag_at(kf, j, e);
-              dk[m][u] += sBeta[i] * sE[i] * xt[u];
-            }
-          col_sums_to(cs, sXk + 64 * (4 * m + w), lane);
+          for (int u = 0; u < 32; ++u) {
+            const int i = wg::acc_col(lane, u >> 2, u & 3);
+            dk[m][u] += sBeta[i] * sE[i] * xt[u];
+          }
         }
         // ---- per 64-row half m of V: Yᵀ = dUᵀ A ; Σ_v Y v ; dv = diag(β) Y → staging (transposed) ----
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          uint32_t vf[4][4], uf[4][4];
-          frags_trans(vf, sb + oV, 64 * m, w, lane);
-          frags_trans(uf, sb + oDu, 64 * m, w, lane);
           float yt[32];
+          half_product(yt, sb + oDu, sb + oV, sb + oAT, 64 * m, w, lane, sYv + 64 * (4 * m + w));
 #pragma unroll
-          for (int i = 0; i < 32; ++i) yt[i] = 0.f;
-          wg::reg_fence(yt);
-          wg::wg_fence();
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks) wg::mma_rs<Bf, 64>(yt, uf[ks], wg::tile_desc<64>(sb + oAT, ks), ks != 0);
-          wg::wg_commit();
-          wg::wg_wait<0>();
-          wg::reg_fence(yt);
-          wg::reg_fence_u(uf);
-          float cs[16];
-#pragma unroll
-          for (int i = 0; i < 16; ++i) cs[i] = 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int u = 4 * j + e, i = wg::acc_col(lane, j, e);
-              cs[2 * j + (e & 1)] += yt[u] * frag_at(vf, j, e);
-              yt[u] *= sBeta[i];
-            }
-          col_sums_to(cs, sYv + 64 * (4 * m + w), lane);
+          for (int u = 0; u < 32; ++u) yt[u] *= sBeta[wg::acc_col(lane, u >> 2, u & 3)];
           wg::stmatrix_acc_trans<128, 64>(sb + oDvStage, 64 * m + 16 * w, lane, yt);
         }
         __syncthreads();  // dv staged; dW, V, dU read for the last time by every warp
