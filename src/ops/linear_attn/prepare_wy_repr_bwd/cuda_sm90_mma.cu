@@ -308,7 +308,8 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         rows_to(part, sRed, sYv, r0, wn);
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], sDb[i], sDg[i]);
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], sDb[i], sDg[i],
+                                    wy_bwd_cu::dg_addend(p, c, hv, i));
         }
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
@@ -493,7 +494,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
           const int i = threadIdx.x;
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs);
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
         }
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);

@@ -152,6 +152,12 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
   float* const sYv = sG + 1024;  // [2][4][64]
   const Dims& d = p.d;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+  // f32 dk_add / dk whose rows of 4 columns are 16-byte aligned: float4 accesses in the dk epilogue
+  auto vec4 = [](const View& v) {
+    return v.dtype == STRATA_DTYPE_F32 && (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0 &&
+           ((v.s[0] | v.s[1] | v.s[2]) & 3) == 0;
+  };
+  const bool add_vec = vec4(p.dk_add), dk_vec = vec4(p.dk);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t win = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, win, [&](const DevChunk& c) {
@@ -176,13 +182,23 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
       load_tile<128>(sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], L);
       load_dw_v_du(0);
       load_a(0);
+      // γ, β and dg_add of row tid (threads < L) of head g: fetched with head g's tiles (at the chunk's start, or
+      // while head g − 1 finishes), so that their latency is not exposed at head g's start.
+      auto row_values = [&](int64_t g) {
+        const int64_t hv = h * d.G + g;
+        const bool ok = tid < L;
+        return make_float3(ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + tid, hv)) : 0.f,
+                           ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + tid, hv)) : 0.f,
+                           ok ? wy_bwd_cu::dg_addend(p, c, hv, tid) : 0.f);
+      };
+      float3 rv = row_values(0), rv_next = make_float3(0.f, 0.f, 0.f);
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         const bool next = g + 1 < d.G;  // head g + 1's tiles load while this head computes (see below)
+        const float dga = rv.z;  // dg_add of row tid
         {
-          const bool ok = tid < L;  // (γ, β fetched while the tiles are in flight)
-          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + tid, hv)) : 0.f;
-          const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + tid, hv)) : 0.f;
+          const bool ok = tid < L;
+          const float gi = rv.x, bi = rv.y;
           ::strata::cuda::cp_async_wait<0>();
           if (L < 64) {  // A's columns >= L of a partial chunk are not part of its L x L block: zero this thread's
             using R = TileRows<64>;
@@ -255,7 +271,10 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
         }
         __syncthreads();  // dv staged; dW, V, dU read for the last time by every warp
 
-        if (next) load_dw_v_du(g + 1);  // into the dead dW, V, dU tiles, while this head finishes
+        if (next) {  // into the dead dW, V, dU tiles, while this head finishes
+          load_dw_v_du(g + 1);
+          rv_next = row_values(g + 1);
+        }
         {  // dv rows < L (16-byte stores)
           using R = TileRows<128>;
           const int q = R::seg();
@@ -338,7 +357,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
 #pragma unroll
           for (int s = 0; s < 8; ++s) xk += sXk[64 * s + tid], yv += sYv[64 * s + tid];
           const float cs = ((sCs[tid] + sCs[64 + tid]) + sCs[128 + tid]) + sCs[192 + tid];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, tid, sE[tid], sBeta[tid], xk, yv, sDb[tid], cs);
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, tid, sE[tid], sBeta[tid], xk, yv, sDb[tid], cs, dga);
         }
         // Sym = Bm + Bmᵀ → T2: bf16 sums in which one operand is ±0 (disjoint supports), so exact: the same bf16
         // values as the f32 sum rounded once, and one m64n64k64 product per half below instead of two.
@@ -366,6 +385,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
           wg::reg_fence_u(kf);
         }
         __syncthreads();  // every warp is past its reads of Sym, sG, sBeta, sE and the partials of this head
+        rv = rv_next;
       }
 
       // ---- dk (+ dk_add) of the chunk: dkᵀ accumulators → f32 [64 i][kDkLd] staging → rows < L ----
@@ -378,18 +398,40 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_wgmma_kernel(WyBwdParams p, co
           for (int e = 0; e < 4; ++e)
             st[wg::acc_col(lane, j, e) * kDkLd + 64 * m + wg::acc_row(w, lane, e)] = dk[m][4 * j + e];
       __syncthreads();
-      for (int e = tid; e < 64 * 32; e += kThr) {  // a warp: one row, 128 consecutive columns
-        const int i = e >> 5, x = (e & 31) * 4;
+      // Rows < L, this thread's kDkN float4 groups (row e / 32, columns 4 (e % 32).., e = tid + kThr n: a warp covers
+      // one row's 512 contiguous bytes). Every dk_add load is in flight before the first store (dk_add may alias dk,
+      // so the compiler would not move a later load above an earlier store: one full latency per group).
+      constexpr int kDkN = 64 * 32 / kThr;
+      float4 add[kDkN];
+#pragma unroll
+      for (int n = 0; n < kDkN; ++n) {
+        const int e = tid + kThr * n, i = e >> 5, x = (e & 31) * 4;
+        add[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (p.dk_add.present() && i < L) {
+          const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+          if (add_vec) {
+            add[n] = *reinterpret_cast<const float4*>(static_cast<const float*>(p.dk_add.p) + o);
+          } else {
+            add[n] = make_float4(ld_f32(p.dk_add, o), ld_f32(p.dk_add, o + 1), ld_f32(p.dk_add, o + 2),
+                                 ld_f32(p.dk_add, o + 3));
+          }
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < kDkN; ++n) {
+        const int e = tid + kThr * n, i = e >> 5, x = (e & 31) * 4;
         if (i >= L) break;
         float4 a = *reinterpret_cast<const float4*>(st + i * kDkLd + x);
-        if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
-          const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
-          a.x = ld_f32(p.dk_add, o) + a.x, a.y = ld_f32(p.dk_add, o + 1) + a.y;
-          a.z = ld_f32(p.dk_add, o + 2) + a.z, a.w = ld_f32(p.dk_add, o + 3) + a.w;
+        if (p.dk_add.present()) {  // dk = dk_add + dk
+          a.x = add[n].x + a.x, a.y = add[n].y + a.y, a.z = add[n].z + a.z, a.w = add[n].w + a.w;
         }
         const int64_t o = p.dk.off(c.b, c.t0 + i, h) + x;
-        tc::st_pair(p.dk, o, a.x, a.y, true);
-        tc::st_pair(p.dk, o + 2, a.z, a.w, true);
+        if (dk_vec) {
+          *reinterpret_cast<float4*>(static_cast<float*>(p.dk.p) + o) = a;
+        } else {
+          tc::st_pair(p.dk, o, a.x, a.y, true);
+          tc::st_pair(p.dk, o + 2, a.z, a.w, true);
+        }
       }
     });
   }
