@@ -140,25 +140,10 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. Every dk_add load of the thread is issued
-// before the first store (dk_add may alias dk, so the compiler would not move a load above an earlier store: one
-// global latency per column pair in a row; session 10).
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc.
 template <int KT>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
-  float add[KT][4][4];
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-        const bool row = p.dk_add.present() && i < L;
-        const int64_t o = row ? p.dk_add.off(c.b, c.t0 + i, h) + x : 0;
-        add[kt][nt][e] = row && x < kc ? ld_f32(p.dk_add, o) : 0.f;
-        add[kt][nt][e + 1] = row && x + 1 < kc ? ld_f32(p.dk_add, o + 1) : 0.f;
-      }
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
@@ -168,9 +153,10 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
         const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
         if (i < L && x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-          if (p.dk_add.present()) {  // dk = dk_add + dk
-            a0 = add[kt][nt][e] + a0;
-            if (x + 1 < kc) a1 = add[kt][nt][e + 1] + a1;
+          if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+            const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+            a0 = ld_f32(p.dk_add, o) + a0;
+            if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
           }
           st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
         }
@@ -508,7 +494,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
           const int i = threadIdx.x;
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs,
+                                    wy_bwd_cu::dg_addend(p, c, hv, i));
         }
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
