@@ -13,6 +13,9 @@
 
 #include <cstdint>
 
+#include "tile/cuda/mma.cuh"
+#include "tile/cuda/wgmma_layout.h"
+
 namespace strata::cuda::wgmma {
 
 // d (m64 x N f32 accumulator, N / 2 registers a thread) (+)= A B with A and B in shared memory (descriptors) or
@@ -152,6 +155,40 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
   static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: a multiple of 8 in [24, 256]");
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// ---- session 10 (prepare_wy_repr_bwd's wgmma kernel): accumulator and tile transposes through stmatrix.trans ----
+// stmatrix.x4.trans of an m64nN accumulator d (rounded to bf16; warp rows rb..rb+15, rb = the accumulator's row
+// origin inside X's column range + 16 w) into the transposed K-major tile X [col][row] (tile_off<kRowsLd>) at
+// shared byte address x (st_trans_off's layout; N / 16 stores a warp).
+template <int kRowsLd, int N>
+__device__ __forceinline__ void stmatrix_acc_trans(uint32_t x, int rb, int lane, const float (&d)[N / 2]) {
+#pragma unroll
+  for (int jp = 0; jp < N / 16; ++jp) {
+    const uint32_t a = x + 2u * static_cast<uint32_t>(st_trans_off<kRowsLd>(lane, rb, jp));
+    const int j0 = 2 * jp, j1 = 2 * jp + 1;
+    stmatrix_x4_trans(a, mma::pack2<__nv_bfloat16>(d[4 * j0], d[4 * j0 + 1]),
+                      mma::pack2<__nv_bfloat16>(d[4 * j0 + 2], d[4 * j0 + 3]),
+                      mma::pack2<__nv_bfloat16>(d[4 * j1], d[4 * j1 + 1]),
+                      mma::pack2<__nv_bfloat16>(d[4 * j1 + 2], d[4 * j1 + 3]));
+  }
+}
+// Y [kRows][kCols] (tile_off<kCols>, generic pointer src) → Yᵀ [kCols][kRows] (tile_off<kRows>, shared byte
+// address dst) by kWarps warps (this one: warp): the 8 x 8 blocks four at a time (ldmatrix.x4, then
+// stmatrix.x4.trans; lane 8 i + r addresses row r of block i in both).
+template <int kRows, int kCols, int kWarps>
+__device__ __forceinline__ void transpose_tile(int warp, const unsigned char* src, uint32_t dst) {
+  constexpr int kBlocks = (kRows / 8) * (kCols / 8);
+  static_assert(kBlocks % (4 * kWarps) == 0, "whole x4 groups per warp");
+  const int lane = threadIdx.x & 31, r = lane & 7;
+#pragma unroll
+  for (int it = 0; it < kBlocks / (4 * kWarps); ++it) {
+    const int b = (warp * (kBlocks / (4 * kWarps)) + it) * 4 + (lane >> 3), tb = b / (kCols / 8),
+              xb = b % (kCols / 8);
+    uint32_t v[4];
+    mma::ldmatrix_x4(v, src + 2 * tile_off<kCols>(8 * tb + r, 8 * xb));
+    stmatrix_x4_trans(dst + 2u * static_cast<uint32_t>(tile_off<kRows>(8 * xb + r, 8 * tb)), v[0], v[1], v[2], v[3]);
+  }
 }
 
 }  // namespace strata::cuda::wgmma

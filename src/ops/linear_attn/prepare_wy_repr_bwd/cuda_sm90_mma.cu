@@ -12,6 +12,7 @@
 // K is a template parameter rounded up to 64 (KP), V a run-time one (VP); tiles are zero-filled past the chunk
 // end and past K, V. Fixed-order sums everywhere: same bits every run, no atomics.
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "ops/linear_attn/prepare_wy_repr_bwd/cuda_wy_bwd.cuh"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
 #include <fmt/format.h>
@@ -137,18 +138,6 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
         st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
                 col + 1 < vc);
     }
-}
-
-// dβ_i = E_i Σ X k + Σ Y v + db_i and dγ_i = β_i E_i Σ X k + (β_i db_i − cs_i) (+ dg_add), for row i < L (db_i =
-// Σ_j dP_ij KK_ij, cs_i = Σ_r β_r dP_ri KK_ri).
-__device__ __forceinline__ void wy_store_dbeta_dg(const WyBwdParams& p, const DevChunk& c, int64_t hv, int i, float e_i,
-                                                  float beta_i, float xk, float yv, float db, float cs) {
-  st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), e_i * xk + yv + db);
-  if (p.dg.present()) {
-    float dgi = beta_i * e_i * xk + (beta_i * db - cs);
-    if (p.dg_add.present()) dgi = ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) + dgi;
-    st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
-  }
 }
 
 // dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc.
@@ -319,7 +308,8 @@ __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const i
         rows_to(part, sRed, sYv, r0, wn);
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
-          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], sDb[i], sDg[i]);
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], sDb[i], sDg[i],
+                                    wy_bwd_cu::dg_addend(p, c, hv, i));
         }
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
@@ -504,7 +494,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
           const int i = threadIdx.x;
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs);
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs,
+                                    wy_bwd_cu::dg_addend(p, c, hv, i));
         }
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);

@@ -1,7 +1,8 @@
 // prepare_wy_repr_bwd: definition, validation, implementation list and plans (ops_gdn_kda.md §4.6;
 // prepare_wy_repr_bwd.h, README.md beside this file).
 // Tensors {k, v, beta, A, dw, du, g|NULL, cu_seqlens|NULL, dk, dv, dbeta, dg|NULL}; the chunk size is A.shape[3].
-// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cpu.<isa>, reference.
+// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cuda.sm90.wgmma (bf16, K = V = 128, forced only),
+// cpu.<isa>, reference.
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
 #include <fmt/format.h>
@@ -38,14 +39,33 @@ WyBwdParams bind(const Problem& pr, const Launch& l) {
 strata_status host_checks(const WyBwdParams& p) { return check_cu_values(kOp, p.d); }
 
 const ImplList<Problem>& impls() {
-  static const ImplList<Problem> list = make_impls<Problem, WyBwdParams>({
-      bind, prepare_wy_repr_bwd_cpu, prepare_wy_repr_bwd_reference, host_checks,
+  static const ImplList<Problem> list = [] {
+    ImplList<Problem> l = make_impls<Problem, WyBwdParams>({
+        bind, prepare_wy_repr_bwd_cpu, prepare_wy_repr_bwd_reference, host_checks,
 #if STRATA_WITH_CUDA
-      "cuda.sm90.chunk_tile", prepare_wy_repr_bwd_cuda_fma_workspace, prepare_wy_repr_bwd_cuda_fma,
-      "cuda.sm90.mma", prepare_wy_repr_bwd_cuda_mma_reject, prepare_wy_repr_bwd_cuda_mma_workspace,
-      prepare_wy_repr_bwd_cuda_mma,
+        "cuda.sm90.chunk_tile", prepare_wy_repr_bwd_cuda_fma_workspace, prepare_wy_repr_bwd_cuda_fma,
+        "cuda.sm90.mma", prepare_wy_repr_bwd_cuda_mma_reject, prepare_wy_repr_bwd_cuda_mma_workspace,
+        prepare_wy_repr_bwd_cuda_mma,
 #endif
-  });
+    });
+#if STRATA_WITH_CUDA
+    // The warpgroup-MMA kernel after the mma.sync and FMA kernels: forced only until a GPU run shows it faster.
+    l.insert(l.begin() + 2,
+             {"cuda.sm90.wgmma",
+              [](const Problem& p) {
+                std::string r = reject_unless_cuda(p.device, 90);
+                if (r.empty() && p.any_f64) r = "takes bf16 tensors (f64 runs on the reference)";
+                return r.empty() ? prepare_wy_repr_bwd_cuda_wgmma_reject(p.params) : r;
+              },
+              [](const Problem& p) { return prepare_wy_repr_bwd_cuda_wgmma_workspace(p.params.d); },
+              [](const Problem& p, const Launch& launch) {
+                const WyBwdParams params = bind(p, launch);
+                return static_cast<strata_status>(
+                    prepare_wy_repr_bwd_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
+              }});
+#endif
+    return l;
+  }();
   return list;
 }
 

@@ -60,6 +60,12 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
+// Hopper warpgroup-MMA kernel ("cuda.sm90.wgmma", cuda_sm90_wgmma.cu; sm_90a): bf16 k, v, A, dw, du, dv, K = V = 128,
+// chunk size 64, strides multiples of 8 ("" from the reject when it applies). Takes dk_add / dg_add as the mma.sync
+// kernel does; token views that are not 16-byte aligned run the mma.sync kernel instead. Workspace: the chunk offsets.
+std::string prepare_wy_repr_bwd_cuda_wgmma_reject(const WyBwdParams& p);
+size_t prepare_wy_repr_bwd_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
+int prepare_wy_repr_bwd_cuda_wgmma(const WyBwdParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn

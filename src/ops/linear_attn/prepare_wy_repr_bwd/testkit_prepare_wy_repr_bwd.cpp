@@ -26,7 +26,20 @@ class WyBwdHarness final : public OpHarness {
   std::string op() const override { return kOp; }
 
   std::vector<Case> conformance_cases() const override {
-    return sweep(kOp, [](Case& c, int64_t i) { c.set("dg", i % 5 != 2 ? 1 : 0); });
+    std::vector<Case> cases = sweep(kOp, [](Case& c, int64_t i) { c.set("dg", i % 5 != 2 ? 1 : 0); });
+    // The shapes the warpgroup-MMA kernel takes (bf16, K = V = 128, chunk size 64): partial chunks with G = 2, a
+    // variable-length pack, G = 1 without gate, a padded layout.
+    int64_t seed = 1000;
+    auto add = [&](std::vector<int64_t> shape, const std::vector<int64_t>& cu, int gate, const char* layout) {
+      Case c = make_case(kOp, "bf16", std::move(shape), 64, cu, gate, 10.0, layout, seed++);
+      c.set("dg", gate);
+      cases.push_back(std::move(c));
+    };
+    add({2, 130, 2, 4, 128, 128}, {}, 1, "contiguous");
+    add({1, 0, 2, 4, 128, 128}, {0, 63, 127, 129, 192, 200}, 1, "contiguous");
+    add({1, 65, 1, 1, 128, 128}, {}, 0, "contiguous");
+    add({1, 100, 1, 2, 128, 128}, {}, 1, "padded");
+    return cases;
   }
 
   CaseResult run_case(const Case& c, strata_device device) const override {
