@@ -32,6 +32,7 @@
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 #include "cuda_test_support.h"
+#include "gdn_bwd_cuda_test_support.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -42,43 +43,10 @@ using gdn_bwd::View;
 using test::Dev;
 using test::have_gpu;
 
-// n random values in dtype dt (bf16 / f16 bits, or f32), N(0, sd) (uniform in [lo, 0] for gates when lo < 0).
-std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {
-  std::normal_distribution<float> nd(0.f, static_cast<float>(sd));
-  std::uniform_real_distribution<float> ud(static_cast<float>(lo), 0.f);
-  std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_size(dt));
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = lo < 0 ? ud(rng) : nd(rng);
-    if (dt == STRATA_DTYPE_F32) {
-      std::memcpy(out.data() + 4 * i, &x, 4);
-    } else {
-      const uint16_t b = dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
-      std::memcpy(out.data() + 2 * i, &b, 2);
-    }
-  }
-  return out;
-}
-
-std::unique_ptr<Dev> upload(const std::vector<uint8_t>& h) {
-  auto d = std::make_unique<Dev>(h.size());
-  if (!h.empty()) EXPECT_EQ(cudaMemcpy(d->p, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
-
-// Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and the chunk states [B, NT, HV, K, V].
-View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
-  View v;
-  v.p = p, v.dtype = dt;
-  if (D > 0) v.s[0] = T * heads * D, v.s[1] = heads * D, v.s[2] = D;
-  else v.s[0] = T * heads, v.s[1] = heads, v.s[2] = 1;
-  return v;
-}
-View states(void* p, int32_t dt, int64_t NT, int64_t HV, int64_t K, int64_t V) {
-  View v;
-  v.p = p, v.dtype = dt;
-  v.s[0] = NT * HV * K * V, v.s[1] = HV * K * V, v.s[2] = K * V, v.s[3] = V;
-  return v;
-}
+using gdn_bwd_test::random_bytes;
+using gdn_bwd_test::states;
+using gdn_bwd_test::tok;
+using gdn_bwd_test::upload;
 
 struct Shape {
   int64_t B, T, H, HV, K, V;

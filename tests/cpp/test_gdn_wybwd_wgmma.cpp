@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "gdn_bwd_cuda_test_support.h"
 #include "opbase/dtype.h"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
@@ -36,32 +37,11 @@ using test::have_gpu;
 
 constexpr int32_t kBf = STRATA_DTYPE_BF16, kF32 = STRATA_DTYPE_F32;
 
-// [B, T, heads, D] contiguous (D = 0: [B, T, heads]).
-View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
-  View v;
-  v.p = p, v.dtype = dt;
-  if (D > 0) v.s[0] = T * heads * D, v.s[1] = heads * D, v.s[2] = D;
-  else v.s[0] = T * heads, v.s[1] = heads, v.s[2] = 1;
-  return v;
-}
+using gdn_bwd_test::tok;
 
 // A device buffer of n values of dtype dt: N(0, sd), or uniform in [lo, 0] when lo < 0.
 std::unique_ptr<Dev> random_dev(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {
-  std::normal_distribution<float> nd(0.f, static_cast<float>(sd));
-  std::uniform_real_distribution<float> ud(static_cast<float>(lo), 0.f);
-  std::vector<uint8_t> h(static_cast<size_t>(n) * dtype_size(dt));
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = lo < 0 ? ud(rng) : nd(rng);
-    if (dt == kF32) {
-      std::memcpy(h.data() + 4 * i, &x, 4);
-    } else {
-      const uint16_t b = f32_to_bf16_bits(x);
-      std::memcpy(h.data() + 2 * i, &b, 2);
-    }
-  }
-  auto d = std::make_unique<Dev>(h.size());
-  if (!h.empty()) EXPECT_EQ(cudaMemcpy(d->p, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
+  return gdn_bwd_test::upload(gdn_bwd_test::random_bytes(n, dt, rng, sd, lo));
 }
 
 struct Case {
