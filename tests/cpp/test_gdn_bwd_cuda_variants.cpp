@@ -32,7 +32,7 @@
 #include "ops/linear_attn/chunk_gated_delta_rule_bwd_dhu/chunk_gated_delta_rule_bwd_dhu.h"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 #include "cuda_test_support.h"
-#include "gdn_bwd_cuda_test_support.h"
+#include "gdn_cuda_test_support.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -43,10 +43,10 @@ using gdn_bwd::View;
 using test::Dev;
 using test::have_gpu;
 
-using gdn_bwd_test::random_bytes;
-using gdn_bwd_test::states;
-using gdn_bwd_test::tok;
-using gdn_bwd_test::upload;
+using gdn_test::random_bytes;
+using gdn_test::states;
+using gdn_test::tok;
+using gdn_test::upload;
 
 struct Shape {
   int64_t B, T, H, HV, K, V;

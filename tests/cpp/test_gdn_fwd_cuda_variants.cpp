@@ -27,6 +27,7 @@
 #include "ops/linear_attn/gdn_common/gdn_common.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 #include "cuda_test_support.h"
+#include "gdn_cuda_test_support.h"
 
 namespace strata::linear_attn::gdn {
 namespace {
@@ -39,21 +40,7 @@ std::unique_ptr<Dev> upload(const void* h, size_t bytes) {
   return d;
 }
 
-// n values N(0, sd) in dtype dt (bf16 / f16 bits, or f32).
-std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd) {
-  std::normal_distribution<float> nd(0.f, static_cast<float>(sd));
-  std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_size(dt));
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = nd(rng);
-    if (dt == STRATA_DTYPE_F32) {
-      std::memcpy(out.data() + 4 * i, &x, 4);
-    } else {
-      const uint16_t b = dt == STRATA_DTYPE_BF16 ? f32_to_bf16_bits(x) : f32_to_f16_bits(x);
-      std::memcpy(out.data() + 2 * i, &b, 2);
-    }
-  }
-  return out;
-}
+using gdn_test::random_bytes;
 
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and states [N, HV, K, V].
 GdnTensor tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {

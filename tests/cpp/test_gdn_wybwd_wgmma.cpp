@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cuda_test_support.h"
-#include "gdn_bwd_cuda_test_support.h"
+#include "gdn_cuda_test_support.h"
 #include "opbase/dtype.h"
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
@@ -37,11 +37,11 @@ using test::have_gpu;
 
 constexpr int32_t kBf = STRATA_DTYPE_BF16, kF32 = STRATA_DTYPE_F32;
 
-using gdn_bwd_test::tok;
+using gdn_test::tok;
 
 // A device buffer of n values of dtype dt: N(0, sd), or uniform in [lo, 0] when lo < 0.
 std::unique_ptr<Dev> random_dev(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {
-  return gdn_bwd_test::upload(gdn_bwd_test::random_bytes(n, dt, rng, sd, lo));
+  return gdn_test::upload(gdn_test::random_bytes(n, dt, rng, sd, lo));
 }
 
 struct Case {

@@ -1,5 +1,6 @@
-// Device-side helpers shared by the CUDA tests of the GDN backward kernels (test_gdn_bwd_cuda_variants.cpp,
-// test_gdn_wybwd_wgmma.cpp): random token tensors uploaded to the GPU and contiguous gdn_bwd::View descriptors.
+// Device-side helpers shared by the CUDA tests of the GDN kernels (test_gdn_fwd_cuda_variants.cpp,
+// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp): random token tensors uploaded to the GPU and
+// contiguous gdn_bwd::View descriptors.
 #pragma once
 
 #if STRATA_WITH_CUDA
@@ -16,7 +17,7 @@
 #include "opbase/dtype.h"
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 
-namespace strata::linear_attn::gdn_bwd_test {
+namespace strata::linear_attn::gdn_test {
 
 // n random values in dtype dt (bf16 / f16 bits, or f32), N(0, sd) (uniform in [lo, 0] for gates when lo < 0).
 inline std::vector<uint8_t> random_bytes(int64_t n, int32_t dt, std::mt19937_64& rng, double sd, double lo = 0) {
@@ -56,5 +57,5 @@ inline gdn_bwd::View states(void* p, int32_t dt, int64_t NT, int64_t HV, int64_t
   return v;
 }
 
-}  // namespace strata::linear_attn::gdn_bwd_test
+}  // namespace strata::linear_attn::gdn_test
 #endif  // STRATA_WITH_CUDA
