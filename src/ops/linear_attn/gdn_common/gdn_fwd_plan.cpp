@@ -90,6 +90,22 @@ size_t offsets_workspace(const FwdProblem& pr) {
   return pr.varlen ? static_cast<size_t>(pr.params.chunks.N + 1) * sizeof(int64_t) : 0;
 }
 
+#if STRATA_WITH_CUDA
+// A CUDA implementation on sm_90: `reject_params` (the kernel's own rule, "" when it can run) sees the plan-time
+// dtype probe; `kernel(params, stream)` runs through run_cuda.
+template <class RejectParams, class Kernel>
+Implementation<FwdProblem> cuda_impl(std::string name, RejectParams reject_params, Kernel kernel) {
+  return {std::move(name),
+          [reject_params](const FwdProblem& p) {
+            std::string r = reject_unless_cuda(p.device, 90);
+            if (r.empty()) r = reject_params(p);
+            return r;
+          },
+          offsets_workspace,
+          [kernel](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, kernel); }};
+}
+#endif
+
 // CPU implementations read cu_seqlens on the host: check the values, then fill the offsets.
 template <class Kernel>
 Implementation<FwdProblem> cpu_impl(std::string name, std::function<std::string(const FwdProblem&)> reject,
@@ -128,45 +144,23 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
       // prepare_wy_repr_fwd: the pre-state kernel on warpgroup MMA first (prep_wgmma, session 10; bf16, K <= 128;
       // GPU run s10run1: w, u 0.466 against 0.587 ms for cuda.sm90.mma at B = 4 T = 8192 H = 16 HV = 32 K = V = 128).
       if (fop == FwdOp::kPrepareWY)
-        l.push_back({"cuda.sm90.prep",
-                     [](const FwdProblem& p) {
-                       std::string r = reject_unless_cuda(p.device, 90);
-                       if (r.empty()) r = fwd_cuda_prep_reject(dtype_probe(p));
-                       return r;
-                     },
-                     offsets_workspace,
-                     [](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, fwd_cuda_prep); }});
+        l.push_back(cuda_impl(
+            "cuda.sm90.prep", [](const FwdProblem& p) { return fwd_cuda_prep_reject(dtype_probe(p)); },
+            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_prep(p, stream); }));
       // Tensor-core kernels first (bf16 / f16 tokens), then the f32 FMA kernels (any float dtype).
-      for (const FwdCudaKernels which : {FwdCudaKernels::kMma, FwdCudaKernels::kFma}) {
-        const bool mma = which == FwdCudaKernels::kMma;
-        l.push_back({mma ? std::string("cuda.sm90.mma") : std::string(cuda_kernel_name(fop)),
-                     [mma](const FwdProblem& p) {
-                       std::string r = reject_unless_cuda(p.device, 90);
-                       if (r.empty() && mma) r = fwd_cuda_mma_reject(p.op, dtype_probe(p));
-                       return r;
-                     },
-                     offsets_workspace,
-                     [which](const FwdProblem& pr, const Launch& launch) {
-                       return run_cuda(pr, launch, [&](const GdnFwdParams& p, void* stream) {
-                         return fwd_cuda(pr.op, p, which, stream);
-                       });
-                     }});
-      }
-      // chunk_gated_delta_rule_fwd_h: the recurrence warpgroups of the split wgmma pass (session 9; bf16, K = 128),
-      // forced-selectable only until a GPU run shows it correct and faster than state_mma.
+      l.push_back(cuda_impl(
+          "cuda.sm90.mma", [](const FwdProblem& p) { return fwd_cuda_mma_reject(p.op, dtype_probe(p)); },
+          [fop](const GdnFwdParams& p, void* stream) { return fwd_cuda(fop, p, FwdCudaKernels::kMma, stream); }));
+      l.push_back(cuda_impl(
+          cuda_kernel_name(fop), [](const FwdProblem&) { return std::string(); },
+          [fop](const GdnFwdParams& p, void* stream) { return fwd_cuda(fop, p, FwdCudaKernels::kFma, stream); }));
+      // chunk_gated_delta_rule_fwd_h: the recurrence warpgroups of the split wgmma pass (session 9; bf16, K = 128).
+      // Last in the op's list, so reached at the op level by forcing; gdn::fwd_cuda(kFwdH)'s automatic choice,
+      // which the GDN backward calls, runs it wherever it applies.
       if (fop == FwdOp::kFwdH)
-        l.push_back({"cuda.sm90.wgmma",
-                     [](const FwdProblem& p) {
-                       std::string r = reject_unless_cuda(p.device, 90);
-                       if (r.empty()) r = fwd_cuda_fwd_h_wgmma_reject(dtype_probe(p));
-                       return r;
-                     },
-                     offsets_workspace,
-                     [](const FwdProblem& pr, const Launch& launch) {
-                       return run_cuda(pr, launch, [](const GdnFwdParams& p, void* stream) {
-                         return fwd_cuda_fwd_h_wgmma(p, 0, stream);
-                       });
-                     }});
+        l.push_back(cuda_impl(
+            "cuda.sm90.wgmma", [](const FwdProblem& p) { return fwd_cuda_fwd_h_wgmma_reject(dtype_probe(p)); },
+            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_fwd_h_wgmma(p, 0, stream); }));
 #endif
       for (const tile::CpuIsa& isa : tile::cpu_isas()) {
         const GdnFwdCpuFn fn = fwd_cpu_for(isa.hwy_target);
