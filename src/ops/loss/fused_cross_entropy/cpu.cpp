@@ -252,7 +252,7 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
 // st.lse.m, as RowStatsPlain's online sweep: t = tanh(s z / cap) and e = exp(cap t - ref) summed (the argument one
 // FMA: one rounding of the exact cap t - ref), with the piece's maximum of t (cap > 0, so max c = cap max t
 // exactly) and, with label smoothing, the sum of c alongside. kKeep: q = 1 - t^2 to q_out and e to e_out (the
-// fused gradient's rows, see RowStats). Kept (true: merged into st and vsum_c, piece_m = ref) when the piece's
+// fused gradient's rows, see RowStats); without label smoothing (!kSum) the product q e to e_out alone. Kept (true: merged into st and vsum_c, piece_m = ref) when the piece's
 // maximum does not exceed ref, so every argument is <= 0 up to rounding (the same accuracy as the two sweeps);
 // otherwise (a new row maximum, for iid logits about ln(pieces) times per row, or NaN) nothing is merged and the
 // caller redoes the piece by its two sweeps. No scratch row of c is written and re-read.
@@ -272,7 +272,9 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
     tmax = hn::Max(tmax, t);
     if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
     const auto e = tv::ExpSum(df, hn::MulAdd(vcap, t, vnr));
-    if constexpr (kKeep) {
+    if constexpr (kKeep && !kSum) {
+      hn::StoreU(hn::Mul(q, e), df, e_out + i);
+    } else if constexpr (kKeep) {
       hn::StoreU(q, df, q_out + i);
       hn::StoreU(e, df, e_out + i);
     }
@@ -294,7 +296,10 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
 
 // Row statistics with softcap: m, S (merged piece by piece), sum of c, and c_y.
 // scratch: kPiece floats (ebuf == nullptr), or ebuf: V floats that receive e_j = exp(c_j - m_piece) for the whole
-// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential).
+// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential), and q_j =
+// 1 - t_j^2 in tbuf (V floats). Without label smoothing (the gradient's uniform term is 0, dz_j = f q_j e_j) ebuf
+// receives the product q_j e_j and tbuf is one piece of scratch (kPiece floats): one row of V floats per thread
+// instead of two (V = 256000: 1 MB, which stays in a 2 MB L2 with the logits row; two rows did not).
 template <bool kSoftcap, class T>
 CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch,
                     float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr,
@@ -315,7 +320,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
         float& pm = ebuf ? piece_m[j0 / kPiece] : unused_m;
         const bool kept =
             ebuf ? (smooth ? SoftcapPieceOnline<true, true>(k, z + j0, n, ebuf + j0, tbuf + j0, pm, st, vsum_c)
-                           : SoftcapPieceOnline<true, false>(k, z + j0, n, ebuf + j0, tbuf + j0, pm, st, vsum_c))
+                           : SoftcapPieceOnline<true, false>(k, z + j0, n, ebuf + j0, nullptr, pm, st, vsum_c))
                  : (smooth ? SoftcapPieceOnline<false, true>(k, z + j0, n, nullptr, nullptr, pm, st, vsum_c)
                            : SoftcapPieceOnline<false, false>(k, z + j0, n, nullptr, nullptr, pm, st, vsum_c));
         if (kept) continue;
@@ -323,6 +328,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     }
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
+    float* HWY_RESTRICT qp = tbuf ? (smooth ? tbuf + j0 : tbuf) : nullptr;  // this piece's q
     if (kSoftcap && tbuf) {  // also keep the gradient's factor 1 - t^2, t = tanh(s z / cap)
       const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
       for (; j < nv; j += NL) {
@@ -330,7 +336,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
         hn::Vec<DF> q;
         const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv), &q);
         const auto c = hn::Mul(vcap, t);
-        hn::StoreU(q, df, tbuf + j0 + j);
+        hn::StoreU(q, df, qp + j);
         hn::StoreU(c, df, scratch + j);
         vmax = hn::Max(vmax, c);
         vsum_c = hn::Add(vsum_c, c);
@@ -348,7 +354,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
       const float c = ce_logit(k, to_f32(z[j0 + j]));
       if (kSoftcap && tbuf) {
         const float t = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
-        tbuf[j0 + j] = 1.f - t * t;
+        qp[j] = 1.f - t * t;
       }
       scratch[j] = c;
       m = std::max(m, c);
@@ -357,21 +363,19 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const auto vm = hn::Set(df, m);
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     j = 0;
-    if (ebuf) {  // keep the exponentials
+    if (ebuf) {  // keep the exponentials (times q when folded)
       piece_m[j0 / kPiece] = m;
+      const bool fold = kSoftcap && !smooth;
+      auto keep = [&](int64_t i, hn::Vec<DF>& acc) {
+        const auto e = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + i), vm));
+        hn::StoreU(fold ? hn::Mul(hn::LoadU(df, qp + i), e) : e, df, scratch + i);
+        acc = hn::Add(acc, e);
+      };
       for (; j + 2 * NL <= nv; j += 2 * NL) {
-        const auto e0 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
-        const auto e1 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm));
-        hn::StoreU(e0, df, scratch + j);
-        hn::StoreU(e1, df, scratch + j + NL);
-        a0 = hn::Add(a0, e0);
-        a1 = hn::Add(a1, e1);
+        keep(j, a0);
+        keep(j + NL, a1);
       }
-      for (; j < nv; j += NL) {
-        const auto e0 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
-        hn::StoreU(e0, df, scratch + j);
-        a0 = hn::Add(a0, e0);
-      }
+      for (; j < nv; j += NL) keep(j, a0);
     } else {
       for (; j + 2 * NL <= nv; j += 2 * NL) {
         a0 = hn::Add(a0, tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
@@ -382,7 +386,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
     for (; j < n; ++j) {
       const float e = ce_exp(scratch[j] - m);
-      if (ebuf) scratch[j] = e;
+      if (ebuf) scratch[j] = kSoftcap && !smooth ? qp[j] * e : e;
       s += e;
     }
     lse_add_block(st.lse, m, s);
@@ -449,7 +453,8 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
-// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform).
+// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform); without label
+// smoothing RowStats kept (1 - t_j^2) e_j in ebuf, and tbuf is null (uniform = 0: the plain sweep).
 template <bool kNative, class T>
 void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
                     int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
@@ -503,19 +508,21 @@ void Run(const CeParams& p, int64_t count) {
     HWY_ALIGN float scratch[kPiece];
     // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
     // so the gradient sweep only scales them: one exponential per element and no second read of the logits.
-    // With softcap t = tanh(s z / cap) is kept as well (another V floats), for the (1 - t^2) factor.
+    // With softcap q = 1 - tanh(s z / cap)^2 is kept as well (another V floats), or, without label smoothing,
+    // folded into the kept exponentials (RowStats; tbuf is then the piece scratch of q).
     const bool keep_exp = !p.backward && dlogits != nullptr;
+    const bool fold_q = kSoftcap && k.eps == 0.f;
     thread_local std::vector<float> row_buf;
     float* ebuf = nullptr;
     float* piece_m = nullptr;
     float* tbuf = nullptr;
     if (keep_exp) {
       const size_t pieces = static_cast<size_t>((p.V + kPiece - 1) / kPiece);
-      const size_t need = static_cast<size_t>(p.V) * (kSoftcap ? 2 : 1) + pieces;
+      const size_t need = static_cast<size_t>(p.V) * (kSoftcap && !fold_q ? 2 : 1) + pieces;
       if (row_buf.size() < need) row_buf.resize(need);
       ebuf = row_buf.data();
       piece_m = ebuf + p.V;
-      if (kSoftcap) tbuf = piece_m + pieces;
+      if (kSoftcap) tbuf = fold_q ? scratch : piece_m + pieces;
     }
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
@@ -541,7 +548,8 @@ void Run(const CeParams& p, int64_t count) {
           continue;
         }
         const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
-        RowGradFromExp<kNative>(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true), tbuf);
+        RowGradFromExp<kNative>(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true),
+                                fold_q ? nullptr : tbuf);
         continue;
       }
       if (p.backward) {
