@@ -12,7 +12,8 @@ HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp, 4 FastExpNonPos, 5 ExpSum, 6 ScaledExpLp with factor 1.
+// kind: 0 exp, 1 sigmoid, 2 ExpLp, 3 SigmoidLp, 4 FastExpNonPos, 5 ExpSum, 6 ScaledExpLp with factor 1,
+// 7 SigmoidOut16.
 template <int kKind>
 HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
@@ -25,6 +26,7 @@ HWY_INLINE void Apply(const float* x, float* y, int64_t n) {
     else if constexpr (kKind == 3) return SigmoidLp(df, v);
     else if constexpr (kKind == 4) return FastExpNonPos(df, v);
     else if constexpr (kKind == 5) return ExpSum(df, v);
+    else if constexpr (kKind == 7) return SigmoidOut16(df, v);
     else return ScaledExpLp<decltype(df)>(df, 1.f)(df, v);
   };
   for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
@@ -42,6 +44,7 @@ void SigmoidLpArray(const float* x, float* y, int64_t n) { Apply<3>(x, y, n); }
 void ExpNonPosArray(const float* x, float* y, int64_t n) { Apply<4>(x, y, n); }
 void ExpSumArray(const float* x, float* y, int64_t n) { Apply<5>(x, y, n); }
 void ScaledExpLpArray(const float* x, float* y, int64_t n) { Apply<6>(x, y, n); }
+void SigmoidOut16Array(const float* x, float* y, int64_t n) { Apply<7>(x, y, n); }
 
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -55,6 +58,7 @@ HWY_EXPORT(SigmoidLpArray);
 HWY_EXPORT(ExpNonPosArray);
 HWY_EXPORT(ExpSumArray);
 HWY_EXPORT(ScaledExpLpArray);
+HWY_EXPORT(SigmoidOut16Array);
 FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
 FastMathArrayFn exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpLpArray, hwy_target); }
@@ -62,5 +66,6 @@ FastMathArrayFn sigmoid_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGE
 FastMathArrayFn exp_nonpos_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpNonPosArray, hwy_target); }
 FastMathArrayFn exp_sum_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpSumArray, hwy_target); }
 FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ScaledExpLpArray, hwy_target); }
+FastMathArrayFn sigmoid_out16_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(SigmoidOut16Array, hwy_target); }
 }  // namespace strata::tile
 #endif

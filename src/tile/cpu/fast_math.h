@@ -18,5 +18,7 @@ FastMathArrayFn exp_nonpos_for(int64_t hwy_target);
 // ExpSum (softmax terms, arguments <= 0) and ScaledExpLp with factor 1 (bf16/f16 results, arguments <= 0), likewise.
 FastMathArrayFn exp_sum_for(int64_t hwy_target);
 FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target);
+// SigmoidOut16 (a sigmoid rounded straight to bf16/f16), likewise.
+FastMathArrayFn sigmoid_out16_for(int64_t hwy_target);
 
 }  // namespace strata::tile

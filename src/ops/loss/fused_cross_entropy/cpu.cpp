@@ -60,25 +60,32 @@ inline constexpr int64_t kStepT = static_cast<int64_t>(hn::MaxLanes(DF()) * size
 // for the minimax relative error on [0, 0.55] (1.4e-7 with the f32 Horner FMAs); |x| >= 0.55: (1 - u) / (1 + u)
 // with u = e^{-2|x|} in (0, 0.333] from tv::ExpSum (relative error 2^-23 + 1.5e-7 |x|, which the factor
 // 2u / (1 + u)^2 <= 0.56 shrinks: below 1.6e-7 relative at 0.55, and vanishing where tanh -> 1) and the
-// reciprocal r of 1 + u in [1, 1.34] (tv::RecipGe1). NaN gives NaN (ExpSum's), +-inf gives +-1, -0 gives -0.
+// reciprocal r of 1 + u in [1, 1.34] (tv::RecipGe1). NaN gives NaN (ExpSum's), +-inf gives +-1, -0 gives +0 (below).
 // With q: also the gradient's factor 1 - tanh^2, as 4 u r^2 for |x| >= 0.55: 1 - t^2 from a rounded t near +-1
 // cancels (an f32 t carries an absolute error of 2^-25 or more there; at huge logits that doubled the f32
 // dlogits' error against float64), this keeps q's relative error near u's.
+// The small branch is the odd polynomial evaluated on x itself (x^2 < 0.3025 picks it: no |x| and no sign
+// restore there; the values are those of |x| with the sign of x, -0 aside, which gives +0). When every lane is small
+// (|s z| < 0.55 cap: the bulk of a vocabulary's logits under Gemma-2's cap of 30) the exponential branch is skipped:
+// 8 vector operations instead of ~30.
 HWY_INLINE hn::Vec<DF> SoftcapTanh(DF df, hn::Vec<DF> x, hn::Vec<DF>* q = nullptr) {
   const auto one = hn::Set(df, 1.f);
-  const auto ax = hn::Abs(x);
-  const auto u = tv::ExpSum(df, hn::Mul(ax, hn::Set(df, -2.f)));
-  const auto r = tv::RecipGe1(df, hn::Add(one, u));
-  const auto big = hn::Mul(hn::Sub(one, u), r);
-  const auto x2 = hn::Mul(ax, ax);
+  const auto x2 = hn::Mul(x, x);
   auto p = hn::MulAdd(hn::Set(df, 1.6442732885479927e-2f), x2, hn::Set(df, -5.267457664012909e-2f));
   p = hn::MulAdd(p, x2, hn::Set(df, 1.3320769369602203e-1f));
   p = hn::MulAdd(p, x2, hn::Set(df, -3.333294987678528e-1f));
-  const auto small = hn::MulAdd(hn::Mul(x2, ax), p, ax);
-  const auto is_small = hn::Lt(ax, hn::Set(df, 0.55f));
-  const auto t = hn::IfThenElse(is_small, small, big);
+  const auto small = hn::MulAdd(hn::Mul(x2, x), p, x);
+  const auto is_small = hn::Lt(x2, hn::Set(df, 0.3025f));  // false for NaN and +-inf
+  if (hn::AllTrue(df, is_small)) {
+    if (q) *q = hn::NegMulAdd(small, small, one);
+    return small;
+  }
+  const auto ax = hn::Abs(x);
+  const auto u = tv::ExpSum(df, hn::Mul(ax, hn::Set(df, -2.f)));
+  const auto r = tv::RecipGe1(df, hn::Add(one, u));
+  const auto big = hn::CopySignToAbs(hn::Mul(hn::Sub(one, u), r), x);
   if (q) *q = hn::IfThenElse(is_small, hn::NegMulAdd(small, small, one), hn::Mul(hn::Mul(hn::Mul(u, hn::Set(df, 4.f)), r), r));
-  return hn::CopySignToAbs(t, x);
+  return hn::IfThenElse(is_small, small, big);
 }
 
 // c = s z, or cap tanh(s z / cap).
@@ -242,15 +249,65 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
   return st;
 }
 
+// A softcap piece after the first (n whole vectors at zp) in one sweep against the row's running maximum ref =
+// st.lse.m, as RowStatsPlain's online sweep: t = tanh(s z / cap) and e = exp(cap t - ref) summed (the argument one
+// FMA: one rounding of the exact cap t - ref), with the piece's maximum of t (cap > 0, so max c = cap max t
+// exactly) and, with label smoothing, the sum of c alongside. kKeep: q = 1 - t^2 to q_out and e to e_out (the
+// fused gradient's rows, see RowStats); without label smoothing (!kSum) the product q e to e_out alone. Kept (true: merged into st and vsum_c, piece_m = ref) when the piece's
+// maximum does not exceed ref, so every argument is <= 0 up to rounding (the same accuracy as the two sweeps);
+// otherwise (a new row maximum, for iid logits about ln(pieces) times per row, or NaN) nothing is merged and the
+// caller redoes the piece by its two sweeps. No scratch row of c is written and re-read.
+template <bool kKeep, bool kSum, class T>
+bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, float* HWY_RESTRICT e_out,
+                        float* HWY_RESTRICT q_out, float& piece_m, CeRowStats& st, hn::Vec<DF>& vsum_c) {
+  const DF df;
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  const float ref = st.lse.m;
+  const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
+  const auto vnr = hn::Set(df, -ref);
+  auto m0 = hn::Set(df, -INFINITY), m1 = m0;
+  auto a0 = hn::Zero(df), a1 = a0, sc = a0;
+  auto term = [&](int64_t i, hn::Vec<DF>& tmax, hn::Vec<DF>& acc) {
+    hn::Vec<DF> q;
+    const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, zp + i), vscale), vinv), kKeep ? &q : nullptr);
+    tmax = hn::Max(tmax, t);
+    if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
+    const auto e = tv::ExpSum(df, hn::MulAdd(vcap, t, vnr));
+    if constexpr (kKeep && !kSum) {
+      hn::StoreU(hn::Mul(q, e), df, e_out + i);
+    } else if constexpr (kKeep) {
+      hn::StoreU(q, df, q_out + i);
+      hn::StoreU(e, df, e_out + i);
+    }
+    acc = hn::Add(acc, e);
+  };
+  int64_t i = 0;
+  for (; i + 2 * NL <= n; i += 2 * NL) {
+    tv::PrefetchAhead<2 * kStepT<T>>(zp + i);
+    term(i, m0, a0);
+    term(i + NL, m1, a1);
+  }
+  for (; i < n; i += NL) term(i, m0, a0);
+  if (!(k.cap * hn::GetLane(hn::MaxOfLanes(df, hn::Max(m0, m1))) <= ref)) return false;
+  vsum_c = hn::Add(vsum_c, sc);
+  piece_m = ref;
+  lse_add_block(st.lse, ref, hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))));
+  return true;
+}
+
 // Row statistics with softcap: m, S (merged piece by piece), sum of c, and c_y.
 // scratch: kPiece floats (ebuf == nullptr), or ebuf: V floats that receive e_j = exp(c_j - m_piece) for the whole
-// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential).
+// row, with m_piece of piece q in piece_m[q] (the fused gradient then needs no second exponential), and q_j =
+// 1 - t_j^2 in tbuf (V floats). Without label smoothing (the gradient's uniform term is 0, dz_j = f q_j e_j) ebuf
+// receives the product q_j e_j and tbuf is one piece of scratch (kPiece floats): one row of V floats per thread
+// instead of two (V = 256000: 1 MB, which stays in a 2 MB L2 with the logits row; two rows did not).
 template <bool kSoftcap, class T>
 CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT scratch,
                     float* HWY_RESTRICT ebuf = nullptr, float* HWY_RESTRICT piece_m = nullptr,
                     float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  const bool smooth = k.eps != 0.f;  // ce_row_loss reads sum_c only then
   CeRowStats st;
   auto vsum_c = hn::Zero(df);
   float tail_sum_c = 0.f;
@@ -258,8 +315,21 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const int64_t n = std::min(kPiece, V - j0);
     if (ebuf) scratch = ebuf + j0;
     const int64_t nv = n / NL * NL;
+    if constexpr (kSoftcap) {  // after the first piece: one sweep, kept unless the piece raises the row maximum
+      if (st.lse.m > -INFINITY && nv == n) {
+        float unused_m;
+        float& pm = ebuf ? piece_m[j0 / kPiece] : unused_m;
+        const bool kept =
+            ebuf ? (smooth ? SoftcapPieceOnline<true, true>(k, z + j0, n, ebuf + j0, tbuf + j0, pm, st, vsum_c)
+                           : SoftcapPieceOnline<true, false>(k, z + j0, n, ebuf + j0, nullptr, pm, st, vsum_c))
+                 : (smooth ? SoftcapPieceOnline<false, true>(k, z + j0, n, nullptr, nullptr, pm, st, vsum_c)
+                           : SoftcapPieceOnline<false, false>(k, z + j0, n, nullptr, nullptr, pm, st, vsum_c));
+        if (kept) continue;
+      }
+    }
     auto vmax = hn::Set(df, -INFINITY);
     int64_t j = 0;
+    float* HWY_RESTRICT qp = tbuf ? (smooth ? tbuf + j0 : tbuf) : nullptr;  // this piece's q
     if (kSoftcap && tbuf) {  // also keep the gradient's factor 1 - t^2, t = tanh(s z / cap)
       const auto vscale = hn::Set(df, k.scale), vinv = hn::Set(df, k.inv_cap), vcap = hn::Set(df, k.cap);
       for (; j < nv; j += NL) {
@@ -267,7 +337,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
         hn::Vec<DF> q;
         const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, z + j0 + j), vscale), vinv), &q);
         const auto c = hn::Mul(vcap, t);
-        hn::StoreU(q, df, tbuf + j0 + j);
+        hn::StoreU(q, df, qp + j);
         hn::StoreU(c, df, scratch + j);
         vmax = hn::Max(vmax, c);
         vsum_c = hn::Add(vsum_c, c);
@@ -285,7 +355,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
       const float c = ce_logit(k, to_f32(z[j0 + j]));
       if (kSoftcap && tbuf) {
         const float t = ce_tanh(k.scale * to_f32(z[j0 + j]) * k.inv_cap);
-        tbuf[j0 + j] = 1.f - t * t;
+        qp[j] = 1.f - t * t;
       }
       scratch[j] = c;
       m = std::max(m, c);
@@ -294,21 +364,19 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     const auto vm = hn::Set(df, m);
     auto a0 = hn::Zero(df), a1 = hn::Zero(df);
     j = 0;
-    if (ebuf) {  // keep the exponentials
+    if (ebuf) {  // keep the exponentials (times q when folded)
       piece_m[j0 / kPiece] = m;
+      const bool fold = kSoftcap && !smooth;
+      auto keep = [&](int64_t i, hn::Vec<DF>& acc) {
+        const auto e = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + i), vm));
+        hn::StoreU(fold ? hn::Mul(hn::LoadU(df, qp + i), e) : e, df, scratch + i);
+        acc = hn::Add(acc, e);
+      };
       for (; j + 2 * NL <= nv; j += 2 * NL) {
-        const auto e0 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
-        const auto e1 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j + NL), vm));
-        hn::StoreU(e0, df, scratch + j);
-        hn::StoreU(e1, df, scratch + j + NL);
-        a0 = hn::Add(a0, e0);
-        a1 = hn::Add(a1, e1);
+        keep(j, a0);
+        keep(j + NL, a1);
       }
-      for (; j < nv; j += NL) {
-        const auto e0 = tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm));
-        hn::StoreU(e0, df, scratch + j);
-        a0 = hn::Add(a0, e0);
-      }
+      for (; j < nv; j += NL) keep(j, a0);
     } else {
       for (; j + 2 * NL <= nv; j += 2 * NL) {
         a0 = hn::Add(a0, tv::ExpSum(df, hn::Sub(hn::LoadU(df, scratch + j), vm)));
@@ -319,7 +387,7 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
     float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
     for (; j < n; ++j) {
       const float e = ce_exp(scratch[j] - m);
-      if (ebuf) scratch[j] = e;
+      if (ebuf) scratch[j] = kSoftcap && !smooth ? qp[j] * e : e;
       s += e;
     }
     lse_add_block(st.lse, m, s);
@@ -386,7 +454,8 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
-// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform).
+// With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform); without label
+// smoothing RowStats kept (1 - t_j^2) e_j in ebuf, and tbuf is null (uniform = 0: the plain sweep).
 template <bool kNative, class T>
 void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
                     int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
@@ -440,19 +509,21 @@ void Run(const CeParams& p, int64_t count) {
     HWY_ALIGN float scratch[kPiece];
     // Fused forward + gradient without softcap: the row's exponentials are kept (V floats per thread, in L2),
     // so the gradient sweep only scales them: one exponential per element and no second read of the logits.
-    // With softcap t = tanh(s z / cap) is kept as well (another V floats), for the (1 - t^2) factor.
+    // With softcap q = 1 - tanh(s z / cap)^2 is kept as well (another V floats), or, without label smoothing,
+    // folded into the kept exponentials (RowStats; tbuf is then the piece scratch of q).
     const bool keep_exp = !p.backward && dlogits != nullptr;
+    const bool fold_q = kSoftcap && k.eps == 0.f;
     thread_local std::vector<float> row_buf;
     float* ebuf = nullptr;
     float* piece_m = nullptr;
     float* tbuf = nullptr;
     if (keep_exp) {
       const size_t pieces = static_cast<size_t>((p.V + kPiece - 1) / kPiece);
-      const size_t need = static_cast<size_t>(p.V) * (kSoftcap ? 2 : 1) + pieces;
+      const size_t need = static_cast<size_t>(p.V) * (kSoftcap && !fold_q ? 2 : 1) + pieces;
       if (row_buf.size() < need) row_buf.resize(need);
       ebuf = row_buf.data();
       piece_m = ebuf + p.V;
-      if (kSoftcap) tbuf = piece_m + pieces;
+      if (kSoftcap) tbuf = fold_q ? scratch : piece_m + pieces;
     }
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
@@ -478,7 +549,8 @@ void Run(const CeParams& p, int64_t count) {
           continue;
         }
         const CeGradRow gr = ce_grad_row(k, lse, ce_upstream(p, i, count));
-        RowGradFromExp<kNative>(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true), tbuf);
+        RowGradFromExp<kNative>(gr, ebuf, piece_m, dz, p.V, y, ce_grad_elem(k, gr, to_f32(z[y]), true),
+                                fold_q ? nullptr : tbuf);
         continue;
       }
       if (p.backward) {
