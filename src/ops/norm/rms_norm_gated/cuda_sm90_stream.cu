@@ -258,11 +258,28 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 #endif
 }
 
+// Session 11 candidates of team_regs (RmsNormGatedRegsTile::variant; forced only until the H200 has timed
+// them, instantiated for the bench configuration only: TPR 16, bf16, norm before gate, silu): bit 0 plain
+// 16-byte loads (ld.global.v4, as fla's Triton kernel issues; no L1::no_allocate / L2::256B hints), bit 1
+// registers capped for 10 blocks of 128 threads per SM (48), bit 2 for 12 (40): 63 registers give 8 now; bit 3
+// weight and bias in shared memory (the block's team 0 loads them, every lane reads its pair at the output),
+// not 16 registers held through the row (so that the caps need no spills).
+constexpr int kRegsPlainLoads = 1, kRegsCap10 = 2, kRegsCap12 = 4, kRegsSmemParams = 8;
+constexpr int regs_max_threads(int var) { return var & (kRegsCap10 | kRegsCap12) ? 128 : kTmaMaxThreads; }
+constexpr int regs_min_blocks(int var) { return var & kRegsCap12 ? 12 : var & kRegsCap10 ? 10 : 1; }
+
+__device__ __forceinline__ uint4 ld_plain(const void* p) {
+  uint4 v;
+  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // team_regs: block b owns rows [b R T, (b + 1) R T) (T = teams per block); team k of the block takes rows
 // b R T + k + j T, j < R. Every lane runs every row's team_row (the shuffles need whole warps); rows past
 // p.rows load zeros and store nothing.
-template <int TPR, int R, bool BF16, bool NBG, bool SILU>
-__global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, int VAR = 0>
+__global__ void __launch_bounds__(regs_max_threads(VAR), regs_min_blocks(VAR))
+    fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
   const int t = static_cast<int>(threadIdx.x) % TPR, team = static_cast<int>(threadIdx.x) / TPR;
   const int nteams = static_cast<int>(blockDim.x) / TPR;
   const int nc = static_cast<int>(p.D / kV);
@@ -279,12 +296,33 @@ __global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGat
   for (int j = 0; j < R; ++j) {
     const int64_t row = r0 + static_cast<int64_t>(j) * nteams;
     const bool live = has && row < p.rows;
-    xv[j] = live ? cuda::ld_stream(x + p.x_rows.base + row * p.x_rows.strides[0] + col) : zero;
-    zv[j] = live ? cuda::ld_stream(z + p.z_rows.base + row * p.z_rows.strides[0] + col) : zero;
+    const uint16_t* xp = x + p.x_rows.base + row * p.x_rows.strides[0] + col;
+    const uint16_t* zp = z + p.z_rows.base + row * p.z_rows.strides[0] + col;
+    if constexpr ((VAR & kRegsPlainLoads) != 0) {
+      xv[j] = live ? ld_plain(xp) : zero;
+      zv[j] = live ? ld_plain(zp) : zero;
+    } else {
+      xv[j] = live ? cuda::ld_stream(xp) : zero;
+      zv[j] = live ? cuda::ld_stream(zp) : zero;
+    }
   }
   const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
-  float w[kV], b[kV];
-  lane_params(p, vf, t, has, w, b);
+  constexpr bool kSmemParams = (VAR & kRegsSmemParams) != 0;
+  __shared__ float wb_sh[kSmemParams ? 2 * TPR * kV : 1];  // [w | b] of the row's TPR chunks
+  float w_reg[kV], b_reg[kV];
+  if (!kSmemParams || team == 0) lane_params(p, vf, t, has, w_reg, b_reg);
+  if constexpr (kSmemParams) {
+    if (team == 0) {
+#pragma unroll
+      for (int e = 0; e < kV; ++e) wb_sh[t * kV + e] = w_reg[e], wb_sh[(TPR + t) * kV + e] = b_reg[e];
+    }
+    __syncthreads();
+  }
+  const float* wp = w_reg;
+  const float* bp = b_reg;
+  if constexpr (kSmemParams) wp = &wb_sh[t * kV], bp = &wb_sh[(TPR + t) * kV];
+  const float(&w)[kV] = *reinterpret_cast<const float(*)[kV]>(wp);
+  const float(&b)[kV] = *reinterpret_cast<const float(*)[kV]>(bp);
   uint16_t* y = static_cast<uint16_t*>(p.y);
   float* rstd = static_cast<float*>(p.rstd);
   const int64_t scol = p.rstd_rows.base + static_cast<int64_t>(t / W) * p.rstd_rows.col_stride;
@@ -326,17 +364,41 @@ struct StreamGrid {
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
 int tma_threads(int tpr, int want) { return std::max(tpr, std::min(kTmaMaxThreads, want) / tpr * tpr); }
 
-template <int TPR, int R, bool BF16, bool NBG, bool SILU>
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, int VAR = 0>
 strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
   const int64_t rows_per_block = int64_t{R} * (threads / TPR);
   const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: 2^31 x rows_per_block rows, beyond device memory
-  fwd_team_regs<TPR, R, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
+  if (threads > regs_max_threads(VAR)) return STRATA_ERROR_INVALID_VALUE;
+  fwd_team_regs<TPR, R, BF16, NBG, SILU, VAR><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_regs");
 }
 
 template <int TPR, bool BF16, bool NBG, bool SILU>
 strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
+  if (g.regs.variant != 0) {  // the session-11 candidates: 2 rows per team, the bench configuration only
+    if constexpr (TPR == 16 && BF16 && NBG && SILU) {
+      const int threads = tma_threads(TPR, g.regs.threads);
+      if (g.regs.rows_per_team != 2) return STRATA_ERROR_INVALID_VALUE;
+      switch (g.regs.variant) {
+        case kRegsPlainLoads: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads>(p, vf, threads, s);
+        case kRegsCap10: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap10>(p, vf, threads, s);
+        case kRegsCap12: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap12>(p, vf, threads, s);
+        case kRegsPlainLoads | kRegsCap10:
+          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads | kRegsCap10>(p, vf, threads, s);
+        case kRegsPlainLoads | kRegsCap12:
+          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads | kRegsCap12>(p, vf, threads, s);
+        case kRegsSmemParams | kRegsCap10:
+          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap10>(p, vf, threads, s);
+        case kRegsSmemParams | kRegsCap12:
+          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap12>(p, vf, threads, s);
+        case kRegsSmemParams | kRegsCap10 | kRegsPlainLoads:
+          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap10 | kRegsPlainLoads>(p, vf, threads, s);
+        default: return STRATA_ERROR_INVALID_VALUE;
+      }
+    }
+    return STRATA_ERROR_INVALID_VALUE;
+  }
   if (g.regs.rows_per_team > 0) {
     const int threads = tma_threads(TPR, g.regs.threads);
     switch (g.regs.rows_per_team) {
