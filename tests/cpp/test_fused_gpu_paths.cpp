@@ -2,7 +2,7 @@
 // rms_norm_gated's register tiles (cuda.sm90.team_regs, the default since session 10, and its session-11 candidate
 // variants: plain loads, registers capped for 10 / 12 blocks per SM) and clipped_swiglu's tile_tma with y stored
 // from registers (tile flag 4, the default since session 10); fused_cross_entropy's default is timed beside its
-// session-11 candidates (cluster_stored_exp_w100 / _pdl / _pieces / _pieces_pdl; session 10's thread-count
+// session-11 candidates (cluster_stored_exp_w100 / _pdl / _pieces and their _pdl forms; session 10's thread-count
 // variants, 128 to 512 threads per CTA, all lost to the 256-thread default and were removed):
 //   * bits: the register paths against the kernels whose per-element math they share (every output byte equal),
 //     on more rows than one wave holds (Ops/Conformance.* checks every implementation against float64);
@@ -194,7 +194,8 @@ struct CePlan {
 // The session-11 candidates of the default's kernel (cuda_sm90_smem.cu, CeSmemKind).
 constexpr const char* kCeDefault = "cuda.sm90.cluster_stored_exp_wide";
 constexpr const char* kCeCandidates[] = {"cuda.sm90.cluster_stored_exp_w100", "cuda.sm90.cluster_stored_exp_pdl",
-                                         "cuda.sm90.cluster_stored_exp_pieces", "cuda.sm90.cluster_stored_exp_pieces_pdl"};
+                                         "cuda.sm90.cluster_stored_exp_pieces", "cuda.sm90.cluster_stored_exp_pieces_pdl",
+                                         "cuda.sm90.cluster_stored_exp_w100_pdl"};
 
 // Distance in bf16 units in the last place between two finite values of the same sign (large across signs).
 int bf16_ulps(uint16_t a, uint16_t b) {
@@ -203,9 +204,9 @@ int bf16_ulps(uint16_t a, uint16_t b) {
 }
 
 // ---- fused_cross_entropy: the candidates on bf16 [300, 151936] in place, mean (every 5th row ignored): pdl
-// gives the default's bits, pieces_pdl those of pieces; w100 and pieces (another split or another reference for
-// the stored f16 exponentials: other roundings) the same bits run to run and the default's lse and loss to 1e-6
-// and gradient to 2 bf16 ulps (elements below 1e-10 in both aside) ----
+// gives the default's bits, w100_pdl / pieces_pdl those of w100 / pieces; w100 and pieces (another split or
+// another reference for the stored f16 exponentials: other roundings) the same bits run to run and the default's
+// lse and loss to 1e-6 and gradient to 2 bf16 ulps (elements below 1e-10 in both aside) ----
 TEST(FusedGpuPaths, CrossEntropyCandidates) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
   const int64_t N = 300, V = 151936;
@@ -234,8 +235,7 @@ TEST(FusedGpuPaths, CrossEntropyCandidates) {
   for (const char* impl : {"cuda.sm90.cluster_stored_exp_w100", "cuda.sm90.cluster_stored_exp_pieces"}) {
     const Out w = run(impl);
     EXPECT_TRUE(run(impl) == w) << impl << " run to run";
-    if (std::string(impl) == "cuda.sm90.cluster_stored_exp_pieces")
-      EXPECT_TRUE(run("cuda.sm90.cluster_stored_exp_pieces_pdl") == w) << "pieces_pdl against pieces";
+    EXPECT_TRUE(run((std::string(impl) + "_pdl").c_str()) == w) << impl << "_pdl against " << impl;
     double lse_err = 0.0;
     for (int64_t i = 0; i < N; ++i)
       lse_err = std::max(lse_err, std::abs(static_cast<double>(f32(w.lse, i)) - f32(ref.lse, i)) / std::abs(f32(ref.lse, i)));

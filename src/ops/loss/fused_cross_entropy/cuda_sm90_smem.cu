@@ -37,6 +37,9 @@
 // ce_count / ce_reduce (cuda_sm90.cu) run before and after as for the other kernels.
 // Removed in session 6 (slower on the H200 at every shape timed; README.md): cluster_pipe (persistent clusters,
 // two slice buffers per CTA) and cluster_wide (16-CTA clusters of 128 threads).
+// Session 11 candidates of the stored-exp kernel (forced only until timed; CeSmemKind in fused_cross_entropy.h):
+// ~100 KiB slices in clusters of any size (w100), kChunks pieces with per-piece references (pieces), and the
+// programmatic dependent launches ce_count -> ce_smem_rows -> ce_reduce (pdl).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -361,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) mbar_init(&bars[q]);
-    // pdl: the first row's copy goes out before the block barrier (only thread 0 waits on nothing before it).
+    // pdl: the first row's copy goes out right after the barriers' initialisation, before the block barrier.
     if (pdl && blockIdx.x / C < p.N) issue_copies(blockIdx.x / C);
   }
   // pdl: let ce_reduce (launched as this kernel's programmatic dependent) be scheduled once every CTA has started.
@@ -615,11 +618,13 @@ bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
 // size (w100), the wide slice copied and swept in kChunks pieces (pieces), and the launch overlap (pdl: the row
 // kernel a programmatic dependent of ce_count, ce_reduce one of the row kernel, each CTA's first copy issued
 // before its block barrier). Only where that kernel runs.
-bool slices_w100(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpW100; }
+bool slices_w100(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpW100 || kind == CeSmemKind::kStoredExpW100Pdl; }
 bool stored_pieces(CeSmemKind kind) {
   return kind == CeSmemKind::kStoredExpPieces || kind == CeSmemKind::kStoredExpPiecesPdl;
 }
-bool uses_pdl(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpPdl || kind == CeSmemKind::kStoredExpPiecesPdl; }
+bool uses_pdl(CeSmemKind kind) {
+  return kind == CeSmemKind::kStoredExpPdl || kind == CeSmemKind::kStoredExpPiecesPdl || kind == CeSmemKind::kStoredExpW100Pdl;
+}
 
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {

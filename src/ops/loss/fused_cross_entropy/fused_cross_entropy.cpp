@@ -4,7 +4,7 @@
 // Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
 // cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.cluster_stored_exp_w100,
 // cuda.sm90.cluster_stored_exp_pdl, cuda.sm90.cluster_stored_exp_pieces, cuda.sm90.cluster_stored_exp_pieces_pdl,
-// cuda.sm90.block_per_row,
+// cuda.sm90.cluster_stored_exp_w100_pdl, cuda.sm90.block_per_row,
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -207,6 +207,7 @@ const ImplList<CeProblem>& impls() {
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pdl", CeSmemKind::kStoredExpPdl));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pieces", CeSmemKind::kStoredExpPieces));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pieces_pdl", CeSmemKind::kStoredExpPiecesPdl));
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_w100_pdl", CeSmemKind::kStoredExpW100Pdl));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

@@ -138,9 +138,10 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //             before its block barrier;
 //   kStoredExpPieces: kStoredExpWide with the slice copied in kChunks pieces (one mbarrier each) and each
 //             piece's exponentials stored against the thread's running maximum as it lands (cluster_chunked's
-//             overlap of statistics and copy); kStoredExpPiecesPdl: with pdl's launches.
+//             overlap of statistics and copy); kStoredExpPiecesPdl, kStoredExpW100Pdl: with pdl's launches.
 enum class CeSmemKind {
-  kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpW100, kStoredExpPdl, kStoredExpPieces, kStoredExpPiecesPdl
+  kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpW100, kStoredExpPdl, kStoredExpPieces, kStoredExpPiecesPdl,
+  kStoredExpW100Pdl
 };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
