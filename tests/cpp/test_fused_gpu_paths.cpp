@@ -90,11 +90,11 @@ TEST(FusedGpuPaths, RmsNormGatedTeamRegsBits) {
         const std::vector<uint8_t> y_ref = y.bits(), r_ref = rstd.bits();
         // The session-11 variants exist for teams of 16 lanes (D = 128), norm before gate, silu only.
         const bool variants = D == 128 && nbg && act == norm::kActSilu;
-        for (const int var : {0, 1, 2, 4, 3, 5, 10, 12, 11}) {
+        for (const int var : {0, 1, 2, 4, 3, 5, 10, 12, 11, 24}) {
           if (var != 0 && !variants) continue;
           for (const int rpt : {1, 2, 4}) {
             for (const int threads : {64, 128, 256}) {
-              if (var != 0 && (rpt != 2 || (var > 1 && threads > 128))) continue;
+              if (var != 0 && (rpt != (var == 24 ? 1 : 2) || (var > 1 && threads > 128))) continue;
               y.poison(), rstd.poison();
               ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads, var}), 0);
               EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -359,10 +359,12 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     for (const Var v : {Var{1, 128, "plain loads"}, Var{2, 128, "cap 10 blocks/SM"}, Var{4, 128, "cap 12 blocks/SM"},
                         Var{3, 128, "plain loads, cap 10"}, Var{5, 128, "plain loads, cap 12"},
                         Var{10, 128, "w/b in smem, cap 10"}, Var{12, 128, "w/b in smem, cap 12"},
-                        Var{11, 128, "w/b in smem, plain loads, cap 10"}, Var{1, 64, "plain loads, 64 threads"}})
-      c.push_back({std::string("team_regs 2 x ") + std::to_string(v.threads) + " " + v.what,
+                        Var{11, 128, "w/b in smem, plain loads, cap 10"}, Var{1, 64, "plain loads, 64 threads"},
+                        Var{24, 128, "1 row/team, w/b in smem, cap 16"}})
+      c.push_back({std::string("team_regs ") + (v.var == 24 ? "1" : "2") + " x " + std::to_string(v.threads) + " " + v.what,
                    [&p, v] {
-                     return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{2, v.threads, v.var});
+                     return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr,
+                                                                norm::RmsNormGatedRegsTile{v.var == 24 ? 1 : 2, v.threads, v.var});
                    },
                    {}});
     time_candidates("rms_norm_gated fwd bf16 [1048576, 128]", 3.0 * rows * D * 2 + rows * 4.0, c);

@@ -263,10 +263,15 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 // 16-byte loads (ld.global.v4, as fla's Triton kernel issues; no L1::no_allocate / L2::256B hints), bit 1
 // registers capped for 10 blocks of 128 threads per SM (48), bit 2 for 12 (40): 63 registers give 8 now; bit 3
 // weight and bias in shared memory (the block's team 0 loads them, every lane reads its pair at the output),
-// not 16 registers held through the row (so that the caps need no spills).
-constexpr int kRegsPlainLoads = 1, kRegsCap10 = 2, kRegsCap12 = 4, kRegsSmemParams = 8;
-constexpr int regs_max_threads(int var) { return var & (kRegsCap10 | kRegsCap12) ? 128 : kTmaMaxThreads; }
-constexpr int regs_min_blocks(int var) { return var & kRegsCap12 ? 12 : var & kRegsCap10 ? 10 : 1; }
+// not 16 registers held through the row (so that the caps need no spills); bit 4 registers capped for 16 blocks
+// of 128 threads (32; with one row per team: fla's occupancy, the same 32 bytes in flight per SM as now).
+constexpr int kRegsPlainLoads = 1, kRegsCap10 = 2, kRegsCap12 = 4, kRegsSmemParams = 8, kRegsCap16 = 16;
+constexpr int regs_max_threads(int var) {
+  return var & (kRegsCap10 | kRegsCap12 | kRegsCap16) ? 128 : kTmaMaxThreads;
+}
+constexpr int regs_min_blocks(int var) {
+  return var & kRegsCap16 ? 16 : var & kRegsCap12 ? 12 : var & kRegsCap10 ? 10 : 1;
+}
 
 __device__ __forceinline__ uint4 ld_plain(const void* p) {
   uint4 v;
@@ -379,6 +384,8 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, St
   if (g.regs.variant != 0) {  // the session-11 candidates: 2 rows per team, the bench configuration only
     if constexpr (TPR == 16 && BF16 && NBG && SILU) {
       const int threads = tma_threads(TPR, g.regs.threads);
+      if (g.regs.variant == (kRegsSmemParams | kRegsCap16) && g.regs.rows_per_team == 1)
+        return launch_regs<TPR, 1, BF16, NBG, SILU, kRegsSmemParams | kRegsCap16>(p, vf, threads, s);
       if (g.regs.rows_per_team != 2) return STRATA_ERROR_INVALID_VALUE;
       switch (g.regs.variant) {
         case kRegsPlainLoads: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads>(p, vf, threads, s);

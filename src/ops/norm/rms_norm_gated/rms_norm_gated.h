@@ -168,9 +168,9 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 struct RmsNormGatedRegsTile {
   int rows_per_team = 2, threads = 128;
   // Session 11 candidates (0 = the default kernel): bit 1 plain loads, bits 2 / 4 registers capped for 10 / 12
-  // blocks of 128 threads per SM, bit 8 weight and bias from shared memory; 1, 2, 4, 3, 5, 10, 12 and 11 only,
-  // for 2 rows per team of 16 lanes (D = 128), bf16, norm before gate, silu, at most 128 threads with a cap
-  // (else STRATA_ERROR_INVALID_VALUE).
+  // blocks of 128 threads per SM, bit 8 weight and bias from shared memory, bit 16 a cap for 16 blocks; 1, 2,
+  // 4, 3, 5, 10, 12 and 11 with 2 rows per team, 24 with 1; teams of 16 lanes (D = 128), bf16, norm before
+  // gate, silu, at most 128 threads with a cap (else STRATA_ERROR_INVALID_VALUE).
   int variant = 0;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
