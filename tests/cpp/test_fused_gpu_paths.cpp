@@ -88,13 +88,14 @@ TEST(FusedGpuPaths, RmsNormGatedTeamRegsBits) {
         y.poison(), rstd.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr), 0);
         const std::vector<uint8_t> y_ref = y.bits(), r_ref = rstd.bits();
-        // The session-11 variants exist for teams of 16 lanes (D = 128), norm before gate, silu only.
+        // The session-11 variants exist for teams of 16 lanes (D = 128), norm before gate, silu only; -1 is the
+        // default (every configuration), 0 the session-10 kernel.
         const bool variants = D == 128 && nbg && act == norm::kActSilu;
-        for (const int var : {0, 1, 2, 4, 3, 5, 10, 12, 11, 24}) {
-          if (var != 0 && !variants) continue;
+        for (const int var : {-1, 0, 1, 2, 4, 3, 5, 10, 12, 11, 24}) {
+          if (var >= 0 && !variants) continue;
           for (const int rpt : {1, 2, 4}) {
             for (const int threads : {64, 128, 256}) {
-              if (var != 0 && (rpt != (var == 24 ? 1 : 2) || (var > 1 && threads > 128))) continue;
+              if (var > 0 && (rpt != (var == 24 ? 1 : 2) || (var > 1 && threads > 128))) continue;
               y.poison(), rstd.poison();
               ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{rpt, threads, var}), 0);
               EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -356,7 +357,7 @@ TEST(FusedGpuPaths, CandidatesTiming) {
       int var, threads;
       const char* what;
     };
-    for (const Var v : {Var{1, 128, "plain loads"}, Var{2, 128, "cap 10 blocks/SM"}, Var{4, 128, "cap 12 blocks/SM"},
+    for (const Var v : {Var{0, 128, "session-10 kernel (variant 0)"}, Var{1, 128, "plain loads"}, Var{2, 128, "cap 10 blocks/SM"}, Var{4, 128, "cap 12 blocks/SM"},
                         Var{3, 128, "plain loads, cap 10"}, Var{5, 128, "plain loads, cap 12"},
                         Var{10, 128, "w/b in smem, cap 10"}, Var{12, 128, "w/b in smem, cap 12"},
                         Var{11, 128, "w/b in smem, plain loads, cap 10"}, Var{1, 64, "plain loads, 64 threads"},

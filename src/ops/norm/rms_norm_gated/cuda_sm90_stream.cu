@@ -272,6 +272,9 @@ constexpr int regs_max_threads(int var) {
 constexpr int regs_min_blocks(int var) {
   return var & kRegsCap16 ? 16 : var & kRegsCap12 ? 12 : var & kRegsCap10 ? 10 : 1;
 }
+// The variant every configuration runs by default (RmsNormGatedRegsTile::variant < 0); 0 is the session-10 kernel,
+// which also runs block sizes above a default cap's 128 threads.
+constexpr int kRegsDefault = 0;
 
 __device__ __forceinline__ uint4 ld_plain(const void* p) {
   uint4 v;
@@ -381,13 +384,14 @@ strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, in
 
 template <int TPR, bool BF16, bool NBG, bool SILU>
 strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
-  if (g.regs.variant != 0) {  // the session-11 candidates: 2 rows per team, the bench configuration only
+  const int var = g.regs.variant < 0 ? kRegsDefault : g.regs.variant;
+  if (var != 0 && var != kRegsDefault) {  // the session-11 candidates: the bench configuration only
     if constexpr (TPR == 16 && BF16 && NBG && SILU) {
       const int threads = tma_threads(TPR, g.regs.threads);
-      if (g.regs.variant == (kRegsSmemParams | kRegsCap16) && g.regs.rows_per_team == 1)
+      if (var == (kRegsSmemParams | kRegsCap16) && g.regs.rows_per_team == 1)
         return launch_regs<TPR, 1, BF16, NBG, SILU, kRegsSmemParams | kRegsCap16>(p, vf, threads, s);
       if (g.regs.rows_per_team != 2) return STRATA_ERROR_INVALID_VALUE;
-      switch (g.regs.variant) {
+      switch (var) {
         case kRegsPlainLoads: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads>(p, vf, threads, s);
         case kRegsCap10: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap10>(p, vf, threads, s);
         case kRegsCap12: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap12>(p, vf, threads, s);
@@ -408,7 +412,14 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, St
   }
   if (g.regs.rows_per_team > 0) {
     const int threads = tma_threads(TPR, g.regs.threads);
-    switch (g.regs.rows_per_team) {
+    if (var == kRegsDefault && threads <= regs_max_threads(kRegsDefault)) {
+      switch (g.regs.rows_per_team) {
+        case 1: return launch_regs<TPR, 1, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
+        case 4: return launch_regs<TPR, 4, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
+        default: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
+      }
+    }
+    switch (g.regs.rows_per_team) {  // variant 0, or blocks larger than the default's cap admits
       case 1: return launch_regs<TPR, 1, BF16, NBG, SILU>(p, vf, threads, s);
       case 4: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
       default: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);

@@ -167,11 +167,12 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 // against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's.
 struct RmsNormGatedRegsTile {
   int rows_per_team = 2, threads = 128;
-  // Session 11 candidates (0 = the default kernel): bit 1 plain loads, bits 2 / 4 registers capped for 10 / 12
+  // -1: the default kernel (kRegsDefault in cuda_sm90_stream.cu); 0: the session-10 kernel. Session 11
+  // candidates: bit 1 plain loads, bits 2 / 4 registers capped for 10 / 12
   // blocks of 128 threads per SM, bit 8 weight and bias from shared memory, bit 16 a cap for 16 blocks; 1, 2,
   // 4, 3, 5, 10, 12 and 11 with 2 rows per team, 24 with 1; teams of 16 lanes (D = 128), bf16, norm before
   // gate, silu, at most 128 threads with a cap (else STRATA_ERROR_INVALID_VALUE).
-  int variant = 0;
+  int variant = -1;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
