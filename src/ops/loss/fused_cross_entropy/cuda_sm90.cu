@@ -123,9 +123,6 @@ __device__ __forceinline__ int64_t* count_slot(const CeParams& p) { return ce_co
 
 // The count of non-ignored targets and of bad ones (outside [0, V), not ignored) -> ce_count_slot, ce_bad_slot.
 __global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
-  // A row kernel launched as this kernel's programmatic dependent (the stored-exp pdl kinds) may start now: it
-  // reads the slots only after griddepcontrol.wait (this grid complete). No effect on other launches.
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   unsigned long long n = 0, bad = 0;
 #pragma unroll 8  // independent loads in flight together (N = 8192: 8 per thread)
   for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) {
@@ -307,9 +304,6 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
 
 // Fixed-order f64 sum of the per-row losses and z-losses; mean divides by the count (0 when it is 0).
 __global__ void __launch_bounds__(1024) ce_reduce(const CeParams p) {
-  // Launched as the row kernel's programmatic dependent (pdl kinds): wait until that grid is complete and its
-  // per-row values visible (returns at once after a plain launch).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   const float* rows = static_cast<const float*>(p.workspace);
   double l = 0.0, zl = 0.0;
   for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) l += rows[i], zl += rows[p.N + i];
@@ -353,19 +347,10 @@ strata_status ce_launch_count(const CeParams& p, void* stream_ptr) {
   return cuda::check_launch("fused_cross_entropy (ce_count)");
 }
 
-strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr, bool pdl) {
+strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.backward || p.reduction == kCeNone) return STRATA_SUCCESS;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1, 1, 1);
-  cfg.blockDim = dim3(1024, 1, 1);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, ce_reduce, p));
+  ce_reduce<<<1, 1024, 0, stream>>>(p);
   return cuda::check_launch("fused_cross_entropy (ce_reduce)");
 }
 

@@ -37,9 +37,6 @@
 // ce_count / ce_reduce (cuda_sm90.cu) run before and after as for the other kernels.
 // Removed in session 6 (slower on the H200 at every shape timed; README.md): cluster_pipe (persistent clusters,
 // two slice buffers per CTA) and cluster_wide (16-CTA clusters of 128 threads).
-// Session 11 candidates of the stored-exp kernel (forced only until timed; CeSmemKind in fused_cross_entropy.h):
-// ~100 KiB slices in clusters of any size (w100), kChunks pieces with per-piece references (pieces), and the
-// programmatic dependent launches ce_count -> ce_smem_rows -> ce_reduce (pdl).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -244,18 +241,17 @@ __device__ __forceinline__ void sum_piece(const uint4* buf, int v0, int v1, cons
 template <class T>
 using StoredExp = std::conditional_t<std::is_same_v<T, float>, float, f16_t>;
 
-// Sweep B of cluster_stored_exp (no softcap) over the thread's vectors of a piece, [v0 + threadIdx.x, v1) in
-// steps of kThreads: as sum_piece<kFtz = true>, and each vector's e = exp(s z - m) (m: this thread's maximum
-// so far, its maximum over the slice with one piece) is written back over the logits it came from, as
+// Sweep B of cluster_stored_exp (one piece, no softcap): as sum_piece<kFtz = true>, and each vector's
+// e = exp(s z - m_t) (m_t: this thread's maximum) is written back over the logits it came from, as
 // StoredExp<T>. The vectors are the ones this thread sweeps in the gradient too, so no other thread reads
 // them. The thread that owns the target's vector (yv: the target's index in the slice, or out of range) takes
 // c_y = s z_y before overwriting it.
 template <class T, bool kSum>
-__device__ __forceinline__ void sum_store(uint4* buf, int v0, int v1, const CeConsts& k, float m, int64_t yv,
-                                          float& s, float& sc, float& c_y) {
+__device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k, float m, int64_t yv, float& s,
+                                          float& sc, float& c_y) {
   constexpr int kVec = ce_cuda::kVec<T>;
   float s0 = 0.f, s1 = 0.f, c0 = 0.f, c1 = 0.f;
-  for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kThreads) {
+  for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
     float x[kVec];
     unpack<T>(buf[v], x);
     const int64_t off = yv - static_cast<int64_t>(v) * kVec;
@@ -282,36 +278,17 @@ __device__ __forceinline__ void sum_store(uint4* buf, int v0, int v1, const CeCo
   sc += c0 + c1;
 }
 
-// m_ref[q] = m / m_ref[q] for a run-time q < K, by selects over the unrolled index (the array stays in registers).
-template <int K>
-__device__ __forceinline__ void ref_set(float (&m_ref)[K], int q, float m) {
-#pragma unroll
-  for (int j = 0; j < K; ++j)
-    if (j == q) m_ref[j] = m;
-}
-template <int K>
-__device__ __forceinline__ float ref_get(const float (&m_ref)[K], int q) {
-  float r = m_ref[0];
-#pragma unroll
-  for (int j = 1; j < K; ++j)
-    if (j == q) r = m_ref[j];
-  return r;
-}
-
 // One row per cluster (grid = N clusters up to 2^31 - 1 CTAs; beyond, clusters loop over rows). kPieces = 1:
-// cluster_smem (bit-identical to its session-5 form); kPieces = kChunks: cluster_chunked. kStore (no softcap,
-// bf16/f32, the fused forward): cluster_stored_exp, the exponentials of the statistics sweep kept in the slice
-// (sum_store) so that the gradient sweep computes none: per element one conversion, one FFMA and half a pack
-// instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no statistics sweep,
-// runs the kPieces = 1 gradient). kStore with kPieces = kChunks (session 11, cluster_stored_exp_pieces): each
-// piece's exponentials are stored against the thread's running maximum when the piece landed (m_ref[q], one
-// register per piece; the gradient scales piece q by exp(m_ref[q] - lse)), so the sweeps of the first pieces
-// run under the copy of the later ones. (Session 9's cluster_stored_exp_bulk, whose gradient was written over
-// the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
+// cluster_smem (bit-identical to its session-5 form); kPieces = kChunks: cluster_chunked. kStore (kPieces = 1,
+// no softcap, bf16/f32, the fused forward): cluster_stored_exp, the exponentials of the statistics sweep kept
+// in the slice (sum_store) so that the gradient sweep computes none: per element one conversion, one FFMA and
+// half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
+// statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
+// written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
-__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice, bool pdl) {
-  static_assert(!kStore || (kGrad && !kCap && !std::is_same_v<T, f16_t>),
-                "cluster_stored_exp: fused gradient, no softcap, bf16/f32");
+__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+  static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
+                "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -332,57 +309,36 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   // Piece q holds vectors [q pv, min((q + 1) pv, nv)); pieces past nv are empty (no copy, no wait).
   const int pv = (nv + kPieces - 1) / kPieces;
   const int pieces = pv > 0 ? (nv + pv - 1) / pv : 0;
+  const int64_t count = (kGrad && p.reduction == kCeMean) ? *ce_count_slot(p) : 0;
   // The fused forward writes no gradient when any target is bad (ce_count's bad count; in place the logits stay
   // as they were). The forward waits for every piece in its statistics, so skipping the gradient sweep keeps
   // the barrier phases balanced; the backward op (which waits in the gradient sweep) is never skipped.
-  // pdl (launched as ce_count's programmatic dependent, the fused forward only): the slots are read after
-  // griddepcontrol.wait, once, after the first row's statistics (their latency under the cluster merge);
-  // otherwise here, under the first copy.
-  int64_t count = 0;
-  bool grad = kGrad;
-  bool slots_read = false;
-  auto read_slots = [&] {
-    if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
-    count = (kGrad && p.reduction == kCeMean) ? *ce_count_slot(p) : 0;
-    grad = kGrad && (!fwd || *ce_bad_slot(p) == 0);
-    slots_read = true;
-  };
-  if (!pdl) read_slots();
+  const bool grad = kGrad && (!fwd || *ce_bad_slot(p) == 0);
   const uint4* buf = reinterpret_cast<const uint4*>(smem_raw);
   uint4* wbuf = reinterpret_cast<uint4*>(smem_raw);  // kStore: the exponentials written over the logits
-  // Thread 0: the bulk copies of row i's slice (the buffer was last read by the previous row, finished at the
-  // __syncthreads ending it).
-  auto issue_copies = [&](int64_t i) {
-    const T* src = static_cast<const T*>(p.logits) + i * p.logits_rs + lo;
-    for (int q = 0; q < pieces; ++q) {
-      const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
-      bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
-                static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
-    }
-  };
-  const int64_t clusters = gridDim.x / C;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) mbar_init(&bars[q]);
-    // pdl: the first row's copy goes out right after the barriers' initialisation, before the block barrier.
-    if (pdl && blockIdx.x / C < p.N) issue_copies(blockIdx.x / C);
   }
-  // pdl: let ce_reduce (launched as this kernel's programmatic dependent) be scheduled once every CTA has started.
-  if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   __syncthreads();
   uint32_t phase = 0;    // the parity the next wait on every piece's barrier expects (one phase per row)
   bool pending = false;  // the cluster barrier "partials read" was arrived at but not yet waited for
+  const int64_t clusters = gridDim.x / C;
   for (int64_t i = blockIdx.x / C; i < p.N; i += clusters) {
     const int64_t y = ce_target(p, i);
     const bool ignored = y == k.ignore_index;
     const bool bad = !ignored && (y < 0 || y >= V);
-    if (threadIdx.x == 0 && !(pdl && i == blockIdx.x / C)) issue_copies(i);
+    if (threadIdx.x == 0) {
+      // The buffer was last read by the previous row, finished at the __syncthreads ending it.
+      const T* src = static_cast<const T*>(p.logits) + i * p.logits_rs + lo;
+      for (int q = 0; q < pieces; ++q) {
+        const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
+        bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
+                  static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
+      }
+    }
     float lse;
-    // kStore: the thread's running maximum when piece q's exponentials were stored (their reference; registers:
-    // indexed by the unrolled selects of ref_set / ref_get).
-    float m_ref[kPieces];
-#pragma unroll
-    for (int q = 0; q < kPieces; ++q) m_ref[q] = -INFINITY;
+    float m_t = -INFINITY;  // kStore: this thread's maximum, the reference of its stored exponentials
     if (fwd) {
       // Per piece: wait for it, sweep A (the thread's extreme raw logit -> the piece's m_q = c(extreme)),
       // rescale the running sum when m_q raises m, sweep B (sum exp(c - m), and sum c with smoothing).
@@ -404,11 +360,10 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
           m = mq;
         }
         if constexpr (kStore) {
-          // Store e against m. A thread whose elements so far are all -inf or NaN (the max skips NaN) stores 0
+          // The single piece: store e. A thread whose elements are all -inf or NaN (the max skips NaN) stores 0
           // for -inf (p = 0) and NaN for NaN, so its gradient is what cluster_smem gives (-uniform, NaN).
-          ref_set(m_ref, q, m);
           if (m == -INFINITY) {
-            for (int v = v0 + static_cast<int>(threadIdx.x); v < v1; v += kThreads) {
+            for (int v = static_cast<int>(threadIdx.x); v < nv; v += kThreads) {
               float x[kVec];
               unpack<T>(buf[v], x);
 #pragma unroll
@@ -418,15 +373,15 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
             continue;
           }
           const int64_t yv = (ignored || bad) ? int64_t{-(1 << 30)} : y - lo;
-          if (smooth) sum_store<T, true>(wbuf, v0, v1, k, m, yv, s, sc, c_y_own);
-          else sum_store<T, false>(wbuf, v0, v1, k, m, yv, s, sc, c_y_own);
+          if (smooth) sum_store<T, true>(wbuf, nv, k, m, yv, s, sc, c_y_own);
+          else sum_store<T, false>(wbuf, nv, k, m, yv, s, sc, c_y_own);
           continue;
         }
         if (m == -INFINITY) continue;
         if (smooth) sum_piece<T, kCap, true, kFtz>(buf, v0, v1, k, m, s, sc);
         else sum_piece<T, kCap, false, kFtz>(buf, v0, v1, k, m, s, sc);
       }
-      if (!slots_read) read_slots();
+      m_t = m;
       Part a{m, s, kCap ? sc : k.scale * sc, c_y_own};
       if (!kStore && threadIdx.x == 0 && !ignored && !bad && y >= lo && y < hi) {
         const T* row = reinterpret_cast<const T*>(smem_raw);
@@ -488,8 +443,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         }
         if constexpr (kStore) {
           if (fwd) {
-            // dz = p_coef exp(c - lse) - uniform - [j == y] target, with exp(c - lse) = e exp(m_ref - lse).
-            const float pc = gr.p_coef * ce_exp(ref_get(m_ref, q) - gr.lse);  // 0 for a reference of -inf
+            // dz = p_coef exp(c - lse) - uniform - [j == y] target, with exp(c - lse) = e exp(m_t - lse).
+            const float pc = gr.p_coef * ce_exp(m_t - gr.lse);  // 0 for a thread whose elements are all -inf
             for (int v = v0 + threadIdx.x; v < v1; v += kThreads) {
               float x[kVec];
               unpack<StoredExp<T>>(buf[v], x);
@@ -552,22 +507,15 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
 struct Split {
   int C = 0;
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
-  bool pdl = false;   // ce_smem_rows launched as ce_count's programmatic dependent (uses_pdl)
 };
 
-// any_size: the smallest cluster of any size <= 8 (not only 1/2/4/8) whose slices fit target_bytes
-// (cluster_stored_exp_w100: bf16 V = 151936 in 3 CTAs of ~99 KiB).
-Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes, bool any_size = false) {
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
-  int64_t C = 1;
-  if (any_size) {
-    while (C < kMaxCluster && ((nvec + C - 1) / C) * 16 > target_bytes) ++C;
-  } else {
-    while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;  // 1, 2, 4, 8
-  }
+  int64_t C = 1;  // 1, 2, 4, 8
+  while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
@@ -587,16 +535,14 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(sp.C);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = sp.pdl ? 2 : 1;
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice, sp.pdl));
+  cfg.numAttrs = 1;
+  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
   return STRATA_SUCCESS;
 }
 
@@ -610,30 +556,15 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
-  return kind != CeSmemKind::kSmem && kind != CeSmemKind::kChunked && p.dlogits != nullptr && !p.backward &&
-         !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
-}
-
-// Session 11 candidates (forced only until timed) of the stored-exp kernel: ~100 KiB slices in clusters of any
-// size (w100), the wide slice copied and swept in kChunks pieces (pieces), and the launch overlap (pdl: the row
-// kernel a programmatic dependent of ce_count, ce_reduce one of the row kernel, each CTA's first copy issued
-// before its block barrier). Only where that kernel runs.
-bool slices_w100(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpW100 || kind == CeSmemKind::kStoredExpW100Pdl; }
-bool stored_pieces(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpPieces || kind == CeSmemKind::kStoredExpPiecesPdl;
-}
-bool uses_pdl(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpPdl || kind == CeSmemKind::kStoredExpPiecesPdl || kind == CeSmemKind::kStoredExpW100Pdl;
+  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
+         !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
 }
 
 template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) {
-      if (stored_pieces(kind)) return launch<T, true, false, kChunks, true>(p, sp, stream);
-      return launch<T, true, false, 1, true>(p, sp, stream);
-    }
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -660,11 +591,8 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
-    const bool stored = stored_exp_runs(p, kind);
-    const bool w100 = stored && slices_w100(kind);
-    const bool wide = stored && kind != CeSmemKind::kStoredExp;
-    Split sp = split_of(p.V, p.dtype, w100 ? kMaxSliceBytes : wide ? kWideSliceBytes : kTargetSliceBytes, w100);
-    sp.pdl = stored && uses_pdl(kind);  // the fused forward: ce_count always runs just before (the bad count)
+    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;
@@ -674,7 +602,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
     STRATA_RETURN_IF_ERROR(s);
     STRATA_RETURN_IF_ERROR(cuda::check_launch("fused_cross_entropy (ce_smem_rows)"));
   }
-  return ce_launch_reduce(p, stream_ptr, p.N > 0 && stored_exp_runs(p, kind) && uses_pdl(kind));
+  return ce_launch_reduce(p, stream_ptr);
 }
 
 }  // namespace strata::loss

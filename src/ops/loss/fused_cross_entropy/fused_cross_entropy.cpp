@@ -2,9 +2,7 @@
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
 // Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
-// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.cluster_stored_exp_w100,
-// cuda.sm90.cluster_stored_exp_pdl, cuda.sm90.cluster_stored_exp_pieces, cuda.sm90.cluster_stored_exp_pieces_pdl,
-// cuda.sm90.cluster_stored_exp_w100_pdl, cuda.sm90.block_per_row,
+// cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
 
@@ -200,14 +198,6 @@ const ImplList<CeProblem>& impls() {
     // Session 7: the stored-exponential kernel with cluster_smem's ~40 KiB slices (s7run2: 1.578 ms): forced only,
     // kept so that the conformance suite covers the 8-CTA split of that kernel and atk shows the slice effect.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
-    // Session 11 candidates of the default's kernel (forced only until the H200 has timed them; CeSmemKind):
-    // ~100 KiB slices in clusters of any size (3 CTAs at bf16 V = 151936), the launches overlapped by
-    // programmatic dependent launch (ce_count -> row kernel -> ce_reduce), the slice copied and swept in pieces.
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_w100", CeSmemKind::kStoredExpW100));
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pdl", CeSmemKind::kStoredExpPdl));
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pieces", CeSmemKind::kStoredExpPieces));
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pieces_pdl", CeSmemKind::kStoredExpPiecesPdl));
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_w100_pdl", CeSmemKind::kStoredExpW100Pdl));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

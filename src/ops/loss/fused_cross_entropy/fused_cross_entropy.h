@@ -130,29 +130,16 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-//   Session 11 candidates, forced only until the H200 has timed them (where the stored-exp kernel runs; else
-//   cluster_smem exactly, as kStoredExpWide):
-//   kStoredExpW100: ~100 KiB slices in clusters of any size <= 8 (bf16 V = 151936: 3 CTAs, 2 per SM);
-//   kStoredExpPdl: kStoredExpWide whose row kernel is ce_count's programmatic dependent (reads the count slots
-//             after griddepcontrol.wait) and whose ce_reduce is the row kernel's, each CTA's first copy issued
-//             before its block barrier;
-//   kStoredExpPieces: kStoredExpWide with the slice copied in kChunks pieces (one mbarrier each) and each
-//             piece's exponentials stored against the thread's running maximum as it lands (cluster_chunked's
-//             overlap of statistics and copy); kStoredExpPiecesPdl, kStoredExpW100Pdl: with pdl's launches.
-enum class CeSmemKind {
-  kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpW100, kStoredExpPdl, kStoredExpPieces, kStoredExpPiecesPdl,
-  kStoredExpW100Pdl
-};
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
 // Scale mode (CeParams::scale_only) on CUDA: one launch whatever the implementation (cuda_sm90.cu).
 strata_status ce_launch_scale(const CeParams& p, void* stream);
 // The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
-// fixed-order reduction of the per-row losses (mean, sum); each launches only when needed. pdl: ce_reduce as the
-// programmatic dependent of the row kernel just launched (which triggers it).
+// fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
 strata_status ce_launch_count(const CeParams& p, void* stream);
-strata_status ce_launch_reduce(const CeParams& p, void* stream, bool pdl = false);
+strata_status ce_launch_reduce(const CeParams& p, void* stream);
 #endif
 
 }  // namespace strata::loss

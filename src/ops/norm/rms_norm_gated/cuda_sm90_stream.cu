@@ -37,7 +37,8 @@
 // group's first lane). Dense or not: rows equally spaced (team_stream's conditions). s10run1 (C++ queued,
 // [1048576, 128] bf16): R = 2 x 128 threads 0.2037 ms = 1.057 x the copy floor, against team_tma's 0.2084 and
 // R = 4 / 8 (79 / 125 registers) 0.2095-0.2119: fewer rows per thread and more blocks per SM won, so R = 2 x 128
-// (59 registers) is the default and, since session 10, first in the dispatch order.
+// (59 registers) is the default and, since session 10, first in the dispatch order. Session 11: plain ld.global.v4
+// loads instead of ld_stream's L1::no_allocate.L2::256B hints, 0.1893 against 0.2054 ms (s11run1; ld_plain).
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -258,24 +259,9 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 #endif
 }
 
-// Session 11 candidates of team_regs (RmsNormGatedRegsTile::variant; forced only until the H200 has timed
-// them, instantiated for the bench configuration only: TPR 16, bf16, norm before gate, silu): bit 0 plain
-// 16-byte loads (ld.global.v4, as fla's Triton kernel issues; no L1::no_allocate / L2::256B hints), bit 1
-// registers capped for 10 blocks of 128 threads per SM (48), bit 2 for 12 (40): 63 registers give 8 now; bit 3
-// weight and bias in shared memory (the block's team 0 loads them, every lane reads its pair at the output),
-// not 16 registers held through the row (so that the caps need no spills); bit 4 registers capped for 16 blocks
-// of 128 threads (32; with one row per team: fla's occupancy, the same 32 bytes in flight per SM as now).
-constexpr int kRegsPlainLoads = 1, kRegsCap10 = 2, kRegsCap12 = 4, kRegsSmemParams = 8, kRegsCap16 = 16;
-constexpr int regs_max_threads(int var) {
-  return var & (kRegsCap10 | kRegsCap12 | kRegsCap16) ? 128 : kTmaMaxThreads;
-}
-constexpr int regs_min_blocks(int var) {
-  return var & kRegsCap16 ? 16 : var & kRegsCap12 ? 12 : var & kRegsCap10 ? 10 : 1;
-}
-// The variant every configuration runs by default (RmsNormGatedRegsTile::variant < 0); 0 is the session-10 kernel,
-// which also runs block sizes above a default cap's 128 threads.
-constexpr int kRegsDefault = 0;
-
+// team_regs' loads (session 11): plain ld.global.v4 (as fla's Triton forward issues them). The session-10 form,
+// ld_stream's ld.global.L1::no_allocate.L2::256B, ran [1048576, 128] bf16 at 0.2054 ms against the plain loads'
+// 0.1893 in s11run1 (the same kernel otherwise; RmsNormGatedRegsTile::l2_hint_loads keeps it for the sweep).
 __device__ __forceinline__ uint4 ld_plain(const void* p) {
   uint4 v;
   asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -285,9 +271,8 @@ __device__ __forceinline__ uint4 ld_plain(const void* p) {
 // team_regs: block b owns rows [b R T, (b + 1) R T) (T = teams per block); team k of the block takes rows
 // b R T + k + j T, j < R. Every lane runs every row's team_row (the shuffles need whole warps); rows past
 // p.rows load zeros and store nothing.
-template <int TPR, int R, bool BF16, bool NBG, bool SILU, int VAR = 0>
-__global__ void __launch_bounds__(regs_max_threads(VAR), regs_min_blocks(VAR))
-    fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, bool HINTS = false>
+__global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
   const int t = static_cast<int>(threadIdx.x) % TPR, team = static_cast<int>(threadIdx.x) / TPR;
   const int nteams = static_cast<int>(blockDim.x) / TPR;
   const int nc = static_cast<int>(p.D / kV);
@@ -306,31 +291,17 @@ __global__ void __launch_bounds__(regs_max_threads(VAR), regs_min_blocks(VAR))
     const bool live = has && row < p.rows;
     const uint16_t* xp = x + p.x_rows.base + row * p.x_rows.strides[0] + col;
     const uint16_t* zp = z + p.z_rows.base + row * p.z_rows.strides[0] + col;
-    if constexpr ((VAR & kRegsPlainLoads) != 0) {
-      xv[j] = live ? ld_plain(xp) : zero;
-      zv[j] = live ? ld_plain(zp) : zero;
-    } else {
+    if constexpr (HINTS) {
       xv[j] = live ? cuda::ld_stream(xp) : zero;
       zv[j] = live ? cuda::ld_stream(zp) : zero;
+    } else {
+      xv[j] = live ? ld_plain(xp) : zero;
+      zv[j] = live ? ld_plain(zp) : zero;
     }
   }
   const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
-  constexpr bool kSmemParams = (VAR & kRegsSmemParams) != 0;
-  __shared__ float wb_sh[kSmemParams ? 2 * TPR * kV : 1];  // [w | b] of the row's TPR chunks
-  float w_reg[kV], b_reg[kV];
-  if (!kSmemParams || team == 0) lane_params(p, vf, t, has, w_reg, b_reg);
-  if constexpr (kSmemParams) {
-    if (team == 0) {
-#pragma unroll
-      for (int e = 0; e < kV; ++e) wb_sh[t * kV + e] = w_reg[e], wb_sh[(TPR + t) * kV + e] = b_reg[e];
-    }
-    __syncthreads();
-  }
-  const float* wp = w_reg;
-  const float* bp = b_reg;
-  if constexpr (kSmemParams) wp = &wb_sh[t * kV], bp = &wb_sh[(TPR + t) * kV];
-  const float(&w)[kV] = *reinterpret_cast<const float(*)[kV]>(wp);
-  const float(&b)[kV] = *reinterpret_cast<const float(*)[kV]>(bp);
+  float w[kV], b[kV];
+  lane_params(p, vf, t, has, w, b);
   uint16_t* y = static_cast<uint16_t*>(p.y);
   float* rstd = static_cast<float*>(p.rstd);
   const int64_t scol = p.rstd_rows.base + static_cast<int64_t>(t / W) * p.rstd_rows.col_stride;
@@ -372,57 +343,24 @@ struct StreamGrid {
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
 int tma_threads(int tpr, int want) { return std::max(tpr, std::min(kTmaMaxThreads, want) / tpr * tpr); }
 
-template <int TPR, int R, bool BF16, bool NBG, bool SILU, int VAR = 0>
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, bool HINTS>
 strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
   const int64_t rows_per_block = int64_t{R} * (threads / TPR);
   const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: 2^31 x rows_per_block rows, beyond device memory
-  if (threads > regs_max_threads(VAR)) return STRATA_ERROR_INVALID_VALUE;
-  fwd_team_regs<TPR, R, BF16, NBG, SILU, VAR><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
+  fwd_team_regs<TPR, R, BF16, NBG, SILU, HINTS><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_regs");
 }
 
 template <int TPR, bool BF16, bool NBG, bool SILU>
 strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
-  const int var = g.regs.variant < 0 ? kRegsDefault : g.regs.variant;
-  if (var != 0 && var != kRegsDefault) {  // the session-11 candidates: the bench configuration only
-    if constexpr (TPR == 16 && BF16 && NBG && SILU) {
-      const int threads = tma_threads(TPR, g.regs.threads);
-      if (var == (kRegsSmemParams | kRegsCap16) && g.regs.rows_per_team == 1)
-        return launch_regs<TPR, 1, BF16, NBG, SILU, kRegsSmemParams | kRegsCap16>(p, vf, threads, s);
-      if (g.regs.rows_per_team != 2) return STRATA_ERROR_INVALID_VALUE;
-      switch (var) {
-        case kRegsPlainLoads: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads>(p, vf, threads, s);
-        case kRegsCap10: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap10>(p, vf, threads, s);
-        case kRegsCap12: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsCap12>(p, vf, threads, s);
-        case kRegsPlainLoads | kRegsCap10:
-          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads | kRegsCap10>(p, vf, threads, s);
-        case kRegsPlainLoads | kRegsCap12:
-          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsPlainLoads | kRegsCap12>(p, vf, threads, s);
-        case kRegsSmemParams | kRegsCap10:
-          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap10>(p, vf, threads, s);
-        case kRegsSmemParams | kRegsCap12:
-          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap12>(p, vf, threads, s);
-        case kRegsSmemParams | kRegsCap10 | kRegsPlainLoads:
-          return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsSmemParams | kRegsCap10 | kRegsPlainLoads>(p, vf, threads, s);
-        default: return STRATA_ERROR_INVALID_VALUE;
-      }
-    }
-    return STRATA_ERROR_INVALID_VALUE;
-  }
   if (g.regs.rows_per_team > 0) {
     const int threads = tma_threads(TPR, g.regs.threads);
-    if (var == kRegsDefault && threads <= regs_max_threads(kRegsDefault)) {
-      switch (g.regs.rows_per_team) {
-        case 1: return launch_regs<TPR, 1, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
-        case 4: return launch_regs<TPR, 4, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
-        default: return launch_regs<TPR, 2, BF16, NBG, SILU, kRegsDefault>(p, vf, threads, s);
-      }
-    }
-    switch (g.regs.rows_per_team) {  // variant 0, or blocks larger than the default's cap admits
-      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU>(p, vf, threads, s);
-      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
-      default: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);
+    if (g.regs.l2_hint_loads) return launch_regs<TPR, 2, BF16, NBG, SILU, true>(p, vf, threads, s);  // 2 rows only
+    switch (g.regs.rows_per_team) {
+      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU, false>(p, vf, threads, s);
+      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU, false>(p, vf, threads, s);
+      default: return launch_regs<TPR, 2, BF16, NBG, SILU, false>(p, vf, threads, s);
     }
   }
   // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
@@ -495,7 +433,8 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 }
 
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile) {
-  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1)
+  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1 ||
+      (tile.l2_hint_loads && tile.rows_per_team != 2))
     return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, RmsNormGatedTmaTile{0, 0, 0}, tile}, stream);
 }

@@ -164,15 +164,12 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 // 4) rows whose 16-byte loads it issues before any math (fla's [BT, D] tile per program). Same conditions as
 // team_stream (its reject; any equally spaced rows); unaligned rows at run time take group_rows'. The default
 // (2 rows per team of 16 lanes, 128 threads: 16 rows of D = 128 a block; s10run1 0.2037 ms at [1048576, 128]
-// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's.
+// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's; plain 16-byte loads since session 11.
 struct RmsNormGatedRegsTile {
   int rows_per_team = 2, threads = 128;
-  // -1: the default kernel (kRegsDefault in cuda_sm90_stream.cu); 0: the session-10 kernel. Session 11
-  // candidates: bit 1 plain loads, bits 2 / 4 registers capped for 10 / 12
-  // blocks of 128 threads per SM, bit 8 weight and bias from shared memory, bit 16 a cap for 16 blocks; 1, 2,
-  // 4, 3, 5, 10, 12 and 11 with 2 rows per team, 24 with 1; teams of 16 lanes (D = 128), bf16, norm before
-  // gate, silu, at most 128 threads with a cap (else STRATA_ERROR_INVALID_VALUE).
-  int variant = -1;
+  // The session-10 loads (ld.global.L1::no_allocate.L2::256B; 2 rows per team only) instead of plain
+  // ld.global.v4 (session 11: s11run1 0.2054 ms against 0.1893 at [1048576, 128] bf16): kept for the sweep.
+  bool l2_hint_loads = false;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
