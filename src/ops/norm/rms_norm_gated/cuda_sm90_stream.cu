@@ -37,7 +37,8 @@
 // group's first lane). Dense or not: rows equally spaced (team_stream's conditions). s10run1 (C++ queued,
 // [1048576, 128] bf16): R = 2 x 128 threads 0.2037 ms = 1.057 x the copy floor, against team_tma's 0.2084 and
 // R = 4 / 8 (79 / 125 registers) 0.2095-0.2119: fewer rows per thread and more blocks per SM won, so R = 2 x 128
-// (59 registers) is the default and, since session 10, first in the dispatch order.
+// (59 registers) is the default and, since session 10, first in the dispatch order. Session 11: plain ld.global.v4
+// loads instead of ld_stream's L1::no_allocate.L2::256B hints, 0.1893 against 0.2054 ms (s11run1; ld_plain).
 // Lanes past the row's chunks (D < TPR * 8) and teams past the last row keep running (the group sums shuffle
 // over the whole warp) but load zeros and store nothing.
 #include <cuda_runtime.h>
@@ -258,10 +259,19 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 #endif
 }
 
+// team_regs' loads (session 11): plain ld.global.v4 (as fla's Triton forward issues them). The session-10 form,
+// ld_stream's ld.global.L1::no_allocate.L2::256B, ran [1048576, 128] bf16 at 0.2054 ms against the plain loads'
+// 0.1893 in s11run1 (the same kernel otherwise; RmsNormGatedRegsTile::l2_hint_loads keeps it for the sweep).
+__device__ __forceinline__ uint4 ld_plain(const void* p) {
+  uint4 v;
+  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // team_regs: block b owns rows [b R T, (b + 1) R T) (T = teams per block); team k of the block takes rows
 // b R T + k + j T, j < R. Every lane runs every row's team_row (the shuffles need whole warps); rows past
 // p.rows load zeros and store nothing.
-template <int TPR, int R, bool BF16, bool NBG, bool SILU>
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, bool HINTS = false>
 __global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGatedFwdParams p, const VecFlags vf) {
   const int t = static_cast<int>(threadIdx.x) % TPR, team = static_cast<int>(threadIdx.x) / TPR;
   const int nteams = static_cast<int>(blockDim.x) / TPR;
@@ -279,8 +289,15 @@ __global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGat
   for (int j = 0; j < R; ++j) {
     const int64_t row = r0 + static_cast<int64_t>(j) * nteams;
     const bool live = has && row < p.rows;
-    xv[j] = live ? cuda::ld_stream(x + p.x_rows.base + row * p.x_rows.strides[0] + col) : zero;
-    zv[j] = live ? cuda::ld_stream(z + p.z_rows.base + row * p.z_rows.strides[0] + col) : zero;
+    const uint16_t* xp = x + p.x_rows.base + row * p.x_rows.strides[0] + col;
+    const uint16_t* zp = z + p.z_rows.base + row * p.z_rows.strides[0] + col;
+    if constexpr (HINTS) {
+      xv[j] = live ? cuda::ld_stream(xp) : zero;
+      zv[j] = live ? cuda::ld_stream(zp) : zero;
+    } else {
+      xv[j] = live ? ld_plain(xp) : zero;
+      zv[j] = live ? ld_plain(zp) : zero;
+    }
   }
   const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
   float w[kV], b[kV];
@@ -326,12 +343,12 @@ struct StreamGrid {
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
 int tma_threads(int tpr, int want) { return std::max(tpr, std::min(kTmaMaxThreads, want) / tpr * tpr); }
 
-template <int TPR, int R, bool BF16, bool NBG, bool SILU>
+template <int TPR, int R, bool BF16, bool NBG, bool SILU, bool HINTS>
 strata_status launch_regs(const RmsNormGatedFwdParams& p, const VecFlags& vf, int threads, cudaStream_t s) {
   const int64_t rows_per_block = int64_t{R} * (threads / TPR);
   const int64_t blocks = (p.rows + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffff) return STRATA_ERROR_INVALID_VALUE;  // > 2^31 blocks: 2^31 x rows_per_block rows, beyond device memory
-  fwd_team_regs<TPR, R, BF16, NBG, SILU><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
+  fwd_team_regs<TPR, R, BF16, NBG, SILU, HINTS><<<static_cast<unsigned>(blocks), threads, 0, s>>>(p, vf);
   return cuda::check_launch("rms_norm_gated fwd_team_regs");
 }
 
@@ -339,10 +356,11 @@ template <int TPR, bool BF16, bool NBG, bool SILU>
 strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, StreamGrid g, cudaStream_t s) {
   if (g.regs.rows_per_team > 0) {
     const int threads = tma_threads(TPR, g.regs.threads);
+    if (g.regs.l2_hint_loads) return launch_regs<TPR, 2, BF16, NBG, SILU, true>(p, vf, threads, s);  // 2 rows only
     switch (g.regs.rows_per_team) {
-      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU>(p, vf, threads, s);
-      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU>(p, vf, threads, s);
-      default: return launch_regs<TPR, 2, BF16, NBG, SILU>(p, vf, threads, s);
+      case 1: return launch_regs<TPR, 1, BF16, NBG, SILU, false>(p, vf, threads, s);
+      case 4: return launch_regs<TPR, 4, BF16, NBG, SILU, false>(p, vf, threads, s);
+      default: return launch_regs<TPR, 2, BF16, NBG, SILU, false>(p, vf, threads, s);
     }
   }
   // team_tma copies the tile's rows as one range: x, z, y rows exactly D apart (16-byte aligned rows, checked by
@@ -415,7 +433,8 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 }
 
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile) {
-  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1)
+  if ((tile.rows_per_team != 1 && tile.rows_per_team != 2 && tile.rows_per_team != 4) || tile.threads < 1 ||
+      (tile.l2_hint_loads && tile.rows_per_team != 2))
     return STRATA_ERROR_INVALID_VALUE;
   return launch_any(p, StreamGrid{true, RmsNormGatedTmaTile{0, 0, 0}, tile}, stream);
 }

@@ -164,9 +164,12 @@ int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, Rm
 // 4) rows whose 16-byte loads it issues before any math (fla's [BT, D] tile per program). Same conditions as
 // team_stream (its reject; any equally spaced rows); unaligned rows at run time take group_rows'. The default
 // (2 rows per team of 16 lanes, 128 threads: 16 rows of D = 128 a block; s10run1 0.2037 ms at [1048576, 128]
-// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's.
+// against 4 rows per team's 0.2113 and team_tma's 0.2084) is the impl's; plain 16-byte loads since session 11.
 struct RmsNormGatedRegsTile {
   int rows_per_team = 2, threads = 128;
+  // The session-10 loads (ld.global.L1::no_allocate.L2::256B; 2 rows per team only) instead of plain
+  // ld.global.v4 (session 11: s11run1 0.2054 ms against 0.1893 at [1048576, 128] bf16): kept for the sweep.
+  bool l2_hint_loads = false;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
 int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
