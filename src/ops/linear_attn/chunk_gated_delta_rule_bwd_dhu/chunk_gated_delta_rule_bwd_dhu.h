@@ -49,11 +49,15 @@ struct DhuParams {
 // takes it with the fused dv_local and at 16 columns per warpgroup (measured faster there); kDhuWgmma forces the
 // cp.async kernel. kDhuWgmmaAhead (session 11): the copy-engine-fed kernel with the chunk step reordered so that
 // only K dS → dVn → Wᵀ dVn stays on the per-chunk chain (dv_local's P = K Qᵀ, the dO transposes and the row factors
-// of chunk c − 1 formed while chunk c's state update runs); the same bits as kDhuWgmmaTma.
+// of chunk c − 1 formed while chunk c's state update runs); the same bits as kDhuWgmmaTma. kDhuWgmmaAheadHalfP: that
+// kernel with P = K Qᵀ split between its two warpgroups (each gates half of Bm, shared through shared memory; fused
+// dv_local only, dv read runs kDhuWgmmaAhead).
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
-                     kDhuWgmmaAhead = 6;
+                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7;
 // Whether mma_variant forces one of the warpgroup-MMA kernels.
-inline constexpr bool dhu_forces_wgmma(int v) { return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead; }
+inline constexpr bool dhu_forces_wgmma(int v) {
+  return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead || v == kDhuWgmmaAheadHalfP;
+}
 
 // The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0
 // (offs: the chunk offsets of a pack, read on the device).

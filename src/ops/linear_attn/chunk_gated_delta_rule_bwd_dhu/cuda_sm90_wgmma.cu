@@ -83,9 +83,9 @@ __device__ __forceinline__ void store_acc_trans(uint32_t x, int row0, const floa
 
 // Shared memory: two stages of {K, Q, W [64][128] tiles, dO [64][2 kN]}, then per warpgroup its dS copy [kN][128],
 // dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles) and a ring of two chunks' γ [64] f32 (slot c & 1), then
-// (kTma) the stages' mbarriers. cp.async: K, Q, W tile_off tiles, dO row-major with a pitch of 2 kN + 8
+// (kBmTile) the gated Bm both warpgroups read, then (kTma) the stages' mbarriers. cp.async: K, Q, W tile_off tiles, dO row-major with a pitch of 2 kN + 8
 // (conflict-free 32-bit pair reads); kTma: the copy engine's cb_off<64> tiles (tma_tile.cuh) for all four.
-template <int kN, bool kTma>
+template <int kN, bool kTma, bool kBmTile = false>
 struct WgSmem {
   static constexpr int kLdO = kTma ? 2 * kN : 2 * kN + 8;
   static constexpr int kTile = kRows * kKeys * 2;
@@ -94,7 +94,8 @@ struct WgSmem {
   static constexpr int kSb = kN * kKeys * 2, kSmall = kN * kRows * 2;
   static constexpr int kGam = kSb + 3 * kSmall;       // per warpgroup: sb, dOᵀ, (sE dO)ᵀ, −dVnᵀ, γ ring
   static constexpr int kWgB = kGam + 2 * kRows * 4;
-  static constexpr int kBytes = 2 * kStage + 2 * kWgB + (kTma ? 128 : 0);
+  static constexpr int kBm = 2 * kStage + 2 * kWgB;  // (kBmTile: the block's Bm [64][64] bf16, tile_off<64>)
+  static constexpr int kBytes = kBm + (kBmTile ? kRows * kRows * 2 : 0) + (kTma ? 128 : 0);
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0, "128-byte aligned regions");
   // Element offset of dO (row r, column c) in a stage's dO tile.
   __device__ static constexpr int o_off(int r, int c) { return kTma ? wg::cb_off<kRows>(r, c) : r * kLdO + c; }
@@ -115,7 +116,10 @@ struct RowF {
 // kAhead (kDhuWgmmaAhead, kTma only): the chunk step with only K dS → dVn → Wᵀ (−dVn) on the recurrence's chain;
 // dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 are formed while chunk c's state update
 // runs (see the loop). Otherwise the session-10 order (P and K dS first, then Bm dO, then the state update).
-template <int kN, bool kFuse, bool kTma, bool kAhead>
+// kHalfP (kDhuWgmmaAheadHalfP, with kAhead and the fused dv_local): the two warpgroups share P instead of each forming
+// all of it: warpgroup g forms and gates P's columns 32 g.. (m64n32, 16 ex2 a thread instead of 32), stores its half
+// of Bm to shared memory, and after a 256-thread named barrier both run Bm dO with A from shared memory.
+template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP>
 __global__ void __launch_bounds__(kThr, 1)
     dhu_wgmma_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -123,7 +127,9 @@ __global__ void __launch_bounds__(kThr, 1)
 #else
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
   static_assert(kTma || !kAhead, "the reordered chunk step waits for chunk c − 1's tiles on their mbarrier");
-  using S = WgSmem<kN, kTma>;
+  static_assert(!kHalfP || (kAhead && kFuse), "the shared P is a form of the reordered fused step");
+  using S = WgSmem<kN, kTma, kHalfP>;
+  constexpr int kPN = kHalfP ? 32 : 64;  // columns of P this warpgroup forms
   namespace mm = ::strata::cuda::mma;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -293,14 +299,14 @@ __global__ void __launch_bounds__(kThr, 1)
     }
     return r;
   };
-  // Group P (fused dv_local): P = K Qᵀ of the chunk in stage st.
-  auto issue_P = [&](int st, float(&accP)[32]) {
-    const uint32_t kst = s0 + st * S::kStage;
+  // Group P (fused dv_local): P = K Qᵀ of the chunk in stage st (kHalfP: columns 32 wgi.., the Q tile's rows
+  // 32 wgi.. at 16 bytes a row in the cb_off layout).
+  auto issue_P = [&](int st, float(&accP)[kPN / 2]) {
+    const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ + (kHalfP ? wgi * 32 * 16 : 0);
     wg::reg_fence(accP);
     wg::wg_fence();
 #pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, 64>(accP, tdesc(kst + S::kK, ks), tdesc(kst + S::kQ, ks), ks > 0);
+    for (int ks = 0; ks < kKeys / 16; ++ks) wg::mma_ss<T, kPN>(accP, tdesc(kst + S::kK, ks), tdesc(qst, ks), ks > 0);
     wg::wg_commit();
   };
   // Group A: D = K dS (B = the bf16 copy of dS).
@@ -348,26 +354,49 @@ __global__ void __launch_bounds__(kThr, 1)
       for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
     }
   };
+  // scale P ⊙ e^{γ_i − γ_j} of accumulator element x of P's columns i0.. (0 where i < j or i >= L). accP is only
+  // read here: a wgmma accumulator carried across the loop (kAhead) that other instructions also write makes ptxas
+  // serialise every wgmma (C7511).
+  auto gated = [&](const auto& accP, int x, int i0, const RowF& r, const float* gam) {
+    const int j = wg::acc_row(w, lane, x & 3), i = i0 + wg::acc_col(lane, x >> 2, x & 3);
+    return (i >= j && i < r.L) ? scale * accP[x] * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
+  };
   // Fused, once P is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) in registers, then group V: dv = Bm dO
   // (B = dOᵀ, stored by store_pairs_trans into dot).
   auto gate_issue_V = [&](float(&accP)[32], const RowF& r, const float* gam, uint32_t(&pa)[4][4],
                           float(&accV)[kN / 2]) {
     wg::reg_fence(accP);
-    // accP is only read here: a wgmma accumulator carried across the loop (kAhead) that is also written
-    // by other instructions makes ptxas serialise every wgmma (C7511).
-    auto gated = [&](int x) {
-      const int j = wg::acc_row(w, lane, x & 3), i = wg::acc_col(lane, x >> 2, x & 3);
-      return (i >= j && i < r.L) ? scale * accP[x] * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
-    };
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
-        pa[kk][q] = mm::pack2<T>(gated(8 * kk + 2 * q), gated(8 * kk + 2 * q + 1));
+        pa[kk][q] = mm::pack2<T>(gated(accP, 8 * kk + 2 * q, 0, r, gam), gated(accP, 8 * kk + 2 * q + 1, 0, r, gam));
     wg::reg_fence(accV);
     wg::wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+    wg::wg_commit();
+  };
+  // kHalfP: this warpgroup's half of Bm (columns 32 wgi..) as bf16 pairs into the shared tile_off<64> tile, a
+  // 256-thread named barrier, then group V with A = Bm from shared memory.
+  auto gate_share_issue_V = [&](float(&accP)[kPN / 2], const RowF& r, const float* gam, float(&accV)[kN / 2]) {
+    wg::reg_fence(accP);
+#pragma unroll
+    for (int j = 0; j < kPN / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int x = 4 * j + 2 * hh;
+        *reinterpret_cast<uint32_t*>(smem + S::kBm +
+                                     2 * wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), 32 * wgi + wg::acc_col(lane, j, 0))) =
+            mm::pack2<T>(gated(accP, x, 32 * wgi, r, gam), gated(accP, x + 1, 32 * wgi, r, gam));
+      }
+    wg::fence_proxy_async();
+    wg::bar_sync(3, kThr);  // both halves of Bm visible to both warpgroups' wgmma
+    wg::reg_fence(accV);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wg::mma_ss<T, kN>(accV, wg::tile_desc<kRows>(s0 + S::kBm, kk), wg::tile_desc<kRows>(dot, kk), kk > 0);
     wg::wg_commit();
   };
   // dS *= e^{γ_last} (with no wgmma group in flight where possible: scaling dS while K dS runs made ptxas inject a
@@ -514,7 +543,7 @@ __global__ void __launch_bounds__(kThr, 1)
     ::strata::cuda::mbar_wait(full, 0u);
     wg::bar_wg(1 + wgi);  // γ of chunk nc − 1 visible to this warpgroup
     RowF r = row_factors(nc - 1);
-    float accP[kFuse ? 32 : 1];
+    float accP[kFuse ? kPN / 2 : 1];
     uint32_t dvw[kFuse ? 1 : kN / 4];
     {
       uint32_t raw[kN / 4];
@@ -539,13 +568,15 @@ __global__ void __launch_bounds__(kThr, 1)
       if constexpr (kFuse) wg::wg_wait<0>(), wg::reg_fence(accP);  // P(c) done
       issue_A(st, accD);
       float accV[kFuse ? kN / 2 : 1];
-      uint32_t pa[kFuse ? 4 : 1][4];
-      if constexpr (kFuse) gate_issue_V(accP, r, gslot(c), pa, accV);
+      uint32_t pa[kFuse && !kHalfP ? 4 : 1][4];
+      if constexpr (kHalfP) gate_share_issue_V(accP, r, gslot(c), accV);
+      else if constexpr (kFuse) gate_issue_V(accP, r, gslot(c), pa, accV);
       uint32_t qf[2][4][4], wf[2][4][4];
       issue_U1(st, qf);  // (dS decayed at the end of the chunk before)
       wg::wg_wait<1>();  // A (and V) done; U1 may still run
       wg::reg_fence(accD);
-      if constexpr (kFuse) wg::reg_fence(accV), wg::reg_fence_u(pa);
+      if constexpr (kFuse) wg::reg_fence(accV);
+      if constexpr (kFuse && !kHalfP) wg::reg_fence_u(pa);
       dvn_step(t0, r, accD, accV, dvw);
       load_trans(s0 + st * S::kStage + S::kW, wf);
       wg::fence_proxy_async();
@@ -590,27 +621,28 @@ bool make_maps(const DhuParams& p, DhuMaps& m) {
          enc(&m.dout, p.dout, d.HV, d.V);
 }
 
-template <int kN, bool kFuse, bool kTma, bool kAhead>
+template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   DhuMaps maps{};
   if constexpr (kTma)
     if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);
-  constexpr int smem = WgSmem<kN, kTma>::kBytes;
+  constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  auto kernel = dhu_wgmma_kernel<kN, kFuse, kTma, kAhead>;
+  auto kernel = dhu_wgmma_kernel<kN, kFuse, kTma, kAhead, kHalfP>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch(kFuse ? "chunk_gated_delta_rule_bwd_dhu (wgmma, fused dv_local)"
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
 }
 
-template <bool kTma, bool kAhead>
+// kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
+template <bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream) {
   if (p.fuse_dv_local) {
-    if (kn == 64) return launch<64, true, kTma, kAhead>(p, offs, stream);
-    if (kn == 32) return launch<32, true, kTma, kAhead>(p, offs, stream);
-    return launch<16, true, kTma, kAhead>(p, offs, stream);
+    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream);
   }
   if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream);
   if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream);
@@ -662,6 +694,7 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // 0.979 ms, B = 1 T = 32768 2.167 vs 2.354 ms) and with dv read at 16 columns (B = 1: 2.034 vs 2.120 ms); the cp.async
   // kernel for dv read at 32 / 64 columns (B = 4: 1.004 vs 1.030 ms). The same bits either way.
   if (p.mma_variant == kDhuWgmmaAhead) return launch_cols<true, true>(p, kn, offs, stream);
+  if (p.mma_variant == kDhuWgmmaAheadHalfP) return launch_cols<true, true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma || (p.mma_variant == kDhuAuto && (p.fuse_dv_local || kn == 16));
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
 }
