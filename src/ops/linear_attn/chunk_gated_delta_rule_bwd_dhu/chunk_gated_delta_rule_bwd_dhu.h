@@ -45,13 +45,12 @@ struct DhuParams {
   bool fuse_dv_local = false;
 };
 // kDhuWgmmaTma (session 10): the warpgroup-MMA kernel with its chunk tiles brought in by the copy engine (tensor-map
-// boxes issued by one warp, completing on an mbarrier) instead of cp.async by every thread; the same bits. kDhuAuto
-// takes it with the fused dv_local and at 16 columns per warpgroup (measured faster there); kDhuWgmma forces the
-// cp.async kernel. kDhuWgmmaAhead (session 11): the copy-engine-fed kernel with the chunk step reordered so that
-// only K dS → dVn → Wᵀ dVn stays on the per-chunk chain (dv_local's P = K Qᵀ, the dO transposes and the row factors
-// of chunk c − 1 formed while chunk c's state update runs); the same bits as kDhuWgmmaTma. kDhuWgmmaAheadHalfP: that
-// kernel with P = K Qᵀ split between its two warpgroups (each gates half of Bm, shared through shared memory; fused
-// dv_local only, dv read runs kDhuWgmmaAhead).
+// boxes completing on an mbarrier) instead of cp.async by every thread (kDhuWgmma); the same bits.
+// kDhuWgmmaAhead (session 11; what kDhuAuto runs where the warpgroup-MMA kernel applies): the copy-engine-fed kernel
+// with the chunk step reordered so that only K dS → dVn → Wᵀ dVn stays on the per-chunk chain (dv_local's P = K Qᵀ,
+// the dO transposes and the row factors of chunk c − 1 formed while chunk c's state update runs); the same bits.
+// kDhuWgmmaAheadHalfP: that kernel with P = K Qᵀ split between its two warpgroups (each gates half of Bm, shared
+// through shared memory; fused dv_local only, dv read runs kDhuWgmmaAhead).
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
                      kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7;
 // Whether mma_variant forces one of the warpgroup-MMA kernels.

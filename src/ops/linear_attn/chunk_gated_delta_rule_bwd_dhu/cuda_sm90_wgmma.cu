@@ -57,6 +57,14 @@ constexpr int kKeys = 128;  // K
 // e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2.
 __device__ __forceinline__ float gate_exp(float x) { return ::strata::cuda::ex2_ftz(x * 1.4426950408889634f); }
 
+// stmatrix.x4 (not transposed): matrix i = lane / 8's rows at the addresses lanes 8 i.. give (kHalfP's staged
+// stores; wgmma.cuh has the .trans form only).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3)
+               : "memory");
+}
+
 // Writes an m64 x kN operand held as bf16 pairs in accumulator layout (u[2 j + h] = the pair of 8-column block j,
 // row half h: accumulator elements 4 j + 2 h, 4 j + 2 h + 1) transposed into the K-major tile X [kN][kRowsLd] at
 // shared byte address x (X's row = the column, X's column = row0 + the row), by kN / 16 stmatrix.x4.trans.
@@ -190,8 +198,17 @@ __global__ void __launch_bounds__(kThr, 1)
     return;
   }
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBytes - 128);  // kTma: stage st's copies
+  // kAhead: thread 0 posts a stage's expected bytes before the block barrier that precedes its request (every warp
+  // issues some of the boxes then), here for the prologue's chunk nc − 1 (stage 0) and the first loop request.
+  auto post_expect = [&](int st) {
+    if (tid == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
+  };
   if constexpr (kTma) {
     if (tid == 0) ::strata::cuda::mbar_init(full, 1), ::strata::cuda::mbar_init(full + 1, 1);
+    if constexpr (kAhead) {
+      post_expect(0);
+      if (nc > 1) post_expect(1);
+    }
     __syncthreads();
   }
 
@@ -200,18 +217,23 @@ __global__ void __launch_bounds__(kThr, 1)
   // shared wavefront write 8 rows of one core-matrix column (distinct banks); dO: kN / 4 segments a row.
   // kTma: warp 0 issues the 48 + kN / 4 boxes (one per 8-column block of each tile) of chunk c on full[st]; rows past
   // the sequence arrive as they are (past T: zeros) and only meet zeros (rows >= L of dVn, scale E dO, Bm and the
-  // dv read are selected as 0).
+  // dv read are selected as 0). kAhead: every warp issues up to 8 of them (lanes < 8; the copies go through the
+  // uniform datapath one lane at a time, ~8 instructions each, so warp 0 alone spent ~500 issue slots a chunk while
+  // its warpgroup's wgmma waited), the expected bytes posted before (post_expect).
   auto request = [&](int64_t c, int st) {
     const int64_t t0 = bos + c * kRows;
     const uint32_t base = s0 + st * S::kStage;
     if constexpr (kTma) {
-      if (tid < 32) {
+      constexpr int kWarps = kAhead ? kThr / 32 : 1;
+      if (kAhead || tid < 32) {
         wg::fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
-        if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
-        __syncwarp();
+        if constexpr (!kAhead) {
+          if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
+          __syncwarp();
+        }
         const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
         constexpr int kTileBoxes = 3 * (kKeys / 8), kBoxes = kTileBoxes + 2 * kN / 8;
-        for (int i = lane; i < kBoxes; i += 32) {
+        for (int i = (tid >> 5) + kWarps * lane; i < kBoxes; i += 32 * kWarps) {
           if (i < kTileBoxes) {
             const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // K, Q, W; 8-column block q
             ::strata::cuda::tma::load_box(base + m * S::kTile + q * (kRows * 16), m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
@@ -269,8 +291,46 @@ __global__ void __launch_bounds__(kThr, 1)
   // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
   // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
   // in flight (ptxas otherwise waits for them before reading dS).
+  // kHalfP (staged stores): an accumulator-layout m64 x kN block of bf16 pairs (u[2 j + hh]: block j, row half hh)
+  // written by stmatrix into this warp's 16 rows (16 w..) of a row-major [64][kN] bf16 staging area at shared
+  // byte address buf (the 16-byte chunk index XOR row % (kN / 8): conflict-free), then read back as 16-byte row
+  // chunks and stored by `put(row, chunk, value)`: whole 32-byte sectors instead of 4-byte pairs (GPU run s11run1:
+  // L2 84 % busy with the pair stores). Only this warp's rows: __syncwarp, no warpgroup barrier.
+  auto stage_rows = [&](uint32_t buf, const uint32_t(&u)[kN / 4], auto&& put) {
+    constexpr int kChunks = kN / 8;
+    auto chunk_addr = [&](int row, int chunk) {
+      return static_cast<uint32_t>(row * kN * 2 + 16 * (chunk ^ (row & (kChunks - 1))));
+    };
+#pragma unroll
+    for (int jp = 0; jp < kN / 16; ++jp) {
+      const int m = lane >> 3, row = 16 * w + 8 * (m & 1) + (lane & 7);  // matrix m: block 2 jp + m / 2, half m % 2
+      stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < kN / 16; ++k) {
+      const int idx = lane + 32 * k, row = 16 * w + idx / kChunks, chunk = idx % kChunks;
+      put(row, chunk, *reinterpret_cast<const uint4*>(smem + (buf - s0) + chunk_addr(row, chunk)));
+    }
+    __syncwarp();
+  };
   auto store_dh = [&](int64_t hc) {
     if (hc >= d.NT) return;  // (invalid cu_seqlens could point past dh)
+    if constexpr (kHalfP) {  // through dvnt (free after U2)
+      uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        uint32_t u[kN / 4];
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) u[2 * j + hh] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+        stage_rows(dvnt, u, [&](int row, int chunk, uint4 v) {
+          *reinterpret_cast<uint4*>(dhp + (64 * mt + row) * p.dh.s[3] + 8 * chunk) = v;
+        });
+      }
+      return;
+    }
     uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -421,8 +481,8 @@ __global__ void __launch_bounds__(kThr, 1)
   // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed into dvnt for U2.
   auto dvn_step = [&](int64_t t0, const RowF& r, const float(&accD)[kN / 2], const float(&accV)[kFuse ? kN / 2 : 1],
                       const uint32_t(&dvw)[kFuse ? 1 : kN / 4]) {
-    uint32_t neg[kN / 4];
-    uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+    uint32_t neg[kN / 4], pos[kHalfP ? kN / 4 : 1];
+    uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + (kHalfP ? 0 : 2 * (lane & 3));
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = wg::acc_row(w, lane, 2 * hh);
@@ -435,10 +495,15 @@ __global__ void __launch_bounds__(kThr, 1)
         if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
         else dv = mm::unpack2<T>(dvw[2 * j + hh]);
         const float x0 = live ? dv.x + r.dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + r.dec[hh] * accD[e + 1] : 0.f;
-        if (live) row[4 * j] = mm::pack2<T>(x0, x1);
+        if constexpr (kHalfP) pos[2 * j + hh] = mm::pack2<T>(x0, x1);
+        else if (live) row[4 * j] = mm::pack2<T>(x0, x1);
         neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
       }
     }
+    if constexpr (kHalfP)  // dv2 rows < L through dot (its reader V(c) is done; rewritten after the next barrier)
+      stage_rows(dot, pos, [&](int row, int chunk, uint4 v) {
+        if (row < r.L) *reinterpret_cast<uint4*>(dv2p + row * p.dv2.s[1] + 8 * chunk) = v;
+      });
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
   };
   // Group U2: dS += Wᵀ (−dVn) (A = Wᵀ fragments loaded before).
@@ -603,6 +668,7 @@ __global__ void __launch_bounds__(kThr, 1)
       store_sb();
       if (c > 0) store_dh(hc - 1);
       decay_dS(c > 0 ? gate_exp(r.glast) : 1.f);  // by chunk c − 1's e^{γ_last} (none after the first chunk)
+      if (c > 1) post_expect(st);  // chunk c − 2, requested into this stage after the next block barrier
     }
     if constexpr (kFuse) wg::wg_wait<0>();  // the P group issued at c = 0
   }
@@ -689,13 +755,15 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   const int kn = dhu_wgmma_cols(p.d, ::strata::cuda::current_sm_count(), p.wgmma_cols);
   if (kn == 0) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {} columns per warpgroup "
                                                      "do not divide V = {}", p.wgmma_cols, p.d.V);
-  // kDhuAuto: the copy-engine-fed kernel where GPU run s10run1 (H200, bf16, HV = 32, K = V = 128) measured it faster:
-  // with the fused dv_local (the composed backward's call) at every width (automatic width: B = 4 T = 8192 0.963 vs
-  // 0.979 ms, B = 1 T = 32768 2.167 vs 2.354 ms) and with dv read at 16 columns (B = 1: 2.034 vs 2.120 ms); the cp.async
-  // kernel for dv read at 32 / 64 columns (B = 4: 1.004 vs 1.030 ms). The same bits either way.
-  if (p.mma_variant == kDhuWgmmaAhead) return launch_cols<true, true>(p, kn, offs, stream);
-  if (p.mma_variant == kDhuWgmmaAheadHalfP) return launch_cols<true, true, true>(p, kn, offs, stream);
-  const bool tma = p.mma_variant == kDhuWgmmaTma || (p.mma_variant == kDhuAuto && (p.fuse_dv_local || kn == 16));
+  // kDhuAuto: the reordered copy-engine-fed kernel (kAhead), measured the fastest form at every width in GPU run
+  // s11run1 (H200, bf16, HV = 32, K = V = 128; the same bits as the others): fused dv_local B = 4 T = 8192 0.929 ms
+  // against 0.984 (TMA) / 1.025 (cp.async), B = 1 T = 32768 2.045 against 2.181 / 2.390; dv read 0.892 against 1.112 /
+  // 0.923 and 1.910 against 1.954 / 1.990 ms. kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
+  if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
+  if (p.mma_variant == kDhuWgmmaAheadHalfP)  // (its 16-byte dh / dv2 rows need 16-byte aligned rows)
+    return lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2) ? launch_cols<true, true, true>(p, kn, offs, stream)
+                                                                  : launch_cols<true, true>(p, kn, offs, stream);
+  const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
 }
 
