@@ -91,8 +91,9 @@ __device__ __forceinline__ void store_acc_trans(uint32_t x, int row0, const floa
 
 // Shared memory: two stages of {K, Q, W [64][128] tiles, dO [64][2 kN]}, then per warpgroup its dS copy [kN][128],
 // dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles) and a ring of two chunks' γ [64] f32 (slot c & 1), then
-// (kBmTile) the gated Bm both warpgroups read, then (kTma) the stages' mbarriers. cp.async: K, Q, W tile_off tiles, dO row-major with a pitch of 2 kN + 8
-// (conflict-free 32-bit pair reads); kTma: the copy engine's cb_off<64> tiles (tma_tile.cuh) for all four.
+// (kBmTile) the gated Bm both warpgroups read, then (kTma) the stages' mbarriers. cp.async: K, Q, W tile_off tiles,
+// dO row-major with a pitch of 2 kN + 8 (conflict-free 32-bit pair reads); kTma: the copy engine's cb_off<64> tiles
+// (tma_tile.cuh) for all four.
 template <int kN, bool kTma, bool kBmTile = false>
 struct WgSmem {
   static constexpr int kLdO = kTma ? 2 * kN : 2 * kN + 8;
@@ -324,7 +325,8 @@ __global__ void __launch_bounds__(kThr, 1)
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) u[2 * j + hh] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+          for (int hh = 0; hh < 2; ++hh)
+            u[2 * j + hh] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
         stage_rows(dvnt, u, [&](int row, int chunk, uint4 v) {
           *reinterpret_cast<uint4*>(dhp + (64 * mt + row) * p.dh.s[3] + 8 * chunk) = v;
         });
@@ -386,8 +388,8 @@ __global__ void __launch_bounds__(kThr, 1)
     for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh)
-        raw[2 * j + hh] =
-            *reinterpret_cast<const uint32_t*>(sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
+        raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
+            sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
   };
   // (scale E dO)ᵀ rounded to bf16, the B operand of U1.
   auto store_sedo = [&](const uint32_t(&raw)[kN / 4], const RowF& r) {
@@ -446,8 +448,8 @@ __global__ void __launch_bounds__(kThr, 1)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int x = 4 * j + 2 * hh;
-        *reinterpret_cast<uint32_t*>(smem + S::kBm +
-                                     2 * wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), 32 * wgi + wg::acc_col(lane, j, 0))) =
+        const int off = wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), 32 * wgi + wg::acc_col(lane, j, 0));
+        *reinterpret_cast<uint32_t*>(smem + S::kBm + 2 * off) =
             mm::pack2<T>(gated(accP, x, 32 * wgi, r, gam), gated(accP, x + 1, 32 * wgi, r, gam));
       }
     wg::fence_proxy_async();
