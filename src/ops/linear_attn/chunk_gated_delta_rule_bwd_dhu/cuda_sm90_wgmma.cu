@@ -757,14 +757,16 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   const int kn = dhu_wgmma_cols(p.d, ::strata::cuda::current_sm_count(), p.wgmma_cols);
   if (kn == 0) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {} columns per warpgroup "
                                                      "do not divide V = {}", p.wgmma_cols, p.d.V);
-  // kDhuAuto: the reordered copy-engine-fed kernel (kAhead), measured the fastest form at every width in GPU run
-  // s11run1 (H200, bf16, HV = 32, K = V = 128; the same bits as the others): fused dv_local B = 4 T = 8192 0.929 ms
-  // against 0.984 (TMA) / 1.025 (cp.async), B = 1 T = 32768 2.045 against 2.181 / 2.390; dv read 0.892 against 1.112 /
-  // 0.923 and 1.910 against 1.954 / 1.990 ms. kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
-  if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
-  if (p.mma_variant == kDhuWgmmaAheadHalfP)  // (its 16-byte dh / dv2 rows need 16-byte aligned rows)
+  // kDhuAuto: the reordered copy-engine-fed kernel (kAhead; GPU run s11run1, H200, bf16, HV = 32, K = V = 128, the same
+  // bits as the others: fused B = 4 T = 8192 0.929 ms against 0.984 (TMA) / 1.025 (cp.async), B = 1 T = 32768 2.045
+  // against 2.181 / 2.390; dv read 0.892 against 1.112 / 0.923 and 1.910 against 1.954 / 1.990 ms), with the fused
+  // dv_local in its half-P form with staged 16-byte dh / dv2 stores (s11run2: the same bits, B = 4 0.830 against
+  // 1.012 ms for kAhead, B = 1 2.157 against 2.185). kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
+  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (half_p)  // (its 16-byte dh / dv2 rows need 16-byte aligned rows)
     return lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2) ? launch_cols<true, true, true>(p, kn, offs, stream)
                                                                   : launch_cols<true, true>(p, kn, offs, stream);
+  if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
 }
