@@ -427,6 +427,13 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
         expect_dhu_close(a, b, s.dt, what);
         // The copy-engine-fed kernel (kDhuWgmmaTma): the same bits.
         EXPECT_TRUE(run_dhu(in, kDhuWgmmaTma, dv_mode, cols) == b) << what << ": tma differs from cp.async";
+        // The reordered chunk step (kDhuWgmmaAhead, session 11): the same products and rounding, the same bits.
+        EXPECT_TRUE(run_dhu(in, kDhuWgmmaAhead, dv_mode, cols) == b) << what << ": ahead differs from cp.async";
+        // P split between the two warpgroups, Bm dO with Bm from shared memory (kDhuWgmmaAheadHalfP): the same
+        // products per element; checked against the mma.sync kernel too, so that a bit difference shows its size.
+        const auto hp = run_dhu(in, kDhuWgmmaAheadHalfP, dv_mode, cols);
+        expect_dhu_close(a, hp, s.dt, what + " half P");
+        EXPECT_TRUE(hp == b) << what << ": half P differs from cp.async";
       }
       // Reproducible: a second call gives the same bits.
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
@@ -686,7 +693,7 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
                     "%.3f ms, bwd_dhu automatic (wgmma where it runs) %.3f ms; composed forward with h, v_new, o %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], ms[2]));
     // Per step (GdnStepProbe: an event after each step's launches; the fastest of 3 calls per step).
-    for (const int dhu_variant : {kDhuMmaAuto, kDhuAuto}) {
+    for (const int dhu_variant : {kDhuMmaAuto, kDhuAuto, kDhuWgmmaAhead, kDhuWgmmaAheadHalfP}) {
       struct Ctx {
         std::vector<cudaEvent_t> ev;
         std::vector<std::string> names;
@@ -718,7 +725,11 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
         }
       }
       std::string line = fmt_line("[gdn_bwd timing] backward steps bf16 B=%lld T=%lld (%s):", static_cast<long long>(B),
-                                  static_cast<long long>(T), dhu_variant == kDhuAuto ? "bwd_dhu automatic" : "bwd_dhu mma.sync");
+                                  static_cast<long long>(T),
+                                  dhu_variant == kDhuAuto        ? "bwd_dhu automatic"
+                                  : dhu_variant == kDhuWgmmaAhead ? "bwd_dhu wgmma ahead"
+                                  : dhu_variant == kDhuWgmmaAheadHalfP ? "bwd_dhu wgmma ahead, half P"
+                                                                  : "bwd_dhu mma.sync");
       for (size_t i = 0; i < best.size() && i + 1 < ctx.names.size(); ++i)
         line += fmt_line(" %s %.3f ms%s", ctx.names[i + 1].c_str(), best[i], i + 1 < best.size() ? "," : "");
       report(line);
@@ -766,13 +777,19 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
       const std::vector<double> ms =
           time_min_ms({call(kDhuMmaAuto, fuse, 0), call(kDhuWgmma, fuse, 0), call(kDhuWgmma, fuse, 16),
                        call(kDhuWgmma, fuse, 32), call(kDhuWgmma, fuse, 64), call(kDhuWgmmaTma, fuse, 0),
-                       call(kDhuWgmmaTma, fuse, 16), call(kDhuWgmmaTma, fuse, 32), call(kDhuWgmmaTma, fuse, 64)},
+                       call(kDhuWgmmaTma, fuse, 16), call(kDhuWgmmaTma, fuse, 32), call(kDhuWgmmaTma, fuse, 64),
+                       call(kDhuWgmmaAhead, fuse, 0), call(kDhuWgmmaAhead, fuse, 16), call(kDhuWgmmaAhead, fuse, 32),
+                       call(kDhuWgmmaAhead, fuse, 64), call(kDhuWgmmaAheadHalfP, fuse, 0),
+                       call(kDhuWgmmaAheadHalfP, fuse, 16), call(kDhuWgmmaAheadHalfP, fuse, 32),
+                       call(kDhuWgmmaAheadHalfP, fuse, 64)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
                       "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
-                      "wgmma tma %.3f ms (%.3f / %.3f / %.3f ms)",
+                      "wgmma tma %.3f ms (%.3f / %.3f / %.3f ms); wgmma ahead %.3f ms (%.3f / %.3f / %.3f ms); "
+                      "ahead, half P %.3f ms (%.3f / %.3f / %.3f ms)",
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
-                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8]));
+                      ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8], ms[9], ms[10], ms[11],
+                      ms[12], ms[13], ms[14], ms[15], ms[16]));
     }
   }
 }

@@ -45,10 +45,19 @@ struct DhuParams {
   bool fuse_dv_local = false;
 };
 // kDhuWgmmaTma (session 10): the warpgroup-MMA kernel with its chunk tiles brought in by the copy engine (tensor-map
-// boxes issued by one warp, completing on an mbarrier) instead of cp.async by every thread; the same bits. kDhuAuto
-// takes it with the fused dv_local and at 16 columns per warpgroup (measured faster there); kDhuWgmma forces the
-// cp.async kernel.
-inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5;
+// boxes completing on an mbarrier) instead of cp.async by every thread (kDhuWgmma); the same bits.
+// kDhuWgmmaAhead (session 11; what kDhuAuto runs with dv read where the warpgroup-MMA kernel applies): the
+// copy-engine-fed kernel with the chunk step reordered so that only K dS → dVn → Wᵀ dVn stays on the per-chunk chain
+// (dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 formed while chunk c's state update
+// runs); the same bits. kDhuWgmmaAheadHalfP (what kDhuAuto runs with the fused dv_local): that kernel with P = K Qᵀ
+// split between its two warpgroups (each gates half of Bm, shared through shared memory) and dh / dv2 stored as
+// 16-byte rows staged through shared memory (16-byte aligned rows; else kDhuWgmmaAhead); dv read runs kDhuWgmmaAhead.
+inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
+                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7;
+// Whether mma_variant forces one of the warpgroup-MMA kernels.
+inline constexpr bool dhu_forces_wgmma(int v) {
+  return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead || v == kDhuWgmmaAheadHalfP;
+}
 
 // The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0
 // (offs: the chunk offsets of a pack, read on the device).

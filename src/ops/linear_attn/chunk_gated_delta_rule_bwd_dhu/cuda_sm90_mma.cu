@@ -344,8 +344,7 @@ std::string chunk_gated_delta_rule_bwd_dhu_cuda_mma_reject(const DhuParams& p) {
 }
 
 bool chunk_gated_delta_rule_bwd_dhu_takes_wgmma(const DhuParams& p) {
-  return (p.mma_variant == kDhuWgmma || p.mma_variant == kDhuWgmmaTma ||
-          (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
+  return (dhu_forces_wgmma(p.mma_variant) || (p.mma_variant == kDhuAuto && kDhuWgmmaAutomatic)) &&
          chunk_gated_delta_rule_bwd_dhu_wgmma_runs(p);
 }
 
@@ -367,7 +366,7 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_mma(const DhuParams& p, void* workspace,
   int64_t* offs = static_cast<int64_t*>(workspace);
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
   if (chunk_gated_delta_rule_bwd_dhu_takes_wgmma(p)) return chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(p, offs, stream);
-  if (p.mma_variant == kDhuWgmma || p.mma_variant == kDhuWgmmaTma) {  // forced but not applicable
+  if (dhu_forces_wgmma(p.mma_variant)) {  // forced but not applicable
     const std::string r = chunk_gated_delta_rule_bwd_dhu_wgmma_reject(p);
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {}",
                 r.empty() ? "q, k, w, do not 16-byte copyable, or dh, dv2 (dv) not aligned bf16 pairs" : r);

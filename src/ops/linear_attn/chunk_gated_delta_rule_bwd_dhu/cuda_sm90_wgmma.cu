@@ -57,6 +57,14 @@ constexpr int kKeys = 128;  // K
 // e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2.
 __device__ __forceinline__ float gate_exp(float x) { return ::strata::cuda::ex2_ftz(x * 1.4426950408889634f); }
 
+// stmatrix.x4 (not transposed): matrix i = lane / 8's rows at the addresses lanes 8 i.. give (kHalfP's staged
+// stores; wgmma.cuh has the .trans form only).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3)
+               : "memory");
+}
+
 // Writes an m64 x kN operand held as bf16 pairs in accumulator layout (u[2 j + h] = the pair of 8-column block j,
 // row half h: accumulator elements 4 j + 2 h, 4 j + 2 h + 1) transposed into the K-major tile X [kN][kRowsLd] at
 // shared byte address x (X's row = the column, X's column = row0 + the row), by kN / 16 stmatrix.x4.trans.
@@ -81,20 +89,22 @@ __device__ __forceinline__ void store_acc_trans(uint32_t x, int row0, const floa
   store_pairs_trans<kN, kRowsLd>(x, row0, u);
 }
 
-// Shared memory: two stages of {K, Q, W [64][128] tiles, dO [64][2 kN], γ [64] f32}, then per warpgroup its dS copy
-// [kN][128], dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles), then (kTma) the stages' mbarriers. cp.async:
-// K, Q, W tile_off tiles, dO row-major with a pitch of 2 kN + 8 (conflict-free 32-bit pair reads); kTma: the copy
-// engine's cb_off<64> tiles (tma_tile.cuh) for all four.
-template <int kN, bool kTma>
+// Shared memory: two stages of {K, Q, W [64][128] tiles, dO [64][2 kN]}, then per warpgroup its dS copy [kN][128],
+// dOᵀ, (scale E dO)ᵀ and −dVnᵀ [kN][64] (core-matrix tiles) and a ring of two chunks' γ [64] f32 (slot c & 1), then
+// (kBmTile) the gated Bm both warpgroups read, then (kTma) the stages' mbarriers. cp.async: K, Q, W tile_off tiles,
+// dO row-major with a pitch of 2 kN + 8 (conflict-free 32-bit pair reads); kTma: the copy engine's cb_off<64> tiles
+// (tma_tile.cuh) for all four.
+template <int kN, bool kTma, bool kBmTile = false>
 struct WgSmem {
   static constexpr int kLdO = kTma ? 2 * kN : 2 * kN + 8;
   static constexpr int kTile = kRows * kKeys * 2;
   static constexpr int kK = 0, kQ = kTile, kW = 2 * kTile, kO = 3 * kTile;
-  static constexpr int kG = kO + kRows * kLdO * 2;
-  static constexpr int kStage = kG + kRows * 4;
+  static constexpr int kStage = kO + kRows * kLdO * 2;  // (kTma: the bytes of a chunk's boxes)
   static constexpr int kSb = kN * kKeys * 2, kSmall = kN * kRows * 2;
-  static constexpr int kWgB = kSb + 3 * kSmall;  // per warpgroup: sb, dOᵀ, (sE dO)ᵀ, −dVnᵀ
-  static constexpr int kBytes = 2 * kStage + 2 * kWgB + (kTma ? 128 : 0);
+  static constexpr int kGam = kSb + 3 * kSmall;       // per warpgroup: sb, dOᵀ, (sE dO)ᵀ, −dVnᵀ, γ ring
+  static constexpr int kWgB = kGam + 2 * kRows * 4;
+  static constexpr int kBm = 2 * kStage + 2 * kWgB;  // (kBmTile: the block's Bm [64][64] bf16, tile_off<64>)
+  static constexpr int kBytes = kBm + (kBmTile ? kRows * kRows * 2 : 0) + (kTma ? 128 : 0);
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0, "128-byte aligned regions");
   // Element offset of dO (row r, column c) in a stage's dO tile.
   __device__ static constexpr int o_off(int r, int c) { return kTma ? wg::cb_off<kRows>(r, c) : r * kLdO + c; }
@@ -105,24 +115,44 @@ struct DhuMaps {
   CUtensorMap k, q, w, dout;
 };
 
-template <int kN, bool kFuse, bool kTma>
+// The row factors of chunk c for this thread's two accumulator rows (acc_row(w, lane, 2 hh)): γ_i, e^{γ_last − γ_i}
+// and scale e^{γ_i} (both 0 at i >= L: rows past the sequence then add nothing to dVn or Qᵀ (sE dO)).
+struct RowF {
+  float gi[2], dec[2], es[2], glast;
+  int L;
+};
+
+// kAhead (kDhuWgmmaAhead, kTma only): the chunk step with only K dS → dVn → Wᵀ (−dVn) on the recurrence's chain;
+// dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 are formed while chunk c's state update
+// runs (see the loop). Otherwise the session-10 order (P and K dS first, then Bm dO, then the state update).
+// kHalfP (kDhuWgmmaAheadHalfP, with kAhead and the fused dv_local): the two warpgroups share P instead of each forming
+// all of it: warpgroup g forms and gates P's columns 32 g.. (m64n32, 16 ex2 a thread instead of 32), stores its half
+// of Bm to shared memory, and after a 256-thread named barrier both run Bm dO with A from shared memory.
+template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP>
 __global__ void __launch_bounds__(kThr, 1)
     dhu_wgmma_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
-  using S = WgSmem<kN, kTma>;
+  static_assert(kTma || !kAhead, "the reordered chunk step waits for chunk c − 1's tiles on their mbarrier");
+  static_assert(!kHalfP || (kAhead && kFuse), "the shared P is a form of the reordered fused step");
+  using S = WgSmem<kN, kTma, kHalfP>;
+  constexpr int kPN = kHalfP ? 32 : 64;  // columns of P this warpgroup forms
   namespace mm = ::strata::cuda::mma;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const Dims& d = p.d;
-  const int tid = threadIdx.x, wgi = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  const int tid = threadIdx.x, wgi = tid >> 7, wt = tid & 127, w = (tid >> 5) & 3, lane = tid & 31;
   const int64_t vt = blockIdx.x % nvt, hv = blockIdx.x / nvt % d.HV, n = blockIdx.x / (nvt * d.HV), h = hv / d.G;
   const int cb = wgi * kN;
   const int64_t v0 = vt * 2 * kN;
   const uint32_t sb = s0 + 2 * S::kStage + wgi * S::kWgB;
   const uint32_t dot = sb + S::kSb, sedot = dot + S::kSmall, dvnt = sedot + S::kSmall;
+  // This warpgroup's γ ring: γ of chunk c in slot c & 1, written by its threads wt < 64 right after the block barrier
+  // of chunk c + 1 and read by the warpgroup until the block barrier of chunk c − 1.
+  float* const gring = reinterpret_cast<float*>(smem + 2 * S::kStage + wgi * S::kWgB + S::kGam);
+  auto gslot = [gring](int64_t c) { return gring + (c & 1) * kRows; };
 
   const DhuSeq sq = dhu_sequence(d, offs, n);
   const int64_t b = sq.b, bos = sq.bos, eos = sq.eos, hc0 = sq.hc0;
@@ -169,8 +199,17 @@ __global__ void __launch_bounds__(kThr, 1)
     return;
   }
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBytes - 128);  // kTma: stage st's copies
+  // kAhead: thread 0 posts a stage's expected bytes before the block barrier that precedes its request (every warp
+  // issues some of the boxes then), here for the prologue's chunk nc − 1 (stage 0) and the first loop request.
+  auto post_expect = [&](int st) {
+    if (tid == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
+  };
   if constexpr (kTma) {
     if (tid == 0) ::strata::cuda::mbar_init(full, 1), ::strata::cuda::mbar_init(full + 1, 1);
+    if constexpr (kAhead) {
+      post_expect(0);
+      if (nc > 1) post_expect(1);
+    }
     __syncthreads();
   }
 
@@ -179,18 +218,23 @@ __global__ void __launch_bounds__(kThr, 1)
   // shared wavefront write 8 rows of one core-matrix column (distinct banks); dO: kN / 4 segments a row.
   // kTma: warp 0 issues the 48 + kN / 4 boxes (one per 8-column block of each tile) of chunk c on full[st]; rows past
   // the sequence arrive as they are (past T: zeros) and only meet zeros (rows >= L of dVn, scale E dO, Bm and the
-  // dv read are selected as 0).
+  // dv read are selected as 0). kAhead: every warp issues up to 8 of them (lanes < 8; the copies go through the
+  // uniform datapath one lane at a time, ~8 instructions each, so warp 0 alone spent ~500 issue slots a chunk while
+  // its warpgroup's wgmma waited), the expected bytes posted before (post_expect).
   auto request = [&](int64_t c, int st) {
     const int64_t t0 = bos + c * kRows;
     const uint32_t base = s0 + st * S::kStage;
     if constexpr (kTma) {
-      if (tid < 32) {
+      constexpr int kWarps = kAhead ? kThr / 32 : 1;
+      if (kAhead || tid < 32) {
         wg::fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
-        if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kG);
-        __syncwarp();
+        if constexpr (!kAhead) {
+          if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
+          __syncwarp();
+        }
         const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
         constexpr int kTileBoxes = 3 * (kKeys / 8), kBoxes = kTileBoxes + 2 * kN / 8;
-        for (int i = lane; i < kBoxes; i += 32) {
+        for (int i = (tid >> 5) + kWarps * lane; i < kBoxes; i += 32 * kWarps) {
           if (i < kTileBoxes) {
             const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // K, Q, W; 8-column block q
             ::strata::cuda::tma::load_box(base + m * S::kTile + q * (kRows * 16), m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
@@ -239,17 +283,56 @@ __global__ void __launch_bounds__(kThr, 1)
     }
     ::strata::cuda::cp_async_commit();
   };
-  // γ of row tid (< 64) of chunk c: 0 past the chunk or without g.
+  // γ of row wt (< 64) of chunk c: 0 past the chunk or without g.
   auto fetch_gamma = [&](int64_t c) {
     const int64_t t0 = bos + c * kRows;
-    return (tid < kRows && t0 + tid < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + tid, hv)) : 0.f;
+    return (wt < kRows && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
   };
 
   // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
   // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
   // in flight (ptxas otherwise waits for them before reading dS).
+  // kHalfP (staged stores): an accumulator-layout m64 x kN block of bf16 pairs (u[2 j + hh]: block j, row half hh)
+  // written by stmatrix into this warp's 16 rows (16 w..) of a row-major [64][kN] bf16 staging area at shared
+  // byte address buf (the 16-byte chunk index XOR row % (kN / 8): conflict-free), then read back as 16-byte row
+  // chunks and stored by `put(row, chunk, value)`: whole 32-byte sectors instead of 4-byte pairs (GPU run s11run1:
+  // L2 84 % busy with the pair stores). Only this warp's rows: __syncwarp, no warpgroup barrier.
+  auto stage_rows = [&](uint32_t buf, const uint32_t(&u)[kN / 4], auto&& put) {
+    constexpr int kChunks = kN / 8;
+    auto chunk_addr = [&](int row, int chunk) {
+      return static_cast<uint32_t>(row * kN * 2 + 16 * (chunk ^ (row & (kChunks - 1))));
+    };
+#pragma unroll
+    for (int jp = 0; jp < kN / 16; ++jp) {
+      const int m = lane >> 3, row = 16 * w + 8 * (m & 1) + (lane & 7);  // matrix m: block 2 jp + m / 2, half m % 2
+      stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < kN / 16; ++k) {
+      const int idx = lane + 32 * k, row = 16 * w + idx / kChunks, chunk = idx % kChunks;
+      put(row, chunk, *reinterpret_cast<const uint4*>(smem + (buf - s0) + chunk_addr(row, chunk)));
+    }
+    __syncwarp();
+  };
   auto store_dh = [&](int64_t hc) {
     if (hc >= d.NT) return;  // (invalid cu_seqlens could point past dh)
+    if constexpr (kHalfP) {  // through dvnt (free after U2)
+      uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        uint32_t u[kN / 4];
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh)
+            u[2 * j + hh] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+        stage_rows(dvnt, u, [&](int row, int chunk, uint4 v) {
+          *reinterpret_cast<uint4*>(dhp + (64 * mt + row) * p.dh.s[3] + 8 * chunk) = v;
+        });
+      }
+      return;
+    }
     uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -261,139 +344,134 @@ __global__ void __launch_bounds__(kThr, 1)
       }
   };
 
-  // Prologue: chunk nc − 1 requested into stage 0 with its γ; γ of chunk nc − 2 in a register; the bf16 copy of
-  // dS (made visible by the first loop barrier with its proxy fence).
-  request(nc - 1, 0);
-  if (tid < kRows) reinterpret_cast<float*>(smem + S::kG)[tid] = fetch_gamma(nc - 1);
-  float g_next = nc > 1 ? fetch_gamma(nc - 2) : 0.f;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
-  wg::fence_proxy_async();
-  store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
-
   const float scale = p.scale;
-  for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
-    const int st = static_cast<int>(it & 1);
-    const int64_t t0 = bos + c * kRows, hc = hc0 + c;
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
-    if constexpr (!kTma) ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
-    wg::fence_proxy_async();
-    __syncthreads();  // stage st's γ and every dS copy visible; every reader of the other stage is done
-    // kTma: chunk c − 1's boxes into the other stage now, with no wgmma in flight (issued between the groups, warp 0's
-    // branch made ptxas serialise the fused kernel's wgmma: C7511).
-    if constexpr (kTma) {
-      if (c > 0) request(c - 1, st ^ 1);
-      ::strata::cuda::mbar_wait(full + st, static_cast<uint32_t>(it >> 1) & 1u);  // chunk c's tiles landed
-    }
-    const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ, wst = kst + S::kW;
-    const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
-    const float* gam = reinterpret_cast<const float*>(smem + st * S::kStage + S::kG);
-
-    // The row factors first (their branches between the issue of a group and its wait made ptxas serialise the
-    // wgmma: C7511): γ, e^{γ_last − γ} and scale e^γ of this thread's two accumulator rows (0 past L: the rows the
-    // copy engine brings from past the sequence then add nothing to Qᵀ (sE dO)).
-    float gi[2], dec[2], es[2];
-    const float glast = gam[L - 1];
+  // The chunk step's pieces (the two orders below call them in different places).
+  auto row_factors = [&](int64_t c) {
+    RowF r;
+    const float* gam = gslot(c);
+    const int64_t t0 = bos + c * kRows;
+    r.L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    r.glast = gam[r.L - 1];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int i = wg::acc_row(w, lane, 2 * hh);
-      gi[hh] = gam[i];
-      dec[hh] = i < L ? gate_exp(glast - gi[hh]) : 0.f;
-      es[hh] = i < L ? scale * gate_exp(gi[hh]) : 0.f;
+      r.gi[hh] = gam[i];
+      r.dec[hh] = i < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
+      r.es[hh] = i < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
     }
-
-    // Groups P (fused) and A.
-    float accP[kFuse ? 32 : 1], accD[kN / 2];
-    if constexpr (kFuse) wg::reg_fence(accP);
+    return r;
+  };
+  // Group P (fused dv_local): P = K Qᵀ of the chunk in stage st (kHalfP: columns 32 wgi.., the Q tile's rows
+  // 32 wgi.. at 16 bytes a row in the cb_off layout).
+  auto issue_P = [&](int st, float(&accP)[kPN / 2]) {
+    const uint32_t kst = s0 + st * S::kStage, qst = kst + S::kQ + (kHalfP ? wgi * 32 * 16 : 0);
+    wg::reg_fence(accP);
+    wg::wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) wg::mma_ss<T, kPN>(accP, tdesc(kst + S::kK, ks), tdesc(qst, ks), ks > 0);
+    wg::wg_commit();
+  };
+  // Group A: D = K dS (B = the bf16 copy of dS).
+  auto issue_A = [&](int st, float(&accD)[kN / 2]) {
+    const uint32_t kst = s0 + st * S::kStage;
     wg::reg_fence(accD);
     wg::wg_fence();
-    if constexpr (kFuse) {
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks)
-        wg::mma_ss<T, 64>(accP, tdesc(kst, ks), tdesc(qst, ks), ks > 0);
-      wg::wg_commit();
-    }
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, tdesc(kst, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+      wg::mma_ss<T, kN>(accD, tdesc(kst + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
     wg::wg_commit();
-
-    // While they run: unfused: this thread's dv pairs; dO transposed (this warpgroup's columns).
-    uint32_t dvw[kFuse ? 1 : kN / 4];
-    if constexpr (!kFuse) {
-      const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+  };
+  // This thread's dO pairs of the chunk in stage st (this warpgroup's columns, accumulator layout).
+  auto load_dO = [&](int st, uint32_t(&raw)[kN / 4]) {
+    const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
+            sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
+  };
+  // (scale E dO)ᵀ rounded to bf16, the B operand of U1.
+  auto store_sedo = [&](const uint32_t(&raw)[kN / 4], const RowF& r) {
+    uint32_t u[kN / 4];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int i = wg::acc_row(w, lane, 2 * hh);
-        const uint32_t* row = reinterpret_cast<const uint32_t*>(dvp + i * p.dv.s[1]);
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
+        const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
+        u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
       }
+    store_pairs_trans<kN, kRows>(sedot, 0, u);
+  };
+  // Unfused: this thread's dv pairs of chunk c (0 past L).
+  auto load_dv = [&](int64_t c, uint32_t(&dvw)[kN / 4]) {
+    const int64_t t0 = bos + c * kRows;
+    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = wg::acc_row(w, lane, 2 * hh);
+      const uint32_t* row = reinterpret_cast<const uint32_t*>(dvp + i * p.dv.s[1]);
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
     }
-    {
-      uint32_t raw[kN / 4];
+  };
+  // scale P ⊙ e^{γ_i − γ_j} of accumulator element x of P's columns i0.. (0 where i < j or i >= L). accP is only
+  // read here: a wgmma accumulator carried across the loop (kAhead) that other instructions also write makes ptxas
+  // serialise every wgmma (C7511).
+  auto gated = [&](const auto& accP, int x, int i0, const RowF& r, const float* gam) {
+    const int j = wg::acc_row(w, lane, x & 3), i = i0 + wg::acc_col(lane, x >> 2, x & 3);
+    return (i >= j && i < r.L) ? scale * accP[x] * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
+  };
+  // Fused, once P is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) in registers, then group V: dv = Bm dO
+  // (B = dOᵀ, stored by store_pairs_trans into dot).
+  auto gate_issue_V = [&](float(&accP)[32], const RowF& r, const float* gam, uint32_t(&pa)[4][4],
+                          float(&accV)[kN / 2]) {
+    wg::reg_fence(accP);
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
+    for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-          raw[2 * j + hh] =
-              *reinterpret_cast<const uint32_t*>(sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
-      if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);
+      for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
+        pa[kk][q] = mm::pack2<T>(gated(accP, 8 * kk + 2 * q, 0, r, gam), gated(accP, 8 * kk + 2 * q + 1, 0, r, gam));
+    wg::reg_fence(accV);
+    wg::wg_fence();
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
+    for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+    wg::wg_commit();
+  };
+  // kHalfP: this warpgroup's half of Bm (columns 32 wgi..) as bf16 pairs into the shared tile_off<64> tile, a
+  // 256-thread named barrier, then group V with A = Bm from shared memory.
+  auto gate_share_issue_V = [&](float(&accP)[kPN / 2], const RowF& r, const float* gam, float(&accV)[kN / 2]) {
+    wg::reg_fence(accP);
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-          raw[2 * j + hh] = mm::pack2<T>(f.x * es[hh], f.y * es[hh]);
-        }
-      store_pairs_trans<kN, kRows>(sedot, 0, raw);
-    }
+    for (int j = 0; j < kPN / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int x = 4 * j + 2 * hh;
+        const int off = wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), 32 * wgi + wg::acc_col(lane, j, 0));
+        *reinterpret_cast<uint32_t*>(smem + S::kBm + 2 * off) =
+            mm::pack2<T>(gated(accP, x, 32 * wgi, r, gam), gated(accP, x + 1, 32 * wgi, r, gam));
+      }
     wg::fence_proxy_async();
-    wg::bar_wg(1 + wgi);  // this warpgroup's dOᵀ, (sE dO)ᵀ visible to its wgmma
-
-    // Fused: group V (dv = Bm dO) once P is done.
-    float accV[kFuse ? kN / 2 : 1];
-    uint32_t pa[kFuse ? 4 : 1][4];
-    if constexpr (kFuse) {
-      wg::wg_wait<1>();  // P done (A may still run)
-      wg::reg_fence(accP);
+    wg::bar_sync(3, kThr);  // both halves of Bm visible to both warpgroups' wgmma
+    wg::reg_fence(accV);
+    wg::wg_fence();
 #pragma unroll
-      for (int x = 0; x < 32; ++x) {
-        const int j = wg::acc_row(w, lane, x & 3), i = wg::acc_col(lane, x >> 2, x & 3);
-        accP[x] = (i >= j && i < L) ? scale * accP[x] * gate_exp(gam[i] - gi[(x >> 1) & 1]) : 0.f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = mm::pack2<T>(accP[8 * kk + 0], accP[8 * kk + 1]);  // rows g, K columns 16 kk + 2 (l % 4)
-        pa[kk][1] = mm::pack2<T>(accP[8 * kk + 2], accP[8 * kk + 3]);  // rows g + 8
-        pa[kk][2] = mm::pack2<T>(accP[8 * kk + 4], accP[8 * kk + 5]);  // rows g, K columns + 8
-        pa[kk][3] = mm::pack2<T>(accP[8 * kk + 6], accP[8 * kk + 7]);  // rows g + 8, K columns + 8
-      }
-      wg::reg_fence(accV);
-      wg::wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
-      wg::wg_commit();
-    }
-
-    // Chunk c − 1 into the other stage and its γ (fetched one chunk earlier): after the groups that dv needs are
-    // issued (P, A, V), so that their address arithmetic is not on the recurrence's path (kTma: requested at the
-    // top of the chunk, see there).
-    if (c > 0) {
-      if constexpr (!kTma) request(c - 1, st ^ 1);
-      if (tid < kRows) reinterpret_cast<float*>(smem + (st ^ 1) * S::kStage + S::kG)[tid] = g_next;
-      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;  // (read at the next barrier but one)
-    }
-    __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned warpgroup instructions
-
-    // Group U1: dS = e^{γ_last} dS + Qᵀ (scale E dO).
-    uint32_t qf[2][4][4];
-    load_trans(qst, qf);
-    const float decay = gate_exp(glast);
+    for (int kk = 0; kk < 4; ++kk)
+      wg::mma_ss<T, kN>(accV, wg::tile_desc<kRows>(s0 + S::kBm, kk), wg::tile_desc<kRows>(dot, kk), kk > 0);
+    wg::wg_commit();
+  };
+  // dS *= e^{γ_last} (with no wgmma group in flight where possible: scaling dS while K dS runs made ptxas inject a
+  // warpgroup.wait in the dv-read kernels, in a branch of the reordered one: C7518).
+  auto decay_dS = [&](float decay) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int x = 0; x < kN / 2; ++x) dS[mt][x] *= decay;
+  };
+  // Group U1: dS (decayed) + Qᵀ (scale E dO) (A = Qᵀ by ldmatrix.trans from the Q tile of stage st).
+  auto issue_U1 = [&](int st, uint32_t(&qf)[2][4][4]) {
+    load_trans(s0 + st * S::kStage + S::kQ, qf);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
     wg::wg_fence();
 #pragma unroll
@@ -401,54 +479,200 @@ __global__ void __launch_bounds__(kThr, 1)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
     wg::wg_commit();
-
-    // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed for U2.
-    wg::wg_wait<1>();  // A (and V) done; U1 may still run
-    wg::reg_fence(accD);
-    if constexpr (kFuse) wg::reg_fence(accV);
-    {
-      uint32_t neg[kN / 4];
-      uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
+  };
+  // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed into dvnt for U2.
+  auto dvn_step = [&](int64_t t0, const RowF& r, const float(&accD)[kN / 2], const float(&accV)[kFuse ? kN / 2 : 1],
+                      const uint32_t(&dvw)[kFuse ? 1 : kN / 4]) {
+    uint32_t neg[kN / 4], pos[kHalfP ? kN / 4 : 1];
+    uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + (kHalfP ? 0 : 2 * (lane & 3));
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int i = wg::acc_row(w, lane, 2 * hh);
-        const bool live = i < L;
-        uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+    for (int hh = 0; hh < 2; ++hh) {
+      const int i = wg::acc_row(w, lane, 2 * hh);
+      const bool live = i < r.L;
+      uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
 #pragma unroll
-        for (int j = 0; j < kN / 8; ++j) {
-          const int e = 4 * j + 2 * hh;
-          float2 dv;
-          if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
-          else dv = mm::unpack2<T>(dvw[2 * j + hh]);
-          const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
-          if (live) row[4 * j] = mm::pack2<T>(x0, x1);
-          neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
-        }
+      for (int j = 0; j < kN / 8; ++j) {
+        const int e = 4 * j + 2 * hh;
+        float2 dv;
+        if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
+        else dv = mm::unpack2<T>(dvw[2 * j + hh]);
+        const float x0 = live ? dv.x + r.dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + r.dec[hh] * accD[e + 1] : 0.f;
+        if constexpr (kHalfP) pos[2 * j + hh] = mm::pack2<T>(x0, x1);
+        else if (live) row[4 * j] = mm::pack2<T>(x0, x1);
+        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
       }
-      store_pairs_trans<kN, kRows>(dvnt, 0, neg);
     }
-    uint32_t wf[2][4][4];
-    load_trans(wst, wf);
-    wg::fence_proxy_async();
-    wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
-
-    // Group U2: dS += Wᵀ (−dVn).
+    if constexpr (kHalfP)  // dv2 rows < L through dot (its reader V(c) is done; rewritten after the next barrier)
+      stage_rows(dot, pos, [&](int row, int chunk, uint4 v) {
+        if (row < r.L) *reinterpret_cast<uint4*>(dv2p + row * p.dv2.s[1] + 8 * chunk) = v;
+      });
+    store_pairs_trans<kN, kRows>(dvnt, 0, neg);
+  };
+  // Group U2: dS += Wᵀ (−dVn) (A = Wᵀ fragments loaded before).
+  auto issue_U2 = [&](uint32_t(&wf)[2][4][4]) {
     wg::wg_fence();
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
     wg::wg_commit();
-    wg::wg_wait<0>();
-    wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
-    wg::reg_fence_u(qf), wg::reg_fence_u(wf);
-    if constexpr (kFuse) wg::reg_fence_u(pa);
-    // The bf16 copy of the new dS for the next chunk's K dS (its reader, group A, completed above), and dh of the
-    // next chunk (the gradient of the state at its end: this dS).
+  };
+  // The bf16 copy of dS for the next chunk's K dS (its reader, group A, has completed).
+  auto store_sb = [&] {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
     wg::fence_proxy_async();
-    if (c > 0) store_dh(hc - 1);
+  };
+  // γ ring: in the chunk c step, after its block barrier, γ of chunk c − 1 (fetched one chunk earlier) into its slot
+  // (whose chunk c + 1 readers are done) and γ of chunk c − 2 into the register.
+  float g_next = nc > 1 ? fetch_gamma(nc - 2) : 0.f;
+  auto advance_gamma = [&](int64_t c) {
+    if (c > 0) {
+      if (wt < kRows) gslot(c - 1)[wt] = g_next;
+      g_next = c > 1 ? fetch_gamma(c - 2) : 0.f;
+    }
+    __syncwarp();  // the γ branch of warps 0-1 of each warpgroup: converged before the .aligned wgmma instructions
+  };
+
+  // Prologue: chunk nc − 1 requested into stage 0 with its γ; the bf16 copy of dS (made visible by the first loop
+  // barrier with its proxy fence).
+  request(nc - 1, 0);
+  if (wt < kRows) gslot(nc - 1)[wt] = fetch_gamma(nc - 1);
+  store_sb();
+  store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
+
+  if constexpr (!kAhead) {
+    for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
+      const int st = static_cast<int>(it & 1);
+      const int64_t t0 = bos + c * kRows, hc = hc0 + c;
+      if constexpr (!kTma) ::strata::cuda::cp_async_wait<0>();  // chunk c (the only group in flight)
+      wg::fence_proxy_async();
+      __syncthreads();  // stage st, γ of chunk c and every dS copy visible; every reader of the other stage is done
+      // kTma: chunk c − 1's boxes into the other stage now, with no wgmma in flight (issued between the groups, warp
+      // 0's branch made ptxas serialise the fused kernel's wgmma: C7511).
+      if constexpr (kTma) {
+        if (c > 0) request(c - 1, st ^ 1);
+      }
+      advance_gamma(c);
+      if constexpr (kTma) ::strata::cuda::mbar_wait(full + st, static_cast<uint32_t>(it >> 1) & 1u);  // chunk c landed
+      // The row factors first (their branches between the issue of a group and its wait made ptxas serialise the
+      // wgmma: C7511).
+      const RowF r = row_factors(c);
+      float accP[kFuse ? 32 : 1], accD[kN / 2];
+      if constexpr (kFuse) issue_P(st, accP);
+      issue_A(st, accD);
+      // While they run: unfused: this thread's dv pairs; dOᵀ (fused) and (sE dO)ᵀ of this warpgroup's columns.
+      uint32_t dvw[kFuse ? 1 : kN / 4];
+      if constexpr (!kFuse) load_dv(c, dvw);
+      {
+        uint32_t raw[kN / 4];
+        load_dO(st, raw);
+        if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);
+        store_sedo(raw, r);
+      }
+      wg::fence_proxy_async();
+      wg::bar_wg(1 + wgi);  // this warpgroup's dOᵀ, (sE dO)ᵀ visible to its wgmma
+      float accV[kFuse ? kN / 2 : 1];
+      uint32_t pa[kFuse ? 4 : 1][4];
+      if constexpr (kFuse) {
+        wg::wg_wait<1>();  // P done (A may still run)
+        gate_issue_V(accP, r, gslot(c), pa, accV);
+      }
+      // cp.async: chunk c − 1 into the other stage after the groups that dv needs are issued (P, A, V), so that its
+      // address arithmetic is not on the recurrence's path.
+      if constexpr (!kTma) {
+        if (c > 0) request(c - 1, st ^ 1);
+      }
+      uint32_t qf[2][4][4];
+      decay_dS(gate_exp(r.glast));
+      issue_U1(st, qf);
+      wg::wg_wait<1>();  // A (and V) done; U1 may still run
+      wg::reg_fence(accD);
+      if constexpr (kFuse) wg::reg_fence(accV);
+      dvn_step(t0, r, accD, accV, dvw);
+      uint32_t wf[2][4][4];
+      load_trans(s0 + st * S::kStage + S::kW, wf);
+      wg::fence_proxy_async();
+      wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
+      issue_U2(wf);
+      wg::wg_wait<0>();
+      wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+      wg::reg_fence_u(qf), wg::reg_fence_u(wf);
+      if constexpr (kFuse) wg::reg_fence_u(pa);
+      store_sb();
+      if (c > 0) store_dh(hc - 1);  // dh of the next chunk (the gradient of the state at its end: this dS)
+    }
+  } else {
+    // The recurrence's chain per chunk: block barrier → A (K dS) → dVn → U2 (Wᵀ (−dVn)) → the bf16 copy of dS. The
+    // rest of chunk c's work is ready when it starts: its P (in flight or done), dOᵀ, (sE dO)ᵀ and row factors were
+    // formed during chunk c + 1's U1 / U2; chunk c − 1's are formed during this chunk's U1 / U2 in the same way.
+    // Tensor-core order per warpgroup: A(c), V(c), U1(c), U2(c), P(c − 1); nothing but A and V precedes dVn.
+    ::strata::cuda::mbar_wait(full, 0u);
+    wg::bar_wg(1 + wgi);  // γ of chunk nc − 1 visible to this warpgroup
+    RowF r = row_factors(nc - 1);
+    float accP[kFuse ? kPN / 2 : 1];
+    uint32_t dvw[kFuse ? 1 : kN / 4];
+    {
+      uint32_t raw[kN / 4];
+      load_dO(0, raw);
+      if constexpr (kFuse) {
+        store_pairs_trans<kN, kRows>(dot, 0, raw);
+        issue_P(0, accP);
+      } else {
+        load_dv(nc - 1, dvw);
+      }
+      store_sedo(raw, r);
+    }
+    decay_dS(gate_exp(r.glast));
+    for (int64_t c = nc - 1, it = 0; c >= 0; --c, ++it) {
+      const int st = static_cast<int>(it & 1);
+      const int64_t t0 = bos + c * kRows, hc = hc0 + c;
+      wg::fence_proxy_async();
+      __syncthreads();  // dS copy, dOᵀ, (sE dO)ᵀ of chunk c visible; every reader of the other stage is done
+      if (c > 0) request(c - 1, st ^ 1);
+      advance_gamma(c);
+      float accD[kN / 2];
+      if constexpr (kFuse) wg::wg_wait<0>(), wg::reg_fence(accP);  // P(c) done
+      issue_A(st, accD);
+      float accV[kFuse ? kN / 2 : 1];
+      uint32_t pa[kFuse && !kHalfP ? 4 : 1][4];
+      if constexpr (kHalfP) gate_share_issue_V(accP, r, gslot(c), accV);
+      else if constexpr (kFuse) gate_issue_V(accP, r, gslot(c), pa, accV);
+      uint32_t qf[2][4][4], wf[2][4][4];
+      issue_U1(st, qf);  // (dS decayed at the end of the chunk before)
+      wg::wg_wait<1>();  // A (and V) done; U1 may still run
+      wg::reg_fence(accD);
+      if constexpr (kFuse) wg::reg_fence(accV);
+      if constexpr (kFuse && !kHalfP) wg::reg_fence_u(pa);
+      dvn_step(t0, r, accD, accV, dvw);
+      load_trans(s0 + st * S::kStage + S::kW, wf);
+      wg::fence_proxy_async();
+      wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma; γ of chunk c − 1 to its threads
+      issue_U2(wf);
+      // Chunk c − 1's dv_local P, dOᵀ, row factors, (sE dO)ᵀ (unfused: its dv pairs) while U2 runs. At c = 0 there is
+      // no such chunk: the same steps run on the other stage's stale tiles and γ slot (P is waited for after the
+      // loop, nothing reads the rest), so that no wgmma wait sits in a branch (ptxas then serialises: C7518).
+      if (c > 0) ::strata::cuda::mbar_wait(full + (st ^ 1), static_cast<uint32_t>((it + 1) >> 1) & 1u);
+      r = row_factors(c - 1);
+      {
+        uint32_t raw[kN / 4];
+        load_dO(st ^ 1, raw);
+        if constexpr (kFuse) store_pairs_trans<kN, kRows>(dot, 0, raw);  // (its reader V(c) is done)
+        else load_dv(c > 0 ? c - 1 : 0, dvw);  // (c = 0: chunk 0 again, unused; no branch here: C7518)
+        wg::wg_wait<1>();  // U1(c) done: its Qᵀ fragments and (sE dO)ᵀ free
+        wg::reg_fence_u(qf);
+        if constexpr (kFuse) issue_P(st ^ 1, accP);
+        store_sedo(raw, r);
+      }
+      wg::wg_wait<kFuse ? 1 : 0>();  // U2(c) done (P(c − 1) may still run, into the next chunk)
+      wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+      wg::reg_fence_u(wf);
+      store_sb();
+      if (c > 0) store_dh(hc - 1);
+      decay_dS(c > 0 ? gate_exp(r.glast) : 1.f);  // by chunk c − 1's e^{γ_last} (none after the first chunk)
+      if (c > 1) post_expect(st);  // chunk c − 2, requested into this stage after the next block barrier
+    }
+    if constexpr (kFuse) wg::wg_wait<0>();  // the P group issued at c = 0
   }
   store_dh0();
 #endif
@@ -465,31 +689,32 @@ bool make_maps(const DhuParams& p, DhuMaps& m) {
          enc(&m.dout, p.dout, d.HV, d.V);
 }
 
-template <int kN, bool kFuse, bool kTma>
+template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps)) return launch<kN, kFuse, false>(p, offs, stream);
-  constexpr int smem = WgSmem<kN, kTma>::kBytes;
+    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);
+  constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  auto kernel = dhu_wgmma_kernel<kN, kFuse, kTma>;
+  auto kernel = dhu_wgmma_kernel<kN, kFuse, kTma, kAhead, kHalfP>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch(kFuse ? "chunk_gated_delta_rule_bwd_dhu (wgmma, fused dv_local)"
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
 }
 
-template <bool kTma>
+// kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
+template <bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream) {
   if (p.fuse_dv_local) {
-    if (kn == 64) return launch<64, true, kTma>(p, offs, stream);
-    if (kn == 32) return launch<32, true, kTma>(p, offs, stream);
-    return launch<16, true, kTma>(p, offs, stream);
+    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream);
   }
-  if (kn == 64) return launch<64, false, kTma>(p, offs, stream);
-  if (kn == 32) return launch<32, false, kTma>(p, offs, stream);
-  return launch<16, false, kTma>(p, offs, stream);
+  if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream);
+  if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream);
+  return launch<16, false, kTma, kAhead>(p, offs, stream);
 }
 
 // A token tensor the kernel copies by 16-byte segments at any (b, t, head): bf16, outer strides multiples of 8
@@ -532,12 +757,18 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   const int kn = dhu_wgmma_cols(p.d, ::strata::cuda::current_sm_count(), p.wgmma_cols);
   if (kn == 0) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_bwd_dhu wgmma: {} columns per warpgroup "
                                                      "do not divide V = {}", p.wgmma_cols, p.d.V);
-  // kDhuAuto: the copy-engine-fed kernel where GPU run s10run1 (H200, bf16, HV = 32, K = V = 128) measured it faster:
-  // with the fused dv_local (the composed backward's call) at every width (automatic width: B = 4 T = 8192 0.963 vs
-  // 0.979 ms, B = 1 T = 32768 2.167 vs 2.354 ms) and with dv read at 16 columns (B = 1: 2.034 vs 2.120 ms); the cp.async
-  // kernel for dv read at 32 / 64 columns (B = 4: 1.004 vs 1.030 ms). The same bits either way.
-  const bool tma = p.mma_variant == kDhuWgmmaTma || (p.mma_variant == kDhuAuto && (p.fuse_dv_local || kn == 16));
-  return tma ? launch_cols<true>(p, kn, offs, stream) : launch_cols<false>(p, kn, offs, stream);
+  // kDhuAuto: the reordered copy-engine-fed kernel (kAhead; GPU run s11run1, H200, bf16, HV = 32, K = V = 128, the same
+  // bits as the others: fused B = 4 T = 8192 0.929 ms against 0.984 (TMA) / 1.025 (cp.async), B = 1 T = 32768 2.045
+  // against 2.181 / 2.390; dv read 0.892 against 1.112 / 0.923 and 1.910 against 1.954 / 1.990 ms), with the fused
+  // dv_local in its half-P form with staged 16-byte dh / dv2 stores (s11run2: the same bits, B = 4 0.830 against
+  // 1.012 ms for kAhead, B = 1 2.157 against 2.185). kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
+  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (half_p)  // (its 16-byte dh / dv2 rows need 16-byte aligned rows)
+    return lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2) ? launch_cols<true, true, true>(p, kn, offs, stream)
+                                                                  : launch_cols<true, true>(p, kn, offs, stream);
+  if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
+  const bool tma = p.mma_variant == kDhuWgmmaTma;
+  return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
 }
 
 }  // namespace strata::linear_attn
