@@ -31,4 +31,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Arrives on the mbarrier at shared byte address `bar` once every cp.async this thread issued before has completed
+// (.noinc: the arrival counts against the barrier's expected count, so initialise it with the number of threads
+// that arrive this way per phase). Lets consumers wait on one stage of a ring (mbar_wait, bulk_copy.cuh) instead
+// of the issuing threads' in-order cp.async groups and a block-wide barrier.
+__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 }  // namespace strata::cuda
