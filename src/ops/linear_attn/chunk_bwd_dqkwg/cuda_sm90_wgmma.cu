@@ -80,6 +80,15 @@ static_assert(oMb % 8 == 0 && kSmem <= 227 * 1024, "shared memory of one block")
 
 __device__ __forceinline__ float bf(uint16_t b) { return bf16_bits_to_f32(b); }
 
+// mbar_wait (bulk_copy.cuh) that traps after ~2 s (2^32 cycles): a lost arrival in the mbarrier forms ends the
+// kernel with an error instead of hanging the device.
+__device__ __forceinline__ void mbar_wait_or_trap(uint64_t* bar, uint32_t parity) {
+  if (::strata::cuda::mbar_try_wait(bar, parity)) return;
+  const long long t0 = clock64();
+  while (!::strata::cuda::mbar_try_wait(bar, parity))
+    if (clock64() - t0 > (1ll << 32)) __trap();
+}
+
 // One chunk of the problem: batch row b, first token t0, valid rows L (0: nothing to do, only with invalid
 // cu_seqlens), index hc along h's chunk dimension.
 struct ChunkAt {
@@ -256,7 +265,7 @@ struct Loader {
   // Rows 32 (s % 4).. of S, dS of value head s / 4 into stage buf, then advance.
   __device__ __forceinline__ void states(const Ctx& x, int t) {
     if (k < x.mine) {
-      if constexpr (kMb) ::strata::cuda::mbar_wait(x.mb + kMbEmpty + buf, ph ^ 1u);
+      if constexpr (kMb) mbar_wait_or_trap(x.mb + kMbEmpty + buf, ph ^ 1u);
       const DqkwgParams& p = x.p;
       if (s == 0) {
         const ChunkAt c = x.chunk_of(k);
@@ -300,8 +309,8 @@ struct Loader {
   __device__ __forceinline__ void tokens(const Ctx& x, int t) {
     if (k < x.mine) {
       if constexpr (kMb) {
-        ::strata::cuda::mbar_wait(x.mb + kMbTokEmpty + buf, ph ^ 1u);
-        if (s == 0) ::strata::cuda::mbar_wait(x.mb + kMbQkEmpty, static_cast<uint32_t>(k & 1) ^ 1u);  // (use k)
+        mbar_wait_or_trap(x.mb + kMbTokEmpty + buf, ph ^ 1u);
+        if (s == 0) mbar_wait_or_trap(x.mb + kMbQkEmpty, static_cast<uint32_t>(k & 1) ^ 1u);  // (use k)
       }
       const DqkwgParams& p = x.p;
       const ChunkAt c = x.chunk_of(k);
@@ -339,8 +348,8 @@ struct ReadCursor {
 // buffer), then this thread's view of those cp.async writes (generic proxy) ordered before its wgmma reads (async
 // proxy).
 __device__ __forceinline__ void wait_step(const Ctx& x, const ReadCursor& rc, bool head_first) {
-  if (head_first) ::strata::cuda::mbar_wait(x.mb + kMbTokFull + rc.hb, rc.hph);
-  ::strata::cuda::mbar_wait(x.mb + kMbFull + rc.stage, rc.sph);
+  if (head_first) mbar_wait_or_trap(x.mb + kMbTokFull + rc.hb, rc.hph);
+  mbar_wait_or_trap(x.mb + kMbFull + rc.stage, rc.sph);
   wg::fence_proxy_async();
 }
 // mbarrier form, after a step's reads (the warpgroup's wgmma waited for): one arrival per warp on the stage's
@@ -399,7 +408,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       if constexpr (!kMb) wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
       if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
         if constexpr (kMb) {
-          ::strata::cuda::mbar_wait(x.mb + kMbTokFull + rc.hb, rc.hph);  // (q, k come with the first head's tokens)
+          mbar_wait_or_trap(x.mb + kMbTokFull + rc.hb, rc.hph);  // (q, k come with the first head's tokens)
           wg::bar_sync(kBarQk, 2 * 128);  // both groups are done with the previous item's Qᵀ, Kᵀ
         }
         transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
