@@ -32,12 +32,13 @@ struct DqkwgParams {
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
   // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
   // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm), kDqkwgWgmmaMbar
-  // (that kernel with its loads tracked by mbarriers instead of a block-wide barrier per step) or kDqkwgWgmmaTma
-  // (the same with h, dh loaded by the copy engine); the three give the same bits. Tests and timing force them.
+  // (that kernel with its loads tracked by mbarriers instead of a block-wide barrier per step), kDqkwgWgmmaTma
+  // (the same with h, dh loaded by the copy engine) or kDqkwgWgmmaTmaAll (every input by the copy engine); all
+  // give the same bits. Tests and timing force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaMbar = 5, kDqkwgWgmmaTma = 6;
+                     kDqkwgWgmmaMbar = 5, kDqkwgWgmmaTma = 6, kDqkwgWgmmaTmaAll = 7;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -55,8 +55,12 @@ enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // every step starts at a barrier of all three groups), kFormMb (mbarriers per buffer: cp.async, states by ds threads
 // 0-63, tokens by 64-127, each thread arriving on the buffer's mbarrier when its copies complete), kFormTma (as
 // kFormMb, but the S, dS rows come by the copy engine: one warp issues 32 boxes per step (tma_tile.cuh; column-block
-// tiles cb_off<32>), and the 128 ds threads load the tokens).
-enum { kFormBar = 0, kFormMb = 1, kFormTma = 2 };
+// tiles cb_off<32>), and the 128 ds threads load the tokens), kFormTmaAll (the tokens by the copy engine too, from
+// the same warp: 16 boxes per [64][128] tile, column-block tiles cb_off<64>; rows past a chunk's end hold the next
+// tokens or, past T, zeros, where the cp.async forms zero-fill: they meet only zeroed Ds entries and row factors).
+enum { kFormBar = 0, kFormMb = 1, kFormTma = 2, kFormTmaAll = 3 };
+template <int kForm>
+inline constexpr bool kTmaStates = kForm == kFormTma || kForm == kFormTmaAll;
 // Named barriers: all threads (a step's stage ready; block-barrier form), Ds ready (ds → dq, dk), row sums ready
 // (dq, dk → ds), the dq and dk groups (Qᵀ, Kᵀ of an item; mbarrier form).
 enum { kBarAll = 1, kBarDs = 2, kBarRows = 3, kBarQk = 4 };
@@ -139,16 +143,29 @@ __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src
     }
   }
 }
-// X [64 t][128 x] (tile_off<128>) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
+// Element offset of (r, c) in a token tile [64][128] (dO, Vn, dV, q, k): tile_off<128>, or cb_off<64> (kFormTmaAll),
+// and its descriptor at K step ks.
+template <int kForm>
+__device__ __forceinline__ int tok_off(int r, int c) {
+  if constexpr (kForm == kFormTmaAll) return wg::cb_off<64>(r, c);
+  else return wg::tile_off<128>(r, c);
+}
+template <int kForm>
+__device__ __forceinline__ uint64_t tok_desc(uint32_t b, int ks) {
+  if constexpr (kForm == kFormTmaAll) return wg::cb_desc<64>(b, ks);
+  else return wg::tile_desc<128>(b, ks);
+}
+// X [64 t][128 x] (a token tile) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
 // 128 8 x 8 blocks, 4 per ldmatrix.x4 / stmatrix.x4.trans, 8 of those per warp. Lane 8 i + r addresses row r of
 // block i in both.
+template <int kForm>
 __device__ __forceinline__ void transpose_tile(int warp, const unsigned char* src, uint32_t dst) {
   const int lane = threadIdx.x & 31, r = lane & 7;
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int b = (warp * 8 + it) * 4 + (lane >> 3), tb = b >> 4, xb = b & 15;
     uint32_t v[4];
-    mma::ldmatrix_x4(v, src + 2 * wg::tile_off<128>(8 * tb + r, 8 * xb));
+    mma::ldmatrix_x4(v, src + 2 * tok_off<kForm>(8 * tb + r, 8 * xb));
     wg::stmatrix_x4_trans(dst + 2u * static_cast<uint32_t>(wg::tile_off<64>(8 * xb + r, 8 * tb)), v[0], v[1], v[2], v[3]);
   }
 }
@@ -202,11 +219,11 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
 // or cb_off<32> (kFormTma: the copy engine's column blocks).
 template <int kForm>
 __device__ __forceinline__ uint64_t state_desc(uint32_t b, int ks) {
-  if constexpr (kForm == kFormTma) return wg::cb_desc<32>(b, ks);
+  if constexpr (kTmaStates<kForm>) return wg::cb_desc<32>(b, ks);
   else return wg::tile_desc<128>(b, ks);
 }
 // Columns 32 q..32 q + 31 of an m64n128 accumulator d (its registers 16 q..16 q + 15) = A Bᵀ, V = 128 contracted in
-// 8 slices of 16 in increasing order (m64n32k16), A [64][128] a tile_off<128> tile and B [32][128] a ring stage's
+// 8 slices of 16 in increasing order (m64n32k16), A [64][128] a token tile (tok_desc) and B [32][128] a ring stage's
 // tile (state_desc) at shared byte addresses a, b. q must be a compile-time constant after inlining (the step loop
 // over q unrolled), so that the slice is fixed registers.
 template <int kForm>
@@ -217,9 +234,16 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
       float(&part)[16] = *reinterpret_cast<float(*)[16]>(&d[16 * qq]);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
-        wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), state_desc<kForm>(b, ks), ks != 0);
+        wg::mma_ss<Bf, 32>(part, tok_desc<kForm>(a, ks), state_desc<kForm>(b, ks), ks != 0);
     }
 }
+
+// Tensor maps of the copy-engine forms (tma_tile.cuh's encode_rows_map): h, dh as [B NT][K rows][HV][V] with
+// 32-row x 8-column boxes (kFormTma, kFormTmaAll); q, k [B][T][H][K] and v, do, dv [B][T][HV][V] with 64-row x
+// 8-column boxes (kFormTmaAll). Unused maps stay zero.
+struct TileMaps {
+  CUtensorMap h, dh, q, k, v, dout, dv;
+};
 
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
 // items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
@@ -229,7 +253,7 @@ struct Ctx {
   unsigned char* smem;
   uint32_t sb;  // shared byte address of smem
   uint64_t* mb;  // the mbarriers (mbarrier forms)
-  const CUtensorMap *mh, *mdh;  // h, dh as [B NT][K rows][HV][V] tensor maps with 32 x 8 boxes (kFormTma)
+  const TileMaps* maps;  // tensor maps (kFormTma: h, dh; kFormTmaAll: all inputs)
   int64_t mine;
   int steps;
   bool want_dw, want_dg;
@@ -256,7 +280,7 @@ struct Loader {
   int s = 0, buf = 0, L = 0;
   uint32_t ph = 0;
   const uint16_t *hs = nullptr, *dhs = nullptr;
-  int hv0 = 0, bc = 0;  // (kFormTma) the item's first value head, its box coordinate b NT + c along B NT
+  int hv0 = 0, bc = 0;  // (copy-engine states) the item's first value head, its box coordinate b NT + c along B NT
   __device__ __forceinline__ void load_qk(const Ctx& x, int t, const ChunkAt& c, int64_t h) const {
     const DqkwgParams& p = x.p;
     load128<64, kThreads>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
@@ -270,7 +294,7 @@ struct Loader {
       if (s == 0) {
         const ChunkAt c = x.chunk_of(k);
         L = c.L;  // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
-        if constexpr (kForm == kFormTma) {
+        if constexpr (kTmaStates<kForm>) {
           hv0 = static_cast<int>(x.head_of(k) * p.d.G);
           bc = static_cast<int>(c.b * p.d.NT + c.hc);
         } else {
@@ -281,7 +305,7 @@ struct Loader {
       }
       const int g = s / kQ, r0 = 32 * (s % kQ);
       const uint32_t st = x.sb + oRing + static_cast<uint32_t>(buf) * kStage;
-      if constexpr (kForm == kFormTma) {
+      if constexpr (kTmaStates<kForm>) {
         // One warp (t = lane): lane i < 16 requests column block i of S, lane 16 + i that of dS (32 rows x 16
         // bytes each: cb_off<32>); no chunk (L = 0): a plain arrival, the stage keeps stale values (no output reads
         // them).
@@ -291,7 +315,7 @@ struct Loader {
           __syncwarp();
           const int cb = t & 15;
           ::strata::cuda::tma::load_box(st + (t < 16 ? oStS : oStDS) + static_cast<uint32_t>(cb) * 512u,
-                                        t < 16 ? x.mh : x.mdh, 8 * cb, hv0 + g, r0, bc, full);
+                                        t < 16 ? &x.maps->h : &x.maps->dh, 8 * cb, hv0 + g, r0, bc, full);
         } else if (t == 0) {
           ::strata::cuda::tma::mbar_arrive(x.mb + kMbFull + buf);
         }
@@ -316,6 +340,29 @@ struct Loader {
       const ChunkAt c = x.chunk_of(k);
       const int64_t h = x.head_of(k), hv = h * p.d.G + s;
       const uint32_t b = x.sb + static_cast<uint32_t>(buf) * kTokB;
+      if constexpr (kForm == kFormTmaAll) {
+        // One warp (t = lane): box i (16 per tile: column block i % 16 of tile i / 16 of dO, Vn, [dV], [q, k]) by
+        // lane i % 32; every box is 64 rows x 16 bytes (rows past T zero-filled and counted).
+        const int tiles = 2 + (x.want_dw ? 1 : 0) + (s == 0 ? 2 : 0);
+        if (t == 0) ::strata::cuda::mbar_arrive_expect_tx(x.mb + kMbTokFull + buf, static_cast<uint32_t>(tiles) * kQK);
+        __syncwarp();
+        const uint32_t full = ::strata::cuda::smem_u32(x.mb + kMbTokFull + buf);
+        const int tb = static_cast<int>(c.b), t0 = static_cast<int>(c.t0);
+        for (int i = t; i < 16 * tiles; i += 32) {
+          const int tile = i >> 4, cb = i & 15;
+          // tile order dO, Vn, then dV when wanted, then q, k at the item's first head
+          const int kind = tile < 2 ? tile : (x.want_dw ? tile : tile + 1);  // 0 dO, 1 Vn, 2 dV, 3 q, 4 k
+          const uint32_t dst = (kind < 3 ? b + static_cast<uint32_t>(kind) * kQK : x.sb + (kind == 3 ? oQ : oK)) +
+                               static_cast<uint32_t>(cb) * 1024u;
+          const CUtensorMap* m = kind == 0   ? &x.maps->dout
+                                 : kind == 1 ? &x.maps->v
+                                 : kind == 2 ? &x.maps->dv
+                                 : kind == 3 ? &x.maps->q
+                                             : &x.maps->k;
+          ::strata::cuda::tma::load_box(dst, m, 8 * cb, kind < 3 ? static_cast<int>(hv) : static_cast<int>(h), t0, tb,
+                                        full);
+        }
+      } else {
       load128<64, kThreads>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv),
                             p.dout.s[1], c.L);
       load128<64, kThreads>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
@@ -324,6 +371,7 @@ struct Loader {
                               c.L);
       if (s == 0) load_qk(x, t, c, h);
       if constexpr (kMb) ::strata::cuda::cp_async_mbar_arrive(::strata::cuda::smem_u32(x.mb + kMbTokFull + buf));
+      }
       if (++s == p.d.G) s = 0, ++k;
       buf ^= 1;
       if (buf == 0) ph ^= 1u;
@@ -411,7 +459,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
           mbar_wait_or_trap(x.mb + kMbTokFull + rc.hb, rc.hph);  // (q, k come with the first head's tokens)
           wg::bar_sync(kBarQk, 2 * 128);  // both groups are done with the previous item's Qᵀ, Kᵀ
         }
-        transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
+        transpose_tile<kForm>(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
         wg::fence_proxy_async();
         if constexpr (kMb) {
           __syncwarp();
@@ -494,14 +542,14 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  // The state and token cursors: two in the block-barrier form (every thread loads both) and kFormTma (warp 0
-  // requests the states, all load the tokens); in kFormMb threads t < 64 load the states, the others the tokens
-  // (tl = the index among them), each with one cursor (lt names ls).
+  // The state and token cursors: two in the block-barrier form (every thread loads both), kFormTma (warp 0
+  // requests the states, all load the tokens) and kFormTmaAll (warp 0 requests both); in kFormMb threads t < 64
+  // load the states, the others the tokens (tl = the index among them), each with one cursor (lt names ls).
   constexpr bool kSplit = kForm == kFormMb;
   Loader<kForm> ls, lt_own;
   Loader<kForm>& lt = kSplit ? ls : lt_own;
   const bool st_loader = kForm == kFormBar || (kSplit ? t < 64 : t < 32);
-  const bool tok_loader = !kSplit || t >= 64;
+  const bool tok_loader = kForm == kFormTmaAll ? t < 32 : !kSplit || t >= 64;
   const int tl = kSplit && t >= 64 ? t - 64 : t;
   if (tok_loader) lt.tokens(x, tl);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
@@ -543,7 +591,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 #pragma unroll
         for (int k2 = 0; k2 < 2; ++k2) {
           const int ks = 2 * q + k2;
-          wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
+          wg::mma_ss<Bf, 64>(ds, tok_desc<kForm>(tb + oTDo, ks), tok_desc<kForm>(tb + oTVn, ks), ks != 0);
         }
         // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
         slice_product<kForm>(dw, q, tb + oTDv, st + oStS);
@@ -628,14 +676,10 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
-// h and dh as tensor maps (kFormTma; unused by the other forms).
-struct StateMaps {
-  CUtensorMap h, dh;
-};
 // kForm: the synchronisation form (kFormBar, kFormMb, kFormTma).
 template <int kForm>
 __global__ void __launch_bounds__(kThr, 1)
-    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ StateMaps maps) {
+    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ TileMaps maps) {
   constexpr bool kMb = kForm != kFormBar;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -643,7 +687,7 @@ __global__ void __launch_bounds__(kThr, 1)
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t mine = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
   uint64_t* const mb = reinterpret_cast<uint64_t*>(smem + oMb);
-  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mb, &maps.h, &maps.dh, mine,
+  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mb, &maps, mine,
               static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
   if constexpr (kMb) {
     if (threadIdx.x == 0) {
@@ -652,7 +696,7 @@ __global__ void __launch_bounds__(kThr, 1)
         ::strata::cuda::mbar_init(mb + kMbEmpty + i, kThr / 32);
       }
       for (int i = 0; i < 2; ++i) {
-        ::strata::cuda::mbar_init(mb + kMbTokFull + i, kForm == kFormMb ? 64 : 128);
+        ::strata::cuda::mbar_init(mb + kMbTokFull + i, kForm == kFormMb ? 64 : kForm == kFormTma ? 128 : 1);
         ::strata::cuda::mbar_init(mb + kMbTokEmpty + i, kThr / 32);
       }
       ::strata::cuda::mbar_init(mb + kMbQkEmpty, 2 * 128 / 32);
@@ -710,23 +754,33 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch).
   const Dims& d = p.d;
-  // The form: kDqkwgWgmmaTma where h, dh make tensor maps (B and NT folded into one dimension; else the
-  // block-barrier form), kDqkwgWgmmaMbar, else the block-barrier form.
-  StateMaps maps{};
+  // The form: kDqkwgWgmmaTma / kDqkwgWgmmaTmaAll where the tensors make tensor maps (h, dh: B and NT folded into
+  // one dimension; else the block-barrier form), kDqkwgWgmmaMbar, else the block-barrier form.
+  TileMaps maps{};
   int form = p.mma_variant == kDqkwgWgmmaMbar ? kFormMb : kFormBar;
-  if (p.mma_variant == kDqkwgWgmmaTma) {
-    auto enc = [&](CUtensorMap* m, const View& v) {
+  if (p.mma_variant == kDqkwgWgmmaTma || p.mma_variant == kDqkwgWgmmaTmaAll) {
+    namespace tma = ::strata::cuda::tma;
+    auto st = [&](CUtensorMap* m, const View& v) {
       return (d.B == 1 || v.s[0] == d.NT * v.s[1]) &&
-             ::strata::cuda::tma::encode_rows_map(m, v.p, d.B * d.NT, d.K, d.HV, d.V, v.s[1], v.s[3], v.s[2], 32);
+             tma::encode_rows_map(m, v.p, d.B * d.NT, d.K, d.HV, d.V, v.s[1], v.s[3], v.s[2], 32);
     };
-    if (enc(&maps.h, p.h) && enc(&maps.dh, p.dh)) form = kFormTma;
+    auto tok = [&](CUtensorMap* m, const View& v, int64_t heads, int64_t D) {
+      return tma::encode_rows_map(m, v.p, d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2], 64);
+    };
+    if (st(&maps.h, p.h) && st(&maps.dh, p.dh)) {
+      if (p.mma_variant == kDqkwgWgmmaTma) form = kFormTma;
+      else if (tok(&maps.q, p.q, d.H, d.K) && tok(&maps.k, p.k, d.H, d.K) && tok(&maps.v, p.v, d.HV, d.V) &&
+               tok(&maps.dout, p.dout, d.HV, d.V) &&
+               (!(p.dv.present() && p.dw.present()) || tok(&maps.dv, p.dv, d.HV, d.V)))
+        form = kFormTmaAll;
+    }
   }
-  using Kern = void (*)(DqkwgParams, const int64_t*, int64_t, StateMaps);
-  static constexpr Kern kKerns[3] = {dqkwg_wgmma_kernel<kFormBar>, dqkwg_wgmma_kernel<kFormMb>,
-                                     dqkwg_wgmma_kernel<kFormTma>};
+  using Kern = void (*)(DqkwgParams, const int64_t*, int64_t, TileMaps);
+  static constexpr Kern kKerns[4] = {dqkwg_wgmma_kernel<kFormBar>, dqkwg_wgmma_kernel<kFormMb>,
+                                     dqkwg_wgmma_kernel<kFormTma>, dqkwg_wgmma_kernel<kFormTmaAll>};
   static const auto regs = [] {
-    std::array<int, 3> r{};
-    for (int f = 0; f < 3; ++f) {
+    std::array<int, 4> r{};
+    for (int f = 0; f < 4; ++f) {
       cudaFuncAttributes fa{};
       r[f] = cudaFuncGetAttributes(&fa, kKerns[f]) == cudaSuccess ? fa.numRegs : 0;
     }
