@@ -12,11 +12,12 @@
 //              epilogue: Ds = scale Lower(Ds ⊙ Γ) rounded into shared memory twice (as is: A of Ds K; transposed
 //              by stmatrix.trans: A of Dsᵀ Q), dw = −dW out, then dγ_i = q_i·dQh_i − k_i·dKh_i
 //              (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row) out.
-// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (cp.async, issued by the ds group
-// while its products run), every piece a whole 256-byte row: per value head dO, Vn, dV [64 t][128 v] (48 KiB,
+// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (issued by the ds group while its
+// products run; how, and how the groups learn that a buffer is full or free, is the synchronisation form: kFormBar,
+// kFormMb, kFormTma, kFormTmaAll below), every piece a whole 256-byte row: per value head dO, Vn, dV [64 t][128 v] (48 KiB,
 // two buffers: the next head loads while this one computes), per step the rows of S, dS [32 k][128 v] (8 KiB
 // contiguous each, a three-stage ring, step s + 2 requested at step s), across item boundaries; K-major
-// no-swizzle core-matrix tiles (wgmma_layout.h). Each item's q, k [64][128] come with its first value head into
+// no-swizzle core-matrix tiles (wgmma_layout.h: tile_off for cp.async, cb_off for the copy engine). Each item's q, k [64][128] come with its first value head into
 // their own buffer and are transposed (ldmatrix + stmatrix.trans) into Qᵀ, Kᵀ [128][64] at its first step.
 // Every sum runs in a fixed order: the same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
@@ -363,14 +364,15 @@ struct Loader {
                                         full);
         }
       } else {
-      load128<64, kThreads>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv),
-                            p.dout.s[1], c.L);
-      load128<64, kThreads>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
-      if (x.want_dw)
-        load128<64, kThreads>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1],
+        load128<64, kThreads>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv),
+                              p.dout.s[1], c.L);
+        load128<64, kThreads>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1],
                               c.L);
-      if (s == 0) load_qk(x, t, c, h);
-      if constexpr (kMb) ::strata::cuda::cp_async_mbar_arrive(::strata::cuda::smem_u32(x.mb + kMbTokFull + buf));
+        if (x.want_dw)
+          load128<64, kThreads>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv),
+                                p.dv.s[1], c.L);
+        if (s == 0) load_qk(x, t, c, h);
+        if constexpr (kMb) ::strata::cuda::cp_async_mbar_arrive(::strata::cuda::smem_u32(x.mb + kMbTokFull + buf));
       }
       if (++s == p.d.G) s = 0, ++k;
       buf ^= 1;
