@@ -758,9 +758,13 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const Dims& d = p.d;
   // The form: kDqkwgWgmmaTma / kDqkwgWgmmaTmaAll where the tensors make tensor maps (h, dh: B and NT folded into
   // one dimension; else the block-barrier form), kDqkwgWgmmaMbar, else the block-barrier form.
+  // The automatic choice (any mma_variant below kDqkwgWgmma: chunk_bwd_dqkwg_cuda and the implementation list):
+  // kAutoVariant.
+  constexpr int kAutoVariant = kDqkwgWgmma;
+  const int var = p.mma_variant >= kDqkwgWgmma ? p.mma_variant : kAutoVariant;
   TileMaps maps{};
-  int form = p.mma_variant == kDqkwgWgmmaMbar ? kFormMb : kFormBar;
-  if (p.mma_variant == kDqkwgWgmmaTma || p.mma_variant == kDqkwgWgmmaTmaAll) {
+  int form = var == kDqkwgWgmmaMbar ? kFormMb : kFormBar;
+  if (var == kDqkwgWgmmaTma || var == kDqkwgWgmmaTmaAll) {
     namespace tma = ::strata::cuda::tma;
     auto st = [&](CUtensorMap* m, const View& v) {
       return (d.B == 1 || v.s[0] == d.NT * v.s[1]) &&
@@ -770,7 +774,7 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
       return tma::encode_rows_map(m, v.p, d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2], 64);
     };
     if (st(&maps.h, p.h) && st(&maps.dh, p.dh)) {
-      if (p.mma_variant == kDqkwgWgmmaTma) form = kFormTma;
+      if (var == kDqkwgWgmmaTma) form = kFormTma;
       else if (tok(&maps.q, p.q, d.H, d.K) && tok(&maps.k, p.k, d.H, d.K) && tok(&maps.v, p.v, d.HV, d.V) &&
                tok(&maps.dout, p.dout, d.HV, d.V) &&
                (!(p.dv.present() && p.dw.present()) || tok(&maps.dv, p.dv, d.HV, d.V)))
