@@ -31,12 +31,11 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Arrives on the mbarrier at shared byte address `bar` once every cp.async this thread issued before has completed
-// (.noinc: the arrival counts against the barrier's expected count, so initialise it with the number of threads
-// that arrive this way per phase). Lets consumers wait on one stage of a ring (mbar_wait, bulk_copy.cuh) instead
-// of the issuing threads' in-order cp.async groups and a block-wide barrier.
-__device__ __forceinline__ void cp_async_mbar_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+// cp_async16 (shared byte address) with the L2 prefetch hint .L2::256B: the access may bring the whole aligned
+// 256-byte block around src into L2, so that a row read as 16-byte pieces by several warps is fetched once.
+__device__ __forceinline__ void cp_async16_l2_256(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
 }
 
 }  // namespace strata::cuda

@@ -12,26 +12,21 @@
 //              epilogue: Ds = scale Lower(Ds ⊙ Γ) rounded into shared memory twice (as is: A of Ds K; transposed
 //              by stmatrix.trans: A of Dsᵀ Q), dw = −dW out, then dγ_i = q_i·dQh_i − k_i·dKh_i
 //              (+ exp(γ_last) ⟨S, dS⟩ + Σ k·dK_int on the last row) out.
-// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (issued by the ds group while its
-// products run; how, and how the groups learn that a buffer is full or free, is the synchronisation form: kFormBar,
-// kFormMb, kFormTma, kFormTmaAll below), every piece a whole 256-byte row: per value head dO, Vn, dV [64 t][128 v] (48 KiB,
+// Named barriers hand Ds to the dq / dk groups and their row sums back. Loads (cp.async, issued by the ds group
+// while its products run), every piece a whole 256-byte row: per value head dO, Vn, dV [64 t][128 v] (48 KiB,
 // two buffers: the next head loads while this one computes), per step the rows of S, dS [32 k][128 v] (8 KiB
 // contiguous each, a three-stage ring, step s + 2 requested at step s), across item boundaries; K-major
-// no-swizzle core-matrix tiles (wgmma_layout.h: tile_off for cp.async, cb_off for the copy engine). Each item's q, k [64][128] come with its first value head into
+// no-swizzle core-matrix tiles (wgmma_layout.h). Each item's q, k [64][128] come with its first value head into
 // their own buffer and are transposed (ldmatrix + stmatrix.trans) into Qᵀ, Kᵀ [128][64] at its first step.
 // Every sum runs in a fixed order: the same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
-#include "tile/cuda/bulk_copy.cuh"
-#include "tile/cuda/cp_async.cuh"
-#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <type_traits>
 
 namespace strata::linear_attn {
@@ -52,19 +47,8 @@ constexpr int kThr = 384;
 constexpr int kRegsLaunch = 168, kRegsDqk = 176, kRegsDs = 152;
 static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register increments within the decrements");
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
-// Synchronisation forms: kFormBar (block-barrier: the ds group's 128 threads load everything by cp.async groups,
-// every step starts at a barrier of all three groups), kFormMb (mbarriers per buffer: cp.async, states by ds threads
-// 0-63, tokens by 64-127, each thread arriving on the buffer's mbarrier when its copies complete), kFormTma (as
-// kFormMb, but the S, dS rows come by the copy engine: one warp issues 32 boxes per step (tma_tile.cuh; column-block
-// tiles cb_off<32>), and the 128 ds threads load the tokens), kFormTmaAll (the tokens by the copy engine too, from
-// the same warp: 16 boxes per [64][128] tile, column-block tiles cb_off<64>; rows past a chunk's end hold the next
-// tokens or, past T, zeros, where the cp.async forms zero-fill: they meet only zeroed Ds entries and row factors).
-enum { kFormBar = 0, kFormMb = 1, kFormTma = 2, kFormTmaAll = 3 };
-template <int kForm>
-inline constexpr bool kTmaStates = kForm == kFormTma || kForm == kFormTmaAll;
-// Named barriers: all threads (a step's stage ready; block-barrier form), Ds ready (ds → dq, dk), row sums ready
-// (dq, dk → ds), the dq and dk groups (Qᵀ, Kᵀ of an item; mbarrier form).
-enum { kBarAll = 1, kBarDs = 2, kBarRows = 3, kBarQk = 4 };
+// Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
+enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
 constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
 constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
 // Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
@@ -74,25 +58,10 @@ constexpr uint32_t kQK = 64 * 128 * 2, kT = 128 * 64 * 2, kDsB = 64 * 64 * 2, kS
 constexpr uint32_t kTokB = 3 * kQK, oTDo = 0, oTVn = kQK, oTDv = 2 * kQK, kStage = 2 * kSq, oStS = 0, oStDS = kSq;
 constexpr uint32_t oRing = 2 * kTokB, oQ = oRing + kRing * kStage, oK = oQ + kQK, oQT = oK + kQK, oKT = oQT + kT,
                    oDs = oKT + kT, oDsT = oDs + kDsB, oF = oDsT + kDsB;
-constexpr uint32_t oMb = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
-// mbarrier forms: per ring stage "full" (kFormMb: the 64 state-loading threads' cp.async done; kFormTma: the copy
-// engine's bytes) and "empty" (the 12 warps' reads done), per token buffer the same (the 64 or 128 token-loading
-// threads; 12 warps), and "q, k buffer free" (the 8 warps of the dq, dk groups, after their transposes).
-enum { kMbFull = 0, kMbEmpty = kRing, kMbTokFull = 2 * kRing, kMbTokEmpty = 2 * kRing + 2, kMbQkEmpty = 2 * kRing + 4,
-       kMbCount };
-constexpr size_t kSmem = oMb + kMbCount * sizeof(uint64_t);
-static_assert(oMb % 8 == 0 && kSmem <= 227 * 1024, "shared memory of one block");
+constexpr size_t kSmem = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
+static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 
 __device__ __forceinline__ float bf(uint16_t b) { return bf16_bits_to_f32(b); }
-
-// mbar_wait (bulk_copy.cuh) that traps after ~2 s (2^32 cycles): a lost arrival in the mbarrier forms ends the
-// kernel with an error instead of hanging the device.
-__device__ __forceinline__ void mbar_wait_or_trap(uint64_t* bar, uint32_t parity) {
-  if (::strata::cuda::mbar_try_wait(bar, parity)) return;
-  const long long t0 = clock64();
-  while (!::strata::cuda::mbar_try_wait(bar, parity))
-    if (clock64() - t0 > (1ll << 32)) __trap();
-}
 
 // One chunk of the problem: batch row b, first token t0, valid rows L (0: nothing to do, only with invalid
 // cu_seqlens), index hc along h's chunk dimension.
@@ -121,52 +90,34 @@ __device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, 
   return {0, t0, ci, t1 > t0 ? static_cast<int>(t1 - t0) : 0};
 }
 
-// cp.async of a [kN][128] bf16 block into a tile_off<128> tile at shared byte address dst, by kThreads = 128 or 64
-// threads (t = the index among them): segments q = (t / 8) % (kThreads / 8) + kThreads / 8 · qh, rows r0 + 8 it
-// with r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes); 128 threads read
-// 8 whole rows (2 KiB) per `it`, 64 threads the two halves of those rows in turn. src points at row 0, column 0,
-// rs is the row stride; rows >= valid are zero-filled (not read).
-template <int kN, int kThreads = 128>
+// cp.async of a [kN][128] bf16 block into a tile_off<128> tile at shared byte address dst, by the 128 threads of
+// the ds group (t = its thread index): segment q = (t / 8) % 16, rows r0 + 8 it with
+// r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes); the 128 threads read
+// 8 whole rows (2 KiB) per `it`. src points at row 0, column 0, rs is the row stride; rows >= valid are
+// zero-filled (not read). kL2: with the L2 prefetch hint .L2::256B (the whole row into L2 at its first piece).
+template <int kN, bool kL2>
 __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
-  static_assert(kThreads == 128 || kThreads == 64, "16 or 8 segments per pass");
-  constexpr int kSegs = kThreads / 8;
-  const int r0 = t & 7;
-#pragma unroll 1  // (64 threads: the two halves in turn, keeping the issuing threads' address registers few)
-  for (int qh = 0; qh < 16 / kSegs; ++qh) {
-    const int q = ((t >> 3) & (kSegs - 1)) + kSegs * qh;
-    const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<128>(r0, 8 * q));
-    const uint16_t* s0 = src + 8 * q;
+  const int q = (t >> 3) & 15, r0 = t & 7;
+  const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<128>(r0, 8 * q));
+  const uint16_t* s0 = src + 8 * q;
 #pragma unroll
-    for (int it = 0; it < kN / 8; ++it) {
-      const int r = r0 + 8 * it;
-      const bool ok = r < valid;
-      ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
-    }
+  for (int it = 0; it < kN / 8; ++it) {
+    const int r = r0 + 8 * it;
+    const bool ok = r < valid;
+    if constexpr (kL2) ::strata::cuda::cp_async16_l2_256(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
+    else ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
   }
 }
-// Element offset of (r, c) in a token tile [64][128] (dO, Vn, dV, q, k): tile_off<128>, or cb_off<64> (kFormTmaAll),
-// and its descriptor at K step ks.
-template <int kForm>
-__device__ __forceinline__ int tok_off(int r, int c) {
-  if constexpr (kForm == kFormTmaAll) return wg::cb_off<64>(r, c);
-  else return wg::tile_off<128>(r, c);
-}
-template <int kForm>
-__device__ __forceinline__ uint64_t tok_desc(uint32_t b, int ks) {
-  if constexpr (kForm == kFormTmaAll) return wg::cb_desc<64>(b, ks);
-  else return wg::tile_desc<128>(b, ks);
-}
-// X [64 t][128 x] (a token tile) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
+// X [64 t][128 x] (tile_off<128>) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
 // 128 8 x 8 blocks, 4 per ldmatrix.x4 / stmatrix.x4.trans, 8 of those per warp. Lane 8 i + r addresses row r of
 // block i in both.
-template <int kForm>
 __device__ __forceinline__ void transpose_tile(int warp, const unsigned char* src, uint32_t dst) {
   const int lane = threadIdx.x & 31, r = lane & 7;
 #pragma unroll
   for (int it = 0; it < 8; ++it) {
     const int b = (warp * 8 + it) * 4 + (lane >> 3), tb = b >> 4, xb = b & 15;
     uint32_t v[4];
-    mma::ldmatrix_x4(v, src + 2 * tok_off<kForm>(8 * tb + r, 8 * xb));
+    mma::ldmatrix_x4(v, src + 2 * wg::tile_off<128>(8 * tb + r, 8 * xb));
     wg::stmatrix_x4_trans(dst + 2u * static_cast<uint32_t>(wg::tile_off<64>(8 * xb + r, 8 * tb)), v[0], v[1], v[2], v[3]);
   }
 }
@@ -216,18 +167,10 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
   else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
 }
 
-// Descriptor of a ring stage's S or dS tile [32][128] at byte address b, K step ks: tile_off<128> (cp.async forms)
-// or cb_off<32> (kFormTma: the copy engine's column blocks).
-template <int kForm>
-__device__ __forceinline__ uint64_t state_desc(uint32_t b, int ks) {
-  if constexpr (kTmaStates<kForm>) return wg::cb_desc<32>(b, ks);
-  else return wg::tile_desc<128>(b, ks);
-}
 // Columns 32 q..32 q + 31 of an m64n128 accumulator d (its registers 16 q..16 q + 15) = A Bᵀ, V = 128 contracted in
-// 8 slices of 16 in increasing order (m64n32k16), A [64][128] a token tile (tok_desc) and B [32][128] a ring stage's
-// tile (state_desc) at shared byte addresses a, b. q must be a compile-time constant after inlining (the step loop
-// over q unrolled), so that the slice is fixed registers.
-template <int kForm>
+// 8 slices of 16 in increasing order (m64n32k16), A [64][128] and B [32][128] tile_off<128> tiles at shared byte
+// addresses a, b. q must be a compile-time constant after inlining (the step loop over q unrolled), so that the
+// slice is fixed registers.
 __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a, uint32_t b) {
 #pragma unroll
   for (int qq = 0; qq < kQ; ++qq)
@@ -235,16 +178,9 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
       float(&part)[16] = *reinterpret_cast<float(*)[16]>(&d[16 * qq]);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
-        wg::mma_ss<Bf, 32>(part, tok_desc<kForm>(a, ks), state_desc<kForm>(b, ks), ks != 0);
+        wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), wg::tile_desc<128>(b, ks), ks != 0);
     }
 }
-
-// Tensor maps of the copy-engine forms (tma_tile.cuh's encode_rows_map): h, dh as [B NT][K rows][HV][V] with
-// 32-row x 8-column boxes (kFormTma, kFormTmaAll); q, k [B][T][H][K] and v, do, dv [B][T][HV][V] with 64-row x
-// 8-column boxes (kFormTmaAll). Unused maps stay zero.
-struct TileMaps {
-  CUtensorMap h, dh, q, k, v, dout, dv;
-};
 
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
 // items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
@@ -253,8 +189,6 @@ struct Ctx {
   const int64_t* offs;
   unsigned char* smem;
   uint32_t sb;  // shared byte address of smem
-  uint64_t* mb;  // the mbarriers (mbarrier forms)
-  const TileMaps* maps;  // tensor maps (kFormTma: h, dh; kFormTmaAll: all inputs)
   int64_t mine;
   int steps;
   bool want_dw, want_dg;
@@ -263,163 +197,64 @@ struct Ctx {
   __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
 };
 
-// A load cursor of the ds group (k: item, s: position in it, buf: ring stage or token buffer, ph: the parity of that
-// buffer's current use, flipped when buf wraps). states() requests the S, dS rows of step s (item k; the item's
-// chunk L and the first element of its S, dS (value head h G) set once per item) into stage buf, tokens() the dO,
-// Vn, dV of value head s (item k) into token buffer buf, with the item's q, k at its first head. Block-barrier form
-// (kMb false): the 128 threads of the ds group issue both, through two cursors, and each call site commits one
-// cp.async group per thread (empty past the block's last item). mbarrier form: threads 0-63 of the group issue the
-// states, 64-127 the tokens (t = the index among them; one cursor each), so that a stage's completion
-// (cp_async_mbar_arrive: after all earlier copies of the thread) never waits for a token load; each first waits
-// until the readers freed its buffer (the first wait of a buffer passes at once) and then arrives on the buffer's
-// "full" barrier.
-template <int kForm>
+// The ds group's load cursors: states() requests the S, dS rows of the next step (item k, step s, its stage; the
+// item's chunk L and the first element of its S, dS (value head h G) set once per item), tokens() the dO, Vn, dV
+// of the next value head (item kt, value head gt, buffer bt; with the item's q, k at its first head). Each call
+// site commits one cp.async group per thread (empty past the block's last item). kL2: load128's prefetch hint.
+template <bool kL2>
 struct Loader {
-  static constexpr bool kMb = kForm != kFormBar;
-  static constexpr int kThreads = kForm == kFormMb ? 64 : 128;  // threads issuing one kind of cp.async load
   int64_t k = 0;
-  int s = 0, buf = 0, L = 0;
-  uint32_t ph = 0;
+  int s = 0, stage = 0, L = 0;
   const uint16_t *hs = nullptr, *dhs = nullptr;
-  int hv0 = 0, bc = 0;  // (copy-engine states) the item's first value head, its box coordinate b NT + c along B NT
+  int64_t kt = 0;
+  int gt = 0, bt = 0;
   __device__ __forceinline__ void load_qk(const Ctx& x, int t, const ChunkAt& c, int64_t h) const {
     const DqkwgParams& p = x.p;
-    load128<64, kThreads>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
-    load128<64, kThreads>(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
+    load128<64, kL2>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
+    load128<64, kL2>(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
   }
-  // Rows 32 (s % 4).. of S, dS of value head s / 4 into stage buf, then advance.
+  // Rows 32 (s % 4).. of S, dS of value head s / 4 into the cursor's stage, then advance.
   __device__ __forceinline__ void states(const Ctx& x, int t) {
     if (k < x.mine) {
-      if constexpr (kMb) mbar_wait_or_trap(x.mb + kMbEmpty + buf, ph ^ 1u);
       const DqkwgParams& p = x.p;
       if (s == 0) {
         const ChunkAt c = x.chunk_of(k);
+        const int64_t hv0 = x.head_of(k) * p.d.G;
         L = c.L;  // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
-        if constexpr (kTmaStates<kForm>) {
-          hv0 = static_cast<int>(x.head_of(k) * p.d.G);
-          bc = static_cast<int>(c.b * p.d.NT + c.hc);
-        } else {
-          const int64_t h0 = x.head_of(k) * p.d.G;
-          hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, h0, 0);
-          dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, h0, 0);
-        }
+        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, 0);
+        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, 0);
       }
-      const int g = s / kQ, r0 = 32 * (s % kQ);
-      const uint32_t st = x.sb + oRing + static_cast<uint32_t>(buf) * kStage;
-      if constexpr (kTmaStates<kForm>) {
-        // One warp (t = lane): lane i < 16 requests column block i of S, lane 16 + i that of dS (32 rows x 16
-        // bytes each: cb_off<32>); no chunk (L = 0): a plain arrival, the stage keeps stale values (no output reads
-        // them).
-        const uint32_t full = ::strata::cuda::smem_u32(x.mb + kMbFull + buf);
-        if (L > 0) {
-          if (t == 0) ::strata::cuda::mbar_arrive_expect_tx(x.mb + kMbFull + buf, kStage);
-          __syncwarp();
-          const int cb = t & 15;
-          ::strata::cuda::tma::load_box(st + (t < 16 ? oStS : oStDS) + static_cast<uint32_t>(cb) * 512u,
-                                        t < 16 ? &x.maps->h : &x.maps->dh, 8 * cb, hv0 + g, r0, bc, full);
-        } else if (t == 0) {
-          ::strata::cuda::tma::mbar_arrive(x.mb + kMbFull + buf);
-        }
-      } else {
-        const int srows = L > 0 ? 32 : 0;
-        load128<32, kThreads>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
-        load128<32, kThreads>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
-        if constexpr (kMb) ::strata::cuda::cp_async_mbar_arrive(::strata::cuda::smem_u32(x.mb + kMbFull + buf));
-      }
+      const int64_t g = s / kQ, r0 = 32 * (s % kQ);
+      const uint32_t st = x.sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      const int srows = L > 0 ? 32 : 0;
+      load128<32, kL2>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
+      load128<32, kL2>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
       if (++s == x.steps) s = 0, ++k;
-      if (++buf == kRing) buf = 0, ph ^= 1u;
+      if (++stage == kRing) stage = 0;
     }
   }
-  // dO, Vn, dV of value head s into token buffer buf (q, k with the item's first head), then advance.
+  // dO, Vn, dV of the token cursor's value head into its buffer (q, k with the item's first head).
   __device__ __forceinline__ void tokens(const Ctx& x, int t) {
-    if (k < x.mine) {
-      if constexpr (kMb) {
-        mbar_wait_or_trap(x.mb + kMbTokEmpty + buf, ph ^ 1u);
-        if (s == 0) mbar_wait_or_trap(x.mb + kMbQkEmpty, static_cast<uint32_t>(k & 1) ^ 1u);  // (use k)
-      }
+    if (kt < x.mine) {
       const DqkwgParams& p = x.p;
-      const ChunkAt c = x.chunk_of(k);
-      const int64_t h = x.head_of(k), hv = h * p.d.G + s;
-      const uint32_t b = x.sb + static_cast<uint32_t>(buf) * kTokB;
-      if constexpr (kForm == kFormTmaAll) {
-        // One warp (t = lane): box i (16 per tile: column block i % 16 of tile i / 16 of dO, Vn, [dV], [q, k]) by
-        // lane i % 32; every box is 64 rows x 16 bytes (rows past T zero-filled and counted).
-        const int tiles = 2 + (x.want_dw ? 1 : 0) + (s == 0 ? 2 : 0);
-        if (t == 0) ::strata::cuda::mbar_arrive_expect_tx(x.mb + kMbTokFull + buf, static_cast<uint32_t>(tiles) * kQK);
-        __syncwarp();
-        const uint32_t full = ::strata::cuda::smem_u32(x.mb + kMbTokFull + buf);
-        const int tb = static_cast<int>(c.b), t0 = static_cast<int>(c.t0);
-        for (int i = t; i < 16 * tiles; i += 32) {
-          const int tile = i >> 4, cb = i & 15;
-          // tile order dO, Vn, then dV when wanted, then q, k at the item's first head
-          const int kind = tile < 2 ? tile : (x.want_dw ? tile : tile + 1);  // 0 dO, 1 Vn, 2 dV, 3 q, 4 k
-          const uint32_t dst = (kind < 3 ? b + static_cast<uint32_t>(kind) * kQK : x.sb + (kind == 3 ? oQ : oK)) +
-                               static_cast<uint32_t>(cb) * 1024u;
-          const CUtensorMap* m = kind == 0   ? &x.maps->dout
-                                 : kind == 1 ? &x.maps->v
-                                 : kind == 2 ? &x.maps->dv
-                                 : kind == 3 ? &x.maps->q
-                                             : &x.maps->k;
-          ::strata::cuda::tma::load_box(dst, m, 8 * cb, kind < 3 ? static_cast<int>(hv) : static_cast<int>(h), t0, tb,
-                                        full);
-        }
-      } else {
-        load128<64, kThreads>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv),
-                              p.dout.s[1], c.L);
-        load128<64, kThreads>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1],
-                              c.L);
-        if (x.want_dw)
-          load128<64, kThreads>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv),
-                                p.dv.s[1], c.L);
-        if (s == 0) load_qk(x, t, c, h);
-        if constexpr (kMb) ::strata::cuda::cp_async_mbar_arrive(::strata::cuda::smem_u32(x.mb + kMbTokFull + buf));
-      }
-      if (++s == p.d.G) s = 0, ++k;
-      buf ^= 1;
-      if (buf == 0) ph ^= 1u;
+      const ChunkAt c = x.chunk_of(kt);
+      const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
+      const uint32_t b = x.sb + static_cast<uint32_t>(bt) * kTokB;
+      load128<64, kL2>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1], c.L);
+      load128<64, kL2>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
+      if (x.want_dw)
+        load128<64, kL2>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
+      if (gt == 0) load_qk(x, t, c, h);
+      if (++gt == p.d.G) gt = 0, ++kt;
+      bt ^= 1;
     }
   }
 };
-
-// A reader's place in the S, dS ring (stage) and the token buffers (hb), with the parity of each one's current use
-// (mbarrier form).
-struct ReadCursor {
-  int stage = 0, hb = 0;
-  uint32_t sph = 0, hph = 0;
-  __device__ __forceinline__ void next_step() {
-    if (++stage == kRing) stage = 0, sph ^= 1u;
-  }
-  __device__ __forceinline__ void next_head() {
-    hb ^= 1;
-    if (hb == 0) hph ^= 1u;
-  }
-};
-// mbarrier form, before a step's products: its stage loaded (and, at a value head's first step, the head's token
-// buffer), then this thread's view of those cp.async writes (generic proxy) ordered before its wgmma reads (async
-// proxy).
-__device__ __forceinline__ void wait_step(const Ctx& x, const ReadCursor& rc, bool head_first) {
-  if (head_first) mbar_wait_or_trap(x.mb + kMbTokFull + rc.hb, rc.hph);
-  mbar_wait_or_trap(x.mb + kMbFull + rc.stage, rc.sph);
-  wg::fence_proxy_async();
-}
-// mbarrier form, after a step's reads (the warpgroup's wgmma waited for): one arrival per warp on the stage's
-// "empty" barrier, and at a value head's last step on its token buffer's.
-__device__ __forceinline__ void release_step(const Ctx& x, const ReadCursor& rc, bool head_last, int lane) {
-  __syncwarp();
-  if (lane == 0) {
-    ::strata::cuda::tma::mbar_arrive(x.mb + kMbEmpty + rc.stage);
-    if (head_last) ::strata::cuda::tma::mbar_arrive(x.mb + kMbTokEmpty + rc.hb);
-  }
-}
 
 // The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
-// value head, dq / dk out per item. Block-barrier form (kMb false): every step starts at a barrier of all three
-// groups (the ds group waited for the stage). mbarrier form: the group waits for the stage's mbarrier itself and
-// meets the ds group only at the per-head hand-overs (Ds; row sums), and the dk or dq group at each item's
-// transposes (Qᵀ, Kᵀ: both read both).
-template <int kRole, int kForm>
+// value head, dq / dk out per item.
+template <int kRole>
 __device__ __forceinline__ void run_dqk(const Ctx& x) {
-  constexpr bool kMb = kForm != kFormBar;
   constexpr bool kDq = kRole == kRoleDq;
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
@@ -433,63 +268,44 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
   float acc[64], sum[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = sum[i] = 0.f;
-  ReadCursor rc;  // ring stage of this step, token buffer of this value head
-  // The row factors (written by the ds group at step (g, 1); block-barrier form: visible since the step barriers,
-  // mbarrier form: since the Ds hand-over, so applied after it), and Σ k·dK_int for the dk group.
-  auto scale_rows = [&] {
-    float kdki = 0.f;
-#pragma unroll
-    for (int i = 0; i < 64; ++i) {
-      const int r = wg::acc_row(w, lane, i & 3);
-      acc[i] *= fac[r];
-      if (!kDq) kdki += bf(kt[wg::tile_off<64>(wg::acc_col(lane, i >> 2, i & 3), r)]) * acc[i];
-    }
-    if (!kDq) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) kdki += __shfl_xor_sync(0xffffffffu, kdki, o);
-      if (lane == 0) sRed[4 + w] = kdki;
-    }
-  };
+  int stage = 0, hb = 0;  // ring stage of this step, token buffer of this value head
   for (int64_t k = 0; k < x.mine; ++k) {
     for (int g = 0; g < x.p.d.G; ++g)
 #pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
     for (int q = 0; q < kQ; ++q) {
       const int s = g * kQ + q;
-      if constexpr (!kMb) wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
+      wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
       if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
-        if constexpr (kMb) {
-          mbar_wait_or_trap(x.mb + kMbTokFull + rc.hb, rc.hph);  // (q, k come with the first head's tokens)
-          wg::bar_sync(kBarQk, 2 * 128);  // both groups are done with the previous item's Qᵀ, Kᵀ
-        }
-        transpose_tile<kForm>(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
+        transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
         wg::fence_proxy_async();
-        if constexpr (kMb) {
-          __syncwarp();
-          if (lane == 0) ::strata::cuda::tma::mbar_arrive(x.mb + kMbQkEmpty);  // the q, k buffer is free
-          wg::bar_sync(kBarQk, 2 * 128);  // Qᵀ, Kᵀ visible to both groups
-        } else {
-          wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
-        }
+        wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
       }
-      if constexpr (kMb) wait_step(x, rc, q == 0);
-      const uint32_t st = sb + oRing + static_cast<uint32_t>(rc.stage) * kStage;
+      const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      if (++stage == kRing) stage = 0;
       wg::reg_fence(acc);
       wg::wg_fence();
       // columns 32 q.. of dQh (dO S_qᵀ) or dKh (Vn dS_qᵀ)
-      slice_product<kForm>(acc, q, sb + static_cast<uint32_t>(rc.hb) * kTokB + (kDq ? oTDo : oTVn),
-                           st + (kDq ? oStS : oStDS));
+      slice_product(acc, q, sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), st + (kDq ? oStS : oStDS));
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
-      if constexpr (kMb) release_step(x, rc, q == kQ - 1, lane);
-      rc.next_step();
       if (q != kQ - 1) continue;
-      rc.next_head();  // (the next value head's tokens are in the other buffer)
+      hb ^= 1;  // (the next value head's tokens are in the other buffer)
 
-      // ---- epilogue of value head g ----
-      if constexpr (!kMb) scale_rows();
-      wg::bar_sync(kBarDs, kThr);  // Ds, Dsᵀ (and the row factors) from the ds group
-      if constexpr (kMb) scale_rows();
+      // ---- epilogue of value head g (the row factors were written at step (g, 1), visible since) ----
+      float kdki = 0.f;
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        const int r = wg::acc_row(w, lane, i & 3);
+        acc[i] *= fac[r];
+        if (!kDq) kdki += bf(kt[wg::tile_off<64>(wg::acc_col(lane, i >> 2, i & 3), r)]) * acc[i];
+      }
+      if (!kDq) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) kdki += __shfl_xor_sync(0xffffffffu, kdki, o);
+        if (lane == 0) sRed[4 + w] = kdki;
+      }
+      wg::bar_sync(kBarDs, kThr);  // Ds, Dsᵀ from the ds group
       wg::reg_fence(acc);
       wg::wg_fence();
 #pragma unroll
@@ -532,10 +348,9 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 }
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
-// per value head (Ds out to shared memory, dw, dγ). Synchronisation as run_dqk's.
-template <int kForm>
+// per value head (Ds out to shared memory, dw, dγ).
+template <bool kL2>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
-  constexpr bool kMb = kForm != kFormBar;
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
   const uint32_t sb = x.sb;
@@ -544,20 +359,12 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  // The state and token cursors: two in the block-barrier form (every thread loads both), kFormTma (warp 0
-  // requests the states, all load the tokens) and kFormTmaAll (warp 0 requests both); in kFormMb threads t < 64
-  // load the states, the others the tokens (tl = the index among them), each with one cursor (lt names ls).
-  constexpr bool kSplit = kForm == kFormMb;
-  Loader<kForm> ls, lt_own;
-  Loader<kForm>& lt = kSplit ? ls : lt_own;
-  const bool st_loader = kForm == kFormBar || (kSplit ? t < 64 : t < 32);
-  const bool tok_loader = kForm == kFormTmaAll ? t < 32 : !kSplit || t >= 64;
-  const int tl = kSplit && t >= 64 ? t - 64 : t;
-  if (tok_loader) lt.tokens(x, tl);  // value head 0 (and the first item's q, k) with step 0's rows
+  Loader<kL2> ld;
+  ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
-    if (st_loader) ls.states(x, tl);
-    if constexpr (!kMb) ::strata::cuda::cp_async_commit();
+    ld.states(x, t);
+    ::strata::cuda::cp_async_commit();
   }
   float dw[64], ds[32];
 #pragma unroll
@@ -566,7 +373,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   for (int i = 0; i < 32; ++i) ds[i] = 0.f;
   float sds = 0.f;                        // this thread's share of ⟨S, dS⟩ of the current head
   float2 gam = make_float2(0.f, 0.f);     // γ_t, γ_last of the current head (threads t < 64)
-  ReadCursor rc;  // as in run_dqk
+  int stage = 0, hb = 0;  // as in run_dqk
   for (int64_t k = 0; k < x.mine; ++k) {
     const ChunkAt c = x.chunk_of(k);
     const int64_t h = x.head_of(k);
@@ -575,34 +382,31 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
     for (int q = 0; q < kQ; ++q) {
       const int s = g * kQ + q;
       const int64_t hv = h * p.d.G + g;
-      if constexpr (kMb) {
-        wait_step(x, rc, q == 0);
-      } else {
-        // This step's group is complete (the younger one, step s + 1's, may be in flight; the token group of this
-        // value head is older).
-        ::strata::cuda::cp_async_wait<kRing - 2>();
-        wg::fence_proxy_async();
-        wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
-        if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
-      }
-      const uint32_t st = sb + oRing + static_cast<uint32_t>(rc.stage) * kStage;
+      // This step's group is complete (the younger one, step s + 1's, may be in flight; the token group of this
+      // value head is older).
+      ::strata::cuda::cp_async_wait<kRing - 2>();
+      wg::fence_proxy_async();
+      wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
+      if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
+      const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
+      if (++stage == kRing) stage = 0;
       wg::reg_fence(dw), wg::reg_fence(ds);
       wg::wg_fence();
       {  // Ds: V slices 2 q, 2 q + 1 of dO Vnᵀ; dW: columns 32 q.. (dV S_qᵀ)
-        const uint32_t tb = sb + static_cast<uint32_t>(rc.hb) * kTokB;
+        const uint32_t tb = sb + static_cast<uint32_t>(hb) * kTokB;
 #pragma unroll
         for (int k2 = 0; k2 < 2; ++k2) {
           const int ks = 2 * q + k2;
-          wg::mma_ss<Bf, 64>(ds, tok_desc<kForm>(tb + oTDo, ks), tok_desc<kForm>(tb + oTVn, ks), ks != 0);
+          wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
         }
         // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
-        slice_product<kForm>(dw, q, tb + oTDv, st + oStS);
+        slice_product(dw, q, tb + oTDv, st + oStS);
       }
       wg::wg_commit();
       {  // (the loads are issued while this group's products run)
-        if (st_loader) ls.states(x, tl);                 // step gs + 2's rows, into the stage the previous step used
-        if (q == 0 && tok_loader) lt.tokens(x, tl);  // the next value head, into the previous head's buffer
-        if constexpr (!kMb) ::strata::cuda::cp_async_commit();
+        ld.states(x, t);              // step gs + 2's rows, into the stage the previous step used
+        if (q == 0) ld.tokens(x, t);  // the next value head, into the buffer the previous head used
+        ::strata::cuda::cp_async_commit();
       }
       // While the products run: this head's γ (requested at its first step, stored at the second, so that the
       // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
@@ -633,10 +437,8 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       }
       wg::wg_wait<0>();
       wg::reg_fence(dw), wg::reg_fence(ds);
-      if constexpr (kMb) release_step(x, rc, q == kQ - 1, lane);
-      rc.next_step();
       if (q != kQ - 1) continue;
-      rc.next_head();
+      hb ^= 1;
 
       // ---- epilogue of value head g: Ds (gated, scaled, on and below the diagonal of valid rows) → Ds, Dsᵀ ----
       // (sG of this head was written at step (g, 1) by this group, visible since the barriers after it)
@@ -678,43 +480,27 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
-// kForm: the synchronisation form (kFormBar, kFormMb, kFormTma).
-template <int kForm>
+// kL2: the loads with the L2 prefetch hint .L2::256B (kDqkwgWgmmaL2).
+template <bool kL2>
 __global__ void __launch_bounds__(kThr, 1)
-    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ TileMaps maps) {
-  constexpr bool kMb = kForm != kFormBar;
+    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t mine = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  uint64_t* const mb = reinterpret_cast<uint64_t*>(smem + oMb);
-  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mb, &maps, mine,
+  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mine,
               static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
-  if constexpr (kMb) {
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < kRing; ++i) {
-        ::strata::cuda::mbar_init(mb + kMbFull + i, kForm == kFormMb ? 64 : 1);
-        ::strata::cuda::mbar_init(mb + kMbEmpty + i, kThr / 32);
-      }
-      for (int i = 0; i < 2; ++i) {
-        ::strata::cuda::mbar_init(mb + kMbTokFull + i, kForm == kFormMb ? 64 : kForm == kFormTma ? 128 : 1);
-        ::strata::cuda::mbar_init(mb + kMbTokEmpty + i, kThr / 32);
-      }
-      ::strata::cuda::mbar_init(mb + kMbQkEmpty, 2 * 128 / 32);
-    }
-    __syncthreads();
-  }
   const int role = threadIdx.x >> 7;
   // Registers (2 kRegsDqk + kRegsDs = 3 x 168): the dq and dk groups hold 128 accumulators a thread, the ds group
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kForm>(x);
+    run_ds<kL2>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
-    if (role == kRoleDq) run_dqk<kRoleDq, kForm>(x);
-    else run_dqk<kRoleDk, kForm>(x);
+    if (role == kRoleDq) run_dqk<kRoleDq>(x);
+    else run_dqk<kRoleDk>(x);
   }
 #endif
 }
@@ -755,44 +541,13 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch).
-  const Dims& d = p.d;
-  // The form: kDqkwgWgmmaTma / kDqkwgWgmmaTmaAll where the tensors make tensor maps (h, dh: B and NT folded into
-  // one dimension; else the block-barrier form), kDqkwgWgmmaMbar, else the block-barrier form.
-  // The automatic choice (any mma_variant below kDqkwgWgmma: chunk_bwd_dqkwg_cuda and the implementation list):
-  // kAutoVariant.
-  constexpr int kAutoVariant = kDqkwgWgmma;
-  const int var = p.mma_variant >= kDqkwgWgmma ? p.mma_variant : kAutoVariant;
-  TileMaps maps{};
-  int form = var == kDqkwgWgmmaMbar ? kFormMb : kFormBar;
-  if (var == kDqkwgWgmmaTma || var == kDqkwgWgmmaTmaAll) {
-    namespace tma = ::strata::cuda::tma;
-    auto st = [&](CUtensorMap* m, const View& v) {
-      return (d.B == 1 || v.s[0] == d.NT * v.s[1]) &&
-             tma::encode_rows_map(m, v.p, d.B * d.NT, d.K, d.HV, d.V, v.s[1], v.s[3], v.s[2], 32);
-    };
-    auto tok = [&](CUtensorMap* m, const View& v, int64_t heads, int64_t D) {
-      return tma::encode_rows_map(m, v.p, d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2], 64);
-    };
-    if (st(&maps.h, p.h) && st(&maps.dh, p.dh)) {
-      if (var == kDqkwgWgmmaTma) form = kFormTma;
-      else if (tok(&maps.q, p.q, d.H, d.K) && tok(&maps.k, p.k, d.H, d.K) && tok(&maps.v, p.v, d.HV, d.V) &&
-               tok(&maps.dout, p.dout, d.HV, d.V) &&
-               (!(p.dv.present() && p.dw.present()) || tok(&maps.dv, p.dv, d.HV, d.V)))
-        form = kFormTmaAll;
-    }
-  }
-  using Kern = void (*)(DqkwgParams, const int64_t*, int64_t, TileMaps);
-  static constexpr Kern kKerns[4] = {dqkwg_wgmma_kernel<kFormBar>, dqkwg_wgmma_kernel<kFormMb>,
-                                     dqkwg_wgmma_kernel<kFormTma>, dqkwg_wgmma_kernel<kFormTmaAll>};
-  static const auto regs = [] {
-    std::array<int, 4> r{};
-    for (int f = 0; f < 4; ++f) {
-      cudaFuncAttributes fa{};
-      r[f] = cudaFuncGetAttributes(&fa, kKerns[f]) == cudaSuccess ? fa.numRegs : 0;
-    }
-    return r;
-  }();
-  bool ok = regs[form] == kRegsLaunch;
+  const bool l2 = p.mma_variant == kDqkwgWgmmaL2;
+  auto regs_of = [](auto kern) {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, kern) == cudaSuccess ? fa.numRegs : 0;
+  };
+  static const int regs[2] = {regs_of(dqkwg_wgmma_kernel<false>), regs_of(dqkwg_wgmma_kernel<true>)};
+  bool ok = regs[l2] == kRegsLaunch;
   for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
   for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
   if (!ok) {
@@ -801,18 +556,19 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
     return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);
   }
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  const Dims& d = p.d;
   int64_t* offs = static_cast<int64_t*>(workspace);
   // Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
   const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  const Kern kern = kKerns[form];
+  const auto kern = l2 ? dqkwg_wgmma_kernel<true> : dqkwg_wgmma_kernel<false>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  kern<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps);
+  kern<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
   return cuda::check_launch("chunk_bwd_dqkwg (wgmma)");
 }
 
