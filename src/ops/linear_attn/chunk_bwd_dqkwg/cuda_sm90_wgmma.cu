@@ -201,7 +201,10 @@ struct Ctx {
 // item's chunk L and the first element of its S, dS (value head h G) set once per item), tokens() the dO, Vn, dV
 // of the next value head (item kt, value head gt, buffer bt; with the item's q, k at its first head). Each call
 // site commits one cp.async group per thread (empty past the block's last item). kL2: load128's prefetch hint.
-template <bool kL2>
+// kPf: tokens() also asks L2 for the value head after the one it loads (its dO, Vn, dV rows, its S, dS, and the
+// item's q, k rows at its first head; cp.async.bulk.prefetch.L2, nothing waits for it), so that the cp.async a head
+// later finds them in L2.
+template <bool kL2, bool kPf>
 struct Loader {
   int64_t k = 0;
   int s = 0, stage = 0, L = 0;
@@ -247,6 +250,38 @@ struct Loader {
       if (gt == 0) load_qk(x, t, c, h);
       if (++gt == p.d.G) gt = 0, ++kt;
       bt ^= 1;
+      if constexpr (kPf) prefetch_next(x, t);
+    }
+  }
+  // L2 prefetch of the head the cursor now points at: thread t < 64 its dO and Vn row t, t >= 64 its dV row t - 64
+  // (and q, k rows at an item's first head); t < 64 the 512-byte piece t of S (32 KiB: rows of 256 bytes one after
+  // another), t >= 64 that of dS.
+  __device__ __forceinline__ void prefetch_next(const Ctx& x, int t) const {
+    if (kt >= x.mine) return;
+    const DqkwgParams& p = x.p;
+    const ChunkAt c = x.chunk_of(kt);
+    if (c.L == 0) return;
+    const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
+    const int r = t & 63;
+    auto pf = [](const void* a, uint32_t bytes) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
+    };
+    auto row = [&](const View& v, int64_t head) {
+      pf(static_cast<const uint16_t*>(v.p) + v.off(c.b, c.t0 + r, head), 256u);
+    };
+    if (r < c.L) {
+      if (t < 64) {
+        row(p.dout, hv), row(p.v, hv);
+        if (gt == 0) row(p.q, h);
+      } else {
+        if (x.want_dw) row(p.dv, hv);
+        if (gt == 0) row(p.k, h);
+      }
+    }
+    if (t < 64) {
+      if (p.h.s[3] == 128) pf(static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv, 0) + 256 * r, 512u);
+    } else if (p.dh.s[3] == 128) {
+      pf(static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv, 0) + 256 * r, 512u);
     }
   }
 };
@@ -349,7 +384,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
 // per value head (Ds out to shared memory, dw, dγ).
-template <bool kL2>
+template <bool kL2, bool kPf>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
@@ -359,7 +394,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  Loader<kL2> ld;
+  Loader<kL2, kPf> ld;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
@@ -480,8 +515,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
-// kL2: the loads with the L2 prefetch hint .L2::256B (kDqkwgWgmmaL2).
-template <bool kL2>
+// kL2: the loads with the L2 prefetch hint .L2::256B (kDqkwgWgmmaL2); kPf: L2 prefetch a value head ahead
+// (kDqkwgWgmmaPf).
+template <bool kL2, bool kPf>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -496,7 +532,7 @@ __global__ void __launch_bounds__(kThr, 1)
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kL2>(x);
+    run_ds<kL2, kPf>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
     if (role == kRoleDq) run_dqk<kRoleDq>(x);
@@ -541,13 +577,16 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch).
-  const bool l2 = p.mma_variant == kDqkwgWgmmaL2;
+  const int var = p.mma_variant == kDqkwgWgmmaL2 ? 1 : p.mma_variant == kDqkwgWgmmaPf ? 2 : 0;
   auto regs_of = [](auto kern) {
     cudaFuncAttributes fa{};
     return cudaFuncGetAttributes(&fa, kern) == cudaSuccess ? fa.numRegs : 0;
   };
-  static const int regs[2] = {regs_of(dqkwg_wgmma_kernel<false>), regs_of(dqkwg_wgmma_kernel<true>)};
-  bool ok = regs[l2] == kRegsLaunch;
+  using Kern = void (*)(DqkwgParams, const int64_t*, int64_t);
+  static constexpr Kern kKerns[3] = {dqkwg_wgmma_kernel<false, false>, dqkwg_wgmma_kernel<true, false>,
+                                     dqkwg_wgmma_kernel<false, true>};
+  static const int regs[3] = {regs_of(kKerns[0]), regs_of(kKerns[1]), regs_of(kKerns[2])};
+  bool ok = regs[var] == kRegsLaunch;
   for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
   for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
   if (!ok) {
@@ -562,7 +601,7 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  const auto kern = l2 ? dqkwg_wgmma_kernel<true> : dqkwg_wgmma_kernel<false>;
+  const Kern kern = kKerns[var];
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
