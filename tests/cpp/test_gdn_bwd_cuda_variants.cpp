@@ -480,7 +480,8 @@ std::string fmt_line(const char* f, ...) {
 
 // chunk_bwd_dqkwg alone at the bench shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4, T = 8192 and B = 1,
 // T = 32768): the automatic mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel, and that kernel
-// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost.
+// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost; the same for its
+// forced L2 variants (kDqkwgWgmmaL2: the .L2::256B hint; kDqkwgWgmmaPf: L2 prefetch a value head ahead).
 TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
