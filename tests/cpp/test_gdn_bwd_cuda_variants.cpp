@@ -312,9 +312,6 @@ TEST(GdnBwdCudaVariants, DqkwgWgmmaMatchesMma) {
     }
     // The same bits on a second call (fixed summation order, no atomics).
     EXPECT_TRUE(b == run_dqkwg(in, kDqkwgWgmma)) << "repeat " << shape_str(s);
-    // With the L2 prefetch hint (kDqkwgWgmmaL2): the same loads, so the same bits.
-    EXPECT_TRUE(b == run_dqkwg(in, kDqkwgWgmmaL2)) << "L2 prefetch hint " << shape_str(s);
-    EXPECT_TRUE(b == run_dqkwg(in, kDqkwgWgmmaPf)) << "L2 prefetch a head ahead " << shape_str(s);
   }
 }
 
@@ -480,8 +477,7 @@ std::string fmt_line(const char* f, ...) {
 
 // chunk_bwd_dqkwg alone at the bench shapes (bf16, H = 16, HV = 32, K = V = 128; B = 4, T = 8192 and B = 1,
 // T = 32768): the automatic mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel, and that kernel
-// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost; the same for its
-// forced L2 variants (kDqkwgWgmmaL2: the .L2::256B hint; kDqkwgWgmmaPf: L2 prefetch a value head ahead).
+// without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ sums): what those parts cost.
 TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -512,18 +508,14 @@ TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
       });
     };
     const std::vector<double> ms =
-        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true), call(kDqkwgWgmmaL2),
-                     call(kDqkwgWgmmaL2, true), call(kDqkwgWgmmaPf), call(kDqkwgWgmmaPf, true)},
-                    9);
+        time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true)}, 9);
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * V * 2 + 2.0 * B * NT * HV * K * V * 2 +
                        rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
     report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: two_per_sm %.3f ms, "
-                    "wgmma %.3f ms (%.2f GB moved: %.0f GB/s); wgmma without dv, dw, dg %.3f ms; with the L2 "
-                    "prefetch hint %.3f ms (%.0f GB/s), without dv, dw, dg %.3f ms; L2 prefetch a head ahead %.3f ms "
-                    "(%.0f GB/s), without dv, dw, dg %.3f ms",
+                    "wgmma %.3f ms (%.2f GB moved: %.0f GB/s); wgmma without dv, dw, dg %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], gb, gb / (ms[1] * 1e-3),
-                    ms[2], ms[3], gb / (ms[3] * 1e-3), ms[4], ms[5], gb / (ms[5] * 1e-3), ms[6]));
+                    ms[2]));
   }
 }
 

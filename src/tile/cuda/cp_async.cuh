@@ -31,11 +31,4 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// cp_async16 (shared byte address) with the L2 prefetch hint .L2::256B: the access may bring the whole aligned
-// 256-byte block around src into L2, so that a row read as 16-byte pieces by several warps is fetched once.
-__device__ __forceinline__ void cp_async16_l2_256(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
 }  // namespace strata::cuda

@@ -31,13 +31,11 @@ struct DqkwgParams {
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
   // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
-  // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm), kDqkwgWgmmaL2
-  // (that kernel with the L2 prefetch hint .L2::256B on its loads) or kDqkwgWgmmaPf (that kernel asking L2 for
-  // the inputs of a value head one head before it loads them); the same bits. Tests and timing force them.
+  // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm). Tests and timing
+  // force them.
   int mma_variant = 0;
 };
-inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaL2 = 5, kDqkwgWgmmaPf = 6;
+inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

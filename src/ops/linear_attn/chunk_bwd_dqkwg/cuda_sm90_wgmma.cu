@@ -94,8 +94,8 @@ __device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, 
 // the ds group (t = its thread index): segment q = (t / 8) % 16, rows r0 + 8 it with
 // r0 = t % 8 (tile_off<128>(r0 + 8 it, c) moves by it rows of core matrices: 2048 bytes); the 128 threads read
 // 8 whole rows (2 KiB) per `it`. src points at row 0, column 0, rs is the row stride; rows >= valid are
-// zero-filled (not read). kL2: with the L2 prefetch hint .L2::256B (the whole row into L2 at its first piece).
-template <int kN, bool kL2>
+// zero-filled (not read).
+template <int kN>
 __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src, int64_t rs, int valid) {
   const int q = (t >> 3) & 15, r0 = t & 7;
   const uint32_t d0 = dst + 2u * static_cast<uint32_t>(wg::tile_off<128>(r0, 8 * q));
@@ -104,8 +104,7 @@ __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src
   for (int it = 0; it < kN / 8; ++it) {
     const int r = r0 + 8 * it;
     const bool ok = r < valid;
-    if constexpr (kL2) ::strata::cuda::cp_async16_l2_256(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
-    else ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
+    ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
   }
 }
 // X [64 t][128 x] (tile_off<128>) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
@@ -200,11 +199,7 @@ struct Ctx {
 // The ds group's load cursors: states() requests the S, dS rows of the next step (item k, step s, its stage; the
 // item's chunk L and the first element of its S, dS (value head h G) set once per item), tokens() the dO, Vn, dV
 // of the next value head (item kt, value head gt, buffer bt; with the item's q, k at its first head). Each call
-// site commits one cp.async group per thread (empty past the block's last item). kL2: load128's prefetch hint.
-// kPf: tokens() also asks L2 for the value head after the one it loads (its dO, Vn, dV rows, its S, dS, and the
-// item's q, k rows at its first head; cp.async.bulk.prefetch.L2, nothing waits for it), so that the cp.async a head
-// later finds them in L2.
-template <bool kL2, bool kPf>
+// site commits one cp.async group per thread (empty past the block's last item).
 struct Loader {
   int64_t k = 0;
   int s = 0, stage = 0, L = 0;
@@ -213,8 +208,8 @@ struct Loader {
   int gt = 0, bt = 0;
   __device__ __forceinline__ void load_qk(const Ctx& x, int t, const ChunkAt& c, int64_t h) const {
     const DqkwgParams& p = x.p;
-    load128<64, kL2>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
-    load128<64, kL2>(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
+    load128<64>(t, x.sb + oQ, static_cast<const uint16_t*>(p.q.p) + p.q.off(c.b, c.t0, h), p.q.s[1], c.L);
+    load128<64>(t, x.sb + oK, static_cast<const uint16_t*>(p.k.p) + p.k.off(c.b, c.t0, h), p.k.s[1], c.L);
   }
   // Rows 32 (s % 4).. of S, dS of value head s / 4 into the cursor's stage, then advance.
   __device__ __forceinline__ void states(const Ctx& x, int t) {
@@ -230,8 +225,8 @@ struct Loader {
       const int64_t g = s / kQ, r0 = 32 * (s % kQ);
       const uint32_t st = x.sb + oRing + static_cast<uint32_t>(stage) * kStage;
       const int srows = L > 0 ? 32 : 0;
-      load128<32, kL2>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
-      load128<32, kL2>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
+      load128<32>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
+      load128<32>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
       if (++s == x.steps) s = 0, ++k;
       if (++stage == kRing) stage = 0;
     }
@@ -243,45 +238,13 @@ struct Loader {
       const ChunkAt c = x.chunk_of(kt);
       const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
       const uint32_t b = x.sb + static_cast<uint32_t>(bt) * kTokB;
-      load128<64, kL2>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1], c.L);
-      load128<64, kL2>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
+      load128<64>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1], c.L);
+      load128<64>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
       if (x.want_dw)
-        load128<64, kL2>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
+        load128<64>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
       if (gt == 0) load_qk(x, t, c, h);
       if (++gt == p.d.G) gt = 0, ++kt;
       bt ^= 1;
-      if constexpr (kPf) prefetch_next(x, t);
-    }
-  }
-  // L2 prefetch of the head the cursor now points at: thread t < 64 its dO and Vn row t, t >= 64 its dV row t - 64
-  // (and q, k rows at an item's first head); t < 64 the 512-byte piece t of S (32 KiB: rows of 256 bytes one after
-  // another), t >= 64 that of dS.
-  __device__ __forceinline__ void prefetch_next(const Ctx& x, int t) const {
-    if (kt >= x.mine) return;
-    const DqkwgParams& p = x.p;
-    const ChunkAt c = x.chunk_of(kt);
-    if (c.L == 0) return;
-    const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
-    const int r = t & 63;
-    auto pf = [](const void* a, uint32_t bytes) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
-    };
-    auto row = [&](const View& v, int64_t head) {
-      pf(static_cast<const uint16_t*>(v.p) + v.off(c.b, c.t0 + r, head), 256u);
-    };
-    if (r < c.L) {
-      if (t < 64) {
-        row(p.dout, hv), row(p.v, hv);
-        if (gt == 0) row(p.q, h);
-      } else {
-        if (x.want_dw) row(p.dv, hv);
-        if (gt == 0) row(p.k, h);
-      }
-    }
-    if (t < 64) {
-      if (p.h.s[3] == 128) pf(static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv, 0) + 256 * r, 512u);
-    } else if (p.dh.s[3] == 128) {
-      pf(static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv, 0) + 256 * r, 512u);
     }
   }
 };
@@ -384,7 +347,6 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
 // per value head (Ds out to shared memory, dw, dγ).
-template <bool kL2, bool kPf>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
@@ -394,7 +356,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  Loader<kL2, kPf> ld;
+  Loader ld;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
@@ -515,9 +477,6 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
-// kL2: the loads with the L2 prefetch hint .L2::256B (kDqkwgWgmmaL2); kPf: L2 prefetch a value head ahead
-// (kDqkwgWgmmaPf).
-template <bool kL2, bool kPf>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -532,7 +491,7 @@ __global__ void __launch_bounds__(kThr, 1)
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kL2, kPf>(x);
+    run_ds(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
     if (role == kRoleDq) run_dqk<kRoleDq>(x);
@@ -577,16 +536,11 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch).
-  const int var = p.mma_variant == kDqkwgWgmmaL2 ? 1 : p.mma_variant == kDqkwgWgmmaPf ? 2 : 0;
-  auto regs_of = [](auto kern) {
+  static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, kern) == cudaSuccess ? fa.numRegs : 0;
-  };
-  using Kern = void (*)(DqkwgParams, const int64_t*, int64_t);
-  static constexpr Kern kKerns[3] = {dqkwg_wgmma_kernel<false, false>, dqkwg_wgmma_kernel<true, false>,
-                                     dqkwg_wgmma_kernel<false, true>};
-  static const int regs[3] = {regs_of(kKerns[0]), regs_of(kKerns[1]), regs_of(kKerns[2])};
-  bool ok = regs[var] == kRegsLaunch;
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel) == cudaSuccess ? fa.numRegs : 0;
+  }();
+  bool ok = regs == kRegsLaunch;
   for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
   for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
   if (!ok) {
@@ -601,13 +555,13 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  const Kern kern = kKerns[var];
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  kern<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
+  dqkwg_wgmma_kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
   return cuda::check_launch("chunk_bwd_dqkwg (wgmma)");
 }
 
