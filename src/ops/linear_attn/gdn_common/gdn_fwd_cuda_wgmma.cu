@@ -54,19 +54,32 @@ using wg::stmatrix_x4_trans;
 using wg::ldmatrix_x4_trans;
 using strata::cuda::cp_async16;
 
-// Writes the m64 x kN accumulator d (rows rb.. of the warp: 16 w) rounded to T, transposed, into the K-major
-// tile X [kN][kRowsLd] at byte address x (X's row = d's column, X's column = d's row + row0), by kN / 16
-// stmatrix.x4.trans (layout: wgl::st_trans_off).
-template <class T, int kN, int kRowsLd>
-__device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&d)[kN / 2]) {
+// Writes the m64 x kN accumulator rows of the warp (16 w..) as T pairs pk[half][j] (rows acc_row(.., 2 half),
+// columns acc_col(j) and + 1: pack_state's order), transposed, into the K-major tile X [kN][kRowsLd] at byte address
+// x (X's row = d's column, X's column = d's row + row0), by kN / 16 stmatrix.x4.trans (layout: wgl::st_trans_off).
+template <int kN, int kRowsLd>
+__device__ __forceinline__ void store_trans_pk(uint32_t x, int row0, const uint32_t (&pk)[2][kN / 8]) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int jp = 0; jp < kN / 16; ++jp) {
     const uint32_t a = x + 2u * static_cast<uint32_t>(wgl::st_trans_off<kRowsLd>(lane, row0 + 16 * w, jp));
-    const int j0 = 2 * jp, j1 = 2 * jp + 1;
-    stmatrix_x4_trans(a, mma::pack2<T>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<T>(d[4 * j0 + 2], d[4 * j0 + 3]),
-                      mma::pack2<T>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<T>(d[4 * j1 + 2], d[4 * j1 + 3]));
+    stmatrix_x4_trans(a, pk[0][2 * jp], pk[1][2 * jp], pk[0][2 * jp + 1], pk[1][2 * jp + 1]);
   }
+}
+// The accumulator d (m64 x kN) rounded to T as store_trans_pk's pairs.
+template <class T, int kN>
+__device__ __forceinline__ void pack_acc(const float (&d)[kN / 2], uint32_t (&pk)[2][kN / 8]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) pk[half][j] = mma::pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+}
+// The accumulator d rounded to T, transposed into X (store_trans_pk).
+template <class T, int kN, int kRowsLd>
+__device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&d)[kN / 2]) {
+  uint32_t pk[2][kN / 8];
+  pack_acc<T, kN>(d, pk);
+  store_trans_pk<kN, kRowsLd>(x, row0, pk);
 }
 
 // e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2 (ex2.approx.ftz,
@@ -109,12 +122,7 @@ __device__ __forceinline__ void store_state(const GdnFwdParams& p, int64_t n, in
 template <class T, int kN>
 __device__ __forceinline__ void pack_state(const float (&S)[2][kN / 2], uint32_t (&hpk)[2][2][kN / 8]) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-        hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+  for (int mt = 0; mt < 2; ++mt) pack_acc<T, kN>(S[mt], hpk[mt]);
 }
 // h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_state's pairs.
 template <int kN>
@@ -218,29 +226,35 @@ __device__ __forceinline__ void scale_state(float (&S)[2][kN / 2], float decay) 
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
 }
-// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return), stored to p.v_new when present
-// for rows < L (columns col0 + acc_col).
+// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return; vnp: v_new rounded to T as
+// store_trans_pk's pairs: what Vn and p.v_new hold).
 template <class T, int kN>
-__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], const uint32_t (&up)[2][kN / 8], int L,
-                                           const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
-                                           int64_t col0) {
+__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], const uint32_t (&up)[2][kN / 8],
+                                           uint32_t (&vnp)[2][kN / 8]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const float2 uu = mma::unpack2<T>(up[half][j]);
+      const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
+      vnp[half][j] = mma::pack2<T>(x0, x1);
+      accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;
+    }
+}
+// v_new's rows < L of the chunk at t0 (columns col0 + acc_col) into p.v_new when present, from form_v_new's pairs.
+template <int kN>
+__device__ __forceinline__ void store_v_new_rows(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
+                                                 int64_t col0, int L, const uint32_t (&vnp)[2][kN / 8]) {
+  if (!p.v_new.present()) return;
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
-  const bool vn_out = p.v_new.present();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = wgl::acc_row(w, lane, 2 * half);
-    const bool store = vn_out && i < L;
-    uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
-                                 hv * p.v_new.st[2] + col0
-                           : nullptr;
+    if (i >= L) continue;
+    uint16_t* vrow = static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
+                     hv * p.v_new.st[2] + col0;
 #pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const int cl = wgl::acc_col(lane, j, 0);  // even
-      const float2 uu = mma::unpack2<T>(up[half][j]);
-      const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-      if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
-      accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;
-    }
+    for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(vrow + wgl::acc_col(lane, j, 0)) = vnp[half][j];
   }
 }
 // The Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..) from the stage's [t][key] K tile at
@@ -254,9 +268,10 @@ __device__ __forceinline__ void load_kt(uint32_t (&kf)[2][4][4], uint32_t kst) {
       ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(wgl::ld_trans_off<kKeys>(lane, 16 * kk,
                                                                                                  64 * mt + 16 * w)));
 }
-// S += Kᵀ Vd (S scaled by e^{γ_L} just before: scale_state; Vd the warpgroup's [kN][64] tile at vd), waited for.
+// S += Kᵀ Vd (S scaled by e^{γ_L} just before: scale_state; Vd the warpgroup's [kN][64] tile at vd) issued; waited
+// for by update_wait.
 template <class T, int kN>
-__device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd) {
+__device__ __forceinline__ void update_issue(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd) {
   reg_fence(S[0]), reg_fence(S[1]);
   wg_fence();
 #pragma unroll
@@ -264,6 +279,9 @@ __device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&k
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
   wg_commit();
+}
+template <int kN>
+__device__ __forceinline__ void update_wait(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4]) {
   wg_wait<0>();
   reg_fence(S[0]), reg_fence(S[1]);
   reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
@@ -311,8 +329,10 @@ __device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&k
 //       chunk).
 // So the output's P Vn_c and o stores overlap the state warpgroups' next W S instead of holding (B); it runs at most
 // about one chunk behind (its Q S_{c+1} must finish before S_{c+2}'s copy is written). γ: a ring of 4 chunks.
-// (2) Per state thread, the work that does not need W S_c (the rows' decays e^{γ_L − γ}, the u pairs, and at kN < 64
-// the Kᵀ fragments) is issued while W S_c runs instead of after its wait.
+// (2) Per state thread, the work that does not need W S_c (the rows' decays e^{γ_L − γ}, the u pairs, the Kᵀ
+// fragments where registers allow) is issued while W S_c runs instead of after its wait; (3) where registers allow
+// (not the 128-column fused pass), Vn (with its (N) wait and (V) arrival) and the v_new stores are issued after the
+// S update, while it runs, instead of before it.
 // Each named barrier alternates strictly between its two sides (each side passes a barrier of the other kind in
 // between), so one hardware barrier each suffices.
 // kSW = 1 (kShortOneWg, blocks of 32 or 64 columns): one state warpgroup holds all kBV = kN columns of the block (S
@@ -367,7 +387,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   const uint32_t sb_all = s0 + kStages * kStageB;  // [kBV][128]: rows wg kN.. = warpgroup wg's S copy
   const uint32_t vd_all = sb_all + kSW * kSbB;     // [kBV][64]
   const uint32_t vn_all = vd_all + kSW * kVB;      // [kBV][64] (kOut)
-  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + kSW * kSbB + (kOut ? 2 : 1) * kSW * kVB);  // [4][64]
+  // γ ring [4][64]
+  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + kSW * kSbB + (kOut ? 2 : 1) * kSW * kVB);
 
   const int64_t HV = p.shape.HV, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
@@ -541,12 +562,17 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     if constexpr (!kOut)
       if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
     float glast = 0.f, fd[2];
-    uint32_t up[2][kN / 8], kf[2][4][4];
+    uint32_t up[2][kN / 8], kf[2][4][4], vnp[2][kN / 8];
+    // kShort: the Kᵀ fragments too below 64 columns a warpgroup (at 64 they spilled 108 bytes in the fused pass);
+    // Vn and v_new after the update is issued, except in the 128-column fused pass (v_new's pairs live across the
+    // issue spilled 20 bytes at its 184 registers).
+    constexpr bool kKtEarly = kShort && kN < 64;
+    constexpr bool kVnLate = kShort && !(kOut && kSW == 2 && kN == 64);
     if constexpr (kShort) {  // (2): what does not need W S_c (S *= e^{γ_L} here made ptxas wait for W S: C7517)
       glast = gam[L - 1];
       gate_fd(fd, gam, glast, L);
       load_u<kN, kLdU>(up, Us, cb);
-      if constexpr (kN < 64) load_kt(kf, kst);
+      if constexpr (kKtEarly) load_kt(kf, kst);
     }
     wg_wait<0>();  // W S done
     reg_fence(accW);
@@ -556,23 +582,36 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       gate_fd(fd, gam, glast, L);
       load_u<kN, kLdU>(up, Us, cb);
     }
-    form_v_new<T, kN>(accW, up, L, p, sq, hv, t0, v0 + cb);
-    if constexpr (kOut) {
-      if (kShort && c > 0) bar_sync(kBarN, kThreads);  // (N): the output's P Vn_{c−1} has read Vn
-      store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
+    form_v_new<T, kN>(accW, up, vnp);
+    if constexpr (!kVnLate) {
+      store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
+      if constexpr (kOut) {
+        if (kShort && c > 0) bar_sync(kBarN, kThreads);  // (N): the output's P Vn_{c−1} has read Vn
+        store_trans_pk<kN, kRowsC>(vn, 0, vnp);          // Vn = v_new (T)
+      }
     }
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
     store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
-    // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), at 128 columns loaded once v_new is
-    // out of the registers (S, v_new and the fragments are not live together: 128-column blocks run at <= 184
-    // registers).
-    if (!kShort || kN == 64) load_kt(kf, kst);
+    // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), at 128 columns (split form) loaded
+    // once v_new is out of the registers (S, v_new and the fragments were not live together: <= 184 registers).
+    if constexpr (!kKtEarly) load_kt(kf, kst);
     fence_proxy_async();
-    bar_wg(1 + wg);                                   // this warpgroup's Vd visible to its wgmma
-    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+    bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
+    if constexpr (kOut && !kVnLate) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
     scale_state<kN>(S, gate_exp(glast));
-    update_state<T, kN>(S, kf, vd);  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
+    update_issue<T, kN>(S, kf, vd);  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
+    if constexpr (kVnLate) {  // (3): Vn and v_new leave while the update runs
+      if constexpr (kOut) {
+        if (c > 0) bar_sync(kBarN, kThreads);  // (N): the output's P Vn_{c−1} has read Vn
+        store_trans_pk<kN, kRowsC>(vn, 0, vnp);  // Vn = v_new (T)
+        fence_proxy_async();
+        bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+      }
+      store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
+      __syncwarp();  // the rows' branch converged before wgmma.wait_group (.aligned)
+    }
+    update_wait<kN>(S, kf);
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
@@ -695,8 +734,15 @@ int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
   return launch_split<kBV / 2, 2, kOut, true, false>(p, stream);  // kShort (fwd_h: kShortLateF is kShort: no (F))
 }
 
+// WgmmaPass::kAuto: the form measured fastest at this width (fused and fwd_h).
+WgmmaPass auto_form(int width, bool out) {
+  (void)width, (void)out;
+  return WgmmaPass::kSplit;
+}
+
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
+  if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
   switch (width) {
     case 32: return launch_form<32, kOut>(p, form, stream);
     case 64: return launch_form<64, kOut>(p, form, stream);
@@ -788,7 +834,7 @@ std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
-  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kSplit, stream_ptr);
+  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kAuto, stream_ptr);
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {
