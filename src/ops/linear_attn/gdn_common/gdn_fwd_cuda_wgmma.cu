@@ -50,6 +50,7 @@ using wg::fence_proxy_async;
 using wg::bar_wg;
 using wg::bar_sync;
 using wg::bar_arrive;
+using wg::stmatrix_x4;
 using wg::stmatrix_x4_trans;
 using wg::ldmatrix_x4_trans;
 using strata::cuda::cp_async16;
@@ -173,6 +174,42 @@ __device__ __forceinline__ void store_o_rows(const GdnFwdParams& p, const SeqPos
       *reinterpret_cast<uint32_t*>(orow + wgl::acc_col(lane, j, 0)) =
           mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
   }
+}
+
+// o as store_o_rows, staged (session 11): the warp's 16 rows rounded to T go row-major into its slice of the staging
+// tile at ost ([64][kCols + 8] T: 16-byte padded rows, conflict-free stmatrix and 16-byte reads) by kCols / 16
+// stmatrix.x4, then out by 16-byte stores, whole 32-byte sectors (kCols / 8 lanes a row), where the pairs wrote
+// half sectors (prep_wgmma's staged stores: −0.1 ms, s10run1). o must take 16-byte stores (o16), else pairs.
+template <class T, int kCols>
+__device__ __forceinline__ void store_o_staged(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
+                                               int64_t col0, int L, float scale, const float (&accO)[kCols / 2],
+                                               unsigned char* ost) {
+  constexpr int kLd = kCols + 8, kSeg = kCols / 8, kRowsIt = 32 / kSeg;
+  static_assert(32 % kSeg == 0 && 16 % kRowsIt == 0, "whole rows per warp instruction");
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  uint32_t pk[2][kCols / 8];
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+      pk[half][j] = mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(ost));
+  const int bi = lane >> 3, br = 16 * w + 8 * (bi & 1) + (lane & 7);  // block bi of a group: (half bi % 2, j + bi / 2)
+#pragma unroll
+  for (int jp = 0; jp < kCols / 16; ++jp)
+    stmatrix_x4(s + 2u * static_cast<uint32_t>(br * kLd + 8 * (2 * jp + (bi >> 1))), pk[0][2 * jp], pk[1][2 * jp],
+                pk[0][2 * jp + 1], pk[1][2 * jp + 1]);
+  __syncwarp();
+  const int seg = lane % kSeg;
+#pragma unroll
+  for (int it = 0; it < 16 / kRowsIt; ++it) {
+    const int i = 16 * w + kRowsIt * it + lane / kSeg;
+    const uint4 v = *reinterpret_cast<const uint4*>(ost + 2 * (i * kLd + 8 * seg));
+    if (i < L)
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] +
+                                hv * p.o.st[2] + col0 + 8 * seg) = v;
+  }
+  __syncwarp();  // the reads done before the next chunk's stmatrix
 }
 
 // A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
@@ -345,10 +382,11 @@ constexpr int sp_stage_bytes() {
   return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (kBV + 8) * 2;
 }
 constexpr int kGamRing = 4;  // γ of chunks c & 3 (kShort; the session-9 form uses two of them)
+// (+ kOut: o's staging tile [64][kBV + 8], used by the kShort forms)
 template <int kBV, int kStages, bool kOut>
 constexpr int sp_smem_bytes() {
   return kStages * sp_stage_bytes<kBV, kOut>() + kBV * kKeys * 2 + (kOut ? 2 : 1) * kBV * kRowsC * 2 +
-         kGamRing * kRowsC * 4;
+         kGamRing * kRowsC * 4 + (kOut ? kRowsC * (kBV + 8) * 2 : 0);
 }
 template <int kBV, bool kOut>
 constexpr int sp_stages() {
@@ -401,6 +439,10 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
     if constexpr (kOut && kN == 64 && kSW == 2) wg::setmaxnreg_dec<kOutRegs>();
     const float scale = p.shape.scale;
+    // kShort: o staged for 16-byte stores when o's rows allow them (the block's columns start at multiples of 32).
+    const bool o16 =
+        ((p.o.st[0] | p.o.st[1] | p.o.st[2]) & 7) == 0 && (reinterpret_cast<uintptr_t>(p.o.data) & 15) == 0;
+    unsigned char* ost = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC);
     int st = 0;
     int64_t c = 0;
     for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
@@ -452,7 +494,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       reg_fence(accO);
       reg_fence_u(pa);
       if (kShort && t0 + BT < sq.eos) bar_arrive(kBarN, kThreads);  // (N): Vn may take Vn_{c+1}
-      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      if (kShort && o16) store_o_staged<T, kBV>(p, sq, hv, t0, v0, L, scale, accO, ost);
+      else store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
     }
     return;
   }
@@ -734,10 +777,13 @@ int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
   return launch_split<kBV / 2, 2, kOut, true, false>(p, stream);  // kShort (fwd_h: kShortLateF is kShort: no (F))
 }
 
-// WgmmaPass::kAuto: the form measured fastest at this width (fused and fwd_h).
+// WgmmaPass::kAuto: the form measured fastest at this width. s11run1 (H200, bf16 H = 16 HV = 32 K = V = 128, pass
+// alone): fused B = 4 (128 columns) split 0.601 / kShort 0.624 / kShortLateF 0.687 ms, B = 1 (32 columns) split
+// 1.511 / kShort 1.540 / one state warpgroup 1.589 ms: the split form; fwd_h B = 4 split 0.707 / kShort 0.698 ms,
+// 64 columns 0.924 / 0.901, B = 1 (32 columns) split 1.374 / kShort 1.354 / one state warpgroup 1.280 ms.
 WgmmaPass auto_form(int width, bool out) {
-  (void)width, (void)out;
-  return WgmmaPass::kSplit;
+  if (out) return WgmmaPass::kSplit;
+  return width == 32 ? WgmmaPass::kShortOneWg : WgmmaPass::kShort;
 }
 
 template <bool kOut>
