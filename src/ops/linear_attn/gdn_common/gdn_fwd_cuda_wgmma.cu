@@ -176,24 +176,19 @@ __device__ __forceinline__ void store_o_rows(const GdnFwdParams& p, const SeqPos
   }
 }
 
-// o as store_o_rows, staged (session 11): the warp's 16 rows rounded to T go row-major into its slice of the staging
-// tile at ost ([64][kCols + 8] T: 16-byte padded rows, conflict-free stmatrix and 16-byte reads) by kCols / 16
-// stmatrix.x4, then out by 16-byte stores, whole 32-byte sectors (kCols / 8 lanes a row), where the pairs wrote
-// half sectors (prep_wgmma's staged stores: −0.1 ms, s10run1). o must take 16-byte stores (o16), else pairs.
-template <class T, int kCols>
-__device__ __forceinline__ void store_o_staged(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
-                                               int64_t col0, int L, float scale, const float (&accO)[kCols / 2],
-                                               unsigned char* ost) {
+// Rows < L of a token tensor x [B, T, heads, D] at (sq.b, t0 + row, hv, col0..), from the warp's accumulator rows
+// as T pairs pk (store_trans_pk's order), staged (session 11): the warp's 16 rows go row-major into its slice of the
+// staging tile at stg ([64][kCols + 8] T: 16-byte padded rows, conflict-free stmatrix and 16-byte reads) by kCols / 16
+// stmatrix.x4, then out by 16-byte stores of whole rows, whole 32-byte sectors (kCols / 8 lanes a row), where the
+// pairs wrote half sectors (prep_wgmma's staged stores: −0.1 ms, s10run1). x must take 16-byte stores (rows16).
+template <int kCols>
+__device__ __forceinline__ void store_rows_staged(const GdnTensor& x, const SeqPos& sq, int64_t hv, int64_t t0,
+                                                  int64_t col0, int L, const uint32_t (&pk)[2][kCols / 8],
+                                                  unsigned char* stg) {
   constexpr int kLd = kCols + 8, kSeg = kCols / 8, kRowsIt = 32 / kSeg;
   static_assert(32 % kSeg == 0 && 16 % kRowsIt == 0, "whole rows per warp instruction");
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
-  uint32_t pk[2][kCols / 8];
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j)
-      pk[half][j] = mma::pack2<T>(scale * accO[4 * j + 2 * half], scale * accO[4 * j + 2 * half + 1]);
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(ost));
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(stg));
   const int bi = lane >> 3, br = 16 * w + 8 * (bi & 1) + (lane & 7);  // block bi of a group: (half bi % 2, j + bi / 2)
 #pragma unroll
   for (int jp = 0; jp < kCols / 16; ++jp)
@@ -204,12 +199,16 @@ __device__ __forceinline__ void store_o_staged(const GdnFwdParams& p, const SeqP
 #pragma unroll
   for (int it = 0; it < 16 / kRowsIt; ++it) {
     const int i = 16 * w + kRowsIt * it + lane / kSeg;
-    const uint4 v = *reinterpret_cast<const uint4*>(ost + 2 * (i * kLd + 8 * seg));
+    const uint4 v = *reinterpret_cast<const uint4*>(stg + 2 * (i * kLd + 8 * seg));
     if (i < L)
-      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.o.data) + sq.b * p.o.st[0] + (t0 + i) * p.o.st[1] +
-                                hv * p.o.st[2] + col0 + 8 * seg) = v;
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(x.data) + sq.b * x.st[0] + (t0 + i) * x.st[1] + hv * x.st[2] +
+                                col0 + 8 * seg) = v;
   }
   __syncwarp();  // the reads done before the next chunk's stmatrix
+}
+// A token tensor whose rows take 16-byte stores at column offsets that are multiples of 8.
+__device__ __forceinline__ bool rows16(const GdnTensor& x) {
+  return ((x.st[0] | x.st[1] | x.st[2]) & 7) == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
 }
 
 // A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
@@ -382,11 +381,11 @@ constexpr int sp_stage_bytes() {
   return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (kBV + 8) * 2;
 }
 constexpr int kGamRing = 4;  // γ of chunks c & 3 (kShort; the session-9 form uses two of them)
-// (+ kOut: o's staging tile [64][kBV + 8], used by the kShort forms)
+// (+ the kShort forms' staging tile: o [64][kBV + 8] (kOut) or each state warpgroup's v_new [64][kN + 8] (fwd_h))
 template <int kBV, int kStages, bool kOut>
 constexpr int sp_smem_bytes() {
   return kStages * sp_stage_bytes<kBV, kOut>() + kBV * kKeys * 2 + (kOut ? 2 : 1) * kBV * kRowsC * 2 +
-         kGamRing * kRowsC * 4 + (kOut ? kRowsC * (kBV + 8) * 2 : 0);
+         kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2;
 }
 template <int kBV, bool kOut>
 constexpr int sp_stages() {
@@ -440,8 +439,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     if constexpr (kOut && kN == 64 && kSW == 2) wg::setmaxnreg_dec<kOutRegs>();
     const float scale = p.shape.scale;
     // kShort: o staged for 16-byte stores when o's rows allow them (the block's columns start at multiples of 32).
-    const bool o16 =
-        ((p.o.st[0] | p.o.st[1] | p.o.st[2]) & 7) == 0 && (reinterpret_cast<uintptr_t>(p.o.data) & 15) == 0;
+    const bool o16 = rows16(p.o);
     unsigned char* ost = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC);
     int st = 0;
     int64_t c = 0;
@@ -494,8 +492,15 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       reg_fence(accO);
       reg_fence_u(pa);
       if (kShort && t0 + BT < sq.eos) bar_arrive(kBarN, kThreads);  // (N): Vn may take Vn_{c+1}
-      if (kShort && o16) store_o_staged<T, kBV>(p, sq, hv, t0, v0, L, scale, accO, ost);
-      else store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      if (kShort && o16) {
+        uint32_t pk[2][kBV / 8];
+#pragma unroll
+        for (int x = 0; x < kBV / 2; ++x) accO[x] *= scale;
+        pack_acc<T, kBV>(accO, pk);
+        store_rows_staged<kBV>(p.o, sq, hv, t0, v0, L, pk, ost);
+      } else {
+        store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      }
     }
     return;
   }
@@ -504,6 +509,10 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   if constexpr (kOut && kN == 64 && kSW == 2) wg::setmaxnreg_inc<kStateRegs>();
   const int cb = wg * kN;  // first column (inside the block) of this warpgroup
   const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
+  // fwd_h kShort: v_new staged for 16-byte stores (this warpgroup's slice of the staging tile; the fused pass's
+  // output warpgroup stages o there, so there v_new keeps its pair stores).
+  unsigned char* vst = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC) + wg * kRowsC * (kN + 8) * 2;
+  const bool vn16 = !kOut && p.v_new.present() && rows16(p.v_new);
 
   float S[2][kN / 2];
   load_state<kN>(p, n, hv, v0 + cb, S);
@@ -651,7 +660,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
         fence_proxy_async();
         bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
       }
-      store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
+      if (vn16) store_rows_staged<kN>(p.v_new, sq, hv, t0, v0 + cb, L, vnp, vst);
+      else store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
       __syncwarp();  // the rows' branch converged before wgmma.wait_group (.aligned)
     }
     update_wait<kN>(S, kf);
