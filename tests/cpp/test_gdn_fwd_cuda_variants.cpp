@@ -298,8 +298,8 @@ TEST(GdnFwdCudaVariants, WgmmaLayoutProbe) {
 }
 
 // The forms of the wgmma pass: the warp-specialised split form (session 9) and its shortened-chain forms (session 11:
-// the output warpgroup decoupled by named barriers, (F) at the top of the chunk or once W S is done; one state
-// warpgroup per block at 32 / 64 columns). bits: the split form's bits at every width (else within bf16 tolerance).
+// the output warpgroup decoupled by named barriers, staged o / v_new stores; one state warpgroup per block at 32 / 64
+// columns). bits: the split form's bits at every width (else within bf16 tolerance).
 struct WgmmaForm {
   WgmmaPass pass;
   const char* name;
@@ -307,7 +307,6 @@ struct WgmmaForm {
 };
 constexpr WgmmaForm kWgmmaForms[] = {{WgmmaPass::kSplit, "split", true},
                                      {WgmmaPass::kShort, "short", true},
-                                     {WgmmaPass::kShortLateF, "short_late_f", true},
                                      {WgmmaPass::kShortOneWg, "short_1wg", false}};
 
 // The shapes the wgmma passes take (bf16, K = 128, V % 32 == 0, chunk 64) among shapes(), plus V = 96 (32-column
@@ -700,20 +699,20 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
       });
       EXPECT_GT(split[i], 0.0) << widths[i];
     }
-    double sh[3][4];  // the session-11 forms (kShort, kShortLateF, kShortOneWg), same widths
-    const WgmmaPass sh_form[3] = {WgmmaPass::kShort, WgmmaPass::kShortLateF, WgmmaPass::kShortOneWg};
-    for (int fm = 0; fm < 3; ++fm)
+    double sh[2][4];  // the session-11 forms (kShort, kShortOneWg), same widths
+    const WgmmaPass sh_form[2] = {WgmmaPass::kShort, WgmmaPass::kShortOneWg};
+    for (int fm = 0; fm < 2; ++fm)
       for (int i = 0; i < 4; ++i) {
         sh[fm][i] = time_ms([&] { return fwd_cuda_state_o_wgmma(p, widths[i], sh_form[fm], nullptr); });
         EXPECT_GT(sh[fm][i], 0.0) << widths[i];
       }
     report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (automatic width %d): wgmma "
                     "split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma short %.3f ms (%.3f / %.3f / "
-                    "%.3f ms); wgmma short_late_f %.3f ms (%.3f / %.3f / %.3f ms); wgmma short_1wg %.3f ms (%.3f / "
-                    "%.3f / %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps pre-computed-P %.3f ms",
+                    "%.3f ms); wgmma short_1wg %.3f ms (%.3f / %.3f / %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps "
+                    "pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
                     split[0], split[1], split[2], split[3], sh[0][0], sh[0][1], sh[0][2], sh[0][3], sh[1][0],
-                    sh[1][1], sh[1][2], sh[1][3], sh[2][0], sh[2][1], sh[2][2], sh[2][3], mma16, mma8p));
+                    sh[1][1], sh[1][2], sh[1][3], mma16, mma8p));
     // chunk_gated_delta_rule_fwd_h as the backward runs it: h, v_new, ht.
     GdnFwdParams f = p;
     f.o = GdnTensor{}, f.Pqk = GdnTensor{}, f.v_new = tok(vn.p, dt, T, HV, V);

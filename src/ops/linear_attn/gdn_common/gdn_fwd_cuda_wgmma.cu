@@ -358,8 +358,8 @@ __device__ __forceinline__ void update_wait(float (&S)[2][kN / 2], uint32_t (&kf
 // (1) The output warpgroup no longer meets the state ones at a block barrier: (B) becomes (S), a barrier of the state
 // threads (stage c, γ_c, S_c's copy among them), and four producer / consumer pairs (bar.arrive on one side,
 // bar.sync on the other) with the output warpgroup:
-//   (F) state → output: stage c, γ_c and S_c's copy written (at the top of chunk c, or with kLateF once W S_c is
-//       done, so that Q S_c does not share the tensor cores with W S_c);
+//   (F) state → output: stage c, γ_c and S_c's copy written (at the top of chunk c; arrived once W S_c was done, so
+//       that Q S_c would not share the tensor cores with W S_c, it was 14 % slower: s11run1);
 //   (Q) output → state: Q S_c and Q Kᵀ_c done (S_c's copy and the stage's Q, K tiles may be overwritten);
 //   (V) state → output: Vn_c written;   (N) output → state: P Vn_c done (Vn may be overwritten; not after the last
 //       chunk).
@@ -399,14 +399,13 @@ constexpr int kBarQ = 3, kBarV = 4, kBarF = 5, kBarN = 6, kBarS = 7;
 constexpr int kStateRegs = 184, kOutRegs = 136;
 static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
 
-template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kLateF>
+template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
-  static_assert(!kLateF || (kShort && kOut), "kLateF moves (F), a barrier of kShort with the output warpgroup");
   static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
@@ -580,7 +579,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     cuda::cp_async_wait<kStages - 2>();
     fence_proxy_async();
     if constexpr (kShort) {
-      if constexpr (kOut && !kLateF) bar_arrive(kBarF, kThreads);  // (F): stage c, γ_c, S_c's copy to the output
+      if constexpr (kOut) bar_arrive(kBarF, kThreads);  // (F): stage c, γ_c, S_c's copy to the output
       bar_sync(kOut ? kBarS : 0, kST);  // (S) stage c, γ_c and S_c's copy visible; chunk c − 1 done
     } else {
       bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
@@ -628,7 +627,6 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     }
     wg_wait<0>();  // W S done
     reg_fence(accW);
-    if constexpr (kLateF) bar_arrive(kBarF, kThreads);  // (F) once W S_c no longer needs the tensor cores
     if constexpr (!kShort) {
       glast = gam[L - 1];
       gate_fd(fd, gam, glast, L);
@@ -760,7 +758,7 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort, bool kLateF>
+template <int kN, int kSW, bool kOut, bool kShort>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr int kStages = sp_stages<kSW * kN, kOut>();
   constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut>();
@@ -771,7 +769,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kLateF>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -780,20 +778,18 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
 // A block of kBV columns: two state warpgroups of kBV / 2 columns, or (kShortOneWg, kBV <= 64) one of kBV.
 template <int kBV, bool kOut>
 int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
-  if (form == WgmmaPass::kSplit) return launch_split<kBV / 2, 2, kOut, false, false>(p, stream);
-  if (kOut && form == WgmmaPass::kShortLateF) return launch_split<kBV / 2, 2, kOut, kOut, kOut>(p, stream);
+  if (form == WgmmaPass::kSplit) return launch_split<kBV / 2, 2, kOut, false>(p, stream);
   if constexpr (kBV <= 64)
-    if (form == WgmmaPass::kShortOneWg) return launch_split<kBV, 1, kOut, true, false>(p, stream);
-  return launch_split<kBV / 2, 2, kOut, true, false>(p, stream);  // kShort (fwd_h: kShortLateF is kShort: no (F))
+    if (form == WgmmaPass::kShortOneWg) return launch_split<kBV, 1, kOut, true>(p, stream);
+  return launch_split<kBV / 2, 2, kOut, true>(p, stream);  // kShort
 }
 
-// WgmmaPass::kAuto: the form measured fastest at this width. s11run1 (H200, bf16 H = 16 HV = 32 K = V = 128, pass
-// alone): fused B = 4 (128 columns) split 0.601 / kShort 0.624 / kShortLateF 0.687 ms, B = 1 (32 columns) split
-// 1.511 / kShort 1.540 / one state warpgroup 1.589 ms: the split form; fwd_h B = 4 split 0.707 / kShort 0.698 ms,
-// 64 columns 0.924 / 0.901, B = 1 (32 columns) split 1.374 / kShort 1.354 / one state warpgroup 1.280 ms.
+// WgmmaPass::kAuto: the form measured fastest at this width. s11run2 (H200, bf16 H = 16 HV = 32 K = V = 128, pass
+// alone, median of 7): fused B = 4 (128 columns) split 0.602 / kShort 0.581 ms, B = 1 (32 columns) split 1.514 /
+// kShort 1.463 / one state warpgroup 1.520 ms; fwd_h B = 4 split 0.714 / kShort 0.643 ms, B = 1 (32 columns) split
+// 1.389 / kShort 1.329 / one state warpgroup 1.271 ms.
 WgmmaPass auto_form(int width, bool out) {
-  if (out) return WgmmaPass::kSplit;
-  return width == 32 ? WgmmaPass::kShortOneWg : WgmmaPass::kShort;
+  return !out && width == 32 ? WgmmaPass::kShortOneWg : WgmmaPass::kShort;
 }
 
 template <bool kOut>

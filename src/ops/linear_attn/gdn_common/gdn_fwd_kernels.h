@@ -108,10 +108,10 @@ std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 //     cp.async from the state threads, one block barrier per chunk;
 //   kShort (session 11): kSplit's steps and values with a shorter recurrence chain: the output warpgroup meets the
 //     state ones only at producer / consumer named barriers (its P Vn and o stores overlap the next chunk), and the
-//     state threads' gate factors, S decay and u reads are issued while W S runs; kShortLateF: the output's Q S
-//     starts once W S is done (fwd_h: both are kShort's state steps); kShortOneWg: kShort with one state warpgroup
-//     of all the block's columns at widths 32 and 64 (W read once per chunk, no state-state barrier; 128 as kShort).
-enum class WgmmaPass : int { kAuto = 0, kSplit, kShort, kShortLateF, kShortOneWg };
+//     state threads' gate factors, S decay and u reads are issued while W S runs, o and (fwd_h) v_new are staged
+//     for 16-byte stores; kShortOneWg: kShort with one state warpgroup of all the block's columns at widths 32 and
+//     64 (W read once per chunk, no state-state barrier; 128 as kShort).
+enum class WgmmaPass : int { kAuto = 0, kSplit, kShort, kShortOneWg };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
