@@ -422,8 +422,9 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
         EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
         continue;
       }
-      const std::string what = std::string(form == WgmmaPass::kSplit ? "fwd_h split" : form == WgmmaPass::kShort ? "fwd_h short" : "fwd_h short_1wg") + " width " +
-                               std::to_string(width) + ", shape " + std::to_string(idx);
+      const char* fname = form == WgmmaPass::kSplit ? "fwd_h split" : form == WgmmaPass::kShort ? "fwd_h short"
+                                                                                                : "fwd_h short_1wg";
+      const std::string what = std::string(fname) + " width " + std::to_string(width) + ", shape " + std::to_string(idx);
       std::vector<uint8_t> first;
       for (int run = 0; run < 2; ++run) {
         pr.poison();
@@ -708,8 +709,8 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
       }
     report(fmt_line("[gdn_pass timing] fused pass bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (automatic width %d): wgmma "
                     "split %.3f ms (32 / 64 / 128 columns: %.3f / %.3f / %.3f ms); wgmma short %.3f ms (%.3f / %.3f / "
-                    "%.3f ms); wgmma short_1wg %.3f ms (%.3f / %.3f / %.3f ms); mma.sync 16 warps inline %.3f ms, 8 warps "
-                    "pre-computed-P %.3f ms",
+                    "%.3f ms); wgmma short_1wg %.3f ms (%.3f / %.3f / %.3f ms); mma.sync 16 warps inline %.3f ms, "
+                    "8 warps pre-computed-P %.3f ms",
                     static_cast<long long>(B), static_cast<long long>(T), fwd_cuda_state_o_wgmma_width(p, 132),
                     split[0], split[1], split[2], split[3], sh[0][0], sh[0][1], sh[0][2], sh[0][3], sh[1][0],
                     sh[1][1], sh[1][2], sh[1][3], mma16, mma8p));
