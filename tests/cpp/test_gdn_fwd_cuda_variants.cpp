@@ -422,9 +422,9 @@ TEST(GdnFwdCudaVariants, WgmmaFwdHMatchesMma) {
         EXPECT_NE(fwd_cuda_fwd_h_wgmma(f, width, form, nullptr), STRATA_SUCCESS) << "V " << s.V << " width " << width;
         continue;
       }
-      const char* fname = form == WgmmaPass::kSplit ? "fwd_h split" : form == WgmmaPass::kShort ? "fwd_h short"
+      const char* fn = form == WgmmaPass::kSplit ? "fwd_h split" : form == WgmmaPass::kShort ? "fwd_h short"
                                                                                                 : "fwd_h short_1wg";
-      const std::string what = std::string(fname) + " width " + std::to_string(width) + ", shape " + std::to_string(idx);
+      const std::string what = std::string(fn) + " width " + std::to_string(width) + ", shape " + std::to_string(idx);
       std::vector<uint8_t> first;
       for (int run = 0; run < 2; ++run) {
         pr.poison();
