@@ -1,8 +1,9 @@
 // Host checks of the column-block tiles that the copy engine fills for the TMA-fed wgmma passes (session 10:
-// tile/cuda/wgmma_layout.h cb_off / cb_desc / cb_ld_trans_off, used by gdn_fwd_cuda_wgmma.cu's state_tma_wgmma and
-// bwd_dhu's kDhuWgmmaTma kernel): a box of 8 columns x kRows rows lands as kRows contiguous 16-byte rows; the
-// descriptor addresses the tile by the PTX ISA's canonical K-major no-swizzle layout; ldmatrix.trans of the A
-// fragment of Kᵀ reads the same elements as from a tile_off tile. The kernels need a GPU; these run everywhere.
+// tile/cuda/wgmma_layout.h cb_off / cb_desc / cb_ld_trans_off, used by bwd_dhu's kDhuWgmmaTma kernel and, until
+// session 11, by the GDN forward's state_tma_wgmma): a box of 8 columns x kRows rows lands as kRows contiguous
+// 16-byte rows; the descriptor addresses the tile by the PTX ISA's canonical K-major no-swizzle layout;
+// ldmatrix.trans of the A fragment of Kᵀ reads the same elements as from a tile_off tile. The kernels need a GPU;
+// these run everywhere.
 #include <gtest/gtest.h>
 
 #include <cstdint>

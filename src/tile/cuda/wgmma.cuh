@@ -191,4 +191,13 @@ __device__ __forceinline__ void transpose_tile(int warp, const unsigned char* sr
   }
 }
 
+// ---- session 11 (the GDN forward's state pass): staging an accumulator row-major for 16-byte global stores ----
+// stmatrix.x4 (not transposed): lane 8 i + r addresses row r of 8 x 8 block i; register i holds the lane's pair of
+// block i in the mma accumulator layout (row lane / 4, columns 2 (lane % 4), + 1).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
+               "r"(r3)
+               : "memory");
+}
+
 }  // namespace strata::cuda::wgmma

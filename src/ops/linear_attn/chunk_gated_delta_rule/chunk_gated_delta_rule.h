@@ -119,7 +119,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     the pass with the pre-computed P and the automatic block; not the same bits as the other forms since session 10
 //     (summation order inside the products).
 //   kWgmmaSplit ("cuda.sm90.fused_wgmma_split", session 9): the warp-specialised pass on Hopper warpgroup MMA
-//     (gdn::fwd_cuda_state_o_wgmma, WgmmaPass::kSplit: two warpgroups run the recurrence, a third forms o; P inline;
+//     (gdn::fwd_cuda_state_o_wgmma, WgmmaPass::kAuto: state warpgroups run the recurrence, another forms o; P inline;
 //     bf16, K = 128, V a multiple of 32, chunk 64); not the same bits as the mma.sync forms (other summation order
 //     inside the products). kAuto runs this form wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2:
 //     faster at B = 4 and B = 1). Session 8's serial wgmma forms (kWgmma, kWgmmaPqk, kPrepWgmma) lost to it

@@ -692,7 +692,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
-  if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kSplit, stream));
+  if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kAuto, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));

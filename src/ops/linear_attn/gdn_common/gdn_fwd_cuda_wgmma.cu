@@ -6,8 +6,9 @@
 // S_c [K = 128, cols] in f32 registers:
 //   v_new = u − W S_c,   o = scale (diag(e^γ) Q S_c + (Q Kᵀ ⊙ Γ, lower incl. diagonal) v_new),
 //   S_{c+1} = e^{γ_last} S_c + Kᵀ (v_new ⊙ e^{γ_last − γ}).
-// Two warp-specialised kernels run it (the state warpgroups carry S, an output warpgroup forms o): state_split_wgmma
-// (tiles by cp.async from the math threads, session 9) and state_tma_wgmma (tiles by the copy engine, session 10).
+// A warp-specialised kernel runs it (the state warpgroups carry S, an output warpgroup forms o): state_split_wgmma
+// (tiles by cp.async from the state threads, session 9; its kShort form, session 11, shortens the recurrence chain).
+// Session 10's copy-engine-fed form (state_tma_wgmma) was correct but slower (s10run2) and was removed in session 11.
 // Session 8's serial pass (each warpgroup forming o beside its recurrence, P inline or pre-computed) and session 9's
 // u-in-registers form lost to the split pass at every measured shape (s9run1 / s9run2) and were removed in session 10.
 //
@@ -30,7 +31,6 @@
 #include "tile/cuda/cp_async.cuh"
 #include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/mma.cuh"
-#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 
 namespace strata::linear_attn::gdn {
@@ -50,23 +50,37 @@ using wg::fence_proxy_async;
 using wg::bar_wg;
 using wg::bar_sync;
 using wg::bar_arrive;
+using wg::stmatrix_x4;
 using wg::stmatrix_x4_trans;
 using wg::ldmatrix_x4_trans;
 using strata::cuda::cp_async16;
 
-// Writes the m64 x kN accumulator d (rows rb.. of the warp: 16 w) rounded to T, transposed, into the K-major
-// tile X [kN][kRowsLd] at byte address x (X's row = d's column, X's column = d's row + row0), by kN / 16
-// stmatrix.x4.trans (layout: wgl::st_trans_off).
-template <class T, int kN, int kRowsLd>
-__device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&d)[kN / 2]) {
+// Writes the m64 x kN accumulator rows of the warp (16 w..) as T pairs pk[half][j] (rows acc_row(.., 2 half),
+// columns acc_col(j) and + 1: pack_state's order), transposed, into the K-major tile X [kN][kRowsLd] at byte address
+// x (X's row = d's column, X's column = d's row + row0), by kN / 16 stmatrix.x4.trans (layout: wgl::st_trans_off).
+template <int kN, int kRowsLd>
+__device__ __forceinline__ void store_trans_pk(uint32_t x, int row0, const uint32_t (&pk)[2][kN / 8]) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int jp = 0; jp < kN / 16; ++jp) {
     const uint32_t a = x + 2u * static_cast<uint32_t>(wgl::st_trans_off<kRowsLd>(lane, row0 + 16 * w, jp));
-    const int j0 = 2 * jp, j1 = 2 * jp + 1;
-    stmatrix_x4_trans(a, mma::pack2<T>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<T>(d[4 * j0 + 2], d[4 * j0 + 3]),
-                      mma::pack2<T>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<T>(d[4 * j1 + 2], d[4 * j1 + 3]));
+    stmatrix_x4_trans(a, pk[0][2 * jp], pk[1][2 * jp], pk[0][2 * jp + 1], pk[1][2 * jp + 1]);
   }
+}
+// The accumulator d (m64 x kN) rounded to T as store_trans_pk's pairs.
+template <class T, int kN>
+__device__ __forceinline__ void pack_acc(const float (&d)[kN / 2], uint32_t (&pk)[2][kN / 8]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) pk[half][j] = mma::pack2<T>(d[4 * j + 2 * half], d[4 * j + 2 * half + 1]);
+}
+// The accumulator d rounded to T, transposed into X (store_trans_pk).
+template <class T, int kN, int kRowsLd>
+__device__ __forceinline__ void store_trans(uint32_t x, int row0, const float (&d)[kN / 2]) {
+  uint32_t pk[2][kN / 8];
+  pack_acc<T, kN>(d, pk);
+  store_trans_pk<kN, kRowsLd>(x, row0, pk);
 }
 
 // e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2 (ex2.approx.ftz,
@@ -109,12 +123,7 @@ __device__ __forceinline__ void store_state(const GdnFwdParams& p, int64_t n, in
 template <class T, int kN>
 __device__ __forceinline__ void pack_state(const float (&S)[2][kN / 2], uint32_t (&hpk)[2][2][kN / 8]) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j)
-        hpk[mt][half][j] = mma::pack2<T>(S[mt][4 * j + 2 * half], S[mt][4 * j + 2 * half + 1]);
+  for (int mt = 0; mt < 2; ++mt) pack_acc<T, kN>(S[mt], hpk[mt]);
 }
 // h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_state's pairs.
 template <int kN>
@@ -167,6 +176,41 @@ __device__ __forceinline__ void store_o_rows(const GdnFwdParams& p, const SeqPos
   }
 }
 
+// Rows < L of a token tensor x [B, T, heads, D] at (sq.b, t0 + row, hv, col0..), from the warp's accumulator rows
+// as T pairs pk (store_trans_pk's order), staged (session 11): the warp's 16 rows go row-major into its slice of the
+// staging tile at stg ([64][kCols + 8] T: 16-byte padded rows, conflict-free stmatrix and 16-byte reads) by kCols / 16
+// stmatrix.x4, then out by 16-byte stores of whole rows, whole 32-byte sectors (kCols / 8 lanes a row), where the
+// pairs wrote half sectors (prep_wgmma's staged stores: −0.1 ms, s10run1). x must take 16-byte stores (rows16).
+template <int kCols>
+__device__ __forceinline__ void store_rows_staged(const GdnTensor& x, const SeqPos& sq, int64_t hv, int64_t t0,
+                                                  int64_t col0, int L, const uint32_t (&pk)[2][kCols / 8],
+                                                  unsigned char* stg) {
+  constexpr int kLd = kCols + 8, kSeg = kCols / 8, kRowsIt = 32 / kSeg;
+  static_assert(32 % kSeg == 0 && 16 % kRowsIt == 0, "whole rows per warp instruction");
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(stg));
+  const int bi = lane >> 3, br = 16 * w + 8 * (bi & 1) + (lane & 7);  // block bi of a group: (half bi % 2, j + bi / 2)
+#pragma unroll
+  for (int jp = 0; jp < kCols / 16; ++jp)
+    stmatrix_x4(s + 2u * static_cast<uint32_t>(br * kLd + 8 * (2 * jp + (bi >> 1))), pk[0][2 * jp], pk[1][2 * jp],
+                pk[0][2 * jp + 1], pk[1][2 * jp + 1]);
+  __syncwarp();
+  const int seg = lane % kSeg;
+#pragma unroll
+  for (int it = 0; it < 16 / kRowsIt; ++it) {
+    const int i = 16 * w + kRowsIt * it + lane / kSeg;
+    const uint4 v = *reinterpret_cast<const uint4*>(stg + 2 * (i * kLd + 8 * seg));
+    if (i < L)
+      *reinterpret_cast<uint4*>(static_cast<uint16_t*>(x.data) + sq.b * x.st[0] + (t0 + i) * x.st[1] + hv * x.st[2] +
+                                col0 + 8 * seg) = v;
+  }
+  __syncwarp();  // the reads done before the next chunk's stmatrix
+}
+// A token tensor whose rows take 16-byte stores at column offsets that are multiples of 8.
+__device__ __forceinline__ bool rows16(const GdnTensor& x) {
+  return ((x.st[0] | x.st[1] | x.st[2]) & 7) == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0;
+}
+
 // A token tensor [B, T, heads, D] that the pass copies by 16-byte segments at any (b, t, head): dtype T, unit
 // column stride, outer strides multiples of 8 elements, 16-byte aligned data.
 template <class T>
@@ -187,56 +231,83 @@ constexpr int kRowsC = 64;   // rows of a chunk tile
 constexpr int kKeys = 128;   // K (rows of S, columns of the K / W / Q tiles)
 constexpr int kMaxSmem = 227 * 1024;
 
-// The state warpgroups' steps that the split pass and its copy-engine-fed form share (they differ only in the stage
-// layout: tile_off tiles and a padded row-major U for cp.async, cb_off tiles for the copy engine).
-// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return), stored to p.v_new when present
-// for rows < L (columns col0 + acc_col); u pairs read from the stage's U tile Us at u_off(row, column in the block);
-// fd[half] = e^{γ_L − γ} of the thread's two rows (0 past L).
-template <class T, int kN, class UOff>
-__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], float (&fd)[2], const uint16_t* Us, UOff u_off,
-                                           int cb, const float* gam, float glast, int L, const GdnFwdParams& p,
-                                           const SeqPos& sq, int64_t hv, int64_t t0, int64_t col0) {
+// The state warpgroups' steps of one chunk (row i of the chunk: wgl::acc_row; the U tile: row-major with leading
+// dimension ldu, this warpgroup's columns from cb). Both forms of the split pass run the same steps on the same values
+// (the same bits); the session-11 form only issues the first three while W S runs.
+// fd[half] = e^{γ_L − γ_i} of the thread's two rows (0 past L): the decay of v_new's rows in the S update.
+__device__ __forceinline__ void gate_fd(float (&fd)[2], const float* gam, float glast, int L) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
-  const bool vn_out = p.v_new.present();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = wgl::acc_row(w, lane, 2 * half);
     fd[half] = i < L ? gate_exp(glast - gam[i]) : 0.f;
-    const bool store = vn_out && i < L;
-    uint16_t* vrow = store ? static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
-                                 hv * p.v_new.st[2] + col0
-                           : nullptr;
+  }
+}
+// The u pairs of the thread's accumulator positions (up[half][j]: row acc_row(.., 2 half), columns cb + acc_col(j)).
+template <int kN, int kLdU>
+__device__ __forceinline__ void load_u(uint32_t (&up)[2][kN / 8], const uint16_t* Us, int cb) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+      up[half][j] = *reinterpret_cast<const uint32_t*>(Us + wgl::acc_row(w, lane, 2 * half) * kLdU + cb +
+                                                       wgl::acc_col(lane, j, 0));
+}
+// S *= e^{γ_L} (the first term of S_{c+1}).
+template <int kN>
+__device__ __forceinline__ void scale_state(float (&S)[2][kN / 2], float decay) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+}
+// v_new = u − W S for this thread's rows (accW holds W S on entry, v_new on return; vnp: v_new rounded to T as
+// store_trans_pk's pairs: what Vn and p.v_new hold).
+template <class T, int kN>
+__device__ __forceinline__ void form_v_new(float (&accW)[kN / 2], const uint32_t (&up)[2][kN / 8],
+                                           uint32_t (&vnp)[2][kN / 8]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {
-      const int cl = wgl::acc_col(lane, j, 0);  // even
-      const float2 uu = mma::unpack2<T>(*reinterpret_cast<const uint32_t*>(Us + u_off(i, cb + cl)));
+      const float2 uu = mma::unpack2<T>(up[half][j]);
       const float x0 = uu.x - accW[4 * j + 2 * half], x1 = uu.y - accW[4 * j + 2 * half + 1];
-      if (store) *reinterpret_cast<uint32_t*>(vrow + cl) = mma::pack2<T>(x0, x1);
+      vnp[half][j] = mma::pack2<T>(x0, x1);
       accW[4 * j + 2 * half] = x0, accW[4 * j + 2 * half + 1] = x1;
     }
+}
+// v_new's rows < L of the chunk at t0 (columns col0 + acc_col) into p.v_new when present, from form_v_new's pairs.
+template <int kN>
+__device__ __forceinline__ void store_v_new_rows(const GdnFwdParams& p, const SeqPos& sq, int64_t hv, int64_t t0,
+                                                 int64_t col0, int L, const uint32_t (&vnp)[2][kN / 8]) {
+  if (!p.v_new.present()) return;
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = wgl::acc_row(w, lane, 2 * half);
+    if (i >= L) continue;
+    uint16_t* vrow = static_cast<uint16_t*>(p.v_new.data) + sq.b * p.v_new.st[0] + (t0 + i) * p.v_new.st[1] +
+                     hv * p.v_new.st[2] + col0;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(vrow + wgl::acc_col(lane, j, 0)) = vnp[half][j];
   }
 }
 // The Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..) from the stage's [t][key] K tile at
-// kst (kCb: a cb_off<64> tile, else tile_off<128>).
-template <bool kCb>
+// kst (tile_off<128>).
 __device__ __forceinline__ void load_kt(uint32_t (&kf)[2][4][4], uint32_t kst) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const int off = kCb ? wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)
-                          : wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
-      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(off));
-    }
+    for (int kk = 0; kk < 4; ++kk)
+      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(wgl::ld_trans_off<kKeys>(lane, 16 * kk,
+                                                                                                 64 * mt + 16 * w)));
 }
-// S_{c+1} = e^{γ_L} S_c + Kᵀ Vd (decay = e^{γ_L}; Vd the warpgroup's [kN][64] tile at vd), waited for.
+// S += Kᵀ Vd (S scaled by e^{γ_L} just before: scale_state; Vd the warpgroup's [kN][64] tile at vd) issued; waited
+// for by update_wait.
 template <class T, int kN>
-__device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd, float decay) {
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) S[mt][x] *= decay;
+__device__ __forceinline__ void update_issue(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4], uint32_t vd) {
   reg_fence(S[0]), reg_fence(S[1]);
   wg_fence();
 #pragma unroll
@@ -244,6 +315,9 @@ __device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&k
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) mma_rs<T, kN>(S[mt], kf[mt][kk], wgl::tile_desc<kRowsC>(vd, kk), 1);
   wg_commit();
+}
+template <int kN>
+__device__ __forceinline__ void update_wait(float (&S)[2][kN / 2], uint32_t (&kf)[2][4][4]) {
   wg_wait<0>();
   reg_fence(S[0]), reg_fence(S[1]);
   reg_fence_u(kf);  // the register A operands stay live (unchanged) until their group completed
@@ -279,48 +353,78 @@ __device__ __forceinline__ void update_state(float (&S)[2][kN / 2], uint32_t (&k
 //   kN = 32: kOut 3 stages 203.5 KB, fwd_h 3 stages 147.5 KB; kN = 16: 175.5 / 123.5 KB.
 // Registers: a state thread holds S (kN f32), W S / v_new (kN / 2), the Kᵀ fragments (32); an output thread O (kN),
 // Q Kᵀ (32) and P's bf16 A fragments (16). kOut has 384 threads (<= 168 registers each), fwd_h 256.
-template <int kN, bool kOut>
+//
+// kShort (session 11): the same steps on the same values (the same bits), with the recurrence's chain shortened.
+// (1) The output warpgroup no longer meets the state ones at a block barrier: (B) becomes (S), a barrier of the state
+// threads (stage c, γ_c, S_c's copy among them), and four producer / consumer pairs (bar.arrive on one side,
+// bar.sync on the other) with the output warpgroup:
+//   (F) state → output: stage c, γ_c and S_c's copy written (at the top of chunk c; arrived once W S_c was done, so
+//       that Q S_c would not share the tensor cores with W S_c, it was 14 % slower: s11run1);
+//   (Q) output → state: Q S_c and Q Kᵀ_c done (S_c's copy and the stage's Q, K tiles may be overwritten);
+//   (V) state → output: Vn_c written;   (N) output → state: P Vn_c done (Vn may be overwritten; not after the last
+//       chunk).
+// So the output's P Vn_c and o stores overlap the state warpgroups' next W S instead of holding (B); it runs at most
+// about one chunk behind (its Q S_{c+1} must finish before S_{c+2}'s copy is written). γ: a ring of 4 chunks.
+// (2) Per state thread, the work that does not need W S_c (the rows' decays e^{γ_L − γ}, the u pairs, the Kᵀ
+// fragments where registers allow) is issued while W S_c runs instead of after its wait; (3) where registers allow
+// (not the 128-column fused pass), Vn (with its (N) wait and (V) arrival) and the v_new stores are issued after the
+// S update, while it runs, instead of before it.
+// Each named barrier alternates strictly between its two sides (each side passes a barrier of the other kind in
+// between), so one hardware barrier each suffices.
+// kSW = 1 (kShortOneWg, blocks of 32 or 64 columns): one state warpgroup holds all kBV = kN columns of the block (S
+// 2 x kN / 2 f32 a thread), so W is read once per chunk by one N = kN wgmma chain instead of by two warpgroups of
+// kN / 2 columns (at 32 columns W S was 8 m64n16k16 per warpgroup: the 2 KB W slice of a K step dominates its
+// shared-memory reads), and (S) is a barrier of 128 threads. Not the same summation grouping as kSW = 2 in general
+// (other N per wgmma), so it is compared with the split form within bf16 tolerance, not by bits.
+template <int kBV, bool kOut>
 constexpr int sp_stage_bytes() {
-  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (2 * kN + 8) * 2;
+  return (kOut ? 3 : 2) * kRowsC * kKeys * 2 + kRowsC * (kBV + 8) * 2;
 }
-template <int kN, int kStages, bool kOut>
+constexpr int kGamRing = 4;  // γ of chunks c & 3 (kShort; the session-9 form uses two of them)
+// (+ the kShort forms' staging tile: o [64][kBV + 8] (kOut) or each state warpgroup's v_new [64][kN + 8] (fwd_h))
+template <int kBV, int kStages, bool kOut>
 constexpr int sp_smem_bytes() {
-  return kStages * sp_stage_bytes<kN, kOut>() + 2 * kN * kKeys * 2 + (kOut ? 2 : 1) * 2 * kN * kRowsC * 2 +
-         2 * kRowsC * 4;
+  return kStages * sp_stage_bytes<kBV, kOut>() + kBV * kKeys * 2 + (kOut ? 2 : 1) * kBV * kRowsC * 2 +
+         kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2;
 }
-template <int kN, bool kOut>
+template <int kBV, bool kOut>
 constexpr int sp_stages() {
-  return sp_smem_bytes<kN, 3, kOut>() <= kMaxSmem ? 3 : 2;
+  return sp_smem_bytes<kBV, 3, kOut>() <= kMaxSmem ? 3 : 2;
 }
-constexpr int sp_threads(bool out) { return out ? 3 * 128 : 2 * 128; }
-constexpr int kBarQ = 3, kBarV = 4;  // named barriers ((B) is 0; 1, 2 are the state warpgroups' own)
+constexpr int sp_threads(int sw, bool out) { return (sw + (out ? 1 : 0)) * 128; }
+// Named barriers ((B) is 0; 1, 2 are the state warpgroups' own; kShort: (F), (N), (S)).
+constexpr int kBarQ = 3, kBarV = 4, kBarF = 5, kBarN = 6, kBarS = 7;
 // kOut at 128 columns: 168 registers a thread at launch (384 threads); the state warpgroups (S 64, v_new 32, Kᵀ
 // fragments 32) take 184, the output one (O 64, Q Kᵀ 32, P 16) 136: 2 x 184 + 136 = 3 x 168.
 constexpr int kStateRegs = 184, kOutRegs = 136;
 static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
 
-template <class T, int kN, int kStages, bool kOut>
-__global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
+template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort>
+__global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
-  constexpr int kThreads = sp_threads(kOut);
-  constexpr int kBV = 2 * kN;                 // columns of S per block
+  static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
+  constexpr int kThreads = sp_threads(kSW, kOut);
+  constexpr int kST = kSW * 128;              // state threads
+  constexpr int kBV = kSW * kN;               // columns of S per block
   constexpr int kTileB = kRowsC * kKeys * 2;  // bytes of a K / W / Q tile
   constexpr int kLdU = kBV + 8;               // U's leading dim (elements): conflict-free pair reads
   constexpr int kUOff = (kOut ? 3 : 2) * kTileB;
-  constexpr int kStageB = sp_stage_bytes<kN, kOut>();
+  constexpr int kStageB = sp_stage_bytes<kBV, kOut>();
   constexpr int kSbB = kN * kKeys * 2;  // a state warpgroup's S copy
   constexpr int kVB = kN * kRowsC * 2;  // a state warpgroup's Vd (and Vn)
+  constexpr int kGm = kShort ? kGamRing - 1 : 1;  // γ slot of chunk c: c & kGm
   static_assert(kTileB % 128 == 0 && kStageB % 16 == 0 && kSbB % 128 == 0 && kVB % 128 == 0, "aligned regions");
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t sb_all = s0 + kStages * kStageB;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
-  const uint32_t vd_all = sb_all + 2 * kSbB;       // [2 kN][64]
-  const uint32_t vn_all = vd_all + 2 * kVB;        // [2 kN][64] (kOut)
-  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + 2 * kSbB + (kOut ? 4 : 2) * kVB);  // [2][64]
+  const uint32_t sb_all = s0 + kStages * kStageB;  // [kBV][128]: rows wg kN.. = warpgroup wg's S copy
+  const uint32_t vd_all = sb_all + kSW * kSbB;     // [kBV][64]
+  const uint32_t vn_all = vd_all + kSW * kVB;      // [kBV][64] (kOut)
+  // γ ring [4][64]
+  float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + kSW * kSbB + (kOut ? 2 : 1) * kSW * kVB);
 
   const int64_t HV = p.shape.HV, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
@@ -329,18 +433,21 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
   const SeqPos sq = locate_sequence(p.chunks, n);
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
 
-  if (kOut && wg == 2) {
+  if (kOut && wg == kSW) {
     // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
-    if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
+    if constexpr (kOut && kN == 64 && kSW == 2) wg::setmaxnreg_dec<kOutRegs>();
     const float scale = p.shape.scale;
+    // kShort: o staged for 16-byte stores when o's rows allow them (the block's columns start at multiples of 32).
+    const bool o16 = rows16(p.o);
+    unsigned char* ost = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC);
     int st = 0;
     int64_t c = 0;
     for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
       const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-      bar_sync(0, kThreads);  // (B)
-      const float* gam = gam2 + (c & 1) * kRowsC;
+      bar_sync(kShort ? kBarF : 0, kThreads);  // (F) / (B)
+      const float* gam = gam2 + (c & kGm) * kRowsC;
       const uint32_t kst = s0 + st * kStageB, qst = kst + 2 * kTileB;
-      float accO[kN], accP[32];
+      float accO[kBV / 2], accP[32];
       reg_fence(accO), reg_fence(accP);
       wg_fence();
 #pragma unroll
@@ -357,13 +464,21 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
         const int i = wgl::acc_row(w, lane, 2 * half);
         eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
       }
-      wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
-      reg_fence(accO);
-      bar_arrive(kBarQ, kThreads);
+      if constexpr (kShort) {
+        wg_wait<0>();  // Q S_c and Q Kᵀ_c done: S_c's copy and the stage's Q, K tiles are free
+        reg_fence(accO), reg_fence(accP);
+        bar_arrive(kBarQ, kThreads);
+      } else {
+        wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
+        reg_fence(accO);
+        bar_arrive(kBarQ, kThreads);
+      }
 #pragma unroll
-      for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
-      wg_wait<0>();
-      reg_fence(accP);
+      for (int x = 0; x < kBV / 2; ++x) accO[x] *= eo[(x >> 1) & 1];
+      if constexpr (!kShort) {
+        wg_wait<0>();
+        reg_fence(accP);
+      }
       uint32_t pa[4][4];
       gate_p<T>(accP, pa, gam, L);
       bar_sync(kBarV, kThreads);  // Vn_c of both state warpgroups written and fenced
@@ -375,23 +490,36 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
       wg_wait<0>();
       reg_fence(accO);
       reg_fence_u(pa);
-      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      if (kShort && t0 + BT < sq.eos) bar_arrive(kBarN, kThreads);  // (N): Vn may take Vn_{c+1}
+      if (kShort && o16) {
+        uint32_t pk[2][kBV / 8];
+#pragma unroll
+        for (int x = 0; x < kBV / 2; ++x) accO[x] *= scale;
+        pack_acc<T, kBV>(accO, pk);
+        store_rows_staged<kBV>(p.o, sq, hv, t0, v0, L, pk, ost);
+      } else {
+        store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
+      }
     }
     return;
   }
 
-  // ------------------------------------------------ state warpgroups (wg = 0, 1): the recurrence of kN columns
-  if constexpr (kOut && kN == 64) wg::setmaxnreg_inc<kStateRegs>();
+  // ------------------------------------------------ state warpgroups (wg < kSW): the recurrence of kN columns
+  if constexpr (kOut && kN == 64 && kSW == 2) wg::setmaxnreg_inc<kStateRegs>();
   const int cb = wg * kN;  // first column (inside the block) of this warpgroup
   const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
+  // fwd_h kShort: v_new staged for 16-byte stores (this warpgroup's slice of the staging tile; the fused pass's
+  // output warpgroup stages o there, so there v_new keeps its pair stores).
+  unsigned char* vst = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC) + wg * kRowsC * (kN + 8) * 2;
+  const bool vn16 = !kOut && p.v_new.present() && rows16(p.v_new);
 
   float S[2][kN / 2];
   load_state<kN>(p, n, hv, v0 + cb, S);
 
-  // Requests chunk [t, t + BT) into stage st (one cp.async group of the 256 state threads; an empty one past the
-  // sequence, so that the group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 16 rows a pass, 4
-  // passes; U kBV / 8 segments a row. Rows >= Lr are zero-filled (nothing read). r0 + 16 it keeps r0 % 8, so
-  // tile_off moves by whole rows of core matrices.
+  // Requests chunk [t, t + BT) into stage st (one cp.async group of the kST state threads; an empty one past the
+  // sequence, so that the group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 8 kSW rows a pass,
+  // 4 (kSW = 2) or 8 passes; U kBV / 8 segments a row. Rows >= Lr are zero-filled (nothing read). r0 + 8 kSW it
+  // keeps r0 % 8, so tile_off moves by whole rows of core matrices.
   auto request = [&](int64_t t, int st) {
     if (t < sq.eos) {
       const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
@@ -408,15 +536,15 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
 #pragma unroll
         for (int m = 0; m < (kOut ? 3 : 2); ++m)
 #pragma unroll
-          for (int it = 0; it < kRowsC / 16; ++it) {
-            const int r = r0 + 16 * it;
+          for (int it = 0; it < kRowsC / (8 * kSW); ++it) {
+            const int r = r0 + 8 * kSW * it;
             const bool ok = r < Lr;
-            cp_async16(d0 + m * kTileB + it * (2 * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
+            cp_async16(d0 + m * kTileB + it * (kSW * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
           }
       }
       {
-        constexpr int kSegU = kBV / 8, kStepU = 256 / kSegU;
-        static_assert(256 % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
+        constexpr int kSegU = kBV / 8, kStepU = kST / kSegU;
+        static_assert(kST % kSegU == 0 && kRowsC % kStepU == 0, "whole passes over U");
         const int q = tid % kSegU, r0 = tid / kSegU;
         const uint16_t* src =
             static_cast<const uint16_t*>(p.u.data) + (sq.b * p.u.st[0] + t * p.u.st[1] + hv * p.u.st[2]) + v0 + 8 * q;
@@ -450,8 +578,13 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
     cuda::cp_async_wait<kStages - 2>();
     fence_proxy_async();
-    bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
-    const float* gam = gam2 + (c & 1) * kRowsC;
+    if constexpr (kShort) {
+      if constexpr (kOut) bar_arrive(kBarF, kThreads);  // (F): stage c, γ_c, S_c's copy to the output
+      bar_sync(kOut ? kBarS : 0, kST);  // (S) stage c, γ_c and S_c's copy visible; chunk c − 1 done
+    } else {
+      bar_sync(0, kThreads);  // (B) stage st, this chunk's γ and S_c's copy visible; chunk c − 1 done
+    }
+    const float* gam = gam2 + (c & kGm) * kRowsC;
     const uint32_t kst = s0 + st * kStageB, wst = kst + kTileB;
     const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * kStageB + kUOff);
 
@@ -469,283 +602,72 @@ __global__ void __launch_bounds__(sp_threads(kOut), 1) state_split_wgmma(const G
     for (int ks = 0; ks < kKeys / 16; ++ks)
       mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
     wg_commit();
-    // While it runs: the next loads (into the stage of chunk c − 1, whose readers all passed (B)), γ of chunk
-    // c + 1, and (fwd_h) h_c.
+    // While it runs: the next loads (into the stage of chunk c − 1, whose readers all passed (B) / (S) and (Q)), γ of
+    // chunk c + 1, and (fwd_h) h_c.
     request(t0 + (kStages - 1) * BT, st == 0 ? kStages - 1 : st - 1);
     if (tid < kRowsC) {
-      gam2[((c + 1) & 1) * kRowsC + tid] = g_next;
+      gam2[((c + 1) & kGm) * kRowsC + tid] = g_next;
       g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
     }
     __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
     if constexpr (!kOut)
       if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
+    float glast = 0.f, fd[2];
+    uint32_t up[2][kN / 8], kf[2][4][4], vnp[2][kN / 8];
+    // kShort: the Kᵀ fragments too below 64 columns a warpgroup (at 64 they spilled 108 bytes in the fused pass);
+    // Vn and v_new after the update is issued, except in the 128-column fused pass (v_new's pairs live across the
+    // issue spilled 20 bytes at its 184 registers).
+    constexpr bool kKtEarly = kShort && kN < 64;
+    constexpr bool kVnLate = kShort && !(kOut && kSW == 2 && kN == 64);
+    if constexpr (kShort) {  // (2): what does not need W S_c (S *= e^{γ_L} here made ptxas wait for W S: C7517)
+      glast = gam[L - 1];
+      gate_fd(fd, gam, glast, L);
+      load_u<kN, kLdU>(up, Us, cb);
+      if constexpr (kKtEarly) load_kt(kf, kst);
+    }
     wg_wait<0>();  // W S done
     reg_fence(accW);
-    const float glast = gam[L - 1];
-    float fd[2];
-    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return r * kLdU + col; }, cb, gam, glast, L, p, sq, hv, t0,
-                      v0 + cb);
-    if constexpr (kOut) store_trans<T, kN, kRowsC>(vn, 0, accW);  // Vn = v_new (T)
+    if constexpr (!kShort) {
+      glast = gam[L - 1];
+      gate_fd(fd, gam, glast, L);
+      load_u<kN, kLdU>(up, Us, cb);
+    }
+    form_v_new<T, kN>(accW, up, vnp);
+    if constexpr (!kVnLate) {
+      store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
+      if constexpr (kOut) {
+        if (kShort && c > 0) bar_sync(kBarN, kThreads);  // (N): the output's P Vn_{c−1} has read Vn
+        store_trans_pk<kN, kRowsC>(vn, 0, vnp);          // Vn = v_new (T)
+      }
+    }
 #pragma unroll
     for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
     store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
-    // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), loaded once v_new is out of the
-    // registers (S, v_new and the fragments are not live together: 128-column blocks run at <= 184 registers).
-    uint32_t kf[2][4][4];
-    load_kt<false>(kf, kst);
+    // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), at 128 columns (split form) loaded
+    // once v_new is out of the registers (S, v_new and the fragments were not live together: <= 184 registers).
+    if constexpr (!kKtEarly) load_kt(kf, kst);
     fence_proxy_async();
-    bar_wg(1 + wg);                                   // this warpgroup's Vd visible to its wgmma
-    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
-    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
+    bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
+    if constexpr (kOut && !kVnLate) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+    scale_state<kN>(S, gate_exp(glast));
+    update_issue<T, kN>(S, kf, vd);  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
+    if constexpr (kVnLate) {  // (3): Vn and v_new leave while the update runs
+      if constexpr (kOut) {
+        if (c > 0) bar_sync(kBarN, kThreads);  // (N): the output's P Vn_{c−1} has read Vn
+        store_trans_pk<kN, kRowsC>(vn, 0, vnp);  // Vn = v_new (T)
+        fence_proxy_async();
+        bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
+      }
+      if (vn16) store_rows_staged<kN>(p.v_new, sq, hv, t0, v0 + cb, L, vnp, vst);
+      else store_v_new_rows<kN>(p, sq, hv, t0, v0 + cb, L, vnp);
+      __syncwarp();  // the rows' branch converged before wgmma.wait_group (.aligned)
+    }
+    update_wait<kN>(S, kf);
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
-  if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
-#endif
-}
-
-// ---------------------------------------------------------------- the TMA-fed split pass (session 10)
-// state_tma_wgmma<T, kN, kOut>: state_split_wgmma's warpgroups, products, rounding and synchronisation (the same bits
-// on every valid output element), with the chunk tiles brought in by the copy engine instead of 16-byte cp.async by
-// every state thread (ncu of state_split_wgmma, s9run2: ~800 instructions a warp and chunk step, long-scoreboard and
-// barrier stalls first): K, W (, Q) [64][128] and U [64][2 kN] are cb_off<64> tiles (tma_tile.cuh: one box per
-// 8-column block, 48–52 boxes a chunk at 32 columns), completing on the stage's mbarrier "full" together with the
-// stage's γ [64] (written by the producer lanes, which arrive on "full" after writing it). kStages chunks are in
-// flight: after the block barrier (B) of chunk c every warp is done with chunk c − 1, and warp 0 refills that stage
-// with chunk c − 1 + kStages while W S_c runs.
-// Session 10's first version also dropped (B) in the fused form (named barrier "S_c's copy written", the output
-// warpgroup as producer, an mbarrier for Vn): it hung on the GPU (s10run1; the fwd_h form, which kept (B), passed),
-// so this one keeps state_split_wgmma's barriers (B), (Q), (V).
-// Rows past the sequence: rows past T are zero-filled by the copy engine; in a pack, the rows of the next sequence
-// arrive (finite token data) where state_split_wgmma zero-fills. They only meet exact zeros: v_new of rows >= L is
-// not stored, its Vd rows are scaled by e^{...} selected as 0, P's columns >= L are selected as 0, o rows >= L are
-// not stored; so valid outputs keep their values (an exact zero's sign aside).
-template <int kN, bool kOut>
-struct TmaLayout {
-  static constexpr int kTile = kRowsC * kKeys * 2;  // K / W / Q: cb_off<64> [16 blocks][64][8]
-  static constexpr int kU = kRowsC * 2 * kN * 2;     // U: cb_off<64> [2 kN / 8 blocks][64][8]
-  static constexpr int kUOff = (kOut ? 3 : 2) * kTile;
-  static constexpr int kGOff = kUOff + kU;  // γ [64] f32
-  static constexpr int kTx = kGOff;         // copy-engine bytes a stage
-  static constexpr int kStage = kGOff + kRowsC * 4;
-  static constexpr int kSb = kN * kKeys * 2, kV = kN * kRowsC * 2;
-  // After the stages: S copies [2 kN][128], Vd [2 kN][64], (kOut) Vn [2 kN][64], the mbarriers.
-  static constexpr int kFixed = 2 * kSb + 2 * kV + (kOut ? 2 * kV : 0) + 64;
-  static constexpr int stages() {
-    int s = 4;
-    while (s > 2 && s * kStage + kFixed > kMaxSmem) --s;
-    return s;
-  }
-  static constexpr int kStages = stages();
-  static constexpr int kBytes = kStages * kStage + kFixed;
-  static_assert(kStage % 128 == 0 && kBytes <= kMaxSmem, "128-byte aligned stages within sm_90's shared memory");
-};
-
-// mbar_wait with a bound: a stage whose copies have not landed after ~2^32 cycles (~2 s) traps, so that a fault of
-// the copy engine fails the launch instead of hanging the process (session 10's first fused version hung on the
-// GPU without a diagnosis).
-__device__ __forceinline__ void wait_stage(uint64_t* bar, uint32_t parity) {
-  if (cuda::mbar_try_wait(bar, parity)) return;
-  const long long t0 = clock64();
-  while (!cuda::mbar_try_wait(bar, parity))
-    if (clock64() - t0 > (1ll << 32)) __trap();
-}
-
-// The tensor maps of the pass's token inputs (q unused without kOut).
-struct TmaMaps {
-  CUtensorMap k, w, q, u;
-};
-
-template <class T, int kN, bool kOut>
-__global__ void __launch_bounds__(sp_threads(kOut), 1)
-    state_tma_wgmma(const GdnFwdParams p, int64_t nvt, const __grid_constant__ TmaMaps maps) {
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
-#else
-  static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
-  using Ly = TmaLayout<kN, kOut>;
-  constexpr int kStages = Ly::kStages, kThreads = sp_threads(kOut), kBV = 2 * kN;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t sb_all = s0 + kStages * Ly::kStage;  // [2 kN][128]: rows wg kN.. = warpgroup wg's S copy
-  const uint32_t vd_all = sb_all + 2 * Ly::kSb;       // [2 kN][64]
-  const uint32_t vn_all = vd_all + 2 * Ly::kV;        // [2 kN][64] (kOut)
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + Ly::kBytes - 64);  // [kStages]
-
-  const int64_t HV = p.shape.HV, BT = p.shape.BT;
-  const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
-  const int64_t n = rest / HV, hv = rest % HV, h = hv / p.shape.G;
-  const int64_t v0 = vt * kBV;
-  const SeqPos sq = locate_sequence(p.chunks, n);
-  const int64_t nc = (sq.eos - sq.bos + BT - 1) / BT;
-  const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-  if (tid == 0)
-    for (int s = 0; s < kStages; ++s) cuda::mbar_init(full + s, 32);
-  __syncthreads();
-
-  // The producer warp (warp 0). gpre: γ of rows lane, lane + 32 of the next chunk it loads (fetched one refill ahead).
-  const bool producer = tid < 32;
-  float gpre[2] = {0.f, 0.f};
-  auto fetch_gamma = [&](int64_t c) {
-    const int64_t t = sq.bos + c * BT;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t r = lane + 32 * hh;
-      gpre[hh] = (c < nc && t + r < sq.eos && p.g.present())
-                     ? load_f(p.g, sq.b * p.g.st[0] + (t + r) * p.g.st[1] + hv * p.g.st[2])
-                     : 0.f;
-    }
-  };
-  // Chunk c into stage st (all 32 lanes of the producer warp): γ, the arrivals, then the boxes.
-  auto refill = [&](int64_t c, int st) {
-    float* gs = reinterpret_cast<float*>(smem + st * Ly::kStage + Ly::kGOff);
-    gs[lane] = gpre[0], gs[lane + 32] = gpre[1];
-    fence_proxy_async();  // earlier generic reads of the stage before the copy engine's writes
-    if (lane == 0) cuda::mbar_arrive_expect_tx(full + st, Ly::kTx);
-    else cuda::tma::mbar_arrive(full + st);
-    __syncwarp();
-    const int t = static_cast<int>(sq.bos + c * BT), b = static_cast<int>(sq.b);
-    const uint32_t base = s0 + st * Ly::kStage, bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
-    constexpr int kTileBoxes = (kOut ? 3 : 2) * (kKeys / 8), kBoxes = kTileBoxes + kBV / 8;
-#pragma unroll
-    for (int i = lane; i < kBoxes; i += 32) {
-      if (i < kTileBoxes) {
-        const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // tile K, W, Q; 8-column block q
-        const CUtensorMap* map = m == 0 ? &maps.k : m == 1 ? &maps.w : &maps.q;
-        cuda::tma::load_box(base + m * Ly::kTile + q * (kRowsC * 16), map, 8 * q, static_cast<int>(m == 1 ? hv : h),
-                            t, b, bar);
-      } else {
-        const int q = i - kTileBoxes;
-        cuda::tma::load_box(base + Ly::kUOff + q * (kRowsC * 16), &maps.u, static_cast<int>(v0) + 8 * q,
-                            static_cast<int>(hv), t, b, bar);
-      }
-    }
-    fetch_gamma(c + 1);
-  };
-  if (producer) {
-    fetch_gamma(0);
-    for (int s = 0; s < kStages && s < nc; ++s) refill(s, s);
-  }
-
-  if (kOut && wg == 2) {
-    // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
-    if constexpr (kOut && kN == 64) wg::setmaxnreg_dec<kOutRegs>();
-    const float scale = p.shape.scale;
-    // Defined before the first chunk (undefined inputs of the first K step let the compiler merge registers), and eo
-    // formed before the wgmma are issued: with branches between the issue and the wait (eo, the first version's
-    // refill), ptxas serialised this warpgroup's wgmma (C7511) and spilled at 128 columns.
-    float accO[kN] = {}, accP[32] = {};
-    int st = 0;
-    uint32_t ph = 0;
-    for (int64_t c = 0; c < nc; ++c) {
-      const int64_t t0 = sq.bos + c * BT;
-      const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-      wait_stage(full + st, ph);
-      bar_sync(0, kThreads);  // (B): S_c's copy visible; chunk c − 1 done by every warpgroup
-      const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
-      const uint32_t kst = s0 + st * Ly::kStage, qst = kst + 2 * Ly::kTile;
-      float eo[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = wgl::acc_row(w, lane, 2 * half);
-        eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
-      }
-      reg_fence(accO), reg_fence(accP);
-      wg_fence();
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks)
-        mma_ss<T, kBV>(accO, wgl::cb_desc<kRowsC>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
-      wg_commit();
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks)
-        mma_ss<T, 64>(accP, wgl::cb_desc<kRowsC>(qst, ks), wgl::cb_desc<kRowsC>(kst, ks), ks > 0);
-      wg_commit();
-      wg_wait<1>();  // Q S_c done: the state warpgroups may overwrite S_c's copy
-      reg_fence(accO);
-      bar_arrive(kBarQ, kThreads);
-#pragma unroll
-      for (int x = 0; x < kN; ++x) accO[x] *= eo[(x >> 1) & 1];
-      wg_wait<0>();
-      reg_fence(accP);
-      uint32_t pa[4][4];
-      gate_p<T>(accP, pa, gam, L);
-      bar_sync(kBarV, kThreads);  // (V): Vn_c of both state warpgroups written and fenced
-      reg_fence(accO);
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_rs<T, kBV>(accO, pa[kk], wgl::tile_desc<kRowsC>(vn_all, kk), 1);
-      wg_commit();
-      wg_wait<0>();
-      reg_fence(accO);
-      reg_fence_u(pa);
-      store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
-      if (++st == kStages) st = 0, ph ^= 1;
-    }
-    return;
-  }
-
-  // ------------------------------------------------ state warpgroups (wg = 0, 1): the recurrence of kN columns
-  if constexpr (kOut && kN == 64) wg::setmaxnreg_inc<kStateRegs>();
-  const int cb = wg * kN;  // first column (inside the block) of this warpgroup
-  const uint32_t sb = sb_all + wg * Ly::kSb, vd = vd_all + wg * Ly::kV;
-  float S[2][kN / 2];
-  load_state<kN>(p, n, hv, v0 + cb, S);
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
-  fence_proxy_async();
-
-  int st = 0;
-  uint32_t ph = 0;
-  for (int64_t c = 0; c < nc; ++c) {
-    const int64_t t0 = sq.bos + c * BT;
-    const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
-    wait_stage(full + st, ph);
-    bar_sync(0, kThreads);  // (B): S_c's copy visible; every warpgroup done with chunk c − 1
-    const float* gam = reinterpret_cast<const float*>(smem + st * Ly::kStage + Ly::kGOff);
-    const uint32_t kst = s0 + st * Ly::kStage, wst = kst + Ly::kTile;
-    const uint16_t* Us = reinterpret_cast<const uint16_t*>(smem + st * Ly::kStage + Ly::kUOff);
-
-    // fwd_h: h_c = S_c rounded to bf16, packed before W S is issued and stored while it runs.
-    const int64_t cidx = sq.chunk0 + c;
-    const bool h_out = !kOut && p.h.present() && (!p.chunks.varlen() || cidx < p.shape.NT);
-    uint32_t hpk[kOut ? 1 : 2][kOut ? 1 : 2][kN / 8];
-    if constexpr (!kOut) pack_state<T, kN>(S, hpk);
-    float accW[kN / 2];
-    reg_fence(accW);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma_ss<T, kN>(accW, wgl::cb_desc<kRowsC>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg_commit();
-    // Every warp passed (B): chunk c − 1's stage is free.
-    if (producer && c >= 1 && c - 1 + kStages < nc) refill(c - 1 + kStages, st == 0 ? kStages - 1 : st - 1);
-    __syncwarp();
-    if constexpr (!kOut)
-      if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
-    wg_wait<0>();  // W S done
-    reg_fence(accW);
-    const float glast = gam[L - 1];
-    float fd[2];
-    form_v_new<T, kN>(accW, fd, Us, [](int r, int col) { return wgl::cb_off<kRowsC>(r, col); }, cb, gam, glast, L, p,
-                      sq, hv, t0, v0 + cb);
-    if constexpr (kOut) store_trans<T, kN, kRowsC>(vn_all + wg * Ly::kV, 0, accW);  // Vn = v_new (T)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) accW[x] *= fd[(x >> 1) & 1];
-    store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
-    uint32_t kf[2][4][4];
-    load_kt<true>(kf, kst);
-    fence_proxy_async();
-    bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
-    if constexpr (kOut) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
-    update_state<T, kN>(S, kf, vd, gate_exp(glast));  // S_{c+1} = e^{γ_L} S_c + Kᵀ Vd
-    if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
-    fence_proxy_async();  // (made visible by the next (B))
-    if (++st == kStages) st = 0, ph ^= 1;
-  }
   if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
 #endif
 }
@@ -836,61 +758,47 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, bool kOut>
+template <int kN, int kSW, bool kOut, bool kShort>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = sp_stages<kN, kOut>();
-  constexpr int smem = sp_smem_bytes<kN, kStages, kOut>();
+  constexpr int kStages = sp_stages<kSW * kN, kOut>();
+  constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut>();
   static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
-  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
+  const int64_t nvt = p.shape.V / (kSW * kN), blocks = p.shape.N * p.shape.HV * nvt;
   const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
                           : "chunk_gated_delta_rule_fwd_h (state_split_wgmma)";
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kStages, kOut>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt);
+  kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
 }
 
-// The tensor maps of state_tma_wgmma (k, w, u; q with kOut); false where a view does not qualify.
-bool make_tma_maps(const GdnFwdParams& p, bool out, TmaMaps& m) {
-  const GdnShape& d = p.shape;
-  auto enc = [&](CUtensorMap* x, const GdnTensor& t, int64_t heads, int64_t D) {
-    return cuda::tma::encode_rows_map(x, t.data, d.B, d.T, heads, D, t.st[0], t.st[1], t.st[2], kRowsC);
-  };
-  return enc(&m.k, p.k, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) && enc(&m.u, p.u, d.HV, d.V) &&
-         (!out || enc(&m.q, p.q, d.H, d.K));
-}
-
-template <int kN, bool kOut>
-int launch_tma(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int smem = TmaLayout<kN, kOut>::kBytes;
-  const int64_t nvt = p.shape.V / (2 * kN), blocks = p.shape.N * p.shape.HV * nvt;
-  const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_tma_wgmma)"
-                          : "chunk_gated_delta_rule_fwd_h (state_tma_wgmma)";
-  if (blocks <= 0) return STRATA_SUCCESS;
-  if (blocks > 0x7fffffffLL)
-    return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  TmaMaps maps{};
-  if (!make_tma_maps(p, kOut, maps)) return launch_split<kN, kOut>(p, stream);  // e.g. a batch stride of 0
-  auto kernel = state_tma_wgmma<__nv_bfloat16, kN, kOut>;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), sp_threads(kOut), smem, stream>>>(p, nvt, maps);
-  return cuda::check_launch(name);
-}
-
-template <int kN, bool kOut>
+// A block of kBV columns: two state warpgroups of kBV / 2 columns, or (kShortOneWg, kBV <= 64) one of kBV.
+template <int kBV, bool kOut>
 int launch_form(const GdnFwdParams& p, WgmmaPass form, cudaStream_t stream) {
-  return form == WgmmaPass::kTma ? launch_tma<kN, kOut>(p, stream) : launch_split<kN, kOut>(p, stream);
+  if (form == WgmmaPass::kSplit) return launch_split<kBV / 2, 2, kOut, false>(p, stream);
+  if constexpr (kBV <= 64)
+    if (form == WgmmaPass::kShortOneWg) return launch_split<kBV, 1, kOut, true>(p, stream);
+  return launch_split<kBV / 2, 2, kOut, true>(p, stream);  // kShort
+}
+
+// WgmmaPass::kAuto: the form measured fastest at this width. s11run2 (H200, bf16 H = 16 HV = 32 K = V = 128, pass
+// alone, median of 7): fused B = 4 (128 columns) split 0.602 / kShort 0.581 ms, B = 1 (32 columns) split 1.514 /
+// kShort 1.463 / one state warpgroup 1.520 ms; fwd_h B = 4 split 0.714 / kShort 0.643 ms, B = 1 (32 columns) split
+// 1.389 / kShort 1.329 / one state warpgroup 1.271 ms.
+WgmmaPass auto_form(int width, bool out) {
+  return !out && width == 32 ? WgmmaPass::kShortOneWg : WgmmaPass::kShort;
 }
 
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
+  if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
   switch (width) {
-    case 32: return launch_form<16, kOut>(p, form, stream);
-    case 64: return launch_form<32, kOut>(p, form, stream);
-    case 128: return launch_form<64, kOut>(p, form, stream);
+    case 32: return launch_form<32, kOut>(p, form, stream);
+    case 64: return launch_form<64, kOut>(p, form, stream);
+    case 128: return launch_form<128, kOut>(p, form, stream);
     default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
   }
 }
@@ -978,7 +886,7 @@ std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream_ptr) {
-  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kSplit, stream_ptr);
+  return fwd_cuda_fwd_h_wgmma(p, width, WgmmaPass::kAuto, stream_ptr);
 }
 
 int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {

@@ -102,20 +102,23 @@ std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 // (fwd_cuda_state_o_wgmma_reject says why not, "" if it applies); token tensors whose run-time layout is not lean
 // (unit column stride, strides multiples of 8, 16-byte aligned) are passed to fwd_cuda_state_o. width: columns of S
 // per block (32, 64 or 128; 0 = fwd_cuda_state_o_wgmma_width). Not bit-identical to state_o_mma (other f32
-// summation order in the products). Forms (the same bits as each other on every valid output):
+// summation order in the products). Forms (kAuto: the measured best per block width, gdn_common/README.md):
 //   kSplit (session 9, state_split_wgmma): warp-specialised: two warpgroups run only the recurrence W S → v_new →
 //     S update, a third forms o of the same chunk from the S copy and Vn they leave in shared memory; tiles by
 //     cp.async from the state threads, one block barrier per chunk;
-//   kTma (session 10, state_tma_wgmma): kSplit's warpgroups and products fed by the copy engine (tensor-map boxes
-//     from one producer warp into mbarrier-completed stages); the same bits, measured slower (s10run2): forced only.
-enum class WgmmaPass : int { kSplit = 0, kTma };
+//   kShort (session 11): kSplit's steps and values with a shorter recurrence chain: the output warpgroup meets the
+//     state ones only at producer / consumer named barriers (its P Vn and o stores overlap the next chunk), and the
+//     state threads' gate factors, S decay and u reads are issued while W S runs, o and (fwd_h) v_new are staged
+//     for 16-byte stores; kShortOneWg: kShort with one state warpgroup of all the block's columns at widths 32 and
+//     64 (W read once per chunk, no state-state barrier; 128 as kShort).
+enum class WgmmaPass : int { kAuto = 0, kSplit, kShort, kShortOneWg };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
 // h, v_new; K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_fwd_h_wgmma_reject); views that are not lean run
 // fwd_cuda_mma. width as fwd_cuda_state_o_wgmma. Not bit-identical to state_mma (summation order).
-int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);  // WgmmaPass::kSplit
-int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);  // kSplit or kTma
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, void* stream);  // WgmmaPass::kAuto
+int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
 std::string fwd_cuda_fwd_h_wgmma_reject(const GdnFwdParams& p);
 std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // Columns per block of the automatic choice on a device of `sms` SMs: the narrowest of 32 / 64 / 128 dividing V
