@@ -1,12 +1,14 @@
 // Device-side helpers shared by the CUDA tests of the GDN kernels (test_gdn_fwd_cuda_variants.cpp,
-// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp): random token tensors uploaded to the GPU and
-// contiguous gdn_bwd::View descriptors.
+// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp, test_gdn_prep_head.cpp): random token tensors uploaded to
+// the GPU, contiguous gdn_bwd::View descriptors, the relative RMS of two buffers and the median launch time.
 #pragma once
 
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -55,6 +57,47 @@ inline gdn_bwd::View states(void* p, int32_t dt, int64_t NT, int64_t HV, int64_t
   v.p = p, v.dtype = dt;
   v.s[0] = NT * HV * K * V, v.s[1] = HV * K * V, v.s[2] = K * V, v.s[3] = V;
   return v;
+}
+
+// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
+inline double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
+  const size_t es = dtype_size(dt), n = r.size() / es;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x = 0, y = 0;
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
+    } else {
+      uint16_t bx, by;
+      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
+      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
+      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
+    }
+    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Median of 7 timed runs (after one warm-up) of fn, in ms; -1 if a launch failed.
+template <class Fn>
+double time_ms(Fn fn) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> t;
+  bool ok = fn() == STRATA_SUCCESS;
+  for (int i = 0; i < 7 && ok; ++i) {
+    cudaEventRecord(e0);
+    ok = fn() == STRATA_SUCCESS;
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  if (!ok) return -1.0;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 }  // namespace strata::linear_attn::gdn_test

@@ -224,24 +224,7 @@ TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
   }
 }
 
-// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
-double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
-  const size_t es = dtype_size(dt), n = r.size() / es;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    float x = 0, y = 0;
-    if (dt == STRATA_DTYPE_F32) {
-      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
-    } else {
-      uint16_t bx, by;
-      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
-      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
-      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
-    }
-    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using gdn_test::rel_rms;
 
 // The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
 // descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
@@ -567,27 +550,7 @@ std::string fmt_line(const char* f, ...) {
   return buf;
 }
 
-// Median of 7 timed runs (after one warm-up) of fn, in ms; -1 if a launch failed.
-template <class Fn>
-double time_ms(Fn fn) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<double> t;
-  bool ok = fn() == STRATA_SUCCESS;
-  for (int i = 0; i < 7 && ok; ++i) {
-    cudaEventRecord(e0);
-    ok = fn() == STRATA_SUCCESS;
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  if (!ok) return -1.0;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using gdn_test::time_ms;
 
 // The inputs of the timing tests at a benchmark shape (bf16, H = 16, HV = 32, K = V = 128, chunk 64, T = 32768 / B):
 // q, k, v, w, u, β by cudaMemset (bf16 0x3c3c ≈ 0.0115), γ = 0, and the params reading them (outputs: the caller's).

@@ -516,15 +516,34 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   return c;
 }
 
+// The forward's head folded into the pre-state kernel (GdnFusedForm::kFold, gdn::fwd_cuda_prep_head): the raw q, k
+// (with l2norm) and g in; qn, kn and γ written into the buffers that c.wy / c.fwdo read. The rstd (the backward's)
+// is not stored.
+gdn::GdnFwdHead fold_head(const GdnParams& p) {
+  gdn::GdnFwdHead hd;
+  if (p.l2norm) {
+    hd.q_in = fwd_view(p.q);
+    hd.k_in = fwd_view(p.k);
+    hd.eps = static_cast<float>(kGdnL2Eps);
+  }
+  hd.g_in = fwd_view(p.g);
+  return hd;
+}
+
 // Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
 // `prep` (the fused forward's kPrep form): w, u and its Pqk from gdn::fwd_cuda_prep instead of prepare_wy_repr_fwd.
+// `head` (the fused forward's kFold form): l2norm and γ formed by gdn::fwd_cuda_prep_head with c.wy's w, u.
 strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                         cudaStream_t stream, const gdn::GdnFwdParams* prep = nullptr) {
+                         cudaStream_t stream, const gdn::GdnFwdParams* prep = nullptr,
+                         const gdn::GdnFwdHead* head = nullptr) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
-  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
-  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
-  STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  if (!head) {
+    STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+    const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+    STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  }
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+  if (head) return static_cast<strata_status>(gdn::fwd_cuda_prep_head(c.wy, *head, stream));
   if (prep) return static_cast<strata_status>(gdn::fwd_cuda_prep(*prep, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream));
 }
@@ -621,6 +640,16 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
   if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
+  if (r.empty() && form == GdnFusedForm::kFold) {
+    // Plan time: the bound pointers are sentinels, so q, k are judged at an aligned stand-in address (misaligned
+    // views at run time take the separate l2norm / cumsum launches: gdn_cuda_fused_fwd).
+    gdn::GdnFwdParams w = c.wy;
+    w.A = gdn::GdnTensor{};
+    gdn::GdnFwdHead hd = fold_head(p);
+    for (gdn::GdnTensor* t : {&hd.q_in, &hd.k_in})
+      if (t->present()) t->data = reinterpret_cast<void*>(uintptr_t{256});
+    r = gdn::fwd_cuda_prep_head_reject(w, hd);
+  }
   return r;
 }
 
@@ -673,7 +702,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
-  if (form == GdnFusedForm::kAuto) {
+  const bool automatic = form == GdnFusedForm::kAuto || form == GdnFusedForm::kFold;
+  if (automatic) {
     // The split wgmma pass with P inline wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: B = 4 T = 8192
     // 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms), else the mma.sync pass
     // with its own P rule.
@@ -683,7 +713,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   }
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
-                                 : form == GdnFusedForm::kAuto || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                 : automatic || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
                                                                        : gdn::StateOBlock::k8Warps;
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
@@ -691,7 +721,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  const gdn::GdnFwdHead head = fold_head(p);
+  const bool fold = form == GdnFusedForm::kFold && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, nullptr, fold ? &head : nullptr));
   if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kSplit, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));

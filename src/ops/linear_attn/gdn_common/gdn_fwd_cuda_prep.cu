@@ -121,6 +121,97 @@ __device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
   return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
 }
 
+// (session 11, GdnFwdHead) Rows [0, L) of head `head` of the raw x_in (bf16, lean, K <= 128, K % 8 == 0),
+// L2-normalised as row_norm_fwd_cuda does (y = x rsqrt(Σ x² + eps), rounded to bf16), into `panels` 64-column
+// panels at dst (zero past L and K; dst nullptr: none) and, when `write`, into y_out (rows < L, columns < K) with the
+// rstd into rstd_out (f32, when present). A half-warp per row (lane % 16: the 16-byte segment, columns 8 (lane % 16)
+// ..+7), 8 rows per block pass; the 8 passes' loads are issued before the first row is reduced (8 x 16 bytes in
+// flight per thread).
+__device__ __forceinline__ void norm_rows(Bf16* dst, const GdnTensor& x_in, const GdnTensor& y_out,
+                                          const GdnTensor& rstd_out, bool write, const ChunkPos& c, int64_t head,
+                                          int L, int64_t K, int panels, float eps) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, col = 8 * (lane & 15);
+  const bool in_k = col < K;
+  const uint16_t* src = static_cast<const uint16_t*>(x_in.data) + off_tok(x_in, c.b, c.s, head) + col;
+  uint4 x[8];
+#pragma unroll
+  for (int ps = 0; ps < 8; ++ps) {
+    const int r = 8 * ps + 2 * warp + (lane >> 4);
+    x[ps] = make_uint4(0u, 0u, 0u, 0u);
+    if (r < L && in_k) x[ps] = *reinterpret_cast<const uint4*>(src + r * x_in.st[1]);
+  }
+#pragma unroll
+  for (int ps = 0; ps < 8; ++ps) {
+    const int r = 8 * ps + 2 * warp + (lane >> 4);
+    const uint32_t w[4] = {x[ps].x, x[ps].y, x[ps].z, x[ps].w};
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      v[2 * e] = __uint_as_float(w[e] << 16);
+      v[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss = fmaf(v[e], v[e], ss);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the half-warp
+    const float rstd = rsqrtf(ss + eps);
+    uint4 y;
+    y.x = mma::pack2<Bf16>(v[0] * rstd, v[1] * rstd);
+    y.y = mma::pack2<Bf16>(v[2] * rstd, v[3] * rstd);
+    y.z = mma::pack2<Bf16>(v[4] * rstd, v[5] * rstd);
+    y.w = mma::pack2<Bf16>(v[6] * rstd, v[7] * rstd);
+    if (dst && col < 64 * panels) *reinterpret_cast<uint4*>(dst + (col >> 6) * kPanel + wg::tile_off<64>(r, col & 63)) = y;
+    if (write && r < L) {
+      const int64_t tok = c.s + r;
+      if (in_k) *reinterpret_cast<uint4*>(static_cast<uint16_t*>(y_out.data) + off_tok(y_out, c.b, tok, head) + col) = y;
+      if ((lane & 15) == 0 && rstd_out.present()) static_cast<float*>(rstd_out.data)[off_tok(rstd_out, c.b, tok, head)] = rstd;
+    }
+  }
+}
+
+// γ, β and the w / u row factors of the chunk's rows i < 64 into gam, bet, fw = β e^γ, fu = β (0 past L; γ, β 0
+// and 1 past L, or with the gates absent). γ read from p.g, or (GdnFwdHead::g_in present) formed here as the
+// chunk-local cumsum of the raw gates and stored into p.g (f32, rows < L): warp 0, two rows per lane (2l, 2l + 1),
+// a shuffle scan of the lanes' pair sums. Threads 0..63 / warp 0; the caller synchronises.
+__device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTensor& g_in, const ChunkPos& c,
+                                            int64_t hv, int L, float* gam, float* bet, float* fw, float* fu) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  auto put = [&](int i, float gv) {
+    float bv = 1.f;
+    if (i < L && p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
+    gam[i] = gv;
+    bet[i] = bv;
+    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
+    fu[i] = i < L ? bv : 0.f;               // β (u)
+  };
+  if (g_in.present()) {
+    if (tid >= 32) return;
+    const int i0 = 2 * lane;
+    const float a = i0 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0, hv)) : 0.f;
+    const float b = a + (i0 + 1 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0 + 1, hv)) : 0.f);
+    float incl = b;  // inclusive scan of the lanes' pair sums
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+    const float g0 = lane ? prev : 0.f;  // sum of the rows before 2l
+    const float gv[2] = {g0 + a, g0 + b};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      put(i0 + e, gv[e]);
+      if (i0 + e < L) static_cast<float*>(p.g.data)[off_tok(p.g, c.b, c.s + i0 + e, hv)] = gv[e];
+    }
+    return;
+  }
+  if (tid < kRows) {
+    const int i = tid;
+    put(i, i < L && p.g.present() ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f);
+  }
+}
+
 // In-place X = (I + M)^-1 over the strictly lower M of the tile MX (zero outside the strictly lower part; the
 // blocks above the block diagonal stay 0), by the block's 4 warps (w = warp). The steps and their order are
 // invert()'s; in round r warp c < r reads M_rk (k >= c) of row block r, which warps c' > c overwrite with X_rc',
@@ -214,8 +305,8 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
   __syncwarp();  // the block is read before the next tile overwrites it
 }
 
-template <bool kWithP>
-__global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) {
+template <bool kWithP, bool kNorm>
+__global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -239,25 +330,25 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   float* fu = gam + 3 * kRows;
   const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k;
 
-  load_panels(Kp, p.k, c, h, L, K, ly.nk);
-  if constexpr (kWithP) load_panels(QKt, p.q, c, h, L, K, ly.nk);
-  cuda::cp_async_commit();
-  load_panels(Vs, p.v, c, hv, L, V, ly.nv);
-  cuda::cp_async_commit();
-  if (tid < kRows) {
-    const int i = tid;
-    float gv = 0.f, bv = 1.f;
-    if (i < L) {
-      if (p.g.present()) gv = load_f(p.g, off_tok(p.g, c.b, c.s + i, hv));
-      if (p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
-    }
-    gam[i] = gv;
-    bet[i] = bv;
-    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
-    fu[i] = i < L ? bv : 0.f;             // β (u)
+  if constexpr (kNorm) {
+    // GdnFwdHead: V requested first (in flight during the normalisation), K (and Q) normalised through the
+    // registers into the panels; k rows written out by the group's first value head, q rows by its last.
+    load_panels(Vs, p.v, c, hv, L, V, ly.nv);
+    cuda::cp_async_commit();
+    row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
+    const int64_t G = p.shape.G, gi = hv - h * G;
+    norm_rows(Kp, hd.k_in, p.k, hd.rk, gi == 0, c, h, L, K, ly.nk, hd.eps);
+    if (kWithP || gi == G - 1) norm_rows(kWithP ? QKt : nullptr, hd.q_in, p.q, hd.rq, gi == G - 1, c, h, L, K, ly.nk, hd.eps);
+  } else {
+    load_panels(Kp, p.k, c, h, L, K, ly.nk);
+    if constexpr (kWithP) load_panels(QKt, p.q, c, h, L, K, ly.nk);
+    cuda::cp_async_commit();
+    load_panels(Vs, p.v, c, hv, L, V, ly.nv);
+    cuda::cp_async_commit();
+    row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
+    cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
   }
-  cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
-  wg::fence_proxy_async();
+  wg::fence_proxy_async();  // the panels (cp.async or st.shared) visible to the wgmma (async proxy)
   __syncthreads();
 
   // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ (every 16-column key step of the panels; zero columns past K add +0).
@@ -285,13 +376,18 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   if constexpr (kWithP) {
     // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
     // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
+    // (The right blocks jb > 2 warp + 1 are 0 without exponentials, as the gating of M below.)
+    const int i0 = 16 * warp + (lane >> 2);
+    const float gi[2] = {gam[i0], gam[i0 + 8]};
 #pragma unroll
-    for (int jb = 0; jb < 8; ++jb)
+    for (int jb = 0; jb < 8; ++jb) {
+      const bool lower = 8 * jb <= 16 * warp + 15;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + (lane >> 2) + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
-        P[4 * jb + e] = j <= i ? P[4 * jb + e] * __expf(gam[i] - gam[j]) : 0.f;
+        const int i = i0 + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
+        P[4 * jb + e] = (lower && j <= i) ? P[4 * jb + e] * __expf(gi[e >> 1] - gam[j]) : 0.f;
       }
+    }
     if (BT == kRows && lean_tensor<Bf16>(p.Pqk) && ly.nk * kPanelB >= 4 * 16 * kLdStage * 2) {  // K > 64: room
       store_tile_staged(P, p.Pqk, c, hv, L, 0, QKt + warp * 16 * kLdStage);
     } else {
@@ -319,19 +415,27 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   // exponentials by __expf (ex2.approx: ~2 ulp of f32, far below the bf16 roundings of the outputs; one FMUL and
   // one MUFU instead of expf's ~10 instructions, 64 per thread here).
   // Accumulator element 4 jb + e of lane l: row 16 warp + l / 4 + 8 (e / 2), column 8 jb + 2 (l % 4) + e % 2.
+  // (Session 11) Formed in place first, then stored, so that the row and column factors are read from shared memory
+  // once (no stores in between); the column blocks right of the warp's rows (jb > 2 warp + 1) are 0 without
+  // exponentials (a warp-uniform branch: 3 of 8 blocks on average). The same bits as before.
+  const int i0 = 16 * warp + (lane >> 2);
+  const float gi[2] = {gam[i0], gam[i0 + 8]}, bi[2] = {bet[i0], bet[i0 + 8]};
+#pragma unroll
+  for (int jb = 0; jb < 8; ++jb) {
+    const bool lower = 8 * jb <= 16 * warp + 15;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int hh = e >> 1, i = i0 + 8 * hh, j = 8 * jb + 2 * (lane & 3) + (e & 1);
+      float& r = R[4 * jb + e];
+      r = (lower && j < i && i < L) ? bi[hh] * r * __expf(gi[hh] - gam[j]) : 0.f;
+    }
+  }
 #pragma unroll
   for (int jb = 0; jb < 8; ++jb)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = 16 * warp + (lane >> 2) + 8 * hh, j = 8 * jb + 2 * (lane & 3);
-      float m[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float r = R[4 * jb + 2 * hh + e];
-        m[e] = (j + e < i && i < L) ? bet[i] * r * __expf(gam[i] - gam[j + e]) : 0.f;
-      }
-      *reinterpret_cast<float2*>(MX + i * kLdF + j) = make_float2(m[0], m[1]);
-    }
+    for (int hh = 0; hh < 2; ++hh)
+      *reinterpret_cast<float2*>(MX + (i0 + 8 * hh) * kLdF + 8 * jb + 2 * (lane & 3)) =
+          make_float2(R[4 * jb + 2 * hh], R[4 * jb + 2 * hh + 1]);
   __syncthreads();  // M complete
   invert_in_place(MX, Yf, warp, lane);
   if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, MX);
@@ -379,11 +483,18 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
 #endif
 }
 
-template <bool kWithP>
-int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
+template <bool kWithP, bool kNorm>
+int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
+  return launch_n(prep_wgmma<kWithP, kNorm>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p,
+                  hd);
+}
+
+// Host form of lean_tensor (16-bit bf16 view copied by 16-byte segments at any (b, t, head)).
+bool lean_bf16(const GdnTensor& t) {
+  return t.present() && t.dtype == STRATA_DTYPE_BF16 && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
+         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
 }
 
 }  // namespace
@@ -408,11 +519,31 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
-  const std::string why = fwd_cuda_prep_reject(p);
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) { return fwd_cuda_prep_head(p, GdnFwdHead{}, stream_ptr); }
+
+std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& hd) {
+  std::string r = fwd_cuda_prep_reject(p);
+  if (!r.empty()) return r;
+  if (hd.q_in.present() != hd.k_in.present()) return "the folded l2norm normalises q and k together";
+  if (hd.k_in.present()) {
+    if (!lean_bf16(hd.q_in) || !lean_bf16(hd.k_in) || !lean_bf16(p.q) || !lean_bf16(p.k))
+      return "the folded l2norm reads and writes lean bf16 q, k (unit column stride, 16-byte aligned rows)";
+    if (p.shape.K % 8 != 0) return "the folded l2norm needs K a multiple of 8";
+    for (const GdnTensor* r : {&hd.rq, &hd.rk})
+      if (r->present() && r->dtype != STRATA_DTYPE_F32) return "the l2norm rstd is stored in f32";
+  }
+  if (hd.g_in.present() && (!p.g.present() || p.g.dtype != STRATA_DTYPE_F32))
+    return "the folded gate cumsum writes γ into an f32 g";
+  return {};
+}
+
+int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
+  const std::string why = fwd_cuda_prep_head_reject(p, hd);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.Pqk.present() ? launch_prep<true>(p, stream) : launch_prep<false>(p, stream);
+  if (hd.k_in.present())
+    return p.Pqk.present() ? launch_prep<true, true>(p, hd, stream) : launch_prep<false, true>(p, hd, stream);
+  return p.Pqk.present() ? launch_prep<true, false>(p, hd, stream) : launch_prep<false, false>(p, hd, stream);
 }
 
 }  // namespace strata::linear_attn::gdn
