@@ -231,12 +231,20 @@ TEST(GdnFwdCudaPrepHead, MatchesHostHeadAndUnfoldedKernel) {
       std::printf("[gdn_prep head check] shape %d %s: relative RMS qn %.2e kn %.2e γ %.2e rstd %.2e / %.2e; against "
                   "the unfolded kernel w %.2e u %.2e A %.2e P %.2e\n",
                   idx, full ? "w,u,A,P" : "w,u", eq, ek, eg, erq, erk, ew, eu, ea, ep);
-      // The same bits twice.
-      pr.poison();
-      ASSERT_EQ(fwd_cuda_prep_head(fo, pr.hd, nullptr), STRATA_SUCCESS) << "shape " << idx;
-      EXPECT_TRUE(pr.w->bits() == w1 && pr.u->bits() == u1 && pr.qo->bits() == qo && pr.ko->bits() == ko &&
-                  pr.go->bits() == go)
-          << "shape " << idx << ": not the same bits twice";
+      // The same bits twice (the default form again, then the other B-operand form: PrepForm, checked by
+      // FormsSameBits).
+      const PrepForm other = kPrepDefaultForm == PrepForm::kTransposed ? PrepForm::kMnMajorB : PrepForm::kTransposed;
+      for (const PrepForm form : {kPrepDefaultForm, other}) {
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_prep_form(fo, pr.hd, form, nullptr), STRATA_SUCCESS) << "shape " << idx;
+        EXPECT_TRUE(pr.qo->bits() == qo && pr.ko->bits() == ko && pr.go->bits() == go) << "shape " << idx;
+        const auto w2 = pr.w->bits(), u2 = pr.u->bits(), a2 = pr.A->bits(), p2 = pr.P->bits();
+        if (form == kPrepDefaultForm) {
+          EXPECT_TRUE(w2 == w1 && u2 == u1 && a2 == a1 && p2 == p1) << "shape " << idx << ": not the same bits twice";
+        } else {
+          EXPECT_LT(rel_rms(w2, w1, kBf) + rel_rms(u2, u1, kBf), 1e-5) << "shape " << idx << ": the other form";
+        }
+      }
     }
     // Gates only (no l2norm): q, k read as given, γ formed; w, u as the unfolded kernel from the same k.
     GdnFwdParams fg = f;
@@ -253,6 +261,41 @@ TEST(GdnFwdCudaPrepHead, MatchesHostHeadAndUnfoldedKernel) {
     EXPECT_LT(rel_rms(pr.w->bits(), w0, kBf), 1e-2) << "shape " << idx << ": w (gates folded only)";
     EXPECT_LT(rel_rms(pr.u->bits(), u0, kBf), 1e-2) << "shape " << idx << ": u (gates folded only)";
     EXPECT_EQ(poisoned16(pr.qo->bits()), pr.qo->bytes / 2) << "shape " << idx << ": q written without l2norm";
+    ++idx;
+  }
+}
+
+// The two B-operand forms of prep_wgmma without the folded head (prepare_wy_repr_fwd's inputs as given) give the
+// same bits, also where the head form does not apply (K = 100: element-wise loads and zero-padded panels) and at
+// chunk size 16.
+TEST(GdnFwdCudaPrepHead, FormsSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<HeadShape> shapes = head_shapes();
+  shapes.push_back({1, 300, 1, 3, 100, 200, 64, {0, 0, 1, 64, 129, 300}, false});
+  shapes.push_back({3, 64, 4, 4, 128, 128, 16, {}, false});
+  int idx = 0;
+  for (const HeadShape& s : shapes) {
+    HeadProblem pr(s, 900 + idx);
+    std::vector<uint8_t> ref[4];
+    double e[4] = {};
+    bool same = true;
+    for (const PrepForm form : {PrepForm::kTransposed, PrepForm::kMnMajorB}) {
+      pr.poison();
+      ASSERT_EQ(fwd_cuda_prep_form(pr.p, GdnFwdHead{}, form, nullptr), STRATA_SUCCESS) << "shape " << idx;
+      const std::vector<uint8_t> b[4] = {pr.w->bits(), pr.u->bits(), pr.A->bits(), pr.P->bits()};
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(poisoned16(b[i]), 0u) << "shape " << idx << " output " << i;
+        if (form == PrepForm::kTransposed) {
+          ref[i] = b[i];
+        } else {
+          e[i] = rel_rms(b[i], ref[i], kBf);
+          same = same && b[i] == ref[i];
+          EXPECT_LT(e[i], 1e-5) << "shape " << idx << " output " << i << " (w, u, A, Pqk): forms differ";
+        }
+      }
+    }
+    std::printf("[gdn_prep forms] shape %d: MN-major B against transposed: %s (relative RMS w %.1e u %.1e A %.1e P "
+                "%.1e)\n", idx, same ? "same bits" : "NOT the same bits", e[0], e[1], e[2], e[3]);
     ++idx;
   }
 }
@@ -314,6 +357,12 @@ TEST(GdnFwdCudaPrepHead, TimingAtBenchShapes) {
     GdnFwdHead hg;
     hg.g_in = hd.g_in;
     const double wu = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
+    double form_ms[2][2];  // [kTransposed, kMnMajorB][w, u; w, u with the folded head]
+    for (int f = 0; f < 2; ++f) {
+      const PrepForm form = f ? PrepForm::kMnMajorB : PrepForm::kTransposed;
+      form_ms[f][0] = time_ms([&] { return fwd_cuda_prep_form(p, GdnFwdHead{}, form, nullptr); });
+      form_ms[f][1] = time_ms([&] { return fwd_cuda_prep_form(p, hd, form, nullptr); });
+    }
     const double wu_head = time_ms([&] { return fwd_cuda_prep_head(p, hd, nullptr); });
     const double wu_gates = time_ms([&] { return fwd_cuda_prep_head(p, hg, nullptr); });
     GdnFwdParams pa = p;
@@ -322,10 +371,16 @@ TEST(GdnFwdCudaPrepHead, TimingAtBenchShapes) {
     ha.rq = tok(rq.p, STRATA_DTYPE_F32, T, H, 0), ha.rk = tok(rk.p, STRATA_DTYPE_F32, T, H, 0);
     const double wua = time_ms([&] { return fwd_cuda_prep(pa, nullptr); });
     const double wua_head = time_ms([&] { return fwd_cuda_prep_head(pa, ha, nullptr); });
-    for (const double t : {wu, wu_head, wu_gates, wua, wua_head}) EXPECT_GT(t, 0.0);
+    for (const double t : {wu, wu_head, wu_gates, wua, wua_head, form_ms[0][0], form_ms[0][1], form_ms[1][0],
+                           form_ms[1][1]})
+      EXPECT_GT(t, 0.0);
     std::printf("[gdn_prep timing] head bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: prep %.3f ms, prep + l2norm + "
                 "cumsum folded %.3f ms (cumsum only %.3f ms); w, u, A: prep %.3f ms, folded (+ rstd) %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T), wu, wu_head, wu_gates, wua, wua_head);
+    std::printf("[gdn_prep timing] forms bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: transposed %.3f ms, MN-major B "
+                "%.3f ms; with the folded head: transposed %.3f ms, MN-major B %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), form_ms[0][0], form_ms[1][0], form_ms[0][1],
+                form_ms[1][1]);
     std::fflush(stdout);
   }
 }

@@ -22,6 +22,10 @@
 //              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the Kᵀ / Vᵀ panel (K-major: the
 //              contraction is the token), staged through the dead f32 tile and stored as 16-byte segments
 // Shared memory 53.75 KB at K = V = 128 (each region reused once consumed): four blocks (16 warps) per SM.
+// Session 11: kMnB (PrepForm::kMnMajorB) skips the transposes (w, u read the K / V panels as MN-major B operands);
+// kNorm (GdnFwdHead: chunk_gated_delta_rule's l2norm and gate cumsum folded in) normalises the raw q, k rows in the
+// registers into the panels and writes qn, kn, and forms γ from the raw gates (README.md, "The forward's kernels and
+// the folded head").
 //
 // Why (README.md, "The pre-state kernel"): wy_mma<kPrepare> (mma.sync) and session 9's prep_group_mma measured
 // 0.59–0.62 ms for w, u at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16 with the shared-memory pipe at 71–75 %
@@ -37,6 +41,8 @@
 // tolerances (tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.MatchesWyMmaAndQkGate).
 //
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
+#include <algorithm>
+
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
@@ -52,22 +58,32 @@ constexpr int kPanelB = kPanel * 2;           // its bytes
 constexpr int kMBytes = kRows * kLdF * 4;     // the f32 M / X tile
 constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per block
 
-// Shared memory (byte offsets), three regions reused once their first content is consumed:
-//   0:    K panels [nk], then Vᵀ [nv · 64 rows][64 tokens]          (max(nk, nv) panels)
-//   q_kt: Q panels [nk] (with Pqk), then Kᵀ [nk · 64 rows][64 tokens] (nk panels)
-//   vs_m: V staging panels [nv], then M / X f32 [64][kLdF]           (max(nv panels, 17 KB))
-// then the merge scratch [3][16][kLdY] f32 and γ, β, fw, fu [64] f32. K = V = 128: 53.75 KB, four blocks per SM.
+// Shared memory (byte offsets). The transposing form (PrepForm::kTransposed, session 10), three regions reused once
+// their first content is consumed:
+//   k = 0:    K panels [nk], then Vᵀ [nv · 64 rows][64 tokens]          (max(nk, nv) panels)
+//   q:        Q panels [nk] (with Pqk), then Kᵀ [nk · 64 rows][64 tokens] (nk panels)
+//   v = m:    V staging panels [nv], then M / X f32 [64][kLdF]           (max(nv panels, 17 KB))
+// The MN-major form (PrepForm::kMnMajorB, session 11: w, u read K and V as they were loaded):
+//   k = 0:    K panels [nk];  v: V panels [nv];  q = m: Q panels [nk] (with Pqk), then M / X (max(Q, 17 KB))
+// then the merge scratch [3][16][kLdY] f32 and γ, β, fw, fu [64] f32. K = V = 128: 53.75 / 54.25 KB, four blocks
+// per SM.
 struct PrepLayout {
-  int nk, nv;                    // 64-column panels of K and V
-  int q_kt, vs_m, y, vec, total;  // byte offsets (K / Vᵀ at 0) and size
+  int nk, nv;                     // 64-column panels of K and V
+  int q, v, m, y, vec, total;     // byte offsets (K at 0) and size
 };
-__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
+__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V, bool mn_b) {
   PrepLayout l{};
   l.nk = round64(K) / 64;
   l.nv = round64(V) / 64;
-  l.q_kt = (l.nk > l.nv ? l.nk : l.nv) * kPanelB;
-  l.vs_m = l.q_kt + l.nk * kPanelB;
-  l.y = l.vs_m + (l.nv * kPanelB > kMBytes ? l.nv * kPanelB : kMBytes);
+  if (mn_b) {
+    l.v = l.nk * kPanelB;
+    l.q = l.m = l.v + l.nv * kPanelB;
+    l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
+  } else {
+    l.q = (l.nk > l.nv ? l.nk : l.nv) * kPanelB;
+    l.v = l.m = l.q + l.nk * kPanelB;
+    l.y = l.m + (l.nv * kPanelB > kMBytes ? l.nv * kPanelB : kMBytes);
+  }
   l.vec = l.y + 3 * 16 * kLdY * 4;
   l.total = l.vec + 4 * kRows * 4;
   return l;
@@ -119,6 +135,26 @@ __device__ __forceinline__ void transpose_panels(Bf16* dst, const Bf16* src, int
 // Descriptor of K-step ks (16 contraction columns) of a K-major operand held as 64-column panels at `base`.
 __device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
   return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
+}
+
+// (Session 11, PrepForm::kMnMajorB) A 64 x 64 panel (tile_off<64>: row = token, 8 contiguous columns per 16-byte
+// row of a core matrix) read as the MN-major B operand tokens x columns of w = X diag(f) K / u = X diag(f) V: the
+// contraction (tokens) steps by 8-row core-matrix rows (LBO = 1 KB, the next 8 tokens), the N columns by core
+// matrices (SBO = 128 B, the next 8 columns); K-step ks (16 tokens) starts 2 KB further.
+__device__ __forceinline__ uint64_t panel_desc_mn(uint32_t base, int ks) {
+  return wg::make_desc(base + static_cast<uint32_t>(ks) * 2048u, 1024u, 128u);
+}
+// wgmma m64n64k16 with the register A and an MN-major B (imm-trans-b = 1); otherwise wg::mma_rs<bf16, 64>.
+__device__ __forceinline__ void mma_rs_mn64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
 // (session 11, GdnFwdHead) Rows [0, L) of head `head` of the raw x_in (bf16, lean, K <= 128, K % 8 == 0),
@@ -305,30 +341,30 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
   __syncwarp();  // the block is read before the next tile overwrites it
 }
 
-template <bool kWithP, bool kNorm>
+template <bool kWithP, bool kNorm, bool kMnB>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
-  const PrepLayout ly = prep_layout(K, V);
+  const PrepLayout ly = prep_layout(K, V, kMnB);
   const int64_t hv = static_cast<int64_t>(blockIdx.x) % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, static_cast<int64_t>(blockIdx.x) / HV);
   if (!c.valid) return;
   const int L = static_cast<int>(c.e - c.s), BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  Bf16* Kp = reinterpret_cast<Bf16*>(smem);             // K panels, then Vᵀ
+  Bf16* Kp = reinterpret_cast<Bf16*>(smem);            // K panels (then Vᵀ: kTransposed)
   Bf16* Vt = Kp;
-  Bf16* QKt = reinterpret_cast<Bf16*>(smem + ly.q_kt);  // Q panels, then Kᵀ
-  Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.vs_m);   // V panels, then M / X
-  float* MX = reinterpret_cast<float*>(smem + ly.vs_m);
+  Bf16* QKt = reinterpret_cast<Bf16*>(smem + ly.q);    // Q panels (then Kᵀ: kTransposed)
+  Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.v);     // V panels
+  float* MX = reinterpret_cast<float*>(smem + ly.m);   // M / X
   float* Yf = reinterpret_cast<float*>(smem + ly.y);
   float* gam = reinterpret_cast<float*>(smem + ly.vec);
   float* bet = gam + kRows;
   float* fw = gam + 2 * kRows;
   float* fu = gam + 3 * kRows;
-  const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k;
+  const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k, s_v = mma::smem_addr(Vs);
 
   if constexpr (kNorm) {
     // GdnFwdHead: V requested first (in flight during the normalisation), K (and Q) normalised through the
@@ -372,7 +408,8 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   wg::reg_fence(R);
   if constexpr (kWithP) wg::reg_fence(P);
   cuda::cp_async_wait<0>();  // V
-  __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: K and Q panels are free once read here
+  if constexpr (kMnB) wg::fence_proxy_async();  // V read by the u wgmma as loaded
+  __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: Q panels are free once read here
   if constexpr (kWithP) {
     // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
     // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
@@ -402,13 +439,15 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
           store_pair_v<Bf16>(p.Pqk, pvec, ro, 8 * jb + 2 * (lane & 3), BT, P[4 * jb + 2 * hh], P[4 * jb + 2 * hh + 1]);
       }
     }
-    __syncthreads();  // every warp's staging reads of Q's panels done
+    __syncthreads();  // every warp's staging reads of Q's panels done (Kᵀ or M overwrites them)
   }
-  transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
-  __syncthreads();  // K panels read
-  transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
-  wg::fence_proxy_async();           // Kᵀ, Vᵀ (stmatrix) visible to the w / u wgmma after the barriers below
-  __syncthreads();  // every read of the V staging panels is done: M overwrites them
+  if constexpr (!kMnB) {
+    transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
+    __syncthreads();  // K panels read
+    transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
+    wg::fence_proxy_async();           // Kᵀ, Vᵀ (stmatrix) visible to the w / u wgmma after the barriers below
+    __syncthreads();  // every read of the V staging panels is done: M overwrites them
+  }
 
   // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
   // overflows), every column of the warp's rows written (the upper blocks are the inverse's zeros). The gate
@@ -459,7 +498,15 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
     float acc[32];
     wg::reg_fence(acc);
     wg::wg_fence();
-    if (t < nk) {
+    if constexpr (kMnB) {  // B = the K / V panel t as loaded
+      if (t < nk) {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, aw[ks].x, panel_desc_mn(s_k + t * kPanelB, ks), ks > 0);
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, au[ks].x, panel_desc_mn(s_v + (t - nk) * kPanelB, ks), ks > 0);
+      }
+    } else if (t < nk) {
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks)
         wg::mma_rs<Bf16, 64>(acc, aw[ks].x, wg::tile_desc<64>(s_qkt + t * kPanelB, ks), ks > 0);
@@ -483,12 +530,18 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
 #endif
 }
 
-template <bool kWithP, bool kNorm>
+template <bool kWithP, bool kNorm, bool kMnB>
 int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP, kNorm>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p,
-                  hd);
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, kMnB).total);
+  return launch_n(prep_wgmma<kWithP, kNorm, kMnB>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream,
+                  p, hd);
+}
+template <bool kMnB>
+int launch_prep_form(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
+  if (hd.k_in.present())
+    return p.Pqk.present() ? launch_prep<true, true, kMnB>(p, hd, stream) : launch_prep<false, true, kMnB>(p, hd, stream);
+  return p.Pqk.present() ? launch_prep<true, false, kMnB>(p, hd, stream) : launch_prep<false, false, kMnB>(p, hd, stream);
 }
 
 // Host form of lean_tensor (16-bit bf16 view copied by 16-byte segments at any (b, t, head)).
@@ -512,7 +565,8 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
     if (!p.q.present() || p.q.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) needs q in the dtype of k";
     if (p.Pqk.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) is stored in the dtype of q, k";
   }
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
+  const size_t smem = static_cast<size_t>(std::max(prep_layout(p.shape.K, p.shape.V, false).total,
+                                                   prep_layout(p.shape.K, p.shape.V, true).total));
   if (smem > kPrepMaxSmem)
     return fmt::format("the pre-state kernel needs {} bytes of shared memory per block, more than {}", smem,
                        kPrepMaxSmem);
@@ -520,6 +574,9 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) { return fwd_cuda_prep_head(p, GdnFwdHead{}, stream_ptr); }
+int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
+  return fwd_cuda_prep_form(p, hd, kPrepDefaultForm, stream_ptr);
+}
 
 std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& hd) {
   std::string r = fwd_cuda_prep_reject(p);
@@ -537,13 +594,11 @@ std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& h
   return {};
 }
 
-int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
+int fwd_cuda_prep_form(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm form, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_head_reject(p, hd);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (hd.k_in.present())
-    return p.Pqk.present() ? launch_prep<true, true>(p, hd, stream) : launch_prep<false, true>(p, hd, stream);
-  return p.Pqk.present() ? launch_prep<true, false>(p, hd, stream) : launch_prep<false, false>(p, hd, stream);
+  return form == PrepForm::kMnMajorB ? launch_prep_form<true>(p, hd, stream) : launch_prep_form<false>(p, hd, stream);
 }
 
 }  // namespace strata::linear_attn::gdn

@@ -149,6 +149,13 @@ struct GdnFwdHead {
 };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, void* stream);
 std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& head);
+// (session 11) How prep_wgmma feeds the B operands of w = X diag(f) K, u = X diag(f) V: kTransposed (session 10)
+// transposes the loaded K, V panels into K-major Kᵀ, Vᵀ tiles first; kMnMajorB reads the panels as loaded, as
+// MN-major B operands (no transposes, two block barriers fewer). The same products and order: the same bits.
+// fwd_cuda_prep / fwd_cuda_prep_head run kPrepDefaultForm; fwd_cuda_prep_form picks one (tests, timing).
+enum class PrepForm : int { kTransposed, kMnMajorB };
+inline constexpr PrepForm kPrepDefaultForm = PrepForm::kTransposed;
+int fwd_cuda_prep_form(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream);
 #endif
 
 }  // namespace strata::linear_attn::gdn
