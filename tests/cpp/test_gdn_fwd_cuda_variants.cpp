@@ -34,22 +34,12 @@ namespace {
 
 using test::Dev;
 using test::have_gpu;
-std::unique_ptr<Dev> upload(const void* h, size_t bytes) {
-  auto d = std::make_unique<Dev>(bytes);
-  if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
+using gdn_test::upload;
 
 using gdn_test::random_bytes;
 
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and states [N, HV, K, V].
-GdnTensor tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
-  GdnTensor t;
-  t.data = p, t.dtype = dt;
-  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
-  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
-  return t;
-}
+constexpr auto& tok = gdn_test::fwd_tok;
 GdnTensor states(void* p, int64_t HV, int64_t K, int64_t V) {
   GdnTensor t;
   t.data = p, t.dtype = STRATA_DTYPE_F32;
@@ -689,31 +679,13 @@ struct PrepShape {
 struct PrepProblem {
   PrepShape s;
   GdnFwdParams p;
-  std::unique_ptr<Dev> cu, offs, q, k, v, g, beta, w, u, A, P;
+  gdn_test::FwdChunks ch;
+  std::unique_ptr<Dev> q, k, v, g, beta, w, u, A, P;
   PrepProblem(const PrepShape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = s.BT;
-    d.N = s.cu.empty() ? B : static_cast<int64_t>(s.cu.size()) - 1;
-    d.NTr = (T + s.BT - 1) / s.BT;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = d.N, m.BT = s.BT, m.NTr = d.NTr;
-    std::vector<int64_t> bounds;
-    if (s.cu.empty()) {
-      for (int64_t b = 0; b <= B; ++b) bounds.push_back(b * T);
-    } else {
-      bounds = s.cu;
-      std::vector<int64_t> off(s.cu.size());
-      GdnChunks hm = m;
-      hm.cu = s.cu.data();
-      d.NT = fill_chunk_offsets(hm, off.data());
-      cu = upload(s.cu.data(), s.cu.size() * 8);
-      offs = upload(off.data(), off.size() * 8);
-      m.cu = static_cast<const int64_t*>(cu->p);
-      m.offsets = static_cast<const int64_t*>(offs->p);
-    }
-    if (s.cu.empty()) d.NT = d.NTr;
+    ch = gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, s.BT, s.cu);
+    const std::vector<int64_t>& bounds = ch.bounds;
     std::vector<float> gam(static_cast<size_t>(rows * HV)), bet(static_cast<size_t>(rows * HV));
     std::uniform_real_distribution<float> ud(-0.1f, 0.f), ub(0.05f, 1.f);
     for (size_t n = 0; n + 1 < bounds.size(); ++n)
@@ -779,12 +751,7 @@ const std::vector<PrepShape>& prep_shapes() {
   return v;
 }
 
-// Counts 16-bit words 0xffff (the poison: a NaN in bf16 / f16) in the bytes of a buffer.
-size_t poisoned(const std::vector<uint8_t>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i + 1 < b.size(); i += 2) n += (b[i] == 0xff && b[i + 1] == 0xff);
-  return n;
-}
+using gdn_test::poisoned;
 
 TEST(GdnFwdCudaPrep, MatchesWyMmaAndQkGate) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -855,11 +822,7 @@ TEST(GdnFwdCudaPrep, TimingAtBenchShapes) {
     for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
     GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
-    d.NT = d.NTr;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
+    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
     p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
     p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
     p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);

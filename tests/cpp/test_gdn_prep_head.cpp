@@ -25,6 +25,7 @@
 namespace strata::linear_attn::gdn {
 namespace {
 
+using gdn_test::poisoned;
 using gdn_test::rel_rms;
 using gdn_test::time_ms;
 using test::Dev;
@@ -33,18 +34,8 @@ using test::have_gpu;
 constexpr float kEps = 1e-6f;
 constexpr int32_t kBf = STRATA_DTYPE_BF16;
 
-GdnTensor tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
-  GdnTensor t;
-  t.data = p, t.dtype = dt;
-  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
-  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
-  return t;
-}
-std::unique_ptr<Dev> up(const void* h, size_t bytes) {
-  auto d = std::make_unique<Dev>(bytes);
-  if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
+constexpr auto& tok = gdn_test::fwd_tok;
+using gdn_test::upload;
 std::vector<float> bf_to_f(const std::vector<uint8_t>& b) {
   std::vector<float> f(b.size() / 2);
   for (size_t i = 0; i < f.size(); ++i) {
@@ -53,12 +44,6 @@ std::vector<float> bf_to_f(const std::vector<uint8_t>& b) {
     f[i] = bf16_bits_to_f32(x);
   }
   return f;
-}
-// 16-bit words 0xffff (the poison) in a buffer.
-size_t poisoned16(const std::vector<uint8_t>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i + 1 < b.size(); i += 2) n += (b[i] == 0xff && b[i + 1] == 0xff);
-  return n;
 }
 
 struct HeadShape {
@@ -75,33 +60,16 @@ struct HeadProblem {
   GdnFwdHead hd;   // raw q, k, g; rstd outputs
   std::vector<uint8_t> qn_h, kn_h;
   std::vector<float> gam_h, rq_h, rk_h;
-  std::unique_ptr<Dev> cu, offs, q, k, g, qn, kn, gam, v, beta, w, u, A, P, qo, ko, go, rq, rk;
+  gdn_test::FwdChunks ch;
+  std::unique_ptr<Dev> q, k, g, qn, kn, gam, v, beta, w, u, A, P, qo, ko, go, rq, rk;
   HeadProblem(const HeadShape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = s.BT;
-    d.N = s.cu.empty() ? B : static_cast<int64_t>(s.cu.size()) - 1;
-    d.NTr = (T + s.BT - 1) / s.BT;
-    d.NT = d.NTr;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = d.N, m.BT = s.BT, m.NTr = d.NTr;
-    std::vector<int64_t> bounds;  // sequence starts in row-major token order (b T + t)
-    if (s.cu.empty()) {
-      for (int64_t b = 0; b <= B; ++b) bounds.push_back(b * T);
-    } else {
-      bounds = s.cu;
-      std::vector<int64_t> off(s.cu.size());
-      GdnChunks hm = m;
-      hm.cu = s.cu.data();
-      d.NT = fill_chunk_offsets(hm, off.data());
-      cu = up(s.cu.data(), s.cu.size() * 8);
-      offs = up(off.data(), off.size() * 8);
-      m.cu = static_cast<const int64_t*>(cu->p);
-      m.offsets = static_cast<const int64_t*>(offs->p);
-    }
+    ch = gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, s.BT, s.cu);
+    const std::vector<int64_t>& bounds = ch.bounds;  // sequence starts in b T + t order
     // Raw q, k and their normalised rows.
-    const auto qr = gdn_test::random_bytes(rows * H * K, kBf, rng, 1.0), kr = gdn_test::random_bytes(rows * H * K, kBf, rng, 1.0);
+    const auto qr = gdn_test::random_bytes(rows * H * K, kBf, rng, 1.0);
+    const auto kr = gdn_test::random_bytes(rows * H * K, kBf, rng, 1.0);
     auto norm = [&](const std::vector<uint8_t>& x, std::vector<uint8_t>& y, std::vector<float>& r) {
       const std::vector<float> f = bf_to_f(x);
       y.resize(x.size()), r.resize(static_cast<size_t>(rows * H));
@@ -138,11 +106,11 @@ struct HeadProblem {
         }
       }
     const auto vb = gdn_test::random_bytes(rows * HV * V, kBf, rng, 1.0);
-    q = up(qr.data(), qr.size()), k = up(kr.data(), kr.size());
-    qn = up(qn_h.data(), qn_h.size()), kn = up(kn_h.data(), kn_h.size());
-    gam = up(gam_h.data(), gam_h.size() * 4);
-    g = s.g_bf16 ? up(graw16.data(), graw16.size() * 2) : up(graw.data(), graw.size() * 4);
-    v = up(vb.data(), vb.size()), beta = up(bet.data(), bet.size() * 4);
+    q = upload(qr.data(), qr.size()), k = upload(kr.data(), kr.size());
+    qn = upload(qn_h.data(), qn_h.size()), kn = upload(kn_h.data(), kn_h.size());
+    gam = upload(gam_h.data(), gam_h.size() * 4);
+    g = s.g_bf16 ? upload(graw16.data(), graw16.size() * 2) : upload(graw.data(), graw.size() * 4);
+    v = upload(vb.data(), vb.size()), beta = upload(bet.data(), bet.size() * 4);
     w = std::make_unique<Dev>(rows * HV * K * 2), u = std::make_unique<Dev>(rows * HV * V * 2);
     A = std::make_unique<Dev>(rows * HV * s.BT * 2), P = std::make_unique<Dev>(rows * HV * s.BT * 2);
     qo = std::make_unique<Dev>(qr.size()), ko = std::make_unique<Dev>(kr.size());
@@ -202,8 +170,8 @@ TEST(GdnFwdCudaPrepHead, MatchesHostHeadAndUnfoldedKernel) {
       const auto w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits(), p1 = pr.P->bits();
       const auto qo = pr.qo->bits(), ko = pr.ko->bits(), go = pr.go->bits(), rq = pr.rq->bits(), rk = pr.rk->bits();
       // Every element written (q, k rows: one writer block each; γ, rstd: f32 NaN poison).
-      for (const auto* b : {&w1, &u1, &qo, &ko}) EXPECT_EQ(poisoned16(*b), 0u) << "shape " << idx;
-      if (full) EXPECT_EQ(poisoned16(a1) + poisoned16(p1), 0u) << "shape " << idx;
+      for (const auto* b : {&w1, &u1, &qo, &ko}) EXPECT_EQ(poisoned(*b), 0u) << "shape " << idx;
+      if (full) EXPECT_EQ(poisoned(a1) + poisoned(p1), 0u) << "shape " << idx;
       const double eq = rel_rms(qo, pr.qn_h, kBf), ek = rel_rms(ko, pr.kn_h, kBf);
       std::vector<uint8_t> gh(pr.gam_h.size() * 4), rqh(pr.rq_h.size() * 4), rkh(pr.rk_h.size() * 4);
       std::memcpy(gh.data(), pr.gam_h.data(), gh.size());
@@ -225,8 +193,8 @@ TEST(GdnFwdCudaPrepHead, MatchesHostHeadAndUnfoldedKernel) {
         EXPECT_LT(ea, 1e-2) << "shape " << idx << ": A against the unfolded kernel";
         EXPECT_LT(ep, 1e-2) << "shape " << idx << ": Pqk against the unfolded kernel";
       } else {
-        EXPECT_EQ(poisoned16(a1), a1.size() / 2) << "shape " << idx << ": A written although absent";
-        EXPECT_EQ(poisoned16(p1), p1.size() / 2) << "shape " << idx << ": Pqk written although absent";
+        EXPECT_EQ(poisoned(a1), a1.size() / 2) << "shape " << idx << ": A written although absent";
+        EXPECT_EQ(poisoned(p1), p1.size() / 2) << "shape " << idx << ": Pqk written although absent";
       }
       std::printf("[gdn_prep head check] shape %d %s: relative RMS qn %.2e kn %.2e γ %.2e rstd %.2e / %.2e; against "
                   "the unfolded kernel w %.2e u %.2e A %.2e P %.2e\n",
@@ -260,7 +228,7 @@ TEST(GdnFwdCudaPrepHead, MatchesHostHeadAndUnfoldedKernel) {
     ASSERT_EQ(fwd_cuda_prep_head(fg, hg, nullptr), STRATA_SUCCESS) << "shape " << idx;
     EXPECT_LT(rel_rms(pr.w->bits(), w0, kBf), 1e-2) << "shape " << idx << ": w (gates folded only)";
     EXPECT_LT(rel_rms(pr.u->bits(), u0, kBf), 1e-2) << "shape " << idx << ": u (gates folded only)";
-    EXPECT_EQ(poisoned16(pr.qo->bits()), pr.qo->bytes / 2) << "shape " << idx << ": q written without l2norm";
+    EXPECT_EQ(poisoned(pr.qo->bits()), pr.qo->bytes / 2) << "shape " << idx << ": q written without l2norm";
     ++idx;
   }
 }
@@ -284,7 +252,7 @@ TEST(GdnFwdCudaPrepHead, FormsSameBits) {
       ASSERT_EQ(fwd_cuda_prep_form(pr.p, GdnFwdHead{}, form, nullptr), STRATA_SUCCESS) << "shape " << idx;
       const std::vector<uint8_t> b[4] = {pr.w->bits(), pr.u->bits(), pr.A->bits(), pr.P->bits()};
       for (int i = 0; i < 4; ++i) {
-        EXPECT_EQ(poisoned16(b[i]), 0u) << "shape " << idx << " output " << i;
+        EXPECT_EQ(poisoned(b[i]), 0u) << "shape " << idx << " output " << i;
         if (form == PrepForm::kTransposed) {
           ref[i] = b[i];
         } else {
@@ -343,11 +311,7 @@ TEST(GdnFwdCudaPrepHead, TimingAtBenchShapes) {
     for (Dev* x : {&q, &k, &qn, &kn, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
     GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
-    d.NT = d.NTr;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
+    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
     p.q = tok(qn.p, kBf, T, H, K), p.k = tok(kn.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
     p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
     p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
