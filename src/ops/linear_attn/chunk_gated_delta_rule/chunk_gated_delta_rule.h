@@ -124,9 +124,9 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     inside the products). kAuto runs this form wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2:
 //     faster at B = 4 and B = 1). Session 8's serial wgmma forms (kWgmma, kWgmmaPqk, kPrepWgmma) lost to it
 //     everywhere and were removed in session 10.
-//   kFold ("cuda.sm90.fused_fold", session 11): kAuto's state pass, with the forward's head folded into the
-//     pre-state kernel (gdn::fwd_cuda_prep_head): the l2norm of q, k and the gate cumsum are not separate launches;
-//     prep_wgmma reads the raw q, k, g and writes qn, kn, γ for the pass (bf16 lean q, k, K a multiple of 8).
+//   kFold ("cuda.sm90.fused_fold", session 11): kAuto's choices with the gate cumsum folded into the pre-state
+//     kernel (gdn::fwd_cuda_prep_head: prep_wgmma reads the raw g and writes γ for the pass; bf16, K <= 128), which
+//     kAuto also does wherever it applies (kFoldHead in cuda_sm90.cu); the other forms keep the cumsum launch.
 enum class GdnFusedForm : int {
   kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold
 };

@@ -516,34 +516,33 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   return c;
 }
 
-// The forward's head folded into the pre-state kernel (GdnFusedForm::kFold, gdn::fwd_cuda_prep_head): the raw q, k
-// (with l2norm) and g in; qn, kn and γ written into the buffers that c.wy / c.fwdo read. The rstd (the backward's)
-// is not stored.
+// The gate cumsum folded into the pre-state kernel (gdn::fwd_cuda_prep_head): the raw g in, γ written into the
+// buffer the other sub-operators read, instead of the chunk_local_cumsum launch. Where it applies (prep_wgmma's rule:
+// bf16, K <= 128), every pass folds it when kFoldHead (the fused forward's kAuto, the chunked forward, the backward's
+// re-run); GdnFusedForm::kFold forces it. (Folding the l2norm of q, k too was slower than the two row_norm_fwd_cuda
+// launches, which run at their byte floor: ../gdn_common/README.md, "The forward's kernels and the folded head".)
+constexpr bool kFoldHead = true;
 gdn::GdnFwdHead fold_head(const GdnParams& p) {
   gdn::GdnFwdHead hd;
-  if (p.l2norm) {
-    hd.q_in = fwd_view(p.q);
-    hd.k_in = fwd_view(p.k);
-    hd.eps = static_cast<float>(kGdnL2Eps);
-  }
   hd.g_in = fwd_view(p.g);
   return hd;
 }
 
 // Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
 // `prep` (the fused forward's kPrep form): w, u and its Pqk from gdn::fwd_cuda_prep instead of prepare_wy_repr_fwd.
-// `head` (the fused forward's kFold form): l2norm and γ formed by gdn::fwd_cuda_prep_head with c.wy's w, u.
+// `fold`: γ formed by the pre-state kernel (fold_head) where it takes c.wy.
 strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                         cudaStream_t stream, const gdn::GdnFwdParams* prep = nullptr,
-                         const gdn::GdnFwdHead* head = nullptr) {
+                         cudaStream_t stream, bool fold, const gdn::GdnFwdParams* prep = nullptr) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
-  if (!head) {
-    STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+  const gdn::GdnFwdHead head = fold_head(p);
+  fold = fold && !prep && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
+  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+  if (!fold) {
     const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
   }
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
-  if (head) return static_cast<strata_status>(gdn::fwd_cuda_prep_head(c.wy, *head, stream));
+  if (fold) return static_cast<strata_status>(gdn::fwd_cuda_prep_head(c.wy, head, stream));
   if (prep) return static_cast<strata_status>(gdn::fwd_cuda_prep(*prep, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream));
 }
@@ -551,7 +550,7 @@ strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, cons
 // forward_wy, then the state pass (h, v_new and, in the forward, the final state).
 strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
                              cudaStream_t stream) {
-  STRATA_RETURN_IF_ERROR(forward_wy(op, p, b, s, c, stream));
+  STRATA_RETURN_IF_ERROR(forward_wy(op, p, b, s, c, stream, kFoldHead));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream));
 }
 
@@ -641,14 +640,9 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
   if (r.empty() && form == GdnFusedForm::kFold) {
-    // Plan time: the bound pointers are sentinels, so q, k are judged at an aligned stand-in address (misaligned
-    // views at run time take the separate l2norm / cumsum launches: gdn_cuda_fused_fwd).
     gdn::GdnFwdParams w = c.wy;
     w.A = gdn::GdnTensor{};
-    gdn::GdnFwdHead hd = fold_head(p);
-    for (gdn::GdnTensor* t : {&hd.q_in, &hd.k_in})
-      if (t->present()) t->data = reinterpret_cast<void*>(uintptr_t{256});
-    r = gdn::fwd_cuda_prep_head_reject(w, hd);
+    r = gdn::fwd_cuda_prep_head_reject(w, fold_head(p));
   }
   return r;
 }
@@ -717,13 +711,12 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
                                                                        : gdn::StateOBlock::k8Warps;
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
-    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, false, &w));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
-  const gdn::GdnFwdHead head = fold_head(p);
-  const bool fold = form == GdnFusedForm::kFold && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, nullptr, fold ? &head : nullptr));
+  const bool fold = form == GdnFusedForm::kFold || (form == GdnFusedForm::kAuto && kFoldHead);
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, fold));
   if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kSplit, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
@@ -739,7 +732,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   auto mark = [probe](const char* step) {
     if (probe && probe->fn) probe->fn(probe->ctx, step);
   };
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream));  // (forward_states, split)
+  // forward_states, split:
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream, kFoldHead));
   mark("forward WY");
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
   mark("forward states");

@@ -4,28 +4,22 @@
 // re-run forward), and the gated Q Kᵀ p.Pqk when present (the fused forward's pre-computed P).
 //
 // One block = one warpgroup (4 warps; warp w owns rows 16w..16w+15 of every m64 product) per (chunk, value head):
-//   loads      K (and Q) [64][K] as one cp.async group, V [64][V] as a second, into 64-column K-major core-matrix
-//              panels (wgmma_layout.h tile_off<64>: row = token, column = key / value column); γ, β,
-//              fw = β e^γ, fu = β [64] (0 past the chunk's L rows)
+//   loads      K (and Q) [64][K] as one cp.async group, V [64][V] as a second, into 64-column core-matrix panels
+//              (wgmma_layout.h tile_off<64>: row = token, column = key / value column); γ (read, or formed from the
+//              raw gates: GdnFwdHead::g_in), β, fw = β e^γ, fu = β [64] (0 past the chunk's L rows)
 //   wgmma 1    R = K Kᵀ: m64n64k16, A and B the same K panels (K-major both: the contraction is the key column)
 //   wgmma 2    (with Pqk) Q Kᵀ, the same way
-//   transpose  K -> Kᵀ [K][64 tokens] over Q's panels, then V -> Vᵀ [V][64 tokens] over K's (ldmatrix +
-//              stmatrix.trans per 8 x 8 core matrix), so that w and u get K-major B operands
-//   Pqk        (with Pqk, before Kᵀ is written) P = lower(Q Kᵀ ⊙ Γ) gated in the registers, staged through Q's
-//              panels and stored as 16-byte segments
-//   gating     M = strictly-lower(diag(β) R ⊙ Γ) from the accumulator registers into an f32 tile over the V
-//              staging panels
+//   Pqk        (with Pqk) P = lower(Q Kᵀ ⊙ Γ) gated in the registers, staged through Q's panels and stored as
+//              16-byte segments
+//   gating     M = strictly-lower(diag(β) R ⊙ Γ) from the accumulator registers into an f32 tile (over Q's panels)
 //   inverse    X = (I + M)⁻¹ in place over M: the f32 blocked inverse of wy_mma (invert_diag_column,
 //              invert_merge_y / _x: substitution on the 16 x 16 diagonal blocks, ~f32 split products in the
 //              merges); A = X stored when p.A is present
 //   wgmma 3..  per 64-column tile of w then of u: D = (X diag(f))_{bf16} B with the scaled inverse as the register
-//              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the Kᵀ / Vᵀ panel (K-major: the
-//              contraction is the token), staged through the dead f32 tile and stored as 16-byte segments
-// Shared memory 53.75 KB at K = V = 128 (each region reused once consumed): four blocks (16 warps) per SM.
-// Session 11: kMnB (PrepForm::kMnMajorB) skips the transposes (w, u read the K / V panels as MN-major B operands);
-// kNorm (GdnFwdHead: chunk_gated_delta_rule's l2norm and gate cumsum folded in) normalises the raw q, k rows in the
-// registers into the panels and writes qn, kn, and forms γ from the raw gates (README.md, "The forward's kernels and
-// the folded head").
+//              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the K / V panel as loaded, read as
+//              an MN-major operand (tokens x columns; session 11: session 10 transposed the panels into K-major Kᵀ /
+//              Vᵀ tiles first), staged through the dead f32 tile and stored as 16-byte segments
+// Shared memory 54.25 KB at K = V = 128: four blocks (16 warps) per SM.
 //
 // Why (README.md, "The pre-state kernel"): wy_mma<kPrepare> (mma.sync) and session 9's prep_group_mma measured
 // 0.59–0.62 ms for w, u at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16 with the shared-memory pipe at 71–75 %
@@ -41,8 +35,6 @@
 // tolerances (tests/cpp/test_gdn_fwd_cuda_variants.cpp, GdnFwdCudaPrep.MatchesWyMmaAndQkGate).
 //
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
-#include <algorithm>
-
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
@@ -58,32 +50,20 @@ constexpr int kPanelB = kPanel * 2;           // its bytes
 constexpr int kMBytes = kRows * kLdF * 4;     // the f32 M / X tile
 constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per block
 
-// Shared memory (byte offsets). The transposing form (PrepForm::kTransposed, session 10), three regions reused once
-// their first content is consumed:
-//   k = 0:    K panels [nk], then Vᵀ [nv · 64 rows][64 tokens]          (max(nk, nv) panels)
-//   q:        Q panels [nk] (with Pqk), then Kᵀ [nk · 64 rows][64 tokens] (nk panels)
-//   v = m:    V staging panels [nv], then M / X f32 [64][kLdF]           (max(nv panels, 17 KB))
-// The MN-major form (PrepForm::kMnMajorB, session 11: w, u read K and V as they were loaded):
-//   k = 0:    K panels [nk];  v: V panels [nv];  q = m: Q panels [nk] (with Pqk), then M / X (max(Q, 17 KB))
-// then the merge scratch [3][16][kLdY] f32 and γ, β, fw, fu [64] f32. K = V = 128: 53.75 / 54.25 KB, four blocks
-// per SM.
+// Shared memory (byte offsets): K panels [nk] at 0, V panels [nv] at v, Q panels [nk] (with Pqk) then M / X f32
+// [64][kLdF] at m (max(Q, 17 KB)), the merge scratch [3][16][kLdY] f32 at y and γ, β, fw, fu [64] f32 at vec.
+// K = V = 128: 54.25 KB, four blocks per SM.
 struct PrepLayout {
-  int nk, nv;                     // 64-column panels of K and V
-  int q, v, m, y, vec, total;     // byte offsets (K at 0) and size
+  int nk, nv;                 // 64-column panels of K and V
+  int v, m, y, vec, total;    // byte offsets (K at 0) and size
 };
-__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V, bool mn_b) {
+__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
   PrepLayout l{};
   l.nk = round64(K) / 64;
   l.nv = round64(V) / 64;
-  if (mn_b) {
-    l.v = l.nk * kPanelB;
-    l.q = l.m = l.v + l.nv * kPanelB;
-    l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
-  } else {
-    l.q = (l.nk > l.nv ? l.nk : l.nv) * kPanelB;
-    l.v = l.m = l.q + l.nk * kPanelB;
-    l.y = l.m + (l.nv * kPanelB > kMBytes ? l.nv * kPanelB : kMBytes);
-  }
+  l.v = l.nk * kPanelB;
+  l.m = l.v + l.nv * kPanelB;
+  l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
   l.vec = l.y + 3 * 16 * kLdY * 4;
   l.total = l.vec + 4 * kRows * 4;
   return l;
@@ -116,28 +96,12 @@ __device__ __forceinline__ void load_panels(Bf16* dst, const GdnTensor& t, const
   }
 }
 
-// Kᵀ-style transposition of `panels` 64 x 64 core-matrix panels: src panel p [token][col] -> dst rows 64p + col,
-// columns token (tile_off<64>, i.e. one [64 · panels][64] K-major tile). Per x4 step a warp moves 4 core matrices
-// (ldmatrix of rows, stmatrix.trans to the transposed block position; lane 8i + r addresses row r of matrix i on
-// both sides). Reads and writes shared memory only; the caller fences (fence_proxy_async) and synchronises.
-__device__ __forceinline__ void transpose_panels(Bf16* dst, const Bf16* src, int panels) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
-  for (int pn = 0; pn < panels; ++pn)
-#pragma unroll
-    for (int st = warp; st < 16; st += 4) {
-      const int bi = 4 * st + i, tb = bi >> 3, db = bi & 7;  // token block, column block of matrix i
-      uint32_t x[4];
-      mma::ldmatrix_x4(x, src + pn * kPanel + tb * 512 + db * 64 + r * 8);
-      wg::stmatrix_x4_trans(mma::smem_addr(dst + (8 * pn + db) * 512 + tb * 64 + r * 8), x[0], x[1], x[2], x[3]);
-    }
-}
-
 // Descriptor of K-step ks (16 contraction columns) of a K-major operand held as 64-column panels at `base`.
 __device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
   return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
 }
 
-// (Session 11, PrepForm::kMnMajorB) A 64 x 64 panel (tile_off<64>: row = token, 8 contiguous columns per 16-byte
+// (Session 11) A 64 x 64 panel (tile_off<64>: row = token, 8 contiguous columns per 16-byte
 // row of a core matrix) read as the MN-major B operand tokens x columns of w = X diag(f) K / u = X diag(f) V: the
 // contraction (tokens) steps by 8-row core-matrix rows (LBO = 1 KB, the next 8 tokens), the N columns by core
 // matrices (SBO = 128 B, the next 8 columns); K-step ks (16 tokens) starts 2 KB further.
@@ -157,55 +121,6 @@ __device__ __forceinline__ void mma_rs_mn64(float (&d)[32], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
-// (session 11, GdnFwdHead) Rows [0, L) of head `head` of the raw x_in (bf16, lean, K <= 128, K % 8 == 0),
-// L2-normalised as row_norm_fwd_cuda does (y = x rsqrt(Σ x² + eps), rounded to bf16), into `panels` 64-column
-// panels at dst (zero past L and K; dst nullptr: none) and, when `write`, into y_out (rows < L, columns < K) with the
-// rstd into rstd_out (f32, when present). A half-warp per row (lane % 16: the 16-byte segment, columns 8 (lane % 16)
-// ..+7), 8 rows per block pass; the 8 passes' loads are issued before the first row is reduced (8 x 16 bytes in
-// flight per thread).
-__device__ __forceinline__ void norm_rows(Bf16* dst, const GdnTensor& x_in, const GdnTensor& y_out,
-                                          const GdnTensor& rstd_out, bool write, const ChunkPos& c, int64_t head,
-                                          int L, int64_t K, int panels, float eps) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, col = 8 * (lane & 15);
-  const bool in_k = col < K;
-  const uint16_t* src = static_cast<const uint16_t*>(x_in.data) + off_tok(x_in, c.b, c.s, head) + col;
-  uint4 x[8];
-#pragma unroll
-  for (int ps = 0; ps < 8; ++ps) {
-    const int r = 8 * ps + 2 * warp + (lane >> 4);
-    x[ps] = make_uint4(0u, 0u, 0u, 0u);
-    if (r < L && in_k) x[ps] = *reinterpret_cast<const uint4*>(src + r * x_in.st[1]);
-  }
-#pragma unroll
-  for (int ps = 0; ps < 8; ++ps) {
-    const int r = 8 * ps + 2 * warp + (lane >> 4);
-    const uint32_t w[4] = {x[ps].x, x[ps].y, x[ps].z, x[ps].w};
-    float v[8];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      v[2 * e] = __uint_as_float(w[e] << 16);
-      v[2 * e + 1] = __uint_as_float(w[e] & 0xffff0000u);
-    }
-    float ss = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) ss = fmaf(v[e], v[e], ss);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);  // within the half-warp
-    const float rstd = rsqrtf(ss + eps);
-    uint4 y;
-    y.x = mma::pack2<Bf16>(v[0] * rstd, v[1] * rstd);
-    y.y = mma::pack2<Bf16>(v[2] * rstd, v[3] * rstd);
-    y.z = mma::pack2<Bf16>(v[4] * rstd, v[5] * rstd);
-    y.w = mma::pack2<Bf16>(v[6] * rstd, v[7] * rstd);
-    if (dst && col < 64 * panels) *reinterpret_cast<uint4*>(dst + (col >> 6) * kPanel + wg::tile_off<64>(r, col & 63)) = y;
-    if (write && r < L) {
-      const int64_t tok = c.s + r;
-      if (in_k) *reinterpret_cast<uint4*>(static_cast<uint16_t*>(y_out.data) + off_tok(y_out, c.b, tok, head) + col) = y;
-      if ((lane & 15) == 0 && rstd_out.present()) static_cast<float*>(rstd_out.data)[off_tok(rstd_out, c.b, tok, head)] = rstd;
-    }
-  }
-}
-
 // γ, β and the w / u row factors of the chunk's rows i < 64 into gam, bet, fw = β e^γ, fu = β (0 past L; γ, β 0
 // and 1 past L, or with the gates absent). γ read from p.g, or (GdnFwdHead::g_in present) formed here as the
 // chunk-local cumsum of the raw gates and stored into p.g (f32, rows < L): warp 0, two rows per lane (2l, 2l + 1),
@@ -213,9 +128,10 @@ __device__ __forceinline__ void norm_rows(Bf16* dst, const GdnTensor& x_in, cons
 __device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTensor& g_in, const ChunkPos& c,
                                             int64_t hv, int L, float* gam, float* bet, float* fw, float* fu) {
   const int tid = threadIdx.x, lane = tid & 31;
-  auto put = [&](int i, float gv) {
-    float bv = 1.f;
-    if (i < L && p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
+  auto beta_at = [&](int i) {
+    return i < L && p.beta.present() ? load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv)) : 1.f;
+  };
+  auto put = [&](int i, float gv, float bv) {
     gam[i] = gv;
     bet[i] = bv;
     fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
@@ -224,8 +140,11 @@ __device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTens
   if (g_in.present()) {
     if (tid >= 32) return;
     const int i0 = 2 * lane;
+    // Every global load first (both rows' gate and β: one round trip on the block's critical path), then the scan.
     const float a = i0 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0, hv)) : 0.f;
-    const float b = a + (i0 + 1 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0 + 1, hv)) : 0.f);
+    const float a1 = i0 + 1 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0 + 1, hv)) : 0.f;
+    const float b0 = beta_at(i0), b1 = beta_at(i0 + 1);
+    const float b = a + a1;
     float incl = b;  // inclusive scan of the lanes' pair sums
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -235,16 +154,16 @@ __device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTens
     const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
     const float g0 = lane ? prev : 0.f;  // sum of the rows before 2l
     const float gv[2] = {g0 + a, g0 + b};
+    put(i0, gv[0], b0);
+    put(i0 + 1, gv[1], b1);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      put(i0 + e, gv[e]);
+    for (int e = 0; e < 2; ++e)
       if (i0 + e < L) static_cast<float*>(p.g.data)[off_tok(p.g, c.b, c.s + i0 + e, hv)] = gv[e];
-    }
     return;
   }
   if (tid < kRows) {
     const int i = tid;
-    put(i, i < L && p.g.present() ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f);
+    put(i, i < L && p.g.present() ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f, beta_at(i));
   }
 }
 
@@ -341,50 +260,38 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
   __syncwarp();  // the block is read before the next tile overwrites it
 }
 
-template <bool kWithP, bool kNorm, bool kMnB>
+template <bool kWithP>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
-  const PrepLayout ly = prep_layout(K, V, kMnB);
+  const PrepLayout ly = prep_layout(K, V);
   const int64_t hv = static_cast<int64_t>(blockIdx.x) % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, static_cast<int64_t>(blockIdx.x) / HV);
   if (!c.valid) return;
   const int L = static_cast<int>(c.e - c.s), BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  Bf16* Kp = reinterpret_cast<Bf16*>(smem);            // K panels (then Vᵀ: kTransposed)
-  Bf16* Vt = Kp;
-  Bf16* QKt = reinterpret_cast<Bf16*>(smem + ly.q);    // Q panels (then Kᵀ: kTransposed)
+  Bf16* Kp = reinterpret_cast<Bf16*>(smem);            // K panels
   Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.v);     // V panels
-  float* MX = reinterpret_cast<float*>(smem + ly.m);   // M / X
+  Bf16* Qp = reinterpret_cast<Bf16*>(smem + ly.m);     // Q panels (with Pqk), then M / X
+  float* MX = reinterpret_cast<float*>(smem + ly.m);
   float* Yf = reinterpret_cast<float*>(smem + ly.y);
   float* gam = reinterpret_cast<float*>(smem + ly.vec);
   float* bet = gam + kRows;
   float* fw = gam + 2 * kRows;
   float* fu = gam + 3 * kRows;
-  const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k, s_v = mma::smem_addr(Vs);
+  const uint32_t s_k = mma::smem_addr(Kp), s_q = mma::smem_addr(Qp), s_v = mma::smem_addr(Vs);
 
-  if constexpr (kNorm) {
-    // GdnFwdHead: V requested first (in flight during the normalisation), K (and Q) normalised through the
-    // registers into the panels; k rows written out by the group's first value head, q rows by its last.
-    load_panels(Vs, p.v, c, hv, L, V, ly.nv);
-    cuda::cp_async_commit();
-    row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
-    const int64_t G = p.shape.G, gi = hv - h * G;
-    norm_rows(Kp, hd.k_in, p.k, hd.rk, gi == 0, c, h, L, K, ly.nk, hd.eps);
-    if (kWithP || gi == G - 1) norm_rows(kWithP ? QKt : nullptr, hd.q_in, p.q, hd.rq, gi == G - 1, c, h, L, K, ly.nk, hd.eps);
-  } else {
-    load_panels(Kp, p.k, c, h, L, K, ly.nk);
-    if constexpr (kWithP) load_panels(QKt, p.q, c, h, L, K, ly.nk);
-    cuda::cp_async_commit();
-    load_panels(Vs, p.v, c, hv, L, V, ly.nv);
-    cuda::cp_async_commit();
-    row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
-    cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
-  }
-  wg::fence_proxy_async();  // the panels (cp.async or st.shared) visible to the wgmma (async proxy)
+  load_panels(Kp, p.k, c, h, L, K, ly.nk);
+  if constexpr (kWithP) load_panels(Qp, p.q, c, h, L, K, ly.nk);
+  cuda::cp_async_commit();
+  load_panels(Vs, p.v, c, hv, L, V, ly.nv);
+  cuda::cp_async_commit();
+  row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
+  cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
+  wg::fence_proxy_async();  // the panels visible to the wgmma (async proxy)
   __syncthreads();
 
   // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ (every 16-column key step of the panels; zero columns past K add +0).
@@ -401,18 +308,18 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   if constexpr (kWithP) {
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
-      if (ks < ksteps) wg::mma_ss<Bf16, 64>(P, panel_desc(s_qkt, ks), panel_desc(s_k, ks), ks > 0);
+      if (ks < ksteps) wg::mma_ss<Bf16, 64>(P, panel_desc(s_q, ks), panel_desc(s_k, ks), ks > 0);
     wg::wg_commit();
   }
   wg::wg_wait<0>();
   wg::reg_fence(R);
   if constexpr (kWithP) wg::reg_fence(P);
   cuda::cp_async_wait<0>();  // V
-  if constexpr (kMnB) wg::fence_proxy_async();  // V read by the u wgmma as loaded
+  wg::fence_proxy_async();  // V read by the u wgmma as loaded
   __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: Q panels are free once read here
   if constexpr (kWithP) {
     // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
-    // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
+    // Pqk[hv]: staged through Q's panels (free now, M's next) when Pqk is lean and BT = 64, else pair stores.
     // (The right blocks jb > 2 warp + 1 are 0 without exponentials, as the gating of M below.)
     const int i0 = 16 * warp + (lane >> 2);
     const float gi[2] = {gam[i0], gam[i0 + 8]};
@@ -426,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
       }
     }
     if (BT == kRows && lean_tensor<Bf16>(p.Pqk) && ly.nk * kPanelB >= 4 * 16 * kLdStage * 2) {  // K > 64: room
-      store_tile_staged(P, p.Pqk, c, hv, L, 0, QKt + warp * 16 * kLdStage);
+      store_tile_staged(P, p.Pqk, c, hv, L, 0, Qp + warp * 16 * kLdStage);
     } else {
       const bool pvec = pair_vec<Bf16>(p.Pqk);
 #pragma unroll
@@ -439,14 +346,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
           store_pair_v<Bf16>(p.Pqk, pvec, ro, 8 * jb + 2 * (lane & 3), BT, P[4 * jb + 2 * hh], P[4 * jb + 2 * hh + 1]);
       }
     }
-    __syncthreads();  // every warp's staging reads of Q's panels done (Kᵀ or M overwrites them)
-  }
-  if constexpr (!kMnB) {
-    transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
-    __syncthreads();  // K panels read
-    transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
-    wg::fence_proxy_async();           // Kᵀ, Vᵀ (stmatrix) visible to the w / u wgmma after the barriers below
-    __syncthreads();  // every read of the V staging panels is done: M overwrites them
+    __syncthreads();  // every warp's staging reads of Q's panels done (M overwrites them)
   }
 
   // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
@@ -479,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   invert_in_place(MX, Yf, warp, lane);
   if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, MX);
 
-  // w, u: 64-column tiles t < nk of w (B = Kᵀ panel t), then of u (B = Vᵀ panel t − nk).
+  // w, u: 64-column tiles t < nk of w (B = K panel t), then of u (B = V panel t − nk).
   FragA aw[4], au[4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
@@ -498,22 +398,12 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
     float acc[32];
     wg::reg_fence(acc);
     wg::wg_fence();
-    if constexpr (kMnB) {  // B = the K / V panel t as loaded
-      if (t < nk) {
+    if (t < nk) {  // B = the K / V panel t as loaded
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, aw[ks].x, panel_desc_mn(s_k + t * kPanelB, ks), ks > 0);
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, au[ks].x, panel_desc_mn(s_v + (t - nk) * kPanelB, ks), ks > 0);
-      }
-    } else if (t < nk) {
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        wg::mma_rs<Bf16, 64>(acc, aw[ks].x, wg::tile_desc<64>(s_qkt + t * kPanelB, ks), ks > 0);
+      for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, aw[ks].x, panel_desc_mn(s_k + t * kPanelB, ks), ks > 0);
     } else {
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        wg::mma_rs<Bf16, 64>(acc, au[ks].x, wg::tile_desc<64>(s_vt + (t - nk) * kPanelB, ks), ks > 0);
+      for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, au[ks].x, panel_desc_mn(s_v + (t - nk) * kPanelB, ks), ks > 0);
     }
     wg::wg_commit();
     wg::wg_wait<0>();
@@ -530,25 +420,13 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
 #endif
 }
 
-template <bool kWithP, bool kNorm, bool kMnB>
+template <bool kWithP>
 int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, kMnB).total);
-  return launch_n(prep_wgmma<kWithP, kNorm, kMnB>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream,
-                  p, hd);
-}
-template <bool kMnB>
-int launch_prep_form(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
-  if (hd.k_in.present())
-    return p.Pqk.present() ? launch_prep<true, true, kMnB>(p, hd, stream) : launch_prep<false, true, kMnB>(p, hd, stream);
-  return p.Pqk.present() ? launch_prep<true, false, kMnB>(p, hd, stream) : launch_prep<false, false, kMnB>(p, hd, stream);
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
+  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
-// Host form of lean_tensor (16-bit bf16 view copied by 16-byte segments at any (b, t, head)).
-bool lean_bf16(const GdnTensor& t) {
-  return t.present() && t.dtype == STRATA_DTYPE_BF16 && t.st[3] == 1 && ((t.st[0] | t.st[1] | t.st[2]) & 7) == 0 &&
-         (reinterpret_cast<uintptr_t>(t.data) & 15u) == 0;
-}
 
 }  // namespace
 
@@ -565,8 +443,7 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
     if (!p.q.present() || p.q.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) needs q in the dtype of k";
     if (p.Pqk.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) is stored in the dtype of q, k";
   }
-  const size_t smem = static_cast<size_t>(std::max(prep_layout(p.shape.K, p.shape.V, false).total,
-                                                   prep_layout(p.shape.K, p.shape.V, true).total));
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
   if (smem > kPrepMaxSmem)
     return fmt::format("the pre-state kernel needs {} bytes of shared memory per block, more than {}", smem,
                        kPrepMaxSmem);
@@ -574,31 +451,19 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
 }
 
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) { return fwd_cuda_prep_head(p, GdnFwdHead{}, stream_ptr); }
-int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
-  return fwd_cuda_prep_form(p, hd, kPrepDefaultForm, stream_ptr);
-}
 
 std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& hd) {
   std::string r = fwd_cuda_prep_reject(p);
-  if (!r.empty()) return r;
-  if (hd.q_in.present() != hd.k_in.present()) return "the folded l2norm normalises q and k together";
-  if (hd.k_in.present()) {
-    if (!lean_bf16(hd.q_in) || !lean_bf16(hd.k_in) || !lean_bf16(p.q) || !lean_bf16(p.k))
-      return "the folded l2norm reads and writes lean bf16 q, k (unit column stride, 16-byte aligned rows)";
-    if (p.shape.K % 8 != 0) return "the folded l2norm needs K a multiple of 8";
-    for (const GdnTensor* r : {&hd.rq, &hd.rk})
-      if (r->present() && r->dtype != STRATA_DTYPE_F32) return "the l2norm rstd is stored in f32";
-  }
-  if (hd.g_in.present() && (!p.g.present() || p.g.dtype != STRATA_DTYPE_F32))
-    return "the folded gate cumsum writes γ into an f32 g";
-  return {};
+  if (r.empty() && hd.g_in.present() && (!p.g.present() || p.g.dtype != STRATA_DTYPE_F32))
+    r = "the folded gate cumsum writes γ into an f32 g";
+  return r;
 }
 
-int fwd_cuda_prep_form(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm form, void* stream_ptr) {
+int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
   const std::string why = fwd_cuda_prep_head_reject(p, hd);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return form == PrepForm::kMnMajorB ? launch_prep_form<true>(p, hd, stream) : launch_prep_form<false>(p, hd, stream);
+  return p.Pqk.present() ? launch_prep<true>(p, hd, stream) : launch_prep<false>(p, hd, stream);
 }
 
 }  // namespace strata::linear_attn::gdn

@@ -135,27 +135,16 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
 // BT <= 64, any strides; sm_90a. fwd_cuda_prep_reject says why it cannot run p ("" if it can).
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
-// (session 11) The forward's head folded into the pre-state kernel (chunk_gated_delta_rule's l2norm and gate
-// cumsum launches; README "The forward's kernels"). With k_in present, the kernel reads the raw q_in, k_in
-// ([B, T, H, K] bf16, lean) instead of p.q, p.k and writes p.q, p.k as their L2-normalised rows
-// (x rsqrt(Σx² + eps) rounded to bf16, row_norm_fwd_cuda's expression; bf16, lean), each row once (k by the
-// block of value head G·h, q by G·h + G − 1), with the rstd into rq, rk (f32 [B, T, H]) when present. With
-// g_in present (any float dtype, [B, T, HV]) it reads the raw log gates and writes their chunk-local cumsum into
-// p.g (f32 [B, T, HV]: the γ the state pass reads) instead of reading p.g. Everything else as fwd_cuda_prep.
+// (session 11) chunk_gated_delta_rule's gate cumsum folded into the pre-state kernel: with g_in present (the raw
+// log gates [B, T, HV], any float dtype) the kernel forms γ = their chunk-local cumsum itself and writes it into
+// p.g (f32 [B, T, HV]: the γ the later sub-operators read) instead of reading p.g. Everything else as fwd_cuda_prep.
+// (Session 11 also folded the l2norm of q, k; measured slower than the two row_norm_fwd_cuda launches and removed:
+// README "The forward's kernels and the folded head".)
 struct GdnFwdHead {
-  GdnTensor q_in, k_in, g_in;  // raw inputs (q_in, k_in both present or both absent)
-  GdnTensor rq, rk;            // optional rstd outputs
-  float eps = 0.f;             // l2norm epsilon (inside the sqrt)
+  GdnTensor g_in;
 };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, void* stream);
 std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& head);
-// (session 11) How prep_wgmma feeds the B operands of w = X diag(f) K, u = X diag(f) V: kTransposed (session 10)
-// transposes the loaded K, V panels into K-major Kᵀ, Vᵀ tiles first; kMnMajorB reads the panels as loaded, as
-// MN-major B operands (no transposes, two block barriers fewer). The same products and order: the same bits.
-// fwd_cuda_prep / fwd_cuda_prep_head run kPrepDefaultForm; fwd_cuda_prep_form picks one (tests, timing).
-enum class PrepForm : int { kTransposed, kMnMajorB };
-inline constexpr PrepForm kPrepDefaultForm = PrepForm::kTransposed;
-int fwd_cuda_prep_form(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream);
 #endif
 
 }  // namespace strata::linear_attn::gdn
