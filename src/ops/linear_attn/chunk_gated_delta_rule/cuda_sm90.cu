@@ -4,7 +4,8 @@
 //
 // Forward (fla's chunk_gated_delta_rule_fwd):
 //   [l2norm]  qn, kn = q / |q|, k / |k| (row_norm_fwd_cuda, f32 [B, T, H, K], rstd f32 [B, T, H])
-//   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]
+//   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]   (formed by the pre-state kernel itself
+//              where it applies: kFoldHead, gdn::fwd_cuda_prep_head)
 //   w, u, A  = prepare_wy_repr_fwd(kn, v, beta, γ)            f32 [B, T, HV, K | V | 64]
 //   h, v_new, final_state = chunk_gated_delta_rule_fwd_h(kn, w, u, γ, h0)   h f32 [B, NT, HV, K, V]
 //   o        = chunk_fwd_o(qn, kn, v_new, h, γ, scale)
