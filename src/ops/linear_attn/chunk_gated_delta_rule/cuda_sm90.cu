@@ -5,7 +5,7 @@
 // Forward (fla's chunk_gated_delta_rule_fwd):
 //   [l2norm]  qn, kn = q / |q|, k / |k| (row_norm_fwd_cuda, f32 [B, T, H, K], rstd f32 [B, T, H])
 //   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]   (formed by the pre-state kernel itself
-//              where it applies: kFoldHead, gdn::fwd_cuda_prep_head)
+//              in the forced form cuda.sm90.fused_fold: gdn::fwd_cuda_prep_head)
 //   w, u, A  = prepare_wy_repr_fwd(kn, v, beta, γ)            f32 [B, T, HV, K | V | 64]
 //   h, v_new, final_state = chunk_gated_delta_rule_fwd_h(kn, w, u, γ, h0)   h f32 [B, NT, HV, K, V]
 //   o        = chunk_fwd_o(qn, kn, v_new, h, γ, scale)
@@ -518,11 +518,13 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
 }
 
 // The gate cumsum folded into the pre-state kernel (gdn::fwd_cuda_prep_head): the raw g in, γ written into the
-// buffer the other sub-operators read, instead of the chunk_local_cumsum launch. Where it applies (prep_wgmma's rule:
-// bf16, K <= 128), every pass folds it when kFoldHead (the fused forward's kAuto, the chunked forward, the backward's
-// re-run); GdnFusedForm::kFold forces it. (Folding the l2norm of q, k too was slower than the two row_norm_fwd_cuda
-// launches, which run at their byte floor: ../gdn_common/README.md, "The forward's kernels and the folded head".)
-constexpr bool kFoldHead = true;
+// buffer the other sub-operators read, instead of the chunk_local_cumsum launch; forced by GdnFusedForm::kFold
+// ("cuda.sm90.fused_fold") only. kFoldHead would make every pass fold it where it applies (prep_wgmma's rule): measured
+// slower in GPU run s11run2 (H200, bf16 B = 4 T = 8192 H = 16 HV = 32 K = V = 128: prep_wgmma w, u 0.431 -> 0.510 ms
+// for a 0.009 ms cumsum launch; forward 1.309 -> 1.352 ms; the backward's forward WY 0.66 -> 0.78 ms), so it is off.
+// Folding the l2norm of q, k as well was slower still (s11run1) and was removed: ../gdn_common/README.md, "The
+// forward's kernels and the folded gate cumsum".
+constexpr bool kFoldHead = false;
 gdn::GdnFwdHead fold_head(const GdnParams& p) {
   gdn::GdnFwdHead hd;
   hd.g_in = fwd_view(p.g);
