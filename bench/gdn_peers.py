@@ -147,7 +147,7 @@ def make(B, T, H, HV, D, dtype, device, seed=0):
 
 # Forward-only CUDA implementations of chunk_gated_delta_rule timed by name beside the automatic choice.
 FORCED_FWD_VARIANTS = ("cuda.sm90.fused_inline", "cuda.sm90.fused_pqk", "cuda.sm90.fused_w16", "cuda.sm90.fused_prep",
-                       "cuda.sm90.fused_wgmma_split")
+                       "cuda.sm90.fused_wgmma_split", "cuda.sm90.fused_fold")
 
 
 def forced(impl):

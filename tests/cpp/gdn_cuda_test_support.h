@@ -1,12 +1,14 @@
 // Device-side helpers shared by the CUDA tests of the GDN kernels (test_gdn_fwd_cuda_variants.cpp,
-// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp): random token tensors uploaded to the GPU and
-// contiguous gdn_bwd::View descriptors.
+// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp, test_gdn_prep_head.cpp): random token tensors uploaded to
+// the GPU, contiguous gdn_bwd::View descriptors, the relative RMS of two buffers and the median launch time.
 #pragma once
 
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "cuda_test_support.h"
 #include "opbase/dtype.h"
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
+#include "ops/linear_attn/gdn_common/gdn_common.h"
 
 namespace strata::linear_attn::gdn_test {
 
@@ -41,6 +44,20 @@ inline std::unique_ptr<test::Dev> upload(const std::vector<uint8_t>& h) {
   if (!h.empty()) EXPECT_EQ(cudaMemcpy(d->p, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
   return d;
 }
+inline std::unique_ptr<test::Dev> upload(const void* h, size_t bytes) {
+  auto d = std::make_unique<test::Dev>(bytes);
+  if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  return d;
+}
+
+// A contiguous forward-op view [B, T, heads, D] (D = 0: [B, T, heads]).
+inline gdn::GdnTensor fwd_tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  gdn::GdnTensor t;
+  t.data = p, t.dtype = dt;
+  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
+  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
+  return t;
+}
 
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and the chunk states [B, NT, HV, K, V].
 inline gdn_bwd::View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
@@ -55,6 +72,87 @@ inline gdn_bwd::View states(void* p, int32_t dt, int64_t NT, int64_t HV, int64_t
   v.p = p, v.dtype = dt;
   v.s[0] = NT * HV * K * V, v.s[1] = HV * K * V, v.s[2] = K * V, v.s[3] = V;
   return v;
+}
+
+// The forward params' shape and chunk enumeration of a problem with chunk size BT (cu empty: B fixed-length rows;
+// else cu_seqlens of a pack, uploaded with its chunk offsets), and the sequences' token bounds (b T + t order).
+struct FwdChunks {
+  std::unique_ptr<test::Dev> cu, offs;
+  std::vector<int64_t> bounds;
+};
+inline FwdChunks set_fwd_shape(gdn::GdnFwdParams& p, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V,
+                               int64_t BT, const std::vector<int64_t>& cu) {
+  FwdChunks r;
+  gdn::GdnShape& d = p.shape;
+  d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = BT;
+  d.N = cu.empty() ? B : static_cast<int64_t>(cu.size()) - 1;
+  d.NTr = d.NT = (T + BT - 1) / BT;
+  gdn::GdnChunks& m = p.chunks;
+  m.B = B, m.T = T, m.N = d.N, m.BT = BT, m.NTr = d.NTr;
+  if (cu.empty()) {
+    for (int64_t b = 0; b <= B; ++b) r.bounds.push_back(b * T);
+    return r;
+  }
+  r.bounds = cu;
+  std::vector<int64_t> off(cu.size());
+  gdn::GdnChunks hm = m;
+  hm.cu = cu.data();
+  d.NT = gdn::fill_chunk_offsets(hm, off.data());
+  r.cu = std::make_unique<test::Dev>(cu.size() * 8);
+  r.offs = std::make_unique<test::Dev>(off.size() * 8);
+  EXPECT_EQ(cudaMemcpy(r.cu->p, cu.data(), cu.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(r.offs->p, off.data(), off.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  m.cu = static_cast<const int64_t*>(r.cu->p);
+  m.offsets = static_cast<const int64_t*>(r.offs->p);
+  return r;
+}
+
+// Counts 16-bit words 0xffff (the poison: a NaN in bf16 / f16) in the bytes of a buffer.
+inline size_t poisoned(const std::vector<uint8_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i + 1 < b.size(); i += 2) n += (b[i] == 0xff && b[i + 1] == 0xff);
+  return n;
+}
+
+// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
+inline double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
+  const size_t es = dtype_size(dt), n = r.size() / es;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x = 0, y = 0;
+    if (dt == STRATA_DTYPE_F32) {
+      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
+    } else {
+      uint16_t bx, by;
+      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
+      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
+      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
+    }
+    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Median of 7 timed runs (after one warm-up) of fn, in ms; -1 if a launch failed.
+template <class Fn>
+double time_ms(Fn fn) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<double> t;
+  bool ok = fn() == STRATA_SUCCESS;
+  for (int i = 0; i < 7 && ok; ++i) {
+    cudaEventRecord(e0);
+    ok = fn() == STRATA_SUCCESS;
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, e0, e1);
+    t.push_back(ms);
+  }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  if (!ok) return -1.0;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 }  // namespace strata::linear_attn::gdn_test

@@ -34,22 +34,12 @@ namespace {
 
 using test::Dev;
 using test::have_gpu;
-std::unique_ptr<Dev> upload(const void* h, size_t bytes) {
-  auto d = std::make_unique<Dev>(bytes);
-  if (bytes) EXPECT_EQ(cudaMemcpy(d->p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  return d;
-}
+using gdn_test::upload;
 
 using gdn_test::random_bytes;
 
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and states [N, HV, K, V].
-GdnTensor tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
-  GdnTensor t;
-  t.data = p, t.dtype = dt;
-  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
-  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
-  return t;
-}
+constexpr auto& tok = gdn_test::fwd_tok;
 GdnTensor states(void* p, int64_t HV, int64_t K, int64_t V) {
   GdnTensor t;
   t.data = p, t.dtype = STRATA_DTYPE_F32;
@@ -224,24 +214,7 @@ TEST(GdnFwdCudaVariants, EveryFormSameBitsAsInline) {
   }
 }
 
-// Relative RMS difference of two 16-bit (dt) or f32 buffers of n elements.
-double rel_rms(const std::vector<uint8_t>& a, const std::vector<uint8_t>& r, int32_t dt) {
-  const size_t es = dtype_size(dt), n = r.size() / es;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    float x = 0, y = 0;
-    if (dt == STRATA_DTYPE_F32) {
-      std::memcpy(&x, a.data() + 4 * i, 4), std::memcpy(&y, r.data() + 4 * i, 4);
-    } else {
-      uint16_t bx, by;
-      std::memcpy(&bx, a.data() + 2 * i, 2), std::memcpy(&by, r.data() + 2 * i, 2);
-      x = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(bx) : f16_bits_to_f32(bx);
-      y = dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(by) : f16_bits_to_f32(by);
-    }
-    num += (double(x) - y) * (double(x) - y), den += double(y) * y;
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using gdn_test::rel_rms;
 
 // The wgmma pass's primitives on one warpgroup against host sums (fwd_cuda_wgmma_layout_probe): the K-major
 // descriptors of W S / Q S (op 0), the register A fragments read by ldmatrix.trans for the state update (op 2), the
@@ -592,27 +565,7 @@ std::string fmt_line(const char* f, ...) {
   return buf;
 }
 
-// Median of 7 timed runs (after one warm-up) of fn, in ms; -1 if a launch failed.
-template <class Fn>
-double time_ms(Fn fn) {
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<double> t;
-  bool ok = fn() == STRATA_SUCCESS;
-  for (int i = 0; i < 7 && ok; ++i) {
-    cudaEventRecord(e0);
-    ok = fn() == STRATA_SUCCESS;
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0.f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  if (!ok) return -1.0;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using gdn_test::time_ms;
 
 // The inputs of the timing tests at a benchmark shape (bf16, H = 16, HV = 32, K = V = 128, chunk 64, T = 32768 / B):
 // q, k, v, w, u, β by cudaMemset (bf16 0x3c3c ≈ 0.0115), γ = 0, and the params reading them (outputs: the caller's).
@@ -753,31 +706,13 @@ struct PrepShape {
 struct PrepProblem {
   PrepShape s;
   GdnFwdParams p;
-  std::unique_ptr<Dev> cu, offs, q, k, v, g, beta, w, u, A, P;
+  gdn_test::FwdChunks ch;
+  std::unique_ptr<Dev> q, k, v, g, beta, w, u, A, P;
   PrepProblem(const PrepShape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t B = s.B, T = s.T, H = s.H, HV = s.HV, K = s.K, V = s.V, rows = B * T, es = 2;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = s.BT;
-    d.N = s.cu.empty() ? B : static_cast<int64_t>(s.cu.size()) - 1;
-    d.NTr = (T + s.BT - 1) / s.BT;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = d.N, m.BT = s.BT, m.NTr = d.NTr;
-    std::vector<int64_t> bounds;
-    if (s.cu.empty()) {
-      for (int64_t b = 0; b <= B; ++b) bounds.push_back(b * T);
-    } else {
-      bounds = s.cu;
-      std::vector<int64_t> off(s.cu.size());
-      GdnChunks hm = m;
-      hm.cu = s.cu.data();
-      d.NT = fill_chunk_offsets(hm, off.data());
-      cu = upload(s.cu.data(), s.cu.size() * 8);
-      offs = upload(off.data(), off.size() * 8);
-      m.cu = static_cast<const int64_t*>(cu->p);
-      m.offsets = static_cast<const int64_t*>(offs->p);
-    }
-    if (s.cu.empty()) d.NT = d.NTr;
+    ch = gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, s.BT, s.cu);
+    const std::vector<int64_t>& bounds = ch.bounds;
     std::vector<float> gam(static_cast<size_t>(rows * HV)), bet(static_cast<size_t>(rows * HV));
     std::uniform_real_distribution<float> ud(-0.1f, 0.f), ub(0.05f, 1.f);
     for (size_t n = 0; n + 1 < bounds.size(); ++n)
@@ -843,12 +778,7 @@ const std::vector<PrepShape>& prep_shapes() {
   return v;
 }
 
-// Counts 16-bit words 0xffff (the poison: a NaN in bf16 / f16) in the bytes of a buffer.
-size_t poisoned(const std::vector<uint8_t>& b) {
-  size_t n = 0;
-  for (size_t i = 0; i + 1 < b.size(); i += 2) n += (b[i] == 0xff && b[i + 1] == 0xff);
-  return n;
-}
+using gdn_test::poisoned;
 
 TEST(GdnFwdCudaPrep, MatchesWyMmaAndQkGate) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -919,11 +849,7 @@ TEST(GdnFwdCudaPrep, TimingAtBenchShapes) {
     for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
     GdnFwdParams p;
-    GdnShape& d = p.shape;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = V, d.BT = 64, d.N = B, d.NTr = T / 64;
-    d.NT = d.NTr;
-    GdnChunks& m = p.chunks;
-    m.B = B, m.T = T, m.N = B, m.BT = 64, m.NTr = d.NTr;
+    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
     p.q = tok(q.p, dt, T, H, K), p.k = tok(k.p, dt, T, H, K), p.v = tok(v.p, dt, T, HV, V);
     p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, dt, T, HV, 0);
     p.w = tok(w.p, dt, T, HV, K), p.u = tok(u.p, dt, T, HV, V);

@@ -124,8 +124,11 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     inside the products). kAuto runs this form wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2:
 //     faster at B = 4 and B = 1). Session 8's serial wgmma forms (kWgmma, kWgmmaPqk, kPrepWgmma) lost to it
 //     everywhere and were removed in session 10.
+//   kFold ("cuda.sm90.fused_fold", session 11): kAuto's choices with the gate cumsum folded into the pre-state
+//     kernel (gdn::fwd_cuda_prep_head: prep_wgmma reads the raw g and writes γ for the pass; bf16, K <= 128).
+//     Forced only: slower than the cumsum launch in GPU run s11run2 (kFoldHead in cuda_sm90.cu is off).
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);

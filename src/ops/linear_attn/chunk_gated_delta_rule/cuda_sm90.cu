@@ -4,7 +4,8 @@
 //
 // Forward (fla's chunk_gated_delta_rule_fwd):
 //   [l2norm]  qn, kn = q / |q|, k / |k| (row_norm_fwd_cuda, f32 [B, T, H, K], rstd f32 [B, T, H])
-//   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]
+//   γ        = chunk_local_cumsum(g)                          f32 [B, T, HV]   (formed by the pre-state kernel itself
+//              in the forced form cuda.sm90.fused_fold: gdn::fwd_cuda_prep_head)
 //   w, u, A  = prepare_wy_repr_fwd(kn, v, beta, γ)            f32 [B, T, HV, K | V | 64]
 //   h, v_new, final_state = chunk_gated_delta_rule_fwd_h(kn, w, u, γ, h0)   h f32 [B, NT, HV, K, V]
 //   o        = chunk_fwd_o(qn, kn, v_new, h, γ, scale)
@@ -516,15 +517,35 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   return c;
 }
 
+// The gate cumsum folded into the pre-state kernel (gdn::fwd_cuda_prep_head): the raw g in, γ written into the
+// buffer the other sub-operators read, instead of the chunk_local_cumsum launch; forced by GdnFusedForm::kFold
+// ("cuda.sm90.fused_fold") only. kFoldHead would make every pass fold it where it applies (prep_wgmma's rule): measured
+// slower in GPU run s11run2 (H200, bf16 B = 4 T = 8192 H = 16 HV = 32 K = V = 128: prep_wgmma w, u 0.431 -> 0.510 ms
+// for a 0.009 ms cumsum launch; forward 1.309 -> 1.352 ms; the backward's forward WY 0.66 -> 0.78 ms), so it is off.
+// Folding the l2norm of q, k as well was slower still (s11run1) and was removed: ../gdn_common/README.md, "The
+// forward's kernels and the folded gate cumsum".
+constexpr bool kFoldHead = false;
+gdn::GdnFwdHead fold_head(const GdnParams& p) {
+  gdn::GdnFwdHead hd;
+  hd.g_in = fwd_view(p.g);
+  return hd;
+}
+
 // Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
 // `prep` (the fused forward's kPrep form): w, u and its Pqk from gdn::fwd_cuda_prep instead of prepare_wy_repr_fwd.
+// `fold`: γ formed by the pre-state kernel (fold_head) where it takes c.wy.
 strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                         cudaStream_t stream, const gdn::GdnFwdParams* prep = nullptr) {
+                         cudaStream_t stream, bool fold, const gdn::GdnFwdParams* prep = nullptr) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
+  const gdn::GdnFwdHead head = fold_head(p);
+  fold = fold && !prep && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
   STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
-  const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
-  STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  if (!fold) {
+    const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+    STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+  }
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+  if (fold) return static_cast<strata_status>(gdn::fwd_cuda_prep_head(c.wy, head, stream));
   if (prep) return static_cast<strata_status>(gdn::fwd_cuda_prep(*prep, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kPrepareWY, c.wy, stream));
 }
@@ -532,7 +553,7 @@ strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, cons
 // forward_wy, then the state pass (h, v_new and, in the forward, the final state).
 strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
                              cudaStream_t stream) {
-  STRATA_RETURN_IF_ERROR(forward_wy(op, p, b, s, c, stream));
+  STRATA_RETURN_IF_ERROR(forward_wy(op, p, b, s, c, stream, kFoldHead));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream));
 }
 
@@ -621,6 +642,11 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
   if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
+  if (r.empty() && form == GdnFusedForm::kFold) {
+    gdn::GdnFwdParams w = c.wy;
+    w.A = gdn::GdnTensor{};
+    r = gdn::fwd_cuda_prep_head_reject(w, fold_head(p));
+  }
   return r;
 }
 
@@ -673,7 +699,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
-  if (form == GdnFusedForm::kAuto) {
+  const bool automatic = form == GdnFusedForm::kAuto || form == GdnFusedForm::kFold;
+  if (automatic) {
     // The split wgmma pass with P inline wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: B = 4 T = 8192
     // 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms), else the mma.sync pass
     // with its own P rule.
@@ -683,15 +710,16 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   }
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
-                                 : form == GdnFusedForm::kAuto || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
+                                 : automatic || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
                                                                        : gdn::StateOBlock::k8Warps;
   if (prep) {
     const gdn::GdnFwdParams w = prep_params(c);
-    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, &w));
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, false, &w));
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  const bool fold = form == GdnFusedForm::kFold || (form == GdnFusedForm::kAuto && kFoldHead);
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, fold));
   if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kAuto, stream));
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
@@ -707,7 +735,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   auto mark = [probe](const char* step) {
     if (probe && probe->fn) probe->fn(probe->ctx, step);
   };
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream));  // (forward_states, split)
+  // forward_states, split:
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream, kFoldHead));
   mark("forward WY");
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
   mark("forward states");

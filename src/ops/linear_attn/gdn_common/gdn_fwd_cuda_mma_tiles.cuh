@@ -300,13 +300,21 @@ constexpr int kLdY = 16 + 4;  // leading dim of a 16 x 16 f32 merge tile (confli
 //     by forward substitution in f32 (a column of the inverse depends on that column only), into x[0..15];
 //   invert_merge_y: warp c < r: Y = Σ_{k=c}^{r−1} M_rk X_kc (split products) into Yw [16][kLdY];
 //   invert_merge_x: the same warp after Yw is visible to it: X_rc = −X_rr Y into X.
+// (Session 11) The row entries M_im, m < i, are read as float4 (36 broadcast loads a lane instead of 120; M's rows
+// and r0 are 16-byte aligned: kLdF = 68, r0 a multiple of 16, M at a 16-byte aligned tile); the same FMA order.
 __device__ __forceinline__ void invert_diag_column(const float* M, int r0, int j, float (&x)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     float acc = i == j ? 1.f : 0.f;
-    const float* mrow = M + (r0 + i) * kLdF + r0;
+    const float4* mrow = reinterpret_cast<const float4*>(M + (r0 + i) * kLdF + r0);
 #pragma unroll
-    for (int m = 0; m < i; ++m) acc = fmaf(-mrow[m], x[m], acc);
+    for (int q = 0; 4 * q < i; ++q) {
+      const float4 mv = mrow[q];
+      const float m4[4] = {mv.x, mv.y, mv.z, mv.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * q + e < i) acc = fmaf(-m4[e], x[4 * q + e], acc);
+    }
     x[i] = i < j ? 0.f : acc;
   }
 }

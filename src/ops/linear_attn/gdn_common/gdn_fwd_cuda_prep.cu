@@ -4,24 +4,22 @@
 // re-run forward), and the gated Q Kᵀ p.Pqk when present (the fused forward's pre-computed P).
 //
 // One block = one warpgroup (4 warps; warp w owns rows 16w..16w+15 of every m64 product) per (chunk, value head):
-//   loads      K (and Q) [64][K] as one cp.async group, V [64][V] as a second, into 64-column K-major core-matrix
-//              panels (wgmma_layout.h tile_off<64>: row = token, column = key / value column); γ, β,
-//              fw = β e^γ, fu = β [64] (0 past the chunk's L rows)
+//   loads      K (and Q) [64][K] as one cp.async group, V [64][V] as a second, into 64-column core-matrix panels
+//              (wgmma_layout.h tile_off<64>: row = token, column = key / value column); γ (read, or formed from the
+//              raw gates: GdnFwdHead::g_in), β, fw = β e^γ, fu = β [64] (0 past the chunk's L rows)
 //   wgmma 1    R = K Kᵀ: m64n64k16, A and B the same K panels (K-major both: the contraction is the key column)
 //   wgmma 2    (with Pqk) Q Kᵀ, the same way
-//   transpose  K -> Kᵀ [K][64 tokens] over Q's panels, then V -> Vᵀ [V][64 tokens] over K's (ldmatrix +
-//              stmatrix.trans per 8 x 8 core matrix), so that w and u get K-major B operands
-//   Pqk        (with Pqk, before Kᵀ is written) P = lower(Q Kᵀ ⊙ Γ) gated in the registers, staged through Q's
-//              panels and stored as 16-byte segments
-//   gating     M = strictly-lower(diag(β) R ⊙ Γ) from the accumulator registers into an f32 tile over the V
-//              staging panels
+//   Pqk        (with Pqk) P = lower(Q Kᵀ ⊙ Γ) gated in the registers, staged through Q's panels and stored as
+//              16-byte segments
+//   gating     M = strictly-lower(diag(β) R ⊙ Γ) from the accumulator registers into an f32 tile (over Q's panels)
 //   inverse    X = (I + M)⁻¹ in place over M: the f32 blocked inverse of wy_mma (invert_diag_column,
 //              invert_merge_y / _x: substitution on the 16 x 16 diagonal blocks, ~f32 split products in the
 //              merges); A = X stored when p.A is present
 //   wgmma 3..  per 64-column tile of w then of u: D = (X diag(f))_{bf16} B with the scaled inverse as the register
-//              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the Kᵀ / Vᵀ panel (K-major: the
-//              contraction is the token), staged through the dead f32 tile and stored as 16-byte segments
-// Shared memory 53.75 KB at K = V = 128 (each region reused once consumed): four blocks (16 warps) per SM.
+//              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the K / V panel as loaded, read as
+//              an MN-major operand (tokens x columns; session 11: session 10 transposed the panels into K-major Kᵀ /
+//              Vᵀ tiles first), staged through the dead f32 tile and stored as 16-byte segments
+// Shared memory 54.25 KB at K = V = 128: four blocks (16 warps) per SM.
 //
 // Why (README.md, "The pre-state kernel"): wy_mma<kPrepare> (mma.sync) and session 9's prep_group_mma measured
 // 0.59–0.62 ms for w, u at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16 with the shared-memory pipe at 71–75 %
@@ -52,22 +50,20 @@ constexpr int kPanelB = kPanel * 2;           // its bytes
 constexpr int kMBytes = kRows * kLdF * 4;     // the f32 M / X tile
 constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per block
 
-// Shared memory (byte offsets), three regions reused once their first content is consumed:
-//   0:    K panels [nk], then Vᵀ [nv · 64 rows][64 tokens]          (max(nk, nv) panels)
-//   q_kt: Q panels [nk] (with Pqk), then Kᵀ [nk · 64 rows][64 tokens] (nk panels)
-//   vs_m: V staging panels [nv], then M / X f32 [64][kLdF]           (max(nv panels, 17 KB))
-// then the merge scratch [3][16][kLdY] f32 and γ, β, fw, fu [64] f32. K = V = 128: 53.75 KB, four blocks per SM.
+// Shared memory (byte offsets): K panels [nk] at 0, V panels [nv] at v, Q panels [nk] (with Pqk) then M / X f32
+// [64][kLdF] at m (max(Q, 17 KB)), the merge scratch [3][16][kLdY] f32 at y and γ, β, fw, fu [64] f32 at vec.
+// K = V = 128: 54.25 KB, four blocks per SM.
 struct PrepLayout {
-  int nk, nv;                    // 64-column panels of K and V
-  int q_kt, vs_m, y, vec, total;  // byte offsets (K / Vᵀ at 0) and size
+  int nk, nv;                 // 64-column panels of K and V
+  int v, m, y, vec, total;    // byte offsets (K at 0) and size
 };
 __host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
   PrepLayout l{};
   l.nk = round64(K) / 64;
   l.nv = round64(V) / 64;
-  l.q_kt = (l.nk > l.nv ? l.nk : l.nv) * kPanelB;
-  l.vs_m = l.q_kt + l.nk * kPanelB;
-  l.y = l.vs_m + (l.nv * kPanelB > kMBytes ? l.nv * kPanelB : kMBytes);
+  l.v = l.nk * kPanelB;
+  l.m = l.v + l.nv * kPanelB;
+  l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
   l.vec = l.y + 3 * 16 * kLdY * 4;
   l.total = l.vec + 4 * kRows * 4;
   return l;
@@ -100,25 +96,75 @@ __device__ __forceinline__ void load_panels(Bf16* dst, const GdnTensor& t, const
   }
 }
 
-// Kᵀ-style transposition of `panels` 64 x 64 core-matrix panels: src panel p [token][col] -> dst rows 64p + col,
-// columns token (tile_off<64>, i.e. one [64 · panels][64] K-major tile). Per x4 step a warp moves 4 core matrices
-// (ldmatrix of rows, stmatrix.trans to the transposed block position; lane 8i + r addresses row r of matrix i on
-// both sides). Reads and writes shared memory only; the caller fences (fence_proxy_async) and synchronises.
-__device__ __forceinline__ void transpose_panels(Bf16* dst, const Bf16* src, int panels) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, i = lane >> 3, r = lane & 7;
-  for (int pn = 0; pn < panels; ++pn)
-#pragma unroll
-    for (int st = warp; st < 16; st += 4) {
-      const int bi = 4 * st + i, tb = bi >> 3, db = bi & 7;  // token block, column block of matrix i
-      uint32_t x[4];
-      mma::ldmatrix_x4(x, src + pn * kPanel + tb * 512 + db * 64 + r * 8);
-      wg::stmatrix_x4_trans(mma::smem_addr(dst + (8 * pn + db) * 512 + tb * 64 + r * 8), x[0], x[1], x[2], x[3]);
-    }
-}
-
 // Descriptor of K-step ks (16 contraction columns) of a K-major operand held as 64-column panels at `base`.
 __device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
   return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
+}
+
+// (Session 11) A 64 x 64 panel (tile_off<64>: row = token, 8 contiguous columns per 16-byte
+// row of a core matrix) read as the MN-major B operand tokens x columns of w = X diag(f) K / u = X diag(f) V: the
+// contraction (tokens) steps by 8-row core-matrix rows (LBO = 1 KB, the next 8 tokens), the N columns by core
+// matrices (SBO = 128 B, the next 8 columns); K-step ks (16 tokens) starts 2 KB further.
+__device__ __forceinline__ uint64_t panel_desc_mn(uint32_t base, int ks) {
+  return wg::make_desc(base + static_cast<uint32_t>(ks) * 2048u, 1024u, 128u);
+}
+// wgmma m64n64k16 with the register A and an MN-major B (imm-trans-b = 1); otherwise wg::mma_rs<bf16, 64>.
+__device__ __forceinline__ void mma_rs_mn64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// γ, β and the w / u row factors of the chunk's rows i < 64 into gam, bet, fw = β e^γ, fu = β (0 past L; γ, β 0
+// and 1 past L, or with the gates absent). γ read from p.g, or (GdnFwdHead::g_in present) formed here as the
+// chunk-local cumsum of the raw gates and stored into p.g (f32, rows < L): warp 0, two rows per lane (2l, 2l + 1),
+// a shuffle scan of the lanes' pair sums. Threads 0..63 / warp 0; the caller synchronises.
+__device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTensor& g_in, const ChunkPos& c,
+                                            int64_t hv, int L, float* gam, float* bet, float* fw, float* fu) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  auto beta_at = [&](int i) {
+    return i < L && p.beta.present() ? load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv)) : 1.f;
+  };
+  auto put = [&](int i, float gv, float bv) {
+    gam[i] = gv;
+    bet[i] = bv;
+    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
+    fu[i] = i < L ? bv : 0.f;               // β (u)
+  };
+  if (g_in.present()) {
+    if (tid >= 32) return;
+    const int i0 = 2 * lane;
+    // Every global load first (both rows' gate and β: one round trip on the block's critical path), then the scan.
+    const float a = i0 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0, hv)) : 0.f;
+    const float a1 = i0 + 1 < L ? load_f(g_in, off_tok(g_in, c.b, c.s + i0 + 1, hv)) : 0.f;
+    const float b0 = beta_at(i0), b1 = beta_at(i0 + 1);
+    const float b = a + a1;
+    float incl = b;  // inclusive scan of the lanes' pair sums
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const float prev = __shfl_up_sync(0xffffffffu, incl, 1);
+    const float g0 = lane ? prev : 0.f;  // sum of the rows before 2l
+    const float gv[2] = {g0 + a, g0 + b};
+    put(i0, gv[0], b0);
+    put(i0 + 1, gv[1], b1);
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (i0 + e < L) static_cast<float*>(p.g.data)[off_tok(p.g, c.b, c.s + i0 + e, hv)] = gv[e];
+    return;
+  }
+  if (tid < kRows) {
+    const int i = tid;
+    put(i, i < L && p.g.present() ? load_f(p.g, off_tok(p.g, c.b, c.s + i, hv)) : 0.f, beta_at(i));
+  }
 }
 
 // In-place X = (I + M)^-1 over the strictly lower M of the tile MX (zero outside the strictly lower part; the
@@ -215,7 +261,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
 }
 
 template <bool kWithP>
-__global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) {
+__global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -227,37 +273,25 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   if (!c.valid) return;
   const int L = static_cast<int>(c.e - c.s), BT = static_cast<int>(p.shape.BT);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  Bf16* Kp = reinterpret_cast<Bf16*>(smem);             // K panels, then Vᵀ
-  Bf16* Vt = Kp;
-  Bf16* QKt = reinterpret_cast<Bf16*>(smem + ly.q_kt);  // Q panels, then Kᵀ
-  Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.vs_m);   // V panels, then M / X
-  float* MX = reinterpret_cast<float*>(smem + ly.vs_m);
+  Bf16* Kp = reinterpret_cast<Bf16*>(smem);            // K panels
+  Bf16* Vs = reinterpret_cast<Bf16*>(smem + ly.v);     // V panels
+  Bf16* Qp = reinterpret_cast<Bf16*>(smem + ly.m);     // Q panels (with Pqk), then M / X
+  float* MX = reinterpret_cast<float*>(smem + ly.m);
   float* Yf = reinterpret_cast<float*>(smem + ly.y);
   float* gam = reinterpret_cast<float*>(smem + ly.vec);
   float* bet = gam + kRows;
   float* fw = gam + 2 * kRows;
   float* fu = gam + 3 * kRows;
-  const uint32_t s_k = mma::smem_addr(Kp), s_qkt = mma::smem_addr(QKt), s_vt = s_k;
+  const uint32_t s_k = mma::smem_addr(Kp), s_q = mma::smem_addr(Qp), s_v = mma::smem_addr(Vs);
 
   load_panels(Kp, p.k, c, h, L, K, ly.nk);
-  if constexpr (kWithP) load_panels(QKt, p.q, c, h, L, K, ly.nk);
+  if constexpr (kWithP) load_panels(Qp, p.q, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
   load_panels(Vs, p.v, c, hv, L, V, ly.nv);
   cuda::cp_async_commit();
-  if (tid < kRows) {
-    const int i = tid;
-    float gv = 0.f, bv = 1.f;
-    if (i < L) {
-      if (p.g.present()) gv = load_f(p.g, off_tok(p.g, c.b, c.s + i, hv));
-      if (p.beta.present()) bv = load_f(p.beta, off_tok(p.beta, c.b, c.s + i, hv));
-    }
-    gam[i] = gv;
-    bet[i] = bv;
-    fw[i] = i < L ? bv * __expf(gv) : 0.f;  // β e^γ (w), 0 past L
-    fu[i] = i < L ? bv : 0.f;             // β (u)
-  }
+  row_factors(p, hd.g_in, c, hv, L, gam, bet, fw, fu);
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
-  wg::fence_proxy_async();
+  wg::fence_proxy_async();  // the panels visible to the wgmma (async proxy)
   __syncthreads();
 
   // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ (every 16-column key step of the panels; zero columns past K add +0).
@@ -274,26 +308,32 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
   if constexpr (kWithP) {
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks)
-      if (ks < ksteps) wg::mma_ss<Bf16, 64>(P, panel_desc(s_qkt, ks), panel_desc(s_k, ks), ks > 0);
+      if (ks < ksteps) wg::mma_ss<Bf16, 64>(P, panel_desc(s_q, ks), panel_desc(s_k, ks), ks > 0);
     wg::wg_commit();
   }
   wg::wg_wait<0>();
   wg::reg_fence(R);
   if constexpr (kWithP) wg::reg_fence(P);
   cuda::cp_async_wait<0>();  // V
-  __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: K and Q panels are free once read here
+  wg::fence_proxy_async();  // V read by the u wgmma as loaded
+  __syncthreads();  // V visible; every warp's wgmma 1 / 2 done: Q panels are free once read here
   if constexpr (kWithP) {
     // P[i][j] = (q_i·k_j) e^{γ_i − γ_j} for j <= i < L, else 0, rounded to bf16, rows < L and columns < BT of
-    // Pqk[hv]: staged through Q's panels (free now, Kᵀ's next) when Pqk is lean and BT = 64, else pair stores.
+    // Pqk[hv]: staged through Q's panels (free now, M's next) when Pqk is lean and BT = 64, else pair stores.
+    // (The right blocks jb > 2 warp + 1 are 0 without exponentials, as the gating of M below.)
+    const int i0 = 16 * warp + (lane >> 2);
+    const float gi[2] = {gam[i0], gam[i0 + 8]};
 #pragma unroll
-    for (int jb = 0; jb < 8; ++jb)
+    for (int jb = 0; jb < 8; ++jb) {
+      const bool lower = 8 * jb <= 16 * warp + 15;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = 16 * warp + (lane >> 2) + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
-        P[4 * jb + e] = j <= i ? P[4 * jb + e] * __expf(gam[i] - gam[j]) : 0.f;
+        const int i = i0 + 8 * (e >> 1), j = 8 * jb + 2 * (lane & 3) + (e & 1);
+        P[4 * jb + e] = (lower && j <= i) ? P[4 * jb + e] * __expf(gi[e >> 1] - gam[j]) : 0.f;
       }
+    }
     if (BT == kRows && lean_tensor<Bf16>(p.Pqk) && ly.nk * kPanelB >= 4 * 16 * kLdStage * 2) {  // K > 64: room
-      store_tile_staged(P, p.Pqk, c, hv, L, 0, QKt + warp * 16 * kLdStage);
+      store_tile_staged(P, p.Pqk, c, hv, L, 0, Qp + warp * 16 * kLdStage);
     } else {
       const bool pvec = pair_vec<Bf16>(p.Pqk);
 #pragma unroll
@@ -306,37 +346,40 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
           store_pair_v<Bf16>(p.Pqk, pvec, ro, 8 * jb + 2 * (lane & 3), BT, P[4 * jb + 2 * hh], P[4 * jb + 2 * hh + 1]);
       }
     }
-    __syncthreads();  // every warp's staging reads of Q's panels done
+    __syncthreads();  // every warp's staging reads of Q's panels done (M overwrites them)
   }
-  transpose_panels(QKt, Kp, ly.nk);  // Kᵀ over Q
-  __syncthreads();  // K panels read
-  transpose_panels(Vt, Vs, ly.nv);   // Vᵀ over K
-  wg::fence_proxy_async();           // Kᵀ, Vᵀ (stmatrix) visible to the w / u wgmma after the barriers below
-  __syncthreads();  // every read of the V staging panels is done: M overwrites them
 
   // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
   // overflows), every column of the warp's rows written (the upper blocks are the inverse's zeros). The gate
   // exponentials by __expf (ex2.approx: ~2 ulp of f32, far below the bf16 roundings of the outputs; one FMUL and
   // one MUFU instead of expf's ~10 instructions, 64 per thread here).
   // Accumulator element 4 jb + e of lane l: row 16 warp + l / 4 + 8 (e / 2), column 8 jb + 2 (l % 4) + e % 2.
+  // (Session 11) Formed in place first, then stored, so that the row and column factors are read from shared memory
+  // once (no stores in between); the column blocks right of the warp's rows (jb > 2 warp + 1) are 0 without
+  // exponentials (a warp-uniform branch: 3 of 8 blocks on average). The same bits as before.
+  const int i0 = 16 * warp + (lane >> 2);
+  const float gi[2] = {gam[i0], gam[i0 + 8]}, bi[2] = {bet[i0], bet[i0 + 8]};
+#pragma unroll
+  for (int jb = 0; jb < 8; ++jb) {
+    const bool lower = 8 * jb <= 16 * warp + 15;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int hh = e >> 1, i = i0 + 8 * hh, j = 8 * jb + 2 * (lane & 3) + (e & 1);
+      float& r = R[4 * jb + e];
+      r = (lower && j < i && i < L) ? bi[hh] * r * __expf(gi[hh] - gam[j]) : 0.f;
+    }
+  }
 #pragma unroll
   for (int jb = 0; jb < 8; ++jb)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = 16 * warp + (lane >> 2) + 8 * hh, j = 8 * jb + 2 * (lane & 3);
-      float m[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float r = R[4 * jb + 2 * hh + e];
-        m[e] = (j + e < i && i < L) ? bet[i] * r * __expf(gam[i] - gam[j + e]) : 0.f;
-      }
-      *reinterpret_cast<float2*>(MX + i * kLdF + j) = make_float2(m[0], m[1]);
-    }
+    for (int hh = 0; hh < 2; ++hh)
+      *reinterpret_cast<float2*>(MX + (i0 + 8 * hh) * kLdF + 8 * jb + 2 * (lane & 3)) =
+          make_float2(R[4 * jb + 2 * hh], R[4 * jb + 2 * hh + 1]);
   __syncthreads();  // M complete
   invert_in_place(MX, Yf, warp, lane);
   if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, MX);
 
-  // w, u: 64-column tiles t < nk of w (B = Kᵀ panel t), then of u (B = Vᵀ panel t − nk).
+  // w, u: 64-column tiles t < nk of w (B = K panel t), then of u (B = V panel t − nk).
   FragA aw[4], au[4];
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
@@ -355,14 +398,12 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
     float acc[32];
     wg::reg_fence(acc);
     wg::wg_fence();
-    if (t < nk) {
+    if (t < nk) {  // B = the K / V panel t as loaded
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        wg::mma_rs<Bf16, 64>(acc, aw[ks].x, wg::tile_desc<64>(s_qkt + t * kPanelB, ks), ks > 0);
+      for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, aw[ks].x, panel_desc_mn(s_k + t * kPanelB, ks), ks > 0);
     } else {
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks)
-        wg::mma_rs<Bf16, 64>(acc, au[ks].x, wg::tile_desc<64>(s_vt + (t - nk) * kPanelB, ks), ks > 0);
+      for (int ks = 0; ks < 4; ++ks) mma_rs_mn64(acc, au[ks].x, panel_desc_mn(s_v + (t - nk) * kPanelB, ks), ks > 0);
     }
     wg::wg_commit();
     wg::wg_wait<0>();
@@ -380,11 +421,12 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p) 
 }
 
 template <bool kWithP>
-int launch_prep(const GdnFwdParams& p, cudaStream_t stream) {
+int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p);
+  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
+
 
 }  // namespace
 
@@ -408,11 +450,20 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
   return {};
 }
 
-int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) {
-  const std::string why = fwd_cuda_prep_reject(p);
+int fwd_cuda_prep(const GdnFwdParams& p, void* stream_ptr) { return fwd_cuda_prep_head(p, GdnFwdHead{}, stream_ptr); }
+
+std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& hd) {
+  std::string r = fwd_cuda_prep_reject(p);
+  if (r.empty() && hd.g_in.present() && (!p.g.present() || p.g.dtype != STRATA_DTYPE_F32))
+    r = "the folded gate cumsum writes γ into an f32 g";
+  return r;
+}
+
+int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, void* stream_ptr) {
+  const std::string why = fwd_cuda_prep_head_reject(p, hd);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  return p.Pqk.present() ? launch_prep<true>(p, stream) : launch_prep<false>(p, stream);
+  return p.Pqk.present() ? launch_prep<true>(p, hd, stream) : launch_prep<false>(p, hd, stream);
 }
 
 }  // namespace strata::linear_attn::gdn

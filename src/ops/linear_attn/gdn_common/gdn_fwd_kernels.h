@@ -138,6 +138,16 @@ int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, 
 // BT <= 64, any strides; sm_90a. fwd_cuda_prep_reject says why it cannot run p ("" if it can).
 int fwd_cuda_prep(const GdnFwdParams& p, void* stream);
 std::string fwd_cuda_prep_reject(const GdnFwdParams& p);
+// (session 11) chunk_gated_delta_rule's gate cumsum folded into the pre-state kernel: with g_in present (the raw
+// log gates [B, T, HV], any float dtype) the kernel forms γ = their chunk-local cumsum itself and writes it into
+// p.g (f32 [B, T, HV]: the γ the later sub-operators read) instead of reading p.g. Everything else as fwd_cuda_prep.
+// (Session 11 also folded the l2norm of q, k; measured slower than the two row_norm_fwd_cuda launches and removed:
+// README "The forward's kernels and the folded head".)
+struct GdnFwdHead {
+  GdnTensor g_in;
+};
+int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, void* stream);
+std::string fwd_cuda_prep_head_reject(const GdnFwdParams& p, const GdnFwdHead& head);
 #endif
 
 }  // namespace strata::linear_attn::gdn
