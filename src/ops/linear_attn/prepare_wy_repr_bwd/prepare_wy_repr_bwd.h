@@ -36,10 +36,14 @@ struct WyBwdParams {
   // K Kᵀ recomputed per value head in registers, Sym in the dA tile, at most 128 registers and ~106 KiB of shared
   // memory at K = V = 128 so that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum
   // their row / column terms in another fixed order). kWyTwoPerSm takes K and V that round up to the same
-  // multiple of 64, at most 128; other shapes run kWyPipelined. Tests and timing force the variants.
+  // multiple of 64, at most 128; other shapes run kWyPipelined. kWyLean (session 11, forced only until a GPU run
+  // has timed it): kWyTwoPerSm's products with five barriers per head instead of thirteen (the dβ / dγ row dots
+  // from dA's fragments, Sym stored from dP's fragments; cuda_sm90_mma.cu), the same shapes; kWyLeanOverlap (the
+  // same, forced only): X and Y right after dA, so that the next value head's tiles load while a head finishes.
+  // Tests and timing force the variants.
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyLean = 3, kWyLeanOverlap = 4;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
