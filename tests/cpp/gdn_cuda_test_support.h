@@ -1,6 +1,6 @@
 // Device-side helpers shared by the CUDA tests of the GDN kernels (test_gdn_fwd_cuda_variants.cpp,
-// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp): random token tensors uploaded to the GPU and
-// contiguous gdn_bwd::View descriptors.
+// test_gdn_bwd_cuda_variants.cpp): random token tensors uploaded to the GPU and contiguous gdn_bwd::View
+// descriptors.
 #pragma once
 
 #if STRATA_WITH_CUDA

@@ -75,7 +75,7 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
   __syncthreads();
 }
 
-// ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_mma2_kernel:
+// ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_lean_kernel:
 // one pitch for both) ----
 
 // dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → sX (T), for the warp's 16 x 32 block (rows r0.., columns c0..),
@@ -392,193 +392,19 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 //  * K Kᵀ recomputed per value head into registers next to tmp Aᵀ (the same warp block, so dP ⊙ KK is formed in
 //    registers) instead of a 16 KiB f32 tile kept for the chunk: dβ's row sums Σ_j dP_ij KK_ij and dγ's column
 //    sums Σ_r β_r dP_ri KK_ri are reduced from the fragments (quad / column shuffles, then the warps in order);
-//  * Sym written over the dA / tmp tile (dead once tmp Aᵀ is formed) instead of a tile of its own.
-// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count. The tiles load
-// through the general loop (load_tile_async's kLean = false): at the 128-register cap the lean path's live pointers
-// raised ptxas's spills from 16 to 124 bytes of stores.
-// Shared memory (bytes): K, dW, V, dU [64][P + 8] 16-bit; A and the dA / tmp / Sym tile [64][72] 16-bit;
-// dP [64][65] f32; row vectors γ, β, E, Σ X k, Σ Y v [64]; dβ row partials [2][64]; dγ column partials [4][64];
-// rows_to scratch [2][64]. P = 128: 108 032 bytes.
-template <int P>
-struct Wy2Smem {
-  static constexpr int ld = P + 8;
-  static constexpr size_t tile = size_t{64} * ld * 2;
-  static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + 64 * kL64 * 2,
-                          dm = x + 64 * kL64 * 2, vec = dm + 64 * kLdF * 4;
-  static constexpr size_t bytes = vec + (5 * 64 + 2 * 64 + 4 * 64 + 2 * 64) * 4;
-};
-
-template <class T, int P>
-__global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
-  using S = Wy2Smem<P>;
-  constexpr int KT = P / 64, ld = S::ld;
-  extern __shared__ __align__(16) unsigned char smem[];
-  uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::k);
-  uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
-  uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S::v);
-  uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S::du);
-  uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S::a);
-  uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then tmp, then Sym
-  float* sDM = reinterpret_cast<float*>(smem + S::dm);       // dP = dM ⊙ Γ
-  float* sG = reinterpret_cast<float*>(smem + S::vec);
-  float* sBeta = sG + 64;
-  float* sE = sG + 128;
-  float* sXk = sG + 192;
-  float* sYv = sG + 256;
-  float* sDbRow = sG + 320;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
-  float* sCol = sG + 448;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
-  float* sRed = sG + 704;    // [2][64]
-  const Dims& d = p.d;
-  const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
-  const int lane = threadIdx.x & 31;
-  const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t w = item / d.H, h = item % d.H;
-    for_each_chunk(d, offs, w, [&](const DevChunk& c) {
-      const int L = static_cast<int>(c.t1 - c.t0);
-      float dk_sum[KT][1][4][4];
-#pragma unroll
-      for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
-      for (int64_t g = 0; g < d.G; ++g) {
-        const int64_t hv = h * d.G + g;
-        __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
-        if (g == 0) load_tile_async<T, kThr, false>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-        load_tile_async<T, kThr, false>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr, false>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-        load_tile_async<T, kThr, false>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
-        load_tile_async<T, kThr, false>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
-        {
-          const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
-          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
-          const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
-          cp_async_wait_all();
-          if (threadIdx.x < 64) {
-            const int i = threadIdx.x;
-            sG[i] = gi;
-            sBeta[i] = bi;
-            sE[i] = i < L ? expf(gi) : 0.f;
-          }
-        }
-        __syncthreads();
-        wy_form_dA<T>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0);
-        __syncthreads();
-        {  // tmp = Aᵀ dA → T (over dA, once every warp has read it)
-          float t[1][4][4];
-          zero(t);
-          warp_gemm<T, false, true, 1, 4>(t, sA + r0, kL64, sX + c0, kL64, 64);
-          __syncthreads();
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              sX[(r0 + frag_row(0, e)) * kL64 + c0 + frag_col(nt, e)] = Elem<T>::from(t[0][nt][e]);
-        }
-        __syncthreads();
-        {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) → sDM; KK = K Kᵀ in the same fragments; dβ / dγ partials
-          float t[1][4][4], kk[1][4][4];
-          zero(t), zero(kk);
-          warp_gemm<T, true, false, 1, 4>(t, sX + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
-          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
-          // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[nt][b]: column c0 + 8 nt + 2 (lane % 4)
-          // + b over this thread's 2 rows (β_r dP_ri KK_ri).
-          float rp[2] = {0.f, 0.f}, cp[4][2];
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) cp[nt][0] = cp[nt][1] = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-              // (the exponent is formed only below the diagonal: ≤ 0)
-              const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
-              sDM[i * kLdF + j] = dp;
-              const float pk = dp * kk[0][nt][e];
-              rp[e >> 1] += pk;
-              cp[nt][e & 1] += sBeta[i] * pk;
-            }
-          // Fixed-order butterflies (both partners add the same two numbers: every lane holds the same bits): the
-          // quad for the rows, the 8 row groups (xor 4, 8, 16) for the columns.
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
-            rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int b = 0; b < 2; ++b)
-#pragma unroll
-              for (int o = 4; o <= 16; o <<= 1) cp[nt][b] += __shfl_xor_sync(0xffffffffu, cp[nt][b], o);
-          if ((lane & 3) == 0) {
-            sDbRow[wn * 64 + r0 + lane / 4] = rp[0];
-            sDbRow[wn * 64 + r0 + lane / 4 + 8] = rp[1];
-          }
-          if (lane < 4) {
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-              sCol[wm * 64 + c0 + nt * 8 + 2 * lane] = cp[nt][0];
-              sCol[wm * 64 + c0 + nt * 8 + 2 * lane + 1] = cp[nt][1];
-            }
-          }
-        }
-        __syncthreads();  // dP complete; every warp is past its reads of tmp
-        for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T, over tmp
-          const int i = e / 64, j = e % 64;
-          sX[i * kL64 + j] = Elem<T>::from(sBeta[i] * sDM[i * kLdF + j] + sBeta[j] * sDM[j * kLdF + i]);
-        }
-        __syncthreads();
-        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
-        float part[2] = {0.f, 0.f};
-        wy_dk_tiles<T, KT>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);  // (Sym in sX)
-        rows_to(part, sRed, sXk, r0, wn);
-        // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
-        part[0] = part[1] = 0.f;
-#pragma unroll
-        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
-        rows_to(part, sRed, sYv, r0, wn);
-        if (static_cast<int>(threadIdx.x) < L) {
-          const int i = threadIdx.x;
-          const float db = sDbRow[i] + sDbRow[64 + i];
-          const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs,
-                                    wy_bwd_cu::dg_addend(p, c, hv, i));
-        }
-      }
-      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
-    });
-  }
-}
-
-template <class T, int P>
-strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  constexpr size_t smem = Wy2Smem<P>::bytes;
-  static_assert(smem <= kMaxSmem, "shared memory of one block");
-  static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-  const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_mma2_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
-  return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
-}
-
-// ---- kWyLean (session 11): the two-per-SM kernel with fewer instructions and barriers per head ----
-// The same products as wy_bwd_mma2_kernel (dv the same bits), and:
+// and, since session 11 (five block barriers per head instead of the thirteen of session 6's form):
 //  * Σ_x X_ix k_ix and Σ_v Y_iv v_iv (the dβ / dγ row dots) as row sums of Aᵀ ⊙ (K dWᵀ) and Aᵀ ⊙ (V dUᵀ) in
 //    wy_form_dA's epilogue (Σ_x X_ix k_ix = Σ_j A_ji (dW Kᵀ)_ji; dA formed transposed for it), so no K / V element
 //    reads next to X and Y and no rows_to reductions (six barriers);
 //  * Sym from the dP fragments: Bm = diag(β) dP is strictly lower, so Sym = Bm + Bmᵀ is Bm_ij at [i][j] and at
 //    [j][i] (j < i) and 0 on the diagonal, stored as T straight from the registers (no f32 dP tile, no element walk
 //    over it: the same T values, as one addend of each sum is 0, so dk is the same as well);
-//  * tmp in a tile of its own (no barrier between the tmp product and its store).
-// kOverlap (kWyLeanOverlap): X = Aᵀ dW (diag(βE) X into the head sums) and Y = Aᵀ dU (dv) right after dA, so that
-// dW, V, dU are dead after the second barrier and head g + 1's load into them while head g runs tmp, dP, Sym and
-// Sym K (A, γ, β after the fourth barrier); Sym K then accumulates into the head sums (another f32 order for dk).
-// Five barriers per head (the two-per-SM kernel: thirteen). Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA
-// then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and Σ Y v partials [2][2 column halves][64]; Σ_j dP KK
-// row partials [2 column halves][64]; Σ_r β dP KK column partials [4 row blocks][64]. P = 128: 100 608 bytes.
+//  * tmp in a tile of its own (no barrier between the tmp product and its store);
+//  * the tiles load through load_tile_async's lean path (no spills here at the 128-register cap).
+// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
+// Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
+// Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
+// [4 row blocks][64]. P = 128: 100 608 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
@@ -588,7 +414,7 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
 };
 
-template <class T, int P, bool kOverlap>
+template <class T, int P>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -617,33 +443,18 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
       float dk_sum[KT][1][4][4];
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
-      // The per-head tiles of value head h G + gg (cp.async, committed by the next cp_async_wait_all) and this
-      // thread's γ, β of it (threads < L; 0 elsewhere).
-      auto load_xvu = [&](int64_t gg) {
-        const int64_t hh = h * d.G + gg;
-        load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hh), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hh), p.v.s[1], L, vc);
-        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hh), p.du.s[1], L, vc);
-      };
-      auto load_a = [&](int64_t gg) {
-        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, h * d.G + gg), p.A.s[1], L, L);
-      };
-      auto row_gb = [&](int64_t gg) {
-        const int64_t hh = h * d.G + gg;
-        const bool ok = static_cast<int>(threadIdx.x) < L;
-        return make_float2(ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hh)) : 0.f,
-                           ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hh)) : 0.f);
-      };
-      float2 gb_next = make_float2(0.f, 0.f);  // kOverlap: γ, β of head g + 1, fetched while head g finishes
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
         if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-        if (!kOverlap || g == 0) load_xvu(g), load_a(g);  // (kOverlap: head g > 0's are in flight already)
+        load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
+        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
         {
-          // (γ, β fetched while the tiles are in flight)
-          const float2 gb = !kOverlap || g == 0 ? row_gb(g) : gb_next;
-          const float gi = gb.x, bi = gb.y;
+          const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
+          const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
+          const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
@@ -655,29 +466,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         __syncthreads();
         // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
         wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
-        if constexpr (kOverlap) {  // X = Aᵀ dW: dk += diag(βE) X; Y = Aᵀ dU: dv = diag(β) Y (dW, dU, V dead after)
-#pragma unroll
-          for (int kt = 0; kt < KT; ++kt) {
-            float X[1][4][4];
-            zero(X);
-            warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ld, 64);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int i = r0 + frag_row(0, e);
-                dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e];
-              }
-          }
-          float part[2];
-#pragma unroll
-          for (int e0 = 0; e0 < P; e0 += 64)
-            wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
-        }
         __syncthreads();
-        if constexpr (kOverlap) {
-          if (g + 1 < d.G) load_xvu(g + 1);  // into the dead dW, V, dU tiles while this head finishes
-        }
         {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
           zero(t);
@@ -738,10 +527,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
               *reinterpret_cast<float2*>(sCol + wm * 64 + c0 + nt * 8 + 2 * lane) = make_float2(cp[2 * nt], cp[2 * nt + 1]);
           }
         }
-        __syncthreads();  // Sym, the dβ / dγ partials complete; A read for the last time
-        if constexpr (kOverlap) {
-          if (g + 1 < d.G) load_a(g + 1), gb_next = row_gb(g + 1);
-        }
+        __syncthreads();  // Sym, the dβ / dγ partials complete
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
           const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
@@ -749,61 +535,38 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
           wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
         }
-        if constexpr (kOverlap) {  // dk += Sym K (into the head sums: diag(βE) X is in them already)
+        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
+        float part[2];
+        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
-          for (int kt = 0; kt < KT; ++kt)
-            warp_gemm<T, true, true, 1, 4>(dk_sum[kt], sX + r0 * kL64, kL64, sK + kt * 64 + c0, ld, 64);
-        } else {  // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
-          float part[2];
-          wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
-#pragma unroll
-          for (int e0 = 0; e0 < P; e0 += 64)
-            wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
-        }
+        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, bool kOverlap>
+template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P, kOverlap>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P, kOverlap>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_lean_kernel<T, P, kOverlap><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
-  return cuda::check_launch("prepare_wy_repr_bwd (mma, lean)");
+  wy_bwd_lean_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
 }
 
-// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most
-// 128); the pipelined kernel otherwise. kWyAuto's choice from GPU run s6run2 (H200, bf16, B = 4, T = 8192, H = 16,
-// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.380 ms, pipelined 2.161 ms.
-// (kWyLean takes the same shapes.)
-bool two_per_sm_shape(const WyBwdParams& p) {
-  const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
-  return KP == VP && KP <= 128;
-}
-bool runs_two_per_sm(const WyBwdParams& p) {
-  return (p.mma_variant == kWyTwoPerSm || p.mma_variant == kWyAuto) && two_per_sm_shape(p);
-}
+// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most 128);
+// the pipelined kernel otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
+// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  if (p.mma_variant == kWyLean && two_per_sm_shape(p)) {
-    if (round64(p.d.K) == 64) return launch_lean<T, 64, false>(p, offs, items, stream);
-    return launch_lean<T, 128, false>(p, offs, items, stream);
-  }
-  if (p.mma_variant == kWyLeanOverlap && two_per_sm_shape(p)) {
-    if (round64(p.d.K) == 64) return launch_lean<T, 64, true>(p, offs, items, stream);
-    return launch_lean<T, 128, true>(p, offs, items, stream);
-  }
-  if (runs_two_per_sm(p)) {
-    if (round64(p.d.K) == 64) return launch2<T, 64>(p, offs, items, stream);
-    return launch2<T, 128>(p, offs, items, stream);
-  }
+  const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
+  if (p.mma_variant != kWyPipelined && KP == VP && KP <= 128)
+    return KP == 64 ? launch_lean<T, 64>(p, offs, items, stream) : launch_lean<T, 128>(p, offs, items, stream);
   return launch_k<T>(p, offs, items, stream);
 }
 
@@ -813,6 +576,8 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
   if (!common_16bit_dtype({&p.k, &p.v, &p.A, &p.dw, &p.du}))
     return "takes k, v, A, dw, du of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
   if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
+  if ((p.dk_add.present() && p.dk_add.dtype != STRATA_DTYPE_F32) || (p.dg_add.present() && p.dg_add.dtype != STRATA_DTYPE_F32))
+    return "dk_add and dg_add are f32";
   return "";
 }
 
