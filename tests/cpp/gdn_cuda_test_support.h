@@ -1,6 +1,6 @@
 // Device-side helpers shared by the CUDA tests of the GDN kernels (test_gdn_fwd_cuda_variants.cpp,
-// test_gdn_bwd_cuda_variants.cpp, test_gdn_wybwd_wgmma.cpp, test_gdn_prep_head.cpp): random token tensors uploaded to
-// the GPU, contiguous gdn_bwd::View descriptors, the relative RMS of two buffers and the median launch time.
+// test_gdn_bwd_cuda_variants.cpp, test_gdn_prep_fold.cpp): random token tensors uploaded to the GPU, contiguous
+// gdn_bwd::View descriptors, the relative RMS of two buffers and the median launch time.
 #pragma once
 
 #if STRATA_WITH_CUDA

@@ -75,30 +75,73 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
   __syncthreads();
 }
 
-// ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_mma2_kernel:
+// ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_lean_kernel:
 // one pitch for both) ----
 
-// dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → sX (T), for the warp's 16 x 32 block (rows r0.., columns c0..).
-template <class T>
+// dA = StrictLower(dW Kᵀ diag(βE) + dU Vᵀ diag(β)) → sX (T), for the warp's 16 x 32 block (rows r0.., columns c0..),
+// stored as 32-bit pairs of adjacent columns.
+// kDots (the lean kernel): the warp's block is dAᵀ instead (K dWᵀ and V dUᵀ: rows i = r0.., columns j = c0.., each
+// stored at sX[j][i]), so that a fragment row i also gives the dβ / dγ row dots Σ_x X_ix k_ix = Σ_j A_ji (K dWᵀ)_ij
+// and Σ_v Y_iv v_iv = Σ_j A_ji (V dUᵀ)_ij (X = Aᵀ dW, Y = Aᵀ dU; no K / V element reads next to X and Y): the
+// warp's partial sums over its 32 columns j go to dots[m][i] (m = 0: X k, 1: Y v) at dots + m * dots_ld + i.
+template <class T, bool kDots = false>
 __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, const uint16_t* sK, int ldk, int kdim,
                                            const uint16_t* sDu, const uint16_t* sV, int ldv, int vdim,
-                                           const float* sBeta, const float* sE, int r0, int c0) {
+                                           const float* sBeta, const float* sE, int r0, int c0,
+                                           const uint16_t* sA = nullptr, float* dots = nullptr, int dots_ld = 0) {
   float wk[1][4][4], uv[1][4][4];
   zero(wk), zero(uv);
-  warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ldk, ldk, sK + c0 * ldk, ldk, kdim);
-  warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ldv, ldv, sV + c0 * ldv, ldv, vdim);
+  if constexpr (kDots) {
+    warp_gemm<T, true, false, 1, 4>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, kdim);
+    warp_gemm<T, true, false, 1, 4>(uv, sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv, vdim);
+    float dt[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [m][s]: row r0 + lane / 4 + 8 s
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+    for (int s = 0; s < 2; ++s) {
+      const int i = r0 + frag_row(0, 2 * s);
+      const float b = sBeta[i], e_i = sE[i];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-      sX[i * kL64 + j] = Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 2 * s; e < 2 * s + 2; ++e) {
+          const int j = c0 + frag_col(nt, e);
+          const float a = Elem<T>::to(sA[j * kL64 + i]);
+          dt[0][s] += a * wk[0][nt][e];
+          dt[1][s] += a * uv[0][nt][e];
+          // dA_ji = β_i (E_i (dW Kᵀ)_ji + (dU Vᵀ)_ji) for i < j (the same operations as below, rows and columns swapped)
+          sX[j * kL64 + i] = Elem<T>::from(i < j ? b * (e_i * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+        }
     }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
+        dt[m][s] += __shfl_xor_sync(0xffffffffu, dt[m][s], 1);
+        dt[m][s] += __shfl_xor_sync(0xffffffffu, dt[m][s], 2);
+      }
+    if ((threadIdx.x & 3) == 0) {
+      const int i = r0 + (threadIdx.x & 31) / 4;
+      dots[i] = dt[0][0], dots[i + 8] = dt[0][1];
+      dots[dots_ld + i] = dt[1][0], dots[dots_ld + i + 8] = dt[1][1];
+    }
+  } else {
+    warp_gemm<T, true, false, 1, 4>(wk, sDw + r0 * ldk, ldk, sK + c0 * ldk, ldk, kdim);
+    warp_gemm<T, true, false, 1, 4>(uv, sDu + r0 * ldv, ldv, sV + c0 * ldv, ldv, vdim);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {  // the two adjacent columns j, j + 1 of a fragment row together
+        const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+        const uint32_t lo = Elem<T>::from(j < i ? sBeta[j] * (sE[j] * wk[0][nt][e] + uv[0][nt][e]) : 0.f);
+        const uint32_t hi =
+            Elem<T>::from(j + 1 < i ? sBeta[j + 1] * (sE[j + 1] * wk[0][nt][e + 1] + uv[0][nt][e + 1]) : 0.f);
+        *reinterpret_cast<uint32_t*>(sX + i * kL64 + j) = lo | (hi << 16);
+      }
+  }
 }
 
 // Per K tile: X = Aᵀ dW ; dk_sum += diag(βE) X + Sym K ; part[s] += Σ X k over the warp's columns of row
-// r0 + lane / 4 + 8 s.
-template <class T, int KT>
+// r0 + lane / 4 + 8 s (not kLean: the lean kernel has these sums from wy_form_dA).
+template <class T, int KT, bool kLean = false>
 __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float (&part)[2], const uint16_t* sA,
                                             const uint16_t* sDw, const uint16_t* sSym, const uint16_t* sK, int ldk,
                                             const float* sBeta, const float* sE, int r0, int c0) {
@@ -113,14 +156,15 @@ __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-        part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ldk + x]);
+        if constexpr (!kLean) part[e >> 1] += X[0][nt][e] * Elem<T>::to(sK[i * ldk + x]);
         dk_sum[kt][0][nt][e] += sBeta[i] * sE[i] * X[0][nt][e] + sk[0][nt][e];
       }
   }
 }
 
-// Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles.
-template <class T>
+// Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
+// kLean).
+template <class T, bool kLean = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
                                            int vc, int e0, const uint16_t* sA, const uint16_t* sDu, const uint16_t* sV,
                                            int ldv, const float* sBeta, int r0, int c0) {
@@ -132,8 +176,10 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
       const int i = r0 + frag_row(0, e), col = e0 + c0 + frag_col(nt, e);
-      part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
-      part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ldv + col + 1]);
+      if constexpr (!kLean) {
+        part[e >> 1] += Y[0][nt][e] * Elem<T>::to(sV[i * ldv + col]);
+        part[e >> 1] += Y[0][nt][e + 1] * Elem<T>::to(sV[i * ldv + col + 1]);
+      }
       if (i < L && col < vc)
         st_pair(p.dv, p.dv.off(c.b, c.t0 + i, hv) + col, sBeta[i] * Y[0][nt][e], sBeta[i] * Y[0][nt][e + 1],
                 col + 1 < vc);
@@ -346,25 +392,31 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 //  * K Kᵀ recomputed per value head into registers next to tmp Aᵀ (the same warp block, so dP ⊙ KK is formed in
 //    registers) instead of a 16 KiB f32 tile kept for the chunk: dβ's row sums Σ_j dP_ij KK_ij and dγ's column
 //    sums Σ_r β_r dP_ri KK_ri are reduced from the fragments (quad / column shuffles, then the warps in order);
-//  * Sym written over the dA / tmp tile (dead once tmp Aᵀ is formed) instead of a tile of its own.
-// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count. The tiles load
-// through the general loop (load_tile_async's kLean = false): at the 128-register cap the lean path's live pointers
-// raised ptxas's spills from 16 to 124 bytes of stores.
-// Shared memory (bytes): K, dW, V, dU [64][P + 8] 16-bit; A and the dA / tmp / Sym tile [64][72] 16-bit;
-// dP [64][65] f32; row vectors γ, β, E, Σ X k, Σ Y v [64]; dβ row partials [2][64]; dγ column partials [4][64];
-// rows_to scratch [2][64]. P = 128: 108 032 bytes.
+// and, since session 11 (five block barriers per head instead of the thirteen of session 6's form):
+//  * Σ_x X_ix k_ix and Σ_v Y_iv v_iv (the dβ / dγ row dots) as row sums of Aᵀ ⊙ (K dWᵀ) and Aᵀ ⊙ (V dUᵀ) in
+//    wy_form_dA's epilogue (Σ_x X_ix k_ix = Σ_j A_ji (dW Kᵀ)_ji; dA formed transposed for it), so no K / V element
+//    reads next to X and Y and no rows_to reductions (six barriers);
+//  * Sym from the dP fragments: Bm = diag(β) dP is strictly lower, so Sym = Bm + Bmᵀ is Bm_ij at [i][j] and at
+//    [j][i] (j < i) and 0 on the diagonal, stored as T straight from the registers (no f32 dP tile, no element walk
+//    over it: the same T values, as one addend of each sum is 0, so dk is the same as well);
+//  * tmp in a tile of its own (no barrier between the tmp product and its store);
+//  * the tiles load through load_tile_async's lean path (no spills here at the 128-register cap).
+// P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
+// Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
+// Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
+// [4 row blocks][64]. P = 128: 100 608 bytes.
 template <int P>
-struct Wy2Smem {
+struct WyLeanSmem {
   static constexpr int ld = P + 8;
-  static constexpr size_t tile = size_t{64} * ld * 2;
-  static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + 64 * kL64 * 2,
-                          dm = x + 64 * kL64 * 2, vec = dm + 64 * kLdF * 4;
-  static constexpr size_t bytes = vec + (5 * 64 + 2 * 64 + 4 * 64 + 2 * 64) * 4;
+  static constexpr size_t tile = size_t{64} * ld * 2, small = size_t{64} * kL64 * 2;
+  static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + small,
+                          t = x + small, vec = t + small;
+  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
 };
 
 template <class T, int P>
-__global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
-  using S = Wy2Smem<P>;
+__global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
+  using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::k);
@@ -372,16 +424,14 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
   uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S::v);
   uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S::du);
   uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S::a);
-  uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then tmp, then Sym
-  float* sDM = reinterpret_cast<float*>(smem + S::dm);       // dP = dM ⊙ Γ
+  uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then Sym
+  uint16_t* sT = reinterpret_cast<uint16_t*>(smem + S::t);  // tmp = Aᵀ dA
   float* sG = reinterpret_cast<float*>(smem + S::vec);
   float* sBeta = sG + 64;
   float* sE = sG + 128;
-  float* sXk = sG + 192;
-  float* sYv = sG + 256;
-  float* sDbRow = sG + 320;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
-  float* sCol = sG + 448;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
-  float* sRed = sG + 704;    // [2][64]
+  float* sDots = sG + 192;   // [2][2][64]: Σ X k (0), Σ Y v (1) over the columns j of column-half warp wn
+  float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
+  float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
@@ -396,11 +446,11 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
-        if (g == 0) load_tile_async<T, kThr, false>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
-        load_tile_async<T, kThr, false>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr, false>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-        load_tile_async<T, kThr, false>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
-        load_tile_async<T, kThr, false>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
+        load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
+        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
@@ -414,30 +464,31 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
           }
         }
         __syncthreads();
-        wy_form_dA<T>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0);
+        // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
+        wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
         __syncthreads();
-        {  // tmp = Aᵀ dA → T (over dA, once every warp has read it)
+        {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
           zero(t);
           warp_gemm<T, false, true, 1, 4>(t, sA + r0, kL64, sX + c0, kL64, 64);
-          __syncthreads();
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              sX[(r0 + frag_row(0, e)) * kL64 + c0 + frag_col(nt, e)] = Elem<T>::from(t[0][nt][e]);
+            for (int e = 0; e < 4; e += 2)
+              *reinterpret_cast<uint32_t*>(sT + (r0 + frag_row(0, e)) * kL64 + c0 + frag_col(nt, e)) =
+                  Elem<T>::from(t[0][nt][e]) | (uint32_t{Elem<T>::from(t[0][nt][e + 1])} << 16);
         }
-        __syncthreads();
-        {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ) → sDM; KK = K Kᵀ in the same fragments; dβ / dγ partials
+        __syncthreads();  // tmp complete; every warp is past its reads of dA
+        {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ); KK = K Kᵀ in the same fragments; Sym → sX; dβ / dγ partials
           float t[1][4][4], kk[1][4][4];
           zero(t), zero(kk);
-          warp_gemm<T, true, false, 1, 4>(t, sX + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+          warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
           warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
-          // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[nt][b]: column c0 + 8 nt + 2 (lane % 4)
+          // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[2 nt + b]: column c0 + 8 nt + 2 (lane % 4)
           // + b over this thread's 2 rows (β_r dP_ri KK_ri).
-          float rp[2] = {0.f, 0.f}, cp[4][2];
+          float rp[2] = {0.f, 0.f}, cp[8];
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) cp[nt][0] = cp[nt][1] = 0.f;
+          for (int q = 0; q < 8; ++q) cp[q] = 0.f;
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -445,58 +496,50 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
               const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
               // (the exponent is formed only below the diagonal: ≤ 0)
               const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
-              sDM[i * kLdF + j] = dp;
               const float pk = dp * kk[0][nt][e];
               rp[e >> 1] += pk;
-              cp[nt][e & 1] += sBeta[i] * pk;
+              cp[2 * nt + (e & 1)] += sBeta[i] * pk;
+              // Sym: Bm_ij at [i][j] and [j][i] for j < i, 0 at [i][i]; [i][j > i] is another thread's transpose.
+              const uint16_t bm = Elem<T>::from(sBeta[i] * dp);
+              if (j < i) {
+                sX[i * kL64 + j] = bm;
+                sX[j * kL64 + i] = bm;
+              } else if (j == i) {
+                sX[i * kL64 + i] = 0;
+              }
             }
-          // Fixed-order butterflies (both partners add the same two numbers: every lane holds the same bits): the
-          // quad for the rows, the 8 row groups (xor 4, 8, 16) for the columns.
 #pragma unroll
-          for (int s = 0; s < 2; ++s) {
+          for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
             rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
             rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 2);
           }
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
+          for (int q = 0; q < 8; ++q)  // the 8 row groups (xor 4, 8, 16) for the columns
 #pragma unroll
-            for (int b = 0; b < 2; ++b)
-#pragma unroll
-              for (int o = 4; o <= 16; o <<= 1) cp[nt][b] += __shfl_xor_sync(0xffffffffu, cp[nt][b], o);
+            for (int o = 4; o <= 16; o <<= 1) cp[q] += __shfl_xor_sync(0xffffffffu, cp[q], o);
           if ((lane & 3) == 0) {
             sDbRow[wn * 64 + r0 + lane / 4] = rp[0];
             sDbRow[wn * 64 + r0 + lane / 4 + 8] = rp[1];
           }
           if (lane < 4) {
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-              sCol[wm * 64 + c0 + nt * 8 + 2 * lane] = cp[nt][0];
-              sCol[wm * 64 + c0 + nt * 8 + 2 * lane + 1] = cp[nt][1];
-            }
+            for (int nt = 0; nt < 4; ++nt)
+              *reinterpret_cast<float2*>(sCol + wm * 64 + c0 + nt * 8 + 2 * lane) = make_float2(cp[2 * nt], cp[2 * nt + 1]);
           }
         }
-        __syncthreads();  // dP complete; every warp is past its reads of tmp
-        for (int e = threadIdx.x; e < 64 * 64; e += kThr) {  // Sym = diag(β) dP + (diag(β) dP)ᵀ → T, over tmp
-          const int i = e / 64, j = e % 64;
-          sX[i * kL64 + j] = Elem<T>::from(sBeta[i] * sDM[i * kLdF + j] + sBeta[j] * sDM[j * kLdF + i]);
-        }
-        __syncthreads();
-        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K ; Σ X k per row.
-        float part[2] = {0.f, 0.f};
-        wy_dk_tiles<T, KT>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);  // (Sym in sX)
-        rows_to(part, sRed, sXk, r0, wn);
-        // Per V tile: Y = Aᵀ dU ; dv = diag(β) Y ; Σ Y v per row.
-        part[0] = part[1] = 0.f;
-#pragma unroll
-        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
-        rows_to(part, sRed, sYv, r0, wn);
+        __syncthreads();  // Sym, the dβ / dγ partials complete
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
+          const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], sXk[i], sYv[i], db, cs,
-                                    wy_bwd_cu::dg_addend(p, c, hv, i));
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
         }
+        // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
+        float part[2];
+        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
+#pragma unroll
+        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
       }
       wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
     });
@@ -504,33 +547,26 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_mma2_kernel(WyBwdParams p, con
 }
 
 template <class T, int P>
-strata_status launch2(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  constexpr size_t smem = Wy2Smem<P>::bytes;
-  static_assert(smem <= kMaxSmem, "shared memory of one block");
+strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_mma2_kernel<T, P>,
-                                       cudaFuncAttributePreferredSharedMemoryCarveout,
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_mma2_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  wy_bwd_lean_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
   return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
 }
 
-// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most
-// 128); the pipelined kernel otherwise. kWyAuto's choice from GPU run s6run2 (H200, bf16, B = 4, T = 8192, H = 16,
-// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.380 ms, pipelined 2.161 ms.
-bool runs_two_per_sm(const WyBwdParams& p) {
-  const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
-  return (p.mma_variant == kWyTwoPerSm || p.mma_variant == kWyAuto) && KP == VP && KP <= 128;
-}
+// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most 128);
+// the pipelined kernel otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
+// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  if (runs_two_per_sm(p)) {
-    if (round64(p.d.K) == 64) return launch2<T, 64>(p, offs, items, stream);
-    return launch2<T, 128>(p, offs, items, stream);
-  }
+  const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
+  if (p.mma_variant != kWyPipelined && KP == VP && KP <= 128)
+    return KP == 64 ? launch_lean<T, 64>(p, offs, items, stream) : launch_lean<T, 128>(p, offs, items, stream);
   return launch_k<T>(p, offs, items, stream);
 }
 
@@ -540,6 +576,8 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
   if (!common_16bit_dtype({&p.k, &p.v, &p.A, &p.dw, &p.du}))
     return "takes k, v, A, dw, du of one 16-bit dtype (bf16 or f16); f32 runs the FMA kernel";
   if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
+  if ((p.dk_add.present() && p.dk_add.dtype != STRATA_DTYPE_F32) || (p.dg_add.present() && p.dg_add.dtype != STRATA_DTYPE_F32))
+    return "dk_add and dg_add are f32";
   return "";
 }
 

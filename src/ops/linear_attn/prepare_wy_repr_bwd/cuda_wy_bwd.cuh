@@ -1,5 +1,4 @@
-// Device pieces that prepare_wy_repr_bwd's tensor-core kernels share (cuda_sm90_mma.cu: mma.sync; cuda_sm90_wgmma.cu:
-// warpgroup MMA).
+// Device pieces of prepare_wy_repr_bwd's tensor-core kernels (cuda_sm90_mma.cu).
 #pragma once
 
 #include "ops/linear_attn/gdn_bwd_common/cuda_common.cuh"

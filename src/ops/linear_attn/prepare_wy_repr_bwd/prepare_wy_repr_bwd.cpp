@@ -1,7 +1,7 @@
 // prepare_wy_repr_bwd: definition, validation, implementation list and plans (ops_gdn_kda.md §4.6;
 // prepare_wy_repr_bwd.h, README.md beside this file).
 // Tensors {k, v, beta, A, dw, du, g|NULL, cu_seqlens|NULL, dk, dv, dbeta, dg|NULL}; the chunk size is A.shape[3].
-// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile, cuda.sm90.wgmma (bf16, K = V = 128, forced only),
+// Implementations: cuda.sm90.mma (bf16/f16), cuda.sm90.chunk_tile,
 // cpu.<isa>, reference.
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
@@ -48,22 +48,6 @@ const ImplList<Problem>& impls() {
         prepare_wy_repr_bwd_cuda_mma,
 #endif
     });
-#if STRATA_WITH_CUDA
-    // The warpgroup-MMA kernel after the mma.sync and FMA kernels: forced only until a GPU run shows it faster.
-    l.insert(l.begin() + 2,
-             {"cuda.sm90.wgmma",
-              [](const Problem& p) {
-                std::string r = reject_unless_cuda(p.device, 90);
-                if (r.empty() && p.any_f64) r = "takes bf16 tensors (f64 runs on the reference)";
-                return r.empty() ? prepare_wy_repr_bwd_cuda_wgmma_reject(p.params) : r;
-              },
-              [](const Problem& p) { return prepare_wy_repr_bwd_cuda_wgmma_workspace(p.params.d); },
-              [](const Problem& p, const Launch& launch) {
-                const WyBwdParams params = bind(p, launch);
-                return static_cast<strata_status>(
-                    prepare_wy_repr_bwd_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
-              }});
-#endif
     return l;
   }();
   return list;

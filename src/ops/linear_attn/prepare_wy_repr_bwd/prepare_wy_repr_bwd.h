@@ -30,13 +30,14 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
-  // Launch configuration of the tensor-core kernel: kWyAuto (the default: kWyTwoPerSm where it applies, 1.38 against
-  // 2.16 ms in GPU run s6run2 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128; else kWyPipelined), kWyPipelined (two
-  // cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage,
-  // K Kᵀ recomputed per value head in registers, Sym in the dA tile, at most 128 registers and ~106 KiB of shared
-  // memory at K = V = 128 so that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum
-  // their row / column terms in another fixed order). kWyTwoPerSm takes K and V that round up to the same
-  // multiple of 64, at most 128; other shapes run kWyPipelined. Tests and timing force the variants.
+  // Launch configuration of the tensor-core kernel: kWyAuto (the default: kWyTwoPerSm where it applies, 1.22 against
+  // ~2.16 ms in GPU run s11run1 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128; else kWyPipelined), kWyPipelined (two
+  // cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
+  // recomputed per value head in registers, the dβ / dγ row dots from dA's fragments, Sym stored from dP's
+  // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
+  // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
+  // order). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most 128; other shapes run
+  // kWyPipelined. Tests and timing force the variants.
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2;
@@ -60,12 +61,6 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
-// Hopper warpgroup-MMA kernel ("cuda.sm90.wgmma", cuda_sm90_wgmma.cu; sm_90a): bf16 k, v, A, dw, du, dv, K = V = 128,
-// chunk size 64, strides multiples of 8 ("" from the reject when it applies). Takes dk_add / dg_add as the mma.sync
-// kernel does; token views that are not 16-byte aligned run the mma.sync kernel instead. Workspace: the chunk offsets.
-std::string prepare_wy_repr_bwd_cuda_wgmma_reject(const WyBwdParams& p);
-size_t prepare_wy_repr_bwd_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
-int prepare_wy_repr_bwd_cuda_wgmma(const WyBwdParams& p, void* workspace, void* stream);
 #endif
 
 }  // namespace strata::linear_attn
