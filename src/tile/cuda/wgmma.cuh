@@ -157,7 +157,7 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// ---- session 10 (prepare_wy_repr_bwd's wgmma kernel): accumulator and tile transposes through stmatrix.trans ----
+// ---- accumulator and tile transposes through stmatrix.trans (chunk_bwd_dqkwg's wgmma kernel) ----
 // stmatrix.x4.trans of an m64nN accumulator d (rounded to bf16; warp rows rb..rb+15, rb = the accumulator's row
 // origin inside X's column range + 16 w) into the transposed K-major tile X [col][row] (tile_off<kRowsLd>) at
 // shared byte address x (st_trans_off's layout; N / 16 stores a warp).

@@ -107,31 +107,6 @@ __device__ __forceinline__ void load128(int t, uint32_t dst, const uint16_t* src
     ::strata::cuda::cp_async16(d0 + it * 2048u, ok ? s0 + r * rs : s0, ok);
   }
 }
-// X [64 t][128 x] (tile_off<128>) → Xᵀ [128 x][64 t] (tile_off<64>) by the 4 warps of a warpgroup (warp w):
-// 128 8 x 8 blocks, 4 per ldmatrix.x4 / stmatrix.x4.trans, 8 of those per warp. Lane 8 i + r addresses row r of
-// block i in both.
-__device__ __forceinline__ void transpose_tile(int warp, const unsigned char* src, uint32_t dst) {
-  const int lane = threadIdx.x & 31, r = lane & 7;
-#pragma unroll
-  for (int it = 0; it < 8; ++it) {
-    const int b = (warp * 8 + it) * 4 + (lane >> 3), tb = b >> 4, xb = b & 15;
-    uint32_t v[4];
-    mma::ldmatrix_x4(v, src + 2 * wg::tile_off<128>(8 * tb + r, 8 * xb));
-    wg::stmatrix_x4_trans(dst + 2u * static_cast<uint32_t>(wg::tile_off<64>(8 * xb + r, 8 * tb)), v[0], v[1], v[2], v[3]);
-  }
-}
-// Ds (the ds group's m64n64 accumulator d, rows 16 w.. of warp w) rounded to bf16, transposed, into the K-major
-// tile Dsᵀ [64][64] at byte address x (stmatrix.x4.trans, layout st_trans_off).
-__device__ __forceinline__ void store_ds_trans(uint32_t x, int w, int lane, const float (&d)[32]) {
-#pragma unroll
-  for (int jp = 0; jp < 4; ++jp) {
-    const uint32_t a = x + 2u * static_cast<uint32_t>(wg::st_trans_off<64>(lane, 16 * w, jp));
-    const int j0 = 2 * jp, j1 = 2 * jp + 1;
-    wg::stmatrix_x4_trans(a, mma::pack2<Bf>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<Bf>(d[4 * j0 + 2], d[4 * j0 + 3]),
-                          mma::pack2<Bf>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<Bf>(d[4 * j1 + 2], d[4 * j1 + 3]));
-  }
-}
-
 // Output stores of an m64nN accumulator a (N / 2 registers: rows i0 = 16 w + lane / 4 and i0 + 8, columns
 // 8 j + 2 (lane % 4) + {0, 1}) times `sign`, rows < L, into out at element offset o0 (row 0, column 0) with row
 // stride out.s[1]: one 4-byte (16-bit outputs) or 8-byte (f32) store per column pair, the dtype branch taken once.
@@ -274,7 +249,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       const int s = g * kQ + q;
       wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
       if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
-        transpose_tile(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));
+        wg::transpose_tile<64, 128, 4>(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));  // X [64 t][128] → Xᵀ
         wg::fence_proxy_async();
         wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
       }
@@ -455,7 +430,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
           ds[u] = v0, ds[u + 1] = v1;
           *reinterpret_cast<uint32_t*>(x.smem + oDs + 2 * wg::tile_off<64>(i, col)) = mma::pack2<Bf>(v0, v1);
         }
-      store_ds_trans(sb + oDsT, w, lane, ds);
+      wg::stmatrix_acc_trans<64, 64>(sb + oDsT, 16 * w, lane, ds);  // Dsᵀ [64][64], bf16
       wg::fence_proxy_async();
       wg::bar_arrive(kBarDs, kThr);  // Ds, Dsᵀ ready for the dq and dk groups
       if (x.want_dw) store_rows<128>(p.dw, p.dw.off(c.b, c.t0, hv), L, w, lane, dw, -1.f);

@@ -57,13 +57,6 @@ constexpr int kKeys = 128;  // K
 // e^x for the gate exponentials (x <= 0 wherever the value is used): one FMUL and one MUFU.EX2.
 __device__ __forceinline__ float gate_exp(float x) { return ::strata::cuda::ex2_ftz(x * 1.4426950408889634f); }
 
-// stmatrix.x4 (not transposed): matrix i = lane / 8's rows at the addresses lanes 8 i.. give (kHalfP's staged
-// stores; wgmma.cuh has the .trans form only).
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2),
-               "r"(r3)
-               : "memory");
-}
 
 // Writes an m64 x kN operand held as bf16 pairs in accumulator layout (u[2 j + h] = the pair of 8-column block j,
 // row half h: accumulator elements 4 j + 2 h, 4 j + 2 h + 1) transposed into the K-major tile X [kN][kRowsLd] at
@@ -305,7 +298,7 @@ __global__ void __launch_bounds__(kThr, 1)
 #pragma unroll
     for (int jp = 0; jp < kN / 16; ++jp) {
       const int m = lane >> 3, row = 16 * w + 8 * (m & 1) + (lane & 7);  // matrix m: block 2 jp + m / 2, half m % 2
-      stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
+      wg::stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
     }
     __syncwarp();
 #pragma unroll

@@ -224,13 +224,6 @@ __device__ __forceinline__ void store_tile(const float (&acc)[32], const GdnTens
   }
 }
 
-// stmatrix.x4 (not transposed): lane 8i + r addresses row r of matrix i; register i of a lane holds its pair of
-// matrix i (row lane / 4, columns 2 (lane % 4), +1: the accumulator pair layout).
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-}
 
 constexpr int kLdStage = 64 + 8;  // staging row (bf16): 144 bytes, so 8 stmatrix rows hit distinct banks
 
@@ -244,7 +237,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {  // matrices (row half mi % 2, column block 2q + mi / 2)
     const int j0 = 2 * q, j1 = 2 * q + 1;
-    stmatrix_x4(mma::smem_addr(stg + (8 * (mi & 1) + r) * kLdStage + 8 * (2 * q + (mi >> 1))),
+    wg::stmatrix_x4(mma::smem_addr(stg + (8 * (mi & 1) + r) * kLdStage + 8 * (2 * q + (mi >> 1))),
                 mma::pack2<Bf16>(acc[4 * j0], acc[4 * j0 + 1]), mma::pack2<Bf16>(acc[4 * j0 + 2], acc[4 * j0 + 3]),
                 mma::pack2<Bf16>(acc[4 * j1], acc[4 * j1 + 1]), mma::pack2<Bf16>(acc[4 * j1 + 2], acc[4 * j1 + 3]));
   }
