@@ -6,7 +6,8 @@
 //
 // Forward, per chunk (S [K, V] the state at the chunk start, kept in f32 across chunks):
 //   gamma = cumsum(g);  M = StrictLower(diag(beta) K K^T (.) Gamma);  A = (I + M)^-1 (forward substitution)
-//   W = A diag(beta e^gamma) K;  U = A diag(beta) V;  Vn = U - W S
+//   W = A diag(beta e^gamma) K;  U = A diag(beta) V;  Vn = U - W S  (computed as A (diag(beta) V - diag(beta
+//   e^gamma) K S): W itself is formed only by the backward, which keeps it)
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 #include "opbase/tensor.h"
@@ -320,9 +322,16 @@ void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t
   }
 }
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
+// Restrict-qualified locals so that the loop vectorizes (through the Scratch fields the compiler re-loaded every
+// pointer after each store).
 void build_m(Scratch& s) {
-  for (int64_t i = 0; i < BT; ++i)
-    for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
+  float* HWY_RESTRICT M = s.M;
+  const float* HWY_RESTRICT P = s.P;
+  const float* HWY_RESTRICT Gm = s.Gm;
+  for (int64_t i = 0; i < BT; ++i) {
+    const float b = s.beta[i];
+    for (int64_t j = 0; j < BT; ++j) M[i * BT + j] = j < i ? b * P[i * BT + j] * Gm[i * BT + j] : 0.f;
+  }
 }
 
 // After chunk_load_qk: P = K K^T (lower triangle; j < i is read).
@@ -330,12 +339,46 @@ void chunk_kkt(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, BT, p.K, 1.f, s.Kc, p.K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);
 }
 
-// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
-void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
-  const int64_t K = p.K, V = p.V;
+#if HWY_TARGET != HWY_SCALAR
+// Rows [i0, i1) of A = (I + M)^-1 (unit lower triangular) by forward substitution, row i = e_i - sum_{j<i} M_ij A_j
+// (rows j < i are final), for rows whose entries all lie in the first NV vectors (i1 <= NV lanes): row i is
+// accumulated in NV registers over j in increasing order; rows past the chunk's L valid rows have M = 0 (zero
+// keys), so they are e_i and skip the sum (short documents are cheap). Column i is never touched (j < i): set
+// to 1 at the store; the stored zeros past it are read by later rows (their NV may be larger).
+template <int NV>
+HWY_INLINE void inverse_rows(Scratch& s, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> d;
+  constexpr int64_t kLv = HWY_LANES(float);
+  const float* HWY_RESTRICT M = s.M;
+  float* HWY_RESTRICT Ai = s.Ai;
+  for (int64_t i = i0; i < i1; ++i) {
+    hn::Vec<decltype(d)> acc[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[v] = hn::Zero(d);
+    const int64_t jn = i < s.L ? i : 0;
+    for (int64_t j = 0; j < jn; ++j) {
+      const auto vm = hn::Set(d, M[i * BT + j]);
+      const float* aj = Ai + j * BT;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
+    }
+    float* ai = Ai + i * BT;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
+    for (int64_t c = NV * kLv; c < BT; ++c) ai[c] = 0.f;
+    ai[i] = 1.f;
+  }
+}
+template <int... NV>
+HWY_INLINE void inverse_blocks(Scratch& s, std::integer_sequence<int, NV...>) {
+  constexpr int64_t kLv = HWY_LANES(float);
+  (inverse_rows<NV + 1>(s, NV * kLv, (NV + 1) * kLv), ...);  // row block b: its rows' entries fill b + 1 vectors
+}
+#endif
+
+// After chunk_load_hv and chunk_kkt: M (build_m) and A = (I + M)^-1 into s.Ai.
+void chunk_inverse(Scratch& s) {
   build_m(s);
-  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
-  // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
 #if HWY_TARGET == HWY_SCALAR
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
@@ -343,39 +386,32 @@ void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
     ai[i] = 1.f;
     for (int64_t j = 0; j < (i < s.L ? i : 0); ++j) {
       const float m = s.M[i * BT + j];
-      if (m == 0.f) continue;
       const float* aj = s.Ai + j * BT;
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
 #else
-  // Row i is accumulated in registers (BT / lanes vectors: 4 on AVX-512); row j is zero past column j, so
-  // only its first j / lanes + 1 vectors are read. Column i is never touched (j < i): set to 1 at the store.
-  const hn::ScalableTag<float> d;
-  constexpr int64_t kLv = HWY_LANES(float), kNv = BT / kLv;
+  constexpr int64_t kLv = HWY_LANES(float);
   static_assert(BT % kLv == 0, "chunk rows must be whole vectors");
-  for (int64_t i = 0; i < BT; ++i) {
-    hn::Vec<decltype(d)> acc[kNv];
-#pragma GCC unroll 16
-    for (int64_t v = 0; v < kNv; ++v) acc[v] = hn::Zero(d);
-    const int64_t jn = i < s.L ? i : 0;
-    for (int64_t j = 0; j < jn; ++j) {
-      const float m = s.M[i * BT + j];
-      if (m == 0.f) continue;
-      const auto vm = hn::Set(d, m);
-      const float* aj = s.Ai + j * BT;
-      const int64_t nv = j / kLv + 1;
-#pragma GCC unroll 16
-      for (int64_t v = 0; v < kNv; ++v)
-        if (v < nv) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
-    }
-    float* ai = s.Ai + i * BT;
-#pragma GCC unroll 16
-    for (int64_t v = 0; v < kNv; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
-    ai[i] = 1.f;
-  }
+  inverse_blocks(s, std::make_integer_sequence<int, static_cast<int>(BT / kLv)>{});
 #endif
+}
+
+// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn). The backward
+// keeps W (its reverse sweep reads it); the forward needs only Vn and takes chunk_solve_vn instead.
+void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  const int64_t K = p.K, V = p.V;
+  chunk_inverse(s);
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
+  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
+}
+
+// The forward's Vn = U - W S = A (Vb - Kb S): one [BT, BT] triangular product instead of two (W = A Kb is never
+// formed). Vb is overwritten with Vb - Kb S.
+void chunk_solve_vn(const GdnParams& p, const Gemm& mm, Scratch& s, const float* S, int64_t ldS) {
+  const int64_t K = p.K, V = p.V;
+  chunk_inverse(s);
+  mm(false, false, BT, V, K, -1.f, s.Kb, K, S, ldS, 1.f, s.Vb, V);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
@@ -472,10 +508,8 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       const int64_t hv = hv0 + j;
       float* S = s.S + j * KV;
       chunk_load_hv(p, s, seq.b, t0, L, hv);
-      chunk_solve_wy(p, mm, s);
+      chunk_solve_vn(p, mm, s, S, ldS);  // Vn = A (Vb - Kb S)
       const float elast = s.E[BT - 1];
-      // Vn = U - W S
-      mm(false, false, BT, V, K, -1.f, s.W, K, S, ldS, 1.f, s.Vn, V);
       // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
