@@ -110,8 +110,11 @@ struct Gemm {
   // C[M, N] = alpha op(A) op(B) + beta C_in (C_in = C unless given); `tri`: op(A) is triangular (gemm.h)
   void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmTri tri = GemmTri::kNone,
-                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone) const {
+                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone,
+                  const float* row_alpha = nullptr, const float* row_beta = nullptr) const {
     tile::GemmF32Args g;
+    g.row_alpha = row_alpha;
+    g.row_beta = row_beta;
     g.tri_a = tri;
     g.tri_c = tri_c;
     g.C_in = C_in;
@@ -215,8 +218,10 @@ void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t
 // The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
 // (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
 struct Scratch {
-  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
-  float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
+  // [BT, K] (KT: [K, BT]); Kc, Q are consecutive: [Kc; Q] is one [2 BT, K] operand (the forward's stacked product)
+  float *Kc, *Q, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;
+  // [BT, V] (VT: [V, BT]); Vb, dO are consecutive: [Vb; dO] is the forward's [2 BT, V] output [X; O]
+  float *Vc, *Vb, *dO, *Vn, *dVn, *TV, *VT;
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
   // [K, V] (row stride state_ld(V)): S is the first of fwd_group(p) consecutive states (K state_ld(V) floats
   // apart), one per value head of a task (the forward's S; the backward's dS, its S being the stored ones);
@@ -225,11 +230,12 @@ struct Scratch {
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
+  float *ra, *rb;       // [2 BT]: per-row scales of the forward's stacked product (tile::GemmF32Args::row_alpha)
   float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) +
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) + 2 * align_up(2 * BT) +
            2 * align_up(BT * p.K);
   }
   Scratch(float* base, const GdnParams& p) {
@@ -239,12 +245,14 @@ struct Scratch {
       c += align_up(n);
       return r;
     };
-    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
-    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
+    // BT * K and BT * V are multiples of kAlign floats' worth: consecutive blocks are adjacent (no padding)
+    for (float** f : {&Kc, &Q, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
+    for (float** f : {&Vc, &Vb, &dO, &Vn, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
     for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
     S = take(p.K * state_ld(p.V) * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta, &rq, &rk}) *f = take(BT);
+    for (float** f : {&ra, &rb}) *f = take(2 * BT);
     for (float** f : {&dQs, &dKs}) *f = take(BT * p.K);
   }
 };
@@ -269,8 +277,9 @@ void chunk_load_qk(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, in
 }
 
 // Loads the value-head part of the chunk (after chunk_load_qk: reads Kc): v, g, beta of value head hv, and builds
-// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, Kb = diag(beta E) K, Vb = diag(beta) V.
-void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv) {
+// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta and, with `scaled` (the backward, which keeps
+// W = A Kb), Kb = diag(beta E) K, Vb = diag(beta) V.
+void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool scaled = true) {
   const int64_t K = p.K, V = p.V;
   std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   for (int64_t i = 0; i < BT; ++i) {
@@ -302,6 +311,7 @@ void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_
     s.E[i] = i == 0 ? s.alpha[0] : s.E[i - 1] * s.alpha[i];
   }
   for (int64_t i = 0; i < BT; ++i) s.eL[i] = s.Gm[(BT - 1) * BT + i];
+  if (!scaled) return;
   // Kb = diag(beta E) K, Vb = diag(beta) V
   for (int64_t i = 0; i < BT; ++i) {
     const float kb = s.beta[i] * s.E[i];
@@ -398,20 +408,11 @@ void chunk_inverse(Scratch& s) {
 }
 
 // After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn). The backward
-// keeps W (its reverse sweep reads it); the forward needs only Vn and takes chunk_solve_vn instead.
+// keeps W (its reverse sweep reads it); the forward forms Vn = A (Vb - Kb S) without W (fwd_task).
 void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   const int64_t K = p.K, V = p.V;
   chunk_inverse(s);
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
-  mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
-}
-
-// The forward's Vn = U - W S = A (Vb - Kb S): one [BT, BT] triangular product instead of two (W = A Kb is never
-// formed). Vb is overwritten with Vb - Kb S.
-void chunk_solve_vn(const GdnParams& p, const Gemm& mm, Scratch& s, const float* S, int64_t ldS) {
-  const int64_t K = p.K, V = p.V;
-  chunk_inverse(s);
-  mm(false, false, BT, V, K, -1.f, s.Kb, K, S, ldS, 1.f, s.Vb, V);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
@@ -507,17 +508,25 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t j = 0; j < ng; ++j) {
       const int64_t hv = hv0 + j;
       float* S = s.S + j * KV;
-      chunk_load_hv(p, s, seq.b, t0, L, hv);
-      chunk_solve_vn(p, mm, s, S, ldS);  // Vn = A (Vb - Kb S)
+      chunk_load_hv(p, s, seq.b, t0, L, hv, false);
+      chunk_inverse(s);
       const float elast = s.E[BT - 1];
-      // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
-      mm(false, false, BT, V, K, 1.f, s.TK, K, S, ldS, 0.f, s.dVn, V);
+      // One product for both uses of S (its panels stream from L2 once), the row scalings in its epilogue:
+      //   [X; O] = [diag(-beta E) K; diag(scale E) Q] S + [diag(beta) V; 0]   (X in Vb, O in dO)
+      // Vn = U - W S = A (diag(beta) V - diag(beta E) K S) = A X: W = A Kb is never formed.
+      for (int64_t i = 0; i < BT; ++i) {
+        s.ra[i] = -s.beta[i] * s.E[i];
+        s.rb[i] = s.beta[i];
+        s.ra[BT + i] = p.scale * s.E[i];
+        s.rb[BT + i] = 0.f;
+      }
+      mm(false, false, 2 * BT, V, K, 1.f, s.Kc, K, S, ldS, 0.f, s.Vb, V, kNoTri, s.Vc, V, kNoTri, s.ra, s.rb);
+      mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
+      // O += (scale Lower(Q K^T Gamma)) Vn
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
-      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
+      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dO, V, GemmTri::kLower);
       for (int64_t i = 0; i < L; ++i)
-        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
+        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dO + i * V, V);
       // S = e^{gamma_last} S + K^T diag(eL) Vn
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
