@@ -40,9 +40,8 @@ struct GemmF32Args {
   // diagonal that share a vector with wanted ones are computed and written). kUpper is not supported.
   GemmTri tri_c = GemmTri::kNone;
   // Per-row scales of the epilogue (nullptr: the scalars above): row i of C is row_alpha[i] (op(A) op(B))_i +
-  // row_beta[i] C_in_i, with C_in_i not read where row_beta[i] == 0. Lets one call form products of stacked left
-  // operands that need different scalings (the GDN forward: [diag(-beta e^gamma) K; diag(scale e^gamma) Q] S
-  // + [diag(beta) V; 0]) without a scaled copy of the operand.
+  // row_beta[i] C_in_i, with C_in_i not read where row_beta[i] == 0. Lets a product with a row-scaled left
+  // operand skip the scaled copy (the GDN forward: diag(-beta e^gamma) K S + diag(beta) V, diag(scale e^gamma) Q S).
   const float* row_alpha = nullptr;
   const float* row_beta = nullptr;
 };

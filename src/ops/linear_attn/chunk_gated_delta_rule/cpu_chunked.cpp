@@ -218,10 +218,8 @@ void store_row_stream(const GdnTensor& t, int64_t off, const float* src, int64_t
 // The products whose right operand is a transpose (X Y^T) read Y^T from a transposed copy made once per chunk
 // (KT = Kc^T, VT, ST = S^T, dST = dS^T), so the GEMMs run without packing.
 struct Scratch {
-  // [BT, K] (KT: [K, BT]); Kc, Q are consecutive: [Kc; Q] is one [2 BT, K] operand (the forward's stacked product)
-  float *Kc, *Q, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;
-  // [BT, V] (VT: [V, BT]); Vb, dO are consecutive: [Vb; dO] is the forward's [2 BT, V] output [X; O]
-  float *Vc, *Vb, *dO, *Vn, *dVn, *TV, *VT;
+  float *Q, *Kc, *Kb, *W, *dQ, *dK, *dW, *TK, *KT;  // [BT, K] (KT: [K, BT])
+  float *Vc, *Vb, *Vn, *dO, *dVn, *TV, *VT;        // [BT, V] (VT: [V, BT])
   float *P, *M, *Ai, *Aqk, *Ds, *dA, *TL, *Gm;  // [BT, BT]; Gm = exp(gamma_i - gamma_j) for j <= i, else 0
   // [K, V] (row stride state_ld(V)): S is the first of fwd_group(p) consecutive states (K state_ld(V) floats
   // apart), one per value head of a task (the forward's S; the backward's dS, its S being the stored ones);
@@ -230,12 +228,12 @@ struct Scratch {
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
-  float *ra, *rb;       // [2 BT]: per-row scales of the forward's stacked product (tile::GemmF32Args::row_alpha)
+  float *ra, *rb;  // [2 BT], [BT]: per-row epilogue scales of the forward's K S and Q S (tile::GemmF32Args)
   float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) + 2 * align_up(2 * BT) +
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 9 * align_up(BT) + align_up(2 * BT) +
            2 * align_up(BT * p.K);
   }
   Scratch(float* base, const GdnParams& p) {
@@ -245,14 +243,14 @@ struct Scratch {
       c += align_up(n);
       return r;
     };
-    // BT * K and BT * V are multiples of kAlign floats' worth: consecutive blocks are adjacent (no padding)
-    for (float** f : {&Kc, &Q, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
-    for (float** f : {&Vc, &Vb, &dO, &Vn, &dVn, &TV, &VT}) *f = take(BT * p.V);
+    for (float** f : {&Q, &Kc, &Kb, &W, &dQ, &dK, &dW, &TK, &KT}) *f = take(BT * p.K);
+    for (float** f : {&Vc, &Vb, &Vn, &dO, &dVn, &TV, &VT}) *f = take(BT * p.V);
     for (float** f : {&P, &M, &Ai, &Aqk, &Ds, &dA, &TL, &Gm, &QK}) *f = take(BT * BT);
     for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
     S = take(p.K * state_ld(p.V) * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta, &rq, &rk}) *f = take(BT);
-    for (float** f : {&ra, &rb}) *f = take(2 * BT);
+    ra = take(2 * BT);
+    rb = take(BT);
     for (float** f : {&dQs, &dKs}) *f = take(BT * p.K);
   }
 };
@@ -515,16 +513,17 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       chunk_load_hv(p, s, seq.b, t0, L, hv, false);
       chunk_inverse(s);
       const float elast = s.E[BT - 1];
-      // One product for both uses of S (its panels stream from L2 once), the row scalings in its epilogue:
-      //   [X; O] = [diag(-beta E) K; diag(scale E) Q] S + [diag(beta) V; 0]   (X in Vb, O in dO)
-      // Vn = U - W S = A (diag(beta) V - diag(beta E) K S) = A X: W = A Kb is never formed.
+      // The products with S, the row scalings in their epilogues (no scaled copies of K, V, Q):
+      //   X = diag(-beta E) K S + diag(beta) V (in Vb);  O = diag(scale E) Q S (in dO)
+      // Vn = U - W S = A (diag(beta) V - diag(beta E) K S) = A X: W = A Kb is never formed. (One stacked
+      // [K; Q] S call instead of the two ran at the same speed, session 12.)
       for (int64_t i = 0; i < BT; ++i) {
         s.ra[i] = -s.beta[i] * s.E[i];
         s.rb[i] = s.beta[i];
         s.ra[BT + i] = p.scale * s.E[i];
-        s.rb[BT + i] = 0.f;
       }
-      mm(false, false, 2 * BT, V, K, 1.f, s.Kc, K, S, ldS, 0.f, s.Vb, V, kNoTri, s.Vc, V, kNoTri, s.ra, s.rb);
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, S, ldS, 0.f, s.Vb, V, kNoTri, s.Vc, V, kNoTri, s.ra, s.rb);
+      mm(false, false, BT, V, K, 1.f, s.Q, K, S, ldS, 0.f, s.dO, V, kNoTri, nullptr, 0, kNoTri, s.ra + BT);
       mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
       // O += (scale Lower(Q K^T Gamma)) Vn
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
