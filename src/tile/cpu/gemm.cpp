@@ -66,16 +66,18 @@ HWY_INLINE void Tile(const GemmF32Args& g, const float* HWY_RESTRICT B, int64_t 
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(va, b[v], acc[r][v]);
     }
   }
-  const auto valpha = hn::Set(d, g.alpha), vbeta = hn::Set(d, g.beta);
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    const float alpha = g.row_alpha ? g.row_alpha[i0 + r] : g.alpha, beta = g.row_beta ? g.row_beta[i0 + r] : g.beta;
+    const auto valpha = hn::Set(d, alpha), vbeta = hn::Set(d, beta);
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       float* c = g.C + (i0 + r) * g.ldc + j0 + v * L;
       auto out = hn::Mul(valpha, acc[r][v]);
-      if (g.beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, g.C_in ? g.C_in + (i0 + r) * g.ldc_in + j0 + v * L : c), out);
+      if (beta != 0.f) out = hn::MulAdd(vbeta, hn::LoadU(d, g.C_in ? g.C_in + (i0 + r) * g.ldc_in + j0 + v * L : c), out);
       hn::StoreU(out, d, c);
     }
+  }
 }
 
 template <int R, bool kTransA>
@@ -131,8 +133,9 @@ HWY_INLINE void EdgeColumns(const GemmF32Args& g, const float* B, int64_t ldb, i
         s = std::fma(a, B[k * ldb + j], s);
       }
       float* c = g.C + i * g.ldc + j;
-      const float cin = g.beta != 0.f ? (g.C_in ? g.C_in[i * g.ldc_in + j] : *c) : 0.f;
-      *c = g.beta != 0.f ? g.alpha * s + g.beta * cin : g.alpha * s;
+      const float alpha = g.row_alpha ? g.row_alpha[i] : g.alpha, beta = g.row_beta ? g.row_beta[i] : g.beta;
+      const float cin = beta != 0.f ? (g.C_in ? g.C_in[i * g.ldc_in + j] : *c) : 0.f;
+      *c = beta != 0.f ? alpha * s + beta * cin : alpha * s;
     }
 }
 

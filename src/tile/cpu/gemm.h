@@ -39,6 +39,11 @@ struct GemmF32Args {
   // vectors of a row tile past its last row's diagonal are neither computed nor written (the entries above the
   // diagonal that share a vector with wanted ones are computed and written). kUpper is not supported.
   GemmTri tri_c = GemmTri::kNone;
+  // Per-row scales of the epilogue (nullptr: the scalars above): row i of C is row_alpha[i] (op(A) op(B))_i +
+  // row_beta[i] C_in_i, with C_in_i not read where row_beta[i] == 0. Lets a product with a row-scaled left
+  // operand skip the scaled copy (the GDN forward: diag(-beta e^gamma) K S + diag(beta) V, diag(scale e^gamma) Q S).
+  const float* row_alpha = nullptr;
+  const float* row_beta = nullptr;
 };
 
 using GemmF32Fn = void (*)(const GemmF32Args&);

@@ -6,7 +6,8 @@
 //
 // Forward, per chunk (S [K, V] the state at the chunk start, kept in f32 across chunks):
 //   gamma = cumsum(g);  M = StrictLower(diag(beta) K K^T (.) Gamma);  A = (I + M)^-1 (forward substitution)
-//   W = A diag(beta e^gamma) K;  U = A diag(beta) V;  Vn = U - W S
+//   W = A diag(beta e^gamma) K;  U = A diag(beta) V;  Vn = U - W S  (computed as A (diag(beta) V - diag(beta
+//   e^gamma) K S): W itself is formed only by the backward, which keeps it)
 //   O = diag(scale e^gamma) Q S + (scale Lower(Q K^T (.) Gamma)) Vn
 //   S = e^{gamma_last} S + K^T diag(e^{gamma_last - gamma}) Vn
 // Backward, per (n, hv): the forward above re-run to store every chunk's start state (workspace, [NT, HV, K, V]
@@ -33,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 #include "opbase/tensor.h"
@@ -108,8 +110,11 @@ struct Gemm {
   // C[M, N] = alpha op(A) op(B) + beta C_in (C_in = C unless given); `tri`: op(A) is triangular (gemm.h)
   void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmTri tri = GemmTri::kNone,
-                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone) const {
+                  const float* C_in = nullptr, int64_t ldc_in = 0, GemmTri tri_c = GemmTri::kNone,
+                  const float* row_alpha = nullptr, const float* row_beta = nullptr) const {
     tile::GemmF32Args g;
+    g.row_alpha = row_alpha;
+    g.row_beta = row_beta;
     g.tri_a = tri;
     g.tri_c = tri_c;
     g.C_in = C_in;
@@ -223,11 +228,12 @@ struct Scratch {
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
+  float *ra, *rb;  // [2 BT], [BT]: per-row epilogue scales of the forward's K S and Q S (tile::GemmF32Args)
   float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
     return 9 * align_up(BT * p.K) + 7 * align_up(BT * p.V) + 9 * align_up(BT * BT) +
-           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 8 * align_up(BT) +
+           2 * align_up(p.V * state_ld(p.K)) + fwd_group(p) * align_up(p.K * state_ld(p.V)) + 9 * align_up(BT) + align_up(2 * BT) +
            2 * align_up(BT * p.K);
   }
   Scratch(float* base, const GdnParams& p) {
@@ -243,6 +249,8 @@ struct Scratch {
     for (float** f : {&ST, &dST}) *f = take(p.V * state_ld(p.K));
     S = take(p.K * state_ld(p.V) * fwd_group(p));
     for (float** f : {&alpha, &beta, &E, &eL, &dgam, &dbeta, &rq, &rk}) *f = take(BT);
+    ra = take(2 * BT);
+    rb = take(BT);
     for (float** f : {&dQs, &dKs}) *f = take(BT * p.K);
   }
 };
@@ -267,8 +275,9 @@ void chunk_load_qk(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t b, in
 }
 
 // Loads the value-head part of the chunk (after chunk_load_qk: reads Kc): v, g, beta of value head hv, and builds
-// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta, Kb = diag(beta E) K, Vb = diag(beta) V.
-void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv) {
+// the decays (Gm, E = e^gamma, eL = e^{gamma_last - gamma}), beta and, with `scaled` (the backward, which keeps
+// W = A Kb), Kb = diag(beta E) K, Vb = diag(beta) V.
+void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_t L, int64_t hv, bool scaled = true) {
   const int64_t K = p.K, V = p.V;
   std::memset(s.Vc + L * V, 0, sizeof(float) * (BT - L) * V);
   for (int64_t i = 0; i < BT; ++i) {
@@ -300,6 +309,7 @@ void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_
     s.E[i] = i == 0 ? s.alpha[0] : s.E[i - 1] * s.alpha[i];
   }
   for (int64_t i = 0; i < BT; ++i) s.eL[i] = s.Gm[(BT - 1) * BT + i];
+  if (!scaled) return;
   // Kb = diag(beta E) K, Vb = diag(beta) V
   for (int64_t i = 0; i < BT; ++i) {
     const float kb = s.beta[i] * s.E[i];
@@ -316,13 +326,24 @@ void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t
   const char* base = static_cast<const char*>(x.data) + (b * x.st[0] + head * x.st[2]) * es;
   for (int64_t i = 0; i < L; ++i) {
     const char* r = base + (t0 + i) * x.st[1] * es;
+    // One demand load per row first: it walks the page table, so the prefetches of the row find its page in
+    // the TLB (the rows are a page or half a page apart; without it the hints gained nothing measurable, session 5;
+    // with it the forward gained 1-5 % in paired A/B runs, session 12).
+    (void)*reinterpret_cast<const volatile char*>(r);
     for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
   }
 }
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
+// Restrict-qualified locals so that the loop vectorizes (through the Scratch fields the compiler re-loaded every
+// pointer after each store).
 void build_m(Scratch& s) {
-  for (int64_t i = 0; i < BT; ++i)
-    for (int64_t j = 0; j < BT; ++j) s.M[i * BT + j] = j < i ? s.beta[i] * s.P[i * BT + j] * s.Gm[i * BT + j] : 0.f;
+  float* HWY_RESTRICT M = s.M;
+  const float* HWY_RESTRICT P = s.P;
+  const float* HWY_RESTRICT Gm = s.Gm;
+  for (int64_t i = 0; i < BT; ++i) {
+    const float b = s.beta[i];
+    for (int64_t j = 0; j < BT; ++j) M[i * BT + j] = j < i ? b * P[i * BT + j] * Gm[i * BT + j] : 0.f;
+  }
 }
 
 // After chunk_load_qk: P = K K^T (lower triangle; j < i is read).
@@ -330,12 +351,46 @@ void chunk_kkt(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, BT, p.K, 1.f, s.Kc, p.K, s.KT, BT, 0.f, s.P, BT, kNoTri, nullptr, 0, kLowerC);
 }
 
-// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn).
-void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
-  const int64_t K = p.K, V = p.V;
+#if HWY_TARGET != HWY_SCALAR
+// Rows [i0, i1) of A = (I + M)^-1 (unit lower triangular) by forward substitution, row i = e_i - sum_{j<i} M_ij A_j
+// (rows j < i are final), for rows whose entries all lie in the first NV vectors (i1 <= NV lanes): row i is
+// accumulated in NV registers over j in increasing order; rows past the chunk's L valid rows have M = 0 (zero
+// keys), so they are e_i and skip the sum (short documents are cheap). Column i is never touched (j < i): set
+// to 1 at the store; the stored zeros past it are read by later rows (their NV may be larger).
+template <int NV>
+HWY_INLINE void inverse_rows(Scratch& s, int64_t i0, int64_t i1) {
+  const hn::ScalableTag<float> d;
+  constexpr int64_t kLv = HWY_LANES(float);
+  const float* HWY_RESTRICT M = s.M;
+  float* HWY_RESTRICT Ai = s.Ai;
+  for (int64_t i = i0; i < i1; ++i) {
+    hn::Vec<decltype(d)> acc[NV];
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[v] = hn::Zero(d);
+    const int64_t jn = i < s.L ? i : 0;
+    for (int64_t j = 0; j < jn; ++j) {
+      const auto vm = hn::Set(d, M[i * BT + j]);
+      const float* aj = Ai + j * BT;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
+    }
+    float* ai = Ai + i * BT;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
+    for (int64_t c = NV * kLv; c < BT; ++c) ai[c] = 0.f;
+    ai[i] = 1.f;
+  }
+}
+template <int... NV>
+HWY_INLINE void inverse_blocks(Scratch& s, std::integer_sequence<int, NV...>) {
+  constexpr int64_t kLv = HWY_LANES(float);
+  (inverse_rows<NV + 1>(s, NV * kLv, (NV + 1) * kLv), ...);  // row block b: its rows' entries fill b + 1 vectors
+}
+#endif
+
+// After chunk_load_hv and chunk_kkt: M (build_m) and A = (I + M)^-1 into s.Ai.
+void chunk_inverse(Scratch& s) {
   build_m(s);
-  // A = (I + M)^-1, unit lower triangular: row i = e_i - sum_{j<i} M_ij A_j (rows j < i are final). Rows past
-  // the chunk's L valid rows have M = 0 (zero keys), so they are e_i: skipped (short documents are cheap).
 #if HWY_TARGET == HWY_SCALAR
   for (int64_t i = 0; i < BT; ++i) {
     float* ai = s.Ai + i * BT;
@@ -343,38 +398,22 @@ void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
     ai[i] = 1.f;
     for (int64_t j = 0; j < (i < s.L ? i : 0); ++j) {
       const float m = s.M[i * BT + j];
-      if (m == 0.f) continue;
       const float* aj = s.Ai + j * BT;
       for (int64_t c = 0; c <= j; ++c) ai[c] -= m * aj[c];
     }
   }
 #else
-  // Row i is accumulated in registers (BT / lanes vectors: 4 on AVX-512); row j is zero past column j, so
-  // only its first j / lanes + 1 vectors are read. Column i is never touched (j < i): set to 1 at the store.
-  const hn::ScalableTag<float> d;
-  constexpr int64_t kLv = HWY_LANES(float), kNv = BT / kLv;
+  constexpr int64_t kLv = HWY_LANES(float);
   static_assert(BT % kLv == 0, "chunk rows must be whole vectors");
-  for (int64_t i = 0; i < BT; ++i) {
-    hn::Vec<decltype(d)> acc[kNv];
-#pragma GCC unroll 16
-    for (int64_t v = 0; v < kNv; ++v) acc[v] = hn::Zero(d);
-    const int64_t jn = i < s.L ? i : 0;
-    for (int64_t j = 0; j < jn; ++j) {
-      const float m = s.M[i * BT + j];
-      if (m == 0.f) continue;
-      const auto vm = hn::Set(d, m);
-      const float* aj = s.Ai + j * BT;
-      const int64_t nv = j / kLv + 1;
-#pragma GCC unroll 16
-      for (int64_t v = 0; v < kNv; ++v)
-        if (v < nv) acc[v] = hn::NegMulAdd(vm, hn::LoadU(d, aj + v * kLv), acc[v]);
-    }
-    float* ai = s.Ai + i * BT;
-#pragma GCC unroll 16
-    for (int64_t v = 0; v < kNv; ++v) hn::StoreU(acc[v], d, ai + v * kLv);
-    ai[i] = 1.f;
-  }
+  inverse_blocks(s, std::make_integer_sequence<int, static_cast<int>(BT / kLv)>{});
 #endif
+}
+
+// After chunk_load_qk, chunk_load_hv and chunk_kkt: M, A = (I + M)^-1, W = A Kb, U = A Vb (into Vn). The backward
+// keeps W (its reverse sweep reads it); the forward forms Vn = A (Vb - Kb S) without W (fwd_task).
+void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
+  const int64_t K = p.K, V = p.V;
+  chunk_inverse(s);
   mm(false, false, BT, K, BT, 1.f, s.Ai, BT, s.Kb, K, 0.f, s.W, K, GemmTri::kLower);
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
@@ -471,19 +510,26 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
     for (int64_t j = 0; j < ng; ++j) {
       const int64_t hv = hv0 + j;
       float* S = s.S + j * KV;
-      chunk_load_hv(p, s, seq.b, t0, L, hv);
-      chunk_solve_wy(p, mm, s);
+      chunk_load_hv(p, s, seq.b, t0, L, hv, false);
+      chunk_inverse(s);
       const float elast = s.E[BT - 1];
-      // Vn = U - W S
-      mm(false, false, BT, V, K, -1.f, s.W, K, S, ldS, 1.f, s.Vn, V);
-      // O = (scale E Q) S + (scale Lower(Q K^T Gamma)) Vn   (O in dVn)
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = p.scale * s.E[i] * s.Q[i * K + d];
-      mm(false, false, BT, V, K, 1.f, s.TK, K, S, ldS, 0.f, s.dVn, V);
+      // The products with S, the row scalings in their epilogues (no scaled copies of K, V, Q):
+      //   X = diag(-beta E) K S + diag(beta) V (in Vb);  O = diag(scale E) Q S (in dO)
+      // Vn = U - W S = A (diag(beta) V - diag(beta E) K S) = A X: W = A Kb is never formed. (One stacked
+      // [K; Q] S call instead of the two ran at the same speed, session 12.)
+      for (int64_t i = 0; i < BT; ++i) {
+        s.ra[i] = -s.beta[i] * s.E[i];
+        s.rb[i] = s.beta[i];
+        s.ra[BT + i] = p.scale * s.E[i];
+      }
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, S, ldS, 0.f, s.Vb, V, kNoTri, s.Vc, V, kNoTri, s.ra, s.rb);
+      mm(false, false, BT, V, K, 1.f, s.Q, K, S, ldS, 0.f, s.dO, V, kNoTri, nullptr, 0, kNoTri, s.ra + BT);
+      mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
+      // O += (scale Lower(Q K^T Gamma)) Vn
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
-      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dVn, V, GemmTri::kLower);
+      mm(false, false, BT, V, BT, 1.f, s.Aqk, BT, s.Vn, V, 1.f, s.dO, V, GemmTri::kLower);
       for (int64_t i = 0; i < L; ++i)
-        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dVn + i * V, V);
+        store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dO + i * V, V);
       // S = e^{gamma_last} S + K^T diag(eL) Vn
       for (int64_t i = 0; i < BT; ++i)
         for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
