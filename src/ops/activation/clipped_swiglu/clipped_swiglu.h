@@ -97,6 +97,17 @@ ClippedSwigluBwdFn clipped_swiglu_bwd_cpu_native_bf16();
 // row (dprobs by a fixed block reduction). Returns a strata_status.
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream);
 int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
+// clipped_swiglu_fwd_cuda with a choice of its streaming kernel (dense interleaved rows, I % 8 == 0, aligned; other
+// layouts run the chunk kernels as there). The default is clipped_swiglu_fwd_cuda's: ld_stream's hinted loads
+// (ld.global.L1::no_allocate.L2::256B), 4 16-byte vectors per thread per tile, a one-wave persistent grid with the
+// next tile's loads issued before the current one's math. Session 12 (a same-run A/B): plain ld.global.v4 loads,
+// and a grid that covers the tiles once (one tile per block, 4 or 8 vectors per thread; `vectors` 8 only there).
+struct ClippedSwigluStreamTile {
+  bool l2_hint_loads = true;
+  bool persistent = true;
+  int vectors = 4;
+};
+int clipped_swiglu_fwd_cuda_stream(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluStreamTile tile);
 // The bulk-copy ring forward (cuda.sm90.bulk_ring): f32/bf16/f16, I % 8 == 0, equally spaced x and y rows
 // with unit column strides, x rows of at most 48 KiB, either layout; "" if a plan with these params may take
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.

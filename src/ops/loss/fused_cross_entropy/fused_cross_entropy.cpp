@@ -198,6 +198,11 @@ const ImplList<CeProblem>& impls() {
     // Session 7: the stored-exponential kernel with cluster_smem's ~40 KiB slices (s7run2: 1.578 ms): forced only,
     // kept so that the conformance suite covers the 8-CTA split of that kernel and atk shows the slice effect.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
+    // Session 12, forced only until the H200 has timed them (FusedGpuPaths.CrossEntropyTiming): the default's
+    // kernel and split with the CTA's first bulk copy issued before its block barrier (cluster_stored_exp_early),
+    // or with the gradient written by st.global.cs stores (cluster_stored_exp_cs).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_early", CeSmemKind::kStoredExpEarly));
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_cs", CeSmemKind::kStoredExpCs));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

@@ -130,7 +130,9 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide };
+// kStoredExpEarly / kStoredExpCs (session 12, forced only): kStoredExpWide's kernel and split with the first bulk
+// copy issued before the block barrier / the gradient stored with st.global.cs (cuda_sm90_smem.cu, kVar).
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpEarly, kStoredExpCs };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
