@@ -108,6 +108,11 @@ struct ClippedSwigluStreamTile {
   int vectors = 4;
 };
 int clipped_swiglu_fwd_cuda_stream(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluStreamTile tile);
+// The implementation cuda.sm90.stream_regs (session 12, forced only until timed): the streaming kernel with plain
+// loads on a grid that covers the tiles once (ClippedSwigluStreamTile{false, false, 4}); "" if a plan may take it
+// (f32/bf16/f16, interleaved, I % 8 == 0, dense x and y rows), else why not. Rows that turn out unaligned at run
+// time take the chunk kernels (clipped_swiglu_fwd_cuda_stream's fallback).
+std::string clipped_swiglu_fwd_cuda_stream_reject(const ClippedSwigluFwdParams& p);
 // The bulk-copy ring forward (cuda.sm90.bulk_ring): f32/bf16/f16, I % 8 == 0, equally spaced x and y rows
 // with unit column strides, x rows of at most 48 KiB, either layout; "" if a plan with these params may take
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.

@@ -703,6 +703,15 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) 
   }
 }
 
+std::string clipped_swiglu_fwd_cuda_stream_reject(const ClippedSwigluFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "handles f32/bf16/f16 x only";
+  if (!p.interleaved) return "needs interleaved pairs";
+  if (p.I % kV != 0) return "needs I % 8 == 0";
+  if (!dense_rows(p.x_rows, 2 * p.I) || !dense_rows(p.y_rows, p.I)) return "needs dense x and y rows";
+  return {};
+}
+
 std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p) {
   std::string r = ring_reject(p);
   if (!r.empty()) return r;
