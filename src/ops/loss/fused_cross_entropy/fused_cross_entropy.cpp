@@ -203,6 +203,9 @@ const ImplList<CeProblem>& impls() {
     // or with the gradient written by st.global.cs stores (cluster_stored_exp_cs).
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_early", CeSmemKind::kStoredExpEarly));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_cs", CeSmemKind::kStoredExpCs));
+    // Session 12, forced only: the default's kernel in clusters of 6 CTAs (4 slots of ~49.5 KiB per SM at bf16
+    // V = 151936 instead of 3 of ~74 KiB).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_c6", CeSmemKind::kStoredExpC6));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

@@ -131,8 +131,9 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
 // kStoredExpEarly / kStoredExpCs (session 12, forced only): kStoredExpWide's kernel and split with the first bulk
-// copy issued before the block barrier / the gradient stored with st.global.cs (cuda_sm90_smem.cu, kVar).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpEarly, kStoredExpCs };
+// copy issued before the block barrier / the gradient stored with st.global.cs (cuda_sm90_smem.cu, kVar);
+// kStoredExpC6: its kernel with clusters of 6 CTAs (bf16 V = 151936: ~49.5 KiB slices, 4 CTAs per SM instead of 3).
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpEarly, kStoredExpCs, kStoredExpC6 };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
