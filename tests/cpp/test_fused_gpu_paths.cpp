@@ -102,12 +102,13 @@ TEST(FusedGpuPaths, RmsNormGatedTeamRegsBits) {
             }
           }
         }
-        // Session 12: team_stream with plain loads (persistent and flat grids); team_packed both ways.
+        // Session 12: team_stream with the hinted loads (persistent and flat grids; plain is the default above);
+        // team_packed both ways.
         for (const bool persistent : {true, false}) {
           y.poison(), rstd.poison();
-          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, persistent, false), 0);
+          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, persistent, true), 0);
           EXPECT_TRUE(y.bits() == y_ref && rstd.bits() == r_ref)
-              << "team_stream plain loads: D " << D << " G " << G << " nbg " << nbg << " persistent " << persistent;
+              << "team_stream hinted loads: D " << D << " G " << G << " nbg " << nbg << " persistent " << persistent;
         }
         y.poison(), rstd.poison();
         ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, true), 0);
@@ -243,7 +244,8 @@ TEST(FusedGpuPaths, RmsNormGatedBwdLoadsBits) {
   }
 }
 
-// The row norms' streaming (stream 1) and packed (stream 2) kernels with kPlainLoads give the hinted kernels' bits.
+// The row norms' streaming (stream 1) and packed (stream 2) kernels give the same bits with plain loads (the default)
+// and with kHintedLoads.
 TEST(FusedGpuPaths, RowNormLoadsBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
   struct Shape {
@@ -273,7 +275,7 @@ TEST(FusedGpuPaths, RowNormLoadsBits) {
       y.poison(), rstd.poison();
       ASSERT_EQ(norm::row_norm_fwd_cuda(f, nullptr, &c), 0);
       const std::vector<uint8_t> yr = y.bits(), rr = rstd.bits();
-      c.hints = norm::kPlainLoads;
+      c.hints = norm::kHintedLoads;
       y.poison(), rstd.poison();
       ASSERT_EQ(norm::row_norm_fwd_cuda(f, nullptr, &c), 0);
       EXPECT_TRUE(y.bits() == yr && rstd.bits() == rr) << "fwd D " << sh.D << " stream " << stream;
@@ -292,7 +294,7 @@ TEST(FusedGpuPaths, RowNormLoadsBits) {
         dx.poison();
         ASSERT_EQ(norm::row_norm_bwd_cuda(b, nullptr, &cb), 0);
         const std::vector<uint8_t> dr = dx.bits();
-        cb.hints = norm::kPlainLoads;
+        cb.hints = norm::kHintedLoads;
         dx.poison();
         ASSERT_EQ(norm::row_norm_bwd_cuda(b, nullptr, &cb), 0);
         EXPECT_TRUE(dx.bits() == dr) << "bwd D " << sh.D << " stream " << stream << " kind " << static_cast<int>(kind);
@@ -421,7 +423,7 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     std::vector<Candidate> c;
     c.push_back({"team_regs 2 rows/team, 128 threads, plain loads (default)", [&] { return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr); }, {}});
     c.push_back({"team_tma 16 x 128", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
-    c.push_back({"team_stream", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
+    c.push_back({"team_stream (plain loads)", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
     struct Regs {
       int rpt, threads;
     };
@@ -436,7 +438,7 @@ TEST(FusedGpuPaths, CandidatesTiming) {
                  [&] { return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{2, 128, true}); },
                  {}});
     // Session 12: plain loads in team_stream and team_packed.
-    c.push_back({"team_stream, plain loads", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, true, false); }, {}});
+    c.push_back({"team_stream, hinted loads", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, true, true); }, {}});
     c.push_back({"team_packed, hinted loads", [&] { return norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, true); }, {}});
     c.push_back({"team_packed, plain loads", [&] { return norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, false); }, {}});
     time_candidates("rms_norm_gated fwd bf16 [1048576, 128]", 3.0 * rows * D * 2 + rows * 4.0, c);
@@ -458,7 +460,9 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
     p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
     std::vector<Candidate> c;
-    c.push_back({"tile_tma 8 KiB x 128 flags 4 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
+    c.push_back({"stream_regs: plain loads, flat grid, 4 vec (default)",
+                 [&] { return activation::clipped_swiglu_fwd_cuda_stream(p, nullptr, activation::ClippedSwigluStreamTile{}); }, {}});
+    c.push_back({"tile_tma 8 KiB x 128 flags 4", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
     struct Tile {
       int64_t x_bytes;
       int threads, flags;
@@ -491,7 +495,7 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     put(xr, bf16_normal_tiled(rows * 2 * I, 11, 4.f));
     activation::ClippedSwigluFwdParams pr = p;
     pr.x = xr.p;
-    c.push_back({"tile_tma default, N(0, 4) data", [&] { return activation::clipped_swiglu_fwd_cuda_tma(pr, nullptr); }, {}});
+    c.push_back({"tile_tma, N(0, 4) data", [&] { return activation::clipped_swiglu_fwd_cuda_tma(pr, nullptr); }, {}});
     c.push_back({"stream plain flat 4 vec, N(0, 4) data",
                  [&] {
                    return activation::clipped_swiglu_fwd_cuda_stream(pr, nullptr,
@@ -533,10 +537,10 @@ TEST(FusedGpuPaths, RowNormLoadsTiming) {
                        std::to_string(d.nv) + ", hints " + std::to_string(d.hints) + ")",
                    [&params, run] { return run(params, nullptr); }, {}});
       for (const int stream : {2, 1}) {
-        for (const int hints : {0, norm::kPlainLoads}) {
+        for (const int hints : {0, norm::kHintedLoads}) {
           const norm::RowNormCudaConfig cfg{16, k.tpr, k.nv, 1, stream, 0, hints};
           c.push_back({std::string(stream == 2 ? "packed " : "streaming ") + std::to_string(k.tpr) + " x " +
-                           std::to_string(k.nv) + (hints ? ", plain loads" : ", hinted loads"),
+                           std::to_string(k.nv) + (hints ? ", hinted loads" : ", plain loads"),
                        [&params, cfg, run] { return run(params, &cfg); }, {}});
         }
       }
@@ -563,9 +567,11 @@ TEST(FusedGpuPaths, CrossEntropyTiming) {
     CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
     std::vector<Candidate> c;
     c.push_back({"cuda.sm90.cluster_stored_exp_wide (default)", [&] { return plan.run(); }, {}});
-    CePlan early(bufs, "cuda.sm90.cluster_stored_exp_early"), cs(bufs, "cuda.sm90.cluster_stored_exp_cs");
+    CePlan early(bufs, "cuda.sm90.cluster_stored_exp_early"), cs(bufs, "cuda.sm90.cluster_stored_exp_cs"),
+        c6(bufs, "cuda.sm90.cluster_stored_exp_c6");
     c.push_back({"cuda.sm90.cluster_stored_exp_early", [&] { return early.run(); }, {}});
     c.push_back({"cuda.sm90.cluster_stored_exp_cs", [&] { return cs.run(); }, {}});
+    c.push_back({"cuda.sm90.cluster_stored_exp_c6", [&] { return c6.run(); }, {}});
     // Its parts (session 12): the loss alone (read only: floor / 2 at best) and the backward op from lse
     // (cluster_smem's copy + gradient, no statistics, no cluster barriers).
     CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kLossOnly);

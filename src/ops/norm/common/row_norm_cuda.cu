@@ -302,8 +302,8 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_looped(const RowNormBwdParams
 template <int TPR>
 constexpr int stream_block() { return TPR > 32 ? TPR : kBlock; }
 
-// hints (the streaming and packed kernels): ld_stream's L1::no_allocate.L2::256B loads, the form since session 4;
-// false (config.hints bit 2, kPlainLoads): plain ld.global.v4 (session 12 A/B).
+// hints (the streaming and packed kernels; config.hints bit 2, kHintedLoads): ld_stream's L1::no_allocate.L2::256B
+// loads, the form of sessions 4-11; else plain ld.global.v4 (the default since s12run1).
 template <int TPR, int NV, int RPG>
 __global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormFwdParams p, const bool hints) {
   constexpr bool kBlk = TPR > 32;
@@ -897,9 +897,9 @@ bool bulk_known(const RowNormCudaConfig& c) {
 
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
-  // cache hints: bulk, multi, tma; plain loads (kPlainLoads): streaming and packed
+  // cache hints: bulk, multi, tma; hinted loads (kHintedLoads): streaming and packed
   if (c.hints != 0 && c.stream != 3 && c.stream != 4 && c.stream != 5 &&
-      !((c.stream == 1 || c.stream == 2) && c.hints == kPlainLoads))
+      !((c.stream == 1 || c.stream == 2) && c.hints == kHintedLoads))
     return false;
   if (c.blocks_per_sm != 0 && c.stream != 4) return false;           // persistent grids: multi-row kernels
   if (c.stream == 5) return row_norm_tma_known(c);
@@ -1117,7 +1117,7 @@ strata_status launch_packed_inst(const typename K::Params& p, const RowNormCudaC
   if (p.rows == 0) return STRATA_SUCCESS;
   int64_t grid = std::min<int64_t>(cuda::ceil_div(p.rows, GPB), 0x7fffffff);
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
-  K::template packed<TPR, NV>()<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, !(c.hints & kPlainLoads));
+  K::template packed<TPR, NV>()<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, (c.hints & kHintedLoads) != 0);
   return cuda::check_launch(K::kPackedName);
 }
 
@@ -1154,7 +1154,7 @@ strata_status launch_stream_inst(const typename K::Params& p, const RowNormCudaC
   const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   int64_t grid = need <= slots ? need : cuda::ceil_div(need, cuda::ceil_div(need, slots));
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
-  kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, !(c.hints & kPlainLoads));
+  kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, (c.hints & kHintedLoads) != 0);
   return cuda::check_launch(K::kStreamName);
 }
 

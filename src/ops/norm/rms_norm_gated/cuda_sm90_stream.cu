@@ -325,7 +325,7 @@ struct StreamGrid {
   bool persistent;
   RmsNormGatedTmaTile tile;  // rpt == 0: the streaming kernel
   RmsNormGatedRegsTile regs{0, 0};  // rows_per_team > 0: team_regs (tile.rpt is 0 then)
-  bool hints = true;                // the streaming kernel: ld_stream's hinted loads (else plain ld.global.v4)
+  bool hints = false;               // the streaming kernel: ld_stream's hinted loads (else plain ld.global.v4)
 };
 
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
