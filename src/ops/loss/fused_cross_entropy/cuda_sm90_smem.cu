@@ -48,7 +48,6 @@
 #include "opbase/dtype.h"
 #include "ops/loss/fused_cross_entropy/cuda_common.cuh"
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
-#include "tile/cuda/bulk_copy.cuh"
 #include "tile/cuda/check.cuh"
 #include "tile/cuda/fast_math.cuh"
 
@@ -286,17 +285,12 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
 // statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
-// kVar (session 12, forced-only variants of the stored-exp kernel; 0 elsewhere): bit 0 (kVarEarlyCopy) thread 0
-// issues the CTA's first bulk copy right after initialising the barriers, before the block barrier that makes
-// them visible to the other threads (the default issues it after that barrier; session 11 timed this together with
-// programmatic dependent launch only); bit 1 (kVarCsStores) the gradient leaves with st.global.cs (streaming,
-// evict-first) instead of plain 16-byte stores.
-constexpr int kVarEarlyCopy = 1, kVarCsStores = 2;
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, int kVar = 0>
+// (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
+// gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
-  static_assert(kVar == 0 || kStore, "the session-12 variants are of the stored-exp kernel");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -324,30 +318,27 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   const bool grad = kGrad && (!fwd || *ce_bad_slot(p) == 0);
   const uint4* buf = reinterpret_cast<const uint4*>(smem_raw);
   uint4* wbuf = reinterpret_cast<uint4*>(smem_raw);  // kStore: the exponentials written over the logits
-  auto issue = [&](int64_t i) {  // thread 0: the bulk copies of row i's slice
-    const T* src = static_cast<const T*>(p.logits) + i * p.logits_rs + lo;
-    for (int q = 0; q < pieces; ++q) {
-      const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
-      bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
-                static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
-    }
-  };
-  const int64_t clusters = gridDim.x / C;
-  constexpr bool kEarly = (kVar & kVarEarlyCopy) != 0;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) mbar_init(&bars[q]);
-    if (kEarly && blockIdx.x / C < p.N) issue(blockIdx.x / C);  // the barrier is this thread's own: usable at once
   }
   __syncthreads();
   uint32_t phase = 0;    // the parity the next wait on every piece's barrier expects (one phase per row)
   bool pending = false;  // the cluster barrier "partials read" was arrived at but not yet waited for
+  const int64_t clusters = gridDim.x / C;
   for (int64_t i = blockIdx.x / C; i < p.N; i += clusters) {
     const int64_t y = ce_target(p, i);
     const bool ignored = y == k.ignore_index;
     const bool bad = !ignored && (y < 0 || y >= V);
-    // The buffer was last read by the previous row, finished at the __syncthreads ending it.
-    if (threadIdx.x == 0 && (!kEarly || i != blockIdx.x / C)) issue(i);
+    if (threadIdx.x == 0) {
+      // The buffer was last read by the previous row, finished at the __syncthreads ending it.
+      const T* src = static_cast<const T*>(p.logits) + i * p.logits_rs + lo;
+      for (int q = 0; q < pieces; ++q) {
+        const int v0 = q * pv, v1 = v0 + pv < nv ? v0 + pv : nv;
+        bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
+                  static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
+      }
+    }
     float lse;
     float m_t = -INFINITY;  // kStore: this thread's maximum, the reference of its stored exponentials
     if (fwd) {
@@ -467,8 +458,7 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
                 for (int e = 0; e < kVec; ++e)
                   if (e == off) x[e] -= gr.target;
               }
-              if constexpr ((kVar & kVarCsStores) != 0) cuda::st_stream16(&dz[v], pack<T>(x));
-              else dz[v] = pack<T>(x);
+              dz[v] = pack<T>(x);
             }
             continue;
           }
@@ -537,10 +527,10 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, int kVar = 0>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kVar>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -570,10 +560,7 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
-bool wide_kind(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpEarly || kind == CeSmemKind::kStoredExpCs ||
-         kind == CeSmemKind::kStoredExpC6;
-}
+bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpC6; }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
          !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
@@ -583,11 +570,7 @@ template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) {
-      if (kind == CeSmemKind::kStoredExpEarly) return launch<T, true, false, 1, true, kVarEarlyCopy>(p, sp, stream);
-      if (kind == CeSmemKind::kStoredExpCs) return launch<T, true, false, 1, true, kVarCsStores>(p, sp, stream);
-      return launch<T, true, false, 1, true>(p, sp, stream);
-    }
+    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
