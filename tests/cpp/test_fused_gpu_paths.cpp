@@ -8,6 +8,10 @@
 //   * FusedGpuPaths.CandidatesTiming: each op's default against the candidates at the bench shape, queued
 //     (8 calls back to back between CUDA events), 25 rounds with every candidate and a device-to-device copy of
 //     the op's bytes taken in turn, medians; floor = the op's bytes at the copy's rate in the same process.
+//   * session 12: the kernels that loaded with ld_stream's hints (L1::no_allocate.L2::256B) against plain
+//     ld.global.v4 (rms_norm_gated team_stream / team_packed / the streaming backward, clipped_swiglu's streaming
+//     kernel on its persistent and flat grids, the row norms' streaming and packed kernels): the same bits
+//     (*LoadsBits), and a same-run A/B of each (*Timing).
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -26,6 +30,7 @@
 
 #include "opbase/dtype.h"
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
+#include "ops/norm/common/row_norm.h"
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "strata/ops.h"
 #include "cuda_test_support.h"
@@ -97,6 +102,20 @@ TEST(FusedGpuPaths, RmsNormGatedTeamRegsBits) {
             }
           }
         }
+        // Session 12: team_stream with the hinted loads (persistent and flat grids; plain is the default above);
+        // team_packed both ways.
+        for (const bool persistent : {true, false}) {
+          y.poison(), rstd.poison();
+          ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, persistent, true), 0);
+          EXPECT_TRUE(y.bits() == y_ref && rstd.bits() == r_ref)
+              << "team_stream hinted loads: D " << D << " G " << G << " nbg " << nbg << " persistent " << persistent;
+        }
+        y.poison(), rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, true), 0);
+        const std::vector<uint8_t> yp = y.bits(), rp = rstd.bits();
+        y.poison(), rstd.poison();
+        ASSERT_EQ(norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, false), 0);
+        EXPECT_TRUE(y.bits() == yp && rstd.bits() == rp) << "team_packed plain loads: D " << D << " G " << G << " nbg " << nbg;
       }
     }
   }
@@ -137,6 +156,149 @@ TEST(FusedGpuPaths, ClippedSwigluNewPathsBits) {
       y.poison();
       ASSERT_EQ(activation::clipped_swiglu_fwd_cuda(p, nullptr), 0);
       EXPECT_TRUE(y.bits() == ref) << what << " pairwise";
+      // Session 12: the streaming kernel's loads and grids (split rows run the chunk kernel whatever the tile).
+      for (const bool hints : {true, false}) {
+        for (const activation::ClippedSwigluStreamTile t :
+             {activation::ClippedSwigluStreamTile{hints, true, 4}, activation::ClippedSwigluStreamTile{hints, false, 4},
+              activation::ClippedSwigluStreamTile{hints, false, 8}}) {
+          y.poison();
+          ASSERT_EQ(activation::clipped_swiglu_fwd_cuda_stream(p, nullptr, t), 0);
+          EXPECT_TRUE(y.bits() == ref) << what << " stream hints " << t.l2_hint_loads << " persistent " << t.persistent
+                                       << " vectors " << t.vectors;
+        }
+      }
+    }
+  }
+}
+
+// ---- session 12: plain against hinted loads, the same bits ----
+
+// n bf16 values as bytes, an N(0, sd) pattern of 1 << 20 values repeated (large buffers without a long host loop).
+std::vector<uint8_t> bf16_normal_tiled(size_t n, uint32_t seed, float sd) {
+  const std::vector<uint8_t> pat = bf16_normal(std::min<size_t>(n, size_t{1} << 20), seed, sd);
+  std::vector<uint8_t> b(2 * n);
+  for (size_t o = 0; o < b.size(); o += pat.size()) std::memcpy(b.data() + o, pat.data(), std::min(pat.size(), b.size() - o));
+  return b;
+}
+
+// rms_norm_gated's backward on the GDN layout: group_rows' streaming kernel (bwd_stream_rows) both ways.
+struct RngBwdBufs {
+  int64_t rows, D, G;
+  Dev x, z, dy, rstd, w, dx, dz, dw, db;
+  std::unique_ptr<Dev> ws;  // the partial rows of dweight / dbias (sized from the params)
+  norm::RmsNormGatedBwdParams p;
+  RngBwdBufs(int64_t r, int64_t d, int64_t g, int32_t dt)
+      : rows(r), D(d), G(g), x(r * d * dtype_size(dt)), z(x.bytes), dy(x.bytes), rstd(r * (d / g) * 4), w(d * 4),
+        dx(x.bytes), dz(x.bytes), dw(d * 4), db(d * 4) {
+    p.x = x.p, p.z = z.p, p.dy = dy.p, p.rstd = rstd.p, p.weight = w.p, p.dx = dx.p, p.dz = dz.p, p.dweight = dw.p,
+    p.dbias = db.p;
+    p.x_dtype = dt, p.w_dtype = p.rstd_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_F32, p.b_dtype = STRATA_DTYPE_F32;
+    p.rows = r, p.D = d, p.group = g, p.norm_before_gate = true, p.act = norm::kActSilu;
+    p.x_rows = p.z_rows = p.dy_rows = p.dx_rows = p.dz_rows = dense_rows(r, d);
+    p.rstd_rows = dense_rows(r, d / g);
+    const int64_t np = norm::rms_norm_gated_cuda_partials(p);
+    ws = std::make_unique<Dev>(static_cast<size_t>(2 * np * d * 4));
+    p.partial = static_cast<float*>(ws->p);
+    uint32_t seed = 5;
+    for (Dev* t : {&x, &z, &dy}) {
+      const std::vector<uint8_t> h = bf16_normal_tiled(r * d, seed++, t == &z ? 2.f : 1.f);
+      if (dt == STRATA_DTYPE_BF16) {
+        put(*t, h);
+      } else {  // f32: the bf16 values widened (high halves)
+        std::vector<uint8_t> f(4 * r * d, 0);
+        for (int64_t i = 0; i < r * d; ++i) std::memcpy(f.data() + 4 * i + 2, h.data() + 2 * i, 2);
+        put(*t, f);
+      }
+    }
+    std::vector<float> rh(r * (d / g)), wh(d);
+    for (size_t i = 0; i < rh.size(); ++i) rh[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
+    for (int64_t i = 0; i < d; ++i) wh[i] = 0.5f + 0.01f * static_cast<float>(i);
+    EXPECT_EQ(cudaMemcpy(rstd.p, rh.data(), rh.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(w.p, wh.data(), d * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+};
+
+TEST(FusedGpuPaths, RmsNormGatedBwdLoadsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  struct Shape {
+    int64_t rows, D, G;
+    int32_t dt;
+  };
+  for (const Shape sh : {Shape{60001, 128, 128, STRATA_DTYPE_BF16}, Shape{30001, 256, 64, STRATA_DTYPE_F32},
+                         Shape{20001, 64, 16, STRATA_DTYPE_BF16}}) {
+    RngBwdBufs b(sh.rows, sh.D, sh.G, sh.dt);
+    for (const bool nbg : {true, false}) {
+      b.p.norm_before_gate = nbg;
+      std::vector<uint8_t> ref[4];
+      for (const bool hints : {true, false}) {
+        b.dx.poison(), b.dz.poison(), b.dw.poison(), b.db.poison();
+        ASSERT_EQ(norm::rms_norm_gated_bwd_cuda(b.p, nullptr, hints), 0);
+        EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+        const std::vector<uint8_t> got[4] = {b.dx.bits(), b.dz.bits(), b.dw.bits(), b.db.bits()};
+        for (int i = 0; i < 4; ++i) {
+          if (hints) ref[i] = got[i];
+          else EXPECT_TRUE(got[i] == ref[i]) << "output " << i << ": D " << sh.D << " G " << sh.G << " nbg " << nbg;
+        }
+      }
+    }
+  }
+}
+
+// The row norms' streaming (stream 1) and packed (stream 2) kernels give the same bits with plain loads (the default)
+// and with kHintedLoads.
+TEST(FusedGpuPaths, RowNormLoadsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  struct Shape {
+    int64_t rows, D;
+    int32_t dt;
+    int tpr, nv;
+  };
+  for (const Shape sh : {Shape{60001, 128, STRATA_DTYPE_BF16, 16, 1}, Shape{3001, 4096, STRATA_DTYPE_BF16, 128, 4},
+                         Shape{20001, 256, STRATA_DTYPE_F32, 32, 2}}) {
+    const size_t es = dtype_size(sh.dt), n = static_cast<size_t>(sh.rows * sh.D);
+    Dev x(n * es), y(n * es), rstd(sh.rows * 4), dy(n * es), dx(n * es);
+    if (sh.dt == STRATA_DTYPE_BF16) {
+      put(x, bf16_normal_tiled(n, 8, 1.f)), put(dy, bf16_normal_tiled(n, 9, 1.f));
+    } else {
+      std::vector<float> h(n);
+      for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>(static_cast<int>(i * 2654435761u % 2001) - 1000) / 500.f;
+      EXPECT_EQ(cudaMemcpy(x.p, h.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(dy.p, h.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    norm::RowNormFwdParams f;
+    f.x = x.p, f.y = y.p, f.rstd = rstd.p, f.x_dtype = f.y_dtype = sh.dt, f.rstd_dtype = STRATA_DTYPE_F32;
+    f.rows = sh.rows, f.D = sh.D, f.x_rows = f.y_rows = dense_rows(sh.rows, sh.D), f.rstd_rows = dense_rows(sh.rows, 1);
+    f.n_div = sh.D, f.eps = 1e-6f;
+    for (const int stream : {1, 2}) {
+      norm::RowNormCudaConfig c{16, sh.tpr, sh.nv, 1, stream, 0, 0};
+      ASSERT_EQ(norm::row_norm_fwd_cuda_config_reject(f, c), "") << "D " << sh.D << " stream " << stream;
+      y.poison(), rstd.poison();
+      ASSERT_EQ(norm::row_norm_fwd_cuda(f, nullptr, &c), 0);
+      const std::vector<uint8_t> yr = y.bits(), rr = rstd.bits();
+      c.hints = norm::kHintedLoads;
+      y.poison(), rstd.poison();
+      ASSERT_EQ(norm::row_norm_fwd_cuda(f, nullptr, &c), 0);
+      EXPECT_TRUE(y.bits() == yr && rstd.bits() == rr) << "fwd D " << sh.D << " stream " << stream;
+      for (const norm::RowNormBwdKind kind :
+           {norm::RowNormBwdKind::kNormalizedSrc, norm::RowNormBwdKind::kRawSrc, norm::RowNormBwdKind::kFactor}) {
+        norm::RowNormBwdParams b;
+        const bool factor = kind == norm::RowNormBwdKind::kFactor;
+        b.src = kind == norm::RowNormBwdKind::kNormalizedSrc ? y.p : x.p, b.rstd = rstd.p, b.dout = factor ? rstd.p : dy.p;
+        b.dx = dx.p, b.src_dtype = b.dx_dtype = sh.dt, b.rstd_dtype = STRATA_DTYPE_F32;
+        b.dout_dtype = factor ? STRATA_DTYPE_F32 : sh.dt;
+        b.rows = sh.rows, b.D = sh.D, b.kind = kind, b.n_div = sh.D;
+        b.src_rows = b.dx_rows = dense_rows(sh.rows, sh.D), b.rstd_rows = dense_rows(sh.rows, 1);
+        b.dout_rows = factor ? dense_rows(sh.rows, 1) : dense_rows(sh.rows, sh.D);
+        norm::RowNormCudaConfig cb{16, sh.tpr, sh.nv, 1, stream, 0, 0};
+        if (!norm::row_norm_bwd_cuda_config_reject(b, cb).empty()) continue;
+        dx.poison();
+        ASSERT_EQ(norm::row_norm_bwd_cuda(b, nullptr, &cb), 0);
+        const std::vector<uint8_t> dr = dx.bits();
+        cb.hints = norm::kHintedLoads;
+        dx.poison();
+        ASSERT_EQ(norm::row_norm_bwd_cuda(b, nullptr, &cb), 0);
+        EXPECT_TRUE(dx.bits() == dr) << "bwd D " << sh.D << " stream " << stream << " kind " << static_cast<int>(kind);
+      }
     }
   }
 }
@@ -160,15 +322,27 @@ struct CeBufs {
 };
 
 // A plan of `impl` (forced while planning: the plan keeps its implementation) on b's tensors, run by CePlan::run.
+// Kinds (session 12, to split the fused kernel's time): the fused forward in place (the bench case), the forward
+// without a gradient (loss only: the logits read once) and the backward op from lse in place (read + write, no
+// statistics; dloss = the loss buffer).
+enum class CeKind { kFused, kLossOnly, kBackward };
 struct CePlan {
   CeBufs& b;
+  CeKind kind;
   strata_plan plan = nullptr;
-  CePlan(CeBufs& bufs, const char* impl) : b(bufs) {
+  CePlan(CeBufs& bufs, const char* impl, CeKind k = CeKind::kFused) : b(bufs), kind(k) {
     test::ForceImpl force(impl);
-    EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&b.dl, &b.dt, &b.dloss, &b.dlse, nullptr, &b.dl,
-                                                  STRATA_LOSS_REDUCTION_MEAN, -100, 0.f, 1.f, 0.f, 0.f, 1.f, &plan),
-              STRATA_SUCCESS)
-        << strata_get_last_error_message();
+    if (kind == CeKind::kBackward)
+      EXPECT_EQ(strata_fused_cross_entropy_bwd_plan(&b.dl, &b.dt, &b.dlse, &b.dloss, &b.dl, STRATA_LOSS_REDUCTION_MEAN,
+                                                    -100, 0.f, 1.f, 0.f, 0.f, &plan),
+                STRATA_SUCCESS)
+          << strata_get_last_error_message();
+    else
+      EXPECT_EQ(strata_fused_cross_entropy_fwd_plan(&b.dl, &b.dt, &b.dloss, &b.dlse, nullptr,
+                                                    kind == CeKind::kFused ? &b.dl : nullptr, STRATA_LOSS_REDUCTION_MEAN,
+                                                    -100, 0.f, 1.f, 0.f, 0.f, 1.f, &plan),
+                STRATA_SUCCESS)
+          << strata_get_last_error_message();
     size_t ws = 0;
     strata_plan_workspace_size(plan, &ws);
     EXPECT_LE(ws, b.ws.bytes);
@@ -178,7 +352,11 @@ struct CePlan {
   CePlan(const CePlan&) = delete;
   CePlan& operator=(const CePlan&) = delete;
   int run() const {
-    void* t[] = {b.logits.p, b.target.p, b.loss.p, b.lse.p, nullptr, b.logits.p};
+    if (kind == CeKind::kBackward) {
+      void* t[] = {b.logits.p, b.target.p, b.lse.p, b.loss.p, b.logits.p};
+      return strata_plan_run(plan, t, 5, b.ws.p, b.ws.bytes, nullptr);
+    }
+    void* t[] = {b.logits.p, b.target.p, b.loss.p, b.lse.p, nullptr, kind == CeKind::kFused ? b.logits.p : nullptr};
     return strata_plan_run(plan, t, 6, b.ws.p, b.ws.bytes, nullptr);
   }
 };
@@ -245,7 +423,7 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     std::vector<Candidate> c;
     c.push_back({"team_regs 2 rows/team, 128 threads, plain loads (default)", [&] { return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr); }, {}});
     c.push_back({"team_tma 16 x 128", [&] { return norm::rms_norm_gated_fwd_cuda_tma(p, nullptr); }, {}});
-    c.push_back({"team_stream", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
+    c.push_back({"team_stream (plain loads)", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr); }, {}});
     struct Regs {
       int rpt, threads;
     };
@@ -259,7 +437,20 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     c.push_back({"team_regs 2 x 128, session-10 hinted loads",
                  [&] { return norm::rms_norm_gated_fwd_cuda_regs(p, nullptr, norm::RmsNormGatedRegsTile{2, 128, true}); },
                  {}});
+    // Session 12: plain loads in team_stream and team_packed.
+    c.push_back({"team_stream, hinted loads", [&] { return norm::rms_norm_gated_fwd_cuda_stream(p, nullptr, true, true); }, {}});
+    c.push_back({"team_packed, hinted loads", [&] { return norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, true); }, {}});
+    c.push_back({"team_packed, plain loads", [&] { return norm::rms_norm_gated_fwd_cuda_packed(p, nullptr, false); }, {}});
     time_candidates("rms_norm_gated fwd bf16 [1048576, 128]", 3.0 * rows * D * 2 + rows * 4.0, c);
+  }
+  {  // rms_norm_gated backward bf16 [1048576, 128] G = 128 norm_before_gate silu, weight f32, dweight (f32)
+    const int64_t rows = 1048576, D = 128;
+    RngBwdBufs b(rows, D, D, STRATA_DTYPE_BF16);
+    std::vector<Candidate> c;
+    c.push_back({"bulk_ring (the default)", [&] { return norm::rms_norm_gated_bwd_cuda_ring(b.p, nullptr); }, {}});
+    c.push_back({"group_rows streaming, hinted loads", [&] { return norm::rms_norm_gated_bwd_cuda(b.p, nullptr, true); }, {}});
+    c.push_back({"group_rows streaming, plain loads", [&] { return norm::rms_norm_gated_bwd_cuda(b.p, nullptr, false); }, {}});
+    time_candidates("rms_norm_gated bwd bf16 [1048576, 128]", 5.0 * rows * D * 2 + rows * 4.0, c);
   }
   {  // clipped_swiglu forward bf16 [32768, 2 x 2880] interleaved, GPT-OSS constants
     const int64_t rows = 32768, I = 2880;
@@ -269,7 +460,9 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     p.x = x.p, p.y = y.p, p.x_dtype = STRATA_DTYPE_BF16, p.rows = rows, p.I = I;
     p.x_rows = dense_rows(rows, 2 * I), p.y_rows = dense_rows(rows, I);
     std::vector<Candidate> c;
-    c.push_back({"tile_tma 8 KiB x 128 flags 4 (default)", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
+    c.push_back({"stream_regs: plain loads, flat grid, 4 vec (default)",
+                 [&] { return activation::clipped_swiglu_fwd_cuda_stream(p, nullptr, activation::ClippedSwigluStreamTile{}); }, {}});
+    c.push_back({"tile_tma 8 KiB x 128 flags 4", [&] { return activation::clipped_swiglu_fwd_cuda_tma(p, nullptr); }, {}});
     struct Tile {
       int64_t x_bytes;
       int threads, flags;
@@ -283,8 +476,89 @@ TEST(FusedGpuPaths, CandidatesTiming) {
                    },
                    {}});
     c.push_back({"bulk_ring", [&] { return activation::clipped_swiglu_fwd_cuda_ring(p, nullptr); }, {}});
+    // Session 12: pairwise' streaming kernel, hinted / plain loads, persistent / flat grids, 4 / 8 vectors.
+    struct St {
+      bool hints, persistent;
+      int vectors;
+    };
+    for (const St t : {St{true, true, 4}, St{false, true, 4}, St{true, false, 4}, St{false, false, 4}, St{true, false, 8},
+                       St{false, false, 8}})
+      c.push_back({std::string("stream ") + (t.hints ? "hinted" : "plain") + (t.persistent ? " persistent " : " flat ") +
+                       std::to_string(t.vectors) + " vec",
+                   [&p, t] {
+                     return activation::clipped_swiglu_fwd_cuda_stream(
+                         p, nullptr, activation::ClippedSwigluStreamTile{t.hints, t.persistent, t.vectors});
+                   },
+                   {}});
+    // The default on N(0, 4) data (fused_peers' inputs) instead of the constant 0x3c3c pattern.
+    Dev xr(x.bytes);
+    put(xr, bf16_normal_tiled(rows * 2 * I, 11, 4.f));
+    activation::ClippedSwigluFwdParams pr = p;
+    pr.x = xr.p;
+    c.push_back({"tile_tma, N(0, 4) data", [&] { return activation::clipped_swiglu_fwd_cuda_tma(pr, nullptr); }, {}});
+    c.push_back({"stream plain flat 4 vec, N(0, 4) data",
+                 [&] {
+                   return activation::clipped_swiglu_fwd_cuda_stream(pr, nullptr,
+                                                                     activation::ClippedSwigluStreamTile{false, false, 4});
+                 },
+                 {}});
     time_candidates("clipped_swiglu fwd bf16 [32768, 2 x 2880]", 3.0 * rows * I * 2, c);
   }
+}
+
+// The row norms at their bench shapes: the defaults, and the streaming / packed kernels with hinted and plain loads.
+TEST(FusedGpuPaths, RowNormLoadsTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  struct Case {
+    const char* what;
+    int64_t rows, D, n_div;
+    norm::RowNormBwdKind kind;
+    int tpr, nv;  // the packed / streaming configuration timed both ways
+  };
+  for (const Case k : {Case{"l2norm bf16 [524288, 128]", 524288, 128, 1, norm::RowNormBwdKind::kNormalizedSrc, 16, 1},
+                       Case{"rmsnorm bf16 [32768, 4096]", 32768, 4096, 4096, norm::RowNormBwdKind::kRawSrc, 128, 4}}) {
+    const size_t n = static_cast<size_t>(k.rows * k.D);
+    Dev x(n * 2), y(n * 2), rstd(k.rows * 4), dy(n * 2), dx(n * 2);
+    put(x, bf16_normal_tiled(n, 12, 1.f)), put(dy, bf16_normal_tiled(n, 13, 1.f));
+    norm::RowNormFwdParams f;
+    f.x = x.p, f.y = y.p, f.rstd = rstd.p, f.x_dtype = f.y_dtype = STRATA_DTYPE_BF16, f.rstd_dtype = STRATA_DTYPE_F32;
+    f.rows = k.rows, f.D = k.D, f.x_rows = f.y_rows = dense_rows(k.rows, k.D), f.rstd_rows = dense_rows(k.rows, 1);
+    f.n_div = k.n_div, f.eps = 1e-6f;
+    ASSERT_EQ(norm::row_norm_fwd_cuda(f, nullptr), 0);
+    norm::RowNormBwdParams b;
+    b.src = k.kind == norm::RowNormBwdKind::kNormalizedSrc ? y.p : x.p, b.rstd = rstd.p, b.dout = dy.p, b.dx = dx.p;
+    b.src_dtype = b.dx_dtype = b.dout_dtype = STRATA_DTYPE_BF16, b.rstd_dtype = STRATA_DTYPE_F32;
+    b.rows = k.rows, b.D = k.D, b.kind = k.kind, b.n_div = k.n_div;
+    b.src_rows = b.dx_rows = b.dout_rows = dense_rows(k.rows, k.D), b.rstd_rows = dense_rows(k.rows, 1);
+    auto configs = [&](auto& params, auto run, auto deflt) {
+      std::vector<Candidate> c;
+      const norm::RowNormCudaConfig d = deflt(params);
+      c.push_back({"default (stream " + std::to_string(d.stream) + ", tpr " + std::to_string(d.tpr) + " x " +
+                       std::to_string(d.nv) + ", hints " + std::to_string(d.hints) + ")",
+                   [&params, run] { return run(params, nullptr); }, {}});
+      for (const int stream : {2, 1}) {
+        for (const int hints : {0, norm::kHintedLoads}) {
+          const norm::RowNormCudaConfig cfg{16, k.tpr, k.nv, 1, stream, 0, hints};
+          c.push_back({std::string(stream == 2 ? "packed " : "streaming ") + std::to_string(k.tpr) + " x " +
+                           std::to_string(k.nv) + (hints ? ", hinted loads" : ", plain loads"),
+                       [&params, cfg, run] { return run(params, &cfg); }, {}});
+        }
+      }
+      return c;
+    };
+    std::vector<Candidate> cf = configs(
+        f, [](const norm::RowNormFwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_fwd_cuda(q, nullptr, c); },
+        [](const norm::RowNormFwdParams& q) { return norm::row_norm_fwd_cuda_config(q); });
+    time_candidates((std::string(k.what) + " fwd").c_str(), 2.0 * n * 2 + k.rows * 4.0, cf);
+    std::vector<Candidate> cb = configs(
+        b, [](const norm::RowNormBwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_bwd_cuda(q, nullptr, c); },
+        [](const norm::RowNormBwdParams& q) { return norm::row_norm_bwd_cuda_config(q); });
+    time_candidates((std::string(k.what) + " bwd").c_str(), 3.0 * n * 2 + k.rows * 4.0, cb);
+  }
+}
+
+TEST(FusedGpuPaths, CrossEntropyTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
   {  // fused_cross_entropy, the fused forward with the gradient in place, bf16 [8192, 151936] mean (each call
      // overwrites the logits with their gradient, as fused_peers' in-place calls do; the values do not change the work)
     const int64_t N = 8192, V = 151936;
@@ -293,8 +567,28 @@ TEST(FusedGpuPaths, CandidatesTiming) {
     CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
     std::vector<Candidate> c;
     c.push_back({"cuda.sm90.cluster_stored_exp_wide (default)", [&] { return plan.run(); }, {}});
+    CePlan c6(bufs, "cuda.sm90.cluster_stored_exp_c6");
+    c.push_back({"cuda.sm90.cluster_stored_exp_c6", [&] { return c6.run(); }, {}});
+    // Its parts (session 12): the loss alone (read only: floor / 2 at best) and the backward op from lse
+    // (cluster_smem's copy + gradient, no statistics, no cluster barriers).
+    CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kLossOnly);
+    CePlan bwd(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kBackward);
+    c.push_back({"loss only (no gradient; reads half the bytes)", [&] { return loss_only.run(); }, {}});
+    c.push_back({"backward op from lse, in place (no statistics)", [&] { return bwd.run(); }, {}});
     time_candidates("fused_cross_entropy fused in place bf16 [8192, 151936] mean", 2.0 * N * V * 2, c);
   }
+}
+
+// Two calls of the default fused forward in place at the bench shape, for Nsight Compute (the GPU script profiles
+// the second call's row kernel: ncu --launch-skip 1 --launch-count 1 -k regex:ce_smem_rows).
+TEST(FusedGpuPaths, CrossEntropyProfileTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
+  const int64_t N = 8192, V = 151936;
+  CeBufs bufs(N, V);
+  cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);  // as CrossEntropyTiming (the values do not change the work)
+  CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(plan.run(), 0);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ constexpr const char* kBwd = "clipped_swiglu_bwd";
 constexpr const char* kCudaImpl = "cuda.sm90.pairwise";
 constexpr const char* kCudaRingImpl = "cuda.sm90.bulk_ring";
 constexpr const char* kCudaTmaImpl = "cuda.sm90.tile_tma";
+constexpr const char* kCudaStreamRegsImpl = "cuda.sm90.stream_regs";
 
 struct FwdProblem {
   ClippedSwigluFwdParams params;
@@ -133,6 +134,19 @@ const ImplList<FwdProblem>& fwd_impls() {
                                      return static_cast<strata_status>(
                                          clipped_swiglu_fwd_cuda_tma(bind(p, launch), launch.cuda_stream));
                                    }});
+    // Session 12, first since s12run1 (C++ queued, bf16 [32768, 2 x 2880] interleaved: 0.1333 ms = 0.986 x the
+    // copy floor against tile_tma's 0.1455): pairwise' streaming kernel with plain loads on a grid that covers the
+    // tiles once, for dense interleaved rows; other layouts take tile_tma as before.
+    list.insert(list.begin(), {kCudaStreamRegsImpl,
+                               [](const FwdProblem& p) {
+                                 std::string r = reject_unless_cuda(p.device, 90);
+                                 return r.empty() ? clipped_swiglu_fwd_cuda_stream_reject(p.params) : r;
+                               },
+                               {},
+                               [](const FwdProblem& p, const Launch& launch) {
+                                 return static_cast<strata_status>(clipped_swiglu_fwd_cuda_stream(
+                                     bind(p, launch), launch.cuda_stream, ClippedSwigluStreamTile{}));
+                               }});
 #endif
     return list;
   }();

@@ -97,6 +97,23 @@ ClippedSwigluBwdFn clipped_swiglu_bwd_cpu_native_bf16();
 // row (dprobs by a fixed block reduction). Returns a strata_status.
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream);
 int clipped_swiglu_bwd_cuda(const ClippedSwigluBwdParams& p, void* stream);
+// clipped_swiglu_fwd_cuda with a choice of its streaming kernel (dense interleaved rows, I % 8 == 0, aligned; other
+// layouts run the chunk kernels as there). Session 12 default (s12run1, C++ queued, bf16 [32768, 2 x 2880]): plain
+// ld.global.v4 loads, 4 16-byte vectors per thread, a grid that covers the tiles once: 0.1333 ms = 0.986 x the copy
+// floor, against 0.1465 with ld_stream's hints (L1::no_allocate.L2::256B) on that grid, 0.1509 / 0.1612 (plain /
+// hinted) on the session-4 one-wave persistent grid (next tile's loads before the current one's math), 0.1341 with
+// 8 vectors, and tile_tma's 0.1455. `vectors` 8 only with persistent = false.
+struct ClippedSwigluStreamTile {
+  bool l2_hint_loads = false;
+  bool persistent = false;
+  int vectors = 4;
+};
+int clipped_swiglu_fwd_cuda_stream(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluStreamTile tile);
+// The implementation cuda.sm90.stream_regs (session 12, first in dispatch since s12run1): the streaming kernel with
+// the default tile above (plain loads, a grid that covers the tiles once); "" if a plan may take it
+// (f32/bf16/f16, interleaved, I % 8 == 0, dense x and y rows), else why not. Rows that turn out unaligned at run
+// time take the chunk kernels (clipped_swiglu_fwd_cuda_stream's fallback).
+std::string clipped_swiglu_fwd_cuda_stream_reject(const ClippedSwigluFwdParams& p);
 // The bulk-copy ring forward (cuda.sm90.bulk_ring): f32/bf16/f16, I % 8 == 0, equally spaced x and y rows
 // with unit column strides, x rows of at most 48 KiB, either layout; "" if a plan with these params may take
 // it, else why not. At run time rows that are not 16-byte aligned go to clipped_swiglu_fwd_cuda.

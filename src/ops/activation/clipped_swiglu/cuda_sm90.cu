@@ -157,38 +157,48 @@ __device__ __forceinline__ void stream_vec_out(const ClippedSwigluFwdParams& p, 
   }
 }
 
-template <bool F32, bool PROBS>
+// Session 12 (ClippedSwigluStreamTile): HINTS = ld_stream's hinted loads (the form since session 4) or plain
+// ld.global.v4; U vectors per thread per tile; PERSIST = the one-wave grid above, else a grid that covers the tiles
+// once (one tile per block, torch's element-wise shape) with no next-tile buffer.
+template <bool F32, bool PROBS, bool HINTS = true, int U = kStreamU, bool PERSIST = true>
 __global__ void __launch_bounds__(kBlock) fwd_interleaved_stream(const ClippedSwigluFwdParams p, int64_t nvec,
                                                                  uint32_t vpr) {
   const int32_t dt = F32 ? STRATA_DTYPE_F32 : (p.x_dtype == STRATA_DTYPE_BF16 ? STRATA_DTYPE_BF16 : STRATA_DTYPE_F16);
   const char* x = static_cast<const char*>(p.x) + p.x_rows.base * (F32 ? 4 : 2);
   char* y = static_cast<char*>(p.y) + p.y_rows.base * (F32 ? 4 : 2);
-  const int64_t tile = static_cast<int64_t>(kStreamU) * kBlock;
+  const int64_t tile = static_cast<int64_t>(U) * kBlock;
   const int64_t ntiles = (nvec + tile - 1) / tile;
   int64_t it = blockIdx.x;
   if (it >= ntiles) return;
-  uint4 cur[kStreamU], nxt[kStreamU];
-  auto load = [&](int64_t ti, uint4 (&buf)[kStreamU]) {
+  uint4 cur[U], nxt[PERSIST ? U : 1];
+  auto load = [&](int64_t ti, auto& buf) {
 #pragma unroll
-    for (int u = 0; u < kStreamU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int64_t v = ti * tile + u * kBlock + threadIdx.x;
-      if (v < nvec) buf[u] = cuda::ld_stream(x + v * 16);
+      if (v < nvec) buf[u] = cuda::ld_vec16(x + v * 16, HINTS);
+    }
+  };
+  auto out = [&](int64_t ti) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t v = ti * tile + u * kBlock + threadIdx.x;
+      if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
     }
   };
   load(it, cur);
-  for (;;) {
-    const int64_t nit = it + gridDim.x;
-    const bool more = nit < ntiles;
-    if (more) load(nit, nxt);
+  if constexpr (!PERSIST) {
+    out(it);
+  } else {
+    for (;;) {
+      const int64_t nit = it + gridDim.x;
+      const bool more = nit < ntiles;
+      if (more) load(nit, nxt);
+      out(it);
+      if (!more) break;
 #pragma unroll
-    for (int u = 0; u < kStreamU; ++u) {
-      const int64_t v = it * tile + u * kBlock + threadIdx.x;
-      if (v < nvec) stream_vec_out<F32, PROBS>(p, cur[u], v, vpr, dt, y);
+      for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+      it = nit;
     }
-    if (!more) break;
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
-    it = nit;
   }
 }
 
@@ -424,16 +434,37 @@ bool dense_rows(const RowLayout& l, int64_t width) {
   return l.col_stride == 1 && (l.nd == 0 || (l.nd == 1 && (l.sizes[0] <= 1 || l.strides[0] == width)));
 }
 
-template <bool F32, bool PROBS>
-strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
-  const auto kernel = fwd_interleaved_stream<F32, PROBS>;
-  static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
-  const int64_t tile = static_cast<int64_t>(kStreamU) * kBlock;
-  const int64_t need = (nvec + tile - 1) / tile, slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
-  const int64_t iters = (need + slots - 1) / slots;
-  const int64_t grid = (need + iters - 1) / iters;  // every block walks `iters` tiles (the last ones fewer)
+template <bool F32, bool PROBS, bool HINTS, int U, bool PERSIST>
+strata_status launch_fwd_stream_inst(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, cudaStream_t s) {
+  const auto kernel = fwd_interleaved_stream<F32, PROBS, HINTS, U, PERSIST>;
+  const int64_t tile = static_cast<int64_t>(U) * kBlock;
+  const int64_t need = (nvec + tile - 1) / tile;
+  int64_t grid = need;
+  if constexpr (PERSIST) {
+    static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
+    const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
+    const int64_t iters = (need + slots - 1) / slots;
+    grid = (need + iters - 1) / iters;  // every block walks `iters` tiles (the last ones fewer)
+  } else if (need > 0x7fffffffLL) {
+    return fail(STRATA_ERROR_UNSUPPORTED, "clipped_swiglu_fwd: {} tiles exceed one CUDA grid", need);
+  }
   kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, nvec, vpr);
   return cuda::check_launch("clipped_swiglu fwd_interleaved_stream");
+}
+
+template <bool F32, bool PROBS, bool HINTS>
+strata_status launch_fwd_stream_u(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, ClippedSwigluStreamTile t,
+                                  cudaStream_t s) {
+  if (t.persistent) return launch_fwd_stream_inst<F32, PROBS, HINTS, kStreamU, true>(p, nvec, vpr, s);
+  if (t.vectors == 8) return launch_fwd_stream_inst<F32, PROBS, HINTS, 8, false>(p, nvec, vpr, s);
+  return launch_fwd_stream_inst<F32, PROBS, HINTS, kStreamU, false>(p, nvec, vpr, s);
+}
+
+template <bool F32, bool PROBS>
+strata_status launch_fwd_stream(const ClippedSwigluFwdParams& p, int64_t nvec, uint32_t vpr, ClippedSwigluStreamTile t,
+                                cudaStream_t s) {
+  return t.l2_hint_loads ? launch_fwd_stream_u<F32, PROBS, true>(p, nvec, vpr, t, s)
+                         : launch_fwd_stream_u<F32, PROBS, false>(p, nvec, vpr, t, s);
 }
 
 // Plan-time part of the ring's conditions ("" if it applies).
@@ -610,7 +641,12 @@ strata_status launch_fwd_tma_dt(const ClippedSwigluFwdParams& p, ClippedSwigluTm
 }  // namespace
 
 int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
+  return clipped_swiglu_fwd_cuda_stream(p, stream, ClippedSwigluStreamTile{});
+}
+
+int clipped_swiglu_fwd_cuda_stream(const ClippedSwigluFwdParams& p, void* stream, ClippedSwigluStreamTile t) {
   if (p.rows == 0 || p.I == 0) return STRATA_SUCCESS;
+  if (t.vectors != kStreamU && (t.vectors != 8 || t.persistent)) return STRATA_ERROR_INVALID_VALUE;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   // Dense interleaved rows: the streaming kernel (flat vectors of x, no per-chunk row arithmetic).
   if (p.interleaved && p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows) &&
@@ -618,10 +654,10 @@ int clipped_swiglu_fwd_cuda(const ClippedSwigluFwdParams& p, void* stream) {
     const bool f32 = p.x_dtype == STRATA_DTYPE_F32;
     const int64_t vpr = 2 * p.I / (f32 ? 4 : 8), nvec = p.rows * vpr;
     if (!p.probs || nvec <= 0xffffffffLL) {
-      if (f32) return p.probs ? launch_fwd_stream<true, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                              : launch_fwd_stream<true, false>(p, nvec, 1, s);
-      return p.probs ? launch_fwd_stream<false, true>(p, nvec, static_cast<uint32_t>(vpr), s)
-                     : launch_fwd_stream<false, false>(p, nvec, 1, s);
+      if (f32) return p.probs ? launch_fwd_stream<true, true>(p, nvec, static_cast<uint32_t>(vpr), t, s)
+                              : launch_fwd_stream<true, false>(p, nvec, 1, t, s);
+      return p.probs ? launch_fwd_stream<false, true>(p, nvec, static_cast<uint32_t>(vpr), t, s)
+                     : launch_fwd_stream<false, false>(p, nvec, 1, t, s);
     }
   }
   const bool vec = p.I % kV == 0 && rows_vec_ok(p.x, p.x_dtype, p.x_rows) && rows_vec_ok(p.y, p.x_dtype, p.y_rows);
@@ -665,6 +701,15 @@ int clipped_swiglu_fwd_cuda_ring(const ClippedSwigluFwdParams& p, void* stream) 
     case STRATA_DTYPE_BF16: return launch_fwd_ring_dt<STRATA_DTYPE_BF16>(p, s);
     default: return launch_fwd_ring_dt<STRATA_DTYPE_F16>(p, s);  // ring_reject: f32 / bf16 / f16 only
   }
+}
+
+std::string clipped_swiglu_fwd_cuda_stream_reject(const ClippedSwigluFwdParams& p) {
+  if (p.x_dtype != STRATA_DTYPE_F32 && p.x_dtype != STRATA_DTYPE_BF16 && p.x_dtype != STRATA_DTYPE_F16)
+    return "handles f32/bf16/f16 x only";
+  if (!p.interleaved) return "needs interleaved pairs";
+  if (p.I % kV != 0) return "needs I % 8 == 0";
+  if (!dense_rows(p.x_rows, 2 * p.I) || !dense_rows(p.y_rows, p.I)) return "needs dense x and y rows";
+  return {};
 }
 
 std::string clipped_swiglu_fwd_cuda_tma_reject(const ClippedSwigluFwdParams& p) {

@@ -285,6 +285,8 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // half a pack instead of an FFMA, an FMUL, an ex2 and the pack (session 7; the backward op, which has no
 // statistics sweep, runs the kPieces = 1 gradient). (Session 9's cluster_stored_exp_bulk, whose gradient was
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
+// (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
+// gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
@@ -509,13 +511,16 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
+// fixed_c > 0 (session 12's cluster_stored_exp_c6): that cluster size for rows that take 4 CTAs of target_bytes.
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes, int fixed_c = 0) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
   int64_t C = 1;  // 1, 2, 4, 8
   while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
+  if (fixed_c > 0 && C == 4 && fixed_c <= kMaxCluster && ((nvec + fixed_c - 1) / fixed_c) * 16 <= kMaxSliceBytes)
+    C = fixed_c;  // rows that take 4 CTAs of the target size
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
@@ -555,9 +560,10 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
+bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpC6; }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
-  return (kind == CeSmemKind::kStoredExp || kind == CeSmemKind::kStoredExpWide) && p.dlogits != nullptr &&
-         !p.backward && !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
+  return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
+         !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
 }
 
 template <class T>
@@ -591,8 +597,9 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   STRATA_RETURN_IF_ERROR(ce_launch_count(p, stream_ptr));
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
-    const bool wide = kind == CeSmemKind::kStoredExpWide && stored_exp_runs(p, kind);
-    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
+    const bool wide = wide_kind(kind) && stored_exp_runs(p, kind);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes,
+                              wide && kind == CeSmemKind::kStoredExpC6 ? 6 : 0);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

@@ -87,6 +87,11 @@ RowNormBwdFn row_norm_bwd_cpu_native_bf16();
 // 4; the packed kernels' layout) or, nv 0 (tpr 32), a warp walking the row in shared memory twice, bulk-stored
 // whole; `hints` bit 0 stores with an L2 evict-first policy, bit 1 loads with it. One dtype for x and y, whole
 // aligned 16-byte vectors, dense x and y rows.
+// config.hints of the streaming and packed kernels (stream 1, 2): ld_stream's ld.global.L1::no_allocate.L2::256B
+// loads (sessions 4-11) instead of plain ld.global.v4, the form since s12run1 (FusedGpuPaths.RowNormLoadsTiming,
+// bf16, packed: rmsnorm [32768, 4096] bwd 0.1887 against 0.2077 ms, fwd 0.1333 against 0.1401, l2norm [524288, 128]
+// bwd 0.1039 against 0.1056; streaming equal or faster too).
+constexpr int kHintedLoads = 4;
 struct RowNormCudaConfig {
   int chunk_elems = 16;
   int tpr = 0;  // 0: looped kernel (chunk_elems, nv and rpg unused)
@@ -96,7 +101,8 @@ struct RowNormCudaConfig {
   int max_blocks = 0;
   int hints = 0;  // bulk: bit 0 stores with st.global.cs, bit 1 loads without the L2 evict-first policy;
                   // multi: bit 0 stores with st.global.cs, bit 1 loads with the L2 evict-first policy;
-                  // TMA: bit 0 bulk stores with the L2 evict-first policy, bit 1 bulk loads with it
+                  // TMA: bit 0 bulk stores with the L2 evict-first policy, bit 1 bulk loads with it;
+                  // streaming, packed: kHintedLoads alone (ld_stream's loads) or 0 (plain loads)
   int blocks_per_sm = 0;  // multi only: 0 one step per block, > 0 a persistent grid of that many blocks per SM
 };
 // The configuration the launchers use when none is given: the packed kernels where the layout allows (two

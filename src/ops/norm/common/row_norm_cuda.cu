@@ -302,8 +302,10 @@ __global__ void __launch_bounds__(kBlock) bwd_rows_looped(const RowNormBwdParams
 template <int TPR>
 constexpr int stream_block() { return TPR > 32 ? TPR : kBlock; }
 
+// hints (the streaming and packed kernels; config.hints bit 2, kHintedLoads): ld_stream's L1::no_allocate.L2::256B
+// loads, the form of sessions 4-11; else plain ld.global.v4 (the default since s12run1).
 template <int TPR, int NV, int RPG>
-__global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormFwdParams p) {
+__global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormFwdParams p, const bool hints) {
   constexpr bool kBlk = TPR > 32;
   constexpr int GPB = kBlk ? 1 : kBlock / TPR;  // row teams per block
   __shared__ float scratch[kBlk ? RPG * 32 : 1];
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormF
 #pragma unroll
       for (int k = 0; k < NV; ++k) {
         const int64_t v = static_cast<int64_t>(k) * TPR + t;
-        if (v < nvec) buf[r][k] = cuda::ld_stream(xr + v * 16);
+        if (v < nvec) buf[r][k] = cuda::ld_vec16(xr + v * 16, hints);
       }
     }
   };
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(stream_block<TPR>()) fwd_stream(const RowNormF
 }
 
 template <int TPR, int NV, int RPG>
-__global__ void __launch_bounds__(stream_block<TPR>()) bwd_stream(const RowNormBwdParams p) {
+__global__ void __launch_bounds__(stream_block<TPR>()) bwd_stream(const RowNormBwdParams p, const bool hints) {
   constexpr bool kBlk = TPR > 32;
   constexpr int GPB = kBlk ? 1 : kBlock / TPR;
   __shared__ float scratch[kBlk ? RPG * 32 : 1];
@@ -414,8 +416,8 @@ __global__ void __launch_bounds__(stream_block<TPR>()) bwd_stream(const RowNormB
       for (int k = 0; k < NV; ++k) {
         const int64_t v = static_cast<int64_t>(k) * TPR + t;
         if (v < nvec) {
-          b.s[r][k] = cuda::ld_stream(sr + v * 16);
-          if (!factor) b.g[r][k] = cuda::ld_stream(gr + v * 16);
+          b.s[r][k] = cuda::ld_vec16(sr + v * 16, hints);
+          if (!factor) b.g[r][k] = cuda::ld_vec16(gr + v * 16, hints);
         }
       }
       b.rstd[r] = load_one(p.rstd, p.rstd_dtype, p.rstd_rows.row_offset(row));
@@ -502,7 +504,7 @@ constexpr int packed_min_blocks(int regs) {
 
 template <int TPR, int NV>
 __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV <= 2 ? 40 : 48))
-    fwd_packed(const RowNormFwdParams p) {
+    fwd_packed(const RowNormFwdParams p, const bool hints) {
   constexpr bool kBlk = TPR > 32;
   constexpr int GPB = kBlk ? 1 : kBlock / TPR;  // rows per block per step
   __shared__ float scratch[32];
@@ -522,7 +524,7 @@ __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
       const int i = k * TPR + t;
-      v[k] = live && i < nvec ? cuda::ld_stream(xr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
+      v[k] = live && i < nvec ? cuda::ld_vec16(xr + static_cast<int64_t>(i) * 16, hints) : make_uint4(0, 0, 0, 0);
     }
     float ss = 0.f;  // zero vectors add nothing: one fma chain per lane, in k order
 #pragma unroll
@@ -546,7 +548,7 @@ __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV
 
 template <int TPR, int NV>
 __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV == 1 ? 40 : NV == 2 ? 64 : 80))
-    bwd_packed(const RowNormBwdParams p) {
+    bwd_packed(const RowNormBwdParams p, const bool hints) {
   constexpr bool kBlk = TPR > 32;
   constexpr int GPB = kBlk ? 1 : kBlock / TPR;
   __shared__ float scratch[32];
@@ -568,8 +570,8 @@ __global__ void __launch_bounds__(stream_block<TPR>(), packed_min_blocks<TPR>(NV
     for (int k = 0; k < NV; ++k) {
       const int i = k * TPR + t;
       const bool in = live && i < nvec;
-      s[k] = in ? cuda::ld_stream(sr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
-      g[k] = in && !factor ? cuda::ld_stream(gr + static_cast<int64_t>(i) * 16) : make_uint4(0, 0, 0, 0);
+      s[k] = in ? cuda::ld_vec16(sr + static_cast<int64_t>(i) * 16, hints) : make_uint4(0, 0, 0, 0);
+      g[k] = in && !factor ? cuda::ld_vec16(gr + static_cast<int64_t>(i) * 16, hints) : make_uint4(0, 0, 0, 0);
     }
     // The row's rstd (and dr for kFactor) with the row's loads, not after the reduction.
     const float rstd = live ? load_one(p.rstd, p.rstd_dtype, row_off(p.rstd_rows, row)) : 0.f;
@@ -895,7 +897,10 @@ bool bulk_known(const RowNormCudaConfig& c) {
 
 bool known_config(const RowNormCudaConfig& c, int max_group_nv) {
   if (c.max_blocks < 0) return false;
-  if (c.hints != 0 && c.stream != 3 && c.stream != 4 && c.stream != 5) return false;  // cache hints: bulk, multi, tma
+  // cache hints: bulk, multi, tma; hinted loads (kHintedLoads): streaming and packed
+  if (c.hints != 0 && c.stream != 3 && c.stream != 4 && c.stream != 5 &&
+      !((c.stream == 1 || c.stream == 2) && c.hints == kHintedLoads))
+    return false;
   if (c.blocks_per_sm != 0 && c.stream != 4) return false;           // persistent grids: multi-row kernels
   if (c.stream == 5) return row_norm_tma_known(c);
   if (c.stream == 4) return row_norm_multi_known(c) && c.hints >= 0 && c.hints <= 3 && c.blocks_per_sm >= 0;
@@ -1112,7 +1117,7 @@ strata_status launch_packed_inst(const typename K::Params& p, const RowNormCudaC
   if (p.rows == 0) return STRATA_SUCCESS;
   int64_t grid = std::min<int64_t>(cuda::ceil_div(p.rows, GPB), 0x7fffffff);
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
-  K::template packed<TPR, NV>()<<<static_cast<unsigned>(grid), BT, 0, s>>>(p);
+  K::template packed<TPR, NV>()<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, (c.hints & kHintedLoads) != 0);
   return cuda::check_launch(K::kPackedName);
 }
 
@@ -1149,7 +1154,7 @@ strata_status launch_stream_inst(const typename K::Params& p, const RowNormCudaC
   const int64_t slots = static_cast<int64_t>(cuda::current_sm_count()) * occ;
   int64_t grid = need <= slots ? need : cuda::ceil_div(need, cuda::ceil_div(need, slots));
   if (c.max_blocks > 0) grid = std::min<int64_t>(grid, c.max_blocks);
-  kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p);
+  kernel<<<static_cast<unsigned>(grid), BT, 0, s>>>(p, (c.hints & kHintedLoads) != 0);
   return cuda::check_launch(K::kStreamName);
 }
 

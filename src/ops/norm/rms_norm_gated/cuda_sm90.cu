@@ -222,7 +222,7 @@ constexpr int fwd_packed_min_blocks() {
 // Row offsets: row_off (cuda_common.cuh), as the packed forward takes only equally spaced rows (host-checked).
 template <int TPR, int NV>
 __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
-    fwd_team_packed(const RmsNormGatedFwdParams p, const VecFlags vf) {
+    fwd_team_packed(const RmsNormGatedFwdParams p, const VecFlags vf, const bool hints) {
   constexpr int TB = kBlock / TPR;  // row teams per block
   constexpr bool kHoistW = NV == 1;
   static_assert(TPR <= 32, "teams only");
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
     for (int k = 0; k < NV; ++k) {
       const int ci = t + k * TPR;
       const bool in = live && ci < nc;
-      xv[k] = in ? cuda::ld_stream(xr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
-      zv[k] = in ? cuda::ld_stream(zr + static_cast<int64_t>(ci) * 16) : make_uint4(0, 0, 0, 0);
+      xv[k] = in ? cuda::ld_vec16(xr + static_cast<int64_t>(ci) * 16, hints) : make_uint4(0, 0, 0, 0);
+      zv[k] = in ? cuda::ld_vec16(zr + static_cast<int64_t>(ci) * 16, hints) : make_uint4(0, 0, 0, 0);
     }
     team_fwd_row<TPR, NV, kHoistW>(
         p, vf, inv_g, xv, zv, t, live, wh, [&] { return YsOffs{row_off(p.y_rows, row), row_off(p.rstd_rows, row)}; },
@@ -254,16 +254,17 @@ __global__ void __launch_bounds__(kBlock, fwd_packed_min_blocks<NV>())
 }
 
 // ------------------------------------------------------------------------------------------------------
-// Packed 16-byte loads for the streaming backward (L1 bypassed, 256-byte L2 fetches).
+// Packed 16-byte loads for the streaming backward: hints, L1 bypassed and 256-byte L2 fetches (ld_stream, the
+// form since session 4); else plain ld.global.v4 (session 12 A/B).
 template <bool F32>
-__device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int64_t i) {
+__device__ __forceinline__ Packed<F32> load_packed_stream(const void* base, int64_t i, bool hints) {
   Packed<F32> r;
   if constexpr (F32) {
     const float* b = static_cast<const float*>(base) + i;
-    r.q[0] = cuda::ld_stream(b);
-    r.q[1] = cuda::ld_stream(b + 4);
+    r.q[0] = cuda::ld_vec16(b, hints);
+    r.q[1] = cuda::ld_vec16(b + 4, hints);
   } else {
-    r.q[0] = cuda::ld_stream(static_cast<const uint16_t*>(base) + i);
+    r.q[0] = cuda::ld_vec16(static_cast<const uint16_t*>(base) + i, hints);
   }
   return r;
 }
@@ -549,7 +550,8 @@ __global__ void __launch_bounds__(kBlock) fwd_looped(const RmsNormGatedFwdParams
 // workspace holds); reduce_partials adds the partial rows in fixed order. norm_before_gate keeps dn = dy act(z) w
 // as floats for the second phase (act is not evaluated twice); xh is recomputed from the packed h.
 template <bool F32, bool SILU, int TPR, int NV, int RPG>
-__global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdParams p, const VecFlags vf) {
+__global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdParams p, const VecFlags vf,
+                                                          const bool hints) {
   static_assert(TPR <= 32, "lane teams only");
   constexpr int GPB = kBlock / TPR;
   constexpr int kCols = TPR * NV * kV;  // features a team covers (>= D)
@@ -591,9 +593,9 @@ __global__ void __launch_bounds__(kBlock) bwd_stream_rows(const RmsNormGatedBwdP
 #pragma unroll
       for (int k = 0; k < NV; ++k)
         if (has[k]) {
-          bf.x[r][k] = load_packed_stream<F32>(p.x, xo + col[k]);
-          bf.z[r][k] = load_packed_stream<F32>(p.z, zo + col[k]);
-          bf.g[r][k] = load_packed_stream<F32>(p.dy, go + col[k]);
+          bf.x[r][k] = load_packed_stream<F32>(p.x, xo + col[k], hints);
+          bf.z[r][k] = load_packed_stream<F32>(p.z, zo + col[k], hints);
+          bf.g[r][k] = load_packed_stream<F32>(p.dy, go + col[k], hints);
           bf.rk[r][k] = load_one(p.rstd, p.rstd_dtype, so + rcol[k]);
         }
     }
@@ -947,7 +949,8 @@ strata_status launch_fwd(const RmsNormGatedFwdParams& p, const VecFlags& vf, cud
 // The streaming backward: a one-wave balanced grid of at most `max_blocks` (= bwd_partials: the workspace's
 // partial rows); p.num_partials is set to the grid (the partial rows this launch writes).
 template <bool F32, bool SILU, int TPR, int NV>
-strata_status launch_bwd_stream_inst(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, cudaStream_t s) {
+strata_status launch_bwd_stream_inst(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, bool hints,
+                                     cudaStream_t s) {
   constexpr int RPG = 1, GPB = kBlock / TPR;
   const auto kernel = bwd_stream_rows<F32, SILU, TPR, NV, RPG>;
   static const int occ = cuda::occupancy_blocks_per_sm(kernel, kBlock);
@@ -956,24 +959,25 @@ strata_status launch_bwd_stream_inst(RmsNormGatedBwdParams& p, const VecFlags& v
   int64_t grid = need <= slots ? need : (need + (need + slots - 1) / slots - 1) / ((need + slots - 1) / slots);
   grid = std::max<int64_t>(1, std::min(grid, max_blocks));
   if (p.dweight || p.dbias) p.num_partials = grid;
-  kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, vf);
+  kernel<<<static_cast<unsigned>(grid), kBlock, 0, s>>>(p, vf, hints);
   return cuda::check_launch("rms_norm_gated bwd_stream_rows");
 }
 
 template <int TPR, int NV>
-strata_status launch_bwd_stream(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, cudaStream_t s) {
+strata_status launch_bwd_stream(RmsNormGatedBwdParams& p, const VecFlags& vf, int64_t max_blocks, bool hints,
+                                cudaStream_t s) {
   const bool silu = p.act == kActSilu;
   if (p.x_dtype == STRATA_DTYPE_F32)
-    return silu ? launch_bwd_stream_inst<true, true, TPR, NV>(p, vf, max_blocks, s)
-                : launch_bwd_stream_inst<true, false, TPR, NV>(p, vf, max_blocks, s);
-  return silu ? launch_bwd_stream_inst<false, true, TPR, NV>(p, vf, max_blocks, s)
-              : launch_bwd_stream_inst<false, false, TPR, NV>(p, vf, max_blocks, s);
+    return silu ? launch_bwd_stream_inst<true, true, TPR, NV>(p, vf, max_blocks, hints, s)
+                : launch_bwd_stream_inst<true, false, TPR, NV>(p, vf, max_blocks, hints, s);
+  return silu ? launch_bwd_stream_inst<false, true, TPR, NV>(p, vf, max_blocks, hints, s)
+              : launch_bwd_stream_inst<false, false, TPR, NV>(p, vf, max_blocks, hints, s);
 }
 
-strata_status bwd_stream(RmsNormGatedBwdParams& p, const Config& c, const VecFlags& vf, int64_t max_blocks,
+strata_status bwd_stream(RmsNormGatedBwdParams& p, const Config& c, const VecFlags& vf, int64_t max_blocks, bool hints,
                          cudaStream_t s) {
   return visit_team(c, [&](auto tpr, auto nv) {
-    return launch_bwd_stream<decltype(tpr)::value, decltype(nv)::value>(p, vf, max_blocks, s);
+    return launch_bwd_stream<decltype(tpr)::value, decltype(nv)::value>(p, vf, max_blocks, hints, s);
   });
 }
 
@@ -1027,10 +1031,10 @@ strata_status bwd_vec(const RmsNormGatedBwdParams& p, const Config& c, const Vec
 }
 
 template <int TPR, int NV>
-strata_status launch_fwd_packed(const RmsNormGatedFwdParams& p, const VecFlags& vf, cudaStream_t s) {
+strata_status launch_fwd_packed(const RmsNormGatedFwdParams& p, const VecFlags& vf, bool hints, cudaStream_t s) {
   constexpr int TB = kBlock / TPR;
   const int64_t blocks = std::min<int64_t>((p.rows + TB - 1) / TB, 0x7fffffff);
-  fwd_team_packed<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf);
+  fwd_team_packed<TPR, NV><<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p, vf, hints);
   return cuda::check_launch("rms_norm_gated fwd_team_packed");
 }
 
@@ -1055,7 +1059,7 @@ std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p
   return {};
 }
 
-int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream) {
+int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream, bool l2_hint_loads) {
   if (p.rows == 0 || p.D == 0) return STRATA_SUCCESS;
   const Config c = fwd_packed_config(p);
   // Pointers are known only now: rows that cannot be read in aligned 16-byte chunks take group_rows' kernels.
@@ -1063,7 +1067,7 @@ int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream)
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const VecFlags vf{param_vec_ok(p.weight, p.w_dtype, p.w_row), param_vec_ok(p.bias, p.b_dtype, p.b_row)};
   return visit_team(c, [&](auto tpr, auto nv) {
-    return launch_fwd_packed<decltype(tpr)::value, decltype(nv)::value>(p, vf, s);
+    return launch_fwd_packed<decltype(tpr)::value, decltype(nv)::value>(p, vf, l2_hint_loads, s);
   });
 }
 
@@ -1084,7 +1088,7 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream) {
   return fwd_vec(p, c, vf, s);
 }
 
-int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p_in, void* stream) {
+int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p_in, void* stream, bool l2_hint_loads) {
   RmsNormGatedBwdParams p = p_in;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   p.num_partials = (p.dweight || p.dbias) ? bwd_partials(p) : 0;
@@ -1097,7 +1101,7 @@ int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p_in, void* stream) {
       bwd_looped<<<static_cast<unsigned>(blocks), kBlock, 0, s>>>(p);
       st = cuda::check_launch("rms_norm_gated bwd_looped");
     } else if (c.tpr <= 32 && !p.residual && !p.dres_out) {
-      st = bwd_stream(p, c, vf, blocks, s);  // sets p.num_partials for reduce_partials
+      st = bwd_stream(p, c, vf, blocks, l2_hint_loads, s);  // sets p.num_partials for reduce_partials
     } else {
       st = bwd_vec(p, c, vf, blocks, s);
     }

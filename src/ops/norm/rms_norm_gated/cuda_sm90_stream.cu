@@ -128,9 +128,10 @@ __device__ __forceinline__ void lane_params(const RmsNormGatedFwdParams& p, cons
   }
 }
 
+// hints: ld_stream's L1::no_allocate.L2::256B loads (session 7) instead of plain ld.global.v4 (session 12 A/B).
 template <int TPR, bool BF16, bool NBG, bool SILU>
 __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
-    fwd_team_stream(const RmsNormGatedFwdParams p, const VecFlags vf) {
+    fwd_team_stream(const RmsNormGatedFwdParams p, const VecFlags vf, const bool hints) {
   constexpr int TB = kStreamBlock / TPR;  // rows (teams) per block per step
   const int t = threadIdx.x % TPR, team = threadIdx.x / TPR;
   const int nc = static_cast<int>(p.D / kV);
@@ -158,13 +159,13 @@ __global__ void __launch_bounds__(kStreamBlock, kStreamMinBlocks)
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   bool live = row < p.rows;
-  uint4 xv = live && has ? cuda::ld_stream(x + xo) : zero;
-  uint4 zv = live && has ? cuda::ld_stream(z + zo) : zero;
+  uint4 xv = live && has ? cuda::ld_vec16(x + xo, hints) : zero;
+  uint4 zv = live && has ? cuda::ld_vec16(z + zo, hints) : zero;
   // The loop condition is uniform per block (the shuffles in team_row need every lane of the warp).
   for (int64_t first = static_cast<int64_t>(blockIdx.x) * TB; first < p.rows; first += step) {
     const bool nlive = row + step < p.rows;
-    const uint4 xn = nlive && has ? cuda::ld_stream(x + xo + xs) : zero;
-    const uint4 zn = nlive && has ? cuda::ld_stream(z + zo + zs) : zero;
+    const uint4 xn = nlive && has ? cuda::ld_vec16(x + xo + xs, hints) : zero;
+    const uint4 zn = nlive && has ? cuda::ld_vec16(z + zo + zs, hints) : zero;
     uint32_t q[kV / 2];
     const float rs = team_row<TPR, BF16, NBG, SILU>(xv, zv, w, b, W, inv_g, eps, q);
     if (live) {
@@ -259,15 +260,6 @@ __global__ void __launch_bounds__(kTmaMaxThreads)
 #endif
 }
 
-// team_regs' loads (session 11): plain ld.global.v4 (as fla's Triton forward issues them). The session-10 form,
-// ld_stream's ld.global.L1::no_allocate.L2::256B, ran [1048576, 128] bf16 at 0.2054 ms against the plain loads'
-// 0.1893 in s11run1 (the same kernel otherwise; RmsNormGatedRegsTile::l2_hint_loads keeps it for the sweep).
-__device__ __forceinline__ uint4 ld_plain(const void* p) {
-  uint4 v;
-  asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // team_regs: block b owns rows [b R T, (b + 1) R T) (T = teams per block); team k of the block takes rows
 // b R T + k + j T, j < R. Every lane runs every row's team_row (the shuffles need whole warps); rows past
 // p.rows load zeros and store nothing.
@@ -291,13 +283,8 @@ __global__ void __launch_bounds__(kTmaMaxThreads) fwd_team_regs(const RmsNormGat
     const bool live = has && row < p.rows;
     const uint16_t* xp = x + p.x_rows.base + row * p.x_rows.strides[0] + col;
     const uint16_t* zp = z + p.z_rows.base + row * p.z_rows.strides[0] + col;
-    if constexpr (HINTS) {
-      xv[j] = live ? cuda::ld_stream(xp) : zero;
-      zv[j] = live ? cuda::ld_stream(zp) : zero;
-    } else {
-      xv[j] = live ? ld_plain(xp) : zero;
-      zv[j] = live ? ld_plain(zp) : zero;
-    }
+    xv[j] = live ? cuda::ld_vec16(xp, HINTS) : zero;
+    zv[j] = live ? cuda::ld_vec16(zp, HINTS) : zero;
   }
   const float inv_g = 1.f / static_cast<float>(p.group), eps = p.eps;
   float w[kV], b[kV];
@@ -338,6 +325,7 @@ struct StreamGrid {
   bool persistent;
   RmsNormGatedTmaTile tile;  // rpt == 0: the streaming kernel
   RmsNormGatedRegsTile regs{0, 0};  // rows_per_team > 0: team_regs (tile.rpt is 0 then)
+  bool hints = false;               // the streaming kernel: ld_stream's hinted loads (else plain ld.global.v4)
 };
 
 // team_tma's block for teams of tpr lanes: whole teams, at most kTmaMaxThreads and at least one team.
@@ -380,7 +368,7 @@ strata_status launch_inst(const RmsNormGatedFwdParams& p, const VecFlags& vf, St
   const bool persistent = g.persistent || g.tile.rpt > 0;
   const int64_t slots = persistent ? static_cast<int64_t>(cuda::current_sm_count()) * occ : 0x7fffffff;
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((p.rows + TB - 1) / TB, slots));
-  kernel<<<static_cast<unsigned>(blocks), kStreamBlock, 0, s>>>(p, vf);
+  kernel<<<static_cast<unsigned>(blocks), kStreamBlock, 0, s>>>(p, vf, g.hints);
   return cuda::check_launch("rms_norm_gated fwd_team_stream");
 }
 
@@ -423,8 +411,8 @@ std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p
   return {};
 }
 
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent) {
-  return launch_any(p, StreamGrid{persistent, RmsNormGatedTmaTile{0, 0, 0}}, stream);
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent, bool l2_hint_loads) {
+  return launch_any(p, StreamGrid{persistent, RmsNormGatedTmaTile{0, 0, 0}, RmsNormGatedRegsTile{0, 0}, l2_hint_loads}, stream);
 }
 
 int rms_norm_gated_fwd_cuda_tma(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedTmaTile tile) {

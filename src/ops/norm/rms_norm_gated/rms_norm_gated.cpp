@@ -153,7 +153,9 @@ const ImplList<FwdProblem>& fwd_impls() {
                                         return rms_norm_gated_fwd_cuda_stream(q, s);
                                       }));
     l.push_back(cuda_impl<FwdProblem>(kCudaPackedImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_packed_reject,
-                                      rms_norm_gated_fwd_cuda_packed));
+                                      [](const RmsNormGatedFwdParams& q, void* s) {
+                                        return rms_norm_gated_fwd_cuda_packed(q, s);
+                                      }));
     l.push_back(cuda_impl<FwdProblem>(kCudaImpl, nullptr, x_f64_reason<RmsNormGatedFwdParams>, rms_norm_gated_fwd_cuda));
     l.push_back(cuda_impl<FwdProblem>(kCudaRingImpl, kFwdNoResidual, rms_norm_gated_fwd_cuda_ring_reject,
                                       rms_norm_gated_fwd_cuda_ring));
@@ -203,8 +205,9 @@ const ImplList<BwdProblem>& bwd_impls() {
         kCudaRingImpl, kBwdNoResidual,
         [](const RmsNormGatedBwdParams& q) { return rms_norm_gated_bwd_cuda_ring_reject(q); },
         rms_norm_gated_bwd_cuda_ring, cuda_bwd_workspace));
-    l.push_back(cuda_impl<BwdProblem>(kCudaImpl, nullptr, x_f64_reason<RmsNormGatedBwdParams>, rms_norm_gated_bwd_cuda,
-                                      cuda_bwd_workspace));
+    l.push_back(cuda_impl<BwdProblem>(
+        kCudaImpl, nullptr, x_f64_reason<RmsNormGatedBwdParams>,
+        [](const RmsNormGatedBwdParams& q, void* s) { return rms_norm_gated_bwd_cuda(q, s); }, cuda_bwd_workspace));
     l.push_back(cuda_impl<BwdProblem>(
         kCudaRingWideImpl, kBwdNoResidual,
         [](const RmsNormGatedBwdParams& q) { return rms_norm_gated_bwd_cuda_ring_reject(q, true); },

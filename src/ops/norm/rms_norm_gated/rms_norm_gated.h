@@ -139,14 +139,19 @@ int rms_norm_gated_fwd_cuda(const RmsNormGatedFwdParams& p, void* stream);
 // residual, D <= 1024 in lane teams, unit column strides), else why not. At run time rows that are not
 // 16-byte aligned go to rms_norm_gated_fwd_cuda.
 std::string rms_norm_gated_fwd_cuda_packed_reject(const RmsNormGatedFwdParams& p);
-int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream);
+// l2_hint_loads: ld_stream's hinted loads (sessions 5-11) instead of plain ld.global.v4 (the default since s12run1:
+// 0.2577 against 0.2601 ms at bf16 [1048576, 128]).
+int rms_norm_gated_fwd_cuda_packed(const RmsNormGatedFwdParams& p, void* stream, bool l2_hint_loads = false);
 // The streaming team forward (cuda.sm90.team_stream, cuda_sm90_stream.cu): bf16/f16, no residual, f32 rstd,
 // D <= 256 with one 8-feature chunk per lane of a team (choose()'s nv == 1), groups of 8 * 2^k features that
 // divide the team's slice; "" if a plan with these params may take it, else why not. Rows that are not 16-byte
 // aligned at run time go to rms_norm_gated_fwd_cuda.
 std::string rms_norm_gated_fwd_cuda_stream_reject(const RmsNormGatedFwdParams& p);
 // persistent = false: the forced-only cuda.sm90.team_stream_flat (a grid covering the rows once).
-int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true);
+// l2_hint_loads: ld.global.L1::no_allocate.L2::256B loads (the form of sessions 7-11) instead of plain
+// ld.global.v4 (the default since s12run1: 0.1954 against 0.2134 ms at bf16 [1048576, 128], C++ queued).
+int rms_norm_gated_fwd_cuda_stream(const RmsNormGatedFwdParams& p, void* stream, bool persistent = true,
+                                   bool l2_hint_loads = false);
 // The tiled bulk-copy forward (cuda.sm90.team_tma, cuda_sm90_stream.cu; session 9): the streaming forward's row
 // math in short-lived blocks of `threads` threads, each owning `rpt` consecutive rows that the copy engine loads
 // (x, z) and stores (y) whole. Same plan-time conditions as team_stream (its reject); at run time rows that are
@@ -172,7 +177,10 @@ struct RmsNormGatedRegsTile {
   bool l2_hint_loads = false;
 };
 int rms_norm_gated_fwd_cuda_regs(const RmsNormGatedFwdParams& p, void* stream, RmsNormGatedRegsTile tile = {});
-int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream);
+// l2_hint_loads: the streaming backward (lane-team rows without residual / dres_out) with ld_stream's hinted
+// loads (since session 4; kept: s12run1 0.4694 ms against plain ld.global.v4's 0.4706 at bf16 [1048576, 128]);
+// the other kernels take plain loads.
+int rms_norm_gated_bwd_cuda(const RmsNormGatedBwdParams& p, void* stream, bool l2_hint_loads = true);
 // The final fixed-order sum of the p.num_partials partial rows into dweight / dbias (zeros without rows).
 int rms_norm_gated_bwd_reduce_cuda(const RmsNormGatedBwdParams& p, void* stream);
 // The bulk-copy ring (cuda.sm90.bulk_ring, cuda_sm90_ring.cu): bf16/f16, no residual, D and G multiples of 8,
