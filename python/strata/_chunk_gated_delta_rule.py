@@ -7,8 +7,8 @@ Two torch ops:
   strata::chunk_gated_delta_rule_bwd(..., saved?) -> (dq, dk, dv, dg, dbeta, dh0)   (dh0 empty without
       initial_state; with a non-empty `saved` from the forward it does not re-run the forward)
 The forward's autograd saves its inputs and, on CUDA when a gradient is needed, the `saved` buffer (the
-normalised q, k, the gate cumsum, the WY factors, the chunk states and corrected values: about 1.5 GB at
-B=4 T=8192 H=16 HV=32 K=V=128 bf16), so that the backward skips re-running the forward; with
+normalised q, k, the gate cumsum, the WY factors, the chunk states and corrected values: 1 416 MiB at
+B=4 T=8192 H=16 HV=32 K=V=128 bf16 with l2norm), so that the backward skips re-running the forward; with
 recompute_in_backward=True only the inputs are kept and the backward re-computes everything (as fla does for
 w, u, h, v_new). The buffer is freed with the autograd graph. The CPU implementations save nothing (0 bytes).
 The public wrapper `chunk_gated_delta_rule` has fla's argument names and returns (o, final_state).
@@ -184,8 +184,9 @@ def chunk_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g:
     q, k, v, g, beta and initial_state; a gradient may flow into final_state.
 
     On CUDA, when a gradient is needed, the forward keeps its residuals for the backward (normalised q, k, gate
-    cumsum, WY factors w and A, the chunk states h and corrected values v_new: saved_bytes(...), about 360 bytes
-    per token and value head at K = V = 128 in bf16, 1.5 GB at B=4 T=8192 HV=32), so that the backward does not
+    cumsum, WY factors w and A, the chunk states h and corrected values v_new: chunk_gated_delta_rule_saved_bytes,
+    1 416 bytes per token and value head at K = V = 128, H = HV/2 in bf16 with l2norm: 1 416 MiB at B=4 T=8192
+    HV=32), so that the backward does not
     re-run the forward. recompute_in_backward=True keeps only the inputs (less memory, a slower backward that
     re-computes them). The CPU implementations always re-compute (they save nothing)."""
     for name in ("head_first", "use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first",

@@ -15,6 +15,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
@@ -362,6 +363,64 @@ void expect_saved_backward_same_bits(Prob& p) {
   EXPECT_LT(std::sqrt(num / std::max(den, 1e-300)), p.dt == STRATA_DTYPE_F32 ? 1e-4 : 2e-2);
 }
 
+// The op's C++ params of a CUDA OpRun (device pointers of its tensors), for the entry points below the plan.
+linear_attn::GdnTensor gdn_tensor(const OpRun::Arg& a) {
+  linear_attn::GdnTensor t;
+  if (!a.d) return t;
+  t.data = a.d->data(), t.dtype = a.d->desc().dtype;
+  for (int i = 0; i < 4; ++i) t.st[i] = i < a.d->desc().rank ? a.d->desc().strides[i] : 0;
+  return t;
+}
+GdnParams fwd_params_of(OpRun& r) {
+  GdnParams p;
+  p.q = gdn_tensor(r.q), p.k = gdn_tensor(r.k), p.v = gdn_tensor(r.v), p.g = gdn_tensor(r.g);
+  p.beta = gdn_tensor(r.beta), p.h0 = gdn_tensor(r.h0), p.o = gdn_tensor(r.to), p.ht = gdn_tensor(r.tht);
+  p.cu_seqlens = r.cu.d ? static_cast<const int64_t*>(r.cu.d->data()) : nullptr;
+  p.B = r.p.B, p.T = r.p.T, p.H = r.p.H, p.HV = r.p.HV, p.K = r.p.K, p.V = r.p.V, p.N = r.p.N;
+  p.scale = 0.3f;
+  p.l2norm = r.p.l2;
+  return p;
+}
+
+// The fused pass writing h and v_new (GdnSavedForward::kFusedPass) fills the saved buffer with the same bits as the
+// composed forward (h is S rounded once in both; v_new, w, A, γ, qn, kn from the same kernels), at the three block
+// widths of the wgmma pass (32 columns: few heads; 64: 40 heads; 128: 72 heads), varlen with empty and one-token
+// documents, h0 or not; o and the final state close to the composed forward's (another summation order).
+TEST(GdnSave, CudaFusedPassFillsTheSameSaved) {
+  if (!gpu()) GTEST_SKIP() << "no CUDA device";
+  const int32_t bf = STRATA_DTYPE_BF16;
+  std::vector<Prob> probs;
+  probs.emplace_back(bf, 2, 130, 2, 4, 128, 128);
+  probs.emplace_back(bf, 1, 200, 1, 4, 128, 64, std::vector<int64_t>{0, 0, 1, 64, 129, 200}, true, false, true);
+  probs.emplace_back(bf, 10, 100, 2, 4, 128, 128, std::vector<int64_t>{}, false, true, true);
+  probs.emplace_back(bf, 18, 70, 1, 4, 128, 128, std::vector<int64_t>{}, true, true, true);
+  probs.emplace_back(bf, 1, 300, 1, 1, 128, 128, std::vector<int64_t>{}, false, false, true);
+  for (Prob& pb : probs) {
+    SCOPED_TRACE(::testing::Message() << "B=" << pb.B << " T=" << pb.T << " HV=" << pb.HV << " V=" << pb.V);
+    OpRun a(pb, kGpu), f(pb, kGpu);
+    const uint64_t n = a.saved_bytes();
+    Buf sa(n), sf(n);
+    for (auto [r, buf, form] : {std::tuple{&a, &sa, linear_attn::GdnSavedForward::kComposed},
+                                std::tuple{&f, &sf, linear_attn::GdnSavedForward::kFusedPass}}) {
+      GdnParams p = fwd_params_of(*r);
+      p.saved.data = buf->p(), p.saved.dtype = STRATA_DTYPE_U8;
+      test::Dev ws(linear_attn::gdn_cuda_fwd_workspace(p));
+      ASSERT_EQ(linear_attn::gdn_cuda_fwd(p, ws.p, nullptr, form), STRATA_SUCCESS) << strata_get_last_error_message();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      r->download();
+    }
+    EXPECT_EQ(sf.bytes(), sa.bytes()) << "saved buffers differ";
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.o.numel(); ++i) {
+      const double x = f.o.get(i), y = a.o.get(i);
+      ASSERT_TRUE(std::isfinite(x)) << i;
+      num += (x - y) * (x - y), den += y * y;
+    }
+    EXPECT_LT(std::sqrt(num / std::max(den, 1e-300)), 1e-2);
+    for (int64_t i = 0; i < a.ht.numel(); ++i) ASSERT_NEAR(f.ht.get(i), a.ht.get(i), 1e-3 + 1e-3 * std::fabs(a.ht.get(i)));
+  }
+}
+
 TEST(GdnSave, CudaBackwardWithSavedSameBits) {
   if (!gpu()) GTEST_SKIP() << "no CUDA device";
   const int32_t bf = STRATA_DTYPE_BF16, f16 = STRATA_DTYPE_F16, f32 = STRATA_DTYPE_F32;
@@ -418,7 +477,14 @@ TEST(GdnSave, SavedTiming) {
     using linear_attn::GdnFusedForm;
     const std::vector<std::function<void()>> calls = {
         [&] { EXPECT_EQ(linear_attn::gdn_cuda_fused_fwd(pf, GdnFusedForm::kAuto, ws_fused.p, nullptr), STRATA_SUCCESS); },
-        [&] { EXPECT_EQ(linear_attn::gdn_cuda_fwd(pfs, ws_fs.p, nullptr), STRATA_SUCCESS); },
+        [&] {
+          EXPECT_EQ(linear_attn::gdn_cuda_fwd(pfs, ws_fs.p, nullptr, linear_attn::GdnSavedForward::kComposed),
+                    STRATA_SUCCESS);
+        },
+        [&] {
+          EXPECT_EQ(linear_attn::gdn_cuda_fwd(pfs, ws_fs.p, nullptr, linear_attn::GdnSavedForward::kFusedPass),
+                    STRATA_SUCCESS);
+        },
         [&] { EXPECT_EQ(linear_attn::gdn_cuda_bwd(p, ws_b.p, nullptr), STRATA_SUCCESS); },
         [&] { EXPECT_EQ(linear_attn::gdn_cuda_bwd(ps, ws_bs.p, nullptr), STRATA_SUCCESS); }};
     cudaEvent_t ev[2];
@@ -440,11 +506,12 @@ TEST(GdnSave, SavedTiming) {
     };
     const double MiB = 1024.0 * 1024.0;
     std::printf("[gdn_save timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: forward fused (nothing saved) %.3f ms, "
-                "forward filling saved %.3f ms; backward re-computing %.3f ms, backward reading saved %.3f ms; saved "
+                "forward filling saved: composed %.3f ms, fused pass %.3f ms; backward re-computing %.3f ms, backward "
+                "reading saved %.3f ms; saved "
                 "%.1f MiB (%.1f bytes per token and value head), workspaces: fused forward %.1f MiB, forward with saved "
                 "%.1f MiB, backward %.1f MiB, backward with saved %.1f MiB\n",
                 static_cast<long long>(B), static_cast<long long>(T), median(ms[0]), median(ms[1]), median(ms[2]),
-                median(ms[3]), saved_bytes / MiB, static_cast<double>(saved_bytes) / static_cast<double>(rows * HV),
+                median(ms[3]), median(ms[4]), saved_bytes / MiB, static_cast<double>(saved_bytes) / static_cast<double>(rows * HV),
                 ws_fused.bytes / MiB, ws_fs.bytes / MiB, ws_b.bytes / MiB, ws_bs.bytes / MiB);
     // The backward reading saved, per step (an event after each step's launches; median of 5).
     struct Steps {

@@ -120,9 +120,17 @@ inline size_t gdn_cuda_saved_bytes(const GdnParams& p) { return gdn_cuda_saved_l
 // the backward reads them instead of re-running the forward (no "forward WY" / "forward states" steps); the
 // workspaces then leave those buffers out. The backward must get the forward's q, k, v, g, beta, initial_state,
 // cu_seqlens and l2norm (the buffer is not checked against them beyond its size).
+// How the forward fills p.saved (session 12): kComposed: l2norm, γ, prepare_wy_repr_fwd (w, u, A), the state pass
+// chunk_gated_delta_rule_fwd_h (h, v_new, final state), chunk_fwd_o (o); kFusedPass: the same head, then the fused
+// state + output pass (gdn::fwd_cuda_state_o_wgmma, kShort form) writing o, h, v_new and the final state in one pass
+// (bf16, K = 128, V a multiple of 32, lean tensors; else kComposed). The same bits in saved (h is S rounded once in
+// both; v_new from the same products), o from the fused pass's order. kAuto: kComposed (kFusedPass not yet measured).
+// Without p.saved the form is ignored (the composed forward).
+enum class GdnSavedForward : int { kAuto = 0, kComposed, kFusedPass };
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
-strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,
+                           GdnSavedForward form = GdnSavedForward::kAuto);
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call

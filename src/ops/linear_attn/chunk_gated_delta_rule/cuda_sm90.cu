@@ -700,12 +700,24 @@ std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
   return r;
 }
 
-strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+// The saved forward's automatic form (GdnSavedForward::kAuto): kComposed until the fused pass writing h has been
+// timed on the GPU.
+constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kComposed;
+
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr, GdnSavedForward form) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve(p, false, workspace);
   const Calls c = make_calls(p, b, s, false);
   STRATA_RETURN_IF_ERROR(check_saved_alignment("chunk_gated_delta_rule_fwd", p));
+  if (form == GdnSavedForward::kAuto) form = kSavedForwardAuto;
+  // The fused pass writing o, h, v_new (c.fwdo carries them: h and v_new lie in the saved buffer) after the head's
+  // w, u and A (A: read by the backward), where it applies at run time (lean tensors).
+  if (p.saved.present() && form == GdnSavedForward::kFusedPass &&
+      gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo).empty() && gdn::fwd_cuda_state_o_wgmma_lean(c.fwdo)) {
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, kFoldHead));
+    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(c.fwdo, 0, gdn::WgmmaPass::kAuto, stream));
+  }
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
 }
