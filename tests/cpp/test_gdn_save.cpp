@@ -191,9 +191,11 @@ strata_tensor_desc bytes_desc(int64_t n, strata_device d, int32_t dtype = STRATA
   return make_desc(dtype, {n}, d);
 }
 
-// `msg`: the failing call's message (g_msg after a Run call).
+// `kept`: the failing call's message (&g_msg after an OpRun call); nullptr: the last error (read here, after the
+// call: the arguments are evaluated first).
 void expect_error(strata_status s, strata_status want, const std::string& needle,
-                  const std::string& msg = strata_get_last_error_message()) {
+                  const std::string* kept = nullptr) {
+  const std::string msg = kept ? *kept : strata_get_last_error_message();
   EXPECT_EQ(s, want) << strata_status_name(s) << ": " << msg;
   EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg << "\nexpected to contain: " << needle;
 }
@@ -265,12 +267,12 @@ TEST(GdnSave, CpuIgnoresAnEmptyBufferAndRejectsOthers) {
   std::vector<uint8_t> buf(4096, 0);
   OpRun bad(p, kHost);
   const strata_tensor_desc some = bytes_desc(4096, kHost);
-  expect_error(bad.fwd(&some, buf.data()), STRATA_ERROR_INVALID_SHAPE, "saved must hold", g_msg);
-  expect_error(bad.bwd(&some, buf.data()), STRATA_ERROR_INVALID_SHAPE, "the CPU implementations save nothing", g_msg);
+  expect_error(bad.fwd(&some, buf.data()), STRATA_ERROR_INVALID_SHAPE, "saved must hold", &g_msg);
+  expect_error(bad.bwd(&some, buf.data()), STRATA_ERROR_INVALID_SHAPE, "the CPU implementations save nothing", &g_msg);
   const strata_tensor_desc f32 = bytes_desc(0, kHost, STRATA_DTYPE_F32);
-  expect_error(bad.fwd(&f32, nullptr), STRATA_ERROR_INVALID_DTYPE, "saved", g_msg);
+  expect_error(bad.fwd(&f32, nullptr), STRATA_ERROR_INVALID_DTYPE, "saved", &g_msg);
   const strata_tensor_desc rank2 = make_desc(STRATA_DTYPE_U8, {0, 4}, kHost);
-  expect_error(bad.bwd(&rank2, nullptr), STRATA_ERROR_INVALID_SHAPE, "saved", g_msg);
+  expect_error(bad.bwd(&rank2, nullptr), STRATA_ERROR_INVALID_SHAPE, "saved", &g_msg);
   const strata_tensor_desc on_gpu = bytes_desc(0, kGpu);
   const strata_status s = bad.fwd(&on_gpu, nullptr);
   EXPECT_NE(s, STRATA_SUCCESS);
@@ -306,23 +308,23 @@ TEST(GdnSave, CudaRulesNothingWritten) {
   Buf buf(n);
   // wrong size
   const strata_tensor_desc small = bytes_desc(static_cast<int64_t>(n) - 1, kGpu);
-  expect_error(r.fwd(&small, buf.p()), STRATA_ERROR_INVALID_SHAPE, std::to_string(n) + " bytes", g_msg);
-  expect_error(r.bwd(&small, buf.p()), STRATA_ERROR_INVALID_SHAPE, "saved must hold", g_msg);
+  expect_error(r.fwd(&small, buf.p()), STRATA_ERROR_INVALID_SHAPE, std::to_string(n) + " bytes", &g_msg);
+  expect_error(r.bwd(&small, buf.p()), STRATA_ERROR_INVALID_SHAPE, "saved must hold", &g_msg);
   // wrong dtype, wrong device
   strata_tensor_desc i8 = buf.desc;
   i8.dtype = STRATA_DTYPE_I8;
-  expect_error(r.fwd(&i8, buf.p()), STRATA_ERROR_INVALID_DTYPE, "saved", g_msg);
+  expect_error(r.fwd(&i8, buf.p()), STRATA_ERROR_INVALID_DTYPE, "saved", &g_msg);
   strata_tensor_desc host = buf.desc;
   host.device = kHost;
   EXPECT_NE(r.bwd(&host, buf.p()), STRATA_SUCCESS);
   EXPECT_NE(g_msg.find("saved"), std::string::npos) << g_msg;
   // misaligned start (checked at run time, before anything is written)
-  expect_error(r.fwd(&buf.desc, static_cast<char*>(buf.p()) + 16), STRATA_ERROR_INVALID_VALUE, "256-byte aligned", g_msg);
-  expect_error(r.bwd(&buf.desc, static_cast<char*>(buf.p()) + 16), STRATA_ERROR_INVALID_VALUE, "256-byte aligned", g_msg);
+  expect_error(r.fwd(&buf.desc, static_cast<char*>(buf.p()) + 16), STRATA_ERROR_INVALID_VALUE, "256-byte aligned", &g_msg);
+  expect_error(r.bwd(&buf.desc, static_cast<char*>(buf.p()) + 16), STRATA_ERROR_INVALID_VALUE, "256-byte aligned", &g_msg);
   // an implementation that does not store the residuals, forced
   {
     ForceImpl f("cuda.sm90.fused");
-    expect_error(r.fwd(&buf.desc, buf.p()), STRATA_ERROR_NO_IMPLEMENTATION, "does not store the saved residuals", g_msg);
+    expect_error(r.fwd(&buf.desc, buf.p()), STRATA_ERROR_NO_IMPLEMENTATION, "does not store the saved residuals", &g_msg);
   }
   r.download();
   EXPECT_TRUE(r.outputs_untouched());
