@@ -288,8 +288,9 @@ bool gpu() { return test::have_gpu(); }
 struct Buf {
   std::unique_ptr<test::Dev> d;
   strata_tensor_desc desc{};
-  explicit Buf(uint64_t n) : d(std::make_unique<test::Dev>(n + 256)), desc(bytes_desc(static_cast<int64_t>(n), kGpu)) {
-    EXPECT_EQ(cudaMemset(d->p, 0, n + 256), cudaSuccess);
+  explicit Buf(uint64_t n, int fill = 0)
+      : d(std::make_unique<test::Dev>(n + 256)), desc(bytes_desc(static_cast<int64_t>(n), kGpu)) {
+    EXPECT_EQ(cudaMemset(d->p, fill, n + 256), cudaSuccess);
   }
   void* p() const { return d->p; }
   std::vector<uint8_t> bytes() const {
@@ -340,10 +341,13 @@ void expect_saved_backward_same_bits(Prob& p) {
   OpRun ref(p, kGpu), a(p, kGpu), b(p, kGpu);
   const uint64_t n = a.saved_bytes();
   ASSERT_GT(n, 0u);
-  Buf buf(n);
+  Buf buf(n), other(n, 0xff);
   ASSERT_EQ(a.fwd(&buf.desc, buf.p()), STRATA_SUCCESS) << g_msg;
   EXPECT_EQ(a.impl, "cuda.sm90.chunked");
   const std::vector<uint8_t> saved = buf.bytes();
+  // Every byte of the buffer is written (or zeroed): a repeat into a buffer of other contents gives the same bits.
+  ASSERT_EQ(b.fwd(&other.desc, other.p()), STRATA_SUCCESS) << g_msg;
+  EXPECT_EQ(other.bytes(), saved) << "the saved buffer is not the same bits on a repeat";
   ASSERT_EQ(ref.bwd(nullptr, nullptr), STRATA_SUCCESS) << g_msg;
   ASSERT_EQ(a.bwd(&buf.desc, buf.p()), STRATA_SUCCESS) << g_msg;
   ASSERT_EQ(b.bwd(&buf.desc, buf.p()), STRATA_SUCCESS) << g_msg;
@@ -401,7 +405,7 @@ TEST(GdnSave, CudaFusedPassFillsTheSameSaved) {
     SCOPED_TRACE(::testing::Message() << "B=" << pb.B << " T=" << pb.T << " HV=" << pb.HV << " V=" << pb.V);
     OpRun a(pb, kGpu), f(pb, kGpu);
     const uint64_t n = a.saved_bytes();
-    Buf sa(n), sf(n);
+    Buf sa(n), sf(n, 0xff);  // the fused form into a buffer of other contents: every byte written or zeroed
     for (auto [r, buf, form] : {std::tuple{&a, &sa, linear_attn::GdnSavedForward::kComposed},
                                 std::tuple{&f, &sf, linear_attn::GdnSavedForward::kFusedPass}}) {
       GdnParams p = fwd_params_of(*r);

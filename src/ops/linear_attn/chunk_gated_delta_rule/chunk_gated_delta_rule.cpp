@@ -380,6 +380,7 @@ GdnSavedLayout gdn_cuda_saved_layout(const GdnParams& p) {
   auto take = [&L](size_t bytes) {
     const size_t o = L.bytes;
     L.bytes += (bytes + 255) / 256 * 256;
+    if (o + bytes < L.bytes) L.pad_begin[L.pads] = o + bytes, L.pad_end[L.pads++] = L.bytes;
     return o;
   };
   if (p.l2norm) {
@@ -393,6 +394,7 @@ GdnSavedLayout gdn_cuda_saved_layout(const GdnParams& p) {
   L.w = take(bt * HV * K * es);
   L.vnew = take(bt * HV * V * es);
   L.h = take(rows_h * nth * HV * K * V * es);
+  L.h_end = L.h + rows_h * nth * HV * K * V * es;
   return L;
 }
 
