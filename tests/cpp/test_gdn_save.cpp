@@ -513,11 +513,12 @@ TEST(GdnSave, SavedTiming) {
     const double MiB = 1024.0 * 1024.0;
     std::printf("[gdn_save timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: forward fused (nothing saved) %.3f ms, "
                 "forward filling saved: composed %.3f ms, fused pass %.3f ms; backward re-computing %.3f ms, backward "
-                "reading saved %.3f ms; saved "
+                "reading saved %.3f ms\n[gdn_save memory] B=%lld: saved "
                 "%.1f MiB (%.1f bytes per token and value head), workspaces: fused forward %.1f MiB, forward with saved "
                 "%.1f MiB, backward %.1f MiB, backward with saved %.1f MiB\n",
                 static_cast<long long>(B), static_cast<long long>(T), median(ms[0]), median(ms[1]), median(ms[2]),
-                median(ms[3]), median(ms[4]), saved_bytes / MiB, static_cast<double>(saved_bytes) / static_cast<double>(rows * HV),
+                median(ms[3]), median(ms[4]), static_cast<long long>(B), saved_bytes / MiB,
+                static_cast<double>(saved_bytes) / static_cast<double>(rows * HV),
                 ws_fused.bytes / MiB, ws_fs.bytes / MiB, ws_b.bytes / MiB, ws_bs.bytes / MiB);
     // The backward reading saved, per step (an event after each step's launches; median of 5).
     struct Steps {
