@@ -12,8 +12,11 @@
 // Fused forward ("cuda.sm90.fused", gdn_cuda_fused_fwd: 16-bit tokens, K <= 128): the same head up to w, u (A is
 // not stored), then o and the final state from one state pass (gdn::fwd_cuda_state_o) that never writes h or
 // v_new, whose buffers are then not carved.
-// Backward (fla's chunk_gated_delta_rule_bwd), re-running the forward up to h and v_new first (nothing but the
-// inputs is kept between the passes):
+// With p.saved (session 12) the forward also leaves qn, kn, rq, rk, γ, A, w, h and v_new in that buffer
+// (gdn_cuda_saved_layout; by default from the fused pass writing h and v_new: GdnSavedForward) and zeroes its other
+// bytes; the backward then reads them instead of re-running the forward.
+// Backward (fla's chunk_gated_delta_rule_bwd), without p.saved re-running the forward up to h and v_new first
+// (nothing but the inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
 //   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
 //     (16-bit tokens, 64 < K <= 128 with bwd_dhu's 64-column tiles: one call, bwd_dhu's tensor-core kernel forming
