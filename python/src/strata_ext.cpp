@@ -507,6 +507,20 @@ NB_MODULE(_C, m) {
   m.def("clear_last_error", []() { strata_clear_last_error(); });
   m.def("dtype_name", [](int32_t dt) { return std::string(strata_dtype_name(dt)); });
   m.def("dtype_size", [](int32_t dt) { return static_cast<size_t>(strata_dtype_size(dt)); });
+  // chunk_gated_delta_rule: bytes of the forward's `saved` buffer from the metas (q, k, v, cu_seqlens or None; the
+  // pointers are not read, so fake tensors pass 0) and use_qk_l2norm_in_kernel. A pure function of the shapes.
+  m.def(
+      "chunk_gated_delta_rule_saved_bytes",
+      [](nb::handle metas, int32_t l2norm) {
+        Tensors t;
+        read_metas(metas.ptr(), t);
+        if (t.n != 4) raise_value_error("strata: chunk_gated_delta_rule_saved_bytes takes (q, k, v, cu_seqlens)");
+        uint64_t n = 0;
+        check(strata_chunk_gated_delta_rule_saved_bytes(t.pdesc[0], t.pdesc[1], t.pdesc[2], t.pdesc[3], l2norm, &n),
+              "strata_chunk_gated_delta_rule_saved_bytes");
+        return n;
+      },
+      nb::arg("metas"), nb::arg("use_qk_l2norm_in_kernel"));
 
   m.attr("DEVICE_CPU") = static_cast<int>(STRATA_DEVICE_CPU);
   m.attr("DEVICE_CUDA") = static_cast<int>(STRATA_DEVICE_CUDA);

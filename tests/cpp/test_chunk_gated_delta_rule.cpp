@@ -76,15 +76,15 @@ strata_status run_fwd(Problem& p, HostTensor& o, HostTensor* ht, float scale, bo
   strata_plan plan = nullptr;
   strata_status s = strata_chunk_gated_delta_rule_fwd_plan(&p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc,
                                                            desc(p.h0_ptr()), desc(p.cu_ptr()), &o.desc, desc(ht),
-                                                           scale, l2 ? 1 : 0, &plan);
+                                                           nullptr, scale, l2 ? 1 : 0, &plan);
   if (s != STRATA_SUCCESS) return s;
   if (impl) *impl = strata_plan_impl_name(plan);
   size_t ws = 0;
   strata_plan_workspace_size(plan, &ws);
   g_ws.assign(ws, 0);
   void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), data(p.h0_ptr()), data(p.cu_ptr()),
-               data(&o), data(ht)};
-  s = strata_plan_run(plan, t, 9, g_ws.data(), ws, nullptr);
+               data(&o), data(ht), nullptr};
+  s = strata_plan_run(plan, t, 10, g_ws.data(), ws, nullptr);
   strata_plan_destroy(plan);
   return s;
 }
@@ -108,8 +108,8 @@ strata_status run_bwd(Problem& p, Grads& gr, float scale, bool l2, std::string* 
   HostTensor* dh0 = p.has_h0 ? &gr.dh0 : nullptr;
   strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
       &p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc, desc(p.h0_ptr()), desc(p.cu_ptr()), &p.d_o.desc,
-      desc(p.dht_ptr()), &gr.dq.desc, &gr.dk.desc, &gr.dv.desc, &gr.dg.desc, &gr.dbeta.desc, desc(dh0), scale,
-      l2 ? 1 : 0, &plan);
+      desc(p.dht_ptr()), &gr.dq.desc, &gr.dk.desc, &gr.dv.desc, &gr.dg.desc, &gr.dbeta.desc, desc(dh0), nullptr,
+      scale, l2 ? 1 : 0, &plan);
   if (s != STRATA_SUCCESS) return s;
   if (impl) *impl = strata_plan_impl_name(plan);
   size_t ws = 0;
@@ -117,8 +117,9 @@ strata_status run_bwd(Problem& p, Grads& gr, float scale, bool l2, std::string* 
   g_ws.assign(ws, 0);
   void* t[] = {data(&p.q),       data(&p.k),         data(&p.v),       data(&p.g),       data(&p.beta),
                data(p.h0_ptr()), data(p.cu_ptr()),   data(&p.d_o),     data(p.dht_ptr()), data(&gr.dq),
-               data(&gr.dk),     data(&gr.dv),       data(&gr.dg),     data(&gr.dbeta),  data(dh0)};
-  s = strata_plan_run(plan, t, 15, g_ws.data(), ws, nullptr);
+               data(&gr.dk),     data(&gr.dv),       data(&gr.dg),     data(&gr.dbeta),  data(dh0),
+               nullptr};
+  s = strata_plan_run(plan, t, 16, g_ws.data(), ws, nullptr);
   strata_plan_destroy(plan);
   return s;
 }
@@ -141,15 +142,15 @@ struct V {
   void expect(const D& d, strata_status status, const std::string& needle, bool null_h0 = false) {
     strata_plan plan = nullptr;
     strata_status s = strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta,
-                                                             null_h0 ? nullptr : &d.h0, &d.cu, &d.o, &d.ht, 0.5f, 0,
-                                                             &plan);
+                                                             null_h0 ? nullptr : &d.h0, &d.cu, &d.o, &d.ht, nullptr,
+                                                             0.5f, 0, &plan);
     if (s == STRATA_SUCCESS) {
       size_t ws = 0;
       strata_plan_workspace_size(plan, &ws);
       std::vector<uint8_t> w(ws);
       void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), data(&p.h0), data(&p.cu),
-                   data(&o), data(&ht)};
-      s = strata_plan_run(plan, t, 9, w.data(), ws, nullptr);
+                   data(&o), data(&ht), nullptr};
+      s = strata_plan_run(plan, t, 10, w.data(), ws, nullptr);
       strata_plan_destroy(plan);
     }
     const std::string msg = strata_get_last_error_message();
@@ -171,36 +172,36 @@ TEST(ChunkGatedDeltaRule, NullRules) {
   auto d = v.valid();
   strata_plan plan = nullptr;
   EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(nullptr, &d.k, &d.v, &d.g, &d.beta, nullptr, nullptr, &d.o,
-                                                   nullptr, 0.5f, 0, &plan),
+                                                   nullptr, nullptr, 0.5f, 0, &plan),
             STRATA_ERROR_NULL_POINTER);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("chunk_gated_delta_rule_fwd: q must not be NULL"),
             std::string::npos);
   EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, nullptr, &d.beta, nullptr, nullptr, &d.o,
-                                                   nullptr, 0.5f, 0, &plan),
+                                                   nullptr, nullptr, 0.5f, 0, &plan),
             STRATA_ERROR_NULL_POINTER);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("g must not be NULL"), std::string::npos);
   EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, nullptr,
-                                                   nullptr, 0.5f, 0, &plan),
+                                                   nullptr, nullptr, 0.5f, 0, &plan),
             STRATA_ERROR_NULL_POINTER);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("o must not be NULL"), std::string::npos);
   // the backward's required gradients
   Grads gr(v.p);
   EXPECT_EQ(strata_chunk_gated_delta_rule_bwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &v.p.d_o.desc,
                                                    nullptr, &gr.dq.desc, &gr.dk.desc, &gr.dv.desc, nullptr,
-                                                   &gr.dbeta.desc, nullptr, 0.5f, 0, &plan),
+                                                   &gr.dbeta.desc, nullptr, nullptr, 0.5f, 0, &plan),
             STRATA_ERROR_NULL_POINTER);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("chunk_gated_delta_rule_bwd: dg must not be NULL"),
             std::string::npos);
   // a plan made with cu_seqlens needs its pointer at run time
   ASSERT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
-                                                   0.5f, 0, &plan),
+                                                   nullptr, 0.5f, 0, &plan),
             STRATA_SUCCESS);
   size_t ws = 0;
   strata_plan_workspace_size(plan, &ws);
   std::vector<uint8_t> w(ws);
   void* t[] = {data(&v.p.q), data(&v.p.k), data(&v.p.v), data(&v.p.g), data(&v.p.beta), nullptr, nullptr,
-               data(&v.o), nullptr};
-  EXPECT_EQ(strata_plan_run(plan, t, 9, w.data(), ws, nullptr), STRATA_ERROR_NULL_POINTER);
+               data(&v.o), nullptr, nullptr};
+  EXPECT_EQ(strata_plan_run(plan, t, 10, w.data(), ws, nullptr), STRATA_ERROR_NULL_POINTER);
   strata_plan_destroy(plan);
   EXPECT_TRUE(all_poison(v.o));
 }
@@ -313,11 +314,11 @@ TEST(ChunkGatedDeltaRule, AttributeRules) {
   auto d = v.valid();
   strata_plan plan = nullptr;
   EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
-                                                   NAN, 0, &plan),
+                                                   nullptr, NAN, 0, &plan),
             STRATA_ERROR_INVALID_ATTRIBUTE);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("scale must be finite"), std::string::npos);
   EXPECT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&d.q, &d.k, &d.v, &d.g, &d.beta, nullptr, &d.cu, &d.o, nullptr,
-                                                   0.5f, 2, &plan),
+                                                   nullptr, 0.5f, 2, &plan),
             STRATA_ERROR_INVALID_ATTRIBUTE);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("use_qk_l2norm_in_kernel must be 0 or 1, got 2"),
             std::string::npos);
@@ -363,14 +364,15 @@ TEST(ChunkGatedDeltaRule, WorkspaceTooSmallIsAnError) {
     HostTensor o = poisoned(STRATA_DTYPE_F32, {1, 8, 1, 3});
     strata_plan plan = nullptr;
     ASSERT_EQ(strata_chunk_gated_delta_rule_fwd_plan(&p.q.desc, &p.k.desc, &p.v.desc, &p.g.desc, &p.beta.desc,
-                                                     nullptr, nullptr, &o.desc, nullptr, 0.5f, 0, &plan),
+                                                     nullptr, nullptr, &o.desc, nullptr, nullptr, 0.5f, 0, &plan),
               STRATA_SUCCESS);
     size_t ws = 0;
     strata_plan_workspace_size(plan, &ws);
     EXPECT_GT(ws, 0u);
     std::vector<uint8_t> w(ws);
-    void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), nullptr, nullptr, data(&o), nullptr};
-    EXPECT_EQ(strata_plan_run(plan, t, 9, w.data(), ws - 1, nullptr), STRATA_ERROR_WORKSPACE_TOO_SMALL);
+    void* t[] = {data(&p.q), data(&p.k), data(&p.v), data(&p.g), data(&p.beta), nullptr, nullptr, data(&o), nullptr,
+                 nullptr};
+    EXPECT_EQ(strata_plan_run(plan, t, 10, w.data(), ws - 1, nullptr), STRATA_ERROR_WORKSPACE_TOO_SMALL);
     strata_plan_destroy(plan);
     EXPECT_TRUE(all_poison(o));
   }
@@ -665,13 +667,13 @@ strata_status run_fwd_cuda(Problem& p, HostTensor& o, HostTensor* ht, float scal
          cu = up(p.cu_ptr()), od = up(&o), hd = up(ht);
   strata_plan plan = nullptr;
   const strata_status s = strata_chunk_gated_delta_rule_fwd_plan(dd(q), dd(k), dd(v), dd(g), dd(be), dd(h0), dd(cu),
-                                                                 dd(od), dd(hd), scale, l2 ? 1 : 0, &plan);
+                                                                 dd(od), dd(hd), nullptr, scale, l2 ? 1 : 0, &plan);
   if (s != STRATA_SUCCESS) {
     g_cuda_msg = strata_get_last_error_message();
     return s;
   }
-  void* t[] = {dp(q), dp(k), dp(v), dp(g), dp(be), dp(h0), dp(cu), dp(od), dp(hd)};
-  return run_plan_cuda(plan, t, 9, [&] {
+  void* t[] = {dp(q), dp(k), dp(v), dp(g), dp(be), dp(h0), dp(cu), dp(od), dp(hd), nullptr};
+  return run_plan_cuda(plan, t, 10, [&] {
     od->download(o);
     if (ht) hd->download(*ht);
   });
@@ -685,14 +687,14 @@ strata_status run_bwd_cuda(Problem& p, Grads& gr, float scale, bool l2) {
   strata_plan plan = nullptr;
   const strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
       dd(q), dd(k), dd(v), dd(g), dd(be), dd(h0), dd(cu), dd(dO), dd(dht), dd(dq), dd(dk), dd(dv), dd(dg), dd(db),
-      dd(dh0), scale, l2 ? 1 : 0, &plan);
+      dd(dh0), nullptr, scale, l2 ? 1 : 0, &plan);
   if (s != STRATA_SUCCESS) {
     g_cuda_msg = strata_get_last_error_message();
     return s;
   }
   void* t[] = {dp(q),  dp(k),  dp(v),  dp(g),  dp(be), dp(h0), dp(cu), dp(dO),
-               dp(dht), dp(dq), dp(dk), dp(dv), dp(dg), dp(db), dp(dh0)};
-  return run_plan_cuda(plan, t, 15, [&] {
+               dp(dht), dp(dq), dp(dk), dp(dv), dp(dg), dp(db), dp(dh0), nullptr};
+  return run_plan_cuda(plan, t, 16, [&] {
     dq->download(gr.dq);
     dk->download(gr.dk);
     dv->download(gr.dv);

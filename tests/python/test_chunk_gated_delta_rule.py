@@ -170,12 +170,76 @@ def test_deterministic_bits(device):
 def test_opcheck(device):
     ins, h0, cu_t = make_inputs(1, 40, 1, 2, 8, 4, cu=[0, 17, 40], l2=True, device=device)
     fwd = OPS["chunk_gated_delta_rule_fwd"].overload
-    args = (*[x.clone().requires_grad_(True) for x in ins], 0.3, h0.clone().requires_grad_(True), True, cu_t, True)
-    torch.library.opcheck(fwd, args)
+    for save in (False, True):  # with save, the fake implementation sizes `saved` (0 bytes on the CPU); every byte
+        # of the buffer is written (or zeroed) by the forward, so the eager and compiled runs compare equal
+        args = (*[x.clone().requires_grad_(True) for x in ins], 0.3, h0.clone().requires_grad_(True), True, cu_t,
+                True, save)
+        torch.library.opcheck(fwd, args)
     bwd = OPS["chunk_gated_delta_rule_bwd"].overload
     do = torch.randn(1, 40, 2, 4).to(device)
     dht = torch.randn(2, 2, 8, 4).to(device)
-    torch.library.opcheck(bwd, (*ins, 0.3, h0, cu_t, do, dht, True))
+    torch.library.opcheck(bwd, (*ins, 0.3, h0, cu_t, do, dht, True, None))
+    _, _, saved = fwd(*ins, 0.3, h0, True, cu_t, True, True)
+    torch.library.opcheck(bwd, (*ins, 0.3, h0, cu_t, do, dht, True, saved))
+
+
+def test_saved_bytes_python_formula_matches_the_c_function():
+    """The fake implementation's formula (plain arithmetic, symbolic shapes) against the C size function, for a
+    CUDA device (a pure function: no GPU needed)."""
+    from strata import _C
+    from strata._chunk_gated_delta_rule import _saved_bytes
+    from strata._ops import DTYPE_CODES
+
+    def meta(dtype, shape, dev):
+        st = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            st[i] = st[i + 1] * max(shape[i + 1], 1)
+        return (DTYPE_CODES[dtype], dev, tuple(shape), tuple(st), 0)
+
+    bf, f32 = torch.bfloat16, torch.float32
+    for (B, T, H, HV, K, V, dq, dv, n_cu, l2) in [(4, 8192, 16, 32, 128, 128, bf, bf, None, True),
+                                                  (1, 100, 2, 4, 32, 16, f32, bf, 3, False),
+                                                  (2, 65, 1, 3, 100, 24, torch.float16, torch.float16, None, False),
+                                                  (1, 1, 1, 1, 16, 8, bf, bf, 1, True),
+                                                  (3, 0, 1, 2, 16, 16, bf, bf, None, True)]:
+        for dev in (0, -1):
+            metas = [meta(dq, (B, T, H, K), dev), meta(dq, (B, T, H, K), dev), meta(dv, (B, T, HV, V), dev),
+                     None if n_cu is None else meta(torch.int64, (n_cu + 1,), dev)]
+            want = _C.chunk_gated_delta_rule_saved_bytes(metas, 1 if l2 else 0)
+            half = dq in (bf, torch.float16) and dv == dq
+            assert _saved_bytes(dev >= 0, (B, T, H, K), (B, T, HV, V), half, n_cu, l2) == want
+            assert (want == 0) == (dev < 0 or B * T == 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")
+def test_saved_and_recompute_give_the_same_gradients():
+    """CUDA: the forward keeps `saved` when a gradient is needed, and the backward reading it gives the same bits
+    as the re-computing backward (recompute_in_backward=True); the buffer is freed with the graph."""
+    for case in CASES:
+        B, T, H, HV, K, V, cu, has_h0, l2, dtype = case
+        ins, h0, cu_t = make_inputs(B, T, H, HV, K, V, dtype, cu, has_h0, l2, device="cuda")
+        grads, outs = [], []
+        for recompute in (False, True):
+            leaves = [x.clone().requires_grad_(True) for x in ins]
+            h0_leaf = h0.clone().requires_grad_(True) if h0 is not None else None
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            o, ht = api.chunk_gated_delta_rule(*leaves, initial_state=h0_leaf, output_final_state=True,
+                                               cu_seqlens=cu_t, use_qk_l2norm_in_kernel=l2,
+                                               recompute_in_backward=recompute)
+            held = torch.cuda.memory_allocated() - before
+            ((o.float() * 0.5).sum() + ht.square().sum()).backward()
+            grads.append([x.grad for x in leaves] + ([h0_leaf.grad] if h0 is not None else []))
+            outs.append(o.detach())
+            del o, ht
+            torch.cuda.synchronize()
+            if recompute:
+                assert held < saved_held, case
+            else:
+                saved_held = held
+        for a, b in zip(*grads):
+            assert torch.equal(a, b), case
+        assert rel_rms(outs[0], outs[1]) < {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
 
 
 @pytest.mark.skipif(not HAS_CUSTOM_OP, reason="torch < 2.4")

@@ -1,8 +1,11 @@
 // chunk_gated_delta_rule: definition, validation, implementation lists and the two plans (forward, backward)
 // of the full Gated DeltaNet operator (ops_gdn_kda.md §4.12; README.md beside this file).
-//   forward  tensors {q, k, v, g, beta, initial_state, cu_seqlens, o, final_state}
-//   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0}
-// The backward re-computes everything it needs from the forward's inputs (nothing is saved but the inputs).
+//   forward  tensors {q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, saved}
+//   backward tensors {q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta, dh0, saved}
+// `saved` (optional, uint8 [strata_chunk_gated_delta_rule_saved_bytes]): the forward's residuals, written by the
+// forward and read by the backward, which then skips re-running the forward (CUDA; 0 bytes on the CPU, whose
+// implementations save nothing and re-compute). Without it the backward re-computes everything it needs from the
+// forward's inputs.
 // Implementations, in dispatch order: cuda.sm90.fused (forward only: prepare_wy_repr_fwd, then one pass that
 // computes o inside the state recurrence, never materialising h; bf16 / f16 tokens, K <= 128, cuda_sm90.cu; the
 // gated Q Kᵀ formed inside the pass or, when the pass splits V into several blocks per head, chunk-parallel
@@ -30,7 +33,7 @@ namespace {
 
 constexpr const char* kFwd = "chunk_gated_delta_rule_fwd";
 constexpr const char* kBwd = "chunk_gated_delta_rule_bwd";
-constexpr int kFwdTensors = 9, kBwdTensors = 15;
+constexpr int kFwdTensors = 10, kBwdTensors = 16;
 
 struct GdnProblem {
   GdnParams params;  // pointers bound at run time
@@ -42,11 +45,11 @@ struct GdnProblem {
 // Tensor slots of GdnParams in each op's tensor order (nullptr: cu_seqlens, bound separately).
 std::vector<GdnTensor GdnParams::*> slots_of(bool bwd) {
   if (!bwd)
-    return {&GdnParams::q, &GdnParams::k, &GdnParams::v, &GdnParams::g, &GdnParams::beta, &GdnParams::h0, nullptr,
-            &GdnParams::o, &GdnParams::ht};
+    return {&GdnParams::q, &GdnParams::k, &GdnParams::v,  &GdnParams::g,     &GdnParams::beta,
+            &GdnParams::h0, nullptr,      &GdnParams::o, &GdnParams::ht, &GdnParams::saved};
   return {&GdnParams::q,   &GdnParams::k,  &GdnParams::v,  &GdnParams::g,  &GdnParams::beta,
           &GdnParams::h0,  nullptr,        &GdnParams::do_, &GdnParams::dht, &GdnParams::dq,
-          &GdnParams::dk,  &GdnParams::dv, &GdnParams::dg, &GdnParams::dbeta, &GdnParams::dh0};
+          &GdnParams::dk,  &GdnParams::dv, &GdnParams::dg, &GdnParams::dbeta, &GdnParams::dh0, &GdnParams::saved};
 }
 
 GdnParams bind(const GdnProblem& pr, const Launch& l) {
@@ -69,6 +72,13 @@ bool any_f64(const GdnProblem& pr) {
   for (auto s : slots_of(pr.bwd))
     if (s && (pr.params.*s).data && (pr.params.*s).dtype == STRATA_DTYPE_F64) return true;
   return false;
+}
+
+// The bytes `saved` must have: the CUDA implementation's residuals (gdn_cuda_saved_bytes) on a CUDA device, 0 on
+// the CPU (its implementations save nothing: an empty `saved` is accepted there and ignored). Shape fields of p
+// only (B, T, H, HV, K, V, N, cu_seqlens present, l2norm, the dtypes of q, k, v).
+size_t saved_bytes_on(strata_device device, const GdnParams& p) {
+  return device.type == STRATA_DEVICE_CUDA ? gdn_cuda_saved_bytes(p) : 0;
 }
 
 const ImplList<GdnProblem>& impls() {
@@ -144,13 +154,27 @@ const ImplList<GdnProblem>& impls() {
   return list;
 }
 
+// The shape fields of GdnParams from validated descriptors (q [B, T, H, K], v [B, T, HV, V], cu_seqlens [N + 1]
+// or NULL); tensors absent except the dtypes of q, k, v (cu_seqlens: a non-null stand-in when given).
+GdnParams shape_params(const strata_tensor_desc& q, const strata_tensor_desc& k, const strata_tensor_desc& v,
+                       const strata_tensor_desc* cu, int32_t l2norm) {
+  GdnParams p;
+  p.q.dtype = q.dtype, p.k.dtype = k.dtype, p.v.dtype = v.dtype;
+  p.B = q.shape[0], p.T = q.shape[1], p.H = q.shape[2], p.K = q.shape[3];
+  p.HV = v.shape[2], p.V = v.shape[3];
+  p.N = cu ? cu->shape[0] - 1 : p.B;
+  if (cu) p.cu_seqlens = reinterpret_cast<const int64_t*>(uintptr_t{1});
+  p.l2norm = l2norm != 0;
+  return p;
+}
+
 // ---- validation (null -> device -> dtype -> shape -> strides -> attributes, ARCHITECTURE.md §3) ----
 
 struct Arg {
   const char* name;
   const strata_tensor_desc* d;
   bool required;
-  enum Kind { kToken, kState, kCu } kind;
+  enum Kind { kToken, kState, kCu, kSaved } kind;
   bool output;
 };
 
@@ -166,6 +190,9 @@ strata_status validate(const char* op, const std::vector<Arg>& args, float scale
     if (!a.d) continue;
     if (a.kind == Arg::kCu) {
       STRATA_RETURN_IF_ERROR(check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_I64}));
+    } else if (a.kind == Arg::kSaved) {
+      STRATA_RETURN_IF_ERROR(check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_U8}));
+      continue;
     } else if (a.kind == Arg::kState) {
       STRATA_RETURN_IF_ERROR(check_dtype_in(op, a.name, *a.d, {STRATA_DTYPE_F32, STRATA_DTYPE_F64}));
     } else {
@@ -203,6 +230,7 @@ strata_status validate(const char* op, const std::vector<Arg>& args, float scale
       STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, st4, "[N, HV, K, V]"));
       continue;
     }
+    if (a.kind == Arg::kSaved) continue;  // its size once the shapes are known (below)
     if (nm == "k" || nm == "dq" || nm == "dk") {
       STRATA_RETURN_IF_ERROR(check_shape_eq(op, a.name, *a.d, tok4_q, "[B, T, H, K] (the shape of q)"));
     } else if (nm == "g" || nm == "beta" || nm == "dg" || nm == "dbeta") {
@@ -227,6 +255,17 @@ strata_status validate(const char* op, const std::vector<Arg>& args, float scale
   if (cu && cu->shape[0] == 1 && T > 0)
     return fail(STRATA_ERROR_INVALID_SHAPE, "{}: cu_seqlens {} holds no sequence (N = 0) but q has T = {} tokens",
                 op, shape_str(*cu), T);
+  for (const Arg& a : args) {
+    if (!a.d || a.kind != Arg::kSaved) continue;
+    STRATA_RETURN_IF_ERROR(check_rank_in(op, a.name, *a.d, 1, 1));
+    const size_t want = saved_bytes_on(q.device, shape_params(q, *args[1].d, v, cu, l2norm));
+    if (static_cast<size_t>(a.d->shape[0]) != want)
+      return fail(STRATA_ERROR_INVALID_SHAPE,
+                  "{}: saved must hold strata_chunk_gated_delta_rule_saved_bytes = {} bytes for these shapes, dtypes "
+                  "and options on this device{}, got {}",
+                  op, want, want == 0 ? " (the CPU implementations save nothing: pass NULL or an empty tensor)" : "",
+                  shape_str(*a.d));
+  }
   for (const Arg& a : args)
     if (a.d) STRATA_RETURN_IF_ERROR(check_strides(op, a.name, *a.d, a.output, a.kind != Arg::kCu));
   if (!std::isfinite(scale))
@@ -256,6 +295,8 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
     GdnProblem pr;
     pr.bwd = bwd;
     GdnParams& p = pr.params;
+    p = shape_params(*args[0].d, *args[1].d, *args[2].d, args[6].d, l2norm);
+    p.cu_seqlens = nullptr;  // bound below
     const auto slots = slots_of(bwd);
     uint32_t mask = 0;
     std::string summary;
@@ -264,7 +305,9 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
         if (numel(*args[i].d) > 0) mask |= 1u << i;  // an empty tensor may come with a NULL pointer
         summary += fmt::format("{}{}:{}", summary.empty() ? "" : " ", args[i].name, desc_str(*args[i].d));
       }
-      if (slots[i]) {
+      if (args[i].kind == Arg::kSaved && args[i].d && numel(*args[i].d) == 0) {
+        continue;  // nothing saved (the CPU, or an empty problem): absent for the implementations
+      } else if (slots[i]) {
         fill(p.*slots[i], args[i].d, pr.offsets[i]);
       } else if (args[i].d) {
         p.cu_seqlens = reinterpret_cast<const int64_t*>(uintptr_t{1});
@@ -273,16 +316,7 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
       }
     }
     const strata_tensor_desc& q = *args[0].d;
-    const strata_tensor_desc& v = *args[2].d;
-    p.B = q.shape[0];
-    p.T = q.shape[1];
-    p.H = q.shape[2];
-    p.K = q.shape[3];
-    p.HV = v.shape[2];
-    p.V = v.shape[3];
-    p.N = args[6].d ? args[6].d->shape[0] - 1 : p.B;
     p.scale = scale;
-    p.l2norm = l2norm != 0;
     p.slots = scratch_slots();
     pr.device = q.device;
     summary += fmt::format(" scale={} use_qk_l2norm_in_kernel={}", scale, l2norm);
@@ -299,7 +333,8 @@ strata_status probe(strata_device device, strata_plan* plan) {
   const strata_tensor_desc q = make_desc(STRATA_DTYPE_BF16, {1, 4096, 4, 128}, device);
   const strata_tensor_desc v = make_desc(STRATA_DTYPE_BF16, {1, 4096, 8, 128}, device);
   const strata_tensor_desc g = make_desc(STRATA_DTYPE_F32, {1, 4096, 8}, device);
-  return strata_chunk_gated_delta_rule_fwd_plan(&q, &q, &v, &g, &g, nullptr, nullptr, &v, nullptr, 0.088f, 1, plan);
+  return strata_chunk_gated_delta_rule_fwd_plan(&q, &q, &v, &g, &g, nullptr, nullptr, &v, nullptr, nullptr, 0.088f, 1,
+                                                plan);
 }
 
 const OpRegistrar kRegisterFwd({kFwd, [] { return impl_names_of(impls()); }, probe});
@@ -322,6 +357,47 @@ strata_status gdn_check_cu_seqlens(const char* op, const GdnParams& p) {
   return STRATA_SUCCESS;
 }
 
+int32_t gdn_inter_dtype(const GdnParams& p, bool bwd) {
+  const int32_t t = p.q.dtype;
+  const bool same = p.k.dtype == t && p.v.dtype == t && (!bwd || p.do_.dtype == t);
+  return same && (t == STRATA_DTYPE_BF16 || t == STRATA_DTYPE_F16) ? t : STRATA_DTYPE_F32;
+}
+
+int64_t gdn_state_chunks(const GdnParams& p) {
+  const int64_t per_row = (p.T + kGdnChunk - 1) / kGdnChunk;
+  return p.cu_seqlens ? per_row + p.N : per_row;
+}
+
+GdnSavedLayout gdn_cuda_saved_layout(const GdnParams& p) {
+  const size_t es = gdn_inter_dtype(p, false) == STRATA_DTYPE_F32 ? 4 : 2;
+  const size_t bt = static_cast<size_t>(std::max<int64_t>(p.B * p.T, 0));
+  const size_t H = static_cast<size_t>(p.H), HV = static_cast<size_t>(p.HV), K = static_cast<size_t>(p.K),
+               V = static_cast<size_t>(p.V);
+  const size_t rows_h = static_cast<size_t>(p.cu_seqlens ? 1 : std::max<int64_t>(p.B, 0));
+  const size_t nth = static_cast<size_t>(std::max<int64_t>(gdn_state_chunks(p), 0));
+  GdnSavedLayout L;
+  if (bt == 0) return L;  // no token: nothing to save (0 bytes)
+  auto take = [&L](size_t bytes) {
+    const size_t o = L.bytes;
+    L.bytes += (bytes + 255) / 256 * 256;
+    if (o + bytes < L.bytes) L.pad_begin[L.pads] = o + bytes, L.pad_end[L.pads++] = L.bytes;
+    return o;
+  };
+  if (p.l2norm) {
+    L.qn = take(bt * H * K * es);
+    L.kn = take(bt * H * K * es);
+    L.rq = take(bt * H * 4);
+    L.rk = take(bt * H * 4);
+  }
+  L.gam = take(bt * HV * 4);
+  L.A = take(bt * HV * static_cast<size_t>(kGdnChunk) * es);
+  L.w = take(bt * HV * K * es);
+  L.vnew = take(bt * HV * V * es);
+  L.h = take(rows_h * nth * HV * K * V * es);
+  L.h_end = L.h + rows_h * nth * HV * K * V * es;
+  return L;
+}
+
 }  // namespace strata::linear_attn
 
 using namespace strata;
@@ -332,7 +408,7 @@ extern "C" strata_status strata_chunk_gated_delta_rule_fwd_plan(
     const strata_tensor_desc* q, const strata_tensor_desc* k, const strata_tensor_desc* v,
     const strata_tensor_desc* g, const strata_tensor_desc* beta, const strata_tensor_desc* initial_state,
     const strata_tensor_desc* cu_seqlens, const strata_tensor_desc* o, const strata_tensor_desc* final_state,
-    float scale, int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
+    const strata_tensor_desc* saved, float scale, int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
   const std::vector<Arg> args = {{"q", q, true, Arg::kToken, false},
                                  {"k", k, true, Arg::kToken, false},
                                  {"v", v, true, Arg::kToken, false},
@@ -341,7 +417,8 @@ extern "C" strata_status strata_chunk_gated_delta_rule_fwd_plan(
                                  {"initial_state", initial_state, false, Arg::kState, false},
                                  {"cu_seqlens", cu_seqlens, false, Arg::kCu, false},
                                  {"o", o, true, Arg::kToken, true},
-                                 {"final_state", final_state, false, Arg::kState, true}};
+                                 {"final_state", final_state, false, Arg::kState, true},
+                                 {"saved", saved, false, Arg::kSaved, true}};
   return make_plan(false, args, scale, use_qk_l2norm_in_kernel, plan);
 }
 
@@ -350,8 +427,8 @@ extern "C" strata_status strata_chunk_gated_delta_rule_bwd_plan(
     const strata_tensor_desc* g, const strata_tensor_desc* beta, const strata_tensor_desc* initial_state,
     const strata_tensor_desc* cu_seqlens, const strata_tensor_desc* d_o, const strata_tensor_desc* dht,
     const strata_tensor_desc* dq, const strata_tensor_desc* dk, const strata_tensor_desc* dv,
-    const strata_tensor_desc* dg, const strata_tensor_desc* dbeta, const strata_tensor_desc* dh0, float scale,
-    int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
+    const strata_tensor_desc* dg, const strata_tensor_desc* dbeta, const strata_tensor_desc* dh0,
+    const strata_tensor_desc* saved, float scale, int32_t use_qk_l2norm_in_kernel, strata_plan* plan) {
   const std::vector<Arg> args = {{"q", q, true, Arg::kToken, false},
                                  {"k", k, true, Arg::kToken, false},
                                  {"v", v, true, Arg::kToken, false},
@@ -366,6 +443,31 @@ extern "C" strata_status strata_chunk_gated_delta_rule_bwd_plan(
                                  {"dv", dv, true, Arg::kToken, true},
                                  {"dg", dg, true, Arg::kToken, true},
                                  {"dbeta", dbeta, true, Arg::kToken, true},
-                                 {"dh0", dh0, false, Arg::kState, true}};
+                                 {"dh0", dh0, false, Arg::kState, true},
+                                 {"saved", saved, false, Arg::kSaved, false}};
   return make_plan(true, args, scale, use_qk_l2norm_in_kernel, plan);
+}
+
+extern "C" strata_status strata_chunk_gated_delta_rule_saved_bytes(const strata_tensor_desc* q,
+                                                                   const strata_tensor_desc* k,
+                                                                   const strata_tensor_desc* v,
+                                                                   const strata_tensor_desc* cu_seqlens,
+                                                                   int32_t use_qk_l2norm_in_kernel, uint64_t* bytes) {
+  constexpr const char* op = "strata_chunk_gated_delta_rule_saved_bytes";
+  if (!bytes) return fail(STRATA_ERROR_NULL_POINTER, "{}: bytes must not be NULL", op);
+  const std::pair<const char*, const strata_tensor_desc*> need[] = {{"q", q}, {"k", k}, {"v", v}};
+  for (const auto& [name, d] : need) {
+    if (!d) return fail(STRATA_ERROR_NULL_POINTER, "{}: {} must not be NULL", op, name);
+    STRATA_RETURN_IF_ERROR(check_desc(op, name, d));
+    STRATA_RETURN_IF_ERROR(check_rank_in(op, name, *d, 4, 4));
+  }
+  if (cu_seqlens) {
+    STRATA_RETURN_IF_ERROR(check_desc(op, "cu_seqlens", cu_seqlens));
+    STRATA_RETURN_IF_ERROR(check_rank_in(op, "cu_seqlens", *cu_seqlens, 1, 1));
+    if (cu_seqlens->shape[0] < 1)
+      return fail(STRATA_ERROR_INVALID_SHAPE, "{}: cu_seqlens must have N + 1 >= 1 entries, got shape {}", op,
+                  shape_str(*cu_seqlens));
+  }
+  *bytes = saved_bytes_on(q->device, shape_params(*q, *k, *v, cu_seqlens, use_qk_l2norm_in_kernel));
+  return STRATA_SUCCESS;
 }

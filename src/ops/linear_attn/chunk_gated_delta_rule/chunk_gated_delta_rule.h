@@ -46,6 +46,10 @@ struct GdnParams {
   GdnTensor o, ht;
   // backward: inputs do, dht; outputs dq, dk, dv, dg, dbeta, dh0
   GdnTensor do_, dht, dq, dk, dv, dg, dbeta, dh0;
+  // The forward's residuals for the backward (CUDA only; uint8 [gdn_cuda_saved_bytes(p)], layout
+  // gdn_cuda_saved_layout): an output of the forward, an input of the backward, which then skips the re-run of
+  // the forward. Absent (the default, and always on the CPU): the backward re-computes them.
+  GdnTensor saved;
   int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0;
   int64_t N = 0;  // sequences: B (fixed length) or cu_seqlens entries - 1
   float scale = 1.f;
@@ -84,13 +88,55 @@ size_t gdn_cpu_bwd_workspace(const GdnParams& p);
 void gdn_cpu_chunked_fwd(const GdnParams& p, int64_t hwy_target, void* workspace);
 void gdn_cpu_chunked_bwd(const GdnParams& p, int64_t hwy_target, void* workspace);
 
+// ---- the saved residuals of the CUDA implementation (pure functions of the shapes, dtypes and options of p:
+// B, T, H, HV, K, V, N, cu_seqlens present or not, l2norm, the dtypes of q, k, v; compiled in every build so that
+// the C API and Python can size the buffer without a device) ----
+// dtype of the token-shaped intermediates (qn, kn, A, w, u, h, v_new; in the backward also dv_local, dh, dv2,
+// dw): the token dtype when q, k, v (and, bwd, do) share one 16-bit dtype, so that the sub-operators'
+// tensor-core kernels run (their operands must all be in that dtype; fla stores them so too), else f32.
+int32_t gdn_inter_dtype(const GdnParams& p, bool bwd);
+// Chunk dimension NTh of the chunk-state buffers h / dh [rows_h, NTh, HV, K, V]: ceil(T / 64) per batch row
+// (rows_h = B), or ceil(T / 64) + N with cu_seqlens (rows_h = 1; a bound on the data-dependent chunk count).
+int64_t gdn_state_chunks(const GdnParams& p);
+// Byte offsets inside the saved buffer, each 256-byte aligned, in this order (dt = gdn_inter_dtype(p, false)):
+//   [l2norm: qn, kn dt [B, T, H, K] (the normalised q, k), rq, rk f32 [B, T, H] (their 1/|x|)] | γ f32 [B, T, HV]
+//   (the chunk-local gate cumsum) | A dt [B, T, HV, 64] (the WY inverse) | w dt [B, T, HV, K] |
+//   v_new dt [B, T, HV, V] | h dt [rows_h, NTh, HV, K, V] (the state before each chunk).
+// What the backward's steps read (bwd_dhu: qn, kn, w, γ; chunk_bwd_dqkwg: qn, kn, v_new, h, γ;
+// prepare_wy_repr_bwd: kn, A, γ; the l2norm backward: qn, kn, rq, rk). u is not kept (only the state pass reads
+// it). h is the largest part; every other part is at most as large for V >= 64.
+struct GdnSavedLayout {
+  size_t qn = 0, kn = 0, rq = 0, rk = 0, gam = 0, A = 0, w = 0, vnew = 0, h = 0;  // offsets (qn..rk: l2norm only)
+  size_t h_end = 0;                                                                  // h's last byte + 1
+  size_t bytes = 0;                                                                  // total
+  // The alignment padding after each part, [pad_begin[i], pad_end[i]): written by no step (the forward zeroes it, and
+  // with cu_seqlens h's slots past the last chunk, so that the buffer is the same bits on every run).
+  size_t pad_begin[9] = {}, pad_end[9] = {};
+  int pads = 0;
+};
+GdnSavedLayout gdn_cuda_saved_layout(const GdnParams& p);
+inline size_t gdn_cuda_saved_bytes(const GdnParams& p) { return gdn_cuda_saved_layout(p).bytes; }
+
 #if STRATA_WITH_CUDA
 // ---- CUDA sm_90 (cuda_sm90.cu): composition of the sub-operators' CUDA entry points on `stream`, scratch in
 // `workspace` (gdn_cuda_*_workspace bytes). p holds device pointers; cu_seqlens values are checked on the device
 // before anything is written (one stream synchronisation with cu_seqlens; skipped during graph capture). ----
+// With p.saved (256-byte aligned, gdn_cuda_saved_bytes(p) bytes) the forward also leaves the residuals there and
+// the backward reads them instead of re-running the forward (no "forward WY" / "forward states" steps); the
+// workspaces then leave those buffers out. The backward must get the forward's q, k, v, g, beta, initial_state,
+// cu_seqlens and l2norm (the buffer is not checked against them beyond its size).
+// How the forward fills p.saved (session 12): kComposed: l2norm, γ, prepare_wy_repr_fwd (w, u, A), the state pass
+// chunk_gated_delta_rule_fwd_h (h, v_new, final state), chunk_fwd_o (o); kFusedPass: the same head, then the fused
+// state + output pass (gdn::fwd_cuda_state_o_wgmma, kShort form) writing o, h, v_new and the final state in one pass
+// (bf16, K = 128, V a multiple of 32, lean tensors; else kComposed). The same bits in saved (h is S rounded once in
+// both; v_new from the same products), o from the fused pass's order. kAuto: kFusedPass where it applies (s12run1:
+// 1.508 against 2.243 ms at B = 4 T = 8192, 2.493 against 2.860 ms at B = 1 T = 32768; H200, bf16, HV = 32, K = V = 128).
+// Without p.saved the form is ignored (the composed forward).
+enum class GdnSavedForward : int { kAuto = 0, kComposed, kFusedPass };
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
-strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream);
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,
+                           GdnSavedForward form = GdnSavedForward::kAuto);
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call

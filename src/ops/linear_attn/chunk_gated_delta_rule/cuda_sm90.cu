@@ -12,8 +12,11 @@
 // Fused forward ("cuda.sm90.fused", gdn_cuda_fused_fwd: 16-bit tokens, K <= 128): the same head up to w, u (A is
 // not stored), then o and the final state from one state pass (gdn::fwd_cuda_state_o) that never writes h or
 // v_new, whose buffers are then not carved.
-// Backward (fla's chunk_gated_delta_rule_bwd), re-running the forward up to h and v_new first (nothing but the
-// inputs is kept between the passes):
+// With p.saved (session 12) the forward also leaves qn, kn, rq, rk, γ, A, w, h and v_new in that buffer
+// (gdn_cuda_saved_layout; by default from the fused pass writing h and v_new: GdnSavedForward) and zeroes its other
+// bytes; the backward then reads them instead of re-running the forward.
+// Backward (fla's chunk_gated_delta_rule_bwd), without p.saved re-running the forward up to h and v_new first
+// (nothing but the inputs is kept between the passes):
 //   dv_local = chunk_bwd_dv_local(qn, kn, do, γ)
 //   dh, dh0, dv2 = chunk_gated_delta_rule_bwd_dhu(qn, kn, w, do, dv_local, γ, dht)
 //     (16-bit tokens, 64 < K <= 128 with bwd_dhu's 64-column tiles: one call, bwd_dhu's tensor-core kernel forming
@@ -82,22 +85,14 @@ struct Sizes {
   int64_t NTh;    // chunk dimension of the h / dh buffers: NTr (fixed length) or ceil(T / 64) + N (varlen bound)
   int64_t rows_h; // leading dimension of h / dh: B (fixed length) or 1 (varlen)
   int64_t hsz;    // elements of h
-  // dtype of the token-shaped intermediates (qn, kn, A, w, u, h, v_new, dv_local, dh, dv2, dw): the token dtype
-  // when q, k, v (and do) share one 16-bit dtype, so that the sub-operators' tensor-core kernels run (their
-  // operands must all be in that dtype; fla stores them so too), else f32. γ, rstd, the dq/dk/dγ sums and the
-  // states stay f32.
+  // dtype of the token-shaped intermediates (gdn_inter_dtype); γ, rstd, the dq/dk/dγ sums and the states stay f32.
   int32_t idt;
   size_t ies;     // its element size
   size_t tok(int64_t n) const { return static_cast<size_t>(n) * ies; }
 };
-int32_t inter_dtype(const GdnParams& p, bool bwd) {
-  const int32_t t = p.q.dtype;
-  const bool same = p.k.dtype == t && p.v.dtype == t && (!bwd || p.do_.dtype == t);
-  return same && (t == STRATA_DTYPE_BF16 || t == STRATA_DTYPE_F16) ? t : STRATA_DTYPE_F32;
-}
 Sizes sizes_of(const GdnParams& p, bool bwd) {
   Sizes s;
-  s.idt = inter_dtype(p, bwd);
+  s.idt = gdn_inter_dtype(p, bwd);
   s.ies = s.idt == STRATA_DTYPE_F32 ? 4 : 2;
   const int64_t BT = p.B * p.T;
   s.qk = BT * p.H * p.K;
@@ -107,9 +102,8 @@ Sizes sizes_of(const GdnParams& p, bool bwd) {
   s.uv = BT * p.HV * p.V;
   s.amat = BT * p.HV * kBT;
   s.NTr = (p.T + kBT - 1) / kBT;
-  const bool varlen = p.cu_seqlens != nullptr;
-  s.NTh = varlen ? s.NTr + p.N : s.NTr;
-  s.rows_h = varlen ? 1 : p.B;
+  s.NTh = gdn_state_chunks(p);
+  s.rows_h = p.cu_seqlens ? 1 : p.B;
   s.hsz = s.rows_h * s.NTh * p.HV * p.K * p.V;
   return s;
 }
@@ -136,47 +130,72 @@ size_t early_scratch_bytes(const GdnParams& p, const Sizes& s) {
 // Backward: u is followed by whatever the late sub-operator scratch needs beyond u's size (u, then dv_local,
 // then that scratch use the same memory, one after the other); dw reuses w (dead after bwd_dhu); then
 // dh | dv2 | dq dk1 dk2 (f32 [B,T,H,K]) | dγ1 dγ2 | early sub-operator scratch.
+// With p.saved, qn, kn, rq, rk, γ, A, w, h and v_new lie in the saved buffer (gdn_cuda_saved_layout) instead: the
+// forward writes them there, the backward only reads them, so dw gets a buffer of its own (after u's).
 struct Bufs {
   unsigned long long* check = nullptr;
   int64_t* offs = nullptr;
-  void *qn = nullptr, *kn = nullptr;  // Sizes::idt
+  void *qn = nullptr, *kn = nullptr;  // sdt
   float *rq = nullptr, *rk = nullptr, *gam = nullptr;
-  void *A = nullptr, *w = nullptr, *u = nullptr, *h = nullptr, *vnew = nullptr, *dh = nullptr, *dv2 = nullptr;  // idt
+  void *A = nullptr, *w = nullptr, *u = nullptr, *h = nullptr, *vnew = nullptr;  // sdt
+  void *dw = nullptr, *dh = nullptr, *dv2 = nullptr;                             // Sizes::idt
   float *dq = nullptr, *dk1 = nullptr, *dk2 = nullptr, *dg1 = nullptr, *dg2 = nullptr;
   void* early = nullptr;  // scratch of bwd_dv_local, bwd_dhu
   void* late = nullptr;   // scratch of bwd_dqkwg, prepare_wy_repr_bwd (starts at u)
+  // dtype of the forward's intermediates (qn, kn, A, w, u, h, v_new): Sizes::idt, except in a backward reading
+  // the saved buffer, which holds the forward's (gdn_inter_dtype(p, false): it may differ when do does not have
+  // q's dtype; the sub-operators then run their FMA kernels, which read every tensor in its own dtype).
+  int32_t sdt = STRATA_DTYPE_F32;
   size_t bytes = 0;
 };
+// carve_with's base for stand-in addresses only (the reject rules read dtypes, presence and shapes, never the
+// memory): the saved buffer's parts then get stand-in addresses too.
+void* const kAddressesOnly = reinterpret_cast<void*>(uintptr_t{256});
 // `late`: bytes of the late scratch (late_scratch_bytes; 0 when only the other addresses are wanted).
 // `fused` (forward only): the fused state + output pass runs, so h and v_new are not carved (absent).
 // `sums` (backward only): whether dk2 and dγ2 get buffers of their own (false when prepare_wy_repr_bwd's
 // tensor-core kernel adds dk1, dγ1 in its epilogue: see gdn_cuda_bwd).
 Bufs carve_with(const GdnParams& p, bool bwd, void* base, size_t late, bool fused = false, bool sums = true) {
   const Sizes s = sizes_of(p, bwd);
+  const bool saved = p.saved.present();
   Carver c{static_cast<char*>(base)};
   Bufs b;
+  b.sdt = saved ? gdn_inter_dtype(p, false) : s.idt;
   b.check = c.take<unsigned long long>(1);
   b.offs = c.take<int64_t>(p.N + 1);
-  if (p.l2norm) {
-    b.qn = c.take_bytes(s.tok(s.qk));
-    b.kn = c.take_bytes(s.tok(s.qk));
-    b.rq = c.take<float>(s.rows);
-    b.rk = c.take<float>(s.rows);
+  if (saved) {
+    const GdnSavedLayout L = gdn_cuda_saved_layout(p);
+    char* const sb = static_cast<char*>(base == kAddressesOnly ? kAddressesOnly : p.saved.data);
+    auto at = [&](size_t off) -> void* { return base ? sb + off : nullptr; };
+    if (p.l2norm) {
+      b.qn = at(L.qn), b.kn = at(L.kn);
+      b.rq = static_cast<float*>(at(L.rq)), b.rk = static_cast<float*>(at(L.rk));
+    }
+    b.gam = static_cast<float*>(at(L.gam));
+    b.A = at(L.A), b.w = at(L.w), b.h = at(L.h), b.vnew = at(L.vnew);
+  } else {
+    if (p.l2norm) {
+      b.qn = c.take_bytes(s.tok(s.qk));
+      b.kn = c.take_bytes(s.tok(s.qk));
+      b.rq = c.take<float>(s.rows);
+      b.rk = c.take<float>(s.rows);
+    }
+    b.gam = c.take<float>(s.gates);
+    b.A = c.take_bytes(s.tok(s.amat));
+    b.w = c.take_bytes(s.tok(s.wk));
   }
-  b.gam = c.take<float>(s.gates);
-  b.A = c.take_bytes(s.tok(s.amat));
-  b.w = c.take_bytes(s.tok(s.wk));
   b.u = c.take_bytes(s.tok(s.uv));
   if (bwd) {
     const size_t u_bytes = align256(s.tok(s.uv));
     if (late > u_bytes) c.take_bytes(late - u_bytes);  // contiguous with u
     b.late = b.u;
   }
-  if (!fused) {
+  if (!fused && !saved) {
     b.h = c.take_bytes(s.tok(s.hsz));
     b.vnew = c.take_bytes(s.tok(s.uv));
   }
   if (bwd) {
+    b.dw = saved ? c.take_bytes(s.tok(s.wk)) : b.w;
     b.dh = c.take_bytes(s.tok(s.hsz));
     b.dv2 = c.take_bytes(s.tok(s.uv));
     b.dq = c.take<float>(s.qk);
@@ -232,18 +251,18 @@ gdn_bwd::View bwd_tok(void* ptr, int32_t dt, int64_t T, int64_t heads, int64_t D
   }
   return r;
 }
-// h / dh buffers [rows_h, NTh, HV, K, V] of dtype s.idt.
-gdn::GdnTensor fwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
+// h / dh buffers [rows_h, NTh, HV, K, V] of dtype dt.
+gdn::GdnTensor fwd_states(void* ptr, int32_t dt, const GdnParams& p, const Sizes& s) {
   gdn::GdnTensor r;
   r.data = ptr;
-  r.dtype = s.idt;
+  r.dtype = dt;
   r.st[4] = 1, r.st[3] = p.V, r.st[2] = p.K * p.V, r.st[1] = p.HV * p.K * p.V, r.st[0] = s.NTh * p.HV * p.K * p.V;
   return r;
 }
-gdn_bwd::View bwd_states(void* ptr, const GdnParams& p, const Sizes& s) {
+gdn_bwd::View bwd_states(void* ptr, int32_t dt, const GdnParams& p, const Sizes& s) {
   gdn_bwd::View r;
   r.p = ptr;
-  r.dtype = s.idt;
+  r.dtype = dt;
   r.s[3] = p.V, r.s[2] = p.K * p.V, r.s[1] = p.HV * p.K * p.V, r.s[0] = s.NTh * p.HV * p.K * p.V;
   return r;
 }
@@ -343,12 +362,59 @@ strata_status check_cu_seqlens(const char* op, const GdnParams& p, unsigned long
               op, p.N, p.T, vals[1]);
 }
 
+// The saved buffer's parts are 256-byte aligned relative to its start (gdn_cuda_saved_layout); the sub-operators'
+// vector loads need the start aligned too. Checked before anything is written.
+strata_status check_saved_alignment(const char* op, const GdnParams& p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p.saved.data);
+  if (p.saved.present() && a % 256 != 0)
+    return fail(STRATA_ERROR_INVALID_VALUE, "{}: saved must start at a 256-byte aligned address, got {:#x}", op, a);
+  return STRATA_SUCCESS;
+}
+
+// The saved buffer's bytes that no step writes (GdnSavedLayout's padding; with cu_seqlens the chunk-state slots
+// from offs[N], the chunk count, to h's end: h has ceil(T/64) + N slots, a bound), zeroed by the forward so that the
+// buffer is the same bits on every run. One launch; the padding is < 256 bytes a part, the slots 16-byte stores.
+struct SavedGaps {
+  int64_t begin[9], end[9];
+  int n = 0;
+  const int64_t* offs = nullptr;  // varlen: chunk offsets [N + 1] (device)
+  int64_t N = 0, h = 0, h_end = 0, slot = 0;  // h's start and end, bytes per chunk slot
+};
+__global__ void __launch_bounds__(kThreads) zero_saved_gaps_kernel(unsigned char* base, SavedGaps g) {
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t nth = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int r = 0; r < g.n; ++r)
+    for (int64_t i = g.begin[r] + tid; i < g.end[r]; i += nth) base[i] = 0;
+  if (!g.offs) return;
+  const int64_t from = g.h + g.offs[g.N] * g.slot;
+  if (((from | g.h_end) & 15) == 0) {
+    for (int64_t i = from / 16 + tid; i < g.h_end / 16; i += nth) reinterpret_cast<uint4*>(base)[i] = uint4{0, 0, 0, 0};
+  } else {
+    for (int64_t i = from + tid; i < g.h_end; i += nth) base[i] = 0;
+  }
+}
+strata_status zero_saved_gaps(const GdnParams& p, const Bufs& b, cudaStream_t stream) {
+  if (!p.saved.present()) return STRATA_SUCCESS;
+  const GdnSavedLayout L = gdn_cuda_saved_layout(p);
+  SavedGaps g;
+  for (int i = 0; i < L.pads; ++i) g.begin[i] = static_cast<int64_t>(L.pad_begin[i]), g.end[i] = static_cast<int64_t>(L.pad_end[i]);
+  g.n = L.pads;
+  if (p.cu_seqlens) {
+    g.offs = b.offs, g.N = p.N;
+    g.h = static_cast<int64_t>(L.h), g.h_end = static_cast<int64_t>(L.h_end);
+    g.slot = p.HV * p.K * p.V * static_cast<int64_t>(gdn_inter_dtype(p, false) == STRATA_DTYPE_F32 ? 4 : 2);
+  }
+  if (g.n == 0 && !g.offs) return STRATA_SUCCESS;
+  zero_saved_gaps_kernel<<<264, kThreads, 0, stream>>>(static_cast<unsigned char*>(p.saved.data), g);
+  return cuda::check_launch("chunk_gated_delta_rule (zero the saved buffer's gaps)");
+}
+
 // ---- steps ----
 
-// l2norm of q and k into qn, kn (f32 contiguous) with rstd rq, rk.
-strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, const Sizes& s, cudaStream_t stream) {
+// l2norm of q and k into qn, kn (contiguous, dtype b.sdt) with rstd rq, rk (f32).
+strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream) {
   if (!p.l2norm || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
-  const strata_tensor_desc f = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc f = desc_of(b.sdt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
   for (int which = 0; which < 2; ++which) {
     const GdnTensor& x = which == 0 ? p.q : p.k;
@@ -358,7 +424,7 @@ strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, const Sizes& s, cuda
     a.y = which == 0 ? b.qn : b.kn;
     a.rstd = which == 0 ? b.rq : b.rk;
     a.x_dtype = x.dtype;
-    a.y_dtype = s.idt;
+    a.y_dtype = b.sdt;
     a.rstd_dtype = STRATA_DTYPE_F32;
     a.rows = p.B * p.T * p.H;
     a.D = p.K;
@@ -372,11 +438,11 @@ strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, const Sizes& s, cuda
   return STRATA_SUCCESS;
 }
 
-// dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx.
-strata_status l2norm_bwd(const GdnParams& p, const Sizes& s, const void* y, const float* rstd, const float* dy,
+// dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx (y contiguous, dtype y_dt).
+strata_status l2norm_bwd(const GdnParams& p, const void* y, int32_t y_dt, const float* rstd, const float* dy,
                          const GdnTensor& dx, cudaStream_t stream) {
   if (p.B * p.T * p.H == 0) return STRATA_SUCCESS;
-  const strata_tensor_desc fy = desc_of(s.idt, {p.B, p.T, p.H, p.K}, nullptr);
+  const strata_tensor_desc fy = desc_of(y_dt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc f = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
   const strata_tensor_desc xd = desc_of(dx.dtype, {p.B, p.T, p.H, p.K}, dx.st);
@@ -385,7 +451,7 @@ strata_status l2norm_bwd(const GdnParams& p, const Sizes& s, const void* y, cons
   a.rstd = rstd;
   a.dout = dy;
   a.dx = dx.data;
-  a.src_dtype = s.idt;
+  a.src_dtype = y_dt;
   a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
   a.dx_dtype = dx.dtype;
   a.rows = p.B * p.T * p.H;
@@ -432,8 +498,8 @@ gdn::GdnFwdParams fwd_params(const GdnParams& p, const Bufs& b, const Sizes& s) 
   m.cu_stride = p.cu_stride;
   m.offsets = p.cu_seqlens ? b.offs : nullptr;
   m.B = p.B, m.T = p.T, m.N = p.N, m.BT = kBT, m.NTr = s.NTr;
-  f.q = p.l2norm ? fwd_tok(b.qn, s.idt, p.T, p.H, p.K) : fwd_view(p.q);
-  f.k = p.l2norm ? fwd_tok(b.kn, s.idt, p.T, p.H, p.K) : fwd_view(p.k);
+  f.q = p.l2norm ? fwd_tok(b.qn, b.sdt, p.T, p.H, p.K) : fwd_view(p.q);
+  f.k = p.l2norm ? fwd_tok(b.kn, b.sdt, p.T, p.H, p.K) : fwd_view(p.k);
   f.v = fwd_view(p.v);
   f.beta = fwd_view(p.beta);
   f.g = fwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0);
@@ -451,14 +517,14 @@ struct Calls {
 Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   Calls c;
   gdn::GdnFwdParams f = fwd_params(p, b, s);
-  f.w = fwd_tok(b.w, s.idt, p.T, p.HV, p.K);
-  f.u = fwd_tok(b.u, s.idt, p.T, p.HV, p.V);
-  f.A = fwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  f.w = fwd_tok(b.w, b.sdt, p.T, p.HV, p.K);
+  f.u = fwd_tok(b.u, b.sdt, p.T, p.HV, p.V);
+  f.A = fwd_tok(b.A, b.sdt, p.T, p.HV, kBT);
   c.wy = f;
-  f.h = fwd_states(b.h, p, s);
+  f.h = fwd_states(b.h, b.sdt, p, s);
   f.h0 = fwd_view(p.h0);
   f.ht = bwd ? gdn::GdnTensor{} : fwd_view(p.ht);  // the backward's re-run needs no final state
-  f.v_new = fwd_tok(b.vnew, s.idt, p.T, p.HV, p.V);
+  f.v_new = fwd_tok(b.vnew, b.sdt, p.T, p.HV, p.V);
   c.fwdh = f;
   f.v = f.v_new;  // chunk_fwd_o reads the corrected values
   f.o = fwd_view(p.o);
@@ -466,11 +532,11 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   if (!bwd) return c;
 
   const gdn_bwd::Dims d = bwd_dims(p, s);
-  const gdn_bwd::View q = p.l2norm ? bwd_tok(b.qn, s.idt, p.T, p.H, p.K) : bwd_view(p.q);
-  const gdn_bwd::View k = p.l2norm ? bwd_tok(b.kn, s.idt, p.T, p.H, p.K) : bwd_view(p.k);
+  const gdn_bwd::View q = p.l2norm ? bwd_tok(b.qn, b.sdt, p.T, p.H, p.K) : bwd_view(p.q);
+  const gdn_bwd::View k = p.l2norm ? bwd_tok(b.kn, b.sdt, p.T, p.H, p.K) : bwd_view(p.k);
   const gdn_bwd::View gam = bwd_tok(b.gam, STRATA_DTYPE_F32, p.T, p.HV, 0), dout = bwd_view(p.do_);
-  void* dvl = b.u;  // u is dead after the state pass
-  void* dw = b.w;   // w is dead after bwd_dhu
+  void* dvl = b.u;  // u is dead after the state pass (or never written: saved)
+  void* dw = b.dw;  // w's buffer (dead after bwd_dhu), or its own with the saved buffer (read-only)
 
   DvLocalParams& dvp = c.dvp;
   dvp.d = d;
@@ -480,20 +546,20 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
 
   DhuParams& dhp = c.dhp;
   dhp.d = d;
-  dhp.q = q, dhp.k = k, dhp.w = bwd_tok(b.w, s.idt, p.T, p.HV, p.K), dhp.dout = dout;
+  dhp.q = q, dhp.k = k, dhp.w = bwd_tok(b.w, b.sdt, p.T, p.HV, p.K), dhp.dout = dout;
   dhp.dv = bwd_tok(dvl, s.idt, p.T, p.HV, p.V);
   dhp.g = gam;
   dhp.dht = bwd_view(p.dht);
-  dhp.dh = bwd_states(b.dh, p, s);
+  dhp.dh = bwd_states(b.dh, s.idt, p, s);
   dhp.dh0 = bwd_view(p.dh0);
   dhp.dv2 = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
   dhp.scale = p.scale;
 
   DqkwgParams& qp = c.qp;
   qp.d = d;
-  qp.q = q, qp.k = k, qp.v = bwd_tok(b.vnew, s.idt, p.T, p.HV, p.V), qp.dout = dout;
-  qp.h = bwd_states(b.h, p, s);
-  qp.dh = bwd_states(b.dh, p, s);
+  qp.q = q, qp.k = k, qp.v = bwd_tok(b.vnew, b.sdt, p.T, p.HV, p.V), qp.dout = dout;
+  qp.h = bwd_states(b.h, b.sdt, p, s);
+  qp.dh = bwd_states(b.dh, s.idt, p, s);
   qp.dv = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
   qp.g = gam;
   // without l2norm dq is final here
@@ -506,7 +572,7 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   WyBwdParams& wp = c.wp;
   wp.d = d;
   wp.k = k, wp.v = bwd_view(p.v), wp.beta = bwd_view(p.beta);
-  wp.A = bwd_tok(b.A, s.idt, p.T, p.HV, kBT);
+  wp.A = bwd_tok(b.A, b.sdt, p.T, p.HV, kBT);
   wp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
   wp.du = bwd_tok(b.dv2, s.idt, p.T, p.HV, p.V);
   wp.g = gam;
@@ -539,7 +605,7 @@ strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, cons
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
   const gdn::GdnFwdHead head = fold_head(p);
   fold = fold && !prep && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
-  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, s, stream));
+  STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream));
   if (!fold) {
     const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
@@ -589,7 +655,7 @@ bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
 }
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
 size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
-  const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
+  const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
   const Calls c = make_calls(p, fake, s, true);
   const gdn_bwd::Dims d = bwd_dims(p, s);
   // The tensor-core path: chunk_bwd_dqkwg_cuda's wgmma kernel or its mma.sync one (the same workspace).
@@ -601,7 +667,7 @@ size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
 // Whether the backward runs prepare_wy_repr_bwd's tensor-core kernel (which then also forms dk = dk1 + dk2 and
 // dγ1 + dγ2, so dk2 and dγ2 need no buffers).
 bool bwd_fused_sums(const GdnParams& p) {
-  const Bufs fake = carve_with(p, true, reinterpret_cast<void*>(uintptr_t{256}), 0);  // addresses only
+  const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
   return wy_bwd_mma(make_calls(p, fake, sizes_of(p, true), true));
 }
 Bufs carve(const GdnParams& p, bool bwd, void* base) {
@@ -633,8 +699,9 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
 }  // namespace
 
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
+  if (p.saved.present()) return "does not store the saved residuals (h, v_new, A); cuda.sm90.chunked does";
   const Sizes s = sizes_of(p, false);
-  const Bufs b = carve_with(p, false, reinterpret_cast<void*>(uintptr_t{256}), 0, true);  // addresses only
+  const Bufs b = carve_with(p, false, kAddressesOnly, 0, true);  // addresses only
   const Calls c = make_calls(p, b, s, false);
   std::string r = gdn::fwd_cuda_mma_reject(gdn::FwdOp::kPrepareWY, c.wy);
   if (r.empty()) r = gdn::fwd_cuda_state_o_reject(c.fwdo);
@@ -655,7 +722,7 @@ size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullpt
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
   const Sizes s = sizes_of(p, bwd);
   // Buffer addresses only (the reject functions read dtypes, presence and shapes, never the memory).
-  const Bufs b = carve(p, bwd, reinterpret_cast<void*>(uintptr_t{256}));
+  const Bufs b = carve(p, bwd, kAddressesOnly);
   const Calls c = make_calls(p, b, s, bwd);
   std::string r;
   auto add = [&r](const char* what, const std::string& why) {
@@ -674,12 +741,29 @@ std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
   return r;
 }
 
-strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr) {
+// The saved forward's automatic form (GdnSavedForward::kAuto): the fused pass writing h where it applies. GPU run
+// s12run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, median of 7): B = 4 T = 8192 1.508 ms against 2.243 ms
+// composed (1.174 ms for the forward saving nothing), B = 1 T = 32768 2.493 against 2.860 (2.058); the same saved
+// bits (GdnSave.CudaFusedPassFillsTheSameSaved passed there).
+constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kFusedPass;
+
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr, GdnSavedForward form) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve(p, false, workspace);
   const Calls c = make_calls(p, b, s, false);
+  STRATA_RETURN_IF_ERROR(check_saved_alignment("chunk_gated_delta_rule_fwd", p));
+  if (form == GdnSavedForward::kAuto) form = kSavedForwardAuto;
+  // The fused pass writing o, h, v_new (c.fwdo carries them: h and v_new lie in the saved buffer) after the head's
+  // w, u and A (A: read by the backward), where it applies at run time (lean tensors).
+  if (p.saved.present() && form == GdnSavedForward::kFusedPass &&
+      gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo).empty() && gdn::fwd_cuda_state_o_wgmma_lean(c.fwdo)) {
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, kFoldHead));
+    STRATA_RETURN_IF_ERROR(zero_saved_gaps(p, b, stream));
+    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(c.fwdo, 0, gdn::WgmmaPass::kAuto, stream));
+  }
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
+  STRATA_RETURN_IF_ERROR(zero_saved_gaps(p, b, stream));
   return static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdO, c.fwdo, stream));
 }
 
@@ -735,11 +819,17 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   auto mark = [probe](const char* step) {
     if (probe && probe->fn) probe->fn(probe->ctx, step);
   };
-  // forward_states, split:
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream, kFoldHead));
-  mark("forward WY");
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
-  mark("forward states");
+  if (p.saved.present()) {
+    // qn, kn, rq, rk, γ, w, A, h, v_new come from the forward (the saved buffer): nothing to re-run.
+    STRATA_RETURN_IF_ERROR(check_saved_alignment("chunk_gated_delta_rule_bwd", p));
+    STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_bwd", p, b.check, stream));
+  } else {
+    // forward_states, split:
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_bwd", p, b, s, c, stream, kFoldHead));
+    mark("forward WY");
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda(gdn::FwdOp::kFwdH, c.fwdh, stream)));
+    mark("forward states");
+  }
   DhuParams dhp = c.dhp;
   dhp.mma_variant = dhu_variant;
   if (dhu_fused_dv_local(c, dhu_variant)) {
@@ -781,8 +871,8 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
   if (p.l2norm) {
-    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.qn, b.rq, b.dq, p.dq, stream));
-    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, s, b.kn, b.rk, b.dk1, p.dk, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
   }
   mark("tail");
   return STRATA_SUCCESS;

@@ -5,7 +5,10 @@
 // gate=normal beta=sig scale=0 layout=contiguous seed=3"; shape is B x T x H x HV x K x V; cu is "none" or
 // the cu_seqlens values joined by '-'; gate: normal (logsigmoid(U)/norm with norm 1, zero with probability
 // 1/2), zero (g = 0), strong (about -70 per token), weak (logsigmoid(U)/10); beta: sig (sigmoid(randn)) or
-// small (1e-4); scale 0 = K^-0.5; layout: contiguous or padded (every tensor padded, a non-zero offset).
+// small (1e-4); scale 0 = K^-0.5; layout: contiguous or padded (every tensor padded, a non-zero offset);
+// saved=1: the forward fills a `saved` buffer (strata_chunk_gated_delta_rule_saved_bytes: 0 bytes on the CPU, whose
+// implementations ignore it) and the backward case runs that forward first, then the backward reading the buffer
+// instead of re-running the forward (every non-f64 case is run both ways).
 // The "naive" result of the acceptance rule is the same token recurrence run in f32 (gdn_recurrent_* with
 // Real = float) on the same rounded inputs, stored in the output dtypes.
 // Precision model of the CUDA implementation: with 16-bit tokens it runs the sub-operators' tensor-core kernels,
@@ -62,6 +65,7 @@ struct GdnCase {
   float scale;
   bool l2, has_h0, has_ht, has_dht;
   Layout layout;
+  bool saved;
   HostTensor q, k, v, g, beta, h0, cu_t, d_o, dht;
 
   explicit GdnCase(const Case& c) {
@@ -77,6 +81,7 @@ struct GdnCase {
     const double sc = c.get_double("scale", 0.0);
     scale = static_cast<float>(sc > 0 ? sc : 1.0 / std::sqrt(static_cast<double>(K)));
     layout = c.get("layout", "contiguous") == "padded" ? Layout::kPaddedRows : Layout::kContiguous;
+    saved = c.get_int("saved") != 0;
     std::mt19937_64 rng(static_cast<uint64_t>(c.get_int("seed", 1)));
     std::uniform_real_distribution<double> U(0.0, 1.0);
     std::normal_distribution<double> Nrm(0.0, 1.0);
@@ -164,6 +169,41 @@ std::unique_ptr<DeviceTensor> upload(const HostTensor* h, strata_device d) {
 const strata_tensor_desc* dsc(const std::unique_ptr<DeviceTensor>& t) { return t ? &t->desc() : nullptr; }
 void* ptr(const std::unique_ptr<DeviceTensor>& t) { return t ? t->data() : nullptr; }
 
+// Runs `plan` (then destroys it) on `tensors` with the workspace it reports (host memory on the CPU).
+strata_status run_plan(strata_plan plan, std::vector<void*> tensors, strata_device device) {
+  size_t ws_size = 0;
+  strata_plan_workspace_size(plan, &ws_size);
+  std::vector<uint8_t> ws_host;
+  void* ws = nullptr;
+  if (ws_size) {
+    if (device.type == STRATA_DEVICE_CPU) {
+      ws_host.resize(ws_size);
+      ws = ws_host.data();
+    } else {
+      check(strata_malloc(device, ws_size, nullptr, &ws), "workspace");
+    }
+  }
+  const strata_status st =
+      strata_plan_run(plan, tensors.data(), static_cast<int32_t>(tensors.size()), ws, ws_size, nullptr);
+  if (ws && device.type != STRATA_DEVICE_CPU) strata_free(ws);
+  strata_plan_destroy(plan);
+  return st;
+}
+
+// The `saved` buffer of a case (saved=1): uint8 [strata_chunk_gated_delta_rule_saved_bytes] on the device (0
+// bytes on the CPU), or nullptr (saved=0).
+std::unique_ptr<DeviceTensor> saved_buffer(const GdnCase& x, const std::unique_ptr<DeviceTensor>& q,
+                                           const std::unique_ptr<DeviceTensor>& k,
+                                           const std::unique_ptr<DeviceTensor>& v,
+                                           const std::unique_ptr<DeviceTensor>& cu) {
+  if (!x.saved) return nullptr;
+  uint64_t bytes = 0;
+  check(strata_chunk_gated_delta_rule_saved_bytes(dsc(q), dsc(k), dsc(v), dsc(cu), x.l2 ? 1 : 0, &bytes),
+        "saved bytes");
+  const HostTensor h = HostTensor::make(STRATA_DTYPE_U8, {static_cast<int64_t>(bytes)});
+  return std::make_unique<DeviceTensor>(h, q->desc().device);
+}
+
 std::vector<Case> make_cases(const char* op, bool bwd) {
   std::vector<Case> cases;
   int64_t seed = 1;
@@ -226,6 +266,9 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   add("f32", {1, 0, 1, 1, 16, 16}, {0, 0, 0}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
   add("f32", {0, 5, 1, 1, 16, 16}, {}, 0, 0, 0, 0, "normal", "sig", 0, "contiguous");
   (void)bwd;
+  const size_t plain = cases.size();
+  for (size_t i = 0; i < plain; ++i)
+    if (cases[i].get("dtype") != "f64") cases.push_back(Case(cases[i]).set("saved", 1).set("seed", seed++));
   return cases;
 }
 
@@ -278,28 +321,16 @@ class GdnHarness final : public OpHarness {
          db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
          dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), d_out = upload(&o, device),
          d_ht = upload(x.has_ht ? &ht : nullptr, device);
+    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
     strata_plan plan = nullptr;
     check(strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
-                                                 dsc(d_out), dsc(d_ht), x.scale, x.l2 ? 1 : 0, &plan),
+                                                 dsc(d_out), dsc(d_ht), dsc(saved), x.scale, x.l2 ? 1 : 0, &plan),
           "plan");
     r.impl = strata_plan_impl_name(plan);
-    size_t ws_size = 0;
-    strata_plan_workspace_size(plan, &ws_size);
-    std::vector<uint8_t> ws_host;
-    void* ws = nullptr;
-    if (ws_size) {
-      if (device.type == STRATA_DEVICE_CPU) {
-        ws_host.resize(ws_size);
-        ws = ws_host.data();
-      } else {
-        check(strata_malloc(device, ws_size, nullptr, &ws), "workspace");
-      }
-    }
-    void* t[] = {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), ptr(d_ht)};
-    const strata_status st = strata_plan_run(plan, t, 9, ws, ws_size, nullptr);
-    if (ws && device.type != STRATA_DEVICE_CPU) strata_free(ws);
-    strata_plan_destroy(plan);
-    check(st, "run");
+    check(run_plan(plan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), ptr(d_ht),
+                          ptr(saved)},
+                   device),
+          "run");
     d_out->download(o);
     const double len = static_cast<double>(x.K);
     r.compares.push_back(compare("o", o.values(), o_ref.values(), o_nv.values(), x.dt, len));
@@ -364,30 +395,29 @@ class GdnHarness final : public OpHarness {
     std::vector<std::unique_ptr<DeviceTensor>> od;
     for (auto& o : outs) od.push_back(upload(&o.dev, device));
     while (od.size() < 6) od.push_back(nullptr);
+    // saved=1: the forward (o only) fills the buffer first.
+    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
+    if (saved) {
+      const auto d_out = upload(&x.d_o, device);  // o: do's shape and dtype
+      strata_plan fplan = nullptr;
+      check(strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
+                                                   dsc(d_out), nullptr, dsc(saved), x.scale, x.l2 ? 1 : 0, &fplan),
+            "forward plan");
+      check(run_plan(fplan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), nullptr,
+                             ptr(saved)},
+                     device),
+            "forward run");
+    }
     strata_plan plan = nullptr;
     check(strata_chunk_gated_delta_rule_bwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
                                                  dsc(ddo), dsc(ddht), dsc(od[0]), dsc(od[1]), dsc(od[2]), dsc(od[3]),
-                                                 dsc(od[4]), dsc(od[5]), x.scale, x.l2 ? 1 : 0, &plan),
+                                                 dsc(od[4]), dsc(od[5]), dsc(saved), x.scale, x.l2 ? 1 : 0, &plan),
           "plan");
     r.impl = strata_plan_impl_name(plan);
-    size_t ws_size = 0;
-    strata_plan_workspace_size(plan, &ws_size);
-    std::vector<uint8_t> ws_host;
-    void* ws = nullptr;
-    if (ws_size) {
-      if (device.type == STRATA_DEVICE_CPU) {
-        ws_host.resize(ws_size);
-        ws = ws_host.data();
-      } else {
-        check(strata_malloc(device, ws_size, nullptr, &ws), "workspace");
-      }
-    }
-    void* t[] = {ptr(dq),    ptr(dk),    ptr(dv),    ptr(dg),    ptr(db),    ptr(dh0),   ptr(dcu),  ptr(ddo),
-                 ptr(ddht), ptr(od[0]), ptr(od[1]), ptr(od[2]), ptr(od[3]), ptr(od[4]), ptr(od[5])};
-    const strata_status st = strata_plan_run(plan, t, 15, ws, ws_size, nullptr);
-    if (ws && device.type != STRATA_DEVICE_CPU) strata_free(ws);
-    strata_plan_destroy(plan);
-    check(st, "run");
+    check(run_plan(plan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(ddo), ptr(ddht),
+                          ptr(od[0]), ptr(od[1]), ptr(od[2]), ptr(od[3]), ptr(od[4]), ptr(od[5]), ptr(saved)},
+                   device),
+          "run");
     r.pass = true;
     const std::vector<double> dg_mag = dg_magnitude(x, outs[2].ref, outs[4].ref);
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -523,19 +553,21 @@ std::vector<BenchCase> GdnHarness::bench_cases(strata_device device) const {
       if (!bwd) {
         DeviceTensor *od = up(&o), *hd = up(&ht);
         check(strata_chunk_gated_delta_rule_fwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
-                                                     nullptr, cud, &od->desc(), &hd->desc(), scale, 1, &st->plan),
+                                                     nullptr, cud, &od->desc(), &hd->desc(), nullptr, scale, 1,
+                                                     &st->plan),
               "bench plan");
-        st->ptrs = {q->data(), k->data(), v->data(), g->data(), be->data(), nullptr, cup, od->data(), hd->data()};
+        st->ptrs = {q->data(), k->data(), v->data(), g->data(), be->data(), nullptr, cup, od->data(), hd->data(),
+                    nullptr};
       } else {
         DeviceTensor *dd = up(&x.d_o), *dqd = up(&x.q), *dkd = up(&x.k), *dvd = up(&x.v), *dgd = up(&x.g),
                      *dbd = up(&x.beta);
         check(strata_chunk_gated_delta_rule_bwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
                                                      nullptr, cud, &dd->desc(), nullptr, &dqd->desc(), &dkd->desc(),
-                                                     &dvd->desc(), &dgd->desc(), &dbd->desc(), nullptr, scale, 1,
-                                                     &st->plan),
+                                                     &dvd->desc(), &dgd->desc(), &dbd->desc(), nullptr, nullptr, scale,
+                                                     1, &st->plan),
               "bench plan");
         st->ptrs = {q->data(),   k->data(),   v->data(),   g->data(),   be->data(),  nullptr,    cup,    dd->data(),
-                    nullptr,     dqd->data(), dkd->data(), dvd->data(), dgd->data(), dbd->data(), nullptr};
+                    nullptr,     dqd->data(), dkd->data(), dvd->data(), dgd->data(), dbd->data(), nullptr, nullptr};
       }
       strata_plan_workspace_size(st->plan, &st->ws_size);
       if (st->ws_size) check(strata_malloc(device, st->ws_size, nullptr, &st->ws), "bench workspace");

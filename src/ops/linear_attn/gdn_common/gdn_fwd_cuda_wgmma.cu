@@ -125,20 +125,25 @@ __device__ __forceinline__ void pack_state(const float (&S)[2][kN / 2], uint32_t
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) pack_acc<T, kN>(S[mt], hpk[mt]);
 }
+// Keys 64 mt.. of h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_acc's pairs of S[mt].
+template <int kN>
+__device__ __forceinline__ void store_h_rows_mt(const GdnFwdParams& p, int64_t b, int64_t cidx, int64_t hv,
+                                                int64_t col0, int mt, const uint32_t (&pk)[2][kN / 8]) {
+  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
+  uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, b, cidx) + hv * p.h.st[2] + col0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = pk[half][j];
+  }
+}
 // h of chunk cidx (batch row b), columns col0.. of this warpgroup, from pack_state's pairs.
 template <int kN>
 __device__ __forceinline__ void store_h_rows(const GdnFwdParams& p, int64_t b, int64_t cidx, int64_t hv, int64_t col0,
                                              const uint32_t (&hpk)[2][2][kN / 8]) {
-  const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
-  uint16_t* hp = static_cast<uint16_t*>(p.h.data) + h_base(p.h, p.chunks, b, cidx) + hv * p.h.st[2] + col0;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      uint16_t* hrow = hp + (64 * mt + wgl::acc_row(w, lane, 2 * half)) * p.h.st[3];
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) *reinterpret_cast<uint32_t*>(hrow + wgl::acc_col(lane, j, 0)) = hpk[mt][half][j];
-    }
+  for (int mt = 0; mt < 2; ++mt) store_h_rows_mt<kN>(p, b, cidx, hv, col0, mt, hpk[mt]);
 }
 // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn
 // (accP: the m64n64 accumulator of Q Kᵀ; gam: γ of the chunk's rows).
@@ -227,9 +232,30 @@ bool pair16(const GdnTensor& t) {
          (reinterpret_cast<uintptr_t>(t.data) & 3u) == 0;
 }
 
+// h stored by 32-bit pairs (unit column stride, even outer strides; GdnTensor h has 5 strides).
+bool h_pairs(const GdnTensor& h) {
+  return h.st[4] == 1 && ((h.st[0] | h.st[1] | h.st[2] | h.st[3]) & 1) == 0 &&
+         (reinterpret_cast<uintptr_t>(h.data) & 3u) == 0;
+}
+
 constexpr int kRowsC = 64;   // rows of a chunk tile
 constexpr int kKeys = 128;   // K (rows of S, columns of the K / W / Q tiles)
 constexpr int kMaxSmem = 227 * 1024;
+
+// S rounded to T into this warpgroup's S copy (store_trans) and, with hc >= 0 (the fused pass writing h, session
+// 12), as h of chunk hc from the same pairs: the pairs are packed once, after the update has been waited for, so
+// that nothing extra is live across the pass's wgmma issues.
+template <class T, int kN>
+__device__ __forceinline__ void store_state_copy(const GdnFwdParams& p, uint32_t sb, const float (&S)[2][kN / 2],
+                                                 int64_t b, int64_t hc, int64_t hv, int64_t col0) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    uint32_t pk[2][kN / 8];
+    pack_acc<T, kN>(S[mt], pk);
+    store_trans_pk<kN, kKeys>(sb, 64 * mt, pk);
+    if (hc >= 0) store_h_rows_mt<kN>(p, b, hc, hv, col0, mt, pk);
+  }
+}
 
 // The state warpgroups' steps of one chunk (row i of the chunk: wgl::acc_row; the U tile: row-major with leading
 // dimension ldu, this warpgroup's columns from cb). Both forms of the split pass run the same steps on the same values
@@ -399,7 +425,9 @@ constexpr int kBarQ = 3, kBarV = 4, kBarF = 5, kBarN = 6, kBarS = 7;
 constexpr int kStateRegs = 184, kOutRegs = 136;
 static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget");
 
-template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort>
+// kH (kOut, kShort only; session 12): the fused pass also writes h (store_state_copy); its own instantiations, so that
+// the pass without h keeps its registers (with the h stores compiled in, the 128-column pass spilled 4 bytes).
+template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -407,6 +435,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   static_assert(kN == 16 || kN == 32 || kN == 64, "per-warpgroup column widths with a wgmma wrapper");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
   static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
+  static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
   constexpr int kBV = kSW * kN;               // columns of S per block
@@ -569,8 +598,13 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   if (kStages == 3) request(sq.bos + BT, 1);
   if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
   float g_next = (tid < kRowsC && sq.bos + BT < sq.eos) ? fetch_gamma(sq.bos + BT) : 0.f;
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+  // The fused pass with h (kH): h_c = S_c rounded, written with S_c's copy (chunk c, when it exists and, varlen,
+  // lies inside h's chunk dimension); -1: none. fwd_h writes h_c at the start of chunk c instead.
+  auto h_chunk = [&](int64_t c, int64_t t) -> int64_t {
+    const int64_t cidx = sq.chunk0 + c;
+    return kH && t < sq.eos && (!p.chunks.varlen() || cidx < p.shape.NT) ? cidx : -1;
+  };
+  store_state_copy<T, kN>(p, sb, S, sq.b, h_chunk(0, sq.bos), hv, v0 + cb);
 
   int st = 0;
   int64_t c = 0;
@@ -664,8 +698,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     }
     update_wait<kN>(S, kf);
     if constexpr (kOut) bar_sync(kBarQ, kThreads);  // (Q): the output warpgroup's Q S_c has read the copy
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_trans<T, kN, kKeys>(sb, 64 * mt, S[mt]);
+    store_state_copy<T, kN>(p, sb, S, sq.b, h_chunk(c + 1, t0 + BT), hv, v0 + cb);
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
   if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
@@ -758,7 +791,7 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort>
+template <int kN, int kSW, bool kOut, bool kShort, bool kH = false>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr int kStages = sp_stages<kSW * kN, kOut>();
   constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut>();
@@ -769,7 +802,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -795,6 +828,16 @@ WgmmaPass auto_form(int width, bool out) {
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
+  if (kOut && p.h.present()) {  // the fused pass writing h: kShort, two state warpgroups (auto_form's fused choice)
+    if (form != WgmmaPass::kShort)
+      return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: h from the fused pass in its kShort form only");
+    switch (width) {
+      case 32: return launch_split<16, 2, true, true, true>(p, stream);
+      case 64: return launch_split<32, 2, true, true, true>(p, stream);
+      case 128: return launch_split<64, 2, true, true, true>(p, stream);
+      default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+    }
+  }
   switch (width) {
     case 32: return launch_form<32, kOut>(p, form, stream);
     case 64: return launch_form<64, kOut>(p, form, stream);
@@ -854,21 +897,28 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
   if (!p.o.present()) return "the wgmma pass writes o";
   for (const GdnTensor* t : {&p.o, &p.v_new})
     if (t->present() && t->dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs o (and v_new) in bf16";
-  if (p.h.present()) return "the wgmma pass does not write the chunk states h";
+  if (p.h.present() && p.h.dtype != STRATA_DTYPE_BF16) return "the wgmma pass needs h in bf16";
   if (p.shape.K != kKeys) return fmt::format("the wgmma pass needs K = {} (got {})", kKeys, p.shape.K);
   if (p.shape.V % 32 != 0) return fmt::format("the wgmma pass needs V a multiple of 32 (got {})", p.shape.V);
   if (p.shape.BT != kRowsC) return fmt::format("the wgmma pass needs chunk size {} (got {})", kRowsC, p.shape.BT);
   return {};
 }
 
+bool fwd_cuda_state_o_wgmma_lean(const GdnFwdParams& p) {
+  using T = __nv_bfloat16;
+  return lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.q) && lean16<T>(p.u) && pair16<T>(p.o) &&
+         (!p.v_new.present() || pair16<T>(p.v_new)) && (!p.h.present() || h_pairs(p.h));
+}
+
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream_ptr) {
   const std::string why = fwd_cuda_state_o_wgmma_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): {}", why);
-  using T = __nv_bfloat16;
   // Run-time layout: 16-byte tile copies and 32-bit pair stores; other views take state_o_mma.
-  const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.q) && lean16<T>(p.u) && pair16<T>(p.o) &&
-                    (!p.v_new.present() || pair16<T>(p.v_new));
-  if (!lean) return fwd_cuda_state_o(p, StateOKernel::kInline, fwd_cuda_state_o_auto_block(p), stream_ptr);
+  if (!fwd_cuda_state_o_wgmma_lean(p)) {
+    if (p.h.present())  // state_o_mma does not write h
+      return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): h needs lean token tensors");
+    return fwd_cuda_state_o(p, StateOKernel::kInline, fwd_cuda_state_o_auto_block(p), stream_ptr);
+  }
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd (wgmma pass)"); r != STRATA_SUCCESS) return r;
   return launch_split_width<true>(p, width, form, static_cast<cudaStream_t>(stream_ptr));
 }
@@ -894,10 +944,7 @@ int fwd_cuda_fwd_h_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void*
   if (!why.empty())
     return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd_h (state_split_wgmma): {}", why);
   using T = __nv_bfloat16;
-  // h stored by 32-bit pairs (unit column stride, even outer strides; GdnTensor h has 5 strides).
-  const bool h_pairs = p.h.st[4] == 1 && ((p.h.st[0] | p.h.st[1] | p.h.st[2] | p.h.st[3]) & 1) == 0 &&
-                       (reinterpret_cast<uintptr_t>(p.h.data) & 3u) == 0;
-  const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.u) && h_pairs &&
+  const bool lean = lean16<T>(p.k) && lean16<T>(p.w) && lean16<T>(p.u) && h_pairs(p.h) &&
                     (!p.v_new.present() || pair16<T>(p.v_new));
   if (!lean) return fwd_cuda_mma(FwdOp::kFwdH, p, stream_ptr);
   if (const int r = resolve_width(p, width, "chunk_gated_delta_rule_fwd_h (state_split_wgmma)"); r != STRATA_SUCCESS)

@@ -113,6 +113,11 @@ std::string fwd_cuda_qk_gate_reject(const GdnFwdParams& p);
 //     64 (W read once per chunk, no state-state barrier; 128 as kShort).
 enum class WgmmaPass : int { kAuto = 0, kSplit, kShort, kShortOneWg };
 int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, void* stream);
+// Session 12 (chunk_gated_delta_rule's saved residuals): with p.h (bf16) present the fused pass also writes h, the
+// bf16 chunk-start states (S rounded once: the bits fwd_h writes), from the pairs of S's shared-memory copy, and
+// with p.v_new present v_new; it then needs fwd_cuda_state_o_wgmma_lean (else an error: state_o_mma does not
+// write h). fwd_cuda_state_o_wgmma_lean: the run-time layout the pass needs (lean token tensors, pair stores).
+bool fwd_cuda_state_o_wgmma_lean(const GdnFwdParams& p);
 // chunk_gated_delta_rule_fwd_h on the split pass's recurrence warpgroups (session 9): h (the bf16 chunk-start
 // states, S rounded once, as state_mma's h), v_new (opt.), ht (opt.) from k, w, u, g (opt.), h0 (opt.). bf16 k, w, u,
 // h, v_new; K = 128, V a multiple of 32, chunk size 64 (fwd_cuda_fwd_h_wgmma_reject); views that are not lean run
