@@ -186,10 +186,13 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc.
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. sAdd (kWyPrefetch): the chunk's dk_add
+// rows already in shared memory (f32, row pitch ld_add, wy_load_dk_add), so that no global load waits behind
+// the previous pair's store; nullptr: dk_add read from global memory pair by pair.
 template <int KT>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                            const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
+                                            const float (&dk_sum)[KT][1][4][4], int r0, int c0,
+                                            const float* sAdd = nullptr, int ld_add = 0) {
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
@@ -199,7 +202,10 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
         const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
         if (i < L && x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-          if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+          if (sAdd) {
+            a0 = sAdd[i * ld_add + x] + a0;
+            a1 = sAdd[i * ld_add + x + 1] + a1;  // (0 past kc: not stored)
+          } else if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
             const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
             a0 = ld_f32(p.dk_add, o) + a0;
             if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
@@ -414,7 +420,12 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
 };
 
-template <class T, int P>
+// kPre (kWyPrefetch): the tiles of value head g + 1 load into the tiles of head g as they die, so that fewer bytes are
+// waited for at a head's start (one stage has no room for a second set of tiles at two blocks per SM): V after dA
+// (its only reader), dU after the Y = Aᵀ dU tiles, which run before the dk tiles (one more barrier per head); the
+// chunk's f32 dk_add rows, when present, into the V and dU tiles of the last head (f32 [64][P + 8] fills both
+// exactly), read by the dk store from shared memory. dk, dv, dβ, dγ the same bits as without.
+template <class T, int P, bool kPre>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -443,13 +454,20 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
       float dk_sum[KT][1][4][4];
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
+      auto load_v = [&](int64_t hv) {
+        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+      };
+      auto load_du = [&](int64_t hv) {
+        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+      };
+      float* sAdd = reinterpret_cast<float*>(sV);  // kPre: dk_add [64][ld] f32 over the V and dU tiles
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
+        const bool last = g + 1 == d.G;
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
         if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
         load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        if (!kPre || g == 0) load_v(hv), load_du(hv);
         load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
@@ -467,6 +485,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
         wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
         __syncthreads();
+        if (kPre && !last) load_v(hv + 1);  // (V's readers are done)
         {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
           zero(t);
@@ -537,26 +556,52 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
-        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
+        auto dv_tiles = [&] {
 #pragma unroll
-        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
+          for (int e0 = 0; e0 < P; e0 += 64)
+            wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
+        };
+        if constexpr (kPre) {
+          dv_tiles();
+          __syncthreads();  // dU's readers are done
+          if (!last)
+            load_du(hv + 1);
+          else if (p.dk_add.present())
+            load_tile_f32_async<kThr>(sAdd, ld, 64, P, p.dk_add, p.dk_add.off(c.b, c.t0, h), p.dk_add.s[1], L, kc);
+        }
+        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
+        if constexpr (!kPre) dv_tiles();
       }
-      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
+      if (kPre && p.dk_add.present()) {
+        cp_async_wait_all();
+        __syncthreads();
+        wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0, sAdd, ld);
+      } else {
+        wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
+      }
     });
   }
 }
 
-template <class T, int P>
+template <class T, int P, bool kPre>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  static_assert(WyLeanSmem<P>::du == WyLeanSmem<P>::v + WyLeanSmem<P>::tile && 2 * WyLeanSmem<P>::tile >= 64 * (P + 8) * 4,
+                "kPre's f32 dk_add rows fill the V and dU tiles");
+  const auto kernel = wy_bwd_lean_kernel<T, P, kPre>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_lean_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
   return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
+}
+
+template <class T, int P>
+strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  return p.mma_variant == kWyPrefetch ? launch_lean<T, P, true>(p, offs, items, stream)
+                                      : launch_lean<T, P, false>(p, offs, items, stream);
 }
 
 // kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most 128);
