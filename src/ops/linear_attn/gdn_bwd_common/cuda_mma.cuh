@@ -124,31 +124,6 @@ __device__ __forceinline__ void load_tile_async(uint16_t* s, int ld, int R, int 
   }
 }
 
-// The f32 form (an f32 addend staged in shared memory, e.g. prepare_wy_repr_bwd's dk_add): s[r * ld + c] =
-// v[base + r * row_stride + c] for r < rows, c < cols, 0 for the rest of the R x C tile (C % 4 == 0, ld % 4 == 0,
-// s 16-byte aligned); 16-byte cp.async segments where the view holds f32 with 16-byte aligned rows and the segment
-// is fully valid, element loads (any dtype) otherwise. The same waits before reading as load_tile_async.
-template <int NTHREADS>
-__device__ __forceinline__ void load_tile_f32_async(float* s, int ld, int R, int C, const View& v, int64_t base,
-                                                    int64_t row_stride, int rows, int cols) {
-  const float* src = static_cast<const float*>(v.p) + base;
-  const bool vec = v.dtype == STRATA_DTYPE_F32 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 && (row_stride & 3) == 0;
-  const int segs = C / 4;
-  for (int e = threadIdx.x; e < R * segs; e += NTHREADS) {
-    const int r = e / segs, c = (e - r * segs) * 4;
-    float* dst = s + r * ld + c;
-    if (vec && r < rows && c + 4 <= cols) {
-      ::strata::cuda::cp_async16(dst, src + static_cast<int64_t>(r) * row_stride + c, true);
-    } else {
-      float x[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        x[i] = (r < rows && c + i < cols) ? cu::ld_f32(v, base + static_cast<int64_t>(r) * row_stride + c + i) : 0.f;
-      *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
-    }
-  }
-}
-
 // ---- warp GEMM ----
 // c[MT x 16 rows][NT x 8 columns] += A · B over kdim (a multiple of 16), operands in shared memory:
 //   A(m, k) = ARow ? a[m * lda + k] : a[k * lda + m]      (a points at the warp's row origin m = 0)

@@ -186,6 +186,31 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
+// load_tile_async's f32 form (kWyPrefetch's dk_add rows staged in shared memory): s[r * ld + c] =
+// v[base + r * row_stride + c] for r < rows, c < cols, 0 for the rest of the R x C tile (C % 4 == 0, ld % 4 == 0,
+// s 16-byte aligned); 16-byte cp.async segments where the view holds f32 with 16-byte aligned rows and the segment
+// is fully valid, element loads (any dtype) otherwise. The same waits before reading as load_tile_async.
+template <int NTHREADS>
+__device__ __forceinline__ void load_tile_f32_async(float* s, int ld, int R, int C, const View& v, int64_t base,
+                                                    int64_t row_stride, int rows, int cols) {
+  const float* src = static_cast<const float*>(v.p) + base;
+  const bool vec = v.dtype == STRATA_DTYPE_F32 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 && (row_stride & 3) == 0;
+  const int segs = C / 4;
+  for (int e = threadIdx.x; e < R * segs; e += NTHREADS) {
+    const int r = e / segs, c = (e - r * segs) * 4;
+    float* dst = s + r * ld + c;
+    if (vec && r < rows && c + 4 <= cols) {
+      ::strata::cuda::cp_async16(dst, src + static_cast<int64_t>(r) * row_stride + c, true);
+    } else {
+      float x[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        x[i] = (r < rows && c + i < cols) ? cu::ld_f32(v, base + static_cast<int64_t>(r) * row_stride + c + i) : 0.f;
+      *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
+    }
+  }
+}
+
 // dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. sAdd (kWyPrefetch): the chunk's dk_add
 // rows already in shared memory (f32, row pitch ld_add, wy_load_dk_add), so that no global load waits behind
 // the previous pair's store; nullptr: dk_add read from global memory pair by pair.
@@ -422,9 +447,11 @@ struct WyLeanSmem {
 
 // kPre (kWyPrefetch): the tiles of value head g + 1 load into the tiles of head g as they die, so that fewer bytes are
 // waited for at a head's start (one stage has no room for a second set of tiles at two blocks per SM): V after dA
-// (its only reader), dU after the Y = Aᵀ dU tiles, which run before the dk tiles (one more barrier per head); the
-// chunk's f32 dk_add rows, when present, into the V and dU tiles of the last head (f32 [64][P + 8] fills both
-// exactly), read by the dk store from shared memory. dk, dv, dβ, dγ the same bits as without.
+// (its only reader), A into the tmp tile after dP (tmp's only reader; the two tiles swap roles every head), dU
+// after the Y = Aᵀ dU tiles, which run before the dk tiles (one more barrier per head): a head after the first
+// waits only for its dW tile. The chunk's f32 dk_add rows, when present, load into the V and dU tiles of the last
+// head (f32 [64][P + 8] fills both exactly), read by the dk store from shared memory. dk, dv, dβ, dγ the same
+// bits as without.
 template <class T, int P, bool kPre>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
@@ -434,9 +461,9 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
   uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S::v);
   uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S::du);
-  uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S::a);
+  uint16_t* const sA0 = reinterpret_cast<uint16_t*>(smem + S::a);
   uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then Sym
-  uint16_t* sT = reinterpret_cast<uint16_t*>(smem + S::t);  // tmp = Aᵀ dA
+  uint16_t* const sT0 = reinterpret_cast<uint16_t*>(smem + S::t);  // tmp = Aᵀ dA
   float* sG = reinterpret_cast<float*>(smem + S::vec);
   float* sBeta = sG + 64;
   float* sE = sG + 128;
@@ -464,15 +491,24 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         const bool last = g + 1 == d.G;
+        // A and tmp (kPre: the tiles swap every head, A of head g + 1 loading into head g's tmp tile)
+        uint16_t* const sA = kPre && (g & 1) ? sT0 : sA0;
+        uint16_t* const sT = kPre && (g & 1) ? sA0 : sT0;
+        auto load_a = [&](uint16_t* s, int64_t hv) {
+          load_tile_async<T, kThr>(s, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        };
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
         if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
         load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        if (!kPre || g == 0) load_v(hv), load_du(hv);
-        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        if (!kPre || g == 0) load_v(hv), load_du(hv), load_a(sA, hv);
+        // kPre: this thread's dg_add (row threadIdx.x < L) fetched with the tiles too, so that the dβ / dγ store below
+        // does not wait for it ahead of the dU barrier
+        float dga = 0.f;
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
           const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
+          if (kPre && ok) dga = wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x);
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
@@ -547,12 +583,14 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           }
         }
         __syncthreads();  // Sym, the dβ / dγ partials complete
+        if (kPre && !last) load_a(sT, hv + 1);  // (tmp's readers are done)
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
           const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs,
+                                    kPre ? dga : wy_bwd_cu::dg_addend(p, c, hv, i));
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
