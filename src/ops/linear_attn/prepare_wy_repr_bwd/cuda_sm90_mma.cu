@@ -186,40 +186,30 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// load_tile_async's f32 form (kWyPrefetch's dk_add rows staged in shared memory): s[r * ld + c] =
-// v[base + r * row_stride + c] for r < rows, c < cols, 0 for the rest of the R x C tile (C % 4 == 0, ld % 4 == 0,
-// s 16-byte aligned); 16-byte cp.async segments where the view holds f32 with 16-byte aligned rows and the segment
-// is fully valid, element loads (any dtype) otherwise. The same waits before reading as load_tile_async.
-template <int NTHREADS>
-__device__ __forceinline__ void load_tile_f32_async(float* s, int ld, int R, int C, const View& v, int64_t base,
-                                                    int64_t row_stride, int rows, int cols) {
-  const float* src = static_cast<const float*>(v.p) + base;
-  const bool vec = v.dtype == STRATA_DTYPE_F32 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 && (row_stride & 3) == 0;
-  const int segs = C / 4;
-  for (int e = threadIdx.x; e < R * segs; e += NTHREADS) {
-    const int r = e / segs, c = (e - r * segs) * 4;
-    float* dst = s + r * ld + c;
-    if (vec && r < rows && c + 4 <= cols) {
-      ::strata::cuda::cp_async16(dst, src + static_cast<int64_t>(r) * row_stride + c, true);
-    } else {
-      float x[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        x[i] = (r < rows && c + i < cols) ? cu::ld_f32(v, base + static_cast<int64_t>(r) * row_stride + c + i) : 0.f;
-      *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
-    }
-  }
-}
-
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. sAdd (kWyPrefetch): the chunk's dk_add
-// rows already in shared memory (f32, row pitch ld_add, wy_load_dk_add), so that no global load waits behind
-// the previous pair's store; nullptr: dk_add read from global memory pair by pair.
-template <int KT>
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. kBatched (kWyBatchedAdd): a K tile's
+// dk_add values (8 pairs per thread) are all loaded before its first store, one round trip per K tile instead of
+// one per pair (dk_add may alias dk only element for element, as the composed backward passes it: a thread reads
+// each of its elements before writing it, and no element of another thread). The same additions (the same bits).
+template <int KT, bool kBatched = false>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                            const float (&dk_sum)[KT][1][4][4], int r0, int c0,
-                                            const float* sAdd = nullptr, int ld_add = 0) {
+                                            const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
 #pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
+  for (int kt = 0; kt < KT; ++kt) {
+    float add[4][2][2] = {};  // kBatched: [nt][pair][column] dk_add of this K tile
+    if constexpr (kBatched) {
+      if (p.dk_add.present())
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; e += 2) {
+            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
+            if (i < L && x < kc) {
+              const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
+              add[nt][e >> 1][0] = ld_f32(p.dk_add, o);
+              if (x + 1 < kc) add[nt][e >> 1][1] = ld_f32(p.dk_add, o + 1);
+            }
+          }
+    }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -227,9 +217,9 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
         const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
         if (i < L && x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-          if (sAdd) {
-            a0 = sAdd[i * ld_add + x] + a0;
-            a1 = sAdd[i * ld_add + x + 1] + a1;  // (0 past kc: not stored)
+          if (kBatched && p.dk_add.present()) {
+            a0 = add[nt][e >> 1][0] + a0;
+            a1 = add[nt][e >> 1][1] + a1;
           } else if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
             const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
             a0 = ld_f32(p.dk_add, o) + a0;
@@ -238,6 +228,7 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
           st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
         }
       }
+  }
 }
 
 template <class T, int KP>
@@ -445,14 +436,7 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
 };
 
-// kPre (kWyPrefetch): the tiles of value head g + 1 load into the tiles of head g as they die, so that fewer bytes are
-// waited for at a head's start (one stage has no room for a second set of tiles at two blocks per SM): V after dA
-// (its only reader), A into the tmp tile after dP (tmp's only reader; the two tiles swap roles every head), dU
-// after the Y = Aᵀ dU tiles, which run before the dk tiles (one more barrier per head): a head after the first
-// waits only for its dW tile. The chunk's f32 dk_add rows, when present, load into the V and dU tiles of the last
-// head (f32 [64][P + 8] fills both exactly), read by the dk store from shared memory. dk, dv, dβ, dγ the same
-// bits as without.
-template <class T, int P, bool kPre>
+template <class T, int P, bool kBatched>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -461,9 +445,9 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
   uint16_t* sV = reinterpret_cast<uint16_t*>(smem + S::v);
   uint16_t* sDu = reinterpret_cast<uint16_t*>(smem + S::du);
-  uint16_t* const sA0 = reinterpret_cast<uint16_t*>(smem + S::a);
+  uint16_t* sA = reinterpret_cast<uint16_t*>(smem + S::a);
   uint16_t* sX = reinterpret_cast<uint16_t*>(smem + S::x);  // dA, then Sym
-  uint16_t* const sT0 = reinterpret_cast<uint16_t*>(smem + S::t);  // tmp = Aᵀ dA
+  uint16_t* sT = reinterpret_cast<uint16_t*>(smem + S::t);  // tmp = Aᵀ dA
   float* sG = reinterpret_cast<float*>(smem + S::vec);
   float* sBeta = sG + 64;
   float* sE = sG + 128;
@@ -481,34 +465,18 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
       float dk_sum[KT][1][4][4];
 #pragma unroll
       for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
-      auto load_v = [&](int64_t hv) {
-        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
-      };
-      auto load_du = [&](int64_t hv) {
-        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
-      };
-      float* sAdd = reinterpret_cast<float*>(sV);  // kPre: dk_add [64][ld] f32 over the V and dU tiles
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
-        const bool last = g + 1 == d.G;
-        // A and tmp (kPre: the tiles swap every head, A of head g + 1 loading into head g's tmp tile)
-        uint16_t* const sA = kPre && (g & 1) ? sT0 : sA0;
-        uint16_t* const sT = kPre && (g & 1) ? sA0 : sT0;
-        auto load_a = [&](uint16_t* s, int64_t hv) {
-          load_tile_async<T, kThr>(s, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
-        };
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
         if (g == 0) load_tile_async<T, kThr>(sK, ld, 64, P, p.k, p.k.off(c.b, c.t0, h), p.k.s[1], L, kc);
         load_tile_async<T, kThr>(sDw, ld, 64, P, p.dw, p.dw.off(c.b, c.t0, hv), p.dw.s[1], L, kc);
-        if (!kPre || g == 0) load_v(hv), load_du(hv), load_a(sA, hv);
-        // kPre: this thread's dg_add (row threadIdx.x < L) fetched with the tiles too, so that the dβ / dγ store below
-        // does not wait for it ahead of the dU barrier
-        float dga = 0.f;
+        load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
+        load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
+        load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
           const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
-          if (kPre && ok) dga = wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x);
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
@@ -521,7 +489,6 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
         wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
         __syncthreads();
-        if (kPre && !last) load_v(hv + 1);  // (V's readers are done)
         {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
           zero(t);
@@ -583,51 +550,29 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           }
         }
         __syncthreads();  // Sym, the dβ / dγ partials complete
-        if (kPre && !last) load_a(sT, hv + 1);  // (tmp's readers are done)
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
           const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs,
-                                    kPre ? dga : wy_bwd_cu::dg_addend(p, c, hv, i));
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
-        auto dv_tiles = [&] {
-#pragma unroll
-          for (int e0 = 0; e0 < P; e0 += 64)
-            wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
-        };
-        if constexpr (kPre) {
-          dv_tiles();
-          __syncthreads();  // dU's readers are done
-          if (!last)
-            load_du(hv + 1);
-          else if (p.dk_add.present())
-            load_tile_f32_async<kThr>(sAdd, ld, 64, P, p.dk_add, p.dk_add.off(c.b, c.t0, h), p.dk_add.s[1], L, kc);
-        }
         wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
-        if constexpr (!kPre) dv_tiles();
+#pragma unroll
+        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
       }
-      if (kPre && p.dk_add.present()) {
-        cp_async_wait_all();
-        __syncthreads();
-        wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0, sAdd, ld);
-      } else {
-        wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
-      }
+      wy_store_dk<KT, kBatched>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, bool kPre>
+template <class T, int P, bool kBatched>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  static_assert(WyLeanSmem<P>::du == WyLeanSmem<P>::v + WyLeanSmem<P>::tile && 2 * WyLeanSmem<P>::tile >= 64 * (P + 8) * 4,
-                "kPre's f32 dk_add rows fill the V and dU tiles");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kPre>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kBatched>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -638,8 +583,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  return p.mma_variant == kWyPrefetch ? launch_lean<T, P, true>(p, offs, items, stream)
-                                      : launch_lean<T, P, false>(p, offs, items, stream);
+  return p.mma_variant == kWyBatchedAdd ? launch_lean<T, P, true>(p, offs, items, stream)
+                                        : launch_lean<T, P, false>(p, offs, items, stream);
 }
 
 // kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most 128);

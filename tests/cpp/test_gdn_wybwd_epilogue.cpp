@@ -1,9 +1,9 @@
-// prepare_wy_repr_bwd's kWyPrefetch (session 12: the two-per-SM kernel with head g + 1's V and dU tiles and the
-// chunk's dk_add rows loaded into head g's tiles as they die) against kWyTwoPerSm: every output the same bits (the
-// same products and sums in the same order), in the three call forms (plain; the composed backward's f32 addends
-// with dg_add aliasing dg; dk aliasing dk_add as well), on shapes with partial chunks, variable-length packs,
-// G = 1, 2, 3, K = V = 64 and 128, no gate, f16. `GdnWyBwdPrefetch.Timing` times both at the benchmark shapes
-// (B = 4, T = 8192 and B = 1, T = 32768, H = 16, HV = 32, K = V = 128, bf16) and prints the figures.
+// prepare_wy_repr_bwd's kWyBatchedAdd (session 12: the two-per-SM kernel with each K tile's dk_add values loaded
+// before its first dk store) against kWyTwoPerSm: every output the same bits (the same additions), in the three call
+// forms (plain; the composed backward's f32 addends with dg_add aliasing dg; dk aliasing dk_add as well), on shapes
+// with partial chunks, variable-length packs, G = 1, 2, 3, K = V = 64 and 128 (and tails), no gate, f16.
+// `GdnWyBwdEpilogue.Timing` times both at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
+// HV = 32, K = V = 128, bf16), with and without the fused sums, and prints the figures.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -88,7 +88,7 @@ struct WyCase {
   }
 };
 
-TEST(GdnWyBwdPrefetch, SameBitsAsTwoPerSm) {
+TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const int32_t bf = STRATA_DTYPE_BF16, f16 = STRATA_DTYPE_F16;
   const std::vector<WyShape> shapes = {
@@ -104,7 +104,7 @@ TEST(GdnWyBwdPrefetch, SameBitsAsTwoPerSm) {
   for (const WyShape& s : shapes) {
     const WyCase c(s, seed++);
     for (int form = 0; form < 3; ++form) {
-      const auto a = c.run(kWyTwoPerSm, form), b = c.run(kWyPrefetch, form);
+      const auto a = c.run(kWyTwoPerSm, form), b = c.run(kWyBatchedAdd, form);
       for (size_t i = 0; i < a.size(); ++i)
         EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: form " << form << " B=" << s.B << " T=" << s.T
                                   << " HV=" << s.HV << " K=" << s.K << " V=" << s.V;
@@ -114,7 +114,7 @@ TEST(GdnWyBwdPrefetch, SameBitsAsTwoPerSm) {
 
 // The two variants at the benchmark shapes with the composed backward's fused sums (dk_add a separate f32 tensor,
 // dg_add aliasing dg) and without them: interleaved calls, each timed by its own event pair, median of 9.
-TEST(GdnWyBwdPrefetch, Timing) {
+TEST(GdnWyBwdEpilogue, Timing) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
     const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
@@ -133,7 +133,7 @@ TEST(GdnWyBwdPrefetch, Timing) {
     p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K), p.dv = tok(dv.p, dt, T, HV, V);
     p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, T, HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
     Dev ws(prepare_wy_repr_bwd_cuda_mma_workspace(p.d));
-    const int variants[] = {kWyTwoPerSm, kWyPrefetch};
+    const int variants[] = {kWyTwoPerSm, kWyBatchedAdd};
     for (const bool fused : {true, false}) {
       WyBwdParams q = p;
       if (fused) q.dk_add = tok(dk_add.p, STRATA_DTYPE_F32, T, H, K), q.dg_add = q.dg;
@@ -153,7 +153,7 @@ TEST(GdnWyBwdPrefetch, Timing) {
         }
       cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
       for (auto& m : ms) std::sort(m.begin(), m.end());
-      std::printf("[wy_bwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, prefetch %.3f ms "
+      std::printf("[wy_bwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_add %.3f ms "
                   "(median of 9; min %.3f / %.3f)\n",
                   static_cast<long long>(B), static_cast<long long>(T), fused ? "fused sums" : "plain",
                   ms[0][4], ms[1][4], ms[0][0], ms[1][0]);
