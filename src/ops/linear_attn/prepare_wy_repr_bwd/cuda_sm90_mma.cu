@@ -195,20 +195,22 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt) {
-    float add[4][2][2] = {};  // kBatched: [nt][pair][column] dk_add of this K tile
+    float add[4][2][2] = {};  // kBatched: [nt][row s][column] dk_add of this K tile (f32: the kernel's reject rule)
     if constexpr (kBatched) {
       if (p.dk_add.present())
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int s = 0; s < 2; ++s) {
+          const int i = r0 + frag_row(0, 2 * s);
+          if (i < L) {
+            const float* row = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h);
 #pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-            if (i < L && x < kc) {
-              const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
-              add[nt][e >> 1][0] = ld_f32(p.dk_add, o);
-              if (x + 1 < kc) add[nt][e >> 1][1] = ld_f32(p.dk_add, o + 1);
+            for (int nt = 0; nt < 4; ++nt) {
+              const int x = kt * 64 + c0 + frag_col(nt, 0);
+              if (x < kc) add[nt][s][0] = row[x];
+              if (x + 1 < kc) add[nt][s][1] = row[x + 1];
             }
           }
+        }
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
