@@ -186,42 +186,38 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. kBatched (kWyBatchedAdd): a K tile's
-// dk_add values (8 pairs per thread) are all loaded before its first store, one round trip per K tile instead of
-// one per pair (dk_add may alias dk only element for element, as the composed backward passes it: a thread reads
-// each of its elements before writing it, and no element of another thread). The same additions (the same bits).
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. kBatched (kWyBatchedAdd): the dk_add values
+// of one fragment row of a K tile (4 pairs per thread) are loaded before its first store, one round trip per row and
+// K tile (4 per chunk at K = 128) instead of one per pair (dk_add may alias dk only element for element, as the
+// composed backward passes it: a thread reads each of its elements before writing it, and no element of another
+// thread). The same additions (the same bits).
 template <int KT, bool kBatched = false>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
 #pragma unroll
-  for (int kt = 0; kt < KT; ++kt) {
-    float add[4][2][2] = {};  // kBatched: [nt][row s][column] dk_add of this K tile (f32: the kernel's reject rule)
-    if constexpr (kBatched) {
-      if (p.dk_add.present())
+  for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const int i = r0 + frag_row(0, 2 * s);
-          if (i < L) {
-            const float* row = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h);
+    for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
+      const int i = r0 + frag_row(0, e);
+      if (i >= L) continue;
+      float add[4][2] = {};  // kBatched: [nt][column] dk_add of this row (f32: the kernel's reject rule)
+      if (kBatched && p.dk_add.present()) {
+        const float* row = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-              const int x = kt * 64 + c0 + frag_col(nt, 0);
-              if (x < kc) add[nt][s][0] = row[x];
-              if (x + 1 < kc) add[nt][s][1] = row[x + 1];
-            }
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          const int x = kt * 64 + c0 + frag_col(nt, 0);
+          if (x < kc) add[nt][0] = row[x];
+          if (x + 1 < kc) add[nt][1] = row[x + 1];
         }
-    }
+      }
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-        if (i < L && x < kc) {
+      for (int nt = 0; nt < 4; ++nt) {  // the two adjacent columns of a fragment row together
+        const int x = kt * 64 + c0 + frag_col(nt, e);
+        if (x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
           if (kBatched && p.dk_add.present()) {
-            a0 = add[nt][e >> 1][0] + a0;
-            a1 = add[nt][e >> 1][1] + a1;
+            a0 = add[nt][0] + a0;
+            a1 = add[nt][1] + a1;
           } else if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
             const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
             a0 = ld_f32(p.dk_add, o) + a0;
@@ -230,7 +226,7 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
           st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
         }
       }
-  }
+    }
 }
 
 template <class T, int KP>
