@@ -581,12 +581,12 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  return p.mma_variant == kWyTwoPerSm ? launch_lean<T, P, false>(p, offs, items, stream)
-                                      : launch_lean<T, P, true>(p, offs, items, stream);
+  return p.mma_variant == kWyBatchedAdd ? launch_lean<T, P, true>(p, offs, items, stream)
+                                        : launch_lean<T, P, false>(p, offs, items, stream);
 }
 
-// The two-per-SM kernel (kWyTwoPerSm: dk_add pair by pair; kWyAuto, kWyBatchedAdd: a K tile's dk_add loads before its
-// stores) when the shape has it (K, V rounding up to the same 64 multiple, at most 128); the pipelined kernel
+// The two-per-SM kernel (kWyTwoPerSm, kWyAuto: dk_add pair by pair; kWyBatchedAdd, forced: a row's dk_add loads
+// before its stores) when the shape has it (K, V rounding up to the same 64 multiple, at most 128); the pipelined kernel
 // otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
 // HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
 template <class T>

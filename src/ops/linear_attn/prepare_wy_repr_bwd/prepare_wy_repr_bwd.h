@@ -37,9 +37,8 @@ struct WyBwdParams {
   // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
   // order). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most 128; other shapes run
-  // kWyPipelined. kWyBatchedAdd (session 12; kWyAuto's choice where kWyTwoPerSm applies, pending GPU run s12run2):
-  // kWyTwoPerSm with a K tile's dk_add values all loaded before its first dk store (the same bits); kWyTwoPerSm
-  // forces the pair-by-pair form. Tests and timing force the variants.
+  // kWyPipelined. kWyBatchedAdd (session 12, forced only: not yet timed on a GPU): kWyTwoPerSm with each fragment
+  // row's dk_add values loaded before its dk stores (the same bits). Tests and timing force the variants.
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3;
