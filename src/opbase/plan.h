@@ -35,6 +35,12 @@ struct Verdict {
   std::string reason;  // empty = applicable
 };
 
+// Precision model of an implementation (what the conformance harnesses judge its outputs at). kOutputDtype: every
+// output at its own dtype's precision. kInputDtype: products of 16-bit input operands whose intermediates are rounded
+// to that input dtype before a further product (fla's model, e.g. the gdn_bwd tensor-core kernels), so its f32
+// outputs carry the input dtype's rounding and are judged at it.
+enum class PrecisionModel : uint8_t { kOutputDtype, kInputDtype };
+
 class Plan {
  public:
   virtual ~Plan() = default;
@@ -48,6 +54,7 @@ class Plan {
   int num_tensors = 0;
   uint32_t required_mask = 0;  // bit i set: tensor i must be non-NULL at run time
   bool empty = false;          // no element to compute: run() does nothing
+  PrecisionModel precision = PrecisionModel::kOutputDtype;  // the chosen implementation's
   std::vector<Verdict> verdicts;
 };
 
@@ -57,6 +64,7 @@ struct Implementation {
   std::function<std::string(const Problem&)> reject;          // "" when it can run the problem, else the reason
   std::function<size_t(const Problem&)> workspace;            // empty: no workspace
   std::function<strata_status(const Problem&, const Launch&)> run;
+  PrecisionModel precision = PrecisionModel::kOutputDtype;
 };
 
 template <class Problem>
@@ -139,6 +147,7 @@ strata_status dispatch(const PlanInfo& info, Problem problem, const ImplList<Pro
   plan->num_tensors = info.num_tensors;
   plan->required_mask = info.required_mask;
   plan->empty = info.empty;
+  plan->precision = impls[chosen].precision;
   plan->verdicts = std::move(verdicts);
   plan->workspace = (!info.empty && impls[chosen].workspace) ? impls[chosen].workspace(plan->problem()) : 0;
   out = std::move(plan);

@@ -63,7 +63,7 @@ const ImplList<Problem>& impls() {
               [](const Problem& p, const Launch& launch) {
                 const DqkwgParams params = bind(p, launch);
                 return static_cast<strata_status>(chunk_bwd_dqkwg_cuda_wgmma(params, launch.workspace, launch.cuda_stream));
-              }});
+              }, PrecisionModel::kInputDtype});  // (how the conformance harness judges it: testkit_gdn_bwd.h)
 #endif
     return l;
   }();

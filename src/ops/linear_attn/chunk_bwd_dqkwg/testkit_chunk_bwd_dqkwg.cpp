@@ -63,6 +63,7 @@ class DqkwgHarness final : public OpHarness {
                                       ds.p[9], ds.p[10], ds.p[11], ds.p[12], g.scale, g.BT, &plan),
           "plan");
     r.impl = strata_plan_impl_name(plan);
+    const PrecisionModel pm = precision_of(plan);  // (how its outputs are judged)
     try {
       run_plan(plan, device, ts, {9, 10, 11, 12});
     } catch (...) {
@@ -90,10 +91,10 @@ class DqkwgHarness final : public OpHarness {
     outs(false);
     linear_attn::chunk_bwd_dqkwg_reference_naive(p);
     const double len = static_cast<double>(g.V + g.BT);
-    r.compares.push_back(compare_out("dq", dq, len, g.dt, r.impl));
-    r.compares.push_back(compare_out("dk", dk, len, g.dt, r.impl));
-    if (want_dw) r.compares.push_back(compare_out("dw", dw, len, g.dt, r.impl));
-    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, r.impl));
+    r.compares.push_back(compare_out("dq", dq, len, g.dt, pm));
+    r.compares.push_back(compare_out("dk", dk, len, g.dt, pm));
+    if (want_dw) r.compares.push_back(compare_out("dw", dw, len, g.dt, pm));
+    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, pm));
     r.pass = true;
     for (const Compare& cmp : r.compares) r.pass = r.pass && cmp.pass;
     return r;

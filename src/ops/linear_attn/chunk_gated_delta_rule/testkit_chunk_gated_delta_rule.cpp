@@ -33,7 +33,7 @@ using linear_attn::GdnTensor;
 
 // The dtype an output of dtype out_dt is judged at (see the file comment).
 int32_t judged(int32_t out_dt, int32_t case_dt, strata_device device) {
-  return device.type == STRATA_DEVICE_CUDA ? gdn_bwd_kit::judged_dtype(out_dt, case_dt, "cuda.sm90.mma") : out_dt;
+  return device.type == STRATA_DEVICE_CUDA ? gdn_bwd_kit::judged_dtype(out_dt, case_dt, PrecisionModel::kInputDtype) : out_dt;
 }
 
 std::vector<int64_t> parse_cu(const std::string& s) {

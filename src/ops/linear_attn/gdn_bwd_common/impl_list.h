@@ -1,5 +1,5 @@
 // The implementation list every gdn_bwd operator uses (ARCHITECTURE.md §3), built from its kernel entry
-// points: cuda.sm90.mma (tensor cores, 16-bit token tensors) and cuda.sm90.<fma name> (f32 FMA, any dtype) in
+// points: cuda.sm90.mma (tensor cores, 16-bit token tensors; PrecisionModel::kInputDtype, README.md) and cuda.sm90.<fma name> (f32 FMA, any dtype) in
 // CUDA builds, cpu.<isa> for each compiled Highway target, reference.
 //   Problem: { Params params; strata_device device; bool any_f64; ... } plus bind(problem, launch) -> Params.
 //   The CPU implementations run `host_checks(params)` (cu_seqlens values, chunk counts) before writing.
@@ -49,7 +49,8 @@ ImplList<Problem> make_impls(const OpKernels<Problem, Params>& k) {
                  [k](const Problem& p, const Launch& launch) {
                    const Params params = k.bind(p, launch);
                    return static_cast<strata_status>(k.cuda_mma(params, launch.workspace, launch.cuda_stream));
-                 }});
+                 },
+                 PrecisionModel::kInputDtype});
   l.push_back({k.cuda_name,
                [f64_reason](const Problem& p) {
                  std::string r = reject_unless_cuda(p.device, 90);

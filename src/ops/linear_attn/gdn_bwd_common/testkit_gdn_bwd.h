@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "opbase/plan.h"
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 #include "testkit/testkit.h"
 
@@ -222,18 +223,23 @@ struct Descs {
   }
 };
 
-// The dtype an output is judged at. The tensor-core kernels ("cuda.sm90.mma") multiply operands of the token
-// dtype (bf16/f16) and round intermediates (dS, Ds, dVn, dA) to it before a product, as fla does
-// (ops_gdn_kda.md §6.3; §7.4: "bf16 kernels at fla's tolerances"): their f32 outputs (dh0, dg, dbeta) carry that
-// rounding and are judged at the token dtype. Every other implementation is judged at each output's own dtype.
-inline int32_t judged_dtype(int32_t out_dt, int32_t case_dt, const std::string& impl) {
-  const bool tc = impl == "cuda.sm90.mma" || impl == "cuda.sm90.wgmma";  // (the same precision model)
-  const bool token16 = case_dt == STRATA_DTYPE_BF16 || case_dt == STRATA_DTYPE_F16;
-  return tc && token16 && out_dt == STRATA_DTYPE_F32 ? case_dt : out_dt;
+// The precision model of the implementation a plan runs (the flag its registration carries, opbase/plan.h).
+inline PrecisionModel precision_of(strata_plan plan) {
+  const Plan* p = plan_from_handle(plan);
+  return p ? p->precision : PrecisionModel::kOutputDtype;
 }
 
-inline Compare compare_out(const char* name, const Out& o, double len, int32_t case_dt, const std::string& impl) {
-  return compare(name, o.got.values(), o.ref.values(), o.naive.values(), judged_dtype(o.dtype, case_dt, impl), len);
+// The dtype an output is judged at. Implementations of PrecisionModel::kInputDtype (the tensor-core kernels) multiply
+// operands of the token dtype (bf16/f16) and round intermediates (dS, Ds, dVn, dA) to it before a product, as fla
+// does (ops_gdn_kda.md §6.3; §7.4: "bf16 kernels at fla's tolerances"): their f32 outputs (dh0, dg, dbeta) carry
+// that rounding and are judged at the token dtype. Every other implementation is judged at each output's own dtype.
+inline int32_t judged_dtype(int32_t out_dt, int32_t case_dt, PrecisionModel pm) {
+  const bool token16 = case_dt == STRATA_DTYPE_BF16 || case_dt == STRATA_DTYPE_F16;
+  return pm == PrecisionModel::kInputDtype && token16 && out_dt == STRATA_DTYPE_F32 ? case_dt : out_dt;
+}
+
+inline Compare compare_out(const char* name, const Out& o, double len, int32_t case_dt, PrecisionModel pm) {
+  return compare(name, o.got.values(), o.ref.values(), o.naive.values(), judged_dtype(o.dtype, case_dt, pm), len);
 }
 
 }  // namespace strata::atk::gdn_bwd_kit

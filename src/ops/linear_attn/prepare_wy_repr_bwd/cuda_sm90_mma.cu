@@ -186,20 +186,39 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc.
-template <int KT>
+// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. kBatched (kWyBatchedAdd): the dk_add values
+// of one fragment row of a K tile (4 pairs per thread) are loaded before its first store, one round trip per row and
+// K tile (4 per chunk at K = 128) instead of one per pair (dk_add may alias dk only element for element, as the
+// composed backward passes it: a thread reads each of its elements before writing it, and no element of another
+// thread). The same additions (the same bits).
+template <int KT, bool kBatched = false>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
+      const int i = r0 + frag_row(0, e);
+      if (i >= L) continue;
+      float add[4][2] = {};  // kBatched: [nt][column] dk_add of this row (f32: the kernel's reject rule)
+      if (kBatched && p.dk_add.present()) {
+        const float* row = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h);
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {  // the two adjacent columns of a fragment row together
-        const int i = r0 + frag_row(0, e), x = kt * 64 + c0 + frag_col(nt, e);
-        if (i < L && x < kc) {
+        for (int nt = 0; nt < 4; ++nt) {
+          const int x = kt * 64 + c0 + frag_col(nt, 0);
+          if (x < kc) add[nt][0] = row[x];
+          if (x + 1 < kc) add[nt][1] = row[x + 1];
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {  // the two adjacent columns of a fragment row together
+        const int x = kt * 64 + c0 + frag_col(nt, e);
+        if (x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-          if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+          if (kBatched && p.dk_add.present()) {
+            a0 = add[nt][0] + a0;
+            a1 = add[nt][1] + a1;
+          } else if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
             const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
             a0 = ld_f32(p.dk_add, o) + a0;
             if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
@@ -207,6 +226,7 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
           st_pair(p.dk, p.dk.off(c.b, c.t0 + i, h) + x, a0, a1, x + 1 < kc);
         }
       }
+    }
 }
 
 template <class T, int KP>
@@ -414,7 +434,7 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
 };
 
-template <class T, int P>
+template <class T, int P, bool kBatched>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -541,26 +561,33 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
       }
-      wy_store_dk<KT>(p, c, h, L, kc, dk_sum, r0, c0);
+      wy_store_dk<KT, kBatched>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P>
+template <class T, int P, bool kBatched>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(wy_bwd_lean_kernel<T, P>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  const auto kernel = wy_bwd_lean_kernel<T, P, kBatched>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
   const int64_t blocks = std::min<int64_t>(items, int64_t{1} << 30);
-  wy_bwd_lean_kernel<T, P><<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
+  kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, items);
   return cuda::check_launch("prepare_wy_repr_bwd (mma, two per SM)");
 }
 
-// kWyTwoPerSm (asked for, or kWyAuto) when the shape has it (K, V rounding up to the same 64 multiple, at most 128);
-// the pipelined kernel otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
+template <class T, int P>
+strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  return p.mma_variant == kWyBatchedAdd ? launch_lean<T, P, true>(p, offs, items, stream)
+                                        : launch_lean<T, P, false>(p, offs, items, stream);
+}
+
+// The two-per-SM kernel (kWyTwoPerSm, kWyAuto: dk_add pair by pair; kWyBatchedAdd, forced: a row's dk_add loads
+// before its stores) when the shape has it (K, V rounding up to the same 64 multiple, at most 128); the pipelined kernel
+// otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
 // HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {

@@ -37,10 +37,11 @@ struct WyBwdParams {
   // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
   // order). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most 128; other shapes run
-  // kWyPipelined. Tests and timing force the variants.
+  // kWyPipelined. kWyBatchedAdd (session 12, forced only: not yet timed on a GPU): kWyTwoPerSm with each fragment
+  // row's dk_add values loaded before its dk stores (the same bits). Tests and timing force the variants.
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -27,7 +27,7 @@ class WyBwdHarness final : public OpHarness {
 
   std::vector<Case> conformance_cases() const override {
     std::vector<Case> cases = sweep(kOp, [](Case& c, int64_t i) { c.set("dg", i % 5 != 2 ? 1 : 0); });
-    // The shapes the warpgroup-MMA kernel takes (bf16, K = V = 128, chunk size 64): partial chunks with G = 2, a
+    // The bench head sizes (bf16, K = V = 128, chunk size 64: the two-per-SM kernels): partial chunks with G = 2, a
     // variable-length pack, G = 1 without gate, a padded layout.
     int64_t seed = 1000;
     auto add = [&](std::vector<int64_t> shape, const std::vector<int64_t>& cu, int gate, const char* layout) {
@@ -79,6 +79,7 @@ class WyBwdHarness final : public OpHarness {
                                           ds.p[8], ds.p[9], ds.p[10], ds.p[11], &plan),
           "plan");
     r.impl = strata_plan_impl_name(plan);
+    const PrecisionModel pm = precision_of(plan);  // (how its outputs are judged)
     try {
       run_plan(plan, device, ts, {8, 9, 10, 11});
     } catch (...) {
@@ -104,10 +105,10 @@ class WyBwdHarness final : public OpHarness {
     outs(false);
     linear_attn::prepare_wy_repr_bwd_reference_naive(p);
     const double len = static_cast<double>(g.K + g.V + 2 * g.BT);
-    r.compares.push_back(compare_out("dk", dk, len, g.dt, r.impl));
-    r.compares.push_back(compare_out("dv", dv, len, g.dt, r.impl));
-    r.compares.push_back(compare_out("dbeta", db, len * g.K, g.dt, r.impl));
-    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, r.impl));
+    r.compares.push_back(compare_out("dk", dk, len, g.dt, pm));
+    r.compares.push_back(compare_out("dv", dv, len, g.dt, pm));
+    r.compares.push_back(compare_out("dbeta", db, len * g.K, g.dt, pm));
+    if (want_dg) r.compares.push_back(compare_out("dg", dg, len * g.K, g.dt, pm));
     r.pass = true;
     for (const Compare& cmp : r.compares) r.pass = r.pass && cmp.pass;
     return r;
