@@ -52,7 +52,8 @@ constexpr int kMBytes = kRows * kLdF * 4;     // the f32 M / X tile
 constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per block
 
 // Shared memory (byte offsets): K panels [nk] at 0, V panels [nv] at v, Q panels [nk] (with Pqk) then M / X f32
-// [64][kLdF] at m (max(Q, 17 KB)), the merge scratch [3][16][kLdY] f32 at y and γ, β, fw, fu [64] f32 at vec.
+// [64][kLdF] at m (max(Q, 17 KB)), the merge scratch [4][16][kLdY] f32 at y (3 blocks for invert_in_place,
+// 4 for invert_tree) and γ, β, fw, fu [64] f32 at vec.
 // K = V = 128: 54.25 KB, four blocks per SM.
 struct PrepLayout {
   int nk, nv;                 // 64-column panels of K and V
@@ -65,7 +66,7 @@ __host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
   l.v = l.nk * kPanelB;
   l.m = l.v + l.nv * kPanelB;
   l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
-  l.vec = l.y + 3 * 16 * kLdY * 4;
+  l.vec = l.y + 4 * 16 * kLdY * 4;
   l.total = l.vec + 4 * kRows * 4;
   return l;
 }
@@ -187,12 +188,8 @@ __device__ __forceinline__ void row_factors(const GdnFwdParams& p, const GdnTens
   row_put(p, g_in, c, hv, L, row_load(p, g_in, c, hv, L), gam, bet, fw, fu);
 }
 
-// In-place X = (I + M)^-1 over the strictly lower M of the tile MX (zero outside the strictly lower part; the
-// blocks above the block diagonal stay 0), by the block's 4 warps (w = warp). The steps and their order are
-// invert()'s; in round r warp c < r reads M_rk (k >= c) of row block r, which warps c' > c overwrite with X_rc',
-// so every warp forms its Y before any writes X (one more barrier per round than invert, which keeps M and X
-// apart).
-__device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int w, int lane) {
+// The diagonal 16 x 16 blocks of X = (I + M)^-1 in place over M's (warp w: block w, lanes j < 16: column j).
+__device__ __forceinline__ void invert_diag_in_place(float* MX, int w, int lane) {
   if (lane < 16) {
     const int r0 = 16 * w, j = lane;
     float x[16];
@@ -201,12 +198,73 @@ __device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int w, int
 #pragma unroll
     for (int i = 0; i < 16; ++i) MX[(r0 + i) * kLdF + r0 + j] = x[i];
   }
+}
+
+// In-place X = (I + M)^-1 over the strictly lower M of the tile MX (zero outside the strictly lower part; the
+// blocks above the block diagonal stay 0), by the block's 4 warps (w = warp). The steps and their order are
+// invert()'s; in round r warp c < r reads M_rk (k >= c) of row block r, which warps c' > c overwrite with X_rc',
+// so every warp forms its Y before any writes X (one more barrier per round than invert, which keeps M and X
+// apart): 7 block barriers, and warp 0 forms 9 of the 16 split block products in sequence.
+__device__ __forceinline__ void invert_in_place(float* MX, float* Yf, int w, int lane) {
+  invert_diag_in_place(MX, w, lane);
   for (int r = 1; r < 4; ++r) {
     __syncthreads();  // X_rr and the blocks of rows < r are complete
     float* Yw = Yf + w * 16 * kLdY;
     if (w < r) invert_merge_y(MX, MX, r, w, Yw);
     __syncthreads();  // every read of row block r's M is done
     if (w < r) invert_merge_x(MX, Yw, r, w);
+  }
+  __syncthreads();
+}
+
+// acc (the two 8-column n-tiles of a 16 x 16 block) += A B with A the 16 x 16 block (ra, ka) of the f32 tile Af
+// (leading dim lda) and B the block (kb, nb) of Bf (ldb), as ~f32 split products (invert_merge_y's step).
+__device__ __forceinline__ void split_block_mma(FragC (&acc)[2], const float* Af, int lda, int ra, int ka,
+                                                const float* Bf, int ldb, int kb, int nb) {
+  FragA ah, al;
+  FragB bh[2], bl[2];
+  frag_a_split(Af, lda, ra, ka, ah, al);
+  frag_b_split(Bf, ldb, kb, nb, bh, bl);
+  mma_split(acc, ah, al, bh, bl);
+}
+
+// (Session 12) invert_in_place as a tree of merges: the diagonal blocks; the two 32-row inverses (warp 0: X_10 =
+// −X_11 M_10 X_00, warp 2: X_32 = −X_33 M_32 X_22, wy_mma's merge steps); then the 64-row merge X_{2:3,0:1} =
+// −X_{2:3,2:3} (M_{2:3,0:1} X_{0:1,0:1}) in two steps of one output block per warp (Y_rc = Σ_{k=c}^{1} M_rk X_kc
+// into scratch block w, then X_rc = −Σ_{k=2}^{r} X_rk Y_kc over M_rc). The same 16 split block products as the
+// row-wise order, but at most 2 in sequence per step (warp 0 forms 1 + 1 + 2 + 1 = 5 in sequence, not 9) and 4
+// block barriers instead of 7. Not the same bits (another association of the sums; the same split products).
+__device__ __forceinline__ void invert_tree(float* MX, float* Yf, int w, int lane) {
+  invert_diag_in_place(MX, w, lane);
+  __syncthreads();  // X_00 .. X_33
+  if ((w & 1) == 0) {
+    float* Yw = Yf + w * 16 * kLdY;
+    invert_merge_y(MX, MX, w + 1, w, Yw);
+    __syncwarp();
+    invert_merge_x(MX, Yw, w + 1, w);
+  }
+  __syncthreads();  // X_10, X_32
+  const int r = 2 + (w >> 1), c = w & 1;
+  {
+    FragC y[2];
+    y[0].zero(), y[1].zero();
+    for (int k = c; k < 2; ++k) split_block_mma(y, MX, kLdF, 16 * r, 16 * k, MX, kLdF, 16 * k, 16 * c);
+    float* Yw = Yf + w * 16 * kLdY;
+    mma::store_c(Yw, kLdY, 0, 0, y[0]);
+    mma::store_c(Yw, kLdY, 0, 8, y[1]);
+  }
+  __syncthreads();  // every read of M_{2:3,0:1} done; the Y blocks visible
+  {
+    FragC x[2];
+    x[0].zero(), x[1].zero();
+    for (int k = 2; k <= r; ++k)
+      split_block_mma(x, MX, kLdF, 16 * r, 16 * k, Yf + (2 * (k - 2) + c) * 16 * kLdY, kLdY, 0, 0);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[nt].x[e] = -x[nt].x[e];
+      mma::store_c(MX, kLdF, 16 * r, 16 * c + 8 * nt, x[nt]);
+    }
   }
   __syncthreads();
 }
@@ -348,11 +406,13 @@ __device__ __forceinline__ void wu_tile(FragA (&a)[4], uint32_t s_b, const GdnTe
 }
 
 // From M in MX (gated, complete: the caller synchronised) to X = (I + M)⁻¹ in place, A stored when present, and the
-// warp's register A fragments of X diag(fw) (w) and X diag(fu) (u).
+// warp's register A fragments of X diag(fw) (w) and X diag(fu) (u). kTree: invert_tree, else invert_in_place.
+template <bool kTree>
 __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c,
                                                      int64_t hv, int L, int BT, FragA (&aw)[4], FragA (&au)[4]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  invert_in_place(sm.MX, sm.Yf, warp, lane);
+  if constexpr (kTree) invert_tree(sm.MX, sm.Yf, warp, lane);
+  else invert_in_place(sm.MX, sm.Yf, warp, lane);
   if (p.A.present()) store_chunk_mat<Bf16, kThreads>(p.A, c, hv, L, BT, sm.MX);
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
@@ -441,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   gate_to_m(R, sm, L);
   __syncthreads();  // M complete
   FragA aw[4], au[4];
-  invert_and_fragments(p, sm, c, hv, L, BT, aw, au);
+  invert_and_fragments<false>(p, sm, c, hv, L, BT, aw, au);
   // The f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
   Bf16* stg = reinterpret_cast<Bf16*>(sm.MX) + warp * 16 * kLdStage;
   const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
@@ -466,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
 // with a full memory round trip. Every item runs the chunk form's products in the same order: the same bits.
 // cp.async groups: exactly two a item, committed in the order K (empty within a unit) then V, so that
 // wait<1> at an item's start means "K here" and wait<0> before the u tiles "V here".
-template <int kNk>
+template <int kNk, bool kTree>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdParams p, const GdnFwdHead hd,
                                                                   int units) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -509,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     gate_to_m(R, sm, L);
     __syncthreads();  // M complete
     FragA aw[4], au[4];
-    invert_and_fragments(p, sm, c, hv, L, BT, aw, au);
+    invert_and_fragments<kTree>(p, sm, c, hv, L, BT, aw, au);
     cuda::cp_async_wait<0>();  // V
     wg::fence_proxy_async();
     __syncthreads();  // V visible; every warp has its fragments (MX is staging from here)
@@ -553,11 +613,12 @@ int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream
 
 // Resident blocks: as many as fit (the occupancy query with the kernel's shared memory; 4 per SM at K = V = 128),
 // at most one per unit, at most max_blocks when > 0 (tests: many units per block).
-int launch_prep_persist(const GdnFwdParams& p, const GdnFwdHead& hd, int max_blocks, cudaStream_t stream) {
+int launch_prep_persist(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, int max_blocks, cudaStream_t stream) {
   const int64_t units = chunk_slots(p.chunks) * p.shape.H;
   if (units > 0x7fffffffLL - 0x100000LL) return launch_prep<false>(p, hd, stream);  // 32-bit unit indices
   const int smem = prep_layout(p.shape.K, p.shape.V).total;
-  auto kernel = p.shape.K > 64 ? prep_wgmma_persist<2> : prep_wgmma_persist<1>;
+  auto kernel = p.shape.K > 64 ? (tree ? prep_wgmma_persist<2, true> : prep_wgmma_persist<2, false>)
+                                : (tree ? prep_wgmma_persist<1, true> : prep_wgmma_persist<1, false>);
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int per_sm = 0;
   STRATA_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
@@ -609,7 +670,8 @@ int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm for
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (p.Pqk.present()) return launch_prep<true>(p, hd, stream);
-  if (form == PrepForm::kPersistent) return launch_prep_persist(p, hd, max_blocks, stream);
+  if (form == PrepForm::kPersistent || form == PrepForm::kPersistentTree)
+    return launch_prep_persist(p, hd, form == PrepForm::kPersistentTree, max_blocks, stream);
   return launch_prep<false>(p, hd, stream);
 }
 

@@ -4,6 +4,8 @@
 //   kPersistent  prep_wgmma_persist: resident blocks walking (chunk, q/k head) units, the unit's G value heads one
 //                after the other with K loaded once, and the next item's K, V, γ, β requested while the current one
 //                computes (w, u, A; with p.Pqk present the chunk form runs). The same bits as kChunk.
+//   kPersistentTree  kPersistent with the inverse as a tree of merges (invert_tree: 4 block barriers instead of 7,
+//                at most 2 split block products in sequence per step); not the same bits (another summation order).
 //   kAuto        kChunk.
 // max_blocks > 0 caps the persistent form's grid (tests: many units per block).
 #pragma once
@@ -13,7 +15,7 @@
 namespace strata::linear_attn::gdn {
 
 #if STRATA_WITH_CUDA
-enum class PrepForm : int { kAuto = 0, kChunk, kPersistent };
+enum class PrepForm : int { kAuto = 0, kChunk, kPersistent, kPersistentTree };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream,
                        int max_blocks = 0);
 #endif
