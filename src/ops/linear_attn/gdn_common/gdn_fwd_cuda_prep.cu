@@ -19,7 +19,12 @@
 //              A operand (warp w's m16n8k16 A fragments = frag_a_scaled) and B = the K / V panel as loaded, read as
 //              an MN-major operand (tokens x columns; session 11: session 10 transposed the panels into K-major Kᵀ /
 //              Vᵀ tiles first), staged through the dead f32 tile and stored as 16-byte segments
-// Shared memory 54.25 KB at K = V = 128: four blocks (16 warps) per SM.
+// Shared memory 55 KB at K = V = 128: four blocks (16 warps) per SM.
+//
+// Forms (session 12; gdn_fwd_cuda_prep.h PrepForm): the above per block of one (chunk, value head) is the chunk
+// form (prep_wgmma); the persistent form (prep_wgmma_persist) runs the same steps on resident blocks that walk
+// (chunk, q/k head) units, K loaded once for the unit's G value heads and the next item's loads in flight during
+// the current item's products (the same bits); kPersistentTree also replaces the row-wise inverse by invert_tree.
 //
 // Why (README.md, "The pre-state kernel"): wy_mma<kPrepare> (mma.sync) and session 9's prep_group_mma measured
 // 0.59–0.62 ms for w, u at B = 4 T = 8192 H = 16 HV = 32 K = V = 128 bf16 with the shared-memory pipe at 71–75 %
