@@ -103,6 +103,32 @@ __device__ __forceinline__ void load_panels(Bf16* dst, const GdnTensor& t, const
   }
 }
 
+// (Session 12) load_panels for a lean tensor t with D = 64 kPanels (every segment inside D; the persistent form at
+// K, V = 128): the thread's segments are fixed by (warp, lane) at compile-time steps, so a segment is one
+// predicated cp.async and its address (rows past L zero-filled) instead of load_panels' run-time tests.
+template <int kPanels>
+__device__ __forceinline__ void load_panels_lean(Bf16* dst, const GdnTensor& t, const ChunkPos& c, int64_t head,
+                                                 int L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t rs = t.st[1];
+  const uint16_t* src = static_cast<const uint16_t*>(t.data) + off_tok(t, c.b, c.s, head);
+#pragma unroll
+  for (int i = 0; i < 4 * kPanels; ++i) {
+    const int s = warp + 4 * i;
+    const int r = 8 * (s & 7) + (lane & 7), col = 8 * (4 * (s >> 3) + (lane >> 3));
+    Bf16* d = dst + (col >> 6) * kPanel + wg::tile_off<64>(r, col & 63);
+    const bool ok = r < L;
+    cp_async16_s(mma::smem_addr(d), ok ? src + r * rs + col : src, ok);
+  }
+}
+// The persistent form's K / V loads: load_panels_lean when t is lean and D = 64 kPanels, load_panels otherwise.
+template <int kPanels>
+__device__ __forceinline__ void load_panels_fixed(Bf16* dst, const GdnTensor& t, bool lean, const ChunkPos& c,
+                                                  int64_t head, int L, int64_t D, int panels) {
+  if (lean) load_panels_lean<kPanels>(dst, t, c, head, L);
+  else load_panels(dst, t, c, head, L, D, panels);
+}
+
 // Descriptor of K-step ks (16 contraction columns) of a K-major operand held as 64-column panels at `base`.
 __device__ __forceinline__ uint64_t panel_desc(uint32_t base, int ks) {
   return wg::tile_desc<64>(base + static_cast<uint32_t>(ks >> 2) * kPanelB, ks & 3);
@@ -545,6 +571,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
   const PrepSmem sm(smem, ly);
   Bf16* stg = reinterpret_cast<Bf16*>(sm.MX) + warp * 16 * kLdStage;
   const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
+  const bool k_lean = lean_tensor<Bf16>(p.k) && K == 64 * kNk, v_lean = lean_tensor<Bf16>(p.v) && V == 128;
   int u = static_cast<int>(blockIdx.x);
   if (u >= units) return;
   ChunkPos c = locate_chunk(p.chunks, u / H);
@@ -552,9 +579,9 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
   int g = 0;
   {
     const int L = static_cast<int>(c.e - c.s);
-    load_panels(sm.Kp, p.k, c, u % H, L, K, ly.nk);
+    load_panels_fixed<kNk>(sm.Kp, p.k, k_lean, c, u % H, L, K, ly.nk);
     cuda::cp_async_commit();
-    load_panels(sm.Vs, p.v, c, (u % H) * G, L, V, ly.nv);
+    load_panels_fixed<2>(sm.Vs, p.v, v_lean, c, (u % H) * G, L, V, ly.nv);
     cuda::cp_async_commit();
     row_factors(p, hd.g_in, c, (u % H) * G, L, sm.gam, sm.bet, sm.fw, sm.fu);
   }
@@ -590,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     {
       const ChunkPos nc = nu < units ? locate_chunk(p.chunks, nu / H) : ChunkPos{};
       const int nL = static_cast<int>(nc.e - nc.s);
-      if (!same_k && nc.valid) load_panels(sm.Kp, p.k, nc, nu % H, nL, K, ly.nk);
+      if (!same_k && nc.valid) load_panels_fixed<kNk>(sm.Kp, p.k, k_lean, nc, nu % H, nL, K, ly.nk);
       if (nc.valid) ri = row_load(p, hd.g_in, nc, nhv, nL);
     }
     cuda::cp_async_commit();
@@ -601,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     const ChunkPos nc = locate_chunk(p.chunks, nu / H);
     if (!nc.valid) break;
     const int nL = static_cast<int>(nc.e - nc.s);
-    load_panels(sm.Vs, p.v, nc, nhv, nL, V, ly.nv);
+    load_panels_fixed<2>(sm.Vs, p.v, v_lean, nc, nhv, nL, V, ly.nv);
     cuda::cp_async_commit();
     row_put(p, hd.g_in, nc, nhv, nL, ri, sm.gam, sm.bet, sm.fw, sm.fu);
     u = nu, g = ng, c = nc;
