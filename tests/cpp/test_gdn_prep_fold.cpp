@@ -194,28 +194,42 @@ TEST(GdnFwdCudaPrepFold, Rule) {
   EXPECT_NE(fwd_cuda_prep_head_reject(y, hd), "") << "prep_wgmma's rule (bf16)";
 }
 
+// The benchmark problem (bf16 H = 16 HV = 32 K = V = 128, T = 32768 / B; inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115,
+// gates 0): p reads γ and writes w, u; pa also A; hd holds the raw gates (the folded cumsum).
+struct BenchProblem {
+  int64_t B, T, H = 16, HV = 32, K = 128, V = 128, rows;
+  Dev q, k, v, w, u, g, gam, beta, A;
+  GdnFwdParams p, pa;
+  GdnFwdHead hd;
+  explicit BenchProblem(int64_t b)
+      : B(b), T(32768 / b), rows(32768), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2),
+        w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4), gam(rows * HV * 4), beta(rows * HV * 2),
+        A(rows * HV * 64 * 2) {
+    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
+    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
+    p.q = tok(q.p, kBf, T, H, K), p.k = tok(k.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
+    p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
+    p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
+    pa = p;
+    pa.A = tok(A.p, kBf, T, HV, 64);
+    hd.g_in = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+  }
+};
+
 // At the benchmark shapes (bf16 H = 16 HV = 32 K = V = 128, B = 4 T = 8192 and B = 1 T = 32768; inputs by cudaMemset:
 // bf16 0x3c3c ≈ 0.0115, gates 0; median of 7): fwd_cuda_prep reading γ against fwd_cuda_prep_head forming it from
 // the raw gates, for w, u (the fused forward) and w, u, A (the backward's re-run). Prints "[gdn_prep timing] fold".
 TEST(GdnFwdCudaPrepFold, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), gam(rows * HV * 4), beta(rows * HV * 2), A(rows * HV * 64 * 2);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
-    GdnFwdParams p;
-    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
-    p.q = tok(q.p, kBf, T, H, K), p.k = tok(k.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
-    p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
-    p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
-    GdnFwdHead hd;
-    hd.g_in = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    BenchProblem bp(B);
+    const int64_t T = bp.T;
+    const GdnFwdParams& p = bp.p;
+    const GdnFwdParams& pa = bp.pa;
+    const GdnFwdHead& hd = bp.hd;
     const double wu = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
     const double wu_fold = time_ms([&] { return fwd_cuda_prep_head(p, hd, nullptr); });
-    GdnFwdParams pa = p;
-    pa.A = tok(A.p, kBf, T, HV, 64);
     const double wua = time_ms([&] { return fwd_cuda_prep(pa, nullptr); });
     const double wua_fold = time_ms([&] { return fwd_cuda_prep_head(pa, hd, nullptr); });
     for (const double t : {wu, wu_fold, wua, wua_fold}) EXPECT_GT(t, 0.0);
@@ -308,20 +322,11 @@ TEST(GdnFwdCudaPrepForms, TimingAtBenchShapes) {
                 copy_tbs);
   }
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), gam(rows * HV * 4), beta(rows * HV * 2), A(rows * HV * 64 * 2);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
-    GdnFwdParams p;
-    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
-    p.q = tok(q.p, kBf, T, H, K), p.k = tok(k.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
-    p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
-    p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
-    GdnFwdParams pa = p;
-    pa.A = tok(A.p, kBf, T, HV, 64);
-    GdnFwdHead hd;
-    hd.g_in = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    BenchProblem bp(B);
+    const int64_t T = bp.T, H = bp.H, HV = bp.HV, K = bp.K, V = bp.V, rows = bp.rows;
+    const GdnFwdParams& p = bp.p;
+    const GdnFwdParams& pa = bp.pa;
+    const GdnFwdHead& hd = bp.hd;
     auto run = [&](const GdnFwdParams& x, const GdnFwdHead& h, PrepForm form) {
       return time_ms([&] { return fwd_cuda_prep_head(x, h, form, nullptr); });
     };
