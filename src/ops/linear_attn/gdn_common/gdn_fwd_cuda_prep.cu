@@ -103,8 +103,7 @@ __device__ __forceinline__ void load_panels(Bf16* dst, const GdnTensor& t, const
   }
 }
 
-// (Session 12) load_panels for a lean tensor t with D = 64 kPanels (every segment inside D; the persistent form at
-// K, V = 128): the thread's segments are fixed by (warp, lane) at compile-time steps, so a segment is one
+// (Session 12) load_panels for a lean tensor t with D = 64 kPanels (every segment inside D; K, V = 128): the thread's segments are fixed by (warp, lane) at compile-time steps, so a segment is one
 // predicated cp.async and its address (rows past L zero-filled) instead of load_panels' run-time tests.
 template <int kPanels>
 __device__ __forceinline__ void load_panels_lean(Bf16* dst, const GdnTensor& t, const ChunkPos& c, int64_t head,
@@ -121,7 +120,7 @@ __device__ __forceinline__ void load_panels_lean(Bf16* dst, const GdnTensor& t, 
     cp_async16_s(mma::smem_addr(d), ok ? src + r * rs + col : src, ok);
   }
 }
-// The persistent form's K / V loads: load_panels_lean when t is lean and D = 64 kPanels, load_panels otherwise.
+// The K / V (Q) loads: load_panels_lean when t is lean and D = 64 kPanels, load_panels otherwise.
 template <int kPanels>
 __device__ __forceinline__ void load_panels_fixed(Bf16* dst, const GdnTensor& t, bool lean, const ChunkPos& c,
                                                   int64_t head, int L, int64_t D, int panels) {
@@ -452,8 +451,9 @@ __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, cons
   }
 }
 
-// prep_wgmma, PrepForm::kChunk: one block per (chunk, value head).
-template <bool kWithP>
+// prep_wgmma, PrepForm::kChunk: one block per (chunk, value head). kNk: K's 64-column panels (1 or 2; a compile-time
+// count keeps ptxas from splitting the K Kᵀ chain with injected warpgroup arrives, session 12).
+template <bool kWithP, int kNk>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -468,10 +468,11 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const PrepSmem sm(smem, ly);
 
-  load_panels(sm.Kp, p.k, c, h, L, K, ly.nk);
-  if constexpr (kWithP) load_panels(sm.Qp, p.q, c, h, L, K, ly.nk);
+  load_panels_fixed<kNk>(sm.Kp, p.k, lean_tensor<Bf16>(p.k) && K == 64 * kNk, c, h, L, K, ly.nk);
+  if constexpr (kWithP)
+    load_panels_fixed<kNk>(sm.Qp, p.q, lean_tensor<Bf16>(p.q) && K == 64 * kNk, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
-  load_panels(sm.Vs, p.v, c, hv, L, V, ly.nv);
+  load_panels_fixed<2>(sm.Vs, p.v, lean_tensor<Bf16>(p.v) && V == 128, c, hv, L, V, ly.nv);
   cuda::cp_async_commit();
   row_factors(p, hd.g_in, c, hv, L, sm.gam, sm.bet, sm.fw, sm.fu);
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
@@ -479,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   __syncthreads();
 
   // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ.
-  const int ksteps = 4 * ly.nk;
+  const int ksteps = 4 * kNk;
   float R[32];
   float P[kWithP ? 32 : 1];
   wg::reg_fence(R);
@@ -537,8 +538,8 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   Bf16* stg = reinterpret_cast<Bf16*>(sm.MX) + warp * 16 * kLdStage;
   const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
   __syncthreads();
-#pragma unroll 1
-  for (int t = 0; t < ly.nk; ++t) wu_tile(aw, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
+#pragma unroll
+  for (int t = 0; t < kNk; ++t) wu_tile(aw, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
 #pragma unroll 1
   for (int t = 0; t < ly.nv; ++t) wu_tile(au, sm.s_v + t * kPanelB, p.u, u_staged, c, hv, L, 64 * t, V, stg);
 #endif
@@ -640,7 +641,8 @@ template <bool kWithP>
 int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(prep_wgmma<kWithP>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
+  return launch_n(p.shape.K > 64 ? prep_wgmma<kWithP, 2> : prep_wgmma<kWithP, 1>, "prepare_wy_repr_fwd (prep_wgmma)",
+                  blocks, kThreads, smem, stream, p, hd);
 }
 
 // Resident blocks: as many as fit (the occupancy query with the kernel's shared memory; 4 per SM at K = V = 128),
