@@ -273,28 +273,45 @@ TEST(GdnFwdCudaPrepForms, PersistentGivesTheChunkFormsBits) {
           if (!with_a) EXPECT_EQ(poisoned(a1), a1.size() / 2) << "shape " << idx << ": A written although absent";
         }
       }
-    // The tree inverse (kPersistentTree): another summation order, so within bf16 roundings of the chunk form.
+    // The tree inverse (kPersistentTree, kChunkTree): another summation order, so within bf16 roundings of the chunk
+    // form; the chunk form and the tree forms also against wy_mma<kPrepare> (the mma.sync kernel the conformance
+    // suites verified against float64; relative RMS < 1e-2 as GdnFwdCudaPrep.MatchesWyMmaAndQkGate).
     {
       GdnFwdParams f = pr.p;
       f.Pqk = GdnTensor{};
       pr.poison();
+      ASSERT_EQ(fwd_cuda(FwdOp::kPrepareWY, f, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS) << "shape " << idx;
+      const auto wm = pr.w->bits(), um = pr.u->bits(), am = pr.A->bits();
+      auto near_mma = [&](const char* what) {
+        const double ew = rel_rms(pr.w->bits(), wm, kBf), eu = rel_rms(pr.u->bits(), um, kBf),
+                     ea = rel_rms(pr.A->bits(), am, kBf);
+        EXPECT_LT(ew, 1e-2) << "shape " << idx << " " << what << ": w against wy_mma";
+        EXPECT_LT(eu, 1e-2) << "shape " << idx << " " << what << ": u against wy_mma";
+        EXPECT_LT(ea, 1e-2) << "shape " << idx << " " << what << ": A against wy_mma";
+        std::printf("[gdn_prep forms check] shape %d: %s against wy_mma: relative RMS w %.2e u %.2e A %.2e\n", idx,
+                    what, ew, eu, ea);
+      };
+      pr.poison();
       ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kChunk, nullptr), STRATA_SUCCESS) << "shape " << idx;
       const auto w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits();
-      for (const int cap : {0, 3}) {
+      near_mma("chunk form");
+      for (const int cap : {0, 3, -1}) {  // -1: the chunk form with the tree inverse
+        const PrepForm form = cap < 0 ? PrepForm::kChunkTree : PrepForm::kPersistentTree;
         pr.poison();
-        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kPersistentTree, nullptr, cap), STRATA_SUCCESS)
-            << "shape " << idx;
+        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, form, nullptr, cap), STRATA_SUCCESS) << "shape " << idx;
         const auto w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits();
         EXPECT_EQ(poisoned(w1) + poisoned(u1) + poisoned(a1), 0u) << "shape " << idx << " cap " << cap;
+        if (cap <= 0) near_mma(cap < 0 ? "chunk tree form" : "persistent tree form");
         const double ew = rel_rms(w1, w0, kBf), eu = rel_rms(u1, u0, kBf), ea = rel_rms(a1, a0, kBf);
         EXPECT_LT(ew, 1e-3) << "shape " << idx << " cap " << cap << ": tree w against the chunk form";
         EXPECT_LT(eu, 1e-3) << "shape " << idx << " cap " << cap << ": tree u against the chunk form";
         EXPECT_LT(ea, 1e-3) << "shape " << idx << " cap " << cap << ": tree A against the chunk form";
-        if (cap == 0)
-          std::printf("[gdn_prep forms check] shape %d: persistent = chunk form bits (w, u, A, γ); tree inverse "
-                      "against the chunk form: relative RMS w %.2e u %.2e A %.2e\n", idx, ew, eu, ea);
+        if (cap <= 0)
+          std::printf("[gdn_prep forms check] shape %d: persistent = chunk form bits (w, u, A, γ); %s tree inverse "
+                      "against the chunk form: relative RMS w %.2e u %.2e A %.2e\n", idx,
+                      cap < 0 ? "chunk" : "persistent", ew, eu, ea);
         pr.poison();
-        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kPersistentTree, nullptr, cap), STRATA_SUCCESS);
+        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, form, nullptr, cap), STRATA_SUCCESS);
         EXPECT_TRUE(pr.w->bits() == w1 && pr.u->bits() == u1 && pr.A->bits() == a1)
             << "shape " << idx << ": tree form not the same bits twice";
       }
@@ -335,16 +352,18 @@ TEST(GdnFwdCudaPrepForms, TimingAtBenchShapes) {
     const double f_c = run(p, hd, PrepForm::kChunk), f_p = run(p, hd, PrepForm::kPersistent);
     const double wu_t = run(p, GdnFwdHead{}, PrepForm::kPersistentTree),
                  wua_t = run(pa, GdnFwdHead{}, PrepForm::kPersistentTree);
-    for (const double t : {wu_c, wu_p, wua_c, wua_p, f_c, f_p, wu_t, wua_t}) EXPECT_GT(t, 0.0);
+    const double wu_ct = run(p, GdnFwdHead{}, PrepForm::kChunkTree), wua_ct = run(pa, GdnFwdHead{}, PrepForm::kChunkTree);
+    for (const double t : {wu_c, wu_p, wua_c, wua_p, f_c, f_p, wu_t, wua_t, wu_ct, wua_ct}) EXPECT_GT(t, 0.0);
     // Bytes: k, v, γ (f32), β (bf16) read once, w, u (A) written once.
     const double rd = double(rows) * (H * K * 2 + HV * V * 2 + HV * 4 + HV * 2), wr = double(rows) * HV * (K + V) * 2,
                  wa = double(rows) * HV * 64 * 2;
     const double fl_wu = (rd + wr) / (copy_tbs * 1e12) * 1e3, fl_wua = (rd + wr + wa) / (copy_tbs * 1e12) * 1e3;
-    std::printf("[gdn_prep timing] forms bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: chunk %.3f persistent %.3f "
-                "tree %.3f ms (floor %.3f ms: %.0f MB at %.2f TB/s; persistent / floor %.2f); w, u, A: chunk %.3f "
-                "persistent %.3f tree %.3f ms (floor %.3f, ratio %.2f); folded w, u: chunk %.3f persistent %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), wu_c, wu_p, wu_t, fl_wu, (rd + wr) / 1e6,
-                copy_tbs, wu_p / fl_wu, wua_c, wua_p, wua_t, fl_wua, wua_p / fl_wua, f_c, f_p);
+    std::printf("[gdn_prep timing] forms bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: chunk %.3f chunk-tree %.3f "
+                "persistent %.3f persistent-tree %.3f ms (floor %.3f ms: %.0f MB at %.2f TB/s; chunk / floor %.2f); "
+                "w, u, A: chunk %.3f chunk-tree %.3f persistent %.3f persistent-tree %.3f ms (floor %.3f, chunk / "
+                "floor %.2f); folded w, u: chunk %.3f persistent %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), wu_c, wu_ct, wu_p, wu_t, fl_wu, (rd + wr) / 1e6,
+                copy_tbs, wu_c / fl_wu, wua_c, wua_ct, wua_p, wua_t, fl_wua, wua_c / fl_wua, f_c, f_p);
     std::fflush(stdout);
   }
 }

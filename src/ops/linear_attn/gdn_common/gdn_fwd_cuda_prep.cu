@@ -64,14 +64,14 @@ struct PrepLayout {
   int nk, nv;                 // 64-column panels of K and V
   int v, m, y, vec, total;    // byte offsets (K at 0) and size
 };
-__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V) {
+__host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V, bool tree = false) {
   PrepLayout l{};
   l.nk = round64(K) / 64;
   l.nv = round64(V) / 64;
   l.v = l.nk * kPanelB;
   l.m = l.v + l.nv * kPanelB;
   l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
-  l.vec = l.y + 4 * 16 * kLdY * 4;
+  l.vec = l.y + (tree ? 4 : 3) * 16 * kLdY * 4;
   l.total = l.vec + 4 * kRows * 4;
   return l;
 }
@@ -418,9 +418,9 @@ __device__ __forceinline__ void gate_to_m(float (&R)[32], const PrepSmem& sm, in
 
 // One 64-column tile of w (B = a K panel) or u (a V panel): acc = (X diag(f))_{bf16} B with the register A
 // fragments a and the panel at s_b read as the MN-major B operand, then columns c0.. of dst (< D) stored, staged
-// through the warp's block stg for a lean dst and a whole tile. One tile in flight per block (the SM's other
+// through the warp's block stg for a lean dst and a whole tile; keep: fragments still needed by later tiles. One tile in flight per block (the SM's other
 // blocks fill the wait): a second accumulator tile in flight made ptxas inject a wait at the loop head (C7517).
-__device__ __forceinline__ void wu_tile(FragA (&a)[4], uint32_t s_b, const GdnTensor& dst, bool staged,
+__device__ __forceinline__ void wu_tile(FragA (&a)[4], FragA (&keep)[4], uint32_t s_b, const GdnTensor& dst, bool staged,
                                         const ChunkPos& c, int64_t hv, int L, int64_t c0, int64_t D, Bf16* stg) {
   float acc[32];
   wg::reg_fence(acc);
@@ -430,7 +430,7 @@ __device__ __forceinline__ void wu_tile(FragA (&a)[4], uint32_t s_b, const GdnTe
   wg::wg_commit();
   wg::wg_wait<0>();
   wg::reg_fence(acc);
-  keep_frags(a);
+  keep_frags(a), keep_frags(keep);
   if (staged && c0 + 64 <= D) store_tile_staged(acc, dst, c, hv, L, c0, stg);
   else store_tile(acc, dst, c, hv, L, c0, D);
 }
@@ -453,14 +453,14 @@ __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, cons
 
 // prep_wgmma, PrepForm::kChunk: one block per (chunk, value head). kNk: K's 64-column panels (1 or 2; a compile-time
 // count keeps ptxas from splitting the K Kᵀ chain with injected warpgroup arrives, session 12).
-template <bool kWithP, int kNk>
+template <bool kWithP, int kNk, bool kTree>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
   extern __shared__ __align__(128) unsigned char smem[];
   const int64_t HV = p.shape.HV, K = p.shape.K, V = p.shape.V;
-  const PrepLayout ly = prep_layout(K, V);
+  const PrepLayout ly = prep_layout(K, V, kTree);
   const int64_t hv = static_cast<int64_t>(blockIdx.x) % HV, h = hv / p.shape.G;
   const ChunkPos c = locate_chunk(p.chunks, static_cast<int64_t>(blockIdx.x) / HV);
   if (!c.valid) return;
@@ -533,15 +533,16 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   gate_to_m(R, sm, L);
   __syncthreads();  // M complete
   FragA aw[4], au[4];
-  invert_and_fragments<false>(p, sm, c, hv, L, BT, aw, au);
+  invert_and_fragments<kTree>(p, sm, c, hv, L, BT, aw, au);
   // The f32 tile is dead once every warp has its fragments; each warp stages its tiles' rows there.
   Bf16* stg = reinterpret_cast<Bf16*>(sm.MX) + warp * 16 * kLdStage;
   const bool w_staged = lean_tensor<Bf16>(p.w), u_staged = lean_tensor<Bf16>(p.u);
   __syncthreads();
-#pragma unroll
-  for (int t = 0; t < kNk; ++t) wu_tile(aw, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
 #pragma unroll 1
-  for (int t = 0; t < ly.nv; ++t) wu_tile(au, sm.s_v + t * kPanelB, p.u, u_staged, c, hv, L, 64 * t, V, stg);
+  for (int t = 0; t < kNk + ly.nv; ++t) {
+    if (t < kNk) wu_tile(aw, au, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
+    else wu_tile(au, aw, sm.s_v + (t - kNk) * kPanelB, p.u, u_staged, c, hv, L, 64 * (t - kNk), V, stg);
+  }
 #endif
 }
 
@@ -567,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
   extern __shared__ __align__(128) unsigned char smem[];
   const int H = static_cast<int>(p.shape.H), G = static_cast<int>(p.shape.G);
   const int64_t K = p.shape.K, V = p.shape.V;
-  const PrepLayout ly = prep_layout(K, V);
+  const PrepLayout ly = prep_layout(K, V, kTree);
   const int BT = static_cast<int>(p.shape.BT), warp = threadIdx.x >> 5;
   const PrepSmem sm(smem, ly);
   Bf16* stg = reinterpret_cast<Bf16*>(sm.MX) + warp * 16 * kLdStage;
@@ -607,7 +608,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     wg::fence_proxy_async();
     __syncthreads();  // V visible; every warp has its fragments (MX is staging from here)
 #pragma unroll
-    for (int t = 0; t < kNk; ++t) wu_tile(aw, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
+    for (int t = 0; t < kNk; ++t) wu_tile(aw, au, sm.s_k + t * kPanelB, p.w, w_staged, c, hv, L, 64 * t, K, stg);
     __syncthreads();  // every warp's w products done: K is free
     // The next item: the next head of this unit (same K), or the first head of the next unit. Its chunk is located
     // here for the K request and again after the u tiles (cheaper than holding it through them: registers).
@@ -623,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     }
     cuda::cp_async_commit();
 #pragma unroll 1
-    for (int t = 0; t < ly.nv; ++t) wu_tile(au, sm.s_v + t * kPanelB, p.u, u_staged, c, hv, L, 64 * t, V, stg);
+    for (int t = 0; t < ly.nv; ++t) wu_tile(au, au, sm.s_v + t * kPanelB, p.u, u_staged, c, hv, L, 64 * t, V, stg);
     __syncthreads();  // every warp's u products and staging reads done: V and MX are free
     if (nu >= units) break;
     const ChunkPos nc = locate_chunk(p.chunks, nu / H);
@@ -638,19 +639,20 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
 }
 
 template <bool kWithP>
-int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
+int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, cudaStream_t stream) {
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
-  return launch_n(p.shape.K > 64 ? prep_wgmma<kWithP, 2> : prep_wgmma<kWithP, 1>, "prepare_wy_repr_fwd (prep_wgmma)",
-                  blocks, kThreads, smem, stream, p, hd);
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, tree).total);
+  auto kernel = p.shape.K > 64 ? (tree ? prep_wgmma<kWithP, 2, true> : prep_wgmma<kWithP, 2, false>)
+                                : (tree ? prep_wgmma<kWithP, 1, true> : prep_wgmma<kWithP, 1, false>);
+  return launch_n(kernel, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
 // Resident blocks: as many as fit (the occupancy query with the kernel's shared memory; 4 per SM at K = V = 128),
 // at most one per unit, at most max_blocks when > 0 (tests: many units per block).
 int launch_prep_persist(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, int max_blocks, cudaStream_t stream) {
   const int64_t units = chunk_slots(p.chunks) * p.shape.H;
-  if (units > 0x7fffffffLL - 0x100000LL) return launch_prep<false>(p, hd, stream);  // 32-bit unit indices
-  const int smem = prep_layout(p.shape.K, p.shape.V).total;
+  if (units > 0x7fffffffLL - 0x100000LL) return launch_prep<false>(p, hd, tree, stream);  // 32-bit unit indices
+  const int smem = prep_layout(p.shape.K, p.shape.V, tree).total;
   auto kernel = p.shape.K > 64 ? (tree ? prep_wgmma_persist<2, true> : prep_wgmma_persist<2, false>)
                                 : (tree ? prep_wgmma_persist<1, true> : prep_wgmma_persist<1, false>);
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -679,7 +681,7 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
     if (!p.q.present() || p.q.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) needs q in the dtype of k";
     if (p.Pqk.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) is stored in the dtype of q, k";
   }
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V).total);
+  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, true).total);  // the larger layout
   if (smem > kPrepMaxSmem)
     return fmt::format("the pre-state kernel needs {} bytes of shared memory per block, more than {}", smem,
                        kPrepMaxSmem);
@@ -703,10 +705,11 @@ int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm for
   const std::string why = fwd_cuda_prep_head_reject(p, hd);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): {}", why);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  if (p.Pqk.present()) return launch_prep<true>(p, hd, stream);
+  const bool tree = form == PrepForm::kChunkTree || form == PrepForm::kPersistentTree;
+  if (p.Pqk.present()) return launch_prep<true>(p, hd, tree, stream);
   if (form == PrepForm::kPersistent || form == PrepForm::kPersistentTree)
-    return launch_prep_persist(p, hd, form == PrepForm::kPersistentTree, max_blocks, stream);
-  return launch_prep<false>(p, hd, stream);
+    return launch_prep_persist(p, hd, tree, max_blocks, stream);
+  return launch_prep<false>(p, hd, tree, stream);
 }
 
 }  // namespace strata::linear_attn::gdn

@@ -6,6 +6,7 @@
 //                computes (w, u, A; with p.Pqk present the chunk form runs). The same bits as kChunk.
 //   kPersistentTree  kPersistent with the inverse as a tree of merges (invert_tree: 4 block barriers instead of 7,
 //                at most 2 split block products in sequence per step); not the same bits (another summation order).
+//   kChunkTree   kChunk with invert_tree (also with Pqk).
 //   kAuto        kChunk.
 // max_blocks > 0 caps the persistent form's grid (tests: many units per block).
 #pragma once
@@ -15,7 +16,7 @@
 namespace strata::linear_attn::gdn {
 
 #if STRATA_WITH_CUDA
-enum class PrepForm : int { kAuto = 0, kChunk, kPersistent, kPersistentTree };
+enum class PrepForm : int { kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream,
                        int max_blocks = 0);
 #endif
