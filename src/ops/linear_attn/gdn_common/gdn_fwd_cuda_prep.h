@@ -7,7 +7,7 @@
 //   kPersistentTree  kPersistent with the inverse as a tree of merges (invert_tree: 4 block barriers instead of 7,
 //                at most 2 split block products in sequence per step); not the same bits (another summation order).
 //   kChunkTree   kChunk with invert_tree (also with Pqk).
-//   kAuto        kChunk.
+//   kAuto        kChunkTree (session 12, run 2).
 // max_blocks > 0 caps the persistent form's grid (tests: many units per block).
 #pragma once
 
