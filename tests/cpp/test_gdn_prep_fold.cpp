@@ -2,7 +2,9 @@
 // gdn_fwd_cuda_prep.cu): prep_wgmma reading the raw gates and writing γ (the chunk-local cumsum) besides w, u (A,
 // Pqk). Checked against a host cumsum (double) and against fwd_cuda_prep run on the host γ (the unfolded kernel: the
 // same products, so w, u, A, Pqk differ only where γ differs by a rounding); timed against fwd_cuda_prep at the
-// benchmark shapes ("[gdn_prep timing] fold ...").
+// benchmark shapes ("[gdn_prep timing] fold ..."). Session 12: the kernel forms (gdn::PrepForm) on the same problems:
+// the persistent form against the chunk form (the same bits), and their timing with the byte floor
+// ("[gdn_prep timing] forms ...").
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -20,6 +22,7 @@
 #include "gdn_cuda_test_support.h"
 #include "opbase/dtype.h"
 #include "ops/linear_attn/gdn_common/gdn_common.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_cuda_prep.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 
 namespace strata::linear_attn::gdn {
@@ -191,34 +194,176 @@ TEST(GdnFwdCudaPrepFold, Rule) {
   EXPECT_NE(fwd_cuda_prep_head_reject(y, hd), "") << "prep_wgmma's rule (bf16)";
 }
 
+// The benchmark problem (bf16 H = 16 HV = 32 K = V = 128, T = 32768 / B; inputs by cudaMemset: bf16 0x3c3c ≈ 0.0115,
+// gates 0): p reads γ and writes w, u; pa also A; hd holds the raw gates (the folded cumsum).
+struct BenchProblem {
+  int64_t B, T, H = 16, HV = 32, K = 128, V = 128, rows;
+  Dev q, k, v, w, u, g, gam, beta, A;
+  GdnFwdParams p, pa;
+  GdnFwdHead hd;
+  explicit BenchProblem(int64_t b)
+      : B(b), T(32768 / b), rows(32768), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2),
+        w(rows * HV * K * 2), u(rows * HV * V * 2), g(rows * HV * 4), gam(rows * HV * 4), beta(rows * HV * 2),
+        A(rows * HV * 64 * 2) {
+    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
+    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
+    p.q = tok(q.p, kBf, T, H, K), p.k = tok(k.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
+    p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
+    p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
+    pa = p;
+    pa.A = tok(A.p, kBf, T, HV, 64);
+    hd.g_in = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+  }
+};
+
 // At the benchmark shapes (bf16 H = 16 HV = 32 K = V = 128, B = 4 T = 8192 and B = 1 T = 32768; inputs by cudaMemset:
 // bf16 0x3c3c ≈ 0.0115, gates 0; median of 7): fwd_cuda_prep reading γ against fwd_cuda_prep_head forming it from
 // the raw gates, for w, u (the fused forward) and w, u, A (the backward's re-run). Prints "[gdn_prep timing] fold".
 TEST(GdnFwdCudaPrepFold, TimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), w(rows * HV * K * 2), u(rows * HV * V * 2),
-        g(rows * HV * 4), gam(rows * HV * 4), beta(rows * HV * 2), A(rows * HV * 64 * 2);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    for (Dev* x : {&g, &gam}) EXPECT_EQ(cudaMemset(x->p, 0, x->bytes), cudaSuccess);
-    GdnFwdParams p;
-    gdn_test::set_fwd_shape(p, B, T, H, HV, K, V, 64, {});
-    p.q = tok(q.p, kBf, T, H, K), p.k = tok(k.p, kBf, T, H, K), p.v = tok(v.p, kBf, T, HV, V);
-    p.g = tok(gam.p, STRATA_DTYPE_F32, T, HV, 0), p.beta = tok(beta.p, kBf, T, HV, 0);
-    p.w = tok(w.p, kBf, T, HV, K), p.u = tok(u.p, kBf, T, HV, V);
-    GdnFwdHead hd;
-    hd.g_in = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    BenchProblem bp(B);
+    const int64_t T = bp.T;
+    const GdnFwdParams& p = bp.p;
+    const GdnFwdParams& pa = bp.pa;
+    const GdnFwdHead& hd = bp.hd;
     const double wu = time_ms([&] { return fwd_cuda_prep(p, nullptr); });
     const double wu_fold = time_ms([&] { return fwd_cuda_prep_head(p, hd, nullptr); });
-    GdnFwdParams pa = p;
-    pa.A = tok(A.p, kBf, T, HV, 64);
     const double wua = time_ms([&] { return fwd_cuda_prep(pa, nullptr); });
     const double wua_fold = time_ms([&] { return fwd_cuda_prep_head(pa, hd, nullptr); });
     for (const double t : {wu, wu_fold, wua, wua_fold}) EXPECT_GT(t, 0.0);
     std::printf("[gdn_prep timing] fold bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: prep %.3f ms, with the gate "
                 "cumsum folded %.3f ms; w, u, A: prep %.3f ms, folded %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T), wu, wu_fold, wua, wua_fold);
+    std::fflush(stdout);
+  }
+}
+
+// (Session 12) The persistent form (PrepForm::kPersistent) against the chunk form on every fold shape: w, u (A; γ
+// when folded) the same bits, with γ read or folded, with and without A, on the device-filling grid and on a grid of
+// 3 blocks (many units per block: the next unit's K and the next item's V, γ, β requested during the current one).
+TEST(GdnFwdCudaPrepForms, PersistentGivesTheChunkFormsBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const FoldShape& s : fold_shapes()) {
+    FoldProblem pr(s, 900 + idx);
+    for (const bool fold : {false, true})
+      for (const bool with_a : {true, false}) {
+        GdnFwdParams f = fold ? pr.folded() : pr.p;
+        f.Pqk = GdnTensor{};
+        if (!with_a) f.A = GdnTensor{};
+        const GdnFwdHead hd = fold ? pr.hd : GdnFwdHead{};
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_prep_head(f, hd, PrepForm::kChunk, nullptr), STRATA_SUCCESS) << "shape " << idx;
+        const auto w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits(), g0 = pr.go->bits();
+        for (const int cap : {0, 3}) {
+          pr.poison();
+          ASSERT_EQ(fwd_cuda_prep_head(f, hd, PrepForm::kPersistent, nullptr, cap), STRATA_SUCCESS)
+              << "shape " << idx;
+          const auto w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits(), g1 = pr.go->bits();
+          const char* what = fold ? (with_a ? "folded w,u,A" : "folded w,u") : (with_a ? "w,u,A" : "w,u");
+          EXPECT_EQ(poisoned(w1) + poisoned(u1), 0u) << "shape " << idx << " " << what << " cap " << cap;
+          EXPECT_TRUE(w1 == w0) << "shape " << idx << " " << what << " cap " << cap << ": w differs, rel RMS "
+                                << rel_rms(w1, w0, kBf);
+          EXPECT_TRUE(u1 == u0) << "shape " << idx << " " << what << " cap " << cap << ": u differs, rel RMS "
+                                << rel_rms(u1, u0, kBf);
+          EXPECT_TRUE(a1 == a0) << "shape " << idx << " " << what << " cap " << cap << ": A differs";
+          if (fold) EXPECT_TRUE(g1 == g0) << "shape " << idx << " " << what << " cap " << cap << ": γ differs";
+          if (!with_a) EXPECT_EQ(poisoned(a1), a1.size() / 2) << "shape " << idx << ": A written although absent";
+        }
+      }
+    // The tree inverse (kPersistentTree, kChunkTree): another summation order, so within bf16 roundings of the chunk
+    // form; the chunk form and the tree forms also against wy_mma<kPrepare> (the mma.sync kernel the conformance
+    // suites verified against float64; relative RMS < 1e-2 as GdnFwdCudaPrep.MatchesWyMmaAndQkGate).
+    {
+      GdnFwdParams f = pr.p;
+      f.Pqk = GdnTensor{};
+      pr.poison();
+      ASSERT_EQ(fwd_cuda(FwdOp::kPrepareWY, f, FwdCudaKernels::kMma, nullptr), STRATA_SUCCESS) << "shape " << idx;
+      const auto wm = pr.w->bits(), um = pr.u->bits(), am = pr.A->bits();
+      auto near_mma = [&](const char* what) {
+        const double ew = rel_rms(pr.w->bits(), wm, kBf), eu = rel_rms(pr.u->bits(), um, kBf),
+                     ea = rel_rms(pr.A->bits(), am, kBf);
+        EXPECT_LT(ew, 1e-2) << "shape " << idx << " " << what << ": w against wy_mma";
+        EXPECT_LT(eu, 1e-2) << "shape " << idx << " " << what << ": u against wy_mma";
+        EXPECT_LT(ea, 1e-2) << "shape " << idx << " " << what << ": A against wy_mma";
+        std::printf("[gdn_prep forms check] shape %d: %s against wy_mma: relative RMS w %.2e u %.2e A %.2e\n", idx,
+                    what, ew, eu, ea);
+      };
+      pr.poison();
+      ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kChunk, nullptr), STRATA_SUCCESS) << "shape " << idx;
+      const auto w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits();
+      near_mma("chunk form");
+      for (const int cap : {0, 3, -1}) {  // -1: the chunk form with the tree inverse
+        const PrepForm form = cap < 0 ? PrepForm::kChunkTree : PrepForm::kPersistentTree;
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, form, nullptr, cap), STRATA_SUCCESS) << "shape " << idx;
+        const auto w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits();
+        EXPECT_EQ(poisoned(w1) + poisoned(u1) + poisoned(a1), 0u) << "shape " << idx << " cap " << cap;
+        if (cap <= 0) near_mma(cap < 0 ? "chunk tree form" : "persistent tree form");
+        const double ew = rel_rms(w1, w0, kBf), eu = rel_rms(u1, u0, kBf), ea = rel_rms(a1, a0, kBf);
+        EXPECT_LT(ew, 1e-3) << "shape " << idx << " cap " << cap << ": tree w against the chunk form";
+        EXPECT_LT(eu, 1e-3) << "shape " << idx << " cap " << cap << ": tree u against the chunk form";
+        EXPECT_LT(ea, 1e-3) << "shape " << idx << " cap " << cap << ": tree A against the chunk form";
+        if (cap <= 0)
+          std::printf("[gdn_prep forms check] shape %d: persistent = chunk form bits (w, u, A, γ); %s tree inverse "
+                      "against the chunk form: relative RMS w %.2e u %.2e A %.2e\n", idx,
+                      cap < 0 ? "chunk" : "persistent", ew, eu, ea);
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, form, nullptr, cap), STRATA_SUCCESS);
+        EXPECT_TRUE(pr.w->bits() == w1 && pr.u->bits() == u1 && pr.A->bits() == a1)
+            << "shape " << idx << ": tree form not the same bits twice";
+      }
+    }
+    ++idx;
+  }
+}
+
+// (Session 12) The forms at the benchmark shapes (bf16 H = 16 HV = 32 K = V = 128, B = 4 T = 8192 and B = 1
+// T = 32768; cudaMemset inputs as above; median of 7): w, u (the fused forward), w, u, A (the forward that saves A),
+// folded w, u; with the byte floor: the bytes the kernel must move (k once, v, γ f32, β bf16 read; w, u (A) written)
+// over the device-to-device copy rate measured here (cudaMemcpyAsync of 512 MB, read + written). Prints
+// "[gdn_prep timing] forms ...".
+TEST(GdnFwdCudaPrepForms, TimingAtBenchShapes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  double copy_tbs = 0;
+  {
+    const size_t n = size_t{512} << 20;
+    Dev a(n), b(n);
+    const double ms = time_ms([&] {
+      return cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice) == cudaSuccess ? STRATA_SUCCESS : -1;
+    });
+    copy_tbs = 2.0 * n / (ms * 1e-3) / 1e12;
+    std::printf("[gdn_prep timing] forms: device-to-device copy of 512 MB %.3f ms = %.2f TB/s (read + written)\n", ms,
+                copy_tbs);
+  }
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    BenchProblem bp(B);
+    const int64_t T = bp.T, H = bp.H, HV = bp.HV, K = bp.K, V = bp.V, rows = bp.rows;
+    const GdnFwdParams& p = bp.p;
+    const GdnFwdParams& pa = bp.pa;
+    const GdnFwdHead& hd = bp.hd;
+    auto run = [&](const GdnFwdParams& x, const GdnFwdHead& h, PrepForm form) {
+      return time_ms([&] { return fwd_cuda_prep_head(x, h, form, nullptr); });
+    };
+    const double wu_c = run(p, GdnFwdHead{}, PrepForm::kChunk), wu_p = run(p, GdnFwdHead{}, PrepForm::kPersistent);
+    const double wua_c = run(pa, GdnFwdHead{}, PrepForm::kChunk), wua_p = run(pa, GdnFwdHead{}, PrepForm::kPersistent);
+    const double f_c = run(p, hd, PrepForm::kChunk), f_p = run(p, hd, PrepForm::kPersistent);
+    const double wu_t = run(p, GdnFwdHead{}, PrepForm::kPersistentTree),
+                 wua_t = run(pa, GdnFwdHead{}, PrepForm::kPersistentTree);
+    const double wu_ct = run(p, GdnFwdHead{}, PrepForm::kChunkTree), wua_ct = run(pa, GdnFwdHead{}, PrepForm::kChunkTree);
+    for (const double t : {wu_c, wu_p, wua_c, wua_p, f_c, f_p, wu_t, wua_t, wu_ct, wua_ct}) EXPECT_GT(t, 0.0);
+    // Bytes: k, v, γ (f32), β (bf16) read once, w, u (A) written once.
+    const double rd = double(rows) * (H * K * 2 + HV * V * 2 + HV * 4 + HV * 2), wr = double(rows) * HV * (K + V) * 2,
+                 wa = double(rows) * HV * 64 * 2;
+    const double fl_wu = (rd + wr) / (copy_tbs * 1e12) * 1e3, fl_wua = (rd + wr + wa) / (copy_tbs * 1e12) * 1e3;
+    std::printf("[gdn_prep timing] forms bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: chunk %.3f chunk-tree %.3f "
+                "persistent %.3f persistent-tree %.3f ms (floor %.3f ms: %.0f MB at %.2f TB/s; chunk / floor %.2f); "
+                "w, u, A: chunk %.3f chunk-tree %.3f persistent %.3f persistent-tree %.3f ms (floor %.3f, chunk / "
+                "floor %.2f); folded w, u: chunk %.3f persistent %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), wu_c, wu_ct, wu_p, wu_t, fl_wu, (rd + wr) / 1e6,
+                copy_tbs, wu_c / fl_wu, wua_c, wua_ct, wua_p, wua_t, fl_wua, wua_c / fl_wua, f_c, f_p);
     std::fflush(stdout);
   }
 }
