@@ -715,7 +715,9 @@ __global__ void __launch_bounds__(kThr, 1)
 // c; `fac`, `dvl` and the (sE dO)ᵀ tiles are double-buffered by chunk parity, the stages are a ring of three (chunk
 // c's tiles are read by the side in one step and by the state warpgroups in the next). The same products with the
 // same shapes per element and the same rounding points as kDhuWgmmaAheadHalfP: the same bits.
-constexpr int kSplitThr = 384;
+// kSides = 2 (kDhuWgmmaSplit2): two side warpgroups, side s forming P's columns 32 s.. (gated into a shared Bm tile,
+// as kDhuWgmmaAheadHalfP) and the dO transposes, Bm dO and dv_local of state warpgroup s's columns; 512 threads,
+// setmaxnreg 168 (state) / 88 (side).
 template <int kN>
 struct SplitSmem {
   static constexpr int kTile = kRows * kKeys * 2;
@@ -730,20 +732,23 @@ struct SplitSmem {
   static constexpr int kLdV = 2 * kN + 8, kDvl = kDot + kPairB;                          // dv_local [2][64][kLdV]
   static constexpr int kFac = kDvl + 2 * kRows * kLdV * 2;                               // [2][64 + 1 (+ 3)] f32
   static constexpr int kGam = kFac + 2 * 68 * 4;                                        // side's γ [2][64]
-  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 3 * 8;
+  static constexpr int kBm = kGam + 2 * kRows * 4;                                      // (kSides 2) Bm [64][64]
+  static constexpr int kBar = kBm + kRows * kRows * 2, kBytes = kBar + 3 * 8;
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0 && kPairB % 128 == 0 && kDvl % 16 == 0 && kBar % 8 == 0,
                 "aligned regions");
 };
 
 // kBox5 (kDhuWgmmaSplitBox): each of the chunk's four tiles arrives as one box of a 5-D map (encode_blocks_map: 4
 // copies issued by 4 lanes instead of 52 by 13 lanes of each side warp, one at a time through the uniform datapath).
-template <int kN, bool kBox5>
-__global__ void __launch_bounds__(kSplitThr, 1)
+template <int kN, bool kBox5, int kSides>
+__global__ void __launch_bounds__(128 * (2 + kSides), 1)
     dhu_wgmma_split_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
+  static_assert(kSides == 1 || kSides == 2, "one or two side warpgroups");
+  constexpr int kThreads = 128 * (2 + kSides);
   using S = SplitSmem<kN>;
   constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
   namespace mm = ::strata::cuda::mma;
@@ -752,7 +757,8 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const Dims& d = p.d;
   const int tid = threadIdx.x, wgi = tid >> 7, wt = tid & 127, w = (tid >> 5) & 3, lane = tid & 31;
-  const bool side = wgi == 2;
+  const bool side = wgi >= 2;
+  const int sd = side ? wgi - 2 : 0;  // side warpgroup index
   const int64_t vt = blockIdx.x % nvt, hv = blockIdx.x / nvt % d.HV, n = blockIdx.x / (nvt * d.HV), h = hv / d.G;
   const int cb = side ? 0 : wgi * kN;
   const int64_t v0 = vt * kN2;
@@ -766,7 +772,8 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   auto chunk_len = [&](int64_t c) { return static_cast<int>(eos - bos - c * kRows < kRows ? eos - bos - c * kRows : kRows); };
 
   if (side) {
-    // ---------------- side warpgroup ----------------
+    // ---------------- side warpgroup(s) ----------------
+    if constexpr (kSides == 2) wg::setmaxnreg_dec<88>();
     auto fetch_gamma = [&](int64_t c) {
       const int64_t t0 = bos + c * kRows;
       return (wt < kRows && c >= 0 && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
@@ -777,32 +784,32 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       wg::fence_proxy_async();
       const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + i % 3));
       if constexpr (kBox5) {
-        if (lane == 0)  // warp w: K, Q, W or dO
+        if (lane == 0 && sd == 0)  // warp w: K, Q, W or dO
           ::strata::cuda::tma::load_blocks(stage(i) + w * S::kTile, w == 0 ? &maps.k : w == 1 ? &maps.q : w == 2 ? &maps.w : &maps.dout,
                                            static_cast<int>(t0), w == 3 ? static_cast<int>(v0 / 8) : 0,
                                            static_cast<int>(w == 0 || w == 1 ? h : hv), static_cast<int>(b), bar);
       } else {
-        chunk_boxes<kN>(maps, stage(i), bar, w + 4 * lane, 128, static_cast<int>(v0), static_cast<int>(h),
+        chunk_boxes<kN>(maps, stage(i), bar, w + 4 * sd + 4 * kSides * lane, 32 * 4 * kSides, static_cast<int>(v0), static_cast<int>(h),
                         static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       }
     };
     if (nc == 0) return;
-    if (wt == 0) {
+    if (wt == 0 && sd == 0) {
       for (int s = 0; s < 3; ++s) sc::mbar_init(full + s, 1);
       sc::mbar_arrive_expect_tx(full, S::kStage);
       if (nc > 1) sc::mbar_arrive_expect_tx(full + 1, S::kStage);
     }
-    if (wt < kRows) gam_of(0)[wt] = fetch_gamma(nc - 1);
+    if (wt < kRows && sd == 0) gam_of(0)[wt] = fetch_gamma(nc - 1);
     float g_next = fetch_gamma(nc - 2);
     __syncthreads();  // mbarriers initialised, γ of the first chunk
     request(0);
     for (int64_t i = 0; i <= nc; ++i) {
       wg::fence_proxy_async();
-      wg::bar_sync(4, kSplitThr);  // (the step barrier; see the state loop)
+      wg::bar_sync(4, kThreads);  // (the step barrier; see the state loop)
       if (i == nc) break;
       const int64_t c = nc - 1 - i;
       if (c > 0) request(i + 1);
-      if (c > 0 && wt < kRows) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
+      if (c > 0 && wt < kRows && sd == 0) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
       g_next = fetch_gamma(c - 2);
       __syncwarp();
       sc::mbar_wait(full + i % 3, parity(i));  // chunk c landed
@@ -820,66 +827,98 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       }
       // The state's row factors: e^{γ_last − γ_i} (0 at i >= L) and e^{γ_last}.
       float* fac = reinterpret_cast<float*>(smem + S::kFac) + (i & 1) * 68;
-      if (wt < kRows) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
-      if (wt == 0) fac[kRows] = gate_exp(r.glast);
-      // P = K Qᵀ (all 64 columns).
-      float accP[32];
+      if (wt < kRows && sd == 0) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
+      if (wt == 0 && sd == 0) fac[kRows] = gate_exp(r.glast);
+      // P = K Qᵀ: all 64 columns (kSides 2: columns 32 sd.., the Q tile's rows 32 sd.. at 16 bytes a row).
+      constexpr int kPN = 64 / kSides, kVN = kN2 / kSides;  // P columns, dO / dv_local columns of this warpgroup
+      const int vc = sd * kVN;                               // its first dO column
+      float accP[kPN / 2];
       wg::reg_fence(accP);
       wg::wg_fence();
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks)
-        wg::mma_ss<T, 64>(accP, wg::cb_desc<kRows>(st + S::kK, ks), wg::cb_desc<kRows>(st + S::kQ, ks), ks > 0);
+        wg::mma_ss<T, kPN>(accP, wg::cb_desc<kRows>(st + S::kK, ks),
+                           wg::cb_desc<kRows>(st + S::kQ + sd * kPN * 16, ks), ks > 0);
       wg::wg_commit();
-      // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (both state warpgroups' U1 B operands: rows g kN..).
+      // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (the state warpgroups' U1 B operands: rows g kN..) of its
+      // columns.
+      const uint32_t dot = s0 + S::kDot + vc * (kRows * 2);
       {
         const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO);
-        uint32_t raw[kN2 / 4], u[kN2 / 4];
+        uint32_t raw[kVN / 4], u[kVN / 4];
 #pragma unroll
-        for (int j = 0; j < kN2 / 8; ++j)
+        for (int j = 0; j < kVN / 8; ++j)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), wg::acc_col(lane, j, 0)));
+                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), vc + wg::acc_col(lane, j, 0)));
             const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
             u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
           }
-        store_pairs_trans<kN2, kRows>(s0 + S::kDot, 0, raw);
-        store_pairs_trans<kN2, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB, 0, u);
+        store_pairs_trans<kVN, kRows>(dot, 0, raw);
+        store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB + vc * (kRows * 2), 0, u);
       }
-      wg::fence_proxy_async();
-      wg::bar_wg(3);  // dOᵀ visible to the side's wgmma
-      wg::wg_wait<0>();
-      wg::reg_fence(accP);
-      uint32_t pa[4][4];
+      float accV[kVN / 2];
+      if constexpr (kSides == 1) {
+        wg::fence_proxy_async();
+        wg::bar_wg(3);  // dOᵀ visible to the side's wgmma
+        wg::wg_wait<0>();
+        wg::reg_fence(accP);
+        uint32_t pa[4][4];
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+        for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
-          pa[kk][q] = mm::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
-                                   gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
-      float accV[kN2 / 2];
+          for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
+            pa[kk][q] = mm::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
+                                     gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
+        wg::reg_fence(accV);
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kVN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence_u(pa);
+      } else {
+        // This warpgroup's half of Bm (columns 32 sd..) as bf16 pairs into the shared tile_off<64> tile, then
+        // Bm dO of its columns with A from shared memory (kDhuWgmmaAheadHalfP's products).
+        wg::wg_wait<0>();
+        wg::reg_fence(accP);
+#pragma unroll
+        for (int j = 0; j < kPN / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int x = 4 * j + 2 * hh;
+            const int off = wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), kPN * sd + wg::acc_col(lane, j, 0));
+            *reinterpret_cast<uint32_t*>(smem + S::kBm + 2 * off) =
+                mm::pack2<T>(gated_p(accP[x], x, kPN * sd, r, gam, scale),
+                             gated_p(accP[x + 1], x + 1, kPN * sd, r, gam, scale));
+          }
+        wg::fence_proxy_async();
+        wg::bar_sync(3, 256);  // both halves of Bm and each side's dOᵀ visible to both side warpgroups' wgmma
+        wg::reg_fence(accV);
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wg::mma_ss<T, kVN>(accV, wg::tile_desc<kRows>(s0 + S::kBm, kk), wg::tile_desc<kRows>(dot, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+      }
       wg::reg_fence(accV);
-      wg::wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN2>(accV, pa[kk], wg::tile_desc<kRows>(s0 + S::kDot, kk), kk > 0);
-      wg::wg_commit();
-      wg::wg_wait<0>();
-      wg::reg_fence(accV);
-      wg::reg_fence_u(pa);
       // dv_local rounded to bf16 (what the other forms' dVn reads), row-major [64][2 kN + 8].
       uint32_t* dvl = reinterpret_cast<uint32_t*>(smem + S::kDvl + (i & 1) * (kRows * S::kLdV * 2));
 #pragma unroll
-      for (int j = 0; j < kN2 / 8; ++j)
+      for (int j = 0; j < kVN / 8; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-          dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + wg::acc_col(lane, j, 0)) / 2] =
+          dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + vc + wg::acc_col(lane, j, 0)) / 2] =
               mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
-      if (wt == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
+      if (wt == 0 && sd == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
     }
     return;
   }
 
   // ---------------- state warpgroups 0, 1 ----------------
+  if constexpr (kSides == 2) wg::setmaxnreg_inc<168>();
   const uint32_t sb = s0 + 3 * S::kStage + wgi * S::kWgB, dvnt = sb + S::kDvnt, stg = sb + S::kStg;
   float dS[2][kN / 2];
 #pragma unroll
@@ -929,7 +968,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     // Step barrier: the side has finished chunk c = nc − k (dv_local, (sE dO)ᵀ, fac) and every reader of the stage
     // it now requests into is done; this warpgroup's dS copy of the chunk before is visible.
     wg::fence_proxy_async();
-    wg::bar_sync(4, kSplitThr);
+    wg::bar_sync(4, kThreads);
     if (k == 0) continue;
     const int64_t i = k - 1, c = nc - k, t0 = bos + c * kRows;
     const uint32_t st = stage(i);
@@ -1042,6 +1081,7 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
 
 // kDhuWgmmaSplit / kDhuWgmmaSplitBox (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked
 // by the caller). box5: the 5-D maps (one box a tile), where the driver encodes them (else the 8-column boxes).
+template <int kSides>
 strata_status launch_split(const DhuParams& p, bool box5, const int64_t* offs, cudaStream_t stream) {
   constexpr int kN = 16;
   DhuMaps maps{};
@@ -1054,13 +1094,17 @@ strata_status launch_split(const DhuParams& p, bool box5, const int64_t* offs, c
     box5 = enc(&maps.k, p.k, d.H, d.K, kKeys / 8) && enc(&maps.q, p.q, d.H, d.K, kKeys / 8) &&
            enc(&maps.w, p.w, d.HV, d.K, kKeys / 8) && enc(&maps.dout, p.dout, d.HV, d.V, 2 * kN / 8);
   }
+  if constexpr (kSides == 2)  // (its 8-column-box form spilled: ptxas, 128 registers a thread at launch)
+    if (!box5) return launch_split<1>(p, false, offs, stream);
   if (!box5 && !make_maps(p, maps)) return launch<kN, true, false, false>(p, offs, stream);
   constexpr int smem = SplitSmem<kN>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  auto kernel = box5 ? dhu_wgmma_split_kernel<kN, true> : dhu_wgmma_split_kernel<kN, false>;
+  auto kernel = dhu_wgmma_split_kernel<kN, true, kSides>;
+  if constexpr (kSides == 1)
+    if (!box5) kernel = dhu_wgmma_split_kernel<kN, false, 1>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), kSplitThr, smem, stream>>>(p, offs, nvt, maps);
+  kernel<<<static_cast<unsigned>(blocks), 128 * (2 + kSides), smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
 }
 
@@ -1124,9 +1168,11 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // 1.012 ms for kAhead, B = 1 2.157 against 2.185). kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
   const bool rows16 = lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2);  // 16-byte dh / dv2 rows (staged)
   // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
-  const bool split = p.mma_variant == kDhuWgmmaSplit || p.mma_variant == kDhuWgmmaSplitBox;
+  const bool split =
+      p.mma_variant == kDhuWgmmaSplit || p.mma_variant == kDhuWgmmaSplitBox || p.mma_variant == kDhuWgmmaSplit2;
   if (split && p.fuse_dv_local && kn == 16 && rows16)
-    return launch_split(p, p.mma_variant == kDhuWgmmaSplitBox, offs, stream);
+    return p.mma_variant == kDhuWgmmaSplit2 ? launch_split<2>(p, true, offs, stream)
+                                            : launch_split<1>(p, p.mma_variant == kDhuWgmmaSplitBox, offs, stream);
   const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || split ||
                       (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (half_p)
