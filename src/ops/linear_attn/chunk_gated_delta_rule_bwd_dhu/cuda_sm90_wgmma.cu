@@ -148,6 +148,54 @@ __device__ __forceinline__ void stage_rows(const unsigned char* smem, uint32_t s
   __syncwarp();
 }
 
+// This warpgroup's dS (keys 64 mt + acc_row(w, lane, x & 3), columns col0 + acc_col(lane, x >> 2, x & 3) at
+// dS[mt][x]) from dht (0 without), and to dh0 (where requested).
+template <int kN>
+__device__ __forceinline__ void load_dht(const DhuParams& p, int64_t n, int64_t hv, int64_t col0, float (&dS)[2][kN / 2]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = col0 + wg::acc_col(lane, x >> 2, x & 3);
+      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
+    }
+}
+template <int kN>
+__device__ __forceinline__ void store_dh0(const DhuParams& p, int64_t n, int64_t hv, int64_t col0,
+                                          const float (&dS)[2][kN / 2]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  if (p.dh0.present())
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x)
+        st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + col0 + wg::acc_col(lane, x >> 2, x & 3),
+               dS[mt][x]);
+}
+// The bf16 copy of dS, transposed ([kN][128] at sb: the B operand of the next chunk's K dS), proxy-fenced.
+template <int kN>
+__device__ __forceinline__ void store_copy(uint32_t sb, const float (&dS)[2][kN / 2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
+  wg::fence_proxy_async();
+}
+// The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] tile X at `base` (kCb: the copy
+// engine's cb_off<64> layout, else tile_off<128>).
+template <bool kCb>
+__device__ __forceinline__ void load_trans(uint32_t base, uint32_t (&f)[2][4][4]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      int off;
+      if constexpr (kCb) off = wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w);
+      else off = wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
+      wg::ldmatrix_x4_trans(f[mt][kk], base + 2u * static_cast<uint32_t>(off));
+    }
+}
+
 // dh[hc] of this warpgroup's kN columns = bf16(dS) (keys 64 mt + accumulator rows) by staged 16-byte rows through the
 // [64][kN] staging area at buf; dhp: dh's key 0, first column of them; ld: dh's key stride.
 template <int kN>
@@ -168,8 +216,11 @@ __device__ __forceinline__ void store_state_staged(const unsigned char* smem, ui
 }
 
 // The tensor maps of the kTma kernels (unused by the cp.async one).
+// box5: encoded by encode_blocks_map (one box a tile: K, Q, W all 16 blocks, dO the block's 2 kN / 8), else by
+// encode_rows_map (one box per 8 columns).
 struct DhuMaps {
   CUtensorMap k, q, w, dout;
+  int box5;
 };
 // The copy engine's boxes of chunk rows t0.. (batch row b): K, Q, W [64][128] (16 boxes of 8 columns each) and
 // dO's 2 kN columns v0.. (2 kN / 8 boxes) into the cb_off<64> tiles of the stage at shared byte address `base`
@@ -191,6 +242,20 @@ __device__ __forceinline__ void chunk_boxes(const DhuMaps& maps, uint32_t base, 
     }
   }
 }
+
+// maps.box5: the chunk's four tiles as one box each (K, Q, W: blocks 0..15; dO: the block's 2 kN columns v0..),
+// issued by lane 0 of warps 0..3 (k = the thread's index among the issuing warpgroup's threads): 4 copies a chunk
+// instead of 48 + 2 kN / 8, each issued one lane at a time through the uniform datapath.
+__device__ __forceinline__ void chunk_tiles(const DhuMaps& maps, uint32_t base, uint32_t bar, int k, int v0, int h,
+                                            int hv, int t0, int b) {
+  if (k < 128 && (k & 31) == 0) {
+    const int m = k >> 5;  // K, Q, W, dO
+    ::strata::cuda::tma::load_blocks(base + m * (kRows * kKeys * 2),
+                                     m == 0 ? &maps.k : m == 1 ? &maps.q : m == 2 ? &maps.w : &maps.dout, t0,
+                                     m == 3 ? v0 / 8 : 0, m == 2 || m == 3 ? hv : h, b, bar);
+  }
+}
+
 
 // kAhead (kDhuWgmmaAhead, kTma only): the chunk step with only K dS → dVn → Wᵀ (−dVn) on the recurrence's chain;
 // dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 are formed while chunk c's state update
@@ -232,40 +297,12 @@ __global__ void __launch_bounds__(kThr, 1)
     if constexpr (kTma) return wg::cb_desc<kRows>(base, ks);
     else return wg::tile_desc<kKeys>(base, ks);
   };
-  // The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] tile X at `base`.
-  auto load_trans = [lane, w](uint32_t base, uint32_t(&f)[2][4][4]) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        int off;
-        if constexpr (kTma) off = wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w);
-        else off = wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
-        wg::ldmatrix_x4_trans(f[mt][kk], base + 2u * static_cast<uint32_t>(off));
-      }
-  };
 
   // dS: keys 64 mt + acc_row(w, lane, x & 3), columns v0 + cb + acc_col(lane, x >> 2, x & 3) at dS[mt][x].
   float dS[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = v0 + cb + wg::acc_col(lane, x >> 2, x & 3);
-      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
-    }
-  auto store_dh0 = [&] {
-    if (p.dh0.present())
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int x = 0; x < kN / 2; ++x)
-          st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
-                            wg::acc_col(lane, x >> 2, x & 3),
-                 dS[mt][x]);
-  };
+  load_dht<kN>(p, n, hv, v0 + cb, dS);
   if (nc == 0) {  // no chunk: dh0 = dht
-    store_dh0();
+    store_dh0<kN>(p, n, hv, v0 + cb, dS);
     return;
   }
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBytes - 128);  // kTma: stage st's copies
@@ -302,9 +339,13 @@ __global__ void __launch_bounds__(kThr, 1)
           if (lane == 0) ::strata::cuda::mbar_arrive_expect_tx(full + st, S::kStage);
           __syncwarp();
         }
-        chunk_boxes<kN>(maps, base, static_cast<uint32_t>(__cvta_generic_to_shared(full + st)),
-                        (tid >> 5) + kWarps * lane, 32 * kWarps, static_cast<int>(v0),
-                        static_cast<int>(h), static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
+        const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
+        if (maps.box5)
+          chunk_tiles(maps, base, bar, tid, static_cast<int>(v0), static_cast<int>(h), static_cast<int>(hv),
+                      static_cast<int>(t0), static_cast<int>(b));
+        else
+          chunk_boxes<kN>(maps, base, bar, (tid >> 5) + kWarps * lane, 32 * kWarps, static_cast<int>(v0),
+                          static_cast<int>(h), static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       }
       return;
     }
@@ -491,7 +532,7 @@ __global__ void __launch_bounds__(kThr, 1)
   };
   // Group U1: dS (decayed) + Qᵀ (scale E dO) (A = Qᵀ by ldmatrix.trans from the Q tile of stage st).
   auto issue_U1 = [&](int st, uint32_t(&qf)[2][4][4]) {
-    load_trans(s0 + st * S::kStage + S::kQ, qf);
+    load_trans<kTma>(s0 + st * S::kStage + S::kQ, qf);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
     wg::wg_fence();
 #pragma unroll
@@ -538,11 +579,7 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::wg_commit();
   };
   // The bf16 copy of dS for the next chunk's K dS (its reader, group A, has completed).
-  auto store_sb = [&] {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
-    wg::fence_proxy_async();
-  };
+  auto store_sb = [&] { store_copy<kN>(sb, dS); };
   // γ ring: in the chunk c step, after its block barrier, γ of chunk c − 1 (fetched one chunk earlier) into its slot
   // (whose chunk c + 1 readers are done) and γ of chunk c − 2 into the register.
   float g_next = nc > 1 ? fetch_gamma(nc - 2) : 0.f;
@@ -611,7 +648,7 @@ __global__ void __launch_bounds__(kThr, 1)
       if constexpr (kFuse) wg::reg_fence(accV);
       dvn_step(t0, r, accD, accV, dvw);
       uint32_t wf[2][4][4];
-      load_trans(s0 + st * S::kStage + S::kW, wf);
+      load_trans<kTma>(s0 + st * S::kStage + S::kW, wf);
       wg::fence_proxy_async();
       wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
       issue_U2(wf);
@@ -665,7 +702,7 @@ __global__ void __launch_bounds__(kThr, 1)
       if constexpr (kFuse) wg::reg_fence(accV);
       if constexpr (kFuse && !kHalfP) wg::reg_fence_u(pa);
       dvn_step(t0, r, accD, accV, dvw);
-      load_trans(s0 + st * S::kStage + S::kW, wf);
+      load_trans<kTma>(s0 + st * S::kStage + S::kW, wf);
       wg::fence_proxy_async();
       wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma; γ of chunk c − 1 to its threads
       issue_U2(wf);
@@ -694,7 +731,7 @@ __global__ void __launch_bounds__(kThr, 1)
     }
     if constexpr (kFuse) wg::wg_wait<0>();  // the P group issued at c = 0
   }
-  store_dh0();
+  store_dh0<kN>(p, n, hv, v0 + cb, dS);
 #endif
 }
 
@@ -715,9 +752,6 @@ __global__ void __launch_bounds__(kThr, 1)
 // c; `fac`, `dvl` and the (sE dO)ᵀ tiles are double-buffered by chunk parity, the stages are a ring of three (chunk
 // c's tiles are read by the side in one step and by the state warpgroups in the next). The same products with the
 // same shapes per element and the same rounding points as kDhuWgmmaAheadHalfP: the same bits.
-// kSides = 2 (kDhuWgmmaSplit2): two side warpgroups, side s forming P's columns 32 s.. (gated into a shared Bm tile,
-// as kDhuWgmmaAheadHalfP) and the dO transposes, Bm dO and dv_local of state warpgroup s's columns; 512 threads,
-// setmaxnreg 168 (state) / 88 (side).
 template <int kN>
 struct SplitSmem {
   static constexpr int kTile = kRows * kKeys * 2;
@@ -732,23 +766,20 @@ struct SplitSmem {
   static constexpr int kLdV = 2 * kN + 8, kDvl = kDot + kPairB;                          // dv_local [2][64][kLdV]
   static constexpr int kFac = kDvl + 2 * kRows * kLdV * 2;                               // [2][64 + 1 (+ 3)] f32
   static constexpr int kGam = kFac + 2 * 68 * 4;                                        // side's γ [2][64]
-  static constexpr int kBm = kGam + 2 * kRows * 4;                                      // (kSides 2) Bm [64][64]
-  static constexpr int kBar = kBm + kRows * kRows * 2, kBytes = kBar + 3 * 8;
+  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 3 * 8;
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0 && kPairB % 128 == 0 && kDvl % 16 == 0 && kBar % 8 == 0,
                 "aligned regions");
 };
 
-// kBox5 (kDhuWgmmaSplitBox): each of the chunk's four tiles arrives as one box of a 5-D map (encode_blocks_map: 4
-// copies issued by 4 lanes instead of 52 by 13 lanes of each side warp, one at a time through the uniform datapath).
-template <int kN, bool kBox5, int kSides>
-__global__ void __launch_bounds__(128 * (2 + kSides), 1)
+constexpr int kSplitThr = 384;
+template <int kN>
+__global__ void __launch_bounds__(kSplitThr, 1)
     dhu_wgmma_split_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
-  static_assert(kSides == 1 || kSides == 2, "one or two side warpgroups");
-  constexpr int kThreads = 128 * (2 + kSides);
+  constexpr int kThreads = kSplitThr;
   using S = SplitSmem<kN>;
   constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
   namespace mm = ::strata::cuda::mma;
@@ -757,8 +788,7 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
   const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const Dims& d = p.d;
   const int tid = threadIdx.x, wgi = tid >> 7, wt = tid & 127, w = (tid >> 5) & 3, lane = tid & 31;
-  const bool side = wgi >= 2;
-  const int sd = side ? wgi - 2 : 0;  // side warpgroup index
+  const bool side = wgi == 2;
   const int64_t vt = blockIdx.x % nvt, hv = blockIdx.x / nvt % d.HV, n = blockIdx.x / (nvt * d.HV), h = hv / d.G;
   const int cb = side ? 0 : wgi * kN;
   const int64_t v0 = vt * kN2;
@@ -772,8 +802,7 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
   auto chunk_len = [&](int64_t c) { return static_cast<int>(eos - bos - c * kRows < kRows ? eos - bos - c * kRows : kRows); };
 
   if (side) {
-    // ---------------- side warpgroup(s) ----------------
-    if constexpr (kSides == 2) wg::setmaxnreg_dec<88>();
+    // ---------------- side warpgroup ----------------
     auto fetch_gamma = [&](int64_t c) {
       const int64_t t0 = bos + c * kRows;
       return (wt < kRows && c >= 0 && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
@@ -783,23 +812,21 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
       const int64_t t0 = bos + (nc - 1 - i) * kRows;
       wg::fence_proxy_async();
       const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + i % 3));
-      if constexpr (kBox5) {
-        if (lane == 0 && sd == 0)  // warp w: K, Q, W or dO
-          ::strata::cuda::tma::load_blocks(stage(i) + w * S::kTile, w == 0 ? &maps.k : w == 1 ? &maps.q : w == 2 ? &maps.w : &maps.dout,
-                                           static_cast<int>(t0), w == 3 ? static_cast<int>(v0 / 8) : 0,
-                                           static_cast<int>(w == 0 || w == 1 ? h : hv), static_cast<int>(b), bar);
+      if (maps.box5) {
+        chunk_tiles(maps, stage(i), bar, wt, static_cast<int>(v0), static_cast<int>(h),
+                    static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       } else {
-        chunk_boxes<kN>(maps, stage(i), bar, w + 4 * sd + 4 * kSides * lane, 32 * 4 * kSides, static_cast<int>(v0), static_cast<int>(h),
+        chunk_boxes<kN>(maps, stage(i), bar, w + 4 * lane, 128, static_cast<int>(v0), static_cast<int>(h),
                         static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       }
     };
     if (nc == 0) return;
-    if (wt == 0 && sd == 0) {
+    if (wt == 0) {
       for (int s = 0; s < 3; ++s) sc::mbar_init(full + s, 1);
       sc::mbar_arrive_expect_tx(full, S::kStage);
       if (nc > 1) sc::mbar_arrive_expect_tx(full + 1, S::kStage);
     }
-    if (wt < kRows && sd == 0) gam_of(0)[wt] = fetch_gamma(nc - 1);
+    if (wt < kRows) gam_of(0)[wt] = fetch_gamma(nc - 1);
     float g_next = fetch_gamma(nc - 2);
     __syncthreads();  // mbarriers initialised, γ of the first chunk
     request(0);
@@ -809,7 +836,7 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
       if (i == nc) break;
       const int64_t c = nc - 1 - i;
       if (c > 0) request(i + 1);
-      if (c > 0 && wt < kRows && sd == 0) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
+      if (c > 0 && wt < kRows) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
       g_next = fetch_gamma(c - 2);
       __syncwarp();
       sc::mbar_wait(full + i % 3, parity(i));  // chunk c landed
@@ -827,22 +854,19 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
       }
       // The state's row factors: e^{γ_last − γ_i} (0 at i >= L) and e^{γ_last}.
       float* fac = reinterpret_cast<float*>(smem + S::kFac) + (i & 1) * 68;
-      if (wt < kRows && sd == 0) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
-      if (wt == 0 && sd == 0) fac[kRows] = gate_exp(r.glast);
-      // P = K Qᵀ: all 64 columns (kSides 2: columns 32 sd.., the Q tile's rows 32 sd.. at 16 bytes a row).
-      constexpr int kPN = 64 / kSides, kVN = kN2 / kSides;  // P columns, dO / dv_local columns of this warpgroup
-      const int vc = sd * kVN;                               // its first dO column
-      float accP[kPN / 2];
+      if (wt < kRows) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
+      if (wt == 0) fac[kRows] = gate_exp(r.glast);
+      // P = K Qᵀ (all 64 columns).
+      constexpr int kVN = kN2;  // dO / dv_local columns
+      float accP[32];
       wg::reg_fence(accP);
       wg::wg_fence();
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks)
-        wg::mma_ss<T, kPN>(accP, wg::cb_desc<kRows>(st + S::kK, ks),
-                           wg::cb_desc<kRows>(st + S::kQ + sd * kPN * 16, ks), ks > 0);
+        wg::mma_ss<T, 64>(accP, wg::cb_desc<kRows>(st + S::kK, ks), wg::cb_desc<kRows>(st + S::kQ, ks), ks > 0);
       wg::wg_commit();
-      // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (the state warpgroups' U1 B operands: rows g kN..) of its
-      // columns.
-      const uint32_t dot = s0 + S::kDot + vc * (kRows * 2);
+      // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (both state warpgroups' U1 B operands: rows g kN..).
+      const uint32_t dot = s0 + S::kDot;
       {
         const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO);
         uint32_t raw[kVN / 4], u[kVN / 4];
@@ -851,15 +875,15 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), vc + wg::acc_col(lane, j, 0)));
+                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), wg::acc_col(lane, j, 0)));
             const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
             u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
           }
         store_pairs_trans<kVN, kRows>(dot, 0, raw);
-        store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB + vc * (kRows * 2), 0, u);
+        store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB, 0, u);
       }
       float accV[kVN / 2];
-      if constexpr (kSides == 1) {
+      {
         wg::fence_proxy_async();
         wg::bar_wg(3);  // dOᵀ visible to the side's wgmma
         wg::wg_wait<0>();
@@ -878,30 +902,6 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence_u(pa);
-      } else {
-        // This warpgroup's half of Bm (columns 32 sd..) as bf16 pairs into the shared tile_off<64> tile, then
-        // Bm dO of its columns with A from shared memory (kDhuWgmmaAheadHalfP's products).
-        wg::wg_wait<0>();
-        wg::reg_fence(accP);
-#pragma unroll
-        for (int j = 0; j < kPN / 8; ++j)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int x = 4 * j + 2 * hh;
-            const int off = wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), kPN * sd + wg::acc_col(lane, j, 0));
-            *reinterpret_cast<uint32_t*>(smem + S::kBm + 2 * off) =
-                mm::pack2<T>(gated_p(accP[x], x, kPN * sd, r, gam, scale),
-                             gated_p(accP[x + 1], x + 1, kPN * sd, r, gam, scale));
-          }
-        wg::fence_proxy_async();
-        wg::bar_sync(3, 256);  // both halves of Bm and each side's dOᵀ visible to both side warpgroups' wgmma
-        wg::reg_fence(accV);
-        wg::wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wg::mma_ss<T, kVN>(accV, wg::tile_desc<kRows>(s0 + S::kBm, kk), wg::tile_desc<kRows>(dot, kk), kk > 0);
-        wg::wg_commit();
-        wg::wg_wait<0>();
       }
       wg::reg_fence(accV);
       // dv_local rounded to bf16 (what the other forms' dVn reads), row-major [64][2 kN + 8].
@@ -910,43 +910,22 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
       for (int j = 0; j < kVN / 8; ++j)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
-          dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + vc + wg::acc_col(lane, j, 0)) / 2] =
+          dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + wg::acc_col(lane, j, 0)) / 2] =
               mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
-      if (wt == 0 && sd == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
+      if (wt == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
     }
     return;
   }
 
   // ---------------- state warpgroups 0, 1 ----------------
-  if constexpr (kSides == 2) wg::setmaxnreg_inc<168>();
   const uint32_t sb = s0 + 3 * S::kStage + wgi * S::kWgB, dvnt = sb + S::kDvnt, stg = sb + S::kStg;
   float dS[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = v0 + cb + wg::acc_col(lane, x >> 2, x & 3);
-      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
-    }
-  auto store_dh0 = [&] {
-    if (p.dh0.present())
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int x = 0; x < kN / 2; ++x)
-          st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
-                            wg::acc_col(lane, x >> 2, x & 3),
-                 dS[mt][x]);
-  };
+  load_dht<kN>(p, n, hv, v0 + cb, dS);
   if (nc == 0) {  // no chunk: dh0 = dht
-    store_dh0();
+    store_dh0<kN>(p, n, hv, v0 + cb, dS);
     return;
   }
-  auto store_sb = [&] {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
-    wg::fence_proxy_async();
-  };
+  auto store_sb = [&] { store_copy<kN>(sb, dS); };
   auto store_dh = [&](int64_t hc) {
     if (hc < d.NT)  // (invalid cu_seqlens could point past dh)
       store_state_staged<kN>(smem, s0, dvnt, dS, static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb,
@@ -955,15 +934,6 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
   store_sb();
   store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
   __syncthreads();         // (the side's mbarrier initialisation)
-  // The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] cb_off tile X at `base`.
-  auto load_trans = [&](uint32_t base, uint32_t(&f)[2][4][4]) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        wg::ldmatrix_x4_trans(f[mt][kk],
-                              base + 2u * static_cast<uint32_t>(wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w)));
-  };
   for (int64_t k = 0; k <= nc; ++k) {
     // Step barrier: the side has finished chunk c = nc − k (dv_local, (sE dO)ᵀ, fac) and every reader of the stage
     // it now requests into is done; this warpgroup's dS copy of the chunk before is visible.
@@ -994,7 +964,7 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
     wg::wg_commit();
     // U1: dS += Qᵀ (scale E dO).
     uint32_t qf[2][4][4], wf[2][4][4];
-    load_trans(st + S::kQ, qf);
+    load_trans<true>(st + S::kQ, qf);
     const uint32_t sedot = s0 + S::kPairs + (i & 1) * S::kPairB + wgi * (kN * kRows * 2);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
     wg::wg_fence();
@@ -1027,7 +997,7 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
       }
     }
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
-    load_trans(st + S::kW, wf);
+    load_trans<true>(st + S::kW, wf);
     wg::fence_proxy_async();
     wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
     // U2: dS += Wᵀ (−dVn).
@@ -1049,16 +1019,23 @@ __global__ void __launch_bounds__(128 * (2 + kSides), 1)
     store_sb();
     if (c > 0) store_dh(hc0 + c - 1);  // dh of the next chunk (the gradient of the state at its end: this dS)
   }
-  store_dh0();
+  store_dh0<kN>(p, n, hv, v0 + cb, dS);
 #endif
 }
 
 // The tensor maps of the kTma kernel; false where a view does not qualify (the cp.async kernel runs then).
-bool make_maps(const DhuParams& p, DhuMaps& m) {
+// dcols > 0: the 5-D maps of one box a tile (dO boxes of dcols columns) where the driver encodes them (box5).
+bool make_maps(const DhuParams& p, DhuMaps& m, int dcols = 0) {
   const Dims& d = p.d;
+  const int64_t B = d.varlen() ? 1 : d.B;
+  auto enc5 = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D, int cols) {
+    return ::strata::cuda::tma::encode_blocks_map(x, v.p, B, d.T, heads, D, v.s[0], v.s[1], v.s[2], kRows, cols / 8);
+  };
+  m.box5 = dcols > 0 && enc5(&m.k, p.k, d.H, d.K, kKeys) && enc5(&m.q, p.q, d.H, d.K, kKeys) &&
+           enc5(&m.w, p.w, d.HV, d.K, kKeys) && enc5(&m.dout, p.dout, d.HV, d.V, dcols);
+  if (m.box5) return true;
   auto enc = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D) {
-    return ::strata::cuda::tma::encode_rows_map(x, v.p, d.varlen() ? 1 : d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2],
-                                                kRows);
+    return ::strata::cuda::tma::encode_rows_map(x, v.p, B, d.T, heads, D, v.s[0], v.s[1], v.s[2], kRows);
   };
   return enc(&m.k, p.k, d.H, d.K) && enc(&m.q, p.q, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) &&
          enc(&m.dout, p.dout, d.HV, d.V);
@@ -1068,7 +1045,7 @@ template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);
+    if (!make_maps(p, maps, kAhead ? 2 * kN : 0)) return launch<kN, kFuse, false, false>(p, offs, stream);
   constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
@@ -1079,32 +1056,18 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
 }
 
-// kDhuWgmmaSplit / kDhuWgmmaSplitBox (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked
-// by the caller). box5: the 5-D maps (one box a tile), where the driver encodes them (else the 8-column boxes).
-template <int kSides>
-strata_status launch_split(const DhuParams& p, bool box5, const int64_t* offs, cudaStream_t stream) {
+// kDhuWgmmaSplit (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked by the caller), with the
+// 5-D maps where the driver encodes them.
+strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   constexpr int kN = 16;
   DhuMaps maps{};
-  if (box5) {
-    const Dims& d = p.d;
-    auto enc = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D, int blocks) {
-      return ::strata::cuda::tma::encode_blocks_map(x, v.p, d.varlen() ? 1 : d.B, d.T, heads, D, v.s[0], v.s[1],
-                                                    v.s[2], kRows, blocks);
-    };
-    box5 = enc(&maps.k, p.k, d.H, d.K, kKeys / 8) && enc(&maps.q, p.q, d.H, d.K, kKeys / 8) &&
-           enc(&maps.w, p.w, d.HV, d.K, kKeys / 8) && enc(&maps.dout, p.dout, d.HV, d.V, 2 * kN / 8);
-  }
-  if constexpr (kSides == 2)  // (its 8-column-box form spilled: ptxas, 128 registers a thread at launch)
-    if (!box5) return launch_split<1>(p, false, offs, stream);
-  if (!box5 && !make_maps(p, maps)) return launch<kN, true, false, false>(p, offs, stream);
+  if (!make_maps(p, maps, 2 * kN)) return launch<kN, true, false, false>(p, offs, stream);
   constexpr int smem = SplitSmem<kN>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  auto kernel = dhu_wgmma_split_kernel<kN, true, kSides>;
-  if constexpr (kSides == 1)
-    if (!box5) kernel = dhu_wgmma_split_kernel<kN, false, 1>;
+  auto kernel = dhu_wgmma_split_kernel<kN>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), 128 * (2 + kSides), smem, stream>>>(p, offs, nvt, maps);
+  kernel<<<static_cast<unsigned>(blocks), kSplitThr, smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
 }
 
@@ -1168,11 +1131,10 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // 1.012 ms for kAhead, B = 1 2.157 against 2.185). kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
   const bool rows16 = lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2);  // 16-byte dh / dv2 rows (staged)
   // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
-  const bool split =
-      p.mma_variant == kDhuWgmmaSplit || p.mma_variant == kDhuWgmmaSplitBox || p.mma_variant == kDhuWgmmaSplit2;
-  if (split && p.fuse_dv_local && kn == 16 && rows16)
-    return p.mma_variant == kDhuWgmmaSplit2 ? launch_split<2>(p, true, offs, stream)
-                                            : launch_split<1>(p, p.mma_variant == kDhuWgmmaSplitBox, offs, stream);
+  // kDhuAuto with the fused dv_local at 16 columns a warpgroup (B = 1's width): the warp-specialised form (GPU run
+  // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
+  const bool split = p.mma_variant == kDhuWgmmaSplit || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (split && p.fuse_dv_local && kn == 16 && rows16) return launch_split(p, offs, stream);
   const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || split ||
                       (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (half_p)
