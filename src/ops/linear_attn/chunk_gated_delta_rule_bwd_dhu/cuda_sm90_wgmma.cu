@@ -120,6 +120,25 @@ __device__ __forceinline__ float gated_p(float pij, int x, int i0, const RowF& r
   return (i >= j && i < r.L) ? scale * pij * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
 }
 
+// Fused dv_local, once P (m64n64, accP) is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) into the A
+// fragments pa, then group V: accV = Bm dO (m64 x kNV, B = dOᵀ [kNV][64] at dot).
+template <int kNV>
+__device__ __forceinline__ void gate_issue_V(float (&accP)[32], const RowF& r, const float* gam, float scale,
+                                             uint32_t dot, uint32_t (&pa)[4][4], float (&accV)[kNV / 2]) {
+  wg::reg_fence(accP);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
+      pa[kk][q] = ::strata::cuda::mma::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
+                                                gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
+  wg::reg_fence(accV);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kNV>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+  wg::wg_commit();
+}
+
 // Staged stores (kHalfP, the split form): an accumulator-layout m64 x kN block of bf16 pairs (u[2 j + hh]: block j,
 // row half hh) written by stmatrix into this warp's 16 rows (16 w..) of a row-major [64][kN] bf16 staging area at
 // shared byte address buf (the 16-byte chunk index XOR row % (kN / 8): conflict-free), then read back as 16-byte row
@@ -483,23 +502,6 @@ __global__ void __launch_bounds__(kThr, 1)
       for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
     }
   };
-  // Fused, once P is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) in registers, then group V: dv = Bm dO
-  // (B = dOᵀ, stored by store_pairs_trans into dot).
-  auto gate_issue_V = [&](float(&accP)[32], const RowF& r, const float* gam, uint32_t(&pa)[4][4],
-                          float(&accV)[kN / 2]) {
-    wg::reg_fence(accP);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
-        pa[kk][q] = mm::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
-                                   gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
-    wg::reg_fence(accV);
-    wg::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
-    wg::wg_commit();
-  };
   // kHalfP: this warpgroup's half of Bm (columns 32 wgi..) as bf16 pairs into the shared tile_off<64> tile, a
   // 256-thread named barrier, then group V with A = Bm from shared memory.
   auto gate_share_issue_V = [&](float(&accP)[kPN / 2], const RowF& r, const float* gam, float(&accV)[kN / 2]) {
@@ -633,7 +635,7 @@ __global__ void __launch_bounds__(kThr, 1)
       uint32_t pa[kFuse ? 4 : 1][4];
       if constexpr (kFuse) {
         wg::wg_wait<1>();  // P done (A may still run)
-        gate_issue_V(accP, r, gslot(c), pa, accV);
+        gate_issue_V<kN>(accP, r, gslot(c), scale, dot, pa, accV);
       }
       // cp.async: chunk c − 1 into the other stage after the groups that dv needs are issued (P, A, V), so that its
       // address arithmetic is not on the recurrence's path.
@@ -694,7 +696,7 @@ __global__ void __launch_bounds__(kThr, 1)
       float accV[kFuse ? kN / 2 : 1];
       uint32_t pa[kFuse && !kHalfP ? 4 : 1][4];
       if constexpr (kHalfP) gate_share_issue_V(accP, r, gslot(c), accV);
-      else if constexpr (kFuse) gate_issue_V(accP, r, gslot(c), pa, accV);
+      else if constexpr (kFuse) gate_issue_V<kN>(accP, r, gslot(c), scale, dot, pa, accV);
       uint32_t qf[2][4][4], wf[2][4][4];
       issue_U1(st, qf);  // (dS decayed at the end of the chunk before)
       wg::wg_wait<1>();  // A (and V) done; U1 may still run
@@ -887,19 +889,8 @@ __global__ void __launch_bounds__(kSplitThr, 1)
         wg::fence_proxy_async();
         wg::bar_wg(3);  // dOᵀ visible to the side's wgmma
         wg::wg_wait<0>();
-        wg::reg_fence(accP);
         uint32_t pa[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
-            pa[kk][q] = mm::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
-                                     gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
-        wg::reg_fence(accV);
-        wg::wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kVN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
-        wg::wg_commit();
+        gate_issue_V<kVN>(accP, r, gam, scale, dot, pa, accV);
         wg::wg_wait<0>();
         wg::reg_fence_u(pa);
       }
