@@ -1036,7 +1036,7 @@ template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps, kAhead ? 2 * kN : 0)) return launch<kN, kFuse, false, false>(p, offs, stream);
+    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);  // (8-column boxes: 5-D ones not yet GPU-verified here)
   constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
