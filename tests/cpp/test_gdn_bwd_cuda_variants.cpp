@@ -434,6 +434,12 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
         const auto hp = run_dhu(in, kDhuWgmmaAheadHalfP, dv_mode, cols);
         expect_dhu_close(a, hp, s.dt, what + " half P");
         EXPECT_TRUE(hp == b) << what << ": half P differs from cp.async";
+        // The warp-specialised form (kDhuWgmmaSplit, session 12; fused at 16 columns, else half P): the same bits.
+        if (dv_mode == 2) {
+          const auto sp = run_dhu(in, kDhuWgmmaSplit, dv_mode, cols);
+          expect_dhu_close(a, sp, s.dt, what + " split");
+          EXPECT_TRUE(sp == b) << what << ": split differs from cp.async";
+        }
       }
       // Reproducible: a second call gives the same bits.
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
@@ -743,7 +749,10 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
 // cudaMemset inputs), fused dv_local (the composed backward's call) and dv read, every column width.
 TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // STRATA_DHU_TIMING_B=1 (or 4): that batch size only (a profiler run of one shape).
+  const char* only = std::getenv("STRATA_DHU_TIMING_B");
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    if (only != nullptr && std::atoll(only) != B) continue;
     const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, NT = T / 64, rows = B * T;
     const int32_t dt = STRATA_DTYPE_BF16;
     Dev q(rows * H * K * 2), k(rows * H * K * 2), w(rows * HV * K * 2), dout(rows * HV * V * 2), dv(rows * HV * V * 2),
@@ -781,15 +790,15 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
                        call(kDhuWgmmaAhead, fuse, 0), call(kDhuWgmmaAhead, fuse, 16), call(kDhuWgmmaAhead, fuse, 32),
                        call(kDhuWgmmaAhead, fuse, 64), call(kDhuWgmmaAheadHalfP, fuse, 0),
                        call(kDhuWgmmaAheadHalfP, fuse, 16), call(kDhuWgmmaAheadHalfP, fuse, 32),
-                       call(kDhuWgmmaAheadHalfP, fuse, 64)},
+                       call(kDhuWgmmaAheadHalfP, fuse, 64), call(kDhuWgmmaSplit, fuse, 16)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
                       "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
                       "wgmma tma %.3f ms (%.3f / %.3f / %.3f ms); wgmma ahead %.3f ms (%.3f / %.3f / %.3f ms); "
-                      "ahead, half P %.3f ms (%.3f / %.3f / %.3f ms)",
+                      "ahead, half P %.3f ms (%.3f / %.3f / %.3f ms); split (16 columns) %.3f ms",
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
                       ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8], ms[9], ms[10], ms[11],
-                      ms[12], ms[13], ms[14], ms[15], ms[16]));
+                      ms[12], ms[13], ms[14], ms[15], ms[16], ms[17]));
     }
   }
 }

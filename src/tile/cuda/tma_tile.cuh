@@ -19,16 +19,12 @@
 
 namespace strata::cuda::tma {
 
-// Host: fills *m for the [B, T, heads, D] tensor at data (16-bit elements; strides in elements) with a box of
-// `rows` tokens x 8 columns. False if the view does not qualify (data not 16-byte aligned, a stride not a multiple
-// of 8 elements, a size or stride out of the copy engine's range) or the driver refuses it; the caller then takes a
-// path without tensor maps.
-inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
-                            int64_t st_b, int64_t st_t, int64_t st_h, int rows) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
+// The driver's cuTensorMapEncodeTiled (fetched once; nullptr where the driver lacks it).
+using TiledEncode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline TiledEncode tiled_encoder() {
+  static const TiledEncode encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -36,24 +32,45 @@ inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t
       (void)cudaGetLastError();
       fn = nullptr;
     }
-    return reinterpret_cast<Encode>(fn);
+    return reinterpret_cast<TiledEncode>(fn);
   }();
+  return encode;
+}
+
+// cuTensorMapEncodeTiled of a 16-bit tensor at data (rank dims, byte strides of dims 1.., box, no swizzle, zero fill
+// out of bounds); false where the driver lacks it, data is not 16-byte aligned, a stride is out of the copy engine's
+// range or the driver refuses the map.
+inline bool encode_u16(CUtensorMap* m, const void* data, cuuint32_t rank, const cuuint64_t* dims,
+                       const cuuint64_t* strides, const cuuint32_t* box) {
+  const TiledEncode encode = tiled_encoder();
   if (encode == nullptr || (reinterpret_cast<uintptr_t>(data) & 15u) != 0) return false;
-  if (B <= 0 || T <= 0 || heads <= 0 || D <= 0 || ((st_b | st_t | st_h) & 7) != 0 || st_b < 0 || st_t < 0 ||
-      st_h < 0)
-    return false;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(T),
-                              static_cast<cuuint64_t>(B)};
-  // Byte strides of dims 1..3; a stride of 0 (a dimension of size 1 in a broadcast view) is given as 16.
-  auto bs = [](int64_t s) { return static_cast<cuuint64_t>(s > 0 ? 2 * s : 16); };
-  const cuuint64_t strides[3] = {bs(st_h), bs(st_t), bs(st_b)};
-  for (const cuuint64_t s : strides)
-    if (s >= (cuuint64_t{1} << 40)) return false;
-  const cuuint32_t box[4] = {8, 1, static_cast<cuuint32_t>(rows), 1};
-  const cuuint32_t estr[4] = {1, 1, 1, 1};
-  return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(data), dims, strides, box, estr,
+  for (cuuint32_t i = 0; i + 1 < rank; ++i)
+    if (strides[i] >= (cuuint64_t{1} << 40)) return false;
+  const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, rank, const_cast<void*>(data), dims, strides, box, estr,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// A [B, T, heads, D] view the maps below take: positive sizes, strides non-negative multiples of 8 elements.
+inline bool rows_view_ok(int64_t B, int64_t T, int64_t heads, int64_t D, int64_t st_b, int64_t st_t, int64_t st_h) {
+  return B > 0 && T > 0 && heads > 0 && D > 0 && ((st_b | st_t | st_h) & 7) == 0 && st_b >= 0 && st_t >= 0 &&
+         st_h >= 0;
+}
+// Byte stride of a dimension; a stride of 0 (a dimension of size 1 in a broadcast view) is given as 16.
+inline cuuint64_t byte_stride(int64_t s) { return static_cast<cuuint64_t>(s > 0 ? 2 * s : 16); }
+
+// Host: fills *m for the [B, T, heads, D] tensor at data (16-bit elements; strides in elements) with a box of
+// `rows` tokens x 8 columns. False if the view does not qualify (data not 16-byte aligned, a stride not a multiple
+// of 8 elements, a size or stride out of the copy engine's range) or the driver refuses it; the caller then takes a
+// path without tensor maps.
+inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
+                            int64_t st_b, int64_t st_t, int64_t st_h, int rows) {
+  if (!rows_view_ok(B, T, heads, D, st_b, st_t, st_h)) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(T),
+                              static_cast<cuuint64_t>(B)};
+  const cuuint64_t strides[3] = {byte_stride(st_h), byte_stride(st_t), byte_stride(st_b)};
+  const cuuint32_t box[4] = {8, 1, static_cast<cuuint32_t>(rows), 1};
+  return encode_u16(m, data, 4, dims, strides, box);
 }
 
 // Device: the box (column col, head, token t, batch row b) of map into shared byte address dst (16-byte aligned;
@@ -71,6 +88,32 @@ __device__ __forceinline__ void load_box(uint32_t dst, const CUtensorMap* map, i
 // that then observe the phase complete with mbar_wait).
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// ---- session 12 (chunk_gated_delta_rule_bwd_dhu): a whole cb_off tile in one box ----
+// The same [B, T, heads, D] tensor as a 5-D map with dims (8, T, D / 8, heads, B) (byte strides 2 st_t, 16, 2 st_h,
+// 2 st_b: the 8-column blocks as a dimension of their own) and box (8, rows, blocks, 1, 1): the box of (token t,
+// 8-column block q, head, batch row b) is `blocks` consecutive 8-column blocks q.. of rows t .., written in box order
+// (8 elements, then the rows, then the blocks), i.e. a cb_off<rows> tile of `blocks` 8-column blocks in one copy instead
+// of one box per block. D % 8 == 0. Same qualification and zero fill past T as encode_rows_map.
+inline bool encode_blocks_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
+                              int64_t st_b, int64_t st_t, int64_t st_h, int rows, int blocks) {
+  if (!rows_view_ok(B, T, heads, D, st_b, st_t, st_h) || D % 8 != 0 || blocks < 1 || blocks > D / 8 || blocks > 256)
+    return false;
+  const cuuint64_t dims[5] = {8, static_cast<cuuint64_t>(T), static_cast<cuuint64_t>(D / 8),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(B)};
+  const cuuint64_t strides[4] = {byte_stride(st_t), 16, byte_stride(st_h), byte_stride(st_b)};
+  const cuuint32_t box[5] = {8, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(blocks), 1, 1};
+  return encode_u16(m, data, 5, dims, strides, box);
+}
+// Device: the box (token t, 8-column block q, head, batch row b) of an encode_blocks_map map into dst.
+__device__ __forceinline__ void load_blocks(uint32_t dst, const CUtensorMap* map, int t, int q, int head, int b,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+      "%6}], [%7];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(t), "r"(q), "r"(head), "r"(b), "r"(bar)
+      : "memory");
 }
 
 }  // namespace strata::cuda::tma

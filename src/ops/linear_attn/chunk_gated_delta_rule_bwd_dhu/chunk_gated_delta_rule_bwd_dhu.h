@@ -52,11 +52,14 @@ struct DhuParams {
 // runs); the same bits. kDhuWgmmaAheadHalfP (what kDhuAuto runs with the fused dv_local): that kernel with P = K Qᵀ
 // split between its two warpgroups (each gates half of Bm, shared through shared memory) and dh / dv2 stored as
 // 16-byte rows staged through shared memory (16-byte aligned rows; else kDhuWgmmaAhead); dv read runs kDhuWgmmaAhead.
+// kDhuWgmmaSplit (session 12; what kDhuAuto runs with the fused dv_local at 16 columns a warpgroup, else as
+// kDhuWgmmaAheadHalfP): a third warpgroup forms dv_local (P, gating, Bm dO), the dO transposes and the row factors
+// one chunk ahead for both state warpgroups, which keep only the recurrence's chain; the same bits.
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
-                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7;
+                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7, kDhuWgmmaSplit = 8;
 // Whether mma_variant forces one of the warpgroup-MMA kernels.
 inline constexpr bool dhu_forces_wgmma(int v) {
-  return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead || v == kDhuWgmmaAheadHalfP;
+  return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead || v == kDhuWgmmaAheadHalfP || v == kDhuWgmmaSplit;
 }
 
 // The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0

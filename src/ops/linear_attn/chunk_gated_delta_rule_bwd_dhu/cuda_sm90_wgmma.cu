@@ -103,10 +103,6 @@ struct WgSmem {
   __device__ static constexpr int o_off(int r, int c) { return kTma ? wg::cb_off<kRows>(r, c) : r * kLdO + c; }
 };
 
-// The tensor maps of the kTma kernel (unused by the cp.async one).
-struct DhuMaps {
-  CUtensorMap k, q, w, dout;
-};
 
 // The row factors of chunk c for this thread's two accumulator rows (acc_row(w, lane, 2 hh)): γ_i, e^{γ_last − γ_i}
 // and scale e^{γ_i} (both 0 at i >= L: rows past the sequence then add nothing to dVn or Qᵀ (sE dO)).
@@ -114,6 +110,171 @@ struct RowF {
   float gi[2], dec[2], es[2], glast;
   int L;
 };
+
+// scale P ⊙ e^{γ_i − γ_j} of accumulator element x (value pij) of P's columns i0.. (0 where i < j or i >= L; gam:
+// the chunk's γ). The accumulator is only read here: a wgmma accumulator carried across the loop (kAhead) that other
+// instructions also write makes ptxas serialise every wgmma (C7511).
+__device__ __forceinline__ float gated_p(float pij, int x, int i0, const RowF& r, const float* gam, float scale) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int j = wg::acc_row(w, lane, x & 3), i = i0 + wg::acc_col(lane, x >> 2, x & 3);
+  return (i >= j && i < r.L) ? scale * pij * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
+}
+
+// Fused dv_local, once P (m64n64, accP) is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) into the A
+// fragments pa, then group V: accV = Bm dO (m64 x kNV, B = dOᵀ [kNV][64] at dot).
+template <int kNV>
+__device__ __forceinline__ void gate_issue_V(float (&accP)[32], const RowF& r, const float* gam, float scale,
+                                             uint32_t dot, uint32_t (&pa)[4][4], float (&accV)[kNV / 2]) {
+  wg::reg_fence(accP);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
+      pa[kk][q] = ::strata::cuda::mma::pack2<T>(gated_p(accP[8 * kk + 2 * q], 8 * kk + 2 * q, 0, r, gam, scale),
+                                                gated_p(accP[8 * kk + 2 * q + 1], 8 * kk + 2 * q + 1, 0, r, gam, scale));
+  wg::reg_fence(accV);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kNV>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
+  wg::wg_commit();
+}
+
+// Staged stores (kHalfP, the split form): an accumulator-layout m64 x kN block of bf16 pairs (u[2 j + hh]: block j,
+// row half hh) written by stmatrix into this warp's 16 rows (16 w..) of a row-major [64][kN] bf16 staging area at
+// shared byte address buf (the 16-byte chunk index XOR row % (kN / 8): conflict-free), then read back as 16-byte row
+// chunks and stored by `put(row, chunk, value)`: whole 32-byte sectors instead of 4-byte pairs (GPU run s11run1:
+// L2 84 % busy with the pair stores). Only this warp's rows: __syncwarp, no warpgroup barrier. (smem, s0: the
+// block's shared memory and its shared address.)
+template <int kN, class Put>
+__device__ __forceinline__ void stage_rows(const unsigned char* smem, uint32_t s0, uint32_t buf,
+                                           const uint32_t (&u)[kN / 4], Put&& put) {
+  constexpr int kChunks = kN / 8;
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  auto chunk_addr = [&](int row, int chunk) {
+    return static_cast<uint32_t>(row * kN * 2 + 16 * (chunk ^ (row & (kChunks - 1))));
+  };
+#pragma unroll
+  for (int jp = 0; jp < kN / 16; ++jp) {
+    const int m = lane >> 3, row = 16 * w + 8 * (m & 1) + (lane & 7);  // matrix m: block 2 jp + m / 2, half m % 2
+    wg::stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kN / 16; ++k) {
+    const int idx = lane + 32 * k, row = 16 * w + idx / kChunks, chunk = idx % kChunks;
+    put(row, chunk, *reinterpret_cast<const uint4*>(smem + (buf - s0) + chunk_addr(row, chunk)));
+  }
+  __syncwarp();
+}
+
+// This warpgroup's dS (keys 64 mt + acc_row(w, lane, x & 3), columns col0 + acc_col(lane, x >> 2, x & 3) at
+// dS[mt][x]) from dht (0 without), and to dh0 (where requested).
+template <int kN>
+__device__ __forceinline__ void load_dht(const DhuParams& p, int64_t n, int64_t hv, int64_t col0, float (&dS)[2][kN / 2]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int x = 0; x < kN / 2; ++x) {
+      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = col0 + wg::acc_col(lane, x >> 2, x & 3);
+      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
+    }
+}
+template <int kN>
+__device__ __forceinline__ void store_dh0(const DhuParams& p, int64_t n, int64_t hv, int64_t col0,
+                                          const float (&dS)[2][kN / 2]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  if (p.dh0.present())
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x)
+        st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + col0 + wg::acc_col(lane, x >> 2, x & 3),
+               dS[mt][x]);
+}
+// The bf16 copy of dS, transposed ([kN][128] at sb: the B operand of the next chunk's K dS), proxy-fenced.
+template <int kN>
+__device__ __forceinline__ void store_copy(uint32_t sb, const float (&dS)[2][kN / 2]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
+  wg::fence_proxy_async();
+}
+// The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] tile X at `base` (kCb: the copy
+// engine's cb_off<64> layout, else tile_off<128>).
+template <bool kCb>
+__device__ __forceinline__ void load_trans(uint32_t base, uint32_t (&f)[2][4][4]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      int off;
+      if constexpr (kCb) off = wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w);
+      else off = wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
+      wg::ldmatrix_x4_trans(f[mt][kk], base + 2u * static_cast<uint32_t>(off));
+    }
+}
+
+// dh[hc] of this warpgroup's kN columns = bf16(dS) (keys 64 mt + accumulator rows) by staged 16-byte rows through the
+// [64][kN] staging area at buf; dhp: dh's key 0, first column of them; ld: dh's key stride.
+template <int kN>
+__device__ __forceinline__ void store_state_staged(const unsigned char* smem, uint32_t s0, uint32_t buf,
+                                                   const float (&dS)[2][kN / 2], uint16_t* dhp, int64_t ld) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    uint32_t u[kN / 4];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        u[2 * j + hh] = ::strata::cuda::mma::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
+    stage_rows<kN>(smem, s0, buf, u, [&](int row, int chunk, uint4 v) {
+      *reinterpret_cast<uint4*>(dhp + (64 * mt + row) * ld + 8 * chunk) = v;
+    });
+  }
+}
+
+// The tensor maps of the kTma kernels (unused by the cp.async one).
+// box5: encoded by encode_blocks_map (one box a tile: K, Q, W all 16 blocks, dO the block's 2 kN / 8), else by
+// encode_rows_map (one box per 8 columns).
+struct DhuMaps {
+  CUtensorMap k, q, w, dout;
+  int box5;
+};
+// The copy engine's boxes of chunk rows t0.. (batch row b): K, Q, W [64][128] (16 boxes of 8 columns each) and
+// dO's 2 kN columns v0.. (2 kN / 8 boxes) into the cb_off<64> tiles of the stage at shared byte address `base`
+// (K, Q, W, dO at 0, 16, 32, 48 KB), completing on the mbarrier at `bar`; this thread issues boxes i0, i0 + step, ..
+// Rows past the sequence arrive as they are (past T: zeros); the kernels select them away.
+template <int kN>
+__device__ __forceinline__ void chunk_boxes(const DhuMaps& maps, uint32_t base, uint32_t bar, int i0, int step, int v0,
+                                            int h, int hv, int t0, int b) {
+  constexpr int kTileBoxes = 3 * (kKeys / 8), kBoxes = kTileBoxes + 2 * kN / 8;
+  constexpr uint32_t kTile = kRows * kKeys * 2;
+  for (int i = i0; i < kBoxes; i += step) {
+    if (i < kTileBoxes) {
+      const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // K, Q, W; 8-column block q
+      ::strata::cuda::tma::load_box(base + m * kTile + q * (kRows * 16), m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
+                                    8 * q, m == 2 ? hv : h, t0, b, bar);
+    } else {
+      const int q = i - kTileBoxes;
+      ::strata::cuda::tma::load_box(base + 3 * kTile + q * (kRows * 16), &maps.dout, v0 + 8 * q, hv, t0, b, bar);
+    }
+  }
+}
+
+// maps.box5: the chunk's four tiles as one box each (K, Q, W: blocks 0..15; dO: the block's 2 kN columns v0..),
+// issued by lane 0 of warps 0..3 (k = the thread's index among the issuing warpgroup's threads): 4 copies a chunk
+// instead of 48 + 2 kN / 8, each issued one lane at a time through the uniform datapath.
+__device__ __forceinline__ void chunk_tiles(const DhuMaps& maps, uint32_t base, uint32_t bar, int k, int v0, int h,
+                                            int hv, int t0, int b) {
+  if (k < 128 && (k & 31) == 0) {
+    const int m = k >> 5;  // K, Q, W, dO
+    ::strata::cuda::tma::load_blocks(base + m * (kRows * kKeys * 2),
+                                     m == 0 ? &maps.k : m == 1 ? &maps.q : m == 2 ? &maps.w : &maps.dout, t0,
+                                     m == 3 ? v0 / 8 : 0, m == 2 || m == 3 ? hv : h, b, bar);
+  }
+}
+
 
 // kAhead (kDhuWgmmaAhead, kTma only): the chunk step with only K dS → dVn → Wᵀ (−dVn) on the recurrence's chain;
 // dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 are formed while chunk c's state update
@@ -155,40 +316,12 @@ __global__ void __launch_bounds__(kThr, 1)
     if constexpr (kTma) return wg::cb_desc<kRows>(base, ks);
     else return wg::tile_desc<kKeys>(base, ks);
   };
-  // The A fragments of Xᵀ (keys 64 mt + 16 w.., chunk rows 16 kk..) from the [t][key] tile X at `base`.
-  auto load_trans = [lane, w](uint32_t base, uint32_t(&f)[2][4][4]) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        int off;
-        if constexpr (kTma) off = wg::cb_ld_trans_off<kRows>(lane, 16 * kk, 64 * mt + 16 * w);
-        else off = wg::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w);
-        wg::ldmatrix_x4_trans(f[mt][kk], base + 2u * static_cast<uint32_t>(off));
-      }
-  };
 
   // dS: keys 64 mt + acc_row(w, lane, x & 3), columns v0 + cb + acc_col(lane, x >> 2, x & 3) at dS[mt][x].
   float dS[2][kN / 2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int x = 0; x < kN / 2; ++x) {
-      const int64_t key = 64 * mt + wg::acc_row(w, lane, x & 3), col = v0 + cb + wg::acc_col(lane, x >> 2, x & 3);
-      dS[mt][x] = p.dht.present() ? ld_f32(p.dht, p.dht.off(n, hv, key) + col) : 0.f;
-    }
-  auto store_dh0 = [&] {
-    if (p.dh0.present())
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int x = 0; x < kN / 2; ++x)
-          st_f32(p.dh0, p.dh0.off(n, hv, 64 * mt + wg::acc_row(w, lane, x & 3)) + v0 + cb +
-                            wg::acc_col(lane, x >> 2, x & 3),
-                 dS[mt][x]);
-  };
+  load_dht<kN>(p, n, hv, v0 + cb, dS);
   if (nc == 0) {  // no chunk: dh0 = dht
-    store_dh0();
+    store_dh0<kN>(p, n, hv, v0 + cb, dS);
     return;
   }
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBytes - 128);  // kTma: stage st's copies
@@ -226,19 +359,12 @@ __global__ void __launch_bounds__(kThr, 1)
           __syncwarp();
         }
         const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + st));
-        constexpr int kTileBoxes = 3 * (kKeys / 8), kBoxes = kTileBoxes + 2 * kN / 8;
-        for (int i = (tid >> 5) + kWarps * lane; i < kBoxes; i += 32 * kWarps) {
-          if (i < kTileBoxes) {
-            const int m = i / (kKeys / 8), q = i % (kKeys / 8);  // K, Q, W; 8-column block q
-            ::strata::cuda::tma::load_box(base + m * S::kTile + q * (kRows * 16), m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
-                                          8 * q, static_cast<int>(m == 2 ? hv : h), static_cast<int>(t0),
-                                          static_cast<int>(b), bar);
-          } else {
-            const int q = i - kTileBoxes;
-            ::strata::cuda::tma::load_box(base + S::kO + q * (kRows * 16), &maps.dout, static_cast<int>(v0) + 8 * q,
-                                          static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b), bar);
-          }
-        }
+        if (maps.box5)
+          chunk_tiles(maps, base, bar, tid, static_cast<int>(v0), static_cast<int>(h), static_cast<int>(hv),
+                      static_cast<int>(t0), static_cast<int>(b));
+        else
+          chunk_boxes<kN>(maps, base, bar, (tid >> 5) + kWarps * lane, 32 * kWarps, static_cast<int>(v0),
+                          static_cast<int>(h), static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       }
       return;
     }
@@ -285,45 +411,12 @@ __global__ void __launch_bounds__(kThr, 1)
   // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
   // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
   // in flight (ptxas otherwise waits for them before reading dS).
-  // kHalfP (staged stores): an accumulator-layout m64 x kN block of bf16 pairs (u[2 j + hh]: block j, row half hh)
-  // written by stmatrix into this warp's 16 rows (16 w..) of a row-major [64][kN] bf16 staging area at shared
-  // byte address buf (the 16-byte chunk index XOR row % (kN / 8): conflict-free), then read back as 16-byte row
-  // chunks and stored by `put(row, chunk, value)`: whole 32-byte sectors instead of 4-byte pairs (GPU run s11run1:
-  // L2 84 % busy with the pair stores). Only this warp's rows: __syncwarp, no warpgroup barrier.
-  auto stage_rows = [&](uint32_t buf, const uint32_t(&u)[kN / 4], auto&& put) {
-    constexpr int kChunks = kN / 8;
-    auto chunk_addr = [&](int row, int chunk) {
-      return static_cast<uint32_t>(row * kN * 2 + 16 * (chunk ^ (row & (kChunks - 1))));
-    };
-#pragma unroll
-    for (int jp = 0; jp < kN / 16; ++jp) {
-      const int m = lane >> 3, row = 16 * w + 8 * (m & 1) + (lane & 7);  // matrix m: block 2 jp + m / 2, half m % 2
-      wg::stmatrix_x4(buf + chunk_addr(row, 2 * jp + (m >> 1)), u[4 * jp], u[4 * jp + 1], u[4 * jp + 2], u[4 * jp + 3]);
-    }
-    __syncwarp();
-#pragma unroll
-    for (int k = 0; k < kN / 16; ++k) {
-      const int idx = lane + 32 * k, row = 16 * w + idx / kChunks, chunk = idx % kChunks;
-      put(row, chunk, *reinterpret_cast<const uint4*>(smem + (buf - s0) + chunk_addr(row, chunk)));
-    }
-    __syncwarp();
-  };
+  // kHalfP: staged 16-byte rows (store_state_staged).
   auto store_dh = [&](int64_t hc) {
     if (hc >= d.NT) return;  // (invalid cu_seqlens could point past dh)
     if constexpr (kHalfP) {  // through dvnt (free after U2)
-      uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb;
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        uint32_t u[kN / 4];
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            u[2 * j + hh] = mm::pack2<T>(dS[mt][4 * j + 2 * hh], dS[mt][4 * j + 2 * hh + 1]);
-        stage_rows(dvnt, u, [&](int row, int chunk, uint4 v) {
-          *reinterpret_cast<uint4*>(dhp + (64 * mt + row) * p.dh.s[3] + 8 * chunk) = v;
-        });
-      }
+      store_state_staged<kN>(smem, s0, dvnt, dS, static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb,
+                             p.dh.s[3]);
       return;
     }
     uint16_t* dhp = static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb + 2 * (lane & 3);
@@ -409,29 +502,6 @@ __global__ void __launch_bounds__(kThr, 1)
       for (int j = 0; j < kN / 8; ++j) dvw[2 * j + hh] = i < L ? row[4 * j] : 0u;
     }
   };
-  // scale P ⊙ e^{γ_i − γ_j} of accumulator element x of P's columns i0.. (0 where i < j or i >= L). accP is only
-  // read here: a wgmma accumulator carried across the loop (kAhead) that other instructions also write makes ptxas
-  // serialise every wgmma (C7511).
-  auto gated = [&](const auto& accP, int x, int i0, const RowF& r, const float* gam) {
-    const int j = wg::acc_row(w, lane, x & 3), i = i0 + wg::acc_col(lane, x >> 2, x & 3);
-    return (i >= j && i < r.L) ? scale * accP[x] * gate_exp(gam[i] - r.gi[(x >> 1) & 1]) : 0.f;
-  };
-  // Fused, once P is done: Bm = bf16(Upper(scale P ⊙ e^{γ_i − γ_j}), i < L) in registers, then group V: dv = Bm dO
-  // (B = dOᵀ, stored by store_pairs_trans into dot).
-  auto gate_issue_V = [&](float(&accP)[32], const RowF& r, const float* gam, uint32_t(&pa)[4][4],
-                          float(&accV)[kN / 2]) {
-    wg::reg_fence(accP);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)  // rows g / g + 8 (q & 1), K columns 16 kk + 2 (l % 4) (+ 8 for q >= 2)
-        pa[kk][q] = mm::pack2<T>(gated(accP, 8 * kk + 2 * q, 0, r, gam), gated(accP, 8 * kk + 2 * q + 1, 0, r, gam));
-    wg::reg_fence(accV);
-    wg::wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(accV, pa[kk], wg::tile_desc<kRows>(dot, kk), kk > 0);
-    wg::wg_commit();
-  };
   // kHalfP: this warpgroup's half of Bm (columns 32 wgi..) as bf16 pairs into the shared tile_off<64> tile, a
   // 256-thread named barrier, then group V with A = Bm from shared memory.
   auto gate_share_issue_V = [&](float(&accP)[kPN / 2], const RowF& r, const float* gam, float(&accV)[kN / 2]) {
@@ -443,7 +513,7 @@ __global__ void __launch_bounds__(kThr, 1)
         const int x = 4 * j + 2 * hh;
         const int off = wg::tile_off<kRows>(wg::acc_row(w, lane, 2 * hh), 32 * wgi + wg::acc_col(lane, j, 0));
         *reinterpret_cast<uint32_t*>(smem + S::kBm + 2 * off) =
-            mm::pack2<T>(gated(accP, x, 32 * wgi, r, gam), gated(accP, x + 1, 32 * wgi, r, gam));
+            mm::pack2<T>(gated_p(accP[x], x, 32 * wgi, r, gam, scale), gated_p(accP[x + 1], x + 1, 32 * wgi, r, gam, scale));
       }
     wg::fence_proxy_async();
     wg::bar_sync(3, kThr);  // both halves of Bm visible to both warpgroups' wgmma
@@ -464,7 +534,7 @@ __global__ void __launch_bounds__(kThr, 1)
   };
   // Group U1: dS (decayed) + Qᵀ (scale E dO) (A = Qᵀ by ldmatrix.trans from the Q tile of stage st).
   auto issue_U1 = [&](int st, uint32_t(&qf)[2][4][4]) {
-    load_trans(s0 + st * S::kStage + S::kQ, qf);
+    load_trans<kTma>(s0 + st * S::kStage + S::kQ, qf);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
     wg::wg_fence();
 #pragma unroll
@@ -496,7 +566,7 @@ __global__ void __launch_bounds__(kThr, 1)
       }
     }
     if constexpr (kHalfP)  // dv2 rows < L through dot (its reader V(c) is done; rewritten after the next barrier)
-      stage_rows(dot, pos, [&](int row, int chunk, uint4 v) {
+      stage_rows<kN>(smem, s0, dot, pos, [&](int row, int chunk, uint4 v) {
         if (row < r.L) *reinterpret_cast<uint4*>(dv2p + row * p.dv2.s[1] + 8 * chunk) = v;
       });
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
@@ -511,11 +581,7 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::wg_commit();
   };
   // The bf16 copy of dS for the next chunk's K dS (its reader, group A, has completed).
-  auto store_sb = [&] {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) store_acc_trans<kN, kKeys>(sb, 64 * mt, dS[mt]);
-    wg::fence_proxy_async();
-  };
+  auto store_sb = [&] { store_copy<kN>(sb, dS); };
   // γ ring: in the chunk c step, after its block barrier, γ of chunk c − 1 (fetched one chunk earlier) into its slot
   // (whose chunk c + 1 readers are done) and γ of chunk c − 2 into the register.
   float g_next = nc > 1 ? fetch_gamma(nc - 2) : 0.f;
@@ -569,7 +635,7 @@ __global__ void __launch_bounds__(kThr, 1)
       uint32_t pa[kFuse ? 4 : 1][4];
       if constexpr (kFuse) {
         wg::wg_wait<1>();  // P done (A may still run)
-        gate_issue_V(accP, r, gslot(c), pa, accV);
+        gate_issue_V<kN>(accP, r, gslot(c), scale, dot, pa, accV);
       }
       // cp.async: chunk c − 1 into the other stage after the groups that dv needs are issued (P, A, V), so that its
       // address arithmetic is not on the recurrence's path.
@@ -584,7 +650,7 @@ __global__ void __launch_bounds__(kThr, 1)
       if constexpr (kFuse) wg::reg_fence(accV);
       dvn_step(t0, r, accD, accV, dvw);
       uint32_t wf[2][4][4];
-      load_trans(s0 + st * S::kStage + S::kW, wf);
+      load_trans<kTma>(s0 + st * S::kStage + S::kW, wf);
       wg::fence_proxy_async();
       wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
       issue_U2(wf);
@@ -630,7 +696,7 @@ __global__ void __launch_bounds__(kThr, 1)
       float accV[kFuse ? kN / 2 : 1];
       uint32_t pa[kFuse && !kHalfP ? 4 : 1][4];
       if constexpr (kHalfP) gate_share_issue_V(accP, r, gslot(c), accV);
-      else if constexpr (kFuse) gate_issue_V(accP, r, gslot(c), pa, accV);
+      else if constexpr (kFuse) gate_issue_V<kN>(accP, r, gslot(c), scale, dot, pa, accV);
       uint32_t qf[2][4][4], wf[2][4][4];
       issue_U1(st, qf);  // (dS decayed at the end of the chunk before)
       wg::wg_wait<1>();  // A (and V) done; U1 may still run
@@ -638,7 +704,7 @@ __global__ void __launch_bounds__(kThr, 1)
       if constexpr (kFuse) wg::reg_fence(accV);
       if constexpr (kFuse && !kHalfP) wg::reg_fence_u(pa);
       dvn_step(t0, r, accD, accV, dvw);
-      load_trans(s0 + st * S::kStage + S::kW, wf);
+      load_trans<kTma>(s0 + st * S::kStage + S::kW, wf);
       wg::fence_proxy_async();
       wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma; γ of chunk c − 1 to its threads
       issue_U2(wf);
@@ -667,16 +733,300 @@ __global__ void __launch_bounds__(kThr, 1)
     }
     if constexpr (kFuse) wg::wg_wait<0>();  // the P group issued at c = 0
   }
-  store_dh0();
+  store_dh0<kN>(p, n, hv, v0 + cb, dS);
+#endif
+}
+
+// ---- kDhuWgmmaSplit (session 12): the warp-specialised chunk step, fused dv_local, kN = 16 (B = 1's width) ----
+// Why: at 16 columns a warpgroup (s11run2: 2.157 ms at B = 1, T = 32768, 512 chunks ≈ 7 500 cycles a chunk) spends
+// most of its chunk step on work that does not depend on dS — P = K Qᵀ over all 64 columns and its gating, the dO
+// transposes, the row factors, the copy-engine requests — issued in order between the links of the recurrence's
+// chain (K dS → dVn → Wᵀ (−dVn) → the bf16 copy of dS), each link waiting on the ~9 cycles a warp instruction takes.
+// Here a third warpgroup (the "side" one) does that work one chunk ahead, for both state warpgroups at once:
+//   side, step for chunk c: request chunk c − 1's boxes (3-stage ring); wait for chunk c's; the row factors; the
+//     state's per-row e^{γ_last − γ_i} and e^{γ_last} into `fac`; P = K Qᵀ (m64n64); dOᵀ (2 kN columns) for Bm dO
+//     and (scale E dO)ᵀ for both state warpgroups' U1; Bm gated into registers; dv_local = Bm dO (m64n(2 kN), A from
+//     registers) rounded to bf16 into `dvl` (row-major, padded pitch).
+//   state warpgroup g (kN columns of dS, as the other forms), step for chunk c: A = K dS; dS *= e^{γ_last}; U1 =
+//     Qᵀ (sE dO); dVn = dv_local + e^{γ_last − γ} ⊙ A → −dVnᵀ; U2 = Wᵀ (−dVn); dv2 staged (while U2 runs); the bf16
+//     copy of dS; dh staged.
+// One 384-thread barrier per step: after it the side works on chunk c − 1 while the state warpgroups work on chunk
+// c; `fac`, `dvl` and the (sE dO)ᵀ tiles are double-buffered by chunk parity, the stages are a ring of three (chunk
+// c's tiles are read by the side in one step and by the state warpgroups in the next). The same products with the
+// same shapes per element and the same rounding points as kDhuWgmmaAheadHalfP: the same bits.
+template <int kN>
+struct SplitSmem {
+  static constexpr int kTile = kRows * kKeys * 2;
+  static constexpr int kK = 0, kQ = kTile, kW = 2 * kTile, kO = 3 * kTile;
+  static constexpr int kStage = kO + kRows * 2 * kN * 2, kStages = 3;
+  static constexpr int kSb = 0, kSbB = kN * kKeys * 2;               // per state warpgroup, after the stages
+  static constexpr int kDvnt = kSb + kSbB, kSmall = kN * kRows * 2;  // −dVnᵀ [kN][64] (dh staging too)
+  static constexpr int kStg = kDvnt + kSmall;                        // dv2 staging [64][kN]
+  static constexpr int kWgB = kStg + kSmall;
+  static constexpr int kPairs = 3 * kStage + 2 * kWgB;                                  // (sE dO)ᵀ [2][2 kN][64]
+  static constexpr int kPairB = 2 * kN * kRows * 2, kDot = kPairs + 2 * kPairB;          // dOᵀ [2 kN][64]
+  static constexpr int kLdV = 2 * kN + 8, kDvl = kDot + kPairB;                          // dv_local [2][64][kLdV]
+  static constexpr int kFac = kDvl + 2 * kRows * kLdV * 2;                               // [2][64 + 1 (+ 3)] f32
+  static constexpr int kGam = kFac + 2 * 68 * 4;                                        // side's γ [2][64]
+  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 3 * 8;
+  static_assert(kStage % 128 == 0 && kWgB % 128 == 0 && kPairB % 128 == 0 && kDvl % 16 == 0 && kBar % 8 == 0,
+                "aligned regions");
+};
+
+constexpr int kSplitThr = 384;
+template <int kN>
+__global__ void __launch_bounds__(kSplitThr, 1)
+    dhu_wgmma_split_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
+#else
+  static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
+  constexpr int kThreads = kSplitThr;
+  using S = SplitSmem<kN>;
+  constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
+  namespace mm = ::strata::cuda::mma;
+  namespace sc = ::strata::cuda;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const Dims& d = p.d;
+  const int tid = threadIdx.x, wgi = tid >> 7, wt = tid & 127, w = (tid >> 5) & 3, lane = tid & 31;
+  const bool side = wgi == 2;
+  const int64_t vt = blockIdx.x % nvt, hv = blockIdx.x / nvt % d.HV, n = blockIdx.x / (nvt * d.HV), h = hv / d.G;
+  const int cb = side ? 0 : wgi * kN;
+  const int64_t v0 = vt * kN2;
+  const DhuSeq sq = dhu_sequence(d, offs, n);
+  const int64_t b = sq.b, bos = sq.bos, eos = sq.eos, hc0 = sq.hc0;
+  const int64_t nc = (eos - bos + kRows - 1) / kRows;
+  const float scale = p.scale;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBar);
+  auto stage = [&](int64_t i) { return s0 + static_cast<uint32_t>(i % 3) * S::kStage; };  // chunk of side index i
+  auto parity = [](int64_t i) { return static_cast<uint32_t>(i / 3) & 1u; };
+  auto chunk_len = [&](int64_t c) { return static_cast<int>(eos - bos - c * kRows < kRows ? eos - bos - c * kRows : kRows); };
+
+  if (side) {
+    // ---------------- side warpgroup ----------------
+    auto fetch_gamma = [&](int64_t c) {
+      const int64_t t0 = bos + c * kRows;
+      return (wt < kRows && c >= 0 && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
+    };
+    auto gam_of = [&](int64_t i) { return reinterpret_cast<float*>(smem + S::kGam) + (i & 1) * kRows; };
+    auto request = [&](int64_t i) {  // chunk of side index i (chunk nc − 1 − i), expected bytes posted before
+      const int64_t t0 = bos + (nc - 1 - i) * kRows;
+      wg::fence_proxy_async();
+      const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + i % 3));
+      if (maps.box5) {
+        chunk_tiles(maps, stage(i), bar, wt, static_cast<int>(v0), static_cast<int>(h),
+                    static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
+      } else {
+        chunk_boxes<kN>(maps, stage(i), bar, w + 4 * lane, 128, static_cast<int>(v0), static_cast<int>(h),
+                        static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
+      }
+    };
+    if (nc == 0) return;
+    if (wt == 0) {
+      for (int s = 0; s < 3; ++s) sc::mbar_init(full + s, 1);
+      sc::mbar_arrive_expect_tx(full, S::kStage);
+      if (nc > 1) sc::mbar_arrive_expect_tx(full + 1, S::kStage);
+    }
+    if (wt < kRows) gam_of(0)[wt] = fetch_gamma(nc - 1);
+    float g_next = fetch_gamma(nc - 2);
+    __syncthreads();  // mbarriers initialised, γ of the first chunk
+    request(0);
+    for (int64_t i = 0; i <= nc; ++i) {
+      wg::fence_proxy_async();
+      wg::bar_sync(4, kThreads);  // (the step barrier; see the state loop)
+      if (i == nc) break;
+      const int64_t c = nc - 1 - i;
+      if (c > 0) request(i + 1);
+      if (c > 0 && wt < kRows) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
+      g_next = fetch_gamma(c - 2);
+      __syncwarp();
+      sc::mbar_wait(full + i % 3, parity(i));  // chunk c landed
+      const uint32_t st = stage(i);
+      const float* gam = gam_of(i);
+      RowF r;
+      r.L = chunk_len(c);
+      r.glast = gam[r.L - 1];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = wg::acc_row(w, lane, 2 * hh);
+        r.gi[hh] = gam[row];
+        r.dec[hh] = row < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
+        r.es[hh] = row < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
+      }
+      // The state's row factors: e^{γ_last − γ_i} (0 at i >= L) and e^{γ_last}.
+      float* fac = reinterpret_cast<float*>(smem + S::kFac) + (i & 1) * 68;
+      if (wt < kRows) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
+      if (wt == 0) fac[kRows] = gate_exp(r.glast);
+      // P = K Qᵀ (all 64 columns).
+      constexpr int kVN = kN2;  // dO / dv_local columns
+      float accP[32];
+      wg::reg_fence(accP);
+      wg::wg_fence();
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks)
+        wg::mma_ss<T, 64>(accP, wg::cb_desc<kRows>(st + S::kK, ks), wg::cb_desc<kRows>(st + S::kQ, ks), ks > 0);
+      wg::wg_commit();
+      // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (both state warpgroups' U1 B operands: rows g kN..).
+      const uint32_t dot = s0 + S::kDot;
+      {
+        const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO);
+        uint32_t raw[kVN / 4], u[kVN / 4];
+#pragma unroll
+        for (int j = 0; j < kVN / 8; ++j)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
+                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), wg::acc_col(lane, j, 0)));
+            const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
+            u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
+          }
+        store_pairs_trans<kVN, kRows>(dot, 0, raw);
+        store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB, 0, u);
+      }
+      float accV[kVN / 2];
+      {
+        wg::fence_proxy_async();
+        wg::bar_wg(3);  // dOᵀ visible to the side's wgmma
+        wg::wg_wait<0>();
+        uint32_t pa[4][4];
+        gate_issue_V<kVN>(accP, r, gam, scale, dot, pa, accV);
+        wg::wg_wait<0>();
+        wg::reg_fence_u(pa);
+      }
+      wg::reg_fence(accV);
+      // dv_local rounded to bf16 (what the other forms' dVn reads), row-major [64][2 kN + 8].
+      uint32_t* dvl = reinterpret_cast<uint32_t*>(smem + S::kDvl + (i & 1) * (kRows * S::kLdV * 2));
+#pragma unroll
+      for (int j = 0; j < kVN / 8; ++j)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+          dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + wg::acc_col(lane, j, 0)) / 2] =
+              mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
+      if (wt == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
+    }
+    return;
+  }
+
+  // ---------------- state warpgroups 0, 1 ----------------
+  const uint32_t sb = s0 + 3 * S::kStage + wgi * S::kWgB, dvnt = sb + S::kDvnt, stg = sb + S::kStg;
+  float dS[2][kN / 2];
+  load_dht<kN>(p, n, hv, v0 + cb, dS);
+  if (nc == 0) {  // no chunk: dh0 = dht
+    store_dh0<kN>(p, n, hv, v0 + cb, dS);
+    return;
+  }
+  auto store_sb = [&] { store_copy<kN>(sb, dS); };
+  auto store_dh = [&](int64_t hc) {
+    if (hc < d.NT)  // (invalid cu_seqlens could point past dh)
+      store_state_staged<kN>(smem, s0, dvnt, dS, static_cast<uint16_t*>(p.dh.p) + p.dh.off(b, hc, hv, 0) + v0 + cb,
+                             p.dh.s[3]);
+  };
+  store_sb();
+  store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
+  __syncthreads();         // (the side's mbarrier initialisation)
+  for (int64_t k = 0; k <= nc; ++k) {
+    // Step barrier: the side has finished chunk c = nc − k (dv_local, (sE dO)ᵀ, fac) and every reader of the stage
+    // it now requests into is done; this warpgroup's dS copy of the chunk before is visible.
+    wg::fence_proxy_async();
+    wg::bar_sync(4, kThreads);
+    if (k == 0) continue;
+    const int64_t i = k - 1, c = nc - k, t0 = bos + c * kRows;
+    const uint32_t st = stage(i);
+    sc::mbar_wait(full + i % 3, parity(i));  // (landed: the side waited; this makes the copies visible here)
+    // dS *= e^{γ_last} (A reads the bf16 copy made before; scaled while A runs, ptxas waited for A first: C7517).
+    const float* fac = reinterpret_cast<const float*>(smem + S::kFac) + (i & 1) * 68;
+    const int L = chunk_len(c);
+    float dec[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) dec[hh] = fac[wg::acc_row(w, lane, 2 * hh)];
+    const float decay = fac[kRows];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int x = 0; x < kN / 2; ++x) dS[mt][x] *= decay;
+    // A = K dS (B = the bf16 copy of dS).
+    float accD[kN / 2];
+    wg::reg_fence(accD);
+    wg::wg_fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      wg::mma_ss<T, kN>(accD, wg::cb_desc<kRows>(st + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+    wg::wg_commit();
+    // U1: dS += Qᵀ (scale E dO).
+    uint32_t qf[2][4][4], wf[2][4][4];
+    load_trans<true>(st + S::kQ, qf);
+    const uint32_t sedot = s0 + S::kPairs + (i & 1) * S::kPairB + wgi * (kN * kRows * 2);
+    wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+    wg::wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
+    wg::wg_commit();
+    // dVn = dv_local + e^{γ_last − γ} A (rows < L; 0 past L) → −bf16(dVn)ᵀ into dvnt; dv2 after U2 is issued.
+    const uint32_t* dvl = reinterpret_cast<const uint32_t*>(smem + S::kDvl + (i & 1) * (kRows * S::kLdV * 2));
+    uint32_t dvw[kN / 4];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        dvw[2 * j + hh] = dvl[(wg::acc_row(w, lane, 2 * hh) * S::kLdV + cb + wg::acc_col(lane, j, 0)) / 2];
+    wg::wg_wait<1>();  // A done; U1 may still run
+    wg::reg_fence(accD);
+    uint32_t neg[kN / 4], pos[kN / 4];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const bool live = wg::acc_row(w, lane, 2 * hh) < L;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const int e = 4 * j + 2 * hh;
+        const float2 dv = mm::unpack2<T>(dvw[2 * j + hh]);
+        const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
+        pos[2 * j + hh] = mm::pack2<T>(x0, x1);
+        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+      }
+    }
+    store_pairs_trans<kN, kRows>(dvnt, 0, neg);
+    load_trans<true>(st + S::kW, wf);
+    wg::fence_proxy_async();
+    wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
+    // U2: dS += Wᵀ (−dVn).
+    wg::wg_fence();
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
+    wg::wg_commit();
+    {
+      uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb;
+      stage_rows<kN>(smem, s0, stg, pos, [&](int row, int chunk, uint4 v) {
+        if (row < L) *reinterpret_cast<uint4*>(dv2p + row * p.dv2.s[1] + 8 * chunk) = v;
+      });
+    }
+    wg::wg_wait<0>();
+    wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
+    wg::reg_fence_u(qf), wg::reg_fence_u(wf);
+    store_sb();
+    if (c > 0) store_dh(hc0 + c - 1);  // dh of the next chunk (the gradient of the state at its end: this dS)
+  }
+  store_dh0<kN>(p, n, hv, v0 + cb, dS);
 #endif
 }
 
 // The tensor maps of the kTma kernel; false where a view does not qualify (the cp.async kernel runs then).
-bool make_maps(const DhuParams& p, DhuMaps& m) {
+// dcols > 0: the 5-D maps of one box a tile (dO boxes of dcols columns) where the driver encodes them (box5).
+bool make_maps(const DhuParams& p, DhuMaps& m, int dcols = 0) {
   const Dims& d = p.d;
+  const int64_t B = d.varlen() ? 1 : d.B;
+  auto enc5 = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D, int cols) {
+    return ::strata::cuda::tma::encode_blocks_map(x, v.p, B, d.T, heads, D, v.s[0], v.s[1], v.s[2], kRows, cols / 8);
+  };
+  m.box5 = dcols > 0 && enc5(&m.k, p.k, d.H, d.K, kKeys) && enc5(&m.q, p.q, d.H, d.K, kKeys) &&
+           enc5(&m.w, p.w, d.HV, d.K, kKeys) && enc5(&m.dout, p.dout, d.HV, d.V, dcols);
+  if (m.box5) return true;
   auto enc = [&](CUtensorMap* x, const View& v, int64_t heads, int64_t D) {
-    return ::strata::cuda::tma::encode_rows_map(x, v.p, d.varlen() ? 1 : d.B, d.T, heads, D, v.s[0], v.s[1], v.s[2],
-                                                kRows);
+    return ::strata::cuda::tma::encode_rows_map(x, v.p, B, d.T, heads, D, v.s[0], v.s[1], v.s[2], kRows);
   };
   return enc(&m.k, p.k, d.H, d.K) && enc(&m.q, p.q, d.H, d.K) && enc(&m.w, p.w, d.HV, d.K) &&
          enc(&m.dout, p.dout, d.HV, d.V);
@@ -686,7 +1036,7 @@ template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);
+    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);  // (8-column boxes: 5-D ones not yet GPU-verified here)
   constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
@@ -695,6 +1045,21 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
   kernel<<<static_cast<unsigned>(blocks), kThr, smem, stream>>>(p, offs, nvt, maps);
   return cuda::check_launch(kFuse ? "chunk_gated_delta_rule_bwd_dhu (wgmma, fused dv_local)"
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
+}
+
+// kDhuWgmmaSplit (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked by the caller), with the
+// 5-D maps where the driver encodes them.
+strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+  constexpr int kN = 16;
+  DhuMaps maps{};
+  if (!make_maps(p, maps, 2 * kN)) return launch<kN, true, false, false>(p, offs, stream);
+  constexpr int smem = SplitSmem<kN>::kBytes;
+  static_assert(smem <= 227 * 1024, "shared memory of one block");
+  const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
+  auto kernel = dhu_wgmma_split_kernel<kN>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<static_cast<unsigned>(blocks), kSplitThr, smem, stream>>>(p, offs, nvt, maps);
+  return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
 }
 
 // kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
@@ -755,10 +1120,16 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // against 2.181 / 2.390; dv read 0.892 against 1.112 / 0.923 and 1.910 against 1.954 / 1.990 ms), with the fused
   // dv_local in its half-P form with staged 16-byte dh / dv2 stores (s11run2: the same bits, B = 4 0.830 against
   // 1.012 ms for kAhead, B = 1 2.157 against 2.185). kDhuWgmmaTma / kDhuWgmma force the session-10 order (timing).
-  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
-  if (half_p)  // (its 16-byte dh / dv2 rows need 16-byte aligned rows)
-    return lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2) ? launch_cols<true, true, true>(p, kn, offs, stream)
-                                                                  : launch_cols<true, true>(p, kn, offs, stream);
+  const bool rows16 = lean16(p.dh) && (p.dh.s[3] & 7) == 0 && lean16(p.dv2);  // 16-byte dh / dv2 rows (staged)
+  // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
+  // kDhuAuto with the fused dv_local at 16 columns a warpgroup (B = 1's width): the warp-specialised form (GPU run
+  // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
+  const bool split = p.mma_variant == kDhuWgmmaSplit || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (split && p.fuse_dv_local && kn == 16 && rows16) return launch_split(p, offs, stream);
+  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || split ||
+                      (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (half_p)
+    return rows16 ? launch_cols<true, true, true>(p, kn, offs, stream) : launch_cols<true, true>(p, kn, offs, stream);
   if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
