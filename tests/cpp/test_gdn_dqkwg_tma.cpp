@@ -1,0 +1,231 @@
+// chunk_bwd_dqkwg's warpgroup-MMA kernel, copy-engine form (kDqkwgWgmmaTma, session 12): dO, Vn, dV and the
+// S, dS rows arrive by 128-byte-swizzled tensor-map boxes on mbarriers instead of cp.async into core-matrix tiles.
+// The products, epilogues and summation orders are those of the cp.async form (kDqkwgWgmma), so every output must
+// have the same bits on the shapes the form takes (bf16, K = V = 128, chunk size 64, fixed length): partial last
+// chunks (rows past T zero-filled by the copy engine), G = 1, 2, 4, with and without gate / dv, blocks walking
+// several items. Variable length falls back to the cp.async form (checked too). The timing test compares the two
+// forms at the bench shapes (B = 4, T = 8192 and B = 1, T = 32768; H = 16, HV = 32).
+#include <gtest/gtest.h>
+
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.h"
+#include "gdn_cuda_test_support.h"
+#include "opbase/dtype.h"
+#include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
+
+namespace strata::linear_attn {
+namespace {
+
+using gdn_bwd::Dims;
+using test::Dev;
+using test::have_gpu;
+
+struct Case {
+  int64_t B, T, H, HV;
+  std::vector<int64_t> cu;  // empty: fixed length
+  bool gate, with_dv;
+};
+
+std::string case_str(const Case& c) {
+  char b[160];
+  std::snprintf(b, sizeof b, "B=%lld T=%lld H=%lld HV=%lld%s%s%s", static_cast<long long>(c.B),
+                static_cast<long long>(c.T), static_cast<long long>(c.H), static_cast<long long>(c.HV),
+                c.cu.empty() ? "" : " varlen", c.gate ? " gate" : "", c.with_dv ? " dv" : "");
+  return b;
+}
+
+// Device inputs and outputs of one case (bf16 tokens and states, f32 dq, dk, dγ, bf16 dw; K = V = 128, BT = 64).
+struct Problem {
+  Case c;
+  Dims d;
+  std::unique_ptr<Dev> cu, q, k, v, dout, dv, g, h, dh, dq, dk, dw, dg;
+  Problem(const Case& cs, uint64_t seed) : c(cs) {
+    using gdn_test::random_bytes;
+    using gdn_test::upload;
+    std::mt19937_64 rng(seed);
+    const int32_t bf = STRATA_DTYPE_BF16;
+    int64_t NT = (c.T + 63) / 64;
+    if (!c.cu.empty()) {
+      NT = 0;
+      for (size_t i = 1; i < c.cu.size(); ++i) NT += (c.cu[i] - c.cu[i - 1] + 63) / 64;
+    }
+    const int64_t rows = c.B * c.T, K = 128;
+    cu = upload(c.cu.data(), c.cu.size() * 8);
+    q = upload(random_bytes(rows * c.H * K, bf, rng, 0.088));
+    k = upload(random_bytes(rows * c.H * K, bf, rng, 0.088));
+    v = upload(random_bytes(rows * c.HV * K, bf, rng, 1.0));
+    dout = upload(random_bytes(rows * c.HV * K, bf, rng, 1.0));
+    dv = upload(random_bytes(rows * c.HV * K, bf, rng, 1.0));
+    g = upload(random_bytes(rows * c.HV, STRATA_DTYPE_F32, rng, 0, -3.0));
+    h = upload(random_bytes(c.B * NT * c.HV * K * K, bf, rng, 1.0));
+    dh = upload(random_bytes(c.B * NT * c.HV * K * K, bf, rng, 1.0));
+    dq = std::make_unique<Dev>(rows * c.H * K * 4), dk = std::make_unique<Dev>(rows * c.H * K * 4);
+    dw = std::make_unique<Dev>(rows * c.HV * K * 2), dg = std::make_unique<Dev>(rows * c.HV * 4);
+    d.B = c.B, d.T = c.T, d.H = c.H, d.HV = c.HV, d.G = c.HV / c.H, d.K = K, d.V = K, d.BT = 64;
+    d.N = c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1;
+    d.NT = NT;
+    d.cu = c.cu.empty() ? nullptr : static_cast<const int64_t*>(cu->p);
+  }
+  DqkwgParams params(int variant) const {
+    using gdn_test::states;
+    using gdn_test::tok;
+    const int32_t bf = STRATA_DTYPE_BF16;
+    DqkwgParams p;
+    p.d = d;
+    p.q = tok(q->p, bf, c.T, c.H, 128), p.k = tok(k->p, bf, c.T, c.H, 128);
+    p.v = tok(v->p, bf, c.T, c.HV, 128), p.dout = tok(dout->p, bf, c.T, c.HV, 128);
+    p.h = states(h->p, bf, d.NT, c.HV, 128, 128), p.dh = states(dh->p, bf, d.NT, c.HV, 128, 128);
+    if (c.with_dv) p.dv = tok(dv->p, bf, c.T, c.HV, 128), p.dw = tok(dw->p, bf, c.T, c.HV, 128);
+    if (c.gate) p.g = tok(g->p, STRATA_DTYPE_F32, c.T, c.HV, 0), p.dg = tok(dg->p, STRATA_DTYPE_F32, c.T, c.HV, 0);
+    p.dq = tok(dq->p, STRATA_DTYPE_F32, c.T, c.H, 128), p.dk = tok(dk->p, STRATA_DTYPE_F32, c.T, c.H, 128);
+    p.scale = 0.0884f;
+    p.mma_variant = variant;
+    return p;
+  }
+  // The bits of dq, dk, dw, dg after a call with `variant` (outputs poisoned first).
+  std::vector<std::vector<uint8_t>> run(int variant) const {
+    for (Dev* o : {dq.get(), dk.get(), dw.get(), dg.get()}) o->poison();
+    Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
+    EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(params(variant), ws.p, nullptr), STRATA_SUCCESS) << case_str(c);
+    return {dq->bits(), dk->bits(), c.with_dv ? dw->bits() : std::vector<uint8_t>{},
+            c.gate ? dg->bits() : std::vector<uint8_t>{}};
+  }
+};
+
+// f32 NaNs (the poison of the f32 outputs) in a buffer.
+size_t nan_count(const std::vector<uint8_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i + 3 < b.size(); i += 4) {
+    float x;
+    std::memcpy(&x, b.data() + i, 4);
+    n += x != x;
+  }
+  return n;
+}
+
+TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Case> cases = {
+      {2, 130, 2, 4, {}, true, true},    // partial last chunk (rows past T from the copy engine's zero fill)
+      {1, 65, 3, 3, {}, true, true},     // G = 1, one row in the last chunk
+      {1, 190, 1, 4, {}, false, false},  // G = 4, no gate, no dv
+      {2, 256, 2, 4, {}, true, false},
+      {2, 4000, 4, 8, {}, true, true},   // 504 items: every block walks several (the rings across items)
+      {1, 300, 1, 2, {0, 1, 64, 65, 300}, true, true},  // variable length: the cp.async form
+  };
+  const char* names[] = {"dq", "dk", "dw", "dg"};
+  uint64_t seed = 1201;
+  for (const Case& c : cases) {
+    const Problem pr(c, seed++);
+    EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaTma)), c.cu.empty()) << case_str(c);
+    const auto a = pr.run(kDqkwgWgmma), b = pr.run(kDqkwgWgmmaTma);
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].size(), b[i].size());
+      size_t diff = 0, first = a[i].size();
+      for (size_t e = 0; e < a[i].size(); ++e)
+        if (a[i][e] != b[i][e]) ++diff, first = std::min(first, e);
+      EXPECT_EQ(diff, 0u) << names[i] << " " << case_str(c) << ": " << diff << " bytes differ, first at " << first;
+      EXPECT_EQ(i == 2 ? gdn_test::poisoned(a[i]) : nan_count(a[i]), 0u) << names[i] << " " << case_str(c);
+    }
+    EXPECT_TRUE(b == pr.run(kDqkwgWgmmaTma)) << "repeat " << case_str(c);
+  }
+}
+
+// Median of `reps` timed calls of each fn, interleaved (f0 f1 f0 f1 ...) after one warm-up call each, in ms.
+std::vector<double> median_ms(const std::vector<std::function<void()>>& fns, int reps) {
+  for (const auto& f : fns) f();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<std::vector<double>> t(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      cudaEventRecord(e0);
+      fns[i]();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t[i].push_back(ms);
+    }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  std::vector<double> med;
+  for (auto& v : t) {
+    std::sort(v.begin(), v.end());
+    med.push_back(v[v.size() / 2]);
+  }
+  return med;
+}
+
+// The bench shapes (bf16, H = 16, HV = 32, K = V = 128, inputs memset: bf16 0x3c3c, γ = 0): the cp.async form
+// against the copy-engine form, each with and without dv / dw / dγ. STRATA_DQKWG_PROFILE=1: one call of each form
+// at B = 4, T = 8192 and nothing else (for Nsight Compute).
+TEST(GdnDqkwgTma, TimingBenchShapes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const char* prof = std::getenv("STRATA_DQKWG_PROFILE");
+  const bool profile = prof != nullptr && prof[0] == '1';
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, NT = T / 64, rows = B * T;
+    const int32_t bf = STRATA_DTYPE_BF16;
+    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * K * 2), dout(rows * HV * K * 2),
+        dv(rows * HV * K * 2), g(rows * HV * 4), h(B * NT * HV * K * K * 2), dh(B * NT * HV * K * K * 2),
+        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4);
+    for (Dev* x : {&q, &k, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
+    using gdn_test::states;
+    using gdn_test::tok;
+    DqkwgParams p;
+    Dims& d = p.d;
+    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = K, d.N = B, d.NT = NT, d.BT = 64;
+    p.q = tok(q.p, bf, T, H, K), p.k = tok(k.p, bf, T, H, K), p.v = tok(v.p, bf, T, HV, K);
+    p.dout = tok(dout.p, bf, T, HV, K), p.dv = tok(dv.p, bf, T, HV, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.h = states(h.p, bf, NT, HV, K, K), p.dh = states(dh.p, bf, NT, HV, K, K);
+    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
+    p.dw = tok(dw.p, bf, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
+    p.scale = 0.0884f;
+    Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
+    auto call = [&](int var, bool lean) {
+      return std::function<void()>([&, var, lean] {
+        DqkwgParams pv = p;
+        pv.mma_variant = var;
+        if (lean) pv.dv = gdn_bwd::View{}, pv.dw = gdn_bwd::View{}, pv.dg = gdn_bwd::View{};
+        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
+      });
+    };
+    if (profile) {
+      call(kDqkwgWgmma, false)();
+      call(kDqkwgWgmmaTma, false)();
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return;
+    }
+    DqkwgParams pt = p;
+    pt.mma_variant = kDqkwgWgmmaTma;
+    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pt));
+    const std::vector<double> ms = median_ms(
+        {call(kDqkwgWgmma, false), call(kDqkwgWgmmaTma, false), call(kDqkwgWgmma, true), call(kDqkwgWgmmaTma, true)},
+        11);
+    // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
+    const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * K * 2 + 2.0 * B * NT * HV * K * K * 2 +
+                       rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
+    std::printf("[gdn_dqkwg timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (median of 11): cp.async form %.3f ms "
+                "(%.0f GB/s of %.2f GB), copy-engine form %.3f ms (%.0f GB/s); without dv, dw, dg: %.3f / %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), ms[0], gb / (ms[0] * 1e-3), gb, ms[1],
+                gb / (ms[1] * 1e-3), ms[2], ms[3]);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+}  // namespace strata::linear_attn
+#endif
