@@ -442,7 +442,24 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       ::strata::cuda::cp_async_wait<kRing - 2>();
       if constexpr (kTma) {  // this step's S, dS rows (and at its first step the value head's tokens) landed
         ph.wait(x, stage);
-        if (q == 0) ph.wait(x, kRing + hb);
+        if (q == 0) {
+          ph.wait(x, kRing + hb);
+          // Rows L.. of a partial chunk: zeros, as the cp.async form's zero fill (the boxes read the next packed
+          // sequence's tokens there; rows past T come zero-filled already): 8 16-byte pieces per 128-byte row of
+          // each 64-column half of dO, Vn, dV (fenced for the products with the stage below).
+          // (unrolled, predicated: a loop here costs the products their register allocation, ptxas C7511)
+          if (c.L < 64) {
+            unsigned char* const tb = x.smem + static_cast<uint32_t>(hb) * kTokB + (t & 7) * 16;
+#pragma unroll
+            for (int pass = 0; pass < 4; ++pass) {
+              const int r = c.L + 16 * pass + (t >> 3);
+              if (r < 64)
+#pragma unroll
+                for (int half = 0; half < 6; ++half)
+                  *reinterpret_cast<uint4*>(tb + half * (kQK / 2) + r * 128) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
       }
       wg::fence_proxy_async();
       wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
@@ -580,12 +597,14 @@ __global__ void __launch_bounds__(kThr, 1)
 
 bool aligned16(const View& v) { return (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0; }
 
-// The copy-engine form's tensor maps, where it applies: fixed length with every chunk present in h, dh (the
-// boxes then never need the zero rows that a partial chunk of a packed sequence needs: rows past T are
-// zero-filled by the copy engine), coordinates within int, the driver's encoder available. False: the cp.async form.
+// The copy-engine form's tensor maps, where it applies: every chunk of a fixed-length batch present in h, dh (the
+// form loads the S, dS rows of every item), coordinates within int, the driver's encoder available. False: the
+// cp.async form.
 bool make_maps(const DqkwgParams& p, bool want_dw, DqkwgMaps* m) {
   const Dims& d = p.d;
-  if (d.varlen() || d.NT < d.chunks_per_row() || d.T > (int64_t{1} << 30) || d.B > (int64_t{1} << 30)) return false;
+  if ((!d.varlen() && d.NT < d.chunks_per_row()) || d.T > (int64_t{1} << 30) || d.B > (int64_t{1} << 30) ||
+      d.NT > (int64_t{1} << 30))
+    return false;
   namespace tma = ::strata::cuda::tma;
   auto tok = [&](CUtensorMap* x, const View& v) {
     const int64_t dims[4] = {128, d.HV, d.T, d.B}, st[3] = {v.s[2], v.s[1], v.s[0]};
