@@ -124,14 +124,25 @@ __device__ __forceinline__ void load_box5(uint32_t dst, const CUtensorMap* map, 
 }
 
 // mbar_wait (bulk_copy.cuh) as one PTX loop: the compiler sees no loop around it, so that a kernel that waits
-// between warpgroup-MMA products keeps its accumulators in place (the C++ loop raised spills there).
+// between warpgroup-MMA products keeps its accumulators in place (the C++ loop raised spills there). kBounded: a
+// phase that does not complete within 2^24 polls (a byte count that never arrives: a bug) traps instead of hanging
+// (one more register while it waits).
+template <bool kBounded>
 __device__ __forceinline__ void mbar_wait_ptx(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@!P1 bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  if constexpr (kBounded)
+    asm volatile(
+        "{\n.reg .pred P1;\n.reg .u32 n;\nmov.u32 n, 0;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@P1 bra DONE;\nadd.u32 n, n, 1;\nsetp.lt.u32 P1, n, 16777216;\n@P1 bra WAIT;\ntrap;\nDONE:\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+  else
+    asm volatile(
+        "{\n.reg .pred P1;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@!P1 bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
 }
 
 }  // namespace strata::cuda::tma

@@ -196,11 +196,14 @@ struct Ctx {
 };
 
 // Copy-engine form: the phase parity each thread expects next of every mbarrier (bit i of bits), flipped by each
-// wait (every stage and token buffer completes once per use, in use order).
+// wait (every stage and token buffer completes once per use, in use order). The ds group waits first, bounded (a
+// bug traps rather than hangs); the dq / dk groups wait after it, at the next block barrier, unbounded (their
+// phases are complete by then; the bound's register would cost them spills).
+template <bool kBounded>
 struct Phases {
   uint32_t bits = 0;
   __device__ __forceinline__ void wait(const Ctx& x, int i) {
-    ::strata::cuda::tma::mbar_wait_ptx(x.sb + oBar + 8u * static_cast<uint32_t>(i), (bits >> i) & 1u);
+    ::strata::cuda::tma::mbar_wait_ptx<kBounded>(x.sb + oBar + 8u * static_cast<uint32_t>(i), (bits >> i) & 1u);
     bits ^= 1u << i;
   }
 };
@@ -318,7 +321,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = sum[i] = 0.f;
   int stage = 0, hb = 0;  // ring stage of this step, token buffer of this value head
-  Phases ph;
+  Phases<false> ph;
   for (int64_t k = 0; k < x.mine; ++k) {
     for (int g = 0; g < x.p.d.G; ++g)
 #pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
@@ -414,7 +417,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
   Loader<kTma> ld;
-  Phases ph;
+  Phases<true> ph;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
