@@ -1,6 +1,7 @@
-// chunk_bwd_dqkwg's warpgroup-MMA kernel, copy-engine form (kDqkwgWgmmaTma, session 12): dO, Vn, dV and the
-// S, dS rows arrive by 128-byte-swizzled tensor-map boxes on mbarriers instead of cp.async into core-matrix tiles.
-// The products, epilogues and summation orders are those of the cp.async form (kDqkwgWgmma), so every output must
+// chunk_bwd_dqkwg's warpgroup-MMA kernel, copy-engine form (kDqkwgWgmmaTma, the automatic choice since session 12):
+// dO, Vn, dV and the S, dS rows arrive by 128-byte-swizzled tensor-map boxes on mbarriers instead of cp.async into
+// core-matrix tiles. The products, epilogues and summation orders are those of the cp.async form
+// (kDqkwgWgmmaCpAsync), so every output must
 // have the same bits on the shapes the form takes (bf16, K = V = 128, chunk size 64, fixed length): partial last
 // chunks (rows past T zero-filled by the copy engine), variable length (rows past a sequence's end zeroed in
 // shared memory), G = 1, 2, 4, with and without gate / dv, blocks walking several items. The timing test compares the two
@@ -130,8 +131,9 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
   uint64_t seed = 1201;
   for (const Case& c : cases) {
     const Problem pr(c, seed++);
-    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaTma))) << case_str(c);
-    const auto a = pr.run(kDqkwgWgmma), b = pr.run(kDqkwgWgmmaTma);
+    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgAuto))) << case_str(c);
+    EXPECT_FALSE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaCpAsync))) << case_str(c);
+    const auto a = pr.run(kDqkwgWgmmaCpAsync), b = pr.run(kDqkwgWgmmaTma);
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_EQ(a[i].size(), b[i].size());
       size_t diff = 0, first = a[i].size();
@@ -205,7 +207,7 @@ TEST(GdnDqkwgTma, TimingBenchShapes) {
       });
     };
     if (profile) {
-      call(kDqkwgWgmma, false)();
+      call(kDqkwgWgmmaCpAsync, false)();
       call(kDqkwgWgmmaTma, false)();
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return;
@@ -214,7 +216,8 @@ TEST(GdnDqkwgTma, TimingBenchShapes) {
     pt.mma_variant = kDqkwgWgmmaTma;
     EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pt));
     const std::vector<double> ms = median_ms(
-        {call(kDqkwgWgmma, false), call(kDqkwgWgmmaTma, false), call(kDqkwgWgmma, true), call(kDqkwgWgmmaTma, true)},
+        {call(kDqkwgWgmmaCpAsync, false), call(kDqkwgWgmmaTma, false), call(kDqkwgWgmmaCpAsync, true),
+         call(kDqkwgWgmmaTma, true)},
         11);
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * K * 2 + 2.0 * B * NT * HV * K * K * 2 +
