@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -146,31 +145,6 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
   }
 }
 
-// Median of `reps` timed calls of each fn, interleaved (f0 f1 f0 f1 ...) after one warm-up call each, in ms.
-std::vector<double> median_ms(const std::vector<std::function<void()>>& fns, int reps) {
-  for (const auto& f : fns) f();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<std::vector<double>> t(fns.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < fns.size(); ++i) {
-      cudaEventRecord(e0);
-      fns[i]();
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms = 0.f;
-      cudaEventElapsedTime(&ms, e0, e1);
-      t[i].push_back(ms);
-    }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  std::vector<double> med;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
-
 // The bench shapes (bf16, H = 16, HV = 32, K = V = 128, inputs memset: bf16 0x3c3c, γ = 0): the cp.async form
 // against the copy-engine form, each with and without dv / dw / dγ. STRATA_DQKWG_PROFILE=1: one call of each form
 // at B = 4, T = 8192 and nothing else (for Nsight Compute).
@@ -199,30 +173,31 @@ TEST(GdnDqkwgTma, TimingBenchShapes) {
     p.scale = 0.0884f;
     Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
     auto call = [&](int var, bool lean) {
-      return std::function<void()>([&, var, lean] {
+      return [&, var, lean] {
         DqkwgParams pv = p;
         pv.mma_variant = var;
         if (lean) pv.dv = gdn_bwd::View{}, pv.dw = gdn_bwd::View{}, pv.dg = gdn_bwd::View{};
-        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
-      });
+        return chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr);
+      };
     };
     if (profile) {
-      call(kDqkwgWgmmaCpAsync, false)();
-      call(kDqkwgWgmmaTma, false)();
+      EXPECT_EQ(call(kDqkwgWgmmaCpAsync, false)(), STRATA_SUCCESS);
+      EXPECT_EQ(call(kDqkwgWgmmaTma, false)(), STRATA_SUCCESS);
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return;
     }
     DqkwgParams pt = p;
     pt.mma_variant = kDqkwgWgmmaTma;
     EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pt));
-    const std::vector<double> ms = median_ms(
-        {call(kDqkwgWgmmaCpAsync, false), call(kDqkwgWgmmaTma, false), call(kDqkwgWgmmaCpAsync, true),
-         call(kDqkwgWgmmaTma, true)},
-        11);
+    std::vector<double> ms;
+    for (const int var : {kDqkwgWgmmaCpAsync, kDqkwgWgmmaTma, kDqkwgWgmmaCpAsync, kDqkwgWgmmaTma}) {
+      ms.push_back(gdn_test::time_ms(call(var, ms.size() >= 2)));
+      EXPECT_GT(ms.back(), 0.0);
+    }
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * K * 2 + 2.0 * B * NT * HV * K * K * 2 +
                        rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
-    std::printf("[gdn_dqkwg timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (median of 11): cp.async form %.3f ms "
+    std::printf("[gdn_dqkwg timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (median of 7): cp.async form %.3f ms "
                 "(%.0f GB/s of %.2f GB), copy-engine form %.3f ms (%.0f GB/s); without dv, dw, dg: %.3f / %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T), ms[0], gb / (ms[0] * 1e-3), gb, ms[1],
                 gb / (ms[1] * 1e-3), ms[2], ms[3]);

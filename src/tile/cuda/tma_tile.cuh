@@ -19,16 +19,12 @@
 
 namespace strata::cuda::tma {
 
-// Host: fills *m for the [B, T, heads, D] tensor at data (16-bit elements; strides in elements) with a box of
-// `rows` tokens x 8 columns. False if the view does not qualify (data not 16-byte aligned, a stride not a multiple
-// of 8 elements, a size or stride out of the copy engine's range) or the driver refuses it; the caller then takes a
-// path without tensor maps.
-inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
-                            int64_t st_b, int64_t st_t, int64_t st_h, int rows) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
+// Host: the driver's cuTensorMapEncodeTiled (fetched once; nullptr where the driver lacks it).
+using TiledEncode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline TiledEncode tiled_encoder() {
+  static const TiledEncode encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult q{};
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
@@ -36,8 +32,18 @@ inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t
       (void)cudaGetLastError();
       fn = nullptr;
     }
-    return reinterpret_cast<Encode>(fn);
+    return reinterpret_cast<TiledEncode>(fn);
   }();
+  return encode;
+}
+
+// Host: fills *m for the [B, T, heads, D] tensor at data (16-bit elements; strides in elements) with a box of
+// `rows` tokens x 8 columns. False if the view does not qualify (data not 16-byte aligned, a stride not a multiple
+// of 8 elements, a size or stride out of the copy engine's range) or the driver refuses it; the caller then takes a
+// path without tensor maps.
+inline bool encode_rows_map(CUtensorMap* m, const void* data, int64_t B, int64_t T, int64_t heads, int64_t D,
+                            int64_t st_b, int64_t st_t, int64_t st_h, int rows) {
+  const TiledEncode encode = tiled_encoder();
   if (encode == nullptr || (reinterpret_cast<uintptr_t>(data) & 15u) != 0) return false;
   if (B <= 0 || T <= 0 || heads <= 0 || D <= 0 || ((st_b | st_t | st_h) & 7) != 0 || st_b < 0 || st_t < 0 ||
       st_h < 0)
@@ -82,19 +88,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 // caller then takes a path without tensor maps).
 inline bool encode_sw128_map(CUtensorMap* m, const void* data, int rank, const int64_t* dims, const int64_t* st,
                              const uint32_t* box) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
+  const TiledEncode encode = tiled_encoder();
   if (encode == nullptr || rank < 2 || rank > 5 || (reinterpret_cast<uintptr_t>(data) & 15u) != 0 || box[0] != 64)
     return false;
   cuuint64_t d[5], s[4];
