@@ -1,11 +1,10 @@
 // chunk_bwd_dqkwg's warpgroup-MMA kernel, copy-engine form (kDqkwgWgmmaTma, the automatic choice since session 12):
 // dO, Vn, dV and the S, dS rows arrive by 128-byte-swizzled tensor-map boxes on mbarriers instead of cp.async into
 // core-matrix tiles. The products, epilogues and summation orders are those of the cp.async form
-// (kDqkwgWgmmaCpAsync), so every output must
-// have the same bits on the shapes the form takes (bf16, K = V = 128, chunk size 64, fixed length): partial last
-// chunks (rows past T zero-filled by the copy engine), variable length (rows past a sequence's end zeroed in
-// shared memory), G = 1, 2, 4, with and without gate / dv, blocks walking several items. The timing test compares the two
-// forms at the bench shapes (B = 4, T = 8192 and B = 1, T = 32768; H = 16, HV = 32).
+// (kDqkwgWgmmaCpAsync), so every output must have the same bits: partial last chunks (rows past T zero-filled by
+// the copy engine), variable length (rows past a sequence's end zeroed in shared memory), G = 1, 2, 4, with and
+// without gate / dv, blocks walking several items (bf16, K = V = 128, chunk size 64). GdnBwdCudaVariants.
+// DqkwgTimingWgmma times both forms at the bench shapes.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -13,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -142,66 +140,6 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(a[i]) : nan_count(a[i]), 0u) << names[i] << " " << case_str(c);
     }
     EXPECT_TRUE(b == pr.run(kDqkwgWgmmaTma)) << "repeat " << case_str(c);
-  }
-}
-
-// The bench shapes (bf16, H = 16, HV = 32, K = V = 128, inputs memset: bf16 0x3c3c, γ = 0): the cp.async form
-// against the copy-engine form, each with and without dv / dw / dγ. STRATA_DQKWG_PROFILE=1: one call of each form
-// at B = 4, T = 8192 and nothing else (for Nsight Compute).
-TEST(GdnDqkwgTma, TimingBenchShapes) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const char* prof = std::getenv("STRATA_DQKWG_PROFILE");
-  const bool profile = prof != nullptr && prof[0] == '1';
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, NT = T / 64, rows = B * T;
-    const int32_t bf = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * K * 2), dout(rows * HV * K * 2),
-        dv(rows * HV * K * 2), g(rows * HV * 4), h(B * NT * HV * K * K * 2), dh(B * NT * HV * K * K * 2),
-        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4);
-    for (Dev* x : {&q, &k, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    using gdn_test::states;
-    using gdn_test::tok;
-    DqkwgParams p;
-    Dims& d = p.d;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = K, d.N = B, d.NT = NT, d.BT = 64;
-    p.q = tok(q.p, bf, T, H, K), p.k = tok(k.p, bf, T, H, K), p.v = tok(v.p, bf, T, HV, K);
-    p.dout = tok(dout.p, bf, T, HV, K), p.dv = tok(dv.p, bf, T, HV, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.h = states(h.p, bf, NT, HV, K, K), p.dh = states(dh.p, bf, NT, HV, K, K);
-    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
-    p.dw = tok(dw.p, bf, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.scale = 0.0884f;
-    Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
-    auto call = [&](int var, bool lean) {
-      return [&, var, lean] {
-        DqkwgParams pv = p;
-        pv.mma_variant = var;
-        if (lean) pv.dv = gdn_bwd::View{}, pv.dw = gdn_bwd::View{}, pv.dg = gdn_bwd::View{};
-        return chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr);
-      };
-    };
-    if (profile) {
-      EXPECT_EQ(call(kDqkwgWgmmaCpAsync, false)(), STRATA_SUCCESS);
-      EXPECT_EQ(call(kDqkwgWgmmaTma, false)(), STRATA_SUCCESS);
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      return;
-    }
-    DqkwgParams pt = p;
-    pt.mma_variant = kDqkwgWgmmaTma;
-    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pt));
-    std::vector<double> ms;
-    for (const int var : {kDqkwgWgmmaCpAsync, kDqkwgWgmmaTma, kDqkwgWgmmaCpAsync, kDqkwgWgmmaTma}) {
-      ms.push_back(gdn_test::time_ms(call(var, ms.size() >= 2)));
-      EXPECT_GT(ms.back(), 0.0);
-    }
-    // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
-    const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * K * 2 + 2.0 * B * NT * HV * K * K * 2 +
-                       rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
-    std::printf("[gdn_dqkwg timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (median of 7): cp.async form %.3f ms "
-                "(%.0f GB/s of %.2f GB), copy-engine form %.3f ms (%.0f GB/s); without dv, dw, dg: %.3f / %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), ms[0], gb / (ms[0] * 1e-3), gb, ms[1],
-                gb / (ms[1] * 1e-3), ms[2], ms[3]);
-    std::fflush(stdout);
   }
 }
 
