@@ -116,4 +116,65 @@ __device__ __forceinline__ void load_blocks(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+
+// ---- session 12 (chunk_bwd_dqkwg's copy-engine form): 128-byte-swizzled boxes of 64 columns ----
+// Host: fills *m for a tensor of 16-bit elements at data with `rank` (2..5) dimensions dims[0..rank-1] (dims[0]
+// innermost, unit stride) and element strides st[0..rank-2] of dims 1..rank-1, box `box` (box[0] = 64: one
+// 128-byte row segment), CU_TENSOR_MAP_SWIZZLE_128B: the box lands as box rows of 128 bytes, 16-byte chunk c of
+// row r at chunk c ^ (r % 8) (shared destination 1024-byte aligned), the K-major layout that wgmma.cuh's
+// sw128_desc describes. Elements past dims are zero-filled. False where tma::encode_rows_map would be (the
+// caller then takes a path without tensor maps).
+inline bool encode_sw128_map(CUtensorMap* m, const void* data, int rank, const int64_t* dims, const int64_t* st,
+                             const uint32_t* box) {
+  const TiledEncode encode = tiled_encoder();
+  if (encode == nullptr || rank < 2 || rank > 5 || (reinterpret_cast<uintptr_t>(data) & 15u) != 0 || box[0] != 64)
+    return false;
+  cuuint64_t d[5], s[4];
+  cuuint32_t b[5], e[5];
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] <= 0 || dims[i] > (int64_t{1} << 32) || box[i] == 0 || box[i] > 256) return false;
+    d[i] = static_cast<cuuint64_t>(dims[i]), b[i] = box[i], e[i] = 1;
+  }
+  for (int i = 0; i + 1 < rank; ++i) {
+    if (st[i] < 0 || (st[i] & 7) != 0 || (st[i] == 0 && dims[i + 1] > 1)) return false;
+    s[i] = static_cast<cuuint64_t>(st[i] > 0 ? 2 * st[i] : 16);  // (stride 0 of a dimension of size 1: any)
+    if (s[i] >= (cuuint64_t{1} << 40)) return false;
+  }
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(data), d, s, b, e,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Device: the box at coordinates (c0, .., c4) of a 5-D map into shared byte address dst, completing on bar.
+__device__ __forceinline__ void load_box5(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3, int c4,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, "
+      "%6}], [%7];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
+// mbar_wait (bulk_copy.cuh) as one PTX loop: the compiler sees no loop around it, so that a kernel that waits
+// between warpgroup-MMA products keeps its accumulators in place (the C++ loop raised spills there). kBounded: a
+// phase that does not complete within 2^24 polls (a byte count that never arrives: a bug) traps instead of hanging
+// (one more register while it waits).
+template <bool kBounded>
+__device__ __forceinline__ void mbar_wait_ptx(uint32_t bar, uint32_t parity) {
+  if constexpr (kBounded)
+    asm volatile(
+        "{\n.reg .pred P1;\n.reg .u32 n;\nmov.u32 n, 0;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@P1 bra DONE;\nadd.u32 n, n, 1;\nsetp.lt.u32 P1, n, 16777216;\n@P1 bra WAIT;\ntrap;\nDONE:\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+  else
+    asm volatile(
+        "{\n.reg .pred P1;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@!P1 bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
 }  // namespace strata::cuda::tma

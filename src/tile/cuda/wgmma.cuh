@@ -200,4 +200,23 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
+// ---- session 12 (chunk_bwd_dqkwg's copy-engine form): 128-byte-swizzled K-major operands ----
+// A [kRows][kCols] tile (16-bit, K = the column) stored as kCols / 64 column blocks [kRows][64] one after another,
+// each the layout a SWIZZLE_128B copy-engine box of 64 columns writes (tma_tile.cuh's encode_sw128_map): rows of
+// 128 bytes, 16-byte chunk c of row r at chunk c ^ (r % 8), 8-row atoms of 1024 bytes (the tile 1024-byte
+// aligned). Descriptor advanced to the 16-column K step ks: column block ks / 4, start + 32 (ks % 4) bytes inside
+// the atom (the swizzle is applied by the hardware to the address bits, as for the copy engine), SBO = 1024 bytes
+// (the next 8 rows), LBO unused (encoded 1), layout type 1 (128-byte swizzle) in bits 62-63.
+template <int kRows>
+STRATA_HD constexpr uint64_t sw128_desc(uint32_t base, int ks) {
+  return make_desc(base + static_cast<uint32_t>(ks >> 2) * (kRows * 128u) + static_cast<uint32_t>(ks & 3) * 32u, 16u,
+                   1024u) |
+         (uint64_t{1} << 62);
+}
+// Byte offset of the 16-byte segment (row r, columns 8 cs..8 cs + 7) in such a tile.
+template <int kRows>
+STRATA_HD constexpr uint32_t sw128_seg(int r, int cs) {
+  return static_cast<uint32_t>((cs >> 3) * (kRows * 128) + r * 128 + (((cs & 7) ^ (r & 7)) << 4));
+}
+
 }  // namespace strata::cuda::wgmma

@@ -31,11 +31,14 @@ struct DqkwgParams {
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
   // the value heads in shared memory, two blocks per SM; the same bits) or kDqkwgWarps16 (16 warps, two stages;
   // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
-  // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm). Tests and timing
+  // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm; its copy-engine
+  // form where that applies: dO, Vn, dV, S, dS by 128-byte-swizzled tensor-map boxes; kDqkwgWgmmaTma the same),
+  // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12). Tests and timing
   // force them.
   int mma_variant = 0;
 };
-inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4;
+inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
+                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -61,6 +64,8 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
 // run the mma.sync kernel instead (hence its workspace size).
 std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p);
 size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
+// True when chunk_bwd_dqkwg_cuda_wgmma runs its copy-engine form for p (tests: that the form they time runs).
+bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p);
 int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stream);
 #endif
 

@@ -21,6 +21,7 @@
 // Every sum runs in a fixed order: the same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
+#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
 
@@ -58,8 +59,12 @@ constexpr uint32_t kQK = 64 * 128 * 2, kT = 128 * 64 * 2, kDsB = 64 * 64 * 2, kS
 constexpr uint32_t kTokB = 3 * kQK, oTDo = 0, oTVn = kQK, oTDv = 2 * kQK, kStage = 2 * kSq, oStS = 0, oStDS = kSq;
 constexpr uint32_t oRing = 2 * kTokB, oQ = oRing + kRing * kStage, oK = oQ + kQK, oQT = oK + kQK, oKT = oQT + kT,
                    oDs = oKT + kT, oDsT = oDs + kDsB, oF = oDsT + kDsB;
-constexpr size_t kSmem = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
+// Copy-engine form: mbarriers of the kRing stages and the two token buffers after the f32 values; the tiles at
+// 1024-byte aligned offsets (the 128-byte swizzle atoms; the kernel aligns its base, hence the 1 KiB of slack).
+constexpr uint32_t oBar = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
+constexpr size_t kSmem = oBar + (kRing + 2) * sizeof(uint64_t) + 1024;
 static_assert(kSmem <= 227 * 1024, "shared memory of one block");
+static_assert(kTokB % 1024 == 0 && kQK % 1024 == 0 && kSq % 1024 == 0 && oRing % 1024 == 0, "1024-byte atoms");
 
 __device__ __forceinline__ float bf(uint16_t b) { return bf16_bits_to_f32(b); }
 
@@ -141,10 +146,20 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
   else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
 }
 
+// Descriptor of the 16-column K step ks of a [kRows][128] operand (dO, Vn, dV: kRows = 64; S, dS rows: 32) at
+// shared byte address a: a K-major core-matrix tile (cp.async form) or two 128-byte-swizzled 64-column blocks
+// (copy-engine form, kTma). The same products either way: the same bits.
+template <bool kTma, int kRows>
+__device__ __forceinline__ uint64_t op_desc(uint32_t a, int ks) {
+  if constexpr (kTma) return wg::sw128_desc<kRows>(a, ks);
+  else return wg::tile_desc<128>(a, ks);
+}
+
 // Columns 32 q..32 q + 31 of an m64n128 accumulator d (its registers 16 q..16 q + 15) = A Bᵀ, V = 128 contracted in
-// 8 slices of 16 in increasing order (m64n32k16), A [64][128] and B [32][128] tile_off<128> tiles at shared byte
-// addresses a, b. q must be a compile-time constant after inlining (the step loop over q unrolled), so that the
-// slice is fixed registers.
+// 8 slices of 16 in increasing order (m64n32k16), A [64][128] and B [32][128] operand tiles (op_desc) at shared
+// byte addresses a, b. q must be a compile-time constant after inlining (the step loop over q unrolled), so that
+// the slice is fixed registers.
+template <bool kTma>
 __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a, uint32_t b) {
 #pragma unroll
   for (int qq = 0; qq < kQ; ++qq)
@@ -152,15 +167,22 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
       float(&part)[16] = *reinterpret_cast<float(*)[16]>(&d[16 * qq]);
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks)
-        wg::mma_ss<Bf, 32>(part, wg::tile_desc<128>(a, ks), wg::tile_desc<128>(b, ks), ks != 0);
+        wg::mma_ss<Bf, 32>(part, op_desc<kTma, 64>(a, ks), op_desc<kTma, 32>(b, ks), ks != 0);
     }
 }
+
+// Tensor maps of the copy-engine form (128-byte-swizzled boxes of 64 columns): dO, Vn, dV as (V, HV, T, B) with
+// boxes of 64 tokens, h, dh as (V, K, HV, NT, B) with boxes of 32 rows of K.
+struct DqkwgMaps {
+  CUtensorMap dout, v, dv, h, dh;
+};
 
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
 // items blockIdx.x + k gridDim.x, k < mine, each in `steps` = kQ G steps (global step gs = k steps + s).
 struct Ctx {
   const DqkwgParams& p;
   const int64_t* offs;
+  const DqkwgMaps* maps;  // (copy-engine form)
   unsigned char* smem;
   uint32_t sb;  // shared byte address of smem
   int64_t mine;
@@ -169,16 +191,35 @@ struct Ctx {
   __device__ int64_t item_of(int64_t k) const { return blockIdx.x + k * static_cast<int64_t>(gridDim.x); }
   __device__ ChunkAt chunk_of(int64_t k) const { return chunk_at(p.d, offs, item_of(k) / p.d.H); }
   __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
+  // mbarrier i of the copy-engine form: stage i < kRing, token buffer i - kRing
+  __device__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(smem + oBar) + i; }
+};
+
+// Copy-engine form: the phase parity each thread expects next of every mbarrier (bit i of bits), flipped by each
+// wait (every stage and token buffer completes once per use, in use order). The ds group waits first, bounded (a
+// bug traps rather than hangs); the dq / dk groups wait after it, at the next block barrier, unbounded (their
+// phases are complete by then; the bound's register would cost them spills).
+template <bool kBounded>
+struct Phases {
+  uint32_t bits = 0;
+  __device__ __forceinline__ void wait(const Ctx& x, int i) {
+    ::strata::cuda::tma::mbar_wait_ptx<kBounded>(x.sb + oBar + 8u * static_cast<uint32_t>(i), (bits >> i) & 1u);
+    bits ^= 1u << i;
+  }
 };
 
 // The ds group's load cursors: states() requests the S, dS rows of the next step (item k, step s, its stage; the
 // item's chunk L and the first element of its S, dS (value head h G) set once per item), tokens() the dO, Vn, dV
 // of the next value head (item kt, value head gt, buffer bt; with the item's q, k at its first head). Each call
 // site commits one cp.async group per thread (empty past the block's last item).
+// Copy-engine form (kTma): thread t = 0 of the group announces the bytes on the stage's / buffer's mbarrier and
+// issues the boxes (two 64-column halves per tensor); q, k stay cp.async (their tiles are transposed by ldmatrix).
+template <bool kTma>
 struct Loader {
   int64_t k = 0;
   int s = 0, stage = 0, L = 0;
   const uint16_t *hs = nullptr, *dhs = nullptr;
+  int cb = 0, chc = 0, chv = 0;  // (copy-engine form: the item's batch row, chunk and first value head)
   int64_t kt = 0;
   int gt = 0, bt = 0;
   __device__ __forceinline__ void load_qk(const Ctx& x, int t, const ChunkAt& c, int64_t h) const {
@@ -194,14 +235,34 @@ struct Loader {
         const ChunkAt c = x.chunk_of(k);
         const int64_t hv0 = x.head_of(k) * p.d.G;
         L = c.L;  // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
-        hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, 0);
-        dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, 0);
+        if constexpr (kTma) {
+          cb = static_cast<int>(c.b), chc = static_cast<int>(c.hc), chv = static_cast<int>(hv0);
+        } else {
+          hs = static_cast<const uint16_t*>(p.h.p) + p.h.off(c.b, c.hc, hv0, 0);
+          dhs = static_cast<const uint16_t*>(p.dh.p) + p.dh.off(c.b, c.hc, hv0, 0);
+        }
       }
       const int64_t g = s / kQ, r0 = 32 * (s % kQ);
       const uint32_t st = x.sb + oRing + static_cast<uint32_t>(stage) * kStage;
-      const int srows = L > 0 ? 32 : 0;
-      load128<32>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
-      load128<32>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
+      if constexpr (kTma) {  // (the host takes this form only where every chunk is present: L > 0)
+        if (t == 0) {
+          const uint32_t bar = ::strata::cuda::smem_u32(x.bar(stage));
+          wg::fence_proxy_async();  // the previous readers' generic reads (⟨S, dS⟩) before the async writes
+          ::strata::cuda::mbar_arrive_expect_tx(x.bar(stage), kStage);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            namespace tma = ::strata::cuda::tma;
+            tma::load_box5(st + oStS + hf * (kSq / 2), &x.maps->h, 64 * hf, static_cast<int>(r0),
+                           chv + static_cast<int>(g), chc, cb, bar);
+            tma::load_box5(st + oStDS + hf * (kSq / 2), &x.maps->dh, 64 * hf, static_cast<int>(r0),
+                           chv + static_cast<int>(g), chc, cb, bar);
+          }
+        }
+      } else {
+        const int srows = L > 0 ? 32 : 0;
+        load128<32>(t, st + oStS, hs + g * p.h.s[2] + r0 * p.h.s[3], p.h.s[3], srows);
+        load128<32>(t, st + oStDS, dhs + g * p.dh.s[2] + r0 * p.dh.s[3], p.dh.s[3], srows);
+      }
       if (++s == x.steps) s = 0, ++k;
       if (++stage == kRing) stage = 0;
     }
@@ -213,10 +274,28 @@ struct Loader {
       const ChunkAt c = x.chunk_of(kt);
       const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
       const uint32_t b = x.sb + static_cast<uint32_t>(bt) * kTokB;
-      load128<64>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1], c.L);
-      load128<64>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
-      if (x.want_dw)
-        load128<64>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
+      if constexpr (kTma) {
+        if (t == 0) {
+          uint64_t* const bp = x.bar(kRing + bt);
+          const uint32_t bar = ::strata::cuda::smem_u32(bp);
+          wg::fence_proxy_async();
+          ::strata::cuda::mbar_arrive_expect_tx(bp, (x.want_dw ? 3u : 2u) * kQK);
+          const int ih = static_cast<int>(hv), it0 = static_cast<int>(c.t0), ib = static_cast<int>(c.b);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            namespace tma = ::strata::cuda::tma;
+            tma::load_box(b + oTDo + hf * (kQK / 2), &x.maps->dout, 64 * hf, ih, it0, ib, bar);
+            tma::load_box(b + oTVn + hf * (kQK / 2), &x.maps->v, 64 * hf, ih, it0, ib, bar);
+            if (x.want_dw) tma::load_box(b + oTDv + hf * (kQK / 2), &x.maps->dv, 64 * hf, ih, it0, ib, bar);
+          }
+        }
+      } else {
+        load128<64>(t, b + oTDo, static_cast<const uint16_t*>(p.dout.p) + p.dout.off(c.b, c.t0, hv), p.dout.s[1],
+                    c.L);
+        load128<64>(t, b + oTVn, static_cast<const uint16_t*>(p.v.p) + p.v.off(c.b, c.t0, hv), p.v.s[1], c.L);
+        if (x.want_dw)
+          load128<64>(t, b + oTDv, static_cast<const uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0, hv), p.dv.s[1], c.L);
+      }
       if (gt == 0) load_qk(x, t, c, h);
       if (++gt == p.d.G) gt = 0, ++kt;
       bt ^= 1;
@@ -226,7 +305,7 @@ struct Loader {
 
 // The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
 // value head, dq / dk out per item.
-template <int kRole>
+template <bool kTma, int kRole>
 __device__ __forceinline__ void run_dqk(const Ctx& x) {
   constexpr bool kDq = kRole == kRoleDq;
   const DqkwgParams& p = x.p;
@@ -242,6 +321,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = sum[i] = 0.f;
   int stage = 0, hb = 0;  // ring stage of this step, token buffer of this value head
+  Phases<false> ph;
   for (int64_t k = 0; k < x.mine; ++k) {
     for (int g = 0; g < x.p.d.G; ++g)
 #pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
@@ -253,12 +333,16 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
         wg::fence_proxy_async();
         wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
       }
+      if constexpr (kTma) {  // (complete already: the ds group waited before the barrier; this thread observes it)
+        ph.wait(x, stage);
+        if (q == 0) ph.wait(x, kRing + hb);
+      }
       const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
       if (++stage == kRing) stage = 0;
       wg::reg_fence(acc);
       wg::wg_fence();
       // columns 32 q.. of dQh (dO S_qᵀ) or dKh (Vn dS_qᵀ)
-      slice_product(acc, q, sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), st + (kDq ? oStS : oStDS));
+      slice_product<kTma>(acc, q, sb + static_cast<uint32_t>(hb) * kTokB + (kDq ? oTDo : oTVn), st + (kDq ? oStS : oStDS));
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
@@ -322,6 +406,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
 // per value head (Ds out to shared memory, dw, dγ).
+template <bool kTma>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
@@ -331,7 +416,8 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  Loader ld;
+  Loader<kTma> ld;
+  Phases<true> ph;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
@@ -357,11 +443,41 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       // This step's group is complete (the younger one, step s + 1's, may be in flight; the token group of this
       // value head is older).
       ::strata::cuda::cp_async_wait<kRing - 2>();
+      if constexpr (kTma) {  // this step's S, dS rows (and at its first step the value head's tokens) landed
+        ph.wait(x, stage);
+        if (q == 0) {
+          ph.wait(x, kRing + hb);
+          // Rows L.. of a partial chunk: zeros, as the cp.async form's zero fill (the boxes read the next packed
+          // sequence's tokens there; rows past T come zero-filled already): 8 16-byte pieces per 128-byte row of
+          // each 64-column half of dO, Vn, dV (fenced for the products with the stage below).
+          // (unrolled, predicated: a loop here costs the products their register allocation, ptxas C7511)
+          if (c.L < 64) {
+            unsigned char* const tb = x.smem + static_cast<uint32_t>(hb) * kTokB + (t & 7) * 16;
+#pragma unroll
+            for (int pass = 0; pass < 4; ++pass) {
+              const int r = c.L + 16 * pass + (t >> 3);
+              if (r < 64)
+#pragma unroll
+                for (int half = 0; half < 6; ++half)
+                  *reinterpret_cast<uint4*>(tb + half * (kQK / 2) + r * 128) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+      }
       wg::fence_proxy_async();
       wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
       if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
       const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
       if (++stage == kRing) stage = 0;
+      // The loads: step gs + 2's rows into the stage the previous step used, at q = 0 the next value head into the
+      // buffer the previous head used (cp.async form: while this group's products run; copy-engine form: before
+      // them, so that the issuing thread's addressing is not live across the asynchronous products).
+      auto issue_loads = [&] {
+        ld.states(x, t);
+        if (q == 0) ld.tokens(x, t);
+        ::strata::cuda::cp_async_commit();
+      };
+      if constexpr (kTma) issue_loads();
       wg::reg_fence(dw), wg::reg_fence(ds);
       wg::wg_fence();
       {  // Ds: V slices 2 q, 2 q + 1 of dO Vnᵀ; dW: columns 32 q.. (dV S_qᵀ)
@@ -369,17 +485,13 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 #pragma unroll
         for (int k2 = 0; k2 < 2; ++k2) {
           const int ks = 2 * q + k2;
-          wg::mma_ss<Bf, 64>(ds, wg::tile_desc<128>(tb + oTDo, ks), wg::tile_desc<128>(tb + oTVn, ks), ks != 0);
+          wg::mma_ss<Bf, 64>(ds, op_desc<kTma, 64>(tb + oTDo, ks), op_desc<kTma, 64>(tb + oTVn, ks), ks != 0);
         }
         // (without dv the dW product runs on a stale buffer and is not stored: no branch between the products)
-        slice_product(dw, q, tb + oTDv, st + oStS);
+        slice_product<kTma>(dw, q, tb + oTDv, st + oStS);
       }
       wg::wg_commit();
-      {  // (the loads are issued while this group's products run)
-        ld.states(x, t);              // step gs + 2's rows, into the stage the previous step used
-        if (q == 0) ld.tokens(x, t);  // the next value head, into the buffer the previous head used
-        ::strata::cuda::cp_async_commit();
-      }
+      if constexpr (!kTma) issue_loads();
       // While the products run: this head's γ (requested at its first step, stored at the second, so that the
       // load's latency overlaps a step), ⟨S, dS⟩ over this stage (the same layout for both tiles).
       if (q == 0) {
@@ -395,9 +507,11 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       if (x.want_dg) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int e = (t + 128 * j) * 8;
-          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStS + 2 * e);
-          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStDS + 2 * e);
+          // 16-byte segment (row 8 j + t % 8, columns 8 (t / 8)..) of both tiles, in either layout: the same
+          // elements in the same order (the same bits in both forms)
+          const uint32_t e = kTma ? wg::sw128_seg<32>(8 * j + (t & 7), t >> 3) : static_cast<uint32_t>(t + 128 * j) * 16u;
+          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStS + e);
+          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStDS + e);
           const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
@@ -452,34 +566,90 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   }
 }
 
+// kTma: the copy-engine form (dO, Vn, dV, S, dS by 128-byte-swizzled boxes on mbarriers; maps used only there).
+template <bool kTma>
 __global__ void __launch_bounds__(kThr, 1)
-    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items) {
+    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // (the 128-byte swizzle atoms need 1024-byte alignment: kSmem has the slack)
+  unsigned char* const smem = smem_raw + ((1024u - (::strata::cuda::smem_u32(smem_raw) & 1023u)) & 1023u);
   const int64_t mine = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  const Ctx x{p, offs, smem, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), mine,
+  const Ctx x{p, offs, &maps, smem, ::strata::cuda::smem_u32(smem), mine,
               static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
+  if constexpr (kTma) {
+    if (threadIdx.x == 0)
+      for (int i = 0; i < kRing + 2; ++i) ::strata::cuda::mbar_init(x.bar(i), 1);
+    __syncthreads();
+  }
   const int role = threadIdx.x >> 7;
   // Registers (2 kRegsDqk + kRegsDs = 3 x 168): the dq and dk groups hold 128 accumulators a thread, the ds group
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds(x);
+    run_ds<kTma>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
-    if (role == kRoleDq) run_dqk<kRoleDq>(x);
-    else run_dqk<kRoleDk>(x);
+    if (role == kRoleDq) run_dqk<kTma, kRoleDq>(x);
+    else run_dqk<kTma, kRoleDk>(x);
   }
 #endif
 }
 
 bool aligned16(const View& v) { return (reinterpret_cast<uintptr_t>(v.p) & 15u) == 0; }
+
+// The copy-engine form's tensor maps, where it applies: every chunk of a fixed-length batch present in h, dh (the
+// form loads the S, dS rows of every item), coordinates within int, the driver's encoder available. False: the
+// cp.async form.
+bool make_maps(const DqkwgParams& p, bool want_dw, DqkwgMaps* m) {
+  const Dims& d = p.d;
+  if ((!d.varlen() && d.NT < d.chunks_per_row()) || d.T > (int64_t{1} << 30) || d.B > (int64_t{1} << 30) ||
+      d.NT > (int64_t{1} << 30))
+    return false;
+  namespace tma = ::strata::cuda::tma;
+  auto tok = [&](CUtensorMap* x, const View& v) {
+    const int64_t dims[4] = {128, d.HV, d.T, d.B}, st[3] = {v.s[2], v.s[1], v.s[0]};
+    const uint32_t box[4] = {64, 1, 64, 1};
+    return tma::encode_sw128_map(x, v.p, 4, dims, st, box);
+  };
+  auto state = [&](CUtensorMap* x, const View& v) {
+    const int64_t dims[5] = {128, 128, d.HV, d.NT, d.B}, st[4] = {v.s[3], v.s[2], v.s[1], v.s[0]};
+    const uint32_t box[5] = {64, 32, 1, 1, 1};
+    return tma::encode_sw128_map(x, v.p, 5, dims, st, box);
+  };
+  return tok(&m->dout, p.dout) && tok(&m->v, p.v) && (!want_dw || tok(&m->dv, p.dv)) && state(&m->h, p.h) &&
+         state(&m->dh, p.dh);
+}
+
+template <bool kTma>
+int kernel_regs() {
+  static const int regs = [] {
+    cudaFuncAttributes fa{};
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma>) == cudaSuccess ? fa.numRegs : 0;
+  }();
+  return regs;
+}
+
 // Column pairs stored by one 4-byte (16-bit) or 8-byte (f32) access: even row strides, pointer aligned to a pair.
 bool pair_aligned(const View& v) {
   const uintptr_t a = v.dtype == STRATA_DTYPE_F32 ? 8u : 4u;
   return (reinterpret_cast<uintptr_t>(v.p) & (a - 1)) == 0 && ((v.s[0] | v.s[1] | v.s[2]) & 1) == 0;
+}
+// Inputs 16-byte aligned, outputs aligned to a column pair (else the mma.sync kernel runs).
+bool views_aligned(const DqkwgParams& p) {
+  bool ok = true;
+  for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
+  for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
+  return ok;
+}
+
+// The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
+// the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
+bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
+  return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_regs<true>() == kRegsLaunch &&
+         make_maps(p, p.dw.present() && p.dv.present(), maps);
 }
 
 }  // namespace
@@ -502,6 +672,11 @@ std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p) {
   return "";
 }
 
+bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p) {
+  DqkwgMaps maps{};
+  return chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty() && views_aligned(p) && copy_engine_form(p, &maps);
+}
+
 // Workspace: the chunk offsets (the kernel's only use), or the mma.sync kernel's when it runs instead (unaligned).
 size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const Dims& d) { return chunk_bwd_dqkwg_cuda_mma_workspace(d); }
 
@@ -510,15 +685,11 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.wgmma: {}", why);
   // Inputs not 16-byte aligned or outputs not aligned to a column pair (views at odd offsets): the mma.sync
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
-  // setmaxnreg split assumes (kRegsLaunch).
-  static const int regs = [] {
-    cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel) == cudaSuccess ? fa.numRegs : 0;
-  }();
-  bool ok = regs == kRegsLaunch;
-  for (const View* v : {&p.q, &p.k, &p.v, &p.dout, &p.h, &p.dh, &p.dv}) ok = ok && (!v->present() || aligned16(*v));
-  for (const View* v : {&p.dq, &p.dk, &p.dw}) ok = ok && (!v->present() || pair_aligned(*v));
-  if (!ok) {
+  // setmaxnreg split assumes (kRegsLaunch). The copy-engine form where make_maps accepts p (unless mma_variant =
+  // kDqkwgWgmmaCpAsync), else the cp.async form.
+  DqkwgMaps maps{};
+  const bool tma = views_aligned(p) && copy_engine_form(p, &maps);
+  if (!tma && !(views_aligned(p) && kernel_regs<false>() == kRegsLaunch)) {
     DqkwgParams pm = p;
     pm.mma_variant = kDqkwgTwoPerSm;
     return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);
@@ -530,14 +701,14 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(dqkwg_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmem)));
+  auto kernel = tma ? dqkwg_wgmma_kernel<true> : dqkwg_wgmma_kernel<false>;
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  dqkwg_wgmma_kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items);
-  return cuda::check_launch("chunk_bwd_dqkwg (wgmma)");
+  kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps);
+  return cuda::check_launch(tma ? "chunk_bwd_dqkwg (wgmma, copy engine)" : "chunk_bwd_dqkwg (wgmma)");
 }
 
 }  // namespace strata::linear_attn
