@@ -464,7 +464,10 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
           }
         }
       }
-      wg::fence_proxy_async();
+      // Generic-proxy writes that the products read: the cp.async form's loads, the zero fill of a partial chunk. The
+      // copy engine's writes are async-proxy already: that form fences only after a zero fill (session 13: the
+      // per-step fence, a MEMBAR of this group's outstanding stores, cost ~2 % at the bench shape).
+      if (!kTma || (q == 0 && c.L < 64)) wg::fence_proxy_async();
       wg::bar_sync(kBarAll, kThr);  // this stage visible to all; the previous step's readers are done
       if (s == 0) wg::bar_sync(kBarAll, kThr);  // the dq and dk groups' transposes of q, k into Qᵀ, Kᵀ
       const uint32_t st = sb + oRing + static_cast<uint32_t>(stage) * kStage;
