@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -582,6 +583,108 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
   }
 }
 
+// Gate-before-norm backward with dweight / dbias over rows [r0, r1) of one block (direct rows: unit column
+// strides, no residual, no dresidual_out; groups of whole 64-byte lines of TX, G % LineElems == 0). BwdRowDirect
+// read-modified-wrote the block's two f32 partial rows (dweight, dbias: 2 D floats) once per row; at D = 5120 they,
+// the two f32 scratch rows of act(z) / act'(z) and the row's inputs (~100 KiB a row) do not stay in L1, so every
+// vector of the partial rows went to L2 and back with each row. Here the rows go in sub-blocks of `sub` rows:
+// phase A (per row, BwdRowDirect's pass A without the partial rows) keeps act(z), act'(z) of every row of the
+// sub-block (f32 rows, ~0.4 MiB in all: in L2) and each group's mean; phase B walks the columns one 64-byte line
+// of TX at a time down the sub-block's rows, writing dx / dz (whole lines, as the non-temporal stores want) and
+// adding the dweight / dbias terms in registers, read from and written to the partial rows once per sub-block.
+// The same operations in the same order (the partial rows still add the rows' terms in row order; pass B's
+// formulas are BwdRowDirect's), so the same bits as BwdRowDirect. rows: scratch of 2 sub D floats; means: sub ng.
+template <bool kStream, bool kNative, class TX>
+void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, int64_t sub, const float* HWY_RESTRICT w,
+                       float inv_g, float* HWY_RESTRICT bw, float* HWY_RESTRICT bb, float* HWY_RESTRICT rows,
+                       float* HWY_RESTRICT means) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  // Vectors per 64-byte line of TX (the phase-B column step): 2 for bf16 on AVX-512, 4 on AVX2.
+  constexpr int64_t kV = std::max<int64_t>(1, 64 / static_cast<int64_t>(sizeof(TX) * hn::MaxLanes(DF())));
+  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
+  const int64_t D = p.D, G = p.group, ng = D / G;
+  const int32_t act = p.act;
+  const float* rstd = static_cast<const float*>(p.rstd);
+  auto x_of = [&](int64_t r) { return static_cast<const TX*>(p.x) + p.x_rows.row_offset(r); };
+  auto dy_of = [&](int64_t r) { return static_cast<const TX*>(p.dy) + p.dy_rows.row_offset(r); };
+  for (int64_t s0r = r0; s0r < r1; s0r += sub) {
+    const int64_t nr = std::min(sub, r1 - s0r);
+    // Phase A: act(z), act'(z) into the rows' scratch, the groups' means (DotF32's order, as BwdRowDirect).
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t r = s0r + i;
+      const TX* xr = x_of(r);
+      const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
+      const TX* dyr = dy_of(r);
+      const float* rsr = rstd + p.rstd_rows.row_offset(r);
+      float* HWY_RESTRICT sa = rows + 2 * i * D;
+      float* HWY_RESTRICT sg = sa + D;
+      for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
+        const VF vr = hn::Set(df, rsr[g * p.rstd_rows.col_stride]);
+        auto pass_a = [&](int64_t k, VF& nv, VF& dn) {
+          VF ag;
+          const VF xv = tv::LoadF32(df, xr + k), dyv = tv::LoadF32(df, dyr + k);
+          const VF av = Act<TX>(df, act, tv::LoadF32(df, zr + k), &ag);
+          nv = hn::Mul(hn::Mul(xv, av), vr);
+          dn = hn::Mul(dyv, hn::LoadU(df, w + k));
+          hn::StoreU(av, df, sa + k);
+          hn::StoreU(ag, df, sg + k);
+        };
+        VF a0 = hn::Zero(df), a1 = hn::Zero(df), n0, d0, n1, d1;
+        int64_t k = j0;
+        for (; k + 2 * N <= j0 + G; k += 2 * N) {
+          tv::PrefetchAhead<kStep2>(xr + k);
+          tv::PrefetchAhead<kStep2>(zr + k);
+          tv::PrefetchAhead<kStep2>(dyr + k);
+          pass_a(k, n0, d0);
+          pass_a(k + N, n1, d1);
+          a0 = hn::MulAdd(d0, n0, a0);
+          a1 = hn::MulAdd(d1, n1, a1);
+        }
+        for (; k + N <= j0 + G; k += N) {
+          pass_a(k, n0, d0);
+          a0 = hn::MulAdd(d0, n0, a0);
+        }
+        means[i * ng + g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) * inv_g;
+      }
+    }
+    // Phase B: one line of columns down the sub-block's rows.
+    for (int64_t c = 0; c < D; c += kV * N) {
+      const int64_t g = c / G;
+      VF aw[kV], ab[kV], wv[kV];
+      for (int64_t v = 0; v < kV; ++v) {
+        aw[v] = hn::LoadU(df, bw + c + v * N);
+        ab[v] = hn::LoadU(df, bb + c + v * N);
+        wv[v] = hn::LoadU(df, w + c + v * N);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = s0r + i;
+        const float rs = rstd[p.rstd_rows.row_offset(r) + g * p.rstd_rows.col_stride];
+        const VF vr = hn::Set(df, rs), vm = hn::Set(df, means[i * ng + g]);
+        const TX* x = x_of(r) + c;
+        const TX* dy = dy_of(r) + c;
+        const float* sa = rows + 2 * i * D + c;
+        const float* sg = sa + D;
+        TX* dx = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r) + c;
+        TX* dz = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r) + c;
+        for (int64_t v = 0; v < kV; ++v) {
+          const VF av = hn::LoadU(df, sa + v * N), xv = tv::LoadF32(df, x + v * N), dyv = tv::LoadF32(df, dy + v * N);
+          const VF nv = hn::Mul(hn::Mul(xv, av), vr);
+          const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, hn::Mul(dyv, wv[v])));
+          tv::StoreOut<kStream, kNative>(df, hn::Mul(d, av), dx + v * N);
+          tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(d, xv), hn::LoadU(df, sg + v * N)), dz + v * N);
+          aw[v] = hn::MulAdd(dyv, nv, aw[v]);
+          ab[v] = hn::Add(ab[v], dyv);
+        }
+      }
+      for (int64_t v = 0; v < kV; ++v) {
+        hn::StoreU(aw[v], df, bw + c + v * N);
+        hn::StoreU(ab[v], df, bb + c + v * N);
+      }
+    }
+  }
+}
+
 template <class TX, bool kNative = false>
 void BwdRows(const RmsNormGatedBwdParams& p) {
   const DF df;
@@ -602,7 +705,37 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   // Rows that BwdRowDirect takes (unit column strides, no residual, no dresidual_out).
   const bool direct = !p.residual && !p.dres_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
+  // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, groups of whole lines, rows of at least 1024 features
+  // (shorter rows keep their partial rows in L1 with BwdRowDirect). Sub-blocks of rows whose scratch and inputs
+  // (2 f32 rows + 2 rows of TX re-read in phase B) take about 384 KiB.
+  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(TX));
+  // TEMPORARY (session 13 A/B on the GPU host's Xeon, removed before the branch's last commit):
+  // STRATA_RNG_BWD_BLOCKED=0 keeps these rows on BwdRowDirect (the same bits either way).
+  const char* blk_env = std::getenv("STRATA_RNG_BWD_BLOCKED");
+  const bool blocked = direct && !nbg && want_wb && D >= 1024 && G > 0 && G % kLineElems == 0 && G % N == 0 &&
+                       !(blk_env && blk_env[0] == '0');
+  const int64_t sub =
+      blocked ? std::clamp<int64_t>((384 << 10) / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1, block) : 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (blocked) {
+      float* bw = pw + (r0 / block) * D;
+      float* bb = pb + (r0 / block) * D;
+      std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
+      float* rows = ThreadRows(2 * sub * D + sub * ng);
+      float* means = rows + 2 * sub * D;
+      // Non-temporal stores need whole 16-byte-or-wider vectors at every row start of both outputs.
+      bool st = stream && hn::Lanes(df) * sizeof(TX) >= 16;
+      for (int64_t r = r0; r < r1 && st; ++r)
+        st = tv::StreamAligned(df, static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r)) &&
+             tv::StreamAligned(df, static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r));
+      if (st) {
+        BwdRowsGbnBlocked<true, kNative, TX>(p, r0, r1, sub, w.data(), inv_g, bw, bb, rows, means);
+        hwy::FlushStream();
+      } else {
+        BwdRowsGbnBlocked<false, kNative, TX>(p, r0, r1, sub, w.data(), inv_g, bw, bb, rows, means);
+      }
+      return;
+    }
     if (direct) {
       float* scratch = ThreadRows(2 * G);
       const float* rstd = static_cast<const float*>(p.rstd);
