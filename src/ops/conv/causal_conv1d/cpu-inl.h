@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cpu/isa.h"
@@ -773,13 +772,7 @@ template <class T, bool kNative>
 void Backward(const Conv1dParams& p, float* partials) {
   const int64_t tpr = tiles_per_row(p, kTimeTile);
   const int64_t tiles = p.B * tpr;
-  // TEMPORARY (session 13 A/B on the GPU host's Xeon; removed with the losers before the branch's last commit):
-  // STRATA_CONV_BWD_VARIANT 0 = as before, 1 = no next-item prefetch, 2 = the item after next prefetched,
-  // 3 = items of kBwdChan / 2 channels. Prefetches and the chunk width change no result.
-  const char* var_env = std::getenv("STRATA_CONV_BWD_VARIANT");
-  const int var = var_env ? std::atoi(var_env) : 0;
-  const int64_t chan = var == 3 ? kBwdChan / 2 : kBwdChan;
-  const int64_t chunks = (p.D + chan - 1) / chan;
+  const int64_t chunks = (p.D + kBwdChan - 1) / kBwdChan;
   const bool stream = Streams<T>(p);
   const auto staged = StageWeights(p);
   // Blocks of one time tile (all its chunks): one scratch allocation (0.8 MiB) per block.
@@ -788,12 +781,11 @@ void Backward(const Conv1dParams& p, float* partials) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
-      const int64_t c0 = chunk * chan;
+      const int64_t c0 = chunk * kBwdChan;
       sc[0].wt = staged.get() + c0;
       sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
-      RegionPrefetch pf = var == 1 ? RegionPrefetch{}
-                                   : NextItemRegion<T>(p, i + (var == 2 ? 2 : 1), tiles * chunks, chunks, chan, p.dy, p.dys);
-      BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(chan, p.D - c0), sc[0],
+      RegionPrefetch pf = NextItemRegion<T>(p, i + 1, tiles * chunks, chunks, kBwdChan, p.dy, p.dys);
+      BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
                           partials, stream, pf);
     }
     if (stream) hwy::FlushStream();

@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -459,6 +458,34 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // ------------------------------------------------------------------------------------------------------
 // Backward.
 
+// Pass A's loop over the vectors of [k0, k1) in DotF32's order (vector pairs into a0 / a1, a lone last vector into
+// a0), prefetching x, z and dy one line per pair (a whole 64-byte line for bf16 / f16 on AVX-512; a per-vector
+// prefetch of half a line needs a test and a branch): pass(k, nv, dn) forms vector k's factors of the dot product.
+// Returns the lane sum of sum_k dn nv and sets *kend to the first element after the whole vectors.
+template <class TX, class PassA>
+HWY_INLINE float PassADot(const TX* x, const TX* z, const TX* dy, int64_t k0, int64_t k1, int64_t* kend, PassA&& pass) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), n0, d0, n1, d1;
+  int64_t k = k0;
+  for (; k + 2 * N <= k1; k += 2 * N) {
+    tv::PrefetchAhead<kStep2>(x + k);
+    tv::PrefetchAhead<kStep2>(z + k);
+    tv::PrefetchAhead<kStep2>(dy + k);
+    pass(k, n0, d0);
+    pass(k + N, n1, d1);
+    a0 = hn::MulAdd(d0, n0, a0);
+    a1 = hn::MulAdd(d1, n1, a1);
+  }
+  for (; k + N <= k1; k += N) {
+    pass(k, n0, d0);
+    a0 = hn::MulAdd(d0, n0, a0);
+  }
+  *kend = k;
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+}
+
 // One backward row with unit column strides, no residual and no dresidual_out, straight from storage. Per
 // group: pass A reads x, z, dy once from memory (prefetched), forms act(z), act'(z), the normalized value nrm,
 // dn = d(loss)/d(nrm), their dot product, the dweight / dbias terms (into the block's partial rows bw / bb)
@@ -478,9 +505,6 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
                              float* HWY_RESTRICT bb, float* HWY_RESTRICT scratch) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  // One prefetch per input and vector pair: a whole 64-byte line for bf16 / f16 on AVX-512 (a per-vector
-  // prefetch of half a line needs a test and a branch).
-  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
   const bool want_wb = bw != nullptr;
   float* HWY_RESTRICT s0 = scratch;      // nrm (norm-before-gate) or act(z)
   float* HWY_RESTRICT s1 = scratch + G;  // dn (norm-before-gate) or act'(z)
@@ -519,23 +543,8 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
         hn::StoreU(hn::Add(hn::LoadU(df, bb + j0 + k), dterm), df, bb + j0 + k);
       }
     };
-    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-    int64_t k = 0;
-    VF n0, d0, n1, d1;
-    for (; k + 2 * N <= G; k += 2 * N) {  // DotF32's order
-      tv::PrefetchAhead<kStep2>(x + k);
-      tv::PrefetchAhead<kStep2>(z + k);
-      tv::PrefetchAhead<kStep2>(dy + k);
-      pass_a(k, n0, d0);
-      pass_a(k + N, n1, d1);
-      a0 = hn::MulAdd(d0, n0, a0);
-      a1 = hn::MulAdd(d1, n1, a1);
-    }
-    for (; k + N <= G; k += N) {
-      pass_a(k, n0, d0);
-      a0 = hn::MulAdd(d0, n0, a0);
-    }
-    float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    int64_t k;
+    float dot = PassADot(x, z, dy, 0, G, &k, pass_a);
     for (; k < G; ++k) {
       const float zk = to_f32(z[k]), xk = to_f32(x[k]), gk = to_f32(dy[k]);
       const float a = ActS(act, zk), ag = ActGradS(act, zk);
@@ -602,7 +611,6 @@ void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, i
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   // Vectors per 64-byte line of TX (the phase-B column step): 2 for bf16 on AVX-512, 4 on AVX2.
   constexpr int64_t kV = std::max<int64_t>(1, 64 / static_cast<int64_t>(sizeof(TX) * hn::MaxLanes(DF())));
-  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
   const int64_t D = p.D, G = p.group, ng = D / G;
   const int32_t act = p.act;
   const float* rstd = static_cast<const float*>(p.rstd);
@@ -630,22 +638,8 @@ void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, i
           hn::StoreU(av, df, sa + k);
           hn::StoreU(ag, df, sg + k);
         };
-        VF a0 = hn::Zero(df), a1 = hn::Zero(df), n0, d0, n1, d1;
-        int64_t k = j0;
-        for (; k + 2 * N <= j0 + G; k += 2 * N) {
-          tv::PrefetchAhead<kStep2>(xr + k);
-          tv::PrefetchAhead<kStep2>(zr + k);
-          tv::PrefetchAhead<kStep2>(dyr + k);
-          pass_a(k, n0, d0);
-          pass_a(k + N, n1, d1);
-          a0 = hn::MulAdd(d0, n0, a0);
-          a1 = hn::MulAdd(d1, n1, a1);
-        }
-        for (; k + N <= j0 + G; k += N) {
-          pass_a(k, n0, d0);
-          a0 = hn::MulAdd(d0, n0, a0);
-        }
-        means[i * ng + g] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) * inv_g;
+        int64_t kend;  // == j0 + G (G is a multiple of the vector length here)
+        means[i * ng + g] = PassADot(xr, zr, dyr, j0, j0 + G, &kend, pass_a) * inv_g;
       }
     }
     // Phase B: one line of columns down the sub-block's rows.
@@ -705,15 +699,13 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   // Rows that BwdRowDirect takes (unit column strides, no residual, no dresidual_out).
   const bool direct = !p.residual && !p.dres_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
-  // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, groups of whole lines, rows of at least 1024 features
-  // (shorter rows keep their partial rows in L1 with BwdRowDirect). Sub-blocks of rows whose scratch and inputs
-  // (2 f32 rows + 2 rows of TX re-read in phase B) take about 384 KiB.
+  // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, one group per row (G = D) of at least 1024 features
+  // in whole lines. Sub-blocks of rows whose scratch and inputs (2 f32 rows + 2 rows of TX re-read in phase B) take
+  // about 384 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1): D = 5120 +23 % in L2
+  // ([64, 5120]), +1 % from memory ([1024, 5120]); rows of several groups (D = 8192, G = 1024) 15-19 % slower, so
+  // they stay on BwdRowDirect.
   constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(TX));
-  // TEMPORARY (session 13 A/B on the GPU host's Xeon, removed before the branch's last commit):
-  // STRATA_RNG_BWD_BLOCKED=0 keeps these rows on BwdRowDirect (the same bits either way).
-  const char* blk_env = std::getenv("STRATA_RNG_BWD_BLOCKED");
-  const bool blocked = direct && !nbg && want_wb && D >= 1024 && G > 0 && G % kLineElems == 0 && G % N == 0 &&
-                       !(blk_env && blk_env[0] == '0');
+  const bool blocked = direct && !nbg && want_wb && D >= 1024 && G == D && G % kLineElems == 0 && G % N == 0;
   const int64_t sub =
       blocked ? std::clamp<int64_t>((384 << 10) / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1, block) : 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
