@@ -371,6 +371,8 @@ std::vector<std::string> impls_for(const std::string& op, strata_device device) 
     bool ok = true;
     for (const auto& isa : tile::cpu_isas())
       if (name == isa.impl) ok = tile::reject_cpu_isa(isa).empty();
+    // The native-bf16 AVX3 builds are offered only where the CPU has AVX512-BF16 (not on an AVX2-only host).
+    if (name == tile::kAvx512Bf16Impl && !tile::cpu_has_avx512_bf16()) ok = false;
     if (ok) out.push_back(name);
   }
   return out;

@@ -329,6 +329,50 @@ TEST(RmsNormGatedDeterminism, BitwiseAcrossRunsAndThreadCounts) {
   strata_set_num_threads(before);
 }
 
+// The gate-before-norm backward of long one-group rows with dweight / dbias (BwdRowsGbnBlocked in cpu-inl.h:
+// sub-blocks of rows, dweight / dbias summed in registers down the columns) against the per-row kernels, bit for bit: a
+// residual of zeros (h = x + 0 = x exactly) sends the same problem through the general scratch-row path, and
+// dropping dweight / dbias sends dx / dz through BwdRowDirect. Rows > one block (16 rows at D >= 2048) and more
+// than one sub-block per block, with a remainder; both activations, bf16 and f32.
+TEST(RmsNormGated, BlockedGateBeforeNormBackwardMatchesRowKernels) {
+  struct C {
+    int32_t dt;
+    int64_t rows, D, group;
+    int32_t act;
+  };
+  const std::vector<C> cases = {{STRATA_DTYPE_BF16, 37, 5120, 0, STRATA_GATE_SILU},
+                                {STRATA_DTYPE_BF16, 21, 2048, 2048, STRATA_GATE_SIGMOID},
+                                {STRATA_DTYPE_F32, 19, 1024, 0, STRATA_GATE_SILU}};
+  for (const std::string& impl : atk::impls_for("rms_norm_gated_bwd", kCpu)) {
+    ForceImpl force(impl.c_str());
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const C& c = cases[k];
+      const int64_t G = c.group ? c.group : c.D;
+      HostTensor x = rnd(c.dt, {c.rows, c.D}, 31), z = rnd(c.dt, {c.rows, c.D}, 32), dy = rnd(c.dt, {c.rows, c.D}, 33);
+      HostTensor w = rnd(STRATA_DTYPE_F32, {c.D}, 34, 1.0, 0.2), bias = rnd(STRATA_DTYPE_F32, {c.D}, 35, 0.0, 0.2);
+      HostTensor zero = HostTensor::make(c.dt, {c.rows, c.D});  // zero-filled
+      HostTensor y = poisoned(c.dt, {c.rows, c.D}), rs = poisoned(STRATA_DTYPE_F32, {c.rows, c.D / G});
+      Fwd f{&x, &z, &w, nullptr, nullptr, &y, nullptr, &rs, 1e-6f, c.group, 0, c.act};
+      ASSERT_EQ(f.run(), STRATA_SUCCESS) << strata_get_last_error_message();
+      auto run = [&](bool residual, bool grads) {
+        HostTensor dx = poisoned(c.dt, {c.rows, c.D}), dz = poisoned(c.dt, {c.rows, c.D});
+        HostTensor dw = poisoned(STRATA_DTYPE_F32, {c.D}), db = poisoned(STRATA_DTYPE_F32, {c.D});
+        Bwd b{&x, &z, &w, grads ? &bias : nullptr, residual ? &zero : nullptr, &rs, &dy, nullptr, &dx, &dz,
+              grads ? &dw : nullptr, grads ? &db : nullptr, c.group, 0, c.act};
+        EXPECT_EQ(b.run(), STRATA_SUCCESS) << strata_get_last_error_message();
+        return std::vector<std::vector<uint8_t>>{dx.storage, dz.storage, dw.storage, db.storage};
+      };
+      const auto blocked = run(false, true), general = run(true, true), direct = run(false, false);
+      EXPECT_EQ(blocked[0], general[0]) << impl << " case " << k << ": dx";
+      EXPECT_EQ(blocked[1], general[1]) << impl << " case " << k << ": dz";
+      EXPECT_EQ(blocked[2], general[2]) << impl << " case " << k << ": dweight";
+      EXPECT_EQ(blocked[3], general[3]) << impl << " case " << k << ": dbias";
+      EXPECT_EQ(blocked[0], direct[0]) << impl << " case " << k << ": dx vs the row kernel";
+      EXPECT_EQ(blocked[1], direct[1]) << impl << " case " << k << ": dz vs the row kernel";
+    }
+  }
+}
+
 TEST(RmsNormGated, NoRowsGivesZeroWeightGradients) {
   for (const std::string& impl : atk::impls_for("rms_norm_gated_bwd", kCpu)) {
     ForceImpl force(impl.c_str());

@@ -458,6 +458,34 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
 // ------------------------------------------------------------------------------------------------------
 // Backward.
 
+// Pass A's loop over the vectors of [k0, k1) in DotF32's order (vector pairs into a0 / a1, a lone last vector into
+// a0), prefetching x, z and dy one line per pair (a whole 64-byte line for bf16 / f16 on AVX-512; a per-vector
+// prefetch of half a line needs a test and a branch): pass(k, nv, dn) forms vector k's factors of the dot product.
+// Returns the lane sum of sum_k dn nv and sets *kend to the first element after the whole vectors.
+template <class TX, class PassA>
+HWY_INLINE float PassADot(const TX* x, const TX* z, const TX* dy, int64_t k0, int64_t k1, int64_t* kend, PassA&& pass) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), n0, d0, n1, d1;
+  int64_t k = k0;
+  for (; k + 2 * N <= k1; k += 2 * N) {
+    tv::PrefetchAhead<kStep2>(x + k);
+    tv::PrefetchAhead<kStep2>(z + k);
+    tv::PrefetchAhead<kStep2>(dy + k);
+    pass(k, n0, d0);
+    pass(k + N, n1, d1);
+    a0 = hn::MulAdd(d0, n0, a0);
+    a1 = hn::MulAdd(d1, n1, a1);
+  }
+  for (; k + N <= k1; k += N) {
+    pass(k, n0, d0);
+    a0 = hn::MulAdd(d0, n0, a0);
+  }
+  *kend = k;
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+}
+
 // One backward row with unit column strides, no residual and no dresidual_out, straight from storage. Per
 // group: pass A reads x, z, dy once from memory (prefetched), forms act(z), act'(z), the normalized value nrm,
 // dn = d(loss)/d(nrm), their dot product, the dweight / dbias terms (into the block's partial rows bw / bb)
@@ -477,9 +505,6 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
                              float* HWY_RESTRICT bb, float* HWY_RESTRICT scratch) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  // One prefetch per input and vector pair: a whole 64-byte line for bf16 / f16 on AVX-512 (a per-vector
-  // prefetch of half a line needs a test and a branch).
-  constexpr int64_t kStep2 = static_cast<int64_t>(2 * hn::MaxLanes(DF()) * sizeof(TX));
   const bool want_wb = bw != nullptr;
   float* HWY_RESTRICT s0 = scratch;      // nrm (norm-before-gate) or act(z)
   float* HWY_RESTRICT s1 = scratch + G;  // dn (norm-before-gate) or act'(z)
@@ -518,23 +543,8 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
         hn::StoreU(hn::Add(hn::LoadU(df, bb + j0 + k), dterm), df, bb + j0 + k);
       }
     };
-    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-    int64_t k = 0;
-    VF n0, d0, n1, d1;
-    for (; k + 2 * N <= G; k += 2 * N) {  // DotF32's order
-      tv::PrefetchAhead<kStep2>(x + k);
-      tv::PrefetchAhead<kStep2>(z + k);
-      tv::PrefetchAhead<kStep2>(dy + k);
-      pass_a(k, n0, d0);
-      pass_a(k + N, n1, d1);
-      a0 = hn::MulAdd(d0, n0, a0);
-      a1 = hn::MulAdd(d1, n1, a1);
-    }
-    for (; k + N <= G; k += N) {
-      pass_a(k, n0, d0);
-      a0 = hn::MulAdd(d0, n0, a0);
-    }
-    float dot = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1)));
+    int64_t k;
+    float dot = PassADot(x, z, dy, 0, G, &k, pass_a);
     for (; k < G; ++k) {
       const float zk = to_f32(z[k]), xk = to_f32(x[k]), gk = to_f32(dy[k]);
       const float a = ActS(act, zk), ag = ActGradS(act, zk);
@@ -582,6 +592,93 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
   }
 }
 
+// Gate-before-norm backward with dweight / dbias over rows [r0, r1) of one block (direct rows: unit column
+// strides, no residual, no dresidual_out; groups of whole 64-byte lines of TX, G % LineElems == 0). BwdRowDirect
+// read-modified-wrote the block's two f32 partial rows (dweight, dbias: 2 D floats) once per row; at D = 5120 they,
+// the two f32 scratch rows of act(z) / act'(z) and the row's inputs (~100 KiB a row) do not stay in L1, so every
+// vector of the partial rows went to L2 and back with each row. Here the rows go in sub-blocks of `sub` rows:
+// phase A (per row, BwdRowDirect's pass A without the partial rows) keeps act(z), act'(z) of every row of the
+// sub-block (f32 rows, ~0.4 MiB in all: in L2) and each group's mean; phase B walks the columns one 64-byte line
+// of TX at a time down the sub-block's rows, writing dx / dz (whole lines, as the non-temporal stores want) and
+// adding the dweight / dbias terms in registers, read from and written to the partial rows once per sub-block.
+// The same operations in the same order (the partial rows still add the rows' terms in row order; pass B's
+// formulas are BwdRowDirect's), so the same bits as BwdRowDirect. rows: scratch of 2 sub D floats; means: sub ng.
+template <bool kStream, bool kNative, class TX>
+void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, int64_t sub, const float* HWY_RESTRICT w,
+                       float inv_g, float* HWY_RESTRICT bw, float* HWY_RESTRICT bb, float* HWY_RESTRICT rows,
+                       float* HWY_RESTRICT means) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  // Vectors per 64-byte line of TX (the phase-B column step): 2 for bf16 on AVX-512, 4 on AVX2.
+  constexpr int64_t kV = std::max<int64_t>(1, 64 / static_cast<int64_t>(sizeof(TX) * hn::MaxLanes(DF())));
+  const int64_t D = p.D, G = p.group, ng = D / G;
+  const int32_t act = p.act;
+  const float* rstd = static_cast<const float*>(p.rstd);
+  auto x_of = [&](int64_t r) { return static_cast<const TX*>(p.x) + p.x_rows.row_offset(r); };
+  auto dy_of = [&](int64_t r) { return static_cast<const TX*>(p.dy) + p.dy_rows.row_offset(r); };
+  for (int64_t s0r = r0; s0r < r1; s0r += sub) {
+    const int64_t nr = std::min(sub, r1 - s0r);
+    // Phase A: act(z), act'(z) into the rows' scratch, the groups' means (DotF32's order, as BwdRowDirect).
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t r = s0r + i;
+      const TX* xr = x_of(r);
+      const TX* zr = static_cast<const TX*>(p.z) + p.z_rows.row_offset(r);
+      const TX* dyr = dy_of(r);
+      const float* rsr = rstd + p.rstd_rows.row_offset(r);
+      float* HWY_RESTRICT sa = rows + 2 * i * D;
+      float* HWY_RESTRICT sg = sa + D;
+      for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
+        const VF vr = hn::Set(df, rsr[g * p.rstd_rows.col_stride]);
+        auto pass_a = [&](int64_t k, VF& nv, VF& dn) {
+          VF ag;
+          const VF xv = tv::LoadF32(df, xr + k), dyv = tv::LoadF32(df, dyr + k);
+          const VF av = Act<TX>(df, act, tv::LoadF32(df, zr + k), &ag);
+          nv = hn::Mul(hn::Mul(xv, av), vr);
+          dn = hn::Mul(dyv, hn::LoadU(df, w + k));
+          hn::StoreU(av, df, sa + k);
+          hn::StoreU(ag, df, sg + k);
+        };
+        int64_t kend;  // == j0 + G (G is a multiple of the vector length here)
+        means[i * ng + g] = PassADot(xr, zr, dyr, j0, j0 + G, &kend, pass_a) * inv_g;
+      }
+    }
+    // Phase B: one line of columns down the sub-block's rows.
+    for (int64_t c = 0; c < D; c += kV * N) {
+      const int64_t g = c / G;
+      VF aw[kV], ab[kV], wv[kV];
+      for (int64_t v = 0; v < kV; ++v) {
+        aw[v] = hn::LoadU(df, bw + c + v * N);
+        ab[v] = hn::LoadU(df, bb + c + v * N);
+        wv[v] = hn::LoadU(df, w + c + v * N);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = s0r + i;
+        const float rs = rstd[p.rstd_rows.row_offset(r) + g * p.rstd_rows.col_stride];
+        const VF vr = hn::Set(df, rs), vm = hn::Set(df, means[i * ng + g]);
+        const TX* x = x_of(r) + c;
+        const TX* dy = dy_of(r) + c;
+        const float* sa = rows + 2 * i * D + c;
+        const float* sg = sa + D;
+        TX* dx = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r) + c;
+        TX* dz = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r) + c;
+        for (int64_t v = 0; v < kV; ++v) {
+          const VF av = hn::LoadU(df, sa + v * N), xv = tv::LoadF32(df, x + v * N), dyv = tv::LoadF32(df, dy + v * N);
+          const VF nv = hn::Mul(hn::Mul(xv, av), vr);
+          const VF d = hn::Mul(vr, hn::NegMulAdd(nv, vm, hn::Mul(dyv, wv[v])));
+          tv::StoreOut<kStream, kNative>(df, hn::Mul(d, av), dx + v * N);
+          tv::StoreOut<kStream, kNative>(df, hn::Mul(hn::Mul(d, xv), hn::LoadU(df, sg + v * N)), dz + v * N);
+          aw[v] = hn::MulAdd(dyv, nv, aw[v]);
+          ab[v] = hn::Add(ab[v], dyv);
+        }
+      }
+      for (int64_t v = 0; v < kV; ++v) {
+        hn::StoreU(aw[v], df, bw + c + v * N);
+        hn::StoreU(ab[v], df, bb + c + v * N);
+      }
+    }
+  }
+}
+
 template <class TX, bool kNative = false>
 void BwdRows(const RmsNormGatedBwdParams& p) {
   const DF df;
@@ -602,7 +699,35 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   // Rows that BwdRowDirect takes (unit column strides, no residual, no dresidual_out).
   const bool direct = !p.residual && !p.dres_out && p.x_rows.col_stride == 1 && p.z_rows.col_stride == 1 &&
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
+  // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, one group per row (G = D) of at least 1024 features
+  // in whole lines. Sub-blocks of rows whose scratch and inputs (2 f32 rows + 2 rows of TX re-read in phase B) take
+  // about 384 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1): D = 5120 +23 % in L2
+  // ([64, 5120]), +1 % from memory ([1024, 5120]); rows of several groups (D = 8192, G = 1024) 15-19 % slower, so
+  // they stay on BwdRowDirect.
+  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(TX));
+  const bool blocked = direct && !nbg && want_wb && D >= 1024 && G == D && G % kLineElems == 0 && G % N == 0;
+  const int64_t sub =
+      blocked ? std::clamp<int64_t>((384 << 10) / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1, block) : 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
+    if (blocked) {
+      float* bw = pw + (r0 / block) * D;
+      float* bb = pb + (r0 / block) * D;
+      std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
+      float* rows = ThreadRows(2 * sub * D + sub * ng);
+      float* means = rows + 2 * sub * D;
+      // Non-temporal stores need whole 16-byte-or-wider vectors at every row start of both outputs.
+      bool st = stream && hn::Lanes(df) * sizeof(TX) >= 16;
+      for (int64_t r = r0; r < r1 && st; ++r)
+        st = tv::StreamAligned(df, static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r)) &&
+             tv::StreamAligned(df, static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r));
+      if (st) {
+        BwdRowsGbnBlocked<true, kNative, TX>(p, r0, r1, sub, w.data(), inv_g, bw, bb, rows, means);
+        hwy::FlushStream();
+      } else {
+        BwdRowsGbnBlocked<false, kNative, TX>(p, r0, r1, sub, w.data(), inv_g, bw, bb, rows, means);
+      }
+      return;
+    }
     if (direct) {
       float* scratch = ThreadRows(2 * G);
       const float* rstd = static_cast<const float*>(p.rstd);

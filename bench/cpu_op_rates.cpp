@@ -1,0 +1,196 @@
+// CPU kernel rates of causal_conv1d and rms_norm_gated through the C API of one or two libstrata.so builds,
+// loaded side by side in one process (dlopen RTLD_LOCAL | RTLD_DEEPBIND: each library resolves to itself), so an
+// A/B of two builds runs interleaved call by call under the same machine state. Not built by CMake (it needs no
+// Strata target; session 13, h13/cpu_fused):
+//   g++ -std=c++20 -O2 -Iinclude bench/cpu_op_rates.cpp -o /tmp/cpu_op_rates -ldl
+//   OMP_NUM_THREADS=1 /tmp/cpu_op_rates build/X/libstrata.so build/Y/libstrata.so 9 conv_bwd rng_bwd
+//   OMP_NUM_THREADS=1 /tmp/cpu_op_rates LIB - 5                       # one library: its rates
+//   /tmp/cpu_op_rates LIB - 5 --wall --env STRATA_SOME_VARIANT=0,1   # one library, an environment switch
+// Timing: the calling thread's CPU time (the default; with OMP_NUM_THREADS=1 the op runs on that thread, so a
+// loaded shared VM's time slicing drops out) or wall time (--wall, for several threads on a quiet machine).
+// GB/s = the op's bytes (as the testkit counts them: activations read and written) over that time; shapes from
+// memory (the atk shapes with fewer rows) and shapes that stay in L2 (the instruction-bound rate); bf16
+// activations, f32 weights, SiLU unless named. Prints best / median per arm and the median's change vs arm 0.
+#include <dlfcn.h>
+#include <time.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <functional>
+#include <random>
+#include <algorithm>
+#include <memory>
+#include "strata/ops.h"
+#include "strata/ops/causal_conv1d.h"
+#include "strata/ops/rms_norm_gated.h"
+static double cpu_now() { timespec ts; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec; }
+struct Api {
+  void* h;
+  decltype(&strata_tensor_desc_init) desc_init;
+  decltype(&strata_plan_workspace_size) ws_size;
+  decltype(&strata_plan_run) run;
+  decltype(&strata_plan_impl_name) impl;
+  decltype(&strata_causal_conv1d_fwd_plan) conv_fwd;
+  decltype(&strata_causal_conv1d_bwd_plan) conv_bwd;
+  decltype(&strata_rms_norm_gated_fwd_plan) rng_fwd;
+  decltype(&strata_rms_norm_gated_bwd_plan) rng_bwd;
+  decltype(&strata_get_last_error_message) err;
+};
+static Api load(const char* path) {
+  Api a{};
+  a.h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (!a.h) { std::fprintf(stderr, "dlopen %s: %s\n", path, dlerror()); std::exit(1); }
+#define SYM(f, n) a.f = reinterpret_cast<decltype(a.f)>(dlsym(a.h, n)); if (!a.f) { std::fprintf(stderr, "no %s\n", n); std::exit(1); }
+  SYM(desc_init, "strata_tensor_desc_init") SYM(ws_size, "strata_plan_workspace_size") SYM(run, "strata_plan_run")
+  SYM(impl, "strata_plan_impl_name") SYM(conv_fwd, "strata_causal_conv1d_fwd_plan") SYM(conv_bwd, "strata_causal_conv1d_bwd_plan")
+  SYM(rng_fwd, "strata_rms_norm_gated_fwd_plan") SYM(rng_bwd, "strata_rms_norm_gated_bwd_plan") SYM(err, "strata_get_last_error_message")
+  return a;
+}
+static void ck(const Api& a, strata_status s, const char* what) { if (s) { std::fprintf(stderr, "%s: %s\n", what, a.err()); std::exit(1); } }
+struct ABuf {
+  char* p = nullptr; size_t n = 0;
+  explicit ABuf(size_t n_) : n(n_) { p = static_cast<char*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)); std::memset(p, 0, n); }
+  explicit ABuf(const std::vector<char>& v) : ABuf(v.size()) { std::memcpy(p, v.data(), n); }
+  ABuf(const ABuf& o) : ABuf(o.n) { std::memcpy(p, o.p, n); }
+  ~ABuf() { std::free(p); }
+  char* data() const { return p; }
+};
+static std::vector<char> bf16_random(size_t n, uint64_t seed) {
+  std::vector<char> out(n * 2); std::mt19937_64 r(seed); std::normal_distribution<float> d(0.f, 1.f);
+  uint16_t* o = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < n; ++i) { float f = d(r); uint32_t u; std::memcpy(&u, &f, 4); o[i] = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
+  return out;
+}
+static std::vector<char> f32_fill(size_t n, float lo, float hi, uint64_t seed) {
+  std::vector<char> out(n * 4); std::mt19937_64 r(seed); std::uniform_real_distribution<float> d(lo, hi);
+  float* o = reinterpret_cast<float*>(out.data()); for (size_t i = 0; i < n; ++i) o[i] = d(r); return out;
+}
+struct Case { std::string name; double bytes; std::function<std::function<void()>(const Api&)> make; };
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s LIB_A LIB_B|- ROUNDS [--wall] [--env NAME=v0,v1,...] [case prefix ...]\n", argv[0]);
+    return 1;
+  }
+  Api A = load(argv[1]);
+  const bool two = std::strcmp(argv[2], "-") != 0;
+  Api B = two ? load(argv[2]) : A;
+  const int rounds = std::atoi(argv[3]);
+  bool wall = false;
+  std::string env_name;
+  std::vector<std::string> env_vals, want;
+  for (int i = 4; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--wall")) wall = true;
+    else if (!std::strcmp(argv[i], "--env") && i + 1 < argc) {
+      std::string e = argv[++i];
+      env_name = e.substr(0, e.find('='));
+      std::string v = e.substr(e.find('=') + 1);
+      for (size_t p = 0; p <= v.size();) { size_t q = v.find(',', p); if (q == std::string::npos) q = v.size(); env_vals.push_back(v.substr(p, q - p)); p = q + 1; }
+    } else want.push_back(argv[i]);
+  }
+  auto now = [&] {
+    if (!wall) return cpu_now();
+    timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  const strata_device cpu{0, 0};
+  std::vector<Case> cases;
+  auto wanted = [&](const std::string& name) {
+    return want.empty() || std::find(want.begin(), want.end(), name.substr(0, name.find(' '))) != want.end();
+  };
+  // causal_conv1d [1, T, D] W=4 silu bf16, f32 weight [D, 4] and bias [D]
+  auto conv = [&](bool bwd, int64_t T, int64_t D) {
+    Case c; c.name = std::string("conv_") + (bwd ? "bwd" : "fwd") + " [1," + std::to_string(T) + "," + std::to_string(D) + "]";
+    if (!wanted(c.name)) return;
+    const double act = double(T * D) * 2; c.bytes = (bwd ? 3 : 2) * act;
+    auto x = std::make_shared<ABuf>(bf16_random(T * D, 1)), dy = std::make_shared<ABuf>(bf16_random(T * D, 2));
+    auto w = std::make_shared<ABuf>(f32_fill(D * 4, -0.5f, 0.5f, 3)), b = std::make_shared<ABuf>(f32_fill(D, -0.5f, 0.5f, 4));
+    c.make = [=](const Api& a) -> std::function<void()> {
+      strata_tensor_desc dx_, dw_, db_, dyd;
+      int64_t s3[3] = {1, T, D}, s2[2] = {D, 4}, s1[1] = {D};
+      ck(a, a.desc_init(&dx_, STRATA_DTYPE_BF16, 3, s3, nullptr, 0, cpu), "desc");
+      ck(a, a.desc_init(&dw_, STRATA_DTYPE_F32, 2, s2, nullptr, 0, cpu), "desc");
+      ck(a, a.desc_init(&db_, STRATA_DTYPE_F32, 1, s1, nullptr, 0, cpu), "desc");
+      dyd = dx_;
+      strata_plan plan;
+      auto out = std::make_shared<ABuf>(T * D * 2), gw = std::make_shared<ABuf>(D * 16), gb = std::make_shared<ABuf>(D * 4);
+      if (!bwd) ck(a, a.conv_fwd(&dx_, &dw_, &db_, nullptr, nullptr, nullptr, nullptr, &dx_, nullptr, 1, 0, &plan), "plan");
+      else ck(a, a.conv_bwd(&dx_, &dw_, &db_, nullptr, nullptr, nullptr, &dyd, nullptr, &dx_, &dw_, &db_, nullptr, 1, 0, &plan), "plan");
+      size_t ws = 0; a.ws_size(plan, &ws);
+      auto wsb = std::make_shared<ABuf>(ws + 64);
+      std::fprintf(stderr, "  %s impl %s\n", c.name.c_str(), a.impl(plan));
+      return [=, &a] {
+        if (!bwd) { void* t[] = {x->data(), w->data(), b->data(), nullptr, nullptr, nullptr, nullptr, out->data(), nullptr}; ck(a, a.run(plan, t, 9, wsb->data(), ws, nullptr), "run"); }
+        else { void* t[] = {x->data(), w->data(), b->data(), nullptr, nullptr, nullptr, dy->data(), nullptr, out->data(), gw->data(), gb->data(), nullptr}; ck(a, a.run(plan, t, 12, wsb->data(), ws, nullptr), "run"); }
+      };
+    };
+    cases.push_back(c);
+  };
+  auto rng = [&](bool bwd, int64_t rows, int64_t D, int64_t G, int nbg) {
+    Case c; c.name = std::string("rng_") + (bwd ? "bwd" : "fwd") + " [" + std::to_string(rows) + "," + std::to_string(D) + "] G" + std::to_string(G) + (nbg ? " nbg" : " gbn");
+    if (!wanted(c.name)) return;
+    const double n = double(rows * D) * 2; c.bytes = bwd ? 5 * n : 3 * n;
+    auto x = std::make_shared<ABuf>(bf16_random(rows * D, 1)), z = std::make_shared<ABuf>(bf16_random(rows * D, 2)),
+         dy = std::make_shared<ABuf>(bf16_random(rows * D, 3));
+    auto w = std::make_shared<ABuf>(f32_fill(D, 0.9f, 1.1f, 4)), rs = std::make_shared<ABuf>(f32_fill(rows * (D / G), 0.5f, 2.f, 5));
+    c.make = [=](const Api& a) -> std::function<void()> {
+      strata_tensor_desc xd, wd, rd;
+      int64_t s2[2] = {rows, D}, s1[1] = {D}, sr[2] = {rows, D / G};
+      ck(a, a.desc_init(&xd, STRATA_DTYPE_BF16, 2, s2, nullptr, 0, cpu), "desc");
+      ck(a, a.desc_init(&wd, STRATA_DTYPE_F32, 1, s1, nullptr, 0, cpu), "desc");
+      ck(a, a.desc_init(&rd, STRATA_DTYPE_F32, 2, sr, nullptr, 0, cpu), "desc");
+      strata_plan plan;
+      if (!bwd) ck(a, a.rng_fwd(&xd, &xd, &wd, nullptr, nullptr, &xd, nullptr, &rd, 1e-6f, G, nbg, 0, &plan), "plan");
+      else ck(a, a.rng_bwd(&xd, &xd, &wd, nullptr, nullptr, &rd, &xd, nullptr, &xd, &xd, &wd, nullptr, G, nbg, 0, &plan), "plan");
+      size_t ws = 0; a.ws_size(plan, &ws);
+      auto wsb = std::make_shared<ABuf>(ws + 64);
+      auto o1 = std::make_shared<ABuf>(rows * D * 2), o2 = std::make_shared<ABuf>(rows * D * 2), gw = std::make_shared<ABuf>(D * 4);
+      auto r2 = std::make_shared<ABuf>(*rs);
+      std::fprintf(stderr, "  %s impl %s\n", c.name.c_str(), a.impl(plan));
+      return [=, &a] {
+        if (!bwd) { void* t[] = {x->data(), z->data(), w->data(), nullptr, nullptr, o1->data(), nullptr, r2->data()}; ck(a, a.run(plan, t, 8, wsb->data(), ws, nullptr), "run"); }
+        else { void* t[] = {x->data(), z->data(), w->data(), nullptr, nullptr, rs->data(), dy->data(), nullptr, o1->data(), o2->data(), gw->data(), nullptr}; ck(a, a.run(plan, t, 12, wsb->data(), ws, nullptr), "run"); }
+      };
+    };
+    cases.push_back(c);
+  };
+  // From memory (the atk shapes, fewer tokens / rows), then shapes that stay in L2 (the compute rate).
+  conv(false, 2048, 8192); conv(true, 2048, 8192);
+  rng(false, 32768, 128, 128, 1); rng(true, 32768, 128, 128, 1);
+  rng(false, 1024, 5120, 5120, 0); rng(true, 1024, 5120, 5120, 0);
+  rng(false, 1024, 8192, 1024, 0); rng(true, 1024, 8192, 1024, 0);
+  conv(false, 128, 2048); conv(true, 128, 2048);
+  rng(false, 2048, 128, 128, 1); rng(true, 2048, 128, 128, 1);
+  rng(false, 64, 5120, 5120, 0); rng(true, 64, 5120, 5120, 0);
+  rng(false, 48, 8192, 1024, 0); rng(true, 48, 8192, 1024, 0);
+  for (auto& c : cases) {
+    // Arms: lib A (and lib B), or lib A under each value of the environment variable.
+    std::vector<std::function<void()>> run0;
+    std::vector<std::string> label;
+    run0.push_back(c.make(A));
+    if (two) { run0.push_back(c.make(B)); label = {"A", "B"}; }
+    else if (!env_vals.empty()) { for (size_t k = 1; k < env_vals.size(); ++k) run0.push_back(run0[0]); for (auto& v : env_vals) label.push_back(env_name + "=" + v); }
+    else label = {"A"};
+    const int reps = std::max(1, int(64e6 / c.bytes));
+    const double bytes = c.bytes * reps;
+    std::vector<std::vector<double>> t(run0.size());
+    auto arm = [&](size_t k) {
+      if (!env_vals.empty()) setenv(env_name.c_str(), env_vals[k].c_str(), 1);
+      const double t0 = now();
+      for (int r = 0; r < reps; ++r) run0[k]();
+      return now() - t0;
+    };
+    for (size_t k = 0; k < run0.size(); ++k) arm(k);
+    for (int r = 0; r < rounds; ++r)
+      for (size_t k = 0; k < run0.size(); ++k) t[k].push_back(arm(k));
+    std::printf("%-36s", c.name.c_str());
+    for (size_t k = 0; k < run0.size(); ++k) {
+      std::sort(t[k].begin(), t[k].end());
+      const double med = t[k][t[k].size() / 2], med0 = t[0][t[0].size() / 2];
+      std::printf(" | %s %.2f/%.2f GB/s", label[k].c_str(), bytes / t[k][0] / 1e9, bytes / med / 1e9);
+      if (k) std::printf(" (%+.1f%%)", 100 * (med0 / med - 1));
+    }
+    std::printf("  [best/median, %s]\n", wall ? "wall" : "thread CPU time");
+    std::fflush(stdout);
+  }
+}
