@@ -110,6 +110,100 @@ struct RowF {
   float gi[2], dec[2], es[2], glast;
   int L;
 };
+// Valid rows of chunk c of the sequence [bos, eos) (64 but in its last chunk).
+__device__ __forceinline__ int chunk_rows(int64_t bos, int64_t eos, int64_t c) {
+  const int64_t left = eos - bos - c * kRows;
+  return static_cast<int>(left < kRows ? left : kRows);
+}
+// γ of row `row` of chunk c of the sequence [bos, eos) in batch row b, value head hv: 0 for row >= 64, past the
+// sequence, for c < 0 (no such chunk) or without g.
+__device__ __forceinline__ float fetch_gamma_row(const DhuParams& p, int64_t b, int64_t hv, int64_t bos, int64_t eos,
+                                                 int64_t c, int row) {
+  const int64_t t = bos + c * kRows + row;
+  return (row < kRows && c >= 0 && t < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t, hv)) : 0.f;
+}
+// This thread's RowF of a chunk of L rows whose γ (64 floats, 0 past L) is at gam.
+__device__ __forceinline__ RowF row_factors_of(const float* gam, int L, float scale) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  RowF r;
+  r.L = L;
+  r.glast = gam[L - 1];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = wg::acc_row(w, lane, 2 * hh);
+    r.gi[hh] = gam[i];
+    r.dec[hh] = i < L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
+    r.es[hh] = i < L ? scale * gate_exp(r.gi[hh]) : 0.f;
+  }
+  return r;
+}
+// This thread's pairs of a [64][·] bf16 tile at sO (element offset off(row, column)), columns col0.. of kNc, in
+// accumulator layout (raw[2 j + hh]: 8-column block j, row half hh).
+template <int kNc, class Off>
+__device__ __forceinline__ void load_tile_pairs(const uint16_t* sO, int col0, Off off, uint32_t (&raw)[kNc / 4]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNc / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      raw[2 * j + hh] =
+          *reinterpret_cast<const uint32_t*>(sO + off(wg::acc_row(w, lane, 2 * hh), col0 + wg::acc_col(lane, j, 0)));
+}
+// (scale E dO) of such pairs rounded to bf16 (each row half hh times r.es[hh]).
+template <int kNc>
+__device__ __forceinline__ void scale_pairs(const uint32_t (&raw)[kNc / 4], const RowF& r, uint32_t (&u)[kNc / 4]) {
+  namespace mm = ::strata::cuda::mma;
+#pragma unroll
+  for (int j = 0; j < kNc / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
+      u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
+    }
+}
+// Group A: accD = K dS (m64 x kN, 8 K steps; A = the K tile at ktile (kCb: cb_off<64> layout, else tile_off<128>),
+// B = the bf16 copy of dS [kN][128] at sb).
+template <int kN, bool kCb>
+__device__ __forceinline__ void issue_kds(float (&accD)[kN / 2], uint32_t ktile, uint32_t sb) {
+  wg::reg_fence(accD);
+  wg::wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) {
+    if constexpr (kCb) wg::mma_ss<T, kN>(accD, wg::cb_desc<kRows>(ktile, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+    else wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(ktile, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+  }
+  wg::wg_commit();
+}
+// Groups U1 / U2: dS += Xᵀ Y (keys 64 mt.., A = the Xᵀ fragments f (load_trans), B = Yᵀ [kN][64] at bt).
+template <int kN>
+__device__ __forceinline__ void issue_update(float (&dS)[2][kN / 2], uint32_t (&f)[2][4][4], uint32_t bt) {
+  wg::wg_fence();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], f[mt][kk], wg::tile_desc<kRows>(bt, kk), 1);
+  wg::wg_commit();
+}
+// dVn = dv + dec ⊙ accD (row half hh: row factor dec[hh]; rows >= L: 0) from the bf16 pairs dvw of dv, as bf16 pairs
+// pos (dv2) and neg (−dVn, U2's operand), accumulator layout.
+template <int kN>
+__device__ __forceinline__ void dvn_pairs(const uint32_t (&dvw)[kN / 4], const float (&dec)[2], const float (&accD)[kN / 2],
+                                          int L, uint32_t (&pos)[kN / 4], uint32_t (&neg)[kN / 4]) {
+  namespace mm = ::strata::cuda::mma;
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const bool live = wg::acc_row(w, lane, 2 * hh) < L;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int e = 4 * j + 2 * hh;
+      const float2 dv = mm::unpack2<T>(dvw[2 * j + hh]);
+      const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
+      pos[2 * j + hh] = mm::pack2<T>(x0, x1);
+      neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+    }
+  }
+}
 
 // scale P ⊙ e^{γ_i − γ_j} of accumulator element x (value pij) of P's columns i0.. (0 where i < j or i >= L; gam:
 // the chunk's γ). The accumulator is only read here: a wgmma accumulator carried across the loop (kAhead) that other
@@ -368,7 +462,7 @@ __global__ void __launch_bounds__(kThr, 1)
       }
       return;
     }
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const int L = chunk_rows(bos, eos, c);
     {
       const int q = (tid >> 3) & 15, r0 = (tid & 7) + 8 * (tid >> 7);
       const uint32_t d0 = base + 2u * static_cast<uint32_t>(wg::tile_off<kKeys>(r0, 8 * q));
@@ -403,10 +497,7 @@ __global__ void __launch_bounds__(kThr, 1)
     ::strata::cuda::cp_async_commit();
   };
   // γ of row wt (< 64) of chunk c: 0 past the chunk or without g.
-  auto fetch_gamma = [&](int64_t c) {
-    const int64_t t0 = bos + c * kRows;
-    return (wt < kRows && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
-  };
+  auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
 
   // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
   // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
@@ -432,21 +523,7 @@ __global__ void __launch_bounds__(kThr, 1)
 
   const float scale = p.scale;
   // The chunk step's pieces (the two orders below call them in different places).
-  auto row_factors = [&](int64_t c) {
-    RowF r;
-    const float* gam = gslot(c);
-    const int64_t t0 = bos + c * kRows;
-    r.L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
-    r.glast = gam[r.L - 1];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      r.gi[hh] = gam[i];
-      r.dec[hh] = i < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
-      r.es[hh] = i < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
-    }
-    return r;
-  };
+  auto row_factors = [&](int64_t c) { return row_factors_of(gslot(c), chunk_rows(bos, eos, c), scale); };
   // Group P (fused dv_local): P = K Qᵀ of the chunk in stage st (kHalfP: columns 32 wgi.., the Q tile's rows
   // 32 wgi.. at 16 bytes a row in the cb_off layout).
   auto issue_P = [&](int st, float(&accP)[kPN / 2]) {
@@ -458,41 +535,22 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::wg_commit();
   };
   // Group A: D = K dS (B = the bf16 copy of dS).
-  auto issue_A = [&](int st, float(&accD)[kN / 2]) {
-    const uint32_t kst = s0 + st * S::kStage;
-    wg::reg_fence(accD);
-    wg::wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, tdesc(kst + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg::wg_commit();
-  };
+  auto issue_A = [&](int st, float(&accD)[kN / 2]) { issue_kds<kN, kTma>(accD, s0 + st * S::kStage + S::kK, sb); };
   // This thread's dO pairs of the chunk in stage st (this warpgroup's columns, accumulator layout).
   auto load_dO = [&](int st, uint32_t(&raw)[kN / 4]) {
-    const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-            sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
+    load_tile_pairs<kN>(reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO), cb,
+                        [](int r, int c) { return S::o_off(r, c); }, raw);
   };
   // (scale E dO)ᵀ rounded to bf16, the B operand of U1.
   auto store_sedo = [&](const uint32_t(&raw)[kN / 4], const RowF& r) {
     uint32_t u[kN / 4];
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-        u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
-      }
+    scale_pairs<kN>(raw, r, u);
     store_pairs_trans<kN, kRows>(sedot, 0, u);
   };
   // Unfused: this thread's dv pairs of chunk c (0 past L).
   auto load_dv = [&](int64_t c, uint32_t(&dvw)[kN / 4]) {
     const int64_t t0 = bos + c * kRows;
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const int L = chunk_rows(bos, eos, c);
     const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -536,33 +594,32 @@ __global__ void __launch_bounds__(kThr, 1)
   auto issue_U1 = [&](int st, uint32_t(&qf)[2][4][4]) {
     load_trans<kTma>(s0 + st * S::kStage + S::kQ, qf);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, qf, sedot);
   };
   // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed into dvnt for U2.
   auto dvn_step = [&](int64_t t0, const RowF& r, const float(&accD)[kN / 2], const float(&accV)[kFuse ? kN / 2 : 1],
                       const uint32_t(&dvw)[kFuse ? 1 : kN / 4]) {
-    uint32_t neg[kN / 4], pos[kHalfP ? kN / 4 : 1];
+    uint32_t neg[kN / 4], pos[kN / 4];
     uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + (kHalfP ? 0 : 2 * (lane & 3));
+    if constexpr (kFuse) {
+      uint32_t dvr[kN / 4];  // dv rounded to bf16
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      const bool live = i < r.L;
-      uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+      for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int e = 4 * j + 2 * hh;
-        float2 dv;
-        if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
-        else dv = mm::unpack2<T>(dvw[2 * j + hh]);
-        const float x0 = live ? dv.x + r.dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + r.dec[hh] * accD[e + 1] : 0.f;
-        if constexpr (kHalfP) pos[2 * j + hh] = mm::pack2<T>(x0, x1);
-        else if (live) row[4 * j] = mm::pack2<T>(x0, x1);
-        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+        for (int hh = 0; hh < 2; ++hh) dvr[2 * j + hh] = mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
+      dvn_pairs<kN>(dvr, r.dec, accD, r.L, pos, neg);
+    } else {
+      dvn_pairs<kN>(dvw, r.dec, accD, r.L, pos, neg);
+    }
+    if constexpr (!kHalfP) {  // dv2 as bf16 pairs, rows < L
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = wg::acc_row(w, lane, 2 * hh);
+        uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+        if (i < r.L) {
+#pragma unroll
+          for (int j = 0; j < kN / 8; ++j) row[4 * j] = pos[2 * j + hh];
+        }
       }
     }
     if constexpr (kHalfP)  // dv2 rows < L through dot (its reader V(c) is done; rewritten after the next barrier)
@@ -572,14 +629,7 @@ __global__ void __launch_bounds__(kThr, 1)
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
   };
   // Group U2: dS += Wᵀ (−dVn) (A = Wᵀ fragments loaded before).
-  auto issue_U2 = [&](uint32_t(&wf)[2][4][4]) {
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
-    wg::wg_commit();
-  };
+  auto issue_U2 = [&](uint32_t(&wf)[2][4][4]) { issue_update<kN>(dS, wf, dvnt); };
   // The bf16 copy of dS for the next chunk's K dS (its reader, group A, has completed).
   auto store_sb = [&] { store_copy<kN>(sb, dS); };
   // γ ring: in the chunk c step, after its block barrier, γ of chunk c − 1 (fetched one chunk earlier) into its slot
@@ -768,19 +818,32 @@ struct SplitSmem {
   static constexpr int kLdV = 2 * kN + 8, kDvl = kDot + kPairB;                          // dv_local [2][64][kLdV]
   static constexpr int kFac = kDvl + 2 * kRows * kLdV * 2;                               // [2][64 + 1 (+ 3)] f32
   static constexpr int kGam = kFac + 2 * 68 * 4;                                        // side's γ [2][64]
-  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 3 * 8;
+  // mbarriers: full[3] (a stage's copies landed), then (clusters) empty[3] (every CTA of the cluster released it).
+  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 6 * 8;
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0 && kPairB % 128 == 0 && kDvl % 16 == 0 && kBar % 8 == 0,
                 "aligned regions");
 };
 
+//
+// kCl > 1 (kDhuWgmmaSplitCluster2 / 4, session 13): clusters of kCl consecutive blocks, i.e. kCl column blocks of one
+// (sequence, value head), which all read the same K, Q, W tiles (48 of a stage's 52 KiB; GPU run s12run1's ncu of
+// this kernel at B = 1: L2 throughput 88 %, 3.2 GB of L2 reads for the 4 column blocks of each head). Tile m (K, Q,
+// W) of a chunk is requested once, by cluster rank m % kCl, multicast into the same stage of every CTA of the
+// cluster, completing on each CTA's own full[] mbarrier (each still expects the stage's bytes); dO stays one copy a
+// block. A stage is rewritten (side index j >= 3) only after every CTA has released it: after its step barrier of
+// step j − 1 (its readers of chunk j − 3 done) its side thread 0 arrives on empty[j % 3] of every CTA of the
+// cluster, and the issuing thread waits for the kCl arrivals on its own. All CTAs of a cluster share the sequence
+// (the same chunk count); a cluster barrier after the mbarrier initialisation and another before exit (no CTA exits
+// while another may still arrive on its barriers). Same products and order: the same bits as kCl = 1.
 constexpr int kSplitThr = 384;
-template <int kN>
+template <int kN, int kCl>
 __global__ void __launch_bounds__(kSplitThr, 1)
     dhu_wgmma_split_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
+  static_assert(kCl == 1 || kCl == 2 || kCl == 4, "cluster sizes whose CTAs share K, Q, W");
   constexpr int kThreads = kSplitThr;
   using S = SplitSmem<kN>;
   constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
@@ -801,20 +864,36 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBar);
   auto stage = [&](int64_t i) { return s0 + static_cast<uint32_t>(i % 3) * S::kStage; };  // chunk of side index i
   auto parity = [](int64_t i) { return static_cast<uint32_t>(i / 3) & 1u; };
-  auto chunk_len = [&](int64_t c) { return static_cast<int>(eos - bos - c * kRows < kRows ? eos - bos - c * kRows : kRows); };
+  auto cluster_barrier = [] {
+    if constexpr (kCl > 1) ::strata::cuda::tma::cluster_sync();
+    else __syncthreads();
+  };
 
   if (side) {
     // ---------------- side warpgroup ----------------
-    auto fetch_gamma = [&](int64_t c) {
-      const int64_t t0 = bos + c * kRows;
-      return (wt < kRows && c >= 0 && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
-    };
+    auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
     auto gam_of = [&](int64_t i) { return reinterpret_cast<float*>(smem + S::kGam) + (i & 1) * kRows; };
+    const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(full + 3));
     auto request = [&](int64_t i) {  // chunk of side index i (chunk nc − 1 − i), expected bytes posted before
       const int64_t t0 = bos + (nc - 1 - i) * kRows;
       wg::fence_proxy_async();
       const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + i % 3));
-      if (maps.box5) {
+      if constexpr (kCl > 1) {  // (box5 only: checked by the launcher)
+        namespace tma = ::strata::cuda::tma;
+        if (wt < 128 && (wt & 31) == 0) {
+          const int m = wt >> 5;  // K, Q, W (multicast by rank m % kCl), dO (this block's)
+          if (m == 3) {
+            tma::load_blocks(stage(i) + S::kO, &maps.dout, static_cast<int>(t0), static_cast<int>(v0 / 8),
+                             static_cast<int>(hv), static_cast<int>(b), bar);
+          } else if (static_cast<uint32_t>(m % kCl) == tma::cluster_rank()) {
+            if (i >= 3) tma::mbar_wait_cluster(empty0 + 8 * static_cast<uint32_t>(i % 3), parity(i - 3));
+            tma::load_blocks_multicast(stage(i) + m * S::kTile, m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
+                                       static_cast<int>(t0), 0, static_cast<int>(m == 2 ? hv : h), static_cast<int>(b),
+                                       bar, static_cast<uint16_t>((1u << kCl) - 1));
+          }
+        }
+        __syncwarp();
+      } else if (maps.box5) {
         chunk_tiles(maps, stage(i), bar, wt, static_cast<int>(v0), static_cast<int>(h),
                     static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       } else {
@@ -825,18 +904,25 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     if (nc == 0) return;
     if (wt == 0) {
       for (int s = 0; s < 3; ++s) sc::mbar_init(full + s, 1);
+      if constexpr (kCl > 1)
+        for (int s = 0; s < 3; ++s) sc::mbar_init(full + 3 + s, kCl);
       sc::mbar_arrive_expect_tx(full, S::kStage);
       if (nc > 1) sc::mbar_arrive_expect_tx(full + 1, S::kStage);
     }
     if (wt < kRows) gam_of(0)[wt] = fetch_gamma(nc - 1);
     float g_next = fetch_gamma(nc - 2);
-    __syncthreads();  // mbarriers initialised, γ of the first chunk
+    cluster_barrier();  // mbarriers initialised (in every CTA of the cluster), γ of the first chunk
     request(0);
     for (int64_t i = 0; i <= nc; ++i) {
       wg::fence_proxy_async();
       wg::bar_sync(4, kThreads);  // (the step barrier; see the state loop)
       if (i == nc) break;
       const int64_t c = nc - 1 - i;
+      if constexpr (kCl > 1) {  // this CTA's readers of chunk i − 2 (stage (i + 1) % 3) are done: release it
+        if (c > 0 && i + 1 >= 3 && wt == 0)
+          for (uint32_t r = 0; r < static_cast<uint32_t>(kCl); ++r)
+            ::strata::cuda::tma::mbar_arrive_remote(empty0 + 8 * static_cast<uint32_t>((i + 1) % 3), r);
+      }
       if (c > 0) request(i + 1);
       if (c > 0 && wt < kRows) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
       g_next = fetch_gamma(c - 2);
@@ -844,16 +930,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       sc::mbar_wait(full + i % 3, parity(i));  // chunk c landed
       const uint32_t st = stage(i);
       const float* gam = gam_of(i);
-      RowF r;
-      r.L = chunk_len(c);
-      r.glast = gam[r.L - 1];
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wg::acc_row(w, lane, 2 * hh);
-        r.gi[hh] = gam[row];
-        r.dec[hh] = row < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
-        r.es[hh] = row < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
-      }
+      const RowF r = row_factors_of(gam, chunk_rows(bos, eos, c), scale);
       // The state's row factors: e^{γ_last − γ_i} (0 at i >= L) and e^{γ_last}.
       float* fac = reinterpret_cast<float*>(smem + S::kFac) + (i & 1) * 68;
       if (wt < kRows) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
@@ -870,17 +947,10 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (both state warpgroups' U1 B operands: rows g kN..).
       const uint32_t dot = s0 + S::kDot;
       {
-        const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO);
         uint32_t raw[kVN / 4], u[kVN / 4];
-#pragma unroll
-        for (int j = 0; j < kVN / 8; ++j)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), wg::acc_col(lane, j, 0)));
-            const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-            u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
-          }
+        load_tile_pairs<kVN>(reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO), 0,
+                             [](int row, int col) { return wg::cb_off<kRows>(row, col); }, raw);
+        scale_pairs<kVN>(raw, r, u);
         store_pairs_trans<kVN, kRows>(dot, 0, raw);
         store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB, 0, u);
       }
@@ -905,6 +975,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
               mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
       if (wt == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
     }
+    if constexpr (kCl > 1) cluster_barrier();  // (before exit: see above)
     return;
   }
 
@@ -924,7 +995,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   };
   store_sb();
   store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
-  __syncthreads();         // (the side's mbarrier initialisation)
+  cluster_barrier();        // (the side's mbarrier initialisation)
   for (int64_t k = 0; k <= nc; ++k) {
     // Step barrier: the side has finished chunk c = nc − k (dv_local, (sE dO)ᵀ, fac) and every reader of the stage
     // it now requests into is done; this warpgroup's dS copy of the chunk before is visible.
@@ -936,7 +1007,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     sc::mbar_wait(full + i % 3, parity(i));  // (landed: the side waited; this makes the copies visible here)
     // dS *= e^{γ_last} (A reads the bf16 copy made before; scaled while A runs, ptxas waited for A first: C7517).
     const float* fac = reinterpret_cast<const float*>(smem + S::kFac) + (i & 1) * 68;
-    const int L = chunk_len(c);
+    const int L = chunk_rows(bos, eos, c);
     float dec[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) dec[hh] = fac[wg::acc_row(w, lane, 2 * hh)];
@@ -947,23 +1018,13 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       for (int x = 0; x < kN / 2; ++x) dS[mt][x] *= decay;
     // A = K dS (B = the bf16 copy of dS).
     float accD[kN / 2];
-    wg::reg_fence(accD);
-    wg::wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, wg::cb_desc<kRows>(st + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg::wg_commit();
+    issue_kds<kN, true>(accD, st + S::kK, sb);
     // U1: dS += Qᵀ (scale E dO).
     uint32_t qf[2][4][4], wf[2][4][4];
     load_trans<true>(st + S::kQ, qf);
     const uint32_t sedot = s0 + S::kPairs + (i & 1) * S::kPairB + wgi * (kN * kRows * 2);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, qf, sedot);
     // dVn = dv_local + e^{γ_last − γ} A (rows < L; 0 past L) → −bf16(dVn)ᵀ into dvnt; dv2 after U2 is issued.
     const uint32_t* dvl = reinterpret_cast<const uint32_t*>(smem + S::kDvl + (i & 1) * (kRows * S::kLdV * 2));
     uint32_t dvw[kN / 4];
@@ -975,29 +1036,13 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     wg::wg_wait<1>();  // A done; U1 may still run
     wg::reg_fence(accD);
     uint32_t neg[kN / 4], pos[kN / 4];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const bool live = wg::acc_row(w, lane, 2 * hh) < L;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int e = 4 * j + 2 * hh;
-        const float2 dv = mm::unpack2<T>(dvw[2 * j + hh]);
-        const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
-        pos[2 * j + hh] = mm::pack2<T>(x0, x1);
-        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
-      }
-    }
+    dvn_pairs<kN>(dvw, dec, accD, L, pos, neg);
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
     load_trans<true>(st + S::kW, wf);
     wg::fence_proxy_async();
     wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
     // U2: dS += Wᵀ (−dVn).
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, wf, dvnt);
     {
       uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb;
       stage_rows<kN>(smem, s0, stg, pos, [&](int row, int chunk, uint4 v) {
@@ -1011,6 +1056,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     if (c > 0) store_dh(hc0 + c - 1);  // dh of the next chunk (the gradient of the state at its end: this dS)
   }
   store_dh0<kN>(p, n, hv, v0 + cb, dS);
+  if constexpr (kCl > 1) cluster_barrier();  // (before exit: the side's remote arrivals)
 #endif
 }
 
@@ -1032,11 +1078,13 @@ bool make_maps(const DhuParams& p, DhuMaps& m, int dcols = 0) {
          enc(&m.dout, p.dout, d.HV, d.V);
 }
 
+// box5 (kDhuWgmmaAheadHalfPBox5, session 13): the chunk tiles as one 5-D box each (make_maps' dcols = 2 kN), else
+// the 8-column boxes (what kDhuAuto runs: the 5-D boxes here not yet timed faster on a GPU).
 template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
-strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream, bool box5 = false) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);  // (8-column boxes: 5-D ones not yet GPU-verified here)
+    if (!make_maps(p, maps, box5 ? 2 * kN : 0)) return launch<kN, kFuse, false, false>(p, offs, stream);
   constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
@@ -1047,8 +1095,24 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
 }
 
+// The launch configuration of the split kernel with clusters of kCl blocks (kCl = 1: none) over `blocks` blocks.
+template <int kCl>
+struct SplitLaunch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1]{};
+  SplitLaunch(int64_t blocks, cudaStream_t stream) {
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks)), cfg.blockDim = dim3(kSplitThr);
+    cfg.dynamicSmemBytes = SplitSmem<16>::kBytes, cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = kCl > 1 ? 1 : 0;
+  }
+};
+
 // kDhuWgmmaSplit (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked by the caller), with the
-// 5-D maps where the driver encodes them.
+// 5-D maps where the driver encodes them; kCl > 1 (kDhuWgmmaSplitCluster2 / 4): in clusters of kCl column blocks
+// sharing K, Q, W by multicast, where the 5-D maps encode and kCl divides the column blocks of a head (else kCl = 1).
+template <int kCl>
 strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   constexpr int kN = 16;
   DhuMaps maps{};
@@ -1056,23 +1120,27 @@ strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t
   constexpr int smem = SplitSmem<kN>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  auto kernel = dhu_wgmma_split_kernel<kN>;
+  if constexpr (kCl > 1)
+    if (!maps.box5 || nvt % kCl != 0) return launch_split<1>(p, offs, stream);
+  auto kernel = dhu_wgmma_split_kernel<kN, kCl>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), kSplitThr, smem, stream>>>(p, offs, nvt, maps);
-  return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
+  SplitLaunch<kCl> l(blocks, stream);
+  STRATA_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, offs, nvt, maps));
+  return cuda::check_launch(kCl > 1 ? "chunk_gated_delta_rule_bwd_dhu (wgmma, split, clusters, fused dv_local)"
+                                    : "chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
 }
 
 // kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
 template <bool kTma, bool kAhead, bool kHalfP = false>
-strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream) {
+strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream, bool box5 = false) {
   if (p.fuse_dv_local) {
-    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream);
-    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream);
-    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
+    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
+    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
   }
-  if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream);
-  if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream);
-  return launch<16, false, kTma, kAhead>(p, offs, stream);
+  if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream, box5);
+  if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream, box5);
+  return launch<16, false, kTma, kAhead>(p, offs, stream, box5);
 }
 
 // A token tensor the kernel copies by 16-byte segments at any (b, t, head): bf16, outer strides multiples of 8
@@ -1124,15 +1192,36 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
   // kDhuAuto with the fused dv_local at 16 columns a warpgroup (B = 1's width): the warp-specialised form (GPU run
   // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
-  const bool split = p.mma_variant == kDhuWgmmaSplit || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
-  if (split && p.fuse_dv_local && kn == 16 && rows16) return launch_split(p, offs, stream);
-  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || split ||
+  // kDhuWgmmaSplitCluster2 / 4 (session 13, forced only): that form in clusters sharing K, Q, W by multicast.
+  const int cl = p.mma_variant == kDhuWgmmaSplitCluster2 ? 2 : p.mma_variant == kDhuWgmmaSplitCluster4 ? 4 : 1;
+  const bool split = p.mma_variant == kDhuWgmmaSplit || cl > 1 || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (split && p.fuse_dv_local && kn == 16 && rows16)
+    return cl == 4 ? launch_split<4>(p, offs, stream) : cl == 2 ? launch_split<2>(p, offs, stream)
+                                                                : launch_split<1>(p, offs, stream);
+  // kDhuWgmmaAheadHalfPBox5 (session 13, forced only): half P (dv read: kDhuWgmmaAhead) with one 5-D box a tile.
+  const bool box5 = p.mma_variant == kDhuWgmmaAheadHalfPBox5;
+  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || box5 || split ||
                       (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (half_p)
-    return rows16 ? launch_cols<true, true, true>(p, kn, offs, stream) : launch_cols<true, true>(p, kn, offs, stream);
+    return rows16 ? launch_cols<true, true, true>(p, kn, offs, stream, box5)
+                  : launch_cols<true, true>(p, kn, offs, stream, box5);
   if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
+}
+
+// How many clusters of `cluster` (2 or 4) blocks of the split kernel the device runs at once (0 where the query
+// fails; timing lines print it: the clustered forms need N·HV·V / (32 cluster) of them for one wave).
+int chunk_gated_delta_rule_bwd_dhu_split_clusters(int cluster) {
+  int n = 0;
+  auto query = [&](auto kernel, const cudaLaunchConfig_t& cfg) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SplitSmem<16>::kBytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess)
+      n = 0, (void)cudaGetLastError();
+  };
+  if (cluster == 2) query(dhu_wgmma_split_kernel<16, 2>, SplitLaunch<2>(2, nullptr).cfg);
+  if (cluster == 4) query(dhu_wgmma_split_kernel<16, 4>, SplitLaunch<4>(4, nullptr).cfg);
+  return n;
 }
 
 }  // namespace strata::linear_attn
