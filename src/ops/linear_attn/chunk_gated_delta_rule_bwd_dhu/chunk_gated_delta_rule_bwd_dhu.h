@@ -55,17 +55,18 @@ struct DhuParams {
 // kDhuWgmmaSplit (session 12; what kDhuAuto runs with the fused dv_local at 16 columns a warpgroup, else as
 // kDhuWgmmaAheadHalfP): a third warpgroup forms dv_local (P, gating, Bm dO), the dO transposes and the row factors
 // one chunk ahead for both state warpgroups, which keep only the recurrence's chain; the same bits.
-// Session 13, forced only (timing): kDhuWgmmaSplitCluster2 / 4: kDhuWgmmaSplit in thread-block clusters of 2 / 4
-// column blocks of one (sequence, value head), each chunk's K, Q, W tiles requested once per cluster and multicast
-// into every block (where the 5-D tensor maps encode and the size divides the column blocks; else kDhuWgmmaSplit);
+// Session 13, forced only (timing): kDhuWgmmaSplitCluster2 / 4 / 8: kDhuWgmmaSplit in thread-block clusters of 2 / 4
+// / 8 consecutive blocks of one sequence (column blocks of a value head, at 8 and V = 128 those of 2 value heads),
+// each chunk's K, Q, W tiles requested once per group of blocks that need them and multicast into each (where the
+// 5-D tensor maps encode and the size divides the sequence's HV·V / 32 blocks; else kDhuWgmmaSplit);
 // kDhuWgmmaAheadHalfPBox5: kDhuWgmmaAheadHalfP (dv read: kDhuWgmmaAhead) with each chunk tile as one 5-D tensor-map
 // box instead of 8-column boxes. All the same bits.
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
                      kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7, kDhuWgmmaSplit = 8, kDhuWgmmaSplitCluster2 = 9,
-                     kDhuWgmmaSplitCluster4 = 10, kDhuWgmmaAheadHalfPBox5 = 11;
+                     kDhuWgmmaSplitCluster4 = 10, kDhuWgmmaAheadHalfPBox5 = 11, kDhuWgmmaSplitCluster8 = 12;
 // Whether mma_variant forces one of the warpgroup-MMA kernels.
 inline constexpr bool dhu_forces_wgmma(int v) {
-  return v == kDhuWgmma || (v >= kDhuWgmmaTma && v <= kDhuWgmmaAheadHalfPBox5);
+  return v == kDhuWgmma || (v >= kDhuWgmmaTma && v <= kDhuWgmmaSplitCluster8);
 }
 
 // The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0
@@ -118,7 +119,7 @@ bool chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(const DhuParams& p);
 std::string chunk_gated_delta_rule_bwd_dhu_wgmma_reject(const DhuParams& p);
 bool chunk_gated_delta_rule_bwd_dhu_wgmma_runs(const DhuParams& p);
 int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t* offs, void* stream);
-// How many clusters of `cluster` (2 or 4) blocks of the kDhuWgmmaSplitCluster kernels fit on the device at once (0:
+// How many clusters of `cluster` (2, 4 or 8) blocks of the kDhuWgmmaSplitCluster kernels fit on the device at once (0:
 // unknown); timing lines print it (one wave needs N·HV·V / (32 cluster) clusters).
 int chunk_gated_delta_rule_bwd_dhu_split_clusters(int cluster);
 // Whether chunk_gated_delta_rule_bwd_dhu_cuda_mma runs the warpgroup-MMA kernel on p: kDhuWgmma, or kDhuAuto once

@@ -825,12 +825,14 @@ struct SplitSmem {
 };
 
 //
-// kCl > 1 (kDhuWgmmaSplitCluster2 / 4, session 13): clusters of kCl consecutive blocks, i.e. kCl column blocks of one
-// (sequence, value head), which all read the same K, Q, W tiles (48 of a stage's 52 KiB; GPU run s12run1's ncu of
-// this kernel at B = 1: L2 throughput 88 %, 3.2 GB of L2 reads for the 4 column blocks of each head). Tile m (K, Q,
-// W) of a chunk is requested once, by cluster rank m % kCl, multicast into the same stage of every CTA of the
-// cluster, completing on each CTA's own full[] mbarrier (each still expects the stage's bytes); dO stays one copy a
-// block. A stage is rewritten (side index j >= 3) only after every CTA has released it: after its step barrier of
+// kCl > 1 (kDhuWgmmaSplitCluster2 / 4 / 8, session 13): clusters of kCl consecutive blocks of one sequence (the
+// launcher checks that kCl divides its HV·V / 32 blocks), e.g. kCl column blocks of one value head (kCl <= V / 32),
+// which all read the same K, Q, W tiles (48 of a stage's 52 KiB; GPU run s12run1's ncu of this kernel at B = 1: L2
+// throughput 88 %, 3.2 GB of L2 reads for the 4 column blocks of each head), or at 8 (B = 1: V / 32 = 4) the 4 column
+// blocks of 2 value heads, which share K and Q where G is even. Tile m (K, Q, W) of a chunk is requested once per
+// group of the cluster's CTAs that need it (the same q/k head for K, Q, the same value head for W), by the
+// (m % size)-th CTA of the group, multicast into the same stage of each of them, completing on each CTA's own full[]
+// mbarrier (each still expects the stage's bytes); dO stays one copy a block. A stage is rewritten (side index j >= 3) only after every CTA has released it: after its step barrier of
 // step j − 1 (its readers of chunk j − 3 done) its side thread 0 arrives on empty[j % 3] of every CTA of the
 // cluster, and the issuing thread waits for the kCl arrivals on its own. All CTAs of a cluster share the sequence
 // (the same chunk count); a cluster barrier after the mbarrier initialisation and another before exit (no CTA exits
@@ -843,7 +845,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
-  static_assert(kCl == 1 || kCl == 2 || kCl == 4, "cluster sizes whose CTAs share K, Q, W");
+  static_assert(kCl == 1 || kCl == 2 || kCl == 4 || kCl == 8, "portable cluster sizes");
   constexpr int kThreads = kSplitThr;
   using S = SplitSmem<kN>;
   constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
@@ -874,6 +876,27 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
     auto gam_of = [&](int64_t i) { return reinterpret_cast<float*>(smem + S::kGam) + (i & 1) * kRows; };
     const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(full + 3));
+    // Clusters: the tile m = wt / 32 (< 3) this thread issues for its group (lane 0 of warps 0..2): the mask of the
+    // cluster's CTAs that need the same tile (the same q/k head for K, Q; value head for W) and whether this CTA issues
+    // it (the (m % size)-th of them).
+    uint16_t tmask = 0;
+    bool tissue = false;
+    if constexpr (kCl > 1) {
+      if (wt < 96 && lane == 0) {
+        const int m = wt >> 5;
+        const int64_t me = ::strata::cuda::tma::cluster_rank(), first = blockIdx.x - me;
+        auto key = [&](int64_t blk) { const int64_t hr = blk / nvt % d.HV; return m < 2 ? hr / d.G : hr; };
+        int size = 0, pick = -1;
+        for (int r = 0; r < kCl; ++r)
+          if (key(first + r) == key(blockIdx.x)) tmask |= static_cast<uint16_t>(1u << r), ++size;
+        for (int r = 0, k = 0; r < kCl; ++r)
+          if ((tmask >> r) & 1) {
+            if (k == m % size) pick = r;
+            ++k;
+          }
+        tissue = pick == me;
+      }
+    }
     auto request = [&](int64_t i) {  // chunk of side index i (chunk nc − 1 − i), expected bytes posted before
       const int64_t t0 = bos + (nc - 1 - i) * kRows;
       wg::fence_proxy_async();
@@ -881,15 +904,15 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       if constexpr (kCl > 1) {  // (box5 only: checked by the launcher)
         namespace tma = ::strata::cuda::tma;
         if (wt < 128 && (wt & 31) == 0) {
-          const int m = wt >> 5;  // K, Q, W (multicast by rank m % kCl), dO (this block's)
+          const int m = wt >> 5;  // K, Q, W (multicast to the group tmask), dO (this block's)
           if (m == 3) {
             tma::load_blocks(stage(i) + S::kO, &maps.dout, static_cast<int>(t0), static_cast<int>(v0 / 8),
                              static_cast<int>(hv), static_cast<int>(b), bar);
-          } else if (static_cast<uint32_t>(m % kCl) == tma::cluster_rank()) {
+          } else if (tissue) {
             if (i >= 3) tma::mbar_wait_cluster(empty0 + 8 * static_cast<uint32_t>(i % 3), parity(i - 3));
             tma::load_blocks_multicast(stage(i) + m * S::kTile, m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
                                        static_cast<int>(t0), 0, static_cast<int>(m == 2 ? hv : h), static_cast<int>(b),
-                                       bar, static_cast<uint16_t>((1u << kCl) - 1));
+                                       bar, tmask);
           }
         }
         __syncwarp();
@@ -1110,8 +1133,9 @@ struct SplitLaunch {
 };
 
 // kDhuWgmmaSplit (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked by the caller), with the
-// 5-D maps where the driver encodes them; kCl > 1 (kDhuWgmmaSplitCluster2 / 4): in clusters of kCl column blocks
-// sharing K, Q, W by multicast, where the 5-D maps encode and kCl divides the column blocks of a head (else kCl = 1).
+// 5-D maps where the driver encodes them; kCl > 1 (kDhuWgmmaSplitCluster2 / 4 / 8): in clusters of kCl blocks of one
+// sequence sharing K, Q, W by multicast, where the 5-D maps encode and kCl divides a sequence's HV·V / 32 blocks (else
+// kCl = 1).
 template <int kCl>
 strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   constexpr int kN = 16;
@@ -1121,7 +1145,7 @@ strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
   if constexpr (kCl > 1)
-    if (!maps.box5 || nvt % kCl != 0) return launch_split<1>(p, offs, stream);
+    if (!maps.box5 || (p.d.HV * nvt) % kCl != 0) return launch_split<1>(p, offs, stream);
   auto kernel = dhu_wgmma_split_kernel<kN, kCl>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   SplitLaunch<kCl> l(blocks, stream);
@@ -1192,12 +1216,17 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
   // kDhuAuto with the fused dv_local at 16 columns a warpgroup (B = 1's width): the warp-specialised form (GPU run
   // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
-  // kDhuWgmmaSplitCluster2 / 4 (session 13, forced only): that form in clusters sharing K, Q, W by multicast.
-  const int cl = p.mma_variant == kDhuWgmmaSplitCluster2 ? 2 : p.mma_variant == kDhuWgmmaSplitCluster4 ? 4 : 1;
+  // kDhuWgmmaSplitCluster2 / 4 / 8 (session 13, forced only): that form in clusters sharing K, Q, W by multicast.
+  const int cl = p.mma_variant == kDhuWgmmaSplitCluster2   ? 2
+                 : p.mma_variant == kDhuWgmmaSplitCluster4 ? 4
+                 : p.mma_variant == kDhuWgmmaSplitCluster8 ? 8
+                                                           : 1;
   const bool split = p.mma_variant == kDhuWgmmaSplit || cl > 1 || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (split && p.fuse_dv_local && kn == 16 && rows16)
-    return cl == 4 ? launch_split<4>(p, offs, stream) : cl == 2 ? launch_split<2>(p, offs, stream)
-                                                                : launch_split<1>(p, offs, stream);
+    return cl == 8   ? launch_split<8>(p, offs, stream)
+           : cl == 4 ? launch_split<4>(p, offs, stream)
+           : cl == 2 ? launch_split<2>(p, offs, stream)
+                     : launch_split<1>(p, offs, stream);
   // kDhuWgmmaAheadHalfPBox5 (session 13, forced only): half P (dv read: kDhuWgmmaAhead) with one 5-D box a tile.
   const bool box5 = p.mma_variant == kDhuWgmmaAheadHalfPBox5;
   const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || box5 || split ||
@@ -1210,7 +1239,7 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
 }
 
-// How many clusters of `cluster` (2 or 4) blocks of the split kernel the device runs at once (0 where the query
+// How many clusters of `cluster` (2, 4 or 8) blocks of the split kernel the device runs at once (0 where the query
 // fails; timing lines print it: the clustered forms need N·HV·V / (32 cluster) of them for one wave).
 int chunk_gated_delta_rule_bwd_dhu_split_clusters(int cluster) {
   int n = 0;
@@ -1221,6 +1250,7 @@ int chunk_gated_delta_rule_bwd_dhu_split_clusters(int cluster) {
   };
   if (cluster == 2) query(dhu_wgmma_split_kernel<16, 2>, SplitLaunch<2>(2, nullptr).cfg);
   if (cluster == 4) query(dhu_wgmma_split_kernel<16, 4>, SplitLaunch<4>(4, nullptr).cfg);
+  if (cluster == 8) query(dhu_wgmma_split_kernel<16, 8>, SplitLaunch<8>(8, nullptr).cfg);
   return n;
 }
 
