@@ -434,53 +434,18 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
         const auto hp = run_dhu(in, kDhuWgmmaAheadHalfP, dv_mode, cols);
         expect_dhu_close(a, hp, s.dt, what + " half P");
         EXPECT_TRUE(hp == b) << what << ": half P differs from cp.async";
-        // Half P (dv read: ahead) with one 5-D box a chunk tile (kDhuWgmmaAheadHalfPBox5, session 13): the same bits.
+        // Half P (dv read: ahead) with one 5-D box a chunk tile (kDhuWgmmaAheadHalfPBox5, session 13; kDhuAuto's form
+        // at 32 / 64 columns with the fused dv_local): the same bits.
         EXPECT_TRUE(run_dhu(in, kDhuWgmmaAheadHalfPBox5, dv_mode, cols) == b) << what << ": half P, 5-D boxes differs";
-        // The warp-specialised form (kDhuWgmmaSplit, session 12; fused at 16 columns, else half P): the same bits;
-        // in clusters of 2 / 4 / 8 blocks sharing K, Q, W by multicast (session 13; at 16 columns V = 128 has 4
-        // column blocks a head: 2 and 4 clustered, 8 over 2 value heads of one q/k head where HV is even; V = 64: 2,
-        // clusters of 2 (and 4 at HV = 2); V = 96: 3, all fall back).
+        // The warp-specialised form (kDhuWgmmaSplit, session 12; fused at 16 columns, else half P): the same bits.
         if (dv_mode == 2) {
           const auto sp = run_dhu(in, kDhuWgmmaSplit, dv_mode, cols);
           expect_dhu_close(a, sp, s.dt, what + " split");
           EXPECT_TRUE(sp == b) << what << ": split differs from cp.async";
-          for (const int var : {kDhuWgmmaSplitCluster2, kDhuWgmmaSplitCluster4, kDhuWgmmaSplitCluster8})
-            EXPECT_TRUE(run_dhu(in, var, dv_mode, cols) == b) << what << ": split in clusters (variant " << var << ") differs";
         }
       }
       // Reproducible: a second call gives the same bits.
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
-    }
-  }
-}
-
-// The split form in clusters (kDhuWgmmaSplitCluster2 / 4, session 13) on a pack with an empty sequence and sequences
-// of 2, 1 and 15 chunks (every CTA of a cluster has the same sequence, so an empty one exits before any cluster
-// barrier; from 4 chunks on the stages are reused, behind the clusters' release barriers), GVA, V = 256 (8 column
-// blocks a head: two clusters of 4 per head), G = 1 (clusters of 8 over two value heads with different q/k heads:
-// groups of 4 for every tile) and 3 chunks with a 1-row last one (no cluster of 8 there: the plain split runs): the
-// bits of kDhuWgmmaSplit (which DhuWgmmaMatchesMma checks against the cp.async kernel), and the mma.sync kernel's
-// values within its tolerance.
-TEST(GdnBwdCudaVariants, DhuSplitClustersSameBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<Shape> shapes = {
-      {1, 1100, 2, 4, 128, 128, 64, {0, 0, 100, 164, 1100}, STRATA_DTYPE_BF16, true, true},
-      {2, 300, 1, 2, 128, 256, 64, {}, STRATA_DTYPE_BF16, true, true},
-      {1, 300, 2, 2, 128, 128, 64, {}, STRATA_DTYPE_BF16, true, true},
-      {1, 129, 1, 1, 128, 128, 64, {}, STRATA_DTYPE_BF16, false, true},
-  };
-  uint64_t seed = 77;
-  for (const Shape& s : shapes) {
-    const Inputs in(s, seed++);
-    const auto a = run_dhu(in, kDhuWide, 2);
-    const auto sp = run_dhu(in, kDhuWgmmaSplit, 2, 16);
-    for (const int var : {kDhuWgmmaSplitCluster2, kDhuWgmmaSplitCluster4, kDhuWgmmaSplitCluster8}) {
-      const std::string what = shape_str(s) + (s.cu.empty() ? "" : " varlen") + " fused, split in clusters of " +
-                               (var == kDhuWgmmaSplitCluster2 ? "2" : var == kDhuWgmmaSplitCluster4 ? "4" : "8");
-      const auto x = run_dhu(in, var, 2, 16);
-      expect_dhu_close(a, x, s.dt, what);
-      EXPECT_TRUE(x == sp) << what << ": differs from kDhuWgmmaSplit";
-      EXPECT_TRUE(run_dhu(in, var, 2, 16) == x) << what << ": not reproducible";
     }
   }
 }
@@ -835,8 +800,7 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
                        call(kDhuWgmmaAheadHalfP, fuse, 64), call(kDhuWgmmaSplit, fuse, 16),
                        call(kDhuWgmmaAheadHalfPBox5, fuse, 0), call(kDhuWgmmaAheadHalfPBox5, fuse, 16),
                        call(kDhuWgmmaAheadHalfPBox5, fuse, 32), call(kDhuWgmmaAheadHalfPBox5, fuse, 64),
-                       call(kDhuWgmmaSplitCluster2, fuse, 16), call(kDhuWgmmaSplitCluster4, fuse, 16),
-                       call(kDhuWgmmaSplitCluster8, fuse, 16)},
+                       call(kDhuAuto, fuse, 0)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
                       "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
@@ -847,12 +811,9 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
                       ms[12], ms[13], ms[14], ms[15], ms[16], ms[17]));
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128 (session 13): half P %.3f ms, "
                       "half P 5-D boxes %.3f ms (16 / 32 / 64 columns %.3f / %.3f / %.3f ms); split (16 columns) %.3f "
-                      "ms, split in clusters of 2 %.3f ms (%d clusters fit), of 4 %.3f ms (%d fit), of 8 %.3f ms (%d fit)",
+                      "ms; automatic %.3f ms",
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
-                      ms[13], ms[18], ms[19], ms[20], ms[21], ms[17], ms[22],
-                      chunk_gated_delta_rule_bwd_dhu_split_clusters(2), ms[23],
-                      chunk_gated_delta_rule_bwd_dhu_split_clusters(4), ms[24],
-                      chunk_gated_delta_rule_bwd_dhu_split_clusters(8)));
+                      ms[13], ms[18], ms[19], ms[20], ms[21], ms[17], ms[22]));
     }
   }
 }

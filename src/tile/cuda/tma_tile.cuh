@@ -177,49 +177,4 @@ __device__ __forceinline__ void mbar_wait_ptx(uint32_t bar, uint32_t parity) {
         : "memory");
 }
 
-
-// ---- session 13 (chunk_gated_delta_rule_bwd_dhu): thread-block clusters sharing a tile by multicast ----
-// load_blocks into the same shared offset dst of every CTA of the cluster in cta_mask (bit r: cluster rank r),
-// completing its bytes on the mbarrier at the same offset bar in each of them: one L2 read for a tile that
-// several CTAs of a cluster need. The issuing CTA must know that each destination CTA has released that buffer
-// (mbar_arrive_remote / mbar_wait_cluster below) and has posted or will post the bytes on its own mbarrier.
-__device__ __forceinline__ void load_blocks_multicast(uint32_t dst, const CUtensorMap* map, int t, int q, int head,
-                                                      int b, uint32_t bar, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3, %4, %5, %6}], [%7], %8;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(t), "r"(q), "r"(head), "r"(b), "r"(bar), "h"(cta_mask)
-      : "memory");
-}
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// An arrival (release at cluster scope) on the mbarrier at shared offset bar of this CTA in the CTA of cluster rank
-// cta: this thread's (and, after a CTA barrier, the CTA's) earlier accesses happen before what the waiter does next.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(cta)
-      : "memory");
-}
-// mbar_wait_ptx<false> with acquire at cluster scope (arrivals from other CTAs of the cluster).
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nWAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [%0], %1;\n"
-      "@!P1 bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// Every thread of every CTA of the cluster (per warp: all threads at the same instruction): a cluster-wide barrier
-// with release / acquire, e.g. after mbarrier initialisation (mbar_init fences it for the cluster) and before exit
-// while other CTAs may still signal this CTA's mbarriers.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
 }  // namespace strata::cuda::tma

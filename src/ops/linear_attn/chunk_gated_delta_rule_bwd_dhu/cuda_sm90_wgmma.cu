@@ -818,34 +818,19 @@ struct SplitSmem {
   static constexpr int kLdV = 2 * kN + 8, kDvl = kDot + kPairB;                          // dv_local [2][64][kLdV]
   static constexpr int kFac = kDvl + 2 * kRows * kLdV * 2;                               // [2][64 + 1 (+ 3)] f32
   static constexpr int kGam = kFac + 2 * 68 * 4;                                        // side's γ [2][64]
-  // mbarriers: full[3] (a stage's copies landed), then (clusters) empty[3] (every CTA of the cluster released it).
-  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 6 * 8;
+  static constexpr int kBar = kGam + 2 * kRows * 4, kBytes = kBar + 3 * 8;
   static_assert(kStage % 128 == 0 && kWgB % 128 == 0 && kPairB % 128 == 0 && kDvl % 16 == 0 && kBar % 8 == 0,
                 "aligned regions");
 };
 
-//
-// kCl > 1 (kDhuWgmmaSplitCluster2 / 4 / 8, session 13): clusters of kCl consecutive blocks of one sequence (the
-// launcher checks that kCl divides its HV·V / 32 blocks), e.g. kCl column blocks of one value head (kCl <= V / 32),
-// which all read the same K, Q, W tiles (48 of a stage's 52 KiB; GPU run s12run1's ncu of this kernel at B = 1: L2
-// throughput 88 %, 3.2 GB of L2 reads for the 4 column blocks of each head), or at 8 (B = 1: V / 32 = 4) the 4 column
-// blocks of 2 value heads, which share K and Q where G is even. Tile m (K, Q, W) of a chunk is requested once per
-// group of the cluster's CTAs that need it (the same q/k head for K, Q, the same value head for W), by the
-// (m % size)-th CTA of the group, multicast into the same stage of each of them, completing on each CTA's own full[]
-// mbarrier (each still expects the stage's bytes); dO stays one copy a block. A stage is rewritten (side index j >= 3) only after every CTA has released it: after its step barrier of
-// step j − 1 (its readers of chunk j − 3 done) its side thread 0 arrives on empty[j % 3] of every CTA of the
-// cluster, and the issuing thread waits for the kCl arrivals on its own. All CTAs of a cluster share the sequence
-// (the same chunk count); a cluster barrier after the mbarrier initialisation and another before exit (no CTA exits
-// while another may still arrive on its barriers). Same products and order: the same bits as kCl = 1.
 constexpr int kSplitThr = 384;
-template <int kN, int kCl>
+template <int kN>
 __global__ void __launch_bounds__(kSplitThr, 1)
     dhu_wgmma_split_kernel(const DhuParams p, const int64_t* offs, int64_t nvt, const __grid_constant__ DhuMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host launches this kernel only in sm_90a builds on sm_90 devices)
 #else
   static_assert(kN == 16, "3 stages and the side's buffers fit at 16 columns a warpgroup");
-  static_assert(kCl == 1 || kCl == 2 || kCl == 4 || kCl == 8, "portable cluster sizes");
   constexpr int kThreads = kSplitThr;
   using S = SplitSmem<kN>;
   constexpr int kN2 = 2 * kN;  // the block's columns (the side's dO, dv_local)
@@ -866,57 +851,16 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBar);
   auto stage = [&](int64_t i) { return s0 + static_cast<uint32_t>(i % 3) * S::kStage; };  // chunk of side index i
   auto parity = [](int64_t i) { return static_cast<uint32_t>(i / 3) & 1u; };
-  auto cluster_barrier = [] {
-    if constexpr (kCl > 1) ::strata::cuda::tma::cluster_sync();
-    else __syncthreads();
-  };
 
   if (side) {
     // ---------------- side warpgroup ----------------
     auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
     auto gam_of = [&](int64_t i) { return reinterpret_cast<float*>(smem + S::kGam) + (i & 1) * kRows; };
-    const uint32_t empty0 = static_cast<uint32_t>(__cvta_generic_to_shared(full + 3));
-    // Clusters: the tile m = wt / 32 (< 3) this thread issues for its group (lane 0 of warps 0..2): the mask of the
-    // cluster's CTAs that need the same tile (the same q/k head for K, Q; value head for W) and whether this CTA issues
-    // it (the (m % size)-th of them).
-    uint16_t tmask = 0;
-    bool tissue = false;
-    if constexpr (kCl > 1) {
-      if (wt < 96 && lane == 0) {
-        const int m = wt >> 5;
-        const int64_t me = ::strata::cuda::tma::cluster_rank(), first = blockIdx.x - me;
-        auto key = [&](int64_t blk) { const int64_t hr = blk / nvt % d.HV; return m < 2 ? hr / d.G : hr; };
-        int size = 0, pick = -1;
-        for (int r = 0; r < kCl; ++r)
-          if (key(first + r) == key(blockIdx.x)) tmask |= static_cast<uint16_t>(1u << r), ++size;
-        for (int r = 0, k = 0; r < kCl; ++r)
-          if ((tmask >> r) & 1) {
-            if (k == m % size) pick = r;
-            ++k;
-          }
-        tissue = pick == me;
-      }
-    }
     auto request = [&](int64_t i) {  // chunk of side index i (chunk nc − 1 − i), expected bytes posted before
       const int64_t t0 = bos + (nc - 1 - i) * kRows;
       wg::fence_proxy_async();
       const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full + i % 3));
-      if constexpr (kCl > 1) {  // (box5 only: checked by the launcher)
-        namespace tma = ::strata::cuda::tma;
-        if (wt < 128 && (wt & 31) == 0) {
-          const int m = wt >> 5;  // K, Q, W (multicast to the group tmask), dO (this block's)
-          if (m == 3) {
-            tma::load_blocks(stage(i) + S::kO, &maps.dout, static_cast<int>(t0), static_cast<int>(v0 / 8),
-                             static_cast<int>(hv), static_cast<int>(b), bar);
-          } else if (tissue) {
-            if (i >= 3) tma::mbar_wait_cluster(empty0 + 8 * static_cast<uint32_t>(i % 3), parity(i - 3));
-            tma::load_blocks_multicast(stage(i) + m * S::kTile, m == 0 ? &maps.k : m == 1 ? &maps.q : &maps.w,
-                                       static_cast<int>(t0), 0, static_cast<int>(m == 2 ? hv : h), static_cast<int>(b),
-                                       bar, tmask);
-          }
-        }
-        __syncwarp();
-      } else if (maps.box5) {
+      if (maps.box5) {
         chunk_tiles(maps, stage(i), bar, wt, static_cast<int>(v0), static_cast<int>(h),
                     static_cast<int>(hv), static_cast<int>(t0), static_cast<int>(b));
       } else {
@@ -927,25 +871,18 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     if (nc == 0) return;
     if (wt == 0) {
       for (int s = 0; s < 3; ++s) sc::mbar_init(full + s, 1);
-      if constexpr (kCl > 1)
-        for (int s = 0; s < 3; ++s) sc::mbar_init(full + 3 + s, kCl);
       sc::mbar_arrive_expect_tx(full, S::kStage);
       if (nc > 1) sc::mbar_arrive_expect_tx(full + 1, S::kStage);
     }
     if (wt < kRows) gam_of(0)[wt] = fetch_gamma(nc - 1);
     float g_next = fetch_gamma(nc - 2);
-    cluster_barrier();  // mbarriers initialised (in every CTA of the cluster), γ of the first chunk
+    __syncthreads();  // mbarriers initialised, γ of the first chunk
     request(0);
     for (int64_t i = 0; i <= nc; ++i) {
       wg::fence_proxy_async();
       wg::bar_sync(4, kThreads);  // (the step barrier; see the state loop)
       if (i == nc) break;
       const int64_t c = nc - 1 - i;
-      if constexpr (kCl > 1) {  // this CTA's readers of chunk i − 2 (stage (i + 1) % 3) are done: release it
-        if (c > 0 && i + 1 >= 3 && wt == 0)
-          for (uint32_t r = 0; r < static_cast<uint32_t>(kCl); ++r)
-            ::strata::cuda::tma::mbar_arrive_remote(empty0 + 8 * static_cast<uint32_t>((i + 1) % 3), r);
-      }
       if (c > 0) request(i + 1);
       if (c > 0 && wt < kRows) gam_of(i + 1)[wt] = g_next;  // (read after the next step barrier)
       g_next = fetch_gamma(c - 2);
@@ -998,7 +935,6 @@ __global__ void __launch_bounds__(kSplitThr, 1)
               mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
       if (wt == 0 && c > 1) sc::mbar_arrive_expect_tx(full + (i + 2) % 3, S::kStage);  // chunk c − 2
     }
-    if constexpr (kCl > 1) cluster_barrier();  // (before exit: see above)
     return;
   }
 
@@ -1018,7 +954,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   };
   store_sb();
   store_dh(hc0 + nc - 1);  // dh of the last chunk: dS = dht
-  cluster_barrier();        // (the side's mbarrier initialisation)
+  __syncthreads();         // (the side's mbarrier initialisation)
   for (int64_t k = 0; k <= nc; ++k) {
     // Step barrier: the side has finished chunk c = nc − k (dv_local, (sE dO)ᵀ, fac) and every reader of the stage
     // it now requests into is done; this warpgroup's dS copy of the chunk before is visible.
@@ -1079,7 +1015,6 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     if (c > 0) store_dh(hc0 + c - 1);  // dh of the next chunk (the gradient of the state at its end: this dS)
   }
   store_dh0<kN>(p, n, hv, v0 + cb, dS);
-  if constexpr (kCl > 1) cluster_barrier();  // (before exit: the side's remote arrivals)
 #endif
 }
 
@@ -1101,8 +1036,8 @@ bool make_maps(const DhuParams& p, DhuMaps& m, int dcols = 0) {
          enc(&m.dout, p.dout, d.HV, d.V);
 }
 
-// box5 (kDhuWgmmaAheadHalfPBox5, session 13): the chunk tiles as one 5-D box each (make_maps' dcols = 2 kN), else
-// the 8-column boxes (what kDhuAuto runs: the 5-D boxes here not yet timed faster on a GPU).
+// box5 (kDhuWgmmaAheadHalfPBox5, session 13; kDhuAuto's half-P form): the chunk tiles as one 5-D box each
+// (make_maps' dcols = 2 kN) where the driver encodes them, else the 8-column boxes.
 template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
 strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream, bool box5 = false) {
   DhuMaps maps{};
@@ -1118,25 +1053,8 @@ strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t strea
                                   : "chunk_gated_delta_rule_bwd_dhu (wgmma)");
 }
 
-// The launch configuration of the split kernel with clusters of kCl blocks (kCl = 1: none) over `blocks` blocks.
-template <int kCl>
-struct SplitLaunch {
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1]{};
-  SplitLaunch(int64_t blocks, cudaStream_t stream) {
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks)), cfg.blockDim = dim3(kSplitThr);
-    cfg.dynamicSmemBytes = SplitSmem<16>::kBytes, cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr, cfg.numAttrs = kCl > 1 ? 1 : 0;
-  }
-};
-
 // kDhuWgmmaSplit (fused dv_local, 16 columns a warpgroup, 16-byte rows of dh / dv2; checked by the caller), with the
-// 5-D maps where the driver encodes them; kCl > 1 (kDhuWgmmaSplitCluster2 / 4 / 8): in clusters of kCl blocks of one
-// sequence sharing K, Q, W by multicast, where the 5-D maps encode and kCl divides a sequence's HV·V / 32 blocks (else
-// kCl = 1).
-template <int kCl>
+// 5-D maps where the driver encodes them.
 strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
   constexpr int kN = 16;
   DhuMaps maps{};
@@ -1144,14 +1062,10 @@ strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t
   constexpr int smem = SplitSmem<kN>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
-  if constexpr (kCl > 1)
-    if (!maps.box5 || (p.d.HV * nvt) % kCl != 0) return launch_split<1>(p, offs, stream);
-  auto kernel = dhu_wgmma_split_kernel<kN, kCl>;
+  auto kernel = dhu_wgmma_split_kernel<kN>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  SplitLaunch<kCl> l(blocks, stream);
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&l.cfg, kernel, p, offs, nvt, maps));
-  return cuda::check_launch(kCl > 1 ? "chunk_gated_delta_rule_bwd_dhu (wgmma, split, clusters, fused dv_local)"
-                                    : "chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
+  kernel<<<static_cast<unsigned>(blocks), kSplitThr, smem, stream>>>(p, offs, nvt, maps);
+  return cuda::check_launch("chunk_gated_delta_rule_bwd_dhu (wgmma, split, fused dv_local)");
 }
 
 // kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
@@ -1216,19 +1130,15 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // kDhuWgmmaSplit (session 12, forced only): the warp-specialised form at 16 columns; other widths run half P.
   // kDhuAuto with the fused dv_local at 16 columns a warpgroup (B = 1's width): the warp-specialised form (GPU run
   // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
-  // kDhuWgmmaSplitCluster2 / 4 / 8 (session 13, forced only): that form in clusters sharing K, Q, W by multicast.
-  const int cl = p.mma_variant == kDhuWgmmaSplitCluster2   ? 2
-                 : p.mma_variant == kDhuWgmmaSplitCluster4 ? 4
-                 : p.mma_variant == kDhuWgmmaSplitCluster8 ? 8
-                                                           : 1;
-  const bool split = p.mma_variant == kDhuWgmmaSplit || cl > 1 || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
-  if (split && p.fuse_dv_local && kn == 16 && rows16)
-    return cl == 8   ? launch_split<8>(p, offs, stream)
-           : cl == 4 ? launch_split<4>(p, offs, stream)
-           : cl == 2 ? launch_split<2>(p, offs, stream)
-                     : launch_split<1>(p, offs, stream);
-  // kDhuWgmmaAheadHalfPBox5 (session 13, forced only): half P (dv read: kDhuWgmmaAhead) with one 5-D box a tile.
-  const bool box5 = p.mma_variant == kDhuWgmmaAheadHalfPBox5;
+  const bool split = p.mma_variant == kDhuWgmmaSplit || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
+  if (split && p.fuse_dv_local && kn == 16 && rows16) return launch_split(p, offs, stream);
+  // kDhuWgmmaAheadHalfPBox5 (session 13): half P (dv read: kDhuWgmmaAhead) with one 5-D box a chunk tile; kDhuAuto
+  // (and kDhuWgmmaSplit at other widths) with the fused dv_local and 16-byte dh / dv2 rows since GPU run s13run1
+  // (H200, bf16, HV = 32, K = V = 128, the same bits): B = 4 T = 8192 0.697 ms against 0.844 with the 8-column boxes
+  // (kDhuWgmmaAheadHalfP, forced), B = 1 T = 32768 (16 columns) 1.792 against 2.170 (the split form, 1.666, runs
+  // there). Dv read keeps the 8-column boxes (5-D: 0.967 against 0.921 ms at B = 4, 1.904 against 1.952 at B = 1).
+  const bool box5 = p.mma_variant == kDhuWgmmaAheadHalfPBox5 ||
+                    (p.fuse_dv_local && rows16 && (p.mma_variant == kDhuAuto || p.mma_variant == kDhuWgmmaSplit));
   const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || box5 || split ||
                       (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (half_p)
@@ -1237,21 +1147,6 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
-}
-
-// How many clusters of `cluster` (2, 4 or 8) blocks of the split kernel the device runs at once (0 where the query
-// fails; timing lines print it: the clustered forms need N·HV·V / (32 cluster) of them for one wave).
-int chunk_gated_delta_rule_bwd_dhu_split_clusters(int cluster) {
-  int n = 0;
-  auto query = [&](auto kernel, const cudaLaunchConfig_t& cfg) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SplitSmem<16>::kBytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess)
-      n = 0, (void)cudaGetLastError();
-  };
-  if (cluster == 2) query(dhu_wgmma_split_kernel<16, 2>, SplitLaunch<2>(2, nullptr).cfg);
-  if (cluster == 4) query(dhu_wgmma_split_kernel<16, 4>, SplitLaunch<4>(4, nullptr).cfg);
-  if (cluster == 8) query(dhu_wgmma_split_kernel<16, 8>, SplitLaunch<8>(8, nullptr).cfg);
-  return n;
 }
 
 }  // namespace strata::linear_attn
