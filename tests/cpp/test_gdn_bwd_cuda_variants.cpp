@@ -434,6 +434,9 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
         const auto hp = run_dhu(in, kDhuWgmmaAheadHalfP, dv_mode, cols);
         expect_dhu_close(a, hp, s.dt, what + " half P");
         EXPECT_TRUE(hp == b) << what << ": half P differs from cp.async";
+        // Half P (dv read: ahead) with one 5-D box a chunk tile (kDhuWgmmaAheadHalfPBox5, session 13; kDhuAuto's form
+        // at 32 / 64 columns with the fused dv_local): the same bits.
+        EXPECT_TRUE(run_dhu(in, kDhuWgmmaAheadHalfPBox5, dv_mode, cols) == b) << what << ": half P, 5-D boxes differs";
         // The warp-specialised form (kDhuWgmmaSplit, session 12; fused at 16 columns, else half P): the same bits.
         if (dv_mode == 2) {
           const auto sp = run_dhu(in, kDhuWgmmaSplit, dv_mode, cols);
@@ -794,7 +797,10 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
                        call(kDhuWgmmaAhead, fuse, 0), call(kDhuWgmmaAhead, fuse, 16), call(kDhuWgmmaAhead, fuse, 32),
                        call(kDhuWgmmaAhead, fuse, 64), call(kDhuWgmmaAheadHalfP, fuse, 0),
                        call(kDhuWgmmaAheadHalfP, fuse, 16), call(kDhuWgmmaAheadHalfP, fuse, 32),
-                       call(kDhuWgmmaAheadHalfP, fuse, 64), call(kDhuWgmmaSplit, fuse, 16)},
+                       call(kDhuWgmmaAheadHalfP, fuse, 64), call(kDhuWgmmaSplit, fuse, 16),
+                       call(kDhuWgmmaAheadHalfPBox5, fuse, 0), call(kDhuWgmmaAheadHalfPBox5, fuse, 16),
+                       call(kDhuWgmmaAheadHalfPBox5, fuse, 32), call(kDhuWgmmaAheadHalfPBox5, fuse, 64),
+                       call(kDhuAuto, fuse, 0)},
                       5);
       report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128: mma.sync (automatic tiles) %.3f ms, "
                       "wgmma (automatic: %d columns per warpgroup) %.3f ms; wgmma 16 / 32 / 64 columns %.3f / %.3f / %.3f ms; "
@@ -803,6 +809,11 @@ TEST(GdnBwdCudaVariants, DhuWgmmaTiming) {
                       fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
                       ms[0], auto_cols, ms[1], ms[2], ms[3], ms[4], ms[5], ms[6], ms[7], ms[8], ms[9], ms[10], ms[11],
                       ms[12], ms[13], ms[14], ms[15], ms[16], ms[17]));
+      report(fmt_line("[gdn_bwd timing] bwd_dhu %s bf16 B=%lld T=%lld HV=32 K=V=128 (session 13): half P %.3f ms, "
+                      "half P 5-D boxes %.3f ms (16 / 32 / 64 columns %.3f / %.3f / %.3f ms); split (16 columns) %.3f "
+                      "ms; automatic %.3f ms",
+                      fuse ? "with fused dv_local" : "dv read", static_cast<long long>(B), static_cast<long long>(T),
+                      ms[13], ms[18], ms[19], ms[20], ms[21], ms[17], ms[22]));
     }
   }
 }

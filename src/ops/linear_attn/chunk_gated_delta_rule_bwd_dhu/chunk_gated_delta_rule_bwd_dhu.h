@@ -49,17 +49,20 @@ struct DhuParams {
 // kDhuWgmmaAhead (session 11; what kDhuAuto runs with dv read where the warpgroup-MMA kernel applies): the
 // copy-engine-fed kernel with the chunk step reordered so that only K dS → dVn → Wᵀ dVn stays on the per-chunk chain
 // (dv_local's P = K Qᵀ, the dO transposes and the row factors of chunk c − 1 formed while chunk c's state update
-// runs); the same bits. kDhuWgmmaAheadHalfP (what kDhuAuto runs with the fused dv_local): that kernel with P = K Qᵀ
+// runs); the same bits. kDhuWgmmaAheadHalfP (session 11): that kernel with P = K Qᵀ
 // split between its two warpgroups (each gates half of Bm, shared through shared memory) and dh / dv2 stored as
 // 16-byte rows staged through shared memory (16-byte aligned rows; else kDhuWgmmaAhead); dv read runs kDhuWgmmaAhead.
 // kDhuWgmmaSplit (session 12; what kDhuAuto runs with the fused dv_local at 16 columns a warpgroup, else as
-// kDhuWgmmaAheadHalfP): a third warpgroup forms dv_local (P, gating, Bm dO), the dO transposes and the row factors
+// kDhuWgmmaAheadHalfPBox5): a third warpgroup forms dv_local (P, gating, Bm dO), the dO transposes and the row factors
 // one chunk ahead for both state warpgroups, which keep only the recurrence's chain; the same bits.
+// kDhuWgmmaAheadHalfPBox5 (session 13; what kDhuAuto runs with the fused dv_local where kDhuWgmmaSplit does not, i.e.
+// at 32 / 64 columns, with 16-byte dh / dv2 rows): kDhuWgmmaAheadHalfP (dv read: kDhuWgmmaAhead) with each chunk tile
+// as one 5-D tensor-map box instead of 8-column boxes (kDhuWgmmaAheadHalfP forced keeps those); the same bits.
 inline constexpr int kDhuAuto = 0, kDhuWide = 1, kDhuNarrow = 2, kDhuWgmma = 3, kDhuMmaAuto = 4, kDhuWgmmaTma = 5,
-                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7, kDhuWgmmaSplit = 8;
+                     kDhuWgmmaAhead = 6, kDhuWgmmaAheadHalfP = 7, kDhuWgmmaSplit = 8, kDhuWgmmaAheadHalfPBox5 = 9;
 // Whether mma_variant forces one of the warpgroup-MMA kernels.
 inline constexpr bool dhu_forces_wgmma(int v) {
-  return v == kDhuWgmma || v == kDhuWgmmaTma || v == kDhuWgmmaAhead || v == kDhuWgmmaAheadHalfP || v == kDhuWgmmaSplit;
+  return v == kDhuWgmma || (v >= kDhuWgmmaTma && v <= kDhuWgmmaAheadHalfPBox5);
 }
 
 // The sequence n of the CUDA kernels' work items: batch row b, tokens [bos, eos) and its first chunk-state slot hc0

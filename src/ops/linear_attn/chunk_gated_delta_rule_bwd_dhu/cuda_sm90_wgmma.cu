@@ -110,6 +110,100 @@ struct RowF {
   float gi[2], dec[2], es[2], glast;
   int L;
 };
+// Valid rows of chunk c of the sequence [bos, eos) (64 but in its last chunk).
+__device__ __forceinline__ int chunk_rows(int64_t bos, int64_t eos, int64_t c) {
+  const int64_t left = eos - bos - c * kRows;
+  return static_cast<int>(left < kRows ? left : kRows);
+}
+// γ of row `row` of chunk c of the sequence [bos, eos) in batch row b, value head hv: 0 for row >= 64, past the
+// sequence, for c < 0 (no such chunk) or without g.
+__device__ __forceinline__ float fetch_gamma_row(const DhuParams& p, int64_t b, int64_t hv, int64_t bos, int64_t eos,
+                                                 int64_t c, int row) {
+  const int64_t t = bos + c * kRows + row;
+  return (row < kRows && c >= 0 && t < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t, hv)) : 0.f;
+}
+// This thread's RowF of a chunk of L rows whose γ (64 floats, 0 past L) is at gam.
+__device__ __forceinline__ RowF row_factors_of(const float* gam, int L, float scale) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  RowF r;
+  r.L = L;
+  r.glast = gam[L - 1];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int i = wg::acc_row(w, lane, 2 * hh);
+    r.gi[hh] = gam[i];
+    r.dec[hh] = i < L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
+    r.es[hh] = i < L ? scale * gate_exp(r.gi[hh]) : 0.f;
+  }
+  return r;
+}
+// This thread's pairs of a [64][·] bf16 tile at sO (element offset off(row, column)), columns col0.. of kNc, in
+// accumulator layout (raw[2 j + hh]: 8-column block j, row half hh).
+template <int kNc, class Off>
+__device__ __forceinline__ void load_tile_pairs(const uint16_t* sO, int col0, Off off, uint32_t (&raw)[kNc / 4]) {
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kNc / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      raw[2 * j + hh] =
+          *reinterpret_cast<const uint32_t*>(sO + off(wg::acc_row(w, lane, 2 * hh), col0 + wg::acc_col(lane, j, 0)));
+}
+// (scale E dO) of such pairs rounded to bf16 (each row half hh times r.es[hh]).
+template <int kNc>
+__device__ __forceinline__ void scale_pairs(const uint32_t (&raw)[kNc / 4], const RowF& r, uint32_t (&u)[kNc / 4]) {
+  namespace mm = ::strata::cuda::mma;
+#pragma unroll
+  for (int j = 0; j < kNc / 8; ++j)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
+      u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
+    }
+}
+// Group A: accD = K dS (m64 x kN, 8 K steps; A = the K tile at ktile (kCb: cb_off<64> layout, else tile_off<128>),
+// B = the bf16 copy of dS [kN][128] at sb).
+template <int kN, bool kCb>
+__device__ __forceinline__ void issue_kds(float (&accD)[kN / 2], uint32_t ktile, uint32_t sb) {
+  wg::reg_fence(accD);
+  wg::wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) {
+    if constexpr (kCb) wg::mma_ss<T, kN>(accD, wg::cb_desc<kRows>(ktile, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+    else wg::mma_ss<T, kN>(accD, wg::tile_desc<kKeys>(ktile, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
+  }
+  wg::wg_commit();
+}
+// Groups U1 / U2: dS += Xᵀ Y (keys 64 mt.., A = the Xᵀ fragments f (load_trans), B = Yᵀ [kN][64] at bt).
+template <int kN>
+__device__ __forceinline__ void issue_update(float (&dS)[2][kN / 2], uint32_t (&f)[2][4][4], uint32_t bt) {
+  wg::wg_fence();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], f[mt][kk], wg::tile_desc<kRows>(bt, kk), 1);
+  wg::wg_commit();
+}
+// dVn = dv + dec ⊙ accD (row half hh: row factor dec[hh]; rows >= L: 0) from the bf16 pairs dvw of dv, as bf16 pairs
+// pos (dv2) and neg (−dVn, U2's operand), accumulator layout.
+template <int kN>
+__device__ __forceinline__ void dvn_pairs(const uint32_t (&dvw)[kN / 4], const float (&dec)[2], const float (&accD)[kN / 2],
+                                          int L, uint32_t (&pos)[kN / 4], uint32_t (&neg)[kN / 4]) {
+  namespace mm = ::strata::cuda::mma;
+  const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const bool live = wg::acc_row(w, lane, 2 * hh) < L;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const int e = 4 * j + 2 * hh;
+      const float2 dv = mm::unpack2<T>(dvw[2 * j + hh]);
+      const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
+      pos[2 * j + hh] = mm::pack2<T>(x0, x1);
+      neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+    }
+  }
+}
 
 // scale P ⊙ e^{γ_i − γ_j} of accumulator element x (value pij) of P's columns i0.. (0 where i < j or i >= L; gam:
 // the chunk's γ). The accumulator is only read here: a wgmma accumulator carried across the loop (kAhead) that other
@@ -368,7 +462,7 @@ __global__ void __launch_bounds__(kThr, 1)
       }
       return;
     }
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const int L = chunk_rows(bos, eos, c);
     {
       const int q = (tid >> 3) & 15, r0 = (tid & 7) + 8 * (tid >> 7);
       const uint32_t d0 = base + 2u * static_cast<uint32_t>(wg::tile_off<kKeys>(r0, 8 * q));
@@ -403,10 +497,7 @@ __global__ void __launch_bounds__(kThr, 1)
     ::strata::cuda::cp_async_commit();
   };
   // γ of row wt (< 64) of chunk c: 0 past the chunk or without g.
-  auto fetch_gamma = [&](int64_t c) {
-    const int64_t t0 = bos + c * kRows;
-    return (wt < kRows && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
-  };
+  auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
 
   // dh[hc] = dS, as bf16 pairs through one row pointer per accumulator row (the generic dtype-switching stores
   // cost ~30 instructions each: GPU run s9run1 measured this pass at 1.42 ms with them). Called with no wgmma group
@@ -432,21 +523,7 @@ __global__ void __launch_bounds__(kThr, 1)
 
   const float scale = p.scale;
   // The chunk step's pieces (the two orders below call them in different places).
-  auto row_factors = [&](int64_t c) {
-    RowF r;
-    const float* gam = gslot(c);
-    const int64_t t0 = bos + c * kRows;
-    r.L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
-    r.glast = gam[r.L - 1];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      r.gi[hh] = gam[i];
-      r.dec[hh] = i < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
-      r.es[hh] = i < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
-    }
-    return r;
-  };
+  auto row_factors = [&](int64_t c) { return row_factors_of(gslot(c), chunk_rows(bos, eos, c), scale); };
   // Group P (fused dv_local): P = K Qᵀ of the chunk in stage st (kHalfP: columns 32 wgi.., the Q tile's rows
   // 32 wgi.. at 16 bytes a row in the cb_off layout).
   auto issue_P = [&](int st, float(&accP)[kPN / 2]) {
@@ -458,41 +535,22 @@ __global__ void __launch_bounds__(kThr, 1)
     wg::wg_commit();
   };
   // Group A: D = K dS (B = the bf16 copy of dS).
-  auto issue_A = [&](int st, float(&accD)[kN / 2]) {
-    const uint32_t kst = s0 + st * S::kStage;
-    wg::reg_fence(accD);
-    wg::wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, tdesc(kst + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg::wg_commit();
-  };
+  auto issue_A = [&](int st, float(&accD)[kN / 2]) { issue_kds<kN, kTma>(accD, s0 + st * S::kStage + S::kK, sb); };
   // This thread's dO pairs of the chunk in stage st (this warpgroup's columns, accumulator layout).
   auto load_dO = [&](int st, uint32_t(&raw)[kN / 4]) {
-    const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh)
-        raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-            sO + S::o_off(wg::acc_row(w, lane, 2 * hh), cb + wg::acc_col(lane, j, 0)));
+    load_tile_pairs<kN>(reinterpret_cast<const uint16_t*>(smem + st * S::kStage + S::kO), cb,
+                        [](int r, int c) { return S::o_off(r, c); }, raw);
   };
   // (scale E dO)ᵀ rounded to bf16, the B operand of U1.
   auto store_sedo = [&](const uint32_t(&raw)[kN / 4], const RowF& r) {
     uint32_t u[kN / 4];
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-        u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
-      }
+    scale_pairs<kN>(raw, r, u);
     store_pairs_trans<kN, kRows>(sedot, 0, u);
   };
   // Unfused: this thread's dv pairs of chunk c (0 past L).
   auto load_dv = [&](int64_t c, uint32_t(&dvw)[kN / 4]) {
     const int64_t t0 = bos + c * kRows;
-    const int L = static_cast<int>(eos - t0 < kRows ? eos - t0 : kRows);
+    const int L = chunk_rows(bos, eos, c);
     const uint16_t* dvp = static_cast<const uint16_t*>(p.dv.p) + p.dv.off(b, t0, hv) + v0 + cb + 2 * (lane & 3);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -536,33 +594,32 @@ __global__ void __launch_bounds__(kThr, 1)
   auto issue_U1 = [&](int st, uint32_t(&qf)[2][4][4]) {
     load_trans<kTma>(s0 + st * S::kStage + S::kQ, qf);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, qf, sedot);
   };
   // dVn = bf16(dv) + e^{γ_last − γ} D (rows < L; 0 past L) → dv2, and −bf16(dVn) transposed into dvnt for U2.
   auto dvn_step = [&](int64_t t0, const RowF& r, const float(&accD)[kN / 2], const float(&accV)[kFuse ? kN / 2 : 1],
                       const uint32_t(&dvw)[kFuse ? 1 : kN / 4]) {
-    uint32_t neg[kN / 4], pos[kHalfP ? kN / 4 : 1];
+    uint32_t neg[kN / 4], pos[kN / 4];
     uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb + (kHalfP ? 0 : 2 * (lane & 3));
+    if constexpr (kFuse) {
+      uint32_t dvr[kN / 4];  // dv rounded to bf16
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int i = wg::acc_row(w, lane, 2 * hh);
-      const bool live = i < r.L;
-      uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+      for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int e = 4 * j + 2 * hh;
-        float2 dv;
-        if constexpr (kFuse) dv = mm::unpack2<T>(mm::pack2<T>(accV[e], accV[e + 1]));  // dv rounded to bf16
-        else dv = mm::unpack2<T>(dvw[2 * j + hh]);
-        const float x0 = live ? dv.x + r.dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + r.dec[hh] * accD[e + 1] : 0.f;
-        if constexpr (kHalfP) pos[2 * j + hh] = mm::pack2<T>(x0, x1);
-        else if (live) row[4 * j] = mm::pack2<T>(x0, x1);
-        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
+        for (int hh = 0; hh < 2; ++hh) dvr[2 * j + hh] = mm::pack2<T>(accV[4 * j + 2 * hh], accV[4 * j + 2 * hh + 1]);
+      dvn_pairs<kN>(dvr, r.dec, accD, r.L, pos, neg);
+    } else {
+      dvn_pairs<kN>(dvw, r.dec, accD, r.L, pos, neg);
+    }
+    if constexpr (!kHalfP) {  // dv2 as bf16 pairs, rows < L
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = wg::acc_row(w, lane, 2 * hh);
+        uint32_t* row = reinterpret_cast<uint32_t*>(dv2p + i * p.dv2.s[1]);
+        if (i < r.L) {
+#pragma unroll
+          for (int j = 0; j < kN / 8; ++j) row[4 * j] = pos[2 * j + hh];
+        }
       }
     }
     if constexpr (kHalfP)  // dv2 rows < L through dot (its reader V(c) is done; rewritten after the next barrier)
@@ -572,14 +629,7 @@ __global__ void __launch_bounds__(kThr, 1)
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
   };
   // Group U2: dS += Wᵀ (−dVn) (A = Wᵀ fragments loaded before).
-  auto issue_U2 = [&](uint32_t(&wf)[2][4][4]) {
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
-    wg::wg_commit();
-  };
+  auto issue_U2 = [&](uint32_t(&wf)[2][4][4]) { issue_update<kN>(dS, wf, dvnt); };
   // The bf16 copy of dS for the next chunk's K dS (its reader, group A, has completed).
   auto store_sb = [&] { store_copy<kN>(sb, dS); };
   // γ ring: in the chunk c step, after its block barrier, γ of chunk c − 1 (fetched one chunk earlier) into its slot
@@ -801,14 +851,10 @@ __global__ void __launch_bounds__(kSplitThr, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBar);
   auto stage = [&](int64_t i) { return s0 + static_cast<uint32_t>(i % 3) * S::kStage; };  // chunk of side index i
   auto parity = [](int64_t i) { return static_cast<uint32_t>(i / 3) & 1u; };
-  auto chunk_len = [&](int64_t c) { return static_cast<int>(eos - bos - c * kRows < kRows ? eos - bos - c * kRows : kRows); };
 
   if (side) {
     // ---------------- side warpgroup ----------------
-    auto fetch_gamma = [&](int64_t c) {
-      const int64_t t0 = bos + c * kRows;
-      return (wt < kRows && c >= 0 && t0 + wt < eos && p.g.present()) ? ld_f32(p.g, p.g.off(b, t0 + wt, hv)) : 0.f;
-    };
+    auto fetch_gamma = [&](int64_t c) { return fetch_gamma_row(p, b, hv, bos, eos, c, wt); };
     auto gam_of = [&](int64_t i) { return reinterpret_cast<float*>(smem + S::kGam) + (i & 1) * kRows; };
     auto request = [&](int64_t i) {  // chunk of side index i (chunk nc − 1 − i), expected bytes posted before
       const int64_t t0 = bos + (nc - 1 - i) * kRows;
@@ -844,16 +890,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       sc::mbar_wait(full + i % 3, parity(i));  // chunk c landed
       const uint32_t st = stage(i);
       const float* gam = gam_of(i);
-      RowF r;
-      r.L = chunk_len(c);
-      r.glast = gam[r.L - 1];
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = wg::acc_row(w, lane, 2 * hh);
-        r.gi[hh] = gam[row];
-        r.dec[hh] = row < r.L ? gate_exp(r.glast - r.gi[hh]) : 0.f;
-        r.es[hh] = row < r.L ? scale * gate_exp(r.gi[hh]) : 0.f;
-      }
+      const RowF r = row_factors_of(gam, chunk_rows(bos, eos, c), scale);
       // The state's row factors: e^{γ_last − γ_i} (0 at i >= L) and e^{γ_last}.
       float* fac = reinterpret_cast<float*>(smem + S::kFac) + (i & 1) * 68;
       if (wt < kRows) fac[wt] = wt < r.L ? gate_exp(r.glast - gam[wt]) : 0.f;
@@ -870,17 +907,10 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       // dOᵀ (the B operand of Bm dO) and (scale E dO)ᵀ (both state warpgroups' U1 B operands: rows g kN..).
       const uint32_t dot = s0 + S::kDot;
       {
-        const uint16_t* sO = reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO);
         uint32_t raw[kVN / 4], u[kVN / 4];
-#pragma unroll
-        for (int j = 0; j < kVN / 8; ++j)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            raw[2 * j + hh] = *reinterpret_cast<const uint32_t*>(
-                sO + wg::cb_off<kRows>(wg::acc_row(w, lane, 2 * hh), wg::acc_col(lane, j, 0)));
-            const float2 f = mm::unpack2<T>(raw[2 * j + hh]);
-            u[2 * j + hh] = mm::pack2<T>(f.x * r.es[hh], f.y * r.es[hh]);
-          }
+        load_tile_pairs<kVN>(reinterpret_cast<const uint16_t*>(smem + (st - s0) + S::kO), 0,
+                             [](int row, int col) { return wg::cb_off<kRows>(row, col); }, raw);
+        scale_pairs<kVN>(raw, r, u);
         store_pairs_trans<kVN, kRows>(dot, 0, raw);
         store_pairs_trans<kVN, kRows>(s0 + S::kPairs + (i & 1) * S::kPairB, 0, u);
       }
@@ -936,7 +966,7 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     sc::mbar_wait(full + i % 3, parity(i));  // (landed: the side waited; this makes the copies visible here)
     // dS *= e^{γ_last} (A reads the bf16 copy made before; scaled while A runs, ptxas waited for A first: C7517).
     const float* fac = reinterpret_cast<const float*>(smem + S::kFac) + (i & 1) * 68;
-    const int L = chunk_len(c);
+    const int L = chunk_rows(bos, eos, c);
     float dec[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) dec[hh] = fac[wg::acc_row(w, lane, 2 * hh)];
@@ -947,23 +977,13 @@ __global__ void __launch_bounds__(kSplitThr, 1)
       for (int x = 0; x < kN / 2; ++x) dS[mt][x] *= decay;
     // A = K dS (B = the bf16 copy of dS).
     float accD[kN / 2];
-    wg::reg_fence(accD);
-    wg::wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      wg::mma_ss<T, kN>(accD, wg::cb_desc<kRows>(st + S::kK, ks), wg::tile_desc<kKeys>(sb, ks), ks > 0);
-    wg::wg_commit();
+    issue_kds<kN, true>(accD, st + S::kK, sb);
     // U1: dS += Qᵀ (scale E dO).
     uint32_t qf[2][4][4], wf[2][4][4];
     load_trans<true>(st + S::kQ, qf);
     const uint32_t sedot = s0 + S::kPairs + (i & 1) * S::kPairB + wgi * (kN * kRows * 2);
     wg::reg_fence(dS[0]), wg::reg_fence(dS[1]);
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], qf[mt][kk], wg::tile_desc<kRows>(sedot, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, qf, sedot);
     // dVn = dv_local + e^{γ_last − γ} A (rows < L; 0 past L) → −bf16(dVn)ᵀ into dvnt; dv2 after U2 is issued.
     const uint32_t* dvl = reinterpret_cast<const uint32_t*>(smem + S::kDvl + (i & 1) * (kRows * S::kLdV * 2));
     uint32_t dvw[kN / 4];
@@ -975,29 +995,13 @@ __global__ void __launch_bounds__(kSplitThr, 1)
     wg::wg_wait<1>();  // A done; U1 may still run
     wg::reg_fence(accD);
     uint32_t neg[kN / 4], pos[kN / 4];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const bool live = wg::acc_row(w, lane, 2 * hh) < L;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        const int e = 4 * j + 2 * hh;
-        const float2 dv = mm::unpack2<T>(dvw[2 * j + hh]);
-        const float x0 = live ? dv.x + dec[hh] * accD[e] : 0.f, x1 = live ? dv.y + dec[hh] * accD[e + 1] : 0.f;
-        pos[2 * j + hh] = mm::pack2<T>(x0, x1);
-        neg[2 * j + hh] = mm::pack2<T>(-x0, -x1);
-      }
-    }
+    dvn_pairs<kN>(dvw, dec, accD, L, pos, neg);
     store_pairs_trans<kN, kRows>(dvnt, 0, neg);
     load_trans<true>(st + S::kW, wf);
     wg::fence_proxy_async();
     wg::bar_wg(1 + wgi);  // −dVnᵀ visible to this warpgroup's wgmma
     // U2: dS += Wᵀ (−dVn).
-    wg::wg_fence();
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::mma_rs<T, kN>(dS[mt], wf[mt][kk], wg::tile_desc<kRows>(dvnt, kk), 1);
-    wg::wg_commit();
+    issue_update<kN>(dS, wf, dvnt);
     {
       uint16_t* dv2p = static_cast<uint16_t*>(p.dv2.p) + p.dv2.off(b, t0, hv) + v0 + cb;
       stage_rows<kN>(smem, s0, stg, pos, [&](int row, int chunk, uint4 v) {
@@ -1032,11 +1036,13 @@ bool make_maps(const DhuParams& p, DhuMaps& m, int dcols = 0) {
          enc(&m.dout, p.dout, d.HV, d.V);
 }
 
+// box5 (kDhuWgmmaAheadHalfPBox5, session 13; kDhuAuto's half-P form): the chunk tiles as one 5-D box each
+// (make_maps' dcols = 2 kN) where the driver encodes them, else the 8-column boxes.
 template <int kN, bool kFuse, bool kTma, bool kAhead, bool kHalfP = false>
-strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream) {
+strata_status launch(const DhuParams& p, const int64_t* offs, cudaStream_t stream, bool box5 = false) {
   DhuMaps maps{};
   if constexpr (kTma)
-    if (!make_maps(p, maps)) return launch<kN, kFuse, false, false>(p, offs, stream);  // (8-column boxes: 5-D ones not yet GPU-verified here)
+    if (!make_maps(p, maps, box5 ? 2 * kN : 0)) return launch<kN, kFuse, false, false>(p, offs, stream);
   constexpr int smem = WgSmem<kN, kTma, kHalfP>::kBytes;
   static_assert(smem <= 227 * 1024, "shared memory of one block");
   const int64_t nvt = p.d.V / (2 * kN), blocks = p.d.N * p.d.HV * nvt;
@@ -1064,15 +1070,15 @@ strata_status launch_split(const DhuParams& p, const int64_t* offs, cudaStream_t
 
 // kHalfP applies to the fused dv_local only (dv read: the kAhead kernel).
 template <bool kTma, bool kAhead, bool kHalfP = false>
-strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream) {
+strata_status launch_cols(const DhuParams& p, int kn, const int64_t* offs, cudaStream_t stream, bool box5 = false) {
   if (p.fuse_dv_local) {
-    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream);
-    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream);
-    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream);
+    if (kn == 64) return launch<64, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
+    if (kn == 32) return launch<32, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
+    return launch<16, true, kTma, kAhead, kHalfP>(p, offs, stream, box5);
   }
-  if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream);
-  if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream);
-  return launch<16, false, kTma, kAhead>(p, offs, stream);
+  if (kn == 64) return launch<64, false, kTma, kAhead>(p, offs, stream, box5);
+  if (kn == 32) return launch<32, false, kTma, kAhead>(p, offs, stream, box5);
+  return launch<16, false, kTma, kAhead>(p, offs, stream, box5);
 }
 
 // A token tensor the kernel copies by 16-byte segments at any (b, t, head): bf16, outer strides multiples of 8
@@ -1126,10 +1132,18 @@ int chunk_gated_delta_rule_bwd_dhu_cuda_wgmma(const DhuParams& p, const int64_t*
   // s12run1, H200, B = 1 T = 32768: 1.691 ms against 2.158 for half P; the same bits).
   const bool split = p.mma_variant == kDhuWgmmaSplit || (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (split && p.fuse_dv_local && kn == 16 && rows16) return launch_split(p, offs, stream);
-  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || split ||
+  // kDhuWgmmaAheadHalfPBox5 (session 13): half P (dv read: kDhuWgmmaAhead) with one 5-D box a chunk tile; kDhuAuto
+  // (and kDhuWgmmaSplit at other widths) with the fused dv_local and 16-byte dh / dv2 rows since GPU run s13run1
+  // (H200, bf16, HV = 32, K = V = 128, the same bits): B = 4 T = 8192 0.697 ms against 0.844 with the 8-column boxes
+  // (kDhuWgmmaAheadHalfP, forced), B = 1 T = 32768 (16 columns) 1.792 against 2.170 (the split form, 1.666, runs
+  // there). Dv read keeps the 8-column boxes (5-D: 0.967 against 0.921 ms at B = 4, 1.904 against 1.952 at B = 1).
+  const bool box5 = p.mma_variant == kDhuWgmmaAheadHalfPBox5 ||
+                    (p.fuse_dv_local && rows16 && (p.mma_variant == kDhuAuto || p.mma_variant == kDhuWgmmaSplit));
+  const bool half_p = p.mma_variant == kDhuWgmmaAheadHalfP || box5 || split ||
                       (p.mma_variant == kDhuAuto && p.fuse_dv_local);
   if (half_p)
-    return rows16 ? launch_cols<true, true, true>(p, kn, offs, stream) : launch_cols<true, true>(p, kn, offs, stream);
+    return rows16 ? launch_cols<true, true, true>(p, kn, offs, stream, box5)
+                  : launch_cols<true, true>(p, kn, offs, stream, box5);
   if (p.mma_variant == kDhuWgmmaAhead || p.mma_variant == kDhuAuto) return launch_cols<true, true>(p, kn, offs, stream);
   const bool tma = p.mma_variant == kDhuWgmmaTma;
   return tma ? launch_cols<true, false>(p, kn, offs, stream) : launch_cols<false, false>(p, kn, offs, stream);
