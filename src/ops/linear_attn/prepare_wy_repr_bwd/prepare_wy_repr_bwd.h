@@ -38,10 +38,16 @@ struct WyBwdParams {
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
   // order). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most 128; other shapes run
   // kWyPipelined. kWyBatchedAdd (session 12, forced only: not yet timed on a GPU): kWyTwoPerSm with each fragment
-  // row's dk_add values loaded before its dk stores (the same bits). Tests and timing force the variants.
+  // row's dk_add values loaded before its dk stores (the same bits). kWyEarlyAdd (session 13, forced only until a GPU
+  // run times it): kWyTwoPerSm with the head sums starting from dk_add (loaded at the chunk's start, so no loads in the
+  // dk epilogue; dk = (dk_add + t_0) + t_1 … instead of dk_add + (t_0 + t_1 …): other f32 rounding when G > 1) and
+  // dg_add fetched at the head's start, dv stored by row pointers when it holds the token dtype (the same bits).
+  // kWyPrefetchAdd (session 13, forced only until timed): kWyTwoPerSm with the chunk's dk_add lines prefetched into L1
+  // before the last head's dk tiles (the same bits). Tests and timing force the variants.
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3, kWyEarlyAdd = 4,
+                     kWyPrefetchAdd = 5;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
