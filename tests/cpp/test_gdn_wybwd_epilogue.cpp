@@ -3,8 +3,8 @@
 // well), on shapes with partial chunks, variable-length packs, G = 1, 2, 3, K = V = 64 and 128 (and tails), no gate,
 // f16:
 //  * kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its first dk store) and
-//    kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk tiles): every
-//    output the same bits (the same additions);
+//    kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk tiles; dg_add
+//    and dv as in kWyEarlyAdd; also with dv in f32): every output the same bits (the same additions);
 //  * kWyEarlyAdd (session 13: the head sums start from dk_add, loaded at the chunk's start; dg_add fetched at the
 //    head's start; dv stored through wy_dv_tile's typed path, and in f32 through the generic one): dv, dβ, dγ the same
 //    bits; dk the same bits without dk_add or when G = 1, else within 4 f32 ulps of
@@ -118,10 +118,12 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
   uint64_t seed = 1201;
   for (const WyShape& s : epilogue_shapes()) {
     const WyCase c(s, seed++);
-    for (int form = 0; form < 3; ++form) {
-      const auto a = c.run(kWyTwoPerSm, form);
+    for (int form = 0; form < 4; ++form) {  // form 3: form 1 with dv in f32 (the dtype-generic dv stores)
+      const bool dv_f32 = form == 3;
+      const int call = dv_f32 ? 1 : form;
+      const auto a = c.run(kWyTwoPerSm, call, dv_f32);
       for (const int variant : {kWyBatchedAdd, kWyPrefetchAdd}) {
-        const auto b = c.run(variant, form);
+        const auto b = c.run(variant, call, dv_f32);
         for (size_t i = 0; i < a.size(); ++i)
           EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: variant " << variant << " form " << form << " B=" << s.B
                                     << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V;

@@ -225,6 +225,7 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 //    t_1 + …): other f32 rounding when G > 1, no loads in the epilogue;
 //  * kDkAddPrefetch (kWyPrefetchAdd): kDkAddPairs' loads and additions (the same bits), with the chunk's dk_add lines
 //    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1.
+// The last two also fetch each head's dg_add at its start and store dv through wy_dv_tile's typed path (kLatency).
 enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddEarly, kDkAddPrefetch };
 
 // kDkAddPrefetch: each quad's dk_add rows r0 + lane / 4 (+ 8) hold 32 f32 columns c0.. per K tile, one 128-byte line:
@@ -496,7 +497,7 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 // P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
 // Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
-// [4 row blocks][64]; dg_add [64] (kDkAddEarly: fetched at the head's start). P = 128: 100 864 bytes.
+// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start). P = 128: 100 864 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
@@ -529,7 +530,9 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  const bool dv_typed = kAdd == kDkAddEarly && wy_dv_typed<T>(p);
+  // kDkAddEarly, kDkAddPrefetch: dg_add fetched at the head's start, typed dv stores (the latency forms).
+  constexpr bool kLatency = kAdd == kDkAddEarly || kAdd == kDkAddPrefetch;
+  const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, w, [&](const DevChunk& c) {
@@ -553,13 +556,13 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
           const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
-          // kDkAddEarly: dg_add of this head's row too (parked in shared memory: no register held through the head),
+          // kLatency: dg_add of this head's row too (parked in shared memory: no register held through the head),
           // so that its latency is not exposed before the dγ store.
-          const float dga = kAdd == kDkAddEarly && ok ? wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x) : 0.f;
+          const float dga = kLatency && ok ? wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x) : 0.f;
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
-            if (kAdd == kDkAddEarly) sDgAdd[i] = dga;
+            if (kLatency) sDgAdd[i] = dga;
             sG[i] = gi;
             sBeta[i] = bi;
             sE[i] = i < L ? expf(gi) : 0.f;
@@ -636,7 +639,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
           wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs,
-                                    kAdd == kDkAddEarly ? sDgAdd[i] : wy_bwd_cu::dg_addend(p, c, hv, i));
+                                    kLatency ? sDgAdd[i] : wy_bwd_cu::dg_addend(p, c, hv, i));
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
@@ -644,7 +647,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64)
-          wy_dv_tile<T, true, kAdd == kDkAddEarly>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
+          wy_dv_tile<T, true, kLatency>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
       wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
@@ -666,7 +669,7 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  switch (p.mma_variant) {
+  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedAdd:
       return launch_lean<T, P, kDkAddBatched>(p, offs, items, stream);
     case kWyEarlyAdd:
@@ -678,10 +681,11 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
   }
 }
 
-// The two-per-SM kernel (kWyTwoPerSm, kWyAuto: dk_add pair by pair; forced: kWyBatchedAdd, a row's dk_add loads
-// before its stores; kWyEarlyAdd, the head sums start from dk_add; kWyPrefetchAdd, dk_add prefetched into L1) when the shape has it (K, V rounding up to the same 64 multiple, at most 128); the pipelined kernel
-// otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
-// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
+// The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
+// epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
+// kWyBatchedAdd: a row's dk_add loads before its stores; kWyEarlyAdd: the head sums start from dk_add;
+// kWyPrefetchAdd: dk_add prefetched into L1); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
+// ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int64_t KP = round64(p.d.K), VP = round64(p.d.V);

@@ -53,6 +53,16 @@ const ImplList<Problem>& impls() {
   return list;
 }
 
+}  // namespace
+
+#if STRATA_WITH_CUDA
+// GPU run s11run2 (H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, with the composed backward's fused sums):
+// kWyTwoPerSm 1.238 ms; the other forms are forced only until a GPU run times them side by side.
+int prepare_wy_repr_bwd_auto_variant() { return kWyTwoPerSm; }
+#endif
+
+namespace {
+
 strata_status probe(strata_device device, strata_plan* plan) {
   const strata_tensor_desc k = make_desc(STRATA_DTYPE_BF16, {1, 4096, 16, 128}, device);
   const strata_tensor_desc v = make_desc(STRATA_DTYPE_BF16, {1, 4096, 32, 128}, device);

@@ -43,7 +43,7 @@ struct WyBwdParams {
   // dk epilogue; dk = (dk_add + t_0) + t_1 … instead of dk_add + (t_0 + t_1 …): other f32 rounding when G > 1) and
   // dg_add fetched at the head's start, dv stored by row pointers when it holds the token dtype (the same bits).
   // kWyPrefetchAdd (session 13, forced only until timed): kWyTwoPerSm with the chunk's dk_add lines prefetched into L1
-  // before the last head's dk tiles (the same bits). Tests and timing force the variants.
+  // before the last head's dk tiles, dg_add and dv as in kWyEarlyAdd (the same bits). Tests and timing force the variants.
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3, kWyEarlyAdd = 4,
@@ -68,6 +68,9 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
+// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (kWyTwoPerSm, kWyBatchedAdd, kWyEarlyAdd
+// or kWyPrefetchAdd), chosen from GPU timings; host code (prepare_wy_repr_bwd.cpp), so that the choice is one place.
+int prepare_wy_repr_bwd_auto_variant();
 #endif
 
 }  // namespace strata::linear_attn
