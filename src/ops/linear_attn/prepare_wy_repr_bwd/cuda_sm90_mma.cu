@@ -220,13 +220,13 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 //    (16 dependent global round trips per thread and chunk at K = 128: no load moves above an earlier store);
 //  * kDkAddBatched (kWyBatchedAdd): the same additions, the 4 pairs of one fragment row of a K tile loaded before
 //    its first store (4 round trips per chunk at K = 128);
-//  * kDkAddEarly (kWyEarlyAdd): the head sums start from dk_add, loaded into dk_sum at the chunk's start (the loads
-//    overlap the whole first head; no extra registers), dk = (dk_add + t_0) + t_1 + … instead of dk_add + (t_0 +
-//    t_1 + …): other f32 rounding when G > 1, no loads in the epilogue;
 //  * kDkAddPrefetch (kWyPrefetchAdd): kDkAddPairs' loads and additions (the same bits), with the chunk's dk_add lines
-//    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1.
-// The last two also fetch each head's dg_add at its start and store dv through wy_dv_tile's typed path (kLatency).
-enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddEarly, kDkAddPrefetch };
+//    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1; it
+//    also fetches each head's dg_add at its start and stores dv through wy_dv_tile's typed path (kLatency).
+//  * kDkAddBatchedTyped (kWyBatchedTyped): kDkAddBatched's epilogue with kDkAddPrefetch's dg_add and dv changes
+//    (kLatency), without the prefetch.
+// (Session 13 also tried the head sums starting from dk_add, loaded at the chunk's start: slower, README.md.)
+enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddPrefetch, kDkAddBatchedTyped };
 
 // kDkAddPrefetch: each quad's dk_add rows r0 + lane / 4 (+ 8) hold 32 f32 columns c0.. per K tile, one 128-byte line:
 // quad thread q prefetches the line of row r0 + lane / 4 + 8 (q & 1), K tile q / 2 (KT ≤ 2), rows < L, columns < kc.
@@ -240,33 +240,13 @@ __device__ __forceinline__ void wy_prefetch_dk_add(const WyBwdParams& p, const D
   }
 }
 
-// kDkAddEarly's start of a chunk: dk_sum = dk_add (0 where absent, for rows ≥ L and columns ≥ kc).
-template <int KT>
-__device__ __forceinline__ void wy_load_dk_add(float (&dk_sum)[KT][1][4][4], const WyBwdParams& p, const DevChunk& c,
-                                               int64_t h, int L, int kc, int r0, int c0) {
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int i = r0 + frag_row(0, e);
-      const bool row_ok = i < L && p.dk_add.present();
-      const float* row = static_cast<const float*>(p.dk_add.p) + (row_ok ? p.dk_add.off(c.b, c.t0 + i, h) : 0);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int x = kt * 64 + c0 + frag_col(nt, e);
-        dk_sum[kt][0][nt][e] = row_ok && x < kc ? row[x] : 0.f;
-        dk_sum[kt][0][nt][e + 1] = row_ok && x + 1 < kc ? row[x + 1] : 0.f;
-      }
-    }
-}
-
 // dk (+ dk_add, as kAdd says) of the chunk from the head sums, rows < L, columns < kc.
 template <int KT, DkAdd kAdd = kDkAddPairs>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
   static_assert(kAdd != kDkAddPrefetch || KT <= 2, "one prefetched line per quad thread");
-  constexpr bool kBatched = kAdd == kDkAddBatched;
-  const bool add = kAdd != kDkAddEarly && p.dk_add.present();
+  constexpr bool kBatched = kAdd == kDkAddBatched || kAdd == kDkAddBatchedTyped;
+  const bool add = p.dk_add.present();
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
@@ -525,25 +505,21 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   float* sDots = sG + 192;   // [2][2][64]: Σ X k (0), Σ Y v (1) over the columns j of column-half warp wn
   float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
   float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
-  float* sDgAdd = sG + 832;  // [64]: kDkAddEarly's dg_add of the head
+  float* sDgAdd = sG + 832;  // [64]: kLatency's dg_add of the head
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  // kDkAddEarly, kDkAddPrefetch: dg_add fetched at the head's start, typed dv stores (the latency forms).
-  constexpr bool kLatency = kAdd == kDkAddEarly || kAdd == kDkAddPrefetch;
+  // kDkAddPrefetch, kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
+  constexpr bool kLatency = kAdd == kDkAddPrefetch || kAdd == kDkAddBatchedTyped;
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, w, [&](const DevChunk& c) {
       const int L = static_cast<int>(c.t1 - c.t0);
       float dk_sum[KT][1][4][4];
-      if constexpr (kAdd == kDkAddEarly) {
-        wy_load_dk_add<KT>(dk_sum, p, c, h, L, kc, r0, c0);
-      } else {
 #pragma unroll
-        for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
-      }
+      for (int kt = 0; kt < KT; ++kt) zero(dk_sum[kt]);
       for (int64_t g = 0; g < d.G; ++g) {
         const int64_t hv = h * d.G + g;
         __syncthreads();  // the previous head's (or chunk's) readers of every tile and row vector are done
@@ -669,13 +645,13 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
+  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant(p) : p.mma_variant) {
     case kWyBatchedAdd:
       return launch_lean<T, P, kDkAddBatched>(p, offs, items, stream);
-    case kWyEarlyAdd:
-      return launch_lean<T, P, kDkAddEarly>(p, offs, items, stream);
     case kWyPrefetchAdd:
       return launch_lean<T, P, kDkAddPrefetch>(p, offs, items, stream);
+    case kWyBatchedTyped:
+      return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -683,8 +659,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
-// kWyBatchedAdd: a row's dk_add loads before its stores; kWyEarlyAdd: the head sums start from dk_add;
-// kWyPrefetchAdd: dk_add prefetched into L1); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
+// kWyBatchedAdd: a row's dk_add loads before its stores; kWyPrefetchAdd: dk_add prefetched into L1, typed dv;
+// kWyBatchedTyped: kWyBatchedAdd's loads with kWyPrefetchAdd's dv and dg_add changes); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
 // ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {

@@ -56,9 +56,12 @@ const ImplList<Problem>& impls() {
 }  // namespace
 
 #if STRATA_WITH_CUDA
-// GPU run s11run2 (H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, with the composed backward's fused sums):
-// kWyTwoPerSm 1.238 ms; the other forms are forced only until a GPU run times them side by side.
-int prepare_wy_repr_bwd_auto_variant() { return kWyTwoPerSm; }
+// GPU run s13run1 (H200, 2026-12-01, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, median of 9 interleaved
+// calls; the same at B = 1, T = 32768), kWyTwoPerSm / kWyBatchedAdd / kWyPrefetchAdd: with the composed backward's
+// fused sums (dk_add, dg_add) 1.254 / 1.114 / 1.150 ms; plain 0.988 / 0.998 / 0.906 ms. Every form gives the same bits.
+int prepare_wy_repr_bwd_auto_variant(const WyBwdParams& p) {
+  return p.dk_add.present() ? kWyBatchedAdd : kWyPrefetchAdd;
+}
 #endif
 
 namespace {
