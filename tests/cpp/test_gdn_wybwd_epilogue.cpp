@@ -1,8 +1,12 @@
-// prepare_wy_repr_bwd's kWyBatchedAdd (session 12: the two-per-SM kernel with each K tile's dk_add values loaded
-// before its first dk store) against kWyTwoPerSm: every output the same bits (the same additions), in the three call
-// forms (plain; the composed backward's f32 addends with dg_add aliasing dg; dk aliasing dk_add as well), on shapes
-// with partial chunks, variable-length packs, G = 1, 2, 3, K = V = 64 and 128 (and tails), no gate, f16.
-// `GdnWyBwdEpilogue.Timing` times both at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
+// prepare_wy_repr_bwd's dk_add epilogue forms of the two-per-SM kernel against kWyTwoPerSm (dk_add pair by pair), in
+// the three call forms (plain; the composed backward's f32 addends with dg_add aliasing dg; dk aliasing dk_add as
+// well) and with dv in f32, on shapes with partial chunks, variable-length packs, G = 1, 2, 3, K = V = 64 and 128 (and
+// tails), no gate, f16: kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its first dk
+// store) and kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk tiles,
+// each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype) and
+// kWyBatchedTyped (session 13: kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's dg_add and dv changes): every output
+// the same bits (the same additions). kWyAuto runs one of them (prepare_wy_repr_bwd_auto_variant).
+// `GdnWyBwdEpilogue.Timing` times the four at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
 // HV = 32, K = V = 128, bf16), with and without the fused sums, and prints the figures.
 #include <gtest/gtest.h>
 
@@ -61,10 +65,11 @@ struct WyCase {
   }
 
   // form 0: plain; 1: dk_add (f32) and dg_add aliasing dg (pre-filled); 2: as 1 with dk aliasing dk_add (dk
-  // pre-filled with the addend). The bits of dk, dv, dbeta, dg.
-  std::vector<std::vector<uint8_t>> run(int variant, int form) const {
+  // pre-filled with the addend). dv_f32: dv in f32 instead of the token dtype. The bits of dk, dv, dbeta, dg.
+  std::vector<std::vector<uint8_t>> run(int variant, int form, bool dv_f32 = false) const {
     const int64_t rows = s.B * s.T;
-    Dev dk(rows * s.H * s.K * 4), dv(rows * s.HV * s.V * dtype_size(s.dt)), dbeta(rows * s.HV * 4),
+    const int32_t dv_dt = dv_f32 ? STRATA_DTYPE_F32 : s.dt;
+    Dev dk(rows * s.H * s.K * 4), dv(rows * s.HV * s.V * dtype_size(dv_dt)), dbeta(rows * s.HV * 4),
         dg(rows * s.HV * 4);
     dk.poison(), dv.poison(), dbeta.poison(), dg.poison();
     if (form > 0) EXPECT_EQ(cudaMemcpy(dg.p, dg0->p, dg.bytes, cudaMemcpyDeviceToDevice), cudaSuccess);
@@ -75,7 +80,7 @@ struct WyCase {
     p.beta = tok(beta->p, s.dt, s.T, s.HV, 0), p.A = tok(A->p, s.dt, s.T, s.HV, 64);
     p.dw = tok(dw->p, s.dt, s.T, s.HV, s.K), p.du = tok(du->p, s.dt, s.T, s.HV, s.V);
     if (s.gate) p.g = tok(g->p, STRATA_DTYPE_F32, s.T, s.HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
-    p.dk = tok(dk.p, STRATA_DTYPE_F32, s.T, s.H, s.K), p.dv = tok(dv.p, s.dt, s.T, s.HV, s.V);
+    p.dk = tok(dk.p, STRATA_DTYPE_F32, s.T, s.H, s.K), p.dv = tok(dv.p, dv_dt, s.T, s.HV, s.V);
     p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
     if (form > 0) {
       p.dk_add = form == 2 ? p.dk : tok(dk_add->p, STRATA_DTYPE_F32, s.T, s.H, s.K);
@@ -88,10 +93,9 @@ struct WyCase {
   }
 };
 
-TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+const std::vector<WyShape>& epilogue_shapes() {
   const int32_t bf = STRATA_DTYPE_BF16, f16 = STRATA_DTYPE_F16;
-  const std::vector<WyShape> shapes = {
+  static const std::vector<WyShape> shapes = {
       {2, 130, 2, 4, 128, 128, {}, bf, true},                       // partial chunk, G = 2
       {1, 200, 2, 6, 128, 128, {0, 63, 127, 129, 192, 200}, bf, true},  // varlen, G = 3
       {1, 65, 1, 1, 128, 128, {}, bf, false},                       // G = 1 (the first head is the last), no gate
@@ -99,20 +103,32 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
       {2, 100, 1, 2, 64, 64, {}, bf, true},                         // P = 64
       {1, 150, 1, 3, 48, 40, {0, 1, 64, 65, 150}, f16, true},       // P = 64 with tails, varlen
   };
-  const char* names[] = {"dk", "dv", "dbeta", "dg"};
+  return shapes;
+}
+
+const char* const kOutNames[] = {"dk", "dv", "dbeta", "dg"};
+
+TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const char* const* names = kOutNames;
   uint64_t seed = 1201;
-  for (const WyShape& s : shapes) {
+  for (const WyShape& s : epilogue_shapes()) {
     const WyCase c(s, seed++);
-    for (int form = 0; form < 3; ++form) {
-      const auto a = c.run(kWyTwoPerSm, form), b = c.run(kWyBatchedAdd, form);
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: form " << form << " B=" << s.B << " T=" << s.T
-                                  << " HV=" << s.HV << " K=" << s.K << " V=" << s.V;
+    for (int form = 0; form < 4; ++form) {  // form 3: form 1 with dv in f32 (the dtype-generic dv stores)
+      const bool dv_f32 = form == 3;
+      const int call = dv_f32 ? 1 : form;
+      const auto a = c.run(kWyTwoPerSm, call, dv_f32);
+      for (const int variant : {kWyBatchedAdd, kWyPrefetchAdd, kWyBatchedTyped}) {
+        const auto b = c.run(variant, call, dv_f32);
+        for (size_t i = 0; i < a.size(); ++i)
+          EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: variant " << variant << " form " << form << " B=" << s.B
+                                    << " T=" << s.T << " HV=" << s.HV << " K=" << s.K << " V=" << s.V;
+      }
     }
   }
 }
 
-// The two variants at the benchmark shapes with the composed backward's fused sums (dk_add a separate f32 tensor,
+// The variants at the benchmark shapes with the composed backward's fused sums (dk_add a separate f32 tensor,
 // dg_add aliasing dg) and without them: interleaved calls, each timed by its own event pair, median of 9.
 TEST(GdnWyBwdEpilogue, Timing) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -133,15 +149,15 @@ TEST(GdnWyBwdEpilogue, Timing) {
     p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K), p.dv = tok(dv.p, dt, T, HV, V);
     p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, T, HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
     Dev ws(prepare_wy_repr_bwd_cuda_mma_workspace(p.d));
-    const int variants[] = {kWyTwoPerSm, kWyBatchedAdd};
+    const int variants[] = {kWyTwoPerSm, kWyBatchedAdd, kWyPrefetchAdd, kWyBatchedTyped};
     for (const bool fused : {true, false}) {
       WyBwdParams q = p;
       if (fused) q.dk_add = tok(dk_add.p, STRATA_DTYPE_F32, T, H, K), q.dg_add = q.dg;
       cudaEvent_t e[2];
       cudaEventCreate(&e[0]), cudaEventCreate(&e[1]);
-      std::vector<float> ms[2];
+      std::vector<float> ms[4];
       for (int rep = 0; rep < 10; ++rep)
-        for (int vi = 0; vi < 2; ++vi) {
+        for (int vi = 0; vi < 4; ++vi) {
           q.mma_variant = variants[vi];
           cudaEventRecord(e[0]);
           EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(q, ws.p, nullptr), STRATA_SUCCESS);
@@ -153,10 +169,10 @@ TEST(GdnWyBwdEpilogue, Timing) {
         }
       cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
       for (auto& m : ms) std::sort(m.begin(), m.end());
-      std::printf("[wy_bwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_add %.3f ms "
-                  "(median of 9; min %.3f / %.3f)\n",
+      std::printf("[wy_bwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_add %.3f ms, "
+                  "prefetch_add %.3f ms, batched_typed %.3f ms (median of 9; min %.3f / %.3f / %.3f / %.3f)\n",
                   static_cast<long long>(B), static_cast<long long>(T), fused ? "fused sums" : "plain",
-                  ms[0][4], ms[1][4], ms[0][0], ms[1][0]);
+                  ms[0][4], ms[1][4], ms[2][4], ms[3][4], ms[0][0], ms[1][0], ms[2][0], ms[3][0]);
       std::fflush(stdout);
     }
   }

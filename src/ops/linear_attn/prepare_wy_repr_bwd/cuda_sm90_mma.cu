@@ -162,15 +162,42 @@ __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float 
   }
 }
 
+// dv can take wy_dv_tile's typed stores: it holds T, and every pair of adjacent even columns is 4-byte aligned.
+template <class T>
+__device__ __forceinline__ bool wy_dv_typed(const WyBwdParams& p) {
+  return p.dv.dtype == Elem<T>::kDtype && (reinterpret_cast<uintptr_t>(p.dv.p) & 3) == 0 &&
+         ((p.dv.s[0] | p.dv.s[1] | p.dv.s[2]) & 1) == 0;
+}
+
 // Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
-// kLean).
-template <class T, bool kLean = false>
+// kLean). typed (wy_dv_typed(p), kTyped kernels only): one row pointer per fragment row and 32-bit stores of the two
+// T values (the same bits as st_pair's dtype-generic path, without its per-pair offset, dtype and alignment work).
+template <class T, bool kLean = false, bool kTyped = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
                                            int vc, int e0, const uint16_t* sA, const uint16_t* sDu, const uint16_t* sV,
-                                           int ldv, const float* sBeta, int r0, int c0) {
+                                           int ldv, const float* sBeta, int r0, int c0, bool typed = false) {
   float Y[1][4][4];
   zero(Y);
   warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
+  if (kTyped && typed) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
+      const int i = r0 + frag_row(0, e);
+      if (i >= L) continue;
+      uint16_t* row = static_cast<uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + i, hv);
+      const float b = sBeta[i];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int col = e0 + c0 + frag_col(nt, e);
+        const uint32_t lo = Elem<T>::from(b * Y[0][nt][e]);
+        if (col + 1 < vc)
+          *reinterpret_cast<uint32_t*>(row + col) = lo | (uint32_t{Elem<T>::from(b * Y[0][nt][e + 1])} << 16);
+        else if (col < vc)
+          row[col] = static_cast<uint16_t>(lo);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -186,28 +213,54 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
     }
 }
 
-// dk (+ dk_add) of the chunk from the head sums, rows < L, columns < kc. kBatched (kWyBatchedAdd): the dk_add values
-// of one fragment row of a K tile (4 pairs per thread) are loaded before its first store, one round trip per row and
-// K tile (4 per chunk at K = 128) instead of one per pair (dk_add may alias dk only element for element, as the
-// composed backward passes it: a thread reads each of its elements before writing it, and no element of another
-// thread). The same additions (the same bits).
-template <int KT, bool kBatched = false>
+// How the dk epilogue adds dk_add (the composed backward's f32 addend; dk_add may alias dk only element for element,
+// as the composed backward passes it: a thread reads each of its elements before writing it, and no element of
+// another thread):
+//  * kDkAddPairs (kWyTwoPerSm, the pipelined kernel): dk = dk_add + Σ_g, each pair loaded right before its store
+//    (16 dependent global round trips per thread and chunk at K = 128: no load moves above an earlier store);
+//  * kDkAddBatched (kWyBatchedAdd): the same additions, the 4 pairs of one fragment row of a K tile loaded before
+//    its first store (4 round trips per chunk at K = 128);
+//  * kDkAddPrefetch (kWyPrefetchAdd): kDkAddPairs' loads and additions (the same bits), with the chunk's dk_add lines
+//    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1; it
+//    also fetches each head's dg_add at its start and stores dv through wy_dv_tile's typed path (kLatency).
+//  * kDkAddBatchedTyped (kWyBatchedTyped): kDkAddBatched's epilogue with kDkAddPrefetch's dg_add and dv changes
+//    (kLatency), without the prefetch.
+// (Session 13 also tried the head sums starting from dk_add, loaded at the chunk's start: slower, README.md.)
+enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddPrefetch, kDkAddBatchedTyped };
+
+// kDkAddPrefetch: each quad's dk_add rows r0 + lane / 4 (+ 8) hold 32 f32 columns c0.. per K tile, one 128-byte line:
+// quad thread q prefetches the line of row r0 + lane / 4 + 8 (q & 1), K tile q / 2 (KT ≤ 2), rows < L, columns < kc.
+template <int KT>
+__device__ __forceinline__ void wy_prefetch_dk_add(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
+                                                   int r0, int c0) {
+  const int q = threadIdx.x & 3, kt = q >> 1, i = r0 + frag_row(0, 2 * (q & 1)), x = kt * 64 + c0;
+  if (p.dk_add.present() && kt < KT && i < L && x < kc) {
+    const float* a = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) + x;
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+  }
+}
+
+// dk (+ dk_add, as kAdd says) of the chunk from the head sums, rows < L, columns < kc.
+template <int KT, DkAdd kAdd = kDkAddPairs>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
+  static_assert(kAdd != kDkAddPrefetch || KT <= 2, "one prefetched line per quad thread");
+  constexpr bool kBatched = kAdd == kDkAddBatched || kAdd == kDkAddBatchedTyped;
+  const bool add = p.dk_add.present();
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
       const int i = r0 + frag_row(0, e);
       if (i >= L) continue;
-      float add[4][2] = {};  // kBatched: [nt][column] dk_add of this row (f32: the kernel's reject rule)
-      if (kBatched && p.dk_add.present()) {
+      float ad[4][2] = {};  // kBatched: [nt][column] dk_add of this row (f32: the kernel's reject rule)
+      if (kBatched && add) {
         const float* row = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int x = kt * 64 + c0 + frag_col(nt, 0);
-          if (x < kc) add[nt][0] = row[x];
-          if (x + 1 < kc) add[nt][1] = row[x + 1];
+          if (x < kc) ad[nt][0] = row[x];
+          if (x + 1 < kc) ad[nt][1] = row[x + 1];
         }
       }
 #pragma unroll
@@ -215,10 +268,10 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
         const int x = kt * 64 + c0 + frag_col(nt, e);
         if (x < kc) {
           float a0 = dk_sum[kt][0][nt][e], a1 = dk_sum[kt][0][nt][e + 1];
-          if (kBatched && p.dk_add.present()) {
-            a0 = add[nt][0] + a0;
-            a1 = add[nt][1] + a1;
-          } else if (p.dk_add.present()) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
+          if (kBatched && add) {
+            a0 = ad[nt][0] + a0;
+            a1 = ad[nt][1] + a1;
+          } else if (add) {  // dk = dk_add + dk (read before the store: dk_add may alias dk)
             const int64_t o = p.dk_add.off(c.b, c.t0 + i, h) + x;
             a0 = ld_f32(p.dk_add, o) + a0;
             if (x + 1 < kc) a1 = ld_f32(p.dk_add, o + 1) + a1;
@@ -424,17 +477,17 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 // P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
 // Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
-// [4 row blocks][64]. P = 128: 100 608 bytes.
+// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start). P = 128: 100 864 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
   static constexpr size_t tile = size_t{64} * ld * 2, small = size_t{64} * kL64 * 2;
   static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + small,
                           t = x + small, vec = t + small;
-  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4) * 64 * 4;
+  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-template <class T, int P, bool kBatched>
+template <class T, int P, DkAdd kAdd>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -452,10 +505,14 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   float* sDots = sG + 192;   // [2][2][64]: Σ X k (0), Σ Y v (1) over the columns j of column-half warp wn
   float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
   float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
+  float* sDgAdd = sG + 832;  // [64]: kLatency's dg_add of the head
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
+  // kDkAddPrefetch, kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
+  constexpr bool kLatency = kAdd == kDkAddPrefetch || kAdd == kDkAddBatchedTyped;
+  const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
     for_each_chunk(d, offs, w, [&](const DevChunk& c) {
@@ -475,9 +532,13 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
           const float bi = ok ? ld_f32(p.beta, p.beta.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
+          // kLatency: dg_add of this head's row too (parked in shared memory: no register held through the head),
+          // so that its latency is not exposed before the dγ store.
+          const float dga = kLatency && ok ? wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x) : 0.f;
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
+            if (kLatency) sDgAdd[i] = dga;
             sG[i] = gi;
             sBeta[i] = bi;
             sE[i] = i < L ? expf(gi) : 0.f;
@@ -553,24 +614,27 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
           const float db = sDbRow[i] + sDbRow[64 + i];
           const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs, wy_bwd_cu::dg_addend(p, c, hv, i));
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs,
+                                    kLatency ? sDgAdd[i] : wy_bwd_cu::dg_addend(p, c, hv, i));
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
+        if (kAdd == kDkAddPrefetch && g + 1 == d.G) wy_prefetch_dk_add<KT>(p, c, h, L, kc, r0, c0);
         wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
-        for (int e0 = 0; e0 < P; e0 += 64) wy_dv_tile<T, true>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0);
+        for (int e0 = 0; e0 < P; e0 += 64)
+          wy_dv_tile<T, true, kLatency>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
-      wy_store_dk<KT, kBatched>(p, c, h, L, kc, dk_sum, r0, c0);
+      wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, bool kBatched>
+template <class T, int P, DkAdd kAdd>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kBatched>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -581,14 +645,23 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  return p.mma_variant == kWyBatchedAdd ? launch_lean<T, P, true>(p, offs, items, stream)
-                                        : launch_lean<T, P, false>(p, offs, items, stream);
+  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant(p) : p.mma_variant) {
+    case kWyBatchedAdd:
+      return launch_lean<T, P, kDkAddBatched>(p, offs, items, stream);
+    case kWyPrefetchAdd:
+      return launch_lean<T, P, kDkAddPrefetch>(p, offs, items, stream);
+    case kWyBatchedTyped:
+      return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
+    default:
+      return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
+  }
 }
 
-// The two-per-SM kernel (kWyTwoPerSm, kWyAuto: dk_add pair by pair; kWyBatchedAdd, forced: a row's dk_add loads
-// before its stores) when the shape has it (K, V rounding up to the same 64 multiple, at most 128); the pipelined kernel
-// otherwise. kWyAuto's choice from GPU run s11run1 (H200, bf16, B = 4, T = 8192, H = 16,
-// HV = 32, K = V = 128, with the composed backward's fused sums): two-per-SM 1.221 ms, pipelined ~2.16 (s7run2).
+// The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
+// epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
+// kWyBatchedAdd: a row's dk_add loads before its stores; kWyPrefetchAdd: dk_add prefetched into L1, typed dv;
+// kWyBatchedTyped: kWyBatchedAdd's loads with kWyPrefetchAdd's dv and dg_add changes); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
+// ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int64_t KP = round64(p.d.K), VP = round64(p.d.V);

@@ -53,6 +53,19 @@ const ImplList<Problem>& impls() {
   return list;
 }
 
+}  // namespace
+
+#if STRATA_WITH_CUDA
+// GPU run s13run1 (H200, 2026-12-01, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, median of 9 interleaved
+// calls; the same at B = 1, T = 32768), kWyTwoPerSm / kWyBatchedAdd / kWyPrefetchAdd: with the composed backward's
+// fused sums (dk_add, dg_add) 1.254 / 1.114 / 1.150 ms; plain 0.988 / 0.998 / 0.906 ms. Every form gives the same bits.
+int prepare_wy_repr_bwd_auto_variant(const WyBwdParams& p) {
+  return p.dk_add.present() ? kWyBatchedAdd : kWyPrefetchAdd;
+}
+#endif
+
+namespace {
+
 strata_status probe(strata_device device, strata_plan* plan) {
   const strata_tensor_desc k = make_desc(STRATA_DTYPE_BF16, {1, 4096, 16, 128}, device);
   const strata_tensor_desc v = make_desc(STRATA_DTYPE_BF16, {1, 4096, 32, 128}, device);

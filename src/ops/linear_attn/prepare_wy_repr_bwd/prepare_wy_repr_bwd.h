@@ -30,18 +30,23 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
-  // Launch configuration of the tensor-core kernel: kWyAuto (the default: kWyTwoPerSm where it applies, 1.22 against
-  // ~2.16 ms in GPU run s11run1 at B = 4, T = 8192, H = 16, HV = 32, K = V = 128; else kWyPipelined), kWyPipelined (two
-  // cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
+  // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
+  // prepare_wy_repr_bwd_auto_variant(p) names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
+  // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
   // recomputed per value head in registers, the dβ / dγ row dots from dA's fragments, Sym stored from dP's
   // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
-  // order). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most 128; other shapes run
-  // kWyPipelined. kWyBatchedAdd (session 12, forced only: not yet timed on a GPU): kWyTwoPerSm with each fragment
-  // row's dk_add values loaded before its dk stores (the same bits). Tests and timing force the variants.
+  // order; dk_add added pair by pair). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most
+  // 128; other shapes run kWyPipelined under every variant. Two-per-SM forms with other dk_add epilogues, every output
+  // the same bits as kWyTwoPerSm: kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its dk
+  // stores) and kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk
+  // tiles, each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype), and
+  // kWyBatchedTyped (session 13, forced only: not yet timed on a GPU; kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's
+  // dg_add and dv changes). Tests and timing force the variants.
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3, kWyPrefetchAdd = 4,
+                     kWyBatchedTyped = 5;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -62,6 +67,10 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
+// The two-per-SM form that kWyAuto runs on p where the two-per-SM kernel applies (kWyBatchedAdd with the fused sums,
+// kWyPrefetchAdd without), chosen from GPU timings; host code (prepare_wy_repr_bwd.cpp), so that the choice is one
+// place.
+int prepare_wy_repr_bwd_auto_variant(const WyBwdParams& p);
 #endif
 
 }  // namespace strata::linear_attn
