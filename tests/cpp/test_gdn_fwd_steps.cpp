@@ -14,54 +14,16 @@
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "gdn_cuda_test_support.h"
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 
 namespace strata::linear_attn {
 namespace {
 
+using gdn_test::StepTimes;
+using gdn_test::time_steps;
 using test::Dev;
 using test::have_gpu;
-
-// Steps of one call: an event after each step's launches (GdnStepProbe), the fastest of `reps` calls per step.
-struct StepTimes {
-  std::vector<std::string> names;
-  std::vector<double> ms;
-};
-StepTimes time_steps(const std::function<void(const GdnStepProbe*)>& call, int reps) {
-  struct Ctx {
-    std::vector<cudaEvent_t> ev;
-    std::vector<std::string> names;
-    size_t n = 0;
-  } ctx;
-  ctx.ev.resize(8);
-  for (cudaEvent_t& e : ctx.ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
-  GdnStepProbe probe;
-  probe.ctx = &ctx;
-  probe.fn = [](void* c, const char* step) {
-    Ctx& x = *static_cast<Ctx*>(c);
-    if (x.n + 1 >= x.ev.size()) return;
-    ++x.n;
-    cudaEventRecord(x.ev[x.n]);
-    x.names.resize(x.n + 1);
-    x.names[x.n] = step;
-  };
-  StepTimes r;
-  for (int rep = 0; rep < reps; ++rep) {
-    ctx.n = 0;
-    EXPECT_EQ(cudaEventRecord(ctx.ev[0]), cudaSuccess);
-    call(&probe);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    r.ms.resize(ctx.n, 1e30);
-    for (size_t i = 1; i <= ctx.n; ++i) {
-      float t = 0.f;
-      cudaEventElapsedTime(&t, ctx.ev[i - 1], ctx.ev[i]);
-      r.ms[i - 1] = std::min(r.ms[i - 1], static_cast<double>(t));
-    }
-  }
-  r.names.assign(ctx.names.begin() + (ctx.names.empty() ? 0 : 1), ctx.names.end());
-  for (cudaEvent_t e : ctx.ev) cudaEventDestroy(e);
-  return r;
-}
 
 // Median of `reps` whole calls of each fn, interleaved (fn 0, fn 1, fn 0, ...), after one warm-up each.
 std::vector<double> time_median_ms(const std::vector<std::function<void()>>& fns, int reps) {

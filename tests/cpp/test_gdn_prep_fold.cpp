@@ -441,52 +441,6 @@ TEST(GdnFwdCudaPrepForms, NormFoldMatchesNormalisedInputs) {
   }
 }
 
-// (Session 13, GPU run 1 only) The session-11 kernel (fwd_cuda_prep_s11, commit 4612426) against today's chunk form
-// (kChunk: session 11's products with nk as a template argument and lean loads, described as the same bits) on every
-// fold shape, w, u, A; then both and the other forms timed side by side at the benchmark shapes (median of 7, one
-// after the other in this process): "[gdn_prep timing] s13".
-TEST(GdnFwdCudaPrepForms, S11KernelSideBySide) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  int idx = 0;
-  for (const FoldShape& s : fold_shapes()) {
-    FoldProblem pr(s, 1400 + idx);
-    GdnFwdParams f = pr.p;
-    f.Pqk = GdnTensor{};
-    pr.poison();
-    ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kChunk, nullptr), STRATA_SUCCESS) << "shape " << idx;
-    const auto w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits();
-    pr.poison();
-    ASSERT_EQ(fwd_cuda_prep_s11(f, nullptr), STRATA_SUCCESS) << "shape " << idx;
-    const auto w1 = pr.w->bits(), u1 = pr.u->bits(), a1 = pr.A->bits();
-    EXPECT_EQ(poisoned(w1) + poisoned(u1) + poisoned(a1), 0u) << "shape " << idx;
-    const double ew = rel_rms(w1, w0, kBf), eu = rel_rms(u1, u0, kBf), ea = rel_rms(a1, a0, kBf);
-    EXPECT_LT(std::max({ew, eu, ea}), 1e-3) << "shape " << idx << ": s11 kernel against the chunk form";
-    std::printf("[gdn_prep s11 check] shape %d: s11 kernel against the chunk form: %s (relative RMS w %.2e u %.2e A "
-                "%.2e)\n", idx, w1 == w0 && u1 == u0 && a1 == a0 ? "same bits" : "differs", ew, eu, ea);
-    ++idx;
-  }
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    BenchProblem bp(B);
-    Dev rk(static_cast<size_t>(bp.rows * bp.H) * 4);
-    GdnFwdParams pn = bp.p;
-    pn.qk_norm = true, pn.qk_norm_eps = 1e-6f;
-    pn.rk = tok(rk.p, STRATA_DTYPE_F32, bp.T, bp.H, 0);
-    auto form = [&](const GdnFwdParams& x, PrepForm fm) {
-      return time_ms([&] { return fwd_cuda_prep_head(x, GdnFwdHead{}, fm, nullptr); });
-    };
-    auto s11 = [&](const GdnFwdParams& x) { return time_ms([&] { return fwd_cuda_prep_s11(x, nullptr); }); };
-    const double a = s11(bp.p), b = form(bp.p, PrepForm::kChunk), c = form(bp.p, PrepForm::kChunkTree);
-    const double d = form(pn, PrepForm::kChunkTree), e = s11(bp.p);
-    const double fa = s11(bp.pa), fb = form(bp.pa, PrepForm::kChunk), fc = form(bp.pa, PrepForm::kChunkTree);
-    for (const double t : {a, b, c, d, e, fa, fb, fc}) EXPECT_GT(t, 0.0);
-    std::printf("[gdn_prep timing] s13 bf16 B=%lld T=%lld H=16 HV=32 K=V=128: w, u: s11 kernel %.3f (again %.3f) "
-                "chunk %.3f chunk-tree (default) %.3f norm-folded chunk-tree %.3f ms; w, u, A: s11 kernel %.3f chunk "
-                "%.3f chunk-tree %.3f ms\n", static_cast<long long>(B), static_cast<long long>(bp.T), a, e, b, c, d,
-                fa, fb, fc);
-    std::fflush(stdout);
-  }
-}
-
 }  // namespace
 }  // namespace strata::linear_attn::gdn
 

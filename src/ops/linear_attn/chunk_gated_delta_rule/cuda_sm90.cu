@@ -729,10 +729,9 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kNorm) {
     if (!p.l2norm) return "the folded l2norm needs use_qk_l2norm_in_kernel";
     r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy));
-    const gdn::GdnFwdParams f = norm_folded(p, b, c.fwdo);
-    if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(f);
-    // The state pass needs 16-byte rows (run time: the views' strides and alignment).
-    if (r.empty() && !gdn::fwd_cuda_state_o_wgmma_lean(f)) r = "the folded l2norm needs lean q, k, o (16-byte rows)";
+    if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo));
+    // (The pass's 16-byte rows are a run-time property of the bound views: gdn_cuda_fused_fwd falls back to the
+    // l2norm launches when they do not hold. At plan time the pointers are sentinels.)
   }
   if (r.empty() && form == GdnFusedForm::kFold) {
     gdn::GdnFwdParams w = c.wy;
@@ -806,6 +805,9 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
+  // kNorm needs the pass's 16-byte rows of the raw q, k, o (run time); otherwise the l2norm launches and the same pass.
+  if (form == GdnFusedForm::kNorm && !gdn::fwd_cuda_state_o_wgmma_lean(norm_folded(p, b, c.fwdo)))
+    form = GdnFusedForm::kWgmmaSplit;
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;

@@ -19,9 +19,6 @@ namespace strata::linear_attn::gdn {
 enum class PrepForm : int { kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream,
                        int max_blocks = 0);
-// (Session 13, GPU run 1 only: gdn_fwd_cuda_prep_s11.cu) the session-11 kernel (commit 4612426) for a side-by-side
-// timing against the forms above; w, u (A, Pqk when present) from p, γ read.
-int fwd_cuda_prep_s11(const GdnFwdParams& p, void* stream);
 #endif
 
 }  // namespace strata::linear_attn::gdn
