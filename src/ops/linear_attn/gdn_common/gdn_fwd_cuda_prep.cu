@@ -42,6 +42,7 @@
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_prep.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
+#include "ops/linear_attn/gdn_common/gdn_fwd_wgmma_layout.h"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
 
@@ -400,14 +401,8 @@ __device__ __forceinline__ void k_row_norms(const GdnFwdParams& p, const PrepSme
 #pragma unroll
   for (int sg = 0; sg < 4 * kNk; ++sg) {
     const int col = 32 * kNk * half + 8 * sg;
-    const uint4 v = *reinterpret_cast<const uint4*>(sm.Kp + (col >> 6) * kPanel + wg::tile_off<64>(i, col & 63));
-    const uint32_t x4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = mma::unpack2<Bf16>(x4[e]);
-      ss = fmaf(f.x, f.x, ss);
-      ss = fmaf(f.y, f.y, ss);
-    }
+    ss = wgl::sum_sq_bf16x8(
+        *reinterpret_cast<const uint4*>(sm.Kp + (col >> 6) * kPanel + wg::tile_off<64>(i, col & 63)), ss);
   }
   ss += __shfl_xor_sync(0xffffffffu, ss, 1);
   if (half) return;

@@ -513,16 +513,9 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
           const int i = wgl::acc_row(w, lane, 2 * half);
           float ss = 0.f;
 #pragma unroll
-          for (int sg = 0; sg < 4; ++sg) {
-            const uint4 v = *reinterpret_cast<const uint4*>(Qs + wgl::tile_off<kKeys>(i, 32 * (lane & 3) + 8 * sg));
-            const uint32_t x4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = mma::unpack2<T>(x4[e]);
-              ss = fmaf(f.x, f.x, ss);
-              ss = fmaf(f.y, f.y, ss);
-            }
-          }
+          for (int sg = 0; sg < 4; ++sg)
+            ss = wgl::sum_sq_bf16x8(
+                *reinterpret_cast<const uint4*>(Qs + wgl::tile_off<kKeys>(i, 32 * (lane & 3) + 8 * sg)), ss);
           ss += __shfl_xor_sync(0xffffffffu, ss, 1);
           ss += __shfl_xor_sync(0xffffffffu, ss, 2);
           rq[half] = rsqrtf(ss + p.qk_norm_eps);
