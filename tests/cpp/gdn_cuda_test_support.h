@@ -11,12 +11,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_test_support.h"
 #include "opbase/dtype.h"
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 #include "ops/linear_attn/gdn_bwd_common/gdn_bwd_common.h"
 #include "ops/linear_attn/gdn_common/gdn_common.h"
 
@@ -153,6 +156,49 @@ double time_ms(Fn fn) {
   if (!ok) return -1.0;
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Per-step times of a composite call (gdn_cuda_bwd, gdn_cuda_fused_fwd): `call` passes the probe on, which records an
+// event after each step's launches (GdnStepProbe, at most 8 steps); the fastest of `reps` calls per step, in ms,
+// with the steps' names (session 13: shared by the forward's and the backward's step timings).
+struct StepTimes {
+  std::vector<std::string> names;
+  std::vector<double> ms;
+};
+inline StepTimes time_steps(const std::function<void(const GdnStepProbe*)>& call, int reps) {
+  struct Ctx {
+    std::vector<cudaEvent_t> ev;
+    std::vector<std::string> names;
+    size_t n = 0;
+  } ctx;
+  ctx.ev.resize(9);
+  for (cudaEvent_t& e : ctx.ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
+  GdnStepProbe probe;
+  probe.ctx = &ctx;
+  probe.fn = [](void* c, const char* step) {
+    Ctx& x = *static_cast<Ctx*>(c);
+    if (x.n + 1 >= x.ev.size()) return;
+    ++x.n;
+    cudaEventRecord(x.ev[x.n]);
+    x.names.resize(x.n + 1);
+    x.names[x.n] = step;
+  };
+  StepTimes r;
+  for (int rep = 0; rep < reps; ++rep) {
+    ctx.n = 0;
+    EXPECT_EQ(cudaEventRecord(ctx.ev[0]), cudaSuccess);
+    call(&probe);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    r.ms.resize(ctx.n, 1e30);
+    for (size_t i = 1; i <= ctx.n; ++i) {
+      float t = 0.f;
+      cudaEventElapsedTime(&t, ctx.ev[i - 1], ctx.ev[i]);
+      r.ms[i - 1] = std::min(r.ms[i - 1], static_cast<double>(t));
+    }
+  }
+  r.names.assign(ctx.names.begin() + (ctx.names.empty() ? 0 : 1), ctx.names.end());
+  for (cudaEvent_t e : ctx.ev) cudaEventDestroy(e);
+  return r;
 }
 
 }  // namespace strata::linear_attn::gdn_test

@@ -820,6 +820,8 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
 // bf16, K = 128, V a multiple of 32) against the float64 reference and the mma.sync pass (cuda.sm90.fused_inline):
 // 8, 10, 40 and 644 sequence-heads, so that every block width runs (32 / 64 / 128 columns on 132 SMs); varlen with
 // empty, one-token and partial chunks; with and without h0 / ht; V = 64 and 128. Twice each: the same bits.
+// Session 13: also cuda.sm90.fused_norm (the l2norm of the raw, unnormalised q, k folded into prep_wgmma and the
+// wgmma pass: gdn::GdnFwdParams::qk_norm) on the same problems, against the reference and the unfolded pass.
 TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
   if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
   std::vector<int64_t> many = {0};
@@ -841,9 +843,9 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
       ForceImpl f("reference");
       ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
     }
-    const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma_split"};
-    HostTensor o[2], ht[2];
-    for (int i = 0; i < 2; ++i) {
+    const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma_split", "cuda.sm90.fused_norm"};
+    HostTensor o[3], ht[3];
+    for (int i = 0; i < 3; ++i) {
       o[i] = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       ForceImpl f(impls[i]);
       ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
@@ -856,8 +858,14 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
       EXPECT_TRUE(o2.storage == o[i].storage) << impls[i] << " second run";
       if (c.ht) EXPECT_TRUE(ht2.storage == ht[i].storage) << impls[i] << " ht second run";
     }
-    // The wgmma pass differs from the mma.sync pass only by summation order inside the products.
+    // The wgmma pass differs from the mma.sync pass only by summation order inside the products; the folded l2norm
+    // by qn, kn kept in f32 (not rounded to bf16 before the products).
     EXPECT_LT(rel_err(o[1], o[0]), 1e-2) << "wgmma split vs mma.sync, N " << p.N;
+    EXPECT_LT(rel_err(o[2], o[1]), 1e-2) << "folded l2norm vs wgmma split, N " << p.N;
+    if (c.ht) EXPECT_LT(rel_err(ht[2], ht[1]), 1e-2) << "folded l2norm vs wgmma split ht, N " << p.N;
+    std::printf("[gdn_fwd norm check] N=%lld V=%lld: relative RMS against f64: o split %.2e norm-folded %.2e; "
+                "norm-folded vs split o %.2e\n", static_cast<long long>(p.N), static_cast<long long>(p.V),
+                rel_err(o[1], o_ref), rel_err(o[2], o_ref), rel_err(o[2], o[1]));
   }
 }
 

@@ -707,46 +707,20 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], ms[2]));
     // Per step (GdnStepProbe: an event after each step's launches; the fastest of 3 calls per step).
     for (const int dhu_variant : {kDhuMmaAuto, kDhuAuto, kDhuWgmmaAhead, kDhuWgmmaAheadHalfP}) {
-      struct Ctx {
-        std::vector<cudaEvent_t> ev;
-        std::vector<std::string> names;
-        size_t n = 0;
-      } ctx;
-      ctx.ev.resize(9);
-      for (cudaEvent_t& e : ctx.ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
-      GdnStepProbe probe;
-      probe.ctx = &ctx;
-      probe.fn = [](void* c, const char* step) {
-        Ctx& x = *static_cast<Ctx*>(c);
-        if (x.n + 1 >= x.ev.size()) return;
-        ++x.n;
-        cudaEventRecord(x.ev[x.n]);
-        x.names.resize(x.n + 1);
-        x.names[x.n] = step;
-      };
-      std::vector<double> best;
-      for (int rep = 0; rep < 3; ++rep) {
-        ctx.n = 0;
-        EXPECT_EQ(cudaEventRecord(ctx.ev[0]), cudaSuccess);
-        EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, &probe, dhu_variant), STRATA_SUCCESS);
-        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        best.resize(ctx.n, 1e30);
-        for (size_t i = 1; i <= ctx.n && i - 1 < best.size(); ++i) {
-          float t = 0.f;
-          cudaEventElapsedTime(&t, ctx.ev[i - 1], ctx.ev[i]);
-          best[i - 1] = std::min(best[i - 1], static_cast<double>(t));
-        }
-      }
+      const gdn_test::StepTimes st = gdn_test::time_steps(
+          [&](const GdnStepProbe* probe) {
+            EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, probe, dhu_variant), STRATA_SUCCESS);
+          },
+          3);
       std::string line = fmt_line("[gdn_bwd timing] backward steps bf16 B=%lld T=%lld (%s):", static_cast<long long>(B),
                                   static_cast<long long>(T),
                                   dhu_variant == kDhuAuto        ? "bwd_dhu automatic"
                                   : dhu_variant == kDhuWgmmaAhead ? "bwd_dhu wgmma ahead"
                                   : dhu_variant == kDhuWgmmaAheadHalfP ? "bwd_dhu wgmma ahead, half P"
                                                                   : "bwd_dhu mma.sync");
-      for (size_t i = 0; i < best.size() && i + 1 < ctx.names.size(); ++i)
-        line += fmt_line(" %s %.3f ms%s", ctx.names[i + 1].c_str(), best[i], i + 1 < best.size() ? "," : "");
+      for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i)
+        line += fmt_line(" %s %.3f ms%s", st.names[i].c_str(), st.ms[i], i + 1 < st.ms.size() ? "," : "");
       report(line);
-      for (cudaEvent_t e : ctx.ev) cudaEventDestroy(e);
     }
   }
 }

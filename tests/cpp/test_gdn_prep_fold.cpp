@@ -10,6 +10,7 @@
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -365,6 +366,78 @@ TEST(GdnFwdCudaPrepForms, TimingAtBenchShapes) {
                 static_cast<long long>(B), static_cast<long long>(T), wu_c, wu_ct, wu_p, wu_t, fl_wu, (rd + wr) / 1e6,
                 copy_tbs, wu_c / fl_wu, wua_c, wua_ct, wua_p, wua_t, fl_wua, wua_c / fl_wua, f_c, f_p);
     std::fflush(stdout);
+  }
+}
+
+// (Session 13) The folded l2norm (GdnFwdParams::qk_norm, the chunk-tree form): prep on the raw k (k scaled by 3.7
+// so that the norms matter) against prep on kn = k / sqrt(|k|² + eps) rounded to bf16 on the host (fla's model: the
+// unfolded forward's input), every fold shape: w, u within 1e-2 relative RMS (kn kept in f32 instead of rounded),
+// rk (1 / |k| of every row, written once per q/k head) within 1e-5 of the host's; every row written, A untouched, the
+// same bits twice.
+TEST(GdnFwdCudaPrepForms, NormFoldMatchesNormalisedInputs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const FoldShape& s : fold_shapes()) {
+    FoldProblem pr(s, 1300 + idx);
+    const int64_t rows = s.B * s.T * s.H, K = s.K;
+    const std::vector<uint8_t> kb = pr.k->bits();
+    std::vector<uint16_t> raw(static_cast<size_t>(rows * K)), kn(raw.size());
+    std::vector<float> r_h(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      double ss = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        uint16_t b;
+        std::memcpy(&b, kb.data() + 2 * (i * K + j), 2);
+        raw[i * K + j] = f32_to_bf16_bits(3.7f * bf16_bits_to_f32(b));
+        const double x = bf16_bits_to_f32(raw[i * K + j]);
+        ss += x * x;
+      }
+      r_h[i] = static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
+      for (int64_t j = 0; j < K; ++j)
+        kn[i * K + j] = f32_to_bf16_bits(static_cast<float>(bf16_bits_to_f32(raw[i * K + j]) * (1.0 / std::sqrt(ss + 1e-6))));
+    }
+    auto kraw = upload(raw.data(), raw.size() * 2), knd = upload(kn.data(), kn.size() * 2);
+    Dev rk(static_cast<size_t>(rows) * 4);
+    GdnFwdParams ref = pr.p;
+    ref.A = ref.Pqk = GdnTensor{};
+    ref.k.data = knd->p;
+    pr.poison();
+    ASSERT_EQ(fwd_cuda_prep_head(ref, GdnFwdHead{}, PrepForm::kChunkTree, nullptr), STRATA_SUCCESS) << "shape " << idx;
+    const auto w0 = pr.w->bits(), u0 = pr.u->bits();
+    GdnFwdParams f = ref;
+    f.k.data = kraw->p;
+    f.qk_norm = true, f.qk_norm_eps = 1e-6f;
+    f.rk = tok(rk.p, STRATA_DTYPE_F32, s.T, s.H, 0);
+    ASSERT_EQ(fwd_cuda_prep_reject(f), "") << "shape " << idx;
+    std::vector<uint8_t> w1, u1, r1;
+    for (int rep = 0; rep < 2; ++rep) {
+      pr.poison(), rk.poison();
+      ASSERT_EQ(fwd_cuda_prep(f, nullptr), STRATA_SUCCESS) << "shape " << idx;
+      if (rep == 1) {
+        EXPECT_TRUE(pr.w->bits() == w1 && pr.u->bits() == u1 && rk.bits() == r1) << "shape " << idx << ": not the same bits twice";
+        break;
+      }
+      w1 = pr.w->bits(), u1 = pr.u->bits(), r1 = rk.bits();
+    }
+    EXPECT_EQ(poisoned(w1) + poisoned(u1), 0u) << "shape " << idx;
+    EXPECT_EQ(poisoned(pr.A->bits()), pr.A->bytes / 2) << "shape " << idx << ": A written although absent";
+    std::vector<uint8_t> rh(r_h.size() * 4);
+    std::memcpy(rh.data(), r_h.data(), rh.size());
+    const double ew = rel_rms(w1, w0, kBf), eu = rel_rms(u1, u0, kBf), er = rel_rms(r1, rh, STRATA_DTYPE_F32);
+    EXPECT_LT(ew, 1e-2) << "shape " << idx << ": w against prep on the host-normalised k";
+    EXPECT_LT(eu, 1e-2) << "shape " << idx << ": u against prep on the host-normalised k";
+    EXPECT_LT(er, 1e-5) << "shape " << idx << ": rk against the host's 1 / |k| (every row written: NaN poison)";
+    std::printf("[gdn_prep norm check] shape %d: relative RMS against prep on host-normalised k: w %.2e u %.2e; rk %.2e\n",
+                idx, ew, eu, er);
+    // The rules: the chunk-tree form only, w, u only.
+    EXPECT_NE(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kPersistent, nullptr), STRATA_SUCCESS);
+    GdnFwdParams y = f;
+    y.A = pr.p.A;
+    EXPECT_NE(fwd_cuda_prep_reject(y), "") << "qk_norm with A";
+    y = f;
+    y.qk_norm_eps = 0.f;
+    EXPECT_NE(fwd_cuda_prep_reject(y), "") << "qk_norm without eps";
+    ++idx;
   }
 }
 

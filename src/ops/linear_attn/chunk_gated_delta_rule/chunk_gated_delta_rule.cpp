@@ -92,7 +92,8 @@ const ImplList<GdnProblem>& impls() {
                                                           {"cuda.sm90.fused_w16", GdnFusedForm::kInline16},
                                                           {"cuda.sm90.fused_prep", GdnFusedForm::kPrep},
                                                           {"cuda.sm90.fused_wgmma_split", GdnFusedForm::kWgmmaSplit},
-                                                          {"cuda.sm90.fused_fold", GdnFusedForm::kFold}};
+                                                          {"cuda.sm90.fused_fold", GdnFusedForm::kFold},
+                                                          {"cuda.sm90.fused_norm", GdnFusedForm::kNorm}};
     for (const auto& [name, form] : fused)
       l.push_back({name,
                    [form](const GdnProblem& p) {

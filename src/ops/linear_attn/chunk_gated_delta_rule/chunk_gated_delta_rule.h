@@ -173,12 +173,22 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //   kFold ("cuda.sm90.fused_fold", session 11): kAuto's choices with the gate cumsum folded into the pre-state
 //     kernel (gdn::fwd_cuda_prep_head: prep_wgmma reads the raw g and writes γ for the pass; bf16, K <= 128).
 //     Forced only: slower than the cumsum launch in GPU run s11run2 (kFoldHead in cuda_sm90.cu is off).
+//   kNorm ("cuda.sm90.fused_norm", session 13): with use_qk_l2norm_in_kernel, no l2norm launches: prep_wgmma and the
+//     wgmma pass read the raw q, k and normalise in f32 (gdn::GdnFwdParams::qk_norm: prep forms 1 / |k| of its K rows
+//     and hands it to the pass in the rk buffer, the pass forms 1 / |q| from its Q tiles); qn, kn are never stored.
+//     Not fla's rounding (fla rounds qn, kn to bf16 before the products): held to the float64 conformance tolerance.
+//     Needs l2norm, bf16, and prep's and the pass's rules; q, k, o views without the pass's 16-byte rows take the
+//     l2norm launches (run time). Forced only: s13run1 (H200, bf16 H = 16 HV = 32 K = V = 128) 1.117 against 1.171 ms
+//     at B = 4 T = 8192, 2.214 against 2.052 ms at B = 1 T = 32768.
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream);
+// probe (timing tests only, as gdn_cuda_bwd's): called after each step's launches ("l2norm", "cumsum", "prep",
+// "pass"; kNorm: "cumsum", "prep", "pass").
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream,
+                                 const GdnStepProbe* probe = nullptr);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
 // They do when q, k, v (and do) share one 16-bit dtype (and o has it too in the forward): the intermediates are
 // then stored in that dtype. Reads dtypes, presence and shapes of p only.

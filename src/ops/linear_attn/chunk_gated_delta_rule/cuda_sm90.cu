@@ -600,16 +600,23 @@ gdn::GdnFwdHead fold_head(const GdnParams& p) {
 // Shared head of every pass: cu_seqlens check, l2norm, γ, chunk offsets, WY factors.
 // `prep` (the fused forward's kPrep form): w, u and its Pqk from gdn::fwd_cuda_prep instead of prepare_wy_repr_fwd.
 // `fold`: γ formed by the pre-state kernel (fold_head) where it takes c.wy.
+// `probe` (timing tests): marks "l2norm" and "cumsum" after their launches (the caller marks the WY step).
+void mark(const GdnStepProbe* probe, const char* step) {
+  if (probe && probe->fn) probe->fn(probe->ctx, step);
+}
 strata_status forward_wy(const char* op, const GdnParams& p, const Bufs& b, const Sizes& s, const Calls& c,
-                         cudaStream_t stream, bool fold, const gdn::GdnFwdParams* prep = nullptr) {
+                         cudaStream_t stream, bool fold, const gdn::GdnFwdParams* prep = nullptr,
+                         const GdnStepProbe* probe = nullptr) {
   STRATA_RETURN_IF_ERROR(check_cu_seqlens(op, p, b.check, stream));
   const gdn::GdnFwdHead head = fold_head(p);
   fold = fold && !prep && gdn::fwd_cuda_prep_head_reject(c.wy, head).empty();
   STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream));
+  mark(probe, "l2norm");
   if (!fold) {
     const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
   }
+  mark(probe, "cumsum");
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
   if (fold) return static_cast<strata_status>(gdn::fwd_cuda_prep_head(c.wy, head, stream));
   if (prep) return static_cast<strata_status>(gdn::fwd_cuda_prep(*prep, stream));
@@ -696,6 +703,16 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
   w.A = gdn::GdnTensor{};
   return w;
 }
+// (Session 13, kNorm) f (c.wy without the inverse, or c.fwdo) reading the raw q, k with the l2norm folded in
+// (gdn::GdnFwdParams::qk_norm); 1 / |k| of the rows passes from prep to the pass through the rk buffer (f32 [B, T, H]).
+gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f) {
+  f.q = fwd_view(p.q), f.k = fwd_view(p.k);
+  f.A = gdn::GdnTensor{};
+  f.qk_norm = true;
+  f.qk_norm_eps = static_cast<float>(kGdnL2Eps);
+  f.rk = fwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
+  return f;
+}
 }  // namespace
 
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
@@ -709,6 +726,13 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
   if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
+  if (r.empty() && form == GdnFusedForm::kNorm) {
+    if (!p.l2norm) return "the folded l2norm needs use_qk_l2norm_in_kernel";
+    r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy));
+    if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo));
+    // (The pass's 16-byte rows are a run-time property of the bound views: gdn_cuda_fused_fwd falls back to the
+    // l2norm launches when they do not hold. At plan time the pointers are sentinels.)
+  }
   if (r.empty() && form == GdnFusedForm::kFold) {
     gdn::GdnFwdParams w = c.wy;
     w.A = gdn::GdnTensor{};
@@ -775,11 +799,15 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
 // where the 8-warp pass would run 128 columns: gdn::fwd_cuda_state_o_auto_block). Session 7 also had wy_mma write
 // P with w, u (one launch less): 0.803 ms against 0.594 + 0.181 for wy_mma and qk_gate_mma apart (s7run2, B = 4
 // and B = 1), so it was removed.
-strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream_ptr) {
+strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream_ptr,
+                                 const GdnStepProbe* probe) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
+  // kNorm needs the pass's 16-byte rows of the raw q, k, o (run time); otherwise the l2norm launches and the same pass.
+  if (form == GdnFusedForm::kNorm && !gdn::fwd_cuda_state_o_wgmma_lean(norm_folded(p, b, c.fwdo)))
+    form = GdnFusedForm::kWgmmaSplit;
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
@@ -792,6 +820,19 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   }
+  if (form == GdnFusedForm::kNorm) {  // cumsum, prep (forms 1 / |k|), the pass (forms 1 / |q|): no l2norm launches
+    STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_fwd", p, b.check, stream));
+    const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+    STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
+    mark(probe, "cumsum");
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_prep(norm_folded(p, b, c.wy), stream)));
+    mark(probe, "prep");
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
+        gdn::fwd_cuda_state_o_wgmma(norm_folded(p, b, c.fwdo), 0, gdn::WgmmaPass::kAuto, stream)));
+    mark(probe, "pass");
+    return STRATA_SUCCESS;
+  }
   const gdn::GdnFwdParams f = fused_state_params(c, pre_p);
   const gdn::StateOBlock block = form == GdnFusedForm::kInline16 ? gdn::StateOBlock::k16Warps
                                  : automatic || prep ? gdn::fwd_cuda_state_o_auto_block(c.fwdo)
@@ -803,8 +844,14 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
   const bool fold = form == GdnFusedForm::kFold || (form == GdnFusedForm::kAuto && kFoldHead);
-  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, fold));
-  if (wgmma) return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kAuto, stream));
+  STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, fold, nullptr, probe));
+  mark(probe, "prep");
+  if (wgmma) {
+    STRATA_RETURN_IF_ERROR(
+        static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, 0, gdn::WgmmaPass::kAuto, stream)));
+    mark(probe, "pass");
+    return STRATA_SUCCESS;
+  }
   if (!pre_p) return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kInline, block, stream));
   STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_qk_gate(f, stream)));
   return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));

@@ -188,6 +188,15 @@ struct GdnFwdParams {
   // chunk, 0 above the diagonal, rounded to the token dtype (CUDA only: written by fwd_cuda_qk_gate, read by the
   // fused state + output pass's pre-computed-P variant; absent everywhere else).
   GdnTensor Pqk;
+  // (Session 13, CUDA) The l2norm of q and k folded into the fused forward's kernels (chunk_gated_delta_rule's
+  // cuda.sm90.fused_norm): q, k hold the raw rows, which enter the products as loaded; the products are scaled by
+  // r = 1 / sqrt(|x|² + qk_norm_eps) of the rows in f32 (rows of K Kᵀ and columns by r_k, w's factor β e^γ by r_k,
+  // the rows of Q S and Q Kᵀ by r_q, the columns of Q Kᵀ and the rows of Vd by r_k). prep_wgmma forms r_k from its
+  // K panels and writes it into rk ((b, t, h) f32, by the first value head of each q/k head); the fused pass reads
+  // rk and forms r_q from its Q tiles. false / absent everywhere else.
+  bool qk_norm = false;
+  float qk_norm_eps = 0.f;
+  GdnTensor rk;
 };
 
 }  // namespace strata::linear_attn::gdn

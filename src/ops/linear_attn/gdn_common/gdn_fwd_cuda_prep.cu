@@ -42,6 +42,7 @@
 // Determinism: fixed work split and order, no atomics; every output element written once by one thread.
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_prep.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_cuda_mma_tiles.cuh"
+#include "ops/linear_attn/gdn_common/gdn_fwd_wgmma_layout.h"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
 
@@ -58,7 +59,7 @@ constexpr size_t kPrepMaxSmem = 227 * 1024;   // sm_90 dynamic shared memory per
 
 // Shared memory (byte offsets): K panels [nk] at 0, V panels [nv] at v, Q panels [nk] (with Pqk) then M / X f32
 // [64][kLdF] at m (max(Q, 17 KB)), the merge scratch [4][16][kLdY] f32 at y (3 blocks for invert_in_place,
-// 4 for invert_tree) and γ, β, fw, fu [64] f32 at vec.
+// 4 for invert_tree) and γ, β, fw, fu, rn (the rows' 1 / |k|: GdnFwdParams::qk_norm) [64] f32 at vec.
 // K = V = 128: 54.25 KB, four blocks per SM.
 struct PrepLayout {
   int nk, nv;                 // 64-column panels of K and V
@@ -72,7 +73,7 @@ __host__ __device__ inline PrepLayout prep_layout(int64_t K, int64_t V, bool tre
   l.m = l.v + l.nv * kPanelB;
   l.y = l.m + (l.nk * kPanelB > kMBytes ? l.nk * kPanelB : kMBytes);
   l.vec = l.y + (tree ? 4 : 3) * 16 * kLdY * 4;
-  l.total = l.vec + 4 * kRows * 4;
+  l.total = l.vec + 5 * kRows * 4;
   return l;
 }
 
@@ -364,7 +365,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[32], const 
 // Shared-memory pointers of a block (prep_layout; Q panels only with Pqk, over the M / X tile).
 struct PrepSmem {
   Bf16 *Kp, *Vs, *Qp;
-  float *MX, *Yf, *gam, *bet, *fw, *fu;
+  float *MX, *Yf, *gam, *bet, *fw, *fu, *rn;
   uint32_t s_k, s_q, s_v;
   __device__ PrepSmem(unsigned char* smem, const PrepLayout& ly) {
     Kp = reinterpret_cast<Bf16*>(smem);
@@ -373,7 +374,7 @@ struct PrepSmem {
     MX = reinterpret_cast<float*>(smem + ly.m);
     Yf = reinterpret_cast<float*>(smem + ly.y);
     gam = reinterpret_cast<float*>(smem + ly.vec);
-    bet = gam + kRows, fw = gam + 2 * kRows, fu = gam + 3 * kRows;
+    bet = gam + kRows, fw = gam + 2 * kRows, fu = gam + 3 * kRows, rn = gam + 4 * kRows;
     s_k = mma::smem_addr(Kp), s_q = mma::smem_addr(Qp), s_v = mma::smem_addr(Vs);
   }
 };
@@ -386,6 +387,32 @@ __device__ __forceinline__ void mma_kt(float (&d)[32], uint32_t s_a, uint32_t s_
     if (ks < ksteps) wg::mma_ss<Bf16, 64>(d, panel_desc(s_a, ks), panel_desc(s_k, ks), ks > 0);
 }
 
+// (Session 13, GdnFwdParams::qk_norm) r_i = 1 / sqrt(|k_i|² + eps) of the chunk's raw K rows from the panels (zero
+// past L and K, so every kNk · 64 column may be summed): threads 2 i and 2 i + 1 sum the squares of row i's two
+// halves (4 kNk 16-byte segments each; a warp's 8 rows of a core matrix read 128 contiguous bytes), one xor
+// shuffle; thread 2 i puts r_i into sm.rn, folds it into w's row factor (w = X diag(β e^γ r) K: the raw K panels
+// are w's B operand) and, in the first value head of the q/k head, writes it into p.rk (rows < L) for the state
+// pass. Run while K Kᵀ is in flight; the caller's next block barrier publishes sm.rn and sm.fw.
+template <int kNk>
+__device__ __forceinline__ void k_row_norms(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c, int64_t h,
+                                            int64_t hv, int L) {
+  const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
+  float ss = 0.f;
+#pragma unroll
+  for (int sg = 0; sg < 4 * kNk; ++sg) {
+    const int col = 32 * kNk * half + 8 * sg;
+    ss = wgl::sum_sq_bf16x8(
+        *reinterpret_cast<const uint4*>(sm.Kp + (col >> 6) * kPanel + wg::tile_off<64>(i, col & 63)), ss);
+  }
+  ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+  if (half) return;
+  const float r = rsqrtf(ss + p.qk_norm_eps);
+  sm.rn[i] = r;
+  sm.fw[i] *= r;
+  if (i < L && hv % p.shape.G == 0 && p.rk.present())
+    static_cast<float*>(p.rk.data)[c.b * p.rk.st[0] + (c.s + i) * p.rk.st[1] + h * p.rk.st[2]] = r;
+}
+
 // Gating in the registers: M[i][j] = β_i (k_i·k_j) e^{γ_i − γ_j} for j < i < L, else 0 (selected: e^{...} never
 // overflows), every column of the warp's rows written into MX (the upper blocks are the inverse's zeros). The gate
 // exponentials by __expf (ex2.approx: ~2 ulp of f32, far below the bf16 roundings of the outputs; one FMUL and
@@ -394,10 +421,15 @@ __device__ __forceinline__ void mma_kt(float (&d)[32], uint32_t s_a, uint32_t s_
 // (Session 11) Formed in place first, then stored, so that the row and column factors are read from shared memory
 // once (no stores in between); the column blocks right of the warp's rows (jb > 2 warp + 1) are 0 without
 // exponentials (a warp-uniform branch: 3 of 8 blocks on average).
+// kNorm (session 13, GdnFwdParams::qk_norm: R = K Kᵀ of the raw rows): M[i][j] = β_i r_i (k_i·k_j) r_j e^{γ_i − γ_j}
+// with r = sm.rn, i.e. Kn Knᵀ of the normalised rows kn = r k, formed in f32.
+template <bool kNorm>
 __device__ __forceinline__ void gate_to_m(float (&R)[32], const PrepSmem& sm, int L) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int i0 = 16 * warp + (lane >> 2);
-  const float gi[2] = {sm.gam[i0], sm.gam[i0 + 8]}, bi[2] = {sm.bet[i0], sm.bet[i0 + 8]};
+  const float gi[2] = {sm.gam[i0], sm.gam[i0 + 8]};
+  float bi[2] = {sm.bet[i0], sm.bet[i0 + 8]};
+  if constexpr (kNorm) bi[0] *= sm.rn[i0], bi[1] *= sm.rn[i0 + 8];
 #pragma unroll
   for (int jb = 0; jb < 8; ++jb) {
     const bool lower = 8 * jb <= 16 * warp + 15;
@@ -405,7 +437,8 @@ __device__ __forceinline__ void gate_to_m(float (&R)[32], const PrepSmem& sm, in
     for (int e = 0; e < 4; ++e) {
       const int hh = e >> 1, i = i0 + 8 * hh, j = 8 * jb + 2 * (lane & 3) + (e & 1);
       float& r = R[4 * jb + e];
-      r = (lower && j < i && i < L) ? bi[hh] * r * __expf(gi[hh] - sm.gam[j]) : 0.f;
+      const float rj = kNorm ? r * sm.rn[j] : r;
+      r = (lower && j < i && i < L) ? bi[hh] * rj * __expf(gi[hh] - sm.gam[j]) : 0.f;
     }
   }
 #pragma unroll
@@ -453,8 +486,10 @@ __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, cons
 
 // prep_wgmma, PrepForm::kChunk: one block per (chunk, value head). kNk: K's 64-column panels (1 or 2; a compile-time
 // count keeps ptxas from splitting the K Kᵀ chain with injected warpgroup arrives, session 12).
-template <bool kWithP, int kNk, bool kTree>
+// kNorm (session 13, w, u only): GdnFwdParams::qk_norm, the raw k rows normalised in f32 (k_row_norms, gate_to_m).
+template <bool kWithP, int kNk, bool kTree, bool kNorm = false>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
+  static_assert(!(kWithP && kNorm), "qk_norm: w, u only");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -492,6 +527,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
     mma_kt(P, sm.s_q, sm.s_k, ksteps);
     wg::wg_commit();
   }
+  if constexpr (kNorm) k_row_norms<kNk>(p, sm, c, h, hv, L);  // published by the V barrier below
   wg::wg_wait<0>();
   wg::reg_fence(R);
   if constexpr (kWithP) wg::reg_fence(P);
@@ -530,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
     __syncthreads();  // every warp's staging reads of Q's panels done (M overwrites them)
   }
 
-  gate_to_m(R, sm, L);
+  gate_to_m<kNorm>(R, sm, L);
   __syncthreads();  // M complete
   FragA aw[4], au[4];
   invert_and_fragments<kTree>(p, sm, c, hv, L, BT, aw, au);
@@ -600,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma_persist(const GdnFwdPa
     wg::wg_commit();
     wg::wg_wait<0>();
     wg::reg_fence(R);
-    gate_to_m(R, sm, L);
+    gate_to_m<false>(R, sm, L);
     __syncthreads();  // M complete
     FragA aw[4], au[4];
     invert_and_fragments<kTree>(p, sm, c, hv, L, BT, aw, au);
@@ -644,6 +680,9 @@ int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, cudaStre
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, tree).total);
   auto kernel = p.shape.K > 64 ? (tree ? prep_wgmma<kWithP, 2, true> : prep_wgmma<kWithP, 2, false>)
                                 : (tree ? prep_wgmma<kWithP, 1, true> : prep_wgmma<kWithP, 1, false>);
+  if constexpr (!kWithP)
+    if (p.qk_norm)  // (session 13) the chunk-tree form only (fwd_cuda_prep_head checks the form)
+      kernel = p.shape.K > 64 ? prep_wgmma<false, 2, true, true> : prep_wgmma<false, 1, true, true>;
   return launch_n(kernel, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
@@ -681,6 +720,11 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
     if (!p.q.present() || p.q.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) needs q in the dtype of k";
     if (p.Pqk.dtype != p.k.dtype) return "the gated Q Kᵀ (Pqk) is stored in the dtype of q, k";
   }
+  if (p.qk_norm) {
+    if (p.Pqk.present() || p.A.present()) return "the folded l2norm (qk_norm) forms w, u only (no Pqk, no A)";
+    if (!(p.qk_norm_eps > 0.f)) return "the folded l2norm (qk_norm) needs eps > 0";
+    if (p.rk.present() && p.rk.dtype != STRATA_DTYPE_F32) return "the folded l2norm writes rk in f32";
+  }
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, true).total);  // the larger layout
   if (smem > kPrepMaxSmem)
     return fmt::format("the pre-state kernel needs {} bytes of shared memory per block, more than {}", smem,
@@ -708,6 +752,8 @@ int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm for
   // kAuto: the chunk form with the tree inverse (s12run1: the tree inverse 3 % faster for w, u in the persistent form;
   // the persistent form itself not faster than the chunk form).
   const bool tree = form == PrepForm::kAuto || form == PrepForm::kChunkTree || form == PrepForm::kPersistentTree;
+  if (p.qk_norm && form != PrepForm::kAuto && form != PrepForm::kChunkTree)
+    return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): the folded l2norm runs the chunk-tree form");
   if (p.Pqk.present()) return launch_prep<true>(p, hd, tree, stream);
   if (form == PrepForm::kPersistent || form == PrepForm::kPersistentTree)
     return launch_prep_persist(p, hd, tree, max_blocks, stream);

@@ -147,13 +147,17 @@ __device__ __forceinline__ void store_h_rows(const GdnFwdParams& p, int64_t b, i
 }
 // P = Q Kᵀ ⊙ Γ (j <= i < L, selected), rounded to T, as the register A operand of the 4 K steps of P Vn
 // (accP: the m64n64 accumulator of Q Kᵀ; gam: γ of the chunk's rows).
-template <class T>
-__device__ __forceinline__ void gate_p(float (&accP)[32], uint32_t (&pa)[4][4], const float* gam, int L) {
+// kNorm (session 13, GdnFwdParams::qk_norm: Q Kᵀ of the raw rows): P[i][j] also scaled by rq[row half of i] (the
+// thread's two rows' 1 / |q_i|) and rk[j] (1 / |k_j|), in f32 before the rounding.
+template <class T, bool kNorm>
+__device__ __forceinline__ void gate_p(float (&accP)[32], uint32_t (&pa)[4][4], const float* gam, int L,
+                                       const float (&rq)[2], const float* rk) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int x = 0; x < 32; ++x) {
     const int i = wgl::acc_row(w, lane, x & 3), j = wgl::acc_col(lane, x >> 2, x & 3);
-    accP[x] = (j <= i && i < L) ? accP[x] * gate_exp(gam[i] - gam[j]) : 0.f;
+    const float a = kNorm ? accP[x] * (rq[(x >> 1) & 1] * rk[j]) : accP[x];
+    accP[x] = (j <= i && i < L) ? a * gate_exp(gam[i] - gam[j]) : 0.f;
   }
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -408,14 +412,15 @@ constexpr int sp_stage_bytes() {
 }
 constexpr int kGamRing = 4;  // γ of chunks c & 3 (kShort; the session-9 form uses two of them)
 // (+ the kShort forms' staging tile: o [64][kBV + 8] (kOut) or each state warpgroup's v_new [64][kN + 8] (fwd_h))
-template <int kBV, int kStages, bool kOut>
+// (+ kNorm: a ring of 1 / |k| of the chunks' rows beside γ's, GdnFwdParams::qk_norm)
+template <int kBV, int kStages, bool kOut, bool kNorm = false>
 constexpr int sp_smem_bytes() {
   return kStages * sp_stage_bytes<kBV, kOut>() + kBV * kKeys * 2 + (kOut ? 2 : 1) * kBV * kRowsC * 2 +
-         kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2;
+         (kNorm ? 2 : 1) * kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2;
 }
-template <int kBV, bool kOut>
+template <int kBV, bool kOut, bool kNorm = false>
 constexpr int sp_stages() {
-  return sp_smem_bytes<kBV, 3, kOut>() <= kMaxSmem ? 3 : 2;
+  return sp_smem_bytes<kBV, 3, kOut, kNorm>() <= kMaxSmem ? 3 : 2;
 }
 constexpr int sp_threads(int sw, bool out) { return (sw + (out ? 1 : 0)) * 128; }
 // Named barriers ((B) is 0; 1, 2 are the state warpgroups' own; kShort: (F), (N), (S)).
@@ -427,7 +432,12 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 
 // kH (kOut, kShort only; session 12): the fused pass also writes h (store_state_copy); its own instantiations, so that
 // the pass without h keeps its registers (with the h stores compiled in, the 128-column pass spilled 4 bytes).
-template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false>
+// kNorm (kOut, kShort, two state warpgroups; session 13): GdnFwdParams::qk_norm, q and k the raw rows: the state
+// warpgroups read r_k = p.rk of the chunk's rows into a ring beside γ's (threads 64..127, a chunk ahead, as γ) and
+// scale Vd's rows by it (S += Knᵀ Vd = Kᵀ diag(r_k) Vd); the output warpgroup forms r_q of its two rows from the Q
+// tile while Q S and Q Kᵀ run (each lane 32 columns of both rows, two xor shuffles) and scales the rows of Q S and
+// Q Kᵀ by r_q, the columns of Q Kᵀ by r_k. Its own instantiations (the plain pass keeps its registers).
+template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -436,6 +446,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
   static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
   static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
+  static_assert(!kNorm || (kOut && kShort && kSW == 2 && !kH), "qk_norm: the fused kShort pass, two state warpgroups");
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
   constexpr int kBV = kSW * kN;               // columns of S per block
@@ -454,6 +465,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   const uint32_t vn_all = vd_all + kSW * kVB;      // [kBV][64] (kOut)
   // γ ring [4][64]
   float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + kSW * kSbB + (kOut ? 2 : 1) * kSW * kVB);
+  float* rk2 = gam2 + kGamRing * kRowsC;  // (kNorm) r_k ring [4][64], same slots as γ's
+  unsigned char* const stage_tile = reinterpret_cast<unsigned char*>(gam2 + (kNorm ? 2 : 1) * kGamRing * kRowsC);
 
   const int64_t HV = p.shape.HV, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
@@ -468,7 +481,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     const float scale = p.shape.scale;
     // kShort: o staged for 16-byte stores when o's rows allow them (the block's columns start at multiples of 32).
     const bool o16 = rows16(p.o);
-    unsigned char* ost = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC);
+    unsigned char* ost = stage_tile;
     int st = 0;
     int64_t c = 0;
     for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
@@ -487,11 +500,27 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       for (int ks = 0; ks < kKeys / 16; ++ks)
         mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
       wg_commit();
-      float eo[2];
+      float eo[2], rq[2] = {1.f, 1.f};
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = wgl::acc_row(w, lane, 2 * half);
         eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+      }
+      if constexpr (kNorm) {  // r_q of rows acc_row(.., 0 / 2) while Q S and Q Kᵀ run: lane l sums columns 32 (l % 4)..
+        const uint16_t* Qs = reinterpret_cast<const uint16_t*>(smem + st * kStageB + 2 * kTileB);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = wgl::acc_row(w, lane, 2 * half);
+          float ss = 0.f;
+#pragma unroll
+          for (int sg = 0; sg < 4; ++sg)
+            ss = wgl::sum_sq_bf16x8(
+                *reinterpret_cast<const uint4*>(Qs + wgl::tile_off<kKeys>(i, 32 * (lane & 3) + 8 * sg)), ss);
+          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+          rq[half] = rsqrtf(ss + p.qk_norm_eps);
+          eo[half] *= rq[half];
+        }
       }
       if constexpr (kShort) {
         wg_wait<0>();  // Q S_c and Q Kᵀ_c done: S_c's copy and the stage's Q, K tiles are free
@@ -509,7 +538,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
         reg_fence(accP);
       }
       uint32_t pa[4][4];
-      gate_p<T>(accP, pa, gam, L);
+      gate_p<T, kNorm>(accP, pa, gam, L, rq, rk2 + (c & kGm) * kRowsC);
       bar_sync(kBarV, kThreads);  // Vn_c of both state warpgroups written and fenced
       reg_fence(accO);
       wg_fence();
@@ -539,7 +568,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   const uint32_t sb = sb_all + wg * kSbB, vd = vd_all + wg * kVB, vn = vn_all + wg * kVB;
   // fwd_h kShort: v_new staged for 16-byte stores (this warpgroup's slice of the staging tile; the fused pass's
   // output warpgroup stages o there, so there v_new keeps its pair stores).
-  unsigned char* vst = reinterpret_cast<unsigned char*>(gam2 + kGamRing * kRowsC) + wg * kRowsC * (kN + 8) * 2;
+  unsigned char* vst = stage_tile + wg * kRowsC * (kN + 8) * 2;
   const bool vn16 = !kOut && p.v_new.present() && rows16(p.v_new);
 
   float S[2][kN / 2];
@@ -594,10 +623,20 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
                                        : 0.f;
   };
 
+  // (kNorm) r_k of row tid − 64 of the chunk at t (threads 64..127; 0 past the chunk).
+  auto fetch_rk = [&](int64_t t) {
+    const int64_t Lr = t + BT < sq.eos ? BT : sq.eos - t, i = tid - kRowsC;
+    return i < Lr ? static_cast<const float*>(p.rk.data)[sq.b * p.rk.st[0] + (t + i) * p.rk.st[1] + h * p.rk.st[2]]
+                  : 0.f;
+  };
+  const bool rk_thread = kNorm && tid >= kRowsC && tid < 2 * kRowsC;
+
   request(sq.bos, 0);
   if (kStages == 3) request(sq.bos + BT, 1);
   if (tid < kRowsC) gam2[tid] = sq.bos < sq.eos ? fetch_gamma(sq.bos) : 0.f;
   float g_next = (tid < kRowsC && sq.bos + BT < sq.eos) ? fetch_gamma(sq.bos + BT) : 0.f;
+  if (rk_thread) rk2[tid - kRowsC] = sq.bos < sq.eos ? fetch_rk(sq.bos) : 0.f;
+  float r_next = (rk_thread && sq.bos + BT < sq.eos) ? fetch_rk(sq.bos + BT) : 0.f;
   // The fused pass with h (kH): h_c = S_c rounded, written with S_c's copy (chunk c, when it exists and, varlen,
   // lies inside h's chunk dimension); -1: none. fwd_h writes h_c at the start of chunk c instead.
   auto h_chunk = [&](int64_t c, int64_t t) -> int64_t {
@@ -643,6 +682,10 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       gam2[((c + 1) & kGm) * kRowsC + tid] = g_next;
       g_next = t0 + 2 * BT < sq.eos ? fetch_gamma(t0 + 2 * BT) : 0.f;
     }
+    if (rk_thread) {
+      rk2[((c + 1) & kGm) * kRowsC + tid - kRowsC] = r_next;
+      r_next = t0 + 2 * BT < sq.eos ? fetch_rk(t0 + 2 * BT) : 0.f;
+    }
     __syncwarp();  // the γ branch of warps 0-1: converged before the .aligned instructions
     if constexpr (!kOut)
       if (h_out) store_h_rows<kN>(p, sq.b, cidx, hv, v0 + cb, hpk);
@@ -656,6 +699,10 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     if constexpr (kShort) {  // (2): what does not need W S_c (S *= e^{γ_L} here made ptxas wait for W S: C7517)
       glast = gam[L - 1];
       gate_fd(fd, gam, glast, L);
+      if constexpr (kNorm) {  // Vd's rows also by r_k (the raw K is the update's A operand)
+        const float* rkc = rk2 + (c & kGm) * kRowsC;
+        fd[0] *= rkc[wgl::acc_row(w, lane, 0)], fd[1] *= rkc[wgl::acc_row(w, lane, 2)];
+      }
       load_u<kN, kLdU>(up, Us, cb);
       if constexpr (kKtEarly) load_kt(kf, kst);
     }
@@ -791,10 +838,10 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort, bool kH = false>
+template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = sp_stages<kSW * kN, kOut>();
-  constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut>();
+  constexpr int kStages = sp_stages<kSW * kN, kOut, kNorm>();
+  constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut, kNorm>();
   static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
   const int64_t nvt = p.shape.V / (kSW * kN), blocks = p.shape.N * p.shape.HV * nvt;
   const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
@@ -802,7 +849,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -828,6 +875,16 @@ WgmmaPass auto_form(int width, bool out) {
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
+  if (kOut && p.qk_norm) {  // (session 13) the folded l2norm: kShort, two state warpgroups, no h
+    if (form != WgmmaPass::kShort || p.h.present())
+      return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: the folded l2norm in the kShort form without h only");
+    switch (width) {
+      case 32: return launch_split<16, 2, true, true, false, true>(p, stream);
+      case 64: return launch_split<32, 2, true, true, false, true>(p, stream);
+      case 128: return launch_split<64, 2, true, true, false, true>(p, stream);
+      default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+    }
+  }
   if (kOut && p.h.present()) {  // the fused pass writing h: kShort, two state warpgroups (auto_form's fused choice)
     if (form != WgmmaPass::kShort)
       return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: h from the fused pass in its kShort form only");
@@ -901,6 +958,11 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
   if (p.shape.K != kKeys) return fmt::format("the wgmma pass needs K = {} (got {})", kKeys, p.shape.K);
   if (p.shape.V % 32 != 0) return fmt::format("the wgmma pass needs V a multiple of 32 (got {})", p.shape.V);
   if (p.shape.BT != kRowsC) return fmt::format("the wgmma pass needs chunk size {} (got {})", kRowsC, p.shape.BT);
+  if (p.qk_norm) {
+    if (!p.rk.present() || p.rk.dtype != STRATA_DTYPE_F32) return "the folded l2norm (qk_norm) reads rk in f32";
+    if (!(p.qk_norm_eps > 0.f)) return "the folded l2norm (qk_norm) needs eps > 0";
+    if (p.h.present() || p.Pqk.present()) return "the folded l2norm (qk_norm) writes neither h nor reads Pqk";
+  }
   return {};
 }
 
@@ -915,6 +977,8 @@ int fwd_cuda_state_o_wgmma(const GdnFwdParams& p, int width, WgmmaPass form, voi
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): {}", why);
   // Run-time layout: 16-byte tile copies and 32-bit pair stores; other views take state_o_mma.
   if (!fwd_cuda_state_o_wgmma_lean(p)) {
+    if (p.qk_norm)  // state_o_mma reads normalised q, k
+      return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): qk_norm needs lean token tensors");
     if (p.h.present())  // state_o_mma does not write h
       return fail(STRATA_ERROR_UNSUPPORTED, "chunk_gated_delta_rule_fwd (wgmma pass): h needs lean token tensors");
     return fwd_cuda_state_o(p, StateOKernel::kInline, fwd_cuda_state_o_auto_block(p), stream_ptr);

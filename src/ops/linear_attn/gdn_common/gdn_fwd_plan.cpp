@@ -92,9 +92,12 @@ size_t offsets_workspace(const FwdProblem& pr) {
 
 #if STRATA_WITH_CUDA
 // A CUDA implementation on sm_90: `reject_params` (the kernel's own rule, "" when it can run) sees the plan-time
-// dtype probe; `kernel(params, stream)` runs through run_cuda.
+// dtype probe; `kernel(params, stream)` runs through run_cuda. `pm`: PrecisionModel::kInputDtype for the
+// tensor-core kernels (16-bit products with intermediates rounded to the token dtype: fla's model, README.md
+// "Numerics"), which the conformance harness reads to judge their f32 final state at the token dtype.
 template <class RejectParams, class Kernel>
-Implementation<FwdProblem> cuda_impl(std::string name, RejectParams reject_params, Kernel kernel) {
+Implementation<FwdProblem> cuda_impl(std::string name, RejectParams reject_params, Kernel kernel,
+                                     PrecisionModel pm = PrecisionModel::kOutputDtype) {
   return {std::move(name),
           [reject_params](const FwdProblem& p) {
             std::string r = reject_unless_cuda(p.device, 90);
@@ -102,7 +105,7 @@ Implementation<FwdProblem> cuda_impl(std::string name, RejectParams reject_param
             return r;
           },
           offsets_workspace,
-          [kernel](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, kernel); }};
+          [kernel](const FwdProblem& pr, const Launch& launch) { return run_cuda(pr, launch, kernel); }, pm};
 }
 #endif
 
@@ -146,11 +149,12 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
       if (fop == FwdOp::kPrepareWY)
         l.push_back(cuda_impl(
             "cuda.sm90.prep", [](const FwdProblem& p) { return fwd_cuda_prep_reject(dtype_probe(p)); },
-            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_prep(p, stream); }));
+            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_prep(p, stream); }, PrecisionModel::kInputDtype));
       // Tensor-core kernels first (bf16 / f16 tokens), then the f32 FMA kernels (any float dtype).
       l.push_back(cuda_impl(
           "cuda.sm90.mma", [](const FwdProblem& p) { return fwd_cuda_mma_reject(p.op, dtype_probe(p)); },
-          [fop](const GdnFwdParams& p, void* stream) { return fwd_cuda(fop, p, FwdCudaKernels::kMma, stream); }));
+          [fop](const GdnFwdParams& p, void* stream) { return fwd_cuda(fop, p, FwdCudaKernels::kMma, stream); },
+          PrecisionModel::kInputDtype));
       l.push_back(cuda_impl(
           cuda_kernel_name(fop), [](const FwdProblem&) { return std::string(); },
           [fop](const GdnFwdParams& p, void* stream) { return fwd_cuda(fop, p, FwdCudaKernels::kFma, stream); }));
@@ -160,7 +164,8 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
       if (fop == FwdOp::kFwdH)
         l.push_back(cuda_impl(
             "cuda.sm90.wgmma", [](const FwdProblem& p) { return fwd_cuda_fwd_h_wgmma_reject(dtype_probe(p)); },
-            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_fwd_h_wgmma(p, 0, stream); }));
+            [](const GdnFwdParams& p, void* stream) { return fwd_cuda_fwd_h_wgmma(p, 0, stream); },
+            PrecisionModel::kInputDtype));
 #endif
       for (const tile::CpuIsa& isa : tile::cpu_isas()) {
         const GdnFwdCpuFn fn = fwd_cpu_for(isa.hwy_target);

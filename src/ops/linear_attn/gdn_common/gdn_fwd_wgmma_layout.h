@@ -34,4 +34,20 @@ STRATA_HD constexpr int kwq_seg(int tid) { return (tid >> 3) & 15; }
 STRATA_HD constexpr int p_row(int tid, int it) { return (tid & 7) + 8 * (tid >> 6) + 32 * it; }
 STRATA_HD constexpr int p_seg(int tid) { return (tid >> 3) & 7; }
 
+#if defined(__CUDACC__)
+// (Session 13, GdnFwdParams::qk_norm) acc + Σ x² over the 8 bf16 values of a 16-byte segment of a row (low half of
+// each word first, f32 FMA in that order): the row norms of the folded l2norm (prep_wgmma's K rows from its panels,
+// the wgmma pass's Q rows from its Q tile).
+__device__ __forceinline__ float sum_sq_bf16x8(uint4 v, float acc) {
+  const uint32_t x4[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float lo = __uint_as_float(x4[e] << 16), hi = __uint_as_float(x4[e] & 0xffff0000u);
+    acc = fmaf(lo, lo, acc);
+    acc = fmaf(hi, hi, acc);
+  }
+  return acc;
+}
+#endif
+
 }  // namespace strata::linear_attn::gdn::wgl

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "ops/linear_attn/gdn_bwd_common/testkit_gdn_bwd.h"
 #include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 #include "ops/linear_attn/gdn_common/gdn_validate.h"
 #include "testkit/testkit.h"
@@ -412,6 +413,7 @@ class GdnFwdHarness final : public OpHarness {
     strata_plan plan = nullptr;
     check(plan_op(op_, descs, scale, static_cast<int32_t>(d.BT), &plan), "plan");
     r.impl = strata_plan_impl_name(plan);
+    const PrecisionModel pm = gdn_bwd_kit::precision_of(plan);  // (how its outputs are judged)
     size_t ws = 0;
     strata_plan_workspace_size(plan, &ws);
     void* wsp = nullptr;
@@ -428,13 +430,10 @@ class GdnFwdHarness final : public OpHarness {
     const double len = static_cast<double>(std::max<int64_t>({d.K, d.V, d.BT}));
     for (T i : outs) {
       dev[static_cast<int>(i)]->download(ts[i]);
-      // The tensor-core kernels round S and Vd to the 16-bit token dtype before their products (fla's model,
-      // ops_gdn_kda.md §6.3), so the f32 final state carries that rounding: judged at the token dtype, like the
-      // f32 outputs of the backward ops' tensor-core kernels (gdn_bwd_common/testkit_gdn_bwd.h, judged_dtype).
-      // (cuda.sm90.wgmma: fwd_h on warpgroup MMA, the same model.)
-      const bool tc16 = (r.impl == "cuda.sm90.mma" || r.impl == "cuda.sm90.wgmma") &&
-                        (dt == STRATA_DTYPE_BF16 || dt == STRATA_DTYPE_F16);
-      const int32_t cdt = i == T::ht ? (tc16 ? dt : state_dt) : odt;
+      // The tensor-core kernels (PrecisionModel::kInputDtype: cuda.sm90.mma, cuda.sm90.wgmma, cuda.sm90.prep) round S
+      // and Vd to the 16-bit token dtype before their products (fla's model, ops_gdn_kda.md §6.3), so the f32 final
+      // state carries that rounding: judged at the token dtype, as the backward ops' f32 outputs (judged_dtype).
+      const int32_t cdt = i == T::ht ? gdn_bwd_kit::judged_dtype(state_dt, dt, pm) : odt;
       r.compares.push_back(compare(tname(i), ts[i].values(), ref[i].values(), naive[i].values(), cdt, len));
       r.pass = r.pass && r.compares.back().pass;
     }
