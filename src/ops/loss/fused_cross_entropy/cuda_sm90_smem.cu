@@ -287,16 +287,17 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 // (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
 // gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
+  static_assert(!kMerge || kStore, "cluster_stored_exp_merge: the stored-exp kernel's merge variant");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[kPieces];
   __shared__ Part warp_part[kWarps];
-  __shared__ Part cta_part;  // read by the other CTAs of the cluster
+  __shared__ Part cta_part;  // read by the other CTAs of the cluster (kMerge: warp_part is)
   __shared__ float row_lse;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -392,38 +393,64 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       // Merge: warps (fixed tree), CTA (fixed order), cluster (rank order).
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) a = merge(a, shfl_xor(a, o));
-      if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
-      if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partial
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        Part r = warp_part[0];
+      if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partials
+      if constexpr (kMerge) {
+        // cluster_stored_exp_merge (session 13): no CTA-level merge and no block barrier on either side of the
+        // cluster barrier. Each warp publishes its partial; after the cluster barrier (which also orders the
+        // CTA's own warps) every warp reads all C x kWarps partials through distributed shared memory (lane l
+        // takes partials l, l + 32, ... in that order) and merges them in a fixed xor tree, so every warp of
+        // every CTA of the cluster gets the same bits (merge is commutative bit for bit: a.s + b.s e^(b.m - a.m)
+        // either way round) without waiting for thread 0 of its CTA.
+        if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
+        __cluster_barrier_arrive();  // release: warp_part is visible to the cluster
+        __cluster_barrier_wait();
+        const int lane = static_cast<int>(threadIdx.x & 31);
+        Part r{-INFINITY, 0.f, 0.f, 0.f};
+        for (int q = lane; q < C * kWarps; q += 32) r = merge(r, cluster.map_shared_rank(warp_part, q / kWarps)[q % kWarps]);
 #pragma unroll
-        for (int w = 1; w < kWarps; ++w) r = merge(r, warp_part[w]);
-        cta_part = r;
-      }
-      __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
-      __cluster_barrier_wait();
-      if (threadIdx.x < 32) {
-        // Lane q < C reads rank q's partial (the C remote loads in parallel); every lane then merges them in
-        // rank order from shuffles, so the result is the same as a sequential merge and the same in every CTA.
-        const int lane = static_cast<int>(threadIdx.x);
-        Part mine{-INFINITY, 0.f, 0.f, 0.f};
-        if (lane < C) mine = *cluster.map_shared_rank(&cta_part, lane);
-        Part r = shfl(mine, 0);
-        for (int q = 1; q < C; ++q) r = merge(r, shfl(mine, q));
-        if (lane == 0) {
-          CeRowStats st;
-          st.lse.m = r.m;
-          st.lse.s = r.s;
-          st.sum_c = r.sum_c;
-          st.c_y = r.c_y;
-          row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
+        for (int o = 16; o > 0; o >>= 1) r = merge(r, shfl_xor(r, o));
+        r = shfl(r, 0);
+        CeRowStats st;
+        st.lse.m = r.m;
+        st.lse.s = r.s;
+        st.sum_c = r.sum_c;
+        st.c_y = r.c_y;
+        lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0 && threadIdx.x == 0);
+        __cluster_barrier_arrive();  // this warp is done reading the partials (the wait comes later)
+        pending = true;
+      } else {
+        if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          Part r = warp_part[0];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) r = merge(r, warp_part[w]);
+          cta_part = r;
         }
+        __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
+        __cluster_barrier_wait();
+        if (threadIdx.x < 32) {
+          // Lane q < C reads rank q's partial (the C remote loads in parallel); every lane then merges them in
+          // rank order from shuffles, so the result is the same as a sequential merge and the same in every CTA.
+          const int lane = static_cast<int>(threadIdx.x);
+          Part mine{-INFINITY, 0.f, 0.f, 0.f};
+          if (lane < C) mine = *cluster.map_shared_rank(&cta_part, lane);
+          Part r = shfl(mine, 0);
+          for (int q = 1; q < C; ++q) r = merge(r, shfl(mine, q));
+          if (lane == 0) {
+            CeRowStats st;
+            st.lse.m = r.m;
+            st.lse.s = r.s;
+            st.sum_c = r.sum_c;
+            st.c_y = r.c_y;
+            row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
+          }
+        }
+        __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
+        pending = true;
+        __syncthreads();
+        lse = row_lse;
       }
-      __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
-      pending = true;
-      __syncthreads();
-      lse = row_lse;
     } else {
       lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
     }
@@ -511,26 +538,26 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-// fixed_c > 0 (session 12's cluster_stored_exp_c6): that cluster size for rows that take 4 CTAs of target_bytes.
-Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes, int fixed_c = 0) {
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
   int64_t C = 1;  // 1, 2, 4, 8
   while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
-  if (fixed_c > 0 && C == 4 && fixed_c <= kMaxCluster && ((nvec + fixed_c - 1) / fixed_c) * 16 <= kMaxSliceBytes)
-    C = fixed_c;  // rows that take 4 CTAs of the target size
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
   return s;
 }
 
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
-strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
+// policy: the cluster scheduling policy preference of the launch (session 13's _lb / _spread kinds; the others
+// leave the driver's default).
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
+strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream,
+                     cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kMerge>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -540,13 +567,15 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(sp.C);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
+  attr[1].val.clusterSchedulingPolicyPreference = policy;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = policy == cudaClusterSchedulingPolicyDefault ? 1 : 2;
   STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
   return STRATA_SUCCESS;
 }
@@ -560,7 +589,10 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
-bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpC6; }
+bool wide_kind(CeSmemKind kind) {
+  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpMerge || kind == CeSmemKind::kStoredExpLb ||
+         kind == CeSmemKind::kStoredExpSpread;
+}
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
          !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
@@ -570,7 +602,13 @@ template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
+    if (stored_exp_runs(p, kind)) {
+      if (kind == CeSmemKind::kStoredExpMerge) return launch<T, true, false, 1, true, true>(p, sp, stream);
+      const cudaClusterSchedulingPolicy policy = kind == CeSmemKind::kStoredExpLb ? cudaClusterSchedulingPolicyLoadBalancing
+                                                 : kind == CeSmemKind::kStoredExpSpread ? cudaClusterSchedulingPolicySpread
+                                                                                        : cudaClusterSchedulingPolicyDefault;
+      return launch<T, true, false, 1, true>(p, sp, stream, policy);
+    }
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -598,8 +636,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
     const bool wide = wide_kind(kind) && stored_exp_runs(p, kind);
-    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes,
-                              wide && kind == CeSmemKind::kStoredExpC6 ? 6 : 0);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

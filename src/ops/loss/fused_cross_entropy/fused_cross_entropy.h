@@ -130,9 +130,12 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
 //             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
 //             is cluster_smem exactly (kernel and slices).
-// kStoredExpC6 (session 12, forced only): kStoredExpWide's kernel in clusters of 6 CTAs for rows that take 4 of its
-// slices (bf16 V = 151936: ~49.5 KiB slices, 4 CTAs per SM instead of 3).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpC6 };
+// Session 13, forced only (kStoredExpWide's split; everything else runs cluster_smem exactly, as the default):
+//   kStoredExpMerge: cuda.sm90.cluster_stored_exp_merge: the cluster merge without block barriers (every warp
+//             publishes its partial and merges all C x 8 of them itself after the cluster barrier);
+//   kStoredExpLb / kStoredExpSpread: cuda.sm90.cluster_stored_exp_lb / _spread: the default's kernel launched
+//             with the cluster scheduling policy preference LoadBalancing / Spread.
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpMerge, kStoredExpLb, kStoredExpSpread };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
