@@ -582,6 +582,10 @@ TEST(FusedGpuPaths, CrossEntropyTiming) {
     c.push_back({"cuda.sm90.cluster_stored_exp_merge", [&] { return merge.run(); }, {}});
     c.push_back({"cuda.sm90.cluster_stored_exp_lb", [&] { return lb.run(); }, {}});
     c.push_back({"cuda.sm90.cluster_stored_exp_spread", [&] { return spread.run(); }, {}});
+    CePlan pf16(bufs, "cuda.sm90.cluster_stored_exp_pf16");
+    CePlan pf48(bufs, "cuda.sm90.cluster_stored_exp_pf48");
+    c.push_back({"cuda.sm90.cluster_stored_exp_pf16", [&] { return pf16.run(); }, {}});
+    c.push_back({"cuda.sm90.cluster_stored_exp_pf48", [&] { return pf48.run(); }, {}});
     // Its parts (session 12): the loss alone (read only: floor / 2 at best) and the backward op from lse
     // (cluster_smem's copy + gradient, no statistics, no cluster barriers).
     CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kLossOnly);
@@ -593,7 +597,7 @@ TEST(FusedGpuPaths, CrossEntropyTiming) {
 }
 
 // Session 13's candidates against the default on N(0, 4) bf16 logits [300, 151936] (more rows than one wave of
-// clusters), fused in place: _lb / _spread launch the default's kernel (the same bits); _merge merges the
+// clusters), fused in place: _lb / _spread / _pf16 / _pf48 run the default's kernel (the same bits); _merge merges the
 // cluster's partials in another fixed order, so its lse is within a few f32 ulps and its gradient within one bf16
 // ulp (the conformance suite checks all three against float64).
 TEST(FusedGpuPaths, CrossEntropyCandidatesBits) {
@@ -616,6 +620,7 @@ TEST(FusedGpuPaths, CrossEntropyCandidatesBits) {
   std::vector<float> l_ref;
   run("cuda.sm90.cluster_stored_exp_wide", g_ref, l_ref);
   for (const char* impl : {"cuda.sm90.cluster_stored_exp_lb", "cuda.sm90.cluster_stored_exp_spread",
+                           "cuda.sm90.cluster_stored_exp_pf16", "cuda.sm90.cluster_stored_exp_pf48",
                            "cuda.sm90.cluster_stored_exp_merge"}) {
     std::vector<uint8_t> g;
     std::vector<float> l;

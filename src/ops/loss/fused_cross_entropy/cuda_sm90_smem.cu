@@ -175,6 +175,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// Thread 0: ask the L2 for `bytes` (a multiple of 16) of global memory from src (no completion to wait for).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
   asm volatile(
       "{\n"
@@ -288,7 +293,9 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
 // gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
-__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+// prefetch > 0 (session 13's _pf kinds): thread 0 also asks the L2 for this CTA's slice of row i + prefetch
+// (cp.async.bulk.prefetch.L2), so that DRAM reads run ahead of the slots and a later CTA's copy lands from L2.
+__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice, int prefetch) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
   static_assert(!kMerge || kStore, "cluster_stored_exp_merge: the stored-exp kernel's merge variant");
@@ -339,6 +346,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
                   static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
       }
+      if (prefetch > 0 && i + prefetch < p.N && nv > 0)
+        bulk_prefetch_l2(src + prefetch * p.logits_rs, static_cast<uint32_t>(nv) * 16u);
     }
     float lse;
     float m_t = -INFINITY;  // kStore: this thread's maximum, the reference of its stored exponentials
@@ -552,10 +561,10 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
 }
 
 // policy: the cluster scheduling policy preference of the launch (session 13's _lb / _spread kinds; the others
-// leave the driver's default).
+// leave the driver's default); prefetch: rows ahead whose slices are prefetched into L2 (the _pf kinds; 0: none).
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
 strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream,
-                     cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault) {
+                     cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault, int prefetch = 0) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
   auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kMerge>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -576,7 +585,7 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream,
   attr[1].val.clusterSchedulingPolicyPreference = policy;
   cfg.attrs = attr;
   cfg.numAttrs = policy == cudaClusterSchedulingPolicyDefault ? 1 : 2;
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
+  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice, prefetch));
   return STRATA_SUCCESS;
 }
 
@@ -591,7 +600,7 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
 bool wide_kind(CeSmemKind kind) {
   return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpMerge || kind == CeSmemKind::kStoredExpLb ||
-         kind == CeSmemKind::kStoredExpSpread;
+         kind == CeSmemKind::kStoredExpSpread || kind == CeSmemKind::kStoredExpPf16 || kind == CeSmemKind::kStoredExpPf48;
 }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
@@ -607,7 +616,8 @@ strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, c
       const cudaClusterSchedulingPolicy policy = kind == CeSmemKind::kStoredExpLb ? cudaClusterSchedulingPolicyLoadBalancing
                                                  : kind == CeSmemKind::kStoredExpSpread ? cudaClusterSchedulingPolicySpread
                                                                                         : cudaClusterSchedulingPolicyDefault;
-      return launch<T, true, false, 1, true>(p, sp, stream, policy);
+      const int prefetch = kind == CeSmemKind::kStoredExpPf16 ? 16 : kind == CeSmemKind::kStoredExpPf48 ? 48 : 0;
+      return launch<T, true, false, 1, true>(p, sp, stream, policy, prefetch);
     }
   }
   return launch_t<T, 1>(p, sp, stream);

@@ -202,10 +202,14 @@ const ImplList<CeProblem>& impls() {
     // barrier, 1.4487 ms, and cluster_stored_exp_cs, st.global.cs gradient stores, 1.4352, against 1.4234.)
     // (Session 12's cluster_stored_exp_c6, clusters of 6 CTAs: 1.4992 ms against 1.4233 in the s12 final run, removed.)
     // Session 13, forced only until the H200 times them beside the default: the cluster merge without block
-    // barriers, and the default's kernel with the LoadBalancing / Spread cluster scheduling policies.
+    // barriers, the default's kernel with the LoadBalancing / Spread cluster scheduling policies, and with L2
+    // prefetches of the rows ahead.
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_merge", CeSmemKind::kStoredExpMerge));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_lb", CeSmemKind::kStoredExpLb));
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_spread", CeSmemKind::kStoredExpSpread));
+    // Session 13, forced only: the default's kernel with each CTA prefetching into L2 its slice 16 / 48 rows ahead.
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pf16", CeSmemKind::kStoredExpPf16));
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pf48", CeSmemKind::kStoredExpPf48));
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

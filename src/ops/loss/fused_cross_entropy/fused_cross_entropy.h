@@ -135,7 +135,19 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //             publishes its partial and merges all C x 8 of them itself after the cluster barrier);
 //   kStoredExpLb / kStoredExpSpread: cuda.sm90.cluster_stored_exp_lb / _spread: the default's kernel launched
 //             with the cluster scheduling policy preference LoadBalancing / Spread.
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpMerge, kStoredExpLb, kStoredExpSpread };
+//   kStoredExpPf16 / kStoredExpPf48: cuda.sm90.cluster_stored_exp_pf16 / _pf48: the default's kernel whose CTAs
+//             also prefetch into L2 their slice of the row 16 / 48 rows ahead (cp.async.bulk.prefetch.L2).
+enum class CeSmemKind {
+  kSmem,
+  kChunked,
+  kStoredExp,
+  kStoredExpWide,
+  kStoredExpMerge,
+  kStoredExpLb,
+  kStoredExpSpread,
+  kStoredExpPf16,
+  kStoredExpPf48
+};
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
