@@ -6,6 +6,8 @@
 
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "gdn_cuda_test_support.h"  // time_ms: a median of CUDA-event timed calls
 #endif
 
 #include <algorithm>
@@ -547,7 +549,7 @@ TEST(ChunkLoss, CudaTargetsOutOfRangeFailAndWriteNothing) {
 #if STRATA_WITH_CUDA
 // Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
 // V = 151936 with bf16 dhidden and dweight (the in-budget plan: vocab_tiled, one token block, vt = 3968) timed as a
-// whole (CUDA events around single calls, median of 5 after a warm-up), then one call split into its steps by
+// whole (CUDA events around single calls, median of 7 after a warm-up), then one call split into its steps by
 // chunk_loss_cuda_steps (events around every backend call). The stepped call must give the same loss and lse
 // bits as a plain call (the events change no work), and its steps must fit inside its span. Prints one line per
 // step: calls, ms, share of the plain call, TFLOP/s for the GEMMs (README.md "CUDA (H200)" keeps the figures).
@@ -597,22 +599,9 @@ TEST(ChunkLoss, CudaStepBreakdown) {
               p.strategy == loss::kStrategyVocabTiled ? "vocab_tiled" : "token_chunked", static_cast<long long>(p.rows),
               static_cast<long long>(p.vtile), static_cast<double>(L.total) / (1 << 20));
 
-  ASSERT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();  // warm-up
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0);
-    ASSERT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float x = 0.f;
-    cudaEventElapsedTime(&x, e0, e1);
-    ms.push_back(x);
-  }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  const double whole = ms[ms.size() / 2];
+  // The whole call: median of 7 after a warm-up (gdn_cuda_test_support.h's timer).
+  const double whole = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(p, L, ws.p, nullptr); });
+  ASSERT_GT(whole, 0.0) << strata_get_last_error_message();
   std::vector<uint8_t> ref(4 + N * 4), got(ref.size());
   ASSERT_EQ(cudaMemcpy(ref.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(ref.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -623,8 +612,7 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_TRUE(got == ref) << "the stepped call changed the loss or lse bits";
   double sum = 0.0, gemm_ms = 0.0, gemm_flop = 0.0;
-  std::printf("[chunk_loss steps] whole call %.3f ms (median of %zu); stepped call span %.3f ms\n", whole, ms.size(),
-              st.total_ms);
+  std::printf("[chunk_loss steps] whole call %.3f ms (median of 7); stepped call span %.3f ms\n", whole, st.total_ms);
   for (int k = 0; k < loss::kChunkLossSteps; ++k) {
     sum += st.ms[k];
     if (st.flop[k] > 0) gemm_ms += st.ms[k], gemm_flop += st.flop[k];
