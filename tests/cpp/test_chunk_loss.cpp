@@ -629,6 +629,24 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   EXPECT_GT(st.calls[loss::kStepLogitsFwd], 0);
   EXPECT_GT(st.calls[loss::kStepDwGemm], 0);
   EXPECT_LE(sum, st.total_ms * 1.001 + 0.01);
+
+  // The chunk-size lever: the same call with other vocabulary tiles (one token block, within the budget), whole
+  // calls side by side with the plan's tile; each must give the plan's loss up to the f32 rounding of its own
+  // summation order (the tiles change the order of the online merge).
+  float loss_ref = 0.f;
+  std::memcpy(&loss_ref, ref.data(), 4);
+  for (const int64_t vt : {int64_t{3840}, int64_t{3584}, int64_t{2560}, int64_t{2048}}) {
+    loss::ChunkLossParams q = p;
+    const loss::ChunkLossLayout Lq = loss::chunk_loss_choose(q, loss::chunk_loss_cuda_traits(), loss::kStrategyAuto, 0, vt);
+    ASSERT_LE(Lq.total, L.total);
+    const double t_vt = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(q, Lq, ws.p, nullptr); });
+    float lv = 0.f;
+    ASSERT_EQ(cudaMemcpy(&lv, loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_NEAR(lv, loss_ref, 1e-5 * std::fabs(loss_ref)) << "vtile " << vt;
+    std::printf("[chunk_loss steps] vtile %lld (strategy %s, rows %lld): whole call %.3f ms (plan's vtile %lld: %.3f ms)\n",
+                static_cast<long long>(q.vtile), q.strategy == loss::kStrategyVocabTiled ? "vocab_tiled" : "token_chunked",
+                static_cast<long long>(q.rows), t_vt, static_cast<long long>(p.vtile), whole);
+  }
 }
 #endif
 

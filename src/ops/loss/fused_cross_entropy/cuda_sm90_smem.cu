@@ -292,9 +292,10 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 // (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
 // gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
-// prefetch > 0 (session 13's _pf kinds): thread 0 also asks the L2 for this CTA's slice of row i + prefetch
+// kMerge (session 13, with kStore): cluster_stored_exp_merge's barrier-free cluster merge (below). prefetch > 0
+// (session 13's _pf kinds): thread 0 also asks the L2 for this CTA's slice of row i + prefetch
 // (cp.async.bulk.prefetch.L2), so that DRAM reads run ahead of the slots and a later CTA's copy lands from L2.
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice, int prefetch) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
