@@ -1,9 +1,8 @@
 // The CUDA paths of three memory-bound ops of issue 4 that the conformance driver cannot compare bit for bit:
 // rms_norm_gated's register tiles (cuda.sm90.team_regs, the default since session 10; plain loads since session
 // 11, the session-10 hinted loads kept for the sweep) and clipped_swiglu's tile_tma with y stored from registers
-// (tile flag 4, the default since session 10); fused_cross_entropy's default is timed beside them with session 13's
-// candidates (CrossEntropyCandidatesBits compares them with the default; the session-10 thread-count variants and
-// the session-11/12 kernel candidates all lost to it and were removed: README.md):
+// (tile flag 4, the default since session 10); fused_cross_entropy's default is timed beside them (the session-10
+// thread-count variants and the session-11/12/13 kernel candidates that lost to it were removed: README.md):
 //   * bits: the register paths against the kernels whose per-element math they share (every output byte equal),
 //     on more rows than one wave holds (Ops/Conformance.* checks every implementation against float64);
 //   * FusedGpuPaths.CandidatesTiming: each op's default against the candidates at the issue's bench shape, queued
@@ -33,6 +32,7 @@
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 #include "ops/norm/common/row_norm.h"
 #include "ops/norm/common/row_norm_cuda_multi.h"
+#include "ops/norm/common/row_norm_cuda_tma.h"
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "strata/ops.h"
 #include "cuda_test_support.h"
@@ -551,12 +551,18 @@ TEST(FusedGpuPaths, RowNormLoadsTiming) {
     std::vector<Candidate> cf = configs(
         f, [](const norm::RowNormFwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_fwd_cuda(q, nullptr, c); },
         [](const norm::RowNormFwdParams& q) { return norm::row_norm_fwd_cuda_config(q); });
-    // Session 13: the multi-row kernel's table entry (what the forward falls back to without the TMA rule), beside.
+    // Session 13: the multi-row kernel's table entry (what the forward takes without the sm_90 rules) and the TMA
+    // tile (the rmsnorm forward's default until session 13), beside.
     const norm::RowNormCudaConfig multi = norm::row_norm_multi_default(k.D, STRATA_DTYPE_BF16);
     if (multi.stream == 4)
       cf.push_back({"multi-row default (" + std::to_string(multi.tpr) + " x " + std::to_string(multi.nv) + ", " +
                         std::to_string(multi.rpg) + " rows, hints " + std::to_string(multi.hints) + ")",
                     [&f, multi] { return norm::row_norm_fwd_cuda(f, nullptr, &multi); }, {}});
+    const norm::RowNormCudaConfig tma = norm::row_norm_tma_pick(k.D / 8);
+    if (tma.stream == 5)
+      cf.push_back({"TMA tile (" + std::to_string(tma.tpr) + " x " + std::to_string(tma.nv) + ", " +
+                        std::to_string(tma.rpg) + " rows)",
+                    [&f, tma] { return norm::row_norm_fwd_cuda(f, nullptr, &tma); }, {}});
     time_candidates((std::string(k.what) + " fwd").c_str(), 2.0 * n * 2 + k.rows * 4.0, cf);
     std::vector<Candidate> cb = configs(
         b, [](const norm::RowNormBwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_bwd_cuda(q, nullptr, c); },
@@ -572,82 +578,16 @@ TEST(FusedGpuPaths, CrossEntropyTiming) {
     const int64_t N = 8192, V = 151936;
     CeBufs bufs(N, V);
     cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);
-    CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
+    CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_pf16");
     std::vector<Candidate> c;
-    c.push_back({"cuda.sm90.cluster_stored_exp_wide (default)", [&] { return plan.run(); }, {}});
-    // Session 13's forced-only candidates (README.md): the barrier-free cluster merge, the scheduling policies.
-    CePlan merge(bufs, "cuda.sm90.cluster_stored_exp_merge");
-    CePlan lb(bufs, "cuda.sm90.cluster_stored_exp_lb");
-    CePlan spread(bufs, "cuda.sm90.cluster_stored_exp_spread");
-    c.push_back({"cuda.sm90.cluster_stored_exp_merge", [&] { return merge.run(); }, {}});
-    c.push_back({"cuda.sm90.cluster_stored_exp_lb", [&] { return lb.run(); }, {}});
-    c.push_back({"cuda.sm90.cluster_stored_exp_spread", [&] { return spread.run(); }, {}});
-    CePlan pf16(bufs, "cuda.sm90.cluster_stored_exp_pf16");
-    CePlan pf48(bufs, "cuda.sm90.cluster_stored_exp_pf48");
-    c.push_back({"cuda.sm90.cluster_stored_exp_pf16", [&] { return pf16.run(); }, {}});
-    c.push_back({"cuda.sm90.cluster_stored_exp_pf48", [&] { return pf48.run(); }, {}});
+    c.push_back({"cuda.sm90.cluster_stored_exp_pf16 (default)", [&] { return plan.run(); }, {}});
     // Its parts (session 12): the loss alone (read only: floor / 2 at best) and the backward op from lse
     // (cluster_smem's copy + gradient, no statistics, no cluster barriers).
-    CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kLossOnly);
-    CePlan bwd(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kBackward);
+    CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_pf16", CeKind::kLossOnly);
+    CePlan bwd(bufs, "cuda.sm90.cluster_stored_exp_pf16", CeKind::kBackward);
     c.push_back({"loss only (no gradient; reads half the bytes)", [&] { return loss_only.run(); }, {}});
     c.push_back({"backward op from lse, in place (no statistics)", [&] { return bwd.run(); }, {}});
     time_candidates("fused_cross_entropy fused in place bf16 [8192, 151936] mean", 2.0 * N * V * 2, c);
-  }
-}
-
-// Session 13's candidates against the default on N(0, 4) bf16 logits [300, 151936] (more rows than one wave of
-// clusters), fused in place: _lb / _spread / _pf16 / _pf48 run the default's kernel (the same bits); _merge merges the
-// cluster's partials in another fixed order, so its lse is within a few f32 ulps and its gradient within one bf16
-// ulp (the conformance suite checks all three against float64).
-TEST(FusedGpuPaths, CrossEntropyCandidatesBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device answers";
-  const int64_t N = 300, V = 151936;
-  CeBufs bufs(N, V);
-  const std::vector<uint8_t> logits = bf16_normal_tiled(static_cast<size_t>(N * V), 21, 4.f);
-  auto run = [&](const char* impl, std::vector<uint8_t>& grad, std::vector<float>& lse) {
-    put(bufs.logits, logits);
-    bufs.lse.poison();
-    CePlan plan(bufs, impl);
-    ASSERT_EQ(plan.run(), 0) << impl;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << impl;
-    grad = bufs.logits.bits();
-    const std::vector<uint8_t> lb = bufs.lse.bits();
-    lse.resize(N);
-    std::memcpy(lse.data(), lb.data(), N * 4);
-  };
-  std::vector<uint8_t> g_ref;
-  std::vector<float> l_ref;
-  run("cuda.sm90.cluster_stored_exp_wide", g_ref, l_ref);
-  for (const char* impl : {"cuda.sm90.cluster_stored_exp_lb", "cuda.sm90.cluster_stored_exp_spread",
-                           "cuda.sm90.cluster_stored_exp_pf16", "cuda.sm90.cluster_stored_exp_pf48",
-                           "cuda.sm90.cluster_stored_exp_merge"}) {
-    std::vector<uint8_t> g;
-    std::vector<float> l;
-    run(impl, g, l);
-    if (std::string(impl) != "cuda.sm90.cluster_stored_exp_merge") {  // the default's kernel
-      EXPECT_TRUE(g == g_ref) << impl << ": gradient bits differ from the default";
-      EXPECT_TRUE(l == l_ref) << impl << ": lse bits differ from the default";
-      continue;
-    }
-    int64_t worst_ulps = 0;
-    for (size_t e = 0; e + 1 < g.size(); e += 2) {
-      uint16_t a, b;
-      std::memcpy(&a, g.data() + e, 2), std::memcpy(&b, g_ref.data() + e, 2);
-      // Distance in bf16 steps on a monotone integer line (sign-magnitude to two's complement).
-      const int64_t ia = (a & 0x8000) ? -static_cast<int64_t>(a & 0x7fff) : static_cast<int64_t>(a);
-      const int64_t ib = (b & 0x8000) ? -static_cast<int64_t>(b & 0x7fff) : static_cast<int64_t>(b);
-      worst_ulps = std::max<int64_t>(worst_ulps, std::llabs(ia - ib));
-    }
-    EXPECT_LE(worst_ulps, 1) << impl << ": gradient differs from the default by more than one bf16 ulp";
-    float worst_lse = 0.f;
-    for (int64_t i = 0; i < N; ++i) {
-      EXPECT_TRUE(std::isfinite(l[i])) << impl << " row " << i;
-      worst_lse = std::max(worst_lse, std::fabs(l[i] - l_ref[i]) / std::fabs(l_ref[i]));
-    }
-    EXPECT_LE(worst_lse, 4e-7f) << impl << ": lse differs from the default";
-    std::printf("[fused_gpu bits] %s vs default: gradient within %lld bf16 ulp, lse within %.2e relative\n", impl,
-                static_cast<long long>(worst_ulps), worst_lse);
   }
 }
 
@@ -658,7 +598,7 @@ TEST(FusedGpuPaths, CrossEntropyProfileTiming) {
   const int64_t N = 8192, V = 151936;
   CeBufs bufs(N, V);
   cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);  // as CrossEntropyTiming (the values do not change the work)
-  CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
+  CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_pf16");
   for (int i = 0; i < 2; ++i) ASSERT_EQ(plan.run(), 0);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

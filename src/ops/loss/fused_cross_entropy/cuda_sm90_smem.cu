@@ -60,10 +60,15 @@ constexpr int kThreads = 256;                    // 4-5 CTAs per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
-// cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
+// cluster_stored_exp_wide (session 7, the default s7run2-s12: 1.426 ms fused in place bf16 [8192, 151936]
 // against 1.578 with 40 KiB slices and cluster_smem's 1.716): twice the slice, half the CTAs per row (bf16
-// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches.
+// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches. Its split
+// is the default's (cluster_stored_exp_pf16) since session 13.
 constexpr int64_t kWideSliceBytes = 80 << 10;
+// cluster_stored_exp_pf16 (session 13, the default): each CTA also prefetches into L2 its slice of the row this many
+// rows ahead. s13run1 (H200, bf16 [8192, 151936] fused in place, same run): 16 rows ahead 1.3934 ms, none (the
+// session-7 kernel) 1.4277, 48 rows ahead 1.5092 (the prefetched rows no longer fit beside the rows in flight).
+constexpr int kPrefetchRows = 16;
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
 constexpr int kChunks = 4;                       // cluster_chunked: pieces per slice (~9 KiB at V = 151936 bf16)
 
@@ -292,20 +297,23 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 // (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
 // gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
-// kMerge (session 13, with kStore): cluster_stored_exp_merge's barrier-free cluster merge (below). prefetch > 0
-// (session 13's _pf kinds): thread 0 also asks the L2 for this CTA's slice of row i + prefetch
-// (cp.async.bulk.prefetch.L2), so that DRAM reads run ahead of the slots and a later CTA's copy lands from L2.
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
+// prefetch > 0 (cluster_stored_exp_pf16: kPrefetchRows): thread 0 also asks the L2 for this CTA's slice of row
+// i + prefetch (cp.async.bulk.prefetch.L2), so that the DRAM reads run ahead of the 3 slots per SM (which each hold
+// their slice through statistics, cluster barrier and gradient) and a later CTA's copy lands from L2. It only reads:
+// in place, a prefetch that comes after that row's gradient was written caches the gradient, changing nothing.
+// (Session 13 removed after s13run1: cluster_stored_exp_merge, the cluster merge without block barriers, 1.4242 ms
+// against 1.4277: within noise; the LoadBalancing / Spread cluster scheduling policies, 1.4474 / 1.4272; 48 rows
+// ahead, 1.5092. README.md.)
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
 __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice, int prefetch) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
-  static_assert(!kMerge || kStore, "cluster_stored_exp_merge: the stored-exp kernel's merge variant");
   constexpr int kVec = ce_cuda::kVec<T>;
   constexpr bool kFtz = kPieces > 1 || kStore;  // the two-instruction exponential (piece_exp)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[kPieces];
   __shared__ Part warp_part[kWarps];
-  __shared__ Part cta_part;  // read by the other CTAs of the cluster (kMerge: warp_part is)
+  __shared__ Part cta_part;  // read by the other CTAs of the cluster
   __shared__ float row_lse;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -403,64 +411,38 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
       // Merge: warps (fixed tree), CTA (fixed order), cluster (rank order).
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) a = merge(a, shfl_xor(a, o));
-      if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partials
-      if constexpr (kMerge) {
-        // cluster_stored_exp_merge (session 13): no CTA-level merge and no block barrier on either side of the
-        // cluster barrier. Each warp publishes its partial; after the cluster barrier (which also orders the
-        // CTA's own warps) every warp reads all C x kWarps partials through distributed shared memory (lane l
-        // takes partials l, l + 32, ... in that order) and merges them in a fixed xor tree, so every warp of
-        // every CTA of the cluster gets the same bits (merge is commutative bit for bit: a.s + b.s e^(b.m - a.m)
-        // either way round) without waiting for thread 0 of its CTA.
-        if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
-        __cluster_barrier_arrive();  // release: warp_part is visible to the cluster
-        __cluster_barrier_wait();
-        const int lane = static_cast<int>(threadIdx.x & 31);
-        Part r{-INFINITY, 0.f, 0.f, 0.f};
-        for (int q = lane; q < C * kWarps; q += 32) r = merge(r, cluster.map_shared_rank(warp_part, q / kWarps)[q % kWarps]);
+      if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
+      if (pending) __cluster_barrier_wait();  // every CTA has read the previous row's partial
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        Part r = warp_part[0];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) r = merge(r, shfl_xor(r, o));
-        r = shfl(r, 0);
-        CeRowStats st;
-        st.lse.m = r.m;
-        st.lse.s = r.s;
-        st.sum_c = r.sum_c;
-        st.c_y = r.c_y;
-        lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0 && threadIdx.x == 0);
-        __cluster_barrier_arrive();  // this warp is done reading the partials (the wait comes later)
-        pending = true;
-      } else {
-        if ((threadIdx.x & 31) == 0) warp_part[threadIdx.x >> 5] = a;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          Part r = warp_part[0];
-#pragma unroll
-          for (int w = 1; w < kWarps; ++w) r = merge(r, warp_part[w]);
-          cta_part = r;
-        }
-        __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
-        __cluster_barrier_wait();
-        if (threadIdx.x < 32) {
-          // Lane q < C reads rank q's partial (the C remote loads in parallel); every lane then merges them in
-          // rank order from shuffles, so the result is the same as a sequential merge and the same in every CTA.
-          const int lane = static_cast<int>(threadIdx.x);
-          Part mine{-INFINITY, 0.f, 0.f, 0.f};
-          if (lane < C) mine = *cluster.map_shared_rank(&cta_part, lane);
-          Part r = shfl(mine, 0);
-          for (int q = 1; q < C; ++q) r = merge(r, shfl(mine, q));
-          if (lane == 0) {
-            CeRowStats st;
-            st.lse.m = r.m;
-            st.lse.s = r.s;
-            st.sum_c = r.sum_c;
-            st.c_y = r.c_y;
-            row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
-          }
-        }
-        __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
-        pending = true;
-        __syncthreads();
-        lse = row_lse;
+        for (int w = 1; w < kWarps; ++w) r = merge(r, warp_part[w]);
+        cta_part = r;
       }
+      __cluster_barrier_arrive();  // release: cta_part is visible to the cluster
+      __cluster_barrier_wait();
+      if (threadIdx.x < 32) {
+        // Lane q < C reads rank q's partial (the C remote loads in parallel); every lane then merges them in
+        // rank order from shuffles, so the result is the same as a sequential merge and the same in every CTA.
+        const int lane = static_cast<int>(threadIdx.x);
+        Part mine{-INFINITY, 0.f, 0.f, 0.f};
+        if (lane < C) mine = *cluster.map_shared_rank(&cta_part, lane);
+        Part r = shfl(mine, 0);
+        for (int q = 1; q < C; ++q) r = merge(r, shfl(mine, q));
+        if (lane == 0) {
+          CeRowStats st;
+          st.lse.m = r.m;
+          st.lse.s = r.s;
+          st.sum_c = r.sum_c;
+          st.c_y = r.c_y;
+          row_lse = ce_cuda::row_epilogue(p, i, st, ignored, bad, rank == 0);
+        }
+      }
+      __cluster_barrier_arrive();  // this CTA is done reading the partials (its wait comes later)
+      pending = true;
+      __syncthreads();
+      lse = row_lse;
     } else {
       lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
     }
@@ -561,13 +543,11 @@ Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceByte
   return s;
 }
 
-// policy: the cluster scheduling policy preference of the launch (session 13's _lb / _spread kinds; the others
-// leave the driver's default); prefetch: rows ahead whose slices are prefetched into L2 (the _pf kinds; 0: none).
-template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false, bool kMerge = false>
-strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream,
-                     cudaClusterSchedulingPolicy policy = cudaClusterSchedulingPolicyDefault, int prefetch = 0) {
+// prefetch: rows ahead whose slices each CTA prefetches into L2 (0: none).
+template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
+strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream, int prefetch = 0) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
-  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore, kMerge>;
+  auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // One cluster per row up to 2^31 - 1 CTAs in all (the row loop covers the rest).
   const int64_t max_clusters = ((int64_t{1} << 31) - 1) / sp.C;
@@ -577,15 +557,13 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream,
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(sp.C);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeClusterSchedulingPolicyPreference;
-  attr[1].val.clusterSchedulingPolicyPreference = policy;
   cfg.attrs = attr;
-  cfg.numAttrs = policy == cudaClusterSchedulingPolicyDefault ? 1 : 2;
+  cfg.numAttrs = 1;
   STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice, prefetch));
   return STRATA_SUCCESS;
 }
@@ -599,10 +577,7 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
-bool wide_kind(CeSmemKind kind) {
-  return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpMerge || kind == CeSmemKind::kStoredExpLb ||
-         kind == CeSmemKind::kStoredExpSpread || kind == CeSmemKind::kStoredExpPf16 || kind == CeSmemKind::kStoredExpPf48;
-}
+bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpPf16; }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
          !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
@@ -612,14 +587,8 @@ template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) {
-      if (kind == CeSmemKind::kStoredExpMerge) return launch<T, true, false, 1, true, true>(p, sp, stream);
-      const cudaClusterSchedulingPolicy policy = kind == CeSmemKind::kStoredExpLb ? cudaClusterSchedulingPolicyLoadBalancing
-                                                 : kind == CeSmemKind::kStoredExpSpread ? cudaClusterSchedulingPolicySpread
-                                                                                        : cudaClusterSchedulingPolicyDefault;
-      const int prefetch = kind == CeSmemKind::kStoredExpPf16 ? 16 : kind == CeSmemKind::kStoredExpPf48 ? 48 : 0;
-      return launch<T, true, false, 1, true>(p, sp, stream, policy, prefetch);
-    }
+    if (stored_exp_runs(p, kind))
+      return launch<T, true, false, 1, true>(p, sp, stream, wide_kind(kind) ? kPrefetchRows : 0);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
