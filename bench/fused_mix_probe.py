@@ -87,7 +87,7 @@ def main():
     report("fused_cross_entropy grad in fwd, in place, bf16 [8192, 151936] mean", "fused_cross_entropy_fwd",
            2 * n * v * 2 + n * 8, "inplace",
            lambda: sapi.fused_cross_entropy(logits, t, grad_in_forward=True, check_targets=False),
-           only={"cuda.sm90.cluster_stored_exp_wide", "cuda.sm90.cluster_stored_exp", "cuda.sm90.cluster_smem"})
+           only={"cuda.sm90.cluster_stored_exp_pf16", "cuda.sm90.cluster_stored_exp", "cuda.sm90.cluster_smem"})
 
 
 if __name__ == "__main__":

@@ -4,8 +4,16 @@
 // strategies), the strategy heuristic and its workspace budget, both strategies agreeing, and the C++ wrapper.
 #include <gtest/gtest.h>
 
+#if STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gdn_cuda_test_support.h"  // time_ms: a median of CUDA-event timed calls
+#endif
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -537,6 +545,110 @@ TEST(ChunkLoss, CudaTargetsOutOfRangeFailAndWriteNothing) {
   EXPECT_TRUE(all_poison(pr.loss));
   EXPECT_TRUE(all_poison(pr.dw));
 }
+
+#if STRATA_WITH_CUDA
+// Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
+// V = 151936 with bf16 dhidden and dweight (the in-budget plan: vocab_tiled, one token block, vt = 3968) timed as a
+// whole (CUDA events around single calls, median of 7 after a warm-up), then one call split into its steps by
+// chunk_loss_cuda_steps (events around every backend call). The stepped call must give the same loss and lse
+// bits as a plain call (the events change no work), and its steps must fit inside its span. Prints one line per
+// step: calls, ms, share of the plain call, TFLOP/s for the GEMMs (README.md "CUDA (H200)" keeps the figures).
+TEST(ChunkLoss, CudaStepBreakdown) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t N = 8192, D = 4096, V = 151936;
+  struct Buf {
+    void* p = nullptr;
+    explicit Buf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+    ~Buf() { cudaFree(p); }
+  };
+  Buf h(N * D * 2), w(V * D * 2), t(N * 8), loss(4), lse(N * 4), dh(N * D * 2), dw(V * D * 2);
+  // N(0, sd) bf16 values: a 1 Mi-value pattern repeated by doubling device-to-device copies.
+  auto fill = [](void* dst, size_t n, float sd, uint32_t seed) {
+    const size_t pat = std::min<size_t>(n, size_t{1} << 20);
+    std::vector<uint16_t> host(pat);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, sd);
+    for (uint16_t& v : host) v = f32_to_bf16_bits(nd(rng));
+    char* d = static_cast<char*>(dst);
+    EXPECT_EQ(cudaMemcpy(d, host.data(), pat * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    for (size_t done = pat; done < n;) {
+      const size_t c = std::min(done, n - done);
+      EXPECT_EQ(cudaMemcpy(d + done * 2, d, c * 2, cudaMemcpyDeviceToDevice), cudaSuccess);
+      done += c;
+    }
+  };
+  fill(h.p, N * D, 1.f, 1);
+  fill(w.p, V * D, 2.f / std::sqrt(static_cast<float>(D)), 2);
+  std::vector<int64_t> th(N);
+  for (int64_t i = 0; i < N; ++i) th[i] = i % 5 == 4 ? -100 : (i * 7919 + 3) % V;  // every 5th row ignored
+  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+
+  loss::ChunkLossParams p;
+  p.hidden = h.p, p.weight = w.p, p.target = static_cast<const int64_t*>(t.p);
+  p.loss = loss.p, p.lse = lse.p, p.dhidden = dh.p, p.dweight = dw.p;
+  p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
+  p.N = N, p.D = D, p.V = V;
+  p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
+  p.ce = loss::ce_consts(loss::CeOptions{}, V);
+  const loss::ChunkLossLayout L = loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyAuto, 0, 0);
+  EXPECT_LE(L.total, size_t{64} << 20);
+  Buf ws(L.total);
+  std::printf("[chunk_loss steps] bf16 N=%lld D=%lld V=%lld, bf16 dhidden/dweight: strategy %s, rows %lld, vtile %lld, "
+              "workspace %.1f MiB\n",
+              static_cast<long long>(N), static_cast<long long>(D), static_cast<long long>(V),
+              p.strategy == loss::kStrategyVocabTiled ? "vocab_tiled" : "token_chunked", static_cast<long long>(p.rows),
+              static_cast<long long>(p.vtile), static_cast<double>(L.total) / (1 << 20));
+
+  // The whole call: median of 7 after a warm-up (gdn_cuda_test_support.h's timer).
+  const double whole = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(p, L, ws.p, nullptr); });
+  ASSERT_GT(whole, 0.0) << strata_get_last_error_message();
+  std::vector<uint8_t> ref(4 + N * 4), got(ref.size());
+  ASSERT_EQ(cudaMemcpy(ref.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(ref.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+
+  loss::ChunkLossCudaSteps st;
+  ASSERT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
+  ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_TRUE(got == ref) << "the stepped call changed the loss or lse bits";
+  double sum = 0.0, gemm_ms = 0.0, gemm_flop = 0.0;
+  std::printf("[chunk_loss steps] whole call %.3f ms (median of 7); stepped call span %.3f ms\n", whole, st.total_ms);
+  for (int k = 0; k < loss::kChunkLossSteps; ++k) {
+    sum += st.ms[k];
+    if (st.flop[k] > 0) gemm_ms += st.ms[k], gemm_flop += st.flop[k];
+    if (st.calls[k] == 0) continue;
+    std::printf("[chunk_loss steps]   %-30s %4lld calls %8.3f ms %5.1f %%", loss::chunk_loss_step_name(k),
+                static_cast<long long>(st.calls[k]), st.ms[k], 100.0 * st.ms[k] / whole);
+    if (st.flop[k] > 0) std::printf("  %.2f TFLOP  %.0f TFLOP/s", st.flop[k] / 1e12, st.flop[k] / (st.ms[k] * 1e-3) / 1e12);
+    std::printf("\n");
+  }
+  std::printf("[chunk_loss steps]   GEMMs %.3f ms (%.2f TFLOP, %.0f TFLOP/s; the 3 GEMMs' %.2f TFLOP = %.3f x), "
+              "element-wise and the rest %.3f ms, between steps %.3f ms\n",
+              gemm_ms, gemm_flop / 1e12, gemm_flop / (gemm_ms * 1e-3) / 1e12, 6.0 * N * D * V / 1e12,
+              gemm_flop / (6.0 * N * D * V), sum - gemm_ms, st.total_ms - sum);
+  EXPECT_GT(st.calls[loss::kStepLogitsFwd], 0);
+  EXPECT_GT(st.calls[loss::kStepDwGemm], 0);
+  EXPECT_LE(sum, st.total_ms * 1.001 + 0.01);
+
+  // The chunk-size lever: the same call with other vocabulary tiles (one token block, within the budget), whole
+  // calls side by side with the plan's tile; each must give the plan's loss up to the f32 rounding of its own
+  // summation order (the tiles change the order of the online merge).
+  float loss_ref = 0.f;
+  std::memcpy(&loss_ref, ref.data(), 4);
+  for (const int64_t vt : {int64_t{3840}, int64_t{3584}, int64_t{2560}, int64_t{2048}}) {
+    loss::ChunkLossParams q = p;
+    const loss::ChunkLossLayout Lq = loss::chunk_loss_choose(q, loss::chunk_loss_cuda_traits(), loss::kStrategyAuto, 0, vt);
+    ASSERT_LE(Lq.total, L.total);
+    const double t_vt = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(q, Lq, ws.p, nullptr); });
+    float lv = 0.f;
+    ASSERT_EQ(cudaMemcpy(&lv, loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_NEAR(lv, loss_ref, 1e-5 * std::fabs(loss_ref)) << "vtile " << vt;
+    std::printf("[chunk_loss steps] vtile %lld (strategy %s, rows %lld): whole call %.3f ms (plan's vtile %lld: %.3f ms)\n",
+                static_cast<long long>(q.vtile), q.strategy == loss::kStrategyVocabTiled ? "vocab_tiled" : "token_chunked",
+                static_cast<long long>(q.rows), t_vt, static_cast<long long>(p.vtile), whole);
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace strata

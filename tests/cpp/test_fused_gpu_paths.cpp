@@ -1,8 +1,8 @@
 // The CUDA paths of three memory-bound ops of issue 4 that the conformance driver cannot compare bit for bit:
 // rms_norm_gated's register tiles (cuda.sm90.team_regs, the default since session 10; plain loads since session
 // 11, the session-10 hinted loads kept for the sweep) and clipped_swiglu's tile_tma with y stored from registers
-// (tile flag 4, the default since session 10); fused_cross_entropy's default is timed beside them (its session-10
-// thread-count variants and session-11 kernel candidates all lost to it and were removed: README.md):
+// (tile flag 4, the default since session 10); fused_cross_entropy's default is timed beside them (the session-10
+// thread-count variants and the session-11/12/13 kernel candidates that lost to it were removed: README.md):
 //   * bits: the register paths against the kernels whose per-element math they share (every output byte equal),
 //     on more rows than one wave holds (Ops/Conformance.* checks every implementation against float64);
 //   * FusedGpuPaths.CandidatesTiming: each op's default against the candidates at the issue's bench shape, queued
@@ -31,6 +31,8 @@
 #include "opbase/dtype.h"
 #include "ops/activation/clipped_swiglu/clipped_swiglu.h"
 #include "ops/norm/common/row_norm.h"
+#include "ops/norm/common/row_norm_cuda_multi.h"
+#include "ops/norm/common/row_norm_cuda_tma.h"
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "strata/ops.h"
 #include "cuda_test_support.h"
@@ -549,6 +551,18 @@ TEST(FusedGpuPaths, RowNormLoadsTiming) {
     std::vector<Candidate> cf = configs(
         f, [](const norm::RowNormFwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_fwd_cuda(q, nullptr, c); },
         [](const norm::RowNormFwdParams& q) { return norm::row_norm_fwd_cuda_config(q); });
+    // Session 13: the multi-row kernel's table entry (what the forward takes without the sm_90 rules) and the TMA
+    // tile (the rmsnorm forward's default until session 13), beside.
+    const norm::RowNormCudaConfig multi = norm::row_norm_multi_default(k.D, STRATA_DTYPE_BF16);
+    if (multi.stream == 4)
+      cf.push_back({"multi-row default (" + std::to_string(multi.tpr) + " x " + std::to_string(multi.nv) + ", " +
+                        std::to_string(multi.rpg) + " rows, hints " + std::to_string(multi.hints) + ")",
+                    [&f, multi] { return norm::row_norm_fwd_cuda(f, nullptr, &multi); }, {}});
+    const norm::RowNormCudaConfig tma = norm::row_norm_tma_pick(k.D / 8);
+    if (tma.stream == 5)
+      cf.push_back({"TMA tile (" + std::to_string(tma.tpr) + " x " + std::to_string(tma.nv) + ", " +
+                        std::to_string(tma.rpg) + " rows)",
+                    [&f, tma] { return norm::row_norm_fwd_cuda(f, nullptr, &tma); }, {}});
     time_candidates((std::string(k.what) + " fwd").c_str(), 2.0 * n * 2 + k.rows * 4.0, cf);
     std::vector<Candidate> cb = configs(
         b, [](const norm::RowNormBwdParams& q, const norm::RowNormCudaConfig* c) { return norm::row_norm_bwd_cuda(q, nullptr, c); },
@@ -564,15 +578,13 @@ TEST(FusedGpuPaths, CrossEntropyTiming) {
     const int64_t N = 8192, V = 151936;
     CeBufs bufs(N, V);
     cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);
-    CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
+    CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_pf16");
     std::vector<Candidate> c;
-    c.push_back({"cuda.sm90.cluster_stored_exp_wide (default)", [&] { return plan.run(); }, {}});
-    CePlan c6(bufs, "cuda.sm90.cluster_stored_exp_c6");
-    c.push_back({"cuda.sm90.cluster_stored_exp_c6", [&] { return c6.run(); }, {}});
+    c.push_back({"cuda.sm90.cluster_stored_exp_pf16 (default)", [&] { return plan.run(); }, {}});
     // Its parts (session 12): the loss alone (read only: floor / 2 at best) and the backward op from lse
     // (cluster_smem's copy + gradient, no statistics, no cluster barriers).
-    CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kLossOnly);
-    CePlan bwd(bufs, "cuda.sm90.cluster_stored_exp_wide", CeKind::kBackward);
+    CePlan loss_only(bufs, "cuda.sm90.cluster_stored_exp_pf16", CeKind::kLossOnly);
+    CePlan bwd(bufs, "cuda.sm90.cluster_stored_exp_pf16", CeKind::kBackward);
     c.push_back({"loss only (no gradient; reads half the bytes)", [&] { return loss_only.run(); }, {}});
     c.push_back({"backward op from lse, in place (no statistics)", [&] { return bwd.run(); }, {}});
     time_candidates("fused_cross_entropy fused in place bf16 [8192, 151936] mean", 2.0 * N * V * 2, c);
@@ -586,7 +598,7 @@ TEST(FusedGpuPaths, CrossEntropyProfileTiming) {
   const int64_t N = 8192, V = 151936;
   CeBufs bufs(N, V);
   cudaMemset(bufs.logits.p, 0x3c, bufs.logits.bytes);  // as CrossEntropyTiming (the values do not change the work)
-  CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_wide");
+  CePlan plan(bufs, "cuda.sm90.cluster_stored_exp_pf16");
   for (int i = 0; i < 2; ++i) ASSERT_EQ(plan.run(), 0);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }

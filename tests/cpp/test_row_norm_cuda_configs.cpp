@@ -244,7 +244,8 @@ TEST(RowNormCudaConfigs, TmaMatchesPackedBitwiseInPlaceAndFallsBack) {
 
 // The forward default of the bench shapes with the layouts the plan builds (row_norm_plan.cpp: make_row_layout of
 // x, y and of rstd: [rows] for l2norm, [rows, 1] for rmsnorm) is the measured table's: the TMA kernels on sm_90
-// (row_norm_tma_default, s8run2), else the multi-row kernels (row_norm_multi_default). Session 8 checked that
+// (row_norm_tma_default, s8run2; since session 13 the packed kernel 128 x 4 for the 512-vector rmsnorm rows), else
+// the multi-row kernels (row_norm_multi_default). Session 8 checked that
 // atk's plan row (s7run3: rmsnorm 0.1448 ms) takes the same kernel as the sweep and torch_peers (0.132-0.134 ms):
 // it does; the difference was the timing. Host logic (the device query only decides which table applies).
 TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMeasuredDefault) {
@@ -255,10 +256,11 @@ TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMeasuredDefault) {
   struct Shape {
     int64_t rows, D;
     bool mean;
-    int tpr, nv, rpg, hints;  // the multi-row default
-    int ttpr, tnv, trpg;      // the TMA default
+    int tpr, nv, rpg, hints;       // the multi-row default
+    int tstream, ttpr, tnv, trpg;  // the sm_90 default: TMA (l2norm), packed 128 x 4 (rmsnorm, session 13)
   };
-  for (const Shape& s : {Shape{524288, 128, false, 8, 2, 2, 1, 4, 4, 16}, Shape{32768, 4096, true, 256, 2, 1, 1, 32, 0, 2}}) {
+  for (const Shape& s :
+       {Shape{524288, 128, false, 8, 2, 2, 1, 5, 4, 4, 16}, Shape{32768, 4096, true, 256, 2, 1, 1, 2, 128, 4, 1}}) {
     const strata_tensor_desc x = make_desc(STRATA_DTYPE_BF16, {s.rows, s.D});
     const strata_tensor_desc r =
         s.mean ? make_desc(STRATA_DTYPE_F32, {s.rows, 1}) : make_desc(STRATA_DTYPE_F32, {s.rows});
@@ -269,7 +271,7 @@ TEST(RowNormCudaConfigs, PlanLayoutsTakeTheMeasuredDefault) {
     p.x_rows = p.y_rows = make_row_layout(x, 1);
     p.rstd_rows = make_row_layout(r, s.mean ? 1 : 0);
     const RowNormCudaConfig c = row_norm_fwd_cuda_config(p);
-    EXPECT_EQ(c.stream, sm90 ? 5 : 4) << s.D;
+    EXPECT_EQ(c.stream, sm90 ? s.tstream : 4) << s.D;
     EXPECT_EQ(c.tpr, sm90 ? s.ttpr : s.tpr) << s.D;
     EXPECT_EQ(c.nv, sm90 ? s.tnv : s.nv) << s.D;
     EXPECT_EQ(c.rpg, sm90 ? s.trpg : s.rpg) << s.D;

@@ -115,6 +115,33 @@ BackendTraits chunk_loss_cpu_traits();
 // CUDA (sm_90): cuBLAS GEMMs + fused epilogue kernels. Returns a strata_status.
 int chunk_loss_cuda(const ChunkLossParams& p, const ChunkLossLayout& layout, void* workspace, void* stream);
 BackendTraits chunk_loss_cuda_traits();
+// Session 13: one call of chunk_loss_cuda split into its steps on the GPU (ChunkLoss.CudaStepBreakdown; README.md
+// "CUDA (H200)"): a CUDA event before and after every backend call of the driver; per step kind the summed time,
+// the number of calls and the GEMM FLOPs; total_ms from the first event to the last, so total_ms minus the sum of
+// the steps is the time between them (launch gaps). The default path only (STRATA_CHUNK_LOSS_OVERLAP unset: an
+// error otherwise). Synchronises the stream. Returns a strata_status.
+enum ChunkLossStep : int {
+  kStepCountTargets,
+  kStepLogitsFwd,
+  kStepLogitsRecompute,
+  kStepDhGemm,
+  kStepDwGemm,
+  kStepStats,
+  kStepGrad,
+  kStepColsum,
+  kStepConvert,
+  kStepLossSum,
+  kChunkLossSteps
+};
+struct ChunkLossCudaSteps {
+  double ms[kChunkLossSteps] = {};
+  int64_t calls[kChunkLossSteps] = {};
+  double flop[kChunkLossSteps] = {};
+  double total_ms = 0.0;
+};
+const char* chunk_loss_step_name(int step);
+int chunk_loss_cuda_steps(const ChunkLossParams& p, const ChunkLossLayout& layout, void* workspace, void* stream,
+                          ChunkLossCudaSteps* out);
 #endif
 
 }  // namespace strata::loss

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "opbase/dtype.h"
 #include "ops/loss/chunk_loss/chunk_loss.h"
@@ -685,6 +686,122 @@ int chunk_loss_cuda(const ChunkLossParams& p, const ChunkLossLayout& layout, voi
   const strata_status st = chunk_loss_drive(p, layout, static_cast<char*>(workspace), be);
   be.join();  // the caller's stream waits for the side stream (an early error return leaves it to the destructor)
   return st != STRATA_SUCCESS ? st : be.status();
+}
+
+namespace {
+
+// The CUDA backend with a CUDA event recorded on the caller's stream before and after each call the driver makes
+// (the names hide CudaBackend's: chunk_loss_drive is a template over the backend type), so that one call splits
+// into its steps. Only on the default path (no side stream: every launch is on the caller's stream, so each
+// event pair brackets exactly its own launches).
+struct StepBackend : CudaBackend {
+  struct Mark {
+    int step;
+    double flop;
+    cudaEvent_t e0, e1;
+  };
+  std::vector<Mark> marks;
+  bool seen_grad = false;  // vocab_tiled: logits GEMMs after the first gradient are recomputations
+
+  using CudaBackend::CudaBackend;
+  ~StepBackend() {
+    for (const Mark& m : marks) cudaEventDestroy(m.e0), cudaEventDestroy(m.e1);
+  }
+  template <class Fn>
+  void timed(int step, double flop, Fn&& fn) {
+    Mark m{step, flop, nullptr, nullptr};
+    if (err == STRATA_SUCCESS) {
+      note(cuda::check(cudaEventCreate(&m.e0), "chunk_loss: cudaEventCreate"));
+      note(cuda::check(cudaEventCreate(&m.e1), "chunk_loss: cudaEventCreate"));
+    }
+    if (err != STRATA_SUCCESS) {
+      if (m.e0) cudaEventDestroy(m.e0);
+      if (m.e1) cudaEventDestroy(m.e1);
+      fn();  // records the failure path of the call itself (it returns at once)
+      return;
+    }
+    cudaEventRecord(m.e0, stream);
+    fn();
+    cudaEventRecord(m.e1, stream);
+    marks.push_back(m);
+  }
+
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, Mat B, float beta, void* C, int32_t c_dt,
+            int64_t ldc, float alpha = 1.f) {
+    // Row-major C = op(A) op(B): logits Z = H W^T (ta = 0, tb = 1), dH = dZ W (0, 0), dW = dZ^T H (1, 0).
+    const int step = tb ? (seen_grad && p.strategy == kStrategyVocabTiled ? kStepLogitsRecompute : kStepLogitsFwd)
+                        : (ta ? kStepDwGemm : kStepDhGemm);
+    timed(step, 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+          [&] { CudaBackend::gemm(ta, tb, M, N, K, A, B, beta, C, c_dt, ldc, alpha); });
+  }
+  strata_status count_targets() {
+    strata_status r = STRATA_SUCCESS;
+    timed(kStepCountTargets, 0.0, [&] { r = CudaBackend::count_targets(); });
+    return r;
+  }
+  void stats(const void* Z, int32_t z_dt, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0, bool first,
+             bool last) {
+    timed(kStepStats, 0.0, [&] { CudaBackend::stats(Z, z_dt, ldz, rows, cols, r0, v0, first, last); });
+  }
+  void grad(const void* Z, int32_t z_dt, int64_t ldz, void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows,
+            int64_t cols, int64_t r0, int64_t v0) {
+    seen_grad = true;
+    timed(kStepGrad, 0.0, [&] { CudaBackend::grad(Z, z_dt, ldz, dZ, dz_dt, lddz, rows, cols, r0, v0); });
+  }
+  void colsum(const void* dZ, int32_t dz_dt, int64_t lddz, int64_t rows, int64_t cols, float* acc, int64_t acc_stride,
+              bool first, float scale = 1.f) {
+    timed(kStepColsum, 0.0, [&] { CudaBackend::colsum(dZ, dz_dt, lddz, rows, cols, acc, acc_stride, first, scale); });
+  }
+  void convert(const float* src, int64_t ld_src, void* dst, int32_t dt, int64_t ld_dst, int64_t rows, int64_t cols) {
+    timed(kStepConvert, 0.0, [&] { CudaBackend::convert(src, ld_src, dst, dt, ld_dst, rows, cols); });
+  }
+  void copy(void* dst, const void* src, size_t bytes) {
+    timed(kStepConvert, 0.0, [&] { CudaBackend::copy(dst, src, bytes); });
+  }
+  void zero(void* dst, int32_t dt, int64_t ld, int64_t rows, int64_t cols) {
+    timed(kStepConvert, 0.0, [&] { CudaBackend::zero(dst, dt, ld, rows, cols); });
+  }
+  strata_status finish_loss() {
+    strata_status r = STRATA_SUCCESS;
+    timed(kStepLossSum, 0.0, [&] { r = CudaBackend::finish_loss(); });
+    return r;
+  }
+};
+
+}  // namespace
+
+const char* chunk_loss_step_name(int step) {
+  static const char* const names[kChunkLossSteps] = {
+      "count targets (+ host sync)", "logits GEMM, forward", "logits GEMM, recompute", "dH GEMM (f32 accumulate)",
+      "dW GEMM", "row_stats", "row_grad", "col_sum", "convert / copy / zero", "loss_sum"};
+  return step >= 0 && step < kChunkLossSteps ? names[step] : "?";
+}
+
+int chunk_loss_cuda_steps(const ChunkLossParams& p, const ChunkLossLayout& layout, void* workspace, void* stream,
+                          ChunkLossCudaSteps* out) {
+  if (!out) return fail(STRATA_ERROR_INVALID_VALUE, "chunk_loss_cuda_steps: out is null");
+  *out = ChunkLossCudaSteps{};
+  StepBackend be(p, layout, static_cast<char*>(workspace), static_cast<cudaStream_t>(stream));
+  if (be.traits().overlap_stats)
+    return fail(STRATA_ERROR_INVALID_VALUE,
+                "chunk_loss_cuda_steps: times the default path only (unset STRATA_CHUNK_LOSS_OVERLAP)");
+  strata_status st = chunk_loss_drive(p, layout, static_cast<char*>(workspace), be);
+  if (st == STRATA_SUCCESS) st = be.status();
+  if (st != STRATA_SUCCESS) return st;
+  STRATA_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+  for (const StepBackend::Mark& m : be.marks) {
+    float ms = 0.f;
+    STRATA_CUDA_TRY(cudaEventElapsedTime(&ms, m.e0, m.e1));
+    out->ms[m.step] += ms;
+    out->calls[m.step] += 1;
+    out->flop[m.step] += m.flop;
+  }
+  if (!be.marks.empty()) {
+    float ms = 0.f;
+    STRATA_CUDA_TRY(cudaEventElapsedTime(&ms, be.marks.front().e0, be.marks.back().e1));
+    out->total_ms = ms;
+  }
+  return STRATA_SUCCESS;
 }
 
 }  // namespace strata::loss

@@ -60,10 +60,15 @@ constexpr int kThreads = 256;                    // 4-5 CTAs per SM
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxCluster = 8;                   // portable cluster size
 constexpr int64_t kTargetSliceBytes = 40 << 10;  // 5 CTAs per SM (228 KiB of shared memory per SM)
-// cluster_stored_exp_wide (session 7, the default since s7run2: 1.426 ms fused in place bf16 [8192, 151936]
+// cluster_stored_exp_wide (session 7, the default s7run2-s12: 1.426 ms fused in place bf16 [8192, 151936]
 // against 1.578 with 40 KiB slices and cluster_smem's 1.716): twice the slice, half the CTAs per row (bf16
-// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches.
+// V = 151936: clusters of 4, 74 KiB slices, 3 CTAs per SM), half the cluster barriers and CTA launches. Its split
+// is the default's (cluster_stored_exp_pf16) since session 13.
 constexpr int64_t kWideSliceBytes = 80 << 10;
+// cluster_stored_exp_pf16 (session 13, the default): each CTA also prefetches into L2 its slice of the row this many
+// rows ahead. s13run1 (H200, bf16 [8192, 151936] fused in place, same run): 16 rows ahead 1.3934 ms, none (the
+// session-7 kernel) 1.4277, 48 rows ahead 1.5092 (the prefetched rows no longer fit beside the rows in flight).
+constexpr int kPrefetchRows = 16;
 constexpr int64_t kMaxSliceBytes = 100 << 10;    // 2 CTAs per SM: rows up to 800 KiB (bf16 V <= 409600)
 constexpr int kChunks = 4;                       // cluster_chunked: pieces per slice (~9 KiB at V = 151936 bf16)
 
@@ -173,6 +178,11 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
+}
+
+// Thread 0: ask the L2 for `bytes` (a multiple of 16) of global memory from src (no completion to wait for).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t phase) {
@@ -287,8 +297,15 @@ __device__ __forceinline__ void sum_store(uint4* buf, int nv, const CeConsts& k,
 // written over the slice and stored by one bulk copy per CTA, ran 1.513 ms against 1.436 in s9run2: removed.)
 // (Session 12 removed after s12run1: the first bulk copy issued before the block barrier, 1.4487 ms, and the
 // gradient stored with st.global.cs, 1.4352, against the default's 1.4234; README.md.)
+// prefetch > 0 (cluster_stored_exp_pf16: kPrefetchRows): thread 0 also asks the L2 for this CTA's slice of row
+// i + prefetch (cp.async.bulk.prefetch.L2), so that the DRAM reads run ahead of the 3 slots per SM (which each hold
+// their slice through statistics, cluster barrier and gradient) and a later CTA's copy lands from L2. It only reads:
+// in place, a prefetch that comes after that row's gradient was written caches the gradient, changing nothing.
+// (Session 13 removed after s13run1: cluster_stored_exp_merge, the cluster merge without block barriers, 1.4242 ms
+// against 1.4277: within noise; the LoadBalancing / Spread cluster scheduling policies, 1.4474 / 1.4272; 48 rows
+// ahead, 1.5092. README.md.)
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
-__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice) {
+__global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C, int64_t slice, int prefetch) {
   static_assert(!kStore || (kGrad && !kCap && kPieces == 1 && !std::is_same_v<T, f16_t>),
                 "cluster_stored_exp: fused gradient, no softcap, one piece, bf16/f32");
   constexpr int kVec = ce_cuda::kVec<T>;
@@ -338,6 +355,8 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
         bulk_load(smem_raw + static_cast<int64_t>(v0) * 16, src + static_cast<int64_t>(v0) * kVec,
                   static_cast<uint32_t>(v1 - v0) * 16u, &bars[q]);
       }
+      if (prefetch > 0 && i + prefetch < p.N && nv > 0)
+        bulk_prefetch_l2(src + prefetch * p.logits_rs, static_cast<uint32_t>(nv) * 16u);
     }
     float lse;
     float m_t = -INFINITY;  // kStore: this thread's maximum, the reference of its stored exponentials
@@ -511,24 +530,22 @@ struct Split {
   int64_t slice = 0;  // elements, a multiple of the 16-byte vector
 };
 
-// fixed_c > 0 (session 12's cluster_stored_exp_c6): that cluster size for rows that take 4 CTAs of target_bytes.
-Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes, int fixed_c = 0) {
+Split split_of(int64_t V, int32_t dtype, int64_t target_bytes = kTargetSliceBytes) {
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
   const int64_t vec = 16 / es;
   const int64_t nvec = V / vec;
   const int64_t bytes = V * es;
   int64_t C = 1;  // 1, 2, 4, 8
   while (C < kMaxCluster && C * target_bytes < bytes) C *= 2;
-  if (fixed_c > 0 && C == 4 && fixed_c <= kMaxCluster && ((nvec + fixed_c - 1) / fixed_c) * 16 <= kMaxSliceBytes)
-    C = fixed_c;  // rows that take 4 CTAs of the target size
   Split s;
   s.C = static_cast<int>(C);
   s.slice = ((nvec + C - 1) / C) * vec;
   return s;
 }
 
+// prefetch: rows ahead whose slices each CTA prefetches into L2 (0: none).
 template <class T, bool kGrad, bool kCap, int kPieces, bool kStore = false>
-strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
+strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream, int prefetch = 0) {
   const size_t smem = static_cast<size_t>(sp.slice) * sizeof(T);
   auto* kernel = ce_smem_rows<T, kGrad, kCap, kPieces, kStore>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -547,7 +564,7 @@ strata_status launch(const CeParams& p, const Split& sp, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice));
+  STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, sp.C, sp.slice, prefetch));
   return STRATA_SUCCESS;
 }
 
@@ -560,7 +577,7 @@ strata_status launch_t(const CeParams& p, const Split& sp, cudaStream_t stream) 
 
 // The stored-exponential kernel runs for the fused forward without softcap of bf16/f32 logits (kStore's
 // static_assert); for everything else the stored-exp kinds run cluster_smem's kernel and split.
-bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpWide || kind == CeSmemKind::kStoredExpC6; }
+bool wide_kind(CeSmemKind kind) { return kind == CeSmemKind::kStoredExpPf16; }
 bool stored_exp_runs(const CeParams& p, CeSmemKind kind) {
   return (kind == CeSmemKind::kStoredExp || wide_kind(kind)) && p.dlogits != nullptr && !p.backward &&
          !p.k.softcap_on && p.dtype != STRATA_DTYPE_F16;
@@ -570,7 +587,8 @@ template <class T>
 strata_status launch_kind(const CeParams& p, const Split& sp, CeSmemKind kind, cudaStream_t stream) {
   if (kind == CeSmemKind::kChunked) return launch_t<T, kChunks>(p, sp, stream);
   if constexpr (!std::is_same_v<T, f16_t>) {
-    if (stored_exp_runs(p, kind)) return launch<T, true, false, 1, true>(p, sp, stream);
+    if (stored_exp_runs(p, kind))
+      return launch<T, true, false, 1, true>(p, sp, stream, wide_kind(kind) ? kPrefetchRows : 0);
   }
   return launch_t<T, 1>(p, sp, stream);
 }
@@ -598,8 +616,7 @@ int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream_ptr, CeSmemKin
   if (p.N > 0 && (!p.backward || p.dlogits)) {
     // Wide slices only where the stored-exp kernel runs (timed there: s7run2); elsewhere cluster_smem exactly.
     const bool wide = wide_kind(kind) && stored_exp_runs(p, kind);
-    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes,
-                              wide && kind == CeSmemKind::kStoredExpC6 ? 6 : 0);
+    const Split sp = split_of(p.V, p.dtype, wide ? kWideSliceBytes : kTargetSliceBytes);
     strata_status s;
     switch (p.dtype) {
       case STRATA_DTYPE_F32: s = launch_kind<float>(p, sp, kind, stream); break;

@@ -1,7 +1,7 @@
 // fused_cross_entropy: definition, validation, implementation lists and plans of the forward (optionally
 // fused with the backward) and the backward (ops_fused.md §1; README.md beside this file).
 //   fwd tensors {logits, target, loss, lse, z_loss, dlogits}; bwd tensors {logits, target, lse, dloss, dlogits}.
-// Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_wide, cuda.sm90.cluster_smem,
+// Implementations, in dispatch order: cuda.sm90.cluster_stored_exp_pf16, cuda.sm90.cluster_smem,
 // cuda.sm90.cluster_chunked, cuda.sm90.cluster_stored_exp, cuda.sm90.block_per_row,
 // cpu.avx512_bf16 (on CPUs that have it), cpu.<isa> for each compiled Highway target, reference.
 #include "ops/loss/fused_cross_entropy/fused_cross_entropy.h"
@@ -181,12 +181,13 @@ const ImplList<CeProblem>& impls() {
   static const ImplList<CeProblem> list = [] {
     ImplList<CeProblem> l;
 #if STRATA_WITH_CUDA
-    // Session 7, the default since s7run2 (bf16 [8192, 151936] fused fwd+bwd in place: 1.426 ms, cluster_smem
-    // 1.716): cluster_smem whose statistics sweep keeps its exponentials in shared memory over the logits, so the
-    // gradient sweep computes none, with ~80 KiB slices (clusters of 4 at this shape). Only the fused forward
-    // without softcap of bf16/f32 logits; everything else (loss only, softcap, f16, the backward op) runs
-    // cluster_smem exactly. Same shapes as cluster_smem (ce_smem_reject).
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_wide", CeSmemKind::kStoredExpWide));
+    // The default since session 13 (s13run1, H200, bf16 [8192, 151936] fused fwd+bwd in place, same run: 1.3934 ms
+    // against 1.4277 without the prefetch): session 7's cluster_stored_exp_wide (the default s7run2-s12: cluster_smem
+    // whose statistics sweep keeps its exponentials in shared memory over the logits, so the gradient sweep
+    // computes none, with ~80 KiB slices, clusters of 4 at this shape) whose CTAs also prefetch into L2 their slice
+    // of the row 16 rows ahead. Only the fused forward without softcap of bf16/f32 logits; everything else (loss
+    // only, softcap, f16, the backward op) runs cluster_smem exactly. Same shapes as cluster_smem (ce_smem_reject).
+    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_pf16", CeSmemKind::kStoredExpPf16));
     // A row per cluster, staged once in shared memory (one read, one write: the floor). Rows whose length or
     // stride is not a multiple of 16 bytes (or longer than 800 KiB) are rejected at plan time and take
     // block_per_row; misaligned base pointers at run time run block_per_row too (the same math).
@@ -200,9 +201,10 @@ const ImplList<CeProblem>& impls() {
     l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp", CeSmemKind::kStoredExp));
     // (Session 12 removed after s12run1: cluster_stored_exp_early, the first bulk copy issued before the block
     // barrier, 1.4487 ms, and cluster_stored_exp_cs, st.global.cs gradient stores, 1.4352, against 1.4234.)
-    // Session 12, forced only: the default's kernel in clusters of 6 CTAs (4 slots of ~49.5 KiB per SM at bf16
-    // V = 151936 instead of 3 of ~74 KiB).
-    l.push_back(cuda_smem_impl("cuda.sm90.cluster_stored_exp_c6", CeSmemKind::kStoredExpC6));
+    // (Session 12's cluster_stored_exp_c6, clusters of 6 CTAs: 1.4992 ms against 1.4233 in the s12 final run, removed.)
+    // (Session 13 removed after s13run1, against 1.4277 for cluster_stored_exp_wide in the same run: that kernel
+    // itself, now the default's without the prefetch; _merge, the cluster merge without block barriers, 1.4242;
+    // _lb / _spread, the cluster scheduling policies, 1.4474 / 1.4272; _pf48, 48 rows ahead, 1.5092.)
     // One block of 512 threads per row, two reads of the row (the second mostly from L2): any V, stride and
     // alignment (H200 s6run1: 2.31 ms fused in place bf16 [8192, 151936], vs cluster_smem 1.70).
     l.push_back(cuda_impl("cuda.sm90.block_per_row", nullptr, [](const CeParams& p, void* stream) {

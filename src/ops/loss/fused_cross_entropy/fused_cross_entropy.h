@@ -127,12 +127,12 @@ int fused_cross_entropy_cuda(const CeParams& p, void* stream);
 //             e = exp(c - m_thread) over the logits in shared memory (f16 for bf16 logits, f32 for f32), so the
 //             gradient sweep has no exponential; only the fused forward without softcap of bf16/f32 logits,
 //             everything else runs cluster_smem's kernel.
-//   kStoredExpWide: cuda.sm90.cluster_stored_exp_wide (the default, s7run2): kStoredExp with ~80 KiB slices
-//             instead of ~40 KiB (half the CTAs per cluster) where the stored-exp kernel runs; everything else
-//             is cluster_smem exactly (kernel and slices).
-// kStoredExpC6 (session 12, forced only): kStoredExpWide's kernel in clusters of 6 CTAs for rows that take 4 of its
-// slices (bf16 V = 151936: ~49.5 KiB slices, 4 CTAs per SM instead of 3).
-enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpWide, kStoredExpC6 };
+//   kStoredExpPf16: cuda.sm90.cluster_stored_exp_pf16 (the default since session 13): kStoredExp with ~80 KiB
+//             slices instead of ~40 KiB (half the CTAs per cluster; session 7's cluster_stored_exp_wide, the default
+//             s7run2-s12) whose CTAs also prefetch into L2 their slice of the row 16 rows ahead
+//             (cp.async.bulk.prefetch.L2), where the stored-exp kernel runs; everything else is cluster_smem
+//             exactly (kernel and slices, no prefetch).
+enum class CeSmemKind { kSmem, kChunked, kStoredExp, kStoredExpPf16 };
 std::string ce_smem_reject(const CeParams& p, CeSmemKind kind);
 bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);

@@ -226,8 +226,8 @@ class FusedCrossEntropyHarness final : public OpHarness {
     add("bf16", 4, 2048, "mean", 0.1, 1e-3, 1.0, 0.0, 1, "normal", "inplace", "contiguous");
     add("bf16", 4, 65536 + 24, "sum", 0.0, 0.0, 1.0, 0.0, 3, "normal", "inplace", "shifted");
     add("f16", 3, 4104, "none", 0.1, 0.0, 1.0, 0.0, 0, "normal", "sep", "shifted");
-    // The ~80 KiB split of cluster_stored_exp_wide: 4 CTAs with a shorter last slice
-    // (12501 vectors: 3126, 3126, 3126, 3123), huge logits with a negative scale, and a separate dlogits.
+    // The ~80 KiB split of cluster_stored_exp_pf16 (session 7's cluster_stored_exp_wide): 4 CTAs with a shorter
+    // last slice (12501 vectors: 3126, 3126, 3126, 3123), huge logits with a negative scale, a separate dlogits.
     add("bf16", 3, 100008, "none", 0.1, 1e-4, -0.7, 0.0, 1, "huge", "inplace", "contiguous");
     add("bf16", 5, 100008, "mean", 0.0, 0.0, 1.3, 0.0, 2, "normal", "sep", "contiguous", "i32");
     // More rows than resident clusters (each CTA slot is reused by later rows). cluster_chunked's pieces: V = 8
@@ -390,7 +390,7 @@ class FusedCrossEntropyHarness final : public OpHarness {
       return out;
     }
     if (cuda) {
-      // Fused in place: the default (cluster_stored_exp_wide) and cluster_smem (the kernel of every other case)
+      // Fused in place: the default (cluster_stored_exp_pf16) and cluster_smem (the kernel of every other case)
       // beside it; loss only and the softcapped vocabulary with the
       // dispatched implementation (cluster_smem's kernel there). Session 6's cluster_chunked, session 7's 40 KiB
       // cluster_stored_exp and block_per_row were timed in s7run2, session 8's cluster_lean kernels in s8run2

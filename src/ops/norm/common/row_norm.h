@@ -114,7 +114,8 @@ struct RowNormCudaConfig {
 // (teams of 8 x 2, 2 rows, streaming stores), 16-bit rows of 257-512 vectors (256 x 2, 1 row, streaming stores)
 // and f32 rows of 513-1024 vectors (512 x 2, 2 rows). Session 8 (s8run2): on sm_90, 16-bit rows of 9-16 and
 // 257-512 vectors with dense, aligned x and y take the TMA kernels first (row_norm_tma_default: teams of 4 x 4 in
-// 16-row tiles; a warp per row in 2-4-row tiles); otherwise the rules above.
+// 16-row tiles; a warp per row in 2-4-row tiles); otherwise the rules above. Session 13 (s12run1 + s13run1): of
+// those, the rows of 257-512 vectors take the packed kernel 128 x 4 with plain loads instead of the TMA tile.
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p);
 RowNormCudaConfig row_norm_bwd_cuda_config(const RowNormBwdParams& p);
 // The configurations atk times beside the default (bench rows marked [cfg ...]): the classic choice, the

@@ -1458,11 +1458,24 @@ bool packed_default(const RowNormCudaConfig& c, int32_t dtype) {
 // Session 7: where the measured table of the multi-row kernels (row_norm_multi_default, row_norm_cuda_multi.cu)
 // names a configuration for this row and the layout allows it, the forward takes it.
 // Session 8 (s8run2): where the measured table of the TMA kernels (row_norm_tma_default, row_norm_cuda_tma.cu)
-// names a configuration and the layout, the pointers and the device allow it, the forward takes it first.
+// names a configuration and the layout, the pointers and the device allow it, the forward takes it first
+// (since session 13 except for 16-bit rows of 257-512 vectors: the packed kernel 128 x 4 there).
 RowNormCudaConfig row_norm_fwd_cuda_config(const RowNormFwdParams& p) {
   const StreamFacts sf = fwd_stream_facts(p);
   const RowNormCudaConfig t = row_norm_tma_default(p.D, sf.dtype);
-  if (t.stream == 5 && config_reject(t, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) return t;
+  if (t.stream == 5 && config_reject(t, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) {
+    // Session 13: where the TMA table names a tile for 16-bit rows of 257-512 vectors, the packed kernel with
+    // plain loads, a 128-thread block x 4 vectors (the backward's configuration), is faster: rmsnorm fwd bf16
+    // [32768, 4096], FusedGpuPaths.RowNormLoadsTiming (H200, C++ queued medians, each run side by side): s12run1
+    // 0.1333 against the TMA tile's 0.1360 ms, s13run1 0.1345 against 0.1375 (the multi-row default 0.1337 there,
+    // but 0.1423 against 0.1371 under atk's timing in s8run2).
+    const int64_t nvec = p.D / cuda::vec16_elems(sf.dtype);
+    if (nvec > 256 && nvec <= 512) {
+      const RowNormCudaConfig pk{16, 128, 4, 1, 2, 0, 0};
+      if (config_reject(pk, p.D, false, FwdKernels::kMaxGroupNv, sf).empty()) return pk;
+    }
+    return t;
+  }
   const RowNormCudaConfig c = pick_packed(p.D, sf);
   if (c.stream == 2) {
     const RowNormCudaConfig m = row_norm_multi_default(p.D, sf.dtype);

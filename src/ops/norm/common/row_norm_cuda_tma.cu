@@ -229,7 +229,9 @@ RowNormCudaConfig row_norm_tma_pick(int64_t nvec) {
 // 0.1441), 0.1368 in the sweep against its 0.1321: the TMA kernel reads the same under both timings, the
 // multi-row kernel's .cs stores do not, and only the TMA kernel meets the 0.14 ms target under both. f32 rows
 // keep the other kernels (l2norm f32: classic 0.1329 against TMA 0.1354 in the sweep). Rules by row class of
-// 16-bit rows: 9-16 vectors and 257-512 vectors (f16 as bf16: the same bytes and instructions).
+// 16-bit rows: 9-16 vectors and 257-512 vectors (f16 as bf16: the same bytes and instructions). Since session 13
+// row_norm_fwd_cuda_config takes the packed kernel 128 x 4 where this names a tile for 257-512 vectors (s13run1:
+// 0.1345 against 0.1375 ms at rmsnorm [32768, 4096] bf16).
 RowNormCudaConfig row_norm_tma_default(int64_t D, int32_t dtype) {
   const int ve = cuda::vec16_elems(dtype);
   if (ve != 8 || D <= 0 || D % ve != 0) return RowNormCudaConfig{};
