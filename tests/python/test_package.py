@@ -176,7 +176,7 @@ def test_cpu_output_reuses_a_buffer_only_when_nothing_holds_it():
 
     strata.release_cpu_workspace()
     like = torch.empty(0)
-    shape, n = (256, 1024), 256 * 1024  # 1 MiB of f32: the cache's smallest size
+    shape, n = (256, 1024), 256 * 1024  # 1 MiB of f32: above the cache's smallest size
     a = _ops.cpu_output(shape, torch.float32, like)
     assert a.shape == shape and a.is_contiguous() and a._base is None and a.dtype == torch.float32
     a.fill_(1.0)
@@ -216,7 +216,7 @@ def test_cpu_output_reuses_a_buffer_only_when_nothing_holds_it():
 
 
 def test_chunk_gated_delta_rule_cpu_outputs_come_from_the_cache():
-    # T=2048 HV=2 V=64: o is 1 MiB; the second call reuses the first call's o once the caller dropped it, and the
+    # T=2048 HV=2 V=64: o is 1 MiB (cached); the second call reuses the first call's o once the caller dropped it, and the
     # dirty buffer gives the same bits.
     torch.manual_seed(0)
     B, T, H, K = 1, 2048, 2, 64
