@@ -339,17 +339,29 @@ void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t
     for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
   }
 }
-// M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
-// Restrict-qualified locals so that the loop vectorizes (through the Scratch fields the compiler re-loaded every
-// pointer after each store).
-void build_m(Scratch& s) {
-  float* HWY_RESTRICT M = s.M;
-  const float* HWY_RESTRICT P = s.P;
-  const float* HWY_RESTRICT Gm = s.Gm;
-  for (int64_t i = 0; i < BT; ++i) {
-    const float b = s.beta[i];
-    for (int64_t j = 0; j < BT; ++j) M[i * BT + j] = j < i ? b * P[i * BT + j] * Gm[i * BT + j] : 0.f;
+// Row i of a masked decay product: y_j = (c x_j) Gm_ij for j < i (kStrict) or j <= i, else 0, j < BT. Explicit
+// vectors with a select: written as a conditional multiply the loop does not vectorize below AVX-512 (no masked
+// arithmetic; -ftrapping-math), and a triangular bound leaves per-row remainder loops. x_j past the diagonal is
+// never written by the products that make x (GemmTri::kLower output, so it may be stale): computed, not used.
+// y may equal x (in place).
+template <bool kStrict>
+HWY_INLINE void masked_decay_row(const float* x, const float* HWY_RESTRICT gm, float c, float* y, int64_t i) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto vc = hn::Set(d, c);
+  const auto end = hn::Set(di, static_cast<int32_t>(kStrict ? i : i + 1));  // keep columns j < end
+  for (int64_t j = 0; j < BT; j += L) {
+    const auto m = hn::Mul(hn::Mul(vc, hn::LoadU(d, x + j)), hn::LoadU(d, gm + j));
+    const auto col = hn::Iota(di, static_cast<int32_t>(j));
+    const auto keep = hn::RebindMask(d, hn::Lt(col, end));
+    hn::StoreU(hn::IfThenElseZero(keep, m), d, y + j);
   }
+}
+
+// M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
+void build_m(Scratch& s) {
+  for (int64_t i = 0; i < BT; ++i) masked_decay_row<true>(s.P + i * BT, s.Gm + i * BT, s.beta[i], s.M + i * BT, i);
 }
 
 // Y = diag(r) X, X and Y [BT, n] (row-scaled copies whose scale sits on a product's inner index, where no GEMM
@@ -433,16 +445,9 @@ void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
-// dst = scale * Lower(src (.) Gamma) (diagonal included), [BT, BT]; dst may equal src (in place). Entries of src
-// above the diagonal are never used (the GEMM that made src skips them: GemmTri::kLower output, so they may be
-// stale): each whole row is a select, which vectorizes without the per-row remainder loops of a triangular bound.
-void mask_lower_gamma_from(const float* src, float* dst, const float* HWY_RESTRICT Gm, float scale) {
-  for (int64_t i = 0; i < BT; ++i) {
-    const float* x = src + i * BT;
-    float* y = dst + i * BT;
-    const float* HWY_RESTRICT gm = Gm + i * BT;
-    for (int64_t j = 0; j < BT; ++j) y[j] = j <= i ? scale * x[j] * gm[j] : 0.f;
-  }
+// dst = scale * Lower(src (.) Gamma) (diagonal included), [BT, BT]; dst may equal src (in place).
+void mask_lower_gamma_from(const float* src, float* dst, const float* Gm, float scale) {
+  for (int64_t i = 0; i < BT; ++i) masked_decay_row<false>(src + i * BT, Gm + i * BT, scale, dst + i * BT, i);
 }
 void mask_lower_gamma(float* X, const float* Gm, float scale) { mask_lower_gamma_from(X, X, Gm, scale); }
 
