@@ -11,7 +11,10 @@ run on one thread: the CPU-time ratio is then the work ratio. It is a conservati
 idle wall-clock ratio as long as Strata scales at least as well as the eager peer from 1 to 2 threads (Strata:
 1.57-1.98x forward, 1.95x backward, session 5; the eager peer's small ops scale worse).
 
-    python bench/gdn_cpu_cputime.py [--threads N] [--pairs P] [--bwd]
+--output-cache-ab adds a third contestant, Strata with its CPU output cache off (strata._ops.cpu_output handing
+out fresh torch tensors, as before session 13), so that the cache's effect is measured in the same alternation.
+
+    python bench/gdn_cpu_cputime.py [--threads N] [--pairs P] [--bwd] [--output-cache-ab]
 """
 
 import argparse
@@ -31,6 +34,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--bwd", action="store_true", help="forward + backward (torch.autograd.grad) instead of forward")
+    ap.add_argument("--output-cache-ab", action="store_true",
+                    help="also time Strata with the CPU output cache off (fresh output tensors every call)")
     args = ap.parse_args()
     if gdn_peers.sapi is None:
         sys.exit(f"strata: {gdn_peers.STRATA}")
@@ -42,6 +47,17 @@ def main():
     do = torch.randn(B, T, HV, D, generator=torch.Generator().manual_seed(1))
     scale = D ** -0.5
     fns = {"torch_chunked": gdn_peers.torch_chunked_gdn, "strata": gdn_peers.sapi.chunk_gated_delta_rule}
+    if args.output_cache_ab:
+        from strata import _ops
+
+        def fresh_outputs(*a, **kw):
+            on = _ops.CPU_OUTPUT_MIN_BYTES
+            _ops.CPU_OUTPUT_MIN_BYTES = 1 << 62  # every output from torch.empty, faulted in by the op
+            try:
+                return gdn_peers.sapi.chunk_gated_delta_rule(*a, **kw)
+            finally:
+                _ops.CPU_OUTPUT_MIN_BYTES = on
+        fns["strata_fresh_out"] = fresh_outputs
 
     def call(fn):
         ins = [x.clone().requires_grad_(args.bwd) for x in (q, k, v, g, beta)]
@@ -54,8 +70,8 @@ def main():
     for fn in fns.values():  # warm-up
         call(fn)
     res = {n: [] for n in fns}
-    for _ in range(args.pairs):
-        for n, fn in fns.items():
+    for i in range(args.pairs):  # the order reversed every other round
+        for n, fn in (list(fns.items()) if i % 2 == 0 else list(fns.items())[::-1]):
             res[n].append(call(fn))
     fl = gdn_peers.flops(B, T, HV, D, False) + (gdn_peers.flops(B, T, HV, D, True) if args.bwd else 0)
     what = "fwd+bwd" if args.bwd else "fwd"
@@ -66,11 +82,13 @@ def main():
         c = sorted(x[1] for x in r)
         print(f"  {n:>14}: wall min {1e3 * w[0]:9.1f} median {1e3 * w[len(w) // 2]:9.1f} ms | CPU min "
               f"{1e3 * c[0]:9.1f} median {1e3 * c[len(c) // 2]:9.1f} ms ({fl / c[0] / 1e9:.1f} GFLOP/s per CPU-s)")
-    for i, label in ((1, "CPU time"), (0, "wall time")):
-        rat = sorted(a[i] / b[i] for a, b in zip(res["torch_chunked"], res["strata"]))
-        q1, q3 = rat[len(rat) // 4], rat[(3 * len(rat)) // 4]
-        print(f"  torch_chunked / strata, paired {label}: median {statistics.median(rat):.1f}x "
-              f"(quartiles {q1:.1f}-{q3:.1f}, {len(rat)} pairs)")
+    pairs = [("torch_chunked", "strata")] + ([("strata_fresh_out", "strata")] if args.output_cache_ab else [])
+    for num, den in pairs:
+        for i, label in ((1, "CPU time"), (0, "wall time")):
+            rat = sorted(a[i] / b[i] for a, b in zip(res[num], res[den]))
+            q1, q3 = rat[len(rat) // 4], rat[(3 * len(rat)) // 4]
+            print(f"  {num} / {den}, paired {label}: median {statistics.median(rat):.3f}x "
+                  f"(quartiles {q1:.3f}-{q3:.3f}, {len(rat)} pairs)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _C
-from ._ops import OP, OPS, define, dtype_code, empty, launch
+from ._ops import OP, OPS, cpu_output, define, dtype_code, empty, launch
 
 __all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_saved_bytes"]
 
@@ -115,9 +115,10 @@ def _fwd_backward(ctx, do, dht, dsaved):
         "-> (Tensor, Tensor, Tensor)",
         fake=_fwd_fake, tensor_args=(0, 1, 2, 3, 4, 6, 8), setup_context=_fwd_setup, backward=_fwd_backward)
 def _gdn_fwd(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, use_qk_l2norm_in_kernel, save):
-    o = empty((q.shape[0], q.shape[1], v.shape[2], v.shape[3]), q.dtype, q)
+    # CPU outputs from the cached buffers of cpu_output: a fresh 16 MiB o faulted its pages in on every call.
+    o = cpu_output((q.shape[0], q.shape[1], v.shape[2], v.shape[3]), q.dtype, q)
     if output_final_state:
-        ht = empty((_n_seqs(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), _state_dtype(q), q)
+        ht = cpu_output((_n_seqs(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), _state_dtype(q), q)
     else:
         ht = empty((0,), _state_dtype(q), q)
     # The buffer's size from the C function (the fake implementation's Python formula must agree: opcheck).
@@ -152,12 +153,12 @@ def _bwd_fake(q, k, v, g, beta, scale, initial_state, cu_seqlens, do, dht, use_q
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
         fake=_bwd_fake, tensor_args=(0, 1, 2, 3, 4, 6, 7, 8, 9, 11))
 def _gdn_bwd(q, k, v, g, beta, scale, initial_state, cu_seqlens, do, dht, use_qk_l2norm_in_kernel, saved):
-    dq = empty(q.shape, q.dtype, q)
-    dk = empty(k.shape, k.dtype, q)
-    dv = empty(v.shape, v.dtype, q)
-    dg = empty(g.shape, g.dtype, q)
-    dbeta = empty(beta.shape, beta.dtype, q)
-    dh0 = empty(initial_state.shape if initial_state is not None else (0,), _state_dtype(q), q)
+    dq = cpu_output(q.shape, q.dtype, q)
+    dk = cpu_output(k.shape, k.dtype, q)
+    dv = cpu_output(v.shape, v.dtype, q)
+    dg = cpu_output(g.shape, g.dtype, q)
+    dbeta = cpu_output(beta.shape, beta.dtype, q)
+    dh0 = cpu_output(initial_state.shape if initial_state is not None else (0,), _state_dtype(q), q)
     launch(OP.chunk_gated_delta_rule_bwd,
            (q, k, v, g, beta, initial_state, cu_seqlens, do, dht, dq, dk, dv, dg, dbeta,
             dh0 if initial_state is not None else None,

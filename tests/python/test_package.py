@@ -169,3 +169,67 @@ def test_ops_with_cpu_workspace_give_the_same_bits_on_a_reused_buffer():
     assert _ops._cpu_ws.buf is not None
     o2, s2 = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
     assert torch.equal(o1, o2) and torch.equal(s1, s2)
+
+
+def test_cpu_output_reuses_a_buffer_only_when_nothing_holds_it():
+    import threading
+
+    strata.release_cpu_workspace()
+    like = torch.empty(0)
+    shape, n = (256, 1024), 256 * 1024  # 1 MiB of f32: above the cache's smallest size
+    a = _ops.cpu_output(shape, torch.float32, like)
+    assert a.shape == shape and a.is_contiguous() and a._base is None and a.dtype == torch.float32
+    a.fill_(1.0)
+    pa = a.data_ptr()
+    del a
+    a = _ops.cpu_output(shape, torch.float32, like)
+    assert a.data_ptr() == pa  # idle: handed out again
+    # every kind of holder keeps the buffer: the tensor, a view, its storage object, numpy, a DLPack capsule
+    holders = [lambda t: t, lambda t: t[3:], lambda t: t.untyped_storage(), lambda t: t.numpy(),
+               lambda t: torch.utils.dlpack.to_dlpack(t)]
+    for make_holder in holders:
+        held = make_holder(a)
+        del a
+        b = _ops.cpu_output(shape, torch.float32, like)
+        assert b.data_ptr() != pa  # a new buffer while the old one is held
+        del held
+        a = _ops.cpu_output(shape, torch.float32, like)
+        assert a.data_ptr() == pa  # b's buffer is in use, the old one idle again
+        del b
+    assert torch.equal(a, torch.ones(shape))  # the old contents (no zeroing): it is an output buffer
+    other_dtype = _ops.cpu_output((n,), torch.int32, like)  # same bytes, another dtype
+    assert other_dtype.dtype == torch.int32 and other_dtype.numel() == n and other_dtype.data_ptr() != pa
+    assert _ops.cpu_output((16,), torch.float32, like).shape == (16,)  # below the threshold: torch.empty
+    # at most CPU_OUTPUT_CACHE buffers per thread (held ones are let go); other threads have their own
+    held = [_ops.cpu_output((n + 16 * i,), torch.float32, like) for i in range(_ops.CPU_OUTPUT_CACHE + 3)]
+    for i, h in enumerate(held):
+        h.fill_(float(i))
+    assert len(_ops._cpu_out.bufs) == _ops.CPU_OUTPUT_CACHE
+    other = []
+    t = threading.Thread(target=lambda: other.append(len(getattr(_ops._cpu_out, "bufs", []))))
+    t.start()
+    t.join()
+    assert other == [0]
+    strata.release_cpu_workspace()
+    assert _ops._cpu_out.bufs == []
+    assert all(torch.equal(h, torch.full_like(h, float(i))) for i, h in enumerate(held))  # still theirs
+
+
+def test_chunk_gated_delta_rule_cpu_outputs_come_from_the_cache():
+    # T=2048 HV=2 V=64: o is 1 MiB (cached); the second call reuses the first call's o once the caller dropped it,
+    # and the dirty buffer gives the same bits. With the l2norm (without it these random keys, |k|^2 ~ 64, blow the state
+    # up to inf within ~200 tokens, and NaN != NaN).
+    torch.manual_seed(0)
+    B, T, H, K = 1, 2048, 2, 64
+    q, k, v = torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, K)
+    g, beta = -torch.rand(B, T, H), torch.rand(B, T, H)
+    strata.release_cpu_workspace()
+    o1, _ = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+    assert torch.isfinite(o1).all()
+    ref, p1 = o1.clone(), o1.data_ptr()
+    o1.fill_(float("nan"))
+    del o1
+    o2, _ = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+    assert o2.data_ptr() == p1 and torch.equal(o2, ref)
+    o3, _ = strata.api.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)  # o2 held: another
+    assert o3.data_ptr() != p1 and torch.equal(o3, ref)

@@ -228,7 +228,8 @@ struct Scratch {
   float* QK = nullptr;  // [BT, BT]: Q K^T of the chunk, shared by the value heads of a task
   float *alpha, *beta, *E, *eL, *dgam, *dbeta;  // [BT]
   float *rq, *rk;       // [BT]: rstd of the chunk's q, k rows (fused l2norm)
-  float *ra, *rb;  // [2 BT], [BT]: per-row epilogue scales of the forward's K S and Q S (tile::GemmF32Args)
+  // [2 BT], [BT]: per-row epilogue scales (tile::GemmF32Args) of the forward's K S and Q S, the backward's dO S^T
+  float *ra, *rb;
   float *dQs, *dKs;     // [BT, K]: dq, dk summed over the value heads of a backward task
   int64_t L = 0;                                  // valid rows of the chunk in the scratch
   static size_t floats(const GdnParams& p) {
@@ -296,17 +297,22 @@ void chunk_load_hv(const GdnParams& p, Scratch& s, int64_t b, int64_t t0, int64_
   //   Gm_ij = exp(gamma_i - gamma_j) = prod_{u=j+1..i} alpha_u (j <= i, else 0), built row by row:
   //   row i = alpha_i * row i-1 (j < i), Gm_ii = 1;  E_i = e^{gamma_i} = prod_{u<=i} alpha_u;
   //   eL_i = e^{gamma_last - gamma_i} = Gm_{BT-1, i} (rows past L have alpha = 1).
-  for (int64_t i = 0; i < BT; ++i) {
-    float* gi = s.Gm + i * BT;
-    if (i == 0) {
-      gi[0] = 1.f;
-      for (int64_t j = 1; j < BT; ++j) gi[j] = 0.f;
-    } else {
-      const float* gp = gi - BT;
-      for (int64_t j = 0; j < BT; ++j) gi[j] = s.alpha[i] * gp[j];  // 0 above the diagonal stays 0
-      gi[i] = 1.f;
+  {  // restrict locals: through the Scratch fields every Gm store could alias alpha
+    float* HWY_RESTRICT Gm = s.Gm;
+    const float* HWY_RESTRICT alpha = s.alpha;
+    for (int64_t i = 0; i < BT; ++i) {
+      float* gi = Gm + i * BT;
+      if (i == 0) {
+        gi[0] = 1.f;
+        for (int64_t j = 1; j < BT; ++j) gi[j] = 0.f;
+      } else {
+        const float* gp = gi - BT;
+        const float a = alpha[i];
+        for (int64_t j = 0; j < BT; ++j) gi[j] = a * gp[j];  // 0 above the diagonal stays 0
+        gi[i] = 1.f;
+      }
+      s.E[i] = i == 0 ? alpha[0] : s.E[i - 1] * alpha[i];
     }
-    s.E[i] = i == 0 ? s.alpha[0] : s.E[i - 1] * s.alpha[i];
   }
   for (int64_t i = 0; i < BT; ++i) s.eL[i] = s.Gm[(BT - 1) * BT + i];
   if (!scaled) return;
@@ -333,16 +339,37 @@ void prefetch_rows(const GdnTensor& x, int64_t b, int64_t t0, int64_t L, int64_t
     for (int64_t off = 0; off < D * es; off += 64) __builtin_prefetch(r + off, 0, 2);
   }
 }
+// Row i of a masked decay product: y_j = (c x_j) Gm_ij for j < i (kStrict) or j <= i, else 0, j < BT. Explicit
+// vectors with a select: written as a conditional multiply the loop does not vectorize below AVX-512 (no masked
+// arithmetic; -ftrapping-math), and a triangular bound leaves per-row remainder loops. x_j past the diagonal is
+// never written by the products that make x (GemmTri::kLower output, so it may be stale): computed, not used.
+// y may equal x (in place).
+template <bool kStrict>
+HWY_INLINE void masked_decay_row(const float* x, const float* HWY_RESTRICT gm, float c, float* y, int64_t i) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto vc = hn::Set(d, c);
+  const auto end = hn::Set(di, static_cast<int32_t>(kStrict ? i : i + 1));  // keep columns j < end
+  for (int64_t j = 0; j < BT; j += L) {
+    const auto m = hn::Mul(hn::Mul(vc, hn::LoadU(d, x + j)), hn::LoadU(d, gm + j));
+    const auto col = hn::Iota(di, static_cast<int32_t>(j));
+    const auto keep = hn::RebindMask(d, hn::Lt(col, end));
+    hn::StoreU(hn::IfThenElseZero(keep, m), d, y + j);
+  }
+}
+
 // M = StrictLower(beta_i P_ij Gamma_ij) from P = K K^T.
-// Restrict-qualified locals so that the loop vectorizes (through the Scratch fields the compiler re-loaded every
-// pointer after each store).
 void build_m(Scratch& s) {
-  float* HWY_RESTRICT M = s.M;
-  const float* HWY_RESTRICT P = s.P;
-  const float* HWY_RESTRICT Gm = s.Gm;
+  for (int64_t i = 0; i < BT; ++i) masked_decay_row<true>(s.P + i * BT, s.Gm + i * BT, s.beta[i], s.M + i * BT, i);
+}
+
+// Y = diag(r) X, X and Y [BT, n] (row-scaled copies whose scale sits on a product's inner index, where no GEMM
+// epilogue can apply it). Restrict locals: through the Scratch fields every store could alias r.
+void scale_rows(const float* HWY_RESTRICT r, const float* HWY_RESTRICT X, float* HWY_RESTRICT Y, int64_t n) {
   for (int64_t i = 0; i < BT; ++i) {
-    const float b = s.beta[i];
-    for (int64_t j = 0; j < BT; ++j) M[i * BT + j] = j < i ? b * P[i * BT + j] * Gm[i * BT + j] : 0.f;
+    const float ri = r[i];
+    for (int64_t d = 0; d < n; ++d) Y[i * n + d] = ri * X[i * n + d];
   }
 }
 
@@ -418,27 +445,11 @@ void chunk_solve_wy(const GdnParams& p, const Gemm& mm, Scratch& s) {
   mm(false, false, BT, V, BT, 1.f, s.Ai, BT, s.Vb, V, 0.f, s.Vn, V, GemmTri::kLower);
 }
 
-// Scale * Lower(X (.) Gamma) in place (diagonal included), X [BT, BT]. Entries above the diagonal are not read
-// (the GEMM that made X skips them: GemmTri::kLower output) and are set to 0.
-void mask_lower_gamma(float* X, const float* Gm, float scale);
-// dst = scale * Lower(src (.) Gamma) (same arithmetic as mask_lower_gamma in place; src's upper part not read).
+// dst = scale * Lower(src (.) Gamma) (diagonal included), [BT, BT]; dst may equal src (in place).
 void mask_lower_gamma_from(const float* src, float* dst, const float* Gm, float scale) {
-  for (int64_t i = 0; i < BT; ++i) {
-    const float* x = src + i * BT;
-    float* y = dst + i * BT;
-    const float* gm = Gm + i * BT;
-    for (int64_t j = 0; j <= i; ++j) y[j] = scale * x[j] * gm[j];
-    for (int64_t j = i + 1; j < BT; ++j) y[j] = 0.f;
-  }
+  for (int64_t i = 0; i < BT; ++i) masked_decay_row<false>(src + i * BT, Gm + i * BT, scale, dst + i * BT, i);
 }
-void mask_lower_gamma(float* X, const float* Gm, float scale) {
-  for (int64_t i = 0; i < BT; ++i) {
-    float* x = X + i * BT;
-    const float* gm = Gm + i * BT;
-    for (int64_t j = 0; j <= i; ++j) x[j] = scale * x[j] * gm[j];
-    for (int64_t j = i + 1; j < BT; ++j) x[j] = 0.f;
-  }
-}
+void mask_lower_gamma(float* X, const float* Gm, float scale) { mask_lower_gamma_from(X, X, Gm, scale); }
 
 // Chunk starts per sequence: coff[n] = index of sequence n's first chunk (exclusive prefix sum of ceil(L/BT)).
 void chunk_offsets(const GdnParams& p, int64_t* coff) {
@@ -531,8 +542,7 @@ void fwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t i = 0; i < L; ++i)
         store_row_stream(p.o, seq.b * p.o.st[0] + (t0 + i) * p.o.st[1] + hv * p.o.st[2], s.dO + i * V, V);
       // S = e^{gamma_last} S + K^T diag(eL) Vn
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      scale_rows(s.eL, s.Vn, s.TV, V);
       mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, S, ldS);
     }
   }
@@ -605,8 +615,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       const float* Sc = hs + c * hs_stride + j * KV;
       float* Sn = hs + (c + 1) * hs_stride + j * KV;
       mm(false, false, BT, V, K, -1.f, s.W, K, Sc, ldS, 1.f, s.Vn, V);
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < V; ++d) s.TV[i * V + d] = s.eL[i] * s.Vn[i * V + d];
+      scale_rows(s.eL, s.Vn, s.TV, V);
       mm(true, false, K, V, BT, 1.f, s.Kc, K, s.TV, V, elast, Sn, ldS, GemmTri::kNone, Sc, ldS);  // Sn = e^gL Sc + ...
     }
   }
@@ -654,29 +663,24 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       std::memset(s.dO, 0, sizeof(float) * BT * V);
       for (int64_t i = 0; i < L; ++i)
         load_row(p.do_, seq.b * p.do_.st[0] + (t0 + i) * p.do_.st[1] + hv * p.do_.st[2], s.dO + i * V, V);
-      // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS
+      // dVn = (scale Lower(Q K^T Gamma))^T dO + diag(eL) K dS (the row scalings diag(eL), diag(scale E) below
+      // are the products' epilogue scales: the same single multiply per element as a separate pass, same bits)
       mask_lower_gamma_from(s.QK, s.Aqk, s.Gm, p.scale);
-      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, ldS, 0.f, s.TV, V);
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < V; ++d) s.dVn[i * V + d] = s.eL[i] * s.TV[i * V + d];
+      mm(false, false, BT, V, K, 1.f, s.Kc, K, dS, ldS, 0.f, s.dVn, V, kNoTri, nullptr, 0, kNoTri, s.eL);
       mm(true, false, BT, V, BT, 1.f, s.Aqk, BT, s.dO, V, 1.f, s.dVn, V, GemmTri::kUpper);  // Aqk^T: upper
       // Ds = scale Lower(dO Vn^T Gamma); dQ = scale diag(E) dO S^T + Ds K
       mm.transpose(s.Vn, V, BT, V, s.VT, BT);
       mm(false, false, BT, BT, V, 1.f, s.dO, V, s.VT, BT, 0.f, s.Ds, BT, kNoTri, nullptr, 0, kLowerC);
       mask_lower_gamma(s.Ds, s.Gm, p.scale);
       mm.transpose(Sc, ldS, K, V, s.ST, ldT);  // ST [V, K]
-      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, ldT, 0.f, s.dQ, K);
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < K; ++d) s.dQ[i * K + d] *= p.scale * s.E[i];
+      for (int64_t i = 0; i < BT; ++i) s.ra[i] = p.scale * s.E[i];
+      mm(false, false, BT, K, V, 1.f, s.dO, V, s.ST, ldT, 0.f, s.dQ, K, kNoTri, nullptr, 0, kNoTri, s.ra);
       mm(false, false, BT, K, BT, 1.f, s.Ds, BT, s.Kc, K, 1.f, s.dQ, K, GemmTri::kLower);
       // dK_int = diag(eL) Vn dS^T; dK = dK_int + Ds^T Q
       mm.transpose(dS, ldS, K, V, s.dST, ldT);  // dST [V, K]
-      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, ldT, 0.f, s.dK, K);
+      mm(false, false, BT, K, V, 1.f, s.Vn, V, s.dST, ldT, 0.f, s.dK, K, kNoTri, nullptr, 0, kNoTri, s.eL);
       float kdk_int = 0.f;
-      for (int64_t i = 0; i < BT; ++i) {
-        for (int64_t d = 0; d < K; ++d) s.dK[i * K + d] *= s.eL[i];
-        kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
-      }
+      for (int64_t i = 0; i < BT; ++i) kdk_int += dot(s.Kc + i * K, s.dK + i * K, K);
       mm(true, false, BT, K, BT, 1.f, s.Ds, BT, s.Q, K, 1.f, s.dK, K, GemmTri::kUpper);  // Ds^T: upper
       // dgamma = q.dQ - k.dK; the last valid row also gets e^{gamma_last} <S, dS> + sum k.dK_int
       for (int64_t i = 0; i < BT; ++i)
@@ -685,8 +689,7 @@ void bwd_task(const GdnParams& p, const Gemm& mm, Scratch& s, int64_t n, int64_t
       for (int64_t i = 0; i < K; ++i) sds += dot(Sc + i * ldS, dS + i * ldS, V);
       s.dgam[L - 1] += elast * sds + kdk_int;
       // dS <- e^{gamma_last} dS + scale (E Q)^T dO - W^T dVn
-      for (int64_t i = 0; i < BT; ++i)
-        for (int64_t d = 0; d < K; ++d) s.TK[i * K + d] = s.E[i] * s.Q[i * K + d];
+      scale_rows(s.E, s.Q, s.TK, K);
       mm(true, false, K, V, BT, p.scale, s.TK, K, s.dO, V, elast, dS, ldS);
       mm(true, false, K, V, BT, -1.f, s.W, K, s.dVn, V, 1.f, dS, ldS);
       // dW = -dVn S^T; X = A^T dW (into TK); Y = A^T dVn (into TV)
