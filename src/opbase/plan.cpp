@@ -219,6 +219,10 @@ strata_status strata_plan_run(strata_plan plan, void* const* tensors, int32_t nu
     for (int i = 0; i < num_tensors; ++i)
       if ((p->required_mask >> i & 1u) && !tensors[i])
         return fail(STRATA_ERROR_NULL_POINTER, "strata_plan_run: {}: tensor {} must not be NULL", p->op, i);
+  for (int i = 0; i < num_tensors; ++i)
+    if ((p->absent_mask >> i & 1u) && tensors[i])
+      return fail(STRATA_ERROR_INVALID_VALUE,
+                  "strata_plan_run: {}: tensor {} was not given when the plan was made, so it must be NULL", p->op, i);
   if (workspace_size < p->workspace)
     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "strata_plan_run: {} needs a workspace of {} bytes, got {}", p->op,
                 p->workspace, workspace_size);

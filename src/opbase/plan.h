@@ -53,6 +53,7 @@ class Plan {
   size_t workspace = 0;
   int num_tensors = 0;
   uint32_t required_mask = 0;  // bit i set: tensor i must be non-NULL at run time
+  uint32_t absent_mask = 0;    // bit i set: tensor i was not given to the plan, so it must be NULL at run time
   bool empty = false;          // no element to compute: run() does nothing
   PrecisionModel precision = PrecisionModel::kOutputDtype;  // the chosen implementation's
   std::vector<Verdict> verdicts;
@@ -124,6 +125,10 @@ struct PlanInfo {
   strata_device device;
   std::string summary;
   bool empty;
+  // Bit i set: tensor i was not given when the plan was made, so run() rejects a non-NULL pointer there (a kernel
+  // would otherwise write an optional output, e.g. a weight gradient, that the workspace was not sized for). Ops
+  // whose required_mask leaves out given-but-empty tensors keep 0 (no check).
+  uint32_t absent_mask = 0;
 };
 strata_status choose_impl(const PlanInfo& info, const std::vector<std::string>& names,
                           const std::function<std::string(size_t)>& reject, size_t* chosen,
@@ -146,6 +151,7 @@ strata_status dispatch(const PlanInfo& info, Problem problem, const ImplList<Pro
   plan->device = info.device;
   plan->num_tensors = info.num_tensors;
   plan->required_mask = info.required_mask;
+  plan->absent_mask = info.absent_mask;
   plan->empty = info.empty;
   plan->precision = impls[chosen].precision;
   plan->verdicts = std::move(verdicts);

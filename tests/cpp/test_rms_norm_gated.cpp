@@ -228,6 +228,33 @@ TEST(RmsNormGatedValidation, BackwardWorkspaceTooSmallWritesNothing) {
   EXPECT_TRUE(all_poison(dx) && all_poison(dz) && all_poison(dw));
 }
 
+// A pointer for an optional tensor the plan was made without is rejected at run time: the CPU backward would
+// otherwise sum dweight partials into a workspace sized for no dweight (a heap overflow found in session 13).
+TEST(RmsNormGatedValidation, RunRejectsATensorThePlanWasMadeWithout) {
+  V v;
+  HostTensor rs = rnd(STRATA_DTYPE_F32, {4, 2}, 5, 1.0, 0.1), dy = rnd(STRATA_DTYPE_F32, {4, 16}, 6);
+  HostTensor dx = poisoned(STRATA_DTYPE_F32, {4, 16}), dz = poisoned(STRATA_DTYPE_F32, {4, 16});
+  HostTensor dw = poisoned(STRATA_DTYPE_F32, {16});
+  strata_plan plan = nullptr;
+  ASSERT_EQ(strata_rms_norm_gated_bwd_plan(&v.x.desc, &v.z.desc, &v.w.desc, nullptr, nullptr, &rs.desc, &dy.desc,
+                                           nullptr, &dx.desc, &dz.desc, nullptr, nullptr, 8, 1, 0, &plan),
+            STRATA_SUCCESS);
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  std::vector<uint8_t> wsb(ws + 1);
+  void* t[] = {dat(&v.x), dat(&v.z), dat(&v.w), nullptr, nullptr, dat(&rs), dat(&dy), nullptr, dat(&dx), dat(&dz),
+               dat(&dw), nullptr};
+  EXPECT_EQ(strata_plan_run(plan, t, 12, wsb.data(), ws, nullptr), STRATA_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(strata_get_last_error_message()).find("tensor 10 was not given when the plan was made"),
+            std::string::npos);
+  EXPECT_TRUE(all_poison(dx) && all_poison(dz) && all_poison(dw));
+  t[10] = nullptr;  // the same call without it runs
+  EXPECT_EQ(strata_plan_run(plan, t, 12, wsb.data(), ws, nullptr), STRATA_SUCCESS);
+  EXPECT_FALSE(all_poison(dx));
+  EXPECT_TRUE(all_poison(dw));
+  strata_plan_destroy(plan);
+}
+
 // ---------------------------------------------------------------------------------------------- gradients
 
 // Loss L = sum(y * R) + sum(residual_out * S); the backward's dx, dz, dw, db (and dresidual = dx) against central

@@ -263,7 +263,7 @@ extern "C" strata_status strata_clipped_swiglu_fwd_plan(const strata_tensor_desc
     const PlanInfo info{op, 3, probs ? 0b111u : 0b101u, x->device,
                         fmt::format("x:{}{} y:{} alpha={} limit={} bias={} {}", desc_str(*x), opt_str("probs", probs),
                                     desc_str(*y), alpha, limit, bias, interleaved ? "interleaved" : "split"),
-                        k.rows == 0 || k.I == 0};
+                        k.rows == 0 || k.I == 0, probs ? 0u : 0b010u};
     return dispatch(info, std::move(pr), fwd_impls(), out);
   }, plan);
 }
@@ -330,7 +330,7 @@ extern "C" strata_status strata_clipped_swiglu_bwd_plan(const strata_tensor_desc
                                     opt_str("probs", probs), desc_str(*dy), desc_str(*dx), opt_str("dprobs", dprobs),
                                     alpha, limit, bias, interleaved ? "interleaved" : "split"),
                         // With I == 0 dprobs (sums of nothing) is still written, as zeros.
-                        k.rows == 0 || (k.I == 0 && !dprobs)};
+                        k.rows == 0 || (k.I == 0 && !dprobs), ~mask & 0b11111u};
     return dispatch(info, std::move(pr), bwd_impls(), out);
   }, plan);
 }

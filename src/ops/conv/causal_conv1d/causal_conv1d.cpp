@@ -69,7 +69,8 @@ Conv1dParams bind(const Conv1dProblem& pr, const Launch& l) {
 
 bool half_or_f32(int32_t d) { return d == STRATA_DTYPE_F32 || d == STRATA_DTYPE_BF16 || d == STRATA_DTYPE_F16; }
 
-std::string dtypes_reason(const Conv1dProblem& pr) {
+// Used by the CUDA entries only (CPU-only builds compile it unused).
+[[maybe_unused]] std::string dtypes_reason(const Conv1dProblem& pr) {
   for (int32_t d : pr.dtypes)
     if (d == STRATA_DTYPE_F64)
       return fmt::format("handles f32/bf16/f16 tensors, got an f64 tensor (x {})", dtype_name(pr.params.x_dtype));

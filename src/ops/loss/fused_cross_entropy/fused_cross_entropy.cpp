@@ -521,7 +521,7 @@ extern "C" strata_status strata_fused_cross_entropy_fwd_plan(
                     grad_scale);
     // A reduced loss is written even for N = 0 (mean of nothing is 0), so only `none` with N = 0 is empty.
     const bool empty = k.N == 0 && reduction == kCeNone;
-    const PlanInfo info{kFwd, 6, mask, logits->device, summary, empty};
+    const PlanInfo info{kFwd, 6, mask, logits->device, summary, empty, ~mask & 0x3Fu};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }
@@ -558,7 +558,7 @@ extern "C" strata_status strata_fused_cross_entropy_bwd_plan(
                     lse ? desc_str(*lse) : std::string("none (scale the gradient in the logits by dloss)"),
                     desc_str(*dloss), desc_str(*dlogits),
                     attr_str(reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap));
-    const PlanInfo info{kBwd, 5, mask, logits->device, summary, k.N == 0};
+    const PlanInfo info{kBwd, 5, mask, logits->device, summary, k.N == 0, ~mask & 0x1Fu};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

@@ -446,7 +446,7 @@ extern "C" strata_status strata_rms_norm_gated_fwd_plan(
                                     opt_str("residual", residual), desc_str(*y),
                                     opt_str("residual_out", residual_out), desc_str(*rstd), eps, G,
                                     norm_before_gate, activation == STRATA_GATE_SILU ? "silu" : "sigmoid"),
-                        k.rows == 0};
+                        k.rows == 0, ~mask & 0xFFu};
     return dispatch(info, std::move(pr), fwd_impls(), out);
   }, plan);
 }
@@ -542,7 +542,7 @@ extern "C" strata_status strata_rms_norm_gated_bwd_plan(
                     opt_str("dresidual_out", dresidual_out), desc_str(*dx), desc_str(*dz), opt_str("dweight", dweight),
                     opt_str("dbias", dbias), G, norm_before_gate, activation == STRATA_GATE_SILU ? "silu" : "sigmoid"),
         // Nothing to write only when D == 0: with rows == 0 the kernels still zero dweight / dbias.
-        k.D == 0};
+        k.D == 0, ~mask & 0xFFFu};
     return dispatch(info, std::move(pr), bwd_impls(), out);
   }, plan);
 }
