@@ -126,8 +126,9 @@ struct PlanInfo {
   std::string summary;
   bool empty;
   // Bit i set: tensor i was not given when the plan was made, so run() rejects a non-NULL pointer there (a kernel
-  // would otherwise write an optional output, e.g. a weight gradient, that the workspace was not sized for). Ops
-  // whose required_mask leaves out given-but-empty tensors keep 0 (no check).
+  // would otherwise write an optional output, e.g. a weight gradient, that the workspace was not sized for). 0 = no
+  // check: ops whose required_mask leaves out given-but-empty tensors, and chunk_loss, whose kernels take optional
+  // tensors from the plan only (its callers may pass every pointer to a gradient-free forward).
   uint32_t absent_mask = 0;
 };
 strata_status choose_impl(const PlanInfo& info, const std::vector<std::string>& names,

@@ -309,7 +309,7 @@ strata_status plan_common(const char* op, bool bwd, const Descs& d, const strata
     if (d.dhidden) mask |= 1u << 6;
     if (d.dweight) mask |= 1u << 7;
     if (d.dbias) mask |= 1u << 8;
-    const PlanInfo info{op, 9, mask, h.device, summary, false, ~mask & 0x1FFu};
+    const PlanInfo info{op, 9, mask, h.device, summary, false};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }
