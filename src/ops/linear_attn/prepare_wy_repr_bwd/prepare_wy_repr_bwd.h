@@ -41,8 +41,8 @@ struct WyBwdParams {
   // the same bits as kWyTwoPerSm: kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its dk
   // stores) and kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk
   // tiles, each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype), and
-  // kWyBatchedTyped (session 13, forced only: not yet timed on a GPU; kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's
-  // dg_add and dv changes). Tests and timing force the variants.
+  // kWyBatchedTyped (session 13: kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's dg_add and dv changes; what
+  // kWyAuto runs, with or without dk_add). Tests and timing force the variants.
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3, kWyPrefetchAdd = 4,
