@@ -158,6 +158,40 @@ double time_ms(Fn fn) {
   return t[t.size() / 2];
 }
 
+// `reps` timed calls of each fn (CUDA events, after one warm-up call each), interleaved (f0 f1 f2 f0 f1 f2 ...) so
+// that clock or load drift hits every fn alike; the samples of each fn, sorted, in ms.
+inline std::vector<std::vector<double>> time_interleaved_ms(const std::vector<std::function<void()>>& fns, int reps) {
+  for (const auto& f : fns) f();
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  std::vector<std::vector<double>> t(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      cudaEventRecord(e0);
+      fns[i]();
+      cudaEventRecord(e1);
+      cudaEventSynchronize(e1);
+      float ms = 0.f;
+      cudaEventElapsedTime(&ms, e0, e1);
+      t[i].push_back(ms);
+    }
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  for (auto& v : t) std::sort(v.begin(), v.end());
+  return t;
+}
+// The fastest of each fn's calls (what a test sharing the GPU with other ctest jobs can trust) ...
+inline std::vector<double> time_min_ms(const std::vector<std::function<void()>>& fns, int reps = 7) {
+  std::vector<double> r;
+  for (const auto& v : time_interleaved_ms(fns, reps)) r.push_back(v.front());
+  return r;
+}
+// ... and the median (for runs with the GPU to themselves).
+inline std::vector<double> time_median_ms(const std::vector<std::function<void()>>& fns, int reps) {
+  std::vector<double> r;
+  for (const auto& v : time_interleaved_ms(fns, reps)) r.push_back(v[v.size() / 2]);
+  return r;
+}
+
 // Per-step times of a composite call (gdn_cuda_bwd, gdn_cuda_fused_fwd): `call` passes the probe on, which records an
 // event after each step's launches (GdnStepProbe, at most 8 steps); the fastest of `reps` calls per step, in ms,
 // with the steps' names (session 13: shared by the forward's and the backward's step timings).

@@ -45,6 +45,7 @@ using test::have_gpu;
 
 using gdn_test::random_bytes;
 using gdn_test::states;
+using gdn_test::time_min_ms;
 using gdn_test::tok;
 using gdn_test::upload;
 
@@ -448,27 +449,6 @@ TEST(GdnBwdCudaVariants, DhuWgmmaMatchesMma) {
       EXPECT_TRUE(run_dhu(in, kDhuWgmma, dv_mode) == run_dhu(in, kDhuWgmma, dv_mode)) << shape_str(s);
     }
   }
-}
-
-// The fastest of `reps` timed calls of each fn (after one warm-up call each), in ms. The calls are interleaved
-// (f0 f1 f2 f0 f1 f2 ...) and the minimum kept, because ctest runs other tests on the GPU at the same time.
-std::vector<double> time_min_ms(const std::vector<std::function<void()>>& fns, int reps = 7) {
-  for (const auto& f : fns) f();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<double> best(fns.size(), 1e30);
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < fns.size(); ++i) {
-      cudaEventRecord(e0);
-      fns[i]();
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms = 0.f;
-      cudaEventElapsedTime(&ms, e0, e1);
-      best[i] = std::min(best[i], static_cast<double>(ms));
-    }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  return best;
 }
 
 // Prints a timing line and appends it to $OUT/gdn_bwd_timing.txt when OUT is set (the log folder of

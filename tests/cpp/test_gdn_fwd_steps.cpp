@@ -21,34 +21,10 @@ namespace strata::linear_attn {
 namespace {
 
 using gdn_test::StepTimes;
+using gdn_test::time_median_ms;
 using gdn_test::time_steps;
 using test::Dev;
 using test::have_gpu;
-
-// Median of `reps` whole calls of each fn, interleaved (fn 0, fn 1, fn 0, ...), after one warm-up each.
-std::vector<double> time_median_ms(const std::vector<std::function<void()>>& fns, int reps) {
-  for (const auto& f : fns) f();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0), cudaEventCreate(&e1);
-  std::vector<std::vector<double>> t(fns.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = 0; i < fns.size(); ++i) {
-      cudaEventRecord(e0);
-      fns[i]();
-      cudaEventRecord(e1);
-      cudaEventSynchronize(e1);
-      float ms = 0.f;
-      cudaEventElapsedTime(&ms, e0, e1);
-      t[i].push_back(ms);
-    }
-  cudaEventDestroy(e0), cudaEventDestroy(e1);
-  std::vector<double> med;
-  for (auto& v : t) {
-    std::sort(v.begin(), v.end());
-    med.push_back(v[v.size() / 2]);
-  }
-  return med;
-}
 
 // bf16 B = 4 T = 8192 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel, final state out
 // (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).

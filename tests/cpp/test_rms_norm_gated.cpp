@@ -208,51 +208,54 @@ TEST(RmsNormGatedValidation, BackwardGradientsNeedTheirParameters) {
   EXPECT_TRUE(all_poison(dx) && all_poison(dz) && all_poison(db));
 }
 
-TEST(RmsNormGatedValidation, BackwardWorkspaceTooSmallWritesNothing) {
+// The backward of V's x, z, weight (no bias, no residual) planned with or without dweight: its tensors (outputs
+// poisoned), the plan, its workspace size and the 12 run-time pointers (dweight's always set).
+struct PlannedBwd {
   V v;
   HostTensor rs = rnd(STRATA_DTYPE_F32, {4, 2}, 5, 1.0, 0.1), dy = rnd(STRATA_DTYPE_F32, {4, 16}, 6);
   HostTensor dx = poisoned(STRATA_DTYPE_F32, {4, 16}), dz = poisoned(STRATA_DTYPE_F32, {4, 16});
   HostTensor dw = poisoned(STRATA_DTYPE_F32, {16});
   strata_plan plan = nullptr;
-  ASSERT_EQ(strata_rms_norm_gated_bwd_plan(&v.x.desc, &v.z.desc, &v.w.desc, nullptr, nullptr, &rs.desc, &dy.desc,
-                                           nullptr, &dx.desc, &dz.desc, &dw.desc, nullptr, 8, 1, 0, &plan),
-            STRATA_SUCCESS);
   size_t ws = 0;
-  strata_plan_workspace_size(plan, &ws);
-  EXPECT_GT(ws, 0u);
-  void* t[] = {dat(&v.x), dat(&v.z), dat(&v.w), nullptr, nullptr, dat(&rs), dat(&dy), nullptr, dat(&dx), dat(&dz),
-               dat(&dw), nullptr};
-  std::vector<uint8_t> small(ws - 1);
-  EXPECT_EQ(strata_plan_run(plan, t, 12, small.data(), ws - 1, nullptr), STRATA_ERROR_WORKSPACE_TOO_SMALL);
-  strata_plan_destroy(plan);
-  EXPECT_TRUE(all_poison(dx) && all_poison(dz) && all_poison(dw));
+  explicit PlannedBwd(bool plan_dweight) {
+    EXPECT_EQ(strata_rms_norm_gated_bwd_plan(&v.x.desc, &v.z.desc, &v.w.desc, nullptr, nullptr, &rs.desc, &dy.desc,
+                                             nullptr, &dx.desc, &dz.desc, plan_dweight ? &dw.desc : nullptr, nullptr, 8,
+                                             1, 0, &plan),
+              STRATA_SUCCESS);
+    strata_plan_workspace_size(plan, &ws);
+  }
+  ~PlannedBwd() { strata_plan_destroy(plan); }
+  std::vector<void*> ptrs() {
+    return {dat(&v.x), dat(&v.z), dat(&v.w), nullptr, nullptr, dat(&rs), dat(&dy), nullptr, dat(&dx), dat(&dz),
+            dat(&dw), nullptr};
+  }
+};
+
+TEST(RmsNormGatedValidation, BackwardWorkspaceTooSmallWritesNothing) {
+  PlannedBwd b(true);
+  ASSERT_NE(b.plan, nullptr);
+  EXPECT_GT(b.ws, 0u);
+  std::vector<void*> t = b.ptrs();
+  std::vector<uint8_t> small(b.ws - 1);
+  EXPECT_EQ(strata_plan_run(b.plan, t.data(), 12, small.data(), b.ws - 1, nullptr), STRATA_ERROR_WORKSPACE_TOO_SMALL);
+  EXPECT_TRUE(all_poison(b.dx) && all_poison(b.dz) && all_poison(b.dw));
 }
 
 // A pointer for an optional tensor the plan was made without is rejected at run time: the CPU backward would
 // otherwise sum dweight partials into a workspace sized for no dweight (a heap overflow found in session 13).
 TEST(RmsNormGatedValidation, RunRejectsATensorThePlanWasMadeWithout) {
-  V v;
-  HostTensor rs = rnd(STRATA_DTYPE_F32, {4, 2}, 5, 1.0, 0.1), dy = rnd(STRATA_DTYPE_F32, {4, 16}, 6);
-  HostTensor dx = poisoned(STRATA_DTYPE_F32, {4, 16}), dz = poisoned(STRATA_DTYPE_F32, {4, 16});
-  HostTensor dw = poisoned(STRATA_DTYPE_F32, {16});
-  strata_plan plan = nullptr;
-  ASSERT_EQ(strata_rms_norm_gated_bwd_plan(&v.x.desc, &v.z.desc, &v.w.desc, nullptr, nullptr, &rs.desc, &dy.desc,
-                                           nullptr, &dx.desc, &dz.desc, nullptr, nullptr, 8, 1, 0, &plan),
-            STRATA_SUCCESS);
-  size_t ws = 0;
-  strata_plan_workspace_size(plan, &ws);
-  std::vector<uint8_t> wsb(ws + 1);
-  void* t[] = {dat(&v.x), dat(&v.z), dat(&v.w), nullptr, nullptr, dat(&rs), dat(&dy), nullptr, dat(&dx), dat(&dz),
-               dat(&dw), nullptr};
-  EXPECT_EQ(strata_plan_run(plan, t, 12, wsb.data(), ws, nullptr), STRATA_ERROR_INVALID_VALUE);
+  PlannedBwd b(false);
+  ASSERT_NE(b.plan, nullptr);
+  std::vector<uint8_t> wsb(b.ws + 1);
+  std::vector<void*> t = b.ptrs();
+  EXPECT_EQ(strata_plan_run(b.plan, t.data(), 12, wsb.data(), b.ws, nullptr), STRATA_ERROR_INVALID_VALUE);
   EXPECT_NE(std::string(strata_get_last_error_message()).find("tensor 10 was not given when the plan was made"),
             std::string::npos);
-  EXPECT_TRUE(all_poison(dx) && all_poison(dz) && all_poison(dw));
+  EXPECT_TRUE(all_poison(b.dx) && all_poison(b.dz) && all_poison(b.dw));
   t[10] = nullptr;  // the same call without it runs
-  EXPECT_EQ(strata_plan_run(plan, t, 12, wsb.data(), ws, nullptr), STRATA_SUCCESS);
-  EXPECT_FALSE(all_poison(dx));
-  EXPECT_TRUE(all_poison(dw));
-  strata_plan_destroy(plan);
+  EXPECT_EQ(strata_plan_run(b.plan, t.data(), 12, wsb.data(), b.ws, nullptr), STRATA_SUCCESS);
+  EXPECT_FALSE(all_poison(b.dx));
+  EXPECT_TRUE(all_poison(b.dw));
 }
 
 // ---------------------------------------------------------------------------------------------- gradients
