@@ -62,6 +62,15 @@ inline gdn::GdnTensor fwd_tok(void* p, int32_t dt, int64_t T, int64_t heads, int
   return t;
 }
 
+// The same for the full operator's tensors (chunk_gated_delta_rule's GdnParams).
+inline GdnTensor op_tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
+  GdnTensor t;
+  t.data = p, t.dtype = dt;
+  if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
+  else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
+  return t;
+}
+
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and the chunk states [B, NT, HV, K, V].
 inline gdn_bwd::View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
   gdn_bwd::View v;

@@ -658,13 +658,7 @@ TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
         dbeta(rows * HV * 2), o(rows * HV * V * 2);
     for (Dev* x : {&q, &k, &v, &beta, &dout}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    auto tt = [&](Dev& x, int64_t heads, int64_t D) {  // contiguous [B, T, heads, D] (D = 0: [B, T, heads])
-      GdnTensor t;
-      t.data = x.p, t.dtype = bf;
-      if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
-      else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
-      return t;
-    };
+    auto tt = [&](Dev& x, int64_t heads, int64_t D) { return gdn_test::op_tok(x.p, bf, T, heads, D); };
     GdnParams p;
     p.q = tt(q, H, K), p.k = tt(k, H, K), p.v = tt(v, HV, V), p.g = tt(g, HV, 0), p.beta = tt(beta, HV, 0);
     p.do_ = tt(dout, HV, V), p.dq = tt(dq, H, K), p.dk = tt(dk, H, K), p.dv = tt(dv, HV, V), p.dg = tt(dg, HV, 0);

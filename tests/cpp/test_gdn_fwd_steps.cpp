@@ -37,13 +37,7 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
         o(rows * HV * V * 2), ht(B * HV * K * V * 4);
     for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    auto tt = [&](Dev& x, int32_t dt, int64_t heads, int64_t D) {  // contiguous [B, T, heads, D] (D = 0: [B, T, heads])
-      GdnTensor t;
-      t.data = x.p, t.dtype = dt;
-      if (D > 0) t.st[0] = T * heads * D, t.st[1] = heads * D, t.st[2] = D, t.st[3] = 1;
-      else t.st[0] = T * heads, t.st[1] = heads, t.st[2] = 1;
-      return t;
-    };
+    auto tt = [&](Dev& x, int32_t dt, int64_t heads, int64_t D) { return gdn_test::op_tok(x.p, dt, T, heads, D); };
     GdnParams p;
     p.q = tt(q, bf, H, K), p.k = tt(k, bf, H, K), p.v = tt(v, bf, HV, V), p.g = tt(g, bf, HV, 0);
     p.beta = tt(beta, bf, HV, 0), p.o = tt(o, bf, HV, V);
