@@ -16,6 +16,7 @@
 #include "opbase/dtype.h"
 #include "opbase/tensor.h"
 #include "strata/ops.h"
+#include "tile/cpu/isa.h"
 
 namespace strata {
 namespace {
@@ -29,7 +30,9 @@ struct Case {
 const Case kCases[] = {{1100, 4096, 0}, {1100, 4096, 16}, {1100, 4096, 1}, {1024, 4117, 0},
                        {1024, 4117, 16}, {7, 4117, 16}, {9, 1031, 1}};
 
+// The build has the cpu.avx512_bf16 instances and this CPU can run them (an AVX2-only host lists the name too).
 bool have_native() {
+  if (!tile::cpu_has_avx512_bf16()) return false;
   const char* names[32];
   const int n = strata_op_impl_names("l2norm_fwd", names, 32);
   for (int i = 0; i < n; ++i)
