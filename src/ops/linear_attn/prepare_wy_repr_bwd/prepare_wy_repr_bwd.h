@@ -67,9 +67,9 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
-// The two-per-SM form that kWyAuto runs on p where the two-per-SM kernel applies (kWyBatchedAdd with the fused sums,
-// kWyPrefetchAdd without), chosen from GPU timings; host code (prepare_wy_repr_bwd.cpp), so that the choice is one
-// place.
+// The two-per-SM form that kWyAuto runs on p where the two-per-SM kernel applies (since the session-13 final run
+// kWyBatchedTyped, with and without the fused sums), chosen from GPU timings; host code (prepare_wy_repr_bwd.cpp), so
+// that the choice is one place.
 int prepare_wy_repr_bwd_auto_variant(const WyBwdParams& p);
 #endif
 
