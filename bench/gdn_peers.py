@@ -23,6 +23,11 @@ forward 10 C^2 D + 6 C D^2; backward (a pass re-computing the chunk states, then
 "fwd+bwd" times the op's forward and then torch.autograd.grad(o, inputs, do) with a fixed do (session 9; until
 then `o.float().sum().backward()`, which added work outside the op: an f32 copy of o, its reduction, .grad accumulation).
 
+Two times per row on CUDA (session 14): "ms" is the median of calls each framed by torch.cuda.synchronize(), so it
+includes the host's Python and launch time before the first kernel (the latency of one isolated call); "queued" is
+the mean of `iters` calls issued back to back between two synchronisations, the device time per call when the host
+runs ahead of the GPU as in a training loop (what the C++ timing tests measure). Every peer gets both.
+
     python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
 """
 
@@ -127,6 +132,18 @@ def timeit(fn, device, iters, warmup=2):
     return statistics.median(times)
 
 
+def queued(fn, iters, warmup=1):
+    """Mean seconds per call of `iters` calls issued back to back (CUDA): device time when the host runs ahead."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
 def gemm_peak(device, n, iters, dtype=torch.float32):
     """Median FLOP/s of an n^3 dense GEMM in dtype (2 n^3 FLOPs)."""
     a = torch.randn(n, n, device=device).to(dtype)
@@ -203,6 +220,7 @@ def main():
                         torch.autograd.grad(o, ins, do)
                 try:
                     t = timeit(call, dev, iters if name != "torch_chunked" else max(2, iters // 2), warmup=1)
+                    tq = queued(call, iters) if dev == "cuda" and name != "torch_chunked" else None
                 except Exception as e:  # noqa: BLE001 - a failing peer is reported, not fatal
                     print(f"  {name} failed: {type(e).__name__}: {e}")
                     continue
@@ -210,19 +228,23 @@ def main():
                 fl = flops(B, T, HV, D, False) + (flops(B, T, HV, D, True) if bwd else 0)
                 row = dict(peer=name, shape=f"B={B} T={T} H={H} HV={HV} K=V={D} {str(dtype)[6:]}", dims=(B, T, HV, D),
                            pass_="fwd+bwd" if bwd else "fwd", ms=t * 1e3, gflops=fl / t / 1e9,
-                           pct_peak=100 * fl / t / peak)
+                           pct_peak=100 * fl / t / peak, ms_queued=None if tq is None else tq * 1e3)
                 rows.append(row)
+                qtxt = "" if tq is None else f"  (queued {tq * 1e3:.3f} ms)"
                 print(f"  {row['peer']:>18} {row['pass_']:>8} {row['shape']}: {row['ms']:9.2f} ms "
-                      f"{row['gflops']:8.1f} GFLOP/s  {row['pct_peak']:5.1f}% of peak")
+                      f"{row['gflops']:8.1f} GFLOP/s  {row['pct_peak']:5.1f}% of peak{qtxt}")
     # backward alone and the speed-up over the eager chunked version
     by = {(r["peer"], r["shape"], r["pass_"]): r["ms"] for r in rows}
+    byq = {(r["peer"], r["shape"], r["pass_"]): r["ms_queued"] for r in rows}
     dims = {r["shape"]: r["dims"] for r in rows}
     for (peer, shape, p), ms in list(by.items()):
         if p == "fwd+bwd" and (peer, shape, "fwd") in by:
             b = ms - by[(peer, shape, "fwd")]
             fl = flops(*dims[shape], True)
+            fq, bq = byq[(peer, shape, "fwd")], byq[(peer, shape, p)]
+            qtxt = "" if fq is None or bq is None else f"  (queued {bq - fq:.3f} ms)"
             print(f"  {peer:>18}      bwd {shape}: {b:9.2f} ms {fl / (b / 1e3) / 1e9:8.1f} GFLOP/s  "
-                  f"{100 * fl / (b / 1e3) / peak:5.1f}% of peak")
+                  f"{100 * fl / (b / 1e3) / peak:5.1f}% of peak{qtxt}")
     for shape in {r["shape"] for r in rows}:
         for p in ("fwd", "fwd+bwd"):
             if ("strata", shape, p) in by and ("torch_chunked", shape, p) in by:
