@@ -28,7 +28,7 @@ includes the host's Python and launch time before the first kernel (the latency 
 the mean of `iters` calls issued back to back between two synchronisations, the device time per call when the host
 runs ahead of the GPU as in a training loop (what the C++ timing tests measure). Every peer gets both.
 
-    python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH]
+    python bench/gdn_peers.py [--device cpu|cuda] [--quick] [--json PATH] [--only strata,fla]
 """
 
 import argparse
@@ -180,7 +180,9 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--only", help="comma-separated peer names to run (e.g. strata,fla); default every peer")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     dev = args.device
     iters = 3 if args.quick else 7
     if dev == "cpu":
@@ -209,6 +211,8 @@ def main():
         if fla_gdn is not None and dev == "cuda":
             peers["fla"] = lambda *a, **kw: fla_gdn(*a, **kw)
         for name, fn in peers.items():
+            if only is not None and name not in only:
+                continue
             for bwd in ((False,) if name.startswith("strata[") else (False, True)):
                 ins = [x.clone().requires_grad_(bwd) for x in (q, k, v, g, beta)]
 
