@@ -120,9 +120,33 @@ std::string reject_unless_cuda(strata_device d, int min_sm) {
   return {};
 }
 
+uint32_t absent_mask_of(const std::vector<const strata_tensor_desc*>& tensors) {
+  uint32_t mask = 0;
+  for (size_t i = 0; i < tensors.size() && i < 32; ++i)
+    if (!tensors[i]) mask |= 1u << i;
+  return mask;
+}
+
+uint32_t given_mask_of(const std::vector<const strata_tensor_desc*>& tensors) {
+  const uint32_t all = tensors.size() >= 32 ? ~0u : (1u << tensors.size()) - 1u;
+  return all & ~absent_mask_of(tensors);
+}
+
+uint32_t nonempty_mask_of(const std::vector<const strata_tensor_desc*>& tensors) {
+  uint32_t mask = 0;
+  for (size_t i = 0; i < tensors.size() && i < 32; ++i)
+    if (tensors[i] && numel(*tensors[i]) > 0) mask |= 1u << i;
+  return mask;
+}
+
 strata_status choose_impl(const PlanInfo& info, const std::vector<std::string>& names,
                           const std::function<std::string(size_t)>& reject, size_t* chosen,
                           std::vector<Verdict>* verdicts) {
+  // The masks are 32-bit, and a tensor the plan was made without cannot be required at run time: either would be
+  // a mistake in the op's plan function.
+  if (info.tensors.size() > 32 || (info.required_mask & ~given_mask_of(info.tensors)) != 0)
+    return fail(STRATA_ERROR_INTERNAL, "{}: the required mask {:#x} names a tensor the plan was not given ({} tensors)",
+                info.op, info.required_mask, info.tensors.size());
   const std::string force = forced_impl();
   bool force_here = false;
   if (!force.empty())
@@ -215,14 +239,16 @@ strata_status strata_plan_run(strata_plan plan, void* const* tensors, int32_t nu
                 p->num_tensors, num_tensors);
   if (num_tensors > 0 && !tensors)
     return fail(STRATA_ERROR_NULL_POINTER, "strata_plan_run: {}: tensors must not be NULL", p->op);
-  if (!p->empty)
-    for (int i = 0; i < num_tensors; ++i)
-      if ((p->required_mask >> i & 1u) && !tensors[i])
-        return fail(STRATA_ERROR_NULL_POINTER, "strata_plan_run: {}: tensor {} must not be NULL", p->op, i);
+  // Every op (the masks come from the plan's descriptors, plan.h PlanInfo). The absent rule first: a pointer for a
+  // tensor the plan does not know is the caller's mistake whatever else the call holds.
   for (int i = 0; i < num_tensors; ++i)
     if ((p->absent_mask >> i & 1u) && tensors[i])
       return fail(STRATA_ERROR_INVALID_VALUE,
                   "strata_plan_run: {}: tensor {} was not given when the plan was made, so it must be NULL", p->op, i);
+  if (!p->empty)
+    for (int i = 0; i < num_tensors; ++i)
+      if ((p->required_mask >> i & 1u) && !tensors[i])
+        return fail(STRATA_ERROR_NULL_POINTER, "strata_plan_run: {}: tensor {} must not be NULL", p->op, i);
   if (workspace_size < p->workspace)
     return fail(STRATA_ERROR_WORKSPACE_TOO_SMALL, "strata_plan_run: {} needs a workspace of {} bytes, got {}", p->op,
                 p->workspace, workspace_size);

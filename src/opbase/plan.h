@@ -117,20 +117,25 @@ class PlanOf final : public Plan {
 };
 
 // Dispatch: picks the implementation for a validated problem and fills `out`.
-// `info` carries the op name, tensor count, required mask, device and summary for the plan.
+// `info` carries the op name, the descriptors, required mask, device and summary for the plan.
 struct PlanInfo {
   const char* op;
-  int num_tensors;
-  uint32_t required_mask;
+  // The plan function's descriptors in the op's tensor order (its strata_plan_run order), NULL where the caller
+  // gave none. Their count is the op's tensor count, and the NULL ones are the plan's absent mask: strata_plan_run
+  // rejects a non-NULL pointer there, since a kernel would otherwise bind it and write an optional output (e.g. a
+  // weight gradient) that the plan's problem and workspace were not made for. A given-but-empty tensor counts as
+  // given (its pointer may be anything, NULL included).
+  std::vector<const strata_tensor_desc*> tensors;
+  uint32_t required_mask;  // subset of the given tensors whose pointers must be non-NULL (see Plan::required_mask)
   strata_device device;
   std::string summary;
   bool empty;
-  // Bit i set: tensor i was not given when the plan was made, so run() rejects a non-NULL pointer there (a kernel
-  // would otherwise write an optional output, e.g. a weight gradient, that the workspace was not sized for). 0 = no
-  // check: ops whose required_mask leaves out given-but-empty tensors, and chunk_loss, whose kernels take optional
-  // tensors from the plan only (its callers may pass every pointer to a gradient-free forward).
-  uint32_t absent_mask = 0;
 };
+// Bit i set where tensors[i] is NULL / given / given with at least one element (the required mask of ops whose
+// kernels never touch an empty tensor, so that frameworks may pass NULL for one).
+uint32_t absent_mask_of(const std::vector<const strata_tensor_desc*>& tensors);
+uint32_t given_mask_of(const std::vector<const strata_tensor_desc*>& tensors);
+uint32_t nonempty_mask_of(const std::vector<const strata_tensor_desc*>& tensors);
 strata_status choose_impl(const PlanInfo& info, const std::vector<std::string>& names,
                           const std::function<std::string(size_t)>& reject, size_t* chosen,
                           std::vector<Verdict>* verdicts);
@@ -150,9 +155,9 @@ strata_status dispatch(const PlanInfo& info, Problem problem, const ImplList<Pro
   plan->impl = info.empty ? std::string("empty") : impls[chosen].name;
   plan->summary = info.summary;
   plan->device = info.device;
-  plan->num_tensors = info.num_tensors;
+  plan->num_tensors = static_cast<int>(info.tensors.size());
   plan->required_mask = info.required_mask;
-  plan->absent_mask = info.absent_mask;
+  plan->absent_mask = absent_mask_of(info.tensors);
   plan->empty = info.empty;
   plan->precision = impls[chosen].precision;
   plan->verdicts = std::move(verdicts);

@@ -82,7 +82,10 @@ struct Problem {
     size_t ws = 0;
     strata_plan_workspace_size(p, &ws);
     std::vector<uint8_t> work(ws);
-    void* tp[] = {ptr(h), ptr(w), ptr(b), ptr(t), ptr(loss), ptr(lse), ptr(dh), ptr(dw), ptr(db)};
+    // Pointers for the planned tensors only (strata_plan_run rejects one for a tensor the plan was made without).
+    void* tp[] = {ptr(h),    ptr(w),   bias ? ptr(b) : nullptr,  ptr(t),
+                  ptr(loss), ptr(lse), grad ? ptr(dh) : nullptr, grad ? ptr(dw) : nullptr,
+                  grad && bias ? ptr(db) : nullptr};
     const strata_status s = strata_plan_run(p, tp, 9, work.data(), ws, nullptr);
     strata_plan_destroy(p);
     return s;
@@ -94,7 +97,8 @@ struct Problem {
     size_t ws = 0;
     strata_plan_workspace_size(p, &ws);
     std::vector<uint8_t> work(ws);
-    void* tp[] = {ptr(h), ptr(w), ptr(b), ptr(t), ptr(lse), ptr(g), ptr(dh), ptr(dw), ptr(db)};
+    void* tp[] = {ptr(h), ptr(w), bias ? ptr(b) : nullptr, ptr(t), ptr(lse), ptr(g), ptr(dh), ptr(dw),
+                  bias ? ptr(db) : nullptr};
     const strata_status s = strata_plan_run(p, tp, 9, work.data(), ws, nullptr);
     strata_plan_destroy(p);
     return s;

@@ -7,6 +7,7 @@
 // pass's arithmetic, one f32 product rounded to nearest even); the normalize backward against float64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include "opbase/dtype.h"
 #include "opbase/tensor.h"
 #include "strata/ops.h"
+#include "testkit/testkit.h"
 #include "tile/cpu/isa.h"
 
 namespace strata {
@@ -30,14 +32,11 @@ struct Case {
 const Case kCases[] = {{1100, 4096, 0}, {1100, 4096, 16}, {1100, 4096, 1}, {1024, 4117, 0},
                        {1024, 4117, 16}, {7, 4117, 16}, {9, 1031, 1}};
 
-// The build has the cpu.avx512_bf16 instances and this CPU can run them (an AVX2-only host lists the name too).
+// The build has the cpu.avx512_bf16 instances and this CPU can run them (an AVX2-only host lists the name too):
+// the test kit's list of the implementations this host runs.
 bool have_native() {
-  if (!tile::cpu_has_avx512_bf16()) return false;
-  const char* names[32];
-  const int n = strata_op_impl_names("l2norm_fwd", names, 32);
-  for (int i = 0; i < n; ++i)
-    if (std::string(names[i]) == "cpu.avx512_bf16") return true;
-  return false;
+  const std::vector<std::string> impls = atk::impls_for("l2norm_fwd", strata_device{STRATA_DEVICE_CPU, 0});
+  return std::find(impls.begin(), impls.end(), tile::kAvx512Bf16Impl) != impls.end();
 }
 
 // A bf16 buffer with canaries: `n` elements at `offset` elements past a 64-byte boundary.

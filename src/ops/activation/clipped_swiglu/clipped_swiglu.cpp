@@ -260,10 +260,10 @@ extern "C" strata_status strata_clipped_swiglu_fwd_plan(const strata_tensor_desc
     k.probs_rows = rows_of(probs, 0);
     k.alpha = alpha, k.limit = limit, k.bias = bias, k.interleaved = interleaved != 0;
     pr.device = x->device;
-    const PlanInfo info{op, 3, probs ? 0b111u : 0b101u, x->device,
+    const PlanInfo info{op, {x, probs, y}, probs ? 0b111u : 0b101u, x->device,
                         fmt::format("x:{}{} y:{} alpha={} limit={} bias={} {}", desc_str(*x), opt_str("probs", probs),
                                     desc_str(*y), alpha, limit, bias, interleaved ? "interleaved" : "split"),
-                        k.rows == 0 || k.I == 0, probs ? 0u : 0b010u};
+                        k.rows == 0 || k.I == 0};
     return dispatch(info, std::move(pr), fwd_impls(), out);
   }, plan);
 }
@@ -325,12 +325,12 @@ extern "C" strata_status strata_clipped_swiglu_bwd_plan(const strata_tensor_desc
     uint32_t mask = 0b01101u;  // x, dy, dx
     if (probs) mask |= 1u << 1;
     if (dprobs) mask |= 1u << 4;
-    const PlanInfo info{op, 5, mask, x->device,
+    const PlanInfo info{op, {x, probs, dy, dx, dprobs}, mask, x->device,
                         fmt::format("x:{}{} dy:{} dx:{}{} alpha={} limit={} bias={} {}", desc_str(*x),
                                     opt_str("probs", probs), desc_str(*dy), desc_str(*dx), opt_str("dprobs", dprobs),
                                     alpha, limit, bias, interleaved ? "interleaved" : "split"),
                         // With I == 0 dprobs (sums of nothing) is still written, as zeros.
-                        k.rows == 0 || (k.I == 0 && !dprobs), ~mask & 0b11111u};
+                        k.rows == 0 || (k.I == 0 && !dprobs)};
     return dispatch(info, std::move(pr), bwd_impls(), out);
   }, plan);
 }

@@ -21,9 +21,6 @@ namespace {
 constexpr const char* kFwd = "causal_conv1d_fwd";
 constexpr const char* kBwd = "causal_conv1d_bwd";
 
-constexpr int kFwdTensors = 9;
-constexpr int kBwdTensors = 12;
-
 struct Conv1dProblem {
   Conv1dParams params;                  // pointers bound at run time
   std::array<int64_t, 12> offsets{};    // element offset of each tensor (in the op's tensor order)
@@ -341,6 +338,13 @@ strata_status probe_bwd(strata_device device, strata_plan* plan) {
 const OpRegistrar kRegisterFwd({kFwd, [] { return impl_names_of(impls(false)); }, probe});
 const OpRegistrar kRegisterBwd({kBwd, [] { return impl_names_of(impls(true)); }, probe_bwd});
 
+// The descriptors in the op's tensor order (args lists every tensor in that order).
+std::vector<const strata_tensor_desc*> descs_of(const std::vector<Arg>& args) {
+  std::vector<const strata_tensor_desc*> out;
+  for (const Arg& a : args) out.push_back(a.d);
+  return out;
+}
+
 bool unit_channels(const strata_tensor_desc* d) { return !d || d->shape[2] <= 1 || d->strides[2] == 1; }
 
 }  // namespace
@@ -410,13 +414,11 @@ extern "C" strata_status strata_causal_conv1d_fwd_plan(
         desc_str(*x), desc_str(*weight), weight_layout ? " ([W, D])" : "", opt_str(bias), opt_str(residual),
         opt_str(initial_state), opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*y), opt_str(final_state),
         activation ? "silu" : "none");
-    uint32_t mask = 0;
     // Tensors without elements are never read or written (and frameworks pass NULL for them).
-    for (int i = 0; i < kFwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
+    const std::vector<const strata_tensor_desc*> tensors = descs_of(args);
     // Nothing to write: no token-channel element and no final-state element.
     const bool empty = numel(*y) == 0 && (!final_state || numel(*final_state) == 0);
-    const PlanInfo info{kFwd, kFwdTensors, mask, x->device, summary, empty};
+    const PlanInfo info{kFwd, tensors, nonempty_mask_of(tensors), x->device, summary, empty};
     return dispatch(info, std::move(pr), impls(false), result);
   }, plan);
 }
@@ -485,13 +487,11 @@ extern "C" strata_status strata_causal_conv1d_bwd_plan(
         desc_str(*x), desc_str(*weight), weight_layout ? " ([W, D])" : "", opt_str(bias), opt_str(initial_state),
         opt_str(cu_seqlens), opt_str(seq_idx), desc_str(*dy), opt_str(dfinal_state), desc_str(*dx),
         desc_str(*dweight), opt_str(dbias), opt_str(dinitial_state), activation ? "silu" : "none");
-    uint32_t mask = 0;
     // Tensors without elements are never read or written (and frameworks pass NULL for them).
-    for (int i = 0; i < kBwdTensors; ++i)
-      if (args[static_cast<size_t>(i)].d && numel(*args[static_cast<size_t>(i)].d) > 0) mask |= 1u << i;
+    const std::vector<const strata_tensor_desc*> tensors = descs_of(args);
     // dweight (and dbias) are written even when T = 0 (zeros); only D = 0 leaves nothing to write.
     const bool empty = sh.D == 0;
-    const PlanInfo info{kBwd, kBwdTensors, mask, x->device, summary, empty};
+    const PlanInfo info{kBwd, tensors, nonempty_mask_of(tensors), x->device, summary, empty};
     return dispatch(info, std::move(pr), impls(true), result);
   }, plan);
 }

@@ -140,12 +140,8 @@ extern "C" strata_status strata_chunk_bwd_dqkwg_plan(
     p.h = view_template(h), p.dh = view_template(dh), p.dv = view_template(dv), p.g = view_template(g);
     p.dq = view_template(dq), p.dk = view_template(dk), p.dw = view_template(dw), p.dg = view_template(dg);
     p.scale = scale;
-    const strata_tensor_desc* ts[kNumTensors] = {q, k, v, dout, h, dh, dv, g, cu_seqlens, dq, dk, dw, dg};
-    uint32_t required = 0;
-    for (int i = 0; i < kNumTensors; ++i) {
-      pr.offs[i] = ts[i] ? ts[i]->offset : 0;
-      if (ts[i]) required |= 1u << i;
-    }
+    const std::vector<const strata_tensor_desc*> ts{q, k, v, dout, h, dh, dv, g, cu_seqlens, dq, dk, dw, dg};
+    for (int i = 0; i < kNumTensors; ++i) pr.offs[i] = ts[i] ? ts[i]->offset : 0;
     pr.has_cu = cu_seqlens != nullptr;
     d.cu_stride = cu_seqlens ? cu_seqlens->strides[0] : 1;
     pr.any_f64 = any_f64({q, k, v, dout, h, dh, dv, g, dq, dk, dw, dg});
@@ -156,7 +152,7 @@ extern "C" strata_status strata_chunk_bwd_dqkwg_plan(
         dv ? desc_str(*dv) : "none", g ? desc_str(*g) : "none", cu_seqlens ? desc_str(*cu_seqlens) : "none",
         desc_str(*dq), desc_str(*dk), dw ? desc_str(*dw) : "none", dg ? desc_str(*dg) : "none", scale, chunk_size);
     const bool empty = numel(*dq) == 0 && (!dw || numel(*dw) == 0) && (!dg || numel(*dg) == 0);
-    const PlanInfo info{kOp, kNumTensors, required, q->device, summary, empty};
+    const PlanInfo info{kOp, ts, given_mask_of(ts), q->device, summary, empty};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

@@ -103,7 +103,7 @@ extern "C" strata_status strata_chunk_bwd_dv_local_plan(const strata_tensor_desc
     p.g = view_template(g);
     p.dv = view_template(dv);
     p.scale = scale;
-    const strata_tensor_desc* ts[kNumTensors] = {q, k, dout, g, cu_seqlens, dv};
+    const std::vector<const strata_tensor_desc*> ts{q, k, dout, g, cu_seqlens, dv};
     for (int i = 0; i < kNumTensors; ++i) pr.offs[i] = ts[i] ? ts[i]->offset : 0;
     pr.has_cu = cu_seqlens != nullptr;
     d.cu_stride = cu_seqlens ? cu_seqlens->strides[0] : 1;
@@ -113,9 +113,7 @@ extern "C" strata_status strata_chunk_bwd_dv_local_plan(const strata_tensor_desc
                                             desc_str(*q), desc_str(*k), desc_str(*dout), g ? desc_str(*g) : "none",
                                             cu_seqlens ? desc_str(*cu_seqlens) : "none", desc_str(*dv), scale,
                                             chunk_size);
-    const uint32_t required = (1u << kQ) | (1u << kK) | (1u << kDo) | (1u << kDv) | (g ? 1u << kG : 0u) |
-                              (cu_seqlens ? 1u << kCu : 0u);
-    const PlanInfo info{kOp, kNumTensors, required, q->device, summary, numel(*dv) == 0};
+    const PlanInfo info{kOp, ts, given_mask_of(ts), q->device, summary, numel(*dv) == 0};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

@@ -299,13 +299,12 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
     p = shape_params(*args[0].d, *args[1].d, *args[2].d, args[6].d, l2norm);
     p.cu_seqlens = nullptr;  // bound below
     const auto slots = slots_of(bwd);
-    uint32_t mask = 0;
+    std::vector<const strata_tensor_desc*> descs;
     std::string summary;
     for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i].d) {
-        if (numel(*args[i].d) > 0) mask |= 1u << i;  // an empty tensor may come with a NULL pointer
+      descs.push_back(args[i].d);
+      if (args[i].d)
         summary += fmt::format("{}{}:{}", summary.empty() ? "" : " ", args[i].name, desc_str(*args[i].d));
-      }
       if (args[i].kind == Arg::kSaved && args[i].d && numel(*args[i].d) == 0) {
         continue;  // nothing saved (the CPU, or an empty problem): absent for the implementations
       } else if (slots[i]) {
@@ -325,7 +324,8 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
     bool empty = true;
     for (const Arg& a : args)
       if (a.output && a.d && numel(*a.d) > 0) empty = false;
-    const PlanInfo info{op, static_cast<int>(args.size()), mask, q.device, summary, empty};
+    // An empty tensor may come with a NULL pointer.
+    const PlanInfo info{op, descs, nonempty_mask_of(descs), q.device, summary, empty};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

@@ -115,12 +115,8 @@ extern "C" strata_status strata_chunk_gated_delta_rule_bwd_dhu_plan(
     p.dv = view_template(dv), p.g = view_template(g), p.dht = view_template(dht), p.dh = view_template(dh);
     p.dh0 = view_template(dh0), p.dv2 = view_template(dv2);
     p.scale = scale;
-    const strata_tensor_desc* ts[kNumTensors] = {q, k, w, dout, dv, g, dht, cu_seqlens, dh, dh0, dv2};
-    uint32_t required = 0;
-    for (int i = 0; i < kNumTensors; ++i) {
-      pr.offs[i] = ts[i] ? ts[i]->offset : 0;
-      if (ts[i]) required |= 1u << i;
-    }
+    const std::vector<const strata_tensor_desc*> ts{q, k, w, dout, dv, g, dht, cu_seqlens, dh, dh0, dv2};
+    for (int i = 0; i < kNumTensors; ++i) pr.offs[i] = ts[i] ? ts[i]->offset : 0;
     pr.has_cu = cu_seqlens != nullptr;
     d.cu_stride = cu_seqlens ? cu_seqlens->strides[0] : 1;
     pr.any_f64 = any_f64({q, k, w, dout, dv, g, dht, dh, dh0, dv2});
@@ -132,7 +128,7 @@ extern "C" strata_status strata_chunk_gated_delta_rule_bwd_dhu_plan(
         dh0 ? desc_str(*dh0) : "none", desc_str(*dv2), scale, chunk_size);
     // Nothing to compute when there is no value-head element and no state element.
     const bool empty = numel(*dv2) == 0 && numel(*dh) == 0 && (!dh0 || numel(*dh0) == 0);
-    const PlanInfo info{kOp, kNumTensors, required, q->device, summary, empty};
+    const PlanInfo info{kOp, ts, given_mask_of(ts), q->device, summary, empty};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

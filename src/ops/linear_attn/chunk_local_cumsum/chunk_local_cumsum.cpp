@@ -212,7 +212,8 @@ extern "C" strata_status strata_chunk_local_cumsum_plan(const strata_tensor_desc
                     cu_seqlens ? desc_str(*cu_seqlens) : std::string("none"), desc_str(*out), chunk_size, reverse,
                     scale);
     // Empty g: nothing to write (cu_seqlens values are then not looked at).
-    const PlanInfo info{kOp, 3, cu_seqlens ? 0b111u : 0b101u, g->device, summary, numel(*g) == 0};
+    const std::vector<const strata_tensor_desc*> ts{g, cu_seqlens, out};
+    const PlanInfo info{kOp, ts, given_mask_of(ts), g->device, summary, numel(*g) == 0};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

@@ -223,19 +223,18 @@ strata_status make_fwd_plan(FwdOp op, const std::vector<FwdTensor>& tensors, int
         m.N = v.shape.N;
         m.BT = v.shape.BT;
         m.NTr = v.shape.NTr;
-        uint32_t required = 0;
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          const FwdTensor& t = tensors[i];
+        std::vector<const strata_tensor_desc*> given;
+        for (const FwdTensor& t : tensors) {
           pr.present.push_back(t.spec.desc != nullptr);
           pr.descs.push_back(t.spec.desc ? *t.spec.desc : strata_tensor_desc{});
           pr.slots.push_back(t.slot);
-          if (t.spec.desc) required |= 1u << i;
+          given.push_back(t.spec.desc);
           if (t.slot == Slot::kH && t.spec.desc) pr.has_h = true;
         }
         pr.varlen = v.varlen;
         const std::string summary = specs_summary(specs) + fmt::format(" chunk_size={}", chunk_size) +
                                     (op == FwdOp::kFwdO ? fmt::format(" scale={}", scale) : std::string());
-        const PlanInfo info{name, static_cast<int>(tensors.size()), required, v.device, summary, v.empty};
+        const PlanInfo info{name, given, given_mask_of(given), v.device, summary, v.empty};
         return dispatch(info, std::move(pr), impls(op), result);
       },
       plan);

@@ -131,12 +131,8 @@ extern "C" strata_status strata_prepare_wy_repr_bwd_plan(
     p.k = view_template(k), p.v = view_template(v), p.beta = view_template(beta), p.A = view_template(A);
     p.dw = view_template(dw), p.du = view_template(du), p.g = view_template(g);
     p.dk = view_template(dk), p.dv = view_template(dv), p.dbeta = view_template(dbeta), p.dg = view_template(dg);
-    const strata_tensor_desc* ts[kNumTensors] = {k, v, beta, A, dw, du, g, cu_seqlens, dk, dv, dbeta, dg};
-    uint32_t required = 0;
-    for (int i = 0; i < kNumTensors; ++i) {
-      pr.offs[i] = ts[i] ? ts[i]->offset : 0;
-      if (ts[i]) required |= 1u << i;
-    }
+    const std::vector<const strata_tensor_desc*> ts{k, v, beta, A, dw, du, g, cu_seqlens, dk, dv, dbeta, dg};
+    for (int i = 0; i < kNumTensors; ++i) pr.offs[i] = ts[i] ? ts[i]->offset : 0;
     pr.has_cu = cu_seqlens != nullptr;
     d.cu_stride = cu_seqlens ? cu_seqlens->strides[0] : 1;
     pr.any_f64 = any_f64({k, v, beta, A, dw, du, g, dk, dv, dbeta, dg});
@@ -147,7 +143,7 @@ extern "C" strata_status strata_prepare_wy_repr_bwd_plan(
         cu_seqlens ? desc_str(*cu_seqlens) : "none", desc_str(*dk), desc_str(*dv), desc_str(*dbeta),
         dg ? desc_str(*dg) : "none");
     const bool empty = numel(*dk) == 0 && numel(*dv) == 0 && numel(*dbeta) == 0;
-    const PlanInfo info{kOp, kNumTensors, required, k->device, summary, empty};
+    const PlanInfo info{kOp, ts, given_mask_of(ts), k->device, summary, empty};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

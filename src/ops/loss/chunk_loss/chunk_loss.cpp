@@ -290,8 +290,9 @@ strata_status plan_common(const char* op, bool bwd, const Descs& d, const strata
     pr.backward = bwd;
     pr.device = h.device;
     const Descs& dd = d;
-    const strata_tensor_desc* all[9] = {dd.hidden, dd.weight, dd.bias, dd.target, dd.t4, dd.t5, dd.dhidden, dd.dweight, dd.dbias};
-    for (int i = 0; i < 9; ++i) pr.off[i] = all[i] ? all[i]->offset : 0;
+    const std::vector<const strata_tensor_desc*> all{dd.hidden, dd.weight,  dd.bias,    dd.target, dd.t4,
+                                                     dd.t5,     dd.dhidden, dd.dweight, dd.dbias};
+    for (size_t i = 0; i < all.size(); ++i) pr.off[i] = all[i] ? all[i]->offset : 0;
     pr.layout = chunk_loss_choose(k, traits_for(h.device, h.dtype), o.strategy, o.chunk_rows, o.vocab_tile);
     const char* strat = k.strategy == kStrategyTokenChunked ? "token_chunked" : "vocab_tiled";
     auto ds = [](const strata_tensor_desc* t) { return t ? desc_str(*t) : std::string("none"); };
@@ -302,14 +303,7 @@ strata_status plan_common(const char* op, bool bwd, const Descs& d, const strata
         ds(d.hidden), ds(d.weight), ds(d.bias), ds(d.target), bwd ? "lse" : "loss", ds(d.t4), bwd ? "dloss" : "lse",
         ds(d.t5), ds(d.dhidden), ds(d.dweight), ds(d.dbias), o.ignore_index, o.reduction == 0 ? "mean" : "sum",
         o.label_smoothing, o.logit_scale, o.softcap, o.lse_square_scale, o.grad_scale, strat, k.rows, k.vtile);
-    uint32_t mask = 0b000001011u;  // hidden, weight, target
-    if (d.bias) mask |= 1u << 2;
-    mask |= 1u << 4;  // loss / lse
-    if (d.t5) mask |= 1u << 5;
-    if (d.dhidden) mask |= 1u << 6;
-    if (d.dweight) mask |= 1u << 7;
-    if (d.dbias) mask |= 1u << 8;
-    const PlanInfo info{op, 9, mask, h.device, summary, false};
+    const PlanInfo info{op, all, given_mask_of(all), h.device, summary, false};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

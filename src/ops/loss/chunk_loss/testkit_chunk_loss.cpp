@@ -335,14 +335,17 @@ class ChunkLossHarness final : public OpHarness {
                                  fwd_grad ? &d_dh.desc() : nullptr, fwd_grad ? &d_dw.desc() : nullptr,
                                  fwd_grad && op.bias ? &d_db.desc() : nullptr, &op.o, &plan),
           "plan");
-    run_plan({d_h.data(), d_w.data(), d_b.data(), d_t.data(), d_loss.data(), d_lse.data(), d_dh.data(), d_dw.data(),
-              d_db.data()});
+    // Pointers for the tensors planned only: strata_plan_run rejects one for a tensor the plan was made without.
+    void* const bias_p = op.bias ? d_b.data() : nullptr;
+    void* const dbias_p = op.bias ? d_db.data() : nullptr;
+    run_plan({d_h.data(), d_w.data(), bias_p, d_t.data(), d_loss.data(), d_lse.data(), fwd_grad ? d_dh.data() : nullptr,
+              fwd_grad ? d_dw.data() : nullptr, fwd_grad ? dbias_p : nullptr});
     if (op.mode == "bwd") {
       check(strata_chunk_loss_bwd_plan(&d_h.desc(), &d_w.desc(), bias_d, &d_t.desc(), &d_lse.desc(), &d_g.desc(),
                                        &d_dh.desc(), &d_dw.desc(), op.bias ? &d_db.desc() : nullptr, &op.o, &plan),
             "bwd plan");
-      run_plan({d_h.data(), d_w.data(), d_b.data(), d_t.data(), d_lse.data(), d_g.data(), d_dh.data(), d_dw.data(),
-                d_db.data()});
+      run_plan({d_h.data(), d_w.data(), bias_p, d_t.data(), d_lse.data(), d_g.data(), d_dh.data(), d_dw.data(),
+                dbias_p});
     }
     d_loss.download(loss);
     d_lse.download(lse);

@@ -507,12 +507,10 @@ extern "C" strata_status strata_fused_cross_entropy_fwd_plan(
     k.loss_stride = stride0(loss);
     k.lse_stride = stride0(lse);
     k.z_stride = stride0(z_loss);
-    const strata_tensor_desc* ts[6] = {logits, target, loss, lse, z_loss, dlogits};
-    uint32_t mask = 0;
-    for (int i = 0; i < 6; ++i) {
+    const std::vector<const strata_tensor_desc*> ts{logits, target, loss, lse, z_loss, dlogits};
+    for (size_t i = 0; i < ts.size(); ++i) {
       pr.present[i] = ts[i] != nullptr;
       pr.offsets[i] = ts[i] ? ts[i]->offset : 0;
-      if (ts[i]) mask |= 1u << i;
     }
     const std::string summary =
         fmt::format("logits:{} target:{} loss:{} lse:{} z_loss:{} dlogits:{} {} grad_scale={}", desc_str(*logits),
@@ -521,7 +519,7 @@ extern "C" strata_status strata_fused_cross_entropy_fwd_plan(
                     grad_scale);
     // A reduced loss is written even for N = 0 (mean of nothing is 0), so only `none` with N = 0 is empty.
     const bool empty = k.N == 0 && reduction == kCeNone;
-    const PlanInfo info{kFwd, 6, mask, logits->device, summary, empty, ~mask & 0x3Fu};
+    const PlanInfo info{kFwd, ts, given_mask_of(ts), logits->device, summary, empty};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }
@@ -546,19 +544,17 @@ extern "C" strata_status strata_fused_cross_entropy_bwd_plan(
     k.dlogits_rs = dlogits->strides[0];
     k.lse_in_stride = stride0(lse);
     k.dloss_stride = stride0(dloss);
-    const strata_tensor_desc* ts[5] = {logits, target, lse, dloss, dlogits};
-    uint32_t mask = 0;
-    for (int i = 0; i < 5; ++i) {
+    const std::vector<const strata_tensor_desc*> ts{logits, target, lse, dloss, dlogits};
+    for (size_t i = 0; i < ts.size(); ++i) {
       pr.present[i] = ts[i] != nullptr;
       pr.offsets[i] = ts[i] ? ts[i]->offset : 0;
-      if (ts[i]) mask |= 1u << i;
     }
     const std::string summary =
         fmt::format("logits:{} target:{} lse:{} dloss:{} dlogits:{} {}", desc_str(*logits), desc_str(*target),
                     lse ? desc_str(*lse) : std::string("none (scale the gradient in the logits by dloss)"),
                     desc_str(*dloss), desc_str(*dlogits),
                     attr_str(reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap));
-    const PlanInfo info{kBwd, 5, mask, logits->device, summary, k.N == 0, ~mask & 0x1Fu};
+    const PlanInfo info{kBwd, ts, given_mask_of(ts), logits->device, summary, k.N == 0};
     return dispatch(info, std::move(pr), impls(), result);
   }, plan);
 }

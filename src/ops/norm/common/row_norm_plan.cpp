@@ -111,7 +111,8 @@ strata_status plan_row_norm_fwd(const RowNormFwdSig& sig, const strata_tensor_de
     k.n_div = sig.mean ? std::max<int64_t>(k.D, 1) : 1;
     k.eps = eps;
     p.device = x->device;
-    const PlanInfo info{sig.op, 3, y ? 0b111u : 0b101u, x->device,
+    const std::vector<const strata_tensor_desc*> tensors{x, y, r};
+    const PlanInfo info{sig.op, tensors, given_mask_of(tensors), x->device,
                         fmt::format("{}:{} {}:{} {}:{} eps={}", sig.names[0], desc_str(*x), sig.names[1],
                                     y ? desc_str(*y) : std::string("-"), sig.names[2], desc_str(*r), eps),
                         k.rows == 0};
@@ -141,7 +142,8 @@ strata_status plan_row_norm_bwd(const RowNormBwdSig& sig, const strata_tensor_de
     k.n_div = sig.mean ? std::max<int64_t>(k.D, 1) : 1;
     k.kind = sig.kind;
     p.device = src->device;
-    const PlanInfo info{sig.op, 4, 0b1111u, src->device,
+    const std::vector<const strata_tensor_desc*> tensors{src, r, dout, dx};
+    const PlanInfo info{sig.op, tensors, given_mask_of(tensors), src->device,
                         fmt::format("{}:{} {}:{} {}:{} {}:{}", sig.names[0], desc_str(*src), sig.names[1],
                                     desc_str(*r), sig.names[2], desc_str(*dout), sig.names[3], desc_str(*dx)),
                         k.rows == 0 || k.D == 0};

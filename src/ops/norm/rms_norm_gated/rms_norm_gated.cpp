@@ -435,18 +435,14 @@ extern "C" strata_status strata_rms_norm_gated_fwd_plan(
     k.act = activation;
     pr.device = x->device;
     pr.residual = residual || residual_out;
-    uint32_t mask = 0b10100011u;  // x, z, y, rstd
-    if (weight) mask |= 1u << 2;
-    if (bias) mask |= 1u << 3;
-    if (residual) mask |= 1u << 4;
-    if (residual_out) mask |= 1u << 6;
-    const PlanInfo info{op, 8, mask, x->device,
+    const std::vector<const strata_tensor_desc*> tensors{x, z, weight, bias, residual, y, residual_out, rstd};
+    const PlanInfo info{op, tensors, given_mask_of(tensors), x->device,
                         fmt::format("x:{} z:{}{}{}{} y:{}{} rstd:{} eps={} group={} norm_before_gate={} act={}",
                                     desc_str(*x), desc_str(*z), opt_str("weight", weight), opt_str("bias", bias),
                                     opt_str("residual", residual), desc_str(*y),
                                     opt_str("residual_out", residual_out), desc_str(*rstd), eps, G,
                                     norm_before_gate, activation == STRATA_GATE_SILU ? "silu" : "sigmoid"),
-                        k.rows == 0, ~mask & 0xFFu};
+                        k.rows == 0};
     return dispatch(info, std::move(pr), fwd_impls(), out);
   }, plan);
 }
@@ -527,22 +523,17 @@ extern "C" strata_status strata_rms_norm_gated_bwd_plan(
     k.dbias = dbias ? reinterpret_cast<void*>(1) : nullptr;
     pr.device = x->device;
     pr.residual = residual || dresidual_out;
-    uint32_t mask = 0b001101100011u;  // x, z, rstd, dy, dx, dz
-    if (weight) mask |= 1u << 2;
-    if (bias) mask |= 1u << 3;
-    if (residual) mask |= 1u << 4;
-    if (dresidual_out) mask |= 1u << 7;
-    if (dweight) mask |= 1u << 10;
-    if (dbias) mask |= 1u << 11;
+    const std::vector<const strata_tensor_desc*> tensors{x,  z,  weight, bias, residual, rstd, dy, dresidual_out,
+                                                         dx, dz, dweight, dbias};
     const PlanInfo info{
-        op, 12, mask, x->device,
+        op, tensors, given_mask_of(tensors), x->device,
         fmt::format("x:{} z:{}{}{}{} rstd:{} dy:{}{} dx:{} dz:{}{}{} group={} norm_before_gate={} act={}",
                     desc_str(*x), desc_str(*z), opt_str("weight", weight), opt_str("bias", bias),
                     opt_str("residual", residual), desc_str(*rstd), desc_str(*dy),
                     opt_str("dresidual_out", dresidual_out), desc_str(*dx), desc_str(*dz), opt_str("dweight", dweight),
                     opt_str("dbias", dbias), G, norm_before_gate, activation == STRATA_GATE_SILU ? "silu" : "sigmoid"),
         // Nothing to write only when D == 0: with rows == 0 the kernels still zero dweight / dbias.
-        k.D == 0, ~mask & 0xFFFu};
+        k.D == 0};
     return dispatch(info, std::move(pr), bwd_impls(), out);
   }, plan);
 }
