@@ -75,6 +75,11 @@ struct BackendTraits {
                                   // stats() runs beside the next GEMM (a second stream), so the vocab_tiled
                                   // forward alternates the tiles it does not keep between two buffers, and the
                                   // backward computes a kept tile's gradient beside the previous tile's GEMMs
+  // Session 14 (CUDA; README.md "CUDA (H200)"), read per call like overlap_stats:
+  bool warp_rows = false;         // STRATA_CHUNK_LOSS_ROWS=warp: the 16-byte row_stats / row_grad with one warp
+                                  // per row and several loads in flight per lane (the same bits)
+  bool dh_batch2 = false;         // STRATA_CHUNK_LOSS_DH=batched: the split dH accumulator's two GEMMs per tile
+                                  // (rows [0, N/2) and [N/2, N)) as one strided-batched GEMM (BE::gemm_batch2)
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).
