@@ -587,6 +587,40 @@ TEST(ChunkLoss, CudaWarpRowKernelsGiveTheSameBits) {
     }
 }
 
+// Session 14: the vocab_tiled backward starting with the forward's last tile (STRATA_CHUNK_LOSS_LAST_FIRST=1: no
+// recompute of it). bf16 N = 64, D = 64, V = 4000, 512-column tiles, one token block: 6 of 8 tiles kept, the last
+// two deferred (dH accumulator in dweight), with bias and label smoothing. Against the default order: the same
+// loss, lse, dweight and dbias bits (the order changes only dH's sum over the tiles) and dhidden within one bf16
+// rounding of its values plus 1e-3 of its RMS (f32 sums of 8 tiles in another order); the backward op ignores it.
+TEST(ChunkLoss, CudaLastTileFirstMatchesTheTileOrder) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (bool bwd : {false, true}) {
+    auto o = defaults();
+    o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED;
+    o.vocab_tile = 512;
+    o.label_smoothing = 0.1f;
+    Problem a(STRATA_DTYPE_BF16, 64, 64, 4000, 37), b2(STRATA_DTYPE_BF16, 64, 64, 4000, 37);
+    cuda_bits(a, o, bwd);
+    {
+      ScopedEnv lf("STRATA_CHUNK_LOSS_LAST_FIRST", "1");
+      cuda_bits(b2, o, bwd);
+    }
+    EXPECT_TRUE(a.loss.storage == b2.loss.storage && a.lse.storage == b2.lse.storage) << "bwd " << bwd;
+    EXPECT_TRUE(a.dw.storage == b2.dw.storage) << "bwd " << bwd;
+    EXPECT_TRUE(a.db.storage == b2.db.storage) << "bwd " << bwd;
+    const int64_t n = a.dh.numel();
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += a.dh.get(i) * a.dh.get(i);
+    const double rms = std::sqrt(ss / static_cast<double>(n));
+    ASSERT_GT(rms, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = a.dh.get(i), y = b2.dh.get(i);
+      ASSERT_TRUE(std::isfinite(y)) << "dhidden[" << i << "] bwd " << bwd;
+      EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -7) + 1e-3 * rms) << "dhidden[" << i << "] bwd " << bwd;
+    }
+  }
+}
+
 #if STRATA_WITH_CUDA
 // Device memory for the direct calls below.
 struct DevBuf {
@@ -762,31 +796,37 @@ TEST(ChunkLoss, CudaStepBreakdown) {
 
   // Session 14: the variants side by side with the default, whole calls (median of 7 each), then the default once
   // more (drift): the warp-per-row epilogues (STRATA_CHUNK_LOSS_ROWS=warp) and the batched dH GEMMs
-  // (STRATA_CHUNK_LOSS_DH=batched) must give the default's loss and lse bits (neither changes them), then the
-  // stepped split of both together.
+  // (STRATA_CHUNK_LOSS_DH=batched) and the backward starting with the forward's last tile
+  // (STRATA_CHUNK_LOSS_LAST_FIRST=1) must give the default's loss and lse bits (none changes them), then the
+  // stepped split of all three together.
   struct Variant {
     const char *name, *rows, *dh;
+    bool last_first;
   };
-  double t_both = 0.0;
-  for (const Variant& v : {Variant{"rows=warp", "warp", nullptr}, Variant{"dh=batched", nullptr, "batched"},
-                           Variant{"rows=warp dh=batched", "warp", "batched"}, Variant{"default again", nullptr, nullptr}}) {
-    std::unique_ptr<ScopedEnv> e_rows, e_dh;
+  double t_all = 0.0;
+  for (const Variant& v : {Variant{"rows=warp", "warp", nullptr, false}, Variant{"dh=batched", nullptr, "batched", false},
+                           Variant{"last_first", nullptr, nullptr, true}, Variant{"rows=warp dh=batched", "warp", "batched", false},
+                           Variant{"all three", "warp", "batched", true}, Variant{"default again", nullptr, nullptr, false}}) {
+    std::unique_ptr<ScopedEnv> e_rows, e_dh, e_lf;
     if (v.rows) e_rows = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_ROWS", v.rows);
     if (v.dh) e_dh = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_DH", v.dh);
+    if (v.last_first) e_lf = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_LAST_FIRST", "1");
     const double t_v = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(p, L, ws.p, nullptr); });
     ASSERT_GT(t_v, 0.0) << strata_get_last_error_message();
     ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(got == ref) << v.name << " changed the loss or lse bits";
     std::printf("[chunk_loss variants] %-22s whole call %.3f ms (default %.3f ms)\n", v.name, t_v, whole);
-    if (v.rows && v.dh) t_both = t_v;
+    if (v.rows && v.dh && v.last_first) t_all = t_v;
   }
   {
-    ScopedEnv e_rows("STRATA_CHUNK_LOSS_ROWS", "warp"), e_dh("STRATA_CHUNK_LOSS_DH", "batched");
+    ScopedEnv e_rows("STRATA_CHUNK_LOSS_ROWS", "warp"), e_dh("STRATA_CHUNK_LOSS_DH", "batched"),
+        e_lf("STRATA_CHUNK_LOSS_LAST_FIRST", "1");
     loss::ChunkLossCudaSteps st2;
     ASSERT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st2), STRATA_SUCCESS) << strata_get_last_error_message();
-    print_steps(st2, t_both, " [rows=warp dh=batched]");
+    print_steps(st2, t_all, " [all three]");
     EXPECT_EQ(st2.calls[loss::kStepDhGemm] * 2, st.calls[loss::kStepDhGemm]);
+    EXPECT_EQ(st2.calls[loss::kStepLogitsRecompute] + 1, st.calls[loss::kStepLogitsRecompute]);
   }
 
   // The chunk-size lever: the same call with other vocabulary tiles (one token block, within the budget), whole

@@ -80,6 +80,8 @@ struct BackendTraits {
                                   // per row and several loads in flight per lane (the same bits)
   bool dh_batch2 = false;         // STRATA_CHUNK_LOSS_DH=batched: the split dH accumulator's two GEMMs per tile
                                   // (rows [0, N/2) and [N/2, N)) as one strided-batched GEMM (BE::gemm_batch2)
+  bool last_first = false;        // STRATA_CHUNK_LOSS_LAST_FIRST=1: the vocab_tiled backward starts with the
+                                  // forward's last tile, still in the workspace tile (driver.h): one recompute fewer
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

@@ -814,6 +814,8 @@ BackendTraits chunk_loss_cuda_traits() {
   t.warp_rows = rows && std::string(rows) == "warp";
   const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
   t.dh_batch2 = dh && std::string(dh) == "batched";
+  const char* lf = std::getenv("STRATA_CHUNK_LOSS_LAST_FIRST");
+  t.last_first = lf && lf[0] == '1';
   return t;
 }
 
