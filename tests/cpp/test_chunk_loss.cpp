@@ -594,11 +594,9 @@ TEST(ChunkLoss, CudaWarpRowKernelsGiveTheSameBits) {
 // rounding of its values plus 1e-3 of its RMS (f32 sums of 8 tiles in another order); the backward op ignores it.
 TEST(ChunkLoss, CudaLastTileFirstMatchesTheTileOrder) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  strata_chunk_loss_options o = defaults();
+  o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED, o.vocab_tile = 512, o.label_smoothing = 0.1f;
   for (bool bwd : {false, true}) {
-    auto o = defaults();
-    o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED;
-    o.vocab_tile = 512;
-    o.label_smoothing = 0.1f;
     Problem a(STRATA_DTYPE_BF16, 64, 64, 4000, 37), b2(STRATA_DTYPE_BF16, 64, 64, 4000, 37);
     cuda_bits(a, o, bwd);
     {

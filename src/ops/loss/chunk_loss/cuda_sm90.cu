@@ -270,21 +270,30 @@ __device__ __forceinline__ void grad1(const RowArgs& a, const CeGradRow& g, floa
   zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c, j == yj));
 }
 
+// What the 16-byte gradient kernels need of tile row r: its storage, the row's gradient constants (coef 0: an
+// ignored row), the target's column inside the tile and the number of whole 16-byte vectors.
+struct GradRow16 {
+  bf16_t* zr;
+  CeGradRow g;
+  float coef;
+  int64_t yj, nv;
+};
+__device__ __forceinline__ GradRow16 grad_row16(const RowArgs& a, bf16_t* dz, int64_t r, const float* lse,
+                                                int64_t lse_stride, float coef_base, const float* dloss) {
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
+  return GradRow16{dz + r * a.ldz, ce_grad_row(a.ce, lse[row * lse_stride], coef), coef, y - a.v0, a.cols / 8};
+}
+
 // In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
 template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
-  const int64_t r = blockIdx.x;
-  bf16_t* zr = dz + r * a.ldz;
-  const int64_t row = a.r0 + r;
-  const int64_t y = a.target[row * a.target_stride];
-  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
-  const CeGradRow g = ce_grad_row(a.ce, lse[row * lse_stride], coef);
-  const int64_t yj = y - a.v0;
-  const int64_t nv = a.cols / 8;
-  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads)
-    reinterpret_cast<uint4*>(zr)[v] = grad8<TB>(a, g, coef, reinterpret_cast<const uint4*>(zr)[v], v, yj);
-  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, g, coef, zr, j, yj);
+  const GradRow16 q = grad_row16(a, dz, blockIdx.x, lse, lse_stride, coef_base, dloss);
+  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
+    reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
+  for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
 }
 
 // Session 14: row_grad_v8 with one warp per row (kWarpRows rows per block) and kGradLoads 16-byte loads per lane
@@ -297,24 +306,18 @@ __global__ void __launch_bounds__(kRowThreads)
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
   if (r >= a.rows) return;
-  bf16_t* zr = dz + r * a.ldz;
-  const int64_t row = a.r0 + r;
-  const int64_t y = a.target[row * a.target_stride];
-  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
-  const CeGradRow g = ce_grad_row(a.ce, lse[row * lse_stride], coef);
-  const int64_t yj = y - a.v0;
-  const int64_t nv = a.cols / 8;
-  uint4* zv = reinterpret_cast<uint4*>(zr);
-  for (int64_t base = lane; base < nv; base += 32 * kGradLoads) {
+  const GradRow16 q = grad_row16(a, dz, r, lse, lse_stride, coef_base, dloss);
+  uint4* zv = reinterpret_cast<uint4*>(q.zr);
+  for (int64_t base = lane; base < q.nv; base += 32 * kGradLoads) {
     uint4 u[kGradLoads];
 #pragma unroll
     for (int k = 0; k < kGradLoads; ++k)
-      if (base + 32 * k < nv) u[k] = zv[base + 32 * k];
+      if (base + 32 * k < q.nv) u[k] = zv[base + 32 * k];
 #pragma unroll
     for (int k = 0; k < kGradLoads; ++k)
-      if (base + 32 * k < nv) zv[base + 32 * k] = grad8<TB>(a, g, coef, u[k], base + 32 * k, yj);
+      if (base + 32 * k < q.nv) zv[base + 32 * k] = grad8<TB>(a, q.g, q.coef, u[k], base + 32 * k, q.yj);
   }
-  for (int64_t j = nv * 8 + lane; j < a.cols; j += 32) grad1<TB>(a, g, coef, zr, j, yj);
+  for (int64_t j = q.nv * 8 + lane; j < a.cols; j += 32) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
 }
 
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
