@@ -220,7 +220,6 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   auto tile_z = [&](int64_t ti) {
     return ti < n_keep ? static_cast<void*>(dw_base + (ti + 1) * slot) : static_cast<void*>(Z);
   };
-  auto tile_dz = [&](int64_t ti) { return sep ? dZ : tile_z(ti); };
   auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
 
   // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
@@ -263,14 +262,15 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   // writes only its own slot [(ti + 2) slot, (ti + 3) slot), which tile ti's GEMMs do not write (dW tile ti ends
   // at (ti + 1) wt <= (ti + 1) slot; dH goes to the accumulator).
   const bool grad_ahead = be.traits().overlap_stats && !sep && n_keep > 1;
-  // Session 14, BackendTraits::last_first: after the forward (one token block, no overlap) the last tile's logits
-  // are still in the workspace tile Z when it is not kept; when it is deferred (its dW is stored after dH is
-  // complete, so it writes nothing into dweight here) the backward takes it first, skipping its recompute, then
-  // tiles 0, 1, ... (dH sums the tiles in that order). One logits GEMM fewer ([N, vt] x D: 0.36 ms at the H200
-  // shape, s13run1).
+  // Session 14, BackendTraits::last_first: after the forward (one token block) the last tile's logits are still
+  // where the forward put them (fwd_z: the workspace tile, or dweight's first slot with the overlap) when it is not
+  // kept; when it is deferred (its dW is stored after dH is complete, so it writes nothing into dweight here) the
+  // backward takes it first, skipping its recompute, then tiles 0, 1, ... (dH sums the tiles in that order; dW
+  // tile 0, the first write into dweight's first slot, comes after it). One logits GEMM fewer ([N, vt] x D: 0.36
+  // ms at the H200 shape, s13run1).
   const int64_t last = n_tiles - 1;
-  const bool last_first = be.traits().last_first && !p.backward_op && !be.traits().overlap_stats && Nb >= N &&
-                          last > 0 && last >= n_keep && L.dh_in_dw && dw_stop < V;
+  const bool last_first = be.traits().last_first && !p.backward_op && Nb >= N && last > 0 && last >= n_keep &&
+                          L.dh_in_dw && dw_stop < V;
   for (int64_t k = 0; k < n_tiles; ++k) {
     const int64_t ti = !last_first ? k : k == 0 ? last : k - 1;
     const int64_t v0 = ti * vt, vn = std::min(vt, V - v0);
@@ -287,8 +287,8 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       dw_dt = direct ? p.dw_dtype : f32;
       dw_ld = direct ? p.ld_dw : D;
     }
-    void* Zt = tile_z(ti);
-    const Mat dZt = dz_of(tile_dz(ti));
+    void* Zt = last_first && k == 0 ? fwd_z(ti) : tile_z(ti);
+    const Mat dZt = dz_of(sep ? dZ : Zt);
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
