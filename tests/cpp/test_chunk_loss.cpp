@@ -632,7 +632,8 @@ struct DevBuf {
 // batched), with dhidden below dweight (dhidden's storage holds rows [0, N/2)) and above it (rows [N/2, N): the
 // batch's strides stay positive). bf16 N = 64, D = 64, V = 4000, 512-column tiles, one token block: kept tiles,
 // deferred tiles, the split accumulator. Against the two-GEMM path: the same loss, lse and dweight bits (the batch
-// changes only the dH GEMMs) and dhidden within one bf16 rounding; the batched path runs one dH GEMM per tile.
+// changes only the dH GEMMs) and dhidden within one bf16 rounding (plus 1e-3 of its RMS); the batched path runs one
+// dH GEMM per tile.
 TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   const int64_t N = 64, D = 64, V = 4000;
@@ -687,19 +688,24 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
     EXPECT_EQ(got.dh_gemms, n_tiles) << "the batched path did not run";
     EXPECT_TRUE(got.loss_lse == ref.loss_lse) << "dh_first " << dh_first;
     EXPECT_TRUE(got.dw == ref.dw) << "dh_first " << dh_first;
-    double max_rel = 0.0, max_abs = 0.0;
+    auto dh_at = [](const std::vector<uint8_t>& v, int64_t i) {
+      uint16_t b = 0;
+      std::memcpy(&b, v.data() + 2 * i, 2);
+      return static_cast<double>(bf16_bits_to_f32(b));
+    };
+    double ss = 0.0, max_abs = 0.0;
+    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.dh, i) * dh_at(ref.dh, i);
+    const double rms = std::sqrt(ss / static_cast<double>(N * D));
+    ASSERT_GT(rms, 0.0);
     for (int64_t i = 0; i < N * D; ++i) {
-      uint16_t a = 0, b = 0;
-      std::memcpy(&a, ref.dh.data() + 2 * i, 2);
-      std::memcpy(&b, got.dh.data() + 2 * i, 2);
-      const double x = bf16_bits_to_f32(a), y = bf16_bits_to_f32(b);
+      const double x = dh_at(ref.dh, i), y = dh_at(got.dh, i);
       ASSERT_TRUE(std::isfinite(x) && std::isfinite(y)) << "dhidden[" << i << "] dh_first " << dh_first;
       max_abs = std::max(max_abs, std::fabs(x - y));
-      max_rel = std::max(max_rel, std::fabs(x - y) / std::max(std::fabs(x), 1e-30));
-      EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -7) + 1e-12) << "dhidden[" << i << "] dh_first " << dh_first;
+      // One bf16 rounding of the value, plus 1e-3 of the RMS for f32 sums the batch may order differently.
+      EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -7) + 1e-3 * rms) << "dhidden[" << i << "] dh_first " << dh_first;
     }
-    std::printf("[chunk_loss dh batch] dh_first %d: dhidden max |diff| %.3g (max rel %.3g) vs the two GEMMs\n",
-                dh_first ? 1 : 0, max_abs, max_rel);
+    std::printf("[chunk_loss dh batch] dh_first %d: dhidden max |diff| %.3g (RMS %.3g) vs the two GEMMs\n",
+                dh_first ? 1 : 0, max_abs, rms);
   }
 }
 
