@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -798,31 +799,44 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   };
   print_steps(st, whole, "");
 
-  // Session 14: the variants side by side with the default, whole calls (median of 7 each), then the default once
-  // more (drift): the warp-per-row epilogues (STRATA_CHUNK_LOSS_ROWS=warp) and the batched dH GEMMs
-  // (STRATA_CHUNK_LOSS_DH=batched) and the backward starting with the forward's last tile
-  // (STRATA_CHUNK_LOSS_LAST_FIRST=1) must give the default's loss and lse bits (none changes them), then the
-  // stepped split of all three together.
+  // Session 14: the variants side by side with the default, whole calls interleaved (default, each variant, ...: 7
+  // rounds after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike: the warp-per-row
+  // epilogues (STRATA_CHUNK_LOSS_ROWS=warp), the batched dH GEMMs (STRATA_CHUNK_LOSS_DH=batched), the backward
+  // starting with the forward's last tile (STRATA_CHUNK_LOSS_LAST_FIRST=1), and all three. Each must give the
+  // default's loss and lse bits (none changes them). Then the stepped split of all three together.
   struct Variant {
     const char *name, *rows, *dh;
     bool last_first;
   };
+  const std::vector<Variant> variants = {
+      {"default", nullptr, nullptr, false},      {"rows=warp", "warp", nullptr, false},
+      {"dh=batched", nullptr, "batched", false}, {"last_first", nullptr, nullptr, true},
+      {"all three", "warp", "batched", true}};
+  auto set_env = [](const Variant& v) {
+    for (auto [name, val] : {std::pair{"STRATA_CHUNK_LOSS_ROWS", v.rows}, {"STRATA_CHUNK_LOSS_DH", v.dh},
+                             {"STRATA_CHUNK_LOSS_LAST_FIRST", v.last_first ? "1" : nullptr}})
+      val ? setenv(name, val, 1) : unsetenv(name);
+  };
+  std::vector<std::function<void()>> fns;
+  for (const Variant& v : variants)
+    fns.push_back([&, v] {
+      set_env(v);
+      EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    });
+  const std::vector<std::vector<double>> t_v = linear_attn::gdn_test::time_interleaved_ms(fns, 7);
   double t_all = 0.0;
-  for (const Variant& v : {Variant{"rows=warp", "warp", nullptr, false}, Variant{"dh=batched", nullptr, "batched", false},
-                           Variant{"last_first", nullptr, nullptr, true}, Variant{"rows=warp dh=batched", "warp", "batched", false},
-                           Variant{"all three", "warp", "batched", true}, Variant{"default again", nullptr, nullptr, false}}) {
-    std::unique_ptr<ScopedEnv> e_rows, e_dh, e_lf;
-    if (v.rows) e_rows = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_ROWS", v.rows);
-    if (v.dh) e_dh = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_DH", v.dh);
-    if (v.last_first) e_lf = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_LAST_FIRST", "1");
-    const double t_v = linear_attn::gdn_test::time_ms([&] { return loss::chunk_loss_cuda(p, L, ws.p, nullptr); });
-    ASSERT_GT(t_v, 0.0) << strata_get_last_error_message();
+  for (size_t i = 0; i < variants.size(); ++i) {
+    fns[i]();
     ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_TRUE(got == ref) << v.name << " changed the loss or lse bits";
-    std::printf("[chunk_loss variants] %-22s whole call %.3f ms (default %.3f ms)\n", v.name, t_v, whole);
-    if (v.rows && v.dh && v.last_first) t_all = t_v;
+    EXPECT_TRUE(got == ref) << variants[i].name << " changed the loss or lse bits";
+    const double med = t_v[i][t_v[i].size() / 2];
+    std::printf("[chunk_loss variants] %-12s whole call median %.3f ms min %.3f ms (interleaved, 7 rounds; %.3f x the "
+                "default's median)\n",
+                variants[i].name, med, t_v[i].front(), med / t_v[0][t_v[0].size() / 2]);
+    if (i + 1 == variants.size()) t_all = med;
   }
+  set_env(variants[0]);
   {
     ScopedEnv e_rows("STRATA_CHUNK_LOSS_ROWS", "warp"), e_dh("STRATA_CHUNK_LOSS_DH", "batched"),
         e_lf("STRATA_CHUNK_LOSS_LAST_FIRST", "1");
