@@ -76,12 +76,10 @@ struct BackendTraits {
                                   // forward alternates the tiles it does not keep between two buffers, and the
                                   // backward computes a kept tile's gradient beside the previous tile's GEMMs
   // Session 14 (CUDA; README.md "CUDA (H200)"), read per call like overlap_stats:
-  bool warp_rows = false;         // STRATA_CHUNK_LOSS_ROWS=warp: the 16-byte row_stats / row_grad with one warp
-                                  // per row and several loads in flight per lane (the same bits)
-  bool dh_batch2 = false;         // STRATA_CHUNK_LOSS_DH=batched: the split dH accumulator's two GEMMs per tile
-                                  // (rows [0, N/2) and [N/2, N)) as one strided-batched GEMM (BE::gemm_batch2)
-  bool last_first = false;        // STRATA_CHUNK_LOSS_LAST_FIRST=1: the vocab_tiled backward starts with the
-                                  // forward's last tile, still in the workspace tile (driver.h): one recompute fewer
+  bool dh_batch2 = false;         // CUDA (two GEMMs with STRATA_CHUNK_LOSS_DH=pair): the split dH accumulator's two
+                                  // GEMMs per tile (rows [0, N/2) and [N/2, N)) as one strided batch (gemm_batch2)
+  bool rows_ahead = false;        // STRATA_CHUNK_LOSS_ROWS=ahead: the 16-byte row_stats / row_grad load up to
+                                  // kRowsAhead of a thread's vectors before their math (the same bits)
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

@@ -32,6 +32,7 @@ namespace strata::loss {
 namespace {
 
 constexpr int kRowThreads = 256;  // threads per row block of row_stats / row_grad
+constexpr int kRowsAhead = 4;     // vectors per thread loaded ahead (BackendTraits::rows_ahead)
 
 template <class T>
 __device__ __forceinline__ float ld(const T* p, int64_t i) {
@@ -175,7 +176,10 @@ __device__ __forceinline__ void stats_add8(CeRowStats& st, const RowArgs& a, con
   }
 }
 
-template <class TB>
+// kAhead > 1 (session 14, STRATA_CHUNK_LOSS_ROWS=ahead): each thread issues the loads of up to kAhead of its
+// vectors (v, v + 256, ...) before their math, so that a [8192, 3968] tile's rows (496 vectors: 2 per thread)
+// wait for memory once instead of twice; the same vectors in the same order, so the same bits.
+template <class TB, int kAhead>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
@@ -184,59 +188,22 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;
   const int64_t nv = a.cols / 8;
+  const uint4* zv = reinterpret_cast<const uint4*>(zr);
   CeRowStats st;  // empty: m = -inf, s = 0
-  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads)
-    stats_add8<TB>(st, a, reinterpret_cast<const uint4*>(zr)[v], v, yj);
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads * kAhead) {
+    uint4 u[kAhead];
+#pragma unroll
+    for (int q = 0; q < kAhead; ++q)
+      if (v + q * kRowThreads < nv) u[q] = zv[v + q * kRowThreads];
+#pragma unroll
+    for (int q = 0; q < kAhead; ++q)
+      if (v + q * kRowThreads < nv) stats_add8<TB>(st, a, u[q], v + q * kRowThreads, yj);
+  }
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
     ce_stats_add(st, c, j == yj);
   }
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
-}
-
-// Session 14: row_stats_v8 with one warp per row (kWarpRows rows per 256-thread block) and every load of a round
-// issued before its math (8 independent 16-byte loads per lane in flight instead of 1: row_stats_v8 measured
-// 0.76 TB/s at the H200 shape, [8192, 3968] bf16 tiles, its 256-thread block per 7.75 KB row latency-bound). The
-// same bits as row_stats_v8: lane l keeps the statistics of row_stats_v8's threads l + 32 k (k < 8) apart, each
-// fed the same vectors in the same order (v = t, t + 256, ...), then merges them by the same tree (the xor
-// shuffles within each of those 8 warps, then warps 0..7 in order).
-constexpr int kWarpRows = kRowThreads / 32;
-template <class TB>
-__global__ void __launch_bounds__(kRowThreads)
-    row_stats_warp(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride,
-                   float* rowloss) {
-  constexpr int kV = kRowThreads / 32;  // row_stats_v8's threads per lane
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
-  if (r >= a.rows) return;  // whole warps leave: the shuffles below stay full-warp
-  const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
-  const int64_t row = a.r0 + r;
-  const int64_t y = a.target[row * a.target_stride];
-  const int64_t yj = y - a.v0;
-  const int64_t nv = a.cols / 8;
-  CeRowStats st[kV];  // empty: m = -inf, s = 0
-  for (int64_t base = lane; base < nv; base += kRowThreads) {
-    uint4 u[kV];
-#pragma unroll
-    for (int k = 0; k < kV; ++k)
-      if (base + 32 * k < nv) u[k] = reinterpret_cast<const uint4*>(zr)[base + 32 * k];
-#pragma unroll
-    for (int k = 0; k < kV; ++k)
-      if (base + 32 * k < nv) stats_add8<TB>(st[k], a, u[k], base + 32 * k, yj);
-  }
-#pragma unroll
-  for (int k = 0; k < kV; ++k)
-    for (int64_t j = nv * 8 + lane + 32 * k; j < a.cols; j += kRowThreads)
-      ce_stats_add(st[k], logit_at<TB, bf16_t>(a, zr, j), j == yj);
-#pragma unroll
-  for (int k = 0; k < kV; ++k)
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) st[k] = ce_stats_merge(st[k], shfl_stat(st[k], o));
-  if (lane != 0) return;
-  CeRowStats m = st[0];
-#pragma unroll
-  for (int k = 1; k < kV; ++k) m = ce_stats_merge(m, st[k]);
-  finish_merged(m, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
 // __expf (ex2.approx) for the 16-byte kernels: the gradient is rounded to bf16, far coarser than its error.
@@ -286,38 +253,24 @@ __device__ __forceinline__ GradRow16 grad_row16(const RowArgs& a, bf16_t* dz, in
   return GradRow16{dz + r * a.ldz, ce_grad_row(a.ce, lse[row * lse_stride], coef), coef, y - a.v0, a.cols / 8};
 }
 
-// In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
-template <class TB>
+// In place over the bf16 tile (dz = z, same row stride); each thread reads its vectors before writing them.
+// kAhead > 1 (STRATA_CHUNK_LOSS_ROWS=ahead): up to kAhead of a thread's vectors loaded before their math (as in
+// row_stats_v8); the same per-element math, so the same bits.
+template <class TB, int kAhead>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
   const GradRow16 q = grad_row16(a, dz, blockIdx.x, lse, lse_stride, coef_base, dloss);
-  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
-    reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
-  for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
-}
-
-// Session 14: row_grad_v8 with one warp per row (kWarpRows rows per block) and kGradLoads 16-byte loads per lane
-// issued before their math (row_grad_v8 measured ~2.0 TB/s at the H200 shape). Each element's math is
-// row_grad_v8's, so the same bits.
-constexpr int kGradLoads = 8;
-template <class TB>
-__global__ void __launch_bounds__(kRowThreads)
-    row_grad_warp(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRows + (threadIdx.x >> 5);
-  if (r >= a.rows) return;
-  const GradRow16 q = grad_row16(a, dz, r, lse, lse_stride, coef_base, dloss);
   uint4* zv = reinterpret_cast<uint4*>(q.zr);
-  for (int64_t base = lane; base < q.nv; base += 32 * kGradLoads) {
-    uint4 u[kGradLoads];
+  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads * kAhead) {
+    uint4 u[kAhead];
 #pragma unroll
-    for (int k = 0; k < kGradLoads; ++k)
-      if (base + 32 * k < q.nv) u[k] = zv[base + 32 * k];
+    for (int k = 0; k < kAhead; ++k)
+      if (v + k * kRowThreads < q.nv) u[k] = zv[v + k * kRowThreads];
 #pragma unroll
-    for (int k = 0; k < kGradLoads; ++k)
-      if (base + 32 * k < q.nv) zv[base + 32 * k] = grad8<TB>(a, q.g, q.coef, u[k], base + 32 * k, q.yj);
+    for (int k = 0; k < kAhead; ++k)
+      if (v + k * kRowThreads < q.nv) zv[v + k * kRowThreads] = grad8<TB>(a, q.g, q.coef, u[k], v + k * kRowThreads, q.yj);
   }
-  for (int64_t j = q.nv * 8 + lane; j < a.cols; j += 32) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
+  for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
 }
 
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
@@ -651,14 +604,14 @@ struct CudaBackend : BackendBase {
       st = side->stream;
     }
     visit_storage(p.w_dtype, [&](auto tb) {
-      if (v8 && tr.warp_rows) {
-        row_stats_warp<decltype(tb)><<<static_cast<unsigned>(cuda::ceil_div(rows, kWarpRows)), kRowThreads, 0, st>>>(
+      if (v8 && tr.rows_ahead) {
+        row_stats_v8<decltype(tb), kRowsAhead><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
             a, stat, first, last, lse_w, lse_w_stride, rowloss);
         return;
       }
       if (v8) {
-        row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
-                                                                                      lse_w_stride, rowloss);
+        row_stats_v8<decltype(tb), 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
+                                                                                         lse_w_stride, rowloss);
         return;
       }
       visit_tile(z_dt, [&](auto tz) {
@@ -698,11 +651,11 @@ struct CudaBackend : BackendBase {
       visit_tile(z_dt, [&](auto tz) {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
-          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz) && tr.warp_rows)
-            row_grad_warp<decltype(tb)><<<static_cast<unsigned>(cuda::ceil_div(rows, kWarpRows)), kRowThreads, 0, st>>>(
+          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz) && tr.rows_ahead)
+            row_grad_v8<decltype(tb), kRowsAhead><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
-            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+            row_grad_v8<decltype(tb), 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else
             row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
@@ -811,14 +764,14 @@ BackendTraits chunk_loss_cuda_traits() {
   // Read per call (a test compares the bits of both paths in one process); CudaBackend keeps one copy per call.
   const char* v = std::getenv("STRATA_CHUNK_LOSS_OVERLAP");
   t.overlap_stats = v && v[0] == '1';
-  // Session 14 variants (README.md "CUDA (H200)"): forced on for the side-by-side timing until a GPU run shows
-  // them faster.
-  const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
-  t.warp_rows = rows && std::string(rows) == "warp";
+  // Session 14 (README.md "CUDA (H200)"): the split dH accumulator's two GEMMs per tile as one strided batch,
+  // faster side by side in s14 run 1 (0.973 x the whole call); STRATA_CHUNK_LOSS_DH=pair forces the two GEMMs
+  // (the tests compare both). The 16-byte epilogues with their loads issued ahead: forced only
+  // (STRATA_CHUNK_LOSS_ROWS=ahead) until a GPU run shows them faster.
   const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
-  t.dh_batch2 = dh && std::string(dh) == "batched";
-  const char* lf = std::getenv("STRATA_CHUNK_LOSS_LAST_FIRST");
-  t.last_first = lf && lf[0] == '1';
+  t.dh_batch2 = !(dh && std::string(dh) == "pair");
+  const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
+  t.rows_ahead = rows && std::string(rows) == "ahead";
   return t;
 }
 

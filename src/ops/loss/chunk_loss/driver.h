@@ -262,18 +262,8 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   // writes only its own slot [(ti + 2) slot, (ti + 3) slot), which tile ti's GEMMs do not write (dW tile ti ends
   // at (ti + 1) wt <= (ti + 1) slot; dH goes to the accumulator).
   const bool grad_ahead = be.traits().overlap_stats && !sep && n_keep > 1;
-  // Session 14, BackendTraits::last_first: after the forward (one token block) the last tile's logits are still
-  // where the forward put them (fwd_z: the workspace tile, or dweight's first slot with the overlap) when it is not
-  // kept; when it is deferred (its dW is stored after dH is complete, so it writes nothing into dweight here) the
-  // backward takes it first, skipping its recompute, then tiles 0, 1, ... (dH sums the tiles in that order; dW
-  // tile 0, the first write into dweight's first slot, comes after it). One logits GEMM fewer ([N, vt] x D: 0.36
-  // ms at the H200 shape, s13run1).
-  const int64_t last = n_tiles - 1;
-  const bool last_first = be.traits().last_first && !p.backward_op && Nb >= N && last > 0 && last >= n_keep &&
-                          L.dh_in_dw && dw_stop < V;
-  for (int64_t k = 0; k < n_tiles; ++k) {
-    const int64_t ti = !last_first ? k : k == 0 ? last : k - 1;
-    const int64_t v0 = ti * vt, vn = std::min(vt, V - v0);
+  for (int64_t v0 = 0; v0 < V; v0 += vt) {
+    const int64_t vn = std::min(vt, V - v0), ti = v0 / vt;
     const Mat Wm = be.weight_block(v0, vn);
     const bool deferred = v0 + vn > dw_stop;
     // dW tile: straight into dweight (f32 in place, or any dtype with one token block: L.dw_direct), else the
@@ -287,12 +277,12 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       dw_dt = direct ? p.dw_dtype : f32;
       dw_ld = direct ? p.ld_dw : D;
     }
-    void* Zt = last_first && k == 0 ? fwd_z(ti) : tile_z(ti);
+    void* Zt = tile_z(ti);
     const Mat dZt = dz_of(sep ? dZ : Zt);
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
-      if (ti >= n_keep && !(last_first && k == 0)) be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Zt, z_dt, vt);
+      if (ti >= n_keep) be.gemm(false, true, rows, vn, D, Hm, Wm, 0.f, Zt, z_dt, vt);
       if (grad_ahead && ti > 0 && ti < n_keep) be.grad_wait();  // launched beside the previous tile's GEMMs
       else be.grad(Zt, z_dt, vt, const_cast<void*>(dZt.p), dz_dt, vt, rows, vn, b0, v0);
       if (grad_ahead && ti + 1 < n_keep) {  // n_keep > 0: one token block (b0 = 0, rows = N)
@@ -305,12 +295,13 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
         auto dz_rows = [&](int64_t r) {
           return Mat{static_cast<const char*>(dZt.p) + r * vt * static_cast<int64_t>(dz_es), dz_dt, vt};
         };
-        const float beta = k > 0 ? 1.f : 0.f;
+        const float beta = v0 > 0 ? 1.f : 0.f;
         if constexpr (BE::kGemmBatch2) {
           if (dh_batch) {  // rows [0, h_lo) into the lower accumulator, rows [h_lo, N) into the upper one
             float* const c0 = stage_r0 == 0 ? dh_lo : dh_acc;
             float* const c1 = stage_r0 == 0 ? dh_acc : dh_lo;
-            const int64_t sc = static_cast<int64_t>(reinterpret_cast<uintptr_t>(c1) - reinterpret_cast<uintptr_t>(c0)) / 4;
+            const int64_t sc =
+                static_cast<int64_t>(reinterpret_cast<uintptr_t>(c1) - reinterpret_cast<uintptr_t>(c0)) / 4;
             be.gemm_batch2(false, false, h_lo, D, vn, dZt, h_lo * vt, Wm, 0, beta, c0, sc, f32, D, dzs);
           }
         }
@@ -319,7 +310,7 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
           be.gemm(false, false, rows - h_lo, D, vn, dz_rows(tail_r0), Wm, beta, dh_acc, f32, dh_ld, dzs);
         }
       } else if (p.dhidden) {
-        be.gemm(false, false, rows, D, vn, dZt, Wm, k > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld, dzs);
+        be.gemm(false, false, rows, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld, dzs);
       }
       if (p.dbias) be.colsum(dZt.p, dz_dt, vt, rows, vn, db_acc + v0 * db_ld, db_ld, b0 == 0, dzs);
     }
