@@ -78,8 +78,6 @@ struct BackendTraits {
   // Session 14 (CUDA; README.md "CUDA (H200)"), read per call like overlap_stats:
   bool dh_batch2 = false;         // CUDA (two GEMMs with STRATA_CHUNK_LOSS_DH=pair): the split dH accumulator's two
                                   // GEMMs per tile (rows [0, N/2) and [N/2, N)) as one strided batch (gemm_batch2)
-  bool rows_ahead = false;        // STRATA_CHUNK_LOSS_ROWS=ahead: the 16-byte row_stats / row_grad load up to
-                                  // kRowsAhead of a thread's vectors before their math (the same bits)
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

@@ -32,7 +32,6 @@ namespace strata::loss {
 namespace {
 
 constexpr int kRowThreads = 256;  // threads per row block of row_stats / row_grad
-constexpr int kRowsAhead = 4;     // vectors per thread loaded ahead (BackendTraits::rows_ahead)
 
 template <class T>
 __device__ __forceinline__ float ld(const T* p, int64_t i) {
@@ -176,10 +175,7 @@ __device__ __forceinline__ void stats_add8(CeRowStats& st, const RowArgs& a, con
   }
 }
 
-// kAhead > 1 (session 14, STRATA_CHUNK_LOSS_ROWS=ahead): each thread issues the loads of up to kAhead of its
-// vectors (v, v + 256, ...) before their math, so that a [8192, 3968] tile's rows (496 vectors: 2 per thread)
-// wait for memory once instead of twice; the same vectors in the same order, so the same bits.
-template <class TB, int kAhead>
+template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
   const int64_t r = blockIdx.x;
@@ -188,17 +184,9 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t y = a.target[row * a.target_stride];
   const int64_t yj = y - a.v0;
   const int64_t nv = a.cols / 8;
-  const uint4* zv = reinterpret_cast<const uint4*>(zr);
   CeRowStats st;  // empty: m = -inf, s = 0
-  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads * kAhead) {
-    uint4 u[kAhead];
-#pragma unroll
-    for (int q = 0; q < kAhead; ++q)
-      if (v + q * kRowThreads < nv) u[q] = zv[v + q * kRowThreads];
-#pragma unroll
-    for (int q = 0; q < kAhead; ++q)
-      if (v + q * kRowThreads < nv) stats_add8<TB>(st, a, u[q], v + q * kRowThreads, yj);
-  }
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads)
+    stats_add8<TB>(st, a, reinterpret_cast<const uint4*>(zr)[v], v, yj);
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
     ce_stats_add(st, c, j == yj);
@@ -253,23 +241,13 @@ __device__ __forceinline__ GradRow16 grad_row16(const RowArgs& a, bf16_t* dz, in
   return GradRow16{dz + r * a.ldz, ce_grad_row(a.ce, lse[row * lse_stride], coef), coef, y - a.v0, a.cols / 8};
 }
 
-// In place over the bf16 tile (dz = z, same row stride); each thread reads its vectors before writing them.
-// kAhead > 1 (STRATA_CHUNK_LOSS_ROWS=ahead): up to kAhead of a thread's vectors loaded before their math (as in
-// row_stats_v8); the same per-element math, so the same bits.
-template <class TB, int kAhead>
+// In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
+template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
   const GradRow16 q = grad_row16(a, dz, blockIdx.x, lse, lse_stride, coef_base, dloss);
-  uint4* zv = reinterpret_cast<uint4*>(q.zr);
-  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads * kAhead) {
-    uint4 u[kAhead];
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k)
-      if (v + k * kRowThreads < q.nv) u[k] = zv[v + k * kRowThreads];
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k)
-      if (v + k * kRowThreads < q.nv) zv[v + k * kRowThreads] = grad8<TB>(a, q.g, q.coef, u[k], v + k * kRowThreads, q.yj);
-  }
+  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
+    reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
   for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
 }
 
@@ -604,14 +582,9 @@ struct CudaBackend : BackendBase {
       st = side->stream;
     }
     visit_storage(p.w_dtype, [&](auto tb) {
-      if (v8 && tr.rows_ahead) {
-        row_stats_v8<decltype(tb), kRowsAhead><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-            a, stat, first, last, lse_w, lse_w_stride, rowloss);
-        return;
-      }
       if (v8) {
-        row_stats_v8<decltype(tb), 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
-                                                                                         lse_w_stride, rowloss);
+        row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
+                                                                                      lse_w_stride, rowloss);
         return;
       }
       visit_tile(z_dt, [&](auto tz) {
@@ -651,11 +624,8 @@ struct CudaBackend : BackendBase {
       visit_tile(z_dt, [&](auto tz) {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
-          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz) && tr.rows_ahead)
-            row_grad_v8<decltype(tb), kRowsAhead><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
-                a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
-          else if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
-            row_grad_v8<decltype(tb), 1><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
+          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
+            row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else
             row_grad<decltype(tb), TZ, TZ><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
@@ -766,12 +736,9 @@ BackendTraits chunk_loss_cuda_traits() {
   t.overlap_stats = v && v[0] == '1';
   // Session 14 (README.md "CUDA (H200)"): the split dH accumulator's two GEMMs per tile as one strided batch,
   // faster side by side in s14 run 1 (0.973 x the whole call); STRATA_CHUNK_LOSS_DH=pair forces the two GEMMs
-  // (the tests compare both). The 16-byte epilogues with their loads issued ahead: forced only
-  // (STRATA_CHUNK_LOSS_ROWS=ahead) until a GPU run shows them faster.
+  // (the tests compare both).
   const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
-  const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
-  t.rows_ahead = rows && std::string(rows) == "ahead";
   return t;
 }
 
