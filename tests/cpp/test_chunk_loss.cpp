@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -550,7 +552,103 @@ TEST(ChunkLoss, CudaTargetsOutOfRangeFailAndWriteNothing) {
   EXPECT_TRUE(all_poison(pr.dw));
 }
 
+// An environment variable for the scope of the object (the CUDA backend reads its variant switches per call).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  const char* name_;
+};
+
 #if STRATA_WITH_CUDA
+// Device memory for the direct calls below.
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t bytes) { EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess); }
+  ~DevBuf() { cudaFree(p); }
+  char* c() const { return static_cast<char*>(p); }
+};
+
+// Session 14: the split dH accumulator's two GEMMs per tile as one strided-batched GEMM (the CUDA default; the
+// two GEMMs with STRATA_CHUNK_LOSS_DH=pair), with dhidden below dweight (dhidden's storage holds rows [0, N/2))
+// and above it (rows [N/2, N): the batch's strides stay positive). bf16 N = 64, D = 64, V = 4000, 512-column tiles, one token block: kept tiles,
+// deferred tiles, the split accumulator. Against the two-GEMM path: the same loss, lse and dweight bits (the batch
+// changes only the dH GEMMs) and dhidden within one bf16 rounding (plus 1e-3 of its RMS); the batched path runs one
+// dH GEMM per tile.
+TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t N = 64, D = 64, V = 4000;
+  std::mt19937_64 rng(41);
+  const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, 42), w = rnd(STRATA_DTYPE_BF16, {V, D}, 43, 0.0, 0.25);
+  std::vector<int64_t> th(N);
+  for (int64_t i = 0; i < N; ++i) th[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(rng() % V);
+  const size_t hb = N * D * 2, wb = V * D * 2;
+  DevBuf dh_in(hb), dw_in(wb), t(N * 8), loss(4), lse(N * 4), grads(hb + wb + 4096);
+  ASSERT_EQ(cudaMemcpy(dh_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dw_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  struct Out {
+    std::vector<uint8_t> loss_lse, dh, dw;
+    int64_t dh_gemms = 0;
+  };
+  // dh_first: dhidden at the start of `grads`, dweight after it (256-byte aligned); else the other way round.
+  auto run = [&](bool dh_first, bool batched) {
+    loss::ChunkLossParams p;
+    p.hidden = dh_in.p, p.weight = dw_in.p, p.target = static_cast<const int64_t*>(t.p);
+    p.loss = loss.p, p.lse = lse.p;
+    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
+    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
+    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
+    p.N = N, p.D = D, p.V = V;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
+    p.ce = loss::ce_consts(loss::CeOptions{}, V);
+    const loss::ChunkLossLayout L =
+        loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 512);
+    EXPECT_TRUE(L.dh_in_dw && p.rows == N);
+    DevBuf ws(L.total);
+    Out o;
+    std::unique_ptr<ScopedEnv> env;
+    if (!batched) env = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_DH", "pair");
+    loss::ChunkLossCudaSteps st;
+    EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
+    o.dh_gemms = st.calls[loss::kStepDhGemm];
+    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);  // poison, then the plain call
+    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    o.loss_lse.resize(4 + N * 4), o.dh.resize(hb), o.dw.resize(wb);
+    EXPECT_EQ(cudaMemcpy(o.loss_lse.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.loss_lse.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.dh.data(), p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.dw.data(), p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    return o;
+  };
+  const int64_t n_tiles = (V + 511) / 512;
+  for (bool dh_first : {true, false}) {
+    const Out ref = run(dh_first, false), got = run(dh_first, true);
+    EXPECT_EQ(ref.dh_gemms, 2 * n_tiles);
+    EXPECT_EQ(got.dh_gemms, n_tiles) << "the batched path did not run";
+    EXPECT_TRUE(got.loss_lse == ref.loss_lse) << "dh_first " << dh_first;
+    EXPECT_TRUE(got.dw == ref.dw) << "dh_first " << dh_first;
+    auto dh_at = [](const std::vector<uint8_t>& v, int64_t i) {
+      uint16_t b = 0;
+      std::memcpy(&b, v.data() + 2 * i, 2);
+      return static_cast<double>(bf16_bits_to_f32(b));
+    };
+    double ss = 0.0, max_abs = 0.0;
+    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.dh, i) * dh_at(ref.dh, i);
+    const double rms = std::sqrt(ss / static_cast<double>(N * D));
+    ASSERT_GT(rms, 0.0);
+    for (int64_t i = 0; i < N * D; ++i) {
+      const double x = dh_at(ref.dh, i), y = dh_at(got.dh, i);
+      ASSERT_TRUE(std::isfinite(x) && std::isfinite(y)) << "dhidden[" << i << "] dh_first " << dh_first;
+      max_abs = std::max(max_abs, std::fabs(x - y));
+      // One bf16 rounding of the value, plus 1e-3 of the RMS for f32 sums the batch may order differently.
+      EXPECT_LE(std::fabs(x - y), std::ldexp(std::fabs(x), -7) + 1e-3 * rms) << "dhidden[" << i << "] dh_first " << dh_first;
+    }
+    std::printf("[chunk_loss dh batch] dh_first %d: dhidden max |diff| %.3g (RMS %.3g) vs the two GEMMs\n",
+                dh_first ? 1 : 0, max_abs, rms);
+  }
+}
+
 // Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
 // V = 151936 with bf16 dhidden and dweight (the in-budget plan: vocab_tiled, one token block, vt = 3968) timed as a
 // whole (CUDA events around single calls, median of 7 after a warm-up), then one call split into its steps by
@@ -615,24 +713,63 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_TRUE(got == ref) << "the stepped call changed the loss or lse bits";
-  double sum = 0.0, gemm_ms = 0.0, gemm_flop = 0.0;
-  std::printf("[chunk_loss steps] whole call %.3f ms (median of 7); stepped call span %.3f ms\n", whole, st.total_ms);
-  for (int k = 0; k < loss::kChunkLossSteps; ++k) {
-    sum += st.ms[k];
-    if (st.flop[k] > 0) gemm_ms += st.ms[k], gemm_flop += st.flop[k];
-    if (st.calls[k] == 0) continue;
-    std::printf("[chunk_loss steps]   %-30s %4lld calls %8.3f ms %5.1f %%", loss::chunk_loss_step_name(k),
-                static_cast<long long>(st.calls[k]), st.ms[k], 100.0 * st.ms[k] / whole);
-    if (st.flop[k] > 0) std::printf("  %.2f TFLOP  %.0f TFLOP/s", st.flop[k] / 1e12, st.flop[k] / (st.ms[k] * 1e-3) / 1e12);
-    std::printf("\n");
+  // One line per step of a stepped call, then the GEMM / element-wise totals; the steps must fit in its span.
+  auto print_steps = [&](const loss::ChunkLossCudaSteps& sp, double whole, const char* tag) {
+    double sum = 0.0, gemm_ms = 0.0, gemm_flop = 0.0;
+    std::printf("[chunk_loss steps]%s whole call %.3f ms (median of 7); stepped call span %.3f ms\n", tag, whole,
+                sp.total_ms);
+    for (int k = 0; k < loss::kChunkLossSteps; ++k) {
+      sum += sp.ms[k];
+      if (sp.flop[k] > 0) gemm_ms += sp.ms[k], gemm_flop += sp.flop[k];
+      if (sp.calls[k] == 0) continue;
+      std::printf("[chunk_loss steps]   %-30s %4lld calls %8.3f ms %5.1f %%", loss::chunk_loss_step_name(k),
+                  static_cast<long long>(sp.calls[k]), sp.ms[k], 100.0 * sp.ms[k] / whole);
+      if (sp.flop[k] > 0)
+        std::printf("  %.2f TFLOP  %.0f TFLOP/s", sp.flop[k] / 1e12, sp.flop[k] / (sp.ms[k] * 1e-3) / 1e12);
+      std::printf("\n");
+    }
+    std::printf("[chunk_loss steps]   GEMMs %.3f ms (%.2f TFLOP, %.0f TFLOP/s; the 3 GEMMs' %.2f TFLOP = %.3f x), "
+                "element-wise and the rest %.3f ms, between steps %.3f ms\n",
+                gemm_ms, gemm_flop / 1e12, gemm_flop / (gemm_ms * 1e-3) / 1e12, 6.0 * N * D * V / 1e12,
+                gemm_flop / (6.0 * N * D * V), sum - gemm_ms, sp.total_ms - sum);
+    EXPECT_GT(sp.calls[loss::kStepLogitsFwd], 0);
+    EXPECT_GT(sp.calls[loss::kStepDwGemm], 0);
+    EXPECT_LE(sum, sp.total_ms * 1.001 + 0.01);
+  };
+  print_steps(st, whole, "");
+
+  // Session 14: the default (with the batched dH GEMMs, chosen in s14 run 1) side by side with the two dH GEMMs
+  // per tile (STRATA_CHUNK_LOSS_DH=pair, the session-13 path), whole calls interleaved (default, each variant, ...: 7 rounds
+  // after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike. Each must give the default's loss
+  // and lse bits (none changes them).
+  struct Variant {
+    const char *name, *dh;
+  };
+  const std::vector<Variant> variants = {{"default", nullptr}, {"dh=pair (s13)", "pair"}};
+  auto set_env = [](const Variant& v) {
+    v.dh ? setenv("STRATA_CHUNK_LOSS_DH", v.dh, 1) : unsetenv("STRATA_CHUNK_LOSS_DH");
+  };
+  std::vector<std::function<void()>> fns;
+  for (const Variant& v : variants)
+    fns.push_back([&, v] {
+      set_env(v);
+      EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    });
+  const std::vector<std::vector<double>> t_v = linear_attn::gdn_test::time_interleaved_ms(fns, 7);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    fns[i]();
+    ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(got == ref) << variants[i].name << " changed the loss or lse bits";
+    const double med = t_v[i][t_v[i].size() / 2];
+    std::printf("[chunk_loss variants] %-12s whole call median %.3f ms min %.3f ms (interleaved, 7 rounds; %.3f x the "
+                "default's median)\n",
+                variants[i].name, med, t_v[i].front(), med / t_v[0][t_v[0].size() / 2]);
   }
-  std::printf("[chunk_loss steps]   GEMMs %.3f ms (%.2f TFLOP, %.0f TFLOP/s; the 3 GEMMs' %.2f TFLOP = %.3f x), "
-              "element-wise and the rest %.3f ms, between steps %.3f ms\n",
-              gemm_ms, gemm_flop / 1e12, gemm_flop / (gemm_ms * 1e-3) / 1e12, 6.0 * N * D * V / 1e12,
-              gemm_flop / (6.0 * N * D * V), sum - gemm_ms, st.total_ms - sum);
-  EXPECT_GT(st.calls[loss::kStepLogitsFwd], 0);
-  EXPECT_GT(st.calls[loss::kStepDwGemm], 0);
-  EXPECT_LE(sum, st.total_ms * 1.001 + 0.01);
+  set_env(variants[0]);
+  EXPECT_EQ(st.calls[loss::kStepDhGemm], (V + p.vtile - 1) / p.vtile);  // the batched dH GEMMs: one per tile
+
+
 
   // The chunk-size lever: the same call with other vocabulary tiles (one token block, within the budget), whole
   // calls side by side with the plan's tile; each must give the plan's loss up to the f32 rounding of its own

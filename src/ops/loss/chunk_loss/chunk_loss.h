@@ -75,6 +75,9 @@ struct BackendTraits {
                                   // stats() runs beside the next GEMM (a second stream), so the vocab_tiled
                                   // forward alternates the tiles it does not keep between two buffers, and the
                                   // backward computes a kept tile's gradient beside the previous tile's GEMMs
+  // Session 14 (CUDA; README.md "CUDA (H200)"), read per call like overlap_stats:
+  bool dh_batch2 = false;         // CUDA (two GEMMs with STRATA_CHUNK_LOSS_DH=pair): the split dH accumulator's two
+                                  // GEMMs per tile (rows [0, N/2) and [N/2, N)) as one strided batch (gemm_batch2)
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

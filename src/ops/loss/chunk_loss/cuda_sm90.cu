@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -82,11 +83,10 @@ __device__ __forceinline__ float logit_at(const RowArgs& a, const TZ* zr, int64_
 
 // The end of a row block's pass over one vocabulary tile: merge the threads' statistics, merge them into the
 // row's running statistics (stat[r]), and on the last tile write lse and the row's loss.
-__device__ __forceinline__ void finish_row(CeRowStats st, const RowArgs& a, CeRowStats* stat, int64_t r,
-                                           bool first, bool last, float* lse, int64_t lse_stride, float* rowloss,
-                                           int64_t row, int64_t y) {
-  st = block_merge(st);
-  if (threadIdx.x != 0) return;
+// finish_merged: by the one thread holding the tile's merged statistics of row r.
+__device__ __forceinline__ void finish_merged(CeRowStats st, const RowArgs& a, CeRowStats* stat, int64_t r,
+                                              bool first, bool last, float* lse, int64_t lse_stride, float* rowloss,
+                                              int64_t row, int64_t y) {
   if (!first) st = ce_stats_merge(stat[r], st);
   if (!last) {
     stat[r] = st;
@@ -94,6 +94,13 @@ __device__ __forceinline__ void finish_row(CeRowStats st, const RowArgs& a, CeRo
   }
   lse[row * lse_stride] = ce_lse(st.lse);
   rowloss[row] = y == a.ce.ignore_index ? 0.f : ce_row_loss(a.ce, st, a.V);
+}
+
+__device__ __forceinline__ void finish_row(CeRowStats st, const RowArgs& a, CeRowStats* stat, int64_t r,
+                                           bool first, bool last, float* lse, int64_t lse_stride, float* rowloss,
+                                           int64_t row, int64_t y) {
+  st = block_merge(st);
+  if (threadIdx.x == 0) finish_merged(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
 template <class TB, class TZ>
@@ -134,6 +141,40 @@ __device__ __forceinline__ void logits8(const RowArgs& a, int64_t j0, float (&c)
   }
 }
 
+// One online step of a thread's row statistics over the 8 bf16 logits of 16-byte vector v of the row (yj: the
+// target's column inside the tile).
+template <class TB>
+__device__ __forceinline__ void stats_add8(CeRowStats& st, const RowArgs& a, const uint4& u, int64_t v, int64_t yj) {
+  float c[8];
+  unpack_bf16x8(u, c);
+  logits8<TB>(a, v * 8, c);
+  float mv = c[0];
+#pragma unroll
+  for (int q = 1; q < 8; ++q) mv = fmaxf(mv, c[q]);
+  if (mv > st.lse.m) {
+    st.lse.s *= expf(st.lse.m - mv);  // exp(-inf) = 0 on the first vector
+    st.lse.m = mv;
+  }
+  // __expf (ex2.approx of x log2 e): relative error ~1e-7 for the arguments <= 0 that matter here; two
+  // partial sums shorten the dependency chain.
+  float e0 = 0.f, e1 = 0.f, sc = 0.f;
+#pragma unroll
+  for (int q = 0; q < 8; q += 2) {
+    e0 += __expf(c[q] - st.lse.m);
+    e1 += __expf(c[q + 1] - st.lse.m);
+    sc += c[q] + c[q + 1];
+  }
+  const float e = e0 + e1;
+  st.lse.s += e;
+  st.sum_c += sc;
+  const int64_t off = yj - v * 8;
+  if (off >= 0 && off < 8) {
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+      if (q == off) st.c_y = c[q];
+  }
+}
+
 template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
@@ -144,36 +185,8 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t yj = y - a.v0;
   const int64_t nv = a.cols / 8;
   CeRowStats st;  // empty: m = -inf, s = 0
-  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
-    float c[8];
-    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
-    logits8<TB>(a, v * 8, c);
-    float mv = c[0];
-#pragma unroll
-    for (int q = 1; q < 8; ++q) mv = fmaxf(mv, c[q]);
-    if (mv > st.lse.m) {
-      st.lse.s *= expf(st.lse.m - mv);  // exp(-inf) = 0 on the first vector
-      st.lse.m = mv;
-    }
-    // __expf (ex2.approx of x log2 e): relative error ~1e-7 for the arguments <= 0 that matter here; two
-    // partial sums shorten the dependency chain.
-    float e0 = 0.f, e1 = 0.f, sc = 0.f;
-#pragma unroll
-    for (int q = 0; q < 8; q += 2) {
-      e0 += __expf(c[q] - st.lse.m);
-      e1 += __expf(c[q + 1] - st.lse.m);
-      sc += c[q] + c[q + 1];
-    }
-    const float e = e0 + e1;
-    st.lse.s += e;
-    st.sum_c += sc;
-    const int64_t off = yj - v * 8;
-    if (off >= 0 && off < 8) {
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        if (q == off) st.c_y = c[q];
-    }
-  }
+  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads)
+    stats_add8<TB>(st, a, reinterpret_cast<const uint4*>(zr)[v], v, yj);
   for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
     const float c = logit_at<TB, bf16_t>(a, zr, j);
     ce_stats_add(st, c, j == yj);
@@ -186,36 +199,56 @@ struct FastExp {
   __device__ __forceinline__ float operator()(float x) const { return __expf(x); }
 };
 
+// dZ of the 8 bf16 logits of 16-byte vector v of a row (coef 0: an ignored row), packed as 8 bf16.
+template <class TB>
+__device__ __forceinline__ uint4 grad8(const RowArgs& a, const CeGradRow& g, float coef, const uint4& u, int64_t v,
+                                       int64_t yj) {
+  float c[8];
+  unpack_bf16x8(u, c);
+  logits8<TB>(a, v * 8, c);
+  const int64_t off = yj - v * 8;
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float d0 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k], off == 2 * k, FastExp{});
+    const float d1 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k + 1], off == 2 * k + 1, FastExp{});
+    w[k] = static_cast<uint32_t>(from_f32<bf16_t>(d0).bits) | (static_cast<uint32_t>(from_f32<bf16_t>(d1).bits) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// dZ of element j of a row (the last cols % 8 of the 16-byte kernels), in place.
+template <class TB>
+__device__ __forceinline__ void grad1(const RowArgs& a, const CeGradRow& g, float coef, bf16_t* zr, int64_t j,
+                                      int64_t yj) {
+  const float c = logit_at<TB, bf16_t>(a, zr, j);
+  zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c, j == yj));
+}
+
+// What the 16-byte gradient kernels need of tile row r: its storage, the row's gradient constants (coef 0: an
+// ignored row), the target's column inside the tile and the number of whole 16-byte vectors.
+struct GradRow16 {
+  bf16_t* zr;
+  CeGradRow g;
+  float coef;
+  int64_t yj, nv;
+};
+__device__ __forceinline__ GradRow16 grad_row16(const RowArgs& a, bf16_t* dz, int64_t r, const float* lse,
+                                                int64_t lse_stride, float coef_base, const float* dloss) {
+  const int64_t row = a.r0 + r;
+  const int64_t y = a.target[row * a.target_stride];
+  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
+  return GradRow16{dz + r * a.ldz, ce_grad_row(a.ce, lse[row * lse_stride], coef), coef, y - a.v0, a.cols / 8};
+}
+
 // In place over the bf16 tile (dz = z, same row stride); each thread reads its vector before writing it.
 template <class TB>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad_v8(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
-  const int64_t r = blockIdx.x;
-  bf16_t* zr = dz + r * a.ldz;
-  const int64_t row = a.r0 + r;
-  const int64_t y = a.target[row * a.target_stride];
-  const float coef = y == a.ce.ignore_index ? 0.f : coef_base * (dloss ? *dloss : 1.f);
-  const CeGradRow g = ce_grad_row(a.ce, lse[row * lse_stride], coef);
-  const int64_t yj = y - a.v0;
-  const int64_t nv = a.cols / 8;
-  for (int64_t v = threadIdx.x; v < nv; v += kRowThreads) {
-    float c[8];
-    unpack_bf16x8(reinterpret_cast<const uint4*>(zr)[v], c);
-    logits8<TB>(a, v * 8, c);
-    const int64_t off = yj - v * 8;
-    uint32_t w[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float d0 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k], off == 2 * k, FastExp{});
-      const float d1 = coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c[2 * k + 1], off == 2 * k + 1, FastExp{});
-      w[k] = static_cast<uint32_t>(from_f32<bf16_t>(d0).bits) | (static_cast<uint32_t>(from_f32<bf16_t>(d1).bits) << 16);
-    }
-    reinterpret_cast<uint4*>(zr)[v] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-  for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
-    const float c = logit_at<TB, bf16_t>(a, zr, j);
-    zr[j] = from_f32<bf16_t>(coef == 0.f ? 0.f : ce_grad_from_logit(a.ce, g, c, j == yj));
-  }
+  const GradRow16 q = grad_row16(a, dz, blockIdx.x, lse, lse_stride, coef_base, dloss);
+  for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
+    reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
+  for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
 }
 
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
@@ -478,6 +511,29 @@ struct CudaBackend : BackendBase {
                 cublasGetStatusString(s)));
   }
 
+  // Two GEMMs of one shape as one cublasGemmStridedBatchedEx: C_i = alpha op(A_i) op(B_i) + beta C_i, i = 0, 1,
+  // with X_i = X + i sX (elements; sA, sC > 0, sB may be 0). The split dH accumulator's halves (driver.h).
+  static constexpr bool kGemmBatch2 = true;
+  void gemm_batch2(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t sa, Mat B, int64_t sb,
+                   float beta, void* C, int64_t sc, int32_t c_dt, int64_t ldc, float alpha = 1.f) {
+    if (err || M == 0 || N == 0) return;
+    const size_t c_bytes = static_cast<size_t>((M - 1) * ldc + N) * dtype_size(c_dt);
+    char* const c1 = static_cast<char*>(C) + sc * static_cast<int64_t>(dtype_size(c_dt));
+    if (K == 0) {
+      if (beta == 0.f) zero(C, c_dt, ldc, M, N), zero(c1, c_dt, ldc, M, N);
+      return;
+    }
+    if (n_pending > 0) before_write(C, c_bytes), before_write(c1, c_bytes);
+    const cublasStatus_t s = cublasGemmStridedBatchedEx(
+        handle, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+        static_cast<int>(M), static_cast<int>(K), &alpha, B.p, cuda_type(B.dt), static_cast<int>(B.ld), sb, A.p,
+        cuda_type(A.dt), static_cast<int>(A.ld), sa, &beta, C, cuda_type(c_dt), static_cast<int>(ldc), sc, 2,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      note(fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasGemmStridedBatchedEx (2 x M={}, N={}, K={}) failed: {}", M, N,
+                K, cublasGetStatusString(s)));
+  }
+
   strata_status count_targets_now() {
     STRATA_RETURN_IF_ERROR(cublas_handle(&handle));
     if (traits().overlap_stats) STRATA_RETURN_IF_ERROR(side_stream(&side));
@@ -678,6 +734,11 @@ BackendTraits chunk_loss_cuda_traits() {
   // Read per call (a test compares the bits of both paths in one process); CudaBackend keeps one copy per call.
   const char* v = std::getenv("STRATA_CHUNK_LOSS_OVERLAP");
   t.overlap_stats = v && v[0] == '1';
+  // Session 14 (README.md "CUDA (H200)"): the split dH accumulator's two GEMMs per tile as one strided batch,
+  // faster side by side in s14 run 1 (0.973 x the whole call); STRATA_CHUNK_LOSS_DH=pair forces the two GEMMs
+  // (the tests compare both).
+  const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
+  t.dh_batch2 = !(dh && std::string(dh) == "pair");
   return t;
 }
 
@@ -733,6 +794,11 @@ struct StepBackend : CudaBackend {
                         : (ta ? kStepDwGemm : kStepDhGemm);
     timed(step, 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
           [&] { CudaBackend::gemm(ta, tb, M, N, K, A, B, beta, C, c_dt, ldc, alpha); });
+  }
+  void gemm_batch2(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t sa, Mat B, int64_t sb,
+                   float beta, void* C, int64_t sc, int32_t c_dt, int64_t ldc, float alpha = 1.f) {
+    timed(kStepDhGemm, 4.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+          [&] { CudaBackend::gemm_batch2(ta, tb, M, N, K, A, sa, B, sb, beta, C, sc, c_dt, ldc, alpha); });
   }
   strata_status count_targets() {
     strata_status r = STRATA_SUCCESS;

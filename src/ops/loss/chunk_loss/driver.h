@@ -24,6 +24,8 @@
 //   void copy(void* dst, const void* src, bytes)   contiguous bytes, no overlap
 //   strata_status finish_loss()            loss = sum_i loss_i (fixed order) * (1/#valid for mean)
 //   strata_status status()                 first failure of the calls above (launch / library errors)
+//   void gemm_batch2(ta, tb, M, N, K, A, sa, B, sb, beta, C, sc, c_dt, ldc, alpha)   (only with kGemmBatch2 =
+//                                true) gemm twice, on A + i sa, B + i sb, C + i sc (elements, i = 0, 1), as one call
 //
 // Accumulation order is fixed by the loops: dW over token chunks (token_chunked) or token blocks
 // (vocab_tiled) in increasing order, dH over vocabulary tiles in increasing order, db likewise. No atomics.
@@ -67,6 +69,7 @@ struct BackendBase {
       lse_r_stride = lse_w_stride;
     }
   }
+  static constexpr bool kGemmBatch2 = false;  // a backend with gemm_batch2 sets it (CUDA)
   strata_status status() const { return err; }
   void note(strata_status s) {
     if (err == STRATA_SUCCESS) err = s;
@@ -187,6 +190,19 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
     dw_stop = static_cast<int64_t>(acc - base) / row_bytes;
     free_bytes = static_cast<int64_t>(acc - base);
   }
+  // Session 14, BackendTraits::dh_batch2 with equal halves (h_lo = N / 2): each tile's two dH GEMMs run as one
+  // strided batch, whose strides must be positive: the half at the lower address takes rows [0, N / 2). So when
+  // dweight's tail lies below dhidden, dhidden's storage holds rows [h_lo, N) (stage_r0 = h_lo) and the tail rows
+  // [0, h_lo); otherwise (and without the batch) dhidden's storage holds rows [0, h_lo).
+  int64_t stage_r0 = 0;  // the first row of the f32 rows in dhidden's storage; the tail holds the other rows
+  bool dh_batch = false;
+  if constexpr (BE::kGemmBatch2) {
+    if (h_lo > 0 && 2 * h_lo == N && be.traits().dh_batch2) {
+      dh_batch = true;
+      if (reinterpret_cast<uintptr_t>(dh_in_dw) < reinterpret_cast<uintptr_t>(p.dhidden)) stage_r0 = h_lo;
+    }
+  }
+  const int64_t tail_r0 = stage_r0 == 0 ? h_lo : 0;
   // Logits tiles kept from the forward (one token block, contiguous dweight, 16-byte aligned): dweight holds
   // no dW yet during the forward, so tile s is stored at byte (s + 1) * slot of dweight, slot = the larger of
   // a logits tile and a dW tile (256-byte aligned), for s < n_keep (ending before the accumulator). The
@@ -204,7 +220,6 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   auto tile_z = [&](int64_t ti) {
     return ti < n_keep ? static_cast<void*>(dw_base + (ti + 1) * slot) : static_cast<void*>(Z);
   };
-  auto tile_dz = [&](int64_t ti) { return sep ? dZ : tile_z(ti); };
   auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
 
   // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
@@ -233,8 +248,8 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   }
 
   // vocab_tiled backward: per vocabulary tile and token block, Z (kept, or recomputed), dZ from the row lse.
-  float* dh_acc = nullptr;  // rows [h_lo, N) (all rows without the split)
-  float* const dh_lo = h_lo > 0 ? static_cast<float*>(p.dhidden) : nullptr;  // rows [0, h_lo), ld D
+  float* dh_acc = nullptr;  // rows [tail_r0, tail_r0 + N - h_lo) (all rows without the split)
+  float* const dh_lo = h_lo > 0 ? static_cast<float*>(p.dhidden) : nullptr;  // rows [stage_r0, stage_r0 + h_lo), ld D
   int64_t dh_ld = D;
   if (p.dhidden) {
     dh_acc = L.dh_in_place  ? static_cast<float*>(p.dhidden)
@@ -263,7 +278,7 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       dw_ld = direct ? p.ld_dw : D;
     }
     void* Zt = tile_z(ti);
-    const Mat dZt = dz_of(tile_dz(ti));
+    const Mat dZt = dz_of(sep ? dZ : Zt);
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
       const Mat Hm = be.hidden_block(b0, rows);
@@ -277,9 +292,23 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
       if (p.dweight && !deferred)  // L.dw_direct: a single block (b0 = 0), so beta = 0 and one rounding
         be.gemm(true, false, vn, D, rows, dZt, Hm, b0 > 0 ? 1.f : 0.f, dw_tile, dw_dt, dw_ld, dzs);
       if (p.dhidden && h_lo > 0) {  // the split accumulator (one token block: b0 = 0, rows = N)
-        const Mat dZhi{static_cast<const char*>(dZt.p) + h_lo * vt * static_cast<int64_t>(dz_es), dz_dt, vt};
-        be.gemm(false, false, h_lo, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_lo, f32, D, dzs);
-        be.gemm(false, false, rows - h_lo, D, vn, dZhi, Wm, v0 > 0 ? 1.f : 0.f, dh_acc, f32, dh_ld, dzs);
+        auto dz_rows = [&](int64_t r) {
+          return Mat{static_cast<const char*>(dZt.p) + r * vt * static_cast<int64_t>(dz_es), dz_dt, vt};
+        };
+        const float beta = v0 > 0 ? 1.f : 0.f;
+        if constexpr (BE::kGemmBatch2) {
+          if (dh_batch) {  // rows [0, h_lo) into the lower accumulator, rows [h_lo, N) into the upper one
+            float* const c0 = stage_r0 == 0 ? dh_lo : dh_acc;
+            float* const c1 = stage_r0 == 0 ? dh_acc : dh_lo;
+            const int64_t sc =
+                static_cast<int64_t>(reinterpret_cast<uintptr_t>(c1) - reinterpret_cast<uintptr_t>(c0)) / 4;
+            be.gemm_batch2(false, false, h_lo, D, vn, dZt, h_lo * vt, Wm, 0, beta, c0, sc, f32, D, dzs);
+          }
+        }
+        if (!dh_batch) {
+          be.gemm(false, false, h_lo, D, vn, dz_rows(stage_r0), Wm, beta, dh_lo, f32, D, dzs);
+          be.gemm(false, false, rows - h_lo, D, vn, dz_rows(tail_r0), Wm, beta, dh_acc, f32, dh_ld, dzs);
+        }
       } else if (p.dhidden) {
         be.gemm(false, false, rows, D, vn, dZt, Wm, v0 > 0 ? 1.f : 0.f, dh_acc + b0 * dh_ld, f32, dh_ld, dzs);
       }
@@ -291,8 +320,8 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   if (p.dhidden && h_lo > 0) {
     const int64_t dh_es = static_cast<int64_t>(dtype_size(p.dh_dtype));
     be.convert(dh_lo, D, Z, p.dh_dtype, D, h_lo, D);  // staged: dhidden's storage still holds these f32 rows
-    be.convert(dh_acc, D, static_cast<char*>(p.dhidden) + h_lo * D * dh_es, p.dh_dtype, D, N - h_lo, D);
-    be.copy(p.dhidden, Z, static_cast<size_t>(h_lo * D * dh_es));
+    be.convert(dh_acc, D, static_cast<char*>(p.dhidden) + tail_r0 * D * dh_es, p.dh_dtype, D, N - h_lo, D);
+    be.copy(static_cast<char*>(p.dhidden) + stage_r0 * D * dh_es, Z, static_cast<size_t>(h_lo * D * dh_es));
   } else if (p.dhidden && !L.dh_in_place) {
     be.convert(dh_acc, D, p.dhidden, p.dh_dtype, p.ld_dh, N, D);
   }
