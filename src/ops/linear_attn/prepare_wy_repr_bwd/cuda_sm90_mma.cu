@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 
 namespace strata::linear_attn {
 namespace {
@@ -75,6 +76,45 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
   __syncthreads();
 }
 
+// Two independent 16 x 32 warp products with their k-steps interleaved (session 14, kWyPaired): c1 += A1 · B1 over
+// K1 and c2 += A2 · B2 over K2 (compile-time multiples of 16; operand layouts as warp_gemm<T, AR, BK, 1, 4>). Each
+// step loads both products' fragments before either's four mma.sync, so eight independent accumulators (not four)
+// are in flight between two dependent steps: the s11-s13 profiles' "wait" stall (fixed-latency dependences, ~2.1 per
+// issued instruction) comes from the four-accumulator k loop. Each accumulator sees the same operands in the same k
+// order as in warp_gemm: the same bits.
+template <class T, bool AR1, bool BK1, int K1, bool AR2, bool BK2, int K2>
+__device__ __forceinline__ void warp_gemm_pair(float (&c1)[1][4][4], const uint16_t* a1, int lda1, const uint16_t* b1,
+                                               int ldb1, float (&c2)[1][4][4], const uint16_t* a2, int lda2,
+                                               const uint16_t* b2, int ldb2) {
+  namespace mm = ::strata::cuda::mma;
+  using M = MmaT<T>;
+  auto frags = [](auto ar, auto bk, const uint16_t* a, int lda, const uint16_t* b, int ldb, int k0, mm::FragA& af,
+                  mm::FragB (&bf)[4]) {
+    const M* am = reinterpret_cast<const M*>(a);
+    const M* bm = reinterpret_cast<const M*>(b);
+    af = decltype(ar)::value ? mm::load_a(am, lda, 0, k0) : mm::load_a_trans(am, lda, 0, k0);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      if (decltype(bk)::value)
+        mm::load_b2_trans(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
+      else
+        mm::load_b2(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
+    }
+  };
+#pragma unroll
+  for (int k0 = 0; k0 < (K1 > K2 ? K1 : K2); k0 += 16) {
+    mm::FragA af1, af2;
+    mm::FragB bf1[4], bf2[4];
+    if (k0 < K1) frags(std::bool_constant<AR1>{}, std::bool_constant<BK1>{}, a1, lda1, b1, ldb1, k0, af1, bf1);
+    if (k0 < K2) frags(std::bool_constant<AR2>{}, std::bool_constant<BK2>{}, a2, lda2, b2, ldb2, k0, af2, bf2);
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      if (k0 < K1) mma16816<T>(c1[0][nt], af1, bf1[nt]);
+      if (k0 < K2) mma16816<T>(c2[0][nt], af2, bf2[nt]);
+    }
+  }
+}
+
 // ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_lean_kernel:
 // one pitch for both) ----
 
@@ -84,7 +124,8 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
 // stored at sX[j][i]), so that a fragment row i also gives the dβ / dγ row dots Σ_x X_ix k_ix = Σ_j A_ji (K dWᵀ)_ij
 // and Σ_v Y_iv v_iv = Σ_j A_ji (V dUᵀ)_ij (X = Aᵀ dW, Y = Aᵀ dU; no K / V element reads next to X and Y): the
 // warp's partial sums over its 32 columns j go to dots[m][i] (m = 0: X k, 1: Y v) at dots + m * dots_ld + i.
-template <class T, bool kDots = false>
+// kPairK > 0 (kDots only; kdim = vdim = kPairK): the two products through warp_gemm_pair (the same bits).
+template <class T, bool kDots = false, int kPairK = 0>
 __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, const uint16_t* sK, int ldk, int kdim,
                                            const uint16_t* sDu, const uint16_t* sV, int ldv, int vdim,
                                            const float* sBeta, const float* sE, int r0, int c0,
@@ -92,8 +133,13 @@ __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, co
   float wk[1][4][4], uv[1][4][4];
   zero(wk), zero(uv);
   if constexpr (kDots) {
-    warp_gemm<T, true, false, 1, 4>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, kdim);
-    warp_gemm<T, true, false, 1, 4>(uv, sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv, vdim);
+    if constexpr (kPairK > 0) {
+      warp_gemm_pair<T, true, false, kPairK, true, false, kPairK>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, uv,
+                                                                  sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv);
+    } else {
+      warp_gemm<T, true, false, 1, 4>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, kdim);
+      warp_gemm<T, true, false, 1, 4>(uv, sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv, vdim);
+    }
     float dt[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [m][s]: row r0 + lane / 4 + 8 s
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
@@ -140,8 +186,9 @@ __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, co
 }
 
 // Per K tile: X = Aᵀ dW ; dk_sum += diag(βE) X + Sym K ; part[s] += Σ X k over the warp's columns of row
-// r0 + lane / 4 + 8 s (not kLean: the lean kernel has these sums from wy_form_dA).
-template <class T, int KT, bool kLean = false>
+// r0 + lane / 4 + 8 s (not kLean: the lean kernel has these sums from wy_form_dA). kPair: X and Sym K through
+// warp_gemm_pair (the same bits).
+template <class T, int KT, bool kLean = false, bool kPair = false>
 __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float (&part)[2], const uint16_t* sA,
                                             const uint16_t* sDw, const uint16_t* sSym, const uint16_t* sK, int ldk,
                                             const float* sBeta, const float* sE, int r0, int c0) {
@@ -149,8 +196,13 @@ __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float 
   for (int kt = 0; kt < KT; ++kt) {
     float X[1][4][4], sk[1][4][4];
     zero(X), zero(sk);
-    warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
-    warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
+    if constexpr (kPair) {
+      warp_gemm_pair<T, false, true, 64, true, true, 64>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, sk,
+                                                         sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk);
+    } else {
+      warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
+      warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
+    }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -218,25 +270,28 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 // another thread):
 //  * kDkAddPairs (kWyTwoPerSm, the pipelined kernel): dk = dk_add + Σ_g, each pair loaded right before its store
 //    (16 dependent global round trips per thread and chunk at K = 128: no load moves above an earlier store);
-//  * kDkAddBatched (kWyBatchedAdd): the same additions, the 4 pairs of one fragment row of a K tile loaded before
-//    its first store (4 round trips per chunk at K = 128);
-//  * kDkAddPrefetch (kWyPrefetchAdd): kDkAddPairs' loads and additions (the same bits), with the chunk's dk_add lines
-//    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1; it
-//    also fetches each head's dg_add at its start and stores dv through wy_dv_tile's typed path (kLatency).
-//  * kDkAddBatchedTyped (kWyBatchedTyped): kDkAddBatched's epilogue with kDkAddPrefetch's dg_add and dv changes
-//    (kLatency), without the prefetch.
-// (Session 13 also tried the head sums starting from dk_add, loaded at the chunk's start: slower, README.md.)
-enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddPrefetch, kDkAddBatchedTyped };
+//  * kDkAddBatchedTyped (kWyBatchedTyped): the same additions, the 4 pairs of one fragment row of a K tile loaded
+//    before its first store (4 round trips per chunk at K = 128); each head's dg_add fetched at its start and dv
+//    stored through wy_dv_tile's typed path (kLatency).
+//  * kDkAddPrefetchL2 (kWyPrefetchL2, session 14): kDkAddBatchedTyped with the chunk's dk_add rows prefetched into L2
+//    at the start of the chunk's last value head (wy_prefetch_dk_add_l2), so that the 4 round trips hit L2 instead of
+//    DRAM. (Session 13's L1 prefetch could not help: with two blocks of ~101 KiB shared memory per SM the L1 keeps
+//    ~28 KiB, less than the two blocks' 2 × 32 KiB of dk_add rows at K = 128.)
+// (Sessions 12-13 also tried the batched loads alone, an L1 prefetch of dk_add and the head sums starting from dk_add:
+// slower, README.md.)
+enum DkAdd { kDkAddPairs, kDkAddBatchedTyped, kDkAddPrefetchL2 };
 
-// kDkAddPrefetch: each quad's dk_add rows r0 + lane / 4 (+ 8) hold 32 f32 columns c0.. per K tile, one 128-byte line:
-// quad thread q prefetches the line of row r0 + lane / 4 + 8 (q & 1), K tile q / 2 (KT ≤ 2), rows < L, columns < kc.
-template <int KT>
-__device__ __forceinline__ void wy_prefetch_dk_add(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                                   int r0, int c0) {
-  const int q = threadIdx.x & 3, kt = q >> 1, i = r0 + frag_row(0, 2 * (q & 1)), x = kt * 64 + c0;
-  if (p.dk_add.present() && kt < KT && i < L && x < kc) {
+// kDkAddPrefetchL2: the chunk's dk_add rows i < L, columns < kc (f32, P / 32 128-byte lines per row) into L2, one line
+// per thread (P = 128: 64 rows × 4 lines = 256 threads; P = 64: 64 × 2, threads < 128). A hint: no data moves into
+// registers and nothing waits for it. Issued a whole value head (~16 µs at the bench shape) before the dk epilogue
+// reads the rows; the ~27 MB that all resident blocks stream through L2 meanwhile stay below its 50 MB.
+template <int P>
+__device__ __forceinline__ void wy_prefetch_dk_add_l2(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc) {
+  constexpr int kLines = P / 32;
+  const int i = static_cast<int>(threadIdx.x) / kLines, x = (static_cast<int>(threadIdx.x) % kLines) * 32;
+  if (p.dk_add.present() && i < L && x < kc) {
     const float* a = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) + x;
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
   }
 }
 
@@ -244,8 +299,7 @@ __device__ __forceinline__ void wy_prefetch_dk_add(const WyBwdParams& p, const D
 template <int KT, DkAdd kAdd = kDkAddPairs>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
-  static_assert(kAdd != kDkAddPrefetch || KT <= 2, "one prefetched line per quad thread");
-  constexpr bool kBatched = kAdd == kDkAddBatched || kAdd == kDkAddBatchedTyped;
+  constexpr bool kBatched = kAdd == kDkAddBatchedTyped || kAdd == kDkAddPrefetchL2;
   const bool add = p.dk_add.present();
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
@@ -487,7 +541,7 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-template <class T, int P, DkAdd kAdd>
+template <class T, int P, DkAdd kAdd, bool kPair>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -510,8 +564,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  // kDkAddPrefetch, kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
-  constexpr bool kLatency = kAdd == kDkAddPrefetch || kAdd == kDkAddBatchedTyped;
+  // kDkAddBatchedTyped, kDkAddPrefetchL2: dg_add fetched at the head's start, typed dv stores.
+  constexpr bool kLatency = kAdd == kDkAddBatchedTyped || kAdd == kDkAddPrefetchL2;
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
@@ -528,6 +582,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
         load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
         load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
+        if (kAdd == kDkAddPrefetchL2 && g + 1 == d.G) wy_prefetch_dk_add_l2<P>(p, c, h, L, kc);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
@@ -546,7 +601,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         __syncthreads();
         // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
-        wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
+        wy_form_dA<T, true, kPair ? P : 0>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64,
+                                           2 * 64);
         __syncthreads();
         {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
@@ -563,8 +619,13 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ); KK = K Kᵀ in the same fragments; Sym → sX; dβ / dγ partials
           float t[1][4][4], kk[1][4][4];
           zero(t), zero(kk);
-          warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
-          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
+          if constexpr (kPair) {
+            warp_gemm_pair<T, true, false, 64, true, false, P>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, kk,
+                                                               sK + r0 * ld, ld, sK + c0 * ld, ld);
+          } else {
+            warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+            warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
+          }
           // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[2 nt + b]: column c0 + 8 nt + 2 (lane % 4)
           // + b over this thread's 2 rows (β_r dP_ri KK_ri).
           float rp[2] = {0.f, 0.f}, cp[8];
@@ -619,8 +680,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
-        if (kAdd == kDkAddPrefetch && g + 1 == d.G) wy_prefetch_dk_add<KT>(p, c, h, L, kc, r0, c0);
-        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
+        wy_dk_tiles<T, KT, true, kPair>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
@@ -630,11 +690,11 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   }
 }
 
-template <class T, int P, DkAdd kAdd>
+template <class T, int P, DkAdd kAdd, bool kPair = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kPair>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -645,13 +705,13 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant(p) : p.mma_variant) {
-    case kWyBatchedAdd:
-      return launch_lean<T, P, kDkAddBatched>(p, offs, items, stream);
-    case kWyPrefetchAdd:
-      return launch_lean<T, P, kDkAddPrefetch>(p, offs, items, stream);
+  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
+    case kWyPrefetchL2:
+      return launch_lean<T, P, kDkAddPrefetchL2>(p, offs, items, stream);
+    case kWyPaired:
+      return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -659,9 +719,11 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
-// kWyBatchedAdd: a row's dk_add loads before its stores; kWyPrefetchAdd: dk_add prefetched into L1, typed dv;
-// kWyBatchedTyped: kWyBatchedAdd's loads with kWyPrefetchAdd's dv and dg_add changes); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
-// ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, fused sums).
+// kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyPrefetchL2: the same
+// with the chunk's dk_add rows prefetched into L2 at its last head's start; kWyPaired: kWyBatchedTyped with the
+// independent products of a head interleaved k-step by k-step, warp_gemm_pair); the pipelined kernel
+// otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
+// H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int64_t KP = round64(p.d.K), VP = round64(p.d.V);
