@@ -224,7 +224,9 @@ __device__ __forceinline__ bool wy_dv_typed(const WyBwdParams& p) {
 // Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
 // kLean). typed (wy_dv_typed(p), kTyped kernels only): one row pointer per fragment row and 32-bit stores of the two
 // T values (the same bits as st_pair's dtype-generic path, without its per-pair offset, dtype and alignment work).
-template <class T, bool kLean = false, bool kTyped = false>
+// kFull (kWyTrimmed): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
+// column checks (a branch pair each in the SASS).
+template <class T, bool kLean = false, bool kTyped = false, bool kFull = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
                                            int vc, int e0, const uint16_t* sA, const uint16_t* sDu, const uint16_t* sV,
                                            int ldv, const float* sBeta, int r0, int c0, bool typed = false) {
@@ -232,6 +234,19 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
   zero(Y);
   warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
   if (kTyped && typed) {
+    if (kFull && L == 64 && e0 + 64 <= vc) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int i = r0 + frag_row(0, e);
+        uint16_t* row = static_cast<uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + i, hv) + e0 + c0;
+        const float b = sBeta[i];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          *reinterpret_cast<uint32_t*>(row + frag_col(nt, e)) =
+              Elem<T>::from(b * Y[0][nt][e]) | (uint32_t{Elem<T>::from(b * Y[0][nt][e + 1])} << 16);
+      }
+      return;
+    }
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
       const int i = r0 + frag_row(0, e);
@@ -541,10 +556,16 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-template <class T, int P, DkAdd kAdd, bool kPair>
+// Kernel forms (kForm bits) of the session-14 variants: kFormPair (kWyPaired: warp_gemm_pair for the head's
+// independent products), kFormTrim (kWyTrimmed: no dP work in the warp blocks wholly above the diagonal, and
+// wy_dv_tile's kFull stores).
+constexpr int kFormPair = 1, kFormTrim = 2;
+
+template <class T, int P, DkAdd kAdd, int kForm>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
+  constexpr bool kPair = (kForm & kFormPair) != 0, kTrim = (kForm & kFormTrim) != 0;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::k);
   uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
@@ -617,39 +638,44 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         __syncthreads();  // tmp complete; every warp is past its reads of dA
         {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ); KK = K Kᵀ in the same fragments; Sym → sX; dβ / dγ partials
-          float t[1][4][4], kk[1][4][4];
-          zero(t), zero(kk);
-          if constexpr (kPair) {
-            warp_gemm_pair<T, true, false, 64, true, false, P>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, kk,
-                                                               sK + r0 * ld, ld, sK + c0 * ld, ld);
-          } else {
-            warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
-            warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
-          }
           // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[2 nt + b]: column c0 + 8 nt + 2 (lane % 4)
           // + b over this thread's 2 rows (β_r dP_ri KK_ri).
           float rp[2] = {0.f, 0.f}, cp[8];
 #pragma unroll
           for (int q = 0; q < 8; ++q) cp[q] = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-              // (the exponent is formed only below the diagonal: ≤ 0)
-              const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
-              const float pk = dp * kk[0][nt][e];
-              rp[e >> 1] += pk;
-              cp[2 * nt + (e & 1)] += sBeta[i] * pk;
-              // Sym: Bm_ij at [i][j] and [j][i] for j < i, 0 at [i][i]; [i][j > i] is another thread's transpose.
-              const uint16_t bm = Elem<T>::from(sBeta[i] * dp);
-              if (j < i) {
-                sX[i * kL64 + j] = bm;
-                sX[j * kL64 + i] = bm;
-              } else if (j == i) {
-                sX[i * kL64 + i] = 0;
-              }
+          // kTrim: the warp blocks wholly above the diagonal (c0 ≥ r0 + 16: warps (0, 1) and (1, 1)) have dP = 0 and
+          // store no Sym element (their [i][j > i] entries are the lower blocks' transposes): they skip both products
+          // and the element work; their partials stay +0, the sum their ±0 terms give (the same bits).
+          if (!kTrim || c0 < r0 + 16) {
+            float t[1][4][4], kk[1][4][4];
+            zero(t), zero(kk);
+            if constexpr (kPair) {
+              warp_gemm_pair<T, true, false, 64, true, false, P>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, kk,
+                                                                 sK + r0 * ld, ld, sK + c0 * ld, ld);
+            } else {
+              warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+              warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
             }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+                // (the exponent is formed only below the diagonal: ≤ 0)
+                const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+                const float pk = dp * kk[0][nt][e];
+                rp[e >> 1] += pk;
+                cp[2 * nt + (e & 1)] += sBeta[i] * pk;
+                // Sym: Bm_ij at [i][j] and [j][i] for j < i, 0 at [i][i]; [i][j > i] is another thread's transpose.
+                const uint16_t bm = Elem<T>::from(sBeta[i] * dp);
+                if (j < i) {
+                  sX[i * kL64 + j] = bm;
+                  sX[j * kL64 + i] = bm;
+                } else if (j == i) {
+                  sX[i * kL64 + i] = 0;
+                }
+              }
+          }
 #pragma unroll
           for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
             rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
@@ -683,18 +709,18 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         wy_dk_tiles<T, KT, true, kPair>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64)
-          wy_dv_tile<T, true, kLatency>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
+          wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
       wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, DkAdd kAdd, bool kPair = false>
+template <class T, int P, DkAdd kAdd, int kForm = 0>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kPair>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kForm>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -711,7 +737,9 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
     case kWyPrefetchL2:
       return launch_lean<T, P, kDkAddPrefetchL2>(p, offs, items, stream);
     case kWyPaired:
-      return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
+      return launch_lean<T, P, kDkAddBatchedTyped, kFormPair>(p, offs, items, stream);
+    case kWyTrimmed:
+      return launch_lean<T, P, kDkAddBatchedTyped, kFormTrim>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -721,7 +749,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
 // kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyPrefetchL2: the same
 // with the chunk's dk_add rows prefetched into L2 at its last head's start; kWyPaired: kWyBatchedTyped with the
-// independent products of a head interleaved k-step by k-step, warp_gemm_pair); the pipelined kernel
+// independent products of a head interleaved k-step by k-step, warp_gemm_pair; kWyTrimmed: kWyBatchedTyped without
+// the dP work of the warp blocks above the diagonal, dv stored without per-pair checks); the pipelined kernel
 // otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
 // H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>

@@ -42,13 +42,15 @@ struct WyBwdParams {
   // head's dg_add fetched at its start and dv stored by row pointers when it holds the token dtype; every output the
   // same bits as kWyTwoPerSm. kWyPrefetchL2 (session 14): kWyBatchedTyped with the chunk's dk_add rows prefetched into
   // L2 at the start of its last value head (the same bits); kWyPaired (session 14): kWyBatchedTyped with the head's
-  // independent products (dW Kᵀ and dU Vᵀ, tmp Aᵀ and K Kᵀ, X and Sym K) interleaved k-step by k-step (the same bits).
-  // Tests and timing force the variants. (Session 12-13 forms kWyBatchedAdd and
+  // independent products (dW Kᵀ and dU Vᵀ, tmp Aᵀ and K Kᵀ, X and Sym K) interleaved k-step by k-step (the same bits);
+  // kWyTrimmed (session 14): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its
+  // products and element work, and full dv tiles are stored without per-pair checks (the same bits). Tests and timing
+  // force the variants. (Session 12-13 forms kWyBatchedAdd and
   // kWyPrefetchAdd lost to kWyBatchedTyped and are removed: README.md.)
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyPrefetchL2 = 4,
-                     kWyPaired = 5;
+                     kWyPaired = 5, kWyTrimmed = 6;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
