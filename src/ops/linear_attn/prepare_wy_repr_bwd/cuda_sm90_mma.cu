@@ -18,7 +18,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <type_traits>
 
 namespace strata::linear_attn {
 namespace {
@@ -76,45 +75,6 @@ __device__ __forceinline__ void rows_to(float (&part)[2], float* red, float* out
   __syncthreads();
 }
 
-// Two independent 16 x 32 warp products with their k-steps interleaved (session 14, kWyPaired): c1 += A1 · B1 over
-// K1 and c2 += A2 · B2 over K2 (compile-time multiples of 16; operand layouts as warp_gemm<T, AR, BK, 1, 4>). Each
-// step loads both products' fragments before either's four mma.sync, so eight independent accumulators (not four)
-// are in flight between two dependent steps: the s11-s13 profiles' "wait" stall (fixed-latency dependences, ~2.1 per
-// issued instruction) comes from the four-accumulator k loop. Each accumulator sees the same operands in the same k
-// order as in warp_gemm: the same bits.
-template <class T, bool AR1, bool BK1, int K1, bool AR2, bool BK2, int K2>
-__device__ __forceinline__ void warp_gemm_pair(float (&c1)[1][4][4], const uint16_t* a1, int lda1, const uint16_t* b1,
-                                               int ldb1, float (&c2)[1][4][4], const uint16_t* a2, int lda2,
-                                               const uint16_t* b2, int ldb2) {
-  namespace mm = ::strata::cuda::mma;
-  using M = MmaT<T>;
-  auto frags = [](auto ar, auto bk, const uint16_t* a, int lda, const uint16_t* b, int ldb, int k0, mm::FragA& af,
-                  mm::FragB (&bf)[4]) {
-    const M* am = reinterpret_cast<const M*>(a);
-    const M* bm = reinterpret_cast<const M*>(b);
-    af = decltype(ar)::value ? mm::load_a(am, lda, 0, k0) : mm::load_a_trans(am, lda, 0, k0);
-#pragma unroll
-    for (int np = 0; np < 2; ++np) {
-      if (decltype(bk)::value)
-        mm::load_b2_trans(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
-      else
-        mm::load_b2(bf[2 * np], bf[2 * np + 1], bm, ldb, k0, np * 16);
-    }
-  };
-#pragma unroll
-  for (int k0 = 0; k0 < (K1 > K2 ? K1 : K2); k0 += 16) {
-    mm::FragA af1, af2;
-    mm::FragB bf1[4], bf2[4];
-    if (k0 < K1) frags(std::bool_constant<AR1>{}, std::bool_constant<BK1>{}, a1, lda1, b1, ldb1, k0, af1, bf1);
-    if (k0 < K2) frags(std::bool_constant<AR2>{}, std::bool_constant<BK2>{}, a2, lda2, b2, ldb2, k0, af2, bf2);
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      if (k0 < K1) mma16816<T>(c1[0][nt], af1, bf1[nt]);
-      if (k0 < K2) mma16816<T>(c2[0][nt], af2, bf2[nt]);
-    }
-  }
-}
-
 // ---- the per-head steps both kernels share (wy_bwd_mma_kernel: K, V in tiles of ldk / ldv pitch; wy_bwd_lean_kernel:
 // one pitch for both) ----
 
@@ -124,8 +84,7 @@ __device__ __forceinline__ void warp_gemm_pair(float (&c1)[1][4][4], const uint1
 // stored at sX[j][i]), so that a fragment row i also gives the dβ / dγ row dots Σ_x X_ix k_ix = Σ_j A_ji (K dWᵀ)_ij
 // and Σ_v Y_iv v_iv = Σ_j A_ji (V dUᵀ)_ij (X = Aᵀ dW, Y = Aᵀ dU; no K / V element reads next to X and Y): the
 // warp's partial sums over its 32 columns j go to dots[m][i] (m = 0: X k, 1: Y v) at dots + m * dots_ld + i.
-// kPairK > 0 (kDots only; kdim = vdim = kPairK): the two products through warp_gemm_pair (the same bits).
-template <class T, bool kDots = false, int kPairK = 0>
+template <class T, bool kDots = false>
 __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, const uint16_t* sK, int ldk, int kdim,
                                            const uint16_t* sDu, const uint16_t* sV, int ldv, int vdim,
                                            const float* sBeta, const float* sE, int r0, int c0,
@@ -133,13 +92,8 @@ __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, co
   float wk[1][4][4], uv[1][4][4];
   zero(wk), zero(uv);
   if constexpr (kDots) {
-    if constexpr (kPairK > 0) {
-      warp_gemm_pair<T, true, false, kPairK, true, false, kPairK>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, uv,
-                                                                  sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv);
-    } else {
-      warp_gemm<T, true, false, 1, 4>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, kdim);
-      warp_gemm<T, true, false, 1, 4>(uv, sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv, vdim);
-    }
+    warp_gemm<T, true, false, 1, 4>(wk, sK + r0 * ldk, ldk, sDw + c0 * ldk, ldk, kdim);
+    warp_gemm<T, true, false, 1, 4>(uv, sV + r0 * ldv, ldv, sDu + c0 * ldv, ldv, vdim);
     float dt[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [m][s]: row r0 + lane / 4 + 8 s
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
@@ -186,9 +140,8 @@ __device__ __forceinline__ void wy_form_dA(uint16_t* sX, const uint16_t* sDw, co
 }
 
 // Per K tile: X = Aᵀ dW ; dk_sum += diag(βE) X + Sym K ; part[s] += Σ X k over the warp's columns of row
-// r0 + lane / 4 + 8 s (not kLean: the lean kernel has these sums from wy_form_dA). kPair: X and Sym K through
-// warp_gemm_pair (the same bits).
-template <class T, int KT, bool kLean = false, bool kPair = false>
+// r0 + lane / 4 + 8 s (not kLean: the lean kernel has these sums from wy_form_dA).
+template <class T, int KT, bool kLean = false>
 __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float (&part)[2], const uint16_t* sA,
                                             const uint16_t* sDw, const uint16_t* sSym, const uint16_t* sK, int ldk,
                                             const float* sBeta, const float* sE, int r0, int c0) {
@@ -196,13 +149,8 @@ __device__ __forceinline__ void wy_dk_tiles(float (&dk_sum)[KT][1][4][4], float 
   for (int kt = 0; kt < KT; ++kt) {
     float X[1][4][4], sk[1][4][4];
     zero(X), zero(sk);
-    if constexpr (kPair) {
-      warp_gemm_pair<T, false, true, 64, true, true, 64>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, sk,
-                                                         sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk);
-    } else {
-      warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
-      warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
-    }
+    warp_gemm<T, false, true, 1, 4>(X, sA + r0, kL64, sDw + kt * 64 + c0, ldk, 64);
+    warp_gemm<T, true, true, 1, 4>(sk, sSym + r0 * kL64, kL64, sK + kt * 64 + c0, ldk, 64);
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -224,7 +172,7 @@ __device__ __forceinline__ bool wy_dv_typed(const WyBwdParams& p) {
 // Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
 // kLean). typed (wy_dv_typed(p), kTyped kernels only): one row pointer per fragment row and 32-bit stores of the two
 // T values (the same bits as st_pair's dtype-generic path, without its per-pair offset, dtype and alignment work).
-// kFull (kWyTrimmed): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
+// kFull (kWyTrimmed, kWyTrimmedL2): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
 // column checks (a branch pair each in the SASS).
 template <class T, bool kLean = false, bool kTyped = false, bool kFull = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
@@ -556,16 +504,12 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-// Kernel forms (kForm bits) of the session-14 variants: kFormPair (kWyPaired: warp_gemm_pair for the head's
-// independent products), kFormTrim (kWyTrimmed: no dP work in the warp blocks wholly above the diagonal, and
-// wy_dv_tile's kFull stores).
-constexpr int kFormPair = 1, kFormTrim = 2;
-
-template <class T, int P, DkAdd kAdd, int kForm>
+// kTrim (kWyTrimmed, kWyTrimmedL2; session 14): no dP work in the warp blocks wholly above the diagonal, and
+// wy_dv_tile's kFull stores.
+template <class T, int P, DkAdd kAdd, bool kTrim>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
-  constexpr bool kPair = (kForm & kFormPair) != 0, kTrim = (kForm & kFormTrim) != 0;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* sK = reinterpret_cast<uint16_t*>(smem + S::k);
   uint16_t* sDw = reinterpret_cast<uint16_t*>(smem + S::dw);
@@ -622,8 +566,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         __syncthreads();
         // dA → sX; the Σ X k, Σ Y v partials of this warp's rows
-        wy_form_dA<T, true, kPair ? P : 0>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64,
-                                           2 * 64);
+        wy_form_dA<T, true>(sX, sDw, sK, ld, P, sDu, sV, ld, P, sBeta, sE, r0, c0, sA, sDots + wn * 64, 2 * 64);
         __syncthreads();
         {  // tmp = Aᵀ dA → sT (pairs of adjacent columns)
           float t[1][4][4];
@@ -649,13 +592,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           if (!kTrim || c0 < r0 + 16) {
             float t[1][4][4], kk[1][4][4];
             zero(t), zero(kk);
-            if constexpr (kPair) {
-              warp_gemm_pair<T, true, false, 64, true, false, P>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, kk,
-                                                                 sK + r0 * ld, ld, sK + c0 * ld, ld);
-            } else {
-              warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
-              warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
-            }
+            warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+            warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -706,7 +644,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
-        wy_dk_tiles<T, KT, true, kPair>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
+        wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
@@ -716,11 +654,11 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   }
 }
 
-template <class T, int P, DkAdd kAdd, int kForm = 0>
+template <class T, int P, DkAdd kAdd, bool kTrim = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kForm>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -736,10 +674,10 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
     case kWyPrefetchL2:
       return launch_lean<T, P, kDkAddPrefetchL2>(p, offs, items, stream);
-    case kWyPaired:
-      return launch_lean<T, P, kDkAddBatchedTyped, kFormPair>(p, offs, items, stream);
     case kWyTrimmed:
-      return launch_lean<T, P, kDkAddBatchedTyped, kFormTrim>(p, offs, items, stream);
+      return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
+    case kWyTrimmedL2:
+      return launch_lean<T, P, kDkAddPrefetchL2, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -748,9 +686,9 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
 // kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyPrefetchL2: the same
-// with the chunk's dk_add rows prefetched into L2 at its last head's start; kWyPaired: kWyBatchedTyped with the
-// independent products of a head interleaved k-step by k-step, warp_gemm_pair; kWyTrimmed: kWyBatchedTyped without
-// the dP work of the warp blocks above the diagonal, dv stored without per-pair checks); the pipelined kernel
+// with the chunk's dk_add rows prefetched into L2 at its last head's start; kWyTrimmed: kWyBatchedTyped without the
+// dP work of the warp blocks above the diagonal, dv stored without per-pair checks; kWyTrimmedL2: both changes);
+// the pipelined kernel
 // otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
 // H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>

@@ -37,20 +37,17 @@ struct WyBwdParams {
   // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
   // order; dk_add added pair by pair). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most
-  // 128; other shapes run kWyPipelined under every variant. kWyBatchedTyped (session 13; what kWyAuto runs, with or
-  // without dk_add): the two-per-SM kernel with each fragment row's dk_add values loaded before its dk stores, each
-  // head's dg_add fetched at its start and dv stored by row pointers when it holds the token dtype; every output the
-  // same bits as kWyTwoPerSm. kWyPrefetchL2 (session 14): kWyBatchedTyped with the chunk's dk_add rows prefetched into
-  // L2 at the start of its last value head (the same bits); kWyPaired (session 14): kWyBatchedTyped with the head's
-  // independent products (dW Kᵀ and dU Vᵀ, tmp Aᵀ and K Kᵀ, X and Sym K) interleaved k-step by k-step (the same bits);
-  // kWyTrimmed (session 14): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its
-  // products and element work, and full dv tiles are stored without per-pair checks (the same bits). Tests and timing
-  // force the variants. (Session 12-13 forms kWyBatchedAdd and
-  // kWyPrefetchAdd lost to kWyBatchedTyped and are removed: README.md.)
+  // 128; other shapes run kWyPipelined under every variant. kWyBatchedTyped (session 13): the two-per-SM kernel with
+  // each fragment row's dk_add values loaded before its dk stores, each head's dg_add fetched at its start and dv
+  // stored by row pointers when it holds the token dtype. Session 14: kWyTrimmed (what kWyAuto runs, with or without
+  // dk_add): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its products and
+  // element work, and full dv tiles are stored without per-pair checks; kWyPrefetchL2: kWyBatchedTyped with the
+  // chunk's dk_add rows prefetched into L2 at the start of its last value head; kWyTrimmedL2: both. Every form gives
+  // the same bits as kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyPrefetchL2 = 4,
-                     kWyPaired = 5, kWyTrimmed = 6;
+                     kWyTrimmed = 5, kWyTrimmedL2 = 6;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -71,8 +68,8 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
-// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (since the session-13 final run
-// kWyBatchedTyped, with and without the fused sums: one form for every call), chosen from GPU timings; host code
+// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (since session 14's run 1 kWyTrimmed, with
+// and without the fused sums: one form for every call), chosen from GPU timings; host code
 // (prepare_wy_repr_bwd.cpp), so that the choice is one place.
 int prepare_wy_repr_bwd_auto_variant();
 #endif
