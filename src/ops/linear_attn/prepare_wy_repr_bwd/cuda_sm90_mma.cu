@@ -172,7 +172,7 @@ __device__ __forceinline__ bool wy_dv_typed(const WyBwdParams& p) {
 // Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
 // kLean). typed (wy_dv_typed(p), kTyped kernels only): one row pointer per fragment row and 32-bit stores of the two
 // T values (the same bits as st_pair's dtype-generic path, without its per-pair offset, dtype and alignment work).
-// kFull (kWyTrimmed, kWyTrimmedL2): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
+// kFull (kWyTrimmed): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
 // column checks (a branch pair each in the SASS).
 template <class T, bool kLean = false, bool kTyped = false, bool kFull = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
@@ -236,33 +236,15 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 //  * kDkAddBatchedTyped (kWyBatchedTyped): the same additions, the 4 pairs of one fragment row of a K tile loaded
 //    before its first store (4 round trips per chunk at K = 128); each head's dg_add fetched at its start and dv
 //    stored through wy_dv_tile's typed path (kLatency).
-//  * kDkAddPrefetchL2 (kWyPrefetchL2, session 14): kDkAddBatchedTyped with the chunk's dk_add rows prefetched into L2
-//    at the start of the chunk's last value head (wy_prefetch_dk_add_l2), so that the 4 round trips hit L2 instead of
-//    DRAM. (Session 13's L1 prefetch could not help: with two blocks of ~101 KiB shared memory per SM the L1 keeps
-//    ~28 KiB, less than the two blocks' 2 × 32 KiB of dk_add rows at K = 128.)
-// (Sessions 12-13 also tried the batched loads alone, an L1 prefetch of dk_add and the head sums starting from dk_add:
-// slower, README.md.)
-enum DkAdd { kDkAddPairs, kDkAddBatchedTyped, kDkAddPrefetchL2 };
-
-// kDkAddPrefetchL2: the chunk's dk_add rows i < L, columns < kc (f32, P / 32 128-byte lines per row) into L2, one line
-// per thread (P = 128: 64 rows × 4 lines = 256 threads; P = 64: 64 × 2, threads < 128). A hint: no data moves into
-// registers and nothing waits for it. Issued a whole value head (~16 µs at the bench shape) before the dk epilogue
-// reads the rows; the ~27 MB that all resident blocks stream through L2 meanwhile stay below its 50 MB.
-template <int P>
-__device__ __forceinline__ void wy_prefetch_dk_add_l2(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc) {
-  constexpr int kLines = P / 32;
-  const int i = static_cast<int>(threadIdx.x) / kLines, x = (static_cast<int>(threadIdx.x) % kLines) * 32;
-  if (p.dk_add.present() && i < L && x < kc) {
-    const float* a = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) + x;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
-  }
-}
+// (Sessions 12-14 also tried the batched loads alone, an L1 or L2 prefetch of dk_add and the head sums starting from
+// dk_add: slower, README.md.)
+enum DkAdd { kDkAddPairs, kDkAddBatchedTyped };
 
 // dk (+ dk_add, as kAdd says) of the chunk from the head sums, rows < L, columns < kc.
 template <int KT, DkAdd kAdd = kDkAddPairs>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
-  constexpr bool kBatched = kAdd == kDkAddBatchedTyped || kAdd == kDkAddPrefetchL2;
+  constexpr bool kBatched = kAdd == kDkAddBatchedTyped;
   const bool add = p.dk_add.present();
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
@@ -504,7 +486,7 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-// kTrim (kWyTrimmed, kWyTrimmedL2; session 14): no dP work in the warp blocks wholly above the diagonal, and
+// kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
 // wy_dv_tile's kFull stores.
 template <class T, int P, DkAdd kAdd, bool kTrim>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
@@ -529,8 +511,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  // kDkAddBatchedTyped, kDkAddPrefetchL2: dg_add fetched at the head's start, typed dv stores.
-  constexpr bool kLatency = kAdd == kDkAddBatchedTyped || kAdd == kDkAddPrefetchL2;
+  // kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
+  constexpr bool kLatency = kAdd == kDkAddBatchedTyped;
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
@@ -547,7 +529,6 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         load_tile_async<T, kThr>(sV, ld, 64, P, p.v, p.v.off(c.b, c.t0, hv), p.v.s[1], L, vc);
         load_tile_async<T, kThr>(sDu, ld, 64, P, p.du, p.du.off(c.b, c.t0, hv), p.du.s[1], L, vc);
         load_tile_async<T, kThr>(sA, kL64, 64, 64, p.A, p.A.off(c.b, c.t0, hv), p.A.s[1], L, L);
-        if (kAdd == kDkAddPrefetchL2 && g + 1 == d.G) wy_prefetch_dk_add_l2<P>(p, c, h, L, kc);
         {
           const bool ok = static_cast<int>(threadIdx.x) < L;  // (γ, β fetched while the tiles are in flight)
           const float gi = ok && p.g.present() ? ld_f32(p.g, p.g.off(c.b, c.t0 + threadIdx.x, hv)) : 0.f;
@@ -672,12 +653,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
   switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
-    case kWyPrefetchL2:
-      return launch_lean<T, P, kDkAddPrefetchL2>(p, offs, items, stream);
     case kWyTrimmed:
       return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
-    case kWyTrimmedL2:
-      return launch_lean<T, P, kDkAddPrefetchL2, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -685,10 +662,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
-// kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyPrefetchL2: the same
-// with the chunk's dk_add rows prefetched into L2 at its last head's start; kWyTrimmed: kWyBatchedTyped without the
-// dP work of the warp blocks above the diagonal, dv stored without per-pair checks; kWyTrimmedL2: both changes);
-// the pipelined kernel
+// kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyTrimmed: kWyBatchedTyped
+// without the dP work of the warp blocks above the diagonal, dv stored without per-pair checks); the pipelined kernel
 // otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
 // H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>

@@ -41,13 +41,11 @@ struct WyBwdParams {
   // each fragment row's dk_add values loaded before its dk stores, each head's dg_add fetched at its start and dv
   // stored by row pointers when it holds the token dtype. Session 14: kWyTrimmed (what kWyAuto runs, with or without
   // dk_add): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its products and
-  // element work, and full dv tiles are stored without per-pair checks; kWyPrefetchL2: kWyBatchedTyped with the
-  // chunk's dk_add rows prefetched into L2 at the start of its last value head; kWyTrimmedL2: both. Every form gives
-  // the same bits as kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
+  // element work, and full dv tiles are stored without per-pair checks. Every form gives the same bits as
+  // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyPrefetchL2 = 4,
-                     kWyTrimmed = 5, kWyTrimmedL2 = 6;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
