@@ -1,12 +1,12 @@
 // prepare_wy_repr_bwd's dk_add epilogue forms of the two-per-SM kernel against kWyTwoPerSm (dk_add pair by pair), in
 // the three call forms (plain; the composed backward's f32 addends with dg_add aliasing dg; dk aliasing dk_add as
 // well) and with dv in f32, on shapes with partial chunks, variable-length packs, G = 1, 2, 3, K = V = 64 and 128 (and
-// tails), no gate, f16: kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its first dk
-// store) and kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk tiles,
-// each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype) and
-// kWyBatchedTyped (session 13: kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's dg_add and dv changes): every output
-// the same bits (the same additions). kWyAuto runs one of them (prepare_wy_repr_bwd_auto_variant).
-// `GdnWyBwdEpilogue.Timing` times the four at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
+// tails), no gate, f16: kWyBatchedTyped (session 13: each fragment row's dk_add values loaded before its first dk
+// store, each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype; what
+// kWyAuto ran until session 14) and kWyTrimmed (session 14, what kWyAuto runs: no dP work in the warp blocks above
+// the diagonal, full dv tiles stored without per-pair checks): every output the same bits (the same products and
+// additions).
+// `GdnWyBwdEpilogue.Timing` times the forms at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
 // HV = 32, K = V = 128, bf16), with and without the fused sums, and prints the figures.
 #include <gtest/gtest.h>
 
@@ -118,7 +118,7 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
       const bool dv_f32 = form == 3;
       const int call = dv_f32 ? 1 : form;
       const auto a = c.run(kWyTwoPerSm, call, dv_f32);
-      for (const int variant : {kWyBatchedAdd, kWyPrefetchAdd, kWyBatchedTyped}) {
+      for (const int variant : {kWyBatchedTyped, kWyTrimmed, kWyAuto}) {
         const auto b = c.run(variant, call, dv_f32);
         for (size_t i = 0; i < a.size(); ++i)
           EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: variant " << variant << " form " << form << " B=" << s.B
@@ -149,15 +149,16 @@ TEST(GdnWyBwdEpilogue, Timing) {
     p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K), p.dv = tok(dv.p, dt, T, HV, V);
     p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, T, HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
     Dev ws(prepare_wy_repr_bwd_cuda_mma_workspace(p.d));
-    const int variants[] = {kWyTwoPerSm, kWyBatchedAdd, kWyPrefetchAdd, kWyBatchedTyped};
+    const int variants[] = {kWyTwoPerSm, kWyBatchedTyped, kWyTrimmed};
+    constexpr int kN = sizeof(variants) / sizeof(variants[0]);
     for (const bool fused : {true, false}) {
       WyBwdParams q = p;
       if (fused) q.dk_add = tok(dk_add.p, STRATA_DTYPE_F32, T, H, K), q.dg_add = q.dg;
       cudaEvent_t e[2];
       cudaEventCreate(&e[0]), cudaEventCreate(&e[1]);
-      std::vector<float> ms[4];
+      std::vector<float> ms[kN];
       for (int rep = 0; rep < 10; ++rep)
-        for (int vi = 0; vi < 4; ++vi) {
+        for (int vi = 0; vi < kN; ++vi) {
           q.mma_variant = variants[vi];
           cudaEventRecord(e[0]);
           EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(q, ws.p, nullptr), STRATA_SUCCESS);
@@ -169,10 +170,10 @@ TEST(GdnWyBwdEpilogue, Timing) {
         }
       cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
       for (auto& m : ms) std::sort(m.begin(), m.end());
-      std::printf("[wy_bwd timing] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_add %.3f ms, "
-                  "prefetch_add %.3f ms, batched_typed %.3f ms (median of 9; min %.3f / %.3f / %.3f / %.3f)\n",
-                  static_cast<long long>(B), static_cast<long long>(T), fused ? "fused sums" : "plain",
-                  ms[0][4], ms[1][4], ms[2][4], ms[3][4], ms[0][0], ms[1][0], ms[2][0], ms[3][0]);
+      std::printf("[wy_bwd s14] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_typed %.3f ms, "
+                  "trimmed %.3f ms (median of 9; min %.3f / %.3f / %.3f)\n",
+                  static_cast<long long>(B), static_cast<long long>(T), fused ? "fused sums" : "plain", ms[0][4],
+                  ms[1][4], ms[2][4], ms[0][0], ms[1][0], ms[2][0]);
       std::fflush(stdout);
     }
   }

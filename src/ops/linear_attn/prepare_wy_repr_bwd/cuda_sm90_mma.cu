@@ -172,7 +172,9 @@ __device__ __forceinline__ bool wy_dv_typed(const WyBwdParams& p) {
 // Per 64-column V tile e0 < vdim: Y = Aᵀ dU ; dv = diag(β) Y (stored) ; part[s] += Σ Y v as in wy_dk_tiles (not
 // kLean). typed (wy_dv_typed(p), kTyped kernels only): one row pointer per fragment row and 32-bit stores of the two
 // T values (the same bits as st_pair's dtype-generic path, without its per-pair offset, dtype and alignment work).
-template <class T, bool kLean = false, bool kTyped = false>
+// kFull (kWyTrimmed): when the whole tile is in range (L = 64, e0 + 64 ≤ vc) the typed stores skip the per-pair
+// column checks (a branch pair each in the SASS).
+template <class T, bool kLean = false, bool kTyped = false, bool kFull = false>
 __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
                                            int vc, int e0, const uint16_t* sA, const uint16_t* sDu, const uint16_t* sV,
                                            int ldv, const float* sBeta, int r0, int c0, bool typed = false) {
@@ -180,6 +182,19 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
   zero(Y);
   warp_gemm<T, false, true, 1, 4>(Y, sA + r0, kL64, sDu + e0 + c0, ldv, 64);
   if (kTyped && typed) {
+    if (kFull && L == 64 && e0 + 64 <= vc) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int i = r0 + frag_row(0, e);
+        uint16_t* row = static_cast<uint16_t*>(p.dv.p) + p.dv.off(c.b, c.t0 + i, hv) + e0 + c0;
+        const float b = sBeta[i];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          *reinterpret_cast<uint32_t*>(row + frag_col(nt, e)) =
+              Elem<T>::from(b * Y[0][nt][e]) | (uint32_t{Elem<T>::from(b * Y[0][nt][e + 1])} << 16);
+      }
+      return;
+    }
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // the fragment rows r0 + lane / 4 (e = 0) and + 8 (e = 2)
       const int i = r0 + frag_row(0, e);
@@ -218,34 +233,18 @@ __device__ __forceinline__ void wy_dv_tile(float (&part)[2], const WyBwdParams& 
 // another thread):
 //  * kDkAddPairs (kWyTwoPerSm, the pipelined kernel): dk = dk_add + Σ_g, each pair loaded right before its store
 //    (16 dependent global round trips per thread and chunk at K = 128: no load moves above an earlier store);
-//  * kDkAddBatched (kWyBatchedAdd): the same additions, the 4 pairs of one fragment row of a K tile loaded before
-//    its first store (4 round trips per chunk at K = 128);
-//  * kDkAddPrefetch (kWyPrefetchAdd): kDkAddPairs' loads and additions (the same bits), with the chunk's dk_add lines
-//    prefetched into L1 before the last head's dk tiles (wy_prefetch_dk_add), so that the 16 round trips hit L1; it
-//    also fetches each head's dg_add at its start and stores dv through wy_dv_tile's typed path (kLatency).
-//  * kDkAddBatchedTyped (kWyBatchedTyped): kDkAddBatched's epilogue with kDkAddPrefetch's dg_add and dv changes
-//    (kLatency), without the prefetch.
-// (Session 13 also tried the head sums starting from dk_add, loaded at the chunk's start: slower, README.md.)
-enum DkAdd { kDkAddPairs, kDkAddBatched, kDkAddPrefetch, kDkAddBatchedTyped };
-
-// kDkAddPrefetch: each quad's dk_add rows r0 + lane / 4 (+ 8) hold 32 f32 columns c0.. per K tile, one 128-byte line:
-// quad thread q prefetches the line of row r0 + lane / 4 + 8 (q & 1), K tile q / 2 (KT ≤ 2), rows < L, columns < kc.
-template <int KT>
-__device__ __forceinline__ void wy_prefetch_dk_add(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                                   int r0, int c0) {
-  const int q = threadIdx.x & 3, kt = q >> 1, i = r0 + frag_row(0, 2 * (q & 1)), x = kt * 64 + c0;
-  if (p.dk_add.present() && kt < KT && i < L && x < kc) {
-    const float* a = static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) + x;
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(a));
-  }
-}
+//  * kDkAddBatchedTyped (kWyBatchedTyped): the same additions, the 4 pairs of one fragment row of a K tile loaded
+//    before its first store (4 round trips per chunk at K = 128); each head's dg_add fetched at its start and dv
+//    stored through wy_dv_tile's typed path (kLatency).
+// (Sessions 12-14 also tried the batched loads alone, an L1 or L2 prefetch of dk_add and the head sums starting from
+// dk_add: slower, README.md.)
+enum DkAdd { kDkAddPairs, kDkAddBatchedTyped };
 
 // dk (+ dk_add, as kAdd says) of the chunk from the head sums, rows < L, columns < kc.
 template <int KT, DkAdd kAdd = kDkAddPairs>
 __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                             const float (&dk_sum)[KT][1][4][4], int r0, int c0) {
-  static_assert(kAdd != kDkAddPrefetch || KT <= 2, "one prefetched line per quad thread");
-  constexpr bool kBatched = kAdd == kDkAddBatched || kAdd == kDkAddBatchedTyped;
+  constexpr bool kBatched = kAdd == kDkAddBatchedTyped;
   const bool add = p.dk_add.present();
 #pragma unroll
   for (int kt = 0; kt < KT; ++kt)
@@ -487,7 +486,9 @@ struct WyLeanSmem {
   static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
-template <class T, int P, DkAdd kAdd>
+// kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
+// wy_dv_tile's kFull stores.
+template <class T, int P, DkAdd kAdd, bool kTrim>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -510,8 +511,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
-  // kDkAddPrefetch, kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
-  constexpr bool kLatency = kAdd == kDkAddPrefetch || kAdd == kDkAddBatchedTyped;
+  // kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
+  constexpr bool kLatency = kAdd == kDkAddBatchedTyped;
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
@@ -561,34 +562,39 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         __syncthreads();  // tmp complete; every warp is past its reads of dA
         {  // dP = dM ⊙ Γ, dM = −StrictLower(tmp Aᵀ); KK = K Kᵀ in the same fragments; Sym → sX; dβ / dγ partials
-          float t[1][4][4], kk[1][4][4];
-          zero(t), zero(kk);
-          warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
-          warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
           // rp[s]: row r0 + lane / 4 + 8 s over this thread's 8 columns; cp[2 nt + b]: column c0 + 8 nt + 2 (lane % 4)
           // + b over this thread's 2 rows (β_r dP_ri KK_ri).
           float rp[2] = {0.f, 0.f}, cp[8];
 #pragma unroll
           for (int q = 0; q < 8; ++q) cp[q] = 0.f;
+          // kTrim: the warp blocks wholly above the diagonal (c0 ≥ r0 + 16: warps (0, 1) and (1, 1)) have dP = 0 and
+          // store no Sym element (their [i][j > i] entries are the lower blocks' transposes): they skip both products
+          // and the element work; their partials stay +0, the sum their ±0 terms give (the same bits).
+          if (!kTrim || c0 < r0 + 16) {
+            float t[1][4][4], kk[1][4][4];
+            zero(t), zero(kk);
+            warp_gemm<T, true, false, 1, 4>(t, sT + r0 * kL64, kL64, sA + c0 * kL64, kL64, 64);
+            warp_gemm<T, true, false, 1, 4>(kk, sK + r0 * ld, ld, sK + c0 * ld, ld, P);
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
+            for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
-              // (the exponent is formed only below the diagonal: ≤ 0)
-              const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
-              const float pk = dp * kk[0][nt][e];
-              rp[e >> 1] += pk;
-              cp[2 * nt + (e & 1)] += sBeta[i] * pk;
-              // Sym: Bm_ij at [i][j] and [j][i] for j < i, 0 at [i][i]; [i][j > i] is another thread's transpose.
-              const uint16_t bm = Elem<T>::from(sBeta[i] * dp);
-              if (j < i) {
-                sX[i * kL64 + j] = bm;
-                sX[j * kL64 + i] = bm;
-              } else if (j == i) {
-                sX[i * kL64 + i] = 0;
+              for (int e = 0; e < 4; ++e) {
+                const int i = r0 + frag_row(0, e), j = c0 + frag_col(nt, e);
+                // (the exponent is formed only below the diagonal: ≤ 0)
+                const float dp = (j < i && i < L) ? -t[0][nt][e] * expf(sG[i] - sG[j]) : 0.f;
+                const float pk = dp * kk[0][nt][e];
+                rp[e >> 1] += pk;
+                cp[2 * nt + (e & 1)] += sBeta[i] * pk;
+                // Sym: Bm_ij at [i][j] and [j][i] for j < i, 0 at [i][i]; [i][j > i] is another thread's transpose.
+                const uint16_t bm = Elem<T>::from(sBeta[i] * dp);
+                if (j < i) {
+                  sX[i * kL64 + j] = bm;
+                  sX[j * kL64 + i] = bm;
+                } else if (j == i) {
+                  sX[i * kL64 + i] = 0;
+                }
               }
-            }
+          }
 #pragma unroll
           for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
             rp[s] += __shfl_xor_sync(0xffffffffu, rp[s], 1);
@@ -619,22 +625,21 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         }
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
-        if (kAdd == kDkAddPrefetch && g + 1 == d.G) wy_prefetch_dk_add<KT>(p, c, h, L, kc, r0, c0);
         wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
 #pragma unroll
         for (int e0 = 0; e0 < P; e0 += 64)
-          wy_dv_tile<T, true, kLatency>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
+          wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
       wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, DkAdd kAdd>
+template <class T, int P, DkAdd kAdd, bool kTrim = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -645,13 +650,11 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant(p) : p.mma_variant) {
-    case kWyBatchedAdd:
-      return launch_lean<T, P, kDkAddBatched>(p, offs, items, stream);
-    case kWyPrefetchAdd:
-      return launch_lean<T, P, kDkAddPrefetch>(p, offs, items, stream);
+  switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
+    case kWyTrimmed:
+      return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
   }
@@ -659,9 +662,10 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
-// kWyBatchedAdd: a row's dk_add loads before its stores; kWyPrefetchAdd: dk_add prefetched into L1, typed dv;
-// kWyBatchedTyped: kWyBatchedAdd's loads with kWyPrefetchAdd's dv and dg_add changes); the pipelined kernel otherwise (two-per-SM 1.221 ms against pipelined
-// ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, fused sums).
+// kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyTrimmed: kWyBatchedTyped
+// without the dP work of the warp blocks above the diagonal, dv stored without per-pair checks); the pipelined kernel
+// otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
+// H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
 strata_status launch_variant(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   const int64_t KP = round64(p.d.K), VP = round64(p.d.V);

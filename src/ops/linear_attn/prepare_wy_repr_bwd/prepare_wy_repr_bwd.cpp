@@ -56,12 +56,14 @@ const ImplList<Problem>& impls() {
 }  // namespace
 
 #if STRATA_WITH_CUDA
-// GPU run s13run1 (H200, 2026-12-01, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, median of 9 interleaved
-// calls; the same at B = 1, T = 32768), kWyTwoPerSm / kWyBatchedAdd / kWyPrefetchAdd: with the composed backward's
-// fused sums (dk_add, dg_add) 1.254 / 1.114 / 1.150 ms; plain 0.988 / 0.998 / 0.906 ms. The session's final run (merged
-// main, same shapes) with kWyBatchedTyped beside them: fused sums 1.262 / 1.122 / 1.145 / 1.046 ms, plain
-// 0.995 / 1.002 / 0.911 / 0.900 ms (B = 1: 1.048 / 0.901). Every form gives the same bits.
-int prepare_wy_repr_bwd_auto_variant(const WyBwdParams&) { return kWyBatchedTyped; }
+// Session 13 final run (H200, 2026-12-01, bf16, B = 4, T = 8192, H = 16, HV = 32, K = V = 128, median of 9
+// interleaved calls), kWyTwoPerSm / kWyBatchedAdd / kWyPrefetchAdd / kWyBatchedTyped: with the composed backward's
+// fused sums (dk_add, dg_add) 1.262 / 1.122 / 1.145 / 1.046 ms, plain 0.995 / 1.002 / 0.911 / 0.900 ms (the same at
+// B = 1, T = 32768); session 14 run 0 (same shape) 1.239 / 1.102 / 1.127 / 1.037 and 0.978 / 0.991 / 0.899 / 0.890.
+// Every form gives the same bits; the two losing forms are removed. Session 14 run 1 (same shape, 14:47 UTC),
+// kWyTwoPerSm / kWyBatchedTyped / kWyPrefetchL2 / kWyPaired (removed since) / kWyTrimmed: fused sums 1.245 / 1.035 /
+// 0.999 / 1.038 / 0.990 ms, plain 0.982 / 0.892 / 0.863 / 0.895 / 0.834 ms (B = 1, T = 32768: 0.991 and 0.835).
+int prepare_wy_repr_bwd_auto_variant() { return kWyTrimmed; }
 #endif
 
 namespace {

@@ -31,22 +31,21 @@ struct WyBwdParams {
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
-  // prepare_wy_repr_bwd_auto_variant(p) names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
+  // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
   // recomputed per value head in registers, the dβ / dγ row dots from dA's fragments, Sym stored from dP's
   // fragments, five block barriers per head, at most 128 registers and ~99 KiB of shared memory at K = V = 128 so
   // that two blocks share an SM; dk, dv the same bits as kWyPipelined, dβ and dγ sum their terms in another fixed
   // order; dk_add added pair by pair). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most
-  // 128; other shapes run kWyPipelined under every variant. Two-per-SM forms with other dk_add epilogues, every output
-  // the same bits as kWyTwoPerSm: kWyBatchedAdd (session 12: each fragment row's dk_add values loaded before its dk
-  // stores) and kWyPrefetchAdd (session 13: the chunk's dk_add lines prefetched into L1 before the last head's dk
-  // tiles, each head's dg_add fetched at its start, dv stored by row pointers when it holds the token dtype), and
-  // kWyBatchedTyped (session 13: kWyBatchedAdd's dk epilogue with kWyPrefetchAdd's dg_add and dv changes; what
-  // kWyAuto runs, with or without dk_add). Tests and timing force the variants.
+  // 128; other shapes run kWyPipelined under every variant. kWyBatchedTyped (session 13): the two-per-SM kernel with
+  // each fragment row's dk_add values loaded before its dk stores, each head's dg_add fetched at its start and dv
+  // stored by row pointers when it holds the token dtype. Session 14: kWyTrimmed (what kWyAuto runs, with or without
+  // dk_add): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its products and
+  // element work, and full dv tiles are stored without per-pair checks. Every form gives the same bits as
+  // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedAdd = 3, kWyPrefetchAdd = 4,
-                     kWyBatchedTyped = 5;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
@@ -67,10 +66,10 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
-// The two-per-SM form that kWyAuto runs on p where the two-per-SM kernel applies (since the session-13 final run
-// kWyBatchedTyped, with and without the fused sums), chosen from GPU timings; host code (prepare_wy_repr_bwd.cpp), so
-// that the choice is one place.
-int prepare_wy_repr_bwd_auto_variant(const WyBwdParams& p);
+// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (since session 14's run 1 kWyTrimmed, with
+// and without the fused sums: one form for every call), chosen from GPU timings; host code
+// (prepare_wy_repr_bwd.cpp), so that the choice is one place.
+int prepare_wy_repr_bwd_auto_variant();
 #endif
 
 }  // namespace strata::linear_attn
