@@ -178,15 +178,28 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     and hands it to the pass in the rk buffer, the pass forms 1 / |q| from its Q tiles); qn, kn are never stored.
 //     Not fla's rounding (fla rounds qn, kn to bf16 before the products): held to the float64 conformance tolerance.
 //     Needs l2norm, bf16, and prep's and the pass's rules; q, k, o views without the pass's 16-byte rows take the
-//     l2norm launches (run time). Forced only: s13run1 (H200, bf16 H = 16 HV = 32 K = V = 128) 1.117 against 1.171 ms
-//     at B = 4 T = 8192, 2.214 against 2.052 ms at B = 1 T = 32768.
+//     l2norm launches (run time). s13run1 (H200, bf16 H = 16 HV = 32 K = V = 128) 1.117 against 1.171 ms at B = 4
+//     T = 8192, 2.214 against 2.052 ms at B = 1 T = 32768: since session 14 kAuto takes it where the pass runs 128
+//     columns (gdn_cuda_fused_fwd_norm_form).
+//   kNormK ("cuda.sm90.fused_norm_k", session 14): kNorm's fold for k only: q keeps its l2norm launch (qn), prep and
+//     the pass read the raw k (gdn::GdnFwdParams::q_normed: the pass forms no 1 / |q|, whose row sums lengthened
+//     the output warpgroup's chain at 32 columns: s13run1 pass 1.432 -> 1.730 ms). One l2norm launch fewer than kAuto.
+//   kNormR ("cuda.sm90.fused_norm_r", session 14): kNorm with 1 / |q| from an rstd-only l2norm launch of q (reads q,
+//     writes rq f32 [B, T, H]: 2 % of the bytes of a qn) that the pass reads (gdn::GdnFwdParams::rq) instead of
+//     forming it; q, k raw as kNorm.
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormK, kNormR
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
+// The folded-l2norm form kAuto runs on p on a device of `sms` SMs: kNorm where the wgmma pass runs 128 columns
+// (gdn::fwd_cuda_state_o_wgmma_width) and kNorm applies (s14run0, H200, bf16 B = 4 T = 8192 H = 16 HV = 32
+// K = V = 128, l2norm: 1.100 against 1.160 ms); otherwise kAuto (the l2norm launches; at 32 columns kNorm lost:
+// 2.194 against 2.046 ms at B = 1 T = 32768). Host only; reads dtypes, presence and shapes.
+GdnFusedForm gdn_cuda_fused_fwd_norm_form(const GdnParams& p, int sms);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 // probe (timing tests only, as gdn_cuda_bwd's): called after each step's launches ("l2norm", "cumsum", "prep",
-// "pass"; kNorm: "cumsum", "prep", "pass").
+// "pass"; kNorm: "cumsum", "prep", "pass"; kNormK: "l2norm" (q only), "cumsum", "prep", "pass"; kNormR: "rq" (the
+// rstd-only launch), "cumsum", "prep", "pass").
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream,
                                  const GdnStepProbe* probe = nullptr);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).
