@@ -46,15 +46,16 @@ GdnParams bench_params(int64_t B, int64_t T, void* q, void* k, void* v, void* g,
 }
 
 // The automatic forward's fold (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
-// columns (B = 4 T = 8192 on 132 SMs: 128 sequence-heads), the unfolded path where it runs 32 (B = 1 T = 32768) or
-// 64, without l2norm, and for f16 tokens (no wgmma pass).
+// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), the unfolded path where it runs 32 (B = 1
+// T = 32768) or 64 (B = 4 on 264 SMs), without l2norm, and for f16 tokens (no wgmma pass).
 TEST(GdnFwdAutoForm, NormFoldWhereThePassRuns128Columns) {
   char buf[64];
   void* const x = buf;  // stand-in address: the rule never reads memory
   const GdnParams b4 = bench_params(4, 8192, x, x, x, x, x, x, x), b1 = bench_params(1, 32768, x, x, x, x, x, x, x);
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 132), GdnFusedForm::kNorm);
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b1, 132), GdnFusedForm::kAuto);
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 200), GdnFusedForm::kAuto);  // 64 columns: 256 blocks fit 200 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 264), GdnFusedForm::kAuto);  // 64 columns: 256 blocks fit 264 SMs
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
   GdnParams plain = b4;
   plain.l2norm = false;
