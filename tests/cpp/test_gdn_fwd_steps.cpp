@@ -2,8 +2,8 @@
 // when nothing needs the saved residuals) at the benchmark shapes, whole and per step: the automatic form against
 // the unfolded one (kWgmmaSplit: l2norm launches, γ, prep_wgmma, the wgmma pass), cuda.sm90.fused_norm
 // (GdnFusedForm::kNorm: the l2norm of q, k folded into prep and the pass, gdn::GdnFwdParams::qk_norm) and (session 14)
-// cuda.sm90.fused_norm_k (kNormK: k's only), cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only
-// launch). Prints "[gdn_fwd s14] ..."; fails only if a launch fails.
+// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch). Prints "[gdn_fwd s14] ..."; fails
+// only if a launch fails.
 // GdnFwdAutoForm (host): which folded form the automatic forward takes (gdn_cuda_fused_fwd_norm_form).
 #include <gtest/gtest.h>
 
@@ -46,14 +46,15 @@ GdnParams bench_params(int64_t B, int64_t T, void* q, void* k, void* v, void* g,
 }
 
 // The automatic forward's fold (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
-// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), the unfolded path where it runs 32 (B = 1
-// T = 32768) or 64 (B = 4 on 264 SMs), without l2norm, and for f16 tokens (no wgmma pass).
-TEST(GdnFwdAutoForm, NormFoldWhereThePassRuns128Columns) {
+// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), kNormR where it runs 32 (B = 1 T = 32768), the
+// unfolded path where it runs 64 (B = 4 on 264 SMs), without l2norm, and for f16 tokens (no wgmma pass).
+TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
   char buf[64];
   void* const x = buf;  // stand-in address: the rule never reads memory
   const GdnParams b4 = bench_params(4, 8192, x, x, x, x, x, x, x), b1 = bench_params(1, 32768, x, x, x, x, x, x, x);
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 132), GdnFusedForm::kNorm);
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b1, 132), GdnFusedForm::kAuto);
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b1, 132), GdnFusedForm::kNormR);
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 528), GdnFusedForm::kNormR);  // 32 columns: 512 blocks fit 528 SMs
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 264), GdnFusedForm::kAuto);  // 64 columns: 256 blocks fit 264 SMs
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
@@ -65,11 +66,11 @@ TEST(GdnFwdAutoForm, NormFoldWhereThePassRuns128Columns) {
   EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(half, 132), GdnFusedForm::kAuto);
 }
 
-// bf16 B = 4 T = 8192 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel, final state out
-// (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
+// bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
+// final state out (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
 TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+  for (const int64_t B : {int64_t{4}, int64_t{2}, int64_t{1}}) {  // the pass at 128 / 64 / 32 columns on 132 SMs
     const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
     Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
         o(rows * HV * V * 2), ht(B * HV * K * V * 4);
@@ -77,7 +78,6 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
     const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm), "");
-    ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormK), "");
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormR), "");
     Dev ws(gdn_cuda_fused_fwd_workspace(p));
     auto call = [&](GdnFusedForm form) {
@@ -91,7 +91,6 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     } forms[] = {{GdnFusedForm::kAuto, "automatic"},
                  {GdnFusedForm::kWgmmaSplit, "unfolded"},
                  {GdnFusedForm::kNorm, "norm-folded"},
-                 {GdnFusedForm::kNormK, "k-folded"},
                  {GdnFusedForm::kNormR, "rq-launch"}};
     std::vector<std::function<void()>> calls;
     for (const auto& f : forms) calls.push_back(call(f.form));
@@ -101,10 +100,10 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
     const GdnFusedForm chosen = gdn_cuda_fused_fwd_norm_form(p, sms);
     std::printf("[gdn_fwd s14] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
-                "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, k-folded %.3f ms, rq-launch %.3f ms\n",
+                "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T),
-                chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormK ? "k-folded" : "unfolded",
-                whole[0], whole[1], whole[2], whole[3], whole[4]);
+                chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
+                whole[0], whole[1], whole[2], whole[3]);
     for (const auto& f : forms) {
       const GdnFusedForm form = f.form;
       const StepTimes st = time_steps(

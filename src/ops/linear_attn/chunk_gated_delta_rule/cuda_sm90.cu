@@ -411,20 +411,18 @@ strata_status zero_saved_gaps(const GdnParams& p, const Bufs& b, cudaStream_t st
 
 // ---- steps ----
 
-// l2norm of q and k into qn, kn (contiguous, dtype b.sdt) with rstd rq, rk (f32); with k_too = false of q only
-// (GdnFusedForm::kNormK, kNormR: prep and the pass normalise k themselves), with q_rows = false rq alone (kNormR:
-// the pass scales the raw q's products by it).
-strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream, bool k_too = true,
-                         bool q_rows = true) {
+// l2norm of q and k into qn, kn (contiguous, dtype b.sdt) with rstd rq, rk (f32); with rq_only, rq alone
+// (GdnFusedForm::kNormR: prep and the pass normalise k themselves, the pass scales the raw q's products by rq).
+strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream, bool rq_only = false) {
   if (!p.l2norm || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
   const strata_tensor_desc f = desc_of(b.sdt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
-  for (int which = 0; which < (k_too ? 2 : 1); ++which) {
+  for (int which = 0; which < (rq_only ? 1 : 2); ++which) {
     const GdnTensor& x = which == 0 ? p.q : p.k;
     const strata_tensor_desc xd = desc_of(x.dtype, {p.B, p.T, p.H, p.K}, x.st);
     norm::RowNormFwdParams a;
     a.x = x.data;
-    a.y = which == 0 ? (q_rows ? b.qn : nullptr) : b.kn;
+    a.y = rq_only ? nullptr : which == 0 ? b.qn : b.kn;
     a.rstd = which == 0 ? b.rq : b.rk;
     a.x_dtype = x.dtype;
     a.y_dtype = b.sdt;
@@ -694,7 +692,7 @@ size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, f
 namespace {
 // The forms with (part of) the l2norm folded into prep and the pass.
 bool is_norm_form(GdnFusedForm form) {
-  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormK || form == GdnFusedForm::kNormR;
+  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR;
 }
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
@@ -712,12 +710,10 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
 }
 // (Session 13, kNorm) f (c.wy without the inverse, or c.fwdo) reading the raw q, k with the l2norm folded in
 // (gdn::GdnFwdParams::qk_norm); 1 / |k| of the rows passes from prep to the pass through the rk buffer (f32 [B, T, H]).
-// (Session 14) kNormK: f reads qn from the l2norm launch of q (b.qn), k raw as above; kNormR: the raw q with 1 / |q|
-// in rq (b.rq, from the rstd-only launch).
+// (Session 14) kNormR: 1 / |q| in rq (b.rq, from the rstd-only launch) for the pass.
 gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f,
                               GdnFusedForm form = GdnFusedForm::kNorm) {
-  f.q_normed = form == GdnFusedForm::kNormK;
-  f.q = f.q_normed ? fwd_tok(b.qn, b.sdt, p.T, p.H, p.K) : fwd_view(p.q), f.k = fwd_view(p.k);
+  f.q = fwd_view(p.q), f.k = fwd_view(p.k);
   if (form == GdnFusedForm::kNormR) f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
   f.A = gdn::GdnTensor{};
   f.qk_norm = true;
@@ -757,7 +753,8 @@ GdnFusedForm gdn_cuda_fused_fwd_norm_form(const GdnParams& p, int sms) {
   if (!p.l2norm || !gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm).empty()) return GdnFusedForm::kAuto;
   const Bufs b = carve_with(p, false, kAddressesOnly, 0, true);  // addresses only
   const Calls c = make_calls(p, b, sizes_of(p, false), false);
-  return gdn::fwd_cuda_state_o_wgmma_width(c.fwdo, sms) == 128 ? GdnFusedForm::kNorm : GdnFusedForm::kAuto;
+  const int width = gdn::fwd_cuda_state_o_wgmma_width(c.fwdo, sms);
+  return width == 128 ? GdnFusedForm::kNorm : width == 32 ? GdnFusedForm::kNormR : GdnFusedForm::kAuto;
 }
 
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
@@ -843,12 +840,11 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   }
   if (is_norm_form(form)) {
-    // cumsum, prep (forms 1 / |k|), the pass (kNorm: forms 1 / |q|; kNormK: reads qn; kNormR: reads rq): no l2norm
-    // launch of k
+    // (kNormR: 1 / |q| into rq), cumsum, prep (forms 1 / |k|), the pass (kNorm: forms 1 / |q|; kNormR: reads rq)
     STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_fwd", p, b.check, stream));
-    if (form != GdnFusedForm::kNorm) {
-      STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream, /*k_too=*/false, /*q_rows=*/form == GdnFusedForm::kNormK));
-      mark(probe, form == GdnFusedForm::kNormK ? "l2norm" : "rq");
+    if (form == GdnFusedForm::kNormR) {
+      STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream, /*rq_only=*/true));
+      mark(probe, "rq");
     }
     const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));

@@ -197,11 +197,9 @@ struct GdnFwdParams {
   bool qk_norm = false;
   float qk_norm_eps = 0.f;
   GdnTensor rk;
-  // (Session 14, the fused pass with qk_norm only) chunk_gated_delta_rule's cuda.sm90.fused_norm_k: q holds the
-  // normalised rows already (qn of the l2norm launch): the pass forms no r_q; k stays raw (r_k from rk, as above).
-  // cuda.sm90.fused_norm_r: rq present (f32 [B, T, H], 1 / |q| of the raw rows from an rstd-only l2norm launch): the
-  // pass reads r_q from it instead of forming it from its Q tiles.
-  bool q_normed = false;
+  // (Session 14, the fused pass with qk_norm only; chunk_gated_delta_rule's cuda.sm90.fused_norm_r) rq present (f32
+  // [B, T, H], 1 / |q| of the raw rows from an rstd-only l2norm launch): the pass reads r_q from it instead of forming
+  // it from its Q tiles.
   GdnTensor rq;
 };
 

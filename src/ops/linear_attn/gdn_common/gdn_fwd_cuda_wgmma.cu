@@ -437,14 +437,12 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // scale Vd's rows by it (S += Knᵀ Vd = Kᵀ diag(r_k) Vd); the output warpgroup forms r_q of its two rows from the Q
 // tile while Q S and Q Kᵀ run (each lane 32 columns of both rows, two xor shuffles) and scales the rows of Q S and
 // Q Kᵀ by r_q, the columns of Q Kᵀ by r_k. Its own instantiations (the plain pass keeps its registers).
-// kQ (session 14): where the output warpgroup's r_q comes from with kNorm. kQForm: formed from the Q tile as above
-// (session 13). kQNormed (GdnFwdParams::q_normed: k's fold only): q holds qn already (the l2norm launch), no r_q
-// (rq stays 1: the products of P by it fold away). kQLoad (GdnFwdParams::rq present): 1 / |q| of the raw rows read
-// from p.rq (an rstd-only l2norm launch), each thread its two rows of chunk c + 1 while chunk c runs (registers: no
-// shared memory, nothing on the state warpgroups' chain). r_k as with kNorm in all three.
-enum QNorm : int { kQNormed = 0, kQForm = 1, kQLoad = 2 };
+// kQLoad (session 14, GdnFwdParams::rq present; with kNorm): r_q not formed from the Q tile but read from p.rq (1 / |q|
+// of the raw rows from an rstd-only l2norm launch), each output thread its two rows of chunk c + 1 while chunk c runs
+// (registers: no shared memory, nothing on the state warpgroups' chain). r_k as with kNorm. (Session 14 also measured
+// k's fold alone, q normalised by its l2norm launch: B = 1 2.024 ms against 1.988 for this one; removed.)
 template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false,
-          int kQ = kNorm ? kQForm : kQNormed>
+          bool kQLoad = false>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -454,7 +452,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
   static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
   static_assert(!kNorm || (kOut && kShort && kSW == 2 && !kH), "qk_norm: the fused kShort pass, two state warpgroups");
-  static_assert(kNorm || kQ == kQNormed, "r_q only with the folded l2norm");
+  static_assert(kNorm || !kQLoad, "r_q only with the folded l2norm");
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
   constexpr int kBV = kSW * kN;               // columns of S per block
@@ -503,11 +501,11 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       }
     };
     [[maybe_unused]] float rq_next[2] = {1.f, 1.f};
-    if constexpr (kQ == kQLoad) fetch_rq(sq.bos, rq_next);
+    if constexpr (kQLoad) fetch_rq(sq.bos, rq_next);
     for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
       const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
       float rq[2] = {1.f, 1.f};
-      if constexpr (kQ == kQLoad) {  // this chunk's r_q (loaded a chunk ago), then the next chunk's in flight
+      if constexpr (kQLoad) {  // this chunk's r_q (loaded a chunk ago), then the next chunk's in flight
         rq[0] = rq_next[0], rq[1] = rq_next[1];
         if (t0 + BT < sq.eos) fetch_rq(t0 + BT, rq_next);
       }
@@ -530,9 +528,9 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       for (int half = 0; half < 2; ++half) {
         const int i = wgl::acc_row(w, lane, 2 * half);
         eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
-        if constexpr (kQ == kQLoad) eo[half] *= rq[half];
+        if constexpr (kQLoad) eo[half] *= rq[half];
       }
-      if constexpr (kQ == kQForm) {  // r_q of rows acc_row(.., 0 / 2) while Q S and Q Kᵀ run: lane l sums columns 32 (l % 4)..
+      if constexpr (kNorm && !kQLoad) {  // r_q of rows acc_row(.., 0 / 2) while Q S and Q Kᵀ run: lane l sums columns 32 (l % 4)..
         const uint16_t* Qs = reinterpret_cast<const uint16_t*>(smem + st * kStageB + 2 * kTileB);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -864,8 +862,7 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false,
-          int kQ = kNorm ? kQForm : kQNormed>
+template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false, bool kQLoad = false>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr int kStages = sp_stages<kSW * kN, kOut, kNorm>();
   constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut, kNorm>();
@@ -876,7 +873,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm, kQ>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm, kQLoad>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -905,19 +902,11 @@ int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStr
   if (kOut && p.qk_norm) {  // (session 13) the folded l2norm: kShort, two state warpgroups, no h
     if (form != WgmmaPass::kShort || p.h.present())
       return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: the folded l2norm in the kShort form without h only");
-    if (p.q_normed) {  // (session 14) k's fold only: q holds qn, no r_q
-      switch (width) {
-        case 32: return launch_split<16, 2, true, true, false, true, kQNormed>(p, stream);
-        case 64: return launch_split<32, 2, true, true, false, true, kQNormed>(p, stream);
-        case 128: return launch_split<64, 2, true, true, false, true, kQNormed>(p, stream);
-        default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
-      }
-    }
     if (p.rq.present()) {  // (session 14) r_q read from p.rq
       switch (width) {
-        case 32: return launch_split<16, 2, true, true, false, true, kQLoad>(p, stream);
-        case 64: return launch_split<32, 2, true, true, false, true, kQLoad>(p, stream);
-        case 128: return launch_split<64, 2, true, true, false, true, kQLoad>(p, stream);
+        case 32: return launch_split<16, 2, true, true, false, true, true>(p, stream);
+        case 64: return launch_split<32, 2, true, true, false, true, true>(p, stream);
+        case 128: return launch_split<64, 2, true, true, false, true, true>(p, stream);
         default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
       }
     }
@@ -1006,8 +995,7 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
     if (!(p.qk_norm_eps > 0.f)) return "the folded l2norm (qk_norm) needs eps > 0";
     if (p.h.present() || p.Pqk.present()) return "the folded l2norm (qk_norm) writes neither h nor reads Pqk";
   }
-  if ((p.q_normed || p.rq.present()) && !p.qk_norm) return "q_normed and rq go with qk_norm only";
-  if (p.q_normed && p.rq.present()) return "rq (1 / |q| of the raw q) with q_normed (q already normalised)";
+  if (p.rq.present() && !p.qk_norm) return "rq (1 / |q| of the raw q) goes with qk_norm only";
   if (p.rq.present() && p.rq.dtype != STRATA_DTYPE_F32) return "the folded l2norm reads rq in f32";
   return {};
 }
