@@ -822,6 +822,9 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
 // empty, one-token and partial chunks; with and without h0 / ht; V = 64 and 128. Twice each: the same bits.
 // Session 13: also cuda.sm90.fused_norm (the l2norm of the raw, unnormalised q, k folded into prep_wgmma and the
 // wgmma pass: gdn::GdnFwdParams::qk_norm) on the same problems, against the reference and the unfolded pass.
+// Session 14: also cuda.sm90.fused_norm_r (1 / |q| from an rstd-only launch, read by the pass) likewise, and the
+// automatic cuda.sm90.fused, which since session 14 takes fused_norm where the pass runs 128 columns and fused_norm_r
+// where it runs 32 (the unfolded split pass at 64): its o, ht must be that form's bits.
 TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
   if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
   std::vector<int64_t> many = {0};
@@ -836,16 +839,25 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
                {10, 100, 2, 4, 128, {}, true, true},
                {1, many.back(), 2, 4, 128, many, true, false}};
   const double tol = 2e-2;
+  strata_device_properties props{};
+  ASSERT_EQ(strata_device_get_properties(kCuda, &props), STRATA_SUCCESS);
   for (const auto& c : cases) {
     Problem p(STRATA_DTYPE_BF16, c.B, c.T, c.H, c.HV, 128, c.V, c.cu, c.h0, true, 11);
+    // The pass's width (gdn::fwd_cuda_state_o_wgmma_width): the narrowest of 32 / 64 / 128 dividing V whose
+    // sequence-head blocks fit one wave, else the widest; the automatic form by it (gdn_cuda_fused_fwd_norm_form).
+    int width = 0;
+    for (const int w : {128, 64, 32})
+      if (p.V % w == 0 && (width == 0 || p.N * p.HV * (p.V / w) <= props.multiprocessor_count)) width = w;
     HostTensor o_ref = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht_ref = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
     {
       ForceImpl f("reference");
       ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
     }
-    const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma_split", "cuda.sm90.fused_norm"};
-    HostTensor o[3], ht[3];
-    for (int i = 0; i < 3; ++i) {
+    const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma_split", "cuda.sm90.fused_norm",
+                           "cuda.sm90.fused_norm_r", "cuda.sm90.fused"};
+    constexpr int kN = 5, kAutoIdx = 4;
+    HostTensor o[kN], ht[kN];
+    for (int i = 0; i < kN; ++i) {
       o[i] = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       ForceImpl f(impls[i]);
       ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
@@ -863,9 +875,18 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
     EXPECT_LT(rel_err(o[1], o[0]), 1e-2) << "wgmma split vs mma.sync, N " << p.N;
     EXPECT_LT(rel_err(o[2], o[1]), 1e-2) << "folded l2norm vs wgmma split, N " << p.N;
     if (c.ht) EXPECT_LT(rel_err(ht[2], ht[1]), 1e-2) << "folded l2norm vs wgmma split ht, N " << p.N;
-    std::printf("[gdn_fwd norm check] N=%lld V=%lld: relative RMS against f64: o split %.2e norm-folded %.2e; "
-                "norm-folded vs split o %.2e\n", static_cast<long long>(p.N), static_cast<long long>(p.V),
-                rel_err(o[1], o_ref), rel_err(o[2], o_ref), rel_err(o[2], o[1]));
+    EXPECT_LT(rel_err(o[3], o[1]), 1e-2) << "fused_norm_r vs wgmma split, N " << p.N;
+    if (c.ht) EXPECT_LT(rel_err(ht[3], ht[1]), 1e-2) << "fused_norm_r vs wgmma split ht, N " << p.N;
+    // r_q from the launch's rstd or formed in the pass: the same formula, another f32 summation order.
+    EXPECT_LT(rel_err(o[3], o[2]), 1e-3) << "fused_norm_r vs fused_norm, N " << p.N;
+    const int auto_is = width == 128 ? 2 : width == 32 ? 3 : 1;
+    EXPECT_TRUE(o[kAutoIdx].storage == o[auto_is].storage) << "automatic vs " << impls[auto_is] << ", N " << p.N;
+    if (c.ht) EXPECT_TRUE(ht[kAutoIdx].storage == ht[auto_is].storage) << "automatic vs " << impls[auto_is] << " ht";
+    std::printf("[gdn_fwd norm check] N=%lld V=%lld (%d columns, automatic = %s): relative RMS against f64: o split "
+                "%.2e norm-folded %.2e rq-launch %.2e; against split: norm-folded o %.2e, rq-launch %.2e; rq-launch "
+                "against norm-folded %.2e\n", static_cast<long long>(p.N), static_cast<long long>(p.V), width,
+                impls[auto_is], rel_err(o[1], o_ref), rel_err(o[2], o_ref), rel_err(o[3], o_ref),
+                rel_err(o[2], o[1]), rel_err(o[3], o[1]), rel_err(o[3], o[2]));
   }
 }
 

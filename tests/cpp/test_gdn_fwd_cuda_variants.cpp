@@ -537,6 +537,49 @@ TEST(GdnFwdCudaVariants, WgmmaMatchesReference) {
   }
 }
 
+// (Session 14) The pass with the l2norm folded in and r_q read from p.rq (GdnFwdParams::qk_norm + rq:
+// chunk_gated_delta_rule's cuda.sm90.fused_norm_r) scales P's columns and Vd's rows by r_k = p.rk and Q S's and P's
+// rows by r_q = p.rq. With r_k = r_q = 1 every one of those products is by 1.0f, so it must give the kShort pass's
+// bits (o, v_new, ht) on the plain inputs, at every width that divides V — which checks that the fold changes nothing
+// but the scaling (ring slots, stages, staging, the r_q loads a chunk ahead). Its values with real norms are held to
+// the float64 reference by ChunkGatedDeltaRuleCuda.WgmmaFusedForwardMatchesReference.
+TEST(GdnFwdCudaVariants, WgmmaRqFoldWithUnitNormsGivesShortBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int idx = 0;
+  for (const Shape& s : wgmma_shapes()) {
+    Problem pr(s, 900 + idx);
+    pr.p.Pqk = GdnTensor{};  // the folded pass reads no pre-computed P
+    const int64_t rows = s.B * s.T * s.H;
+    const std::vector<float> ones(static_cast<size_t>(rows), 1.f);
+    const auto rk = upload(ones.data(), ones.size() * 4), rq = upload(ones.data(), ones.size() * 4);
+    GdnFwdParams fr = pr.p;
+    fr.qk_norm = true, fr.qk_norm_eps = 1e-6f;
+    fr.rk = tok(rk->p, STRATA_DTYPE_F32, s.T, s.H, 0);
+    fr.rq = tok(rq->p, STRATA_DTYPE_F32, s.T, s.H, 0);
+    ASSERT_EQ(fwd_cuda_state_o_wgmma_reject(fr), "") << "shape " << idx;
+    GdnFwdParams bad = fr;
+    bad.qk_norm = false;
+    EXPECT_NE(fwd_cuda_state_o_wgmma_reject(bad), "") << "rq without qk_norm";
+    bad = fr;
+    bad.rq.dtype = STRATA_DTYPE_BF16;
+    EXPECT_NE(fwd_cuda_state_o_wgmma_reject(bad), "") << "rq not f32";
+    for (const int width : {32, 64, 128}) {
+      if (s.V % width != 0) continue;
+      pr.poison();
+      ASSERT_EQ(fwd_cuda_state_o_wgmma(pr.p, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << width;
+      const std::vector<uint8_t> ref = pr.outputs();
+      const std::string what = "rq-fold, width " + std::to_string(width) + ", shape " + std::to_string(idx);
+      for (int run = 0; run < 2; ++run) {
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_state_o_wgmma(fr, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        expect_split_bits(what + (run ? " (second run)" : ""), pr.outputs(), ref);
+      }
+    }
+    ++idx;
+  }
+}
+
 TEST(GdnFwdCudaVariants, RejectsWithoutPqk) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   Problem pr(shapes()[0], 1);

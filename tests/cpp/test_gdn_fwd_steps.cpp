@@ -1,7 +1,10 @@
 // (Session 13) chunk_gated_delta_rule's fused forward without grad (gdn_cuda_fused_fwd: what Python's forward runs
-// when nothing needs the saved residuals) at the benchmark shapes, whole and per step: the automatic form (l2norm
-// launches, γ, prep_wgmma, the wgmma pass) against cuda.sm90.fused_norm (GdnFusedForm::kNorm: the l2norm of q, k folded
-// into prep and the pass, gdn::GdnFwdParams::qk_norm). Prints "[gdn_fwd steps] ..."; fails only if a launch fails.
+// when nothing needs the saved residuals) at the benchmark shapes, whole and per step: the automatic form against
+// the unfolded one (kWgmmaSplit: l2norm launches, γ, prep_wgmma, the wgmma pass), cuda.sm90.fused_norm
+// (GdnFusedForm::kNorm: the l2norm of q, k folded into prep and the pass, gdn::GdnFwdParams::qk_norm) and (session 14)
+// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch). Prints "[gdn_fwd s14] ..."; fails
+// only if a launch fails.
+// GdnFwdAutoForm (host): which folded form the automatic forward takes (gdn_cuda_fused_fwd_norm_form).
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -26,43 +29,87 @@ using gdn_test::time_steps;
 using test::Dev;
 using test::have_gpu;
 
-// bf16 B = 4 T = 8192 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel, final state out
-// (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
+// The benchmark problem's params (bf16 H = 16 HV = 32 K = V = 128, l2norm, final state out) on the given buffers.
+GdnParams bench_params(int64_t B, int64_t T, void* q, void* k, void* v, void* g, void* beta, void* o, void* ht) {
+  const int64_t H = 16, HV = 32, K = 128, V = 128;
+  const int32_t bf = STRATA_DTYPE_BF16;
+  auto tt = [&](void* x, int32_t dt, int64_t heads, int64_t D) { return gdn_test::op_tok(x, dt, T, heads, D); };
+  GdnParams p;
+  p.q = tt(q, bf, H, K), p.k = tt(k, bf, H, K), p.v = tt(v, bf, HV, V), p.g = tt(g, bf, HV, 0);
+  p.beta = tt(beta, bf, HV, 0), p.o = tt(o, bf, HV, V);
+  p.ht.data = ht, p.ht.dtype = STRATA_DTYPE_F32;
+  p.ht.st[0] = HV * K * V, p.ht.st[1] = K * V, p.ht.st[2] = V, p.ht.st[3] = 1;
+  p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
+  p.scale = 0.0884f;
+  p.l2norm = true;
+  return p;
+}
+
+// The automatic forward's fold (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
+// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), kNormR where it runs 32 (B = 1 T = 32768), the
+// unfolded path where it runs 64 (B = 4 on 264 SMs), without l2norm, and for f16 tokens (no wgmma pass).
+TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
+  char buf[64];
+  void* const x = buf;  // stand-in address: the rule never reads memory
+  const GdnParams b4 = bench_params(4, 8192, x, x, x, x, x, x, x), b1 = bench_params(1, 32768, x, x, x, x, x, x, x);
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 132), GdnFusedForm::kNorm);
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b1, 132), GdnFusedForm::kNormR);
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 528), GdnFusedForm::kNormR);  // 32 columns: 512 blocks fit 528 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 264), GdnFusedForm::kAuto);  // 64 columns: 256 blocks fit 264 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
+  GdnParams plain = b4;
+  plain.l2norm = false;
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(plain, 132), GdnFusedForm::kAuto);
+  GdnParams half = b4;
+  for (GdnTensor* t : {&half.q, &half.k, &half.v, &half.beta, &half.o}) t->dtype = STRATA_DTYPE_F16;
+  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(half, 132), GdnFusedForm::kAuto);
+}
+
+// bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
+// final state out (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
 TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+  for (const int64_t B : {int64_t{4}, int64_t{2}, int64_t{1}}) {  // the pass at 128 / 64 / 32 columns on 132 SMs
     const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    const int32_t bf = STRATA_DTYPE_BF16;
     Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
         o(rows * HV * V * 2), ht(B * HV * K * V * 4);
     for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    auto tt = [&](Dev& x, int32_t dt, int64_t heads, int64_t D) { return gdn_test::op_tok(x.p, dt, T, heads, D); };
-    GdnParams p;
-    p.q = tt(q, bf, H, K), p.k = tt(k, bf, H, K), p.v = tt(v, bf, HV, V), p.g = tt(g, bf, HV, 0);
-    p.beta = tt(beta, bf, HV, 0), p.o = tt(o, bf, HV, V);
-    p.ht.data = ht.p, p.ht.dtype = STRATA_DTYPE_F32;
-    p.ht.st[0] = HV * K * V, p.ht.st[1] = K * V, p.ht.st[2] = V, p.ht.st[3] = 1;
-    p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
-    p.scale = 0.0884f;
-    p.l2norm = true;
+    const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm), "");
+    ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormR), "");
     Dev ws(gdn_cuda_fused_fwd_workspace(p));
     auto call = [&](GdnFusedForm form) {
       return std::function<void()>([&, form] {
         EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr), STRATA_SUCCESS);
       });
     };
-    const std::vector<double> whole = time_median_ms({call(GdnFusedForm::kAuto), call(GdnFusedForm::kNorm)}, 9);
-    std::printf("[gdn_fwd steps] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9: automatic "
-                "%.3f ms, norm-folded %.3f ms\n", static_cast<long long>(B), static_cast<long long>(T), whole[0],
-                whole[1]);
-    for (const GdnFusedForm form : {GdnFusedForm::kAuto, GdnFusedForm::kNorm}) {
+    const struct {
+      GdnFusedForm form;
+      const char* name;
+    } forms[] = {{GdnFusedForm::kAuto, "automatic"},
+                 {GdnFusedForm::kWgmmaSplit, "unfolded"},
+                 {GdnFusedForm::kNorm, "norm-folded"},
+                 {GdnFusedForm::kNormR, "rq-launch"}};
+    std::vector<std::function<void()>> calls;
+    for (const auto& f : forms) calls.push_back(call(f.form));
+    const std::vector<double> whole = time_median_ms(calls, 9);
+    int dev = 0, sms = 0;
+    EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+    EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    const GdnFusedForm chosen = gdn_cuda_fused_fwd_norm_form(p, sms);
+    std::printf("[gdn_fwd s14] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
+                "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T),
+                chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
+                whole[0], whole[1], whole[2], whole[3]);
+    for (const auto& f : forms) {
+      const GdnFusedForm form = f.form;
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
-      std::string line = "[gdn_fwd steps] " + std::string(form == GdnFusedForm::kAuto ? "automatic" : "norm-folded") +
-                         " B=" + std::to_string(B) + ", fastest of 5 per step:";
+      std::string line = "[gdn_fwd s14] " + std::string(f.name) + " B=" + std::to_string(B) + ", fastest of 5 per step:";
       double sum = 0;
       for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
         char buf[64];

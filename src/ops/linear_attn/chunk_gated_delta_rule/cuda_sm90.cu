@@ -411,17 +411,18 @@ strata_status zero_saved_gaps(const GdnParams& p, const Bufs& b, cudaStream_t st
 
 // ---- steps ----
 
-// l2norm of q and k into qn, kn (contiguous, dtype b.sdt) with rstd rq, rk (f32).
-strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream) {
+// l2norm of q and k into qn, kn (contiguous, dtype b.sdt) with rstd rq, rk (f32); with rq_only, rq alone
+// (GdnFusedForm::kNormR: prep and the pass normalise k themselves, the pass scales the raw q's products by rq).
+strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream, bool rq_only = false) {
   if (!p.l2norm || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
   const strata_tensor_desc f = desc_of(b.sdt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
-  for (int which = 0; which < 2; ++which) {
+  for (int which = 0; which < (rq_only ? 1 : 2); ++which) {
     const GdnTensor& x = which == 0 ? p.q : p.k;
     const strata_tensor_desc xd = desc_of(x.dtype, {p.B, p.T, p.H, p.K}, x.st);
     norm::RowNormFwdParams a;
     a.x = x.data;
-    a.y = which == 0 ? b.qn : b.kn;
+    a.y = rq_only ? nullptr : which == 0 ? b.qn : b.kn;
     a.rstd = which == 0 ? b.rq : b.rk;
     a.x_dtype = x.dtype;
     a.y_dtype = b.sdt;
@@ -689,6 +690,10 @@ size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullp
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, false, nullptr, 0, true).bytes; }
 
 namespace {
+// The forms with (part of) the l2norm folded into prep and the pass.
+bool is_norm_form(GdnFusedForm form) {
+  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR;
+}
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
 gdn::GdnFwdParams fused_state_params(const Calls& c, bool pre_p) {
@@ -705,8 +710,11 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
 }
 // (Session 13, kNorm) f (c.wy without the inverse, or c.fwdo) reading the raw q, k with the l2norm folded in
 // (gdn::GdnFwdParams::qk_norm); 1 / |k| of the rows passes from prep to the pass through the rk buffer (f32 [B, T, H]).
-gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f) {
+// (Session 14) kNormR: 1 / |q| in rq (b.rq, from the rstd-only launch) for the pass.
+gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f,
+                              GdnFusedForm form = GdnFusedForm::kNorm) {
   f.q = fwd_view(p.q), f.k = fwd_view(p.k);
+  if (form == GdnFusedForm::kNormR) f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
   f.A = gdn::GdnTensor{};
   f.qk_norm = true;
   f.qk_norm_eps = static_cast<float>(kGdnL2Eps);
@@ -726,10 +734,10 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   if (r.empty() && form == GdnFusedForm::kPrecomputedP) r = gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true));
   if (r.empty() && form == GdnFusedForm::kPrep)
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
-  if (r.empty() && form == GdnFusedForm::kNorm) {
+  if (r.empty() && is_norm_form(form)) {
     if (!p.l2norm) return "the folded l2norm needs use_qk_l2norm_in_kernel";
     r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy));
-    if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo));
+    if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo, form));
     // (The pass's 16-byte rows are a run-time property of the bound views: gdn_cuda_fused_fwd falls back to the
     // l2norm launches when they do not hold. At plan time the pointers are sentinels.)
   }
@@ -739,6 +747,14 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
     r = gdn::fwd_cuda_prep_head_reject(w, fold_head(p));
   }
   return r;
+}
+
+GdnFusedForm gdn_cuda_fused_fwd_norm_form(const GdnParams& p, int sms) {
+  if (!p.l2norm || !gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm).empty()) return GdnFusedForm::kAuto;
+  const Bufs b = carve_with(p, false, kAddressesOnly, 0, true);  // addresses only
+  const Calls c = make_calls(p, b, sizes_of(p, false), false);
+  const int width = gdn::fwd_cuda_state_o_wgmma_width(c.fwdo, sms);
+  return width == 128 ? GdnFusedForm::kNorm : width == 32 ? GdnFusedForm::kNormR : GdnFusedForm::kAuto;
 }
 
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
@@ -805,9 +821,12 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  // kNorm needs the pass's 16-byte rows of the raw q, k, o (run time); otherwise the l2norm launches and the same pass.
-  if (form == GdnFusedForm::kNorm && !gdn::fwd_cuda_state_o_wgmma_lean(norm_folded(p, b, c.fwdo)))
-    form = GdnFusedForm::kWgmmaSplit;
+  const bool auto_form = form == GdnFusedForm::kAuto;
+  if (auto_form) form = gdn_cuda_fused_fwd_norm_form(p, ::strata::cuda::current_sm_count());
+  // The folded forms need the pass's 16-byte rows of q, k, o as they read them (run time); otherwise the l2norm
+  // launches and the same pass (kAuto's unfolded choices when it picked the fold).
+  if (is_norm_form(form) && !gdn::fwd_cuda_state_o_wgmma_lean(norm_folded(p, b, c.fwdo, form)))
+    form = auto_form ? GdnFusedForm::kAuto : GdnFusedForm::kWgmmaSplit;
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
@@ -820,8 +839,13 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     pre_p = !wgmma && gdn::fwd_cuda_state_o_pre_p_pays(c.fwdo) &&
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   }
-  if (form == GdnFusedForm::kNorm) {  // cumsum, prep (forms 1 / |k|), the pass (forms 1 / |q|): no l2norm launches
+  if (is_norm_form(form)) {
+    // (kNormR: 1 / |q| into rq), cumsum, prep (forms 1 / |k|), the pass (kNorm: forms 1 / |q|; kNormR: reads rq)
     STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_fwd", p, b.check, stream));
+    if (form == GdnFusedForm::kNormR) {
+      STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream, /*rq_only=*/true));
+      mark(probe, "rq");
+    }
     const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
     mark(probe, "cumsum");
@@ -829,7 +853,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_prep(norm_folded(p, b, c.wy), stream)));
     mark(probe, "prep");
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
-        gdn::fwd_cuda_state_o_wgmma(norm_folded(p, b, c.fwdo), 0, gdn::WgmmaPass::kAuto, stream)));
+        gdn::fwd_cuda_state_o_wgmma(norm_folded(p, b, c.fwdo, form), 0, gdn::WgmmaPass::kAuto, stream)));
     mark(probe, "pass");
     return STRATA_SUCCESS;
   }

@@ -197,6 +197,10 @@ struct GdnFwdParams {
   bool qk_norm = false;
   float qk_norm_eps = 0.f;
   GdnTensor rk;
+  // (Session 14, the fused pass with qk_norm only; chunk_gated_delta_rule's cuda.sm90.fused_norm_r) rq present (f32
+  // [B, T, H], 1 / |q| of the raw rows from an rstd-only l2norm launch): the pass reads r_q from it instead of forming
+  // it from its Q tiles.
+  GdnTensor rq;
 };
 
 }  // namespace strata::linear_attn::gdn

@@ -437,7 +437,12 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // scale Vd's rows by it (S += Knᵀ Vd = Kᵀ diag(r_k) Vd); the output warpgroup forms r_q of its two rows from the Q
 // tile while Q S and Q Kᵀ run (each lane 32 columns of both rows, two xor shuffles) and scales the rows of Q S and
 // Q Kᵀ by r_q, the columns of Q Kᵀ by r_k. Its own instantiations (the plain pass keeps its registers).
-template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false>
+// kQLoad (session 14, GdnFwdParams::rq present; with kNorm): r_q not formed from the Q tile but read from p.rq (1 / |q|
+// of the raw rows from an rstd-only l2norm launch), each output thread its two rows of chunk c + 1 while chunk c runs
+// (registers: no shared memory, nothing on the state warpgroups' chain). r_k as with kNorm. (Session 14 also measured
+// k's fold alone, q normalised by its l2norm launch: B = 1 2.024 ms against 1.988 for this one; removed.)
+template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false,
+          bool kQLoad = false>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
@@ -447,6 +452,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   static_assert(kSW == 2 || (kSW == 1 && kShort), "one state warpgroup only in the kShort form");
   static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
   static_assert(!kNorm || (kOut && kShort && kSW == 2 && !kH), "qk_norm: the fused kShort pass, two state warpgroups");
+  static_assert(kNorm || !kQLoad, "r_q only with the folded l2norm");
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
   constexpr int kBV = kSW * kN;               // columns of S per block
@@ -484,8 +490,25 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     unsigned char* ost = stage_tile;
     int st = 0;
     int64_t c = 0;
+    // (kQLoad) r_q of this thread's two rows (acc_row(.., 0 / 2)) of the chunk at t (1 past the sequence: o's rows
+    // there are never stored).
+    [[maybe_unused]] auto fetch_rq = [&](int64_t t, float (&r)[2]) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t i = t + wgl::acc_row(w, lane, 2 * half);
+        r[half] = i < sq.eos ? static_cast<const float*>(p.rq.data)[sq.b * p.rq.st[0] + i * p.rq.st[1] + h * p.rq.st[2]]
+                             : 1.f;
+      }
+    };
+    [[maybe_unused]] float rq_next[2] = {1.f, 1.f};
+    if constexpr (kQLoad) fetch_rq(sq.bos, rq_next);
     for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
       const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
+      float rq[2] = {1.f, 1.f};
+      if constexpr (kQLoad) {  // this chunk's r_q (loaded a chunk ago), then the next chunk's in flight
+        rq[0] = rq_next[0], rq[1] = rq_next[1];
+        if (t0 + BT < sq.eos) fetch_rq(t0 + BT, rq_next);
+      }
       bar_sync(kShort ? kBarF : 0, kThreads);  // (F) / (B)
       const float* gam = gam2 + (c & kGm) * kRowsC;
       const uint32_t kst = s0 + st * kStageB, qst = kst + 2 * kTileB;
@@ -500,13 +523,14 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       for (int ks = 0; ks < kKeys / 16; ++ks)
         mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
       wg_commit();
-      float eo[2], rq[2] = {1.f, 1.f};
+      float eo[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = wgl::acc_row(w, lane, 2 * half);
         eo[half] = i < L ? gate_exp(gam[i]) : 0.f;
+        if constexpr (kQLoad) eo[half] *= rq[half];
       }
-      if constexpr (kNorm) {  // r_q of rows acc_row(.., 0 / 2) while Q S and Q Kᵀ run: lane l sums columns 32 (l % 4)..
+      if constexpr (kNorm && !kQLoad) {  // r_q of rows acc_row(.., 0 / 2) while Q S and Q Kᵀ run: lane l sums columns 32 (l % 4)..
         const uint16_t* Qs = reinterpret_cast<const uint16_t*>(smem + st * kStageB + 2 * kTileB);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -838,7 +862,7 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false>
+template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false, bool kQLoad = false>
 int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   constexpr int kStages = sp_stages<kSW * kN, kOut, kNorm>();
   constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut, kNorm>();
@@ -849,7 +873,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm, kQLoad>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
   return cuda::check_launch(name);
@@ -878,6 +902,14 @@ int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStr
   if (kOut && p.qk_norm) {  // (session 13) the folded l2norm: kShort, two state warpgroups, no h
     if (form != WgmmaPass::kShort || p.h.present())
       return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: the folded l2norm in the kShort form without h only");
+    if (p.rq.present()) {  // (session 14) r_q read from p.rq
+      switch (width) {
+        case 32: return launch_split<16, 2, true, true, false, true, true>(p, stream);
+        case 64: return launch_split<32, 2, true, true, false, true, true>(p, stream);
+        case 128: return launch_split<64, 2, true, true, false, true, true>(p, stream);
+        default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+      }
+    }
     switch (width) {
       case 32: return launch_split<16, 2, true, true, false, true>(p, stream);
       case 64: return launch_split<32, 2, true, true, false, true>(p, stream);
@@ -963,6 +995,8 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p) {
     if (!(p.qk_norm_eps > 0.f)) return "the folded l2norm (qk_norm) needs eps > 0";
     if (p.h.present() || p.Pqk.present()) return "the folded l2norm (qk_norm) writes neither h nor reads Pqk";
   }
+  if (p.rq.present() && !p.qk_norm) return "rq (1 / |q| of the raw q) goes with qk_norm only";
+  if (p.rq.present() && p.rq.dtype != STRATA_DTYPE_F32) return "the folded l2norm reads rq in f32";
   return {};
 }
 
