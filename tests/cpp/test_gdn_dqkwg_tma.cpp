@@ -145,8 +145,9 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
   }
 }
 
-// Session 14: the automatic form (Ds stored by stmatrix) and kDqkwgWgmmaFastDiv (also the ds group's work items
-// decoded by FastDiv) against the session-13 kernel (kDqkwgWgmmaS13: 4-byte stores, 64-bit divisions): the same
+// Session 14: the automatic form (Ds stored by stmatrix), kDqkwgWgmmaFastDiv (also the ds group's work items
+// decoded by FastDiv) and kDqkwgWgmmaSdsDq (⟨S, dS⟩ summed by the dq group: the same elements per thread, in the
+// same order) against the session-13 kernel (kDqkwgWgmmaS13: 4-byte stores, 64-bit divisions): the same
 // arithmetic, so every output the same bits (fixed and variable length, G = 1, 2, 4, blocks walking several items,
 // partial chunks, with and without gate / dv).
 TEST(GdnDqkwgTma, Session14FormSameBitsAsS13) {
@@ -163,10 +164,10 @@ TEST(GdnDqkwgTma, Session14FormSameBitsAsS13) {
   uint64_t seed = 1401;
   for (const Case& c : cases) {
     const Problem pr(c, seed++);
-    for (const int var : {kDqkwgWgmmaS13, kDqkwgWgmmaFastDiv})
+    for (const int var : {kDqkwgWgmmaS13, kDqkwgWgmmaFastDiv, kDqkwgWgmmaSdsDq})
       EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(var))) << var << " " << case_str(c);
     const auto a = pr.run(kDqkwgWgmmaS13);
-    for (const int var : {kDqkwgAuto, kDqkwgWgmmaFastDiv}) {
+    for (const int var : {kDqkwgAuto, kDqkwgWgmmaFastDiv, kDqkwgWgmmaSdsDq}) {
       const auto n = pr.run(var);
       for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_EQ(a[i].size(), n[i].size());
@@ -237,11 +238,14 @@ TEST(GdnDqkwgTma, TimingS14) {
     };
     const std::vector<double> ms =
         gdn_test::time_median_ms({call(kDqkwgWgmmaS13), call(kDqkwgAuto), call(kDqkwgWgmmaFastDiv),
-                                  call(kDqkwgWgmmaS13), call(kDqkwgAuto), call(kDqkwgWgmmaFastDiv)},
+                                  call(kDqkwgWgmmaSdsDq), call(kDqkwgWgmmaS13), call(kDqkwgAuto),
+                                  call(kDqkwgWgmmaFastDiv), call(kDqkwgWgmmaSdsDq)},
                                  11);
     std::printf("[dqkwg s14] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (dv, dw, dg; median of 11, two "
-                "passes): s13 %.3f / %.3f ms, auto (stmatrix Ds) %.3f / %.3f ms, fastdiv %.3f / %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[3], ms[1], ms[4], ms[2], ms[5]);
+                "passes): s13 %.3f / %.3f ms, auto (stmatrix Ds) %.3f / %.3f ms, fastdiv %.3f / %.3f ms, "
+                "sds_dq %.3f / %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[4], ms[1], ms[5], ms[2], ms[6], ms[3],
+                ms[7]);
     std::fflush(stdout);
   }
 }

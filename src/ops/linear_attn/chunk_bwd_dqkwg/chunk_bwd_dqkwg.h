@@ -36,11 +36,13 @@ struct DqkwgParams {
   // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12), or (session 14,
   // forced-only, copy-engine form; every output the same bits as the automatic form) kDqkwgWgmmaS13 (the
   // session-13 kernel: Ds stored by 4-byte stores) or kDqkwgWgmmaFastDiv (the ds group's work-item decode by
-  // multiply-high instead of 64-bit divisions). Tests and timing force them.
+  // multiply-high instead of 64-bit divisions) or kDqkwgWgmmaSdsDq (⟨S, dS⟩ formed by the dq group instead of the
+  // ds group). Tests and timing force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaS13 = 7, kDqkwgWgmmaFastDiv = 8;
+                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaS13 = 7, kDqkwgWgmmaFastDiv = 8,
+                     kDqkwgWgmmaSdsDq = 9;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -58,7 +58,10 @@ enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
 //   kFormStm:  Ds by 4 stmatrix a thread (the automatic form);
 //   kFormFast: kFormStm with the ds group's item decode by FastDiv (one multiply-high each; every item index below
 //              2^31, else kFormStm runs). Forced-only: ptxas reports C7511 (wgmma serialised for registers) for it.
-enum { kFormS13 = 0, kFormStm = 1, kFormFast = 2 };
+//   kFormSdsDq: kFormStm with ⟨S, dS⟩ (~120 instructions a step, a fifth of the ds group's) formed by the dq group
+//              after its step product (it waits for the ds group anyway): thread t of the dq group sums the
+//              elements thread t of the ds group summed, in the same order, and the warp sums go to the same slots.
+enum { kFormS13 = 0, kFormStm = 1, kFormFast = 2, kFormSdsDq = 3 };
 constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
 constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
 // Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
@@ -207,6 +210,32 @@ __device__ __forceinline__ void stmatrix_acc64(uint32_t x, int rb, int lane, con
     wg::stmatrix_x4(a, mma::pack2<Bf>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<Bf>(d[4 * j0 + 2], d[4 * j0 + 3]),
                     mma::pack2<Bf>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<Bf>(d[4 * j1 + 2], d[4 * j1 + 3]));
   }
+}
+
+// This thread's share of ⟨S, dS⟩ over a stage (t: the thread's index in its warpgroup): the 16-byte segments
+// (row 8 j + t % 8, columns 8 (t / 8)..) of both tiles, j = 0..3, in either layout (the same elements in the same
+// order in both forms, and in whichever group runs it: the same bits).
+template <bool kTma>
+__device__ __forceinline__ void sds_stage(const unsigned char* stage, int t, float& sds) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t e = kTma ? wg::sw128_seg<32>(8 * j + (t & 7), t >> 3) : static_cast<uint32_t>(t + 128 * j) * 16u;
+    const uint4 a4 = *reinterpret_cast<const uint4*>(stage + oStS + e);
+    const uint4 b4 = *reinterpret_cast<const uint4*>(stage + oStDS + e);
+    const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const float2 fa = mma::unpack2<Bf>(a32[u]), fb = mma::unpack2<Bf>(b32[u]);
+      sds += fa.x * fb.x;
+      sds += fa.y * fb.y;
+    }
+  }
+}
+// The warp's ⟨S, dS⟩ share (lane sums by butterfly) into slot 8 + w of the block's warp sums.
+__device__ __forceinline__ void sds_warp_sum(float v, float* sRed, int w, int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) sRed[8 + w] = v;
 }
 
 // Tensor maps of the copy-engine form (128-byte-swizzled boxes of 64 columns): dO, Vn, dV as (V, HV, T, B) with
@@ -401,6 +430,17 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
+      if constexpr (kDq && kForm == kFormSdsDq) {
+        // ⟨S, dS⟩ of this stage, the running share kept in this thread's slot sRow[tid] between steps (sRow is
+        // free until the row sums after Ds K) and summed over the warp at the head's last step: a register live
+        // across the steps, or the sum during the product, costs the products their allocation (ptxas C7511)
+        if (x.want_dg) {
+          float v = q == 0 ? 0.f : sRow[tid];
+          sds_stage<kTma>(x.smem + (st - sb), tid, v);
+          if (q == kQ - 1) sds_warp_sum(v, sRed, w, lane);  // (read by the ds group after kBarRows)
+          else sRow[tid] = v;
+        }
+      }
       if (q != kQ - 1) continue;
       hb ^= 1;  // (the next value head's tokens are in the other buffer)
 
@@ -563,23 +603,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
         sEq[t] = t < c.L ? p.scale * expf(gam.x) : 0.f;
         sEk[t] = t < c.L ? expf(gam.y - gam.x) : 0.f;
       }
-      if (x.want_dg) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          // 16-byte segment (row 8 j + t % 8, columns 8 (t / 8)..) of both tiles, in either layout: the same
-          // elements in the same order (the same bits in both forms)
-          const uint32_t e = kTma ? wg::sw128_seg<32>(8 * j + (t & 7), t >> 3) : static_cast<uint32_t>(t + 128 * j) * 16u;
-          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStS + e);
-          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStDS + e);
-          const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float2 fa = mma::unpack2<Bf>(a32[u]), fb = mma::unpack2<Bf>(b32[u]);
-            sds += fa.x * fb.x;
-            sds += fa.y * fb.y;
-          }
-        }
-      }
+      if (kForm != kFormSdsDq && x.want_dg) sds_stage<kTma>(x.smem + (st - sb), t, sds);
       wg::wg_wait<0>();
       wg::reg_fence(dw), wg::reg_fence(ds);
       if (q != kQ - 1) continue;
@@ -609,10 +633,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
       wg::fence_proxy_async();
       wg::bar_arrive(kBarDs, kThr);  // Ds, Dsᵀ ready for the dq and dk groups
       if (x.want_dw) store_rows<128>(p.dw, p.dw.off(c.b, c.t0, hv), L, w, lane, dw, -1.f);
-      float v = sds;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0) sRed[8 + w] = v;
+      if (kForm != kFormSdsDq) sds_warp_sum(sds, sRed, w, lane);
       wg::bar_sync(kBarRows, kThr);  // the dq and dk groups' row sums and Σ k·dK_int; this group's ⟨S, dS⟩ sums
       if (x.want_dg && t < L) {
         float r = sRow[t] - sRow[64 + t];
@@ -714,13 +735,16 @@ int64_t items_of(const Dims& d) { return (d.varlen() ? d.NT : d.B * d.chunks_per
 int form_of(const DqkwgParams& p) {
   if (p.mma_variant == kDqkwgWgmmaS13) return kFormS13;
   if (p.mma_variant == kDqkwgWgmmaFastDiv && items_of(p.d) < (int64_t{1} << 31)) return kFormFast;
+  if (p.mma_variant == kDqkwgWgmmaSdsDq) return kFormSdsDq;
   return kFormStm;
 }
 template <bool kTma>
 int kernel_regs_of(int form) {
   if constexpr (!kTma) return kernel_regs<false, kFormStm>();
-  return form == kFormS13 ? kernel_regs<true, kFormS13>()
-                          : form == kFormFast ? kernel_regs<true, kFormFast>() : kernel_regs<true, kFormStm>();
+  return form == kFormS13    ? kernel_regs<true, kFormS13>()
+         : form == kFormFast  ? kernel_regs<true, kFormFast>()
+         : form == kFormSdsDq ? kernel_regs<true, kFormSdsDq>()
+                              : kernel_regs<true, kFormStm>();
 }
 
 // The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
@@ -786,6 +810,7 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   auto kernel = !tma                ? dqkwg_wgmma_kernel<false, kFormStm>
                 : form == kFormS13  ? dqkwg_wgmma_kernel<true, kFormS13>
                 : form == kFormFast ? dqkwg_wgmma_kernel<true, kFormFast>
+                : form == kFormSdsDq ? dqkwg_wgmma_kernel<true, kFormSdsDq>
                                     : dqkwg_wgmma_kernel<true, kFormStm>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
