@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -23,7 +22,6 @@
 #include "gdn_cuda_test_support.h"
 #include "opbase/dtype.h"
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
-#include "ops/linear_attn/gdn_bwd_common/fast_div.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -142,111 +140,6 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(a[i]) : nan_count(a[i]), 0u) << names[i] << " " << case_str(c);
     }
     EXPECT_TRUE(b == pr.run(kDqkwgWgmmaTma)) << "repeat " << case_str(c);
-  }
-}
-
-// Session 14: the automatic form (Ds stored by stmatrix), kDqkwgWgmmaFastDiv (also the ds group's work items
-// decoded by FastDiv) and kDqkwgWgmmaSdsDq (⟨S, dS⟩ summed by the dq group: the same elements per thread, in the
-// same order) against the session-13 kernel (kDqkwgWgmmaS13: 4-byte stores, 64-bit divisions): the same
-// arithmetic, so every output the same bits (fixed and variable length, G = 1, 2, 4, blocks walking several items,
-// partial chunks, with and without gate / dv).
-TEST(GdnDqkwgTma, Session14FormSameBitsAsS13) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<Case> cases = {
-      {2, 130, 2, 4, {}, true, true},
-      {1, 65, 3, 3, {}, true, true},
-      {1, 190, 1, 4, {}, false, false},
-      {3, 4000, 4, 8, {}, true, true},  // 756 items, 63 chunks a row: the row decode crosses batch rows
-      {1, 300, 1, 2, {0, 1, 64, 65, 300}, true, true},
-      {1, 200, 2, 4, {0, 63, 127, 129, 192, 200}, true, false},
-  };
-  const char* names[] = {"dq", "dk", "dw", "dg"};
-  uint64_t seed = 1401;
-  for (const Case& c : cases) {
-    const Problem pr(c, seed++);
-    for (const int var : {kDqkwgWgmmaS13, kDqkwgWgmmaFastDiv, kDqkwgWgmmaSdsDq})
-      EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(var))) << var << " " << case_str(c);
-    const auto a = pr.run(kDqkwgWgmmaS13);
-    for (const int var : {kDqkwgAuto, kDqkwgWgmmaFastDiv, kDqkwgWgmmaSdsDq}) {
-      const auto n = pr.run(var);
-      for (size_t i = 0; i < a.size(); ++i) {
-        ASSERT_EQ(a[i].size(), n[i].size());
-        EXPECT_TRUE(a[i] == n[i]) << "variant " << var << " " << names[i] << " " << case_str(c);
-        EXPECT_EQ(i == 2 ? gdn_test::poisoned(n[i]) : nan_count(n[i]), 0u) << names[i] << " " << case_str(c);
-      }
-    }
-  }
-}
-
-// FastDiv (the kernel's item decode) against integer division: small and large divisors (powers of two, their
-// neighbours, the bench's H = 16 and 128 chunks a row), dividends at the ends of the range and around multiples.
-TEST(GdnDqkwgTma, FastDivExact) {
-  std::mt19937_64 rng(14);
-  std::vector<uint32_t> ds = {1, 2, 3, 5, 7, 16, 63, 64, 65, 127, 128, 129, 1000, 4095, 65537, 1u << 20,
-                              (1u << 30) - 1, 1u << 30, (1u << 30) + 1, 0x7fffffffu};
-  for (int i = 0; i < 200; ++i) ds.push_back(1 + static_cast<uint32_t>(rng() % 0x7fffffffu));
-  for (const uint32_t d : ds) {
-    const gdn_bwd::FastDiv f = gdn_bwd::make_fast_div(d);
-    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, 0x7ffffffeu, 0x7fffffffu};
-    for (int i = 0; i < 2000; ++i) {
-      const uint32_t n = static_cast<uint32_t>(rng() % 0x80000000u);
-      ns.push_back(n);
-      const uint64_t m = (static_cast<uint64_t>(n / d) * d);  // a multiple and its neighbours
-      if (m < 0x80000000u) ns.push_back(static_cast<uint32_t>(m));
-      if (m >= 1 && m - 1 < 0x80000000u) ns.push_back(static_cast<uint32_t>(m - 1));
-    }
-    for (const uint32_t n : ns) {
-      if (n >= 0x80000000u) continue;
-      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
-    }
-  }
-}
-
-// The session-14 forms side by side at the bench shapes, as the composed backward calls the op (bf16 tokens and
-// states, f32 dq, dk, dγ, bf16 dw; dv, dw, dγ requested; H = 16, HV = 32, K = V = 128; B = 4, T = 8192 and B = 1,
-// T = 32768), median of 11 interleaved calls. Information for choosing the automatic form; fails only if a launch
-// fails.
-TEST(GdnDqkwgTma, TimingS14) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, NT = T / 64, rows = B * T;
-    const int32_t bf = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * K * 2), dout(rows * HV * K * 2),
-        dv(rows * HV * K * 2), g(rows * HV * 4), h(B * NT * HV * K * K * 2), dh(B * NT * HV * K * K * 2),
-        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4);
-    for (Dev* x : {&q, &k, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    Dims d;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = K, d.N = B, d.NT = NT, d.BT = 64;
-    using gdn_test::states;
-    using gdn_test::tok;
-    DqkwgParams p;
-    p.d = d;
-    p.q = tok(q.p, bf, T, H, K), p.k = tok(k.p, bf, T, H, K), p.v = tok(v.p, bf, T, HV, K);
-    p.dout = tok(dout.p, bf, T, HV, K), p.dv = tok(dv.p, bf, T, HV, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.h = states(h.p, bf, NT, HV, K, K), p.dh = states(dh.p, bf, NT, HV, K, K);
-    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
-    p.dw = tok(dw.p, bf, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.scale = 0.0884f;
-    Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
-    auto call = [&](int var) {
-      return std::function<void()>([&, var] {
-        DqkwgParams pv = p;
-        pv.mma_variant = var;
-        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
-      });
-    };
-    const std::vector<double> ms =
-        gdn_test::time_median_ms({call(kDqkwgWgmmaS13), call(kDqkwgAuto), call(kDqkwgWgmmaFastDiv),
-                                  call(kDqkwgWgmmaSdsDq), call(kDqkwgWgmmaS13), call(kDqkwgAuto),
-                                  call(kDqkwgWgmmaFastDiv), call(kDqkwgWgmmaSdsDq)},
-                                 11);
-    std::printf("[dqkwg s14] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (dv, dw, dg; median of 11, two "
-                "passes): s13 %.3f / %.3f ms, auto (stmatrix Ds) %.3f / %.3f ms, fastdiv %.3f / %.3f ms, "
-                "sds_dq %.3f / %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[4], ms[1], ms[5], ms[2], ms[6], ms[3],
-                ms[7]);
-    std::fflush(stdout);
   }
 }
 

@@ -33,16 +33,12 @@ struct DqkwgParams {
   // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
   // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm; its copy-engine
   // form where that applies: dO, Vn, dV, S, dS by 128-byte-swizzled tensor-map boxes; kDqkwgWgmmaTma the same),
-  // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12), or (session 14,
-  // forced-only, copy-engine form; every output the same bits as the automatic form) kDqkwgWgmmaS13 (the
-  // session-13 kernel: Ds stored by 4-byte stores) or kDqkwgWgmmaFastDiv (the ds group's work-item decode by
-  // multiply-high instead of 64-bit divisions) or kDqkwgWgmmaSdsDq (⟨S, dS⟩ formed by the dq group instead of the
-  // ds group). Tests and timing force them.
+  // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12). Tests and timing
+  // force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaS13 = 7, kDqkwgWgmmaFastDiv = 8,
-                     kDqkwgWgmmaSdsDq = 9;
+                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -21,7 +21,6 @@
 // Every sum runs in a fixed order: the same bits every run, no atomics.
 #include "ops/linear_attn/chunk_bwd_dqkwg/chunk_bwd_dqkwg.h"
 #include "ops/linear_attn/gdn_bwd_common/cuda_mma.cuh"
-#include "ops/linear_attn/gdn_bwd_common/fast_div.h"
 #include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 #include "tile/cuda/wgmma_layout.h"
@@ -51,17 +50,6 @@ static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register i
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
 enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
-// Kernel forms (session 14; all give every output the same bits: the same arithmetic in the same order):
-//   kFormS13:  the session-13 kernel (forced-only, for the side-by-side timing): work items (chunk, q/k head)
-//              decoded by 64-bit divisions (item / H, % H, chunk / chunks per row: ~4 a value head on the ds group,
-//              before its step-0 products), Ds stored to shared memory by 16 four-byte stores a thread;
-//   kFormStm:  Ds by 4 stmatrix a thread (the automatic form);
-//   kFormFast: kFormStm with the ds group's item decode by FastDiv (one multiply-high each; every item index below
-//              2^31, else kFormStm runs). Forced-only: ptxas reports C7511 (wgmma serialised for registers) for it.
-//   kFormSdsDq: kFormStm with ⟨S, dS⟩ (~120 instructions a step, a fifth of the ds group's) formed by the dq group
-//              after its step product (it waits for the ds group anyway): thread t of the dq group sums the
-//              elements thread t of the ds group summed, in the same order, and the warp sums go to the same slots.
-enum { kFormS13 = 0, kFormStm = 1, kFormFast = 2, kFormSdsDq = 3 };
 constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
 constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
 // Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
@@ -86,25 +74,12 @@ struct ChunkAt {
   int64_t b, t0, hc;
   int L;
 };
-// Dividers of the item decode (kFormFast): by H and by the chunks per batch row (fixed length).
-struct ItemDiv {
-  FastDiv h, row;
-};
 // Chunk ci of the flattened chunk list (fixed length: ci = b ceil(T / BT) + c; variable length: the position along h's chunk
-// dimension, sequence n found by binary search in the chunk offsets). kFast: ci < 2^31, b and c by dv.row.
-template <bool kFast>
-__device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const ItemDiv& dv, const int64_t* offs, int64_t ci) {
+// dimension, sequence n found by binary search in the chunk offsets).
+__device__ __forceinline__ ChunkAt chunk_at(const Dims& d, const int64_t* offs, int64_t ci) {
   const int64_t BT = d.BT;
   if (!d.varlen()) {
-    int64_t b, c;
-    if constexpr (kFast) {
-      const uint32_t b32 = dv.row.div(static_cast<uint32_t>(ci));
-      b = b32, c = static_cast<uint32_t>(ci) - b32 * dv.row.d;
-    } else {
-      const int64_t per_row = d.chunks_per_row();
-      b = ci / per_row, c = ci - b * per_row;
-    }
-    const int64_t t0 = c * BT;
+    const int64_t per_row = d.chunks_per_row(), b = ci / per_row, c = ci - b * per_row, t0 = c * BT;
     if (c >= d.NT) return {b, t0, 0, 0};  // (h has fewer chunks than the rows: nothing to do)
     return {b, t0, c, static_cast<int>(t0 + BT < d.T ? BT : d.T - t0)};
   }
@@ -196,48 +171,6 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
     }
 }
 
-// stmatrix.x4 (not transposed) of the m64n64 accumulator d, rounded to bf16 (warp rows rb..rb + 15), into the
-// K-major tile X [64][64] (tile_off<64>) at shared byte address x: matrix i = lane / 8 of store jp is the block
-// (rows rb + 8 (i % 2).., columns 8 (2 jp + i / 2)..), whose row lane % 8 this lane addresses (4 stores a thread
-// instead of 16 four-byte ones; the same bits).
-__device__ __forceinline__ void stmatrix_acc64(uint32_t x, int rb, int lane, const float (&d)[32]) {
-  const int i = lane >> 3;
-#pragma unroll
-  for (int jp = 0; jp < 4; ++jp) {
-    const uint32_t a =
-        x + 2u * static_cast<uint32_t>(wg::tile_off<64>(rb + 8 * (i & 1) + (lane & 7), 8 * (2 * jp + (i >> 1))));
-    const int j0 = 2 * jp, j1 = 2 * jp + 1;
-    wg::stmatrix_x4(a, mma::pack2<Bf>(d[4 * j0], d[4 * j0 + 1]), mma::pack2<Bf>(d[4 * j0 + 2], d[4 * j0 + 3]),
-                    mma::pack2<Bf>(d[4 * j1], d[4 * j1 + 1]), mma::pack2<Bf>(d[4 * j1 + 2], d[4 * j1 + 3]));
-  }
-}
-
-// This thread's share of ⟨S, dS⟩ over a stage (t: the thread's index in its warpgroup): the 16-byte segments
-// (row 8 j + t % 8, columns 8 (t / 8)..) of both tiles, j = 0..3, in either layout (the same elements in the same
-// order in both forms, and in whichever group runs it: the same bits).
-template <bool kTma>
-__device__ __forceinline__ void sds_stage(const unsigned char* stage, int t, float& sds) {
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t e = kTma ? wg::sw128_seg<32>(8 * j + (t & 7), t >> 3) : static_cast<uint32_t>(t + 128 * j) * 16u;
-    const uint4 a4 = *reinterpret_cast<const uint4*>(stage + oStS + e);
-    const uint4 b4 = *reinterpret_cast<const uint4*>(stage + oStDS + e);
-    const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float2 fa = mma::unpack2<Bf>(a32[u]), fb = mma::unpack2<Bf>(b32[u]);
-      sds += fa.x * fb.x;
-      sds += fa.y * fb.y;
-    }
-  }
-}
-// The warp's ⟨S, dS⟩ share (lane sums by butterfly) into slot 8 + w of the block's warp sums.
-__device__ __forceinline__ void sds_warp_sum(float v, float* sRed, int w, int lane) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) sRed[8 + w] = v;
-}
-
 // Tensor maps of the copy-engine form (128-byte-swizzled boxes of 64 columns): dO, Vn, dV as (V, HV, T, B) with
 // boxes of 64 tokens, h, dh as (V, K, HV, NT, B) with boxes of 32 rows of K.
 struct DqkwgMaps {
@@ -250,28 +183,14 @@ struct Ctx {
   const DqkwgParams& p;
   const int64_t* offs;
   const DqkwgMaps* maps;  // (copy-engine form)
-  ItemDiv dv;             // (kFormFast)
   unsigned char* smem;
   uint32_t sb;  // shared byte address of smem
   int64_t mine;
   int steps;
   bool want_dw, want_dg;
   __device__ int64_t item_of(int64_t k) const { return blockIdx.x + k * static_cast<int64_t>(gridDim.x); }
-  // the chunk and q/k head of the block's item k (kFast: item indices below 2^31, checked by the host)
-  template <bool kFast>
-  __device__ ChunkAt chunk_of(int64_t k) const {
-    if constexpr (kFast) return chunk_at<true>(p.d, dv, offs, dv.h.div(static_cast<uint32_t>(item_of(k))));
-    else return chunk_at<false>(p.d, dv, offs, item_of(k) / p.d.H);
-  }
-  template <bool kFast>
-  __device__ int64_t head_of(int64_t k) const {
-    if constexpr (kFast) {
-      const uint32_t i = static_cast<uint32_t>(item_of(k));
-      return i - dv.h.div(i) * dv.h.d;
-    } else {
-      return item_of(k) % p.d.H;
-    }
-  }
+  __device__ ChunkAt chunk_of(int64_t k) const { return chunk_at(p.d, offs, item_of(k) / p.d.H); }
+  __device__ int64_t head_of(int64_t k) const { return item_of(k) % p.d.H; }
   // mbarrier i of the copy-engine form: stage i < kRing, token buffer i - kRing
   __device__ uint64_t* bar(int i) const { return reinterpret_cast<uint64_t*>(smem + oBar) + i; }
 };
@@ -295,9 +214,8 @@ struct Phases {
 // site commits one cp.async group per thread (empty past the block's last item).
 // Copy-engine form (kTma): thread t = 0 of the group announces the bytes on the stage's / buffer's mbarrier and
 // issues the boxes (two 64-column halves per tensor); q, k stay cp.async (their tiles are transposed by ldmatrix).
-template <bool kTma, int kForm>
+template <bool kTma>
 struct Loader {
-  static constexpr bool kFast = kForm == kFormFast;
   int64_t k = 0;
   int s = 0, stage = 0, L = 0;
   const uint16_t *hs = nullptr, *dhs = nullptr;
@@ -314,8 +232,8 @@ struct Loader {
     if (k < x.mine) {
       const DqkwgParams& p = x.p;
       if (s == 0) {
-        const ChunkAt c = x.template chunk_of<kFast>(k);
-        const int64_t hv0 = x.template head_of<kFast>(k) * p.d.G;
+        const ChunkAt c = x.chunk_of(k);
+        const int64_t hv0 = x.head_of(k) * p.d.G;
         L = c.L;  // (no chunk, L = 0: hc may lie past h's chunk dimension; nothing is read)
         if constexpr (kTma) {
           cb = static_cast<int>(c.b), chc = static_cast<int>(c.hc), chv = static_cast<int>(hv0);
@@ -353,8 +271,8 @@ struct Loader {
   __device__ __forceinline__ void tokens(const Ctx& x, int t) {
     if (kt < x.mine) {
       const DqkwgParams& p = x.p;
-      const ChunkAt c = x.template chunk_of<kFast>(kt);
-      const int64_t h = x.template head_of<kFast>(kt), hv = h * p.d.G + gt;
+      const ChunkAt c = x.chunk_of(kt);
+      const int64_t h = x.head_of(kt), hv = h * p.d.G + gt;
       const uint32_t b = x.sb + static_cast<uint32_t>(bt) * kTokB;
       if constexpr (kTma) {
         if (t == 0) {
@@ -387,11 +305,9 @@ struct Loader {
 
 // The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
 // value head, dq / dk out per item.
-template <bool kTma, int kForm, int kRole>
+template <bool kTma, int kRole>
 __device__ __forceinline__ void run_dqk(const Ctx& x) {
-  // (the item decode at the item's end: 64-bit divisions in every form; FastDiv here cost the products their
-  // register allocation, ptxas C7511)
-  constexpr bool kDq = kRole == kRoleDq, kFast = false;
+  constexpr bool kDq = kRole == kRoleDq;
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3;
   const uint32_t sb = x.sb;
@@ -430,17 +346,6 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       wg::wg_commit();
       wg::wg_wait<0>();
       wg::reg_fence(acc);
-      if constexpr (kDq && kForm == kFormSdsDq) {
-        // ⟨S, dS⟩ of this stage, the running share kept in this thread's slot sRow[tid] between steps (sRow is
-        // free until the row sums after Ds K) and summed over the warp at the head's last step: a register live
-        // across the steps, or the sum during the product, costs the products their allocation (ptxas C7511)
-        if (x.want_dg) {
-          float v = q == 0 ? 0.f : sRow[tid];
-          sds_stage<kTma>(x.smem + (st - sb), tid, v);
-          if (q == kQ - 1) sds_warp_sum(v, sRed, w, lane);  // (read by the ds group after kBarRows)
-          else sRow[tid] = v;
-        }
-      }
       if (q != kQ - 1) continue;
       hb ^= 1;  // (the next value head's tokens are in the other buffer)
 
@@ -490,8 +395,8 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       for (int i = 0; i < 64; ++i) sum[i] += acc[i];
     }
     // ---- the item's dq or dk (summed over its value heads) ----
-    const ChunkAt c = x.template chunk_of<kFast>(k);
-    const int64_t h = x.template head_of<kFast>(k);
+    const ChunkAt c = x.chunk_of(k);
+    const int64_t h = x.head_of(k);
     const View& out = kDq ? p.dq : p.dk;
     store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
 #pragma unroll
@@ -501,9 +406,8 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
 // per value head (Ds out to shared memory, dw, dγ).
-template <bool kTma, int kForm>
+template <bool kTma>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
-  constexpr bool kFast = kForm == kFormFast;
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
   const uint32_t sb = x.sb;
@@ -512,7 +416,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float* const sEk = sG + 128;   // exp(γ_last − γ_i) on valid rows, 0 past L
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
-  Loader<kTma, kForm> ld;
+  Loader<kTma> ld;
   Phases<true> ph;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
@@ -529,8 +433,8 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   float2 gam = make_float2(0.f, 0.f);     // γ_t, γ_last of the current head (threads t < 64)
   int stage = 0, hb = 0;  // as in run_dqk
   for (int64_t k = 0; k < x.mine; ++k) {
-    const ChunkAt c = x.template chunk_of<kFast>(k);
-    const int64_t h = x.template head_of<kFast>(k);
+    const ChunkAt c = x.chunk_of(k);
+    const int64_t h = x.head_of(k);
     for (int g = 0; g < x.p.d.G; ++g)
 #pragma unroll  // (q known at compile time: the accumulator slices are fixed registers)
     for (int q = 0; q < kQ; ++q) {
@@ -603,7 +507,23 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
         sEq[t] = t < c.L ? p.scale * expf(gam.x) : 0.f;
         sEk[t] = t < c.L ? expf(gam.y - gam.x) : 0.f;
       }
-      if (kForm != kFormSdsDq && x.want_dg) sds_stage<kTma>(x.smem + (st - sb), t, sds);
+      if (x.want_dg) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          // 16-byte segment (row 8 j + t % 8, columns 8 (t / 8)..) of both tiles, in either layout: the same
+          // elements in the same order (the same bits in both forms)
+          const uint32_t e = kTma ? wg::sw128_seg<32>(8 * j + (t & 7), t >> 3) : static_cast<uint32_t>(t + 128 * j) * 16u;
+          const uint4 a4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStS + e);
+          const uint4 b4 = *reinterpret_cast<const uint4*>(x.smem + (st - sb) + oStDS + e);
+          const uint32_t a32[4] = {a4.x, a4.y, a4.z, a4.w}, b32[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 fa = mma::unpack2<Bf>(a32[u]), fb = mma::unpack2<Bf>(b32[u]);
+            sds += fa.x * fb.x;
+            sds += fa.y * fb.y;
+          }
+        }
+      }
       wg::wg_wait<0>();
       wg::reg_fence(dw), wg::reg_fence(ds);
       if (q != kQ - 1) continue;
@@ -625,15 +545,16 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
             if (col + 1 <= i) v1 = p.scale * ds[u + 1] * expf(gi - sG[col + 1]);
           }
           ds[u] = v0, ds[u + 1] = v1;
-          if constexpr (kForm == kFormS13)
-            *reinterpret_cast<uint32_t*>(x.smem + oDs + 2 * wg::tile_off<64>(i, col)) = mma::pack2<Bf>(v0, v1);
+          *reinterpret_cast<uint32_t*>(x.smem + oDs + 2 * wg::tile_off<64>(i, col)) = mma::pack2<Bf>(v0, v1);
         }
-      if constexpr (kForm != kFormS13) stmatrix_acc64(sb + oDs, 16 * w, lane, ds);  // Ds [64][64], bf16
       wg::stmatrix_acc_trans<64, 64>(sb + oDsT, 16 * w, lane, ds);  // Dsᵀ [64][64], bf16
       wg::fence_proxy_async();
       wg::bar_arrive(kBarDs, kThr);  // Ds, Dsᵀ ready for the dq and dk groups
       if (x.want_dw) store_rows<128>(p.dw, p.dw.off(c.b, c.t0, hv), L, w, lane, dw, -1.f);
-      if (kForm != kFormSdsDq) sds_warp_sum(sds, sRed, w, lane);
+      float v = sds;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) sRed[8 + w] = v;
       wg::bar_sync(kBarRows, kThr);  // the dq and dk groups' row sums and Σ k·dK_int; this group's ⟨S, dS⟩ sums
       if (x.want_dg && t < L) {
         float r = sRow[t] - sRow[64 + t];
@@ -649,10 +570,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 }
 
 // kTma: the copy-engine form (dO, Vn, dV, S, dS by 128-byte-swizzled boxes on mbarriers; maps used only there).
-template <bool kTma, int kForm>
+template <bool kTma>
 __global__ void __launch_bounds__(kThr, 1)
-    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps,
-                       ItemDiv dv) {
+    dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -660,7 +580,7 @@ __global__ void __launch_bounds__(kThr, 1)
   // (the 128-byte swizzle atoms need 1024-byte alignment: kSmem has the slack)
   unsigned char* const smem = smem_raw + ((1024u - (::strata::cuda::smem_u32(smem_raw) & 1023u)) & 1023u);
   const int64_t mine = items > blockIdx.x ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  const Ctx x{p, offs, &maps, dv, smem, ::strata::cuda::smem_u32(smem), mine,
+  const Ctx x{p, offs, &maps, smem, ::strata::cuda::smem_u32(smem), mine,
               static_cast<int>(kQ * p.d.G), p.dw.present() && p.dv.present(), p.dg.present()};
   if constexpr (kTma) {
     if (threadIdx.x == 0)
@@ -672,11 +592,11 @@ __global__ void __launch_bounds__(kThr, 1)
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kTma, kForm>(x);
+    run_ds<kTma>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
-    if (role == kRoleDq) run_dqk<kTma, kForm, kRoleDq>(x);
-    else run_dqk<kTma, kForm, kRoleDk>(x);
+    if (role == kRoleDq) run_dqk<kTma, kRoleDq>(x);
+    else run_dqk<kTma, kRoleDk>(x);
   }
 #endif
 }
@@ -706,11 +626,11 @@ bool make_maps(const DqkwgParams& p, bool want_dw, DqkwgMaps* m) {
          state(&m->dh, p.dh);
 }
 
-template <bool kTma, int kForm>
+template <bool kTma>
 int kernel_regs() {
   static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kForm>) == cudaSuccess ? fa.numRegs : 0;
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma>) == cudaSuccess ? fa.numRegs : 0;
   }();
   return regs;
 }
@@ -728,29 +648,10 @@ bool views_aligned(const DqkwgParams& p) {
   return ok;
 }
 
-// Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
-int64_t items_of(const Dims& d) { return (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H; }
-// The kernel form for p: kFormStm unless mma_variant forces kFormS13 (kDqkwgWgmmaS13) or kFormFast
-// (kDqkwgWgmmaFastDiv, where every item index is below 2^31, FastDiv's range); the cp.async form runs kFormStm.
-int form_of(const DqkwgParams& p) {
-  if (p.mma_variant == kDqkwgWgmmaS13) return kFormS13;
-  if (p.mma_variant == kDqkwgWgmmaFastDiv && items_of(p.d) < (int64_t{1} << 31)) return kFormFast;
-  if (p.mma_variant == kDqkwgWgmmaSdsDq) return kFormSdsDq;
-  return kFormStm;
-}
-template <bool kTma>
-int kernel_regs_of(int form) {
-  if constexpr (!kTma) return kernel_regs<false, kFormStm>();
-  return form == kFormS13    ? kernel_regs<true, kFormS13>()
-         : form == kFormFast  ? kernel_regs<true, kFormFast>()
-         : form == kFormSdsDq ? kernel_regs<true, kFormSdsDq>()
-                              : kernel_regs<true, kFormStm>();
-}
-
 // The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
 // the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
 bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
-  return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_regs_of<true>(form_of(p)) == kRegsLaunch &&
+  return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_regs<true>() == kRegsLaunch &&
          make_maps(p, p.dw.present() && p.dv.present(), maps);
 }
 
@@ -791,8 +692,7 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // kDqkwgWgmmaCpAsync), else the cp.async form.
   DqkwgMaps maps{};
   const bool tma = views_aligned(p) && copy_engine_form(p, &maps);
-  const int form = form_of(p);
-  if (!tma && !(views_aligned(p) && kernel_regs_of<false>(form) == kRegsLaunch)) {
+  if (!tma && !(views_aligned(p) && kernel_regs<false>() == kRegsLaunch)) {
     DqkwgParams pm = p;
     pm.mma_variant = kDqkwgTwoPerSm;
     return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);
@@ -800,24 +700,17 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   int64_t* offs = static_cast<int64_t*>(workspace);
-  const int64_t items = items_of(d);
+  // Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
+  const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
-  ItemDiv dv;  // (kFormFast: items < 2^31, so H and the chunks per row fit too)
-  if (tma && form == kFormFast)
-    dv.h = make_fast_div(static_cast<uint32_t>(d.H)),
-    dv.row = make_fast_div(static_cast<uint32_t>(std::max<int64_t>(d.chunks_per_row(), 1)));
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  auto kernel = !tma                ? dqkwg_wgmma_kernel<false, kFormStm>
-                : form == kFormS13  ? dqkwg_wgmma_kernel<true, kFormS13>
-                : form == kFormFast ? dqkwg_wgmma_kernel<true, kFormFast>
-                : form == kFormSdsDq ? dqkwg_wgmma_kernel<true, kFormSdsDq>
-                                    : dqkwg_wgmma_kernel<true, kFormStm>;
+  auto kernel = tma ? dqkwg_wgmma_kernel<true> : dqkwg_wgmma_kernel<false>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
   STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps, dv);
+  kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps);
   return cuda::check_launch(tma ? "chunk_bwd_dqkwg (wgmma, copy engine)" : "chunk_bwd_dqkwg (wgmma)");
 }
 
