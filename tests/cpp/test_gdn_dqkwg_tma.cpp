@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -114,9 +113,9 @@ size_t nan_count(const std::vector<uint8_t>& b) {
   return n;
 }
 
-TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<Case> cases = {
+// The shapes on which two forms of the kernel must give the same bits.
+const std::vector<Case>& form_cases() {
+  static const std::vector<Case> v = {
       {2, 130, 2, 4, {}, true, true},    // partial last chunk (rows past T from the copy engine's zero fill)
       {1, 65, 3, 3, {}, true, true},     // G = 1, one row in the last chunk
       {1, 190, 1, 4, {}, false, false},  // G = 4, no gate, no dv
@@ -125,6 +124,12 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
       {1, 300, 1, 2, {0, 1, 64, 65, 300}, true, true},  // variable length: partial chunks zeroed past L
       {1, 200, 2, 4, {0, 63, 127, 129, 192, 200}, true, false},
   };
+  return v;
+}
+
+TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Case>& cases = form_cases();
   const char* names[] = {"dq", "dk", "dw", "dg"};
   uint64_t seed = 1201;
   for (const Case& c : cases) {
@@ -148,17 +153,9 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
 // arithmetic as the automatic copy-engine form: every output the same bits.
 TEST(GdnDqkwgTma, UnboundedWaitSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<Case> cases = {
-      {2, 130, 2, 4, {}, true, true},
-      {1, 65, 3, 3, {}, true, true},
-      {1, 190, 1, 4, {}, false, false},
-      {3, 4000, 4, 8, {}, true, true},
-      {1, 300, 1, 2, {0, 1, 64, 65, 300}, true, true},
-      {1, 200, 2, 4, {0, 63, 127, 129, 192, 200}, true, false},
-  };
   const char* names[] = {"dq", "dk", "dw", "dg"};
   uint64_t seed = 1401;
-  for (const Case& c : cases) {
+  for (const Case& c : form_cases()) {
     const Problem pr(c, seed++);
     EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaUnboundedWait))) << case_str(c);
     const auto a = pr.run(kDqkwgWgmmaTma), b = pr.run(kDqkwgWgmmaUnboundedWait);
@@ -166,50 +163,6 @@ TEST(GdnDqkwgTma, UnboundedWaitSameBits) {
       EXPECT_TRUE(a[i] == b[i]) << names[i] << " " << case_str(c);
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(b[i]) : nan_count(b[i]), 0u) << names[i] << " " << case_str(c);
     }
-  }
-}
-
-// The automatic copy-engine form against kDqkwgWgmmaUnboundedWait at the bench shapes, as the composed backward
-// calls the op (bf16 tokens and states, f32 dq, dk, dγ, bf16 dw; dv, dw, dγ requested; H = 16, HV = 32,
-// K = V = 128; B = 4, T = 8192 and B = 1, T = 32768), median of 11 interleaved calls, two passes. Information for
-// choosing the automatic form; fails only if a launch fails.
-TEST(GdnDqkwgTma, TimingS14) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, NT = T / 64, rows = B * T;
-    const int32_t bf = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * K * 2), dout(rows * HV * K * 2),
-        dv(rows * HV * K * 2), g(rows * HV * 4), h(B * NT * HV * K * K * 2), dh(B * NT * HV * K * K * 2),
-        dq(rows * H * K * 4), dk(rows * H * K * 4), dw(rows * HV * K * 2), dg(rows * HV * 4);
-    for (Dev* x : {&q, &k, &v, &dout, &dv, &h, &dh}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0, g.bytes), cudaSuccess);
-    Dims d;
-    d.B = B, d.T = T, d.H = H, d.HV = HV, d.G = HV / H, d.K = K, d.V = K, d.N = B, d.NT = NT, d.BT = 64;
-    using gdn_test::states;
-    using gdn_test::tok;
-    DqkwgParams p;
-    p.d = d;
-    p.q = tok(q.p, bf, T, H, K), p.k = tok(k.p, bf, T, H, K), p.v = tok(v.p, bf, T, HV, K);
-    p.dout = tok(dout.p, bf, T, HV, K), p.dv = tok(dv.p, bf, T, HV, K), p.g = tok(g.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.h = states(h.p, bf, NT, HV, K, K), p.dh = states(dh.p, bf, NT, HV, K, K);
-    p.dq = tok(dq.p, STRATA_DTYPE_F32, T, H, K), p.dk = tok(dk.p, STRATA_DTYPE_F32, T, H, K);
-    p.dw = tok(dw.p, bf, T, HV, K), p.dg = tok(dg.p, STRATA_DTYPE_F32, T, HV, 0);
-    p.scale = 0.0884f;
-    Dev ws(chunk_bwd_dqkwg_cuda_workspace(d));
-    auto call = [&](int var) {
-      return std::function<void()>([&, var] {
-        DqkwgParams pv = p;
-        pv.mma_variant = var;
-        EXPECT_EQ(chunk_bwd_dqkwg_cuda_mma(pv, ws.p, nullptr), STRATA_SUCCESS);
-      });
-    };
-    const std::vector<double> ms = gdn_test::time_median_ms(
-        {call(kDqkwgWgmmaTma), call(kDqkwgWgmmaUnboundedWait), call(kDqkwgWgmmaTma), call(kDqkwgWgmmaUnboundedWait)},
-        11);
-    std::printf("[dqkwg s14] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (dv, dw, dg; median of 11, two "
-                "passes): copy-engine (bounded waits) %.3f / %.3f ms, unbounded waits %.3f / %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[2], ms[1], ms[3]);
-    std::fflush(stdout);
   }
 }
 
