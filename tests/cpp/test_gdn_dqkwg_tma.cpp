@@ -113,9 +113,9 @@ size_t nan_count(const std::vector<uint8_t>& b) {
   return n;
 }
 
-TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<Case> cases = {
+// The shapes on which two forms of the kernel must give the same bits.
+const std::vector<Case>& form_cases() {
+  static const std::vector<Case> v = {
       {2, 130, 2, 4, {}, true, true},    // partial last chunk (rows past T from the copy engine's zero fill)
       {1, 65, 3, 3, {}, true, true},     // G = 1, one row in the last chunk
       {1, 190, 1, 4, {}, false, false},  // G = 4, no gate, no dv
@@ -124,6 +124,12 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
       {1, 300, 1, 2, {0, 1, 64, 65, 300}, true, true},  // variable length: partial chunks zeroed past L
       {1, 200, 2, 4, {0, 63, 127, 129, 192, 200}, true, false},
   };
+  return v;
+}
+
+TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<Case>& cases = form_cases();
   const char* names[] = {"dq", "dk", "dw", "dg"};
   uint64_t seed = 1201;
   for (const Case& c : cases) {
@@ -140,6 +146,23 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(a[i]) : nan_count(a[i]), 0u) << names[i] << " " << case_str(c);
     }
     EXPECT_TRUE(b == pr.run(kDqkwgWgmmaTma)) << "repeat " << case_str(c);
+  }
+}
+
+// Session 14: kDqkwgWgmmaUnboundedWait (the ds group's mbarrier waits without the trap counter) runs the same
+// arithmetic as the automatic copy-engine form: every output the same bits.
+TEST(GdnDqkwgTma, UnboundedWaitSameBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const char* names[] = {"dq", "dk", "dw", "dg"};
+  uint64_t seed = 1401;
+  for (const Case& c : form_cases()) {
+    const Problem pr(c, seed++);
+    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaUnboundedWait))) << case_str(c);
+    const auto a = pr.run(kDqkwgWgmmaTma), b = pr.run(kDqkwgWgmmaUnboundedWait);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i] == b[i]) << names[i] << " " << case_str(c);
+      EXPECT_EQ(i == 2 ? gdn_test::poisoned(b[i]) : nan_count(b[i]), 0u) << names[i] << " " << case_str(c);
+    }
   }
 }
 

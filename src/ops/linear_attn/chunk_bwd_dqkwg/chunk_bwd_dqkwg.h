@@ -33,12 +33,13 @@ struct DqkwgParams {
   // the same dq, dk, dw bits, dγ summed in another order) or kDqkwgWgmma (the warpgroup-MMA kernel of
   // cuda_sm90_wgmma.cu where chunk_bwd_dqkwg_cuda_wgmma_reject accepts p, else kDqkwgTwoPerSm; its copy-engine
   // form where that applies: dO, Vn, dV, S, dS by 128-byte-swizzled tensor-map boxes; kDqkwgWgmmaTma the same),
-  // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12). Tests and timing
-  // force them.
+  // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12), or
+  // kDqkwgWgmmaUnboundedWait (session 14: the copy-engine form with plain mbarrier waits in the ds group, no trap
+  // after 2^24 polls; the same bits). Tests and timing force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6;
+                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaUnboundedWait = 7;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

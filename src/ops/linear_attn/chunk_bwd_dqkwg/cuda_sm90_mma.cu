@@ -403,7 +403,8 @@ size_t chunk_bwd_dqkwg_cuda_mma_workspace(const Dims& d) {
 int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream_ptr) {
   const std::string why = chunk_bwd_dqkwg_cuda_mma_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.mma: {}", why);
-  if ((p.mma_variant == kDqkwgWgmma || p.mma_variant == kDqkwgWgmmaTma || p.mma_variant == kDqkwgWgmmaCpAsync) &&
+  if ((p.mma_variant == kDqkwgWgmma || p.mma_variant == kDqkwgWgmmaTma || p.mma_variant == kDqkwgWgmmaCpAsync ||
+       p.mma_variant == kDqkwgWgmmaUnboundedWait) &&
       chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty())
     return chunk_bwd_dqkwg_cuda_wgmma(p, workspace, stream_ptr);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);

@@ -406,7 +406,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
 
 // The ds group: the loads (cp.async ring), Ds and dW every step, γ and ⟨S, dS⟩; its epilogue
 // per value head (Ds out to shared memory, dw, dγ).
-template <bool kTma>
+template <bool kTma, bool kBoundedWait>
 __device__ __forceinline__ void run_ds(const Ctx& x) {
   const DqkwgParams& p = x.p;
   const int tid = threadIdx.x, lane = tid & 31, w = (tid >> 5) & 3, t = tid - 2 * 128;
@@ -417,7 +417,7 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
   const float* const sRow = sG + 192;
   float* const sRed = sG + 320;
   Loader<kTma> ld;
-  Phases<true> ph;
+  Phases<kBoundedWait> ph;
   ld.tokens(x, t);  // value head 0 (and the first item's q, k) with step 0's rows
 #pragma unroll 1
   for (int i = 0; i < kRing - 1; ++i) {
@@ -570,7 +570,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 }
 
 // kTma: the copy-engine form (dO, Vn, dV, S, dS by 128-byte-swizzled boxes on mbarriers; maps used only there).
-template <bool kTma>
+// kBoundedWait: the ds group's mbarrier waits trap after 2^24 polls (the automatic choice; the counter costs 52
+// bytes of spills); false (session 14, forced by kDqkwgWgmmaUnboundedWait): plain waits, no spills.
+template <bool kTma, bool kBoundedWait>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -592,7 +594,7 @@ __global__ void __launch_bounds__(kThr, 1)
   // 96 and the load cursor and addressing.
   if (role == kRoleDs) {
     wg::setmaxnreg_dec<kRegsDs>();
-    run_ds<kTma>(x);
+    run_ds<kTma, kBoundedWait>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
     if (role == kRoleDq) run_dqk<kTma, kRoleDq>(x);
@@ -626,11 +628,11 @@ bool make_maps(const DqkwgParams& p, bool want_dw, DqkwgMaps* m) {
          state(&m->dh, p.dh);
 }
 
-template <bool kTma>
+template <bool kTma, bool kBoundedWait = true>
 int kernel_regs() {
   static const int regs = [] {
     cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma>) == cudaSuccess ? fa.numRegs : 0;
+    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kBoundedWait>) == cudaSuccess ? fa.numRegs : 0;
   }();
   return regs;
 }
@@ -651,7 +653,8 @@ bool views_aligned(const DqkwgParams& p) {
 // The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
 // the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
 bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
-  return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_regs<true>() == kRegsLaunch &&
+  return p.mma_variant != kDqkwgWgmmaCpAsync &&
+         (p.mma_variant == kDqkwgWgmmaUnboundedWait ? kernel_regs<true, false>() : kernel_regs<true>()) == kRegsLaunch &&
          make_maps(p, p.dw.present() && p.dv.present(), maps);
 }
 
@@ -704,7 +707,9 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  auto kernel = tma ? dqkwg_wgmma_kernel<true> : dqkwg_wgmma_kernel<false>;
+  auto kernel = !tma ? dqkwg_wgmma_kernel<false, true>
+                : p.mma_variant == kDqkwgWgmmaUnboundedWait ? dqkwg_wgmma_kernel<true, false>
+                                                             : dqkwg_wgmma_kernel<true, true>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
