@@ -475,7 +475,8 @@ std::string fmt_line(const char* f, ...) {
 // T = 32768): the automatic mma.sync kernel (kDqkwgTwoPerSm) against the warpgroup-MMA kernel (its automatic
 // copy-engine form, session 12), that kernel without dv / dw / dγ (0.54 GB less traffic, no dW product, no dγ
 // sums): what those parts cost, and its cp.async form (kDqkwgWgmmaCpAsync, the automatic one before session 12);
-// session 14: kDqkwgWgmmaUnboundedWait (the ds group's mbarrier waits without the trap counter).
+// session 14: kDqkwgWgmmaBoundedWait (the ds group's mbarrier waits with the trap counter: the default until the
+// unbounded waits won in s14run2).
 TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -507,15 +508,15 @@ TEST(GdnBwdCudaVariants, DqkwgTimingWgmma) {
     };
     const std::vector<double> ms =
         time_min_ms({call(kDqkwgTwoPerSm), call(kDqkwgWgmma), call(kDqkwgWgmma, true), call(kDqkwgWgmmaCpAsync),
-                     call(kDqkwgWgmmaCpAsync, true), call(kDqkwgWgmmaUnboundedWait), call(kDqkwgWgmma),
-                     call(kDqkwgWgmmaUnboundedWait)},
+                     call(kDqkwgWgmmaCpAsync, true), call(kDqkwgWgmmaBoundedWait), call(kDqkwgWgmma),
+                     call(kDqkwgWgmmaBoundedWait)},
                     9);
     // bytes read once: q, k, v, do, dv, h, dh (bf16), g; written: dq, dk (f32), dw (bf16), dg
     const double gb = (2.0 * rows * H * K * 2 + 3.0 * rows * HV * V * 2 + 2.0 * B * NT * HV * K * V * 2 +
                        rows * HV * 4 + 2.0 * rows * H * K * 4 + rows * HV * K * 2 + rows * HV * 4) / 1e9;
     report(fmt_line("[gdn_bwd timing] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128: two_per_sm %.3f ms, "
                     "wgmma %.3f ms (%.2f GB moved: %.0f GB/s); wgmma without dv, dw, dg %.3f ms; cp.async form %.3f ms, "
-                    "without dv, dw, dg %.3f ms; unbounded waits %.3f ms (again: wgmma %.3f, unbounded %.3f ms)",
+                    "without dv, dw, dg %.3f ms; bounded waits (the default until s14) %.3f ms (again: wgmma %.3f, bounded %.3f ms)",
                     static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[1], gb, gb / (ms[1] * 1e-3),
                     ms[2], ms[3], ms[4], ms[5], ms[6], ms[7]));
   }

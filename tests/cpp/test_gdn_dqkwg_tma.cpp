@@ -149,8 +149,9 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
   }
 }
 
-// Session 14: kDqkwgWgmmaUnboundedWait (the ds group's mbarrier waits without the trap counter) runs the same
-// arithmetic as the automatic copy-engine form: every output the same bits.
+// Session 14: the ds group's mbarrier waits without the trap counter (kDqkwgWgmmaUnboundedWait, what the automatic
+// copy-engine form runs since s14run2) and with it (kDqkwgWgmmaBoundedWait, the automatic form before) run the same
+// arithmetic: every output the same bits; the automatic (kDqkwgWgmmaTma) call gives them too.
 TEST(GdnDqkwgTma, UnboundedWaitSameBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const char* names[] = {"dq", "dk", "dw", "dg"};
@@ -158,9 +159,11 @@ TEST(GdnDqkwgTma, UnboundedWaitSameBits) {
   for (const Case& c : form_cases()) {
     const Problem pr(c, seed++);
     EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaUnboundedWait))) << case_str(c);
-    const auto a = pr.run(kDqkwgWgmmaTma), b = pr.run(kDqkwgWgmmaUnboundedWait);
+    EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_copy_engine(pr.params(kDqkwgWgmmaBoundedWait))) << case_str(c);
+    const auto a = pr.run(kDqkwgWgmmaBoundedWait), b = pr.run(kDqkwgWgmmaUnboundedWait), t = pr.run(kDqkwgWgmmaTma);
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_TRUE(a[i] == b[i]) << names[i] << " " << case_str(c);
+      EXPECT_TRUE(t[i] == b[i]) << names[i] << " automatic " << case_str(c);
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(b[i]) : nan_count(b[i]), 0u) << names[i] << " " << case_str(c);
     }
   }

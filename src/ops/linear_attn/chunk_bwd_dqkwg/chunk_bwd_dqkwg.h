@@ -35,11 +35,14 @@ struct DqkwgParams {
   // form where that applies: dO, Vn, dV, S, dS by 128-byte-swizzled tensor-map boxes; kDqkwgWgmmaTma the same),
   // or kDqkwgWgmmaCpAsync (that kernel's cp.async form, the automatic one before session 12), or
   // kDqkwgWgmmaUnboundedWait (session 14: the copy-engine form with plain mbarrier waits in the ds group, no trap
-  // after 2^24 polls; the same bits). Tests and timing force them.
+  // after 2^24 polls; the same bits; since s14run2 what the copy-engine form runs anyway) or kDqkwgWgmmaBoundedWait
+  // (the copy-engine form with the ds group's trap-after-2^24-polls waits, the automatic one until session 14: a
+  // debugging aid for hangs). Tests and timing force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
-                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaUnboundedWait = 7;
+                     kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaUnboundedWait = 7,
+                     kDqkwgWgmmaBoundedWait = 8;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

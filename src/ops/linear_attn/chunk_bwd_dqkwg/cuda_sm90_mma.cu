@@ -404,7 +404,7 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
   const std::string why = chunk_bwd_dqkwg_cuda_mma_reject(p);
   if (!why.empty()) return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.mma: {}", why);
   if ((p.mma_variant == kDqkwgWgmma || p.mma_variant == kDqkwgWgmmaTma || p.mma_variant == kDqkwgWgmmaCpAsync ||
-       p.mma_variant == kDqkwgWgmmaUnboundedWait) &&
+       p.mma_variant == kDqkwgWgmmaUnboundedWait || p.mma_variant == kDqkwgWgmmaBoundedWait) &&
       chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty())
     return chunk_bwd_dqkwg_cuda_wgmma(p, workspace, stream_ptr);
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);

@@ -570,8 +570,11 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 }
 
 // kTma: the copy-engine form (dO, Vn, dV, S, dS by 128-byte-swizzled boxes on mbarriers; maps used only there).
-// kBoundedWait: the ds group's mbarrier waits trap after 2^24 polls (the automatic choice; the counter costs 52
-// bytes of spills); false (session 14, forced by kDqkwgWgmmaUnboundedWait): plain waits, no spills.
+// kBoundedWait: the ds group's mbarrier waits trap after 2^24 polls (the cp.async form, and the copy-engine form
+// forced by kDqkwgWgmmaBoundedWait: a debugging aid that turns a hang into a trap; the counter costs 52 bytes of
+// spills); false: plain waits, no spills — the copy-engine form's automatic choice since session 14 (s14run2, H200,
+// bf16 B=4 T=8192 H=16 HV=32 K=V=128 with dv, dw, dg: 1.213 / 1.209 ms against 1.341 / 1.323 bounded, the same
+// bits; the dq / dk groups' waits were always unbounded).
 template <bool kTma, bool kBoundedWait>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
@@ -654,7 +657,7 @@ bool views_aligned(const DqkwgParams& p) {
 // the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
 bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
   return p.mma_variant != kDqkwgWgmmaCpAsync &&
-         (p.mma_variant == kDqkwgWgmmaUnboundedWait ? kernel_regs<true, false>() : kernel_regs<true>()) == kRegsLaunch &&
+         (p.mma_variant == kDqkwgWgmmaBoundedWait ? kernel_regs<true>() : kernel_regs<true, false>()) == kRegsLaunch &&
          make_maps(p, p.dw.present() && p.dv.present(), maps);
 }
 
@@ -708,8 +711,8 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   if (items == 0) return STRATA_SUCCESS;
   STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
   auto kernel = !tma ? dqkwg_wgmma_kernel<false, true>
-                : p.mma_variant == kDqkwgWgmmaUnboundedWait ? dqkwg_wgmma_kernel<true, false>
-                                                             : dqkwg_wgmma_kernel<true, true>;
+                : p.mma_variant == kDqkwgWgmmaBoundedWait ? dqkwg_wgmma_kernel<true, true>
+                                                           : dqkwg_wgmma_kernel<true, false>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   int dev = 0, sms = 0;
   STRATA_CUDA_TRY(cudaGetDevice(&dev));
