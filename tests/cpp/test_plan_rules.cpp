@@ -53,6 +53,7 @@ TEST(PlanRules, EveryOpRejectsAPointerForATensorItsPlanWasMadeWithout) {
     ASSERT_EQ(op.probe(kCpu, &plan), STRATA_SUCCESS) << last_error();
     const Plan* p = plan_from_handle(plan);
     ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->op, op.name) << "the probe plans another op";  // strata info shows the probe's verdicts
     EXPECT_EQ(p->required_mask & p->absent_mask, 0u);
     std::vector<uint8_t> canary(256, 0x5a);
     for (int i = 0; i < p->num_tensors; ++i) {

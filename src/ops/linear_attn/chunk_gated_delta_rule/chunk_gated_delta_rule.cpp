@@ -339,8 +339,18 @@ strata_status probe(strata_device device, strata_plan* plan) {
                                                 plan);
 }
 
+// The backward's probe: the same problem (bf16 B=1 T=4096 H=4 HV=8 K=V=128, l2norm), do given, gradients of q, k,
+// v, g, beta, nothing saved (so `strata info` shows the backward's own verdicts, not the forward's).
+strata_status probe_bwd(strata_device device, strata_plan* plan) {
+  const strata_tensor_desc q = make_desc(STRATA_DTYPE_BF16, {1, 4096, 4, 128}, device);
+  const strata_tensor_desc v = make_desc(STRATA_DTYPE_BF16, {1, 4096, 8, 128}, device);
+  const strata_tensor_desc g = make_desc(STRATA_DTYPE_F32, {1, 4096, 8}, device);
+  return strata_chunk_gated_delta_rule_bwd_plan(&q, &q, &v, &g, &g, nullptr, nullptr, &v, nullptr, &q, &q, &v, &g, &g,
+                                                nullptr, nullptr, 0.088f, 1, plan);
+}
+
 const OpRegistrar kRegisterFwd({kFwd, [] { return impl_names_of(impls()); }, probe});
-const OpRegistrar kRegisterBwd({kBwd, [] { return impl_names_of(impls()); }, probe});
+const OpRegistrar kRegisterBwd({kBwd, [] { return impl_names_of(impls()); }, probe_bwd});
 
 }  // namespace
 
