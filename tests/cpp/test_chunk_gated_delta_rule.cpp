@@ -844,7 +844,8 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
   for (const auto& c : cases) {
     Problem p(STRATA_DTYPE_BF16, c.B, c.T, c.H, c.HV, 128, c.V, c.cu, c.h0, true, 11);
     // The pass's width (gdn::fwd_cuda_state_o_wgmma_width): the narrowest of 32 / 64 / 128 dividing V whose
-    // sequence-head blocks fit one wave, else the widest; the automatic form by it (gdn_cuda_fused_fwd_norm_form).
+    // sequence-head blocks fit one wave, else the widest; the automatic form by it (gdn_cuda_fused_fwd_auto_form,
+    // resolved once by the plan since session 15).
     int width = 0;
     for (const int w : {128, 64, 32})
       if (p.V % w == 0 && (width == 0 || p.N * p.HV * (p.V / w) <= props.multiprocessor_count)) width = w;

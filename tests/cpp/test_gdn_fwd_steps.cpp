@@ -2,15 +2,18 @@
 // when nothing needs the saved residuals) at the benchmark shapes, whole and per step: the automatic form against
 // the unfolded one (kWgmmaSplit: l2norm launches, γ, prep_wgmma, the wgmma pass), cuda.sm90.fused_norm
 // (GdnFusedForm::kNorm: the l2norm of q, k folded into prep and the pass, gdn::GdnFwdParams::qk_norm) and (session 14)
-// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch). Prints "[gdn_fwd s14] ..."; fails
-// only if a launch fails.
-// GdnFwdAutoForm (host): which folded form the automatic forward takes (gdn_cuda_fused_fwd_norm_form).
+// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch). Prints "[gdn_fwd s15] ..."; fails
+// only if a launch fails. (Session 15) also the host time a call takes to queue its launches with kAuto resolved on
+// every call (the plan's run before session 15) and with the form passed in resolved (the plan's run now).
+// GdnFwdAutoForm (host): which form the automatic forward takes (gdn_cuda_fused_fwd_auto_form), and the host cost of
+// that rule (paid once per plan since session 15).
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -45,25 +48,38 @@ GdnParams bench_params(int64_t B, int64_t T, void* q, void* k, void* v, void* g,
   return p;
 }
 
-// The automatic forward's fold (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
+// The automatic forward's form (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
 // columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), kNormR where it runs 32 (B = 1 T = 32768), the
-// unfolded path where it runs 64 (B = 4 on 264 SMs), without l2norm, and for f16 tokens (no wgmma pass).
+// unfolded path (kAutoUnfolded) where it runs 64 (B = 4 on 264 SMs), without l2norm, for f16 tokens (no wgmma pass)
+// and with the saved residuals (the fused forward does not store them). Prints the rule's host cost per call.
 TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
   char buf[64];
   void* const x = buf;  // stand-in address: the rule never reads memory
   const GdnParams b4 = bench_params(4, 8192, x, x, x, x, x, x, x), b1 = bench_params(1, 32768, x, x, x, x, x, x, x);
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 132), GdnFusedForm::kNorm);
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b1, 132), GdnFusedForm::kNormR);
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 528), GdnFusedForm::kNormR);  // 32 columns: 512 blocks fit 528 SMs
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(b4, 264), GdnFusedForm::kAuto);  // 64 columns: 256 blocks fit 264 SMs
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 132), GdnFusedForm::kNorm);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b1, 132), GdnFusedForm::kNormR);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 528), GdnFusedForm::kNormR);  // 32 columns: 512 blocks fit 528 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 264), GdnFusedForm::kAutoUnfolded);  // 64 columns: 256 blocks fit 264 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
   GdnParams plain = b4;
   plain.l2norm = false;
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(plain, 132), GdnFusedForm::kAuto);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(plain, 132), GdnFusedForm::kAutoUnfolded);
   GdnParams half = b4;
   for (GdnTensor* t : {&half.q, &half.k, &half.v, &half.beta, &half.o}) t->dtype = STRATA_DTYPE_F16;
-  EXPECT_EQ(gdn_cuda_fused_fwd_norm_form(half, 132), GdnFusedForm::kAuto);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(half, 132), GdnFusedForm::kAutoUnfolded);
+  GdnParams saving = b4;
+  saving.saved.data = x, saving.saved.dtype = STRATA_DTYPE_U8;
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(saving, 132), GdnFusedForm::kAutoUnfolded);
+  // What every run of cuda.sm90.fused paid on the host before session 15 (now once per plan).
+  constexpr int kCalls = 2000;
+  int norm = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) norm += gdn_cuda_fused_fwd_auto_form(i % 2 ? b1 : b4, 132) != GdnFusedForm::kAutoUnfolded;
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+  EXPECT_EQ(norm, kCalls);
+  std::printf("[gdn_fwd s15] host cost of the automatic form's rule (gdn_cuda_fused_fwd_auto_form, B=4 / B=1 bench "
+              "shapes): %.2f us a call (paid once per plan since session 15)\n", us);
 }
 
 // bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
@@ -98,8 +114,8 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     int dev = 0, sms = 0;
     EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
     EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
-    const GdnFusedForm chosen = gdn_cuda_fused_fwd_norm_form(p, sms);
-    std::printf("[gdn_fwd s14] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
+    const GdnFusedForm chosen = gdn_cuda_fused_fwd_auto_form(p, sms);
+    std::printf("[gdn_fwd s15] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
                 "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T),
                 chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
@@ -109,7 +125,7 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
-      std::string line = "[gdn_fwd s14] " + std::string(f.name) + " B=" + std::to_string(B) + ", fastest of 5 per step:";
+      std::string line = "[gdn_fwd s15] " + std::string(f.name) + " B=" + std::to_string(B) + ", fastest of 5 per step:";
       double sum = 0;
       for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
         char buf[64];
@@ -122,6 +138,33 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
       std::printf("%s%s\n", line.c_str(), buf);
       EXPECT_GT(sum, 0.0);
     }
+    // Host time to queue one call (mean over 50 calls, the queue drained before and after; the launches' own host
+    // cost included): kAuto resolved on every call (what the plan ran before session 15) against the form passed in
+    // resolved (what it runs now).
+    double host_us[2] = {};
+    for (int rep = 0; rep < 2; ++rep)  // the second round counts (the first warms the host caches)
+      for (int which = 0; which < 2; ++which) {
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const GdnFusedForm form = which == 0 ? GdnFusedForm::kAuto : chosen;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < 50; ++i) EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr), STRATA_SUCCESS);
+        host_us[which] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 50;
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      }
+    std::printf("[gdn_fwd s15] host time to queue one call B=%lld: kAuto resolved per call %.1f us, resolved form "
+                "passed in %.1f us\n", static_cast<long long>(B), host_us[0], host_us[1]);
+    // The resolved form gives kAuto's bits (o and the final state; o poisoned before each call).
+    std::vector<std::vector<uint8_t>> bits(2);
+    for (int which = 0; which < 2; ++which) {
+      EXPECT_EQ(cudaMemset(o.p, 0xff, o.bytes), cudaSuccess);
+      EXPECT_EQ(gdn_cuda_fused_fwd(p, which == 0 ? GdnFusedForm::kAuto : chosen, ws.p, nullptr), STRATA_SUCCESS);
+      bits[which] = o.bits();
+      const std::vector<uint8_t> h = ht.bits();
+      bits[which].insert(bits[which].end(), h.begin(), h.end());
+    }
+    EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
+    std::printf("[gdn_fwd s15] B=%lld: o, final state of kAuto resolved per call and of the resolved form: %s\n",
+                static_cast<long long>(B), bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
     std::fflush(stdout);
   }
 }

@@ -40,6 +40,12 @@ struct GdnProblem {
   bool bwd = false;
   int64_t offsets[kBwdTensors] = {};
   strata_device device{};
+#if STRATA_WITH_CUDA
+  // What cuda.sm90.fused (GdnFusedForm::kAuto) runs, resolved once when the plan is made (forward on a CUDA device:
+  // gdn_cuda_fused_fwd_auto_form with the plan device's SM count), so that its runs do not re-run the rule's host
+  // work; kAuto (the run resolves it) where the device's properties could not be read.
+  GdnFusedForm fused_form = GdnFusedForm::kAuto;
+#endif
 };
 
 // Tensor slots of GdnParams in each op's tensor order (nullptr: cu_seqlens, bound separately).
@@ -105,7 +111,8 @@ const ImplList<GdnProblem>& impls() {
                    },
                    [](const GdnProblem& p) { return gdn_cuda_fused_fwd_workspace(p.params); },
                    [form](const GdnProblem& pr, const Launch& launch) {
-                     return gdn_cuda_fused_fwd(bind(pr, launch), form, launch.workspace, launch.cuda_stream);
+                     return gdn_cuda_fused_fwd(bind(pr, launch), form == GdnFusedForm::kAuto ? pr.fused_form : form,
+                                               launch.workspace, launch.cuda_stream);
                    }});
     l.push_back({"cuda.sm90.chunked", [](const GdnProblem& p) { return reject_unless_cuda(p.device, 90); },
                  [](const GdnProblem& p) {
@@ -320,6 +327,11 @@ strata_status make_plan(bool bwd, const std::vector<Arg>& args, float scale, int
     p.scale = scale;
     p.slots = scratch_slots();
     pr.device = q.device;
+#if STRATA_WITH_CUDA
+    strata_device_properties props{};
+    if (!bwd && q.device.type == STRATA_DEVICE_CUDA && strata_device_get_properties(q.device, &props) == STRATA_SUCCESS)
+      pr.fused_form = gdn_cuda_fused_fwd_auto_form(p, props.multiprocessor_count);
+#endif
     summary += fmt::format(" scale={} use_qk_l2norm_in_kernel={}", scale, l2norm);
     // Nothing to write when every output is empty (zero-length sequences still write final_state / dh0).
     bool empty = true;

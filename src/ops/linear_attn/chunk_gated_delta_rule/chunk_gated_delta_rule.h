@@ -180,23 +180,31 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     Needs l2norm, bf16, and prep's and the pass's rules; q, k, o views without the pass's 16-byte rows take the
 //     l2norm launches (run time). s13run1 (H200, bf16 H = 16 HV = 32 K = V = 128) 1.117 against 1.171 ms at B = 4
 //     T = 8192, 2.214 against 2.052 ms at B = 1 T = 32768: since session 14 kAuto takes it where the pass runs 128
-//     columns (gdn_cuda_fused_fwd_norm_form).
+//     columns (gdn_cuda_fused_fwd_auto_form).
 //   kNormR ("cuda.sm90.fused_norm_r", session 14): kNorm with 1 / |q| from an rstd-only l2norm launch of q (reads q,
 //     writes rq f32 [B, T, H], no qn) that the pass reads (gdn::GdnFwdParams::rq) instead of forming it from its Q
 //     tiles (the row sums that lengthened the output warpgroup's chain at 32 columns: s13run1 pass 1.432 -> 1.730
-//     ms); q, k raw as kNorm. kAuto takes it where the pass runs 32 columns (gdn_cuda_fused_fwd_norm_form).
+//     ms); q, k raw as kNorm. kAuto takes it where the pass runs 32 columns (gdn_cuda_fused_fwd_auto_form).
+//   kAutoUnfolded (session 15; no implementation of its own): kAuto's choices with the l2norm launches (the wgmma
+//     pass where it applies, else the mma.sync pass with its P and block rules), what kAuto resolves to where it
+//     takes no folded form.
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
-// The folded-l2norm form kAuto runs on p on a device of `sms` SMs, where kNorm's rules hold, by the wgmma pass's
-// width (gdn::fwd_cuda_state_o_wgmma_width): kNorm at 128 columns, kNormR at 32, otherwise (64 columns: not
-// measured; no l2norm; rules not met) kAuto, the l2norm launches. GPU run s14run1 (H200, bf16 H = 16 HV = 32
-// K = V = 128, l2norm, whole forward, median of 9 interleaved): B = 4 T = 8192 (128 columns) kNorm 1.117, kNormR
-// 1.190, unfolded 1.175 ms; B = 1 T = 32768 (32 columns) kNormR 1.988, kNorm 2.218, unfolded 2.043 ms. Host only;
-// reads dtypes, presence and shapes.
-GdnFusedForm gdn_cuda_fused_fwd_norm_form(const GdnParams& p, int sms);
+// What kAuto runs on p on a device of `sms` SMs: where kNorm's rules hold, by the wgmma pass's width
+// (gdn::fwd_cuda_state_o_wgmma_width), kNorm at 128 columns, kNormR at 32; otherwise (64 columns: a tie in s14run2;
+// no l2norm; rules not met) kAutoUnfolded. GPU run s14run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, whole
+// forward, median of 9 interleaved): B = 4 T = 8192 (128 columns) kNorm 1.117, kNormR 1.190, unfolded 1.175 ms;
+// B = 1 T = 32768 (32 columns) kNormR 1.988, kNorm 2.218, unfolded 2.043 ms. Host only; reads dtypes, presence and
+// shapes. Since session 15 the plan calls it once (chunk_gated_delta_rule.cpp: GdnProblem::fused_form, from the plan
+// device's SM count) and its run passes the resolved form; before, every run of cuda.sm90.fused re-ran it (kNorm's
+// reject rules and two carves of the buffers on the host).
+GdnFusedForm gdn_cuda_fused_fwd_auto_form(const GdnParams& p, int sms);
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
+// form kAuto resolves itself on every call (gdn_cuda_fused_fwd_auto_form with the current device's SM count: direct
+// callers such as tests); the plan passes the form it resolved once. The folded forms fall back to kAutoUnfolded at
+// run time where q, k, o lack the pass's 16-byte rows.
 // probe (timing tests only, as gdn_cuda_bwd's): called after each step's launches ("l2norm", "cumsum", "prep",
 // "pass"; kNorm: "cumsum", "prep", "pass"; kNormR: "rq" (the rstd-only launch), "cumsum", "prep", "pass").
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream,

@@ -749,12 +749,12 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
   return r;
 }
 
-GdnFusedForm gdn_cuda_fused_fwd_norm_form(const GdnParams& p, int sms) {
-  if (!p.l2norm || !gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm).empty()) return GdnFusedForm::kAuto;
+GdnFusedForm gdn_cuda_fused_fwd_auto_form(const GdnParams& p, int sms) {
+  if (!p.l2norm || !gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm).empty()) return GdnFusedForm::kAutoUnfolded;
   const Bufs b = carve_with(p, false, kAddressesOnly, 0, true);  // addresses only
   const Calls c = make_calls(p, b, sizes_of(p, false), false);
   const int width = gdn::fwd_cuda_state_o_wgmma_width(c.fwdo, sms);
-  return width == 128 ? GdnFusedForm::kNorm : width == 32 ? GdnFusedForm::kNormR : GdnFusedForm::kAuto;
+  return width == 128 ? GdnFusedForm::kNorm : width == 32 ? GdnFusedForm::kNormR : GdnFusedForm::kAutoUnfolded;
 }
 
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
@@ -821,16 +821,17 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve_with(p, false, workspace, 0, true);
   Calls c = make_calls(p, b, s, false);
-  const bool auto_form = form == GdnFusedForm::kAuto;
-  if (auto_form) form = gdn_cuda_fused_fwd_norm_form(p, ::strata::cuda::current_sm_count());
+  // (The plan passes the form it resolved once: GdnProblem::fused_form in chunk_gated_delta_rule.cpp.)
+  if (form == GdnFusedForm::kAuto) form = gdn_cuda_fused_fwd_auto_form(p, ::strata::cuda::current_sm_count());
   // The folded forms need the pass's 16-byte rows of q, k, o as they read them (run time); otherwise the l2norm
-  // launches and the same pass (kAuto's unfolded choices when it picked the fold).
+  // launches and the same wgmma pass (kAutoUnfolded: kNorm's rules hold, so the pass applies and kAuto's unfolded
+  // choice is kWgmmaSplit's path).
   if (is_norm_form(form) && !gdn::fwd_cuda_state_o_wgmma_lean(norm_folded(p, b, c.fwdo, form)))
-    form = auto_form ? GdnFusedForm::kAuto : GdnFusedForm::kWgmmaSplit;
+    form = GdnFusedForm::kAutoUnfolded;
   const bool prep = form == GdnFusedForm::kPrep;
   bool wgmma = form == GdnFusedForm::kWgmmaSplit;
   bool pre_p = form == GdnFusedForm::kPrecomputedP || prep;
-  const bool automatic = form == GdnFusedForm::kAuto || form == GdnFusedForm::kFold;
+  const bool automatic = form == GdnFusedForm::kAutoUnfolded || form == GdnFusedForm::kFold;
   if (automatic) {
     // The split wgmma pass with P inline wherever it applies (gdn::fwd_cuda_state_o_wgmma_pays; s9run2: B = 4 T = 8192
     // 0.610 ms, B = 1 T = 32768 1.535 ms against 0.780 / 1.65 ms for the best mma.sync forms), else the mma.sync pass
@@ -867,7 +868,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     return static_cast<strata_status>(gdn::fwd_cuda_state_o(f, gdn::StateOKernel::kPrecomputedP, block, stream));
   }
   c.wy.A = gdn::GdnTensor{};  // the inverse is not needed past w, u (wy_mma then does not store it)
-  const bool fold = form == GdnFusedForm::kFold || (form == GdnFusedForm::kAuto && kFoldHead);
+  const bool fold = form == GdnFusedForm::kFold || (form == GdnFusedForm::kAutoUnfolded && kFoldHead);
   STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, fold, nullptr, probe));
   mark(probe, "prep");
   if (wgmma) {
