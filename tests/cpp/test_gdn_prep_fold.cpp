@@ -442,7 +442,7 @@ TEST(GdnFwdCudaPrepForms, NormFoldMatchesNormalisedInputs) {
   }
 }
 
-// (Session 15) r_q formed by prep (GdnFwdParams::rq with qk_norm, read by the fused pass) on the fold shapes
+// (Session 15) r_q formed by prep (GdnFwdParams::rq with qk_norm: what cuda.sm90.fused_norm_rp runs) on the fold shapes
 // with K > 64: rq within 1e-5 of the host's 1 / sqrt(|q|² + eps) (double) in every row (NaN poison), and w, u, rk the
 // same bits as prep without rq (r_q does not enter them); the same bits twice; rq's rules.
 TEST(GdnFwdCudaPrepForms, QRowNormsInPrep) {

@@ -500,7 +500,7 @@ constexpr int kRtLoads = 1, kRtSteps = 2, kDiagNorm = 4;
 
 // (Session 15, kQNorm: GdnFwdParams::rq present with qk_norm) r_q = 1 / sqrt(|q_i|² + eps) of the chunk's raw Q rows
 // from the Q panels (loaded beside K by the first value head of each q/k head) into p.rq (rows < L), as k_row_norms
-// forms r_k: the fused pass then reads r_q (GdnFwdParams::rq) and no l2norm launch of q is needed.
+// forms r_k: the fused pass then reads r_q (cuda.sm90.fused_norm_rp) and no l2norm launch of q is needed.
 template <int kNk>
 __device__ __forceinline__ void q_row_norms(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c, int64_t h,
                                             int L) {
