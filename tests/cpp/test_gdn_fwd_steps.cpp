@@ -2,8 +2,7 @@
 // when nothing needs the saved residuals) at the benchmark shapes, whole and per step: the automatic form against
 // the unfolded one (kWgmmaSplit: l2norm launches, γ, prep_wgmma, the wgmma pass), cuda.sm90.fused_norm
 // (GdnFusedForm::kNorm: the l2norm of q, k folded into prep and the pass, gdn::GdnFwdParams::qk_norm) and (session 14)
-// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch) and (session 15)
-// cuda.sm90.fused_norm_rp (kNormRPrep: kNormR with 1 / |q| formed by prep). Prints "[gdn_fwd s15] ..."; fails
+// cuda.sm90.fused_norm_r (kNormR: kNorm with 1 / |q| from an rstd-only launch). Prints "[gdn_fwd s15] ..."; fails
 // only if a launch fails. (Session 15) also the host time a call takes to queue its launches with kAuto resolved on
 // every call (the plan's run before session 15) and with the form passed in resolved (the plan's run now).
 // GdnFwdAutoForm (host): which form the automatic forward takes (gdn_cuda_fused_fwd_auto_form), and the host cost of
@@ -96,7 +95,6 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm), "");
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormR), "");
-    ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormRPrep), "");
     Dev ws(gdn_cuda_fused_fwd_workspace(p));
     auto call = [&](GdnFusedForm form) {
       return std::function<void()>([&, form] {
@@ -109,8 +107,7 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     } forms[] = {{GdnFusedForm::kAuto, "automatic"},
                  {GdnFusedForm::kWgmmaSplit, "unfolded"},
                  {GdnFusedForm::kNorm, "norm-folded"},
-                 {GdnFusedForm::kNormR, "rq-launch"},
-                 {GdnFusedForm::kNormRPrep, "rq-in-prep"}};
+                 {GdnFusedForm::kNormR, "rq-launch"}};
     std::vector<std::function<void()>> calls;
     for (const auto& f : forms) calls.push_back(call(f.form));
     const std::vector<double> whole = time_median_ms(calls, 9);
@@ -119,11 +116,10 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
     const GdnFusedForm chosen = gdn_cuda_fused_fwd_auto_form(p, sms);
     std::printf("[gdn_fwd s15] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
-                "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms, rq-in-prep %.3f "
-                "ms\n",
+                "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T),
                 chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
-                whole[0], whole[1], whole[2], whole[3], whole[4]);
+                whole[0], whole[1], whole[2], whole[3]);
     for (const auto& f : forms) {
       const GdnFusedForm form = f.form;
       const StepTimes st = time_steps(

@@ -185,14 +185,11 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //     writes rq f32 [B, T, H], no qn) that the pass reads (gdn::GdnFwdParams::rq) instead of forming it from its Q
 //     tiles (the row sums that lengthened the output warpgroup's chain at 32 columns: s13run1 pass 1.432 -> 1.730
 //     ms); q, k raw as kNorm. kAuto takes it where the pass runs 32 columns (gdn_cuda_fused_fwd_auto_form).
-//   kNormRPrep ("cuda.sm90.fused_norm_rp", session 15): kNormR with r_q formed by prep (the first value head of each
-//     q/k head loads the Q panels beside K and writes 1 / |q| into rq: gdn::GdnFwdParams::rq with qk_norm) instead of
-//     the rstd-only launch: launches cumsum, prep, pass; the pass as kNormR's. K > 64.
 //   kAutoUnfolded (session 15; no implementation of its own): kAuto's choices with the l2norm launches (the wgmma
 //     pass where it applies, else the mma.sync pass with its P and block rules), what kAuto resolves to where it
 //     takes no folded form.
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded, kNormRPrep
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 // What kAuto runs on p on a device of `sms` SMs: where kNorm's rules hold, by the wgmma pass's width
@@ -209,7 +206,7 @@ size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p);
 // callers such as tests); the plan passes the form it resolved once. The folded forms fall back to kAutoUnfolded at
 // run time where q, k, o lack the pass's 16-byte rows.
 // probe (timing tests only, as gdn_cuda_bwd's): called after each step's launches ("l2norm", "cumsum", "prep",
-// "pass"; kNorm, kNormRPrep: "cumsum", "prep", "pass"; kNormR: "rq" (the rstd-only launch), "cumsum", "prep", "pass").
+// "pass"; kNorm: "cumsum", "prep", "pass"; kNormR: "rq" (the rstd-only launch), "cumsum", "prep", "pass").
 strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* workspace, void* stream,
                                  const GdnStepProbe* probe = nullptr);
 // Host: why the sub-operator calls of a pass would not run their tensor-core kernels ("" if every one does).

@@ -692,7 +692,7 @@ size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, f
 namespace {
 // The forms with (part of) the l2norm folded into prep and the pass.
 bool is_norm_form(GdnFusedForm form) {
-  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR || form == GdnFusedForm::kNormRPrep;
+  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR;
 }
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
@@ -711,20 +711,15 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
 // (Session 13, kNorm) f (c.wy without the inverse, or c.fwdo) reading the raw q, k with the l2norm folded in
 // (gdn::GdnFwdParams::qk_norm); 1 / |k| of the rows passes from prep to the pass through the rk buffer (f32 [B, T, H]).
 // (Session 14) kNormR: 1 / |q| in rq (b.rq, from the rstd-only launch) for the pass.
-// (Session 15) kNormRPrep: rq as kNormR, formed by prep (f = c.wy: prep writes it; f = c.fwdo: the pass reads it).
 gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f,
                               GdnFusedForm form = GdnFusedForm::kNorm) {
   f.q = fwd_view(p.q), f.k = fwd_view(p.k);
-  if (form == GdnFusedForm::kNormR || form == GdnFusedForm::kNormRPrep) f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
+  if (form == GdnFusedForm::kNormR) f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
   f.A = gdn::GdnTensor{};
   f.qk_norm = true;
   f.qk_norm_eps = static_cast<float>(kGdnL2Eps);
   f.rk = fwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
   return f;
-}
-// The form of prep's call in a norm form: r_q formed there in kNormRPrep only (kNormR: by the launch).
-GdnFusedForm prep_norm_form(GdnFusedForm form) {
-  return form == GdnFusedForm::kNormRPrep ? form : GdnFusedForm::kNorm;
 }
 }  // namespace
 
@@ -741,7 +736,7 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
     r = gdn::fwd_cuda_prep_reject(prep_params(c));
   if (r.empty() && is_norm_form(form)) {
     if (!p.l2norm) return "the folded l2norm needs use_qk_l2norm_in_kernel";
-    r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy, prep_norm_form(form)));
+    r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy));
     if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo, form));
     // (The pass's 16-byte rows are a run-time property of the bound views: gdn_cuda_fused_fwd falls back to the
     // l2norm launches when they do not hold. At plan time the pointers are sentinels.)
@@ -846,8 +841,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
             gdn::fwd_cuda_qk_gate_reject(fused_state_params(c, true)).empty();
   }
   if (is_norm_form(form)) {
-    // (kNormR: 1 / |q| into rq), cumsum, prep (forms 1 / |k|; kNormRPrep: and 1 / |q| into rq), the pass (kNorm:
-    // forms 1 / |q|; kNormR, kNormRPrep: reads rq)
+    // (kNormR: 1 / |q| into rq), cumsum, prep (forms 1 / |k|), the pass (kNorm: forms 1 / |q|; kNormR: reads rq)
     STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_fwd", p, b.check, stream));
     if (form == GdnFusedForm::kNormR) {
       STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream, /*rq_only=*/true));
@@ -857,8 +851,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     STRATA_RETURN_IF_ERROR(gate_cumsum(p, p.g.data, p.g.dtype, p.g.st, b.gam, STRATA_DTYPE_F32, gst, false, stream));
     mark(probe, "cumsum");
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
-    STRATA_RETURN_IF_ERROR(
-        static_cast<strata_status>(gdn::fwd_cuda_prep(norm_folded(p, b, c.wy, prep_norm_form(form)), stream)));
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_prep(norm_folded(p, b, c.wy), stream)));
     mark(probe, "prep");
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
         gdn::fwd_cuda_state_o_wgmma(norm_folded(p, b, c.fwdo, form), 0, gdn::WgmmaPass::kAuto, stream)));

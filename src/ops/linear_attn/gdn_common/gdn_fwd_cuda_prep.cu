@@ -393,27 +393,20 @@ __device__ __forceinline__ void mma_kt(float (&d)[32], uint32_t s_a, uint32_t s_
 // shuffle; thread 2 i puts r_i into sm.rn, folds it into w's row factor (w = X diag(β e^γ r) K: the raw K panels
 // are w's B operand) and, in the first value head of the q/k head, writes it into p.rk (rows < L) for the state
 // pass. Run while K Kᵀ is in flight; the caller's next block barrier publishes sm.rn and sm.fw.
-// (Session 15: shared by k_row_norms and q_row_norms) r_i of row i = threadIdx.x / 2 of the raw rows in `panels`,
-// in both threads of the pair.
 template <int kNk>
-__device__ __forceinline__ float panel_row_rnorm(const Bf16* panels, float eps) {
+__device__ __forceinline__ void k_row_norms(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c, int64_t h,
+                                            int64_t hv, int L) {
   const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
   float ss = 0.f;
 #pragma unroll
   for (int sg = 0; sg < 4 * kNk; ++sg) {
     const int col = 32 * kNk * half + 8 * sg;
     ss = wgl::sum_sq_bf16x8(
-        *reinterpret_cast<const uint4*>(panels + (col >> 6) * kPanel + wg::tile_off<64>(i, col & 63)), ss);
+        *reinterpret_cast<const uint4*>(sm.Kp + (col >> 6) * kPanel + wg::tile_off<64>(i, col & 63)), ss);
   }
   ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-  return rsqrtf(ss + eps);
-}
-template <int kNk>
-__device__ __forceinline__ void k_row_norms(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c, int64_t h,
-                                            int64_t hv, int L) {
-  const int i = threadIdx.x >> 1, half = threadIdx.x & 1;
-  const float r = panel_row_rnorm<kNk>(sm.Kp, p.qk_norm_eps);
   if (half) return;
+  const float r = rsqrtf(ss + p.qk_norm_eps);
   sm.rn[i] = r;
   sm.fw[i] *= r;
   if (i < L && hv % p.shape.G == 0 && p.rk.present())
@@ -495,55 +488,14 @@ __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, cons
 // takes (the session-11 kernel gave the chunk form's bits 5 % faster in s13run1; these bisect it, the same bits):
 // kRtLoads: K and V by load_panels (run-time tests per segment) instead of load_panels_lean; kRtSteps: the K Kᵀ
 // k-step count from the run-time panel count (ptxas then injects warpgroup arrives into the chain, C7519).
-// kDiagNorm (qk_norm only): r_k from R's diagonal (k_row_norms_diag) instead of k_row_norms; not the same bits.
-constexpr int kRtLoads = 1, kRtSteps = 2, kDiagNorm = 4;
-
-// (Session 15, kQNorm: GdnFwdParams::rq present with qk_norm) r_q = 1 / sqrt(|q_i|² + eps) of the chunk's raw Q rows
-// from the Q panels (loaded beside K by the first value head of each q/k head) into p.rq (rows < L), as k_row_norms
-// forms r_k: the fused pass then reads r_q (cuda.sm90.fused_norm_rp) and no l2norm launch of q is needed.
-template <int kNk>
-__device__ __forceinline__ void q_row_norms(const GdnFwdParams& p, const PrepSmem& sm, const ChunkPos& c, int64_t h,
-                                            int L) {
-  const int i = threadIdx.x >> 1;
-  const float r = panel_row_rnorm<kNk>(sm.Qp, p.qk_norm_eps);
-  if ((threadIdx.x & 1) == 0 && i < L)
-    static_cast<float*>(p.rq.data)[c.b * p.rq.st[0] + (c.s + i) * p.rq.st[1] + h * p.rq.st[2]] = r;
-}
-
-// (Session 15, kDiagNorm) k_row_norms from the diagonal of R = K Kᵀ (R_ii = |k_i|², the raw rows' squares summed
-// in f32 by the tensor cores; another summation order than k_row_norms): row i = 16 warp + lane / 4 + 8 hh of the
-// warp's accumulators has its diagonal in column block jb = 2 warp + hh, element 2 hh + (lane / 4) % 2, of the 8
-// lanes with lane % 4 == lane / 8. Those lanes put r_i into sm.rn, fold it into sm.fw and write p.rk as k_row_norms
-// does, after K Kᵀ is waited for (no shared-memory reads of the K panels, no sums of squares on the CUDA cores).
-__device__ __forceinline__ void k_row_norms_diag(const float (&R)[32], const GdnFwdParams& p, const PrepSmem& sm,
-                                                 const ChunkPos& c, int64_t h, int64_t hv, int L) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if ((lane & 3) != (lane >> 3)) return;
-  const bool odd = ((lane >> 2) & 1) != 0;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float d = 0.f;
-#pragma unroll
-    for (int jb = 0; jb < 8; ++jb)  // selects, not a run-time register index (which would go to local memory)
-      if (jb == 2 * warp + hh) d = odd ? R[4 * jb + 2 * hh + 1] : R[4 * jb + 2 * hh];
-    const int i = 16 * warp + (lane >> 2) + 8 * hh;
-    const float r = rsqrtf(d + p.qk_norm_eps);
-    sm.rn[i] = r;
-    sm.fw[i] *= r;
-    if (i < L && hv % p.shape.G == 0 && p.rk.present())
-      static_cast<float*>(p.rk.data)[c.b * p.rk.st[0] + (c.s + i) * p.rk.st[1] + h * p.rk.st[2]] = r;
-  }
-}
+constexpr int kRtLoads = 1, kRtSteps = 2;
 
 // prep_wgmma, PrepForm::kChunk: one block per (chunk, value head). kNk: K's 64-column panels (1 or 2; a compile-time
 // count keeps ptxas from splitting the K Kᵀ chain with injected warpgroup arrives, session 12).
 // kNorm (session 13, w, u only): GdnFwdParams::qk_norm, the raw k rows normalised in f32 (k_row_norms, gate_to_m).
-// kQNorm (session 15, with kNorm): r_q of the raw q rows into p.rq as well (q_row_norms; Q panels over the M tile,
-// read before M is gated there).
-template <bool kWithP, int kNk, bool kTree, bool kNorm = false, int kRt = 0, bool kQNorm = false>
+template <bool kWithP, int kNk, bool kTree, bool kNorm = false, int kRt = 0>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
   static_assert(!(kWithP && kNorm), "qk_norm: w, u only");
-  static_assert(!kQNorm || kNorm, "r_q with the folded l2norm only");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -562,8 +514,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   } else {
     load_panels_fixed<kNk>(sm.Kp, p.k, lean_tensor<Bf16>(p.k) && K == 64 * kNk, c, h, L, K, ly.nk);
   }
-  const bool q_rows = kQNorm && hv % p.shape.G == 0;  // block-uniform: this block forms r_q of its q/k head
-  if (kWithP || q_rows)
+  if constexpr (kWithP)
     load_panels_fixed<kNk>(sm.Qp, p.q, lean_tensor<Bf16>(p.q) && K == 64 * kNk, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
   if constexpr ((kRt & kRtLoads) != 0) {
@@ -590,11 +541,9 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
     mma_kt(P, sm.s_q, sm.s_k, ksteps);
     wg::wg_commit();
   }
-  if constexpr (kNorm && (kRt & kDiagNorm) == 0) k_row_norms<kNk>(p, sm, c, h, hv, L);  // published by the V barrier
-  if (q_rows) q_row_norms<kNk>(p, sm, c, h, L);  // the Q panels are read before the V barrier (M is gated after it)
+  if constexpr (kNorm) k_row_norms<kNk>(p, sm, c, h, hv, L);  // published by the V barrier below
   wg::wg_wait<0>();
   wg::reg_fence(R);
-  if constexpr (kNorm && (kRt & kDiagNorm) != 0) k_row_norms_diag(R, p, sm, c, h, hv, L);  // likewise
   if constexpr (kWithP) wg::reg_fence(P);
   cuda::cp_async_wait<0>();  // V
   wg::fence_proxy_async();  // V read by the u wgmma as loaded
@@ -747,27 +696,19 @@ int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, cudaStre
                                 : (tree ? prep_wgmma<kWithP, 1, true> : prep_wgmma<kWithP, 1, false>);
   if constexpr (!kWithP)
     if (p.qk_norm)  // (session 13) the chunk-tree form only (fwd_cuda_prep_head checks the form)
-      kernel = p.rq.present() ? prep_wgmma<false, 2, true, true, 0, true>  // (session 15) with r_q: K > 64 (reject)
-               : p.shape.K > 64 ? prep_wgmma<false, 2, true, true> : prep_wgmma<false, 1, true, true>;
+      kernel = p.shape.K > 64 ? prep_wgmma<false, 2, true, true> : prep_wgmma<false, 1, true, true>;
   return launch_n(kernel, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
-// (Session 15, GPU run 1 only) The chunk-tree form with the session-11 run-time choices kRt (w, u; K = 128), or
-// kDiagNorm (qk_norm only).
+// (Session 15, GPU run 1 only) The chunk-tree form with the session-11 run-time choices kRt (w, u; K = 128).
 template <int kRt>
 int launch_prep_rt(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
-  if (p.Pqk.present() || p.rq.present() || p.shape.K != 128)
+  if (p.Pqk.present() || p.shape.K != 128)
     return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): the run-time variants take w, u, K = 128");
-  if constexpr ((kRt & kDiagNorm) != 0)
-    if (!p.qk_norm) return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): kDiagNorm needs qk_norm");
   const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, true).total);
-  if constexpr ((kRt & kDiagNorm) != 0)
-    return launch_n(prep_wgmma<false, 2, true, true, kRt>, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem,
-                    stream, p, hd);
-  else
-    return launch_n(p.qk_norm ? prep_wgmma<false, 2, true, true, kRt> : prep_wgmma<false, 2, true, false, kRt>,
-                    "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
+  return launch_n(p.qk_norm ? prep_wgmma<false, 2, true, true, kRt> : prep_wgmma<false, 2, true, false, kRt>,
+                  "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
 // Resident blocks: as many as fit (the occupancy query with the kernel's shared memory; 4 per SM at K = V = 128),
@@ -808,13 +749,6 @@ std::string fwd_cuda_prep_reject(const GdnFwdParams& p) {
     if (p.Pqk.present() || p.A.present()) return "the folded l2norm (qk_norm) forms w, u only (no Pqk, no A)";
     if (!(p.qk_norm_eps > 0.f)) return "the folded l2norm (qk_norm) needs eps > 0";
     if (p.rk.present() && p.rk.dtype != STRATA_DTYPE_F32) return "the folded l2norm writes rk in f32";
-    if (p.rq.present()) {  // (session 15) r_q formed here too
-      if (p.rq.dtype != STRATA_DTYPE_F32) return "the folded l2norm writes rq in f32";
-      if (!p.q.present() || p.q.dtype != p.k.dtype) return "r_q (rq) needs q in the dtype of k";
-      if (p.shape.K <= 64) return "r_q (rq) in the pre-state kernel needs 64 < K";
-    }
-  } else if (p.rq.present()) {
-    return "rq (r_q of the raw q) goes with qk_norm only";
   }
   const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, true).total);  // the larger layout
   if (smem > kPrepMaxSmem)
@@ -847,7 +781,6 @@ int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm for
     case PrepForm::kChunkTreeRtLoads: return launch_prep_rt<kRtLoads>(p, hd, stream);
     case PrepForm::kChunkTreeRtSteps: return launch_prep_rt<kRtSteps>(p, hd, stream);
     case PrepForm::kChunkTreeRt: return launch_prep_rt<kRtLoads | kRtSteps>(p, hd, stream);
-    case PrepForm::kChunkTreeDiagNorm: return launch_prep_rt<kDiagNorm>(p, hd, stream);
     default: break;
   }
   if (p.qk_norm && form != PrepForm::kAuto && form != PrepForm::kChunkTree)

@@ -12,8 +12,6 @@
 //                kChunkTree with the session-11 kernel's run-time K / V loads, run-time K Kᵀ step count, or both
 //                (gdn_fwd_cuda_prep.cu kRt; the same bits as kChunkTree), timed against it to find what made the
 //                session-11 kernel 5 % faster than the chunk form (s13run1).
-//   kChunkTreeDiagNorm (session 15, GPU run 1 only: qk_norm, w, u, K = 128): kChunkTree with r_k = 1 / |k| from the
-//                diagonal of K Kᵀ's accumulators instead of sums of squares over the K panels (not the same bits).
 // max_blocks > 0 caps the persistent form's grid (tests: many units per block).
 #pragma once
 
@@ -23,8 +21,7 @@ namespace strata::linear_attn::gdn {
 
 #if STRATA_WITH_CUDA
 enum class PrepForm : int {
-  kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree, kChunkTreeRtLoads, kChunkTreeRtSteps, kChunkTreeRt,
-  kChunkTreeDiagNorm
+  kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree, kChunkTreeRtLoads, kChunkTreeRtSteps, kChunkTreeRt
 };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream,
                        int max_blocks = 0);
