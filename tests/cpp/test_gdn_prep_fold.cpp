@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -439,73 +438,6 @@ TEST(GdnFwdCudaPrepForms, NormFoldMatchesNormalisedInputs) {
     y.qk_norm_eps = 0.f;
     EXPECT_NE(fwd_cuda_prep_reject(y), "") << "qk_norm without eps";
     ++idx;
-  }
-}
-
-// (Session 15, GPU run 1 only) The chunk-tree form with the session-11 kernel's run-time choices (PrepForm::
-// kChunkTreeRtLoads / kChunkTreeRtSteps / kChunkTreeRt: run-time K / V loads, run-time K Kᵀ step count, both) against
-// kChunkTree on the K = 128 fold shapes: w, u (A) the same bits, plain and with the folded l2norm (qk_norm: w, u and
-// rk the same bits). They differ only in how the same shared-memory contents and products are reached.
-TEST(GdnFwdCudaPrepForms, RunTimeVariantsGiveTheChunkTreeBits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const PrepForm variants[] = {PrepForm::kChunkTreeRtLoads, PrepForm::kChunkTreeRtSteps, PrepForm::kChunkTreeRt};
-  int idx = 0, checked = 0;
-  for (const FoldShape& s : fold_shapes()) {
-    if (s.K != 128) {
-      ++idx;
-      continue;
-    }
-    FoldProblem pr(s, 1500 + idx);
-    Dev rk(static_cast<size_t>(s.B * s.T * s.H) * 4);
-    for (const int mode : {0, 1, 2}) {  // w, u, A; w, u; w, u with the folded l2norm
-      GdnFwdParams f = pr.p;
-      f.Pqk = GdnTensor{};
-      if (mode > 0) f.A = GdnTensor{};
-      if (mode == 2) f.qk_norm = true, f.qk_norm_eps = 1e-6f, f.rk = tok(rk.p, STRATA_DTYPE_F32, s.T, s.H, 0);
-      pr.poison(), rk.poison();
-      ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, PrepForm::kChunkTree, nullptr), STRATA_SUCCESS) << "shape " << idx;
-      const auto w0 = pr.w->bits(), u0 = pr.u->bits(), a0 = pr.A->bits(), r0 = rk.bits();
-      EXPECT_EQ(poisoned(w0) + poisoned(u0), 0u) << "shape " << idx;
-      for (const PrepForm v : variants) {
-        pr.poison(), rk.poison();
-        ASSERT_EQ(fwd_cuda_prep_head(f, GdnFwdHead{}, v, nullptr), STRATA_SUCCESS) << "shape " << idx;
-        EXPECT_TRUE(pr.w->bits() == w0) << "shape " << idx << " mode " << mode << " variant " << static_cast<int>(v);
-        EXPECT_TRUE(pr.u->bits() == u0) << "shape " << idx << " mode " << mode << " variant " << static_cast<int>(v);
-        EXPECT_TRUE(pr.A->bits() == a0) << "shape " << idx << " mode " << mode << " variant " << static_cast<int>(v);
-        if (mode == 2) EXPECT_TRUE(rk.bits() == r0) << "shape " << idx << " variant " << static_cast<int>(v);
-        ++checked;
-      }
-    }
-    ++idx;
-  }
-  EXPECT_GT(checked, 0);
-  std::printf("[gdn_prep s15 check] run-time variants against the chunk-tree form: %d comparisons (w, u, A, rk)\n",
-              checked);
-}
-
-// (Session 15, GPU run 1 only) The run-time variants against kChunkTree at the benchmark shapes, interleaved, median
-// of 15: w, u (the unfolded forward) and w, u with the folded l2norm (what the automatic forward runs). Prints
-// "[gdn_prep timing] s15 ...".
-TEST(GdnFwdCudaPrepForms, RunTimeVariantsTiming) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    BenchProblem bp(B);
-    Dev rk(static_cast<size_t>(bp.rows * bp.H) * 4);
-    GdnFwdParams pn = bp.p;
-    pn.qk_norm = true, pn.qk_norm_eps = 1e-6f, pn.rk = tok(rk.p, STRATA_DTYPE_F32, bp.T, bp.H, 0);
-    const PrepForm forms[] = {PrepForm::kChunkTree, PrepForm::kChunkTreeRtLoads, PrepForm::kChunkTreeRtSteps,
-                              PrepForm::kChunkTreeRt};
-    std::vector<std::function<void()>> calls;
-    for (const GdnFwdParams* x : {&bp.p, &pn})
-      for (const PrepForm f : forms)
-        calls.push_back([x, f] { EXPECT_EQ(fwd_cuda_prep_head(*x, GdnFwdHead{}, f, nullptr), STRATA_SUCCESS); });
-    const std::vector<double> t = gdn_test::time_median_ms(calls, 15);
-    std::printf("[gdn_prep timing] s15 bf16 B=%lld T=%lld H=16 HV=32 K=V=128, median of 15 interleaved: w, u: "
-                "chunk-tree %.4f, run-time loads %.4f, run-time steps %.4f, both %.4f ms; with the folded l2norm: "
-                "chunk-tree %.4f, run-time loads %.4f, run-time steps %.4f, both %.4f ms\n",
-                static_cast<long long>(B), static_cast<long long>(bp.T), t[0], t[1], t[2], t[3], t[4], t[5], t[6],
-                t[7]);
-    std::fflush(stdout);
   }
 }
 

@@ -484,16 +484,10 @@ __device__ __forceinline__ void invert_and_fragments(const GdnFwdParams& p, cons
   }
 }
 
-// (Session 15, GPU run 1 only) kRt: which of the session-11 kernel's run-time choices a chunk-tree instantiation
-// takes (the session-11 kernel gave the chunk form's bits 5 % faster in s13run1; these bisect it, the same bits):
-// kRtLoads: K and V by load_panels (run-time tests per segment) instead of load_panels_lean; kRtSteps: the K Kᵀ
-// k-step count from the run-time panel count (ptxas then injects warpgroup arrives into the chain, C7519).
-constexpr int kRtLoads = 1, kRtSteps = 2;
-
 // prep_wgmma, PrepForm::kChunk: one block per (chunk, value head). kNk: K's 64-column panels (1 or 2; a compile-time
 // count keeps ptxas from splitting the K Kᵀ chain with injected warpgroup arrives, session 12).
 // kNorm (session 13, w, u only): GdnFwdParams::qk_norm, the raw k rows normalised in f32 (k_row_norms, gate_to_m).
-template <bool kWithP, int kNk, bool kTree, bool kNorm = false, int kRt = 0>
+template <bool kWithP, int kNk, bool kTree, bool kNorm = false>
 __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, const GdnFwdHead hd) {
   static_assert(!(kWithP && kNorm), "qk_norm: w, u only");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -509,19 +503,11 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const PrepSmem sm(smem, ly);
 
-  if constexpr ((kRt & kRtLoads) != 0) {
-    load_panels(sm.Kp, p.k, c, h, L, K, ly.nk);
-  } else {
-    load_panels_fixed<kNk>(sm.Kp, p.k, lean_tensor<Bf16>(p.k) && K == 64 * kNk, c, h, L, K, ly.nk);
-  }
+  load_panels_fixed<kNk>(sm.Kp, p.k, lean_tensor<Bf16>(p.k) && K == 64 * kNk, c, h, L, K, ly.nk);
   if constexpr (kWithP)
     load_panels_fixed<kNk>(sm.Qp, p.q, lean_tensor<Bf16>(p.q) && K == 64 * kNk, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
-  if constexpr ((kRt & kRtLoads) != 0) {
-    load_panels(sm.Vs, p.v, c, hv, L, V, ly.nv);
-  } else {
-    load_panels_fixed<2>(sm.Vs, p.v, lean_tensor<Bf16>(p.v) && V == 128, c, hv, L, V, ly.nv);
-  }
+  load_panels_fixed<2>(sm.Vs, p.v, lean_tensor<Bf16>(p.v) && V == 128, c, hv, L, V, ly.nv);
   cuda::cp_async_commit();
   row_factors(p, hd.g_in, c, hv, L, sm.gam, sm.bet, sm.fw, sm.fu);
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
@@ -529,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   __syncthreads();
 
   // wgmma 1: R = K Kᵀ; wgmma 2: Q Kᵀ.
-  const int ksteps = (kRt & kRtSteps) != 0 ? 4 * ly.nk : 4 * kNk;
+  const int ksteps = 4 * kNk;
   float R[32];
   float P[kWithP ? 32 : 1];
   wg::reg_fence(R);
@@ -700,17 +686,6 @@ int launch_prep(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, cudaStre
   return launch_n(kernel, "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
 }
 
-// (Session 15, GPU run 1 only) The chunk-tree form with the session-11 run-time choices kRt (w, u; K = 128).
-template <int kRt>
-int launch_prep_rt(const GdnFwdParams& p, const GdnFwdHead& hd, cudaStream_t stream) {
-  if (p.Pqk.present() || p.shape.K != 128)
-    return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): the run-time variants take w, u, K = 128");
-  const int64_t blocks = chunk_slots(p.chunks) * p.shape.HV;
-  const size_t smem = static_cast<size_t>(prep_layout(p.shape.K, p.shape.V, true).total);
-  return launch_n(p.qk_norm ? prep_wgmma<false, 2, true, true, kRt> : prep_wgmma<false, 2, true, false, kRt>,
-                  "prepare_wy_repr_fwd (prep_wgmma)", blocks, kThreads, smem, stream, p, hd);
-}
-
 // Resident blocks: as many as fit (the occupancy query with the kernel's shared memory; 4 per SM at K = V = 128),
 // at most one per unit, at most max_blocks when > 0 (tests: many units per block).
 int launch_prep_persist(const GdnFwdParams& p, const GdnFwdHead& hd, bool tree, int max_blocks, cudaStream_t stream) {
@@ -777,12 +752,6 @@ int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& hd, PrepForm for
   // kAuto: the chunk form with the tree inverse (s12run1: the tree inverse 3 % faster for w, u in the persistent form;
   // the persistent form itself not faster than the chunk form).
   const bool tree = form == PrepForm::kAuto || form == PrepForm::kChunkTree || form == PrepForm::kPersistentTree;
-  switch (form) {  // (session 15, GPU run 1 only)
-    case PrepForm::kChunkTreeRtLoads: return launch_prep_rt<kRtLoads>(p, hd, stream);
-    case PrepForm::kChunkTreeRtSteps: return launch_prep_rt<kRtSteps>(p, hd, stream);
-    case PrepForm::kChunkTreeRt: return launch_prep_rt<kRtLoads | kRtSteps>(p, hd, stream);
-    default: break;
-  }
   if (p.qk_norm && form != PrepForm::kAuto && form != PrepForm::kChunkTree)
     return fail(STRATA_ERROR_UNSUPPORTED, "prepare_wy_repr_fwd (prep_wgmma): the folded l2norm runs the chunk-tree form");
   if (p.Pqk.present()) return launch_prep<true>(p, hd, tree, stream);

@@ -8,10 +8,6 @@
 //                at most 2 split block products in sequence per step); not the same bits (another summation order).
 //   kChunkTree   kChunk with invert_tree (also with Pqk).
 //   kAuto        kChunkTree (session 12, run 2).
-//   kChunkTreeRtLoads, kChunkTreeRtSteps, kChunkTreeRt (session 15, GPU run 1 only: w, u, K = 128, qk_norm or not):
-//                kChunkTree with the session-11 kernel's run-time K / V loads, run-time K Kᵀ step count, or both
-//                (gdn_fwd_cuda_prep.cu kRt; the same bits as kChunkTree), timed against it to find what made the
-//                session-11 kernel 5 % faster than the chunk form (s13run1).
 // max_blocks > 0 caps the persistent form's grid (tests: many units per block).
 #pragma once
 
@@ -20,9 +16,7 @@
 namespace strata::linear_attn::gdn {
 
 #if STRATA_WITH_CUDA
-enum class PrepForm : int {
-  kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree, kChunkTreeRtLoads, kChunkTreeRtSteps, kChunkTreeRt
-};
+enum class PrepForm : int { kAuto = 0, kChunk, kPersistent, kPersistentTree, kChunkTree };
 int fwd_cuda_prep_head(const GdnFwdParams& p, const GdnFwdHead& head, PrepForm form, void* stream,
                        int max_blocks = 0);
 #endif
