@@ -244,6 +244,8 @@ TEST(GdnFwdCudaPrepFold, TimingAtBenchShapes) {
 // (Session 12) The persistent form (PrepForm::kPersistent) against the chunk form on every fold shape: w, u (A; γ
 // when folded) the same bits, with γ read or folded, with and without A, on the device-filling grid and on a grid of
 // 3 blocks (many units per block: the next unit's K and the next item's V, γ, β requested during the current one).
+// (Session 15: the chunk form loads K, V by load_panels, the persistent form by the fixed-slot lean loads, so this
+// also checks that the two load paths fill the panels alike.)
 TEST(GdnFwdCudaPrepForms, PersistentGivesTheChunkFormsBits) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   int idx = 0;

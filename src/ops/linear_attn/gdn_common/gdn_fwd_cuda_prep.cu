@@ -503,11 +503,15 @@ __global__ void __launch_bounds__(kThreads, 4) prep_wgmma(const GdnFwdParams p, 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const PrepSmem sm(smem, ly);
 
-  load_panels_fixed<kNk>(sm.Kp, p.k, lean_tensor<Bf16>(p.k) && K == 64 * kNk, c, h, L, K, ly.nk);
-  if constexpr (kWithP)
-    load_panels_fixed<kNk>(sm.Qp, p.q, lean_tensor<Bf16>(p.q) && K == 64 * kNk, c, h, L, K, ly.nk);
+  // (Session 15) load_panels, not load_panels_fixed's fixed-slot lean loads (session 12): the same shared-memory
+  // contents, so the same bits, and faster here. GPU run s15run1 (H200, bf16 H = 16 HV = 32 K = V = 128, chunk-tree,
+  // median of 15 interleaved, B = 4 T = 8192 / B = 1 T = 32768): w, u 0.444 -> 0.424 / 0.444 -> 0.422 ms, with the
+  // folded l2norm 0.467 -> 0.451 / 0.465 -> 0.452 ms (the K Kᵀ step count from the run-time panel count, the session-11
+  // kernel's other difference, measured no faster: 0.445 / 0.472 ms). The persistent form keeps load_panels_fixed.
+  load_panels(sm.Kp, p.k, c, h, L, K, ly.nk);
+  if constexpr (kWithP) load_panels(sm.Qp, p.q, c, h, L, K, ly.nk);
   cuda::cp_async_commit();
-  load_panels_fixed<2>(sm.Vs, p.v, lean_tensor<Bf16>(p.v) && V == 128, c, hv, L, V, ly.nv);
+  load_panels(sm.Vs, p.v, c, hv, L, V, ly.nv);
   cuda::cp_async_commit();
   row_factors(p, hd.g_in, c, hv, L, sm.gam, sm.bet, sm.fw, sm.fu);
   cuda::cp_async_wait<1>();  // K (and Q) complete; V may be in flight
