@@ -200,18 +200,6 @@ norm::RowNormBwdParams dq_norm_bwd(const void* qn, const void* rstd, const void*
   return a;
 }
 
-// Element e of a bf16 or f32 buffer.
-double elem(const std::vector<uint8_t>& b, int32_t dt, size_t e) {
-  if (dt == STRATA_DTYPE_F32) {
-    float x;
-    std::memcpy(&x, b.data() + 4 * e, 4);
-    return x;
-  }
-  uint16_t u;
-  std::memcpy(&u, b.data() + 2 * e, 2);
-  return bf16_bits_to_f32(u);
-}
-
 // The folded call's params: dq (dtype dt) into out, rstd from the problem.
 DqkwgParams folded_params(const Problem& pr, int variant, const Dev& out, int32_t dt) {
   DqkwgParams p = pr.params(variant);
@@ -228,7 +216,7 @@ size_t count_bad(const std::vector<uint8_t>& got, int32_t dt, const std::vector<
   size_t bad = 0;
   *worst = 0;
   for (size_t e = 0; e < want.size(); ++e) {
-    const double err = std::abs(elem(got, dt, e) - want[e]);
+    const double err = std::abs(load_elem(got.data(), dt, static_cast<int64_t>(e)) - want[e]);
     const double bound = (dt == STRATA_DTYPE_F32 ? 0.0 : std::ldexp(std::abs(want[e]), -8)) + tol * mx;
     if (!(err <= bound)) ++bad;
     if (err == err) *worst = std::max(*worst, err / std::max(mx, 1e-30));
