@@ -170,8 +170,11 @@ __device__ __forceinline__ void request_rstd(const DqkwgParams& p, const ChunkAt
 // (row_norm_bwd's kNormalizedSrc), qn the bf16 values of the item's Qᵀ tile [128][64] at qt (those the products
 // used). Each row's dot sums this thread's 32 products in column order, then the quad's by two butterflies.
 __device__ __forceinline__ void l2norm_bwd_rows(int w, int lane, const uint16_t* qt, const float* sRs, float (&a)[64]) {
-  ::strata::cuda::cp_async_wait<0>();  // (this thread's rstd requests; the dq group issues no other cp.async)
-  __syncwarp();                        // the quad leaders' rows visible to their quads
+  // The quad leaders' rows: complete for the leader after its wait (the dq group issues no other cp.async), visible
+  // to its quad after the warp barrier (its memory ordering). (A leader read plus two shuffles instead: 20 bytes of
+  // spills in the copy-engine form.)
+  ::strata::cuda::cp_async_wait<0>();
+  __syncwarp();
   const int i0 = 16 * w + (lane >> 2);
   const float rs[2] = {sRs[i0], sRs[i0 + 8]};
   float dot[2] = {0.f, 0.f};
