@@ -26,13 +26,6 @@ struct DqkwgParams {
   gdn_bwd::Dims d;                          // d.NT: chunk dimension of h and dh
   gdn_bwd::View q, k, v, dout, h, dh, dv, g;  // dv, g optional
   gdn_bwd::View dq, dk, dw, dg;             // outputs; dw (needs dv) and dg (needs g) optional
-  // Optional (internal: the composed backward with use_qk_l2norm_in_kernel sets it; plans never do): f32 [B, T, H]
-  // rstd of the l2norm that made q (q here is the normalised qn). Present: dq is written as the l2norm backward of
-  // the head sum, dq = rstd (dq - qn (qn . dq)) per row (row_norm_bwd's kNormalizedSrc, with qn as passed), in
-  // dq's dtype, instead of the head sum itself. Honoured by the float64 reference and the warpgroup-MMA kernel
-  // (where chunk_bwd_dqkwg_cuda_wgmma_runs(p)); the mma.sync and FMA kernels return STRATA_ERROR_UNSUPPORTED, and
-  // the CPU kernels are never given it (only the CUDA composite sets it).
-  gdn_bwd::View dq_rstd;
   float scale = 1.f;
   // Launch configuration of the tensor-core kernel: kDqkwgAuto (the default: kDqkwgTwoPerSm), kDqkwgPipelined
   // (8 warps, two cp.async stages, one block per SM), kDqkwgTwoPerSm (8 warps, one stage, the dq / dk sums over
@@ -77,9 +70,6 @@ std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p);
 size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
 // True when chunk_bwd_dqkwg_cuda_wgmma runs its copy-engine form for p (tests: that the form they time runs).
 bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p);
-// True when chunk_bwd_dqkwg_cuda_wgmma runs the warpgroup-MMA kernel for p (either form), not its mma.sync
-// fallback: then it honours p.dq_rstd (the composed backward's test before folding dq's l2norm backward).
-bool chunk_bwd_dqkwg_cuda_wgmma_runs(const DqkwgParams& p);
 int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stream);
 #endif
 

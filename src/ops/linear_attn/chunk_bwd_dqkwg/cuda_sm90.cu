@@ -165,9 +165,6 @@ size_t chunk_bwd_dqkwg_cuda_fma_workspace(const Dims& d) {
 }
 
 int chunk_bwd_dqkwg_cuda_fma(const DqkwgParams& p, void* workspace, void* stream_ptr) {
-  if (p.dq_rstd.present())
-    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.chunk_tile: dq_rstd (the folded dq l2norm "
-                                          "backward) runs only in cuda.sm90.wgmma");
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   const Ws ws = carve(workspace, d);

@@ -407,9 +407,6 @@ int chunk_bwd_dqkwg_cuda_mma(const DqkwgParams& p, void* workspace, void* stream
        p.mma_variant == kDqkwgWgmmaUnboundedWait || p.mma_variant == kDqkwgWgmmaBoundedWait) &&
       chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty())
     return chunk_bwd_dqkwg_cuda_wgmma(p, workspace, stream_ptr);
-  if (p.dq_rstd.present())
-    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.mma: dq_rstd (the folded dq l2norm backward) "
-                                          "runs only in cuda.sm90.wgmma");
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   int64_t* offs = static_cast<int64_t*>(workspace);

@@ -62,9 +62,7 @@ constexpr uint32_t oRing = 2 * kTokB, oQ = oRing + kRing * kStage, oK = oQ + kQK
 // Copy-engine form: mbarriers of the kRing stages and the two token buffers after the f32 values; the tiles at
 // 1024-byte aligned offsets (the 128-byte swizzle atoms; the kernel aligns its base, hence the 1 KiB of slack).
 constexpr uint32_t oBar = oF + (3 * 64 + 2 * 64 + 16) * sizeof(float);
-// Then the rstd of the item's 64 rows [64] f32 (p.dq_rstd: dq's l2norm backward folded into the epilogue).
-constexpr uint32_t oRs = oBar + (kRing + 2) * sizeof(uint64_t);
-constexpr size_t kSmem = oRs + 64 * sizeof(float) + 1024;
+constexpr size_t kSmem = oBar + (kRing + 2) * sizeof(uint64_t) + 1024;
 static_assert(kSmem <= 227 * 1024, "shared memory of one block");
 static_assert(kTokB % 1024 == 0 && kQK % 1024 == 0 && kSq % 1024 == 0 && oRing % 1024 == 0, "1024-byte atoms");
 
@@ -146,51 +144,6 @@ __device__ __forceinline__ void store_rows(const View& out, int64_t o0, int L, i
   if (out.dtype == STRATA_DTYPE_BF16) store_rows_t<STRATA_DTYPE_BF16, N>(out, o0, L, w, lane, a, sign);
   else if (out.dtype == STRATA_DTYPE_F16) store_rows_t<STRATA_DTYPE_F16, N>(out, o0, L, w, lane, a, sign);
   else store_rows_t<STRATA_DTYPE_F32, N>(out, o0, L, w, lane, a, sign);
-}
-
-// dq's l2norm backward (p.dq_rstd): the rstd of the item's 64 rows come by 4-byte cp.async into sRs [64] f32,
-// requested by the dq group's quad leaders (lane % 4 = 0: rows i0 = 16 w + lane / 4 and i0 + 8, those the quad
-// holds) at the item's first step, so that no register waits on them across the item (zero past L).
-__device__ __forceinline__ void request_rstd(const DqkwgParams& p, const ChunkAt& c, int64_t h, int w, int lane,
-                                             uint32_t sRs) {
-  const int i0 = 16 * w + (lane >> 2);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int i = i0 + 8 * hh;
-    const bool ok = i < c.L;
-    const float* src = static_cast<const float*>(p.dq_rstd.p) + (ok ? p.dq_rstd.off(c.b, c.t0 + i, h) : 0);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sRs + 4u * static_cast<uint32_t>(i)), "l"(src),
-                 "r"(ok ? 4 : 0)
-                 : "memory");
-  }
-  ::strata::cuda::cp_async_commit();
-}
-// Then, on the item's head sum a (the m64n128 accumulator layout of store_rows: rows i0 and i0 + 8, this thread's
-// 32 columns of each; a row's 128 columns lie in the four lanes of a quad), in place: a = rstd (a - qn (qn . a))
-// (row_norm_bwd's kNormalizedSrc), qn the bf16 values of the item's Qᵀ tile [128][64] at qt (those the products
-// used). Each row's dot sums this thread's 32 products in column order, then the quad's by two butterflies.
-__device__ __forceinline__ void l2norm_bwd_rows(int w, int lane, const uint16_t* qt, const float* sRs, float (&a)[64]) {
-  // The quad leaders' rows: complete for the leader after its wait (the dq group issues no other cp.async), visible
-  // to its quad after the warp barrier (its memory ordering). (A leader read plus two shuffles instead: 20 bytes of
-  // spills in the copy-engine form.)
-  ::strata::cuda::cp_async_wait<0>();
-  __syncwarp();
-  const int i0 = 16 * w + (lane >> 2);
-  const float rs[2] = {sRs[i0], sRs[i0 + 8]};
-  float dot[2] = {0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < 64; ++i)
-    dot[(i & 3) >> 1] += bf(qt[wg::tile_off<64>(wg::acc_col(lane, i >> 2, i & 3), wg::acc_row(w, lane, i & 3))]) * a[i];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 1);
-    dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 2);
-  }
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    const int hh = (i & 3) >> 1;
-    a[i] = rs[hh] * (a[i] - dot[hh] * bf(qt[wg::tile_off<64>(wg::acc_col(lane, i >> 2, i & 3), wg::acc_row(w, lane, i & 3))]));
-  }
 }
 
 // Descriptor of the 16-column K step ks of a [kRows][128] operand (dO, Vn, dV: kRows = 64; S, dS rows: 32) at
@@ -376,8 +329,6 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
       const int s = g * kQ + q;
       wg::bar_sync(kBarAll, kThr);  // this step's stage loaded and visible (the ds group waited and fenced)
       if (s == 0) {  // this item's q (dq group) or k (dk group) → Qᵀ or Kᵀ (the previous item's readers are done)
-        if (kDq && p.dq_rstd.present() && (lane & 3) == 0)  // (the previous item's readers of sRs are done too)
-          request_rstd(p, x.chunk_of(k), x.head_of(k), w, lane, sb + oRs);
         wg::transpose_tile<64, 128, 4>(w, x.smem + (kDq ? oQ : oK), sb + (kDq ? oQT : oKT));  // X [64 t][128] → Xᵀ
         wg::fence_proxy_async();
         wg::bar_sync(kBarAll, kThr);  // Qᵀ, Kᵀ visible; the q, k buffer is free for the next item's loads
@@ -447,9 +398,6 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
     const ChunkAt c = x.chunk_of(k);
     const int64_t h = x.head_of(k);
     const View& out = kDq ? p.dq : p.dk;
-    // (Qᵀ holds this item's q until the group's own transpose at the next item's first step)
-    if (kDq && p.dq_rstd.present())
-      l2norm_bwd_rows(w, lane, xt, reinterpret_cast<const float*>(x.smem + oRs), sum);
     store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
 #pragma unroll
     for (int i = 0; i < 64; ++i) sum[i] = 0.f;
@@ -713,13 +661,6 @@ bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
          make_maps(p, p.dw.present() && p.dv.present(), maps);
 }
 
-// The kernel itself runs (not the mma.sync fallback): inputs 16-byte aligned, outputs pair-aligned, and the
-// copy-engine form applies or the cp.async form was compiled to kRegsLaunch (the rule of chunk_bwd_dqkwg_cuda_wgmma).
-bool wgmma_kernel_runs(const DqkwgParams& p, bool* tma, DqkwgMaps* maps) {
-  *tma = views_aligned(p) && copy_engine_form(p, maps);
-  return *tma || (views_aligned(p) && kernel_regs<false>() == kRegsLaunch);
-}
-
 }  // namespace
 
 std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p) {
@@ -737,20 +678,12 @@ std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p) {
   if (!strides8(p.q, 3) || !strides8(p.k, 3) || !strides8(p.v, 3) || !strides8(p.dout, 3) || !strides8(p.h, 4) ||
       !strides8(p.dh, 4) || (p.dv.present() && !strides8(p.dv, 3)))
     return "needs strides that are multiples of 8 elements";
-  if (p.dq_rstd.present() && p.dq_rstd.dtype != STRATA_DTYPE_F32) return "takes an f32 dq_rstd";
   return "";
 }
-
 
 bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p) {
   DqkwgMaps maps{};
   return chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty() && views_aligned(p) && copy_engine_form(p, &maps);
-}
-
-bool chunk_bwd_dqkwg_cuda_wgmma_runs(const DqkwgParams& p) {
-  DqkwgMaps maps{};  // (the cp.async form's test first: no tensor maps encoded where it settles the answer)
-  return chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty() && views_aligned(p) &&
-         (kernel_regs<false>() == kRegsLaunch || copy_engine_form(p, &maps));
 }
 
 // Workspace: the chunk offsets (the kernel's only use), or the mma.sync kernel's when it runs instead (unaligned).
@@ -763,10 +696,9 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // kernel, which copies them element-wise. So too if the kernel was not compiled to the register count that its
   // setmaxnreg split assumes (kRegsLaunch). The copy-engine form where make_maps accepts p (unless mma_variant =
   // kDqkwgWgmmaCpAsync), else the cp.async form.
-  // (p.dq_rstd: only this kernel folds dq's l2norm backward; the mma.sync fallback refuses it.)
   DqkwgMaps maps{};
-  bool tma = false;
-  if (!wgmma_kernel_runs(p, &tma, &maps)) {
+  const bool tma = views_aligned(p) && copy_engine_form(p, &maps);
+  if (!tma && !(views_aligned(p) && kernel_regs<false>() == kRegsLaunch)) {
     DqkwgParams pm = p;
     pm.mma_variant = kDqkwgTwoPerSm;
     return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);

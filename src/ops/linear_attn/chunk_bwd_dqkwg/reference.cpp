@@ -63,13 +63,6 @@ void run(const DqkwgParams& p) {
           for (int64_t i = 0; i < L; ++i) st(p.dg, p.dg.off(c.b, c.t0 + i, hv), dg[i]);
         }
       }
-      if (p.dq_rstd.present())  // dq's l2norm backward: dq = rstd (dq - qn (qn . dq)), qn = q as passed
-        for (int64_t i = 0; i < L; ++i) {
-          Acc dot = 0.0;
-          for (int64_t x = 0; x < K; ++x) dot += Q(i, x) * dq_sum[i * K + x];
-          const Acc r = ldA<Acc>(p.dq_rstd, p.dq_rstd.off(c.b, c.t0 + i, h));
-          for (int64_t x = 0; x < K; ++x) dq_sum[i * K + x] = r * (dq_sum[i * K + x] - dot * Q(i, x));
-        }
       for (int64_t i = 0; i < L; ++i)
         for (int64_t x = 0; x < K; ++x) {
           st(p.dq, p.dq.off(c.b, c.t0 + i, h) + x, dq_sum[i * K + x]);

@@ -569,15 +569,6 @@ Calls make_calls(const GdnParams& p, const Bufs& b, const Sizes& s, bool bwd) {
   qp.dw = bwd_tok(dw, s.idt, p.T, p.HV, p.K);
   qp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
   qp.scale = p.scale;
-  if (p.l2norm) {
-    // Session 15: where chunk_bwd_dqkwg runs its warpgroup-MMA kernel, that kernel applies dq's l2norm backward to
-    // each finished head sum and writes the final dq (DqkwgParams::dq_rstd): no f32 dq round trip, no dq pass in
-    // the tail. Elsewhere dq goes through b.dq and row_norm_bwd as before.
-    DqkwgParams f = qp;
-    f.dq = bwd_view(p.dq);
-    f.dq_rstd = bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
-    if (chunk_bwd_dqkwg_cuda_wgmma_runs(f)) qp = f;
-  }
 
   WyBwdParams& wp = c.wp;
   wp.d = d;
@@ -951,8 +942,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
   if (p.l2norm) {
-    if (!c.qp.dq_rstd.present())  // (else chunk_bwd_dqkwg wrote the final dq)
-      STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
     STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
   }
   mark("tail");
