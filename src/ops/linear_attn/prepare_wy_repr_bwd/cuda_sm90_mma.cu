@@ -281,6 +281,72 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
     }
 }
 
+// kNorm (WyBwdParams::dk_rstd, the composed backward with l2norm): dk leaves through the l2norm backward,
+// dk = r (y − (y · k) k) with y = dk_add + Σ_g (the unfused f32 sum, in place in dk_sum), k the chunk's k tile in
+// shared memory (the normalised keys there; sK, row pitch ld) and r the row's rstd (sRk). That replaces the composed
+// backward's row_norm_bwd pass over dk (f32 y written and read back, 2 × 268 MB at B = 4, T = 8192, H = 16,
+// K = 128). A row's P columns lie in the two column-half warps wn (each holding columns c0.. of every K tile in
+// registers): the quad sums its 2 KT · 8 products and butterflies them in a fixed order, the halves meet in
+// sNdot[2][64] after a block barrier that every thread reaches (both halves then add them in the same order).
+// All dk_add loads of a thread are issued before any use (nothing is stored before the barrier).
+template <class T, int KT>
+__device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
+                                                 float (&dk_sum)[KT][1][4][4], const uint16_t* sK, int ld,
+                                                 const float* sRk, float* sNdot, int r0, int c0, int wn) {
+  const bool add = p.dk_add.present();
+  const int lane = threadIdx.x & 31;
+  float dot[2] = {0.f, 0.f};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {  // the fragment rows r0 + lane / 4 (s = 0) and + 8 (s = 1)
+    const int i = r0 + frag_row(0, 2 * s);
+    if (i >= L) continue;
+    const float* row = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int x = kt * 64 + c0 + frag_col(nt, 0);
+        float& y0 = dk_sum[kt][0][nt][2 * s];
+        float& y1 = dk_sum[kt][0][nt][2 * s + 1];
+        if (add) {  // dk_add + Σ_g (the order of the unfused sum); past kc both are 0
+          if (x < kc) y0 = row[x] + y0;
+          if (x + 1 < kc) y1 = row[x + 1] + y1;
+        }
+        const uint32_t kp = *reinterpret_cast<const uint32_t*>(sK + i * ld + x);  // k (zero past kc)
+        dot[s] += y0 * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu));
+        dot[s] += y1 * Elem<T>::to(static_cast<uint16_t>(kp >> 16));
+      }
+  }
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
+    dot[s] += __shfl_xor_sync(0xffffffffu, dot[s], 1);
+    dot[s] += __shfl_xor_sync(0xffffffffu, dot[s], 2);
+  }
+  if ((lane & 3) == 0) {
+    sNdot[wn * 64 + r0 + lane / 4] = dot[0];
+    sNdot[wn * 64 + r0 + lane / 4 + 8] = dot[1];
+  }
+  __syncthreads();  // both column halves of every row's dot are in sNdot
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const int i = r0 + frag_row(0, 2 * s);
+    if (i >= L) continue;
+    const float yk = sNdot[i] + sNdot[64 + i], r = sRk[i];
+    const int64_t o = p.dk.off(c.b, c.t0 + i, h);
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int x = kt * 64 + c0 + frag_col(nt, 0);
+        if (x >= kc) continue;
+        const uint32_t kp = *reinterpret_cast<const uint32_t*>(sK + i * ld + x);
+        const float a0 = r * (dk_sum[kt][0][nt][2 * s] - yk * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu)));
+        const float a1 = r * (dk_sum[kt][0][nt][2 * s + 1] - yk * Elem<T>::to(static_cast<uint16_t>(kp >> 16)));
+        st_pair(p.dk, o + x, a0, a1, x + 1 < kc);
+      }
+  }
+}
+
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
                                                           int VP, int stages) {
@@ -476,19 +542,20 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 // P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
 // Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
-// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start). P = 128: 100 864 bytes.
+// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start); kNorm's rstd [64] and dot halves [2][64].
+// P = 128: 101 632 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
   static constexpr size_t tile = size_t{64} * ld * 2, small = size_t{64} * kL64 * 2;
   static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + small,
                           t = x + small, vec = t + small;
-  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
+  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1 + 3) * 64 * 4;
 };
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
-// wy_dv_tile's kFull stores.
-template <class T, int P, DkAdd kAdd, bool kTrim>
+// wy_dv_tile's kFull stores. kNorm (session 15; with kTrim only): dk through the l2norm backward (wy_store_dk_norm).
+template <class T, int P, DkAdd kAdd, bool kTrim, bool kNorm = false>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -507,6 +574,8 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
   float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
   float* sDgAdd = sG + 832;  // [64]: kLatency's dg_add of the head
+  float* sRk = sG + 896;     // [64]: kNorm's rstd of the chunk's rows
+  float* sNdot = sG + 960;   // [2][64]: kNorm's row dots y · k over the columns of column-half warp wn
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
@@ -536,10 +605,13 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           // kLatency: dg_add of this head's row too (parked in shared memory: no register held through the head),
           // so that its latency is not exposed before the dγ store.
           const float dga = kLatency && ok ? wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x) : 0.f;
+          // kNorm: the rows' rstd with the chunk's first head (read only in the chunk's dk epilogue)
+          const float rk = kNorm && g == 0 && ok ? ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + threadIdx.x, h)) : 0.f;
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
             if (kLatency) sDgAdd[i] = dga;
+            if (kNorm && g == 0) sRk[i] = rk;
             sG[i] = gi;
             sBeta[i] = bi;
             sE[i] = i < L ? expf(gi) : 0.f;
@@ -630,16 +702,19 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
-      wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
+      if constexpr (kNorm)
+        wy_store_dk_norm<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, sRk, sNdot, r0, c0, wn);
+      else
+        wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, DkAdd kAdd, bool kTrim = false>
+template <class T, int P, DkAdd kAdd, bool kTrim = false, bool kNorm = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim, kNorm>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -650,6 +725,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  if (p.dk_rstd.present())  // (kWyTrimmed only: prepare_wy_repr_bwd_cuda_mma_reject)
+    return launch_lean<T, P, kDkAddBatchedTyped, true, true>(p, offs, items, stream);
   switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
@@ -682,6 +759,15 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
   if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
   if ((p.dk_add.present() && p.dk_add.dtype != STRATA_DTYPE_F32) || (p.dg_add.present() && p.dg_add.dtype != STRATA_DTYPE_F32))
     return "dk_add and dg_add are f32";
+  if (p.dk_rstd.present()) {  // the folded l2norm backward (wy_store_dk_norm): the two-per-SM kernel, kWyTrimmed
+    const int64_t KP = round64(p.d.K);
+    const int variant = p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant;
+    if (KP != round64(p.d.V) || KP > 128)
+      return fmt::format("dk_rstd (the folded l2norm backward) needs K and V rounding up to the same multiple of 64, "
+                         "at most 128; got K = {}, V = {}", p.d.K, p.d.V);
+    if (variant != kWyTrimmed) return fmt::format("dk_rstd is folded by the kWyTrimmed form only, not variant {}", variant);
+    if (p.dk_rstd.dtype != STRATA_DTYPE_F32) return "dk_rstd is f32";
+  }
   return "";
 }
 

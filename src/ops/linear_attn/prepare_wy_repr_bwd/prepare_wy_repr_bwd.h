@@ -30,6 +30,11 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
+  // Internal fusion (session 15) for the composed backward with l2norm: rstd of the keys, f32 [B, T, H]. When present
+  // dk is written through the l2norm backward, dk = rstd (y − (y · k) k) with y = dk_add + (this op's dk) and k =
+  // p.k (the normalised keys there), instead of y; only the two-per-SM tensor-core kernel in the kWyTrimmed form
+  // takes it (prepare_wy_repr_bwd_cuda_mma_reject says why not otherwise; the other implementations refuse it).
+  gdn_bwd::View dk_rstd;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
   // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
