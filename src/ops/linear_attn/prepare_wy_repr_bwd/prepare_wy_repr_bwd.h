@@ -35,6 +35,10 @@ struct WyBwdParams {
   // p.k (the normalised keys there), instead of y; only the two-per-SM tensor-core kernel in the kWyTrimmed form
   // takes it (prepare_wy_repr_bwd_cuda_mma_reject says why not otherwise; the other implementations refuse it).
   gdn_bwd::View dk_rstd;
+  // With dk_rstd only (the same kernel form), optional: the raw-gate gradient, the reverse chunk-local cumsum of dγ
+  // (dg_add + this op's, what dg would hold) over the chunk's rows ([B, T, HV], any float dtype), stored instead of
+  // dg (which then is not written); replaces the composed backward's chunk_local_cumsum launch.
+  gdn_bwd::View dg_rev;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
   // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
