@@ -139,7 +139,7 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
       const bool dv_f32 = form == 3;
       const int call = dv_f32 ? 1 : form;
       const auto a = c.run(kWyTwoPerSm, call, dv_f32);
-      for (const int variant : {kWyBatchedTyped, kWyTrimmed, kWyAuto}) {
+      for (const int variant : {kWyBatchedTyped, kWyTrimmed, kWyFinStaged, kWyAuto}) {
         const auto b = c.run(variant, call, dv_f32);
         for (size_t i = 0; i < a.size(); ++i)
           EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: variant " << variant << " form " << form << " B=" << s.B
@@ -187,8 +187,9 @@ TEST(GdnWyBwdEpilogue, NormFold) {
         for (int64_t x = 0; x < s.K; ++x) ref[row * s.K + x] = r[row] * (y[row * s.K + x] - dot * kd[row * s.K + x]);
         tol[row] = 4e-6 * r[row] * (ymax + yk * kmax);
       }
-      for (const int32_t dk_dt : {int32_t{STRATA_DTYPE_F32}, s.dt}) {
-        const auto got = c.run(kWyAuto, form, false, rstd.get(), dk_dt);
+      for (const int32_t dk_dt : {int32_t{STRATA_DTYPE_F32}, s.dt})
+       for (const int variant : {kWyAuto, kWyFinStaged}) {
+        const auto got = c.run(variant, form, false, rstd.get(), dk_dt);
         for (size_t i = 1; i < got.size(); ++i)
           EXPECT_TRUE(got[i] == plain[i]) << kOutNames[i] << " differs: form " << form << " B=" << s.B << " T=" << s.T
                                           << " HV=" << s.HV << " K=" << s.K;
@@ -208,7 +209,7 @@ TEST(GdnWyBwdEpilogue, NormFold) {
           const double bound = tol[i / s.K] + ulp * 0.6 * std::fabs(ref[i]);
           if (!(std::fabs(v - ref[i]) <= bound) && bad++ < 5)
             ADD_FAILURE() << "dk[" << i << "] = " << v << ", float64 " << ref[i] << " (bound " << bound << "): form "
-                          << form << " dk dtype " << dk_dt << " B=" << s.B << " T=" << s.T << " HV=" << s.HV
+                          << form << " variant " << variant << " dk dtype " << dk_dt << " B=" << s.B << " T=" << s.T << " HV=" << s.HV
                           << " K=" << s.K;
         }
       }
@@ -253,7 +254,7 @@ TEST(GdnWyBwdEpilogue, NormFoldGateCumsum) {
     const auto rstd = upload(r.data(), r.size() * 4);
     for (int form = 0; form < 2; ++form) {
       const auto plain = c.run(kWyTrimmed, form);
-      const auto norm = c.run(kWyAuto, form, false, rstd.get(), s.dt);
+
       std::vector<double> ref(s.B * s.T * s.HV), mag(ref.size());
       for (const auto& [b, t0, t1] : chunks_of(s))
         for (int64_t hv = 0; hv < s.HV; ++hv) {
@@ -265,8 +266,10 @@ TEST(GdnWyBwdEpilogue, NormFoldGateCumsum) {
             ref[i] = acc, mag[i] = am;
           }
         }
-      for (const int32_t rev_dt : {int32_t{STRATA_DTYPE_F32}, s.dt}) {
-        const auto got = c.run(kWyAuto, form, false, rstd.get(), s.dt, rev_dt);
+      for (const int variant : {kWyAuto, kWyFinStaged})
+       for (const int32_t rev_dt : {int32_t{STRATA_DTYPE_F32}, s.dt}) {
+        const auto norm = c.run(variant, form, false, rstd.get(), s.dt);
+        const auto got = c.run(variant, form, false, rstd.get(), s.dt, rev_dt);
         EXPECT_TRUE(got[0] == norm[0]) << "dk differs: form " << form << " T=" << s.T << " HV=" << s.HV;
         EXPECT_TRUE(got[1] == plain[1]) << "dv differs: form " << form << " T=" << s.T << " HV=" << s.HV;
         EXPECT_TRUE(got[2] == plain[2]) << "dbeta differs: form " << form << " T=" << s.T << " HV=" << s.HV;
@@ -277,7 +280,7 @@ TEST(GdnWyBwdEpilogue, NormFoldGateCumsum) {
           const double bound = 1e-6 * mag[i] + 0.6 * ulp * std::fabs(ref[i]) + 1e-30;
           if (!(std::fabs(v - ref[i]) <= bound) && bad++ < 5)
             ADD_FAILURE() << "dg_rev[" << i << "] = " << v << ", float64 " << ref[i] << " (bound " << bound << "): form "
-                          << form << " dtype " << rev_dt << " B=" << s.B << " T=" << s.T << " HV=" << s.HV;
+                          << form << " variant " << variant << " dtype " << rev_dt << " B=" << s.B << " T=" << s.T << " HV=" << s.HV;
         }
       }
     }
@@ -293,8 +296,10 @@ TEST(GdnWyBwdEpilogue, NormFoldRejects) {
   w.k.dtype = w.v.dtype = w.A.dtype = w.dw.dtype = w.du.dtype = STRATA_DTYPE_BF16;
   w.dk_rstd.p = &x;
   EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  w.mma_variant = kWyTrimmed;
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
+  for (const int variant : {kWyTrimmed, kWyFinStaged}) {
+    w.mma_variant = variant;
+    EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "") << variant;
+  }
   for (const int variant : {kWyPipelined, kWyTwoPerSm, kWyBatchedTyped}) {
     w.mma_variant = variant;
     EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "") << variant;
@@ -382,6 +387,8 @@ TEST(GdnWyBwdEpilogue, Timing) {
       qn.dk = tok(dk16.p, dt, T, H, K);
       WyBwdParams qr = qn;
       qr.dg_rev = tok(dg16.p, dt, T, HV, 0);
+      WyBwdParams qs = qr;
+      qs.mma_variant = kWyFinStaged;
       norm::RowNormBwdParams a;
       a.src = k.p, a.rstd = rk.p, a.dout = dk.p, a.dx = dk16.p;
       a.src_dtype = a.dx_dtype = dt;
@@ -403,11 +410,12 @@ TEST(GdnWyBwdEpilogue, Timing) {
       cs.reverse = true;
       cudaEvent_t e[2];
       cudaEventCreate(&e[0]), cudaEventCreate(&e[1]);
-      std::vector<float> ms[3];
+      std::vector<float> ms[4];
       for (int rep = 0; rep < 10; ++rep)
-        for (int vi = 0; vi < 3; ++vi) {
+        for (int vi = 0; vi < 4; ++vi) {
           cudaEventRecord(e[0]);
-          EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(vi == 0 ? q : vi == 1 ? qn : qr, ws.p, nullptr), STRATA_SUCCESS);
+          EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(vi == 0 ? q : vi == 1 ? qn : vi == 2 ? qr : qs, ws.p, nullptr),
+                    STRATA_SUCCESS);
           if (vi == 0) EXPECT_EQ(norm::row_norm_bwd_cuda(a, nullptr), 0);
           if (vi < 2) EXPECT_EQ(chunk_local_cumsum_cuda(cs, nullptr), 0);
           cudaEventRecord(e[1]);
@@ -420,9 +428,9 @@ TEST(GdnWyBwdEpilogue, Timing) {
       for (auto& m : ms) std::sort(m.begin(), m.end());
       std::printf("[wy_bwd s15] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 fused sums + dk l2norm bwd + dg cumsum: trimmed + "
                   "row_norm_bwd + cumsum %.3f ms, folded dk (dk_rstd) + cumsum %.3f ms, folded dk + dg (dk_rstd, dg_rev) "
-                  "%.3f ms (median of 9; min %.3f / %.3f / %.3f)\n",
-                  static_cast<long long>(B), static_cast<long long>(T), ms[0][4], ms[1][4], ms[2][4], ms[0][0],
-                  ms[1][0], ms[2][0]);
+                  "%.3f ms, staged (kWyFinStaged) dk + dg %.3f ms (median of 9; min %.3f / %.3f / %.3f / %.3f)\n",
+                  static_cast<long long>(B), static_cast<long long>(T), ms[0][4], ms[1][4], ms[2][4], ms[3][4],
+                  ms[0][0], ms[1][0], ms[2][0], ms[3][0]);
       std::fflush(stdout);
     }
   }

@@ -347,6 +347,73 @@ __device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const Dev
   }
 }
 
+// kWyFinStaged's form of wy_store_dk_norm (the same result, other f32 summation order of the dot): after a block
+// barrier (the last head's readers of the dW and V tiles are done) the head sums go to shared memory (f32 [64][P + 8]
+// over those two tiles, sF), so that no dk_add load is in flight while dk_sum is live (wy_store_dk_norm spilled
+// dk_sum registers in the head loop at the 128-register cap); after a second barrier four threads per row (row
+// t / 4, float4 columns 4 (t % 4) + 16 m: 64 bytes of a row per 4 threads) add dk_add, sum the dot over the quad
+// (fixed-order butterflies: no third barrier) and store.
+template <class T, int P>
+__device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, const DevChunk& c, int64_t h, int L,
+                                                        int kc, const float (&dk_sum)[P / 64][1][4][4],
+                                                        const uint16_t* sK, int ld, const float* sRk, float* sF,
+                                                        int r0, int c0) {
+  constexpr int KT = P / 64, ldf = P + 8, M = P / 16;
+  __syncthreads();  // every warp is past its reads of the dW and V tiles
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        *reinterpret_cast<float2*>(sF + (r0 + frag_row(0, e)) * ldf + kt * 64 + c0 + frag_col(nt, e)) =
+            make_float2(dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1]);
+  __syncthreads();
+  const int i = threadIdx.x / 4, q = threadIdx.x & 3;
+  if (i >= L) return;  // (whole quads: no shuffle partner leaves)
+  const bool add = p.dk_add.present();
+  const float* arow = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
+  const bool vec = add && (reinterpret_cast<uintptr_t>(arow) & 15) == 0;
+  float y[M][4];
+  float dot = 0.f;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 4 * q + 16 * m;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vec && x + 3 < kc) {
+      a = *reinterpret_cast<const float4*>(arow + x);
+    } else if (add) {
+      a.x = x < kc ? arow[x] : 0.f, a.y = x + 1 < kc ? arow[x + 1] : 0.f;
+      a.z = x + 2 < kc ? arow[x + 2] : 0.f, a.w = x + 3 < kc ? arow[x + 3] : 0.f;
+    }
+    const float4 sum = *reinterpret_cast<const float4*>(sF + i * ldf + x);
+    y[m][0] = a.x + sum.x, y[m][1] = a.y + sum.y, y[m][2] = a.z + sum.z, y[m][3] = a.w + sum.w;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + 4 * q + 16 * m);  // k (zero past kc)
+    dot += y[m][0] * Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu));
+    dot += y[m][1] * Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
+    dot += y[m][2] * Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu));
+    dot += y[m][3] * Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
+  }
+  const unsigned quad = 0xfu << (threadIdx.x & 28);
+  dot += __shfl_xor_sync(quad, dot, 1);
+  dot += __shfl_xor_sync(quad, dot, 2);
+  const float r = sRk[i];
+  const int64_t o = p.dk.off(c.b, c.t0 + i, h);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 4 * q + 16 * m;
+    if (x >= kc) continue;
+    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + x);
+    const float k0 = Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu)), k1 = Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
+    const float k2 = Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu)), k3 = Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
+    st_pair(p.dk, o + x, r * (y[m][0] - dot * k0), r * (y[m][1] - dot * k1), x + 1 < kc);
+    if (x + 2 < kc) st_pair(p.dk, o + x + 2, r * (y[m][2] - dot * k2), r * (y[m][3] - dot * k3), x + 3 < kc);
+  }
+}
+
 // dg_rev (with kNorm): the reverse chunk-local cumsum of the head's dγ rows (wy_bwd_cu::dgamma, from the dβ / dγ row
 // sums the block left in shared memory), by one warp: lane l takes rows l and l + 32; inclusive suffix sums by
 // shuffles in a fixed order, rows 32.. first, their total then added to rows < 32; rows < L stored.
@@ -581,9 +648,10 @@ struct WyLeanSmem {
 };
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
-// wy_dv_tile's kFull stores. kNorm (session 15; with kTrim only): dk through the l2norm backward (wy_store_dk_norm)
+// wy_dv_tile's kFull stores. kNorm (session 15; with kTrim only): dk through the l2norm backward (1:
+// wy_store_dk_norm, kWyTrimmed; 2: wy_store_dk_norm_staged, kWyFinStaged)
 // and, when p.dg_rev is given, dγ's reverse chunk-local cumsum stored there (wy_store_dg_rev) instead of dg.
-template <class T, int P, DkAdd kAdd, bool kTrim, bool kNorm = false>
+template <class T, int P, DkAdd kAdd, bool kTrim, int kNorm = 0>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -738,7 +806,9 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
-      if constexpr (kNorm)
+      if constexpr (kNorm == 2)
+        wy_store_dk_norm_staged<T, P>(p, c, h, L, kc, dk_sum, sK, ld, sRk, reinterpret_cast<float*>(smem + S::dw), r0, c0);
+      else if constexpr (kNorm == 1)
         wy_store_dk_norm<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, sRk, sNdot, r0, c0, wn);
       else
         wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
@@ -746,7 +816,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   }
 }
 
-template <class T, int P, DkAdd kAdd, bool kTrim = false, bool kNorm = false>
+template <class T, int P, DkAdd kAdd, bool kTrim = false, int kNorm = 0>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
@@ -761,12 +831,14 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  if (p.dk_rstd.present())  // (kWyTrimmed only: prepare_wy_repr_bwd_cuda_mma_reject)
-    return launch_lean<T, P, kDkAddBatchedTyped, true, true>(p, offs, items, stream);
+  if (p.dk_rstd.present())  // (kWyTrimmed or kWyFinStaged only: prepare_wy_repr_bwd_cuda_mma_reject)
+    return p.mma_variant == kWyFinStaged ? launch_lean<T, P, kDkAddBatchedTyped, true, 2>(p, offs, items, stream)
+                                         : launch_lean<T, P, kDkAddBatchedTyped, true, 1>(p, offs, items, stream);
   switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
     case kWyTrimmed:
+    case kWyFinStaged:  // (its own form only with dk_rstd)
       return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
@@ -801,7 +873,8 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
     if (KP != round64(p.d.V) || KP > 128)
       return fmt::format("dk_rstd (the folded l2norm backward) needs K and V rounding up to the same multiple of 64, "
                          "at most 128; got K = {}, V = {}", p.d.K, p.d.V);
-    if (variant != kWyTrimmed) return fmt::format("dk_rstd is folded by the kWyTrimmed form only, not variant {}", variant);
+    if (variant != kWyTrimmed && variant != kWyFinStaged)
+      return fmt::format("dk_rstd is folded by the kWyTrimmed and kWyFinStaged forms only, not variant {}", variant);
     if (p.dk_rstd.dtype != STRATA_DTYPE_F32) return "dk_rstd is f32";
   }
   if (p.dg_rev.present() && (!p.dk_rstd.present() || !p.g.present()))

@@ -54,7 +54,10 @@ struct WyBwdParams {
   // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4;
+// kWyFinStaged (session 15): kWyTrimmed, except that with dk_rstd the l2norm backward of dk runs from the head sums
+// staged in shared memory, four threads per row (fewer live registers; the same result up to the dot's f32 order).
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4,
+                     kWyFinStaged = 5;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
