@@ -283,7 +283,8 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
 
 // kNorm (WyBwdParams::dk_rstd, the composed backward with l2norm): dk leaves through the l2norm backward,
 // dk = r (y − (y · k) k) with y = dk_add + Σ_g (the unfused f32 sum, in place in dk_sum), k the chunk's k tile in
-// shared memory (the normalised keys there; sK, row pitch ld) and r the row's rstd (sRk). That replaces the composed
+// shared memory (the normalised keys there; sK, row pitch ld) and r the row's rstd (dk_rstd, loaded here with dk_add,
+// so that the head loop holds nothing more than kWyTrimmed's). That replaces the composed
 // backward's row_norm_bwd pass over dk (f32 y written and read back, 2 × 268 MB at B = 4, T = 8192, H = 16,
 // K = 128). A row's P columns lie in the two column-half warps wn (each holding columns c0.. of every K tile in
 // registers): the quad sums its 2 KT · 8 products and butterflies them in a fixed order, the halves meet in
@@ -292,14 +293,15 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
 template <class T, int KT>
 __device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
                                                  float (&dk_sum)[KT][1][4][4], const uint16_t* sK, int ld,
-                                                 const float* sRk, float* sNdot, int r0, int c0, int wn) {
+                                                 float* sNdot, int r0, int c0, int wn) {
   const bool add = p.dk_add.present();
   const int lane = threadIdx.x & 31;
-  float dot[2] = {0.f, 0.f};
+  float dot[2] = {0.f, 0.f}, r[2] = {0.f, 0.f};
 #pragma unroll
   for (int s = 0; s < 2; ++s) {  // the fragment rows r0 + lane / 4 (s = 0) and + 8 (s = 1)
     const int i = r0 + frag_row(0, 2 * s);
     if (i >= L) continue;
+    r[s] = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
     const float* row = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
 #pragma unroll
     for (int kt = 0; kt < KT; ++kt)
@@ -331,7 +333,7 @@ __device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const Dev
   for (int s = 0; s < 2; ++s) {
     const int i = r0 + frag_row(0, 2 * s);
     if (i >= L) continue;
-    const float yk = sNdot[i] + sNdot[64 + i], r = sRk[i];
+    const float yk = sNdot[i] + sNdot[64 + i];
     const int64_t o = p.dk.off(c.b, c.t0 + i, h);
 #pragma unroll
     for (int kt = 0; kt < KT; ++kt)
@@ -340,8 +342,8 @@ __device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const Dev
         const int x = kt * 64 + c0 + frag_col(nt, 0);
         if (x >= kc) continue;
         const uint32_t kp = *reinterpret_cast<const uint32_t*>(sK + i * ld + x);
-        const float a0 = r * (dk_sum[kt][0][nt][2 * s] - yk * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu)));
-        const float a1 = r * (dk_sum[kt][0][nt][2 * s + 1] - yk * Elem<T>::to(static_cast<uint16_t>(kp >> 16)));
+        const float a0 = r[s] * (dk_sum[kt][0][nt][2 * s] - yk * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu)));
+        const float a1 = r[s] * (dk_sum[kt][0][nt][2 * s + 1] - yk * Elem<T>::to(static_cast<uint16_t>(kp >> 16)));
         st_pair(p.dk, o + x, a0, a1, x + 1 < kc);
       }
   }
@@ -356,7 +358,7 @@ __device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const Dev
 template <class T, int P>
 __device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, const DevChunk& c, int64_t h, int L,
                                                         int kc, const float (&dk_sum)[P / 64][1][4][4],
-                                                        const uint16_t* sK, int ld, const float* sRk, float* sF,
+                                                        const uint16_t* sK, int ld, float* sF,
                                                         int r0, int c0) {
   constexpr int KT = P / 64, ldf = P + 8, M = P / 16;
   __syncthreads();  // every warp is past its reads of the dW and V tiles
@@ -374,6 +376,7 @@ __device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, co
   const bool add = p.dk_add.present();
   const float* arow = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
   const bool vec = add && (reinterpret_cast<uintptr_t>(arow) & 15) == 0;
+  const float r = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
   float y[M][4];
   float dot = 0.f;
 #pragma unroll
@@ -400,7 +403,6 @@ __device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, co
   const unsigned quad = 0xfu << (threadIdx.x & 28);
   dot += __shfl_xor_sync(quad, dot, 1);
   dot += __shfl_xor_sync(quad, dot, 2);
-  const float r = sRk[i];
   const int64_t o = p.dk.off(c.b, c.t0 + i, h);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -636,15 +638,15 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 // P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
 // Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
-// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start); kNorm's rstd [64] and dot halves [2][64].
-// P = 128: 101 632 bytes.
+// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start); kNorm's dot halves [2][64].
+// P = 128: 101 376 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
   static constexpr size_t tile = size_t{64} * ld * 2, small = size_t{64} * kL64 * 2;
   static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + small,
                           t = x + small, vec = t + small;
-  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1 + 3) * 64 * 4;
+  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1 + 2) * 64 * 4;
 };
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
@@ -670,8 +672,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
   float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
   float* sDgAdd = sG + 832;  // [64]: kLatency's dg_add of the head
-  float* sRk = sG + 896;     // [64]: kNorm's rstd of the chunk's rows
-  float* sNdot = sG + 960;   // [2][64]: kNorm's row dots y · k over the columns of column-half warp wn
+  float* sNdot = sG + 896;   // [2][64]: kNorm's row dots y · k over the columns of column-half warp wn
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
@@ -702,13 +703,10 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           // kLatency: dg_add of this head's row too (parked in shared memory: no register held through the head),
           // so that its latency is not exposed before the dγ store.
           const float dga = kLatency && ok ? wy_bwd_cu::dg_addend(p, c, hv, threadIdx.x) : 0.f;
-          // kNorm: the rows' rstd with the chunk's first head (read only in the chunk's dk epilogue)
-          const float rk = kNorm && g == 0 && ok ? ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + threadIdx.x, h)) : 0.f;
           cp_async_wait_all();
           if (threadIdx.x < 64) {
             const int i = threadIdx.x;
             if (kLatency) sDgAdd[i] = dga;
-            if (kNorm && g == 0) sRk[i] = rk;
             sG[i] = gi;
             sBeta[i] = bi;
             sE[i] = i < L ? expf(gi) : 0.f;
@@ -807,9 +805,9 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
       if constexpr (kNorm == 2)
-        wy_store_dk_norm_staged<T, P>(p, c, h, L, kc, dk_sum, sK, ld, sRk, reinterpret_cast<float*>(smem + S::dw), r0, c0);
+        wy_store_dk_norm_staged<T, P>(p, c, h, L, kc, dk_sum, sK, ld, reinterpret_cast<float*>(smem + S::dw), r0, c0);
       else if constexpr (kNorm == 1)
-        wy_store_dk_norm<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, sRk, sNdot, r0, c0, wn);
+        wy_store_dk_norm<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, sNdot, r0, c0, wn);
       else
         wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
