@@ -918,7 +918,6 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
                                                                  : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
   mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
-  bool finished = false;  // dk and dg final (prepare_wy_repr_bwd's finishing form: l2norm backward, gate cumsum)
   if (wy_bwd_mma(c)) {
     // The tensor-core kernel adds dk1 and dγ1 in its epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition
     // per element as add_store does: the same bits, without the extra pass over two f32 [B, T, H, K] tensors):
@@ -927,13 +926,6 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
     wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
     wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
     wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
-    if (p.l2norm) {  // (session 15) dk through the l2norm backward and dg's reverse cumsum in the same kernel
-      WyBwdParams wn = wp;
-      wn.dk_rstd = bwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
-      wn.dk = bwd_view(p.dk);
-      wn.dg_rev = bwd_view(p.dg);
-      if (prepare_wy_repr_bwd_cuda_mma_reject(wn).empty()) wp = wn, finished = true;
-    }
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
   } else {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
@@ -946,13 +938,12 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
 
   mark("wy_bwd");
   // dg = reverse chunk-local cumsum of dγ1 + dγ2 (in dγ1).
-  if (!finished)
-    STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
+  STRATA_RETURN_IF_ERROR(gate_cumsum(p, b.dg1, STRATA_DTYPE_F32, gst, p.dg.data, p.dg.dtype, p.dg.st, true, stream));
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
   if (p.l2norm) {
     STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
-    if (!finished) STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
+    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
   }
   mark("tail");
   return STRATA_SUCCESS;

@@ -416,33 +416,6 @@ __device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, co
   }
 }
 
-// dg_rev (with kNorm): the reverse chunk-local cumsum of the head's dγ rows (wy_bwd_cu::dgamma, from the dβ / dγ row
-// sums the block left in shared memory), by one warp: lane l takes rows l and l + 32; inclusive suffix sums by
-// shuffles in a fixed order, rows 32.. first, their total then added to rows < 32; rows < L stored.
-template <class RowSums>
-__device__ __forceinline__ void wy_store_dg_rev(const WyBwdParams& p, const DevChunk& c, int64_t hv, int L,
-                                                RowSums&& dg_row) {
-  const int lane = threadIdx.x & 31;
-  float v[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int i = lane + 32 * hh;
-    float x = i < L ? dg_row(i) : 0.f;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float t = __shfl_down_sync(0xffffffffu, x, o);
-      if (lane + o < 32) x += t;
-    }
-    v[hh] = x;
-  }
-  v[0] += __shfl_sync(0xffffffffu, v[1], 0);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int i = lane + 32 * hh;
-    if (i < L) st_f32(p.dg_rev, p.dg_rev.off(c.b, c.t0 + i, hv), v[hh]);
-  }
-}
-
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
                                                           int VP, int stages) {
@@ -651,8 +624,7 @@ struct WyLeanSmem {
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
 // wy_dv_tile's kFull stores. kNorm (session 15; with kTrim only): dk through the l2norm backward (1:
-// wy_store_dk_norm, kWyTrimmed; 2: wy_store_dk_norm_staged, kWyFinStaged)
-// and, when p.dg_rev is given, dγ's reverse chunk-local cumsum stored there (wy_store_dg_rev) instead of dg.
+// wy_store_dk_norm, kWyTrimmed; 2: wy_store_dk_norm_staged, kWyFinStaged).
 template <class T, int P, DkAdd kAdd, bool kTrim, int kNorm = 0>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
@@ -782,21 +754,14 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
           }
         }
         __syncthreads();  // Sym, the dβ / dγ partials complete
-        // Row i's Σ X k, Σ_j dP_ij KK_ij, Σ_r β_r dP_ri KK_ri (the warps' partials in order)
-        const auto xk_of = [&](int i) { return sDots[i] + sDots[64 + i]; };
-        const auto db_of = [&](int i) { return sDbRow[i] + sDbRow[64 + i]; };
-        const auto cs_of = [&](int i) { return ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i]; };
-        const bool rev = kNorm && p.dg_rev.present();
         if (static_cast<int>(threadIdx.x) < L) {
           const int i = threadIdx.x;
-          const float yv = sDots[128 + i] + sDots[192 + i];
-          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk_of(i), yv, db_of(i), cs_of(i),
-                                    kLatency ? sDgAdd[i] : wy_bwd_cu::dg_addend(p, c, hv, i), !rev);
+          const float xk = sDots[i] + sDots[64 + i], yv = sDots[128 + i] + sDots[192 + i];
+          const float db = sDbRow[i] + sDbRow[64 + i];
+          const float cs = ((sCol[i] + sCol[64 + i]) + sCol[128 + i]) + sCol[192 + i];
+          wy_bwd_cu::store_dbeta_dg(p, c, hv, i, sE[i], sBeta[i], xk, yv, db, cs,
+                                    kLatency ? sDgAdd[i] : wy_bwd_cu::dg_addend(p, c, hv, i));
         }
-        if (rev && warp == 7)  // (warps 0 and 1 store dβ)
-          wy_store_dg_rev(p, c, hv, L, [&](int i) {
-            return wy_bwd_cu::dgamma(p, sE[i], sBeta[i], xk_of(i), db_of(i), cs_of(i), sDgAdd[i]);
-          });
         // Per K tile: X = Aᵀ dW ; dk += diag(βE) X + Sym K. Per V tile: Y = Aᵀ dU ; dv = diag(β) Y.
         float part[2];
         wy_dk_tiles<T, KT, true>(dk_sum, part, sA, sDw, sX, sK, ld, sBeta, sE, r0, c0);
@@ -875,8 +840,6 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
       return fmt::format("dk_rstd is folded by the kWyTrimmed and kWyFinStaged forms only, not variant {}", variant);
     if (p.dk_rstd.dtype != STRATA_DTYPE_F32) return "dk_rstd is f32";
   }
-  if (p.dg_rev.present() && (!p.dk_rstd.present() || !p.g.present()))
-    return "dg_rev (the folded reverse gate cumsum) is taken with dk_rstd and g only";
   return "";
 }
 

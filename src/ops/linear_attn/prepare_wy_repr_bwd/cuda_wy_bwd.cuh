@@ -11,22 +11,18 @@ __device__ __forceinline__ float dg_addend(const WyBwdParams& p, const gdn_bwd::
   return p.dg_add.present() ? gdn_bwd::cu::ld_f32(p.dg_add, p.dg_add.off(c.b, c.t0 + i, hv)) : 0.f;
 }
 
-// dγ_i = β_i E_i Σ X k + (β_i db_i − cs_i) (+ dg_add_i, dg_addend's value) (db_i = Σ_j dP_ij KK_ij, cs_i =
-// Σ_r β_r dP_ri KK_ri).
-__device__ __forceinline__ float dgamma(const WyBwdParams& p, float e_i, float beta_i, float xk, float db, float cs,
-                                        float dg_add_i) {
-  const float dgi = beta_i * e_i * xk + (beta_i * db - cs);
-  return p.dg_add.present() ? dg_add_i + dgi : dgi;
-}
-
-// dβ_i = E_i Σ X k + Σ Y v + db_i and dγ_i (dgamma) for row i < L; with_dg false: dβ only (dg_rev takes dγ).
+// dβ_i = E_i Σ X k + Σ Y v + db_i and dγ_i = β_i E_i Σ X k + (β_i db_i − cs_i) (+ dg_add_i, dg_addend's value), for
+// row i < L (db_i = Σ_j dP_ij KK_ij, cs_i = Σ_r β_r dP_ri KK_ri).
 __device__ __forceinline__ void store_dbeta_dg(const WyBwdParams& p, const gdn_bwd::DevChunk& c, int64_t hv, int i,
                                                float e_i, float beta_i, float xk, float yv, float db, float cs,
-                                               float dg_add_i, bool with_dg = true) {
+                                               float dg_add_i) {
   using gdn_bwd::cu::st_f32;
   st_f32(p.dbeta, p.dbeta.off(c.b, c.t0 + i, hv), e_i * xk + yv + db);
-  if (with_dg && p.dg.present())
-    st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgamma(p, e_i, beta_i, xk, db, cs, dg_add_i));
+  if (p.dg.present()) {
+    float dgi = beta_i * e_i * xk + (beta_i * db - cs);
+    if (p.dg_add.present()) dgi = dg_add_i + dgi;
+    st_f32(p.dg, p.dg.off(c.b, c.t0 + i, hv), dgi);
+  }
 }
 
 }  // namespace strata::linear_attn::wy_bwd_cu

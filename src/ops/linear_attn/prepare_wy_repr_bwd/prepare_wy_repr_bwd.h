@@ -30,15 +30,12 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
-  // Internal fusion (session 15) for the composed backward with l2norm: rstd of the keys, f32 [B, T, H]. When present
-  // dk is written through the l2norm backward, dk = rstd (y − (y · k) k) with y = dk_add + (this op's dk) and k =
-  // p.k (the normalised keys there), instead of y; only the two-per-SM tensor-core kernel in the kWyTrimmed form
-  // takes it (prepare_wy_repr_bwd_cuda_mma_reject says why not otherwise; the other implementations refuse it).
+  // Internal fusion (session 15; forced only): rstd of the keys, f32 [B, T, H]. When present dk is written through
+  // the l2norm backward, dk = rstd (y − (y · k) k) with y = dk_add + (this op's dk) and k = p.k (normalised keys),
+  // instead of y; only the two-per-SM tensor-core kernel in the kWyTrimmed (kWyAuto) and kWyFinStaged forms takes it
+  // (prepare_wy_repr_bwd_cuda_mma_reject says why not otherwise; the other implementations refuse it). The composed
+  // backward does not set it: slower than its row_norm_bwd pass in GPU run s15run1 (README.md).
   gdn_bwd::View dk_rstd;
-  // With dk_rstd only (the same kernel form), optional: the raw-gate gradient, the reverse chunk-local cumsum of dγ
-  // (dg_add + this op's, what dg would hold) over the chunk's rows ([B, T, HV], any float dtype), stored instead of
-  // dg (which then is not written); replaces the composed backward's chunk_local_cumsum launch.
-  gdn_bwd::View dg_rev;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
   // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
