@@ -6,12 +6,8 @@
 // kWyAuto ran until session 14) and kWyTrimmed (session 14, what kWyAuto runs: no dP work in the warp blocks above
 // the diagonal, full dv tiles stored without per-pair checks): every output the same bits (the same products and
 // additions).
-// `GdnWyBwdEpilogue.NormFold` (session 15): kWyTrimmed and kWyFinStaged with WyBwdParams::dk_rstd (dk through the
-// l2norm backward in the dk epilogue) against the plain kWyTrimmed call's f32 dk put through the l2norm backward in float64 on the host
-// (dk in f32 and in the token dtype; with and without dk_add), dv, dβ, dγ the same bits as that call.
 // `GdnWyBwdEpilogue.Timing` times the forms at the benchmark shapes (B = 4, T = 8192 and B = 1, T = 32768, H = 16,
-// HV = 32, K = V = 128, bf16), with and without the fused sums, and the folded l2norm backward against kWyTrimmed
-// followed by the row_norm_bwd pass it replaces, and prints the figures.
+// HV = 32, K = V = 128, bf16), with and without the fused sums, and prints the figures.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -20,13 +16,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
-#include "ops/norm/common/row_norm.h"
 #include "cuda_test_support.h"
 #include "gdn_cuda_test_support.h"
 
@@ -52,13 +46,11 @@ struct WyCase {
   WyShape s;
   Dims d;
   std::unique_ptr<Dev> cu, k, v, beta, A, dw, du, g, dk_add, dg0;
-  std::vector<uint8_t> k_host;  // k's bits (the host reference of the folded l2norm backward)
   WyCase(const WyShape& sh, uint64_t seed) : s(sh) {
     std::mt19937_64 rng(seed);
     const int64_t rows = s.B * s.T;
     cu = upload(s.cu.data(), s.cu.size() * 8);
-    k_host = random_bytes(rows * s.H * s.K, s.dt, rng, 1.0 / std::sqrt(static_cast<double>(s.K)));
-    k = upload(k_host);
+    k = upload(random_bytes(rows * s.H * s.K, s.dt, rng, 1.0 / std::sqrt(static_cast<double>(s.K))));
     v = upload(random_bytes(rows * s.HV * s.V, s.dt, rng, 1.0));
     beta = upload(random_bytes(rows * s.HV, s.dt, rng, 0.5));
     A = upload(random_bytes(rows * s.HV * 64, s.dt, rng, 0.25));
@@ -73,13 +65,11 @@ struct WyCase {
   }
 
   // form 0: plain; 1: dk_add (f32) and dg_add aliasing dg (pre-filled); 2: as 1 with dk aliasing dk_add (dk
-  // pre-filled with the addend). dv_f32: dv in f32 instead of the token dtype. rstd (f32 [B, T, H]): dk through the
-  // folded l2norm backward (WyBwdParams::dk_rstd), in dtype dk_dt. The bits of dk, dv, dbeta, dg.
-  std::vector<std::vector<uint8_t>> run(int variant, int form, bool dv_f32 = false, const Dev* rstd = nullptr,
-                                        int32_t dk_dt = STRATA_DTYPE_F32) const {
+  // pre-filled with the addend). dv_f32: dv in f32 instead of the token dtype. The bits of dk, dv, dbeta, dg.
+  std::vector<std::vector<uint8_t>> run(int variant, int form, bool dv_f32 = false) const {
     const int64_t rows = s.B * s.T;
     const int32_t dv_dt = dv_f32 ? STRATA_DTYPE_F32 : s.dt;
-    Dev dk(rows * s.H * s.K * dtype_size(dk_dt)), dv(rows * s.HV * s.V * dtype_size(dv_dt)), dbeta(rows * s.HV * 4),
+    Dev dk(rows * s.H * s.K * 4), dv(rows * s.HV * s.V * dtype_size(dv_dt)), dbeta(rows * s.HV * 4),
         dg(rows * s.HV * 4);
     dk.poison(), dv.poison(), dbeta.poison(), dg.poison();
     if (form > 0) EXPECT_EQ(cudaMemcpy(dg.p, dg0->p, dg.bytes, cudaMemcpyDeviceToDevice), cudaSuccess);
@@ -90,8 +80,7 @@ struct WyCase {
     p.beta = tok(beta->p, s.dt, s.T, s.HV, 0), p.A = tok(A->p, s.dt, s.T, s.HV, 64);
     p.dw = tok(dw->p, s.dt, s.T, s.HV, s.K), p.du = tok(du->p, s.dt, s.T, s.HV, s.V);
     if (s.gate) p.g = tok(g->p, STRATA_DTYPE_F32, s.T, s.HV, 0), p.dg = tok(dg.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
-    p.dk = tok(dk.p, dk_dt, s.T, s.H, s.K), p.dv = tok(dv.p, dv_dt, s.T, s.HV, s.V);
-    if (rstd) p.dk_rstd = tok(rstd->p, STRATA_DTYPE_F32, s.T, s.H, 0);
+    p.dk = tok(dk.p, STRATA_DTYPE_F32, s.T, s.H, s.K), p.dv = tok(dv.p, dv_dt, s.T, s.HV, s.V);
     p.dbeta = tok(dbeta.p, STRATA_DTYPE_F32, s.T, s.HV, 0);
     if (form > 0) {
       p.dk_add = form == 2 ? p.dk : tok(dk_add->p, STRATA_DTYPE_F32, s.T, s.H, s.K);
@@ -129,7 +118,7 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
       const bool dv_f32 = form == 3;
       const int call = dv_f32 ? 1 : form;
       const auto a = c.run(kWyTwoPerSm, call, dv_f32);
-      for (const int variant : {kWyBatchedTyped, kWyTrimmed, kWyFinStaged, kWyAuto}) {
+      for (const int variant : {kWyBatchedTyped, kWyTrimmed, kWyAuto}) {
         const auto b = c.run(variant, call, dv_f32);
         for (size_t i = 0; i < a.size(); ++i)
           EXPECT_TRUE(a[i] == b[i]) << names[i] << " differs: variant " << variant << " form " << form << " B=" << s.B
@@ -137,104 +126,6 @@ TEST(GdnWyBwdEpilogue, SameBitsAsTwoPerSm) {
       }
     }
   }
-}
-
-// kWyTrimmed with dk_rstd (the l2norm backward folded into the dk epilogue) against the plain kWyTrimmed call's f32
-// dk y put through dk = r (y − (y · k) k) in float64 on the host (k the token-dtype keys the kernel reads, r a random
-// rstd in [0.5, 2]), plain and with the fused sums (form 0, 1), dk in f32 and in the token dtype; dv, dβ, dγ the same
-// bits as the plain call. Bound per element: 4e-6 of the row's scale r (max |y| + Σ |y k| max |k|) (the f32 sums
-// in another order), plus half an ulp of the 16-bit output (2^-8 or 2^-11 of |ref|, with slack).
-TEST(GdnWyBwdEpilogue, NormFold) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  uint64_t seed = 1501;
-  for (const WyShape& s : epilogue_shapes()) {
-    const WyCase c(s, seed++);
-    const int64_t rows = s.B * s.T * s.H;
-    std::mt19937_64 rng(seed + 77);
-    std::uniform_real_distribution<float> ud(0.5f, 2.f);
-    std::vector<float> r(rows);
-    for (float& x : r) x = ud(rng);
-    const auto rstd = upload(r.data(), r.size() * 4);
-    std::vector<double> kd(rows * s.K);
-    for (int64_t i = 0; i < rows * s.K; ++i) {
-      uint16_t b;
-      std::memcpy(&b, c.k_host.data() + 2 * i, 2);
-      kd[i] = s.dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
-    }
-    for (int form = 0; form < 2; ++form) {
-      const auto plain = c.run(kWyTrimmed, form);
-      std::vector<float> y(rows * s.K);
-      std::memcpy(y.data(), plain[0].data(), y.size() * 4);
-      std::vector<double> ref(rows * s.K), tol(rows);
-      for (int64_t row = 0; row < rows; ++row) {
-        double dot = 0, ymax = 0, kmax = 0, yk = 0;
-        for (int64_t x = 0; x < s.K; ++x) {
-          dot += static_cast<double>(y[row * s.K + x]) * kd[row * s.K + x];
-          yk += std::fabs(static_cast<double>(y[row * s.K + x]) * kd[row * s.K + x]);
-          ymax = std::max(ymax, std::fabs(static_cast<double>(y[row * s.K + x])));
-          kmax = std::max(kmax, std::fabs(kd[row * s.K + x]));
-        }
-        for (int64_t x = 0; x < s.K; ++x) ref[row * s.K + x] = r[row] * (y[row * s.K + x] - dot * kd[row * s.K + x]);
-        tol[row] = 4e-6 * r[row] * (ymax + yk * kmax);
-      }
-      for (const int32_t dk_dt : {int32_t{STRATA_DTYPE_F32}, s.dt})
-       for (const int variant : {kWyAuto, kWyFinStaged}) {
-        const auto got = c.run(variant, form, false, rstd.get(), dk_dt);
-        for (size_t i = 1; i < got.size(); ++i)
-          EXPECT_TRUE(got[i] == plain[i]) << kOutNames[i] << " differs: form " << form << " B=" << s.B << " T=" << s.T
-                                          << " HV=" << s.HV << " K=" << s.K;
-        // half an ulp of the 16-bit output: at most 2^-8 (bf16) or 2^-11 (f16) of |ref|
-        const double ulp = dk_dt == STRATA_DTYPE_F32 ? 0 : dk_dt == STRATA_DTYPE_BF16 ? 1.0 / 256 : 1.0 / 2048;
-        int bad = 0;
-        for (int64_t i = 0; i < rows * s.K; ++i) {
-          double v;
-          if (dk_dt == STRATA_DTYPE_F32) {
-            float f;
-            std::memcpy(&f, got[0].data() + 4 * i, 4);
-            v = f;
-          } else {
-            uint16_t b;
-            std::memcpy(&b, got[0].data() + 2 * i, 2);
-            v = dk_dt == STRATA_DTYPE_BF16 ? bf16_bits_to_f32(b) : f16_bits_to_f32(b);
-          }
-          const double bound = tol[i / s.K] + ulp * 1.01 * std::fabs(ref[i]);
-          if (!(std::fabs(v - ref[i]) <= bound) && bad++ < 5)
-            ADD_FAILURE() << "dk[" << i << "] = " << v << ", float64 " << ref[i] << " (bound " << bound << "): form "
-                          << form << " variant " << variant << " dk dtype " << dk_dt << " B=" << s.B << " T=" << s.T << " HV=" << s.HV
-                          << " K=" << s.K;
-        }
-      }
-    }
-  }
-}
-
-// dk_rstd is taken by the two-per-SM kernel in the kWyTrimmed form only (kWyAuto runs it); other variants, shapes
-// and the FMA kernel refuse it with a reason (host checks: runs without a GPU).
-TEST(GdnWyBwdEpilogue, NormFoldRejects) {
-  float x = 0.f;
-  WyBwdParams w;
-  w.d.K = 128, w.d.V = 128;
-  w.k.dtype = w.v.dtype = w.A.dtype = w.dw.dtype = w.du.dtype = STRATA_DTYPE_BF16;
-  w.dk_rstd.p = &x;
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  for (const int variant : {kWyTrimmed, kWyFinStaged}) {
-    w.mma_variant = variant;
-    EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "") << variant;
-  }
-  for (const int variant : {kWyPipelined, kWyTwoPerSm, kWyBatchedTyped}) {
-    w.mma_variant = variant;
-    EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "") << variant;
-  }
-  w.mma_variant = kWyAuto;
-  w.d.V = 192;
-  EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  w.d.K = w.d.V = 256;
-  EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  w.d.K = w.d.V = 64;
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  w.dk_rstd.dtype = STRATA_DTYPE_BF16;
-  EXPECT_NE(prepare_wy_repr_bwd_cuda_mma_reject(w), "");
-  EXPECT_EQ(prepare_wy_repr_bwd_cuda_fma(w, nullptr, nullptr), STRATA_ERROR_UNSUPPORTED);
 }
 
 // The variants at the benchmark shapes with the composed backward's fused sums (dk_add a separate f32 tensor,
@@ -279,57 +170,10 @@ TEST(GdnWyBwdEpilogue, Timing) {
         }
       cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
       for (auto& m : ms) std::sort(m.begin(), m.end());
-      std::printf("[wy_bwd s15] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_typed %.3f ms, "
+      std::printf("[wy_bwd s14] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 %s: two_per_sm %.3f ms, batched_typed %.3f ms, "
                   "trimmed %.3f ms (median of 9; min %.3f / %.3f / %.3f)\n",
                   static_cast<long long>(B), static_cast<long long>(T), fused ? "fused sums" : "plain", ms[0][4],
                   ms[1][4], ms[2][4], ms[0][0], ms[1][0], ms[2][0]);
-      std::fflush(stdout);
-    }
-    // The folded l2norm backward (session 15), with the fused sums: (0) kWyTrimmed writing f32 dk, then row_norm_bwd
-    // (rstd, k, f32 dk → bf16 dk: the composed backward's tail step for dk); (1) kWyTrimmed with dk_rstd writing bf16
-    // dk (wy_store_dk_norm); (2) kWyFinStaged with dk_rstd (wy_store_dk_norm_staged). Each side timed by one event
-    // pair around its launches, interleaved, median of 9.
-    {
-      Dev rk(rows * H * 4), dk16(rows * H * K * 2);
-      EXPECT_EQ(cudaMemset(rk.p, 0x3f, rk.bytes), cudaSuccess);
-      WyBwdParams q = p;
-      q.dk_add = tok(dk_add.p, STRATA_DTYPE_F32, T, H, K), q.dg_add = q.dg;
-      q.mma_variant = kWyTrimmed;
-      WyBwdParams qn = q;
-      qn.dk_rstd = tok(rk.p, STRATA_DTYPE_F32, T, H, 0);
-      qn.dk = tok(dk16.p, dt, T, H, K);
-      WyBwdParams qs = qn;
-      qs.mma_variant = kWyFinStaged;
-      norm::RowNormBwdParams a;
-      a.src = k.p, a.rstd = rk.p, a.dout = dk.p, a.dx = dk16.p;
-      a.src_dtype = a.dx_dtype = dt;
-      a.rstd_dtype = a.dout_dtype = STRATA_DTYPE_F32;
-      a.rows = rows * H, a.D = K;
-      a.src_rows = a.dout_rows = a.dx_rows = test::dense_rows(rows * H, K);
-      a.rstd_rows = test::dense_rows(rows * H, 1);
-      a.n_div = 1;
-      a.kind = norm::RowNormBwdKind::kNormalizedSrc;
-      cudaEvent_t e[2];
-      cudaEventCreate(&e[0]), cudaEventCreate(&e[1]);
-      std::vector<float> ms[3];
-      for (int rep = 0; rep < 10; ++rep)
-        for (int vi = 0; vi < 3; ++vi) {
-          cudaEventRecord(e[0]);
-          EXPECT_EQ(prepare_wy_repr_bwd_cuda_mma(vi == 0 ? q : vi == 1 ? qn : qs, ws.p, nullptr), STRATA_SUCCESS);
-          if (vi == 0) EXPECT_EQ(norm::row_norm_bwd_cuda(a, nullptr), 0);
-          cudaEventRecord(e[1]);
-          cudaEventSynchronize(e[1]);
-          float t = 0.f;
-          cudaEventElapsedTime(&t, e[0], e[1]);
-          if (rep > 0) ms[vi].push_back(t);
-        }
-      cudaEventDestroy(e[0]), cudaEventDestroy(e[1]);
-      for (auto& m : ms) std::sort(m.begin(), m.end());
-      std::printf("[wy_bwd s15] bf16 B=%lld T=%lld H=16 HV=32 K=V=128 fused sums + dk l2norm bwd: trimmed + row_norm_bwd "
-                  "%.3f ms, folded (kWyTrimmed, dk_rstd) %.3f ms, staged (kWyFinStaged, dk_rstd) %.3f ms (median of 9; "
-                  "min %.3f / %.3f / %.3f)\n",
-                  static_cast<long long>(B), static_cast<long long>(T), ms[0][4], ms[1][4], ms[2][4], ms[0][0],
-                  ms[1][0], ms[2][0]);
       std::fflush(stdout);
     }
   }

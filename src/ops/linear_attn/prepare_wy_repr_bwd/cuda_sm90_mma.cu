@@ -281,141 +281,6 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
     }
 }
 
-// kNorm (WyBwdParams::dk_rstd, the composed backward with l2norm): dk leaves through the l2norm backward,
-// dk = r (y − (y · k) k) with y = dk_add + Σ_g (the unfused f32 sum, in place in dk_sum), k the chunk's k tile in
-// shared memory (the normalised keys there; sK, row pitch ld) and r the row's rstd (dk_rstd, loaded here with dk_add,
-// so that the head loop holds nothing more than kWyTrimmed's). That replaces the composed
-// backward's row_norm_bwd pass over dk (f32 y written and read back, 2 × 268 MB at B = 4, T = 8192, H = 16,
-// K = 128). A row's P columns lie in the two column-half warps wn (each holding columns c0.. of every K tile in
-// registers): the quad sums its 2 KT · 8 products and butterflies them in a fixed order, the halves meet in
-// sNdot[2][64] after a block barrier that every thread reaches (both halves then add them in the same order).
-// All dk_add loads of a thread are issued before any use (nothing is stored before the barrier).
-template <class T, int KT>
-__device__ __forceinline__ void wy_store_dk_norm(const WyBwdParams& p, const DevChunk& c, int64_t h, int L, int kc,
-                                                 float (&dk_sum)[KT][1][4][4], const uint16_t* sK, int ld,
-                                                 float* sNdot, int r0, int c0, int wn) {
-  const bool add = p.dk_add.present();
-  const int lane = threadIdx.x & 31;
-  float dot[2] = {0.f, 0.f}, r[2] = {0.f, 0.f};
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {  // the fragment rows r0 + lane / 4 (s = 0) and + 8 (s = 1)
-    const int i = r0 + frag_row(0, 2 * s);
-    if (i >= L) continue;
-    r[s] = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
-    const float* row = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
-#pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int x = kt * 64 + c0 + frag_col(nt, 0);
-        float& y0 = dk_sum[kt][0][nt][2 * s];
-        float& y1 = dk_sum[kt][0][nt][2 * s + 1];
-        if (add) {  // dk_add + Σ_g (the order of the unfused sum); past kc both are 0
-          if (x < kc) y0 = row[x] + y0;
-          if (x + 1 < kc) y1 = row[x + 1] + y1;
-        }
-        const uint32_t kp = *reinterpret_cast<const uint32_t*>(sK + i * ld + x);  // k (zero past kc)
-        dot[s] += y0 * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu));
-        dot[s] += y1 * Elem<T>::to(static_cast<uint16_t>(kp >> 16));
-      }
-  }
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {  // the quad: fixed-order butterflies
-    dot[s] += __shfl_xor_sync(0xffffffffu, dot[s], 1);
-    dot[s] += __shfl_xor_sync(0xffffffffu, dot[s], 2);
-  }
-  if ((lane & 3) == 0) {
-    sNdot[wn * 64 + r0 + lane / 4] = dot[0];
-    sNdot[wn * 64 + r0 + lane / 4 + 8] = dot[1];
-  }
-  __syncthreads();  // both column halves of every row's dot are in sNdot
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const int i = r0 + frag_row(0, 2 * s);
-    if (i >= L) continue;
-    const float yk = sNdot[i] + sNdot[64 + i];
-    const int64_t o = p.dk.off(c.b, c.t0 + i, h);
-#pragma unroll
-    for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int x = kt * 64 + c0 + frag_col(nt, 0);
-        if (x >= kc) continue;
-        const uint32_t kp = *reinterpret_cast<const uint32_t*>(sK + i * ld + x);
-        const float a0 = r[s] * (dk_sum[kt][0][nt][2 * s] - yk * Elem<T>::to(static_cast<uint16_t>(kp & 0xffffu)));
-        const float a1 = r[s] * (dk_sum[kt][0][nt][2 * s + 1] - yk * Elem<T>::to(static_cast<uint16_t>(kp >> 16)));
-        st_pair(p.dk, o + x, a0, a1, x + 1 < kc);
-      }
-  }
-}
-
-// kWyFinStaged's form of wy_store_dk_norm (the same result, other f32 summation order of the dot): after a block
-// barrier (the last head's readers of the dW and V tiles are done) the head sums go to shared memory (f32 [64][P + 8]
-// over those two tiles, sF), so that no dk_add load is in flight while dk_sum is live (wy_store_dk_norm spilled
-// dk_sum registers in the head loop at the 128-register cap); after a second barrier four threads per row (row
-// t / 4, float4 columns 4 (t % 4) + 16 m: 64 bytes of a row per 4 threads) add dk_add, sum the dot over the quad
-// (fixed-order butterflies: no third barrier) and store.
-template <class T, int P>
-__device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, const DevChunk& c, int64_t h, int L,
-                                                        int kc, const float (&dk_sum)[P / 64][1][4][4],
-                                                        const uint16_t* sK, int ld, float* sF,
-                                                        int r0, int c0) {
-  constexpr int KT = P / 64, ldf = P + 8, M = P / 16;
-  __syncthreads();  // every warp is past its reads of the dW and V tiles
-#pragma unroll
-  for (int kt = 0; kt < KT; ++kt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2)
-        *reinterpret_cast<float2*>(sF + (r0 + frag_row(0, e)) * ldf + kt * 64 + c0 + frag_col(nt, e)) =
-            make_float2(dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1]);
-  __syncthreads();
-  const int i = threadIdx.x / 4, q = threadIdx.x & 3;
-  if (i >= L) return;  // (whole quads: no shuffle partner leaves)
-  const bool add = p.dk_add.present();
-  const float* arow = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
-  const bool vec = add && (reinterpret_cast<uintptr_t>(arow) & 15) == 0;
-  const float r = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
-  float y[M][4];
-  float dot = 0.f;
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 4 * q + 16 * m;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (vec && x + 3 < kc) {
-      a = *reinterpret_cast<const float4*>(arow + x);
-    } else if (add) {
-      a.x = x < kc ? arow[x] : 0.f, a.y = x + 1 < kc ? arow[x + 1] : 0.f;
-      a.z = x + 2 < kc ? arow[x + 2] : 0.f, a.w = x + 3 < kc ? arow[x + 3] : 0.f;
-    }
-    const float4 sum = *reinterpret_cast<const float4*>(sF + i * ldf + x);
-    y[m][0] = a.x + sum.x, y[m][1] = a.y + sum.y, y[m][2] = a.z + sum.z, y[m][3] = a.w + sum.w;
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + 4 * q + 16 * m);  // k (zero past kc)
-    dot += y[m][0] * Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu));
-    dot += y[m][1] * Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
-    dot += y[m][2] * Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu));
-    dot += y[m][3] * Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
-  }
-  const unsigned quad = 0xfu << (threadIdx.x & 28);
-  dot += __shfl_xor_sync(quad, dot, 1);
-  dot += __shfl_xor_sync(quad, dot, 2);
-  const int64_t o = p.dk.off(c.b, c.t0 + i, h);
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const int x = 4 * q + 16 * m;
-    if (x >= kc) continue;
-    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + x);
-    const float k0 = Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu)), k1 = Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
-    const float k2 = Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu)), k3 = Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
-    st_pair(p.dk, o + x, r * (y[m][0] - dot * k0), r * (y[m][1] - dot * k1), x + 1 < kc);
-    if (x + 2 < kc) st_pair(p.dk, o + x + 2, r * (y[m][2] - dot * k2), r * (y[m][3] - dot * k3), x + 3 < kc);
-  }
-}
-
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
                                                           int VP, int stages) {
@@ -611,21 +476,19 @@ strata_status launch_k(const WyBwdParams& p, const int64_t* offs, int64_t items,
 // P = KP = VP (K and V rounded up to 64, equal): every tile loop has a compile-time trip count.
 // Shared memory (bytes): K, dW, V, dU [64][P + 8] T; A, dA then Sym, tmp [64][72] T; f32 γ, β, E [64]; Σ X k and
 // Σ Y v partials [2][2 column halves][64]; Σ_j dP KK row partials [2 column halves][64]; Σ_r β dP KK column partials
-// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start); kNorm's dot halves [2][64].
-// P = 128: 101 376 bytes.
+// [4 row blocks][64]; dg_add [64] (kLatency: fetched at the head's start). P = 128: 100 864 bytes.
 template <int P>
 struct WyLeanSmem {
   static constexpr int ld = P + 8;
   static constexpr size_t tile = size_t{64} * ld * 2, small = size_t{64} * kL64 * 2;
   static constexpr size_t k = 0, dw = k + tile, v = dw + tile, du = v + tile, a = du + tile, x = a + small,
                           t = x + small, vec = t + small;
-  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1 + 2) * 64 * 4;
+  static constexpr size_t bytes = vec + (3 + 4 + 2 + 4 + 1) * 64 * 4;
 };
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
-// wy_dv_tile's kFull stores. kNorm (session 15; with kTrim only): dk through the l2norm backward (1:
-// wy_store_dk_norm, kWyTrimmed; 2: wy_store_dk_norm_staged, kWyFinStaged).
-template <class T, int P, DkAdd kAdd, bool kTrim, int kNorm = 0>
+// wy_dv_tile's kFull stores.
+template <class T, int P, DkAdd kAdd, bool kTrim>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -644,14 +507,12 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   float* sDbRow = sG + 448;  // [2][64]: Σ_j dP_ij KK_ij over the columns of column-half warp wn
   float* sCol = sG + 576;    // [4][64]: Σ_r β_r dP_ri KK_ri over the rows of row-block warp wm
   float* sDgAdd = sG + 832;  // [64]: kLatency's dg_add of the head
-  float* sNdot = sG + 896;   // [2][64]: kNorm's row dots y · k over the columns of column-half warp wn
   const Dims& d = p.d;
   const int warp = threadIdx.x / 32, wm = warp % 4, wn = warp / 4, r0 = wm * 16, c0 = wn * 32;
   const int lane = threadIdx.x & 31;
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
   // kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
   constexpr bool kLatency = kAdd == kDkAddBatchedTyped;
-  static_assert(!kNorm || (kLatency && kTrim), "kNorm is an instantiation of the kWyTrimmed form");
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
@@ -769,21 +630,16 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
-      if constexpr (kNorm == 2)
-        wy_store_dk_norm_staged<T, P>(p, c, h, L, kc, dk_sum, sK, ld, reinterpret_cast<float*>(smem + S::dw), r0, c0);
-      else if constexpr (kNorm == 1)
-        wy_store_dk_norm<T, KT>(p, c, h, L, kc, dk_sum, sK, ld, sNdot, r0, c0, wn);
-      else
-        wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
+      wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, DkAdd kAdd, bool kTrim = false, int kNorm = 0>
+template <class T, int P, DkAdd kAdd, bool kTrim = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim, kNorm>;
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -794,14 +650,10 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
-  if (p.dk_rstd.present())  // (kWyTrimmed or kWyFinStaged only: prepare_wy_repr_bwd_cuda_mma_reject)
-    return p.mma_variant == kWyFinStaged ? launch_lean<T, P, kDkAddBatchedTyped, true, 2>(p, offs, items, stream)
-                                         : launch_lean<T, P, kDkAddBatchedTyped, true, 1>(p, offs, items, stream);
   switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
     case kWyTrimmed:
-    case kWyFinStaged:  // (its own form only with dk_rstd)
       return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
@@ -830,16 +682,6 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
   if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
   if ((p.dk_add.present() && p.dk_add.dtype != STRATA_DTYPE_F32) || (p.dg_add.present() && p.dg_add.dtype != STRATA_DTYPE_F32))
     return "dk_add and dg_add are f32";
-  if (p.dk_rstd.present()) {  // the folded l2norm backward (wy_store_dk_norm): the two-per-SM kernel, kWyTrimmed
-    const int64_t KP = round64(p.d.K);
-    const int variant = p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant;
-    if (KP != round64(p.d.V) || KP > 128)
-      return fmt::format("dk_rstd (the folded l2norm backward) needs K and V rounding up to the same multiple of 64, "
-                         "at most 128; got K = {}, V = {}", p.d.K, p.d.V);
-    if (variant != kWyTrimmed && variant != kWyFinStaged)
-      return fmt::format("dk_rstd is folded by the kWyTrimmed and kWyFinStaged forms only, not variant {}", variant);
-    if (p.dk_rstd.dtype != STRATA_DTYPE_F32) return "dk_rstd is f32";
-  }
   return "";
 }
 

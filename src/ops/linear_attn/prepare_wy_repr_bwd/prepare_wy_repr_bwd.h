@@ -30,12 +30,6 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
-  // Internal fusion (session 15; forced only): rstd of the keys, f32 [B, T, H]. When present dk is written through
-  // the l2norm backward, dk = rstd (y − (y · k) k) with y = dk_add + (this op's dk) and k = p.k (normalised keys),
-  // instead of y; only the two-per-SM tensor-core kernel in the kWyTrimmed (kWyAuto) and kWyFinStaged forms takes it
-  // (prepare_wy_repr_bwd_cuda_mma_reject says why not otherwise; the other implementations refuse it). The composed
-  // backward does not set it: slower than its row_norm_bwd pass in GPU run s15run1 (README.md).
-  gdn_bwd::View dk_rstd;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
   // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
@@ -51,10 +45,7 @@ struct WyBwdParams {
   // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-// kWyFinStaged (session 15): kWyTrimmed, except that with dk_rstd the l2norm backward of dk runs from the head sums
-// staged in shared memory, four threads per row (fewer live registers; the same result up to the dot's f32 order).
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4,
-                     kWyFinStaged = 5;
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
