@@ -23,6 +23,7 @@
 
 #include "opbase/plan.h"
 #include "ops/loss/chunk_loss/chunk_loss.h"
+#include "ops/loss/chunk_loss/driver.h"  // vt_memory: where the vocab_tiled loop keeps what
 #include "strata/ops.h"
 #include "testkit/testkit.h"
 #include "test_support.h"
@@ -438,6 +439,76 @@ TEST(ChunkLoss, CudaPlanOfTheTargetShapeStaysInBudget) {
   }
 }
 
+// Session 15: where the vocab_tiled loop keeps the logits tiles (driver.h vt_memory; host logic, no device), with
+// the CUDA traits and made-up 256-byte aligned addresses (dhidden, then dweight, as an allocator would place the
+// gradients). Checked for every tile t: kept tiles lie inside dweight before the dH accumulator (or tile 0 in the
+// workspace tile with keep_first_in_ws), pairwise apart, and no dW tile written at step t <= s overlaps kept tile s
+// (the backward reads s after writing dW tiles 0..s); the forward's scratch (dhidden's storage) holds a tile. At the
+// H200 shape with a bf16 dweight: 18 tiles kept with keep_first_in_ws (tile 0 in the workspace, 1..17 in dweight)
+// against 17 without; never fewer at the other shapes.
+TEST(ChunkLoss, KeptTilesStayApartFromTheDwTilesAndTheAccumulator) {
+  loss::BackendTraits tr;  // what chunk_loss_cuda_traits() says by default (README.md)
+  tr.separate_dz = true, tr.gemm_stores_any = true, tr.min_chunk_rows = 1024, tr.bf16_tile = true;
+  tr.dh_batch2 = true;
+  struct Shape {
+    int64_t N, D, V, vtile;
+    int32_t dw_dt;
+    int64_t keep_old, keep_new;  // -1: only new >= old is checked
+  };
+  for (const Shape& sh : {Shape{8192, 4096, 151936, 0, STRATA_DTYPE_BF16, 17, 18},
+                          Shape{8192, 4096, 151936, 0, STRATA_DTYPE_F32, 36, 36},
+                          Shape{256, 128, 4000, 128, STRATA_DTYPE_BF16, 13, 14},
+                          Shape{64, 64, 4000, 512, STRATA_DTYPE_BF16, -1, -1},
+                          Shape{300, 200, 5000, 160, STRATA_DTYPE_BF16, -1, -1}}) {
+    loss::ChunkLossParams p;
+    p.N = sh.N, p.D = sh.D, p.V = sh.V;
+    p.h_dtype = p.w_dtype = p.dh_dtype = STRATA_DTYPE_BF16;
+    p.dw_dtype = sh.dw_dt;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = p.D;
+    p.ce = loss::ce_consts(loss::CeOptions{}, p.V);
+    const int64_t dh_bytes = p.N * p.D * 2, dw_bytes = p.V * p.D * static_cast<int64_t>(dtype_size(sh.dw_dt));
+    const uintptr_t dh_at = uintptr_t{1} << 40, dw_at = dh_at + (static_cast<uintptr_t>(dh_bytes) + 255) / 256 * 256;
+    p.dhidden = reinterpret_cast<void*>(dh_at), p.dweight = reinterpret_cast<void*>(dw_at);
+    p.loss = p.dhidden;  // a forward with gradients (only the presence matters)
+    const loss::ChunkLossLayout L = loss::chunk_loss_choose(p, tr, loss::kStrategyVocabTiled, 0, sh.vtile);
+    ASSERT_EQ(p.rows, p.N) << "one token block";
+    ASSERT_TRUE(L.dh_in_dw);
+    int64_t kept[2] = {0, 0};
+    for (bool first_in_ws : {false, true}) {
+      tr.keep_first_in_ws = first_in_ws;
+      const loss::VtMemory m = loss::vt_memory(p, L, tr, true);
+      kept[first_in_ws] = m.n_keep;
+      const int64_t vt = p.vtile, n_tiles = (p.V + vt - 1) / vt;
+      const int64_t zt = p.N * vt * 2, wt = vt * p.D * static_cast<int64_t>(dtype_size(sh.dw_dt));
+      char* const Z = reinterpret_cast<char*>(uintptr_t{1} << 44);  // the workspace tile
+      auto at = [&](int64_t s) { return reinterpret_cast<uintptr_t>(m.tile(s, Z)); };
+      const uintptr_t acc = reinterpret_cast<uintptr_t>(m.dh_in_dw);
+      for (int64_t s = 0; s < m.n_keep; ++s) {
+        if (at(s) == reinterpret_cast<uintptr_t>(Z)) {
+          EXPECT_TRUE(first_in_ws && s == 0) << "tile " << s << " kept in the workspace tile";
+          continue;
+        }
+        EXPECT_GE(at(s), dw_at) << "tile " << s;
+        EXPECT_LE(at(s) + static_cast<uintptr_t>(zt), acc) << "kept tile " << s << " reaches the dH accumulator";
+        if (s + 1 < m.n_keep) EXPECT_LE(at(s) + static_cast<uintptr_t>(zt), at(s + 1)) << "tiles " << s << ", " << s + 1;
+        for (int64_t t = 0; t <= s; ++t)  // dW tile t: bytes [t wt, (t + 1) wt) of dweight, written at step t
+          EXPECT_LE(dw_at + static_cast<uintptr_t>((t + 1) * wt), at(s)) << "dW tile " << t << " over kept tile " << s;
+      }
+      for (int64_t s = m.n_keep; s < n_tiles; ++s) EXPECT_EQ(m.tile(s, Z), static_cast<void*>(Z)) << "tile " << s;
+      if (first_in_ws && m.n_keep < n_tiles && dh_bytes >= zt) {  // dhidden's storage holds a tile: the scratch
+        ASSERT_EQ(m.fwd_scratch, static_cast<char*>(p.dhidden)) << "N " << sh.N;
+        EXPECT_EQ(m.fwd(m.n_keep, Z), static_cast<void*>(m.fwd_scratch));
+        EXPECT_EQ(m.fwd(0, Z), static_cast<void*>(Z));
+      } else {
+        EXPECT_EQ(m.fwd_scratch, nullptr) << "N " << sh.N;
+      }
+    }
+    EXPECT_GE(kept[1], kept[0]) << "N " << sh.N;
+    if (sh.keep_old >= 0) EXPECT_EQ(kept[0], sh.keep_old) << "N " << sh.N << " D " << sh.D;
+    if (sh.keep_new >= 0) EXPECT_EQ(kept[1], sh.keep_new) << "N " << sh.N << " D " << sh.D;
+  }
+}
+
 bool have_cuda() {
   int32_t n = 0;
   return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
@@ -649,6 +720,69 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
   }
 }
 
+// Session 15: tile 0 kept in the workspace tile, the forward's other tiles in dhidden's storage (the CUDA default;
+// STRATA_CHUNK_LOSS_KEEP=dw forces the session-14 layout). bf16 N = 256, D = 128, V = 4000, 128-column tiles, one
+// token block: 14 of 32 tiles kept instead of 13, the split dH accumulator, deferred tiles; the gradients also with
+// dhidden below and above dweight. The same work on the same data: the same loss, lse, dhidden and dweight bits,
+// with one logits GEMM fewer (counted by chunk_loss_cuda_steps).
+TEST(ChunkLoss, CudaTileZeroKeptInTheWorkspaceGivesTheSameBits) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t N = 256, D = 128, V = 4000;
+  std::mt19937_64 rng(51);
+  const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, 52), w = rnd(STRATA_DTYPE_BF16, {V, D}, 53, 0.0, 0.25);
+  std::vector<int64_t> th(N);
+  for (int64_t i = 0; i < N; ++i) th[i] = i % 9 == 4 ? -100 : static_cast<int64_t>(rng() % V);
+  const size_t hb = N * D * 2, wb = V * D * 2;
+  DevBuf h_in(hb), w_in(wb), t(N * 8), loss(4), lse(N * 4), grads(hb + wb + 4096);
+  ASSERT_EQ(cudaMemcpy(h_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  struct Out {
+    std::vector<uint8_t> bits;  // loss, lse, dhidden, dweight
+    int64_t recomputes = 0;
+  };
+  auto run = [&](bool dh_first, bool first_in_ws) {
+    loss::ChunkLossParams p;
+    p.hidden = h_in.p, p.weight = w_in.p, p.target = static_cast<const int64_t*>(t.p);
+    p.loss = loss.p, p.lse = lse.p;
+    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
+    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
+    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
+    p.N = N, p.D = D, p.V = V;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
+    p.ce = loss::ce_consts(loss::CeOptions{1.f, 0.f, 0.1f, 0.f, -100}, V);
+    std::unique_ptr<ScopedEnv> env;
+    if (!first_in_ws) env = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_KEEP", "dw");
+    const loss::ChunkLossLayout L =
+        loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 128);
+    EXPECT_TRUE(L.dh_in_dw && p.rows == N);
+    EXPECT_EQ(loss::vt_memory(p, L, loss::chunk_loss_cuda_traits(), true).n_keep, first_in_ws ? 14 : 13);
+    DevBuf ws(L.total);
+    Out o;
+    loss::ChunkLossCudaSteps st;
+    EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
+    o.recomputes = st.calls[loss::kStepLogitsRecompute];
+    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);  // poison, then the plain call
+    EXPECT_EQ(cudaMemset(ws.p, 0xff, L.total), cudaSuccess);
+    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    o.bits.resize(4 + N * 4 + hb + wb);
+    EXPECT_EQ(cudaMemcpy(o.bits.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4 + N * 4, p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4 + N * 4 + hb, p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    return o;
+  };
+  for (bool dh_first : {true, false}) {
+    const Out ref = run(dh_first, false), got = run(dh_first, true);
+    EXPECT_EQ(got.recomputes, ref.recomputes - 1) << "dh_first " << dh_first;
+    EXPECT_TRUE(got.bits == ref.bits) << "dh_first " << dh_first;
+    std::printf("[chunk_loss keep] dh_first %d: logits recomputes %lld (keep=dw: %lld), same bits %d\n",
+                dh_first ? 1 : 0, static_cast<long long>(got.recomputes), static_cast<long long>(ref.recomputes),
+                got.bits == ref.bits ? 1 : 0);
+  }
+}
+
 // Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
 // V = 151936 with bf16 dhidden and dweight (the in-budget plan: vocab_tiled, one token block, vt = 3968) timed as a
 // whole (CUDA events around single calls, median of 7 after a warm-up), then one call split into its steps by
@@ -742,12 +876,15 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   // per tile (STRATA_CHUNK_LOSS_DH=pair, the session-13 path), whole calls interleaved (default, each variant, ...: 7 rounds
   // after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike. Each must give the default's loss
   // and lse bits (none changes them).
+  // Session 15: the session-14 layout of the kept tiles (STRATA_CHUNK_LOSS_KEEP=dw: tile 0 not kept in the workspace).
   struct Variant {
-    const char *name, *dh;
+    const char *name, *dh, *keep;
   };
-  const std::vector<Variant> variants = {{"default", nullptr}, {"dh=pair (s13)", "pair"}};
+  const std::vector<Variant> variants = {
+      {"default", nullptr, nullptr}, {"keep=dw (s14)", nullptr, "dw"}, {"dh=pair (s13)", "pair", nullptr}};
   auto set_env = [](const Variant& v) {
     v.dh ? setenv("STRATA_CHUNK_LOSS_DH", v.dh, 1) : unsetenv("STRATA_CHUNK_LOSS_DH");
+    v.keep ? setenv("STRATA_CHUNK_LOSS_KEEP", v.keep, 1) : unsetenv("STRATA_CHUNK_LOSS_KEEP");
   };
   std::vector<std::function<void()>> fns;
   for (const Variant& v : variants)
@@ -768,6 +905,9 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   }
   set_env(variants[0]);
   EXPECT_EQ(st.calls[loss::kStepDhGemm], (V + p.vtile - 1) / p.vtile);  // the batched dH GEMMs: one per tile
+  // 39 tiles: 18 kept (tile 0 in the workspace), 21 recomputed in the loop, 3 deferred recomputed at the end.
+  EXPECT_EQ(loss::vt_memory(p, L, loss::chunk_loss_cuda_traits(), true).n_keep, 18);
+  EXPECT_EQ(st.calls[loss::kStepLogitsRecompute], 24);
 
 
 
