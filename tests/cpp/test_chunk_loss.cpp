@@ -783,6 +783,34 @@ TEST(ChunkLoss, CudaTileZeroKeptInTheWorkspaceGivesTheSameBits) {
   }
 }
 
+// Session 15: the 16-byte row_stats / row_grad with R rows per block (STRATA_CHUNK_LOSS_ROWS=2 or 4) give the bits
+// of the one-row kernels: bf16 N = 301 (not a multiple of R) and 300, D = 96, V = 5000, through the plan (forward with
+// gradients, then the backward op) with 1000- and 4096-column tiles (2 and 1 vectors of 16 bytes per thread; 4096:
+// the largest tile they take), a scalar tail (1000 = 125 vectors, 4096 + 4: 512 vectors and 4 columns), bias and
+// label smoothing; and a tile too wide for them (4200 columns: the one-row kernels run).
+TEST(ChunkLoss, CudaRowBlockKernelsGiveTheSameBits) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t n : {int64_t{301}, int64_t{300}})
+    for (const int64_t vt : {int64_t{1000}, int64_t{4096}, int64_t{4100}, int64_t{4200}})
+      for (bool bwd : {false, true}) {
+        auto o = defaults();
+        o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED;
+        o.vocab_tile = vt;
+        o.label_smoothing = 0.1f;
+        Problem a(STRATA_DTYPE_BF16, n, 96, 5000, 61);
+        const std::vector<uint8_t> ref = cuda_bits(a, o, bwd);
+        for (const char* r : {"2", "4"}) {
+          Problem b2(STRATA_DTYPE_BF16, n, 96, 5000, 61);
+          std::vector<uint8_t> got;
+          {
+            ScopedEnv env("STRATA_CHUNK_LOSS_ROWS", r);
+            got = cuda_bits(b2, o, bwd);
+          }
+          EXPECT_TRUE(got == ref) << "rows per block " << r << " N " << n << " vtile " << vt << " bwd " << bwd;
+        }
+      }
+}
+
 // Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
 // V = 151936 with bf16 dhidden and dweight (the in-budget plan: vocab_tiled, one token block, vt = 3968) timed as a
 // whole (CUDA events around single calls, median of 7 after a warm-up), then one call split into its steps by
@@ -876,15 +904,19 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   // per tile (STRATA_CHUNK_LOSS_DH=pair, the session-13 path), whole calls interleaved (default, each variant, ...: 7 rounds
   // after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike. Each must give the default's loss
   // and lse bits (none changes them).
-  // Session 15: the session-14 layout of the kept tiles (STRATA_CHUNK_LOSS_KEEP=dw: tile 0 not kept in the workspace).
+  // Session 15: the session-14 layout of the kept tiles (STRATA_CHUNK_LOSS_KEEP=dw: tile 0 not kept in the workspace),
+  // and R rows per block in the 16-byte epilogue kernels (STRATA_CHUNK_LOSS_ROWS=2 or 4).
   struct Variant {
-    const char *name, *dh, *keep;
+    const char *name, *dh, *keep, *rows;
   };
-  const std::vector<Variant> variants = {
-      {"default", nullptr, nullptr}, {"keep=dw (s14)", nullptr, "dw"}, {"dh=pair (s13)", "pair", nullptr}};
+  const std::vector<Variant> variants = {{"default", nullptr, nullptr, nullptr},
+                                         {"keep=dw (s14)", nullptr, "dw", nullptr},
+                                         {"rows=2", nullptr, nullptr, "2"},
+                                         {"rows=4", nullptr, nullptr, "4"}};
   auto set_env = [](const Variant& v) {
     v.dh ? setenv("STRATA_CHUNK_LOSS_DH", v.dh, 1) : unsetenv("STRATA_CHUNK_LOSS_DH");
     v.keep ? setenv("STRATA_CHUNK_LOSS_KEEP", v.keep, 1) : unsetenv("STRATA_CHUNK_LOSS_KEEP");
+    v.rows ? setenv("STRATA_CHUNK_LOSS_ROWS", v.rows, 1) : unsetenv("STRATA_CHUNK_LOSS_ROWS");
   };
   std::vector<std::function<void()>> fns;
   for (const Variant& v : variants)
@@ -902,6 +934,14 @@ TEST(ChunkLoss, CudaStepBreakdown) {
     std::printf("[chunk_loss variants] %-12s whole call median %.3f ms min %.3f ms (interleaved, 7 rounds; %.3f x the "
                 "default's median)\n",
                 variants[i].name, med, t_v[i].front(), med / t_v[0][t_v[0].size() / 2]);
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {  // where the row-block variants' time goes
+    if (!variants[i].rows) continue;
+    set_env(variants[i]);
+    loss::ChunkLossCudaSteps sv;
+    ASSERT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &sv), STRATA_SUCCESS) << strata_get_last_error_message();
+    const std::string tag = std::string(" [") + variants[i].name + "]";
+    print_steps(sv, t_v[i][t_v[i].size() / 2], tag.c_str());
   }
   set_env(variants[0]);
   EXPECT_EQ(st.calls[loss::kStepDhGemm], (V + p.vtile - 1) / p.vtile);  // the batched dH GEMMs: one per tile

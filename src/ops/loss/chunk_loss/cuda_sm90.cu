@@ -194,6 +194,54 @@ __global__ void __launch_bounds__(kRowThreads)
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
+// Session 15 (BackendTraits::row_block = R, STRATA_CHUNK_LOSS_ROWS=2 or 4): R rows per block. A row_stats_v8 block
+// lives for two dependent DRAM round trips (its thread's two vectors, loaded one after the other by the loop) plus
+// the merge tree, and few rows are in flight per SM (0.76 TB/s at the H200 shape, README.md). Here every thread
+// loads its vectors of all R rows (and their targets) before any math, so R rows' loads are in flight at once and the
+// block waits for DRAM once per R rows. Rows of at most kRowVecs * kRowThreads 16-byte vectors (vt <= 4096 + 7 bf16
+// columns: 3968 at the H200 shape). Per row the same work in the same order as row_stats_v8 (thread t adds
+// vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
+constexpr int kRowVecs = 2;
+template <class TB, int R>
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t nv = a.cols / 8;
+  uint4 u[R][kRowVecs];
+  int64_t y[R];
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r_base + k;
+    if (r >= a.rows) continue;
+    y[k] = a.target[(a.r0 + r) * a.target_stride];
+    const uint4* zr = reinterpret_cast<const uint4*>(static_cast<const bf16_t*>(a.z) + r * a.ldz);
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) u[k][i] = zr[v];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r_base + k;
+    if (r >= a.rows) break;  // the same for every thread of the block
+    const int64_t yj = y[k] - a.v0;
+    CeRowStats st;  // empty: m = -inf, s = 0
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) stats_add8<TB>(st, a, u[k][i], v, yj);
+    }
+    const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
+    for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+      const float c = logit_at<TB, bf16_t>(a, zr, j);
+      ce_stats_add(st, c, j == yj);
+    }
+    finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, a.r0 + r, y[k]);
+    __syncthreads();  // block_merge's shared partials are written again by the next row
+  }
+}
+
 // __expf (ex2.approx) for the 16-byte kernels: the gradient is rounded to bf16, far coarser than its error.
 struct FastExp {
   __device__ __forceinline__ float operator()(float x) const { return __expf(x); }
@@ -249,6 +297,40 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
     reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
   for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
+}
+
+// Session 15 (BackendTraits::row_block = R): row_grad_v8 over R rows per block, every thread's vectors of all R rows
+// loaded before any math (see row_stats_v8r); rows of at most kRowVecs * kRowThreads vectors. The same per-element
+// math: the same bits.
+template <class TB, int R>
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_v8r(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
+  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t nv = a.cols / 8;
+  uint4 u[R][kRowVecs];
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r_base + k;
+    if (r >= a.rows) continue;
+    const uint4* zr = reinterpret_cast<const uint4*>(dz + r * a.ldz);
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) u[k][i] = zr[v];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r_base + k;
+    if (r >= a.rows) break;
+    const GradRow16 q = grad_row16(a, dz, r, lse, lse_stride, coef_base, dloss);
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, u[k][i], v, q.yj);
+    }
+    for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
+  }
 }
 
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
@@ -560,6 +642,9 @@ struct CudaBackend : BackendBase {
     return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V};
   }
 
+  // The R-rows-per-block kernels (BackendTraits::row_block > 1) take rows of at most kRowVecs 16-byte vectors per thread.
+  bool rows_fit(int64_t cols) const { return tr.row_block > 1 && cols / 8 <= int64_t{kRowVecs} * kRowThreads; }
+
   // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
   static bool vec8(const void* Z, int32_t z_dt, int64_t ldz) {
     return z_dt == STRATA_DTYPE_BF16 && ldz % 8 == 0 && reinterpret_cast<uintptr_t>(Z) % 16 == 0;
@@ -582,6 +667,14 @@ struct CudaBackend : BackendBase {
       st = side->stream;
     }
     visit_storage(p.w_dtype, [&](auto tb) {
+      if (v8 && rows_fit(cols)) {  // row_block rows per block (session 15)
+        const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, int64_t{tr.row_block}));
+        if (tr.row_block == 4)
+          row_stats_v8r<decltype(tb), 4><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
+        else
+          row_stats_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
+        return;
+      }
       if (v8) {
         row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
                                                                                       lse_w_stride, rowloss);
@@ -624,7 +717,16 @@ struct CudaBackend : BackendBase {
       visit_tile(z_dt, [&](auto tz) {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
-          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
+          const bool in_place16 = dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz);
+          if (in_place16 && rows_fit(cols)) {  // row_block rows per block (session 15)
+            const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, int64_t{tr.row_block}));
+            if (tr.row_block == 4)
+              row_grad_v8r<decltype(tb), 4><<<grid, kRowThreads, 0, st>>>(a, static_cast<bf16_t*>(dZ), lse_r,
+                                                                          lse_r_stride, coef_base() / dz_scale(), g);
+            else
+              row_grad_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, static_cast<bf16_t*>(dZ), lse_r,
+                                                                          lse_r_stride, coef_base() / dz_scale(), g);
+          } else if (in_place16)
             row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else
@@ -741,6 +843,9 @@ BackendTraits chunk_loss_cuda_traits() {
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
   // Session 15 (README.md "CUDA (H200)"): tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw
   // forces the session-14 layout (the tests compare the bits of both).
+  // Session 15: R rows per block in the 16-byte row_stats / row_grad (STRATA_CHUNK_LOSS_ROWS=2 or 4; 1 = one row).
+  const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
+  t.row_block = rows && std::string(rows) == "4" ? 4 : rows && std::string(rows) == "2" ? 2 : 1;
   const char* keep = std::getenv("STRATA_CHUNK_LOSS_KEEP");
   t.keep_first_in_ws = !(keep && std::string(keep) == "dw");
   return t;
