@@ -639,6 +639,52 @@ struct DevBuf {
   char* c() const { return static_cast<char*>(p); }
 };
 
+// A bf16 problem on the device for direct chunk_loss_cuda calls: hidden, weight (N(0, 0.25)), targets (row i ignored
+// when i % skip == skip_at) and the gradients in one buffer, dhidden first or dweight first (256-byte aligned), so
+// that a test can place dweight's tail below or above dhidden.
+struct DirectBf16 {
+  int64_t N, D, V;
+  size_t hb, wb;
+  DevBuf h_in, w_in, t, loss, lse, grads;
+  DirectBf16(int64_t n, int64_t d, int64_t v, uint64_t seed, int64_t skip, int64_t skip_at)
+      : N(n), D(d), V(v), hb(static_cast<size_t>(n * d * 2)), wb(static_cast<size_t>(v * d * 2)), h_in(hb), w_in(wb),
+        t(static_cast<size_t>(n * 8)), loss(4), lse(static_cast<size_t>(n * 4)), grads(hb + wb + 4096) {
+    std::mt19937_64 rng(seed);
+    const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, seed + 1), w = rnd(STRATA_DTYPE_BF16, {V, D}, seed + 2, 0.0, 0.25);
+    std::vector<int64_t> th(N);
+    for (int64_t i = 0; i < N; ++i) th[i] = i % skip == skip_at ? -100 : static_cast<int64_t>(rng() % V);
+    EXPECT_EQ(cudaMemcpy(h_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(w_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // A forward with bf16 gradients, dhidden at the start of `grads` (dh_first) or after dweight.
+  loss::ChunkLossParams params(bool dh_first, const loss::CeOptions& o) const {
+    loss::ChunkLossParams p;
+    p.hidden = h_in.p, p.weight = w_in.p, p.target = static_cast<const int64_t*>(t.p);
+    p.loss = loss.p, p.lse = lse.p;
+    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
+    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
+    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
+    p.N = N, p.D = D, p.V = V;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
+    p.ce = loss::ce_consts(o, V);
+    return p;
+  }
+  // One plain call on poisoned gradients and workspace: the bytes of loss, lse, dhidden, dweight.
+  std::vector<uint8_t> run(const loss::ChunkLossParams& p, const loss::ChunkLossLayout& L, const DevBuf& ws) {
+    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ws.p, 0xff, L.total), cudaSuccess);
+    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> bits(4 + N * 4 + hb + wb);
+    EXPECT_EQ(cudaMemcpy(bits.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4 + N * 4, p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4 + N * 4 + hb, p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    return bits;
+  }
+};
+
 // Session 14: the split dH accumulator's two GEMMs per tile as one strided-batched GEMM (the CUDA default; the
 // two GEMMs with STRATA_CHUNK_LOSS_DH=pair), with dhidden below dweight (dhidden's storage holds rows [0, N/2))
 // and above it (rows [N/2, N): the batch's strides stay positive). bf16 N = 64, D = 64, V = 4000, 512-column tiles, one token block: kept tiles,
@@ -647,31 +693,14 @@ struct DevBuf {
 // dH GEMM per tile.
 TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const int64_t N = 64, D = 64, V = 4000;
-  std::mt19937_64 rng(41);
-  const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, 42), w = rnd(STRATA_DTYPE_BF16, {V, D}, 43, 0.0, 0.25);
-  std::vector<int64_t> th(N);
-  for (int64_t i = 0; i < N; ++i) th[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(rng() % V);
-  const size_t hb = N * D * 2, wb = V * D * 2;
-  DevBuf dh_in(hb), dw_in(wb), t(N * 8), loss(4), lse(N * 4), grads(hb + wb + 4096);
-  ASSERT_EQ(cudaMemcpy(dh_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dw_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  DirectBf16 pr(64, 64, 4000, 41, 7, 3);
+  const int64_t N = pr.N, D = pr.D, V = pr.V;
   struct Out {
-    std::vector<uint8_t> loss_lse, dh, dw;
+    std::vector<uint8_t> bits;  // loss, lse, dhidden, dweight
     int64_t dh_gemms = 0;
   };
-  // dh_first: dhidden at the start of `grads`, dweight after it (256-byte aligned); else the other way round.
   auto run = [&](bool dh_first, bool batched) {
-    loss::ChunkLossParams p;
-    p.hidden = dh_in.p, p.weight = dw_in.p, p.target = static_cast<const int64_t*>(t.p);
-    p.loss = loss.p, p.lse = lse.p;
-    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
-    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
-    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
-    p.N = N, p.D = D, p.V = V;
-    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
-    p.ce = loss::ce_consts(loss::CeOptions{}, V);
+    loss::ChunkLossParams p = pr.params(dh_first, loss::CeOptions{});
     const loss::ChunkLossLayout L =
         loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 512);
     EXPECT_TRUE(L.dh_in_dw && p.rows == N);
@@ -682,34 +711,30 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
     loss::ChunkLossCudaSteps st;
     EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
     o.dh_gemms = st.calls[loss::kStepDhGemm];
-    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);  // poison, then the plain call
-    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    o.loss_lse.resize(4 + N * 4), o.dh.resize(hb), o.dw.resize(wb);
-    EXPECT_EQ(cudaMemcpy(o.loss_lse.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.loss_lse.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.dh.data(), p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.dw.data(), p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    o.bits = pr.run(p, L, ws);
     return o;
   };
   const int64_t n_tiles = (V + 511) / 512;
+  const size_t dh_at0 = 4 + N * 4, dw_at0 = dh_at0 + pr.hb;  // where dhidden and dweight start in Out::bits
   for (bool dh_first : {true, false}) {
     const Out ref = run(dh_first, false), got = run(dh_first, true);
     EXPECT_EQ(ref.dh_gemms, 2 * n_tiles);
     EXPECT_EQ(got.dh_gemms, n_tiles) << "the batched path did not run";
-    EXPECT_TRUE(got.loss_lse == ref.loss_lse) << "dh_first " << dh_first;
-    EXPECT_TRUE(got.dw == ref.dw) << "dh_first " << dh_first;
-    auto dh_at = [](const std::vector<uint8_t>& v, int64_t i) {
+    EXPECT_TRUE(std::equal(ref.bits.begin(), ref.bits.begin() + dh_at0, got.bits.begin())) << "loss, lse; dh_first "
+                                                                                            << dh_first;
+    EXPECT_TRUE(std::equal(ref.bits.begin() + dw_at0, ref.bits.end(), got.bits.begin() + dw_at0)) << "dweight; dh_first "
+                                                                                                  << dh_first;
+    auto dh_at = [&](const std::vector<uint8_t>& v, int64_t i) {
       uint16_t b = 0;
-      std::memcpy(&b, v.data() + 2 * i, 2);
+      std::memcpy(&b, v.data() + dh_at0 + 2 * i, 2);
       return static_cast<double>(bf16_bits_to_f32(b));
     };
     double ss = 0.0, max_abs = 0.0;
-    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.dh, i) * dh_at(ref.dh, i);
+    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.bits, i) * dh_at(ref.bits, i);
     const double rms = std::sqrt(ss / static_cast<double>(N * D));
     ASSERT_GT(rms, 0.0);
     for (int64_t i = 0; i < N * D; ++i) {
-      const double x = dh_at(ref.dh, i), y = dh_at(got.dh, i);
+      const double x = dh_at(ref.bits, i), y = dh_at(got.bits, i);
       ASSERT_TRUE(std::isfinite(x) && std::isfinite(y)) << "dhidden[" << i << "] dh_first " << dh_first;
       max_abs = std::max(max_abs, std::fabs(x - y));
       // One bf16 rounding of the value, plus 1e-3 of the RMS for f32 sums the batch may order differently.
@@ -727,50 +752,25 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
 // with one logits GEMM fewer (counted by chunk_loss_cuda_steps).
 TEST(ChunkLoss, CudaTileZeroKeptInTheWorkspaceGivesTheSameBits) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const int64_t N = 256, D = 128, V = 4000;
-  std::mt19937_64 rng(51);
-  const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, 52), w = rnd(STRATA_DTYPE_BF16, {V, D}, 53, 0.0, 0.25);
-  std::vector<int64_t> th(N);
-  for (int64_t i = 0; i < N; ++i) th[i] = i % 9 == 4 ? -100 : static_cast<int64_t>(rng() % V);
-  const size_t hb = N * D * 2, wb = V * D * 2;
-  DevBuf h_in(hb), w_in(wb), t(N * 8), loss(4), lse(N * 4), grads(hb + wb + 4096);
-  ASSERT_EQ(cudaMemcpy(h_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(w_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  DirectBf16 pr(256, 128, 4000, 51, 9, 4);
   struct Out {
     std::vector<uint8_t> bits;  // loss, lse, dhidden, dweight
     int64_t recomputes = 0;
   };
   auto run = [&](bool dh_first, bool first_in_ws) {
-    loss::ChunkLossParams p;
-    p.hidden = h_in.p, p.weight = w_in.p, p.target = static_cast<const int64_t*>(t.p);
-    p.loss = loss.p, p.lse = lse.p;
-    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
-    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
-    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
-    p.N = N, p.D = D, p.V = V;
-    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
-    p.ce = loss::ce_consts(loss::CeOptions{1.f, 0.f, 0.1f, 0.f, -100}, V);
+    loss::ChunkLossParams p = pr.params(dh_first, loss::CeOptions{1.f, 0.f, 0.1f, 0.f, -100});
     std::unique_ptr<ScopedEnv> env;
     if (!first_in_ws) env = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_KEEP", "dw");
     const loss::ChunkLossLayout L =
         loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 128);
-    EXPECT_TRUE(L.dh_in_dw && p.rows == N);
+    EXPECT_TRUE(L.dh_in_dw && p.rows == pr.N);
     EXPECT_EQ(loss::vt_memory(p, L, loss::chunk_loss_cuda_traits(), true).n_keep, first_in_ws ? 14 : 13);
     DevBuf ws(L.total);
     Out o;
     loss::ChunkLossCudaSteps st;
     EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
     o.recomputes = st.calls[loss::kStepLogitsRecompute];
-    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);  // poison, then the plain call
-    EXPECT_EQ(cudaMemset(ws.p, 0xff, L.total), cudaSuccess);
-    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    o.bits.resize(4 + N * 4 + hb + wb);
-    EXPECT_EQ(cudaMemcpy(o.bits.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4 + N * 4, p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.bits.data() + 4 + N * 4 + hb, p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    o.bits = pr.run(p, L, ws);
     return o;
   };
   for (bool dh_first : {true, false}) {

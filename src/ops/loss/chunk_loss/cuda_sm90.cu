@@ -202,6 +202,22 @@ __global__ void __launch_bounds__(kRowThreads)
 // columns: 3968 at the H200 shape). Per row the same work in the same order as row_stats_v8 (thread t adds
 // vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
 constexpr int kRowVecs = 2;
+// Thread t's 16-byte vectors t and t + 256 (those below nv) of tile rows r_base .. r_base + R - 1 (those below rows),
+// all loads issued before any of them is used.
+template <int R>
+__device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_t* z, int64_t ldz, int64_t rows,
+                                            int64_t r_base, int64_t nv) {
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    if (r_base + k >= rows) continue;
+    const uint4* zr = reinterpret_cast<const uint4*>(z + (r_base + k) * ldz);
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) u[k][i] = zr[v];
+    }
+  }
+}
 template <class TB, int R>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
@@ -210,17 +226,9 @@ __global__ void __launch_bounds__(kRowThreads)
   uint4 u[R][kRowVecs];
   int64_t y[R];
 #pragma unroll
-  for (int k = 0; k < R; ++k) {
-    const int64_t r = r_base + k;
-    if (r >= a.rows) continue;
-    y[k] = a.target[(a.r0 + r) * a.target_stride];
-    const uint4* zr = reinterpret_cast<const uint4*>(static_cast<const bf16_t*>(a.z) + r * a.ldz);
-#pragma unroll
-    for (int i = 0; i < kRowVecs; ++i) {
-      const int64_t v = threadIdx.x + i * kRowThreads;
-      if (v < nv) u[k][i] = zr[v];
-    }
-  }
+  for (int k = 0; k < R; ++k)
+    if (r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
+  load_rows16<R>(u, static_cast<const bf16_t*>(a.z), a.ldz, a.rows, r_base, nv);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
@@ -308,17 +316,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
   const int64_t nv = a.cols / 8;
   uint4 u[R][kRowVecs];
-#pragma unroll
-  for (int k = 0; k < R; ++k) {
-    const int64_t r = r_base + k;
-    if (r >= a.rows) continue;
-    const uint4* zr = reinterpret_cast<const uint4*>(dz + r * a.ldz);
-#pragma unroll
-    for (int i = 0; i < kRowVecs; ++i) {
-      const int64_t v = threadIdx.x + i * kRowThreads;
-      if (v < nv) u[k][i] = zr[v];
-    }
-  }
+  load_rows16<R>(u, dz, a.ldz, a.rows, r_base, nv);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
