@@ -783,8 +783,9 @@ TEST(ChunkLoss, CudaTileZeroKeptInTheWorkspaceGivesTheSameBits) {
   }
 }
 
-// Session 15: the 16-byte row_stats / row_grad with R rows per block (STRATA_CHUNK_LOSS_ROWS=2 or 4) give the bits
-// of the one-row kernels: bf16 N = 301 (not a multiple of R) and 300, D = 96, V = 5000, through the plan (forward with
+// Session 15: the 16-byte row_stats / row_grad with R rows per block (STRATA_CHUNK_LOSS_ROWS=2 or 4; 2r / 4r: the
+// blocks walk the tile from its last row, the last block short when R does not divide N) give the bits of the one-row
+// kernels: bf16 N = 301 (not a multiple of R) and 300, D = 96, V = 5000, through the plan (forward with
 // gradients, then the backward op) with 1000- and 4096-column tiles (2 and 1 vectors of 16 bytes per thread; 4096:
 // the largest tile they take), a scalar tail (1000 = 125 vectors, 4096 + 4: 512 vectors and 4 columns), bias and
 // label smoothing; and a tile too wide for them (4200 columns: the one-row kernels run).
@@ -799,7 +800,7 @@ TEST(ChunkLoss, CudaRowBlockKernelsGiveTheSameBits) {
         o.label_smoothing = 0.1f;
         Problem a(STRATA_DTYPE_BF16, n, 96, 5000, 61);
         const std::vector<uint8_t> ref = cuda_bits(a, o, bwd);
-        for (const char* r : {"2", "4"}) {
+        for (const char* r : {"2", "4", "2r", "4r"}) {
           Problem b2(STRATA_DTYPE_BF16, n, 96, 5000, 61);
           std::vector<uint8_t> got;
           {
@@ -905,14 +906,15 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   // after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike. Each must give the default's loss
   // and lse bits (none changes them).
   // Session 15: the session-14 layout of the kept tiles (STRATA_CHUNK_LOSS_KEEP=dw: tile 0 not kept in the workspace),
-  // and R rows per block in the 16-byte epilogue kernels (STRATA_CHUNK_LOSS_ROWS=2 or 4).
+  // and R rows per block in the 16-byte epilogue kernels (STRATA_CHUNK_LOSS_ROWS=2 or 4; 4r: from the tile's end).
   struct Variant {
     const char *name, *dh, *keep, *rows;
   };
   const std::vector<Variant> variants = {{"default", nullptr, nullptr, nullptr},
                                          {"keep=dw (s14)", nullptr, "dw", nullptr},
                                          {"rows=2", nullptr, nullptr, "2"},
-                                         {"rows=4", nullptr, nullptr, "4"}};
+                                         {"rows=4", nullptr, nullptr, "4"},
+                                         {"rows=4r", nullptr, nullptr, "4r"}};
   auto set_env = [](const Variant& v) {
     v.dh ? setenv("STRATA_CHUNK_LOSS_DH", v.dh, 1) : unsetenv("STRATA_CHUNK_LOSS_DH");
     v.keep ? setenv("STRATA_CHUNK_LOSS_KEEP", v.keep, 1) : unsetenv("STRATA_CHUNK_LOSS_KEEP");

@@ -84,6 +84,8 @@ struct BackendTraits {
   bool keep_first_in_ws = false;
   int32_t row_block = 1;          // CUDA (STRATA_CHUNK_LOSS_ROWS=2 or 4): rows per block of the 16-byte row_stats /
                                   // row_grad kernels (cuda_sm90.cu row_stats_v8r, the same bits)
+  bool rows_from_end = false;     // CUDA (STRATA_CHUNK_LOSS_ROWS=2r or 4r): those kernels read the tile from its last
+                                  // row (the GEMM's last-written rows first, while they may still be in L2)
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

@@ -72,6 +72,7 @@ struct RowArgs {
   int64_t target_stride;
   CeConsts ce;
   int64_t V;              // vocabulary size (the smoothing denominator of the loss)
+  bool from_end = false;  // the row-block kernels: block 0 takes the tile's last rows (BackendTraits::rows_from_end)
 };
 
 template <class TB, class TZ>
@@ -202,6 +203,15 @@ __global__ void __launch_bounds__(kRowThreads)
 // columns: 3968 at the H200 shape). Per row the same work in the same order as row_stats_v8 (thread t adds
 // vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
 constexpr int kRowVecs = 2;
+// The first of the R rows of this block: from the tile's first row, or (a.from_end) from its last one, so that the
+// rows the preceding GEMM wrote last, the likeliest still in L2, are read first (the first block covering rows
+// [rows - R, rows), the last one possibly fewer than R rows from row 0: r_base < 0).
+template <int R>
+__device__ __forceinline__ int64_t block_rows(const RowArgs& a) {
+  const int64_t b = blockIdx.x;
+  return a.from_end ? a.rows - R * (b + 1) : R * b;
+}
+
 // Thread t's 16-byte vectors t and t + 256 (those below nv) of tile rows r_base .. r_base + R - 1 (those below rows),
 // all loads issued before any of them is used.
 template <int R>
@@ -209,7 +219,7 @@ __device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_
                                             int64_t r_base, int64_t nv) {
 #pragma unroll
   for (int k = 0; k < R; ++k) {
-    if (r_base + k >= rows) continue;
+    if (r_base + k < 0 || r_base + k >= rows) continue;
     const uint4* zr = reinterpret_cast<const uint4*>(z + (r_base + k) * ldz);
 #pragma unroll
     for (int i = 0; i < kRowVecs; ++i) {
@@ -221,18 +231,19 @@ __device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_
 template <class TB, int R>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
-  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t r_base = block_rows<R>(a);
   const int64_t nv = a.cols / 8;
   uint4 u[R][kRowVecs];
   int64_t y[R];
 #pragma unroll
   for (int k = 0; k < R; ++k)
-    if (r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
+    if (r_base + k >= 0 && r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
   load_rows16<R>(u, static_cast<const bf16_t*>(a.z), a.ldz, a.rows, r_base, nv);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
-    if (r >= a.rows) break;  // the same for every thread of the block
+    if (r < 0) continue;  // the same for every thread of the block (from_end: the first block's missing rows)
+    if (r >= a.rows) break;
     const int64_t yj = y[k] - a.v0;
     CeRowStats st;  // empty: m = -inf, s = 0
 #pragma unroll
@@ -313,13 +324,14 @@ __global__ void __launch_bounds__(kRowThreads)
 template <class TB, int R>
 __global__ void __launch_bounds__(kRowThreads)
     row_grad_v8r(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
-  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t r_base = block_rows<R>(a);
   const int64_t nv = a.cols / 8;
   uint4 u[R][kRowVecs];
   load_rows16<R>(u, dz, a.ldz, a.rows, r_base, nv);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
+    if (r < 0) continue;
     if (r >= a.rows) break;
     const GradRow16 q = grad_row16(a, dz, r, lse, lse_stride, coef_base, dloss);
 #pragma unroll
@@ -637,7 +649,8 @@ struct CudaBackend : BackendBase {
   strata_status count_targets() { return count_targets_now(); }
 
   RowArgs row_args(const void* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
-    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V};
+    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V,
+                   tr.rows_from_end};
   }
 
   // The R-rows-per-block kernels (BackendTraits::row_block > 1) take rows of at most kRowVecs 16-byte vectors per thread.
@@ -841,9 +854,12 @@ BackendTraits chunk_loss_cuda_traits() {
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
   // Session 15 (README.md "CUDA (H200)"): tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw
   // forces the session-14 layout (the tests compare the bits of both).
-  // Session 15: R rows per block in the 16-byte row_stats / row_grad (STRATA_CHUNK_LOSS_ROWS=2 or 4; 1 = one row).
+  // Session 15: R rows per block in the 16-byte row_stats / row_grad (STRATA_CHUNK_LOSS_ROWS=2 or 4; 1 = one row;
+  // 2r / 4r: the blocks walk the tile from its last row).
   const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
-  t.row_block = rows && std::string(rows) == "4" ? 4 : rows && std::string(rows) == "2" ? 2 : 1;
+  const std::string rb = rows ? rows : "";
+  t.row_block = rb == "4" || rb == "4r" ? 4 : rb == "2" || rb == "2r" ? 2 : 1;
+  t.rows_from_end = t.row_block > 1 && rb.back() == 'r';
   const char* keep = std::getenv("STRATA_CHUNK_LOSS_KEEP");
   t.keep_first_in_ws = !(keep && std::string(keep) == "dw");
   return t;
