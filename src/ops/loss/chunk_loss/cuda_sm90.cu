@@ -228,6 +228,7 @@ __device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_
     }
   }
 }
+
 template <class TB, int R>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
-    if (r < 0) continue;  // the same for every thread of the block (from_end: the first block's missing rows)
+    if (r < 0) continue;  // the same for every thread of the block (from_end: the last block's rows below 0)
     if (r >= a.rows) break;
     const int64_t yj = y[k] - a.v0;
     CeRowStats st;  // empty: m = -inf, s = 0
