@@ -82,10 +82,8 @@ struct BackendTraits {
   // tile 0 in the workspace tile from the forward to the backward and sends the forward's other tiles to dhidden's
   // storage (driver.h): one logits tile more kept, one recompute fewer (18 of 39 kept at the H200 shape).
   bool keep_first_in_ws = false;
-  int32_t row_block = 1;          // CUDA (STRATA_CHUNK_LOSS_ROWS=2 or 4): rows per block of the 16-byte row_stats /
-                                  // row_grad kernels (cuda_sm90.cu row_stats_v8r, the same bits)
-  bool rows_from_end = false;     // CUDA (STRATA_CHUNK_LOSS_ROWS=2r or 4r): those kernels read the tile from its last
-                                  // row (the GEMM's last-written rows first, while they may still be in L2)
+  int32_t row_block = 1;          // CUDA: 2 rows per block of the 16-byte row_stats (cuda_sm90.cu row_stats_v8r, the
+                                  // same bits); STRATA_CHUNK_LOSS_ROWS=1 forces one row per block
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

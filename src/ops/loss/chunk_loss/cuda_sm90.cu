@@ -72,7 +72,6 @@ struct RowArgs {
   int64_t target_stride;
   CeConsts ce;
   int64_t V;              // vocabulary size (the smoothing denominator of the loss)
-  bool from_end = false;  // the row-block kernels: block 0 takes the tile's last rows (BackendTraits::rows_from_end)
 };
 
 template <class TB, class TZ>
@@ -195,23 +194,17 @@ __global__ void __launch_bounds__(kRowThreads)
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
-// Session 15 (BackendTraits::row_block = R, STRATA_CHUNK_LOSS_ROWS=2 or 4): R rows per block. A row_stats_v8 block
-// lives for two dependent DRAM round trips (its thread's two vectors, loaded one after the other by the loop) plus
-// the merge tree, and few rows are in flight per SM (0.76 TB/s at the H200 shape, README.md). Here every thread
-// loads its vectors of all R rows (and their targets) before any math, so R rows' loads are in flight at once and the
-// block waits for DRAM once per R rows. Rows of at most kRowVecs * kRowThreads 16-byte vectors (vt <= 4096 + 7 bf16
-// columns: 3968 at the H200 shape). Per row the same work in the same order as row_stats_v8 (thread t adds
-// vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
+// Session 15 (BackendTraits::row_block = 2, the CUDA default; STRATA_CHUNK_LOSS_ROWS=1 forces row_stats_v8): R rows
+// per block. A row_stats_v8<bf16> block lives for two dependent DRAM round trips (its loop's two vectors, one after
+// the other) plus the merge tree, and ptxas gives it 61 registers, so 4 blocks (4 rows) are in flight per SM (0.76
+// TB/s at the H200 shape, README.md). Here every thread loads its vectors of all R rows (and their targets) before any
+// math (40 registers for R = 2: 6 blocks, 12 rows in flight per SM). Rows of at most kRowVecs * kRowThreads 16-byte
+// vectors (vt <= 4096 + 7 bf16 columns: 3968 at the H200 shape). Per row the same work in the same order as
+// row_stats_v8 (thread t adds vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
+// s15run1 (H200, stepped, 39 tiles of [8192, 3968]): 2.797 ms against 3.315 for row_stats_v8; R = 4 (64 registers)
+// 3.573, and R = 4 with the blocks walking the tile from its last row (the GEMM's last-written rows first) 3.417:
+// removed, as was the same scheme for row_grad_v8 (R = 2: 2.744 ms against 2.684).
 constexpr int kRowVecs = 2;
-// The first of the R rows of this block: from the tile's first row, or (a.from_end) from its last one, so that the
-// rows the preceding GEMM wrote last, the likeliest still in L2, are read first (the first block covering rows
-// [rows - R, rows), the last one possibly fewer than R rows from row 0: r_base < 0).
-template <int R>
-__device__ __forceinline__ int64_t block_rows(const RowArgs& a) {
-  const int64_t b = blockIdx.x;
-  return a.from_end ? a.rows - R * (b + 1) : R * b;
-}
-
 // Thread t's 16-byte vectors t and t + 256 (those below nv) of tile rows r_base .. r_base + R - 1 (those below rows),
 // all loads issued before any of them is used.
 template <int R>
@@ -219,7 +212,7 @@ __device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_
                                             int64_t r_base, int64_t nv) {
 #pragma unroll
   for (int k = 0; k < R; ++k) {
-    if (r_base + k < 0 || r_base + k >= rows) continue;
+    if (r_base + k >= rows) continue;
     const uint4* zr = reinterpret_cast<const uint4*>(z + (r_base + k) * ldz);
 #pragma unroll
     for (int i = 0; i < kRowVecs; ++i) {
@@ -232,19 +225,18 @@ __device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_
 template <class TB, int R>
 __global__ void __launch_bounds__(kRowThreads)
     row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
-  const int64_t r_base = block_rows<R>(a);
+  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
   const int64_t nv = a.cols / 8;
   uint4 u[R][kRowVecs];
   int64_t y[R];
 #pragma unroll
   for (int k = 0; k < R; ++k)
-    if (r_base + k >= 0 && r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
+    if (r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
   load_rows16<R>(u, static_cast<const bf16_t*>(a.z), a.ldz, a.rows, r_base, nv);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t r = r_base + k;
-    if (r < 0) continue;  // the same for every thread of the block (from_end: the last block's rows below 0)
-    if (r >= a.rows) break;
+    if (r >= a.rows) break;  // the same for every thread of the block
     const int64_t yj = y[k] - a.v0;
     CeRowStats st;  // empty: m = -inf, s = 0
 #pragma unroll
@@ -317,31 +309,6 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t v = threadIdx.x; v < q.nv; v += kRowThreads)
     reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, reinterpret_cast<const uint4*>(q.zr)[v], v, q.yj);
   for (int64_t j = q.nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
-}
-
-// Session 15 (BackendTraits::row_block = R): row_grad_v8 over R rows per block, every thread's vectors of all R rows
-// loaded before any math (see row_stats_v8r); rows of at most kRowVecs * kRowThreads vectors. The same per-element
-// math: the same bits.
-template <class TB, int R>
-__global__ void __launch_bounds__(kRowThreads)
-    row_grad_v8r(RowArgs a, bf16_t* dz, const float* lse, int64_t lse_stride, float coef_base, const float* dloss) {
-  const int64_t r_base = block_rows<R>(a);
-  const int64_t nv = a.cols / 8;
-  uint4 u[R][kRowVecs];
-  load_rows16<R>(u, dz, a.ldz, a.rows, r_base, nv);
-#pragma unroll
-  for (int k = 0; k < R; ++k) {
-    const int64_t r = r_base + k;
-    if (r < 0) continue;
-    if (r >= a.rows) break;
-    const GradRow16 q = grad_row16(a, dz, r, lse, lse_stride, coef_base, dloss);
-#pragma unroll
-    for (int i = 0; i < kRowVecs; ++i) {
-      const int64_t v = threadIdx.x + i * kRowThreads;
-      if (v < nv) reinterpret_cast<uint4*>(q.zr)[v] = grad8<TB>(a, q.g, q.coef, u[k][i], v, q.yj);
-    }
-    for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) grad1<TB>(a, q.g, q.coef, q.zr, j, q.yj);
-  }
 }
 
 // dz may be the tile itself (TZ = TD, lddz = ldz): each thread reads an element before writing it.
@@ -650,12 +617,11 @@ struct CudaBackend : BackendBase {
   strata_status count_targets() { return count_targets_now(); }
 
   RowArgs row_args(const void* Z, int64_t ldz, int64_t rows, int64_t cols, int64_t r0, int64_t v0) const {
-    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V,
-                   tr.rows_from_end};
+    return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V};
   }
 
-  // The R-rows-per-block kernels (BackendTraits::row_block > 1) take rows of at most kRowVecs 16-byte vectors per thread.
-  bool rows_fit(int64_t cols) const { return tr.row_block > 1 && cols / 8 <= int64_t{kRowVecs} * kRowThreads; }
+  // row_stats_v8r (BackendTraits::row_block = 2) takes rows of at most kRowVecs 16-byte vectors per thread.
+  bool rows_fit(int64_t cols) const { return tr.row_block == 2 && cols / 8 <= int64_t{kRowVecs} * kRowThreads; }
 
   // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
   static bool vec8(const void* Z, int32_t z_dt, int64_t ldz) {
@@ -679,12 +645,9 @@ struct CudaBackend : BackendBase {
       st = side->stream;
     }
     visit_storage(p.w_dtype, [&](auto tb) {
-      if (v8 && rows_fit(cols)) {  // row_block rows per block (session 15)
-        const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, int64_t{tr.row_block}));
-        if (tr.row_block == 4)
-          row_stats_v8r<decltype(tb), 4><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
-        else
-          row_stats_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
+      if (v8 && rows_fit(cols)) {  // two rows per block (session 15)
+        const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, 2));
+        row_stats_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
         return;
       }
       if (v8) {
@@ -729,16 +692,7 @@ struct CudaBackend : BackendBase {
       visit_tile(z_dt, [&](auto tz) {
         using TZ = decltype(tz);
         if (z_dt == STRATA_DTYPE_BF16) {  // dZ in place over the bf16 tile
-          const bool in_place16 = dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz);
-          if (in_place16 && rows_fit(cols)) {  // row_block rows per block (session 15)
-            const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, int64_t{tr.row_block}));
-            if (tr.row_block == 4)
-              row_grad_v8r<decltype(tb), 4><<<grid, kRowThreads, 0, st>>>(a, static_cast<bf16_t*>(dZ), lse_r,
-                                                                          lse_r_stride, coef_base() / dz_scale(), g);
-            else
-              row_grad_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, static_cast<bf16_t*>(dZ), lse_r,
-                                                                          lse_r_stride, coef_base() / dz_scale(), g);
-          } else if (in_place16)
+          if (dZ == Z && lddz == ldz && vec8(Z, z_dt, ldz))
             row_grad_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(
                 a, static_cast<bf16_t*>(dZ), lse_r, lse_r_stride, coef_base() / dz_scale(), g);
           else
@@ -855,12 +809,10 @@ BackendTraits chunk_loss_cuda_traits() {
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
   // Session 15 (README.md "CUDA (H200)"): tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw
   // forces the session-14 layout (the tests compare the bits of both).
-  // Session 15: R rows per block in the 16-byte row_stats / row_grad (STRATA_CHUNK_LOSS_ROWS=2 or 4; 1 = one row;
-  // 2r / 4r: the blocks walk the tile from its last row).
+  // Session 15: two rows per block in the 16-byte row_stats (row_stats_v8r); STRATA_CHUNK_LOSS_ROWS=1 forces the
+  // one-row kernel (the tests compare the bits of both).
   const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
-  const std::string rb = rows ? rows : "";
-  t.row_block = rb == "4" || rb == "4r" ? 4 : rb == "2" || rb == "2r" ? 2 : 1;
-  t.rows_from_end = t.row_block > 1 && rb.back() == 'r';
+  t.row_block = rows && std::string(rows) == "1" ? 1 : 2;
   const char* keep = std::getenv("STRATA_CHUNK_LOSS_KEEP");
   t.keep_first_in_ws = !(keep && std::string(keep) == "dw");
   return t;
