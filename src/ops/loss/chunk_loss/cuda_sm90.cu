@@ -807,12 +807,12 @@ BackendTraits chunk_loss_cuda_traits() {
   // (the tests compare both).
   const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
-  // Session 15 (README.md "CUDA (H200)"): tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw
-  // forces the session-14 layout (the tests compare the bits of both).
-  // Session 15: two rows per block in the 16-byte row_stats (row_stats_v8r); STRATA_CHUNK_LOSS_ROWS=1 forces the
-  // one-row kernel (the tests compare the bits of both).
+  // Session 15 (README.md "CUDA (H200)"): two rows per block in the 16-byte row_stats (row_stats_v8r);
+  // STRATA_CHUNK_LOSS_ROWS=1 forces the one-row kernel (the tests compare the bits of both).
   const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
   t.row_block = rows && std::string(rows) == "1" ? 1 : 2;
+  // Session 15: tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw forces the session-14 layout
+  // (the tests compare the bits of both).
   const char* keep = std::getenv("STRATA_CHUNK_LOSS_KEEP");
   t.keep_first_in_ws = !(keep && std::string(keep) == "dw");
   return t;
