@@ -23,6 +23,7 @@
 
 #include "opbase/plan.h"
 #include "ops/loss/chunk_loss/chunk_loss.h"
+#include "ops/loss/chunk_loss/driver.h"  // vt_memory: where the vocab_tiled loop keeps what
 #include "strata/ops.h"
 #include "testkit/testkit.h"
 #include "test_support.h"
@@ -438,6 +439,76 @@ TEST(ChunkLoss, CudaPlanOfTheTargetShapeStaysInBudget) {
   }
 }
 
+// Session 15: where the vocab_tiled loop keeps the logits tiles (driver.h vt_memory; host logic, no device), with
+// the CUDA traits and made-up 256-byte aligned addresses (dhidden, then dweight, as an allocator would place the
+// gradients). Checked for every tile t: kept tiles lie inside dweight before the dH accumulator (or tile 0 in the
+// workspace tile with keep_first_in_ws), pairwise apart, and no dW tile written at step t <= s overlaps kept tile s
+// (the backward reads s after writing dW tiles 0..s); the forward's scratch (dhidden's storage) holds a tile. At the
+// H200 shape with a bf16 dweight: 18 tiles kept with keep_first_in_ws (tile 0 in the workspace, 1..17 in dweight)
+// against 17 without; never fewer at the other shapes.
+TEST(ChunkLoss, KeptTilesStayApartFromTheDwTilesAndTheAccumulator) {
+  loss::BackendTraits tr;  // what chunk_loss_cuda_traits() says by default (README.md)
+  tr.separate_dz = true, tr.gemm_stores_any = true, tr.min_chunk_rows = 1024, tr.bf16_tile = true;
+  tr.dh_batch2 = true;
+  struct Shape {
+    int64_t N, D, V, vtile;
+    int32_t dw_dt;
+    int64_t keep_old, keep_new;  // -1: only new >= old is checked
+  };
+  for (const Shape& sh : {Shape{8192, 4096, 151936, 0, STRATA_DTYPE_BF16, 17, 18},
+                          Shape{8192, 4096, 151936, 0, STRATA_DTYPE_F32, 36, 36},
+                          Shape{256, 128, 4000, 128, STRATA_DTYPE_BF16, 13, 14},
+                          Shape{64, 64, 4000, 512, STRATA_DTYPE_BF16, -1, -1},
+                          Shape{300, 200, 5000, 160, STRATA_DTYPE_BF16, -1, -1}}) {
+    loss::ChunkLossParams p;
+    p.N = sh.N, p.D = sh.D, p.V = sh.V;
+    p.h_dtype = p.w_dtype = p.dh_dtype = STRATA_DTYPE_BF16;
+    p.dw_dtype = sh.dw_dt;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = p.D;
+    p.ce = loss::ce_consts(loss::CeOptions{}, p.V);
+    const int64_t dh_bytes = p.N * p.D * 2, dw_bytes = p.V * p.D * static_cast<int64_t>(dtype_size(sh.dw_dt));
+    const uintptr_t dh_at = uintptr_t{1} << 40, dw_at = dh_at + (static_cast<uintptr_t>(dh_bytes) + 255) / 256 * 256;
+    p.dhidden = reinterpret_cast<void*>(dh_at), p.dweight = reinterpret_cast<void*>(dw_at);
+    p.loss = p.dhidden;  // a forward with gradients (only the presence matters)
+    const loss::ChunkLossLayout L = loss::chunk_loss_choose(p, tr, loss::kStrategyVocabTiled, 0, sh.vtile);
+    ASSERT_EQ(p.rows, p.N) << "one token block";
+    ASSERT_TRUE(L.dh_in_dw);
+    int64_t kept[2] = {0, 0};
+    for (bool first_in_ws : {false, true}) {
+      tr.keep_first_in_ws = first_in_ws;
+      const loss::VtMemory m = loss::vt_memory(p, L, tr, true);
+      kept[first_in_ws] = m.n_keep;
+      const int64_t vt = p.vtile, n_tiles = (p.V + vt - 1) / vt;
+      const int64_t zt = p.N * vt * 2, wt = vt * p.D * static_cast<int64_t>(dtype_size(sh.dw_dt));
+      char* const Z = reinterpret_cast<char*>(uintptr_t{1} << 44);  // the workspace tile
+      auto at = [&](int64_t s) { return reinterpret_cast<uintptr_t>(m.tile(s, Z)); };
+      const uintptr_t acc = reinterpret_cast<uintptr_t>(m.dh_in_dw);
+      for (int64_t s = 0; s < m.n_keep; ++s) {
+        if (at(s) == reinterpret_cast<uintptr_t>(Z)) {
+          EXPECT_TRUE(first_in_ws && s == 0) << "tile " << s << " kept in the workspace tile";
+          continue;
+        }
+        EXPECT_GE(at(s), dw_at) << "tile " << s;
+        EXPECT_LE(at(s) + static_cast<uintptr_t>(zt), acc) << "kept tile " << s << " reaches the dH accumulator";
+        if (s + 1 < m.n_keep) EXPECT_LE(at(s) + static_cast<uintptr_t>(zt), at(s + 1)) << "tiles " << s << ", " << s + 1;
+        for (int64_t t = 0; t <= s; ++t)  // dW tile t: bytes [t wt, (t + 1) wt) of dweight, written at step t
+          EXPECT_LE(dw_at + static_cast<uintptr_t>((t + 1) * wt), at(s)) << "dW tile " << t << " over kept tile " << s;
+      }
+      for (int64_t s = m.n_keep; s < n_tiles; ++s) EXPECT_EQ(m.tile(s, Z), static_cast<void*>(Z)) << "tile " << s;
+      if (first_in_ws && m.n_keep < n_tiles && dh_bytes >= zt) {  // dhidden's storage holds a tile: the scratch
+        ASSERT_EQ(m.fwd_scratch, static_cast<char*>(p.dhidden)) << "N " << sh.N;
+        EXPECT_EQ(m.fwd(m.n_keep, Z), static_cast<void*>(m.fwd_scratch));
+        EXPECT_EQ(m.fwd(0, Z), static_cast<void*>(Z));
+      } else {
+        EXPECT_EQ(m.fwd_scratch, nullptr) << "N " << sh.N;
+      }
+    }
+    EXPECT_GE(kept[1], kept[0]) << "N " << sh.N;
+    if (sh.keep_old >= 0) EXPECT_EQ(kept[0], sh.keep_old) << "N " << sh.N << " D " << sh.D;
+    if (sh.keep_new >= 0) EXPECT_EQ(kept[1], sh.keep_new) << "N " << sh.N << " D " << sh.D;
+  }
+}
+
 bool have_cuda() {
   int32_t n = 0;
   return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
@@ -568,6 +639,52 @@ struct DevBuf {
   char* c() const { return static_cast<char*>(p); }
 };
 
+// A bf16 problem on the device for direct chunk_loss_cuda calls: hidden, weight (N(0, 0.25)), targets (row i ignored
+// when i % skip == skip_at) and the gradients in one buffer, dhidden first or dweight first (256-byte aligned), so
+// that a test can place dweight's tail below or above dhidden.
+struct DirectBf16 {
+  int64_t N, D, V;
+  size_t hb, wb;
+  DevBuf h_in, w_in, t, loss, lse, grads;
+  DirectBf16(int64_t n, int64_t d, int64_t v, uint64_t seed, int64_t skip, int64_t skip_at)
+      : N(n), D(d), V(v), hb(static_cast<size_t>(n * d * 2)), wb(static_cast<size_t>(v * d * 2)), h_in(hb), w_in(wb),
+        t(static_cast<size_t>(n * 8)), loss(4), lse(static_cast<size_t>(n * 4)), grads(hb + wb + 4096) {
+    std::mt19937_64 rng(seed);
+    const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, seed + 1), w = rnd(STRATA_DTYPE_BF16, {V, D}, seed + 2, 0.0, 0.25);
+    std::vector<int64_t> th(N);
+    for (int64_t i = 0; i < N; ++i) th[i] = i % skip == skip_at ? -100 : static_cast<int64_t>(rng() % V);
+    EXPECT_EQ(cudaMemcpy(h_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(w_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  // A forward with bf16 gradients, dhidden at the start of `grads` (dh_first) or after dweight.
+  loss::ChunkLossParams params(bool dh_first, const loss::CeOptions& o) const {
+    loss::ChunkLossParams p;
+    p.hidden = h_in.p, p.weight = w_in.p, p.target = static_cast<const int64_t*>(t.p);
+    p.loss = loss.p, p.lse = lse.p;
+    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
+    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
+    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
+    p.N = N, p.D = D, p.V = V;
+    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
+    p.ce = loss::ce_consts(o, V);
+    return p;
+  }
+  // One plain call on poisoned gradients and workspace: the bytes of loss, lse, dhidden, dweight.
+  std::vector<uint8_t> run(const loss::ChunkLossParams& p, const loss::ChunkLossLayout& L, const DevBuf& ws) {
+    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ws.p, 0xff, L.total), cudaSuccess);
+    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> bits(4 + N * 4 + hb + wb);
+    EXPECT_EQ(cudaMemcpy(bits.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4 + N * 4, p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bits.data() + 4 + N * 4 + hb, p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    return bits;
+  }
+};
+
 // Session 14: the split dH accumulator's two GEMMs per tile as one strided-batched GEMM (the CUDA default; the
 // two GEMMs with STRATA_CHUNK_LOSS_DH=pair), with dhidden below dweight (dhidden's storage holds rows [0, N/2))
 // and above it (rows [N/2, N): the batch's strides stay positive). bf16 N = 64, D = 64, V = 4000, 512-column tiles, one token block: kept tiles,
@@ -576,31 +693,14 @@ struct DevBuf {
 // dH GEMM per tile.
 TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const int64_t N = 64, D = 64, V = 4000;
-  std::mt19937_64 rng(41);
-  const HostTensor h = rnd(STRATA_DTYPE_BF16, {N, D}, 42), w = rnd(STRATA_DTYPE_BF16, {V, D}, 43, 0.0, 0.25);
-  std::vector<int64_t> th(N);
-  for (int64_t i = 0; i < N; ++i) th[i] = i % 7 == 3 ? -100 : static_cast<int64_t>(rng() % V);
-  const size_t hb = N * D * 2, wb = V * D * 2;
-  DevBuf dh_in(hb), dw_in(wb), t(N * 8), loss(4), lse(N * 4), grads(hb + wb + 4096);
-  ASSERT_EQ(cudaMemcpy(dh_in.p, h.storage.data(), hb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(dw_in.p, w.storage.data(), wb, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(t.p, th.data(), N * 8, cudaMemcpyHostToDevice), cudaSuccess);
+  DirectBf16 pr(64, 64, 4000, 41, 7, 3);
+  const int64_t N = pr.N, D = pr.D, V = pr.V;
   struct Out {
-    std::vector<uint8_t> loss_lse, dh, dw;
+    std::vector<uint8_t> bits;  // loss, lse, dhidden, dweight
     int64_t dh_gemms = 0;
   };
-  // dh_first: dhidden at the start of `grads`, dweight after it (256-byte aligned); else the other way round.
   auto run = [&](bool dh_first, bool batched) {
-    loss::ChunkLossParams p;
-    p.hidden = dh_in.p, p.weight = dw_in.p, p.target = static_cast<const int64_t*>(t.p);
-    p.loss = loss.p, p.lse = lse.p;
-    p.dhidden = dh_first ? grads.c() : grads.c() + (wb + 255) / 256 * 256;
-    p.dweight = dh_first ? grads.c() + (hb + 255) / 256 * 256 : grads.c();
-    p.h_dtype = p.w_dtype = p.dh_dtype = p.dw_dtype = p.db_dtype = STRATA_DTYPE_BF16;
-    p.N = N, p.D = D, p.V = V;
-    p.ld_h = p.ld_w = p.ld_dh = p.ld_dw = D;
-    p.ce = loss::ce_consts(loss::CeOptions{}, V);
+    loss::ChunkLossParams p = pr.params(dh_first, loss::CeOptions{});
     const loss::ChunkLossLayout L =
         loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 512);
     EXPECT_TRUE(L.dh_in_dw && p.rows == N);
@@ -611,34 +711,30 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
     loss::ChunkLossCudaSteps st;
     EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
     o.dh_gemms = st.calls[loss::kStepDhGemm];
-    EXPECT_EQ(cudaMemset(grads.p, 0xff, hb + wb + 4096), cudaSuccess);  // poison, then the plain call
-    EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    o.loss_lse.resize(4 + N * 4), o.dh.resize(hb), o.dw.resize(wb);
-    EXPECT_EQ(cudaMemcpy(o.loss_lse.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.loss_lse.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.dh.data(), p.dhidden, hb, cudaMemcpyDeviceToHost), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(o.dw.data(), p.dweight, wb, cudaMemcpyDeviceToHost), cudaSuccess);
+    o.bits = pr.run(p, L, ws);
     return o;
   };
   const int64_t n_tiles = (V + 511) / 512;
+  const size_t dh_at0 = 4 + N * 4, dw_at0 = dh_at0 + pr.hb;  // where dhidden and dweight start in Out::bits
   for (bool dh_first : {true, false}) {
     const Out ref = run(dh_first, false), got = run(dh_first, true);
     EXPECT_EQ(ref.dh_gemms, 2 * n_tiles);
     EXPECT_EQ(got.dh_gemms, n_tiles) << "the batched path did not run";
-    EXPECT_TRUE(got.loss_lse == ref.loss_lse) << "dh_first " << dh_first;
-    EXPECT_TRUE(got.dw == ref.dw) << "dh_first " << dh_first;
-    auto dh_at = [](const std::vector<uint8_t>& v, int64_t i) {
+    EXPECT_TRUE(std::equal(ref.bits.begin(), ref.bits.begin() + dh_at0, got.bits.begin())) << "loss, lse; dh_first "
+                                                                                            << dh_first;
+    EXPECT_TRUE(std::equal(ref.bits.begin() + dw_at0, ref.bits.end(), got.bits.begin() + dw_at0)) << "dweight; dh_first "
+                                                                                                  << dh_first;
+    auto dh_at = [&](const std::vector<uint8_t>& v, int64_t i) {
       uint16_t b = 0;
-      std::memcpy(&b, v.data() + 2 * i, 2);
+      std::memcpy(&b, v.data() + dh_at0 + 2 * i, 2);
       return static_cast<double>(bf16_bits_to_f32(b));
     };
     double ss = 0.0, max_abs = 0.0;
-    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.dh, i) * dh_at(ref.dh, i);
+    for (int64_t i = 0; i < N * D; ++i) ss += dh_at(ref.bits, i) * dh_at(ref.bits, i);
     const double rms = std::sqrt(ss / static_cast<double>(N * D));
     ASSERT_GT(rms, 0.0);
     for (int64_t i = 0; i < N * D; ++i) {
-      const double x = dh_at(ref.dh, i), y = dh_at(got.dh, i);
+      const double x = dh_at(ref.bits, i), y = dh_at(got.bits, i);
       ASSERT_TRUE(std::isfinite(x) && std::isfinite(y)) << "dhidden[" << i << "] dh_first " << dh_first;
       max_abs = std::max(max_abs, std::fabs(x - y));
       // One bf16 rounding of the value, plus 1e-3 of the RMS for f32 sums the batch may order differently.
@@ -647,6 +743,69 @@ TEST(ChunkLoss, CudaBatchedDhMatchesTwoGemms) {
     std::printf("[chunk_loss dh batch] dh_first %d: dhidden max |diff| %.3g (RMS %.3g) vs the two GEMMs\n",
                 dh_first ? 1 : 0, max_abs, rms);
   }
+}
+
+// Session 15: tile 0 kept in the workspace tile, the forward's other tiles in dhidden's storage (the CUDA default;
+// STRATA_CHUNK_LOSS_KEEP=dw forces the session-14 layout). bf16 N = 256, D = 128, V = 4000, 128-column tiles, one
+// token block: 14 of 32 tiles kept instead of 13, the split dH accumulator, deferred tiles; the gradients also with
+// dhidden below and above dweight. The same work on the same data: the same loss, lse, dhidden and dweight bits,
+// with one logits GEMM fewer (counted by chunk_loss_cuda_steps).
+TEST(ChunkLoss, CudaTileZeroKeptInTheWorkspaceGivesTheSameBits) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  DirectBf16 pr(256, 128, 4000, 51, 9, 4);
+  struct Out {
+    std::vector<uint8_t> bits;  // loss, lse, dhidden, dweight
+    int64_t recomputes = 0;
+  };
+  auto run = [&](bool dh_first, bool first_in_ws) {
+    loss::ChunkLossParams p = pr.params(dh_first, loss::CeOptions{1.f, 0.f, 0.1f, 0.f, -100});
+    std::unique_ptr<ScopedEnv> env;
+    if (!first_in_ws) env = std::make_unique<ScopedEnv>("STRATA_CHUNK_LOSS_KEEP", "dw");
+    const loss::ChunkLossLayout L =
+        loss::chunk_loss_choose(p, loss::chunk_loss_cuda_traits(), loss::kStrategyVocabTiled, 0, 128);
+    EXPECT_TRUE(L.dh_in_dw && p.rows == pr.N);
+    EXPECT_EQ(loss::vt_memory(p, L, loss::chunk_loss_cuda_traits(), true).n_keep, first_in_ws ? 14 : 13);
+    DevBuf ws(L.total);
+    Out o;
+    loss::ChunkLossCudaSteps st;
+    EXPECT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &st), STRATA_SUCCESS) << strata_get_last_error_message();
+    o.recomputes = st.calls[loss::kStepLogitsRecompute];
+    o.bits = pr.run(p, L, ws);
+    return o;
+  };
+  for (bool dh_first : {true, false}) {
+    const Out ref = run(dh_first, false), got = run(dh_first, true);
+    EXPECT_EQ(got.recomputes, ref.recomputes - 1) << "dh_first " << dh_first;
+    EXPECT_TRUE(got.bits == ref.bits) << "dh_first " << dh_first;
+    std::printf("[chunk_loss keep] dh_first %d: logits recomputes %lld (keep=dw: %lld), same bits %d\n",
+                dh_first ? 1 : 0, static_cast<long long>(got.recomputes), static_cast<long long>(ref.recomputes),
+                got.bits == ref.bits ? 1 : 0);
+  }
+}
+
+// Session 15: the 16-byte row_stats with two rows per block (the CUDA default, row_stats_v8r) gives the bits of the
+// one-row kernel (STRATA_CHUNK_LOSS_ROWS=1): bf16 N = 301 (odd: the last block has one row) and 300, D = 96, V = 5000,
+// through the plan (forward with gradients, then the backward op) with 1000- and 4096-column tiles (1 and 2 vectors
+// of 16 bytes per thread; 4096: the widest tile it takes), a scalar tail (1000 = 125 vectors, 4100: 512 vectors and
+// 4 columns), bias and label smoothing; and a tile too wide for it (4200 columns: the one-row kernel runs).
+TEST(ChunkLoss, CudaRowBlockKernelsGiveTheSameBits) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t n : {int64_t{301}, int64_t{300}})
+    for (const int64_t vt : {int64_t{1000}, int64_t{4096}, int64_t{4100}, int64_t{4200}})
+      for (bool bwd : {false, true}) {
+        auto o = defaults();
+        o.strategy = STRATA_CHUNK_LOSS_VOCAB_TILED;
+        o.vocab_tile = vt;
+        o.label_smoothing = 0.1f;
+        Problem a(STRATA_DTYPE_BF16, n, 96, 5000, 61), b2(STRATA_DTYPE_BF16, n, 96, 5000, 61);
+        std::vector<uint8_t> ref;
+        {
+          ScopedEnv env("STRATA_CHUNK_LOSS_ROWS", "1");
+          ref = cuda_bits(a, o, bwd);
+        }
+        const std::vector<uint8_t> got = cuda_bits(b2, o, bwd);
+        EXPECT_TRUE(got == ref) << "N " << n << " vtile " << vt << " bwd " << bwd;
+      }
 }
 
 // Session 13: where the time of the H200 target call goes. chunk_loss_cuda at bf16 N = 8192, D = 4096,
@@ -742,12 +901,19 @@ TEST(ChunkLoss, CudaStepBreakdown) {
   // per tile (STRATA_CHUNK_LOSS_DH=pair, the session-13 path), whole calls interleaved (default, each variant, ...: 7 rounds
   // after a warm-up; gdn_cuda_test_support.h), so that clock drift hits all alike. Each must give the default's loss
   // and lse bits (none changes them).
+  // Session 15: the session-14 layout of the kept tiles (STRATA_CHUNK_LOSS_KEEP=dw: tile 0 not kept in the workspace),
+  // and the one-row row_stats (STRATA_CHUNK_LOSS_ROWS=1, the session-14 kernel); 11 rounds.
   struct Variant {
-    const char *name, *dh;
+    const char *name, *dh, *keep, *rows;
   };
-  const std::vector<Variant> variants = {{"default", nullptr}, {"dh=pair (s13)", "pair"}};
+  const std::vector<Variant> variants = {{"default", nullptr, nullptr, nullptr},
+                                         {"keep=dw (s14)", nullptr, "dw", nullptr},
+                                         {"rows=1 (s14)", nullptr, nullptr, "1"},
+                                         {"both s14", nullptr, "dw", "1"}};
   auto set_env = [](const Variant& v) {
     v.dh ? setenv("STRATA_CHUNK_LOSS_DH", v.dh, 1) : unsetenv("STRATA_CHUNK_LOSS_DH");
+    v.keep ? setenv("STRATA_CHUNK_LOSS_KEEP", v.keep, 1) : unsetenv("STRATA_CHUNK_LOSS_KEEP");
+    v.rows ? setenv("STRATA_CHUNK_LOSS_ROWS", v.rows, 1) : unsetenv("STRATA_CHUNK_LOSS_ROWS");
   };
   std::vector<std::function<void()>> fns;
   for (const Variant& v : variants)
@@ -755,19 +921,29 @@ TEST(ChunkLoss, CudaStepBreakdown) {
       set_env(v);
       EXPECT_EQ(loss::chunk_loss_cuda(p, L, ws.p, nullptr), STRATA_SUCCESS) << strata_get_last_error_message();
     });
-  const std::vector<std::vector<double>> t_v = linear_attn::gdn_test::time_interleaved_ms(fns, 7);
+  const std::vector<std::vector<double>> t_v = linear_attn::gdn_test::time_interleaved_ms(fns, 11);
   for (size_t i = 0; i < variants.size(); ++i) {
     fns[i]();
     ASSERT_EQ(cudaMemcpy(got.data(), loss.p, 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(got.data() + 4, lse.p, N * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(got == ref) << variants[i].name << " changed the loss or lse bits";
     const double med = t_v[i][t_v[i].size() / 2];
-    std::printf("[chunk_loss variants] %-12s whole call median %.3f ms min %.3f ms (interleaved, 7 rounds; %.3f x the "
+    std::printf("[chunk_loss variants] %-13s whole call median %.3f ms min %.3f ms (interleaved, 11 rounds; %.3f x the "
                 "default's median)\n",
                 variants[i].name, med, t_v[i].front(), med / t_v[0][t_v[0].size() / 2]);
   }
+  for (size_t i = 1; i < variants.size(); ++i) {  // where the variants' time goes
+    set_env(variants[i]);
+    loss::ChunkLossCudaSteps sv;
+    ASSERT_EQ(loss::chunk_loss_cuda_steps(p, L, ws.p, nullptr, &sv), STRATA_SUCCESS) << strata_get_last_error_message();
+    const std::string tag = std::string(" [") + variants[i].name + "]";
+    print_steps(sv, t_v[i][t_v[i].size() / 2], tag.c_str());
+  }
   set_env(variants[0]);
   EXPECT_EQ(st.calls[loss::kStepDhGemm], (V + p.vtile - 1) / p.vtile);  // the batched dH GEMMs: one per tile
+  // 39 tiles: 18 kept (tile 0 in the workspace), 21 recomputed in the loop, 3 deferred recomputed at the end.
+  EXPECT_EQ(loss::vt_memory(p, L, loss::chunk_loss_cuda_traits(), true).n_keep, 18);
+  EXPECT_EQ(st.calls[loss::kStepLogitsRecompute], 24);
 
 
 

@@ -78,6 +78,12 @@ struct BackendTraits {
   // Session 14 (CUDA; README.md "CUDA (H200)"), read per call like overlap_stats:
   bool dh_batch2 = false;         // CUDA (two GEMMs with STRATA_CHUNK_LOSS_DH=pair): the split dH accumulator's two
                                   // GEMMs per tile (rows [0, N/2) and [N/2, N)) as one strided batch (gemm_batch2)
+  // Session 15 (CUDA; STRATA_CHUNK_LOSS_KEEP=dw forces the session-14 layout): vocab_tiled with kept tiles keeps
+  // tile 0 in the workspace tile from the forward to the backward and sends the forward's other tiles to dhidden's
+  // storage (driver.h): one logits tile more kept, one recompute fewer (18 of 39 kept at the H200 shape).
+  bool keep_first_in_ws = false;
+  int32_t row_block = 1;          // CUDA: 2 rows per block of the 16-byte row_stats (cuda_sm90.cu row_stats_v8r, the
+                                  // same bits); STRATA_CHUNK_LOSS_ROWS=1 forces one row per block
 };
 
 // Workspace layout (byte offsets; every piece 256-byte aligned).

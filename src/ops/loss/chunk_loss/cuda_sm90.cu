@@ -194,6 +194,66 @@ __global__ void __launch_bounds__(kRowThreads)
   finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, row, y);
 }
 
+// Session 15 (BackendTraits::row_block = 2, the CUDA default; STRATA_CHUNK_LOSS_ROWS=1 forces row_stats_v8): R rows
+// per block. A row_stats_v8<bf16> block lives for two dependent DRAM round trips (its loop's two vectors, one after
+// the other) plus the merge tree, and ptxas gives it 61 registers, so 4 blocks (4 rows) are in flight per SM (0.76
+// TB/s at the H200 shape, README.md). Here every thread loads its vectors of all R rows (and their targets) before any
+// math (40 registers for R = 2: 6 blocks, 12 rows in flight per SM). Rows of at most kRowVecs * kRowThreads 16-byte
+// vectors (vt <= 4096 + 7 bf16 columns: 3968 at the H200 shape). Per row the same work in the same order as
+// row_stats_v8 (thread t adds vectors t and t + 256, then the scalar tail, then the same merge tree): the same bits.
+// s15run1 (H200, stepped, 39 tiles of [8192, 3968]): 2.797 ms against 3.315 for row_stats_v8; R = 4 (64 registers)
+// 3.573, and R = 4 with the blocks walking the tile from its last row (the GEMM's last-written rows first) 3.417:
+// removed, as was the same scheme for row_grad_v8 (R = 2: 2.744 ms against 2.684).
+constexpr int kRowVecs = 2;
+// Thread t's 16-byte vectors t and t + 256 (those below nv) of tile rows r_base .. r_base + R - 1 (those below rows),
+// all loads issued before any of them is used.
+template <int R>
+__device__ __forceinline__ void load_rows16(uint4 (&u)[R][kRowVecs], const bf16_t* z, int64_t ldz, int64_t rows,
+                                            int64_t r_base, int64_t nv) {
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    if (r_base + k >= rows) continue;
+    const uint4* zr = reinterpret_cast<const uint4*>(z + (r_base + k) * ldz);
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) u[k][i] = zr[v];
+    }
+  }
+}
+
+template <class TB, int R>
+__global__ void __launch_bounds__(kRowThreads)
+    row_stats_v8r(RowArgs a, CeRowStats* stat, bool first, bool last, float* lse, int64_t lse_stride, float* rowloss) {
+  const int64_t r_base = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t nv = a.cols / 8;
+  uint4 u[R][kRowVecs];
+  int64_t y[R];
+#pragma unroll
+  for (int k = 0; k < R; ++k)
+    if (r_base + k < a.rows) y[k] = a.target[(a.r0 + r_base + k) * a.target_stride];
+  load_rows16<R>(u, static_cast<const bf16_t*>(a.z), a.ldz, a.rows, r_base, nv);
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r_base + k;
+    if (r >= a.rows) break;  // the same for every thread of the block
+    const int64_t yj = y[k] - a.v0;
+    CeRowStats st;  // empty: m = -inf, s = 0
+#pragma unroll
+    for (int i = 0; i < kRowVecs; ++i) {
+      const int64_t v = threadIdx.x + i * kRowThreads;
+      if (v < nv) stats_add8<TB>(st, a, u[k][i], v, yj);
+    }
+    const bf16_t* zr = static_cast<const bf16_t*>(a.z) + r * a.ldz;
+    for (int64_t j = nv * 8 + threadIdx.x; j < a.cols; j += kRowThreads) {
+      const float c = logit_at<TB, bf16_t>(a, zr, j);
+      ce_stats_add(st, c, j == yj);
+    }
+    finish_row(st, a, stat, r, first, last, lse, lse_stride, rowloss, a.r0 + r, y[k]);
+    __syncthreads();  // block_merge's shared partials are written again by the next row
+  }
+}
+
 // __expf (ex2.approx) for the 16-byte kernels: the gradient is rounded to bf16, far coarser than its error.
 struct FastExp {
   __device__ __forceinline__ float operator()(float x) const { return __expf(x); }
@@ -560,6 +620,9 @@ struct CudaBackend : BackendBase {
     return RowArgs{Z, ldz, rows, cols, r0, v0, p.bias, p.bias_stride, p.target, p.target_stride, p.ce, p.V};
   }
 
+  // row_stats_v8r (BackendTraits::row_block = 2) takes rows of at most kRowVecs 16-byte vectors per thread.
+  bool rows_fit(int64_t cols) const { return tr.row_block == 2 && cols / 8 <= int64_t{kRowVecs} * kRowThreads; }
+
   // bf16 tile with 16-byte aligned rows: the 16-byte kernels.
   static bool vec8(const void* Z, int32_t z_dt, int64_t ldz) {
     return z_dt == STRATA_DTYPE_BF16 && ldz % 8 == 0 && reinterpret_cast<uintptr_t>(Z) % 16 == 0;
@@ -582,6 +645,11 @@ struct CudaBackend : BackendBase {
       st = side->stream;
     }
     visit_storage(p.w_dtype, [&](auto tb) {
+      if (v8 && rows_fit(cols)) {  // two rows per block (session 15)
+        const unsigned grid = static_cast<unsigned>(cuda::ceil_div(rows, 2));
+        row_stats_v8r<decltype(tb), 2><<<grid, kRowThreads, 0, st>>>(a, stat, first, last, lse_w, lse_w_stride, rowloss);
+        return;
+      }
       if (v8) {
         row_stats_v8<decltype(tb)><<<static_cast<unsigned>(rows), kRowThreads, 0, st>>>(a, stat, first, last, lse_w,
                                                                                       lse_w_stride, rowloss);
@@ -739,6 +807,14 @@ BackendTraits chunk_loss_cuda_traits() {
   // (the tests compare both).
   const char* dh = std::getenv("STRATA_CHUNK_LOSS_DH");
   t.dh_batch2 = !(dh && std::string(dh) == "pair");
+  // Session 15 (README.md "CUDA (H200)"): two rows per block in the 16-byte row_stats (row_stats_v8r);
+  // STRATA_CHUNK_LOSS_ROWS=1 forces the one-row kernel (the tests compare the bits of both).
+  const char* rows = std::getenv("STRATA_CHUNK_LOSS_ROWS");
+  t.row_block = rows && std::string(rows) == "1" ? 1 : 2;
+  // Session 15: tile 0 kept in the workspace tile (driver.h); STRATA_CHUNK_LOSS_KEEP=dw forces the session-14 layout
+  // (the tests compare the bits of both).
+  const char* keep = std::getenv("STRATA_CHUNK_LOSS_KEEP");
+  t.keep_first_in_ws = !(keep && std::string(keep) == "dw");
   return t;
 }
 

@@ -76,6 +76,119 @@ struct BackendBase {
   }
 };
 
+// Where one vocab_tiled call keeps what (driver below; README.md "Strategy heuristic" 3): the f32 dH accumulator in
+// dweight's tail and dhidden's storage, and the logits tiles kept from the forward. A function of the call's
+// parameters, layout and pointers only (host code), so tests can check it at any shape without a device.
+struct VtMemory {
+  int64_t dw_stop = 0;     // first dweight row of the accumulator's tail (V without one): later tiles are deferred
+  int64_t free_bytes = 0;  // bytes of dweight before the accumulator (all of it without one; 0: nothing kept)
+  float* dh_in_dw = nullptr;  // L.dh_in_dw: the accumulator's tail rows in dweight
+  int64_t h_lo = 0;        // split accumulator: rows in dhidden's storage (0: none)
+  int64_t stage_r0 = 0;    // the first row of the f32 rows in dhidden's storage; the tail holds the other rows
+  bool dh_batch = false;   // the two halves' dH GEMMs as one strided batch
+  int64_t n_keep = 0;      // logits tiles 0..n_keep-1 kept from the forward
+  int64_t slot = 0;        // bytes per kept tile in dweight
+  int64_t base1 = 0;       // keep_first_in_ws: byte offset of kept tile 1 in dweight
+  char* dw_base = nullptr;
+  char* fwd_scratch = nullptr;  // keep_first_in_ws: the forward's tiles that are not kept go here (dhidden)
+  bool alternate = false;  // BackendTraits::overlap_stats: they alternate between the workspace tile and dweight
+  // The logits tile ti in the backward (kept, or Z: the workspace tile, recomputed there) ...
+  void* tile(int64_t ti, void* Z) const {
+    if (fwd_scratch) return ti > 0 && ti < n_keep ? static_cast<void*>(dw_base + base1 + (ti - 1) * slot) : Z;
+    return ti < n_keep ? static_cast<void*>(dw_base + (ti + 1) * slot) : Z;
+  }
+  // ... and where the forward computes it.
+  void* fwd(int64_t ti, void* Z) const {
+    if (ti >= n_keep && fwd_scratch) return fwd_scratch;
+    if (ti >= n_keep && n_keep > 0 && alternate && (ti - n_keep) % 2 == 1) return dw_base;
+    return tile(ti, Z);
+  }
+};
+
+inline VtMemory vt_memory(const ChunkLossParams& p, const ChunkLossLayout& L, const BackendTraits& tr,
+                          bool gemm_batch2) {
+  VtMemory m;
+  const int64_t N = p.N, D = p.D, V = p.V, Nb = p.rows, vt = p.vtile;
+  const int64_t n_tiles = (V + vt - 1) / vt;
+  const int64_t z_es = static_cast<int64_t>(dtype_size(L.z_dtype));
+  const int64_t dw_es = p.dweight ? static_cast<int64_t>(dtype_size(p.dw_dtype)) : 0;
+  char* const dw_base = static_cast<char*>(p.dweight);
+  m.dw_base = dw_base;
+  m.dw_stop = V;
+  // L.dh_in_dw: the f32 dH accumulator is the last N D 4 bytes of (contiguous) dweight, its address rounded
+  // down to 256 bytes; vocabulary tiles reaching its first row dw_stop are deferred (their dW is stored
+  // after dH is complete).
+  // Split accumulator (with L.dh_in_dw): its rows [0, h_lo) live in dhidden's own storage instead (a 16-bit
+  // dhidden holds h_lo <= N es / 4 f32 rows; contiguous, 16-byte aligned, one token block), rows [h_lo, N) in
+  // dweight's tail. Halving the tail halves the deferred tiles and frees room for one more kept tile (at the
+  // H200 shape, bf16 dweight: 3 deferred instead of 5 and 17 kept instead of 16; f32 dweight: 2 and 36 instead
+  // of 3 and 35). The end converts rows [0, h_lo) into the logits tile buffer first (free by then: it must hold
+  // h_lo D es bytes), then rows [h_lo, N) into dhidden, then copies the staged rows in.
+  int64_t& h_lo = m.h_lo;
+  if (L.dh_in_dw && p.dhidden && p.ld_dh == D && Nb >= N && reinterpret_cast<uintptr_t>(p.dhidden) % 16 == 0) {
+    const int64_t dh_es = static_cast<int64_t>(dtype_size(p.dh_dtype));
+    const int64_t stage_rows = (Nb * vt * z_es) / std::max<int64_t>(D * dh_es, 1);  // rows the tile buffer holds
+    h_lo = std::min((N * dh_es) / 4, stage_rows);
+    if (h_lo >= N) h_lo = 0;  // (not reached for 16-bit dhidden: h_lo <= N / 2)
+  }
+  if (L.dw_direct && p.ld_dw == D) m.free_bytes = V * D * dw_es;
+  if (L.dh_in_dw) {
+    const int64_t row_bytes = D * dw_es;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(dw_base);
+    const uintptr_t acc = (base + static_cast<uintptr_t>(V * row_bytes - (N - h_lo) * D * 4)) / 256 * 256;
+    m.dh_in_dw = reinterpret_cast<float*>(acc);
+    m.dw_stop = static_cast<int64_t>(acc - base) / row_bytes;
+    m.free_bytes = static_cast<int64_t>(acc - base);
+  }
+  // Session 14, BackendTraits::dh_batch2 with equal halves (h_lo = N / 2): each tile's two dH GEMMs run as one
+  // strided batch, whose strides must be positive: the half at the lower address takes rows [0, N / 2). So when
+  // dweight's tail lies below dhidden, dhidden's storage holds rows [h_lo, N) (stage_r0 = h_lo) and the tail rows
+  // [0, h_lo); otherwise (and without the batch) dhidden's storage holds rows [0, h_lo).
+  if (gemm_batch2 && h_lo > 0 && 2 * h_lo == N && tr.dh_batch2) {
+    m.dh_batch = true;
+    if (reinterpret_cast<uintptr_t>(m.dh_in_dw) < reinterpret_cast<uintptr_t>(p.dhidden)) m.stage_r0 = h_lo;
+  }
+  // Logits tiles kept from the forward (one token block, contiguous dweight, 16-byte aligned): dweight holds
+  // no dW yet during the forward, so tile s is stored at byte (s + 1) * slot of dweight, slot = the larger of
+  // a logits tile and a dW tile (256-byte aligned), for s < n_keep (ending before the accumulator). The
+  // backward then skips their recompute; dZ overwrites a kept tile in place (or goes to the workspace's f16
+  // dZ). Safe: dW tile t (bytes [t wt, (t + 1) wt)) is written at step t and ends at (t + 1) wt <=
+  // (t + 1) slot, where kept tile t starts, so it only overlaps kept tiles s < t, consumed already; no kept
+  // tile reaches a deferred tile's rows or the accumulator.
+  //
+  // Session 15, BackendTraits::keep_first_in_ws (CUDA default): when not every tile fits in dweight and dhidden's
+  // own storage can hold a logits tile (contiguous, 16-byte aligned, N D es_dh >= N vt z_es: D >= vt with bf16),
+  // tile 0 stays in the workspace tile from the forward to the backward, which takes it first: one logits GEMM fewer.
+  // The forward's tiles that are not kept then go to dhidden's storage, which nothing reads or writes before the
+  // backward's first dH GEMM. Kept tile s >= 1 lives at byte base1 + (s - 1) slot of dweight, base1 = the larger of
+  // slot and 2 wt (256-byte aligned): dW tile t ends at (t + 1) wt <= base1 + (t - 1) slot, where kept tile t starts,
+  // for every t >= 1 (slot >= wt), so again it only overlaps kept tiles already consumed. At the H200 shape (bf16
+  // dweight, zt = 2 wt = slot) that is byte s slot: tiles 1..17 in dweight and tile 0 in the workspace, 18 kept
+  // instead of 17.
+  const int64_t free_bytes = m.free_bytes;
+  int64_t &n_keep = m.n_keep, &slot = m.slot;
+  m.alternate = tr.overlap_stats;
+  if (!p.backward_op && p.wants_grad() && free_bytes > 0 && Nb >= N &&
+      reinterpret_cast<uintptr_t>(dw_base) % 16 == 0) {
+    const int64_t zt = N * vt * z_es, wt = vt * D * dw_es;
+    slot = (std::max(zt, wt) + 255) / 256 * 256;
+    n_keep = std::min(n_tiles, std::max<int64_t>(0, free_bytes / slot - 1));
+    const int64_t dh_es = p.dhidden ? static_cast<int64_t>(dtype_size(p.dh_dtype)) : 0;
+    if (tr.keep_first_in_ws && !tr.overlap_stats && n_keep < n_tiles && p.dhidden &&
+        p.ld_dh == D && N * D * dh_es >= zt && reinterpret_cast<uintptr_t>(p.dhidden) % 16 == 0) {
+      m.base1 = (std::max(slot, 2 * wt) + 255) / 256 * 256;
+      const int64_t in_dw = free_bytes >= m.base1 ? (free_bytes - m.base1) / slot : 0;  // tiles 1..in_dw in dweight
+      n_keep = std::min(n_tiles, in_dw + 1);
+      m.fwd_scratch = static_cast<char*>(p.dhidden);
+    }
+  }
+  // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
+  // beside the GEMM of tile t + 1) they alternate between the workspace tile and dweight's first slot, free during
+  // the forward (kept tile s is at (s + 1) slot), so that the GEMM does not overwrite the tile being read.
+  // With fwd_scratch (keep_first_in_ws) they go to dhidden's storage instead, the workspace tile keeping tile 0.
+  return m;
+}
+
 template <class BE>
 strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& L, char* ws, BE& be) {
   using Mat = typename BE::Mat;
@@ -157,79 +270,20 @@ strata_status chunk_loss_drive(const ChunkLossParams& p, const ChunkLossLayout& 
   }
 
   const int64_t Nb = p.rows, vt = p.vtile;
-  const int64_t n_tiles = (V + vt - 1) / vt;
   const int64_t dw_es = p.dweight ? static_cast<int64_t>(dtype_size(p.dw_dtype)) : 0;
   char* const dw_base = static_cast<char*>(p.dweight);
   auto dw_tile_of = [&](int64_t v0) { return static_cast<void*>(dw_base + v0 * p.ld_dw * dw_es); };
 
-  // L.dh_in_dw: the f32 dH accumulator is the last N D 4 bytes of (contiguous) dweight, its address rounded
-  // down to 256 bytes; vocabulary tiles reaching its first row dw_stop are deferred (their dW is stored
-  // after dH is complete).
-  int64_t dw_stop = V;
-  int64_t free_bytes = 0;  // bytes of dweight before the accumulator (all of it without one)
-  float* dh_in_dw = nullptr;
-  // Split accumulator (with L.dh_in_dw): its rows [0, h_lo) live in dhidden's own storage instead (a 16-bit
-  // dhidden holds h_lo <= N es / 4 f32 rows; contiguous, 16-byte aligned, one token block), rows [h_lo, N) in
-  // dweight's tail. Halving the tail halves the deferred tiles and frees room for one more kept tile (at the
-  // H200 shape, bf16 dweight: 3 deferred instead of 5 and 17 kept instead of 16; f32 dweight: 2 and 36 instead
-  // of 3 and 35). The end converts rows [0, h_lo) into the logits tile buffer first (free by then: it must hold
-  // h_lo D es bytes), then rows [h_lo, N) into dhidden, then copies the staged rows in.
-  int64_t h_lo = 0;
-  if (L.dh_in_dw && p.dhidden && p.ld_dh == D && Nb >= N && reinterpret_cast<uintptr_t>(p.dhidden) % 16 == 0) {
-    const int64_t dh_es = static_cast<int64_t>(dtype_size(p.dh_dtype));
-    const int64_t stage_rows = (Nb * vt * z_es) / std::max<int64_t>(D * dh_es, 1);  // rows the tile buffer holds
-    h_lo = std::min((N * dh_es) / 4, stage_rows);
-    if (h_lo >= N) h_lo = 0;  // (not reached for 16-bit dhidden: h_lo <= N / 2)
-  }
-  if (L.dw_direct && p.ld_dw == D) free_bytes = V * D * dw_es;
-  if (L.dh_in_dw) {
-    const int64_t row_bytes = D * dw_es;
-    const uintptr_t base = reinterpret_cast<uintptr_t>(dw_base);
-    const uintptr_t acc = (base + static_cast<uintptr_t>(V * row_bytes - (N - h_lo) * D * 4)) / 256 * 256;
-    dh_in_dw = reinterpret_cast<float*>(acc);
-    dw_stop = static_cast<int64_t>(acc - base) / row_bytes;
-    free_bytes = static_cast<int64_t>(acc - base);
-  }
-  // Session 14, BackendTraits::dh_batch2 with equal halves (h_lo = N / 2): each tile's two dH GEMMs run as one
-  // strided batch, whose strides must be positive: the half at the lower address takes rows [0, N / 2). So when
-  // dweight's tail lies below dhidden, dhidden's storage holds rows [h_lo, N) (stage_r0 = h_lo) and the tail rows
-  // [0, h_lo); otherwise (and without the batch) dhidden's storage holds rows [0, h_lo).
-  int64_t stage_r0 = 0;  // the first row of the f32 rows in dhidden's storage; the tail holds the other rows
-  bool dh_batch = false;
-  if constexpr (BE::kGemmBatch2) {
-    if (h_lo > 0 && 2 * h_lo == N && be.traits().dh_batch2) {
-      dh_batch = true;
-      if (reinterpret_cast<uintptr_t>(dh_in_dw) < reinterpret_cast<uintptr_t>(p.dhidden)) stage_r0 = h_lo;
-    }
-  }
+  // Where the vocab_tiled loop keeps what in dweight's and dhidden's storage (vt_memory above).
+  const VtMemory M = vt_memory(p, L, be.traits(), BE::kGemmBatch2);
+  const int64_t dw_stop = M.dw_stop, h_lo = M.h_lo, stage_r0 = M.stage_r0, n_keep = M.n_keep;
+  const bool dh_batch = M.dh_batch;
+  float* const dh_in_dw = M.dh_in_dw;
   const int64_t tail_r0 = stage_r0 == 0 ? h_lo : 0;
-  // Logits tiles kept from the forward (one token block, contiguous dweight, 16-byte aligned): dweight holds
-  // no dW yet during the forward, so tile s is stored at byte (s + 1) * slot of dweight, slot = the larger of
-  // a logits tile and a dW tile (256-byte aligned), for s < n_keep (ending before the accumulator). The
-  // backward then skips their recompute; dZ overwrites a kept tile in place (or goes to the workspace's f16
-  // dZ). Safe: dW tile t (bytes [t wt, (t + 1) wt)) is written at step t and ends at (t + 1) wt <=
-  // (t + 1) slot, where kept tile t starts, so it only overlaps kept tiles s < t, consumed already; no kept
-  // tile reaches a deferred tile's rows or the accumulator.
-  int64_t n_keep = 0, slot = 0;
-  if (!p.backward_op && p.wants_grad() && free_bytes > 0 && Nb >= N &&
-      reinterpret_cast<uintptr_t>(dw_base) % 16 == 0) {
-    const int64_t zt = N * vt * z_es, wt = vt * D * dw_es;
-    slot = (std::max(zt, wt) + 255) / 256 * 256;
-    n_keep = std::min(n_tiles, std::max<int64_t>(0, free_bytes / slot - 1));
-  }
-  auto tile_z = [&](int64_t ti) {
-    return ti < n_keep ? static_cast<void*>(dw_base + (ti + 1) * slot) : static_cast<void*>(Z);
-  };
+  auto tile_z = [&](int64_t ti) { return M.tile(ti, Z); };
+  auto fwd_z = [&](int64_t ti) { return M.fwd(ti, Z); };
   auto dz_of = [&](void* d) { return Mat{d, dz_dt, vt}; };
 
-  // The forward's tiles that are not kept: with BackendTraits::overlap_stats (CUDA: the statistics of tile t run
-  // beside the GEMM of tile t + 1) they alternate between the workspace tile and dweight's first slot, free during
-  // the forward (kept tile s is at (s + 1) slot), so that the GEMM does not overwrite the tile being read.
-  auto fwd_z = [&](int64_t ti) -> void* {
-    if (ti >= n_keep && n_keep > 0 && be.traits().overlap_stats && (ti - n_keep) % 2 == 1)
-      return static_cast<void*>(dw_base);
-    return tile_z(ti);
-  };
   if (!p.backward_op) {  // vocab_tiled forward: online statistics over the vocabulary tiles
     for (int64_t b0 = 0; b0 < N; b0 += Nb) {
       const int64_t rows = std::min(Nb, N - b0);
