@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -196,7 +197,7 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
   const int64_t I = p.I;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
-  const bool stream = p.rows * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
+  const bool stream = p.rows * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes && !(std::getenv("STRATA_TMP_NT") && std::getenv("STRATA_TMP_NT")[0] == '0');
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
   // Flags as locals: stores through float pointers would otherwise make the compiler reload them from p.
   const bool inter = p.interleaved, has_p = p.probs != nullptr;
@@ -296,7 +297,7 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
   const T* x = static_cast<const T*>(p.x);
   const T* dy = static_cast<const T*>(p.dy);
   T* dx = static_cast<T*>(p.dx);
-  const bool stream = p.rows * 2 * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes;
+  const bool stream = p.rows * 2 * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes && !(std::getenv("STRATA_TMP_NT") && std::getenv("STRATA_TMP_NT")[0] == '0');
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
   const bool inter = p.interleaved, has_p = p.probs != nullptr;  // locals: see FwdRows
   const bool direct = DirectRows<T>(inter, p.x_rows, p.dx_rows) && p.dy_rows.col_stride == 1;

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -379,7 +380,7 @@ void FwdRows(const RmsNormGatedFwdParams& p) {
   std::vector<float> w, b;
   ParamRow(p.weight, p.w_dtype, p.w_row, D, 1.f, w);
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, b);
-  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
+  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes && !(std::getenv("STRATA_TMP_NT") && std::getenv("STRATA_TMP_NT")[0] == '0');
   const float inv_g = 1.f / static_cast<float>(G);
   // Flags as locals: the stores through float pointers would otherwise make the compiler reload them from p.
   const bool nbg = p.norm_before_gate;
@@ -692,7 +693,7 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
   std::vector<float> w, bias;
   ParamRow(p.weight, p.w_dtype, p.w_row, D, 1.f, w);
   ParamRow(p.bias, p.b_dtype, p.b_row, D, 0.f, bias);
-  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes;
+  const bool stream = p.rows * D * static_cast<int64_t>(sizeof(TX)) >= kRngStreamBytes && !(std::getenv("STRATA_TMP_NT") && std::getenv("STRATA_TMP_NT")[0] == '0');
   const float inv_g = G > 0 ? 1.f / static_cast<float>(G) : 0.f;
   const bool nbg = p.norm_before_gate;  // locals: see FwdRows
   const int32_t act = p.act;
