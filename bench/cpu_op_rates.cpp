@@ -99,8 +99,9 @@ int main(int argc, char** argv) {
   bool wall = false;
   long copy_mib = 0;
   std::string set = "default";  // --copy MIB: a copy of MIB MiB (read + write counted) as one more arm of every case
-  std::string env_name;
-  std::vector<std::string> env_vals, want;
+  // --env NAME=v0,v1,... (repeatable): arm k sets every named variable to its k-th value.
+  std::vector<std::string> env_names, env_vals, want;
+  std::vector<std::vector<std::string>> env_sets;
   for (int i = 4; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--wall")) wall = true;
     else if (!std::strcmp(argv[i], "--copy") && i + 1 < argc) copy_mib = std::atol(argv[++i]);
@@ -108,9 +109,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out-offset") && i + 1 < argc) g_out_off = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--env") && i + 1 < argc) {
       std::string e = argv[++i];
-      env_name = e.substr(0, e.find('='));
+      env_names.push_back(e.substr(0, e.find('=')));
+      env_sets.emplace_back();
       std::string v = e.substr(e.find('=') + 1);
-      for (size_t p = 0; p <= v.size();) { size_t q = v.find(',', p); if (q == std::string::npos) q = v.size(); env_vals.push_back(v.substr(p, q - p)); p = q + 1; }
+      for (size_t p = 0; p <= v.size();) { size_t q = v.find(',', p); if (q == std::string::npos) q = v.size(); env_sets.back().push_back(v.substr(p, q - p)); p = q + 1; }
+      env_vals = env_sets.front();
     } else want.push_back(argv[i]);
   }
   auto now = [&] {
@@ -127,9 +130,9 @@ int main(int argc, char** argv) {
     Case c; c.name = std::string("conv_") + (bwd ? "bwd" : "fwd") + " [1," + std::to_string(T) + "," + std::to_string(D) + "]";
     if (!wanted(c.name)) return;
     const double act = double(T * D) * 2; c.bytes = (bwd ? 3 : 2) * act;
-    auto x = std::make_shared<ABuf>(bf16_random(T * D, 1)), dy = std::make_shared<ABuf>(bf16_random(T * D, 2));
-    auto w = std::make_shared<ABuf>(f32_fill(D * 4, -0.5f, 0.5f, 3)), b = std::make_shared<ABuf>(f32_fill(D, -0.5f, 0.5f, 4));
     c.make = [=](const Api& a) -> std::function<void()> {
+      auto x = std::make_shared<ABuf>(bf16_random(T * D, 1)), dy = std::make_shared<ABuf>(bf16_random(T * D, 2));
+      auto w = std::make_shared<ABuf>(f32_fill(D * 4, -0.5f, 0.5f, 3)), b = std::make_shared<ABuf>(f32_fill(D, -0.5f, 0.5f, 4));
       strata_tensor_desc dx_, dw_, db_, dyd;
       int64_t s3[3] = {1, T, D}, s2[2] = {D, 4}, s1[1] = {D};
       ck(a, a.desc_init(&dx_, STRATA_DTYPE_BF16, 3, s3, nullptr, 0, cpu), "desc");
@@ -154,10 +157,10 @@ int main(int argc, char** argv) {
     Case c; c.name = std::string("rng_") + (bwd ? "bwd" : "fwd") + " [" + std::to_string(rows) + "," + std::to_string(D) + "] G" + std::to_string(G) + (nbg ? " nbg" : " gbn");
     if (!wanted(c.name)) return;
     const double n = double(rows * D) * 2; c.bytes = bwd ? 5 * n : 3 * n;
-    auto x = std::make_shared<ABuf>(bf16_random(rows * D, 1)), z = std::make_shared<ABuf>(bf16_random(rows * D, 2)),
-         dy = std::make_shared<ABuf>(bf16_random(rows * D, 3));
-    auto w = std::make_shared<ABuf>(f32_fill(D, 0.9f, 1.1f, 4)), rs = std::make_shared<ABuf>(f32_fill(rows * (D / G), 0.5f, 2.f, 5));
     c.make = [=](const Api& a) -> std::function<void()> {
+      auto x = std::make_shared<ABuf>(bf16_random(rows * D, 1)), z = std::make_shared<ABuf>(bf16_random(rows * D, 2)),
+           dy = std::make_shared<ABuf>(bf16_random(rows * D, 3));
+      auto w = std::make_shared<ABuf>(f32_fill(D, 0.9f, 1.1f, 4)), rs = std::make_shared<ABuf>(f32_fill(rows * (D / G), 0.5f, 2.f, 5));
       strata_tensor_desc xd, wd, rd;
       int64_t s2[2] = {rows, D}, s1[1] = {D}, sr[2] = {rows, D / G};
       ck(a, a.desc_init(&xd, STRATA_DTYPE_BF16, 2, s2, nullptr, 0, cpu), "desc");
@@ -184,10 +187,10 @@ int main(int argc, char** argv) {
     Case c; c.name = std::string("sw_") + (bwd ? "bwd" : "fwd") + " [" + std::to_string(rows) + "," + std::to_string(2 * I) + "]" + (inter ? " inter" : " split");
     if (!wanted(c.name)) return;
     const double n = double(rows * I) * 2; c.bytes = bwd ? 5 * n : 3 * n;
-    std::vector<char> xv = bf16_random(rows * 2 * I, 1);
-    for (size_t i = 0; i < xv.size(); i += 2) xv[i + 1] = char(xv[i + 1] + (i % 6 == 0 ? 1 : 0));  // some |x| > limit
-    auto x = std::make_shared<ABuf>(xv), dy = std::make_shared<ABuf>(bf16_random(rows * I, 2));
     c.make = [=](const Api& a) -> std::function<void()> {
+      std::vector<char> xv = bf16_random(rows * 2 * I, 1);
+      for (size_t i = 0; i < xv.size(); i += 2) xv[i + 1] = char(xv[i + 1] + (i % 6 == 0 ? 1 : 0));  // some |x| > limit
+      auto x = std::make_shared<ABuf>(xv), dy = std::make_shared<ABuf>(bf16_random(rows * I, 2));
       strata_tensor_desc xd, yd;
       int64_t sx[2] = {rows, 2 * I}, sy[2] = {rows, I};
       ck(a, a.desc_init(&xd, STRATA_DTYPE_BF16, 2, sx, nullptr, 0, cpu), "desc");
@@ -210,11 +213,11 @@ int main(int argc, char** argv) {
     Case c; c.name = std::string("ce_") + (grad ? "fwdbwd" : "loss") + " [" + std::to_string(N) + "," + std::to_string(V) + "]" + (cap > 0 ? " softcap" : "");
     if (!wanted(c.name)) return;
     const double mat = double(N) * double(V) * 2; c.bytes = (grad ? 2 : 1) * mat + N * 12.0;
-    auto z0 = std::make_shared<ABuf>(bf16_random(N * V, 1));
-    std::vector<char> tv(N * 8);
-    for (int64_t i = 0; i < N; ++i) { int64_t t = (i * 7919) % V; std::memcpy(tv.data() + i * 8, &t, 8); }
-    auto tg = std::make_shared<ABuf>(tv);
     c.make = [=](const Api& a) -> std::function<void()> {
+      auto z0 = std::make_shared<ABuf>(bf16_random(N * V, 1));
+      std::vector<char> tv(N * 8);
+      for (int64_t i = 0; i < N; ++i) { int64_t t = (i * 7919) % V; std::memcpy(tv.data() + i * 8, &t, 8); }
+      auto tg = std::make_shared<ABuf>(tv);
       strata_tensor_desc zd, td, ld, sd;
       int64_t sz[2] = {N, V}, sn[1] = {N};
       ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
@@ -225,8 +228,8 @@ int main(int argc, char** argv) {
       ck(a, a.ce_fwd(&zd, &td, &ld, &sd, nullptr, grad ? &zd : nullptr, 1, -100, 0.f, 1.f, 0.f, cap, 1.f, &plan), "plan");
       size_t ws = 0; a.ws_size(plan, &ws);
       auto wsb = std::make_shared<ABuf>(ws + 64);
-      // In place the logits become their gradient; a private copy per arm (same cost: no data-dependent work).
-      auto z = std::make_shared<ABuf>(*z0);
+      // In place the logits become their gradient (same cost: no data-dependent work).
+      auto z = z0;
       auto l = std::make_shared<ABuf>(64), ls = std::make_shared<ABuf>(N * 4);
       std::fprintf(stderr, "  %s impl %s\n", c.name.c_str(), a.impl(plan));
       return [=, &a] {
@@ -288,13 +291,19 @@ int main(int argc, char** argv) {
     };
     if (!wall && nth > 1) std::fprintf(stderr, "note: --copy with %d threads needs --wall\n", nth);
   }
+  if (env_names.size() > 1)
+    for (size_t k = 0; k < env_vals.size(); ++k) {
+      std::printf("arm%zu:", k);
+      for (size_t e = 0; e < env_names.size(); ++e) std::printf(" %s=%s", env_names[e].c_str(), env_sets[e].at(k).c_str());
+      std::printf("\n");
+    }
   for (auto& c : cases) {
     // Arms: lib A (and lib B), or lib A under each value of the environment variable.
     std::vector<std::function<void()>> run0;
     std::vector<std::string> label;
     run0.push_back(c.make(A));
     if (two) { run0.push_back(c.make(B)); label = {"A", "B"}; }
-    else if (!env_vals.empty()) { for (size_t k = 1; k < env_vals.size(); ++k) run0.push_back(run0[0]); for (auto& v : env_vals) label.push_back(env_name + "=" + v); }
+    else if (!env_vals.empty()) { for (size_t k = 1; k < env_vals.size(); ++k) run0.push_back(run0[0]); for (size_t k = 0; k < env_vals.size(); ++k) label.push_back(env_names.size() == 1 ? env_names[0] + "=" + env_vals[k] : "arm" + std::to_string(k)); }
     else label = {"A"};
     const int reps = std::max(1, int(64e6 / c.bytes));
     const double bytes = c.bytes * reps;
@@ -302,7 +311,7 @@ int main(int argc, char** argv) {
     if (copy_mib > 0) { run0.push_back(copy_fn); label.push_back("copy"); }
     std::vector<std::vector<double>> t(run0.size());
     auto arm = [&](size_t k) {
-      if (k < n_op && !env_vals.empty()) setenv(env_name.c_str(), env_vals[k].c_str(), 1);
+      if (k < n_op) for (size_t e = 0; e < env_names.size(); ++e) setenv(env_names[e].c_str(), env_sets[e].at(k).c_str(), 1);
       const double t0 = now();
       for (int r = 0; r < (k < n_op ? reps : 1); ++r) run0[k]();
       return now() - t0;
