@@ -262,6 +262,8 @@ int main(int argc, char** argv) {
   }
   if (set == "l2" || set == "default") {
   conv(false, 128, 2048); conv(true, 128, 2048);
+  // 8 time tiles, of which only the first takes the element-wise start-of-sequence path (1 of 2 above).
+  conv(false, 512, 1024); conv(true, 512, 1024);
   rng(false, 2048, 128, 128, 1); rng(true, 2048, 128, 128, 1);
   rng(false, 64, 5120, 5120, 0); rng(true, 64, 5120, 5120, 0);
   rng(false, 48, 8192, 1024, 0); rng(true, 48, 8192, 1024, 0);
