@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -421,43 +420,6 @@ TEST(CausalConv1d, BackwardBitwiseAcrossRunsAndThreadCounts) {
     }
   }
   strata_set_num_threads(before);
-}
-
-// The backward's row-group walk (BwdRowGroups, selected by STRATA_CONV_BWD_ROWS=1; session 15) against the column
-// sweep it would replace: the same operations per channel in the same order, so the same bits, on every CPU
-// implementation, for W = 2, 3, 4 with and without SiLU, f32 / bf16 / f16, a channel count that leaves a scalar
-// tail, two batch rows, and an output large enough for the non-temporal stores ([1, 300, 8192] bf16: 4.7 MiB).
-TEST(CausalConv1d, RowGroupBackwardEqualsColumnSweep) {
-  struct Shape { int64_t B, T, D; };
-  for (const std::string& impl : atk::impls_for("causal_conv1d_bwd", kCpu)) {
-    if (impl == "reference") continue;
-    ForceImpl force(impl.c_str());
-    for (int32_t dt : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
-      for (const Shape sh : {Shape{2, 133, 1000}, Shape{1, 70, 4103}, Shape{1, 300, 8192}}) {
-        if (sh.D == 8192 && dt != STRATA_DTYPE_BF16) continue;
-        for (int64_t W : {2, 3, 4})
-          for (int32_t act : {0, 1}) {
-            if (sh.D == 8192 && W != 4) continue;
-            HostTensor x = randn(dt, {sh.B, sh.T, sh.D}, 1), dy = randn(dt, {sh.B, sh.T, sh.D}, 2);
-            HostTensor w = randn(STRATA_DTYPE_F32, {sh.D, W}, 3), bias = randn(STRATA_DTYPE_F32, {sh.D}, 4);
-            std::vector<uint8_t> bits[2];
-            for (int v = 0; v < 2; ++v) {
-              ASSERT_EQ(setenv("STRATA_CONV_BWD_ROWS", v ? "1" : "0", 1), 0);
-              HostTensor dx = poisoned(dt, {sh.B, sh.T, sh.D}), dw = poisoned(STRATA_DTYPE_F32, {sh.D, W});
-              HostTensor db = poisoned(STRATA_DTYPE_F32, {sh.D});
-              Bwd b{&x, &w, &bias, nullptr, nullptr, nullptr, &dy, nullptr, &dx, &dw, &db, nullptr};
-              b.act = act;
-              const strata_status s = b.run();
-              unsetenv("STRATA_CONV_BWD_ROWS");
-              ASSERT_EQ(s, STRATA_SUCCESS) << strata_get_last_error_message();
-              bits[v] = dx.storage;
-              for (const HostTensor* t : {&dw, &db}) bits[v].insert(bits[v].end(), t->storage.begin(), t->storage.end());
-            }
-            EXPECT_EQ(bits[1], bits[0]) << impl << " dtype " << dt << " [" << sh.B << ", " << sh.T << ", " << sh.D
-                                        << "] W " << W << " act " << act;
-          }
-      }
-  }
 }
 
 // A pack equals its sequences run one by one (each with its own initial state), bit for bit on every CPU

@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cpu/isa.h"
@@ -374,136 +373,6 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
   hn::StoreU(sb, df, db);
 }
 
-// ---- backward: the same tiles as BwdColumns, walked in groups of W-1 token rows (session 15) ----
-// BwdColumns' sweep walks one vector of channels down all 64 + W-1 token rows of the tile before the next vector:
-// each step touches a new row, rows D elements apart (16 KiB at D = 8192 bf16), so x, dy (and dx) lines of every
-// row of the tile fall into the same L1 sets (4 KiB apart or multiples) and the sweeps of a line's vectors re-fetch
-// them from L2, and the ~70 concurrent row streams defeat the hardware prefetchers. Here a sub-block of kRowsChan
-// channels goes through the tile in groups of R = W-1 token rows: for each vector of the sub-block, its window
-// (the R previous x and g, f32) and its dweight / dbias sums are loaded from a per-vector state block in L1,
-// the group's R tokens are stepped with BwdSweep's arithmetic (the same slot rotation: token t in slot t % R), and
-// the state is stored back. Lines live in L1 at a time: R rows of x and of dy (6 at W = 4, within L1's 8-12 ways
-// even at equal offsets mod 4 KiB); consecutive vectors fill dx lines whole (non-temporal stores directly, no line
-// buffer); the next item's rows are prefetched into L2 as BwdColumns does. Per channel the same
-// operations in the same order as BwdSweep (sums from 0 in t order, taps in k order): the same bits.
-inline constexpr int64_t kRowsChan = 256;
-template <int KW, bool kSilu, bool kNative, bool kStream, class T>
-HWY_NOINLINE void BwdRowGroups(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
-                               const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
-                               T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt,
-                               float* HWY_RESTRICT dw, float* HWY_RESTRICT db, float* HWY_RESTRICT state,
-                               RegionPrefetch& pf) {
-  static_assert(KW >= 2, "unrolled for W = 2, 3, 4");
-  constexpr int R = KW - 1;
-  constexpr int kSlots = 2 * R + KW + 1;  // x window, g window, dweight sums, dbias sum
-  const DF df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t tend = nt + R;                            // tokens stepped: the tile's own and R halo tokens
-  const int64_t nv = nc / N;                              // whole vectors; the rest: BwdColumns' scalar tail
-  // The next item's lines spread over this item's vector-group steps.
-  const int64_t steps = std::max<int64_t>(1, nv * ((tend + R - 1) / R));
-  const int64_t per_step = (pf.rows * pf.row_lines + steps - 1) / steps;
-  for (int64_t cb = 0; cb < nv * N; cb += kRowsChan) {
-    const int64_t cn = std::min(kRowsChan, nv * N - cb);  // a multiple of N
-    const int64_t vn = cn / N;
-    // The state of each vector: kSlots vectors, contiguous per vector.
-    for (int64_t v = 0; v < vn; ++v) {
-      float* st = state + v * kSlots * N;
-      const int64_t c = cb + v * N;
-      for (int k = 0; k < R; ++k) {
-        hn::StoreU(tv::LoadF32(df, x0 + (k - R) * xs + c), df, st + k * N);  // token k - R, slot k
-        hn::StoreU(hn::Zero(df), df, st + (R + k) * N);
-      }
-      for (int k = 0; k <= KW; ++k) hn::StoreU(hn::Zero(df), df, st + (2 * R + k) * N);
-    }
-    for (int64_t tg = 0; tg < tend; tg += R) {
-      const bool bulk = tg >= R && tg + R <= nt;
-      for (int64_t v = 0; v < vn; ++v) {
-        const int64_t c = cb + v * N;
-        float* HWY_RESTRICT st = state + v * kSlots * N;
-        // The next item's rows into L2 in row order (BwdColumns' RegionPrefetch, DRAM-friendly runs of whole rows),
-        // `per_step` lines of x and dy per vector and group (prefetcht1 on x86).
-        {
-          const RegionPrefetch::Run run = pf.Take(per_step);
-          for (int64_t k = 0; k < run.n; ++k) {
-            __builtin_prefetch(run.a + k * 64, 0, 2);
-            __builtin_prefetch(run.b + k * 64, 0, 2);
-          }
-        }
-        VF win[R], gwin[R], sw[KW];
-        for (int k = 0; k < R; ++k) {
-          win[k] = hn::LoadU(df, st + k * N);
-          gwin[k] = hn::LoadU(df, st + (R + k) * N);
-        }
-        for (int k = 0; k < KW; ++k) sw[k] = hn::LoadU(df, st + (2 * R + k) * N);
-        VF sb = hn::LoadU(df, st + (2 * R + KW) * N);
-        const float* wc = wt + c;
-        auto w = [&](int k) STRATA_CONV_ALWAYS_INLINE { return hn::LoadU(df, wc + k * ws); };
-        // BwdSweep's step: token t in slot r = t % R (compile time), its own x / g replacing the oldest.
-        auto step = [&](int64_t t, auto r_tag, auto own_tag, auto emit_tag) STRATA_CONV_ALWAYS_INLINE {
-          constexpr int r = decltype(r_tag)::value;
-          constexpr bool kOwn = decltype(own_tag)::value, kEmit = decltype(emit_tag)::value;
-          const VF xc = tv::LoadF32(df, x0 + t * xs + c);
-          VF gv = tv::LoadF32(df, dy0 + t * dys + c);
-          if constexpr (kSilu) {
-            VF acc = hn::LoadU(df, bt + c);
-            for (int k = 0; k < R; ++k) acc = hn::MulAdd(w(k), win[(r + k) % R], acc);
-            acc = hn::MulAdd(w(R), xc, acc);
-            const VF sg = Sigmoid<T>(df, acc);
-            const VF one = hn::Set(df, 1.f);
-            gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
-          }
-          if constexpr (kOwn) {
-            sb = hn::Add(sb, gv);
-            for (int k = 0; k < R; ++k) sw[k] = hn::MulAdd(gv, win[(r + k) % R], sw[k]);
-            sw[R] = hn::MulAdd(gv, xc, sw[R]);
-          }
-          if constexpr (kEmit) {
-            VF acc = hn::Zero(df);
-            for (int i = 0; i < R; ++i) acc = hn::MulAdd(w(R - i), gwin[(r + i) % R], acc);
-            acc = hn::MulAdd(w(0), gv, acc);
-            tv::StoreOut<kStream, kNative>(df, acc, dx0 + (t - R) * dxs + c);
-          }
-          win[r] = xc;
-          gwin[r] = gv;
-        };
-        // Token t with its own / emit roles chosen at run time (the groups at the tile's ends).
-        auto step_rt = [&](int64_t t, auto r_tag) STRATA_CONV_ALWAYS_INLINE {
-          if (t >= tend) return;
-          const bool own = t < nt, emit = t >= R;
-          if (own && emit) step(t, r_tag, std::true_type{}, std::true_type{});
-          else if (own) step(t, r_tag, std::true_type{}, std::false_type{});
-          else step(t, r_tag, std::false_type{}, std::true_type{});
-        };
-        using I0 = std::integral_constant<int, 0>;
-        using I1 = std::integral_constant<int, (R > 1 ? 1 : 0)>;
-        using I2 = std::integral_constant<int, (R > 2 ? 2 : 0)>;
-        if (bulk) {
-          step(tg, I0{}, std::true_type{}, std::true_type{});
-          if constexpr (R > 1) step(tg + 1, I1{}, std::true_type{}, std::true_type{});
-          if constexpr (R > 2) step(tg + 2, I2{}, std::true_type{}, std::true_type{});
-        } else {
-          step_rt(tg, I0{});
-          if constexpr (R > 1) step_rt(tg + 1, I1{});
-          if constexpr (R > 2) step_rt(tg + 2, I2{});
-        }
-        for (int k = 0; k < R; ++k) {
-          hn::StoreU(win[k], df, st + k * N);
-          hn::StoreU(gwin[k], df, st + (R + k) * N);
-        }
-        for (int k = 0; k < KW; ++k) hn::StoreU(sw[k], df, st + (2 * R + k) * N);
-        hn::StoreU(sb, df, st + (2 * R + KW) * N);
-      }
-    }
-    for (int64_t v = 0; v < vn; ++v) {
-      const float* st = state + v * kSlots * N;
-      const int64_t c = cb + v * N;
-      for (int k = 0; k < KW; ++k) hn::StoreU(hn::LoadU(df, st + (2 * R + k) * N), df, dw + k * nc + c);
-      hn::StoreU(hn::LoadU(df, st + (2 * R + KW) * N), df, db + c);
-    }
-  }
-}
-
 // ---- backward: a whole time tile and its W-1 halo tokens on the vector path, swept column by column ----
 // One vector of channels walks the tokens t0 .. t1 + W - 2 in order (BwdSweep) with the W-1 previous x and g
 // vectors and its dweight / dbias sums in registers: at token t it forms g[t] = dy act'(u) (u recomputed), adds
@@ -522,8 +391,7 @@ template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
                              const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
                              T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, float* HWY_RESTRICT dw,
-                             float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line,
-                             float* HWY_RESTRICT rows_state) {
+                             float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line) {
   static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -538,11 +406,7 @@ HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_
                                      nc, db + c, pf.Take(per_sweep), lines, lines_to, dxs, nlines);
   };
   int64_t j = 0;
-  if (rows_state) {  // the whole vectors in groups of token rows (BwdRowGroups), then the scalar tail below
-    BwdRowGroups<KW, kSilu, kNative, kStream, T>(x0, xs, dy0, dys, wt, ws, bt, nc, dx0, dxs, nt, dw, db, rows_state, pf);
-    j = nc / N * N;
-  }
-  if (kStream && !rows_state) {
+  if constexpr (kStream) {
     // Groups of whole lines: each sweep writes its dx into one of two line buffers, whose lines the first
     // sweep of the next group streams out (the last group's after the loop).
     T* buf[2] = {line, line + kTimeTile * kLineElems};
@@ -558,8 +422,7 @@ HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_
     if (prev >= 0)
       for (int64_t t = 0; t < nt; ++t) StreamLine(buf[1] + t * kLineElems, dx0 + t * dxs + prev);
   }
-  if (!rows_state)
-    for (; j + N <= nc; j += N) sweep(j, dx0 + j, dxs, nullptr, nullptr, 0);
+  for (; j + N <= nc; j += N) sweep(j, dx0 + j, dxs, nullptr, nullptr, 0);
   // Leftover channels (nc not a multiple of the vector): GradRow's / DxRow's scalar formulas per channel.
   for (; j < nc; ++j) {
     float g[kTimeTile + kMaxWidth];
@@ -801,12 +664,11 @@ struct BwdScratch {
   float dw[kMaxWidth * kBwdChan];
   float db[kBwdChan];
   alignas(64) unsigned char line[2 * kTimeTile * 64];  // BwdColumns' dx lines (two buffers of 64 bytes per token)
-  alignas(64) float rows_state[(2 * 3 + 5) * kRowsChan];  // BwdRowGroups' per-vector state (W <= 4)
 };
 
 template <class T, bool kNative>
 void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
-             BwdScratch& sc, float* partials, bool stream, RegionPrefetch& pf, bool row_groups) {
+             BwdScratch& sc, float* partials, bool stream, RegionPrefetch& pf) {
   const int64_t W = p.W;
   std::fill(sc.dw, sc.dw + W * nc, 0.f);
   std::fill(sc.db, sc.db + nc, 0.f);
@@ -831,12 +693,11 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     const bool silu = p.activation == kActSilu;
     const int64_t ws = StagedStride(p), nt = t1 - t0;
     T* line = reinterpret_cast<T*>(sc.line);
-    float* rs = row_groups ? sc.rows_state : nullptr;
 #define STRATA_CONV_BWD_COLS(KW, S)                                                                            \
   (silu ? BwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                              sc.dw, sc.db, pf, line, rs)                                        \
+                                              sc.dw, sc.db, pf, line)                                            \
         : BwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                               sc.dw, sc.db, pf, line, rs))
+                                               sc.dw, sc.db, pf, line))
     switch ((W - 2) * 2 + (st ? 1 : 0)) {
       case 0: STRATA_CONV_BWD_COLS(2, false); break;
       case 1: STRATA_CONV_BWD_COLS(2, true); break;
@@ -914,8 +775,6 @@ void Backward(const Conv1dParams& p, float* partials) {
   const int64_t chunks = (p.D + kBwdChan - 1) / kBwdChan;
   const bool stream = Streams<T>(p);
   const auto staged = StageWeights(p);
-  const char* rows_env = std::getenv("STRATA_CONV_BWD_ROWS");  // temporary A/B switch (session 15 run 1)
-  const bool row_groups = rows_env && rows_env[0] == '1';
   // Blocks of one time tile (all its chunks): one scratch allocation (0.8 MiB) per block.
   tile::parallel_blocks(tiles * chunks, chunks, [&](int64_t i0, int64_t i1) {
     auto sc = hwy::AllocateAligned<BwdScratch>(1);
@@ -927,7 +786,7 @@ void Backward(const Conv1dParams& p, float* partials) {
       sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
       RegionPrefetch pf = NextItemRegion<T>(p, i + 1, tiles * chunks, chunks, kBwdChan, p.dy, p.dys);
       BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
-                          partials, stream, pf, row_groups);
+                          partials, stream, pf);
     }
     if (stream) hwy::FlushStream();
   });
