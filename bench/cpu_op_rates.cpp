@@ -242,24 +242,19 @@ int main(int argc, char** argv) {
   // --set atk: the shapes of `strata atk --device cpu` (the README's table; from memory on any cache size);
   // mem: from memory on the development VM (the atk shapes with fewer tokens / rows); l2: shapes that stay in L2
   // (the instruction-bound rate); default mem and l2.
-  if (set == "atk") {
-    conv(false, 8192, 8192); conv(true, 8192, 8192);
-    rng(false, 262144, 128, 128, 1); rng(true, 262144, 128, 128, 1);
-    rng(false, 4096, 5120, 5120, 0); rng(true, 4096, 5120, 5120, 0);
-    rng(false, 4096, 8192, 1024, 0); rng(true, 4096, 8192, 1024, 0);
-    swiglu(false, 8192, 2880, true); swiglu(true, 8192, 2880, true);
-    swiglu(false, 8192, 2048, false); swiglu(true, 8192, 2048, false);
-    ce(true, 1024, 151936, 0.f); ce(false, 1024, 151936, 0.f); ce(true, 512, 256000, 30.f);
-  }
-  if (set == "mem" || set == "default") {
-  conv(false, 2048, 8192); conv(true, 2048, 8192);
-  rng(false, 32768, 128, 128, 1); rng(true, 32768, 128, 128, 1);
-  rng(false, 1024, 5120, 5120, 0); rng(true, 1024, 5120, 5120, 0);
-  rng(false, 1024, 8192, 1024, 0); rng(true, 1024, 8192, 1024, 0);
-  swiglu(false, 1024, 2880, true); swiglu(true, 1024, 2880, true);
-  swiglu(false, 1024, 2048, false); swiglu(true, 1024, 2048, false);
-  ce(true, 64, 151936, 0.f); ce(false, 64, 151936, 0.f); ce(true, 32, 256000, 30.f);
-  }
+  // The from-memory sets: every op at its README shape with `t` conv time steps, `r128` rows of D = 128, `rw` wide
+  // rows (D = 5120 / 8192), `sw` swiglu tokens, `cn` cross-entropy rows (`cs` with the softcap).
+  auto from_memory = [&](int64_t t, int64_t r128, int64_t rw, int64_t sw, int64_t cn, int64_t cs) {
+    conv(false, t, 8192); conv(true, t, 8192);
+    rng(false, r128, 128, 128, 1); rng(true, r128, 128, 128, 1);
+    rng(false, rw, 5120, 5120, 0); rng(true, rw, 5120, 5120, 0);
+    rng(false, rw, 8192, 1024, 0); rng(true, rw, 8192, 1024, 0);
+    swiglu(false, sw, 2880, true); swiglu(true, sw, 2880, true);
+    swiglu(false, sw, 2048, false); swiglu(true, sw, 2048, false);
+    ce(true, cn, 151936, 0.f); ce(false, cn, 151936, 0.f); ce(true, cs, 256000, 30.f);
+  };
+  if (set == "atk") from_memory(8192, 262144, 4096, 8192, 1024, 512);
+  if (set == "mem" || set == "default") from_memory(2048, 32768, 1024, 1024, 64, 32);
   if (set == "l2" || set == "default") {
   conv(false, 128, 2048); conv(true, 128, 2048);
   // 8 time tiles, of which only the first takes the element-wise start-of-sequence path (1 of 2 above).
