@@ -17,8 +17,8 @@
 // of threads (tests/cpp/test_causal_conv1d.cpp checks 1 vs 2).
 //
 // Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file. The units
-// cpu_fwd_{f32,bf16,f16}.cpp (the forward for one activation dtype) and cpu_bwd.cpp (the backward) each
-// include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile in
+// cpu_fwd_{f32,bf16,f16}.cpp and cpu_bwd_{f32,bf16,f16}.cpp (the forward / backward for one activation dtype; the
+// backward was one unit for all three dtypes until session 15, the longest compile of the build) each include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile in
 // parallel; cpu.cpp declares the units' entry points, dispatches on the dtype and owns the HWY_EXPORT tables.
 // The "native bf16" instances (cpu.avx512_bf16: bf16 outputs rounded by AVX512-BF16) exist only on AVX3
 // (STRATA_NATIVE_BF16) and only for bf16; every other native entry runs the portable instance.
@@ -72,11 +72,13 @@ namespace strata::conv::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace tv = strata::tile::HWY_NAMESPACE;
 
-// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd.cpp, called by cpu.cpp) ----
+// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd_<dtype>.cpp, called by cpu.cpp) ----
 void CausalConv1dFwdF32(const Conv1dParams& p);
 void CausalConv1dFwdBf16(const Conv1dParams& p);
 void CausalConv1dFwdF16(const Conv1dParams& p);
-void CausalConv1dBwdAny(const Conv1dParams& p, float* partials);  // every activation dtype
+void CausalConv1dBwdF32(const Conv1dParams& p, float* partials);
+void CausalConv1dBwdBf16(const Conv1dParams& p, float* partials);
+void CausalConv1dBwdF16(const Conv1dParams& p, float* partials);
 #if STRATA_NATIVE_BF16
 void CausalConv1dFwdBf16Native(const Conv1dParams& p);
 void CausalConv1dBwdBf16Native(const Conv1dParams& p, float* partials);

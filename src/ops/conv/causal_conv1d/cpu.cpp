@@ -1,5 +1,5 @@
 // Entry points of the causal_conv1d CPU kernels: per target, the activation dtype picks the instance compiled
-// in one of the units cpu_fwd_<dtype>.cpp / cpu_bwd.cpp (kernels and build layout: cpu-inl.h); this file owns
+// in one of the units cpu_fwd_<dtype>.cpp / cpu_bwd_<dtype>.cpp (kernels and build layout: cpu-inl.h); this file owns
 // the HWY_EXPORT tables the implementation lists read (causal_conv1d.cpp).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/conv/causal_conv1d/cpu.cpp"
@@ -20,7 +20,14 @@ void CausalConv1dFwd(const Conv1dParams& p, void*) {
     default: CausalConv1dFwdF16(p); break;
   }
 }
-void CausalConv1dBwd(const Conv1dParams& p, void* workspace) { CausalConv1dBwdAny(p, static_cast<float*>(workspace)); }
+void CausalConv1dBwd(const Conv1dParams& p, void* workspace) {
+  float* partials = static_cast<float*>(workspace);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_F32: CausalConv1dBwdF32(p, partials); break;
+    case STRATA_DTYPE_BF16: CausalConv1dBwdBf16(p, partials); break;
+    default: CausalConv1dBwdF16(p, partials); break;
+  }
+}
 
 // The "cpu.avx512_bf16" entry points: bf16 outputs rounded by AVX512-BF16 on AVX3; the portable instances for
 // the other dtypes and targets (only the AVX3 entry is ever dispatched, on CPUs with AVX512-BF16).
