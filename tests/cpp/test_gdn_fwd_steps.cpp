@@ -107,9 +107,12 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     } forms[] = {{GdnFusedForm::kAuto, "automatic"},
                  {GdnFusedForm::kWgmmaSplit, "unfolded"},
                  {GdnFusedForm::kNorm, "norm-folded"},
-                 {GdnFusedForm::kNormR, "rq-launch"}};
+                 {GdnFusedForm::kNormR, "rq-launch"},
+                 {GdnFusedForm::kNormCluster, "cluster"}};  // (session 16; where a cluster applies)
+    const bool cl = gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormCluster).empty();
     std::vector<std::function<void()>> calls;
-    for (const auto& f : forms) calls.push_back(call(f.form));
+    for (const auto& f : forms)
+      if (cl || f.form != GdnFusedForm::kNormCluster) calls.push_back(call(f.form));
     const std::vector<double> whole = time_median_ms(calls, 9);
     int dev = 0, sms = 0;
     EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
@@ -120,8 +123,13 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
                 static_cast<long long>(B), static_cast<long long>(T),
                 chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
                 whole[0], whole[1], whole[2], whole[3]);
+    if (cl)
+      std::printf("[gdn_fwd s16] fused forward B=%lld T=%lld: clustered pass (cuda.sm90.fused_norm_cl) %.3f ms against "
+                  "automatic %.3f ms (same run, median of 9 interleaved)\n",
+                  static_cast<long long>(B), static_cast<long long>(T), whole[4], whole[0]);
     for (const auto& f : forms) {
       const GdnFusedForm form = f.form;
+      if (!cl && form == GdnFusedForm::kNormCluster) continue;
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
@@ -165,6 +173,21 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
     std::printf("[gdn_fwd s15] B=%lld: o, final state of kAuto resolved per call and of the resolved form: %s\n",
                 static_cast<long long>(B), bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
+    if (cl) {  // (session 16) the clustered form gives its folded form's bits (kNormR at 32 columns, else kNorm)
+      const GdnFusedForm plain = B == 1 ? GdnFusedForm::kNormR : GdnFusedForm::kNorm;  // 32 columns on 132 SMs: B = 1
+      for (int which = 0; which < 2; ++which) {
+        EXPECT_EQ(cudaMemset(o.p, 0xff, o.bytes), cudaSuccess);
+        EXPECT_EQ(gdn_cuda_fused_fwd(p, which == 0 ? plain : GdnFusedForm::kNormCluster, ws.p, nullptr),
+                  STRATA_SUCCESS);
+        bits[which] = o.bits();
+        const std::vector<uint8_t> h = ht.bits();
+        bits[which].insert(bits[which].end(), h.begin(), h.end());
+      }
+      if (sms == 132) EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
+      std::printf("[gdn_fwd s16] B=%lld: o, final state of the clustered form against %s: %s\n",
+                  static_cast<long long>(B), B == 1 ? "kNormR" : "kNorm",
+                  bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
+    }
     std::fflush(stdout);
   }
 }
