@@ -584,7 +584,8 @@ TEST(GdnFwdCudaVariants, WgmmaRqFoldWithUnitNormsGivesShortBits) {
 // tiles by copy-engine multicast, in the column-block layout) runs the kShort pass's products in the same order, so it
 // must give that pass's bits (o, v_new, ht) — plain, with the folded l2norm (r_q formed from the Q tile) and with r_q
 // read (r_k, r_q random in [0.5, 2]) — at every width and cluster size that divides the CTAs of a q/k head (G x V /
-// width), twice; sizes that do not divide them are refused. The shapes: partial chunks (T = 37, 200, 333: rows past
+// width), twice, with W shared as well where the cluster is one value head's column blocks (pass_cluster_w) and
+// without; sizes that do not divide them are refused. The shapes: partial chunks (T = 37, 200, 333: rows past
 // T zero-filled by the copy engine), varlen with empty, one-token and chunk-boundary documents (rows past a document
 // zeroed by the kernel), G = 2, V = 64 / 96 / 128.
 TEST(GdnFwdCudaVariants, WgmmaClusterGivesShortBits) {
@@ -626,11 +627,13 @@ TEST(GdnFwdCudaVariants, WgmmaClusterGivesShortBits) {
             EXPECT_NE(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what;
             continue;
           }
-          for (int run = 0; run < 2; ++run) {
+          for (int run = 0; run < 4; ++run) {
+            fc.pass_cluster_w = run < 2;  // W shared where the cluster is one value head's column blocks, then not
+            const std::string wh = (s.V / width) % cs == 0 ? (run < 2 ? ", W shared" : ", W not shared") : "";
             pr.poison();
-            ASSERT_EQ(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what;
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-            expect_split_bits("cluster: " + what + (run ? " (second run)" : ""), pr.outputs(), ref);
+            ASSERT_EQ(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what << wh;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << wh;
+            expect_split_bits("cluster: " + what + wh + (run % 2 ? " (second run)" : ""), pr.outputs(), ref);
             ++compared;
           }
         }
@@ -815,11 +818,15 @@ TEST(GdnFwdCudaVariants, WgmmaClusterPassTiming) {
       GdnFwdParams f = p;
       if (variant > 0) f.qk_norm = true, f.qk_norm_eps = 1e-6f, f.rk = tok(rk.p, STRATA_DTYPE_F32, T, in.H, 0);
       if (variant == 2) f.rq = tok(rq.p, STRATA_DTYPE_F32, T, in.H, 0);
+      // sizes: cluster size, negative: the same without W shared (where the cluster is one value head's blocks)
       std::vector<int> sizes = {0};
       for (const int cs : {2, 4, 8}) {
         GdnFwdParams fc = f;
         fc.pass_cluster = cs;
-        if (fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr) == STRATA_SUCCESS) sizes.push_back(cs);
+        if (fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr) == STRATA_SUCCESS) {
+          sizes.push_back(cs);
+          if ((V / width) % cs == 0) sizes.push_back(-cs);
+        }
       }
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       if (sizes.size() < 2) continue;
@@ -827,7 +834,7 @@ TEST(GdnFwdCudaVariants, WgmmaClusterPassTiming) {
       for (const int cs : sizes)
         calls.push_back([&, cs] {
           GdnFwdParams fc = f;
-          fc.pass_cluster = cs;
+          fc.pass_cluster = cs < 0 ? -cs : cs, fc.pass_cluster_w = cs > 0;
           EXPECT_EQ(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS);
         });
       const std::vector<double> t = gdn_test::time_median_ms(calls, 9);
@@ -837,14 +844,16 @@ TEST(GdnFwdCudaVariants, WgmmaClusterPassTiming) {
                                   variant == 0 ? "plain" : variant == 1 ? "r_q formed" : "r_q read");
       for (size_t i = 0; i < sizes.size(); ++i) {
         int occ = 0;
-        if (sizes[i]) {
+        const int cs = sizes[i] < 0 ? -sizes[i] : sizes[i];
+        if (cs) {
           GdnFwdParams fc = f;
-          fc.pass_cluster = sizes[i];
+          fc.pass_cluster = cs, fc.pass_cluster_w = sizes[i] > 0;
           EXPECT_EQ(fwd_cuda_state_o_wgmma_cluster_occupancy(fc, width, &occ), STRATA_SUCCESS);
         }
-        line += sizes[i] ? fmt_line(" cluster %d %.3f ms (%d of %lld clusters resident)", sizes[i], t[i], occ,
-                                    static_cast<long long>(B * HV * (V / width) / sizes[i]))
-                         : fmt_line(" no cluster %.3f ms", t[i]);
+        const char* wn = sizes[i] < 0 ? " K, Q only" : (V / width) % (cs ? cs : 1) == 0 ? " K, Q, W" : " K, Q";
+        line += cs ? fmt_line(" cluster %d%s %.3f ms (%d of %lld clusters resident)", cs, wn, t[i], occ,
+                              static_cast<long long>(B * HV * (V / width) / cs))
+                   : fmt_line(" no cluster %.3f ms", t[i]);
         if (i + 1 < sizes.size()) line += ",";
       }
       report(line);

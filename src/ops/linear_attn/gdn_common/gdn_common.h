@@ -206,6 +206,9 @@ struct GdnFwdParams {
   // share each chunk's K and Q tiles by copy-engine multicast (each CTA fetches 1 / pass_cluster of them for all)
   // instead of each reading both; 0: no cluster (fwd_cuda_state_o_wgmma_cluster_reject says where it applies).
   int pass_cluster = 0;
+  // With pass_cluster: where a cluster's CTAs are column blocks of one value head (V / width a multiple of the size),
+  // they share W's tile the same way (false: K, Q only; for the measurements).
+  bool pass_cluster_w = true;
 };
 
 }  // namespace strata::linear_attn::gdn

@@ -344,10 +344,12 @@ __device__ __forceinline__ uint64_t kq_desc(uint32_t base, int ks) {
 }
 
 // ---- session 16: thread-block clusters sharing the K and Q tiles (GdnFwdParams::pass_cluster) ----
-// The K and Q tensor maps of the clustered pass (tma::encode_blocks_map: one box = 32 / kCS 8-column blocks of 64
-// rows, landing as that part of a cb_off<64> tile).
+// The K and Q (and W) tensor maps of the clustered pass (tma::encode_blocks_map, boxes of 64 rows landing as part of a
+// cb_off<64> tile): one box of 32 / kCS 8-column blocks of K | Q per CTA, or, w_shared (the cluster's CTAs are column
+// blocks of one value head, so they read the same W tile too), a box of 16 / kCS blocks of each of K, W, Q.
 struct PassMaps {
-  CUtensorMap k, q;
+  CUtensorMap k, q, w;
+  int w_shared;
 };
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
@@ -493,8 +495,10 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // K and Q tiles (32 KB, read by every CTA of the cluster) come by copy-engine multicast: CTA r of the cluster fetches
 // 8-column blocks r (32 / kCS).. of K | Q for all (one 5-D box, maps), so the cluster reads them from L2 once instead of
 // kCS times (the pass was L2-bound: s11run2 ncu L2 73-77 %). They land in the column-block layout cb_off<64> (wgmma
-// descriptors cb_desc, Kᵀ fragments cb_ld_trans_off: the same products, the same bits); W and U stay cp.async. Per stage
-// a full mbarrier (1 arrival + the 32 KB: every CTA's own expect_tx, the bytes from all CTAs' boxes) and an empty one
+// descriptors cb_desc, Kᵀ fragments cb_ld_trans_off: the same products, the same bits); U stays cp.async, and so does W
+// unless the cluster's CTAs are column blocks of one value head (maps.w_shared: each CTA then fetches 16 / kCS blocks of
+// each of K, W, Q for all; B = 1's 32-column blocks, 4 a head, read the same W tile). Per stage
+// a full mbarrier (1 arrival + the 32 (48) KB: every CTA's own expect_tx, the bytes from all CTAs' boxes) and an empty one
 // (kCS arrivals): before refilling a stage, thread 0 of each CTA arrives on the empty barrier of every CTA of the
 // cluster (its own readers are done: after (S) and (Q)) and waits on its own for all kCS, so no CTA's box overwrites a
 // tile another CTA still reads. Rows past the chunk (varlen: the next sequence's rows) are zeroed after the copy, as
@@ -692,12 +696,23 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
             for (int r = 0; r < kCS; ++r) mbar_arrive_remote(eb, static_cast<uint32_t>(r));
             cuda::tma::mbar_wait_ptx<false>(eb, static_cast<uint32_t>((j / kStages - 1) & 1));
           }
-          cuda::mbar_arrive_expect_tx(full + st, 2 * kTileB);
-          constexpr int kNb = 32 / kCS;  // 8-column blocks of K | Q per CTA
-          const int blk = static_cast<int>(cluster_rank()) * kNb, m = blk / 16, q0 = blk % 16;
-          load_blocks_mc(base + (m ? 2 * kTileB : 0) + q0 * (kRowsC * 16), m ? &maps.q : &maps.k,
-                         static_cast<int>(t), q0, static_cast<int>(h), static_cast<int>(sq.b),
-                         cuda::smem_u32(full + st), static_cast<uint16_t>((1u << kCS) - 1));
+          const uint32_t fb = cuda::smem_u32(full + st);
+          const uint16_t mask = static_cast<uint16_t>((1u << kCS) - 1);
+          if (maps.w_shared) {  // 16 / kCS blocks of each of K, W, Q (stage order K, W, Q)
+            cuda::mbar_arrive_expect_tx(full + st, 3 * kTileB);
+            const int q0 = static_cast<int>(cluster_rank()) * (16 / kCS);
+#pragma unroll
+            for (int m = 0; m < 3; ++m)
+              load_blocks_mc(base + m * kTileB + q0 * (kRowsC * 16), m == 0 ? &maps.k : m == 1 ? &maps.w : &maps.q,
+                             static_cast<int>(t), q0, static_cast<int>(m == 1 ? hv : h), static_cast<int>(sq.b), fb,
+                             mask);
+          } else {
+            cuda::mbar_arrive_expect_tx(full + st, 2 * kTileB);
+            constexpr int kNb = 32 / kCS;  // 8-column blocks of K | Q per CTA
+            const int blk = static_cast<int>(cluster_rank()) * kNb, m = blk / 16, q0 = blk % 16;
+            load_blocks_mc(base + (m ? 2 * kTileB : 0) + q0 * (kRowsC * 16), m ? &maps.q : &maps.k,
+                           static_cast<int>(t), q0, static_cast<int>(h), static_cast<int>(sq.b), fb, mask);
+          }
         }
       }
       {
@@ -711,7 +726,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
         const int64_t rss[3] = {p.k.st[1], p.w.st[1], kOut ? p.q.st[1] : 0};
 #pragma unroll
         for (int m = 0; m < (kOut ? 3 : 2); ++m) {
-          if (kMc && m != 1) continue;  // K, Q by the copy engine
+          if (kMc && (m != 1 || maps.w_shared)) continue;  // K, Q (and a shared W) by the copy engine
 #pragma unroll
           for (int it = 0; it < kRowsC / (8 * kSW); ++it) {
             const int r = r0 + 8 * kSW * it;
@@ -773,11 +788,12 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
     if constexpr (kMc) {
       const uint32_t kb = s0 + st * kStageB;
       cuda::tma::mbar_wait_ptx<false>(cuda::smem_u32(full + st), full_parity(c));
-      if (L < kRowsC) {  // rows L.. of K and Q (cb_off<64>: 16-byte row r of block q at q · 1 KB + 16 r) to 0
-        const int nrow = kRowsC - L, per = 16 * nrow;
-        for (int i = tid; i < 2 * per; i += kST) {
+      if (L < kRowsC) {  // rows L.. of K, Q (, W) (cb_off<64>: 16-byte row r of block q at q · 1 KB + 16 r) to 0
+        const int nrow = kRowsC - L, per = 16 * nrow, tiles = maps.w_shared ? 3 : 2;
+        for (int i = tid; i < tiles * per; i += kST) {
           const int m = i / per, rem = i - m * per, q = rem / nrow, r = L + rem - q * nrow;
-          st_shared_zero16(kb + m * 2 * kTileB + q * (kRowsC * 16) + r * 16);
+          const int tile = tiles == 3 ? m : 2 * m;  // K, W, Q or K, Q
+          st_shared_zero16(kb + tile * kTileB + q * (kRowsC * 16) + r * 16);
         }
       }
     }
@@ -804,7 +820,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+      mma_ss<T, kN>(accW, kMc && maps.w_shared ? wgl::cb_desc<kRowsC>(wst, ks) : wgl::tile_desc<kKeys>(wst, ks),
+                    wgl::tile_desc<kKeys>(sb, ks), ks > 0);
     wg_commit();
     // While it runs: the next loads (into the stage of chunk c − 1, whose readers all passed (B) / (S) and (Q)), γ of
     // chunk c + 1, and (fwd_h) h_c.
@@ -972,13 +989,16 @@ int sm_count_wg(int& sms) {
 
 // (kCS > 1) The K and Q maps of the clustered pass: one box = 32 / kCS 8-column blocks of 64 rows (tokens past T
 // zero-filled; past a varlen sequence the kernel zeroes them). False where the driver refuses a view.
-bool pass_maps(const GdnFwdParams& p, int cs, PassMaps& m) {
+// w_shared where the clusters are column blocks of one value head (nvt a multiple of cs) and p.pass_cluster_w.
+bool pass_maps(const GdnFwdParams& p, int cs, int64_t nvt, PassMaps& m) {
   const int64_t B = p.chunks.varlen() ? 1 : p.shape.B;
-  auto enc = [&](CUtensorMap* x, const GdnTensor& v) {
-    return cuda::tma::encode_blocks_map(x, v.data, B, p.shape.T, p.shape.H, kKeys, v.st[0], v.st[1], v.st[2], kRowsC,
-                                        32 / cs);
+  m.w_shared = p.pass_cluster_w && nvt % cs == 0 ? 1 : 0;
+  const int blocks = m.w_shared ? 16 / cs : 32 / cs;
+  auto enc = [&](CUtensorMap* x, const GdnTensor& v, int64_t heads) {
+    return cuda::tma::encode_blocks_map(x, v.data, B, p.shape.T, heads, kKeys, v.st[0], v.st[1], v.st[2], kRowsC,
+                                        blocks);
   };
-  return enc(&m.k, p.k) && enc(&m.q, p.q);
+  return enc(&m.k, p.k, p.shape.H) && enc(&m.q, p.q, p.shape.H) && (!m.w_shared || enc(&m.w, p.w, p.shape.HV));
 }
 
 // occ (clusters only): instead of launching, *occ = the clusters of this kernel that can be resident at once
@@ -1003,7 +1023,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream, int* occ = nullptr)
     if ((p.shape.G * nvt) % kCS != 0)
       return fail(STRATA_ERROR_UNSUPPORTED, "{}: clusters of {} CTAs need G x column blocks ({} x {}) a multiple", name,
                   kCS, p.shape.G, nvt);
-    if (!pass_maps(p, kCS, maps))
+    if (!pass_maps(p, kCS, nvt, maps))
       return fail(STRATA_ERROR_UNSUPPORTED, "{}: the driver refused the K / Q tensor maps of the clustered pass", name);
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
