@@ -22,6 +22,7 @@
 #include "cuda_test_support.h"
 #include "gdn_cuda_test_support.h"
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -80,6 +81,41 @@ TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
   EXPECT_EQ(norm, kCalls);
   std::printf("[gdn_fwd s15] host cost of the automatic form's rule (gdn_cuda_fused_fwd_auto_form, B=4 / B=1 bench "
               "shapes): %.2f us a call (paid once per plan since session 15)\n", us);
+}
+
+// (Session 16, host) The clustered pass's size rule (gdn::fwd_cuda_state_o_wgmma_cluster: the largest compiled size
+// up to 4 dividing the CTAs of a q/k head, G x V / width) and the forced form's applicability at the bench shapes:
+// cuda.sm90.fused_norm_cl applies at B = 4 (128 columns: kNorm's pass by 2) and B = 1 (32 columns: kNormR's pass by
+// 4) on 132 SMs (the count this host reports without a device, too).
+TEST(GdnFwdAutoForm, ClusterSizeRule) {
+  char buf[64];
+  void* const x = buf;  // stand-in address: the rules never read memory
+  EXPECT_EQ(gdn_cuda_fused_fwd_reject(bench_params(4, 8192, x, x, x, x, x, x, x), GdnFusedForm::kNormCluster), "");
+  EXPECT_EQ(gdn_cuda_fused_fwd_reject(bench_params(1, 32768, x, x, x, x, x, x, x), GdnFusedForm::kNormCluster), "");
+  GdnParams plain = bench_params(4, 8192, x, x, x, x, x, x, x);
+  plain.l2norm = false;
+  EXPECT_NE(gdn_cuda_fused_fwd_reject(plain, GdnFusedForm::kNormCluster), "");
+  gdn::GdnFwdParams p;
+  p.shape.H = 16, p.shape.HV = 32, p.shape.G = 2, p.shape.K = 128, p.shape.V = 128, p.shape.BT = 64;
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);   // plain: 8 CTAs a q/k head, capped at 4
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 64), 2);   // plain 64 columns: by 2 only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);  // 2 CTAs a q/k head
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 48), 0);   // no such width
+  p.qk_norm = true;                                           // kNorm: r_q formed, 128 columns only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 0);
+  p.rq.data = x, p.rq.dtype = STRATA_DTYPE_F32;  // kNormR: r_q read, 32 columns only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 0);
+  gdn::GdnFwdParams q = p;
+  q.shape.V = 96;  // 6 CTAs a q/k head at 32 columns: 2 divides, 4 does not
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 2);
+  q = p;
+  q.shape.HV = 16, q.shape.G = 1, q.shape.V = 32;  // one CTA a q/k head
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
+  q = p;
+  q.h.data = x, q.h.dtype = STRATA_DTYPE_BF16;  // the pass writing h has no clustered form
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
 }
 
 // bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
