@@ -825,6 +825,8 @@ TEST(ChunkGatedDeltaRuleCuda, FusedForwardMatchesComposed) {
 // Session 14: also cuda.sm90.fused_norm_r (1 / |q| from an rstd-only launch, read by the pass) likewise, and the
 // automatic cuda.sm90.fused, which since session 14 takes fused_norm where the pass runs 128 columns and fused_norm_r
 // where it runs 32 (the unfolded split pass at 64): its o, ht must be that form's bits.
+// Session 16: also cuda.sm90.fused_norm_cl (the pass's CTAs of a q/k head in clusters sharing K, Q by multicast) where
+// it applies (128 and 32 columns): fused_norm's bits at 128 columns, fused_norm_r's at 32.
 TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
   if (!cuda_present()) GTEST_SKIP() << "no CUDA device";
   std::vector<int64_t> many = {0};
@@ -855,10 +857,12 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
       ASSERT_EQ(run_fwd(p, o_ref, c.ht ? &ht_ref : nullptr, 0.2f, true), STRATA_SUCCESS);
     }
     const char* impls[] = {"cuda.sm90.fused_inline", "cuda.sm90.fused_wgmma_split", "cuda.sm90.fused_norm",
-                           "cuda.sm90.fused_norm_r", "cuda.sm90.fused"};
-    constexpr int kN = 5, kAutoIdx = 4;
+                           "cuda.sm90.fused_norm_r", "cuda.sm90.fused", "cuda.sm90.fused_norm_cl"};
+    constexpr int kN = 6, kAutoIdx = 4, kClusterIdx = 5;
+    const bool cluster = width != 64;  // (no clustered form of the r_q-forming pass at 64 columns)
     HostTensor o[kN], ht[kN];
     for (int i = 0; i < kN; ++i) {
+      if (i == kClusterIdx && !cluster) continue;
       o[i] = poisoned(p.dt, {p.B, p.T, p.HV, p.V}), ht[i] = poisoned(p.sdt(), {p.N, p.HV, p.K, p.V});
       ForceImpl f(impls[i]);
       ASSERT_EQ(run_fwd_cuda(p, o[i], c.ht ? &ht[i] : nullptr, 0.2f, true), STRATA_SUCCESS)
@@ -883,6 +887,15 @@ TEST(ChunkGatedDeltaRuleCuda, WgmmaFusedForwardMatchesReference) {
     const int auto_is = width == 128 ? 2 : width == 32 ? 3 : 1;
     EXPECT_TRUE(o[kAutoIdx].storage == o[auto_is].storage) << "automatic vs " << impls[auto_is] << ", N " << p.N;
     if (c.ht) EXPECT_TRUE(ht[kAutoIdx].storage == ht[auto_is].storage) << "automatic vs " << impls[auto_is] << " ht";
+    if (cluster) {
+      const int plain = width == 32 ? 3 : 2;
+      EXPECT_TRUE(o[kClusterIdx].storage == o[plain].storage) << "clustered vs " << impls[plain] << ", N " << p.N;
+      if (c.ht) EXPECT_TRUE(ht[kClusterIdx].storage == ht[plain].storage) << "clustered vs " << impls[plain] << " ht";
+      std::printf("[gdn_fwd s16] N=%lld V=%lld (%d columns): fused_norm_cl against %s: o %s, relative RMS against "
+                  "f64 %.2e\n", static_cast<long long>(p.N), static_cast<long long>(p.V), width, impls[plain],
+                  o[kClusterIdx].storage == o[plain].storage ? "same bits" : "DIFFERENT BITS",
+                  rel_err(o[kClusterIdx], o_ref));
+    }
     std::printf("[gdn_fwd norm check] N=%lld V=%lld (%d columns, automatic = %s): relative RMS against f64: o split "
                 "%.2e norm-folded %.2e rq-launch %.2e; against split: norm-folded o %.2e, rq-launch %.2e; rq-launch "
                 "against norm-folded %.2e\n", static_cast<long long>(p.N), static_cast<long long>(p.V), width,

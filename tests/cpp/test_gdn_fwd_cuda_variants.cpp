@@ -580,6 +580,71 @@ TEST(GdnFwdCudaVariants, WgmmaRqFoldWithUnitNormsGivesShortBits) {
   }
 }
 
+// (Session 16) The clustered pass (GdnFwdParams::pass_cluster: the CTAs of one q/k head share each chunk's K and Q
+// tiles by copy-engine multicast, in the column-block layout) runs the kShort pass's products in the same order, so it
+// must give that pass's bits (o, v_new, ht) — plain, with the folded l2norm (r_q formed from the Q tile) and with r_q
+// read (r_k, r_q random in [0.5, 2]) — at every width and cluster size that divides the CTAs of a q/k head (G x V /
+// width), twice, with W shared as well where the cluster is one value head's column blocks (pass_cluster_w) and
+// without; sizes that do not divide them are refused. The shapes: partial chunks (T = 37, 200, 333: rows past
+// T zero-filled by the copy engine), varlen with empty, one-token and chunk-boundary documents (rows past a document
+// zeroed by the kernel), G = 2, V = 64 / 96 / 128.
+TEST(GdnFwdCudaVariants, WgmmaClusterGivesShortBits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // The compiled clustered forms (gdn_fwd_cuda_wgmma.cu, mc_instance): plain 32 columns by 2 / 4 / 8, 64 and 128 by
+  // 2; r_q formed: 128 columns by 2; r_q read: 32 columns by 2 / 4 / 8.
+  auto compiled = [](int width, int variant, int cs) {
+    if (variant == 1) return width == 128 && cs == 2;
+    if (variant == 2) return width == 32;
+    return width == 32 || cs == 2;
+  };
+  const char* vname[3] = {"plain", "r_q formed", "r_q read"};
+  int idx = 0, compared = 0;
+  for (const Shape& s : wgmma_shapes()) {
+    Problem pr(s, 1600 + idx);
+    pr.p.Pqk = GdnTensor{};
+    std::mt19937_64 rng(77 + idx);
+    std::uniform_real_distribution<float> ur(0.5f, 2.f);
+    std::vector<float> rkv(static_cast<size_t>(s.B * s.T * s.H)), rqv(rkv.size());
+    for (float& x : rkv) x = ur(rng);
+    for (float& x : rqv) x = ur(rng);
+    const auto rk = upload(rkv.data(), rkv.size() * 4), rq = upload(rqv.data(), rqv.size() * 4);
+    for (int variant = 0; variant < 3; ++variant) {
+      GdnFwdParams f = pr.p;
+      if (variant > 0) f.qk_norm = true, f.qk_norm_eps = 1e-6f, f.rk = tok(rk->p, STRATA_DTYPE_F32, s.T, s.H, 0);
+      if (variant == 2) f.rq = tok(rq->p, STRATA_DTYPE_F32, s.T, s.H, 0);
+      for (const int width : {32, 64, 128}) {
+        if (s.V % width != 0) continue;
+        const int64_t ctas = (s.HV / s.H) * (s.V / width);
+        pr.poison();
+        ASSERT_EQ(fwd_cuda_state_o_wgmma(f, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << width;
+        const std::vector<uint8_t> ref = pr.outputs();
+        for (const int cs : {2, 4, 8}) {
+          GdnFwdParams fc = f;
+          fc.pass_cluster = cs;
+          const std::string what = std::string(vname[variant]) + ", width " + std::to_string(width) + ", cluster " +
+                                   std::to_string(cs) + ", shape " + std::to_string(idx);
+          if (ctas % cs != 0 || !compiled(width, variant, cs)) {
+            EXPECT_NE(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what;
+            continue;
+          }
+          for (int run = 0; run < 4; ++run) {
+            fc.pass_cluster_w = run < 2;  // W shared where the cluster is one value head's column blocks, then not
+            const std::string wh = (s.V / width) % cs == 0 ? (run < 2 ? ", W shared" : ", W not shared") : "";
+            pr.poison();
+            ASSERT_EQ(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS) << what << wh;
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what << wh;
+            expect_split_bits("cluster: " + what + wh + (run % 2 ? " (second run)" : ""), pr.outputs(), ref);
+            ++compared;
+          }
+        }
+      }
+    }
+    ++idx;
+  }
+  std::printf("[gdn_fwd s16] clustered pass against kShort: %d comparisons\n", compared);
+  EXPECT_GE(compared, 20);
+}
+
 TEST(GdnFwdCudaVariants, RejectsWithoutPqk) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   Problem pr(shapes()[0], 1);
@@ -730,6 +795,69 @@ TEST(GdnFwdCudaVariants, WgmmaPassTiming) {
                     static_cast<long long>(B), static_cast<long long>(T), h_mma, h_wg[0][0], h_wg[0][1], h_wg[0][2],
                     h_wg[0][3], h_wg[1][0], h_wg[1][1], h_wg[1][2], h_wg[1][3], h_wg[2][0], h_wg[2][1], h_wg[2][2],
                     h_wg[2][3]));
+  }
+}
+
+// (Session 16) The clustered pass against the kShort pass alone at the benchmark shapes (inputs by cudaMemset; rk, rq
+// f32 ≈ 0.0115): plain, with r_q formed (the folded l2norm's 128-column pass) and with r_q read (its 32-column pass),
+// at the automatic width, each cluster size that applies; median of 9 interleaved. Prints "[gdn_fwd s16] pass ...".
+TEST(GdnFwdCudaVariants, WgmmaClusterPassTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {
+    BenchInputs in(B);
+    const int64_t T = in.T, HV = in.HV, K = in.K, V = in.V, rows = in.rows;
+    const int32_t dt = in.dt;
+    GdnFwdParams p = in.p;
+    p.v = GdnTensor{}, p.beta = GdnTensor{};
+    Dev o(rows * HV * V * 2), ht(B * HV * K * V * 4), rk(rows * in.H * 4), rq(rows * in.H * 4);
+    EXPECT_EQ(cudaMemset(rk.p, 0x3c, rk.bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(rq.p, 0x3c, rq.bytes), cudaSuccess);
+    p.o = tok(o.p, dt, T, HV, V), p.ht = states(ht.p, HV, K, V);
+    const int width = fwd_cuda_state_o_wgmma_width(p, 132);
+    for (int variant = 0; variant < 3; ++variant) {
+      GdnFwdParams f = p;
+      if (variant > 0) f.qk_norm = true, f.qk_norm_eps = 1e-6f, f.rk = tok(rk.p, STRATA_DTYPE_F32, T, in.H, 0);
+      if (variant == 2) f.rq = tok(rq.p, STRATA_DTYPE_F32, T, in.H, 0);
+      // sizes: cluster size, negative: the same without W shared (where the cluster is one value head's blocks)
+      std::vector<int> sizes = {0};
+      for (const int cs : {2, 4, 8}) {
+        GdnFwdParams fc = f;
+        fc.pass_cluster = cs;
+        if (fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr) == STRATA_SUCCESS) {
+          sizes.push_back(cs);
+          if ((V / width) % cs == 0) sizes.push_back(-cs);
+        }
+      }
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (sizes.size() < 2) continue;
+      std::vector<std::function<void()>> calls;
+      for (const int cs : sizes)
+        calls.push_back([&, cs] {
+          GdnFwdParams fc = f;
+          fc.pass_cluster = cs < 0 ? -cs : cs, fc.pass_cluster_w = cs > 0;
+          EXPECT_EQ(fwd_cuda_state_o_wgmma(fc, width, WgmmaPass::kShort, nullptr), STRATA_SUCCESS);
+        });
+      const std::vector<double> t = gdn_test::time_median_ms(calls, 9);
+      std::string line = fmt_line("[gdn_fwd s16] pass alone bf16 B=%lld T=%lld H=16 HV=32 K=V=128, %d columns, %s, "
+                                  "median of 9 interleaved:",
+                                  static_cast<long long>(B), static_cast<long long>(T), width,
+                                  variant == 0 ? "plain" : variant == 1 ? "r_q formed" : "r_q read");
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        int occ = 0;
+        const int cs = sizes[i] < 0 ? -sizes[i] : sizes[i];
+        if (cs) {
+          GdnFwdParams fc = f;
+          fc.pass_cluster = cs, fc.pass_cluster_w = sizes[i] > 0;
+          EXPECT_EQ(fwd_cuda_state_o_wgmma_cluster_occupancy(fc, width, &occ), STRATA_SUCCESS);
+        }
+        const char* wn = sizes[i] < 0 ? " K, Q only" : (V / width) % (cs ? cs : 1) == 0 ? " K, Q, W" : " K, Q";
+        line += cs ? fmt_line(" cluster %d%s %.3f ms (%d of %lld clusters resident)", cs, wn, t[i], occ,
+                              static_cast<long long>(B * HV * (V / width) / cs))
+                   : fmt_line(" no cluster %.3f ms", t[i]);
+        if (i + 1 < sizes.size()) line += ",";
+      }
+      report(line);
+    }
   }
 }
 

@@ -22,6 +22,7 @@
 #include "cuda_test_support.h"
 #include "gdn_cuda_test_support.h"
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "ops/linear_attn/gdn_common/gdn_fwd_kernels.h"
 
 namespace strata::linear_attn {
 namespace {
@@ -82,6 +83,41 @@ TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
               "shapes): %.2f us a call (paid once per plan since session 15)\n", us);
 }
 
+// (Session 16, host) The clustered pass's size rule (gdn::fwd_cuda_state_o_wgmma_cluster: the largest compiled size
+// up to 4 dividing the CTAs of a q/k head, G x V / width) and the forced form's applicability at the bench shapes:
+// cuda.sm90.fused_norm_cl applies at B = 4 (128 columns: kNorm's pass by 2) and B = 1 (32 columns: kNormR's pass by
+// 4) on 132 SMs (the count this host reports without a device, too).
+TEST(GdnFwdAutoForm, ClusterSizeRule) {
+  char buf[64];
+  void* const x = buf;  // stand-in address: the rules never read memory
+  EXPECT_EQ(gdn_cuda_fused_fwd_reject(bench_params(4, 8192, x, x, x, x, x, x, x), GdnFusedForm::kNormCluster), "");
+  EXPECT_EQ(gdn_cuda_fused_fwd_reject(bench_params(1, 32768, x, x, x, x, x, x, x), GdnFusedForm::kNormCluster), "");
+  GdnParams plain = bench_params(4, 8192, x, x, x, x, x, x, x);
+  plain.l2norm = false;
+  EXPECT_NE(gdn_cuda_fused_fwd_reject(plain, GdnFusedForm::kNormCluster), "");
+  gdn::GdnFwdParams p;
+  p.shape.H = 16, p.shape.HV = 32, p.shape.G = 2, p.shape.K = 128, p.shape.V = 128, p.shape.BT = 64;
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);   // plain: 8 CTAs a q/k head, capped at 4
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 64), 2);   // plain 64 columns: by 2 only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);  // 2 CTAs a q/k head
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 48), 0);   // no such width
+  p.qk_norm = true;                                           // kNorm: r_q formed, 128 columns only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 0);
+  p.rq.data = x, p.rq.dtype = STRATA_DTYPE_F32;  // kNormR: r_q read, 32 columns only
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 0);
+  gdn::GdnFwdParams q = p;
+  q.shape.V = 96;  // 6 CTAs a q/k head at 32 columns: 2 divides, 4 does not
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 2);
+  q = p;
+  q.shape.HV = 16, q.shape.G = 1, q.shape.V = 32;  // one CTA a q/k head
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
+  q = p;
+  q.h.data = x, q.h.dtype = STRATA_DTYPE_BF16;  // the pass writing h has no clustered form
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
+}
+
 // bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
 // final state out (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
 TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
@@ -107,9 +143,12 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     } forms[] = {{GdnFusedForm::kAuto, "automatic"},
                  {GdnFusedForm::kWgmmaSplit, "unfolded"},
                  {GdnFusedForm::kNorm, "norm-folded"},
-                 {GdnFusedForm::kNormR, "rq-launch"}};
+                 {GdnFusedForm::kNormR, "rq-launch"},
+                 {GdnFusedForm::kNormCluster, "cluster"}};  // (session 16; where a cluster applies)
+    const bool cl = gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormCluster).empty();
     std::vector<std::function<void()>> calls;
-    for (const auto& f : forms) calls.push_back(call(f.form));
+    for (const auto& f : forms)
+      if (cl || f.form != GdnFusedForm::kNormCluster) calls.push_back(call(f.form));
     const std::vector<double> whole = time_median_ms(calls, 9);
     int dev = 0, sms = 0;
     EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
@@ -120,8 +159,13 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
                 static_cast<long long>(B), static_cast<long long>(T),
                 chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
                 whole[0], whole[1], whole[2], whole[3]);
+    if (cl)
+      std::printf("[gdn_fwd s16] fused forward B=%lld T=%lld: clustered pass (cuda.sm90.fused_norm_cl) %.3f ms against "
+                  "automatic %.3f ms (same run, median of 9 interleaved)\n",
+                  static_cast<long long>(B), static_cast<long long>(T), whole[4], whole[0]);
     for (const auto& f : forms) {
       const GdnFusedForm form = f.form;
+      if (!cl && form == GdnFusedForm::kNormCluster) continue;
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
@@ -165,6 +209,21 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
     std::printf("[gdn_fwd s15] B=%lld: o, final state of kAuto resolved per call and of the resolved form: %s\n",
                 static_cast<long long>(B), bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
+    if (cl) {  // (session 16) the clustered form gives its folded form's bits (kNormR at 32 columns, else kNorm)
+      const GdnFusedForm plain = B == 1 ? GdnFusedForm::kNormR : GdnFusedForm::kNorm;  // 32 columns on 132 SMs: B = 1
+      for (int which = 0; which < 2; ++which) {
+        EXPECT_EQ(cudaMemset(o.p, 0xff, o.bytes), cudaSuccess);
+        EXPECT_EQ(gdn_cuda_fused_fwd(p, which == 0 ? plain : GdnFusedForm::kNormCluster, ws.p, nullptr),
+                  STRATA_SUCCESS);
+        bits[which] = o.bits();
+        const std::vector<uint8_t> h = ht.bits();
+        bits[which].insert(bits[which].end(), h.begin(), h.end());
+      }
+      if (sms == 132) EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
+      std::printf("[gdn_fwd s16] B=%lld: o, final state of the clustered form against %s: %s\n",
+                  static_cast<long long>(B), B == 1 ? "kNormR" : "kNorm",
+                  bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
+    }
     std::fflush(stdout);
   }
 }

@@ -100,7 +100,8 @@ const ImplList<GdnProblem>& impls() {
                                                           {"cuda.sm90.fused_wgmma_split", GdnFusedForm::kWgmmaSplit},
                                                           {"cuda.sm90.fused_fold", GdnFusedForm::kFold},
                                                           {"cuda.sm90.fused_norm", GdnFusedForm::kNorm},
-                                                          {"cuda.sm90.fused_norm_r", GdnFusedForm::kNormR}};
+                                                          {"cuda.sm90.fused_norm_r", GdnFusedForm::kNormR},
+                                                          {"cuda.sm90.fused_norm_cl", GdnFusedForm::kNormCluster}};
     for (const auto& [name, form] : fused)
       l.push_back({name,
                    [form](const GdnProblem& p) {

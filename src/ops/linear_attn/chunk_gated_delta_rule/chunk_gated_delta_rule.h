@@ -188,8 +188,12 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, co
 //   kAutoUnfolded (session 15; no implementation of its own): kAuto's choices with the l2norm launches (the wgmma
 //     pass where it applies, else the mma.sync pass with its P and block rules), what kAuto resolves to where it
 //     takes no folded form.
+//   kNormCluster ("cuda.sm90.fused_norm_cl", session 16): the folded form kAuto's width rule picks (kNormR at 32
+//     columns, kNorm otherwise) with the pass's blocks in thread-block clusters that share each chunk's K and Q tiles
+//     by copy-engine multicast (gdn::GdnFwdParams::pass_cluster = gdn::fwd_cuda_state_o_wgmma_cluster: the G value
+//     heads x column blocks of a q/k head). The same bits as the form without clusters. Forced only (run 1 measures).
 enum class GdnFusedForm : int {
-  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded
+  kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded, kNormCluster
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 // What kAuto runs on p on a device of `sms` SMs: where kNorm's rules hold, by the wgmma pass's width

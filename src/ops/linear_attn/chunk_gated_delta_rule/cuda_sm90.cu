@@ -692,7 +692,7 @@ size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, f
 namespace {
 // The forms with (part of) the l2norm folded into prep and the pass.
 bool is_norm_form(GdnFusedForm form) {
-  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR;
+  return form == GdnFusedForm::kNorm || form == GdnFusedForm::kNormR || form == GdnFusedForm::kNormCluster;
 }
 // The fused forward's state-pass params: c.fwdo, plus (pre_p) the gated Q Kᵀ in the A buffer, which the fused
 // forward does not otherwise use (wy_mma does not store the inverse there): [B, T, HV, 64] in the token dtype.
@@ -711,14 +711,21 @@ gdn::GdnFwdParams prep_params(const Calls& c) {
 // (Session 13, kNorm) f (c.wy without the inverse, or c.fwdo) reading the raw q, k with the l2norm folded in
 // (gdn::GdnFwdParams::qk_norm); 1 / |k| of the rows passes from prep to the pass through the rk buffer (f32 [B, T, H]).
 // (Session 14) kNormR: 1 / |q| in rq (b.rq, from the rstd-only launch) for the pass.
+// (Session 16) kNormCluster: kNormR's params at 32 columns (the width on the current device), kNorm's otherwise, and
+// the pass's cluster size (gdn::fwd_cuda_state_o_wgmma_cluster; 0 where none applies: reject says so).
 gdn::GdnFwdParams norm_folded(const GdnParams& p, const Bufs& b, gdn::GdnFwdParams f,
                               GdnFusedForm form = GdnFusedForm::kNorm) {
   f.q = fwd_view(p.q), f.k = fwd_view(p.k);
-  if (form == GdnFusedForm::kNormR) f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
+  const int width = form == GdnFusedForm::kNormCluster
+                        ? gdn::fwd_cuda_state_o_wgmma_width(f, ::strata::cuda::current_sm_count())
+                        : 0;
+  if (form == GdnFusedForm::kNormR || (form == GdnFusedForm::kNormCluster && width == 32))
+    f.rq = fwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0);
   f.A = gdn::GdnTensor{};
   f.qk_norm = true;
   f.qk_norm_eps = static_cast<float>(kGdnL2Eps);
   f.rk = fwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
+  if (form == GdnFusedForm::kNormCluster) f.pass_cluster = gdn::fwd_cuda_state_o_wgmma_cluster(f, width);
   return f;
 }
 }  // namespace
@@ -738,6 +745,8 @@ std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form) {
     if (!p.l2norm) return "the folded l2norm needs use_qk_l2norm_in_kernel";
     r = gdn::fwd_cuda_prep_reject(norm_folded(p, b, c.wy));
     if (r.empty()) r = gdn::fwd_cuda_state_o_wgmma_reject(norm_folded(p, b, c.fwdo, form));
+    if (r.empty() && form == GdnFusedForm::kNormCluster && norm_folded(p, b, c.fwdo, form).pass_cluster == 0)
+      r = "no thread-block cluster of the pass applies (G x column blocks of a q/k head < 2, or no such form)";
     // (The pass's 16-byte rows are a run-time property of the bound views: gdn_cuda_fused_fwd falls back to the
     // l2norm launches when they do not hold. At plan time the pointers are sentinels.)
   }
@@ -843,7 +852,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
   if (is_norm_form(form)) {
     // (kNormR: 1 / |q| into rq), cumsum, prep (forms 1 / |k|), the pass (kNorm: forms 1 / |q|; kNormR: reads rq)
     STRATA_RETURN_IF_ERROR(check_cu_seqlens("chunk_gated_delta_rule_fwd", p, b.check, stream));
-    if (form == GdnFusedForm::kNormR) {
+    const gdn::GdnFwdParams pass = norm_folded(p, b, c.fwdo, form);
+    if (pass.rq.present()) {  // kNormR, kNormCluster at 32 columns
       STRATA_RETURN_IF_ERROR(l2norm_fwd(p, b, stream, /*rq_only=*/true));
       mark(probe, "rq");
     }
@@ -853,8 +863,8 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::gdn_chunk_offsets_cuda(c.wy.chunks, b.offs, stream)));
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_prep(norm_folded(p, b, c.wy), stream)));
     mark(probe, "prep");
-    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
-        gdn::fwd_cuda_state_o_wgmma(norm_folded(p, b, c.fwdo, form), 0, gdn::WgmmaPass::kAuto, stream)));
+    STRATA_RETURN_IF_ERROR(
+        static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(pass, 0, gdn::WgmmaPass::kAuto, stream)));
     mark(probe, "pass");
     return STRATA_SUCCESS;
   }

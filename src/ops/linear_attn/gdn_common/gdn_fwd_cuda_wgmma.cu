@@ -31,6 +31,7 @@
 #include "tile/cuda/cp_async.cuh"
 #include "tile/cuda/fast_math.cuh"
 #include "tile/cuda/mma.cuh"
+#include "tile/cuda/tma_tile.cuh"
 #include "tile/cuda/wgmma.cuh"
 
 namespace strata::linear_attn::gdn {
@@ -324,15 +325,62 @@ __device__ __forceinline__ void store_v_new_rows(const GdnFwdParams& p, const Se
   }
 }
 // The Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..) from the stage's [t][key] K tile at
-// kst (tile_off<128>).
+// kst (tile_off<128>; kCb: the copy engine's column-block layout cb_off<64>, session 16).
+template <bool kCb = false>
 __device__ __forceinline__ void load_kt(uint32_t (&kf)[2][4][4], uint32_t kst) {
   const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(wgl::ld_trans_off<kKeys>(lane, 16 * kk,
-                                                                                                 64 * mt + 16 * w)));
+      ldmatrix_x4_trans(kf[mt][kk], kst + 2u * static_cast<uint32_t>(
+                                              kCb ? wgl::cb_ld_trans_off<kRowsC>(lane, 16 * kk, 64 * mt + 16 * w)
+                                                  : wgl::ld_trans_off<kKeys>(lane, 16 * kk, 64 * mt + 16 * w)));
+}
+// Descriptor of K step ks of a [64][128] K / Q tile: tile_off<128> (cp.async) or, kCb, cb_off<64> (copy engine).
+template <bool kCb>
+__device__ __forceinline__ uint64_t kq_desc(uint32_t base, int ks) {
+  return kCb ? wgl::cb_desc<kRowsC>(base, ks) : wgl::tile_desc<kKeys>(base, ks);
+}
+
+// ---- session 16: thread-block clusters sharing the K and Q tiles (GdnFwdParams::pass_cluster) ----
+// The K and Q (and W) tensor maps of the clustered pass (tma::encode_blocks_map, boxes of 64 rows landing as part of a
+// cb_off<64> tile): one box of 32 / kCS 8-column blocks of K | Q per CTA, or, w_shared (the cluster's CTAs are column
+// blocks of one value head, so they read the same W tile too), a box of 16 / kCS blocks of each of K, W, Q.
+struct PassMaps {
+  CUtensorMap k, q, w;
+  int w_shared;
+};
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster (release / acquire: mbarrier inits before any remote use; no CTA exits
+// while another may still arrive on its barriers).
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// An arrival (release at cluster scope) on the mbarrier at shared offset bar of CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// tma::load_blocks multicast: the box lands at offset dst of every CTA in `mask` and completes its bytes on the
+// mbarrier at offset bar of each.
+__device__ __forceinline__ void load_blocks_mc(uint32_t dst, const CUtensorMap* map, int t, int q, int head, int b,
+                                               uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4, %5, %6}], [%7], %8;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(0), "r"(t), "r"(q), "r"(head), "r"(b), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ void st_shared_zero16(uint32_t a) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a), "r"(0) : "memory");
 }
 // S += Kᵀ Vd (S scaled by e^{γ_L} just before: scale_state; Vd the warpgroup's [kN][64] tile at vd) issued; waited
 // for by update_wait.
@@ -413,14 +461,15 @@ constexpr int sp_stage_bytes() {
 constexpr int kGamRing = 4;  // γ of chunks c & 3 (kShort; the session-9 form uses two of them)
 // (+ the kShort forms' staging tile: o [64][kBV + 8] (kOut) or each state warpgroup's v_new [64][kN + 8] (fwd_h))
 // (+ kNorm: a ring of 1 / |k| of the chunks' rows beside γ's, GdnFwdParams::qk_norm)
-template <int kBV, int kStages, bool kOut, bool kNorm = false>
+// (+ kMc, session 16: a full and an empty mbarrier per stage)
+template <int kBV, int kStages, bool kOut, bool kNorm = false, bool kMc = false>
 constexpr int sp_smem_bytes() {
   return kStages * sp_stage_bytes<kBV, kOut>() + kBV * kKeys * 2 + (kOut ? 2 : 1) * kBV * kRowsC * 2 +
-         (kNorm ? 2 : 1) * kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2;
+         (kNorm ? 2 : 1) * kGamRing * kRowsC * 4 + kRowsC * (kBV + 16) * 2 + (kMc ? 16 * kStages : 0);
 }
-template <int kBV, bool kOut, bool kNorm = false>
+template <int kBV, bool kOut, bool kNorm = false, bool kMc = false>
 constexpr int sp_stages() {
-  return sp_smem_bytes<kBV, 3, kOut, kNorm>() <= kMaxSmem ? 3 : 2;
+  return sp_smem_bytes<kBV, 3, kOut, kNorm, kMc>() <= kMaxSmem ? 3 : 2;
 }
 constexpr int sp_threads(int sw, bool out) { return (sw + (out ? 1 : 0)) * 128; }
 // Named barriers ((B) is 0; 1, 2 are the state warpgroups' own; kShort: (F), (N), (S)).
@@ -441,9 +490,23 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // of the raw rows from an rstd-only l2norm launch), each output thread its two rows of chunk c + 1 while chunk c runs
 // (registers: no shared memory, nothing on the state warpgroups' chain). r_k as with kNorm. (Session 14 also measured
 // k's fold alone, q normalised by its l2norm launch: B = 1 2.024 ms against 1.988 for this one; removed.)
+// kCS > 1 (session 16, GdnFwdParams::pass_cluster; kOut, kShort, two state warpgroups, no h): the grid runs as clusters
+// of kCS CTAs of one q/k head (blocks of the head's G value heads x nvt column blocks are consecutive), and each chunk's
+// K and Q tiles (32 KB, read by every CTA of the cluster) come by copy-engine multicast: CTA r of the cluster fetches
+// 8-column blocks r (32 / kCS).. of K | Q for all (one 5-D box, maps), so the cluster reads them from L2 once instead of
+// kCS times (the pass was L2-bound: s11run2 ncu L2 73-77 %). They land in the column-block layout cb_off<64> (wgmma
+// descriptors cb_desc, Kᵀ fragments cb_ld_trans_off: the same products, the same bits); U stays cp.async, and so does W
+// unless the cluster's CTAs are column blocks of one value head (maps.w_shared: each CTA then fetches 16 / kCS blocks of
+// each of K, W, Q for all; B = 1's 32-column blocks, 4 a head, read the same W tile). Per stage
+// a full mbarrier (1 arrival + the 32 (48) KB: every CTA's own expect_tx, the bytes from all CTAs' boxes) and an empty one
+// (kCS arrivals): before refilling a stage, thread 0 of each CTA arrives on the empty barrier of every CTA of the
+// cluster (its own readers are done: after (S) and (Q)) and waits on its own for all kCS, so no CTA's box overwrites a
+// tile another CTA still reads. Rows past the chunk (varlen: the next sequence's rows) are zeroed after the copy, as
+// cp.async's zero fill did, before (S) / (F) publish the stage.
 template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false,
-          bool kQLoad = false>
-__global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(const GdnFwdParams p, int64_t nvt) {
+          bool kQLoad = false, int kCS = 1>
+__global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
+    state_split_wgmma(const GdnFwdParams p, int64_t nvt, const __grid_constant__ PassMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma needs sm_90a (the host entry launches this kernel only on sm_90 devices of an sm_90a build)
 #else
@@ -453,6 +516,9 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
   static_assert(!kNorm || (kOut && kShort && kSW == 2 && !kH), "qk_norm: the fused kShort pass, two state warpgroups");
   static_assert(kNorm || !kQLoad, "r_q only with the folded l2norm");
+  static_assert(kCS == 1 || (kOut && kShort && kSW == 2 && !kH && (kCS == 2 || kCS == 4 || kCS == 8)),
+                "clusters: the fused kShort pass with two state warpgroups, no h; 2, 4 or 8 CTAs");
+  constexpr bool kMc = kCS > 1;
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
   constexpr int kBV = kSW * kN;               // columns of S per block
@@ -473,6 +539,9 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   float* gam2 = reinterpret_cast<float*>(smem + kStages * kStageB + kSW * kSbB + (kOut ? 2 : 1) * kSW * kVB);
   float* rk2 = gam2 + kGamRing * kRowsC;  // (kNorm) r_k ring [4][64], same slots as γ's
   unsigned char* const stage_tile = reinterpret_cast<unsigned char*>(gam2 + (kNorm ? 2 : 1) * kGamRing * kRowsC);
+  // (kMc) full[kStages], empty[kStages] after the staging tile
+  uint64_t* const full = reinterpret_cast<uint64_t*>(stage_tile + kRowsC * (kBV + 16) * 2);
+  uint64_t* const empty = full + kStages;
 
   const int64_t HV = p.shape.HV, BT = p.shape.BT;
   const int64_t vt = blockIdx.x % nvt, rest = blockIdx.x / nvt;
@@ -480,6 +549,13 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   const int64_t v0 = vt * kBV;
   const SeqPos sq = locate_sequence(p.chunks, n);
   const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+  if constexpr (kMc) {
+    if (tid == 0)
+      for (int s = 0; s < kStages; ++s) cuda::mbar_init(full + s, 1), cuda::mbar_init(empty + s, kCS);
+    cluster_sync_all();  // every CTA's barriers initialised before any box or remote arrival reaches them
+  }
+  // (kMc) parity of chunk c's phase of its stage's full barrier
+  [[maybe_unused]] auto full_parity = [](int64_t c) { return static_cast<uint32_t>((c / kStages) & 1); };
 
   if (kOut && wg == kSW) {
     // ------------------------------------------------ output warpgroup: o of chunk c, alongside the recurrence
@@ -510,6 +586,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
         if (t0 + BT < sq.eos) fetch_rq(t0 + BT, rq_next);
       }
       bar_sync(kShort ? kBarF : 0, kThreads);  // (F) / (B)
+      if constexpr (kMc) cuda::tma::mbar_wait_ptx<false>(cuda::smem_u32(full + st), full_parity(c));  // (done: (F))
       const float* gam = gam2 + (c & kGm) * kRowsC;
       const uint32_t kst = s0 + st * kStageB, qst = kst + 2 * kTileB;
       float accO[kBV / 2], accP[32];
@@ -517,11 +594,10 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
       wg_fence();
 #pragma unroll
       for (int ks = 0; ks < kKeys / 16; ++ks)
-        mma_ss<T, kBV>(accO, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
+        mma_ss<T, kBV>(accO, kq_desc<kMc>(qst, ks), wgl::tile_desc<kKeys>(sb_all, ks), ks > 0);
       wg_commit();
 #pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks)
-        mma_ss<T, 64>(accP, wgl::tile_desc<kKeys>(qst, ks), wgl::tile_desc<kKeys>(kst, ks), ks > 0);
+      for (int ks = 0; ks < kKeys / 16; ++ks) mma_ss<T, 64>(accP, kq_desc<kMc>(qst, ks), kq_desc<kMc>(kst, ks), ks > 0);
       wg_commit();
       float eo[2];
 #pragma unroll
@@ -539,7 +615,9 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
 #pragma unroll
           for (int sg = 0; sg < 4; ++sg)
             ss = wgl::sum_sq_bf16x8(
-                *reinterpret_cast<const uint4*>(Qs + wgl::tile_off<kKeys>(i, 32 * (lane & 3) + 8 * sg)), ss);
+                *reinterpret_cast<const uint4*>(Qs + (kMc ? wgl::cb_off<kRowsC>(i, 32 * (lane & 3) + 8 * sg)
+                                                          : wgl::tile_off<kKeys>(i, 32 * (lane & 3) + 8 * sg))),
+                ss);
           ss += __shfl_xor_sync(0xffffffffu, ss, 1);
           ss += __shfl_xor_sync(0xffffffffu, ss, 2);
           rq[half] = rsqrtf(ss + p.qk_norm_eps);
@@ -583,6 +661,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
         store_o_rows<T, kBV>(p, sq, hv, t0, v0, L, scale, accO);
       }
     }
+    if constexpr (kMc) cluster_sync_all();
     return;
   }
 
@@ -602,10 +681,40 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   // sequence, so that the group count stays uniform). Fixed slots: K / W / Q 16 segments a row, 8 kSW rows a pass,
   // 4 (kSW = 2) or 8 passes; U kBV / 8 segments a row. Rows >= Lr are zero-filled (nothing read). r0 + 8 kSW it
   // keeps r0 % 8, so tile_off moves by whole rows of core matrices.
+  // kMc: K and Q by the cluster's boxes instead (thread 0: release of the stage's previous chunk, the wait for every
+  // CTA's release, this CTA's expected bytes and its box for all).
   auto request = [&](int64_t t, int st) {
     if (t < sq.eos) {
       const int Lr = static_cast<int>(t + BT < sq.eos ? BT : sq.eos - t);
       const uint32_t base = s0 + st * kStageB;
+      if constexpr (kMc) {
+        if (tid == 0) {
+          const int64_t j = (t - sq.bos) / BT;  // chunk index: fill j / kStages of stage st
+          const uint32_t eb = cuda::smem_u32(empty + st);
+          if (j >= kStages) {  // chunk j − kStages read by this CTA (after (S), (Q)); wait for the whole cluster
+#pragma unroll
+            for (int r = 0; r < kCS; ++r) mbar_arrive_remote(eb, static_cast<uint32_t>(r));
+            cuda::tma::mbar_wait_ptx<false>(eb, static_cast<uint32_t>((j / kStages - 1) & 1));
+          }
+          const uint32_t fb = cuda::smem_u32(full + st);
+          const uint16_t mask = static_cast<uint16_t>((1u << kCS) - 1);
+          if (maps.w_shared) {  // 16 / kCS blocks of each of K, W, Q (stage order K, W, Q)
+            cuda::mbar_arrive_expect_tx(full + st, 3 * kTileB);
+            const int q0 = static_cast<int>(cluster_rank()) * (16 / kCS);
+#pragma unroll
+            for (int m = 0; m < 3; ++m)
+              load_blocks_mc(base + m * kTileB + q0 * (kRowsC * 16), m == 0 ? &maps.k : m == 1 ? &maps.w : &maps.q,
+                             static_cast<int>(t), q0, static_cast<int>(m == 1 ? hv : h), static_cast<int>(sq.b), fb,
+                             mask);
+          } else {
+            cuda::mbar_arrive_expect_tx(full + st, 2 * kTileB);
+            constexpr int kNb = 32 / kCS;  // 8-column blocks of K | Q per CTA
+            const int blk = static_cast<int>(cluster_rank()) * kNb, m = blk / 16, q0 = blk % 16;
+            load_blocks_mc(base + (m ? 2 * kTileB : 0) + q0 * (kRowsC * 16), m ? &maps.q : &maps.k,
+                           static_cast<int>(t), q0, static_cast<int>(h), static_cast<int>(sq.b), fb, mask);
+          }
+        }
+      }
       {
         const int q = wgl::kwq_seg(tid), r0 = wgl::kwq_row(tid, 0);
         const uint32_t d0 = base + 2u * static_cast<uint32_t>(wgl::tile_off<kKeys>(r0, 8 * q));
@@ -616,13 +725,15 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
                  : nullptr};
         const int64_t rss[3] = {p.k.st[1], p.w.st[1], kOut ? p.q.st[1] : 0};
 #pragma unroll
-        for (int m = 0; m < (kOut ? 3 : 2); ++m)
+        for (int m = 0; m < (kOut ? 3 : 2); ++m) {
+          if (kMc && (m != 1 || maps.w_shared)) continue;  // K, Q (and a shared W) by the copy engine
 #pragma unroll
           for (int it = 0; it < kRowsC / (8 * kSW); ++it) {
             const int r = r0 + 8 * kSW * it;
             const bool ok = r < Lr;
             cp_async16(d0 + m * kTileB + it * (kSW * 8 * kKeys * 2), ok ? srcs[m] + r * rss[m] : srcs[m], ok);
           }
+        }
       }
       {
         constexpr int kSegU = kBV / 8, kStepU = kST / kSegU;
@@ -674,6 +785,18 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   for (int64_t t0 = sq.bos; t0 < sq.eos; t0 += BT, ++c, st = st + 1 == kStages ? 0 : st + 1) {
     const int L = static_cast<int>(t0 + BT < sq.eos ? BT : sq.eos - t0);
     cuda::cp_async_wait<kStages - 2>();
+    if constexpr (kMc) {
+      const uint32_t kb = s0 + st * kStageB;
+      cuda::tma::mbar_wait_ptx<false>(cuda::smem_u32(full + st), full_parity(c));
+      if (L < kRowsC) {  // rows L.. of K, Q (, W) (cb_off<64>: 16-byte row r of block q at q · 1 KB + 16 r) to 0
+        const int nrow = kRowsC - L, per = 16 * nrow, tiles = maps.w_shared ? 3 : 2;
+        for (int i = tid; i < tiles * per; i += kST) {
+          const int m = i / per, rem = i - m * per, q = rem / nrow, r = L + rem - q * nrow;
+          const int tile = tiles == 3 ? m : 2 * m;  // K, W, Q or K, Q
+          st_shared_zero16(kb + tile * kTileB + q * (kRowsC * 16) + r * 16);
+        }
+      }
+    }
     fence_proxy_async();
     if constexpr (kShort) {
       if constexpr (kOut) bar_arrive(kBarF, kThreads);  // (F): stage c, γ_c, S_c's copy to the output
@@ -697,7 +820,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     wg_fence();
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma_ss<T, kN>(accW, wgl::tile_desc<kKeys>(wst, ks), wgl::tile_desc<kKeys>(sb, ks), ks > 0);
+      mma_ss<T, kN>(accW, kMc && maps.w_shared ? wgl::cb_desc<kRowsC>(wst, ks) : wgl::tile_desc<kKeys>(wst, ks),
+                    wgl::tile_desc<kKeys>(sb, ks), ks > 0);
     wg_commit();
     // While it runs: the next loads (into the stage of chunk c − 1, whose readers all passed (B) / (S) and (Q)), γ of
     // chunk c + 1, and (fwd_h) h_c.
@@ -728,7 +852,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
         fd[0] *= rkc[wgl::acc_row(w, lane, 0)], fd[1] *= rkc[wgl::acc_row(w, lane, 2)];
       }
       load_u<kN, kLdU>(up, Us, cb);
-      if constexpr (kKtEarly) load_kt(kf, kst);
+      if constexpr (kKtEarly) load_kt<kMc>(kf, kst);
     }
     wg_wait<0>();  // W S done
     reg_fence(accW);
@@ -750,7 +874,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
     store_trans<T, kN, kRowsC>(vd, 0, accW);  // Vd = v_new e^{γ_L − γ} (T)
     // Kᵀ A fragments of the S update (keys 64 mt + 16 w.., chunk rows 16 kk..), at 128 columns (split form) loaded
     // once v_new is out of the registers (S, v_new and the fragments were not live together: <= 184 registers).
-    if constexpr (!kKtEarly) load_kt(kf, kst);
+    if constexpr (!kKtEarly) load_kt<kMc>(kf, kst);
     fence_proxy_async();
     bar_wg(1 + wg);  // this warpgroup's Vd visible to its wgmma
     if constexpr (kOut && !kVnLate) bar_arrive(kBarV, kThreads);  // (V): Vn_c to the output warpgroup
@@ -773,6 +897,7 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1) state_split_wgmma(co
   }
   cuda::cp_async_wait<0>();  // no copy may land in shared memory after the block exits
   if (p.ht.present()) store_state<kN>(p, n, hv, v0 + cb, S);
+  if constexpr (kMc) cluster_sync_all();
 #endif
 }
 
@@ -862,10 +987,28 @@ int sm_count_wg(int& sms) {
   return STRATA_SUCCESS;
 }
 
-template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false, bool kQLoad = false>
-int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
-  constexpr int kStages = sp_stages<kSW * kN, kOut, kNorm>();
-  constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut, kNorm>();
+// (kCS > 1) The K and Q maps of the clustered pass: one box = 32 / kCS 8-column blocks of 64 rows (tokens past T
+// zero-filled; past a varlen sequence the kernel zeroes them). False where the driver refuses a view.
+// w_shared where the clusters are column blocks of one value head (nvt a multiple of cs) and p.pass_cluster_w.
+bool pass_maps(const GdnFwdParams& p, int cs, int64_t nvt, PassMaps& m) {
+  const int64_t B = p.chunks.varlen() ? 1 : p.shape.B;
+  m.w_shared = p.pass_cluster_w && nvt % cs == 0 ? 1 : 0;
+  const int blocks = m.w_shared ? 16 / cs : 32 / cs;
+  auto enc = [&](CUtensorMap* x, const GdnTensor& v, int64_t heads) {
+    return cuda::tma::encode_blocks_map(x, v.data, B, p.shape.T, heads, kKeys, v.st[0], v.st[1], v.st[2], kRowsC,
+                                        blocks);
+  };
+  return enc(&m.k, p.k, p.shape.H) && enc(&m.q, p.q, p.shape.H) && (!m.w_shared || enc(&m.w, p.w, p.shape.HV));
+}
+
+// occ (clusters only): instead of launching, *occ = the clusters of this kernel that can be resident at once
+// (cudaOccupancyMaxActiveClusters; one CTA per SM, so clusters that do not fit a GPC's free SMs wait for a second wave).
+template <int kN, int kSW, bool kOut, bool kShort, bool kH = false, bool kNorm = false, bool kQLoad = false,
+          int kCS = 1>
+int launch_split(const GdnFwdParams& p, cudaStream_t stream, int* occ = nullptr) {
+  constexpr bool kMc = kCS > 1;
+  constexpr int kStages = sp_stages<kSW * kN, kOut, kNorm, kMc>();
+  constexpr int smem = sp_smem_bytes<kSW * kN, kStages, kOut, kNorm, kMc>();
   static_assert(smem <= kMaxSmem, "sm_90 shared memory per block");
   const int64_t nvt = p.shape.V / (kSW * kN), blocks = p.shape.N * p.shape.HV * nvt;
   const char* name = kOut ? "chunk_gated_delta_rule_fwd (state_split_wgmma)"
@@ -873,10 +1016,81 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream) {
   if (blocks <= 0) return STRATA_SUCCESS;
   if (blocks > 0x7fffffffLL)
     return fail(STRATA_ERROR_UNSUPPORTED, "{}: {} blocks exceed the CUDA grid limit", name, blocks);
-  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm, kQLoad>;
+  auto kernel = state_split_wgmma<__nv_bfloat16, kN, kSW, kStages, kOut, kShort, kH, kNorm, kQLoad, kCS>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt);
+  PassMaps maps{};
+  if constexpr (kMc) {
+    if ((p.shape.G * nvt) % kCS != 0)
+      return fail(STRATA_ERROR_UNSUPPORTED, "{}: clusters of {} CTAs need G x column blocks ({} x {}) a multiple", name,
+                  kCS, p.shape.G, nvt);
+    if (!pass_maps(p, kCS, nvt, maps))
+      return fail(STRATA_ERROR_UNSUPPORTED, "{}: the driver refused the K / Q tensor maps of the clustered pass", name);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+    cfg.blockDim = dim3(sp_threads(kSW, kOut), 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCS, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (occ) {
+      STRATA_CUDA_TRY(cudaOccupancyMaxActiveClusters(occ, kernel, &cfg));
+      return STRATA_SUCCESS;
+    }
+    STRATA_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, p, nvt, maps));
+    return cuda::check_launch(name);
+  }
+  kernel<<<static_cast<unsigned>(blocks), sp_threads(kSW, kOut), smem, stream>>>(p, nvt, maps);
   return cuda::check_launch(name);
+}
+
+// (Session 16) The clustered instantiations (compile time: the ones the measurements need): plain 128 / 64 columns
+// by 2, 32 columns by 2, 4, 8; the folded l2norm (kNorm, r_q formed: the 128-column default) by 2; with r_q read
+// (kNormR: the 32-column default) by 2, 4, 8.
+// The largest cluster fwd_cuda_state_o_wgmma_cluster picks (to be set by the GPU runs' pass timings).
+constexpr int kPassClusterCap = 4;
+constexpr bool mc_instance(int kn, bool norm, bool qload, int cs) {
+  if (norm && !qload) return kn == 64 && cs == 2;
+  if (norm) return kn == 16;
+  return kn == 16 || cs == 2;
+}
+template <int kN, bool kNorm, bool kQLoad>
+int launch_cluster(const GdnFwdParams& p, cudaStream_t stream, int* occ) {
+  switch (p.pass_cluster) {
+    case 2:
+      if constexpr (mc_instance(kN, kNorm, kQLoad, 2))
+        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 2>(p, stream, occ);
+      break;
+    case 4:
+      if constexpr (mc_instance(kN, kNorm, kQLoad, 4))
+        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 4>(p, stream, occ);
+      break;
+    case 8:
+      if constexpr (mc_instance(kN, kNorm, kQLoad, 8))
+        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 8>(p, stream, occ);
+      break;
+    default: break;
+  }
+  return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: no {}-CTA cluster form at {} columns{}", p.pass_cluster,
+              2 * kN, kNorm ? (kQLoad ? " with r_q read" : " with the folded l2norm") : "");
+}
+// The clustered pass at `width` columns (p.pass_cluster > 1; occ: launch_split's occupancy query instead).
+int launch_cluster_width(const GdnFwdParams& p, int width, cudaStream_t stream, int* occ = nullptr) {
+  const bool norm = p.qk_norm, qload = p.rq.present();
+  switch (width) {
+    case 32:
+      return norm ? (qload ? launch_cluster<16, true, true>(p, stream, occ) : launch_cluster<16, true, false>(p, stream, occ))
+                  : launch_cluster<16, false, false>(p, stream, occ);
+    case 64:
+      return norm ? (qload ? launch_cluster<32, true, true>(p, stream, occ) : launch_cluster<32, true, false>(p, stream, occ))
+                  : launch_cluster<32, false, false>(p, stream, occ);
+    case 128:
+      return norm ? (qload ? launch_cluster<64, true, true>(p, stream, occ) : launch_cluster<64, true, false>(p, stream, occ))
+                  : launch_cluster<64, false, false>(p, stream, occ);
+    default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+  }
 }
 
 // A block of kBV columns: two state warpgroups of kBV / 2 columns, or (kShortOneWg, kBV <= 64) one of kBV.
@@ -899,6 +1113,11 @@ WgmmaPass auto_form(int width, bool out) {
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
+  if (kOut && p.pass_cluster > 1) {  // (session 16) K, Q shared by a cluster: kShort, two state warpgroups, no h
+    if (form != WgmmaPass::kShort || p.h.present())
+      return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: clusters in the kShort form without h only");
+    return launch_cluster_width(p, width, stream);
+  }
   if (kOut && p.qk_norm) {  // (session 13) the folded l2norm: kShort, two state warpgroups, no h
     if (form != WgmmaPass::kShort || p.h.present())
       return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: the folded l2norm in the kShort form without h only");
@@ -960,6 +1179,21 @@ int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
     widest = bv;
   }
   return widest;
+}
+
+int fwd_cuda_state_o_wgmma_cluster(const GdnFwdParams& p, int width) {
+  if ((width != 32 && width != 64 && width != 128) || p.shape.V % width != 0 || p.h.present()) return 0;
+  const int64_t ctas = p.shape.G * (p.shape.V / width);  // CTAs of one q/k head
+  for (int cs = kPassClusterCap; cs >= 2; cs /= 2)
+    if (ctas % cs == 0 && mc_instance(width / 2, p.qk_norm, p.rq.present(), cs)) return cs;
+  return 0;
+}
+
+int fwd_cuda_state_o_wgmma_cluster_occupancy(const GdnFwdParams& p, int width, int* clusters) {
+  *clusters = 0;
+  if (p.pass_cluster < 2) return fail(STRATA_ERROR_INVALID_VALUE, "state_split_wgmma: pass_cluster < 2");
+  if (const int r = resolve_width(p, width, "state_split_wgmma (occupancy)"); r != STRATA_SUCCESS) return r;
+  return launch_cluster_width(p, width, nullptr, clusters);
 }
 
 int fwd_cuda_wgmma_layout_probe(int op, const void* A, const void* B, float* D, void* stream) {
