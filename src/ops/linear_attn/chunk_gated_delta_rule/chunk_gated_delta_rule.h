@@ -145,8 +145,16 @@ struct GdnStepProbe {
   void (*fn)(void* ctx, const char* step) = nullptr;
   void* ctx = nullptr;
 };
+// How the backward forms dq with l2norm (session 16): kPlain, chunk_bwd_dqkwg's f32 head sums and then row_norm_bwd
+// in the tail; kStaged, chunk_bwd_dqkwg writing the final dq through its l2norm backward (rows staged in shared
+// memory; where chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs, else kPlain; forced implementation
+// "cuda.sm90.chunked_dq_staged"); kAuto: kGdnBwdDqAuto (cuda_sm90.cu).
+enum class GdnBwdDq : int { kAuto = 0, kPlain, kStaged };
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, const GdnStepProbe* probe = nullptr,
-                           int dhu_variant = 0);
+                           int dhu_variant = 0, GdnBwdDq dq_form = GdnBwdDq::kAuto);
+// "" when the backward can fold dq's l2norm backward into chunk_bwd_dqkwg (GdnBwdDq::kStaged; dtypes and shapes:
+// the run-time conditions are checked at the call), else why not.
+std::string gdn_cuda_bwd_dq_fold_reject(const GdnParams& p);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it

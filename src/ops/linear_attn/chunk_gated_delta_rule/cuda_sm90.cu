@@ -662,6 +662,17 @@ bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
          chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
 }
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
+// With l2norm (session 16, GdnBwdDq::kStaged): chunk_bwd_dqkwg writing the final dq through dq's l2norm backward
+// (chunk_bwd_dqkwg_cuda_wgmma_dq_norm: its rows staged in shared memory at each item's end), so that neither the f32
+// dq head sums (b.dq) nor the tail's row_norm_bwd pass over them exist. Its call: dq the output, rstd rq.
+DqkwgParams dq_fold_call(const GdnParams& p, const Calls& c) {
+  DqkwgParams qp = c.qp;
+  qp.dq = bwd_view(p.dq);
+  return qp;
+}
+gdn_bwd::View dq_fold_rstd(const GdnParams& p, const Bufs& b) { return bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0); }
+// GdnBwdDq::kAuto: kPlain until a GPU run shows the staged fold faster in the composed backward (session 16).
+constexpr GdnBwdDq kGdnBwdDqAuto = GdnBwdDq::kPlain;
 size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
   const Calls c = make_calls(p, fake, s, true);
@@ -758,6 +769,12 @@ GdnFusedForm gdn_cuda_fused_fwd_auto_form(const GdnParams& p, int sms) {
 }
 
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
+std::string gdn_cuda_bwd_dq_fold_reject(const GdnParams& p) {
+  if (!p.l2norm) return "folds dq's l2norm backward: needs l2norm";
+  const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
+  const Calls c = make_calls(p, fake, sizes_of(p, true), true);
+  return chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(dq_fold_call(p, c), dq_fold_rstd(p, fake));
+}
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
   const Sizes s = sizes_of(p, bwd);
@@ -883,7 +900,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, const GdnStepProbe* probe,
-                           int dhu_variant) {
+                           int dhu_variant, GdnBwdDq dq_form) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
   const Bufs b = carve(p, true, workspace);
@@ -915,8 +932,17 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda(c.qp, b.late, stream)
-                                                                 : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  // dq final here (through its l2norm backward: dq_fold_call) where the form asks for it and it runs for these
+  // tensors; else the f32 head sums into b.dq and row_norm_bwd in the tail.
+  if (dq_form == GdnBwdDq::kAuto) dq_form = kGdnBwdDqAuto;
+  const bool dq_final = p.l2norm && dq_form == GdnBwdDq::kStaged &&
+                        chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(dq_fold_call(p, c), dq_fold_rstd(p, b));
+  if (dq_final)
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
+        chunk_bwd_dqkwg_cuda_wgmma_dq_norm(dq_fold_call(p, c), dq_fold_rstd(p, b), b.late, stream)));
+  else
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda(c.qp, b.late, stream)
+                                                                   : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
   mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   if (wy_bwd_mma(c)) {
@@ -943,7 +969,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
 
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
   if (p.l2norm) {
-    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
+    if (!dq_final) STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
     STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
   }
   mark("tail");
