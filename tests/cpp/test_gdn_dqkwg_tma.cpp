@@ -363,15 +363,20 @@ TEST(GdnDqkwgTma, ComposedDqStagedTiming) {
     Dev ws(gdn_cuda_bwd_workspace(p));
     const GdnBwdDq forms[] = {GdnBwdDq::kPlain, GdnBwdDq::kStaged, GdnBwdDq::kAuto};
     std::vector<std::function<void()>> calls;
+    auto with = [&](GdnBwdDq f) {
+      GdnParams q = p;
+      q.bwd_dq = f;
+      return q;
+    };
     for (const GdnBwdDq f : forms)
-      calls.push_back([&, f] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, 0, f), STRATA_SUCCESS); });
+      calls.push_back([&, f] { EXPECT_EQ(gdn_cuda_bwd(with(f), ws.p, nullptr), STRATA_SUCCESS); });
     const std::vector<double> ms = gdn_test::time_median_ms(calls, 9);
     std::printf("[dqkwg s16] composed backward reading saved, bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: dq plain "
                 "+ row_norm_bwd %.3f ms, dq staged fold %.3f ms, auto %.3f ms (median of 9 interleaved)\n",
                 static_cast<long long>(B), static_cast<long long>(p.T), ms[0], ms[1], ms[2]);
     for (const GdnBwdDq f : {GdnBwdDq::kPlain, GdnBwdDq::kStaged}) {
       const gdn_test::StepTimes st = gdn_test::time_steps(
-          [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, probe, 0, f), STRATA_SUCCESS); },
+          [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_bwd(with(f), ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
       std::printf("[dqkwg s16] composed backward steps B=%lld (%s):", static_cast<long long>(B),
                   f == GdnBwdDq::kPlain ? "dq plain" : "dq staged");
