@@ -244,5 +244,37 @@ inline StepTimes time_steps(const std::function<void(const GdnStepProbe*)>& call
   return r;
 }
 
+// The composed GDN backward's problem at a benchmark shape on the device (the timing tests' call): bf16 q, k [B, T,
+// H, K], v, do [B, T, HV, V], g, β [B, T, HV] filled by cudaMemset (0x3c: ≈ 0.0115; g 0xbc: ≈ −0.0115), outputs dq,
+// dk, dv, dg, dβ; l2norm, scale 0.0884. With `saved`, p.saved is filled by the default forward first (o into a
+// scratch tensor), so that gdn_cuda_bwd(p, ...) reads the residuals instead of re-running the forward.
+struct GdnBenchProblem {
+  std::vector<std::unique_ptr<test::Dev>> bufs;
+  GdnParams p;
+  GdnBenchProblem(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, bool saved) {
+    const int32_t bf = STRATA_DTYPE_BF16;
+    auto tt = [&](int64_t heads, int64_t D, int fill) {
+      bufs.push_back(std::make_unique<test::Dev>(B * T * heads * std::max<int64_t>(D, 1) * 2));
+      if (fill >= 0) EXPECT_EQ(cudaMemset(bufs.back()->p, fill, bufs.back()->bytes), cudaSuccess);
+      return op_tok(bufs.back()->p, bf, T, heads, D);
+    };
+    p.q = tt(H, K, 0x3c), p.k = tt(H, K, 0x3c), p.v = tt(HV, V, 0x3c), p.g = tt(HV, 0, 0xbc);
+    p.beta = tt(HV, 0, 0x3c);
+    p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
+    p.scale = 0.0884f;
+    p.l2norm = true;
+    if (saved) {
+      p.o = tt(HV, V, -1);
+      bufs.push_back(std::make_unique<test::Dev>(gdn_cuda_saved_bytes(p)));
+      p.saved.data = bufs.back()->p, p.saved.dtype = STRATA_DTYPE_U8;
+      test::Dev ws(gdn_cuda_fwd_workspace(p));
+      EXPECT_EQ(gdn_cuda_fwd(p, ws.p, nullptr), STRATA_SUCCESS);
+      p.o = GdnTensor{};
+    }
+    p.do_ = tt(HV, V, 0x3c), p.dq = tt(H, K, -1), p.dk = tt(H, K, -1), p.dv = tt(HV, V, -1), p.dg = tt(HV, 0, -1);
+    p.dbeta = tt(HV, 0, -1);
+  }
+};
+
 }  // namespace strata::linear_attn::gdn_test
 #endif  // STRATA_WITH_CUDA

@@ -71,6 +71,18 @@ size_t chunk_bwd_dqkwg_cuda_wgmma_workspace(const gdn_bwd::Dims& d);
 // True when chunk_bwd_dqkwg_cuda_wgmma runs its copy-engine form for p (tests: that the form they time runs).
 bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p);
 int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stream);
+// Session 16: the same kernel (its copy-engine form, unbounded waits) writing dq through the l2norm backward,
+//   dq = rstd (dq − q (q · dq))   (q: the kernel's q input, the normalized q; rstd = dq_rstd, f32 [B, T, H]),
+// in bf16 (p.dq must be bf16), instead of the f32 head sum that row_norm_bwd (kNormalizedSrc) would read back;
+// dk, dw, dγ the same bits as chunk_bwd_dqkwg_cuda_wgmma. The rows are staged in shared memory at each item's end
+// (a separate kernel instantiation: the plain one is unchanged). The reject says why it cannot run p from dtypes,
+// shapes and strides ("" if it can; plan time); _runs also checks the run-time conditions (pointers aligned, the
+// copy-engine form's tensor maps made). Where it does not run, the caller runs chunk_bwd_dqkwg_cuda and
+// row_norm_bwd. Workspace: chunk_bwd_dqkwg_cuda_wgmma_workspace.
+std::string chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(const DqkwgParams& p, const gdn_bwd::View& dq_rstd);
+bool chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(const DqkwgParams& p, const gdn_bwd::View& dq_rstd);
+int chunk_bwd_dqkwg_cuda_wgmma_dq_norm(const DqkwgParams& p, const gdn_bwd::View& dq_rstd, void* workspace,
+                                       void* stream);
 #endif
 
 }  // namespace strata::linear_attn

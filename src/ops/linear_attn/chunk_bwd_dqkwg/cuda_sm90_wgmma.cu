@@ -49,7 +49,8 @@ constexpr int kRegsLaunch = 168, kRegsDqk = 176, kRegsDs = 152;
 static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register increments within the decrements");
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
-enum { kBarAll = 1, kBarDs = 2, kBarRows = 3 };
+// kBarDq (kFoldDq only): the dq group's 128 threads, its staged head sums written.
+enum { kBarAll = 1, kBarDs = 2, kBarRows = 3, kBarDq = 4 };
 constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
 constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
 // Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
@@ -173,8 +174,11 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
 
 // Tensor maps of the copy-engine form (128-byte-swizzled boxes of 64 columns): dO, Vn, dV as (V, HV, T, B) with
 // boxes of 64 tokens, h, dh as (V, K, HV, NT, B) with boxes of 32 rows of K.
+// dq_rstd: the rows' rstd of the kFoldDq instantiation (the others do not read it; after the maps, so that their
+// code is unchanged by it).
 struct DqkwgMaps {
   CUtensorMap dout, v, dv, h, dh;
+  View dq_rstd;
 };
 
 // What every role needs: the problem, shared memory and this block's walk over its items (chunk, q/k head h):
@@ -303,9 +307,71 @@ struct Loader {
   }
 };
 
+// kFoldDq (session 16; chunk_bwd_dqkwg_cuda_wgmma_dq_norm): the item's dq (the head sum, f32 sum[64] in the
+// accumulator layout) through the l2norm backward, dq = rstd (dq − qn (qn · dq)) with qn the item's q (the kernel's
+// q input: the normalized q of the composed backward), written once in bf16 — instead of an f32 dq that row_norm_bwd
+// reads back. The session-15 form did this in registers inside the epilogue (1.77 ms against 1.61 for the plain
+// kernel + row_norm_bwd, and the plain kernel's code changed with it); this is the staged form that won for
+// prepare_wy_repr_bwd's dk (kWyFinStaged): the rows staged in shared memory, then four threads per row.
+// The staging area is the token buffer `dead` (48 KiB; f32 [64][136], 34 KiB used): its last readers, the three
+// groups' step-3 products of the item's last value head, are complete once this group passed that head's kBarDs
+// (all 384 threads meet there), and the ds group issues its next loads into it only after the next kBarAll, which
+// this group reaches after this function (its reads done: their values feed the stores issued before it; the
+// issuing thread fences the async proxy before the copy, as for the ds group's own reads of the stages). qn comes
+// from Qᵀ (rewritten by this group only, at the next item's first step). Rows of a pass: warp w, quad j → row
+// 32 pass + 8 w + (j & 4 | (j & 1) << 1 | (j >> 1) & 1) (the two quads of a quarter-warp two rows apart: their
+// float4 reads of the padded rows hit 32 distinct banks); thread q of the quad takes columns 4 q + 16 m, m < 8 (a
+// quad: 32 contiguous bytes of bf16 dq per m). The output dtype is fixed (bf16): the phase in three dtype copies, or
+// with a dtype branch at each store, made ptxas serialise the kernel's wgmma (C7511).
+__device__ __forceinline__ void store_dq_norm_staged(const Ctx& x, const View& rstd, const ChunkAt& c, int64_t h,
+                                                     int w, int lane, const float (&sum)[64], uint32_t dead) {
+  constexpr int ld = 136;  // f32 row stride: the accumulator's float2 writes of a half-warp hit 32 distinct banks
+  float* const sF = reinterpret_cast<float*>(x.smem + dead);
+  const uint16_t* const qt = reinterpret_cast<const uint16_t*>(x.smem + oQT);
+  const DqkwgParams& p = x.p;
+  const int j = lane >> 2, q = lane & 3, L = c.L;
+  const int r0 = 8 * w + ((j & 4) | ((j & 1) << 1) | ((j >> 1) & 1));
+#pragma unroll
+  for (int u = 0; u < 64; u += 2) {
+    const int i = wg::acc_row(w, lane, u & 3), col = wg::acc_col(lane, u >> 2, u & 3);
+    *reinterpret_cast<float2*>(sF + i * ld + col) = make_float2(sum[u], sum[u + 1]);
+  }
+  wg::bar_sync(kBarDq, 128);
+#pragma unroll 1
+  for (int ps = 0; ps < 2; ++ps) {
+    const int i = 32 * ps + r0;
+    if (i >= L) continue;  // (whole quads)
+    const float r = static_cast<const float*>(rstd.p)[rstd.off(c.b, c.t0 + i, h)];  // (f32: the reject)
+    const float* const srow = sF + i * ld + 4 * q;
+    // column 4 q + 16 m + e of row i: qrow + tile_off<64>(16 m + e, 0) (4 q + e < 8 stays in one core matrix row)
+    const uint16_t* const qrow = qt + wg::tile_off<64>(4 * q, i);
+    float dot = 0.f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
+      const float y[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dot += y[e] * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]);
+    }
+    const unsigned quad = 0xfu << (lane & 28);
+    dot += __shfl_xor_sync(quad, dot, 1);
+    dot += __shfl_xor_sync(quad, dot, 2);
+    uint16_t* const row = static_cast<uint16_t*>(p.dq.p) + p.dq.off(c.b, c.t0 + i, h) + 4 * q;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
+      const float y[4] = {v.x, v.y, v.z, v.w};
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = r * (y[e] - dot * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]));
+      *reinterpret_cast<uint2*>(row + 16 * m) = make_uint2(mma::pack2<Bf>(o[0], o[1]), mma::pack2<Bf>(o[2], o[3]));
+    }
+  }
+}
+
 // The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
-// value head, dq / dk out per item.
-template <bool kTma, int kRole>
+// value head, dq / dk out per item (kFoldDq: dq through its l2norm backward, store_dq_norm_staged; rstd: its rows).
+template <bool kTma, int kRole, bool kFoldDq>
 __device__ __forceinline__ void run_dqk(const Ctx& x) {
   constexpr bool kDq = kRole == kRoleDq;
   const DqkwgParams& p = x.p;
@@ -398,7 +464,10 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
     const ChunkAt c = x.chunk_of(k);
     const int64_t h = x.head_of(k);
     const View& out = kDq ? p.dq : p.dk;
-    store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
+    if constexpr (kFoldDq && kDq)  // (the token buffer of the item's last value head: hb flipped after it)
+      store_dq_norm_staged(x, x.maps->dq_rstd, c, h, w, lane, sum, static_cast<uint32_t>(hb ^ 1) * kTokB);
+    else
+      store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
 #pragma unroll
     for (int i = 0; i < 64; ++i) sum[i] = 0.f;
   }
@@ -575,7 +644,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 // spills); false: plain waits, no spills — the copy-engine form's automatic choice since session 14 (s14run2, H200,
 // bf16 B=4 T=8192 H=16 HV=32 K=V=128 with dv, dw, dg: 1.213 / 1.209 ms against 1.341 / 1.323 bounded, the same
 // bits; the dq / dk groups' waits were always unbounded).
-template <bool kTma, bool kBoundedWait>
+// kFoldDq (with kTma, unbounded waits only; session 16): dq through its l2norm backward (store_dq_norm_staged),
+// maps.dq_rstd its rows' rstd f32 [B, T, H].
+template <bool kTma, bool kBoundedWait, bool kFoldDq = false>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -600,8 +671,8 @@ __global__ void __launch_bounds__(kThr, 1)
     run_ds<kTma, kBoundedWait>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
-    if (role == kRoleDq) run_dqk<kTma, kRoleDq>(x);
-    else run_dqk<kTma, kRoleDk>(x);
+    if (role == kRoleDq) run_dqk<kTma, kRoleDq, kFoldDq>(x);
+    else run_dqk<kTma, kRoleDk, false>(x);
   }
 #endif
 }
@@ -631,13 +702,32 @@ bool make_maps(const DqkwgParams& p, bool want_dw, DqkwgMaps* m) {
          state(&m->dh, p.dh);
 }
 
-template <bool kTma, bool kBoundedWait = true>
-int kernel_regs() {
-  static const int regs = [] {
-    cudaFuncAttributes fa{};
-    return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kBoundedWait>) == cudaSuccess ? fa.numRegs : 0;
-  }();
-  return regs;
+// The kernel instantiations and the register count each was compiled to (the host runs one only when that is
+// kRegsLaunch, which its setmaxnreg split assumes).
+using KernelFn = void (*)(DqkwgParams, const int64_t*, int64_t, DqkwgMaps);
+struct KernelForm {
+  KernelFn fn;
+  int (*regs)();
+};
+template <bool kTma, bool kBoundedWait, bool kFoldDq>
+KernelForm kernel_form_of() {
+  return {dqkwg_wgmma_kernel<kTma, kBoundedWait, kFoldDq>, [] {
+            static const int regs = [] {
+              cudaFuncAttributes fa{};
+              return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kBoundedWait, kFoldDq>) == cudaSuccess
+                         ? fa.numRegs
+                         : 0;
+            }();
+            return regs;
+          }};
+}
+// The one map from (form, mma_variant, folded dq) to the instantiation: the cp.async form (bounded waits); the
+// copy-engine form with the ds group's waits unbounded (the automatic choice since session 14), bounded where
+// kDqkwgWgmmaBoundedWait forces them, or with dq's l2norm backward folded (kFoldDq: unbounded waits).
+KernelForm kernel_form(bool tma, int variant, bool fold_dq) {
+  if (!tma) return kernel_form_of<false, true, false>();
+  if (fold_dq) return kernel_form_of<true, false, true>();
+  return variant == kDqkwgWgmmaBoundedWait ? kernel_form_of<true, true, false>() : kernel_form_of<true, false, false>();
 }
 
 // Column pairs stored by one 4-byte (16-bit) or 8-byte (f32) access: even row strides, pointer aligned to a pair.
@@ -655,10 +745,29 @@ bool views_aligned(const DqkwgParams& p) {
 
 // The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
 // the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
-bool copy_engine_form(const DqkwgParams& p, DqkwgMaps* maps) {
-  return p.mma_variant != kDqkwgWgmmaCpAsync &&
-         (p.mma_variant == kDqkwgWgmmaBoundedWait ? kernel_regs<true>() : kernel_regs<true, false>()) == kRegsLaunch &&
+// fold_dq: the kFoldDq instantiation's register count is the one checked.
+bool copy_engine_form(const DqkwgParams& p, bool fold_dq, DqkwgMaps* maps) {
+  return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_form(true, p.mma_variant, fold_dq).regs() == kRegsLaunch &&
          make_maps(p, p.dw.present() && p.dv.present(), maps);
+}
+
+// Persistent launch of instantiation f: one block per SM (at most one per item).
+int launch(const DqkwgParams& p, KernelFn f, bool tma, const DqkwgMaps& maps, void* workspace, cudaStream_t stream) {
+  const Dims& d = p.d;
+  int64_t* offs = static_cast<int64_t*>(workspace);
+  // Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
+  const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
+  if (items == 0) return STRATA_SUCCESS;
+  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
+  STRATA_CUDA_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+  int dev = 0, sms = 0;
+  STRATA_CUDA_TRY(cudaGetDevice(&dev));
+  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
+  f<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps);
+  return cuda::check_launch(!tma                   ? "chunk_bwd_dqkwg (wgmma)"
+                            : maps.dq_rstd.present() ? "chunk_bwd_dqkwg (wgmma, copy engine, dq l2norm backward)"
+                                                : "chunk_bwd_dqkwg (wgmma, copy engine)");
 }
 
 }  // namespace
@@ -683,7 +792,7 @@ std::string chunk_bwd_dqkwg_cuda_wgmma_reject(const DqkwgParams& p) {
 
 bool chunk_bwd_dqkwg_cuda_wgmma_copy_engine(const DqkwgParams& p) {
   DqkwgMaps maps{};
-  return chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty() && views_aligned(p) && copy_engine_form(p, &maps);
+  return chunk_bwd_dqkwg_cuda_wgmma_reject(p).empty() && views_aligned(p) && copy_engine_form(p, false, &maps);
 }
 
 // Workspace: the chunk offsets (the kernel's only use), or the mma.sync kernel's when it runs instead (unaligned).
@@ -697,29 +806,47 @@ int chunk_bwd_dqkwg_cuda_wgmma(const DqkwgParams& p, void* workspace, void* stre
   // setmaxnreg split assumes (kRegsLaunch). The copy-engine form where make_maps accepts p (unless mma_variant =
   // kDqkwgWgmmaCpAsync), else the cp.async form.
   DqkwgMaps maps{};
-  const bool tma = views_aligned(p) && copy_engine_form(p, &maps);
-  if (!tma && !(views_aligned(p) && kernel_regs<false>() == kRegsLaunch)) {
+  const bool tma = views_aligned(p) && copy_engine_form(p, false, &maps);
+  const KernelForm f = kernel_form(tma, p.mma_variant, false);
+  if (!tma && !(views_aligned(p) && f.regs() == kRegsLaunch)) {
     DqkwgParams pm = p;
     pm.mma_variant = kDqkwgTwoPerSm;
     return chunk_bwd_dqkwg_cuda_mma(pm, workspace, stream_ptr);
   }
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  const Dims& d = p.d;
-  int64_t* offs = static_cast<int64_t*>(workspace);
-  // Work items (chunk, q/k head): fixed length B ceil(T / BT) chunks, variable length NT (h's chunk dimension).
-  const int64_t items = (d.varlen() ? d.NT : d.B * d.chunks_per_row()) * d.H;
-  if (items == 0) return STRATA_SUCCESS;
-  STRATA_RETURN_IF_ERROR(launch_chunk_offsets(d, offs, stream));
-  auto kernel = !tma ? dqkwg_wgmma_kernel<false, true>
-                : p.mma_variant == kDqkwgWgmmaBoundedWait ? dqkwg_wgmma_kernel<true, true>
-                                                           : dqkwg_wgmma_kernel<true, false>;
-  STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
-  int dev = 0, sms = 0;
-  STRATA_CUDA_TRY(cudaGetDevice(&dev));
-  STRATA_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t blocks = std::min<int64_t>(items, std::max(sms, 1));  // persistent: one block per SM
-  kernel<<<static_cast<unsigned>(blocks), kThr, kSmem, stream>>>(p, offs, items, maps);
-  return cuda::check_launch(tma ? "chunk_bwd_dqkwg (wgmma, copy engine)" : "chunk_bwd_dqkwg (wgmma)");
+  return launch(p, f.fn, tma, maps, workspace, static_cast<cudaStream_t>(stream_ptr));
+}
+
+std::string chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(const DqkwgParams& p, const View& dq_rstd) {
+  std::string why = chunk_bwd_dqkwg_cuda_wgmma_reject(p);
+  if (!why.empty()) return why;
+  if (!dq_rstd.present() || dq_rstd.dtype != STRATA_DTYPE_F32) return "dq_rstd: f32 [B, T, H] required";
+  if (p.dq.dtype != STRATA_DTYPE_BF16) return "the folded dq is written in bf16 only";
+  if (p.mma_variant != kDqkwgAuto && p.mma_variant != kDqkwgWgmma && p.mma_variant != kDqkwgWgmmaTma &&
+      p.mma_variant != kDqkwgWgmmaUnboundedWait)
+    return fmt::format("the folded dq runs the copy-engine form with unbounded waits only, not variant {}",
+                       p.mma_variant);
+  // The staged rows go out as 8-byte pieces of 4 columns.
+  if (((p.dq.s[0] | p.dq.s[1] | p.dq.s[2]) & 3) != 0) return "dq needs strides that are multiples of 4 elements";
+  return "";
+}
+
+bool chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(const DqkwgParams& p, const View& dq_rstd) {
+  DqkwgMaps maps{};
+  return chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, dq_rstd).empty() && views_aligned(p) &&
+         (reinterpret_cast<uintptr_t>(p.dq.p) & 7u) == 0 && copy_engine_form(p, true, &maps);
+}
+
+int chunk_bwd_dqkwg_cuda_wgmma_dq_norm(const DqkwgParams& p, const View& dq_rstd, void* workspace, void* stream_ptr) {
+  if (!chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(p, dq_rstd)) {
+    const std::string why = chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, dq_rstd);
+    return fail(STRATA_ERROR_UNSUPPORTED, "chunk_bwd_dqkwg cuda.sm90.wgmma with dq_rstd: {}",
+                why.empty() ? "tensors not aligned for the copy-engine form, or its tensor maps not made" : why);
+  }
+  DqkwgMaps maps{};
+  copy_engine_form(p, true, &maps);
+  maps.dq_rstd = dq_rstd;
+  return launch(p, kernel_form(true, p.mma_variant, true).fn, true, maps, workspace,
+                static_cast<cudaStream_t>(stream_ptr));
 }
 
 }  // namespace strata::linear_attn

@@ -148,6 +148,23 @@ const ImplList<GdnProblem>& impls() {
                      return STRATA_SUCCESS;
                    }});
     }
+#if STRATA_WITH_CUDA
+    // Forced only (STRATA_FORCE_IMPL: tests, benches): the backward with dq's l2norm backward folded into
+    // chunk_bwd_dqkwg (GdnBwdDq::kStaged; session 16), where that applies.
+    l.push_back({"cuda.sm90.chunked_dq_staged",
+                 [](const GdnProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && !p.bwd) r = "backward only";
+                   if (r.empty()) r = gdn_cuda_bwd_dq_fold_reject(p.params);
+                   return r;
+                 },
+                 [](const GdnProblem& p) { return gdn_cuda_bwd_workspace(p.params); },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   GdnParams p = bind(pr, launch);
+                   p.bwd_dq = GdnBwdDq::kStaged;
+                   return gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream);
+                 }});
+#endif
     l.push_back({"reference", [](const GdnProblem& p) { return reject_unless_cpu(p.device); },
                  [](const GdnProblem& p) { return p.bwd ? gdn_recurrent_bwd_workspace<double>(p.params) : size_t{0}; },
                  [](const GdnProblem& pr, const Launch& launch) {

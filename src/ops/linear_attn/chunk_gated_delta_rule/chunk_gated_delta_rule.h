@@ -37,6 +37,11 @@ struct GdnTensor {
   bool present() const { return data != nullptr; }
 };
 
+// How the backward forms dq with l2norm (session 16): kPlain, chunk_bwd_dqkwg's f32 head sums and then row_norm_bwd
+// in the tail; kStaged, chunk_bwd_dqkwg writing the final dq through its l2norm backward (rows staged in shared
+// memory; where chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs, else kPlain; forced implementation
+// "cuda.sm90.chunked_dq_staged"); kAuto: kGdnBwdDqAuto (cuda_sm90.cu).
+enum class GdnBwdDq : int { kAuto = 0, kPlain, kStaged };
 struct GdnParams {
   // forward inputs
   GdnTensor q, k, v, g, beta, h0;
@@ -55,6 +60,7 @@ struct GdnParams {
   float scale = 1.f;
   bool l2norm = false;
   int32_t slots = 1;  // per-thread scratch slots the workspace holds (CPU chunked implementations)
+  GdnBwdDq bwd_dq = GdnBwdDq::kAuto;  // how the CUDA backward forms dq (tests and forced implementations set it)
 };
 
 // Sequence n: batch row b and tokens [bos, eos) of that row.
@@ -133,6 +139,9 @@ inline size_t gdn_cuda_saved_bytes(const GdnParams& p) { return gdn_cuda_saved_l
 // 1.508 against 2.243 ms at B = 4 T = 8192, 2.493 against 2.860 ms at B = 1 T = 32768; H200, bf16, HV = 32, K = V = 128).
 // Without p.saved the form is ignored (the composed forward).
 enum class GdnSavedForward : int { kAuto = 0, kComposed, kFusedPass };
+// "" when the backward can fold dq's l2norm backward into chunk_bwd_dqkwg (GdnBwdDq::kStaged; dtypes and shapes:
+// the run-time conditions are checked at the call), else why not.
+std::string gdn_cuda_bwd_dq_fold_reject(const GdnParams& p);
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,

@@ -439,10 +439,11 @@ strata_status l2norm_fwd(const GdnParams& p, const Bufs& b, cudaStream_t stream,
   return STRATA_SUCCESS;
 }
 
-// dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx (y contiguous, dtype y_dt).
+// dx = rstd (dy - (dy . y) y) from the f32 dy buffer into the output dx (y contiguous, dtype y_dt); nothing without
+// dy (dq written final by chunk_bwd_dqkwg: gdn_cuda_bwd's dq_final).
 strata_status l2norm_bwd(const GdnParams& p, const void* y, int32_t y_dt, const float* rstd, const float* dy,
                          const GdnTensor& dx, cudaStream_t stream) {
-  if (p.B * p.T * p.H == 0) return STRATA_SUCCESS;
+  if (!dy || p.B * p.T * p.H == 0) return STRATA_SUCCESS;
   const strata_tensor_desc fy = desc_of(y_dt, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc f = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H, p.K}, nullptr);
   const strata_tensor_desc r = desc_of(STRATA_DTYPE_F32, {p.B, p.T, p.H}, nullptr);
@@ -635,6 +636,17 @@ strata_status forward_states(const char* op, const GdnParams& p, const Bufs& b, 
 // their automatic entry points decide) and so how much scratch they need: the FMA kernels of chunk_bwd_dqkwg
 // keep per-value-head dq, dk in f32 ([B, T, HV, K] each), the tensor-core ones do not.
 bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).empty(); }
+// With l2norm (session 16, GdnBwdDq::kStaged): chunk_bwd_dqkwg writing the final dq through dq's l2norm backward
+// (chunk_bwd_dqkwg_cuda_wgmma_dq_norm: its rows staged in shared memory at each item's end), so that neither the f32
+// dq head sums (b.dq) nor the tail's row_norm_bwd pass over them exist. Its call: dq the output, rstd rq.
+DqkwgParams dq_fold_call(const GdnParams& p, const Calls& c) {
+  DqkwgParams qp = c.qp;
+  qp.dq = bwd_view(p.dq);
+  return qp;
+}
+gdn_bwd::View dq_fold_rstd(const GdnParams& p, const Bufs& b) { return bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0); }
+// GdnBwdDq::kAuto: kPlain until a GPU run shows the staged fold faster in the composed backward (session 16).
+constexpr GdnBwdDq kGdnBwdDqAuto = GdnBwdDq::kPlain;
 // Whether bwd_dhu's tensor-core kernel forms dv_local itself (DhuParams::fuse_dv_local: no chunk_bwd_dv_local pass,
 // no dv_local tensor): when both sub-operators would run their tensor-core kernels (then the fused kernel gives
 // the same bits: it repeats dv_local's products, summation order and rounding) and bwd_dhu runs its 64-column
@@ -688,6 +700,12 @@ Bufs carve(const GdnParams& p, bool bwd, void* base) {
 
 size_t gdn_cuda_fwd_workspace(const GdnParams& p) { return carve(p, false, nullptr).bytes; }
 size_t gdn_cuda_fused_fwd_workspace(const GdnParams& p) { return carve_with(p, false, nullptr, 0, true).bytes; }
+std::string gdn_cuda_bwd_dq_fold_reject(const GdnParams& p) {
+  if (!p.l2norm) return "folds dq's l2norm backward: needs l2norm";
+  const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
+  const Calls c = make_calls(p, fake, sizes_of(p, true), true);
+  return chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(dq_fold_call(p, c), dq_fold_rstd(p, fake));
+}
 
 namespace {
 // The forms with (part of) the l2norm folded into prep and the pass.
@@ -896,7 +914,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
                            int dhu_variant) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
-  const Bufs b = carve(p, true, workspace);
+  Bufs b = carve(p, true, workspace);  // (b.dq: nullptr once dq is final, dq_final below)
   const Calls c = make_calls(p, b, s, true);
   auto mark = [probe](const char* step) {
     if (probe && probe->fn) probe->fn(probe->ctx, step);
@@ -925,8 +943,19 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   mark("bwd_dhu");
   // b.late overlaps dv_local, dead since bwd_dhu; it is sized for the kernels chosen here (the same rule as the
   // automatic entry points).
-  STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda(c.qp, b.late, stream)
-                                                                 : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  // dq final here (through its l2norm backward: dq_fold_call) where the form asks for it and it runs for these
+  // tensors; else the f32 head sums into b.dq and row_norm_bwd in the tail.
+  const GdnBwdDq dq_form = p.bwd_dq == GdnBwdDq::kAuto ? kGdnBwdDqAuto : p.bwd_dq;
+  const bool dq_final = p.l2norm && dq_form == GdnBwdDq::kStaged &&
+                        chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(dq_fold_call(p, c), dq_fold_rstd(p, b));
+  if (dq_final) {
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
+        chunk_bwd_dqkwg_cuda_wgmma_dq_norm(dq_fold_call(p, c), dq_fold_rstd(p, b), b.late, stream)));
+    b.dq = nullptr;  // no f32 dq: the tail's dq l2norm_bwd does nothing
+  } else {
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(dqkwg_mma(c) ? chunk_bwd_dqkwg_cuda(c.qp, b.late, stream)
+                                                                   : chunk_bwd_dqkwg_cuda_fma(c.qp, b.late, stream)));
+  }
   mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
   if (wy_bwd_mma(c)) {
