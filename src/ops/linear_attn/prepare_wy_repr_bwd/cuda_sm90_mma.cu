@@ -281,6 +281,75 @@ __device__ __forceinline__ void wy_store_dk(const WyBwdParams& p, const DevChunk
     }
 }
 
+// kNorm (kWyFinStaged with WyBwdParams::dk_rstd; the composed backward with l2norm): dk leaves through the l2norm
+// backward, dk = r (y − (y · k) k) with y = dk_add + Σ_g (the unfused f32 sum), k the chunk's k tile in shared
+// memory (the normalised keys there; sK, row pitch ld) and r the row's rstd, stored once in dk's dtype. That replaces
+// the composed backward's row_norm_bwd pass over dk (f32 y written and read back: 2 × 268 MB at B = 4, T = 8192,
+// H = 16, K = 128). After a block barrier (the last head's readers of the dW and V tiles are done) the head sums go to
+// shared memory (f32 [64][P + 8] over those two tiles, sF), so that no dk_add load is in flight while dk_sum is live
+// (the in-register form, session 15, spilled dk_sum in the head loop at the 128-register cap and lost); after a
+// second barrier four threads per row (row t / 4, float4 columns 4 (t % 4) + 16 m: 64 bytes of a row per 4 threads)
+// add dk_add, sum the dot over the quad (fixed-order butterflies: no third barrier) and store.
+template <class T, int P>
+__device__ __forceinline__ void wy_store_dk_norm_staged(const WyBwdParams& p, const DevChunk& c, int64_t h, int L,
+                                                        int kc, const float (&dk_sum)[P / 64][1][4][4],
+                                                        const uint16_t* sK, int ld, float* sF, int r0, int c0) {
+  constexpr int KT = P / 64, ldf = P + 8, M = P / 16;
+  __syncthreads();  // every warp is past its reads of the dW and V tiles
+#pragma unroll
+  for (int kt = 0; kt < KT; ++kt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2)
+        *reinterpret_cast<float2*>(sF + (r0 + frag_row(0, e)) * ldf + kt * 64 + c0 + frag_col(nt, e)) =
+            make_float2(dk_sum[kt][0][nt][e], dk_sum[kt][0][nt][e + 1]);
+  __syncthreads();
+  const int i = threadIdx.x / 4, q = threadIdx.x & 3;
+  if (i >= L) return;  // (whole quads: no shuffle partner leaves)
+  const bool add = p.dk_add.present();
+  const float* arow = add ? static_cast<const float*>(p.dk_add.p) + p.dk_add.off(c.b, c.t0 + i, h) : nullptr;
+  const bool vec = add && (reinterpret_cast<uintptr_t>(arow) & 15) == 0;
+  const float r = ld_f32(p.dk_rstd, p.dk_rstd.off(c.b, c.t0 + i, h));
+  float y[M][4];
+  float dot = 0.f;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 4 * q + 16 * m;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vec && x + 3 < kc) {
+      a = *reinterpret_cast<const float4*>(arow + x);
+    } else if (add) {
+      a.x = x < kc ? arow[x] : 0.f, a.y = x + 1 < kc ? arow[x + 1] : 0.f;
+      a.z = x + 2 < kc ? arow[x + 2] : 0.f, a.w = x + 3 < kc ? arow[x + 3] : 0.f;
+    }
+    const float4 sum = *reinterpret_cast<const float4*>(sF + i * ldf + x);
+    y[m][0] = a.x + sum.x, y[m][1] = a.y + sum.y, y[m][2] = a.z + sum.z, y[m][3] = a.w + sum.w;
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + 4 * q + 16 * m);  // k (zero past kc)
+    dot += y[m][0] * Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu));
+    dot += y[m][1] * Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
+    dot += y[m][2] * Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu));
+    dot += y[m][3] * Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
+  }
+  const unsigned quad = 0xfu << (threadIdx.x & 28);
+  dot += __shfl_xor_sync(quad, dot, 1);
+  dot += __shfl_xor_sync(quad, dot, 2);
+  const int64_t o = p.dk.off(c.b, c.t0 + i, h);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const int x = 4 * q + 16 * m;
+    if (x >= kc) continue;
+    const uint2 kp = *reinterpret_cast<const uint2*>(sK + i * ld + x);
+    const float k0 = Elem<T>::to(static_cast<uint16_t>(kp.x & 0xffffu)), k1 = Elem<T>::to(static_cast<uint16_t>(kp.x >> 16));
+    const float k2 = Elem<T>::to(static_cast<uint16_t>(kp.y & 0xffffu)), k3 = Elem<T>::to(static_cast<uint16_t>(kp.y >> 16));
+    st_pair(p.dk, o + x, r * (y[m][0] - dot * k0), r * (y[m][1] - dot * k1), x + 1 < kc);
+    if (x + 2 < kc) st_pair(p.dk, o + x + 2, r * (y[m][2] - dot * k2), r * (y[m][3] - dot * k3), x + 3 < kc);
+  }
+}
+
 template <class T, int KP>
 __global__ void __launch_bounds__(kThr) wy_bwd_mma_kernel(WyBwdParams p, const int64_t* offs, int64_t items,
                                                           int VP, int stages) {
@@ -487,8 +556,9 @@ struct WyLeanSmem {
 };
 
 // kTrim (kWyTrimmed; session 14): no dP work in the warp blocks wholly above the diagonal, and
-// wy_dv_tile's kFull stores.
-template <class T, int P, DkAdd kAdd, bool kTrim>
+// wy_dv_tile's kFull stores. kNorm (kWyFinStaged with dk_rstd; kTrim only): dk through the l2norm backward
+// (wy_store_dk_norm_staged).
+template <class T, int P, DkAdd kAdd, bool kTrim, bool kNorm = false>
 __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, const int64_t* offs, int64_t items) {
   using S = WyLeanSmem<P>;
   constexpr int KT = P / 64, ld = S::ld;
@@ -513,6 +583,7 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
   const int kc = static_cast<int>(d.K), vc = static_cast<int>(d.V);
   // kDkAddBatchedTyped: dg_add fetched at the head's start, typed dv stores.
   constexpr bool kLatency = kAdd == kDkAddBatchedTyped;
+  static_assert(!kNorm || (kLatency && kTrim), "kNorm is an instantiation of the kWyTrimmed form");
   const bool dv_typed = kLatency && wy_dv_typed<T>(p);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t w = item / d.H, h = item % d.H;
@@ -630,16 +701,21 @@ __global__ void __launch_bounds__(kThr, 2) wy_bwd_lean_kernel(WyBwdParams p, con
         for (int e0 = 0; e0 < P; e0 += 64)
           wy_dv_tile<T, true, kLatency, kTrim>(part, p, c, hv, L, vc, e0, sA, sDu, sV, ld, sBeta, r0, c0, dv_typed);
       }
-      wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
+      if constexpr (kNorm)
+        wy_store_dk_norm_staged<T, P>(p, c, h, L, kc, dk_sum, sK, ld, reinterpret_cast<float*>(smem + S::dw), r0, c0);
+      else
+        wy_store_dk<KT, kAdd>(p, c, h, L, kc, dk_sum, r0, c0);
     });
   }
 }
 
-template <class T, int P, DkAdd kAdd, bool kTrim = false>
+template <class T, int P, DkAdd kAdd, bool kTrim = false, bool kNorm = false>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
   constexpr size_t smem = WyLeanSmem<P>::bytes;
   static_assert(P != 128 || 2 * (smem + 1024) <= 228 * 1024, "two blocks per SM at K = V = 128");
-  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim>;
+  // (kNorm stages the f32 head sums [64][P + 8] over the dW and V tiles)
+  static_assert(!kNorm || WyLeanSmem<P>::v + WyLeanSmem<P>::tile - WyLeanSmem<P>::dw >= size_t{64} * (P + 8) * 4);
+  const auto kernel = wy_bwd_lean_kernel<T, P, kAdd, kTrim, kNorm>;
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   STRATA_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
@@ -650,10 +726,13 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 
 template <class T, int P>
 strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t items, cudaStream_t stream) {
+  if (p.dk_rstd.present())  // (kWyFinStaged only: prepare_wy_repr_bwd_cuda_mma_reject)
+    return launch_lean<T, P, kDkAddBatchedTyped, true, true>(p, offs, items, stream);
   switch (p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant) {
     case kWyBatchedTyped:
       return launch_lean<T, P, kDkAddBatchedTyped>(p, offs, items, stream);
     case kWyTrimmed:
+    case kWyFinStaged:  // (its own form only with dk_rstd)
       return launch_lean<T, P, kDkAddBatchedTyped, true>(p, offs, items, stream);
     default:
       return launch_lean<T, P, kDkAddPairs>(p, offs, items, stream);
@@ -663,7 +742,8 @@ strata_status launch_lean(const WyBwdParams& p, const int64_t* offs, int64_t ite
 // The two-per-SM kernel when the shape has it (K, V rounding up to the same 64 multiple, at most 128), in the dk_add
 // epilogue form the variant names (kWyAuto: the one prepare_wy_repr_bwd_auto_variant names; kWyTwoPerSm: pair by pair;
 // kWyBatchedTyped: a row's dk_add loads before its stores, typed dv, dg_add fetched early; kWyTrimmed: kWyBatchedTyped
-// without the dP work of the warp blocks above the diagonal, dv stored without per-pair checks); the pipelined kernel
+// without the dP work of the warp blocks above the diagonal, dv stored without per-pair checks; kWyFinStaged:
+// kWyTrimmed, with dk_rstd through wy_store_dk_norm_staged); the pipelined kernel
 // otherwise (two-per-SM 1.221 ms against pipelined ~2.16 in GPU runs s11run1 / s7run2: H200, bf16, B = 4, T = 8192,
 // H = 16, HV = 32, K = V = 128, fused sums).
 template <class T>
@@ -682,6 +762,16 @@ std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p) {
   if (p.d.K > 256 || p.d.V > 256) return fmt::format("K = {}, V = {}: at most 256 each", p.d.K, p.d.V);
   if ((p.dk_add.present() && p.dk_add.dtype != STRATA_DTYPE_F32) || (p.dg_add.present() && p.dg_add.dtype != STRATA_DTYPE_F32))
     return "dk_add and dg_add are f32";
+  if (p.dk_rstd.present()) {  // the folded l2norm backward (wy_store_dk_norm_staged): the two-per-SM kernel
+    const int64_t KP = round64(p.d.K);
+    const int variant = p.mma_variant == kWyAuto ? prepare_wy_repr_bwd_auto_variant() : p.mma_variant;
+    if (KP != round64(p.d.V) || KP > 128)
+      return fmt::format("dk_rstd (the folded l2norm backward) needs K and V rounding up to the same multiple of 64, "
+                         "at most 128; got K = {}, V = {}", p.d.K, p.d.V);
+    if (variant != kWyFinStaged)
+      return fmt::format("dk_rstd is folded by the kWyFinStaged form only, not variant {}", variant);
+    if (p.dk_rstd.dtype != STRATA_DTYPE_F32) return "dk_rstd is f32";
+  }
   return "";
 }
 
