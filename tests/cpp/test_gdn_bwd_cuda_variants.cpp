@@ -654,25 +654,10 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
 TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    const int32_t bf = STRATA_DTYPE_BF16;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
-        dout(rows * HV * V * 2), dq(rows * H * K * 2), dk(rows * H * K * 2), dv(rows * HV * V * 2), dg(rows * HV * 2),
-        dbeta(rows * HV * 2), o(rows * HV * V * 2);
-    for (Dev* x : {&q, &k, &v, &beta, &dout}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    auto tt = [&](Dev& x, int64_t heads, int64_t D) { return gdn_test::op_tok(x.p, bf, T, heads, D); };
-    GdnParams p;
-    p.q = tt(q, H, K), p.k = tt(k, H, K), p.v = tt(v, HV, V), p.g = tt(g, HV, 0), p.beta = tt(beta, HV, 0);
-    p.do_ = tt(dout, HV, V), p.dq = tt(dq, H, K), p.dk = tt(dk, H, K), p.dv = tt(dv, HV, V), p.dg = tt(dg, HV, 0);
-    p.dbeta = tt(dbeta, HV, 0);
-    p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
-    p.scale = 0.0884f;
-    p.l2norm = true;
+    const gdn_test::BenchProblem bench(B);
+    const int64_t T = bench.T;
+    const GdnParams p = bench.p, pf = bench.fwd();
     Dev ws(gdn_cuda_bwd_workspace(p));
-    GdnParams pf = p;
-    pf.do_ = pf.dq = pf.dk = pf.dv = pf.dg = pf.dbeta = GdnTensor{};
-    pf.o = tt(o, HV, V);
     Dev wsf(gdn_cuda_fwd_workspace(pf));
     const std::vector<double> ms = time_min_ms(
         {[&] { EXPECT_EQ(gdn_cuda_bwd(p, ws.p, nullptr, nullptr, kDhuMmaAuto), STRATA_SUCCESS); },

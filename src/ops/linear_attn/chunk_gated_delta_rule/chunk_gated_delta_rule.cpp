@@ -17,6 +17,7 @@
 // cpu.<isa> (chunked WY form in f32, one per compiled GEMM ISA),
 // reference (float64 token recurrence and its exact reverse-mode derivative).
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 
 #include <fmt/format.h>
 #include <omp.h>
@@ -123,6 +124,19 @@ const ImplList<GdnProblem>& impls() {
                    const GdnParams p = bind(pr, launch);
                    return pr.bwd ? gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream)
                                  : gdn_cuda_fwd(p, launch.workspace, launch.cuda_stream);
+                 }});
+    // Forced only (STRATA_FORCE_IMPL: tests, benches): the backward with dk's l2norm backward folded into
+    // prepare_wy_repr_bwd (its kWyFinStaged form; session 16), where that applies.
+    l.push_back({"cuda.sm90.chunked_dk_staged",
+                 [](const GdnProblem& p) {
+                   std::string r = reject_unless_cuda(p.device, 90);
+                   if (r.empty() && !p.bwd) r = "backward only";
+                   if (r.empty()) r = gdn_cuda_bwd_dk_fold_reject(p.params);
+                   return r;
+                 },
+                 [](const GdnProblem& p) { return gdn_cuda_bwd_workspace(p.params); },
+                 [](const GdnProblem& pr, const Launch& launch) {
+                   return gdn_cuda_bwd(bind(pr, launch), launch.workspace, launch.cuda_stream, nullptr, 0, kWyFinStaged);
                  }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {

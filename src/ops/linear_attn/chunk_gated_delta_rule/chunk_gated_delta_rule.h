@@ -149,13 +149,18 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call
-// (kDhuAuto in the library).
+// (kDhuAuto in the library). wy_variant: WyBwdParams::mma_variant of the prepare_wy_repr_bwd call (kWyAuto in the
+// library; kWyFinStaged: with l2norm, dk written through its l2norm backward by that kernel, the tail's dk
+// row_norm_bwd skipped, where gdn_cuda_bwd_dk_fold_reject(p) is empty; forced implementation
+// "cuda.sm90.chunked_dk_staged").
 struct GdnStepProbe {
   void (*fn)(void* ctx, const char* step) = nullptr;
   void* ctx = nullptr;
 };
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream, const GdnStepProbe* probe = nullptr,
-                           int dhu_variant = 0);
+                           int dhu_variant = 0, int wy_variant = 0);
+// "" when the backward can fold dk's l2norm backward into prepare_wy_repr_bwd (wy_variant kWyFinStaged), else why not.
+std::string gdn_cuda_bwd_dk_fold_reject(const GdnParams& p);
 // The forward with the fused state + output pass (prepare_wy_repr_fwd, then gdn::fwd_cuda_state_o: o computed
 // inside the state recurrence, h never materialised), in one of its forms:
 //   kAuto: the gated Q Kᵀ of each chunk inside the state pass (inline), or chunk-parallel before it

@@ -674,6 +674,26 @@ bool dhu_fused_dv_local(const Calls& c, int dhu_variant) {
          chunk_gated_delta_rule_bwd_dhu_fuses_dv_local(c.dhp);
 }
 bool wy_bwd_mma(const Calls& c) { return prepare_wy_repr_bwd_cuda_mma_reject(c.wp).empty(); }
+// prepare_wy_repr_bwd's tensor-core call (form `variant`, WyBwdParams::mma_variant). It adds dk1 and dγ1 in its
+// epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition per element as add_store does: the same bits, without
+// the extra pass over two f32 [B, T, H, K] tensors): dk straight into the output (into dk1 in place with l2norm), dγ
+// in place into dγ1.
+WyBwdParams wy_bwd_call(const GdnParams& p, const Bufs& b, const Calls& c, int variant) {
+  WyBwdParams wp = c.wp;
+  wp.mma_variant = variant;
+  wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
+  wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
+  wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+  return wp;
+}
+// With l2norm: the same call writing the final dk through dk's l2norm backward (WyBwdParams::dk_rstd = rk; the
+// kWyFinStaged form), so that the tail's row_norm_bwd pass over the f32 dk1 is not run. Taken where
+// prepare_wy_repr_bwd_cuda_mma_reject accepts it (K and V rounding up to the same multiple of 64, at most 128).
+WyBwdParams wy_bwd_dk_fold(const GdnParams& p, const Bufs& b, WyBwdParams wp) {
+  wp.dk_rstd = bwd_tok(b.rk, STRATA_DTYPE_F32, p.T, p.H, 0);
+  wp.dk = bwd_view(p.dk);
+  return wp;
+}
 size_t late_scratch_bytes(const GdnParams& p, const Sizes& s) {
   const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
   const Calls c = make_calls(p, fake, s, true);
@@ -785,6 +805,14 @@ GdnFusedForm gdn_cuda_fused_fwd_auto_form(const GdnParams& p, int sms) {
 }
 
 size_t gdn_cuda_bwd_workspace(const GdnParams& p) { return carve(p, true, nullptr).bytes; }
+std::string gdn_cuda_bwd_dk_fold_reject(const GdnParams& p) {
+  if (!p.l2norm) return "folds dk's l2norm backward: needs l2norm";
+  const Bufs fake = carve_with(p, true, kAddressesOnly, 0);  // addresses only
+  const Calls c = make_calls(p, fake, sizes_of(p, true), true);
+  if (!wy_bwd_mma(c))
+    return "prepare_wy_repr_bwd's tensor-core kernel does not apply: " + prepare_wy_repr_bwd_cuda_mma_reject(c.wp);
+  return prepare_wy_repr_bwd_cuda_mma_reject(wy_bwd_dk_fold(p, fake, wy_bwd_call(p, fake, c, kWyFinStaged)));
+}
 
 std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
   const Sizes s = sizes_of(p, bwd);
@@ -911,7 +939,7 @@ strata_status gdn_cuda_fused_fwd(const GdnParams& p, GdnFusedForm form, void* wo
 }
 
 strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr, const GdnStepProbe* probe,
-                           int dhu_variant) {
+                           int dhu_variant, int wy_variant) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, true);
   Bufs b = carve(p, true, workspace);  // (b.dq: nullptr once dq is final, dq_final below)
@@ -958,14 +986,13 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   }
   mark("dqkwg");
   const int64_t gst[3] = {p.T * p.HV, p.HV, 1};
+  bool dk_final = false;  // dk written through its l2norm backward by prepare_wy_repr_bwd (wy_bwd_dk_fold)
   if (wy_bwd_mma(c)) {
-    // The tensor-core kernel adds dk1 and dγ1 in its epilogue (dk = dk1 + dk2, dγ1 = dγ1 + dγ2, one f32 addition
-    // per element as add_store does: the same bits, without the extra pass over two f32 [B, T, H, K] tensors):
-    // dk straight into the output (into dk1 in place with l2norm), dγ in place into dγ1.
-    WyBwdParams wp = c.wp;
-    wp.dk_add = bwd_tok(b.dk1, STRATA_DTYPE_F32, p.T, p.H, p.K);
-    wp.dk = p.l2norm ? wp.dk_add : bwd_view(p.dk);
-    wp.dg_add = wp.dg = bwd_tok(b.dg1, STRATA_DTYPE_F32, p.T, p.HV, 0);
+    WyBwdParams wp = wy_bwd_call(p, b, c, wy_variant);
+    if (p.l2norm) {
+      const WyBwdParams wn = wy_bwd_dk_fold(p, b, wp);
+      if (prepare_wy_repr_bwd_cuda_mma_reject(wn).empty()) wp = wn, dk_final = true;
+    }
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_mma(wp, b.late, stream)));
   } else {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(prepare_wy_repr_bwd_cuda_fma(c.wp, b.late, stream)));
@@ -983,7 +1010,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   // With l2norm, dq and dk (in dk1) go through the l2norm backward.
   if (p.l2norm) {
     STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.qn, b.sdt, b.rq, b.dq, p.dq, stream));
-    STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
+    if (!dk_final) STRATA_RETURN_IF_ERROR(l2norm_bwd(p, b.kn, b.sdt, b.rk, b.dk1, p.dk, stream));
   }
   mark("tail");
   return STRATA_SUCCESS;

@@ -198,10 +198,10 @@ size_t prepare_wy_repr_bwd_cuda_fma_workspace(const Dims& d) {
 }
 
 int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* stream_ptr) {
-  if (p.dk_add.present() || p.dg_add.present())
+  if (p.dk_add.present() || p.dg_add.present() || p.dk_rstd.present())
     return fail(STRATA_ERROR_UNSUPPORTED,
-                "prepare_wy_repr_bwd cuda.sm90.chunk_tile: dk_add / dg_add (the composed backward's fused sums) are "
-                "taken by the tensor-core kernel only");
+                "prepare_wy_repr_bwd cuda.sm90.chunk_tile: dk_add / dg_add / dk_rstd (the composed backward's fused "
+                "sums and folded l2norm backward) are taken by the tensor-core kernel only");
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Dims& d = p.d;
   int64_t* offs = static_cast<int64_t*>(workspace);

@@ -30,6 +30,12 @@ struct WyBwdParams {
   // alias dk / dg: each element is read and then written by one thread). Only the tensor-core CUDA kernel takes
   // them; the other implementations refuse a call that sets them.
   gdn_bwd::View dk_add, dg_add;
+  // Internal fusion (the composed backward with l2norm; session 15's kWyFinStaged, restored in session 16): rstd of
+  // the keys, f32 [B, T, H]. When present dk is written through the l2norm backward, dk = rstd (y − (y · k) k) with
+  // y = dk_add + (this op's dk) and k = p.k (the normalised keys), in dk's dtype, instead of y. Only the two-per-SM
+  // tensor-core kernel in the kWyFinStaged form takes it (prepare_wy_repr_bwd_cuda_mma_reject says why not
+  // otherwise; the other implementations refuse it).
+  gdn_bwd::View dk_rstd;
   // Launch configuration of the tensor-core kernel: kWyAuto (the default: the two-per-SM form that
   // prepare_wy_repr_bwd_auto_variant() names where the two-per-SM kernel applies, else kWyPipelined), kWyPipelined
   // (two cp.async stages of the per-head tiles, K Kᵀ in shared memory, one block per SM), kWyTwoPerSm (one stage, K Kᵀ
@@ -45,7 +51,10 @@ struct WyBwdParams {
   // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4;
+// kWyFinStaged: kWyTrimmed (the same bits) without dk_rstd; with it, dk's l2norm backward runs after the head loop
+// from the head sums staged in shared memory, four threads per row (wy_store_dk_norm_staged).
+inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4,
+                     kWyFinStaged = 5;
 
 void prepare_wy_repr_bwd_reference(const WyBwdParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).
