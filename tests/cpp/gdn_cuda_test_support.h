@@ -71,39 +71,6 @@ inline GdnTensor op_tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D
   return t;
 }
 
-// The benchmark problem of the composed GDN timing tests: bf16, B = 4 T = 8192 or B = 1 T = 32768 (T = 32768 / B),
-// H = 16, HV = 32, K = V = 128, l2norm, scale 0.0884; cudaMemset fill (q, k, v, do, β ≈ 0.0115, g ≈ −0.0115). `p`
-// holds the forward inputs and the backward's do and gradients (o absent); fwd() the forward's params (o, no
-// gradients).
-struct BenchProblem {
-  static constexpr int64_t H = 16, HV = 32, K = 128, V = 128;
-  int64_t B, T;
-  test::Dev q, k, v, g, beta, dout, dq, dk, dv, dg, dbeta, o;
-  GdnParams p;
-  explicit BenchProblem(int64_t b)
-      : B(b), T(32768 / b), q(B * T * H * K * 2), k(B * T * H * K * 2), v(B * T * HV * V * 2), g(B * T * HV * 2),
-        beta(B * T * HV * 2), dout(B * T * HV * V * 2), dq(B * T * H * K * 2), dk(B * T * H * K * 2),
-        dv(B * T * HV * V * 2), dg(B * T * HV * 2), dbeta(B * T * HV * 2), o(B * T * HV * V * 2) {
-    for (test::Dev* x : {&q, &k, &v, &beta, &dout}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    p.q = t(q, H, K), p.k = t(k, H, K), p.v = t(v, HV, V), p.g = t(g, HV, 0), p.beta = t(beta, HV, 0);
-    p.do_ = t(dout, HV, V), p.dq = t(dq, H, K), p.dk = t(dk, H, K), p.dv = t(dv, HV, V), p.dg = t(dg, HV, 0);
-    p.dbeta = t(dbeta, HV, 0);
-    p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
-    p.scale = 0.0884f;
-    p.l2norm = true;
-  }
-  GdnParams fwd() const {
-    GdnParams f = p;
-    f.do_ = f.dq = f.dk = f.dv = f.dg = f.dbeta = GdnTensor{};
-    f.o = op_tok(o.p, STRATA_DTYPE_BF16, T, HV, V);
-    return f;
-  }
-
- private:
-  GdnTensor t(test::Dev& x, int64_t heads, int64_t D) const { return op_tok(x.p, STRATA_DTYPE_BF16, T, heads, D); }
-};
-
 // Contiguous views: [B, T, heads, D] (D = 0: [B, T, heads]) and the chunk states [B, NT, HV, K, V].
 inline gdn_bwd::View tok(void* p, int32_t dt, int64_t T, int64_t heads, int64_t D) {
   gdn_bwd::View v;
@@ -280,10 +247,12 @@ inline StepTimes time_steps(const std::function<void(const GdnStepProbe*)>& call
 // The composed GDN backward's problem at a benchmark shape on the device (the timing tests' call): bf16 q, k [B, T,
 // H, K], v, do [B, T, HV, V], g, β [B, T, HV] filled by cudaMemset (0x3c: ≈ 0.0115; g 0xbc: ≈ −0.0115), outputs dq,
 // dk, dv, dg, dβ; l2norm, scale 0.0884. With `saved`, p.saved is filled by the default forward first (o into a
-// scratch tensor), so that gdn_cuda_bwd(p, ...) reads the residuals instead of re-running the forward.
+// scratch tensor), so that gdn_cuda_bwd(p, ...) reads the residuals instead of re-running the forward. fwd(): the
+// forward's params (o, no gradients, no saved residuals).
 struct GdnBenchProblem {
   std::vector<std::unique_ptr<test::Dev>> bufs;
   GdnParams p;
+  GdnTensor o;
   GdnBenchProblem(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, bool saved) {
     const int32_t bf = STRATA_DTYPE_BF16;
     auto tt = [&](int64_t heads, int64_t D, int fill) {
@@ -296,8 +265,9 @@ struct GdnBenchProblem {
     p.B = B, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = B;
     p.scale = 0.0884f;
     p.l2norm = true;
+    o = tt(HV, V, -1);
     if (saved) {
-      p.o = tt(HV, V, -1);
+      p.o = o;
       bufs.push_back(std::make_unique<test::Dev>(gdn_cuda_saved_bytes(p)));
       p.saved.data = bufs.back()->p, p.saved.dtype = STRATA_DTYPE_U8;
       test::Dev ws(gdn_cuda_fwd_workspace(p));
@@ -306,6 +276,13 @@ struct GdnBenchProblem {
     }
     p.do_ = tt(HV, V, 0x3c), p.dq = tt(H, K, -1), p.dk = tt(H, K, -1), p.dv = tt(HV, V, -1), p.dg = tt(HV, 0, -1);
     p.dbeta = tt(HV, 0, -1);
+  }
+  GdnParams fwd() const {
+    GdnParams f = p;
+    f.do_ = f.dq = f.dk = f.dv = f.dg = f.dbeta = GdnTensor{};
+    f.saved = decltype(f.saved){};
+    f.o = o;
+    return f;
   }
 };
 

@@ -654,8 +654,8 @@ TEST(GdnBwdCudaVariants, TimingAtBenchShapes) {
 TEST(GdnBwdCudaVariants, WholeBackwardTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const gdn_test::BenchProblem bench(B);
-    const int64_t T = bench.T;
+    const int64_t T = 32768 / B;
+    const gdn_test::GdnBenchProblem bench(B, T, 16, 32, 128, 128, /*saved=*/false);
     const GdnParams p = bench.p, pf = bench.fwd();
     Dev ws(gdn_cuda_bwd_workspace(p));
     Dev wsf(gdn_cuda_fwd_workspace(pf));

@@ -421,16 +421,9 @@ TEST(GdnWyBwdEpilogue, Timing) {
 TEST(GdnWyBwdEpilogue, ComposedDkFoldTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
-    const gdn_test::BenchProblem bench(B);
-    const int64_t T = bench.T;
-    GdnParams pf = bench.fwd(), p = bench.p;
-    Dev saved(gdn_cuda_saved_bytes(p));
-    pf.saved.data = p.saved.data = saved.p;
-    pf.saved.dtype = p.saved.dtype = STRATA_DTYPE_U8;
-    {  // the forward fills saved
-      Dev wsf(gdn_cuda_fwd_workspace(pf));
-      EXPECT_EQ(gdn_cuda_fwd(pf, wsf.p, nullptr), STRATA_SUCCESS);
-    }
+    const int64_t T = 32768 / B;
+    const gdn_test::GdnBenchProblem bench(B, T, 16, 32, 128, 128, /*saved=*/true);  // the forward fills saved
+    const GdnParams p = bench.p;
     EXPECT_EQ(gdn_cuda_bwd_dk_fold_reject(p), "");
     Dev ws(gdn_cuda_bwd_workspace(p));
     const int forms[] = {kWyTrimmed, kWyFinStaged, kWyAuto};
