@@ -857,7 +857,7 @@ void Forward(const Conv1dParams& p) {
   const char* split_env = std::getenv("STRATA_CONV_FWD_SPLIT");
   const bool split = !(split_env && split_env[0] == '0');
   // One FwdScratch per thread (72 KiB), indexed by the OpenMP thread number (0 outside a parallel region).
-  auto scratch = hwy::AllocateAligned<FwdScratch>(split ? std::max(1, strata::rt::num_threads()) : 0);
+  auto scratch = hwy::AllocateAligned<FwdScratch>(split ? std::max(1, strata::rt::num_threads()) : 1);
   tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
     FwdScratch* sc = split ? &scratch[omp_get_thread_num()] : nullptr;
     for (int64_t i = i0; i < i1; ++i) {
