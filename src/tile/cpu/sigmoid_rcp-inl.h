@@ -33,9 +33,9 @@ namespace strata::tile::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if !STRATA_HWY_IS_AVX512
-// e^-v = p(f) 2^n as described above, p from the coefficients c (highest degree first).
+// 1 / (1 + e^-v) with e^-v = p(f) 2^n as described above, p from the coefficients c (highest degree first).
 template <int kDeg, class DF>
-HWY_INLINE hn::Vec<DF> ExpNegRcpForm(DF df, hn::Vec<DF> v, const float (&c)[kDeg + 1]) {
+HWY_INLINE hn::Vec<DF> SigmoidRcpForm(DF df, hn::Vec<DF> v, const float (&c)[kDeg + 1]) {
   const hn::RebindToSigned<DF> di;
   auto t = hn::Mul(v, hn::Set(df, -1.44269504088896341f));
   t = hn::Min(hn::Set(df, 125.0f), hn::Max(hn::Set(df, -125.0f), t));
@@ -44,42 +44,35 @@ HWY_INLINE hn::Vec<DF> ExpNegRcpForm(DF df, hn::Vec<DF> v, const float (&c)[kDeg
   const auto f = hn::Sub(t, hn::Sub(r, magic));
   auto p = hn::Set(df, c[0]);
   for (int k = 1; k <= kDeg; ++k) p = hn::MulAdd(p, f, hn::Set(df, c[k]));
-  return hn::BitCast(df, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::BitCast(di, r))));
-}
-// 1 / d for d >= 1: the estimate and one Newton step.
-template <class DF>
-HWY_INLINE hn::Vec<DF> RecipNewton(DF df, hn::Vec<DF> d) {
-  const auto est = hn::ApproximateReciprocal(d);
+  const auto e = hn::BitCast(df, hn::Add(hn::BitCast(di, p), hn::ShiftLeft<23>(hn::BitCast(di, r))));
+  const auto d = hn::Add(hn::Set(df, 1.f), e);
+  const auto est = hn::ApproximateReciprocal(d);  // and one Newton step
   return hn::Mul(est, hn::NegMulAdd(d, est, hn::Set(df, 2.f)));
 }
+// ExpLp's degree-5 polynomial for 2^f on [-1/2, 1/2] (relative error 1.5e-7), and a degree-3 one fitted for the
+// minimax relative error there (7.5e-5; SigmoidOut16's on AVX-512 is fitted for [0, 1)).
+inline constexpr float kSigmoidRcpC5[6] = {1.327647129073739e-3f, 9.675541892647743e-3f, 5.550713092088699e-2f,
+                                           2.4022120237350464e-1f, 6.931469440460205e-1f, 1.0000001192092896f};
+inline constexpr float kSigmoidRcpC3[4] = {5.5171433836221695e-2f, 2.4261081218719482e-1f, 6.932609677314758e-1f,
+                                           9.999281167984009e-1f};
 #endif
 
-// sigma(v) for kernels whose sigmoid also feeds f32 sums (a backward's dweight): ExpLp's degree-5 polynomial
-// (relative error 1.5e-7 on [-1/2, 1/2]); relative error below 1e-6 over the float range (measured: see the test).
-template <class DF>
-HWY_INLINE hn::Vec<DF> SigmoidLpRcp(DF df, hn::Vec<DF> v) {
+// SigmoidLpRcp: sigma(v) for kernels whose sigmoid also feeds f32 sums (a backward's dweight): relative error below
+// 1e-6 + 7.5e-8 |v| over the float range (measured 2.9e-7: tests/cpp/test_tile_sigmoid_rcp.cpp).
+// SigmoidOut16Rcp: sigma(v) for a value rounded straight to bf16 / f16 (a forward's y = v sigma(v)): relative error
+// below 1.4e-4 + 7.5e-8 |v| as SigmoidOut16's (measured 7.5e-5): 0.04 of a bf16 and 0.15 of an f16 half-ulp.
+// AVX-512: SigmoidLp and SigmoidOut16.
 #if STRATA_HWY_IS_AVX512
-  return SigmoidLp(df, v);
-#else
-  static constexpr float kC[6] = {1.327647129073739e-3f, 9.675541892647743e-3f, 5.550713092088699e-2f,
-                                  2.4022120237350464e-1f, 6.931469440460205e-1f, 1.0000001192092896f};
-  return RecipNewton(df, hn::Add(hn::Set(df, 1.f), ExpNegRcpForm<5>(df, v, kC)));
-#endif
-}
-
-// sigma(v) for a value rounded straight to bf16 / f16 (a forward's y = v sigma(v)): a degree-3 polynomial for 2^f
-// fitted for the minimax relative error on [-1/2, 1/2] (7.5e-5; SigmoidOut16's on AVX-512 is for [0, 1)); relative
-// error below 1.4e-4 as SigmoidOut16's (see the test): 0.07 of a bf16 and 0.3 of an f16 half-ulp.
 template <class DF>
-HWY_INLINE hn::Vec<DF> SigmoidOut16Rcp(DF df, hn::Vec<DF> v) {
-#if STRATA_HWY_IS_AVX512
-  return SigmoidOut16(df, v);
+HWY_INLINE hn::Vec<DF> SigmoidLpRcp(DF df, hn::Vec<DF> v) { return SigmoidLp(df, v); }
+template <class DF>
+HWY_INLINE hn::Vec<DF> SigmoidOut16Rcp(DF df, hn::Vec<DF> v) { return SigmoidOut16(df, v); }
 #else
-  static constexpr float kC[4] = {5.5171433836221695e-2f, 2.4261081218719482e-1f, 6.932609677314758e-1f,
-                                  9.999281167984009e-1f};
-  return RecipNewton(df, hn::Add(hn::Set(df, 1.f), ExpNegRcpForm<3>(df, v, kC)));
+template <class DF>
+HWY_INLINE hn::Vec<DF> SigmoidLpRcp(DF df, hn::Vec<DF> v) { return SigmoidRcpForm<5>(df, v, kSigmoidRcpC5); }
+template <class DF>
+HWY_INLINE hn::Vec<DF> SigmoidOut16Rcp(DF df, hn::Vec<DF> v) { return SigmoidRcpForm<3>(df, v, kSigmoidRcpC3); }
 #endif
-}
 
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

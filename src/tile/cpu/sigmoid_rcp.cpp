@@ -2,32 +2,31 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tile/cpu/sigmoid_rcp.cpp"
 #include "tile/cpu/foreach_isa.h"  // IWYU pragma: keep
-#include <hwy/highway.h>
+#include "tile/cpu/sigmoid_rcp.h"
+
+#include <algorithm>
 
 #include "tile/cpu/isa.h"
-#include "tile/cpu/sigmoid_rcp-inl.h"
-#include "tile/cpu/sigmoid_rcp.h"
+#include "tile/cpu/sigmoid_rcp-inl.h"  // hn: hwy::HWY_NAMESPACE
 
 HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
-// kOut16: SigmoidOut16Rcp, else SigmoidLpRcp. The tail goes through a padded vector, so it takes the same code.
+// kOut16: SigmoidOut16Rcp, else SigmoidLpRcp; each piece of one vector through an aligned buffer (zero-padded at
+// the tail), so every element takes the same code.
 template <bool kOut16>
 HWY_INLINE void ApplySigmoidRcp(const float* x, float* y, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto f = [&](auto v) {
-    if constexpr (kOut16) return SigmoidOut16Rcp(df, v);
-    else return SigmoidLpRcp(df, v);
-  };
-  int64_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(f(hn::LoadU(df, x + i)), df, y + i);
-  if (i < n) {
-    alignas(64) float buf[hn::MaxLanes(df)] = {};
-    for (int64_t j = i; j < n; ++j) buf[j - i] = x[j];
-    hn::Store(f(hn::Load(df, buf)), df, buf);
-    for (int64_t j = i; j < n; ++j) y[j] = buf[j - i];
+  alignas(64) float buf[hn::MaxLanes(df)];
+  for (int64_t i = 0; i < n; i += N) {
+    const int64_t m = std::min(N, n - i);
+    std::fill(buf, buf + N, 0.f);
+    std::copy(x + i, x + i + m, buf);
+    const auto v = hn::Load(df, buf);
+    if constexpr (kOut16) hn::Store(SigmoidOut16Rcp(df, v), df, buf);
+    else hn::Store(SigmoidLpRcp(df, v), df, buf);
+    std::copy(buf, buf + m, y + i);
   }
 }
 void SigmoidLpRcpArray(const float* x, float* y, int64_t n) { ApplySigmoidRcp<false>(x, y, n); }

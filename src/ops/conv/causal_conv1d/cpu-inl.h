@@ -89,9 +89,17 @@ void CausalConv1dBwdBf16Native(const Conv1dParams& p, float* partials);
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range) for the
-// activations' dtype T: for bf16/f16 the reduced-precision one (relative error < 4e-6, far below their
-// rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
+// Which column sweeps this target compiles (session 16): the split sweeps (BwdSweepSplit, FwdColumnsSplit:
+// passes over an L1 scratch, every tile of a sequence) on AVX2, SSE4 and the scalar fallback, where they were
+// measured faster on the AMD EPYC (AVX2) development VM; AVX-512 keeps the session-15 sweeps (BwdSweep,
+// FwdColumns: 32 registers hold their state without spills), since no AVX-512 machine could time the split ones
+// in session 16 (README, Performance: the Xeon A/B is pending).
+inline constexpr bool kSplitSweeps = !STRATA_HWY_IS_AVX512;
+
+// sigma(u) = 1 / (1 + exp(-u)) for the activations' dtype T: for bf16/f16 a reduced-precision one (relative error
+// < 1e-6 + 7.5e-8 |u|, far below their rounding; the kernels are compute-bound on the sigmoid): SigmoidLp on
+// AVX-512, elsewhere SigmoidLpRcp (tile/cpu/sigmoid_rcp-inl.h, session 16: no division, ~16 vector operations
+// instead of ~21 and a vdivps); for f32 the f32-accurate FastSigmoid of tile/cpu/math-inl.h.
 template <class T>
 HWY_INLINE VF Sigmoid(DF df, VF u) {
   if constexpr (sizeof(T) == 2) return tv::SigmoidLpRcp(df, u);  // AVX-512: SigmoidLp (tile/cpu/sigmoid_rcp-inl.h)
@@ -99,16 +107,23 @@ HWY_INLINE VF Sigmoid(DF df, VF u) {
 }
 // g = dy act'(u) for SiLU, act'(u) = s (1 + u (1 - s)) with s = sigma(u), written (dy s)(1 + u - u s): after s
 // two operations remain on the dependency chain (an FNMA and a multiply) instead of four.
+// AVX-512 keeps the session-15 expression dy (s (1 + u (1 - s))) (its kernels' bits unchanged, see kSplitSweeps).
 template <class T>
 HWY_INLINE VF SiluGrad(DF df, VF u, VF dy) {
   const VF s = Sigmoid<T>(df, u);
-  return hn::Mul(hn::Mul(dy, s), hn::NegMulAdd(u, s, hn::Add(hn::Set(df, 1.f), u)));
+  const VF one = hn::Set(df, 1.f);
+#if STRATA_HWY_IS_AVX512
+  return hn::Mul(dy, hn::Mul(s, hn::MulAdd(u, hn::Sub(one, s), one)));
+#else
+  return hn::Mul(hn::Mul(dy, s), hn::NegMulAdd(u, s, hn::Add(one, u)));
+#endif
 }
 // The forward's: y = u sigma(u) (+ residual) is rounded straight to T and read by nothing else, so bf16/f16 take
-// SigmoidOut16 (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13, session 11).
+// SigmoidOut16 on AVX-512 (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13,
+// session 11) and SigmoidOut16Rcp elsewhere (the same bound; 14 operations, no division; session 16).
 template <class T>
 HWY_INLINE VF SigmoidFwd(DF df, VF u) {
-  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16(df, u);
+  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16Rcp(df, u);
   else return Sigmoid<T>(df, u);
 }
 
@@ -277,8 +292,8 @@ template <int KW, bool kSilu, bool kNative, class T>
 HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wc, int64_t ws,
                                 const float* HWY_RESTRICT bc, int64_t ahead, const T* HWY_RESTRICT r0, int64_t rs,
                                 T* HWY_RESTRICT out, int64_t outs, int64_t nt, const float* HWY_RESTRICT pre,
-                                int64_t pres, const T* HWY_RESTRICT lines, T* HWY_RESTRICT lines_to,
-                                int64_t lines_ts, int64_t nlines) {
+                                int64_t pres, RegionPrefetch::Run pf, const T* HWY_RESTRICT lines,
+                                T* HWY_RESTRICT lines_to, int64_t lines_ts, int64_t nlines) {
   constexpr int R = KW - 1;
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -291,6 +306,10 @@ HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const floa
   const VF bv = hn::LoadU(df, bc);
   for (int64_t t = 0; t < nt; ++t) {
     tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);  // the next line group's, swept one group later
+    if (t < pf.n) {  // one line of the next item's run (L2), as in BwdSweep
+      __builtin_prefetch(pf.a + t * 64, 0, 2);
+      __builtin_prefetch(pf.b + t * 64, 0, 2);
+    }
     if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
     const VF xc = tv::LoadF32(df, x0 + t * xs);
     hn::Store(xc, df, xf + (t + R) * N);
@@ -321,14 +340,18 @@ template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void FwdColumnsSplit(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
                                   const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
                                   T* HWY_RESTRICT y0, int64_t ys, int64_t nt, const float* HWY_RESTRICT pre,
-                                  T* HWY_RESTRICT line) {
+                                  RegionPrefetch& pf, T* HWY_RESTRICT line) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
   const int64_t vpl = std::max<int64_t>(1, kLineElems / N);
+  // The next item's lines spread evenly over this item's sweeps (at most one per token step).
+  const int64_t sweeps = std::max<int64_t>(1, nc / N);
+  const int64_t per_sweep = std::min(nt, (pf.rows * pf.row_lines + sweeps - 1) / sweeps);
   auto sweep = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
     FwdSweepSplit<KW, kSilu, kNative, T>(x0 + c, xs, wt + c, ws, bt + c, vpl * N, r0 ? r0 + c : nullptr, rs, out,
-                                         outs, nt, pre ? pre + c : nullptr, nc, lines, lines_to, ys, nlines);
+                                         outs, nt, pre ? pre + c : nullptr, nc, pf.Take(per_sweep), lines, lines_to,
+                                         ys, nlines);
   };
   int64_t j = 0;
   if constexpr (kStream) j = SweepLineGroups(nc, nt, line, y0, ys, sweep);
@@ -451,9 +474,7 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
       VF acc = hn::LoadU(df, bc);
       for (int k = 0; k < R; ++k) acc = hn::MulAdd(w(k), win[(r + k) % R], acc);
       acc = hn::MulAdd(w(R), xc, acc);
-      const VF sg = Sigmoid<T>(df, acc);
-      const VF one = hn::Set(df, 1.f);
-      gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
+      gv = SiluGrad<T>(df, acc, gv);
     }
     if constexpr (kOwn) {
       sb = hn::Add(sb, gv);
@@ -596,8 +617,7 @@ template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
                              const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
                              T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, int64_t nh, const float* HWY_RESTRICT pre,
-                             float* HWY_RESTRICT dw, float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line,
-                             bool split) {
+                             float* HWY_RESTRICT dw, float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line) {
   static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -608,7 +628,7 @@ HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_
   const int64_t sweeps = std::max<int64_t>(1, nc / N);
   const int64_t per_sweep = std::min(nt + KW - 1, (pf.rows * pf.row_lines + sweeps - 1) / sweeps);
   auto sweep = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
-    if (split)
+    if constexpr (kSplitSweeps)
       BwdSweepSplit<KW, kSilu, kNative, T>(x0 + c, xs, dy0 + c, dys, wt + c, ws, bt + c, vpl * N, out, outs, nt, nh,
                                            pre ? pre + c : nullptr, nc, dw + c, nc, db + c, pf.Take(per_sweep), lines,
                                            lines_to, dxs, nlines);
@@ -753,6 +773,25 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
   else run(std::false_type{});
 }
 
+// The column sweeps' dispatch: calls f(std::integral_constant<int, W>{}, std::bool_constant<kStream>{},
+// std::bool_constant<kSilu>{}) for W in {2, 3, 4} and the run-time stream / SiLU choices.
+template <class F>
+HWY_INLINE void WithColumnKinds(int64_t W, bool stream, bool silu, F&& f) {
+  auto act = [&](auto w, auto st) {
+    if (silu) f(w, st, std::true_type{});
+    else f(w, st, std::false_type{});
+  };
+  auto str = [&](auto w) {
+    if (stream) act(w, std::true_type{});
+    else act(w, std::false_type{});
+  };
+  switch (W) {
+    case 2: str(std::integral_constant<int, 2>{}); break;
+    case 3: str(std::integral_constant<int, 3>{}); break;
+    default: str(std::integral_constant<int, 4>{}); break;
+  }
+}
+
 // Scratch of one forward thread for FwdColumnsSplit: the staged sources before a sequence's first tile and the
 // streamed y lines (two buffers of 64 bytes per token).
 struct FwdScratch {
@@ -762,67 +801,53 @@ struct FwdScratch {
 
 template <class T, bool kNative>
 void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, const float* wt,
-             const float* bt, bool stream, FwdScratch* sc) {
+             const float* bt, bool stream, FwdScratch& sc, RegionPrefetch& pf) {
   const T* x = static_cast<const T*>(p.x);
   const T* res = static_cast<const T*>(p.residual);
   T* y = static_cast<T*>(p.y);
   const T* rows[kMaxWidth];
   SeqSpan s = find_sequence(p, b, t0);
-  // FwdColumnsSplit (sc given): every tile inside one sequence, including its first (the sources before it staged)
-  // where the target has FMA: without it MulAdd is a multiply and an add, and the element-wise path that a pack
-  // takes at a sequence start (fmaf) would give other bits than the sequence run alone (PackedEqualsSeparate).
-  if (sc && p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
-      (HWY_NATIVE_FMA || all_taps_x(p, b, t0, s))) {
-    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
-    T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
-    const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
-    // Non-temporal stores of whole lines: every token's row of the chunk 64-byte aligned.
-    const bool st = stream && reinterpret_cast<uintptr_t>(y0) % 64 == 0 &&
-                    (p.ys[1] * static_cast<int64_t>(sizeof(T))) % 64 == 0;
-    const float* pre = StageSourcesBefore(p, b, s, t0, c0, nc, sc->pre);
-    const bool silu = p.activation == kActSilu;
-    const int64_t ws = StagedStride(p), nt = t1 - t0;
-    T* line = reinterpret_cast<T*>(sc->line);
-#define STRATA_CONV_COLS(KW, S)                                                                                   \
-  (silu ? FwdColumnsSplit<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pre, \
-                                                   line)                                                          \
-        : FwdColumnsSplit<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pre, \
-                                                    line))
-    switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
-      case 0: STRATA_CONV_COLS(2, false); break;
-      case 1: STRATA_CONV_COLS(2, true); break;
-      case 2: STRATA_CONV_COLS(3, false); break;
-      case 3: STRATA_CONV_COLS(3, true); break;
-      case 4: STRATA_CONV_COLS(4, false); break;
-      default: STRATA_CONV_COLS(4, true); break;
+  // FwdColumnsSplit: every tile inside one sequence, including its first (the sources before it staged) where the
+  // target has FMA: without it MulAdd is a multiply and an add, and the element-wise path that a pack takes at a
+  // sequence start (fmaf) would give other bits than the sequence run alone (PackedEqualsSeparate).
+  if constexpr (kSplitSweeps) {
+    if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+        (HWY_NATIVE_FMA || all_taps_x(p, b, t0, s))) {
+      const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+      T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+      const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+      // Non-temporal stores of whole lines: every token's row of the chunk 64-byte aligned.
+      const bool st = stream && reinterpret_cast<uintptr_t>(y0) % 64 == 0 &&
+                      (p.ys[1] * static_cast<int64_t>(sizeof(T))) % 64 == 0;
+      const float* pre = StageSourcesBefore(p, b, s, t0, c0, nc, sc.pre);
+      const bool silu = p.activation == kActSilu;
+      const int64_t ws = StagedStride(p), nt = t1 - t0;
+      T* line = reinterpret_cast<T*>(sc.line);
+      WithColumnKinds(p.W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+        FwdColumnsSplit<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+            x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pre, pf, line);
+      });
+      return;
     }
-#undef STRATA_CONV_COLS
-    return;
   }
-  // The whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx): the column sweep.
-  if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
-      all_taps_x(p, b, t0, s)) {
-    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
-    T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
-    const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
-    // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
-    const bool st = stream && tv::StreamAligned(DF(), y0) &&
-                    (p.ys[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
-    const bool silu = p.activation == kActSilu;
-    const int64_t ws = StagedStride(p), nt = t1 - t0;
-#define STRATA_CONV_COLS(KW, S)                                                                                   \
-  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt)          \
-        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt))
-    switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
-      case 0: STRATA_CONV_COLS(2, false); break;
-      case 1: STRATA_CONV_COLS(2, true); break;
-      case 2: STRATA_CONV_COLS(3, false); break;
-      case 3: STRATA_CONV_COLS(3, true); break;
-      case 4: STRATA_CONV_COLS(4, false); break;
-      default: STRATA_CONV_COLS(4, true); break;
+  // FwdColumns (AVX-512): the whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx).
+  if constexpr (!kSplitSweeps) {
+    if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+        all_taps_x(p, b, t0, s)) {
+      const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+      T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+      const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+      // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
+      const int64_t vb = static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T));
+      const bool st = stream && tv::StreamAligned(DF(), y0) && (p.ys[1] * static_cast<int64_t>(sizeof(T))) % vb == 0;
+      const bool silu = p.activation == kActSilu;
+      const int64_t ws = StagedStride(p), nt = t1 - t0;
+      WithColumnKinds(p.W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+        FwdColumns<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+            x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt);
+      });
+      return;
     }
-#undef STRATA_CONV_COLS
-    return;
   }
   for (int64_t t = t0; t < t1; ++t) {
     if (t >= s.end) s = find_sequence(p, b, t);
@@ -853,19 +878,20 @@ void Forward(const Conv1dParams& p) {
   const float* wt = staged.get();
   const float* bt = wt + p.W * StagedStride(p);
   const bool stream = Streams<T>(p);
-  // TEMPORARY (session 16 A/B, removed after the GPU host's run): STRATA_CONV_FWD_SPLIT=0 takes FwdColumns.
-  const char* split_env = std::getenv("STRATA_CONV_FWD_SPLIT");
-  const bool split = !(split_env && split_env[0] == '0');
-  // One FwdScratch per thread (72 KiB), indexed by the OpenMP thread number (0 outside a parallel region).
-  auto scratch = hwy::AllocateAligned<FwdScratch>(split ? std::max(1, strata::rt::num_threads()) : 1);
+  // One FwdScratch per thread (72 KiB) for FwdColumnsSplit, indexed by the OpenMP thread number (0 outside a
+  // parallel region).
+  auto scratch = hwy::AllocateAligned<FwdScratch>(kSplitSweeps ? std::max(1, strata::rt::num_threads()) : 1);
   tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
-    FwdScratch* sc = split ? &scratch[omp_get_thread_num()] : nullptr;
+    FwdScratch& sc = scratch[omp_get_thread_num()];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kFwdChan;
+      // The next item's x (and residual) rows into L2 during this one (FwdColumnsSplit; the column walk reads ~64
+      // rows 16 KiB apart at a time, which the hardware prefetchers do not follow).
+      RegionPrefetch pf = NextItemRegion<T>(p, i + 1, p.B * tpr * chunks, chunks, kFwdChan, p.residual, p.rs);
       FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kFwdChan, p.D - c0), wt + c0,
-                          bt + c0, stream, sc);
+                          bt + c0, stream, sc, pf);
     }
     if (stream) hwy::FlushStream();  // order the non-temporal stores before the results are used
   });
@@ -928,7 +954,7 @@ struct BwdScratch {
 
 template <class T, bool kNative>
 void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t t1, int64_t c0, int64_t nc,
-             BwdScratch& sc, float* partials, bool stream, RegionPrefetch& pf, bool split) {
+             BwdScratch& sc, float* partials, bool stream, RegionPrefetch& pf) {
   const int64_t W = p.W;
   std::fill(sc.dw, sc.dw + W * nc, 0.f);
   std::fill(sc.db, sc.db + nc, 0.f);
@@ -948,7 +974,7 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
   // boundaries in a pack.
   const int64_t R = W - 1;
   const bool cols = p.channels_contiguous && p.mode != kModeSeqIdx && W >= 2 && W <= 4 &&
-                    (split ? t1 <= s.end && !(p.dhT && t1 + R > s.end)
+                    (kSplitSweeps ? t1 <= s.end && !(p.dhT && t1 + R > s.end)
                            : t1 - t0 >= R && t1 + R <= s.end && all_taps_x(p, b, t0, s));
   if (cols) {
     const int64_t nh = std::min(R, s.end - t1);
@@ -962,20 +988,10 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     const bool silu = p.activation == kActSilu;
     const int64_t ws = StagedStride(p), nt = t1 - t0;
     T* line = reinterpret_cast<T*>(sc.line);
-#define STRATA_CONV_BWD_COLS(KW, S)                                                                            \
-  (silu ? BwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                              nh, pre, sc.dw, sc.db, pf, line, split)                            \
-        : BwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                               nh, pre, sc.dw, sc.db, pf, line, split))
-    switch ((W - 2) * 2 + (st ? 1 : 0)) {
-      case 0: STRATA_CONV_BWD_COLS(2, false); break;
-      case 1: STRATA_CONV_BWD_COLS(2, true); break;
-      case 2: STRATA_CONV_BWD_COLS(3, false); break;
-      case 3: STRATA_CONV_BWD_COLS(3, true); break;
-      case 4: STRATA_CONV_BWD_COLS(4, false); break;
-      default: STRATA_CONV_BWD_COLS(4, true); break;
-    }
-#undef STRATA_CONV_BWD_COLS
+    WithColumnKinds(W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+      BwdColumns<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+          x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, nh, pre, sc.dw, sc.db, pf, line);
+    });
     float* part = partials + tile * (W + 1) * p.D + c0;
     for (int64_t k = 0; k < W; ++k) std::copy(sc.dw + k * nc, sc.dw + (k + 1) * nc, part + k * p.D);
     std::copy(sc.db, sc.db + nc, part + W * p.D);
@@ -1044,9 +1060,6 @@ void Backward(const Conv1dParams& p, float* partials) {
   const int64_t chunks = (p.D + kBwdChan - 1) / kBwdChan;
   const bool stream = Streams<T>(p);
   const auto staged = StageWeights(p);
-  // TEMPORARY (session 16 A/B, removed after the GPU host's run): STRATA_CONV_BWD_SPLIT=0 takes BwdSweep.
-  const char* split_env = std::getenv("STRATA_CONV_BWD_SPLIT");
-  const bool split = !(split_env && split_env[0] == '0');
   // Blocks of one time tile (all its chunks): one scratch allocation (0.8 MiB) per block.
   tile::parallel_blocks(tiles * chunks, chunks, [&](int64_t i0, int64_t i1) {
     auto sc = hwy::AllocateAligned<BwdScratch>(1);
@@ -1058,7 +1071,7 @@ void Backward(const Conv1dParams& p, float* partials) {
       sc[0].bt = staged.get() + p.W * StagedStride(p) + c0;
       RegionPrefetch pf = NextItemRegion<T>(p, i + 1, tiles * chunks, chunks, kBwdChan, p.dy, p.dys);
       BwdItem<T, kNative>(p, b, tile, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kBwdChan, p.D - c0), sc[0],
-                          partials, stream, pf, split);
+                          partials, stream, pf);
     }
     if (stream) hwy::FlushStream();
   });
