@@ -3,9 +3,11 @@
 // central finite differences (rows with initial state and final-state gradient, packs with empty and short
 // sequences, seq_idx with padding, a general width), determinism (repeated runs, 1 vs 2 threads, every CPU
 // implementation; on CUDA every implementation run to run, and cuda.sm90.pipe against cuda.sm90.vec bitwise),
-// packed-vs-separate equality, the workspace rule, and the C++ wrapper.
+// packed-vs-separate equality, streamed (non-temporal) outputs equal to plain stores, the workspace rule, and the
+// C++ wrapper.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -420,6 +422,57 @@ TEST(CausalConv1d, BackwardBitwiseAcrossRunsAndThreadCounts) {
     }
   }
   strata_set_num_threads(before);
+}
+
+// Outputs of 4 MiB and more are written with non-temporal stores where every row is 64-byte aligned (the column
+// sweeps first gather whole 64-byte lines of y / dx in L1: SweepLineGroups in cpu-inl.h); the same call with the
+// output 32 bytes further takes plain stores. The arithmetic does not depend on where the rows go, so both give
+// the same bits, on every CPU implementation (the conformance cases' outputs are never 64-byte aligned: their
+// storage comes from malloc). [1, 1030, 2048]: a short last tile; initial state, residual and bias present.
+TEST(CausalConv1d, StreamedOutputsEqualPlainStores) {
+  const int64_t T = 1030, D = 2048, W = 4;
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16}) {
+    HostTensor x = randn(dt, {1, T, D}, 21), dy = randn(dt, {1, T, D}, 22), res = randn(dt, {1, T, D}, 23);
+    HostTensor w = randn(STRATA_DTYPE_F32, {D, W}, 24), bias = randn(STRATA_DTYPE_F32, {D}, 25);
+    HostTensor h0 = randn(STRATA_DTYPE_F32, {1, D, W - 1}, 26);
+    const size_t bytes = x.storage.size();
+    std::vector<uint8_t> buf(bytes + 128);
+    uint8_t* aligned = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    // y (forward) or dx, dw, db (backward) with the activation output at `out`.
+    auto run = [&](bool bwd, uint8_t* out) {
+      strata_plan plan = nullptr;
+      HostTensor dw = poisoned(STRATA_DTYPE_F32, {D, W}), db = poisoned(STRATA_DTYPE_F32, {D});
+      std::fill(out, out + bytes, uint8_t{0xff});
+      strata_status s =
+          bwd ? strata_causal_conv1d_bwd_plan(dsc(&x), dsc(&w), dsc(&bias), dsc(&h0), nullptr, nullptr, dsc(&dy), nullptr,
+                                              dsc(&x), dsc(&dw), dsc(&db), nullptr, 1, 0, &plan)
+              : strata_causal_conv1d_fwd_plan(dsc(&x), dsc(&w), dsc(&bias), dsc(&res), dsc(&h0), nullptr, nullptr,
+                                              dsc(&x), nullptr, 1, 0, &plan);
+      EXPECT_EQ(s, STRATA_SUCCESS) << strata_get_last_error_message();
+      size_t ws = 0;
+      strata_plan_workspace_size(plan, &ws);
+      std::vector<uint8_t> work(ws);
+      void* fwd_t[] = {ptr(&x), ptr(&w), ptr(&bias), ptr(&res), ptr(&h0), nullptr, nullptr, out, nullptr};
+      void* bwd_t[] = {ptr(&x), ptr(&w), ptr(&bias), ptr(&h0), nullptr, nullptr, ptr(&dy), nullptr, out, ptr(&dw),
+                       ptr(&db), nullptr};
+      EXPECT_EQ(strata_plan_run(plan, bwd ? bwd_t : fwd_t, bwd ? 12 : 9, work.data(), ws, nullptr), STRATA_SUCCESS)
+          << strata_get_last_error_message();
+      strata_plan_destroy(plan);
+      std::vector<uint8_t> bits(out, out + bytes);
+      if (bwd) {
+        bits.insert(bits.end(), dw.storage.begin(), dw.storage.end());
+        bits.insert(bits.end(), db.storage.begin(), db.storage.end());
+      }
+      return bits;
+    };
+    for (bool bwd : {false, true})
+      for (const std::string& impl : atk::impls_for(bwd ? "causal_conv1d_bwd" : "causal_conv1d_fwd", kCpu)) {
+        if (impl == "reference") continue;
+        ForceImpl force(impl.c_str());
+        const std::vector<uint8_t> streamed = run(bwd, aligned);
+        EXPECT_EQ(run(bwd, aligned + 32), streamed) << impl << (bwd ? " backward" : " forward") << " dtype " << dt;
+      }
+  }
 }
 
 // A pack equals its sequences run one by one (each with its own initial state), bit for bit on every CPU

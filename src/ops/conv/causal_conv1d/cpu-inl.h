@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "ops/conv/causal_conv1d/causal_conv1d.h"
 #include "tile/cpu/isa.h"
@@ -45,6 +46,7 @@
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 #include "tile/cpu/math-inl.h"
+#include "tile/cpu/sigmoid_rcp-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
 #define STRATA_CONV1D_CPU_CONSTANTS_
@@ -87,16 +89,41 @@ void CausalConv1dBwdBf16Native(const Conv1dParams& p, float* partials);
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// sigma(u) = 1 / (1 + exp(-u)): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range) for the
-// activations' dtype T: for bf16/f16 the reduced-precision one (relative error < 4e-6, far below their
-// rounding; the kernels are compute-bound on the sigmoid), for f32 the f32-accurate one.
+// Which column sweeps this target compiles (session 16): the split sweeps (BwdSweepSplit, FwdColumnsSplit:
+// passes over an L1 scratch, every tile of a sequence) on AVX2, SSE4 and the scalar fallback, where they were
+// measured faster on the AMD EPYC (AVX2) development VM; AVX-512 keeps the session-15 sweeps (BwdSweep,
+// FwdColumns: 32 registers hold their state without spills), since no AVX-512 machine could time the split ones
+// in session 16 (README, Performance: the Xeon A/B is pending).
+inline constexpr bool kSplitSweeps = !STRATA_HWY_IS_AVX512;
+
+// sigma(u) = 1 / (1 + exp(-u)) for the activations' dtype T: for bf16/f16 a reduced-precision one (relative error
+// < 1e-6 + 7.5e-8 |u|, far below their rounding; the kernels are compute-bound on the sigmoid): SigmoidLp on
+// AVX-512, elsewhere SigmoidLpRcp (tile/cpu/sigmoid_rcp-inl.h, session 16: no division, ~16 vector operations
+// instead of ~21 and a vdivps); for f32 the f32-accurate FastSigmoid of tile/cpu/math-inl.h.
 template <class T>
-HWY_INLINE VF Sigmoid(DF df, VF u) { return tv::SigmoidFor<T>(df, u); }
+HWY_INLINE VF Sigmoid(DF df, VF u) {
+  if constexpr (sizeof(T) == 2) return tv::SigmoidLpRcp(df, u);  // AVX-512: SigmoidLp (tile/cpu/sigmoid_rcp-inl.h)
+  else return tv::SigmoidFor<T>(df, u);
+}
+// g = dy act'(u) for SiLU, act'(u) = s (1 + u (1 - s)) with s = sigma(u), written (dy s)(1 + u - u s): after s
+// two operations remain on the dependency chain (an FNMA and a multiply) instead of four.
+// AVX-512 keeps the session-15 expression dy (s (1 + u (1 - s))) (its kernels' bits unchanged, see kSplitSweeps).
+template <class T>
+HWY_INLINE VF SiluGrad(DF df, VF u, VF dy) {
+  const VF s = Sigmoid<T>(df, u);
+  const VF one = hn::Set(df, 1.f);
+#if STRATA_HWY_IS_AVX512
+  return hn::Mul(dy, hn::Mul(s, hn::MulAdd(u, hn::Sub(one, s), one)));
+#else
+  return hn::Mul(hn::Mul(dy, s), hn::NegMulAdd(u, s, hn::Add(one, u)));
+#endif
+}
 // The forward's: y = u sigma(u) (+ residual) is rounded straight to T and read by nothing else, so bf16/f16 take
-// SigmoidOut16 (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13, session 11).
+// SigmoidOut16 on AVX-512 (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13,
+// session 11) and SigmoidOut16Rcp elsewhere (the same bound; 14 operations, no division; session 16).
 template <class T>
 HWY_INLINE VF SigmoidFwd(DF df, VF u) {
-  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16(df, u);
+  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16Rcp(df, u);
   else return Sigmoid<T>(df, u);
 }
 
@@ -224,6 +251,123 @@ HWY_NOINLINE void FwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const float* 
   }
 }
 
+// The column sweeps' walk with non-temporal output stores, which must write whole 64-byte lines while one sweep
+// (one vector) fills only part of a line (half of one on AVX-512 for bf16, a quarter on AVX2): the sweeps of a
+// line's vectors write their rows into one of two line buffers (`line`: [2][kTimeTile][64 bytes], L1), and the
+// first sweep of the next line group streams the previous group's lines out, one per token step (a burst of 64
+// line stores after each group would stall on the fill buffers); the last group's after the loop.
+// sweep(c, out, outs, lines, lines_to, nlines): one sweep at channel c writing its row t to out + t * outs and
+// streaming nlines lines from `lines` to lines_to (row stride outs0). Returns the channels covered (whole groups).
+template <class T, class Sweep>
+HWY_INLINE int64_t SweepLineGroups(int64_t nc, int64_t nt, T* line, T* out0, int64_t outs0, Sweep&& sweep) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t vpl = std::max<int64_t>(1, kLineElems / N);
+  T* buf[2] = {line, line + kTimeTile * kLineElems};
+  int64_t prev = -1;  // channel of the group whose lines wait in buf[1]
+  int64_t j = 0;
+  for (; j + vpl * N <= nc; j += vpl * N) {
+    for (int64_t v = 0; v < vpl; ++v) {
+      const bool flush = v == 0 && prev >= 0;
+      sweep(j + v * N, buf[0] + v * N, kLineElems, buf[1], flush ? out0 + prev : nullptr, flush ? nt : 0);
+    }
+    std::swap(buf[0], buf[1]);
+    prev = j;
+  }
+  if (prev >= 0)
+    for (int64_t t = 0; t < nt; ++t) StreamLine(buf[1] + t * kLineElems, out0 + t * outs0 + prev);
+  return j;
+}
+
+// FwdColumns in passes over an L1 scratch, one vector of channels per sweep (session 16): the two-vector column
+// holds 2 x (W weights + bias + W-1 window) = 16 vectors at W = 4, all 16 ymm registers of AVX2 before the
+// sigmoid's temporaries, and on AVX2 its two vectors of bf16 are half a 64-byte line, so its non-temporal stores
+// wrote each line in two halves 64 tokens apart (partial write-combining flushes: 0.9 GB/s from memory on the AMD
+// EPYC development VM against 3.4 in cache). Here pass 1 converts x once into xf and forms u = bias + sum_k w_k x
+// (the older taps read back from xf) into us; pass 2 (SiLU) forms y = u sigma(u) (+ residual) from us, the
+// sigmoid's ~50-cycle chain overlapping across tokens; the output rows go to `out` (the L1 line buffer of
+// FwdColumnsSplit when streaming). The same operations in the same order as FwdColumns / FwdRow, so the same bits
+// wherever they use the same sigmoid. pre: as BwdSweepSplit's (the sources before a sequence's first tile).
+template <int KW, bool kSilu, bool kNative, class T>
+HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wc, int64_t ws,
+                                const float* HWY_RESTRICT bc, int64_t ahead, const T* HWY_RESTRICT r0, int64_t rs,
+                                T* HWY_RESTRICT out, int64_t outs, int64_t nt, const float* HWY_RESTRICT pre,
+                                int64_t pres, RegionPrefetch::Run pf, const T* HWY_RESTRICT lines,
+                                T* HWY_RESTRICT lines_to, int64_t lines_ts, int64_t nlines) {
+  constexpr int R = KW - 1;
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float xf[(kTimeTile + R) * hn::MaxLanes(DF())];  // x of tokens -R .. nt - 1
+  HWY_ALIGN float us[kTimeTile * hn::MaxLanes(DF())];        // u of tokens 0 .. nt - 1
+  VF w[KW];
+  for (int k = 0; k < KW; ++k) w[k] = hn::LoadU(df, wc + k * ws);
+  for (int k = 0; k < R; ++k)
+    hn::Store(pre ? hn::LoadU(df, pre + k * pres) : tv::LoadF32(df, x0 + (k - R) * xs), df, xf + k * N);
+  const VF bv = hn::LoadU(df, bc);
+  for (int64_t t = 0; t < nt; ++t) {
+    tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);  // the next line group's, swept one group later
+    if (t < pf.n) {  // one line of the next item's run (L2), as in BwdSweep
+      __builtin_prefetch(pf.a + t * 64, 0, 2);
+      __builtin_prefetch(pf.b + t * 64, 0, 2);
+    }
+    if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
+    const VF xc = tv::LoadF32(df, x0 + t * xs);
+    hn::Store(xc, df, xf + (t + R) * N);
+    VF acc = bv;
+    for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xf + (t + k) * N), acc);
+    acc = hn::MulAdd(w[R], xc, acc);
+    if constexpr (kSilu) {
+      hn::Store(acc, df, us + t * N);
+    } else {
+      if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs));
+      tv::StoreOut<false, kNative>(df, acc, out + t * outs);
+    }
+  }
+  if constexpr (kSilu) {
+    for (int64_t t = 0; t < nt; ++t) {
+      const VF u = hn::Load(df, us + t * N);
+      VF acc = hn::Mul(u, SigmoidFwd<T>(df, u));
+      if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs));
+      tv::StoreOut<false, kNative>(df, acc, out + t * outs);
+    }
+  }
+}
+
+// The sweeps of FwdSweepSplit over a chunk of nc channels, one vector each; with kStream the y rows of a 64-byte
+// line's vectors gather in the line buffers `line` (two of [kTimeTile][64 bytes]) and the next group's first sweep
+// streams them out whole, as BwdColumns does for dx. Leftover channels: FwdRow's scalar formulas.
+template <int KW, bool kSilu, bool kNative, bool kStream, class T>
+HWY_NOINLINE void FwdColumnsSplit(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
+                                  const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
+                                  T* HWY_RESTRICT y0, int64_t ys, int64_t nt, const float* HWY_RESTRICT pre,
+                                  RegionPrefetch& pf, T* HWY_RESTRICT line) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t vpl = std::max<int64_t>(1, kLineElems / N);
+  // The next item's lines spread evenly over this item's sweeps (at most one per token step).
+  const int64_t sweeps = std::max<int64_t>(1, nc / N);
+  const int64_t per_sweep = std::min(nt, (pf.rows * pf.row_lines + sweeps - 1) / sweeps);
+  auto sweep = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
+    FwdSweepSplit<KW, kSilu, kNative, T>(x0 + c, xs, wt + c, ws, bt + c, vpl * N, r0 ? r0 + c : nullptr, rs, out,
+                                         outs, nt, pre ? pre + c : nullptr, nc, pf.Take(per_sweep), lines, lines_to,
+                                         ys, nlines);
+  };
+  int64_t j = 0;
+  if constexpr (kStream) j = SweepLineGroups(nc, nt, line, y0, ys, sweep);
+  for (; j + N <= nc; j += N) sweep(j, y0 + j, ys, nullptr, nullptr, 0);
+  for (; j < nc; ++j) {
+    auto xq = [&](int64_t q) { return q < 0 && pre ? pre[(q + KW - 1) * nc + j] : to_f32(x0[q * xs + j]); };
+    for (int64_t t = 0; t < nt; ++t) {
+      float acc = bt[j];
+      for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], xq(t - (KW - 1) + k), acc);
+      if constexpr (kSilu) acc = acc / (1.f + std::exp(std::min(-acc, 88.f)));
+      if (r0) acc += to_f32(r0[t * rs + j]);
+      y0[t * ys + j] = from_f32<T>(acc);
+    }
+  }
+}
+
 // ---- backward: g row (and the item's dweight/dbias sums when `own`) on the vector path ----
 template <int KW, bool kSilu, class T>
 HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT wt, int64_t ws,
@@ -242,9 +386,7 @@ HWY_NOINLINE void GradRow(int W, const T* const* rows, const float* HWY_RESTRICT
       VF acc = hn::LoadU(df, bt + j);
       for (int k = 0; k < Wn; ++k)
         acc = hn::MulAdd(hn::LoadU(df, wt + k * ws + j), tv::LoadF32(df, rows[k] + j), acc);
-      const VF s = Sigmoid<T>(df, acc);
-      const VF one = hn::Set(df, 1.f);
-      gv = hn::Mul(gv, hn::Mul(s, hn::MulAdd(acc, hn::Sub(one, s), one)));
+      gv = SiluGrad<T>(df, acc, gv);
     }
     hn::StoreU(gv, df, g + j);
     if (own) {
@@ -332,9 +474,7 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
       VF acc = hn::LoadU(df, bc);
       for (int k = 0; k < R; ++k) acc = hn::MulAdd(w(k), win[(r + k) % R], acc);
       acc = hn::MulAdd(w(R), xc, acc);
-      const VF sg = Sigmoid<T>(df, acc);
-      const VF one = hn::Set(df, 1.f);
-      gv = hn::Mul(gv, hn::Mul(sg, hn::MulAdd(acc, hn::Sub(one, sg), one)));
+      gv = SiluGrad<T>(df, acc, gv);
     }
     if constexpr (kOwn) {
       sb = hn::Add(sb, gv);
@@ -375,6 +515,90 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
   hn::StoreU(sb, df, db);
 }
 
+// BwdSweep in passes over an L1 scratch (session 16): the same vector of channels, the same memory-side work
+// (prefetches, streamed dx lines) and the same arithmetic in the same order, but the state no longer has to fit
+// in registers at once. BwdSweep keeps the x and g windows, the W + 1 sums, the weights and the bias live
+// together (at W = 4: 16 vectors before the sigmoid's temporaries; on AVX2, 16 ymm registers, it spilled: 643
+// stack references in its 2100 instructions). Here:
+//   pass A1 (tokens 0 .. nt + nh - 1): x converted once and stored to xf, u = bias + sum_k w_k x (the older taps
+//     read back from xf as memory operands) stored to gs: weights and bias live;
+//   pass A2 (SiLU only): g = dy act'(u) over gs in place, interleaved with pass B (W-1 tokens ahead of it): the
+//     sigmoid's long dependency chain overlaps with B's short independent operations (in A1's loop it bounded the
+//     out-of-order window: A1 + A2 as one loop ran no faster than the single-loop BwdSweep on AVX2);
+//   pass B (tokens 0 .. nt - 1): dbias / dweight sums, g[t] times the x of its taps (xf, memory operands), and
+//     dx[t] = sum_i w[W-1-i] g[t + i] (gs, memory operands): the W + 1 sums and the weights live.
+// xf [nt + 2(W-1)] and gs [nt + W-1] vectors of scratch (at most 2 x 70 x 64 bytes: L1).
+// The tile may start its sequence: `pre` (nullptr: x rows before x0) holds the W-1 sources before token 0 as f32
+// rows of stride `pres` (initial state or zeros, BwdItem); and it may end within W-1 tokens of its sequence's end:
+// only nh <= W-1 tokens after the tile have a g, the others count as 0 (no final-state gradient then: BwdItem).
+template <int KW, bool kSilu, bool kNative, class T>
+HWY_NOINLINE void BwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
+                                const float* HWY_RESTRICT wc, int64_t ws, const float* HWY_RESTRICT bc,
+                                int64_t ahead, T* HWY_RESTRICT out, int64_t outs, int64_t nt, int64_t nh,
+                                const float* HWY_RESTRICT pre, int64_t pres, float* HWY_RESTRICT dw, int64_t dws,
+                                float* HWY_RESTRICT db, RegionPrefetch::Run pf, const T* HWY_RESTRICT lines,
+                                T* HWY_RESTRICT lines_to, int64_t lines_ts, int64_t nlines) {
+  constexpr int R = KW - 1;
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float xf[(kTimeTile + 2 * R) * hn::MaxLanes(DF())];  // x of tokens -R .. nt + R - 1
+  HWY_ALIGN float gs[(kTimeTile + R) * hn::MaxLanes(DF())];       // g of tokens 0 .. nt + R - 1
+  VF w[KW];
+  for (int k = 0; k < KW; ++k) w[k] = hn::LoadU(df, wc + k * ws);
+  for (int k = 0; k < R; ++k)
+    hn::Store(pre ? hn::LoadU(df, pre + k * pres) : tv::LoadF32(df, x0 + (k - R) * xs), df, xf + k * N);
+  const int64_t ng = nt + nh;  // tokens with a g
+  {
+    const VF bv = hn::LoadU(df, bc);
+    for (int64_t t = 0; t < ng; ++t) {
+      tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);
+      tv::PrefetchAhead<64, 0>(dy0 + t * dys + ahead);
+      if (t < pf.n) {
+        __builtin_prefetch(pf.a + t * 64, 0, 2);
+        __builtin_prefetch(pf.b + t * 64, 0, 2);
+      }
+      if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
+      const VF xc = tv::LoadF32(df, x0 + t * xs);
+      hn::Store(xc, df, xf + (t + R) * N);
+      if constexpr (kSilu) {
+        VF acc = bv;
+        for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xf + (t + k) * N), acc);
+        hn::Store(hn::MulAdd(w[R], xc, acc), df, gs + t * N);
+      } else {
+        hn::Store(tv::LoadF32(df, dy0 + t * dys), df, gs + t * N);
+      }
+    }
+    for (int64_t t = ng; t < nt + R; ++t) hn::Store(hn::Zero(df), df, gs + t * N);
+  }
+  // Pass A2 for token t (u in gs becomes g), run W-1 tokens ahead of pass B in B's loop: its sigmoid is one long
+  // dependency chain per token (~55 cycles on Zen 3), which B's short independent operations overlap.
+  auto a2 = [&](int64_t t) STRATA_CONV_ALWAYS_INLINE {
+    if constexpr (kSilu)
+      hn::Store(SiluGrad<T>(df, hn::Load(df, gs + t * N), tv::LoadF32(df, dy0 + t * dys)), df, gs + t * N);
+  };
+  VF sw[KW];
+  for (int k = 0; k < KW; ++k) sw[k] = hn::Zero(df);
+  VF sb = hn::Zero(df);
+  auto b = [&](int64_t t) STRATA_CONV_ALWAYS_INLINE {
+    const VF gv = hn::Load(df, gs + t * N);
+    sb = hn::Add(sb, gv);
+    for (int k = 0; k < KW; ++k) sw[k] = hn::MulAdd(gv, hn::Load(df, xf + (t + k) * N), sw[k]);
+    VF acc = hn::MulAdd(w[R], gv, hn::Zero(df));  // BwdSweep's first tap (MulAdd keeps its sign of zero)
+    for (int i = 1; i <= R; ++i) acc = hn::MulAdd(w[R - i], hn::Load(df, gs + (t + i) * N), acc);
+    tv::StoreOut<false, kNative>(df, acc, out + t * outs);
+  };
+  for (int64_t t = 0; t < std::min<int64_t>(R, ng); ++t) a2(t);
+  const int64_t tb = std::max<int64_t>(0, std::min(nt, ng - R));  // B's tokens whose A2 token t + W-1 has a g
+  int64_t t = 0;
+  for (; t < tb; ++t) {
+    a2(t + R);
+    b(t);
+  }
+  for (; t < nt; ++t) b(t);
+  for (int k = 0; k < KW; ++k) hn::StoreU(sw[k], df, dw + k * dws);
+  hn::StoreU(sb, df, db);
+}
+
 // ---- backward: a whole time tile and its W-1 halo tokens on the vector path, swept column by column ----
 // One vector of channels walks the tokens t0 .. t1 + W - 2 in order (BwdSweep) with the W-1 previous x and g
 // vectors and its dweight / dbias sums in registers: at token t it forms g[t] = dy act'(u) (u recomputed), adds
@@ -392,8 +616,8 @@ HWY_NOINLINE void BwdSweep(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RE
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_RESTRICT dy0, int64_t dys,
                              const float* HWY_RESTRICT wt, int64_t ws, const float* HWY_RESTRICT bt, int64_t nc,
-                             T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, float* HWY_RESTRICT dw,
-                             float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line) {
+                             T* HWY_RESTRICT dx0, int64_t dxs, int64_t nt, int64_t nh, const float* HWY_RESTRICT pre,
+                             float* HWY_RESTRICT dw, float* HWY_RESTRICT db, RegionPrefetch& pf, T* HWY_RESTRICT line) {
   static_assert(KW >= 2, "the column sweep is unrolled for W = 2, 3, 4");
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -404,43 +628,39 @@ HWY_NOINLINE void BwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const T* HWY_
   const int64_t sweeps = std::max<int64_t>(1, nc / N);
   const int64_t per_sweep = std::min(nt + KW - 1, (pf.rows * pf.row_lines + sweeps - 1) / sweeps);
   auto sweep = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
-    BwdSweep<KW, kSilu, kNative, T>(x0 + c, xs, dy0 + c, dys, wt + c, ws, bt + c, vpl * N, out, outs, nt, dw + c,
-                                     nc, db + c, pf.Take(per_sweep), lines, lines_to, dxs, nlines);
+    if constexpr (kSplitSweeps)
+      BwdSweepSplit<KW, kSilu, kNative, T>(x0 + c, xs, dy0 + c, dys, wt + c, ws, bt + c, vpl * N, out, outs, nt, nh,
+                                           pre ? pre + c : nullptr, nc, dw + c, nc, db + c, pf.Take(per_sweep), lines,
+                                           lines_to, dxs, nlines);
+    else
+      BwdSweep<KW, kSilu, kNative, T>(x0 + c, xs, dy0 + c, dys, wt + c, ws, bt + c, vpl * N, out, outs, nt, dw + c,
+                                       nc, db + c, pf.Take(per_sweep), lines, lines_to, dxs, nlines);
   };
   int64_t j = 0;
-  if constexpr (kStream) {
-    // Groups of whole lines: each sweep writes its dx into one of two line buffers, whose lines the first
-    // sweep of the next group streams out (the last group's after the loop).
-    T* buf[2] = {line, line + kTimeTile * kLineElems};
-    int64_t prev = -1;  // channel of the group whose lines wait in buf[1]
-    for (; j + vpl * N <= nc; j += vpl * N) {
-      for (int64_t v = 0; v < vpl; ++v) {
-        const bool flush = v == 0 && prev >= 0;
-        sweep(j + v * N, buf[0] + v * N, kLineElems, buf[1], flush ? dx0 + prev : nullptr, flush ? nt : 0);
-      }
-      std::swap(buf[0], buf[1]);
-      prev = j;
-    }
-    if (prev >= 0)
-      for (int64_t t = 0; t < nt; ++t) StreamLine(buf[1] + t * kLineElems, dx0 + t * dxs + prev);
-  }
+  if constexpr (kStream) j = SweepLineGroups(nc, nt, line, dx0, dxs, sweep);
   for (; j + N <= nc; j += N) sweep(j, dx0 + j, dxs, nullptr, nullptr, 0);
   // Leftover channels (nc not a multiple of the vector): GradRow's / DxRow's scalar formulas per channel.
   for (; j < nc; ++j) {
     float g[kTimeTile + kMaxWidth];
     float sbj = 0.f, swj[kMaxWidth] = {};
+    // x of token q (>= -(W-1)): the sources before the tile from `pre` when given.
+    auto xq = [&](int64_t q) { return q < 0 && pre ? pre[(q + KW - 1) * nc + j] : to_f32(x0[q * xs + j]); };
     for (int64_t t = 0; t < nt + KW - 1; ++t) {
+      if (t >= nt + nh) {
+        g[t] = 0.f;
+        continue;
+      }
       float gs = to_f32(dy0[t * dys + j]);
       if constexpr (kSilu) {
         float acc = bt[j];
-        for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], to_f32(x0[(t - (KW - 1) + k) * xs + j]), acc);
+        for (int k = 0; k < KW; ++k) acc = std::fma(wt[k * ws + j], xq(t - (KW - 1) + k), acc);
         const float sg = 1.f / (1.f + std::exp(std::min(-acc, 88.f)));
         gs *= sg * std::fma(acc, 1.f - sg, 1.f);
       }
       g[t] = gs;
       if (t < nt) {
         sbj += gs;
-        for (int k = 0; k < KW; ++k) swj[k] = std::fma(gs, to_f32(x0[(t - (KW - 1) + k) * xs + j]), swj[k]);
+        for (int k = 0; k < KW; ++k) swj[k] = std::fma(gs, xq(t - (KW - 1) + k), swj[k]);
       }
     }
     for (int64_t pos = 0; pos < nt; ++pos) {
@@ -462,6 +682,20 @@ HWY_INLINE bool all_taps_x(const Conv1dParams& p, int64_t b, int64_t t, const Se
   for (int64_t q = t - (p.W - 1); q < t; ++q)
     if (seq_at(p, b, q) != id) return false;
   return true;
+}
+
+// The W-1 sources before token t0 of sequence s (tokens t0 - (W-1) .. t0 - 1: x, initial state or zeros) at
+// channels c0 .. c0 + nc, as f32 rows [W-1][nc] in `st`, for a column sweep of a tile that starts its sequence
+// (FwdSweepSplit / BwdSweepSplit's `pre`); nullptr when they are all x (the sweep reads them itself).
+inline const float* StageSourcesBefore(const Conv1dParams& p, int64_t b, const SeqSpan& s, int64_t t0, int64_t c0,
+                                       int64_t nc, float* st) {
+  const int64_t R = p.W - 1;
+  if (t0 - R >= s.start) return nullptr;
+  for (int64_t q = t0 - R; q < t0; ++q) {
+    const TapSource src = q >= s.start ? TapSource{1, q} : p.h0 ? TapSource{2, q - s.start + R} : TapSource{0, 0};
+    for (int64_t c = 0; c < nc; ++c) st[(q - t0 + R) * nc + c] = source_value(p, b, s.n, c0 + c, src);
+  }
+  return st;
 }
 
 // Stages the chunk's weights [W][nc] and bias [nc] as f32.
@@ -539,38 +773,81 @@ void FwdRowDispatch(const Conv1dParams& p, const T* const* rows, const float* wt
   else run(std::false_type{});
 }
 
+// The column sweeps' dispatch: calls f(std::integral_constant<int, W>{}, std::bool_constant<kStream>{},
+// std::bool_constant<kSilu>{}) for W in {2, 3, 4} and the run-time stream / SiLU choices.
+template <class F>
+HWY_INLINE void WithColumnKinds(int64_t W, bool stream, bool silu, F&& f) {
+  auto act = [&](auto w, auto st) {
+    if (silu) f(w, st, std::true_type{});
+    else f(w, st, std::false_type{});
+  };
+  auto str = [&](auto w) {
+    if (stream) act(w, std::true_type{});
+    else act(w, std::false_type{});
+  };
+  switch (W) {
+    case 2: str(std::integral_constant<int, 2>{}); break;
+    case 3: str(std::integral_constant<int, 3>{}); break;
+    default: str(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+// Scratch of one forward thread for FwdColumnsSplit: the staged sources before a sequence's first tile and the
+// streamed y lines (two buffers of 64 bytes per token).
+struct FwdScratch {
+  float pre[kMaxWidth * kFwdChan];
+  alignas(64) unsigned char line[2 * kTimeTile * 64];
+};
+
 template <class T, bool kNative>
 void FwdItem(const Conv1dParams& p, int64_t b, int64_t t0, int64_t t1, int64_t c0, int64_t nc, const float* wt,
-             const float* bt, bool stream) {
+             const float* bt, bool stream, FwdScratch& sc, RegionPrefetch& pf) {
   const T* x = static_cast<const T*>(p.x);
   const T* res = static_cast<const T*>(p.residual);
   T* y = static_cast<T*>(p.y);
   const T* rows[kMaxWidth];
   SeqSpan s = find_sequence(p, b, t0);
-  // The whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx): the column sweep.
-  if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
-      all_taps_x(p, b, t0, s)) {
-    const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
-    T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
-    const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
-    // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
-    const bool st = stream && tv::StreamAligned(DF(), y0) &&
-                    (p.ys[1] * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T)) == 0;
-    const bool silu = p.activation == kActSilu;
-    const int64_t ws = StagedStride(p), nt = t1 - t0;
-#define STRATA_CONV_COLS(KW, S)                                                                                   \
-  (silu ? FwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt)          \
-        : FwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt))
-    switch ((p.W - 2) * 2 + (st ? 1 : 0)) {
-      case 0: STRATA_CONV_COLS(2, false); break;
-      case 1: STRATA_CONV_COLS(2, true); break;
-      case 2: STRATA_CONV_COLS(3, false); break;
-      case 3: STRATA_CONV_COLS(3, true); break;
-      case 4: STRATA_CONV_COLS(4, false); break;
-      default: STRATA_CONV_COLS(4, true); break;
+  // FwdColumnsSplit: every tile inside one sequence, including its first (the sources before it staged) where the
+  // target has FMA: without it MulAdd is a multiply and an add, and the element-wise path that a pack takes at a
+  // sequence start (fmaf) would give other bits than the sequence run alone (PackedEqualsSeparate).
+  if constexpr (kSplitSweeps) {
+    if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+        (HWY_NATIVE_FMA || all_taps_x(p, b, t0, s))) {
+      const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+      T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+      const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+      // Non-temporal stores of whole lines: every token's row of the chunk 64-byte aligned.
+      const bool st = stream && reinterpret_cast<uintptr_t>(y0) % 64 == 0 &&
+                      (p.ys[1] * static_cast<int64_t>(sizeof(T))) % 64 == 0;
+      const float* pre = StageSourcesBefore(p, b, s, t0, c0, nc, sc.pre);
+      const bool silu = p.activation == kActSilu;
+      const int64_t ws = StagedStride(p), nt = t1 - t0;
+      T* line = reinterpret_cast<T*>(sc.line);
+      WithColumnKinds(p.W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+        FwdColumnsSplit<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+            x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt, pre, pf, line);
+      });
+      return;
     }
-#undef STRATA_CONV_COLS
-    return;
+  }
+  // FwdColumns (AVX-512): the whole tile on the vector path (one sequence, t0's taps all in it, no seq_idx).
+  if constexpr (!kSplitSweeps) {
+    if (p.channels_contiguous && p.mode != kModeSeqIdx && p.W >= 2 && p.W <= 4 && t1 <= s.end &&
+        all_taps_x(p, b, t0, s)) {
+      const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
+      T* y0 = y + b * p.ys[0] + t0 * p.ys[1] + c0;
+      const T* r0 = res ? res + b * p.rs[0] + t0 * p.rs[1] + c0 : nullptr;
+      // Non-temporal stores need every token's row of the chunk aligned to the stored vector.
+      const int64_t vb = static_cast<int64_t>(hn::Lanes(DF()) * sizeof(T));
+      const bool st = stream && tv::StreamAligned(DF(), y0) && (p.ys[1] * static_cast<int64_t>(sizeof(T))) % vb == 0;
+      const bool silu = p.activation == kActSilu;
+      const int64_t ws = StagedStride(p), nt = t1 - t0;
+      WithColumnKinds(p.W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+        FwdColumns<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+            x0, p.xs[1], wt, ws, bt, nc, r0, p.rs[1], y0, p.ys[1], nt);
+      });
+      return;
+    }
   }
   for (int64_t t = t0; t < t1; ++t) {
     if (t >= s.end) s = find_sequence(p, b, t);
@@ -601,13 +878,20 @@ void Forward(const Conv1dParams& p) {
   const float* wt = staged.get();
   const float* bt = wt + p.W * StagedStride(p);
   const bool stream = Streams<T>(p);
+  // One FwdScratch per thread (72 KiB) for FwdColumnsSplit, indexed by the OpenMP thread number (0 outside a
+  // parallel region).
+  auto scratch = hwy::AllocateAligned<FwdScratch>(kSplitSweeps ? std::max(1, strata::rt::num_threads()) : 1);
   tile::parallel_blocks(p.B * tpr * chunks, 1, [&](int64_t i0, int64_t i1) {
+    FwdScratch& sc = scratch[omp_get_thread_num()];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i / chunks, chunk = i - tile * chunks;
       const int64_t b = tile / tpr, t0 = (tile - b * tpr) * kTimeTile;
       const int64_t c0 = chunk * kFwdChan;
+      // The next item's x (and residual) rows into L2 during this one (FwdColumnsSplit; the column walk reads ~64
+      // rows 16 KiB apart at a time, which the hardware prefetchers do not follow).
+      RegionPrefetch pf = NextItemRegion<T>(p, i + 1, p.B * tpr * chunks, chunks, kFwdChan, p.residual, p.rs);
       FwdItem<T, kNative>(p, b, t0, std::min(t0 + kTimeTile, p.T), c0, std::min(kFwdChan, p.D - c0), wt + c0,
-                          bt + c0, stream);
+                          bt + c0, stream, sc, pf);
     }
     if (stream) hwy::FlushStream();  // order the non-temporal stores before the results are used
   });
@@ -682,10 +966,19 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
 
   // g over [t0, te); dweight/dbias sums over the item's own tokens [t0, t1), in t order.
   SeqSpan s = find_sequence(p, b, t0);
-  // The tile and its halo in one sequence, every tap reading x, no seq_idx, and (then) no position of the tile
-  // among its sequence's last W-1 (which take the final state's gradient): the column sweep, same bits.
-  if (p.channels_contiguous && p.mode != kModeSeqIdx && W >= 2 && W <= 4 && t1 - t0 >= W - 1 &&
-      t1 + W - 1 <= s.end && all_taps_x(p, b, t0, s)) {
+  // The column sweep. BwdSweep: the tile and its halo in one sequence, every tap reading x, no seq_idx, and
+  // (then) no position of the tile among its sequence's last W-1 (which take the final state's gradient).
+  // BwdSweepSplit also takes a tile that starts its sequence (the W-1 sources before it, from the initial state or
+  // zeros, staged f32 in sc.g) or ends within W-1 tokens of its end (fewer halo tokens) unless a final-state
+  // gradient reaches the tile: every tile of batch rows without dfinal_state, all but those at sequence
+  // boundaries in a pack.
+  const int64_t R = W - 1;
+  const bool cols = p.channels_contiguous && p.mode != kModeSeqIdx && W >= 2 && W <= 4 &&
+                    (kSplitSweeps ? t1 <= s.end && !(p.dhT && t1 + R > s.end)
+                           : t1 - t0 >= R && t1 + R <= s.end && all_taps_x(p, b, t0, s));
+  if (cols) {
+    const int64_t nh = std::min(R, s.end - t1);
+    const float* pre = StageSourcesBefore(p, b, s, t0, c0, nc, sc.g);
     const T* x0 = x + b * p.xs[0] + t0 * p.xs[1] + c0;
     const T* dy0 = dy + b * p.dys[0] + t0 * p.dys[1] + c0;
     T* dx0 = dx + b * p.dxs[0] + t0 * p.dxs[1] + c0;
@@ -695,20 +988,10 @@ void BwdItem(const Conv1dParams& p, int64_t b, int64_t tile, int64_t t0, int64_t
     const bool silu = p.activation == kActSilu;
     const int64_t ws = StagedStride(p), nt = t1 - t0;
     T* line = reinterpret_cast<T*>(sc.line);
-#define STRATA_CONV_BWD_COLS(KW, S)                                                                            \
-  (silu ? BwdColumns<KW, true, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                              sc.dw, sc.db, pf, line)                                            \
-        : BwdColumns<KW, false, kNative, S, T>(x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, \
-                                               sc.dw, sc.db, pf, line))
-    switch ((W - 2) * 2 + (st ? 1 : 0)) {
-      case 0: STRATA_CONV_BWD_COLS(2, false); break;
-      case 1: STRATA_CONV_BWD_COLS(2, true); break;
-      case 2: STRATA_CONV_BWD_COLS(3, false); break;
-      case 3: STRATA_CONV_BWD_COLS(3, true); break;
-      case 4: STRATA_CONV_BWD_COLS(4, false); break;
-      default: STRATA_CONV_BWD_COLS(4, true); break;
-    }
-#undef STRATA_CONV_BWD_COLS
+    WithColumnKinds(W, st, silu, [&](auto kw, auto kst, auto ksilu) {
+      BwdColumns<decltype(kw)::value, decltype(ksilu)::value, kNative, decltype(kst)::value, T>(
+          x0, p.xs[1], dy0, p.dys[1], sc.wt, ws, sc.bt, nc, dx0, p.dxs[1], nt, nh, pre, sc.dw, sc.db, pf, line);
+    });
     float* part = partials + tile * (W + 1) * p.D + c0;
     for (int64_t k = 0; k < W; ++k) std::copy(sc.dw + k * nc, sc.dw + (k + 1) * nc, part + k * p.D);
     std::copy(sc.db, sc.db + nc, part + W * p.D);

@@ -318,6 +318,10 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
       "contiguous");
   // Outputs of 4 MiB and more: the CPU's non-temporal stores (rows of 1100 bf16: only some 32-byte aligned).
   add("bf16", "f32", {1, 2000, 1100}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous", "bf16");
+  // ... with 64-byte aligned rows: the CPU column sweeps' whole-line streamed y / dx (L1 line buffers), first and
+  // last tiles (short) on the split sweeps' column path, with and without the final state's gradient.
+  add("bf16", "f32", {1, 1030, 2048}, 4, 1, 1, 1, 1, 0, {}, "none", 0, "contiguous", "bf16");
+  add("f16", "f32", {2, 520, 2048}, 3, 1, 0, 0, 0, 1, {}, "none", 1, "contiguous");
   // Empty tensors: no tokens (final state = initial state), no channels, no batch, empty packs.
   add("f32", "f32", {2, 0, 5}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous");
   add("bf16", "f32", {2, 0, 5}, 4, 1, 1, 0, 0, 1, {}, "none", 0, "contiguous");
