@@ -29,11 +29,10 @@
 
 #include "tile/cpu/math-inl.h"
 
-#undef STRATA_SIGMOID_NODIV_RCP
-#if HWY_ARCH_X86 && !STRATA_HWY_IS_AVX512 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-#define STRATA_SIGMOID_NODIV_RCP 1
-#else
-#define STRATA_SIGMOID_NODIV_RCP 0
+// Evaluated where used, so per target (HWY_TARGET changes from one pass over this file to the next).
+#ifndef STRATA_SIGMOID_NODIV_RCP
+#define STRATA_SIGMOID_NODIV_RCP \
+  (HWY_ARCH_X86 && !STRATA_HWY_IS_AVX512 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128)
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -49,7 +48,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if STRATA_SIGMOID_NODIV_RCP
 // 1 / (1 + e^-v) for U vectors with 2^f by the polynomial c[0] + c[1] f + ... (Horner; kDeg + 1 coefficients).
 template <int kDeg, int U, class DF>
-HWY_INLINE void SigmoidNoDivN(DF df, hn::Vec<DF> (&v)[U], const float (&c)[kDeg + 1]) {
+HWY_INLINE void SigmoidRcpN(DF df, hn::Vec<DF> (&v)[U], const float (&c)[kDeg + 1]) {
   const hn::RebindToUnsigned<DF> du;
   const auto magic = hn::Set(df, 12583039.f);  // 1.5 * 2^23 + 127: bits 0x4B40007F
   hn::Vec<DF> f[U], pow2n[U], p[U];
@@ -82,36 +81,39 @@ inline constexpr float kExp2Deg3[4] = {9.999280571937561e-1f, 6.932609677314758e
                                        5.51716685295105e-2f};
 #endif
 
-template <int U, class DF>
-HWY_INLINE void SigmoidLpNoDivN(DF df, hn::Vec<DF> (&v)[U]) {
+// kOut16: SigmoidOut16's accuracy (degree 3), else SigmoidLp's (degree 5).
+template <bool kOut16, int U, class DF>
+HWY_INLINE void SigmoidNoDivN(DF df, hn::Vec<DF> (&v)[U]) {
 #if STRATA_SIGMOID_NODIV_RCP
-  SigmoidNoDivN<5>(df, v, kExp2Deg5);
+  if constexpr (kOut16) SigmoidRcpN<3>(df, v, kExp2Deg3);
+  else SigmoidRcpN<5>(df, v, kExp2Deg5);
 #else
 #pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) v[u] = SigmoidLp(df, v[u]);
+  for (int u = 0; u < U; ++u) v[u] = kOut16 ? SigmoidOut16(df, v[u]) : SigmoidLp(df, v[u]);
 #endif
+}
+template <int U, class DF>
+HWY_INLINE void SigmoidLpNoDivN(DF df, hn::Vec<DF> (&v)[U]) {
+  SigmoidNoDivN<false>(df, v);
 }
 template <int U, class DF>
 HWY_INLINE void SigmoidOut16NoDivN(DF df, hn::Vec<DF> (&v)[U]) {
-#if STRATA_SIGMOID_NODIV_RCP
-  SigmoidNoDivN<3>(df, v, kExp2Deg3);
-#else
-#pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) v[u] = SigmoidOut16(df, v[u]);
-#endif
+  SigmoidNoDivN<true>(df, v);
 }
 // One vector.
+template <bool kOut16, class DF>
+HWY_INLINE hn::Vec<DF> SigmoidNoDiv1(DF df, hn::Vec<DF> v) {
+  hn::Vec<DF> a[1] = {v};
+  SigmoidNoDivN<kOut16>(df, a);
+  return a[0];
+}
 template <class DF>
 HWY_INLINE hn::Vec<DF> SigmoidLpNoDiv(DF df, hn::Vec<DF> v) {
-  hn::Vec<DF> a[1] = {v};
-  SigmoidLpNoDivN(df, a);
-  return a[0];
+  return SigmoidNoDiv1<false>(df, v);
 }
 template <class DF>
 HWY_INLINE hn::Vec<DF> SigmoidOut16NoDiv(DF df, hn::Vec<DF> v) {
-  hn::Vec<DF> a[1] = {v};
-  SigmoidOut16NoDivN(df, a);
-  return a[0];
+  return SigmoidNoDiv1<true>(df, v);
 }
 
 }  // namespace strata::tile::HWY_NAMESPACE

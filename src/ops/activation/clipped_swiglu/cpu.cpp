@@ -154,6 +154,8 @@ HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, VF& A, VF&
     B = hn::BitCast(df, hn::And(w, hn::Set(du, 0xffff0000u)));
   } else if constexpr (std::is_same_v<T, float>) {
     hn::LoadInterleaved2(df, xr + 2 * i, A, B);
+  } else {  // f16 interleaved: not a direct layout (DirectRows), never called
+    A = B = hn::Zero(df);
   }
 }
 // Stores dA (gate column) and dB (linear column) of pairs [i, i + N) of a direct dx row.
@@ -166,12 +168,11 @@ HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, VF dA, VF 
     const hn::RebindToUnsigned<DF> du;
 #if STRATA_NATIVE_BF16
     if constexpr (kNative) {
-      // (dA_i, dB_i) pairs: both vectors rounded by one vcvtne2ps2bf16 (dA in the low 16 words, dB in the high
-      // 16), then one vpermw interleaves them (word 2j = dA_j, 2j + 1 = dB_j): 2 operations instead of 5.
-      const __m512i v = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(dB.raw, dA.raw));
-      const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
-                                           5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-      hn::StoreU(hn::Vec<decltype(du)>{_mm512_permutexvar_epi16(idx, v)}, du, reinterpret_cast<uint32_t*>(dxr + 2 * i));
+      // (dA_i, dB_i) pairs: each vector rounded to 16 bf16 by vcvtneps2bf16, widened to u32 lanes, dB shifted
+      // into the high halves.
+      const auto a = hn::Vec<decltype(du)>{_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(dA.raw)))};
+      const auto b = hn::Vec<decltype(du)>{_mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(dB.raw)))};
+      hn::StoreU(hn::Or(a, hn::ShiftLeft<16>(b)), du, reinterpret_cast<uint32_t*>(dxr + 2 * i));
       return;
     }
 #endif

@@ -50,6 +50,12 @@ constexpr int64_t kRngStreamBytes = 4 << 20;
 }  // namespace strata::norm
 #endif
 
+// The step lambdas of the direct rows (U vectors each, session 16) must be inlined into their loops: GCC left the
+// four-vector pass A of BwdRowDirect out of line (its arrays then went through memory), 13-21 % slower on AVX2.
+#ifndef STRATA_RNG_STEP_INLINE
+#define STRATA_RNG_STEP_INLINE __attribute__((always_inline))
+#endif
+
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
 #pragma GCC target("avx512bf16")
@@ -365,18 +371,16 @@ HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT 
     // Pass A. h of vector pairs into a0 / a1, a lone last vector into a0, then the lane sum and the tail. Four
     // vectors (two pairs) per step, step by step (ActFwdN), with one prefetch per 64-byte line and no per-vector
     // branch (session 16); the same sums in the same order as one pair at a time.
-    auto vec_h = [&](int64_t k, auto& h) {
+    auto vec_h = [&](int64_t k, auto& h) STRATA_RNG_STEP_INLINE {
       constexpr int U = static_cast<int>(std::extent_v<std::remove_reference_t<decltype(h)>>);
-      VF xv[U], zv[U], a[U];
+      VF zv[U], a[U];
 #pragma GCC unroll 8
-      for (int u = 0; u < U; ++u) {
-        xv[u] = tv::LoadF32(df, x + k + u * N);
-        zv[u] = tv::LoadF32(df, z + k + u * N);
-      }
+      for (int u = 0; u < U; ++u) zv[u] = tv::LoadF32(df, z + k + u * N);
       ActFwdN<TX>(df, act, zv, nbg, a);
 #pragma GCC unroll 8
       for (int u = 0; u < U; ++u) {
-        h[u] = nbg ? xv[u] : hn::Mul(xv[u], a[u]);
+        const VF xv = tv::LoadF32(df, x + k + u * N);
+        h[u] = nbg ? xv : hn::Mul(xv, a[u]);
         hn::StoreU(nbg ? a[u] : h[u], df, sa + k + u * N);
       }
     };
@@ -417,7 +421,7 @@ HWY_INLINE void LongRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT 
     const float* wg = w + j0;
     const float* bg = b + j0;
     TX* y = yr + j0;
-    auto out_at = [&](int64_t k) {
+    auto out_at = [&](int64_t k) STRATA_RNG_STEP_INLINE {
       if (nbg)
         return hn::Mul(hn::MulAdd(hn::Mul(tv::LoadF32(df, x + k), vr), hn::LoadU(df, wg + k), hn::LoadU(df, bg + k)),
                        hn::LoadU(df, sa + k));
@@ -605,26 +609,24 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
     const VF vr = hn::Set(df, rs);
     // Pass A for the U vectors from k: nrm and dn (the dot product's factors) into nv / dn and the scratch rows;
     // each step as a loop over the U vectors, the gate order and dweight tests once per step.
-    auto pass_a = [&](int64_t k, auto& nv, auto& dn) {
+    // z first (the sigmoid's U chains), x, dy and weight after it: fewer live vectors (AVX2 has 16 registers).
+    auto pass_a = [&](int64_t k, auto& nv, auto& dn) STRATA_RNG_STEP_INLINE {
       constexpr int U = kArrU<decltype(nv)>;
-      VF xv[U], dyv[U], wv[U], zv[U], av[U], ag[U], dterm[U];
+      VF zv[U], av[U], ag[U], dterm[U];
 #pragma GCC unroll 8
-      for (int u = 0; u < U; ++u) {
-        xv[u] = tv::LoadF32(df, x + k + u * N);
-        dyv[u] = tv::LoadF32(df, dy + k + u * N);
-        zv[u] = tv::LoadF32(df, z + k + u * N);
-        wv[u] = hn::LoadU(df, wg + k + u * N);
-      }
+      for (int u = 0; u < U; ++u) zv[u] = tv::LoadF32(df, z + k + u * N);
       ActN<TX, true>(df, act, zv, av, ag);
       if (nbg) {
         VF dz[U];
 #pragma GCC unroll 8
         for (int u = 0; u < U; ++u) {
-          nv[u] = hn::Mul(xv[u], vr);
-          dterm[u] = hn::Mul(dyv[u], av[u]);
-          const VF o = hn::MulAdd(nv[u], wv[u], hn::LoadU(df, bg + k + u * N));
-          dz[u] = hn::Mul(hn::Mul(dyv[u], o), ag[u]);
-          dn[u] = hn::Mul(dterm[u], wv[u]);
+          const VF xv = tv::LoadF32(df, x + k + u * N), dyv = tv::LoadF32(df, dy + k + u * N);
+          const VF wv = hn::LoadU(df, wg + k + u * N);
+          nv[u] = hn::Mul(xv, vr);
+          dterm[u] = hn::Mul(dyv, av[u]);
+          const VF o = hn::MulAdd(nv[u], wv, hn::LoadU(df, bg + k + u * N));
+          dz[u] = hn::Mul(hn::Mul(dyv, o), ag[u]);
+          dn[u] = hn::Mul(dterm[u], wv);
           hn::StoreU(nv[u], df, s0 + k + u * N);
           hn::StoreU(dn[u], df, s1 + k + u * N);
         }
@@ -632,11 +634,12 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
       } else {
 #pragma GCC unroll 8
         for (int u = 0; u < U; ++u) {
-          nv[u] = hn::Mul(hn::Mul(xv[u], av[u]), vr);
-          dterm[u] = dyv[u];
+          const VF xv = tv::LoadF32(df, x + k + u * N), dyv = tv::LoadF32(df, dy + k + u * N);
+          nv[u] = hn::Mul(hn::Mul(xv, av[u]), vr);
+          dterm[u] = dyv;
           hn::StoreU(av[u], df, s0 + k + u * N);
           hn::StoreU(ag[u], df, s1 + k + u * N);
-          dn[u] = hn::Mul(dterm[u], wv[u]);
+          dn[u] = hn::Mul(dterm[u], hn::LoadU(df, wg + k + u * N));
         }
       }
       if (want_wb) {
@@ -673,7 +676,7 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
     // Pass B: d = rs (dn - nrm mean) -> dx (norm-before-gate), or dx = d act(z), dz = d x act'(z).
     const VF vm = hn::Set(df, mean);
     // U vectors from k: dx (and dz) into the output rows, two vectors per store where U allows.
-    auto pass_b = [&](int64_t k, auto u_tag) {
+    auto pass_b = [&](int64_t k, auto u_tag) STRATA_RNG_STEP_INLINE {
       constexpr int U = decltype(u_tag)::value;
       VF dxv[U], dzv[U];
 #pragma GCC unroll 8
@@ -745,7 +748,7 @@ void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, i
       float* HWY_RESTRICT sg = sa + D;
       for (int64_t j0 = 0, g = 0; j0 < D; j0 += G, ++g) {
         const VF vr = hn::Set(df, rsr[g * p.rstd_rows.col_stride]);
-        auto pass_a = [&](int64_t k, auto& nv, auto& dn) {
+        auto pass_a = [&](int64_t k, auto& nv, auto& dn) STRATA_RNG_STEP_INLINE {
           constexpr int U = kArrU<decltype(nv)>;
           VF zv[U], av[U], ag[U];
 #pragma GCC unroll 8
