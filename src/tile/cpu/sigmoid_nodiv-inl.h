@@ -13,7 +13,7 @@
 // error below 5e-6 + 7.5e-8 |v| (the bar of SigmoidLp; the 7.5e-8 |v| from rounding t, as SigmoidLp on AVX-512).
 // 16 vector operations instead of SigmoidLp's 20 and a vdivps. SigmoidOut16NoDiv: degree 3 (7.5e-5 on
 // [-1/2, 1/2], fitted here), below 1.4e-4 + 7.5e-8 |v| (SigmoidOut16's bar), 14 operations.
-// Ends: v -> +inf gives 1 - 2^-24 at most 1 ulp below 1 (the Newton step approaches 1 from below); v < -87.3
+// Ends: v -> +inf gives 1 or 1 - 2^-24 (the Newton step approaches 1 from below: the test allows 1 ulp); v < -87.3
 // gives 0 or a value below FLT_MIN where the true one is below 2^-126 (as SigmoidOut16); NaN gives NaN (the
 // clamps are written min(hi, t), max(lo, .): the x86 instructions return their second operand for NaN).
 // AVX-512 (vscalefps, 14-bit rcp14ps): SigmoidLp / SigmoidOut16 themselves (the same bits). Scalar / EMU128 and
