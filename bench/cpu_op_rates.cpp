@@ -89,7 +89,7 @@ static std::vector<char> f32_fill(size_t n, float lo, float hi, uint64_t seed) {
 struct Case { std::string name; double bytes; std::function<std::function<void()>(const Api&)> make; };
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s LIB_A LIB_B|- ROUNDS [--wall] [--env NAME=v0,v1,...] [--copy MIB] [--set atk|mem|l2] [--out-offset BYTES] [case prefix ...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s LIB_A LIB_B|- ROUNDS [--wall] [--env NAME=v0,v1,...] [--copy MIB] [--set atk|mem|l2|l2s] [--out-offset BYTES] [case prefix ...]\n", argv[0]);
     return 1;
   }
   Api A = load(argv[1]);
@@ -265,6 +265,15 @@ int main(int argc, char** argv) {
   swiglu(false, 32, 2880, true); swiglu(true, 32, 2880, true);
   swiglu(false, 32, 2048, false); swiglu(true, 32, 2048, false);
   ce(true, 2, 151936, 0.f); ce(false, 2, 151936, 0.f); ce(true, 1, 256000, 30.f);
+  }
+  // --set l2s (session 16, h16/cpu_norm): rms_norm_gated and clipped_swiglu shapes whose tensors all fit the
+  // 512 KiB L2 of one Zen 3 core (the AVX2 EPYC CI machine; the l2 set's [2048, 128] rows take 1.5-2.5 MiB there).
+  if (set == "l2s") {
+    rng(false, 256, 128, 128, 1); rng(true, 256, 128, 128, 1);
+    rng(false, 8, 5120, 5120, 0); rng(true, 8, 5120, 5120, 0);
+    rng(false, 4, 8192, 1024, 0); rng(true, 4, 8192, 1024, 0);
+    swiglu(false, 8, 2880, true); swiglu(true, 8, 2880, true);
+    swiglu(false, 8, 2048, false); swiglu(true, 8, 2048, false);
   }
   // The copy arm: copy_mib MiB copied by as many threads as the ops use (OMP_NUM_THREADS, else all), each its
   // slice; first touched here so that no page faults are timed. Thread CPU time counts only the calling thread,

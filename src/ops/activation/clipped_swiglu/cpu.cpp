@@ -23,8 +23,10 @@
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/stream_policy.h"
 #include "tile/cpu/math-inl.h"
+#include "tile/cpu/sigmoid_nodiv-inl.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
+#include "tile/cpu/vec_pair-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instances use AVX512-BF16
@@ -42,30 +44,55 @@ constexpr int64_t kStreamBytes = 4 << 20;
 struct PairV {
   VF a, bb, s;
 };
-// T: the activations' dtype; bf16/f16 rows take the reduced-precision sigmoid (tile/cpu/math-inl.h, relative
-// error < 4e-6, far below their rounding), which halves the row's arithmetic (the kernel is compute-bound).
+// Vectors of pairs per step of the direct rows' main loops. Every step of the pair math below is written as a loop
+// over the U vectors (PairN, GradN, tv::SigmoidLpNoDivN), so their instructions interleave and the out-of-order
+// core overlaps U independent dependency chains of ~60 cycles (session 16: on the Zen 3 CI machine the backward
+// written vector after vector kept the FP scheduler full at ~1.6 instructions per cycle). The same operations per
+// vector for any U (the remainder and the scratch rows take U = 1): the same bits.
+constexpr int kU = 4;
+// T: the activations' dtype; bf16/f16 rows take the reduced-precision sigmoid (tile/cpu/sigmoid_nodiv-inl.h:
+// SigmoidLp's accuracy, relative error < 5e-6, far below their rounding, without a division on AVX2 / SSE4),
+// which halves the row's arithmetic (the kernel is compute-bound).
+template <class T, bool kOut16, int U>
+HWY_INLINE void PairN(DF df, const VF (&A)[U], const VF (&B)[U], VF alpha, VF limit, VF bias, PairV (&r)[U]) {
+  const VF nlimit = hn::Neg(limit);
+  VF s[U];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
+#if !HWY_ARCH_X86 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+    r[u].a = hn::IfThenElse(hn::Gt(A[u], limit), limit, A[u]);
+    const VF b = hn::IfThenElse(hn::Gt(B[u], limit), limit, hn::IfThenElse(hn::Lt(B[u], nlimit), nlimit, B[u]));
+#else
+    // min(limit, A) and max(-limit, .): the x86 instructions return their second operand when one is NaN (and
+    // when both are zeros), so NaN stays NaN and the values are those of the compare-and-blend form above, in
+    // 3 vector operations instead of 6 (the scalar / EMU128 targets, whose Min / Max drop a NaN, and non-x86 ones
+    // keep that form).
+    r[u].a = hn::Min(limit, A[u]);
+    const VF b = hn::Max(nlimit, hn::Min(limit, B[u]));
+#endif
+    r[u].bb = hn::Add(b, bias);
+    s[u] = hn::Mul(alpha, r[u].a);
+  }
+  // s = sigmoid(alpha a) over the whole float range; kOut16: the forward of bf16/f16 rows, whose
+  // y = a s (b + bias) is rounded straight to 16 bits, takes SigmoidOut16's accuracy (relative error < 1.4e-4,
+  // 0.07 of a bf16 half-ulp; fewer operations).
+  if constexpr (kOut16 && sizeof(T) == 2) {
+    tv::SigmoidOut16NoDivN(df, s);
+  } else if constexpr (sizeof(T) == 2) {
+    tv::SigmoidLpNoDivN(df, s);
+  } else {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) s[u] = tv::FastSigmoid(df, s[u]);
+  }
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) r[u].s = s[u];
+}
 template <class T, bool kOut16 = false>
 HWY_INLINE PairV Pair(DF df, VF A, VF B, VF alpha, VF limit, VF bias) {
-  const VF nlimit = hn::Neg(limit);
-  PairV r;
-#if !HWY_ARCH_X86 || HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
-  r.a = hn::IfThenElse(hn::Gt(A, limit), limit, A);
-  const VF b = hn::IfThenElse(hn::Gt(B, limit), limit, hn::IfThenElse(hn::Lt(B, nlimit), nlimit, B));
-#else
-  // min(limit, A) and max(-limit, .): the x86 instructions return their second operand when one is NaN (and
-  // when both are zeros), so NaN stays NaN and the values are those of the compare-and-blend form above, in
-  // 3 vector operations instead of 6 (the scalar / EMU128 targets, whose Min / Max drop a NaN, and non-x86 ones
-  // keep that form).
-  r.a = hn::Min(limit, A);
-  const VF b = hn::Max(nlimit, hn::Min(limit, B));
-#endif
-  r.bb = hn::Add(b, bias);
-  // s = sigmoid(alpha a): the shared vector sigmoid of tile/cpu/math-inl.h (whole float range); kOut16: the
-  // forward of bf16/f16 rows, whose y = a s (b + bias) is rounded straight to 16 bits, takes SigmoidOut16
-  // (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13).
-  if constexpr (kOut16 && sizeof(T) == 2) r.s = tv::SigmoidOut16(df, hn::Mul(alpha, r.a));
-  else r.s = tv::SigmoidFor<T>(df, hn::Mul(alpha, r.a));
-  return r;
+  const VF a[1] = {A}, b[1] = {B};
+  PairV r[1];
+  PairN<T, kOut16>(df, a, b, alpha, limit, bias, r);
+  return r[0];
 }
 
 template <class T>
@@ -96,18 +123,6 @@ HWY_INLINE void RowFromF32(const float* src, T* dst, int64_t col, int64_t n) {
   for (; j < n; ++j) dst[j] = from_f32<T>(src[j]);
 }
 
-// Prefetch (tile/cpu/vec-inl.h) ahead of the x loads of pairs [i, i + N) of a direct row.
-template <class T>
-HWY_INLINE void PrefetchPairs(const T* xr, int64_t I, int64_t i, bool interleaved) {
-  constexpr int64_t kV = static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T));
-  if (interleaved) {
-    tv::PrefetchAhead<2 * kV>(xr + 2 * i);
-  } else {
-    tv::PrefetchAhead<kV>(xr + i);
-    tv::PrefetchAhead<kV>(xr + I + i);
-  }
-}
-
 // Gate and linear value of pair i from the f32 row xs (2I elements).
 HWY_INLINE void PairsAt(DF df, const float* xs, int64_t I, int64_t i, bool interleaved, VF& A, VF& B) {
   if (interleaved) {
@@ -127,9 +142,9 @@ template <class T>
 HWY_INLINE bool DirectRows(bool interleaved, const RowLayout& in, const RowLayout& out) {
   return in.col_stride == 1 && out.col_stride == 1 && (!interleaved || !std::is_same_v<T, f16_t>);
 }
-template <class T>
-HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, bool interleaved, VF& A, VF& B) {
-  if (!interleaved) {
+template <bool kInter, class T>
+HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, VF& A, VF& B) {
+  if constexpr (!kInter) {
     A = tv::LoadF32(df, xr + i);
     B = tv::LoadF32(df, xr + I + i);
   } else if constexpr (std::is_same_v<T, bf16_t>) {
@@ -139,12 +154,14 @@ HWY_INLINE void PairsDirect(DF df, const T* xr, int64_t I, int64_t i, bool inter
     B = hn::BitCast(df, hn::And(w, hn::Set(du, 0xffff0000u)));
   } else if constexpr (std::is_same_v<T, float>) {
     hn::LoadInterleaved2(df, xr + 2 * i, A, B);
+  } else {  // f16 interleaved: not a direct layout (DirectRows), never called
+    A = B = hn::Zero(df);
   }
 }
 // Stores dA (gate column) and dB (linear column) of pairs [i, i + N) of a direct dx row.
-template <bool kStream, bool kNative, class T>
-HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, bool interleaved, VF dA, VF dB) {
-  if (!interleaved) {
+template <bool kStream, bool kNative, bool kInter, class T>
+HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, VF dA, VF dB) {
+  if constexpr (!kInter) {
     tv::StoreOut<kStream, kNative>(df, dA, dxr + i);
     tv::StoreOut<kStream, kNative>(df, dB, dxr + I + i);
   } else if constexpr (std::is_same_v<T, bf16_t>) {
@@ -165,28 +182,57 @@ HWY_INLINE void StorePairsDirect(DF df, T* dxr, int64_t I, int64_t i, bool inter
     hn::StoreInterleaved2(dA, dB, df, dxr + 2 * i);
   }
 }
+// Prefetch (tile/cpu/vec-inl.h) ahead of the loads of one main-loop step of a direct row: U vectors of pairs
+// (U N pairs: at least one 64-byte line per stream on every vector target, so no per-vector branch).
+template <bool kInter, int U, class T>
+HWY_INLINE void PrefetchStep(const T* xr, int64_t I, int64_t i) {
+  constexpr int64_t kV = static_cast<int64_t>(U * hn::MaxLanes(DF()) * sizeof(T));
+  if constexpr (kInter) {
+    tv::PrefetchAhead<2 * kV>(xr + 2 * i);
+  } else {
+    tv::PrefetchAhead<kV>(xr + i);
+    tv::PrefetchAhead<kV>(xr + I + i);
+  }
+}
 
-template <bool kStream, bool kNative, class T>
+// U vectors of pairs starting at pair i: y = a s (b + bias) p (p = 1 without probs: an exact product, so the
+// same bits as leaving it out).
+template <bool kStream, bool kNative, bool kInter, int U, class T>
+HWY_INLINE void FwdStep(DF df, const T* xr, T* yr, int64_t I, int64_t i, VF alpha, VF limit, VF bias, VF vp) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF A[U], B[U];
+  PairV q[U];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) PairsDirect<kInter>(df, xr, I, i + u * N, A[u], B[u]);
+  PairN<T, true>(df, A, B, alpha, limit, bias, q);
+  VF y[U];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) y[u] = hn::Mul(hn::Mul(hn::Mul(q[u].a, q[u].s), q[u].bb), vp);
+  if constexpr (U % 2 == 0) {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; u += 2) tv::StoreOut2<kStream, kNative>(df, y[u], y[u + 1], yr + i + u * N);
+  } else {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) tv::StoreOut<kStream, kNative>(df, y[u], yr + i + u * N);
+  }
+}
+
+template <bool kStream, bool kNative, bool kInter, class T>
 void FwdRowDirect(const ClippedSwigluFwdParams& p, const T* xr, T* yr, float pr) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
   const VF vp = hn::Set(df, pr);
-  const bool inter = p.interleaved, has_p = p.probs != nullptr;
   int64_t i = 0;
-  for (; i + N <= I; i += N) {
-    VF A, B;
-    PrefetchPairs(xr, I, i, inter);
-    PairsDirect(df, xr, I, i, inter, A, B);
-    const PairV q = Pair<T, true>(df, A, B, alpha, limit, bias);
-    VF out = hn::Mul(hn::Mul(q.a, q.s), q.bb);
-    if (has_p) out = hn::Mul(out, vp);
-    tv::StoreOut<kStream, kNative>(df, out, yr + i);
+  for (; i + kU * N <= I; i += kU * N) {
+    PrefetchStep<kInter, kU>(xr, I, i);
+    FwdStep<kStream, kNative, kInter, kU>(df, xr, yr, I, i, alpha, limit, bias, vp);
   }
+  for (; i + N <= I; i += N) FwdStep<kStream, kNative, kInter, 1>(df, xr, yr, I, i, alpha, limit, bias, vp);
   for (; i < I; ++i) {
-    const float y0 = csw_fwd<float>(to_f32(xr[csw_gate_col(inter, I, i)]), to_f32(xr[csw_lin_col(inter, I, i)]),
+    const float y0 = csw_fwd<float>(to_f32(xr[csw_gate_col(kInter, I, i)]), to_f32(xr[csw_lin_col(kInter, I, i)]),
                                     p.alpha, p.limit, p.bias);
-    yr[i] = from_f32<T>(has_p ? y0 * pr : y0);
+    yr[i] = from_f32<T>(p.probs ? y0 * pr : y0);
   }
 }
 
@@ -208,10 +254,14 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
         const float pr = p.probs ? static_cast<float>(load_elem(p.probs, p.probs_dtype, p.probs_rows.row_offset(r))) : 1.f;
         T* yr = y + p.y_rows.row_offset(r);
         // Non-temporal stores only of whole 16-byte vectors at aligned row starts.
-        if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, yr))
-          FwdRowDirect<true, kNative>(p, x + p.x_rows.row_offset(r), yr, pr);
-        else
-          FwdRowDirect<false, kNative>(p, x + p.x_rows.row_offset(r), yr, pr);
+        const T* xr = x + p.x_rows.row_offset(r);
+        if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, yr)) {
+          if (inter) FwdRowDirect<true, kNative, true>(p, xr, yr, pr);
+          else FwdRowDirect<true, kNative, false>(p, xr, yr, pr);
+        } else {
+          if (inter) FwdRowDirect<false, kNative, true>(p, xr, yr, pr);
+          else FwdRowDirect<false, kNative, false>(p, xr, yr, pr);
+        }
       }
       if (stream) hwy::FlushStream();
       return;
@@ -243,44 +293,74 @@ void FwdRows(const ClippedSwigluFwdParams& p) {
   });
 }
 
-// Gradients of one vector of pairs: dA = g (b + bias) s (1 + alpha a (1 - s)) [A <= limit],
-// dB = g a s [-limit <= B <= limit] with g = dy * p; acc += y0 * dy (the dprobs sum).
+// Gradients of U vectors of pairs: dA = g (b + bias) s (1 + alpha a (1 - s)) [A <= limit],
+// dB = g a s [-limit <= B <= limit] with g = dy * p (p = 1 without probs: exact); acc += y0 * dy in vector order
+// (the dprobs sum).
 struct GradV {
   VF dA, dB;
 };
-template <class T>
-HWY_INLINE GradV PairGrad(DF df, VF A, VF B, VF gy, VF vp, bool has_p, VF alpha, VF limit, VF bias, VF& acc) {
+template <class T, int U>
+HWY_INLINE void GradN(DF df, const VF (&A)[U], const VF (&B)[U], const VF (&gy)[U], VF vp, VF alpha, VF limit,
+                      VF bias, VF& acc, GradV (&d)[U]) {
   const VF one = hn::Set(df, 1.f);
-  const PairV q = Pair<T>(df, A, B, alpha, limit, bias);
-  const VF g = has_p ? hn::Mul(gy, vp) : gy;
-  const VF as = hn::Mul(q.a, q.s);
-  acc = hn::MulAdd(hn::Mul(as, q.bb), gy, acc);
-  const VF dA0 = hn::Mul(hn::Mul(g, hn::Mul(q.bb, q.s)), hn::MulAdd(hn::Mul(alpha, q.a), hn::Sub(one, q.s), one));
-  return {hn::IfThenElseZero(hn::Le(A, limit), dA0),
-          hn::IfThenElseZero(hn::And(hn::Ge(B, hn::Neg(limit)), hn::Le(B, limit)), hn::Mul(g, as))};
+  PairV q[U];
+  PairN<T, false>(df, A, B, alpha, limit, bias, q);
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
+    const VF g = hn::Mul(gy[u], vp);
+    const VF as = hn::Mul(q[u].a, q[u].s);
+    acc = hn::MulAdd(hn::Mul(as, q[u].bb), gy[u], acc);
+    const VF dA0 =
+        hn::Mul(hn::Mul(g, hn::Mul(q[u].bb, q[u].s)), hn::MulAdd(hn::Mul(alpha, q[u].a), hn::Sub(one, q[u].s), one));
+    d[u].dA = hn::IfThenElseZero(hn::Le(A[u], limit), dA0);
+    d[u].dB = hn::IfThenElseZero(hn::And(hn::Ge(B[u], hn::Neg(limit)), hn::Le(B[u], limit)), hn::Mul(g, as));
+  }
+}
+
+// U vectors of pairs of a direct row starting at pair i.
+template <bool kStream, bool kNative, bool kInter, int U, class T>
+HWY_INLINE void BwdStep(DF df, const T* xr, const T* dyr, T* dxr, int64_t I, int64_t i, VF alpha, VF limit, VF bias,
+                        VF vp, VF& acc) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF A[U], B[U], gy[U];
+  GradV d[U];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
+    PairsDirect<kInter>(df, xr, I, i + u * N, A[u], B[u]);
+    gy[u] = tv::LoadF32(df, dyr + i + u * N);
+  }
+  GradN<T>(df, A, B, gy, vp, alpha, limit, bias, acc, d);
+  if constexpr (!kInter && U % 2 == 0) {
+    // The split layout's dA and dB halves: two vectors at a time into each (tile/cpu/vec_pair-inl.h).
+#pragma GCC unroll 8
+    for (int u = 0; u < U; u += 2) {
+      tv::StoreOut2<kStream, kNative>(df, d[u].dA, d[u + 1].dA, dxr + i + u * N);
+      tv::StoreOut2<kStream, kNative>(df, d[u].dB, d[u + 1].dB, dxr + I + i + u * N);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) StorePairsDirect<kStream, kNative, kInter>(df, dxr, I, i + u * N, d[u].dA, d[u].dB);
+  }
 }
 
 // One direct row (DirectRows): returns the row's dprobs sum.
-template <bool kStream, bool kNative, class T>
+template <bool kStream, bool kNative, bool kInter, class T>
 float BwdRowDirect(const ClippedSwigluBwdParams& p, const T* xr, const T* dyr, T* dxr, float pr) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df)), I = p.I;
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
   const VF vp = hn::Set(df, pr);
-  const bool inter = p.interleaved, has_p = p.probs != nullptr;
   VF acc = hn::Zero(df);
   int64_t i = 0;
-  for (; i + N <= I; i += N) {
-    VF A, B;
-    PrefetchPairs(xr, I, i, inter);
-    tv::PrefetchAhead<static_cast<int64_t>(hn::MaxLanes(DF()) * sizeof(T))>(dyr + i);
-    PairsDirect(df, xr, I, i, inter, A, B);
-    const GradV d = PairGrad<T>(df, A, B, tv::LoadF32(df, dyr + i), vp, has_p, alpha, limit, bias, acc);
-    StorePairsDirect<kStream, kNative>(df, dxr, I, i, inter, d.dA, d.dB);
+  for (; i + kU * N <= I; i += kU * N) {
+    PrefetchStep<kInter, kU>(xr, I, i);
+    tv::PrefetchAhead<static_cast<int64_t>(kU * hn::MaxLanes(DF()) * sizeof(T))>(dyr + i);
+    BwdStep<kStream, kNative, kInter, kU>(df, xr, dyr, dxr, I, i, alpha, limit, bias, vp, acc);
   }
+  for (; i + N <= I; i += N) BwdStep<kStream, kNative, kInter, 1>(df, xr, dyr, dxr, I, i, alpha, limit, bias, vp, acc);
   float dp = hn::GetLane(hn::SumOfLanes(df, acc));
   for (; i < I; ++i) {
-    const int64_t ga = csw_gate_col(inter, I, i), lb = csw_lin_col(inter, I, i);
+    const int64_t ga = csw_gate_col(kInter, I, i), lb = csw_lin_col(kInter, I, i);
     const float gy = to_f32(dyr[i]);
     float dA, dB;
     dp += csw_bwd<float>(to_f32(xr[ga]), to_f32(xr[lb]), gy * pr, p.alpha, p.limit, p.bias, &dA, &dB) * gy;
@@ -302,7 +382,7 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
   const bool stream = p.rows * 2 * I * static_cast<int64_t>(sizeof(T)) >= kStreamBytes &&
                       (p.interleaved || tile::cpu_streams_two_outputs());
   const VF alpha = hn::Set(df, p.alpha), limit = hn::Set(df, p.limit), bias = hn::Set(df, p.bias);
-  const bool inter = p.interleaved, has_p = p.probs != nullptr;  // locals: see FwdRows
+  const bool inter = p.interleaved;  // a local: see FwdRows
   const bool direct = DirectRows<T>(inter, p.x_rows, p.dx_rows) && p.dy_rows.col_stride == 1;
   tile::parallel_blocks(p.rows, tile::block_for_bytes(5 * I * static_cast<int64_t>(sizeof(T)) + 1), [&](int64_t r0, int64_t r1) {
     std::vector<float> xs, gs, ds;
@@ -317,10 +397,13 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
         // Non-temporal stores only of whole 16-byte vectors at aligned row starts (and 2I-element rows of
         // whole vectors for the split layout's second half).
         if (stream && hn::Lanes(df) * sizeof(T) >= 16 && tv::StreamAligned(df, dxr) &&
-            (inter || tv::StreamAligned(df, dxr + I)))
-          dp = BwdRowDirect<true, kNative>(p, xr, dyr, dxr, pr);
-        else
-          dp = BwdRowDirect<false, kNative>(p, xr, dyr, dxr, pr);
+            (inter || tv::StreamAligned(df, dxr + I))) {
+          dp = inter ? BwdRowDirect<true, kNative, true>(p, xr, dyr, dxr, pr)
+                     : BwdRowDirect<true, kNative, false>(p, xr, dyr, dxr, pr);
+        } else {
+          dp = inter ? BwdRowDirect<false, kNative, true>(p, xr, dyr, dxr, pr)
+                     : BwdRowDirect<false, kNative, false>(p, xr, dyr, dxr, pr);
+        }
       } else {
         RowToF32(x + p.x_rows.row_offset(r), p.x_rows.col_stride, xs.data(), 2 * I);
         RowToF32(dy + p.dy_rows.row_offset(r), p.dy_rows.col_stride, gs.data(), I);
@@ -330,12 +413,14 @@ void BwdRows(const ClippedSwigluBwdParams& p) {
         for (; i + N <= I; i += N) {
           VF A, B;
           PairsAt(df, xs.data(), I, i, inter, A, B);
-          const GradV d = PairGrad<T>(df, A, B, hn::LoadU(df, gs.data() + i), vp, has_p, alpha, limit, bias, acc);
+          const VF a[1] = {A}, b[1] = {B}, g[1] = {hn::LoadU(df, gs.data() + i)};
+          GradV d[1];
+          GradN<T>(df, a, b, g, vp, alpha, limit, bias, acc, d);
           if (inter) {
-            hn::StoreInterleaved2(d.dA, d.dB, df, ds.data() + 2 * i);
+            hn::StoreInterleaved2(d[0].dA, d[0].dB, df, ds.data() + 2 * i);
           } else {
-            hn::StoreU(d.dA, df, ds.data() + i);
-            hn::StoreU(d.dB, df, ds.data() + I + i);
+            hn::StoreU(d[0].dA, df, ds.data() + i);
+            hn::StoreU(d[0].dB, df, ds.data() + I + i);
           }
         }
         dp = hn::GetLane(hn::SumOfLanes(df, acc));
