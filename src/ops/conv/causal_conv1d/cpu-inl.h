@@ -46,7 +46,7 @@
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instances (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 #include "tile/cpu/math-inl.h"
-#include "tile/cpu/sigmoid_rcp-inl.h"
+#include "tile/cpu/sigmoid_nodiv-inl.h"
 
 #ifndef STRATA_CONV1D_CPU_CONSTANTS_
 #define STRATA_CONV1D_CPU_CONSTANTS_
@@ -98,11 +98,11 @@ inline constexpr bool kSplitSweeps = !STRATA_HWY_IS_AVX512;
 
 // sigma(u) = 1 / (1 + exp(-u)) for the activations' dtype T: for bf16/f16 a reduced-precision one (relative error
 // < 1e-6 + 7.5e-8 |u|, far below their rounding; the kernels are compute-bound on the sigmoid): SigmoidLp on
-// AVX-512, elsewhere SigmoidLpRcp (tile/cpu/sigmoid_rcp-inl.h, session 16: no division, ~16 vector operations
+// AVX-512, elsewhere SigmoidLpNoDiv (tile/cpu/sigmoid_nodiv-inl.h, session 16: no division, ~16 vector operations
 // instead of ~21 and a vdivps); for f32 the f32-accurate FastSigmoid of tile/cpu/math-inl.h.
 template <class T>
 HWY_INLINE VF Sigmoid(DF df, VF u) {
-  if constexpr (sizeof(T) == 2) return tv::SigmoidLpRcp(df, u);  // AVX-512: SigmoidLp (tile/cpu/sigmoid_rcp-inl.h)
+  if constexpr (sizeof(T) == 2) return tv::SigmoidLpNoDiv(df, u);  // AVX-512 and scalar: SigmoidLp
   else return tv::SigmoidFor<T>(df, u);
 }
 // g = dy act'(u) for SiLU, act'(u) = s (1 + u (1 - s)) with s = sigma(u), written (dy s)(1 + u - u s): after s
@@ -120,10 +120,10 @@ HWY_INLINE VF SiluGrad(DF df, VF u, VF dy) {
 }
 // The forward's: y = u sigma(u) (+ residual) is rounded straight to T and read by nothing else, so bf16/f16 take
 // SigmoidOut16 on AVX-512 (relative error < 1.4e-4, 0.07 of a bf16 half-ulp; 8 vector operations instead of 13,
-// session 11) and SigmoidOut16Rcp elsewhere (the same bound; 14 operations, no division; session 16).
+// session 11) and SigmoidOut16NoDiv elsewhere (the same bound; 14 operations, no division; session 16).
 template <class T>
 HWY_INLINE VF SigmoidFwd(DF df, VF u) {
-  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16Rcp(df, u);
+  if constexpr (sizeof(T) == 2) return tv::SigmoidOut16NoDiv(df, u);
   else return Sigmoid<T>(df, u);
 }
 

@@ -125,7 +125,7 @@ Implementation<FwdProblem> cpu_impl(std::string name, std::function<std::string(
           }};
 }
 
-const char* cuda_kernel_name(FwdOp op) {
+[[maybe_unused]] const char* cuda_kernel_name(FwdOp op) {  // (CUDA builds only)
   switch (op) {
     case FwdOp::kKkt: return "cuda.sm90.kkt_tile";
     case FwdOp::kSolveTril: return "cuda.sm90.forward_subst";
@@ -141,7 +141,7 @@ const ImplList<FwdProblem>& impls(FwdOp op) {
   static const std::vector<ImplList<FwdProblem>> lists = [] {
     std::vector<ImplList<FwdProblem>> all;
     for (int o = 0; o < static_cast<int>(FwdOp::kCount); ++o) {
-      const FwdOp fop = static_cast<FwdOp>(o);
+      [[maybe_unused]] const FwdOp fop = static_cast<FwdOp>(o);
       ImplList<FwdProblem> l;
 #if STRATA_WITH_CUDA
       // prepare_wy_repr_fwd: the pre-state kernel on warpgroup MMA first (prep_wgmma, session 10; bf16, K <= 128;
