@@ -305,27 +305,39 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
   const auto vnr = hn::Set(df, -ref);
   auto m0 = hn::Set(df, -INFINITY), m1 = m0;
   auto a0 = hn::Zero(df), a1 = a0, sc = a0;
-  auto term = [&](int64_t i, hn::Vec<DF>& tmax, hn::Vec<DF>& acc) {
-    hn::Vec<DF> q;
-    const auto t = SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, zp + i), vscale), vinv), kKeep ? &q : nullptr);
-    tmax = hn::Max(tmax, t);
-    if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
-    const auto e = tv::ExpSum(df, hn::MulAdd(vcap, t, vnr));
-    if constexpr (kKeep && !kSum) {
-      hn::StoreU(hn::Mul(q, e), df, e_out + i);
-    } else if constexpr (kKeep) {
-      hn::StoreU(q, df, q_out + i);
-      hn::StoreU(e, df, e_out + i);
+  // U consecutive vectors at i (U = 2: vector u into m_u / a_u; U = 1: the tail, into m0 / a0), the
+  // exponentials interleaved step by step (tv::ExpSumN, the same bits as one ExpSum per vector).
+  auto terms = [&](auto u_tag, int64_t i) {
+    constexpr int U = decltype(u_tag)::value;
+    hn::Vec<DF> q[U], e[U];
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) {
+      const auto t =
+          SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, zp + i + u * NL), vscale), vinv), kKeep ? &q[u] : nullptr);
+      hn::Vec<DF>& tmax = u == 0 ? m0 : m1;
+      tmax = hn::Max(tmax, t);
+      if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
+      e[u] = hn::MulAdd(vcap, t, vnr);
     }
-    acc = hn::Add(acc, e);
+    tv::ExpSumN(df, e);
+#pragma GCC unroll 2
+    for (int u = 0; u < U; ++u) {
+      if constexpr (kKeep && !kSum) {
+        hn::StoreU(hn::Mul(q[u], e[u]), df, e_out + i + u * NL);
+      } else if constexpr (kKeep) {
+        hn::StoreU(q[u], df, q_out + i + u * NL);
+        hn::StoreU(e[u], df, e_out + i + u * NL);
+      }
+      hn::Vec<DF>& acc = u == 0 ? a0 : a1;
+      acc = hn::Add(acc, e[u]);
+    }
   };
   int64_t i = 0;
   for (; i + 2 * NL <= n; i += 2 * NL) {
     tv::PrefetchAhead<2 * kStepT<T>>(zp + i);
-    term(i, m0, a0);
-    term(i + NL, m1, a1);
+    terms(std::integral_constant<int, 2>{}, i);
   }
-  for (; i < n; i += NL) term(i, m0, a0);
+  for (; i < n; i += NL) terms(std::integral_constant<int, 1>{}, i);
   if (!(k.cap * hn::GetLane(hn::MaxOfLanes(df, hn::Max(m0, m1))) <= ref)) return false;
   vsum_c = hn::Add(vsum_c, sc);
   piece_m = ref;
@@ -563,6 +575,21 @@ void Run(const CeParams& p, int64_t count) {
       piece_m = ebuf + p.V;
       if (kSoftcap) tbuf = fold_q ? scratch : piece_m + pieces;
     }
+    // Row i's lse, loss and z-loss (per-row outputs, or the workspace for mean/sum) from its statistics.
+    auto write_row = [&](const CeRowStats& st, int64_t i, bool ignored) {
+      const float lse = ce_lse(st.lse);
+      const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
+      const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
+      if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = lse;
+      if (reduced) {
+        ws[i] = loss;
+        ws[p.N + i] = zl;
+      } else {
+        static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
+        if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
+      }
+      return lse;
+    };
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t y = ce_target(p, i);
       const bool ignored = y == k.ignore_index;
@@ -570,17 +597,7 @@ void Run(const CeParams& p, int64_t count) {
       float lse;
       if (keep_exp) {
         const CeRowStats st = Stats<kSoftcap, true>(k, z, p.V, y, scratch, ebuf, piece_m, tbuf);
-        lse = ce_lse(st.lse);
-        const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
-        const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
-        if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = lse;
-        if (reduced) {
-          ws[i] = loss;
-          ws[p.N + i] = zl;
-        } else {
-          static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
-          if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
-        }
+        lse = write_row(st, i, ignored);
         T* dz = dlogits + i * p.dlogits_rs;
         if (ignored) {
           std::fill(dz, dz + p.V, from_f32<T>(0.f));
@@ -595,17 +612,7 @@ void Run(const CeParams& p, int64_t count) {
         lse = static_cast<const float*>(p.lse_in)[i * p.lse_in_stride];
       } else {
         const CeRowStats st = Stats<kSoftcap, false>(k, z, p.V, y, scratch, nullptr, nullptr, nullptr);
-        lse = ce_lse(st.lse);
-        const float loss = ignored ? 0.f : ce_row_loss(k, st, p.V);
-        const float zl = ignored ? 0.f : ce_row_z_loss(k, lse);
-        if (p.lse) static_cast<float*>(p.lse)[i * p.lse_stride] = lse;
-        if (reduced) {
-          ws[i] = loss;
-          ws[p.N + i] = zl;
-        } else {
-          static_cast<float*>(p.loss)[i * p.loss_stride] = loss;
-          if (p.z_loss) static_cast<float*>(p.z_loss)[i * p.z_stride] = zl;
-        }
+        lse = write_row(st, i, ignored);
       }
       if (!dlogits) continue;
       T* dz = dlogits + i * p.dlogits_rs;
