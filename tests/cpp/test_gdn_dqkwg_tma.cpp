@@ -5,9 +5,10 @@
 // the copy engine), variable length (rows past a sequence's end zeroed in shared memory), G = 1, 2, 4, with and
 // without gate / dv, blocks walking several items (bf16, K = V = 128, chunk size 64). GdnBwdCudaVariants.
 // DqkwgTimingWgmma times both forms at the bench shapes.
-// Session 16 (StagedDqNorm*, ComposedDqStaged*): the kernel writing dq through its l2norm backward
-// (chunk_bwd_dqkwg_cuda_wgmma_dq_norm) against the plain kernel + the float64 l2norm backward; the composed
-// backward's forced form "cuda.sm90.chunked_dq_staged" through the conformance cases; times at the bench shapes.
+// Session 16 (StagedDqNorm*, ComposedDqStagedTiming; the composed backward's default since session 17): the kernel
+// writing dq through its l2norm backward (chunk_bwd_dqkwg_cuda_wgmma_dq_norm) against the plain kernel + the float64
+// l2norm backward; times at the bench shapes. ComposedUnfoldedConformance: the forced unfolded form through the
+// conformance cases.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -331,10 +332,11 @@ TEST(GdnDqkwgTma, StagedDqNormTiming) {
   }
 }
 
-// The composed backward's forced form "cuda.sm90.chunked_dq_staged" (GdnBwdDq::kStaged) on every conformance case of
-// chunk_gated_delta_rule_bwd against float64 (the cases it rejects skip: no l2norm, not bf16, K != 128, ...); at
-// least one bf16 l2norm case must run the fold.
-TEST(GdnDqkwgTma, ComposedDqStagedConformance) {
+// The composed backward's forced form "cuda.sm90.chunked_unfolded" (GdnBwdDq::kPlain, kWyTrimmed: the l2norm
+// backward of dq and dk in the tail, what the default ran until session 17) on every conformance case of
+// chunk_gated_delta_rule_bwd against float64; the default `cuda.sm90.chunked` (the staged folds) runs in the
+// conformance suite itself.
+TEST(GdnDqkwgTma, ComposedUnfoldedConformance) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::unique_ptr<atk::OpHarness> harness;
   for (auto& h : atk::all_harnesses())
@@ -342,12 +344,12 @@ TEST(GdnDqkwgTma, ComposedDqStagedConformance) {
   ASSERT_TRUE(harness);
   int run = 0;
   for (const atk::Case& c : harness->conformance_cases()) {
-    const atk::CaseResult r = atk::run_forced(*harness, c, {STRATA_DEVICE_CUDA, 0}, "cuda.sm90.chunked_dq_staged");
+    const atk::CaseResult r = atk::run_forced(*harness, c, {STRATA_DEVICE_CUDA, 0}, "cuda.sm90.chunked_unfolded");
     if (r.skipped) continue;
     ++run;
     EXPECT_TRUE(r.pass) << c.str() << ": " << r.str();
   }
-  std::printf("[dqkwg s16] chunk_gated_delta_rule_bwd conformance, cuda.sm90.chunked_dq_staged: %d cases run\n", run);
+  std::printf("[dqkwg s17] chunk_gated_delta_rule_bwd conformance, cuda.sm90.chunked_unfolded: %d cases run\n", run);
   EXPECT_GT(run, 0);
 }
 

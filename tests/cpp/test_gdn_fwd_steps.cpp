@@ -50,19 +50,21 @@ GdnParams bench_params(int64_t B, int64_t T, void* q, void* k, void* v, void* g,
 }
 
 // The automatic forward's form (host only; the rule reads shapes and dtypes): kNorm where the wgmma pass runs 128
-// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), kNormR where it runs 32 (B = 1 T = 32768), the
-// unfolded path (kAutoUnfolded) where it runs 64 (B = 4 on 264 SMs), without l2norm, for f16 tokens (no wgmma pass)
-// and with the saved residuals (the fused forward does not store them). Prints the rule's host cost per call.
+// columns (B = 4 T = 8192 on 132 or 200 SMs: 128 sequence-heads), kNormR where it runs 32 (B = 1 T = 32768), each as
+// kNormCluster (session 17) where a pair of CTAs of one q/k head applies (G = 2 here; where none does, e.g. one CTA a
+// q/k head, ClusterSizeRule below), the unfolded path (kAutoUnfolded) where it runs 64 (B = 4 on 264 SMs), without l2norm,
+// for f16 tokens (no wgmma pass) and with the saved residuals (the fused forward does not store them). Prints the
+// rule's host cost per call.
 TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
   char buf[64];
   void* const x = buf;  // stand-in address: the rule never reads memory
   const GdnParams b4 = bench_params(4, 8192, x, x, x, x, x, x, x), b1 = bench_params(1, 32768, x, x, x, x, x, x, x);
-  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 132), GdnFusedForm::kNorm);
-  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b1, 132), GdnFusedForm::kNormR);
-  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 528), GdnFusedForm::kNormR);  // 32 columns: 512 blocks fit 528 SMs
-  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 200), GdnFusedForm::kNorm);  // 64 columns: 256 blocks, 2 waves
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 132), GdnFusedForm::kNormCluster);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b1, 132), GdnFusedForm::kNormCluster);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 528), GdnFusedForm::kNormCluster);  // 32 columns: 512 blocks fit 528 SMs
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 200), GdnFusedForm::kNormCluster);  // 64 columns: 256 blocks, 2 waves
   EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(b4, 264), GdnFusedForm::kAutoUnfolded);  // 64 columns: 256 blocks fit 264 SMs
-  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNorm);
+  EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(bench_params(8, 8192, x, x, x, x, x, x, x), 132), GdnFusedForm::kNormCluster);
   GdnParams plain = b4;
   plain.l2norm = false;
   EXPECT_EQ(gdn_cuda_fused_fwd_auto_form(plain, 132), GdnFusedForm::kAutoUnfolded);
@@ -83,10 +85,10 @@ TEST(GdnFwdAutoForm, NormFoldByThePassWidth) {
               "shapes): %.2f us a call (paid once per plan since session 15)\n", us);
 }
 
-// (Session 16, host) The clustered pass's size rule (gdn::fwd_cuda_state_o_wgmma_cluster: the largest compiled size
-// up to 4 dividing the CTAs of a q/k head, G x V / width) and the forced form's applicability at the bench shapes:
-// cuda.sm90.fused_norm_cl applies at B = 4 (128 columns: kNorm's pass by 2) and B = 1 (32 columns: kNormR's pass by
-// 4) on 132 SMs (the count this host reports without a device, too).
+// (Session 16, host) The clustered pass's size rule (gdn::fwd_cuda_state_o_wgmma_cluster: since session 17 pairs only,
+// where 2 divides the CTAs of a q/k head, G x V / width, and that form is compiled) and the form's applicability at the
+// bench shapes: cuda.sm90.fused_norm_cl applies at B = 4 (128 columns: kNorm's pass by 2) and B = 1 (32 columns:
+// kNormR's pass by 2) on 132 SMs (the count this host reports without a device, too).
 TEST(GdnFwdAutoForm, ClusterSizeRule) {
   char buf[64];
   void* const x = buf;  // stand-in address: the rules never read memory
@@ -97,7 +99,7 @@ TEST(GdnFwdAutoForm, ClusterSizeRule) {
   EXPECT_NE(gdn_cuda_fused_fwd_reject(plain, GdnFusedForm::kNormCluster), "");
   gdn::GdnFwdParams p;
   p.shape.H = 16, p.shape.HV = 32, p.shape.G = 2, p.shape.K = 128, p.shape.V = 128, p.shape.BT = 64;
-  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);   // plain: 8 CTAs a q/k head, capped at 4
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 2);   // plain: 8 CTAs a q/k head, in pairs
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 64), 2);   // plain 64 columns: by 2 only
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);  // 2 CTAs a q/k head
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 48), 0);   // no such width
@@ -105,10 +107,10 @@ TEST(GdnFwdAutoForm, ClusterSizeRule) {
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 2);
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 0);
   p.rq.data = x, p.rq.dtype = STRATA_DTYPE_F32;  // kNormR: r_q read, 32 columns only
-  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 4);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 32), 2);
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(p, 128), 0);
   gdn::GdnFwdParams q = p;
-  q.shape.V = 96;  // 6 CTAs a q/k head at 32 columns: 2 divides, 4 does not
+  q.shape.V = 96;  // 6 CTAs a q/k head at 32 columns: pairs
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 2);
   q = p;
   q.shape.HV = 16, q.shape.G = 1, q.shape.V = 32;  // one CTA a q/k head
@@ -157,7 +159,10 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
     std::printf("[gdn_fwd s15] fused forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
                 "automatic (%s) %.3f ms, unfolded %.3f ms, norm-folded %.3f ms, rq-launch %.3f ms\n",
                 static_cast<long long>(B), static_cast<long long>(T),
-                chosen == GdnFusedForm::kNorm ? "norm-folded" : chosen == GdnFusedForm::kNormR ? "rq-launch" : "unfolded",
+                chosen == GdnFusedForm::kNorm          ? "norm-folded"
+                : chosen == GdnFusedForm::kNormR       ? "rq-launch"
+                : chosen == GdnFusedForm::kNormCluster ? "cluster"
+                                                       : "unfolded",
                 whole[0], whole[1], whole[2], whole[3]);
     if (cl)
       std::printf("[gdn_fwd s16] fused forward B=%lld T=%lld: clustered pass (cuda.sm90.fused_norm_cl) %.3f ms against "

@@ -39,8 +39,8 @@ struct GdnTensor {
 
 // How the backward forms dq with l2norm (session 16): kPlain, chunk_bwd_dqkwg's f32 head sums and then row_norm_bwd
 // in the tail; kStaged, chunk_bwd_dqkwg writing the final dq through its l2norm backward (rows staged in shared
-// memory; where chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs, else kPlain; forced implementation
-// "cuda.sm90.chunked_dq_staged"); kAuto: kGdnBwdDqAuto (cuda_sm90.cu).
+// memory; where chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs, else kPlain); kAuto: kGdnBwdDqAuto (cuda_sm90.cu: kStaged
+// since session 17; the forced implementation "cuda.sm90.chunked_unfolded" runs kPlain).
 enum class GdnBwdDq : int { kAuto = 0, kPlain, kStaged };
 struct GdnParams {
   // forward inputs
@@ -150,9 +150,9 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call
 // (kDhuAuto in the library). wy_variant: WyBwdParams::mma_variant of the prepare_wy_repr_bwd call (kWyAuto in the
-// library; kWyFinStaged: with l2norm, dk written through its l2norm backward by that kernel, the tail's dk
-// row_norm_bwd skipped, where gdn_cuda_bwd_dk_fold_reject(p) is empty; forced implementation
-// "cuda.sm90.chunked_dk_staged").
+// library = kWyFinStaged since session 17: with l2norm, dk written through its l2norm backward by that kernel, the
+// tail's dk row_norm_bwd skipped, where gdn_cuda_bwd_dk_fold_reject(p) is empty; kWyTrimmed: the unfolded dk, as the
+// forced implementation "cuda.sm90.chunked_unfolded" runs).
 struct GdnStepProbe {
   void (*fn)(void* ctx, const char* step) = nullptr;
   void* ctx = nullptr;
@@ -205,13 +205,15 @@ std::string gdn_cuda_bwd_dk_fold_reject(const GdnParams& p);
 //   kNormCluster ("cuda.sm90.fused_norm_cl", session 16): the folded form kAuto's width rule picks (kNormR at 32
 //     columns, kNorm otherwise) with the pass's blocks in thread-block clusters that share each chunk's K and Q tiles
 //     by copy-engine multicast (gdn::GdnFwdParams::pass_cluster = gdn::fwd_cuda_state_o_wgmma_cluster: the G value
-//     heads x column blocks of a q/k head). The same bits as the form without clusters. Forced only (run 1 measures).
+//     heads x column blocks of a q/k head; pairs of CTAs, with W shared too where a pair is one value head's column
+//     blocks). The same bits as the form without clusters. kAuto takes it wherever a pair applies (session 17).
 enum class GdnFusedForm : int {
   kAuto = 0, kInline, kPrecomputedP, kInline16, kPrep, kWgmmaSplit, kFold, kNorm, kNormR, kAutoUnfolded, kNormCluster
 };
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 // What kAuto runs on p on a device of `sms` SMs: where kNorm's rules hold, by the wgmma pass's width
-// (gdn::fwd_cuda_state_o_wgmma_width), kNorm at 128 columns, kNormR at 32; otherwise (64 columns: a tie in s14run2;
+// (gdn::fwd_cuda_state_o_wgmma_width), kNorm at 128 columns, kNormR at 32, each as kNormCluster where a pair of CTAs
+// applies (gdn::fwd_cuda_state_o_wgmma_cluster; s17run2 whole forward B = 4 T = 8192 0.988 against 1.087 ms); otherwise (64 columns: a tie in s14run2;
 // no l2norm; rules not met) kAutoUnfolded. GPU run s14run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, whole
 // forward, median of 9 interleaved): B = 4 T = 8192 (128 columns) kNorm 1.117, kNormR 1.190, unfolded 1.175 ms;
 // B = 1 T = 32768 (32 columns) kNormR 1.988, kNorm 2.218, unfolded 2.043 ms. Host only; reads dtypes, presence and

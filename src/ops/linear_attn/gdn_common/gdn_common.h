@@ -201,10 +201,11 @@ struct GdnFwdParams {
   // [B, T, H], 1 / |q| of the raw rows from an rstd-only l2norm launch): the pass reads r_q from it instead of forming
   // it from its Q tiles.
   GdnTensor rq;
-  // (Session 16, the fused wgmma pass's kShort form with two state warpgroups) pass_cluster = 2, 4 or 8: the pass's
-  // blocks run as thread-block clusters of that many CTAs of one q/k head (its G value heads x column blocks), which
-  // share each chunk's K and Q tiles by copy-engine multicast (each CTA fetches 1 / pass_cluster of them for all)
-  // instead of each reading both; 0: no cluster (fwd_cuda_state_o_wgmma_cluster_reject says where it applies).
+  // (Session 16, the fused wgmma pass's kShort form with two state warpgroups) pass_cluster = 2 (the only
+  // size compiled since session 17: 4 and 8 lost): the pass's blocks run as thread-block clusters of that many CTAs of
+  // one q/k head (its G value heads x column blocks), which share each chunk's K and Q tiles by copy-engine multicast
+  // (each CTA fetches 1 / pass_cluster of them for all) instead of each reading both; 0: no cluster
+  // (fwd_cuda_state_o_wgmma_cluster says where it applies).
   int pass_cluster = 0;
   // With pass_cluster: where a cluster's CTAs are column blocks of one value head (V / width a multiple of the size),
   // they share W's tile the same way (false: K, Q only; for the measurements).

@@ -1046,15 +1046,17 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream, int* occ = nullptr)
   return cuda::check_launch(name);
 }
 
-// (Session 16) The clustered instantiations (compile time: the ones the measurements need): plain 128 / 64 columns
-// by 2, 32 columns by 2, 4, 8; the folded l2norm (kNorm, r_q formed: the 128-column default) by 2; with r_q read
-// (kNormR: the 32-column default) by 2, 4, 8.
-// The largest cluster fwd_cuda_state_o_wgmma_cluster picks (to be set by the GPU runs' pass timings).
-constexpr int kPassClusterCap = 4;
+// (Session 16) The clustered instantiations, pairs of CTAs only: plain at 32 / 64 / 128 columns, the folded l2norm
+// with r_q formed (kNorm: the 128-column default) at 128, with r_q read (kNormR: the 32-column default) at 32. GPU run
+// s17run2 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128, pass alone, median of 9 interleaved): B = 4 T = 8192,
+// 128 columns: no cluster 0.579 / cluster 2 0.533 ms (plain), 0.632 / 0.531 (r_q formed); B = 1 T = 32768, 32
+// columns, r_q read: no cluster 1.452, cluster 2 K, Q, W 1.380, K, Q only 1.567, cluster 4 K, Q, W 2.922 ms, cluster 8
+// 4.013 ms (4 and 8: 30 of 32 / 15 of 16 clusters resident, so a second wave; the same for plain). Sizes 4 and 8
+// lost everywhere they ran and were removed.
 constexpr bool mc_instance(int kn, bool norm, bool qload, int cs) {
-  if (norm && !qload) return kn == 64 && cs == 2;
-  if (norm) return kn == 16;
-  return kn == 16 || cs == 2;
+  if (cs != 2) return false;
+  if (norm) return qload ? kn == 16 : kn == 64;
+  return true;
 }
 template <int kN, bool kNorm, bool kQLoad>
 int launch_cluster(const GdnFwdParams& p, cudaStream_t stream, int* occ) {
@@ -1062,14 +1064,6 @@ int launch_cluster(const GdnFwdParams& p, cudaStream_t stream, int* occ) {
     case 2:
       if constexpr (mc_instance(kN, kNorm, kQLoad, 2))
         return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 2>(p, stream, occ);
-      break;
-    case 4:
-      if constexpr (mc_instance(kN, kNorm, kQLoad, 4))
-        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 4>(p, stream, occ);
-      break;
-    case 8:
-      if constexpr (mc_instance(kN, kNorm, kQLoad, 8))
-        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 8>(p, stream, occ);
       break;
     default: break;
   }
@@ -1184,9 +1178,7 @@ int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
 int fwd_cuda_state_o_wgmma_cluster(const GdnFwdParams& p, int width) {
   if ((width != 32 && width != 64 && width != 128) || p.shape.V % width != 0 || p.h.present()) return 0;
   const int64_t ctas = p.shape.G * (p.shape.V / width);  // CTAs of one q/k head
-  for (int cs = kPassClusterCap; cs >= 2; cs /= 2)
-    if (ctas % cs == 0 && mc_instance(width / 2, p.qk_norm, p.rq.present(), cs)) return cs;
-  return 0;
+  return ctas % 2 == 0 && mc_instance(width / 2, p.qk_norm, p.rq.present(), 2) ? 2 : 0;
 }
 
 int fwd_cuda_state_o_wgmma_cluster_occupancy(const GdnFwdParams& p, int width, int* clusters) {

@@ -45,14 +45,15 @@ struct WyBwdParams {
   // order; dk_add added pair by pair). kWyTwoPerSm takes K and V that round up to the same multiple of 64, at most
   // 128; other shapes run kWyPipelined under every variant. kWyBatchedTyped (session 13): the two-per-SM kernel with
   // each fragment row's dk_add values loaded before its dk stores, each head's dg_add fetched at its start and dv
-  // stored by row pointers when it holds the token dtype. Session 14: kWyTrimmed (what kWyAuto runs, with or without
-  // dk_add): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its products and
+  // stored by row pointers when it holds the token dtype. Session 14: kWyTrimmed (what kWyAuto ran until session 17, with or
+  // without dk_add): kWyBatchedTyped where the two warps whose dP block lies wholly above the diagonal skip its products and
   // element work, and full dv tiles are stored without per-pair checks. Every form gives the same bits as
   // kWyTwoPerSm. Tests and timing force the variants. (Forms that lost are removed: README.md.)
   int mma_variant = 0;
 };
-// kWyFinStaged: kWyTrimmed (the same bits) without dk_rstd; with it, dk's l2norm backward runs after the head loop
-// from the head sums staged in shared memory, four threads per row (wy_store_dk_norm_staged).
+// kWyFinStaged (what kWyAuto runs since session 17): kWyTrimmed (the same kernel, the same bits) without dk_rstd; with
+// it, dk's l2norm backward runs after the head loop from the head sums staged in shared memory, four threads per row
+// (wy_store_dk_norm_staged).
 inline constexpr int kWyAuto = 0, kWyPipelined = 1, kWyTwoPerSm = 2, kWyBatchedTyped = 3, kWyTrimmed = 4,
                      kWyFinStaged = 5;
 
@@ -75,8 +76,8 @@ int prepare_wy_repr_bwd_cuda_fma(const WyBwdParams& p, void* workspace, void* st
 std::string prepare_wy_repr_bwd_cuda_mma_reject(const WyBwdParams& p);
 size_t prepare_wy_repr_bwd_cuda_mma_workspace(const gdn_bwd::Dims& d);
 int prepare_wy_repr_bwd_cuda_mma(const WyBwdParams& p, void* workspace, void* stream);
-// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (since session 14's run 1 kWyTrimmed, with
-// and without the fused sums: one form for every call), chosen from GPU timings; host code
+// The two-per-SM form that kWyAuto runs where the two-per-SM kernel applies (since session 17 kWyFinStaged = kWyTrimmed's
+// kernel, which also takes dk_rstd; one form for every call), chosen from GPU timings; host code
 // (prepare_wy_repr_bwd.cpp), so that the choice is one place.
 int prepare_wy_repr_bwd_auto_variant();
 #endif

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pending (session 16 had no GPU machine): run from the repo root of a GPU build (BUILD=build/gpu), <= 45 s.
+# Run from the repo root of a GPU build (BUILD=build/gpu), <= 45 s (first run: session 17 run 1).
 # Session 16 (h16/cpu_norm): rms_norm_gated and clipped_swiglu CPU rates on the H200 host's Xeon (AVX-512) and the
 # two ops' CPU tests. bench/cpu_op_rates.cpp times the C API of build/gpu/libstrata.so; copy = a copy of the named
 # size on the same threads, interleaved with the op round by round ("= N% of copy": median of the paired ratios).

@@ -1,6 +1,6 @@
 #!/bin/bash
-# causal_conv1d CPU kernels on the H200 host's Xeon (session 16, helper cpu_conv; pending: no GPU machine was lent
-# in session 16, so nothing here has run on the Xeon yet). Session 16 changed the kernels of AVX2 / SSE4 / scalar
+# causal_conv1d CPU kernels on the H200 host's Xeon (session 16, helper cpu_conv; first run in session 17's run 1:
+# bench/results/2026-12-01_h200_session17_run1_pending.txt). Session 16 changed the kernels of AVX2 / SSE4 / scalar
 # (split column sweeps, README "Performance / CPU"); AVX-512 (cpu.avx512_bf16, the Xeon's dispatch) keeps the
 # session-15 sweeps bit for bit. This script (<= 45 s): (1) the rates of the dispatched implementation against the
 # session-15 Xeon table (README: fwd / bwd [1,512,1024] 1 thread in L2 6.38 / 3.21 GB/s; [1,8192,8192] 2 threads
