@@ -32,6 +32,7 @@
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "opbase/visit_kernel_dtype.h"
+#include "tile/cpu/cache_size.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/stream_policy.h"
@@ -857,15 +858,18 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
   // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, one group per row (G = D) of at least 1024 features
   // in whole lines. Sub-blocks of rows whose scratch and inputs (2 f32 rows + 2 rows of TX re-read in phase B) take
-  // about 192 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1, with 384 KiB): D = 5120
-  // +23 % in L2 ([64, 5120]), +1 % from memory ([1024, 5120]); rows of several groups (D = 8192, G = 1024) 15-19 %
-  // slower, so they stay on BwdRowDirect. Session 17: 192 KiB, for the 512 KiB L2 of a Zen 3 core (the EPYC CI
-  // machine): with 384 KiB (6 rows at D = 5120) the sub-block's inputs, scratch, partial rows and the output lines
-  // being written (~540 KiB) overflowed it and phase B re-read from L3; 3 rows ran [1024, 5120] from memory 1.32 x
-  // faster (1 thread, no output prefetch), 2 rows the same as 3.
+  // 3/8 of the L2 per core, 128-384 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1,
+  // 384 KiB, which its 2 MiB L2 keeps): D = 5120 +23 % in L2 ([64, 5120]), +1 % from memory ([1024, 5120]); rows of
+  // several groups (D = 8192, G = 1024) 15-19 % slower, so they stay on BwdRowDirect. Session 17, the 512 KiB L2 of a
+  // Zen 3 core (the EPYC CI machine): with 384 KiB (6 rows at D = 5120) the sub-block's inputs, scratch, partial rows
+  // and the output lines being written (~540 KiB) overflowed it and phase B re-read from L3; 192 KiB (3 rows) ran
+  // [1024, 5120] from memory 1.32 x faster (1 thread, no output prefetch), 2 rows the same as 3. 192 KiB when the
+  // L2 size is unknown. Any sub-block size gives the same bits.
   constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(TX));
   const bool blocked = direct && !nbg && want_wb && D >= 1024 && G == D && G % kLineElems == 0 && G % N == 0;
-  const int64_t sub = blocked ? std::clamp<int64_t>((192 << 10) / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1,
+  const int64_t l2 = tile::cpu_l2_bytes();
+  const int64_t budget = l2 > 0 ? std::clamp<int64_t>(l2 / 8 * 3, 128 << 10, 384 << 10) : (192 << 10);
+  const int64_t sub = blocked ? std::clamp<int64_t>(budget / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1,
                                                     std::min(block, kGbnMaxSub))
                               : 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
