@@ -26,11 +26,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "ops/norm/rms_norm_gated/rms_norm_gated.h"
 #include "opbase/visit_kernel_dtype.h"
+#include "tile/cpu/cache_size.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/stream_policy.h"
@@ -722,6 +724,8 @@ HWY_INLINE void BwdRowDirect(const TX* HWY_RESTRICT xr, const TX* HWY_RESTRICT z
 // adding the dweight / dbias terms in registers, read from and written to the partial rows once per sub-block.
 // The same operations in the same order (the partial rows still add the rows' terms in row order; pass B's
 // formulas are BwdRowDirect's), so the same bits as BwdRowDirect. rows: scratch of 2 sub D floats; means: sub ng.
+// The most rows per sub-block (BwdRows clamps the sub-block to it; rows per block are at most 32 for D >= 1024).
+constexpr int64_t kGbnMaxSub = 32;
 template <bool kStream, bool kNative, class TX>
 void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, int64_t sub, const float* HWY_RESTRICT w,
                        float inv_g, float* HWY_RESTRICT bw, float* HWY_RESTRICT bb, float* HWY_RESTRICT rows,
@@ -767,25 +771,48 @@ void BwdRowsGbnBlocked(const RmsNormGatedBwdParams& p, int64_t r0, int64_t r1, i
         means[i * ng + g] = PassADot(xr, zr, dyr, j0, j0 + G, &kend, pass_a) * inv_g;
       }
     }
-    // Phase B: one line of columns down the sub-block's rows.
+    // Phase B: one line of columns down the sub-block's rows (G == D: each row's one rstd and mean). The rows'
+    // pointers and factors are taken once per sub-block (not per row and line). Each step also prefetches the dx /
+    // dz lines kOutAhead lines further on: the stores walk 2 nr lines per step across the rows, a pattern the
+    // hardware prefetchers do not follow, so without it every new output line was a read-for-ownership miss to
+    // memory with the core waiting (session 17, EPYC, [1024, 5120] bf16, 1 thread: phase B was 73 % of the
+    // kernel's samples against 27 % for phase A and its sigmoids).
+    constexpr int64_t kOutAhead = 4 * 64;  // bytes: 4 steps ahead
+    const TX* xs[kGbnMaxSub];
+    const TX* dys[kGbnMaxSub];
+    TX* dxs[kGbnMaxSub];
+    TX* dzs[kGbnMaxSub];
+    float rss[kGbnMaxSub];
+    for (int64_t i = 0; i < nr; ++i) {
+      const int64_t r = s0r + i;
+      xs[i] = x_of(r);
+      dys[i] = dy_of(r);
+      dxs[i] = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r);
+      dzs[i] = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r);
+      rss[i] = rstd[p.rstd_rows.row_offset(r)];
+    }
+    // The block's first sub-block starts the partial rows from zero (+0, as the zero-filled rows it replaces: the
+    // same sums), so they need no fill beforehand; every column is written (D is whole lines).
+    const bool first = s0r == r0;
     for (int64_t c = 0; c < D; c += kV * N) {
-      const int64_t g = c / G;
       VF aw[kV], ab[kV], wv[kV];
       for (int64_t v = 0; v < kV; ++v) {
-        aw[v] = hn::LoadU(df, bw + c + v * N);
-        ab[v] = hn::LoadU(df, bb + c + v * N);
+        aw[v] = first ? hn::Zero(df) : hn::LoadU(df, bw + c + v * N);
+        ab[v] = first ? hn::Zero(df) : hn::LoadU(df, bb + c + v * N);
         wv[v] = hn::LoadU(df, w + c + v * N);
       }
       for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = s0r + i;
-        const float rs = rstd[p.rstd_rows.row_offset(r) + g * p.rstd_rows.col_stride];
-        const VF vr = hn::Set(df, rs), vm = hn::Set(df, means[i * ng + g]);
-        const TX* x = x_of(r) + c;
-        const TX* dy = dy_of(r) + c;
+        const VF vr = hn::Set(df, rss[i]), vm = hn::Set(df, means[i]);
+        const TX* x = xs[i] + c;
+        const TX* dy = dys[i] + c;
         const float* sa = rows + 2 * i * D + c;
         const float* sg = sa + D;
-        TX* dx = static_cast<TX*>(p.dx) + p.dx_rows.row_offset(r) + c;
-        TX* dz = static_cast<TX*>(p.dz) + p.dz_rows.row_offset(r) + c;
+        TX* dx = dxs[i] + c;
+        TX* dz = dzs[i] + c;
+        if constexpr (!kStream) {  // non-temporal stores skip the read-for-ownership the prefetch would bring back
+          tv::PrefetchAhead<64, kOutAhead>(dx);
+          tv::PrefetchAhead<64, kOutAhead>(dz);
+        }
         VF dxv[kV], dzv[kV];
         for (int64_t v = 0; v < kV; ++v) {
           const VF av = hn::LoadU(df, sa + v * N), xv = tv::LoadF32(df, x + v * N), dyv = tv::LoadF32(df, dy + v * N);
@@ -831,18 +858,24 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
                       p.dy_rows.col_stride == 1 && p.dx_rows.col_stride == 1 && p.dz_rows.col_stride == 1;
   // BwdRowsGbnBlocked: gate-before-norm with dweight / dbias, one group per row (G = D) of at least 1024 features
   // in whole lines. Sub-blocks of rows whose scratch and inputs (2 f32 rows + 2 rows of TX re-read in phase B) take
-  // about 384 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1): D = 5120 +23 % in L2
-  // ([64, 5120]), +1 % from memory ([1024, 5120]); rows of several groups (D = 8192, G = 1024) 15-19 % slower, so
-  // they stay on BwdRowDirect.
+  // 3/8 of the L2 per core, 128-384 KiB. Measured on the H200 host's Xeon (2 pinned threads, bf16, session 13 run 1,
+  // 384 KiB, which its 2 MiB L2 keeps): D = 5120 +23 % in L2 ([64, 5120]), +1 % from memory ([1024, 5120]); rows of
+  // several groups (D = 8192, G = 1024) 15-19 % slower, so they stay on BwdRowDirect. Session 17, the 512 KiB L2 of a
+  // Zen 3 core (the EPYC CI machine): with 384 KiB (6 rows at D = 5120) the sub-block's inputs, scratch, partial rows
+  // and the output lines being written (~540 KiB) overflowed it and phase B re-read from L3; 192 KiB (3 rows) ran
+  // [1024, 5120] from memory 1.32 x faster (1 thread, no output prefetch), 2 rows the same as 3. 192 KiB when the
+  // L2 size is unknown. Any sub-block size gives the same bits.
   constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(TX));
   const bool blocked = direct && !nbg && want_wb && D >= 1024 && G == D && G % kLineElems == 0 && G % N == 0;
-  const int64_t sub =
-      blocked ? std::clamp<int64_t>((384 << 10) / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1, block) : 1;
+  const int64_t l2 = tile::cpu_l2_bytes();
+  const int64_t budget = l2 > 0 ? std::clamp<int64_t>(l2 / 8 * 3, 128 << 10, 384 << 10) : (192 << 10);
+  const int64_t sub = blocked ? std::clamp<int64_t>(budget / (D * static_cast<int64_t>(8 + 2 * sizeof(TX))), 1,
+                                                    std::min(block, kGbnMaxSub))
+                              : 1;
   tile::parallel_blocks(p.rows, block, [&](int64_t r0, int64_t r1) {
     if (blocked) {
       float* bw = pw + (r0 / block) * D;
-      float* bb = pb + (r0 / block) * D;
-      std::fill(bw, bw + D, 0.f), std::fill(bb, bb + D, 0.f);
+      float* bb = pb + (r0 / block) * D;  // written from zero by the first sub-block (BwdRowsGbnBlocked)
       float* rows = ThreadRows(2 * sub * D + sub * ng);
       float* means = rows + 2 * sub * D;
       // Non-temporal stores need whole 16-byte-or-wider vectors at every row start of both outputs.
@@ -989,6 +1022,35 @@ void BwdRows(const RmsNormGatedBwdParams& p) {
     };
     alignas(64) float tw[hn::MaxLanes(DF())], tb[hn::MaxLanes(DF())];
     int64_t c = c0;
+    // Session 17: kC column vectors (two 64-byte lines on AVX2) per walk down the partial rows, the lines kAhead
+    // rows further down prefetched: the walk steps D floats at a time (20 KiB at D = 5120, a new page each step, which
+    // the hardware prefetchers do not follow), so each partial row's lines were demand misses; ~10 % of a
+    // [1024, 5120] backward from memory on the EPYC (perf). Each lane still adds its column's partial rows in block
+    // order from 0: the same bits.
+    constexpr int64_t kC = 4, kAhead = 8;
+    constexpr int64_t kStepBytes = static_cast<int64_t>(kC * hn::MaxLanes(DF()) * sizeof(float));
+    const uintptr_t ahead = static_cast<uintptr_t>(kAhead * D) * sizeof(float);
+    for (; c + kC * N <= c1; c += kC * N) {
+      VF sw[kC], sb[kC];
+      for (int64_t u = 0; u < kC; ++u) sw[u] = sb[u] = hn::Zero(df);
+      for (int64_t q = 0; q < nb; ++q) {
+        const float* rw = pw + q * D + c;
+        const float* rb = pb + q * D + c;
+        for (int64_t k = 0; k < kStepBytes; k += 64) {
+          hwy::Prefetch(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(rw) + ahead + k));
+          hwy::Prefetch(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(rb) + ahead + k));
+        }
+        for (int64_t u = 0; u < kC; ++u) {
+          sw[u] = hn::Add(sw[u], hn::LoadU(df, rw + u * N));
+          sb[u] = hn::Add(sb[u], hn::LoadU(df, rb + u * N));
+        }
+      }
+      for (int64_t u = 0; u < kC; ++u) {
+        hn::Store(sw[u], df, tw);
+        hn::Store(sb[u], df, tb);
+        for (int64_t j = 0; j < N; ++j) put(c + u * N + j, tw[j], tb[j]);
+      }
+    }
     for (; c + N <= c1; c += N) {
       VF sw = hn::Zero(df), sb = hn::Zero(df);
       for (int64_t q = 0; q < nb; ++q) {
