@@ -147,31 +147,77 @@ HWY_INLINE void AddExpTerms4(DF df, hn::Vec<DF> (&z)[4], hn::Vec<DF> vs, hn::Vec
   }
 }
 
-// Row statistics without softcap (c = s z), piece by piece (after the first piece an online sweep, below, is tried
-// first and these two sweeps run only for pieces that raise the row maximum). Sweep 1 reads the piece from memory for the extreme
-// raw logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and,
-// with label smoothing, the sum of z (sum c = s sum z); four accumulators, so the sweep runs at the load rate
-// rather than at the latency of one max chain. Sweep 2 re-reads the piece from L1 and adds e = exp(s z - m): the
-// argument is one FMA (one rounding of the exact s z - m, so rows of huge logits keep it exact near the maximum),
-// the exponential tv::ExpSum (AVX-512: 9 vector operations, about f32 accuracy for the sum; FastExpNonPos
-// elsewhere). The transformed logits are never stored (the old scratch sweep wrote and re-read them).
+// The extreme raw logit of the nv whole vectors at zp (the largest for kMax, else the smallest) and, with kSum, their
+// sum (into s0, s1: s0 += v0 + v1, s1 += v2 + v3 per four vectors, the tail vectors into s0), four extreme
+// accumulators so the sweep runs at the load rate rather than at the latency of one chain; each group of four
+// vectors is also passed to terms4(v, i) and each tail vector to terms1(v, i) (the online sweep's exponentials, or
+// nothing). The one load-and-extreme loop of RowStatsPlain's online sweep and its sweep 1 (session 17: they were two
+// copies of the same lines); the same operations in the same order as either copy, so the same bits.
+template <bool kMax, bool kSum, class T, class Terms4, class Terms1>
+HWY_INLINE float ExtremeSweep(DF df, const T* HWY_RESTRICT zp, int64_t nv, hn::Vec<DF>& s0, hn::Vec<DF>& s1,
+                              Terms4&& terms4, Terms1&& terms1) {
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
+  const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
+  auto x0 = init, x1 = init, x2 = init, x3 = init;
+  int64_t j = 0;
+  for (; j + 4 * NL <= nv; j += 4 * NL) {
+    tv::PrefetchAhead<4 * kStepT<T>>(zp + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
+    hn::Vec<DF> v[4] = {tv::LoadF32(df, zp + j), tv::LoadF32(df, zp + j + NL), tv::LoadF32(df, zp + j + 2 * NL),
+                        tv::LoadF32(df, zp + j + 3 * NL)};
+    x0 = ext(x0, v[0]);
+    x1 = ext(x1, v[1]);
+    x2 = ext(x2, v[2]);
+    x3 = ext(x3, v[3]);
+    if constexpr (kSum) {
+      s0 = hn::Add(s0, hn::Add(v[0], v[1]));
+      s1 = hn::Add(s1, hn::Add(v[2], v[3]));
+    }
+    terms4(v, j);
+  }
+  for (; j < nv; j += NL) {
+    const auto v = tv::LoadF32(df, zp + j);
+    x0 = ext(x0, v);
+    if constexpr (kSum) s0 = hn::Add(s0, v);
+    terms1(v, j);
+  }
+  const auto xv = ext(ext(x0, x1), ext(x2, x3));
+  return kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
+}
+
+// f(kMax, kSum) with the two flags as compile-time constants (std::bool_constant).
+template <class F>
+HWY_INLINE auto WithExtremeAndSum(bool is_max, bool with_sum, F&& f) {
+  if (is_max) return with_sum ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  return with_sum ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+}
+
+// Row statistics without softcap (c = s z), piece by piece. Sweep 1 reads the piece from memory for the extreme raw
+// logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and, with
+// label smoothing, the sum of z (sum c = s sum z) (ExtremeSweep). Sweep 2 re-reads the piece from L1 and adds
+// e = exp(s z - m): the argument is one FMA (one rounding of the exact s z - m, so rows of huge logits keep it exact
+// near the maximum), the exponential tv::ExpSum (AVX-512: 9 vector operations, about f32 accuracy for the sum;
+// FastExpNonPos elsewhere, four vectors at a time through tv::ExpSumN). The transformed logits are never stored.
+// After the first piece an online sweep (below) is tried first, and the two sweeps run only for the pieces that
+// raise the row maximum.
 // kKeep: e also goes to ebuf (the whole row, V floats) with m in piece_m[q], for RowGradFromExp.
 template <bool kKeep, class T>
 CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT ebuf,
                          float* HWY_RESTRICT piece_m) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-  constexpr int64_t kStep4 = 4 * kStepT<T>;
   const bool smooth = k.eps != 0.f;  // ce_row_loss reads sum_c only then
   const bool pos = k.scale > 0.f;    // the plan rejects s = 0
   CeRowStats st;
   auto vsz = hn::Zero(df);
   float tail_sz = 0.f;
   const auto vs = hn::Set(df, k.scale);
+  auto no_terms = [](auto&&, int64_t) {};
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
     const int64_t nv = n / NL * NL;
     const T* HWY_RESTRICT zp = z + j0;
+    float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
     // Online sweep (every whole-vector piece after the first): the sum of exp(s z - ref) against the row's running
     // maximum ref, while taking the piece's extreme raw logit (and sum z). Kept when the piece's maximum does not
     // exceed ref (every argument <= 0 up to rounding, as in the two sweeps below: the same accuracy); otherwise (a
@@ -179,94 +225,37 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     // read of the piece and ~14 vector operations per 16 logits instead of ~16. Still a function of the row only.
     const float ref = st.lse.m;
     if (ref > -INFINITY && nv == n) {
-      auto online = [&](auto is_max, auto with_sum) -> bool {
-        constexpr bool kMax = decltype(is_max)::value, kSum = decltype(with_sum)::value;
-        auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
-        const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
-        auto x0 = init, x1 = init, x2 = init, x3 = init;
+      const bool kept = WithExtremeAndSum(pos, smooth, [&](auto is_max, auto with_sum) -> bool {
         hn::Vec<DF> acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
         auto q0 = hn::Zero(df), q1 = hn::Zero(df);
         const auto vnr = hn::Set(df, -ref);
-        float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
-        int64_t i = 0;
-        for (; i + 4 * NL <= n; i += 4 * NL) {
-          tv::PrefetchAhead<kStep4>(zp + i);
-          const auto v0 = tv::LoadF32(df, zp + i), v1 = tv::LoadF32(df, zp + i + NL);
-          const auto v2 = tv::LoadF32(df, zp + i + 2 * NL), v3 = tv::LoadF32(df, zp + i + 3 * NL);
-          x0 = ext(x0, v0);
-          x1 = ext(x1, v1);
-          x2 = ext(x2, v2);
-          x3 = ext(x3, v3);
-          if constexpr (kSum) {
-            q0 = hn::Add(q0, hn::Add(v0, v1));
-            q1 = hn::Add(q1, hn::Add(v2, v3));
-          }
-          hn::Vec<DF> v[4] = {v0, v1, v2, v3};
-          AddExpTerms4<kKeep>(df, v, vs, vnr, e, i, acc);
-        }
-        for (; i < n; i += NL) {
-          const auto v0 = tv::LoadF32(df, zp + i);
-          x0 = ext(x0, v0);
-          if constexpr (kSum) q0 = hn::Add(q0, v0);
-          AddExpTerm<kKeep>(df, v0, vs, vnr, e, i, acc[0]);
-        }
-        const auto xv = ext(ext(x0, x1), ext(x2, x3));
-        const float zx = kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
+        const float zx = ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(
+            df, zp, n, q0, q1, [&](hn::Vec<DF>(&v)[4], int64_t i) { AddExpTerms4<kKeep>(df, v, vs, vnr, e, i, acc); },
+            [&](hn::Vec<DF> v, int64_t i) { AddExpTerm<kKeep>(df, v, vs, vnr, e, i, acc[0]); });
         if (!(k.scale * zx <= ref)) return false;  // a new maximum (or NaN): the two sweeps below
         vsz = hn::Add(vsz, hn::Add(q0, q1));
         if constexpr (kKeep) piece_m[j0 / kPiece] = ref;
         lse_add_block(st.lse, ref, hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3])))));
         return true;
-      };
-      bool kept;
-      if (pos) kept = smooth ? online(std::true_type{}, std::true_type{}) : online(std::true_type{}, std::false_type{});
-      else kept = smooth ? online(std::false_type{}, std::true_type{}) : online(std::false_type{}, std::false_type{});
+      });
       if (kept) continue;
     }
     // Sweep 1: the extreme raw logit (and sum z).
     auto s0 = hn::Zero(df), s1 = hn::Zero(df);
-    int64_t j = 0;
-    auto sweep1 = [&](auto is_max, auto with_sum) {
-      constexpr bool kMax = decltype(is_max)::value, kSum = decltype(with_sum)::value;
-      auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
-      const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
-      auto x0 = init, x1 = init, x2 = init, x3 = init;
-      for (; j + 4 * NL <= nv; j += 4 * NL) {
-        tv::PrefetchAhead<kStep4>(zp + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
-        const auto v0 = tv::LoadF32(df, zp + j), v1 = tv::LoadF32(df, zp + j + NL);
-        const auto v2 = tv::LoadF32(df, zp + j + 2 * NL), v3 = tv::LoadF32(df, zp + j + 3 * NL);
-        x0 = ext(x0, v0);
-        x1 = ext(x1, v1);
-        x2 = ext(x2, v2);
-        x3 = ext(x3, v3);
-        if constexpr (kSum) {
-          s0 = hn::Add(s0, hn::Add(v0, v1));
-          s1 = hn::Add(s1, hn::Add(v2, v3));
-        }
-      }
-      for (; j < nv; j += NL) {
-        const auto v = tv::LoadF32(df, zp + j);
-        x0 = ext(x0, v);
-        if constexpr (kSum) s0 = hn::Add(s0, v);
-      }
-      const auto xv = ext(ext(x0, x1), ext(x2, x3));
-      return kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
-    };
-    float zext;
-    if (pos) zext = smooth ? sweep1(std::true_type{}, std::true_type{}) : sweep1(std::true_type{}, std::false_type{});
-    else zext = smooth ? sweep1(std::false_type{}, std::true_type{}) : sweep1(std::false_type{}, std::false_type{});
+    const float zext = WithExtremeAndSum(pos, smooth, [&](auto is_max, auto with_sum) {
+      return ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(df, zp, nv, s0, s1, no_terms, no_terms);
+    });
     vsz = hn::Add(vsz, hn::Add(s0, s1));
     float m = nv > 0 ? k.scale * zext : -INFINITY;
-    for (j = nv; j < n; ++j) {
+    for (int64_t j = nv; j < n; ++j) {
       const float zj = to_f32(zp[j]);
       m = std::max(m, k.scale * zj);
       tail_sz += zj;
     }
     // Sweep 2: the sum of exp(s z - m), from L1.
     const auto vnm = hn::Set(df, -m);
-    float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
     hn::Vec<DF> acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
-    j = 0;
+    int64_t j = 0;
     for (; j + 4 * NL <= nv; j += 4 * NL) {
       hn::Vec<DF> v[4] = {tv::LoadF32(df, zp + j), tv::LoadF32(df, zp + j + NL), tv::LoadF32(df, zp + j + 2 * NL),
                           tv::LoadF32(df, zp + j + 3 * NL)};
