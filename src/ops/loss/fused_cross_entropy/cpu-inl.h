@@ -129,60 +129,80 @@ HWY_INLINE void AddExpTerm(DF df, hn::Vec<DF> z, hn::Vec<DF> vs, hn::Vec<DF> vnm
   acc = hn::Add(acc, t);
 }
 
-// Four consecutive vectors (z[u] at i + u NL) of AddExpTerm, each into its accumulator acc[u], with the four
-// exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the same bits as four
-// AddExpTerm calls). On the Zen 3 CI machine (AVX2) the loop of one exponential after another kept the FP
-// scheduler full at ~1.6 instructions per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h.
-template <bool kKeep>
-HWY_INLINE void AddExpTerms4(DF df, hn::Vec<DF> (&z)[4], hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e,
-                             int64_t i, hn::Vec<DF> (&acc)[4]) {
+// U consecutive vectors (z[u] at i + u NL, U = 4 or 8) of AddExpTerm, vector u into the accumulator acc[u % 4], with
+// the U exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the same bits as U
+// AddExpTerm calls; with U = 8 each accumulator takes its two terms in the order of two groups of four). On the
+// Zen 3 CI machine (AVX2) the loop of one exponential after another kept the FP scheduler full at ~1.6 instructions
+// per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h and kGroup below.
+template <bool kKeep, int U>
+HWY_INLINE void AddExpTerms(DF df, hn::Vec<DF> (&z)[U], hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e,
+                            int64_t i, hn::Vec<DF> (&acc)[4]) {
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u) z[u] = hn::MulAdd(z[u], vs, vnm);
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) z[u] = hn::MulAdd(z[u], vs, vnm);
   tv::ExpSumN(df, z);
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u) {
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) {
     if constexpr (kKeep) hn::StoreU(z[u], df, e + i + u * NL);
-    acc[u] = hn::Add(acc[u], z[u]);
+    acc[u % 4] = hn::Add(acc[u % 4], z[u]);
   }
 }
 
+// Vectors per step of the statistics sweeps' loops (ExtremeSweep, sweep 2). Session 17: 8 on the targets without
+// AVX-512, where tv::ExpSumN interleaves the exponentials: on the Zen 3 CI machine four chains of ~57 cycles (clamp,
+// scale, rounding, Cody-Waite, 7 Horner FMAs, scaling, add) kept the two FMA pipes about half busy, the ~130 FP
+// operations of one step of four filling the scheduler before the next step's could start; eight chains per step
+// keep them busier. AVX-512 keeps 4 (its code unchanged: ExpSum per vector, not measured here).
+constexpr int kGroup = 4;
+
 // The extreme raw logit of the nv whole vectors at zp (the largest for kMax, else the smallest) and, with kSum, their
 // sum (into s0, s1: s0 += v0 + v1, s1 += v2 + v3 per four vectors, the tail vectors into s0), four extreme
-// accumulators so the sweep runs at the load rate rather than at the latency of one chain; each group of four
-// vectors is also passed to terms4(v, i) and each tail vector to terms1(v, i) (the online sweep's exponentials, or
-// nothing). The one load-and-extreme loop of RowStatsPlain's online sweep and its sweep 1 (session 17: they were two
-// copies of the same lines); the same operations in the same order as either copy, so the same bits.
-template <bool kMax, bool kSum, class T, class Terms4, class Terms1>
+// accumulators (vector u into x[u % 4]) so the sweep runs at the load rate rather than at the latency of one chain.
+// The vectors go by steps of kGroup, then of 4, then one by one; each step of U > 1 vectors is also passed to
+// terms(v[U], i) and each single vector to terms(v[1], i) (the online sweep's exponentials, or nothing). The one
+// load-and-extreme loop of RowStatsPlain's online sweep and its sweep 1 (session 17: they were two copies of the same
+// lines); every accumulator takes its operations in the order of the four-vector loop, so the same bits.
+template <bool kMax, bool kSum, class T, class Terms>
 HWY_INLINE float ExtremeSweep(DF df, const T* HWY_RESTRICT zp, int64_t nv, hn::Vec<DF>& s0, hn::Vec<DF>& s1,
-                              Terms4&& terms4, Terms1&& terms1) {
+                              Terms&& terms) {
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
   const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
-  auto x0 = init, x1 = init, x2 = init, x3 = init;
+  auto x = init;
   int64_t j = 0;
-  for (; j + 4 * NL <= nv; j += 4 * NL) {
-    tv::PrefetchAhead<4 * kStepT<T>>(zp + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
-    hn::Vec<DF> v[4] = {tv::LoadF32(df, zp + j), tv::LoadF32(df, zp + j + NL), tv::LoadF32(df, zp + j + 2 * NL),
-                        tv::LoadF32(df, zp + j + 3 * NL)};
-    x0 = ext(x0, v[0]);
-    x1 = ext(x1, v[1]);
-    x2 = ext(x2, v[2]);
-    x3 = ext(x3, v[3]);
-    if constexpr (kSum) {
-      s0 = hn::Add(s0, hn::Add(v[0], v[1]));
-      s1 = hn::Add(s1, hn::Add(v[2], v[3]));
+  auto steps = [&](auto u_tag) {
+    constexpr int U = decltype(u_tag)::value;
+    for (; j + U * NL <= nv; j += U * NL) {
+      if constexpr (U > 1) tv::PrefetchAhead<U * kStepT<T>>(zp + j);  // the logits stream from memory (vec-inl.h)
+      hn::Vec<DF> v[U];
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) v[u] = tv::LoadF32(df, zp + j + u * NL);
+      if constexpr (U == 1) {
+        x = ext(x, v[0]);
+      } else {  // a tree, then one chain (max and min are exact: the order does not change the value)
+        hn::Vec<DF> t[U / 2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U / 2; ++u) t[u] = ext(v[2 * u], v[2 * u + 1]);
+        for (int w = U / 2; w > 1; w /= 2)
+#pragma GCC unroll 4
+          for (int u = 0; u < w / 2; ++u) t[u] = ext(t[2 * u], t[2 * u + 1]);
+        x = ext(x, t[0]);
+      }
+      if constexpr (kSum && U == 1) s0 = hn::Add(s0, v[0]);
+      if constexpr (kSum && U > 1) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u += 4) {
+          s0 = hn::Add(s0, hn::Add(v[u], v[u + 1]));
+          s1 = hn::Add(s1, hn::Add(v[u + 2], v[u + 3]));
+        }
+      }
+      terms(v, j);
     }
-    terms4(v, j);
-  }
-  for (; j < nv; j += NL) {
-    const auto v = tv::LoadF32(df, zp + j);
-    x0 = ext(x0, v);
-    if constexpr (kSum) s0 = hn::Add(s0, v);
-    terms1(v, j);
-  }
-  const auto xv = ext(ext(x0, x1), ext(x2, x3));
-  return kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
+  };
+  steps(std::integral_constant<int, kGroup>{});
+  if constexpr (kGroup != 4) steps(std::integral_constant<int, 4>{});
+  steps(std::integral_constant<int, 1>{});
+  return kMax ? hn::GetLane(hn::MaxOfLanes(df, x)) : hn::GetLane(hn::MinOfLanes(df, x));
 }
 
 // f(kMax, kSum) with the two flags as compile-time constants (std::bool_constant).
@@ -212,7 +232,7 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
   auto vsz = hn::Zero(df);
   float tail_sz = 0.f;
   const auto vs = hn::Set(df, k.scale);
-  auto no_terms = [](auto&&, int64_t) {};
+  auto no_terms = [](auto&, int64_t) {};
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
     const int64_t nv = n / NL * NL;
@@ -230,8 +250,10 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
         auto q0 = hn::Zero(df), q1 = hn::Zero(df);
         const auto vnr = hn::Set(df, -ref);
         const float zx = ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(
-            df, zp, n, q0, q1, [&](hn::Vec<DF>(&v)[4], int64_t i) { AddExpTerms4<kKeep>(df, v, vs, vnr, e, i, acc); },
-            [&](hn::Vec<DF> v, int64_t i) { AddExpTerm<kKeep>(df, v, vs, vnr, e, i, acc[0]); });
+            df, zp, n, q0, q1, [&](auto& v, int64_t i) {
+              if constexpr (std::extent_v<std::remove_reference_t<decltype(v)>> == 1) AddExpTerm<kKeep>(df, v[0], vs, vnr, e, i, acc[0]);
+              else AddExpTerms<kKeep>(df, v, vs, vnr, e, i, acc);
+            });
         if (!(k.scale * zx <= ref)) return false;  // a new maximum (or NaN): the two sweeps below
         vsz = hn::Add(vsz, hn::Add(q0, q1));
         if constexpr (kKeep) piece_m[j0 / kPiece] = ref;
@@ -243,7 +265,7 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     // Sweep 1: the extreme raw logit (and sum z).
     auto s0 = hn::Zero(df), s1 = hn::Zero(df);
     const float zext = WithExtremeAndSum(pos, smooth, [&](auto is_max, auto with_sum) {
-      return ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(df, zp, nv, s0, s1, no_terms, no_terms);
+      return ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(df, zp, nv, s0, s1, no_terms);
     });
     vsz = hn::Add(vsz, hn::Add(s0, s1));
     float m = nv > 0 ? k.scale * zext : -INFINITY;
@@ -256,11 +278,17 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     const auto vnm = hn::Set(df, -m);
     hn::Vec<DF> acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
     int64_t j = 0;
-    for (; j + 4 * NL <= nv; j += 4 * NL) {
-      hn::Vec<DF> v[4] = {tv::LoadF32(df, zp + j), tv::LoadF32(df, zp + j + NL), tv::LoadF32(df, zp + j + 2 * NL),
-                          tv::LoadF32(df, zp + j + 3 * NL)};
-      AddExpTerms4<kKeep>(df, v, vs, vnm, e, j, acc);
-    }
+    auto steps = [&](auto u_tag) {
+      constexpr int U = decltype(u_tag)::value;
+      for (; j + U * NL <= nv; j += U * NL) {
+        hn::Vec<DF> v[U];
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) v[u] = tv::LoadF32(df, zp + j + u * NL);
+        AddExpTerms<kKeep>(df, v, vs, vnm, e, j, acc);
+      }
+    };
+    steps(std::integral_constant<int, kGroup>{});
+    if constexpr (kGroup != 4) steps(std::integral_constant<int, 4>{});
     for (; j < nv; j += NL) AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j), vs, vnm, e, j, acc[0]);
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3]))));
     for (; j < n; ++j) {
