@@ -43,6 +43,7 @@
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
 #include "tile/cpu/exp_n-inl.h"
+#include "tile/cpu/exp_grad_n-inl.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instance (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
@@ -465,8 +466,11 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
 }
 
 // dz[0..V) for the row constants r (dz may alias z).
+// Inlined into Run (as before session 17, when its loops were shorter): the scalar target element and tail go through
+// ce_grad_elem, whose FMA contraction GCC decides per inlining context (an f32 target gradient moved by one ulp when
+// RowGrad became a function of its own).
 template <bool kSoftcap, bool kNative, class T>
-void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y, bool stream) {
+HWY_INLINE void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y, bool stream) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   // The target element's gradient, from its logit before the sweep can overwrite it.
@@ -481,17 +485,20 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     // far below their rounding; the sweep is compute-bound). The argument s z - lse is one FMA (one rounding).
     const tv::ScaledExpLp<DF> pexp(df, r.p_coef);
     const auto vnl = hn::Set(df, -r.lse);
-    constexpr int64_t kStep2 = 2 * kStepT<T>;
+    constexpr int64_t kStep4 = 4 * kStepT<T>;
     // stream: a separate dz much larger than the caches, vector-aligned: non-temporal stores, which skip the
     // read-for-ownership of every dz line (a third stream of traffic next to reading z and writing dz).
+    // Four vectors per step, their exponentials interleaved (tv::ScaledExpLpN: the same bits as pexp per vector).
     auto sweep = [&](auto stream_tag) {
       constexpr bool S = decltype(stream_tag)::value;
-      for (; j + 2 * NL <= V; j += 2 * NL) {
-        tv::PrefetchAhead<kStep2>(z + j);  // from memory in the backward
-        const auto d0 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu);
-        const auto d1 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j + NL), vscale, vnl)), vu);
-        tv::StoreOut<S, kNative>(df, d0, dz + j);
-        tv::StoreOut<S, kNative>(df, d1, dz + j + NL);
+      for (; j + 4 * NL <= V; j += 4 * NL) {
+        tv::PrefetchAhead<kStep4>(z + j);  // from memory in the backward
+        hn::Vec<DF> x[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) x[u] = hn::MulAdd(tv::LoadF32(df, z + j + u * NL), vscale, vnl);
+        tv::ScaledExpLpN(df, pexp, x);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) tv::StoreOut<S, kNative>(df, hn::Sub(x[u], vu), dz + j + u * NL);
       }
       for (; j + NL <= V; j += NL)
         tv::StoreOut<S, kNative>(df, hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu), dz + j);
@@ -501,20 +508,31 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     if (stream && tv::StreamAligned(df, dz)) sweep(std::true_type{});
     else sweep(std::false_type{});
   }
-  for (; j + NL <= V; j += NL) {
-    tv::PrefetchAhead<kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
-    const auto u = hn::Mul(tv::LoadF32(df, z + j), vscale);
-    hn::Vec<DF> d;
-    if constexpr (kSoftcap) {
-      hn::Vec<DF> q;
-      const auto t = SoftcapTanh(df, hn::Mul(u, vinv), &q);
-      const auto p = FastExp(df, hn::Sub(hn::Mul(vcap, t), vlse));
-      d = hn::Mul(q, hn::MulSub(vp, p, vu));
-    } else {
-      d = hn::MulSub(vp, FastExp(df, hn::Sub(u, vlse)), vu);  // f32 dz (bf16/f16 took the loop above)
+  // f32 dz, and softcap: U vectors per step (4, then 1), the exponentials interleaved (tv::FastExpN: the same bits as
+  // FastExp per vector).
+  auto steps = [&](auto u_tag) {
+    constexpr int U = decltype(u_tag)::value;
+    for (; j + U * NL <= V; j += U * NL) {
+      tv::PrefetchAhead<U * kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
+      hn::Vec<DF> x[U], q[U];
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) {
+        const auto s = hn::Mul(tv::LoadF32(df, z + j + u * NL), vscale);
+        if constexpr (kSoftcap) x[u] = hn::Sub(hn::Mul(vcap, SoftcapTanh(df, hn::Mul(s, vinv), &q[u])), vlse);
+        else x[u] = hn::Sub(s, vlse);
+      }
+      tv::FastExpN(df, x);
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) {
+        hn::Vec<DF> d;
+        if constexpr (kSoftcap) d = hn::Mul(q[u], hn::MulSub(vp, x[u], vu));
+        else d = hn::MulSub(vp, x[u], vu);  // f32 dz (bf16/f16 took the loop above)
+        tv::StoreOut<false, kNative>(df, d, dz + j + u * NL);
+      }
     }
-    tv::StoreOut<false, kNative>(df, d, dz + j);
-  }
+  };
+  steps(std::integral_constant<int, 4>{});
+  steps(std::integral_constant<int, 1>{});
   for (; j < V; ++j) dz[j] = from_f32<T>(ce_grad_elem(k, r, to_f32(z[j]), false));
   if (has_y) dz[y] = from_f32<T>(dz_y);
 }
