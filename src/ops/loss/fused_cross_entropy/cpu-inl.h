@@ -43,7 +43,6 @@
 #include "tile/cpu/parallel.h"
 #include "tile/cpu/math-inl.h"
 #include "tile/cpu/exp_n-inl.h"
-#include "tile/cpu/exp_grad_n-inl.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instance (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
 
@@ -141,12 +140,10 @@ HWY_INLINE void AddExpTerms(DF df, hn::Vec<DF> (&z)[U], hn::Vec<DF> vs, hn::Vec<
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
 #pragma GCC unroll 8
   for (int u = 0; u < U; ++u) z[u] = hn::MulAdd(z[u], vs, vnm);
-  tv::ExpSumN(df, z);
-#pragma GCC unroll 8
-  for (int u = 0; u < U; ++u) {
-    if constexpr (kKeep) hn::StoreU(z[u], df, e + i + u * NL);
-    acc[u % 4] = hn::Add(acc[u % 4], z[u]);
-  }
+  tv::ExpSumN(df, z, [&](int u, hn::Vec<DF> t) {
+    if constexpr (kKeep) hn::StoreU(t, df, e + i + u * NL);
+    acc[u % 4] = hn::Add(acc[u % 4], t);
+  });
 }
 
 // Vectors per step of the statistics sweeps' loops (ExtremeSweep, sweep 2). Session 17: 8 on the targets without
