@@ -210,6 +210,16 @@ int main(int argc, char** argv) {
     };
     cases.push_back(c);
   };
+  // The tensors of a fused_cross_entropy case: bf16 logits [N, V], i64 targets [N], f32 [N] (lse) and f32 [] (the
+  // mean loss, or dloss).
+  auto ce_descs = [cpu](const Api& a, int64_t N, int64_t V, strata_tensor_desc& zd, strata_tensor_desc& td,
+                        strata_tensor_desc& row, strata_tensor_desc& scalar) {
+    int64_t sz[2] = {N, V}, sn[1] = {N};
+    ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&td, STRATA_DTYPE_I64, 1, sn, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&row, STRATA_DTYPE_F32, 1, sn, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&scalar, STRATA_DTYPE_F32, 0, sn, nullptr, 0, cpu), "desc");
+  };
   // fused_cross_entropy bf16 [N, V], mean, fwd+bwd in place (grad) or the loss only; softcap 30 optional.
   auto ce = [&](bool grad, int64_t N, int64_t V, float cap) {
     Case c; c.name = std::string("ce_") + (grad ? "fwdbwd" : "loss") + " [" + std::to_string(N) + "," + std::to_string(V) + "]" + (cap > 0 ? " softcap" : "");
@@ -221,11 +231,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < N; ++i) { int64_t t = (i * 7919) % V; std::memcpy(tv.data() + i * 8, &t, 8); }
       auto tg = std::make_shared<ABuf>(tv);
       strata_tensor_desc zd, td, ld, sd;
-      int64_t sz[2] = {N, V}, sn[1] = {N};
-      ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&td, STRATA_DTYPE_I64, 1, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&ld, STRATA_DTYPE_F32, 0, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&sd, STRATA_DTYPE_F32, 1, sn, nullptr, 0, cpu), "desc");
+      ce_descs(a, N, V, zd, td, sd, ld);
       strata_plan plan;
       ck(a, a.ce_fwd(&zd, &td, &ld, &sd, nullptr, grad ? &zd : nullptr, 1, -100, 0.f, 1.f, 0.f, cap, 1.f, &plan), "plan");
       size_t ws = 0; a.ws_size(plan, &ws);
@@ -257,11 +263,7 @@ int main(int argc, char** argv) {
       auto tg = std::make_shared<ABuf>(tv), ls = std::make_shared<ABuf>(lv), dl = std::make_shared<ABuf>(64);
       const float one = 1.f; std::memcpy(dl->data(), &one, 4);
       strata_tensor_desc zd, td, sd, dd;
-      int64_t sz[2] = {N, V}, sn[1] = {N};
-      ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&td, STRATA_DTYPE_I64, 1, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&sd, STRATA_DTYPE_F32, 1, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&dd, STRATA_DTYPE_F32, 0, sn, nullptr, 0, cpu), "desc");
+      ce_descs(a, N, V, zd, td, sd, dd);
       strata_plan plan;
       ck(a, a.ce_bwd(&zd, &td, &sd, &dd, &zd, 1, -100, 0.f, 1.f, 0.f, 0.f, &plan), "plan");
       size_t ws = 0; a.ws_size(plan, &ws);
