@@ -45,6 +45,7 @@
 #include "tile/cpu/exp_n-inl.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instance (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
+#include "tile/cpu/vec_pair-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instance use AVX512-BF16
@@ -494,8 +495,9 @@ HWY_INLINE void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz
 #pragma GCC unroll 4
         for (int u = 0; u < 4; ++u) x[u] = hn::MulAdd(tv::LoadF32(df, z + j + u * NL), vscale, vnl);
         tv::ScaledExpLpN(df, pexp, x);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) tv::StoreOut<S, kNative>(df, hn::Sub(x[u], vu), dz + j + u * NL);
+        // Two vectors per store (tv::StoreOut2: on AVX2 one pack and one 32-byte store of bf16, the same bits).
+        tv::StoreOut2<S, kNative>(df, hn::Sub(x[0], vu), hn::Sub(x[1], vu), dz + j);
+        tv::StoreOut2<S, kNative>(df, hn::Sub(x[2], vu), hn::Sub(x[3], vu), dz + j + 2 * NL);
       }
       for (; j + NL <= V; j += NL)
         tv::StoreOut<S, kNative>(df, hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu), dz + j);
@@ -553,15 +555,15 @@ void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const fl
     int64_t j = 0;
     if (tbuf) {
       const float* q = tbuf + j0;
-      for (; j + NL <= n; j += NL)
-        tv::StoreOut<false, kNative>(df, hn::Mul(hn::LoadU(df, q + j), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      auto dq = [&](int64_t i) { return hn::Mul(hn::LoadU(df, q + i), hn::MulSub(vs, hn::LoadU(df, e + i), vu)); };
+      for (; j + 2 * NL <= n; j += 2 * NL) tv::StoreOut2<false, kNative>(df, dq(j), dq(j + NL), d + j);
+      for (; j + NL <= n; j += NL) tv::StoreOut<false, kNative>(df, dq(j), d + j);
       for (; j < n; ++j) d[j] = from_f32<T>(q[j] * (sc * e[j] - r.uniform));
       continue;
     }
-    for (; j + 2 * NL <= n; j += 2 * NL) {
-      tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
-      tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu), d + j + NL);
-    }
+    for (; j + 2 * NL <= n; j += 2 * NL)  // tv::StoreOut2: on AVX2 one pack and one store of bf16 (same bits)
+      tv::StoreOut2<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu),
+                                    hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu), d + j);
     for (; j + NL <= n; j += NL) tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
     for (; j < n; ++j) d[j] = from_f32<T>(sc * e[j] - r.uniform);
   }
