@@ -536,12 +536,34 @@ HWY_INLINE void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz
   if (has_y) dz[y] = from_f32<T>(dz_y);
 }
 
+// tv::StoreOut2 of two vectors without NaN lanes (finite or +-inf): on AVX2 the bf16 rounding to nearest even without
+// Bf16Bits' NaN quieting (its compare, shift, or and blend: 4 of ~9 integer operations per vector), the same bits for
+// every non-NaN value; other dtypes and targets: tv::StoreOut2.
+template <bool kNative, class T>
+HWY_INLINE void StoreOut2NoNaN(DF df, hn::Vec<DF> v0, hn::Vec<DF> v1, T* p) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const hn::RebindToUnsigned<DF> du32;
+    auto bits = [&](hn::Vec<DF> v) {  // Bf16Bits' rounded lanes: (u + 0x7fff + bit 16 of u) >> 16
+      const auto u = hn::BitCast(du32, v);
+      return hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du32, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1u)))));
+    };
+    // As tv::StoreOut2: the unsigned 16-bit pack per 128-bit half, vpermq 0xD8 restores the order.
+    const __m256i packed = _mm256_packus_epi32(bits(v0).raw, bits(v1).raw);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
+    return;
+  }
+#endif
+  tv::StoreOut2<false, kNative>(df, v0, v1, p);
+}
+
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
 // With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform); without label
 // smoothing RowStats kept (1 - t_j^2) e_j in ebuf, and tbuf is null (uniform = 0: the plain sweep).
+// Inlined into Run, as RowGrad (the target's ce_grad_elem, computed there, kept its base bits only so).
 template <bool kNative, class T>
-void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
+HWY_INLINE void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
                     int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
@@ -561,9 +583,20 @@ void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const fl
       for (; j < n; ++j) d[j] = from_f32<T>(q[j] * (sc * e[j] - r.uniform));
       continue;
     }
-    for (; j + 2 * NL <= n; j += 2 * NL)  // tv::StoreOut2: on AVX2 one pack and one store of bf16 (same bits)
-      tv::StoreOut2<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu),
-                                    hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu), d + j);
+    // Two vectors per store (on AVX2 one pack and one store of bf16, the same bits). When lse, the piece's maximum,
+    // sc and the uniform term are finite, every e_j is finite (in [0, 1]) and so is every dz (or +-inf on overflow):
+    // no NaN, so bf16 needs no NaN quieting (StoreOut2NoNaN).
+    const bool no_nan = std::isfinite(r.lse) && std::isfinite(piece_m[j0 / kPiece]) && std::isfinite(sc) &&
+                        std::isfinite(r.uniform);
+    auto pairs = [&](auto no_nan_tag) {
+      for (; j + 2 * NL <= n; j += 2 * NL) {
+        const auto d0 = hn::MulSub(vs, hn::LoadU(df, e + j), vu), d1 = hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu);
+        if constexpr (decltype(no_nan_tag)::value) StoreOut2NoNaN<kNative>(df, d0, d1, d + j);
+        else tv::StoreOut2<false, kNative>(df, d0, d1, d + j);
+      }
+    };
+    if (no_nan) pairs(std::true_type{});
+    else pairs(std::false_type{});
     for (; j + NL <= n; j += NL) tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
     for (; j < n; ++j) d[j] = from_f32<T>(sc * e[j] - r.uniform);
   }
