@@ -321,22 +321,23 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
   const auto vnr = hn::Set(df, -ref);
   auto m0 = hn::Set(df, -INFINITY), m1 = m0;
   auto a0 = hn::Zero(df), a1 = a0, sc = a0;
-  // U consecutive vectors at i (U = 2: vector u into m_u / a_u; U = 1: the tail, into m0 / a0), the
-  // exponentials interleaved step by step (tv::ExpSumN, the same bits as one ExpSum per vector).
+  // U consecutive vectors at i (U = 4 or 2: vector u into m_(u % 2) / a_(u % 2), in the order of steps of two; U = 1:
+  // the tail, into m0 / a0), the exponentials interleaved step by step (tv::ExpSumN, the same bits as one ExpSum per
+  // vector). Session 17: four vectors per step (was two).
   auto terms = [&](auto u_tag, int64_t i) {
     constexpr int U = decltype(u_tag)::value;
     hn::Vec<DF> q[U], e[U];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const auto t =
           SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, zp + i + u * NL), vscale), vinv), kKeep ? &q[u] : nullptr);
-      hn::Vec<DF>& tmax = u == 0 ? m0 : m1;
+      hn::Vec<DF>& tmax = u % 2 == 0 ? m0 : m1;
       tmax = hn::Max(tmax, t);
       if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
       e[u] = hn::MulAdd(vcap, t, vnr);
     }
     tv::ExpSumN(df, e);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       if constexpr (kKeep && !kSum) {
         hn::StoreU(hn::Mul(q[u], e[u]), df, e_out + i + u * NL);
@@ -344,11 +345,15 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
         hn::StoreU(q[u], df, q_out + i + u * NL);
         hn::StoreU(e[u], df, e_out + i + u * NL);
       }
-      hn::Vec<DF>& acc = u == 0 ? a0 : a1;
+      hn::Vec<DF>& acc = u % 2 == 0 ? a0 : a1;
       acc = hn::Add(acc, e[u]);
     }
   };
   int64_t i = 0;
+  for (; i + 4 * NL <= n; i += 4 * NL) {
+    tv::PrefetchAhead<4 * kStepT<T>>(zp + i);
+    terms(std::integral_constant<int, 4>{}, i);
+  }
   for (; i + 2 * NL <= n; i += 2 * NL) {
     tv::PrefetchAhead<2 * kStepT<T>>(zp + i);
     terms(std::integral_constant<int, 2>{}, i);
