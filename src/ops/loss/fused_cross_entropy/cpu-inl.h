@@ -130,11 +130,11 @@ HWY_INLINE void AddExpTerm(DF df, hn::Vec<DF> z, hn::Vec<DF> vs, hn::Vec<DF> vnm
   acc = hn::Add(acc, t);
 }
 
-// U consecutive vectors (z[u] at i + u NL, U = 4 or 8) of AddExpTerm, vector u into the accumulator acc[u % 4], with
-// the U exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the same bits as U
-// AddExpTerm calls; with U = 8 each accumulator takes its two terms in the order of two groups of four). On the
-// Zen 3 CI machine (AVX2) the loop of one exponential after another kept the FP scheduler full at ~1.6 instructions
-// per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h and kGroup below.
+// U consecutive vectors (z[u] at i + u NL; U = 4, a multiple of 4) of AddExpTerm, vector u into the accumulator
+// acc[u % 4], with the U exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the
+// same bits as U AddExpTerm calls). On the Zen 3 CI machine (AVX2) the loop of one exponential after another kept the
+// FP scheduler full at ~1.6 instructions per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h. Session 17
+// tried U = 8 on AVX2: the 16 ymm registers spilled (327 instructions per 64 logits) and the loss only ran 11 % slower.
 template <bool kKeep, int U>
 HWY_INLINE void AddExpTerms(DF df, hn::Vec<DF> (&z)[U], hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e,
                             int64_t i, hn::Vec<DF> (&acc)[4]) {
@@ -147,18 +147,12 @@ HWY_INLINE void AddExpTerms(DF df, hn::Vec<DF> (&z)[U], hn::Vec<DF> vs, hn::Vec<
   });
 }
 
-// Vectors per step of the statistics sweeps' loops (ExtremeSweep, sweep 2). Session 17: 8 on the targets without
-// AVX-512, where tv::ExpSumN interleaves the exponentials: on the Zen 3 CI machine four chains of ~57 cycles (clamp,
-// scale, rounding, Cody-Waite, 7 Horner FMAs, scaling, add) kept the two FMA pipes about half busy, the ~130 FP
-// operations of one step of four filling the scheduler before the next step's could start; eight chains per step
-// keep them busier. AVX-512 keeps 4 (its code unchanged: ExpSum per vector, not measured here).
-constexpr int kGroup = 4;
-
 // The extreme raw logit of the nv whole vectors at zp (the largest for kMax, else the smallest) and, with kSum, their
-// sum (into s0, s1: s0 += v0 + v1, s1 += v2 + v3 per four vectors, the tail vectors into s0), four extreme
-// accumulators (vector u into x[u % 4]) so the sweep runs at the load rate rather than at the latency of one chain.
-// The vectors go by steps of kGroup, then of 4, then one by one; each step of U > 1 vectors is also passed to
-// terms(v[U], i) and each single vector to terms(v[1], i) (the online sweep's exponentials, or nothing). The one
+// sum (into s0, s1: s0 += v0 + v1, s1 += v2 + v3 per four vectors, the tail vectors into s0); the extreme of each step
+// of four vectors as a tree, then into one accumulator (max / min are exact, so the value is that of any order; one
+// accumulator instead of four leaves registers to the exponentials). The vectors go by steps of 4, then one by
+// one; each step of 4 is also passed to terms(v[4], i) and each single vector to terms(v[1], i) (the online sweep's
+// exponentials, or nothing). The one
 // load-and-extreme loop of RowStatsPlain's online sweep and its sweep 1 (session 17: they were two copies of the same
 // lines); every accumulator takes its operations in the order of the four-vector loop, so the same bits.
 template <bool kMax, bool kSum, class T, class Terms>
@@ -198,8 +192,7 @@ HWY_INLINE float ExtremeSweep(DF df, const T* HWY_RESTRICT zp, int64_t nv, hn::V
       terms(v, j);
     }
   };
-  steps(std::integral_constant<int, kGroup>{});
-  if constexpr (kGroup != 4) steps(std::integral_constant<int, 4>{});
+  steps(std::integral_constant<int, 4>{});
   steps(std::integral_constant<int, 1>{});
   return kMax ? hn::GetLane(hn::MaxOfLanes(df, x)) : hn::GetLane(hn::MinOfLanes(df, x));
 }
@@ -286,8 +279,7 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
         AddExpTerms<kKeep>(df, v, vs, vnm, e, j, acc);
       }
     };
-    steps(std::integral_constant<int, kGroup>{});
-    if constexpr (kGroup != 4) steps(std::integral_constant<int, 4>{});
+    steps(std::integral_constant<int, 4>{});
     for (; j < nv; j += NL) AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j), vs, vnm, e, j, acc[0]);
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3]))));
     for (; j < n; ++j) {
