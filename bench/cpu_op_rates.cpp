@@ -43,6 +43,7 @@ struct Api {
   decltype(&strata_clipped_swiglu_fwd_plan) sw_fwd;
   decltype(&strata_clipped_swiglu_bwd_plan) sw_bwd;
   decltype(&strata_fused_cross_entropy_fwd_plan) ce_fwd;
+  decltype(&strata_fused_cross_entropy_bwd_plan) ce_bwd;
   decltype(&strata_get_last_error_message) err;
 };
 static Api load(const char* path) {
@@ -55,6 +56,7 @@ static Api load(const char* path) {
   SYM(rng_fwd, "strata_rms_norm_gated_fwd_plan") SYM(rng_bwd, "strata_rms_norm_gated_bwd_plan") SYM(err, "strata_get_last_error_message")
   SYM(sw_fwd, "strata_clipped_swiglu_fwd_plan") SYM(sw_bwd, "strata_clipped_swiglu_bwd_plan")
   SYM(ce_fwd, "strata_fused_cross_entropy_fwd_plan")
+  SYM(ce_bwd, "strata_fused_cross_entropy_bwd_plan")
   return a;
 }
 static void ck(const Api& a, strata_status s, const char* what) { if (s) { std::fprintf(stderr, "%s: %s\n", what, a.err()); std::exit(1); } }
@@ -208,6 +210,16 @@ int main(int argc, char** argv) {
     };
     cases.push_back(c);
   };
+  // The tensors of a fused_cross_entropy case: bf16 logits [N, V], i64 targets [N], f32 [N] (lse) and f32 [] (the
+  // mean loss, or dloss).
+  auto ce_descs = [cpu](const Api& a, int64_t N, int64_t V, strata_tensor_desc& zd, strata_tensor_desc& td,
+                        strata_tensor_desc& row, strata_tensor_desc& scalar) {
+    int64_t sz[2] = {N, V}, sn[1] = {N};
+    ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&td, STRATA_DTYPE_I64, 1, sn, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&row, STRATA_DTYPE_F32, 1, sn, nullptr, 0, cpu), "desc");
+    ck(a, a.desc_init(&scalar, STRATA_DTYPE_F32, 0, sn, nullptr, 0, cpu), "desc");
+  };
   // fused_cross_entropy bf16 [N, V], mean, fwd+bwd in place (grad) or the loss only; softcap 30 optional.
   auto ce = [&](bool grad, int64_t N, int64_t V, float cap) {
     Case c; c.name = std::string("ce_") + (grad ? "fwdbwd" : "loss") + " [" + std::to_string(N) + "," + std::to_string(V) + "]" + (cap > 0 ? " softcap" : "");
@@ -219,11 +231,7 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < N; ++i) { int64_t t = (i * 7919) % V; std::memcpy(tv.data() + i * 8, &t, 8); }
       auto tg = std::make_shared<ABuf>(tv);
       strata_tensor_desc zd, td, ld, sd;
-      int64_t sz[2] = {N, V}, sn[1] = {N};
-      ck(a, a.desc_init(&zd, STRATA_DTYPE_BF16, 2, sz, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&td, STRATA_DTYPE_I64, 1, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&ld, STRATA_DTYPE_F32, 0, sn, nullptr, 0, cpu), "desc");
-      ck(a, a.desc_init(&sd, STRATA_DTYPE_F32, 1, sn, nullptr, 0, cpu), "desc");
+      ce_descs(a, N, V, zd, td, sd, ld);
       strata_plan plan;
       ck(a, a.ce_fwd(&zd, &td, &ld, &sd, nullptr, grad ? &zd : nullptr, 1, -100, 0.f, 1.f, 0.f, cap, 1.f, &plan), "plan");
       size_t ws = 0; a.ws_size(plan, &ws);
@@ -235,6 +243,35 @@ int main(int argc, char** argv) {
       return [=, &a] {
         void* t[] = {z->data(), tg->data(), l->data(), ls->data(), nullptr, grad ? z->data() : nullptr};
         ck(a, a.run(plan, t, 6, wsb->data(), ws, nullptr), "run");
+      };
+    };
+    cases.push_back(c);
+  };
+  // fused_cross_entropy backward bf16 [N, V], mean, from a saved lse into a separate dlogits (session 17, h17/cpu_fce2:
+  // the gradient sweep alone; bytes: read the logits, write dlogits).
+  auto ce_bwd = [&](int64_t N, int64_t V) {
+    Case c; c.name = "ce_bwd [" + std::to_string(N) + "," + std::to_string(V) + "]";
+    if (!wanted(c.name)) return;
+    const double mat = double(N) * double(V) * 2; c.bytes = 2 * mat + N * 12.0;
+    c.make = [=](const Api& a) -> std::function<void()> {
+      auto z = std::make_shared<ABuf>(bf16_random(N * V, 1)), dz = std::make_shared<ABuf>(N * V * 2, g_out_off);
+      std::vector<char> tv(N * 8), lv(N * 4);
+      for (int64_t i = 0; i < N; ++i) {
+        int64_t t = (i * 7919) % V; std::memcpy(tv.data() + i * 8, &t, 8);
+        float l = 12.5f; std::memcpy(lv.data() + i * 4, &l, 4);  // about the lse of V = 151936 N(0, 1) logits
+      }
+      auto tg = std::make_shared<ABuf>(tv), ls = std::make_shared<ABuf>(lv), dl = std::make_shared<ABuf>(64);
+      const float one = 1.f; std::memcpy(dl->data(), &one, 4);
+      strata_tensor_desc zd, td, sd, dd;
+      ce_descs(a, N, V, zd, td, sd, dd);
+      strata_plan plan;
+      ck(a, a.ce_bwd(&zd, &td, &sd, &dd, &zd, 1, -100, 0.f, 1.f, 0.f, 0.f, &plan), "plan");
+      size_t ws = 0; a.ws_size(plan, &ws);
+      auto wsb = std::make_shared<ABuf>(ws + 64);
+      std::fprintf(stderr, "  %s impl %s\n", c.name.c_str(), a.impl(plan));
+      return [=, &a] {
+        void* t[] = {z->data(), tg->data(), ls->data(), dl->data(), dz->data()};
+        ck(a, a.run(plan, t, 5, wsb->data(), ws, nullptr), "run");
       };
     };
     cases.push_back(c);
@@ -252,6 +289,7 @@ int main(int argc, char** argv) {
     swiglu(false, sw, 2880, true); swiglu(true, sw, 2880, true);
     swiglu(false, sw, 2048, false); swiglu(true, sw, 2048, false);
     ce(true, cn, 151936, 0.f); ce(false, cn, 151936, 0.f); ce(true, cs, 256000, 30.f);
+    ce_bwd(cn, 151936);
   };
   if (set == "atk") from_memory(8192, 262144, 4096, 8192, 1024, 512);
   if (set == "mem" || set == "default") from_memory(2048, 32768, 1024, 1024, 64, 32);
@@ -265,6 +303,7 @@ int main(int argc, char** argv) {
   swiglu(false, 32, 2880, true); swiglu(true, 32, 2880, true);
   swiglu(false, 32, 2048, false); swiglu(true, 32, 2048, false);
   ce(true, 2, 151936, 0.f); ce(false, 2, 151936, 0.f); ce(true, 1, 256000, 30.f);
+  ce_bwd(2, 151936);
   }
   // --set l2s (session 16, h16/cpu_norm): rms_norm_gated and clipped_swiglu shapes whose tensors all fit the
   // 512 KiB L2 of one Zen 3 core (the AVX2 EPYC CI machine; the l2 set's [2048, 128] rows take 1.5-2.5 MiB there).

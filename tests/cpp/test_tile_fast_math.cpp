@@ -270,3 +270,47 @@ TEST(TileFastMath, SigmoidOut16Within1p4em4RelativeOnEveryIsa) {
 
 }  // namespace
 }  // namespace strata::tile
+
+namespace strata::tile {
+namespace {
+
+// Session 17 (h17/cpu_fce2): the four-vector forms of tile/cpu/exp_n-inl.h give the bits of the one-vector functions
+// on every ISA: FastExpN = FastExp (every input), ExpSumN = ExpSum and ScaledExpLpN = ScaledExpLp (arguments <= 0).
+// Groups of four vectors whose exponents all lie in [-126, 127] take ExpClampedN's one-factor scaling (the blocks of
+// moderate arguments below), the others its two factors (inputs() mixes huge and tiny magnitudes in every group).
+TEST(TileFastMath, FourVectorFormsGiveTheOneVectorBitsOnEveryIsa) {
+  for (int kind = 0; kind < 3; ++kind) {
+    std::vector<float> x;
+    for (float v : inputs())
+      if (kind == 0 || !(v > 0.f)) x.push_back(v);
+    for (int k = 0; k < 4096; ++k) x.push_back(-static_cast<float>(k) * (87.f / 4096));
+    if (kind == 0)
+      for (int k = 0; k < 4096; ++k) x.push_back(static_cast<float>(k - 2048) * (88.f / 2048));
+    for (const CpuIsa& isa : cpu_isas()) {
+      if (!reject_cpu_isa(isa).empty()) continue;
+      const FastMathArrayFn f1 = kind == 0 ? fast_exp_for(isa.hwy_target)
+                                 : kind == 1 ? exp_sum_for(isa.hwy_target)
+                                             : scaled_exp_lp_for(isa.hwy_target);
+      const FastMathArrayFn f4 = kind == 0 ? fast_exp4_for(isa.hwy_target)
+                                 : kind == 1 ? exp_sum4_for(isa.hwy_target)
+                                             : scaled_exp_lp4_for(isa.hwy_target);
+      ASSERT_NE(f4, nullptr) << isa.name;
+      std::vector<float> y1(x.size()), y4(x.size());
+      f1(x.data(), y1.data(), static_cast<int64_t>(x.size()));
+      f4(x.data(), y4.data(), static_cast<int64_t>(x.size()));
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isnan(y1[i])) {
+          ASSERT_TRUE(std::isnan(y4[i])) << isa.name << " kind " << kind << " x = " << x[i];
+          continue;
+        }
+        uint32_t a, b;
+        std::memcpy(&a, &y1[i], 4);
+        std::memcpy(&b, &y4[i], 4);
+        ASSERT_EQ(a, b) << isa.name << " kind " << kind << " x = " << x[i] << ": " << y1[i] << " vs " << y4[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::tile

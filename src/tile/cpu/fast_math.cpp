@@ -4,9 +4,12 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include <algorithm>
+
 #include "tile/cpu/fast_math.h"
 #include "tile/cpu/isa.h"
 #include "tile/cpu/math-inl.h"
+#include "tile/cpu/exp_n-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace strata::tile::HWY_NAMESPACE {
@@ -46,6 +49,31 @@ void ExpSumArray(const float* x, float* y, int64_t n) { Apply<5>(x, y, n); }
 void ScaledExpLpArray(const float* x, float* y, int64_t n) { Apply<6>(x, y, n); }
 void SigmoidOut16Array(const float* x, float* y, int64_t n) { Apply<7>(x, y, n); }
 
+// Session 17: the four-vector array forms of tile/cpu/exp_n-inl.h (kind 0 FastExpN, 1 ExpSumN, 2 ScaledExpLpN with
+// factor 1), over groups of four vectors (the last one padded with zeros), for the same-bits test against the
+// one-vector functions.
+template <int kKind>
+HWY_INLINE void ApplyN(const float* x, float* y, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  alignas(64) float buf[4 * hn::MaxLanes(df)];
+  const ScaledExpLp<hn::ScalableTag<float>> one(df, 1.f);
+  for (int64_t i = 0; i < n; i += 4 * N) {
+    const int64_t m = std::min<int64_t>(4 * N, n - i);
+    for (int64_t j = 0; j < 4 * N; ++j) buf[j] = j < m ? x[i + j] : 0.f;
+    hn::Vec<decltype(df)> v[4];
+    for (int u = 0; u < 4; ++u) v[u] = hn::Load(df, buf + u * N);
+    if constexpr (kKind == 0) FastExpN(df, v);
+    else if constexpr (kKind == 1) ExpSumN(df, v);
+    else ScaledExpLpN(df, one, v);
+    for (int u = 0; u < 4; ++u) hn::Store(v[u], df, buf + u * N);
+    for (int64_t j = 0; j < m; ++j) y[i + j] = buf[j];
+  }
+}
+void FastExp4Array(const float* x, float* y, int64_t n) { ApplyN<0>(x, y, n); }
+void ExpSum4Array(const float* x, float* y, int64_t n) { ApplyN<1>(x, y, n); }
+void ScaledExpLp4Array(const float* x, float* y, int64_t n) { ApplyN<2>(x, y, n); }
+
 }  // namespace strata::tile::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -59,6 +87,9 @@ HWY_EXPORT(ExpNonPosArray);
 HWY_EXPORT(ExpSumArray);
 HWY_EXPORT(ScaledExpLpArray);
 HWY_EXPORT(SigmoidOut16Array);
+HWY_EXPORT(FastExp4Array);
+HWY_EXPORT(ExpSum4Array);
+HWY_EXPORT(ScaledExpLp4Array);
 FastMathArrayFn fast_exp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExpArray, hwy_target); }
 FastMathArrayFn fast_sigmoid_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastSigmoidArray, hwy_target); }
 FastMathArrayFn exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpLpArray, hwy_target); }
@@ -67,5 +98,8 @@ FastMathArrayFn exp_nonpos_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGE
 FastMathArrayFn exp_sum_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpSumArray, hwy_target); }
 FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ScaledExpLpArray, hwy_target); }
 FastMathArrayFn sigmoid_out16_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(SigmoidOut16Array, hwy_target); }
+FastMathArrayFn fast_exp4_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(FastExp4Array, hwy_target); }
+FastMathArrayFn exp_sum4_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ExpSum4Array, hwy_target); }
+FastMathArrayFn scaled_exp_lp4_for(int64_t hwy_target) { return STRATA_HWY_FOR_TARGET(ScaledExpLp4Array, hwy_target); }
 }  // namespace strata::tile
 #endif

@@ -20,5 +20,9 @@ FastMathArrayFn exp_sum_for(int64_t hwy_target);
 FastMathArrayFn scaled_exp_lp_for(int64_t hwy_target);
 // SigmoidOut16 (a sigmoid rounded straight to bf16/f16), likewise.
 FastMathArrayFn sigmoid_out16_for(int64_t hwy_target);
+// The four-vector forms of tile/cpu/exp_n-inl.h (FastExpN, ExpSumN, ScaledExpLpN with factor 1), likewise.
+FastMathArrayFn fast_exp4_for(int64_t hwy_target);
+FastMathArrayFn exp_sum4_for(int64_t hwy_target);
+FastMathArrayFn scaled_exp_lp4_for(int64_t hwy_target);
 
 }  // namespace strata::tile

@@ -45,6 +45,7 @@
 #include "tile/cpu/exp_n-inl.h"
 #define STRATA_WANT_AVX512_BF16  // the "cpu.avx512_bf16" instance (tile/cpu/vec-inl.h)
 #include "tile/cpu/vec-inl.h"
+#include "tile/cpu/vec_pair-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3  // as in tile/cpu/vec-inl.h: lets the native-bf16 instance use AVX512-BF16
@@ -129,49 +130,106 @@ HWY_INLINE void AddExpTerm(DF df, hn::Vec<DF> z, hn::Vec<DF> vs, hn::Vec<DF> vnm
   acc = hn::Add(acc, t);
 }
 
-// Four consecutive vectors (z[u] at i + u NL) of AddExpTerm, each into its accumulator acc[u], with the four
-// exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the same bits as four
-// AddExpTerm calls). On the Zen 3 CI machine (AVX2) the loop of one exponential after another kept the FP
-// scheduler full at ~1.6 instructions per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h.
-template <bool kKeep>
-HWY_INLINE void AddExpTerms4(DF df, hn::Vec<DF> (&z)[4], hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e,
-                             int64_t i, hn::Vec<DF> (&acc)[4]) {
+// U consecutive vectors (z[u] at i + u NL; U = 4, a multiple of 4) of AddExpTerm, vector u into the accumulator
+// acc[u % 4], with the U exponentials interleaved step by step (tv::ExpSumN: the same operations per vector, so the
+// same bits as U AddExpTerm calls). On the Zen 3 CI machine (AVX2) the loop of one exponential after another kept the
+// FP scheduler full at ~1.6 instructions per cycle (each chain ~60 cycles deep); see tile/cpu/exp_n-inl.h. Session 17
+// tried U = 8 on AVX2: the 16 ymm registers spilled (327 instructions per 64 logits) and the loss only ran 11 % slower.
+template <bool kKeep, int U>
+HWY_INLINE void AddExpTerms(DF df, hn::Vec<DF> (&z)[U], hn::Vec<DF> vs, hn::Vec<DF> vnm, float* HWY_RESTRICT e,
+                            int64_t i, hn::Vec<DF> (&acc)[4]) {
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u) z[u] = hn::MulAdd(z[u], vs, vnm);
-  tv::ExpSumN(df, z);
-#pragma GCC unroll 4
-  for (int u = 0; u < 4; ++u) {
-    if constexpr (kKeep) hn::StoreU(z[u], df, e + i + u * NL);
-    acc[u] = hn::Add(acc[u], z[u]);
-  }
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u) z[u] = hn::MulAdd(z[u], vs, vnm);
+  tv::ExpSumN(df, z, [&](int u, hn::Vec<DF> t) {
+    if constexpr (kKeep) hn::StoreU(t, df, e + i + u * NL);
+    acc[u % 4] = hn::Add(acc[u % 4], t);
+  });
 }
 
-// Row statistics without softcap (c = s z), piece by piece (after the first piece an online sweep, below, is tried
-// first and these two sweeps run only for pieces that raise the row maximum). Sweep 1 reads the piece from memory for the extreme
-// raw logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and,
-// with label smoothing, the sum of z (sum c = s sum z); four accumulators, so the sweep runs at the load rate
-// rather than at the latency of one max chain. Sweep 2 re-reads the piece from L1 and adds e = exp(s z - m): the
-// argument is one FMA (one rounding of the exact s z - m, so rows of huge logits keep it exact near the maximum),
-// the exponential tv::ExpSum (AVX-512: 9 vector operations, about f32 accuracy for the sum; FastExpNonPos
-// elsewhere). The transformed logits are never stored (the old scratch sweep wrote and re-read them).
+// The extreme raw logit of the nv whole vectors at zp (the largest for kMax, else the smallest) and, with kSum, their
+// sum (into s0, s1: s0 += v0 + v1, s1 += v2 + v3 per four vectors, the tail vectors into s0); the extreme of each step
+// of four vectors as a tree, then into one accumulator (max / min are exact, so the value is that of any order; one
+// accumulator instead of four leaves registers to the exponentials). The vectors go by steps of 4, then one by
+// one; each step of 4 is also passed to terms(v[4], i) and each single vector to terms(v[1], i) (the online sweep's
+// exponentials, or nothing). The one
+// load-and-extreme loop of RowStatsPlain's online sweep and its sweep 1 (session 17: they were two copies of the same
+// lines); every accumulator takes its operations in the order of the four-vector loop, so the same bits.
+template <bool kMax, bool kSum, class T, class Terms>
+HWY_INLINE float ExtremeSweep(DF df, const T* HWY_RESTRICT zp, int64_t nv, hn::Vec<DF>& s0, hn::Vec<DF>& s1,
+                              Terms&& terms) {
+  const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
+  auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
+  const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
+  auto x = init;
+  int64_t j = 0;
+  auto steps = [&](auto u_tag) {
+    constexpr int U = decltype(u_tag)::value;
+    for (; j + U * NL <= nv; j += U * NL) {
+      if constexpr (U > 1) tv::PrefetchAhead<U * kStepT<T>>(zp + j);  // the logits stream from memory (vec-inl.h)
+      hn::Vec<DF> v[U];
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) v[u] = tv::LoadF32(df, zp + j + u * NL);
+      if constexpr (U == 1) {
+        x = ext(x, v[0]);
+      } else {  // a tree, then one chain (max and min are exact: the order does not change the value)
+        hn::Vec<DF> t[U / 2];
+#pragma GCC unroll 4
+        for (int u = 0; u < U / 2; ++u) t[u] = ext(v[2 * u], v[2 * u + 1]);
+        for (int w = U / 2; w > 1; w /= 2)
+#pragma GCC unroll 4
+          for (int u = 0; u < w / 2; ++u) t[u] = ext(t[2 * u], t[2 * u + 1]);
+        x = ext(x, t[0]);
+      }
+      if constexpr (kSum && U == 1) s0 = hn::Add(s0, v[0]);
+      if constexpr (kSum && U > 1) {
+#pragma GCC unroll 2
+        for (int u = 0; u < U; u += 4) {
+          s0 = hn::Add(s0, hn::Add(v[u], v[u + 1]));
+          s1 = hn::Add(s1, hn::Add(v[u + 2], v[u + 3]));
+        }
+      }
+      terms(v, j);
+    }
+  };
+  steps(std::integral_constant<int, 4>{});
+  steps(std::integral_constant<int, 1>{});
+  return kMax ? hn::GetLane(hn::MaxOfLanes(df, x)) : hn::GetLane(hn::MinOfLanes(df, x));
+}
+
+// f(kMax, kSum) with the two flags as compile-time constants (std::bool_constant).
+template <class F>
+HWY_INLINE auto WithExtremeAndSum(bool is_max, bool with_sum, F&& f) {
+  if (is_max) return with_sum ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  return with_sum ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+}
+
+// Row statistics without softcap (c = s z), piece by piece. Sweep 1 reads the piece from memory for the extreme raw
+// logit only (m = s max z for s > 0, s min z for s < 0: rounding is monotone, so that is max c exactly) and, with
+// label smoothing, the sum of z (sum c = s sum z) (ExtremeSweep). Sweep 2 re-reads the piece from L1 and adds
+// e = exp(s z - m): the argument is one FMA (one rounding of the exact s z - m, so rows of huge logits keep it exact
+// near the maximum), the exponential tv::ExpSum (AVX-512: 9 vector operations, about f32 accuracy for the sum;
+// FastExpNonPos elsewhere, four vectors at a time through tv::ExpSumN). The transformed logits are never stored.
+// After the first piece an online sweep (below) is tried first, and the two sweeps run only for the pieces that
+// raise the row maximum.
 // kKeep: e also goes to ebuf (the whole row, V floats) with m in piece_m[q], for RowGradFromExp.
 template <bool kKeep, class T>
 CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64_t y, float* HWY_RESTRICT ebuf,
                          float* HWY_RESTRICT piece_m) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
-  constexpr int64_t kStep4 = 4 * kStepT<T>;
   const bool smooth = k.eps != 0.f;  // ce_row_loss reads sum_c only then
   const bool pos = k.scale > 0.f;    // the plan rejects s = 0
   CeRowStats st;
   auto vsz = hn::Zero(df);
   float tail_sz = 0.f;
   const auto vs = hn::Set(df, k.scale);
+  auto no_terms = [](auto&, int64_t) {};
   for (int64_t j0 = 0; j0 < V; j0 += kPiece) {
     const int64_t n = std::min(kPiece, V - j0);
     const int64_t nv = n / NL * NL;
     const T* HWY_RESTRICT zp = z + j0;
+    float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
     // Online sweep (every whole-vector piece after the first): the sum of exp(s z - ref) against the row's running
     // maximum ref, while taking the piece's extreme raw logit (and sum z). Kept when the piece's maximum does not
     // exceed ref (every argument <= 0 up to rounding, as in the two sweeps below: the same accuracy); otherwise (a
@@ -179,99 +237,49 @@ CeRowStats RowStatsPlain(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, 
     // read of the piece and ~14 vector operations per 16 logits instead of ~16. Still a function of the row only.
     const float ref = st.lse.m;
     if (ref > -INFINITY && nv == n) {
-      auto online = [&](auto is_max, auto with_sum) -> bool {
-        constexpr bool kMax = decltype(is_max)::value, kSum = decltype(with_sum)::value;
-        auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
-        const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
-        auto x0 = init, x1 = init, x2 = init, x3 = init;
+      const bool kept = WithExtremeAndSum(pos, smooth, [&](auto is_max, auto with_sum) -> bool {
         hn::Vec<DF> acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
         auto q0 = hn::Zero(df), q1 = hn::Zero(df);
         const auto vnr = hn::Set(df, -ref);
-        float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
-        int64_t i = 0;
-        for (; i + 4 * NL <= n; i += 4 * NL) {
-          tv::PrefetchAhead<kStep4>(zp + i);
-          const auto v0 = tv::LoadF32(df, zp + i), v1 = tv::LoadF32(df, zp + i + NL);
-          const auto v2 = tv::LoadF32(df, zp + i + 2 * NL), v3 = tv::LoadF32(df, zp + i + 3 * NL);
-          x0 = ext(x0, v0);
-          x1 = ext(x1, v1);
-          x2 = ext(x2, v2);
-          x3 = ext(x3, v3);
-          if constexpr (kSum) {
-            q0 = hn::Add(q0, hn::Add(v0, v1));
-            q1 = hn::Add(q1, hn::Add(v2, v3));
-          }
-          hn::Vec<DF> v[4] = {v0, v1, v2, v3};
-          AddExpTerms4<kKeep>(df, v, vs, vnr, e, i, acc);
-        }
-        for (; i < n; i += NL) {
-          const auto v0 = tv::LoadF32(df, zp + i);
-          x0 = ext(x0, v0);
-          if constexpr (kSum) q0 = hn::Add(q0, v0);
-          AddExpTerm<kKeep>(df, v0, vs, vnr, e, i, acc[0]);
-        }
-        const auto xv = ext(ext(x0, x1), ext(x2, x3));
-        const float zx = kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
+        const float zx = ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(
+            df, zp, n, q0, q1, [&](auto& v, int64_t i) {
+              if constexpr (std::extent_v<std::remove_reference_t<decltype(v)>> == 1) AddExpTerm<kKeep>(df, v[0], vs, vnr, e, i, acc[0]);
+              else AddExpTerms<kKeep>(df, v, vs, vnr, e, i, acc);
+            });
         if (!(k.scale * zx <= ref)) return false;  // a new maximum (or NaN): the two sweeps below
         vsz = hn::Add(vsz, hn::Add(q0, q1));
         if constexpr (kKeep) piece_m[j0 / kPiece] = ref;
         lse_add_block(st.lse, ref, hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3])))));
         return true;
-      };
-      bool kept;
-      if (pos) kept = smooth ? online(std::true_type{}, std::true_type{}) : online(std::true_type{}, std::false_type{});
-      else kept = smooth ? online(std::false_type{}, std::true_type{}) : online(std::false_type{}, std::false_type{});
+      });
       if (kept) continue;
     }
     // Sweep 1: the extreme raw logit (and sum z).
     auto s0 = hn::Zero(df), s1 = hn::Zero(df);
-    int64_t j = 0;
-    auto sweep1 = [&](auto is_max, auto with_sum) {
-      constexpr bool kMax = decltype(is_max)::value, kSum = decltype(with_sum)::value;
-      auto ext = [](hn::Vec<DF> a, hn::Vec<DF> b) { return kMax ? hn::Max(a, b) : hn::Min(a, b); };
-      const auto init = hn::Set(df, kMax ? -INFINITY : INFINITY);
-      auto x0 = init, x1 = init, x2 = init, x3 = init;
-      for (; j + 4 * NL <= nv; j += 4 * NL) {
-        tv::PrefetchAhead<kStep4>(zp + j);  // the logits stream from memory (tile/cpu/vec-inl.h)
-        const auto v0 = tv::LoadF32(df, zp + j), v1 = tv::LoadF32(df, zp + j + NL);
-        const auto v2 = tv::LoadF32(df, zp + j + 2 * NL), v3 = tv::LoadF32(df, zp + j + 3 * NL);
-        x0 = ext(x0, v0);
-        x1 = ext(x1, v1);
-        x2 = ext(x2, v2);
-        x3 = ext(x3, v3);
-        if constexpr (kSum) {
-          s0 = hn::Add(s0, hn::Add(v0, v1));
-          s1 = hn::Add(s1, hn::Add(v2, v3));
-        }
-      }
-      for (; j < nv; j += NL) {
-        const auto v = tv::LoadF32(df, zp + j);
-        x0 = ext(x0, v);
-        if constexpr (kSum) s0 = hn::Add(s0, v);
-      }
-      const auto xv = ext(ext(x0, x1), ext(x2, x3));
-      return kMax ? hn::GetLane(hn::MaxOfLanes(df, xv)) : hn::GetLane(hn::MinOfLanes(df, xv));
-    };
-    float zext;
-    if (pos) zext = smooth ? sweep1(std::true_type{}, std::true_type{}) : sweep1(std::true_type{}, std::false_type{});
-    else zext = smooth ? sweep1(std::false_type{}, std::true_type{}) : sweep1(std::false_type{}, std::false_type{});
+    const float zext = WithExtremeAndSum(pos, smooth, [&](auto is_max, auto with_sum) {
+      return ExtremeSweep<decltype(is_max)::value, decltype(with_sum)::value>(df, zp, nv, s0, s1, no_terms);
+    });
     vsz = hn::Add(vsz, hn::Add(s0, s1));
     float m = nv > 0 ? k.scale * zext : -INFINITY;
-    for (j = nv; j < n; ++j) {
+    for (int64_t j = nv; j < n; ++j) {
       const float zj = to_f32(zp[j]);
       m = std::max(m, k.scale * zj);
       tail_sz += zj;
     }
     // Sweep 2: the sum of exp(s z - m), from L1.
     const auto vnm = hn::Set(df, -m);
-    float* HWY_RESTRICT e = kKeep ? ebuf + j0 : nullptr;
     hn::Vec<DF> acc[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
-    j = 0;
-    for (; j + 4 * NL <= nv; j += 4 * NL) {
-      hn::Vec<DF> v[4] = {tv::LoadF32(df, zp + j), tv::LoadF32(df, zp + j + NL), tv::LoadF32(df, zp + j + 2 * NL),
-                          tv::LoadF32(df, zp + j + 3 * NL)};
-      AddExpTerms4<kKeep>(df, v, vs, vnm, e, j, acc);
-    }
+    int64_t j = 0;
+    auto steps = [&](auto u_tag) {
+      constexpr int U = decltype(u_tag)::value;
+      for (; j + U * NL <= nv; j += U * NL) {
+        hn::Vec<DF> v[U];
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) v[u] = tv::LoadF32(df, zp + j + u * NL);
+        AddExpTerms<kKeep>(df, v, vs, vnm, e, j, acc);
+      }
+    };
+    steps(std::integral_constant<int, 4>{});
     for (; j < nv; j += NL) AddExpTerm<kKeep>(df, tv::LoadF32(df, zp + j), vs, vnm, e, j, acc[0]);
     float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3]))));
     for (; j < n; ++j) {
@@ -305,22 +313,23 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
   const auto vnr = hn::Set(df, -ref);
   auto m0 = hn::Set(df, -INFINITY), m1 = m0;
   auto a0 = hn::Zero(df), a1 = a0, sc = a0;
-  // U consecutive vectors at i (U = 2: vector u into m_u / a_u; U = 1: the tail, into m0 / a0), the
-  // exponentials interleaved step by step (tv::ExpSumN, the same bits as one ExpSum per vector).
+  // U consecutive vectors at i (U = 4 or 2: vector u into m_(u % 2) / a_(u % 2), in the order of steps of two; U = 1:
+  // the tail, into m0 / a0), the exponentials interleaved step by step (tv::ExpSumN, the same bits as one ExpSum per
+  // vector). Session 17: four vectors per step (was two).
   auto terms = [&](auto u_tag, int64_t i) {
     constexpr int U = decltype(u_tag)::value;
     hn::Vec<DF> q[U], e[U];
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const auto t =
           SoftcapTanh(df, hn::Mul(hn::Mul(tv::LoadF32(df, zp + i + u * NL), vscale), vinv), kKeep ? &q[u] : nullptr);
-      hn::Vec<DF>& tmax = u == 0 ? m0 : m1;
+      hn::Vec<DF>& tmax = u % 2 == 0 ? m0 : m1;
       tmax = hn::Max(tmax, t);
       if constexpr (kSum) sc = hn::Add(sc, hn::Mul(vcap, t));
       e[u] = hn::MulAdd(vcap, t, vnr);
     }
     tv::ExpSumN(df, e);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       if constexpr (kKeep && !kSum) {
         hn::StoreU(hn::Mul(q[u], e[u]), df, e_out + i + u * NL);
@@ -328,11 +337,15 @@ bool SoftcapPieceOnline(const CeConsts& k, const T* HWY_RESTRICT zp, int64_t n, 
         hn::StoreU(q[u], df, q_out + i + u * NL);
         hn::StoreU(e[u], df, e_out + i + u * NL);
       }
-      hn::Vec<DF>& acc = u == 0 ? a0 : a1;
+      hn::Vec<DF>& acc = u % 2 == 0 ? a0 : a1;
       acc = hn::Add(acc, e[u]);
     }
   };
   int64_t i = 0;
+  for (; i + 4 * NL <= n; i += 4 * NL) {
+    tv::PrefetchAhead<4 * kStepT<T>>(zp + i);
+    terms(std::integral_constant<int, 4>{}, i);
+  }
   for (; i + 2 * NL <= n; i += 2 * NL) {
     tv::PrefetchAhead<2 * kStepT<T>>(zp + i);
     terms(std::integral_constant<int, 2>{}, i);
@@ -448,8 +461,11 @@ CeRowStats RowStats(const CeConsts& k, const T* HWY_RESTRICT z, int64_t V, int64
 }
 
 // dz[0..V) for the row constants r (dz may alias z).
+// Inlined into Run (as before session 17, when its loops were shorter): the scalar target element and tail go through
+// ce_grad_elem, whose FMA contraction GCC decides per inlining context (an f32 target gradient moved by one ulp when
+// RowGrad became a function of its own).
 template <bool kSoftcap, bool kNative, class T>
-void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y, bool stream) {
+HWY_INLINE void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V, int64_t y, bool stream) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
   // The target element's gradient, from its logit before the sweep can overwrite it.
@@ -464,17 +480,21 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     // far below their rounding; the sweep is compute-bound). The argument s z - lse is one FMA (one rounding).
     const tv::ScaledExpLp<DF> pexp(df, r.p_coef);
     const auto vnl = hn::Set(df, -r.lse);
-    constexpr int64_t kStep2 = 2 * kStepT<T>;
+    constexpr int64_t kStep4 = 4 * kStepT<T>;
     // stream: a separate dz much larger than the caches, vector-aligned: non-temporal stores, which skip the
     // read-for-ownership of every dz line (a third stream of traffic next to reading z and writing dz).
+    // Four vectors per step, their exponentials interleaved (tv::ScaledExpLpN: the same bits as pexp per vector).
     auto sweep = [&](auto stream_tag) {
       constexpr bool S = decltype(stream_tag)::value;
-      for (; j + 2 * NL <= V; j += 2 * NL) {
-        tv::PrefetchAhead<kStep2>(z + j);  // from memory in the backward
-        const auto d0 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu);
-        const auto d1 = hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j + NL), vscale, vnl)), vu);
-        tv::StoreOut<S, kNative>(df, d0, dz + j);
-        tv::StoreOut<S, kNative>(df, d1, dz + j + NL);
+      for (; j + 4 * NL <= V; j += 4 * NL) {
+        tv::PrefetchAhead<kStep4>(z + j);  // from memory in the backward
+        hn::Vec<DF> x[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) x[u] = hn::MulAdd(tv::LoadF32(df, z + j + u * NL), vscale, vnl);
+        tv::ScaledExpLpN(df, pexp, x);
+        // Two vectors per store (tv::StoreOut2: on AVX2 one pack and one 32-byte store of bf16, the same bits).
+        tv::StoreOut2<S, kNative>(df, hn::Sub(x[0], vu), hn::Sub(x[1], vu), dz + j);
+        tv::StoreOut2<S, kNative>(df, hn::Sub(x[2], vu), hn::Sub(x[3], vu), dz + j + 2 * NL);
       }
       for (; j + NL <= V; j += NL)
         tv::StoreOut<S, kNative>(df, hn::Sub(pexp(df, hn::MulAdd(tv::LoadF32(df, z + j), vscale, vnl)), vu), dz + j);
@@ -484,30 +504,63 @@ void RowGrad(const CeConsts& k, const CeGradRow& r, const T* z, T* dz, int64_t V
     if (stream && tv::StreamAligned(df, dz)) sweep(std::true_type{});
     else sweep(std::false_type{});
   }
-  for (; j + NL <= V; j += NL) {
-    tv::PrefetchAhead<kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
-    const auto u = hn::Mul(tv::LoadF32(df, z + j), vscale);
-    hn::Vec<DF> d;
-    if constexpr (kSoftcap) {
-      hn::Vec<DF> q;
-      const auto t = SoftcapTanh(df, hn::Mul(u, vinv), &q);
-      const auto p = FastExp(df, hn::Sub(hn::Mul(vcap, t), vlse));
-      d = hn::Mul(q, hn::MulSub(vp, p, vu));
-    } else {
-      d = hn::MulSub(vp, FastExp(df, hn::Sub(u, vlse)), vu);  // f32 dz (bf16/f16 took the loop above)
+  // f32 dz, and softcap: U vectors per step (4, then 1), the exponentials interleaved (tv::FastExpN: the same bits as
+  // FastExp per vector).
+  auto steps = [&](auto u_tag) {
+    constexpr int U = decltype(u_tag)::value;
+    for (; j + U * NL <= V; j += U * NL) {
+      tv::PrefetchAhead<U * kStepT<T>>(z + j);  // from memory in the backward, from L2 after the statistics
+      hn::Vec<DF> x[U], q[U];
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) {
+        const auto s = hn::Mul(tv::LoadF32(df, z + j + u * NL), vscale);
+        if constexpr (kSoftcap) x[u] = hn::Sub(hn::Mul(vcap, SoftcapTanh(df, hn::Mul(s, vinv), &q[u])), vlse);
+        else x[u] = hn::Sub(s, vlse);
+      }
+      tv::FastExpN(df, x);
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) {
+        hn::Vec<DF> d;
+        if constexpr (kSoftcap) d = hn::Mul(q[u], hn::MulSub(vp, x[u], vu));
+        else d = hn::MulSub(vp, x[u], vu);  // f32 dz (bf16/f16 took the loop above)
+        tv::StoreOut<false, kNative>(df, d, dz + j + u * NL);
+      }
     }
-    tv::StoreOut<false, kNative>(df, d, dz + j);
-  }
+  };
+  steps(std::integral_constant<int, 4>{});
+  steps(std::integral_constant<int, 1>{});
   for (; j < V; ++j) dz[j] = from_f32<T>(ce_grad_elem(k, r, to_f32(z[j]), false));
   if (has_y) dz[y] = from_f32<T>(dz_y);
+}
+
+// tv::StoreOut2 of two vectors without NaN lanes (finite or +-inf): on AVX2 the bf16 rounding to nearest even without
+// Bf16Bits' NaN quieting (its compare, shift, or and blend: 4 of ~9 integer operations per vector), the same bits for
+// every non-NaN value; other dtypes and targets: tv::StoreOut2.
+template <bool kNative, class T>
+HWY_INLINE void StoreOut2NoNaN(DF df, hn::Vec<DF> v0, hn::Vec<DF> v1, T* p) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const hn::RebindToUnsigned<DF> du32;
+    auto bits = [&](hn::Vec<DF> v) {  // Bf16Bits' rounded lanes: (u + 0x7fff + bit 16 of u) >> 16
+      const auto u = hn::BitCast(du32, v);
+      return hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du32, 0x7fffu), hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1u)))));
+    };
+    // As tv::StoreOut2: the unsigned 16-bit pack per 128-bit half, vpermq 0xD8 restores the order.
+    const __m256i packed = _mm256_packus_epi32(bits(v0).raw, bits(v1).raw);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(packed, 0xD8));
+    return;
+  }
+#endif
+  tv::StoreOut2<false, kNative>(df, v0, v1, p);
 }
 
 // dz[0..V) from the kept exponentials (no softcap): p_j = e_j exp(m_piece - lse), dz = p_coef p_j - uniform;
 // dz may alias the logits (they are not read here). dz_y: the target's value, computed by the caller.
 // With softcap (tbuf != nullptr, holding 1 - t_j^2): dz = (1 - t_j^2) (p_coef p_j - uniform); without label
 // smoothing RowStats kept (1 - t_j^2) e_j in ebuf, and tbuf is null (uniform = 0: the plain sweep).
+// Inlined into Run, as RowGrad (the target's ce_grad_elem, computed there, kept its base bits only so).
 template <bool kNative, class T>
-void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
+HWY_INLINE void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const float* HWY_RESTRICT piece_m, T* dz,
                     int64_t V, int64_t y, float dz_y, const float* HWY_RESTRICT tbuf = nullptr) {
   const DF df;
   const int64_t NL = static_cast<int64_t>(hn::Lanes(df));
@@ -521,15 +574,26 @@ void RowGradFromExp(const CeGradRow& r, const float* HWY_RESTRICT ebuf, const fl
     int64_t j = 0;
     if (tbuf) {
       const float* q = tbuf + j0;
-      for (; j + NL <= n; j += NL)
-        tv::StoreOut<false, kNative>(df, hn::Mul(hn::LoadU(df, q + j), hn::MulSub(vs, hn::LoadU(df, e + j), vu)), d + j);
+      auto dq = [&](int64_t i) { return hn::Mul(hn::LoadU(df, q + i), hn::MulSub(vs, hn::LoadU(df, e + i), vu)); };
+      for (; j + 2 * NL <= n; j += 2 * NL) tv::StoreOut2<false, kNative>(df, dq(j), dq(j + NL), d + j);
+      for (; j + NL <= n; j += NL) tv::StoreOut<false, kNative>(df, dq(j), d + j);
       for (; j < n; ++j) d[j] = from_f32<T>(q[j] * (sc * e[j] - r.uniform));
       continue;
     }
-    for (; j + 2 * NL <= n; j += 2 * NL) {
-      tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
-      tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu), d + j + NL);
-    }
+    // Two vectors per store (on AVX2 one pack and one store of bf16, the same bits). When lse, the piece's maximum,
+    // sc and the uniform term are finite, every e_j is finite (in [0, 1]) and so is every dz (or +-inf on overflow):
+    // no NaN, so bf16 needs no NaN quieting (StoreOut2NoNaN).
+    const bool no_nan = std::isfinite(r.lse) && std::isfinite(piece_m[j0 / kPiece]) && std::isfinite(sc) &&
+                        std::isfinite(r.uniform);
+    auto pairs = [&](auto no_nan_tag) {
+      for (; j + 2 * NL <= n; j += 2 * NL) {
+        const auto d0 = hn::MulSub(vs, hn::LoadU(df, e + j), vu), d1 = hn::MulSub(vs, hn::LoadU(df, e + j + NL), vu);
+        if constexpr (decltype(no_nan_tag)::value) StoreOut2NoNaN<kNative>(df, d0, d1, d + j);
+        else tv::StoreOut2<false, kNative>(df, d0, d1, d + j);
+      }
+    };
+    if (no_nan) pairs(std::true_type{});
+    else pairs(std::false_type{});
     for (; j + NL <= n; j += NL) tv::StoreOut<false, kNative>(df, hn::MulSub(vs, hn::LoadU(df, e + j), vu), d + j);
     for (; j < n; ++j) d[j] = from_f32<T>(sc * e[j] - r.uniform);
   }
