@@ -142,6 +142,49 @@ HWY_INLINE void StreamLine(const T* HWY_RESTRICT src, T* HWY_RESTRICT dst) {
   for (int64_t k = 0; k < 64; k += L) hn::Stream(hn::LoadU(du8, s + k), du8, d + k);
 }
 
+// Two token rows' outputs of one vector of channels (dx[t], dx[t + 1] or y[t], y[t + 1]) rounded to T and stored, as
+// StoreOut<false, kNative> twice, with the same bits (session 17). AVX2 bf16: each vector's integer rounding to
+// nearest even (Bf16Bits' without its NaN blend), one vpackusdw + vpermq for both, the two 16-byte halves stored to
+// their rows (vmovdqu, vextracti128), and one NaN test for the pair (vcmpunordps + vtestps; a pair with a NaN takes
+// StoreOut, which quiets it): 7 vector operations per vector instead of StoreOut's 11 (compare, quieting OR and
+// blend, pack, permute, store each). Other targets and dtypes: StoreOut twice.
+template <bool kNative, class T>
+HWY_INLINE void StoreRows2(DF df, VF a, VF b, T* HWY_RESTRICT pa, T* HWY_RESTRICT pb) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    const __m256 unord = _mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q);
+    if (HWY_LIKELY(_mm256_testz_ps(unord, unord))) {
+      const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+      auto round = [&](__m256 v) {  // (u + 0x7fff + lsb) >> 16, lsb the lowest bit kept
+        const __m256i u = _mm256_castps_si256(v);
+        const __m256i bias = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
+        return _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
+      };
+      // Lanes in [0, 0xffff]: the signed-to-unsigned pack keeps them; it packs per 128-bit half (a lo, b lo, a hi,
+      // b hi), vpermq 0xD8 makes that (a lo, a hi, b lo, b hi).
+      const __m256i ab = _mm256_permute4x64_epi64(_mm256_packus_epi32(round(a.raw), round(b.raw)), 0xD8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pa), _mm256_castsi256_si128(ab));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pb), _mm256_extracti128_si256(ab, 1));
+      return;
+    }
+  }
+#endif
+  tv::StoreOut<false, kNative>(df, a, pa);
+  tv::StoreOut<false, kNative>(df, b, pb);
+}
+
+// The product u sigma(u) as rounded, before the residual is added (bf16 in FwdSweepSplit's four-token loop): GCC
+// contracts a multiply and an add that meet in one basic block into an FMA (its default -ffp-contract=fast), which it
+// did for some of the four tokens once the loop was reshaped for StoreRows2 (1 bf16 ulp off the token-by-token form's
+// bits in some outputs, session 17); the empty asm hides the product's origin. Not for f16, whose build before
+// session 17 fused them already (the bits of main 3524d4d are kept; compared bitwise, README, Performance, CPU).
+HWY_INLINE VF Rounded(VF v) {
+#if HWY_ARCH_X86
+  asm("" : "+x"(v.raw));
+#endif
+  return v;
+}
+
 // The next work item's rows, brought into L2 while the current item computes. The column sweeps walk one
 // line of each of ~70 token rows (~70 pages per tensor) at a time, too many concurrent streams for the L2
 // hardware prefetcher, so without this every line came from DRAM on demand, one column ahead (the fill buffers
@@ -308,17 +351,16 @@ HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const floa
   for (int k = 0; k < R; ++k)
     hn::Store(pre ? hn::LoadU(df, pre + k * pres) : tv::LoadF32(df, x0 + (k - R) * xs), df, xf + k * N);
   const VF bv = hn::LoadU(df, bc);
-  for (int64_t t = 0; t < nt; ++t) {
-    tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);  // the next line group's, swept one group later
-    if (t < pf.n) {  // one line of the next item's run (L2), as in BwdSweep
-      __builtin_prefetch(pf.a + t * 64, 0, 2);
-      __builtin_prefetch(pf.b + t * 64, 0, 2);
-    }
-    if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
-    const VF xc = tv::LoadF32(df, x0 + t * xs);
-    hn::Store(xc, df, xf + (t + R) * N);
+  // Pass 1 for one token, the cursors advanced (session 17: pointer steps instead of index products; README,
+  // Performance, CPU).
+  const T* xp = x0;
+  float* xw = xf + R * N;
+  int64_t t = 0;
+  auto pass1 = [&]() STRATA_CONV_ALWAYS_INLINE {
+    const VF xc = tv::LoadF32(df, xp);
+    hn::Store(xc, df, xw);
     VF acc = bv;
-    for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xf + (t + k) * N), acc);
+    for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xw + (k - R) * N), acc);
     acc = hn::MulAdd(w[R], xc, acc);
     if constexpr (kSilu) {
       hn::Store(acc, df, us + t * N);
@@ -326,11 +368,23 @@ HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const floa
       if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + t * rs));
       tv::StoreOut<false, kNative>(df, acc, out + t * outs);
     }
+    xp += xs;
+    xw += N;
+  };
+  for (; t < nt; ++t) {
+    tv::PrefetchAhead<64, 0>(xp + ahead);  // the next line group's, swept one group later
+    if (t < pf.n) {  // one line of the next item's run (L2), as in BwdSweep
+      __builtin_prefetch(pf.a + t * 64, 0, 2);
+      __builtin_prefetch(pf.b + t * 64, 0, 2);
+    }
+    if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
+    pass1();
   }
   if constexpr (kSilu) {
-    int64_t t = 0;
+    t = 0;
     // bf16 / f16 (session 16, h16/cpu_conv2): four tokens' sigmoids step by step (SigmoidOut16NoDivN: the same
-    // operations per vector as SigmoidFwd's, so the same bits), their chains interleaved (as BwdSweepSplit's A2).
+    // operations per vector as SigmoidFwd's, so the same bits), their chains interleaved (as BwdSweepSplit's A2);
+    // the y rows stored two tokens at a time (StoreRows2, session 17).
     if constexpr (sizeof(T) == 2) {
       constexpr int kU = 4;
       for (; t + kU <= nt; t += kU) {
@@ -338,10 +392,13 @@ HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const floa
         for (int i = 0; i < kU; ++i) s[i] = u[i] = hn::Load(df, us + (t + i) * N);
         tv::SigmoidOut16NoDivN(df, s);
         for (int i = 0; i < kU; ++i) {
-          VF acc = hn::Mul(u[i], s[i]);
-          if (r0) acc = hn::Add(acc, tv::LoadF32(df, r0 + (t + i) * rs));
-          tv::StoreOut<false, kNative>(df, acc, out + (t + i) * outs);
+          s[i] = hn::Mul(u[i], s[i]);
+          if (r0)
+            s[i] = hn::Add(std::is_same_v<T, bf16_t> ? Rounded(s[i]) : s[i],
+                           tv::LoadF32(df, r0 + (t + i) * rs));
         }
+        for (int i = 0; i < kU; i += 2)
+          StoreRows2<kNative>(df, s[i], s[i + 1], out + (t + i) * outs, out + (t + i + 1) * outs);
       }
     }
     for (; t < nt; ++t) {
@@ -570,23 +627,39 @@ HWY_NOINLINE void BwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const T* H
   const int64_t ng = nt + nh;  // tokens with a g
   {
     const VF bv = hn::LoadU(df, bc);
+    // Pass A1 for one token, the cursors advanced (session 17: pointer steps instead of index products; README,
+    // Performance, CPU).
+    const T* xp = x0;
+    const T* dp = dy0;
+    float* xw = xf + R * N;
+    float* gw = gs;
+    auto a1 = [&]() STRATA_CONV_ALWAYS_INLINE {
+      const VF xc = tv::LoadF32(df, xp);
+      hn::Store(xc, df, xw);
+      if constexpr (kSilu) {
+        VF acc = bv;
+        for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xw + (k - R) * N), acc);
+        hn::Store(hn::MulAdd(w[R], xc, acc), df, gw);
+      } else {
+        hn::Store(tv::LoadF32(df, dp), df, gw);
+      }
+      xp += xs;
+      dp += dys;
+      xw += N;
+      gw += N;
+    };
     for (int64_t t = 0; t < ng; ++t) {
-      tv::PrefetchAhead<64, 0>(x0 + t * xs + ahead);
-      tv::PrefetchAhead<64, 0>(dy0 + t * dys + ahead);
+      // The next line group's x and dy lines, swept one group later (every sweep of the group issues them: sharing
+      // the rows out among the group's sweeps, or the group's first sweep alone, was 2-9 % slower from memory on the
+      // AMD EPYC, session 17).
+      tv::PrefetchAhead<64, 0>(xp + ahead);
+      tv::PrefetchAhead<64, 0>(dp + ahead);
       if (t < pf.n) {
         __builtin_prefetch(pf.a + t * 64, 0, 2);
         __builtin_prefetch(pf.b + t * 64, 0, 2);
       }
       if (t < nlines) StreamLine(lines + t * (64 / static_cast<int64_t>(sizeof(T))), lines_to + t * lines_ts);
-      const VF xc = tv::LoadF32(df, x0 + t * xs);
-      hn::Store(xc, df, xf + (t + R) * N);
-      if constexpr (kSilu) {
-        VF acc = bv;
-        for (int k = 0; k < R; ++k) acc = hn::MulAdd(w[k], hn::Load(df, xf + (t + k) * N), acc);
-        hn::Store(hn::MulAdd(w[R], xc, acc), df, gs + t * N);
-      } else {
-        hn::Store(tv::LoadF32(df, dy0 + t * dys), df, gs + t * N);
-      }
+      a1();
     }
     for (int64_t t = ng; t < nt + R; ++t) hn::Store(hn::Zero(df), df, gs + t * N);
   }
@@ -599,13 +672,14 @@ HWY_NOINLINE void BwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const T* H
   VF sw[KW];
   for (int k = 0; k < KW; ++k) sw[k] = hn::Zero(df);
   VF sb = hn::Zero(df);
+  // Pass B for token t: the sums, and dx[t] returned (the caller stores it).
   auto b = [&](int64_t t) STRATA_CONV_ALWAYS_INLINE {
     const VF gv = hn::Load(df, gs + t * N);
     sb = hn::Add(sb, gv);
     for (int k = 0; k < KW; ++k) sw[k] = hn::MulAdd(gv, hn::Load(df, xf + (t + k) * N), sw[k]);
     VF acc = hn::MulAdd(w[R], gv, hn::Zero(df));  // BwdSweep's first tap (MulAdd keeps its sign of zero)
     for (int i = 1; i <= R; ++i) acc = hn::MulAdd(w[R - i], hn::Load(df, gs + (t + i) * N), acc);
-    tv::StoreOut<false, kNative>(df, acc, out + t * outs);
+    return acc;
   };
   for (int64_t t = 0; t < std::min<int64_t>(R, ng); ++t) a2(t);
   const int64_t tb = std::max<int64_t>(0, std::min(nt, ng - R));  // B's tokens whose A2 token t + W-1 has a g
@@ -622,14 +696,19 @@ HWY_NOINLINE void BwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const T* H
       tv::SigmoidLpNoDivN(df, s);
       for (int i = 0; i < kA2; ++i)
         hn::Store(SiluGradS(df, u[i], s[i], tv::LoadF32(df, dy0 + (t + R + i) * dys)), df, gs + (t + R + i) * N);
-      for (int i = 0; i < kA2; ++i) b(t + i);
+      // dx of two tokens per store (StoreRows2, session 17); B's sums still in t order.
+      for (int i = 0; i < kA2; i += 2) {
+        const VF d0 = b(t + i);
+        const VF d1 = b(t + i + 1);
+        StoreRows2<kNative>(df, d0, d1, out + (t + i) * outs, out + (t + i + 1) * outs);
+      }
     }
   }
   for (; t < tb; ++t) {
     a2(t + R);
-    b(t);
+    tv::StoreOut<false, kNative>(df, b(t), out + t * outs);
   }
-  for (; t < nt; ++t) b(t);
+  for (; t < nt; ++t) tv::StoreOut<false, kNative>(df, b(t), out + t * outs);
   for (int k = 0; k < KW; ++k) hn::StoreU(sw[k], df, dw + k * dws);
   hn::StoreU(sb, df, db);
 }
