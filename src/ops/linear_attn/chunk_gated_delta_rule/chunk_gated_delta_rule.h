@@ -213,7 +213,7 @@ enum class GdnFusedForm : int {
 std::string gdn_cuda_fused_fwd_reject(const GdnParams& p, GdnFusedForm form = GdnFusedForm::kAuto);
 // What kAuto runs on p on a device of `sms` SMs: where kNorm's rules hold, by the wgmma pass's width
 // (gdn::fwd_cuda_state_o_wgmma_width), kNorm at 128 columns, kNormR at 32, each as kNormCluster where a pair of CTAs
-// applies (gdn::fwd_cuda_state_o_wgmma_cluster; s17run2 whole forward B = 4 T = 8192 0.988 against 1.087 ms); otherwise (64 columns: a tie in s14run2;
+// applies (gdn::fwd_cuda_state_o_wgmma_cluster; s17run1 whole forward B = 4 T = 8192 0.988 against 1.087 ms); otherwise (64 columns: a tie in s14run2;
 // no l2norm; rules not met) kAutoUnfolded. GPU run s14run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, whole
 // forward, median of 9 interleaved): B = 4 T = 8192 (128 columns) kNorm 1.117, kNormR 1.190, unfolded 1.175 ms;
 // B = 1 T = 32768 (32 columns) kNormR 1.988, kNorm 2.218, unfolded 2.043 ms. Host only; reads dtypes, presence and

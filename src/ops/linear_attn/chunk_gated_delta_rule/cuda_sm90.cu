@@ -645,7 +645,7 @@ DqkwgParams dq_fold_call(const GdnParams& p, const Calls& c) {
   return qp;
 }
 gdn_bwd::View dq_fold_rstd(const GdnParams& p, const Bufs& b) { return bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0); }
-// GdnBwdDq::kAuto: the staged fold where it runs. GPU run s17run2 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128,
+// GdnBwdDq::kAuto: the staged fold where it runs. GPU run s17run1 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128,
 // l2norm, composed backward reading saved, median of 9 interleaved): B = 4 T = 8192 3.222 -> 3.133 ms, B = 1 T = 32768
 // 4.189 -> 4.127 ms (dqkwg 1.18 -> 1.30 ms, the tail 0.33 -> 0.17 ms).
 constexpr GdnBwdDq kGdnBwdDqAuto = GdnBwdDq::kStaged;
@@ -806,7 +806,7 @@ GdnFusedForm gdn_cuda_fused_fwd_auto_form(const GdnParams& p, int sms) {
   if (width != 128 && width != 32) return GdnFusedForm::kAutoUnfolded;
   const GdnFusedForm folded = width == 128 ? GdnFusedForm::kNorm : GdnFusedForm::kNormR;
   // (Session 17) The folded form's pass in pairs of CTAs sharing K, Q (and W) by multicast where a pair applies at this
-  // width. GPU run s17run2 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128, l2norm, whole forward, median of 9
+  // width. GPU run s17run1 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128, l2norm, whole forward, median of 9
   // interleaved): B = 4 T = 8192 0.988 against 1.087 ms (kNorm); B = 1 T = 32768 pass alone 1.380 against 1.452 ms
   // (kNormR's pass, 32 columns, the pair sharing W too).
   if (gdn::fwd_cuda_state_o_wgmma_cluster(norm_folded(p, b, c.fwdo, folded), width) > 0) return GdnFusedForm::kNormCluster;

@@ -1048,7 +1048,7 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream, int* occ = nullptr)
 
 // (Session 16) The clustered instantiations, pairs of CTAs only: plain at 32 / 64 / 128 columns, the folded l2norm
 // with r_q formed (kNorm: the 128-column default) at 128, with r_q read (kNormR: the 32-column default) at 32. GPU run
-// s17run2 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128, pass alone, median of 9 interleaved): B = 4 T = 8192,
+// s17run1 (H200, 2026-12-01, bf16 H = 16 HV = 32 K = V = 128, pass alone, median of 9 interleaved): B = 4 T = 8192,
 // 128 columns: no cluster 0.579 / cluster 2 0.533 ms (plain), 0.632 / 0.531 (r_q formed); B = 1 T = 32768, 32
 // columns, r_q read: no cluster 1.452, cluster 2 K, Q, W 1.380, K, Q only 1.567, cluster 4 K, Q, W 2.922 ms, cluster 8
 // 4.013 ms (4 and 8: 30 of 32 / 15 of 16 clusters resident, so a second wave; the same for plain). Sizes 4 and 8

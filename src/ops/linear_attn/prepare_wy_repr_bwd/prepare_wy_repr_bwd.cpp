@@ -63,7 +63,7 @@ const ImplList<Problem>& impls() {
 // Every form gives the same bits; the two losing forms are removed. Session 14 run 1 (same shape, 14:47 UTC),
 // kWyTwoPerSm / kWyBatchedTyped / kWyPrefetchL2 / kWyPaired (removed since) / kWyTrimmed: fused sums 1.245 / 1.035 /
 // 0.999 / 1.038 / 0.990 ms, plain 0.982 / 0.892 / 0.863 / 0.895 / 0.834 ms (B = 1, T = 32768: 0.991 and 0.835).
-// Session 17 (GPU run s17run2, same shape): kWyFinStaged, which is kWyTrimmed's kernel without dk_rstd and folds dk's
+// Session 17 (GPU run s17run1, same shape): kWyFinStaged, which is kWyTrimmed's kernel without dk_rstd and folds dk's
 // l2norm backward with it: the composed GDN backward reading saved 3.203 -> 3.115 ms (B = 4), 4.204 -> 4.103 ms
 // (B = 1, T = 32768) against kWyTrimmed + the tail's dk row_norm_bwd.
 int prepare_wy_repr_bwd_auto_variant() { return kWyFinStaged; }
