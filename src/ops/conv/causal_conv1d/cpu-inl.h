@@ -142,6 +142,16 @@ HWY_INLINE void StreamLine(const T* HWY_RESTRICT src, T* HWY_RESTRICT dst) {
   for (int64_t k = 0; k < 64; k += L) hn::Stream(hn::LoadU(du8, s + k), du8, d + k);
 }
 
+#if HWY_TARGET == HWY_AVX2
+// u + 0x7fff + lsb (u: the bits of v, lsb: the lowest bit kept): v rounded to bf16 (nearest even) in the high half
+// of each lane; for non-NaN v (the callers test for NaN first).
+HWY_INLINE __m256i Bf16RoundHigh(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i bias =
+      _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)));
+  return _mm256_add_epi32(u, bias);
+}
+#endif
 // Two token rows' outputs of one vector of channels (dx[t], dx[t + 1] or y[t], y[t + 1]) rounded to T and stored, as
 // StoreOut<false, kNative> twice, with the same bits (session 17). AVX2 bf16: each vector's integer rounding to
 // nearest even (Bf16Bits' without its NaN blend), one vpackusdw + vpermq for both, the two 16-byte halves stored to
@@ -154,12 +164,7 @@ HWY_INLINE void StoreRows2(DF df, VF a, VF b, T* HWY_RESTRICT pa, T* HWY_RESTRIC
   if constexpr (std::is_same_v<T, bf16_t>) {
     const __m256 unord = _mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q);
     if (HWY_LIKELY(_mm256_testz_ps(unord, unord))) {
-      const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
-      auto round = [&](__m256 v) {  // (u + 0x7fff + lsb) >> 16, lsb the lowest bit kept
-        const __m256i u = _mm256_castps_si256(v);
-        const __m256i bias = _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
-        return _mm256_srli_epi32(_mm256_add_epi32(u, bias), 16);
-      };
+      auto round = [](__m256 v) { return _mm256_srli_epi32(Bf16RoundHigh(v), 16); };
       // Lanes in [0, 0xffff]: the signed-to-unsigned pack keeps them; it packs per 128-bit half (a lo, b lo, a hi,
       // b hi), vpermq 0xD8 makes that (a lo, a hi, b lo, b hi).
       const __m256i ab = _mm256_permute4x64_epi64(_mm256_packus_epi32(round(a.raw), round(b.raw)), 0xD8);
@@ -305,7 +310,8 @@ HWY_NOINLINE void FwdColumns(const T* HWY_RESTRICT x0, int64_t xs, const float* 
 // line stores after each group would stall on the fill buffers); the last group's after the loop.
 // sweep(c, out, outs, lines, lines_to, nlines): one sweep at channel c writing its row t to out + t * outs and
 // streaming nlines lines from `lines` to lines_to (row stride outs0). Returns the channels covered (whole groups).
-template <class T, class Sweep>
+// kPer: vectors of channels per sweep (2: FwdSweepSplitEO).
+template <class T, int kPer = 1, class Sweep>
 HWY_INLINE int64_t SweepLineGroups(int64_t nc, int64_t nt, T* line, T* out0, int64_t outs0, Sweep&& sweep) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(T));
@@ -314,7 +320,7 @@ HWY_INLINE int64_t SweepLineGroups(int64_t nc, int64_t nt, T* line, T* out0, int
   int64_t prev = -1;  // channel of the group whose lines wait in buf[1]
   int64_t j = 0;
   for (; j + vpl * N <= nc; j += vpl * N) {
-    for (int64_t v = 0; v < vpl; ++v) {
+    for (int64_t v = 0; v < vpl; v += kPer) {
       const bool flush = v == 0 && prev >= 0;
       sweep(j + v * N, buf[0] + v * N, kLineElems, buf[1], flush ? out0 + prev : nullptr, flush ? nt : 0);
     }
@@ -410,6 +416,128 @@ HWY_NOINLINE void FwdSweepSplit(const T* HWY_RESTRICT x0, int64_t xs, const floa
   }
 }
 
+#if HWY_TARGET == HWY_AVX2
+// FwdSweepSplit for 16 bf16 channels (one 32-byte load) with the channels in even / odd order (session 18): a
+// 32-bit lane of the load holds channel 2i (low half) and 2i + 1 (high half), so the even channels' f32 values are
+// the lanes shifted left by 16 and the odd ones the lanes with the low half cleared (vpslld, vpand) instead of two
+// widening loads (vpmovzxwd: a load and a shuffle each), and the y row is the even vector's rounded bits >> 16
+// blended with the odd one's high halves (vpblendw, one 32-byte store) instead of vpackusdw + vpermq. Weights, bias
+// and the staged sources before the tile are loaded once per sweep in the same order (ConcatEven / ConcatOdd).
+// Per channel the same operations in the same order as FwdSweepSplit, so the same bits.
+HWY_INLINE void LoadEO(DF df, const float* HWY_RESTRICT p, VF& e, VF& o) {
+  const VF lo = hn::LoadU(df, p), hi = hn::LoadU(df, p + hn::Lanes(df));
+  e = hn::ConcatEven(df, hi, lo);
+  o = hn::ConcatOdd(df, hi, lo);
+}
+HWY_INLINE void LoadEO(DF df, const bf16_t* HWY_RESTRICT p, VF& e, VF& o) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto raw = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  e = hn::BitCast(df, hn::ShiftLeft<16>(raw));
+  o = hn::BitCast(df, hn::And(raw, hn::Set(du, 0xffff0000u)));
+}
+// Rounds e and o to bf16 (nearest even; a NaN quieted as StoreOut does: a pair with a NaN takes Bf16Bits) and
+// stores them interleaved (16 channels, one 32-byte store).
+HWY_INLINE void StoreEO(DF df, VF e, VF o, bf16_t* HWY_RESTRICT p) {
+  __m256i r;
+  const __m256 unord = _mm256_cmp_ps(e.raw, o.raw, _CMP_UNORD_Q);
+  if (HWY_LIKELY(_mm256_testz_ps(unord, unord)))
+    r = _mm256_blend_epi16(_mm256_srli_epi32(Bf16RoundHigh(e.raw), 16), Bf16RoundHigh(o.raw), 0xAA);
+  else
+    r = hn::Or(tv::Bf16Bits(df, e), hn::ShiftLeft<16>(tv::Bf16Bits(df, o))).raw;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), r);
+}
+template <int KW, bool kSilu>
+HWY_NOINLINE void FwdSweepSplitEO(const bf16_t* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wc,
+                                  int64_t ws, const float* HWY_RESTRICT bc, int64_t ahead,
+                                  const bf16_t* HWY_RESTRICT r0, int64_t rs, bf16_t* HWY_RESTRICT out, int64_t outs,
+                                  int64_t nt, const float* HWY_RESTRICT pre, int64_t pres, RegionPrefetch::Run pf,
+                                  const bf16_t* HWY_RESTRICT lines, bf16_t* HWY_RESTRICT lines_to, int64_t lines_ts,
+                                  int64_t nlines) {
+  constexpr int R = KW - 1;
+  constexpr int64_t N = static_cast<int64_t>(hn::MaxLanes(DF()));
+  const DF df;
+  HWY_ALIGN float xf[(kTimeTile + R) * 2 * N];  // x of tokens -R .. nt - 1: even, odd
+  HWY_ALIGN float us[kTimeTile * 2 * N];        // u of tokens 0 .. nt - 1: even, odd
+  VF we[KW], wo[KW], be, bo;
+  for (int k = 0; k < KW; ++k) LoadEO(df, wc + k * ws, we[k], wo[k]);
+  LoadEO(df, bc, be, bo);
+  for (int k = 0; k < R; ++k) {
+    VF e, o;
+    if (pre) LoadEO(df, pre + k * pres, e, o);
+    else LoadEO(df, x0 + (k - R) * xs, e, o);
+    hn::Store(e, df, xf + 2 * k * N);
+    hn::Store(o, df, xf + (2 * k + 1) * N);
+  }
+  const bf16_t* xp = x0;
+  float* xw = xf + 2 * R * N;
+  for (int64_t t = 0; t < nt; ++t) {
+    tv::PrefetchAhead<64, 0>(xp + ahead);  // the next line group's, swept one group later
+    if (t < pf.n) {  // one line of the next item's run (L2)
+      __builtin_prefetch(pf.a + t * 64, 0, 2);
+      __builtin_prefetch(pf.b + t * 64, 0, 2);
+    }
+    if (t < nlines) StreamLine(lines + t * 32, lines_to + t * lines_ts);
+    VF xe, xo;
+    LoadEO(df, xp, xe, xo);
+    hn::Store(xe, df, xw);
+    hn::Store(xo, df, xw + N);
+    VF ae = be, ao = bo;
+    for (int k = 0; k < R; ++k) {
+      ae = hn::MulAdd(we[k], hn::Load(df, xw + 2 * (k - R) * N), ae);
+      ao = hn::MulAdd(wo[k], hn::Load(df, xw + (2 * (k - R) + 1) * N), ao);
+    }
+    ae = hn::MulAdd(we[R], xe, ae);
+    ao = hn::MulAdd(wo[R], xo, ao);
+    if constexpr (kSilu) {
+      hn::Store(ae, df, us + 2 * t * N);
+      hn::Store(ao, df, us + (2 * t + 1) * N);
+    } else {
+      if (r0) {
+        VF re, ro;
+        LoadEO(df, r0 + t * rs, re, ro);
+        ae = hn::Add(ae, re);
+        ao = hn::Add(ao, ro);
+      }
+      StoreEO(df, ae, ao, out + t * outs);
+    }
+    xp += xs;
+    xw += 2 * N;
+  }
+  if constexpr (kSilu) {
+    // Two tokens' even and odd vectors: four sigmoids step by step, as FwdSweepSplit's four tokens (those of its
+    // four-token loop, u sigma(u) rounded before the residual is added).
+    int64_t t = 0;
+    for (; t + 2 <= nt / 4 * 4; t += 2) {
+      VF u[4], sg[4];
+      for (int i = 0; i < 4; ++i) sg[i] = u[i] = hn::Load(df, us + (2 * t + i) * N);
+      tv::SigmoidOut16NoDivN(df, sg);
+      for (int i = 0; i < 4; ++i) sg[i] = hn::Mul(u[i], sg[i]);
+      if (r0) {
+        for (int i = 0; i < 2; ++i) {
+          VF re, ro;
+          LoadEO(df, r0 + (t + i) * rs, re, ro);
+          sg[2 * i] = hn::Add(Rounded(sg[2 * i]), re);
+          sg[2 * i + 1] = hn::Add(Rounded(sg[2 * i + 1]), ro);
+        }
+      }
+      StoreEO(df, sg[0], sg[1], out + t * outs);
+      StoreEO(df, sg[2], sg[3], out + (t + 1) * outs);
+    }
+    // The last nt % 4 tokens: FwdSweepSplit's token loop, where GCC contracts u sigma(u) + residual into an FMA
+    // (written as one here, so that the bits are those of FwdSweepSplit).
+    for (; t < nt; ++t) {
+      VF y[2], r[2];
+      if (r0) LoadEO(df, r0 + t * rs, r[0], r[1]);
+      for (int i = 0; i < 2; ++i) {
+        const VF u = hn::Load(df, us + (2 * t + i) * N);
+        y[i] = r0 ? hn::MulAdd(u, SigmoidFwd<bf16_t>(df, u), r[i]) : hn::Mul(u, SigmoidFwd<bf16_t>(df, u));
+      }
+      StoreEO(df, y[0], y[1], out + t * outs);
+    }
+  }
+}
+#endif
+
 // The sweeps of FwdSweepSplit over a chunk of nc channels, one vector each; with kStream the y rows of a 64-byte
 // line's vectors gather in the line buffers `line` (two of [kTimeTile][64 bytes]) and the next group's first sweep
 // streams them out whole, as BwdColumns does for dx. Leftover channels: FwdRow's scalar formulas.
@@ -431,7 +559,23 @@ HWY_NOINLINE void FwdColumnsSplit(const T* HWY_RESTRICT x0, int64_t xs, const fl
                                          ys, nlines);
   };
   int64_t j = 0;
-  if constexpr (kStream) j = SweepLineGroups(nc, nt, line, y0, ys, sweep);
+#if HWY_TARGET == HWY_AVX2
+  constexpr bool kEO = std::is_same_v<T, bf16_t> && !kNative;
+  if constexpr (kEO) {
+    // 16 channels per sweep (FwdSweepSplitEO): half as many sweeps take the next item's run.
+    const int64_t sweeps_eo = std::max<int64_t>(1, nc / (2 * N));
+    const int64_t per_eo = std::min(nt, (pf.rows * pf.row_lines + sweeps_eo - 1) / sweeps_eo);
+    auto sweep_eo = [&](int64_t c, T* out, int64_t outs, const T* lines, T* lines_to, int64_t nlines) {
+      FwdSweepSplitEO<KW, kSilu>(x0 + c, xs, wt + c, ws, bt + c, vpl * N, r0 ? r0 + c : nullptr, rs, out, outs, nt,
+                                 pre ? pre + c : nullptr, nc, pf.Take(per_eo), lines, lines_to, ys, nlines);
+    };
+    if constexpr (kStream) j = SweepLineGroups<T, 2>(nc, nt, line, y0, ys, sweep_eo);
+    for (; j + 2 * N <= nc; j += 2 * N) sweep_eo(j, y0 + j, ys, nullptr, nullptr, 0);
+  }
+#else
+  constexpr bool kEO = false;
+#endif
+  if constexpr (kStream && !kEO) j = SweepLineGroups(nc, nt, line, y0, ys, sweep);
   for (; j + N <= nc; j += N) sweep(j, y0 + j, ys, nullptr, nullptr, 0);
   for (; j < nc; ++j) {
     auto xq = [&](int64_t q) { return q < 0 && pre ? pre[(q + KW - 1) * nc + j] : to_f32(x0[q * xs + j]); };
