@@ -538,9 +538,10 @@ HWY_NOINLINE void FwdSweepSplitEO(const bf16_t* HWY_RESTRICT x0, int64_t xs, con
 }
 #endif
 
-// The sweeps of FwdSweepSplit over a chunk of nc channels, one vector each; with kStream the y rows of a 64-byte
-// line's vectors gather in the line buffers `line` (two of [kTimeTile][64 bytes]) and the next group's first sweep
-// streams them out whole, as BwdColumns does for dx. Leftover channels: FwdRow's scalar formulas.
+// The sweeps of FwdSweepSplit over a chunk of nc channels, one vector each (AVX2 bf16: FwdSweepSplitEO, two
+// vectors each); with kStream the y rows of a 64-byte line's vectors gather in the line buffers `line` (two of
+// [kTimeTile][64 bytes]) and the next group's first sweep streams them out whole, as BwdColumns does for dx.
+// Leftover channels: FwdRow's scalar formulas.
 template <int KW, bool kSilu, bool kNative, bool kStream, class T>
 HWY_NOINLINE void FwdColumnsSplit(const T* HWY_RESTRICT x0, int64_t xs, const float* HWY_RESTRICT wt, int64_t ws,
                                   const float* HWY_RESTRICT bt, int64_t nc, const T* HWY_RESTRICT r0, int64_t rs,
