@@ -214,6 +214,44 @@ __device__ __forceinline__ void fill_window(const Conv1dParams& p, int W, int64_
   }
 }
 
+// Slides the window by one token (conv_fwd, conv_bwd): entries 0..W-3 take their successors, and the token
+// just consumed (its V sources `src`, its sequence id) becomes entry W-2.
+template <int WM, int V>
+__device__ __forceinline__ void slide_window(int W, float (&win)[WM][V], int64_t (&wid)[WM], const float (&src)[V],
+                                             int64_t id) {
+#pragma unroll
+  for (int i = 0; i < WM - 2; ++i)
+    if (i < W - 2) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
+      wid[i] = wid[i + 1];
+    }
+#pragma unroll
+  for (int i = 0; i < WM - 1; ++i)
+    if (i == W - 2) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) win[i][v] = src[v];
+      wid[i] = id;
+    }
+}
+
+// The start shared by conv_fwd and conv_bwd (one thread: V channels from tw.d0, a tile of kFwdTile / kBwdTile
+// tokens from tw.t0): the KW taps and the bias of its channels, the sequence holding its first token, and the
+// window of the KW-1 sources before that token (fill_window). Inlined, so the kernels keep it all in registers.
+template <class T, int KW, int V>
+__device__ __forceinline__ SeqSpan conv_tile_start(const Conv1dParams& p, const ThreadWork& tw, float (&w)[KW][V],
+                                                   float (&bias)[V], float (&win)[KW][V], int64_t (&wid)[KW]) {
+#pragma unroll
+  for (int k = 0; k < KW; ++k)
+#pragma unroll
+    for (int v = 0; v < V; ++v) w[k][v] = weight_at(p, tw.d0 + v, k);
+#pragma unroll
+  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, tw.d0 + v);
+  const SeqSpan s = find_sequence(p, tw.b, tw.t0);
+  fill_window<T, KW, V>(p, KW, tw.b, tw.t0, s, tw.d0, win, wid);
+  return s;
+}
+
 template <class T, int KW, int V>
 __global__ void __launch_bounds__(kThreads) conv_fwd(const Conv1dParams p, int64_t groups) {
   constexpr int WM = KW, W = KW;
@@ -221,19 +259,9 @@ __global__ void __launch_bounds__(kThreads) conv_fwd(const Conv1dParams p, int64
   if (!tw.active) return;  // no block-wide synchronisation below
   const int64_t b = tw.b, d0 = tw.d0;
   const bool seq = p.mode == kModeSeqIdx, cu = p.mode == kModeCuSeqlens;
-
-  float w[WM][V], bias[V];
-#pragma unroll
-  for (int k = 0; k < WM; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) w[k][v] = k < W ? weight_at(p, d0 + v, k) : 0.f;
-#pragma unroll
-  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
-
-  SeqSpan s = find_sequence(p, b, tw.t0);
-  float win[WM][V];
+  float w[WM][V], bias[V], win[WM][V];
   int64_t wid[WM];
-  fill_window<T, WM, V>(p, W, b, tw.t0, s, d0, win, wid);
+  SeqSpan s = conv_tile_start<T, KW, V>(p, tw, w, bias, win, wid);
 
   const T* x = static_cast<const T*>(p.x) + b * p.xs[0] + d0 * p.xs[2];
   const T* res = p.residual ? static_cast<const T*>(p.residual) + b * p.rs[0] + d0 * p.rs[2] : nullptr;
@@ -272,21 +300,7 @@ __global__ void __launch_bounds__(kThreads) conv_fwd(const Conv1dParams p, int64
         out[v] = o;
       }
       store_vec<T, V>(y + t * p.ys[1], out);
-      // Slide the window by one token.
-#pragma unroll
-      for (int i = 0; i < WM - 2; ++i)
-        if (i < W - 2) {
-#pragma unroll
-          for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
-          wid[i] = wid[i + 1];
-        }
-#pragma unroll
-      for (int i = 0; i < WM - 1; ++i)
-        if (i == W - 2) {
-#pragma unroll
-          for (int v = 0; v < V; ++v) win[i][v] = xin[u][v];
-          wid[i] = id;
-        }
+      slide_window<WM, V>(W, win, wid, xin[u], id);
     }
   }
 }
@@ -298,19 +312,9 @@ __global__ void __launch_bounds__(kThreads) conv_bwd(const Conv1dParams p, int64
   if (!tw.active) return;
   const int64_t b = tw.b, d0 = tw.d0;
   const bool seq = p.mode == kModeSeqIdx, cu = p.mode == kModeCuSeqlens;
-
-  float w[WM][V], bias[V];
-#pragma unroll
-  for (int k = 0; k < WM; ++k)
-#pragma unroll
-    for (int v = 0; v < V; ++v) w[k][v] = k < W ? weight_at(p, d0 + v, k) : 0.f;
-#pragma unroll
-  for (int v = 0; v < V; ++v) bias[v] = bias_at(p, d0 + v);
-
-  SeqSpan s = find_sequence(p, b, tw.t0);
-  float win[WM][V];
+  float w[WM][V], bias[V], win[WM][V];
   int64_t wid[WM];
-  fill_window<T, WM, V>(p, W, b, tw.t0, s, d0, win, wid);
+  SeqSpan s = conv_tile_start<T, KW, V>(p, tw, w, bias, win, wid);
 
   // g window: gw[i] = g at position t - (W-1) + i after step t; gid the sequence id of that position.
   float gw[WM][V], dwa[WM][V], dba[V];
@@ -379,20 +383,7 @@ __global__ void __launch_bounds__(kThreads) conv_bwd(const Conv1dParams p, int64
         for (int v = 0; v < V; ++v) dwa[W - 1][v] = fmaf(g[v], xin[u][v], dwa[W - 1][v]);
       }
       // Slide the x window and the g window.
-#pragma unroll
-      for (int i = 0; i < WM - 2; ++i)
-        if (i < W - 2) {
-#pragma unroll
-          for (int v = 0; v < V; ++v) win[i][v] = win[i + 1][v];
-          wid[i] = wid[i + 1];
-        }
-#pragma unroll
-      for (int i = 0; i < WM - 1; ++i)
-        if (i == W - 2) {
-#pragma unroll
-          for (int v = 0; v < V; ++v) win[i][v] = xin[u][v];
-          wid[i] = id;
-        }
+      slide_window<WM, V>(W, win, wid, xin[u], id);
 #pragma unroll
       for (int i = 0; i < WM - 1; ++i)
         if (i < W - 1) {

@@ -9,9 +9,10 @@
 // result depends only on the problem, never on the thread count.
 //
 // Build layout (build time is a budget, STYLE.md 12): the kernels live only in this file. The units
-// cpu_fwd_{f32,bf16,f16}.cpp (the forward for one activation dtype) and cpu_bwd.cpp (the backward, every
-// dtype) each include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile
-// in parallel; cpu.cpp declares the units' entry points, dispatches on the dtype and owns the HWY_EXPORT tables.
+// cpu_fwd_{f32,bf16,f16}.cpp and cpu_bwd_{f32,bf16,f16}.cpp (the forward / the backward for one activation dtype;
+// until session 18 the backward of every dtype was one unit, cpu_bwd.cpp, 109-143 s on the H200 host) each
+// include it for every target (tile/cpu/foreach_isa.h) and instantiate their part, so they compile in parallel;
+// cpu.cpp dispatches on the dtype and owns the HWY_EXPORT tables.
 //
 // Per-target include guard (Highway's convention for -inl.h files).
 #if defined(STRATA_OPS_NORM_RMS_NORM_GATED_CPU_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -68,16 +69,21 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd.cpp, called by cpu.cpp) ----
+// ---- the units' entry points (defined in cpu_fwd_<dtype>.cpp and cpu_bwd_<dtype>.cpp, called by cpu.cpp) ----
 void RngFwdF32(const RmsNormGatedFwdParams& p);
 void RngFwdBf16(const RmsNormGatedFwdParams& p);
 void RngFwdF16(const RmsNormGatedFwdParams& p);
-void RngBwdAny(const RmsNormGatedBwdParams& p);
+void RngBwdF32(const RmsNormGatedBwdParams& p);
+void RngBwdBf16(const RmsNormGatedBwdParams& p);
+void RngBwdF16(const RmsNormGatedBwdParams& p);
 // kNative instances ("cpu.avx512_bf16", session 8): the direct-row kernels with bf16 outputs rounded by
 // AVX512-BF16's vcvtneps2bf16 (one instruction per 16 outputs instead of about ten integer ones; both round to
-// nearest even, so the same bits); on targets other than AVX3 they are the portable kernels.
+// nearest even, so the same bits). Only on AVX3 (STRATA_NATIVE_BF16): elsewhere kNative changes no instruction,
+// so cpu.cpp's native entries run the portable instances there (session 18: not compiled twice).
+#if STRATA_NATIVE_BF16
 void RngFwdBf16Native(const RmsNormGatedFwdParams& p);
-void RngBwdNative(const RmsNormGatedBwdParams& p);  // bf16 native, f32/f16 as RngBwdAny
+void RngBwdBf16Native(const RmsNormGatedBwdParams& p);
+#endif
 
 // act(v) into a and, kGrad, act'(v) into ag, for U vectors step by step (tile/cpu/sigmoid_nodiv-inl.h: the
 // instructions of the U vectors interleave, so the core overlaps their dependency chains; the same operations per

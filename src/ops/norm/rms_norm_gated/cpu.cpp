@@ -1,5 +1,5 @@
 // Entry points of the rms_norm_gated CPU kernels: per target, the activation dtype picks the instance compiled
-// in one of the units cpu_fwd_<dtype>.cpp / cpu_bwd.cpp (kernels and build layout: cpu-inl.h); this file owns
+// in one of the units cpu_fwd_<dtype>.cpp / cpu_bwd_<dtype>.cpp (kernels and build layout: cpu-inl.h); this file owns
 // the HWY_EXPORT tables the implementation lists read (rms_norm_gated.cpp).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/norm/rms_norm_gated/cpu.cpp"
@@ -20,19 +20,34 @@ void RngFwd(const RmsNormGatedFwdParams& p) {
     default: RngFwdF16(p); break;
   }
 }
+// Any dtype other than bf16 / f16 runs as f32 (visit_kernel_dtype's rule; the plan sends f64 to the reference).
 void RngBwd(const RmsNormGatedBwdParams& p) {
   if (p.D == 0) return;
-  RngBwdAny(p);
+  switch (p.x_dtype) {
+    case STRATA_DTYPE_BF16: RngBwdBf16(p); break;
+    case STRATA_DTYPE_F16: RngBwdF16(p); break;
+    default: RngBwdF32(p); break;
+  }
 }
-// The "cpu.avx512_bf16" entries (taken from the AVX3 table only): bf16 through the native-rounding kernels.
+// The "cpu.avx512_bf16" entries (taken from the AVX3 table only): bf16 through the native-rounding kernels,
+// f32 / f16 (and every other target) through the portable ones.
 void RngFwdNative(const RmsNormGatedFwdParams& p) {
-  if (p.rows == 0 || p.D == 0) return;
-  if (p.x_dtype == STRATA_DTYPE_BF16) RngFwdBf16Native(p);
-  else RngFwd(p);
+#if STRATA_NATIVE_BF16
+  if (p.x_dtype == STRATA_DTYPE_BF16 && p.rows != 0 && p.D != 0) {
+    RngFwdBf16Native(p);
+    return;
+  }
+#endif
+  RngFwd(p);
 }
 void RngBwdNativeEntry(const RmsNormGatedBwdParams& p) {
-  if (p.D == 0) return;
-  RngBwdNative(p);
+#if STRATA_NATIVE_BF16
+  if (p.x_dtype == STRATA_DTYPE_BF16 && p.D != 0) {
+    RngBwdBf16Native(p);
+    return;
+  }
+#endif
+  RngBwd(p);
 }
 
 }  // namespace strata::norm::HWY_NAMESPACE

@@ -11,6 +11,8 @@ HWY_BEFORE_NAMESPACE();
 #endif
 namespace strata::norm::HWY_NAMESPACE {
 void RngFwdBf16(const RmsNormGatedFwdParams& p) { FwdRows<bf16_t>(p); }
+#if STRATA_NATIVE_BF16
 void RngFwdBf16Native(const RmsNormGatedFwdParams& p) { FwdRows<bf16_t, true>(p); }
+#endif
 }  // namespace strata::norm::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
