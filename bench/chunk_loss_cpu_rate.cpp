@@ -185,8 +185,8 @@ int main(int argc, char** argv) {
     const double hwm0 = peak_rss_mib();
     arms[k].run();
     std::printf("first call of %s: peak resident memory +%.1f MiB\n", arms[k].name.c_str(), peak_rss_mib() - hwm0);
+    std::fflush(stdout);
   }
-  std::fflush(stdout);
   for (int r = 0; r < rounds; ++r) {
     std::printf("  round %d:", r + 1);
     for (size_t k = 0; k < arms.size(); ++k) {

@@ -13,7 +13,7 @@ LIB=$B/libstrata.so
 TMP=${OUT:-/tmp}/cpu_chunk_loss_tmp; mkdir -p "$TMP"
 echo "===== cpu_chunk_loss ($(date -u +%H:%M:%S), tree $(git rev-parse --short HEAD 2>/dev/null), lib $LIB, load $(cut -d' ' -f1-3 /proc/loadavg))"
 lscpu | grep -E "^Model name|^CPU\(s\)" | tr -s ' ' | paste -sd';'
-timeout 15 g++ -std=c++20 -O2 -Iinclude bench/chunk_loss_cpu_rate.cpp -o "$TMP/clrate" -ldl || { echo "chunk_loss_cpu_rate: build failed"; exit 1; }
+timeout 20 g++ -std=c++20 -O2 -Iinclude bench/chunk_loss_cpu_rate.cpp -o "$TMP/clrate" -ldl || { echo "chunk_loss_cpu_rate: build failed"; exit 1; }
 echo "== chunk_loss vs dnnl_sgemm x3: 2 threads on cores 2,3, wall, 3 rounds $(el)"
 OMP_NUM_THREADS=2 timeout 20 taskset -c 2,3 "$TMP/clrate" "$LIB" 3 --wall 2>&1
 echo "== the same, 16 threads, wall, 3 rounds $(el)"
