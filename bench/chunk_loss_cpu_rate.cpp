@@ -9,7 +9,8 @@
 //   OMP_NUM_THREADS=2 /tmp/chunk_loss_cpu_rate build/X/libstrata.so 3 --wall   # wall time, 2 threads
 // dnnl_sgemm is looked up through libstrata.so's handle (the oneDNN that library links). Arms, as the atk cases:
 // f32 inputs with f32 dhidden / dweight; bf16 inputs with bf16 dhidden and f32 dweight; mean reduction, no bias.
-// Prints per arm best / median ms and GFLOP/s (3 x 2 N V D), the median over rounds of (peer time / arm time),
+// Prints per arm best / median ms and GFLOP/s (3 x 2 N V D), with --wall the threads kept busy (process CPU time
+// over wall time), the median over rounds of (peer time / arm time),
 // the plan's implementation and workspace, how much the process's peak resident memory grows over each arm's
 // first call (what the call allocates itself: for chunk_loss beyond its workspace), and the loss of each arm (the
 // same inputs, so f32 and bf16 agree to bf16 rounding: a check that the arms computed the loss at all).
@@ -69,11 +70,12 @@ uint16_t to_bf16(float f) {
   std::memcpy(&u, &f, 4);
   return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
-double now(bool wall) {
+double clock_s(clockid_t c) {
   timespec ts;
-  clock_gettime(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(c, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+double now(bool wall) { return clock_s(wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID); }
 // VmHWM of /proc/self/status (peak resident set), MiB.
 double peak_rss_mib() {
   FILE* f = std::fopen("/proc/self/status", "r");
@@ -168,7 +170,9 @@ int main(int argc, char** argv) {
                     loss});
   }
   const double flop = 3.0 * 2.0 * N * V * D;
-  std::vector<std::vector<double>> t(arms.size());
+  // busy: with --wall, the process's CPU time over the wall time of each call = threads kept busy (2 threads on an
+  // idle machine: ~2 when the whole call is parallel; a serial part or threads waiting at barriers lower it).
+  std::vector<std::vector<double>> t(arms.size()), busy(arms.size());
   std::printf("N=%lld D=%lld V=%lld, %d rounds, %s (%.1f GFLOP per call)\n", static_cast<long long>(N),
               static_cast<long long>(D), static_cast<long long>(V), rounds, wall ? "wall time" : "thread CPU time",
               flop / 1e9);
@@ -190,9 +194,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     std::printf("  round %d:", r + 1);
     for (size_t k = 0; k < arms.size(); ++k) {
-      const double t0 = now(wall);
+      const double t0 = now(wall), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
       arms[k].run();
       t[k].push_back(now(wall) - t0);
+      busy[k].push_back((clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / t[k].back());
       std::printf(" %.1f ms%s", 1e3 * t[k].back(), k ? "" : " (peer)");
     }
     std::printf("\n");
@@ -205,11 +210,13 @@ int main(int argc, char** argv) {
     std::vector<double> ratio;  // per round: the peer's time over this arm's time = this arm's rate / the peer's
     for (int r = 0; r < rounds; ++r) ratio.push_back(t[0][r] / t[k][r]);
     std::sort(ratio.begin(), ratio.end());
-    std::vector<double> s = t[k];
+    std::vector<double> s = t[k], b = busy[k];
     std::sort(s.begin(), s.end());
+    std::sort(b.begin(), b.end());
     const double med = median(s);
     std::printf("  %-44s best %8.1f ms  median %8.1f ms  %6.1f GFLOP/s", arms[k].name.c_str(), 1e3 * s[0], 1e3 * med,
                 flop / med / 1e9);
+    if (wall) std::printf("  busy %.2f", median(b));
     if (k) std::printf("  = %3.0f%% of the peer's rate (median of rounds; min %.0f%%, max %.0f%%)  loss %.6f",
                        100 * median(ratio), 100 * ratio.front(), 100 * ratio.back(), *arms[k].loss);
     std::printf("\n");
