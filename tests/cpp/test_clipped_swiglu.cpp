@@ -245,6 +245,7 @@ TEST(ClippedSwigluDeterminism, CudaBackwardBitsRunToRun) {
   if (strata_device_count(STRATA_DEVICE_CUDA, &ndev) != STRATA_SUCCESS || ndev == 0) GTEST_SKIP() << "no CUDA device";
   const strata_device dev = {STRATA_DEVICE_CUDA, 0};
   const int64_t rows = 2100, I = 2880;
+  int ran = 0;
   for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
     const HostTensor x = rnd(dt, {rows, 2 * I}, 51, 0.0, 4.0), p = rnd(STRATA_DTYPE_F32, {rows}, 52, 0.5, 0.2);
     const HostTensor dy = rnd(dt, {rows, I}, 53), dx = poisoned(dt, {rows, 2 * I});
@@ -253,13 +254,15 @@ TEST(ClippedSwigluDeterminism, CudaBackwardBitsRunToRun) {
     for (const std::string& impl : atk::impls_for("clipped_swiglu_bwd", dev))
       for (int32_t inter : {0, 1}) {
         strata_plan plan = nullptr;
+        strata_status ps;
         {
           ForceImpl force(impl.c_str());
-          ASSERT_EQ(strata_clipped_swiglu_bwd_plan(&xd.desc(), &pd.desc(), &dyd.desc(), &xd.desc(), &pd.desc(), 1.702f,
-                                                   7.f, 1.f, inter, &plan),
-                    STRATA_SUCCESS)
-              << impl << ": " << strata_get_last_error_message();
+          ps = strata_clipped_swiglu_bwd_plan(&xd.desc(), &pd.desc(), &dyd.desc(), &xd.desc(), &pd.desc(), 1.702f, 7.f,
+                                              1.f, inter, &plan);
         }
+        if (ps == STRATA_ERROR_NO_IMPLEMENTATION) continue;  // a form whose plan rule leaves this problem out
+        ASSERT_EQ(ps, STRATA_SUCCESS) << impl << ": " << strata_get_last_error_message();
+        ++ran;
         std::vector<uint8_t> first_dx, first_dp;
         for (int run = 0; run < 3; ++run) {
           atk::DeviceTensor dxd(dx, dev), dpd(dp, dev);  // poisoned every run
@@ -280,6 +283,7 @@ TEST(ClippedSwigluDeterminism, CudaBackwardBitsRunToRun) {
         strata_plan_destroy(plan);
       }
   }
+  EXPECT_GE(ran, 4) << "the dispatched implementation takes all four dtype x layout problems";
 }
 
 TEST(ClippedSwiglu, CppWrapper) {
