@@ -581,6 +581,7 @@ struct CudaBackend : BackendBase {
     const cublasStatus_t cs = cublasSetStream(handle, stream);
     if (cs != CUBLAS_STATUS_SUCCESS)
       return fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasSetStream failed ({})", cublasGetStatusString(cs));
+    if (p.N == 0) return STRATA_SUCCESS;
     // The shared target check (loss/common/cuda_targets.h): counts into the workspace, read back, one sync.
     TargetCounts c;
     STRATA_RETURN_IF_ERROR(cuda_count_targets(p.target, STRATA_DTYPE_I64, p.target_stride, p.N, p.V, p.ce.ignore_index,

@@ -61,11 +61,12 @@ strata_status pinned_slot(int64_t** slot) {
 strata_status cuda_count_targets(const void* target, int32_t target_dtype, int64_t stride, int64_t n, int64_t V,
                                  int64_t ignore_index, int64_t* scratch, void* stream_ptr, TargetCounts* out) {
   *out = TargetCounts{};
-  if (n == 0) return STRATA_SUCCESS;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  // Launched for n = 0 too: the zero counts are what a mean over no rows divides by (on the device).
   count_targets_kernel<<<1, 1024, 0, stream>>>(target, target_dtype == STRATA_DTYPE_I64, stride, n, V, ignore_index,
                                                scratch);
   STRATA_RETURN_IF_ERROR(cuda::check_launch("count_targets (loss target check)"));
+  if (n == 0) return STRATA_SUCCESS;  // nothing can be bad: no read-back
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   STRATA_CUDA_TRY(cudaStreamIsCapturing(stream, &cap));
   if (cap != cudaStreamCaptureStatusNone) {

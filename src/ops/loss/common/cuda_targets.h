@@ -32,7 +32,7 @@ struct TargetCounts {
 // Counts targets [n] (int64 or int32, element stride `stride`) on `stream` into `scratch` (device, 32 bytes,
 // 8-byte aligned), then (unless the stream is capturing) reads the counts back and waits for them. Returns a
 // CUDA error status only; a bad target is reported through `out` (the caller formats its own message, the one its
-// CPU path gives). n == 0: no launch, out = {}.
+// CPU path gives). n == 0: the kernel writes zero counts, nothing is read back, out = {}.
 strata_status cuda_count_targets(const void* target, int32_t target_dtype, int64_t stride, int64_t n, int64_t V,
                                  int64_t ignore_index, int64_t* scratch, void* stream, TargetCounts* out);
 #endif
