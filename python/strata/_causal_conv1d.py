@@ -116,28 +116,6 @@ def _conv_bwd(x, weight, bias, initial_state, cu_seqlens, seq_idx, dy, dfinal_st
 # public wrappers
 
 
-def _tracing() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
-
-
-def _check_cu_seqlens(cu: torch.Tensor, T: int) -> None:
-    """ValueError unless cu (int [N+1]) starts at 0, never decreases and ends at T. For CUDA tensors this
-    reads a host copy (the kernels cannot check the values without a synchronisation)."""
-    if cu.dim() != 1 or cu.numel() < 1:
-        return  # shape errors come from the C library
-    host = cu.detach().to("cpu", torch.int64)
-    if int(host[0]) != 0:
-        raise ValueError(f"causal_conv1d: cu_seqlens[0] must be 0, got {int(host[0])}")
-    steps = host[1:] - host[:-1]
-    if host.numel() > 1 and bool((steps < 0).any()):
-        i = int(torch.nonzero(steps < 0)[0]) + 1
-        raise ValueError(f"causal_conv1d: cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
-                         f"{int(host[i])} after cu_seqlens[{i - 1}] = {int(host[i - 1])}")
-    if int(host[-1]) != T:
-        raise ValueError(f"causal_conv1d: cu_seqlens[-1] must equal T = {T} (x.shape[1]), got {int(host[-1])}")
-
-
 def _state_in(initial_state: Optional[torch.Tensor], W: int) -> Optional[torch.Tensor]:
     # fla keeps W slots (slot 0 is never read by the convolution); Strata's states have W-1.
     if initial_state is not None and initial_state.dim() == 3 and W > 1 and initial_state.shape[-1] == W:
@@ -150,9 +128,9 @@ def causal_conv1d_fwd(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torc
                       output_final_state: bool = False, activation: Optional[str] = None,
                       cu_seqlens: Optional[torch.Tensor] = None, seq_idx: Optional[torch.Tensor] = None,
                       weight_layout: int = 0) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """The op itself: (y, final_state or None), differentiable in x, weight, bias, residual, initial_state."""
-    if cu_seqlens is not None and not _tracing() and x.dim() == 3:
-        _check_cu_seqlens(cu_seqlens, int(x.shape[1]))
+    """The op itself: (y, final_state or None), differentiable in x, weight, bias, residual, initial_state.
+    cu_seqlens values (start at 0, never decrease, end at T) are checked by the C library on both devices before
+    anything is written (on CUDA from a host copy: one small copy and a synchronisation per call)."""
     W = _width(weight, weight_layout)
     y, hT = OPS["causal_conv1d_fwd"](x, weight, bias, residual, _state_in(initial_state, W), cu_seqlens, seq_idx,
                                      bool(output_final_state), _act_code(activation), int(weight_layout))
@@ -183,13 +161,6 @@ def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Te
     if weight.dim() == 3 and weight.shape[1] == 1:
         weight = weight.squeeze(1)
     layout = 0 if weight_layout is None else int(weight_layout)
-    cu_cpu = kwargs.get("cu_seqlens_cpu")
-    if cu_seqlens is not None and cu_cpu is not None and not _tracing() and x.dim() == 3:
-        _check_cu_seqlens(cu_cpu, int(x.shape[1]))
-        W = _width(weight, layout)
-        y, hT = OPS["causal_conv1d_fwd"](x, weight, bias, residual, _state_in(initial_state, W), cu_seqlens,
-                                         seq_idx, bool(output_final_state), _act_code(activation), layout)
-        return y, (hT if output_final_state else None)
     return causal_conv1d_fwd(x, weight, bias, residual, initial_state, output_final_state, activation, cu_seqlens,
                              seq_idx, layout)
 

@@ -20,17 +20,11 @@ Both in-place modes bypass torch's version counter (the C library writes through
 fla and Liger; they are plain ``torch.autograd.Function``s (not traced by torch.compile), and their backward
 can run only once (a second backward, e.g. with retain_graph, would read the overwritten logits).
 
-Target values must be in [0, V) or equal ignore_index. The C library checks them itself on the CPU (before
-writing anything). On CUDA, ``check_targets=True`` (default; skipped while compiling) makes one cheap check
-without stalling the GPU: the min and max of the non-ignored targets are reduced on the device (3 small
-kernels, on a side stream that waits for the caller's stream but does not hold it up) and copied to pinned
-host memory; the host waits for that copy (one event) only after the loss kernel's launch, and raises
-ValueError (naming the first bad row) if a target is out of range. Nothing the
-caller owns has been written by then: the default and ``inplace_backward`` forwards write only new tensors,
-and the C library's fused forward (``grad_in_forward``) writes no gradient when any target is bad (its own
-device-side count, made before the loss kernel), so the logits are left as they were. With
-``check_targets=False`` nothing is checked on the host (no sync at all): a bad target then gives a NaN loss
-row (and, with grad_in_forward, unchanged logits).
+Target values must be in [0, V) or equal ignore_index. The C library checks them itself on both devices
+before writing anything and raises ValueError naming the first bad row (on CUDA: a one-block count kernel and
+one small read-back with a stream synchronisation per call, loss/common/cuda_targets.h; skipped only while a
+CUDA graph is being captured, where a bad row gets a NaN loss and the fused forward writes no gradient).
+``check_targets`` is accepted for compatibility and has no effect (there is no second, Python-side check).
 """
 
 from typing import Optional, Tuple
@@ -161,93 +155,13 @@ class _GradInForward(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------------------
 # public wrappers
 
-def _is_compiling() -> bool:
-    comp = getattr(torch, "compiler", None)
-    return bool(comp is not None and hasattr(comp, "is_compiling") and comp.is_compiling())
-
-
-_side_streams = {}
-
-
-def _side_stream(device: torch.device) -> "torch.cuda.Stream":
-    """One side stream per CUDA device for the target check (created on first use, then reused). High priority:
-    its few small blocks are dispatched ahead of the loss kernel's pending ones, so the host's wait stays short."""
-    s = _side_streams.get(device.index)
-    if s is None:
-        s = _side_streams[device.index] = torch.cuda.Stream(device=device, priority=-1)
-    return s
-
-
-def _bounds(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
-    # min and max of the targets with the ignored ones replaced by 0 (a valid value): bad iff min < 0 or
-    # max >= V. 3 kernels (eq, where, aminmax) + one for the pair, whatever N.
-    t = torch.where(target == ignore_index, 0, target)
-    lo, hi = torch.aminmax(t)
-    return torch.stack((lo, hi))
-
-
-class _TargetCheck:
-    """The target check (module docstring): started before the loss kernel, finished after its launch.
-
-    On CUDA its small kernels and the copy run on a side stream that waits for the caller's stream (so they see
-    the targets as the loss kernel will) but that the caller's stream does not wait for: the loss kernel starts
-    without them in front of it (session 7 measured the check at ~0.03 ms of the caller's stream per call)."""
-
-    __slots__ = ("target", "ignore_index", "V", "bounds", "event")
-
-    def __init__(self, target: torch.Tensor, ignore_index: int, V: int):
-        self.target, self.ignore_index, self.V = target, ignore_index, V
-        self.event = None
-        if target.is_cuda:
-            main = torch.cuda.current_stream(target.device)
-            side = _side_stream(target.device)
-            side.wait_stream(main)
-            with torch.cuda.stream(side):
-                pair = _bounds(target, ignore_index)  # allocated on (and freed in the order of) the side stream
-                self.bounds = torch.empty(2, dtype=target.dtype, pin_memory=True)
-                self.bounds.copy_(pair, non_blocking=True)
-                self.event = torch.cuda.Event()
-                self.event.record(side)
-            # The caller's targets are read on the side stream: their memory must not be reused before that.
-            target.record_stream(side)
-        else:
-            self.bounds = _bounds(target, ignore_index)
-
-    def finish(self) -> None:
-        if self.event is not None:
-            self.event.synchronize()  # the copy above, queued ahead of the loss kernel (which keeps running)
-        lo, hi = self.bounds.tolist()
-        if lo >= 0 and hi < self.V:
-            return
-        t = self.target
-        bad = (t != self.ignore_index) & ((t < 0) | (t >= self.V))
-        i = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(f"fused_cross_entropy: target[{i}] must be in [0, {self.V}) (V) or equal ignore_index "
-                         f"({self.ignore_index}), got {int(t[i])}")
-
-
-def _start_check(logits: torch.Tensor, target: torch.Tensor, ignore_index: int) -> Optional[_TargetCheck]:
-    if (_is_compiling() or logits.dim() != 2 or target.dim() != 1 or target.numel() == 0
-            or target.dtype not in (torch.int64, torch.int32) or target.device != logits.device):
-        return None  # shapes, dtypes and devices are checked by the C library with a message naming the argument
-    if target.is_cuda and torch.cuda.is_current_stream_capturing():
-        return None  # a CUDA graph being captured cannot wait for the check (the C library's own count still holds)
-    return _TargetCheck(target, int(ignore_index), logits.shape[1])
-
-
 def _run(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
          inplace_backward, grad_in_forward, process_group, check_targets):
     if process_group is not None:
         raise NotImplementedError("strata fused_cross_entropy: process_group (vocab-parallel) is not implemented")
-    check = _start_check(logits, target, ignore_index) if check_targets else None
-    if check is not None and not check.target.is_cuda:
-        check.finish()  # CPU: at once (the C library would reject the target too, before writing anything)
-        check = None
-    out = _launch(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
-                  inplace_backward, grad_in_forward)
-    if check is not None:
-        check.finish()
-    return out
+    del check_targets  # the C library checks the targets (module docstring)
+    return _launch(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,
+                   inplace_backward, grad_in_forward)
 
 
 def _launch(logits, target, reduction, ignore_index, label_smoothing, logit_scale, lse_square_scale, softcap,

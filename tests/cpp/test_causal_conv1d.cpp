@@ -673,6 +673,72 @@ TEST(CausalConv1d, CudaBitsRunToRunAndPipeEqualsVec) {
   }
 }
 
+// cu_seqlens values on CUDA (causal_conv1d_cuda_check_cu_seqlens: a host copy checked by the CPU path's rule),
+// every CUDA implementation of both ops forced, int64 and int32 offsets: INVALID_VALUE with the CPU messages and
+// nothing written (y, final state; dx, dweight, dbias, dinitial_state keep their poison). The valid pack runs.
+TEST(CausalConv1d, CudaCuSeqlensValuesCheckedBeforeWriting) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const int64_t T = 40, D = 16;  // bf16 x [1, 40, 16], W = 4: every CUDA implementation takes the pack
+  const HostTensor x = randn(STRATA_DTYPE_BF16, {1, T, D}, 11), w = randn(STRATA_DTYPE_F32, {D, 4}, 12);
+  const HostTensor dy = randn(STRATA_DTYPE_BF16, {1, T, D}, 13), h0 = randn(STRATA_DTYPE_F32, {2, D, 3}, 14);
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> cases = {
+      {{0, 9, 40}, ""},  // valid
+      {{1, 9, 40}, "cu_seqlens[0] must be 0, got 1"},
+      {{0, 30, 9}, "cu_seqlens must be non-decreasing, got cu_seqlens[2] = 9 after cu_seqlens[1] = 30"},
+      {{0, 9, 39}, "the last entry cu_seqlens[2] must equal T = 40 (x.shape[1]), got 39"}};
+  for (bool bwd : {false, true})
+    for (const std::string& impl : atk::impls_for(bwd ? "causal_conv1d_bwd" : "causal_conv1d_fwd", dev))
+      for (int32_t cdt : {STRATA_DTYPE_I64, STRATA_DTYPE_I32})
+        for (const auto& [vals, needle] : cases) {
+          const HostTensor cu = ints(cdt, {3}, vals);
+          HostTensor y = poisoned(STRATA_DTYPE_BF16, {1, T, D}), hT = poisoned(STRATA_DTYPE_F32, {2, D, 3});
+          HostTensor dw = poisoned(STRATA_DTYPE_F32, {D, 4}), dh0 = poisoned(STRATA_DTYPE_F32, {2, D, 3});
+          atk::DeviceTensor xd(x, dev), wd(w, dev), dyd(dy, dev), h0d(h0, dev), cud(cu, dev), yd(y, dev),
+              hTd(hT, dev), dwd(dw, dev), dh0d(dh0, dev);
+          strata_plan plan = nullptr;
+          {
+            ForceImpl force(impl.c_str());
+            const strata_status ps =
+                bwd ? strata_causal_conv1d_bwd_plan(&xd.desc(), &wd.desc(), nullptr, &h0d.desc(), &cud.desc(), nullptr,
+                                                    &dyd.desc(), nullptr, &yd.desc(), &dwd.desc(), nullptr,
+                                                    &dh0d.desc(), 1, 0, &plan)
+                    : strata_causal_conv1d_fwd_plan(&xd.desc(), &wd.desc(), nullptr, nullptr, &h0d.desc(), &cud.desc(),
+                                                    nullptr, &yd.desc(), &hTd.desc(), 1, 0, &plan);
+            if (ps == STRATA_ERROR_NO_IMPLEMENTATION) continue;  // (a forced form that does not take packs)
+            ASSERT_EQ(ps, STRATA_SUCCESS) << impl << ": " << strata_get_last_error_message();
+          }
+          size_t ws = 0;
+          strata_plan_workspace_size(plan, &ws);
+          void* work = nullptr;
+          if (ws) ASSERT_EQ(strata_malloc(dev, ws, nullptr, &work), STRATA_SUCCESS);
+          // bwd: dx goes to yd's buffer (same shape and dtype).
+          std::vector<void*> t = bwd ? std::vector<void*>{xd.data(), wd.data(), nullptr, h0d.data(), cud.data(),
+                                                          nullptr, dyd.data(), nullptr, yd.data(), dwd.data(),
+                                                          nullptr, dh0d.data()}
+                                     : std::vector<void*>{xd.data(), wd.data(), nullptr, nullptr, h0d.data(),
+                                                          cud.data(), nullptr, yd.data(), hTd.data()};
+          const strata_status s =
+              strata_plan_run(plan, t.data(), static_cast<int32_t>(t.size()), work, ws, nullptr);
+          const std::string msg = strata_get_last_error_message();
+          strata_device_synchronize(dev);
+          if (work) strata_free(work);
+          strata_plan_destroy(plan);
+          const std::string what = impl + (bwd ? " bwd" : " fwd") + (cdt == STRATA_DTYPE_I32 ? " i32" : " i64");
+          HostTensor gy = y, ghT = hT, gdw = dw, gdh0 = dh0;
+          yd.download(gy), hTd.download(ghT), dwd.download(gdw), dh0d.download(gdh0);
+          if (needle.empty()) {
+            EXPECT_EQ(s, STRATA_SUCCESS) << what << ": " << msg;
+            EXPECT_FALSE(all_poison(gy)) << what << ": the valid pack wrote nothing";
+            continue;
+          }
+          EXPECT_EQ(s, STRATA_ERROR_INVALID_VALUE) << what << ": " << needle;
+          EXPECT_EQ(msg, std::string(bwd ? "causal_conv1d_bwd: " : "causal_conv1d_fwd: ") + needle) << what;
+          EXPECT_TRUE(all_poison(gy) && all_poison(ghT) && all_poison(gdw) && all_poison(gdh0))
+              << what << ": an output was written by a rejected call (" << needle << ")";
+        }
+}
+
 TEST(CausalConv1d, CppWrapper) {
   const Device cpu = Device::cpu();
   Tensor x = Tensor::empty(STRATA_DTYPE_F32, {2, 20, 8}, cpu);

@@ -1,7 +1,7 @@
 // clipped_swiglu beyond the conformance driver (ops_fused.md §8): every validation rule (status, message, outputs
 // untouched), gradients against float64 central differences (both layouts, GPT-OSS and DeepSeek constants,
 // probs), the exact clamp-boundary gradients of the spec (A == limit passes, B == +-limit passes, beyond: 0),
-// determinism (repeated runs, 1 vs 2 threads), and the C++ wrapper.
+// determinism (repeated runs, 1 vs 2 threads; CUDA backward run to run), and the C++ wrapper.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -235,6 +235,55 @@ TEST(ClippedSwigluDeterminism, BitwiseAcrossRunsAndThreadCounts) {
     }
   }
   strata_set_num_threads(before);
+}
+
+// CUDA backward run to run: every CUDA implementation forced, bf16 and f32, both layouts, with probs (dprobs is
+// a per-row reduction over I, the part an unordered sum would make vary): dx and dprobs the same bits on every
+// run. Rows = 2100 (several waves of the persistent kernels), I = 2880 (GPT-OSS's 2I = 5760).
+TEST(ClippedSwigluDeterminism, CudaBackwardBitsRunToRun) {
+  int32_t ndev = 0;
+  if (strata_device_count(STRATA_DEVICE_CUDA, &ndev) != STRATA_SUCCESS || ndev == 0) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const int64_t rows = 2100, I = 2880;
+  int ran = 0;
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F32}) {
+    const HostTensor x = rnd(dt, {rows, 2 * I}, 51, 0.0, 4.0), p = rnd(STRATA_DTYPE_F32, {rows}, 52, 0.5, 0.2);
+    const HostTensor dy = rnd(dt, {rows, I}, 53), dx = poisoned(dt, {rows, 2 * I});
+    const HostTensor dp = poisoned(STRATA_DTYPE_F32, {rows});
+    const atk::DeviceTensor xd(x, dev), pd(p, dev), dyd(dy, dev);
+    for (const std::string& impl : atk::impls_for("clipped_swiglu_bwd", dev))
+      for (int32_t inter : {0, 1}) {
+        strata_plan plan = nullptr;
+        strata_status ps;
+        {
+          ForceImpl force(impl.c_str());
+          ps = strata_clipped_swiglu_bwd_plan(&xd.desc(), &pd.desc(), &dyd.desc(), &xd.desc(), &pd.desc(), 1.702f, 7.f,
+                                              1.f, inter, &plan);
+        }
+        if (ps == STRATA_ERROR_NO_IMPLEMENTATION) continue;  // a form whose plan rule leaves this problem out
+        ASSERT_EQ(ps, STRATA_SUCCESS) << impl << ": " << strata_get_last_error_message();
+        ++ran;
+        std::vector<uint8_t> first_dx, first_dp;
+        for (int run = 0; run < 3; ++run) {
+          atk::DeviceTensor dxd(dx, dev), dpd(dp, dev);  // poisoned every run
+          void* t[] = {xd.data(), pd.data(), dyd.data(), dxd.data(), dpd.data()};
+          ASSERT_EQ(strata_plan_run(plan, t, 5, nullptr, 0, nullptr), STRATA_SUCCESS)
+              << strata_get_last_error_message();
+          strata_device_synchronize(dev);
+          HostTensor gx = dx, gp = dp;
+          dxd.download(gx), dpd.download(gp);
+          EXPECT_FALSE(all_poison(gx) || all_poison(gp)) << impl << ": nothing written";
+          if (run == 0) {
+            first_dx = gx.storage, first_dp = gp.storage;
+            continue;
+          }
+          EXPECT_EQ(gx.storage, first_dx) << impl << " dtype " << dt << " interleaved " << inter << ": dx differs";
+          EXPECT_EQ(gp.storage, first_dp) << impl << " dtype " << dt << " interleaved " << inter << ": dprobs differs";
+        }
+        strata_plan_destroy(plan);
+      }
+  }
+  EXPECT_GE(ran, 4) << "the dispatched implementation takes all four dtype x layout problems";
 }
 
 TEST(ClippedSwiglu, CppWrapper) {

@@ -1,8 +1,8 @@
 // fused_cross_entropy beyond the conformance driver (ops_fused.md §1): every validation rule (status, message,
 // outputs untouched), the run-time target and aliasing checks, gradients against float64 central finite
 // differences (fused forward and backward op, every reduction, every option), determinism (repeated runs, 1 vs
-// 2 threads), in place == separate dlogits, the mean over zero rows, CUDA run-to-run bits and NaN rows for
-// invalid targets, the C++ wrapper.
+// 2 threads), in place == separate dlogits, the mean over zero rows, CUDA run-to-run bits, CUDA out-of-range
+// targets (error, nothing written), the C++ wrapper (host tensors, and CUDA tensors when a GPU is present).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -500,10 +500,8 @@ struct CudaFwd {
   }
 };
 
-// On CUDA: same bits run to run (in place, mean), and an invalid target gives a NaN loss row (the other rows
-// finite) and, in the fused forward, no gradient at all: in place the logits are left as they were (ce_count
-// counts the bad targets on the device before the row kernel, which then skips its gradient sweep).
-TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
+// On CUDA: same bits run to run (in place, mean), every implementation forced.
+TEST(FusedCrossEntropy, CudaBitsRunToRun) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   const strata_device dev = {STRATA_DEVICE_CUDA, 0};
   auto run_cuda = [&](Fwd& f, int32_t red) {
@@ -511,7 +509,6 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     c.run_inplace(red, 0.1f, 1e-4f);
     c.x.download(f.logits), c.l.download(f.loss), c.s.download(f.lse);
   };
-  // Every CUDA implementation, forced.
   for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", dev)) {
     ForceImpl force(impl.c_str());
     Fwd a(STRATA_DTYPE_BF16, 64, 40000, 1, 3), b = a;
@@ -520,22 +517,100 @@ TEST(FusedCrossEntropy, CudaBitsRunToRunAndNaNRowsForInvalidTargets) {
     EXPECT_EQ(a.logits.storage, b.logits.storage) << impl;
     EXPECT_EQ(a.loss.storage, b.loss.storage) << impl;
     EXPECT_EQ(a.lse.storage, b.lse.storage) << impl;
-    // f32 and bf16 (V = 1000 is a cluster shape in both).
+  }
+}
+
+// Out-of-range targets on CUDA (the C API, every implementation forced, both ops): the call fails with the CPU
+// path's message naming the first bad row and its value, and writes nothing: loss, lse and z-loss keep their
+// poison, the in-place gradient leaves the logits as they were, a separate dlogits keeps its poison
+// (loss/common/cuda_targets.h: the device count is read back before any other launch). i64 and i32 targets;
+// V = 1000 is a cluster shape in f32 and bf16, V = 1001 (odd rows) takes block_per_row's scalar path.
+TEST(FusedCrossEntropy, CudaTargetsOutOfRangeFailAndWriteNothing) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const strata_device dev = {STRATA_DEVICE_CUDA, 0};
+  const std::string want_fwd = "fused_cross_entropy_fwd: target[1] must be in [0, 1000) (V) or equal ignore_index "
+                               "(-100), got 1000";
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_fwd", dev)) {
     for (int32_t dtype : {STRATA_DTYPE_F32, STRATA_DTYPE_BF16}) {
       for (int32_t red : {0, 1, 2}) {
-        Fwd c(dtype, 4, 1000, red, 3, 0);
-        c.target.set(1, 1000.0);
-        c.target.set(2, -5.0);
-        const std::vector<uint8_t> logits_before = c.logits.storage;
-        run_cuda(c, red);
-        if (red == 0) {
-          EXPECT_TRUE(std::isnan(c.loss.get(1)) && std::isnan(c.loss.get(2))) << impl;
-          EXPECT_TRUE(std::isfinite(c.loss.get(0)) && std::isfinite(c.loss.get(3))) << impl;
-        } else {
-          EXPECT_TRUE(std::isnan(c.loss.get(0))) << impl;
+        for (int mode : {0, 1, 2}) {  // no gradient, separate dlogits, in place
+          for (int32_t tdt : {STRATA_DTYPE_I64, STRATA_DTYPE_I32}) {
+            Fwd f(dtype, 4, 1000, red, 7, 0);
+            f.target.set(1, 1000.0);
+            f.target.set(3, -5.0);
+            HostTensor t32 = HostTensor::make(STRATA_DTYPE_I32, {4});
+            for (int64_t i = 0; i < 4; ++i) t32.set(i, f.target.get(i));
+            const HostTensor& tgt = tdt == STRATA_DTYPE_I64 ? f.target : t32;
+            atk::DeviceTensor x(f.logits, dev), y(tgt, dev), l(f.loss, dev), s(f.lse, dev), z(f.z, dev),
+                dl(f.dl, dev);
+            const strata_tensor_desc* dld = mode == 1 ? &dl.desc() : (mode == 2 ? &x.desc() : nullptr);
+            strata_plan plan = nullptr;
+            {
+              ForceImpl force(impl.c_str());
+              ASSERT_EQ(strata_fused_cross_entropy_fwd_plan(&x.desc(), &y.desc(), &l.desc(), &s.desc(), &z.desc(),
+                                                            dld, red, kIg, 0.1f, 1.f, 1e-4f, 0.f, 1.f, &plan),
+                        STRATA_SUCCESS)
+                  << impl << ": " << strata_get_last_error_message();
+            }
+            size_t ws = 0;
+            strata_plan_workspace_size(plan, &ws);
+            void* w = nullptr;
+            if (ws) ASSERT_EQ(strata_malloc(dev, ws, nullptr, &w), STRATA_SUCCESS);
+            void* dlp = mode == 1 ? dl.data() : (mode == 2 ? x.data() : nullptr);
+            void* t[] = {x.data(), y.data(), l.data(), s.data(), z.data(), dlp};
+            const std::string what = impl + " dtype " + std::to_string(dtype) + " red " + std::to_string(red) +
+                                     " mode " + std::to_string(mode) + " target dtype " + std::to_string(tdt);
+            EXPECT_EQ(strata_plan_run(plan, t, 6, w, ws, nullptr), STRATA_ERROR_INVALID_VALUE) << what;
+            EXPECT_EQ(std::string(strata_get_last_error_message()), want_fwd) << what;
+            strata_device_synchronize(dev);
+            if (w) strata_free(w);
+            strata_plan_destroy(plan);
+            HostTensor xl = f.logits, ll = f.loss, sl = f.lse, zl = f.z, dll = f.dl;
+            x.download(xl), l.download(ll), s.download(sl), z.download(zl), dl.download(dll);
+            EXPECT_EQ(xl.storage, f.logits.storage) << what << ": logits written";
+            EXPECT_TRUE(all_poison(ll)) << what << ": loss written";
+            EXPECT_TRUE(all_poison(sl)) << what << ": lse written";
+            EXPECT_TRUE(all_poison(zl)) << what << ": z_loss written";
+            EXPECT_TRUE(all_poison(dll)) << what << ": dlogits written";
+          }
         }
-        EXPECT_EQ(c.logits.storage, logits_before)
-            << impl << " dtype " << dtype << " red " << red << ": gradient written despite bad targets";
+      }
+    }
+  }
+  // The backward op (lse given): only row 3 is bad (-5); V = 1001 and 1000.
+  for (const std::string& impl : atk::impls_for("fused_cross_entropy_bwd", dev)) {
+    for (int64_t V : {1000, 1001}) {
+      for (int32_t red : {0, 1}) {
+        Fwd f(STRATA_DTYPE_BF16, 4, V, red, 8, 0);
+        f.target.set(3, -5.0);
+        HostTensor lse = rnd(STRATA_DTYPE_F32, {4}, 9, 5.0);
+        HostTensor dloss = make_dloss(red, 4, 0.5);
+        atk::DeviceTensor x(f.logits, dev), y(f.target, dev), s(lse, dev), d(dloss, dev), dl(f.dl, dev);
+        strata_plan plan = nullptr;
+        strata_status ps;
+        {
+          ForceImpl force(impl.c_str());
+          ps = strata_fused_cross_entropy_bwd_plan(&x.desc(), &y.desc(), &s.desc(), &d.desc(), &dl.desc(), red, kIg,
+                                                   0.f, 1.f, 0.f, 0.f, &plan);
+        }
+        if (ps == STRATA_ERROR_NO_IMPLEMENTATION && V == 1001) continue;  // the cluster kernels: 16-byte rows only
+        ASSERT_EQ(ps, STRATA_SUCCESS) << impl << ": " << strata_get_last_error_message();
+        size_t ws = 0;
+        strata_plan_workspace_size(plan, &ws);
+        void* w = nullptr;
+        if (ws) ASSERT_EQ(strata_malloc(dev, ws, nullptr, &w), STRATA_SUCCESS);
+        void* t[] = {x.data(), y.data(), s.data(), d.data(), dl.data()};
+        EXPECT_EQ(strata_plan_run(plan, t, 5, w, ws, nullptr), STRATA_ERROR_INVALID_VALUE) << impl << " V " << V;
+        EXPECT_EQ(std::string(strata_get_last_error_message()),
+                  "fused_cross_entropy_bwd: target[3] must be in [0, " + std::to_string(V) +
+                      ") (V) or equal ignore_index (-100), got -5")
+            << impl;
+        strata_device_synchronize(dev);
+        if (w) strata_free(w);
+        strata_plan_destroy(plan);
+        HostTensor got = f.dl;
+        dl.download(got);
+        EXPECT_TRUE(all_poison(got)) << impl << " V " << V << ": dlogits written";
       }
     }
   }

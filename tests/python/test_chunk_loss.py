@@ -7,7 +7,7 @@ import torch
 
 from strata import _ops, api
 
-from conftest import TOL, device_dtypes, rel_rms, requires_cuda
+from conftest import DEVICES, TOL, device_dtypes, rel_rms, requires_cuda
 
 HAS_CUSTOM_OP = _ops.HAS_CUSTOM_OP
 needs_custom_op = pytest.mark.skipif(not HAS_CUSTOM_OP or not hasattr(torch.library, "opcheck"),
@@ -213,8 +213,9 @@ def test_bad_input():
 
 
 @needs_custom_op
-def test_opcheck():
-    h, w, b, t = make(9, 8, 13, torch.float32, "cpu", bias=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    h, w, b, t = make(9, 8, 13, torch.float32, device, bias=True)
     h.requires_grad_()
     w.requires_grad_()
     attrs = (-100, 0, 0.1, 1.0, 0.0, 0.0, 0, 4, 8)
@@ -222,7 +223,7 @@ def test_opcheck():
     torch.library.opcheck(_ops.OPS["chunk_loss"].overload, (h, w, None, t) + attrs + (False, False))
     _, lse = api.chunk_loss(h.detach(), w.detach(), t, b, return_lse=True, label_smoothing=0.1)
     torch.library.opcheck(_ops.OPS["chunk_loss_bwd"].overload,
-                          (h.detach(), w.detach(), b, t, lse, torch.tensor(1.5)) + attrs)
+                          (h.detach(), w.detach(), b, t, lse, torch.tensor(1.5, device=device)) + attrs)
 
 
 def _model(h, w, b, t):
@@ -230,15 +231,17 @@ def _model(h, w, b, t):
 
 
 @needs_custom_op
-def test_compile_fullgraph():
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
     torch._dynamo.reset()
-    h, w, b, t = make(16, 8, 30, torch.float64, "cpu", bias=True)
+    dt, tol = (torch.float64, 1e-10) if device == "cpu" else (torch.float32, 1e-5)  # CUDA has no f64 kernels
+    h, w, b, t = make(16, 8, 30, dt, device, bias=True)
     args = [x.clone().requires_grad_() for x in (h, w, b)]
     eager = _model(*args, t)
     grads = torch.autograd.grad(eager, args)
     compiled = torch.compile(_model, fullgraph=True, backend="aot_eager")
     out = compiled(*args, t)
     cgrads = torch.autograd.grad(out, args)
-    torch.testing.assert_close(out, eager, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out, eager, rtol=tol, atol=tol)
     for a, c in zip(grads, cgrads):
-        torch.testing.assert_close(c, a, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(c, a, rtol=tol, atol=tol)

@@ -7,7 +7,7 @@ import torch
 
 from strata import _ops, api
 
-from conftest import assert_close_rel, device_dtypes, requires_cuda
+from conftest import DEVICES, assert_close_rel, device_dtypes, requires_cuda
 
 needs_custom_op = pytest.mark.skipif(not _ops.HAS_CUSTOM_OP or not hasattr(torch.library, "opcheck"),
                                      reason="torch < 2.4: no torch.library.custom_op / opcheck")
@@ -95,29 +95,32 @@ def test_gradcheck(interleaved):
 
 
 @needs_custom_op
-def test_opcheck():
-    x = torch.randn(3, 5, 32, requires_grad=True) * 4
-    p = torch.rand(3, 5, requires_grad=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    x = torch.randn(3, 5, 32, device=device, requires_grad=True) * 4
+    p = torch.rand(3, 5, device=device, requires_grad=True)
     fwd = _ops.OPS["clipped_swiglu_fwd"].overload
     torch.library.opcheck(fwd, (x.detach().requires_grad_(), p, 1.702, 7.0, 1.0, True))
     torch.library.opcheck(fwd, (x.detach().requires_grad_(), None, 1.0, 10.0, 0.0, False))
     torch.library.opcheck(_ops.OPS["clipped_swiglu_bwd"].overload,
-                          (x.detach(), p.detach(), torch.randn(3, 5, 16), 1.702, 7.0, 1.0, True, True))
+                          (x.detach(), p.detach(), torch.randn(3, 5, 16, device=device), 1.702, 7.0, 1.0, True, True))
 
 
 @needs_custom_op
-def test_compile_fullgraph():
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
     torch._dynamo.reset()
 
     def model(x, p):
         return (api.clipped_swiglu(x, probs=p) ** 2).sum() + api.swiglu_with_limit(x).sum()
 
-    x = (torch.randn(4, 24, dtype=torch.float64) * 4).requires_grad_()
-    p = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    dt, tol = (torch.float64, 1e-10) if device == "cpu" else (torch.float32, 1e-5)  # CUDA has no f64 kernels
+    x = (torch.randn(4, 24, dtype=dt, device=device) * 4).requires_grad_()
+    p = torch.rand(4, dtype=dt, device=device, requires_grad=True)
     eager = model(x, p)
     de = torch.autograd.grad(eager, (x, p))
     out = torch.compile(model, fullgraph=True, backend="aot_eager")(x, p)
     dc = torch.autograd.grad(out, (x, p))
-    torch.testing.assert_close(out, eager, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out, eager, rtol=tol, atol=tol)
     for a, b in zip(dc, de):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)

@@ -6,7 +6,7 @@ import torch
 
 from strata import _ops, api
 
-from conftest import TOL, assert_close_rel, device_dtypes, requires_cuda
+from conftest import DEVICES, TOL, assert_close_rel, device_dtypes, requires_cuda
 
 needs_custom_op = pytest.mark.skipif(not _ops.HAS_CUSTOM_OP or not hasattr(torch.library, "opcheck"),
                                      reason="torch < 2.4: no torch.library.custom_op / opcheck")
@@ -125,12 +125,13 @@ def test_bad_input():
 
 
 @needs_custom_op
-def test_opcheck():
-    x = torch.randn(3, 5, 16, dtype=torch.float32, requires_grad=True)
-    g = torch.randn(3, 5, 16, dtype=torch.float32, requires_grad=True)
-    w = torch.randn(16, requires_grad=True)
-    b = torch.randn(16, requires_grad=True)
-    r = torch.randn(3, 5, 16, requires_grad=True)
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    x = torch.randn(3, 5, 16, dtype=torch.float32, device=device, requires_grad=True)
+    g = torch.randn(3, 5, 16, dtype=torch.float32, device=device, requires_grad=True)
+    w = torch.randn(16, device=device, requires_grad=True)
+    b = torch.randn(16, device=device, requires_grad=True)
+    r = torch.randn(3, 5, 16, device=device, requires_grad=True)
     fwd = _ops.OPS["rms_norm_gated_fwd"].overload
     torch.library.opcheck(fwd, (x, g, w, b, r, 1e-6, 8, True, 0, True, torch.float32))
     torch.library.opcheck(fwd, (x, g, None, None, None, 1e-5, 0, False, 1, False, None))
@@ -142,19 +143,21 @@ def test_opcheck():
 
 
 @needs_custom_op
-def test_compile_fullgraph():
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph(device):
     torch._dynamo.reset()
 
     def model(x, g, w):
         return api.rms_norm_gated(x, g, w, None, "swish", eps=1e-6, group_size=8).square().sum()
 
-    x = torch.randn(4, 32, dtype=torch.float64, requires_grad=True)
-    g = torch.randn(4, 32, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(32, dtype=torch.float64, requires_grad=True)
+    dt, tol = (torch.float64, 1e-10) if device == "cpu" else (torch.float32, 1e-5)  # CUDA has no f64 kernels
+    x = torch.randn(4, 32, dtype=dt, device=device, requires_grad=True)
+    g = torch.randn(4, 32, dtype=dt, device=device, requires_grad=True)
+    w = torch.randn(32, dtype=dt, device=device, requires_grad=True)
     eager = model(x, g, w)
     de = torch.autograd.grad(eager, (x, g, w))
     out = torch.compile(model, fullgraph=True, backend="aot_eager")(x, g, w)
     dc = torch.autograd.grad(out, (x, g, w))
-    torch.testing.assert_close(out, eager, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(out, eager, rtol=tol, atol=tol)
     for a, b in zip(dc, de):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)

@@ -28,10 +28,10 @@ typedef enum strata_loss_reduction {
 
 /* Forward, optionally fused with the backward.
  *   logits  [N, V] f32/bf16/f16 (f64 on CPU); last dimension contiguous, any row stride; V >= 1.
- *   target  [N] int64 or int32; every value in [0, V) or == ignore_index (checked before writing on the CPU;
- *           on CUDA an out-of-range target gives its row a NaN loss and never an out-of-bounds access, and a
- *           forward with dlogits then writes no gradient at all (counted on the device first, so in place the
- *           logits are left as they were); the Python API checks the values).
+ *   target  [N] int64 or int32; every value in [0, V) or == ignore_index, checked before anything is written
+ *           (both ops; INVALID_VALUE naming the first bad row; CUDA: a count kernel and one stream sync per call;
+ *           under CUDA graph capture no check: a bad row gets a NaN loss, never an out-of-bounds access, and a
+ *           forward with dlogits writes no gradient at all, so in place the logits keep their values).
  *   loss    [N] (reduction NONE) or [] (MEAN, SUM), f32 (f64 with f64 logits).
  *   lse     [N] like loss, or NULL.       z_loss: like loss (the reduced lambda lse^2, for logging), or NULL.
  *   dlogits NULL, or [N, V] of logits' dtype, last dimension contiguous: the gradient of grad_scale * loss
@@ -40,7 +40,7 @@ typedef enum strata_loss_reduction {
  *           other overlap is rejected at run time.
  * Attributes: reduction (strata_loss_reduction); ignore_index; label_smoothing in [0, 1]; logit_scale finite;
  *   lse_square_scale >= 0; softcap >= 0 (0: off); grad_scale finite (ignored without dlogits). All finite.
- * Workspace: 16 bytes + (reduced loss) 2 N floats (f64 on CPU). Tensors: {logits, target, loss, lse, z_loss, dlogits}. */
+ * Workspace: CUDA 32 B + (reduced loss) 2 N floats; CPU 2 N doubles. Tensors: {logits, target, loss, lse, z_loss, dlogits}. */
 STRATA_API strata_status strata_fused_cross_entropy_fwd_plan(
     const strata_tensor_desc* logits, const strata_tensor_desc* target, const strata_tensor_desc* loss,
     const strata_tensor_desc* lse, const strata_tensor_desc* z_loss, const strata_tensor_desc* dlogits,
@@ -50,7 +50,7 @@ STRATA_API strata_status strata_fused_cross_entropy_fwd_plan(
 /* Backward from the saved lse: dlogits = d(loss)/d(logits) * dloss.
  *   logits, target as in the forward; lse [N] f32 (f64 with f64 logits) from the forward;
  *   dloss [] (MEAN, SUM) or [N] (NONE), dtype of lse; dlogits [N, V] of logits' dtype (may be the logits
- *   buffer: in place). Attributes as in the forward (same values). Tensors: {logits, target, lse, dloss, dlogits}.
+ *   buffer: in place). As the forward: attributes, target check. CUDA workspace 32 B. Tensors: {logits, target, lse, dloss, dlogits}.
  * Scale mode (lse NULL), the backward of a forward that wrote its gradient in place with grad_scale 1: the
  *   logits buffer holds that gradient and dlogits must be that buffer (same pointer and strides; checked at
  *   run time); each non-ignored row is multiplied in place by dloss (row i by dloss[i] for NONE), in f32 and

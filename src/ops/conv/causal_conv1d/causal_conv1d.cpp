@@ -14,6 +14,9 @@
 #include "opbase/plan.h"
 #include "runtime/runtime_internal.h"
 #include "tile/cpu/isa.h"
+#if STRATA_WITH_CUDA
+#include "ops/conv/causal_conv1d/cuda_check.h"
+#endif
 
 namespace strata::conv {
 namespace {
@@ -114,6 +117,7 @@ const ImplList<Conv1dProblem>& impls(bool backward) {
               : std::function<size_t(const Conv1dProblem&)>(),
           [bwd, fwd_fn, bwd_fn](const Conv1dProblem& p, const Launch& launch) {
             const Conv1dParams k = bind(p, launch);
+            STRATA_RETURN_IF_ERROR(causal_conv1d_cuda_check_cu_seqlens(k, bwd ? kBwd : kFwd, launch.cuda_stream));
             return static_cast<strata_status>(bwd ? bwd_fn(k, launch.workspace, launch.cuda_stream)
                                                   : fwd_fn(k, launch.cuda_stream));
           }};

@@ -229,6 +229,14 @@ bool f64_on_gpu(const Problem& pb, strata_device device) {
          (pb.dt == STRATA_DTYPE_F64 || pb.wdt == STRATA_DTYPE_F64 || pb.sdt == STRATA_DTYPE_F64);
 }
 
+// A case marked gpu_only (spec-size channels, make_cases) on the CPU: skipped with its reason (true).
+bool gpu_only_on_cpu(const Case& c, strata_device device, CaseResult& r) {
+  if (c.get_int("gpu_only", 0) == 0 || device.type != STRATA_DEVICE_CPU) return false;
+  r.skipped = true;
+  r.message = "a CUDA-only case (spec-size D: the CPU paths are covered by the D <= 2048 ones)";
+  return true;
+}
+
 // Workspace of a plan on `device` (freed with the returned holder).
 struct Workspace {
   void* ptr = nullptr;
@@ -322,6 +330,13 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   // last tiles (short) on the split sweeps' column path, with and without the final state's gradient.
   add("bf16", "f32", {1, 1030, 2048}, 4, 1, 1, 1, 1, 0, {}, "none", 0, "contiguous", "bf16");
   add("f16", "f32", {2, 520, 2048}, 3, 1, 0, 0, 0, 1, {}, "none", 1, "contiguous");
+  // CUDA only, the spec's channel count (ops_fused.md: D = 8192, Qwen3-Next's conv over q, k, v) in float64:
+  // bf16 [1, 600, 8192] W = 4 SiLU with a 4-document pack (one 1-token document, starts off the time tiles),
+  // initial and final states; and D = 5376 in fixed-length rows.
+  add("bf16", "f32", {1, 600, 8192}, 4, 1, 1, 0, 1, 1, {0, 100, 250, 251, 600}, "none", 0, "contiguous", "bf16");
+  cases.back().set("gpu_only", 1);
+  add("bf16", "bf16", {2, 300, 5376}, 4, 1, 1, 1, 0, 1, {}, "none", 0, "contiguous", "bf16");
+  cases.back().set("gpu_only", 1);
   // Empty tensors: no tokens (final state = initial state), no channels, no batch, empty packs.
   add("f32", "f32", {2, 0, 5}, 4, 1, 1, 1, 1, 1, {}, "none", 0, "contiguous");
   add("bf16", "f32", {2, 0, 5}, 4, 1, 1, 0, 0, 1, {}, "none", 0, "contiguous");
@@ -345,6 +360,7 @@ class Conv1dFwdHarness final : public OpHarness {
       r.message = "f64 runs on the CPU only";
       return r;
     }
+    if (gpu_only_on_cpu(c, device, r)) return r;
     std::mt19937_64 rng(static_cast<uint64_t>(c.get_int("seed", 1)));
     Inputs in(pb, rng);
     HostTensor y = make_act(pb.dt, pb.shape, pb.layout, false);
@@ -415,6 +431,7 @@ class Conv1dBwdHarness final : public OpHarness {
       r.message = "f64 runs on the CPU only";
       return r;
     }
+    if (gpu_only_on_cpu(c, device, r)) return r;
     std::mt19937_64 rng(static_cast<uint64_t>(c.get_int("seed", 1)));
     Inputs in(pb, rng);
     HostTensor dy = make_act(pb.dt, pb.shape, pb.layout, true);

@@ -434,19 +434,21 @@ ChunkLossLayout chunk_loss_choose(ChunkLossParams& p, const BackendTraits& tr, i
 }
 
 strata_status check_targets(const ChunkLossParams& p, int64_t* valid) {
-  const char* op = p.backward_op ? kBwd : kFwd;
   int64_t n = 0;
   for (int64_t i = 0; i < p.N; ++i) {
     const int64_t y = p.target[i * p.target_stride];
     if (y == p.ce.ignore_index) continue;
-    if (y < 0 || y >= p.V)
-      return fail(STRATA_ERROR_INVALID_VALUE,
-                  "{}: target[{}] = {} is out of range: targets must be in [0, V = {}) or ignore_index = {}", op, i, y,
-                  p.V, p.ce.ignore_index);
+    if (y < 0 || y >= p.V) return chunk_loss_bad_target(p, i, y);
     ++n;
   }
   *valid = n;
   return STRATA_SUCCESS;
+}
+
+strata_status chunk_loss_bad_target(const ChunkLossParams& p, int64_t i, int64_t y) {
+  return fail(STRATA_ERROR_INVALID_VALUE,
+              "{}: target[{}] = {} is out of range: targets must be in [0, V = {}) or ignore_index = {}",
+              p.backward_op ? kBwd : kFwd, i, y, p.V, p.ce.ignore_index);
 }
 
 }  // namespace strata::loss

@@ -114,6 +114,8 @@ strata_status chunk_loss_reference(const ChunkLossParams& p);
 // Host check of the targets (CPU paths, before writing anything): every target is ignore_index or in
 // [0, V). Sets the last error and returns STRATA_ERROR_INVALID_VALUE otherwise; counts valid rows.
 strata_status check_targets(const ChunkLossParams& p, int64_t* valid);
+// The error of a bad target y in row i (INVALID_VALUE; the CPU check's and the CUDA check's message).
+strata_status chunk_loss_bad_target(const ChunkLossParams& p, int64_t i, int64_t y);
 
 // CPU implementation per Highway target (nullptr when not compiled): oneDNN GEMMs + Highway epilogues.
 using ChunkLossCpuFn = strata_status (*)(const ChunkLossParams&, const ChunkLossLayout&, void* workspace);

@@ -9,8 +9,9 @@
 //   col_sum     one thread per column, rows in order: db (+)= colsum(dZ).
 //   convert     f32 accumulators to the output dtype.
 //   loss_sum    one block: sum_i loss_i in f64 in a fixed order, times 1/#valid (mean).
-// Targets are counted first (count_targets) and the two counts read back to the host (one stream sync) so an
-// out-of-range target fails the call before anything is written. Every launch is checked; cuBLAS GEMMs are
+// Targets are counted first (count_targets: loss/common/cuda_targets.h, shared with fused_cross_entropy) and the
+// counts read back to the host (one stream sync) so an out-of-range target fails the call before anything is
+// written. Every launch is checked; cuBLAS GEMMs are
 // deterministic for a fixed handle, stream and shape, and nothing uses atomics on floats: the same bits every run.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -26,6 +27,7 @@
 #include "opbase/dtype.h"
 #include "ops/loss/chunk_loss/chunk_loss.h"
 #include "ops/loss/chunk_loss/driver.h"
+#include "ops/loss/common/cuda_targets.h"
 #include "tile/cuda/check.cuh"
 
 namespace strata::loss {
@@ -375,27 +377,6 @@ __global__ void convert_rows(const float* src, int64_t ld_src, TO* dst, int64_t 
   }
 }
 
-__global__ void count_valid_targets(const int64_t* target, int64_t stride, int64_t n, int64_t V, int64_t ignore,
-                              unsigned long long* counts) {
-  __shared__ unsigned long long valid, bad;
-  if (threadIdx.x == 0) valid = bad = 0;
-  __syncthreads();
-  unsigned long long v = 0, b = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int64_t y = target[i * stride];
-    if (y == ignore) continue;
-    if (y < 0 || y >= V) ++b;
-    else ++v;
-  }
-  atomicAdd(&valid, v);  // integer counts: exact in any order
-  atomicAdd(&bad, b);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    counts[0] = valid;
-    counts[1] = bad;
-  }
-}
-
 __global__ void loss_sum(const float* rowloss, int64_t n, double scale, float* loss) {
   __shared__ double part[256];
   double s = 0.0;
@@ -601,17 +582,17 @@ struct CudaBackend : BackendBase {
     if (cs != CUBLAS_STATUS_SUCCESS)
       return fail(STRATA_ERROR_RUNTIME, "chunk_loss: cublasSetStream failed ({})", cublasGetStatusString(cs));
     if (p.N == 0) return STRATA_SUCCESS;
-    auto* counts = reinterpret_cast<unsigned long long*>(ws + L.counts);
-    count_valid_targets<<<1, 1024, 0, stream>>>(p.target, p.target_stride, p.N, p.V, p.ce.ignore_index, counts);
-    STRATA_RETURN_IF_ERROR(cuda::check_launch("chunk_loss (count_targets)"));
-    unsigned long long host[2] = {0, 0};
-    STRATA_CUDA_TRY(cudaMemcpyAsync(host, counts, sizeof(host), cudaMemcpyDeviceToHost, stream));
-    STRATA_CUDA_TRY(cudaStreamSynchronize(stream));
-    if (host[1] != 0)
+    // The shared target check (loss/common/cuda_targets.h): counts into the workspace, read back, one sync.
+    TargetCounts c;
+    STRATA_RETURN_IF_ERROR(cuda_count_targets(p.target, STRATA_DTYPE_I64, p.target_stride, p.N, p.V, p.ce.ignore_index,
+                                              reinterpret_cast<int64_t*>(ws + L.counts), stream, &c));
+    if (c.captured)  // the host needs the count (the mean's 1/count and the row batching)
       return fail(STRATA_ERROR_INVALID_VALUE,
-                  "{}: {} target(s) out of range: targets must be in [0, V = {}) or ignore_index = {}",
-                  p.backward_op ? "chunk_loss_bwd" : "chunk_loss", host[1], p.V, p.ce.ignore_index);
-    n_valid = static_cast<int64_t>(host[0]);
+                  "{}: cannot run while its CUDA stream is captured into a graph (the target count is read back to "
+                  "the host)",
+                  p.backward_op ? "chunk_loss_bwd" : "chunk_loss");
+    if (c.bad > 0) return chunk_loss_bad_target(p, c.first_bad, c.first_value);
+    n_valid = c.valid;
     return STRATA_SUCCESS;
   }
   strata_status count_targets() { return count_targets_now(); }

@@ -274,6 +274,22 @@ class ChunkLossHarness final : public OpHarness {
     // Session 15 (CUDA bf16): D >= the tile width, so dhidden's storage holds a logits tile and tile 0 stays in the
     // workspace tile from the forward to the backward (14 of 32 tiles kept, the forward's others in dhidden).
     add("bf16", 256, 128, 4000, "strategy=vocab_tiled vtile=128 bias=1 eps=0.1 ignored=0.1");
+    // Huge logits (ops_fused.md's "a row with huge logits +-1e4"): mag = 3000 gives logits of standard deviation
+    // ~3000, the largest ~1e4; each strategy, softcap off and on, every device.
+    for (const char* strat : {"token_chunked", "vocab_tiled"})
+      for (const char* cap : {"0", "30"}) {
+        add("f32", 24, 16, 300, fmt::format("strategy={} rows=8 vtile=128 mag=3000 softcap={} bias=1", strat, cap));
+        add("bf16", 24, 16, 300, fmt::format("strategy={} rows=8 vtile=128 mag=3000 softcap={} eps=0.1", strat, cap));
+      }
+    // CUDA only, the spec's sizes (ops_fused.md §2: D = 4096, V = 151936) in float64, one large dimension at a
+    // time: the float64 reference and the naive composition are host loops (N x V x D multiply-adds, three
+    // times), so the full N = 32 x D = 4096 x V = 151936 product (6e10 per check, minutes on one core) is not
+    // run; D = 4096 (dH, dW and the logits accumulate over the spec's hidden size) and V = 151936 (the row
+    // statistics and dH over the spec's vocabulary, many vocabulary tiles) are, each strategy at its auto sizes.
+    for (const char* strat : {"token_chunked", "vocab_tiled"}) {
+      add("bf16", 32, 4096, 4099, fmt::format("strategy={} bias=1 eps=0.1 ignored=0.1 gpu_only=1", strat));
+      add("bf16", 8, 128, 151936, fmt::format("strategy={} ignored=0.1 zloss=0.001 gpu_only=1", strat));
+    }
     add("f32", 0, 16, 10, "bias=1");
     add("bf16", 0, 16, 10, "strategy=vocab_tiled mode=bwd bias=1");
     add("f32", 5, 0, 7, "bias=1");
@@ -286,6 +302,11 @@ class ChunkLossHarness final : public OpHarness {
     if (dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
       r.skipped = true;
       r.message = "f64 runs on the CPU only";
+      return r;
+    }
+    if (c.get_int("gpu_only", 0) != 0 && device.type == STRATA_DEVICE_CPU) {
+      r.skipped = true;
+      r.message = "a CUDA-only case (spec-size D or V: the CPU paths are covered by the small ones)";
       return r;
     }
     const Opts op = opts_of(c);

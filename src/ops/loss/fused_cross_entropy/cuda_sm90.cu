@@ -3,8 +3,9 @@
 // logits once; fused with the backward it also writes the gradient once (in place or to dlogits).
 //
 // Kernels, in launch order:
-//   ce_count     (1 block; only for mean): number of non-ignored targets -> workspace (int64). Integers, so
-//                the block sum is exact whatever the order.
+//   count        the target check (loss/common/cuda_targets.h, every call with rows): the number of non-ignored
+//                targets and of bad ones -> workspace (int64), read back to the host (one stream
+//                synchronisation); a bad target fails the call here, before anything is written.
 //   ce_rows      one block per row. Pass 1 (forward): each thread sweeps its share of the row with 16-byte
 //                loads (8 bf16/f16 or 4 f32), keeping an online (max, rescaled sum of exp) and the sum of the
 //                transformed logits; one exponential per element plus one rescale per vector whose maximum is
@@ -15,11 +16,12 @@
 //                is not 16-byte aligned take scalar heads and tails.
 //   ce_reduce    (1 block; mean/sum): sums the per-row losses and z-losses in row order per thread and in a
 //                fixed tree across threads, in f64, and divides by the count for mean.
-// The gradient is produced in the same kernel as the loss: for mean its scale 1/count comes from ce_count,
+// The gradient is produced in the same kernel as the loss: for mean its scale 1/count comes from the count,
 // which only reads the N targets (a few microseconds for N = 8192).
 //
-// Targets are not validated here (that would need a device-to-host copy): a target outside [0, V) that is
-// not ignore_index never leads to an out-of-bounds access; its row gets a NaN loss and a NaN gradient.
+// A target outside [0, V) that is not ignore_index fails the call in the count step. Only while a CUDA graph is
+// captured (no read-back possible) do the row kernels meet one: it never leads to an out-of-bounds access; its
+// row gets a NaN loss (and in the backward a NaN gradient; the fused forward then writes no gradient at all).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -121,33 +123,6 @@ __device__ __forceinline__ Acc block_merge(Acc a, Acc* scratch) {
 
 __device__ __forceinline__ int64_t* count_slot(const CeParams& p) { return ce_count_slot(p); }
 
-// The count of non-ignored targets and of bad ones (outside [0, V), not ignored) -> ce_count_slot, ce_bad_slot.
-__global__ void __launch_bounds__(1024) ce_count(const CeParams p) {
-  unsigned long long n = 0, bad = 0;
-#pragma unroll 8  // independent loads in flight together (N = 8192: 8 per thread)
-  for (int64_t i = threadIdx.x; i < p.N; i += blockDim.x) {
-    const int64_t y = ce_target(p, i);
-    const bool valid = y != p.k.ignore_index;
-    n += valid;
-    bad += valid && (y < 0 || y >= p.V);
-  }
-  // Integers: exact in any order. A warp sum first, so that 32 (not 1024) atomics meet on the shared totals.
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    n += __shfl_xor_sync(0xffffffffu, n, o);
-    bad += __shfl_xor_sync(0xffffffffu, bad, o);
-  }
-  __shared__ unsigned long long total, total_bad;
-  if (threadIdx.x == 0) total = 0, total_bad = 0;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) atomicAdd(&total, n), atomicAdd(&total_bad, bad);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *count_slot(p) = static_cast<int64_t>(total);
-    *ce_bad_slot(p) = static_cast<int64_t>(total_bad);
-  }
-}
-
 // Scale mode (CeParams::scale_only): row i of dlogits (the logits buffer, holding the gradient for an upstream
 // gradient of 1) *= g_i = dloss[i] (none) or dloss[0] (mean, sum), in f32, rounded to T. dloss is read here, so
 // the host never waits for it; g == 1 (the usual loss.backward()) exits at once (mean/sum: every block after
@@ -225,7 +200,8 @@ __global__ void __launch_bounds__(kThreads) ce_rows(const CeParams p) {
   __shared__ float row_lse;
   const CeConsts& k = p.k;
   const int64_t count = (kGrad && p.reduction == kCeMean) ? *count_slot(p) : 0;
-  // The fused forward writes no gradient when any target is bad (ce_count's bad count; the loss rows still go).
+  // The fused forward writes no gradient when any target is bad (the count's bad count; met only while a CUDA
+  // graph is captured, otherwise the call failed before this launch; the loss rows still go).
   const bool grad = kGrad && (p.backward || *ce_bad_slot(p) == 0);
   for (int64_t i = blockIdx.x; i < p.N; i += gridDim.x) {
     const T* z = static_cast<const T*>(p.logits) + i * p.logits_rs;
@@ -337,14 +313,12 @@ strata_status launch_rows(const CeParams& p, unsigned grid, cudaStream_t stream)
 }  // namespace
 
 strata_status ce_launch_count(const CeParams& p, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-  // mean: the count (both ops with a gradient, the forward for the loss); the fused forward: the bad count,
-  // so that a bad target leaves dlogits (the logits, in place) unwritten.
-  const bool need_count =
-      (p.reduction == kCeMean && (p.dlogits != nullptr || !p.backward)) || (!p.backward && p.dlogits != nullptr);
-  if (!need_count) return STRATA_SUCCESS;
-  ce_count<<<1, 1024, 0, stream>>>(p);
-  return cuda::check_launch("fused_cross_entropy (ce_count)");
+  // Every call with rows (both ops): the target check before anything is written; its counts stay in the
+  // workspace for the row kernels (the count for mean, the bad count while a CUDA graph is captured).
+  TargetCounts c;
+  STRATA_RETURN_IF_ERROR(cuda_count_targets(p.target, p.target_dtype, p.target_stride, p.N, p.V, p.k.ignore_index,
+                                            ce_count_slot(p), stream_ptr, &c));
+  return c.bad > 0 ? ce_bad_target(p, c.first_bad, c.first_value) : STRATA_SUCCESS;
 }
 
 strata_status ce_launch_reduce(const CeParams& p, void* stream_ptr) {

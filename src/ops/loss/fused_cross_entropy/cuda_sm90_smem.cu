@@ -329,9 +329,10 @@ __global__ void __launch_bounds__(kThreads) ce_smem_rows(const CeParams p, int C
   const int pv = (nv + kPieces - 1) / kPieces;
   const int pieces = pv > 0 ? (nv + pv - 1) / pv : 0;
   const int64_t count = (kGrad && p.reduction == kCeMean) ? *ce_count_slot(p) : 0;
-  // The fused forward writes no gradient when any target is bad (ce_count's bad count; in place the logits stay
-  // as they were). The forward waits for every piece in its statistics, so skipping the gradient sweep keeps
-  // the barrier phases balanced; the backward op (which waits in the gradient sweep) is never skipped.
+  // The fused forward writes no gradient when any target is bad (the count's bad count, met only under CUDA graph
+  // capture; in place the logits stay as they were). The forward waits for every piece in its statistics, so
+  // skipping the gradient sweep keeps the barrier phases balanced; the backward op (which waits in the gradient
+  // sweep) is never skipped.
   const bool grad = kGrad && (!fwd || *ce_bad_slot(p) == 0);
   const uint4* buf = reinterpret_cast<const uint4*>(smem_raw);
   uint4* wbuf = reinterpret_cast<uint4*>(smem_raw);  // kStore: the exponentials written over the logits

@@ -466,18 +466,20 @@ const OpRegistrar kRegisterBwd({kBwd, [] { return impl_names_of(impls()); }, pro
 }  // namespace
 
 strata_status ce_check_targets(const CeParams& p, int64_t* count) {
-  const char* op = p.backward ? kBwd : kFwd;
   int64_t n = 0;
   for (int64_t i = 0; i < p.N; ++i) {
     const int64_t y = ce_target(p, i);
     if (y == p.k.ignore_index) continue;
-    if (y < 0 || y >= p.V)
-      return fail(STRATA_ERROR_INVALID_VALUE, "{}: target[{}] must be in [0, {}) (V) or equal ignore_index ({}), got {}",
-                  op, i, p.V, p.k.ignore_index, y);
+    if (y < 0 || y >= p.V) return ce_bad_target(p, i, y);
     ++n;
   }
   *count = n;
   return STRATA_SUCCESS;
+}
+
+strata_status ce_bad_target(const CeParams& p, int64_t i, int64_t y) {
+  return fail(STRATA_ERROR_INVALID_VALUE, "{}: target[{}] must be in [0, {}) (V) or equal ignore_index ({}), got {}",
+              p.backward ? kBwd : kFwd, i, p.V, p.k.ignore_index, y);
 }
 
 }  // namespace strata::loss

@@ -17,6 +17,7 @@
 
 #include "opbase/dtype.h"
 #include "ops/loss/common/ce_row.h"
+#include "ops/loss/common/cuda_targets.h"
 
 namespace strata::loss {
 
@@ -54,23 +55,24 @@ struct CeParams {
 };
 
 // Workspace: per-row losses and z-losses (f64 on the CPU, f32 on CUDA) when the loss is reduced; on CUDA then
-// the count of non-ignored rows (int64, for mean).
+// the target counts (kTargetScratchBytes = 32: the count of non-ignored rows, the bad count, the first bad row).
 STRATA_HD size_t ce_workspace_bytes(const CeParams& p, bool cuda) {
   if (p.scale_only) return 0;
   const size_t row = cuda ? sizeof(float) : sizeof(double);
   const size_t rows = (!p.backward && p.reduction != kCeNone) ? 2 * static_cast<size_t>(p.N) * row : 0;
   if (!cuda) return rows;  // the CPU counts the targets while checking them
-  if (p.backward && p.reduction != kCeMean) return 0;
-  return ((rows + 15) / 16) * 16 + 16;  // + count (int64), 16-byte aligned
+  return ((rows + 15) / 16) * 16 + kTargetScratchBytes;  // + the target counts (int64), 16-byte aligned
 }
 
-// CUDA: the count of non-ignored rows (int64) in the last 16 bytes of the workspace, and after it (ce_bad_slot)
-// the count of targets outside [0, V) that are not ignore_index. Both are written by ce_count before the row
-// kernel, which it launches for mean (the count) and for the fused forward (the bad count: a fused forward with
-// any bad target writes no gradient, so in place the logits are left as they were; its rows still get a NaN
-// loss, as without a gradient).
+// CUDA: the count of non-ignored rows (int64) in the last 32 bytes of the workspace, after it (ce_bad_slot) the
+// count of targets outside [0, V) that are not ignore_index, then the first bad row (cuda_targets.h's scratch).
+// ce_launch_count writes them before the row kernel and reads them back: a bad target fails the call before
+// anything is written. While a CUDA graph is captured the read-back is skipped; the kernels then still see the
+// bad count: a fused forward with a bad target writes no gradient (in place the logits keep their values) and the
+// bad rows get a NaN loss.
 STRATA_HD int64_t* ce_count_slot(const CeParams& p) {
-  return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) - 16);
+  return reinterpret_cast<int64_t*>(static_cast<char*>(p.workspace) + ce_workspace_bytes(p, true) -
+                                    kTargetScratchBytes);
 }
 STRATA_HD int64_t* ce_bad_slot(const CeParams& p) { return ce_count_slot(p) + 1; }
 
@@ -95,6 +97,8 @@ STRATA_HD float ce_upstream(const CeParams& p, int64_t i, int64_t count) {
 // Host check of the target values (CPU implementations, before anything is written): every target is in
 // [0, V) or equals ignore_index. Returns the count of non-ignored rows through `count`.
 strata_status ce_check_targets(const CeParams& p, int64_t* count);
+// The error of a bad target y in row i (INVALID_VALUE; the CPU check's and the CUDA check's message).
+strata_status ce_bad_target(const CeParams& p, int64_t i, int64_t y);
 
 // float64 reference: plain loops (the ground truth; runs every float dtype by converting).
 strata_status fused_cross_entropy_reference(const CeParams& p);
@@ -138,8 +142,9 @@ bool ce_smem_aligned(const CeParams& p);
 int fused_cross_entropy_cuda_smem(const CeParams& p, void* stream, CeSmemKind kind);
 // Scale mode (CeParams::scale_only) on CUDA: one launch whatever the implementation (cuda_sm90.cu).
 strata_status ce_launch_scale(const CeParams& p, void* stream);
-// The small kernels around the row kernels (cuda_sm90.cu): the count of valid targets (mean) and the
-// fixed-order reduction of the per-row losses (mean, sum); each launches only when needed.
+// The small kernels around the row kernels (cuda_sm90.cu): the target check (cuda_targets.h: the counts into
+// ce_count_slot, read back; a bad target fails here, before anything is written; every call with N > 0) and the
+// fixed-order reduction of the per-row losses (mean, sum; only when needed).
 strata_status ce_launch_count(const CeParams& p, void* stream);
 strata_status ce_launch_reduce(const CeParams& p, void* stream);
 #endif
