@@ -8,7 +8,7 @@
 // Session 16 (StagedDqNorm*, ComposedDqStagedTiming; the composed backward's default since session 17): the kernel
 // writing dq through its l2norm backward (chunk_bwd_dqkwg_cuda_wgmma_dq_norm) against the plain kernel + the float64
 // l2norm backward; times at the bench shapes. ComposedUnfoldedConformance: the forced unfolded form through the
-// conformance cases. Session 18 (PairDqNormSameBitsAsStaged, ComposedDqPairConformance): the fold's pair form.
+// conformance cases.
 #include <gtest/gtest.h>
 
 #if STRATA_WITH_CUDA
@@ -122,23 +122,6 @@ size_t nan_count(const std::vector<uint8_t>& b) {
   return n;
 }
 
-// rstd of `rows` rows, random in [0.5, 3] (host values; upload them for the device).
-std::vector<float> random_rstd(int64_t rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> ur(0.5f, 3.f);
-  std::vector<float> r(static_cast<size_t>(rows));
-  for (float& x : r) x = ur(rng);
-  return r;
-}
-// Bytes in which a and b differ (sizes equal), the first at *first (a.size() if none).
-size_t bytes_differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t* first) {
-  size_t diff = 0;
-  *first = a.size();
-  for (size_t e = 0; e < a.size(); ++e)
-    if (a[e] != b[e]) ++diff, *first = std::min(*first, e);
-  return diff;
-}
-
 // The shapes on which two forms of the kernel must give the same bits.
 const std::vector<Case>& form_cases() {
   static const std::vector<Case> v = {
@@ -165,8 +148,9 @@ TEST(GdnDqkwgTma, SameBitsAsCpAsyncForm) {
     const auto a = pr.run(kDqkwgWgmmaCpAsync), b = pr.run(kDqkwgWgmmaTma);
     for (size_t i = 0; i < a.size(); ++i) {
       ASSERT_EQ(a[i].size(), b[i].size());
-      size_t first = 0;
-      const size_t diff = bytes_differ(a[i], b[i], &first);
+      size_t diff = 0, first = a[i].size();
+      for (size_t e = 0; e < a[i].size(); ++e)
+        if (a[i][e] != b[i][e]) ++diff, first = std::min(first, e);
       EXPECT_EQ(diff, 0u) << names[i] << " " << case_str(c) << ": " << diff << " bytes differ, first at " << first;
       EXPECT_EQ(i == 2 ? gdn_test::poisoned(a[i]) : nan_count(a[i]), 0u) << names[i] << " " << case_str(c);
     }
@@ -219,10 +203,9 @@ gdn_bwd::View rstd_view(const Problem& pr, const Dev& rs) {
   return gdn_test::tok(rs.p, STRATA_DTYPE_F32, pr.c.T, pr.c.H, 0);
 }
 
-// The fold (the automatic form, and session 18's register form kDqkwgWgmmaDqRegs) against the plain kernel (the
-// automatic copy-engine form, f32 dq) followed by the float64 l2norm backward (norm::row_norm_bwd_reference) with
-// rstd random in [0.5, 3], on the seven form shapes (partial chunks, varlen, G = 1, 2, 4, with and without gate /
-// dv, blocks walking several items): dq (bf16) within half a bf16 ulp
+// The staged fold against the plain kernel (the automatic copy-engine form, f32 dq) followed by the float64 l2norm
+// backward (norm::row_norm_bwd_reference) with rstd random in [0.5, 3], on the seven form shapes (partial chunks,
+// varlen, G = 1, 2, 4, with and without gate / dv, blocks walking several items): dq (bf16) within half a bf16 ulp
 // of the float64 value plus 1e-5 of the largest |dq| (the f32 dot in another order), every element written (the
 // output poisoned first); dk, dw, dγ the same bits as the plain call.
 TEST(GdnDqkwgTma, StagedDqNormMatchesPlainPlusNormBwd) {
@@ -232,7 +215,10 @@ TEST(GdnDqkwgTma, StagedDqNormMatchesPlainPlusNormBwd) {
   for (const Case& c : form_cases()) {
     const Problem pr(c, seed++);
     const int64_t rows = c.B * c.T * c.H;
-    const std::vector<float> r = random_rstd(rows, seed + 100);
+    std::mt19937_64 rng(seed + 100);
+    std::uniform_real_distribution<float> ur(0.5f, 3.f);
+    std::vector<float> r(static_cast<size_t>(rows));
+    for (float& x : r) x = ur(rng);
     const auto rs = gdn_test::upload(r.data(), r.size() * 4);
     Dev dq16(rows * 128 * 2);
     const auto plain = pr.run(kDqkwgWgmmaUnboundedWait);
@@ -240,75 +226,29 @@ TEST(GdnDqkwgTma, StagedDqNormMatchesPlainPlusNormBwd) {
     std::vector<double> want(static_cast<size_t>(rows * 128));
     norm::row_norm_bwd_reference(
         dq_norm_bwd(hq.data(), r.data(), plain[0].data(), want.data(), STRATA_DTYPE_F64, rows));
-    for (const int variant : {kDqkwgWgmmaUnboundedWait, kDqkwgWgmmaDqRegs}) {
-      SCOPED_TRACE(variant == kDqkwgWgmmaDqRegs ? "register form" : "automatic form");
-      DqkwgParams p = pr.params(variant);
-      p.dq = dq16_view(pr, dq16);
-      EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, rstd_view(pr, *rs)), "") << case_str(c);
-      ASSERT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(p, rstd_view(pr, *rs))) << case_str(c);
-      for (Dev* o : {&dq16, pr.dk.get(), pr.dw.get(), pr.dg.get()}) o->poison();
-      Dev ws(chunk_bwd_dqkwg_cuda_wgmma_workspace(pr.d));
-      ASSERT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm(p, rstd_view(pr, *rs), ws.p, nullptr), STRATA_SUCCESS)
-          << case_str(c);
-      const std::vector<std::vector<uint8_t>> rest = {pr.dk->bits(), c.with_dv ? pr.dw->bits() : std::vector<uint8_t>{},
-                                                      c.gate ? pr.dg->bits() : std::vector<uint8_t>{}};
-      for (size_t i = 0; i < rest.size(); ++i)
-        EXPECT_TRUE(rest[i] == plain[i + 1]) << names[i + 1] << " " << case_str(c);
-      const std::vector<uint8_t> got = dq16.bits();
-      double mx = 0, worst = 0;
-      for (double x : want) mx = std::max(mx, std::abs(x));
-      size_t bad = 0;
-      for (size_t e = 0; e < want.size(); ++e) {
-        uint16_t u;
-        std::memcpy(&u, got.data() + 2 * e, 2);
-        const double err = std::abs(static_cast<double>(bf16_bits_to_f32(u)) - want[e]);
-        if (!(err <= std::ldexp(std::abs(want[e]), -8) + 1e-5 * mx) && bad++ < 5)
-          ADD_FAILURE() << "dq[" << e << "] = " << bf16_bits_to_f32(u) << ", float64 " << want[e] << ": "
-                        << case_str(c);
-        if (err == err) worst = std::max(worst, err / std::max(mx, 1e-30));
-      }
-      EXPECT_EQ(bad, 0u) << case_str(c) << ": worst error " << worst << " of max |dq|";
+    DqkwgParams p = pr.params(kDqkwgWgmmaUnboundedWait);
+    p.dq = dq16_view(pr, dq16);
+    EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, rstd_view(pr, *rs)), "") << case_str(c);
+    ASSERT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(p, rstd_view(pr, *rs))) << case_str(c);
+    for (Dev* o : {&dq16, pr.dk.get(), pr.dw.get(), pr.dg.get()}) o->poison();
+    Dev ws(chunk_bwd_dqkwg_cuda_wgmma_workspace(pr.d));
+    ASSERT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm(p, rstd_view(pr, *rs), ws.p, nullptr), STRATA_SUCCESS) << case_str(c);
+    const std::vector<std::vector<uint8_t>> rest = {pr.dk->bits(), c.with_dv ? pr.dw->bits() : std::vector<uint8_t>{},
+                                                    c.gate ? pr.dg->bits() : std::vector<uint8_t>{}};
+    for (size_t i = 0; i < rest.size(); ++i) EXPECT_TRUE(rest[i] == plain[i + 1]) << names[i + 1] << " " << case_str(c);
+    const std::vector<uint8_t> got = dq16.bits();
+    double mx = 0, worst = 0;
+    for (double x : want) mx = std::max(mx, std::abs(x));
+    size_t bad = 0;
+    for (size_t e = 0; e < want.size(); ++e) {
+      uint16_t u;
+      std::memcpy(&u, got.data() + 2 * e, 2);
+      const double err = std::abs(static_cast<double>(bf16_bits_to_f32(u)) - want[e]);
+      if (!(err <= std::ldexp(std::abs(want[e]), -8) + 1e-5 * mx) && bad++ < 5)
+        ADD_FAILURE() << "dq[" << e << "] = " << bf16_bits_to_f32(u) << ", float64 " << want[e] << ": " << case_str(c);
+      if (err == err) worst = std::max(worst, err / std::max(mx, 1e-30));
     }
-  }
-}
-
-// Session 18: the pair form (kDqkwgWgmmaDqPair: the staged rows finished by the dq and dk groups, one pass each)
-// against the staged form (kDqkwgWgmmaDqStaged: the dq group, two passes) on the seven form shapes: every output the
-// same bits (dq bf16, dk, dw, dγ), every dq element written (the output poisoned first), the same bits on a repeat;
-// the automatic fold call gives them too. StagedDqNormMatchesPlainPlusNormBwd checks the automatic form against
-// float64.
-TEST(GdnDqkwgTma, PairDqNormSameBitsAsStaged) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const char* names[] = {"dq", "dk", "dw", "dg"};
-  uint64_t seed = 1801;
-  for (const Case& c : form_cases()) {
-    const Problem pr(c, seed++);
-    const int64_t rows = c.B * c.T * c.H;
-    const std::vector<float> r = random_rstd(rows, seed + 100);
-    const auto rs = gdn_test::upload(r.data(), r.size() * 4);
-    Dev dq16(rows * 128 * 2), ws(chunk_bwd_dqkwg_cuda_wgmma_workspace(pr.d));
-    auto fold = [&](int variant) {
-      DqkwgParams p = pr.params(variant);
-      p.dq = dq16_view(pr, dq16);
-      EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, rstd_view(pr, *rs)), "") << variant << " " << case_str(c);
-      EXPECT_TRUE(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(p, rstd_view(pr, *rs))) << variant << " " << case_str(c);
-      for (Dev* o : {&dq16, pr.dk.get(), pr.dw.get(), pr.dg.get()}) o->poison();
-      EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm(p, rstd_view(pr, *rs), ws.p, nullptr), STRATA_SUCCESS)
-          << variant << " " << case_str(c);
-      return std::vector<std::vector<uint8_t>>{dq16.bits(), pr.dk->bits(),
-                                               c.with_dv ? pr.dw->bits() : std::vector<uint8_t>{},
-                                               c.gate ? pr.dg->bits() : std::vector<uint8_t>{}};
-    };
-    const auto a = fold(kDqkwgWgmmaDqStaged), b = fold(kDqkwgWgmmaDqPair), t = fold(kDqkwgAuto);
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].size(), b[i].size());
-      size_t first = 0;
-      const size_t diff = bytes_differ(a[i], b[i], &first);
-      EXPECT_EQ(diff, 0u) << names[i] << " " << case_str(c) << ": " << diff << " bytes differ, first at " << first;
-      EXPECT_TRUE(t[i] == a[i]) << names[i] << " automatic " << case_str(c);
-      EXPECT_EQ(i == 0 || i == 2 ? gdn_test::poisoned(b[i]) : nan_count(b[i]), 0u) << names[i] << " " << case_str(c);
-    }
-    EXPECT_TRUE(b == fold(kDqkwgWgmmaDqPair)) << "repeat " << case_str(c);
+    EXPECT_EQ(bad, 0u) << case_str(c) << ": worst error " << worst << " of max |dq|";
   }
 }
 
@@ -324,11 +264,6 @@ TEST(GdnDqkwgTma, StagedDqNormRejects) {
   gdn_bwd::View rs;
   rs.p = &x, rs.dtype = STRATA_DTYPE_F32;
   EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(p, rs), "");
-  for (const int variant : {kDqkwgWgmmaDqStaged, kDqkwgWgmmaDqPair, kDqkwgWgmmaDqRegs}) {
-    DqkwgParams b = p;
-    b.mma_variant = variant;
-    EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(b, rs), "") << variant;
-  }
   for (const int variant : {kDqkwgWgmmaCpAsync, kDqkwgWgmmaBoundedWait, kDqkwgTwoPerSm}) {
     DqkwgParams b = p;
     b.mma_variant = variant;
@@ -351,9 +286,8 @@ TEST(GdnDqkwgTma, StagedDqNormRejects) {
 }
 
 // The kernel alone at the bench shapes (bf16 H = 16 HV = 32 K = V = 128, dv, dw, dγ requested: the composed
-// backward's call): (0) plain (f32 dq), (1) plain + dq's row_norm_bwd into bf16 (the unfolded dq path), (2) the
-// staged fold writing bf16 dq (kDqkwgWgmmaDqStaged), (3) the pair fold (kDqkwgWgmmaDqPair, session 18), (4) the
-// register fold (kDqkwgWgmmaDqRegs, session 18); median of 9 interleaved calls, the list run twice.
+// backward's call): (0) plain (f32 dq), (1) plain + dq's row_norm_bwd into bf16 (the composed backward's dq path),
+// (2) the staged fold writing bf16 dq; median of 11 interleaved calls, the list run twice.
 TEST(GdnDqkwgTma, StagedDqNormTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -387,21 +321,13 @@ TEST(GdnDqkwgTma, StagedDqNormTiming) {
       plain();
       EXPECT_EQ(norm::row_norm_bwd_cuda(nb, nullptr), STRATA_SUCCESS);
     };
-    auto fold = [&](int variant) {
-      return [&, variant] {
-        DqkwgParams pv = pf;
-        pv.mma_variant = variant;
-        EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm(pv, r, ws.p, nullptr), STRATA_SUCCESS);
-      };
-    };
-    const auto staged = fold(kDqkwgWgmmaDqStaged), pair = fold(kDqkwgWgmmaDqPair), regs = fold(kDqkwgWgmmaDqRegs);
-    const std::vector<double> ms = gdn_test::time_median_ms(
-        {plain, plain_norm, staged, pair, regs, plain, plain_norm, staged, pair, regs}, 9);
-    std::printf("[gdn_dqkwg s18] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (dv, dw, dg), median of 9 "
-                "interleaved: unfolded (f32 dq) %.3f / %.3f ms, unfolded + dq row_norm_bwd (bf16 dq) %.3f / %.3f ms, "
-                "staged fold %.3f / %.3f ms, pair fold %.3f / %.3f ms, register fold %.3f / %.3f ms\n",
-                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[5], ms[1], ms[6], ms[2], ms[7], ms[3],
-                ms[8], ms[4], ms[9]);
+    auto staged = [&] { EXPECT_EQ(chunk_bwd_dqkwg_cuda_wgmma_dq_norm(pf, r, ws.p, nullptr), STRATA_SUCCESS); };
+    const std::vector<double> ms =
+        gdn_test::time_median_ms({plain, plain_norm, staged, plain, plain_norm, staged}, 11);
+    std::printf("[dqkwg s16] chunk_bwd_dqkwg bf16 B=%lld T=%lld H=16 HV=32 K=V=128 (dv, dw, dg), median of 11 "
+                "interleaved: plain (f32 dq) %.3f / %.3f ms, plain + dq row_norm_bwd (bf16 dq) %.3f / %.3f ms, staged "
+                "fold (bf16 dq) %.3f / %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), ms[0], ms[3], ms[1], ms[4], ms[2], ms[5]);
     std::fflush(stdout);
   }
 }
@@ -410,44 +336,26 @@ TEST(GdnDqkwgTma, StagedDqNormTiming) {
 // backward of dq and dk in the tail, what the default ran until session 17) on every conformance case of
 // chunk_gated_delta_rule_bwd against float64; the default `cuda.sm90.chunked` (the staged folds) runs in the
 // conformance suite itself.
-// The forced implementation `impl` of chunk_gated_delta_rule_bwd on every conformance case it takes; the cases run.
-int composed_conformance(const char* impl) {
+TEST(GdnDqkwgTma, ComposedUnfoldedConformance) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   std::unique_ptr<atk::OpHarness> harness;
   for (auto& h : atk::all_harnesses())
     if (h->op() == "chunk_gated_delta_rule_bwd") harness = std::move(h);
-  EXPECT_TRUE(harness);
-  if (!harness) return 0;
+  ASSERT_TRUE(harness);
   int run = 0;
   for (const atk::Case& c : harness->conformance_cases()) {
-    const atk::CaseResult r = atk::run_forced(*harness, c, {STRATA_DEVICE_CUDA, 0}, impl);
+    const atk::CaseResult r = atk::run_forced(*harness, c, {STRATA_DEVICE_CUDA, 0}, "cuda.sm90.chunked_unfolded");
     if (r.skipped) continue;
     ++run;
-    EXPECT_TRUE(r.pass) << impl << " " << c.str() << ": " << r.str();
+    EXPECT_TRUE(r.pass) << c.str() << ": " << r.str();
   }
-  return run;
-}
-TEST(GdnDqkwgTma, ComposedUnfoldedConformance) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const int run = composed_conformance("cuda.sm90.chunked_unfolded");
   std::printf("[dqkwg s17] chunk_gated_delta_rule_bwd conformance, cuda.sm90.chunked_unfolded: %d cases run\n", run);
   EXPECT_GT(run, 0);
-}
-// Session 18: the forced "cuda.sm90.chunked_dq_pair" and "cuda.sm90.chunked_dq_regs" (GdnBwdDq::kStagedPair, kRegs:
-// chunk_bwd_dqkwg's pair and register forms of the dq fold) on the conformance cases that fold dq (l2norm) against
-// float64.
-TEST(GdnDqkwgTma, ComposedDqPairConformance) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const char* impl : {"cuda.sm90.chunked_dq_pair", "cuda.sm90.chunked_dq_regs"}) {
-    const int run = composed_conformance(impl);
-    std::printf("[gdn_dqkwg s18] chunk_gated_delta_rule_bwd conformance, %s: %d cases run\n", impl, run);
-    EXPECT_GT(run, 0) << impl;
-  }
 }
 
 // The composed backward reading the forward's `saved` residuals (GdnSave.SavedTiming's call) at the bench shapes
 // (bf16, H = 16, HV = 32, K = V = 128, l2norm, cudaMemset inputs): dq by the plain kernel + the tail's row_norm_bwd
-// (GdnBwdDq::kPlain) against the staged fold (kStaged), the pair and register folds (kStagedPair, kRegs: session 18)
-// and kAuto; median of 9 interleaved calls, then per step.
+// (GdnBwdDq::kPlain) against the staged fold (kStaged) and kAuto; median of 9 interleaved calls, then per step.
 TEST(GdnDqkwgTma, ComposedDqStagedTiming) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {
@@ -455,8 +363,7 @@ TEST(GdnDqkwgTma, ComposedDqStagedTiming) {
     const GdnParams& p = bp.p;
     EXPECT_EQ(gdn_cuda_bwd_dq_fold_reject(p), "");
     Dev ws(gdn_cuda_bwd_workspace(p));
-    const GdnBwdDq forms[] = {GdnBwdDq::kPlain, GdnBwdDq::kStaged, GdnBwdDq::kStagedPair, GdnBwdDq::kRegs,
-                              GdnBwdDq::kAuto};
+    const GdnBwdDq forms[] = {GdnBwdDq::kPlain, GdnBwdDq::kStaged, GdnBwdDq::kAuto};
     std::vector<std::function<void()>> calls;
     auto with = [&](GdnBwdDq f) {
       GdnParams q = p;
@@ -466,19 +373,15 @@ TEST(GdnDqkwgTma, ComposedDqStagedTiming) {
     for (const GdnBwdDq f : forms)
       calls.push_back([&, f] { EXPECT_EQ(gdn_cuda_bwd(with(f), ws.p, nullptr), STRATA_SUCCESS); });
     const std::vector<double> ms = gdn_test::time_median_ms(calls, 9);
-    std::printf("[gdn_dqkwg s18] composed backward reading saved, bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: dq "
-                "plain + row_norm_bwd %.3f ms, dq staged fold %.3f ms, dq pair fold %.3f ms, dq register fold %.3f ms, "
-                "auto %.3f ms (median of 9 interleaved)\n",
-                static_cast<long long>(B), static_cast<long long>(p.T), ms[0], ms[1], ms[2], ms[3], ms[4]);
-    for (const GdnBwdDq f : {GdnBwdDq::kPlain, GdnBwdDq::kStaged, GdnBwdDq::kStagedPair, GdnBwdDq::kRegs}) {
+    std::printf("[dqkwg s16] composed backward reading saved, bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm: dq plain "
+                "+ row_norm_bwd %.3f ms, dq staged fold %.3f ms, auto %.3f ms (median of 9 interleaved)\n",
+                static_cast<long long>(B), static_cast<long long>(p.T), ms[0], ms[1], ms[2]);
+    for (const GdnBwdDq f : {GdnBwdDq::kPlain, GdnBwdDq::kStaged}) {
       const gdn_test::StepTimes st = gdn_test::time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_bwd(with(f), ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
-      std::printf("[gdn_dqkwg s18] composed backward steps B=%lld (%s):", static_cast<long long>(B),
-                  f == GdnBwdDq::kPlain    ? "dq plain"
-                  : f == GdnBwdDq::kStaged ? "dq staged"
-                  : f == GdnBwdDq::kRegs   ? "dq register"
-                                           : "dq pair");
+      std::printf("[dqkwg s16] composed backward steps B=%lld (%s):", static_cast<long long>(B),
+                  f == GdnBwdDq::kPlain ? "dq plain" : "dq staged");
       for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i)
         std::printf(" %s %.3f ms%s", st.names[i].c_str(), st.ms[i], i + 1 < st.ms.size() ? "," : "\n");
     }

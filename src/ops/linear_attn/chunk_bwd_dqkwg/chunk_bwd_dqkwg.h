@@ -37,17 +37,12 @@ struct DqkwgParams {
   // kDqkwgWgmmaUnboundedWait (session 14: the copy-engine form with plain mbarrier waits in the ds group, no trap
   // after 2^24 polls; the same bits; since s14run2 what the copy-engine form runs anyway) or kDqkwgWgmmaBoundedWait
   // (the copy-engine form with the ds group's trap-after-2^24-polls waits, the automatic one until session 14: a
-  // debugging aid for hangs). Tests and timing force them. chunk_bwd_dqkwg_cuda_wgmma_dq_norm only:
-  // kDqkwgWgmmaDqStaged (session 16: the dq group finishes the staged dq rows in two passes) or kDqkwgWgmmaDqPair
-  // (session 18: the dq and dk groups finish them in one pass each; the same bits) or kDqkwgWgmmaDqRegs (session 18:
-  // each row finished in registers by the quad that holds it; another summation order); the other accepted variants
-  // run the automatic one (cuda_sm90_wgmma.cu's kFoldAuto).
+  // debugging aid for hangs). Tests and timing force them.
   int mma_variant = 0;
 };
 inline constexpr int kDqkwgAuto = 0, kDqkwgPipelined = 1, kDqkwgTwoPerSm = 2, kDqkwgWarps16 = 3, kDqkwgWgmma = 4,
                      kDqkwgWgmmaTma = 5, kDqkwgWgmmaCpAsync = 6, kDqkwgWgmmaUnboundedWait = 7,
-                     kDqkwgWgmmaBoundedWait = 8, kDqkwgWgmmaDqStaged = 9, kDqkwgWgmmaDqPair = 10,
-                     kDqkwgWgmmaDqRegs = 11;
+                     kDqkwgWgmmaBoundedWait = 8;
 
 void chunk_bwd_dqkwg_reference(const DqkwgParams& p);
 // The same loops with f32 arithmetic: the straightforward same-precision computation (ATK acceptance rule).

@@ -49,15 +49,8 @@ constexpr int kRegsLaunch = 168, kRegsDqk = 176, kRegsDs = 152;
 static_assert(2 * (kRegsDqk - kRegsLaunch) <= kRegsLaunch - kRegsDs, "register increments within the decrements");
 enum { kRoleDq = 0, kRoleDk = 1, kRoleDs = 2 };
 // Named barriers: all threads (a step's stage ready), Ds ready (ds → dq, dk), row sums ready (dq, dk → ds).
-// kBarDq (kFoldStaged only): the dq group's 128 threads, its staged head sums written; kBarDqk (kFoldPair only): the
-// dq and dk groups' 256 threads, the same.
-enum { kBarAll = 1, kBarDs = 2, kBarRows = 3, kBarDq = 4, kBarDqk = 5 };
-// dq's l2norm backward in the kernel (template parameter kFold): none (f32 head sums out), the session-16 staged form
-// (the dq group finishes the 64 staged rows in two passes of 32) or the session-18 pair form (the dq group finishes
-// rows 0-31 of the same staged rows, the dk group rows 32-63, after storing dk: one pass each, the same bits) or the
-// session-18 register form (each row finished by the quad that holds it in the accumulator layout, no staging;
-// another summation order of q · dq).
-enum { kFoldNone = 0, kFoldStaged = 1, kFoldPair = 2, kFoldRegs = 3 };
+// kBarDq (kFoldDq only): the dq group's 128 threads, its staged head sums written.
+enum { kBarAll = 1, kBarDs = 2, kBarRows = 3, kBarDq = 4 };
 constexpr int kQ = 4;  // steps (32-row blocks of K) per value head
 constexpr int kRing = 3;  // S, dS ring depth: step s + 2 loads while step s computes
 // Shared memory (bytes): two token buffers {dO, Vn, dV [64][128]}, kRing stages {S, dS rows [32][128]}, q, k
@@ -181,7 +174,7 @@ __device__ __forceinline__ void slice_product(float (&d)[64], int q, uint32_t a,
 
 // Tensor maps of the copy-engine form (128-byte-swizzled boxes of 64 columns): dO, Vn, dV as (V, HV, T, B) with
 // boxes of 64 tokens, h, dh as (V, K, HV, NT, B) with boxes of 32 rows of K.
-// dq_rstd: the rows' rstd of the kFold instantiations (the others do not read it; after the maps, so that their
+// dq_rstd: the rows' rstd of the kFoldDq instantiation (the others do not read it; after the maps, so that their
 // code is unchanged by it).
 struct DqkwgMaps {
   CUtensorMap dout, v, dv, h, dh;
@@ -314,7 +307,7 @@ struct Loader {
   }
 };
 
-// kFoldStaged (session 16; chunk_bwd_dqkwg_cuda_wgmma_dq_norm): the item's dq (the head sum, f32 sum[64] in the
+// kFoldDq (session 16; chunk_bwd_dqkwg_cuda_wgmma_dq_norm): the item's dq (the head sum, f32 sum[64] in the
 // accumulator layout) through the l2norm backward, dq = rstd (dq − qn (qn · dq)) with qn the item's q (the kernel's
 // q input: the normalized q of the composed backward), written once in bf16 — instead of an f32 dq that row_norm_bwd
 // reads back. The session-15 form did this in registers inside the epilogue (1.77 ms against 1.61 for the plain
@@ -330,147 +323,55 @@ struct Loader {
 // float4 reads of the padded rows hit 32 distinct banks); thread q of the quad takes columns 4 q + 16 m, m < 8 (a
 // quad: 32 contiguous bytes of bf16 dq per m). The output dtype is fixed (bf16): the phase in three dtype copies, or
 // with a dtype branch at each store, made ptxas serialise the kernel's wgmma (C7511).
-constexpr int kLdDq = 136;  // staged f32 row stride: the accumulator's float2 writes of a half-warp hit 32 banks
-// Row of pass 0 that warp w's lane finishes (pass 1: + 32).
-__device__ __forceinline__ int dq_pass_row(int w, int lane) {
-  const int j = lane >> 2;
-  return 8 * w + ((j & 4) | ((j & 1) << 1) | ((j >> 1) & 1));
-}
-// The head sums (accumulator layout, warp w of the dq group) into the staged rows sF [64][kLdDq].
-__device__ __forceinline__ void stage_dq_rows(float* sF, int w, int lane, const float (&sum)[64]) {
+__device__ __forceinline__ void store_dq_norm_staged(const Ctx& x, const View& rstd, const ChunkAt& c, int64_t h,
+                                                     int w, int lane, const float (&sum)[64], uint32_t dead) {
+  constexpr int ld = 136;  // f32 row stride: the accumulator's float2 writes of a half-warp hit 32 distinct banks
+  float* const sF = reinterpret_cast<float*>(x.smem + dead);
+  const uint16_t* const qt = reinterpret_cast<const uint16_t*>(x.smem + oQT);
+  const DqkwgParams& p = x.p;
+  const int j = lane >> 2, q = lane & 3, L = c.L;
+  const int r0 = 8 * w + ((j & 4) | ((j & 1) << 1) | ((j >> 1) & 1));
 #pragma unroll
   for (int u = 0; u < 64; u += 2) {
     const int i = wg::acc_row(w, lane, u & 3), col = wg::acc_col(lane, u >> 2, u & 3);
-    *reinterpret_cast<float2*>(sF + i * kLdDq + col) = make_float2(sum[u], sum[u + 1]);
+    *reinterpret_cast<float2*>(sF + i * ld + col) = make_float2(sum[u], sum[u + 1]);
   }
-}
-// Staged row i (< L) of the item (chunk c, q/k head h) through the l2norm backward by the quad holding it (r: the
-// row's rstd): q · dq over the quad's columns in the order above, then the row's bf16 dq out.
-__device__ __forceinline__ void dq_norm_row(const Ctx& x, const ChunkAt& c, int64_t h, int lane, int i, float r,
-                                            const float* sF) {
-  const uint16_t* const qt = reinterpret_cast<const uint16_t*>(x.smem + oQT);
-  const DqkwgParams& p = x.p;
-  const int q = lane & 3;
-  const float* const srow = sF + i * kLdDq + 4 * q;
-  // column 4 q + 16 m + e of row i: qrow + tile_off<64>(16 m + e, 0) (4 q + e < 8 stays in one core matrix row)
-  const uint16_t* const qrow = qt + wg::tile_off<64>(4 * q, i);
-  float dot = 0.f;
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
-    const float y[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dot += y[e] * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]);
-  }
-  const unsigned quad = 0xfu << (lane & 28);
-  dot += __shfl_xor_sync(quad, dot, 1);
-  dot += __shfl_xor_sync(quad, dot, 2);
-  uint16_t* const row = static_cast<uint16_t*>(p.dq.p) + p.dq.off(c.b, c.t0 + i, h) + 4 * q;
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
-    const float y[4] = {v.x, v.y, v.z, v.w};
-    float o[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = r * (y[e] - dot * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]));
-    *reinterpret_cast<uint2*>(row + 16 * m) = make_uint2(mma::pack2<Bf>(o[0], o[1]), mma::pack2<Bf>(o[2], o[3]));
-  }
-}
-__device__ __forceinline__ void store_dq_norm_staged(const Ctx& x, const View& rstd, const ChunkAt& c, int64_t h,
-                                                     int w, int lane, const float (&sum)[64], uint32_t dead) {
-  float* const sF = reinterpret_cast<float*>(x.smem + dead);
-  const int r0 = dq_pass_row(w, lane);
-  stage_dq_rows(sF, w, lane, sum);
   wg::bar_sync(kBarDq, 128);
 #pragma unroll 1
   for (int ps = 0; ps < 2; ++ps) {
     const int i = 32 * ps + r0;
-    if (i >= c.L) continue;  // (whole quads)
+    if (i >= L) continue;  // (whole quads)
     const float r = static_cast<const float*>(rstd.p)[rstd.off(c.b, c.t0 + i, h)];  // (f32: the reject)
-    dq_norm_row(x, c, h, lane, i, r, sF);
-  }
-}
-// kFoldPair (session 18): the staged form's rows and arithmetic (the same bits), finished by 256 threads in one pass
-// instead of 128 in two: the dq group (kDq) stages its head sums and finishes rows 0-31, the dk group stores its dk
-// (the plain kernel's store) and finishes rows 32-63, both after kBarDqk (the staged rows written). A row's rstd is
-// loaded before the staging / the dk store, so that its latency overlaps them. The dk group's reads of the staging
-// area and of Qᵀ end before it reaches the next kBarAll, as the dq group's (store_dq_norm_staged). ptxas (nvcc 13.0,
-// 168 registers): 0 bytes of spills, but C7511 (every wgmma serialised): any code after the dk group's dk store —
-// even a lone bar.sync — gives it, as did every other shape of this epilogue tried (session 18, compile-only; the
-// staged form, whose 8 bytes of spills are the 64-bit item count `mine`, gets it too once `mine` is 32-bit or
-// recomputed: ptxas spills or serialises, and these shapes tip it to the latter). C7511 cost nothing measurable in
-// one earlier form (session 14's FastDiv: 1.363 against 1.364 ms) and 10 % in another: the GPU run decides.
-template <bool kDq>
-__device__ __forceinline__ void finish_dq_norm_pair(const Ctx& x, const View& rstd, const ChunkAt& c, int64_t h, int w,
-                                                    int lane, const float (&sum)[64], uint32_t dead) {
-  float* const sF = reinterpret_cast<float*>(x.smem + dead);
-  const int i = (kDq ? 0 : 32) + dq_pass_row(w, lane);
-  const bool valid = i < c.L;  // (whole quads)
-  const float r = valid ? static_cast<const float*>(rstd.p)[rstd.off(c.b, c.t0 + i, h)] : 0.f;  // (f32: the reject)
-  if constexpr (kDq) stage_dq_rows(sF, w, lane, sum);
-  else store_rows<128>(x.p.dk, x.p.dk.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
-  wg::bar_sync(kBarDqk, 256);
-  if (valid) dq_norm_row(x, c, h, lane, i, r, sF);
-}
-// kFoldRegs (session 18): the l2norm backward of each dq row where the accumulator layout holds it, no staging, no
-// barrier: warp w's lane holds rows i0 + 8 hh (i0 = 16 w + lane / 4, hh = 0, 1), columns 8 j + 2 (lane % 4) + {0, 1}
-// (sum[4 j + 2 hh + {0, 1}]); qn in the same layout by 8 ldmatrix.x4.trans of Qᵀ (matrix m of call n: the 8 x 8
-// block of Qᵀ rows 8 (2 n + m / 2).., columns 16 w + 8 (m % 2)..; its transpose gives lane the elements (row
-// lane / 4, columns 2 (lane % 4) + {0, 1}) of the block); q · dq per row as 32 products a thread in column order and
-// two quad butterflies; bf16 pairs out (4-byte stores). Not the staged form's bits (another summation order of
-// q · dq): StagedDqNormMatchesPlainPlusNormBwd checks it against float64. ptxas: 0 bytes of spills, C7511 (as
-// kFoldPair).
-__device__ __forceinline__ void store_dq_norm_regs(const Ctx& x, const View& rstd, const ChunkAt& c, int64_t h, int w,
-                                                   int lane, const float (&sum)[64]) {
-  const DqkwgParams& p = x.p;
-  const int L = c.L, i0 = 16 * w + (lane >> 2);
-  const float* const rs = static_cast<const float*>(rstd.p);
-  float r[2];
+    const float* const srow = sF + i * ld + 4 * q;
+    // column 4 q + 16 m + e of row i: qrow + tile_off<64>(16 m + e, 0) (4 q + e < 8 stays in one core matrix row)
+    const uint16_t* const qrow = qt + wg::tile_off<64>(4 * q, i);
+    float dot = 0.f;
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) r[hh] = i0 + 8 * hh < L ? rs[rstd.off(c.b, c.t0 + i0 + 8 * hh, h)] : 0.f;
-  uint32_t qn[32];  // qn[2 j + hh]: the bf16 pair of row i0 + 8 hh, columns 8 j + 2 (lane % 4) + {0, 1}
+    for (int m = 0; m < 8; ++m) {
+      const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
+      const float y[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const int m = lane >> 3;
-    uint32_t r4[4];
-    wg::ldmatrix_x4_trans(r4, x.sb + oQT +
-                                  2u * static_cast<uint32_t>(wg::tile_off<64>(8 * (2 * n + (m >> 1)) + (lane & 7),
-                                                                              16 * w + 8 * (m & 1))));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) qn[4 * n + e] = r4[e];
-  }
-  float dot[2] = {0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float2 f = mma::unpack2<Bf>(qn[2 * j + hh]);
-      dot[hh] += sum[4 * j + 2 * hh] * f.x;
-      dot[hh] += sum[4 * j + 2 * hh + 1] * f.y;
+      for (int e = 0; e < 4; ++e) dot += y[e] * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]);
     }
+    const unsigned quad = 0xfu << (lane & 28);
+    dot += __shfl_xor_sync(quad, dot, 1);
+    dot += __shfl_xor_sync(quad, dot, 2);
+    uint16_t* const row = static_cast<uint16_t*>(p.dq.p) + p.dq.off(c.b, c.t0 + i, h) + 4 * q;
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 1);
-    dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 2);
-  }
+    for (int m = 0; m < 8; ++m) {
+      const float4 v = *reinterpret_cast<const float4*>(srow + 16 * m);
+      const float y[4] = {v.x, v.y, v.z, v.w};
+      float o[4];
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int i = i0 + 8 * hh;
-    if (i >= L) continue;
-    uint16_t* const row = static_cast<uint16_t*>(p.dq.p) + p.dq.off(c.b, c.t0 + i, h) + 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const float2 f = mma::unpack2<Bf>(qn[2 * j + hh]);
-      *reinterpret_cast<uint32_t*>(row + 8 * j) = mma::pack2<Bf>(r[hh] * (sum[4 * j + 2 * hh] - dot[hh] * f.x),
-                                                                 r[hh] * (sum[4 * j + 2 * hh + 1] - dot[hh] * f.y));
+      for (int e = 0; e < 4; ++e) o[e] = r * (y[e] - dot * bf(qrow[wg::tile_off<64>(16 * m + e, 0)]));
+      *reinterpret_cast<uint2*>(row + 16 * m) = make_uint2(mma::pack2<Bf>(o[0], o[1]), mma::pack2<Bf>(o[2], o[3]));
     }
   }
 }
 
 // The dq (kRole = kRoleDq) or dk group: the item's q or k transposed, its product every step, its epilogue per
-// value head, dq / dk out per item (kFold: dq through its l2norm backward, store_dq_norm_staged or, with the dk
-// group's help, finish_dq_norm_pair; rstd: maps.dq_rstd).
-template <bool kTma, int kRole, int kFold>
+// value head, dq / dk out per item (kFoldDq: dq through its l2norm backward, store_dq_norm_staged; rstd: its rows).
+template <bool kTma, int kRole, bool kFoldDq>
 __device__ __forceinline__ void run_dqk(const Ctx& x) {
   constexpr bool kDq = kRole == kRoleDq;
   const DqkwgParams& p = x.p;
@@ -563,12 +464,7 @@ __device__ __forceinline__ void run_dqk(const Ctx& x) {
     const ChunkAt c = x.chunk_of(k);
     const int64_t h = x.head_of(k);
     const View& out = kDq ? p.dq : p.dk;
-    // (the staging area: the token buffer of the item's last value head, hb flipped after it)
-    if constexpr (kFold == kFoldPair)
-      finish_dq_norm_pair<kDq>(x, x.maps->dq_rstd, c, h, w, lane, sum, static_cast<uint32_t>(hb ^ 1) * kTokB);
-    else if constexpr (kFold == kFoldRegs && kDq)
-      store_dq_norm_regs(x, x.maps->dq_rstd, c, h, w, lane, sum);
-    else if constexpr (kFold == kFoldStaged && kDq)
+    if constexpr (kFoldDq && kDq)  // (the token buffer of the item's last value head: hb flipped after it)
       store_dq_norm_staged(x, x.maps->dq_rstd, c, h, w, lane, sum, static_cast<uint32_t>(hb ^ 1) * kTokB);
     else
       store_rows<128>(out, out.off(c.b, c.t0, h), c.L, w, lane, sum, 1.f);
@@ -748,9 +644,9 @@ __device__ __forceinline__ void run_ds(const Ctx& x) {
 // spills); false: plain waits, no spills — the copy-engine form's automatic choice since session 14 (s14run2, H200,
 // bf16 B=4 T=8192 H=16 HV=32 K=V=128 with dv, dw, dg: 1.213 / 1.209 ms against 1.341 / 1.323 bounded, the same
 // bits; the dq / dk groups' waits were always unbounded).
-// kFold (with kTma, unbounded waits only): dq through its l2norm backward, kFoldStaged (session 16:
-// store_dq_norm_staged) or kFoldPair (session 18: finish_dq_norm_pair), maps.dq_rstd its rows' rstd f32 [B, T, H].
-template <bool kTma, bool kBoundedWait, int kFold = kFoldNone>
+// kFoldDq (with kTma, unbounded waits only; session 16): dq through its l2norm backward (store_dq_norm_staged),
+// maps.dq_rstd its rows' rstd f32 [B, T, H].
+template <bool kTma, bool kBoundedWait, bool kFoldDq = false>
 __global__ void __launch_bounds__(kThr, 1)
     dqkwg_wgmma_kernel(DqkwgParams p, const int64_t* offs, int64_t items, const __grid_constant__ DqkwgMaps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -775,8 +671,8 @@ __global__ void __launch_bounds__(kThr, 1)
     run_ds<kTma, kBoundedWait>(x);
   } else {
     wg::setmaxnreg_inc<kRegsDqk>();
-    if (role == kRoleDq) run_dqk<kTma, kRoleDq, kFold>(x);
-    else run_dqk<kTma, kRoleDk, kFold == kFoldPair ? kFoldPair : kFoldNone>(x);
+    if (role == kRoleDq) run_dqk<kTma, kRoleDq, kFoldDq>(x);
+    else run_dqk<kTma, kRoleDk, false>(x);
   }
 #endif
 }
@@ -813,41 +709,25 @@ struct KernelForm {
   KernelFn fn;
   int (*regs)();
 };
-template <bool kTma, bool kBoundedWait, int kFold>
+template <bool kTma, bool kBoundedWait, bool kFoldDq>
 KernelForm kernel_form_of() {
-  return {dqkwg_wgmma_kernel<kTma, kBoundedWait, kFold>, [] {
+  return {dqkwg_wgmma_kernel<kTma, kBoundedWait, kFoldDq>, [] {
             static const int regs = [] {
               cudaFuncAttributes fa{};
-              return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kBoundedWait, kFold>) == cudaSuccess
+              return cudaFuncGetAttributes(&fa, dqkwg_wgmma_kernel<kTma, kBoundedWait, kFoldDq>) == cudaSuccess
                          ? fa.numRegs
                          : 0;
             }();
             return regs;
           }};
 }
-// The folded dq's form where mma_variant does not force one (kDqkwgWgmmaDqStaged, kDqkwgWgmmaDqPair): the session-16
-// staged form (GPU run s17run2, H200, bf16 B=4 T=8192 H=16 HV=32 K=V=128: 1.305 ms against 1.213 unfolded); the pair
-// form (the same bits) and the register form (another order of q · dq) are forced-only until a GPU run times them.
-constexpr int kFoldAuto = kFoldStaged;
-int fold_form(int variant) {
-  return variant == kDqkwgWgmmaDqPair     ? kFoldPair
-         : variant == kDqkwgWgmmaDqRegs   ? kFoldRegs
-         : variant == kDqkwgWgmmaDqStaged ? kFoldStaged
-                                          : kFoldAuto;
-}
 // The one map from (form, mma_variant, folded dq) to the instantiation: the cp.async form (bounded waits); the
 // copy-engine form with the ds group's waits unbounded (the automatic choice since session 14), bounded where
-// kDqkwgWgmmaBoundedWait forces them, or with dq's l2norm backward folded (fold_dq: unbounded waits, fold_form).
+// kDqkwgWgmmaBoundedWait forces them, or with dq's l2norm backward folded (kFoldDq: unbounded waits).
 KernelForm kernel_form(bool tma, int variant, bool fold_dq) {
-  if (!tma) return kernel_form_of<false, true, kFoldNone>();
-  if (fold_dq) {
-    const int f = fold_form(variant);
-    return f == kFoldPair   ? kernel_form_of<true, false, kFoldPair>()
-           : f == kFoldRegs ? kernel_form_of<true, false, kFoldRegs>()
-                            : kernel_form_of<true, false, kFoldStaged>();
-  }
-  return variant == kDqkwgWgmmaBoundedWait ? kernel_form_of<true, true, kFoldNone>()
-                                           : kernel_form_of<true, false, kFoldNone>();
+  if (!tma) return kernel_form_of<false, true, false>();
+  if (fold_dq) return kernel_form_of<true, false, true>();
+  return variant == kDqkwgWgmmaBoundedWait ? kernel_form_of<true, true, false>() : kernel_form_of<true, false, false>();
 }
 
 // Column pairs stored by one 4-byte (16-bit) or 8-byte (f32) access: even row strides, pointer aligned to a pair.
@@ -865,7 +745,7 @@ bool views_aligned(const DqkwgParams& p) {
 
 // The copy-engine form runs for p (its maps filled): the automatic choice (session 12: 1.36 against 1.75 ms at
 // the bench shape, the same bits) unless mma_variant forces the cp.async form; compiled to kRegsLaunch, maps made.
-// fold_dq: the fold instantiation's register count is the one checked.
+// fold_dq: the kFoldDq instantiation's register count is the one checked.
 bool copy_engine_form(const DqkwgParams& p, bool fold_dq, DqkwgMaps* maps) {
   return p.mma_variant != kDqkwgWgmmaCpAsync && kernel_form(true, p.mma_variant, fold_dq).regs() == kRegsLaunch &&
          make_maps(p, p.dw.present() && p.dv.present(), maps);
@@ -942,8 +822,7 @@ std::string chunk_bwd_dqkwg_cuda_wgmma_dq_norm_reject(const DqkwgParams& p, cons
   if (!dq_rstd.present() || dq_rstd.dtype != STRATA_DTYPE_F32) return "dq_rstd: f32 [B, T, H] required";
   if (p.dq.dtype != STRATA_DTYPE_BF16) return "the folded dq is written in bf16 only";
   if (p.mma_variant != kDqkwgAuto && p.mma_variant != kDqkwgWgmma && p.mma_variant != kDqkwgWgmmaTma &&
-      p.mma_variant != kDqkwgWgmmaUnboundedWait && p.mma_variant != kDqkwgWgmmaDqStaged &&
-      p.mma_variant != kDqkwgWgmmaDqPair && p.mma_variant != kDqkwgWgmmaDqRegs)
+      p.mma_variant != kDqkwgWgmmaUnboundedWait)
     return fmt::format("the folded dq runs the copy-engine form with unbounded waits only, not variant {}",
                        p.mma_variant);
   // The staged rows go out as 8-byte pieces of 4 columns.

@@ -141,25 +141,6 @@ const ImplList<GdnProblem>& impls() {
                    p.bwd_dq = GdnBwdDq::kPlain;
                    return gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream, nullptr, 0, kWyTrimmed);
                  }});
-    // Forced only (session 18, until a GPU run decides): dq's l2norm backward folded in chunk_bwd_dqkwg's pair form
-    // (GdnBwdDq::kStagedPair: the staged dq rows finished by its dq and dk groups; the same bits as the staged fold)
-    // or its register form (GdnBwdDq::kRegs: each row finished where the accumulators hold it; another order).
-    const std::pair<const char*, GdnBwdDq> dq_folds[] = {{"cuda.sm90.chunked_dq_pair", GdnBwdDq::kStagedPair},
-                                                         {"cuda.sm90.chunked_dq_regs", GdnBwdDq::kRegs}};
-    for (const auto& [name, form] : dq_folds)
-      l.push_back({name,
-                   [](const GdnProblem& p) {
-                     std::string r = reject_unless_cuda(p.device, 90);
-                     if (r.empty() && !p.bwd) r = "backward only";
-                     if (r.empty()) r = gdn_cuda_bwd_dq_fold_reject(p.params);
-                     return r;
-                   },
-                   [](const GdnProblem& p) { return gdn_cuda_bwd_workspace(p.params); },
-                   [form](const GdnProblem& pr, const Launch& launch) {
-                     GdnParams p = bind(pr, launch);
-                     p.bwd_dq = form;
-                     return gdn_cuda_bwd(p, launch.workspace, launch.cuda_stream);
-                   }});
 #endif
     for (const tile::CpuIsa& isa : tile::cpu_isas()) {
       if (!gdn_cpu_chunked_available(isa.hwy_target)) continue;  // GEMM not compiled for this target

@@ -40,10 +40,8 @@ struct GdnTensor {
 // How the backward forms dq with l2norm (session 16): kPlain, chunk_bwd_dqkwg's f32 head sums and then row_norm_bwd
 // in the tail; kStaged, chunk_bwd_dqkwg writing the final dq through its l2norm backward (rows staged in shared
 // memory; where chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs, else kPlain); kAuto: kGdnBwdDqAuto (cuda_sm90.cu: kStaged
-// since session 17; the forced implementation "cuda.sm90.chunked_unfolded" runs kPlain). kStaged, kStagedPair and
-// kRegs (session 18) force chunk_bwd_dqkwg's fold forms (kDqkwgWgmmaDqStaged, kDqkwgWgmmaDqPair: the same bits;
-// kDqkwgWgmmaDqRegs: another order); kAuto folds with its automatic one.
-enum class GdnBwdDq : int { kAuto = 0, kPlain, kStaged, kStagedPair, kRegs };
+// since session 17; the forced implementation "cuda.sm90.chunked_unfolded" runs kPlain).
+enum class GdnBwdDq : int { kAuto = 0, kPlain, kStaged };
 struct GdnParams {
   // forward inputs
   GdnTensor q, k, v, g, beta, h0;

@@ -642,9 +642,6 @@ bool dqkwg_mma(const Calls& c) { return chunk_bwd_dqkwg_cuda_mma_reject(c.qp).em
 DqkwgParams dq_fold_call(const GdnParams& p, const Calls& c) {
   DqkwgParams qp = c.qp;
   qp.dq = bwd_view(p.dq);
-  if (p.bwd_dq == GdnBwdDq::kStaged) qp.mma_variant = kDqkwgWgmmaDqStaged;  // (kAuto: chunk_bwd_dqkwg's own choice)
-  else if (p.bwd_dq == GdnBwdDq::kStagedPair) qp.mma_variant = kDqkwgWgmmaDqPair;
-  else if (p.bwd_dq == GdnBwdDq::kRegs) qp.mma_variant = kDqkwgWgmmaDqRegs;
   return qp;
 }
 gdn_bwd::View dq_fold_rstd(const GdnParams& p, const Bufs& b) { return bwd_tok(b.rq, STRATA_DTYPE_F32, p.T, p.H, 0); }
@@ -986,7 +983,7 @@ strata_status gdn_cuda_bwd(const GdnParams& p, void* workspace, void* stream_ptr
   // dq final here (through its l2norm backward: dq_fold_call) where the form asks for it and it runs for these
   // tensors; else the f32 head sums into b.dq and row_norm_bwd in the tail.
   const GdnBwdDq dq_form = p.bwd_dq == GdnBwdDq::kAuto ? kGdnBwdDqAuto : p.bwd_dq;
-  const bool dq_final = p.l2norm && dq_form != GdnBwdDq::kPlain &&
+  const bool dq_final = p.l2norm && dq_form == GdnBwdDq::kStaged &&
                         chunk_bwd_dqkwg_cuda_wgmma_dq_norm_runs(dq_fold_call(p, c), dq_fold_rstd(p, b));
   if (dq_final) {
     STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
