@@ -148,17 +148,45 @@ TEST(GdnFwdAutoForm, SavedForwardPairRule) {
   EXPECT_EQ(gdn_cuda_fwd_pass_cluster(g1, 528), 2);  // 32 columns: 4 CTAs a q/k head
 }
 
+// The benchmark problem's tensors on the device (T = 32768 / B; inputs by cudaMemset: q, k, v, β ≈ 0.0115 bf16,
+// g ≈ −0.0115 bf16) and bench_params on them.
+struct BenchTensors {
+  static constexpr int64_t H = 16, HV = 32, K = 128, V = 128;
+  int64_t rows;
+  Dev q, k, v, g, beta, o, ht;
+  GdnParams p;
+  explicit BenchTensors(int64_t B)
+      : rows(32768), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2),
+        beta(rows * HV * 2), o(rows * HV * V * 2), ht(B * HV * K * V * 4) {
+    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
+    p = bench_params(B, 32768 / B, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
+  }
+};
+
+// "<what>, fastest of 5 per step: <step> <ms> ms, ... sum <ms> ms" (time_steps' result; 5 calls).
+void print_steps(const std::string& what, const StepTimes& st) {
+  std::string line = what + ", fastest of 5 per step:";
+  double sum = 0;
+  for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s %.3f ms,", st.names[i].c_str(), st.ms[i]);
+    line += buf;
+    sum += st.ms[i];
+  }
+  std::printf("%s sum %.3f ms\n", line.c_str(), sum);
+  EXPECT_GT(sum, 0.0);
+}
+
 // bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
 // final state out (gdn_peers' forward); inputs by cudaMemset (q, k, v, β ≈ 0.0115 bf16, g ≈ −0.0115 bf16).
 TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{2}, int64_t{1}}) {  // the pass at 128 / 64 / 32 columns on 132 SMs
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
-        o(rows * HV * V * 2), ht(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
+    const int64_t T = 32768 / B;
+    BenchTensors in(B);
+    Dev &o = in.o, &ht = in.ht;
+    const GdnParams& p = in.p;
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm), "");
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormR), "");
     Dev ws(gdn_cuda_fused_fwd_workspace(p));
@@ -202,18 +230,7 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
-      std::string line = "[gdn_fwd s15] " + std::string(f.name) + " B=" + std::to_string(B) + ", fastest of 5 per step:";
-      double sum = 0;
-      for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " %s %.3f ms,", st.names[i].c_str(), st.ms[i]);
-        line += buf;
-        sum += st.ms[i];
-      }
-      char buf[48];
-      std::snprintf(buf, sizeof buf, " sum %.3f ms", sum);
-      std::printf("%s%s\n", line.c_str(), buf);
-      EXPECT_GT(sum, 0.0);
+      print_steps("[gdn_fwd s15] " + std::string(f.name) + " B=" + std::to_string(B), st);
     }
     // Host time to queue one call (mean over 50 calls, the queue drained before and after; the launches' own host
     // cost included): kAuto resolved on every call (what the plan ran before session 15) against the form passed in
@@ -273,12 +290,10 @@ TEST(GdnFwdSteps, SavedForwardPairTiming) {
   EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
   EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
   for (const int64_t B : {int64_t{4}, int64_t{1}}) {  // the pass at 128 / 32 columns on 132 SMs
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
-        o(rows * HV * V * 2), ht(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
+    const int64_t T = 32768 / B;
+    BenchTensors in(B);
+    Dev &o = in.o, &ht = in.ht;
+    const GdnParams& p = in.p;
     Dev saved(gdn_cuda_saved_bytes(p));
     GdnParams ps = p;
     ps.saved.data = saved.p, ps.saved.dtype = STRATA_DTYPE_U8;
@@ -296,18 +311,9 @@ TEST(GdnFwdSteps, SavedForwardPairTiming) {
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fwd(ps, ws_s.p, nullptr, form, probe), STRATA_SUCCESS); },
           5);
-      std::string line = std::string("[gdn_fwdh s18] saved forward ") +
-                         (form == GdnSavedForward::kFusedPass ? "unpaired" : "paired") + " B=" + std::to_string(B) +
-                         ", fastest of 5 per step:";
-      double sum = 0;
-      for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " %s %.3f ms,", st.names[i].c_str(), st.ms[i]);
-        line += buf;
-        sum += st.ms[i];
-      }
-      std::printf("%s sum %.3f ms\n", line.c_str(), sum);
-      EXPECT_GT(sum, 0.0);
+      print_steps(std::string("[gdn_fwdh s18] saved forward ") +
+                      (form == GdnSavedForward::kFusedPass ? "unpaired" : "paired") + " B=" + std::to_string(B),
+                  st);
     }
     // The paired form's saved buffer, o and final state against the unpaired form's (saved, o poisoned before each).
     std::vector<std::vector<uint8_t>> bits(2);
