@@ -883,9 +883,10 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
     STRATA_RETURN_IF_ERROR(zero_saved_gaps(p, b, stream));
     mark(probe, "gaps");
     gdn::GdnFwdParams f = c.fwdo;
-    const int width = gdn::fwd_cuda_state_o_wgmma_width(f, ::strata::cuda::current_sm_count());
-    if (form == GdnSavedForward::kFusedPassPair) f.pass_cluster = gdn::fwd_cuda_state_o_wgmma_cluster(f, width);
-    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(f, width, gdn::WgmmaPass::kAuto, stream)));
+    const int sms = ::strata::cuda::current_sm_count();
+    if (form == GdnSavedForward::kFusedPassPair) f.pass_cluster = saved_pass_cluster(c, sms);
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
+        gdn::fwd_cuda_state_o_wgmma(f, gdn::fwd_cuda_state_o_wgmma_width(f, sms), gdn::WgmmaPass::kAuto, stream)));
     mark(probe, "pass");
     return STRATA_SUCCESS;
   }
