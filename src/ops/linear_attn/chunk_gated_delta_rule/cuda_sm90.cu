@@ -848,8 +848,11 @@ std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
 // The saved forward's automatic form (GdnSavedForward::kAuto): the fused pass writing h where it applies. GPU run
 // s12run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, median of 7): B = 4 T = 8192 1.508 ms against 2.243 ms
 // composed (1.174 ms for the forward saving nothing), B = 1 T = 32768 2.493 against 2.860 (2.058); the same saved
-// bits (GdnSave.CudaFusedPassFillsTheSameSaved passed there).
-constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kFusedPass;
+// bits (GdnSave.CudaFusedPassFillsTheSameSaved passed there). Since session 18 that pass's CTAs in pairs
+// (kFusedPassPair, where a pair applies; the same bits): GPU run s18run1 (H200, 2026-12-02, same shapes, median of 9
+// interleaved) B = 4 T = 8192 1.491 ms paired and unpaired (pass 0.867 / 0.878 ms), B = 1 T = 32768 2.410 against
+// 2.465 ms (pass 1.786 / 1.851 ms).
+constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kFusedPassPair;
 
 namespace {
 // (Session 18) The pair size of the saved forward's pass (kFusedPassPair) at the width the pass runs on a device of
