@@ -116,8 +116,66 @@ TEST(GdnFwdAutoForm, ClusterSizeRule) {
   q.shape.HV = 16, q.shape.G = 1, q.shape.V = 32;  // one CTA a q/k head
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
   q = p;
-  q.h.data = x, q.h.dtype = STRATA_DTYPE_BF16;  // the pass writing h has no clustered form
+  q.h.data = x, q.h.dtype = STRATA_DTYPE_BF16;  // h with the folded l2norm: no such pass (reject), no cluster
   EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 0);
+  q.qk_norm = false, q.rq = gdn::GdnTensor{};  // (session 18) the pass writing h: pairs at 32 and 128 columns
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 2);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 64), 0);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 128), 2);
+  q.shape.HV = 16, q.shape.G = 1;  // 128 columns: one CTA a q/k head
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 128), 0);
+  EXPECT_EQ(gdn::fwd_cuda_state_o_wgmma_cluster(q, 32), 2);
+}
+
+// (Session 18, host) The saved forward's pair rule (gdn_cuda_fwd_pass_cluster: GdnSavedForward::kFusedPassPair's
+// cluster size) at the bench shapes: pairs at B = 4 T = 8192 (128 columns on 132 SMs) and B = 1 T = 32768 (32
+// columns); none where the pass runs 64 columns (B = 4 on 264 SMs: 256 blocks) or a q/k head has one CTA (G = 1 at 128
+// columns: B = 8 T = 4096 HV = 16 on 132 SMs).
+TEST(GdnFwdAutoForm, SavedForwardPairRule) {
+  char buf[64];
+  void* const x = buf;  // stand-in address: the rule never reads memory
+  auto saving = [&](int64_t B, int64_t T) {
+    GdnParams p = bench_params(B, T, x, x, x, x, x, x, x);
+    p.saved.data = x, p.saved.dtype = STRATA_DTYPE_U8;
+    return p;
+  };
+  EXPECT_EQ(gdn_cuda_fwd_pass_cluster(saving(4, 8192), 132), 2);
+  EXPECT_EQ(gdn_cuda_fwd_pass_cluster(saving(1, 32768), 132), 2);
+  EXPECT_EQ(gdn_cuda_fwd_pass_cluster(saving(4, 8192), 264), 0);
+  GdnParams g1 = saving(8, 4096);
+  g1.HV = 16;  // G = 1
+  EXPECT_EQ(gdn_cuda_fwd_pass_cluster(g1, 132), 0);
+  EXPECT_EQ(gdn_cuda_fwd_pass_cluster(g1, 528), 2);  // 32 columns: 4 CTAs a q/k head
+}
+
+// The benchmark problem's tensors on the device (T = 32768 / B; inputs by cudaMemset: q, k, v, β ≈ 0.0115 bf16,
+// g ≈ −0.0115 bf16) and bench_params on them.
+struct BenchTensors {
+  static constexpr int64_t H = 16, HV = 32, K = 128, V = 128;
+  int64_t rows;
+  Dev q, k, v, g, beta, o, ht;
+  GdnParams p;
+  explicit BenchTensors(int64_t B)
+      : rows(32768), q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2),
+        beta(rows * HV * 2), o(rows * HV * V * 2), ht(B * HV * K * V * 4) {
+    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
+    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
+    p = bench_params(B, 32768 / B, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
+  }
+};
+
+// "<what>, fastest of 5 per step: <step> <ms> ms, ... sum <ms> ms" (time_steps' result; 5 calls).
+void print_steps(const std::string& what, const StepTimes& st) {
+  std::string line = what + ", fastest of 5 per step:";
+  double sum = 0;
+  for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %s %.3f ms,", st.names[i].c_str(), st.ms[i]);
+    line += buf;
+    sum += st.ms[i];
+  }
+  std::printf("%s sum %.3f ms\n", line.c_str(), sum);
+  EXPECT_GT(sum, 0.0);
 }
 
 // bf16 B = 4 T = 8192, B = 2 T = 16384 and B = 1 T = 32768, H = 16, HV = 32, K = V = 128, l2norm in the kernel,
@@ -125,12 +183,10 @@ TEST(GdnFwdAutoForm, ClusterSizeRule) {
 TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const int64_t B : {int64_t{4}, int64_t{2}, int64_t{1}}) {  // the pass at 128 / 64 / 32 columns on 132 SMs
-    const int64_t T = 32768 / B, H = 16, HV = 32, K = 128, V = 128, rows = B * T;
-    Dev q(rows * H * K * 2), k(rows * H * K * 2), v(rows * HV * V * 2), g(rows * HV * 2), beta(rows * HV * 2),
-        o(rows * HV * V * 2), ht(B * HV * K * V * 4);
-    for (Dev* x : {&q, &k, &v, &beta}) EXPECT_EQ(cudaMemset(x->p, 0x3c, x->bytes), cudaSuccess);
-    EXPECT_EQ(cudaMemset(g.p, 0xbc, g.bytes), cudaSuccess);
-    const GdnParams p = bench_params(B, T, q.p, k.p, v.p, g.p, beta.p, o.p, ht.p);
+    const int64_t T = 32768 / B;
+    BenchTensors in(B);
+    Dev &o = in.o, &ht = in.ht;
+    const GdnParams& p = in.p;
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNorm), "");
     ASSERT_EQ(gdn_cuda_fused_fwd_reject(p, GdnFusedForm::kNormR), "");
     Dev ws(gdn_cuda_fused_fwd_workspace(p));
@@ -174,18 +230,7 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
       const StepTimes st = time_steps(
           [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fused_fwd(p, form, ws.p, nullptr, probe), STRATA_SUCCESS); },
           5);
-      std::string line = "[gdn_fwd s15] " + std::string(f.name) + " B=" + std::to_string(B) + ", fastest of 5 per step:";
-      double sum = 0;
-      for (size_t i = 0; i < st.ms.size() && i < st.names.size(); ++i) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " %s %.3f ms,", st.names[i].c_str(), st.ms[i]);
-        line += buf;
-        sum += st.ms[i];
-      }
-      char buf[48];
-      std::snprintf(buf, sizeof buf, " sum %.3f ms", sum);
-      std::printf("%s%s\n", line.c_str(), buf);
-      EXPECT_GT(sum, 0.0);
+      print_steps("[gdn_fwd s15] " + std::string(f.name) + " B=" + std::to_string(B), st);
     }
     // Host time to queue one call (mean over 50 calls, the queue drained before and after; the launches' own host
     // cost included): kAuto resolved on every call (what the plan ran before session 15) against the form passed in
@@ -229,6 +274,62 @@ TEST(GdnFwdSteps, FusedForwardTimingAtBenchShapes) {
                   static_cast<long long>(B), B == 1 ? "kNormR" : "kNorm",
                   bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
     }
+    std::fflush(stdout);
+  }
+}
+
+// (Session 18) The training forward (gdn_cuda_fwd filling the saved residuals, with the fused pass writing h) at the
+// bench shapes: the pass's CTAs in pairs (GdnSavedForward::kFusedPassPair) against unpaired (kFusedPass), beside the
+// forward without grad (kAuto: nothing saved), median of 9 interleaved; per step (fastest of 5: l2norm launches,
+// cumsum, prep = prepare_wy_repr_fwd writing w, u, A, the saved buffer's gaps, the pass); and the paired form's saved
+// buffer, o and final state against the unpaired form's bits. Prints "[gdn_fwdh s18] ..."; fails only if a call fails
+// or the bits differ.
+TEST(GdnFwdSteps, SavedForwardPairTiming) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  int dev = 0, sms = 0;
+  EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  for (const int64_t B : {int64_t{4}, int64_t{1}}) {  // the pass at 128 / 32 columns on 132 SMs
+    const int64_t T = 32768 / B;
+    BenchTensors in(B);
+    Dev &o = in.o, &ht = in.ht;
+    const GdnParams& p = in.p;
+    Dev saved(gdn_cuda_saved_bytes(p));
+    GdnParams ps = p;
+    ps.saved.data = saved.p, ps.saved.dtype = STRATA_DTYPE_U8;
+    Dev ws(gdn_cuda_fused_fwd_workspace(p)), ws_s(gdn_cuda_fwd_workspace(ps));
+    const int cluster = gdn_cuda_fwd_pass_cluster(ps, sms);
+    const std::vector<std::function<void()>> calls = {
+        [&] { EXPECT_EQ(gdn_cuda_fused_fwd(p, GdnFusedForm::kAuto, ws.p, nullptr), STRATA_SUCCESS); },
+        [&] { EXPECT_EQ(gdn_cuda_fwd(ps, ws_s.p, nullptr, GdnSavedForward::kFusedPass), STRATA_SUCCESS); },
+        [&] { EXPECT_EQ(gdn_cuda_fwd(ps, ws_s.p, nullptr, GdnSavedForward::kFusedPassPair), STRATA_SUCCESS); }};
+    const std::vector<double> ms = time_median_ms(calls, 9);
+    std::printf("[gdn_fwdh s18] saved forward bf16 B=%lld T=%lld H=16 HV=32 K=V=128 l2norm, median of 9 interleaved: "
+                "unpaired pass %.3f ms, paired pass (cluster %d) %.3f ms; forward without grad %.3f ms\n",
+                static_cast<long long>(B), static_cast<long long>(T), ms[1], cluster, ms[2], ms[0]);
+    for (const GdnSavedForward form : {GdnSavedForward::kFusedPass, GdnSavedForward::kFusedPassPair}) {
+      const StepTimes st = time_steps(
+          [&](const GdnStepProbe* probe) { EXPECT_EQ(gdn_cuda_fwd(ps, ws_s.p, nullptr, form, probe), STRATA_SUCCESS); },
+          5);
+      print_steps(std::string("[gdn_fwdh s18] saved forward ") +
+                      (form == GdnSavedForward::kFusedPass ? "unpaired" : "paired") + " B=" + std::to_string(B),
+                  st);
+    }
+    // The paired form's saved buffer, o and final state against the unpaired form's (saved, o poisoned before each).
+    std::vector<std::vector<uint8_t>> bits(2);
+    for (int which = 0; which < 2; ++which) {
+      saved.poison(), o.poison();
+      EXPECT_EQ(gdn_cuda_fwd(ps, ws_s.p, nullptr, which ? GdnSavedForward::kFusedPassPair : GdnSavedForward::kFusedPass),
+                STRATA_SUCCESS);
+      bits[which] = saved.bits();
+      for (const Dev* x : {&o, &ht}) {
+        const std::vector<uint8_t> b = x->bits();
+        bits[which].insert(bits[which].end(), b.begin(), b.end());
+      }
+    }
+    EXPECT_TRUE(bits[0] == bits[1]) << "B=" << B;
+    std::printf("[gdn_fwdh s18] B=%lld: saved buffer (%.1f MiB), o, final state of the paired form against the unpaired: "
+                "%s\n", static_cast<long long>(B), saved.bytes / 1048576.0, bits[0] == bits[1] ? "same bits" : "DIFFERENT BITS");
     std::fflush(stdout);
   }
 }

@@ -427,6 +427,61 @@ TEST(GdnSave, CudaFusedPassFillsTheSameSaved) {
   }
 }
 
+// (Session 18) kFusedPassPair (the fused pass writing h with its CTAs of a q/k head in pairs sharing K, Q and, where a
+// pair is one value head's column blocks, W by multicast) fills the saved buffer and writes o and the final state with
+// kFusedPass's bits: at 32 columns (G = 1, 2, 4; W shared, and V = 96: pairs across two value heads, W not shared),
+// 128 columns (G = 2, 4; partial last chunks; varlen with empty, one-token and chunk-boundary documents) and where no
+// pair applies (64 columns: the unpaired pass, gdn_cuda_fwd_pass_cluster = 0). Widths by the H200's 132 SMs.
+TEST(GdnSave, CudaFusedPassPairSameSavedBits) {
+  if (!gpu()) GTEST_SKIP() << "no CUDA device";
+  const int32_t bf = STRATA_DTYPE_BF16;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  std::vector<Prob> probs;
+  probs.emplace_back(bf, 2, 130, 2, 4, 128, 128);                                           // 32 columns, G = 2
+  probs.emplace_back(bf, 1, 200, 1, 4, 128, 64, std::vector<int64_t>{0, 0, 1, 64, 129, 200}, true, false, true);
+  probs.emplace_back(bf, 1, 300, 1, 1, 128, 128, std::vector<int64_t>{}, false, false, true);  // G = 1
+  probs.emplace_back(bf, 1, 150, 2, 4, 128, 96);                                            // pairs across heads
+  probs.emplace_back(bf, 10, 100, 2, 4, 128, 128, std::vector<int64_t>{}, false, true, true);  // 64: no pair
+  probs.emplace_back(bf, 18, 70, 1, 4, 128, 128, std::vector<int64_t>{}, true, true, true);    // 128, G = 4
+  probs.emplace_back(bf, 17, 150, 2, 4, 128, 128, std::vector<int64_t>{}, true, false, true);  // 128, G = 2
+  probs.emplace_back(bf, 1, 600, 4, 8, 128, 128,
+                     std::vector<int64_t>{0, 0, 1, 63, 64, 128, 129, 200, 260, 333, 600});  // 128, varlen
+  const int want[] = {2, 2, 2, 2, 0, 2, 2, 2};  // the pair sizes on 132 SMs (the widths 32, 32, 32, 32, 64, 128 ...)
+  int paired = 0, idx = 0;
+  for (Prob& pb : probs) {
+    SCOPED_TRACE(::testing::Message() << "B=" << pb.B << " T=" << pb.T << " H=" << pb.H << " HV=" << pb.HV
+                                      << " V=" << pb.V << " N=" << pb.N);
+    OpRun a(pb, kGpu), f(pb, kGpu);
+    const uint64_t n = a.saved_bytes();
+    Buf sa(n), sf(n, 0xff);  // the paired form into a buffer of other contents: every byte written or zeroed
+    int cluster = -1;
+    for (auto [r, buf, form] : {std::tuple{&a, &sa, linear_attn::GdnSavedForward::kFusedPass},
+                                std::tuple{&f, &sf, linear_attn::GdnSavedForward::kFusedPassPair}}) {
+      GdnParams p = fwd_params_of(*r);
+      p.saved.data = buf->p(), p.saved.dtype = STRATA_DTYPE_U8;
+      if (cluster < 0) cluster = linear_attn::gdn_cuda_fwd_pass_cluster(p, sms);
+      test::Dev ws(linear_attn::gdn_cuda_fwd_workspace(p));
+      for (int run = 0; run < 2; ++run) {  // twice: the second run over the first's bits (deterministic)
+        ASSERT_EQ(linear_attn::gdn_cuda_fwd(p, ws.p, nullptr, form), STRATA_SUCCESS) << strata_get_last_error_message();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      }
+      r->download();
+    }
+    if (sms == 132) EXPECT_EQ(cluster, want[idx]);
+    EXPECT_TRUE(cluster == 0 || cluster == 2) << cluster;
+    ++idx;
+    paired += cluster == 2;
+    EXPECT_EQ(sf.bytes(), sa.bytes()) << "saved buffers differ (pair " << cluster << ")";
+    EXPECT_EQ(f.o.storage, a.o.storage) << "o differs (pair " << cluster << ")";
+    EXPECT_EQ(f.ht.storage, a.ht.storage) << "final state differs (pair " << cluster << ")";
+    EXPECT_FALSE(all_poison(f.o));
+  }
+  std::printf("[gdn_fwdh s18] saved forward, paired pass against unpaired: %d of %zu problems ran in pairs\n", paired,
+              probs.size());
+  if (sms == 132) EXPECT_EQ(paired, 7);
+}
+
 TEST(GdnSave, CudaBackwardWithSavedSameBits) {
   if (!gpu()) GTEST_SKIP() << "no CUDA device";
   const int32_t bf = STRATA_DTYPE_BF16, f16 = STRATA_DTYPE_F16, f32 = STRATA_DTYPE_F32;

@@ -135,17 +135,28 @@ inline size_t gdn_cuda_saved_bytes(const GdnParams& p) { return gdn_cuda_saved_l
 // chunk_gated_delta_rule_fwd_h (h, v_new, final state), chunk_fwd_o (o); kFusedPass: the same head, then the fused
 // state + output pass (gdn::fwd_cuda_state_o_wgmma, kShort form) writing o, h, v_new and the final state in one pass
 // (bf16, K = 128, V a multiple of 32, lean tensors; else kComposed). The same bits in saved (h is S rounded once in
-// both; v_new from the same products), o from the fused pass's order. kAuto: kFusedPass where it applies (s12run1:
+// both; v_new from the same products), o from the fused pass's order. kAuto: the fused pass where it applies (s12run1:
 // 1.508 against 2.243 ms at B = 4 T = 8192, 2.493 against 2.860 ms at B = 1 T = 32768; H200, bf16, HV = 32, K = V = 128).
 // Without p.saved the form is ignored (the composed forward).
-enum class GdnSavedForward : int { kAuto = 0, kComposed, kFusedPass };
+// kFusedPassPair (session 18): kFusedPass with the pass's CTAs of a q/k head in pairs (thread-block clusters of 2)
+// sharing each chunk's K and Q tiles (and W's where a pair is one value head's column blocks) by copy-engine multicast,
+// where a pair applies at the pass's width (gdn_cuda_fwd_pass_cluster > 0: 32 or 128 columns, G x column blocks even),
+// else kFusedPass. The same saved, o and final-state bits as kFusedPass. kAuto runs it since session 18 (s18run1, H200,
+// median of 9 interleaved: B = 4 T = 8192 1.491 ms either way, B = 1 T = 32768 2.410 against 2.465 ms).
+enum class GdnSavedForward : int { kAuto = 0, kComposed, kFusedPass, kFusedPassPair };
+// (Session 18) The cluster size kFusedPassPair's pass runs with on a device of `sms` SMs (2, or 0 where no pair
+// applies: then it runs kFusedPass's pass). Host only; reads dtypes, presence and shapes.
+int gdn_cuda_fwd_pass_cluster(const GdnParams& p, int sms);
 // "" when the backward can fold dq's l2norm backward into chunk_bwd_dqkwg (GdnBwdDq::kStaged; dtypes and shapes:
 // the run-time conditions are checked at the call), else why not.
 std::string gdn_cuda_bwd_dq_fold_reject(const GdnParams& p);
 size_t gdn_cuda_fwd_workspace(const GdnParams& p);
 size_t gdn_cuda_bwd_workspace(const GdnParams& p);
+struct GdnStepProbe;
+// probe (timing tests only, session 18; GdnStepProbe below): with p.saved and the fused pass, marks "l2norm",
+// "cumsum", "prep" (prepare_wy_repr_fwd: w, u, A), "gaps" (the saved buffer's padding zeroed), "pass".
 strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream,
-                           GdnSavedForward form = GdnSavedForward::kAuto);
+                           GdnSavedForward form = GdnSavedForward::kAuto, const GdnStepProbe* probe = nullptr);
 // probe (timing tests only; nullptr in the library): called on the host after each step's launches are queued on
 // the stream, with the step's name ("forward WY", "forward states", "bwd_dhu", "dqkwg", "wy_bwd", "tail"), so that
 // a test can record an event per step. dhu_variant (timing tests only): DhuParams::mma_variant of the bwd_dhu call

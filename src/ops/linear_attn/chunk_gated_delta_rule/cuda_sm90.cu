@@ -848,10 +848,27 @@ std::string gdn_cuda_tensor_core_report(const GdnParams& p, bool bwd) {
 // The saved forward's automatic form (GdnSavedForward::kAuto): the fused pass writing h where it applies. GPU run
 // s12run1 (H200, bf16 H = 16 HV = 32 K = V = 128, l2norm, median of 7): B = 4 T = 8192 1.508 ms against 2.243 ms
 // composed (1.174 ms for the forward saving nothing), B = 1 T = 32768 2.493 against 2.860 (2.058); the same saved
-// bits (GdnSave.CudaFusedPassFillsTheSameSaved passed there).
-constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kFusedPass;
+// bits (GdnSave.CudaFusedPassFillsTheSameSaved passed there). Since session 18 that pass's CTAs in pairs
+// (kFusedPassPair, where a pair applies; the same bits): GPU run s18run1 (H200, 2026-12-02, same shapes, median of 9
+// interleaved) B = 4 T = 8192 1.491 ms paired and unpaired (pass 0.867 / 0.878 ms), B = 1 T = 32768 2.410 against
+// 2.465 ms (pass 1.786 / 1.851 ms).
+constexpr GdnSavedForward kSavedForwardAuto = GdnSavedForward::kFusedPassPair;
 
-strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr, GdnSavedForward form) {
+namespace {
+// (Session 18) The pair size of the saved forward's pass (kFusedPassPair) at the width the pass runs on a device of
+// `sms` SMs: gdn::fwd_cuda_state_o_wgmma_cluster of c.fwdo (h present), 0 where no pair applies.
+int saved_pass_cluster(const Calls& c, int sms) {
+  return gdn::fwd_cuda_state_o_wgmma_cluster(c.fwdo, gdn::fwd_cuda_state_o_wgmma_width(c.fwdo, sms));
+}
+}  // namespace
+
+int gdn_cuda_fwd_pass_cluster(const GdnParams& p, int sms) {
+  const Bufs b = carve(p, false, kAddressesOnly);  // addresses only
+  return saved_pass_cluster(make_calls(p, b, sizes_of(p, false), false), sms);
+}
+
+strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr, GdnSavedForward form,
+                           const GdnStepProbe* probe) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   const Sizes s = sizes_of(p, false);
   const Bufs b = carve(p, false, workspace);
@@ -859,12 +876,22 @@ strata_status gdn_cuda_fwd(const GdnParams& p, void* workspace, void* stream_ptr
   STRATA_RETURN_IF_ERROR(check_saved_alignment("chunk_gated_delta_rule_fwd", p));
   if (form == GdnSavedForward::kAuto) form = kSavedForwardAuto;
   // The fused pass writing o, h, v_new (c.fwdo carries them: h and v_new lie in the saved buffer) after the head's
-  // w, u and A (A: read by the backward), where it applies at run time (lean tensors).
-  if (p.saved.present() && form == GdnSavedForward::kFusedPass &&
-      gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo).empty() && gdn::fwd_cuda_state_o_wgmma_lean(c.fwdo)) {
-    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, kFoldHead));
+  // w, u and A (A: read by the backward), where it applies at run time (lean tensors); kFusedPassPair: its CTAs in
+  // pairs sharing K, Q (and W) where a pair applies (saved_pass_cluster), else unpaired (the same bits either way).
+  const bool fused = form == GdnSavedForward::kFusedPass || form == GdnSavedForward::kFusedPassPair;
+  if (p.saved.present() && fused && gdn::fwd_cuda_state_o_wgmma_reject(c.fwdo).empty() &&
+      gdn::fwd_cuda_state_o_wgmma_lean(c.fwdo)) {
+    STRATA_RETURN_IF_ERROR(forward_wy("chunk_gated_delta_rule_fwd", p, b, s, c, stream, kFoldHead, nullptr, probe));
+    mark(probe, "prep");
     STRATA_RETURN_IF_ERROR(zero_saved_gaps(p, b, stream));
-    return static_cast<strata_status>(gdn::fwd_cuda_state_o_wgmma(c.fwdo, 0, gdn::WgmmaPass::kAuto, stream));
+    mark(probe, "gaps");
+    gdn::GdnFwdParams f = c.fwdo;
+    const int sms = ::strata::cuda::current_sm_count();
+    if (form == GdnSavedForward::kFusedPassPair) f.pass_cluster = saved_pass_cluster(c, sms);
+    STRATA_RETURN_IF_ERROR(static_cast<strata_status>(
+        gdn::fwd_cuda_state_o_wgmma(f, gdn::fwd_cuda_state_o_wgmma_width(f, sms), gdn::WgmmaPass::kAuto, stream)));
+    mark(probe, "pass");
+    return STRATA_SUCCESS;
   }
   STRATA_RETURN_IF_ERROR(forward_states("chunk_gated_delta_rule_fwd", p, b, s, c, stream));
   STRATA_RETURN_IF_ERROR(zero_saved_gaps(p, b, stream));

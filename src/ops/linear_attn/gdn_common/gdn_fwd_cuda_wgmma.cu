@@ -490,7 +490,7 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // of the raw rows from an rstd-only l2norm launch), each output thread its two rows of chunk c + 1 while chunk c runs
 // (registers: no shared memory, nothing on the state warpgroups' chain). r_k as with kNorm. (Session 14 also measured
 // k's fold alone, q normalised by its l2norm launch: B = 1 2.024 ms against 1.988 for this one; removed.)
-// kCS > 1 (session 16, GdnFwdParams::pass_cluster; kOut, kShort, two state warpgroups, no h): the grid runs as clusters
+// kCS > 1 (session 16, GdnFwdParams::pass_cluster; kOut, kShort, two state warpgroups): the grid runs as clusters
 // of kCS CTAs of one q/k head (blocks of the head's G value heads x nvt column blocks are consecutive), and each chunk's
 // K and Q tiles (32 KB, read by every CTA of the cluster) come by copy-engine multicast: CTA r of the cluster fetches
 // 8-column blocks r (32 / kCS).. of K | Q for all (one 5-D box, maps), so the cluster reads them from L2 once instead of
@@ -503,6 +503,9 @@ static_assert(2 * kStateRegs + kOutRegs == 3 * 168, "the block's register budget
 // cluster (its own readers are done: after (S) and (Q)) and waits on its own for all kCS, so no CTA's box overwrites a
 // tile another CTA still reads. Rows past the chunk (varlen: the next sequence's rows) are zeroed after the copy, as
 // cp.async's zero fill did, before (S) / (F) publish the stage.
+// kCS > 1 with kH (session 18, the saved forward's pass writing h): each CTA stores h of its own columns from its S
+// registers (store_state_copy), as unclustered; the cluster changes only how K and Q (and W) reach shared memory, so h,
+// v_new, o and ht are the unclustered kH pass's bits. Shared memory as the plain clustered pass (h adds none).
 template <class T, int kN, int kSW, int kStages, bool kOut, bool kShort, bool kH = false, bool kNorm = false,
           bool kQLoad = false, int kCS = 1>
 __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
@@ -516,8 +519,8 @@ __global__ void __launch_bounds__(sp_threads(kSW, kOut), 1)
   static_assert(!kH || (kOut && kShort), "h from the fused pass in its kShort form only (fwd_h writes its own)");
   static_assert(!kNorm || (kOut && kShort && kSW == 2 && !kH), "qk_norm: the fused kShort pass, two state warpgroups");
   static_assert(kNorm || !kQLoad, "r_q only with the folded l2norm");
-  static_assert(kCS == 1 || (kOut && kShort && kSW == 2 && !kH && (kCS == 2 || kCS == 4 || kCS == 8)),
-                "clusters: the fused kShort pass with two state warpgroups, no h; 2, 4 or 8 CTAs");
+  static_assert(kCS == 1 || (kOut && kShort && kSW == 2 && (kCS == 2 || kCS == 4 || kCS == 8)),
+                "clusters: the fused kShort pass with two state warpgroups; 2, 4 or 8 CTAs");
   constexpr bool kMc = kCS > 1;
   constexpr int kThreads = sp_threads(kSW, kOut);
   constexpr int kST = kSW * 128;              // state threads
@@ -1053,26 +1056,37 @@ int launch_split(const GdnFwdParams& p, cudaStream_t stream, int* occ = nullptr)
 // columns, r_q read: no cluster 1.452, cluster 2 K, Q, W 1.380, K, Q only 1.567, cluster 4 K, Q, W 2.922 ms, cluster 8
 // 4.013 ms (4 and 8: 30 of 32 / 15 of 16 clusters resident, so a second wave; the same for plain). Sizes 4 and 8
 // lost everywhere they ran and were removed.
-constexpr bool mc_instance(int kn, bool norm, bool qload, int cs) {
+// (Session 18) With h (kH: the saved forward's pass) at 32 and 128 columns, the widths fwd_cuda_state_o_wgmma_width
+// picks at the bench shapes (B = 1 T = 32768 / B = 4 T = 8192 on 132 SMs); 64 keeps the unclustered kH pass.
+constexpr bool mc_instance(int kn, bool norm, bool qload, int cs, bool h = false) {
   if (cs != 2) return false;
+  if (h) return !norm && (kn == 16 || kn == 64);
   if (norm) return qload ? kn == 16 : kn == 64;
   return true;
 }
-template <int kN, bool kNorm, bool kQLoad>
+template <int kN, bool kNorm, bool kQLoad, bool kH = false>
 int launch_cluster(const GdnFwdParams& p, cudaStream_t stream, int* occ) {
   switch (p.pass_cluster) {
     case 2:
-      if constexpr (mc_instance(kN, kNorm, kQLoad, 2))
-        return launch_split<kN, 2, true, true, false, kNorm, kQLoad, 2>(p, stream, occ);
+      if constexpr (mc_instance(kN, kNorm, kQLoad, 2, kH))
+        return launch_split<kN, 2, true, true, kH, kNorm, kQLoad, 2>(p, stream, occ);
       break;
     default: break;
   }
   return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: no {}-CTA cluster form at {} columns{}", p.pass_cluster,
-              2 * kN, kNorm ? (kQLoad ? " with r_q read" : " with the folded l2norm") : "");
+              2 * kN, kH ? " writing h" : kNorm ? (kQLoad ? " with r_q read" : " with the folded l2norm") : "");
 }
 // The clustered pass at `width` columns (p.pass_cluster > 1; occ: launch_split's occupancy query instead).
 int launch_cluster_width(const GdnFwdParams& p, int width, cudaStream_t stream, int* occ = nullptr) {
   const bool norm = p.qk_norm, qload = p.rq.present();
+  if (p.h.present()) {  // (session 18) the pass writing h (no folded l2norm: fwd_cuda_state_o_wgmma_reject)
+    switch (width) {
+      case 32: return launch_cluster<16, false, false, true>(p, stream, occ);
+      case 64: return launch_cluster<32, false, false, true>(p, stream, occ);
+      case 128: return launch_cluster<64, false, false, true>(p, stream, occ);
+      default: return fail(STRATA_ERROR_INTERNAL, "state_split_wgmma: no {}-column block", width);
+    }
+  }
   switch (width) {
     case 32:
       return norm ? (qload ? launch_cluster<16, true, true>(p, stream, occ) : launch_cluster<16, true, false>(p, stream, occ))
@@ -1107,9 +1121,9 @@ WgmmaPass auto_form(int width, bool out) {
 template <bool kOut>
 int launch_split_width(const GdnFwdParams& p, int width, WgmmaPass form, cudaStream_t stream) {
   if (form == WgmmaPass::kAuto) form = auto_form(width, kOut);
-  if (kOut && p.pass_cluster > 1) {  // (session 16) K, Q shared by a cluster: kShort, two state warpgroups, no h
-    if (form != WgmmaPass::kShort || p.h.present())
-      return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: clusters in the kShort form without h only");
+  if (kOut && p.pass_cluster > 1) {  // (session 16) K, Q shared by a cluster: kShort, two state warpgroups (h: s18)
+    if (form != WgmmaPass::kShort)
+      return fail(STRATA_ERROR_UNSUPPORTED, "state_split_wgmma: clusters in the kShort form only");
     return launch_cluster_width(p, width, stream);
   }
   if (kOut && p.qk_norm) {  // (session 13) the folded l2norm: kShort, two state warpgroups, no h
@@ -1176,9 +1190,9 @@ int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms) {
 }
 
 int fwd_cuda_state_o_wgmma_cluster(const GdnFwdParams& p, int width) {
-  if ((width != 32 && width != 64 && width != 128) || p.shape.V % width != 0 || p.h.present()) return 0;
+  if ((width != 32 && width != 64 && width != 128) || p.shape.V % width != 0) return 0;
   const int64_t ctas = p.shape.G * (p.shape.V / width);  // CTAs of one q/k head
-  return ctas % 2 == 0 && mc_instance(width / 2, p.qk_norm, p.rq.present(), 2) ? 2 : 0;
+  return ctas % 2 == 0 && mc_instance(width / 2, p.qk_norm, p.rq.present(), 2, p.h.present()) ? 2 : 0;
 }
 
 int fwd_cuda_state_o_wgmma_cluster_occupancy(const GdnFwdParams& p, int width, int* clusters) {

@@ -130,8 +130,8 @@ std::string fwd_cuda_state_o_wgmma_reject(const GdnFwdParams& p);
 // whose blocks fit in one wave, else the widest dividing V.
 int fwd_cuda_state_o_wgmma_width(const GdnFwdParams& p, int sms);
 // (Session 16) The cluster size (GdnFwdParams::pass_cluster) of the clustered kShort pass at `width` columns: 2 where
-// it divides the CTAs of a q/k head (G x V / width) and that form is compiled for p's qk_norm / rq; 0 where none
-// applies (one CTA a head, h present, no compiled form). Sizes 4 and 8 lost in s17run1 and were removed.
+// it divides the CTAs of a q/k head (G x V / width) and that form is compiled for p's qk_norm / rq / h (h: 32, 128
+// columns, session 18); 0 where none applies (one CTA a head, no compiled form). Sizes 4 and 8 removed in s17.
 int fwd_cuda_state_o_wgmma_cluster(const GdnFwdParams& p, int width);
 // (Session 16, tests) *clusters = how many clusters of p.pass_cluster CTAs of that pass can be resident at once
 // (cudaOccupancyMaxActiveClusters): fewer than the grid's clusters where one wave would hold all CTAs means a second
