@@ -1,0 +1,332 @@
+// chunk_gated_delta_rule on CUDA where the session-18 audit of issue 3 found no test (AUDIT_ISSUE3.md rows 14, 27):
+//   * many short documents (N * HV > 65535, ops_gdn_kda.md §6.4) in bf16 with K = V = 128 and the in-kernel l2norm,
+//     so that the default forward (the fused / wgmma pass), the forward filling `saved`, and the tensor-core backward
+//     with and without `saved` see a grid over more than 65535 sequence-heads (ChunkGatedDeltaRuleCuda.ManyShortDocuments
+//     runs f32 K = V = 8, the FMA kernels only);
+//   * a CPU tensor among CUDA tensors: the device error naming the argument, nothing written.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
+#include "strata/ops.h"
+#include "testkit/testkit.h"
+#include "test_support.h"
+
+namespace strata {
+namespace {
+
+using atk::DeviceTensor;
+using atk::HostTensor;
+using linear_attn::GdnParams;
+using linear_attn::GdnTensor;
+using namespace strata::test;  // poisoned, all_poison (test_support.h)
+
+constexpr strata_device kGpu = {STRATA_DEVICE_CUDA, 0};
+
+bool gpu_present() {
+  int32_t n = 0;
+  return strata_device_count(STRATA_DEVICE_CUDA, &n) == STRATA_SUCCESS && n > 0;
+}
+
+GdnTensor view(HostTensor* t) {
+  GdnTensor r;
+  if (!t) return r;
+  r.data = t->storage.data();
+  r.dtype = t->desc.dtype;
+  for (int i = 0; i < 4; ++i) r.st[i] = i < t->desc.rank ? t->desc.strides[i] : 0;
+  return r;
+}
+
+// A packed problem (B = 1, cu_seqlens) on the host: random q, k (normalised by the kernel: l2norm), v, do, dht,
+// log-space gates, sigmoid betas, h0.
+struct Packed {
+  int64_t T, H, HV, K, V, N;
+  std::vector<int64_t> cu;
+  int32_t dt;
+  HostTensor q, k, v, g, beta, h0, cu_t, d_o, dht;
+
+  Packed(int32_t dtype, std::vector<int64_t> cu_, int64_t H_, int64_t HV_, int64_t K_, int64_t V_)
+      : T(cu_.back()), H(H_), HV(HV_), K(K_), V(V_), N(static_cast<int64_t>(cu_.size()) - 1), cu(std::move(cu_)),
+        dt(dtype) {
+    q = HostTensor::make(dt, {1, T, H, K});
+    k = HostTensor::make(dt, {1, T, H, K});
+    v = HostTensor::make(dt, {1, T, HV, V});
+    g = HostTensor::make(STRATA_DTYPE_F32, {1, T, HV});
+    beta = HostTensor::make(dt, {1, T, HV});
+    h0 = HostTensor::make(STRATA_DTYPE_F32, {N, HV, K, V});
+    d_o = HostTensor::make(dt, {1, T, HV, V});
+    dht = HostTensor::make(STRATA_DTYPE_F32, {N, HV, K, V});
+    cu_t = HostTensor::make(STRATA_DTYPE_I64, {N + 1});
+    for (int64_t i = 0; i <= N; ++i) cu_t.set(i, static_cast<double>(cu[static_cast<size_t>(i)]));
+  }
+  void fill(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> U(0.05, 1.0);
+    q.fill_normal(rng);
+    k.fill_normal(rng);
+    v.fill_normal(rng);
+    for (int64_t i = 0; i < g.numel(); ++i) g.set(i, std::log(1.0 / (1.0 + std::exp(-U(rng)))));
+    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, 1.0 / (1.0 + std::exp(-2.0 * U(rng) + 1.0)));
+    h0.fill_normal(rng, 0, 0.5);
+    d_o.fill_normal(rng);
+    dht.fill_normal(rng);
+  }
+  // The documents `docs` of this pack as a pack of their own (the same values: sequences are independent).
+  Packed subset(const std::vector<int64_t>& docs) const {
+    std::vector<int64_t> c = {0};
+    for (int64_t n : docs) c.push_back(c.back() + cu[static_cast<size_t>(n + 1)] - cu[static_cast<size_t>(n)]);
+    Packed s(dt, c, H, HV, K, V);
+    for (size_t j = 0; j < docs.size(); ++j) {
+      const int64_t n = docs[j], t0 = cu[static_cast<size_t>(n)], L = cu[static_cast<size_t>(n + 1)] - t0,
+                    s0 = c[j];
+      auto tok = [&](HostTensor& dst, const HostTensor& src, int64_t per) {
+        for (int64_t i = 0; i < L * per; ++i) dst.set(s0 * per + i, src.get(t0 * per + i));
+      };
+      auto state = [&](HostTensor& dst, const HostTensor& src) {
+        const int64_t per = HV * K * V;
+        for (int64_t i = 0; i < per; ++i) dst.set(static_cast<int64_t>(j) * per + i, src.get(n * per + i));
+      };
+      tok(s.q, q, H * K), tok(s.k, k, H * K), tok(s.v, v, HV * V), tok(s.g, g, HV), tok(s.beta, beta, HV);
+      tok(s.d_o, d_o, HV * V);
+      state(s.h0, h0), state(s.dht, dht);
+    }
+    return s;
+  }
+  GdnParams params() {
+    GdnParams p;
+    p.q = view(&q), p.k = view(&k), p.v = view(&v), p.g = view(&g), p.beta = view(&beta), p.h0 = view(&h0);
+    p.do_ = view(&d_o), p.dht = view(&dht);
+    p.cu_seqlens = reinterpret_cast<const int64_t*>(cu_t.storage.data());
+    p.B = 1, p.T = T, p.H = H, p.HV = HV, p.K = K, p.V = V, p.N = N;
+    return p;
+  }
+};
+
+// Outputs of a forward and a backward (host copies, NaN-poisoned before the call).
+struct Outs {
+  HostTensor o, ht, dq, dk, dv, dg, dbeta, dh0;
+  Outs(const Packed& p, int32_t dt) {
+    o = poisoned(dt, {1, p.T, p.HV, p.V});
+    ht = poisoned(p.h0.desc.dtype, {p.N, p.HV, p.K, p.V});
+    dq = poisoned(dt, {1, p.T, p.H, p.K});
+    dk = poisoned(dt, {1, p.T, p.H, p.K});
+    dv = poisoned(dt, {1, p.T, p.HV, p.V});
+    dg = poisoned(p.g.desc.dtype, {1, p.T, p.HV});
+    dbeta = poisoned(dt, {1, p.T, p.HV});
+    dh0 = poisoned(p.h0.desc.dtype, {p.N, p.HV, p.K, p.V});
+  }
+  std::vector<HostTensor*> all() { return {&o, &ht, &dq, &dk, &dv, &dg, &dbeta, &dh0}; }
+};
+
+// Runs a plan with a device workspace (sizes from the plan), then destroys it.
+strata_status run_on_gpu(strata_plan plan, std::vector<void*> t) {
+  size_t ws = 0;
+  strata_plan_workspace_size(plan, &ws);
+  void* w = nullptr;
+  if (ws) atk::check(strata_malloc(kGpu, ws, nullptr, &w), "workspace");
+  const strata_status s = strata_plan_run(plan, t.data(), static_cast<int32_t>(t.size()), w, ws, nullptr);
+  if (w) strata_free(w);
+  strata_plan_destroy(plan);
+  return s;
+}
+
+// The forward (o, final state; filling `saved` when asked) and then the backward (reading it) on the GPU, nothing
+// forced: what a training step runs. Returns the implementations the plans picked.
+std::string run_gpu(Packed& p, Outs& out, float scale, bool use_saved) {
+  auto up = [](const HostTensor& h) { return std::make_unique<DeviceTensor>(h, kGpu); };
+  auto q = up(p.q), k = up(p.k), v = up(p.v), g = up(p.g), be = up(p.beta), h0 = up(p.h0), cu = up(p.cu_t),
+       dO = up(p.d_o), dht = up(p.dht);
+  std::vector<std::unique_ptr<DeviceTensor>> o;
+  for (HostTensor* t : out.all()) o.push_back(up(*t));
+  std::unique_ptr<DeviceTensor> saved;
+  if (use_saved) {
+    uint64_t bytes = 0;
+    atk::check(strata_chunk_gated_delta_rule_saved_bytes(&q->desc(), &k->desc(), &v->desc(), &cu->desc(), 1, &bytes),
+               "saved bytes");
+    saved = up(HostTensor::make(STRATA_DTYPE_U8, {static_cast<int64_t>(bytes)}));
+  }
+  const strata_tensor_desc* sd = saved ? &saved->desc() : nullptr;
+  void* sp = saved ? saved->data() : nullptr;
+  strata_plan fplan = nullptr, bplan = nullptr;
+  atk::check(strata_chunk_gated_delta_rule_fwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
+                                                    &h0->desc(), &cu->desc(), &o[0]->desc(), &o[1]->desc(), sd, scale,
+                                                    1, &fplan),
+             "forward plan");
+  std::string impls = strata_plan_impl_name(fplan);
+  atk::check(run_on_gpu(fplan, {q->data(), k->data(), v->data(), g->data(), be->data(), h0->data(), cu->data(),
+                                o[0]->data(), o[1]->data(), sp}),
+             "forward run");
+  atk::check(strata_chunk_gated_delta_rule_bwd_plan(&q->desc(), &k->desc(), &v->desc(), &g->desc(), &be->desc(),
+                                                    &h0->desc(), &cu->desc(), &dO->desc(), &dht->desc(), &o[2]->desc(),
+                                                    &o[3]->desc(), &o[4]->desc(), &o[5]->desc(), &o[6]->desc(),
+                                                    &o[7]->desc(), sd, scale, 1, &bplan),
+             "backward plan");
+  impls += std::string(" + ") + strata_plan_impl_name(bplan);
+  atk::check(run_on_gpu(bplan, {q->data(), k->data(), v->data(), g->data(), be->data(), h0->data(), cu->data(),
+                                dO->data(), dht->data(), o[2]->data(), o[3]->data(), o[4]->data(), o[5]->data(),
+                                o[6]->data(), o[7]->data(), sp}),
+             "backward run");
+  const std::vector<HostTensor*> hs = out.all();
+  for (size_t i = 0; i < hs.size(); ++i) o[i]->download(*hs[i]);
+  return impls;
+}
+
+// Relative RMS error over the documents `docs` of the packed result `got` against `ref` (the same documents packed
+// on their own): per token (`per` values each, token outputs) or per document (state outputs: per = HV K V).
+double rel_over(const HostTensor& got, const HostTensor& ref, const Packed& p, const std::vector<int64_t>& docs,
+                int64_t per, bool per_token) {
+  double num = 0, den = 0;
+  int64_t s0 = 0;
+  for (size_t j = 0; j < docs.size(); ++j) {
+    const int64_t n = docs[j], t0 = p.cu[static_cast<size_t>(n)], L = p.cu[static_cast<size_t>(n + 1)] - t0;
+    const int64_t src = per_token ? t0 * per : n * per, dst = per_token ? s0 * per : static_cast<int64_t>(j) * per;
+    const int64_t cnt = per_token ? L * per : per;
+    for (int64_t i = 0; i < cnt; ++i) {
+      const double a = got.get(src + i), r = ref.get(dst + i);
+      num += (a - r) * (a - r);
+      den += r * r;
+    }
+    s0 += L;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+bool any_nan(const HostTensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isnan(t.get(i))) return true;
+  return false;
+}
+
+// 16 500 documents of 0..3 tokens (bf16, H = 2, HV = 4: N * HV = 66 000 > 65535, K = V = 128, l2norm), forward and
+// backward with nothing forced, without and with `saved`. Every output element must be written (no poison left;
+// empty documents: final state = h0, dh0 = dht) and 400 documents spread over the pack (the last ones past
+// sequence-head 65535 included) must match the float64 token recurrence run on them alone. The reference runs on
+// those documents only (sequences are independent), which keeps the host time to about a second.
+TEST(ChunkGatedDeltaRuleCudaGaps, ManyShortDocumentsBf16K128) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  std::vector<int64_t> cu = {0};
+  for (int64_t n = 0; n < 16500; ++n) cu.push_back(cu.back() + (n * 7 + 3) % 4);
+  Packed p(STRATA_DTYPE_BF16, cu, 2, 4, 128, 128);
+  ASSERT_GT(p.N * p.HV, 65535);
+  p.fill(21);
+  const float scale = 1.f / std::sqrt(128.f);
+  std::vector<int64_t> docs;
+  for (int64_t n = 0; n < p.N; n += 43) docs.push_back(n);  // 384 spread
+  for (int64_t n = p.N - 16; n < p.N; ++n) docs.push_back(n);  // the last ones (sequence-heads up to 65 999)
+  Packed s = p.subset(docs);
+  HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.HV, s.V}),
+             ht_ref = HostTensor::make(STRATA_DTYPE_F64, {s.N, s.HV, s.K, s.V});
+  HostTensor dq = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.H, s.K}),
+             dk = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.H, s.K}),
+             dv = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.HV, s.V}),
+             dg = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.HV}),
+             db = HostTensor::make(STRATA_DTYPE_F64, {1, s.T, s.HV}),
+             dh0 = HostTensor::make(STRATA_DTYPE_F64, {s.N, s.HV, s.K, s.V});
+  GdnParams rp = s.params();
+  rp.scale = scale, rp.l2norm = true;
+  rp.o = view(&o_ref), rp.ht = view(&ht_ref);
+  linear_attn::gdn_recurrent_fwd<double>(rp);
+  rp.dq = view(&dq), rp.dk = view(&dk), rp.dv = view(&dv), rp.dg = view(&dg), rp.dbeta = view(&db), rp.dh0 = view(&dh0);
+  std::vector<uint8_t> ws(linear_attn::gdn_recurrent_bwd_workspace<double>(rp));
+  linear_attn::gdn_recurrent_bwd<double>(rp, ws.data());
+
+  const int64_t KV = p.HV * p.K * p.V;
+  for (bool use_saved : {false, true}) {
+    Outs out(p, p.dt);
+    const std::string impls = run_gpu(p, out, scale, use_saved);
+    const char* names[] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    const std::vector<HostTensor*> got = out.all();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_FALSE(any_nan(*got[i])) << names[i] << " saved " << use_saved;
+    const double err[] = {rel_over(out.o, o_ref, p, docs, p.HV * p.V, true),
+                          rel_over(out.ht, ht_ref, p, docs, KV, false),
+                          rel_over(out.dq, dq, p, docs, p.H * p.K, true),
+                          rel_over(out.dk, dk, p, docs, p.H * p.K, true),
+                          rel_over(out.dv, dv, p, docs, p.HV * p.V, true),
+                          rel_over(out.dg, dg, p, docs, p.HV, true),
+                          rel_over(out.dbeta, db, p, docs, p.HV, true),
+                          rel_over(out.dh0, dh0, p, docs, KV, false)};
+    // bf16 tokens: the tensor-core kernels round products' operands to bf16 (ops_gdn_kda.md §6.3); dg is formed by
+    // cancellation (the conformance harness's dg magnitude).
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LT(err[i], i == 5 ? 1e-1 : 2e-2) << names[i] << " saved " << use_saved << " (" << impls << ")";
+    std::printf("[gdn many-docs bf16] N=%lld HV=%lld K=V=128 saved=%d (%s): rel RMS vs f64 over %zu docs: o %.2e ht "
+                "%.2e dq %.2e dk %.2e dv %.2e dg %.2e dbeta %.2e dh0 %.2e\n",
+                static_cast<long long>(p.N), static_cast<long long>(p.HV), use_saved ? 1 : 0, impls.c_str(),
+                docs.size(), err[0], err[1], err[2], err[3], err[4], err[5], err[6], err[7]);
+  }
+}
+
+// A CPU tensor among CUDA tensors (the mistake a caller makes: one tensor left on the host): the forward and the
+// backward plans fail with STRATA_ERROR_INVALID_DEVICE naming the argument, and nothing is written.
+TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
+  if (!gpu_present()) GTEST_SKIP() << "no CUDA device";
+  Packed p(STRATA_DTYPE_BF16, {0, 30, 70}, 1, 2, 64, 64);
+  p.fill(3);
+  Outs out(p, p.dt);
+  auto up = [](const HostTensor& h) { return std::make_unique<DeviceTensor>(h, kGpu); };
+  auto q = up(p.q), k = up(p.k), v = up(p.v), g = up(p.g), be = up(p.beta), h0 = up(p.h0), cu = up(p.cu_t),
+       dO = up(p.d_o), dht = up(p.dht);
+  std::vector<std::unique_ptr<DeviceTensor>> o;
+  for (HostTensor* t : out.all()) o.push_back(up(*t));
+  // Each argument in turn on the host (k, g, h0, cu_seqlens; o for the forward; dq for the backward).
+  struct Mix {
+    const char* arg;
+    const strata_tensor_desc* host;
+  };
+  const Mix fwd_mix[] = {{"k", &p.k.desc}, {"g", &p.g.desc}, {"initial_state", &p.h0.desc},
+                         {"cu_seqlens", &p.cu_t.desc}, {"o", &out.o.desc}};
+  for (const Mix& m : fwd_mix) {
+    const std::string arg = m.arg;
+    auto pick = [&](const char* name, const std::unique_ptr<DeviceTensor>& d) {
+      return arg == name ? m.host : &d->desc();
+    };
+    strata_plan plan = nullptr;
+    const strata_status s = strata_chunk_gated_delta_rule_fwd_plan(
+        &q->desc(), pick("k", k), &v->desc(), pick("g", g), &be->desc(), pick("initial_state", h0),
+        pick("cu_seqlens", cu), pick("o", o[0]), &o[1]->desc(), nullptr, 0.125f, 1, &plan);
+    const std::string msg = strata_get_last_error_message();
+    EXPECT_EQ(s, STRATA_ERROR_INVALID_DEVICE) << arg << ": " << strata_status_name(s) << " " << msg;
+    EXPECT_EQ(plan, nullptr) << arg;
+    if (plan) strata_plan_destroy(plan);
+    EXPECT_NE(msg.find("chunk_gated_delta_rule_fwd"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(arg + " is on cpu, expected cuda:0 (the device of q)"), std::string::npos) << msg;
+  }
+  const Mix bwd_mix[] = {{"v", &p.v.desc}, {"do", &p.d_o.desc}, {"dht", &p.dht.desc}, {"dq", &out.dq.desc}};
+  for (const Mix& m : bwd_mix) {
+    const std::string arg = m.arg;
+    auto pick = [&](const char* name, const std::unique_ptr<DeviceTensor>& d) {
+      return arg == name ? m.host : &d->desc();
+    };
+    strata_plan plan = nullptr;
+    const strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
+        &q->desc(), &k->desc(), pick("v", v), &g->desc(), &be->desc(), &h0->desc(), &cu->desc(), pick("do", dO),
+        pick("dht", dht), pick("dq", o[2]), &o[3]->desc(), &o[4]->desc(), &o[5]->desc(), &o[6]->desc(),
+        &o[7]->desc(), nullptr, 0.125f, 1, &plan);
+    const std::string msg = strata_get_last_error_message();
+    EXPECT_EQ(s, STRATA_ERROR_INVALID_DEVICE) << arg << ": " << strata_status_name(s) << " " << msg;
+    EXPECT_EQ(plan, nullptr) << arg;
+    if (plan) strata_plan_destroy(plan);
+    EXPECT_NE(msg.find("chunk_gated_delta_rule_bwd"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(arg + " is on cpu, expected cuda:0 (the device of q)"), std::string::npos) << msg;
+  }
+  // Nothing written: the device outputs and the host ones still hold the poison.
+  const std::vector<HostTensor*> hs = out.all();
+  for (size_t i = 0; i < hs.size(); ++i) {
+    HostTensor back = HostTensor::make(hs[i]->desc.dtype, std::vector<int64_t>(hs[i]->desc.shape,
+                                                                               hs[i]->desc.shape + hs[i]->desc.rank));
+    o[i]->download(back);
+    EXPECT_TRUE(all_poison(back)) << "device output " << i;
+    EXPECT_TRUE(all_poison(*hs[i])) << "host output " << i;
+  }
+}
+
+}  // namespace
+}  // namespace strata
