@@ -146,7 +146,8 @@ struct GdnCase {
       else if (U(rng) < 0.5) gv = 0.0;             // normal: half the tokens do not decay
       g.set(i, gv);
     }
-    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, beta_mode == "small" ? 1e-4 : 1.0 / (1.0 + std::exp(-Nrm(rng))));
+    for (int64_t i = 0; i < beta.numel(); ++i)
+      beta.set(i, beta_mode == "small" ? 1e-4 : 1.0 / (1.0 + std::exp(-Nrm(rng))));
     if (has_h0) h0.fill_normal(rng, 0.0, 0.5);
     if (fast)
       d_o = gdn_bwd_kit::as_dtype(gdn_bwd_kit::randn({B, T, HV, V}, rng), dt);
