@@ -264,6 +264,17 @@ TEST(ChunkGatedDeltaRuleCudaGaps, ManyShortDocumentsBf16K128) {
   }
 }
 
+// What a plan call with `arg` on the host (the other tensors on cuda:0) must give: STRATA_ERROR_INVALID_DEVICE, no
+// plan, and a message naming the op, the argument and both devices.
+void expect_device_error(const char* op, const std::string& arg, strata_status s, strata_plan plan) {
+  const std::string msg = strata_get_last_error_message();
+  EXPECT_EQ(s, STRATA_ERROR_INVALID_DEVICE) << arg << ": " << strata_status_name(s) << " " << msg;
+  EXPECT_EQ(plan, nullptr) << arg;
+  if (plan) strata_plan_destroy(plan);
+  EXPECT_NE(msg.find(op), std::string::npos) << msg;
+  EXPECT_NE(msg.find(arg + " is on cpu, expected cuda:0 (the device of q)"), std::string::npos) << msg;
+}
+
 // A CPU tensor among CUDA tensors (the mistake a caller makes: one tensor left on the host): the forward and the
 // backward plans fail with STRATA_ERROR_INVALID_DEVICE naming the argument, and nothing is written.
 TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
@@ -292,12 +303,7 @@ TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
     const strata_status s = strata_chunk_gated_delta_rule_fwd_plan(
         &q->desc(), pick("k", k), &v->desc(), pick("g", g), &be->desc(), pick("initial_state", h0),
         pick("cu_seqlens", cu), pick("o", o[0]), &o[1]->desc(), nullptr, 0.125f, 1, &plan);
-    const std::string msg = strata_get_last_error_message();
-    EXPECT_EQ(s, STRATA_ERROR_INVALID_DEVICE) << arg << ": " << strata_status_name(s) << " " << msg;
-    EXPECT_EQ(plan, nullptr) << arg;
-    if (plan) strata_plan_destroy(plan);
-    EXPECT_NE(msg.find("chunk_gated_delta_rule_fwd"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(arg + " is on cpu, expected cuda:0 (the device of q)"), std::string::npos) << msg;
+    expect_device_error("chunk_gated_delta_rule_fwd", arg, s, plan);
   }
   const Mix bwd_mix[] = {{"v", &p.v.desc}, {"do", &p.d_o.desc}, {"dht", &p.dht.desc}, {"dq", &out.dq.desc}};
   for (const Mix& m : bwd_mix) {
@@ -310,12 +316,7 @@ TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
         &q->desc(), &k->desc(), pick("v", v), &g->desc(), &be->desc(), &h0->desc(), &cu->desc(), pick("do", dO),
         pick("dht", dht), pick("dq", o[2]), &o[3]->desc(), &o[4]->desc(), &o[5]->desc(), &o[6]->desc(),
         &o[7]->desc(), nullptr, 0.125f, 1, &plan);
-    const std::string msg = strata_get_last_error_message();
-    EXPECT_EQ(s, STRATA_ERROR_INVALID_DEVICE) << arg << ": " << strata_status_name(s) << " " << msg;
-    EXPECT_EQ(plan, nullptr) << arg;
-    if (plan) strata_plan_destroy(plan);
-    EXPECT_NE(msg.find("chunk_gated_delta_rule_bwd"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(arg + " is on cpu, expected cuda:0 (the device of q)"), std::string::npos) << msg;
+    expect_device_error("chunk_gated_delta_rule_bwd", arg, s, plan);
   }
   // Nothing written: the device outputs and the host ones still hold the poison.
   const std::vector<HostTensor*> hs = out.all();

@@ -243,6 +243,29 @@ std::string large_skip(const GdnCase& x, strata_device device, const std::string
   return fmt::format("a large case (§7.3 shape): run by the dispatcher's pick {} only", picked);
 }
 
+// The case's plan (make_plan, under what is forced now; its name into r.impl), or nullptr with r marked skipped
+// for a large case not run here (large_skip). A large case that runs draws its values now and uploads them into
+// the device copies of `inputs` (made from the value-less tensors).
+strata_plan plan_case(GdnCase& x, strata_device device, const std::function<strata_status(strata_plan*)>& make_plan,
+                      std::initializer_list<std::pair<std::unique_ptr<DeviceTensor>*, const HostTensor*>> inputs,
+                      CaseResult& r) {
+  strata_plan plan = nullptr;
+  check(make_plan(&plan), "plan");
+  r.impl = strata_plan_impl_name(plan);
+  r.message = large_skip(x, device, r.impl, make_plan);
+  if (!r.message.empty()) {
+    strata_plan_destroy(plan);
+    r.skipped = true;
+    return nullptr;
+  }
+  if (!x.filled) {
+    x.fill_values();
+    for (const auto& [d, h] : inputs)
+      if (*d) (*d)->upload(*h);
+  }
+  return plan;
+}
+
 std::vector<Case> make_cases(const char* op, bool bwd) {
   std::vector<Case> cases;
   int64_t seed = 1;
@@ -370,20 +393,9 @@ class GdnHarness final : public OpHarness {
       return strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
                                                     dsc(d_out), dsc(d_ht), dsc(saved), x.scale, x.l2 ? 1 : 0, out);
     };
-    strata_plan plan = nullptr;
-    check(make_plan(&plan), "plan");
-    r.impl = strata_plan_impl_name(plan);
-    r.message = large_skip(x, device, r.impl, make_plan);
-    if (!r.message.empty()) {
-      strata_plan_destroy(plan);
-      r.skipped = true;
-      return r;
-    }
-    if (!x.filled) {
-      x.fill_values();
-      for (auto [d, h] : {std::pair{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0}})
-        if (*d) (*d)->upload(*h);
-    }
+    strata_plan plan = plan_case(x, device, make_plan, {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g},
+                                                        {&db, &x.beta}, {&dh0, &x.h0}}, r);
+    if (!plan) return r;
     // float64 reference and the naive f32 recurrence, on the same inputs
     HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {x.B, x.T, x.HV, x.V});
     HostTensor ht_ref = HostTensor::make(STRATA_DTYPE_F64, {x.N, x.HV, x.K, x.V});
@@ -453,21 +465,10 @@ class GdnHarness final : public OpHarness {
                                                     dsc(od[3]), dsc(od[4]), dsc(od[5]), dsc(saved), x.scale,
                                                     x.l2 ? 1 : 0, out);
     };
-    strata_plan plan = nullptr;
-    check(make_plan(&plan), "plan");
-    r.impl = strata_plan_impl_name(plan);
-    r.message = large_skip(x, device, r.impl, make_plan);
-    if (!r.message.empty()) {
-      strata_plan_destroy(plan);
-      r.skipped = true;
-      return r;
-    }
-    if (!x.filled) {
-      x.fill_values();
-      for (auto [d, h] : {std::pair{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0},
-                          {&ddo, &x.d_o}, {&ddht, &x.dht}})
-        if (*d) (*d)->upload(*h);
-    }
+    strata_plan plan = plan_case(x, device, make_plan, {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g},
+                                                        {&db, &x.beta}, {&dh0, &x.h0}, {&ddo, &x.d_o},
+                                                        {&ddht, &x.dht}}, r);
+    if (!plan) return r;
     GdnParams p = x.params();
     auto bind = [&](int which) {
       HostTensor* o[6] = {};
