@@ -294,11 +294,13 @@ TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
   };
   const Mix fwd_mix[] = {{"k", &p.k.desc}, {"g", &p.g.desc}, {"initial_state", &p.h0.desc},
                          {"cu_seqlens", &p.cu_t.desc}, {"o", &out.o.desc}};
+  std::string arg;  // the argument on the host now, and its host descriptor
+  const strata_tensor_desc* host = nullptr;
+  auto pick = [&](const char* name, const std::unique_ptr<DeviceTensor>& d) {
+    return arg == name ? host : &d->desc();
+  };
   for (const Mix& m : fwd_mix) {
-    const std::string arg = m.arg;
-    auto pick = [&](const char* name, const std::unique_ptr<DeviceTensor>& d) {
-      return arg == name ? m.host : &d->desc();
-    };
+    arg = m.arg, host = m.host;
     strata_plan plan = nullptr;
     const strata_status s = strata_chunk_gated_delta_rule_fwd_plan(
         &q->desc(), pick("k", k), &v->desc(), pick("g", g), &be->desc(), pick("initial_state", h0),
@@ -307,10 +309,7 @@ TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
   }
   const Mix bwd_mix[] = {{"v", &p.v.desc}, {"do", &p.d_o.desc}, {"dht", &p.dht.desc}, {"dq", &out.dq.desc}};
   for (const Mix& m : bwd_mix) {
-    const std::string arg = m.arg;
-    auto pick = [&](const char* name, const std::unique_ptr<DeviceTensor>& d) {
-      return arg == name ? m.host : &d->desc();
-    };
+    arg = m.arg, host = m.host;
     strata_plan plan = nullptr;
     const strata_status s = strata_chunk_gated_delta_rule_bwd_plan(
         &q->desc(), &k->desc(), pick("v", v), &g->desc(), &be->desc(), &h0->desc(), &cu->desc(), pick("do", dO),
