@@ -3,8 +3,9 @@
 //     l2norm, so that the default forward (the fused / wgmma pass), the forward filling `saved`, and the
 //     tensor-core backward with and without `saved` see a grid over more than 65535 sequence-heads
 //     (ChunkGatedDeltaRuleCuda.ManyShortDocuments runs f32 K = V = 8: the FMA kernels only);
-//   * a CPU tensor among CUDA tensors: the device error naming the argument, nothing written.
-// Skipped without a GPU.
+//   * a CPU tensor among CUDA tensors: the device error naming the argument, nothing written (these two are
+//     skipped without a GPU);
+//   * (host arithmetic, every build) no part of the `saved` residuals larger than the chunk states h (row 33).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
@@ -326,6 +328,44 @@ TEST(ChunkGatedDeltaRuleCudaGaps, CpuTensorAmongCudaTensorsIsAnError) {
     EXPECT_TRUE(all_poison(back)) << "device output " << i;
     EXPECT_TRUE(all_poison(*hs[i])) << "host output " << i;
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The issue's bound on intermediates for what the CUDA forward keeps for the backward (`saved`, gdn_cuda_saved_layout;
+// AUDIT_ISSUE3.md row 33, host arithmetic only, every build): with q, k, v of one 16-bit dtype and K, V in
+// {64, 128, 256}, no part (qn, kn, rq, rk, γ, A, w, v_new) is larger than the chunk states h, fixed length and varlen
+// (short documents: N extra chunk states), with and without l2norm, G = 1, 2, 4. (The backward's own workspace carve
+// lives in cuda_sm90.cu; with f32 tokens or V < 64 the bound does not hold: chunk_gated_delta_rule/README.md.)
+TEST(ChunkGatedDeltaRuleCudaGaps, SavedPartsNoLargerThanTheChunkStates) {
+  for (int32_t dt : {STRATA_DTYPE_BF16, STRATA_DTYPE_F16})
+    for (int64_t K : {64, 128, 256})
+      for (int64_t V : {64, 128, 256})
+        for (int64_t G : {1, 2, 4})
+          for (bool l2 : {false, true})
+            for (int varlen = 0; varlen < 2; ++varlen) {
+              GdnParams p;
+              p.q.dtype = p.k.dtype = p.v.dtype = dt;
+              p.B = varlen ? 1 : 3, p.T = varlen ? 5000 : 1000, p.H = 2, p.HV = 2 * G, p.K = K, p.V = V;
+              static const int64_t cu[] = {0, 1, 2, 3, 70, 4000, 5000};
+              p.cu_seqlens = varlen ? cu : nullptr;
+              p.N = varlen ? 6 : p.B;
+              p.l2norm = l2;
+              const linear_attn::GdnSavedLayout L = linear_attn::gdn_cuda_saved_layout(p);
+              const size_t h_bytes = L.h_end - L.h;
+              // Each part's span up to the next part's offset (its bytes plus < 256 bytes of alignment padding).
+              const std::pair<const char*, size_t> parts[] = {{"qn", L.kn - L.qn}, {"kn", L.rq - L.kn},
+                                                              {"rq", L.rk - L.rq},  {"rk", L.gam - L.rk},
+                                                              {"gamma", L.A - L.gam}, {"A", L.w - L.A},
+                                                              {"w", L.vnew - L.w},  {"v_new", L.h - L.vnew}};
+              for (const auto& [name, span] : parts)
+                EXPECT_LE(span, h_bytes + 255) << name << " " << dtype_name(dt) << " K " << K << " V " << V << " G "
+                                               << G << " l2norm " << l2 << " varlen " << varlen;
+            }
 }
 
 }  // namespace
