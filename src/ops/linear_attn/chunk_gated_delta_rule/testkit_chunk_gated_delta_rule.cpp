@@ -227,13 +227,17 @@ strata_status unforced(const std::function<strata_status()>& f) {
 
 // Why a large=1 case does not run under the implementation forced now (`forced`: the name of the plan made under
 // it), "" when it runs: it runs only by the implementation the dispatcher picks for it (a plan made by
-// `make_plan` with nothing forced), and on the CPU not with saved=1 (the CPU ignores `saved`). The float64 token
-// recurrence judging such a case costs seconds of host time, and the other implementations (the other CPU ISAs,
-// which share all code but the GEMM micro-kernel; the forced CUDA forms) are covered by the small cases.
-std::string large_skip(const GdnCase& x, strata_device device, const std::string& forced,
+// `make_plan` with nothing forced), and only on the path training takes: on the CPU not with saved=1 (the CPU
+// ignores `saved`), on CUDA a backward only with saved=1 (the forward runs both ways: without a gradient it saves
+// nothing). The float64 token recurrence judging such a case costs seconds of host time (also in `strata atk`,
+// which runs every case once), and the other implementations (the other CPU ISAs, which share all code but the
+// GEMM micro-kernel; the forced CUDA forms) and paths are covered by the small cases.
+std::string large_skip(const GdnCase& x, bool bwd, strata_device device, const std::string& forced,
                        const std::function<strata_status(strata_plan*)>& make_plan) {
   if (!x.large) return "";
   if (device.type == STRATA_DEVICE_CPU && x.saved) return "a large case with saved=1: the CPU ignores saved";
+  if (device.type != STRATA_DEVICE_CPU && bwd && !x.saved)
+    return "a large backward case without saved on CUDA: its saved=1 twin runs (the training path)";
   if (forced_impl().empty()) return "";  // nothing forced: the dispatcher's pick is running
   strata_plan plan = nullptr;
   const strata_status st = unforced([&] { return make_plan(&plan); });
@@ -246,13 +250,14 @@ std::string large_skip(const GdnCase& x, strata_device device, const std::string
 // The case's plan (make_plan, under what is forced now; its name into r.impl), or nullptr with r marked skipped
 // for a large case not run here (large_skip). A large case that runs draws its values now and uploads them into
 // the device copies of `inputs` (made from the value-less tensors).
-strata_plan plan_case(GdnCase& x, strata_device device, const std::function<strata_status(strata_plan*)>& make_plan,
+strata_plan plan_case(GdnCase& x, bool bwd, strata_device device,
+                      const std::function<strata_status(strata_plan*)>& make_plan,
                       std::initializer_list<std::pair<std::unique_ptr<DeviceTensor>*, const HostTensor*>> inputs,
                       CaseResult& r) {
   strata_plan plan = nullptr;
   check(make_plan(&plan), "plan");
   r.impl = strata_plan_impl_name(plan);
-  r.message = large_skip(x, device, r.impl, make_plan);
+  r.message = large_skip(x, bwd, device, r.impl, make_plan);
   if (!r.message.empty()) {
     strata_plan_destroy(plan);
     r.skipped = true;
@@ -393,8 +398,9 @@ class GdnHarness final : public OpHarness {
       return strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
                                                     dsc(d_out), dsc(d_ht), dsc(saved), x.scale, x.l2 ? 1 : 0, out);
     };
-    strata_plan plan = plan_case(x, device, make_plan, {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g},
-                                                        {&db, &x.beta}, {&dh0, &x.h0}}, r);
+    strata_plan plan = plan_case(x, false, device, make_plan,
+                                 {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0}},
+                                 r);
     if (!plan) return r;
     // float64 reference and the naive f32 recurrence, on the same inputs
     HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {x.B, x.T, x.HV, x.V});
@@ -465,9 +471,10 @@ class GdnHarness final : public OpHarness {
                                                     dsc(od[3]), dsc(od[4]), dsc(od[5]), dsc(saved), x.scale,
                                                     x.l2 ? 1 : 0, out);
     };
-    strata_plan plan = plan_case(x, device, make_plan, {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g},
-                                                        {&db, &x.beta}, {&dh0, &x.h0}, {&ddo, &x.d_o},
-                                                        {&ddht, &x.dht}}, r);
+    strata_plan plan = plan_case(x, true, device, make_plan,
+                                 {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0},
+                                  {&ddo, &x.d_o}, {&ddht, &x.dht}},
+                                 r);
     if (!plan) return r;
     GdnParams p = x.params();
     auto bind = [&](int which) {
