@@ -370,3 +370,27 @@ TEST(ChunkGatedDeltaRuleCudaGaps, SavedPartsNoLargerThanTheChunkStates) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// The acceptance rule's absolute floor (atk::compare): a reference below the smallest normal number of the dtype it
+// is judged at (f16: 2^-14) is measured against that number. The case that needs it: dh0 of the §7.3 case f16
+// 2x75x4x4x64x64 with strong gates (about -70 per token) is ~1e-17; on CUDA the backward's f16 product operands
+// (exp(γ) q and w, ops_gdn_kda.md §6.3) flush it to 0, and dh0 (f32) is judged at f16. A zero answer passes there,
+// fails at f32 (which resolves 1e-17), and fails against a reference of ~1e-3 at f16.
+TEST(ChunkGatedDeltaRuleCudaGaps, AcceptanceFloorBelowTheDtypeRange) {
+  std::vector<double> ref(1000), naive(1000), zero(1000, 0.0), big(1000), big_naive(1000);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = 1e-17 * std::sin(static_cast<double>(i) + 1.0);
+    naive[i] = ref[i] * (1.0 + 1e-7);
+    big[i] = ref[i] * 1e14, big_naive[i] = naive[i] * 1e14;
+  }
+  EXPECT_TRUE(atk::compare("dh0", zero, ref, naive, STRATA_DTYPE_F16, 64).pass);
+  EXPECT_FALSE(atk::compare("dh0", zero, ref, naive, STRATA_DTYPE_F32, 64).pass);
+  EXPECT_FALSE(atk::compare("dh0", zero, big, big_naive, STRATA_DTYPE_F16, 64).pass);
+  EXPECT_TRUE(atk::compare("dh0", big_naive, big, big_naive, STRATA_DTYPE_F16, 64).pass);
+}
+
+}  // namespace
+}  // namespace strata
