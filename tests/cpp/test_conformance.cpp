@@ -1,11 +1,15 @@
 // The conformance driver (STYLE.md 8): every applicable implementation of every op, forced one at a time,
 // against the float64 reference, on the CPU and (when present) every CUDA device. Each case prints as one
 // replayable line. STRATA_CONFORMANCE_DEVICES=cuda skips the CPU. To replay one: STRATA_ATK_CASE='<line>' STRATA_FORCE_IMPL=<impl> strata_tests
-// --gtest_filter='Conformance.*'.
+// --gtest_filter='Conformance.*'. STRATA_CONFORMANCE_MATCH=<text> keeps only the cases whose line contains <text>
+// (!<text>: those whose line does not).
+// Cases are counted per (device, implementation) and the counts printed; over the whole list, an implementation
+// that ran no case (it rejected or skipped every one) fails the test: a summed count would let it pass silently.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "testkit/testkit.h"
 
@@ -35,27 +39,45 @@ TEST_P(Conformance, EveryImplementationMatchesFloat64) {
     if (h->op() == op) harness = std::move(h);
   ASSERT_TRUE(harness) << op;
   const char* only = std::getenv("STRATA_ATK_CASE");
+  const char* match = std::getenv("STRATA_CONFORMANCE_MATCH");
   std::vector<Case> cases;
   if (only && *only) {
     const Case c = Case::parse(only);
     if (c.op() != op) GTEST_SKIP() << "STRATA_ATK_CASE is for " << c.op();
     cases.push_back(c);
   } else {
-    cases = harness->conformance_cases();
+    const bool negate = match && match[0] == '!';
+    const std::string text = match ? match + (negate ? 1 : 0) : "";
+    for (Case& c : harness->conformance_cases())
+      if (text.empty() || (c.str().find(text) != std::string::npos) != negate) cases.push_back(std::move(c));
+    if (cases.empty()) GTEST_SKIP() << "no case of " << op << " matches STRATA_CONFORMANCE_MATCH=" << match;
   }
+  const bool whole_list = !(only && *only) && !(match && *match);
   int run = 0, failed = 0;
   for (const strata_device& dev : devices()) {
+    const char* dev_name = dev.type == STRATA_DEVICE_CPU ? "cpu" : "cuda";
     for (const std::string& impl : impls_for(op, dev)) {
+      int impl_run = 0, impl_skipped = 0;
+      std::string skip_reason;  // the first one, for the message when nothing ran
       for (const Case& c : cases) {
         const CaseResult r = run_forced(*harness, c, dev, impl);
-        if (r.skipped) continue;
-        ++run;
+        if (r.skipped) {
+          if (impl_skipped++ == 0) skip_reason = r.message;
+          continue;
+        }
+        ++run, ++impl_run;
         if (!r.pass) {
           ++failed;
-          ADD_FAILURE() << c.str() << " device=" << (dev.type == STRATA_DEVICE_CPU ? "cpu" : "cuda") << " impl=" << impl
-                        << ": " << r.str();
+          ADD_FAILURE() << c.str() << " device=" << dev_name << " impl=" << impl << ": " << r.str();
         }
       }
+      std::printf("[conformance] %s device=%s impl=%s: %d cases run, %d skipped\n", op.c_str(), dev_name,
+                  impl.c_str(), impl_run, impl_skipped);
+      // Over the whole list every implementation offered on this device must run some case (a case it applies
+      // to belongs in the list); a filtered list may leave an implementation nothing.
+      if (whole_list)
+        EXPECT_GT(impl_run, 0) << op << " device=" << dev_name << " impl=" << impl << " ran none of the "
+                               << cases.size() << " cases; first skip: " << skip_reason;
     }
   }
   std::printf("[conformance] %s: %d cases run, %d failed\n", op.c_str(), run, failed);

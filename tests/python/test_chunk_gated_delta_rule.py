@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import strata
-from conftest import DEVICES
+from conftest import DEVICES, requires_cuda
 from strata import api
 from strata._ops import HAS_CUSTOM_OP, OPS
 
@@ -280,3 +280,25 @@ def test_bad_input_errors(device):
         api.chunk_gated_delta_rule(big, big, v, g, beta)
     with pytest.raises(NotImplementedError):
         api.chunk_gated_delta_rule(q, k, v, g, beta, head_first=True)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cpu_tensor_among_cuda_tensors_is_an_error():
+    """One tensor left on the host among CUDA tensors: the C API's device error naming it (forward, and the
+    backward through autograd), and the next valid call still works (nothing left broken on the device)."""
+    ins, h0, _ = make_inputs(1, 8, 2, 4, 4, 3, device="cuda")
+    cu = torch.tensor([0, 3, 8], dtype=torch.int64)
+    for i, name in enumerate(("k", "v", "g", "beta"), start=1):
+        args = list(ins)
+        args[i] = args[i].cpu()
+        with pytest.raises(Exception, match=f"{name} is on cpu, expected cuda:0"):
+            api.chunk_gated_delta_rule(*args)
+    with pytest.raises(Exception, match="initial_state is on cpu, expected cuda:0"):
+        api.chunk_gated_delta_rule(*ins, initial_state=h0.cpu())
+    with pytest.raises(Exception, match="cu_seqlens is on cpu, expected cuda:0"):
+        api.chunk_gated_delta_rule(*ins, cu_seqlens=cu)
+    with pytest.raises(Exception, match="cu_seqlens is on cpu, expected cuda:0"):  # the backward op directly
+        OPS["chunk_gated_delta_rule_bwd"].overload(*ins, 0.5, None, cu, ins[2], None, False, None)
+    o, ht = api.chunk_gated_delta_rule(*ins, initial_state=h0, output_final_state=True)
+    assert o.is_cuda and torch.isfinite(o).all() and torch.isfinite(ht).all()

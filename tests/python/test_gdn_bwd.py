@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import strata
+from conftest import DEVICES
 from strata import api
 
 torch.manual_seed(0)
@@ -139,22 +140,25 @@ def _problem(B=2, T=37, H=1, HV=2, K=8, V=5, BT=16, cu=None, seed=0, dtype=torch
     return q, k, v, g, beta, h0, do, dht
 
 
-def _composed_backward(q, k, v, g, beta, h0, do, dht, scale, BT, cu, dtype=torch.float64):
-    """§3.2 with Strata's four ops (inputs cast to dtype; γ and states stay float32/float64)."""
+def _composed_backward(q, k, v, g, beta, h0, do, dht, scale, BT, cu, dtype=torch.float64, device="cpu"):
+    """§3.2 with Strata's four ops (inputs cast to dtype and moved to device; γ and states stay float32/float64);
+    the gradients come back as float64 CPU tensors."""
     gam = _local_cumsum(g, BT, cu)
     A, w, h, vn = _forward_chunk(q, k, v, gam, beta, h0, BT, cu)
-    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int64)
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int64, device=device)
     sd = torch.float64 if dtype == torch.float64 else torch.float32
-    c = lambda x: x.to(dtype)  # noqa: E731
-    gam_s = gam.to(sd)
+    c = lambda x: x.to(device=device, dtype=dtype)  # noqa: E731
+    gam_s = gam.to(device=device, dtype=sd)
+    h0_s = h0.to(device=device, dtype=sd if device != "cpu" else h0.dtype)
     dvl = api.chunk_bwd_dv_local(c(q), c(k), c(do), g=gam_s, scale=scale, cu_seqlens=cu_t, chunk_size=BT)
-    dh, dh0, dv2 = api.chunk_gated_delta_rule_bwd_dhu(c(q), c(k), c(w), c(do), dvl, g=gam_s, h0=h0,
-                                                      dht=dht.to(sd), scale=scale, cu_seqlens=cu_t, chunk_size=BT)
+    dh, dh0, dv2 = api.chunk_gated_delta_rule_bwd_dhu(c(q), c(k), c(w), c(do), dvl, g=gam_s, h0=h0_s,
+                                                      dht=dht.to(device=device, dtype=sd), scale=scale,
+                                                      cu_seqlens=cu_t, chunk_size=BT)
     dq, dk, dw, dg = api.chunk_bwd_dqkwg(c(q), c(k), c(vn), c(do), c(h), dh, w=c(w), g=gam_s, dv=dv2, scale=scale,
                                          cu_seqlens=cu_t, chunk_size=BT)
     dk2, dv, db, dg2 = api.prepare_wy_repr_bwd(c(k), c(v), c(beta), c(A), dw, dv2, g=gam_s, cu_seqlens=cu_t)
-    dgr = _local_cumsum((dg + dg2).double(), BT, cu, reverse=True)
-    return dq.double(), (dk + dk2).double(), dv.double(), dgr, db.double(), dh0.double()
+    dgr = _local_cumsum((dg + dg2).double().cpu(), BT, cu, reverse=True)
+    return tuple(x.double().cpu() for x in (dq, dk + dk2, dv)) + (dgr, db.double().cpu(), dh0.double().cpu())
 
 
 def _autograd_reference(q, k, v, g, beta, h0, do, dht, scale, cu):
@@ -183,12 +187,13 @@ def test_composed_float64_matches_autograd_of_the_recurrence(shape, cu, BT):
         assert _rel(a, b) < 1e-9, name
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_composed_low_precision_close_to_float64(dtype, tol):
+def test_composed_low_precision_close_to_float64(dtype, tol, device):
     q, k, v, g, beta, h0, do, dht = _problem(1, 0, 2, 4, 32, 16, 64, [0, 50, 50, 180], seed=3)
     scale = 32 ** -0.5
     ref = _composed_backward(q, k, v, g, beta, h0, do, dht, scale, 64, [0, 50, 50, 180])
-    ours = _composed_backward(q, k, v, g, beta, h0, do, dht, scale, 64, [0, 50, 50, 180], dtype)
+    ours = _composed_backward(q, k, v, g, beta, h0, do, dht, scale, 64, [0, 50, 50, 180], dtype, device)
     for name, a, b in zip(["dq", "dk", "dv", "dg", "dbeta", "dh0"], ours, ref):
         assert _rel(a, b) < tol * (20 if name in ("dg", "dbeta") else 1), name
 
@@ -235,44 +240,51 @@ def test_wy_bwd_is_the_gradient_of_w_and_u():
         assert _rel(a, b) < 1e-10, name
 
 
-def test_optional_outputs_are_none():
-    q, k, v, g, beta, h0, do, dht = _problem(1, 20, 1, 1, 4, 4, 16, dtype=torch.float32)
-    h = torch.randn(1, 2, 1, 4, 4)
+@pytest.mark.parametrize("device", DEVICES)
+def test_optional_outputs_are_none(device):
+    q, k, v, g, beta, h0, do, dht = (x.to(device) for x in _problem(1, 20, 1, 1, 4, 4, 16, dtype=torch.float32))
+    h = torch.randn(1, 2, 1, 4, 4, device=device)
     dq, dk, dw, dg = api.chunk_bwd_dqkwg(q, k, v, do, h, h, scale=0.5, chunk_size=16)
-    assert dw is None and dg is None and dq.shape == q.shape
-    dh, dh0, dv2 = api.chunk_gated_delta_rule_bwd_dhu(q, k, torch.randn(1, 20, 1, 4), do, do, chunk_size=16)
-    assert dh0 is None and dh.shape == (1, 2, 1, 4, 4)
+    assert dw is None and dg is None and dq.shape == q.shape and dq.device == q.device
+    dh, dh0, dv2 = api.chunk_gated_delta_rule_bwd_dhu(q, k, torch.randn(1, 20, 1, 4, device=device), do, do,
+                                                      chunk_size=16)
+    assert dh0 is None and dh.shape == (1, 2, 1, 4, 4) and dh.device == q.device
     A = torch.zeros(1, 20, 1, 16)
     for t in range(20):
         A[0, t, 0, t % 16] = 1.0  # identity blocks: chunks [0, 16) and [16, 20)
-    dk, dv, db, dg = api.prepare_wy_repr_bwd(k, v, beta, A, torch.randn(1, 20, 1, 4), v)
-    assert dg is None and db.shape == beta.shape
+    dk, dv, db, dg = api.prepare_wy_repr_bwd(k, v, beta, A.to(device), torch.randn(1, 20, 1, 4, device=device), v)
+    assert dg is None and db.shape == beta.shape and db.device == q.device
+    # identity A, no gate: dv = beta * du and dk = beta * dw (here du = v): the values, not only the shapes
+    assert torch.allclose(dv.cpu(), (beta[..., None] * v).cpu(), rtol=1e-5, atol=1e-6)
 
 
-def test_unsupported_options_raise():
-    q, k, v, g, beta, h0, do, dht = _problem(1, 20, 1, 1, 4, 4, 16, dtype=torch.float32)
+@pytest.mark.parametrize("device", DEVICES)
+def test_unsupported_options_raise(device):
+    q, k, v, g, beta, h0, do, dht = (x.to(device) for x in _problem(1, 20, 1, 1, 4, 4, 16, dtype=torch.float32))
     with pytest.raises(NotImplementedError, match="g_gamma"):
         api.chunk_bwd_dv_local(q, k, do, g_gamma=torch.ones(1))
     with pytest.raises(NotImplementedError, match="state_v_first"):
         api.chunk_gated_delta_rule_bwd_dhu(q, k, q, do, do, state_v_first=True)
 
 
-def test_bad_input_names_the_argument():
-    q, k, v, g, beta, h0, do, dht = _problem(1, 20, 2, 3, 4, 4, 16, dtype=torch.float32)
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_input_names_the_argument(device):
+    q, k, v, g, beta, h0, do, dht = (x.to(device) for x in _problem(1, 20, 2, 3, 4, 4, 16, dtype=torch.float32))
     with pytest.raises(Exception, match="multiple"):
         api.chunk_bwd_dv_local(q, k, do, chunk_size=16)
-    q, k, v, g, beta, h0, do, dht = _problem(1, 20, 1, 2, 4, 4, 16, dtype=torch.float32)
+    q, k, v, g, beta, h0, do, dht = (x.to(device) for x in _problem(1, 20, 1, 2, 4, 4, 16, dtype=torch.float32))
     with pytest.raises(Exception, match="chunk_size"):
         api.chunk_bwd_dv_local(q, k, do, chunk_size=48)
 
 
 @pytest.mark.skipif(not hasattr(torch.library, "opcheck"), reason="torch.library.opcheck needs torch >= 2.4")
-def test_opcheck():
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
     from strata._ops import OPS
-    q, k, v, g, beta, h0, do, dht = _problem(1, 20, 1, 2, 4, 4, 16, dtype=torch.float32)
+    q, k, v, g, beta, h0, do, dht = (x.to(device) for x in _problem(1, 20, 1, 2, 4, 4, 16, dtype=torch.float32))
     gam = _local_cumsum(g, 16, None)
     torch.library.opcheck(OPS["chunk_bwd_dv_local"].overload, (q, k, do, gam, None, 0.5, 16),
                           test_utils=("test_schema", "test_faketensor"))
-    h = torch.randn(1, 2, 2, 4, 4)
+    h = torch.randn(1, 2, 2, 4, 4, device=device)
     torch.library.opcheck(OPS["chunk_bwd_dqkwg"].overload, (q, k, v, do, h, h, v, gam, None, True, 0.5, 16),
                           test_utils=("test_schema", "test_faketensor"))

@@ -8,7 +8,9 @@
 // small (1e-4); scale 0 = K^-0.5; layout: contiguous or padded (every tensor padded, a non-zero offset);
 // saved=1: the forward fills a `saved` buffer (strata_chunk_gated_delta_rule_saved_bytes: 0 bytes on the CPU, whose
 // implementations ignore it) and the backward case runs that forward first, then the backward reading the buffer
-// instead of re-running the forward (every non-f64 case is run both ways).
+// instead of re-running the forward (every non-f64 case is run both ways); large=1: a case at one of fla's test shapes
+// (ops_gdn_kda.md §7.3, up to 4 x 1024 tokens at K = V = 128), run only by the implementation the dispatcher picks
+// for it (see make_cases).
 // The "naive" result of the acceptance rule is the same token recurrence run in f32 (gdn_recurrent_* with
 // Real = float) on the same rounded inputs, stored in the output dtypes.
 // Precision model of the CUDA implementation: with 16-bit tokens it runs the sub-operators' tensor-core kernels,
@@ -23,6 +25,7 @@
 
 #include "ops/linear_attn/chunk_gated_delta_rule/chunk_gated_delta_rule.h"
 #include "ops/linear_attn/gdn_bwd_common/testkit_gdn_bwd.h"
+#include "opbase/plan.h"
 #include "testkit/testkit.h"
 
 namespace strata::atk {
@@ -65,10 +68,15 @@ struct GdnCase {
   float scale;
   bool l2, has_h0, has_ht, has_dht;
   Layout layout;
-  bool saved;
+  bool saved, large, fast;
+  bool filled = false;
+  uint64_t seed;
+  std::string gate, beta_mode;
   HostTensor q, k, v, g, beta, h0, cu_t, d_o, dht;
 
-  explicit GdnCase(const Case& c) {
+  // fill = false: the tensors are made (shapes, dtypes, layouts) but their values are not drawn yet (fill_values):
+  // enough to make plans, which a large case does before it draws ~10^7 values (large_skip).
+  explicit GdnCase(const Case& c, bool fill = true) : seed(static_cast<uint64_t>(c.get_int("seed", 1))) {
     dt = dtype_from_name(c.get("dtype", "f32"));
     const std::vector<int64_t> s = c.get_shape("shape");
     B = s[0], T = s[1], H = s[2], HV = s[3], K = s[4], V = s[5];
@@ -82,19 +90,35 @@ struct GdnCase {
     scale = static_cast<float>(sc > 0 ? sc : 1.0 / std::sqrt(static_cast<double>(K)));
     layout = c.get("layout", "contiguous") == "padded" ? Layout::kPaddedRows : Layout::kContiguous;
     saved = c.get_int("saved") != 0;
-    std::mt19937_64 rng(static_cast<uint64_t>(c.get_int("seed", 1)));
-    std::uniform_real_distribution<double> U(0.0, 1.0);
-    std::normal_distribution<double> Nrm(0.0, 1.0);
+    large = c.get_int("large") != 0;
+    gate = c.get("gate", "normal");
+    beta_mode = c.get("beta", "sig");
+    fast = c.get_int("fast_fill") != 0 && l2 && layout == Layout::kContiguous;
     const int32_t sdt = dt == STRATA_DTYPE_F64 ? STRATA_DTYPE_F64 : STRATA_DTYPE_F32;
     q = HostTensor::make(dt, {B, T, H, K}, layout);
     k = HostTensor::make(dt, {B, T, H, K}, layout);
     v = HostTensor::make(dt, {B, T, HV, V}, layout);
     g = HostTensor::make(sdt, {B, T, HV}, layout);
     beta = HostTensor::make(dt, {B, T, HV}, layout);
+    if (has_h0) h0 = HostTensor::make(sdt, {N, HV, K, V}, layout);
+    if (!cu.empty()) {
+      cu_t = HostTensor::make(STRATA_DTYPE_I64, {static_cast<int64_t>(cu.size())});
+      for (size_t i = 0; i < cu.size(); ++i) cu_t.set(static_cast<int64_t>(i), static_cast<double>(cu[i]));
+    }
+    d_o = HostTensor::make(dt, {B, T, HV, V}, layout);
+    if (has_dht) dht = HostTensor::make(sdt, {N, HV, K, V}, layout);
+    if (fill) fill_values();
+  }
+
+  // Draws the values (from the case's seed; the same values whenever called).
+  void fill_values() {
+    filled = true;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> U(0.0, 1.0);
+    std::normal_distribution<double> Nrm(0.0, 1.0);
     // Benchmark tensors (fast_fill, contiguous, l2norm in the kernel) reach 4 x 10^8 elements at the CUDA
     // shape, where the per-element sampling below takes a minute of host time: q, k, v and do come from the
     // LCG fill of the GDN bench kits instead (uniform with unit variance; the timing does not depend on it).
-    const bool fast = c.get_int("fast_fill") != 0 && l2 && layout == Layout::kContiguous;
     if (fast) {
       q = gdn_bwd_kit::as_dtype(gdn_bwd_kit::randn({B, T, H, K}, rng), dt);
       k = gdn_bwd_kit::as_dtype(gdn_bwd_kit::randn({B, T, H, K}, rng), dt);
@@ -113,7 +137,6 @@ struct GdnCase {
       }
     }
     if (!fast) v.fill_normal(rng);
-    const std::string gate = c.get("gate", "normal");
     for (int64_t i = 0; i < g.numel(); ++i) {
       const double u = std::max(U(rng), 1e-12);
       double gv = std::log(1.0 / (1.0 + std::exp(-u)));  // logsigmoid(U[0,1)) in [-0.69, -0.31]
@@ -123,26 +146,14 @@ struct GdnCase {
       else if (U(rng) < 0.5) gv = 0.0;             // normal: half the tokens do not decay
       g.set(i, gv);
     }
-    const std::string bm = c.get("beta", "sig");
-    for (int64_t i = 0; i < beta.numel(); ++i) beta.set(i, bm == "small" ? 1e-4 : 1.0 / (1.0 + std::exp(-Nrm(rng))));
-    if (has_h0) {
-      h0 = HostTensor::make(sdt, {N, HV, K, V}, layout);
-      h0.fill_normal(rng, 0.0, 0.5);
-    }
-    if (!cu.empty()) {
-      cu_t = HostTensor::make(STRATA_DTYPE_I64, {static_cast<int64_t>(cu.size())});
-      for (size_t i = 0; i < cu.size(); ++i) cu_t.set(static_cast<int64_t>(i), static_cast<double>(cu[i]));
-    }
-    if (fast) {
+    for (int64_t i = 0; i < beta.numel(); ++i)
+      beta.set(i, beta_mode == "small" ? 1e-4 : 1.0 / (1.0 + std::exp(-Nrm(rng))));
+    if (has_h0) h0.fill_normal(rng, 0.0, 0.5);
+    if (fast)
       d_o = gdn_bwd_kit::as_dtype(gdn_bwd_kit::randn({B, T, HV, V}, rng), dt);
-    } else {
-      d_o = HostTensor::make(dt, {B, T, HV, V}, layout);
+    else
       d_o.fill_normal(rng);
-    }
-    if (has_dht) {
-      dht = HostTensor::make(sdt, {N, HV, K, V}, layout);
-      dht.fill_normal(rng);
-    }
+    if (has_dht) dht.fill_normal(rng);
   }
 
   GdnParams params() {
@@ -204,6 +215,62 @@ std::unique_ptr<DeviceTensor> saved_buffer(const GdnCase& x, const std::unique_p
   return std::make_unique<DeviceTensor>(h, q->desc().device);
 }
 
+// Runs `f` with nothing forced in-process (STRATA_FORCE_IMPL from the environment still applies), then restores
+// what was forced.
+strata_status unforced(const std::function<strata_status()>& f) {
+  const std::string force_now = forced_impl();
+  strata_set_force_impl(nullptr);
+  const strata_status st = f();
+  strata_set_force_impl(force_now.empty() ? nullptr : force_now.c_str());
+  return st;
+}
+
+// Why a large=1 case does not run under the implementation forced now (`forced`: the name of the plan made under
+// it), "" when it runs: it runs only by the implementation the dispatcher picks for it (a plan made by
+// `make_plan` with nothing forced), and only on the path training takes: on the CPU not with saved=1 (the CPU
+// ignores `saved`), on CUDA a backward only with saved=1 (the forward runs both ways: without a gradient it saves
+// nothing). The float64 token recurrence judging such a case costs seconds of host time (also in `strata atk`,
+// which runs every case once), and the other implementations (the other CPU ISAs, which share all code but the
+// GEMM micro-kernel; the forced CUDA forms) and paths are covered by the small cases.
+std::string large_skip(const GdnCase& x, bool bwd, strata_device device, const std::string& forced,
+                       const std::function<strata_status(strata_plan*)>& make_plan) {
+  if (!x.large) return "";
+  if (device.type == STRATA_DEVICE_CPU && x.saved) return "a large case with saved=1: the CPU ignores saved";
+  if (device.type != STRATA_DEVICE_CPU && bwd && !x.saved)
+    return "a large backward case without saved on CUDA: its saved=1 twin runs (the training path)";
+  if (forced_impl().empty()) return "";  // nothing forced: the dispatcher's pick is running
+  strata_plan plan = nullptr;
+  const strata_status st = unforced([&] { return make_plan(&plan); });
+  const std::string picked = st == STRATA_SUCCESS ? strata_plan_impl_name(plan) : "";
+  strata_plan_destroy(plan);
+  if (picked.empty() || picked == forced) return "";
+  return fmt::format("a large case (§7.3 shape): run by the dispatcher's pick {} only", picked);
+}
+
+// The case's plan (make_plan, under what is forced now; its name into r.impl), or nullptr with r marked skipped
+// for a large case not run here (large_skip). A large case that runs draws its values now and uploads them into
+// the device copies of `inputs` (made from the value-less tensors).
+strata_plan plan_case(GdnCase& x, bool bwd, strata_device device,
+                      const std::function<strata_status(strata_plan*)>& make_plan,
+                      std::initializer_list<std::pair<std::unique_ptr<DeviceTensor>*, const HostTensor*>> inputs,
+                      CaseResult& r) {
+  strata_plan plan = nullptr;
+  check(make_plan(&plan), "plan");
+  r.impl = strata_plan_impl_name(plan);
+  r.message = large_skip(x, bwd, device, r.impl, make_plan);
+  if (!r.message.empty()) {
+    strata_plan_destroy(plan);
+    r.skipped = true;
+    return nullptr;
+  }
+  if (!x.filled) {
+    x.fill_values();
+    for (const auto& [d, h] : inputs)
+      if (*d) (*d)->upload(*h);
+  }
+  return plan;
+}
+
 std::vector<Case> make_cases(const char* op, bool bwd) {
   std::vector<Case> cases;
   int64_t seed = 1;
@@ -242,6 +309,9 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   add("bf16", {18, 70, 1, 4, 128, 128}, {}, 0, 1, 0, 0, "strong", "sig", 0, "contiguous");
   add("bf16", {1, 200, 1, 2, 128, 64}, {0, 0, 1, 64, 129, 200}, 1, 1, 0, 0, "weak", "sig", 0, "contiguous");
   add("f32", {1, 70, 1, 1, 256, 256}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  // 16-bit K = V = 256 (the fused forward takes K <= 128: cuda.sm90.chunked with 16-bit tokens) and f16 V = 256.
+  add("bf16", {1, 130, 1, 2, 256, 256}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  add("f16", {2, 70, 1, 1, 128, 256}, {}, 1, 1, 1, 0, "weak", "sig", 0, "contiguous");
   add("bf16", {1, 80, 1, 2, 100, 100}, {}, 1, 1, 1, 1, "normal", "sig", 0, "padded");
   add("f32", {2, 90, 2, 2, 100, 48}, {}, 0, 0, 0, 0, "normal", "sig", 0.1, "contiguous");
   // G = 6: the CPU tasks hold at most 4 value heads of a q/k head (groups of 4 and 2, dq/dk summed afterwards).
@@ -265,6 +335,24 @@ std::vector<Case> make_cases(const char* op, bool bwd) {
   add("f32", {2, 0, 1, 2, 16, 16}, {}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
   add("f32", {1, 0, 1, 1, 16, 16}, {0, 0, 0}, 1, 1, 1, 0, "normal", "sig", 0, "contiguous");
   add("f32", {0, 5, 1, 1, 16, 16}, {}, 0, 0, 0, 0, "normal", "sig", 0, "contiguous");
+  // fla's test shapes (ops_gdn_kda.md §7.3; B x T x H x HV x K = V), f16 and bf16, K = 60 / 64 / 100 / 128, scale 0.1
+  // and 1 (and K^-0.5), fla's varlen packs; large=1: run by the dispatcher's pick only (large_skip).
+  // Fixed length: test_chunk's (2,75,4,4,64) with strong gates (fla's gate norm 0.01), (2,500,3,3,60),
+  // (3,1024,4,4,100), (4,1024,4,4,128) with the in-kernel l2norm, GVA (2,512,2,8,64) and (2,1024,4,8,128).
+  const size_t s73 = cases.size();
+  add("f16", {2, 75, 4, 4, 64, 64}, {}, 1, 1, 1, 0, "strong", "sig", 0.1, "contiguous");
+  add("bf16", {2, 500, 3, 3, 60, 60}, {}, 1, 1, 0, 1, "normal", "sig", 1.0, "contiguous");
+  add("f16", {3, 1024, 4, 4, 100, 100}, {}, 0, 1, 1, 0, "weak", "sig", 0.1, "contiguous");
+  add("bf16", {4, 1024, 4, 4, 128, 128}, {}, 1, 1, 1, 1, "normal", "sig", 0, "contiguous");
+  add("f16", {2, 512, 2, 8, 64, 64}, {}, 1, 1, 1, 1, "normal", "sig", 1.0, "contiguous");
+  add("f16", {2, 1024, 4, 8, 128, 128}, {}, 1, 1, 0, 0, "normal", "sig", 0.1, "contiguous");
+  // test_chunk_varlen's packs [0, 256, 500, 1000] and [0, 15, 100, 300, 1200, 2000] with its (H, HV, K).
+  add("f16", {1, 1000, 4, 4, 60, 60}, {0, 256, 500, 1000}, 1, 1, 1, 0, "normal", "sig", 0.1, "contiguous");
+  add("bf16", {1, 1000, 2, 8, 64, 64}, {0, 256, 500, 1000}, 0, 1, 1, 1, "normal", "sig", 1.0, "contiguous");
+  add("bf16", {1, 2000, 4, 4, 100, 100}, {0, 15, 100, 300, 1200, 2000}, 1, 1, 1, 1, "weak", "sig", 0.1,
+      "contiguous");
+  add("f16", {1, 2000, 2, 4, 64, 64}, {0, 15, 100, 300, 1200, 2000}, 1, 1, 0, 1, "normal", "sig", 0, "contiguous");
+  for (size_t i = s73; i < cases.size(); ++i) cases[i].set("large", 1);
   (void)bwd;
   const size_t plain = cases.size();
   for (size_t i = 0; i < plain; ++i)
@@ -280,7 +368,7 @@ class GdnHarness final : public OpHarness {
 
   CaseResult run_case(const Case& c, strata_device device) const override {
     CaseResult r;
-    GdnCase x(c);
+    GdnCase x(c, /*fill=*/c.get_int("large") == 0);  // a large case draws its values once it runs (large_skip)
     if (x.dt == STRATA_DTYPE_F64 && device.type != STRATA_DEVICE_CPU) {
       r.skipped = true;
       r.message = "f64 runs on the CPU only";
@@ -301,6 +389,19 @@ class GdnHarness final : public OpHarness {
     HostTensor ht = HostTensor::make(sdt, {x.N, x.HV, x.K, x.V}, x.layout);
     o.poison();
     ht.poison();
+    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
+         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
+         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), d_out = upload(&o, device),
+         d_ht = upload(x.has_ht ? &ht : nullptr, device);
+    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
+    auto make_plan = [&](strata_plan* out) {
+      return strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
+                                                    dsc(d_out), dsc(d_ht), dsc(saved), x.scale, x.l2 ? 1 : 0, out);
+    };
+    strata_plan plan = plan_case(x, false, device, make_plan,
+                                 {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0}},
+                                 r);
+    if (!plan) return r;
     // float64 reference and the naive f32 recurrence, on the same inputs
     HostTensor o_ref = HostTensor::make(STRATA_DTYPE_F64, {x.B, x.T, x.HV, x.V});
     HostTensor ht_ref = HostTensor::make(STRATA_DTYPE_F64, {x.N, x.HV, x.K, x.V});
@@ -317,16 +418,6 @@ class GdnHarness final : public OpHarness {
     else
       linear_attn::gdn_recurrent_fwd<float>(p);
 
-    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
-         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
-         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), d_out = upload(&o, device),
-         d_ht = upload(x.has_ht ? &ht : nullptr, device);
-    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
-    strata_plan plan = nullptr;
-    check(strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
-                                                 dsc(d_out), dsc(d_ht), dsc(saved), x.scale, x.l2 ? 1 : 0, &plan),
-          "plan");
-    r.impl = strata_plan_impl_name(plan);
     check(run_plan(plan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), ptr(d_ht),
                           ptr(saved)},
                    device),
@@ -366,6 +457,25 @@ class GdnHarness final : public OpHarness {
     add("dg", sdt, shape_g);
     add("dbeta", x.dt, shape_g);
     if (x.has_h0) add("dh0", sdt, shape_s);
+    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
+         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
+         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), ddo = upload(&x.d_o, device),
+         ddht = upload(x.has_dht ? &x.dht : nullptr, device);
+    std::vector<std::unique_ptr<DeviceTensor>> od;
+    for (auto& o : outs) od.push_back(upload(&o.dev, device));
+    while (od.size() < 6) od.push_back(nullptr);
+    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
+    auto make_plan = [&](strata_plan* out) {
+      return strata_chunk_gated_delta_rule_bwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
+                                                    dsc(ddo), dsc(ddht), dsc(od[0]), dsc(od[1]), dsc(od[2]),
+                                                    dsc(od[3]), dsc(od[4]), dsc(od[5]), dsc(saved), x.scale,
+                                                    x.l2 ? 1 : 0, out);
+    };
+    strata_plan plan = plan_case(x, true, device, make_plan,
+                                 {{&dq, &x.q}, {&dk, &x.k}, {&dv, &x.v}, {&dg, &x.g}, {&db, &x.beta}, {&dh0, &x.h0},
+                                  {&ddo, &x.d_o}, {&ddht, &x.dht}},
+                                 r);
+    if (!plan) return r;
     GdnParams p = x.params();
     auto bind = [&](int which) {
       HostTensor* o[6] = {};
@@ -387,33 +497,27 @@ class GdnHarness final : public OpHarness {
       std::vector<uint8_t> fws(linear_attn::gdn_recurrent_bwd_workspace<float>(p));
       linear_attn::gdn_recurrent_bwd<float>(p, fws.data());
     }
-
-    auto dq = upload(&x.q, device), dk = upload(&x.k, device), dv = upload(&x.v, device), dg = upload(&x.g, device),
-         db = upload(&x.beta, device), dh0 = upload(x.has_h0 ? &x.h0 : nullptr, device),
-         dcu = upload(x.cu.empty() ? nullptr : &x.cu_t, device), ddo = upload(&x.d_o, device),
-         ddht = upload(x.has_dht ? &x.dht : nullptr, device);
-    std::vector<std::unique_ptr<DeviceTensor>> od;
-    for (auto& o : outs) od.push_back(upload(&o.dev, device));
-    while (od.size() < 6) od.push_back(nullptr);
-    // saved=1: the forward (o only) fills the buffer first.
-    const auto saved = saved_buffer(x, dq, dk, dv, dcu);
+    // saved=1: the forward (o only) fills the buffer first (the backward's plan, made above, holds no data); for a
+    // large case the dispatcher's pick, as in training (the forced implementation's otherwise).
     if (saved) {
-      const auto d_out = upload(&x.d_o, device);  // o: do's shape and dtype
-      strata_plan fplan = nullptr;
-      check(strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
-                                                   dsc(d_out), nullptr, dsc(saved), x.scale, x.l2 ? 1 : 0, &fplan),
-            "forward plan");
-      check(run_plan(fplan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), nullptr,
-                             ptr(saved)},
-                     device),
-            "forward run");
+      try {
+        const auto d_out = upload(&x.d_o, device);  // o: do's shape and dtype
+        strata_plan fplan = nullptr;
+        auto make_fplan = [&] {
+          return strata_chunk_gated_delta_rule_fwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0),
+                                                        dsc(dcu), dsc(d_out), nullptr, dsc(saved), x.scale,
+                                                        x.l2 ? 1 : 0, &fplan);
+        };
+        check(x.large ? unforced(make_fplan) : make_fplan(), "forward plan");
+        check(run_plan(fplan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(d_out), nullptr,
+                               ptr(saved)},
+                       device),
+              "forward run");
+      } catch (...) {
+        strata_plan_destroy(plan);
+        throw;
+      }
     }
-    strata_plan plan = nullptr;
-    check(strata_chunk_gated_delta_rule_bwd_plan(dsc(dq), dsc(dk), dsc(dv), dsc(dg), dsc(db), dsc(dh0), dsc(dcu),
-                                                 dsc(ddo), dsc(ddht), dsc(od[0]), dsc(od[1]), dsc(od[2]), dsc(od[3]),
-                                                 dsc(od[4]), dsc(od[5]), dsc(saved), x.scale, x.l2 ? 1 : 0, &plan),
-          "plan");
-    r.impl = strata_plan_impl_name(plan);
     check(run_plan(plan, {ptr(dq), ptr(dk), ptr(dv), ptr(dg), ptr(db), ptr(dh0), ptr(dcu), ptr(ddo), ptr(ddht),
                           ptr(od[0]), ptr(od[1]), ptr(od[2]), ptr(od[3]), ptr(od[4]), ptr(od[5]), ptr(saved)},
                    device),
