@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
                    p.gflops, p.gflops_median, p.gflops_per_cpu_second, p.threads, p.isa, p.lanes, strata::atk::kFmaChains, p.iters,
                    fmt::join(p.rep_gflops, ", "));
       } else {
-        fmt::print("fp32 FMA peak: {:.1f} GFLOP/s (best of {}; median {:.1f}), {} threads, {:.1f} per thread, "
+        fmt::print("fp32 FMA peak: {:.1f} GFLOP/s (best of {}; median {:.1f}), {} thread{}, {:.1f} per thread, "
                    "{:.1f} per thread CPU-second, {} x {} lanes x {} chains\n",
-                   p.gflops, p.rep_gflops.size(), p.gflops_median, p.threads, p.gflops / p.threads,
+                   p.gflops, p.rep_gflops.size(), p.gflops_median, p.threads, p.threads == 1 ? "" : "s", p.gflops / p.threads,
                    p.gflops_per_cpu_second, p.isa, p.lanes, strata::atk::kFmaChains);
       }
       return 0;
