@@ -11,6 +11,10 @@ run on one thread: the CPU-time ratio is then the work ratio. It is a conservati
 idle wall-clock ratio as long as Strata scales at least as well as the eager peer from 1 to 2 threads (Strata:
 1.57-1.98x forward, 1.95x backward, session 5; the eager peer's small ops scale worse).
 
+Session 18: the fp32 FMA peak of `strata peak` (gdn_peers.fma_peak) is measured on the same thread count before
+and after the pairs, and Strata's rate per CPU-second is given as a share of the probe's rate per thread
+CPU-second (the higher of the two measurements): the load-robust form of issue 3's "% of the fp32 FMA peak".
+
 --output-cache-ab adds a third contestant, Strata with its CPU output cache off (strata._ops.cpu_output handing
 out fresh torch tensors, as before session 13), so that the cache's effect is measured in the same alternation.
 
@@ -67,6 +71,8 @@ def main():
             torch.autograd.grad(o, ins, do)
         return time.perf_counter() - w0, time.process_time() - c0
 
+    cli = gdn_peers.find_strata_cli()
+    fma0, why = gdn_peers.fma_peak(cli, args.threads)
     for fn in fns.values():  # warm-up
         call(fn)
     res = {n: [] for n in fns}
@@ -82,6 +88,17 @@ def main():
         c = sorted(x[1] for x in r)
         print(f"  {n:>14}: wall min {1e3 * w[0]:9.1f} median {1e3 * w[len(w) // 2]:9.1f} ms | CPU min "
               f"{1e3 * c[0]:9.1f} median {1e3 * c[len(c) // 2]:9.1f} ms ({fl / c[0] / 1e9:.1f} GFLOP/s per CPU-s)")
+    fma1, _ = gdn_peers.fma_peak(cli, args.threads) if fma0 is not None else (None, "")
+    if fma0 is None:
+        print(f"  fp32 FMA peak: not measured ({why})")
+    else:
+        per_cpu = max(f["gflops_per_cpu_second"] for f in (fma0, fma1) if f is not None)
+        c = min(x[1] for x in res["strata"])
+        print(f"  fp32 FMA peak ({fma0['isa']}, {args.threads} threads) per thread CPU-second: "
+              f"{fma0['gflops_per_cpu_second']:.1f} before, "
+              f"{fma1['gflops_per_cpu_second'] if fma1 else float('nan'):.1f} after the pairs (wall: "
+              f"{fma0['gflops']:.1f} / {fma1['gflops'] if fma1 else float('nan'):.1f} GFLOP/s); strata {what}: "
+              f"{100 * fl / c / 1e9 / per_cpu:.1f} % of the higher per CPU-second")
     pairs = [("torch_chunked", "strata")] + ([("strata_fresh_out", "strata")] if args.output_cache_ab else [])
     for num, den in pairs:
         for i, label in ((1, "CPU time"), (0, "wall time")):

@@ -2,6 +2,7 @@
 //   strata info [--json]                     version, build, devices, settings, what each op runs here and why
 //   strata atk [--device D] [--ops a,b] ...  precision, performance and peak memory of every op harness
 //   strata bench --op NAME [--device D] ...  one op's bench cases only, for tuning
+//   strata peak [--threads N] [--json]       the CPU's fp32 FMA peak, measured now (the CPU "% of peak" ceiling)
 // Exit codes: 0 success, 1 a precision case failed or a bench case errored, 2 bad usage or setup failure.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 
 #include "atk.h"
 #include "info.h"
+#include "testkit/fma_peak.h"
 
 namespace {
 
@@ -58,6 +60,19 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--out", bench.out_dir, "also write atk.json and atk.md into this folder");
   add_run_options(bench_cmd, bench);
 
+  CLI::App* peak_cmd =
+      app.add_subcommand("peak", "the fp32 FMA peak of this CPU, measured now (FMA chains on every thread)");
+  int peak_threads = 0, peak_reps = 5;
+  double peak_seconds = 0.1;
+  bool peak_as_json = false;
+  peak_cmd->add_option("--threads", peak_threads, "threads (default 0: Strata's thread count, all cores)")
+      ->check(CLI::Range(0, 4096));
+  peak_cmd->add_option("--reps", peak_reps, "repetitions; the best one is the peak")->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  peak_cmd->add_option("--seconds", peak_seconds, "wall seconds per repetition")->check(CLI::Range(0.001, 60.0))
+      ->capture_default_str();
+  peak_cmd->add_flag("--json", peak_as_json, "print JSON instead of text");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -72,6 +87,21 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", j.dump(2));
       } else {
         strata::cli::print_info(j);
+      }
+      return 0;
+    }
+    if (peak_cmd->parsed()) {
+      const strata::atk::FmaPeak p = strata::atk::fp32_fma_peak(peak_threads, peak_reps, peak_seconds);
+      if (peak_as_json) {
+        fmt::print("{{\"gflops\": {:.2f}, \"gflops_median\": {:.2f}, \"gflops_per_cpu_second\": {:.2f}, \"threads\": {}, \"isa\": \"{}\", "
+                   "\"lanes\": {}, \"chains\": {}, \"iters\": {}, \"rep_gflops\": [{:.2f}]}}\n",
+                   p.gflops, p.gflops_median, p.gflops_per_cpu_second, p.threads, p.isa, p.lanes, strata::atk::kFmaChains, p.iters,
+                   fmt::join(p.rep_gflops, ", "));
+      } else {
+        fmt::print("fp32 FMA peak: {:.1f} GFLOP/s (best of {}; median {:.1f}), {} thread{}, {:.1f} per thread, "
+                   "{:.1f} per thread CPU-second, {} x {} lanes x {} chains\n",
+                   p.gflops, p.rep_gflops.size(), p.gflops_median, p.threads, p.threads == 1 ? "" : "s", p.gflops / p.threads,
+                   p.gflops_per_cpu_second, p.isa, p.lanes, strata::atk::kFmaChains);
       }
       return 0;
     }
