@@ -9,7 +9,6 @@
 //  * validation rules (status, message, outputs untouched);
 //  * the C++ wrappers.
 #include <gtest/gtest.h>
-#include <immintrin.h>
 
 #include <ctime>
 
@@ -29,6 +28,7 @@
 #include "ops/linear_attn/prepare_wy_repr_bwd/prepare_wy_repr_bwd.h"
 #include "strata/ops.h"
 #include "strata/strata.hpp"
+#include "testkit/fma_peak.h"
 #include "testkit/testkit.h"
 #include "test_support.h"
 
@@ -830,30 +830,14 @@ TEST(GdnBwdChunkWalk, WindowsCoverEveryChunkOnce) {
 
 // ---------------------------------------------------------------------------------------------------------
 // CPU throughput at T = 4096, H = 4, HV = 8, K = V = 128, f32, one thread, measured in thread CPU time (the
-// development VM is shared, so wall time mostly measures the neighbours) against an AVX-512 FMA probe timed the
-// same way. Disabled by default (a measurement, not a check): run with --gtest_also_run_disabled_tests
+// development VM is shared, so wall time mostly measures the neighbours) against the fp32 FMA peak of the best
+// Highway target, one thread, per thread CPU-second (testkit/fma_peak.h: the probe `strata peak` runs). Disabled
+// by default (a measurement, not a check): run with --gtest_also_run_disabled_tests
 // --gtest_filter='*GdnBwdPerf*'.
 double thread_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-__attribute__((target("avx512f"))) double fma_probe_gflops() {
-  // 12 independent 16-lane FMA chains: enough to fill both FMA ports at 4-cycle latency.
-  const long iters = 20000000;
-  __m512 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + static_cast<float>(i) * 1e-3f);
-  const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  const double t0 = thread_seconds();
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
-  const double t = thread_seconds() - t0;
-  __m512 s = a[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
-  volatile float sink = _mm512_reduce_add_ps(s);
-  (void)sink;
-  return 2.0 * 16 * 12 * static_cast<double>(iters) / t / 1e9;
 }
 
 TEST(GdnBwdPerf, DISABLED_CpuThroughput) {
@@ -906,8 +890,8 @@ TEST(GdnBwdPerf, DISABLED_CpuThroughput) {
          ASSERT_EQ(run(p, {&k, &v, &beta, &A, &dw, &dv2, &g, nullptr, &dk, &dvw, &db, &dg}), 0);
        }},
   };
-  const double peak = fma_probe_gflops();
-  std::printf("fp32 FMA probe (1 thread, thread CPU time): %.1f GFLOP/s\n", peak);
+  const double peak = strata::atk::fp32_fma_peak(1).gflops_per_cpu_second;
+  std::printf("fp32 FMA peak (1 thread, per thread CPU-second): %.1f GFLOP/s\n", peak);
   double total_flops = 0, total_s = 0;
   for (const Op& op : ops) {
     op.run();  // warm-up (plan cache, buffers)
@@ -923,7 +907,7 @@ TEST(GdnBwdPerf, DISABLED_CpuThroughput) {
   }
   std::printf("%-32s %8.2f ms CPU  %6.1f GFLOP/s  %5.1f %% of the probe\n", "all four", total_s * 1e3,
               total_flops / total_s / 1e9, 100.0 * total_flops / total_s / 1e9 / peak);
-  std::printf("fp32 FMA probe again: %.1f GFLOP/s\n", fma_probe_gflops());
+  std::printf("fp32 FMA peak again: %.1f GFLOP/s\n", strata::atk::fp32_fma_peak(1).gflops_per_cpu_second);
   strata_set_num_threads(before);
 }
 
